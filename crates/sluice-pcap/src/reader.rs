@@ -1,0 +1,595 @@
+//! Streaming reader for pcap and pcapng.
+
+use crate::{
+    Endian, Format, Interface, PcapError, PcapErrorKind, PcapHeader, Record, Timestamp,
+    TsResolution, MAX_BLOCK_LEN, MAX_PACKET_LEN, PCAPNG_BYTE_ORDER_MAGIC, PCAPNG_SHB,
+    PCAP_MAGIC_MICROS, PCAP_MAGIC_NANOS,
+};
+use sluice_wire::LinkType;
+use std::fs::File;
+use std::io::{self, BufReader, Read};
+use std::path::Path;
+
+const BLOCK_IDB: u32 = 1;
+const BLOCK_PB_OBSOLETE: u32 = 2;
+const BLOCK_SPB: u32 = 3;
+const BLOCK_EPB: u32 = 6;
+const OPT_IF_TSRESOL: u16 = 9;
+const MAX_OPTIONS: usize = 256;
+
+/// Reads packet records one at a time from a pcap or pcapng stream.
+///
+/// Memory use is one buffer the size of the largest record or block seen
+/// (bounded by [`MAX_BLOCK_LEN`]); the file is never loaded whole. After an
+/// error the reader is finished: further calls return `Ok(None)`.
+pub struct CaptureReader<R: Read> {
+    inner: R,
+    format: Format,
+    pcap_header: Option<PcapHeader>,
+    /// Byte order of the current pcapng section (or the pcap file).
+    endian: Endian,
+    /// All interfaces seen, across pcapng sections.
+    interfaces: Vec<Interface>,
+    /// Index in `interfaces` where the current section's interfaces start.
+    section_base: usize,
+    offset: u64,
+    records: u64,
+    buf: Vec<u8>,
+    warnings: Vec<String>,
+    done: bool,
+}
+
+impl CaptureReader<BufReader<File>> {
+    /// Open a capture file, detecting pcap or pcapng from its magic number.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, PcapError> {
+        let file = File::open(path).map_err(|e| PcapError::new(e.into(), 0, 0))?;
+        CaptureReader::new(BufReader::with_capacity(1 << 20, file))
+    }
+}
+
+impl<R: Read> CaptureReader<R> {
+    /// Read the file header (pcap) or first section header (pcapng).
+    pub fn new(mut inner: R) -> Result<Self, PcapError> {
+        let mut magic = [0u8; 4];
+        let got = read_full(&mut inner, &mut magic).map_err(|e| PcapError::new(e.into(), 0, 0))?;
+        if got < 4 {
+            return Err(PcapError::new(
+                PcapErrorKind::TruncatedFileHeader { got },
+                0,
+                0,
+            ));
+        }
+        let mut r = CaptureReader {
+            inner,
+            format: Format::Pcap,
+            pcap_header: None,
+            endian: Endian(false),
+            interfaces: Vec::new(),
+            section_base: 0,
+            offset: 0,
+            records: 0,
+            buf: Vec::with_capacity(65_536),
+            warnings: Vec::new(),
+            done: false,
+        };
+        let le = u32::from_le_bytes(magic);
+        match le {
+            PCAP_MAGIC_MICROS | PCAP_MAGIC_NANOS => r.read_pcap_header(magic, false)?,
+            m if m.swap_bytes() == PCAP_MAGIC_MICROS || m.swap_bytes() == PCAP_MAGIC_NANOS => {
+                r.read_pcap_header(magic, true)?
+            }
+            PCAPNG_SHB => {
+                r.format = Format::Pcapng;
+                r.read_section_header()?;
+            }
+            0xa1b2_cd34 | 0x34cd_b2a1 => {
+                return Err(PcapError::new(PcapErrorKind::ModifiedPcap, 0, 0))
+            }
+            other => {
+                return Err(PcapError::new(
+                    PcapErrorKind::BadMagic(other.swap_bytes()),
+                    0,
+                    0,
+                ))
+            }
+        }
+        Ok(r)
+    }
+
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// The global header, for pcap input.
+    pub fn pcap_header(&self) -> Option<&PcapHeader> {
+        self.pcap_header.as_ref()
+    }
+
+    /// Interfaces seen so far (pcapng interfaces appear as the file is read).
+    pub fn interfaces(&self) -> &[Interface] {
+        &self.interfaces
+    }
+
+    /// Bytes consumed from the stream so far.
+    pub fn bytes_read(&self) -> u64 {
+        self.offset
+    }
+
+    /// Packet records returned so far.
+    pub fn records_read(&self) -> u64 {
+        self.records
+    }
+
+    /// Oddities that did not stop reading (for example a snap length of 0).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// The next packet record, `Ok(None)` at a clean end of file.
+    pub fn next_record(&mut self) -> Result<Option<Record<'_>>, PcapError> {
+        if self.done {
+            return Ok(None);
+        }
+        let result = match self.format {
+            Format::Pcap => self.next_pcap(),
+            Format::Pcapng => self.next_pcapng(),
+        };
+        match result {
+            Ok(Some(rec)) => {
+                self.records += 1;
+                let data = &self.buf[rec.data_start..rec.data_start + rec.caplen];
+                Ok(Some(Record {
+                    index: self.records - 1,
+                    offset: rec.offset,
+                    timestamp: rec.timestamp,
+                    orig_len: rec.orig_len,
+                    data,
+                    interface_id: rec.interface_id,
+                    interface: self.interfaces[rec.interface_id as usize],
+                }))
+            }
+            Ok(None) => {
+                self.done = true;
+                Ok(None)
+            }
+            Err(kind) => {
+                self.done = true;
+                Err(PcapError::new(kind, self.records, self.offset))
+            }
+        }
+    }
+
+    fn err_at(&self, kind: PcapErrorKind) -> PcapError {
+        PcapError::new(kind, self.records, self.offset)
+    }
+
+    fn read_pcap_header(&mut self, magic: [u8; 4], big_endian: bool) -> Result<(), PcapError> {
+        let mut rest = [0u8; PcapHeader::LEN - 4];
+        let got = read_full(&mut self.inner, &mut rest).map_err(|e| self.err_at(e.into()))?;
+        if got < rest.len() {
+            return Err(self.err_at(PcapErrorKind::TruncatedFileHeader { got: got + 4 }));
+        }
+        let e = Endian(big_endian);
+        let h = PcapHeader {
+            big_endian,
+            nanos: e.u32(&magic) == PCAP_MAGIC_NANOS,
+            version_major: e.u16(&rest[0..]),
+            version_minor: e.u16(&rest[2..]),
+            thiszone: e.u32(&rest[4..]) as i32,
+            sigfigs: e.u32(&rest[8..]),
+            snaplen: e.u32(&rest[12..]),
+            linktype_field: e.u32(&rest[16..]),
+        };
+        if h.version_major != 2 {
+            return Err(self.err_at(PcapErrorKind::UnsupportedVersion {
+                major: h.version_major,
+                minor: h.version_minor,
+            }));
+        }
+        if h.snaplen == 0 {
+            self.warnings.push(format!(
+                "pcap header snap length is 0; treating it as {MAX_PACKET_LEN}, as libpcap does"
+            ));
+        }
+        self.offset = PcapHeader::LEN as u64;
+        self.endian = e;
+        let snaplen = if h.snaplen == 0 {
+            MAX_PACKET_LEN
+        } else {
+            h.snaplen
+        };
+        let ts_resolution = if h.nanos {
+            TsResolution::NANOS
+        } else {
+            TsResolution::MICROS
+        };
+        self.interfaces.push(Interface {
+            link_type: h.link_type(),
+            snaplen,
+            ts_resolution,
+        });
+        self.pcap_header = Some(h);
+        Ok(())
+    }
+
+    fn next_pcap(&mut self) -> Result<Option<RawRecord>, PcapErrorKind> {
+        let mut hdr = [0u8; 16];
+        let got = read_full(&mut self.inner, &mut hdr)?;
+        if got == 0 {
+            return Ok(None);
+        }
+        if got < hdr.len() {
+            return Err(PcapErrorKind::TruncatedRecordHeader {
+                got,
+                need: hdr.len(),
+            });
+        }
+        let e = self.endian;
+        let caplen = e.u32(&hdr[8..]);
+        if caplen > MAX_PACKET_LEN {
+            return Err(PcapErrorKind::RecordTooLong {
+                len: caplen,
+                max: MAX_PACKET_LEN,
+            });
+        }
+        let caplen = caplen as usize;
+        self.buf.resize(caplen, 0);
+        let got = read_full(&mut self.inner, &mut self.buf[..caplen])?;
+        if got < caplen {
+            return Err(PcapErrorKind::TruncatedRecordData { got, need: caplen });
+        }
+        let offset = self.offset;
+        self.offset += (hdr.len() + caplen) as u64;
+        let nanos = self.pcap_header.is_some_and(|h| h.nanos);
+        Ok(Some(RawRecord {
+            offset,
+            timestamp: Timestamp::Split {
+                secs: e.u32(&hdr[0..]),
+                frac: e.u32(&hdr[4..]),
+                nanos,
+            },
+            orig_len: e.u32(&hdr[12..]),
+            data_start: 0,
+            caplen,
+            interface_id: 0,
+        }))
+    }
+
+    /// Read the rest of a section header block whose 4 type bytes were consumed.
+    fn read_section_header(&mut self) -> Result<(), PcapError> {
+        let mut len_and_bom = [0u8; 8];
+        let got =
+            read_full(&mut self.inner, &mut len_and_bom).map_err(|e| self.err_at(e.into()))?;
+        if got < len_and_bom.len() {
+            return Err(self.err_at(PcapErrorKind::TruncatedRecordHeader {
+                got: got + 4,
+                need: 12,
+            }));
+        }
+        let (len, bom) = len_and_bom.split_at(4);
+        self.section_header_body(len, bom)
+    }
+
+    /// Set the section's byte order from its magic, then read and check the
+    /// rest of the block. Type, length and byte-order magic are consumed.
+    fn section_header_body(&mut self, len_bytes: &[u8], bom: &[u8]) -> Result<(), PcapError> {
+        let bom_le = u32::from_le_bytes([bom[0], bom[1], bom[2], bom[3]]);
+        self.endian = match bom_le {
+            PCAPNG_BYTE_ORDER_MAGIC => Endian(false),
+            m if m.swap_bytes() == PCAPNG_BYTE_ORDER_MAGIC => Endian(true),
+            other => return Err(self.err_at(PcapErrorKind::BadByteOrderMagic(other))),
+        };
+        let len = self.endian.u32(len_bytes);
+        self.check_block_len(len).map_err(|k| self.err_at(k))?;
+        if len < 28 {
+            return Err(self.err_at(PcapErrorKind::BlockTooShort {
+                block: "section header",
+                len,
+            }));
+        }
+        // Version, section length and options follow; 16 bytes are type,
+        // length, byte-order magic and the trailer.
+        self.read_block_rest(len, len as usize - 16)
+            .map_err(|k| self.err_at(k))?;
+        self.offset += u64::from(len);
+        self.section_base = self.interfaces.len();
+        Ok(())
+    }
+
+    fn check_block_len(&self, len: u32) -> Result<(), PcapErrorKind> {
+        if len < 12 || len % 4 != 0 {
+            return Err(PcapErrorKind::BadBlockLength(len));
+        }
+        if len > MAX_BLOCK_LEN {
+            return Err(PcapErrorKind::BlockTooLong {
+                len,
+                max: MAX_BLOCK_LEN,
+            });
+        }
+        Ok(())
+    }
+
+    /// Read `body_len` body bytes into `buf` and check the 4-byte trailer.
+    fn read_block_rest(&mut self, len: u32, body_len: usize) -> Result<(), PcapErrorKind> {
+        self.buf.resize(body_len, 0);
+        let got = read_full(&mut self.inner, &mut self.buf[..body_len])?;
+        if got < body_len {
+            return Err(PcapErrorKind::TruncatedRecordData {
+                got,
+                need: body_len,
+            });
+        }
+        let mut trailer = [0u8; 4];
+        let got = read_full(&mut self.inner, &mut trailer)?;
+        if got < 4 {
+            return Err(PcapErrorKind::TruncatedRecordData { got, need: 4 });
+        }
+        let trailer = self.endian.u32(&trailer);
+        if trailer != len {
+            return Err(PcapErrorKind::BlockTrailerMismatch { len, trailer });
+        }
+        Ok(())
+    }
+
+    fn next_pcapng(&mut self) -> Result<Option<RawRecord>, PcapErrorKind> {
+        loop {
+            let mut head = [0u8; 8];
+            let got = read_full(&mut self.inner, &mut head)?;
+            if got == 0 {
+                return Ok(None);
+            }
+            if got < head.len() {
+                return Err(PcapErrorKind::TruncatedRecordHeader {
+                    got,
+                    need: head.len(),
+                });
+            }
+            let block_type = self.endian.u32(&head[0..]);
+            if block_type == PCAPNG_SHB {
+                // A new section: it may switch byte order.
+                self.read_section_header_after(head).map_err(|e| e.kind)?;
+                continue;
+            }
+            let len = self.endian.u32(&head[4..]);
+            self.check_block_len(len)?;
+            let body_len = len as usize - 12;
+            self.read_block_rest(len, body_len)?;
+            let offset = self.offset;
+            let parsed = match block_type {
+                BLOCK_IDB => self.parse_idb(len).map(|()| None),
+                BLOCK_EPB => self.parse_epb(len, offset).map(Some),
+                BLOCK_SPB => self.parse_spb(len, offset).map(Some),
+                BLOCK_PB_OBSOLETE => self.parse_obsolete_pb(len, offset).map(Some),
+                // Name resolution, statistics, custom and unknown blocks: skipped.
+                _ => Ok(None),
+            };
+            let parsed = parsed?;
+            self.offset += u64::from(len);
+            if let Some(rec) = parsed {
+                return Ok(Some(rec));
+            }
+        }
+    }
+
+    /// A section header met mid-stream; its type and length are in `head`.
+    fn read_section_header_after(&mut self, head: [u8; 8]) -> Result<(), PcapError> {
+        let mut bom = [0u8; 4];
+        let got = read_full(&mut self.inner, &mut bom).map_err(|e| self.err_at(e.into()))?;
+        if got < bom.len() {
+            return Err(self.err_at(PcapErrorKind::TruncatedRecordHeader {
+                got: got + 8,
+                need: 12,
+            }));
+        }
+        self.section_header_body(&head[4..], &bom)
+    }
+
+    fn parse_idb(&mut self, len: u32) -> Result<(), PcapErrorKind> {
+        let body = &self.buf;
+        if body.len() < 8 {
+            return Err(PcapErrorKind::BlockTooShort {
+                block: "interface description",
+                len,
+            });
+        }
+        let e = self.endian;
+        let link_type = LinkType(u32::from(e.u16(&body[0..])));
+        let snaplen = e.u32(&body[4..]);
+        let mut ts_resolution = TsResolution::MICROS;
+        for (code, value) in Options::new(&body[8..], e) {
+            if code == OPT_IF_TSRESOL && value.len() == 1 {
+                ts_resolution = TsResolution(value[0]);
+            }
+        }
+        if ts_resolution.units_per_sec().is_none() {
+            self.warnings.push(format!(
+                "interface {} has unusable timestamp resolution byte 0x{:02x}",
+                self.interfaces.len(),
+                ts_resolution.0
+            ));
+        }
+        let snaplen = if snaplen == 0 {
+            MAX_PACKET_LEN
+        } else {
+            snaplen
+        };
+        self.interfaces.push(Interface {
+            link_type,
+            snaplen,
+            ts_resolution,
+        });
+        Ok(())
+    }
+
+    fn interface(&self, local_id: u32) -> Result<u32, PcapErrorKind> {
+        let count = self.interfaces.len() - self.section_base;
+        if (local_id as usize) < count {
+            Ok((self.section_base + local_id as usize) as u32)
+        } else {
+            Err(PcapErrorKind::UnknownInterface {
+                id: local_id,
+                count,
+            })
+        }
+    }
+
+    fn parse_epb(&mut self, len: u32, offset: u64) -> Result<RawRecord, PcapErrorKind> {
+        const FIXED: usize = 20;
+        let e = self.endian;
+        let body = &self.buf;
+        if body.len() < FIXED {
+            return Err(PcapErrorKind::BlockTooShort {
+                block: "enhanced packet",
+                len,
+            });
+        }
+        let interface_id = self.interface(e.u32(&body[0..]))?;
+        let units = (u64::from(e.u32(&body[4..])) << 32) | u64::from(e.u32(&body[8..]));
+        let caplen = e.u32(&body[12..]);
+        let orig_len = e.u32(&body[16..]);
+        if caplen > MAX_PACKET_LEN {
+            return Err(PcapErrorKind::RecordTooLong {
+                len: caplen,
+                max: MAX_PACKET_LEN,
+            });
+        }
+        if caplen as usize > body.len() - FIXED {
+            return Err(PcapErrorKind::CaplenOverrunsBlock { caplen });
+        }
+        let resolution = self.interfaces[interface_id as usize].ts_resolution;
+        Ok(RawRecord {
+            offset,
+            timestamp: Timestamp::Units { units, resolution },
+            orig_len,
+            data_start: FIXED,
+            caplen: caplen as usize,
+            interface_id,
+        })
+    }
+
+    fn parse_spb(&mut self, len: u32, offset: u64) -> Result<RawRecord, PcapErrorKind> {
+        let body = &self.buf;
+        if body.len() < 4 {
+            return Err(PcapErrorKind::BlockTooShort {
+                block: "simple packet",
+                len,
+            });
+        }
+        let interface_id = self.interface(0)?;
+        let iface = self.interfaces[interface_id as usize];
+        let orig_len = self.endian.u32(&body[0..]);
+        // The captured length is implied: the original length cut to the snap length.
+        let caplen = orig_len.min(iface.snaplen).min(MAX_PACKET_LEN) as usize;
+        if caplen > body.len() - 4 {
+            return Err(PcapErrorKind::CaplenOverrunsBlock {
+                caplen: caplen as u32,
+            });
+        }
+        Ok(RawRecord {
+            offset,
+            timestamp: Timestamp::Units {
+                units: 0,
+                resolution: iface.ts_resolution,
+            },
+            orig_len,
+            data_start: 4,
+            caplen,
+            interface_id,
+        })
+    }
+
+    fn parse_obsolete_pb(&mut self, len: u32, offset: u64) -> Result<RawRecord, PcapErrorKind> {
+        const FIXED: usize = 20;
+        let e = self.endian;
+        let body = &self.buf;
+        if body.len() < FIXED {
+            return Err(PcapErrorKind::BlockTooShort {
+                block: "packet",
+                len,
+            });
+        }
+        let interface_id = self.interface(u32::from(e.u16(&body[0..])))?;
+        let units = (u64::from(e.u32(&body[4..])) << 32) | u64::from(e.u32(&body[8..]));
+        let caplen = e.u32(&body[12..]);
+        let orig_len = e.u32(&body[16..]);
+        if caplen > MAX_PACKET_LEN {
+            return Err(PcapErrorKind::RecordTooLong {
+                len: caplen,
+                max: MAX_PACKET_LEN,
+            });
+        }
+        if caplen as usize > body.len() - FIXED {
+            return Err(PcapErrorKind::CaplenOverrunsBlock { caplen });
+        }
+        let resolution = self.interfaces[interface_id as usize].ts_resolution;
+        Ok(RawRecord {
+            offset,
+            timestamp: Timestamp::Units { units, resolution },
+            orig_len,
+            data_start: FIXED,
+            caplen: caplen as usize,
+            interface_id,
+        })
+    }
+}
+
+/// Where a record's fields and bytes sit, before it is lent out.
+struct RawRecord {
+    offset: u64,
+    timestamp: Timestamp,
+    orig_len: u32,
+    data_start: usize,
+    caplen: usize,
+    interface_id: u32,
+}
+
+/// Iterator over pcapng options (code, value); stops at opt_endofopt, at a
+/// malformed option, or after [`MAX_OPTIONS`].
+struct Options<'a> {
+    bytes: &'a [u8],
+    endian: Endian,
+    seen: usize,
+}
+
+impl<'a> Options<'a> {
+    fn new(bytes: &'a [u8], endian: Endian) -> Self {
+        Options {
+            bytes,
+            endian,
+            seen: 0,
+        }
+    }
+}
+
+impl<'a> Iterator for Options<'a> {
+    type Item = (u16, &'a [u8]);
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.bytes.len() < 4 || self.seen >= MAX_OPTIONS {
+            return None;
+        }
+        let code = self.endian.u16(&self.bytes[0..]);
+        let len = usize::from(self.endian.u16(&self.bytes[2..]));
+        if code == 0 {
+            return None;
+        }
+        let padded = (len + 3) & !3;
+        let value = self.bytes.get(4..4 + len)?;
+        self.bytes = self.bytes.get(4 + padded..).unwrap_or_default();
+        self.seen += 1;
+        Some((code, value))
+    }
+}
+
+/// Fill `buf` as far as the stream allows; returns how many bytes were read.
+fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match r.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
