@@ -55,21 +55,13 @@ pub struct PcapError {
 
 impl PcapError {
     pub(crate) fn new(kind: PcapErrorKind, record: u64, offset: u64) -> Self {
-        PcapError {
-            kind,
-            record,
-            offset,
-        }
+        PcapError { kind, record, offset }
     }
 }
 
 impl fmt::Display for PcapError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "record {} at byte offset {}: {}",
-            self.record, self.offset, self.kind
-        )
+        write!(f, "record {} at byte offset {}: {}", self.record, self.offset, self.kind)
     }
 }
 

@@ -73,11 +73,7 @@ impl PcapHeader {
     }
 
     pub fn to_bytes(&self) -> [u8; Self::LEN] {
-        let magic = if self.nanos {
-            PCAP_MAGIC_NANOS
-        } else {
-            PCAP_MAGIC_MICROS
-        };
+        let magic = if self.nanos { PCAP_MAGIC_NANOS } else { PCAP_MAGIC_MICROS };
         let mut b = [0u8; Self::LEN];
         let e = Endian(self.big_endian);
         b[0..4].copy_from_slice(&e.u32_bytes(magic));
@@ -115,10 +111,7 @@ pub enum Timestamp {
     /// pcap: seconds and a fraction in micro- or nanoseconds.
     Split { secs: u32, frac: u32, nanos: bool },
     /// pcapng: a count of units of the interface's resolution.
-    Units {
-        units: u64,
-        resolution: TsResolution,
-    },
+    Units { units: u64, resolution: TsResolution },
 }
 
 impl Timestamp {

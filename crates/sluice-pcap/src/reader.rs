@@ -1,9 +1,8 @@
 //! Streaming reader for pcap and pcapng.
 
 use crate::{
-    Endian, Format, Interface, PcapError, PcapErrorKind, PcapHeader, Record, Timestamp,
-    TsResolution, MAX_BLOCK_LEN, MAX_PACKET_LEN, PCAPNG_BYTE_ORDER_MAGIC, PCAPNG_SHB,
-    PCAP_MAGIC_MICROS, PCAP_MAGIC_NANOS,
+    Endian, Format, Interface, PcapError, PcapErrorKind, PcapHeader, Record, Timestamp, TsResolution, MAX_BLOCK_LEN,
+    MAX_PACKET_LEN, PCAPNG_BYTE_ORDER_MAGIC, PCAPNG_SHB, PCAP_MAGIC_MICROS, PCAP_MAGIC_NANOS,
 };
 use sluice_wire::LinkType;
 use std::fs::File;
@@ -53,11 +52,7 @@ impl<R: Read> CaptureReader<R> {
         let mut magic = [0u8; 4];
         let got = read_full(&mut inner, &mut magic).map_err(|e| PcapError::new(e.into(), 0, 0))?;
         if got < 4 {
-            return Err(PcapError::new(
-                PcapErrorKind::TruncatedFileHeader { got },
-                0,
-                0,
-            ));
+            return Err(PcapError::new(PcapErrorKind::TruncatedFileHeader { got }, 0, 0));
         }
         let mut r = CaptureReader {
             inner,
@@ -82,16 +77,8 @@ impl<R: Read> CaptureReader<R> {
                 r.format = Format::Pcapng;
                 r.read_section_header()?;
             }
-            0xa1b2_cd34 | 0x34cd_b2a1 => {
-                return Err(PcapError::new(PcapErrorKind::ModifiedPcap, 0, 0))
-            }
-            other => {
-                return Err(PcapError::new(
-                    PcapErrorKind::BadMagic(other.swap_bytes()),
-                    0,
-                    0,
-                ))
-            }
+            0xa1b2_cd34 | 0x34cd_b2a1 => return Err(PcapError::new(PcapErrorKind::ModifiedPcap, 0, 0)),
+            other => return Err(PcapError::new(PcapErrorKind::BadMagic(other.swap_bytes()), 0, 0)),
         }
         Ok(r)
     }
@@ -181,33 +168,19 @@ impl<R: Read> CaptureReader<R> {
             linktype_field: e.u32(&rest[16..]),
         };
         if h.version_major != 2 {
-            return Err(self.err_at(PcapErrorKind::UnsupportedVersion {
-                major: h.version_major,
-                minor: h.version_minor,
-            }));
+            return Err(
+                self.err_at(PcapErrorKind::UnsupportedVersion { major: h.version_major, minor: h.version_minor })
+            );
         }
         if h.snaplen == 0 {
-            self.warnings.push(format!(
-                "pcap header snap length is 0; treating it as {MAX_PACKET_LEN}, as libpcap does"
-            ));
+            self.warnings
+                .push(format!("pcap header snap length is 0; treating it as {MAX_PACKET_LEN}, as libpcap does"));
         }
         self.offset = PcapHeader::LEN as u64;
         self.endian = e;
-        let snaplen = if h.snaplen == 0 {
-            MAX_PACKET_LEN
-        } else {
-            h.snaplen
-        };
-        let ts_resolution = if h.nanos {
-            TsResolution::NANOS
-        } else {
-            TsResolution::MICROS
-        };
-        self.interfaces.push(Interface {
-            link_type: h.link_type(),
-            snaplen,
-            ts_resolution,
-        });
+        let snaplen = if h.snaplen == 0 { MAX_PACKET_LEN } else { h.snaplen };
+        let ts_resolution = if h.nanos { TsResolution::NANOS } else { TsResolution::MICROS };
+        self.interfaces.push(Interface { link_type: h.link_type(), snaplen, ts_resolution });
         self.pcap_header = Some(h);
         Ok(())
     }
@@ -219,18 +192,12 @@ impl<R: Read> CaptureReader<R> {
             return Ok(None);
         }
         if got < hdr.len() {
-            return Err(PcapErrorKind::TruncatedRecordHeader {
-                got,
-                need: hdr.len(),
-            });
+            return Err(PcapErrorKind::TruncatedRecordHeader { got, need: hdr.len() });
         }
         let e = self.endian;
         let caplen = e.u32(&hdr[8..]);
         if caplen > MAX_PACKET_LEN {
-            return Err(PcapErrorKind::RecordTooLong {
-                len: caplen,
-                max: MAX_PACKET_LEN,
-            });
+            return Err(PcapErrorKind::RecordTooLong { len: caplen, max: MAX_PACKET_LEN });
         }
         let caplen = caplen as usize;
         self.buf.resize(caplen, 0);
@@ -243,11 +210,7 @@ impl<R: Read> CaptureReader<R> {
         let nanos = self.pcap_header.is_some_and(|h| h.nanos);
         Ok(Some(RawRecord {
             offset,
-            timestamp: Timestamp::Split {
-                secs: e.u32(&hdr[0..]),
-                frac: e.u32(&hdr[4..]),
-                nanos,
-            },
+            timestamp: Timestamp::Split { secs: e.u32(&hdr[0..]), frac: e.u32(&hdr[4..]), nanos },
             orig_len: e.u32(&hdr[12..]),
             data_start: 0,
             caplen,
@@ -258,13 +221,9 @@ impl<R: Read> CaptureReader<R> {
     /// Read the rest of a section header block whose 4 type bytes were consumed.
     fn read_section_header(&mut self) -> Result<(), PcapError> {
         let mut len_and_bom = [0u8; 8];
-        let got =
-            read_full(&mut self.inner, &mut len_and_bom).map_err(|e| self.err_at(e.into()))?;
+        let got = read_full(&mut self.inner, &mut len_and_bom).map_err(|e| self.err_at(e.into()))?;
         if got < len_and_bom.len() {
-            return Err(self.err_at(PcapErrorKind::TruncatedRecordHeader {
-                got: got + 4,
-                need: 12,
-            }));
+            return Err(self.err_at(PcapErrorKind::TruncatedRecordHeader { got: got + 4, need: 12 }));
         }
         let (len, bom) = len_and_bom.split_at(4);
         self.section_header_body(len, bom)
@@ -282,15 +241,11 @@ impl<R: Read> CaptureReader<R> {
         let len = self.endian.u32(len_bytes);
         self.check_block_len(len).map_err(|k| self.err_at(k))?;
         if len < 28 {
-            return Err(self.err_at(PcapErrorKind::BlockTooShort {
-                block: "section header",
-                len,
-            }));
+            return Err(self.err_at(PcapErrorKind::BlockTooShort { block: "section header", len }));
         }
         // Version, section length and options follow; 16 bytes are type,
         // length, byte-order magic and the trailer.
-        self.read_block_rest(len, len as usize - 16)
-            .map_err(|k| self.err_at(k))?;
+        self.read_block_rest(len, len as usize - 16).map_err(|k| self.err_at(k))?;
         self.offset += u64::from(len);
         self.section_base = self.interfaces.len();
         Ok(())
@@ -301,10 +256,7 @@ impl<R: Read> CaptureReader<R> {
             return Err(PcapErrorKind::BadBlockLength(len));
         }
         if len > MAX_BLOCK_LEN {
-            return Err(PcapErrorKind::BlockTooLong {
-                len,
-                max: MAX_BLOCK_LEN,
-            });
+            return Err(PcapErrorKind::BlockTooLong { len, max: MAX_BLOCK_LEN });
         }
         Ok(())
     }
@@ -314,10 +266,7 @@ impl<R: Read> CaptureReader<R> {
         self.buf.resize(body_len, 0);
         let got = read_full(&mut self.inner, &mut self.buf[..body_len])?;
         if got < body_len {
-            return Err(PcapErrorKind::TruncatedRecordData {
-                got,
-                need: body_len,
-            });
+            return Err(PcapErrorKind::TruncatedRecordData { got, need: body_len });
         }
         let mut trailer = [0u8; 4];
         let got = read_full(&mut self.inner, &mut trailer)?;
@@ -339,10 +288,7 @@ impl<R: Read> CaptureReader<R> {
                 return Ok(None);
             }
             if got < head.len() {
-                return Err(PcapErrorKind::TruncatedRecordHeader {
-                    got,
-                    need: head.len(),
-                });
+                return Err(PcapErrorKind::TruncatedRecordHeader { got, need: head.len() });
             }
             let block_type = self.endian.u32(&head[0..]);
             if block_type == PCAPNG_SHB {
@@ -376,10 +322,7 @@ impl<R: Read> CaptureReader<R> {
         let mut bom = [0u8; 4];
         let got = read_full(&mut self.inner, &mut bom).map_err(|e| self.err_at(e.into()))?;
         if got < bom.len() {
-            return Err(self.err_at(PcapErrorKind::TruncatedRecordHeader {
-                got: got + 8,
-                need: 12,
-            }));
+            return Err(self.err_at(PcapErrorKind::TruncatedRecordHeader { got: got + 8, need: 12 }));
         }
         self.section_header_body(&head[4..], &bom)
     }
@@ -387,10 +330,7 @@ impl<R: Read> CaptureReader<R> {
     fn parse_idb(&mut self, len: u32) -> Result<(), PcapErrorKind> {
         let body = &self.buf;
         if body.len() < 8 {
-            return Err(PcapErrorKind::BlockTooShort {
-                block: "interface description",
-                len,
-            });
+            return Err(PcapErrorKind::BlockTooShort { block: "interface description", len });
         }
         let e = self.endian;
         let link_type = LinkType(u32::from(e.u16(&body[0..])));
@@ -408,16 +348,8 @@ impl<R: Read> CaptureReader<R> {
                 ts_resolution.0
             ));
         }
-        let snaplen = if snaplen == 0 {
-            MAX_PACKET_LEN
-        } else {
-            snaplen
-        };
-        self.interfaces.push(Interface {
-            link_type,
-            snaplen,
-            ts_resolution,
-        });
+        let snaplen = if snaplen == 0 { MAX_PACKET_LEN } else { snaplen };
+        self.interfaces.push(Interface { link_type, snaplen, ts_resolution });
         Ok(())
     }
 
@@ -426,10 +358,7 @@ impl<R: Read> CaptureReader<R> {
         if (local_id as usize) < count {
             Ok((self.section_base + local_id as usize) as u32)
         } else {
-            Err(PcapErrorKind::UnknownInterface {
-                id: local_id,
-                count,
-            })
+            Err(PcapErrorKind::UnknownInterface { id: local_id, count })
         }
     }
 
@@ -438,20 +367,14 @@ impl<R: Read> CaptureReader<R> {
         let e = self.endian;
         let body = &self.buf;
         if body.len() < FIXED {
-            return Err(PcapErrorKind::BlockTooShort {
-                block: "enhanced packet",
-                len,
-            });
+            return Err(PcapErrorKind::BlockTooShort { block: "enhanced packet", len });
         }
         let interface_id = self.interface(e.u32(&body[0..]))?;
         let units = (u64::from(e.u32(&body[4..])) << 32) | u64::from(e.u32(&body[8..]));
         let caplen = e.u32(&body[12..]);
         let orig_len = e.u32(&body[16..]);
         if caplen > MAX_PACKET_LEN {
-            return Err(PcapErrorKind::RecordTooLong {
-                len: caplen,
-                max: MAX_PACKET_LEN,
-            });
+            return Err(PcapErrorKind::RecordTooLong { len: caplen, max: MAX_PACKET_LEN });
         }
         if caplen as usize > body.len() - FIXED {
             return Err(PcapErrorKind::CaplenOverrunsBlock { caplen });
@@ -470,10 +393,7 @@ impl<R: Read> CaptureReader<R> {
     fn parse_spb(&mut self, len: u32, offset: u64) -> Result<RawRecord, PcapErrorKind> {
         let body = &self.buf;
         if body.len() < 4 {
-            return Err(PcapErrorKind::BlockTooShort {
-                block: "simple packet",
-                len,
-            });
+            return Err(PcapErrorKind::BlockTooShort { block: "simple packet", len });
         }
         let interface_id = self.interface(0)?;
         let iface = self.interfaces[interface_id as usize];
@@ -481,16 +401,11 @@ impl<R: Read> CaptureReader<R> {
         // The captured length is implied: the original length cut to the snap length.
         let caplen = orig_len.min(iface.snaplen).min(MAX_PACKET_LEN) as usize;
         if caplen > body.len() - 4 {
-            return Err(PcapErrorKind::CaplenOverrunsBlock {
-                caplen: caplen as u32,
-            });
+            return Err(PcapErrorKind::CaplenOverrunsBlock { caplen: caplen as u32 });
         }
         Ok(RawRecord {
             offset,
-            timestamp: Timestamp::Units {
-                units: 0,
-                resolution: iface.ts_resolution,
-            },
+            timestamp: Timestamp::Units { units: 0, resolution: iface.ts_resolution },
             orig_len,
             data_start: 4,
             caplen,
@@ -503,20 +418,14 @@ impl<R: Read> CaptureReader<R> {
         let e = self.endian;
         let body = &self.buf;
         if body.len() < FIXED {
-            return Err(PcapErrorKind::BlockTooShort {
-                block: "packet",
-                len,
-            });
+            return Err(PcapErrorKind::BlockTooShort { block: "packet", len });
         }
         let interface_id = self.interface(u32::from(e.u16(&body[0..])))?;
         let units = (u64::from(e.u32(&body[4..])) << 32) | u64::from(e.u32(&body[8..]));
         let caplen = e.u32(&body[12..]);
         let orig_len = e.u32(&body[16..]);
         if caplen > MAX_PACKET_LEN {
-            return Err(PcapErrorKind::RecordTooLong {
-                len: caplen,
-                max: MAX_PACKET_LEN,
-            });
+            return Err(PcapErrorKind::RecordTooLong { len: caplen, max: MAX_PACKET_LEN });
         }
         if caplen as usize > body.len() - FIXED {
             return Err(PcapErrorKind::CaplenOverrunsBlock { caplen });
@@ -553,11 +462,7 @@ struct Options<'a> {
 
 impl<'a> Options<'a> {
     fn new(bytes: &'a [u8], endian: Endian) -> Self {
-        Options {
-            bytes,
-            endian,
-            seen: 0,
-        }
+        Options { bytes, endian, seen: 0 }
     }
 }
 

@@ -1,8 +1,8 @@
 //! Writers for pcap and pcapng that keep timestamps and bytes as read.
 
 use crate::{
-    Endian, Format, Interface, PcapError, PcapErrorKind, PcapHeader, Record, Timestamp,
-    TsResolution, PCAPNG_BYTE_ORDER_MAGIC, PCAPNG_SHB,
+    Endian, Format, Interface, PcapError, PcapErrorKind, PcapHeader, Record, Timestamp, TsResolution,
+    PCAPNG_BYTE_ORDER_MAGIC, PCAPNG_SHB,
 };
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -20,12 +20,7 @@ pub enum OutputFormat {
 impl OutputFormat {
     /// `.pcapng` → pcapng, `.pcap`/`.cap` → pcap, anything else → like the input.
     pub fn for_path(path: &Path, input: Format) -> OutputFormat {
-        match path
-            .extension()
-            .and_then(|e| e.to_str())
-            .map(str::to_ascii_lowercase)
-            .as_deref()
-        {
+        match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
             Some("pcapng") | Some("ntar") => OutputFormat::Pcapng,
             Some("pcap") | Some("cap") | Some("dmp") => OutputFormat::Pcap,
             _ => match input {
@@ -75,30 +70,17 @@ impl CaptureWriter<BufWriter<File>> {
 }
 
 impl<W: Write> CaptureWriter<W> {
-    pub fn new(
-        inner: W,
-        format: OutputFormat,
-        template: Option<PcapHeader>,
-    ) -> Result<Self, PcapError> {
+    pub fn new(inner: W, format: OutputFormat, template: Option<PcapHeader>) -> Result<Self, PcapError> {
         let kind = match format {
             OutputFormat::Pcap => Kind::Pcap {
-                header: template.unwrap_or_else(|| {
-                    PcapHeader::new(sluice_wire::LinkType::ETHERNET, crate::MAX_PACKET_LEN, true)
-                }),
+                header: template
+                    .unwrap_or_else(|| PcapHeader::new(sluice_wire::LinkType::ETHERNET, crate::MAX_PACKET_LEN, true)),
                 exact: template.is_some(),
                 header_written: false,
             },
-            OutputFormat::Pcapng => Kind::Pcapng {
-                map: Vec::new(),
-                next_id: 0,
-            },
+            OutputFormat::Pcapng => Kind::Pcapng { map: Vec::new(), next_id: 0 },
         };
-        let mut w = CaptureWriter {
-            inner,
-            kind,
-            records: 0,
-            bytes: 0,
-        };
+        let mut w = CaptureWriter { inner, kind, records: 0, bytes: 0 };
         if format == OutputFormat::Pcapng {
             w.write_section_header()?;
         }
@@ -111,9 +93,7 @@ impl<W: Write> CaptureWriter<W> {
     }
 
     fn put(&mut self, bytes: &[u8]) -> Result<(), PcapError> {
-        self.inner
-            .write_all(bytes)
-            .map_err(|e| PcapError::new(e.into(), self.records, self.bytes))?;
+        self.inner.write_all(bytes).map_err(|e| PcapError::new(e.into(), self.records, self.bytes))?;
         self.bytes += bytes.len() as u64;
         Ok(())
     }
@@ -141,14 +121,7 @@ impl<W: Write> CaptureWriter<W> {
     }
 
     fn write_pcap(&mut self, rec: &Record<'_>) -> Result<(), PcapError> {
-        let Kind::Pcap {
-            header,
-            exact,
-            header_written,
-        } = &mut self.kind
-        else {
-            unreachable!()
-        };
+        let Kind::Pcap { header, exact, header_written } = &mut self.kind else { unreachable!() };
         if !*header_written {
             if !*exact {
                 header.linktype_field = rec.interface.link_type.0;
@@ -158,16 +131,11 @@ impl<W: Write> CaptureWriter<W> {
             let bytes = header.to_bytes();
             self.put(&bytes)?;
         }
-        let Kind::Pcap { header, .. } = &self.kind else {
-            unreachable!()
-        };
+        let Kind::Pcap { header, .. } = &self.kind else { unreachable!() };
         let header = *header;
         if header.link_type() != rec.interface.link_type {
             return Err(PcapError::new(
-                PcapErrorKind::LinkTypeMismatch {
-                    expected: header.link_type().0,
-                    got: rec.interface.link_type.0,
-                },
+                PcapErrorKind::LinkTypeMismatch { expected: header.link_type().0, got: rec.interface.link_type.0 },
                 self.records,
                 self.bytes,
             ));
@@ -178,9 +146,8 @@ impl<W: Write> CaptureWriter<W> {
                 let ns = ts.as_nanos();
                 let per_sec = 1_000_000_000u128;
                 let frac = ns % per_sec;
-                let secs = u32::try_from(ns / per_sec).map_err(|_| {
-                    PcapError::new(PcapErrorKind::TimestampOutOfRange, self.records, self.bytes)
-                })?;
+                let secs = u32::try_from(ns / per_sec)
+                    .map_err(|_| PcapError::new(PcapErrorKind::TimestampOutOfRange, self.records, self.bytes))?;
                 (secs, if header.nanos { frac } else { frac / 1000 } as u32)
             }
         };
@@ -231,9 +198,7 @@ impl<W: Write> CaptureWriter<W> {
         iface: Interface,
         resolution: TsResolution,
     ) -> Result<u32, PcapError> {
-        let Kind::Pcapng { map, next_id } = &mut self.kind else {
-            unreachable!()
-        };
+        let Kind::Pcapng { map, next_id } = &mut self.kind else { unreachable!() };
         if let Some(Some(id)) = map.get(input_id) {
             return Ok(*id);
         }
@@ -264,18 +229,11 @@ impl<W: Write> CaptureWriter<W> {
 
     /// Write a header if nothing was written, flush, and return the sink.
     pub fn finish(mut self) -> Result<W, PcapError> {
-        if let Kind::Pcap {
-            header,
-            header_written: false,
-            ..
-        } = &self.kind
-        {
+        if let Kind::Pcap { header, header_written: false, .. } = &self.kind {
             let bytes = header.to_bytes();
             self.put(&bytes)?;
         }
-        self.inner
-            .flush()
-            .map_err(|e| PcapError::new(e.into(), self.records, self.bytes))?;
+        self.inner.flush().map_err(|e| PcapError::new(e.into(), self.records, self.bytes))?;
         Ok(self.inner)
     }
 }

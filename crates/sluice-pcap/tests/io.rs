@@ -1,7 +1,6 @@
 use proptest::prelude::*;
 use sluice_pcap::{
-    CaptureReader, CaptureWriter, Format, OutputFormat, PcapErrorKind, PcapHeader, Timestamp,
-    TsResolution,
+    CaptureReader, CaptureWriter, Format, OutputFormat, PcapErrorKind, PcapHeader, Timestamp, TsResolution,
 };
 use sluice_wire::LinkType;
 use std::io::Cursor;
@@ -55,20 +54,14 @@ fn pcap_round_trip_is_byte_identical_in_all_variants() {
             let mut h = PcapHeader::new(LinkType::ETHERNET, 65535, nanos);
             h.big_endian = big_endian;
             let input = pcap_bytes(h, &sample_records(100));
-            assert_eq!(
-                copy_all(&input, OutputFormat::Pcap),
-                input,
-                "be={big_endian} ns={nanos}"
-            );
+            assert_eq!(copy_all(&input, OutputFormat::Pcap), input, "be={big_endian} ns={nanos}");
         }
     }
 }
 
 #[test]
 fn empty_pcap_round_trips() {
-    let input = PcapHeader::new(LinkType::RAW, 1500, false)
-        .to_bytes()
-        .to_vec();
+    let input = PcapHeader::new(LinkType::RAW, 1500, false).to_bytes().to_vec();
     assert_eq!(copy_all(&input, OutputFormat::Pcap), input);
 }
 
@@ -143,17 +136,12 @@ fn ipv4_frame(seed: u8) -> Vec<u8> {
     let mut f = vec![seed; 14];
     f[12] = 0x08;
     f[13] = 0x00;
-    f.extend_from_slice(&[
-        0x45, 0, 0, 20, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, seed, 10, 0, 0, 1,
-    ]);
+    f.extend_from_slice(&[0x45, 0, 0, 20, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, seed, 10, 0, 0, 1]);
     f
 }
 
 fn multi_interface_pcapng() -> Vec<u8> {
-    let mut ng = Ng {
-        be: false,
-        out: Vec::new(),
-    };
+    let mut ng = Ng { be: false, out: Vec::new() };
     ng.shb();
     ng.idb(1, None);
     ng.idb(101, Some(9));
@@ -162,10 +150,7 @@ fn multi_interface_pcapng() -> Vec<u8> {
     ng.epb(1, 1_700_000_000_000_000_007, &ipv4_frame(2)[14..]);
     ng.block(5, &[0; 8]); // interface statistics: skipped
                           // A second section, big-endian, with its own interface numbering.
-    let mut be = Ng {
-        be: true,
-        out: Vec::new(),
-    };
+    let mut be = Ng { be: true, out: Vec::new() };
     be.shb();
     be.idb(1, Some(3));
     be.epb(0, 1_700_000_000_123, &ipv4_frame(3));
@@ -181,13 +166,7 @@ fn pcapng_sections_interfaces_and_unknown_blocks() {
     assert_eq!(r.format(), Format::Pcapng);
     let mut seen = Vec::new();
     while let Some(rec) = r.next_record().unwrap() {
-        seen.push((
-            rec.index,
-            rec.interface_id,
-            rec.interface.link_type,
-            rec.timestamp.as_nanos(),
-            rec.data.to_vec(),
-        ));
+        seen.push((rec.index, rec.interface_id, rec.interface.link_type, rec.timestamp.as_nanos(), rec.data.to_vec()));
     }
     assert_eq!(seen.len(), 4);
     assert_eq!(seen[0].2, LinkType::ETHERNET);
@@ -208,12 +187,7 @@ fn pcapng_to_pcapng_keeps_every_packet_and_timestamp() {
         let mut r = CaptureReader::new(Cursor::new(bytes)).unwrap();
         let mut v = Vec::new();
         while let Some(rec) = r.next_record().unwrap() {
-            v.push((
-                rec.interface.link_type,
-                rec.timestamp.as_nanos(),
-                rec.orig_len,
-                rec.data.to_vec(),
-            ));
+            v.push((rec.interface.link_type, rec.timestamp.as_nanos(), rec.orig_len, rec.data.to_vec()));
         }
         v
     };
@@ -222,39 +196,25 @@ fn pcapng_to_pcapng_keeps_every_packet_and_timestamp() {
 
 #[test]
 fn pcapng_to_pcap_keeps_every_packet() {
-    let mut ng = Ng {
-        be: false,
-        out: Vec::new(),
-    };
+    let mut ng = Ng { be: false, out: Vec::new() };
     ng.shb();
     ng.idb(1, Some(9));
     ng.idb(1, None);
     for i in 0..50u8 {
         let ns = 1_700_000_000_000_000_000 + u64::from(i) * 1_000_000_123;
         // Interface 0 counts nanoseconds, interface 1 microseconds.
-        ng.epb(
-            u32::from(i % 2),
-            if i % 2 == 0 { ns } else { ns / 1000 },
-            &ipv4_frame(i),
-        );
+        ng.epb(u32::from(i % 2), if i % 2 == 0 { ns } else { ns / 1000 }, &ipv4_frame(i));
     }
     let out = copy_all(&ng.out, OutputFormat::Pcap);
     let mut a = CaptureReader::new(Cursor::new(&ng.out)).unwrap();
     let mut b = CaptureReader::new(Cursor::new(&out)).unwrap();
     assert_eq!(b.format(), Format::Pcap);
-    assert!(
-        b.pcap_header().unwrap().nanos,
-        "pcap output from pcapng keeps nanoseconds"
-    );
+    assert!(b.pcap_header().unwrap().nanos, "pcap output from pcapng keeps nanoseconds");
     let mut n = 0;
     loop {
         let (ra, rb) = (
-            a.next_record()
-                .unwrap()
-                .map(|r| (r.data.to_vec(), r.timestamp.as_nanos() / 1000)),
-            b.next_record()
-                .unwrap()
-                .map(|r| (r.data.to_vec(), r.timestamp.as_nanos() / 1000)),
+            a.next_record().unwrap().map(|r| (r.data.to_vec(), r.timestamp.as_nanos() / 1000)),
+            b.next_record().unwrap().map(|r| (r.data.to_vec(), r.timestamp.as_nanos() / 1000)),
         );
         assert_eq!(ra, rb);
         if ra.is_none() {
@@ -272,16 +232,7 @@ fn pcap_output_refuses_mixed_link_types() {
     let mut w = CaptureWriter::new(Vec::new(), OutputFormat::Pcap, None).unwrap();
     w.write(&r.next_record().unwrap().unwrap()).unwrap();
     let err = w.write(&r.next_record().unwrap().unwrap()).unwrap_err();
-    assert!(
-        matches!(
-            err.kind,
-            PcapErrorKind::LinkTypeMismatch {
-                expected: 1,
-                got: 101
-            }
-        ),
-        "{err}"
-    );
+    assert!(matches!(err.kind, PcapErrorKind::LinkTypeMismatch { expected: 1, got: 101 }), "{err}");
 }
 
 // ---- Bad inputs: each stops with a position, and everything before it is returned.
@@ -303,67 +254,38 @@ fn read_until_error(bytes: &[u8]) -> (usize, Option<sluice_pcap::PcapError>) {
 
 #[test]
 fn truncated_pcap_returns_every_whole_record_then_the_position() {
-    let input = pcap_bytes(
-        PcapHeader::new(LinkType::ETHERNET, 65535, false),
-        &sample_records(10),
-    );
+    let input = pcap_bytes(PcapHeader::new(LinkType::ETHERNET, 65535, false), &sample_records(10));
     // Cut inside the data of record 7.
-    let rec_start: usize = 24
-        + sample_records(7)
-            .iter()
-            .map(|r| 16 + r.2.len())
-            .sum::<usize>();
+    let rec_start: usize = 24 + sample_records(7).iter().map(|r| 16 + r.2.len()).sum::<usize>();
     let (n, err) = read_until_error(&input[..rec_start + 20]);
     let err = err.unwrap();
     assert_eq!(n, 7);
     assert_eq!(err.record, 7);
     assert_eq!(err.offset, rec_start as u64);
-    assert!(
-        matches!(err.kind, PcapErrorKind::TruncatedRecordData { got: 4, .. }),
-        "{err}"
-    );
+    assert!(matches!(err.kind, PcapErrorKind::TruncatedRecordData { got: 4, .. }), "{err}");
     // Cut inside a record header.
     let (n, err) = read_until_error(&input[..rec_start + 5]);
     assert_eq!(n, 7);
-    assert!(matches!(
-        err.unwrap().kind,
-        PcapErrorKind::TruncatedRecordHeader { got: 5, need: 16 }
-    ));
+    assert!(matches!(err.unwrap().kind, PcapErrorKind::TruncatedRecordHeader { got: 5, need: 16 }));
 }
 
 #[test]
 fn wrong_magic_and_short_header() {
     let (_, err) = read_until_error(b"GIF89a and then some bytes......");
     let err = err.unwrap();
-    assert!(
-        matches!(err.kind, PcapErrorKind::BadMagic(0x47494638)),
-        "{err}"
-    );
+    assert!(matches!(err.kind, PcapErrorKind::BadMagic(0x47494638)), "{err}");
     assert!(err.to_string().contains("not a pcap or pcapng file"));
     let (_, err) = read_until_error(&[0xd4, 0xc3, 0xb2, 0xa1, 2, 0]);
-    assert!(matches!(
-        err.unwrap().kind,
-        PcapErrorKind::TruncatedFileHeader { got: 6 }
-    ));
+    assert!(matches!(err.unwrap().kind, PcapErrorKind::TruncatedFileHeader { got: 6 }));
     let (_, err) = read_until_error(&[]);
-    assert!(matches!(
-        err.unwrap().kind,
-        PcapErrorKind::TruncatedFileHeader { got: 0 }
-    ));
+    assert!(matches!(err.unwrap().kind, PcapErrorKind::TruncatedFileHeader { got: 0 }));
 }
 
 #[test]
 fn snaplen_zero_warns_and_reads() {
-    let input = pcap_bytes(
-        PcapHeader::new(LinkType::ETHERNET, 0, false),
-        &sample_records(3),
-    );
+    let input = pcap_bytes(PcapHeader::new(LinkType::ETHERNET, 0, false), &sample_records(3));
     let mut r = CaptureReader::new(Cursor::new(&input)).unwrap();
-    assert!(
-        r.warnings()[0].contains("snap length is 0"),
-        "{:?}",
-        r.warnings()
-    );
+    assert!(r.warnings()[0].contains("snap length is 0"), "{:?}", r.warnings());
     let mut n = 0;
     while r.next_record().unwrap().is_some() {
         n += 1;
@@ -373,10 +295,7 @@ fn snaplen_zero_warns_and_reads() {
 
 #[test]
 fn record_longer_than_file_and_absurd_lengths() {
-    let mut input = pcap_bytes(
-        PcapHeader::new(LinkType::ETHERNET, 65535, false),
-        &sample_records(2),
-    );
+    let mut input = pcap_bytes(PcapHeader::new(LinkType::ETHERNET, 65535, false), &sample_records(2));
     // A third record claiming 1000 bytes with only 10 present.
     input.extend_from_slice(&[0; 8]);
     input.extend_from_slice(&1000u32.to_le_bytes());
@@ -384,22 +303,13 @@ fn record_longer_than_file_and_absurd_lengths() {
     input.extend_from_slice(&[0xaa; 10]);
     let (n, err) = read_until_error(&input);
     assert_eq!(n, 2);
-    assert!(matches!(
-        err.unwrap().kind,
-        PcapErrorKind::TruncatedRecordData {
-            got: 10,
-            need: 1000
-        }
-    ));
+    assert!(matches!(err.unwrap().kind, PcapErrorKind::TruncatedRecordData { got: 10, need: 1000 }));
     // A record claiming 4 GiB must not be allocated.
     let len = input.len();
     input[len - 18..len - 14].copy_from_slice(&u32::MAX.to_le_bytes());
     let (n, err) = read_until_error(&input);
     assert_eq!(n, 2);
-    assert!(matches!(
-        err.unwrap().kind,
-        PcapErrorKind::RecordTooLong { .. }
-    ));
+    assert!(matches!(err.unwrap().kind, PcapErrorKind::RecordTooLong { .. }));
 }
 
 #[test]
@@ -414,31 +324,19 @@ fn pcapng_corruptions_are_positioned() {
     let err = err.unwrap();
     assert_eq!(n, 0);
     assert_eq!(err.offset, epb_at as u64);
-    assert!(
-        matches!(err.kind, PcapErrorKind::BlockTrailerMismatch { .. }),
-        "{err}"
-    );
+    assert!(matches!(err.kind, PcapErrorKind::BlockTrailerMismatch { .. }), "{err}");
     // A packet for an interface that was never described.
-    let mut ng = Ng {
-        be: false,
-        out: Vec::new(),
-    };
+    let mut ng = Ng { be: false, out: Vec::new() };
     ng.shb();
     ng.epb(0, 0, &[1, 2, 3, 4]);
     let (_, err) = read_until_error(&ng.out);
-    assert!(matches!(
-        err.unwrap().kind,
-        PcapErrorKind::UnknownInterface { id: 0, count: 0 }
-    ));
+    assert!(matches!(err.unwrap().kind, PcapErrorKind::UnknownInterface { id: 0, count: 0 }));
     // Block length not a multiple of 4.
     let mut bad = good.clone();
     bad[epb_at + 4] = bad[epb_at + 4].wrapping_add(1);
     let (n, err) = read_until_error(&bad);
     assert_eq!(n, 0);
-    assert!(matches!(
-        err.unwrap().kind,
-        PcapErrorKind::BadBlockLength(_)
-    ));
+    assert!(matches!(err.unwrap().kind, PcapErrorKind::BadBlockLength(_)));
     // Truncated in the middle of the last block: the first three packets survive.
     let (n, err) = read_until_error(&good[..good.len() - 6]);
     assert_eq!(n, 3);
@@ -447,41 +345,20 @@ fn pcapng_corruptions_are_positioned() {
 
 #[test]
 fn pcap_output_refuses_timestamps_past_2106() {
-    let mut ng = Ng {
-        be: false,
-        out: Vec::new(),
-    };
+    let mut ng = Ng { be: false, out: Vec::new() };
     ng.shb();
     ng.idb(1, None);
     ng.epb(0, u64::MAX / 2, &ipv4_frame(1));
     let mut r = CaptureReader::new(Cursor::new(&ng.out)).unwrap();
     let mut w = CaptureWriter::new(Vec::new(), OutputFormat::Pcap, None).unwrap();
     let err = w.write(&r.next_record().unwrap().unwrap()).unwrap_err();
-    assert!(
-        matches!(err.kind, PcapErrorKind::TimestampOutOfRange),
-        "{err}"
-    );
+    assert!(matches!(err.kind, PcapErrorKind::TimestampOutOfRange), "{err}");
 }
 
 #[test]
 fn timestamps_convert() {
-    assert_eq!(
-        Timestamp::Split {
-            secs: 2,
-            frac: 5,
-            nanos: false
-        }
-        .as_nanos(),
-        2_000_005_000
-    );
-    assert_eq!(
-        Timestamp::Units {
-            units: 3 << 20,
-            resolution: TsResolution(0x80 | 20)
-        }
-        .as_nanos(),
-        3_000_000_000
-    );
+    assert_eq!(Timestamp::Split { secs: 2, frac: 5, nanos: false }.as_nanos(), 2_000_005_000);
+    assert_eq!(Timestamp::Units { units: 3 << 20, resolution: TsResolution(0x80 | 20) }.as_nanos(), 3_000_000_000);
     assert_eq!(TsResolution(200).units_per_sec(), None);
 }
 

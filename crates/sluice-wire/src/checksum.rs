@@ -45,13 +45,7 @@ pub fn pseudo_header_v4(src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, length: u32)
 
 /// Partial sum of the IPv6 pseudo-header (RFC 8200 §8.1).
 pub fn pseudo_header_v6(src: Ipv6Addr, dst: Ipv6Addr, next_header: u8, length: u32) -> u32 {
-    combine(&[
-        sum(&src.octets()),
-        sum(&dst.octets()),
-        length >> 16,
-        length & 0xffff,
-        u32::from(next_header),
-    ])
+    combine(&[sum(&src.octets()), sum(&dst.octets()), length >> 16, length & 0xffff, u32::from(next_header)])
 }
 
 #[cfg(test)]

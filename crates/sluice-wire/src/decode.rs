@@ -1,9 +1,6 @@
 //! Whole-frame decoding into a compact [`PacketSummary`].
 
-use crate::{
-    be16, ethernet, ethertype, icmp, ip_proto, ipv4, ipv6, tcp, udp, vlan, DecodeError, Layer,
-    LinkType,
-};
+use crate::{be16, ethernet, ethertype, icmp, ip_proto, ipv4, ipv6, tcp, udp, vlan, DecodeError, Layer, LinkType};
 use core::fmt;
 use std::net::IpAddr;
 
@@ -27,10 +24,7 @@ impl VlanIds {
         self.len == 0
     }
     fn push(&mut self, id: u16) -> Result<(), DecodeError> {
-        let slot = self
-            .ids
-            .get_mut(usize::from(self.len))
-            .ok_or(DecodeError::TooManyVlanTags)?;
+        let slot = self.ids.get_mut(usize::from(self.len)).ok_or(DecodeError::TooManyVlanTags)?;
         *slot = id;
         self.len += 1;
         Ok(())
@@ -102,14 +96,12 @@ pub fn decode(link: LinkType, frame: &[u8]) -> Result<PacketSummary, DecodeError
             let eth = ethernet::Frame::new_checked(frame)?;
             network(frame, ethernet::HEADER_LEN, eth.ethertype())
         }
-        LinkType::RAW | LinkType::RAW_BSD_12 | LinkType::RAW_BSD_14 => {
-            match frame.first().map(|b| b >> 4) {
-                None => Err(DecodeError::Truncated(Layer::Link)),
-                Some(4) => network(frame, 0, ethertype::IPV4),
-                Some(6) => network(frame, 0, ethertype::IPV6),
-                Some(v) => Err(DecodeError::BadIpVersion(v)),
-            }
-        }
+        LinkType::RAW | LinkType::RAW_BSD_12 | LinkType::RAW_BSD_14 => match frame.first().map(|b| b >> 4) {
+            None => Err(DecodeError::Truncated(Layer::Link)),
+            Some(4) => network(frame, 0, ethertype::IPV4),
+            Some(6) => network(frame, 0, ethertype::IPV6),
+            Some(v) => Err(DecodeError::BadIpVersion(v)),
+        },
         LinkType::IPV4 => network(frame, 0, ethertype::IPV4),
         LinkType::IPV6 => network(frame, 0, ethertype::IPV6),
         LinkType::NULL | LinkType::LOOP => {
@@ -164,11 +156,7 @@ fn network(frame: &[u8], mut off: usize, mut ty: u16) -> Result<PacketSummary, D
         ethertype::IPV6 => Some(decode_ipv6(rest, off)?),
         _ => None,
     };
-    Ok(PacketSummary {
-        ethertype: ty,
-        vlans,
-        ip,
-    })
+    Ok(PacketSummary { ethertype: ty, vlans, ip })
 }
 
 fn decode_ipv4(bytes: &[u8], l3_offset: usize) -> Result<IpSummary, DecodeError> {
@@ -219,10 +207,7 @@ fn decode_ipv6(bytes: &[u8], l3_offset: usize) -> Result<IpSummary, DecodeError>
             s.anomaly = Some(DecodeError::TooManyExtHeaders);
             return Ok(s);
         }
-        let h = match ipv6::ExtHeader::new_checked(
-            s.protocol,
-            payload.get(cursor..).unwrap_or_default(),
-        ) {
+        let h = match ipv6::ExtHeader::new_checked(s.protocol, payload.get(cursor..).unwrap_or_default()) {
             Ok(h) => h,
             Err(e) => {
                 s.anomaly = Some(e);
@@ -233,11 +218,7 @@ fn decode_ipv6(bytes: &[u8], l3_offset: usize) -> Result<IpSummary, DecodeError>
         cursor += h.len();
         walked += 1;
         if let Some(f) = h.fragment() {
-            s.fragment = Some(FragmentInfo {
-                offset: f.offset,
-                more: f.more_frags,
-                ident: f.ident,
-            });
+            s.fragment = Some(FragmentInfo { offset: f.offset, more: f.more_frags, ident: f.ident });
             if f.offset != 0 {
                 // Only the first fragment carries further headers.
                 break;
@@ -247,12 +228,7 @@ fn decode_ipv6(bytes: &[u8], l3_offset: usize) -> Result<IpSummary, DecodeError>
     let l4_offset = l3_offset + ipv6::HEADER_LEN + cursor;
     s.l4_offset = Some(l4_offset as u32);
     if s.fragment.is_none_or(|f| f.offset == 0) {
-        upper_layer(
-            &mut s,
-            payload.get(cursor..).unwrap_or_default(),
-            l4_offset,
-            true,
-        );
+        upper_layer(&mut s, payload.get(cursor..).unwrap_or_default(), l4_offset, true);
     }
     Ok(s)
 }
@@ -298,13 +274,7 @@ impl fmt::Display for PacketSummary {
                     write!(f, " icmp {t}/{c}")?;
                 }
                 if let Some(fr) = ip.fragment {
-                    write!(
-                        f,
-                        " frag id {} off {} mf {}",
-                        fr.ident,
-                        fr.offset,
-                        u8::from(fr.more)
-                    )?;
+                    write!(f, " frag id {} off {} mf {}", fr.ident, fr.offset, u8::from(fr.more))?;
                 }
                 if let Some(a) = ip.anomaly {
                     write!(f, " [{a}]")?;
@@ -332,12 +302,8 @@ mod tests {
 
     fn eth(ty: u16) -> Vec<u8> {
         let mut v = vec![0u8; 14];
-        ethernet::Repr {
-            src: [2; 6],
-            dst: [4; 6],
-            ethertype: ty,
-        }
-        .emit(&mut ethernet::Frame::new_unchecked(&mut v[..]));
+        ethernet::Repr { src: [2; 6], dst: [4; 6], ethertype: ty }
+            .emit(&mut ethernet::Frame::new_unchecked(&mut v[..]));
         v
     }
 
@@ -356,12 +322,7 @@ mod tests {
             ttl: 64,
         }
         .emit(&mut v);
-        udp::Repr {
-            src_port: 53,
-            dst_port: 1024,
-            length: 12,
-        }
-        .emit(&mut v[20..]);
+        udp::Repr { src_port: 53, dst_port: 1024, length: 12 }.emit(&mut v[20..]);
         v
     }
 
@@ -384,31 +345,11 @@ mod tests {
 
     #[test]
     fn ipv4_fragments() {
-        let first = decode(LinkType::RAW, &ipv4_udp([1; 4], [2; 4], 0, true))
-            .unwrap()
-            .ip
-            .unwrap();
-        assert_eq!(
-            first.fragment,
-            Some(FragmentInfo {
-                offset: 0,
-                more: true,
-                ident: 7
-            })
-        );
+        let first = decode(LinkType::RAW, &ipv4_udp([1; 4], [2; 4], 0, true)).unwrap().ip.unwrap();
+        assert_eq!(first.fragment, Some(FragmentInfo { offset: 0, more: true, ident: 7 }));
         assert_eq!(first.ports, Some((53, 1024)));
-        let later = decode(LinkType::RAW, &ipv4_udp([1; 4], [2; 4], 1480, false))
-            .unwrap()
-            .ip
-            .unwrap();
-        assert_eq!(
-            later.fragment,
-            Some(FragmentInfo {
-                offset: 1480,
-                more: false,
-                ident: 7
-            })
-        );
+        let later = decode(LinkType::RAW, &ipv4_udp([1; 4], [2; 4], 1480, false)).unwrap().ip.unwrap();
+        assert_eq!(later.fragment, Some(FragmentInfo { offset: 1480, more: false, ident: 7 }));
         assert_eq!(later.ports, None);
         assert_eq!(later.anomaly, None);
     }
@@ -420,10 +361,7 @@ mod tests {
             f.extend_from_slice(&[0, 1, 0x81, 0x00]);
         }
         f.extend_from_slice(&[0; 40]);
-        assert_eq!(
-            decode(LinkType::ETHERNET, &f).unwrap_err(),
-            DecodeError::TooManyVlanTags
-        );
+        assert_eq!(decode(LinkType::ETHERNET, &f).unwrap_err(), DecodeError::TooManyVlanTags);
     }
 
     #[test]
@@ -455,41 +393,20 @@ mod tests {
     #[test]
     fn ipv6_extension_chain_to_tcp() {
         let mut tcp_hdr = [0u8; 20];
-        tcp::Repr {
-            src_port: 443,
-            dst_port: 5555,
-            seq: 1,
-            ack: 0,
-            flags: tcp::flags::SYN,
-            window: 1,
-            urgent: 0,
-        }
-        .emit(&mut tcp_hdr);
+        tcp::Repr { src_port: 443, dst_port: 5555, seq: 1, ack: 0, flags: tcp::flags::SYN, window: 1, urgent: 0 }
+            .emit(&mut tcp_hdr);
         // hop-by-hop (8 bytes) -> dest opts (16 bytes) -> fragment (first) -> TCP
         let mut ext = vec![ip_proto::DSTOPTS, 0, 0, 0, 0, 0, 0, 0];
         ext.extend_from_slice(&[ip_proto::FRAGMENT, 1]);
         ext.extend_from_slice(&[0; 14]);
         let mut frag = [0u8; 8];
-        ipv6::FragmentRepr {
-            next_header: ip_proto::TCP,
-            offset: 0,
-            more_frags: true,
-            ident: 99,
-        }
-        .emit(&mut frag);
+        ipv6::FragmentRepr { next_header: ip_proto::TCP, offset: 0, more_frags: true, ident: 99 }.emit(&mut frag);
         ext.extend_from_slice(&frag);
         let f = ipv6_with(ip_proto::HOPOPTS, &ext, &tcp_hdr);
         let ip = decode(LinkType::RAW, &f).unwrap().ip.unwrap();
         assert_eq!(ip.protocol, ip_proto::TCP);
         assert_eq!(ip.ports, Some((443, 5555)));
-        assert_eq!(
-            ip.fragment,
-            Some(FragmentInfo {
-                offset: 0,
-                more: true,
-                ident: 99
-            })
-        );
+        assert_eq!(ip.fragment, Some(FragmentInfo { offset: 0, more: true, ident: 99 }));
         assert_eq!(ip.l4_offset, Some(40 + 32));
     }
 
@@ -527,18 +444,9 @@ mod tests {
             assert_eq!(ip.src, IpAddr::V4(Ipv4Addr::new(9, 9, 9, 9)), "{lt}");
             assert_eq!(ip.ports, Some((53, 1024)), "{lt}");
         }
-        assert_eq!(
-            decode(LinkType(147), &pkt).unwrap_err(),
-            DecodeError::UnsupportedLinkType(147)
-        );
-        assert_eq!(
-            decode(LinkType::NULL, &[7, 0, 0, 0]).unwrap_err(),
-            DecodeError::UnknownLoopbackFamily(7)
-        );
-        assert_eq!(
-            decode(LinkType::RAW, &[]).unwrap_err(),
-            DecodeError::Truncated(Layer::Link)
-        );
+        assert_eq!(decode(LinkType(147), &pkt).unwrap_err(), DecodeError::UnsupportedLinkType(147));
+        assert_eq!(decode(LinkType::NULL, &[7, 0, 0, 0]).unwrap_err(), DecodeError::UnknownLoopbackFamily(7));
+        assert_eq!(decode(LinkType::RAW, &[]).unwrap_err(), DecodeError::Truncated(Layer::Link));
     }
 
     #[test]

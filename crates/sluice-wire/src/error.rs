@@ -164,28 +164,17 @@ impl fmt::Display for DecodeError {
             DecodeError::Truncated(layer) => write!(f, "truncated {} header", layer.name()),
             DecodeError::BadIpVersion(v) => write!(f, "bad IP version {v}"),
             DecodeError::BadIpv4HeaderLen(ihl) => {
-                write!(
-                    f,
-                    "bad IPv4 header length {} (IHL {ihl})",
-                    u32::from(ihl) * 4
-                )
+                write!(f, "bad IPv4 header length {} (IHL {ihl})", u32::from(ihl) * 4)
             }
             DecodeError::BadIpv4TotalLen { total, header } => {
-                write!(
-                    f,
-                    "IPv4 total length {total} shorter than header length {header}"
-                )
+                write!(f, "IPv4 total length {total} shorter than header length {header}")
             }
             DecodeError::BadTcpHeaderLen(off) => write!(f, "bad TCP data offset {off}"),
             DecodeError::TooManyVlanTags => {
                 write!(f, "more than {} stacked VLAN tags", crate::MAX_VLAN_TAGS)
             }
             DecodeError::TooManyExtHeaders => {
-                write!(
-                    f,
-                    "more than {} IPv6 extension headers",
-                    crate::MAX_EXT_HEADERS
-                )
+                write!(f, "more than {} IPv6 extension headers", crate::MAX_EXT_HEADERS)
             }
             DecodeError::UnsupportedLinkType(lt) => write!(f, "unsupported link type {lt}"),
             DecodeError::UnknownLoopbackFamily(fam) => {

@@ -83,11 +83,7 @@ pub struct Repr {
 
 impl Repr {
     pub fn parse<T: AsRef<[u8]>>(frame: &Frame<T>) -> Repr {
-        Repr {
-            src: frame.src_addr(),
-            dst: frame.dst_addr(),
-            ethertype: frame.ethertype(),
-        }
+        Repr { src: frame.src_addr(), dst: frame.dst_addr(), ethertype: frame.ethertype() }
     }
 
     pub const fn buffer_len(&self) -> usize {
@@ -107,23 +103,13 @@ pub(crate) struct Mac<'a>(pub &'a [u8; 6]);
 impl fmt::Display for Mac<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = self.0;
-        write!(
-            f,
-            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-            b[0], b[1], b[2], b[3], b[4], b[5]
-        )
+        write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", b[0], b[1], b[2], b[3], b[4], b[5])
     }
 }
 
 impl fmt::Display for Repr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "Ethernet src={} dst={} type=0x{:04x}",
-            Mac(&self.src),
-            Mac(&self.dst),
-            self.ethertype
-        )
+        write!(f, "Ethernet src={} dst={} type=0x{:04x}", Mac(&self.src), Mac(&self.dst), self.ethertype)
     }
 }
 
@@ -134,10 +120,7 @@ mod tests {
 
     #[test]
     fn short_buffer_is_truncated() {
-        assert_eq!(
-            Frame::new_checked(&[0u8; 13][..]).unwrap_err(),
-            DecodeError::Truncated(Layer::Ethernet)
-        );
+        assert_eq!(Frame::new_checked(&[0u8; 13][..]).unwrap_err(), DecodeError::Truncated(Layer::Ethernet));
     }
 
     proptest! {

@@ -53,10 +53,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
     /// Verify; `pseudo` is 0 for ICMPv4 and the IPv6 pseudo-header sum for ICMPv6.
     pub fn verify_checksum(&self, pseudo: u32) -> bool {
-        checksum::finish(checksum::combine(&[
-            pseudo,
-            checksum::sum(self.buffer.as_ref()),
-        ])) == 0
+        checksum::finish(checksum::combine(&[pseudo, checksum::sum(self.buffer.as_ref())])) == 0
     }
 }
 
@@ -79,11 +76,7 @@ pub struct EchoRepr {
 
 impl EchoRepr {
     pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>) -> EchoRepr {
-        EchoRepr {
-            msg_type: p.msg_type(),
-            ident: p.echo_ident(),
-            seq: p.echo_seq(),
-        }
+        EchoRepr { msg_type: p.msg_type(), ident: p.echo_ident(), seq: p.echo_seq() }
     }
     pub const fn buffer_len(&self) -> usize {
         HEADER_LEN
@@ -101,11 +94,7 @@ impl EchoRepr {
 
 impl fmt::Display for EchoRepr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "ICMP echo type={} id={} seq={}",
-            self.msg_type, self.ident, self.seq
-        )
+        write!(f, "ICMP echo type={} id={} seq={}", self.msg_type, self.ident, self.seq)
     }
 }
 

@@ -59,10 +59,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return Err(DecodeError::Truncated(Layer::Ipv4));
         }
         if usize::from(p.total_len()) < p.header_len() {
-            return Err(DecodeError::BadIpv4TotalLen {
-                total: p.total_len(),
-                header: p.header_len() as u8,
-            });
+            return Err(DecodeError::BadIpv4TotalLen { total: p.total_len(), header: p.header_len() as u8 });
         }
         Ok(p)
     }
@@ -210,12 +207,7 @@ impl fmt::Display for Repr {
             self.src, self.dst, self.protocol, self.payload_len, self.ttl
         )?;
         if self.more_frags || self.frag_offset != 0 {
-            write!(
-                f,
-                " frag_off={} mf={}",
-                self.frag_offset,
-                u8::from(self.more_frags)
-            )?;
+            write!(f, " frag_off={} mf={}", self.frag_offset, u8::from(self.more_frags))?;
         }
         Ok(())
     }
@@ -239,31 +231,18 @@ mod tests {
             0u16..8192,
             any::<u8>(),
         )
-            .prop_map(
-                |(
-                    s,
-                    d,
-                    protocol,
-                    payload_len,
-                    dscp_ecn,
-                    ident,
-                    dont_frag,
-                    more_frags,
-                    off,
-                    ttl,
-                )| Repr {
-                    src: Ipv4Addr::from(s),
-                    dst: Ipv4Addr::from(d),
-                    protocol,
-                    payload_len,
-                    dscp_ecn,
-                    ident,
-                    dont_frag,
-                    more_frags,
-                    frag_offset: off << 3,
-                    ttl,
-                },
-            )
+            .prop_map(|(s, d, protocol, payload_len, dscp_ecn, ident, dont_frag, more_frags, off, ttl)| Repr {
+                src: Ipv4Addr::from(s),
+                dst: Ipv4Addr::from(d),
+                protocol,
+                payload_len,
+                dscp_ecn,
+                ident,
+                dont_frag,
+                more_frags,
+                frag_offset: off << 3,
+                ttl,
+            })
     }
 
     #[test]
@@ -283,37 +262,19 @@ mod tests {
         }
         .emit(&mut h);
         assert!(Packet::new_checked(&h[..]).unwrap().verify_checksum());
-        assert_eq!(
-            Packet::new_checked(&h[..19]).unwrap_err(),
-            DecodeError::Truncated(Layer::Ipv4)
-        );
+        assert_eq!(Packet::new_checked(&h[..19]).unwrap_err(), DecodeError::Truncated(Layer::Ipv4));
         let mut bad = h;
         bad[0] = 0x65;
-        assert_eq!(
-            Packet::new_checked(&bad[..]).unwrap_err(),
-            DecodeError::BadIpVersion(6)
-        );
+        assert_eq!(Packet::new_checked(&bad[..]).unwrap_err(), DecodeError::BadIpVersion(6));
         bad = h;
         bad[0] = 0x44;
-        assert_eq!(
-            Packet::new_checked(&bad[..]).unwrap_err(),
-            DecodeError::BadIpv4HeaderLen(4)
-        );
+        assert_eq!(Packet::new_checked(&bad[..]).unwrap_err(), DecodeError::BadIpv4HeaderLen(4));
         bad = h;
         bad[0] = 0x46; // options claimed but not captured
-        assert_eq!(
-            Packet::new_checked(&bad[..]).unwrap_err(),
-            DecodeError::Truncated(Layer::Ipv4)
-        );
+        assert_eq!(Packet::new_checked(&bad[..]).unwrap_err(), DecodeError::Truncated(Layer::Ipv4));
         bad = h;
         bad[2..4].copy_from_slice(&19u16.to_be_bytes());
-        assert_eq!(
-            Packet::new_checked(&bad[..]).unwrap_err(),
-            DecodeError::BadIpv4TotalLen {
-                total: 19,
-                header: 20
-            }
-        );
+        assert_eq!(Packet::new_checked(&bad[..]).unwrap_err(), DecodeError::BadIpv4TotalLen { total: 19, header: 20 });
     }
 
     #[test]

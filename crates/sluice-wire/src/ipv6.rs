@@ -71,11 +71,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     pub fn payload(&self) -> &[u8] {
         let b = self.buffer.as_ref();
         let len = usize::from(self.payload_len());
-        let end = if len == 0 {
-            b.len()
-        } else {
-            (HEADER_LEN + len).min(b.len())
-        };
+        let end = if len == 0 { b.len() } else { (HEADER_LEN + len).min(b.len()) };
         &b[HEADER_LEN..end]
     }
 }
@@ -111,8 +107,7 @@ impl Repr {
 
     pub fn emit(&self, buf: &mut [u8]) {
         let b = &mut buf[..HEADER_LEN];
-        let vtf =
-            (6u32 << 28) | (u32::from(self.traffic_class) << 20) | (self.flow_label & 0x000f_ffff);
+        let vtf = (6u32 << 28) | (u32::from(self.traffic_class) << 20) | (self.flow_label & 0x000f_ffff);
         b[field::VER_TC_FLOW].copy_from_slice(&vtf.to_be_bytes());
         b[field::LENGTH].copy_from_slice(&self.payload_len.to_be_bytes());
         b[field::NXT_HDR] = self.next_header;
@@ -168,10 +163,7 @@ impl<'a> ExtHeader<'a> {
         if buf.len() < len {
             return Err(DecodeError::Truncated(Layer::Ipv6Ext));
         }
-        Ok(ExtHeader {
-            kind,
-            bytes: &buf[..len],
-        })
+        Ok(ExtHeader { kind, bytes: &buf[..len] })
     }
 
     pub fn kind(&self) -> u8 {
@@ -209,12 +201,7 @@ impl FragmentRepr {
     /// Parse from at least 8 bytes (checked by [`ExtHeader::new_checked`]).
     fn parse(b: &[u8]) -> FragmentRepr {
         let off_m = be16(b, 2);
-        FragmentRepr {
-            next_header: b[0],
-            offset: off_m & 0xfff8,
-            more_frags: off_m & 1 != 0,
-            ident: be32(b, 4),
-        }
+        FragmentRepr { next_header: b[0], offset: off_m & 0xfff8, more_frags: off_m & 1 != 0, ident: be32(b, 4) }
     }
 
     pub fn emit(&self, buf: &mut [u8]) {
@@ -235,42 +222,12 @@ mod tests {
     #[test]
     fn ext_header_lengths() {
         let hbh = [ip_proto::TCP, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
-        assert_eq!(
-            ExtHeader::new_checked(ip_proto::HOPOPTS, &hbh)
-                .unwrap()
-                .len(),
-            16
-        );
+        assert_eq!(ExtHeader::new_checked(ip_proto::HOPOPTS, &hbh).unwrap().len(), 16);
         assert_eq!(
             ExtHeader::new_checked(ip_proto::HOPOPTS, &hbh[..15]).unwrap_err(),
             DecodeError::Truncated(Layer::Ipv6Ext)
         );
-        let ah = [
-            ip_proto::UDP,
-            4,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-        ];
+        let ah = [ip_proto::UDP, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
         assert_eq!(ExtHeader::new_checked(ip_proto::AH, &ah).unwrap().len(), 24);
     }
 

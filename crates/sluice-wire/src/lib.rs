@@ -23,9 +23,7 @@ pub mod tcp;
 pub mod udp;
 pub mod vlan;
 
-pub use decode::{
-    decode, FragmentInfo, IpSummary, PacketSummary, VlanIds, MAX_EXT_HEADERS, MAX_VLAN_TAGS,
-};
+pub use decode::{decode, FragmentInfo, IpSummary, PacketSummary, VlanIds, MAX_EXT_HEADERS, MAX_VLAN_TAGS};
 pub use error::{DecodeError, ErrorKind, Layer};
 pub use linktype::LinkType;
 

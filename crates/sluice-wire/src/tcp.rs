@@ -84,10 +84,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
         &self.buffer.as_ref()[self.header_len()..]
     }
     pub fn verify_checksum(&self, pseudo: u32) -> bool {
-        checksum::finish(checksum::combine(&[
-            pseudo,
-            checksum::sum(self.buffer.as_ref()),
-        ])) == 0
+        checksum::finish(checksum::combine(&[pseudo, checksum::sum(self.buffer.as_ref())])) == 0
     }
 }
 
@@ -162,15 +159,9 @@ mod tests {
     fn rejects_bad_offsets() {
         let mut b = [0u8; 20];
         b[12] = 0x40;
-        assert_eq!(
-            Packet::new_checked(&b[..]).unwrap_err(),
-            DecodeError::BadTcpHeaderLen(4)
-        );
+        assert_eq!(Packet::new_checked(&b[..]).unwrap_err(), DecodeError::BadTcpHeaderLen(4));
         b[12] = 0x60;
-        assert_eq!(
-            Packet::new_checked(&b[..]).unwrap_err(),
-            DecodeError::Truncated(Layer::Tcp)
-        );
+        assert_eq!(Packet::new_checked(&b[..]).unwrap_err(), DecodeError::Truncated(Layer::Tcp));
     }
 
     proptest! {

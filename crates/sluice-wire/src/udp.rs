@@ -45,11 +45,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
     /// Verify against a pseudo-header partial sum, over the whole buffer.
     pub fn verify_checksum(&self, pseudo: u32) -> bool {
-        self.checksum() == 0
-            || checksum::finish(checksum::combine(&[
-                pseudo,
-                checksum::sum(self.buffer.as_ref()),
-            ])) == 0
+        self.checksum() == 0 || checksum::finish(checksum::combine(&[pseudo, checksum::sum(self.buffer.as_ref())])) == 0
     }
 }
 
@@ -77,11 +73,7 @@ pub struct Repr {
 
 impl Repr {
     pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>) -> Repr {
-        Repr {
-            src_port: p.src_port(),
-            dst_port: p.dst_port(),
-            length: p.len(),
-        }
+        Repr { src_port: p.src_port(), dst_port: p.dst_port(), length: p.len() }
     }
     pub const fn buffer_len(&self) -> usize {
         HEADER_LEN
@@ -98,11 +90,7 @@ impl Repr {
 
 impl fmt::Display for Repr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "UDP src={} dst={} len={}",
-            self.src_port, self.dst_port, self.length
-        )
+        write!(f, "UDP src={} dst={} len={}", self.src_port, self.dst_port, self.length)
     }
 }
 

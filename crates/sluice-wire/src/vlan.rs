@@ -91,11 +91,7 @@ impl Repr {
 
 impl fmt::Display for Repr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "VLAN id={} pcp={} type=0x{:04x}",
-            self.vlan_id, self.priority, self.ethertype
-        )
+        write!(f, "VLAN id={} pcp={} type=0x{:04x}", self.vlan_id, self.priority, self.ethertype)
     }
 }
 
