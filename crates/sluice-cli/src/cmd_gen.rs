@@ -1,0 +1,182 @@
+use crate::progress;
+use crate::Outcome;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use sluice_gen::{FlowDist, FrameSize, GenConfig, GenStats, Generator, ProtoMix};
+use sluice_pcap::{CaptureWriter, Interface, OutputFormat, PcapHeader, Record, Timestamp, TsResolution};
+use sluice_rules::{load_list, parse_list, Prefix, FIREHOL_LEVEL1};
+use sluice_wire::LinkType;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+#[derive(Args, Debug)]
+pub struct GenArgs {
+    /// Output capture (pcap).
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// Frames to write (each IP fragment is one frame).
+    #[arg(long, default_value_t = 100_000)]
+    pub count: u64,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Draw packets from K flows instead of a fresh 5-tuple per packet.
+    #[arg(long, value_name = "K")]
+    pub flows: Option<u32>,
+    /// With --flows: pick flows by Zipf with this exponent (default: uniform).
+    #[arg(long, value_name = "S", requires = "flows")]
+    pub zipf: Option<f64>,
+    /// Share of IPv6 packets (0-1).
+    #[arg(long, default_value_t = 0.0)]
+    pub ipv6: f64,
+    /// Protocol weights TCP:UDP:ICMP.
+    #[arg(long, default_value = "6:3:1", value_parser = parse_mix)]
+    pub mix: ProtoMix,
+    /// Frame size in bytes (without FCS), or "imix" (7x60, 4x590, 1x1514).
+    #[arg(long, default_value = "60", value_parser = parse_size)]
+    pub size: FrameSize,
+    /// Share of frames with one 802.1Q tag.
+    #[arg(long, default_value_t = 0.0)]
+    pub vlan: f64,
+    /// Share of frames with QinQ tags (802.1ad outer, 802.1Q inner).
+    #[arg(long, default_value_t = 0.0)]
+    pub qinq: f64,
+    /// Share of frames whose source comes from the list; all other addresses avoid it.
+    #[arg(long, default_value_t = 0.0)]
+    pub listed: f64,
+    /// Address list for --listed (default: the embedded FireHOL level1 list).
+    #[arg(long, value_name = "LIST")]
+    pub list: Option<PathBuf>,
+    /// Share of datagrams sent as IP fragments.
+    #[arg(long, default_value_t = 0.0)]
+    pub frag: f64,
+    /// Write nanosecond timestamps (default: microseconds).
+    #[arg(long)]
+    pub nanos: bool,
+    /// Print what was generated as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_mix(s: &str) -> Result<ProtoMix, String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let [t, u, i] = parts[..] else {
+        return Err("expected TCP:UDP:ICMP weights, e.g. 6:3:1".into());
+    };
+    let n = |x: &str| x.trim().parse::<u32>().map_err(|_| format!("weight {x:?} is not a whole number"));
+    Ok(ProtoMix { tcp: n(t)?, udp: n(u)?, icmp: n(i)? })
+}
+
+fn parse_size(s: &str) -> Result<FrameSize, String> {
+    if s.eq_ignore_ascii_case("imix") {
+        return Ok(FrameSize::Imix);
+    }
+    match s.parse::<u16>() {
+        Ok(n) if (60..=9000).contains(&n) => Ok(FrameSize::Fixed(n)),
+        _ => Err(format!("{s:?} is neither \"imix\" nor a frame size from 60 to 9000")),
+    }
+}
+
+/// Load a list file, or the embedded FireHOL list when `path` is `None`.
+pub fn list_or_firehol(path: Option<&Path>) -> Result<Vec<Prefix>> {
+    Ok(match path {
+        Some(p) => load_list(p, false)?.prefixes,
+        None => parse_list("firehol_level1.netset (embedded)", FIREHOL_LEVEL1.as_bytes(), false)?.prefixes,
+    })
+}
+
+pub fn run(a: GenArgs) -> Result<Outcome> {
+    let list = if a.listed > 0.0 || a.list.is_some() { list_or_firehol(a.list.as_deref())? } else { Vec::new() };
+    let cfg = GenConfig {
+        count: a.count,
+        seed: a.seed,
+        flows: a.flows.map(|k| (k, a.zipf.map_or(FlowDist::Uniform, FlowDist::Zipf))),
+        ipv6_share: a.ipv6,
+        mix: a.mix,
+        size: a.size,
+        vlan_share: a.vlan,
+        qinq_share: a.qinq,
+        listed_share: a.listed,
+        list,
+        frag_share: a.frag,
+        ..GenConfig::default()
+    };
+    let started = Instant::now();
+    let stats = write_capture(cfg, &a.out, a.nanos, true)?;
+    let elapsed = started.elapsed().as_secs_f64();
+    if a.json {
+        println!("{}", stats_json(&stats, &a.out, elapsed));
+    } else {
+        print_stats(&stats, &a.out, elapsed);
+    }
+    Ok(Outcome::Complete)
+}
+
+/// Generate `cfg` into a pcap file at `out`.
+pub fn write_capture(cfg: GenConfig, out: &Path, nanos: bool, show_progress: bool) -> Result<GenStats> {
+    let count = cfg.count;
+    let mut gen = Generator::new(cfg)?;
+    let header = PcapHeader::new(LinkType::ETHERNET, 65_535, nanos);
+    let mut w = CaptureWriter::create(out, OutputFormat::Pcap, Some(header))
+        .with_context(|| format!("cannot create {}", out.display()))?;
+    let interface = Interface {
+        link_type: LinkType::ETHERNET,
+        snaplen: header.snaplen,
+        ts_resolution: if nanos { TsResolution::NANOS } else { TsResolution::MICROS },
+    };
+    let pb = progress::bar(count, false, show_progress);
+    let mut buf = Vec::with_capacity(16_384);
+    while let Some(info) = gen.next_frame(&mut buf) {
+        let secs = info.timestamp_ns / 1_000_000_000;
+        let sub = info.timestamp_ns % 1_000_000_000;
+        let Ok(secs) = u32::try_from(secs) else {
+            bail!("timestamp {} is past what pcap can hold", info.timestamp_ns);
+        };
+        let rec = Record {
+            index: info.index,
+            offset: 0,
+            timestamp: Timestamp::Split { secs, frac: if nanos { sub } else { sub / 1000 } as u32, nanos },
+            orig_len: buf.len() as u32,
+            data: &buf,
+            interface_id: 0,
+            interface,
+        };
+        w.write(&rec).with_context(|| format!("writing {}", out.display()))?;
+        if info.index % progress::UPDATE_EVERY == 0 {
+            pb.set_position(info.index);
+        }
+    }
+    w.finish().with_context(|| format!("writing {}", out.display()))?;
+    pb.finish_and_clear();
+    Ok(*gen.stats())
+}
+
+pub fn stats_json(s: &GenStats, out: &Path, elapsed_s: f64) -> serde_json::Value {
+    serde_json::json!({
+        "out": out.display().to_string(),
+        "packets": s.packets,
+        "bytes": s.bytes,
+        "listed": s.listed,
+        "ipv4": s.ipv4,
+        "ipv6": s.ipv6,
+        "tcp": s.tcp,
+        "udp": s.udp,
+        "icmp": s.icmp,
+        "fragments": s.fragments,
+        "fragmented_datagrams": s.fragmented_datagrams,
+        "vlan_tagged": s.vlan_tagged,
+        "qinq_tagged": s.qinq_tagged,
+        "elapsed_s": elapsed_s,
+    })
+}
+
+fn print_stats(s: &GenStats, out: &Path, elapsed_s: f64) {
+    println!("wrote {} packets ({} bytes) to {} in {:.2} s", s.packets, s.bytes, out.display(), elapsed_s);
+    println!("  ipv4 {}  ipv6 {}  tcp {}  udp {}  icmp {}", s.ipv4, s.ipv6, s.tcp, s.udp, s.icmp);
+    println!(
+        "  vlan-tagged {} (qinq {})  fragments {} of {} datagrams",
+        s.vlan_tagged, s.qinq_tagged, s.fragments, s.fragmented_datagrams
+    );
+    if s.listed > 0 {
+        println!("  sources from the list: {} (a filter on the list drops exactly these)", s.listed);
+    }
+}

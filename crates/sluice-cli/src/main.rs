@@ -1,0 +1,76 @@
+//! `sluice`: argument parsing, wiring and exit codes. The work is done by the
+//! library crates; sources (pcap files, the generator) and sinks (pcap files,
+//! the summary) are opened here and nowhere else.
+#![deny(unsafe_code)]
+
+mod cmd_decode;
+mod cmd_demo;
+mod cmd_filter;
+mod cmd_gen;
+mod progress;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Exit codes (also in README.md).
+mod exit {
+    /// Success.
+    pub const OK: u8 = 0;
+    /// An error stopped the run (missing file, bad list line, write failure).
+    pub const ERROR: u8 = 1;
+    // 2 is clap's: the command line itself was wrong.
+    /// The input capture is truncated or corrupt: everything before the bad
+    /// record was processed and written, and the position was reported.
+    pub const INPUT_DAMAGED: u8 = 3;
+    /// `sluice demo`: the observed drop count differs from the expected one.
+    pub const DEMO_MISMATCH: u8 = 4;
+}
+
+/// How a command that did not fail ended.
+pub enum Outcome {
+    Complete,
+    InputDamaged,
+    DemoMismatch,
+}
+
+#[derive(Parser)]
+#[command(
+    name = "sluice",
+    version,
+    about = "Packet classification against huge address lists: decode, filter, generate"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate a synthetic capture (pcap) with known properties.
+    Gen(cmd_gen::GenArgs),
+    /// Print one line per packet with its decoded fields (like tshark -T fields).
+    Decode(cmd_decode::DecodeArgs),
+    /// Split a capture into passed and dropped packets by address lists.
+    Filter(cmd_filter::FilterArgs),
+    /// Generate a realistic capture, filter it against the embedded FireHOL list, compare with the expected drops.
+    Demo(cmd_demo::DemoArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Gen(a) => cmd_gen::run(a),
+        Command::Decode(a) => cmd_decode::run(a),
+        Command::Filter(a) => cmd_filter::run(a),
+        Command::Demo(a) => cmd_demo::run(a),
+    };
+    ExitCode::from(match result {
+        Ok(Outcome::Complete) => exit::OK,
+        Ok(Outcome::InputDamaged) => exit::INPUT_DAMAGED,
+        Ok(Outcome::DemoMismatch) => exit::DEMO_MISMATCH,
+        Err(e) => {
+            eprintln!("sluice: error: {e:#}");
+            exit::ERROR
+        }
+    })
+}
