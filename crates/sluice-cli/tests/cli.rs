@@ -1,0 +1,234 @@
+//! End-to-end behaviour of the `sluice` binary: exact filtering, byte-exact
+//! round trips, and bad inputs that stop with a position and lose nothing.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use sluice_pcap::CaptureReader;
+use sluice_rules::Prefix;
+use sluice_wire::decode;
+use std::path::Path;
+use std::process::Command;
+
+/// (data, timestamp ns) of every record.
+fn records(path: &Path) -> Vec<(Vec<u8>, u128)> {
+    let mut r = CaptureReader::open(path).unwrap();
+    let mut v = Vec::new();
+    while let Some(rec) = r.next_record().unwrap() {
+        v.push((rec.data.to_vec(), rec.timestamp.as_nanos()));
+    }
+    v
+}
+
+#[test]
+fn filter_drops_exactly_the_listed_packets() {
+    let dir = tempfile::tempdir().unwrap();
+    let capture = dir.path().join("demo.pcap");
+    let demo: Value = serde_json::from_str(&ok(&["demo", "--packets", "100000", "--seed", "3", "--keep", p(&capture), "--json"])).unwrap();
+    assert_eq!(demo["match"], true);
+    let list = firehol_file(dir.path());
+    let (pass, drop) = (dir.path().join("pass.pcap"), dir.path().join("drop.pcap"));
+    let summary: Value = serde_json::from_str(&ok(&[
+        "filter", "--in", p(&capture), "--drop-any", p(&list), "--pass", p(&pass), "--drop", p(&drop), "--json",
+    ]))
+    .unwrap();
+
+    // Independent computation: a linear scan of every prefix for each packet.
+    let prefixes: Vec<Prefix> = sluice_rules::parse_list("l", sluice_rules::FIREHOL_LEVEL1.as_bytes(), false).unwrap().prefixes;
+    let (mut want_pass, mut want_drop) = (Vec::new(), Vec::new());
+    for rec in records(&capture) {
+        let s = decode(sluice_wire::LinkType::ETHERNET, &rec.0).unwrap();
+        let ip = s.ip.unwrap();
+        if prefixes.iter().any(|p| p.contains(ip.src) || p.contains(ip.dst)) {
+            want_drop.push(rec);
+        } else {
+            want_pass.push(rec);
+        }
+    }
+    assert_eq!(summary["packets"], 100_000);
+    assert_eq!(summary["dropped"].as_u64().unwrap(), want_drop.len() as u64);
+    assert_eq!(summary["passed"].as_u64().unwrap(), want_pass.len() as u64);
+    assert_eq!(demo["expected_dropped"].as_u64().unwrap(), want_drop.len() as u64);
+    assert!(want_drop.len() > 9_000, "the demo draws 10% of sources from the list");
+    // Same packets, same order, same timestamps.
+    assert!(records(&drop) == want_drop, "dropped output differs from the independent computation");
+    assert!(records(&pass) == want_pass, "passed output differs from the independent computation");
+}
+
+#[test]
+fn generator_output_round_trips_byte_identical() {
+    let dir = tempfile::tempdir().unwrap();
+    for nanos in [false, true] {
+        let (gen, copy) = (dir.path().join("g.pcap"), dir.path().join("copy.pcap"));
+        let mut args = vec!["gen", "--out", p(&gen), "--count", "20000", "--ipv6", "0.3", "--size", "imix", "--qinq", "0.2", "--frag", "0.1"];
+        if nanos {
+            args.push("--nanos");
+        }
+        ok(&args);
+        ok(&["filter", "--in", p(&gen), "--pass", p(&copy)]);
+        assert!(std::fs::read(&gen).unwrap() == std::fs::read(&copy).unwrap(), "nanos={nanos}");
+    }
+}
+
+#[test]
+fn generator_is_deterministic_for_a_seed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.pcap"), dir.path().join("b.pcap"));
+    for path in [&a, &b] {
+        ok(&["gen", "--out", p(path), "--count", "5000", "--seed", "42", "--flows", "100", "--zipf", "1.0", "--listed", "0.2"]);
+    }
+    assert!(std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap());
+}
+
+#[test]
+fn pcapng_input_to_pcap_and_pcapng_keeps_every_packet() {
+    let dir = tempfile::tempdir().unwrap();
+    let gen = dir.path().join("g.pcap");
+    ok(&["gen", "--out", p(&gen), "--count", "3000", "--ipv6", "0.5", "--nanos"]);
+    // pcap -> pcapng with our writer, then pcapng -> pcap.
+    let (ng, back) = (dir.path().join("g.pcapng"), dir.path().join("back.pcap"));
+    ok(&["filter", "--in", p(&gen), "--pass", p(&ng)]);
+    assert_eq!(CaptureReader::open(&ng).unwrap().format(), sluice_pcap::Format::Pcapng);
+    ok(&["filter", "--in", p(&ng), "--pass", p(&back)]);
+    assert!(records(&gen) == records(&ng));
+    assert!(std::fs::read(&gen).unwrap() == std::fs::read(&back).unwrap(), "pcap -> pcapng -> pcap is lossless");
+    // A pcapng written by Wireshark's own tools, when present.
+    if have_tool("editcap") {
+        let theirs = dir.path().join("editcap.pcapng");
+        let st = Command::new("editcap").args(["-F", "pcapng", p(&gen), p(&theirs)]).status().unwrap();
+        assert!(st.success());
+        let out = dir.path().join("from-editcap.pcap");
+        ok(&["filter", "--in", p(&theirs), "--pass", p(&out)]);
+        assert!(records(&out) == records(&gen), "editcap's pcapng read back with every packet and timestamp");
+    }
+}
+
+#[test]
+fn outputs_open_in_tshark_with_original_timestamps() {
+    if !have_tool("tshark") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let gen = dir.path().join("g.pcap");
+    ok(&["gen", "--out", p(&gen), "--count", "2000", "--listed", "0.5", "--nanos"]);
+    let list = firehol_file(dir.path());
+    for ext in ["pcap", "pcapng"] {
+        let drop = dir.path().join(format!("drop.{ext}"));
+        ok(&["filter", "--in", p(&gen), "--drop-src", p(&list), "--drop", p(&drop)]);
+        let out = Command::new("tshark").args(["-r", p(&drop), "-T", "fields", "-e", "frame.time_epoch", "-e", "frame.len"]).output().unwrap();
+        assert!(out.status.success(), "tshark cannot read our {ext}: {}", String::from_utf8_lossy(&out.stderr));
+        let lines: Vec<String> = String::from_utf8(out.stdout).unwrap().lines().map(str::to_owned).collect();
+        let ours = records(&drop);
+        assert_eq!(lines.len(), ours.len());
+        assert!(ours.len() > 800);
+        for (line, (data, ns)) in lines.iter().zip(&ours) {
+            let (t, len) = line.split_once('\t').unwrap();
+            let (secs, frac) = t.split_once('.').unwrap();
+            let tshark_ns = secs.parse::<u128>().unwrap() * 1_000_000_000 + frac.parse::<u128>().unwrap();
+            assert_eq!(tshark_ns, *ns, "timestamp in {ext}");
+            assert_eq!(len.parse::<usize>().unwrap(), data.len());
+        }
+    }
+}
+
+// ---- Bad inputs
+
+fn stderr_of(args: &[&str]) -> (i32, String, String) {
+    let out = sluice(args);
+    (out.status.code().unwrap(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn truncated_capture_keeps_everything_before_the_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let gen = dir.path().join("g.pcap");
+    ok(&["gen", "--out", p(&gen), "--count", "1000", "--size", "100"]);
+    let bytes = std::fs::read(&gen).unwrap();
+    // Each record is 16 + 100 bytes: cut inside record 700.
+    let cut = dir.path().join("cut.pcap");
+    std::fs::write(&cut, &bytes[..24 + 700 * 116 + 50]).unwrap();
+    let pass = dir.path().join("pass.pcap");
+    let (code, stdout, stderr) = stderr_of(&["filter", "--in", p(&cut), "--pass", p(&pass), "--json"]);
+    assert_eq!(code, 3, "{stderr}");
+    assert!(stderr.contains("record 700 at byte offset 81224"), "{stderr}");
+    assert!(stderr.contains("file ends inside the record data (34 of 100 bytes)"), "{stderr}");
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["packets"], 700);
+    assert_eq!(v["stopped_at"]["record"], 700);
+    assert_eq!(records(&pass), records(&gen)[..700].to_vec());
+    // decode stops at the same place, after printing the 700 packets.
+    let (code, stdout, stderr) = stderr_of(&["decode", "--in", p(&cut)]);
+    assert_eq!(code, 3);
+    assert_eq!(stdout.lines().count(), 700);
+    assert!(stderr.contains("record 700 at byte offset 81224"), "{stderr}");
+}
+
+#[test]
+fn record_longer_than_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let gen = dir.path().join("g.pcap");
+    ok(&["gen", "--out", p(&gen), "--count", "10", "--size", "60"]);
+    let mut bytes = std::fs::read(&gen).unwrap();
+    // Record 9's captured length claims 5000 bytes.
+    let at = 24 + 9 * 76 + 8;
+    bytes[at..at + 4].copy_from_slice(&5000u32.to_le_bytes());
+    let bad = dir.path().join("long.pcap");
+    std::fs::write(&bad, &bytes).unwrap();
+    let (code, stdout, stderr) = stderr_of(&["filter", "--in", p(&bad), "--json"]);
+    assert_eq!(code, 3);
+    assert!(stderr.contains("record 9 at byte offset 708: file ends inside the record data (60 of 5000 bytes)"), "{stderr}");
+    assert_eq!(serde_json::from_str::<Value>(&stdout).unwrap()["packets"], 9);
+}
+
+#[test]
+fn wrong_magic_snaplen_zero_and_missing_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.pcap");
+    std::fs::write(&junk, b"this is not a capture file at all").unwrap();
+    let (code, _, stderr) = stderr_of(&["filter", "--in", p(&junk)]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("junk.pcap") && stderr.contains("not a pcap or pcapng file (magic number 0x74686973)"), "{stderr}");
+
+    let gen = dir.path().join("g.pcap");
+    ok(&["gen", "--out", p(&gen), "--count", "10"]);
+    let mut bytes = std::fs::read(&gen).unwrap();
+    bytes[16..20].copy_from_slice(&0u32.to_le_bytes());
+    let zero = dir.path().join("snap0.pcap");
+    std::fs::write(&zero, &bytes).unwrap();
+    let (code, stdout, stderr) = stderr_of(&["filter", "--in", p(&zero), "--json"]);
+    assert_eq!(code, 0);
+    assert!(stderr.contains("snap length is 0; treating it as 262144"), "{stderr}");
+    assert_eq!(serde_json::from_str::<Value>(&stdout).unwrap()["packets"], 10);
+
+    let (code, _, stderr) = stderr_of(&["filter", "--in", "/nonexistent/in.pcap"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("/nonexistent/in.pcap") && stderr.contains("No such file"), "{stderr}");
+    let (code, _, stderr) = stderr_of(&["filter", "--in", p(&gen), "--drop-src", "/nonexistent/list.txt"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("/nonexistent/list.txt: No such file"), "{stderr}");
+}
+
+#[test]
+fn bad_list_line_is_named_or_skipped_with_lenient() {
+    let dir = tempfile::tempdir().unwrap();
+    let gen = dir.path().join("g.pcap");
+    ok(&["gen", "--out", p(&gen), "--count", "10"]);
+    let list = dir.path().join("bad.netset");
+    std::fs::write(&list, "# a list\n1.2.3.0/24\n10.0.0.0/33\n2001:db8::/32\n").unwrap();
+    let (code, _, stderr) = stderr_of(&["filter", "--in", p(&gen), "--drop-any", p(&list)]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("bad.netset:3: prefix length 33 is out of range for IPv4 (0-32): \"10.0.0.0/33\""), "{stderr}");
+    let (code, _, stderr) = stderr_of(&["filter", "--in", p(&gen), "--drop-any", p(&list), "--lenient"]);
+    assert_eq!(code, 0);
+    assert!(stderr.contains("bad.netset:3:") && stderr.contains("(line skipped)"), "{stderr}");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let (code, _, stderr) = stderr_of(&["filter"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("--in <FILE>"), "{stderr}");
+    let (code, _, stderr) = stderr_of(&["gen", "--out", "/tmp/x.pcap", "--size", "12"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("neither \"imix\" nor a frame size"), "{stderr}");
+}

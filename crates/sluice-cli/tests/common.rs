@@ -1,0 +1,37 @@
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn sluice(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice")).args(args).output().expect("run sluice")
+}
+
+pub fn ok(args: &[&str]) -> String {
+    let out = sluice(args);
+    assert!(out.status.success(), "sluice {args:?} failed: {}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+pub fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// Whether an external tool is on PATH. When `SLUICE_REQUIRE_TOOLS=1` (CI), a
+/// missing tool fails the test instead of skipping it.
+pub fn have_tool(name: &str) -> bool {
+    let found = Command::new(name).arg("--version").output().is_ok_and(|o| o.status.success());
+    if !found {
+        if std::env::var_os("SLUICE_REQUIRE_TOOLS").is_some() {
+            panic!("{name} is required (SLUICE_REQUIRE_TOOLS is set) but was not found");
+        }
+        eprintln!("SKIPPED: {name} not found on PATH; install it (apt-get install tshark) to run this check");
+    }
+    found
+}
+
+pub fn firehol_file(dir: &Path) -> PathBuf {
+    let path = dir.join("firehol_level1.netset");
+    std::fs::write(&path, sluice_rules::FIREHOL_LEVEL1).unwrap();
+    path
+}
