@@ -1,6 +1,6 @@
 use crate::progress;
 use crate::Outcome;
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use sluice_engine::{Engine, RuleSet, Stats, Verdict};
 use sluice_pcap::{CaptureReader, CaptureWriter, Format, OutputFormat, PcapError};
@@ -116,6 +116,7 @@ pub struct Sinks<'a> {
 /// and written, the outputs are completed, and the position is returned.
 pub fn filter_capture(input: &Path, engine: &mut Engine, sinks: &Sinks<'_>, show_progress: bool) -> Result<FilterRun> {
     let started = Instant::now();
+    check_distinct(input, sinks)?;
     let mut reader = CaptureReader::open(input).with_context(|| input.display().to_string())?;
     for w in reader.warnings() {
         eprintln!("sluice: warning: {}: {w}", input.display());
@@ -159,6 +160,22 @@ pub fn filter_capture(input: &Path, engine: &mut Engine, sinks: &Sinks<'_>, show
         }
     }
     Ok(FilterRun { stats: engine.stats().clone(), elapsed: started.elapsed(), input_format, stopped })
+}
+
+/// Refuse outputs that would overwrite the input or each other before it is read.
+fn check_distinct(input: &Path, sinks: &Sinks<'_>) -> Result<()> {
+    let same = |a: &Path, b: &Path| a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y);
+    for out in [sinks.pass, sinks.drop].into_iter().flatten() {
+        if same(out, input) {
+            bail!("output {} is the input file; choose another path", out.display());
+        }
+    }
+    if let (Some(a), Some(b)) = (sinks.pass, sinks.drop) {
+        if same(a, b) {
+            bail!("--pass and --drop name the same file {}", a.display());
+        }
+    }
+    Ok(())
 }
 
 fn mpps(packets: u64, elapsed: Duration) -> f64 {

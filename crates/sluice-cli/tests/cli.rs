@@ -24,17 +24,29 @@ fn records(path: &Path) -> Vec<(Vec<u8>, u128)> {
 fn filter_drops_exactly_the_listed_packets() {
     let dir = tempfile::tempdir().unwrap();
     let capture = dir.path().join("demo.pcap");
-    let demo: Value = serde_json::from_str(&ok(&["demo", "--packets", "100000", "--seed", "3", "--keep", p(&capture), "--json"])).unwrap();
+    let demo: Value =
+        serde_json::from_str(&ok(&["demo", "--packets", "100000", "--seed", "3", "--keep", p(&capture), "--json"]))
+            .unwrap();
     assert_eq!(demo["match"], true);
     let list = firehol_file(dir.path());
     let (pass, drop) = (dir.path().join("pass.pcap"), dir.path().join("drop.pcap"));
     let summary: Value = serde_json::from_str(&ok(&[
-        "filter", "--in", p(&capture), "--drop-any", p(&list), "--pass", p(&pass), "--drop", p(&drop), "--json",
+        "filter",
+        "--in",
+        p(&capture),
+        "--drop-any",
+        p(&list),
+        "--pass",
+        p(&pass),
+        "--drop",
+        p(&drop),
+        "--json",
     ]))
     .unwrap();
 
     // Independent computation: a linear scan of every prefix for each packet.
-    let prefixes: Vec<Prefix> = sluice_rules::parse_list("l", sluice_rules::FIREHOL_LEVEL1.as_bytes(), false).unwrap().prefixes;
+    let prefixes: Vec<Prefix> =
+        sluice_rules::parse_list("l", sluice_rules::FIREHOL_LEVEL1.as_bytes(), false).unwrap().prefixes;
     let (mut want_pass, mut want_drop) = (Vec::new(), Vec::new());
     for rec in records(&capture) {
         let s = decode(sluice_wire::LinkType::ETHERNET, &rec.0).unwrap();
@@ -60,7 +72,21 @@ fn generator_output_round_trips_byte_identical() {
     let dir = tempfile::tempdir().unwrap();
     for nanos in [false, true] {
         let (gen, copy) = (dir.path().join("g.pcap"), dir.path().join("copy.pcap"));
-        let mut args = vec!["gen", "--out", p(&gen), "--count", "20000", "--ipv6", "0.3", "--size", "imix", "--qinq", "0.2", "--frag", "0.1"];
+        let mut args = vec![
+            "gen",
+            "--out",
+            p(&gen),
+            "--count",
+            "20000",
+            "--ipv6",
+            "0.3",
+            "--size",
+            "imix",
+            "--qinq",
+            "0.2",
+            "--frag",
+            "0.1",
+        ];
         if nanos {
             args.push("--nanos");
         }
@@ -75,7 +101,21 @@ fn generator_is_deterministic_for_a_seed() {
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (dir.path().join("a.pcap"), dir.path().join("b.pcap"));
     for path in [&a, &b] {
-        ok(&["gen", "--out", p(path), "--count", "5000", "--seed", "42", "--flows", "100", "--zipf", "1.0", "--listed", "0.2"]);
+        ok(&[
+            "gen",
+            "--out",
+            p(path),
+            "--count",
+            "5000",
+            "--seed",
+            "42",
+            "--flows",
+            "100",
+            "--zipf",
+            "1.0",
+            "--listed",
+            "0.2",
+        ]);
     }
     assert!(std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap());
 }
@@ -115,7 +155,10 @@ fn outputs_open_in_tshark_with_original_timestamps() {
     for ext in ["pcap", "pcapng"] {
         let drop = dir.path().join(format!("drop.{ext}"));
         ok(&["filter", "--in", p(&gen), "--drop-src", p(&list), "--drop", p(&drop)]);
-        let out = Command::new("tshark").args(["-r", p(&drop), "-T", "fields", "-e", "frame.time_epoch", "-e", "frame.len"]).output().unwrap();
+        let out = Command::new("tshark")
+            .args(["-r", p(&drop), "-T", "fields", "-e", "frame.time_epoch", "-e", "frame.len"])
+            .output()
+            .unwrap();
         assert!(out.status.success(), "tshark cannot read our {ext}: {}", String::from_utf8_lossy(&out.stderr));
         let lines: Vec<String> = String::from_utf8(out.stdout).unwrap().lines().map(str::to_owned).collect();
         let ours = records(&drop);
@@ -135,7 +178,11 @@ fn outputs_open_in_tshark_with_original_timestamps() {
 
 fn stderr_of(args: &[&str]) -> (i32, String, String) {
     let out = sluice(args);
-    (out.status.code().unwrap(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code().unwrap(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -176,7 +223,10 @@ fn record_longer_than_the_file() {
     std::fs::write(&bad, &bytes).unwrap();
     let (code, stdout, stderr) = stderr_of(&["filter", "--in", p(&bad), "--json"]);
     assert_eq!(code, 3);
-    assert!(stderr.contains("record 9 at byte offset 708: file ends inside the record data (60 of 5000 bytes)"), "{stderr}");
+    assert!(
+        stderr.contains("record 9 at byte offset 708: file ends inside the record data (60 of 5000 bytes)"),
+        "{stderr}"
+    );
     assert_eq!(serde_json::from_str::<Value>(&stdout).unwrap()["packets"], 9);
 }
 
@@ -187,7 +237,10 @@ fn wrong_magic_snaplen_zero_and_missing_files() {
     std::fs::write(&junk, b"this is not a capture file at all").unwrap();
     let (code, _, stderr) = stderr_of(&["filter", "--in", p(&junk)]);
     assert_eq!(code, 1);
-    assert!(stderr.contains("junk.pcap") && stderr.contains("not a pcap or pcapng file (magic number 0x74686973)"), "{stderr}");
+    assert!(
+        stderr.contains("junk.pcap") && stderr.contains("not a pcap or pcapng file (magic number 0x74686973)"),
+        "{stderr}"
+    );
 
     let gen = dir.path().join("g.pcap");
     ok(&["gen", "--out", p(&gen), "--count", "10"]);
@@ -217,10 +270,29 @@ fn bad_list_line_is_named_or_skipped_with_lenient() {
     std::fs::write(&list, "# a list\n1.2.3.0/24\n10.0.0.0/33\n2001:db8::/32\n").unwrap();
     let (code, _, stderr) = stderr_of(&["filter", "--in", p(&gen), "--drop-any", p(&list)]);
     assert_eq!(code, 1);
-    assert!(stderr.contains("bad.netset:3: prefix length 33 is out of range for IPv4 (0-32): \"10.0.0.0/33\""), "{stderr}");
+    assert!(
+        stderr.contains("bad.netset:3: prefix length 33 is out of range for IPv4 (0-32): \"10.0.0.0/33\""),
+        "{stderr}"
+    );
     let (code, _, stderr) = stderr_of(&["filter", "--in", p(&gen), "--drop-any", p(&list), "--lenient"]);
     assert_eq!(code, 0);
     assert!(stderr.contains("bad.netset:3:") && stderr.contains("(line skipped)"), "{stderr}");
+}
+
+#[test]
+fn refuses_to_overwrite_the_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let gen = dir.path().join("g.pcap");
+    ok(&["gen", "--out", p(&gen), "--count", "10"]);
+    let before = std::fs::read(&gen).unwrap();
+    let (code, _, stderr) = stderr_of(&["filter", "--in", p(&gen), "--pass", p(&dir.path().join(".").join("g.pcap"))]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("is the input file"), "{stderr}");
+    assert_eq!(std::fs::read(&gen).unwrap(), before);
+    let out = dir.path().join("o.pcap");
+    let (code, _, stderr) = stderr_of(&["filter", "--in", p(&gen), "--pass", p(&out), "--drop", p(&out)]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("--pass and --drop name the same file"), "{stderr}");
 }
 
 #[test]

@@ -96,11 +96,21 @@ fn compare(capture: &Path, expected_packets: usize) {
             mismatches.push(format!("sluice: {a}\ntshark: {b}"));
         }
     }
-    assert!(mismatches.is_empty(), "{} of {} packets differ; first:\n{}", mismatches.len(), ours.len(), mismatches.iter().take(5).cloned().collect::<Vec<_>>().join("\n"));
+    assert!(
+        mismatches.is_empty(),
+        "{} of {} packets differ; first:\n{}",
+        mismatches.len(),
+        ours.len(),
+        mismatches.iter().take(5).cloned().collect::<Vec<_>>().join("\n")
+    );
     let fragments = ours.iter().filter(|v| v.get("frag_offset").is_some()).count();
     let qinq = ours.iter().filter(|v| v["vlan"].as_array().unwrap().len() == 2).count();
     let v6 = ours.iter().filter(|v| v["src"].as_str().unwrap().contains(':')).count();
-    eprintln!("{}: {} packets agree with tshark ({fragments} fragments, {qinq} QinQ, {v6} IPv6)", capture.display(), ours.len());
+    eprintln!(
+        "{}: {} packets agree with tshark ({fragments} fragments, {qinq} QinQ, {v6} IPv6)",
+        capture.display(),
+        ours.len()
+    );
     assert!(fragments > 0 && qinq > 0 && v6 > 0, "capture does not exercise the options");
 }
 
@@ -113,15 +123,54 @@ fn decode_agrees_with_tshark_on_every_packet() {
     // Fresh tuple per packet, every option on.
     let a = dir.path().join("all-options.pcap");
     ok(&[
-        "gen", "--out", p(&a), "--count", "200000", "--seed", "11", "--ipv6", "0.3", "--mix", "5:4:1", "--size", "imix",
-        "--vlan", "0.15", "--qinq", "0.1", "--listed", "0.05", "--frag", "0.05",
+        "gen",
+        "--out",
+        p(&a),
+        "--count",
+        "200000",
+        "--seed",
+        "11",
+        "--ipv6",
+        "0.3",
+        "--mix",
+        "5:4:1",
+        "--size",
+        "imix",
+        "--vlan",
+        "0.15",
+        "--qinq",
+        "0.1",
+        "--listed",
+        "0.05",
+        "--frag",
+        "0.05",
     ]);
     compare(&a, 200_000);
     // Zipf flows, fixed size, nanosecond timestamps.
     let b = dir.path().join("zipf-flows.pcap");
     ok(&[
-        "gen", "--out", p(&b), "--count", "50000", "--seed", "12", "--flows", "500", "--zipf", "1.1", "--ipv6", "0.5",
-        "--size", "128", "--vlan", "0.3", "--qinq", "0.3", "--frag", "0.1", "--nanos",
+        "gen",
+        "--out",
+        p(&b),
+        "--count",
+        "50000",
+        "--seed",
+        "12",
+        "--flows",
+        "500",
+        "--zipf",
+        "1.1",
+        "--ipv6",
+        "0.5",
+        "--size",
+        "128",
+        "--vlan",
+        "0.3",
+        "--qinq",
+        "0.3",
+        "--frag",
+        "0.1",
+        "--nanos",
     ]);
     compare(&b, 50_000);
 }

@@ -666,7 +666,7 @@ mod tests {
                 };
                 assert!(ok, "bad L4 checksum in frame {}", info.index);
             }
-            if let IpAddr::V4(_) = ip.src {
+            if ip.src.is_ipv4() {
                 assert!(sluice_wire::ipv4::Packet::new_checked(&buf[ip.l3_offset as usize..])
                     .unwrap()
                     .verify_checksum());

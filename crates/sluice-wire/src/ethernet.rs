@@ -128,7 +128,7 @@ mod tests {
         fn emit_parse_round_trip(bytes in proptest::collection::vec(any::<u8>(), HEADER_LEN..64)) {
             let frame = Frame::new_checked(&bytes[..]).unwrap();
             let repr = Repr::parse(&frame);
-            let mut out = vec![0u8; HEADER_LEN];
+            let mut out = [0u8; HEADER_LEN];
             repr.emit(&mut Frame::new_unchecked(&mut out[..]));
             prop_assert_eq!(&out[..], &bytes[..HEADER_LEN]);
         }
