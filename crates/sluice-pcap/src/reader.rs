@@ -303,9 +303,9 @@ impl<R: Read> CaptureReader<R> {
             let offset = self.offset;
             let parsed = match block_type {
                 BLOCK_IDB => self.parse_idb(len).map(|()| None),
-                BLOCK_EPB => self.parse_epb(len, offset).map(Some),
+                BLOCK_EPB => self.parse_packet_block(len, offset, false).map(Some),
                 BLOCK_SPB => self.parse_spb(len, offset).map(Some),
-                BLOCK_PB_OBSOLETE => self.parse_obsolete_pb(len, offset).map(Some),
+                BLOCK_PB_OBSOLETE => self.parse_packet_block(len, offset, true).map(Some),
                 // Name resolution, statistics, custom and unknown blocks: skipped.
                 _ => Ok(None),
             };
@@ -362,14 +362,17 @@ impl<R: Read> CaptureReader<R> {
         }
     }
 
-    fn parse_epb(&mut self, len: u32, offset: u64) -> Result<RawRecord, PcapErrorKind> {
+    /// An Enhanced Packet Block, or the obsolete Packet Block that differs
+    /// only in a 16-bit interface id followed by a drop count.
+    fn parse_packet_block(&mut self, len: u32, offset: u64, obsolete: bool) -> Result<RawRecord, PcapErrorKind> {
         const FIXED: usize = 20;
         let e = self.endian;
         let body = &self.buf;
         if body.len() < FIXED {
-            return Err(PcapErrorKind::BlockTooShort { block: "enhanced packet", len });
+            let block = if obsolete { "packet" } else { "enhanced packet" };
+            return Err(PcapErrorKind::BlockTooShort { block, len });
         }
-        let interface_id = self.interface(e.u32(&body[0..]))?;
+        let local_id = if obsolete { u32::from(e.u16(&body[0..])) } else { e.u32(&body[0..]) };
         let units = (u64::from(e.u32(&body[4..])) << 32) | u64::from(e.u32(&body[8..]));
         let caplen = e.u32(&body[12..]);
         let orig_len = e.u32(&body[16..]);
@@ -379,6 +382,7 @@ impl<R: Read> CaptureReader<R> {
         if caplen as usize > body.len() - FIXED {
             return Err(PcapErrorKind::CaplenOverrunsBlock { caplen });
         }
+        let interface_id = self.interface(local_id)?;
         let resolution = self.interfaces[interface_id as usize].ts_resolution;
         Ok(RawRecord {
             offset,
@@ -409,34 +413,6 @@ impl<R: Read> CaptureReader<R> {
             orig_len,
             data_start: 4,
             caplen,
-            interface_id,
-        })
-    }
-
-    fn parse_obsolete_pb(&mut self, len: u32, offset: u64) -> Result<RawRecord, PcapErrorKind> {
-        const FIXED: usize = 20;
-        let e = self.endian;
-        let body = &self.buf;
-        if body.len() < FIXED {
-            return Err(PcapErrorKind::BlockTooShort { block: "packet", len });
-        }
-        let interface_id = self.interface(u32::from(e.u16(&body[0..])))?;
-        let units = (u64::from(e.u32(&body[4..])) << 32) | u64::from(e.u32(&body[8..]));
-        let caplen = e.u32(&body[12..]);
-        let orig_len = e.u32(&body[16..]);
-        if caplen > MAX_PACKET_LEN {
-            return Err(PcapErrorKind::RecordTooLong { len: caplen, max: MAX_PACKET_LEN });
-        }
-        if caplen as usize > body.len() - FIXED {
-            return Err(PcapErrorKind::CaplenOverrunsBlock { caplen });
-        }
-        let resolution = self.interfaces[interface_id as usize].ts_resolution;
-        Ok(RawRecord {
-            offset,
-            timestamp: Timestamp::Units { units, resolution },
-            orig_len,
-            data_start: FIXED,
-            caplen: caplen as usize,
             interface_id,
         })
     }

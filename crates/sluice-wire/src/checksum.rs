@@ -35,6 +35,21 @@ pub fn combine(parts: &[u32]) -> u32 {
     fold64(parts.iter().map(|&p| u64::from(p)).sum())
 }
 
+/// Whether `data`, checksum field included, sums to zero with the pseudo-header
+/// partial sum `pseudo` (0 where there is none, as for ICMPv4).
+pub fn verify(pseudo: u32, data: &[u8]) -> bool {
+    finish(combine(&[pseudo, sum(data)])) == 0
+}
+
+/// Zero the 2-byte checksum field at `at`, compute the checksum over all of
+/// `data` plus `pseudo`, store it there and return it.
+pub fn fill(data: &mut [u8], at: usize, pseudo: u32) -> u16 {
+    data[at..at + 2].copy_from_slice(&[0, 0]);
+    let c = finish(combine(&[pseudo, sum(data)]));
+    data[at..at + 2].copy_from_slice(&c.to_be_bytes());
+    c
+}
+
 /// Partial sum of the IPv4 pseudo-header for an upper-layer length.
 pub fn pseudo_header_v4(src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, length: u32) -> u32 {
     let mut acc = sum(&src.octets()) + sum(&dst.octets());

@@ -84,17 +84,14 @@ impl<T: AsRef<[u8]>> Packet<T> {
         &self.buffer.as_ref()[self.header_len()..]
     }
     pub fn verify_checksum(&self, pseudo: u32) -> bool {
-        checksum::finish(checksum::combine(&[pseudo, checksum::sum(self.buffer.as_ref())])) == 0
+        checksum::verify(pseudo, self.buffer.as_ref())
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// Fill the checksum over the whole buffer (header + payload).
     pub fn fill_checksum(&mut self, pseudo: u32) {
-        let b = self.buffer.as_mut();
-        b[field::CHECKSUM].copy_from_slice(&[0, 0]);
-        let c = checksum::finish(checksum::combine(&[pseudo, checksum::sum(b)]));
-        b[field::CHECKSUM].copy_from_slice(&c.to_be_bytes());
+        checksum::fill(self.buffer.as_mut(), field::CHECKSUM.start, pseudo);
     }
 }
 

@@ -45,7 +45,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
     /// Verify against a pseudo-header partial sum, over the whole buffer.
     pub fn verify_checksum(&self, pseudo: u32) -> bool {
-        self.checksum() == 0 || checksum::finish(checksum::combine(&[pseudo, checksum::sum(self.buffer.as_ref())])) == 0
+        self.checksum() == 0 || checksum::verify(pseudo, self.buffer.as_ref())
     }
 }
 
@@ -54,12 +54,9 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// pseudo-header partial sum. A computed 0 is sent as 0xffff (RFC 768).
     pub fn fill_checksum(&mut self, pseudo: u32) {
         let b = self.buffer.as_mut();
-        b[field::CHECKSUM].copy_from_slice(&[0, 0]);
-        let mut c = checksum::finish(checksum::combine(&[pseudo, checksum::sum(b)]));
-        if c == 0 {
-            c = 0xffff;
+        if checksum::fill(b, field::CHECKSUM.start, pseudo) == 0 {
+            b[field::CHECKSUM].copy_from_slice(&0xffffu16.to_be_bytes());
         }
-        b[field::CHECKSUM].copy_from_slice(&c.to_be_bytes());
     }
 }
 
