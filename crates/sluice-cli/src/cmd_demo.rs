@@ -5,7 +5,6 @@ use anyhow::{Context, Result};
 use clap::Args;
 use sluice_engine::{Engine, RuleSet, Verdict};
 use sluice_gen::{FrameSize, GenConfig, ProtoMix};
-use sluice_rules::AddressSet;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -57,7 +56,7 @@ pub fn run(a: DemoArgs) -> Result<Outcome> {
             temp.path().to_path_buf()
         }
     };
-    let rules = RuleSet { drop_any: AddressSet::from_prefixes(&list), ..RuleSet::default() };
+    let rules = RuleSet::new(&[], &[], &list);
     let started = Instant::now();
     let gen = write_capture(demo_config(a.packets, a.seed, list), &path, false, !a.json)?;
     let gen_secs = started.elapsed().as_secs_f64();

@@ -2,9 +2,9 @@ use crate::progress;
 use crate::Outcome;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use sluice_engine::{Engine, RuleSet, Stats, Verdict};
-use sluice_pcap::{CaptureReader, CaptureWriter, Format, OutputFormat, PcapError};
-use sluice_rules::{load_list, AddressSet};
+use sluice_engine::{Engine, Frame, RuleSet, Stats, Verdict};
+use sluice_pcap::{CaptureReader, CaptureWriter, Format, OutputFormat, PcapError, Record};
+use sluice_rules::{load_list, Prefix};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -67,11 +67,11 @@ pub struct FilterRun {
 }
 
 pub fn run(a: FilterArgs) -> Result<Outcome> {
-    let rules = RuleSet {
-        drop_src: load_lists(&a.drop_src, a.lenient)?,
-        drop_dst: load_lists(&a.drop_dst, a.lenient)?,
-        drop_any: load_lists(&a.drop_any, a.lenient)?,
-    };
+    let rules = RuleSet::new(
+        &load_lists(&a.drop_src, a.lenient)?,
+        &load_lists(&a.drop_dst, a.lenient)?,
+        &load_lists(&a.drop_any, a.lenient)?,
+    );
     if rules.is_empty() {
         eprintln!("sluice: warning: no address lists given (or they are empty); every decodable packet passes");
     }
@@ -90,19 +90,87 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
     Ok(if run.stopped.is_some() { Outcome::InputDamaged } else { Outcome::Complete })
 }
 
-/// Parse and merge lists into one set.
-pub fn load_lists(paths: &[PathBuf], lenient: bool) -> Result<AddressSet> {
-    let mut set = AddressSet::new();
+/// Parse lists and concatenate their entries.
+pub fn load_lists(paths: &[PathBuf], lenient: bool) -> Result<Vec<Prefix>> {
+    let mut all = Vec::new();
     for p in paths {
         let list = load_list(p, lenient)?;
         for skipped in &list.skipped {
             eprintln!("sluice: warning: {skipped} (line skipped)");
         }
-        for prefix in &list.prefixes {
-            set.insert(*prefix);
+        all.extend(list.prefixes);
+    }
+    Ok(all)
+}
+
+/// Records judged together: enough to fill the engine's prefetch batches
+/// several times over, few enough to stay in L1/L2.
+const RECORDS_PER_BATCH: usize = 256;
+
+/// Records copied out of the reader's buffer so a batch can be judged at once.
+#[derive(Default)]
+struct RecordBatch {
+    data: Vec<u8>,
+    /// (record with its data range in `data`)
+    records: Vec<(OwnedRecord, std::ops::Range<usize>)>,
+}
+
+/// A record's fields without its borrowed bytes.
+struct OwnedRecord {
+    index: u64,
+    offset: u64,
+    timestamp: sluice_pcap::Timestamp,
+    orig_len: u32,
+    interface_id: u32,
+    interface: sluice_pcap::Interface,
+}
+
+impl RecordBatch {
+    fn clear(&mut self) {
+        self.data.clear();
+        self.records.clear();
+    }
+    fn len(&self) -> usize {
+        self.records.len()
+    }
+    fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+    fn push(&mut self, r: &Record<'_>) {
+        let start = self.data.len();
+        self.data.extend_from_slice(r.data);
+        let owned = OwnedRecord {
+            index: r.index,
+            offset: r.offset,
+            timestamp: r.timestamp,
+            orig_len: r.orig_len,
+            interface_id: r.interface_id,
+            interface: r.interface,
+        };
+        self.records.push((owned, start..self.data.len()));
+    }
+    fn frames(&self) -> Vec<Frame<'_>> {
+        self.records
+            .iter()
+            .map(|(r, range)| Frame {
+                link: r.interface.link_type,
+                data: &self.data[range.clone()],
+                wire_len: r.orig_len,
+            })
+            .collect()
+    }
+    fn record(&self, i: usize) -> Record<'_> {
+        let (r, range) = &self.records[i];
+        Record {
+            index: r.index,
+            offset: r.offset,
+            timestamp: r.timestamp,
+            orig_len: r.orig_len,
+            data: &self.data[range.clone()],
+            interface_id: r.interface_id,
+            interface: r.interface,
         }
     }
-    Ok(set)
 }
 
 pub struct Sinks<'a> {
@@ -135,24 +203,40 @@ pub fn filter_capture(input: &Path, engine: &mut Engine, sinks: &Sinks<'_>, show
     let mut drop = open(sinks.drop)?;
     let total = std::fs::metadata(input).map(|m| m.len()).unwrap_or(0);
     let pb = progress::bar(total, true, show_progress);
-    let stopped = loop {
-        let rec = match reader.next_record() {
-            Ok(Some(rec)) => rec,
-            Ok(None) => break None,
-            Err(e) => break Some(e),
-        };
-        let verdict = engine.judge(rec.interface.link_type, rec.data, rec.orig_len);
-        let (sink, path) = match verdict {
-            Verdict::Pass => (&mut pass, sinks.pass),
-            Verdict::Drop => (&mut drop, sinks.drop),
-        };
-        if let (Some(w), Some(p)) = (sink.as_mut(), path) {
-            w.write(&rec).with_context(|| format!("writing {}", p.display()))?;
+    let mut batch = RecordBatch::default();
+    let mut verdicts = vec![Verdict::Pass; RECORDS_PER_BATCH];
+    let mut stopped = None;
+    while stopped.is_none() {
+        batch.clear();
+        while batch.len() < RECORDS_PER_BATCH {
+            match reader.next_record() {
+                Ok(Some(rec)) => batch.push(&rec),
+                Ok(None) => break,
+                Err(e) => {
+                    stopped = Some(e);
+                    break;
+                }
+            }
         }
-        if rec.index % progress::UPDATE_EVERY == 0 {
-            pb.set_position(reader.bytes_read());
+        if batch.is_empty() {
+            break;
         }
-    };
+        let frames = batch.frames();
+        engine.judge_batch(&frames, &mut verdicts[..frames.len()]);
+        for (i, verdict) in verdicts[..frames.len()].iter().enumerate() {
+            let (sink, path) = match verdict {
+                Verdict::Pass => (&mut pass, sinks.pass),
+                Verdict::Drop => (&mut drop, sinks.drop),
+            };
+            if let (Some(w), Some(p)) = (sink.as_mut(), path) {
+                w.write(&batch.record(i)).with_context(|| format!("writing {}", p.display()))?;
+            }
+        }
+        pb.set_position(reader.bytes_read());
+        if batch.len() < RECORDS_PER_BATCH {
+            break;
+        }
+    }
     pb.finish_and_clear();
     for (w, p) in [(pass, sinks.pass), (drop, sinks.drop)] {
         if let (Some(w), Some(p)) = (w, p) {

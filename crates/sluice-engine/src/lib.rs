@@ -5,8 +5,10 @@
 //! verdict, and every verdict is counted under exactly one heading.
 #![deny(unsafe_code)]
 
-use sluice_rules::AddressSet;
-use sluice_wire::{decode, ErrorKind, IpSummary, LinkType};
+use sluice_classify::{AddressSet, DEFAULT_BATCH, MAX_BATCH};
+use sluice_rules::Prefix;
+use sluice_wire::{decode, DecodeError, ErrorKind, IpSummary, LinkType, PacketSummary};
+use std::net::IpAddr;
 
 /// What happens to a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -17,7 +19,6 @@ pub enum Verdict {
 
 /// Address rules: drop when the source is in `drop_src`, the destination in
 /// `drop_dst`, or either in `drop_any`.
-#[derive(Clone, Debug, Default)]
 pub struct RuleSet {
     pub drop_src: AddressSet,
     pub drop_dst: AddressSet,
@@ -33,11 +34,23 @@ pub enum DropReason {
 }
 
 impl RuleSet {
+    pub fn new(drop_src: &[Prefix], drop_dst: &[Prefix], drop_any: &[Prefix]) -> Self {
+        RuleSet {
+            drop_src: AddressSet::new(drop_src),
+            drop_dst: AddressSet::new(drop_dst),
+            drop_any: AddressSet::new(drop_any),
+        }
+    }
+
+    pub fn empty() -> Self {
+        Self::new(&[], &[], &[])
+    }
+
     pub fn is_empty(&self) -> bool {
         self.drop_src.is_empty() && self.drop_dst.is_empty() && self.drop_any.is_empty()
     }
 
-    /// The rule that drops this packet, if any.
+    /// The rule that drops this packet, if any (one packet, no batching).
     pub fn match_ip(&self, ip: &IpSummary) -> Option<DropReason> {
         if self.drop_src.contains(ip.src) || self.drop_any.contains(ip.src) {
             Some(DropReason::Source)
@@ -47,6 +60,59 @@ impl RuleSet {
             None
         }
     }
+
+    /// `match_ip` for a batch: every set is probed for all its keys at once,
+    /// prefetched, before any result is read. `out[i]` is for `ips[i]`.
+    pub fn match_batch(&self, ips: &[IpSummary], out: &mut [Option<DropReason>], batch: usize) {
+        assert_eq!(ips.len(), out.len(), "one output per packet");
+        let mut src = [IpAddr::from([0u8; 4]); MAX_BATCH];
+        let mut dst = [IpAddr::from([0u8; 4]); MAX_BATCH];
+        let mut by_src = [false; MAX_BATCH];
+        let mut by_dst = [false; MAX_BATCH];
+        let mut hit = [false; MAX_BATCH];
+        for (ic, oc) in ips.chunks(MAX_BATCH).zip(out.chunks_mut(MAX_BATCH)) {
+            let n = ic.len();
+            for (i, ip) in ic.iter().enumerate() {
+                (src[i], dst[i]) = (ip.src, ip.dst);
+            }
+            by_src[..n].fill(false);
+            by_dst[..n].fill(false);
+            // (set, keys, whether a hit counts against the destination)
+            for (set, keys, to_dst) in [
+                (&self.drop_src, &src, false),
+                (&self.drop_any, &src, false),
+                (&self.drop_dst, &dst, true),
+                (&self.drop_any, &dst, true),
+            ] {
+                if set.is_empty() {
+                    continue;
+                }
+                set.contains_batch(&keys[..n], &mut hit[..n], batch, true);
+                let acc = if to_dst { &mut by_dst } else { &mut by_src };
+                for (a, h) in acc[..n].iter_mut().zip(&hit[..n]) {
+                    *a |= *h;
+                }
+            }
+            for i in 0..n {
+                oc[i] = if by_src[i] {
+                    Some(DropReason::Source)
+                } else if by_dst[i] {
+                    Some(DropReason::Destination)
+                } else {
+                    None
+                };
+            }
+        }
+    }
+}
+
+/// One frame to judge.
+#[derive(Clone, Copy, Debug)]
+pub struct Frame<'a> {
+    pub link: LinkType,
+    pub data: &'a [u8],
+    /// Length on the wire (the capture may hold less).
+    pub wire_len: u32,
 }
 
 /// Counters of everything the engine has judged.
@@ -101,12 +167,19 @@ impl Stats {
 pub struct Engine {
     rules: RuleSet,
     undecodable: Verdict,
+    batch: usize,
     stats: Stats,
 }
 
 impl Engine {
     pub fn new(rules: RuleSet, undecodable: Verdict) -> Self {
-        Engine { rules, undecodable, stats: Stats::default() }
+        Engine { rules, undecodable, batch: DEFAULT_BATCH, stats: Stats::default() }
+    }
+
+    /// Lookups per prefetch batch (1-64).
+    pub fn with_batch(mut self, batch: usize) -> Self {
+        self.batch = batch.clamp(1, MAX_BATCH);
+        self
     }
 
     pub fn rules(&self) -> &RuleSet {
@@ -117,41 +190,74 @@ impl Engine {
         &self.stats
     }
 
-    /// Decode one frame and decide; `wire_len` is its original length.
-    pub fn judge(&mut self, link: LinkType, frame: &[u8], wire_len: u32) -> Verdict {
-        let s = &mut self.stats;
-        s.packets += 1;
-        s.bytes += u64::from(wire_len);
-        let reason = match decode(link, frame) {
-            Ok(summary) => match summary.ip {
-                Some(ip) => {
-                    if let Some(a) = ip.anomaly {
-                        s.anomalies[a.kind().index()] += 1;
-                    }
-                    self.rules.match_ip(&ip)
+    /// Decode one frame and decide.
+    pub fn judge(&mut self, link: LinkType, data: &[u8], wire_len: u32) -> Verdict {
+        let mut v = [Verdict::Pass];
+        self.judge_batch(&[Frame { link, data, wire_len }], &mut v);
+        v[0]
+    }
+
+    /// Decode and decide a batch: `verdicts[i]` is for `frames[i]`. The main
+    /// path: decode everything, look every address up in batches, count.
+    pub fn judge_batch(&mut self, frames: &[Frame<'_>], verdicts: &mut [Verdict]) {
+        assert_eq!(frames.len(), verdicts.len(), "one verdict per frame");
+        let mut decoded: [Result<PacketSummary, DecodeError>; MAX_BATCH] =
+            [Err(DecodeError::TooManyVlanTags); MAX_BATCH];
+        let mut ips = [None::<IpSummary>; MAX_BATCH];
+        let mut ip_list = [IpSummary::UNSPECIFIED; MAX_BATCH];
+        let mut matched = [None; MAX_BATCH];
+        for (fc, vc) in frames.chunks(MAX_BATCH).zip(verdicts.chunks_mut(MAX_BATCH)) {
+            let mut n_ip = 0;
+            for (i, f) in fc.iter().enumerate() {
+                decoded[i] = decode(f.link, f.data);
+                ips[i] = decoded[i].as_ref().ok().and_then(|s| s.ip);
+                if let Some(ip) = ips[i] {
+                    ip_list[n_ip] = ip;
+                    n_ip += 1;
                 }
-                None => {
-                    s.non_ip += 1;
-                    None
-                }
-            },
-            Err(e) => {
-                s.undecodable[e.kind().index()] += 1;
-                (self.undecodable == Verdict::Drop).then_some(DropReason::Undecodable(e.kind()))
             }
-        };
+            self.rules.match_batch(&ip_list[..n_ip], &mut matched[..n_ip], self.batch);
+            let mut next_ip = 0;
+            for (i, f) in fc.iter().enumerate() {
+                let reason = match (&decoded[i], ips[i]) {
+                    (Ok(_), Some(ip)) => {
+                        if let Some(a) = ip.anomaly {
+                            self.stats.anomalies[a.kind().index()] += 1;
+                        }
+                        next_ip += 1;
+                        matched[next_ip - 1]
+                    }
+                    (Ok(_), None) => {
+                        self.stats.non_ip += 1;
+                        None
+                    }
+                    (Err(e), _) => {
+                        self.stats.undecodable[e.kind().index()] += 1;
+                        (self.undecodable == Verdict::Drop).then_some(DropReason::Undecodable(e.kind()))
+                    }
+                };
+                vc[i] = self.stats.count(reason, f.wire_len);
+            }
+        }
+    }
+}
+
+impl Stats {
+    fn count(&mut self, reason: Option<DropReason>, wire_len: u32) -> Verdict {
+        self.packets += 1;
+        self.bytes += u64::from(wire_len);
         match reason {
             None => {
-                s.passed += 1;
-                s.passed_bytes += u64::from(wire_len);
+                self.passed += 1;
+                self.passed_bytes += u64::from(wire_len);
                 Verdict::Pass
             }
             Some(r) => {
-                s.dropped += 1;
-                s.dropped_bytes += u64::from(wire_len);
+                self.dropped += 1;
+                self.dropped_bytes += u64::from(wire_len);
                 match r {
-                    DropReason::Source => s.dropped_by_src += 1,
-                    DropReason::Destination => s.dropped_by_dst += 1,
+                    DropReason::Source => self.dropped_by_src += 1,
+                    DropReason::Destination => self.dropped_by_dst += 1,
                     DropReason::Undecodable(_) => {}
                 }
                 Verdict::Drop
@@ -164,11 +270,9 @@ impl Engine {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use sluice_rules::Prefix;
 
-    fn set(items: &[&str]) -> AddressSet {
-        let ps: Vec<Prefix> = items.iter().map(|s| s.parse().unwrap()).collect();
-        AddressSet::from_prefixes(&ps)
+    fn list(items: &[&str]) -> Vec<Prefix> {
+        items.iter().map(|s| s.parse().unwrap()).collect()
     }
 
     fn raw_v4(src: [u8; 4], dst: [u8; 4]) -> Vec<u8> {
@@ -180,11 +284,7 @@ mod tests {
 
     #[test]
     fn src_dst_any_and_undecodable() {
-        let rules = RuleSet {
-            drop_src: set(&["10.0.0.0/8"]),
-            drop_dst: set(&["192.0.2.1"]),
-            drop_any: set(&["198.51.100.0/24"]),
-        };
+        let rules = RuleSet::new(&list(&["10.0.0.0/8"]), &list(&["192.0.2.1"]), &list(&["198.51.100.0/24"]));
         let mut e = Engine::new(rules, Verdict::Pass);
         assert_eq!(e.judge(LinkType::RAW, &raw_v4([10, 1, 1, 1], [1, 1, 1, 1]), 20), Verdict::Drop);
         assert_eq!(e.judge(LinkType::RAW, &raw_v4([1, 1, 1, 1], [10, 1, 1, 1]), 20), Verdict::Pass);
@@ -196,17 +296,22 @@ mod tests {
         let s = e.stats();
         assert_eq!((s.packets, s.dropped, s.passed, s.dropped_by_src, s.dropped_by_dst), (7, 4, 3, 2, 2));
         assert_eq!(s.undecodable[ErrorKind::TruncatedIpv4.index()], 1);
-        let mut strict = Engine::new(RuleSet::default(), Verdict::Drop);
+        let mut strict = Engine::new(RuleSet::empty(), Verdict::Drop);
         assert_eq!(strict.judge(LinkType::RAW, &[0x45, 0], 2), Verdict::Drop);
     }
 
     proptest! {
         #[test]
         fn every_frame_counted_once(frames in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..80), 0..50)) {
-            let mut e = Engine::new(RuleSet { drop_any: set(&["0.0.0.0/1"]), ..RuleSet::default() }, Verdict::Drop);
-            for f in &frames {
-                e.judge(LinkType::RAW, f, f.len() as u32);
+            let mut e = Engine::new(RuleSet::new(&[], &[], &list(&["0.0.0.0/1"])), Verdict::Drop);
+            let batch: Vec<Frame<'_>> = frames.iter().map(|f| Frame { link: LinkType::RAW, data: f, wire_len: f.len() as u32 }).collect();
+            let mut verdicts = vec![Verdict::Pass; batch.len()];
+            e.judge_batch(&batch, &mut verdicts);
+            let mut one = Engine::new(RuleSet::new(&[], &[], &list(&["0.0.0.0/1"])), Verdict::Drop);
+            for (f, v) in frames.iter().zip(&verdicts) {
+                prop_assert_eq!(one.judge(LinkType::RAW, f, f.len() as u32), *v, "batch and single verdicts differ");
             }
+            prop_assert_eq!(one.stats(), e.stats());
             let s = e.stats();
             prop_assert_eq!(s.packets, frames.len() as u64);
             prop_assert_eq!(s.passed + s.dropped, s.packets);

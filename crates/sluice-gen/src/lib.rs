@@ -14,7 +14,7 @@
 use rand::distr::{Distribution, Uniform};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use sluice_rules::{AddressSet, Prefix};
+use sluice_rules::{Prefix, PrefixHashSet};
 use sluice_wire::{checksum, ethernet, ethertype, icmp, ip_proto, ipv4, ipv6, tcp, udp, vlan};
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -161,7 +161,7 @@ struct Pending {
 pub struct Generator {
     cfg: GenConfig,
     rng: ChaCha8Rng,
-    avoid: AddressSet,
+    avoid: PrefixHashSet,
     listed_v4: Vec<Prefix>,
     listed_v6: Vec<Prefix>,
     flows: Vec<Flow>,
@@ -193,7 +193,7 @@ impl Generator {
         if cfg.listed_share > 0.0 && cfg.list.is_empty() {
             return Err(ConfigError::EmptyList);
         }
-        let avoid = AddressSet::from_prefixes(&cfg.list);
+        let avoid = PrefixHashSet::from_prefixes(&cfg.list);
         let zipf = match cfg.flows {
             Some((0, _)) => return Err(ConfigError::NoFlows),
             Some((k, FlowDist::Zipf(s))) => {
@@ -633,7 +633,7 @@ mod tests {
     #[test]
     fn frames_decode_with_correct_checksums_and_listed_count_is_exact() {
         let cfg = all_options(20_000);
-        let set = AddressSet::from_prefixes(&cfg.list);
+        let set = PrefixHashSet::from_prefixes(&cfg.list);
         let mut g = Generator::new(cfg).unwrap();
         let mut buf = Vec::new();
         let (mut listed_seen, mut in_list, mut frames) = (0u64, 0u64, 0u64);

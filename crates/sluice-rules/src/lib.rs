@@ -13,7 +13,7 @@ mod set;
 
 pub use list::{load_list, parse_list, LineError, LineErrorKind, ListError, ParsedList};
 pub use prefix::{Prefix, PrefixParseError};
-pub use set::AddressSet;
+pub use set::PrefixHashSet;
 
 /// The FireHOL level1 list (2,574 IPv4 entries, August 2020), embedded for
 /// `sluice demo` and tests. Source: iplists.firehol.org.

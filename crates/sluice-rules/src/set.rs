@@ -9,19 +9,19 @@ use std::net::IpAddr;
 /// length (about 20 for FireHOL level1). The cache-conscious sets of the
 /// classification core replace it on the fast path and are tested against it.
 #[derive(Clone, Debug, Default)]
-pub struct AddressSet {
+pub struct PrefixHashSet {
     v4: Vec<(u8, HashSet<u32>)>,
     v6: Vec<(u8, HashSet<u128>)>,
     entries: usize,
 }
 
-impl AddressSet {
+impl PrefixHashSet {
     pub fn new() -> Self {
         Self::default()
     }
 
     pub fn from_prefixes<'a>(prefixes: impl IntoIterator<Item = &'a Prefix>) -> Self {
-        let mut s = AddressSet::new();
+        let mut s = PrefixHashSet::new();
         for p in prefixes {
             s.insert(*p);
         }
@@ -99,7 +99,7 @@ mod tests {
         #[test]
         fn agrees_with_linear_scan(prefixes in proptest::collection::vec(arb_prefix(), 0..40),
                                    probes in proptest::collection::vec(arb_ip(), 1..60)) {
-            let set = AddressSet::from_prefixes(&prefixes);
+            let set = PrefixHashSet::from_prefixes(&prefixes);
             for ip in probes {
                 let expected = prefixes.iter().any(|p| p.contains(ip));
                 prop_assert_eq!(set.contains(ip), expected, "{}", ip);
@@ -111,7 +111,7 @@ mod tests {
     fn counts_distinct_prefixes() {
         let ps: Vec<Prefix> =
             ["1.2.3.4", "1.2.3.4/32", "10.0.0.0/8", "10.9.9.9/8", "::1"].iter().map(|s| s.parse().unwrap()).collect();
-        let s = AddressSet::from_prefixes(&ps);
+        let s = PrefixHashSet::from_prefixes(&ps);
         assert_eq!(s.len(), 3);
         assert!(s.contains("10.200.0.1".parse().unwrap()));
         assert!(!s.contains("11.0.0.1".parse().unwrap()));

@@ -70,6 +70,20 @@ pub struct IpSummary {
 }
 
 impl IpSummary {
+    /// A placeholder (0.0.0.0 to 0.0.0.0, protocol 0) for filling arrays.
+    pub const UNSPECIFIED: IpSummary = IpSummary {
+        src: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        dst: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        protocol: 0,
+        ports: None,
+        icmp: None,
+        fragment: None,
+        l3_offset: 0,
+        l4_offset: None,
+        payload_offset: None,
+        anomaly: None,
+    };
+
     pub fn is_ipv6(&self) -> bool {
         self.src.is_ipv6()
     }

@@ -1,0 +1,28 @@
+//! Cache-conscious address sets for the classification fast path.
+//!
+//! The limit on this work is how many independent cache-line reads one core
+//! keeps in flight, so every structure here answers a lookup from one cache
+//! line where it can, and every one has a batch API that computes all the
+//! addresses of a batch and prefetches them before reading any (VPP's
+//! dual/quad loops, DPDK's phased bulk lookup).
+//!
+//! - [`V4ExactSet`], [`V6ExactSet`]: open addressing over 64-byte buckets.
+//! - [`V4PrefixSet`], [`V6PrefixSet`]: prefix membership.
+//! - [`AddressSet`]: a mixed list, v4 and v6, hosts and prefixes.
+//!
+//! Each is property-tested against a plain reference (std `HashSet`, a
+//! linear prefix scan). `unsafe` lives only in `mem` (mmap/madvise) and
+//! `simd` (SSE2 compare, prefetch).
+#![deny(unsafe_code)]
+
+mod exact;
+mod hash;
+pub mod mem;
+mod prefix;
+mod set;
+pub mod simd;
+
+pub use exact::{TableInfo, V4ExactSet, V6ExactSet, DEFAULT_MAX_LOAD, MAX_BATCH};
+pub use hash::Hasher;
+pub use prefix::{V4PrefixSet, V6PrefixSet};
+pub use set::{AddressSet, Options, DEFAULT_BATCH};

@@ -1,0 +1,243 @@
+//! [`AddressSet`]: membership in a mixed list of IPv4/IPv6 hosts and prefixes.
+
+use crate::exact::{V4ExactSet, V6ExactSet, DEFAULT_MAX_LOAD, MAX_BATCH};
+use crate::hash::Hasher;
+use crate::prefix::{V4PrefixSet, V6PrefixSet};
+use sluice_rules::Prefix;
+use std::fmt;
+use std::net::IpAddr;
+
+/// Batch size used when the caller does not choose: the best of 1-64 on the
+/// 6M-entry quick benchmark here (see BENCHMARKS.md).
+pub const DEFAULT_BATCH: usize = 16;
+
+/// How to build an [`AddressSet`].
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// Most of the exact tables' slots to fill (0.05-0.9).
+    pub max_load: f64,
+    pub hasher: Hasher,
+    /// When a list has prefixes too, hosts up to this many go into the prefix
+    /// structure (one lookup per address) instead of their own table.
+    pub fold_hosts_up_to: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { max_load: DEFAULT_MAX_LOAD, hasher: Hasher::random(), fold_hosts_up_to: 1 << 20 }
+    }
+}
+
+/// The fast membership structure. Built once, then read-only and shareable.
+///
+/// Hosts go to an exact-match table (one cache line per lookup); prefixes to
+/// the IPv4 bitmap levels or the IPv6 ranges. A list with a few hosts among
+/// its prefixes (FireHOL) is one prefix structure; a list of millions of
+/// hosts is one exact table.
+pub struct AddressSet {
+    v4_hosts: Option<V4ExactSet>,
+    v4_prefixes: Option<V4PrefixSet>,
+    v6_hosts: Option<V6ExactSet>,
+    v6_prefixes: Option<V6PrefixSet>,
+    entries: usize,
+}
+
+impl AddressSet {
+    pub fn new(prefixes: &[Prefix]) -> Self {
+        Self::with_options(prefixes, Options::default())
+    }
+
+    pub fn with_options(prefixes: &[Prefix], o: Options) -> Self {
+        let (mut h4, mut p4, mut h6, mut p6) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for p in prefixes {
+            match *p {
+                Prefix::V4 { addr, len: 32 } => h4.push(addr),
+                Prefix::V4 { addr, len } => p4.push((addr, len)),
+                Prefix::V6 { addr, len: 128 } => h6.push(addr),
+                Prefix::V6 { addr, len } => p6.push((addr, len)),
+            }
+        }
+        if !p4.is_empty() && h4.len() <= o.fold_hosts_up_to {
+            p4.extend(h4.drain(..).map(|a| (a, 32)));
+        }
+        if !p6.is_empty() && h6.len() <= o.fold_hosts_up_to {
+            p6.extend(h6.drain(..).map(|a| (a, 128)));
+        }
+        let mut distinct: Vec<Prefix> = prefixes.to_vec();
+        distinct.sort_unstable();
+        distinct.dedup();
+        AddressSet {
+            v4_hosts: (!h4.is_empty()).then(|| V4ExactSet::with_options(&h4, o.max_load, o.hasher)),
+            v4_prefixes: (!p4.is_empty()).then(|| V4PrefixSet::new(&p4)),
+            v6_hosts: (!h6.is_empty()).then(|| V6ExactSet::with_options(&h6, o.max_load, o.hasher)),
+            v6_prefixes: (!p6.is_empty()).then(|| V6PrefixSet::new(&p6)),
+            entries: distinct.len(),
+        }
+    }
+
+    /// Distinct entries of the list.
+    pub fn len(&self) -> usize {
+        self.entries
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries == 0
+    }
+
+    #[inline]
+    pub fn contains_v4(&self, a: u32) -> bool {
+        self.v4_prefixes.as_ref().is_some_and(|p| p.contains(a))
+            || self.v4_hosts.as_ref().is_some_and(|h| h.contains(a))
+    }
+
+    #[inline]
+    pub fn contains_v6(&self, a: u128) -> bool {
+        self.v6_prefixes.as_ref().is_some_and(|p| p.contains(a))
+            || self.v6_hosts.as_ref().is_some_and(|h| h.contains(a))
+    }
+
+    #[inline]
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match ip {
+            IpAddr::V4(a) => self.contains_v4(u32::from(a)),
+            IpAddr::V6(a) => self.contains_v6(u128::from(a)),
+        }
+    }
+
+    /// `out[i] = contains_v4(keys[i])`, batched and (optionally) prefetched.
+    #[inline]
+    pub fn contains_v4_batch(&self, keys: &[u32], out: &mut [bool], batch: usize, prefetch: bool) {
+        assert_eq!(keys.len(), out.len(), "one output per key");
+        match (&self.v4_prefixes, &self.v4_hosts) {
+            (None, None) => out.fill(false),
+            (Some(p), None) => p.contains_batch(keys, out, batch, prefetch),
+            (None, Some(h)) => h.contains_batch(keys, out, batch, prefetch),
+            (Some(p), Some(h)) => {
+                let mut tmp = [false; MAX_BATCH];
+                for (kc, oc) in keys.chunks(MAX_BATCH).zip(out.chunks_mut(MAX_BATCH)) {
+                    p.contains_batch(kc, oc, batch, prefetch);
+                    h.contains_batch(kc, &mut tmp[..kc.len()], batch, prefetch);
+                    for (o, t) in oc.iter_mut().zip(&tmp) {
+                        *o |= *t;
+                    }
+                }
+            }
+        }
+    }
+
+    /// `out[i] = contains(addrs[i])` for mixed families: IPv4 keys go through
+    /// the batched path, IPv6 ones are looked up one by one.
+    pub fn contains_batch(&self, addrs: &[IpAddr], out: &mut [bool], batch: usize, prefetch: bool) {
+        assert_eq!(addrs.len(), out.len(), "one output per key");
+        let mut keys = [0u32; MAX_BATCH];
+        let mut at = [0usize; MAX_BATCH];
+        let mut found = [false; MAX_BATCH];
+        for (chunk_no, chunk) in addrs.chunks(MAX_BATCH).enumerate() {
+            let base = chunk_no * MAX_BATCH;
+            let mut n = 0;
+            for (i, ip) in chunk.iter().enumerate() {
+                match ip {
+                    IpAddr::V4(a) => {
+                        keys[n] = u32::from(*a);
+                        at[n] = base + i;
+                        n += 1;
+                    }
+                    IpAddr::V6(a) => out[base + i] = self.contains_v6(u128::from(*a)),
+                }
+            }
+            self.contains_v4_batch(&keys[..n], &mut found[..n], batch, prefetch);
+            for j in 0..n {
+                out[at[j]] = found[j];
+            }
+        }
+    }
+
+    /// Bytes of all tables.
+    pub fn bytes(&self) -> usize {
+        self.v4_hosts.as_ref().map_or(0, |h| h.info().bytes)
+            + self.v4_prefixes.as_ref().map_or(0, V4PrefixSet::bytes)
+            + self.v6_hosts.as_ref().map_or(0, |h| h.info().bytes)
+            + self.v6_prefixes.as_ref().map_or(0, |p| p.ranges() * 32)
+    }
+
+    /// Whether every large table got the huge-page advice accepted.
+    pub fn huge_pages(&self) -> bool {
+        self.v4_hosts.as_ref().is_none_or(|h| h.info().huge_pages || h.info().bytes < (1 << 20))
+            && self.v4_prefixes.as_ref().is_none_or(V4PrefixSet::huge_pages)
+    }
+}
+
+impl fmt::Display for AddressSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} entries:", self.entries)?;
+        if let Some(h) = &self.v4_hosts {
+            let i = h.info();
+            write!(f, " v4 hosts {} in {} buckets ({} MiB)", i.entries, i.buckets, i.bytes >> 20)?;
+        }
+        if let Some(p) = &self.v4_prefixes {
+            write!(f, " v4 prefixes {} ({} MiB)", p.prefixes(), p.bytes() >> 20)?;
+        }
+        if let Some(h) = &self.v6_hosts {
+            write!(f, " v6 hosts {}", h.len())?;
+        }
+        if let Some(p) = &self.v6_prefixes {
+            write!(f, " v6 prefixes {} as {} ranges", p.prefixes(), p.ranges())?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    fn arb_prefix() -> impl Strategy<Value = Prefix> {
+        prop_oneof![
+            (0u32..8, any::<u8>(), prop_oneof![Just(32u8), 0u8..=32])
+                .prop_map(|(a, b, l)| Prefix::new(IpAddr::V4(Ipv4Addr::from(a << 29 | u32::from(b))), l)),
+            (0u128..8, any::<u8>(), prop_oneof![Just(128u8), 0u8..=128])
+                .prop_map(|(a, b, l)| Prefix::new(IpAddr::V6(Ipv6Addr::from(a << 125 | u128::from(b))), l)),
+        ]
+    }
+
+    fn arb_ip() -> impl Strategy<Value = IpAddr> {
+        prop_oneof![
+            (0u32..8, any::<u8>()).prop_map(|(a, b)| IpAddr::V4(Ipv4Addr::from(a << 29 | u32::from(b)))),
+            (0u128..8, any::<u8>()).prop_map(|(a, b)| IpAddr::V6(Ipv6Addr::from(a << 125 | u128::from(b)))),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        /// The differential test of issue 3: the fast set, its batch path and
+        /// the simple per-length hash sets against a linear prefix scan.
+        #[test]
+        fn agrees_with_reference(prefixes in proptest::collection::vec(arb_prefix(), 0..80),
+                                 probes in proptest::collection::vec(arb_ip(), 1..300),
+                                 fold in prop_oneof![Just(0usize), Just(1 << 20)],
+                                 batch in 1usize..70, seed in any::<u64>()) {
+            let set = AddressSet::with_options(&prefixes, Options { max_load: 0.75, hasher: Hasher::with_seed(seed), fold_hosts_up_to: fold });
+            let simple = sluice_rules::PrefixHashSet::from_prefixes(&prefixes);
+            let mut out = vec![false; probes.len()];
+            set.contains_batch(&probes, &mut out, batch, seed % 2 == 0);
+            for (ip, o) in probes.iter().zip(&out) {
+                let want = prefixes.iter().any(|p| p.contains(*ip));
+                prop_assert_eq!(set.contains(*ip), want, "{}", ip);
+                prop_assert_eq!(*o, want, "batch {}", ip);
+                prop_assert_eq!(simple.contains(*ip), want);
+            }
+        }
+    }
+
+    #[test]
+    fn firehol_as_one_prefix_structure() {
+        let list = sluice_rules::parse_list("f", sluice_rules::FIREHOL_LEVEL1.as_bytes(), false).unwrap().prefixes;
+        let set = AddressSet::new(&list);
+        assert_eq!(set.len(), 2574);
+        assert!(set.v4_hosts.is_none() && set.v4_prefixes.is_some());
+        assert!(set.contains("10.1.2.3".parse().unwrap()));
+        assert!(!set.contains("8.8.8.8".parse().unwrap()));
+    }
+}

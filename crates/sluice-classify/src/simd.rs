@@ -1,0 +1,63 @@
+//! The two machine-level operations of the fast path: compare a key against
+//! a whole 64-byte bucket at once, and prefetch a cache line.
+//!
+//! x86_64 uses SSE2 (part of the x86_64 baseline, so always present); other
+//! targets use the scalar reference, which the property test compares against.
+#![allow(unsafe_code)]
+
+/// Whether any of the 16 lanes equals `key`.
+#[inline(always)]
+pub fn any_eq_u32x16(lanes: &[u32; 16], key: u32) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::*;
+        // SAFETY: SSE2 is in the x86_64 baseline; `lanes` is 64 readable bytes,
+        // and the unaligned loads have no alignment requirement.
+        unsafe {
+            let k = _mm_set1_epi32(key as i32);
+            let p = lanes.as_ptr().cast::<__m128i>();
+            let a = _mm_cmpeq_epi32(_mm_loadu_si128(p), k);
+            let b = _mm_cmpeq_epi32(_mm_loadu_si128(p.add(1)), k);
+            let c = _mm_cmpeq_epi32(_mm_loadu_si128(p.add(2)), k);
+            let d = _mm_cmpeq_epi32(_mm_loadu_si128(p.add(3)), k);
+            _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(a, b), _mm_or_si128(c, d))) != 0
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        any_eq_u32x16_scalar(lanes, key)
+    }
+}
+
+/// The plain reference for [`any_eq_u32x16`].
+#[inline(always)]
+pub fn any_eq_u32x16_scalar(lanes: &[u32; 16], key: u32) -> bool {
+    lanes.iter().fold(false, |acc, &l| acc | (l == key))
+}
+
+/// Ask for the cache line holding `p` to be brought into all cache levels.
+/// A hint only: it never faults, whatever the address.
+#[inline(always)]
+pub fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHT0 is a hint that does not access memory architecturally
+    // and cannot fault, even for invalid addresses.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn simd_matches_scalar(lanes in proptest::array::uniform16(0u32..8), key in 0u32..8) {
+            prop_assert_eq!(any_eq_u32x16(&lanes, key), any_eq_u32x16_scalar(&lanes, key));
+        }
+    }
+}
