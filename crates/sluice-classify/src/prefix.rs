@@ -119,6 +119,14 @@ impl V4PrefixSet {
         }
     }
 
+    /// Prefetch the level-1 lines of `keys` (level 2 depends on level 1).
+    #[inline]
+    pub fn prefetch(&self, keys: &[u32]) {
+        for &k in keys {
+            prefetch(self.groups.addr_of((k >> 14) as usize));
+        }
+    }
+
     /// Three phases per chunk: prefetch level 1; test it and prefetch level 2
     /// where needed; finish those.
     #[inline]

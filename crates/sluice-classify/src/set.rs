@@ -7,9 +7,11 @@ use sluice_rules::Prefix;
 use std::fmt;
 use std::net::IpAddr;
 
-/// Batch size used when the caller does not choose: the best of 1-64 on the
-/// 6M-entry quick benchmark here (see BENCHMARKS.md).
-pub const DEFAULT_BATCH: usize = 16;
+/// Packets per batch when the caller does not choose. Measured with
+/// `sluice bench classify --structure sluice --batch 4,8,16,32 --pipeline both`:
+/// pipelined, 8 packets (16 lookups in flight while 16 more are resolved)
+/// was fastest; at 16 and up the prefetches outrun the core's miss buffers.
+pub const DEFAULT_BATCH: usize = 8;
 
 /// How to build an [`AddressSet`].
 #[derive(Clone, Copy, Debug)]
@@ -63,15 +65,25 @@ impl AddressSet {
         if !p6.is_empty() && h6.len() <= o.fold_hosts_up_to {
             p6.extend(h6.drain(..).map(|a| (a, 128)));
         }
-        let mut distinct: Vec<Prefix> = prefixes.to_vec();
-        distinct.sort_unstable();
-        distinct.dedup();
+        // Exact tables count their distinct keys as they build; prefix lists
+        // are usually short enough to sort.
+        let distinct = |mut v: Vec<(u128, u8)>| {
+            v.sort_unstable();
+            v.dedup();
+            v.len()
+        };
+        let v4_hosts = (!h4.is_empty()).then(|| V4ExactSet::with_options(&h4, o.max_load, o.hasher));
+        let v6_hosts = (!h6.is_empty()).then(|| V6ExactSet::with_options(&h6, o.max_load, o.hasher));
+        let entries = v4_hosts.as_ref().map_or(0, V4ExactSet::len)
+            + v6_hosts.as_ref().map_or(0, V6ExactSet::len)
+            + distinct(p4.iter().map(|&(a, l)| (u128::from(a), l)).collect())
+            + distinct(p6.clone());
         AddressSet {
-            v4_hosts: (!h4.is_empty()).then(|| V4ExactSet::with_options(&h4, o.max_load, o.hasher)),
+            v4_hosts,
             v4_prefixes: (!p4.is_empty()).then(|| V4PrefixSet::new(&p4)),
-            v6_hosts: (!h6.is_empty()).then(|| V6ExactSet::with_options(&h6, o.max_load, o.hasher)),
+            v6_hosts,
             v6_prefixes: (!p6.is_empty()).then(|| V6PrefixSet::new(&p6)),
-            entries: distinct.len(),
+            entries,
         }
     }
 
@@ -101,6 +113,19 @@ impl AddressSet {
         match ip {
             IpAddr::V4(a) => self.contains_v4(u32::from(a)),
             IpAddr::V6(a) => self.contains_v6(u128::from(a)),
+        }
+    }
+
+    /// Prefetch the lines that looking up `keys` will read, without reading
+    /// them: the first half of a software pipeline whose second half is
+    /// `contains_v4_batch(.., prefetch = false)` a batch later.
+    #[inline]
+    pub fn prefetch_v4(&self, keys: &[u32]) {
+        if let Some(p) = &self.v4_prefixes {
+            p.prefetch(keys);
+        }
+        if let Some(h) = &self.v4_hosts {
+            h.prefetch(keys);
         }
     }
 
@@ -220,6 +245,7 @@ mod tests {
                                  batch in 1usize..70, seed in any::<u64>()) {
             let set = AddressSet::with_options(&prefixes, Options { max_load: 0.75, hasher: Hasher::with_seed(seed), fold_hosts_up_to: fold });
             let simple = sluice_rules::PrefixHashSet::from_prefixes(&prefixes);
+            prop_assert_eq!(set.len(), simple.len(), "distinct entries");
             let mut out = vec![false; probes.len()];
             set.contains_batch(&probes, &mut out, batch, seed % 2 == 0);
             for (ip, o) in probes.iter().zip(&out) {

@@ -3,6 +3,7 @@
 //! the summary) are opened here and nowhere else.
 #![deny(unsafe_code)]
 
+mod cmd_bench;
 mod cmd_decode;
 mod cmd_demo;
 mod cmd_filter;
@@ -54,6 +55,9 @@ enum Command {
     Filter(cmd_filter::FilterArgs),
     /// Generate a realistic capture, filter it against the embedded FireHOL list, compare with the expected drops.
     Demo(cmd_demo::DemoArgs),
+    /// Reproducible experiments: the seed's classification test bed.
+    #[command(subcommand)]
+    Bench(cmd_bench::BenchCommand),
 }
 
 fn main() -> ExitCode {
@@ -63,6 +67,7 @@ fn main() -> ExitCode {
         Command::Decode(a) => cmd_decode::run(a),
         Command::Filter(a) => cmd_filter::run(a),
         Command::Demo(a) => cmd_demo::run(a),
+        Command::Bench(b) => cmd_bench::run(b),
     };
     ExitCode::from(match result {
         Ok(Outcome::Complete) => exit::OK,

@@ -304,3 +304,52 @@ fn usage_errors_exit_2() {
     assert_eq!(code, 2);
     assert!(stderr.contains("neither \"imix\" nor a frame size"), "{stderr}");
 }
+
+#[test]
+fn bench_classify_prints_one_json_object_per_scenario() {
+    let out = ok(&[
+        "bench",
+        "classify",
+        "--structure",
+        "chained,sluice,hashbrown",
+        "--batch",
+        "1,4",
+        "--prefetch",
+        "none,bucket",
+        "--entries",
+        "20000",
+        "--packets",
+        "20000",
+        "--reps",
+        "2",
+        "--ring",
+        "256",
+        "--format",
+        "json",
+    ]);
+    let rows: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let probe = rows.iter().find(|r| r["scenario"] == "probe").expect("probe row");
+    assert!(probe["mlines_per_s"].as_f64().unwrap() > 0.0);
+    let scenarios: Vec<&Value> = rows.iter().filter(|r| r["scenario"] != "probe").collect();
+    // hashbrown has no prefetch of its own but is still measured in both modes.
+    assert!(scenarios.len() >= 8, "{}", scenarios.len());
+    for r in scenarios {
+        for key in [
+            "scenario",
+            "structure",
+            "batch",
+            "prefetch",
+            "stride",
+            "entries",
+            "threads",
+            "mpps_median",
+            "mpps_min",
+            "mpps_max",
+        ] {
+            assert!(!r[key].is_null(), "{key} missing in {r}");
+        }
+        let (min, med, max) =
+            (r["mpps_min"].as_f64().unwrap(), r["mpps_median"].as_f64().unwrap(), r["mpps_max"].as_f64().unwrap());
+        assert!(min > 0.0 && min <= med && med <= max, "{r}");
+    }
+}

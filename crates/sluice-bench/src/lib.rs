@@ -1,0 +1,375 @@
+//! The seed's classification test bed, in memory (no NIC).
+//!
+//! A ring of packet buffers at a configurable stride is refilled with random
+//! IPv4 source/destination pairs each pass (the NIC's DMA) and processed the
+//! seed's way: for each batch, optionally prefetch the headers; decap
+//! Ethernet/IPv4; optionally prefetch the table lines; look up source and
+//! destination; count the verdict. Each scenario is one structure × batch ×
+//! prefetch mode × stride × table × threads, repeated; results are the
+//! median, minimum and maximum Mpps. The memory-parallelism probe in the same
+//! run gives the machine's limit.
+#![deny(unsafe_code)]
+
+pub mod probe;
+pub mod report;
+pub mod ring;
+pub mod structures;
+
+use ring::{ipv4_pair, Ring, Rng};
+use sluice_classify::simd::prefetch;
+use sluice_classify::{Hasher, MAX_BATCH};
+use sluice_rules::Prefix;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Instant;
+use structures::{Chained, Classifier, Hashbrown, PrefixTrie, Sluice};
+
+/// Which structure a scenario measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Structure {
+    /// The seed's chained table with this many buckets.
+    Chained {
+        buckets: usize,
+    },
+    Hashbrown,
+    /// sluice's AddressSet over `entries` random IPv4 hosts.
+    Sluice,
+    /// sluice's AddressSet over FireHOL level1 plus `entries` random prefixes.
+    SluicePrefix,
+    /// prefix-trie over the same prefixes as `SluicePrefix`.
+    PrefixTrie,
+}
+
+impl Structure {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Structure::Chained { .. } => "chained",
+            Structure::Hashbrown => "hashbrown",
+            Structure::Sluice => "sluice",
+            Structure::SluicePrefix => "sluice-prefix",
+            Structure::PrefixTrie => "prefix-trie",
+        }
+    }
+
+    pub fn parse(s: &str, buckets: usize) -> Option<Structure> {
+        Some(match s {
+            "chained" => Structure::Chained { buckets },
+            "hashbrown" => Structure::Hashbrown,
+            "sluice" => Structure::Sluice,
+            "sluice-prefix" => Structure::SluicePrefix,
+            "prefix-trie" => Structure::PrefixTrie,
+            _ => return None,
+        })
+    }
+}
+
+/// What is prefetched before use: the packet headers, the table lines, both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Prefetch {
+    None,
+    Header,
+    Bucket,
+    Both,
+}
+
+impl Prefetch {
+    pub const ALL: [Prefetch; 4] = [Prefetch::None, Prefetch::Header, Prefetch::Bucket, Prefetch::Both];
+    pub fn name(&self) -> &'static str {
+        match self {
+            Prefetch::None => "none",
+            Prefetch::Header => "header",
+            Prefetch::Bucket => "bucket",
+            Prefetch::Both => "both",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Prefetch> {
+        Prefetch::ALL.into_iter().find(|p| p.name() == s)
+    }
+    fn header(self) -> bool {
+        matches!(self, Prefetch::Header | Prefetch::Both)
+    }
+    fn bucket(self) -> bool {
+        matches!(self, Prefetch::Bucket | Prefetch::Both)
+    }
+}
+
+/// One row of the test bed.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub name: String,
+    pub structure: Structure,
+    /// Random hosts (exact structures) or random prefixes (prefix structures).
+    pub entries: usize,
+    pub batch: usize,
+    pub prefetch: Prefetch,
+    pub stride: usize,
+    pub threads: usize,
+    /// Software pipelining: prefetch the next batch's table lines before
+    /// resolving this batch's (only with bucket prefetch).
+    pub pipeline: bool,
+    /// The seed post's figure for this row, Mpps on a Sandy Bridge core.
+    pub seed_mpps: Option<f64>,
+}
+
+/// How long and how often to measure.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    pub reps: usize,
+    /// Packets per repetition per thread.
+    pub packets: u64,
+    /// Buffers in the ring (NIC ring size).
+    pub ring_slots: usize,
+    pub seed: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings { reps: 5, packets: 2_000_000, ring_slots: 2048, seed: 1 }
+    }
+}
+
+/// A measured scenario.
+#[derive(Clone, Debug)]
+pub struct Measured {
+    pub scenario: Scenario,
+    /// Mpps of each repetition.
+    pub mpps: Vec<f64>,
+    /// Share of packets dropped (source or destination in the table).
+    pub drop_share: f64,
+    pub table_bytes: usize,
+    pub build_s: f64,
+}
+
+impl Measured {
+    pub fn median(&self) -> f64 {
+        median(&self.mpps)
+    }
+    pub fn min(&self) -> f64 {
+        self.mpps.iter().copied().fold(f64::INFINITY, f64::min)
+    }
+    pub fn max(&self) -> f64 {
+        self.mpps.iter().copied().fold(0.0, f64::max)
+    }
+}
+
+pub fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    match s.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
+}
+
+/// The lists the prefix scenarios use: FireHOL level1 plus `extra` random
+/// prefixes from /8 to /32. Lengths are drawn with weight 2^(L-8) up to /24
+/// and flat beyond, so each length adds a similar share of address space
+/// and the union covers about a quarter of IPv4 (uniform lengths would cover
+/// all of it with /8s and make every lookup a trivial hit).
+pub fn prefix_list(extra: usize, seed: u64) -> Vec<Prefix> {
+    let mut list = sluice_rules::parse_list("firehol", sluice_rules::FIREHOL_LEVEL1.as_bytes(), false)
+        .expect("embedded list parses")
+        .prefixes;
+    let weights: Vec<f64> = (8u8..=32).map(|l| 2f64.powi(i32::from(l.min(24)) - 8)).collect();
+    let total: f64 = weights.iter().sum();
+    let mut rng = Rng::new(seed ^ 0x7072_6566);
+    for _ in 0..extra {
+        let mut r = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * total;
+        let mut len = 32u8;
+        for (l, w) in (8u8..=32).zip(&weights) {
+            if r < *w {
+                len = l;
+                break;
+            }
+            r -= w;
+        }
+        list.push(Prefix::new(std::net::IpAddr::V4((rng.next_u64() as u32).into()), len));
+    }
+    list
+}
+
+/// Random IPv4 hosts for the exact-match scenarios.
+pub fn host_keys(n: usize, seed: u64) -> Vec<u32> {
+    let mut rng = Rng::new(seed ^ 0x686f_7374);
+    (0..n).map(|_| rng.next_u64() as u32).collect()
+}
+
+/// Built structures, shared between scenarios that use the same one.
+#[derive(Default)]
+pub struct Tables {
+    built: HashMap<(Structure, usize), (Arc<dyn Classifier>, f64)>,
+}
+
+impl Tables {
+    fn get(&mut self, s: Structure, entries: usize, seed: u64) -> (Arc<dyn Classifier>, f64) {
+        self.built
+            .entry((s, entries))
+            .or_insert_with(|| {
+                let hasher = Hasher::with_seed(seed);
+                let started = Instant::now();
+                let table: Arc<dyn Classifier> = match s {
+                    Structure::Chained { buckets } => {
+                        Arc::new(Chained::new(&host_keys(entries, seed), buckets, hasher))
+                    }
+                    Structure::Hashbrown => Arc::new(Hashbrown(host_keys(entries, seed).into_iter().collect())),
+                    Structure::Sluice => {
+                        let hosts: Vec<Prefix> =
+                            host_keys(entries, seed).into_iter().map(|a| Prefix::V4 { addr: a, len: 32 }).collect();
+                        Arc::new(Sluice::new(&hosts, hasher))
+                    }
+                    Structure::SluicePrefix => Arc::new(Sluice::new(&prefix_list(entries, seed), hasher)),
+                    Structure::PrefixTrie => Arc::new(PrefixTrie::new(&prefix_list(entries, seed))),
+                };
+                (table, started.elapsed().as_secs_f64())
+            })
+            .clone()
+    }
+
+    /// Time to build sluice's exact set from `n` hosts (list → set), seconds.
+    pub fn time_sluice_build(n: usize, seed: u64) -> f64 {
+        let hosts: Vec<Prefix> = host_keys(n, seed).into_iter().map(|a| Prefix::V4 { addr: a, len: 32 }).collect();
+        let started = Instant::now();
+        let set = Sluice::new(&hosts, Hasher::with_seed(seed));
+        let t = started.elapsed().as_secs_f64();
+        drop(set);
+        t
+    }
+}
+
+/// Decap `n` frames from `slot` into `keys` (source, destination pairs);
+/// returns the number of keys written.
+#[inline(always)]
+fn decap(ring: &Ring, slot: usize, n: usize, header_pf: bool, keys: &mut [u32]) -> usize {
+    if header_pf {
+        for i in 0..n {
+            prefetch(ring.frame(slot + i).as_ptr());
+        }
+    }
+    let mut k = 0;
+    for i in 0..n {
+        if let Some((src, dst)) = ipv4_pair(ring.frame(slot + i)) {
+            keys[k] = src;
+            keys[k + 1] = dst;
+            k += 2;
+        }
+    }
+    k
+}
+
+#[inline(always)]
+fn count_drops(hits: &[bool]) -> u64 {
+    hits.chunks_exact(2).map(|pair| u64::from(pair[0] | pair[1])).sum()
+}
+
+/// Process `packets` packets from `ring`; returns (seconds, dropped).
+///
+/// Per batch, the seed's steps: optional header prefetch, decap, optional
+/// table prefetch, lookups, verdicts. Pipelined, the table lines of batch
+/// i+1 are prefetched before batch i is resolved, so the memory system
+/// always has a batch of misses in flight (VPP's loops do the same with
+/// packet buffers).
+fn run_ring(table: &dyn Classifier, ring: &mut Ring, sc: &Scenario, packets: u64) -> (f64, u64) {
+    let batch = sc.batch.clamp(1, MAX_BATCH);
+    let bucket_pf = sc.prefetch.bucket() && table.can_prefetch();
+    let pipeline = sc.pipeline && bucket_pf;
+    let header_pf = sc.prefetch.header();
+    let mut keys = [[0u32; 2 * MAX_BATCH]; 2];
+    let mut hits = [false; 2 * MAX_BATCH];
+    let (mut done, mut dropped) = (0u64, 0u64);
+    let started = Instant::now();
+    while done < packets {
+        ring.refill();
+        let slots = ring.slots();
+        if pipeline {
+            let mut cur = 0;
+            let mut k_cur = decap(ring, 0, batch.min(slots), header_pf, &mut keys[0]);
+            table.prefetch(&keys[0][..k_cur]);
+            let mut s = batch.min(slots);
+            loop {
+                let n = batch.min(slots - s);
+                let k_next = decap(ring, s, n, header_pf, &mut keys[1 - cur]);
+                table.prefetch(&keys[1 - cur][..k_next]);
+                table.lookup(&keys[cur][..k_cur], &mut hits[..k_cur], false);
+                dropped += count_drops(&hits[..k_cur]);
+                if n == 0 {
+                    break;
+                }
+                (cur, k_cur, s) = (1 - cur, k_next, s + n);
+            }
+        } else {
+            let mut s = 0;
+            while s < slots {
+                let n = batch.min(slots - s);
+                let k = decap(ring, s, n, header_pf, &mut keys[0]);
+                table.lookup(&keys[0][..k], &mut hits[..k], bucket_pf);
+                dropped += count_drops(&hits[..k]);
+                s += n;
+            }
+        }
+        done += slots as u64;
+    }
+    (started.elapsed().as_secs_f64(), dropped)
+}
+
+/// Measure one scenario.
+pub fn measure(sc: &Scenario, st: &Settings, tables: &mut Tables) -> Measured {
+    let (table, build_s) = tables.get(sc.structure, sc.entries, st.seed);
+    let threads = sc.threads.max(1);
+    let mut rings: Vec<Ring> = (0..threads).map(|t| Ring::new(st.ring_slots, sc.stride, st.seed + t as u64)).collect();
+    // One untimed pass to fault everything in.
+    run_ring(&*table, &mut rings[0], sc, st.ring_slots as u64);
+    let mut mpps = Vec::with_capacity(st.reps);
+    let (mut dropped, mut total) = (0u64, 0u64);
+    for _ in 0..st.reps {
+        let started = Instant::now();
+        let results: Vec<(f64, u64)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = rings
+                .iter_mut()
+                .map(|ring| {
+                    let table = &*table;
+                    scope.spawn(move || run_ring(table, ring, sc, st.packets))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("bench thread")).collect()
+        });
+        let wall = if threads == 1 { results[0].0 } else { started.elapsed().as_secs_f64() };
+        let packets = (st.packets.div_ceil(st.ring_slots as u64) * st.ring_slots as u64) * threads as u64;
+        mpps.push(packets as f64 / wall / 1e6);
+        dropped += results.iter().map(|r| r.1).sum::<u64>();
+        total += packets;
+    }
+    Measured {
+        scenario: sc.clone(),
+        mpps,
+        drop_share: dropped as f64 / total.max(1) as f64,
+        table_bytes: table.bytes(),
+        build_s,
+    }
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} ({} batch {} prefetch {} stride {})",
+            self.name,
+            self.structure.name(),
+            self.batch,
+            self.prefetch.name(),
+            self.stride
+        )?;
+        if self.pipeline {
+            f.write_str(" pipelined")?;
+        }
+        Ok(())
+    }
+}
+
+impl Scenario {
+    pub fn with_batch(mut self, batch: usize) -> Self {
+        self.batch = batch;
+        self
+    }
+}

@@ -1,0 +1,299 @@
+//! Presets, the readable table, JSON lines and the SVG plot.
+
+use crate::{Measured, Prefetch, Scenario, Structure};
+use serde_json::{json, Value};
+use std::fmt::Write as _;
+
+pub const SEED_ENTRIES: usize = 6_000_000;
+pub const SEED_BUCKETS: usize = 524_288;
+pub const SEED_BUCKETS_BIG: usize = 2_097_152;
+/// Random prefixes added to FireHOL for the prefix scenarios.
+pub const PREFIX_EXTRA: usize = 1_000_000;
+
+fn sc(
+    name: &str,
+    structure: Structure,
+    entries: usize,
+    batch: usize,
+    prefetch: Prefetch,
+    stride: usize,
+    seed: Option<f64>,
+) -> Scenario {
+    Scenario {
+        name: name.to_owned(),
+        structure,
+        entries,
+        batch,
+        prefetch,
+        stride,
+        threads: 1,
+        pipeline: false,
+        seed_mpps: seed,
+    }
+}
+
+/// sluice's defaults: batch [`sluice_classify::DEFAULT_BATCH`], table-line
+/// prefetch, pipelined across batches.
+fn sluice_default(name: &str, structure: Structure, entries: usize, stride: usize) -> Scenario {
+    Scenario {
+        pipeline: true,
+        ..sc(name, structure, entries, sluice_classify::DEFAULT_BATCH, Prefetch::Bucket, stride, None)
+    }
+}
+
+/// `quick`: the headline comparison, under a minute on 2 cores.
+pub fn quick() -> Vec<Scenario> {
+    let d = sluice_classify::DEFAULT_BATCH;
+    let mut v = vec![
+        sc("naive", Structure::Chained { buckets: SEED_BUCKETS }, SEED_ENTRIES, 1, Prefetch::None, 2048, Some(3.7)),
+        sc("hashbrown", Structure::Hashbrown, SEED_ENTRIES, 1, Prefetch::None, 2048, None),
+        sluice_default("sluice", Structure::Sluice, SEED_ENTRIES, 2048),
+        sluice_default("sluice-prefix", Structure::SluicePrefix, PREFIX_EXTRA, 2048),
+        sc("prefix-trie", Structure::PrefixTrie, PREFIX_EXTRA, 1, Prefetch::None, 2048, None),
+        sc("sluice-nopipe", Structure::Sluice, SEED_ENTRIES, d, Prefetch::Bucket, 2048, None),
+        sc("sluice-nopf", Structure::Sluice, SEED_ENTRIES, d, Prefetch::None, 2048, None),
+    ];
+    for b in [1, 4, 16, 32, 64] {
+        v.push(
+            Scenario { name: format!("sluice-b{b}"), ..sluice_default("", Structure::Sluice, SEED_ENTRIES, 2048) }
+                .with_batch(b),
+        );
+    }
+    v
+}
+
+/// `seed`: every single-thread row of the seed post's DDIO tables, chained
+/// table as in the post, with the post's figure beside ours.
+pub fn seed() -> Vec<Scenario> {
+    let c = Structure::Chained { buckets: SEED_BUCKETS };
+    let big = Structure::Chained { buckets: SEED_BUCKETS_BIG };
+    let mut v = Vec::new();
+    for (b, fig) in [(1, 10.0), (2, 11.1), (4, 11.7)] {
+        v.push(sc(&format!("empty-1920-b{b}"), c, 0, b, Prefetch::None, 1920, Some(fig)));
+    }
+    for (b, fig) in [(1, 10.0), (2, 10.8), (4, 11.5)] {
+        v.push(sc(&format!("empty-1920-b{b}-hdrpf"), c, 0, b, Prefetch::Header, 1920, Some(fig)));
+    }
+    for (stride, figs) in [(2048, [3.7, 4.5, 4.8]), (1920, [5.0, 5.6, 5.6])] {
+        for (b, fig) in [1, 2, 4].into_iter().zip(figs) {
+            v.push(sc(&format!("6m-524k-{stride}-b{b}"), c, SEED_ENTRIES, b, Prefetch::None, stride, Some(fig)));
+        }
+    }
+    for (pf, fig) in [(Prefetch::Header, 5.5), (Prefetch::Bucket, 7.7), (Prefetch::Both, 7.5)] {
+        v.push(sc(&format!("6m-524k-1920-b4-{}", pf.name()), c, SEED_ENTRIES, 4, pf, 1920, Some(fig)));
+    }
+    for (b, pf, fig) in
+        [(1, Prefetch::None, 6.1), (2, Prefetch::None, 7.1), (4, Prefetch::None, 7.1), (4, Prefetch::Bucket, 8.9)]
+    {
+        v.push(sc(&format!("6m-2m-1920-b{b}-{}", pf.name()), big, SEED_ENTRIES, b, pf, 1920, Some(fig)));
+    }
+    // sluice on the same traffic, both strides.
+    for stride in [2048, 1920] {
+        v.push(sluice_default(&format!("sluice-{stride}"), Structure::Sluice, SEED_ENTRIES, stride));
+    }
+    v
+}
+
+fn buckets(s: &Structure) -> Value {
+    match s {
+        Structure::Chained { buckets } => json!(buckets),
+        _ => Value::Null,
+    }
+}
+
+pub fn scenario_json(m: &Measured) -> Value {
+    let s = &m.scenario;
+    let med = m.median();
+    json!({
+        "scenario": s.name,
+        "structure": s.structure.name(),
+        "batch": s.batch,
+        "prefetch": s.prefetch.name(),
+        "stride": s.stride,
+        "entries": s.entries,
+        "buckets": buckets(&s.structure),
+        "threads": s.threads,
+        "pipeline": s.pipeline,
+        "mpps_median": med,
+        "mpps_min": m.min(),
+        "mpps_max": m.max(),
+        "ns_per_packet": if med > 0.0 { 1000.0 / med } else { 0.0 },
+        "reps": m.mpps.len(),
+        "drop_share": m.drop_share,
+        "table_bytes": m.table_bytes,
+        "build_s": m.build_s,
+        "seed_mpps": s.seed_mpps,
+    })
+}
+
+pub fn probe_json(bytes: usize, (med, min, max): (f64, f64, f64), reps: usize) -> Value {
+    json!({
+        "scenario": "probe",
+        "structure": "probe",
+        "batch": 16,
+        "prefetch": "bucket",
+        "bytes": bytes,
+        "mlines_per_s": med,
+        "mlines_per_s_min": min,
+        "mlines_per_s_max": max,
+        "reps": reps,
+    })
+}
+
+/// The ratios the quick preset exists to show, when its rows are present.
+pub fn ratios(rows: &[Measured], probe: Option<f64>, build_6m_s: Option<f64>) -> Option<Value> {
+    let get = |n: &str| rows.iter().find(|m| m.scenario.name == n).map(Measured::median);
+    let sluice = get("sluice")?;
+    Some(json!({
+        "scenario": "ratios",
+        "sluice_vs_naive": get("naive").map(|x| sluice / x),
+        "sluice_vs_hashbrown": get("hashbrown").map(|x| sluice / x),
+        "two_lookups_vs_probe": probe.map(|p| 2.0 * sluice / p),
+        "prefix_vs_sluice": get("sluice-prefix").map(|x| x / sluice),
+        "prefix_vs_prefix_trie": get("sluice-prefix").and_then(|x| get("prefix-trie").map(|y| x / y)),
+        "build_6m_s": build_6m_s,
+    }))
+}
+
+pub fn table_header() -> String {
+    format!(
+        "{:<24} {:<13} {:>9} {:>9} {:>5} {:>8} {:>4} {:>6} {:>3} {:>8} {:>17} {:>7} {:>6} {:>7}",
+        "scenario",
+        "structure",
+        "entries",
+        "buckets",
+        "batch",
+        "prefetch",
+        "pipe",
+        "stride",
+        "thr",
+        "Mpps",
+        "[min-max]",
+        "ns/pkt",
+        "drop%",
+        "seed"
+    )
+}
+
+pub fn table_row(m: &Measured) -> String {
+    let s = &m.scenario;
+    let b = match s.structure {
+        Structure::Chained { buckets } => buckets.to_string(),
+        _ => "-".into(),
+    };
+    let med = m.median();
+    let seed = s.seed_mpps.map_or("-".to_owned(), |x| format!("{x:.1}"));
+    format!(
+        "{:<24} {:<13} {:>9} {:>9} {:>5} {:>8} {:>4} {:>6} {:>3} {:>8.2} {:>17} {:>7.1} {:>6.1} {:>7}",
+        s.name,
+        s.structure.name(),
+        s.entries,
+        b,
+        s.batch,
+        s.prefetch.name(),
+        if s.pipeline { "yes" } else { "no" },
+        s.stride,
+        s.threads,
+        med,
+        format!("[{:.2}-{:.2}]", m.min(), m.max()),
+        1000.0 / med.max(1e-9),
+        m.drop_share * 100.0,
+        seed
+    )
+}
+
+/// A horizontal bar chart of median Mpps with min-max whiskers, and the
+/// seed's figure as a tick where there is one.
+pub fn svg(rows: &[Measured], probe: Option<f64>, title: &str) -> String {
+    let (left, width, row_h, top) = (220.0, 560.0, 22.0, 40.0);
+    let max =
+        rows.iter().map(|m| m.max()).chain(rows.iter().filter_map(|m| m.scenario.seed_mpps)).fold(1.0, f64::max) * 1.05;
+    let h = top + row_h * rows.len() as f64 + 50.0;
+    let x = |v: f64| left + v / max * width;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{h}" font-family="sans-serif" font-size="12">"#,
+        left + width + 80.0
+    );
+    let _ = writeln!(
+        s,
+        r#"<rect width="100%" height="100%" fill="white"/><text x="10" y="22" font-size="15" font-weight="bold">{title}</text>"#
+    );
+    for (i, m) in rows.iter().enumerate() {
+        let y = top + row_h * i as f64;
+        let med = m.median();
+        let _ =
+            writeln!(s, r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#, left - 6.0, y + 14.0, m.scenario.name);
+        let _ = writeln!(
+            s,
+            r##"<rect x="{left}" y="{}" width="{:.1}" height="{}" fill="#4a7ab5"/>"##,
+            y + 3.0,
+            x(med) - left,
+            row_h - 6.0
+        );
+        let _ = writeln!(
+            s,
+            r#"<line x1="{:.1}" x2="{:.1}" y1="{}" y2="{}" stroke="black"/>"#,
+            x(m.min()),
+            x(m.max()),
+            y + row_h / 2.0,
+            y + row_h / 2.0
+        );
+        if let Some(seed) = m.scenario.seed_mpps {
+            let _ = writeln!(
+                s,
+                r##"<line x1="{:.1}" x2="{:.1}" y1="{}" y2="{}" stroke="#d9534f" stroke-width="3"/>"##,
+                x(seed),
+                x(seed),
+                y + 1.0,
+                y + row_h - 1.0
+            );
+        }
+        let label_at = m.max().max(m.scenario.seed_mpps.unwrap_or(0.0));
+        let _ = writeln!(s, r#"<text x="{:.1}" y="{}">{med:.2}</text>"#, x(label_at) + 4.0, y + 14.0);
+    }
+    let foot = top + row_h * rows.len() as f64 + 20.0;
+    let mut legend = "bars: median Mpps, whiskers: min-max; red tick: the seed post's figure".to_owned();
+    if let Some(p) = probe {
+        let _ = write!(legend, "; probe limit {p:.1} M lines/s (2 lines per packet: {:.1} Mpps)", p / 2.0);
+    }
+    let _ = writeln!(s, r#"<text x="10" y="{foot}">{legend}</text></svg>"#);
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quick_preset_has_the_named_scenarios() {
+        let q = quick();
+        let get = |n: &str| q.iter().find(|s| s.name == n).unwrap_or_else(|| panic!("{n} missing"));
+        let naive = get("naive");
+        assert_eq!(naive.structure, Structure::Chained { buckets: 524_288 });
+        assert_eq!((naive.batch, naive.prefetch, naive.stride, naive.entries), (1, Prefetch::None, 2048, 6_000_000));
+        assert_eq!(get("hashbrown").structure, Structure::Hashbrown);
+        let s = get("sluice");
+        assert_eq!((s.structure, s.entries, s.batch), (Structure::Sluice, 6_000_000, sluice_classify::DEFAULT_BATCH));
+        assert_eq!(get("sluice-prefix").structure, Structure::SluicePrefix);
+        let names: std::collections::HashSet<&str> = q.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names.len(), q.len(), "scenario names are unique");
+    }
+
+    #[test]
+    fn seed_preset_covers_every_single_thread_row_of_the_post() {
+        let rows: Vec<f64> = seed().iter().filter_map(|s| s.seed_mpps).collect();
+        // 3 + 3 empty-table rows, 6 no-prefetch rows, 3 prefetch rows, 4 big-table rows.
+        assert_eq!(rows.len(), 19);
+    }
+
+    #[test]
+    fn prefix_list_covers_a_part_of_ipv4() {
+        let list = crate::prefix_list(200_000, 1);
+        let set = sluice_classify::AddressSet::new(&list);
+        let mut rng = crate::ring::Rng::new(3);
+        let hits = (0..100_000).filter(|_| set.contains_v4(rng.next_u64() as u32)).count();
+        assert!((10_000..60_000).contains(&hits), "{hits}");
+    }
+}

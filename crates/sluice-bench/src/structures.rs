@@ -1,0 +1,194 @@
+//! The structures under test, behind one batch-lookup interface.
+
+use hashbrown::HashSet;
+use sluice_classify::simd::prefetch;
+use sluice_classify::{AddressSet, Hasher, Options, MAX_BATCH};
+use sluice_rules::Prefix;
+
+/// Look up `keys`, writing membership to `out`; `prefetch` asks for the
+/// structure's own lines to be prefetched for the whole slice first.
+pub trait Classifier: Sync {
+    fn lookup(&self, keys: &[u32], out: &mut [bool], prefetch: bool);
+    /// Bytes the structure occupies (its main table).
+    fn bytes(&self) -> usize;
+    /// Prefetch what `lookup(keys)` will read (for pipelining); default none.
+    fn prefetch(&self, _keys: &[u32]) {}
+    /// Whether the structure can prefetch its lines at all.
+    fn can_prefetch(&self) -> bool {
+        true
+    }
+}
+
+/// The seed's "traditional" hash table: B buckets, each pointing to an array
+/// of IPv4 addresses searched linearly. A lookup reads the bucket head, then
+/// the array it points to: two dependent misses.
+pub struct Chained {
+    buckets: Vec<Vec<u32>>,
+    hasher: Hasher,
+    shift: u32,
+}
+
+impl Chained {
+    pub fn new(keys: &[u32], buckets: usize, hasher: Hasher) -> Self {
+        let n = buckets.next_power_of_two();
+        let mut t = Chained { buckets: vec![Vec::new(); n], hasher, shift: 64 - n.trailing_zeros().max(1) };
+        for &k in keys {
+            let b = t.bucket(k);
+            if !t.buckets[b].contains(&k) {
+                t.buckets[b].push(k);
+            }
+        }
+        t
+    }
+
+    #[inline(always)]
+    fn bucket(&self, k: u32) -> usize {
+        (self.hasher.hash32(k) >> self.shift) as usize & (self.buckets.len() - 1)
+    }
+}
+
+impl Classifier for Chained {
+    fn prefetch(&self, keys: &[u32]) {
+        for &k in keys {
+            prefetch(&self.buckets[self.bucket(k)]);
+        }
+    }
+    fn lookup(&self, keys: &[u32], out: &mut [bool], pf: bool) {
+        let mut idx = [0usize; 2 * MAX_BATCH];
+        for (kc, oc) in keys.chunks(2 * MAX_BATCH).zip(out.chunks_mut(2 * MAX_BATCH)) {
+            for (i, &k) in idx.iter_mut().zip(kc) {
+                *i = self.bucket(k);
+                if pf {
+                    prefetch(&self.buckets[*i]);
+                }
+            }
+            for ((o, &k), &i) in oc.iter_mut().zip(kc).zip(&idx) {
+                *o = self.buckets[i].contains(&k);
+            }
+        }
+    }
+    fn bytes(&self) -> usize {
+        self.buckets.len() * size_of::<Vec<u32>>() + self.buckets.iter().map(|b| b.capacity() * 4).sum::<usize>()
+    }
+}
+
+/// `hashbrown::HashSet<u32>`: the well-kept general-purpose peer. It has no
+/// prefetch API, so it is always looked up one key at a time.
+pub struct Hashbrown(pub HashSet<u32>);
+
+impl Classifier for Hashbrown {
+    fn lookup(&self, keys: &[u32], out: &mut [bool], _: bool) {
+        for (o, k) in out.iter_mut().zip(keys) {
+            *o = self.0.contains(k);
+        }
+    }
+    fn bytes(&self) -> usize {
+        // Buckets of 4 bytes plus one control byte each.
+        self.0.capacity() * 8 / 7 * 5
+    }
+    fn can_prefetch(&self) -> bool {
+        false
+    }
+}
+
+/// sluice's own [`AddressSet`].
+pub struct Sluice(pub AddressSet);
+
+impl Sluice {
+    pub fn new(prefixes: &[Prefix], hasher: Hasher) -> Self {
+        Sluice(AddressSet::with_options(prefixes, Options { hasher, ..Options::default() }))
+    }
+}
+
+impl Classifier for Sluice {
+    fn lookup(&self, keys: &[u32], out: &mut [bool], pf: bool) {
+        self.0.contains_v4_batch(keys, out, keys.len().min(MAX_BATCH), pf);
+    }
+    fn prefetch(&self, keys: &[u32]) {
+        self.0.prefetch_v4(keys);
+    }
+    fn bytes(&self) -> usize {
+        self.0.bytes()
+    }
+}
+
+/// `prefix_trie::PrefixSet<Ipv4Net>`: a well-kept prefix-trie peer,
+/// answering membership by shortest-prefix match.
+pub struct PrefixTrie(pub prefix_trie::PrefixSet<ipnet::Ipv4Net>);
+
+impl PrefixTrie {
+    pub fn new(prefixes: &[Prefix]) -> Self {
+        let mut set = prefix_trie::PrefixSet::new();
+        for p in prefixes {
+            if let Prefix::V4 { addr, len } = *p {
+                if let Ok(net) = ipnet::Ipv4Net::new(addr.into(), len) {
+                    set.insert(net);
+                }
+            }
+        }
+        PrefixTrie(set)
+    }
+}
+
+impl Classifier for PrefixTrie {
+    fn lookup(&self, keys: &[u32], out: &mut [bool], _: bool) {
+        for (o, &k) in out.iter_mut().zip(keys) {
+            let host = ipnet::Ipv4Net::new(k.into(), 32).expect("/32 is valid");
+            *o = self.0.get_spm(&host).is_some();
+        }
+    }
+    fn bytes(&self) -> usize {
+        self.0.len() * 40
+    }
+    fn can_prefetch(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::Rng;
+    use std::collections::HashSet as StdSet;
+
+    #[test]
+    fn all_structures_agree_with_the_reference() {
+        let mut rng = Rng::new(5);
+        let keys: Vec<u32> = (0..20_000).map(|_| rng.next_u64() as u32 & 0x00ff_ffff).collect();
+        let reference: StdSet<u32> = keys.iter().copied().collect();
+        let hosts: Vec<Prefix> = keys.iter().map(|&k| Prefix::V4 { addr: k, len: 32 }).collect();
+        let structures: Vec<Box<dyn Classifier>> = vec![
+            Box::new(Chained::new(&keys, 1024, Hasher::with_seed(1))),
+            Box::new(Hashbrown(keys.iter().copied().collect())),
+            Box::new(Sluice::new(&hosts, Hasher::with_seed(2))),
+            Box::new(PrefixTrie::new(&hosts)),
+        ];
+        let probes: Vec<u32> =
+            (0..5000).map(|_| rng.next_u64() as u32 & 0x00ff_ffff).chain(keys[..500].iter().copied()).collect();
+        for (i, s) in structures.iter().enumerate() {
+            for pf in [false, true] {
+                let mut out = vec![false; probes.len()];
+                for (kc, oc) in probes.chunks(8).zip(out.chunks_mut(8)) {
+                    s.lookup(kc, oc, pf);
+                }
+                for (k, o) in probes.iter().zip(&out) {
+                    assert_eq!(*o, reference.contains(k), "structure {i} key {k:08x}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn prefix_peers_agree() {
+        let list = sluice_rules::parse_list("f", sluice_rules::FIREHOL_LEVEL1.as_bytes(), false).unwrap().prefixes;
+        let a = Sluice::new(&list, Hasher::with_seed(3));
+        let b = PrefixTrie::new(&list);
+        let mut rng = Rng::new(9);
+        let probes: Vec<u32> = (0..20_000).map(|_| rng.next_u64() as u32).collect();
+        let (mut oa, mut ob) = (vec![false; probes.len()], vec![false; probes.len()]);
+        a.lookup(&probes, &mut oa, true);
+        b.lookup(&probes, &mut ob, false);
+        assert_eq!(oa, ob);
+        assert!(oa.iter().filter(|&&x| x).count() > 1000, "FireHOL covers a good share of IPv4");
+    }
+}

@@ -1,0 +1,229 @@
+use crate::Outcome;
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand, ValueEnum};
+use sluice_bench::report::{self, SEED_BUCKETS, SEED_ENTRIES};
+use sluice_bench::{measure, probe, Measured, Prefetch, Scenario, Settings, Structure, Tables};
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Packet classification in memory: structures x batch x prefetch x stride x table x threads.
+    Classify(ClassifyArgs),
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum Preset {
+    /// The headline comparison (naive, hashbrown, sluice, sluice-prefix, probe); under a minute.
+    Quick,
+    /// Every single-thread row of the seed post's DDIO tables, with its figures beside ours.
+    Seed,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum OutputFormat {
+    Table,
+    Json,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum PipelineArg {
+    /// Pipelined (when prefetching table lines).
+    Yes,
+    No,
+    /// Both, side by side.
+    Both,
+}
+
+#[derive(Args, Debug)]
+pub struct ClassifyArgs {
+    /// A preset set of scenarios; ignored when --structure is given.
+    #[arg(long, value_enum, default_value = "quick")]
+    pub preset: Preset,
+    /// Custom scenarios: structures (chained, hashbrown, sluice, sluice-prefix, prefix-trie), comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub structure: Vec<String>,
+    /// Batch sizes for custom scenarios.
+    #[arg(long, value_delimiter = ',', default_values_t = [sluice_classify::DEFAULT_BATCH])]
+    pub batch: Vec<usize>,
+    /// Prefetch modes for custom scenarios: none, header, bucket, both.
+    #[arg(long, value_delimiter = ',', default_values_t = ["bucket".to_string()])]
+    pub prefetch: Vec<String>,
+    /// Buffer strides in bytes for custom scenarios.
+    #[arg(long, value_delimiter = ',', default_values_t = [2048usize])]
+    pub stride: Vec<usize>,
+    /// Table entries: random hosts, or random prefixes added to FireHOL for prefix structures.
+    #[arg(long, default_value_t = SEED_ENTRIES)]
+    pub entries: usize,
+    /// Buckets of the chained table.
+    #[arg(long, value_delimiter = ',', default_values_t = [SEED_BUCKETS])]
+    pub buckets: Vec<usize>,
+    /// Threads, each with its own ring (like NIC queues).
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize])]
+    pub threads: Vec<usize>,
+    /// Repetitions per scenario (median, min and max are reported).
+    #[arg(long, default_value_t = 5)]
+    pub reps: usize,
+    /// Packets per repetition per thread.
+    #[arg(long, default_value_t = 2_000_000)]
+    pub packets: u64,
+    /// Buffers in the ring.
+    #[arg(long, default_value_t = 2048)]
+    pub ring: usize,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: OutputFormat,
+    /// Also write an SVG bar chart here.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+    /// Custom scenarios: pipeline table-line prefetch across batches.
+    #[arg(long, value_enum, default_value = "yes")]
+    pub pipeline: PipelineArg,
+    /// Skip the memory-parallelism probe.
+    #[arg(long)]
+    pub no_probe: bool,
+}
+
+pub fn run(cmd: BenchCommand) -> Result<Outcome> {
+    match cmd {
+        BenchCommand::Classify(a) => classify(a),
+    }
+}
+
+fn custom(a: &ClassifyArgs) -> Result<Vec<Scenario>> {
+    let mut v = Vec::new();
+    for s in &a.structure {
+        for &buckets in &a.buckets {
+            let Some(structure) = Structure::parse(s, buckets) else {
+                bail!("unknown structure {s:?} (chained, hashbrown, sluice, sluice-prefix, prefix-trie)");
+            };
+            for p in &a.prefetch {
+                let Some(prefetch) = Prefetch::parse(p) else {
+                    bail!("unknown prefetch mode {p:?} (none, header, bucket, both)")
+                };
+                for &batch in &a.batch {
+                    if !(1..=sluice_classify::MAX_BATCH).contains(&batch) {
+                        bail!("batch {batch} is outside 1-{}", sluice_classify::MAX_BATCH);
+                    }
+                    for &stride in &a.stride {
+                        if stride < 64 {
+                            bail!("stride {stride} cannot hold a 60-byte frame");
+                        }
+                        for &threads in &a.threads {
+                            let modes: &[bool] = match a.pipeline {
+                                PipelineArg::Yes => &[true],
+                                PipelineArg::No => &[false],
+                                PipelineArg::Both => &[false, true],
+                            };
+                            for &pipeline in modes {
+                                let pipeline = pipeline && matches!(prefetch, Prefetch::Bucket | Prefetch::Both);
+                                let pipe = if pipeline { "-pipe" } else { "" };
+                                let name = format!("{s}-b{batch}-{p}{pipe}-{stride}-t{threads}");
+                                if v.iter().any(|x: &Scenario| x.name == name) {
+                                    continue;
+                                }
+                                v.push(Scenario {
+                                    name,
+                                    structure,
+                                    entries: a.entries,
+                                    batch,
+                                    prefetch,
+                                    stride,
+                                    threads,
+                                    pipeline,
+                                    seed_mpps: None,
+                                });
+                            }
+                        }
+                    }
+                }
+                if !matches!(structure, Structure::Chained { .. }) {
+                    break; // buckets only matter to the chained table
+                }
+            }
+        }
+    }
+    Ok(v)
+}
+
+fn classify(a: ClassifyArgs) -> Result<Outcome> {
+    let scenarios = if a.structure.is_empty() {
+        match a.preset {
+            Preset::Quick => report::quick(),
+            Preset::Seed => report::seed(),
+        }
+    } else {
+        custom(&a)?
+    };
+    let settings = Settings { reps: a.reps.max(1), packets: a.packets.max(1), ring_slots: a.ring.max(1), seed: a.seed };
+    let json = a.format == OutputFormat::Json;
+    let mut out = std::io::stdout().lock();
+    let started = Instant::now();
+    if !json {
+        writeln!(
+            out,
+            "sluice bench classify: {} scenarios, {} reps x {} packets, ring {}",
+            scenarios.len(),
+            settings.reps,
+            settings.packets,
+            settings.ring_slots
+        )?;
+        writeln!(out, "{}", report::table_header())?;
+    }
+    let mut tables = Tables::default();
+    let mut rows: Vec<Measured> = Vec::new();
+    for sc in &scenarios {
+        let m = measure(sc, &settings, &mut tables);
+        if json {
+            writeln!(out, "{}", report::scenario_json(&m))?;
+        } else {
+            writeln!(out, "{}", report::table_row(&m))?;
+        }
+        rows.push(m);
+    }
+    drop(tables);
+    // The probe runs over a buffer as large as sluice's 6M-entry table.
+    let probe = (!a.no_probe).then(|| {
+        let bytes = rows.iter().find(|m| m.scenario.structure == Structure::Sluice).map_or(32 << 20, |m| m.table_bytes);
+        let r = probe::lines_per_second(bytes, settings.packets * 2, settings.reps, 16, settings.seed);
+        (bytes, r)
+    });
+    let build = (a.structure.is_empty() && a.preset == Preset::Quick)
+        .then(|| Tables::time_sluice_build(SEED_ENTRIES, settings.seed));
+    if let Some((bytes, r)) = probe {
+        if json {
+            writeln!(out, "{}", report::probe_json(bytes, r, settings.reps))?;
+        } else {
+            writeln!(out, "probe: {:.1} M random 64-byte lines/s [{:.1}-{:.1}] over {} MiB (2 lookups per packet -> limit {:.1} Mpps)", r.0, r.1, r.2, bytes >> 20, r.0 / 2.0)?;
+        }
+    }
+    let ratios = report::ratios(&rows, probe.map(|p| p.1 .0), build);
+    if let Some(r) = &ratios {
+        if json {
+            writeln!(out, "{r}")?;
+        } else {
+            let f = |k: &str| r[k].as_f64().map_or("-".to_owned(), |x| format!("{x:.2}"));
+            writeln!(
+                out,
+                "ratios: sluice/naive {}  sluice/hashbrown {}  2*sluice/probe {}  sluice-prefix/sluice {}  sluice-prefix/prefix-trie {}  build 6M set {} s",
+                f("sluice_vs_naive"),
+                f("sluice_vs_hashbrown"),
+                f("two_lookups_vs_probe"),
+                f("prefix_vs_sluice"),
+                f("prefix_vs_prefix_trie"),
+                f("build_6m_s")
+            )?;
+        }
+    }
+    if !json {
+        writeln!(out, "done in {:.1} s", started.elapsed().as_secs_f64())?;
+    }
+    if let Some(path) = &a.plot {
+        let title = format!("sluice bench classify ({} reps, {} packets/rep)", settings.reps, settings.packets);
+        std::fs::write(path, report::svg(&rows, probe.map(|p| p.1 .0), &title))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(Outcome::Complete)
+}
