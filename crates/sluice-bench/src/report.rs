@@ -67,7 +67,7 @@ pub fn quick() -> Vec<Scenario> {
 pub fn seed() -> Vec<Scenario> {
     let c = Structure::Chained { buckets: SEED_BUCKETS };
     let big = Structure::Chained { buckets: SEED_BUCKETS_BIG };
-    let mut v = Vec::new();
+    let mut v = vec![sc("empty-2048-b1", c, 0, 1, Prefetch::None, 2048, Some(6.5))];
     for (b, fig) in [(1, 10.0), (2, 11.1), (4, 11.7)] {
         v.push(sc(&format!("empty-1920-b{b}"), c, 0, b, Prefetch::None, 1920, Some(fig)));
     }
@@ -87,9 +87,13 @@ pub fn seed() -> Vec<Scenario> {
     {
         v.push(sc(&format!("6m-2m-1920-b{b}-{}", pf.name()), big, SEED_ENTRIES, b, pf, 1920, Some(fig)));
     }
-    // sluice on the same traffic, both strides.
+    // sluice on the same traffic, both strides; and with an empty set, where
+    // only the ring, the decap and the stride's cache aliasing are measured.
     for stride in [2048, 1920] {
         v.push(sluice_default(&format!("sluice-{stride}"), Structure::Sluice, SEED_ENTRIES, stride));
+    }
+    for stride in [2048, 1920] {
+        v.push(sc(&format!("sluice-empty-{stride}-b1"), Structure::Sluice, 0, 1, Prefetch::None, stride, None));
     }
     v
 }
@@ -284,8 +288,8 @@ mod tests {
     #[test]
     fn seed_preset_covers_every_single_thread_row_of_the_post() {
         let rows: Vec<f64> = seed().iter().filter_map(|s| s.seed_mpps).collect();
-        // 3 + 3 empty-table rows, 6 no-prefetch rows, 3 prefetch rows, 4 big-table rows.
-        assert_eq!(rows.len(), 19);
+        // 1 + 3 + 3 empty-table rows, 6 no-prefetch rows, 3 prefetch rows, 4 big-table rows.
+        assert_eq!(rows.len(), 20);
     }
 
     #[test]
