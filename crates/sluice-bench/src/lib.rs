@@ -15,15 +15,15 @@ pub mod report;
 pub mod ring;
 pub mod structures;
 
-use ring::{ipv4_pair, Ring, Rng};
+use ring::{ipv4_pair, ipv6_pair, Ring, Rng};
 use sluice_classify::simd::prefetch;
-use sluice_classify::{Hasher, MAX_BATCH};
+use sluice_classify::{Hasher, Prepared, MAX_BATCH};
 use sluice_rules::Prefix;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Instant;
-use structures::{Chained, Classifier, Hashbrown, PrefixTrie, Sluice};
+use structures::{Chained, Classifier, Hashbrown, Hashbrown6, PrefixTrie, Sluice};
 
 /// Which structure a scenario measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -50,6 +50,11 @@ impl Structure {
             Structure::SluicePrefix => "sluice-prefix",
             Structure::PrefixTrie => "prefix-trie",
         }
+    }
+
+    /// Whether the structure can be measured with IPv6 traffic.
+    pub fn supports_ipv6(&self) -> bool {
+        matches!(self, Structure::Hashbrown | Structure::Sluice)
     }
 
     pub fn parse(s: &str, buckets: usize) -> Option<Structure> {
@@ -108,6 +113,8 @@ pub struct Scenario {
     /// Software pipelining: prefetch the next batch's table lines before
     /// resolving this batch's (only with bucket prefetch).
     pub pipeline: bool,
+    /// IPv6 traffic and an IPv6 table instead of IPv4.
+    pub ipv6: bool,
     /// The seed post's figure for this row, Mpps on a Sandy Bridge core.
     pub seed_mpps: Option<f64>,
 }
@@ -121,11 +128,13 @@ pub struct Settings {
     /// Buffers in the ring (NIC ring size).
     pub ring_slots: usize,
     pub seed: u64,
+    /// Fill limit of sluice's exact tables (default [`sluice_classify::DEFAULT_MAX_LOAD`]).
+    pub max_load: f64,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { reps: 5, packets: 2_000_000, ring_slots: 2048, seed: 1 }
+        Settings { reps: 5, packets: 2_000_000, ring_slots: 2048, seed: 1, max_load: sluice_classify::DEFAULT_MAX_LOAD }
     }
 }
 
@@ -196,20 +205,39 @@ pub fn host_keys(n: usize, seed: u64) -> Vec<u32> {
     (0..n).map(|_| rng.next_u64() as u32).collect()
 }
 
+/// Random IPv6 hosts.
+pub fn host_keys6(n: usize, seed: u64) -> Vec<u128> {
+    let mut rng = Rng::new(seed ^ 0x686f_7374_3636);
+    (0..n).map(|_| (u128::from(rng.next_u64()) << 64) | u128::from(rng.next_u64())).collect()
+}
+
 /// Built structures, shared between scenarios that use the same one.
 #[derive(Default)]
 pub struct Tables {
-    built: HashMap<(Structure, usize), (Arc<dyn Classifier>, f64)>,
+    /// (structure, entries, IPv6) → (table, seconds to build)
+    built: HashMap<TableKey, (Arc<dyn Classifier>, f64)>,
 }
 
+type TableKey = (Structure, usize, bool);
+
 impl Tables {
-    fn get(&mut self, s: Structure, entries: usize, seed: u64) -> (Arc<dyn Classifier>, f64) {
+    fn get(&mut self, s: Structure, entries: usize, st: &Settings, ipv6: bool) -> (Arc<dyn Classifier>, f64) {
+        let (seed, max_load) = (st.seed, st.max_load);
         self.built
-            .entry((s, entries))
+            .entry((s, entries, ipv6))
             .or_insert_with(|| {
                 let hasher = Hasher::with_seed(seed);
                 let started = Instant::now();
                 let table: Arc<dyn Classifier> = match s {
+                    Structure::Hashbrown if ipv6 => {
+                        Arc::new(Hashbrown6(host_keys6(entries, seed).into_iter().collect()))
+                    }
+                    Structure::Sluice if ipv6 => {
+                        let hosts: Vec<Prefix> =
+                            host_keys6(entries, seed).into_iter().map(|a| Prefix::V6 { addr: a, len: 128 }).collect();
+                        Arc::new(Sluice::new(&hosts, hasher, max_load))
+                    }
+                    _ if ipv6 => panic!("{} has no IPv6 variant", s.name()),
                     Structure::Chained { buckets } => {
                         Arc::new(Chained::new(&host_keys(entries, seed), buckets, hasher))
                     }
@@ -217,9 +245,9 @@ impl Tables {
                     Structure::Sluice => {
                         let hosts: Vec<Prefix> =
                             host_keys(entries, seed).into_iter().map(|a| Prefix::V4 { addr: a, len: 32 }).collect();
-                        Arc::new(Sluice::new(&hosts, hasher))
+                        Arc::new(Sluice::new(&hosts, hasher, max_load))
                     }
-                    Structure::SluicePrefix => Arc::new(Sluice::new(&prefix_list(entries, seed), hasher)),
+                    Structure::SluicePrefix => Arc::new(Sluice::new(&prefix_list(entries, seed), hasher, max_load)),
                     Structure::PrefixTrie => Arc::new(PrefixTrie::new(&prefix_list(entries, seed))),
                 };
                 (table, started.elapsed().as_secs_f64())
@@ -231,17 +259,64 @@ impl Tables {
     pub fn time_sluice_build(n: usize, seed: u64) -> f64 {
         let hosts: Vec<Prefix> = host_keys(n, seed).into_iter().map(|a| Prefix::V4 { addr: a, len: 32 }).collect();
         let started = Instant::now();
-        let set = Sluice::new(&hosts, Hasher::with_seed(seed));
+        let set = Sluice::new(&hosts, Hasher::with_seed(seed), sluice_classify::DEFAULT_MAX_LOAD);
         let t = started.elapsed().as_secs_f64();
         drop(set);
         t
     }
 }
 
+/// An address family the test bed can drive: how to decap it and how to
+/// hand its keys to a structure.
+trait Family: Copy + Default {
+    fn decap(frame: &[u8]) -> Option<(Self, Self)>;
+    fn lookup(t: &dyn Classifier, keys: &[Self], out: &mut [bool], prefetch: bool);
+    fn prepare(t: &dyn Classifier, keys: &[Self], prep: &mut Prepared);
+    fn finish(t: &dyn Classifier, keys: &[Self], prep: &Prepared, out: &mut [bool]);
+}
+
+impl Family for u32 {
+    #[inline(always)]
+    fn decap(frame: &[u8]) -> Option<(u32, u32)> {
+        ipv4_pair(frame)
+    }
+    #[inline(always)]
+    fn lookup(t: &dyn Classifier, keys: &[u32], out: &mut [bool], prefetch: bool) {
+        t.lookup(keys, out, prefetch)
+    }
+    #[inline(always)]
+    fn prepare(t: &dyn Classifier, keys: &[u32], prep: &mut Prepared) {
+        t.prepare(keys, prep)
+    }
+    #[inline(always)]
+    fn finish(t: &dyn Classifier, keys: &[u32], prep: &Prepared, out: &mut [bool]) {
+        t.finish(keys, prep, out)
+    }
+}
+
+impl Family for u128 {
+    #[inline(always)]
+    fn decap(frame: &[u8]) -> Option<(u128, u128)> {
+        ipv6_pair(frame)
+    }
+    #[inline(always)]
+    fn lookup(t: &dyn Classifier, keys: &[u128], out: &mut [bool], prefetch: bool) {
+        t.lookup6(keys, out, prefetch)
+    }
+    #[inline(always)]
+    fn prepare(t: &dyn Classifier, keys: &[u128], prep: &mut Prepared) {
+        t.prepare6(keys, prep)
+    }
+    #[inline(always)]
+    fn finish(t: &dyn Classifier, keys: &[u128], prep: &Prepared, out: &mut [bool]) {
+        t.finish6(keys, prep, out)
+    }
+}
+
 /// Decap `n` frames from `slot` into `keys` (source, destination pairs);
 /// returns the number of keys written.
 #[inline(always)]
-fn decap(ring: &Ring, slot: usize, n: usize, header_pf: bool, keys: &mut [u32]) -> usize {
+fn decap<K: Family>(ring: &Ring, slot: usize, n: usize, header_pf: bool, keys: &mut [K]) -> usize {
     if header_pf {
         for i in 0..n {
             prefetch(ring.frame(slot + i).as_ptr());
@@ -249,7 +324,7 @@ fn decap(ring: &Ring, slot: usize, n: usize, header_pf: bool, keys: &mut [u32]) 
     }
     let mut k = 0;
     for i in 0..n {
-        if let Some((src, dst)) = ipv4_pair(ring.frame(slot + i)) {
+        if let Some((src, dst)) = K::decap(ring.frame(slot + i)) {
             keys[k] = src;
             keys[k + 1] = dst;
             k += 2;
@@ -270,12 +345,13 @@ fn count_drops(hits: &[bool]) -> u64 {
 /// i+1 are prefetched before batch i is resolved, so the memory system
 /// always has a batch of misses in flight (VPP's loops do the same with
 /// packet buffers).
-fn run_ring(table: &dyn Classifier, ring: &mut Ring, sc: &Scenario, packets: u64) -> (f64, u64) {
+fn run_ring<K: Family>(table: &dyn Classifier, ring: &mut Ring, sc: &Scenario, packets: u64) -> (f64, u64) {
     let batch = sc.batch.clamp(1, MAX_BATCH);
     let bucket_pf = sc.prefetch.bucket() && table.can_prefetch();
     let pipeline = sc.pipeline && bucket_pf;
     let header_pf = sc.prefetch.header();
-    let mut keys = [[0u32; 2 * MAX_BATCH]; 2];
+    let mut keys = [[K::default(); 2 * MAX_BATCH]; 2];
+    let mut preps = [Prepared::default(), Prepared::default()];
     let mut hits = [false; 2 * MAX_BATCH];
     let (mut done, mut dropped) = (0u64, 0u64);
     let started = Instant::now();
@@ -285,13 +361,13 @@ fn run_ring(table: &dyn Classifier, ring: &mut Ring, sc: &Scenario, packets: u64
         if pipeline {
             let mut cur = 0;
             let mut k_cur = decap(ring, 0, batch.min(slots), header_pf, &mut keys[0]);
-            table.prefetch(&keys[0][..k_cur]);
+            K::prepare(table, &keys[0][..k_cur], &mut preps[0]);
             let mut s = batch.min(slots);
             loop {
                 let n = batch.min(slots - s);
                 let k_next = decap(ring, s, n, header_pf, &mut keys[1 - cur]);
-                table.prefetch(&keys[1 - cur][..k_next]);
-                table.lookup(&keys[cur][..k_cur], &mut hits[..k_cur], false);
+                K::prepare(table, &keys[1 - cur][..k_next], &mut preps[1 - cur]);
+                K::finish(table, &keys[cur][..k_cur], &preps[cur], &mut hits[..k_cur]);
                 dropped += count_drops(&hits[..k_cur]);
                 if n == 0 {
                     break;
@@ -303,7 +379,7 @@ fn run_ring(table: &dyn Classifier, ring: &mut Ring, sc: &Scenario, packets: u64
             while s < slots {
                 let n = batch.min(slots - s);
                 let k = decap(ring, s, n, header_pf, &mut keys[0]);
-                table.lookup(&keys[0][..k], &mut hits[..k], bucket_pf);
+                K::lookup(table, &keys[0][..k], &mut hits[..k], bucket_pf);
                 dropped += count_drops(&hits[..k]);
                 s += n;
             }
@@ -315,11 +391,13 @@ fn run_ring(table: &dyn Classifier, ring: &mut Ring, sc: &Scenario, packets: u64
 
 /// Measure one scenario.
 pub fn measure(sc: &Scenario, st: &Settings, tables: &mut Tables) -> Measured {
-    let (table, build_s) = tables.get(sc.structure, sc.entries, st.seed);
+    let (table, build_s) = tables.get(sc.structure, sc.entries, st, sc.ipv6);
     let threads = sc.threads.max(1);
-    let mut rings: Vec<Ring> = (0..threads).map(|t| Ring::new(st.ring_slots, sc.stride, st.seed + t as u64)).collect();
+    let mut rings: Vec<Ring> =
+        (0..threads).map(|t| Ring::new(st.ring_slots, sc.stride, st.seed + t as u64, sc.ipv6)).collect();
+    let run = if sc.ipv6 { run_ring::<u128> } else { run_ring::<u32> };
     // One untimed pass to fault everything in.
-    run_ring(&*table, &mut rings[0], sc, st.ring_slots as u64);
+    run(&*table, &mut rings[0], sc, st.ring_slots as u64);
     let mut mpps = Vec::with_capacity(st.reps);
     let (mut dropped, mut total) = (0u64, 0u64);
     for _ in 0..st.reps {
@@ -329,7 +407,7 @@ pub fn measure(sc: &Scenario, st: &Settings, tables: &mut Tables) -> Measured {
                 .iter_mut()
                 .map(|ring| {
                     let table = &*table;
-                    scope.spawn(move || run_ring(table, ring, sc, st.packets))
+                    scope.spawn(move || run(table, ring, sc, st.packets))
                 })
                 .collect();
             handles.into_iter().map(|h| h.join().expect("bench thread")).collect()
@@ -362,6 +440,9 @@ impl fmt::Display for Scenario {
         )?;
         if self.pipeline {
             f.write_str(" pipelined")?;
+        }
+        if self.ipv6 {
+            f.write_str(" IPv6")?;
         }
         Ok(())
     }

@@ -28,6 +28,7 @@ fn sc(
         stride,
         threads: 1,
         pipeline: false,
+        ipv6: false,
         seed_mpps: seed,
     }
 }
@@ -118,6 +119,7 @@ pub fn scenario_json(m: &Measured) -> Value {
         "buckets": buckets(&s.structure),
         "threads": s.threads,
         "pipeline": s.pipeline,
+        "family": if s.ipv6 { "ipv6" } else { "ipv4" },
         "mpps_median": med,
         "mpps_min": m.min(),
         "mpps_max": m.max(),

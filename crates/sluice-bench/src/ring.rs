@@ -6,7 +6,7 @@
 //! the buffers themselves are reused (and so cache-aliased by their stride)
 //! exactly as a driver reuses them.
 
-use sluice_wire::{ethernet, ethertype, ipv4};
+use sluice_wire::{ethernet, ethertype, ipv4, ipv6, udp};
 
 /// A small, fast PRNG (wyrand): the bench needs speed, not quality beyond
 /// "no pattern a hash table would notice".
@@ -28,30 +28,51 @@ impl Rng {
 /// Offsets of the IPv4 addresses in an untagged Ethernet frame.
 const SRC_AT: usize = ethernet::HEADER_LEN + 12;
 const DST_AT: usize = ethernet::HEADER_LEN + 16;
+/// Offsets of the IPv6 addresses.
+const SRC6_AT: usize = ethernet::HEADER_LEN + 8;
+const DST6_AT: usize = ethernet::HEADER_LEN + 24;
 const FRAME_LEN: usize = 60;
+const FRAME6_LEN: usize = ethernet::HEADER_LEN + ipv6::HEADER_LEN + udp::HEADER_LEN;
 
 pub struct Ring {
     buf: Vec<u8>,
     slots: usize,
     stride: usize,
+    frame_len: usize,
+    ipv6: bool,
     rng: Rng,
 }
 
 impl Ring {
     /// `slots` buffers `stride` bytes apart, each holding a 60-byte
-    /// Ethernet/IPv4/UDP frame.
-    pub fn new(slots: usize, stride: usize, seed: u64) -> Self {
-        assert!(stride >= FRAME_LEN, "stride must hold a frame");
+    /// Ethernet/IPv4/UDP frame, or a 62-byte Ethernet/IPv6/UDP one.
+    pub fn new(slots: usize, stride: usize, seed: u64, ipv6: bool) -> Self {
+        let frame_len = if ipv6 { FRAME6_LEN } else { FRAME_LEN };
+        assert!(stride >= frame_len, "stride must hold a frame");
         // Page-aligned start so that stride, not the allocator, decides aliasing.
         let mut buf = vec![0u8; slots * stride + 4096];
         let skew = buf.as_ptr().align_offset(4096);
         buf.drain(..skew);
         buf.truncate(slots * stride);
-        let mut ring = Ring { buf, slots, stride, rng: Rng::new(seed) };
+        let mut ring = Ring { buf, slots, stride, frame_len, ipv6, rng: Rng::new(seed) };
         for s in 0..slots {
             let f = ring.frame_mut(s);
-            ethernet::Repr { src: [2, 0, 0, 0, 0, 1], dst: [2, 0, 0, 0, 0, 2], ethertype: ethertype::IPV4 }
+            let ty = if ipv6 { ethertype::IPV6 } else { ethertype::IPV4 };
+            ethernet::Repr { src: [2, 0, 0, 0, 0, 1], dst: [2, 0, 0, 0, 0, 2], ethertype: ty }
                 .emit(&mut ethernet::Frame::new_unchecked(&mut f[..]));
+            if ipv6 {
+                ipv6::Repr {
+                    src: std::net::Ipv6Addr::LOCALHOST,
+                    dst: std::net::Ipv6Addr::LOCALHOST,
+                    next_header: 17,
+                    payload_len: udp::HEADER_LEN as u16,
+                    traffic_class: 0,
+                    flow_label: 0,
+                    hop_limit: 64,
+                }
+                .emit(&mut f[ethernet::HEADER_LEN..]);
+                continue;
+            }
             ipv4::Repr {
                 src: [10, 0, 0, 1].into(),
                 dst: [10, 0, 0, 2].into(),
@@ -80,24 +101,46 @@ impl Ring {
 
     fn frame_mut(&mut self, slot: usize) -> &mut [u8] {
         let at = slot * self.stride;
-        &mut self.buf[at..at + FRAME_LEN]
+        &mut self.buf[at..at + self.frame_len]
     }
 
     #[inline(always)]
     pub fn frame(&self, slot: usize) -> &[u8] {
         let at = slot * self.stride;
-        &self.buf[at..at + FRAME_LEN]
+        &self.buf[at..at + self.frame_len]
     }
 
     /// New random source and destination in every buffer (the "DMA").
     pub fn refill(&mut self) {
         for s in 0..self.slots {
-            let r = self.rng.next_u64();
-            let f = self.frame_mut(s);
-            f[SRC_AT..SRC_AT + 4].copy_from_slice(&(r as u32).to_be_bytes());
-            f[DST_AT..DST_AT + 4].copy_from_slice(&((r >> 32) as u32).to_be_bytes());
+            if self.ipv6 {
+                let src = (u128::from(self.rng.next_u64()) << 64) | u128::from(self.rng.next_u64());
+                let dst = (u128::from(self.rng.next_u64()) << 64) | u128::from(self.rng.next_u64());
+                let f = self.frame_mut(s);
+                f[SRC6_AT..SRC6_AT + 16].copy_from_slice(&src.to_be_bytes());
+                f[DST6_AT..DST6_AT + 16].copy_from_slice(&dst.to_be_bytes());
+            } else {
+                let r = self.rng.next_u64();
+                let f = self.frame_mut(s);
+                f[SRC_AT..SRC_AT + 4].copy_from_slice(&(r as u32).to_be_bytes());
+                f[DST_AT..DST_AT + 4].copy_from_slice(&((r >> 32) as u32).to_be_bytes());
+            }
         }
     }
+}
+
+/// Ethernet II carrying IPv6 → (source, destination). Agrees with `decode`.
+#[inline(always)]
+pub fn ipv6_pair(frame: &[u8]) -> Option<(u128, u128)> {
+    let h = frame.get(..DST6_AT + 16)?;
+    if u16::from_be_bytes([h[12], h[13]]) != ethertype::IPV6 || h[14] >> 4 != 6 {
+        return None;
+    }
+    let mut a = [0u8; 16];
+    a.copy_from_slice(&h[SRC6_AT..SRC6_AT + 16]);
+    let src = u128::from_be_bytes(a);
+    a.copy_from_slice(&h[DST6_AT..DST6_AT + 16]);
+    Some((src, u128::from_be_bytes(a)))
 }
 
 /// The seed's decap: Ethernet II carrying IPv4 → (source, destination).
@@ -128,13 +171,17 @@ mod tests {
 
     #[test]
     fn ring_frames_decode_and_change_on_refill() {
-        let mut ring = Ring::new(64, 1920, 1);
+        let mut ring = Ring::new(64, 1920, 1, false);
         assert_eq!(ring.frame(5).as_ptr() as usize - ring.frame(4).as_ptr() as usize, 1920);
         let before = ipv4_pair(ring.frame(3)).unwrap();
         let ip = decode(LinkType::ETHERNET, ring.frame(3)).unwrap().ip.unwrap();
         assert_eq!(ip.src, IpAddr::from(before.0.to_be_bytes()));
         ring.refill();
         assert_ne!(ipv4_pair(ring.frame(3)).unwrap(), before);
+        let ring6 = Ring::new(8, 2048, 1, true);
+        let (s6, d6) = ipv6_pair(ring6.frame(2)).unwrap();
+        let ip = decode(LinkType::ETHERNET, ring6.frame(2)).unwrap().ip.unwrap();
+        assert_eq!((ip.src, ip.dst), (IpAddr::from(s6.to_be_bytes()), IpAddr::from(d6.to_be_bytes())));
     }
 
     proptest! {
@@ -144,6 +191,13 @@ mod tests {
             if ty && f.len() > 15 { f[12] = 8; f[13] = 0; f[14] = 0x45; }
             if let Some((s, d)) = ipv4_pair(&f) {
                 let ip = decode(LinkType::ETHERNET, &f).unwrap().ip.unwrap();
+                prop_assert_eq!(ip.src, IpAddr::from(s.to_be_bytes()));
+                prop_assert_eq!(ip.dst, IpAddr::from(d.to_be_bytes()));
+            }
+            let mut f6 = f.clone();
+            if f6.len() > 15 { f6[12] = 0x86; f6[13] = 0xdd; f6[14] = 0x60; }
+            if let Some((s, d)) = ipv6_pair(&f6) {
+                let ip = decode(LinkType::ETHERNET, &f6).unwrap().ip.unwrap();
                 prop_assert_eq!(ip.src, IpAddr::from(s.to_be_bytes()));
                 prop_assert_eq!(ip.dst, IpAddr::from(d.to_be_bytes()));
             }

@@ -2,17 +2,30 @@
 
 use hashbrown::HashSet;
 use sluice_classify::simd::prefetch;
-use sluice_classify::{AddressSet, Hasher, Options, MAX_BATCH};
+use sluice_classify::{AddressSet, Hasher, Options, Prepared, MAX_BATCH};
 use sluice_rules::Prefix;
 
 /// Look up `keys`, writing membership to `out`; `prefetch` asks for the
 /// structure's own lines to be prefetched for the whole slice first.
 pub trait Classifier: Sync {
     fn lookup(&self, keys: &[u32], out: &mut [bool], prefetch: bool);
+    /// IPv6 keys; only structures built for IPv6 are asked.
+    fn lookup6(&self, _keys: &[u128], _out: &mut [bool], _prefetch: bool) {
+        unreachable!("structure was not built for IPv6")
+    }
     /// Bytes the structure occupies (its main table).
     fn bytes(&self) -> usize;
-    /// Prefetch what `lookup(keys)` will read (for pipelining); default none.
-    fn prefetch(&self, _keys: &[u32]) {}
+    /// Pipelining, first half: hash and prefetch what looking `keys` up will
+    /// read; `finish` resolves them a batch later. Structures without a
+    /// two-phase API just prefetch (or do nothing) and look up in `finish`.
+    fn prepare(&self, _keys: &[u32], _prep: &mut Prepared) {}
+    fn finish(&self, keys: &[u32], _prep: &Prepared, out: &mut [bool]) {
+        self.lookup(keys, out, false)
+    }
+    fn prepare6(&self, _keys: &[u128], _prep: &mut Prepared) {}
+    fn finish6(&self, keys: &[u128], _prep: &Prepared, out: &mut [bool]) {
+        self.lookup6(keys, out, false)
+    }
     /// Whether the structure can prefetch its lines at all.
     fn can_prefetch(&self) -> bool {
         true
@@ -51,7 +64,7 @@ impl Chained {
 }
 
 impl Classifier for Chained {
-    fn prefetch(&self, keys: &[u32]) {
+    fn prepare(&self, keys: &[u32], _: &mut Prepared) {
         for &k in keys {
             prefetch(&self.buckets[self.bucket(k)]);
         }
@@ -75,9 +88,12 @@ impl Classifier for Chained {
     }
 }
 
-/// `hashbrown::HashSet<u32>`: the well-kept general-purpose peer. It has no
+/// `hashbrown::HashSet`: the well-kept general-purpose peer. It has no
 /// prefetch API, so it is always looked up one key at a time.
 pub struct Hashbrown(pub HashSet<u32>);
+
+/// The IPv6 variant.
+pub struct Hashbrown6(pub HashSet<u128>);
 
 impl Classifier for Hashbrown {
     fn lookup(&self, keys: &[u32], out: &mut [bool], _: bool) {
@@ -94,12 +110,29 @@ impl Classifier for Hashbrown {
     }
 }
 
+impl Classifier for Hashbrown6 {
+    fn lookup(&self, _: &[u32], _: &mut [bool], _: bool) {
+        unreachable!("IPv6 table")
+    }
+    fn lookup6(&self, keys: &[u128], out: &mut [bool], _: bool) {
+        for (o, k) in out.iter_mut().zip(keys) {
+            *o = self.0.contains(k);
+        }
+    }
+    fn bytes(&self) -> usize {
+        self.0.capacity() * 8 / 7 * 17
+    }
+    fn can_prefetch(&self) -> bool {
+        false
+    }
+}
+
 /// sluice's own [`AddressSet`].
 pub struct Sluice(pub AddressSet);
 
 impl Sluice {
-    pub fn new(prefixes: &[Prefix], hasher: Hasher) -> Self {
-        Sluice(AddressSet::with_options(prefixes, Options { hasher, ..Options::default() }))
+    pub fn new(prefixes: &[Prefix], hasher: Hasher, max_load: f64) -> Self {
+        Sluice(AddressSet::with_options(prefixes, Options { hasher, max_load, ..Options::default() }))
     }
 }
 
@@ -107,8 +140,20 @@ impl Classifier for Sluice {
     fn lookup(&self, keys: &[u32], out: &mut [bool], pf: bool) {
         self.0.contains_v4_batch(keys, out, keys.len().min(MAX_BATCH), pf);
     }
-    fn prefetch(&self, keys: &[u32]) {
-        self.0.prefetch_v4(keys);
+    fn prepare(&self, keys: &[u32], prep: &mut Prepared) {
+        self.0.prepare_v4(keys, prep);
+    }
+    fn finish(&self, keys: &[u32], prep: &Prepared, out: &mut [bool]) {
+        self.0.finish_v4(keys, prep, out);
+    }
+    fn lookup6(&self, keys: &[u128], out: &mut [bool], pf: bool) {
+        self.0.contains_v6_batch(keys, out, keys.len().min(MAX_BATCH), pf);
+    }
+    fn prepare6(&self, keys: &[u128], prep: &mut Prepared) {
+        self.0.prepare_v6(keys, prep);
+    }
+    fn finish6(&self, keys: &[u128], prep: &Prepared, out: &mut [bool]) {
+        self.0.finish_v6(keys, prep, out);
     }
     fn bytes(&self) -> usize {
         self.0.bytes()
@@ -163,7 +208,7 @@ mod tests {
         let structures: Vec<Box<dyn Classifier>> = vec![
             Box::new(Chained::new(&keys, 1024, Hasher::with_seed(1))),
             Box::new(Hashbrown(keys.iter().copied().collect())),
-            Box::new(Sluice::new(&hosts, Hasher::with_seed(2))),
+            Box::new(Sluice::new(&hosts, Hasher::with_seed(2), 0.5)),
             Box::new(PrefixTrie::new(&hosts)),
         ];
         let probes: Vec<u32> =
@@ -182,9 +227,33 @@ mod tests {
     }
 
     #[test]
+    fn ipv6_structures_agree_with_the_reference() {
+        let mut rng = Rng::new(6);
+        let keys: Vec<u128> = (0..5000).map(|_| u128::from(rng.next_u64() & 0xffff) << 64).collect();
+        let reference: StdSet<u128> = keys.iter().copied().collect();
+        let hosts: Vec<Prefix> = keys.iter().map(|&k| Prefix::V6 { addr: k, len: 128 }).collect();
+        let structures: Vec<Box<dyn Classifier>> = vec![
+            Box::new(Hashbrown6(keys.iter().copied().collect())),
+            Box::new(Sluice::new(&hosts, Hasher::with_seed(2), 0.5)),
+        ];
+        let probes: Vec<u128> = (0..3000).map(|_| u128::from(rng.next_u64() & 0xffff) << 64).collect();
+        for s in &structures {
+            let mut out = vec![false; probes.len()];
+            let mut prep = Prepared::default();
+            for (kc, oc) in probes.chunks(16).zip(out.chunks_mut(16)) {
+                s.prepare6(kc, &mut prep);
+                s.finish6(kc, &prep, oc);
+            }
+            for (k, o) in probes.iter().zip(&out) {
+                assert_eq!(*o, reference.contains(k));
+            }
+        }
+    }
+
+    #[test]
     fn prefix_peers_agree() {
         let list = sluice_rules::parse_list("f", sluice_rules::FIREHOL_LEVEL1.as_bytes(), false).unwrap().prefixes;
-        let a = Sluice::new(&list, Hasher::with_seed(3));
+        let a = Sluice::new(&list, Hasher::with_seed(3), 0.5);
         let b = PrefixTrie::new(&list);
         let mut rng = Rng::new(9);
         let probes: Vec<u32> = (0..20_000).map(|_| rng.next_u64() as u32).collect();

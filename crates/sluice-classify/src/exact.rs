@@ -1,22 +1,31 @@
 //! Exact-match sets of IPv4 and IPv6 addresses: open addressing over 64-byte
-//! buckets, one cache line per probe.
+//! key buckets, filtered by a one-byte tag per slot.
 //!
-//! An IPv4 bucket holds 16 keys compared at once with SSE2; an IPv6 bucket
-//! holds 4. Slots fill from the front and a bucket that overflows spills into
-//! the next one (linear probing over buckets), so a lookup stops at the first
-//! bucket whose last slot is empty. Zero marks an empty slot; the address 0
-//! itself is kept in a flag. Tables are never modified after building, so
-//! there are no tombstones.
+//! An IPv4 bucket holds 16 keys, an IPv6 bucket 4. Every slot also has a
+//! one-byte tag (8 hash bits, never 0; 0 marks an empty slot) kept apart in a
+//! tag array, 64 tags to a cache line, so one line of tags covers 4 IPv4 or
+//! 16 IPv6 buckets and is an eighth (IPv4) or a sixteenth (IPv6) of the
+//! table's size. A lookup compares the home bucket's tags with SSE2 and reads
+//! the key bucket only for slots whose tag matches: an address that is not
+//! in the set (the common case for most traffic) costs one line of an array
+//! small enough to stay in the last-level cache, and a member one more line.
+//! Swiss tables (hashbrown) use the same control-byte idea; here the tags
+//! and keys are laid out per bucket so both lines can be prefetched in
+//! batches.
 //!
-//! Building sorts keys by home bucket and fills the table front to back, so
-//! it streams through memory instead of taking a cache miss per key.
+//! Slots fill from the front and a bucket that overflows spills into the next
+//! one (linear probing over buckets), so a lookup stops at the first bucket
+//! whose last tag is empty. Tables are never modified after building, so
+//! there are no tombstones. Building sorts keys by home bucket (a counting
+//! sort) and fills the table front to back, streaming through memory.
 
 use crate::hash::Hasher;
-use crate::mem::{plain_data, Table, Zeroable};
-use crate::simd::{any_eq_u32x16, prefetch};
+use crate::mem::{plain_data, Table};
+use crate::simd::{match_tags, prefetch};
 
 /// Most keys per lookup batch (stack arrays of this size hold the phases).
 pub const MAX_BATCH: usize = 64;
+const TAGS_PER_LINE: usize = 64;
 
 plain_data! {
     #[repr(C, align(64))]
@@ -32,17 +41,25 @@ plain_data! {
     }
 }
 
+plain_data! {
+    /// Tags of 64 consecutive slots.
+    #[repr(C, align(64))]
+    struct TagLine {
+        tags: [u8; TAGS_PER_LINE],
+    }
+}
+
 const _: () = assert!(size_of::<Bucket4>() == 64 && align_of::<Bucket4>() == 64);
 const _: () = assert!(size_of::<Bucket6>() == 64 && align_of::<Bucket6>() == 64);
+const _: () = assert!(size_of::<TagLine>() == 64);
 
-/// The part shared by both families: which key type, how it hashes, and how
-/// a bucket holds it.
-trait Slots: Zeroable {
+/// What differs between the IPv4 and IPv6 tables.
+trait Slots: crate::mem::Zeroable {
     type Key: Copy + Eq + Ord + Default;
+    /// Keys per bucket; divides 64 so a bucket's tags never straddle lines.
     const SLOTS: usize;
     fn hash(h: &Hasher, k: Self::Key) -> u64;
-    fn holds(&self, k: Self::Key) -> bool;
-    fn is_full(&self) -> bool;
+    fn key(&self, i: usize) -> Self::Key;
     fn slot_mut(&mut self, i: usize) -> &mut Self::Key;
 }
 
@@ -54,12 +71,8 @@ impl Slots for Bucket4 {
         h.hash32(k)
     }
     #[inline(always)]
-    fn holds(&self, k: u32) -> bool {
-        any_eq_u32x16(&self.keys, k)
-    }
-    #[inline(always)]
-    fn is_full(&self) -> bool {
-        self.keys[15] != 0
+    fn key(&self, i: usize) -> u32 {
+        self.keys[i]
     }
     fn slot_mut(&mut self, i: usize) -> &mut u32 {
         &mut self.keys[i]
@@ -74,13 +87,8 @@ impl Slots for Bucket6 {
         h.hash128(k)
     }
     #[inline(always)]
-    fn holds(&self, k: u128) -> bool {
-        let b = &self.keys;
-        (b[0] == k) | (b[1] == k) | (b[2] == k) | (b[3] == k)
-    }
-    #[inline(always)]
-    fn is_full(&self) -> bool {
-        self.keys[3] != 0
+    fn key(&self, i: usize) -> u128 {
+        self.keys[i]
     }
     fn slot_mut(&mut self, i: usize) -> &mut u128 {
         &mut self.keys[i]
@@ -89,12 +97,37 @@ impl Slots for Bucket6 {
 
 /// The table itself, generic over the bucket kind.
 struct OpenTable<B: Slots> {
+    tags: Table<TagLine>,
     buckets: Table<B>,
     shift: u32,
     mask: usize,
     hasher: Hasher,
-    has_zero: bool,
     len: usize,
+}
+
+/// Where a key lives: its home bucket and its tag.
+#[derive(Clone, Copy, Default, Debug)]
+struct Place {
+    bucket: usize,
+    tag: u8,
+}
+
+/// Most keys one [`Prepared`] holds.
+pub const PREPARED_MAX: usize = 2 * MAX_BATCH;
+
+/// The hashed form of a batch of keys, made by `prepare` and consumed by
+/// `finish`: the two halves of a software-pipelined lookup, so a key is
+/// hashed once even when its lines are prefetched a batch ahead.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    places: [Place; PREPARED_MAX],
+    len: usize,
+}
+
+impl Default for Prepared {
+    fn default() -> Self {
+        Prepared { places: [Place::default(); PREPARED_MAX], len: 0 }
+    }
 }
 
 impl<B: Slots> OpenTable<B> {
@@ -102,48 +135,39 @@ impl<B: Slots> OpenTable<B> {
     fn build(keys: &[B::Key], max_load: f64, hasher: Hasher) -> Self {
         let max_load = max_load.clamp(0.05, 0.9);
         let want = ((keys.len() as f64 / (B::SLOTS as f64 * max_load)).ceil() as usize).max(1);
-        let n = want.next_power_of_two();
+        // At least one full line of tags.
+        let n = want.next_power_of_two().max(TAGS_PER_LINE / B::SLOTS);
         let bits = n.trailing_zeros();
         let mut t: OpenTable<B> = OpenTable {
+            tags: Table::zeroed(n * B::SLOTS / TAGS_PER_LINE),
             buckets: Table::zeroed(n),
-            // A shift of 64 would overflow; a 1-bucket table uses shift 63 and mask 0.
-            shift: 64 - bits.max(1),
+            shift: 64 - bits,
             mask: n - 1,
             hasher,
-            has_zero: false,
             len: 0,
         };
-        let zero = B::Key::default();
         // Counting sort by home bucket: O(n) and cache-friendly, where a
         // comparison sort of 6M (bucket, key) pairs costs most of a second.
         let mut homes: Vec<u32> = Vec::with_capacity(keys.len());
         let mut starts = vec![0u32; n + 1];
         for &k in keys {
-            if k == zero {
-                t.has_zero = true;
-                homes.push(u32::MAX);
-                continue;
-            }
-            let h = t.home(k) as u32;
+            let h = t.place(k).bucket as u32;
             homes.push(h);
             starts[h as usize + 1] += 1;
         }
         for b in 0..n {
             starts[b + 1] += starts[b];
         }
-        let mut grouped = vec![zero; starts[n] as usize];
+        let mut grouped = vec![B::Key::default(); keys.len()];
         let mut next = starts.clone();
         for (&k, &h) in keys.iter().zip(&homes) {
-            if h != u32::MAX {
-                grouped[next[h as usize] as usize] = k;
-                next[h as usize] += 1;
-            }
+            grouped[next[h as usize] as usize] = k;
+            next[h as usize] += 1;
         }
         drop(homes);
         // Fill front to back; `cur`/`used` is the bucket being filled.
         let (mut cur, mut used) = (0usize, 0usize);
         let mut wrapped = Vec::new();
-        let mut distinct = 0usize;
         for home in 0..n {
             let group = &mut grouped[starts[home] as usize..starts[home + 1] as usize];
             // Duplicates share a home bucket: drop them within the group.
@@ -154,7 +178,7 @@ impl<B: Slots> OpenTable<B> {
                     continue;
                 }
                 prev = Some(k);
-                distinct += 1;
+                t.len += 1;
                 if home > cur {
                     (cur, used) = (home, 0);
                 }
@@ -165,18 +189,17 @@ impl<B: Slots> OpenTable<B> {
                     wrapped.push(k);
                     continue;
                 }
-                *t.buckets[cur].slot_mut(used) = k;
+                t.put(cur, used, k);
                 used += 1;
             }
         }
-        t.len = distinct + usize::from(t.has_zero);
-        // Keys that spilled past the last bucket wrap to the front.
+        // Keys that spilled past the last bucket wrap to the front, into the
+        // first free slot (every bucket before it is full, as lookups expect).
         for k in wrapped {
             let mut b = 0;
             loop {
-                let bucket = &mut t.buckets[b];
-                if let Some(i) = (0..B::SLOTS).find(|&i| *bucket.slot_mut(i) == zero) {
-                    *bucket.slot_mut(i) = k;
+                if let Some(i) = (0..B::SLOTS).find(|&i| t.tag_at(b, i) == 0) {
+                    t.put(b, i, k);
                     break;
                 }
                 b = (b + 1) & t.mask;
@@ -185,22 +208,69 @@ impl<B: Slots> OpenTable<B> {
         t
     }
 
-    #[inline(always)]
-    fn home(&self, k: B::Key) -> usize {
-        (B::hash(&self.hasher, k) >> self.shift) as usize & self.mask
+    fn put(&mut self, b: usize, i: usize, k: B::Key) {
+        *self.buckets[b].slot_mut(i) = k;
+        let tag = self.place(k).tag;
+        let s = b * B::SLOTS + i;
+        self.tags[s / TAGS_PER_LINE].tags[s % TAGS_PER_LINE] = tag;
+    }
+
+    fn tag_at(&self, b: usize, i: usize) -> u8 {
+        let s = b * B::SLOTS + i;
+        self.tags[s / TAGS_PER_LINE].tags[s % TAGS_PER_LINE]
     }
 
     #[inline(always)]
-    fn probe(&self, mut b: usize, k: B::Key) -> bool {
-        if k == B::Key::default() {
-            return self.has_zero;
-        }
-        loop {
-            let bucket = &self.buckets[b];
-            if bucket.holds(k) {
+    fn place(&self, k: B::Key) -> Place {
+        let h = B::hash(&self.hasher, k);
+        // Bucket from the top bits, tag from bits 32-39: independent of each
+        // other for any table of up to 2^24 buckets.
+        let tag = (h >> 32) as u8;
+        Place { bucket: (h >> self.shift) as usize & self.mask, tag: tag | u8::from(tag == 0) }
+    }
+
+    /// The tags of bucket `b`.
+    #[inline(always)]
+    fn bucket_tags(&self, b: usize) -> &[u8] {
+        let s = b * B::SLOTS;
+        &self.tags[s / TAGS_PER_LINE].tags[s % TAGS_PER_LINE..s % TAGS_PER_LINE + B::SLOTS]
+    }
+
+    #[inline(always)]
+    fn tag_line_addr(&self, b: usize) -> *const TagLine {
+        self.tags.addr_of(b * B::SLOTS / TAGS_PER_LINE)
+    }
+
+    /// Matching slots of the home bucket (a bit per slot), and whether that
+    /// bucket is full (the key may have spilled onward).
+    #[inline(always)]
+    fn first_look(&self, p: Place) -> (u32, bool) {
+        let tags = self.bucket_tags(p.bucket);
+        (match_tags(tags, p.tag), tags[B::SLOTS - 1] != 0)
+    }
+
+    #[inline(always)]
+    fn keys_match(&self, b: usize, mut m: u32, k: B::Key) -> bool {
+        let bucket = &self.buckets[b];
+        while m != 0 {
+            if bucket.key(m.trailing_zeros() as usize) == k {
                 return true;
             }
-            if !bucket.is_full() {
+            m &= m - 1;
+        }
+        false
+    }
+
+    /// Full lookup from the home bucket onward.
+    #[inline(always)]
+    fn probe(&self, p: Place, k: B::Key) -> bool {
+        let mut b = p.bucket;
+        loop {
+            let tags = self.bucket_tags(b);
+            if self.keys_match(b, match_tags(tags, p.tag), k) {
+                return true;
+            }
+            if tags[B::SLOTS - 1] == 0 {
                 return false;
             }
             b = (b + 1) & self.mask;
@@ -209,45 +279,70 @@ impl<B: Slots> OpenTable<B> {
 
     #[inline(always)]
     fn contains(&self, k: B::Key) -> bool {
-        self.probe(self.home(k), k)
+        self.probe(self.place(k), k)
     }
 
-    /// Phase 1 hashes the whole chunk and prefetches every home bucket;
-    /// phase 2 compares, by which time the lines are (mostly) in cache.
+    /// Phase 1: hash `keys` (at most [`PREPARED_MAX`]) and, when asked,
+    /// prefetch each home bucket's tag line.
     #[inline(always)]
-    fn contains_batch(&self, keys: &[B::Key], out: &mut [bool], batch: usize, prefetch_buckets: bool) {
-        let batch = batch.clamp(1, MAX_BATCH);
-        let mut homes = [0usize; MAX_BATCH];
-        for (kc, oc) in keys.chunks(batch).zip(out.chunks_mut(batch)) {
-            for (h, &k) in homes.iter_mut().zip(kc) {
-                *h = self.home(k);
-                if prefetch_buckets {
-                    prefetch(self.buckets.addr_of(*h));
+    fn prepare(&self, keys: &[B::Key], prep: &mut Prepared, prefetch_lines: bool) {
+        assert!(keys.len() <= PREPARED_MAX, "at most {PREPARED_MAX} keys per prepared batch");
+        for (p, &k) in prep.places.iter_mut().zip(keys) {
+            *p = self.place(k);
+            if prefetch_lines {
+                prefetch(self.tag_line_addr(p.bucket));
+            }
+        }
+        prep.len = keys.len();
+    }
+
+    /// Phases 2 and 3: compare every key's home tags, settling at once the
+    /// keys with no candidate slot in a bucket that is not full (most absent
+    /// keys) and queueing the rest with their key bucket prefetched; then
+    /// resolve the queue.
+    #[inline(always)]
+    fn finish(&self, keys: &[B::Key], prep: &Prepared, out: &mut [bool], prefetch_lines: bool) {
+        assert!(keys.len() == prep.len && out.len() == prep.len, "finish the keys that were prepared");
+        let mut queued = [(0u8, 0u32); PREPARED_MAX];
+        let mut n = 0;
+        for (i, (p, o)) in prep.places[..prep.len].iter().zip(out.iter_mut()).enumerate() {
+            let (m, full) = self.first_look(*p);
+            *o = false;
+            if m != 0 || full {
+                if prefetch_lines && m != 0 {
+                    prefetch(self.buckets.addr_of(p.bucket));
                 }
+                queued[n] = (i as u8, m);
+                n += 1;
             }
-            for ((o, &k), &h) in oc.iter_mut().zip(kc).zip(&homes) {
-                *o = self.probe(h, k);
-            }
+        }
+        for &(i, m) in &queued[..n] {
+            let (i, p) = (usize::from(i), prep.places[usize::from(i)]);
+            out[i] = (m != 0 && self.keys_match(p.bucket, m, keys[i]))
+                || (self.bucket_tags(p.bucket)[B::SLOTS - 1] != 0
+                    && self.probe(Place { bucket: (p.bucket + 1) & self.mask, tag: p.tag }, keys[i]));
         }
     }
 
     #[inline(always)]
-    fn prefetch(&self, keys: &[B::Key]) {
-        for &k in keys {
-            prefetch(self.buckets.addr_of(self.home(k)));
+    fn contains_batch(&self, keys: &[B::Key], out: &mut [bool], batch: usize, prefetch_lines: bool) {
+        let mut prep = Prepared::default();
+        for (kc, oc) in keys.chunks(batch.clamp(1, MAX_BATCH)).zip(out.chunks_mut(batch.clamp(1, MAX_BATCH))) {
+            self.prepare(kc, &mut prep, prefetch_lines);
+            self.finish(kc, &prep, oc, prefetch_lines);
         }
     }
 
-    /// Buckets that spilled into their neighbour, and the longest probe.
+    /// Buckets that are full, and the most buckets any lookup can read.
     fn probe_stats(&self) -> (usize, usize) {
-        let full = self.buckets.iter().filter(|b| b.is_full()).count();
-        let mut longest = 0;
-        let mut run = 0;
-        for b in self.buckets.iter().chain(self.buckets.iter()).take(self.buckets.len() * 2) {
-            run = if b.is_full() { run + 1 } else { 0 };
+        let n = self.buckets.len();
+        let full = (0..n).filter(|&b| self.tag_at(b, B::SLOTS - 1) != 0).count();
+        let (mut longest, mut run) = (0, 0);
+        for b in 0..2 * n {
+            run = if self.tag_at(b % n, B::SLOTS - 1) != 0 { run + 1 } else { 0 };
             longest = longest.max(run + 1);
         }
-        (full, longest.min(self.buckets.len()))
+        (full, longest.min(n))
     }
 }
 
@@ -256,7 +351,10 @@ impl<B: Slots> OpenTable<B> {
 pub struct TableInfo {
     pub entries: usize,
     pub buckets: usize,
+    /// Tags and keys together.
     pub bytes: usize,
+    /// The tag array alone: what a lookup of an absent key reads.
+    pub tag_bytes: usize,
     pub huge_pages: bool,
     /// Buckets that are full (their keys may spill into the next bucket).
     pub full_buckets: usize,
@@ -269,7 +367,8 @@ fn info<B: Slots>(t: &OpenTable<B>) -> TableInfo {
     TableInfo {
         entries: t.len,
         buckets: t.buckets.len(),
-        bytes: t.buckets.bytes(),
+        bytes: t.buckets.bytes() + t.tags.bytes(),
+        tag_bytes: t.tags.bytes(),
         huge_pages: t.buckets.huge_pages(),
         full_buckets,
         longest_probe,
@@ -312,10 +411,17 @@ macro_rules! exact_set {
                 assert_eq!(keys.len(), out.len(), "one output per key");
                 self.0.contains_batch(keys, out, batch, prefetch)
             }
-            /// Prefetch the home buckets of `keys` (see `AddressSet::prefetch_v4`).
+            /// Hash `keys` into `prep` and prefetch their tag lines: the first
+            /// half of a pipelined lookup (see [`Prepared`]).
             #[inline]
-            pub fn prefetch(&self, keys: &[$key]) {
-                self.0.prefetch(keys)
+            pub fn prepare(&self, keys: &[$key], prep: &mut Prepared) {
+                self.0.prepare(keys, prep, true)
+            }
+            /// The second half: `out[i] = contains(keys[i])` for the keys
+            /// given to `prepare`, prefetching candidate key buckets.
+            #[inline]
+            pub fn finish(&self, keys: &[$key], prep: &Prepared, out: &mut [bool]) {
+                self.0.finish(keys, prep, out, true)
             }
             pub fn info(&self) -> TableInfo {
                 info(&self.0)
@@ -353,9 +459,16 @@ mod tests {
             prop_assert_eq!(set.len(), reference.len());
             let mut out = vec![false; probes.len()];
             set.contains_batch(&probes, &mut out, batch, seed % 2 == 0);
-            for (k, o) in probes.iter().zip(&out) {
+            let mut piped = vec![false; probes.len()];
+            let mut prep = Prepared::default();
+            for (kc, oc) in probes.chunks(PREPARED_MAX).zip(piped.chunks_mut(PREPARED_MAX)) {
+                set.prepare(kc, &mut prep);
+                set.finish(kc, &prep, oc);
+            }
+            for ((k, o), p) in probes.iter().zip(&out).zip(&piped) {
                 prop_assert_eq!(set.contains(*k), reference.contains(k));
                 prop_assert_eq!(*o, reference.contains(k));
+                prop_assert_eq!(*p, reference.contains(k));
             }
         }
 

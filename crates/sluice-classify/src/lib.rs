@@ -6,7 +6,8 @@
 //! addresses of a batch and prefetches them before reading any (VPP's
 //! dual/quad loops, DPDK's phased bulk lookup).
 //!
-//! - [`V4ExactSet`], [`V6ExactSet`]: open addressing over 64-byte buckets.
+//! - [`V4ExactSet`], [`V6ExactSet`]: open addressing over 64-byte key
+//!   buckets behind a one-byte-per-slot tag array.
 //! - [`V4PrefixSet`], [`V6PrefixSet`]: prefix membership.
 //! - [`AddressSet`]: a mixed list, v4 and v6, hosts and prefixes.
 //!
@@ -22,7 +23,7 @@ mod prefix;
 mod set;
 pub mod simd;
 
-pub use exact::{TableInfo, V4ExactSet, V6ExactSet, DEFAULT_MAX_LOAD, MAX_BATCH};
+pub use exact::{Prepared, TableInfo, V4ExactSet, V6ExactSet, DEFAULT_MAX_LOAD, MAX_BATCH, PREPARED_MAX};
 pub use hash::Hasher;
 pub use prefix::{V4PrefixSet, V6PrefixSet};
 pub use set::{AddressSet, Options, DEFAULT_BATCH};

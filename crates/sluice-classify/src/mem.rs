@@ -24,6 +24,8 @@ pub unsafe trait Zeroable: Copy {}
 // SAFETY: arrays of plain data are plain data.
 unsafe impl<T: Zeroable, const N: usize> Zeroable for [T; N] {}
 // SAFETY: integers are plain data; zero is a valid value.
+unsafe impl Zeroable for u8 {}
+// SAFETY: as above.
 unsafe impl Zeroable for u32 {}
 // SAFETY: as above.
 unsafe impl Zeroable for u64 {}

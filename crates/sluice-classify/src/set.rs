@@ -1,6 +1,6 @@
 //! [`AddressSet`]: membership in a mixed list of IPv4/IPv6 hosts and prefixes.
 
-use crate::exact::{V4ExactSet, V6ExactSet, DEFAULT_MAX_LOAD, MAX_BATCH};
+use crate::exact::{Prepared, V4ExactSet, V6ExactSet, DEFAULT_MAX_LOAD, MAX_BATCH, PREPARED_MAX};
 use crate::hash::Hasher;
 use crate::prefix::{V4PrefixSet, V6PrefixSet};
 use sluice_rules::Prefix;
@@ -11,7 +11,7 @@ use std::net::IpAddr;
 /// `sluice bench classify --structure sluice --batch 4,8,16,32 --pipeline both`:
 /// pipelined, 8 packets (16 lookups in flight while 16 more are resolved)
 /// was fastest; at 16 and up the prefetches outrun the core's miss buffers.
-pub const DEFAULT_BATCH: usize = 8;
+pub const DEFAULT_BATCH: usize = 16;
 
 /// How to build an [`AddressSet`].
 #[derive(Clone, Copy, Debug)]
@@ -116,16 +116,73 @@ impl AddressSet {
         }
     }
 
-    /// Prefetch the lines that looking up `keys` will read, without reading
-    /// them: the first half of a software pipeline whose second half is
-    /// `contains_v4_batch(.., prefetch = false)` a batch later.
+    /// First half of a pipelined lookup of up to [`PREPARED_MAX`] IPv4 keys:
+    /// hash them into `prep` and prefetch the lines the lookup starts from.
+    /// Call [`AddressSet::finish_v4`] with the same keys a batch later.
     #[inline]
-    pub fn prefetch_v4(&self, keys: &[u32]) {
+    pub fn prepare_v4(&self, keys: &[u32], prep: &mut Prepared) {
         if let Some(p) = &self.v4_prefixes {
             p.prefetch(keys);
         }
         if let Some(h) = &self.v4_hosts {
-            h.prefetch(keys);
+            h.prepare(keys, prep);
+        }
+    }
+
+    /// Second half: `out[i] = contains_v4(keys[i])` for the prepared keys.
+    #[inline]
+    pub fn finish_v4(&self, keys: &[u32], prep: &Prepared, out: &mut [bool]) {
+        assert_eq!(keys.len(), out.len(), "one output per key");
+        match &self.v4_hosts {
+            Some(h) => h.finish(keys, prep, out),
+            None => out.fill(false),
+        }
+        if let Some(p) = &self.v4_prefixes {
+            let mut hit = [false; PREPARED_MAX];
+            p.contains_batch(keys, &mut hit[..keys.len()], keys.len().min(MAX_BATCH), true);
+            for (o, h) in out.iter_mut().zip(&hit) {
+                *o |= *h;
+            }
+        }
+    }
+
+    /// [`AddressSet::prepare_v4`] for IPv6 keys (the prefix ranges are a
+    /// binary search over a small, cache-resident array).
+    #[inline]
+    pub fn prepare_v6(&self, keys: &[u128], prep: &mut Prepared) {
+        if let Some(h) = &self.v6_hosts {
+            h.prepare(keys, prep);
+        }
+    }
+
+    /// [`AddressSet::finish_v4`] for IPv6 keys.
+    #[inline]
+    pub fn finish_v6(&self, keys: &[u128], prep: &Prepared, out: &mut [bool]) {
+        assert_eq!(keys.len(), out.len(), "one output per key");
+        match &self.v6_hosts {
+            Some(h) => h.finish(keys, prep, out),
+            None => out.fill(false),
+        }
+        if let Some(p) = &self.v6_prefixes {
+            for (o, &k) in out.iter_mut().zip(keys) {
+                *o = *o || p.contains(k);
+            }
+        }
+    }
+
+    /// `out[i] = contains_v6(keys[i])`; the exact table is batched and
+    /// (optionally) prefetched.
+    #[inline]
+    pub fn contains_v6_batch(&self, keys: &[u128], out: &mut [bool], batch: usize, prefetch: bool) {
+        assert_eq!(keys.len(), out.len(), "one output per key");
+        match &self.v6_hosts {
+            Some(h) => h.contains_batch(keys, out, batch, prefetch),
+            None => out.fill(false),
+        }
+        if let Some(p) = &self.v6_prefixes {
+            for (o, &k) in out.iter_mut().zip(keys) {
+                *o = *o || p.contains(k);
+            }
         }
     }
 
@@ -150,29 +207,36 @@ impl AddressSet {
         }
     }
 
-    /// `out[i] = contains(addrs[i])` for mixed families: IPv4 keys go through
-    /// the batched path, IPv6 ones are looked up one by one.
+    /// `out[i] = contains(addrs[i])` for mixed families: the keys of each
+    /// family are gathered and looked up through their batched path.
     pub fn contains_batch(&self, addrs: &[IpAddr], out: &mut [bool], batch: usize, prefetch: bool) {
         assert_eq!(addrs.len(), out.len(), "one output per key");
-        let mut keys = [0u32; MAX_BATCH];
-        let mut at = [0usize; MAX_BATCH];
-        let mut found = [false; MAX_BATCH];
+        let mut k4 = [0u32; MAX_BATCH];
+        let mut k6 = [0u128; MAX_BATCH];
+        let (mut at4, mut at6) = ([0usize; MAX_BATCH], [0usize; MAX_BATCH]);
+        let (mut f4, mut f6) = ([false; MAX_BATCH], [false; MAX_BATCH]);
         for (chunk_no, chunk) in addrs.chunks(MAX_BATCH).enumerate() {
             let base = chunk_no * MAX_BATCH;
-            let mut n = 0;
+            let (mut n4, mut n6) = (0, 0);
             for (i, ip) in chunk.iter().enumerate() {
                 match ip {
                     IpAddr::V4(a) => {
-                        keys[n] = u32::from(*a);
-                        at[n] = base + i;
-                        n += 1;
+                        (k4[n4], at4[n4]) = (u32::from(*a), base + i);
+                        n4 += 1;
                     }
-                    IpAddr::V6(a) => out[base + i] = self.contains_v6(u128::from(*a)),
+                    IpAddr::V6(a) => {
+                        (k6[n6], at6[n6]) = (u128::from(*a), base + i);
+                        n6 += 1;
+                    }
                 }
             }
-            self.contains_v4_batch(&keys[..n], &mut found[..n], batch, prefetch);
-            for j in 0..n {
-                out[at[j]] = found[j];
+            self.contains_v4_batch(&k4[..n4], &mut f4[..n4], batch, prefetch);
+            self.contains_v6_batch(&k6[..n6], &mut f6[..n6], batch, prefetch);
+            for j in 0..n4 {
+                out[at4[j]] = f4[j];
+            }
+            for j in 0..n6 {
+                out[at6[j]] = f6[j];
             }
         }
     }
@@ -248,6 +312,27 @@ mod tests {
             prop_assert_eq!(set.len(), simple.len(), "distinct entries");
             let mut out = vec![false; probes.len()];
             set.contains_batch(&probes, &mut out, batch, seed % 2 == 0);
+            let (v4, v6): (Vec<u32>, Vec<u128>) = (
+                probes.iter().filter_map(|ip| match ip { IpAddr::V4(a) => Some(u32::from(*a)), _ => None }).collect(),
+                probes.iter().filter_map(|ip| match ip { IpAddr::V6(a) => Some(u128::from(*a)), _ => None }).collect(),
+            );
+            let mut prep = Prepared::default();
+            for chunk in v4.chunks(PREPARED_MAX) {
+                let mut piped = vec![false; chunk.len()];
+                set.prepare_v4(chunk, &mut prep);
+                set.finish_v4(chunk, &prep, &mut piped);
+                for (&a, &p) in chunk.iter().zip(&piped) {
+                    prop_assert_eq!(p, prefixes.iter().any(|x| x.contains(IpAddr::V4(a.into()))));
+                }
+            }
+            for chunk in v6.chunks(PREPARED_MAX) {
+                let mut piped = vec![false; chunk.len()];
+                set.prepare_v6(chunk, &mut prep);
+                set.finish_v6(chunk, &prep, &mut piped);
+                for (&a, &p) in chunk.iter().zip(&piped) {
+                    prop_assert_eq!(p, prefixes.iter().any(|x| x.contains(IpAddr::V6(a.into()))));
+                }
+            }
             for (ip, o) in probes.iter().zip(&out) {
                 let want = prefixes.iter().any(|p| p.contains(*ip));
                 prop_assert_eq!(set.contains(*ip), want, "{}", ip);

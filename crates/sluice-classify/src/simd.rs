@@ -35,6 +35,28 @@ pub fn any_eq_u32x16_scalar(lanes: &[u32; 16], key: u32) -> bool {
     lanes.iter().fold(false, |acc, &l| acc | (l == key))
 }
 
+/// A bit per byte of `tags` (16 or fewer) that equals `tag`.
+#[inline(always)]
+pub fn match_tags(tags: &[u8], tag: u8) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if let Ok(t16) = <&[u8; 16]>::try_from(tags) {
+        use std::arch::x86_64::*;
+        // SAFETY: SSE2 is in the x86_64 baseline; `t16` is 16 readable bytes
+        // and the unaligned load has no alignment requirement.
+        return unsafe {
+            let v = _mm_loadu_si128(t16.as_ptr().cast::<__m128i>());
+            _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(tag as i8))) as u32
+        };
+    }
+    match_tags_scalar(tags, tag)
+}
+
+/// The plain reference for [`match_tags`].
+#[inline(always)]
+pub fn match_tags_scalar(tags: &[u8], tag: u8) -> u32 {
+    tags.iter().enumerate().fold(0, |m, (i, &t)| m | (u32::from(t == tag) << i))
+}
+
 /// Ask for the cache line holding `p` to be brought into all cache levels.
 /// A hint only: it never faults, whatever the address.
 #[inline(always)]
@@ -58,6 +80,11 @@ mod tests {
         #[test]
         fn simd_matches_scalar(lanes in proptest::array::uniform16(0u32..8), key in 0u32..8) {
             prop_assert_eq!(any_eq_u32x16(&lanes, key), any_eq_u32x16_scalar(&lanes, key));
+        }
+
+        #[test]
+        fn tag_match_matches_scalar(tags in proptest::collection::vec(0u8..4, 16), tag in 0u8..4, len in prop_oneof![Just(4usize), Just(16)]) {
+            prop_assert_eq!(match_tags(&tags[..len], tag), match_tags_scalar(&tags[..len], tag));
         }
     }
 }

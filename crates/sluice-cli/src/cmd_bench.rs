@@ -73,6 +73,9 @@ pub struct ClassifyArgs {
     pub ring: usize,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Fill limit of sluice's exact tables (an experiment knob).
+    #[arg(long, default_value_t = sluice_classify::DEFAULT_MAX_LOAD)]
+    pub max_load: f64,
     #[arg(long, value_enum, default_value = "table")]
     pub format: OutputFormat,
     /// Also write an SVG bar chart here.
@@ -81,6 +84,9 @@ pub struct ClassifyArgs {
     /// Custom scenarios: pipeline table-line prefetch across batches.
     #[arg(long, value_enum, default_value = "yes")]
     pub pipeline: PipelineArg,
+    /// Custom scenarios: IPv6 traffic and IPv6 tables (sluice and hashbrown).
+    #[arg(long)]
+    pub ipv6: bool,
     /// Skip the memory-parallelism probe.
     #[arg(long)]
     pub no_probe: bool,
@@ -99,6 +105,9 @@ fn custom(a: &ClassifyArgs) -> Result<Vec<Scenario>> {
             let Some(structure) = Structure::parse(s, buckets) else {
                 bail!("unknown structure {s:?} (chained, hashbrown, sluice, sluice-prefix, prefix-trie)");
             };
+            if a.ipv6 && !structure.supports_ipv6() {
+                bail!("{s} has no IPv6 variant (the seed's table and the prefix structures are IPv4); use sluice or hashbrown with --ipv6");
+            }
             for p in &a.prefetch {
                 let Some(prefetch) = Prefetch::parse(p) else {
                     bail!("unknown prefetch mode {p:?} (none, header, bucket, both)")
@@ -120,7 +129,8 @@ fn custom(a: &ClassifyArgs) -> Result<Vec<Scenario>> {
                             for &pipeline in modes {
                                 let pipeline = pipeline && matches!(prefetch, Prefetch::Bucket | Prefetch::Both);
                                 let pipe = if pipeline { "-pipe" } else { "" };
-                                let name = format!("{s}-b{batch}-{p}{pipe}-{stride}-t{threads}");
+                                let v6 = if a.ipv6 { "-v6" } else { "" };
+                                let name = format!("{s}{v6}-b{batch}-{p}{pipe}-{stride}-t{threads}");
                                 if v.iter().any(|x: &Scenario| x.name == name) {
                                     continue;
                                 }
@@ -133,6 +143,7 @@ fn custom(a: &ClassifyArgs) -> Result<Vec<Scenario>> {
                                     stride,
                                     threads,
                                     pipeline,
+                                    ipv6: a.ipv6,
                                     seed_mpps: None,
                                 });
                             }
@@ -157,7 +168,16 @@ fn classify(a: ClassifyArgs) -> Result<Outcome> {
     } else {
         custom(&a)?
     };
-    let settings = Settings { reps: a.reps.max(1), packets: a.packets.max(1), ring_slots: a.ring.max(1), seed: a.seed };
+    if !(0.05..=0.9).contains(&a.max_load) {
+        bail!("--max-load must be between 0.05 and 0.9");
+    }
+    let settings = Settings {
+        reps: a.reps.max(1),
+        packets: a.packets.max(1),
+        ring_slots: a.ring.max(1),
+        seed: a.seed,
+        max_load: a.max_load,
+    };
     let json = a.format == OutputFormat::Json;
     let mut out = std::io::stdout().lock();
     let started = Instant::now();
