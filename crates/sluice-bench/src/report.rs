@@ -47,14 +47,15 @@ pub fn quick() -> Vec<Scenario> {
     let d = sluice_classify::DEFAULT_BATCH;
     let mut v = vec![
         sc("naive", Structure::Chained { buckets: SEED_BUCKETS }, SEED_ENTRIES, 1, Prefetch::None, 2048, Some(3.7)),
-        sc("hashbrown", Structure::Hashbrown, SEED_ENTRIES, 1, Prefetch::None, 2048, None),
+        sc("hashbrown", Structure::Hashbrown, SEED_ENTRIES, 16, Prefetch::None, 2048, None),
+        sc("hashbrown-b1", Structure::Hashbrown, SEED_ENTRIES, 1, Prefetch::None, 2048, None),
         sluice_default("sluice", Structure::Sluice, SEED_ENTRIES, 2048),
         sluice_default("sluice-prefix", Structure::SluicePrefix, PREFIX_EXTRA, 2048),
-        sc("prefix-trie", Structure::PrefixTrie, PREFIX_EXTRA, 1, Prefetch::None, 2048, None),
+        sc("prefix-trie", Structure::PrefixTrie, PREFIX_EXTRA, 16, Prefetch::None, 2048, None),
         sc("sluice-nopipe", Structure::Sluice, SEED_ENTRIES, d, Prefetch::Bucket, 2048, None),
         sc("sluice-nopf", Structure::Sluice, SEED_ENTRIES, d, Prefetch::None, 2048, None),
     ];
-    for b in [1, 4, 16, 32, 64] {
+    for b in [1, 4, 8, 32, 64] {
         v.push(
             Scenario { name: format!("sluice-b{b}"), ..sluice_default("", Structure::Sluice, SEED_ENTRIES, 2048) }
                 .with_batch(b),

@@ -41,17 +41,8 @@ plain_data! {
     }
 }
 
-plain_data! {
-    /// Tags of 64 consecutive slots.
-    #[repr(C, align(64))]
-    struct TagLine {
-        tags: [u8; TAGS_PER_LINE],
-    }
-}
-
 const _: () = assert!(size_of::<Bucket4>() == 64 && align_of::<Bucket4>() == 64);
 const _: () = assert!(size_of::<Bucket6>() == 64 && align_of::<Bucket6>() == 64);
-const _: () = assert!(size_of::<TagLine>() == 64);
 
 /// What differs between the IPv4 and IPv6 tables.
 trait Slots: crate::mem::Zeroable {
@@ -97,7 +88,9 @@ impl Slots for Bucket6 {
 
 /// The table itself, generic over the bucket kind.
 struct OpenTable<B: Slots> {
-    tags: Table<TagLine>,
+    /// One tag per slot, bucket after bucket (64-byte aligned, so a
+    /// bucket's tags never straddle a line).
+    tags: Table<u8>,
     buckets: Table<B>,
     shift: u32,
     mask: usize,
@@ -105,10 +98,11 @@ struct OpenTable<B: Slots> {
     len: usize,
 }
 
-/// Where a key lives: its home bucket and its tag.
+/// Where a key lives: its home bucket and its tag (8 bytes: tables have
+/// fewer than 2^32 buckets).
 #[derive(Clone, Copy, Default, Debug)]
 struct Place {
-    bucket: usize,
+    bucket: u32,
     tag: u8,
 }
 
@@ -135,11 +129,12 @@ impl<B: Slots> OpenTable<B> {
     fn build(keys: &[B::Key], max_load: f64, hasher: Hasher) -> Self {
         let max_load = max_load.clamp(0.05, 0.9);
         let want = ((keys.len() as f64 / (B::SLOTS as f64 * max_load)).ceil() as usize).max(1);
-        // At least one full line of tags.
+        // At least one full line of tags; fewer than 2^32 buckets.
         let n = want.next_power_of_two().max(TAGS_PER_LINE / B::SLOTS);
+        assert!(n <= 1 << 31, "table of {n} buckets is too large");
         let bits = n.trailing_zeros();
         let mut t: OpenTable<B> = OpenTable {
-            tags: Table::zeroed(n * B::SLOTS / TAGS_PER_LINE),
+            tags: Table::zeroed(n * B::SLOTS),
             buckets: Table::zeroed(n),
             shift: 64 - bits,
             mask: n - 1,
@@ -151,7 +146,7 @@ impl<B: Slots> OpenTable<B> {
         let mut homes: Vec<u32> = Vec::with_capacity(keys.len());
         let mut starts = vec![0u32; n + 1];
         for &k in keys {
-            let h = t.place(k).bucket as u32;
+            let h = t.place(k).bucket;
             homes.push(h);
             starts[h as usize + 1] += 1;
         }
@@ -210,14 +205,11 @@ impl<B: Slots> OpenTable<B> {
 
     fn put(&mut self, b: usize, i: usize, k: B::Key) {
         *self.buckets[b].slot_mut(i) = k;
-        let tag = self.place(k).tag;
-        let s = b * B::SLOTS + i;
-        self.tags[s / TAGS_PER_LINE].tags[s % TAGS_PER_LINE] = tag;
+        self.tags[b * B::SLOTS + i] = self.place(k).tag;
     }
 
     fn tag_at(&self, b: usize, i: usize) -> u8 {
-        let s = b * B::SLOTS + i;
-        self.tags[s / TAGS_PER_LINE].tags[s % TAGS_PER_LINE]
+        self.tags[b * B::SLOTS + i]
     }
 
     #[inline(always)]
@@ -226,26 +218,25 @@ impl<B: Slots> OpenTable<B> {
         // Bucket from the top bits, tag from bits 32-39: independent of each
         // other for any table of up to 2^24 buckets.
         let tag = (h >> 32) as u8;
-        Place { bucket: (h >> self.shift) as usize & self.mask, tag: tag | u8::from(tag == 0) }
+        Place { bucket: ((h >> self.shift) as usize & self.mask) as u32, tag: tag | u8::from(tag == 0) }
     }
 
     /// The tags of bucket `b`.
     #[inline(always)]
     fn bucket_tags(&self, b: usize) -> &[u8] {
-        let s = b * B::SLOTS;
-        &self.tags[s / TAGS_PER_LINE].tags[s % TAGS_PER_LINE..s % TAGS_PER_LINE + B::SLOTS]
+        &self.tags[b * B::SLOTS..][..B::SLOTS]
     }
 
     #[inline(always)]
-    fn tag_line_addr(&self, b: usize) -> *const TagLine {
-        self.tags.addr_of(b * B::SLOTS / TAGS_PER_LINE)
+    fn tag_line_addr(&self, b: usize) -> *const u8 {
+        self.tags.addr_of(b * B::SLOTS)
     }
 
     /// Matching slots of the home bucket (a bit per slot), and whether that
     /// bucket is full (the key may have spilled onward).
     #[inline(always)]
     fn first_look(&self, p: Place) -> (u32, bool) {
-        let tags = self.bucket_tags(p.bucket);
+        let tags = self.bucket_tags(p.bucket as usize);
         (match_tags(tags, p.tag), tags[B::SLOTS - 1] != 0)
     }
 
@@ -264,7 +255,7 @@ impl<B: Slots> OpenTable<B> {
     /// Full lookup from the home bucket onward.
     #[inline(always)]
     fn probe(&self, p: Place, k: B::Key) -> bool {
-        let mut b = p.bucket;
+        let mut b = p.bucket as usize;
         loop {
             let tags = self.bucket_tags(b);
             if self.keys_match(b, match_tags(tags, p.tag), k) {
@@ -290,7 +281,7 @@ impl<B: Slots> OpenTable<B> {
         for (p, &k) in prep.places.iter_mut().zip(keys) {
             *p = self.place(k);
             if prefetch_lines {
-                prefetch(self.tag_line_addr(p.bucket));
+                prefetch(self.tag_line_addr(p.bucket as usize));
             }
         }
         prep.len = keys.len();
@@ -309,13 +300,14 @@ impl<B: Slots> OpenTable<B> {
         for ((p, m), f) in prep.places[..prep.len].iter().zip(masks.iter_mut()).zip(full.iter_mut()) {
             (*m, *f) = self.first_look(*p);
             if prefetch_lines && *m != 0 {
-                prefetch(self.buckets.addr_of(p.bucket));
+                prefetch(self.buckets.addr_of(p.bucket as usize));
             }
         }
         for i in 0..prep.len {
             let p = prep.places[i];
-            out[i] = (masks[i] != 0 && self.keys_match(p.bucket, masks[i], keys[i]))
-                || (full[i] && self.probe(Place { bucket: (p.bucket + 1) & self.mask, tag: p.tag }, keys[i]));
+            let b = p.bucket as usize;
+            out[i] = (masks[i] != 0 && self.keys_match(b, masks[i], keys[i]))
+                || (full[i] && self.probe(Place { bucket: ((b + 1) & self.mask) as u32, tag: p.tag }, keys[i]));
         }
     }
 
