@@ -163,11 +163,7 @@ impl AddressSet {
             Some(h) => h.finish(keys, prep, out),
             None => out.fill(false),
         }
-        if let Some(p) = &self.v6_prefixes {
-            for (o, &k) in out.iter_mut().zip(keys) {
-                *o = *o || p.contains(k);
-            }
-        }
+        self.or_v6_prefixes(keys, out);
     }
 
     /// `out[i] = contains_v6(keys[i])`; the exact table is batched and
@@ -179,6 +175,12 @@ impl AddressSet {
             Some(h) => h.contains_batch(keys, out, batch, prefetch),
             None => out.fill(false),
         }
+        self.or_v6_prefixes(keys, out);
+    }
+
+    /// `out[i] |= keys[i]` is inside one of the IPv6 prefixes.
+    #[inline]
+    fn or_v6_prefixes(&self, keys: &[u128], out: &mut [bool]) {
         if let Some(p) = &self.v6_prefixes {
             for (o, &k) in out.iter_mut().zip(keys) {
                 *o = *o || p.contains(k);
