@@ -11,6 +11,20 @@ use std::time::Instant;
 pub enum BenchCommand {
     /// Packet classification in memory: structures x batch x prefetch x stride x table x threads.
     Classify(ClassifyArgs),
+    /// Toeplitz hashing: the per-byte table against the bit-by-bit reference.
+    Rss(RssBenchArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RssBenchArgs {
+    /// Hashes per repetition.
+    #[arg(long, default_value_t = 2_000_000)]
+    pub hashes: u64,
+    #[arg(long, default_value_t = 5)]
+    pub reps: usize,
+    /// One JSON object per input kind.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -95,7 +109,62 @@ pub struct ClassifyArgs {
 pub fn run(cmd: BenchCommand) -> Result<Outcome> {
     match cmd {
         BenchCommand::Classify(a) => classify(a),
+        BenchCommand::Rss(a) => rss(a),
     }
+}
+
+/// Millions of hashes per second: median, min, max over `reps`.
+fn rate(reps: usize, hashes: u64, mut f: impl FnMut(u64) -> u32) -> (f64, f64, f64) {
+    let mut v = Vec::with_capacity(reps);
+    for _ in 0..reps.max(1) {
+        let started = Instant::now();
+        let mut acc = 0u32;
+        for i in 0..hashes {
+            acc ^= f(i);
+        }
+        std::hint::black_box(acc);
+        v.push(hashes as f64 / started.elapsed().as_secs_f64() / 1e6);
+    }
+    let med = sluice_bench::median(&v);
+    (med, v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(0.0, f64::max))
+}
+
+fn rss(a: RssBenchArgs) -> Result<Outcome> {
+    use sluice_steer::{hash_reference, Toeplitz, MAX_INPUT, MICROSOFT_KEY};
+    let t = Toeplitz::new(&MICROSOFT_KEY);
+    // Inputs vary per hash so nothing is hoisted out of the loop.
+    let mut input = [0u8; MAX_INPUT];
+    for (name, len) in [("ipv4-2tuple", 8usize), ("ipv4-4tuple", 12), ("ipv6-2tuple", 32), ("ipv6-4tuple", 36)] {
+        let fast = rate(a.reps, a.hashes, |i| {
+            input[..8].copy_from_slice(&i.to_le_bytes());
+            t.hash(&input[..len])
+        });
+        let slow_n = (a.hashes / 20).max(1);
+        let reference = rate(a.reps, slow_n, |i| {
+            input[..8].copy_from_slice(&i.to_le_bytes());
+            hash_reference(&MICROSOFT_KEY, &input[..len])
+        });
+        if a.json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "scenario": name, "input_bytes": len,
+                    "mhashes_median": fast.0, "mhashes_min": fast.1, "mhashes_max": fast.2,
+                    "reference_mhashes_median": reference.0, "speedup": fast.0 / reference.0,
+                })
+            );
+        } else {
+            println!(
+                "{name:<12} {len:>2} bytes  table {:>8.1} M hashes/s [{:.1}-{:.1}]  bit-by-bit {:>6.1} M/s  x{:.1}",
+                fast.0,
+                fast.1,
+                fast.2,
+                reference.0,
+                fast.0 / reference.0
+            );
+        }
+    }
+    Ok(Outcome::Complete)
 }
 
 fn custom(a: &ClassifyArgs) -> Result<Vec<Scenario>> {

@@ -8,6 +8,7 @@ mod cmd_decode;
 mod cmd_demo;
 mod cmd_filter;
 mod cmd_gen;
+mod cmd_rss;
 mod progress;
 
 use clap::{Parser, Subcommand};
@@ -55,6 +56,8 @@ enum Command {
     Filter(cmd_filter::FilterArgs),
     /// Generate a realistic capture, filter it against the embedded FireHOL list, compare with the expected drops.
     Demo(cmd_demo::DemoArgs),
+    /// Where RSS steers a flow: its Toeplitz hash, indirection bucket and worker.
+    Rss(cmd_rss::RssArgs),
     /// Reproducible experiments: the seed's classification test bed.
     #[command(subcommand)]
     Bench(cmd_bench::BenchCommand),
@@ -68,6 +71,7 @@ fn main() -> ExitCode {
         Command::Filter(a) => cmd_filter::run(a),
         Command::Demo(a) => cmd_demo::run(a),
         Command::Bench(b) => cmd_bench::run(b),
+        Command::Rss(a) => cmd_rss::run(a),
     };
     ExitCode::from(match result {
         Ok(Outcome::Complete) => exit::OK,

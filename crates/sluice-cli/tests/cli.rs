@@ -353,3 +353,34 @@ fn bench_classify_prints_one_json_object_per_scenario() {
         assert!(min > 0.0 && min <= med && med <= max, "{r}");
     }
 }
+
+#[test]
+fn rss_command_reproduces_the_microsoft_suite() {
+    // (destination, source, IP pair, 4-tuple), as published.
+    let vectors = [
+        ("161.142.100.80:1766", "66.9.149.187:2794", "0x323e8fc2", "0x51ccc178"),
+        ("65.69.140.83:4739", "199.92.111.2:14230", "0xd718262a", "0xc626b0ea"),
+        ("12.22.207.184:38024", "24.19.198.95:12898", "0xd2d0a5de", "0x5c2b394a"),
+        ("209.142.163.6:2217", "38.27.205.30:48228", "0x82989176", "0xafc7327f"),
+        ("202.188.127.2:1303", "153.39.163.191:44251", "0x5d1809c5", "0x10e828a2"),
+        ("[3ffe:2501:200:3::1]:1766", "[3ffe:2501:200:1fff::7]:2794", "0x2cc18cd5", "0x40207d3d"),
+        ("[ff02::1]:4739", "[3ffe:501:8::260:97ff:fe40:efab]:14230", "0x0f0c461c", "0xdde51bbf"),
+        ("[fe80::200:f8ff:fe21:67cf]:38024", "[3ffe:1900:4545:3:200:f8ff:fe21:67cf]:44251", "0x4b61e985", "0x02d1feef"),
+    ];
+    for (dst, src, pair, four) in vectors {
+        let (d, s): (std::net::SocketAddr, std::net::SocketAddr) = (dst.parse().unwrap(), src.parse().unwrap());
+        let (sip, dip, sp, dp) = (s.ip().to_string(), d.ip().to_string(), s.port().to_string(), d.port().to_string());
+        let out = ok(&["rss", "--src", &sip, "--dst", &dip]);
+        assert_eq!(out.lines().next().unwrap(), pair, "{src} -> {dst}");
+        let out =
+            ok(&["rss", "--src", &sip, "--dst", &dip, "--sport", &sp, "--dport", &dp, "--workers", "4", "--json"]);
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["hash"], four, "{src} -> {dst} with ports");
+        let hash = u32::from_str_radix(four.trim_start_matches("0x"), 16).unwrap();
+        assert_eq!(v["bucket"], (hash & 127) as u64);
+        assert_eq!(v["worker"], ((hash & 127) % 4) as u64);
+    }
+    let (code, _, stderr) = stderr_of(&["rss", "--src", "1.2.3.4", "--dst", "::1"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("both be IPv4 or both IPv6"), "{stderr}");
+}
