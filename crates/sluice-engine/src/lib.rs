@@ -5,6 +5,8 @@
 //! verdict, and every verdict is counted under exactly one heading.
 #![deny(unsafe_code)]
 
+pub mod snapshot;
+
 use sluice_classify::{AddressSet, DEFAULT_BATCH, MAX_BATCH};
 use sluice_rules::Prefix;
 use sluice_wire::{decode, DecodeError, ErrorKind, IpSummary, LinkType, PacketSummary};
@@ -200,44 +202,56 @@ impl Engine {
     /// Decode and decide a batch: `verdicts[i]` is for `frames[i]`. The main
     /// path: decode everything, look every address up in batches, count.
     pub fn judge_batch(&mut self, frames: &[Frame<'_>], verdicts: &mut [Verdict]) {
-        assert_eq!(frames.len(), verdicts.len(), "one verdict per frame");
-        let mut decoded: [Result<PacketSummary, DecodeError>; MAX_BATCH] =
-            [Err(DecodeError::TooManyVlanTags); MAX_BATCH];
-        let mut ips = [None::<IpSummary>; MAX_BATCH];
-        let mut ip_list = [IpSummary::UNSPECIFIED; MAX_BATCH];
-        let mut matched = [None; MAX_BATCH];
-        for (fc, vc) in frames.chunks(MAX_BATCH).zip(verdicts.chunks_mut(MAX_BATCH)) {
-            let mut n_ip = 0;
-            for (i, f) in fc.iter().enumerate() {
-                decoded[i] = decode(f.link, f.data);
-                ips[i] = decoded[i].as_ref().ok().and_then(|s| s.ip);
-                if let Some(ip) = ips[i] {
-                    ip_list[n_ip] = ip;
-                    n_ip += 1;
+        judge_batch(&self.rules, self.undecodable, self.batch, &mut self.stats, frames, verdicts);
+    }
+}
+
+/// [`Engine::judge_batch`] against rules held elsewhere (a worker's current
+/// rule snapshot), counting into `stats`.
+pub fn judge_batch(
+    rules: &RuleSet,
+    undecodable: Verdict,
+    batch: usize,
+    stats: &mut Stats,
+    frames: &[Frame<'_>],
+    verdicts: &mut [Verdict],
+) {
+    assert_eq!(frames.len(), verdicts.len(), "one verdict per frame");
+    let mut decoded: [Result<PacketSummary, DecodeError>; MAX_BATCH] = [Err(DecodeError::TooManyVlanTags); MAX_BATCH];
+    let mut ips = [None::<IpSummary>; MAX_BATCH];
+    let mut ip_list = [IpSummary::UNSPECIFIED; MAX_BATCH];
+    let mut matched = [None; MAX_BATCH];
+    for (fc, vc) in frames.chunks(MAX_BATCH).zip(verdicts.chunks_mut(MAX_BATCH)) {
+        let mut n_ip = 0;
+        for (i, f) in fc.iter().enumerate() {
+            decoded[i] = decode(f.link, f.data);
+            ips[i] = decoded[i].as_ref().ok().and_then(|s| s.ip);
+            if let Some(ip) = ips[i] {
+                ip_list[n_ip] = ip;
+                n_ip += 1;
+            }
+        }
+        rules.match_batch(&ip_list[..n_ip], &mut matched[..n_ip], batch);
+        let mut next_ip = 0;
+        for (i, f) in fc.iter().enumerate() {
+            let reason = match (&decoded[i], ips[i]) {
+                (Ok(_), Some(ip)) => {
+                    if let Some(a) = ip.anomaly {
+                        stats.anomalies[a.kind().index()] += 1;
+                    }
+                    next_ip += 1;
+                    matched[next_ip - 1]
                 }
-            }
-            self.rules.match_batch(&ip_list[..n_ip], &mut matched[..n_ip], self.batch);
-            let mut next_ip = 0;
-            for (i, f) in fc.iter().enumerate() {
-                let reason = match (&decoded[i], ips[i]) {
-                    (Ok(_), Some(ip)) => {
-                        if let Some(a) = ip.anomaly {
-                            self.stats.anomalies[a.kind().index()] += 1;
-                        }
-                        next_ip += 1;
-                        matched[next_ip - 1]
-                    }
-                    (Ok(_), None) => {
-                        self.stats.non_ip += 1;
-                        None
-                    }
-                    (Err(e), _) => {
-                        self.stats.undecodable[e.kind().index()] += 1;
-                        (self.undecodable == Verdict::Drop).then_some(DropReason::Undecodable(e.kind()))
-                    }
-                };
-                vc[i] = self.stats.count(reason, f.wire_len);
-            }
+                (Ok(_), None) => {
+                    stats.non_ip += 1;
+                    None
+                }
+                (Err(e), _) => {
+                    stats.undecodable[e.kind().index()] += 1;
+                    (undecodable == Verdict::Drop).then_some(DropReason::Undecodable(e.kind()))
+                }
+            };
+            vc[i] = stats.count(reason, f.wire_len);
         }
     }
 }
