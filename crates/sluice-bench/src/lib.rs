@@ -18,10 +18,12 @@ pub mod structures;
 use ring::{ipv4_pair, ipv6_pair, Ring, Rng};
 use sluice_classify::simd::prefetch;
 use sluice_classify::{Hasher, Prepared, MAX_BATCH};
+use sluice_engine::snapshot::{Published, Reader};
 use sluice_rules::Prefix;
+use sluice_steer::affinity;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
 use structures::{Chained, Classifier, Hashbrown, Hashbrown6, PrefixTrie, Sluice};
 
@@ -99,6 +101,32 @@ impl Prefetch {
     }
 }
 
+/// How worker threads reach the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SyncMode {
+    /// No protection: a plain shared reference (unsafe to swap under).
+    None,
+    /// sluice's rule snapshots: one atomic load per batch (per ring pass
+    /// when pipelined, so `prepare` and `finish` see one snapshot).
+    Snapshot,
+    /// A read lock per packet around its two lookups, as in the seed.
+    RwLock,
+}
+
+impl SyncMode {
+    pub const ALL: [SyncMode; 3] = [SyncMode::None, SyncMode::Snapshot, SyncMode::RwLock];
+    pub fn name(&self) -> &'static str {
+        match self {
+            SyncMode::None => "none",
+            SyncMode::Snapshot => "snapshot",
+            SyncMode::RwLock => "rwlock",
+        }
+    }
+    pub fn parse(s: &str) -> Option<SyncMode> {
+        SyncMode::ALL.into_iter().find(|m| m.name() == s)
+    }
+}
+
 /// One row of the test bed.
 #[derive(Clone, Debug)]
 pub struct Scenario {
@@ -115,6 +143,7 @@ pub struct Scenario {
     pub pipeline: bool,
     /// IPv6 traffic and an IPv6 table instead of IPv4.
     pub ipv6: bool,
+    pub sync: SyncMode,
     /// The seed post's figure for this row, Mpps on a Sandy Bridge core.
     pub seed_mpps: Option<f64>,
 }
@@ -338,6 +367,15 @@ fn count_drops(hits: &[bool]) -> u64 {
     hits.chunks_exact(2).map(|pair| u64::from(pair[0] | pair[1])).sum()
 }
 
+type SharedTable = Arc<dyn Classifier>;
+
+/// A worker's way to the table, per [`SyncMode`].
+enum Access<'a> {
+    Direct(&'a dyn Classifier),
+    Snapshot(Reader<SharedTable>),
+    Locked(&'a RwLock<SharedTable>),
+}
+
 /// Process `packets` packets from `ring`; returns (seconds, dropped).
 ///
 /// Per batch, the seed's steps: optional header prefetch, decap, optional
@@ -345,10 +383,8 @@ fn count_drops(hits: &[bool]) -> u64 {
 /// i+1 are prefetched before batch i is resolved, so the memory system
 /// always has a batch of misses in flight (VPP's loops do the same with
 /// packet buffers).
-fn run_ring<K: Family>(table: &dyn Classifier, ring: &mut Ring, sc: &Scenario, packets: u64) -> (f64, u64) {
+fn run_ring<K: Family>(access: &mut Access<'_>, ring: &mut Ring, sc: &Scenario, packets: u64) -> (f64, u64) {
     let batch = sc.batch.clamp(1, MAX_BATCH);
-    let bucket_pf = sc.prefetch.bucket() && table.can_prefetch();
-    let pipeline = sc.pipeline && bucket_pf;
     let header_pf = sc.prefetch.header();
     let mut keys = [[K::default(); 2 * MAX_BATCH]; 2];
     let mut preps = [Prepared::default(), Prepared::default()];
@@ -358,30 +394,65 @@ fn run_ring<K: Family>(table: &dyn Classifier, ring: &mut Ring, sc: &Scenario, p
     while done < packets {
         ring.refill();
         let slots = ring.slots();
-        if pipeline {
-            let mut cur = 0;
-            let mut k_cur = decap(ring, 0, batch.min(slots), header_pf, &mut keys[0]);
-            K::prepare(table, &keys[0][..k_cur], &mut preps[0]);
-            let mut s = batch.min(slots);
-            loop {
-                let n = batch.min(slots - s);
-                let k_next = decap(ring, s, n, header_pf, &mut keys[1 - cur]);
-                K::prepare(table, &keys[1 - cur][..k_next], &mut preps[1 - cur]);
-                K::finish(table, &keys[cur][..k_cur], &preps[cur], &mut hits[..k_cur]);
-                dropped += count_drops(&hits[..k_cur]);
-                if n == 0 {
-                    break;
+        // The snapshot for this pass (pipelined) or refreshed per batch below.
+        let pass_table: Option<SharedTable> = match access {
+            Access::Snapshot(r) if sc.pipeline => Some(r.refresh().value.clone()),
+            _ => None,
+        };
+        match access {
+            Access::Locked(lock) => {
+                let table = lock.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+                let bucket_pf = sc.prefetch.bucket() && table.can_prefetch();
+                let mut s = 0;
+                while s < slots {
+                    let n = batch.min(slots - s);
+                    let k = decap(ring, s, n, header_pf, &mut keys[0]);
+                    // The seed's model: each packet's two lookups under a read lock.
+                    for (pair, out) in keys[0][..k].chunks(2).zip(hits[..k].chunks_mut(2)) {
+                        let guard = lock.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+                        K::lookup(&**guard, pair, out, bucket_pf);
+                    }
+                    dropped += count_drops(&hits[..k]);
+                    s += n;
                 }
-                (cur, k_cur, s) = (1 - cur, k_next, s + n);
             }
-        } else {
-            let mut s = 0;
-            while s < slots {
-                let n = batch.min(slots - s);
-                let k = decap(ring, s, n, header_pf, &mut keys[0]);
-                K::lookup(table, &keys[0][..k], &mut hits[..k], bucket_pf);
-                dropped += count_drops(&hits[..k]);
-                s += n;
+            _ if sc.pipeline && sc.prefetch.bucket() => {
+                let table: &dyn Classifier = match (&*access, &pass_table) {
+                    (Access::Direct(t), _) => *t,
+                    (_, Some(t)) => &**t,
+                    _ => unreachable!("snapshot table taken above"),
+                };
+                let mut cur = 0;
+                let mut k_cur = decap(ring, 0, batch.min(slots), header_pf, &mut keys[0]);
+                K::prepare(table, &keys[0][..k_cur], &mut preps[0]);
+                let mut s = batch.min(slots);
+                loop {
+                    let n = batch.min(slots - s);
+                    let k_next = decap(ring, s, n, header_pf, &mut keys[1 - cur]);
+                    K::prepare(table, &keys[1 - cur][..k_next], &mut preps[1 - cur]);
+                    K::finish(table, &keys[cur][..k_cur], &preps[cur], &mut hits[..k_cur]);
+                    dropped += count_drops(&hits[..k_cur]);
+                    if n == 0 {
+                        break;
+                    }
+                    (cur, k_cur, s) = (1 - cur, k_next, s + n);
+                }
+            }
+            _ => {
+                let mut s = 0;
+                while s < slots {
+                    let table: &dyn Classifier = match access {
+                        Access::Direct(t) => *t,
+                        Access::Snapshot(r) => &*r.refresh().value,
+                        Access::Locked(_) => unreachable!("handled above"),
+                    };
+                    let bucket_pf = sc.prefetch.bucket() && table.can_prefetch();
+                    let n = batch.min(slots - s);
+                    let k = decap(ring, s, n, header_pf, &mut keys[0]);
+                    K::lookup(table, &keys[0][..k], &mut hits[..k], bucket_pf);
+                    dropped += count_drops(&hits[..k]);
+                    s += n;
+                }
             }
         }
         done += slots as u64;
@@ -396,8 +467,15 @@ pub fn measure(sc: &Scenario, st: &Settings, tables: &mut Tables) -> Measured {
     let mut rings: Vec<Ring> =
         (0..threads).map(|t| Ring::new(st.ring_slots, sc.stride, st.seed + t as u64, sc.ipv6)).collect();
     let run = if sc.ipv6 { run_ring::<u128> } else { run_ring::<u32> };
+    let published = Arc::new(Published::new(table.clone()));
+    let locked = RwLock::new(table.clone());
+    let access = |sync: SyncMode| match sync {
+        SyncMode::None => Access::Direct(&*table),
+        SyncMode::Snapshot => Access::Snapshot(published.reader()),
+        SyncMode::RwLock => Access::Locked(&locked),
+    };
     // One untimed pass to fault everything in.
-    run(&*table, &mut rings[0], sc, st.ring_slots as u64);
+    run(&mut access(sc.sync), &mut rings[0], sc, st.ring_slots as u64);
     let mut mpps = Vec::with_capacity(st.reps);
     let (mut dropped, mut total) = (0u64, 0u64);
     for _ in 0..st.reps {
@@ -405,9 +483,14 @@ pub fn measure(sc: &Scenario, st: &Settings, tables: &mut Tables) -> Measured {
         let results: Vec<(f64, u64)> = std::thread::scope(|scope| {
             let handles: Vec<_> = rings
                 .iter_mut()
-                .map(|ring| {
-                    let table = &*table;
-                    scope.spawn(move || run(table, ring, sc, st.packets))
+                .enumerate()
+                .map(|(t, ring)| {
+                    let mut access = access(sc.sync);
+                    scope.spawn(move || {
+                        // Best effort: a worker per CPU, as NIC queues are.
+                        let _ = affinity::pin_current_thread(t % affinity::available_cpus());
+                        run(&mut access, ring, sc, st.packets)
+                    })
                 })
                 .collect();
             handles.into_iter().map(|h| h.join().expect("bench thread")).collect()
@@ -444,6 +527,7 @@ impl fmt::Display for Scenario {
         if self.ipv6 {
             f.write_str(" IPv6")?;
         }
+        write!(f, " sync {} threads {}", self.sync.name(), self.threads)?;
         Ok(())
     }
 }

@@ -1,6 +1,6 @@
 //! Presets, the readable table, JSON lines and the SVG plot.
 
-use crate::{Measured, Prefetch, Scenario, Structure};
+use crate::{Measured, Prefetch, Scenario, Structure, SyncMode};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 
@@ -29,6 +29,7 @@ fn sc(
         threads: 1,
         pipeline: false,
         ipv6: false,
+        sync: SyncMode::Snapshot,
         seed_mpps: seed,
     }
 }
@@ -89,6 +90,25 @@ pub fn seed() -> Vec<Scenario> {
     {
         v.push(sc(&format!("6m-2m-1920-b{b}-{}", pf.name()), big, SEED_ENTRIES, b, pf, 1920, Some(fig)));
     }
+    // The post's threads and locks rows: batch 4, bucket prefetch, 2M buckets.
+    // This machine has 2 CPUs, so 4 threads share them two to a core.
+    for (threads, sync, fig) in
+        [(1, SyncMode::None, 8.9), (4, SyncMode::None, 12.0), (1, SyncMode::RwLock, 7.0), (4, SyncMode::RwLock, 4.7)]
+    {
+        v.push(Scenario {
+            threads,
+            sync,
+            ..sc(
+                &format!("6m-2m-1920-b4-bucket-t{threads}-{}", sync.name()),
+                big,
+                SEED_ENTRIES,
+                4,
+                Prefetch::Bucket,
+                1920,
+                Some(fig),
+            )
+        });
+    }
     // sluice on the same traffic, both strides; and with an empty set, where
     // only the ring, the decap and the stride's cache aliasing are measured.
     for stride in [2048, 1920] {
@@ -121,6 +141,7 @@ pub fn scenario_json(m: &Measured) -> Value {
         "threads": s.threads,
         "pipeline": s.pipeline,
         "family": if s.ipv6 { "ipv6" } else { "ipv4" },
+        "sync": s.sync.name(),
         "mpps_median": med,
         "mpps_min": m.min(),
         "mpps_max": m.max(),
@@ -291,8 +312,9 @@ mod tests {
     #[test]
     fn seed_preset_covers_every_single_thread_row_of_the_post() {
         let rows: Vec<f64> = seed().iter().filter_map(|s| s.seed_mpps).collect();
-        // 1 + 3 + 3 empty-table rows, 6 no-prefetch rows, 3 prefetch rows, 4 big-table rows.
-        assert_eq!(rows.len(), 20);
+        // 1 + 3 + 3 empty-table rows, 6 no-prefetch rows, 3 prefetch rows, 4 big-table rows,
+        // 4 threads-and-locks rows.
+        assert_eq!(rows.len(), 24);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use sluice_rules::Prefix;
 
 /// Look up `keys`, writing membership to `out`; `prefetch` asks for the
 /// structure's own lines to be prefetched for the whole slice first.
-pub trait Classifier: Sync {
+pub trait Classifier: Send + Sync {
     fn lookup(&self, keys: &[u32], out: &mut [bool], prefetch: bool);
     /// IPv6 keys; only structures built for IPv6 are asked.
     fn lookup6(&self, _keys: &[u128], _out: &mut [bool], _prefetch: bool) {

@@ -2,7 +2,7 @@ use crate::Outcome;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use sluice_bench::report::{self, SEED_BUCKETS, SEED_ENTRIES};
-use sluice_bench::{measure, probe, Measured, Prefetch, Scenario, Settings, Structure, Tables};
+use sluice_bench::{measure, probe, Measured, Prefetch, Scenario, Settings, Structure, SyncMode, Tables};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -73,9 +73,13 @@ pub struct ClassifyArgs {
     /// Buckets of the chained table.
     #[arg(long, value_delimiter = ',', default_values_t = [SEED_BUCKETS])]
     pub buckets: Vec<usize>,
-    /// Threads, each with its own ring (like NIC queues).
+    /// Threads, each with its own ring (like NIC queues), pinned one per CPU.
     #[arg(long, value_delimiter = ',', default_values_t = [1usize])]
     pub threads: Vec<usize>,
+    /// How threads reach the table: snapshot (sluice's), rwlock (a read lock
+    /// per packet, as in the seed), none (no protection).
+    #[arg(long, value_delimiter = ',', default_values_t = ["snapshot".to_string()])]
+    pub sync: Vec<String>,
     /// Repetitions per scenario (median, min and max are reported).
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
@@ -189,7 +193,10 @@ fn custom(a: &ClassifyArgs) -> Result<Vec<Scenario>> {
                         if stride < 64 {
                             bail!("stride {stride} cannot hold a 60-byte frame");
                         }
-                        for &threads in &a.threads {
+                        for (&threads, sync_name) in a.threads.iter().flat_map(|t| a.sync.iter().map(move |s| (t, s))) {
+                            let Some(sync) = SyncMode::parse(sync_name) else {
+                                bail!("unknown sync mode {sync_name:?} (snapshot, rwlock, none)");
+                            };
                             let modes: &[bool] = match a.pipeline {
                                 PipelineArg::Yes => &[true],
                                 PipelineArg::No => &[false],
@@ -199,7 +206,8 @@ fn custom(a: &ClassifyArgs) -> Result<Vec<Scenario>> {
                                 let pipeline = pipeline && matches!(prefetch, Prefetch::Bucket | Prefetch::Both);
                                 let pipe = if pipeline { "-pipe" } else { "" };
                                 let v6 = if a.ipv6 { "-v6" } else { "" };
-                                let name = format!("{s}{v6}-b{batch}-{p}{pipe}-{stride}-t{threads}");
+                                let sy = if a.sync.len() > 1 { format!("-{sync_name}") } else { String::new() };
+                                let name = format!("{s}{v6}-b{batch}-{p}{pipe}-{stride}-t{threads}{sy}");
                                 if v.iter().any(|x: &Scenario| x.name == name) {
                                     continue;
                                 }
@@ -213,6 +221,7 @@ fn custom(a: &ClassifyArgs) -> Result<Vec<Scenario>> {
                                     threads,
                                     pipeline,
                                     ipv6: a.ipv6,
+                                    sync,
                                     seed_mpps: None,
                                 });
                             }
