@@ -1,4 +1,4 @@
-use crate::cmd_filter::{filter_capture, print_summary, summary_json, Sinks};
+use crate::cmd_filter::{filter_capture, print_summary, summary_json, Judge, Sinks};
 use crate::cmd_gen::{list_or_firehol, write_capture};
 use crate::Outcome;
 use anyhow::{Context, Result};
@@ -61,7 +61,8 @@ pub fn run(a: DemoArgs) -> Result<Outcome> {
     let gen = write_capture(demo_config(a.packets, a.seed, list), &path, false, !a.json)?;
     let gen_secs = started.elapsed().as_secs_f64();
     let mut engine = Engine::new(rules, Verdict::Pass);
-    let run = filter_capture(&path, &mut engine, &Sinks { pass: None, drop: None, format: None }, !a.json)?;
+    let run =
+        filter_capture(&path, Judge::Inline(&mut engine), &Sinks { pass: None, drop: None, format: None }, !a.json)?;
     let observed = run.stats.dropped;
     let ok = observed == gen.listed && run.stopped.is_none();
     if a.json {

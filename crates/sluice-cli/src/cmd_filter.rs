@@ -2,10 +2,14 @@ use crate::progress;
 use crate::Outcome;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
+use sluice_engine::pool::{Batch, Pool, PoolConfig};
+use sluice_engine::snapshot::Published;
 use sluice_engine::{Engine, Frame, RuleSet, Stats, Verdict};
 use sluice_pcap::{CaptureReader, CaptureWriter, Format, OutputFormat, PcapError, Record};
 use sluice_rules::{load_list, Prefix};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
@@ -37,6 +41,16 @@ pub struct FilterArgs {
     /// Verdict for frames that cannot be decoded.
     #[arg(long, value_enum, default_value = "pass")]
     pub undecodable: VerdictArg,
+    /// Worker threads: packets are steered to them by RSS (Toeplitz on the
+    /// 4-tuple, or the IP pair for fragments); output keeps input order.
+    #[arg(long, default_value_t = 1)]
+    pub workers: usize,
+    /// CPUs to pin workers to, e.g. 0,1 (default: worker i on CPU i).
+    #[arg(long, value_delimiter = ',')]
+    pub cpus: Vec<usize>,
+    /// With workers: write packets as their verdicts arrive, not in input order.
+    #[arg(long)]
+    pub unordered: bool,
     /// Print the summary as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -60,6 +74,8 @@ pub enum VerdictArg {
 /// The outcome of streaming one capture through the engine.
 pub struct FilterRun {
     pub stats: Stats,
+    /// Packets judged by each worker (one entry without workers).
+    pub per_worker: Vec<u64>,
     pub elapsed: Duration,
     pub input_format: Format,
     /// Where reading stopped early, if it did.
@@ -79,13 +95,25 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
         VerdictArg::Pass => Verdict::Pass,
         VerdictArg::Drop => Verdict::Drop,
     };
-    let mut engine = Engine::new(rules, undecodable);
+    if a.workers == 0 || a.workers > 256 {
+        bail!("--workers must be between 1 and 256");
+    }
     let out_format = a.out_format.map(|f| match f {
         FormatArg::Pcap => OutputFormat::Pcap,
         FormatArg::Pcapng => OutputFormat::Pcapng,
     });
     let sinks = Sinks { pass: a.pass.as_deref(), drop: a.drop_out.as_deref(), format: out_format };
-    let run = filter_capture(&a.input, &mut engine, &sinks, !a.no_progress)?;
+    let mut engine;
+    let judge = if a.workers == 1 {
+        engine = Engine::new(rules, undecodable);
+        Judge::Inline(&mut engine)
+    } else {
+        let mut config = PoolConfig::new(a.workers);
+        config.undecodable = undecodable;
+        config.cpus = (!a.cpus.is_empty()).then(|| a.cpus.clone());
+        Judge::Workers { rules: Box::new(rules), config, unordered: a.unordered }
+    };
+    let run = filter_capture(&a.input, judge, &sinks, !a.no_progress)?;
     report(&a.input, &run, a.json);
     Ok(if run.stopped.is_some() { Outcome::InputDamaged } else { Outcome::Complete })
 }
@@ -106,14 +134,8 @@ pub fn load_lists(paths: &[PathBuf], lenient: bool) -> Result<Vec<Prefix>> {
 /// Records judged together: enough to fill the engine's prefetch batches
 /// several times over, few enough to stay in L1/L2.
 const RECORDS_PER_BATCH: usize = 256;
-
-/// Records copied out of the reader's buffer so a batch can be judged at once.
-#[derive(Default)]
-struct RecordBatch {
-    data: Vec<u8>,
-    /// (record with its data range in `data`)
-    records: Vec<(OwnedRecord, std::ops::Range<usize>)>,
-}
+/// Batches in flight with workers before the writer waits for the oldest.
+const BATCHES_IN_FLIGHT_PER_WORKER: usize = 4;
 
 /// A record's fields without its borrowed bytes.
 struct OwnedRecord {
@@ -125,52 +147,86 @@ struct OwnedRecord {
     interface: sluice_pcap::Interface,
 }
 
+/// Records copied out of the reader's buffer so a batch can be judged at
+/// once: their bytes (shared with workers) and the rest of each record.
+#[derive(Default)]
+struct RecordBatch {
+    batch: Batch,
+    metas: Vec<OwnedRecord>,
+}
+
 impl RecordBatch {
-    fn clear(&mut self) {
-        self.data.clear();
-        self.records.clear();
-    }
     fn len(&self) -> usize {
-        self.records.len()
-    }
-    fn is_empty(&self) -> bool {
-        self.records.is_empty()
+        self.metas.len()
     }
     fn push(&mut self, r: &Record<'_>) {
-        let start = self.data.len();
-        self.data.extend_from_slice(r.data);
-        let owned = OwnedRecord {
+        self.batch.push(r.interface.link_type, r.data, r.orig_len);
+        self.metas.push(OwnedRecord {
             index: r.index,
             offset: r.offset,
             timestamp: r.timestamp,
             orig_len: r.orig_len,
             interface_id: r.interface_id,
             interface: r.interface,
+        });
+    }
+}
+
+fn record<'a>(batch: &'a Batch, metas: &[OwnedRecord], i: usize) -> Record<'a> {
+    let r = &metas[i];
+    Record {
+        index: r.index,
+        offset: r.offset,
+        timestamp: r.timestamp,
+        orig_len: r.orig_len,
+        data: batch.frame(i).data,
+        interface_id: r.interface_id,
+        interface: r.interface,
+    }
+}
+
+/// Who judges: the engine on this thread, or a pool of workers.
+pub enum Judge<'a> {
+    Inline(&'a mut Engine),
+    Workers {
+        rules: Box<RuleSet>,
+        config: PoolConfig,
+        /// Write each share as it comes back instead of in input order.
+        unordered: bool,
+    },
+}
+
+/// The pass and drop captures.
+struct Outputs<'a, W: std::io::Write> {
+    pass: Option<(CaptureWriter<W>, &'a Path)>,
+    drop: Option<(CaptureWriter<W>, &'a Path)>,
+}
+
+impl<W: std::io::Write> Outputs<'_, W> {
+    fn write(&mut self, rec: &Record<'_>, verdict: Verdict) -> Result<()> {
+        let sink = match verdict {
+            Verdict::Pass => &mut self.pass,
+            Verdict::Drop => &mut self.drop,
         };
-        self.records.push((owned, start..self.data.len()));
-    }
-    fn frames(&self) -> Vec<Frame<'_>> {
-        self.records
-            .iter()
-            .map(|(r, range)| Frame {
-                link: r.interface.link_type,
-                data: &self.data[range.clone()],
-                wire_len: r.orig_len,
-            })
-            .collect()
-    }
-    fn record(&self, i: usize) -> Record<'_> {
-        let (r, range) = &self.records[i];
-        Record {
-            index: r.index,
-            offset: r.offset,
-            timestamp: r.timestamp,
-            orig_len: r.orig_len,
-            data: &self.data[range.clone()],
-            interface_id: r.interface_id,
-            interface: r.interface,
+        if let Some((w, p)) = sink {
+            w.write(rec).with_context(|| format!("writing {}", p.display()))?;
         }
+        Ok(())
     }
+    fn finish(self) -> Result<()> {
+        for (w, p) in [self.pass, self.drop].into_iter().flatten() {
+            w.finish().with_context(|| format!("writing {}", p.display()))?;
+        }
+        Ok(())
+    }
+}
+
+/// A batch with workers: its records and the verdicts that have come back.
+struct InFlight {
+    batch: Arc<Batch>,
+    metas: Vec<OwnedRecord>,
+    verdicts: Vec<Verdict>,
+    parts_left: usize,
 }
 
 pub struct Sinks<'a> {
@@ -179,10 +235,11 @@ pub struct Sinks<'a> {
     pub format: Option<OutputFormat>,
 }
 
-/// Stream `input` through `engine`, writing each packet to the sink for its
-/// verdict. On a damaged input, everything read before the damage is judged
-/// and written, the outputs are completed, and the position is returned.
-pub fn filter_capture(input: &Path, engine: &mut Engine, sinks: &Sinks<'_>, show_progress: bool) -> Result<FilterRun> {
+/// Stream `input` through the judge, writing each packet to the sink for its
+/// verdict, in input order. On a damaged input, everything read before the
+/// damage is judged and written, the outputs are completed, and the position
+/// is returned.
+pub fn filter_capture(input: &Path, judge: Judge<'_>, sinks: &Sinks<'_>, show_progress: bool) -> Result<FilterRun> {
     let started = Instant::now();
     check_distinct(input, sinks)?;
     let mut reader = CaptureReader::open(input).with_context(|| input.display().to_string())?;
@@ -191,59 +248,114 @@ pub fn filter_capture(input: &Path, engine: &mut Engine, sinks: &Sinks<'_>, show
     }
     let template = reader.pcap_header().copied();
     let input_format = reader.format();
-    let open = |path: Option<&Path>| -> Result<Option<CaptureWriter<_>>> {
-        path.map(|p| {
-            let format = sinks.format.unwrap_or_else(|| OutputFormat::for_path(p, input_format));
-            let template = if format == OutputFormat::Pcap { template } else { None };
-            CaptureWriter::create(p, format, template).with_context(|| format!("cannot create {}", p.display()))
-        })
-        .transpose()
-    };
-    let mut pass = open(sinks.pass)?;
-    let mut drop = open(sinks.drop)?;
+    let open = |path| open_sink(path, sinks.format, input_format, template);
+    let mut out = Outputs { pass: open(sinks.pass)?, drop: open(sinks.drop)? };
     let total = std::fs::metadata(input).map(|m| m.len()).unwrap_or(0);
     let pb = progress::bar(total, true, show_progress);
-    let mut batch = RecordBatch::default();
-    let mut verdicts = vec![Verdict::Pass; RECORDS_PER_BATCH];
     let mut stopped = None;
-    while stopped.is_none() {
-        batch.clear();
-        while batch.len() < RECORDS_PER_BATCH {
+    // Read the next batch; `None` at the end of the input or at damage.
+    let mut next_batch = |stopped: &mut Option<PcapError>| -> Option<RecordBatch> {
+        if stopped.is_some() {
+            return None;
+        }
+        let mut rb = RecordBatch::default();
+        while rb.len() < RECORDS_PER_BATCH {
             match reader.next_record() {
-                Ok(Some(rec)) => batch.push(&rec),
+                Ok(Some(rec)) => rb.push(&rec),
                 Ok(None) => break,
                 Err(e) => {
-                    stopped = Some(e);
+                    *stopped = Some(e);
                     break;
                 }
             }
         }
-        if batch.is_empty() {
-            break;
-        }
-        let frames = batch.frames();
-        engine.judge_batch(&frames, &mut verdicts[..frames.len()]);
-        for (i, verdict) in verdicts[..frames.len()].iter().enumerate() {
-            let (sink, path) = match verdict {
-                Verdict::Pass => (&mut pass, sinks.pass),
-                Verdict::Drop => (&mut drop, sinks.drop),
-            };
-            if let (Some(w), Some(p)) = (sink.as_mut(), path) {
-                w.write(&batch.record(i)).with_context(|| format!("writing {}", p.display()))?;
-            }
-        }
         pb.set_position(reader.bytes_read());
-        if batch.len() < RECORDS_PER_BATCH {
-            break;
+        (rb.len() > 0).then_some(rb)
+    };
+    let (stats, per_worker) = match judge {
+        Judge::Inline(engine) => {
+            let mut verdicts = vec![Verdict::Pass; RECORDS_PER_BATCH];
+            while let Some(rb) = next_batch(&mut stopped) {
+                let frames: Vec<Frame<'_>> = (0..rb.len()).map(|i| rb.batch.frame(i)).collect();
+                engine.judge_batch(&frames, &mut verdicts[..frames.len()]);
+                for (i, &v) in verdicts[..frames.len()].iter().enumerate() {
+                    out.write(&record(&rb.batch, &rb.metas, i), v)?;
+                }
+            }
+            (engine.stats().clone(), vec![engine.stats().packets])
         }
-    }
+        Judge::Workers { rules, config, unordered } => {
+            let published = Arc::new(Published::new(*rules));
+            let limit = config.workers.max(1) * BATCHES_IN_FLIGHT_PER_WORKER;
+            let mut pool = Pool::new(config, &published);
+            let mut pending: BTreeMap<u64, InFlight> = BTreeMap::new();
+            let mut batch_no = 0u64;
+            let mut reading = true;
+            while reading || !pending.is_empty() {
+                if reading && pending.len() < limit {
+                    match next_batch(&mut stopped) {
+                        Some(rb) => {
+                            let batch = Arc::new(rb.batch);
+                            let parts = pool.submit(batch_no, Arc::clone(&batch));
+                            let verdicts = vec![Verdict::Pass; rb.metas.len()];
+                            pending.insert(batch_no, InFlight { batch, metas: rb.metas, verdicts, parts_left: parts });
+                            batch_no += 1;
+                            continue;
+                        }
+                        None => reading = false,
+                    }
+                }
+                if pending.is_empty() {
+                    break;
+                }
+                let Some(done) = pool.recv() else { bail!("a worker stopped unexpectedly") };
+                let f = pending.get_mut(&done.batch_no).expect("results belong to a batch in flight");
+                for (&i, &v) in done.indices.iter().zip(&done.verdicts) {
+                    f.verdicts[i as usize] = v;
+                    if unordered {
+                        out.write(&record(&f.batch, &f.metas, i as usize), v)?;
+                    }
+                }
+                f.parts_left -= 1;
+                // Write every finished batch at the head, in input order.
+                while pending.first_key_value().is_some_and(|(_, f)| f.parts_left == 0) {
+                    let (_, f) = pending.pop_first().expect("checked above");
+                    if !unordered {
+                        for (i, &v) in f.verdicts.iter().enumerate() {
+                            out.write(&record(&f.batch, &f.metas, i), v)?;
+                        }
+                    }
+                }
+            }
+            let per = pool.finish();
+            let mut merged = Stats::default();
+            for s in &per {
+                merged.merge(s);
+            }
+            (merged, per.iter().map(|s| s.packets).collect())
+        }
+    };
     pb.finish_and_clear();
-    for (w, p) in [(pass, sinks.pass), (drop, sinks.drop)] {
-        if let (Some(w), Some(p)) = (w, p) {
-            w.finish().with_context(|| format!("writing {}", p.display()))?;
-        }
-    }
-    Ok(FilterRun { stats: engine.stats().clone(), elapsed: started.elapsed(), input_format, stopped })
+    out.finish()?;
+    Ok(FilterRun { stats, per_worker, elapsed: started.elapsed(), input_format, stopped })
+}
+
+type FileSink<'p> = (CaptureWriter<std::io::BufWriter<std::fs::File>>, &'p Path);
+
+/// Create an output capture: the chosen format, or by extension, or the input's.
+fn open_sink<'p>(
+    path: Option<&'p Path>,
+    chosen: Option<OutputFormat>,
+    input_format: Format,
+    template: Option<sluice_pcap::PcapHeader>,
+) -> Result<Option<FileSink<'p>>> {
+    path.map(|p| {
+        let format = chosen.unwrap_or_else(|| OutputFormat::for_path(p, input_format));
+        let template = if format == OutputFormat::Pcap { template } else { None };
+        let w = CaptureWriter::create(p, format, template).with_context(|| format!("cannot create {}", p.display()))?;
+        Ok((w, p))
+    })
+    .transpose()
 }
 
 /// Refuse outputs that would overwrite the input or each other before it is read.
@@ -295,6 +407,7 @@ pub fn summary_json(input: &Path, run: &FilterRun) -> serde_json::Value {
         "anomalies_by_reason": reasons(&s.anomalies),
         "elapsed_s": run.elapsed.as_secs_f64(),
         "mpps": mpps(s.packets, run.elapsed),
+        "workers": run.per_worker,
         "stopped_at": run.stopped.as_ref().map(|e| serde_json::json!({
             "record": e.record, "offset": e.offset, "error": e.kind.to_string(),
         })),

@@ -384,3 +384,72 @@ fn rss_command_reproduces_the_microsoft_suite() {
     assert_eq!(code, 1);
     assert!(stderr.contains("both be IPv4 or both IPv6"), "{stderr}");
 }
+
+#[test]
+fn workers_write_the_same_packets_in_the_same_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let capture = dir.path().join("d.pcap");
+    ok(&[
+        "gen",
+        "--out",
+        p(&capture),
+        "--count",
+        "30000",
+        "--ipv6",
+        "0.3",
+        "--size",
+        "imix",
+        "--qinq",
+        "0.1",
+        "--frag",
+        "0.05",
+        "--listed",
+        "0.2",
+    ]);
+    let list = firehol_file(dir.path());
+    let run = |workers: &str, extra: &[&str]| {
+        let (pass, drop) = (dir.path().join(format!("p{workers}.pcap")), dir.path().join(format!("x{workers}.pcap")));
+        let mut args = vec![
+            "filter",
+            "--in",
+            p(&capture),
+            "--drop-any",
+            p(&list),
+            "--pass",
+            p(&pass),
+            "--drop",
+            p(&drop),
+            "--json",
+            "--workers",
+            workers,
+        ];
+        args.extend_from_slice(extra);
+        let v: Value = serde_json::from_str(&ok(&args)).unwrap();
+        (std::fs::read(pass).unwrap(), std::fs::read(drop).unwrap(), v)
+    };
+    let (p1, d1, v1) = run("1", &[]);
+    for w in ["2", "3"] {
+        let (pw, dw, vw) = run(w, &[]);
+        assert!(pw == p1 && dw == d1, "--workers {w} output differs from --workers 1");
+        assert_eq!(vw["dropped"], v1["dropped"]);
+        let per: Vec<u64> = vw["workers"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+        assert_eq!(per.len(), w.parse::<usize>().unwrap());
+        assert_eq!(per.iter().sum::<u64>(), 30_000);
+        assert!(per.iter().all(|&n| n > 5_000), "RSS spread the flows: {per:?}");
+    }
+    // Unordered: the same packets, in some order.
+    let (pu, du, _) = run("2", &["--unordered"]);
+    assert_eq!(records_of(&pu), records_of(&p1));
+    assert_eq!(records_of(&du), records_of(&d1));
+}
+
+/// Every record's bytes, sorted (order-insensitive comparison).
+fn records_of(bytes: &[u8]) -> Vec<Vec<u8>> {
+    let mut r = CaptureReader::new(bytes).unwrap();
+    let mut v = Vec::new();
+    while let Some(rec) = r.next_record().unwrap() {
+        v.push(rec.data.to_vec());
+    }
+    v.sort();
+    v
+}

@@ -5,6 +5,7 @@
 //! verdict, and every verdict is counted under exactly one heading.
 #![deny(unsafe_code)]
 
+pub mod pool;
 pub mod snapshot;
 
 use sluice_classify::{AddressSet, DEFAULT_BATCH, MAX_BATCH};
