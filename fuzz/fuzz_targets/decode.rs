@@ -11,8 +11,11 @@ fuzz_target!(|data: &[u8]| {
     let link = LinkType(LINKS[usize::from(selector) % LINKS.len()]);
     if let Ok(s) = decode(link, frame) {
         if let Some(ip) = s.ip {
-            for off in [Some(ip.l3_offset), ip.l4_offset, ip.payload_offset].into_iter().flatten() {
+            for off in [Some(ip.l3_offset), ip.l4_offset, ip.payload_offset, Some(ip.l3_end)].into_iter().flatten() {
                 assert!(off as usize <= frame.len());
+            }
+            if let Some(l4) = ip.l4_offset {
+                assert!(l4 <= ip.l3_end);
             }
         }
         let _ = s.to_string();

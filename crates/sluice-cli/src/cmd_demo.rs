@@ -1,8 +1,10 @@
 use crate::cmd_filter::{filter_capture, print_summary, summary_json, Judge, Sinks};
 use crate::cmd_gen::{list_or_firehol, write_capture};
+use crate::reassembly::Reassembly;
 use crate::Outcome;
 use anyhow::{Context, Result};
 use clap::Args;
+use sluice_engine::defrag::Limits;
 use sluice_engine::{Engine, RuleSet, Verdict};
 use sluice_gen::{FrameSize, GenConfig, ProtoMix};
 use std::path::PathBuf;
@@ -61,8 +63,14 @@ pub fn run(a: DemoArgs) -> Result<Outcome> {
     let gen = write_capture(demo_config(a.packets, a.seed, list), &path, false, !a.json)?;
     let gen_secs = started.elapsed().as_secs_f64();
     let mut engine = Engine::new(rules, Verdict::Pass);
-    let run =
-        filter_capture(&path, Judge::Inline(&mut engine), &Sinks { pass: None, drop: None, format: None }, !a.json)?;
+    let reassembly = Reassembly::new(Limits::default(), Verdict::Drop);
+    let run = filter_capture(
+        &path,
+        Judge::Inline(&mut engine),
+        &Sinks { pass: None, drop: None, format: None },
+        reassembly,
+        !a.json,
+    )?;
     let observed = run.stats.dropped;
     let ok = observed == gen.listed && run.stopped.is_none();
     if a.json {

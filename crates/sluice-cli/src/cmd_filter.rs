@@ -1,7 +1,9 @@
 use crate::progress;
+use crate::reassembly::Reassembly;
 use crate::Outcome;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
+use sluice_engine::defrag::{DefragStats, Limits};
 use sluice_engine::pool::{Batch, Pool, PoolConfig};
 use sluice_engine::snapshot::Published;
 use sluice_engine::{Engine, Frame, RuleSet, Stats, Verdict};
@@ -51,6 +53,16 @@ pub struct FilterArgs {
     /// With workers: write packets as their verdicts arrive, not in input order.
     #[arg(long)]
     pub unordered: bool,
+    /// Verdict for fragments of datagrams that never complete (timed out,
+    /// evicted, or still incomplete at the end of the input).
+    #[arg(long, value_enum, default_value = "drop")]
+    pub incomplete: VerdictArg,
+    /// Reassembly timeout in seconds of capture time.
+    #[arg(long, default_value_t = 30)]
+    pub frag_timeout: u64,
+    /// Most datagrams being reassembled at once (the oldest is evicted beyond).
+    #[arg(long, default_value_t = 4096)]
+    pub frag_max_datagrams: usize,
     /// Print the summary as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -76,6 +88,7 @@ pub struct FilterRun {
     pub stats: Stats,
     /// Packets judged by each worker (one entry without workers).
     pub per_worker: Vec<u64>,
+    pub reassembly: DefragStats,
     pub elapsed: Duration,
     pub input_format: Format,
     /// Where reading stopped early, if it did.
@@ -113,7 +126,16 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
         config.cpus = (!a.cpus.is_empty()).then(|| a.cpus.clone());
         Judge::Workers { rules: Box::new(rules), config, unordered: a.unordered }
     };
-    let run = filter_capture(&a.input, judge, &sinks, !a.no_progress)?;
+    let limits = Limits {
+        max_datagrams: a.frag_max_datagrams.max(1),
+        timeout_ns: a.frag_timeout.saturating_mul(1_000_000_000),
+        ..Limits::default()
+    };
+    let incomplete = match a.incomplete {
+        VerdictArg::Pass => Verdict::Pass,
+        VerdictArg::Drop => Verdict::Drop,
+    };
+    let run = filter_capture(&a.input, judge, &sinks, Reassembly::new(limits, incomplete), !a.no_progress)?;
     report(&a.input, &run, a.json);
     Ok(if run.stopped.is_some() { Outcome::InputDamaged } else { Outcome::Complete })
 }
@@ -138,25 +160,27 @@ const RECORDS_PER_BATCH: usize = 256;
 const BATCHES_IN_FLIGHT_PER_WORKER: usize = 4;
 
 /// A record's fields without its borrowed bytes.
-struct OwnedRecord {
+pub(crate) struct OwnedRecord {
     index: u64,
     offset: u64,
-    timestamp: sluice_pcap::Timestamp,
-    orig_len: u32,
+    pub(crate) timestamp: sluice_pcap::Timestamp,
+    pub(crate) orig_len: u32,
     interface_id: u32,
-    interface: sluice_pcap::Interface,
+    pub(crate) interface: sluice_pcap::Interface,
 }
 
 /// Records copied out of the reader's buffer so a batch can be judged at
 /// once: their bytes (shared with workers) and the rest of each record.
 #[derive(Default)]
-struct RecordBatch {
-    batch: Batch,
-    metas: Vec<OwnedRecord>,
+pub(crate) struct RecordBatch {
+    pub(crate) batch: Batch,
+    pub(crate) metas: Vec<OwnedRecord>,
+    /// A verdict already decided (by reassembly): the packet is not judged.
+    pub(crate) forced: Vec<Option<Verdict>>,
 }
 
 impl RecordBatch {
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.metas.len()
     }
     fn push(&mut self, r: &Record<'_>) {
@@ -169,6 +193,13 @@ impl RecordBatch {
             interface_id: r.interface_id,
             interface: r.interface,
         });
+        self.forced.push(None);
+    }
+    /// Append a packet held elsewhere (by reassembly).
+    pub(crate) fn push_owned(&mut self, meta: OwnedRecord, data: &[u8], forced: Option<Verdict>) {
+        self.batch.push(meta.interface.link_type, data, meta.orig_len);
+        self.metas.push(meta);
+        self.forced.push(forced);
     }
 }
 
@@ -239,7 +270,13 @@ pub struct Sinks<'a> {
 /// verdict, in input order. On a damaged input, everything read before the
 /// damage is judged and written, the outputs are completed, and the position
 /// is returned.
-pub fn filter_capture(input: &Path, judge: Judge<'_>, sinks: &Sinks<'_>, show_progress: bool) -> Result<FilterRun> {
+pub fn filter_capture(
+    input: &Path,
+    judge: Judge<'_>,
+    sinks: &Sinks<'_>,
+    mut reassembly: Reassembly,
+    show_progress: bool,
+) -> Result<FilterRun> {
     let started = Instant::now();
     check_distinct(input, sinks)?;
     let mut reader = CaptureReader::open(input).with_context(|| input.display().to_string())?;
@@ -253,10 +290,17 @@ pub fn filter_capture(input: &Path, judge: Judge<'_>, sinks: &Sinks<'_>, show_pr
     let total = std::fs::metadata(input).map(|m| m.len()).unwrap_or(0);
     let pb = progress::bar(total, true, show_progress);
     let mut stopped = None;
-    // Read the next batch; `None` at the end of the input or at damage.
+    // Read the next batch and put it through reassembly; at the end of the
+    // input (or at damage), the datagrams still incomplete; then `None`.
+    let mut drained = false;
     let mut next_batch = |stopped: &mut Option<PcapError>| -> Option<RecordBatch> {
-        if stopped.is_some() {
-            return None;
+        if stopped.is_some() || drained {
+            if drained {
+                return None;
+            }
+            drained = true;
+            let rest = reassembly.finish();
+            return (rest.len() > 0).then_some(rest);
         }
         let mut rb = RecordBatch::default();
         while rb.len() < RECORDS_PER_BATCH {
@@ -270,24 +314,44 @@ pub fn filter_capture(input: &Path, judge: Judge<'_>, sinks: &Sinks<'_>, show_pr
             }
         }
         pb.set_position(reader.bytes_read());
-        (rb.len() > 0).then_some(rb)
+        if rb.len() == 0 {
+            drained = true;
+            let rest = reassembly.finish();
+            return (rest.len() > 0).then_some(rest);
+        }
+        Some(reassembly.process(rb))
     };
     let (stats, per_worker) = match judge {
         Judge::Inline(engine) => {
-            let mut verdicts = vec![Verdict::Pass; RECORDS_PER_BATCH];
+            let mut verdicts = Vec::new();
+            let mut forced_stats = Stats::default();
             while let Some(rb) = next_batch(&mut stopped) {
-                let frames: Vec<Frame<'_>> = (0..rb.len()).map(|i| rb.batch.frame(i)).collect();
-                engine.judge_batch(&frames, &mut verdicts[..frames.len()]);
-                for (i, &v) in verdicts[..frames.len()].iter().enumerate() {
+                let judged: Vec<usize> = (0..rb.len()).filter(|&i| rb.forced[i].is_none()).collect();
+                let frames: Vec<Frame<'_>> = judged.iter().map(|&i| rb.batch.frame(i)).collect();
+                verdicts.clear();
+                verdicts.resize(frames.len(), Verdict::Pass);
+                engine.judge_batch(&frames, &mut verdicts);
+                let mut next = judged.iter().zip(&verdicts).peekable();
+                for i in 0..rb.len() {
+                    let v = match rb.forced[i] {
+                        Some(v) => {
+                            forced_stats.count_fragment(v, rb.metas[i].orig_len);
+                            v
+                        }
+                        None => *next.next().expect("one verdict per judged packet").1,
+                    };
                     out.write(&record(&rb.batch, &rb.metas, i), v)?;
                 }
             }
-            (engine.stats().clone(), vec![engine.stats().packets])
+            let mut stats = engine.stats().clone();
+            stats.merge(&forced_stats);
+            (stats, vec![engine.stats().packets])
         }
         Judge::Workers { rules, config, unordered } => {
             let published = Arc::new(Published::new(*rules));
             let limit = config.workers.max(1) * BATCHES_IN_FLIGHT_PER_WORKER;
             let mut pool = Pool::new(config, &published);
+            let mut forced_stats = Stats::default();
             let mut pending: BTreeMap<u64, InFlight> = BTreeMap::new();
             let mut batch_no = 0u64;
             let mut reading = true;
@@ -296,8 +360,18 @@ pub fn filter_capture(input: &Path, judge: Judge<'_>, sinks: &Sinks<'_>, show_pr
                     match next_batch(&mut stopped) {
                         Some(rb) => {
                             let batch = Arc::new(rb.batch);
-                            let parts = pool.submit(batch_no, Arc::clone(&batch));
-                            let verdicts = vec![Verdict::Pass; rb.metas.len()];
+                            let skip: Vec<bool> = rb.forced.iter().map(Option::is_some).collect();
+                            let parts = pool.submit(batch_no, Arc::clone(&batch), &skip);
+                            let mut verdicts = vec![Verdict::Pass; rb.metas.len()];
+                            for (i, f) in rb.forced.iter().enumerate() {
+                                if let Some(v) = f {
+                                    verdicts[i] = *v;
+                                    forced_stats.count_fragment(*v, rb.metas[i].orig_len);
+                                    if unordered {
+                                        out.write(&record(&batch, &rb.metas, i), *v)?;
+                                    }
+                                }
+                            }
                             pending.insert(batch_no, InFlight { batch, metas: rb.metas, verdicts, parts_left: parts });
                             batch_no += 1;
                             continue;
@@ -328,7 +402,7 @@ pub fn filter_capture(input: &Path, judge: Judge<'_>, sinks: &Sinks<'_>, show_pr
                 }
             }
             let per = pool.finish();
-            let mut merged = Stats::default();
+            let mut merged = forced_stats;
             for s in &per {
                 merged.merge(s);
             }
@@ -337,7 +411,8 @@ pub fn filter_capture(input: &Path, judge: Judge<'_>, sinks: &Sinks<'_>, show_pr
     };
     pb.finish_and_clear();
     out.finish()?;
-    Ok(FilterRun { stats, per_worker, elapsed: started.elapsed(), input_format, stopped })
+    let reassembly = reassembly.stats();
+    Ok(FilterRun { stats, per_worker, reassembly, elapsed: started.elapsed(), input_format, stopped })
 }
 
 type FileSink<'p> = (CaptureWriter<std::io::BufWriter<std::fs::File>>, &'p Path);
@@ -408,6 +483,20 @@ pub fn summary_json(input: &Path, run: &FilterRun) -> serde_json::Value {
         "elapsed_s": run.elapsed.as_secs_f64(),
         "mpps": mpps(s.packets, run.elapsed),
         "workers": run.per_worker,
+        "dropped_fragments": s.dropped_fragments,
+        "reassembly": {
+            "fragments": run.reassembly.fragments,
+            "completed": run.reassembly.completed,
+            "atomic": run.reassembly.atomic,
+            "duplicates": run.reassembly.duplicates,
+            "overlaps": run.reassembly.overlaps,
+            "malformed": run.reassembly.malformed,
+            "too_many_fragments": run.reassembly.too_many_fragments,
+            "evicted": run.reassembly.evicted,
+            "timed_out": run.reassembly.timed_out,
+            "incomplete": run.reassembly.incomplete,
+            "peak_bytes": run.reassembly.peak_bytes,
+        },
         "stopped_at": run.stopped.as_ref().map(|e| serde_json::json!({
             "record": e.record, "offset": e.offset, "error": e.kind.to_string(),
         })),
@@ -427,6 +516,20 @@ pub fn print_summary(run: &FilterRun) {
         s.dropped_by_dst
     );
     println!("non-IP       {:>12}", s.non_ip);
+    let r = &run.reassembly;
+    if r.fragments > 0 {
+        println!(
+            "fragments    {:>12}  ({} datagrams reassembled, {} atomic; dropped: {} overlapping, {} malformed, {} over limits, {} timed out, {} incomplete)",
+            r.fragments,
+            r.completed,
+            r.atomic,
+            r.overlaps,
+            r.malformed,
+            r.too_many_fragments + r.evicted,
+            r.timed_out,
+            r.incomplete
+        );
+    }
     println!("undecodable  {:>12}", s.undecodable_total());
     for (reason, n) in Stats::by_reason(&s.undecodable) {
         println!("  {reason:<24} {n}");

@@ -5,6 +5,7 @@
 //! verdict, and every verdict is counted under exactly one heading.
 #![deny(unsafe_code)]
 
+pub mod defrag;
 pub mod pool;
 pub mod snapshot;
 
@@ -34,6 +35,8 @@ pub enum DropReason {
     Source,
     Destination,
     Undecodable(ErrorKind),
+    /// Reassembly gave the datagram up (see [`defrag::DropCause`]).
+    Fragment,
 }
 
 impl RuleSet {
@@ -130,6 +133,8 @@ pub struct Stats {
     pub dropped_bytes: u64,
     pub dropped_by_src: u64,
     pub dropped_by_dst: u64,
+    /// Fragments dropped by reassembly (overlap, limits, timeout, incomplete).
+    pub dropped_fragments: u64,
     /// ARP and other non-IP frames (passed).
     pub non_ip: u64,
     /// Frames that could not be decoded, by reason (given the default verdict).
@@ -158,6 +163,7 @@ impl Stats {
         self.dropped_bytes += o.dropped_bytes;
         self.dropped_by_src += o.dropped_by_src;
         self.dropped_by_dst += o.dropped_by_dst;
+        self.dropped_fragments += o.dropped_fragments;
         self.non_ip += o.non_ip;
         for i in 0..ErrorKind::COUNT {
             self.undecodable[i] += o.undecodable[i];
@@ -258,6 +264,17 @@ pub fn judge_batch(
 }
 
 impl Stats {
+    /// Count a fragment whose verdict reassembly decided (it is not judged).
+    pub fn count_fragment(&mut self, verdict: Verdict, wire_len: u32) {
+        match verdict {
+            Verdict::Pass => self.count(None, wire_len),
+            Verdict::Drop => {
+                self.dropped_fragments += 1;
+                self.count(Some(DropReason::Fragment), wire_len)
+            }
+        };
+    }
+
     fn count(&mut self, reason: Option<DropReason>, wire_len: u32) -> Verdict {
         self.packets += 1;
         self.bytes += u64::from(wire_len);
@@ -273,7 +290,7 @@ impl Stats {
                 match r {
                     DropReason::Source => self.dropped_by_src += 1,
                     DropReason::Destination => self.dropped_by_dst += 1,
-                    DropReason::Undecodable(_) => {}
+                    DropReason::Undecodable(_) | DropReason::Fragment => {}
                 }
                 Verdict::Drop
             }
@@ -330,7 +347,7 @@ mod tests {
             let s = e.stats();
             prop_assert_eq!(s.packets, frames.len() as u64);
             prop_assert_eq!(s.passed + s.dropped, s.packets);
-            prop_assert_eq!(s.dropped, s.dropped_by_src + s.dropped_by_dst + s.undecodable_total());
+            prop_assert_eq!(s.dropped, s.dropped_by_src + s.dropped_by_dst + s.undecodable_total() + s.dropped_fragments);
         }
     }
 }

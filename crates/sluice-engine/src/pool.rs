@@ -158,12 +158,16 @@ impl Pool {
         self.senders.len()
     }
 
-    /// Steer `batch` to the workers; returns how many parts to expect back.
-    /// When a worker has a full queue, waits for results (kept for `recv`).
-    pub fn submit(&mut self, batch_no: u64, batch: Arc<Batch>) -> usize {
+    /// Steer `batch` to the workers, leaving out packets whose `skip` is
+    /// set (their verdict is already decided); returns how many parts to
+    /// expect back. When a worker has a full queue, waits for results (kept
+    /// for `recv`).
+    pub fn submit(&mut self, batch_no: u64, batch: Arc<Batch>, skip: &[bool]) -> usize {
         let mut shares: Vec<Vec<u32>> = vec![Vec::new(); self.senders.len()];
         for i in 0..batch.len() {
-            shares[self.steering.worker_for(&batch.frame(i))].push(i as u32);
+            if !skip.get(i).copied().unwrap_or(false) {
+                shares[self.steering.worker_for(&batch.frame(i))].push(i as u32);
+            }
         }
         let mut parts = 0;
         for (w, indices) in shares.into_iter().enumerate() {
@@ -265,7 +269,7 @@ mod tests {
                 expected.push(reference.judge(LinkType::IPV4, &f, 28));
                 batch.push(LinkType::IPV4, &f, 28);
             }
-            outstanding += pool.submit(b, Arc::new(batch));
+            outstanding += pool.submit(b, Arc::new(batch), &[]);
         }
         let mut got = vec![None; expected.len()];
         let mut workers_seen = std::collections::HashSet::new();

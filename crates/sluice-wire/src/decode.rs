@@ -64,6 +64,11 @@ pub struct IpSummary {
     /// Offset of the L4 payload, past the TCP/UDP/ICMP header, when that
     /// header was decoded.
     pub payload_offset: Option<u32>,
+    /// End of the IP payload in the frame: the IP length, or the captured
+    /// bytes if fewer (Ethernet padding excluded).
+    pub l3_end: u32,
+    /// The capture holds fewer bytes than the IP header says (snap length).
+    pub cut_short: bool,
     /// A problem after the addresses (truncated L4 header, extension chain too
     /// long). The addresses are still good and the packet is still classified.
     pub anomaly: Option<DecodeError>,
@@ -81,6 +86,8 @@ impl IpSummary {
         l3_offset: 0,
         l4_offset: None,
         payload_offset: None,
+        l3_end: 0,
+        cut_short: false,
         anomaly: None,
     };
 
@@ -191,6 +198,8 @@ fn decode_ipv4(bytes: &[u8], l3_offset: usize) -> Result<IpSummary, DecodeError>
         l3_offset: l3_offset as u32,
         l4_offset: Some(l4_offset as u32),
         payload_offset: None,
+        l3_end: (l4_offset + p.payload().len()) as u32,
+        cut_short: p.is_cut_short(),
         anomaly: None,
     };
     if p.frag_offset() == 0 {
@@ -211,9 +220,13 @@ fn decode_ipv6(bytes: &[u8], l3_offset: usize) -> Result<IpSummary, DecodeError>
         l3_offset: l3_offset as u32,
         l4_offset: None,
         payload_offset: None,
+        l3_end: 0,
+        cut_short: false,
         anomaly: None,
     };
     let payload = p.payload();
+    s.l3_end = (l3_offset + ipv6::HEADER_LEN + payload.len()) as u32;
+    s.cut_short = p.payload_len() != 0 && payload.len() < usize::from(p.payload_len());
     let mut cursor = 0usize;
     let mut walked = 0usize;
     while ipv6::is_extension_header(s.protocol) {
@@ -478,8 +491,11 @@ mod tests {
                                           bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             if let Ok(s) = decode(LinkType(link), &bytes) {
                 if let Some(ip) = s.ip {
-                    for off in [Some(ip.l3_offset), ip.l4_offset, ip.payload_offset].into_iter().flatten() {
+                    for off in [Some(ip.l3_offset), ip.l4_offset, ip.payload_offset, Some(ip.l3_end)].into_iter().flatten() {
                         prop_assert!(off as usize <= bytes.len());
+                    }
+                    if let Some(l4) = ip.l4_offset {
+                        prop_assert!(l4 <= ip.l3_end);
                     }
                 }
             }

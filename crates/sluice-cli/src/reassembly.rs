@@ -1,0 +1,107 @@
+//! The reassembly stage between reading and judging.
+//!
+//! It rewrites each batch into the order packets are written in: packets
+//! that are not fragments as they come; fragments held until their datagram
+//! completes and then all of them together, where it completed; fragments of
+//! datagrams given up (overlap, malformed, limits, timeout, end of input)
+//! with their verdict already decided, so they are not judged. Fragments cut
+//! short by the capture's snap length cannot be reassembled and are judged
+//! one by one, like any packet, by their addresses.
+
+use crate::cmd_filter::{OwnedRecord, RecordBatch};
+use sluice_engine::defrag::{DatagramKey, DefragStats, DropCause, Fragment, Limits, Outcome, Reassembler, Released};
+use sluice_engine::Verdict;
+use sluice_wire::decode;
+
+/// A fragment held until its datagram completes.
+pub struct Held {
+    meta: OwnedRecord,
+    data: Vec<u8>,
+}
+
+pub struct Reassembly {
+    r: Reassembler<Held>,
+    /// Verdict for datagrams that never complete.
+    incomplete: Verdict,
+}
+
+impl Reassembly {
+    pub fn new(limits: Limits, incomplete: Verdict) -> Self {
+        Reassembly { r: Reassembler::new(limits), incomplete }
+    }
+
+    pub fn stats(&self) -> DefragStats {
+        self.r.stats()
+    }
+
+    fn verdict_for(&self, cause: DropCause) -> Verdict {
+        match cause {
+            DropCause::Evicted | DropCause::TimedOut | DropCause::Incomplete => self.incomplete,
+            DropCause::Overlap | DropCause::Malformed | DropCause::TooManyFragments => Verdict::Drop,
+        }
+    }
+
+    fn emit_released(&self, out: &mut RecordBatch, released: &mut Released<Held>) {
+        for (held, cause) in released.drain(..) {
+            let v = self.verdict_for(cause);
+            for h in held {
+                out.push_owned(h.meta, &h.data, Some(v));
+            }
+        }
+    }
+
+    /// Put one batch through reassembly (see the module comment).
+    pub fn process(&mut self, input: RecordBatch) -> RecordBatch {
+        let RecordBatch { batch, metas, forced } = input;
+        let mut out = RecordBatch::default();
+        let mut released = Vec::new();
+        for (i, (meta, forced)) in metas.into_iter().zip(forced).enumerate() {
+            let frame = batch.frame(i);
+            let now = u64::try_from(meta.timestamp.as_nanos()).unwrap_or(u64::MAX);
+            let fragment = decode(frame.link, frame.data).ok().and_then(|s| s.ip).and_then(|ip| {
+                let f = ip.fragment?;
+                let start = ip.l4_offset? as usize;
+                (!ip.cut_short).then_some((ip, f, start))
+            });
+            let Some((ip, f, start)) = fragment else {
+                out.push_owned(meta, frame.data, forced);
+                continue;
+            };
+            let key = DatagramKey {
+                src: ip.src,
+                dst: ip.dst,
+                ident: f.ident,
+                protocol: if ip.is_ipv6() { 0 } else { ip.protocol },
+            };
+            let data = &frame.data[start..ip.l3_end as usize];
+            let piece = Fragment { offset: u32::from(f.offset), more: f.more, data };
+            let held = Held { meta, data: frame.data.to_vec() };
+            let outcome = self.r.add(key, piece, held, now, &mut released);
+            self.emit_released(&mut out, &mut released);
+            match outcome {
+                Outcome::Held => {}
+                Outcome::Atomic(h) => out.push_owned(h.meta, &h.data, None),
+                Outcome::Complete { fragments, .. } => {
+                    for h in fragments {
+                        out.push_owned(h.meta, &h.data, None);
+                    }
+                }
+                Outcome::Dropped { fragments, cause } => {
+                    let v = self.verdict_for(cause);
+                    for h in fragments {
+                        out.push_owned(h.meta, &h.data, Some(v));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// At the end of the input: every datagram still incomplete.
+    pub fn finish(&mut self) -> RecordBatch {
+        let mut out = RecordBatch::default();
+        let mut rest = self.r.drain();
+        self.emit_released(&mut out, &mut rest);
+        out
+    }
+}
