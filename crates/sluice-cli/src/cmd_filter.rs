@@ -355,7 +355,17 @@ pub fn filter_capture(
             let mut pending: BTreeMap<u64, InFlight> = BTreeMap::new();
             let mut batch_no = 0u64;
             let mut reading = true;
-            while reading || !pending.is_empty() {
+            loop {
+                // Write every finished batch at the head, in input order. A
+                // batch whose packets all had forced verdicts is finished at once.
+                while pending.first_key_value().is_some_and(|(_, f)| f.parts_left == 0) {
+                    let (_, f) = pending.pop_first().expect("checked above");
+                    if !unordered {
+                        for (i, &v) in f.verdicts.iter().enumerate() {
+                            out.write(&record(&f.batch, &f.metas, i), v)?;
+                        }
+                    }
+                }
                 if reading && pending.len() < limit {
                     match next_batch(&mut stopped) {
                         Some(rb) => {
@@ -374,14 +384,15 @@ pub fn filter_capture(
                             }
                             pending.insert(batch_no, InFlight { batch, metas: rb.metas, verdicts, parts_left: parts });
                             batch_no += 1;
-                            continue;
                         }
                         None => reading = false,
                     }
+                    continue;
                 }
                 if pending.is_empty() {
                     break;
                 }
+                // The head batch has parts out with workers: wait for one.
                 let Some(done) = pool.recv() else { bail!("a worker stopped unexpectedly") };
                 let f = pending.get_mut(&done.batch_no).expect("results belong to a batch in flight");
                 for (&i, &v) in done.indices.iter().zip(&done.verdicts) {
@@ -391,15 +402,6 @@ pub fn filter_capture(
                     }
                 }
                 f.parts_left -= 1;
-                // Write every finished batch at the head, in input order.
-                while pending.first_key_value().is_some_and(|(_, f)| f.parts_left == 0) {
-                    let (_, f) = pending.pop_first().expect("checked above");
-                    if !unordered {
-                        for (i, &v) in f.verdicts.iter().enumerate() {
-                            out.write(&record(&f.batch, &f.metas, i), v)?;
-                        }
-                    }
-                }
             }
             let per = pool.finish();
             let mut merged = forced_stats;
