@@ -4,11 +4,12 @@ use crate::Outcome;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use sluice_engine::defrag::{DefragStats, Limits};
-use sluice_engine::pool::{Batch, Pool, PoolConfig};
+use sluice_engine::pool::{Batch, Pool, PoolConfig, Steer};
 use sluice_engine::snapshot::Published;
 use sluice_engine::{Engine, Frame, RuleSet, Stats, Verdict};
 use sluice_pcap::{CaptureReader, CaptureWriter, Format, OutputFormat, PcapError, Record};
 use sluice_rules::{load_list, Prefix};
+use sluice_steer::RssInput;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -177,6 +178,8 @@ pub(crate) struct RecordBatch {
     pub(crate) metas: Vec<OwnedRecord>,
     /// A verdict already decided (by reassembly): the packet is not judged.
     pub(crate) forced: Vec<Option<Verdict>>,
+    /// The flow a reassembled datagram's fragment is steered by.
+    pub(crate) flow: Vec<Option<RssInput>>,
 }
 
 impl RecordBatch {
@@ -194,12 +197,20 @@ impl RecordBatch {
             interface: r.interface,
         });
         self.forced.push(None);
+        self.flow.push(None);
     }
     /// Append a packet held elsewhere (by reassembly).
-    pub(crate) fn push_owned(&mut self, meta: OwnedRecord, data: &[u8], forced: Option<Verdict>) {
+    pub(crate) fn push_owned(
+        &mut self,
+        meta: OwnedRecord,
+        data: &[u8],
+        forced: Option<Verdict>,
+        flow: Option<RssInput>,
+    ) {
         self.batch.push(meta.interface.link_type, data, meta.orig_len);
         self.metas.push(meta);
         self.forced.push(forced);
+        self.flow.push(flow);
     }
 }
 
@@ -370,8 +381,17 @@ pub fn filter_capture(
                     match next_batch(&mut stopped) {
                         Some(rb) => {
                             let batch = Arc::new(rb.batch);
-                            let skip: Vec<bool> = rb.forced.iter().map(Option::is_some).collect();
-                            let parts = pool.submit(batch_no, Arc::clone(&batch), &skip);
+                            let plan: Vec<Steer> = rb
+                                .forced
+                                .iter()
+                                .zip(&rb.flow)
+                                .map(|(forced, flow)| match (forced, flow) {
+                                    (Some(_), _) => Steer::Skip,
+                                    (None, Some(input)) => Steer::Flow(*input),
+                                    (None, None) => Steer::Auto,
+                                })
+                                .collect();
+                            let parts = pool.submit(batch_no, Arc::clone(&batch), &plan);
                             let mut verdicts = vec![Verdict::Pass; rb.metas.len()];
                             for (i, f) in rb.forced.iter().enumerate() {
                                 if let Some(v) = f {

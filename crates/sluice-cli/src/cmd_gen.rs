@@ -49,6 +49,12 @@ pub struct GenArgs {
     /// Share of datagrams sent as IP fragments.
     #[arg(long, default_value_t = 0.0)]
     pub frag: f64,
+    /// Send each fragmented datagram's fragments in random order.
+    #[arg(long)]
+    pub frag_shuffle: bool,
+    /// Share of fragmented datagrams with one fragment sent twice.
+    #[arg(long, default_value_t = 0.0)]
+    pub frag_dup: f64,
     /// Write nanosecond timestamps (default: microseconds).
     #[arg(long)]
     pub nanos: bool,
@@ -98,6 +104,8 @@ pub fn run(a: GenArgs) -> Result<Outcome> {
         listed_share: a.listed,
         list,
         frag_share: a.frag,
+        frag_shuffle: a.frag_shuffle,
+        frag_dup_share: a.frag_dup,
         ..GenConfig::default()
     };
     let started = Instant::now();
@@ -163,6 +171,7 @@ pub fn stats_json(s: &GenStats, out: &Path, elapsed_s: f64) -> serde_json::Value
         "icmp": s.icmp,
         "fragments": s.fragments,
         "fragmented_datagrams": s.fragmented_datagrams,
+        "duplicated_fragments": s.duplicated_fragments,
         "vlan_tagged": s.vlan_tagged,
         "qinq_tagged": s.qinq_tagged,
         "elapsed_s": elapsed_s,

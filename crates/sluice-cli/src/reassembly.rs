@@ -4,14 +4,19 @@
 //! that are not fragments as they come; fragments held until their datagram
 //! completes and then all of them together, where it completed; fragments of
 //! datagrams given up (overlap, malformed, limits, timeout, end of input)
-//! with their verdict already decided, so they are not judged. Fragments cut
+//! with their verdict already decided, so they are not judged. A completed
+//! datagram's fragments carry the datagram's flow (its 4-tuple, from the
+//! reassembled transport header) so workers get them by flow, not by IP
+//! pair. Reassembly runs here, in the steering stage, rather than on the
+//! IP-pair worker the fragments would otherwise meet on. Fragments cut
 //! short by the capture's snap length cannot be reassembled and are judged
 //! one by one, like any packet, by their addresses.
 
 use crate::cmd_filter::{OwnedRecord, RecordBatch};
 use sluice_engine::defrag::{DatagramKey, DefragStats, DropCause, Fragment, Limits, Outcome, Reassembler, Released};
 use sluice_engine::Verdict;
-use sluice_wire::decode;
+use sluice_steer::RssInput;
+use sluice_wire::{decode, ip_proto};
 
 /// A fragment held until its datagram completes.
 pub struct Held {
@@ -45,14 +50,14 @@ impl Reassembly {
         for (held, cause) in released.drain(..) {
             let v = self.verdict_for(cause);
             for h in held {
-                out.push_owned(h.meta, &h.data, Some(v));
+                out.push_owned(h.meta, &h.data, Some(v), None);
             }
         }
     }
 
     /// Put one batch through reassembly (see the module comment).
     pub fn process(&mut self, input: RecordBatch) -> RecordBatch {
-        let RecordBatch { batch, metas, forced } = input;
+        let RecordBatch { batch, metas, forced, .. } = input;
         let mut out = RecordBatch::default();
         let mut released = Vec::new();
         for (i, (meta, forced)) in metas.into_iter().zip(forced).enumerate() {
@@ -64,7 +69,7 @@ impl Reassembly {
                 (!ip.cut_short).then_some((ip, f, start))
             });
             let Some((ip, f, start)) = fragment else {
-                out.push_owned(meta, frame.data, forced);
+                out.push_owned(meta, frame.data, forced, None);
                 continue;
             };
             let key = DatagramKey {
@@ -80,16 +85,25 @@ impl Reassembly {
             self.emit_released(&mut out, &mut released);
             match outcome {
                 Outcome::Held => {}
-                Outcome::Atomic(h) => out.push_owned(h.meta, &h.data, None),
-                Outcome::Complete { fragments, .. } => {
+                Outcome::Atomic(h) => out.push_owned(h.meta, &h.data, None, None),
+                Outcome::Complete { fragments, payload } => {
+                    // Re-steer the whole datagram by its flow, as if it had
+                    // arrived in one piece (the seed's netisr re-injection).
+                    let flow = match ip.protocol {
+                        ip_proto::TCP | ip_proto::UDP if payload.len() >= 4 => {
+                            let port = |at: usize| u16::from_be_bytes([payload[at], payload[at + 1]]);
+                            RssInput::four_tuple(ip.src, ip.dst, port(0), port(2))
+                        }
+                        _ => RssInput::pair(ip.src, ip.dst),
+                    };
                     for h in fragments {
-                        out.push_owned(h.meta, &h.data, None);
+                        out.push_owned(h.meta, &h.data, None, Some(flow));
                     }
                 }
                 Outcome::Dropped { fragments, cause } => {
                     let v = self.verdict_for(cause);
                     for h in fragments {
-                        out.push_owned(h.meta, &h.data, Some(v));
+                        out.push_owned(h.meta, &h.data, Some(v), None);
                     }
                 }
             }

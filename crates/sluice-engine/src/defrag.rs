@@ -445,6 +445,18 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_after_completion_is_a_datagram_of_its_own() {
+        // As in Linux: the finished datagram is forgotten; a late copy starts
+        // a new one that never completes and is given up at the end.
+        let mut r = Reassembler::new(Limits::default());
+        let mut rel = Vec::new();
+        assert_eq!(r.add(key(5), frag(0, true, &[1; 8]), 0usize, 0, &mut rel), Outcome::Held);
+        assert!(matches!(r.add(key(5), frag(8, false, &[2; 8]), 1, 0, &mut rel), Outcome::Complete { .. }));
+        assert_eq!(r.add(key(5), frag(0, true, &[1; 8]), 2, 0, &mut rel), Outcome::Held);
+        assert_eq!(r.drain(), vec![(vec![2], DropCause::Incomplete)]);
+    }
+
+    #[test]
     fn novak_sturges_overlap_pattern_is_dropped_whole() {
         // The classic six-fragment pattern (offsets in 8-byte units 0, 4, 6,
         // 1, 6, 9 with differing bytes), which stacks reassemble differently

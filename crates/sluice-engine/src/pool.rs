@@ -45,6 +45,17 @@ impl Batch {
     }
 }
 
+/// How [`Pool::submit`] steers one packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Steer {
+    /// By the packet's own headers.
+    Auto,
+    /// By this flow (the 4-tuple of the datagram a fragment belongs to).
+    Flow(RssInput),
+    /// Not at all: its verdict is already decided.
+    Skip,
+}
+
 /// Which worker a packet belongs to.
 pub struct Steering {
     toeplitz: Toeplitz,
@@ -67,7 +78,11 @@ impl Steering {
             (None, Some((sp, dp))) => RssInput::four_tuple(ip.src, ip.dst, sp, dp),
             _ => RssInput::pair(ip.src, ip.dst),
         };
-        self.table.worker(self.toeplitz.hash_input(&input))
+        self.worker_for_input(&input)
+    }
+
+    pub fn worker_for_input(&self, input: &RssInput) -> usize {
+        self.table.worker(self.toeplitz.hash_input(input))
     }
 }
 
@@ -158,16 +173,21 @@ impl Pool {
         self.senders.len()
     }
 
-    /// Steer `batch` to the workers, leaving out packets whose `skip` is
-    /// set (their verdict is already decided); returns how many parts to
-    /// expect back. When a worker has a full queue, waits for results (kept
-    /// for `recv`).
-    pub fn submit(&mut self, batch_no: u64, batch: Arc<Batch>, skip: &[bool]) -> usize {
+    /// Steer `batch` to the workers and return how many parts to expect
+    /// back. `plan[i]` (when given) decides for packet i: `Skip` leaves it
+    /// out (its verdict is already decided), `Flow` steers it by that input
+    /// (a reassembled datagram's fragments, by the datagram's flow), `Auto`
+    /// by its own headers. When a worker has a full queue, waits for results
+    /// (kept for `recv`).
+    pub fn submit(&mut self, batch_no: u64, batch: Arc<Batch>, plan: &[Steer]) -> usize {
         let mut shares: Vec<Vec<u32>> = vec![Vec::new(); self.senders.len()];
         for i in 0..batch.len() {
-            if !skip.get(i).copied().unwrap_or(false) {
-                shares[self.steering.worker_for(&batch.frame(i))].push(i as u32);
-            }
+            let w = match plan.get(i).copied().unwrap_or(Steer::Auto) {
+                Steer::Skip => continue,
+                Steer::Auto => self.steering.worker_for(&batch.frame(i)),
+                Steer::Flow(input) => self.steering.worker_for_input(&input),
+            };
+            shares[w].push(i as u32);
         }
         let mut parts = 0;
         for (w, indices) in shares.into_iter().enumerate() {
@@ -288,6 +308,44 @@ mod tests {
         assert_eq!(stats.iter().map(|s| s.packets).sum::<u64>(), 2000);
         let got: Vec<Verdict> = got.into_iter().map(|v| v.expect("every packet judged")).collect();
         assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn planned_flows_go_to_their_owner_and_skipped_packets_nowhere() {
+        let published = Arc::new(Published::new(RuleSet::empty()));
+        let mut pool = Pool::new(PoolConfig::new(4), &published);
+        let flow = RssInput::four_tuple("1.2.3.4".parse().unwrap(), "5.6.7.8".parse().unwrap(), 4444, 53);
+        let owner = Steering::new(&MICROSOFT_KEY, 4).worker_for_input(&flow);
+        let mut batch = Batch::default();
+        for x in 0..12u8 {
+            batch.push(LinkType::IPV4, &v4([1, 2, 3, x], [5, 6, 7, 8], 1000 + u16::from(x), x % 2 == 0), 28);
+        }
+        let plan: Vec<Steer> = (0..12)
+            .map(|i| {
+                if i < 6 {
+                    Steer::Flow(flow)
+                } else if i < 9 {
+                    Steer::Skip
+                } else {
+                    Steer::Auto
+                }
+            })
+            .collect();
+        let mut parts = pool.submit(0, Arc::new(batch), &plan);
+        let mut seen = Vec::new();
+        while parts > 0 {
+            let d = pool.recv().unwrap();
+            for &i in &d.indices {
+                if i < 6 {
+                    assert_eq!(d.worker, owner, "packet {i} steered by its planned flow");
+                }
+                seen.push(i);
+            }
+            parts -= 1;
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, vec![0, 1, 2, 3, 4, 5, 9, 10, 11], "skipped packets are not judged");
+        pool.finish();
     }
 
     #[test]

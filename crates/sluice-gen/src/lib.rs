@@ -12,6 +12,7 @@
 #![deny(unsafe_code)]
 
 use rand::distr::{Distribution, Uniform};
+use rand::seq::SliceRandom;
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sluice_rules::{Prefix, PrefixHashSet};
@@ -71,6 +72,11 @@ pub struct GenConfig {
     pub list: Vec<Prefix>,
     /// Share of datagrams sent as fragments.
     pub frag_share: f64,
+    /// Send each fragmented datagram's fragments in random order.
+    pub frag_shuffle: bool,
+    /// Share of fragmented datagrams with one fragment sent twice (the copy
+    /// before the datagram's last fragment).
+    pub frag_dup_share: f64,
     /// First timestamp, nanoseconds since the epoch, and the gap between frames.
     pub start_ns: u64,
     pub interval_ns: u64,
@@ -90,6 +96,8 @@ impl Default for GenConfig {
             listed_share: 0.0,
             list: Vec::new(),
             frag_share: 0.0,
+            frag_shuffle: false,
+            frag_dup_share: 0.0,
             // 2026-01-01T00:00:00Z
             start_ns: 1_767_225_600_000_000_000,
             interval_ns: 1_000,
@@ -131,6 +139,8 @@ pub struct GenStats {
     /// Frames that are IP fragments, and datagrams they came from.
     pub fragments: u64,
     pub fragmented_datagrams: u64,
+    /// Fragments sent a second time (counted in `fragments` too).
+    pub duplicated_fragments: u64,
     pub vlan_tagged: u64,
     pub qinq_tagged: u64,
 }
@@ -179,6 +189,7 @@ impl Generator {
             ("qinq share", cfg.qinq_share),
             ("listed share", cfg.listed_share),
             ("fragment share", cfg.frag_share),
+            ("duplicate fragment share", cfg.frag_dup_share),
         ] {
             if !(0.0..=1.0).contains(&value) {
                 return Err(ConfigError::Share { name, value });
@@ -403,8 +414,9 @@ impl Generator {
         }
         // Split the upper-layer bytes into 8-byte aligned pieces, at least two,
         // no more than the frames left to produce.
+        let dup = remaining >= 3 && self.chance(self.cfg.frag_dup_share);
         let mut unit = 8 * self.rng.random_range(FRAG_DATA.0..=FRAG_DATA.1);
-        let max_frags = remaining.min(64) as usize;
+        let max_frags = remaining.min(64) as usize - usize::from(dup);
         unit = unit.max(upper.len().div_ceil(max_frags).next_multiple_of(8));
         if unit >= upper.len() {
             unit = (upper.len() / 2).next_multiple_of(8).max(8);
@@ -418,6 +430,21 @@ impl Generator {
             self.frame(&mut f, &tags, &flow, proto, hop, ident, Some((off as u16, more)), &upper[off..end]);
             frames.push_back(f);
             off = end;
+        }
+        if self.cfg.frag_shuffle {
+            frames.make_contiguous().shuffle(&mut self.rng);
+        }
+        if dup {
+            // A copy of a fragment, sent after it and before the datagram's
+            // last fragment, so it arrives while the datagram is still being
+            // reassembled (a copy after completion would start a datagram of
+            // its own, which never completes).
+            let n = frames.len();
+            let original = self.rng.random_range(0..n - 1);
+            let at = self.rng.random_range(original + 1..n);
+            let copy = frames[original].clone();
+            frames.insert(at, copy);
+            self.stats.duplicated_fragments += 1;
         }
         self.stats.fragments += frames.len() as u64;
         self.stats.fragmented_datagrams += 1;
