@@ -412,6 +412,12 @@ pub fn filter_capture(
                 if pending.is_empty() {
                     break;
                 }
+                if batch_no % 64 == 0 {
+                    let live = pool.live();
+                    let packets: u64 = live.iter().map(|(p, _)| p).sum();
+                    let dropped: u64 = live.iter().map(|(_, d)| d).sum();
+                    pb.set_message(format!("{packets} judged, {dropped} dropped"));
+                }
                 // The head batch has parts out with workers: wait for one.
                 let Some(done) = pool.recv() else { bail!("a worker stopped unexpectedly") };
                 let f = pending.get_mut(&done.batch_no).expect("results belong to a batch in flight");

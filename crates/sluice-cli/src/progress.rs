@@ -11,7 +11,7 @@ pub fn bar(total: u64, unit_is_bytes: bool, enabled: bool) -> ProgressBar {
         return ProgressBar::hidden();
     }
     let template = if unit_is_bytes {
-        "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ({bytes_per_sec}, eta {eta})"
+        "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ({bytes_per_sec}, eta {eta}) {msg}"
     } else {
         "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} packets ({per_sec}, eta {eta})"
     };

@@ -15,6 +15,7 @@ use sluice_steer::{affinity, Indirection, RssInput, Toeplitz, MICROSOFT_KEY};
 use sluice_wire::{decode, LinkType};
 use std::collections::VecDeque;
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -86,6 +87,17 @@ impl Steering {
     }
 }
 
+/// One worker's running totals, on its own cache line so workers never
+/// write a line another worker writes. Read (and summed) while they run.
+#[derive(Default, Debug)]
+#[repr(align(64))]
+pub struct LiveCounters {
+    pub packets: AtomicU64,
+    pub dropped: AtomicU64,
+}
+
+const _: () = assert!(align_of::<LiveCounters>() == 64);
+
 /// A worker's share of a batch.
 struct Work {
     batch_no: u64,
@@ -112,6 +124,7 @@ pub struct Pool {
     /// Results taken early to make room for a submit, in arrival order.
     buffered: VecDeque<Done>,
     queue: usize,
+    live: Arc<[LiveCounters]>,
 }
 
 /// How to run the pool.
@@ -149,14 +162,15 @@ impl Pool {
         let (done_tx, results) = sync_channel::<Done>(workers * queue);
         let mut senders = Vec::with_capacity(workers);
         let mut handles = Vec::with_capacity(workers);
+        let live: Arc<[LiveCounters]> = (0..workers).map(|_| LiveCounters::default()).collect();
         for w in 0..workers {
             let (tx, rx) = sync_channel::<Work>(queue);
             senders.push(tx);
             let reader = rules.reader();
             let done_tx = done_tx.clone();
             let cpu = cfg.cpus.as_ref().map_or(w % affinity::available_cpus(), |c| c[w % c.len()]);
-            let (undecodable, batch) = (cfg.undecodable, cfg.batch);
-            handles.push(std::thread::spawn(move || worker(w, cpu, rx, done_tx, reader, undecodable, batch)));
+            let (undecodable, batch, live) = (cfg.undecodable, cfg.batch, Arc::clone(&live));
+            handles.push(std::thread::spawn(move || worker(w, cpu, rx, done_tx, reader, undecodable, batch, &live[w])));
         }
         Pool {
             senders,
@@ -166,11 +180,17 @@ impl Pool {
             outstanding: vec![0; workers],
             buffered: VecDeque::new(),
             queue,
+            live,
         }
     }
 
     pub fn workers(&self) -> usize {
         self.senders.len()
+    }
+
+    /// (packets, dropped) per worker so far, read while they run.
+    pub fn live(&self) -> Vec<(u64, u64)> {
+        self.live.iter().map(|c| (c.packets.load(Ordering::Relaxed), c.dropped.load(Ordering::Relaxed))).collect()
     }
 
     /// Steer `batch` to the workers and return how many parts to expect
@@ -229,6 +249,7 @@ impl Pool {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn worker(
     id: usize,
     cpu: usize,
@@ -237,6 +258,7 @@ fn worker(
     mut rules: Reader<RuleSet>,
     undecodable: Verdict,
     batch: usize,
+    live: &LiveCounters,
 ) -> Stats {
     // Best effort: a worker keeps its caches when it keeps its CPU.
     let _ = affinity::pin_current_thread(cpu);
@@ -251,6 +273,9 @@ fn worker(
         judge_batch(&snapshot.value, undecodable, batch, &mut stats, &frames, &mut verdicts);
         let generation = snapshot.generation;
         drop(frames);
+        // Once per batch, to a line only this worker writes.
+        live.packets.store(stats.packets, Ordering::Relaxed);
+        live.dropped.store(stats.dropped, Ordering::Relaxed);
         let msg = Done { batch_no: work.batch_no, worker: id, indices: work.indices, verdicts, generation };
         if done.send(msg).is_err() {
             break;
@@ -303,6 +328,8 @@ mod tests {
             }
             outstanding -= 1;
         }
+        let live: u64 = pool.live().iter().map(|(p, _)| p).sum();
+        assert_eq!(live, 2000, "live counters merged on read");
         let stats = pool.finish();
         assert_eq!(workers_seen.len(), 3, "steering used every worker");
         assert_eq!(stats.iter().map(|s| s.packets).sum::<u64>(), 2000);
