@@ -15,6 +15,7 @@ pub mod report;
 pub mod ring;
 pub mod structures;
 
+use arc_swap::ArcSwap;
 use ring::{ipv4_pair, ipv6_pair, Ring, Rng};
 use sluice_classify::simd::prefetch;
 use sluice_classify::{Hasher, Prepared, MAX_BATCH};
@@ -111,15 +112,19 @@ pub enum SyncMode {
     Snapshot,
     /// A read lock per packet around its two lookups, as in the seed.
     RwLock,
+    /// arc-swap's `load` per batch (`load_full` per pass when pipelined):
+    /// the crate sluice did not adopt, measured for comparison.
+    ArcSwap,
 }
 
 impl SyncMode {
-    pub const ALL: [SyncMode; 3] = [SyncMode::None, SyncMode::Snapshot, SyncMode::RwLock];
+    pub const ALL: [SyncMode; 4] = [SyncMode::None, SyncMode::Snapshot, SyncMode::RwLock, SyncMode::ArcSwap];
     pub fn name(&self) -> &'static str {
         match self {
             SyncMode::None => "none",
             SyncMode::Snapshot => "snapshot",
             SyncMode::RwLock => "rwlock",
+            SyncMode::ArcSwap => "arcswap",
         }
     }
     pub fn parse(s: &str) -> Option<SyncMode> {
@@ -374,6 +379,7 @@ enum Access<'a> {
     Direct(&'a dyn Classifier),
     Snapshot(Reader<SharedTable>),
     Locked(&'a RwLock<SharedTable>),
+    Swap(&'a ArcSwap<SharedTable>),
 }
 
 /// Process `packets` packets from `ring`; returns (seconds, dropped).
@@ -397,6 +403,7 @@ fn run_ring<K: Family>(access: &mut Access<'_>, ring: &mut Ring, sc: &Scenario, 
         // The snapshot for this pass (pipelined) or refreshed per batch below.
         let pass_table: Option<SharedTable> = match access {
             Access::Snapshot(r) if sc.pipeline => Some(r.refresh().value.clone()),
+            Access::Swap(a) if sc.pipeline => Some((*a.load_full()).clone()),
             _ => None,
         };
         match access {
@@ -441,9 +448,14 @@ fn run_ring<K: Family>(access: &mut Access<'_>, ring: &mut Ring, sc: &Scenario, 
             _ => {
                 let mut s = 0;
                 while s < slots {
+                    let guard;
                     let table: &dyn Classifier = match access {
                         Access::Direct(t) => *t,
                         Access::Snapshot(r) => &*r.refresh().value,
+                        Access::Swap(a) => {
+                            guard = a.load();
+                            &***guard
+                        }
                         Access::Locked(_) => unreachable!("handled above"),
                     };
                     let bucket_pf = sc.prefetch.bucket() && table.can_prefetch();
@@ -469,10 +481,12 @@ pub fn measure(sc: &Scenario, st: &Settings, tables: &mut Tables) -> Measured {
     let run = if sc.ipv6 { run_ring::<u128> } else { run_ring::<u32> };
     let published = Arc::new(Published::new(table.clone()));
     let locked = RwLock::new(table.clone());
+    let swapped = ArcSwap::from_pointee(table.clone());
     let access = |sync: SyncMode| match sync {
         SyncMode::None => Access::Direct(&*table),
         SyncMode::Snapshot => Access::Snapshot(published.reader()),
         SyncMode::RwLock => Access::Locked(&locked),
+        SyncMode::ArcSwap => Access::Swap(&swapped),
     };
     // One untimed pass to fault everything in.
     run(&mut access(sc.sync), &mut rings[0], sc, st.ring_slots as u64);

@@ -79,7 +79,8 @@ pub struct ClassifyArgs {
     #[arg(long, value_delimiter = ',', default_values_t = [1usize])]
     pub threads: Vec<usize>,
     /// How threads reach the table: snapshot (sluice's), rwlock (a read lock
-    /// per packet, as in the seed), none (no protection).
+    /// per packet, as in the seed), none (no protection), arcswap (the
+    /// arc-swap crate, for comparison).
     #[arg(long, value_delimiter = ',', default_values_t = ["snapshot".to_string()])]
     pub sync: Vec<String>,
     /// Repetitions per scenario (median, min and max are reported).
@@ -197,7 +198,7 @@ fn custom(a: &ClassifyArgs) -> Result<Vec<Scenario>> {
                         }
                         for (&threads, sync_name) in a.threads.iter().flat_map(|t| a.sync.iter().map(move |s| (t, s))) {
                             let Some(sync) = SyncMode::parse(sync_name) else {
-                                bail!("unknown sync mode {sync_name:?} (snapshot, rwlock, none)");
+                                bail!("unknown sync mode {sync_name:?} (snapshot, rwlock, none, arcswap)");
                             };
                             let modes: &[bool] = match a.pipeline {
                                 PipelineArg::Yes => &[true],
