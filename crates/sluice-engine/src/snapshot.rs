@@ -14,8 +14,8 @@
 //! and over crossbeam-epoch, whose deferred reclamation buys nothing when
 //! readers only switch between batches. Both of those make the per-load path
 //! wait-free; here the per-batch path is one uncontended load, which the
-//! benchmark (`bench classify --sync snapshot|rwlock|none`) measures against
-//! no protection at all.
+//! benchmark (`bench classify --sync snapshot|arcswap|rwlock|none`) measures
+//! beside arc-swap, a read lock, and no protection at all.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};

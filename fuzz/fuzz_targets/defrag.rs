@@ -1,0 +1,54 @@
+//! Any sequence of fragments (offsets, flags, lengths, times, a handful of
+//! datagram keys): reassembly never panics, never holds more than its
+//! limits, completes only whole payloads, and hands every fragment back
+//! exactly once.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use sluice_engine::defrag::{DatagramKey, Fragment, Limits, Outcome, Reassembler};
+use std::net::IpAddr;
+
+fuzz_target!(|data: &[u8]| {
+    let limits = Limits { max_datagrams: 4, max_bytes: 4096, max_fragments: 8, timeout_ns: 1000 };
+    let mut r = Reassembler::new(limits);
+    let mut released = Vec::new();
+    let mut back = vec![0u8; data.len() / 6 + 1];
+    let mut now = 0u64;
+    for (token, chunk) in data.chunks_exact(6).enumerate() {
+        let v6 = chunk[0] & 1 != 0;
+        let src: IpAddr = if v6 { IpAddr::from([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, chunk[0] >> 6]) } else { IpAddr::from([10, 0, 0, chunk[0] >> 6]) };
+        let dst: IpAddr = if v6 { IpAddr::from([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]) } else { IpAddr::from([10, 0, 0, 2]) };
+        let key = DatagramKey { src, dst, ident: u32::from(chunk[1] & 3), protocol: if v6 { 0 } else { 17 } };
+        let offset = u32::from(u16::from_be_bytes([chunk[2], chunk[3]]) & 0x1fff) * 8 % 4096;
+        let more = chunk[4] & 1 != 0;
+        let len = usize::from(chunk[4] >> 1) * 8 + usize::from(chunk[5] & 7);
+        now += u64::from(chunk[5] >> 3) * 10;
+        let bytes = vec![chunk[1]; len];
+        let out = r.add(key, Fragment { offset, more, data: &bytes }, token, now, &mut released);
+        assert!(r.in_progress() <= limits.max_datagrams);
+        assert!(r.bytes_held() <= limits.max_bytes);
+        let mut mark = |t: usize| {
+            back[t] += 1;
+            assert_eq!(back[t], 1, "fragment {t} handed back twice");
+        };
+        match out {
+            Outcome::Held => {}
+            Outcome::Atomic(t) => mark(t),
+            Outcome::Complete { fragments, payload } => {
+                assert!(payload.len() <= 65_535);
+                fragments.into_iter().for_each(&mut mark);
+            }
+            Outcome::Dropped { fragments, .. } => fragments.into_iter().for_each(&mut mark),
+        }
+        for (tokens, _) in released.drain(..) {
+            tokens.into_iter().for_each(&mut mark);
+        }
+    }
+    for (tokens, _) in r.drain() {
+        for t in tokens {
+            back[t] += 1;
+            assert_eq!(back[t], 1);
+        }
+    }
+    let n = data.len() / 6;
+    assert!(back[..n].iter().all(|&b| b == 1), "every fragment comes back once");
+});
