@@ -16,7 +16,7 @@ use crate::cmd_filter::{OwnedRecord, RecordBatch};
 use sluice_engine::defrag::{DatagramKey, DefragStats, DropCause, Fragment, Limits, Outcome, Reassembler, Released};
 use sluice_engine::Verdict;
 use sluice_steer::RssInput;
-use sluice_wire::{decode, ip_proto};
+use sluice_wire::{decode, ip_proto, FragmentInfo, IpSummary};
 
 /// A fragment held until its datagram completes.
 pub struct Held {
@@ -57,21 +57,37 @@ impl Reassembly {
 
     /// Put one batch through reassembly (see the module comment).
     pub fn process(&mut self, input: RecordBatch) -> RecordBatch {
-        let RecordBatch { batch, metas, forced, .. } = input;
-        let mut out = RecordBatch::default();
-        let mut released = Vec::new();
-        for (i, (meta, forced)) in metas.into_iter().zip(forced).enumerate() {
-            let frame = batch.frame(i);
-            let now = u64::try_from(meta.timestamp.as_nanos()).unwrap_or(u64::MAX);
-            let fragment = decode(frame.link, frame.data).ok().and_then(|s| s.ip).and_then(|ip| {
+        // Decode once: which packets are fragments, and where their data is.
+        let found: Vec<Option<(IpSummary, FragmentInfo, usize)>> = (0..input.len())
+            .map(|i| {
+                let frame = input.batch.frame(i);
+                let ip = decode(frame.link, frame.data).ok()?.ip?;
                 let f = ip.fragment?;
                 let start = ip.l4_offset? as usize;
                 (!ip.cut_short).then_some((ip, f, start))
-            });
-            let Some((ip, f, start)) = fragment else {
-                out.push_owned(meta, frame.data, forced, None);
+            })
+            .collect();
+        let mut released = Vec::new();
+        // Most traffic has no fragments: then the batch goes on untouched,
+        // unless held datagrams have timed out by its last timestamp.
+        if found.iter().all(Option::is_none) {
+            if let Some(last) = input.metas.last() {
+                self.r.expire(u64::try_from(last.timestamp.as_nanos()).unwrap_or(u64::MAX), &mut released);
+            }
+            if released.is_empty() {
+                return input;
+            }
+        }
+        let mut out = RecordBatch::default();
+        self.emit_released(&mut out, &mut released);
+        let RecordBatch { batch, metas, forced, flow } = input;
+        for (i, (((meta, forced), flow), found)) in metas.into_iter().zip(forced).zip(flow).zip(found).enumerate() {
+            let frame = batch.frame(i);
+            let Some((ip, f, start)) = found else {
+                out.push_owned(meta, frame.data, forced, flow);
                 continue;
             };
+            let now = u64::try_from(meta.timestamp.as_nanos()).unwrap_or(u64::MAX);
             let key = DatagramKey {
                 src: ip.src,
                 dst: ip.dst,

@@ -108,7 +108,6 @@ pub struct DefragStats {
 }
 
 struct Entry<T> {
-    first_ns: u64,
     age: u64,
     /// (offset, bytes), kept sorted by offset and disjoint.
     pieces: Vec<(u32, Vec<u8>)>,
@@ -122,8 +121,9 @@ struct Entry<T> {
 pub struct Reassembler<T> {
     limits: Limits,
     table: HashMap<DatagramKey, Entry<T>>,
-    /// Arrival order of datagrams in progress (age → key): oldest first.
-    by_age: BTreeMap<u64, DatagramKey>,
+    /// Arrival order of datagrams in progress (age → first seen, key):
+    /// oldest first, and timeouts are checked without touching the table.
+    by_age: BTreeMap<u64, (u64, DatagramKey)>,
     next_age: u64,
     bytes: usize,
     stats: DefragStats,
@@ -160,6 +160,9 @@ impl<T> Reassembler<T> {
 
     /// Add a fragment seen at `now_ns`. Datagrams evicted to make room, or
     /// timed out by `now_ns`, are returned in `released`.
+    ///
+    /// The datagram's entry is taken out of the table, worked on, and put
+    /// back if still in progress: two hash operations per fragment.
     pub fn add(
         &mut self,
         key: DatagramKey,
@@ -170,35 +173,28 @@ impl<T> Reassembler<T> {
     ) -> Outcome<T> {
         self.stats.fragments += 1;
         self.expire(now_ns, released);
-        if key.src.is_ipv6() && f.offset == 0 && !f.more && !self.table.contains_key(&key) {
-            self.stats.atomic += 1;
-            return Outcome::Atomic(token);
-        }
-        if !self.table.contains_key(&key) {
-            while self.table.len() >= self.limits.max_datagrams.max(1) {
-                self.evict_oldest(released);
+        let mut entry = match self.table.remove(&key) {
+            Some(e) => e,
+            None => {
+                if key.src.is_ipv6() && f.offset == 0 && !f.more {
+                    self.stats.atomic += 1;
+                    return Outcome::Atomic(token);
+                }
+                while self.table.len() >= self.limits.max_datagrams.max(1) {
+                    self.evict_oldest(released);
+                }
+                let age = self.next_age;
+                self.next_age += 1;
+                self.by_age.insert(age, (now_ns, key));
+                Entry { age, pieces: Vec::new(), total: None, tokens: Vec::new(), bytes: 0, poisoned: false }
             }
-            let age = self.next_age;
-            self.next_age += 1;
-            self.by_age.insert(age, key);
-            let entry = Entry {
-                first_ns: now_ns,
-                age,
-                pieces: Vec::new(),
-                total: None,
-                tokens: Vec::new(),
-                bytes: 0,
-                poisoned: false,
-            };
-            self.table.insert(key, entry);
-        }
-        let cause = self.check(&key, &f);
-        let entry = self.table.get_mut(&key).expect("inserted above");
+        };
         if entry.poisoned {
             self.stats.overlaps += 1;
+            self.table.insert(key, entry);
             return Outcome::Dropped { fragments: vec![token], cause: DropCause::Overlap };
         }
-        match cause {
+        match self.check(&entry, &f) {
             Err(cause) => {
                 match cause {
                     DropCause::Overlap => self.stats.overlaps += 1,
@@ -213,8 +209,9 @@ impl<T> Reassembler<T> {
                 if cause == DropCause::Overlap {
                     // Keep the key to drop later fragments until the timeout.
                     entry.poisoned = true;
+                    self.table.insert(key, entry);
                 } else {
-                    self.remove(&key);
+                    self.by_age.remove(&entry.age);
                 }
                 Outcome::Dropped { fragments, cause }
             }
@@ -222,6 +219,7 @@ impl<T> Reassembler<T> {
                 // An exact duplicate: nothing new to hold.
                 self.stats.duplicates += 1;
                 entry.tokens.push(token);
+                self.table.insert(key, entry);
                 Outcome::Held
             }
             Ok(false) => {
@@ -234,9 +232,17 @@ impl<T> Reassembler<T> {
                 entry.bytes += f.data.len();
                 self.bytes += f.data.len();
                 self.stats.peak_bytes = self.stats.peak_bytes.max(self.bytes);
-                if let Some(done) = self.try_complete(&key) {
-                    return done;
+                if Self::is_complete(&entry) {
+                    self.by_age.remove(&entry.age);
+                    self.bytes -= entry.bytes;
+                    let mut payload = Vec::with_capacity(entry.total.unwrap_or(0) as usize);
+                    for (_, d) in entry.pieces {
+                        payload.extend_from_slice(&d);
+                    }
+                    self.stats.completed += 1;
+                    return Outcome::Complete { fragments: entry.tokens, payload };
                 }
+                self.table.insert(key, entry);
                 while self.bytes > self.limits.max_bytes {
                     self.evict_oldest(released);
                 }
@@ -247,8 +253,7 @@ impl<T> Reassembler<T> {
     }
 
     /// Ok(true) for an exact duplicate, Ok(false) for a new piece that fits.
-    fn check(&self, key: &DatagramKey, f: &Fragment<'_>) -> Result<bool, DropCause> {
-        let e = &self.table[key];
+    fn check(&self, e: &Entry<T>, f: &Fragment<'_>) -> Result<bool, DropCause> {
         let len = f.data.len() as u32;
         let end = f.offset.checked_add(len).ok_or(DropCause::Malformed)?;
         if end > MAX_PAYLOAD || (f.more && len % 8 != 0) || (f.more && len == 0) {
@@ -278,37 +283,21 @@ impl<T> Reassembler<T> {
         Ok(false)
     }
 
-    fn try_complete(&mut self, key: &DatagramKey) -> Option<Outcome<T>> {
-        let e = &self.table[key];
-        let total = e.total?;
+    /// The final fragment is in and the pieces cover it without a gap.
+    fn is_complete(e: &Entry<T>) -> bool {
+        let Some(total) = e.total else { return false };
         let mut covered = 0u32;
         for (o, d) in &e.pieces {
             if *o != covered {
-                return None;
+                return false;
             }
             covered += d.len() as u32;
         }
-        if covered != total {
-            return None;
-        }
-        let e = self.remove(key)?;
-        let mut payload = Vec::with_capacity(total as usize);
-        for (_, d) in e.pieces {
-            payload.extend_from_slice(&d);
-        }
-        self.stats.completed += 1;
-        Some(Outcome::Complete { fragments: e.tokens, payload })
-    }
-
-    fn remove(&mut self, key: &DatagramKey) -> Option<Entry<T>> {
-        let e = self.table.remove(key)?;
-        self.by_age.remove(&e.age);
-        self.bytes -= e.bytes;
-        Some(e)
+        covered == total
     }
 
     fn evict_oldest(&mut self, released: &mut Released<T>) {
-        let Some((_, key)) = self.by_age.pop_first() else { return };
+        let Some((_, (_, key))) = self.by_age.pop_first() else { return };
         if let Some(mut e) = self.table.remove(&key) {
             self.bytes -= e.bytes;
             e.bytes = 0;
@@ -319,8 +308,7 @@ impl<T> Reassembler<T> {
 
     /// Give up datagrams older than the timeout at `now_ns`.
     pub fn expire(&mut self, now_ns: u64, released: &mut Released<T>) {
-        while let Some((&age, &key)) = self.by_age.first_key_value() {
-            let first_ns = self.table[&key].first_ns;
+        while let Some((&age, &(first_ns, key))) = self.by_age.first_key_value() {
             if now_ns.saturating_sub(first_ns) < self.limits.timeout_ns {
                 break;
             }
@@ -338,7 +326,7 @@ impl<T> Reassembler<T> {
     /// At the end of input: every datagram still in progress, incomplete.
     pub fn drain(&mut self) -> Released<T> {
         let mut out = Vec::new();
-        while let Some((_, key)) = self.by_age.pop_first() {
+        while let Some((_, (_, key))) = self.by_age.pop_first() {
             if let Some(e) = self.table.remove(&key) {
                 if !e.tokens.is_empty() {
                     self.stats.incomplete += 1;
