@@ -56,7 +56,8 @@ impl RuleSet {
         self.drop_src.is_empty() && self.drop_dst.is_empty() && self.drop_any.is_empty()
     }
 
-    /// The rule that drops this packet, if any (one packet, no batching).
+    /// The rule that drops this packet, if any: one packet, no batching —
+    /// the plain reference `match_batch` is tested against.
     pub fn match_ip(&self, ip: &IpSummary) -> Option<DropReason> {
         if self.drop_src.contains(ip.src) || self.drop_any.contains(ip.src) {
             Some(DropReason::Source)
@@ -183,16 +184,6 @@ pub struct Engine {
 impl Engine {
     pub fn new(rules: RuleSet, undecodable: Verdict) -> Self {
         Engine { rules, undecodable, batch: DEFAULT_BATCH, stats: Stats::default() }
-    }
-
-    /// Lookups per prefetch batch (1-64).
-    pub fn with_batch(mut self, batch: usize) -> Self {
-        self.batch = batch.clamp(1, MAX_BATCH);
-        self
-    }
-
-    pub fn rules(&self) -> &RuleSet {
-        &self.rules
     }
 
     pub fn stats(&self) -> &Stats {
@@ -333,6 +324,34 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn batch_matching_agrees_with_one_at_a_time(src_hosts in proptest::collection::vec(0u8..32, 0..10),
+                                                    any_nets in proptest::collection::vec((0u8..32, 24u8..=32), 0..6),
+                                                    pairs in proptest::collection::vec((0u8..32, 0u8..32, any::<bool>()), 1..150),
+                                                    batch in 1usize..64) {
+            let hosts: Vec<String> = src_hosts.iter().map(|h| format!("10.0.0.{h}")).collect();
+            let nets: Vec<String> = any_nets.iter().map(|(h, l)| format!("10.0.0.{h}/{l}")).collect();
+            let six: Vec<String> = src_hosts.iter().map(|h| format!("2001:db8::{h}")).collect();
+            let srcs: Vec<&str> = hosts.iter().chain(&six).map(String::as_str).collect();
+            let rules = RuleSet::new(&list(&srcs), &list(&["10.0.0.7", "2001:db8::7"]), &list(&nets.iter().map(String::as_str).collect::<Vec<_>>()));
+            let ips: Vec<IpSummary> = pairs
+                .iter()
+                .map(|&(s, d, v6)| {
+                    let (src, dst): (IpAddr, IpAddr) = if v6 {
+                        (format!("2001:db8::{s}").parse().unwrap(), format!("2001:db8::{d}").parse().unwrap())
+                    } else {
+                        (IpAddr::from([10, 0, 0, s]), IpAddr::from([10, 0, 0, d]))
+                    };
+                    IpSummary { src, dst, ..IpSummary::UNSPECIFIED }
+                })
+                .collect();
+            let mut out = vec![None; ips.len()];
+            rules.match_batch(&ips, &mut out, batch);
+            for (ip, o) in ips.iter().zip(&out) {
+                prop_assert_eq!(*o, rules.match_ip(ip));
+            }
+        }
+
         #[test]
         fn every_frame_counted_once(frames in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..80), 0..50)) {
             let mut e = Engine::new(RuleSet::new(&[], &[], &list(&["0.0.0.0/1"])), Verdict::Drop);

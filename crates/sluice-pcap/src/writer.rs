@@ -87,11 +87,6 @@ impl<W: Write> CaptureWriter<W> {
         Ok(w)
     }
 
-    /// Packet records written so far.
-    pub fn records_written(&self) -> u64 {
-        self.records
-    }
-
     fn put(&mut self, bytes: &[u8]) -> Result<(), PcapError> {
         self.inner.write_all(bytes).map_err(|e| PcapError::new(e.into(), self.records, self.bytes))?;
         self.bytes += bytes.len() as u64;
