@@ -1,14 +1,15 @@
-use crate::cmd_filter::{filter_capture, print_summary, summary_json, Judge, Sinks};
-use crate::cmd_gen::{list_or_firehol, write_capture};
-use crate::reassembly::Reassembly;
-use crate::Outcome;
-use anyhow::{Context, Result};
+use crate::cmd_filter::{finished, judge, print_summary, Bar};
+use crate::cmd_gen::list_or_firehol;
+use crate::{progress, Outcome};
+use anyhow::Result;
 use clap::Args;
 use sluice_engine::defrag::Limits;
-use sluice_engine::{Engine, RuleSet, Verdict};
-use sluice_gen::{FrameSize, GenConfig, ProtoMix};
+use sluice_engine::{RuleSet, Verdict};
+use sluice_gen::{FrameSize, GenConfig, GenSource, Generator, ProtoMix};
+use sluice_pcap::{PcapHeader, WriteThrough};
+use sluice_pipeline::{Discard, JudgeConfig, Reassembly, RunConfig};
+use sluice_wire::LinkType;
 use std::path::PathBuf;
-use std::time::Instant;
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
@@ -17,7 +18,7 @@ pub struct DemoArgs {
     pub packets: u64,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Keep the generated capture at this path (default: a temporary file, deleted).
+    /// Also write the generated packets to this capture (pcap).
     #[arg(long, value_name = "FILE")]
     pub keep: Option<PathBuf>,
     /// Print one JSON object.
@@ -46,61 +47,51 @@ pub fn demo_config(packets: u64, seed: u64, list: Vec<sluice_rules::Prefix>) -> 
 pub fn run(a: DemoArgs) -> Result<Outcome> {
     let list = list_or_firehol(None)?;
     let entries = list.len();
-    let temp;
-    let path = match &a.keep {
-        Some(p) => p.clone(),
-        None => {
-            temp = tempfile::Builder::new()
-                .prefix("sluice-demo-")
-                .suffix(".pcap")
-                .tempfile()
-                .context("creating a temporary file")?;
-            temp.path().to_path_buf()
-        }
-    };
     let rules = RuleSet::new(&[], &[], &list);
-    let started = Instant::now();
-    let gen = write_capture(demo_config(a.packets, a.seed, list), &path, false, !a.json)?;
-    let gen_secs = started.elapsed().as_secs_f64();
-    let mut engine = Engine::new(rules, Verdict::Pass);
-    let reassembly = Reassembly::new(Limits::default(), Verdict::Drop);
-    let run = filter_capture(
-        &path,
-        Judge::Inline(&mut engine),
-        &Sinks { pass: None, drop: None, format: None },
-        reassembly,
-        !a.json,
-    )?;
+    // Generated packets stream straight into the pipeline; nothing touches
+    // the disk unless --keep asks for a copy.
+    let gen = GenSource::new(Generator::new(demo_config(a.packets, a.seed, list))?, a.packets, false);
+    let header = PcapHeader::new(LinkType::ETHERNET, sluice_gen::SNAPLEN, false);
+    let mut source = match &a.keep {
+        Some(p) => WriteThrough::new(gen, p, header)?,
+        None => WriteThrough::without_copy(gen),
+    };
+    let judge = judge(rules, JudgeConfig::default(), 1, &[], None);
+    let mut stage = Reassembly::new(Limits::default(), Verdict::Drop);
+    let mut bar = Bar(progress::bar(a.packets, false, !a.json));
+    let result = sluice_pipeline::run(&mut source, &mut stage, judge, &mut Discard, &mut bar, &RunConfig::default());
+    bar.0.finish_and_clear();
+    let done = finished(result)?;
+    source.finish()?;
+    let gen = *source.inner().stats();
+    let run = &done.report;
     let observed = run.stats.dropped;
-    let ok = observed == gen.listed && run.stopped.is_none();
+    let ok = observed == gen.listed && done.stopped.is_none();
     if a.json {
-        let mut v = summary_json(&path, &run);
+        let mut v = serde_json::to_value(run.to_json())?;
         v["expected_dropped"] = gen.listed.into();
         v["match"] = ok.into();
         v["list"] = "firehol_level1 (embedded)".into();
         v["list_entries"] = entries.into();
-        v["generate_s"] = gen_secs.into();
-        v["generated"] = crate::cmd_gen::stats_json(&gen, &path, gen_secs);
-        v["kept"] = a.keep.is_some().into();
+        v["generated"] = crate::cmd_gen::stats_json(&gen, a.keep.as_deref(), run.elapsed.as_secs_f64());
+        v["kept"] = a.keep.as_ref().map(|p| p.display().to_string()).into();
         println!("{v}");
     } else {
-        println!("sluice demo: FireHOL level1 ({entries} entries, embedded) against a generated capture");
+        println!("sluice demo: FireHOL level1 ({entries} entries, embedded) against generated traffic");
         println!(
-            "generated    {:>12}  packets in {:.2} s: ipv4 {}, ipv6 {}, vlan {} (qinq {}), {} fragments, IMIX sizes",
-            gen.packets, gen_secs, gen.ipv4, gen.ipv6, gen.vlan_tagged, gen.qinq_tagged, gen.fragments
+            "generated    {:>12}  packets: ipv4 {}, ipv6 {}, vlan {} (qinq {}), {} fragments, IMIX sizes",
+            gen.packets, gen.ipv4, gen.ipv6, gen.vlan_tagged, gen.qinq_tagged, gen.fragments
         );
-        println!(
-            "capture      {}{}",
-            path.display(),
-            if a.keep.is_some() { "" } else { " (deleted afterwards; --keep FILE keeps it)" }
-        );
-        print_summary(&run);
+        match &a.keep {
+            Some(p) => println!("capture      {} (kept)", p.display()),
+            None => println!("capture      none: generated straight into the pipeline (--keep FILE writes one)"),
+        }
+        print_summary(run);
         println!("expected dropped {:>8}  (packets whose source the generator drew from the list)", gen.listed);
         println!("observed dropped {:>8}  {}", observed, if ok { "OK: identical" } else { "MISMATCH" });
     }
-    if let Some(e) = &run.stopped {
-        eprintln!("sluice: error: {}: stopped at {e}", path.display());
-        return Ok(Outcome::InputDamaged);
+    if let Some(e) = &done.stopped {
+        anyhow::bail!("generating: {e}");
     }
     Ok(if ok { Outcome::Complete } else { Outcome::DemoMismatch })
 }

@@ -1,19 +1,18 @@
 use crate::progress;
-use crate::reassembly::Reassembly;
 use crate::Outcome;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use sluice_engine::defrag::{DefragStats, Limits};
-use sluice_engine::pool::{Batch, Pool, PoolConfig, Steer};
+use sluice_engine::defrag::Limits;
 use sluice_engine::snapshot::Published;
-use sluice_engine::{Engine, Frame, RuleSet, Stats, Verdict};
-use sluice_pcap::{CaptureReader, CaptureWriter, Format, OutputFormat, PcapError, Record};
+use sluice_engine::{RuleSet, Stats, Verdict};
+use sluice_pcap::{CaptureSinks, CaptureSource, Format, OutputFormat, PcapError};
+use sluice_pipeline::{
+    Finished, Inline, Judge, JudgeConfig, Observer, Progress, Reassembly, RunConfig, RunError, RunReport, Source,
+    Workers, WorkersConfig,
+};
 use sluice_rules::{load_list, Prefix};
-use sluice_steer::RssInput;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
 pub struct FilterArgs {
@@ -70,6 +69,9 @@ pub struct FilterArgs {
     /// No progress bar even on a terminal.
     #[arg(long)]
     pub no_progress: bool,
+    /// Test hook: worker W panics on its share number N ("W:N").
+    #[arg(long, hide = true, value_name = "W:N")]
+    pub debug_panic_worker: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -84,18 +86,6 @@ pub enum VerdictArg {
     Drop,
 }
 
-/// The outcome of streaming one capture through the engine.
-pub struct FilterRun {
-    pub stats: Stats,
-    /// Packets judged by each worker (one entry without workers).
-    pub per_worker: Vec<u64>,
-    pub reassembly: DefragStats,
-    pub elapsed: Duration,
-    pub input_format: Format,
-    /// Where reading stopped early, if it did.
-    pub stopped: Option<PcapError>,
-}
-
 pub fn run(a: FilterArgs) -> Result<Outcome> {
     let rules = RuleSet::new(
         &load_lists(&a.drop_src, a.lenient)?,
@@ -105,40 +95,102 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
     if rules.is_empty() {
         eprintln!("sluice: warning: no address lists given (or they are empty); every decodable packet passes");
     }
-    let undecodable = match a.undecodable {
-        VerdictArg::Pass => Verdict::Pass,
-        VerdictArg::Drop => Verdict::Drop,
-    };
+    let undecodable = verdict(a.undecodable);
     if a.workers == 0 || a.workers > 256 {
         bail!("--workers must be between 1 and 256");
     }
+    let panic_at = a.debug_panic_worker.as_deref().map(parse_panic_at).transpose()?;
     let out_format = a.out_format.map(|f| match f {
         FormatArg::Pcap => OutputFormat::Pcap,
         FormatArg::Pcapng => OutputFormat::Pcapng,
     });
-    let sinks = Sinks { pass: a.pass.as_deref(), drop: a.drop_out.as_deref(), format: out_format };
-    let mut engine;
-    let judge = if a.workers == 1 {
-        engine = Engine::new(rules, undecodable);
-        Judge::Inline(&mut engine)
-    } else {
-        let mut config = PoolConfig::new(a.workers);
-        config.undecodable = undecodable;
-        config.cpus = (!a.cpus.is_empty()).then(|| a.cpus.clone());
-        Judge::Workers { rules: Box::new(rules), config, unordered: a.unordered }
-    };
+    check_distinct(&a.input, a.pass.as_deref(), a.drop_out.as_deref())?;
+    let mut source = CaptureSource::open(&a.input).with_context(|| a.input.display().to_string())?;
+    for w in source.warnings() {
+        eprintln!("sluice: warning: {}: {w}", a.input.display());
+    }
+    let input_format = source.format();
+    let mut sinks =
+        CaptureSinks::create(a.pass.as_deref(), a.drop_out.as_deref(), out_format, input_format, source.pcap_header())?;
+    let judge = judge(rules, JudgeConfig { undecodable, ..JudgeConfig::default() }, a.workers, &a.cpus, panic_at);
     let limits = Limits {
         max_datagrams: a.frag_max_datagrams.max(1),
         timeout_ns: a.frag_timeout.saturating_mul(1_000_000_000),
         ..Limits::default()
     };
-    let incomplete = match a.incomplete {
+    let mut stage = Reassembly::new(limits, verdict(a.incomplete));
+    let cfg = RunConfig { ordered: !a.unordered, max_in_flight: a.workers * 4, ..RunConfig::default() };
+    let mut bar = Bar(progress::bar(source.progress().1, true, !a.no_progress));
+    let result = sluice_pipeline::run(&mut source, &mut stage, judge, &mut sinks, &mut bar, &cfg);
+    bar.0.finish_and_clear();
+    let done = finished(result)?;
+    let summary = Summary { input: &a.input, input_format, report: &done.report, stopped: done.stopped.as_ref() };
+    if a.json {
+        println!("{}", summary.json());
+    } else {
+        print_summary(&done.report);
+    }
+    if let Some(e) = &done.stopped {
+        eprintln!(
+            "sluice: error: {}: stopped at {e}; the {} packets before it were judged and written",
+            a.input.display(),
+            e.record
+        );
+        return Ok(Outcome::InputDamaged);
+    }
+    Ok(Outcome::Complete)
+}
+
+fn verdict(v: VerdictArg) -> Verdict {
+    match v {
         VerdictArg::Pass => Verdict::Pass,
         VerdictArg::Drop => Verdict::Drop,
-    };
-    let run = filter_capture(&a.input, judge, &sinks, Reassembly::new(limits, incomplete), !a.no_progress)?;
-    report(&a.input, &run, a.json);
-    Ok(if run.stopped.is_some() { Outcome::InputDamaged } else { Outcome::Complete })
+    }
+}
+
+fn parse_panic_at(s: &str) -> Result<(usize, u64)> {
+    let (w, n) = s.split_once(':').context("--debug-panic-worker takes W:N")?;
+    Ok((w.parse().context("worker number")?, n.parse().context("share number")?))
+}
+
+/// The judge for `workers`: inline on this thread for one, else a pool.
+pub fn judge(
+    rules: RuleSet,
+    cfg: JudgeConfig,
+    workers: usize,
+    cpus: &[usize],
+    panic_at: Option<(usize, u64)>,
+) -> Box<dyn Judge> {
+    let published = Arc::new(Published::new(rules));
+    if workers == 1 && panic_at.is_none() {
+        return Box::new(Inline::new(&published, cfg));
+    }
+    let mut wc = WorkersConfig::new(workers);
+    wc.judge = cfg;
+    wc.cpus = (!cpus.is_empty()).then(|| cpus.to_vec());
+    wc.panic_at = panic_at;
+    Box::new(Workers::new(wc, &published))
+}
+
+/// The run's result, or an error that says what stopped it. After a failed
+/// judge the outputs hold, in order, everything judged before.
+pub fn finished<E, K: std::fmt::Display>(result: Result<Finished<E>, RunError<K>>) -> Result<Finished<E>> {
+    result.map_err(|e| match e {
+        RunError::Judge { error, .. } => anyhow::anyhow!(
+            "{error}; the run stopped, and the outputs were completed with every packet judged before it, in input order"
+        ),
+        RunError::Sink(e) => anyhow::anyhow!("{e}"),
+    })
+}
+
+/// The progress bar as a pipeline observer.
+pub struct Bar(pub indicatif::ProgressBar);
+
+impl Observer for Bar {
+    fn progress(&mut self, p: &Progress) {
+        self.0.set_position(p.source.0);
+        self.0.set_message(format!("{} judged, {} dropped", p.judged, p.dropped));
+    }
 }
 
 /// Parse lists and concatenate their entries.
@@ -154,322 +206,15 @@ pub fn load_lists(paths: &[PathBuf], lenient: bool) -> Result<Vec<Prefix>> {
     Ok(all)
 }
 
-/// Records judged together: enough to fill the engine's prefetch batches
-/// several times over, few enough to stay in L1/L2.
-const RECORDS_PER_BATCH: usize = 256;
-/// Batches in flight with workers before the writer waits for the oldest.
-const BATCHES_IN_FLIGHT_PER_WORKER: usize = 4;
-
-/// A record's fields without its borrowed bytes.
-pub(crate) struct OwnedRecord {
-    index: u64,
-    offset: u64,
-    pub(crate) timestamp: sluice_pcap::Timestamp,
-    pub(crate) orig_len: u32,
-    interface_id: u32,
-    pub(crate) interface: sluice_pcap::Interface,
-}
-
-/// Records copied out of the reader's buffer so a batch can be judged at
-/// once: their bytes (shared with workers) and the rest of each record.
-#[derive(Default)]
-pub(crate) struct RecordBatch {
-    pub(crate) batch: Batch,
-    pub(crate) metas: Vec<OwnedRecord>,
-    /// A verdict already decided (by reassembly): the packet is not judged.
-    pub(crate) forced: Vec<Option<Verdict>>,
-    /// The flow a reassembled datagram's fragment is steered by.
-    pub(crate) flow: Vec<Option<RssInput>>,
-}
-
-impl RecordBatch {
-    pub(crate) fn len(&self) -> usize {
-        self.metas.len()
-    }
-    fn push(&mut self, r: &Record<'_>) {
-        self.batch.push(r.interface.link_type, r.data, r.orig_len);
-        self.metas.push(OwnedRecord {
-            index: r.index,
-            offset: r.offset,
-            timestamp: r.timestamp,
-            orig_len: r.orig_len,
-            interface_id: r.interface_id,
-            interface: r.interface,
-        });
-        self.forced.push(None);
-        self.flow.push(None);
-    }
-    /// Append a packet held elsewhere (by reassembly).
-    pub(crate) fn push_owned(
-        &mut self,
-        meta: OwnedRecord,
-        data: &[u8],
-        forced: Option<Verdict>,
-        flow: Option<RssInput>,
-    ) {
-        self.batch.push(meta.interface.link_type, data, meta.orig_len);
-        self.metas.push(meta);
-        self.forced.push(forced);
-        self.flow.push(flow);
-    }
-}
-
-fn record<'a>(batch: &'a Batch, metas: &[OwnedRecord], i: usize) -> Record<'a> {
-    let r = &metas[i];
-    Record {
-        index: r.index,
-        offset: r.offset,
-        timestamp: r.timestamp,
-        orig_len: r.orig_len,
-        data: batch.frame(i).data,
-        interface_id: r.interface_id,
-        interface: r.interface,
-    }
-}
-
-/// Who judges: the engine on this thread, or a pool of workers.
-pub enum Judge<'a> {
-    Inline(&'a mut Engine),
-    Workers {
-        rules: Box<RuleSet>,
-        config: PoolConfig,
-        /// Write each share as it comes back instead of in input order.
-        unordered: bool,
-    },
-}
-
-/// The pass and drop captures.
-struct Outputs<'a, W: std::io::Write> {
-    pass: Option<(CaptureWriter<W>, &'a Path)>,
-    drop: Option<(CaptureWriter<W>, &'a Path)>,
-}
-
-impl<W: std::io::Write> Outputs<'_, W> {
-    fn write(&mut self, rec: &Record<'_>, verdict: Verdict) -> Result<()> {
-        let sink = match verdict {
-            Verdict::Pass => &mut self.pass,
-            Verdict::Drop => &mut self.drop,
-        };
-        if let Some((w, p)) = sink {
-            w.write(rec).with_context(|| format!("writing {}", p.display()))?;
-        }
-        Ok(())
-    }
-    fn finish(self) -> Result<()> {
-        for (w, p) in [self.pass, self.drop].into_iter().flatten() {
-            w.finish().with_context(|| format!("writing {}", p.display()))?;
-        }
-        Ok(())
-    }
-}
-
-/// A batch with workers: its records and the verdicts that have come back.
-struct InFlight {
-    batch: Arc<Batch>,
-    metas: Vec<OwnedRecord>,
-    verdicts: Vec<Verdict>,
-    parts_left: usize,
-}
-
-pub struct Sinks<'a> {
-    pub pass: Option<&'a Path>,
-    pub drop: Option<&'a Path>,
-    pub format: Option<OutputFormat>,
-}
-
-/// Stream `input` through the judge, writing each packet to the sink for its
-/// verdict, in input order. On a damaged input, everything read before the
-/// damage is judged and written, the outputs are completed, and the position
-/// is returned.
-pub fn filter_capture(
-    input: &Path,
-    judge: Judge<'_>,
-    sinks: &Sinks<'_>,
-    mut reassembly: Reassembly,
-    show_progress: bool,
-) -> Result<FilterRun> {
-    let started = Instant::now();
-    check_distinct(input, sinks)?;
-    let mut reader = CaptureReader::open(input).with_context(|| input.display().to_string())?;
-    for w in reader.warnings() {
-        eprintln!("sluice: warning: {}: {w}", input.display());
-    }
-    let template = reader.pcap_header().copied();
-    let input_format = reader.format();
-    let open = |path| open_sink(path, sinks.format, input_format, template);
-    let mut out = Outputs { pass: open(sinks.pass)?, drop: open(sinks.drop)? };
-    let total = std::fs::metadata(input).map(|m| m.len()).unwrap_or(0);
-    let pb = progress::bar(total, true, show_progress);
-    let mut stopped = None;
-    // Read the next batch and put it through reassembly; at the end of the
-    // input (or at damage), the datagrams still incomplete; then `None`.
-    let mut drained = false;
-    let mut next_batch = |stopped: &mut Option<PcapError>| -> Option<RecordBatch> {
-        if stopped.is_some() || drained {
-            if drained {
-                return None;
-            }
-            drained = true;
-            let rest = reassembly.finish();
-            return (rest.len() > 0).then_some(rest);
-        }
-        let mut rb = RecordBatch::default();
-        while rb.len() < RECORDS_PER_BATCH {
-            match reader.next_record() {
-                Ok(Some(rec)) => rb.push(&rec),
-                Ok(None) => break,
-                Err(e) => {
-                    *stopped = Some(e);
-                    break;
-                }
-            }
-        }
-        pb.set_position(reader.bytes_read());
-        if rb.len() == 0 {
-            drained = true;
-            let rest = reassembly.finish();
-            return (rest.len() > 0).then_some(rest);
-        }
-        Some(reassembly.process(rb))
-    };
-    let (stats, per_worker) = match judge {
-        Judge::Inline(engine) => {
-            let mut verdicts = Vec::new();
-            let mut forced_stats = Stats::default();
-            while let Some(rb) = next_batch(&mut stopped) {
-                let judged: Vec<usize> = (0..rb.len()).filter(|&i| rb.forced[i].is_none()).collect();
-                let frames: Vec<Frame<'_>> = judged.iter().map(|&i| rb.batch.frame(i)).collect();
-                verdicts.clear();
-                verdicts.resize(frames.len(), Verdict::Pass);
-                engine.judge_batch(&frames, &mut verdicts);
-                let mut next = judged.iter().zip(&verdicts).peekable();
-                for i in 0..rb.len() {
-                    let v = match rb.forced[i] {
-                        Some(v) => {
-                            forced_stats.count_fragment(v, rb.metas[i].orig_len);
-                            v
-                        }
-                        None => *next.next().expect("one verdict per judged packet").1,
-                    };
-                    out.write(&record(&rb.batch, &rb.metas, i), v)?;
-                }
-            }
-            let mut stats = engine.stats().clone();
-            stats.merge(&forced_stats);
-            (stats, vec![engine.stats().packets])
-        }
-        Judge::Workers { rules, config, unordered } => {
-            let published = Arc::new(Published::new(*rules));
-            let limit = config.workers.max(1) * BATCHES_IN_FLIGHT_PER_WORKER;
-            let mut pool = Pool::new(config, &published);
-            let mut forced_stats = Stats::default();
-            let mut pending: BTreeMap<u64, InFlight> = BTreeMap::new();
-            let mut batch_no = 0u64;
-            let mut reading = true;
-            loop {
-                // Write every finished batch at the head, in input order. A
-                // batch whose packets all had forced verdicts is finished at once.
-                while pending.first_key_value().is_some_and(|(_, f)| f.parts_left == 0) {
-                    let (_, f) = pending.pop_first().expect("checked above");
-                    if !unordered {
-                        for (i, &v) in f.verdicts.iter().enumerate() {
-                            out.write(&record(&f.batch, &f.metas, i), v)?;
-                        }
-                    }
-                }
-                if reading && pending.len() < limit {
-                    match next_batch(&mut stopped) {
-                        Some(rb) => {
-                            let batch = Arc::new(rb.batch);
-                            let plan: Vec<Steer> = rb
-                                .forced
-                                .iter()
-                                .zip(&rb.flow)
-                                .map(|(forced, flow)| match (forced, flow) {
-                                    (Some(_), _) => Steer::Skip,
-                                    (None, Some(input)) => Steer::Flow(*input),
-                                    (None, None) => Steer::Auto,
-                                })
-                                .collect();
-                            let parts = pool.submit(batch_no, Arc::clone(&batch), &plan);
-                            let mut verdicts = vec![Verdict::Pass; rb.metas.len()];
-                            for (i, f) in rb.forced.iter().enumerate() {
-                                if let Some(v) = f {
-                                    verdicts[i] = *v;
-                                    forced_stats.count_fragment(*v, rb.metas[i].orig_len);
-                                    if unordered {
-                                        out.write(&record(&batch, &rb.metas, i), *v)?;
-                                    }
-                                }
-                            }
-                            pending.insert(batch_no, InFlight { batch, metas: rb.metas, verdicts, parts_left: parts });
-                            batch_no += 1;
-                        }
-                        None => reading = false,
-                    }
-                    continue;
-                }
-                if pending.is_empty() {
-                    break;
-                }
-                if batch_no % 64 == 0 {
-                    let live = pool.live();
-                    let packets: u64 = live.iter().map(|(p, _)| p).sum();
-                    let dropped: u64 = live.iter().map(|(_, d)| d).sum();
-                    pb.set_message(format!("{packets} judged, {dropped} dropped"));
-                }
-                // The head batch has parts out with workers: wait for one.
-                let Some(done) = pool.recv() else { bail!("a worker stopped unexpectedly") };
-                let f = pending.get_mut(&done.batch_no).expect("results belong to a batch in flight");
-                for (&i, &v) in done.indices.iter().zip(&done.verdicts) {
-                    f.verdicts[i as usize] = v;
-                    if unordered {
-                        out.write(&record(&f.batch, &f.metas, i as usize), v)?;
-                    }
-                }
-                f.parts_left -= 1;
-            }
-            let per = pool.finish();
-            let mut merged = forced_stats;
-            for s in &per {
-                merged.merge(s);
-            }
-            (merged, per.iter().map(|s| s.packets).collect())
-        }
-    };
-    pb.finish_and_clear();
-    out.finish()?;
-    let reassembly = reassembly.stats();
-    Ok(FilterRun { stats, per_worker, reassembly, elapsed: started.elapsed(), input_format, stopped })
-}
-
-type FileSink<'p> = (CaptureWriter<std::io::BufWriter<std::fs::File>>, &'p Path);
-
-/// Create an output capture: the chosen format, or by extension, or the input's.
-fn open_sink<'p>(
-    path: Option<&'p Path>,
-    chosen: Option<OutputFormat>,
-    input_format: Format,
-    template: Option<sluice_pcap::PcapHeader>,
-) -> Result<Option<FileSink<'p>>> {
-    path.map(|p| {
-        let format = chosen.unwrap_or_else(|| OutputFormat::for_path(p, input_format));
-        let template = if format == OutputFormat::Pcap { template } else { None };
-        let w = CaptureWriter::create(p, format, template).with_context(|| format!("cannot create {}", p.display()))?;
-        Ok((w, p))
-    })
-    .transpose()
-}
-
 /// Refuse outputs that would overwrite the input or each other before it is read.
-fn check_distinct(input: &Path, sinks: &Sinks<'_>) -> Result<()> {
+fn check_distinct(input: &Path, pass: Option<&Path>, drop: Option<&Path>) -> Result<()> {
     let same = |a: &Path, b: &Path| a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y);
-    for out in [sinks.pass, sinks.drop].into_iter().flatten() {
+    for out in [pass, drop].into_iter().flatten() {
         if same(out, input) {
             bail!("output {} is the input file; choose another path", out.display());
         }
     }
-    if let (Some(a), Some(b)) = (sinks.pass, sinks.drop) {
+    if let (Some(a), Some(b)) = (pass, drop) {
         if same(a, b) {
             bail!("--pass and --drop name the same file {}", a.display());
         }
@@ -477,61 +222,32 @@ fn check_distinct(input: &Path, sinks: &Sinks<'_>) -> Result<()> {
     Ok(())
 }
 
-fn mpps(packets: u64, elapsed: Duration) -> f64 {
-    let s = elapsed.as_secs_f64();
-    if s > 0.0 {
-        packets as f64 / s / 1e6
-    } else {
-        0.0
+/// What `--json` prints: the run report plus where the packets came from.
+pub struct Summary<'a> {
+    pub input: &'a Path,
+    pub input_format: Format,
+    pub report: &'a RunReport,
+    pub stopped: Option<&'a PcapError>,
+}
+
+impl Summary<'_> {
+    pub fn json(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self.report.to_json()).expect("the report serialises");
+        v["input"] = self.input.display().to_string().into();
+        v["input_format"] = match self.input_format {
+            Format::Pcap => "pcap",
+            Format::Pcapng => "pcapng",
+        }
+        .into();
+        v["stopped_at"] = self
+            .stopped
+            .map(|e| serde_json::json!({ "record": e.record, "offset": e.offset, "error": e.kind.to_string() }))
+            .into();
+        v
     }
 }
 
-pub fn summary_json(input: &Path, run: &FilterRun) -> serde_json::Value {
-    let s = &run.stats;
-    let reasons = |counts| {
-        Stats::by_reason(counts)
-            .map(|(k, n)| (k.to_owned(), serde_json::Value::from(n)))
-            .collect::<serde_json::Map<_, _>>()
-    };
-    serde_json::json!({
-        "input": input.display().to_string(),
-        "input_format": match run.input_format { Format::Pcap => "pcap", Format::Pcapng => "pcapng" },
-        "packets": s.packets,
-        "bytes": s.bytes,
-        "passed": s.passed,
-        "passed_bytes": s.passed_bytes,
-        "dropped": s.dropped,
-        "dropped_bytes": s.dropped_bytes,
-        "dropped_by_src": s.dropped_by_src,
-        "dropped_by_dst": s.dropped_by_dst,
-        "non_ip": s.non_ip,
-        "undecodable": s.undecodable_total(),
-        "undecodable_by_reason": reasons(&s.undecodable),
-        "anomalies_by_reason": reasons(&s.anomalies),
-        "elapsed_s": run.elapsed.as_secs_f64(),
-        "mpps": mpps(s.packets, run.elapsed),
-        "workers": run.per_worker,
-        "dropped_fragments": s.dropped_fragments,
-        "reassembly": {
-            "fragments": run.reassembly.fragments,
-            "completed": run.reassembly.completed,
-            "atomic": run.reassembly.atomic,
-            "duplicates": run.reassembly.duplicates,
-            "overlaps": run.reassembly.overlaps,
-            "malformed": run.reassembly.malformed,
-            "too_many_fragments": run.reassembly.too_many_fragments,
-            "evicted": run.reassembly.evicted,
-            "timed_out": run.reassembly.timed_out,
-            "incomplete": run.reassembly.incomplete,
-            "peak_bytes": run.reassembly.peak_bytes,
-        },
-        "stopped_at": run.stopped.as_ref().map(|e| serde_json::json!({
-            "record": e.record, "offset": e.offset, "error": e.kind.to_string(),
-        })),
-    })
-}
-
-pub fn print_summary(run: &FilterRun) {
+pub fn print_summary(run: &RunReport) {
     let s = &run.stats;
     let pct = |n: u64| if s.packets == 0 { 0.0 } else { 100.0 * n as f64 / s.packets as f64 };
     println!("packets      {:>12}  ({} bytes)", s.packets, s.bytes);
@@ -568,21 +284,6 @@ pub fn print_summary(run: &FilterRun) {
     println!(
         "elapsed      {:>12.3} s  ({:.2} Mpps, read + decode + classify + write)",
         run.elapsed.as_secs_f64(),
-        mpps(s.packets, run.elapsed)
+        run.mpps()
     );
-}
-
-fn report(input: &Path, run: &FilterRun, json: bool) {
-    if json {
-        println!("{}", summary_json(input, run));
-    } else {
-        print_summary(run);
-    }
-    if let Some(e) = &run.stopped {
-        eprintln!(
-            "sluice: error: {}: stopped at {e}; the {} packets before it were judged and written",
-            input.display(),
-            e.record
-        );
-    }
 }

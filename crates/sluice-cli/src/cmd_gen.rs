@@ -112,7 +112,7 @@ pub fn run(a: GenArgs) -> Result<Outcome> {
     let stats = write_capture(cfg, &a.out, a.nanos, true)?;
     let elapsed = started.elapsed().as_secs_f64();
     if a.json {
-        println!("{}", stats_json(&stats, &a.out, elapsed));
+        println!("{}", stats_json(&stats, Some(&a.out), elapsed));
     } else {
         print_stats(&stats, &a.out, elapsed);
     }
@@ -158,9 +158,9 @@ pub fn write_capture(cfg: GenConfig, out: &Path, nanos: bool, show_progress: boo
     Ok(*gen.stats())
 }
 
-pub fn stats_json(s: &GenStats, out: &Path, elapsed_s: f64) -> serde_json::Value {
+pub fn stats_json(s: &GenStats, out: Option<&Path>, elapsed_s: f64) -> serde_json::Value {
     serde_json::json!({
-        "out": out.display().to_string(),
+        "out": out.map(|p| p.display().to_string()),
         "packets": s.packets,
         "bytes": s.bytes,
         "listed": s.listed,

@@ -10,7 +10,6 @@ mod cmd_filter;
 mod cmd_gen;
 mod cmd_rss;
 mod progress;
-mod reassembly;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

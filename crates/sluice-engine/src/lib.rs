@@ -6,7 +6,6 @@
 #![deny(unsafe_code)]
 
 pub mod defrag;
-pub mod pool;
 pub mod snapshot;
 
 use sluice_classify::{AddressSet, DEFAULT_BATCH, MAX_BATCH};
@@ -216,40 +215,61 @@ pub fn judge_batch(
 ) {
     assert_eq!(frames.len(), verdicts.len(), "one verdict per frame");
     let mut decoded: [Result<PacketSummary, DecodeError>; MAX_BATCH] = [Err(DecodeError::TooManyVlanTags); MAX_BATCH];
-    let mut ips = [None::<IpSummary>; MAX_BATCH];
+    for (fc, vc) in frames.chunks(MAX_BATCH).zip(verdicts.chunks_mut(MAX_BATCH)) {
+        for (d, f) in decoded.iter_mut().zip(fc) {
+            *d = decode(f.link, f.data);
+        }
+        judge_decoded(rules, undecodable, batch, stats, fc.len(), |i| (&decoded[i], fc[i].wire_len), vc);
+    }
+}
+
+/// Decide packets already decoded (the pipeline decodes each packet once,
+/// before reassembly and steering): `item(i)` gives packet i's decode result
+/// and wire length, `verdicts[i]` receives its verdict. Addresses are looked
+/// up in batches of [`MAX_BATCH`], every set probed for all keys at once.
+pub fn judge_decoded<'a>(
+    rules: &RuleSet,
+    undecodable: Verdict,
+    batch: usize,
+    stats: &mut Stats,
+    n: usize,
+    item: impl Fn(usize) -> (&'a Result<PacketSummary, DecodeError>, u32),
+    verdicts: &mut [Verdict],
+) {
+    assert_eq!(n, verdicts.len(), "one verdict per packet");
     let mut ip_list = [IpSummary::UNSPECIFIED; MAX_BATCH];
     let mut matched = [None; MAX_BATCH];
-    for (fc, vc) in frames.chunks(MAX_BATCH).zip(verdicts.chunks_mut(MAX_BATCH)) {
+    for (c, vc) in verdicts.chunks_mut(MAX_BATCH).enumerate() {
+        let base = c * MAX_BATCH;
         let mut n_ip = 0;
-        for (i, f) in fc.iter().enumerate() {
-            decoded[i] = decode(f.link, f.data);
-            ips[i] = decoded[i].as_ref().ok().and_then(|s| s.ip);
-            if let Some(ip) = ips[i] {
-                ip_list[n_ip] = ip;
+        for i in 0..vc.len() {
+            if let Ok(PacketSummary { ip: Some(ip), .. }) = item(base + i).0 {
+                ip_list[n_ip] = *ip;
                 n_ip += 1;
             }
         }
         rules.match_batch(&ip_list[..n_ip], &mut matched[..n_ip], batch);
         let mut next_ip = 0;
-        for (i, f) in fc.iter().enumerate() {
-            let reason = match (&decoded[i], ips[i]) {
-                (Ok(_), Some(ip)) => {
+        for (i, v) in vc.iter_mut().enumerate() {
+            let (decoded, wire_len) = item(base + i);
+            let reason = match decoded {
+                Ok(PacketSummary { ip: Some(ip), .. }) => {
                     if let Some(a) = ip.anomaly {
                         stats.anomalies[a.kind().index()] += 1;
                     }
                     next_ip += 1;
                     matched[next_ip - 1]
                 }
-                (Ok(_), None) => {
+                Ok(PacketSummary { ip: None, .. }) => {
                     stats.non_ip += 1;
                     None
                 }
-                (Err(e), _) => {
+                Err(e) => {
                     stats.undecodable[e.kind().index()] += 1;
                     (undecodable == Verdict::Drop).then_some(DropReason::Undecodable(e.kind()))
                 }
             };
-            vc[i] = stats.count(reason, f.wire_len);
+            *v = stats.count(reason, wire_len);
         }
     }
 }

@@ -8,8 +8,12 @@
 //! must drop is known exactly ([`GenStats::listed`]). A share of datagrams is
 //! sent as IP fragments. The same config and seed give the same bytes.
 //!
-//! The generator does no I/O: it fills a caller's buffer, one frame per call.
+//! The generator does no I/O: it fills a caller's buffer, one frame per
+//! call, or a pipeline batch ([`GenSource`]).
 #![deny(unsafe_code)]
+
+mod source;
+pub use source::{GenSource, TimestampOverflow, SNAPLEN};
 
 use rand::distr::{Distribution, Uniform};
 use rand::seq::SliceRandom;

@@ -16,13 +16,82 @@ const BLOCK_EPB: u32 = 6;
 const OPT_IF_TSRESOL: u16 = 9;
 const MAX_OPTIONS: usize = 256;
 
-/// Reads packet records one at a time from a pcap or pcapng stream.
+/// Where a reader's bytes come from: a stream read into one reused buffer,
+/// or bytes already in memory (a mapped file) that records borrow directly.
+pub trait Input {
+    /// Fill `dst` as far as the input allows; returns how many bytes were read.
+    fn read_small(&mut self, dst: &mut [u8]) -> io::Result<usize>;
+    /// Make the next `n` bytes the current body ([`Input::body`]); returns
+    /// how many there were (fewer only at the end of the input).
+    fn read_body(&mut self, n: usize) -> io::Result<usize>;
+    /// The bytes of the last [`Input::read_body`].
+    fn body(&self) -> &[u8];
+}
+
+/// A stream read through one buffer the size of the largest body seen.
+pub struct Streamed<R> {
+    inner: R,
+    buf: Vec<u8>,
+}
+
+impl<R: Read> Input for Streamed<R> {
+    fn read_small(&mut self, dst: &mut [u8]) -> io::Result<usize> {
+        read_full(&mut self.inner, dst)
+    }
+    fn read_body(&mut self, n: usize) -> io::Result<usize> {
+        self.buf.resize(n, 0);
+        let got = read_full(&mut self.inner, &mut self.buf)?;
+        self.buf.truncate(got);
+        Ok(got)
+    }
+    fn body(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+/// Bytes in memory: bodies are borrowed, never copied.
+pub struct InMemory<B> {
+    bytes: B,
+    pos: usize,
+    body: std::ops::Range<usize>,
+}
+
+impl<B: AsRef<[u8]>> InMemory<B> {
+    pub fn new(bytes: B) -> Self {
+        InMemory { bytes, pos: 0, body: 0..0 }
+    }
+    pub fn bytes(&self) -> &B {
+        &self.bytes
+    }
+}
+
+impl<B: AsRef<[u8]>> Input for InMemory<B> {
+    fn read_small(&mut self, dst: &mut [u8]) -> io::Result<usize> {
+        let all = self.bytes.as_ref();
+        let n = dst.len().min(all.len() - self.pos);
+        dst[..n].copy_from_slice(&all[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+    fn read_body(&mut self, n: usize) -> io::Result<usize> {
+        let n = n.min(self.bytes.as_ref().len() - self.pos);
+        self.body = self.pos..self.pos + n;
+        self.pos += n;
+        Ok(n)
+    }
+    fn body(&self) -> &[u8] {
+        &self.bytes.as_ref()[self.body.clone()]
+    }
+}
+
+/// Reads packet records one at a time from a pcap or pcapng capture.
 ///
 /// Memory use is one buffer the size of the largest record or block seen
-/// (bounded by [`MAX_BLOCK_LEN`]); the file is never loaded whole. After an
-/// error the reader is finished: further calls return `Ok(None)`.
-pub struct CaptureReader<R: Read> {
-    inner: R,
+/// (bounded by [`MAX_BLOCK_LEN`]), or none for input already in memory,
+/// whose records are borrowed in place; a file is never loaded whole. After
+/// an error the reader is finished: further calls return `Ok(None)`.
+pub struct CaptureReader<I> {
+    inner: I,
     format: Format,
     pcap_header: Option<PcapHeader>,
     /// Byte order of the current pcapng section (or the pcap file).
@@ -33,12 +102,11 @@ pub struct CaptureReader<R: Read> {
     section_base: usize,
     offset: u64,
     records: u64,
-    buf: Vec<u8>,
     warnings: Vec<String>,
     done: bool,
 }
 
-impl CaptureReader<BufReader<File>> {
+impl CaptureReader<Streamed<BufReader<File>>> {
     /// Open a capture file, detecting pcap or pcapng from its magic number.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, PcapError> {
         let file = File::open(path).map_err(|e| PcapError::new(e.into(), 0, 0))?;
@@ -46,11 +114,30 @@ impl CaptureReader<BufReader<File>> {
     }
 }
 
-impl<R: Read> CaptureReader<R> {
+impl<R: Read> CaptureReader<Streamed<R>> {
+    /// Read the file header (pcap) or first section header (pcapng) from a stream.
+    pub fn new(inner: R) -> Result<Self, PcapError> {
+        CaptureReader::with_input(Streamed { inner, buf: Vec::with_capacity(65_536) })
+    }
+}
+
+impl<B: AsRef<[u8]>> CaptureReader<InMemory<B>> {
+    /// Read a capture held in memory (a mapped file): records borrow it.
+    pub fn from_bytes(bytes: B) -> Result<Self, PcapError> {
+        CaptureReader::with_input(InMemory::new(bytes))
+    }
+
+    /// The whole input, which every record's data is a slice of.
+    pub fn input_bytes(&self) -> &[u8] {
+        self.inner.bytes().as_ref()
+    }
+}
+
+impl<I: Input> CaptureReader<I> {
     /// Read the file header (pcap) or first section header (pcapng).
-    pub fn new(mut inner: R) -> Result<Self, PcapError> {
+    pub fn with_input(mut inner: I) -> Result<Self, PcapError> {
         let mut magic = [0u8; 4];
-        let got = read_full(&mut inner, &mut magic).map_err(|e| PcapError::new(e.into(), 0, 0))?;
+        let got = inner.read_small(&mut magic).map_err(|e| PcapError::new(e.into(), 0, 0))?;
         if got < 4 {
             return Err(PcapError::new(PcapErrorKind::TruncatedFileHeader { got }, 0, 0));
         }
@@ -63,7 +150,6 @@ impl<R: Read> CaptureReader<R> {
             section_base: 0,
             offset: 0,
             records: 0,
-            buf: Vec::with_capacity(65_536),
             warnings: Vec::new(),
             done: false,
         };
@@ -124,7 +210,7 @@ impl<R: Read> CaptureReader<R> {
         match result {
             Ok(Some(rec)) => {
                 self.records += 1;
-                let data = &self.buf[rec.data_start..rec.data_start + rec.caplen];
+                let data = &self.inner.body()[rec.data_start..rec.data_start + rec.caplen];
                 Ok(Some(Record {
                     index: self.records - 1,
                     offset: rec.offset,
@@ -152,7 +238,7 @@ impl<R: Read> CaptureReader<R> {
 
     fn read_pcap_header(&mut self, magic: [u8; 4], big_endian: bool) -> Result<(), PcapError> {
         let mut rest = [0u8; PcapHeader::LEN - 4];
-        let got = read_full(&mut self.inner, &mut rest).map_err(|e| self.err_at(e.into()))?;
+        let got = self.inner.read_small(&mut rest).map_err(|e| self.err_at(e.into()))?;
         if got < rest.len() {
             return Err(self.err_at(PcapErrorKind::TruncatedFileHeader { got: got + 4 }));
         }
@@ -187,7 +273,7 @@ impl<R: Read> CaptureReader<R> {
 
     fn next_pcap(&mut self) -> Result<Option<RawRecord>, PcapErrorKind> {
         let mut hdr = [0u8; 16];
-        let got = read_full(&mut self.inner, &mut hdr)?;
+        let got = self.inner.read_small(&mut hdr)?;
         if got == 0 {
             return Ok(None);
         }
@@ -200,8 +286,7 @@ impl<R: Read> CaptureReader<R> {
             return Err(PcapErrorKind::RecordTooLong { len: caplen, max: MAX_PACKET_LEN });
         }
         let caplen = caplen as usize;
-        self.buf.resize(caplen, 0);
-        let got = read_full(&mut self.inner, &mut self.buf[..caplen])?;
+        let got = self.inner.read_body(caplen)?;
         if got < caplen {
             return Err(PcapErrorKind::TruncatedRecordData { got, need: caplen });
         }
@@ -221,7 +306,7 @@ impl<R: Read> CaptureReader<R> {
     /// Read the rest of a section header block whose 4 type bytes were consumed.
     fn read_section_header(&mut self) -> Result<(), PcapError> {
         let mut len_and_bom = [0u8; 8];
-        let got = read_full(&mut self.inner, &mut len_and_bom).map_err(|e| self.err_at(e.into()))?;
+        let got = self.inner.read_small(&mut len_and_bom).map_err(|e| self.err_at(e.into()))?;
         if got < len_and_bom.len() {
             return Err(self.err_at(PcapErrorKind::TruncatedRecordHeader { got: got + 4, need: 12 }));
         }
@@ -263,13 +348,12 @@ impl<R: Read> CaptureReader<R> {
 
     /// Read `body_len` body bytes into `buf` and check the 4-byte trailer.
     fn read_block_rest(&mut self, len: u32, body_len: usize) -> Result<(), PcapErrorKind> {
-        self.buf.resize(body_len, 0);
-        let got = read_full(&mut self.inner, &mut self.buf[..body_len])?;
+        let got = self.inner.read_body(body_len)?;
         if got < body_len {
             return Err(PcapErrorKind::TruncatedRecordData { got, need: body_len });
         }
         let mut trailer = [0u8; 4];
-        let got = read_full(&mut self.inner, &mut trailer)?;
+        let got = self.inner.read_small(&mut trailer)?;
         if got < 4 {
             return Err(PcapErrorKind::TruncatedRecordData { got, need: 4 });
         }
@@ -283,7 +367,7 @@ impl<R: Read> CaptureReader<R> {
     fn next_pcapng(&mut self) -> Result<Option<RawRecord>, PcapErrorKind> {
         loop {
             let mut head = [0u8; 8];
-            let got = read_full(&mut self.inner, &mut head)?;
+            let got = self.inner.read_small(&mut head)?;
             if got == 0 {
                 return Ok(None);
             }
@@ -320,7 +404,7 @@ impl<R: Read> CaptureReader<R> {
     /// A section header met mid-stream; its type and length are in `head`.
     fn read_section_header_after(&mut self, head: [u8; 8]) -> Result<(), PcapError> {
         let mut bom = [0u8; 4];
-        let got = read_full(&mut self.inner, &mut bom).map_err(|e| self.err_at(e.into()))?;
+        let got = self.inner.read_small(&mut bom).map_err(|e| self.err_at(e.into()))?;
         if got < bom.len() {
             return Err(self.err_at(PcapErrorKind::TruncatedRecordHeader { got: got + 8, need: 12 }));
         }
@@ -328,7 +412,7 @@ impl<R: Read> CaptureReader<R> {
     }
 
     fn parse_idb(&mut self, len: u32) -> Result<(), PcapErrorKind> {
-        let body = &self.buf;
+        let body = self.inner.body();
         if body.len() < 8 {
             return Err(PcapErrorKind::BlockTooShort { block: "interface description", len });
         }
@@ -367,7 +451,7 @@ impl<R: Read> CaptureReader<R> {
     fn parse_packet_block(&mut self, len: u32, offset: u64, obsolete: bool) -> Result<RawRecord, PcapErrorKind> {
         const FIXED: usize = 20;
         let e = self.endian;
-        let body = &self.buf;
+        let body = self.inner.body();
         if body.len() < FIXED {
             let block = if obsolete { "packet" } else { "enhanced packet" };
             return Err(PcapErrorKind::BlockTooShort { block, len });
@@ -395,7 +479,7 @@ impl<R: Read> CaptureReader<R> {
     }
 
     fn parse_spb(&mut self, len: u32, offset: u64) -> Result<RawRecord, PcapErrorKind> {
-        let body = &self.buf;
+        let body = self.inner.body();
         if body.len() < 4 {
             return Err(PcapErrorKind::BlockTooShort { block: "simple packet", len });
         }

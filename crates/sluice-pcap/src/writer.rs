@@ -105,6 +105,31 @@ impl<W: Write> CaptureWriter<W> {
         self.put(&b)
     }
 
+    /// Whether records stored in the template's pcap file can be copied in
+    /// unchanged: pcap output with the input's own header (so the copy is
+    /// exactly what [`CaptureWriter::write`] would produce).
+    pub fn takes_verbatim(&self) -> bool {
+        matches!(self.kind, Kind::Pcap { exact: true, .. })
+    }
+
+    /// Append `count` whole records (16-byte headers and data) exactly as
+    /// they are stored in a pcap file with this writer's header. Only when
+    /// [`CaptureWriter::takes_verbatim`]; one large write instead of two small
+    /// ones per record.
+    pub fn write_verbatim(&mut self, records: &[u8], count: u64) -> Result<(), PcapError> {
+        let Kind::Pcap { header, exact: true, header_written } = &mut self.kind else {
+            panic!("write_verbatim needs pcap output with the input's header");
+        };
+        if !*header_written {
+            *header_written = true;
+            let bytes = header.to_bytes();
+            self.put(&bytes)?;
+        }
+        self.put(records)?;
+        self.records += count;
+        Ok(())
+    }
+
     /// Append one record.
     pub fn write(&mut self, rec: &Record<'_>) -> Result<(), PcapError> {
         match &mut self.kind {

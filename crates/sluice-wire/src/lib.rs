@@ -11,6 +11,7 @@
 //! bytes (fuzzed in `fuzz/fuzz_targets/decode.rs`, property-tested below).
 #![deny(unsafe_code)]
 
+pub mod capture;
 pub mod checksum;
 mod decode;
 mod error;

@@ -1,0 +1,372 @@
+//! The run loop: source → decode once → reassembly → judge → output step → sink.
+//!
+//! It owns no I/O: the source and the sink do it. It keeps a bounded number
+//! of batches in flight, writes them in input order (or as they finish),
+//! counts every packet exactly once, and ends cleanly whatever stops it: the
+//! source's end or error (everything read before it is judged and written),
+//! a judge that failed (everything finished before it is written, in order),
+//! or a sink error. In every case the sink is finished, so its output is
+//! valid.
+
+use crate::batch::{Disposition, PacketBatch, Recycler, DEFAULT_BATCH_PACKETS};
+use crate::io::{Fill, Sink, Source};
+use crate::judge::{Judge, JudgeError};
+use crate::reassembly::Reassembly;
+use serde::Serialize;
+use sluice_engine::defrag::DefragStats;
+use sluice_engine::Stats;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, SystemTime};
+
+/// How to run.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// Write batches in input order (else as they finish).
+    pub ordered: bool,
+    /// Packets per batch.
+    pub batch_packets: usize,
+    /// Batches in flight before the loop waits for the oldest.
+    pub max_in_flight: usize,
+    /// A live source returns a partly filled batch after this long.
+    pub live_wait: Duration,
+    /// How often the observer hears of progress.
+    pub progress_every: Duration,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            ordered: true,
+            batch_packets: DEFAULT_BATCH_PACKETS,
+            max_in_flight: 16,
+            live_wait: Duration::from_millis(1),
+            progress_every: Duration::from_millis(100),
+        }
+    }
+}
+
+/// What the observer is told while the run goes on.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Progress {
+    /// The source's (done, total) in its own units (bytes of a file).
+    pub source: (u64, u64),
+    /// Packets with a verdict so far, and how many of them dropped.
+    pub judged: u64,
+    pub dropped: u64,
+}
+
+/// Hears of progress (a progress bar, a status line, live metrics).
+pub trait Observer {
+    fn progress(&mut self, _p: &Progress) {}
+}
+
+/// An observer that ignores everything.
+pub struct Quiet;
+impl Observer for Quiet {}
+
+/// What a run did.
+#[derive(Clone, Debug, Default)]
+pub struct RunReport {
+    /// Every packet counted once: judged by a worker or decided by reassembly.
+    pub stats: Stats,
+    /// Packets judged by each worker (one entry inline).
+    pub per_worker: Vec<u64>,
+    pub reassembly: DefragStats,
+    pub elapsed: Duration,
+    /// Batches handed to the judge.
+    pub batches: u64,
+}
+
+/// How a run that did not fail ended.
+#[derive(Debug)]
+pub struct Finished<E> {
+    pub report: RunReport,
+    /// The source stopped early with this error (everything before it was written).
+    pub stopped: Option<E>,
+}
+
+/// Why a run failed; the sink was finished, with everything written before.
+#[derive(Debug)]
+pub enum RunError<E> {
+    Judge { error: JudgeError, report: RunReport },
+    Sink(E),
+}
+
+impl<E: std::fmt::Display> std::fmt::Display for RunError<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Judge { error, report } => write!(
+                f,
+                "{error}; the run stopped, and the {} packets judged before were written in order",
+                report.stats.packets
+            ),
+            RunError::Sink(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl<E: std::fmt::Debug + std::fmt::Display> std::error::Error for RunError<E> {}
+
+/// The output step: batches to the sink in input order (a reorder window
+/// keyed by batch number) or as they finish.
+struct Output {
+    ordered: bool,
+    next: u64,
+    waiting: BTreeMap<u64, PacketBatch>,
+}
+
+impl Output {
+    fn put<K: Sink>(&mut self, batch: PacketBatch, sink: &mut K, recycler: &mut Recycler) -> Result<(), K::Error> {
+        if !self.ordered {
+            let r = sink.write(&batch);
+            recycler.put(batch);
+            return r;
+        }
+        self.waiting.insert(batch.seq, batch);
+        while let Some(b) = self.waiting.remove(&self.next) {
+            self.next += 1;
+            let r = sink.write(&b);
+            recycler.put(b);
+            r?;
+        }
+        Ok(())
+    }
+}
+
+/// Run `source` through reassembly and `judge` into `sink` until the source
+/// ends (see the module comment).
+pub fn run<S: Source, K: Sink>(
+    source: &mut S,
+    stage: &mut Reassembly,
+    judge: Box<dyn Judge>,
+    sink: &mut K,
+    observer: &mut dyn Observer,
+    cfg: &RunConfig,
+) -> Result<Finished<S::Error>, RunError<K::Error>> {
+    let started = Instant::now();
+    let mut st = State {
+        judge,
+        recycler: Recycler::new(cfg.batch_packets),
+        output: Output { ordered: cfg.ordered, next: 0, waiting: BTreeMap::new() },
+        decided: Stats::default(),
+        seq: 0,
+        max_in_flight: cfg.max_in_flight.max(1),
+    };
+    let mut stopped = None;
+    let mut last_progress = Instant::now();
+    let result = (|| -> Result<(), Failure<K::Error>> {
+        let mut ended = false;
+        while !ended {
+            let mut batch = st.recycler.get();
+            let deadline = source.is_live().then(|| Instant::now() + cfg.live_wait);
+            match source.fill(&mut batch, deadline) {
+                Ok(Fill::More) => {}
+                Ok(Fill::End) => ended = true,
+                Err(e) => {
+                    stopped = Some(e);
+                    ended = true;
+                }
+            }
+            if source.is_live() {
+                if let Some(expired) = stage.tick(wall_ns(), &mut st.recycler) {
+                    st.dispatch(expired, sink)?;
+                }
+            }
+            if batch.is_empty() {
+                st.recycler.put(batch);
+            } else {
+                batch.decode_all();
+                let batch = stage.process(batch, &mut st.recycler);
+                st.dispatch(batch, sink)?;
+            }
+            if last_progress.elapsed() >= cfg.progress_every {
+                last_progress = Instant::now();
+                let live = st.judge.live();
+                observer.progress(&Progress {
+                    source: source.progress(),
+                    judged: live.iter().map(|l| l.0).sum::<u64>() + st.decided.packets,
+                    dropped: live.iter().map(|l| l.1).sum::<u64>() + st.decided.dropped,
+                });
+            }
+        }
+        if let Some(rest) = stage.finish(&mut st.recycler) {
+            st.dispatch(rest, sink)?;
+        }
+        while st.judge.in_flight() > 0 {
+            match st.judge.next(true).map_err(Failure::Judge)? {
+                Some(b) => st.output.put(b, sink, &mut st.recycler).map_err(Failure::Sink)?,
+                None => break,
+            }
+        }
+        Ok(())
+    })();
+    let failure = match result {
+        Ok(()) => None,
+        Err(Failure::Judge(e)) => {
+            // Write what finished before the failure, still in order; the
+            // reorder window stops at the first batch that never will.
+            while let Ok(Some(b)) = st.judge.next(false) {
+                if st.output.put(b, sink, &mut st.recycler).is_err() {
+                    break;
+                }
+            }
+            Some(Failure::Judge(e))
+        }
+        Err(f) => Some(f),
+    };
+    let finished = sink.finish();
+    let per = st.judge.finish();
+    let mut stats = st.decided;
+    for s in &per {
+        stats.merge(s);
+    }
+    let report = RunReport {
+        stats,
+        per_worker: per.iter().map(|s| s.packets).collect(),
+        reassembly: stage.stats(),
+        elapsed: started.elapsed(),
+        batches: st.seq,
+    };
+    match failure {
+        Some(Failure::Judge(error)) => Err(RunError::Judge { error, report }),
+        Some(Failure::Sink(e)) => Err(RunError::Sink(e)),
+        None => match finished {
+            Ok(()) => Ok(Finished { report, stopped }),
+            Err(e) => Err(RunError::Sink(e)),
+        },
+    }
+}
+
+enum Failure<E> {
+    Judge(JudgeError),
+    Sink(E),
+}
+
+struct State {
+    judge: Box<dyn Judge>,
+    recycler: Recycler,
+    output: Output,
+    /// Packets whose verdict reassembly decided (never judged).
+    decided: Stats,
+    seq: u64,
+    max_in_flight: usize,
+}
+
+impl State {
+    /// Number the batch, settle decided verdicts, and hand it to the judge,
+    /// writing finished batches to keep the number in flight bounded.
+    fn dispatch<K: Sink>(&mut self, mut batch: PacketBatch, sink: &mut K) -> Result<(), Failure<K::Error>> {
+        if batch.is_empty() {
+            self.recycler.put(batch);
+            return Ok(());
+        }
+        batch.seq = self.seq;
+        self.seq += 1;
+        for p in batch.packets_mut() {
+            if let Disposition::Decided(v) = p.disposition {
+                p.verdict = v;
+                self.decided.count_fragment(v, p.meta.wire_len);
+            }
+        }
+        self.judge.submit(batch).map_err(Failure::Judge)?;
+        loop {
+            let wait = self.judge.in_flight() >= self.max_in_flight;
+            match self.judge.next(wait).map_err(Failure::Judge)? {
+                Some(b) => self.output.put(b, sink, &mut self.recycler).map_err(Failure::Sink)?,
+                None => return Ok(()),
+            }
+        }
+    }
+}
+
+fn wall_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// The report as one JSON-ready object, the keys `sluice filter --json`
+/// prints (the caller adds where the packets came from).
+#[derive(Serialize)]
+pub struct ReportJson {
+    pub packets: u64,
+    pub bytes: u64,
+    pub passed: u64,
+    pub passed_bytes: u64,
+    pub dropped: u64,
+    pub dropped_bytes: u64,
+    pub dropped_by_src: u64,
+    pub dropped_by_dst: u64,
+    pub non_ip: u64,
+    pub undecodable: u64,
+    pub undecodable_by_reason: BTreeMap<&'static str, u64>,
+    pub anomalies_by_reason: BTreeMap<&'static str, u64>,
+    pub elapsed_s: f64,
+    pub mpps: f64,
+    pub workers: Vec<u64>,
+    pub dropped_fragments: u64,
+    pub reassembly: ReassemblyJson,
+}
+
+#[derive(Serialize)]
+pub struct ReassemblyJson {
+    pub fragments: u64,
+    pub completed: u64,
+    pub atomic: u64,
+    pub duplicates: u64,
+    pub overlaps: u64,
+    pub malformed: u64,
+    pub too_many_fragments: u64,
+    pub evicted: u64,
+    pub timed_out: u64,
+    pub incomplete: u64,
+    pub peak_bytes: usize,
+}
+
+impl RunReport {
+    /// Million packets per second over the whole run.
+    pub fn mpps(&self) -> f64 {
+        let s = self.elapsed.as_secs_f64();
+        if s > 0.0 {
+            self.stats.packets as f64 / s / 1e6
+        } else {
+            0.0
+        }
+    }
+
+    pub fn to_json(&self) -> ReportJson {
+        let s = &self.stats;
+        let r = &self.reassembly;
+        ReportJson {
+            packets: s.packets,
+            bytes: s.bytes,
+            passed: s.passed,
+            passed_bytes: s.passed_bytes,
+            dropped: s.dropped,
+            dropped_bytes: s.dropped_bytes,
+            dropped_by_src: s.dropped_by_src,
+            dropped_by_dst: s.dropped_by_dst,
+            non_ip: s.non_ip,
+            undecodable: s.undecodable_total(),
+            undecodable_by_reason: Stats::by_reason(&s.undecodable).collect(),
+            anomalies_by_reason: Stats::by_reason(&s.anomalies).collect(),
+            elapsed_s: self.elapsed.as_secs_f64(),
+            mpps: self.mpps(),
+            workers: self.per_worker.clone(),
+            dropped_fragments: s.dropped_fragments,
+            reassembly: ReassemblyJson {
+                fragments: r.fragments,
+                completed: r.completed,
+                atomic: r.atomic,
+                duplicates: r.duplicates,
+                overlaps: r.overlaps,
+                malformed: r.malformed,
+                too_many_fragments: r.too_many_fragments,
+                evicted: r.evicted,
+                timed_out: r.timed_out,
+                incomplete: r.incomplete,
+                peak_bytes: r.peak_bytes,
+            },
+        }
+    }
+}
