@@ -453,3 +453,60 @@ fn records_of(bytes: &[u8]) -> Vec<Vec<u8>> {
     v.sort();
     v
 }
+
+#[test]
+fn a_worker_that_panics_ends_the_run_with_an_error_and_valid_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let capture = dir.path().join("in.pcap");
+    ok(&["gen", "--out", p(&capture), "--count", "30000", "--listed", "0.2", "--frag", "0.05"]);
+    let list = firehol_file(dir.path());
+    let (pass, drop) = (dir.path().join("pass.pcap"), dir.path().join("drop.pcap"));
+    let args = [
+        "filter",
+        "--in",
+        p(&capture),
+        "--drop-any",
+        p(&list),
+        "--pass",
+        p(&pass),
+        "--drop",
+        p(&drop),
+        "--workers",
+        "2",
+        "--debug-panic-worker",
+        "1:20",
+    ];
+    // No hang: the command must end by itself.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("sluice filter hung after a worker panicked");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "exit code 1 (error); stderr: {stderr}");
+    assert!(stderr.contains("worker 1") && stderr.contains("panicked"), "the error names the worker: {stderr}");
+    // Both outputs are complete captures, and together they are a prefix of
+    // the input in input order: every packet judged before the failure.
+    let input = records(&capture);
+    let (passed, dropped) = (records(&pass), records(&drop));
+    let written = passed.len() + dropped.len();
+    assert!(written > 0 && written < input.len(), "a prefix was written ({written} of {})", input.len());
+    let (mut pi, mut di) = (passed.iter().peekable(), dropped.iter().peekable());
+    for rec in &input[..written] {
+        if pi.peek() == Some(&rec) {
+            pi.next();
+        } else {
+            assert_eq!(di.next(), Some(rec), "outputs are the input's first {written} packets in order");
+        }
+    }
+}

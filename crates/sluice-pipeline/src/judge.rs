@@ -296,7 +296,7 @@ impl Workers {
             cpus.push(cpu);
             let (judge, live) = (cfg.judge, Arc::clone(&live));
             let panic_at = cfg.panic_at.filter(|(pw, _)| *pw == w).map(|(_, n)| n);
-            handles.push(std::thread::spawn(move || {
+            let spawned = std::thread::Builder::new().name(format!("sluice-worker-{w}")).spawn(move || {
                 let notice = done_tx.clone();
                 let run =
                     std::panic::AssertUnwindSafe(|| worker(w, cpu, rx, done_tx, reader, judge, &live[w], panic_at));
@@ -312,7 +312,8 @@ impl Workers {
                         Stats::default()
                     }
                 }
-            }));
+            });
+            handles.push(spawned.expect("spawning a worker thread"));
         }
         Workers {
             senders,
