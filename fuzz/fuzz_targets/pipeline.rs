@@ -1,8 +1,8 @@
 //! The pipeline on arbitrary frames: crafted IPv4/IPv6 fragments (any
 //! offsets, flags, lengths, idents, times) mixed with raw bytes, through
-//! decode, reassembly with small limits, 1 or 2 workers, and ordered or
-//! unordered output. Never panics, and every packet comes out exactly once
-//! with one verdict, counted once.
+//! decode (on a reader thread or not), reassembly with small limits, 1 or 2
+//! workers, and ordered or unordered output. Never panics, and every packet
+//! comes out exactly once with one verdict, counted once.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use sluice_engine::defrag::Limits;
@@ -85,7 +85,13 @@ fuzz_target!(|data: &[u8]| {
     };
     let limits = Limits { max_datagrams: 3, max_bytes: 512, max_fragments: 4, timeout_ns: 2_000_000_000 };
     let mut stage = Reassembly::new(limits, Verdict::Drop);
-    let run_cfg = RunConfig { ordered: cfg & 4 == 0, batch_packets: usize::from(cfg >> 3) + 1, max_in_flight: 2, ..RunConfig::default() };
+    let run_cfg = RunConfig {
+        ordered: cfg & 4 == 0,
+        read_ahead: cfg & 8 != 0,
+        batch_packets: usize::from(cfg >> 4) + 1,
+        max_in_flight: 2,
+        ..RunConfig::default()
+    };
     let mut sink = Collect::default();
     let done = run(&mut VecSource::new(packets), &mut stage, judge, &mut sink, &mut Quiet, &run_cfg).expect("no failure");
     assert!(sink.finished);

@@ -69,6 +69,10 @@ pub struct FilterArgs {
     /// No progress bar even on a terminal.
     #[arg(long)]
     pub no_progress: bool,
+    /// Read and decode on the calling thread instead of a reader thread of
+    /// its own (the default when there are at least two CPUs).
+    #[arg(long)]
+    pub no_read_ahead: bool,
     /// Test hook: worker W panics on its share number N ("W:N").
     #[arg(long, hide = true, value_name = "W:N")]
     pub debug_panic_worker: Option<String>,
@@ -119,7 +123,12 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
         ..Limits::default()
     };
     let mut stage = Reassembly::new(limits, verdict(a.incomplete));
-    let cfg = RunConfig { ordered: !a.unordered, max_in_flight: a.workers * 4, ..RunConfig::default() };
+    let cfg = RunConfig {
+        ordered: !a.unordered,
+        max_in_flight: a.workers * 4,
+        read_ahead: !a.no_read_ahead && sluice_steer::affinity::available_cpus() >= 2,
+        ..RunConfig::default()
+    };
     let mut bar = Bar(progress::bar(source.progress().1, true, !a.no_progress));
     let result = sluice_pipeline::run(&mut source, &mut stage, judge, &mut sinks, &mut bar, &cfg);
     bar.0.finish_and_clear();

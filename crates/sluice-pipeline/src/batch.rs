@@ -297,6 +297,11 @@ impl Recycler {
         self.free.pop().unwrap_or_else(|| PacketBatch::with_capacity(self.capacity))
     }
 
+    /// A free batch beyond the few kept at hand, to hand to another thread.
+    pub fn take_spare(&mut self) -> Option<PacketBatch> {
+        (self.free.len() > 2).then(|| self.free.pop()).flatten()
+    }
+
     /// Take a batch back for reuse.
     pub fn put(&mut self, mut batch: PacketBatch) {
         batch.clear();

@@ -16,6 +16,9 @@ use serde::Serialize;
 use sluice_engine::defrag::DefragStats;
 use sluice_engine::Stats;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 /// How to run.
@@ -31,6 +34,8 @@ pub struct RunConfig {
     pub live_wait: Duration,
     /// How often the observer hears of progress.
     pub progress_every: Duration,
+    /// Fill and decode on a reader thread of its own, ahead of the rest.
+    pub read_ahead: bool,
 }
 
 impl Default for RunConfig {
@@ -41,6 +46,7 @@ impl Default for RunConfig {
             max_in_flight: 16,
             live_wait: Duration::from_millis(1),
             progress_every: Duration::from_millis(100),
+            read_ahead: false,
         }
     }
 }
@@ -135,14 +141,24 @@ impl Output {
 
 /// Run `source` through reassembly and `judge` into `sink` until the source
 /// ends (see the module comment).
-pub fn run<S: Source, K: Sink>(
+///
+/// With `cfg.read_ahead`, the source fills and decodes batches on a thread
+/// of its own, a few batches ahead, while this thread reassembles, steers,
+/// judges (inline) and writes: the two halves of the work overlap on two
+/// cores. The order of packets is the same either way.
+pub fn run<S, K>(
     source: &mut S,
     stage: &mut Reassembly,
     judge: Box<dyn Judge>,
     sink: &mut K,
     observer: &mut dyn Observer,
     cfg: &RunConfig,
-) -> Result<Finished<S::Error>, RunError<K::Error>> {
+) -> Result<Finished<S::Error>, RunError<K::Error>>
+where
+    S: Source + Send,
+    S::Error: Send,
+    K: Sink,
+{
     let started = Instant::now();
     let mut st = State {
         judge,
@@ -152,54 +168,29 @@ pub fn run<S: Source, K: Sink>(
         seq: 0,
         max_in_flight: cfg.max_in_flight.max(1),
     };
-    let mut stopped = None;
-    let mut last_progress = Instant::now();
-    let result = (|| -> Result<(), Failure<K::Error>> {
-        let mut ended = false;
-        while !ended {
-            let mut batch = st.recycler.get();
-            let deadline = source.is_live().then(|| Instant::now() + cfg.live_wait);
-            match source.fill(&mut batch, deadline) {
-                Ok(Fill::More) => {}
-                Ok(Fill::End) => ended = true,
-                Err(e) => {
-                    stopped = Some(e);
-                    ended = true;
-                }
-            }
-            if source.is_live() {
-                if let Some(expired) = stage.tick(wall_ns(), &mut st.recycler) {
-                    st.dispatch(expired, sink)?;
-                }
-            }
-            if batch.is_empty() {
-                st.recycler.put(batch);
-            } else {
-                batch.decode_all();
-                let batch = stage.process(batch, &mut st.recycler);
-                st.dispatch(batch, sink)?;
-            }
-            if last_progress.elapsed() >= cfg.progress_every {
-                last_progress = Instant::now();
-                let live = st.judge.live();
-                observer.progress(&Progress {
-                    source: source.progress(),
-                    judged: live.iter().map(|l| l.0).sum::<u64>() + st.decided.packets,
-                    dropped: live.iter().map(|l| l.1).sum::<u64>() + st.decided.dropped,
-                });
-            }
-        }
-        if let Some(rest) = stage.finish(&mut st.recycler) {
-            st.dispatch(rest, sink)?;
-        }
-        while st.judge.in_flight() > 0 {
-            match st.judge.next(true).map_err(Failure::Judge)? {
-                Some(b) => st.output.put(b, sink, &mut st.recycler).map_err(Failure::Sink)?,
-                None => break,
-            }
-        }
-        Ok(())
-    })();
+    let live = source.is_live();
+    let (result, stopped) = if cfg.read_ahead {
+        std::thread::scope(|scope| {
+            let (full_tx, full_rx) = sync_channel(READ_AHEAD_BATCHES);
+            let (spare_tx, spare_rx) = channel();
+            let position = Arc::new(AtomicProgress::default());
+            let pos = Arc::clone(&position);
+            let batch_packets = cfg.batch_packets;
+            let wait = cfg.live_wait;
+            std::thread::Builder::new()
+                .name("sluice-reader".into())
+                .spawn_scoped(scope, move || read_ahead(source, full_tx, spare_rx, &pos, batch_packets, live, wait))
+                .expect("spawning the reader thread");
+            let mut feed: Feed<S> = Feed::Thread { full: full_rx, spare: spare_tx, position };
+            let r = main_loop(&mut feed, live, stage, &mut st, sink, observer, cfg);
+            // Dropping the feed hangs up on the reader, which then stops.
+            drop(feed);
+            r
+        })
+    } else {
+        let mut feed = Feed::Direct { source, wait: cfg.live_wait };
+        main_loop(&mut feed, live, stage, &mut st, sink, observer, cfg)
+    };
     let failure = match result {
         Ok(()) => None,
         Err(Failure::Judge(e)) => {
@@ -235,6 +226,145 @@ pub fn run<S: Source, K: Sink>(
             Err(e) => Err(RunError::Sink(e)),
         },
     }
+}
+
+/// Batches the reader thread may have filled ahead of the main loop.
+const READ_AHEAD_BATCHES: usize = 4;
+
+/// The source's progress, published by the reader thread.
+#[derive(Default)]
+struct AtomicProgress {
+    done: AtomicU64,
+    total: AtomicU64,
+}
+
+/// A filled, decoded batch and how the fill ended.
+type Filled<E> = (PacketBatch, Result<Fill, E>);
+
+/// Where the main loop gets decoded batches.
+enum Feed<'s, S: Source> {
+    /// Filled and decoded on this thread.
+    Direct { source: &'s mut S, wait: Duration },
+    /// From the reader thread; spare batches go back to it.
+    Thread { full: Receiver<Filled<S::Error>>, spare: Sender<PacketBatch>, position: Arc<AtomicProgress> },
+}
+
+impl<S: Source> Feed<'_, S> {
+    /// The next batch, or `None` when the reader is gone.
+    fn next(&mut self, recycler: &mut Recycler, live: bool) -> Option<Filled<S::Error>> {
+        match self {
+            Feed::Direct { source, wait } => {
+                let mut batch = recycler.get();
+                let deadline = live.then(|| Instant::now() + *wait);
+                let r = source.fill(&mut batch, deadline);
+                batch.decode_all();
+                Some((batch, r))
+            }
+            Feed::Thread { full, spare, .. } => {
+                while let Some(b) = recycler.take_spare() {
+                    let _ = spare.send(b);
+                }
+                full.recv().ok()
+            }
+        }
+    }
+
+    fn progress(&self) -> (u64, u64) {
+        match self {
+            Feed::Direct { source, .. } => source.progress(),
+            Feed::Thread { position, .. } => {
+                (position.done.load(Ordering::Relaxed), position.total.load(Ordering::Relaxed))
+            }
+        }
+    }
+}
+
+/// The reader thread: fill and decode batches until the source ends or the
+/// main loop hangs up.
+fn read_ahead<S: Source>(
+    source: &mut S,
+    full: SyncSender<Filled<S::Error>>,
+    spare: Receiver<PacketBatch>,
+    position: &AtomicProgress,
+    batch_packets: usize,
+    live: bool,
+    wait: Duration,
+) {
+    loop {
+        let mut batch = spare.try_recv().unwrap_or_else(|_| PacketBatch::with_capacity(batch_packets));
+        let deadline = live.then(|| Instant::now() + wait);
+        let r = source.fill(&mut batch, deadline);
+        batch.decode_all();
+        let (done, total) = source.progress();
+        position.done.store(done, Ordering::Relaxed);
+        position.total.store(total, Ordering::Relaxed);
+        let more = matches!(r, Ok(Fill::More));
+        if full.send((batch, r)).is_err() || !more {
+            return;
+        }
+    }
+}
+
+/// Everything but the source: reassemble, dispatch, write; ends at the
+/// source's end (draining what is in flight) or at the first failure.
+fn main_loop<S: Source, K: Sink>(
+    feed: &mut Feed<'_, S>,
+    live: bool,
+    stage: &mut Reassembly,
+    st: &mut State,
+    sink: &mut K,
+    observer: &mut dyn Observer,
+    cfg: &RunConfig,
+) -> (Result<(), Failure<K::Error>>, Option<S::Error>) {
+    let mut stopped = None;
+    let mut last_progress = Instant::now();
+    let r = (|| {
+        loop {
+            let Some((batch, filled)) = feed.next(&mut st.recycler, live) else { break };
+            let ended = match filled {
+                Ok(Fill::More) => false,
+                Ok(Fill::End) => true,
+                Err(e) => {
+                    stopped = Some(e);
+                    true
+                }
+            };
+            if live {
+                if let Some(expired) = stage.tick(wall_ns(), &mut st.recycler) {
+                    st.dispatch(expired, sink)?;
+                }
+            }
+            if batch.is_empty() {
+                st.recycler.put(batch);
+            } else {
+                let batch = stage.process(batch, &mut st.recycler);
+                st.dispatch(batch, sink)?;
+            }
+            if last_progress.elapsed() >= cfg.progress_every {
+                last_progress = Instant::now();
+                let live = st.judge.live();
+                observer.progress(&Progress {
+                    source: feed.progress(),
+                    judged: live.iter().map(|l| l.0).sum::<u64>() + st.decided.packets,
+                    dropped: live.iter().map(|l| l.1).sum::<u64>() + st.decided.dropped,
+                });
+            }
+            if ended {
+                break;
+            }
+        }
+        if let Some(rest) = stage.finish(&mut st.recycler) {
+            st.dispatch(rest, sink)?;
+        }
+        while st.judge.in_flight() > 0 {
+            match st.judge.next(true).map_err(Failure::Judge)? {
+                Some(b) => st.output.put(b, sink, &mut st.recycler).map_err(Failure::Sink)?,
+                None => break,
+            }
+        }
+        Ok(())
+    })();
+    (r, stopped)
 }
 
 enum Failure<E> {

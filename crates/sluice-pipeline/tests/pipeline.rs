@@ -54,11 +54,24 @@ fn judge_for(workers: usize, published: &Arc<Published<RuleSet>>, panic_at: Opti
 }
 
 fn run_all(packets: Vec<(Meta, Vec<u8>)>, workers: usize, batch: usize) -> (Vec<(u64, Verdict)>, RunReport) {
+    let direct = run_with(packets.clone(), workers, batch, false);
+    let ahead = run_with(packets, workers, batch, true);
+    assert_eq!(direct.0, ahead.0, "a reader thread changes nothing in the output");
+    assert_eq!(direct.1.stats, ahead.1.stats);
+    direct
+}
+
+fn run_with(
+    packets: Vec<(Meta, Vec<u8>)>,
+    workers: usize,
+    batch: usize,
+    read_ahead: bool,
+) -> (Vec<(u64, Verdict)>, RunReport) {
     let published = Arc::new(Published::new(rules()));
     let mut source = VecSource::new(packets);
     let mut sink = Collect::default();
     let mut stage = Reassembly::new(Limits::default(), Verdict::Drop);
-    let cfg = RunConfig { batch_packets: batch, max_in_flight: 3, ..RunConfig::default() };
+    let cfg = RunConfig { batch_packets: batch, max_in_flight: 3, read_ahead, ..RunConfig::default() };
     let done = run(&mut source, &mut stage, judge_for(workers, &published, None), &mut sink, &mut Quiet, &cfg)
         .expect("run completes");
     assert!(sink.finished, "the sink is finished");
@@ -129,7 +142,7 @@ fn a_worker_that_panics_ends_the_run_with_an_error_and_a_valid_prefix() {
     let mut source = VecSource::new(packets);
     let mut sink = Collect::default();
     let mut stage = Reassembly::new(Limits::default(), Verdict::Drop);
-    let cfg = RunConfig { batch_packets: 50, max_in_flight: 4, ..RunConfig::default() };
+    let cfg = RunConfig { batch_packets: 50, max_in_flight: 4, read_ahead: true, ..RunConfig::default() };
     let judge = judge_for(2, &published, Some((1, 10)));
     let err = run(&mut source, &mut stage, judge, &mut sink, &mut Quiet, &cfg).expect_err("the run fails");
     let RunError::Judge { error, .. } = &err else { panic!("a judge error, got {err}") };
