@@ -1,0 +1,569 @@
+//! Raw `bpf()` system calls: an XSKMAP, the six-instruction redirect
+//! program, and its attachment to an interface through a BPF link.
+//!
+//! The program is
+//!
+//! ```text
+//! r2 = *(u32 *)(r1 + 16)        ; ctx->rx_queue_index
+//! r1 = map_fd ll                ; BPF_LD_IMM64, src = BPF_PSEUDO_MAP_FD (two slots)
+//! r3 = 2                        ; XDP_PASS: the action when the slot is empty
+//! call 51                       ; bpf_redirect_map(map, index, flags)
+//! exit                          ; r0 = XDP_REDIRECT or XDP_PASS
+//! ```
+//!
+//! which is `return bpf_redirect_map(&xsks_map, ctx->rx_queue_index, XDP_PASS);`:
+//! frames of a queue with a socket in the map go to that socket, everything
+//! else goes on to the kernel stack. No ELF, no BTF, no relocation beyond the
+//! map fd in the `ld_imm64`.
+//!
+//! Attaching uses `BPF_LINK_CREATE` (Linux 5.9+): the link belongs to its
+//! file descriptor, so the program is detached when the descriptor is
+//! closed, even if the process dies; and the kernel refuses (EBUSY/EEXIST)
+//! to replace a program someone else attached, which we turn into
+//! [`LiveError::XdpBusy`] naming the interface and the program found there.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use crate::error::{LiveError, Result, XdpModeName, NEEDS_BPF};
+use crate::netlink;
+
+// enum bpf_cmd
+const BPF_MAP_CREATE: i32 = 0;
+const BPF_MAP_UPDATE_ELEM: i32 = 2;
+const BPF_MAP_DELETE_ELEM: i32 = 3;
+const BPF_PROG_LOAD: i32 = 5;
+const BPF_PROG_TEST_RUN: i32 = 10;
+const BPF_LINK_CREATE: i32 = 28;
+
+const BPF_MAP_TYPE_XSKMAP: u32 = 17;
+const BPF_PROG_TYPE_XDP: u32 = 6;
+/// enum bpf_attach_type: BPF_XDP.
+const BPF_XDP: u32 = 37;
+const BPF_ANY: u64 = 0;
+
+/// `XDP_FLAGS_SKB_MODE`.
+pub const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+/// `XDP_FLAGS_DRV_MODE`.
+pub const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+
+/// XDP actions.
+pub const XDP_ABORTED: u32 = 0;
+/// XDP actions.
+pub const XDP_DROP: u32 = 1;
+/// XDP actions.
+pub const XDP_PASS: u32 = 2;
+/// XDP actions.
+pub const XDP_REDIRECT: u32 = 4;
+
+/// `BPF_FUNC_redirect_map`.
+const BPF_FUNC_REDIRECT_MAP: i32 = 51;
+/// `BPF_PSEUDO_MAP_FD`: the imm of an `ld_imm64` is a map fd.
+const BPF_PSEUDO_MAP_FD: u8 = 1;
+/// `offsetof(struct xdp_md, rx_queue_index)`.
+const XDP_MD_RX_QUEUE_INDEX: i16 = 16;
+
+/// How the program runs on the interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XdpMode {
+    /// Generic XDP, after the skb is built: works on every interface.
+    Skb,
+    /// Native XDP in the driver, before any skb (veth, most 10G+ NICs).
+    Driver,
+}
+
+impl XdpMode {
+    fn flags(self) -> u32 {
+        match self {
+            XdpMode::Skb => XDP_FLAGS_SKB_MODE,
+            XdpMode::Driver => XDP_FLAGS_DRV_MODE,
+        }
+    }
+
+    fn name(self) -> XdpModeName {
+        match self {
+            XdpMode::Skb => XdpModeName::Skb,
+            XdpMode::Driver => XdpModeName::Driver,
+        }
+    }
+}
+
+/// One eBPF instruction (`struct bpf_insn`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Insn {
+    /// Opcode.
+    pub code: u8,
+    /// dst_reg in the low nibble, src_reg in the high one.
+    pub regs: u8,
+    /// Signed offset.
+    pub off: i16,
+    /// Signed immediate.
+    pub imm: i32,
+}
+
+impl Insn {
+    const fn new(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+        Insn { code, regs: (src << 4) | (dst & 0x0f), off, imm }
+    }
+}
+
+// Opcode parts (linux/bpf_common.h, linux/bpf.h).
+const BPF_LD: u8 = 0x00;
+const BPF_LDX: u8 = 0x01;
+const BPF_JMP: u8 = 0x05;
+const BPF_ALU64: u8 = 0x07;
+const BPF_W: u8 = 0x00;
+const BPF_DW: u8 = 0x18;
+const BPF_IMM: u8 = 0x00;
+const BPF_MEM: u8 = 0x60;
+const BPF_MOV: u8 = 0xb0;
+const BPF_K: u8 = 0x00;
+const BPF_CALL: u8 = 0x80;
+const BPF_EXIT: u8 = 0x90;
+
+/// The redirect program for the XSKMAP open at `map_fd` (6 instruction slots).
+pub fn redirect_program(map_fd: RawFd) -> [Insn; 6] {
+    [
+        // r2 = *(u32 *)(r1 + 16): ctx->rx_queue_index
+        Insn::new(BPF_LDX | BPF_MEM | BPF_W, 2, 1, XDP_MD_RX_QUEUE_INDEX, 0),
+        // r1 = map (ld_imm64 takes two slots; the second holds the high 32 bits: 0)
+        Insn::new(BPF_LD | BPF_DW | BPF_IMM, 1, BPF_PSEUDO_MAP_FD, 0, map_fd),
+        Insn::new(0, 0, 0, 0, 0),
+        // r3 = XDP_PASS: the action when the map has no socket for this queue
+        Insn::new(BPF_ALU64 | BPF_MOV | BPF_K, 3, 0, 0, XDP_PASS as i32),
+        // r0 = bpf_redirect_map(r1, r2, r3)
+        Insn::new(BPF_JMP | BPF_CALL, 0, 0, 0, BPF_FUNC_REDIRECT_MAP),
+        // return r0
+        Insn::new(BPF_JMP | BPF_EXIT, 0, 0, 0, 0),
+    ]
+}
+
+// The `union bpf_attr` members we use, each as its own struct; the kernel
+// zero-fills whatever lies past the size we pass.
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct MapCreateAttr {
+    map_type: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+    map_flags: u32,
+    inner_map_fd: u32,
+    numa_node: u32,
+    map_name: [u8; 16],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct MapElemAttr {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct ProgLoadAttr {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+    prog_ifindex: u32,
+    expected_attach_type: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct TestRunAttr {
+    prog_fd: u32,
+    retval: u32,
+    data_size_in: u32,
+    data_size_out: u32,
+    data_in: u64,
+    data_out: u64,
+    repeat: u32,
+    duration: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct LinkCreateAttr {
+    prog_fd: u32,
+    target_ifindex: u32,
+    attach_type: u32,
+    flags: u32,
+}
+
+/// Marker for the attr structs above.
+trait BpfAttr: Copy {}
+impl BpfAttr for MapCreateAttr {}
+impl BpfAttr for MapElemAttr {}
+impl BpfAttr for ProgLoadAttr {}
+impl BpfAttr for TestRunAttr {}
+impl BpfAttr for LinkCreateAttr {}
+
+/// `bpf(cmd, attr, sizeof attr)`; returns the non-negative result.
+///
+/// # Safety
+/// Every address inside `attr` (instructions, license, log buffer, key,
+/// value, data) must point to memory valid for the access `cmd` makes, for
+/// the duration of the call.
+unsafe fn sys_bpf<A: BpfAttr>(cmd: i32, attr: &mut A) -> io::Result<i64> {
+    // SAFETY: `attr` is a live `#[repr(C)]` bpf_attr member of the given size; the caller
+    // vouches for the addresses inside it.
+    let rc = unsafe {
+        libc::syscall(libc::SYS_bpf, cmd as libc::c_long, attr as *mut A, std::mem::size_of::<A>() as libc::c_long)
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+fn owned_fd(rc: i64) -> OwnedFd {
+    // SAFETY: the bpf() commands we call with this return a new descriptor that nobody else owns.
+    unsafe { OwnedFd::from_raw_fd(rc as RawFd) }
+}
+
+fn obj_name(s: &str) -> [u8; 16] {
+    let mut n = [0u8; 16];
+    for (d, b) in n.iter_mut().zip(s.bytes().take(15)) {
+        *d = b;
+    }
+    n
+}
+
+/// An XSKMAP: queue index -> AF_XDP socket.
+#[derive(Debug)]
+pub struct XskMap {
+    fd: OwnedFd,
+    entries: u32,
+}
+
+impl XskMap {
+    /// Creates a map with one slot per queue.
+    pub fn new(queues: u32) -> Result<XskMap> {
+        if queues == 0 {
+            return Err(LiveError::Config("an XSKMAP needs at least one entry".into()));
+        }
+        let mut attr = MapCreateAttr {
+            map_type: BPF_MAP_TYPE_XSKMAP,
+            key_size: 4,
+            value_size: 4,
+            max_entries: queues,
+            map_name: obj_name("sluice_xsks"),
+            ..Default::default()
+        };
+        // SAFETY: the attr holds no addresses.
+        let rc = unsafe { sys_bpf(BPF_MAP_CREATE, &mut attr) };
+        let rc = match rc {
+            Ok(rc) => rc,
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                // Kernels before 5.x reject map names with some characters; retry without one.
+                attr.map_name = [0; 16];
+                // SAFETY: as above.
+                unsafe { sys_bpf(BPF_MAP_CREATE, &mut attr) }
+                    .map_err(|e| LiveError::io("BPF_MAP_CREATE (XSKMAP)", NEEDS_BPF, e))?
+            }
+            Err(e) => return Err(map_create_error(e, queues)),
+        };
+        Ok(XskMap { fd: owned_fd(rc), entries: queues })
+    }
+
+    /// The number of slots.
+    pub fn entries(&self) -> u32 {
+        self.entries
+    }
+
+    /// Puts the AF_XDP socket `xsk` in slot `queue`.
+    pub fn set(&self, queue: u32, xsk: RawFd) -> Result<()> {
+        let key = queue;
+        let value = xsk as u32;
+        let mut attr = MapElemAttr {
+            map_fd: self.fd.as_raw_fd() as u32,
+            key: &key as *const u32 as u64,
+            value: &value as *const u32 as u64,
+            flags: BPF_ANY,
+            ..Default::default()
+        };
+        // SAFETY: `key` and `value` are live u32s for the call; the kernel reads 4 bytes of each.
+        unsafe { sys_bpf(BPF_MAP_UPDATE_ELEM, &mut attr) }
+            .map_err(|e| LiveError::io("BPF_MAP_UPDATE_ELEM (XSKMAP)", NEEDS_BPF, e))?;
+        Ok(())
+    }
+
+    /// Empties slot `queue`: its frames go to the kernel stack again.
+    pub fn clear(&self, queue: u32) -> Result<()> {
+        let key = queue;
+        let mut attr =
+            MapElemAttr { map_fd: self.fd.as_raw_fd() as u32, key: &key as *const u32 as u64, ..Default::default() };
+        // SAFETY: `key` is a live u32 for the call.
+        match unsafe { sys_bpf(BPF_MAP_DELETE_ELEM, &mut attr) } {
+            Ok(_) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+            Err(e) => Err(LiveError::io("BPF_MAP_DELETE_ELEM (XSKMAP)", NEEDS_BPF, e)),
+        }
+    }
+}
+
+impl AsRawFd for XskMap {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+fn map_create_error(e: io::Error, queues: u32) -> LiveError {
+    match e.raw_os_error() {
+        // Before Linux 5.11 a map over RLIMIT_MEMLOCK failed with EPERM even with the
+        // capabilities; with them in hand, EPERM means the limit.
+        Some(libc::EPERM)
+            if crate::sys::has_cap(crate::sys::CAP_BPF) || crate::sys::has_cap(crate::sys::CAP_SYS_ADMIN) =>
+        {
+            LiveError::Memlock {
+                what: "BPF_MAP_CREATE (XSKMAP)",
+                asked: u64::from(queues) * 8 + 4096,
+                limit: crate::error::memlock_limit_text(),
+            }
+        }
+        _ => LiveError::io("BPF_MAP_CREATE (XSKMAP)", NEEDS_BPF, e),
+    }
+}
+
+/// A loaded XDP program.
+#[derive(Debug)]
+pub struct XdpProgram {
+    fd: OwnedFd,
+}
+
+/// The license string handed to the kernel: `bpf_redirect_map` is
+/// available to every license, GPL-compatible is the conventional choice.
+const LICENSE: &[u8] = b"Dual MIT/GPL\0";
+
+impl XdpProgram {
+    /// Loads `insns` as an XDP program. On failure the verifier is asked
+    /// again with logging on, and its log is in the error.
+    pub fn load(insns: &[Insn]) -> Result<XdpProgram> {
+        match Self::load_with_log(insns, None) {
+            Ok(p) => Ok(p),
+            Err(first) => {
+                let mut log = vec![0u8; 1 << 18];
+                match Self::load_with_log(insns, Some(&mut log)) {
+                    Ok(p) => Ok(p),
+                    Err(e) => {
+                        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+                        let text = String::from_utf8_lossy(&log[..end]).trim_end().to_owned();
+                        Err(match e.raw_os_error() {
+                            Some(libc::EPERM) | Some(libc::EACCES) if text.is_empty() => {
+                                LiveError::Permission { op: "BPF_PROG_LOAD", needs: NEEDS_BPF }
+                            }
+                            _ => LiveError::XdpRefused {
+                                source: first,
+                                log: if text.is_empty() { "(empty)".into() } else { text },
+                            },
+                        })
+                    }
+                }
+            }
+        }
+    }
+
+    fn load_with_log(insns: &[Insn], log: Option<&mut [u8]>) -> io::Result<XdpProgram> {
+        let (log_level, log_size, log_buf) = match log {
+            Some(buf) => (1u32, buf.len() as u32, buf.as_mut_ptr() as u64),
+            None => (0, 0, 0),
+        };
+        let mut attr = ProgLoadAttr {
+            prog_type: BPF_PROG_TYPE_XDP,
+            insn_cnt: insns.len() as u32,
+            insns: insns.as_ptr() as u64,
+            license: LICENSE.as_ptr() as u64,
+            log_level,
+            log_size,
+            log_buf,
+            prog_name: obj_name("sluice_xsk"),
+            expected_attach_type: BPF_XDP,
+            ..Default::default()
+        };
+        // SAFETY: `insns`, `LICENSE` (NUL-terminated) and the log buffer (if any, `log_size`
+        // bytes, writable) outlive the call.
+        let rc = unsafe { sys_bpf(BPF_PROG_LOAD, &mut attr) }?;
+        Ok(XdpProgram { fd: owned_fd(rc) })
+    }
+
+    /// Loads the redirect program for `map` (see the module doc).
+    pub fn redirect(map: &XskMap) -> Result<XdpProgram> {
+        Self::load(&redirect_program(map.as_raw_fd()))
+    }
+
+    /// Runs the program once on `frame` (`BPF_PROG_TEST_RUN`) and returns its
+    /// action: a check that needs no interface.
+    pub fn test_run(&self, frame: &[u8]) -> Result<u32> {
+        let mut out = vec![0u8; frame.len() + 256];
+        let mut attr = TestRunAttr {
+            prog_fd: self.fd.as_raw_fd() as u32,
+            data_size_in: frame.len() as u32,
+            data_size_out: out.len() as u32,
+            data_in: frame.as_ptr() as u64,
+            data_out: out.as_mut_ptr() as u64,
+            repeat: 1,
+            ..Default::default()
+        };
+        // SAFETY: `frame` (read, `data_size_in` bytes) and `out` (written, `data_size_out`
+        // bytes) outlive the call.
+        unsafe { sys_bpf(BPF_PROG_TEST_RUN, &mut attr) }
+            .map_err(|e| LiveError::io("BPF_PROG_TEST_RUN", NEEDS_BPF, e))?;
+        Ok(attr.retval)
+    }
+
+    /// Attaches the program to `iface` in `mode` through a BPF link. The
+    /// program stays attached as long as the returned [`XdpLink`] lives.
+    pub fn attach(&self, iface: &str, mode: XdpMode) -> Result<XdpLink> {
+        let ifindex = crate::sys::ifindex(iface)?;
+        let mut attr = LinkCreateAttr {
+            prog_fd: self.fd.as_raw_fd() as u32,
+            target_ifindex: ifindex,
+            attach_type: BPF_XDP,
+            flags: mode.flags(),
+        };
+        // SAFETY: the attr holds no addresses.
+        match unsafe { sys_bpf(BPF_LINK_CREATE, &mut attr) } {
+            Ok(rc) => Ok(XdpLink { fd: owned_fd(rc), iface: iface.to_owned(), ifindex, mode }),
+            Err(e) => Err(attach_error(iface, ifindex, mode, e)),
+        }
+    }
+}
+
+impl AsRawFd for XdpProgram {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+fn attach_error(iface: &str, ifindex: u32, mode: XdpMode, e: io::Error) -> LiveError {
+    match e.raw_os_error() {
+        Some(libc::EBUSY) | Some(libc::EEXIST) => {
+            let detail = match netlink::xdp_query(ifindex) {
+                Ok(Some(q)) => format!(" (id {}, {} mode)", q.prog_id, q.mode),
+                _ => String::new(),
+            };
+            LiveError::XdpBusy { iface: iface.to_owned(), detail }
+        }
+        Some(libc::ENODEV) | Some(libc::ENXIO) => LiveError::NoSuchInterface { name: iface.to_owned() },
+        Some(libc::EPERM) | Some(libc::EACCES) => {
+            LiveError::Permission { op: "BPF_LINK_CREATE (XDP)", needs: NEEDS_BPF }
+        }
+        Some(libc::EOPNOTSUPP) => LiveError::XdpAttach {
+            iface: iface.to_owned(),
+            mode: mode.name(),
+            source: e,
+            hint: if mode == XdpMode::Driver { "; the driver has no native XDP: use skb mode" } else { "" },
+        },
+        Some(libc::EINVAL) => LiveError::XdpAttach {
+            iface: iface.to_owned(),
+            mode: mode.name(),
+            source: e,
+            hint: if mode == XdpMode::Driver {
+                "; native XDP may need a smaller MTU or more queues on this driver, or the kernel \
+                 is older than 5.9 (no XDP links): try skb mode"
+            } else {
+                "; the kernel may be older than 5.9 (no XDP links)"
+            },
+        },
+        _ => LiveError::XdpAttach { iface: iface.to_owned(), mode: mode.name(), source: e, hint: "" },
+    }
+}
+
+/// An attached program. Dropping it closes the link, which detaches the
+/// program from the interface.
+#[derive(Debug)]
+pub struct XdpLink {
+    fd: OwnedFd,
+    iface: String,
+    ifindex: u32,
+    mode: XdpMode,
+}
+
+impl XdpLink {
+    /// The interface it is attached to.
+    pub fn iface(&self) -> &str {
+        &self.iface
+    }
+
+    /// Its index.
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
+    /// The mode it was attached in.
+    pub fn mode(&self) -> XdpMode {
+        self.mode
+    }
+
+    /// Detaches now (the same as dropping it).
+    pub fn detach(self) {}
+}
+
+impl AsRawFd for XdpLink {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// The whole redirect for one port: map, program and link. Register each
+/// queue's AF_XDP socket with [`XdpRedirect::register`].
+#[derive(Debug)]
+pub struct XdpRedirect {
+    // Field order is drop order: detach first, then close program and map.
+    link: XdpLink,
+    prog: XdpProgram,
+    map: XskMap,
+}
+
+impl XdpRedirect {
+    /// Loads a map with `queues` slots and the program, and attaches it to
+    /// `iface` in `mode`. Until a socket is registered for a queue, that
+    /// queue's frames go on to the kernel stack (`XDP_PASS`).
+    pub fn attach(iface: &str, queues: u32, mode: XdpMode) -> Result<XdpRedirect> {
+        crate::sys::iface_up(iface)?;
+        let map = XskMap::new(queues)?;
+        let prog = XdpProgram::redirect(&map)?;
+        let link = prog.attach(iface, mode)?;
+        Ok(XdpRedirect { link, prog, map })
+    }
+
+    /// Sends the frames of `queue` to the AF_XDP socket `xsk`.
+    pub fn register(&self, queue: u32, xsk: &impl AsRawFd) -> Result<()> {
+        self.map.set(queue, xsk.as_raw_fd())
+    }
+
+    /// Stops redirecting `queue`.
+    pub fn unregister(&self, queue: u32) -> Result<()> {
+        self.map.clear(queue)
+    }
+
+    /// The link.
+    pub fn link(&self) -> &XdpLink {
+        &self.link
+    }
+
+    /// The program.
+    pub fn program(&self) -> &XdpProgram {
+        &self.prog
+    }
+
+    /// The map.
+    pub fn map(&self) -> &XskMap {
+        &self.map
+    }
+}
