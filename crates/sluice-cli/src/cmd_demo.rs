@@ -59,7 +59,9 @@ pub fn run(a: DemoArgs) -> Result<Outcome> {
     let judge = judge(rules, JudgeConfig::default(), 1, &[], None);
     let mut stage = Reassembly::new(Limits::default(), Verdict::Drop);
     let mut bar = Bar(progress::bar(a.packets, false, !a.json));
-    let result = sluice_pipeline::run(&mut source, &mut stage, judge, &mut Discard, &mut bar, &RunConfig::default());
+    // Generating is the costly half: on two CPUs it runs on the reader thread.
+    let cfg = RunConfig { read_ahead: sluice_steer::affinity::available_cpus() >= 2, ..RunConfig::default() };
+    let result = sluice_pipeline::run(&mut source, &mut stage, judge, &mut Discard, &mut bar, &cfg);
     bar.0.finish_and_clear();
     let done = finished(result)?;
     source.finish()?;

@@ -291,7 +291,7 @@ pub fn print_summary(run: &RunReport) {
         println!("anomaly {reason:<20} {n} (classified by address)");
     }
     println!(
-        "elapsed      {:>12.3} s  ({:.2} Mpps, read + decode + classify + write)",
+        "elapsed      {:>12.3} s  ({:.2} Mpps, source to sink)",
         run.elapsed.as_secs_f64(),
         run.mpps()
     );
