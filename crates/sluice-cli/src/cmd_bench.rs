@@ -7,6 +7,9 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
+#[path = "bench_filter.rs"]
+mod bench_filter;
+
 // Parsed once per run; boxing the larger variant would buy nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
@@ -15,6 +18,8 @@ pub enum BenchCommand {
     Classify(ClassifyArgs),
     /// Toeplitz hashing: the per-byte table against the bit-by-bit reference.
     Rss(RssBenchArgs),
+    /// The file path of `sluice filter` against dd, cp and tcpdump, as ratios.
+    Filter(bench_filter::FilterBenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -117,6 +122,7 @@ pub fn run(cmd: BenchCommand) -> Result<Outcome> {
     match cmd {
         BenchCommand::Classify(a) => classify(a),
         BenchCommand::Rss(a) => rss(a),
+        BenchCommand::Filter(a) => bench_filter::run(a),
     }
 }
 

@@ -94,7 +94,7 @@ pub struct Finished<E> {
 /// Why a run failed; the sink was finished, with everything written before.
 #[derive(Debug)]
 pub enum RunError<E> {
-    Judge { error: JudgeError, report: RunReport },
+    Judge { error: JudgeError, report: Box<RunReport> },
     Sink(E),
 }
 
@@ -219,7 +219,7 @@ where
         batches: st.seq,
     };
     match failure {
-        Some(Failure::Judge(error)) => Err(RunError::Judge { error, report }),
+        Some(Failure::Judge(error)) => Err(RunError::Judge { error, report: Box::new(report) }),
         Some(Failure::Sink(e)) => Err(RunError::Sink(e)),
         None => match finished {
             Ok(()) => Ok(Finished { report, stopped }),
@@ -305,6 +305,9 @@ fn read_ahead<S: Source>(
     }
 }
 
+/// How the main loop ended, and the source's error if it stopped early.
+type LoopEnd<K, S> = (Result<(), Failure<K>>, Option<S>);
+
 /// Everything but the source: reassemble, dispatch, write; ends at the
 /// source's end (draining what is in flight) or at the first failure.
 fn main_loop<S: Source, K: Sink>(
@@ -315,7 +318,7 @@ fn main_loop<S: Source, K: Sink>(
     sink: &mut K,
     observer: &mut dyn Observer,
     cfg: &RunConfig,
-) -> (Result<(), Failure<K::Error>>, Option<S::Error>) {
+) -> LoopEnd<K::Error, S::Error> {
     let mut stopped = None;
     let mut last_progress = Instant::now();
     let r = (|| {
