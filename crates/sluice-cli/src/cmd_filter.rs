@@ -5,7 +5,7 @@ use clap::{Args, ValueEnum};
 use sluice_engine::defrag::Limits;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{RuleSet, Stats, Verdict};
-use sluice_pcap::{CaptureSinks, CaptureSource, Format, OutputFormat, PcapError};
+use sluice_pcap::{CaptureSinks, CaptureSource, Format, OutputFormat, PcapError, ReadMode};
 use sluice_pipeline::{
     Finished, Inline, Judge, JudgeConfig, Observer, Progress, Reassembly, RunConfig, RunError, RunReport, Source,
     Workers, WorkersConfig,
@@ -69,6 +69,10 @@ pub struct FilterArgs {
     /// No progress bar even on a terminal.
     #[arg(long)]
     pub no_progress: bool,
+    /// How to read the input: `chunks` (large reads that records borrow in
+    /// place) or `map` (memory-map a regular file).
+    #[arg(long, value_enum, default_value = "chunks")]
+    pub read: ReadArg,
     /// Read and decode on the calling thread instead of a reader thread of
     /// its own (the default when there are at least two CPUs).
     #[arg(long)]
@@ -82,6 +86,12 @@ pub struct FilterArgs {
 pub enum FormatArg {
     Pcap,
     Pcapng,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum ReadArg {
+    Chunks,
+    Map,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -109,7 +119,11 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
         FormatArg::Pcapng => OutputFormat::Pcapng,
     });
     check_distinct(&a.input, a.pass.as_deref(), a.drop_out.as_deref())?;
-    let mut source = CaptureSource::open(&a.input).with_context(|| a.input.display().to_string())?;
+    let mode = match a.read {
+        ReadArg::Chunks => ReadMode::Chunks,
+        ReadArg::Map => ReadMode::Map,
+    };
+    let mut source = CaptureSource::open(&a.input, mode).with_context(|| a.input.display().to_string())?;
     for w in source.warnings() {
         eprintln!("sluice: warning: {}: {w}", a.input.display());
     }
@@ -290,9 +304,5 @@ pub fn print_summary(run: &RunReport) {
     for (reason, n) in Stats::by_reason(&s.anomalies) {
         println!("anomaly {reason:<20} {n} (classified by address)");
     }
-    println!(
-        "elapsed      {:>12.3} s  ({:.2} Mpps, source to sink)",
-        run.elapsed.as_secs_f64(),
-        run.mpps()
-    );
+    println!("elapsed      {:>12.3} s  ({:.2} Mpps, source to sink)", run.elapsed.as_secs_f64(), run.mpps());
 }

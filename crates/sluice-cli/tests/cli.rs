@@ -65,6 +65,16 @@ fn filter_drops_exactly_the_listed_packets() {
     // Same packets, same order, same timestamps.
     assert!(records(&drop) == want_drop, "dropped output differs from the independent computation");
     assert!(records(&pass) == want_pass, "passed output differs from the independent computation");
+    // Reading by mmap, and on one thread, writes the same bytes.
+    for extra in [["--read", "map"], ["--no-read-ahead", "--unordered"]] {
+        let (pass2, drop2) = (dir.path().join("pass2.pcap"), dir.path().join("drop2.pcap"));
+        let mut args =
+            vec!["filter", "--in", p(&capture), "--drop-any", p(&list), "--pass", p(&pass2), "--drop", p(&drop2)];
+        args.extend_from_slice(&extra);
+        ok(&args);
+        assert_eq!(std::fs::read(&pass2).unwrap(), std::fs::read(&pass).unwrap(), "{extra:?}");
+        assert_eq!(std::fs::read(&drop2).unwrap(), std::fs::read(&drop).unwrap(), "{extra:?}");
+    }
 }
 
 #[test]

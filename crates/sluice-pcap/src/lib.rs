@@ -15,8 +15,8 @@ mod reader;
 mod writer;
 
 pub use error::{PcapError, PcapErrorKind};
-pub use pipeline::{CaptureSinks, CaptureSource, SinkError, WriteThrough, WriteThroughError};
-pub use reader::{CaptureReader, InMemory, Input, Streamed};
+pub use pipeline::{CaptureSinks, CaptureSource, ReadMode, SinkError, WriteThrough, WriteThroughError, CHUNK_BYTES};
+pub use reader::{CaptureReader, Chunked, InMemory, Input, Streamed};
 pub use writer::{CaptureWriter, OutputFormat};
 
 pub use sluice_wire::capture::{Interface, Timestamp, TsResolution};

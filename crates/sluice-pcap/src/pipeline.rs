@@ -7,11 +7,10 @@
 //! header, stored records are copied whole, and consecutive ones in a single
 //! write, which is byte-for-byte what writing them one by one would give.
 
-use crate::reader::{InMemory, Streamed};
+use crate::reader::{Chunked, InMemory};
 use crate::{CaptureReader, CaptureWriter, Format, OutputFormat, PcapError, PcapHeader, Record};
 use sluice_pipeline::{Backing, Fill, PacketBatch, Sink, Source, Verdict};
 use std::fs::File;
-use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -40,8 +39,22 @@ enum Reader {
         /// Everything before this offset has been prefetched.
         prefetched: usize,
     },
-    Streamed(CaptureReader<Streamed<BufReader<File>>>),
+    Chunked(CaptureReader<Chunked<File>>),
 }
+
+/// How a capture file is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadMode {
+    /// Memory-map a regular file (anything else is read in chunks).
+    Map,
+    /// `read()` large chunks that records borrow in place.
+    Chunks,
+}
+
+/// Bytes per `read()` in [`ReadMode::Chunks`]: large enough that the
+/// system call is noise, small enough to stay in the last-level cache until
+/// its records are judged.
+pub const CHUNK_BYTES: usize = 1 << 20;
 
 /// A pcap or pcapng file as a [`Source`].
 pub struct CaptureSource {
@@ -50,23 +63,23 @@ pub struct CaptureSource {
 }
 
 impl CaptureSource {
-    /// Open `path`: mapped when it is a regular file, streamed otherwise.
-    pub fn open(path: &Path) -> Result<Self, PcapError> {
+    /// Open `path` to be read as `mode` says.
+    pub fn open(path: &Path, mode: ReadMode) -> Result<Self, PcapError> {
         let file = File::open(path).map_err(|e| PcapError::new(e.into(), 0, 0))?;
         let meta = file.metadata().map_err(|e| PcapError::new(e.into(), 0, 0))?;
         let total = meta.len();
-        if meta.is_file() && total > 0 {
+        if mode == ReadMode::Map && meta.is_file() && total > 0 {
             if let Ok(map) = crate::map::map_file(&file) {
                 let backing: Backing = Arc::new(map);
                 let reader = CaptureReader::from_bytes(Shared(Arc::clone(&backing)))?;
                 return Ok(CaptureSource { reader: Reader::Mapped { reader, backing, prefetched: 0 }, total });
             }
         }
-        let reader = CaptureReader::new(BufReader::with_capacity(1 << 20, file))?;
-        Ok(CaptureSource { reader: Reader::Streamed(reader), total })
+        let reader = CaptureReader::chunked(file, CHUNK_BYTES)?;
+        Ok(CaptureSource { reader: Reader::Chunked(reader), total })
     }
 
-    /// Whether records are lent in place from a mapping (else copied from a stream).
+    /// Whether records are lent in place from a mapping (else from chunks read).
     pub fn is_mapped(&self) -> bool {
         matches!(self.reader, Reader::Mapped { .. })
     }
@@ -74,7 +87,7 @@ impl CaptureSource {
     pub fn format(&self) -> Format {
         match &self.reader {
             Reader::Mapped { reader, .. } => reader.format(),
-            Reader::Streamed(r) => r.format(),
+            Reader::Chunked(r) => r.format(),
         }
     }
 
@@ -82,14 +95,14 @@ impl CaptureSource {
     pub fn pcap_header(&self) -> Option<PcapHeader> {
         match &self.reader {
             Reader::Mapped { reader, .. } => reader.pcap_header().copied(),
-            Reader::Streamed(r) => r.pcap_header().copied(),
+            Reader::Chunked(r) => r.pcap_header().copied(),
         }
     }
 
     pub fn warnings(&self) -> Vec<String> {
         match &self.reader {
             Reader::Mapped { reader, .. } => reader.warnings().to_vec(),
-            Reader::Streamed(r) => r.warnings().to_vec(),
+            Reader::Chunked(r) => r.warnings().to_vec(),
         }
     }
 }
@@ -130,10 +143,26 @@ impl Source for CaptureSource {
                     batch.push_backed(meta, start, len, header);
                 }
             }
-            Reader::Streamed(reader) => {
+            Reader::Chunked(reader) => {
+                let pcap = reader.format() == Format::Pcap;
                 while !batch.is_full() {
                     let Some(rec) = reader.next_record()? else { return Ok(Fill::End) };
-                    batch.push_copy(meta_of(&rec), rec.data);
+                    let (meta, len, data) = (meta_of(&rec), rec.data.len(), rec.data.as_ptr() as usize);
+                    let chunk = reader.chunk();
+                    let start = data - chunk.as_ptr() as usize;
+                    let shared = batch.backing().is_some_and(|b| std::ptr::addr_eq(Arc::as_ptr(b), Arc::as_ptr(chunk)));
+                    if !shared && !batch.is_empty() && batch.backing().is_some() {
+                        // The record is in a new chunk and the batch already
+                        // borrows the last one: copy this one record (once
+                        // per chunk), the next batch borrows the new chunk.
+                        batch.push_copy(meta, &chunk[start..start + len]);
+                        return Ok(Fill::More);
+                    }
+                    if !shared {
+                        let backing: Backing = Arc::clone(chunk) as Backing;
+                        batch.set_backing(&backing);
+                    }
+                    batch.push_backed(meta, start, len, if pcap { PCAP_RECORD_HEADER } else { 0 });
                 }
             }
         }
@@ -143,7 +172,7 @@ impl Source for CaptureSource {
     fn progress(&self) -> (u64, u64) {
         let done = match &self.reader {
             Reader::Mapped { reader, .. } => reader.bytes_read(),
-            Reader::Streamed(r) => r.bytes_read(),
+            Reader::Chunked(r) => r.bytes_read(),
         };
         (done, self.total)
     }

@@ -8,6 +8,7 @@ use sluice_wire::LinkType;
 use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::Path;
+use std::sync::Arc;
 
 const BLOCK_IDB: u32 = 1;
 const BLOCK_PB_OBSOLETE: u32 = 2;
@@ -84,6 +85,109 @@ impl<B: AsRef<[u8]>> Input for InMemory<B> {
     }
 }
 
+/// A stream read in large chunks that records borrow in place: one
+/// `read()` per chunk (a kernel copy at memory speed, no page faults), and a
+/// record's bytes are never copied again. A record that straddles the end
+/// of a chunk is moved, with the rest of that chunk, to the start of the
+/// next. Chunks are shared (`Arc`) so batches can hold on to them; a chunk
+/// is reused once nobody else holds it.
+pub struct Chunked<R> {
+    inner: R,
+    chunk: Arc<Vec<u8>>,
+    pos: usize,
+    body: std::ops::Range<usize>,
+    chunk_size: usize,
+    spare: Vec<Arc<Vec<u8>>>,
+    eof: bool,
+}
+
+impl<R: Read> Chunked<R> {
+    pub fn new(inner: R, chunk_size: usize) -> Self {
+        Chunked {
+            inner,
+            chunk: Arc::new(Vec::new()),
+            pos: 0,
+            body: 0..0,
+            chunk_size: chunk_size.max(64),
+            spare: Vec::new(),
+            eof: false,
+        }
+    }
+
+    /// The chunk the last body lies in.
+    pub fn chunk(&self) -> &Arc<Vec<u8>> {
+        &self.chunk
+    }
+
+    /// Make `n` bytes from `pos` available in the current chunk, if the
+    /// stream has them.
+    fn ensure(&mut self, n: usize) -> io::Result<()> {
+        if self.chunk.len() - self.pos >= n || self.eof {
+            return Ok(());
+        }
+        // A chunk no batch holds any more, or a new one.
+        let mut next = match self.spare.iter().position(|c| Arc::strong_count(c) == 1) {
+            Some(i) => self.spare.swap_remove(i),
+            None => Arc::new(Vec::with_capacity(self.chunk_size)),
+        };
+        // The last body may still be read (a pcapng block's trailer follows
+        // it): it moves along with the unread bytes.
+        let keep = self.body.start.min(self.pos);
+        let buf = Arc::get_mut(&mut next).expect("a spare chunk nobody else holds");
+        buf.clear();
+        buf.extend_from_slice(&self.chunk[keep..]);
+        let carried = buf.len();
+        let want = self.chunk_size.max(n + (self.pos - keep));
+        buf.resize(want, 0);
+        let mut filled = carried;
+        while filled < want {
+            match self.inner.read(&mut buf[filled..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    break;
+                }
+                Ok(k) => filled += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+            // Enough for this record and a full chunk's worth read: stop
+            // here rather than wait on a slow pipe for the rest.
+            if filled - (self.pos - keep) >= n && filled >= self.chunk_size / 2 {
+                break;
+            }
+        }
+        buf.truncate(filled);
+        let old = std::mem::replace(&mut self.chunk, next);
+        if self.spare.len() < 64 {
+            self.spare.push(old);
+        }
+        self.body = self.body.start - keep..self.body.end - keep;
+        self.pos -= keep;
+        Ok(())
+    }
+}
+
+impl<R: Read> Input for Chunked<R> {
+    fn read_small(&mut self, dst: &mut [u8]) -> io::Result<usize> {
+        self.ensure(dst.len())?;
+        debug_assert!(self.body.end <= self.pos);
+        let n = dst.len().min(self.chunk.len() - self.pos);
+        dst[..n].copy_from_slice(&self.chunk[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+    fn read_body(&mut self, n: usize) -> io::Result<usize> {
+        self.ensure(n)?;
+        let n = n.min(self.chunk.len() - self.pos);
+        self.body = self.pos..self.pos + n;
+        self.pos += n;
+        Ok(n)
+    }
+    fn body(&self) -> &[u8] {
+        &self.chunk[self.body.clone()]
+    }
+}
+
 /// Reads packet records one at a time from a pcap or pcapng capture.
 ///
 /// Memory use is one buffer the size of the largest record or block seen
@@ -118,6 +222,18 @@ impl<R: Read> CaptureReader<Streamed<R>> {
     /// Read the file header (pcap) or first section header (pcapng) from a stream.
     pub fn new(inner: R) -> Result<Self, PcapError> {
         CaptureReader::with_input(Streamed { inner, buf: Vec::with_capacity(65_536) })
+    }
+}
+
+impl<R: Read> CaptureReader<Chunked<R>> {
+    /// Read a stream in chunks of `chunk_size` bytes that records borrow.
+    pub fn chunked(inner: R, chunk_size: usize) -> Result<Self, PcapError> {
+        CaptureReader::with_input(Chunked::new(inner, chunk_size))
+    }
+
+    /// The chunk the last record's data lies in.
+    pub fn chunk(&self) -> &Arc<Vec<u8>> {
+        self.inner.chunk()
     }
 }
 

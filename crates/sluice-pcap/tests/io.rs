@@ -380,11 +380,12 @@ proptest! {
         let _ = read_until_error(&input);
     }
 
-    /// Records borrowed in place from memory (the mapped path) are exactly
-    /// the records read through a stream, up to the same error at the same
-    /// position, on valid, mutated and cut captures of both formats.
+    /// Records borrowed in place from memory (the mapped path) or from
+    /// chunks are exactly the records read through a stream, up to the same
+    /// error at the same position, on valid, mutated and cut captures of
+    /// both formats.
     #[test]
-    fn in_memory_reading_equals_streamed_reading(ng in any::<bool>(), pos in 0usize..600, byte in any::<u8>(), mutate in any::<bool>(), cut in 0usize..600) {
+    fn in_memory_reading_equals_streamed_reading(ng in any::<bool>(), pos in 0usize..600, byte in any::<u8>(), mutate in any::<bool>(), cut in 0usize..600, chunk in 0usize..1000) {
         let mut input = if ng { multi_interface_pcapng() } else { pcap_bytes(PcapHeader::new(LinkType::ETHERNET, 65_535, false), &sample_records(12)) };
         if mutate {
             let p = pos % input.len();
@@ -393,7 +394,10 @@ proptest! {
         input.truncate(input.len() - cut % input.len());
         let streamed = all_records(CaptureReader::new(Cursor::new(&input)));
         let in_memory = all_records(CaptureReader::from_bytes(&input[..]));
-        prop_assert_eq!(streamed, in_memory);
+        prop_assert_eq!(&streamed, &in_memory);
+        // Chunks small enough that records and blocks straddle them.
+        let chunked = all_records(CaptureReader::chunked(Cursor::new(&input), 64 + chunk % 200));
+        prop_assert_eq!(&streamed, &chunked);
     }
 }
 
