@@ -62,6 +62,12 @@ fn attaches_in_skb_and_driver_mode_and_detaches() {
         // The program still redirects nothing without a socket.
         assert_ne!(r.program().test_run(&common::frame(2, None, 64)).unwrap(), XDP_REDIRECT);
         drop(r);
+        // Closing the link detaches it; the kernel may finish that on a
+        // work queue a moment later, so give it up to two seconds.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while xdp_query(ifindex).unwrap().is_some() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         assert_eq!(xdp_query(ifindex).unwrap(), None, "{name}: detached on drop");
     }
 }

@@ -181,7 +181,15 @@ fn network(frame: &[u8], mut off: usize, mut ty: u16) -> Result<PacketSummary, D
 }
 
 fn decode_ipv4(bytes: &[u8], l3_offset: usize) -> Result<IpSummary, DecodeError> {
-    let p = ipv4::Packet::new_checked(bytes)?;
+    let p = match ipv4::Packet::new_checked(bytes) {
+        Ok(p) => p,
+        Err(DecodeError::Truncated(Layer::Ipv4)) if bytes.len() >= ipv4::HEADER_LEN => {
+            // The snap length cut the options, but the addresses are there:
+            // judge by them rather than let options hide a listed source.
+            return Ok(ipv4_options_cut(bytes, l3_offset));
+        }
+        Err(e) => return Err(e),
+    };
     let fragment = (p.more_frags() || p.frag_offset() != 0).then(|| FragmentInfo {
         offset: p.frag_offset(),
         more: p.more_frags(),
@@ -205,7 +213,35 @@ fn decode_ipv4(bytes: &[u8], l3_offset: usize) -> Result<IpSummary, DecodeError>
     if p.frag_offset() == 0 {
         upper_layer(&mut s, p.payload(), l4_offset, false);
     }
+    if p.is_tso() && s.anomaly.is_none() {
+        s.anomaly = Some(DecodeError::Ipv4TotalLenZero);
+    }
     Ok(s)
+}
+
+/// An IPv4 header whose options the capture cut: the fixed 20 bytes (and so
+/// both addresses) are there, nothing after them is usable.
+fn ipv4_options_cut(bytes: &[u8], l3_offset: usize) -> IpSummary {
+    let p = ipv4::Packet::new_unchecked(bytes);
+    let fragment = (p.more_frags() || p.frag_offset() != 0).then(|| FragmentInfo {
+        offset: p.frag_offset(),
+        more: p.more_frags(),
+        ident: u32::from(p.ident()),
+    });
+    IpSummary {
+        src: IpAddr::V4(p.src_addr()),
+        dst: IpAddr::V4(p.dst_addr()),
+        protocol: p.protocol(),
+        ports: None,
+        icmp: None,
+        fragment,
+        l3_offset: l3_offset as u32,
+        l4_offset: None,
+        payload_offset: None,
+        l3_end: (l3_offset + bytes.len()) as u32,
+        cut_short: true,
+        anomaly: Some(DecodeError::TruncatedIpv4Options),
+    }
 }
 
 fn decode_ipv6(bytes: &[u8], l3_offset: usize) -> Result<IpSummary, DecodeError> {
@@ -474,6 +510,54 @@ mod tests {
         assert_eq!(decode(LinkType(147), &pkt).unwrap_err(), DecodeError::UnsupportedLinkType(147));
         assert_eq!(decode(LinkType::NULL, &[7, 0, 0, 0]).unwrap_err(), DecodeError::UnknownLoopbackFamily(7));
         assert_eq!(decode(LinkType::RAW, &[]).unwrap_err(), DecodeError::Truncated(Layer::Link));
+    }
+
+    #[test]
+    fn ipv4_total_length_zero_is_tso_judged_by_address() {
+        let mut pkt = ipv4_udp([1, 2, 3, 4], [5, 6, 7, 8], 0, false);
+        pkt[2..4].copy_from_slice(&[0, 0]);
+        let ip = decode(LinkType::RAW, &pkt).unwrap().ip.unwrap();
+        assert_eq!((ip.src, ip.dst), (IpAddr::from([1, 2, 3, 4]), IpAddr::from([5, 6, 7, 8])));
+        assert_eq!(ip.ports, Some((53, 1024)), "the captured bytes are the datagram");
+        assert_eq!(ip.anomaly, Some(DecodeError::Ipv4TotalLenZero));
+        assert_eq!(ip.l3_end as usize, pkt.len());
+        assert!(!ip.cut_short);
+        // A total length that is not 0 but shorter than the header stays an error.
+        pkt[2..4].copy_from_slice(&[0, 19]);
+        assert_eq!(decode(LinkType::RAW, &pkt).unwrap_err(), DecodeError::BadIpv4TotalLen { total: 19, header: 20 });
+    }
+
+    #[test]
+    fn ipv4_options_cut_by_the_snap_length_keep_the_addresses() {
+        // IHL 8: 12 bytes of options, of which the capture keeps 4.
+        let mut pkt = ipv4_udp([10, 0, 0, 9], [5, 6, 7, 8], 0, false);
+        pkt[0] = 0x48;
+        pkt.splice(20..20, [1u8; 12]);
+        let total = (pkt.len() as u16).to_be_bytes();
+        pkt[2..4].copy_from_slice(&total);
+        let ip = decode(LinkType::RAW, &pkt[..24]).unwrap().ip.unwrap();
+        assert_eq!((ip.src, ip.dst), (IpAddr::from([10, 0, 0, 9]), IpAddr::from([5, 6, 7, 8])));
+        assert_eq!(ip.anomaly, Some(DecodeError::TruncatedIpv4Options));
+        assert!(ip.cut_short);
+        assert_eq!((ip.ports, ip.l4_offset, ip.l3_end), (None, None, 24));
+        let whole = decode(LinkType::RAW, &pkt).unwrap().ip.unwrap();
+        assert_eq!((whole.ports, whole.anomaly), (Some((53, 1024)), None));
+        // Cut inside the addresses: they cannot be known.
+        assert_eq!(decode(LinkType::RAW, &pkt[..19]).unwrap_err(), DecodeError::Truncated(Layer::Ipv4));
+    }
+
+    #[test]
+    fn ipv6_jumbogram_decodes_to_its_ports() {
+        // Payload length 0 and a hop-by-hop jumbo payload option (RFC 2675).
+        let hbh = [ip_proto::UDP, 0, 0xc2, 4, 0, 1, 0, 48];
+        let udp = [0, 53, 4, 0, 0, 0, 0, 0];
+        let mut pkt = ipv6_with(ip_proto::HOPOPTS, &hbh, &udp);
+        pkt[4..6].copy_from_slice(&[0, 0]);
+        let ip = decode(LinkType::RAW, &pkt).unwrap().ip.unwrap();
+        assert_eq!(ip.ports, Some((53, 1024)));
+        assert_eq!(ip.protocol, ip_proto::UDP);
+        assert!(!ip.cut_short);
+        assert_eq!(ip.anomaly, None);
     }
 
     #[test]

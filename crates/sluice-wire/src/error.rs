@@ -53,6 +53,12 @@ pub enum DecodeError {
     UnsupportedLinkType(u32),
     /// BSD loopback header with an address family that is neither IPv4 nor IPv6.
     UnknownLoopbackFamily(u32),
+    /// IPv4 total length 0 (a TSO / BIG TCP capture): the captured length
+    /// was used. An anomaly: the packet is still judged by its addresses.
+    Ipv4TotalLenZero,
+    /// The capture ends inside the IPv4 options, after the addresses. An
+    /// anomaly: the packet is still judged by its addresses.
+    TruncatedIpv4Options,
 }
 
 /// Field-less discriminant of [`DecodeError`], usable as a counter index.
@@ -75,10 +81,12 @@ pub enum ErrorKind {
     TooManyExtHeaders,
     UnsupportedLinkType,
     UnknownLoopbackFamily,
+    Ipv4TotalLenZero,
+    TruncatedIpv4Options,
 }
 
 impl ErrorKind {
-    pub const COUNT: usize = 17;
+    pub const COUNT: usize = 19;
     pub const ALL: [ErrorKind; Self::COUNT] = [
         ErrorKind::TruncatedLink,
         ErrorKind::TruncatedEthernet,
@@ -97,6 +105,8 @@ impl ErrorKind {
         ErrorKind::TooManyExtHeaders,
         ErrorKind::UnsupportedLinkType,
         ErrorKind::UnknownLoopbackFamily,
+        ErrorKind::Ipv4TotalLenZero,
+        ErrorKind::TruncatedIpv4Options,
     ];
 
     /// Stable snake_case name, used as a counter label and in JSON.
@@ -119,6 +129,8 @@ impl ErrorKind {
             ErrorKind::TooManyExtHeaders => "too_many_ext_headers",
             ErrorKind::UnsupportedLinkType => "unsupported_link_type",
             ErrorKind::UnknownLoopbackFamily => "unknown_loopback_family",
+            ErrorKind::Ipv4TotalLenZero => "ipv4_total_len_zero",
+            ErrorKind::TruncatedIpv4Options => "truncated_ipv4_options",
         }
     }
 
@@ -149,6 +161,8 @@ impl DecodeError {
             DecodeError::TooManyExtHeaders => ErrorKind::TooManyExtHeaders,
             DecodeError::UnsupportedLinkType(_) => ErrorKind::UnsupportedLinkType,
             DecodeError::UnknownLoopbackFamily(_) => ErrorKind::UnknownLoopbackFamily,
+            DecodeError::Ipv4TotalLenZero => ErrorKind::Ipv4TotalLenZero,
+            DecodeError::TruncatedIpv4Options => ErrorKind::TruncatedIpv4Options,
         }
     }
 
@@ -180,6 +194,10 @@ impl fmt::Display for DecodeError {
             DecodeError::UnknownLoopbackFamily(fam) => {
                 write!(f, "unknown loopback address family {fam}")
             }
+            DecodeError::Ipv4TotalLenZero => {
+                f.write_str("IPv4 total length 0 (TSO capture); the captured length was used")
+            }
+            DecodeError::TruncatedIpv4Options => f.write_str("capture ends inside the IPv4 options"),
         }
     }
 }

@@ -58,10 +58,29 @@ impl<T: AsRef<[u8]>> Packet<T> {
         if p.buffer.as_ref().len() < p.header_len() {
             return Err(DecodeError::Truncated(Layer::Ipv4));
         }
-        if usize::from(p.total_len()) < p.header_len() {
+        // Total length 0 is what TSO / BIG TCP packets carry when captured
+        // on the sending host (the NIC splits them later): tcpdump and
+        // tshark take the captured length, and so does `datagram_len`.
+        if p.total_len() != 0 && usize::from(p.total_len()) < p.header_len() {
             return Err(DecodeError::BadIpv4TotalLen { total: p.total_len(), header: p.header_len() as u8 });
         }
         Ok(p)
+    }
+
+    /// The total length field is 0: a TSO / BIG TCP capture whose length
+    /// is the captured bytes'.
+    pub fn is_tso(&self) -> bool {
+        self.total_len() == 0
+    }
+
+    /// The datagram's length: the total length, or the captured bytes for
+    /// a TSO capture (total length 0).
+    pub fn datagram_len(&self) -> usize {
+        if self.is_tso() {
+            self.buffer.as_ref().len()
+        } else {
+            usize::from(self.total_len())
+        }
     }
 
     pub fn version(&self) -> u8 {
@@ -115,15 +134,16 @@ impl<T: AsRef<[u8]>> Packet<T> {
     pub fn verify_checksum(&self) -> bool {
         checksum::finish(checksum::sum(&self.buffer.as_ref()[..self.header_len()])) == 0
     }
-    /// The payload: up to the total length, or to the end of the captured bytes.
+    /// The payload: up to the datagram's length ([`Packet::datagram_len`]), or to
+    /// the end of the captured bytes.
     pub fn payload(&self) -> &[u8] {
         let b = self.buffer.as_ref();
-        let end = usize::from(self.total_len()).min(b.len());
+        let end = self.datagram_len().min(b.len());
         &b[self.header_len()..end]
     }
     /// Whether the capture holds fewer bytes than the total length says.
     pub fn is_cut_short(&self) -> bool {
-        self.buffer.as_ref().len() < usize::from(self.total_len())
+        self.buffer.as_ref().len() < self.datagram_len()
     }
 }
 
@@ -162,7 +182,7 @@ impl Repr {
             src: p.src_addr(),
             dst: p.dst_addr(),
             protocol: p.protocol(),
-            payload_len: p.total_len() - p.header_len() as u16,
+            payload_len: u16::try_from(p.datagram_len() - p.header_len()).unwrap_or(u16::MAX),
             dscp_ecn: p.dscp_ecn(),
             ident: p.ident(),
             dont_frag: p.dont_frag(),
