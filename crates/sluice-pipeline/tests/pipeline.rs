@@ -185,3 +185,52 @@ proptest! {
         }
     }
 }
+
+/// A live source: one first fragment stamped with the wall clock, then
+/// quiet until `quiet` has passed.
+struct QuietLink {
+    sent: bool,
+    until: std::time::Instant,
+}
+
+impl Source for QuietLink {
+    type Error = std::convert::Infallible;
+    fn fill(&mut self, batch: &mut PacketBatch, deadline: Option<std::time::Instant>) -> Result<Fill, Self::Error> {
+        if !self.sent {
+            self.sent = true;
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+            let mut m = meta(0);
+            m.timestamp = Timestamp::Split { secs: now.as_secs() as u32, frac: now.subsec_nanos(), nanos: true };
+            batch.push_copy(m, &v4([1, 1, 1, 1], [2, 2, 2, 2], 9, Some((0, true))));
+            return Ok(Fill::More);
+        }
+        if std::time::Instant::now() >= self.until {
+            return Ok(Fill::End);
+        }
+        std::thread::sleep(
+            deadline.expect("a live source gets a deadline").saturating_duration_since(std::time::Instant::now()),
+        );
+        Ok(Fill::More)
+    }
+    fn is_live(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn held_fragments_expire_on_the_wall_clock_when_the_link_is_quiet() {
+    for read_ahead in [false, true] {
+        let published = Arc::new(Published::new(rules()));
+        let mut source =
+            QuietLink { sent: false, until: std::time::Instant::now() + std::time::Duration::from_millis(400) };
+        let mut sink = Collect::default();
+        let limits = Limits { timeout_ns: 100_000_000, ..Limits::default() };
+        let mut stage = Reassembly::new(limits, Verdict::Pass);
+        let cfg = RunConfig { read_ahead, live_wait: std::time::Duration::from_millis(5), ..RunConfig::default() };
+        let judge = judge_for(1, &published, None);
+        let done = run(&mut source, &mut stage, judge, &mut sink, &mut Quiet, &cfg).unwrap();
+        assert_eq!(sink.out, vec![(0, Verdict::Pass)], "given up, with the incomplete verdict");
+        assert_eq!(done.report.reassembly.timed_out, 1, "by the clock, not at the end of the input");
+        assert_eq!(done.report.reassembly.incomplete, 0);
+    }
+}
