@@ -120,7 +120,10 @@ struct Entry<T> {
 
 pub struct Reassembler<T> {
     limits: Limits,
-    table: HashMap<DatagramKey, Entry<T>>,
+    /// Keyed per process (foldhash's random seed), so crafted fragment
+    /// keys cannot be aimed at one bucket; several times cheaper than
+    /// SipHash, which showed as 4% of a filter run.
+    table: HashMap<DatagramKey, Entry<T>, foldhash::fast::RandomState>,
     /// Arrival order of datagrams in progress (age → first seen, key):
     /// oldest first, and timeouts are checked without touching the table.
     by_age: BTreeMap<u64, (u64, DatagramKey)>,
@@ -136,7 +139,7 @@ impl<T> Reassembler<T> {
     pub fn new(limits: Limits) -> Self {
         Reassembler {
             limits,
-            table: HashMap::new(),
+            table: HashMap::default(),
             by_age: BTreeMap::new(),
             next_age: 0,
             bytes: 0,
