@@ -9,17 +9,6 @@ use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
 
-fn have_scapy() -> bool {
-    let ok = Command::new("/usr/bin/python3").args(["-c", "import scapy"]).output().is_ok_and(|o| o.status.success());
-    if !ok {
-        if std::env::var_os("SLUICE_REQUIRE_TOOLS").is_some() {
-            panic!("scapy is required (SLUICE_REQUIRE_TOOLS is set): apt-get install python3-scapy");
-        }
-        eprintln!("SKIPPED: scapy not found for /usr/bin/python3 (apt-get install python3-scapy)");
-    }
-    ok
-}
-
 fn craft(out: &Path) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scapy/tso.py");
     let o = Command::new("/usr/bin/python3").arg(&script).arg(out).output().unwrap();

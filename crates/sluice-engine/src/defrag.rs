@@ -90,8 +90,9 @@ pub enum Outcome<T> {
 /// Datagrams given up for limits or time, with their fragments.
 pub type Released<T> = Vec<(Vec<T>, DropCause)>;
 
-/// Counters, for the summary.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Counters, for the summary (serialised as the `reassembly` object of
+/// `sluice filter --json`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct DefragStats {
     pub fragments: u64,
     pub completed: u64,

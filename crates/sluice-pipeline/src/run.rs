@@ -438,22 +438,7 @@ pub struct ReportJson {
     pub mpps: f64,
     pub workers: Vec<u64>,
     pub dropped_fragments: u64,
-    pub reassembly: ReassemblyJson,
-}
-
-#[derive(Serialize)]
-pub struct ReassemblyJson {
-    pub fragments: u64,
-    pub completed: u64,
-    pub atomic: u64,
-    pub duplicates: u64,
-    pub overlaps: u64,
-    pub malformed: u64,
-    pub too_many_fragments: u64,
-    pub evicted: u64,
-    pub timed_out: u64,
-    pub incomplete: u64,
-    pub peak_bytes: usize,
+    pub reassembly: DefragStats,
 }
 
 impl RunReport {
@@ -469,7 +454,6 @@ impl RunReport {
 
     pub fn to_json(&self) -> ReportJson {
         let s = &self.stats;
-        let r = &self.reassembly;
         ReportJson {
             packets: s.packets,
             bytes: s.bytes,
@@ -487,19 +471,7 @@ impl RunReport {
             mpps: self.mpps(),
             workers: self.per_worker.clone(),
             dropped_fragments: s.dropped_fragments,
-            reassembly: ReassemblyJson {
-                fragments: r.fragments,
-                completed: r.completed,
-                atomic: r.atomic,
-                duplicates: r.duplicates,
-                overlaps: r.overlaps,
-                malformed: r.malformed,
-                too_many_fragments: r.too_many_fragments,
-                evicted: r.evicted,
-                timed_out: r.timed_out,
-                incomplete: r.incomplete,
-                peak_bytes: r.peak_bytes,
-            },
+            reassembly: self.reassembly,
         }
     }
 }

@@ -190,11 +190,7 @@ fn decode_ipv4(bytes: &[u8], l3_offset: usize) -> Result<IpSummary, DecodeError>
         }
         Err(e) => return Err(e),
     };
-    let fragment = (p.more_frags() || p.frag_offset() != 0).then(|| FragmentInfo {
-        offset: p.frag_offset(),
-        more: p.more_frags(),
-        ident: u32::from(p.ident()),
-    });
+    let fragment = ipv4_fragment(&p);
     let l4_offset = l3_offset + p.header_len();
     let mut s = IpSummary {
         src: IpAddr::V4(p.src_addr()),
@@ -219,15 +215,20 @@ fn decode_ipv4(bytes: &[u8], l3_offset: usize) -> Result<IpSummary, DecodeError>
     Ok(s)
 }
 
+/// The fragment fields, for a fragment (MF set or a non-zero offset).
+fn ipv4_fragment(p: &ipv4::Packet<&[u8]>) -> Option<FragmentInfo> {
+    (p.more_frags() || p.frag_offset() != 0).then(|| FragmentInfo {
+        offset: p.frag_offset(),
+        more: p.more_frags(),
+        ident: u32::from(p.ident()),
+    })
+}
+
 /// An IPv4 header whose options the capture cut: the fixed 20 bytes (and so
 /// both addresses) are there, nothing after them is usable.
 fn ipv4_options_cut(bytes: &[u8], l3_offset: usize) -> IpSummary {
     let p = ipv4::Packet::new_unchecked(bytes);
-    let fragment = (p.more_frags() || p.frag_offset() != 0).then(|| FragmentInfo {
-        offset: p.frag_offset(),
-        more: p.more_frags(),
-        ident: u32::from(p.ident()),
-    });
+    let fragment = ipv4_fragment(&p);
     IpSummary {
         src: IpAddr::V4(p.src_addr()),
         dst: IpAddr::V4(p.dst_addr()),

@@ -35,3 +35,15 @@ pub fn firehol_file(dir: &Path) -> PathBuf {
     std::fs::write(&path, sluice_rules::FIREHOL_LEVEL1).unwrap();
     path
 }
+
+/// Whether /usr/bin/python3 has scapy (same SLUICE_REQUIRE_TOOLS rule).
+pub fn have_scapy() -> bool {
+    let ok = Command::new("/usr/bin/python3").args(["-c", "import scapy"]).output().is_ok_and(|o| o.status.success());
+    if !ok {
+        if std::env::var_os("SLUICE_REQUIRE_TOOLS").is_some() {
+            panic!("scapy is required (SLUICE_REQUIRE_TOOLS is set): apt-get install python3-scapy");
+        }
+        eprintln!("SKIPPED: scapy not found for /usr/bin/python3 (apt-get install python3-scapy)");
+    }
+    ok
+}
