@@ -225,7 +225,9 @@ fn ipv4_fragment(p: &ipv4::Packet<&[u8]>) -> Option<FragmentInfo> {
 }
 
 /// An IPv4 header whose options the capture cut: the fixed 20 bytes (and so
-/// both addresses) are there, nothing after them is usable.
+/// both addresses) are there, nothing after them is usable. No `l4_offset`
+/// and `cut_short` set, so reassembly leaves such a fragment alone, and
+/// `l3_end` is the end of the captured bytes.
 fn ipv4_options_cut(bytes: &[u8], l3_offset: usize) -> IpSummary {
     let p = ipv4::Packet::new_unchecked(bytes);
     let fragment = ipv4_fragment(&p);
@@ -529,6 +531,63 @@ mod tests {
     }
 
     #[test]
+    fn big_tcp_total_length_zero_decodes_its_tcp_ports() {
+        // BIG TCP: more than 64 KiB in one datagram, so the length field can only be 0.
+        let mut pkt = vec![0u8; 20 + 20 + 70_000];
+        ipv4::Repr {
+            src: Ipv4Addr::new(203, 0, 113, 5),
+            dst: Ipv4Addr::new(198, 51, 100, 1),
+            protocol: ip_proto::TCP,
+            payload_len: 0,
+            dscp_ecn: 0,
+            ident: 1,
+            dont_frag: true,
+            more_frags: false,
+            frag_offset: 0,
+            ttl: 64,
+        }
+        .emit(&mut pkt);
+        pkt[2..4].copy_from_slice(&[0, 0]);
+        tcp::Repr { src_port: 40000, dst_port: 443, seq: 1, ack: 1, flags: tcp::flags::ACK, window: 1, urgent: 0 }
+            .emit(&mut pkt[20..40]);
+        let mut f = eth(ethertype::IPV4);
+        f.extend_from_slice(&pkt);
+        let ip = decode(LinkType::ETHERNET, &f).unwrap().ip.unwrap();
+        assert_eq!((ip.src, ip.dst), (IpAddr::from([203, 0, 113, 5]), IpAddr::from([198, 51, 100, 1])));
+        assert_eq!((ip.protocol, ip.ports), (ip_proto::TCP, Some((40000, 443))));
+        assert_eq!((ip.l4_offset, ip.payload_offset), (Some(34), Some(54)));
+        assert_eq!(ip.l3_end as usize, f.len());
+        assert_eq!(ip.anomaly, Some(DecodeError::Ipv4TotalLenZero));
+        assert!(!ip.cut_short);
+    }
+
+    #[test]
+    fn ipv4_options_cut_with_a_bogus_total_length_stay_an_error() {
+        // IHL 8 but total length 24: the same error whether or not the options are captured.
+        let mut pkt = ipv4_udp([10, 0, 0, 9], [5, 6, 7, 8], 0, false);
+        pkt[0] = 0x48;
+        pkt.splice(20..20, [1u8; 12]);
+        pkt[2..4].copy_from_slice(&24u16.to_be_bytes());
+        let want = DecodeError::BadIpv4TotalLen { total: 24, header: 32 };
+        assert_eq!(decode(LinkType::RAW, &pkt).unwrap_err(), want);
+        assert_eq!(decode(LinkType::RAW, &pkt[..24]).unwrap_err(), want);
+    }
+
+    #[test]
+    fn ipv4_fragment_with_cut_options_is_left_to_the_address_rules() {
+        // What reassembly checks before holding a fragment: it must skip this one.
+        let mut pkt = ipv4_udp([10, 0, 0, 9], [5, 6, 7, 8], 0, true);
+        pkt[0] = 0x46;
+        pkt.splice(20..20, [1u8; 4]);
+        let total = (pkt.len() as u16).to_be_bytes();
+        pkt[2..4].copy_from_slice(&total);
+        let ip = decode(LinkType::RAW, &pkt[..22]).unwrap().ip.unwrap();
+        assert_eq!(ip.fragment, Some(FragmentInfo { offset: 0, more: true, ident: 7 }));
+        assert!(ip.cut_short);
+        assert_eq!((ip.l4_offset, ip.payload_offset, ip.l3_end), (None, None, 22));
+    }
+
+    #[test]
     fn ipv4_options_cut_by_the_snap_length_keep_the_addresses() {
         // IHL 8: 12 bytes of options, of which the capture keeps 4.
         let mut pkt = ipv4_udp([10, 0, 0, 9], [5, 6, 7, 8], 0, false);
@@ -555,8 +614,11 @@ mod tests {
         let mut pkt = ipv6_with(ip_proto::HOPOPTS, &hbh, &udp);
         pkt[4..6].copy_from_slice(&[0, 0]);
         let ip = decode(LinkType::RAW, &pkt).unwrap().ip.unwrap();
+        assert_eq!(ip.src, IpAddr::V6(Ipv6Addr::LOCALHOST));
+        assert_eq!(ip.dst, IpAddr::V6("2001:db8::1".parse().unwrap()));
         assert_eq!(ip.ports, Some((53, 1024)));
         assert_eq!(ip.protocol, ip_proto::UDP);
+        assert_eq!((ip.l4_offset, ip.l3_end as usize), (Some(48), pkt.len()));
         assert!(!ip.cut_short);
         assert_eq!(ip.anomaly, None);
     }
@@ -583,6 +645,29 @@ mod tests {
                         prop_assert!(l4 <= ip.l3_end);
                     }
                 }
+            }
+        }
+
+        #[test]
+        fn ipv4_cut_anywhere_after_the_addresses_keeps_them(ihl in 6u8..=15, total in prop_oneof![Just(0u16), 60u16..2000],
+                                                            cut in 20usize..60) {
+            // A header with options, cut by the snap length at any byte
+            // after the addresses: judged by them, offsets inside the capture.
+            let mut pkt = ipv4_udp([10, 0, 0, 9], [5, 6, 7, 8], 0, false);
+            pkt[0] = 0x40 | ihl;
+            pkt.splice(20..20, core::iter::repeat_n(1u8, usize::from(ihl) * 4 - 20));
+            pkt[2..4].copy_from_slice(&total.to_be_bytes());
+            let cut = cut.min(pkt.len());
+            let ip = decode(LinkType::RAW, &pkt[..cut]).unwrap().ip.unwrap();
+            prop_assert_eq!((ip.src, ip.dst), (IpAddr::from([10, 0, 0, 9]), IpAddr::from([5, 6, 7, 8])));
+            prop_assert!(ip.l3_end as usize <= cut);
+            if let Some(l4) = ip.l4_offset {
+                prop_assert!(l4 <= ip.l3_end);
+            }
+            if cut < usize::from(ihl) * 4 {
+                prop_assert_eq!(ip.anomaly, Some(DecodeError::TruncatedIpv4Options));
+                prop_assert!(ip.cut_short);
+                prop_assert_eq!((ip.l4_offset, ip.ports), (None, None));
             }
         }
 

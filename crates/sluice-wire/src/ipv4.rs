@@ -40,8 +40,8 @@ impl<T: AsRef<[u8]>> Packet<T> {
         Packet { buffer }
     }
 
-    /// Check version, IHL, that the header (with options) is captured, and
-    /// that the total length covers the header.
+    /// Check version, IHL, that the total length covers the header (or is 0),
+    /// and that the header (with options) is captured.
     pub fn new_checked(buffer: T) -> Result<Self, DecodeError> {
         let b = buffer.as_ref();
         if b.len() < HEADER_LEN {
@@ -55,14 +55,17 @@ impl<T: AsRef<[u8]>> Packet<T> {
         if ihl < 5 {
             return Err(DecodeError::BadIpv4HeaderLen(ihl));
         }
-        if p.buffer.as_ref().len() < p.header_len() {
-            return Err(DecodeError::Truncated(Layer::Ipv4));
-        }
         // Total length 0 is what TSO / BIG TCP packets carry when captured
         // on the sending host (the NIC splits them later): tcpdump and
         // tshark take the captured length, and so does `datagram_len`.
+        // Checked before the options are known to be captured, so that a
+        // bogus length is the same error whatever the snap length: the
+        // decoder turns `Truncated` past the fixed header into an anomaly.
         if p.total_len() != 0 && usize::from(p.total_len()) < p.header_len() {
             return Err(DecodeError::BadIpv4TotalLen { total: p.total_len(), header: p.header_len() as u8 });
+        }
+        if p.buffer.as_ref().len() < p.header_len() {
+            return Err(DecodeError::Truncated(Layer::Ipv4));
         }
         Ok(p)
     }
@@ -291,10 +294,40 @@ mod tests {
         assert_eq!(Packet::new_checked(&bad[..]).unwrap_err(), DecodeError::BadIpv4HeaderLen(4));
         bad = h;
         bad[0] = 0x46; // options claimed but not captured
+        bad[2..4].copy_from_slice(&24u16.to_be_bytes());
         assert_eq!(Packet::new_checked(&bad[..]).unwrap_err(), DecodeError::Truncated(Layer::Ipv4));
         bad = h;
         bad[2..4].copy_from_slice(&19u16.to_be_bytes());
         assert_eq!(Packet::new_checked(&bad[..]).unwrap_err(), DecodeError::BadIpv4TotalLen { total: 19, header: 20 });
+        // A bogus total length is reported even when the options are not captured.
+        bad = h;
+        bad[0] = 0x46;
+        bad[2..4].copy_from_slice(&22u16.to_be_bytes());
+        assert_eq!(Packet::new_checked(&bad[..]).unwrap_err(), DecodeError::BadIpv4TotalLen { total: 22, header: 24 });
+    }
+
+    #[test]
+    fn total_length_zero_takes_the_captured_length() {
+        let mut buf = [0u8; 48];
+        Repr {
+            src: Ipv4Addr::new(1, 2, 3, 4),
+            dst: Ipv4Addr::new(5, 6, 7, 8),
+            protocol: 6,
+            payload_len: 0,
+            dscp_ecn: 0,
+            ident: 1,
+            dont_frag: true,
+            more_frags: false,
+            frag_offset: 0,
+            ttl: 64,
+        }
+        .emit(&mut buf);
+        buf[2..4].copy_from_slice(&[0, 0]);
+        let p = Packet::new_checked(&buf[..]).unwrap();
+        assert!(p.is_tso());
+        assert_eq!((p.datagram_len(), p.payload().len()), (48, 28));
+        assert!(!p.is_cut_short());
+        assert_eq!(Repr::parse(&p).payload_len, 28);
     }
 
     #[test]
