@@ -254,6 +254,13 @@ impl PacketBatch {
         }
     }
 
+    /// Where packet `i`'s bytes are in the backing, as (start, len), when it
+    /// borrows them (a live port recovers the frame's buffer address from it).
+    pub fn backed_range(&self, i: usize) -> Option<(usize, usize)> {
+        let p = &self.packets[i];
+        (p.place == Place::Backing).then_some((p.start, p.len as usize))
+    }
+
     /// Packet `i`'s whole stored record (header and data) and where it
     /// starts in the backing, when the source lent it in place.
     pub fn stored_record(&self, i: usize) -> Option<(usize, &[u8])> {

@@ -340,10 +340,25 @@ impl Workers {
 
     /// Take one message from the workers and apply it.
     fn receive(&mut self) -> Result<(), JudgeError> {
+        self.take(true).map(drop)
+    }
+
+    /// Like `receive`, but with `block` false only a message already
+    /// waiting; false when there was none.
+    fn take(&mut self, block: bool) -> Result<bool, JudgeError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
-        let Ok(msg) = self.results.recv() else {
+        let msg = if block {
+            self.results.recv().ok()
+        } else {
+            match self.results.try_recv() {
+                Ok(m) => Some(m),
+                Err(std::sync::mpsc::TryRecvError::Empty) => return Ok(false),
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => None,
+            }
+        };
+        let Some(msg) = msg else {
             self.failed = Some(JudgeError::Stopped);
             return Err(JudgeError::Stopped);
         };
@@ -367,7 +382,7 @@ impl Workers {
                     self.free_slots.push(slot);
                     self.complete(f);
                 }
-                Ok(())
+                Ok(true)
             }
         }
     }
@@ -446,8 +461,16 @@ impl Judge for Workers {
             if let Some(b) = self.done.pop_front() {
                 return Ok(Some(b));
             }
-            if !wait || self.slots.iter().all(Option::is_none) {
+            if self.slots.iter().all(Option::is_none) {
                 return Ok(None);
+            }
+            if !wait {
+                // Take what finished meanwhile, without waiting: a live source
+                // on a quiet link must not leave finished batches unwritten.
+                if !self.take(false)? {
+                    return Ok(None);
+                }
+                continue;
             }
             self.receive()?;
         }

@@ -339,6 +339,10 @@ fn main_loop<S: Source, K: Sink>(
             }
             if batch.is_empty() {
                 st.recycler.put(batch);
+                if live {
+                    // A quiet link: write what the judge finished meanwhile.
+                    st.write_finished(sink)?;
+                }
             } else {
                 let batch = stage.process(batch, &mut st.recycler);
                 st.dispatch(batch, sink)?;
@@ -368,6 +372,16 @@ fn main_loop<S: Source, K: Sink>(
         Ok(())
     })();
     (r, stopped)
+}
+
+impl State {
+    /// Write every batch the judge has finished, without waiting.
+    fn write_finished<K: Sink>(&mut self, sink: &mut K) -> Result<(), Failure<K::Error>> {
+        while let Some(b) = self.judge.next(false).map_err(Failure::Judge)? {
+            self.output.put(b, sink, &mut self.recycler).map_err(Failure::Sink)?;
+        }
+        Ok(())
+    }
 }
 
 enum Failure<E> {
