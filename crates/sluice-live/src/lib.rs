@@ -15,6 +15,12 @@
 //!   `PACKET_FANOUT_HASH`. The kernel strips 802.1Q tags on receive; the
 //!   port puts them back into the bytes. See [`bridge::packet_step`].
 //!
+//! On top of the sockets, [`pipeline`] makes both kinds of bridge a
+//! `sluice_pipeline` source (both ports' RX rings) and sink (each passed
+//! packet onto the other port's TX ring; AF_XDP by UMEM address, lending
+//! received frames to the batches in place), which `sluice bridge` runs;
+//! [`send`] is the transmit side `sluice send` paces.
+//!
 //! # Why raw `bpf()`
 //!
 //! The XDP program is six instruction slots
@@ -93,8 +99,10 @@
 //!
 //! `#![deny(unsafe_code)]` here; it is allowed only in [`sys`] (system call
 //! wrappers, mmap), [`bpf`] (the `bpf()` call and its attr structs), [`xsk`]
-//! (ring words and UMEM bytes) and [`packet`] (ring blocks and slots), and
-//! every block says why it is sound in a `// SAFETY:` comment.
+//! (ring words and UMEM bytes, including the read-only [`UmemView`] the
+//! pipeline's batches borrow frames from) and [`packet`] (ring blocks and
+//! slots), and every block says why it is sound in a `// SAFETY:` comment.
+//! [`pipeline`] and [`send`] have none.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -106,6 +114,8 @@ pub mod netlink;
 pub mod netns;
 #[allow(unsafe_code)]
 pub mod packet;
+pub mod pipeline;
+pub mod send;
 #[allow(unsafe_code)]
 pub mod sys;
 #[allow(unsafe_code)]
@@ -114,4 +124,4 @@ pub mod xsk;
 pub use bpf::{XdpLink, XdpMode, XdpProgram, XdpRedirect, XskMap};
 pub use error::{LiveError, Result};
 pub use packet::{Fanout, FanoutMode, FrameMeta, PacketConfig, PacketSocket};
-pub use xsk::{BindMode, Desc, FramePool, Umem, XskConfig, XskSocket};
+pub use xsk::{BindMode, Desc, FramePool, Umem, UmemView, XskConfig, XskSocket};

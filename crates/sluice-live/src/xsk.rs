@@ -220,6 +220,34 @@ impl Umem {
         self.frame(d.addr, d.len as usize)
     }
 
+    /// Copies `bytes` to `addr` (a frame taken from a [`FramePool`], so no
+    /// ring holds it); false if they do not fit in one chunk there.
+    ///
+    /// Takes `&self` and writes through the raw mapping rather than a
+    /// `&mut [u8]`, because [`UmemView`]s of the whole area may be alive on
+    /// other threads (pipeline batches): they never read a frame that is
+    /// free, and this writes only a free frame, so no byte is both read and
+    /// written at once.
+    pub fn write_frame(&self, addr: u64, bytes: &[u8]) -> bool {
+        if !self.valid(addr, bytes.len()) {
+            return false;
+        }
+        // SAFETY: `addr..addr + len` lies inside the mapping (checked above), which lives as
+        // long as `self.inner`; the caller holds the frame (it is on no ring), so neither the
+        // kernel nor a reader of a `UmemView` touches these bytes meanwhile.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.inner.area.as_ptr().add(addr as usize), bytes.len())
+        };
+        true
+    }
+
+    /// A read-only view of the whole area that can be shared with other
+    /// threads (`Send + Sync`), for the pipeline's batches to borrow
+    /// received frames from without a copy. It keeps the mapping alive.
+    pub fn view(&self) -> UmemView {
+        UmemView(Arc::clone(&self.inner))
+    }
+
     /// The `len` bytes at `addr`, writable, if they lie inside one chunk.
     pub fn frame_mut(&mut self, addr: u64, len: usize) -> Option<&mut [u8]> {
         if !self.valid(addr, len) {
@@ -228,6 +256,40 @@ impl Umem {
         // SAFETY: in bounds as above; `&mut self` is the only way to reach the bytes from
         // Rust (sockets keep raw pointers only), so this slice is not aliased by Rust.
         Some(unsafe { std::slice::from_raw_parts_mut(self.inner.area.as_ptr().add(addr as usize), len) })
+    }
+}
+
+/// The whole UMEM as bytes, shared read-only with pipeline batches (see
+/// [`Umem::view`]). Packets point into it by UMEM address: the slice index
+/// of a frame's first byte *is* its address.
+///
+/// # Memory safety
+///
+/// The slice covers every frame, and while it is alive the kernel writes
+/// frames that sit on a fill ring (it receives into them) and the bridge
+/// writes free frames ([`Umem::write_frame`]). That is sound for the same
+/// reason reading a memory-mapped file is: the bytes reached through the
+/// view are only ever those of frames the reader *holds* — received (taken
+/// off an RX ring) and not yet handed back to any ring — and a held frame
+/// is written by nobody. A frame goes back to a fill or TX ring only after
+/// the last batch that points into it is done with it (the pipeline's sink
+/// is the last stage; see `sluice_live::pipeline`). Bytes of frames not
+/// held are never read through the view, so the concurrent writes to them
+/// race with no read.
+pub struct UmemView(Arc<UmemInner>);
+
+impl std::fmt::Debug for UmemView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UmemView").field("len", &self.0.area.len()).finish()
+    }
+}
+
+impl AsRef<[u8]> for UmemView {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: the mapping is `len` bytes, page aligned, and lives as long as the `Arc`
+        // this view holds. Concurrent writes by the kernel and by `Umem::write_frame` touch
+        // only frames the reader does not hold and so never reads (type-level doc).
+        unsafe { std::slice::from_raw_parts(self.0.area.as_ptr(), self.0.area.len()) }
     }
 }
 

@@ -1,0 +1,858 @@
+//! Live ports as the pipeline's [`Source`] and [`Sink`]: what `sluice bridge` runs.
+//!
+//! A bridge is one source that reads both ports and one sink that writes
+//! every passed packet to the *other* port: `Meta::port` (0 or 1) says
+//! where a packet came in, so the sink needs nothing but the batch.
+//!
+//! - **AF_PACKET** ([`open_packet`]: [`PacketPorts`] + [`PacketTx`]): the
+//!   source copies frames out of both ports' `TPACKET_V3` RX rings into the
+//!   batch (`push_copy`, VLAN tags put back by the port); the sink copies
+//!   each passed frame into the other port's TX ring and flushes once per
+//!   batch. Source and sink own separate sockets (RX-only and TX-only), so
+//!   they share nothing but counters.
+//! - **AF_XDP** ([`open_xsk`]: [`XskPorts`] + [`XskTx`]): the sockets of
+//!   both ports (one per queue) share one UMEM. The source lends received
+//!   frames to the batch in place (`push_backed` into a [`UmemView`](crate::xsk::UmemView) of the
+//!   whole UMEM: a packet's start *is* its UMEM address); the sink forwards
+//!   a passed frame by putting that address on the other port's TX ring, no
+//!   copy, and gives a dropped frame back to the fill rings. Source and sink
+//!   share the sockets, the free-frame pool and the ledger of held frames
+//!   behind one mutex, locked once per fill and once per batch written
+//!   (uncontended: run them with `read_ahead: false`, both on one thread).
+//!
+//! # Which frames the pipeline holds (AF_XDP)
+//!
+//! A received frame is *held* from the moment the source takes it off an RX
+//! ring until the sink has put it on a TX or fill ring (or in the pool); the
+//! kernel writes no held frame, and nothing reads a frame that is not held
+//! (see [`UmemView`](crate::xsk::UmemView)). The source writes every frame it lends into a ledger
+//! in receive order, with its packet index. Packets reach the sink in input
+//! order (run with ordered output), so the sink meets held frames in ledger
+//! order — except frames reassembly took: it copies fragments out of the
+//! batch and recycles the batch, and later emits the copies (arena packets,
+//! which the sink transmits from a free frame). When the sink meets a lent
+//! packet with index *k*, every ledger entry before *k* belongs to a packet
+//! that will never reach it and whose batch is gone, so those frames are
+//! reclaimed. A lent packet not found in the ledger is never touched (that
+//! would hand the kernel a frame someone else may hold).
+//!
+//! Both sources return [`Fill::End`] once the stop flag is set (SIGINT or
+//! SIGTERM in the CLI) and say they are live, so reassembly expires held
+//! fragments on the wall clock. The XDP programs are detached when the last
+//! of the source and the sink is dropped (they hang on BPF links).
+
+use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+use sluice_pipeline::{Backing, Fill, Meta, PacketBatch, Sink, Source, Verdict};
+use sluice_wire::capture::{Interface, Timestamp, TsResolution};
+use sluice_wire::LinkType;
+
+use crate::bridge::wait_any;
+use crate::error::{LiveError, Result};
+use crate::packet::{PacketConfig, PacketSocket};
+use crate::xsk::{Desc, FramePool, Umem, XskConfig, XskSocket};
+use crate::{XdpMode, XdpRedirect};
+
+/// The longest a fill waits without looking at the stop flag.
+const STOP_CHECK_MS: i32 = 50;
+/// How often the kernel's socket counters are read into [`PortCounters`].
+const KERNEL_STATS_EVERY: Duration = Duration::from_millis(500);
+/// At most this many queues per port (`poll` takes 16 descriptors).
+pub const MAX_QUEUES: u32 = 8;
+
+/// One port's counters, written by the source and the sink once per batch
+/// and read by whoever reports them (metrics, a status line).
+#[derive(Debug, Default)]
+pub struct PortCounters {
+    /// Frames received on this port.
+    pub rx_packets: AtomicU64,
+    /// Their bytes on the wire.
+    pub rx_bytes: AtomicU64,
+    /// Frames transmitted on this port (passed packets from the other one).
+    pub tx_packets: AtomicU64,
+    /// Their bytes.
+    pub tx_bytes: AtomicU64,
+    /// Passed frames lost because this port's TX ring stayed full.
+    pub tx_ring_full: AtomicU64,
+    /// Passed frames that cannot be sent: larger than a slot or frame, or
+    /// shorter than an Ethernet header.
+    pub tx_invalid: AtomicU64,
+    /// Passed frames copied by reassembly that found no free UMEM frame.
+    pub tx_no_buffer: AtomicU64,
+    /// Failed transmit system calls (the frames stay queued for the next).
+    pub tx_errors: AtomicU64,
+    /// Frames the kernel dropped before we saw them: the RX ring was full
+    /// (AF_PACKET `tp_drops`; AF_XDP `rx_dropped + rx_ring_full`).
+    pub rx_ring_drops: AtomicU64,
+    /// AF_XDP: times the kernel found the fill ring empty.
+    pub rx_fill_empty: AtomicU64,
+    /// AF_PACKET: frames the ring cut short (skipped).
+    pub rx_truncated: AtomicU64,
+}
+
+/// The counters of both ports, shared by the source, the sink and readers.
+#[derive(Debug, Default)]
+pub struct BridgeCounters {
+    /// Port 0 (the first interface) and port 1.
+    pub ports: [PortCounters; 2],
+    /// AF_XDP: frames whose packets reassembly copied out, given back.
+    pub frames_reclaimed: AtomicU64,
+}
+
+/// A plain copy of [`PortCounters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortTotals {
+    /// See [`PortCounters::rx_packets`].
+    pub rx_packets: u64,
+    /// See [`PortCounters::rx_bytes`].
+    pub rx_bytes: u64,
+    /// See [`PortCounters::tx_packets`].
+    pub tx_packets: u64,
+    /// See [`PortCounters::tx_bytes`].
+    pub tx_bytes: u64,
+    /// See [`PortCounters::tx_ring_full`].
+    pub tx_ring_full: u64,
+    /// See [`PortCounters::tx_invalid`].
+    pub tx_invalid: u64,
+    /// See [`PortCounters::tx_no_buffer`].
+    pub tx_no_buffer: u64,
+    /// See [`PortCounters::tx_errors`].
+    pub tx_errors: u64,
+    /// See [`PortCounters::rx_ring_drops`].
+    pub rx_ring_drops: u64,
+    /// See [`PortCounters::rx_fill_empty`].
+    pub rx_fill_empty: u64,
+    /// See [`PortCounters::rx_truncated`].
+    pub rx_truncated: u64,
+}
+
+impl PortCounters {
+    /// The counters now.
+    pub fn totals(&self) -> PortTotals {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        PortTotals {
+            rx_packets: l(&self.rx_packets),
+            rx_bytes: l(&self.rx_bytes),
+            tx_packets: l(&self.tx_packets),
+            tx_bytes: l(&self.tx_bytes),
+            tx_ring_full: l(&self.tx_ring_full),
+            tx_invalid: l(&self.tx_invalid),
+            tx_no_buffer: l(&self.tx_no_buffer),
+            tx_errors: l(&self.tx_errors),
+            rx_ring_drops: l(&self.rx_ring_drops),
+            rx_fill_empty: l(&self.rx_fill_empty),
+            rx_truncated: l(&self.rx_truncated),
+        }
+    }
+}
+
+fn add(c: &AtomicU64, n: u64) {
+    if n > 0 {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// Per-batch tallies, added to the shared counters once per batch.
+#[derive(Default, Clone, Copy)]
+struct Tally {
+    packets: u64,
+    bytes: u64,
+    ring_full: u64,
+    invalid: u64,
+    no_buffer: u64,
+}
+
+impl Tally {
+    fn tx_into(&self, c: &PortCounters) {
+        add(&c.tx_packets, self.packets);
+        add(&c.tx_bytes, self.bytes);
+        add(&c.tx_ring_full, self.ring_full);
+        add(&c.tx_invalid, self.invalid);
+        add(&c.tx_no_buffer, self.no_buffer);
+    }
+}
+
+/// The interface every live packet is said to come in on: Ethernet, with
+/// nanosecond timestamps.
+pub fn ethernet(snaplen: u32) -> Interface {
+    Interface { link_type: LinkType::ETHERNET, snaplen, ts_resolution: TsResolution::NANOS }
+}
+
+/// Now, in nanoseconds since the epoch.
+pub fn wall_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+fn timestamp(ns: u64) -> Timestamp {
+    Timestamp::Units { units: ns, resolution: TsResolution::NANOS }
+}
+
+/// How long a fill may still wait, in ms (at most [`STOP_CHECK_MS`]), or
+/// `None` when the deadline has passed.
+fn wait_budget(deadline: Option<Instant>) -> Option<i32> {
+    let Some(d) = deadline else { return Some(STOP_CHECK_MS) };
+    let now = Instant::now();
+    if now >= d {
+        return None;
+    }
+    let ms = (d - now).as_micros().div_ceil(1000);
+    Some(i32::try_from(ms).unwrap_or(STOP_CHECK_MS).min(STOP_CHECK_MS))
+}
+
+/// The port a packet that came in on `port` goes out on.
+fn other(port: u32) -> Option<usize> {
+    match port {
+        0 => Some(1),
+        1 => Some(0),
+        _ => None,
+    }
+}
+
+// ---------------------------------------------------------------- AF_PACKET
+
+/// AF_PACKET: both ports' RX rings as one pipeline source.
+pub struct PacketPorts {
+    rx: [PacketSocket; 2],
+    fds: [RawFd; 2],
+    stop: Arc<AtomicBool>,
+    counters: Arc<BridgeCounters>,
+    next_index: u64,
+    /// Which port is read first this round (alternates, so neither starves).
+    first: usize,
+    stats_at: Instant,
+    interface: Interface,
+}
+
+/// AF_PACKET: both ports' TX rings as the pipeline's sink.
+pub struct PacketTx {
+    tx: [PacketSocket; 2],
+    counters: Arc<BridgeCounters>,
+}
+
+impl std::fmt::Debug for PacketPorts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PacketPorts").field("ports", &[self.rx[0].iface(), self.rx[1].iface()]).finish()
+    }
+}
+
+impl std::fmt::Debug for PacketTx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PacketTx").field("ports", &[self.tx[0].iface(), self.tx[1].iface()]).finish()
+    }
+}
+
+/// Opens an AF_PACKET bridge between `ifaces[0]` (port 0) and `ifaces[1]`
+/// (port 1): RX-only sockets for the source, TX-only ones for the sink,
+/// both with `cfg`'s geometry. The source ends when `stop` is set.
+pub fn open_packet(
+    ifaces: [&str; 2],
+    cfg: &PacketConfig,
+    stop: Arc<AtomicBool>,
+    counters: Arc<BridgeCounters>,
+) -> Result<(PacketPorts, PacketTx)> {
+    let rx_cfg = PacketConfig { rx: true, tx: false, ..*cfg };
+    // The RX socket holds the port promiscuous; the TX one receives nothing.
+    let tx_cfg = PacketConfig { rx: false, tx: true, promisc: false, fanout: None, ..*cfg };
+    let rx = [PacketSocket::open(ifaces[0], &rx_cfg)?, PacketSocket::open(ifaces[1], &rx_cfg)?];
+    let tx = [PacketSocket::open(ifaces[0], &tx_cfg)?, PacketSocket::open(ifaces[1], &tx_cfg)?];
+    let fds = [rx[0].rx_fd().unwrap_or(-1), rx[1].rx_fd().unwrap_or(-1)];
+    let ports = PacketPorts {
+        rx,
+        fds,
+        stop,
+        counters: Arc::clone(&counters),
+        next_index: 0,
+        first: 0,
+        stats_at: Instant::now(),
+        interface: ethernet(cfg.block_size),
+    };
+    Ok((ports, PacketTx { tx, counters }))
+}
+
+impl PacketPorts {
+    fn kernel_stats(&mut self) {
+        if self.stats_at.elapsed() < KERNEL_STATS_EVERY {
+            return;
+        }
+        self.stats_at = Instant::now();
+        for (sock, c) in self.rx.iter_mut().zip(&self.counters.ports) {
+            // `stats` accumulates the kernel's reset-on-read counters; a failure to read
+            // them leaves the last values.
+            if let Ok(s) = sock.stats() {
+                c.rx_ring_drops.store(s.kernel_drops, Ordering::Relaxed);
+                c.rx_truncated.store(s.rx_truncated, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl Source for PacketPorts {
+    type Error = LiveError;
+
+    fn fill(&mut self, batch: &mut PacketBatch, deadline: Option<Instant>) -> Result<Fill> {
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return Ok(Fill::End);
+            }
+            let before = batch.len();
+            for k in 0..2 {
+                let port = (self.first + k) % 2;
+                let room = batch.capacity().saturating_sub(batch.len());
+                if room == 0 {
+                    break;
+                }
+                let (next, interface) = (&mut self.next_index, self.interface);
+                let mut bytes = 0u64;
+                let n = self.rx[port].rx_batch(room, |data, m| {
+                    let ns = if m.sec == 0 && m.nsec == 0 {
+                        wall_ns()
+                    } else {
+                        u64::from(m.sec) * 1_000_000_000 + u64::from(m.nsec)
+                    };
+                    let meta = Meta {
+                        index: *next,
+                        offset: 0,
+                        timestamp: timestamp(ns),
+                        wire_len: m.wire_len,
+                        port: port as u32,
+                        interface,
+                    };
+                    batch.push_copy(meta, data);
+                    *next += 1;
+                    bytes += u64::from(m.wire_len);
+                });
+                let c = &self.counters.ports[port];
+                add(&c.rx_packets, n as u64);
+                add(&c.rx_bytes, bytes);
+            }
+            self.first ^= 1;
+            self.kernel_stats();
+            if batch.is_full() {
+                return Ok(Fill::More);
+            }
+            if batch.len() > before {
+                // More may have arrived meanwhile: look again before waiting.
+                continue;
+            }
+            if !batch.is_empty() {
+                return Ok(Fill::More);
+            }
+            let Some(ms) = wait_budget(deadline) else { return Ok(Fill::More) };
+            wait_any(&self.fds, ms)?;
+        }
+    }
+
+    fn is_live(&self) -> bool {
+        true
+    }
+}
+
+impl PacketTx {
+    /// Queues one frame on port `out`, waiting for the ring once when it is full.
+    fn send(&mut self, out: usize, frame: &[u8], t: &mut Tally) -> Result<()> {
+        match self.tx[out].send(frame) {
+            Ok(true) => {}
+            Ok(false) => {
+                // Every slot is taken: wait for the kernel to send them (holding the
+                // source back, as a full ring should), then try once more.
+                if self.tx[out].flush_wait().is_err() {
+                    add(&self.counters.ports[out].tx_errors, 1);
+                }
+                match self.tx[out].send(frame) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        t.ring_full += 1;
+                        return Ok(());
+                    }
+                    Err(_) => {
+                        t.invalid += 1;
+                        return Ok(());
+                    }
+                }
+            }
+            // Too big for a slot, or too short to be Ethernet: this frame only.
+            Err(LiveError::FrameTooBig { .. }) | Err(LiveError::Config(_)) => {
+                t.invalid += 1;
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        }
+        t.packets += 1;
+        t.bytes += frame.len() as u64;
+        Ok(())
+    }
+}
+
+impl Sink for PacketTx {
+    type Error = LiveError;
+
+    fn write(&mut self, batch: &PacketBatch) -> Result<()> {
+        let mut tally = [Tally::default(); 2];
+        for (i, p) in batch.packets().iter().enumerate() {
+            if p.verdict != Verdict::Pass {
+                continue;
+            }
+            let Some(out) = other(p.meta.port) else { continue };
+            self.send(out, batch.bytes(i), &mut tally[out])?;
+        }
+        for (out, t) in tally.iter().enumerate() {
+            if t.packets > 0 {
+                match self.tx[out].flush() {
+                    Ok(()) => {}
+                    // The interface went away: nothing more can be bridged.
+                    Err(e @ LiveError::NoSuchInterface { .. }) => return Err(e),
+                    // A link that is down, or a transient error: the frames stay marked
+                    // and go with the next flush.
+                    Err(_) => add(&self.counters.ports[out].tx_errors, 1),
+                }
+            }
+            t.tx_into(&self.counters.ports[out]);
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        for tx in &mut self.tx {
+            if tx.flush_wait().is_err() {
+                add(&self.counters.ports[0].tx_errors, 1);
+            }
+        }
+        Ok(())
+    }
+}
+
+// ------------------------------------------------------------------ AF_XDP
+
+/// How to open an AF_XDP bridge.
+#[derive(Debug, Clone, Copy)]
+pub struct XskBridgeConfig {
+    /// Skb (generic) or driver (native) XDP.
+    pub mode: XdpMode,
+    /// Ring sizes and bind mode of every socket.
+    pub xsk: XskConfig,
+    /// UMEM frames shared by all sockets (2048 bytes each).
+    pub frames: u32,
+    /// Queues per port to bind (one socket each); `None`: as many as the
+    /// interface has RX queues (up to [`MAX_QUEUES`]).
+    pub queues: Option<u32>,
+}
+
+impl Default for XskBridgeConfig {
+    fn default() -> Self {
+        XskBridgeConfig { mode: XdpMode::Skb, xsk: XskConfig::default(), frames: 8192, queues: None }
+    }
+}
+
+/// UMEM frame size: a 1514-byte frame (plus a tag or two) fits.
+const FRAME_SIZE: u32 = 2048;
+
+/// What the source and the sink share (see the module doc).
+struct XskCore {
+    // Field order is drop order: detach the XDP programs first, so no frame is
+    // redirected to a closing socket; then the sockets; the UMEM last.
+    redirects: [XdpRedirect; 2],
+    /// Per port, one socket per queue.
+    socks: [Vec<XskSocket>; 2],
+    umem: Umem,
+    pool: FramePool,
+    /// Frames the pipeline holds, in receive order: (packet index, address).
+    held: VecDeque<(u64, u64)>,
+    /// Per-batch scratch: descriptors to send on each port.
+    fwd: [Vec<Desc>; 2],
+    counters: Arc<BridgeCounters>,
+    stats_at: Instant,
+}
+
+/// AF_XDP: both ports' RX rings as one pipeline source, lending frames in place.
+pub struct XskPorts {
+    core: Arc<Mutex<XskCore>>,
+    backing: Backing,
+    fds: Vec<RawFd>,
+    stop: Arc<AtomicBool>,
+    next_index: u64,
+    first: usize,
+    descs: Vec<Desc>,
+    interface: Interface,
+    zero_copy: bool,
+    queues: [u32; 2],
+}
+
+/// AF_XDP: both ports' TX rings as the pipeline's sink (forwarding by address).
+pub struct XskTx {
+    core: Arc<Mutex<XskCore>>,
+    /// The source's backing: packets pointing into it are UMEM frames.
+    backing: Backing,
+}
+
+impl std::fmt::Debug for XskPorts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XskPorts").field("queues", &self.queues).field("zero_copy", &self.zero_copy).finish()
+    }
+}
+
+impl std::fmt::Debug for XskTx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XskTx").finish()
+    }
+}
+
+/// RX queues of `iface` (from sysfs; 1 if that cannot be read).
+pub fn rx_queues(iface: &str) -> u32 {
+    std::fs::read_dir(format!("/sys/class/net/{iface}/queues"))
+        .map(|d| d.filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().starts_with("rx-")).count() as u32)
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// Opens an AF_XDP bridge between `ifaces[0]` (port 0) and `ifaces[1]`
+/// (port 1): one UMEM, the redirect program on both interfaces, one socket
+/// per (port, queue) sharing the UMEM, fill rings stocked. The source ends
+/// when `stop` is set; the programs are detached when both halves are dropped.
+pub fn open_xsk(
+    ifaces: [&str; 2],
+    cfg: &XskBridgeConfig,
+    stop: Arc<AtomicBool>,
+    counters: Arc<BridgeCounters>,
+) -> Result<(XskPorts, XskTx)> {
+    let queues = ifaces.map(|i| cfg.queues.unwrap_or_else(|| rx_queues(i)).clamp(1, MAX_QUEUES));
+    let umem = Umem::new(cfg.frames, FRAME_SIZE)?;
+    let redirects =
+        [XdpRedirect::attach(ifaces[0], queues[0], cfg.mode)?, XdpRedirect::attach(ifaces[1], queues[1], cfg.mode)?];
+    let mut socks: [Vec<XskSocket>; 2] = [Vec::new(), Vec::new()];
+    for port in 0..2 {
+        for q in 0..queues[port] {
+            socks[port].push(XskSocket::bind(ifaces[port], q, &umem, &cfg.xsk)?);
+        }
+    }
+    let sockets = (queues[0] + queues[1]) as usize;
+    let fill_each = (cfg.xsk.fill_size as usize).min(cfg.frames as usize / (2 * sockets));
+    if fill_each == 0 {
+        return Err(LiveError::Config(format!("{} UMEM frames are too few for {sockets} sockets", cfg.frames)));
+    }
+    let mut pool = FramePool::new(&umem);
+    for s in socks.iter_mut().flatten() {
+        s.fill_from(&mut pool, fill_each);
+    }
+    // Only now, with the fill rings stocked, send the queues' frames to the sockets.
+    for port in 0..2 {
+        for (q, s) in socks[port].iter().enumerate() {
+            redirects[port].register(q as u32, s)?;
+        }
+    }
+    let zero_copy = socks.iter().flatten().all(|s| s.is_zero_copy());
+    let fds = socks.iter().flatten().map(|s| s.as_raw_fd()).collect();
+    let backing: Backing = Arc::new(umem.view());
+    let core = Arc::new(Mutex::new(XskCore {
+        redirects,
+        socks,
+        umem,
+        pool,
+        held: VecDeque::with_capacity(cfg.frames as usize),
+        fwd: [Vec::new(), Vec::new()],
+        counters,
+        stats_at: Instant::now(),
+    }));
+    let ports = XskPorts {
+        core: Arc::clone(&core),
+        backing: Arc::clone(&backing),
+        fds,
+        stop,
+        next_index: 0,
+        first: 0,
+        descs: vec![Desc::default(); 256],
+        interface: ethernet(FRAME_SIZE),
+        zero_copy,
+        queues,
+    };
+    Ok((ports, XskTx { core, backing }))
+}
+
+fn lock(core: &Mutex<XskCore>) -> MutexGuard<'_, XskCore> {
+    // A panic while holding it leaves rings and pool consistent at worst short of some
+    // frames; carrying on is better than a second panic.
+    core.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl XskCore {
+    /// Takes completed frames back, tops the fill rings up, and makes the
+    /// system calls the kernel asked for.
+    fn service(&mut self) -> Result<()> {
+        for s in self.socks.iter_mut().flatten() {
+            s.complete_into(&mut self.pool);
+        }
+        for s in self.socks.iter_mut().flatten() {
+            let free = s.fill_free() as usize;
+            if free > 0 && !self.pool.is_empty() {
+                s.fill_from(&mut self.pool, free);
+            }
+            s.wakeup()?;
+        }
+        Ok(())
+    }
+
+    fn kernel_stats(&mut self) {
+        if self.stats_at.elapsed() < KERNEL_STATS_EVERY {
+            return;
+        }
+        self.stats_at = Instant::now();
+        for (port, socks) in self.socks.iter().enumerate() {
+            let (mut drops, mut empty) = (0, 0);
+            for s in socks {
+                if let Ok(st) = s.stats() {
+                    drops += st.rx_dropped + st.rx_ring_full;
+                    empty += st.rx_fill_ring_empty_descs;
+                }
+            }
+            let c = &self.counters.ports[port];
+            c.rx_ring_drops.store(drops, Ordering::Relaxed);
+            c.rx_fill_empty.store(empty, Ordering::Relaxed);
+        }
+    }
+
+    /// The sink met lent packet `index` at `addr`: settle the ledger. Frames
+    /// before it that never reached the sink (reassembly copied their
+    /// packets) go back to the pool. True if `addr` is held for `index`
+    /// (then the caller owns it now).
+    fn settle(&mut self, index: u64, addr: u64) -> bool {
+        while let Some(&(i, a)) = self.held.front() {
+            if i > index {
+                break;
+            }
+            self.held.pop_front();
+            if i == index {
+                return a == addr;
+            }
+            self.pool.free(a);
+            add(&self.counters.frames_reclaimed, 1);
+        }
+        false
+    }
+}
+
+impl XskPorts {
+    /// True if every socket was bound zero-copy (the driver DMAs into the UMEM).
+    pub fn is_zero_copy(&self) -> bool {
+        self.zero_copy
+    }
+
+    /// Sockets bound per port.
+    pub fn queues(&self) -> [u32; 2] {
+        self.queues
+    }
+
+    /// The mode the XDP programs were attached in.
+    pub fn xdp_mode(&self) -> XdpMode {
+        lock(&self.core).redirects[0].link().mode()
+    }
+
+    /// Takes what the RX rings hold into `batch`; returns how many.
+    fn take(&mut self, batch: &mut PacketBatch) -> Result<usize> {
+        let mut core = lock(&self.core);
+        let core = &mut *core;
+        core.service()?;
+        core.kernel_stats();
+        if batch.backing().is_none() {
+            batch.set_backing(&self.backing);
+        }
+        let now = timestamp(wall_ns());
+        let mut got = 0;
+        for k in 0..2 {
+            let port = (self.first + k) % 2;
+            let mut bytes = 0u64;
+            let mut n_port = 0u64;
+            for s in core.socks[port].iter_mut() {
+                let room = batch.capacity().saturating_sub(batch.len()).min(self.descs.len());
+                if room == 0 {
+                    break;
+                }
+                let n = s.rx_batch(&mut self.descs[..room]);
+                for d in &self.descs[..n] {
+                    if !core.umem.valid(d.addr, d.len as usize) || d.len == 0 {
+                        // Never seen from a sane kernel; the frame is ours all the same.
+                        core.pool.free(d.addr);
+                        continue;
+                    }
+                    let meta = Meta {
+                        index: self.next_index,
+                        offset: d.addr,
+                        timestamp: now,
+                        wire_len: d.len,
+                        port: port as u32,
+                        interface: self.interface,
+                    };
+                    core.held.push_back((self.next_index, d.addr));
+                    batch.push_backed(meta, d.addr as usize, d.len as usize, 0);
+                    self.next_index += 1;
+                    bytes += u64::from(d.len);
+                    n_port += 1;
+                }
+                got += n;
+            }
+            let c = &core.counters.ports[port];
+            add(&c.rx_packets, n_port);
+            add(&c.rx_bytes, bytes);
+        }
+        self.first ^= 1;
+        Ok(got)
+    }
+}
+
+impl Source for XskPorts {
+    type Error = LiveError;
+
+    fn fill(&mut self, batch: &mut PacketBatch, deadline: Option<Instant>) -> Result<Fill> {
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return Ok(Fill::End);
+            }
+            let got = self.take(batch)?;
+            if batch.is_full() {
+                return Ok(Fill::More);
+            }
+            if got > 0 {
+                continue;
+            }
+            if !batch.is_empty() {
+                return Ok(Fill::More);
+            }
+            let Some(ms) = wait_budget(deadline) else { return Ok(Fill::More) };
+            // Without the lock: the sink may run meanwhile (with read-ahead).
+            wait_any(&self.fds, ms)?;
+        }
+    }
+
+    fn is_live(&self) -> bool {
+        true
+    }
+}
+
+impl Sink for XskTx {
+    type Error = LiveError;
+
+    fn write(&mut self, batch: &PacketBatch) -> Result<()> {
+        let mut core = lock(&self.core);
+        let core = &mut *core;
+        let ours = batch.backing().is_some_and(|b| Arc::ptr_eq(b, &self.backing));
+        let mut tally = [Tally::default(); 2];
+        core.fwd[0].clear();
+        core.fwd[1].clear();
+        for (i, p) in batch.packets().iter().enumerate() {
+            let Some(out) = other(p.meta.port) else { continue };
+            match batch.backed_range(i).filter(|_| ours) {
+                Some((start, len)) => {
+                    let addr = start as u64;
+                    if !core.settle(p.meta.index, addr) {
+                        // Not a frame we hold for this packet: touch nothing.
+                        continue;
+                    }
+                    if p.verdict == Verdict::Pass {
+                        core.fwd[out].push(Desc { addr, len: len as u32, options: 0 });
+                    } else {
+                        core.pool.free(addr);
+                    }
+                }
+                None => {
+                    // A copy (reassembly's): send it from a free frame.
+                    if p.verdict != Verdict::Pass {
+                        continue;
+                    }
+                    let bytes = batch.bytes(i);
+                    if bytes.len() > FRAME_SIZE as usize || bytes.len() < 14 {
+                        tally[out].invalid += 1;
+                        continue;
+                    }
+                    let Some(addr) = core.pool.alloc() else {
+                        tally[out].no_buffer += 1;
+                        continue;
+                    };
+                    core.umem.write_frame(addr, bytes);
+                    core.fwd[out].push(Desc { addr, len: bytes.len() as u32, options: 0 });
+                }
+            }
+        }
+        for (out, t) in tally.iter_mut().enumerate() {
+            if core.fwd[out].is_empty() {
+                continue;
+            }
+            // Queue 0's socket transmits for the port; any socket of the UMEM may send any frame.
+            let sock = &mut core.socks[out][0];
+            let sent = sock.tx(&core.fwd[out])?;
+            for d in &core.fwd[out][..sent] {
+                t.packets += 1;
+                t.bytes += u64::from(d.len);
+            }
+            for d in &core.fwd[out][sent..] {
+                core.pool.free(d.addr);
+                t.ring_full += 1;
+            }
+            if sent > 0 && sock.tx_needs_wakeup() && sock.kick_tx().is_err() {
+                add(&core.counters.ports[out].tx_errors, 1);
+            }
+        }
+        for (out, t) in tally.iter().enumerate() {
+            t.tx_into(&core.counters.ports[out]);
+        }
+        // Dropped frames are in the pool: put them straight back on the fill rings.
+        core.service()
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        let mut core = lock(&self.core);
+        let end = Instant::now() + Duration::from_millis(100);
+        // Let what is queued go out before the sockets close.
+        while core.socks.iter().flatten().any(|s| s.tx_pending() > 0) && Instant::now() < end {
+            for s in core.socks.iter().flatten() {
+                let _ = s.kick_tx();
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        core.service()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_budget_is_bounded_and_ends_at_the_deadline() {
+        assert_eq!(wait_budget(None), Some(STOP_CHECK_MS));
+        assert_eq!(wait_budget(Some(Instant::now() - Duration::from_millis(1))), None);
+        let ms = wait_budget(Some(Instant::now() + Duration::from_micros(300))).unwrap();
+        assert!((0..=1).contains(&ms), "{ms}");
+        assert_eq!(wait_budget(Some(Instant::now() + Duration::from_secs(5))), Some(STOP_CHECK_MS));
+    }
+
+    #[test]
+    fn the_other_port() {
+        assert_eq!(other(0), Some(1));
+        assert_eq!(other(1), Some(0));
+        assert_eq!(other(2), None);
+    }
+
+    #[test]
+    fn backed_packets_keep_their_umem_address() {
+        // The sink recovers a frame's address from where the packet points into the backing.
+        let backing: Backing = Arc::new(vec![0u8; 8192]);
+        let mut b = PacketBatch::with_capacity(4);
+        b.set_backing(&backing);
+        let meta = Meta {
+            index: 7,
+            offset: 4096 + 256,
+            timestamp: timestamp(1),
+            wire_len: 60,
+            port: 1,
+            interface: ethernet(2048),
+        };
+        b.push_backed(meta, 4096 + 256, 60, 0);
+        b.push_copy(meta, &[0; 60]);
+        assert_eq!(b.backed_range(0), Some((4096 + 256, 60)));
+        assert_eq!(b.backed_range(1), None);
+    }
+}

@@ -1,0 +1,127 @@
+//! The live ports as a pipeline source and sink, through `sluice_pipeline::run`:
+//! `ns_a:a0 <-> a1 [run(source, judge, sink)] b1 <-> ns_b:b0`. Every test
+//! frame (non-IP, so the rules pass it) must arrive unchanged on the far
+//! side, both ways, VLAN tags included; the counters must add up; the stop
+//! flag ends the run; and the XDP programs are gone afterwards.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{assert_same, live_or_skip, test_frames, Endpoint, Topology};
+use sluice_engine::snapshot::Published;
+use sluice_engine::RuleSet;
+use sluice_live::pipeline::{open_packet, open_xsk, BridgeCounters, XskBridgeConfig};
+use sluice_live::{PacketConfig, XdpMode};
+use sluice_pipeline::{Inline, Judge, JudgeConfig, Quiet, Reassembly, RunConfig, Sink, Source, Workers, WorkersConfig};
+
+fn judge(workers: usize) -> Box<dyn Judge> {
+    let rules = Arc::new(Published::new(RuleSet::empty()));
+    if workers == 1 {
+        Box::new(Inline::new(&rules, JudgeConfig::default()))
+    } else {
+        Box::new(Workers::new(WorkersConfig::new(workers), &rules))
+    }
+}
+
+fn bridge<S, K>(
+    mut source: S,
+    mut sink: K,
+    workers: usize,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<sluice_pipeline::RunReport>
+where
+    S: Source + Send + 'static,
+    S::Error: Send + std::fmt::Debug,
+    K: Sink + Send + 'static,
+    K::Error: std::fmt::Debug + std::fmt::Display,
+{
+    std::thread::spawn(move || {
+        let mut stage = Reassembly::new(Default::default(), sluice_pipeline::Verdict::Drop);
+        let cfg = RunConfig { read_ahead: false, live_wait: Duration::from_millis(10), ..RunConfig::default() };
+        let done = sluice_pipeline::run(&mut source, &mut stage, judge(workers), &mut sink, &mut Quiet, &cfg)
+            .expect("the run");
+        assert!(done.stopped.is_none(), "source error: {:?}", done.stopped);
+        assert!(stop.load(Ordering::Relaxed), "the run ended only when asked to");
+        done.report
+    })
+}
+
+fn exchange(topo: &Topology, counters: &BridgeCounters) {
+    let mut ep_a = Endpoint::open(&topo.ns_a.name, &topo.a.far);
+    let mut ep_b = Endpoint::open(&topo.ns_b.name, &topo.b.far);
+    let ab = test_frames(0, 400);
+    ep_a.send_all(&ab);
+    let got_b = ep_b.collect(ab.len(), Duration::from_secs(5));
+    let ba = test_frames(10_000, 400);
+    ep_b.send_all(&ba);
+    let got_a = ep_a.collect(ba.len(), Duration::from_secs(5));
+    assert_same("A->B", &ab, &got_b);
+    assert_same("B->A", &ba, &got_a);
+    let (a, b) = (counters.ports[0].totals(), counters.ports[1].totals());
+    println!("a1 {a:?}\nb1 {b:?}");
+    assert_eq!((a.rx_packets, b.tx_packets), (400, 400), "A->B counted");
+    assert_eq!((b.rx_packets, a.tx_packets), (400, 400), "B->A counted");
+    let bytes: u64 = ab.iter().map(|f| f.len() as u64).sum();
+    assert_eq!((a.rx_bytes, b.tx_bytes), (bytes, bytes));
+}
+
+fn xdp_attached(iface: &str) -> bool {
+    let out = std::process::Command::new("ip").args(["-d", "link", "show", "dev", iface]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
+}
+
+fn xsk_case(mode: XdpMode, workers: usize, tag: &str) {
+    let topo = Topology::new(tag);
+    let stop = Arc::new(AtomicBool::new(false));
+    let counters = Arc::new(BridgeCounters::default());
+    let cfg = XskBridgeConfig { mode, frames: 4096, ..XskBridgeConfig::default() };
+    let (source, sink) =
+        open_xsk([&topo.a.near, &topo.b.near], &cfg, stop.clone(), counters.clone()).expect("open AF_XDP bridge");
+    assert_eq!(source.queues(), [1, 1], "veth has one queue");
+    assert_eq!(source.xdp_mode(), mode);
+    assert!(xdp_attached(&topo.a.near) && xdp_attached(&topo.b.near));
+    let run = bridge(source, sink, workers, stop.clone());
+    exchange(&topo, &counters);
+    stop.store(true, Ordering::Relaxed);
+    let report = run.join().expect("bridge thread");
+    assert_eq!(report.stats.packets, 800);
+    assert_eq!(report.per_worker.len(), workers);
+    assert!(!xdp_attached(&topo.a.near) && !xdp_attached(&topo.b.near), "XDP detached when the run is over");
+}
+
+#[test]
+fn pipeline_xsk_skb_inline() {
+    if !live_or_skip("pipeline_xsk_skb_inline") {
+        return;
+    }
+    xsk_case(XdpMode::Skb, 1, "ps");
+}
+
+#[test]
+fn pipeline_xsk_driver_two_workers() {
+    if !live_or_skip("pipeline_xsk_driver_two_workers") {
+        return;
+    }
+    xsk_case(XdpMode::Driver, 2, "pd");
+}
+
+#[test]
+fn pipeline_packet_two_workers() {
+    if !live_or_skip("pipeline_packet_two_workers") {
+        return;
+    }
+    let topo = Topology::new("pp");
+    let stop = Arc::new(AtomicBool::new(false));
+    let counters = Arc::new(BridgeCounters::default());
+    let (source, sink) =
+        open_packet([&topo.a.near, &topo.b.near], &PacketConfig::default(), stop.clone(), counters.clone())
+            .expect("open AF_PACKET bridge");
+    let run = bridge(source, sink, 2, stop.clone());
+    exchange(&topo, &counters);
+    stop.store(true, Ordering::Relaxed);
+    let report = run.join().expect("bridge thread");
+    assert_eq!(report.stats.packets, 800);
+}
