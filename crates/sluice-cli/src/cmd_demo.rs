@@ -4,12 +4,14 @@ use crate::{progress, Outcome};
 use anyhow::Result;
 use clap::Args;
 use sluice_engine::defrag::Limits;
+use sluice_engine::snapshot::Published;
 use sluice_engine::{RuleSet, Verdict};
 use sluice_gen::{FrameSize, GenConfig, GenSource, Generator, ProtoMix};
 use sluice_pcap::{PcapHeader, WriteThrough};
 use sluice_pipeline::{Discard, JudgeConfig, Reassembly, RunConfig};
 use sluice_wire::LinkType;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
@@ -56,7 +58,7 @@ pub fn run(a: DemoArgs) -> Result<Outcome> {
         Some(p) => WriteThrough::new(gen, p, header)?,
         None => WriteThrough::without_copy(gen),
     };
-    let judge = judge(rules, JudgeConfig::default(), 1, &[], None);
+    let judge = judge(&Arc::new(Published::new(rules)), JudgeConfig::default(), 1, &[], None);
     let mut stage = Reassembly::new(Limits::default(), Verdict::Drop);
     let mut bar = Bar(progress::bar(a.packets, false, !a.json));
     // Generating is the costly half: on two CPUs it runs on the reader thread.

@@ -130,7 +130,8 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
     let input_format = source.format();
     let mut sinks =
         CaptureSinks::create(a.pass.as_deref(), a.drop_out.as_deref(), out_format, input_format, source.pcap_header())?;
-    let judge = judge(rules, JudgeConfig { undecodable, ..JudgeConfig::default() }, a.workers, &a.cpus, panic_at);
+    let rules = Arc::new(Published::new(rules));
+    let judge = judge(&rules, JudgeConfig { undecodable, ..JudgeConfig::default() }, a.workers, &a.cpus, panic_at);
     let limits = Limits {
         max_datagrams: a.frag_max_datagrams.max(1),
         timeout_ns: a.frag_timeout.saturating_mul(1_000_000_000),
@@ -176,23 +177,24 @@ fn parse_panic_at(s: &str) -> Result<(usize, u64)> {
     Ok((w.parse().context("worker number")?, n.parse().context("share number")?))
 }
 
-/// The judge for `workers`: inline on this thread for one, else a pool.
+/// The judge for `workers`, reading its rules from `published` (the
+/// snapshot a reload publishes into): inline on this thread for one, else a
+/// pool.
 pub fn judge(
-    rules: RuleSet,
+    published: &Arc<Published<RuleSet>>,
     cfg: JudgeConfig,
     workers: usize,
     cpus: &[usize],
     panic_at: Option<(usize, u64)>,
 ) -> Box<dyn Judge> {
-    let published = Arc::new(Published::new(rules));
     if workers == 1 && panic_at.is_none() {
-        return Box::new(Inline::new(&published, cfg));
+        return Box::new(Inline::new(published, cfg));
     }
     let mut wc = WorkersConfig::new(workers);
     wc.judge = cfg;
     wc.cpus = (!cpus.is_empty()).then(|| cpus.to_vec());
     wc.panic_at = panic_at;
-    Box::new(Workers::new(wc, &published))
+    Box::new(Workers::new(wc, published))
 }
 
 /// The run's result, or an error that says what stopped it. After a failed

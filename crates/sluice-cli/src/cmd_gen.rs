@@ -63,7 +63,7 @@ pub struct GenArgs {
     pub json: bool,
 }
 
-fn parse_mix(s: &str) -> Result<ProtoMix, String> {
+pub fn parse_mix(s: &str) -> Result<ProtoMix, String> {
     let parts: Vec<&str> = s.split(':').collect();
     let [t, u, i] = parts[..] else {
         return Err("expected TCP:UDP:ICMP weights, e.g. 6:3:1".into());
@@ -72,7 +72,7 @@ fn parse_mix(s: &str) -> Result<ProtoMix, String> {
     Ok(ProtoMix { tcp: n(t)?, udp: n(u)?, icmp: n(i)? })
 }
 
-fn parse_size(s: &str) -> Result<FrameSize, String> {
+pub fn parse_size(s: &str) -> Result<FrameSize, String> {
     if s.eq_ignore_ascii_case("imix") {
         return Ok(FrameSize::Imix);
     }

@@ -4,11 +4,14 @@
 #![deny(unsafe_code)]
 
 mod cmd_bench;
+mod cmd_bridge;
 mod cmd_decode;
 mod cmd_demo;
 mod cmd_filter;
 mod cmd_gen;
 mod cmd_rss;
+mod cmd_send;
+mod live_metrics;
 mod progress;
 
 use clap::{Parser, Subcommand};
@@ -58,6 +61,10 @@ enum Command {
     Demo(cmd_demo::DemoArgs),
     /// Where RSS steers a flow: its Toeplitz hash, indirection bucket and worker.
     Rss(cmd_rss::RssArgs),
+    /// Forward between two interfaces (AF_XDP or AF_PACKET), dropping what the lists say.
+    Bridge(cmd_bridge::BridgeArgs),
+    /// Send a capture or generated frames out of an interface, paced (pkt-gen's role).
+    Send(cmd_send::SendArgs),
     /// Reproducible experiments: the seed's classification test bed.
     #[command(subcommand)]
     Bench(cmd_bench::BenchCommand),
@@ -72,6 +79,8 @@ fn main() -> ExitCode {
         Command::Demo(a) => cmd_demo::run(a),
         Command::Bench(b) => cmd_bench::run(b),
         Command::Rss(a) => cmd_rss::run(a),
+        Command::Bridge(a) => cmd_bridge::run(a),
+        Command::Send(a) => cmd_send::run(a),
     };
     ExitCode::from(match result {
         Ok(Outcome::Complete) => exit::OK,

@@ -1,0 +1,579 @@
+//! `sluice bridge`: forward between two interfaces, dropping what the rules say.
+//!
+//! The live ports (`sluice_live::pipeline`) are the pipeline's source and
+//! sink; reassembly and the judge are the same as `filter`'s. Around the run:
+//! a signal thread (SIGHUP: reload; SIGINT/SIGTERM: stop), a control thread
+//! (reloads off the fast path, `--watch` polling, the status line), and the
+//! metrics server. A reload builds the new rules on the control thread and
+//! publishes them into the very `Published` the judge reads, so workers
+//! switch between batches and every verdict comes from one rule set; the
+//! old set is freed on the control thread once no worker holds it, never on
+//! a worker.
+
+use crate::cmd_filter::{self, VerdictArg};
+use crate::live_metrics::{self, Counted, ListEntries, LiveObserver, Shared};
+use crate::Outcome;
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+use sluice_engine::defrag::Limits;
+use sluice_engine::snapshot::{Published, Snapshot};
+use sluice_engine::{RuleSet, Verdict};
+use sluice_live::pipeline::{open_packet, open_xsk, BridgeCounters, XskBridgeConfig};
+use sluice_live::{LiveError, PacketConfig, XdpMode};
+use sluice_pipeline::{Finished, Judge, JudgeConfig, Reassembly, RunConfig, RunError, Sink, Source};
+use std::io::IsTerminal;
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+#[derive(Args, Debug)]
+pub struct BridgeArgs {
+    /// An interface to bridge; give it twice (port 0, port 1).
+    #[arg(long = "iface", value_name = "IFACE", required = true)]
+    pub ifaces: Vec<String>,
+    /// Drop packets whose source address is in LIST (repeatable).
+    #[arg(long, value_name = "LIST")]
+    pub drop_src: Vec<PathBuf>,
+    /// Drop packets whose destination address is in LIST (repeatable).
+    #[arg(long, value_name = "LIST")]
+    pub drop_dst: Vec<PathBuf>,
+    /// Drop packets whose source or destination address is in LIST (repeatable).
+    #[arg(long, value_name = "LIST")]
+    pub drop_any: Vec<PathBuf>,
+    /// Skip malformed list lines with a warning instead of refusing the list.
+    #[arg(long)]
+    pub lenient: bool,
+    /// Socket layer: AF_XDP, AF_PACKET, or AF_XDP falling back to AF_PACKET.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub io: IoArg,
+    /// XDP attach mode for AF_XDP: generic (skb), native (drv), or native
+    /// falling back to generic.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub xdp_mode: XdpModeArg,
+    /// AF_XDP: queues to bind per port (default: every RX queue, up to 8).
+    #[arg(long)]
+    pub queues: Option<u32>,
+    /// Worker threads judging (software RSS: Toeplitz on the 4-tuple).
+    #[arg(long, default_value_t = 1)]
+    pub workers: usize,
+    /// CPUs to pin workers to, e.g. 0,1 (default: worker i on CPU i).
+    #[arg(long, value_delimiter = ',')]
+    pub cpus: Vec<usize>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (loopback only unless
+    /// --metrics-allow-remote; port 0 picks a free one, printed on stderr).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+    /// Allow --metrics on an address other than loopback.
+    #[arg(long)]
+    pub metrics_allow_remote: bool,
+    /// Reload the rules when a list file changes (checked every 200 ms;
+    /// replace files by rename so no half-written list is read).
+    #[arg(long)]
+    pub watch: bool,
+    /// Print a status line on stderr every 2 s even when it is not a terminal.
+    #[arg(long)]
+    pub status: bool,
+    /// Print the final summary as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// Verdict for frames that cannot be decoded.
+    #[arg(long, value_enum, default_value = "pass")]
+    pub undecodable: VerdictArg,
+    /// Verdict for fragments of datagrams that never complete.
+    #[arg(long, value_enum, default_value = "drop")]
+    pub incomplete: VerdictArg,
+    /// Reassembly timeout in seconds (wall clock).
+    #[arg(long, default_value_t = 30)]
+    pub frag_timeout: u64,
+    /// Most datagrams being reassembled at once.
+    #[arg(long, default_value_t = 4096)]
+    pub frag_max_datagrams: usize,
+    /// Stop by itself after this many seconds (as if sent SIGTERM).
+    #[arg(long, value_name = "SECONDS")]
+    pub duration: Option<f64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum IoArg {
+    Auto,
+    Afxdp,
+    Afpacket,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum XdpModeArg {
+    Auto,
+    Skb,
+    Drv,
+}
+
+fn verdict(v: VerdictArg) -> Verdict {
+    match v {
+        VerdictArg::Pass => Verdict::Pass,
+        VerdictArg::Drop => Verdict::Drop,
+    }
+}
+
+/// The list files, by kind, and how to load them into a rule set.
+struct Lists {
+    src: Vec<PathBuf>,
+    dst: Vec<PathBuf>,
+    any: Vec<PathBuf>,
+    lenient: bool,
+}
+
+struct Loaded {
+    rules: RuleSet,
+    entries: Vec<ListEntries>,
+    took: Duration,
+}
+
+impl Lists {
+    fn all(&self) -> Vec<(&'static str, &PathBuf)> {
+        let mut v = Vec::new();
+        for (kind, paths) in [("drop-src", &self.src), ("drop-dst", &self.dst), ("drop-any", &self.any)] {
+            v.extend(paths.iter().map(|p| (kind, p)));
+        }
+        v
+    }
+
+    /// Parse every list and build the rule set; a bad line or a missing
+    /// file is an error naming file:line, and nothing is built.
+    fn load(&self) -> Result<Loaded> {
+        let started = Instant::now();
+        let mut entries = Vec::new();
+        let mut per_kind = [Vec::new(), Vec::new(), Vec::new()];
+        for (kind, path) in self.all() {
+            let prefixes = cmd_filter::load_lists(std::slice::from_ref(path), self.lenient)?;
+            entries.push(ListEntries { kind, path: path.display().to_string(), entries: prefixes.len() as u64 });
+            let k = match kind {
+                "drop-src" => 0,
+                "drop-dst" => 1,
+                _ => 2,
+            };
+            per_kind[k].extend(prefixes);
+        }
+        let rules = RuleSet::new(&per_kind[0], &per_kind[1], &per_kind[2]);
+        Ok(Loaded { rules, entries, took: started.elapsed() })
+    }
+}
+
+fn total_entries(e: &[ListEntries]) -> u64 {
+    e.iter().map(|l| l.entries).sum()
+}
+
+fn entries_text(e: &[ListEntries]) -> String {
+    e.iter().map(|l| format!("{} {}: {}", l.kind, l.path, l.entries)).collect::<Vec<_>>().join(", ")
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Where metrics may be served: loopback, unless remote access was asked for.
+fn metrics_addr(s: &str, allow_remote: bool) -> Result<SocketAddr> {
+    let addr: SocketAddr = s
+        .parse()
+        .with_context(|| format!("--metrics {s:?}: expected ADDRESS:PORT, e.g. 127.0.0.1:9100 or [::1]:9100"))?;
+    if !addr.ip().is_loopback() && !allow_remote {
+        bail!(
+            "--metrics {addr}: not a loopback address; metrics would be reachable from the network. \
+             Use 127.0.0.1 or [::1], or add --metrics-allow-remote if that is intended"
+        );
+    }
+    Ok(addr)
+}
+
+/// The two halves of an opened bridge.
+enum Opened {
+    Xsk(sluice_live::pipeline::XskPorts, sluice_live::pipeline::XskTx),
+    Packet(Box<(sluice_live::pipeline::PacketPorts, sluice_live::pipeline::PacketTx)>),
+}
+
+fn open_afxdp(
+    a: &BridgeArgs,
+    ifaces: [&str; 2],
+    stop: &Arc<AtomicBool>,
+    counters: &Arc<BridgeCounters>,
+) -> Result<(Opened, String)> {
+    let modes: &[XdpMode] = match a.xdp_mode {
+        XdpModeArg::Skb => &[XdpMode::Skb],
+        XdpModeArg::Drv => &[XdpMode::Driver],
+        XdpModeArg::Auto => &[XdpMode::Driver, XdpMode::Skb],
+    };
+    let mut last = None;
+    for (i, &mode) in modes.iter().enumerate() {
+        let cfg = XskBridgeConfig { mode, queues: a.queues, ..XskBridgeConfig::default() };
+        match open_xsk(ifaces, &cfg, Arc::clone(stop), Arc::clone(counters)) {
+            Ok((source, sink)) => {
+                let desc = format!(
+                    "AF_XDP ({} mode, {}, {} + {} queues, shared UMEM)",
+                    if mode == XdpMode::Skb { "skb" } else { "drv" },
+                    if source.is_zero_copy() { "zero-copy" } else { "copy" },
+                    source.queues()[0],
+                    source.queues()[1],
+                );
+                return Ok((Opened::Xsk(source, sink), desc));
+            }
+            // Native mode refused by the driver: generic mode may still work.
+            Err(e @ LiveError::XdpAttach { .. }) if i + 1 < modes.len() => {
+                eprintln!("sluice: driver-mode XDP refused ({e}); trying skb (generic) mode");
+                last = Some(e);
+            }
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context(format!("opening AF_XDP on {} and {}", ifaces[0], ifaces[1])))
+            }
+        }
+    }
+    Err(anyhow::Error::new(last.expect("at least one mode was tried"))
+        .context(format!("opening AF_XDP on {} and {}", ifaces[0], ifaces[1])))
+}
+
+fn open_afpacket(
+    ifaces: [&str; 2],
+    stop: &Arc<AtomicBool>,
+    counters: &Arc<BridgeCounters>,
+) -> Result<(Opened, String)> {
+    let (source, sink) = open_packet(ifaces, &PacketConfig::default(), Arc::clone(stop), Arc::clone(counters))
+        .with_context(|| format!("opening AF_PACKET on {} and {}", ifaces[0], ifaces[1]))?;
+    Ok((Opened::Packet(Box::new((source, sink))), "AF_PACKET (TPACKET_V3 RX, TPACKET_V2 TX rings)".to_owned()))
+}
+
+fn open(
+    a: &BridgeArgs,
+    ifaces: [&str; 2],
+    stop: &Arc<AtomicBool>,
+    counters: &Arc<BridgeCounters>,
+) -> Result<(Opened, String)> {
+    match a.io {
+        IoArg::Afxdp => open_afxdp(a, ifaces, stop, counters),
+        IoArg::Afpacket => open_afpacket(ifaces, stop, counters),
+        IoArg::Auto => match open_afxdp(a, ifaces, stop, counters) {
+            Ok(o) => Ok(o),
+            Err(e) => {
+                eprintln!("sluice: AF_XDP is not available: {e:#}; falling back to AF_PACKET");
+                open_afpacket(ifaces, stop, counters)
+            }
+        },
+    }
+}
+
+/// What the control thread hears.
+enum Control {
+    Reload,
+    Quit,
+}
+
+/// Polls the list files' metadata; a change counts once it has held still
+/// for one poll, so a file being written is not read half-way (a rename is
+/// still the safe way to replace a list).
+struct Watch {
+    paths: Vec<PathBuf>,
+    seen: Vec<Option<(SystemTime, u64, u64)>>,
+    pending: Option<Vec<Option<(SystemTime, u64, u64)>>>,
+}
+
+impl Watch {
+    fn new(paths: Vec<PathBuf>) -> Watch {
+        let seen = Self::look(&paths);
+        Watch { paths, seen, pending: None }
+    }
+
+    fn look(paths: &[PathBuf]) -> Vec<Option<(SystemTime, u64, u64)>> {
+        use std::os::unix::fs::MetadataExt;
+        paths
+            .iter()
+            .map(|p| std::fs::metadata(p).ok().and_then(|m| Some((m.modified().ok()?, m.len(), m.ino()))))
+            .collect()
+    }
+
+    fn changed(&mut self) -> bool {
+        let now = Self::look(&self.paths);
+        if now == self.seen {
+            self.pending = None;
+            return false;
+        }
+        if self.pending.as_ref() == Some(&now) {
+            self.seen = now;
+            self.pending = None;
+            return true;
+        }
+        self.pending = Some(now);
+        false
+    }
+}
+
+/// The control thread: reloads, `--watch`, the status line, `--duration`.
+struct ControlLoop {
+    lists: Lists,
+    published: Arc<Published<RuleSet>>,
+    shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
+    watch: Option<Watch>,
+    status: bool,
+    deadline: Option<Instant>,
+    /// Replaced rule sets, freed here once no worker holds them.
+    retired: Vec<Arc<Snapshot<RuleSet>>>,
+}
+
+impl ControlLoop {
+    fn reload(&mut self, why: &str) {
+        let before = self.published.load();
+        match self.lists.load() {
+            Ok(l) => {
+                let generation = self.published.publish(l.rules);
+                let n = self.shared.reloads_ok.fetch_add(1, Ordering::Relaxed) + 1;
+                self.shared.generation.store(generation, Ordering::Relaxed);
+                self.shared.last_reload_ms.store(unix_ms(), Ordering::Relaxed);
+                eprintln!(
+                    "sluice: reload {n} ({why}): {} entries ({}) built in {:.1} ms; generation {generation} in force",
+                    total_entries(&l.entries),
+                    entries_text(&l.entries),
+                    l.took.as_secs_f64() * 1e3
+                );
+                self.shared.set_entries(l.entries);
+                self.retired.push(before);
+            }
+            Err(e) => {
+                self.shared.reloads_failed.fetch_add(1, Ordering::Relaxed);
+                eprintln!("sluice: reload ({why}) failed; the rules in force stay: {e:#}");
+            }
+        }
+    }
+
+    fn run(mut self, rx: Receiver<Control>) {
+        let mut last_status = Instant::now();
+        let mut last_counts = [0u64; 2];
+        loop {
+            match rx.recv_timeout(Duration::from_millis(200)) {
+                Ok(Control::Reload) => self.reload("SIGHUP"),
+                Ok(Control::Quit) | Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+            if self.watch.as_mut().is_some_and(Watch::changed) {
+                self.reload("list file changed");
+            }
+            // Drop a replaced rule set here once every reader has moved on,
+            // so freeing a large table never stalls a worker.
+            self.retired.retain(|s| Arc::strong_count(s) > 1);
+            if self.status && last_status.elapsed() >= Duration::from_secs(2) {
+                let since = last_status.elapsed();
+                last_status = Instant::now();
+                eprintln!("{}", self.shared.status_line(&mut last_counts, since));
+            }
+            if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                self.stop.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+pub fn run(a: BridgeArgs) -> Result<Outcome> {
+    let [if_a, if_b] = a.ifaces.as_slice() else {
+        bail!("give exactly two interfaces: --iface A --iface B (got {})", a.ifaces.len());
+    };
+    if if_a == if_b {
+        bail!("--iface {if_a} given twice: a bridge needs two different interfaces");
+    }
+    if a.workers == 0 || a.workers > 256 {
+        bail!("--workers must be between 1 and 256");
+    }
+    if let Some(d) = a.duration {
+        if !(d.is_finite() && d > 0.0) {
+            bail!("--duration must be a positive number of seconds");
+        }
+    }
+    let metrics = a.metrics.as_deref().map(|m| metrics_addr(m, a.metrics_allow_remote)).transpose()?;
+    let lists = Lists { src: a.drop_src.clone(), dst: a.drop_dst.clone(), any: a.drop_any.clone(), lenient: a.lenient };
+    let loaded = lists.load().context("loading the address lists")?;
+    if loaded.rules.is_empty() {
+        eprintln!("sluice: warning: no address lists given (or they are empty); every decodable packet passes");
+    }
+    let entries = loaded.entries.clone();
+    let build_ms = loaded.took.as_secs_f64() * 1e3;
+    let published = Arc::new(Published::new(loaded.rules));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let counters = Arc::new(BridgeCounters::default());
+    let shared = Arc::new(Shared::new([if_a.clone(), if_b.clone()], Arc::clone(&counters)));
+    shared.set_entries(loaded.entries);
+    shared.last_reload_ms.store(unix_ms(), Ordering::Relaxed);
+
+    // Signals first: a SIGINT while the ports open still ends the run cleanly.
+    let mut signals = Signals::new([SIGHUP, SIGINT, SIGTERM]).context("installing the signal handlers")?;
+    let signals_handle = signals.handle();
+    let (ctl_tx, ctl_rx) = channel();
+    {
+        let (stop, ctl_tx, shared) = (Arc::clone(&stop), ctl_tx.clone(), Arc::clone(&shared));
+        std::thread::Builder::new()
+            .name("sluice-signals".into())
+            .spawn(move || {
+                for sig in signals.forever() {
+                    if sig == SIGHUP {
+                        shared.sighups.fetch_add(1, Ordering::Relaxed);
+                        let _ = ctl_tx.send(Control::Reload);
+                    } else {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                }
+            })
+            .context("starting the signal thread")?;
+    }
+
+    let (opened, io_desc) = open(&a, [if_a, if_b], &stop, &counters)?;
+    *shared.io.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = io_desc.clone();
+
+    if let Some(addr) = metrics {
+        let listener = TcpListener::bind(addr).with_context(|| format!("--metrics: cannot listen on {addr}"))?;
+        let bound = listener.local_addr().context("--metrics: local address")?;
+        eprintln!("sluice: metrics at http://{bound}/metrics");
+        let shared = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("sluice-metrics".into())
+            .spawn(move || live_metrics::serve(listener, shared))
+            .context("starting the metrics thread")?;
+    }
+
+    let status = a.status || std::io::stderr().is_terminal();
+    let control = ControlLoop {
+        watch: a.watch.then(|| Watch::new(lists.all().into_iter().map(|(_, p)| p.clone()).collect())),
+        lists,
+        published: Arc::clone(&published),
+        shared: Arc::clone(&shared),
+        stop: Arc::clone(&stop),
+        status,
+        deadline: a.duration.map(|d| Instant::now() + Duration::from_secs_f64(d)),
+        retired: Vec::new(),
+    };
+    let control = std::thread::Builder::new()
+        .name("sluice-control".into())
+        .spawn(move || control.run(ctl_rx))
+        .context("starting the control thread")?;
+
+    eprintln!(
+        "sluice: bridging {if_a} <-> {if_b} over {io_desc}; {} worker(s); {} entries ({}) built in {build_ms:.1} ms",
+        a.workers,
+        total_entries(&entries),
+        entries_text(&entries)
+    );
+    let judge_cfg = JudgeConfig { undecodable: verdict(a.undecodable), ..JudgeConfig::default() };
+    let judge = cmd_filter::judge(&published, judge_cfg, a.workers, &a.cpus, None);
+    let limits = Limits {
+        max_datagrams: a.frag_max_datagrams.max(1),
+        timeout_ns: a.frag_timeout.saturating_mul(1_000_000_000),
+        ..Limits::default()
+    };
+    let mut stage = Reassembly::new(limits, verdict(a.incomplete));
+    let cfg = RunConfig {
+        // In input order: the AF_XDP sink returns frames to the kernel by
+        // walking them in the order they were received.
+        ordered: true,
+        // Source and sink share the ports; both run on this thread.
+        read_ahead: false,
+        max_in_flight: a.workers * 4,
+        // How long a fill waits on a quiet link before the loop writes what
+        // workers finished and expires held fragments.
+        live_wait: Duration::from_millis(2),
+        ..RunConfig::default()
+    };
+    let mut observer = LiveObserver(Arc::clone(&shared));
+    let result = match opened {
+        Opened::Xsk(mut source, sink) => {
+            go(&mut source, sink, &mut stage, judge, &published, &shared, &mut observer, &cfg)
+        }
+        Opened::Packet(ports) => {
+            let (mut source, sink) = *ports;
+            go(&mut source, sink, &mut stage, judge, &published, &shared, &mut observer, &cfg)
+        }
+    };
+    // The ports are closed (and the XDP programs detached) by now.
+    let _ = ctl_tx.send(Control::Quit);
+    let _ = control.join();
+    signals_handle.close();
+    let done = cmd_filter::finished(result)?;
+    let summary = summary_json(&done.report, &shared, &io_desc);
+    if a.json {
+        println!("{summary}");
+    } else {
+        print_summary(&done.report, &shared, &io_desc);
+    }
+    if let Some(e) = done.stopped {
+        return Err(anyhow::Error::new(e).context("the bridge stopped on an error reading the ports"));
+    }
+    Ok(Outcome::Complete)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn go<S, K>(
+    source: &mut S,
+    sink: K,
+    stage: &mut Reassembly,
+    judge: Box<dyn Judge>,
+    published: &Arc<Published<RuleSet>>,
+    shared: &Arc<Shared>,
+    observer: &mut LiveObserver,
+    cfg: &RunConfig,
+) -> std::result::Result<Finished<S::Error>, RunError<K::Error>>
+where
+    S: Source + Send,
+    S::Error: Send,
+    K: Sink,
+{
+    let mut sink = Counted::new(sink, Arc::clone(shared), published);
+    sluice_pipeline::run(source, stage, judge, &mut sink, observer, cfg)
+}
+
+fn summary_json(report: &sluice_pipeline::RunReport, shared: &Shared, io: &str) -> serde_json::Value {
+    let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let mut v = serde_json::to_value(report.to_json()).expect("the report serialises");
+    v["io"] = io.into();
+    v["per_port"] = shared.per_port_json();
+    v["per_worker"] = report.per_worker.clone().into();
+    v["reloads"] = serde_json::json!({
+        "ok": l(&shared.reloads_ok),
+        "failed": l(&shared.reloads_failed),
+        "sighup": l(&shared.sighups),
+        "generation": l(&shared.generation),
+    });
+    v["lists"] = shared
+        .entries()
+        .iter()
+        .map(|e| serde_json::json!({ "list": e.kind, "path": e.path, "entries": e.entries }))
+        .collect();
+    v["frames_reclaimed"] = l(&shared.ports.frames_reclaimed).into();
+    v["live_undecodable_by_reason"] =
+        serde_json::to_value(live_metrics::undecodable_by_reason(shared)).unwrap_or(serde_json::Value::Null);
+    v
+}
+
+fn print_summary(report: &sluice_pipeline::RunReport, shared: &Shared, io: &str) {
+    cmd_filter::print_summary(report);
+    println!("io           {io}");
+    for p in shared.per_port_json().as_array().into_iter().flatten() {
+        println!(
+            "port {} {:<8} in {} (pass {}, drop {}); sent {}; lost: rx ring {}, tx ring {}, unsendable {}, no buffer {}",
+            p["port"],
+            p["iface"].as_str().unwrap_or(""),
+            p["packets"],
+            p["passed"],
+            p["dropped"],
+            p["tx_packets"],
+            p["rx_ring_drops"],
+            p["tx_ring_full"],
+            p["tx_invalid"],
+            p["tx_no_buffer"]
+        );
+    }
+    println!(
+        "reloads      {} ok, {} failed ({} SIGHUP)",
+        shared.reloads_ok.load(Ordering::Relaxed),
+        shared.reloads_failed.load(Ordering::Relaxed),
+        shared.sighups.load(Ordering::Relaxed)
+    );
+    println!("workers      {:?}", report.per_worker);
+}

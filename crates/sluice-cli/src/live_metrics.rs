@@ -1,0 +1,517 @@
+//! What `sluice bridge` counts while it runs, and how it is shown: the
+//! Prometheus exposition at `/metrics` (encoded by `prometheus-client`, served
+//! by a one-request-per-connection responder on a thread), the status line,
+//! and the per-port part of the final summary.
+//!
+//! The numbers are live atomics: the counting sink ([`Counted`]) sees every
+//! packet with its verdict and port once per batch and adds a batch's
+//! tallies at once; the live ports add what they received and sent
+//! ([`BridgeCounters`]); the control thread counts reloads. A scrape only
+//! reads them.
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use sluice_engine::snapshot::{Published, Reader};
+use sluice_engine::{RuleSet, Stats, Verdict};
+use sluice_live::pipeline::BridgeCounters;
+use sluice_pipeline::{Disposition, Observer, PacketBatch, Progress, Sink};
+use sluice_wire::{ErrorKind, PacketSummary};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// Why a dropped packet was dropped, with the list that matched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DropWhy {
+    SrcInDropSrc,
+    SrcInDropAny,
+    DstInDropDst,
+    DstInDropAny,
+    Undecodable,
+    Fragment,
+    /// Dropped by rules that a reload replaced before the packet was counted.
+    RulesReplaced,
+}
+
+impl DropWhy {
+    pub const ALL: [DropWhy; 7] = [
+        DropWhy::SrcInDropSrc,
+        DropWhy::SrcInDropAny,
+        DropWhy::DstInDropDst,
+        DropWhy::DstInDropAny,
+        DropWhy::Undecodable,
+        DropWhy::Fragment,
+        DropWhy::RulesReplaced,
+    ];
+
+    /// (reason, list) labels.
+    pub fn labels(self) -> (&'static str, &'static str) {
+        match self {
+            DropWhy::SrcInDropSrc => ("src", "drop-src"),
+            DropWhy::SrcInDropAny => ("src", "drop-any"),
+            DropWhy::DstInDropDst => ("dst", "drop-dst"),
+            DropWhy::DstInDropAny => ("dst", "drop-any"),
+            DropWhy::Undecodable => ("undecodable", ""),
+            DropWhy::Fragment => ("fragment", ""),
+            DropWhy::RulesReplaced => ("rules_replaced", ""),
+        }
+    }
+}
+
+/// Fragment outcomes as the sink sees them.
+pub const FRAGMENT_OUTCOMES: [&str; 3] = ["judged", "reassembly_passed", "reassembly_dropped"];
+
+/// One (port, verdict) cell.
+#[derive(Debug, Default)]
+pub struct Cell {
+    pub packets: AtomicU64,
+    pub bytes: AtomicU64,
+}
+
+/// A list file in force and how many entries it had when last loaded.
+#[derive(Debug, Clone)]
+pub struct ListEntries {
+    pub kind: &'static str,
+    pub path: String,
+    pub entries: u64,
+}
+
+/// Everything the bridge counts, shared by the sink, the control thread,
+/// the status line and the metrics server.
+#[derive(Debug)]
+pub struct Shared {
+    pub ifaces: [String; 2],
+    /// "afxdp (skb mode)", "afpacket", ...
+    pub io: Mutex<String>,
+    pub started: Instant,
+    /// [port][0 = pass, 1 = drop]
+    pub per_port: [[Cell; 2]; 2],
+    pub drops: [AtomicU64; DropWhy::ALL.len()],
+    pub undecodable: [AtomicU64; ErrorKind::COUNT],
+    pub fragments: [AtomicU64; FRAGMENT_OUTCOMES.len()],
+    pub reloads_ok: AtomicU64,
+    pub reloads_failed: AtomicU64,
+    pub sighups: AtomicU64,
+    /// Unix time of the last successful load, in ms.
+    pub last_reload_ms: AtomicU64,
+    pub generation: AtomicU64,
+    pub entries: Mutex<Vec<ListEntries>>,
+    /// From the pipeline's observer: judged so far (some may not be written yet).
+    pub judged: AtomicU64,
+    pub judged_dropped: AtomicU64,
+    pub ports: Arc<BridgeCounters>,
+}
+
+impl Shared {
+    pub fn new(ifaces: [String; 2], ports: Arc<BridgeCounters>) -> Shared {
+        Shared {
+            ifaces,
+            io: Mutex::new(String::new()),
+            started: Instant::now(),
+            per_port: Default::default(),
+            drops: Default::default(),
+            undecodable: std::array::from_fn(|_| AtomicU64::new(0)),
+            fragments: Default::default(),
+            reloads_ok: AtomicU64::new(0),
+            reloads_failed: AtomicU64::new(0),
+            sighups: AtomicU64::new(0),
+            last_reload_ms: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
+            entries: Mutex::new(Vec::new()),
+            judged: AtomicU64::new(0),
+            judged_dropped: AtomicU64::new(0),
+            ports,
+        }
+    }
+
+    pub fn entries(&self) -> Vec<ListEntries> {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    pub fn set_entries(&self, e: Vec<ListEntries>) {
+        *self.entries.lock().unwrap_or_else(PoisonError::into_inner) = e;
+    }
+
+    pub fn io(&self) -> String {
+        self.io.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// The per-port part of the summary, one object per port.
+    pub fn per_port_json(&self) -> serde_json::Value {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        (0..2)
+            .map(|p| {
+                let [pass, drop] = &self.per_port[p];
+                let t = self.ports.ports[p].totals();
+                serde_json::json!({
+                    "port": p,
+                    "iface": self.ifaces[p],
+                    "packets": l(&pass.packets) + l(&drop.packets),
+                    "bytes": l(&pass.bytes) + l(&drop.bytes),
+                    "passed": l(&pass.packets),
+                    "passed_bytes": l(&pass.bytes),
+                    "dropped": l(&drop.packets),
+                    "dropped_bytes": l(&drop.bytes),
+                    "rx_packets": t.rx_packets,
+                    "rx_bytes": t.rx_bytes,
+                    "tx_packets": t.tx_packets,
+                    "tx_bytes": t.tx_bytes,
+                    "tx_ring_full": t.tx_ring_full,
+                    "tx_invalid": t.tx_invalid,
+                    "tx_no_buffer": t.tx_no_buffer,
+                    "tx_errors": t.tx_errors,
+                    "rx_ring_drops": t.rx_ring_drops,
+                    "rx_fill_empty": t.rx_fill_empty,
+                    "rx_truncated": t.rx_truncated,
+                })
+            })
+            .collect()
+    }
+
+    /// One status line: per port in/pass/drop and rate since the last line.
+    pub fn status_line(&self, last: &mut [u64; 2], since: Duration) -> String {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut s = format!("sluice: {:>7.1} s", self.started.elapsed().as_secs_f64());
+        for (p, last) in last.iter_mut().enumerate() {
+            let [pass, drop] = &self.per_port[p];
+            let n = l(&pass.packets) + l(&drop.packets);
+            let rate = (n - *last) as f64 / since.as_secs_f64().max(1e-3);
+            *last = n;
+            let t = self.ports.ports[p].totals();
+            s += &format!(
+                " | {} in {n} pass {} drop {} ({:.1} kpps) ring drops {}",
+                self.ifaces[p],
+                l(&pass.packets),
+                l(&drop.packets),
+                rate / 1e3,
+                t.rx_ring_drops + t.tx_ring_full
+            );
+        }
+        s += &format!(" | reloads {} ok {} failed", l(&self.reloads_ok), l(&self.reloads_failed));
+        s
+    }
+}
+
+/// Per-batch tallies, added to [`Shared`] once per batch.
+#[derive(Default)]
+struct Tally {
+    per_port: [[(u64, u64); 2]; 2],
+    drops: [u64; DropWhy::ALL.len()],
+    undecodable: [u64; ErrorKind::COUNT],
+    fragments: [u64; FRAGMENT_OUTCOMES.len()],
+}
+
+/// A sink that counts every packet (port, verdict, drop reason) and hands
+/// the batch on to the live ports.
+pub struct Counted<K> {
+    pub inner: K,
+    shared: Arc<Shared>,
+    rules: Reader<RuleSet>,
+}
+
+impl<K> Counted<K> {
+    pub fn new(inner: K, shared: Arc<Shared>, rules: &Arc<Published<RuleSet>>) -> Self {
+        Counted { inner, shared, rules: rules.reader() }
+    }
+}
+
+/// Which list a packet the rules dropped matched, asked again of `rules`
+/// (only for dropped packets: the verdict does not carry it).
+fn why_rules(rules: &RuleSet, ip: &sluice_wire::IpSummary) -> DropWhy {
+    if rules.drop_src.contains(ip.src) {
+        DropWhy::SrcInDropSrc
+    } else if rules.drop_any.contains(ip.src) {
+        DropWhy::SrcInDropAny
+    } else if rules.drop_dst.contains(ip.dst) {
+        DropWhy::DstInDropDst
+    } else if rules.drop_any.contains(ip.dst) {
+        DropWhy::DstInDropAny
+    } else {
+        DropWhy::RulesReplaced
+    }
+}
+
+impl<K: Sink> Sink for Counted<K> {
+    type Error = K::Error;
+
+    fn write(&mut self, batch: &PacketBatch) -> Result<(), K::Error> {
+        let mut t = Tally::default();
+        let rules = &self.rules.refresh().value;
+        for p in batch.packets() {
+            let port = (p.meta.port as usize).min(1);
+            let v = usize::from(p.verdict == Verdict::Drop);
+            t.per_port[port][v].0 += 1;
+            t.per_port[port][v].1 += u64::from(p.meta.wire_len);
+            let decided = matches!(p.disposition, Disposition::Decided(_));
+            match &p.decoded {
+                Err(e) => t.undecodable[e.kind().index()] += 1,
+                Ok(PacketSummary { ip: Some(ip), .. }) if ip.fragment.is_some() => {
+                    let o = match (decided, p.verdict) {
+                        (false, _) => 0,
+                        (true, Verdict::Pass) => 1,
+                        (true, Verdict::Drop) => 2,
+                    };
+                    t.fragments[o] += 1;
+                }
+                Ok(_) => {}
+            }
+            if p.verdict == Verdict::Pass {
+                continue;
+            }
+            let why = match &p.decoded {
+                _ if decided => DropWhy::Fragment,
+                Err(_) => DropWhy::Undecodable,
+                Ok(PacketSummary { ip: Some(ip), .. }) => why_rules(rules, ip),
+                Ok(_) => DropWhy::RulesReplaced,
+            };
+            t.drops[why as usize] += 1;
+        }
+        let s = &self.shared;
+        let add = |a: &AtomicU64, n: u64| {
+            if n > 0 {
+                a.fetch_add(n, Ordering::Relaxed);
+            }
+        };
+        for (cells, tallies) in s.per_port.iter().zip(&t.per_port) {
+            for (c, (n, b)) in cells.iter().zip(tallies) {
+                add(&c.packets, *n);
+                add(&c.bytes, *b);
+            }
+        }
+        for (a, n) in s.drops.iter().zip(&t.drops) {
+            add(a, *n);
+        }
+        for (a, n) in s.undecodable.iter().zip(&t.undecodable) {
+            add(a, *n);
+        }
+        for (a, n) in s.fragments.iter().zip(&t.fragments) {
+            add(a, *n);
+        }
+        self.inner.write(batch)
+    }
+
+    fn finish(&mut self) -> Result<(), K::Error> {
+        self.inner.finish()
+    }
+}
+
+/// The pipeline's progress reports, as live numbers.
+pub struct LiveObserver(pub Arc<Shared>);
+
+impl Observer for LiveObserver {
+    fn progress(&mut self, p: &Progress) {
+        self.0.judged.store(p.judged, Ordering::Relaxed);
+        self.0.judged_dropped.store(p.dropped, Ordering::Relaxed);
+    }
+}
+
+/// Encodes [`Shared`] on every scrape.
+#[derive(Debug)]
+struct Exporter(Arc<Shared>);
+
+fn counter(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &[(Vec<(&str, String)>, u64)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, v) in series {
+        ConstCounter::new(*v).encode(m.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+fn gauge(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &[(Vec<(&str, String)>, i64)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, v) in series {
+        ConstGauge::new(*v).encode(m.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+impl Collector for Exporter {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = &self.0;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let port = |p: usize| vec![("port", p.to_string()), ("iface", s.ifaces[p].clone())];
+        let mut packets = Vec::new();
+        let mut bytes = Vec::new();
+        for p in 0..2 {
+            for (v, verdict) in ["pass", "drop"].into_iter().enumerate() {
+                let mut labels = port(p);
+                labels.push(("verdict", verdict.to_owned()));
+                packets.push((labels.clone(), l(&s.per_port[p][v].packets)));
+                bytes.push((labels, l(&s.per_port[p][v].bytes)));
+            }
+        }
+        counter(&mut enc, "sluice_packets", "Packets received on a port, by verdict.", &packets)?;
+        counter(&mut enc, "sluice_bytes", "Bytes (on the wire) received on a port, by verdict.", &bytes)?;
+        let totals: Vec<_> = (0..2).map(|p| (p, s.ports.ports[p].totals())).collect();
+        let per = |f: fn(&sluice_live::pipeline::PortTotals) -> u64| -> Vec<_> {
+            totals.iter().map(|(p, t)| (port(*p), f(t))).collect()
+        };
+        counter(&mut enc, "sluice_tx_packets", "Packets transmitted on a port.", &per(|t| t.tx_packets))?;
+        counter(&mut enc, "sluice_tx_bytes", "Bytes transmitted on a port.", &per(|t| t.tx_bytes))?;
+        let mut ring = Vec::new();
+        for (p, t) in &totals {
+            for (what, v) in [
+                ("rx_ring_full", t.rx_ring_drops),
+                ("rx_fill_ring_empty", t.rx_fill_empty),
+                ("rx_truncated", t.rx_truncated),
+                ("tx_ring_full", t.tx_ring_full),
+                ("tx_invalid", t.tx_invalid),
+                ("tx_no_buffer", t.tx_no_buffer),
+                ("tx_error", t.tx_errors),
+            ] {
+                let mut labels = port(*p);
+                labels.push(("ring", what.to_owned()));
+                ring.push((labels, v));
+            }
+        }
+        counter(
+            &mut enc,
+            "sluice_ring_drops",
+            "Frames lost at a ring: the kernel's RX ring full or fill ring empty, our TX ring full, a frame that \
+             cannot be sent, no free buffer, a failed send (fill_ring_empty counts events, not frames).",
+            &ring,
+        )?;
+        let drops: Vec<_> = DropWhy::ALL
+            .iter()
+            .map(|w| {
+                let (reason, list) = w.labels();
+                (vec![("reason", reason.to_owned()), ("list", list.to_owned())], l(&s.drops[*w as usize]))
+            })
+            .collect();
+        counter(&mut enc, "sluice_dropped_packets", "Dropped packets by reason and matching list.", &drops)?;
+        let undecodable: Vec<_> = ErrorKind::ALL
+            .iter()
+            .map(|k| (vec![("reason", k.as_str().to_owned())], l(&s.undecodable[k.index()])))
+            .filter(|(_, v)| *v > 0)
+            .collect();
+        counter(&mut enc, "sluice_undecodable_packets", "Packets that could not be decoded, by reason.", &undecodable)?;
+        let frags: Vec<_> = FRAGMENT_OUTCOMES
+            .iter()
+            .zip(&s.fragments)
+            .map(|(o, a)| (vec![("outcome", (*o).to_owned())], l(a)))
+            .collect();
+        counter(
+            &mut enc,
+            "sluice_fragments",
+            "IP fragments: judged with their datagram, or decided by reassembly (given up: passed or dropped).",
+            &frags,
+        )?;
+        counter(
+            &mut enc,
+            "sluice_frames_reclaimed",
+            "AF_XDP frames whose packets reassembly copied out, given back to the pool.",
+            &[(vec![], l(&s.ports.frames_reclaimed))],
+        )?;
+        counter(
+            &mut enc,
+            "sluice_reloads",
+            "Rule reloads (SIGHUP or a list file change), by result.",
+            &[
+                (vec![("result", "ok".to_owned())], l(&s.reloads_ok)),
+                (vec![("result", "failed".to_owned())], l(&s.reloads_failed)),
+            ],
+        )?;
+        counter(&mut enc, "sluice_sighup", "SIGHUPs received.", &[(vec![], l(&s.sighups))])?;
+        counter(
+            &mut enc,
+            "sluice_judged_packets",
+            "Packets judged so far (the pipeline's progress; may run ahead of what was written).",
+            &[(vec![], l(&s.judged))],
+        )?;
+        let entries: Vec<_> = s
+            .entries()
+            .into_iter()
+            .map(|e| (vec![("list", e.kind.to_owned()), ("path", e.path)], e.entries as i64))
+            .collect();
+        gauge(&mut enc, "sluice_list_entries", "Entries of each list file in the rules in force.", &entries)?;
+        gauge(
+            &mut enc,
+            "sluice_last_reload_timestamp_seconds",
+            "Unix time the rules in force were loaded.",
+            &[(vec![], (l(&s.last_reload_ms) / 1000) as i64)],
+        )?;
+        gauge(
+            &mut enc,
+            "sluice_rules_generation",
+            "Generation of the rules in force (0 at start, +1 per successful reload).",
+            &[(vec![], l(&s.generation) as i64)],
+        )?;
+        gauge(&mut enc, "sluice_info", "How the bridge runs.", &[(vec![("io", s.io())], 1)])?;
+        Ok(())
+    }
+}
+
+/// Serves `/metrics` on `listener` until the process ends: one request per
+/// connection, answered in turn, with timeouts so a stuck client cannot
+/// hold the next scrape for long.
+pub fn serve(listener: TcpListener, shared: Arc<Shared>) {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Exporter(shared)));
+    for conn in listener.incoming() {
+        let Ok(stream) = conn else { continue };
+        let _ = answer(stream, &registry);
+    }
+}
+
+fn answer(mut s: TcpStream, registry: &Registry) -> std::io::Result<()> {
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    s.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let mut buf = [0u8; 4096];
+    let mut n = 0;
+    while n < buf.len() {
+        let k = s.read(&mut buf[n..])?;
+        if k == 0 {
+            break;
+        }
+        n += k;
+        if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+            break;
+        }
+    }
+    let head = String::from_utf8_lossy(&buf[..n]);
+    let mut first = head.lines().next().unwrap_or("").split_whitespace();
+    let (method, target) = (first.next(), first.next());
+    let path = target.map(|t| t.split('?').next().unwrap_or(t));
+    let (status, ctype, body) = match (method, path) {
+        (Some("GET"), Some("/metrics")) => {
+            let mut body = String::new();
+            match prometheus_client::encoding::text::encode(&mut body, registry) {
+                Ok(()) => ("200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", body),
+                Err(_) => ("500 Internal Server Error", "text/plain", "encoding the metrics failed\n".to_owned()),
+            }
+        }
+        (Some("GET"), Some("/")) => ("200 OK", "text/plain", "sluice bridge: metrics at /metrics\n".to_owned()),
+        (Some("GET"), Some(_)) => ("404 Not Found", "text/plain", "not found; metrics are at /metrics\n".to_owned()),
+        (Some(_), Some(_)) => ("405 Method Not Allowed", "text/plain", "only GET\n".to_owned()),
+        _ => ("400 Bad Request", "text/plain", "bad request\n".to_owned()),
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes())?;
+    s.write_all(body.as_bytes())?;
+    s.flush()
+}
+
+/// `Stats::by_reason` for the live undecodable counters (for the summary).
+pub fn undecodable_by_reason(shared: &Shared) -> std::collections::BTreeMap<&'static str, u64> {
+    let counts: [u64; ErrorKind::COUNT] = std::array::from_fn(|i| shared.undecodable[i].load(Ordering::Relaxed));
+    Stats::by_reason(&counts).collect()
+}

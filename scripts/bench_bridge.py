@@ -1,0 +1,317 @@
+#!/usr/bin/env python3
+"""Live bridge benchmark: sluice bridge against a Linux bridge with nftables.
+
+Topology (built here, torn down at exit), the same as the bridge tests':
+
+    ns_a:a0 <-> a1 [device under test] b1 <-> ns_b:b0
+
+Offered load: `sluice send` from ns_a, as fast as it goes, of a generated
+capture (64-byte-class UDP frames, IPv4, a known share of sources from the
+list). Delivered: b0's receive counter in ns_b. Contenders, one after the
+other on the same topology and capture:
+
+- linux_bridge: `ip link add type bridge`, no filtering (expects every frame);
+- linux_bridge_nft: the same bridge with an nftables bridge-family set of
+  the same list (`ip saddr @blocked drop`);
+- sluice_afxdp, sluice_afpacket: `sluice bridge --drop-src LIST`.
+
+Reload gap, with traffic at a fixed rate: sluice reloads the list on
+SIGHUP (built off the fast path, swapped atomically); nftables replaces the
+set with one `nft -f` transaction (flush + add), and the way many scripts
+do it, flush then refill. For each: how long the reload took, and how many
+frames from listed sources got through (leaked) or unlisted ones were lost.
+
+Prints one JSON object. Needs root, iproute2, nftables, and a release
+build of sluice (built if missing). Numbers are from one run on whatever
+machine runs it; on 2 cores the sender, the device under test and the
+kernel's veth work share them, so compare ratios, not absolute rates.
+
+Usage: scripts/bench_bridge.py [--entries N] [--frames N] [--reload-rate PPS] [--reload-secs S]
+"""
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def sh(*args, check=True, capture=True):
+    r = subprocess.run(args, capture_output=capture, text=True)
+    if check and r.returncode != 0:
+        raise SystemExit(f"bench_bridge: {' '.join(args)} failed: {r.stderr.strip()}")
+    return r.stdout if capture else ""
+
+
+def quiet(*args):
+    subprocess.run(args, capture_output=True)
+
+
+class Topology:
+    def __init__(self, tag):
+        p = tag
+        self.na, self.nb = p + "na", p + "nb"
+        self.a0, self.a1, self.b0, self.b1 = p + "a0", p + "a1", p + "b0", p + "b1"
+        self.br = p + "br"
+        for ns in (self.na, self.nb):
+            sh("ip", "netns", "add", ns)
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        for near, far, ns in ((self.a1, self.a0, self.na), (self.b1, self.b0, self.nb)):
+            sh("ip", "link", "add", near, "type", "veth", "peer", "name", far, "netns", ns)
+            sh("sysctl", "-qw", f"net.ipv6.conf.{near}.disable_ipv6=1")
+            sh("ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv6.conf.{far}.disable_ipv6=1")
+            sh("ip", "link", "set", near, "up")
+            sh("ip", "-n", ns, "link", "set", far, "up")
+
+    def close(self):
+        quiet("ip", "link", "del", self.br)
+        for d in (self.a1, self.b1):
+            quiet("ip", "link", "del", d)
+        for ns in (self.na, self.nb):
+            quiet("ip", "netns", "del", ns)
+
+    def rx_b0(self):
+        return int(sh("ip", "netns", "exec", self.nb, "cat", f"/sys/class/net/{self.b0}/statistics/rx_packets"))
+
+    def bridge_up(self):
+        sh("ip", "link", "add", self.br, "type", "bridge", "forward_delay", "0", "stp_state", "0")
+        sh("sysctl", "-qw", f"net.ipv6.conf.{self.br}.disable_ipv6=1")
+        for d in (self.a1, self.b1):
+            sh("ip", "link", "set", d, "master", self.br)
+        sh("ip", "link", "set", self.br, "up")
+        time.sleep(0.5)
+
+    def bridge_down(self):
+        for d in (self.a1, self.b1):
+            quiet("ip", "link", "set", d, "nomaster")
+        quiet("ip", "link", "del", self.br)
+
+
+def write_lists(work, entries):
+    """`entries` distinct IPv4 addresses: a sluice list and nftables files."""
+    rng = random.Random(7)
+    chosen = set()
+    while len(chosen) < entries:
+        a = rng.getrandbits(32)
+        if (a >> 24) in (0, 10, 127) or (a >> 28) >= 14:
+            continue
+        chosen.add(a)
+    ips = [f"{a >> 24}.{(a >> 16) & 255}.{(a >> 8) & 255}.{a & 255}" for a in sorted(chosen)]
+    with open(os.path.join(work, "list.txt"), "w") as f:
+        f.write("\n".join(ips) + "\n")
+    adds = []
+    for i in range(0, len(ips), 20000):
+        adds.append("add element bridge sbbench blocked { " + ", ".join(ips[i : i + 20000]) + " }\n")
+    table = (
+        "table bridge sbbench {\n"
+        f" set blocked {{ type ipv4_addr; size {2 * entries}; }}\n"
+        " chain sbfwd { type filter hook forward priority 0; policy accept; ip saddr @blocked drop; }\n"
+        "}\n"
+    )
+    with open(os.path.join(work, "load.nft"), "w") as f:
+        f.write(table + "".join(adds))
+    with open(os.path.join(work, "replace.nft"), "w") as f:
+        f.write("flush set bridge sbbench blocked\n" + "".join(adds))
+    with open(os.path.join(work, "refill.nft"), "w") as f:
+        f.write("".join(adds))
+
+
+def gen(sluice, work, name, count, seed):
+    out = os.path.join(work, name)
+    st = json.loads(
+        sh(sluice, "gen", "--out", out, "--count", str(count), "--seed", str(seed), "--listed", "0.3",
+           "--list", os.path.join(work, "list.txt"), "--mix", "0:1:0", "--size", "60", "--json")
+    )
+    return out, st["packets"], st["listed"]
+
+
+def send(sluice, topo, cap, rate=None):
+    args = ["ip", "netns", "exec", topo.na, sluice, "send", "--iface", topo.a0, "--in", cap, "--json"]
+    if rate:
+        args += ["--rate", str(rate)]
+    return args
+
+
+def offer(sluice, topo, cap, expected):
+    before = topo.rx_b0()
+    s = json.loads(sh(*send(sluice, topo, cap)))
+    time.sleep(1.0)
+    delivered = topo.rx_b0() - before
+    return {
+        "offered_pps": round(s["pps"]),
+        "sent": s["sent"],
+        "delivered": delivered,
+        "expected": expected,
+        "delivered_pps": round(delivered / s["elapsed_s"]) if s["elapsed_s"] > 0 else 0,
+        "loss": round(1 - delivered / expected, 4) if expected else 0,
+        "leaked": max(0, delivered - expected),
+    }
+
+
+class SluiceBridge:
+    def __init__(self, sluice, topo, work, io):
+        self.p = subprocess.Popen(
+            [sluice, "bridge", "--iface", topo.a1, "--iface", topo.b1, "--drop-src", os.path.join(work, "list.txt"),
+             "--io", io, "--json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        self.lines = []
+        t0 = time.time()
+        while True:
+            line = self.p.stderr.readline()
+            if not line:
+                raise SystemExit("bench_bridge: sluice bridge did not start: " + "".join(self.lines))
+            self.lines.append(line)
+            if line.startswith("sluice: bridging"):
+                break
+        self.startup_s = time.time() - t0
+        m = re.search(r"built in ([0-9.]+) ms", line)
+        self.build_ms = float(m.group(1)) if m else None
+
+    def wait_line(self, pattern, timeout):
+        end = time.time() + timeout
+        while time.time() < end:
+            line = self.p.stderr.readline()
+            if not line:
+                break
+            self.lines.append(line)
+            if re.search(pattern, line):
+                return line
+        return None
+
+    def stop(self):
+        self.p.send_signal(signal.SIGTERM)
+        out, err = self.p.communicate(timeout=30)
+        self.lines.append(err)
+        return json.loads(out) if out.strip() else None
+
+
+def reload_case(sluice, topo, cap, expected, rate, action):
+    """Traffic at `rate` while `action()` replaces the rules one second in;
+    returns the action's own numbers plus leaked and lost frames."""
+    before = topo.rx_b0()
+    sender = subprocess.Popen(send(sluice, topo, cap, rate), stdout=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    numbers = action()
+    out, _ = sender.communicate(timeout=600)
+    time.sleep(1.0)
+    delivered = topo.rx_b0() - before
+    s = json.loads(out)
+    numbers.update({
+        "sent": s["sent"],
+        "rate": rate,
+        "delivered": delivered,
+        "expected": expected,
+        "leaked": max(0, delivered - expected),
+        "lost": max(0, expected - delivered),
+    })
+    return numbers
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--entries", type=int, default=1_000_000)
+    ap.add_argument("--frames", type=int, default=300_000)
+    ap.add_argument("--reload-rate", type=int, default=20_000)
+    ap.add_argument("--reload-secs", type=float, default=6.0)
+    ap.add_argument("--sluice", default=os.path.join(ROOT, "target", "release", "sluice"))
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("bench_bridge: needs root (network namespaces, XDP, nftables)")
+    for tool in ("ip", "nft"):
+        if not shutil.which(tool):
+            raise SystemExit(f"bench_bridge: {tool} is missing (apt-get install iproute2 nftables)")
+    if not os.path.exists(a.sluice):
+        sh("cargo", "build", "--release", "-p", "sluice-cli", capture=False)
+
+    work = tempfile.mkdtemp(prefix="sluice-bench-bridge-")
+    topo = Topology(f"sbb{os.getpid() % 100000}")
+    result = {"entries": a.entries, "frames": a.frames, "cpus": os.cpu_count(), "kernel": os.uname().release}
+    try:
+        t = time.time()
+        write_lists(work, a.entries)
+        result["list_write_s"] = round(time.time() - t, 2)
+        cap, packets, listed = gen(a.sluice, work, "load.pcap", a.frames, 1)
+        result["listed_frames"] = listed
+        expected_pass = packets - listed
+        contenders = {}
+
+        topo.bridge_up()
+        contenders["linux_bridge"] = offer(a.sluice, topo, cap, packets)
+        t = time.time()
+        sh("nft", "-f", os.path.join(work, "load.nft"))
+        load_s = time.time() - t
+        contenders["linux_bridge_nft"] = offer(a.sluice, topo, cap, expected_pass)
+        contenders["linux_bridge_nft"]["set_load_s"] = round(load_s, 3)
+
+        # Reload gap on the nftables side, while the set is loaded.
+        rcap, rpackets, rlisted = gen(a.sluice, work, "reload.pcap", int(a.reload_rate * a.reload_secs), 2)
+        rexpected = rpackets - rlisted
+
+        def nft_atomic():
+            t = time.time()
+            sh("nft", "-f", os.path.join(work, "replace.nft"))
+            return {"reload_s": round(time.time() - t, 3)}
+
+        def nft_flush_refill():
+            t = time.time()
+            sh("nft", "flush", "set", "bridge", "sbbench", "blocked")
+            sh("nft", "-f", os.path.join(work, "refill.nft"))
+            return {"reload_s": round(time.time() - t, 3)}
+
+        reloads = {
+            "nft_atomic_replace": reload_case(a.sluice, topo, rcap, rexpected, a.reload_rate, nft_atomic),
+            "nft_flush_then_refill": reload_case(a.sluice, topo, rcap, rexpected, a.reload_rate, nft_flush_refill),
+        }
+        quiet("nft", "delete", "table", "bridge", "sbbench")
+        topo.bridge_down()
+
+        for io in ("afxdp", "afpacket"):
+            b = SluiceBridge(a.sluice, topo, work, io)
+            c = offer(a.sluice, topo, cap, expected_pass)
+            c["startup_s"] = round(b.startup_s, 3)
+            c["build_ms"] = b.build_ms
+            if io == "afxdp":
+
+                def sighup(b=b):
+                    t = time.time()
+                    b.p.send_signal(signal.SIGHUP)
+                    line = b.wait_line(r"^sluice: reload", 120)
+                    m = re.search(r"built in ([0-9.]+) ms", line or "")
+                    return {
+                        "reload_s": round(time.time() - t, 3),
+                        "build_ms": float(m.group(1)) if m else None,
+                        "log": (line or "").strip(),
+                    }
+
+                reloads["sluice_sighup"] = reload_case(a.sluice, topo, rcap, rexpected, a.reload_rate, sighup)
+            summary = b.stop()
+            if summary:
+                c["bridge_packets"] = summary["packets"]
+                c["ring_drops"] = sum(p["rx_ring_drops"] + p["tx_ring_full"] for p in summary["per_port"])
+            contenders["sluice_" + io] = c
+
+        result["contenders"] = contenders
+        result["reload"] = reloads
+        nft = contenders["linux_bridge_nft"]["delivered_pps"]
+        result["ratios"] = {
+            name: round(contenders[name]["delivered_pps"] / nft, 2) if nft else None
+            for name in ("sluice_afxdp", "sluice_afpacket", "linux_bridge")
+        }
+    finally:
+        quiet("nft", "delete", "table", "bridge", "sbbench")
+        topo.close()
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
