@@ -36,18 +36,8 @@ pub struct BridgeArgs {
     /// An interface to bridge; give it twice (port 0, port 1).
     #[arg(long = "iface", value_name = "IFACE", required = true)]
     pub ifaces: Vec<String>,
-    /// Drop packets whose source address is in LIST (repeatable).
-    #[arg(long, value_name = "LIST")]
-    pub drop_src: Vec<PathBuf>,
-    /// Drop packets whose destination address is in LIST (repeatable).
-    #[arg(long, value_name = "LIST")]
-    pub drop_dst: Vec<PathBuf>,
-    /// Drop packets whose source or destination address is in LIST (repeatable).
-    #[arg(long, value_name = "LIST")]
-    pub drop_any: Vec<PathBuf>,
-    /// Skip malformed list lines with a warning instead of refusing the list.
-    #[arg(long)]
-    pub lenient: bool,
+    #[command(flatten)]
+    pub rules: cmd_filter::RuleArgs,
     /// Socket layer: AF_XDP, AF_PACKET, or AF_XDP falling back to AF_PACKET.
     #[arg(long, value_enum, default_value = "auto")]
     pub io: IoArg,
@@ -389,7 +379,8 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         }
     }
     let metrics = a.metrics.as_deref().map(|m| metrics_addr(m, a.metrics_allow_remote)).transpose()?;
-    let lists = Lists { src: a.drop_src.clone(), dst: a.drop_dst.clone(), any: a.drop_any.clone(), lenient: a.lenient };
+    let r = &a.rules;
+    let lists = Lists { src: r.drop_src.clone(), dst: r.drop_dst.clone(), any: r.drop_any.clone(), lenient: r.lenient };
     let loaded = lists.load().context("loading the address lists")?;
     if loaded.rules.is_empty() {
         eprintln!("sluice: warning: no address lists given (or they are empty); every decodable packet passes");

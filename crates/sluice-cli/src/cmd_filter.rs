@@ -19,15 +19,8 @@ pub struct FilterArgs {
     /// Input capture (pcap or pcapng).
     #[arg(long = "in", value_name = "FILE")]
     pub input: PathBuf,
-    /// Drop packets whose source address is in LIST (repeatable).
-    #[arg(long, value_name = "LIST")]
-    pub drop_src: Vec<PathBuf>,
-    /// Drop packets whose destination address is in LIST (repeatable).
-    #[arg(long, value_name = "LIST")]
-    pub drop_dst: Vec<PathBuf>,
-    /// Drop packets whose source or destination address is in LIST (repeatable).
-    #[arg(long, value_name = "LIST")]
-    pub drop_any: Vec<PathBuf>,
+    #[command(flatten)]
+    pub rules: RuleArgs,
     /// Write passed packets here, in input order.
     #[arg(long, value_name = "OUT")]
     pub pass: Option<PathBuf>,
@@ -37,9 +30,6 @@ pub struct FilterArgs {
     /// Output container (default: from the output's extension, else the input's).
     #[arg(long, value_enum)]
     pub out_format: Option<FormatArg>,
-    /// Skip malformed list lines with a warning instead of stopping.
-    #[arg(long)]
-    pub lenient: bool,
     /// Verdict for frames that cannot be decoded.
     #[arg(long, value_enum, default_value = "pass")]
     pub undecodable: VerdictArg,
@@ -82,6 +72,23 @@ pub struct FilterArgs {
     pub debug_panic_worker: Option<String>,
 }
 
+/// The address lists a run drops by (shared by `filter` and `bridge`).
+#[derive(Args, Debug, Clone)]
+pub struct RuleArgs {
+    /// Drop packets whose source address is in LIST (repeatable).
+    #[arg(long, value_name = "LIST")]
+    pub drop_src: Vec<PathBuf>,
+    /// Drop packets whose destination address is in LIST (repeatable).
+    #[arg(long, value_name = "LIST")]
+    pub drop_dst: Vec<PathBuf>,
+    /// Drop packets whose source or destination address is in LIST (repeatable).
+    #[arg(long, value_name = "LIST")]
+    pub drop_any: Vec<PathBuf>,
+    /// Skip malformed list lines with a warning instead of stopping.
+    #[arg(long)]
+    pub lenient: bool,
+}
+
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum FormatArg {
     Pcap,
@@ -102,9 +109,9 @@ pub enum VerdictArg {
 
 pub fn run(a: FilterArgs) -> Result<Outcome> {
     let rules = RuleSet::new(
-        &load_lists(&a.drop_src, a.lenient)?,
-        &load_lists(&a.drop_dst, a.lenient)?,
-        &load_lists(&a.drop_any, a.lenient)?,
+        &load_lists(&a.rules.drop_src, a.rules.lenient)?,
+        &load_lists(&a.rules.drop_dst, a.rules.lenient)?,
+        &load_lists(&a.rules.drop_any, a.rules.lenient)?,
     );
     if rules.is_empty() {
         eprintln!("sluice: warning: no address lists given (or they are empty); every decodable packet passes");

@@ -17,6 +17,26 @@ pub struct GenArgs {
     /// Frames to write (each IP fragment is one frame).
     #[arg(long, default_value_t = 100_000)]
     pub count: u64,
+    #[command(flatten)]
+    pub traffic: TrafficArgs,
+    /// Send each fragmented datagram's fragments in random order.
+    #[arg(long)]
+    pub frag_shuffle: bool,
+    /// Share of fragmented datagrams with one fragment sent twice.
+    #[arg(long, default_value_t = 0.0)]
+    pub frag_dup: f64,
+    /// Write nanosecond timestamps (default: microseconds).
+    #[arg(long)]
+    pub nanos: bool,
+    /// Print what was generated as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What the generator makes (shared by `gen` and `send`).
+#[derive(Args, Debug, Clone)]
+pub struct TrafficArgs {
+    /// Generator seed: the same seed gives the same frames.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Draw packets from K flows instead of a fresh 5-tuple per packet.
@@ -49,21 +69,31 @@ pub struct GenArgs {
     /// Share of datagrams sent as IP fragments.
     #[arg(long, default_value_t = 0.0)]
     pub frag: f64,
-    /// Send each fragmented datagram's fragments in random order.
-    #[arg(long)]
-    pub frag_shuffle: bool,
-    /// Share of fragmented datagrams with one fragment sent twice.
-    #[arg(long, default_value_t = 0.0)]
-    pub frag_dup: f64,
-    /// Write nanosecond timestamps (default: microseconds).
-    #[arg(long)]
-    pub nanos: bool,
-    /// Print what was generated as one JSON object.
-    #[arg(long)]
-    pub json: bool,
 }
 
-pub fn parse_mix(s: &str) -> Result<ProtoMix, String> {
+impl TrafficArgs {
+    /// The generator's configuration for `count` frames.
+    pub fn config(&self, count: u64) -> Result<GenConfig> {
+        let list =
+            if self.listed > 0.0 || self.list.is_some() { list_or_firehol(self.list.as_deref())? } else { Vec::new() };
+        Ok(GenConfig {
+            count,
+            seed: self.seed,
+            flows: self.flows.map(|k| (k, self.zipf.map_or(FlowDist::Uniform, FlowDist::Zipf))),
+            ipv6_share: self.ipv6,
+            mix: self.mix,
+            size: self.size,
+            vlan_share: self.vlan,
+            qinq_share: self.qinq,
+            listed_share: self.listed,
+            list,
+            frag_share: self.frag,
+            ..GenConfig::default()
+        })
+    }
+}
+
+fn parse_mix(s: &str) -> Result<ProtoMix, String> {
     let parts: Vec<&str> = s.split(':').collect();
     let [t, u, i] = parts[..] else {
         return Err("expected TCP:UDP:ICMP weights, e.g. 6:3:1".into());
@@ -72,7 +102,7 @@ pub fn parse_mix(s: &str) -> Result<ProtoMix, String> {
     Ok(ProtoMix { tcp: n(t)?, udp: n(u)?, icmp: n(i)? })
 }
 
-pub fn parse_size(s: &str) -> Result<FrameSize, String> {
+fn parse_size(s: &str) -> Result<FrameSize, String> {
     if s.eq_ignore_ascii_case("imix") {
         return Ok(FrameSize::Imix);
     }
@@ -91,23 +121,7 @@ pub fn list_or_firehol(path: Option<&Path>) -> Result<Vec<Prefix>> {
 }
 
 pub fn run(a: GenArgs) -> Result<Outcome> {
-    let list = if a.listed > 0.0 || a.list.is_some() { list_or_firehol(a.list.as_deref())? } else { Vec::new() };
-    let cfg = GenConfig {
-        count: a.count,
-        seed: a.seed,
-        flows: a.flows.map(|k| (k, a.zipf.map_or(FlowDist::Uniform, FlowDist::Zipf))),
-        ipv6_share: a.ipv6,
-        mix: a.mix,
-        size: a.size,
-        vlan_share: a.vlan,
-        qinq_share: a.qinq,
-        listed_share: a.listed,
-        list,
-        frag_share: a.frag,
-        frag_shuffle: a.frag_shuffle,
-        frag_dup_share: a.frag_dup,
-        ..GenConfig::default()
-    };
+    let cfg = GenConfig { frag_shuffle: a.frag_shuffle, frag_dup_share: a.frag_dup, ..a.traffic.config(a.count)? };
     let started = Instant::now();
     let stats = write_capture(cfg, &a.out, a.nanos, true)?;
     let elapsed = started.elapsed().as_secs_f64();

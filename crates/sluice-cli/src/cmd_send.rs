@@ -6,11 +6,10 @@
 //! a millisecond's worth (and at least one) at a time, and each frame takes
 //! one; the ring is flushed whenever the bucket runs dry, before sleeping.
 
-use crate::cmd_gen::{list_or_firehol, parse_mix, parse_size};
 use crate::Outcome;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use sluice_gen::{FlowDist, FrameSize, GenConfig, Generator, ProtoMix};
+use sluice_gen::Generator;
 use sluice_live::send::{FrameSender, PacketSender, XskSender};
 use sluice_live::LiveError;
 use sluice_pcap::CaptureReader;
@@ -46,39 +45,8 @@ pub struct SendArgs {
     /// Print the totals as one JSON object.
     #[arg(long)]
     pub json: bool,
-    /// Generator: seed.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Generator: draw packets from K flows instead of a fresh 5-tuple each.
-    #[arg(long, value_name = "K")]
-    pub flows: Option<u32>,
-    /// Generator: with --flows, pick flows by Zipf with this exponent.
-    #[arg(long, value_name = "S", requires = "flows")]
-    pub zipf: Option<f64>,
-    /// Generator: share of IPv6 packets (0-1).
-    #[arg(long, default_value_t = 0.0)]
-    pub ipv6: f64,
-    /// Generator: protocol weights TCP:UDP:ICMP.
-    #[arg(long, default_value = "6:3:1", value_parser = parse_mix)]
-    pub mix: ProtoMix,
-    /// Generator: frame size in bytes, or "imix".
-    #[arg(long, default_value = "60", value_parser = parse_size)]
-    pub size: FrameSize,
-    /// Generator: share of frames with one 802.1Q tag.
-    #[arg(long, default_value_t = 0.0)]
-    pub vlan: f64,
-    /// Generator: share of frames with QinQ tags.
-    #[arg(long, default_value_t = 0.0)]
-    pub qinq: f64,
-    /// Generator: share of frames whose source comes from the list.
-    #[arg(long, default_value_t = 0.0)]
-    pub listed: f64,
-    /// Generator: address list for --listed (default: embedded FireHOL level1).
-    #[arg(long, value_name = "LIST")]
-    pub list: Option<PathBuf>,
-    /// Generator: share of datagrams sent as IP fragments.
-    #[arg(long, default_value_t = 0.0)]
-    pub frag: f64,
+    #[command(flatten, next_help_heading = "Generator (without --in)")]
+    pub traffic: crate::cmd_gen::TrafficArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -183,22 +151,7 @@ pub fn run(a: SendArgs) -> Result<Outcome> {
             Frames::Capture { path: path.clone(), reader, loops_left: a.loops }
         }
         None => {
-            let list =
-                if a.listed > 0.0 || a.list.is_some() { list_or_firehol(a.list.as_deref())? } else { Vec::new() };
-            let cfg = GenConfig {
-                count: a.count.unwrap_or(100_000),
-                seed: a.seed,
-                flows: a.flows.map(|k| (k, a.zipf.map_or(FlowDist::Uniform, FlowDist::Zipf))),
-                ipv6_share: a.ipv6,
-                mix: a.mix,
-                size: a.size,
-                vlan_share: a.vlan,
-                qinq_share: a.qinq,
-                listed_share: a.listed,
-                list,
-                frag_share: a.frag,
-                ..GenConfig::default()
-            };
+            let cfg = a.traffic.config(a.count.unwrap_or(100_000))?;
             Frames::Gen(Box::new(Generator::new(cfg)?))
         }
     };
