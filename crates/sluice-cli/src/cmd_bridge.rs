@@ -17,9 +17,8 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
-use sluice_engine::defrag::Limits;
 use sluice_engine::snapshot::{Published, Snapshot};
-use sluice_engine::{RuleSet, Verdict};
+use sluice_engine::RuleSet;
 use sluice_live::pipeline::{open_packet, open_xsk, BridgeCounters, XskBridgeConfig};
 use sluice_live::{LiveError, PacketConfig, XdpMode};
 use sluice_pipeline::{Finished, Judge, JudgeConfig, Reassembly, RunConfig, RunError, Sink, Source};
@@ -74,15 +73,8 @@ pub struct BridgeArgs {
     /// Verdict for frames that cannot be decoded.
     #[arg(long, value_enum, default_value = "pass")]
     pub undecodable: VerdictArg,
-    /// Verdict for fragments of datagrams that never complete.
-    #[arg(long, value_enum, default_value = "drop")]
-    pub incomplete: VerdictArg,
-    /// Reassembly timeout in seconds (wall clock).
-    #[arg(long, default_value_t = 30)]
-    pub frag_timeout: u64,
-    /// Most datagrams being reassembled at once.
-    #[arg(long, default_value_t = 4096)]
-    pub frag_max_datagrams: usize,
+    #[command(flatten)]
+    pub reassembly: cmd_filter::ReassemblyArgs,
     /// Stop by itself after this many seconds (as if sent SIGTERM).
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
@@ -100,13 +92,6 @@ pub enum XdpModeArg {
     Auto,
     Skb,
     Drv,
-}
-
-fn verdict(v: VerdictArg) -> Verdict {
-    match v {
-        VerdictArg::Pass => Verdict::Pass,
-        VerdictArg::Drop => Verdict::Drop,
-    }
 }
 
 /// The list files, by kind, and how to load them into a rule set.
@@ -452,14 +437,9 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         total_entries(&entries),
         entries_text(&entries)
     );
-    let judge_cfg = JudgeConfig { undecodable: verdict(a.undecodable), ..JudgeConfig::default() };
+    let judge_cfg = JudgeConfig { undecodable: a.undecodable.into(), ..JudgeConfig::default() };
     let judge = cmd_filter::judge(&published, judge_cfg, a.workers, &a.cpus, None);
-    let limits = Limits {
-        max_datagrams: a.frag_max_datagrams.max(1),
-        timeout_ns: a.frag_timeout.saturating_mul(1_000_000_000),
-        ..Limits::default()
-    };
-    let mut stage = Reassembly::new(limits, verdict(a.incomplete));
+    let mut stage = a.reassembly.stage();
     let cfg = RunConfig {
         // In input order: the AF_XDP sink returns frames to the kernel by
         // walking them in the order they were received.

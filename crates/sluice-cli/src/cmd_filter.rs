@@ -43,16 +43,8 @@ pub struct FilterArgs {
     /// With workers: write packets as their verdicts arrive, not in input order.
     #[arg(long)]
     pub unordered: bool,
-    /// Verdict for fragments of datagrams that never complete (timed out,
-    /// evicted, or still incomplete at the end of the input).
-    #[arg(long, value_enum, default_value = "drop")]
-    pub incomplete: VerdictArg,
-    /// Reassembly timeout in seconds of capture time.
-    #[arg(long, default_value_t = 30)]
-    pub frag_timeout: u64,
-    /// Most datagrams being reassembled at once (the oldest is evicted beyond).
-    #[arg(long, default_value_t = 4096)]
-    pub frag_max_datagrams: usize,
+    #[command(flatten)]
+    pub reassembly: ReassemblyArgs,
     /// Print the summary as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -89,6 +81,34 @@ pub struct RuleArgs {
     pub lenient: bool,
 }
 
+/// How IP fragments are reassembled (shared by `filter` and `bridge`).
+#[derive(Args, Debug, Clone)]
+pub struct ReassemblyArgs {
+    /// Verdict for fragments of datagrams that never complete (timed out,
+    /// evicted, or still incomplete at the end of the input).
+    #[arg(long, value_enum, default_value = "drop")]
+    pub incomplete: VerdictArg,
+    /// Reassembly timeout in seconds: of capture time for a file, of wall
+    /// clock on a live link.
+    #[arg(long, default_value_t = 30)]
+    pub frag_timeout: u64,
+    /// Most datagrams being reassembled at once (the oldest is evicted beyond).
+    #[arg(long, default_value_t = 4096)]
+    pub frag_max_datagrams: usize,
+}
+
+impl ReassemblyArgs {
+    /// The reassembly stage these flags describe.
+    pub fn stage(&self) -> Reassembly {
+        let limits = Limits {
+            max_datagrams: self.frag_max_datagrams.max(1),
+            timeout_ns: self.frag_timeout.saturating_mul(1_000_000_000),
+            ..Limits::default()
+        };
+        Reassembly::new(limits, self.incomplete.into())
+    }
+}
+
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum FormatArg {
     Pcap,
@@ -116,7 +136,7 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
     if rules.is_empty() {
         eprintln!("sluice: warning: no address lists given (or they are empty); every decodable packet passes");
     }
-    let undecodable = verdict(a.undecodable);
+    let undecodable = a.undecodable.into();
     if a.workers == 0 || a.workers > 256 {
         bail!("--workers must be between 1 and 256");
     }
@@ -139,12 +159,7 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
         CaptureSinks::create(a.pass.as_deref(), a.drop_out.as_deref(), out_format, input_format, source.pcap_header())?;
     let rules = Arc::new(Published::new(rules));
     let judge = judge(&rules, JudgeConfig { undecodable, ..JudgeConfig::default() }, a.workers, &a.cpus, panic_at);
-    let limits = Limits {
-        max_datagrams: a.frag_max_datagrams.max(1),
-        timeout_ns: a.frag_timeout.saturating_mul(1_000_000_000),
-        ..Limits::default()
-    };
-    let mut stage = Reassembly::new(limits, verdict(a.incomplete));
+    let mut stage = a.reassembly.stage();
     let cfg = RunConfig {
         ordered: !a.unordered,
         max_in_flight: a.workers * 4,
@@ -172,10 +187,12 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
     Ok(Outcome::Complete)
 }
 
-fn verdict(v: VerdictArg) -> Verdict {
-    match v {
-        VerdictArg::Pass => Verdict::Pass,
-        VerdictArg::Drop => Verdict::Drop,
+impl From<VerdictArg> for Verdict {
+    fn from(v: VerdictArg) -> Verdict {
+        match v {
+            VerdictArg::Pass => Verdict::Pass,
+            VerdictArg::Drop => Verdict::Drop,
+        }
     }
 }
 
