@@ -2,7 +2,7 @@ use crate::progress;
 use crate::Outcome;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use sluice_gen::{FlowDist, FrameSize, GenConfig, GenStats, Generator, ProtoMix};
+use sluice_gen::{Encap, FlowDist, FrameSize, GenConfig, GenStats, Generator, ProtoMix};
 use sluice_pcap::{CaptureWriter, Interface, OutputFormat, PcapHeader, Record, Timestamp, TsResolution};
 use sluice_rules::{load_list, parse_list, Prefix, FIREHOL_LEVEL1};
 use sluice_wire::LinkType;
@@ -69,6 +69,15 @@ pub struct TrafficArgs {
     /// Share of datagrams sent as IP fragments.
     #[arg(long, default_value_t = 0.0)]
     pub frag: f64,
+    /// Wrap packets in an encapsulation: mpls, pppoe, gre, ipip, 6in4, 4in6,
+    /// 6in6, vxlan, geneve, gtpu. The generated packet becomes the inner one;
+    /// tunnels' outer addresses avoid the list. ipip and 4in6 make every
+    /// packet IPv4, 6in4 and 6in6 every packet IPv6.
+    #[arg(long, value_name = "NAME")]
+    pub encap: Option<Encap>,
+    /// With --encap: share of datagrams wrapped (default: all).
+    #[arg(long, value_name = "F", default_value_t = 1.0, requires = "encap")]
+    pub encap_share: f64,
 }
 
 impl TrafficArgs {
@@ -88,6 +97,8 @@ impl TrafficArgs {
             listed_share: self.listed,
             list,
             frag_share: self.frag,
+            encap: self.encap,
+            encap_share: self.encap_share,
             ..GenConfig::default()
         })
     }
@@ -188,6 +199,7 @@ pub fn stats_json(s: &GenStats, out: Option<&Path>, elapsed_s: f64) -> serde_jso
         "duplicated_fragments": s.duplicated_fragments,
         "vlan_tagged": s.vlan_tagged,
         "qinq_tagged": s.qinq_tagged,
+        "encapsulated": s.encapsulated,
         "elapsed_s": elapsed_s,
     })
 }
@@ -199,6 +211,9 @@ fn print_stats(s: &GenStats, out: &Path, elapsed_s: f64) {
         "  vlan-tagged {} (qinq {})  fragments {} of {} datagrams",
         s.vlan_tagged, s.qinq_tagged, s.fragments, s.fragmented_datagrams
     );
+    if s.encapsulated > 0 {
+        println!("  encapsulated {}", s.encapsulated);
+    }
     if s.listed > 0 {
         println!("  sources from the list: {} (a filter on the list drops exactly these)", s.listed);
     }

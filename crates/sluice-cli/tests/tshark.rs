@@ -54,6 +54,8 @@ fn tshark_packets(capture: &Path) -> Vec<Value> {
             v["dst"] = dst.into();
             let proto = if v6 { num("ipv6.fraghdr.nxt").or(num("ipv6.nxt")) } else { num("ip.proto") };
             v["proto"] = proto.into();
+            // No encapsulation in these captures (tests/encap.rs covers them).
+            v["encap"] = serde_json::json!([]);
             if let Some(sp) = num("tcp.srcport").or(num("udp.srcport")) {
                 v["sport"] = sp.into();
                 v["dport"] = num("tcp.dstport").or(num("udp.dstport")).into();

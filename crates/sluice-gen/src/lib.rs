@@ -6,7 +6,9 @@
 //! of packets can take their source from an address list; every other address
 //! is drawn outside that list, so the number of packets a filter on the list
 //! must drop is known exactly ([`GenStats::listed`]). A share of datagrams is
-//! sent as IP fragments. The same config and seed give the same bytes.
+//! sent as IP fragments. A share of frames can be wrapped in an
+//! encapsulation ([`GenConfig::encap`]): the generated packet becomes the
+//! inner one. The same config and seed give the same bytes.
 //!
 //! The generator does no I/O: it fills a caller's buffer, one frame per
 //! call, or a pipeline batch ([`GenSource`]).
@@ -20,7 +22,11 @@ use rand::seq::SliceRandom;
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sluice_rules::{Prefix, PrefixHashSet};
-use sluice_wire::{checksum, ethernet, ethertype, icmp, ip_proto, ipv4, ipv6, tcp, udp, vlan};
+use sluice_wire::{
+    checksum, ethernet, ethertype, geneve, gre, gtpu, icmp, ip_proto, ipv4, ipv6, mpls, pppoe, tcp, udp, vlan, vxlan,
+};
+
+pub use sluice_wire::Encap;
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -84,6 +90,29 @@ pub struct GenConfig {
     /// First timestamp, nanoseconds since the epoch, and the gap between frames.
     pub start_ns: u64,
     pub interval_ns: u64,
+    /// Wrap frames in this encapsulation; the generated packet (listed
+    /// source, ports, fragments) becomes the inner one, and all of a
+    /// datagram's fragments are wrapped alike.
+    ///
+    /// - `mpls`: one or two labels between the Ethernet (and VLAN tags) and
+    ///   the IP header; `pppoe`: a session header there.
+    /// - `ipip`, `6in4`, `gre` (key and sequence number each present half
+    ///   the time), `gtpu`: an outer IPv4 header (UDP 2152 to 2152 for
+    ///   GTP-U); `4in6`, `6in6`: an outer IPv6 header. VLAN tags stay on
+    ///   the outer Ethernet.
+    /// - `vxlan`, `geneve`: outer Ethernet, IPv4, UDP (ephemeral source
+    ///   port) and the header; then the generated frame, VLAN tags
+    ///   included, as the inner Ethernet frame.
+    ///
+    /// Outer addresses are drawn outside the list, so a plain address list
+    /// judges tunnelled packets by addresses it never holds. `ipip` and
+    /// `4in6` carry only IPv4, so with them every packet is IPv4 (and with
+    /// `6in4`, `6in6` every packet IPv6), `ipv6_share` notwithstanding.
+    /// Frame sizes include the encapsulation: the payload shrinks to make room.
+    pub encap: Option<Encap>,
+    /// Share of datagrams wrapped in `encap` (default 1: all of them).
+    /// Ignored without `encap`.
+    pub encap_share: f64,
 }
 
 impl Default for GenConfig {
@@ -105,6 +134,8 @@ impl Default for GenConfig {
             // 2026-01-01T00:00:00Z
             start_ns: 1_767_225_600_000_000_000,
             interval_ns: 1_000,
+            encap: None,
+            encap_share: 1.0,
         }
     }
 }
@@ -126,6 +157,8 @@ pub enum ConfigError {
     ZipfExponent(f64),
     #[error("the address list covers all of {0}; no address outside it can be drawn")]
     ListCoversFamily(&'static str),
+    #[error("{encap} carries only {family}, but the address list has no {family} entries to draw listed sources from")]
+    ListLacksFamily { encap: Encap, family: &'static str },
 }
 
 /// What was generated, for checking a filter's result against.
@@ -133,7 +166,8 @@ pub enum ConfigError {
 pub struct GenStats {
     pub packets: u64,
     pub bytes: u64,
-    /// Frames whose source address was taken from the list.
+    /// Frames whose source address was taken from the list (the inner
+    /// source for tunnelled frames).
     pub listed: u64,
     pub ipv4: u64,
     pub ipv6: u64,
@@ -147,6 +181,8 @@ pub struct GenStats {
     pub duplicated_fragments: u64,
     pub vlan_tagged: u64,
     pub qinq_tagged: u64,
+    /// Frames wrapped in the configured encapsulation.
+    pub encapsulated: u64,
 }
 
 /// Per-frame facts the caller may want (for example to write a pcap record).
@@ -164,6 +200,54 @@ struct Flow {
     sport: u16,
     dport: u16,
     proto: u8,
+}
+
+/// How one datagram's frames are wrapped: drawn once per datagram, so its
+/// fragments share the outer headers.
+#[derive(Clone, Copy, Debug)]
+struct Wrap {
+    encap: Encap,
+    /// Outer addresses of a tunnel, outside the list.
+    outer_src: IpAddr,
+    outer_dst: IpAddr,
+    /// MPLS label, PPPoE session id, VXLAN / Geneve VNI or GTP-U TEID.
+    id: u32,
+    /// A second MPLS label, or the GRE key.
+    extra: Option<u32>,
+    /// The GRE sequence number.
+    seq: Option<u32>,
+    /// Outer UDP source port (VXLAN, Geneve, GTP-U).
+    sport: u16,
+}
+
+impl Wrap {
+    /// Bytes the wrapping adds to a frame.
+    fn overhead(&self) -> usize {
+        let outer_ip = if self.outer_src.is_ipv6() { ipv6::HEADER_LEN } else { ipv4::HEADER_LEN };
+        match self.encap {
+            Encap::Mpls => mpls::HEADER_LEN * (1 + usize::from(self.extra.is_some())),
+            Encap::Pppoe => pppoe::HEADER_LEN,
+            Encap::Ipip | Encap::SixIn4 | Encap::FourIn6 | Encap::SixIn6 => outer_ip,
+            Encap::Gre => outer_ip + self.gre().buffer_len(),
+            Encap::Vxlan => outer_ip + udp::HEADER_LEN + vxlan::HEADER_LEN + ethernet::HEADER_LEN,
+            Encap::Geneve => outer_ip + udp::HEADER_LEN + geneve::MIN_HEADER_LEN + ethernet::HEADER_LEN,
+            Encap::GtpU => outer_ip + udp::HEADER_LEN + gtpu::MIN_HEADER_LEN,
+        }
+    }
+
+    fn gre(&self) -> gre::Repr {
+        // The protocol is set per frame from the inner family.
+        gre::Repr { protocol: 0, checksum: false, key: self.extra, seq: self.seq }
+    }
+}
+
+/// The only IP version an encapsulation carries, if it is particular.
+fn carried_family(encap: Option<Encap>) -> Option<bool> {
+    match encap? {
+        Encap::Ipip | Encap::FourIn6 => Some(false),
+        Encap::SixIn4 | Encap::SixIn6 => Some(true),
+        _ => None,
+    }
 }
 
 /// A datagram's frames waiting to be handed out, and whether it was listed.
@@ -194,6 +278,7 @@ impl Generator {
             ("listed share", cfg.listed_share),
             ("fragment share", cfg.frag_share),
             ("duplicate fragment share", cfg.frag_dup_share),
+            ("encapsulation share", cfg.encap_share),
         ] {
             if !(0.0..=1.0).contains(&value) {
                 return Err(ConfigError::Share { name, value });
@@ -207,6 +292,14 @@ impl Generator {
         }
         if cfg.listed_share > 0.0 && cfg.list.is_empty() {
             return Err(ConfigError::EmptyList);
+        }
+        let mut cfg = cfg;
+        if let (Some(encap), Some(v6)) = (cfg.encap, carried_family(cfg.encap)) {
+            cfg.ipv6_share = if v6 { 1.0 } else { 0.0 };
+            let family = if v6 { "IPv6" } else { "IPv4" };
+            if cfg.listed_share > 0.0 && !cfg.list.iter().any(|p| matches!(p, Prefix::V6 { .. }) == v6) {
+                return Err(ConfigError::ListLacksFamily { encap, family });
+            }
         }
         let avoid = PrefixHashSet::from_prefixes(&cfg.list);
         let zipf = match cfg.flows {
@@ -350,11 +443,17 @@ impl Generator {
         } else {
             self.rng.random_range(1..=u16::MAX)
         };
+        // The decoder walks UDP to these ports as tunnels (tshark either
+        // port): random payload there would read as a damaged tunnel header.
+        let off_tunnel_ports = |port: u16| match port {
+            vxlan::PORT | geneve::PORT | gtpu::PORT => port + 1,
+            other => other,
+        };
         Flow {
             src: self.random_addr(v6),
             dst: self.random_addr(v6),
-            sport: self.rng.random_range(1024..=u16::MAX),
-            dport,
+            sport: off_tunnel_ports(self.rng.random_range(1024..=u16::MAX)),
+            dport: off_tunnel_ports(dport),
             proto,
         }
     }
@@ -386,7 +485,11 @@ impl Generator {
         let mut flow = self.pick_flow();
         let listed = self.chance(self.cfg.listed_share);
         if listed {
-            let want_v6 = if self.flows.is_empty() { None } else { Some(flow.src.is_ipv6()) };
+            let want_v6 = match carried_family(self.cfg.encap) {
+                Some(v6) => Some(v6),
+                None if self.flows.is_empty() => None,
+                None => Some(flow.src.is_ipv6()),
+            };
             flow.src = self.listed_addr(want_v6);
             if flow.src.is_ipv6() != flow.dst.is_ipv6() {
                 flow.dst = self.random_addr(flow.src.is_ipv6());
@@ -394,7 +497,14 @@ impl Generator {
         }
         let v6 = flow.src.is_ipv6();
         let tags = self.random_tags();
-        let link_len = ethernet::HEADER_LEN + tags.len() * vlan::HEADER_LEN;
+        // Drawn only with an encapsulation configured, so that seeds
+        // without one give the frames they always gave.
+        let encap = self.cfg.encap;
+        let wrap = match encap {
+            Some(e) if self.chance(self.cfg.encap_share) => Some(self.draw_wrap(e)),
+            _ => None,
+        };
+        let link_len = ethernet::HEADER_LEN + tags.len() * vlan::HEADER_LEN + wrap.map_or(0, |w| w.overhead());
         let ip_len = if v6 { ipv6::HEADER_LEN } else { ipv4::HEADER_LEN };
         let l4_header = match flow.proto {
             ip_proto::TCP => tcp::HEADER_LEN,
@@ -413,7 +523,7 @@ impl Generator {
         let ident: u32 = self.rng.random();
         let hop = 64;
         if !fragment {
-            self.frame(buf, &tags, &flow, proto, hop, ident, None, &upper);
+            self.frame(buf, &tags, &flow, proto, hop, ident, None, &upper, wrap.as_ref());
             return listed;
         }
         // Split the upper-layer bytes into 8-byte aligned pieces, at least two,
@@ -431,7 +541,8 @@ impl Generator {
             let end = (off + unit).min(upper.len());
             let more = end < upper.len();
             let mut f = Vec::with_capacity(link_len + ip_len + 8 + end - off);
-            self.frame(&mut f, &tags, &flow, proto, hop, ident, Some((off as u16, more)), &upper[off..end]);
+            let piece = &upper[off..end];
+            self.frame(&mut f, &tags, &flow, proto, hop, ident, Some((off as u16, more)), piece, wrap.as_ref());
             frames.push_back(f);
             off = end;
         }
@@ -456,6 +567,39 @@ impl Generator {
         buf.extend_from_slice(&first);
         self.pending = Some(Pending { frames, listed });
         listed
+    }
+
+    /// The outer headers' values for one datagram in `encap`.
+    fn draw_wrap(&mut self, encap: Encap) -> Wrap {
+        let outer_v6 = matches!(encap, Encap::FourIn6 | Encap::SixIn6);
+        let (outer_src, outer_dst) = if encap.is_tunnel() {
+            (self.random_addr(outer_v6), self.random_addr(outer_v6))
+        } else {
+            (IpAddr::V4(Ipv4Addr::UNSPECIFIED), IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+        };
+        let mut w = Wrap { encap, outer_src, outer_dst, id: 0, extra: None, seq: None, sport: 0 };
+        match encap {
+            // Labels 0-15 are reserved.
+            Encap::Mpls => {
+                w.id = self.rng.random_range(16..1 << 20);
+                w.extra = self.rng.random_bool(0.5).then(|| self.rng.random_range(16..1 << 20));
+            }
+            Encap::Pppoe => w.id = self.rng.random_range(1..=0xffff),
+            Encap::Gre => {
+                w.extra = self.rng.random_bool(0.5).then(|| self.rng.random());
+                w.seq = self.rng.random_bool(0.5).then(|| self.rng.random());
+            }
+            Encap::Vxlan | Encap::Geneve => {
+                w.id = self.rng.random_range(1..1 << 24);
+                w.sport = self.rng.random_range(49152..=u16::MAX);
+            }
+            Encap::GtpU => {
+                w.id = self.rng.random();
+                w.sport = gtpu::PORT;
+            }
+            Encap::Ipip | Encap::SixIn4 | Encap::FourIn6 | Encap::SixIn6 => {}
+        }
+        w
     }
 
     fn random_tags(&mut self) -> Vec<u16> {
@@ -521,7 +665,8 @@ impl Generator {
     }
 
     /// Append one Ethernet frame carrying `data` (a whole datagram's upper
-    /// layer, or one fragment of it when `frag` is `Some((offset, more))`).
+    /// layer, or one fragment of it when `frag` is `Some((offset, more))`),
+    /// wrapped as `wrap` says.
     #[allow(clippy::too_many_arguments)]
     fn frame(
         &mut self,
@@ -533,11 +678,144 @@ impl Generator {
         ident: u32,
         frag: Option<(u16, bool)>,
         data: &[u8],
+        wrap: Option<&Wrap>,
     ) {
-        let v6 = flow.src.is_ipv6();
+        let start = out.len();
+        let net = if flow.src.is_ipv6() { ethertype::IPV6 } else { ethertype::IPV4 };
+        match wrap {
+            None => {
+                self.link(out, tags, flow.src, flow.dst, net);
+                self.datagram(out, flow, proto, hop, ident, frag, data);
+            }
+            Some(w) if !w.encap.is_tunnel() => {
+                let mpls = w.encap == Encap::Mpls;
+                let ty = if mpls { ethertype::MPLS_UNICAST } else { ethertype::PPPOE_SESSION };
+                self.link(out, tags, flow.src, flow.dst, ty);
+                let shim = out.len();
+                if mpls {
+                    let labels = [Some(w.id), w.extra];
+                    let n = labels.iter().flatten().count();
+                    for (i, label) in labels.into_iter().flatten().enumerate() {
+                        let at = out.len();
+                        out.resize(at + mpls::HEADER_LEN, 0);
+                        mpls::Repr { label, traffic_class: 0, bottom_of_stack: i + 1 == n, ttl: hop }
+                            .emit(&mut out[at..]);
+                    }
+                    self.datagram(out, flow, proto, hop, ident, frag, data);
+                } else {
+                    out.resize(shim + pppoe::HEADER_LEN, 0);
+                    self.datagram(out, flow, proto, hop, ident, frag, data);
+                    let ppp_protocol =
+                        if net == ethertype::IPV6 { pppoe::ppp_proto::IPV6 } else { pppoe::ppp_proto::IPV4 };
+                    // The length counts the PPP protocol field and what follows.
+                    let length = (out.len() - shim - pppoe::HEADER_LEN + 2) as u16;
+                    pppoe::Repr { session_id: w.id as u16, length, ppp_protocol }.emit(&mut out[shim..]);
+                }
+            }
+            Some(w) => {
+                let outer_v6 = w.outer_src.is_ipv6();
+                let outer_ty = if outer_v6 { ethertype::IPV6 } else { ethertype::IPV4 };
+                let outer_len = if outer_v6 { ipv6::HEADER_LEN } else { ipv4::HEADER_LEN };
+                // VXLAN and Geneve carry the generated frame whole, tags included.
+                let l2 = matches!(w.encap, Encap::Vxlan | Encap::Geneve);
+                self.link(out, if l2 { &[] } else { tags }, w.outer_src, w.outer_dst, outer_ty);
+                let outer = out.len();
+                out.resize(outer + outer_len, 0);
+                let tunnel = out.len();
+                let protocol = match w.encap {
+                    Encap::Ipip | Encap::FourIn6 => ip_proto::IPIP,
+                    Encap::SixIn4 | Encap::SixIn6 => ip_proto::IPV6,
+                    Encap::Gre => {
+                        let r = gre::Repr { protocol: net, ..w.gre() };
+                        out.resize(tunnel + r.buffer_len(), 0);
+                        r.emit(&mut out[tunnel..]);
+                        ip_proto::GRE
+                    }
+                    _ => {
+                        // UDP, then the tunnel header; lengths filled below.
+                        let hdr = match w.encap {
+                            Encap::Vxlan => vxlan::HEADER_LEN,
+                            Encap::Geneve => geneve::MIN_HEADER_LEN,
+                            _ => gtpu::MIN_HEADER_LEN,
+                        };
+                        out.resize(tunnel + udp::HEADER_LEN + hdr, 0);
+                        ip_proto::UDP
+                    }
+                };
+                let inner = out.len();
+                if l2 {
+                    self.link(out, tags, flow.src, flow.dst, net);
+                }
+                self.datagram(out, flow, proto, hop, ident, frag, data);
+                let h = tunnel + udp::HEADER_LEN;
+                match w.encap {
+                    Encap::Vxlan => vxlan::Repr { vni: w.id }.emit(&mut out[h..]),
+                    Encap::Geneve => {
+                        geneve::Repr { options_len: 0, protocol: ethertype::TEB, vni: w.id }.emit(&mut out[h..])
+                    }
+                    Encap::GtpU => {
+                        let length = (out.len() - inner) as u16;
+                        gtpu::Repr { msg_type: gtpu::MSG_G_PDU, length, teid: w.id, seq: None }.emit(&mut out[h..]);
+                    }
+                    _ => {}
+                }
+                let payload_len = (out.len() - tunnel) as u16;
+                let dport = match w.encap {
+                    Encap::Vxlan => vxlan::PORT,
+                    Encap::Geneve => geneve::PORT,
+                    _ => gtpu::PORT,
+                };
+                if protocol == ip_proto::UDP {
+                    udp::Repr { src_port: w.sport, dst_port: dport, length: payload_len }.emit(&mut out[tunnel..]);
+                }
+                let pseudo = match (w.outer_src, w.outer_dst) {
+                    (IpAddr::V4(src), IpAddr::V4(dst)) => {
+                        ipv4::Repr {
+                            src,
+                            dst,
+                            protocol,
+                            payload_len,
+                            dscp_ecn: 0,
+                            ident: (ident >> 16) as u16,
+                            dont_frag: true,
+                            more_frags: false,
+                            frag_offset: 0,
+                            ttl: 64,
+                        }
+                        .emit(&mut out[outer..]);
+                        checksum::pseudo_header_v4(src, dst, protocol, u32::from(payload_len))
+                    }
+                    (IpAddr::V6(src), IpAddr::V6(dst)) => {
+                        ipv6::Repr {
+                            src,
+                            dst,
+                            next_header: protocol,
+                            payload_len,
+                            traffic_class: 0,
+                            flow_label: ident & 0xf_ffff,
+                            hop_limit: 64,
+                        }
+                        .emit(&mut out[outer..]);
+                        checksum::pseudo_header_v6(src, dst, protocol, u32::from(payload_len))
+                    }
+                    _ => unreachable!("outer addresses are drawn in one family"),
+                };
+                if protocol == ip_proto::UDP {
+                    udp::Packet::new_unchecked(&mut out[tunnel..]).fill_checksum(pseudo);
+                }
+            }
+        }
+        self.stats.encapsulated += u64::from(wrap.is_some());
+        if out.len() - start < MIN_FRAME {
+            out.resize(start + MIN_FRAME, 0);
+        }
+    }
+
+    /// Append an Ethernet header (MACs derived from the addresses) and
+    /// `tags`, the last EtherType `net`.
+    fn link(&mut self, out: &mut Vec<u8>, tags: &[u16], src: IpAddr, dst: IpAddr, net: u16) {
         let first_type = match tags.len() {
-            0 if v6 => ethertype::IPV6,
-            0 => ethertype::IPV4,
+            0 => net,
             1 => ethertype::VLAN,
             _ => ethertype::QINQ,
         };
@@ -553,16 +831,10 @@ impl Generator {
                 [0x02, 0x06, o[12], o[13], o[14], o[15]]
             }
         };
-        ethernet::Repr { src: mac(flow.src), dst: mac(flow.dst), ethertype: first_type }
+        ethernet::Repr { src: mac(src), dst: mac(dst), ethertype: first_type }
             .emit(&mut ethernet::Frame::new_unchecked(&mut out[start..]));
         for (i, id) in tags.iter().enumerate() {
-            let inner = if i + 1 < tags.len() {
-                ethertype::VLAN
-            } else if v6 {
-                ethertype::IPV6
-            } else {
-                ethertype::IPV4
-            };
+            let inner = if i + 1 < tags.len() { ethertype::VLAN } else { net };
             let at = out.len();
             out.resize(at + vlan::HEADER_LEN, 0);
             vlan::Repr { priority: 0, drop_eligible: false, vlan_id: *id, ethertype: inner }
@@ -572,6 +844,21 @@ impl Generator {
             self.stats.vlan_tagged += 1;
             self.stats.qinq_tagged += u64::from(tags.len() > 1);
         }
+    }
+
+    /// Append the flow's IP header (with a fragment header for an IPv6
+    /// fragment) and `data`.
+    #[allow(clippy::too_many_arguments)]
+    fn datagram(
+        &mut self,
+        out: &mut Vec<u8>,
+        flow: &Flow,
+        proto: u8,
+        hop: u8,
+        ident: u32,
+        frag: Option<(u16, bool)>,
+        data: &[u8],
+    ) {
         let at = out.len();
         match (flow.src, flow.dst) {
             (IpAddr::V4(src), IpAddr::V4(dst)) => {
@@ -618,9 +905,6 @@ impl Generator {
             ip_proto::TCP => self.stats.tcp += 1,
             ip_proto::UDP => self.stats.udp += 1,
             _ => self.stats.icmp += 1,
-        }
-        if out.len() - start < MIN_FRAME {
-            out.resize(start + MIN_FRAME, 0);
         }
     }
 }
@@ -713,6 +997,109 @@ mod tests {
         assert!(st.listed > 1_500 && st.listed < 2_500, "{st:?}");
         assert!(st.fragments > 0 && st.qinq_tagged > 0 && st.ipv6 > 0 && st.icmp > 0, "{st:?}");
         assert_eq!(st.ipv4 + st.ipv6, st.packets);
+    }
+
+    /// Every encapsulation: the innermost header is the generated packet
+    /// (listed count exact, checksums right); the outer headers are sound
+    /// and never touch the list.
+    #[test]
+    fn each_encapsulation_wraps_the_generated_packet() {
+        let v6_list: Vec<Prefix> = ["2001:db8:bad::/48"].iter().map(|s| s.parse().unwrap()).collect();
+        for encap in Encap::ALL {
+            let mut cfg = GenConfig { encap: Some(encap), encap_share: 0.8, frag_shuffle: true, ..all_options(3000) };
+            if matches!(encap, Encap::SixIn4 | Encap::SixIn6) {
+                cfg.list.extend_from_slice(&v6_list);
+            }
+            let set = PrefixHashSet::from_prefixes(&cfg.list);
+            let mut g = Generator::new(cfg).unwrap();
+            let mut buf = Vec::new();
+            let (mut listed_seen, mut in_list, mut wrapped) = (0u64, 0u64, 0u64);
+            while let Some(info) = g.next_frame(&mut buf) {
+                let s = decode(LinkType::ETHERNET, &buf).unwrap();
+                let outer = s.ip.unwrap();
+                assert_eq!(outer.anomaly, None, "{encap} frame {}", info.index);
+                if s.encap.is_empty() {
+                    in_list += u64::from(set.contains(outer.src) || set.contains(outer.dst));
+                    listed_seen += u64::from(info.listed);
+                    continue;
+                }
+                wrapped += 1;
+                assert_eq!(s.encap.as_slice(), &[encap]);
+                let inner = *s.innermost().unwrap();
+                assert_eq!(s.inner.is_some(), encap.is_tunnel());
+                assert_eq!(inner.anomaly, None);
+                if encap.is_tunnel() {
+                    assert!(!set.contains(outer.src) && !set.contains(outer.dst), "{encap}: outer {outer:?}");
+                    assert_eq!(outer.src.is_ipv6(), matches!(encap, Encap::FourIn6 | Encap::SixIn6));
+                    assert_eq!(outer.l3_end, inner.l3_end, "{encap}: lengths agree");
+                    if outer.src.is_ipv4() {
+                        assert!(ipv4::Packet::new_checked(&buf[outer.l3_offset as usize..]).unwrap().verify_checksum());
+                    }
+                    if outer.protocol == ip_proto::UDP {
+                        let l4 = &buf[outer.l4_offset.unwrap() as usize..outer.l3_end as usize];
+                        let (IpAddr::V4(a), IpAddr::V4(b)) = (outer.src, outer.dst) else { unreachable!() };
+                        let pseudo = checksum::pseudo_header_v4(a, b, ip_proto::UDP, l4.len() as u32);
+                        assert!(udp::Packet::new_checked(l4).unwrap().verify_checksum(pseudo));
+                    }
+                }
+                match encap {
+                    Encap::Ipip | Encap::FourIn6 => assert!(inner.src.is_ipv4()),
+                    Encap::SixIn4 | Encap::SixIn6 => assert!(inner.src.is_ipv6()),
+                    _ => {}
+                }
+                if inner.fragment.is_none() {
+                    let l4 = &buf[inner.l4_offset.unwrap() as usize..inner.l3_end as usize];
+                    let pseudo = match (inner.src, inner.dst) {
+                        (IpAddr::V4(a), IpAddr::V4(b)) => {
+                            checksum::pseudo_header_v4(a, b, inner.protocol, l4.len() as u32)
+                        }
+                        (IpAddr::V6(a), IpAddr::V6(b)) => {
+                            checksum::pseudo_header_v6(a, b, inner.protocol, l4.len() as u32)
+                        }
+                        _ => unreachable!(),
+                    };
+                    let ok = match inner.protocol {
+                        ip_proto::TCP => tcp::Packet::new_checked(l4).unwrap().verify_checksum(pseudo),
+                        ip_proto::UDP => udp::Packet::new_checked(l4).unwrap().verify_checksum(pseudo),
+                        ip_proto::ICMP => icmp::Packet::new_checked(l4).unwrap().verify_checksum(0),
+                        _ => icmp::Packet::new_checked(l4).unwrap().verify_checksum(pseudo),
+                    };
+                    assert!(ok, "{encap}: bad inner L4 checksum in frame {}", info.index);
+                }
+                listed_seen += u64::from(info.listed);
+                in_list += u64::from(set.contains(inner.src) || set.contains(inner.dst));
+            }
+            let st = *g.stats();
+            assert_eq!(st.encapsulated, wrapped, "{encap}");
+            assert!(wrapped > 2000 && wrapped < 3000, "{encap}: {st:?}");
+            assert_eq!(st.listed, listed_seen, "{encap}");
+            assert_eq!(in_list, listed_seen, "{encap}: only listed frames may touch the list");
+            assert!(st.listed > 150 && st.fragments > 0, "{encap}: {st:?}");
+        }
+    }
+
+    #[test]
+    fn encapsulation_is_deterministic_and_family_bound() {
+        let run = |encap| {
+            let mut g = Generator::new(GenConfig { encap: Some(encap), ..all_options(300) }).unwrap();
+            let mut buf = Vec::new();
+            let mut all = Vec::new();
+            while g.next_frame(&mut buf).is_some() {
+                all.extend_from_slice(&buf);
+            }
+            all
+        };
+        assert_eq!(run(Encap::Vxlan), run(Encap::Vxlan));
+        assert_ne!(run(Encap::Vxlan), run(Encap::Geneve));
+        // FireHOL is IPv4 only: no listed source for a tunnel of IPv6.
+        assert!(matches!(
+            Generator::new(GenConfig { encap: Some(Encap::SixIn4), ..all_options(10) }),
+            Err(ConfigError::ListLacksFamily { encap: Encap::SixIn4, family: "IPv6" })
+        ));
+        assert!(matches!(
+            Generator::new(GenConfig { encap: Some(Encap::Gre), encap_share: 1.5, ..GenConfig::default() }),
+            Err(ConfigError::Share { name: "encapsulation share", .. })
+        ));
     }
 
     #[test]

@@ -1,13 +1,19 @@
 //! Whole-frame decoding into a compact [`PacketSummary`].
 
-use crate::{be16, ethernet, ethertype, icmp, ip_proto, ipv4, ipv6, tcp, udp, vlan, DecodeError, Layer, LinkType};
+use crate::{
+    be16, ethernet, ethertype, geneve, gre, gtpu, icmp, ip_proto, ipv4, ipv6, mpls, pppoe, tcp, udp, vlan, vxlan,
+    DecodeError, ErrorKind, Layer, LinkType,
+};
 use core::fmt;
 use std::net::IpAddr;
+use std::str::FromStr;
 
 /// Most stacked VLAN tags walked (802.1ad QinQ is 2; 4 leaves room for odd gear).
 pub const MAX_VLAN_TAGS: usize = 4;
 /// Most IPv6 extension headers walked before giving up on the upper layer.
 pub const MAX_EXT_HEADERS: usize = 8;
+/// Most encapsulations walked (MPLS and PPPoE count one each, as does each tunnel).
+pub const MAX_ENCAP_DEPTH: usize = 4;
 
 /// VLAN ids, outermost first, held inline.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -17,6 +23,8 @@ pub struct VlanIds {
 }
 
 impl VlanIds {
+    pub const EMPTY: VlanIds = VlanIds { ids: [0; MAX_VLAN_TAGS], len: 0 };
+
     pub fn as_slice(&self) -> &[u16] {
         &self.ids[..usize::from(self.len)]
     }
@@ -28,6 +36,152 @@ impl VlanIds {
         *slot = id;
         self.len += 1;
         Ok(())
+    }
+}
+
+/// An encapsulation the decoder walks.
+///
+/// MPLS and PPPoE are link-level: the IP header after them is the packet's
+/// own ([`PacketSummary::ip`]). The others are tunnels: `ip` stays the
+/// outer header and the one they carry is [`PacketSummary::inner`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Encap {
+    /// An MPLS label stack (EtherType 0x8847 / 0x8848), however many labels.
+    Mpls,
+    /// A PPPoE session (EtherType 0x8864).
+    Pppoe,
+    /// GRE (IP protocol 47) carrying IPv4, IPv6 or Ethernet.
+    Gre,
+    /// IPv4 in IPv4 (protocol 4).
+    Ipip,
+    /// IPv6 in IPv4 (protocol 41).
+    SixIn4,
+    /// IPv4 in IPv6 (next header 4).
+    FourIn6,
+    /// IPv6 in IPv6 (next header 41).
+    SixIn6,
+    /// VXLAN (UDP destination port 4789) carrying Ethernet.
+    Vxlan,
+    /// Geneve (UDP destination port 6081).
+    Geneve,
+    /// GTP-U G-PDU (UDP destination port 2152).
+    GtpU,
+}
+
+impl Encap {
+    pub const ALL: [Encap; 10] = [
+        Encap::Mpls,
+        Encap::Pppoe,
+        Encap::Gre,
+        Encap::Ipip,
+        Encap::SixIn4,
+        Encap::FourIn6,
+        Encap::SixIn6,
+        Encap::Vxlan,
+        Encap::Geneve,
+        Encap::GtpU,
+    ];
+
+    /// Stable lower-case name, used on the command line and in JSON.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Encap::Mpls => "mpls",
+            Encap::Pppoe => "pppoe",
+            Encap::Gre => "gre",
+            Encap::Ipip => "ipip",
+            Encap::SixIn4 => "6in4",
+            Encap::FourIn6 => "4in6",
+            Encap::SixIn6 => "6in6",
+            Encap::Vxlan => "vxlan",
+            Encap::Geneve => "geneve",
+            Encap::GtpU => "gtpu",
+        }
+    }
+
+    /// A tunnel carries a whole IP packet behind an outer IP header;
+    /// MPLS and PPPoE sit below the (only) IP header.
+    pub const fn is_tunnel(self) -> bool {
+        !matches!(self, Encap::Mpls | Encap::Pppoe)
+    }
+}
+
+impl fmt::Display for Encap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A name that is not one of [`Encap::as_str`]'s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParseEncapError;
+
+impl fmt::Display for ParseEncapError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("unknown encapsulation; expected one of")?;
+        for (i, e) in Encap::ALL.iter().enumerate() {
+            f.write_str(if i == 0 { " " } else { ", " })?;
+            f.write_str(e.as_str())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ParseEncapError {}
+
+impl FromStr for Encap {
+    type Err = ParseEncapError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Encap::ALL.into_iter().find(|e| e.as_str().eq_ignore_ascii_case(s)).ok_or(ParseEncapError)
+    }
+}
+
+/// The encapsulations walked, outermost first, held inline (like [`VlanIds`]).
+#[derive(Clone, Copy)]
+pub struct Encaps {
+    list: [Encap; MAX_ENCAP_DEPTH],
+    len: u8,
+}
+
+impl Encaps {
+    /// No encapsulation (the unused slots hold a filler never shown).
+    pub const EMPTY: Encaps = Encaps { list: [Encap::Mpls; MAX_ENCAP_DEPTH], len: 0 };
+
+    pub fn as_slice(&self) -> &[Encap] {
+        &self.list[..usize::from(self.len)]
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn len(&self) -> usize {
+        usize::from(self.len)
+    }
+    fn push(&mut self, e: Encap) -> Result<(), DecodeError> {
+        let slot = self.list.get_mut(usize::from(self.len)).ok_or(DecodeError::TooManyEncapsulations)?;
+        *slot = e;
+        self.len += 1;
+        Ok(())
+    }
+}
+
+impl Default for Encaps {
+    fn default() -> Self {
+        Encaps::EMPTY
+    }
+}
+
+// By the walked list only: the filler in unused slots is not part of the value.
+impl PartialEq for Encaps {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for Encaps {}
+
+impl fmt::Debug for Encaps {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.as_slice()).finish()
     }
 }
 
@@ -53,6 +207,8 @@ pub struct IpSummary {
     pub ports: Option<(u16, u16)>,
     /// ICMP / ICMPv6 type and code when the header is present.
     pub icmp: Option<(u8, u8)>,
+    /// TCP flags (FIN..CWR, the header's 14th byte) when the TCP header is present.
+    pub tcp_flags: Option<u8>,
     /// Set for IP fragments (IPv4 MF or non-zero offset; any IPv6 fragment header).
     pub fragment: Option<FragmentInfo>,
     /// Offset of the IP header in the frame.
@@ -82,6 +238,7 @@ impl IpSummary {
         protocol: 0,
         ports: None,
         icmp: None,
+        tcp_flags: None,
         fragment: None,
         l3_offset: 0,
         l4_offset: None,
@@ -103,7 +260,31 @@ pub struct PacketSummary {
     pub ethertype: u16,
     pub vlans: VlanIds,
     /// `None` for non-IP traffic (ARP and other EtherTypes), which is recognised and passed through.
+    /// Behind MPLS or PPPoE this is the IP header they carry (and
+    /// `ethertype` is its EtherType); behind a tunnel, the outer header.
     pub ip: Option<IpSummary>,
+    /// The innermost IP header reached through tunnels (whole datagrams and
+    /// first fragments only). `None` without a tunnel, when the tunnel
+    /// carries something else than IP (an inner ARP frame), or when the
+    /// inner packet is damaged: then `ip.anomaly` says why
+    /// ([`DecodeError::BadInner`], [`DecodeError::TooManyEncapsulations`],
+    /// a truncated tunnel header). Damage after the inner addresses is the
+    /// inner header's own `anomaly`.
+    pub inner: Option<IpSummary>,
+    /// The encapsulations walked, outermost first, including one whose
+    /// inner packet turned out damaged.
+    pub encap: Encaps,
+}
+
+impl PacketSummary {
+    /// A placeholder (non-IP, EtherType 0) for filling arrays.
+    pub const EMPTY: PacketSummary =
+        PacketSummary { ethertype: 0, vlans: VlanIds::EMPTY, ip: None, inner: None, encap: Encaps::EMPTY };
+
+    /// The innermost IP header: `inner` if a tunnel was walked, else `ip`.
+    pub fn innermost(&self) -> Option<&IpSummary> {
+        self.inner.as_ref().or(self.ip.as_ref())
+    }
 }
 
 /// Decode one captured frame of the given link type.
@@ -172,12 +353,225 @@ fn network(frame: &[u8], mut off: usize, mut ty: u16) -> Result<PacketSummary, D
         off += vlan::HEADER_LEN;
     }
     let rest = frame.get(off..).unwrap_or_default();
-    let ip = match ty {
+    let mut s = PacketSummary { ethertype: ty, vlans, ip: None, inner: None, encap: Encaps::EMPTY };
+    s.ip = match ty {
         ethertype::IPV4 => Some(decode_ipv4(rest, off)?),
         ethertype::IPV6 => Some(decode_ipv6(rest, off)?),
+        ethertype::MPLS_UNICAST | ethertype::MPLS_MULTICAST | ethertype::PPPOE_SESSION => {
+            link_encap(frame, off, &mut s)?
+        }
         _ => None,
     };
-    Ok(PacketSummary { ethertype: ty, vlans, ip })
+    // The only cost of tunnels to a frame without one: this compare.
+    if s.ip.as_ref().is_some_and(may_tunnel) {
+        tunnels(frame, &mut s);
+    }
+    Ok(s)
+}
+
+/// Walk an MPLS label stack or a PPPoE session header at `off` to the IP
+/// header it carries: that becomes the packet's own `ip`, and its
+/// EtherType `s.ethertype`. `None` for non-IP payloads. Damage here is an
+/// error, as for a VLAN tag: the addresses cannot be known.
+fn link_encap(frame: &[u8], mut off: usize, s: &mut PacketSummary) -> Result<Option<IpSummary>, DecodeError> {
+    let ty = if s.ethertype == ethertype::PPPOE_SESSION {
+        let h = pppoe::Session::new_checked(frame.get(off..).unwrap_or_default())?;
+        s.encap.push(Encap::Pppoe)?;
+        off += h.header_len();
+        match h.ppp_protocol() {
+            pppoe::ppp_proto::IPV4 => ethertype::IPV4,
+            pppoe::ppp_proto::IPV6 => ethertype::IPV6,
+            _ => return Ok(None),
+        }
+    } else {
+        s.encap.push(Encap::Mpls)?;
+        // Bounded by the frame: every entry is 4 more bytes.
+        loop {
+            let entry = mpls::Entry::new_checked(frame.get(off..).unwrap_or_default())?;
+            off += mpls::HEADER_LEN;
+            if entry.bottom_of_stack() {
+                break;
+            }
+        }
+        // No payload type in MPLS: guess by the version nibble, as tcpdump does.
+        match frame.get(off).map(|b| b >> 4) {
+            None => return Err(DecodeError::Truncated(Layer::Mpls)),
+            Some(4) => ethertype::IPV4,
+            Some(6) => ethertype::IPV6,
+            Some(_) => return Ok(None),
+        }
+    };
+    s.ethertype = ty;
+    let rest = frame.get(off..).unwrap_or_default();
+    Ok(Some(if ty == ethertype::IPV4 { decode_ipv4(rest, off)? } else { decode_ipv6(rest, off)? }))
+}
+
+/// Whether this IP header may carry a tunnel the decoder walks. Every IP
+/// packet pays this check, so it is a compare or two.
+#[inline]
+fn may_tunnel(ip: &IpSummary) -> bool {
+    match ip.protocol {
+        ip_proto::IPIP | ip_proto::IPV6 | ip_proto::GRE => true,
+        ip_proto::UDP => matches!(ip.ports, Some((_, vxlan::PORT | geneve::PORT | gtpu::PORT))),
+        _ => false,
+    }
+}
+
+/// Where a tunnel's payload starts and what it is.
+enum Payload {
+    /// An IP header of this EtherType.
+    Ip(usize, u16),
+    /// An IP header of either version, told by its first nibble (GTP-U).
+    IpByNibble(usize),
+    /// An Ethernet frame, possibly with VLAN tags.
+    Ethernet(usize),
+}
+
+/// What one tunnel step found.
+enum Step {
+    /// The IP header inside.
+    Ip(IpSummary),
+    /// No (further) tunnel, or one carrying something other than IP.
+    Done,
+}
+
+/// Walk tunnels from the outer `s.ip` to the innermost IP header; on
+/// damage, leave `inner` empty and put the reason on the outer header.
+#[inline(never)]
+fn tunnels(frame: &[u8], s: &mut PacketSummary) {
+    let Some(outer) = s.ip.as_mut() else { return };
+    let mut cur = *outer;
+    let mut reached = None;
+    loop {
+        match tunnel_step(frame, &cur, &mut s.encap) {
+            Ok(Step::Ip(ip)) => {
+                cur = ip;
+                reached = Some(ip);
+            }
+            Ok(Step::Done) => break,
+            Err(e) => {
+                // An inner header nobody can trust is no inner header: the
+                // packet is judged by what is known, and the reason counted.
+                reached = None;
+                if outer.anomaly.is_none() {
+                    outer.anomaly = Some(e);
+                }
+                break;
+            }
+        }
+    }
+    s.inner = reached;
+}
+
+/// Recognise the tunnel `cur` carries, record it in `encap` and decode the
+/// IP header inside.
+fn tunnel_step(frame: &[u8], cur: &IpSummary, encap: &mut Encaps) -> Result<Step, DecodeError> {
+    // A later fragment holds no tunnel header.
+    if cur.fragment.is_some_and(|f| f.offset != 0) {
+        return Ok(Step::Done);
+    }
+    let end = cur.l3_end as usize;
+    let v6 = cur.is_ipv6();
+    // No upper layer known (IPv6 extension chain cut, IPv4 options cut).
+    let Some(at) = cur.l4_offset.map(|o| o as usize) else { return Ok(Step::Done) };
+    // Past the UDP header, for the UDP tunnels.
+    let data_at = cur.payload_offset.map_or(at, |o| o as usize);
+    let (kind, payload) = match cur.protocol {
+        ip_proto::IPIP => (if v6 { Encap::FourIn6 } else { Encap::Ipip }, Payload::Ip(at, ethertype::IPV4)),
+        ip_proto::IPV6 => (if v6 { Encap::SixIn6 } else { Encap::SixIn4 }, Payload::Ip(at, ethertype::IPV6)),
+        ip_proto::GRE => {
+            let g = gre::Packet::new_checked(frame.get(at..end).unwrap_or_default())?;
+            // PPTP's enhanced GRE (version 1) carries PPP; RFC 1701 routing
+            // is deprecated: neither is walked.
+            if g.version() != 0 || g.routing_present() {
+                return Ok(Step::Done);
+            }
+            let p = at + g.header_len();
+            let payload = match g.protocol() {
+                ethertype::IPV4 | ethertype::IPV6 => Payload::Ip(p, g.protocol()),
+                ethertype::TEB => Payload::Ethernet(p),
+                _ => return Ok(Step::Done),
+            };
+            (Encap::Gre, payload)
+        }
+        ip_proto::UDP => {
+            let bytes = frame.get(data_at..end).unwrap_or_default();
+            match cur.ports.map(|(_, dport)| dport) {
+                Some(vxlan::PORT) => {
+                    vxlan::Packet::new_checked(bytes)?;
+                    (Encap::Vxlan, Payload::Ethernet(data_at + vxlan::HEADER_LEN))
+                }
+                Some(geneve::PORT) => {
+                    let g = geneve::Packet::new_checked(bytes)?;
+                    if g.version() != 0 {
+                        return Ok(Step::Done);
+                    }
+                    let p = data_at + g.header_len();
+                    let payload = match g.protocol() {
+                        ethertype::IPV4 | ethertype::IPV6 => Payload::Ip(p, g.protocol()),
+                        ethertype::TEB => Payload::Ethernet(p),
+                        _ => return Ok(Step::Done),
+                    };
+                    (Encap::Geneve, payload)
+                }
+                Some(gtpu::PORT) => {
+                    let g = gtpu::Packet::new_checked(bytes)?;
+                    // Echo, error indication and end marker carry no user packet.
+                    if g.version() != 1 || g.msg_type() != gtpu::MSG_G_PDU {
+                        return Ok(Step::Done);
+                    }
+                    let len = g.header_len()?;
+                    if bytes.len() <= len {
+                        return Err(DecodeError::Truncated(Layer::GtpU));
+                    }
+                    (Encap::GtpU, Payload::IpByNibble(data_at + len))
+                }
+                _ => return Ok(Step::Done),
+            }
+        }
+        _ => return Ok(Step::Done),
+    };
+    encap.push(kind)?;
+    Ok(match inner_ip(frame, payload, end)? {
+        Some(ip) => Step::Ip(ip),
+        None => Step::Done,
+    })
+}
+
+/// Decode the IP header a tunnel carries, up to `end` (the outer datagram's).
+/// `None` for a non-IP payload; any error is [`DecodeError::BadInner`].
+fn inner_ip(frame: &[u8], payload: Payload, end: usize) -> Result<Option<IpSummary>, DecodeError> {
+    let bad = |e: DecodeError| DecodeError::BadInner(e.kind());
+    let (at, ty) = match payload {
+        Payload::Ip(at, ty) => (at, ty),
+        Payload::IpByNibble(at) => match frame.get(at).map(|b| b >> 4) {
+            Some(4) => (at, ethertype::IPV4),
+            Some(6) => (at, ethertype::IPV6),
+            _ => return Ok(None),
+        },
+        Payload::Ethernet(at) => {
+            let eth = ethernet::Frame::new_checked(frame.get(at..end).unwrap_or_default()).map_err(bad)?;
+            let (mut off, mut ty) = (at + ethernet::HEADER_LEN, eth.ethertype());
+            // Inner VLAN ids are walked past, not recorded.
+            let mut tags = 0;
+            while ethertype::is_vlan(ty) {
+                if tags == MAX_VLAN_TAGS {
+                    return Err(DecodeError::BadInner(ErrorKind::TooManyVlanTags));
+                }
+                let tag = vlan::Tag::new_checked(frame.get(off..end).unwrap_or_default()).map_err(bad)?;
+                ty = tag.ethertype();
+                off += vlan::HEADER_LEN;
+                tags += 1;
+            }
+            match ty {
+                ethertype::IPV4 | ethertype::IPV6 => (off, ty),
+                _ => return Ok(None),
+            }
+        }
+    };
+    let bytes = frame.get(at..end).unwrap_or_default();
+    let ip = if ty == ethertype::IPV4 { decode_ipv4(bytes, at) } else { decode_ipv6(bytes, at) };
+    ip.map(Some).map_err(bad)
 }
 
 fn decode_ipv4(bytes: &[u8], l3_offset: usize) -> Result<IpSummary, DecodeError> {
@@ -198,6 +592,7 @@ fn decode_ipv4(bytes: &[u8], l3_offset: usize) -> Result<IpSummary, DecodeError>
         protocol: p.protocol(),
         ports: None,
         icmp: None,
+        tcp_flags: None,
         fragment,
         l3_offset: l3_offset as u32,
         l4_offset: Some(l4_offset as u32),
@@ -237,6 +632,7 @@ fn ipv4_options_cut(bytes: &[u8], l3_offset: usize) -> IpSummary {
         protocol: p.protocol(),
         ports: None,
         icmp: None,
+        tcp_flags: None,
         fragment,
         l3_offset: l3_offset as u32,
         l4_offset: None,
@@ -255,6 +651,7 @@ fn decode_ipv6(bytes: &[u8], l3_offset: usize) -> Result<IpSummary, DecodeError>
         protocol: p.next_header(),
         ports: None,
         icmp: None,
+        tcp_flags: None,
         fragment: None,
         l3_offset: l3_offset as u32,
         l4_offset: None,
@@ -304,6 +701,8 @@ fn upper_layer(s: &mut IpSummary, data: &[u8], l4_offset: usize, v6: bool) {
     let header_len = match s.protocol {
         ip_proto::TCP => tcp::Packet::new_checked(data).map(|t| {
             s.ports = Some((t.src_port(), t.dst_port()));
+            // The low byte: FIN..CWR (NS, the high bit, is not matched).
+            s.tcp_flags = Some(t.flags() as u8);
             t.header_len()
         }),
         ip_proto::UDP => udp::Packet::new_checked(data).map(|u| {
@@ -326,26 +725,43 @@ fn icmp_header(s: &mut IpSummary, data: &[u8]) -> Result<usize, DecodeError> {
     Ok(icmp::HEADER_LEN)
 }
 
+impl fmt::Display for IpSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.ports {
+            Some((sp, dp)) => write!(f, "{} {} > {} {}", self.src, sp, self.dst, dp)?,
+            None => write!(f, "{} > {}", self.src, self.dst)?,
+        }
+        write!(f, " proto {}", self.protocol)?;
+        if let Some((t, c)) = self.icmp {
+            write!(f, " icmp {t}/{c}")?;
+        }
+        if let Some(fr) = self.fragment {
+            write!(f, " frag id {} off {} mf {}", fr.ident, fr.offset, u8::from(fr.more))?;
+        }
+        if let Some(a) = self.anomaly {
+            write!(f, " [{a}]")?;
+        }
+        Ok(())
+    }
+}
+
 impl fmt::Display for PacketSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.ip {
             None => write!(f, "ethertype 0x{:04x}", self.ethertype)?,
-            Some(ip) => {
-                match ip.ports {
-                    Some((sp, dp)) => write!(f, "{} {} > {} {}", ip.src, sp, ip.dst, dp)?,
-                    None => write!(f, "{} > {}", ip.src, ip.dst)?,
+            Some(ip) => write!(f, "{ip}")?,
+        }
+        if !self.encap.is_empty() {
+            f.write_str(" encap ")?;
+            for (i, e) in self.encap.as_slice().iter().enumerate() {
+                if i > 0 {
+                    f.write_str(",")?;
                 }
-                write!(f, " proto {}", ip.protocol)?;
-                if let Some((t, c)) = ip.icmp {
-                    write!(f, " icmp {t}/{c}")?;
-                }
-                if let Some(fr) = ip.fragment {
-                    write!(f, " frag id {} off {} mf {}", fr.ident, fr.offset, u8::from(fr.more))?;
-                }
-                if let Some(a) = ip.anomaly {
-                    write!(f, " [{a}]")?;
-                }
+                f.write_str(e.as_str())?;
             }
+        }
+        if let Some(inner) = &self.inner {
+            write!(f, " inner {inner}")?;
         }
         if !self.vlans.is_empty() {
             f.write_str(" vlan ")?;
@@ -682,6 +1098,481 @@ mod tests {
             f.extend_from_slice(&bytes);
             if f.len() > 20 { f[20] = nh; }
             let _ = decode(LinkType::ETHERNET, &f);
+        }
+    }
+}
+
+/// Encapsulations: each built from its parts, decoded back; damage and depth.
+#[cfg(test)]
+mod encap_tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    const OUTER4: ([u8; 4], [u8; 4]) = ([192, 0, 2, 1], [192, 0, 2, 2]);
+    const OUTER6: (u128, u128) = (0x2001_0db8_0000_0000_0000_0000_0000_0001, 0x2001_0db8_0000_0000_0000_0000_0000_0002);
+
+    fn eth(ty: u16) -> Vec<u8> {
+        let mut v = vec![0u8; ethernet::HEADER_LEN];
+        ethernet::Repr { src: [2; 6], dst: [4; 6], ethertype: ty }
+            .emit(&mut ethernet::Frame::new_unchecked(&mut v[..]));
+        v
+    }
+
+    fn ip4(src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, payload: &[u8]) -> Vec<u8> {
+        let mut v = vec![0u8; ipv4::HEADER_LEN];
+        ipv4::Repr {
+            src,
+            dst,
+            protocol,
+            payload_len: payload.len() as u16,
+            dscp_ecn: 0,
+            ident: 1,
+            dont_frag: false,
+            more_frags: false,
+            frag_offset: 0,
+            ttl: 64,
+        }
+        .emit(&mut v);
+        v.extend_from_slice(payload);
+        v
+    }
+
+    fn ip6(src: Ipv6Addr, dst: Ipv6Addr, next_header: u8, payload: &[u8]) -> Vec<u8> {
+        let mut v = vec![0u8; ipv6::HEADER_LEN];
+        ipv6::Repr {
+            src,
+            dst,
+            next_header,
+            payload_len: payload.len() as u16,
+            traffic_class: 0,
+            flow_label: 0,
+            hop_limit: 64,
+        }
+        .emit(&mut v);
+        v.extend_from_slice(payload);
+        v
+    }
+
+    fn ip(src: IpAddr, dst: IpAddr, protocol: u8, payload: &[u8]) -> Vec<u8> {
+        match (src, dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => ip4(s, d, protocol, payload),
+            (IpAddr::V6(s), IpAddr::V6(d)) => ip6(s, d, protocol, payload),
+            _ => unreachable!("one family"),
+        }
+    }
+
+    fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+        let mut v = vec![0u8; udp::HEADER_LEN];
+        udp::Repr { src_port: sport, dst_port: dport, length: (udp::HEADER_LEN + payload.len()) as u16 }.emit(&mut v);
+        v.extend_from_slice(payload);
+        v
+    }
+
+    fn l4(protocol: u8, sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+        if protocol == ip_proto::UDP {
+            return udp(sport, dport, payload);
+        }
+        let mut v = vec![0u8; 20];
+        tcp::Repr { src_port: sport, dst_port: dport, seq: 1, ack: 0, flags: tcp::flags::SYN, window: 1, urgent: 0 }
+            .emit(&mut v);
+        v.extend_from_slice(payload);
+        v
+    }
+
+    fn outer_v4(protocol: u8, payload: &[u8]) -> Vec<u8> {
+        let mut f = eth(ethertype::IPV4);
+        f.extend(ip4(OUTER4.0.into(), OUTER4.1.into(), protocol, payload));
+        f
+    }
+
+    fn outer_v6(protocol: u8, payload: &[u8]) -> Vec<u8> {
+        let mut f = eth(ethertype::IPV6);
+        f.extend(ip6(OUTER6.0.into(), OUTER6.1.into(), protocol, payload));
+        f
+    }
+
+    fn ip_type(inner: &[u8]) -> u16 {
+        if inner[0] >> 4 == 6 {
+            ethertype::IPV6
+        } else {
+            ethertype::IPV4
+        }
+    }
+
+    /// An inner Ethernet frame around `inner`, with `tags` VLAN tags.
+    fn inner_eth(inner: &[u8], tags: usize) -> Vec<u8> {
+        let mut f = eth(if tags > 0 { ethertype::VLAN } else { ip_type(inner) });
+        for i in 0..tags {
+            let next = if i + 1 < tags { ethertype::VLAN } else { ip_type(inner) };
+            let mut t = [0u8; 4];
+            vlan::Repr { priority: 0, drop_eligible: false, vlan_id: 10 + i as u16, ethertype: next }
+                .emit(&mut vlan::Tag::new_unchecked(&mut t[..]));
+            f.extend_from_slice(&t);
+        }
+        f.extend_from_slice(inner);
+        f
+    }
+
+    /// A whole Ethernet frame carrying the IP datagram `inner` in `e`.
+    /// `variant` picks header options (GRE key/seq, inner tags, GTP-U extensions).
+    fn wrap(e: Encap, inner: &[u8], variant: u8) -> Vec<u8> {
+        match e {
+            Encap::Mpls => {
+                let mut f = eth(ethertype::MPLS_UNICAST);
+                let labels = 1 + usize::from(variant % 3);
+                for i in 0..labels {
+                    let mut b = [0u8; 4];
+                    mpls::Repr { label: 16 + i as u32, traffic_class: 0, bottom_of_stack: i + 1 == labels, ttl: 64 }
+                        .emit(&mut b);
+                    f.extend_from_slice(&b);
+                }
+                f.extend_from_slice(inner);
+                f
+            }
+            Encap::Pppoe => {
+                let mut f = eth(ethertype::PPPOE_SESSION);
+                let proto =
+                    if ip_type(inner) == ethertype::IPV6 { pppoe::ppp_proto::IPV6 } else { pppoe::ppp_proto::IPV4 };
+                let mut h = [0u8; pppoe::HEADER_LEN];
+                pppoe::Repr { session_id: 7, length: (inner.len() + 2) as u16, ppp_protocol: proto }.emit(&mut h);
+                f.extend_from_slice(&h);
+                f.extend_from_slice(inner);
+                f
+            }
+            Encap::Gre => {
+                let teb = variant % 4 == 3;
+                let r = gre::Repr {
+                    protocol: if teb { ethertype::TEB } else { ip_type(inner) },
+                    checksum: variant & 1 != 0,
+                    key: (variant & 2 != 0).then_some(0xdead_beef),
+                    seq: (variant & 4 != 0).then_some(42),
+                };
+                let body = if teb { inner_eth(inner, usize::from(variant % 3)) } else { inner.to_vec() };
+                let mut g = vec![0u8; r.buffer_len()];
+                r.emit(&mut g);
+                g.extend(body);
+                gre::Packet::new_unchecked(&mut g[..]).fill_checksum();
+                if variant & 8 != 0 {
+                    outer_v6(ip_proto::GRE, &g)
+                } else {
+                    outer_v4(ip_proto::GRE, &g)
+                }
+            }
+            Encap::Ipip => outer_v4(ip_proto::IPIP, inner),
+            Encap::SixIn4 => outer_v4(ip_proto::IPV6, inner),
+            Encap::FourIn6 => outer_v6(ip_proto::IPIP, inner),
+            Encap::SixIn6 => outer_v6(ip_proto::IPV6, inner),
+            Encap::Vxlan => {
+                let mut v = vec![0u8; vxlan::HEADER_LEN];
+                vxlan::Repr { vni: 5000 }.emit(&mut v);
+                v.extend(inner_eth(inner, usize::from(variant % 3)));
+                outer_v4(ip_proto::UDP, &udp(40000, vxlan::PORT, &v))
+            }
+            Encap::Geneve => {
+                let teb = variant & 1 != 0;
+                let r = geneve::Repr {
+                    options_len: 4 * usize::from(variant % 3),
+                    protocol: if teb { ethertype::TEB } else { ip_type(inner) },
+                    vni: 77,
+                };
+                let mut g = vec![0u8; r.buffer_len()];
+                r.emit(&mut g);
+                g.extend(if teb { inner_eth(inner, usize::from(variant % 2)) } else { inner.to_vec() });
+                outer_v4(ip_proto::UDP, &udp(40001, geneve::PORT, &g))
+            }
+            Encap::GtpU => {
+                let r = gtpu::Repr {
+                    msg_type: gtpu::MSG_G_PDU,
+                    length: 0,
+                    teid: 0x1234,
+                    seq: (variant & 1 != 0).then_some(9),
+                };
+                let mut g = vec![0u8; r.buffer_len()];
+                r.emit(&mut g);
+                if variant & 2 != 0 {
+                    // E flag and a one-word PDU session container.
+                    if g.len() == gtpu::MIN_HEADER_LEN {
+                        g.extend_from_slice(&[0, 0, 0, 0]);
+                    }
+                    g[0] |= 0x04;
+                    g[11] = 0x85;
+                    g.extend_from_slice(&[1, 0x10, 0x09, 0]);
+                }
+                let len = (g.len() - gtpu::MIN_HEADER_LEN + inner.len()) as u16;
+                g[2..4].copy_from_slice(&len.to_be_bytes());
+                g.extend_from_slice(inner);
+                outer_v4(ip_proto::UDP, &udp(2152, gtpu::PORT, &g))
+            }
+        }
+    }
+
+    /// Families an encapsulation can carry.
+    fn carries_v6(e: Encap, v6: bool) -> bool {
+        match e {
+            Encap::Ipip | Encap::FourIn6 => false,
+            Encap::SixIn4 | Encap::SixIn6 => true,
+            _ => v6,
+        }
+    }
+
+    fn addr(v6: bool, bits: u128) -> IpAddr {
+        if v6 {
+            IpAddr::V6(Ipv6Addr::from(bits))
+        } else {
+            IpAddr::V4(Ipv4Addr::from(bits as u32))
+        }
+    }
+
+    /// Ports that would make the inner packet another tunnel are moved off.
+    fn not_a_tunnel_port(p: u16) -> u16 {
+        if matches!(p, vxlan::PORT | geneve::PORT | gtpu::PORT) {
+            p + 1
+        } else {
+            p
+        }
+    }
+
+    fn inner_udp(src: IpAddr, dst: IpAddr, sport: u16, dport: u16) -> Vec<u8> {
+        ip(src, dst, ip_proto::UDP, &udp(sport, dport, b"payload"))
+    }
+
+    #[test]
+    fn names_parse_back() {
+        for e in Encap::ALL {
+            assert_eq!(e.as_str().parse::<Encap>(), Ok(e));
+            assert_eq!(e.is_tunnel(), !matches!(e, Encap::Mpls | Encap::Pppoe));
+        }
+        assert_eq!("l2tp".parse::<Encap>(), Err(ParseEncapError));
+        assert!(ParseEncapError.to_string().contains("6in4, 4in6"));
+    }
+
+    #[test]
+    fn each_encapsulation_reaches_the_inner_header() {
+        let v4 = inner_udp("10.1.1.1".parse().unwrap(), "10.2.2.2".parse().unwrap(), 1111, 53);
+        let v6 = inner_udp("2001:db8:1::1".parse().unwrap(), "2001:db8:2::2".parse().unwrap(), 2222, 443);
+        for e in Encap::ALL {
+            for variant in 0..16 {
+                let inner = if carries_v6(e, variant & 1 != 0) { &v6 } else { &v4 };
+                let f = wrap(e, inner, variant);
+                let s = decode(LinkType::ETHERNET, &f).unwrap();
+                assert_eq!(s.encap.as_slice(), &[e], "{e} variant {variant}");
+                let got = if e.is_tunnel() {
+                    let outer = s.ip.unwrap();
+                    assert_eq!(outer.anomaly, None, "{e} variant {variant}");
+                    s.inner.unwrap()
+                } else {
+                    assert_eq!(s.inner, None);
+                    s.ip.unwrap()
+                };
+                assert_eq!(s.innermost(), Some(&got));
+                let want = decode(LinkType::RAW, inner).unwrap().ip.unwrap();
+                assert_eq!(
+                    (got.src, got.dst, got.protocol, got.ports),
+                    (want.src, want.dst, want.protocol, want.ports)
+                );
+                assert_eq!(got.anomaly, None);
+                assert_eq!(got.l3_end as usize, f.len(), "{e} variant {variant}");
+                assert_eq!(&f[got.l3_offset as usize..], &inner[..], "{e} variant {variant}");
+            }
+        }
+    }
+
+    #[test]
+    fn link_level_non_ip_and_damage() {
+        // A pseudowire control word after the bottom of the stack: not IP.
+        let mut f = eth(ethertype::MPLS_UNICAST);
+        f.extend_from_slice(&[0, 1, 0x10, 64, 0, 2, 0x11, 64, 0, 0, 0, 0, 1, 2, 3, 4]);
+        let s = decode(LinkType::ETHERNET, &f).unwrap();
+        assert_eq!((s.ip, s.encap.as_slice(), s.ethertype), (None, &[Encap::Mpls][..], ethertype::MPLS_UNICAST));
+        // The stack never reaches its bottom.
+        assert_eq!(decode(LinkType::ETHERNET, &f[..18]).unwrap_err(), DecodeError::Truncated(Layer::Mpls));
+        assert_eq!(decode(LinkType::ETHERNET, &f[..20]).unwrap_err(), DecodeError::Truncated(Layer::Mpls));
+        assert_eq!(decode(LinkType::ETHERNET, &f[..22]).unwrap_err(), DecodeError::Truncated(Layer::Mpls));
+        // PPP LCP in a session: not IP.
+        let mut f = eth(ethertype::PPPOE_SESSION);
+        f.extend_from_slice(&[0x11, 0, 0, 1, 0, 6, 0xc0, 0x21, 1, 1, 0, 4]);
+        let s = decode(LinkType::ETHERNET, &f).unwrap();
+        assert_eq!((s.ip, s.encap.as_slice()), (None, &[Encap::Pppoe][..]));
+        assert_eq!(decode(LinkType::ETHERNET, &f[..21]).unwrap_err(), DecodeError::Truncated(Layer::Pppoe));
+        // A compressed protocol field (RFC 1661), as scapy writes it.
+        let inner = inner_udp("10.1.1.1".parse().unwrap(), "10.2.2.2".parse().unwrap(), 1, 2);
+        let mut f = eth(ethertype::PPPOE_SESSION);
+        f.extend_from_slice(&[0x11, 0, 0, 1, 0, 1 + inner.len() as u8, 0x21]);
+        f.extend_from_slice(&inner);
+        let s = decode(LinkType::ETHERNET, &f).unwrap();
+        assert_eq!((s.ip.unwrap().src, s.ip.unwrap().l3_offset), (IpAddr::from([10, 1, 1, 1]), 21));
+        // Behind MPLS the IP header is the packet's own, EtherType included.
+        let inner = inner_udp("10.1.1.1".parse().unwrap(), "10.2.2.2".parse().unwrap(), 1, 2);
+        let s = decode(LinkType::ETHERNET, &wrap(Encap::Mpls, &inner, 1)).unwrap();
+        assert_eq!(s.ethertype, ethertype::IPV4);
+        // A damaged IP header behind them is an error, as without them.
+        let mut bad = wrap(Encap::Pppoe, &inner, 0);
+        bad[22] = 0x35;
+        assert_eq!(decode(LinkType::ETHERNET, &bad).unwrap_err(), DecodeError::BadIpVersion(3));
+    }
+
+    #[test]
+    fn damaged_inner_is_an_outer_anomaly() {
+        let inner = inner_udp("10.1.1.1".parse().unwrap(), "10.2.2.2".parse().unwrap(), 1, 2);
+        // Inner version nibble wrong for IPIP.
+        let mut f = wrap(Encap::Ipip, &inner, 0);
+        f[34] = 0x65;
+        let s = decode(LinkType::ETHERNET, &f).unwrap();
+        assert_eq!(s.inner, None);
+        assert_eq!(s.ip.unwrap().anomaly, Some(DecodeError::BadInner(ErrorKind::BadIpVersion)));
+        assert_eq!(s.encap.as_slice(), &[Encap::Ipip]);
+        assert_eq!(s.innermost(), s.ip.as_ref());
+        // GRE announcing a key it does not hold.
+        let g = outer_v4(ip_proto::GRE, &[0x20, 0, 8, 0, 0, 0]);
+        let s = decode(LinkType::ETHERNET, &g).unwrap();
+        assert_eq!((s.inner, s.ip.unwrap().anomaly), (None, Some(DecodeError::Truncated(Layer::Gre))));
+        assert!(s.encap.is_empty(), "a header that cannot be read was not walked");
+        // Inner Ethernet cut inside its header.
+        let v = [&[8u8, 0, 0, 0, 0, 0, 1, 0][..], &[0; 10]].concat();
+        let s = decode(LinkType::ETHERNET, &outer_v4(ip_proto::UDP, &udp(1, vxlan::PORT, &v))).unwrap();
+        assert_eq!(s.ip.unwrap().anomaly, Some(DecodeError::BadInner(ErrorKind::TruncatedEthernet)));
+        // Inner L4 cut: the inner addresses are good, the anomaly is the inner's.
+        let mut short = inner.clone();
+        short.truncate(inner.len() - 10);
+        let len = (short.len() as u16).to_be_bytes();
+        short[2..4].copy_from_slice(&len);
+        ipv4::Packet::new_unchecked(&mut short[..]).fill_checksum();
+        let s = decode(LinkType::ETHERNET, &wrap(Encap::Ipip, &short, 0)).unwrap();
+        let i = s.inner.unwrap();
+        assert_eq!((s.ip.unwrap().anomaly, i.anomaly), (None, Some(DecodeError::Truncated(Layer::Udp))));
+        // GTP-U extension header of length 0.
+        let g = [&[0x34u8, 0xff, 0, 8, 0, 0, 0, 1, 0, 0, 0, 0x85, 0, 0, 0, 0][..], &inner].concat();
+        let s = decode(LinkType::ETHERNET, &outer_v4(ip_proto::UDP, &udp(2152, gtpu::PORT, &g))).unwrap();
+        assert_eq!(s.ip.unwrap().anomaly, Some(DecodeError::BadGtpUExtHeader));
+    }
+
+    #[test]
+    fn not_walked_without_anomaly() {
+        let inner = inner_udp("10.1.1.1".parse().unwrap(), "10.2.2.2".parse().unwrap(), 1, 2);
+        // VXLAN carrying ARP: walked, nothing inside.
+        let v = [&[8u8, 0, 0, 0, 0, 0, 1, 0][..], &eth(ethertype::ARP), &[0; 28]].concat();
+        let s = decode(LinkType::ETHERNET, &outer_v4(ip_proto::UDP, &udp(1, vxlan::PORT, &v))).unwrap();
+        assert_eq!((s.inner, s.ip.unwrap().anomaly, s.encap.as_slice()), (None, None, &[Encap::Vxlan][..]));
+        // GTP-U echo request: no user packet.
+        let g = [0x32u8, 1, 0, 4, 0, 0, 0, 0, 0, 1, 0, 0];
+        let s = decode(LinkType::ETHERNET, &outer_v4(ip_proto::UDP, &udp(2152, gtpu::PORT, &g))).unwrap();
+        assert_eq!((s.inner, s.ip.unwrap().anomaly, s.encap.len()), (None, None, 0));
+        // PPTP's GRE version 1.
+        let g = [&[0x30u8, 0x01, 0x88, 0x0b, 0, 0, 0, 0, 0, 0, 0, 1][..], &inner].concat();
+        let s = decode(LinkType::ETHERNET, &outer_v4(ip_proto::GRE, &g)).unwrap();
+        assert_eq!((s.inner, s.ip.unwrap().anomaly, s.encap.len()), (None, None, 0));
+        // A later fragment of an IPIP datagram holds no inner header.
+        let mut f = wrap(Encap::Ipip, &inner, 0);
+        f[20..22].copy_from_slice(&[0, 10]);
+        ipv4::Packet::new_unchecked(&mut f[14..]).fill_checksum();
+        let s = decode(LinkType::ETHERNET, &f).unwrap();
+        assert_eq!((s.inner, s.ip.unwrap().anomaly, s.encap.len()), (None, None, 0));
+        // A first fragment does.
+        f[20..22].copy_from_slice(&[0x20, 0]);
+        ipv4::Packet::new_unchecked(&mut f[14..]).fill_checksum();
+        let s = decode(LinkType::ETHERNET, &f).unwrap();
+        assert_eq!(s.inner.unwrap().ports, Some((1, 2)));
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        let innermost = inner_udp("10.9.9.9".parse().unwrap(), "10.8.8.8".parse().unwrap(), 7, 8);
+        let nest = |depth: usize| {
+            let mut d = innermost.clone();
+            for _ in 0..depth {
+                d = ip4(OUTER4.0.into(), OUTER4.1.into(), ip_proto::IPIP, &d);
+            }
+            let mut f = eth(ethertype::IPV4);
+            f.extend(d);
+            f
+        };
+        let s = decode(LinkType::ETHERNET, &nest(MAX_ENCAP_DEPTH)).unwrap();
+        assert_eq!(s.encap.len(), MAX_ENCAP_DEPTH);
+        assert_eq!(s.inner.unwrap().src, IpAddr::from([10, 9, 9, 9]));
+        let s = decode(LinkType::ETHERNET, &nest(MAX_ENCAP_DEPTH + 1)).unwrap();
+        assert_eq!((s.inner, s.ip.unwrap().anomaly), (None, Some(DecodeError::TooManyEncapsulations)));
+        // MPLS counts one.
+        let mut m = wrap(Encap::Mpls, &nest(MAX_ENCAP_DEPTH)[14..], 0);
+        let s = decode(LinkType::ETHERNET, &m).unwrap();
+        assert_eq!(s.ip.unwrap().anomaly, Some(DecodeError::TooManyEncapsulations));
+        m = wrap(Encap::Mpls, &nest(MAX_ENCAP_DEPTH - 1)[14..], 0);
+        let s = decode(LinkType::ETHERNET, &m).unwrap();
+        assert_eq!(s.encap.as_slice(), &[Encap::Mpls, Encap::Ipip, Encap::Ipip, Encap::Ipip]);
+        assert!(s.to_string().contains("encap mpls,ipip,ipip,ipip inner 10.9.9.9 7 > 10.8.8.8 8"), "{s}");
+    }
+
+    fn check_offsets(s: &PacketSummary, len: usize) -> Result<(), TestCaseError> {
+        for ip in [s.ip, s.inner].into_iter().flatten() {
+            for off in [Some(ip.l3_offset), ip.l4_offset, ip.payload_offset, Some(ip.l3_end)].into_iter().flatten() {
+                prop_assert!(off as usize <= len);
+            }
+            if let Some(l4) = ip.l4_offset {
+                prop_assert!(l4 <= ip.l3_end);
+            }
+        }
+        if let (Some(o), Some(i)) = (s.ip, s.inner) {
+            prop_assert!(o.l3_offset < i.l3_offset && i.l3_end <= o.l3_end);
+        }
+        Ok(())
+    }
+
+    fn arb_encap() -> impl Strategy<Value = Encap> {
+        proptest::sample::select(Encap::ALL.to_vec())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4_000))]
+
+        #[test]
+        fn round_trip(e in arb_encap(), v6 in any::<bool>(), variant in any::<u8>(), a in any::<u128>(), b in any::<u128>(),
+                      tcp in any::<bool>(), sport in any::<u16>(), dport in any::<u16>(),
+                      payload in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let v6 = carries_v6(e, v6);
+            let (src, dst) = (addr(v6, a), addr(v6, b));
+            let protocol = if tcp { ip_proto::TCP } else { ip_proto::UDP };
+            let dport = not_a_tunnel_port(dport);
+            let inner = ip(src, dst, protocol, &l4(protocol, sport, dport, &payload));
+            let f = wrap(e, &inner, variant);
+            let s = decode(LinkType::ETHERNET, &f).unwrap();
+            prop_assert_eq!(s.encap.as_slice(), &[e]);
+            let got = *s.innermost().unwrap();
+            prop_assert_eq!(s.inner.is_some(), e.is_tunnel());
+            prop_assert_eq!((got.src, got.dst, got.protocol, got.ports), (src, dst, protocol, Some((sport, dport))));
+            prop_assert_eq!(got.anomaly, None);
+            prop_assert_eq!(s.ip.unwrap().anomaly, None);
+            check_offsets(&s, f.len())?;
+        }
+
+        #[test]
+        fn random_bytes_after_each_header_never_panic(e in arb_encap(), variant in any::<u8>(),
+                                                      first in prop_oneof![Just(0x45u8), Just(0x60), any::<u8>()],
+                                                      bytes in proptest::collection::vec(any::<u8>(), 0..120)) {
+            // The header built as for a real packet, then anything where the inner packet goes.
+            let mut junk = vec![first];
+            junk.extend_from_slice(&bytes);
+            let f = wrap(e, &junk, variant);
+            if let Ok(s) = decode(LinkType::ETHERNET, &f) {
+                check_offsets(&s, f.len())?;
+                let _ = s.to_string();
+            }
+        }
+
+        #[test]
+        fn cut_anywhere_never_panics(e in arb_encap(), variant in any::<u8>(), v6 in any::<bool>(), cut in 0usize..200,
+                                     flip in any::<(usize, u8)>()) {
+            let v6 = carries_v6(e, v6);
+            let inner = inner_udp(addr(v6, 1), addr(v6, 2), 3, 4);
+            let mut f = wrap(e, &inner, variant);
+            f.truncate(cut.min(f.len()));
+            if !f.is_empty() {
+                let at = flip.0 % f.len();
+                f[at] ^= flip.1;
+            }
+            if let Ok(s) = decode(LinkType::ETHERNET, &f) {
+                check_offsets(&s, f.len())?;
+                let _ = s.to_string();
+            }
         }
     }
 }

@@ -12,6 +12,12 @@ pub enum Layer {
     Tcp,
     Udp,
     Icmp,
+    Mpls,
+    Pppoe,
+    Gre,
+    Vxlan,
+    Geneve,
+    GtpU,
 }
 
 impl Layer {
@@ -26,6 +32,12 @@ impl Layer {
             Layer::Tcp => "tcp",
             Layer::Udp => "udp",
             Layer::Icmp => "icmp",
+            Layer::Mpls => "mpls",
+            Layer::Pppoe => "pppoe",
+            Layer::Gre => "gre",
+            Layer::Vxlan => "vxlan",
+            Layer::Geneve => "geneve",
+            Layer::GtpU => "gtpu",
         }
     }
 }
@@ -59,6 +71,16 @@ pub enum DecodeError {
     /// The capture ends inside the IPv4 options, after the addresses. An
     /// anomaly: the packet is still judged by its addresses.
     TruncatedIpv4Options,
+    /// The packet inside a tunnel could not be decoded: its Ethernet, VLAN
+    /// or IP header failed with this kind. An anomaly of the outer header,
+    /// which is still judged by its addresses; the packet has no `inner`.
+    BadInner(ErrorKind),
+    /// More nested encapsulations than [`crate::MAX_ENCAP_DEPTH`]. An
+    /// anomaly of the outer header; the packet has no `inner`.
+    TooManyEncapsulations,
+    /// A GTP-U extension header of length 0, or a chain longer than
+    /// [`crate::MAX_EXT_HEADERS`]. An anomaly of the outer header.
+    BadGtpUExtHeader,
 }
 
 /// Field-less discriminant of [`DecodeError`], usable as a counter index.
@@ -83,10 +105,19 @@ pub enum ErrorKind {
     UnknownLoopbackFamily,
     Ipv4TotalLenZero,
     TruncatedIpv4Options,
+    TruncatedMpls,
+    TruncatedPppoe,
+    TruncatedGre,
+    TruncatedVxlan,
+    TruncatedGeneve,
+    TruncatedGtpU,
+    BadInner,
+    TooManyEncapsulations,
+    BadGtpUExtHeader,
 }
 
 impl ErrorKind {
-    pub const COUNT: usize = 19;
+    pub const COUNT: usize = 28;
     pub const ALL: [ErrorKind; Self::COUNT] = [
         ErrorKind::TruncatedLink,
         ErrorKind::TruncatedEthernet,
@@ -107,6 +138,15 @@ impl ErrorKind {
         ErrorKind::UnknownLoopbackFamily,
         ErrorKind::Ipv4TotalLenZero,
         ErrorKind::TruncatedIpv4Options,
+        ErrorKind::TruncatedMpls,
+        ErrorKind::TruncatedPppoe,
+        ErrorKind::TruncatedGre,
+        ErrorKind::TruncatedVxlan,
+        ErrorKind::TruncatedGeneve,
+        ErrorKind::TruncatedGtpU,
+        ErrorKind::BadInner,
+        ErrorKind::TooManyEncapsulations,
+        ErrorKind::BadGtpUExtHeader,
     ];
 
     /// Stable snake_case name, used as a counter label and in JSON.
@@ -131,6 +171,15 @@ impl ErrorKind {
             ErrorKind::UnknownLoopbackFamily => "unknown_loopback_family",
             ErrorKind::Ipv4TotalLenZero => "ipv4_total_len_zero",
             ErrorKind::TruncatedIpv4Options => "truncated_ipv4_options",
+            ErrorKind::TruncatedMpls => "truncated_mpls",
+            ErrorKind::TruncatedPppoe => "truncated_pppoe",
+            ErrorKind::TruncatedGre => "truncated_gre",
+            ErrorKind::TruncatedVxlan => "truncated_vxlan",
+            ErrorKind::TruncatedGeneve => "truncated_geneve",
+            ErrorKind::TruncatedGtpU => "truncated_gtpu",
+            ErrorKind::BadInner => "bad_inner",
+            ErrorKind::TooManyEncapsulations => "too_many_encapsulations",
+            ErrorKind::BadGtpUExtHeader => "bad_gtpu_ext_header",
         }
     }
 
@@ -152,6 +201,12 @@ impl DecodeError {
                 Layer::Tcp => ErrorKind::TruncatedTcp,
                 Layer::Udp => ErrorKind::TruncatedUdp,
                 Layer::Icmp => ErrorKind::TruncatedIcmp,
+                Layer::Mpls => ErrorKind::TruncatedMpls,
+                Layer::Pppoe => ErrorKind::TruncatedPppoe,
+                Layer::Gre => ErrorKind::TruncatedGre,
+                Layer::Vxlan => ErrorKind::TruncatedVxlan,
+                Layer::Geneve => ErrorKind::TruncatedGeneve,
+                Layer::GtpU => ErrorKind::TruncatedGtpU,
             },
             DecodeError::BadIpVersion(_) => ErrorKind::BadIpVersion,
             DecodeError::BadIpv4HeaderLen(_) => ErrorKind::BadIpv4HeaderLen,
@@ -163,6 +218,9 @@ impl DecodeError {
             DecodeError::UnknownLoopbackFamily(_) => ErrorKind::UnknownLoopbackFamily,
             DecodeError::Ipv4TotalLenZero => ErrorKind::Ipv4TotalLenZero,
             DecodeError::TruncatedIpv4Options => ErrorKind::TruncatedIpv4Options,
+            DecodeError::BadInner(_) => ErrorKind::BadInner,
+            DecodeError::TooManyEncapsulations => ErrorKind::TooManyEncapsulations,
+            DecodeError::BadGtpUExtHeader => ErrorKind::BadGtpUExtHeader,
         }
     }
 
@@ -198,6 +256,11 @@ impl fmt::Display for DecodeError {
                 f.write_str("IPv4 total length 0 (TSO capture); the captured length was used")
             }
             DecodeError::TruncatedIpv4Options => f.write_str("capture ends inside the IPv4 options"),
+            DecodeError::BadInner(kind) => write!(f, "packet inside the tunnel undecodable ({})", kind.as_str()),
+            DecodeError::TooManyEncapsulations => {
+                write!(f, "more than {} nested encapsulations", crate::MAX_ENCAP_DEPTH)
+            }
+            DecodeError::BadGtpUExtHeader => f.write_str("GTP-U extension header of length 0 or chain too long"),
         }
     }
 }
@@ -213,5 +276,7 @@ mod tests {
         for (i, k) in ErrorKind::ALL.iter().enumerate() {
             assert_eq!(k.index(), i);
         }
+        let names: std::collections::HashSet<_> = ErrorKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(names.len(), ErrorKind::COUNT, "names are distinct");
     }
 }

@@ -5,8 +5,9 @@
 //! ranges, and a `Repr` that can `parse` and `emit`. Untrusted bytes enter only
 //! through `new_checked`; after it, accessors cannot panic.
 //!
-//! [`decode`] walks a whole frame (link layer → VLAN tags → IP → extension
-//! headers → L4) and returns a compact [`PacketSummary`] or a [`DecodeError`]
+//! [`decode`] walks a whole frame (link layer → VLAN tags → MPLS / PPPoE →
+//! IP → extension headers → L4, then through tunnels: GRE, IP in IP, VXLAN,
+//! Geneve, GTP-U, to the innermost IP header) and returns a compact [`PacketSummary`] or a [`DecodeError`]
 //! saying why not. It never panics and never reads out of bounds, whatever the
 //! bytes (fuzzed in `fuzz/fuzz_targets/decode.rs`, property-tested below).
 #![deny(unsafe_code)]
@@ -16,15 +17,24 @@ pub mod checksum;
 mod decode;
 mod error;
 pub mod ethernet;
+pub mod geneve;
+pub mod gre;
+pub mod gtpu;
 pub mod icmp;
 pub mod ipv4;
 pub mod ipv6;
 mod linktype;
+pub mod mpls;
+pub mod pppoe;
 pub mod tcp;
 pub mod udp;
 pub mod vlan;
+pub mod vxlan;
 
-pub use decode::{decode, FragmentInfo, IpSummary, PacketSummary, VlanIds, MAX_EXT_HEADERS, MAX_VLAN_TAGS};
+pub use decode::{
+    decode, Encap, Encaps, FragmentInfo, IpSummary, PacketSummary, ParseEncapError, VlanIds, MAX_ENCAP_DEPTH,
+    MAX_EXT_HEADERS, MAX_VLAN_TAGS,
+};
 pub use error::{DecodeError, ErrorKind, Layer};
 pub use linktype::LinkType;
 
@@ -32,10 +42,15 @@ pub use linktype::LinkType;
 pub mod ip_proto {
     pub const HOPOPTS: u8 = 0;
     pub const ICMP: u8 = 1;
+    /// IPv4 encapsulated (IPIP, RFC 2003; 4in6).
+    pub const IPIP: u8 = 4;
     pub const TCP: u8 = 6;
     pub const UDP: u8 = 17;
+    /// IPv6 encapsulated (6in4, RFC 4213; 6in6).
+    pub const IPV6: u8 = 41;
     pub const ROUTING: u8 = 43;
     pub const FRAGMENT: u8 = 44;
+    pub const GRE: u8 = 47;
     pub const ESP: u8 = 50;
     pub const AH: u8 = 51;
     pub const ICMPV6: u8 = 58;
@@ -51,6 +66,12 @@ pub mod ethertype {
     pub const VLAN: u16 = 0x8100;
     pub const IPV6: u16 = 0x86dd;
     pub const QINQ: u16 = 0x88a8;
+    pub const MPLS_UNICAST: u16 = 0x8847;
+    pub const MPLS_MULTICAST: u16 = 0x8848;
+    pub const PPPOE_DISCOVERY: u16 = 0x8863;
+    pub const PPPOE_SESSION: u16 = 0x8864;
+    /// Transparent Ethernet Bridging: an Ethernet frame (GRE, Geneve payloads).
+    pub const TEB: u16 = 0x6558;
     /// Pre-standard QinQ outer tag, still seen in the wild.
     pub const QINQ_LEGACY: u16 = 0x9100;
 
