@@ -25,19 +25,19 @@ use crate::simd::{match_tags, prefetch};
 
 /// Most keys per lookup batch (stack arrays of this size hold the phases).
 pub const MAX_BATCH: usize = 64;
-const TAGS_PER_LINE: usize = 64;
+pub(crate) const TAGS_PER_LINE: usize = 64;
 
 plain_data! {
     #[repr(C, align(64))]
-    struct Bucket4 {
-        keys: [u32; 16],
+    pub(crate) struct Bucket4 {
+        pub(crate) keys: [u32; 16],
     }
 }
 
 plain_data! {
     #[repr(C, align(64))]
-    struct Bucket6 {
-        keys: [u128; 4],
+    pub(crate) struct Bucket6 {
+        pub(crate) keys: [u128; 4],
     }
 }
 
@@ -45,7 +45,7 @@ const _: () = assert!(size_of::<Bucket4>() == 64 && align_of::<Bucket4>() == 64)
 const _: () = assert!(size_of::<Bucket6>() == 64 && align_of::<Bucket6>() == 64);
 
 /// What differs between the IPv4 and IPv6 tables.
-trait Slots: crate::mem::Zeroable {
+pub(crate) trait Slots: crate::mem::Zeroable {
     type Key: Copy + Eq + Ord + Default;
     /// Keys per bucket; divides 64 so a bucket's tags never straddle lines.
     const SLOTS: usize;
@@ -87,23 +87,30 @@ impl Slots for Bucket6 {
 }
 
 /// The table itself, generic over the bucket kind.
-struct OpenTable<B: Slots> {
+///
+/// Fields are crate-visible for `persist`, which rebuilds a table from its
+/// saved bytes and checks there every invariant lookups rely on: `buckets`
+/// a power of two (at least a line of tags, below 2^31), `mask`/`shift`
+/// derived from it, `tags` one per slot, a bucket's used slots at its front
+/// with nonzero tags, every key reachable from its home bucket through full
+/// buckets, and at least one bucket not full (so a probe ends).
+pub(crate) struct OpenTable<B: Slots> {
     /// One tag per slot, bucket after bucket (64-byte aligned, so a
     /// bucket's tags never straddle a line).
-    tags: Table<u8>,
-    buckets: Table<B>,
-    shift: u32,
-    mask: usize,
-    hasher: Hasher,
-    len: usize,
+    pub(crate) tags: Table<u8>,
+    pub(crate) buckets: Table<B>,
+    pub(crate) shift: u32,
+    pub(crate) mask: usize,
+    pub(crate) hasher: Hasher,
+    pub(crate) len: usize,
 }
 
 /// Where a key lives: its home bucket and its tag (8 bytes: tables have
 /// fewer than 2^32 buckets).
 #[derive(Clone, Copy, Default, Debug)]
-struct Place {
-    bucket: u32,
-    tag: u8,
+pub(crate) struct Place {
+    pub(crate) bucket: u32,
+    pub(crate) tag: u8,
 }
 
 /// Most keys one [`Prepared`] holds.
@@ -213,7 +220,7 @@ impl<B: Slots> OpenTable<B> {
     }
 
     #[inline(always)]
-    fn place(&self, k: B::Key) -> Place {
+    pub(crate) fn place(&self, k: B::Key) -> Place {
         let h = B::hash(&self.hasher, k);
         // Bucket from the top bits, tag from bits 32-39: independent of each
         // other for any table of up to 2^24 buckets.
@@ -371,7 +378,7 @@ pub const DEFAULT_MAX_LOAD: f64 = 0.5;
 macro_rules! exact_set {
     ($(#[$doc:meta])* $name:ident, $bucket:ty, $key:ty) => {
         $(#[$doc])*
-        pub struct $name(OpenTable<$bucket>);
+        pub struct $name(pub(crate) OpenTable<$bucket>);
 
         impl $name {
             /// Build with the default load and random hash keys.

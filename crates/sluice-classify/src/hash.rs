@@ -34,6 +34,17 @@ impl Hasher {
         Hasher { k0: splitmix(seed), k1: splitmix(seed ^ C1) | 1 }
     }
 
+    /// The two keys, for `persist` to save a table as built.
+    pub(crate) fn keys(&self) -> (u64, u64) {
+        (self.k0, self.k1)
+    }
+
+    /// A hasher with these keys (`k1` must be odd, as `with_seed` makes it:
+    /// the final multiply then loses no bits).
+    pub(crate) fn from_keys(k0: u64, k1: u64) -> Self {
+        Hasher { k0, k1 }
+    }
+
     /// 64 well-mixed bits; take the high ones for a power-of-two table.
     #[inline(always)]
     pub fn hash32(&self, key: u32) -> u64 {

@@ -10,6 +10,7 @@
 //!   buckets behind a one-byte-per-slot tag array.
 //! - [`V4PrefixSet`], [`V6PrefixSet`]: prefix membership.
 //! - [`AddressSet`]: a mixed list, v4 and v6, hosts and prefixes.
+//! - [`persist`]: a built [`AddressSet`] as bytes and back, without rebuilding.
 //!
 //! Each is property-tested against a plain reference (std `HashSet`, a
 //! linear prefix scan). `unsafe` lives only in `mem` (mmap/madvise) and
@@ -19,11 +20,13 @@
 mod exact;
 mod hash;
 pub mod mem;
+pub mod persist;
 mod prefix;
 mod set;
 pub mod simd;
 
 pub use exact::{Prepared, TableInfo, V4ExactSet, V6ExactSet, DEFAULT_MAX_LOAD, MAX_BATCH, PREPARED_MAX};
 pub use hash::Hasher;
+pub use persist::PersistError;
 pub use prefix::{V4PrefixSet, V6PrefixSet};
 pub use set::{AddressSet, Options, DEFAULT_BATCH};

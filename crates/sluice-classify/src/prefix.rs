@@ -21,31 +21,35 @@ plain_data! {
     /// 64 /24s: which are wholly and which partly covered, and the number of
     /// partly covered /24s in all groups before this one.
     #[repr(C, align(32))]
-    struct Group {
-        full: u64,
-        partial: u64,
-        rank: u32,
-        pad: [u32; 3],
+    pub(crate) struct Group {
+        pub(crate) full: u64,
+        pub(crate) partial: u64,
+        pub(crate) rank: u32,
+        pub(crate) pad: [u32; 3],
     }
 }
 
 plain_data! {
     /// One bit per host of a partly covered /24.
     #[repr(C, align(32))]
-    struct Hosts {
-        bits: [u64; 4],
+    pub(crate) struct Hosts {
+        pub(crate) bits: [u64; 4],
     }
 }
 
 const _: () = assert!(size_of::<Group>() == 32 && size_of::<Hosts>() == 32);
 
-const GROUPS: usize = 1 << 18; // 2^24 /24s, 64 per group
+pub(crate) const GROUPS: usize = 1 << 18; // 2^24 /24s, 64 per group
 
 /// Membership of IPv4 addresses in a set of prefixes of any length.
+///
+/// Invariants (checked by `persist` when loading): `groups` covers all
+/// `GROUPS` (2^18); no /24 is both full and partial; each group's `rank` counts
+/// the partial /24s before it and the total equals `hosts.len()`.
 pub struct V4PrefixSet {
-    groups: Table<Group>,
-    hosts: Table<Hosts>,
-    prefixes: usize,
+    pub(crate) groups: Table<Group>,
+    pub(crate) hosts: Table<Hosts>,
+    pub(crate) prefixes: usize,
 }
 
 impl V4PrefixSet {
@@ -172,8 +176,8 @@ fn set_full_range(groups: &mut [Group], first: u32, count: u32) {
 /// Membership of IPv6 addresses in a set of prefixes, as merged ranges.
 pub struct V6PrefixSet {
     /// Sorted, disjoint, non-adjacent inclusive ranges.
-    ranges: Vec<(u128, u128)>,
-    prefixes: usize,
+    pub(crate) ranges: Vec<(u128, u128)>,
+    pub(crate) prefixes: usize,
 }
 
 impl V6PrefixSet {

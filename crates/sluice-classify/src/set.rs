@@ -37,11 +37,11 @@ impl Default for Options {
 /// its prefixes (FireHOL) is one prefix structure; a list of millions of
 /// hosts is one exact table.
 pub struct AddressSet {
-    v4_hosts: Option<V4ExactSet>,
-    v4_prefixes: Option<V4PrefixSet>,
-    v6_hosts: Option<V6ExactSet>,
-    v6_prefixes: Option<V6PrefixSet>,
-    entries: usize,
+    pub(crate) v4_hosts: Option<V4ExactSet>,
+    pub(crate) v4_prefixes: Option<V4PrefixSet>,
+    pub(crate) v6_hosts: Option<V6ExactSet>,
+    pub(crate) v6_prefixes: Option<V6PrefixSet>,
+    pub(crate) entries: usize,
 }
 
 impl AddressSet {
