@@ -9,6 +9,8 @@ use std::time::Instant;
 
 #[path = "bench_filter.rs"]
 mod bench_filter;
+#[path = "bench_rules.rs"]
+mod bench_rules;
 
 // Parsed once per run; boxing the larger variant would buy nothing.
 #[allow(clippy::large_enum_variant)]
@@ -20,6 +22,10 @@ pub enum BenchCommand {
     Rss(RssBenchArgs),
     /// The file path of `sluice filter` against dd, cp and tcpdump, as ratios.
     Filter(bench_filter::FilterBenchArgs),
+    /// A rule file of N rules (ports, protocols, flags, VLANs...) against address-only rules, as a ratio.
+    Rules(bench_rules::RulesBenchArgs),
+    /// Loading a 6M-entry list from text against the file `sluice compile` makes of it.
+    Load(bench_rules::LoadBenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -123,6 +129,8 @@ pub fn run(cmd: BenchCommand) -> Result<Outcome> {
         BenchCommand::Classify(a) => classify(a),
         BenchCommand::Rss(a) => rss(a),
         BenchCommand::Filter(a) => bench_filter::run(a),
+        BenchCommand::Rules(a) => bench_rules::run(a),
+        BenchCommand::Load(a) => bench_rules::run_load(a),
     }
 }
 

@@ -36,7 +36,7 @@ pub struct BridgeArgs {
     #[arg(long = "iface", value_name = "IFACE", required = true)]
     pub ifaces: Vec<String>,
     #[command(flatten)]
-    pub rules: cmd_filter::RuleArgs,
+    pub rules: crate::rule_source::RuleArgs,
     /// Socket layer: AF_XDP, AF_PACKET, or AF_XDP falling back to AF_PACKET.
     #[arg(long, value_enum, default_value = "auto")]
     pub io: IoArg,
@@ -92,50 +92,6 @@ pub enum XdpModeArg {
     Auto,
     Skb,
     Drv,
-}
-
-/// The list files, by kind, and how to load them into a rule set.
-struct Lists {
-    src: Vec<PathBuf>,
-    dst: Vec<PathBuf>,
-    any: Vec<PathBuf>,
-    lenient: bool,
-}
-
-struct Loaded {
-    rules: RuleSet,
-    entries: Vec<ListEntries>,
-    took: Duration,
-}
-
-impl Lists {
-    fn all(&self) -> Vec<(&'static str, &PathBuf)> {
-        let mut v = Vec::new();
-        for (kind, paths) in [("drop-src", &self.src), ("drop-dst", &self.dst), ("drop-any", &self.any)] {
-            v.extend(paths.iter().map(|p| (kind, p)));
-        }
-        v
-    }
-
-    /// Parse every list and build the rule set; a bad line or a missing
-    /// file is an error naming file:line, and nothing is built.
-    fn load(&self) -> Result<Loaded> {
-        let started = Instant::now();
-        let mut entries = Vec::new();
-        let mut per_kind = [Vec::new(), Vec::new(), Vec::new()];
-        for (kind, path) in self.all() {
-            let prefixes = cmd_filter::load_lists(std::slice::from_ref(path), self.lenient)?;
-            entries.push(ListEntries { kind, path: path.display().to_string(), entries: prefixes.len() as u64 });
-            let k = match kind {
-                "drop-src" => 0,
-                "drop-dst" => 1,
-                _ => 2,
-            };
-            per_kind[k].extend(prefixes);
-        }
-        let rules = RuleSet::new(&per_kind[0], &per_kind[1], &per_kind[2]);
-        Ok(Loaded { rules, entries, took: started.elapsed() })
-    }
 }
 
 fn total_entries(e: &[ListEntries]) -> u64 {
@@ -285,7 +241,11 @@ impl Watch {
 
 /// The control thread: reloads, `--watch`, the status line, `--duration`.
 struct ControlLoop {
-    lists: Lists,
+    lists: crate::rule_source::RuleArgs,
+    ifaces: Vec<String>,
+    /// Lists whose entries expire, and the seconds after loading that the
+    /// rules in force account for.
+    expiry: Option<(crate::rule_source::Expiring, u64)>,
     published: Arc<Published<RuleSet>>,
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
@@ -299,7 +259,7 @@ struct ControlLoop {
 impl ControlLoop {
     fn reload(&mut self, why: &str) {
         let before = self.published.load();
-        match self.lists.load() {
+        match self.lists.load(&self.ifaces) {
             Ok(l) => {
                 let generation = self.published.publish(l.rules);
                 let n = self.shared.reloads_ok.fetch_add(1, Ordering::Relaxed) + 1;
@@ -313,10 +273,41 @@ impl ControlLoop {
                 );
                 self.shared.set_entries(l.entries);
                 self.retired.push(before);
+                self.expiry = l.expiry.map(|e| (e, 0));
             }
             Err(e) => {
                 self.shared.reloads_failed.fetch_add(1, Ordering::Relaxed);
                 eprintln!("sluice: reload ({why}) failed; the rules in force stay: {e:#}");
+            }
+        }
+    }
+
+    /// Rebuild without the entries whose timeout has passed, once the next
+    /// one has.
+    fn expire(&mut self) {
+        let Some((e, done)) = &self.expiry else { return };
+        let elapsed = e.loaded_at.elapsed().as_secs();
+        if e.next_after(*done).is_none_or(|next| elapsed < next) {
+            return;
+        }
+        let started = Instant::now();
+        match e.build(elapsed) {
+            Ok(rules) => {
+                let before = self.published.load();
+                let generation = self.published.publish(rules);
+                self.shared.generation.store(generation, Ordering::Relaxed);
+                eprintln!(
+                    "sluice: entries expired ({elapsed} s after loading): {} live entries, rebuilt in {:.1} ms; generation {generation} in force",
+                    e.live_entries(elapsed),
+                    started.elapsed().as_secs_f64() * 1e3
+                );
+                self.retired.push(before);
+                self.expiry =
+                    self.expiry.take().filter(|(e, _)| e.next_after(elapsed).is_some()).map(|(e, _)| (e, elapsed));
+            }
+            Err(err) => {
+                eprintln!("sluice: rebuilding after entries expired failed; the rules in force stay: {err:#}");
+                self.expiry = None;
             }
         }
     }
@@ -333,6 +324,7 @@ impl ControlLoop {
             if self.watch.as_mut().is_some_and(Watch::changed) {
                 self.reload("list file changed");
             }
+            self.expire();
             // Drop a replaced rule set here once every reader has moved on,
             // so freeing a large table never stalls a worker.
             self.retired.retain(|s| Arc::strong_count(s) > 1);
@@ -364,14 +356,16 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         }
     }
     let metrics = a.metrics.as_deref().map(|m| metrics_addr(m, a.metrics_allow_remote)).transpose()?;
-    let r = &a.rules;
-    let lists = Lists { src: r.drop_src.clone(), dst: r.drop_dst.clone(), any: r.drop_any.clone(), lenient: r.lenient };
-    let loaded = lists.load().context("loading the address lists")?;
-    if loaded.rules.is_empty() {
-        eprintln!("sluice: warning: no address lists given (or they are empty); every decodable packet passes");
-    }
+    let lists = a.rules.clone();
+    let port_names = vec![if_a.clone(), if_b.clone()];
+    let loaded = lists.load(&port_names).context(if lists.rules.is_some() {
+        "loading the rules"
+    } else {
+        "loading the address lists"
+    })?;
     let entries = loaded.entries.clone();
     let build_ms = loaded.took.as_secs_f64() * 1e3;
+    let expiry = loaded.expiry.map(|e| (e, 0));
     let published = Arc::new(Published::new(loaded.rules));
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -417,8 +411,10 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
 
     let status = a.status || std::io::stderr().is_terminal();
     let control = ControlLoop {
-        watch: a.watch.then(|| Watch::new(lists.all().into_iter().map(|(_, p)| p.clone()).collect())),
+        watch: a.watch.then(|| Watch::new(lists.files())),
         lists,
+        ifaces: port_names,
+        expiry,
         published: Arc::clone(&published),
         shared: Arc::clone(&shared),
         stop: Arc::clone(&stop),
@@ -439,6 +435,8 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     );
     let judge_cfg = JudgeConfig { undecodable: a.undecodable.into(), ..JudgeConfig::default() };
     let judge = cmd_filter::judge(&published, judge_cfg, a.workers, &a.cpus, None);
+    *shared.live_stats.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = judge.live_stats();
+    *shared.rules.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::clone(&published));
     let mut stage = a.reassembly.stage();
     let cfg = RunConfig {
         // In input order: the AF_XDP sink returns frames to the kernel by
@@ -454,12 +452,10 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     };
     let mut observer = LiveObserver(Arc::clone(&shared));
     let result = match opened {
-        Opened::Xsk(mut source, sink) => {
-            go(&mut source, sink, &mut stage, judge, &published, &shared, &mut observer, &cfg)
-        }
+        Opened::Xsk(mut source, sink) => go(&mut source, sink, &mut stage, judge, &shared, &mut observer, &cfg),
         Opened::Packet(ports) => {
             let (mut source, sink) = *ports;
-            go(&mut source, sink, &mut stage, judge, &published, &shared, &mut observer, &cfg)
+            go(&mut source, sink, &mut stage, judge, &shared, &mut observer, &cfg)
         }
     };
     // The ports are closed (and the XDP programs detached) by now.
@@ -467,11 +463,14 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     let _ = control.join();
     signals_handle.close();
     let done = cmd_filter::finished(result)?;
-    let summary = summary_json(&done.report, &shared, &io_desc);
+    let rules = published.load();
+    let mut summary = summary_json(&done.report, &shared, &io_desc);
+    summary["rules"] = crate::rule_source::rule_rows(&rules.value, &done.report.stats).into();
     if a.json {
         println!("{summary}");
     } else {
         print_summary(&done.report, &shared, &io_desc);
+        crate::rule_source::print_rules(&rules.value, &done.report.stats);
     }
     if let Some(e) = done.stopped {
         return Err(anyhow::Error::new(e).context("the bridge stopped on an error reading the ports"));
@@ -485,7 +484,6 @@ fn go<S, K>(
     sink: K,
     stage: &mut Reassembly,
     judge: Box<dyn Judge>,
-    published: &Arc<Published<RuleSet>>,
     shared: &Arc<Shared>,
     observer: &mut LiveObserver,
     cfg: &RunConfig,
@@ -495,7 +493,7 @@ where
     S::Error: Send,
     K: Sink,
 {
-    let mut sink = Counted::new(sink, Arc::clone(shared), published);
+    let mut sink = Counted::new(sink, Arc::clone(shared));
     sluice_pipeline::run(source, stage, judge, &mut sink, observer, cfg)
 }
 

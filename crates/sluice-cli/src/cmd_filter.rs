@@ -10,7 +10,6 @@ use sluice_pipeline::{
     Finished, Inline, Judge, JudgeConfig, Observer, Progress, Reassembly, RunConfig, RunError, RunReport, Source,
     Workers, WorkersConfig,
 };
-use sluice_rules::{load_list, Prefix};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -20,7 +19,7 @@ pub struct FilterArgs {
     #[arg(long = "in", value_name = "FILE")]
     pub input: PathBuf,
     #[command(flatten)]
-    pub rules: RuleArgs,
+    pub rules: crate::rule_source::RuleArgs,
     /// Write passed packets here, in input order.
     #[arg(long, value_name = "OUT")]
     pub pass: Option<PathBuf>,
@@ -62,23 +61,6 @@ pub struct FilterArgs {
     /// Test hook: worker W panics on its share number N ("W:N").
     #[arg(long, hide = true, value_name = "W:N")]
     pub debug_panic_worker: Option<String>,
-}
-
-/// The address lists a run drops by (shared by `filter` and `bridge`).
-#[derive(Args, Debug, Clone)]
-pub struct RuleArgs {
-    /// Drop packets whose source address is in LIST (repeatable).
-    #[arg(long, value_name = "LIST")]
-    pub drop_src: Vec<PathBuf>,
-    /// Drop packets whose destination address is in LIST (repeatable).
-    #[arg(long, value_name = "LIST")]
-    pub drop_dst: Vec<PathBuf>,
-    /// Drop packets whose source or destination address is in LIST (repeatable).
-    #[arg(long, value_name = "LIST")]
-    pub drop_any: Vec<PathBuf>,
-    /// Skip malformed list lines with a warning instead of stopping.
-    #[arg(long)]
-    pub lenient: bool,
 }
 
 /// How IP fragments are reassembled (shared by `filter` and `bridge`).
@@ -128,14 +110,7 @@ pub enum VerdictArg {
 }
 
 pub fn run(a: FilterArgs) -> Result<Outcome> {
-    let rules = RuleSet::new(
-        &load_lists(&a.rules.drop_src, a.rules.lenient)?,
-        &load_lists(&a.rules.drop_dst, a.rules.lenient)?,
-        &load_lists(&a.rules.drop_any, a.rules.lenient)?,
-    );
-    if rules.is_empty() {
-        eprintln!("sluice: warning: no address lists given (or they are empty); every decodable packet passes");
-    }
+    let rules = a.rules.load(&[])?.rules;
     let undecodable = a.undecodable.into();
     if a.workers == 0 || a.workers > 256 {
         bail!("--workers must be between 1 and 256");
@@ -170,11 +145,19 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
     let result = sluice_pipeline::run(&mut source, &mut stage, judge, &mut sinks, &mut bar, &cfg);
     bar.0.finish_and_clear();
     let done = finished(result)?;
-    let summary = Summary { input: &a.input, input_format, report: &done.report, stopped: done.stopped.as_ref() };
+    let rule_set = rules.load();
+    let summary = Summary {
+        input: &a.input,
+        input_format,
+        report: &done.report,
+        stopped: done.stopped.as_ref(),
+        rules: &rule_set.value,
+    };
     if a.json {
         println!("{}", summary.json());
     } else {
         print_summary(&done.report);
+        crate::rule_source::print_rules(&rule_set.value, &done.report.stats);
     }
     if let Some(e) = &done.stopped {
         eprintln!(
@@ -242,19 +225,6 @@ impl Observer for Bar {
     }
 }
 
-/// Parse lists and concatenate their entries.
-pub fn load_lists(paths: &[PathBuf], lenient: bool) -> Result<Vec<Prefix>> {
-    let mut all = Vec::new();
-    for p in paths {
-        let list = load_list(p, lenient)?;
-        for skipped in &list.skipped {
-            eprintln!("sluice: warning: {skipped} (line skipped)");
-        }
-        all.extend(list.prefixes);
-    }
-    Ok(all)
-}
-
 /// Refuse outputs that would overwrite the input or each other before it is read.
 fn check_distinct(input: &Path, pass: Option<&Path>, drop: Option<&Path>) -> Result<()> {
     let same = |a: &Path, b: &Path| a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y);
@@ -277,6 +247,7 @@ pub struct Summary<'a> {
     pub input_format: Format,
     pub report: &'a RunReport,
     pub stopped: Option<&'a PcapError>,
+    pub rules: &'a RuleSet,
 }
 
 impl Summary<'_> {
@@ -288,6 +259,13 @@ impl Summary<'_> {
             Format::Pcapng => "pcapng",
         }
         .into();
+        v["rules"] = crate::rule_source::rule_rows(self.rules, &self.report.stats).into();
+        let d = self.report.stats.default_hits;
+        v["default"] = serde_json::json!({
+            "verdict": match self.rules.default_verdict() { Verdict::Pass => "pass", Verdict::Drop => "drop" },
+            "packets": d.packets,
+            "bytes": d.bytes,
+        });
         v["stopped_at"] = self
             .stopped
             .map(|e| serde_json::json!({ "record": e.record, "offset": e.offset, "error": e.kind.to_string() }))
@@ -302,11 +280,13 @@ pub fn print_summary(run: &RunReport) {
     println!("packets      {:>12}  ({} bytes)", s.packets, s.bytes);
     println!("passed       {:>12}  ({:.2}%)", s.passed, pct(s.passed));
     println!(
-        "dropped      {:>12}  ({:.2}%; by source {}, by destination {})",
+        "dropped      {:>12}  ({:.2}%; by source {}, by destination {}, by other rules {}, by default {})",
         s.dropped,
         pct(s.dropped),
         s.dropped_by_src,
-        s.dropped_by_dst
+        s.dropped_by_dst,
+        s.dropped_by_rule,
+        s.dropped_by_default
     );
     println!("non-IP       {:>12}", s.non_ip);
     let r = &run.reassembly;

@@ -15,9 +15,10 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use sluice_engine::snapshot::{Published, Reader};
-use sluice_engine::{RuleSet, Stats, Verdict};
+use sluice_engine::snapshot::Published;
+use sluice_engine::{RuleSet, Side, Stats, Verdict};
 use sluice_live::pipeline::BridgeCounters;
+use sluice_pipeline::LiveStats;
 use sluice_pipeline::{Disposition, Observer, PacketBatch, Progress, Sink};
 use sluice_wire::{ErrorKind, PacketSummary};
 use std::io::{Read, Write};
@@ -25,44 +26,6 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-
-/// Why a dropped packet was dropped, with the list that matched.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DropWhy {
-    SrcInDropSrc,
-    SrcInDropAny,
-    DstInDropDst,
-    DstInDropAny,
-    Undecodable,
-    Fragment,
-    /// Dropped by rules that a reload replaced before the packet was counted.
-    RulesReplaced,
-}
-
-impl DropWhy {
-    pub const ALL: [DropWhy; 7] = [
-        DropWhy::SrcInDropSrc,
-        DropWhy::SrcInDropAny,
-        DropWhy::DstInDropDst,
-        DropWhy::DstInDropAny,
-        DropWhy::Undecodable,
-        DropWhy::Fragment,
-        DropWhy::RulesReplaced,
-    ];
-
-    /// (reason, list) labels.
-    pub fn labels(self) -> (&'static str, &'static str) {
-        match self {
-            DropWhy::SrcInDropSrc => ("src", "drop-src"),
-            DropWhy::SrcInDropAny => ("src", "drop-any"),
-            DropWhy::DstInDropDst => ("dst", "drop-dst"),
-            DropWhy::DstInDropAny => ("dst", "drop-any"),
-            DropWhy::Undecodable => ("undecodable", ""),
-            DropWhy::Fragment => ("fragment", ""),
-            DropWhy::RulesReplaced => ("rules_replaced", ""),
-        }
-    }
-}
 
 /// Fragment outcomes as the sink sees them.
 pub const FRAGMENT_OUTCOMES: [&str; 3] = ["judged", "reassembly_passed", "reassembly_dropped"];
@@ -77,14 +40,13 @@ pub struct Cell {
 /// A list file in force and how many entries it had when last loaded.
 #[derive(Debug, Clone)]
 pub struct ListEntries {
-    pub kind: &'static str,
+    pub kind: String,
     pub path: String,
     pub entries: u64,
 }
 
 /// Everything the bridge counts, shared by the sink, the control thread,
 /// the status line and the metrics server.
-#[derive(Debug)]
 pub struct Shared {
     pub ifaces: [String; 2],
     /// "afxdp (skb mode)", "afpacket", ...
@@ -92,7 +54,13 @@ pub struct Shared {
     pub started: Instant,
     /// [port][0 = pass, 1 = drop]
     pub per_port: [[Cell; 2]; 2],
-    pub drops: [AtomicU64; DropWhy::ALL.len()],
+    /// Drops decided by reassembly and of undecodable frames, as written.
+    pub dropped_fragments: AtomicU64,
+    pub dropped_undecodable: AtomicU64,
+    /// The workers' counters (per rule, drops by reason), once the judge exists.
+    pub live_stats: Mutex<Vec<LiveStats>>,
+    /// The rules in force, for the rule counters' labels.
+    pub rules: Mutex<Option<Arc<Published<RuleSet>>>>,
     pub undecodable: [AtomicU64; ErrorKind::COUNT],
     pub fragments: [AtomicU64; FRAGMENT_OUTCOMES.len()],
     pub reloads_ok: AtomicU64,
@@ -115,7 +83,10 @@ impl Shared {
             io: Mutex::new(String::new()),
             started: Instant::now(),
             per_port: Default::default(),
-            drops: Default::default(),
+            dropped_fragments: AtomicU64::new(0),
+            dropped_undecodable: AtomicU64::new(0),
+            live_stats: Mutex::new(Vec::new()),
+            rules: Mutex::new(None),
             undecodable: std::array::from_fn(|_| AtomicU64::new(0)),
             fragments: Default::default(),
             reloads_ok: AtomicU64::new(0),
@@ -136,6 +107,20 @@ impl Shared {
 
     pub fn set_entries(&self, e: Vec<ListEntries>) {
         *self.entries.lock().unwrap_or_else(PoisonError::into_inner) = e;
+    }
+
+    /// Every worker's counters, merged.
+    pub fn stats(&self) -> Stats {
+        let mut all = Stats::default();
+        for s in self.live_stats.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+            all.merge(&s.lock().unwrap_or_else(PoisonError::into_inner));
+        }
+        all
+    }
+
+    /// The rules in force.
+    pub fn rules(&self) -> Option<Arc<sluice_engine::snapshot::Snapshot<RuleSet>>> {
+        self.rules.lock().unwrap_or_else(PoisonError::into_inner).as_ref().map(|p| p.load())
     }
 
     pub fn io(&self) -> String {
@@ -202,7 +187,8 @@ impl Shared {
 #[derive(Default)]
 struct Tally {
     per_port: [[(u64, u64); 2]; 2],
-    drops: [u64; DropWhy::ALL.len()],
+    dropped_fragments: u64,
+    dropped_undecodable: u64,
     undecodable: [u64; ErrorKind::COUNT],
     fragments: [u64; FRAGMENT_OUTCOMES.len()],
 }
@@ -212,28 +198,11 @@ struct Tally {
 pub struct Counted<K> {
     pub inner: K,
     shared: Arc<Shared>,
-    rules: Reader<RuleSet>,
 }
 
 impl<K> Counted<K> {
-    pub fn new(inner: K, shared: Arc<Shared>, rules: &Arc<Published<RuleSet>>) -> Self {
-        Counted { inner, shared, rules: rules.reader() }
-    }
-}
-
-/// Which list a packet the rules dropped matched, asked again of `rules`
-/// (only for dropped packets: the verdict does not carry it).
-fn why_rules(rules: &RuleSet, ip: &sluice_wire::IpSummary) -> DropWhy {
-    if rules.drop_src.contains(ip.src) {
-        DropWhy::SrcInDropSrc
-    } else if rules.drop_any.contains(ip.src) {
-        DropWhy::SrcInDropAny
-    } else if rules.drop_dst.contains(ip.dst) {
-        DropWhy::DstInDropDst
-    } else if rules.drop_any.contains(ip.dst) {
-        DropWhy::DstInDropAny
-    } else {
-        DropWhy::RulesReplaced
+    pub fn new(inner: K, shared: Arc<Shared>) -> Self {
+        Counted { inner, shared }
     }
 }
 
@@ -242,7 +211,6 @@ impl<K: Sink> Sink for Counted<K> {
 
     fn write(&mut self, batch: &PacketBatch) -> Result<(), K::Error> {
         let mut t = Tally::default();
-        let rules = &self.rules.refresh().value;
         for p in batch.packets() {
             let port = (p.meta.port as usize).min(1);
             let v = usize::from(p.verdict == Verdict::Drop);
@@ -264,13 +232,12 @@ impl<K: Sink> Sink for Counted<K> {
             if p.verdict == Verdict::Pass {
                 continue;
             }
-            let why = match &p.decoded {
-                _ if decided => DropWhy::Fragment,
-                Err(_) => DropWhy::Undecodable,
-                Ok(PacketSummary { ip: Some(ip), .. }) => why_rules(rules, ip),
-                Ok(_) => DropWhy::RulesReplaced,
-            };
-            t.drops[why as usize] += 1;
+            // Rule drops are counted by the workers (see `Shared::stats`).
+            if decided {
+                t.dropped_fragments += 1;
+            } else if p.decoded.is_err() {
+                t.dropped_undecodable += 1;
+            }
         }
         let s = &self.shared;
         let add = |a: &AtomicU64, n: u64| {
@@ -284,9 +251,8 @@ impl<K: Sink> Sink for Counted<K> {
                 add(&c.bytes, *b);
             }
         }
-        for (a, n) in s.drops.iter().zip(&t.drops) {
-            add(a, *n);
-        }
+        add(&s.dropped_fragments, t.dropped_fragments);
+        add(&s.dropped_undecodable, t.dropped_undecodable);
         for (a, n) in s.undecodable.iter().zip(&t.undecodable) {
             add(a, *n);
         }
@@ -312,8 +278,15 @@ impl Observer for LiveObserver {
 }
 
 /// Encodes [`Shared`] on every scrape.
-#[derive(Debug)]
 struct Exporter(Arc<Shared>);
+
+// prometheus-client wants collectors to be Debug; the counters are not
+// worth printing.
+impl std::fmt::Debug for Exporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Exporter")
+    }
+}
 
 fn counter(
     enc: &mut DescriptorEncoder,
@@ -387,14 +360,54 @@ impl Collector for Exporter {
              cannot be sent, no free buffer, a failed send (fill_ring_empty counts events, not frames).",
             &ring,
         )?;
-        let drops: Vec<_> = DropWhy::ALL
-            .iter()
-            .map(|w| {
-                let (reason, list) = w.labels();
-                (vec![("reason", reason.to_owned()), ("list", list.to_owned())], l(&s.drops[*w as usize]))
-            })
-            .collect();
-        counter(&mut enc, "sluice_dropped_packets", "Dropped packets by reason and matching list.", &drops)?;
+        let stats = s.stats();
+        let rules = s.rules();
+        let mut drops: Vec<(Vec<(&str, String)>, u64)> = vec![
+            (vec![("reason", "undecodable".into()), ("list", String::new())], l(&s.dropped_undecodable)),
+            (vec![("reason", "fragment".into()), ("list", String::new())], l(&s.dropped_fragments)),
+            (vec![("reason", "default".into()), ("list", String::new())], stats.dropped_by_default),
+        ];
+        let mut rule_packets = Vec::new();
+        let mut rule_bytes = Vec::new();
+        if let Some(r) = &rules {
+            let same = stats.rules_id == r.value.id();
+            for (i, info) in r.value.rules().iter().enumerate() {
+                let c = if same { stats.rule_hits.get(i).copied().unwrap_or_default() } else { Default::default() };
+                let labels = vec![
+                    ("line", info.line.to_string()),
+                    ("rule", info.text.clone()),
+                    ("action", info.action.as_str().to_owned()),
+                ];
+                rule_packets.push((labels.clone(), c.packets));
+                rule_bytes.push((labels, c.bytes));
+                if info.action != sluice_rules::Action::Drop {
+                    continue;
+                }
+                let reason = match info.side {
+                    Some(Side::Source) => "src",
+                    Some(Side::Destination) => "dst",
+                    None => "rule",
+                };
+                let key = vec![("reason", reason.to_owned()), ("list", info.list.clone())];
+                match drops.iter_mut().find(|(k, _)| *k == key) {
+                    Some((_, n)) => *n += c.packets,
+                    None => drops.push((key, c.packets)),
+                }
+            }
+        }
+        counter(
+            &mut enc,
+            "sluice_dropped_packets",
+            "Dropped packets by reason and the list (set) of the rule that dropped them.",
+            &drops,
+        )?;
+        counter(
+            &mut enc,
+            "sluice_rule_packets",
+            "Packets each rule matched (count rules: before the deciding rule).",
+            &rule_packets,
+        )?;
+        counter(&mut enc, "sluice_rule_bytes", "Bytes (on the wire) each rule matched.", &rule_bytes)?;
         let undecodable: Vec<_> = ErrorKind::ALL
             .iter()
             .map(|k| (vec![("reason", k.as_str().to_owned())], l(&s.undecodable[k.index()])))

@@ -5,6 +5,7 @@
 
 mod cmd_bench;
 mod cmd_bridge;
+mod cmd_compile;
 mod cmd_decode;
 mod cmd_demo;
 mod cmd_filter;
@@ -13,6 +14,7 @@ mod cmd_rss;
 mod cmd_send;
 mod live_metrics;
 mod progress;
+mod rule_source;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -55,13 +57,17 @@ enum Command {
     Gen(cmd_gen::GenArgs),
     /// Print one line per packet with its decoded fields (like tshark -T fields).
     Decode(cmd_decode::DecodeArgs),
-    /// Split a capture into passed and dropped packets by address lists.
+    /// Split a capture into passed and dropped packets by rules or address lists.
     Filter(cmd_filter::FilterArgs),
+    /// Build rules and lists once into a checked file that filter and bridge load in milliseconds.
+    Compile(cmd_compile::CompileArgs),
+    /// Verify a compiled rule file and print what it holds.
+    Inspect(cmd_compile::InspectArgs),
     /// Generate a realistic capture, filter it against the embedded FireHOL list, compare with the expected drops.
     Demo(cmd_demo::DemoArgs),
     /// Where RSS steers a flow: its Toeplitz hash, indirection bucket and worker.
     Rss(cmd_rss::RssArgs),
-    /// Forward between two interfaces (AF_XDP or AF_PACKET), dropping what the lists say.
+    /// Forward between two interfaces (AF_XDP or AF_PACKET), dropping what the rules say.
     Bridge(cmd_bridge::BridgeArgs),
     /// Send a capture or generated frames out of an interface, paced (pkt-gen's role).
     Send(cmd_send::SendArgs),
@@ -76,6 +82,8 @@ fn main() -> ExitCode {
         Command::Gen(a) => cmd_gen::run(a),
         Command::Decode(a) => cmd_decode::run(a),
         Command::Filter(a) => cmd_filter::run(a),
+        Command::Compile(a) => cmd_compile::compile(a),
+        Command::Inspect(a) => cmd_compile::inspect(a),
         Command::Demo(a) => cmd_demo::run(a),
         Command::Bench(b) => cmd_bench::run(b),
         Command::Rss(a) => cmd_rss::run(a),

@@ -5,13 +5,17 @@
 //! verdict, and every verdict is counted under exactly one heading.
 #![deny(unsafe_code)]
 
+pub mod compiled;
+pub mod container;
 pub mod defrag;
+pub mod rules;
 pub mod snapshot;
 
-use sluice_classify::{AddressSet, DEFAULT_BATCH, MAX_BATCH};
-use sluice_rules::Prefix;
-use sluice_wire::{decode, DecodeError, ErrorKind, IpSummary, LinkType, PacketSummary};
-use std::net::IpAddr;
+pub use rules::{
+    CompileError, CompileOptions, Decision, Origin, RuleInfo, RuleSet, SavedSet, SetEntries, SetInfo, Side,
+};
+use sluice_classify::{DEFAULT_BATCH, MAX_BATCH};
+use sluice_wire::{decode, DecodeError, ErrorKind, LinkType, PacketSummary};
 
 /// What happens to a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -20,96 +24,20 @@ pub enum Verdict {
     Drop,
 }
 
-/// Address rules: drop when the source is in `drop_src`, the destination in
-/// `drop_dst`, or either in `drop_any`.
-pub struct RuleSet {
-    pub drop_src: AddressSet,
-    pub drop_dst: AddressSet,
-    pub drop_any: AddressSet,
-}
-
 /// Why a packet was dropped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DropReason {
+    /// A rule whose address matches all read the source (`drop saddr @x`).
     Source,
+    /// A rule whose address matches all read the destination.
     Destination,
+    /// Any other rule.
+    Rule,
+    /// No rule decided and the default is `drop`.
+    Default,
     Undecodable(ErrorKind),
     /// Reassembly gave the datagram up (see [`defrag::DropCause`]).
     Fragment,
-}
-
-impl RuleSet {
-    pub fn new(drop_src: &[Prefix], drop_dst: &[Prefix], drop_any: &[Prefix]) -> Self {
-        RuleSet {
-            drop_src: AddressSet::new(drop_src),
-            drop_dst: AddressSet::new(drop_dst),
-            drop_any: AddressSet::new(drop_any),
-        }
-    }
-
-    pub fn empty() -> Self {
-        Self::new(&[], &[], &[])
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.drop_src.is_empty() && self.drop_dst.is_empty() && self.drop_any.is_empty()
-    }
-
-    /// The rule that drops this packet, if any: one packet, no batching —
-    /// the plain reference `match_batch` is tested against.
-    pub fn match_ip(&self, ip: &IpSummary) -> Option<DropReason> {
-        if self.drop_src.contains(ip.src) || self.drop_any.contains(ip.src) {
-            Some(DropReason::Source)
-        } else if self.drop_dst.contains(ip.dst) || self.drop_any.contains(ip.dst) {
-            Some(DropReason::Destination)
-        } else {
-            None
-        }
-    }
-
-    /// `match_ip` for a batch: every set is probed for all its keys at once,
-    /// prefetched, before any result is read. `out[i]` is for `ips[i]`.
-    pub fn match_batch(&self, ips: &[IpSummary], out: &mut [Option<DropReason>], batch: usize) {
-        assert_eq!(ips.len(), out.len(), "one output per packet");
-        let mut src = [IpAddr::from([0u8; 4]); MAX_BATCH];
-        let mut dst = [IpAddr::from([0u8; 4]); MAX_BATCH];
-        let mut by_src = [false; MAX_BATCH];
-        let mut by_dst = [false; MAX_BATCH];
-        let mut hit = [false; MAX_BATCH];
-        for (ic, oc) in ips.chunks(MAX_BATCH).zip(out.chunks_mut(MAX_BATCH)) {
-            let n = ic.len();
-            for (i, ip) in ic.iter().enumerate() {
-                (src[i], dst[i]) = (ip.src, ip.dst);
-            }
-            by_src[..n].fill(false);
-            by_dst[..n].fill(false);
-            // (set, keys, whether a hit counts against the destination)
-            for (set, keys, to_dst) in [
-                (&self.drop_src, &src, false),
-                (&self.drop_any, &src, false),
-                (&self.drop_dst, &dst, true),
-                (&self.drop_any, &dst, true),
-            ] {
-                if set.is_empty() {
-                    continue;
-                }
-                set.contains_batch(&keys[..n], &mut hit[..n], batch, true);
-                let acc = if to_dst { &mut by_dst } else { &mut by_src };
-                for (a, h) in acc[..n].iter_mut().zip(&hit[..n]) {
-                    *a |= *h;
-                }
-            }
-            for i in 0..n {
-                oc[i] = if by_src[i] {
-                    Some(DropReason::Source)
-                } else if by_dst[i] {
-                    Some(DropReason::Destination)
-                } else {
-                    None
-                };
-            }
-        }
-    }
 }
 
 /// One frame to judge.
@@ -133,6 +61,17 @@ pub struct Stats {
     pub dropped_bytes: u64,
     pub dropped_by_src: u64,
     pub dropped_by_dst: u64,
+    /// Dropped by a rule that reads no single address side (ports, `addr`...).
+    pub dropped_by_rule: u64,
+    /// Dropped because no rule decided and the default is `drop`.
+    pub dropped_by_default: u64,
+    /// Per rule of the rule set with [`Stats::rules_id`]: packets and bytes
+    /// that matched it (`count` rules: matched before the deciding rule).
+    pub rule_hits: Vec<RuleCount>,
+    /// Packets no rule decided (the default verdict applied).
+    pub default_hits: RuleCount,
+    /// [`RuleSet::id`] of the rules `rule_hits` counts for.
+    pub rules_id: u64,
     /// Fragments dropped by reassembly (overlap, limits, timeout, incomplete).
     pub dropped_fragments: u64,
     /// ARP and other non-IP frames (passed).
@@ -163,12 +102,49 @@ impl Stats {
         self.dropped_bytes += o.dropped_bytes;
         self.dropped_by_src += o.dropped_by_src;
         self.dropped_by_dst += o.dropped_by_dst;
+        self.dropped_by_rule += o.dropped_by_rule;
+        self.dropped_by_default += o.dropped_by_default;
+        self.default_hits.add(o.default_hits);
+        // Counters of different rules (workers on either side of a reload
+        // that changed the rule file) are not added: the newer ones win.
+        if self.rule_hits.is_empty() || self.rules_id != o.rules_id {
+            if !o.rule_hits.is_empty() {
+                self.rule_hits = o.rule_hits.clone();
+                self.rules_id = o.rules_id;
+            }
+        } else {
+            if self.rule_hits.len() < o.rule_hits.len() {
+                self.rule_hits.resize(o.rule_hits.len(), RuleCount::default());
+            }
+            for (a, b) in self.rule_hits.iter_mut().zip(&o.rule_hits) {
+                a.add(*b);
+            }
+        }
         self.dropped_fragments += o.dropped_fragments;
         self.non_ip += o.non_ip;
         for i in 0..ErrorKind::COUNT {
             self.undecodable[i] += o.undecodable[i];
             self.anomalies[i] += o.anomalies[i];
         }
+    }
+}
+
+/// Packets and bytes (on the wire) one rule matched.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RuleCount {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+impl RuleCount {
+    fn add(&mut self, o: RuleCount) {
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+    }
+
+    fn hit(&mut self, wire_len: u32) {
+        self.packets += 1;
+        self.bytes += u64::from(wire_len);
     }
 }
 
@@ -219,50 +195,72 @@ pub fn judge_batch(
         for (d, f) in decoded.iter_mut().zip(fc) {
             *d = decode(f.link, f.data);
         }
-        judge_decoded(rules, undecodable, batch, stats, fc.len(), |i| (&decoded[i], fc[i].wire_len), vc);
+        judge_decoded(rules, undecodable, batch, stats, fc.len(), |i| (&decoded[i], fc[i].wire_len, 0), vc);
     }
 }
 
 /// Decide packets already decoded (the pipeline decodes each packet once,
-/// before reassembly and steering): `item(i)` gives packet i's decode result
-/// and wire length, `verdicts[i]` receives its verdict. Addresses are looked
-/// up in batches of [`MAX_BATCH`], every set probed for all keys at once.
+/// before reassembly and steering): `item(i)` gives packet i's decode
+/// result, wire length and port (the live port it came in on; 0 for files),
+/// `verdicts[i]` receives its verdict. Rules are evaluated in chunks of
+/// [`MAX_BATCH`] (see [`rules`]).
 pub fn judge_decoded<'a>(
     rules: &RuleSet,
     undecodable: Verdict,
     batch: usize,
     stats: &mut Stats,
     n: usize,
-    item: impl Fn(usize) -> (&'a Result<PacketSummary, DecodeError>, u32),
+    item: impl Fn(usize) -> (&'a Result<PacketSummary, DecodeError>, u32, u32),
     verdicts: &mut [Verdict],
 ) {
     assert_eq!(n, verdicts.len(), "one verdict per packet");
-    let mut ip_list = [IpSummary::UNSPECIFIED; MAX_BATCH];
-    let mut matched = [None; MAX_BATCH];
+    if stats.rules_id != rules.id() || stats.rule_hits.len() != rules.rules().len() {
+        // New rules (a reload that changed the rule file): counters restart.
+        stats.rules_id = rules.id();
+        stats.rule_hits.clear();
+        stats.rule_hits.resize(rules.rules().len(), RuleCount::default());
+    }
+    let mut pkts: [(&PacketSummary, u32, u32); MAX_BATCH] = [(&EMPTY_SUMMARY, 0, 0); MAX_BATCH];
+    let mut decided = [Decision { verdict: Verdict::Pass, rule: None }; MAX_BATCH];
     for (c, vc) in verdicts.chunks_mut(MAX_BATCH).enumerate() {
         let base = c * MAX_BATCH;
-        let mut n_ip = 0;
+        let mut m = 0;
         for i in 0..vc.len() {
-            if let Ok(PacketSummary { ip: Some(ip), .. }) = item(base + i).0 {
-                ip_list[n_ip] = *ip;
-                n_ip += 1;
+            if let (Ok(p), wire_len, port) = item(base + i) {
+                pkts[m] = (p, wire_len, port);
+                m += 1;
             }
         }
-        rules.match_batch(&ip_list[..n_ip], &mut matched[..n_ip], batch);
-        let mut next_ip = 0;
+        let hits = &mut stats.rule_hits;
+        rules.evaluate_batch(&pkts[..m], &mut decided[..m], batch, |r, j| hits[r].hit(pkts[j].1));
+        let mut next = 0;
         for (i, v) in vc.iter_mut().enumerate() {
-            let (decoded, wire_len) = item(base + i);
+            let (decoded, wire_len, _) = item(base + i);
             let reason = match decoded {
-                Ok(PacketSummary { ip: Some(ip), .. }) => {
-                    if let Some(a) = ip.anomaly {
-                        stats.anomalies[a.kind().index()] += 1;
+                Ok(p) => {
+                    match &p.ip {
+                        Some(ip) => {
+                            if let Some(a) = ip.anomaly {
+                                stats.anomalies[a.kind().index()] += 1;
+                            }
+                        }
+                        None => stats.non_ip += 1,
                     }
-                    next_ip += 1;
-                    matched[next_ip - 1]
-                }
-                Ok(PacketSummary { ip: None, .. }) => {
-                    stats.non_ip += 1;
-                    None
+                    let d = decided[next];
+                    next += 1;
+                    match d.rule {
+                        Some(r) => stats.rule_hits[usize::from(r)].hit(wire_len),
+                        None => stats.default_hits.hit(wire_len),
+                    }
+                    match (d.verdict, d.rule) {
+                        (Verdict::Pass, _) => None,
+                        (Verdict::Drop, None) => Some(DropReason::Default),
+                        (Verdict::Drop, Some(r)) => Some(match rules.rules()[usize::from(r)].side {
+                            Some(Side::Source) => DropReason::Source,
+                            Some(Side::Destination) => DropReason::Destination,
+                            None => DropReason::Rule,
+                        }),
+                    }
                 }
                 Err(e) => {
                     stats.undecodable[e.kind().index()] += 1;
@@ -273,6 +271,9 @@ pub fn judge_decoded<'a>(
         }
     }
 }
+
+/// A placeholder for filling arrays of summaries.
+static EMPTY_SUMMARY: PacketSummary = PacketSummary::EMPTY;
 
 impl Stats {
     /// Count a fragment whose verdict reassembly decided (it is not judged).
@@ -301,6 +302,8 @@ impl Stats {
                 match r {
                     DropReason::Source => self.dropped_by_src += 1,
                     DropReason::Destination => self.dropped_by_dst += 1,
+                    DropReason::Rule => self.dropped_by_rule += 1,
+                    DropReason::Default => self.dropped_by_default += 1,
                     DropReason::Undecodable(_) | DropReason::Fragment => {}
                 }
                 Verdict::Drop
@@ -313,6 +316,7 @@ impl Stats {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use sluice_rules::Prefix;
 
     fn list(items: &[&str]) -> Vec<Prefix> {
         items.iter().map(|s| s.parse().unwrap()).collect()
@@ -345,34 +349,6 @@ mod tests {
 
     proptest! {
         #[test]
-        fn batch_matching_agrees_with_one_at_a_time(src_hosts in proptest::collection::vec(0u8..32, 0..10),
-                                                    any_nets in proptest::collection::vec((0u8..32, 24u8..=32), 0..6),
-                                                    pairs in proptest::collection::vec((0u8..32, 0u8..32, any::<bool>()), 1..150),
-                                                    batch in 1usize..64) {
-            let hosts: Vec<String> = src_hosts.iter().map(|h| format!("10.0.0.{h}")).collect();
-            let nets: Vec<String> = any_nets.iter().map(|(h, l)| format!("10.0.0.{h}/{l}")).collect();
-            let six: Vec<String> = src_hosts.iter().map(|h| format!("2001:db8::{h}")).collect();
-            let srcs: Vec<&str> = hosts.iter().chain(&six).map(String::as_str).collect();
-            let rules = RuleSet::new(&list(&srcs), &list(&["10.0.0.7", "2001:db8::7"]), &list(&nets.iter().map(String::as_str).collect::<Vec<_>>()));
-            let ips: Vec<IpSummary> = pairs
-                .iter()
-                .map(|&(s, d, v6)| {
-                    let (src, dst): (IpAddr, IpAddr) = if v6 {
-                        (format!("2001:db8::{s}").parse().unwrap(), format!("2001:db8::{d}").parse().unwrap())
-                    } else {
-                        (IpAddr::from([10, 0, 0, s]), IpAddr::from([10, 0, 0, d]))
-                    };
-                    IpSummary { src, dst, ..IpSummary::UNSPECIFIED }
-                })
-                .collect();
-            let mut out = vec![None; ips.len()];
-            rules.match_batch(&ips, &mut out, batch);
-            for (ip, o) in ips.iter().zip(&out) {
-                prop_assert_eq!(*o, rules.match_ip(ip));
-            }
-        }
-
-        #[test]
         fn every_frame_counted_once(frames in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..80), 0..50)) {
             let mut e = Engine::new(RuleSet::new(&[], &[], &list(&["0.0.0.0/1"])), Verdict::Drop);
             let batch: Vec<Frame<'_>> = frames.iter().map(|f| Frame { link: LinkType::RAW, data: f, wire_len: f.len() as u32 }).collect();
@@ -386,7 +362,7 @@ mod tests {
             let s = e.stats();
             prop_assert_eq!(s.packets, frames.len() as u64);
             prop_assert_eq!(s.passed + s.dropped, s.packets);
-            prop_assert_eq!(s.dropped, s.dropped_by_src + s.dropped_by_dst + s.undecodable_total() + s.dropped_fragments);
+            prop_assert_eq!(s.dropped, s.dropped_by_src + s.dropped_by_dst + s.dropped_by_rule + s.dropped_by_default + s.undecodable_total() + s.dropped_fragments);
         }
     }
 }

@@ -21,7 +21,7 @@ use sluice_wire::{DecodeError, PacketSummary};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 /// Why judging stopped.
@@ -62,8 +62,20 @@ pub trait Judge {
     /// (packets, dropped) per worker so far; cheap to read while running.
     fn live(&self) -> Vec<(u64, u64)>;
 
+    /// Each worker's counters as of its last batch, for readers on other
+    /// threads (metrics): handles to take before `run` owns the judge.
+    fn live_stats(&self) -> Vec<LiveStats>;
+
     /// Stop, and return each worker's counters.
     fn finish(self: Box<Self>) -> Vec<Stats>;
+}
+
+/// A worker's counters, copied in once per batch (`clone_from`, which
+/// reuses the per-rule vector): the worker locks it only for that copy.
+pub type LiveStats = Arc<Mutex<Stats>>;
+
+fn publish(to: &LiveStats, stats: &Stats) {
+    to.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone_from(stats);
 }
 
 /// How judges decide what the rules do not say.
@@ -94,7 +106,7 @@ fn judge_indices(
     let packets = batch.packets();
     let item = |k: usize| {
         let p = &packets[indices[k] as usize];
-        (&p.decoded, p.meta.wire_len)
+        (&p.decoded, p.meta.wire_len, p.meta.port)
     };
     judge_decoded(rules, cfg.undecodable, cfg.batch, stats, indices.len(), item, verdicts);
 }
@@ -104,6 +116,7 @@ pub struct Inline {
     rules: Reader<RuleSet>,
     cfg: JudgeConfig,
     stats: Stats,
+    shared: LiveStats,
     done: VecDeque<PacketBatch>,
     indices: Vec<u32>,
     verdicts: Vec<Verdict>,
@@ -115,6 +128,7 @@ impl Inline {
             rules: rules.reader(),
             cfg,
             stats: Stats::default(),
+            shared: LiveStats::default(),
             done: VecDeque::new(),
             indices: Vec::new(),
             verdicts: Vec::new(),
@@ -142,6 +156,7 @@ impl Judge for Inline {
         for (&i, &v) in self.indices.iter().zip(&self.verdicts) {
             packets[i as usize].verdict = v;
         }
+        publish(&self.shared, &self.stats);
         self.done.push_back(batch);
         Ok(())
     }
@@ -156,6 +171,10 @@ impl Judge for Inline {
 
     fn live(&self) -> Vec<(u64, u64)> {
         vec![(self.stats.packets, self.stats.dropped)]
+    }
+
+    fn live_stats(&self) -> Vec<LiveStats> {
+        vec![Arc::clone(&self.shared)]
     }
 
     fn finish(self: Box<Self>) -> Vec<Stats> {
@@ -263,6 +282,7 @@ pub struct Workers {
     outstanding: Vec<usize>,
     queue: usize,
     live: Arc<[LiveCounters]>,
+    shared: Vec<LiveStats>,
     /// Batches out with workers, by slot.
     slots: Vec<Option<InFlight>>,
     free_slots: Vec<usize>,
@@ -287,6 +307,7 @@ impl Workers {
         let mut handles = Vec::with_capacity(workers);
         let mut cpus = Vec::with_capacity(workers);
         let live: Arc<[LiveCounters]> = (0..workers).map(|_| LiveCounters::default()).collect();
+        let shared: Vec<LiveStats> = (0..workers).map(|_| LiveStats::default()).collect();
         for w in 0..workers {
             let (tx, rx) = sync_channel::<Work>(queue);
             senders.push(tx);
@@ -294,12 +315,13 @@ impl Workers {
             let done_tx = done_tx.clone();
             let cpu = cfg.cpus.as_ref().map_or(w % affinity::available_cpus(), |c| c[w % c.len()]);
             cpus.push(cpu);
-            let (judge, live) = (cfg.judge, Arc::clone(&live));
+            let (judge, live, mine) = (cfg.judge, Arc::clone(&live), Arc::clone(&shared[w]));
             let panic_at = cfg.panic_at.filter(|(pw, _)| *pw == w).map(|(_, n)| n);
             let spawned = std::thread::Builder::new().name(format!("sluice-worker-{w}")).spawn(move || {
                 let notice = done_tx.clone();
-                let run =
-                    std::panic::AssertUnwindSafe(|| worker(w, cpu, rx, done_tx, reader, judge, &live[w], panic_at));
+                let run = std::panic::AssertUnwindSafe(|| {
+                    worker(w, cpu, rx, done_tx, reader, judge, (&live[w], &mine), panic_at)
+                });
                 match std::panic::catch_unwind(run) {
                     Ok(stats) => stats,
                     Err(payload) => {
@@ -324,6 +346,7 @@ impl Workers {
             outstanding: vec![0; workers],
             queue,
             live,
+            shared,
             slots: Vec::new(),
             free_slots: Vec::new(),
             done: VecDeque::new(),
@@ -484,6 +507,10 @@ impl Judge for Workers {
         self.live.iter().map(|c| (c.packets.load(Ordering::Relaxed), c.dropped.load(Ordering::Relaxed))).collect()
     }
 
+    fn live_stats(&self) -> Vec<LiveStats> {
+        self.shared.clone()
+    }
+
     fn finish(self: Box<Self>) -> Vec<Stats> {
         let Workers { senders, results, handles, .. } = *self;
         drop(senders);
@@ -501,7 +528,7 @@ fn worker(
     done: SyncSender<Msg>,
     mut rules: Reader<RuleSet>,
     cfg: JudgeConfig,
-    live: &LiveCounters,
+    (live, shared): (&LiveCounters, &LiveStats),
     panic_at: Option<u64>,
 ) -> Stats {
     // Best effort: a worker keeps its caches when it keeps its CPU.
@@ -523,6 +550,7 @@ fn worker(
         // Once per batch, to a line only this worker writes.
         live.packets.store(stats.packets, Ordering::Relaxed);
         live.dropped.store(stats.dropped, Ordering::Relaxed);
+        publish(shared, &stats);
         if done.send(Msg::Done { slot, worker: id, indices, verdicts }).is_err() {
             break;
         }

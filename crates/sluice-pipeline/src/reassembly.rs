@@ -109,7 +109,8 @@ impl Reassembly {
             match outcome {
                 Outcome::Held => {}
                 Outcome::Atomic(h) => Self::emit(&mut out, vec![h], Disposition::Judge),
-                Outcome::Complete { fragments, payload } => {
+                Outcome::Complete { mut fragments, payload } => {
+                    judge_whole(&mut fragments, ip.protocol, &payload);
                     // Re-steer the whole datagram by its flow, as if it had
                     // arrived in one piece (the seed's netisr re-injection).
                     let flow = match ip.protocol {
@@ -157,5 +158,28 @@ impl Reassembly {
     /// Datagrams in progress right now.
     pub fn in_progress(&self) -> usize {
         self.r.in_progress()
+    }
+}
+
+/// A completed datagram is judged whole: every fragment carries the
+/// transport fields read from the reassembled payload (ports, TCP flags,
+/// ICMP type), so port rules see a later fragment's datagram as nft sees the
+/// reassembled packet. Without reassembly a later fragment has no ports and
+/// matches no port rule.
+fn judge_whole(fragments: &mut [Held], protocol: u8, payload: &[u8]) {
+    let at = |i: usize| payload.get(i).copied();
+    let be = |i: usize| Some(u16::from_be_bytes([at(i)?, at(i + 1)?]));
+    let (ports, flags, icmp) = match protocol {
+        ip_proto::TCP => (be(0).zip(be(2)), at(13), None),
+        ip_proto::UDP => (be(0).zip(be(2)), None, None),
+        ip_proto::ICMP | ip_proto::ICMPV6 => (None, None, at(0).zip(at(1))),
+        _ => (None, None, None),
+    };
+    for h in fragments {
+        if let Ok(PacketSummary { ip: Some(ip), .. }) = &mut h.decoded {
+            ip.ports = ports;
+            ip.tcp_flags = flags;
+            ip.icmp = icmp;
+        }
     }
 }

@@ -91,8 +91,16 @@ pub mod tcp_flag {
     pub const URG: u8 = 0x20;
     pub const ECE: u8 = 0x40;
     pub const CWR: u8 = 0x80;
-    pub const NAMES: [(&str, u8); 8] =
-        [("fin", FIN), ("syn", SYN), ("rst", RST), ("psh", PSH), ("ack", ACK), ("urg", URG), ("ece", ECE), ("cwr", CWR)];
+    pub const NAMES: [(&str, u8); 8] = [
+        ("fin", FIN),
+        ("syn", SYN),
+        ("rst", RST),
+        ("psh", PSH),
+        ("ack", ACK),
+        ("urg", URG),
+        ("ece", ECE),
+        ("cwr", CWR),
+    ];
 }
 
 /// One condition of a rule. Every match of a rule must hold (AND). A match on
@@ -100,26 +108,62 @@ pub mod tcp_flag {
 /// a non-IP frame) does not hold, negated or not, as in nft.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Match {
-    Addr { layer: Layer, field: AddrField, negate: bool, value: AddrValue },
+    Addr {
+        layer: Layer,
+        field: AddrField,
+        negate: bool,
+        value: AddrValue,
+    },
     /// The upper-layer protocol number is one of `protos`.
-    Proto { layer: Layer, negate: bool, protos: Vec<u8> },
+    Proto {
+        layer: Layer,
+        negate: bool,
+        protos: Vec<u8>,
+    },
     /// `tcp|udp sport|dport`: the protocol is `proto` (6 or 17), its header
     /// is present, and the port is in one of `ranges` (inclusive).
-    Port { layer: Layer, proto: u8, field: PortField, negate: bool, ranges: Vec<(u16, u16)> },
+    Port {
+        layer: Layer,
+        proto: u8,
+        field: PortField,
+        negate: bool,
+        ranges: Vec<(u16, u16)>,
+    },
     /// `tcp flags syn,!ack`: protocol TCP, header present, every bit of
     /// `set` set and every bit of `clear` clear.
-    TcpFlags { layer: Layer, set: u8, clear: u8 },
+    TcpFlags {
+        layer: Layer,
+        set: u8,
+        clear: u8,
+    },
     /// `icmp type N` / `icmpv6 type N`: protocol 1 (or 58), header present,
     /// type in `types`.
-    IcmpType { layer: Layer, v6: bool, negate: bool, types: Vec<u8> },
+    IcmpType {
+        layer: Layer,
+        v6: bool,
+        negate: bool,
+        types: Vec<u8>,
+    },
     /// The outermost VLAN tag's id is in `ids` (`negate`: there is a tag and
     /// it is not).
-    Vlan { negate: bool, ids: Vec<u16> },
-    Frag { layer: Layer, kind: FragKind },
+    Vlan {
+        negate: bool,
+        ids: Vec<u16>,
+    },
+    Frag {
+        layer: Layer,
+        kind: FragKind,
+    },
     /// Length on the wire, in inclusive ranges.
-    Len { negate: bool, ranges: Vec<(u32, u32)> },
+    Len {
+        negate: bool,
+        ranges: Vec<(u32, u32)>,
+    },
     /// The interface (live port) the packet came in on.
-    Iface { negate: bool, names: Vec<String> },
+    Iface {
+        negate: bool,
+        names: Vec<String>,
+    },
 }
 
 /// One rule: an action under all its matches.
@@ -234,7 +278,12 @@ pub fn parse_rules(source: &str, text: &str, base: &Path) -> Result<RuleFile, Ru
     for (i, raw) in text.lines().enumerate() {
         let line_no = i + 1;
         let raw = if line_no == 1 { raw.trim_start_matches('\u{feff}') } else { raw };
-        let tokens = tokenize(raw).map_err(|(col, message)| RuleError { source: source.to_owned(), line: line_no, col, message })?;
+        let tokens = tokenize(raw).map_err(|(col, message)| RuleError {
+            source: source.to_owned(),
+            line: line_no,
+            col,
+            message,
+        })?;
         if tokens.is_empty() {
             continue;
         }
@@ -272,8 +321,8 @@ pub fn parse_rules(source: &str, text: &str, base: &Path) -> Result<RuleFile, Ru
 
 /// Read and parse a rule file; list paths are relative to its directory.
 pub fn load_rules(path: &Path) -> Result<RuleFile, RuleLoadError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|error| RuleLoadError::Io { path: path.display().to_string(), error })?;
+    let text =
+        std::fs::read_to_string(path).map_err(|error| RuleLoadError::Io { path: path.display().to_string(), error })?;
     let base = path.parent().unwrap_or(Path::new("."));
     parse_rules(&path.display().to_string(), &text, base).map_err(RuleLoadError::Rule)
 }
@@ -474,7 +523,10 @@ impl<'a> Parser<'a> {
             _ => {
                 return Err(self.err_at(
                     first,
-                    &format!("unknown statement `{}`: expected `set`, `default`, `drop`, `pass` or `count`", first.text),
+                    &format!(
+                        "unknown statement `{}`: expected `set`, `default`, `drop`, `pass` or `count`",
+                        first.text
+                    ),
                 ))
             }
         };
@@ -588,12 +640,15 @@ impl<'a> Parser<'a> {
 
     /// `@name`, a prefix, or `{ prefix, ... }`.
     fn addr_value(&mut self, file: &RuleFile) -> Result<AddrValue, RuleError> {
-        let t = self.peek().ok_or_else(|| self.err(self.end_col, "expected `@set`, an address or `{`, found the end of the line"))?;
+        let t = self
+            .peek()
+            .ok_or_else(|| self.err(self.end_col, "expected `@set`, an address or `{`, found the end of the line"))?;
         if let Some(name) = t.text.strip_prefix('@') {
             self.pos += 1;
             return match file.set_index(name) {
                 Some(i) => Ok(AddrValue::Set(i)),
-                None => Err(self.err_at(t, &format!("unknown set `@{name}` (define it with `set {name} ...` on an earlier line)"))),
+                None => Err(self
+                    .err_at(t, &format!("unknown set `@{name}` (define it with `set {name} ...` on an earlier line)"))),
             };
         }
         Ok(AddrValue::Prefixes(self.one_or_braces("`@set`, an address or prefix", |p, t| {
@@ -611,7 +666,10 @@ impl<'a> Parser<'a> {
                 None => (t.text.as_str(), false),
             };
             let Some(&(_, bit)) = tcp_flag::NAMES.iter().find(|(n, _)| *n == name) else {
-                return Err(self.err_at(t, &format!("expected a TCP flag (fin, syn, rst, psh, ack, urg, ece, cwr), found `{name}`")));
+                return Err(self.err_at(
+                    t,
+                    &format!("expected a TCP flag (fin, syn, rst, psh, ack, urg, ece, cwr), found `{name}`"),
+                ));
             };
             if (set | clear) & bit != 0 {
                 return Err(self.err_at(t, &format!("flag `{name}` given twice")));
@@ -721,13 +779,25 @@ mod tests {
         assert_eq!(
             f.rules[1].matches,
             vec![
-                Match::Port { layer: Layer::Outer, proto: 17, field: PortField::Dst, negate: false, ranges: vec![(53, 53)] },
+                Match::Port {
+                    layer: Layer::Outer,
+                    proto: 17,
+                    field: PortField::Dst,
+                    negate: false,
+                    ranges: vec![(53, 53)]
+                },
                 Match::Addr { layer: Layer::Outer, field: AddrField::Dst, negate: false, value: AddrValue::Set(2) },
             ]
         );
         assert_eq!(
             f.rules[3].matches,
-            vec![Match::Port { layer: Layer::Outer, proto: 6, field: PortField::Dst, negate: false, ranges: vec![(23, 23), (2323, 2323)] }]
+            vec![Match::Port {
+                layer: Layer::Outer,
+                proto: 6,
+                field: PortField::Dst,
+                negate: false,
+                ranges: vec![(23, 23), (2323, 2323)]
+            }]
         );
         assert_eq!(
             f.rules[5].matches,
@@ -747,8 +817,14 @@ mod tests {
 
     #[test]
     fn errors_name_line_column_and_what_was_expected() {
-        assert_eq!(err("drop saddr @nope"), "r.rules:1:12: unknown set `@nope` (define it with `set nope ...` on an earlier line)");
-        assert_eq!(err("\n\ndrop tcp dport 70000"), "r.rules:3:16: expected a port (0-65535) or range (a-b), found `70000`");
+        assert_eq!(
+            err("drop saddr @nope"),
+            "r.rules:1:12: unknown set `@nope` (define it with `set nope ...` on an earlier line)"
+        );
+        assert_eq!(
+            err("\n\ndrop tcp dport 70000"),
+            "r.rules:3:16: expected a port (0-65535) or range (a-b), found `70000`"
+        );
         assert!(err("drop tcp dport").starts_with("r.rules:1:15: expected a port"));
         assert!(err("frob saddr 1.2.3.4").starts_with("r.rules:1:1: unknown statement `frob`"));
         assert!(err("drop saddr 1.2.3.400").starts_with("r.rules:1:12: expected `@set`, an address or prefix"));

@@ -1,0 +1,1025 @@
+//! [`RuleSet`]: a rule file (or the `--drop-*` shorthands) compiled for
+//! batched evaluation.
+//!
+//! Evaluation has two steps per chunk of up to [`MAX_BATCH`] packets:
+//!
+//! 1. Set lookups. Each distinct (set, address field, layer) a rule reads is
+//!    one *lookup*; it is probed for every packet of the chunk at once,
+//!    through the sets' batched, prefetched path, exactly as address-only
+//!    rules always were. Small sets (written inline) are scanned instead:
+//!    they fit in a few cache lines, and a table would cost a miss.
+//! 2. Rules, as bit vectors (one bit per rule, Lakshman-Stiliadis style).
+//!    Every header field some rule reads (protocol, ports, flags, VLAN,
+//!    length...) has a table from the field's value class to the rules whose
+//!    conditions on that field hold; AND-ing one row per field, and clearing
+//!    the rules whose address conditions failed, leaves the rules that
+//!    match. The first `pass`/`drop` among them decides, the `count` rules
+//!    before it are counted. 100 rules cost a few word ANDs per field, not
+//!    100 rule walks.
+//!
+//! [`RuleSet::evaluate_reference`] walks the rules one at a time over the
+//! parsed matches: the plain reference the bit vectors are tested against.
+
+use crate::{Verdict, MAX_BATCH};
+use sluice_classify::{AddressSet, Options};
+use sluice_rules::{
+    Action, AddrField, AddrValue, FragKind, Layer, Match, PortField, Prefix, Rule, RuleFile, MAX_RULES,
+};
+use sluice_wire::{IpSummary, PacketSummary};
+use std::net::IpAddr;
+
+/// Sets of at most this many entries are scanned, not hashed.
+const SMALL_SET: usize = 16;
+/// Most distinct set lookups (and address conditions) in one rule set: each
+/// is one bit of a per-packet word.
+pub const MAX_LOOKUPS: usize = 64;
+
+/// Which header a packet was dropped for, when a rule's address matches all
+/// read one side (how `dropped_by_src` / `dropped_by_dst` are counted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Source,
+    Destination,
+}
+
+/// What the rule set says of one packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub verdict: Verdict,
+    /// The `pass`/`drop` rule that decided, or `None` for the default.
+    pub rule: Option<u16>,
+}
+
+/// One rule as the summary and metrics show it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleInfo {
+    pub line: usize,
+    pub text: String,
+    pub action: Action,
+    pub side: Option<Side>,
+    /// The named set the rule's address matches read, when there is
+    /// exactly one (metrics label drops by it); else empty.
+    pub list: String,
+}
+
+/// A set's entries, as looked up.
+// A handful per rule set; boxing the table would add a pointer chase to
+// every lookup.
+#[allow(clippy::large_enum_variant)]
+enum Backing {
+    Table(AddressSet),
+    Small(SmallSet),
+}
+
+/// A few prefixes, scanned: (address, mask) pairs per family.
+struct SmallSet {
+    v4: Vec<(u32, u32)>,
+    v6: Vec<(u128, u128)>,
+}
+
+impl SmallSet {
+    fn new(prefixes: &[Prefix]) -> SmallSet {
+        let mut v = prefixes.to_vec();
+        v.sort_unstable();
+        v.dedup();
+        let (mut v4, mut v6) = (Vec::new(), Vec::new());
+        for p in v {
+            match p {
+                Prefix::V4 { addr, len } => v4.push((addr, u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0))),
+                Prefix::V6 { addr, len } => v6.push((addr, u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0))),
+            }
+        }
+        SmallSet { v4, v6 }
+    }
+
+    #[inline]
+    fn contains(&self, ip: IpAddr) -> bool {
+        match ip {
+            IpAddr::V4(a) => {
+                let a = u32::from(a);
+                self.v4.iter().any(|&(p, m)| a & m == p)
+            }
+            IpAddr::V6(a) => {
+                let a = u128::from(a);
+                self.v6.iter().any(|&(p, m)| a & m == p)
+            }
+        }
+    }
+}
+
+impl Backing {
+    fn new(prefixes: &[Prefix], opts: Options) -> Backing {
+        if prefixes.len() <= SMALL_SET {
+            Backing::Small(SmallSet::new(prefixes))
+        } else {
+            Backing::Table(AddressSet::with_options(prefixes, opts))
+        }
+    }
+
+    fn contains(&self, ip: IpAddr) -> bool {
+        match self {
+            Backing::Table(s) => s.contains(ip),
+            Backing::Small(v) => v.contains(ip),
+        }
+    }
+
+    fn entries(&self) -> usize {
+        match self {
+            Backing::Table(s) => s.len(),
+            Backing::Small(v) => v.v4.len() + v.v6.len(),
+        }
+    }
+
+    fn from_entries(e: SetEntries, opts: Options) -> Backing {
+        match e {
+            SetEntries::List(p) => Backing::new(&p, opts),
+            SetEntries::Built(s) => Backing::Table(*s),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Backing::Table(s) => s.bytes(),
+            Backing::Small(v) => std::mem::size_of_val(v.v4.as_slice()) + std::mem::size_of_val(v.v6.as_slice()),
+        }
+    }
+}
+
+/// A named set's entries for [`RuleSet::compile_sets`]: a list to build
+/// tables from, or tables built before (loaded from a compiled file).
+pub enum SetEntries {
+    List(Vec<Prefix>),
+    Built(Box<AddressSet>),
+}
+
+/// A named set as [`RuleSet::named_sets`] shows it, for saving.
+pub enum SavedSet<'a> {
+    /// A few prefixes, scanned (no tables).
+    Small(Vec<Prefix>),
+    Table(&'a AddressSet),
+}
+
+/// What a rule set was compiled from (a compiled file records it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A rule file: its name and text.
+    File { source: String, text: String },
+    /// The `--drop-*` shorthands: which lists were given, at which layer.
+    Shorthand { src: bool, dst: bool, any: bool, inner: bool },
+}
+
+/// A set as the rule set holds it: named (from the rule file or a shorthand
+/// flag) or written inline in a rule.
+pub struct SetInfo {
+    pub name: String,
+    pub entries: usize,
+    pub bytes: usize,
+}
+
+/// A header field the bit-vector step reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Field {
+    Proto(Layer),
+    Port(Layer, PortField),
+    TcpFlags(Layer),
+    IcmpType(Layer),
+    Frag(Layer),
+    Vlan,
+    Len,
+    Iface,
+}
+
+/// A condition on one field's value. A missing value (no such header)
+/// satisfies no condition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Pred {
+    In { ranges: Vec<(u32, u32)>, negate: bool },
+    Flags { set: u8, clear: u8 },
+}
+
+impl Pred {
+    fn holds(&self, v: Option<u32>) -> bool {
+        let Some(v) = v else { return false };
+        match self {
+            Pred::In { ranges, negate } => ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&v)) != *negate,
+            Pred::Flags { set, clear } => {
+                let f = v as u8;
+                f & set == *set && f & clear == 0
+            }
+        }
+    }
+}
+
+fn ip_at(p: &PacketSummary, layer: Layer) -> Option<&IpSummary> {
+    match layer {
+        Layer::Outer => p.ip.as_ref(),
+        Layer::Inner => p.innermost(),
+    }
+}
+
+/// Fragment class: 0 whole, 1 first fragment, 2 later fragment.
+fn frag_class(ip: &IpSummary) -> u32 {
+    match ip.fragment {
+        None => 0,
+        Some(f) if f.offset == 0 => 1,
+        Some(_) => 2,
+    }
+}
+
+/// A header value a packet does not have.
+const ABSENT: u32 = u32::MAX;
+/// Per-packet value slots: six per layer (outer, then inner), then the
+/// VLAN id, the wire length and the port.
+const SLOTS: usize = 15;
+
+/// Where `field`'s value sits among a packet's [`SLOTS`].
+fn slot(field: Field) -> usize {
+    let base = |l: Layer| if l == Layer::Outer { 0 } else { 6 };
+    match field {
+        Field::Proto(l) => base(l),
+        Field::Port(l, PortField::Src) => base(l) + 1,
+        Field::Port(l, PortField::Dst) => base(l) + 2,
+        Field::TcpFlags(l) => base(l) + 3,
+        Field::IcmpType(l) => base(l) + 4,
+        Field::Frag(l) => base(l) + 5,
+        Field::Vlan => 12,
+        Field::Len => 13,
+        Field::Iface => 14,
+    }
+}
+
+/// One layer's six values (see [`slot`]).
+#[inline]
+fn layer_values(ip: Option<&IpSummary>, out: &mut [u32]) {
+    let Some(ip) = ip else {
+        out[..6].fill(ABSENT);
+        return;
+    };
+    out[0] = u32::from(ip.protocol);
+    (out[1], out[2]) = ip.ports.map_or((ABSENT, ABSENT), |(s, d)| (u32::from(s), u32::from(d)));
+    out[3] = if ip.protocol == 6 { ip.tcp_flags.map_or(ABSENT, u32::from) } else { ABSENT };
+    out[4] = ip.icmp.map_or(ABSENT, |(t, _)| u32::from(t));
+    out[5] = frag_class(ip);
+}
+
+/// One field's value classes: values for which every rule's conditions on
+/// the field hold alike share a class (the rows are interned). Class 0 is
+/// "absent".
+struct FieldTable {
+    /// Where the value is among the packet's [`SLOTS`].
+    slot: usize,
+    /// The class of every value in the field's domain: one load (64 KiB
+    /// for a port, in L2) where a search over range bounds mispredicted at
+    /// every step. (Two levels, 256 values per block, measured slower.)
+    dense: Dense,
+    /// The conditions, for values beyond `dense` (lengths over 65535).
+    preds: Vec<(usize, Pred)>,
+    /// `words` u64 per class: the rules whose conditions on this field hold.
+    masks: Vec<u64>,
+}
+
+/// Class ids, in bytes when there are at most 256 classes.
+enum Dense {
+    U8(Vec<u8>),
+    U32(Vec<u32>),
+}
+
+impl FieldTable {
+    /// AND the rules value `v` allows into `acc`.
+    #[inline(always)]
+    fn and_into<const W: usize>(&self, v: u32, acc: &mut [u64; W]) {
+        let class = if v == ABSENT {
+            Some(0)
+        } else {
+            match &self.dense {
+                Dense::U8(d) => d.get(v as usize).map(|&c| usize::from(c)),
+                Dense::U32(d) => d.get(v as usize).map(|&c| c as usize),
+            }
+        };
+        match class {
+            Some(c) => {
+                let row: &[u64; W] = self.masks[c * W..c * W + W].try_into().expect("W words per class");
+                for k in 0..W {
+                    acc[k] &= row[k];
+                }
+            }
+            None => {
+                for (r, p) in &self.preds {
+                    if !p.holds(Some(v)) {
+                        acc[r / 64] &= !(1 << (r % 64));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// How many values of a field get a dense class map.
+fn dense_domain(f: Field) -> u32 {
+    match f {
+        Field::Proto(_) | Field::TcpFlags(_) | Field::IcmpType(_) | Field::Frag(_) | Field::Iface => 256,
+        Field::Port(..) | Field::Len => 65536,
+        Field::Vlan => 4096,
+    }
+}
+
+/// An address condition: one bit per packet, from one or two lookups.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct AddrCond {
+    /// Lookup bit of the source (or the only) lookup.
+    a: usize,
+    /// For `addr` (either side): the destination's lookup bit.
+    b: Option<usize>,
+    negate: bool,
+    layer: Layer,
+}
+
+/// A lookup: a backing probed with one address of each packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Lookup {
+    backing: usize,
+    dst: bool,
+    layer: Layer,
+}
+
+/// How to compile.
+#[derive(Clone, Debug, Default)]
+pub struct CompileOptions {
+    /// Look IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`) up as IPv4.
+    pub v4mapped: bool,
+    /// Names of the live ports, by port index, for `iface` matches; empty
+    /// when the packets come from a file.
+    pub ifaces: Vec<String>,
+    /// Build options of the sets' tables (hash seed).
+    pub set_options: Option<Options>,
+}
+
+/// Why a rule file could not be compiled.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    #[error("{file}:{line}: {message}")]
+    Rule { file: String, line: usize, message: String },
+    #[error("the rules need more than {MAX_LOOKUPS} distinct set lookups or address conditions")]
+    TooManyLookups,
+    #[error("{0} rules; at most {MAX_RULES} are supported")]
+    TooManyRules(usize),
+}
+
+/// Compiled rules: see the module comment.
+pub struct RuleSet {
+    rules: Vec<RuleInfo>,
+    /// The parsed rules, for the reference evaluator.
+    parsed: Vec<Rule>,
+    /// For each rule, each `Match::Addr`'s backing (in match order).
+    addr_backing: Vec<Vec<usize>>,
+    default: Verdict,
+    backings: Vec<Backing>,
+    set_info: Vec<SetInfo>,
+    lookups: Vec<Lookup>,
+    conds: Vec<AddrCond>,
+    /// `words` u64 per condition: the rules that need it.
+    cond_rules: Vec<u64>,
+    fields: Vec<FieldTable>,
+    /// Whether a field table reads the inner layer.
+    reads_inner: bool,
+    words: usize,
+    /// Bits of every rule, of the deciding (`pass`/`drop`) rules, of `drop`.
+    all: Vec<u64>,
+    decisive: Vec<u64>,
+    v4mapped: bool,
+    ifaces: Vec<String>,
+    /// Identifies the rules (not the sets' contents): counters carry over a
+    /// reload that changes only lists.
+    id: u64,
+    origin: Origin,
+    /// Named sets (the first `named` backings).
+    named: usize,
+}
+
+impl RuleSet {
+    /// The `--drop-src/--drop-dst/--drop-any` shorthands: `drop saddr
+    /// @drop-src`, `drop saddr @drop-any`, `drop daddr @drop-dst`, `drop daddr
+    /// @drop-any` (source matches counted first, as they always were).
+    pub fn new(drop_src: &[Prefix], drop_dst: &[Prefix], drop_any: &[Prefix]) -> Self {
+        Self::shorthand(drop_src, drop_dst, drop_any, Layer::Outer, &CompileOptions::default())
+    }
+
+    /// [`RuleSet::new`] at a layer and with options.
+    pub fn shorthand(
+        drop_src: &[Prefix],
+        drop_dst: &[Prefix],
+        drop_any: &[Prefix],
+        layer: Layer,
+        opts: &CompileOptions,
+    ) -> Self {
+        let lists = [drop_src, drop_dst, drop_any].map(|l| (!l.is_empty()).then(|| SetEntries::List(l.to_vec())));
+        Self::shorthand_sets(lists, layer, opts)
+    }
+
+    /// The shorthands with each list's entries given (`None`: not given).
+    pub fn shorthand_sets(lists: [Option<SetEntries>; 3], layer: Layer, opts: &CompileOptions) -> Self {
+        let present = [lists[0].is_some(), lists[1].is_some(), lists[2].is_some()];
+        let file = shorthand_file(present, layer);
+        let mut rs = Self::compile_sets(&file, lists.into_iter().flatten().collect(), opts)
+            .expect("shorthand rules always compile");
+        rs.origin =
+            Origin::Shorthand { src: present[0], dst: present[1], any: present[2], inner: layer == Layer::Inner };
+        rs
+    }
+
+    pub fn empty() -> Self {
+        Self::new(&[], &[], &[])
+    }
+
+    /// No rule at all and a passing default.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty() && self.default == Verdict::Pass
+    }
+
+    /// Compile a parsed rule file; `sets[i]` holds the entries of
+    /// `file.sets[i]` (the caller loaded the list files).
+    pub fn compile(file: &RuleFile, sets: &[Vec<Prefix>], opts: &CompileOptions) -> Result<Self, CompileError> {
+        Self::compile_sets(file, sets.iter().map(|s| SetEntries::List(s.clone())).collect(), opts)
+    }
+
+    /// [`RuleSet::compile`] with each set's entries as a list or as tables
+    /// already built.
+    pub fn compile_sets(file: &RuleFile, sets: Vec<SetEntries>, opts: &CompileOptions) -> Result<Self, CompileError> {
+        assert_eq!(file.sets.len(), sets.len(), "one entry list per set");
+        let named = sets.len();
+        if file.rules.len() > MAX_RULES {
+            return Err(CompileError::TooManyRules(file.rules.len()));
+        }
+        let set_opts = opts.set_options.unwrap_or_default();
+        let err = |line: usize, message: String| CompileError::Rule { file: file.source.clone(), line, message };
+        let mut backings: Vec<Backing> = sets.into_iter().map(|s| Backing::from_entries(s, set_opts)).collect();
+        let mut set_info: Vec<SetInfo> = file
+            .sets
+            .iter()
+            .zip(&backings)
+            .map(|(d, b)| SetInfo { name: d.name.clone(), entries: b.entries(), bytes: b.bytes() })
+            .collect();
+        let mut inline: Vec<Vec<Prefix>> = Vec::new();
+        let mut lookups: Vec<Lookup> = Vec::new();
+        let mut conds: Vec<AddrCond> = Vec::new();
+        let mut rule_conds: Vec<Vec<usize>> = Vec::new();
+        let mut field_preds: Vec<(Field, usize, Pred)> = Vec::new();
+        let mut addr_backing = Vec::new();
+        let lookup_of = |l: Lookup, lookups: &mut Vec<Lookup>| -> Result<usize, CompileError> {
+            if let Some(i) = lookups.iter().position(|x| *x == l) {
+                return Ok(i);
+            }
+            if lookups.len() == MAX_LOOKUPS {
+                return Err(CompileError::TooManyLookups);
+            }
+            lookups.push(l);
+            Ok(lookups.len() - 1)
+        };
+        for (r, rule) in file.rules.iter().enumerate() {
+            let mut mine = Vec::new();
+            let mut backs = Vec::new();
+            for m in &rule.matches {
+                let mut pred = |f: Field, p: Pred| field_preds.push((f, r, p));
+                let ranges = |v: &[u8]| v.iter().map(|&x| (u32::from(x), u32::from(x))).collect::<Vec<_>>();
+                match m {
+                    Match::Addr { layer, field, negate, value } => {
+                        let backing = match value {
+                            AddrValue::Set(i) => *i,
+                            AddrValue::Prefixes(p) => {
+                                let mut key = p.clone();
+                                key.sort_unstable();
+                                key.dedup();
+                                match inline.iter().position(|x| *x == key) {
+                                    Some(i) => named + i,
+                                    None => {
+                                        backings.push(Backing::new(&key, set_opts));
+                                        let b = backings.last().expect("just pushed");
+                                        set_info.push(SetInfo {
+                                            name: format!("(inline, line {})", rule.line),
+                                            entries: b.entries(),
+                                            bytes: b.bytes(),
+                                        });
+                                        inline.push(key);
+                                        named + inline.len() - 1
+                                    }
+                                }
+                            }
+                        };
+                        backs.push(backing);
+                        let src = Lookup { backing, dst: false, layer: *layer };
+                        let dst = Lookup { backing, dst: true, layer: *layer };
+                        let c = match field {
+                            AddrField::Src => {
+                                AddrCond { a: lookup_of(src, &mut lookups)?, b: None, negate: *negate, layer: *layer }
+                            }
+                            AddrField::Dst => {
+                                AddrCond { a: lookup_of(dst, &mut lookups)?, b: None, negate: *negate, layer: *layer }
+                            }
+                            AddrField::Either => AddrCond {
+                                a: lookup_of(src, &mut lookups)?,
+                                b: Some(lookup_of(dst, &mut lookups)?),
+                                negate: *negate,
+                                layer: *layer,
+                            },
+                        };
+                        let ci = match conds.iter().position(|x| *x == c) {
+                            Some(i) => i,
+                            None => {
+                                if conds.len() == MAX_LOOKUPS {
+                                    return Err(CompileError::TooManyLookups);
+                                }
+                                conds.push(c);
+                                conds.len() - 1
+                            }
+                        };
+                        mine.push(ci);
+                    }
+                    Match::Proto { layer, negate, protos } => {
+                        pred(Field::Proto(*layer), Pred::In { ranges: ranges(protos), negate: *negate })
+                    }
+                    Match::Port { layer, proto, field, negate, ranges: r } => {
+                        pred(Field::Proto(*layer), Pred::In { ranges: ranges(&[*proto]), negate: false });
+                        let r = r.iter().map(|&(a, b)| (u32::from(a), u32::from(b))).collect();
+                        pred(Field::Port(*layer, *field), Pred::In { ranges: r, negate: *negate });
+                    }
+                    Match::TcpFlags { layer, set, clear } => {
+                        pred(Field::Proto(*layer), Pred::In { ranges: ranges(&[6]), negate: false });
+                        pred(Field::TcpFlags(*layer), Pred::Flags { set: *set, clear: *clear });
+                    }
+                    Match::IcmpType { layer, v6, negate, types } => {
+                        let proto = if *v6 { 58 } else { 1 };
+                        pred(Field::Proto(*layer), Pred::In { ranges: ranges(&[proto]), negate: false });
+                        pred(Field::IcmpType(*layer), Pred::In { ranges: ranges(types), negate: *negate });
+                    }
+                    Match::Vlan { negate, ids } => {
+                        let r = ids.iter().map(|&v| (u32::from(v), u32::from(v))).collect();
+                        pred(Field::Vlan, Pred::In { ranges: r, negate: *negate })
+                    }
+                    Match::Frag { layer, kind } => {
+                        let c = match kind {
+                            FragKind::First => 1,
+                            FragKind::Later => 2,
+                        };
+                        pred(Field::Frag(*layer), Pred::In { ranges: vec![(c, c)], negate: false })
+                    }
+                    Match::Len { negate, ranges: r } => {
+                        pred(Field::Len, Pred::In { ranges: r.clone(), negate: *negate })
+                    }
+                    Match::Iface { negate, names } => {
+                        let mut r = Vec::new();
+                        for n in names {
+                            match opts.ifaces.iter().position(|i| i == n) {
+                                Some(p) => r.push((p as u32, p as u32)),
+                                None if opts.ifaces.is_empty() => {
+                                    return Err(err(
+                                        rule.line,
+                                        "`iface` matches live ports only (sluice bridge)".into(),
+                                    ))
+                                }
+                                None => {
+                                    return Err(err(
+                                        rule.line,
+                                        format!("`iface {n}`: not a port of this bridge ({})", opts.ifaces.join(", ")),
+                                    ))
+                                }
+                            }
+                        }
+                        pred(Field::Iface, Pred::In { ranges: r, negate: *negate })
+                    }
+                }
+            }
+            rule_conds.push(mine);
+            addr_backing.push(backs);
+        }
+        let n = file.rules.len();
+        let words = n.div_ceil(64).max(1);
+        let mut all = vec![0u64; words];
+        let mut decisive = vec![0u64; words];
+        for (r, rule) in file.rules.iter().enumerate() {
+            all[r / 64] |= 1 << (r % 64);
+            if rule.action != Action::Count {
+                decisive[r / 64] |= 1 << (r % 64);
+            }
+        }
+        let mut cond_rules = vec![0u64; conds.len() * words];
+        for (r, cs) in rule_conds.iter().enumerate() {
+            for &c in cs {
+                cond_rules[c * words + r / 64] |= 1 << (r % 64);
+            }
+        }
+        // Field rows are `stride(words)` words (padded with zeros: no rule
+        // sits there), the word count `decide` is compiled for.
+        let mut padded = all.clone();
+        padded.resize(stride(words), 0);
+        let fields = build_fields(&field_preds, &padded);
+        let rules = file
+            .rules
+            .iter()
+            .map(|r| RuleInfo {
+                line: r.line,
+                text: r.text.clone(),
+                action: r.action,
+                side: side_of(r),
+                list: list_of(r, file),
+            })
+            .collect();
+        let id = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            for r in &file.rules {
+                r.text.hash(&mut h);
+            }
+            file.default.as_str().hash(&mut h);
+            h.finish()
+        };
+        Ok(RuleSet {
+            rules,
+            parsed: file.rules.clone(),
+            addr_backing,
+            default: if file.default == Action::Drop { Verdict::Drop } else { Verdict::Pass },
+            backings,
+            set_info,
+            lookups,
+            conds,
+            cond_rules,
+            reads_inner: field_preds.iter().any(|(f, _, _)| slot(*f) >= 6 && slot(*f) < 12),
+            fields,
+            words,
+            all,
+            decisive,
+            v4mapped: opts.v4mapped,
+            ifaces: opts.ifaces.clone(),
+            id,
+            origin: Origin::File { source: file.source.clone(), text: file.text.clone() },
+            named,
+        })
+    }
+
+    pub fn rules(&self) -> &[RuleInfo] {
+        &self.rules
+    }
+
+    pub fn sets(&self) -> &[SetInfo] {
+        &self.set_info
+    }
+
+    pub fn default_verdict(&self) -> Verdict {
+        self.default
+    }
+
+    /// Identifies the rule texts (see the field).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn v4mapped(&self) -> bool {
+        self.v4mapped
+    }
+
+    /// What the rules were compiled from.
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+
+    /// The named sets, in definition order, as saved in a compiled file.
+    pub fn named_sets(&self) -> impl Iterator<Item = (&str, SavedSet<'_>)> {
+        self.set_info.iter().zip(&self.backings).take(self.named).map(|(info, b)| {
+            let saved = match b {
+                Backing::Table(s) => SavedSet::Table(s),
+                Backing::Small(s) => SavedSet::Small(
+                    s.v4.iter()
+                        .map(|&(a, m)| Prefix::V4 { addr: a, len: m.count_ones() as u8 })
+                        .chain(s.v6.iter().map(|&(a, m)| Prefix::V6 { addr: a, len: m.count_ones() as u8 }))
+                        .collect(),
+                ),
+            };
+            (info.name.as_str(), saved)
+        })
+    }
+
+    /// Names of the live ports `iface` matches refer to.
+    pub fn ifaces(&self) -> &[String] {
+        &self.ifaces
+    }
+
+    fn key(&self, ip: IpAddr) -> IpAddr {
+        if self.v4mapped {
+            ip.to_canonical()
+        } else {
+            ip
+        }
+    }
+
+    /// One packet, one rule at a time over the parsed matches: the plain
+    /// reference. Calls `counted(rule)` for each `count` rule that matched
+    /// before the deciding one.
+    pub fn evaluate_reference(
+        &self,
+        p: &PacketSummary,
+        wire_len: u32,
+        port: u32,
+        mut counted: impl FnMut(usize),
+    ) -> Decision {
+        for (r, rule) in self.parsed.iter().enumerate() {
+            let mut addr_i = 0;
+            let holds = rule.matches.iter().all(|m| {
+                let ok = self.reference_match(m, p, wire_len, port, self.addr_backing[r].get(addr_i).copied());
+                if matches!(m, Match::Addr { .. }) {
+                    addr_i += 1;
+                }
+                ok
+            });
+            if !holds {
+                continue;
+            }
+            match rule.action {
+                Action::Count => counted(r),
+                Action::Pass => return Decision { verdict: Verdict::Pass, rule: Some(r as u16) },
+                Action::Drop => return Decision { verdict: Verdict::Drop, rule: Some(r as u16) },
+            }
+        }
+        Decision { verdict: self.default, rule: None }
+    }
+
+    fn reference_match(&self, m: &Match, p: &PacketSummary, wire_len: u32, port: u32, backing: Option<usize>) -> bool {
+        let at = |l: Layer| ip_at(p, l);
+        match m {
+            Match::Addr { layer, field, negate, .. } => {
+                let Some(ip) = at(*layer) else { return false };
+                let set = &self.backings[backing.expect("one backing per address match")];
+                let hit = match field {
+                    AddrField::Src => set.contains(self.key(ip.src)),
+                    AddrField::Dst => set.contains(self.key(ip.dst)),
+                    AddrField::Either => set.contains(self.key(ip.src)) || set.contains(self.key(ip.dst)),
+                };
+                hit != *negate
+            }
+            Match::Proto { layer, negate, protos } => {
+                at(*layer).is_some_and(|ip| protos.contains(&ip.protocol) != *negate)
+            }
+            Match::Port { layer, proto, field, negate, ranges } => at(*layer).is_some_and(|ip| {
+                ip.protocol == *proto
+                    && ip.ports.is_some_and(|(s, d)| {
+                        let v = if *field == PortField::Src { s } else { d };
+                        ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&v)) != *negate
+                    })
+            }),
+            Match::TcpFlags { layer, set, clear } => at(*layer)
+                .is_some_and(|ip| ip.protocol == 6 && ip.tcp_flags.is_some_and(|f| f & set == *set && f & clear == 0)),
+            Match::IcmpType { layer, v6, negate, types } => at(*layer).is_some_and(|ip| {
+                ip.protocol == if *v6 { 58 } else { 1 } && ip.icmp.is_some_and(|(t, _)| types.contains(&t) != *negate)
+            }),
+            Match::Vlan { negate, ids } => p.vlans.as_slice().first().is_some_and(|v| ids.contains(v) != *negate),
+            Match::Frag { layer, kind } => at(*layer).is_some_and(|ip| match (kind, ip.fragment) {
+                (FragKind::First, Some(f)) => f.offset == 0,
+                (FragKind::Later, Some(f)) => f.offset > 0,
+                (_, None) => false,
+            }),
+            Match::Len { negate, ranges } => ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&wire_len)) != *negate,
+            Match::Iface { negate, names } => {
+                let name = self.ifaces.get(port as usize);
+                name.is_some_and(|n| names.contains(n) != *negate)
+            }
+        }
+    }
+
+    /// Decide up to [`MAX_BATCH`] packets: `pkts[i]` is (summary, wire
+    /// length, port); `out[i]` receives the decision, and `count(rule, i)` is
+    /// called for every `count` rule that matched packet i before its
+    /// deciding rule.
+    pub fn evaluate_batch(
+        &self,
+        pkts: &[(&PacketSummary, u32, u32)],
+        out: &mut [Decision],
+        batch: usize,
+        mut count: impl FnMut(usize, usize),
+    ) {
+        let n = pkts.len();
+        assert!(n <= MAX_BATCH && out.len() == n, "at most MAX_BATCH packets, one output each");
+        // Step 1: lookups, one bit each per packet.
+        let mut hits = [0u64; MAX_BATCH];
+        let mut keys = [IpAddr::from([0u8; 4]); MAX_BATCH];
+        let mut at = [0usize; MAX_BATCH];
+        let mut found = [false; MAX_BATCH];
+        for (k, l) in self.lookups.iter().enumerate() {
+            let mut m = 0;
+            for (i, (p, _, _)) in pkts.iter().enumerate() {
+                if let Some(ip) = ip_at(p, l.layer) {
+                    keys[m] = self.key(if l.dst { ip.dst } else { ip.src });
+                    at[m] = i;
+                    m += 1;
+                }
+            }
+            match &self.backings[l.backing] {
+                Backing::Table(s) => s.contains_batch(&keys[..m], &mut found[..m], batch, true),
+                Backing::Small(v) => {
+                    for (f, key) in found[..m].iter_mut().zip(&keys[..m]) {
+                        *f = v.contains(*key);
+                    }
+                }
+            }
+            for j in 0..m {
+                hits[at[j]] |= u64::from(found[j]) << k;
+            }
+        }
+        // Step 2: bit vectors, with the word count a constant where it is small.
+        match stride(self.words) {
+            1 => self.decide::<1>(pkts, &hits, out, &mut count),
+            2 => self.decide::<2>(pkts, &hits, out, &mut count),
+            3 => self.decide::<3>(pkts, &hits, out, &mut count),
+            4 => self.decide::<4>(pkts, &hits, out, &mut count),
+            8 => self.decide::<8>(pkts, &hits, out, &mut count),
+            16 => self.decide::<16>(pkts, &hits, out, &mut count),
+            32 => self.decide::<32>(pkts, &hits, out, &mut count),
+            _ => self.decide::<{ MAX_RULES / 64 }>(pkts, &hits, out, &mut count),
+        }
+    }
+
+    /// Step 2 of [`RuleSet::evaluate_batch`] over `W` words of rule bits
+    /// (rules beyond `self.words` are never set).
+    fn decide<const W: usize>(
+        &self,
+        pkts: &[(&PacketSummary, u32, u32)],
+        hits: &[u64; MAX_BATCH],
+        out: &mut [Decision],
+        count: &mut impl FnMut(usize, usize),
+    ) {
+        let w = self.words;
+        let mut all = [0u64; W];
+        let mut decisive = [0u64; W];
+        all[..w].copy_from_slice(&self.all);
+        decisive[..w].copy_from_slice(&self.decisive);
+        let mut vals = [ABSENT; SLOTS];
+        for (i, (p, wire_len, port)) in pkts.iter().enumerate() {
+            let mut acc = all;
+            for (c, cond) in self.conds.iter().enumerate() {
+                let bit = |k: usize| hits[i] >> k & 1 == 1;
+                let present = ip_at(p, cond.layer).is_some();
+                let hit = bit(cond.a) || cond.b.is_some_and(bit);
+                if !(present && hit != cond.negate) {
+                    for (a, r) in acc.iter_mut().zip(&self.cond_rules[c * w..(c + 1) * w]) {
+                        *a &= !r;
+                    }
+                }
+            }
+            if !self.fields.is_empty() {
+                layer_values(p.ip.as_ref(), &mut vals[..6]);
+                if self.reads_inner {
+                    layer_values(p.innermost(), &mut vals[6..12]);
+                }
+                vals[12] = p.vlans.as_slice().first().map_or(ABSENT, |&v| u32::from(v));
+                vals[13] = *wire_len;
+                vals[14] = *port;
+                for t in &self.fields {
+                    t.and_into::<W>(vals[t.slot], &mut acc);
+                }
+            }
+            out[i] = Decision { verdict: self.default, rule: None };
+            for (wi, (&a, &d)) in acc.iter().zip(&decisive).enumerate() {
+                let first_decisive = a & d;
+                let counts =
+                    if first_decisive == 0 { a } else { a & ((first_decisive & first_decisive.wrapping_neg()) - 1) };
+                let mut c = counts & !d;
+                while c != 0 {
+                    count(wi * 64 + c.trailing_zeros() as usize, i);
+                    c &= c - 1;
+                }
+                if first_decisive != 0 {
+                    let r = wi * 64 + first_decisive.trailing_zeros() as usize;
+                    let verdict = if self.rules[r].action == Action::Drop { Verdict::Drop } else { Verdict::Pass };
+                    out[i] = Decision { verdict, rule: Some(r as u16) };
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Words of rule bits `decide` is compiled for: the word count itself up
+/// to 4 (up to 256 rules), else the next power of two.
+fn stride(words: usize) -> usize {
+    if words <= 4 {
+        words
+    } else {
+        words.next_power_of_two().min(MAX_RULES / 64)
+    }
+}
+
+/// The rule of a drop, for [`crate::Stats`]: by source, by destination, or
+/// neither.
+fn side_of(r: &Rule) -> Option<Side> {
+    let mut side = None;
+    for m in &r.matches {
+        if let Match::Addr { field, negate: false, .. } = m {
+            let s = match field {
+                AddrField::Src => Side::Source,
+                AddrField::Dst => Side::Destination,
+                AddrField::Either => return None,
+            };
+            if side.is_some_and(|x| x != s) {
+                return None;
+            }
+            side = Some(s);
+        } else if let Match::Addr { negate: true, .. } = m {
+            return None;
+        }
+    }
+    side
+}
+
+/// The one named set a rule reads, if exactly one.
+fn list_of(r: &Rule, file: &RuleFile) -> String {
+    let mut names = r.matches.iter().filter_map(|m| match m {
+        Match::Addr { value: AddrValue::Set(i), .. } => Some(file.sets[*i].name.as_str()),
+        _ => None,
+    });
+    match (names.next(), names.next()) {
+        (Some(a), None) => a.to_owned(),
+        _ => String::new(),
+    }
+}
+
+/// Class tables for every field some rule reads.
+fn build_fields(preds: &[(Field, usize, Pred)], all: &[u64]) -> Vec<FieldTable> {
+    let mut fields: Vec<Field> = Vec::new();
+    for (f, _, _) in preds {
+        if !fields.contains(f) {
+            fields.push(*f);
+        }
+    }
+    fields
+        .into_iter()
+        .map(|field| {
+            let mine: Vec<(usize, Pred)> =
+                preds.iter().filter(|(f, _, _)| *f == field).map(|(_, r, p)| (*r, p.clone())).collect();
+            let row = |v: Option<u32>| {
+                let mut row = all.to_vec();
+                for (r, p) in &mine {
+                    if !p.holds(v) {
+                        row[r / 64] &= !(1 << (r % 64));
+                    }
+                }
+                row
+            };
+            let mut masks = row(None);
+            let mut classes: std::collections::HashMap<Vec<u64>, usize> = std::collections::HashMap::new();
+            classes.insert(masks.clone(), 0);
+            let ids: Vec<usize> = (0..dense_domain(field))
+                .map(|v| {
+                    let r = row(Some(v));
+                    let next = classes.len();
+                    *classes.entry(r).or_insert_with_key(|r| {
+                        masks.extend_from_slice(r);
+                        next
+                    })
+                })
+                .collect();
+            let dense = if classes.len() <= 256 {
+                Dense::U8(ids.iter().map(|&c| c as u8).collect())
+            } else {
+                Dense::U32(ids.iter().map(|&c| c as u32).collect())
+            };
+            FieldTable { slot: slot(field), dense, preds: mine, masks }
+        })
+        .collect()
+}
+
+/// The rule file the shorthand flags stand for; its sets are the given
+/// lists in the order src, dst, any.
+fn shorthand_file(present: [bool; 3], layer: Layer) -> RuleFile {
+    let mut file = RuleFile {
+        source: "(flags)".into(),
+        text: String::new(),
+        sets: Vec::new(),
+        rules: Vec::new(),
+        default: Action::Pass,
+    };
+    for (name, given) in ["drop-src", "drop-dst", "drop-any"].into_iter().zip(present) {
+        if given {
+            file.sets.push(sluice_rules::SetDef {
+                name: name.into(),
+                line: 0,
+                source: sluice_rules::SetSource::Inline(Vec::new()),
+            });
+        }
+    }
+    let q = if layer == Layer::Inner { "inner " } else { "" };
+    // Source matches first, as the drop reasons always counted them.
+    for (set, field) in [
+        ("drop-src", AddrField::Src),
+        ("drop-any", AddrField::Src),
+        ("drop-dst", AddrField::Dst),
+        ("drop-any", AddrField::Dst),
+    ] {
+        if let Some(i) = file.set_index(set) {
+            let word = if field == AddrField::Src { "saddr" } else { "daddr" };
+            file.rules.push(Rule {
+                line: 0,
+                text: format!("drop {q}{word} @{set}"),
+                action: Action::Drop,
+                matches: vec![Match::Addr { layer, field, negate: false, value: AddrValue::Set(i) }],
+            });
+        }
+    }
+    file
+}
