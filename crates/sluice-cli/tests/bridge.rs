@@ -383,6 +383,11 @@ fn bridge_case(test: &str, io: &[&str], workers: usize, tag: &str) {
     }
     let dropped_src = metric(&scrape, "sluice_dropped_packets_total", &[("reason", "src"), ("list", "drop-src")]);
     assert_eq!(dropped_src, v["dropped_by_src"].as_u64(), "drops by reason agree");
+    // The shorthand is the rule `drop saddr @drop-src`, with its counter.
+    assert_eq!(v["rules"][0]["text"], "drop saddr @drop-src");
+    let rule = metric(&scrape, "sluice_rule_packets_total", &[("rule", "drop saddr @drop-src"), ("action", "drop")]);
+    assert_eq!(rule, v["rules"][0]["packets"].as_u64(), "rule counter: metrics vs summary");
+    assert_eq!(rule, dropped_src);
     assert_eq!(metric(&scrape, "sluice_list_entries", &[("list", "drop-src")]), Some(LISTED.len() as u64));
     assert!(v["reassembly"]["completed"].as_u64().unwrap() > 0, "fragments were reassembled: {v}");
     if io.contains(&"afxdp") {

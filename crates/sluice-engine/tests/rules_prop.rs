@@ -328,3 +328,46 @@ fn first_match_decides_and_count_goes_on() {
     assert_eq!(stats.default_hits.packets, 1);
     assert_eq!(stats.dropped_by_src, 1);
 }
+
+#[test]
+fn iface_matches_the_port_a_packet_came_in_on() {
+    let file = parse_rules("i.rules", "drop iface eth1 proto tcp\ncount iface != eth1\n", Path::new(".")).unwrap();
+    let ifaces = vec!["eth0".to_owned(), "eth1".to_owned()];
+    let rules = RuleSet::compile(&file, &[], &CompileOptions { ifaces, ..CompileOptions::default() }).unwrap();
+    let f = frame(&Pkt {
+        vlan: None,
+        six: false,
+        src: 1,
+        dst: 2,
+        l4: 0,
+        sport: 1,
+        dport: 2,
+        flags: 0,
+        icmp_type: 0,
+        frag: 0,
+        pad: 0,
+        tunnel: None,
+        non_ip: false,
+    });
+    let d = decode(LinkType::ETHERNET, &f).unwrap();
+    let mut counted = 0;
+    assert_eq!(rules.evaluate_reference(&d, 60, 1, |_| counted += 1).verdict, Verdict::Drop);
+    assert_eq!(rules.evaluate_reference(&d, 60, 0, |_| counted += 1).verdict, Verdict::Pass);
+    assert_eq!(counted, 1, "count iface != eth1 matched the packet from eth0 only");
+    let mut out = [Decision { verdict: Verdict::Pass, rule: None }; 2];
+    rules.evaluate_batch(&[(&d, 60, 1), (&d, 60, 0)], &mut out, 4, |_, _| {});
+    assert_eq!(out.map(|o| o.verdict), [Verdict::Drop, Verdict::Pass]);
+    // Unknown names and files without ports are refused.
+    let bad = parse_rules("i.rules", "drop iface eth9\n", Path::new(".")).unwrap();
+    let ifaces = vec!["eth0".to_owned(), "eth1".to_owned()];
+    assert!(RuleSet::compile(&bad, &[], &CompileOptions { ifaces, ..CompileOptions::default() })
+        .err()
+        .expect("refused")
+        .to_string()
+        .contains("not a port"));
+    assert!(RuleSet::compile(&bad, &[], &CompileOptions::default())
+        .err()
+        .expect("refused")
+        .to_string()
+        .contains("live ports only"));
+}
