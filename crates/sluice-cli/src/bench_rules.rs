@@ -43,14 +43,15 @@ pub fn rule_file(n: usize) -> String {
     let mut t = String::from("set fh from \"firehol\"\nset resolvers { 192.0.2.53, 198.51.100.53, 2001:db8::53 }\n");
     t += "count proto udp\npass udp dport 53 daddr @resolvers\ndrop saddr @fh\n";
     let kinds = [
-        |i: usize| format!("drop tcp dport {}", 10000 + i),
-        |i: usize| format!("drop udp dport {{ {}, {} }}", 20000 + i, 30000 + i),
-        |i: usize| format!("count tcp flags syn,!ack tcp dport {}", 40000 + i),
-        |i: usize| format!("drop vlan {} proto icmp", 1000 + i),
+        // Values wrap inside their fields' ranges for any number of rules.
+        |i: usize| format!("drop tcp dport {}", 10000 + i % 10000),
+        |i: usize| format!("drop udp dport {{ {}, {} }}", 20000 + i % 10000, 30000 + i % 10000),
+        |i: usize| format!("count tcp flags syn,!ack tcp dport {}", 40000 + i % 10000),
+        |i: usize| format!("drop vlan {} proto icmp", 1000 + i % 3000),
         |i: usize| format!("drop icmp type {} len {}-{}", 100 + i % 100, 9000 + i, 9100 + i),
-        |i: usize| format!("drop udp sport {}-{}", 50000 + i * 10, 50005 + i * 10),
+        |i: usize| format!("drop udp sport {}-{}", 50000 + (i * 10) % 10000, 50005 + (i * 10) % 10000),
         |i: usize| format!("count proto {}", 140 + i % 100),
-        |i: usize| format!("drop tcp sport {} tcp dport 80", 60000 + i),
+        |i: usize| format!("drop tcp sport {} tcp dport 80", 60000 + i % 5000),
     ];
     let mut i = 0;
     while t.lines().filter(|l| !l.starts_with("set ")).count() < n {
