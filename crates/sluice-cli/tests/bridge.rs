@@ -417,6 +417,53 @@ fn bridge_afxdp_drv_two_workers() {
     bridge_case("bridge_afxdp_drv_two_workers", &["--io", "afxdp", "--xdp-mode", "drv"], 2, "xd2");
 }
 
+/// A rule file on the bridge: `iface` sees the port a packet came in on, so
+/// listed sources are dropped from A to B only, and every rule counts.
+#[test]
+fn bridge_rule_file_with_iface() {
+    if !live_or_skip("bridge_rule_file_with_iface") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("list.txt");
+    write_list(&list, LISTED);
+    let ab = traffic(dir.path(), "ab", 3, 2000, &list, &[&list]);
+    let ba = traffic(dir.path(), "ba", 4, 2000, &list, &[&list]);
+    let topo = Topology::new("rf1");
+    let (a1, b1) = (topo.a.near.clone(), topo.b.near.clone());
+    let rules = dir.path().join("bridge.rules");
+    std::fs::write(&rules, format!("set l from \"list.txt\"\ncount iface {b1}\ndrop iface {a1} saddr @l\n")).unwrap();
+    let bridge = Bridge::start(&[
+        "--iface",
+        &a1,
+        "--iface",
+        &b1,
+        "--rules",
+        p(&rules),
+        "--json",
+        "--io",
+        "afpacket",
+        "--frag-timeout",
+        "1",
+    ]);
+    let mut ep_a = Endpoint::open(&topo.ns_a.name, &topo.a.far);
+    let mut ep_b = Endpoint::open(&topo.ns_b.name, &topo.b.far);
+    let (_, got_b) = send_and_capture(&topo.ns_a.name, &topo.a.far, &ab.cap, "20000", &mut ep_b, ab.passed.len());
+    assert_exactly("A->B (listed dropped)", &ab.passed, &got_b);
+    let (_, got_a) = send_and_capture(&topo.ns_b.name, &topo.b.far, &ba.cap, "20000", &mut ep_a, ba.all.len());
+    assert_exactly("B->A (nothing dropped)", &ba.all, &got_a);
+    let (v, err) = bridge.stop();
+    println!("{err}\n{v}");
+    assert_eq!(v["rules"][0]["packets"], ba.all.len() as u64, "count iface B: {v}");
+    // The rule's drops are the A side's, but for fragments of datagrams
+    // reassembly gave up (a fragment too big for the link never arrives).
+    assert_eq!(v["rules"][1]["packets"], v["dropped_by_src"], "drop iface A: {v}");
+    let frag = v["dropped_fragments"].as_u64().unwrap();
+    assert_eq!(v["per_port"][0]["dropped"].as_u64().unwrap(), v["dropped_by_src"].as_u64().unwrap() + frag, "{v}");
+    assert_eq!(v["per_port"][1]["dropped"], 0, "nothing dropped from B: {v}");
+}
+
 #[test]
 fn bridge_afpacket_one_worker() {
     bridge_case("bridge_afpacket_one_worker", &["--io", "afpacket"], 1, "pk1");
