@@ -12,6 +12,7 @@ mod cmd_filter;
 mod cmd_gen;
 mod cmd_rss;
 mod cmd_send;
+mod cmd_udp;
 mod live_metrics;
 mod progress;
 mod rule_source;
@@ -71,6 +72,10 @@ enum Command {
     Bridge(cmd_bridge::BridgeArgs),
     /// Send a capture or generated frames out of an interface, paced (pkt-gen's role).
     Send(cmd_send::SendArgs),
+    /// Multi-threaded UDP echo server, one SO_REUSEPORT socket per pinned worker (the seed's rss-udp-srv).
+    UdpEcho(cmd_udp::EchoArgs),
+    /// UDP load over Toeplitz-spread flows against udp-echo, with round-trip latency (the seed's udp-clt).
+    UdpLoad(cmd_udp::LoadArgs),
     /// Reproducible experiments: the seed's classification test bed.
     #[command(subcommand)]
     Bench(cmd_bench::BenchCommand),
@@ -89,6 +94,8 @@ fn main() -> ExitCode {
         Command::Rss(a) => cmd_rss::run(a),
         Command::Bridge(a) => cmd_bridge::run(a),
         Command::Send(a) => cmd_send::run(a),
+        Command::UdpEcho(a) => cmd_udp::echo(a),
+        Command::UdpLoad(a) => cmd_udp::load(a),
     };
     ExitCode::from(match result {
         Ok(Outcome::Complete) => exit::OK,
