@@ -10,6 +10,7 @@ mod cmd_decode;
 mod cmd_demo;
 mod cmd_filter;
 mod cmd_gen;
+mod cmd_http;
 mod cmd_rss;
 mod cmd_send;
 mod cmd_udp;
@@ -76,6 +77,8 @@ enum Command {
     UdpEcho(cmd_udp::EchoArgs),
     /// UDP load over Toeplitz-spread flows against udp-echo, with round-trip latency (the seed's udp-clt).
     UdpLoad(cmd_udp::LoadArgs),
+    /// Serve HTTP/1.1 with controllable response sizes, delays and statuses (the load tester's target).
+    HttpServe(cmd_http::ServeArgs),
     /// Reproducible experiments: the seed's classification test bed.
     #[command(subcommand)]
     Bench(cmd_bench::BenchCommand),
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
         Command::Send(a) => cmd_send::run(a),
         Command::UdpEcho(a) => cmd_udp::echo(a),
         Command::UdpLoad(a) => cmd_udp::load(a),
+        Command::HttpServe(a) => cmd_http::serve(a),
     };
     ExitCode::from(match result {
         Ok(Outcome::Complete) => exit::OK,

@@ -1,0 +1,12 @@
+//! `sluice http-serve`: a small, fast HTTP/1.1 server (keep-alive,
+//! pipelining) whose responses have a controllable size, delay and status,
+//! as the target of the load tester. `request` frames requests, `dist` draws
+//! sizes and delays, `server` runs one mio event loop per thread on
+//! SO_REUSEPORT sockets.
+
+pub mod dist;
+pub mod request;
+pub mod server;
+
+pub use dist::{Dist, DistError, WeightedList};
+pub use server::{Config, Report, Running, ServeError, Server, Stall, ThreadStats};
