@@ -1,13 +1,17 @@
 //! `sluice http-serve`: the load tester's target. The server itself lives in
 //! `sluice-http`; this parses flags, prints the bound address (tests listen on
 //! port 0 and read it), waits for a signal or `--duration`, and prints the
-//! counters.
+//! counters. `sluice http-load`: flags, the URL pool, a progress line, the
+//! report; the load itself is `sluice_http::load`.
 
 use crate::Outcome;
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
+use sluice_http::load::{self, LoadConfig, LoadReport, SourceRange};
 use sluice_http::{Config, Dist, Report, Server, Stall, WeightedList};
+use std::io::IsTerminal;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -105,7 +109,186 @@ fn print_summary(r: &Report, elapsed: Duration) {
         r.errors.bad_request,
         r.errors.header_too_large
     );
+    println!("  {} distinct client addresses", r.sources);
     for t in &r.per_thread {
         println!("  thread {}: {} requests, {} connections, {} bytes", t.thread, t.requests, t.connections, t.bytes);
     }
+}
+
+#[derive(Args, Debug)]
+pub struct LoadArgs {
+    /// http://HOST:PORT/PATH to load; with --urls, only its host and port are used.
+    #[arg(long, value_name = "URL")]
+    pub url: String,
+    /// Paths to request, one `PATH [WEIGHT]` per line (or full URLs on the same host:port).
+    #[arg(long, value_name = "FILE")]
+    pub urls: Option<PathBuf>,
+    /// Weight the --urls lines by Zipf rank (line k gets 1/k^S) instead of their weights.
+    #[arg(long, value_name = "S", requires = "urls")]
+    pub zipf: Option<f64>,
+    /// TCP connections in total, split across the threads.
+    #[arg(long, value_name = "C", default_value_t = 16)]
+    pub connections: usize,
+    /// Event-loop threads.
+    #[arg(long, value_name = "T", default_value_t = 2)]
+    pub threads: usize,
+    /// Seconds to issue requests (default 10 unless --requests is given).
+    #[arg(long, value_name = "S")]
+    pub duration: Option<f64>,
+    /// Requests to issue in total.
+    #[arg(long, value_name = "N")]
+    pub requests: Option<u64>,
+    /// Open loop: requests per second in total, each on a fixed schedule;
+    /// latency is measured from the scheduled time (coordinated omission corrected).
+    #[arg(long, value_name = "R")]
+    pub rate: Option<f64>,
+    /// Requests outstanding per connection, at most.
+    #[arg(long, value_name = "D", default_value_t = 1)]
+    pub pipeline: usize,
+    /// Bind connections across this range (ADDR/LEN), connection j to host j.
+    #[arg(long, value_name = "CIDR")]
+    pub source: Option<String>,
+    /// Closed loop: milliseconds to wait after each response (fixed:N, uniform:A-B, list:...).
+    #[arg(long, value_name = "DIST", conflicts_with = "rate")]
+    pub think: Option<Dist>,
+    /// A request unanswered this long is a timeout error.
+    #[arg(long, value_name = "MS", default_value_t = 2000)]
+    pub timeout_ms: u64,
+    /// Seed of the URL and think-time draws (thread i uses seed + i).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Allow a target that is not a loopback address.
+    #[arg(long)]
+    pub allow_remote: bool,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// Write the latency histogram (corrected with --rate) as an HdrHistogram .hgrm percentile file.
+    #[arg(long, value_name = "FILE")]
+    pub hdr_out: Option<PathBuf>,
+}
+
+pub fn load(a: LoadArgs) -> Result<Outcome> {
+    let target = load::parse_url(&a.url)?;
+    let mut paths = match &a.urls {
+        Some(f) => {
+            let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+            load::parse_url_file(&text, &target).with_context(|| f.display().to_string())?
+        }
+        None => vec![(target.path.clone(), 1)],
+    };
+    if let Some(s) = a.zipf {
+        if !(s.is_finite() && s >= 0.0) {
+            bail!("--zipf must be a non-negative number");
+        }
+        let weights = load::zipf_weights(paths.len(), s);
+        for ((_, w), z) in paths.iter_mut().zip(weights) {
+            *w = z;
+        }
+    }
+    let duration = match (a.duration, a.requests) {
+        (Some(d), _) => {
+            Some(Duration::try_from_secs_f64(d).ok().filter(|d| !d.is_zero()).context("--duration must be positive")?)
+        }
+        (None, Some(_)) => None,
+        // Bounded by default: a load test always stops by itself.
+        (None, None) => Some(Duration::from_secs(10)),
+    };
+    let source = a.source.as_deref().map(str::parse::<SourceRange>).transpose()?;
+    let running = load::start(LoadConfig {
+        target: target.addr,
+        host: target.host,
+        paths,
+        connections: a.connections,
+        threads: a.threads,
+        duration,
+        requests: a.requests,
+        rate: a.rate,
+        pipeline: a.pipeline,
+        source,
+        think_ms: a.think,
+        timeout: Duration::from_millis(a.timeout_ms.max(1)),
+        seed: a.seed,
+        allow_remote: a.allow_remote,
+    })?;
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, running.stop_flag()).context("installing the signal handlers")?;
+    }
+    let progress = std::io::stderr().is_terminal();
+    let mut next = running.started() + Duration::from_secs(1);
+    let mut last = 0;
+    while !running.is_finished() {
+        std::thread::sleep(Duration::from_millis(20));
+        if progress && Instant::now() >= next {
+            let live = running.live();
+            let (req, err) = (live.requests.load(Ordering::Relaxed), live.errors.load(Ordering::Relaxed));
+            eprint!(
+                "\r[{:>4.0} s] {req} requests, {} req/s, {err} errors   ",
+                running.started().elapsed().as_secs_f64(),
+                req - last
+            );
+            last = req;
+            next += Duration::from_secs(1);
+        }
+    }
+    if progress {
+        eprintln!();
+    }
+    let report = running.join()?;
+    if let Some(path) = &a.hdr_out {
+        let mut f = std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        );
+        load::write_hgrm(report.latency(), &mut f).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if a.json {
+        println!("{}", report.to_json());
+    } else {
+        print_load(&report);
+    }
+    Ok(Outcome::Complete)
+}
+
+fn print_load(r: &LoadReport) {
+    let j = r.to_json();
+    println!(
+        "{} requests in {:.2} s: {:.0} req/s, {} bytes in, {} bytes out; {} connections on {} threads, pipeline {}, {} source addresses",
+        r.requests,
+        r.elapsed.as_secs_f64(),
+        r.rps(),
+        r.bytes,
+        r.bytes_sent,
+        r.connections,
+        r.threads,
+        r.pipeline,
+        r.sources
+    );
+    let line = |name: &str, p: &serde_json::Value| {
+        println!(
+            "  {name:<34} p50 {} p90 {} p99 {} p99.9 {} p99.99 {} max {} (µs)",
+            p["p50"], p["p90"], p["p99"], p["p999"], p["p9999"], p["max"]
+        );
+    };
+    match r.rate {
+        Some(rate) => {
+            println!("  open loop at {rate} req/s");
+            line("latency from intended send time", &j["corrected"]);
+            line("uncorrected (from actual send)", &j["uncorrected"]);
+        }
+        None => line("latency", &j["latency_us"]),
+    }
+    let e = &r.errors;
+    println!(
+        "  errors: connect {}, read {}, write {}, timeout {}, bad response {}; non-2xx: {}",
+        e.connect,
+        e.read,
+        e.write,
+        e.timeout,
+        e.bad_response,
+        if r.status.is_empty() {
+            "none".to_string()
+        } else {
+            r.status.iter().map(|(s, n)| format!("{s} x{n}")).collect::<Vec<_>>().join(", ")
+        }
+    );
 }

@@ -79,6 +79,8 @@ enum Command {
     UdpLoad(cmd_udp::LoadArgs),
     /// Serve HTTP/1.1 with controllable response sizes, delays and statuses (the load tester's target).
     HttpServe(cmd_http::ServeArgs),
+    /// HTTP/1.1 load: open loop with coordinated-omission correction or closed loop, pipelining, many source addresses.
+    HttpLoad(cmd_http::LoadArgs),
     /// Reproducible experiments: the seed's classification test bed.
     #[command(subcommand)]
     Bench(cmd_bench::BenchCommand),
@@ -100,6 +102,7 @@ fn main() -> ExitCode {
         Command::UdpEcho(a) => cmd_udp::echo(a),
         Command::UdpLoad(a) => cmd_udp::load(a),
         Command::HttpServe(a) => cmd_http::serve(a),
+        Command::HttpLoad(a) => cmd_http::load(a),
     };
     ExitCode::from(match result {
         Ok(Outcome::Complete) => exit::OK,

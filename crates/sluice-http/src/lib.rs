@@ -2,10 +2,14 @@
 //! pipelining) whose responses have a controllable size, delay and status,
 //! as the target of the load tester. `request` frames requests, `dist` draws
 //! sizes and delays, `server` runs one mio event loop per thread on
-//! SO_REUSEPORT sockets.
+//! SO_REUSEPORT sockets. `sluice http-load`: `load` drives a server (open or
+//! closed loop, pipelining, many source addresses), `response` frames its
+//! answers.
 
 pub mod dist;
+pub mod load;
 pub mod request;
+pub mod response;
 pub mod server;
 
 pub use dist::{Dist, DistError, WeightedList};

@@ -17,9 +17,9 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BinaryHeap, HashSet, VecDeque};
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr};
+use std::net::{IpAddr, Shutdown, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -122,6 +122,8 @@ pub struct ThreadStats {
     pub bytes: u64,
     pub bad_request: u64,
     pub header_too_large: u64,
+    /// Distinct peer IP addresses this thread accepted from.
+    pub sources: u64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -137,17 +139,21 @@ pub struct Report {
     pub connections: u64,
     pub bytes: u64,
     pub errors: Errors,
+    /// Distinct peer IP addresses over all threads (the load tester's
+    /// `--source` range shows up here).
+    pub sources: u64,
     pub per_thread: Vec<ThreadStats>,
 }
 
 impl Report {
-    fn from_threads(per_thread: Vec<ThreadStats>) -> Self {
+    fn from_threads(per_thread: Vec<ThreadStats>, sources: u64) -> Self {
         let sum = |f: fn(&ThreadStats) -> u64| per_thread.iter().map(f).sum();
         Report {
             requests: sum(|t| t.requests),
             connections: sum(|t| t.connections),
             bytes: sum(|t| t.bytes),
             errors: Errors { bad_request: sum(|t| t.bad_request), header_too_large: sum(|t| t.header_too_large) },
+            sources,
             per_thread,
         }
     }
@@ -229,9 +235,12 @@ impl Server {
     }
 }
 
+/// A thread's counters and the distinct peer addresses it saw (merged at join).
+type ThreadResult = io::Result<(ThreadStats, HashSet<IpAddr>)>;
+
 pub struct Running {
     stop: Arc<AtomicBool>,
-    handles: Vec<JoinHandle<io::Result<ThreadStats>>>,
+    handles: Vec<JoinHandle<ThreadResult>>,
 }
 
 impl Running {
@@ -247,11 +256,13 @@ impl Running {
     /// Stop, wait for every thread and sum their counters.
     pub fn join(self) -> io::Result<Report> {
         self.stop();
-        let mut per_thread = Vec::new();
+        let (mut per_thread, mut sources) = (Vec::new(), HashSet::new());
         for h in self.handles {
-            per_thread.push(h.join().map_err(|_| io::Error::other("a server thread panicked"))??);
+            let (stats, peers) = h.join().map_err(|_| io::Error::other("a server thread panicked"))??;
+            per_thread.push(stats);
+            sources.extend(peers);
         }
-        Ok(Report::from_threads(per_thread))
+        Ok(Report::from_threads(per_thread, sources.len() as u64))
     }
 }
 
@@ -306,6 +317,8 @@ struct Worker<'a> {
     total: &'a AtomicU64,
     stalled: bool,
     in_cap: usize,
+    /// Peer addresses seen: one hash insert per accepted connection.
+    peers: HashSet<IpAddr>,
 }
 
 enum After {
@@ -336,10 +349,11 @@ impl<'a> Worker<'a> {
             total,
             stalled: config.stall.is_none(),
             in_cap: config.max_head + IN_CHUNK,
+            peers: HashSet::new(),
         })
     }
 
-    fn run(mut self, stop: &AtomicBool) -> io::Result<ThreadStats> {
+    fn run(mut self, stop: &AtomicBool) -> ThreadResult {
         let mut events = Events::with_capacity(1024);
         while !stop.load(Ordering::Relaxed) {
             let timeout = match self.timers.peek() {
@@ -375,13 +389,15 @@ impl<'a> Worker<'a> {
                 }
             }
         }
-        Ok(self.stats)
+        self.stats.sources = self.peers.len() as u64;
+        Ok((self.stats, self.peers))
     }
 
     fn accept_all(&mut self) {
         loop {
             match self.listener.accept() {
-                Ok((mut sock, _)) => {
+                Ok((mut sock, peer)) => {
+                    self.peers.insert(peer.ip());
                     // Responses are written whole; Nagle would only hold the
                     // last segment back behind the peer's delayed ACK.
                     let _ = sock.set_nodelay(true);
