@@ -3,43 +3,10 @@
 //! stderr; both print their JSON summaries.
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
-struct Served {
-    child: Child,
-    addr: SocketAddr,
-}
-
-/// The server for `secs` seconds, 2 threads, with `extra` flags.
-fn serve(secs: u32, extra: &[&str]) -> Served {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["http-serve", "--listen", "127.0.0.1:0", "--threads", "2", "--json", "--no-pin"])
-        .args(["--duration", &secs.to_string()])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run sluice");
-    let mut line = String::new();
-    BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = line.trim().strip_prefix("sluice: serving on ").unwrap_or_else(|| panic!("{line:?}")).parse().unwrap();
-    Served { child, addr }
-}
-
-impl Served {
-    fn url(&self) -> String {
-        format!("http://{}/", self.addr)
-    }
-
-    /// Wait for `--duration` to end; the JSON summary.
-    fn summary(self) -> Value {
-        let out = self.child.wait_with_output().unwrap();
-        assert!(out.status.success(), "{out:?}");
-        serde_json::from_slice(&out.stdout).unwrap()
-    }
-}
+mod common;
+use common::http_serve as serve;
 
 /// Run `http-load --json` with `args`; its JSON.
 fn load(url: &str, args: &[&str]) -> Value {

@@ -2,43 +2,24 @@
 //! std sockets, its JSON summary read at exit.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::TcpStream;
+use std::process::Command;
+
 use std::time::{Duration, Instant};
 
-struct Served {
-    child: Child,
-    addr: SocketAddr,
-}
+mod common;
+use common::Served;
 
-/// Start the server for 5 s with `extra` flags; the port comes from stderr.
+/// Start the server for 5 s with `extra` flags.
 fn serve(extra: &[&str]) -> Served {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["http-serve", "--listen", "127.0.0.1:0", "--threads", "2", "--duration", "5", "--json", "--no-pin"])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run sluice");
-    let mut line = String::new();
-    BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = line.trim().strip_prefix("sluice: serving on ").unwrap_or_else(|| panic!("{line:?}")).parse().unwrap();
-    Served { child, addr }
+    common::http_serve(5, extra)
 }
 
-impl Served {
-    fn connect(&self) -> (TcpStream, BufReader<TcpStream>) {
-        let s = TcpStream::connect(self.addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        (s.try_clone().unwrap(), BufReader::new(s))
-    }
-
-    /// Wait for `--duration` to end; the JSON summary.
-    fn summary(self) -> serde_json::Value {
-        let out = self.child.wait_with_output().unwrap();
-        assert!(out.status.success(), "{out:?}");
-        serde_json::from_slice(&out.stdout).unwrap()
-    }
+/// A connection to the server: a writer and a buffered reader.
+fn connect(s: &Served) -> (TcpStream, BufReader<TcpStream>) {
+    let c = TcpStream::connect(s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    (c.try_clone().unwrap(), BufReader::new(c))
 }
 
 struct Response {
@@ -89,7 +70,7 @@ const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: test\r\n\r\n";
 fn keep_alive_and_pipelining_are_counted_in_the_summary() {
     let s = serve(&["--size", "fixed:777"]);
     // (1) 100 sequential requests on one connection.
-    let (mut w, mut r) = s.connect();
+    let (mut w, mut r) = connect(&s);
     for _ in 0..100 {
         w.write_all(GET).unwrap();
         let resp = read_response(&mut r);
@@ -98,7 +79,7 @@ fn keep_alive_and_pipelining_are_counted_in_the_summary() {
     // (2) 50 requests in one write, 50 responses in order. Every third is a
     // HEAD, whose response has no body: answered out of order, the framing
     // below would break. One carries a body the server must skip.
-    let (mut w2, mut r2) = s.connect();
+    let (mut w2, mut r2) = connect(&s);
     let method = |i: usize| if i % 3 == 0 { "HEAD" } else { "GET" };
     let mut batch: Vec<u8> = Vec::new();
     for i in 0..50 {
@@ -131,7 +112,7 @@ fn keep_alive_and_pipelining_are_counted_in_the_summary() {
 fn list_sizes_give_only_those_sizes() {
     // (3)
     let s = serve(&["--size", "list:10@1,1000@1"]);
-    let (mut w, mut r) = s.connect();
+    let (mut w, mut r) = connect(&s);
     let mut seen = std::collections::BTreeSet::new();
     for _ in 0..200 {
         w.write_all(GET).unwrap();
@@ -147,7 +128,7 @@ fn malformed_and_oversized_requests_are_refused_and_closed() {
     let s = serve(&[]);
     // (4) a malformed request line: 400, then the connection closes, even
     // though a good request follows on it.
-    let (mut w, mut r) = s.connect();
+    let (mut w, mut r) = connect(&s);
     w.write_all(GET).unwrap();
     assert_eq!(read_response(&mut r).status, 200);
     w.write_all(b"GET /  HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n").unwrap();
@@ -155,7 +136,7 @@ fn malformed_and_oversized_requests_are_refused_and_closed() {
     assert_eq!((resp.status, resp.close), (400, true));
     assert_closed(&mut r);
     // (5) a head over 16 KiB: 431 and closed.
-    let (mut w, mut r) = s.connect();
+    let (mut w, mut r) = connect(&s);
     let big = format!("GET / HTTP/1.1\r\nX-Big: {}\r\n\r\n", "a".repeat(20_000));
     w.write_all(big.as_bytes()).unwrap();
     let resp = read_response(&mut r);
@@ -172,7 +153,7 @@ fn stall_delays_one_response_once() {
     // (6) after 10 requests the next response on this connection's thread
     // waits a second; the others are fast.
     let s = serve(&["--stall-after", "10", "--stall-ms", "1000"]);
-    let (mut w, mut r) = s.connect();
+    let (mut w, mut r) = connect(&s);
     let mut times = Vec::new();
     for _ in 0..20 {
         let t = Instant::now();

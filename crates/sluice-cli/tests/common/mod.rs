@@ -47,3 +47,40 @@ pub fn have_scapy() -> bool {
     }
     ok
 }
+
+/// A `sluice http-serve` child on 127.0.0.1 (port from its stderr).
+pub struct Served {
+    pub child: std::process::Child,
+    pub addr: std::net::SocketAddr,
+}
+
+/// `http-serve` for `secs` seconds, 2 threads, JSON summary, with `extra` flags.
+pub fn http_serve(secs: u32, extra: &[&str]) -> Served {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["http-serve", "--listen", "127.0.0.1:0", "--threads", "2", "--json", "--no-pin"])
+        .args(["--duration", &secs.to_string()])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run sluice");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
+    let addr = line.trim().strip_prefix("sluice: serving on ").unwrap_or_else(|| panic!("{line:?}")).parse().unwrap();
+    Served { child, addr }
+}
+
+impl Served {
+    pub fn url(&self) -> String {
+        format!("http://{}/", self.addr)
+    }
+
+    /// Wait for `--duration` to end; the JSON summary.
+    pub fn summary(self) -> serde_json::Value {
+        let out = self.child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
