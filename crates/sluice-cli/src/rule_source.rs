@@ -132,7 +132,7 @@ impl RuleArgs {
     /// file is an error naming file:line, and nothing is built.
     pub fn load(&self, ifaces: &[String]) -> Result<Loaded> {
         let started = Instant::now();
-        let opts = CompileOptions { v4mapped: self.v4mapped, ifaces: ifaces.to_vec(), set_options: None };
+        let opts = CompileOptions { v4mapped: self.v4mapped, ifaces: ifaces.to_vec() };
         if let Some(path) = self.rules.as_deref().filter(|p| is_compiled_file(p)) {
             let file = std::fs::File::open(path).with_context(|| path.display().to_string())?;
             let bytes =
@@ -140,9 +140,8 @@ impl RuleArgs {
             let rules = compiled::load(&bytes, &opts)
                 .with_context(|| format!("{}: a compiled rule file, refused", path.display()))?;
             let entries = rules
-                .sets()
+                .named_set_info()
                 .iter()
-                .filter(|s| !s.name.starts_with("(inline"))
                 .map(|s| ListEntries {
                     kind: format!("set {}", s.name),
                     path: path.display().to_string(),

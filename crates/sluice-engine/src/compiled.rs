@@ -136,11 +136,8 @@ pub fn load(bytes: &[u8], opts: &CompileOptions) -> Result<RuleSet, CompiledErro
     let meta = meta_of(&sections)?;
     let mut entries = Vec::with_capacity(meta.sets.len());
     for (i, set) in meta.sets.iter().enumerate() {
-        let blob = sections
-            .iter()
-            .find(|s| s.name == format!("set.{i}"))
-            .ok_or_else(|| CompiledError::SetText { name: set.name.clone(), why: "its section is missing".into() })?
-            .bytes;
+        let blob = container::find(&sections, &format!("set.{i}"))
+            .ok_or_else(|| CompiledError::SetText { name: set.name.clone(), why: "its section is missing".into() })?;
         entries.push(match set.kind.as_str() {
             "table" => SetEntries::Built(Box::new(
                 AddressSet::load(blob).map_err(|error| CompiledError::Set { name: set.name.clone(), error })?,
@@ -177,7 +174,7 @@ pub fn load(bytes: &[u8], opts: &CompileOptions) -> Result<RuleSet, CompiledErro
 }
 
 fn section<'a>(sections: &[Section<'a>], name: &'static str) -> Result<&'a [u8], CompiledError> {
-    sections.iter().find(|s| s.name == name).map(|s| s.bytes).ok_or(CompiledError::Missing(name))
+    container::find(sections, name).ok_or(CompiledError::Missing(name))
 }
 
 fn meta_of(sections: &[Section<'_>]) -> Result<Meta, CompiledError> {

@@ -30,7 +30,6 @@
 //! gives back the same file.
 
 use std::collections::HashSet;
-use std::fmt::Write as _;
 
 /// The first bytes of every compiled file.
 pub const MAGIC: [u8; 8] = *b"SLUICE\0R";
@@ -236,15 +235,6 @@ pub fn find<'a>(sections: &[Section<'a>], name: &str) -> Option<&'a [u8]> {
     sections.iter().find(|s| s.name == name).map(|s| s.bytes)
 }
 
-/// A one-line summary per section, for `sluice inspect`.
-pub fn describe(sections: &[Section<'_>]) -> String {
-    let mut s = String::new();
-    for sec in sections {
-        let _ = writeln!(s, "{:<16} {:>12} bytes", sec.name, sec.bytes.len());
-    }
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,7 +265,6 @@ mod tests {
         }
         assert_eq!(encode(&s), file, "encode(decode(f)) == f");
         assert_eq!(&file[..8], b"SLUICE\0R");
-        assert!(describe(&s).contains("tail                        3 bytes"), "{}", describe(&s));
         // No sections at all is a valid (if useless) file.
         let empty = encode(&[]);
         assert_eq!(empty.len(), HEADER_LEN);

@@ -350,8 +350,6 @@ pub struct CompileOptions {
     /// Names of the live ports, by port index, for `iface` matches; empty
     /// when the packets come from a file.
     pub ifaces: Vec<String>,
-    /// Build options of the sets' tables (hash seed).
-    pub set_options: Option<Options>,
 }
 
 /// Why a rule file could not be compiled.
@@ -450,7 +448,7 @@ impl RuleSet {
         if file.rules.len() > MAX_RULES {
             return Err(CompileError::TooManyRules(file.rules.len()));
         }
-        let set_opts = opts.set_options.unwrap_or_default();
+        let set_opts = Options::default();
         let err = |line: usize, message: String| CompileError::Rule { file: file.source.clone(), line, message };
         let mut backings: Vec<Backing> = sets.into_iter().map(|s| Backing::from_entries(s, set_opts)).collect();
         let mut set_info: Vec<SetInfo> = file
@@ -661,6 +659,12 @@ impl RuleSet {
 
     pub fn sets(&self) -> &[SetInfo] {
         &self.set_info
+    }
+
+    /// The named sets (defined with `set`, or a shorthand's list), without
+    /// the inline ones.
+    pub fn named_set_info(&self) -> &[SetInfo] {
+        &self.set_info[..self.named]
     }
 
     pub fn default_verdict(&self) -> Verdict {
