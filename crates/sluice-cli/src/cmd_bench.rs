@@ -9,8 +9,8 @@ use std::time::Instant;
 
 #[path = "bench_filter.rs"]
 mod bench_filter;
-#[path = "bench_http.rs"]
-mod bench_http;
+#[path = "bench_http_load.rs"]
+mod bench_http_load;
 #[path = "bench_rules.rs"]
 mod bench_rules;
 
@@ -29,7 +29,7 @@ pub enum BenchCommand {
     /// Loading a 6M-entry list from text against the file `sluice compile` makes of it.
     Load(bench_rules::LoadBenchArgs),
     /// sluice http-load against wrk on the same sluice http-serve, alternating, as ratios.
-    Http(bench_http::HttpBenchArgs),
+    HttpLoad(bench_http_load::HttpBenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -135,7 +135,7 @@ pub fn run(cmd: BenchCommand) -> Result<Outcome> {
         BenchCommand::Filter(a) => bench_filter::run(a),
         BenchCommand::Rules(a) => bench_rules::run(a),
         BenchCommand::Load(a) => bench_rules::run_load(a),
-        BenchCommand::Http(a) => bench_http::run(a),
+        BenchCommand::HttpLoad(a) => bench_http_load::run(a),
     }
 }
 

@@ -1,4 +1,4 @@
-//! `sluice bench http`: `sluice http-load` against `wrk` on the same
+//! `sluice bench http-load`: `sluice http-load` against `wrk` on the same
 //! `sluice http-serve`, in one run, repetitions alternating, as JSON.
 
 use anyhow::{bail, Context, Result};
@@ -109,7 +109,7 @@ pub fn run(a: HttpBenchArgs) -> Result<crate::Outcome> {
     let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
     let (w, l, p) = (best("wrk"), best("http-load"), best("http-load-pipelined"));
     let v = serde_json::json!({
-        "bench": "http",
+        "bench": "http-load",
         "url": url,
         "connections": a.connections,
         "threads": a.threads,
