@@ -15,6 +15,16 @@ pub mod report;
 pub mod ring;
 pub mod structures;
 
+// Issue 13: the memory experiments (aliasing, memalign, pool) and counters.
+pub mod aliasing;
+pub mod compare;
+pub mod memalign;
+pub mod pmc;
+pub mod pool;
+pub mod poolbench;
+mod sys;
+pub use sys::Backend;
+
 use arc_swap::ArcSwap;
 use ring::{ipv4_pair, ipv6_pair, Ring, Rng};
 use sluice_classify::simd::prefetch;

@@ -1,6 +1,7 @@
 use crate::Outcome;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
+use sluice_bench::pmc::{self, Pmc};
 use sluice_bench::report::{self, SEED_BUCKETS, SEED_ENTRIES};
 use sluice_bench::{measure, probe, Measured, Prefetch, Scenario, Settings, Structure, SyncMode, Tables};
 use std::io::Write;
@@ -11,6 +12,8 @@ use std::time::Instant;
 mod bench_filter;
 #[path = "bench_http_load.rs"]
 mod bench_http_load;
+#[path = "bench_mem.rs"]
+mod bench_mem;
 #[path = "bench_rules.rs"]
 mod bench_rules;
 
@@ -30,6 +33,12 @@ pub enum BenchCommand {
     Load(bench_rules::LoadBenchArgs),
     /// sluice http-load against wrk on the same sluice http-serve, alternating, as ratios.
     HttpLoad(bench_http_load::HttpBenchArgs),
+    /// Cache line aliasing: page-aligned arrays against compounding offsets (the seed's pad table).
+    Aliasing(bench_mem::AliasingArgs),
+    /// 4 KiB allocations aligned to 16 vs 4096 bytes: posix_memalign, Rust's Layout, mimalloc.
+    Memalign(bench_mem::MemalignArgs),
+    /// The seed's pool workloads: our TfwPool-style pool against bumpalo, malloc and mimalloc.
+    Pool(bench_mem::PoolArgs),
 }
 
 #[derive(Args, Debug)]
@@ -42,6 +51,9 @@ pub struct RssBenchArgs {
     /// One JSON object per input kind.
     #[arg(long)]
     pub json: bool,
+    /// Hardware and software counters around each input kind's table hashing.
+    #[arg(long)]
+    pub pmc: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -126,6 +138,10 @@ pub struct ClassifyArgs {
     /// Skip the memory-parallelism probe.
     #[arg(long)]
     pub no_probe: bool,
+    /// Hardware and software counters per scenario (around its repetitions,
+    /// including its ring fill and, for the first scenario of a table, the build).
+    #[arg(long)]
+    pub pmc: bool,
 }
 
 pub fn run(cmd: BenchCommand) -> Result<Outcome> {
@@ -136,6 +152,9 @@ pub fn run(cmd: BenchCommand) -> Result<Outcome> {
         BenchCommand::Rules(a) => bench_rules::run(a),
         BenchCommand::Load(a) => bench_rules::run_load(a),
         BenchCommand::HttpLoad(a) => bench_http_load::run(a),
+        BenchCommand::Aliasing(a) => bench_mem::aliasing(a),
+        BenchCommand::Memalign(a) => bench_mem::memalign(a),
+        BenchCommand::Pool(a) => bench_mem::pool(a),
     }
 }
 
@@ -160,10 +179,13 @@ fn rss(a: RssBenchArgs) -> Result<Outcome> {
     let t = Toeplitz::new(&MICROSOFT_KEY);
     // Inputs vary per hash so nothing is hoisted out of the loop.
     let mut input = [0u8; MAX_INPUT];
+    let mut pmc = a.pmc.then(Pmc::open_reporting);
     for (name, len) in [("ipv4-2tuple", 8usize), ("ipv4-4tuple", 12), ("ipv6-2tuple", 32), ("ipv6-4tuple", 36)] {
-        let fast = rate(a.reps, a.hashes, |i| {
-            input[..8].copy_from_slice(&i.to_le_bytes());
-            t.hash(&input[..len])
+        let (fast, counts) = pmc::maybe(&mut pmc, || {
+            rate(a.reps, a.hashes, |i| {
+                input[..8].copy_from_slice(&i.to_le_bytes());
+                t.hash(&input[..len])
+            })
         });
         let slow_n = (a.hashes / 20).max(1);
         let reference = rate(a.reps, slow_n, |i| {
@@ -171,14 +193,13 @@ fn rss(a: RssBenchArgs) -> Result<Outcome> {
             hash_reference(&MICROSOFT_KEY, &input[..len])
         });
         if a.json {
-            println!(
-                "{}",
-                serde_json::json!({
-                    "scenario": name, "input_bytes": len,
-                    "mhashes_median": fast.0, "mhashes_min": fast.1, "mhashes_max": fast.2,
-                    "reference_mhashes_median": reference.0, "speedup": fast.0 / reference.0,
-                })
-            );
+            let mut v = serde_json::json!({
+                "scenario": name, "input_bytes": len,
+                "mhashes_median": fast.0, "mhashes_min": fast.1, "mhashes_max": fast.2,
+                "reference_mhashes_median": reference.0, "speedup": fast.0 / reference.0,
+            });
+            add_pmc(&mut v, counts.as_ref());
+            println!("{v}");
         } else {
             println!(
                 "{name:<12} {len:>2} bytes  table {:>8.1} M hashes/s [{:.1}-{:.1}]  bit-by-bit {:>6.1} M/s  x{:.1}",
@@ -188,9 +209,22 @@ fn rss(a: RssBenchArgs) -> Result<Outcome> {
                 reference.0,
                 fast.0 / reference.0
             );
+            if let Some(c) = &counts {
+                println!("  {}", c.line());
+            }
         }
     }
     Ok(Outcome::Complete)
+}
+
+/// `"pmc"` (hardware, or null where there is none) and `"pmc_sw"` fields,
+/// when counting was asked for.
+fn add_pmc(v: &mut serde_json::Value, counts: Option<&pmc::Reading>) {
+    if let Some(c) = counts {
+        let (hw, sw) = pmc::Reading::json_fields(Some(c));
+        v["pmc"] = hw;
+        v["pmc_sw"] = sw;
+    }
 }
 
 fn custom(a: &ClassifyArgs) -> Result<Vec<Scenario>> {
@@ -294,12 +328,18 @@ fn classify(a: ClassifyArgs) -> Result<Outcome> {
     }
     let mut tables = Tables::default();
     let mut rows: Vec<Measured> = Vec::new();
+    let mut pmc = a.pmc.then(Pmc::open_reporting);
     for sc in &scenarios {
-        let m = measure(sc, &settings, &mut tables);
+        let (m, counts) = pmc::maybe(&mut pmc, || measure(sc, &settings, &mut tables));
         if json {
-            writeln!(out, "{}", report::scenario_json(&m))?;
+            let mut v = report::scenario_json(&m);
+            add_pmc(&mut v, counts.as_ref());
+            writeln!(out, "{v}")?;
         } else {
             writeln!(out, "{}", report::table_row(&m))?;
+            if let Some(c) = &counts {
+                writeln!(out, "  {}", c.line())?;
+            }
         }
         rows.push(m);
     }

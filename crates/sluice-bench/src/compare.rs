@@ -1,0 +1,253 @@
+//! What the memory experiments (`aliasing`, `memalign`, `pool`) share: rows
+//! with the seed's figure beside ours, repetitions alternating the variants,
+//! ratios against a same-run baseline per repetition, the table, JSON lines
+//! and an SVG bar chart.
+
+use crate::pmc::{self, Pmc, Reading};
+use serde_json::{json, Value};
+use std::fmt::Write as _;
+
+/// One measured variant.
+#[derive(Clone, Debug)]
+pub struct Row {
+    /// The experiment's part, e.g. "himeno", "small", "batch".
+    pub group: String,
+    /// The variant, e.g. "pad=64", "pool", "libc-4096".
+    pub name: String,
+    /// Unit of `samples` and `seed`, e.g. "MFLOPS", "ns/op".
+    pub unit: &'static str,
+    pub higher_is_better: bool,
+    /// Ours, one value per repetition.
+    pub samples: Vec<f64>,
+    /// The seed's figure in our unit (converted where the seed printed
+    /// another, see `seed_note`), or None where the seed had none.
+    pub seed: Option<f64>,
+    /// The seed's figure as it printed it, and what it was measured on.
+    pub seed_note: Option<String>,
+    /// What `ratio` compares against, e.g. "pad=0", "system".
+    pub baseline: Option<String>,
+    /// Per repetition: how many times better than the baseline in the same
+    /// repetition (>1 = better, whatever the unit's direction).
+    pub ratios: Vec<f64>,
+    /// The seed's same ratio, from its own figures.
+    pub seed_ratio: Option<f64>,
+    pub pmc: Option<Reading>,
+}
+
+pub fn min(v: &[f64]) -> f64 {
+    v.iter().copied().fold(f64::INFINITY, f64::min)
+}
+pub fn max(v: &[f64]) -> f64 {
+    v.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+}
+
+impl Row {
+    pub fn new(group: &str, name: &str, unit: &'static str, higher_is_better: bool) -> Row {
+        Row {
+            group: group.to_owned(),
+            name: name.to_owned(),
+            unit,
+            higher_is_better,
+            samples: Vec::new(),
+            seed: None,
+            seed_note: None,
+            baseline: None,
+            ratios: Vec::new(),
+            seed_ratio: None,
+            pmc: None,
+        }
+    }
+
+    pub fn median(&self) -> f64 {
+        crate::median(&self.samples)
+    }
+
+    pub fn ratio(&self) -> Option<f64> {
+        (!self.ratios.is_empty()).then(|| crate::median(&self.ratios))
+    }
+
+    /// `better` over `worse` as a "times better" factor in this row's direction.
+    pub fn better_ratio(&self, ours: f64, base: f64) -> f64 {
+        if self.higher_is_better {
+            ours / base
+        } else {
+            base / ours
+        }
+    }
+
+    pub fn json(&self, experiment: &str) -> Value {
+        let (hw, sw) = Reading::json_fields(self.pmc.as_ref());
+        let mut v = json!({
+            "experiment": experiment,
+            "group": self.group,
+            "name": self.name,
+            "unit": self.unit,
+            "seed": self.seed,
+            "seed_note": self.seed_note,
+            "ours": self.median(),
+            "ours_min": min(&self.samples),
+            "ours_max": max(&self.samples),
+            "reps": self.samples.len(),
+            "baseline": self.baseline,
+            "ratio": self.ratio(),
+            "ratio_min": (!self.ratios.is_empty()).then(|| min(&self.ratios)),
+            "ratio_max": (!self.ratios.is_empty()).then(|| max(&self.ratios)),
+            "seed_ratio": self.seed_ratio,
+        });
+        if self.pmc.is_some() {
+            v["pmc"] = hw;
+            v["pmc_sw"] = sw;
+        }
+        v
+    }
+}
+
+/// Runs `reps` repetitions of `variants` variants, alternating them (each
+/// repetition starts one variant later, so none always runs first after a
+/// quiet or busy moment). `f(variant)` returns that variant's figure.
+/// With `pmc`, counts are summed per variant over the repetitions.
+pub fn alternate(
+    reps: usize,
+    variants: usize,
+    pmc: &mut Option<Pmc>,
+    mut f: impl FnMut(usize) -> f64,
+) -> (Vec<Vec<f64>>, Vec<Option<Reading>>) {
+    let mut samples = vec![Vec::with_capacity(reps); variants];
+    let mut readings: Vec<Option<Reading>> = vec![None; variants];
+    for r in 0..reps.max(1) {
+        for k in 0..variants {
+            let v = (k + r) % variants;
+            let (x, reading) = pmc::maybe(pmc, || f(v));
+            samples[v].push(x);
+            if let Some(reading) = reading {
+                readings[v].get_or_insert_with(Reading::default).add(&reading);
+            }
+        }
+    }
+    (samples, readings)
+}
+
+/// Per-repetition ratios of `row` against `base` (same repetitions).
+pub fn paired_ratios(row: &Row, base: &[f64]) -> Vec<f64> {
+    row.samples.iter().zip(base).map(|(&o, &b)| row.better_ratio(o, b)).collect()
+}
+
+fn fmt_num(v: f64) -> String {
+    if v >= 1000.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// The readable table, grouped, one row per variant.
+pub fn table(rows: &[Row]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<10} {:<18} {:>10} {:>19} {:>10} {:>22} {:>8}  seed's figure",
+        "group", "variant", "ours", "[min-max]", "seed", "ratio [min-max]", "seed"
+    );
+    for r in rows {
+        let ratio = match r.ratio() {
+            Some(x) => format!("{x:.2} [{:.2}-{:.2}]", min(&r.ratios), max(&r.ratios)),
+            None => "-".into(),
+        };
+        let _ = writeln!(
+            s,
+            "{:<10} {:<18} {:>10} {:>19} {:>10} {:>22} {:>8}  {}",
+            r.group,
+            r.name,
+            format!("{} {}", fmt_num(r.median()), r.unit),
+            format!("[{}-{}]", fmt_num(min(&r.samples)), fmt_num(max(&r.samples))),
+            r.seed.map_or("-".into(), fmt_num),
+            ratio,
+            r.seed_ratio.map_or("-".into(), |x| format!("{x:.2}")),
+            r.seed_note.as_deref().unwrap_or("-"),
+        );
+        if let Some(p) = &r.pmc {
+            let _ = writeln!(s, "{:<10} {}", "", p.line());
+        }
+    }
+    if let Some(r) = rows.iter().find(|r| r.baseline.is_some()) {
+        let _ = writeln!(
+            s,
+            "ratio: times better than the group's baseline ({}) in the same repetition; seed ratio: the same from the seed's figures",
+            r.baseline.as_deref().unwrap_or("")
+        );
+    }
+    s
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// Horizontal bars: our median with min-max whiskers per row, the seed's
+/// figure as a red tick where it has one. Rows of different units should
+/// not share a chart; `rows` is one unit.
+pub fn svg(rows: &[Row], title: &str) -> String {
+    let (left, width, row_h, top) = (230.0, 560.0, 20.0, 40.0);
+    let max_v = rows.iter().flat_map(|r| r.samples.iter().copied().chain(r.seed)).fold(1e-9, f64::max) * 1.05;
+    let h = top + row_h * rows.len() as f64 + 50.0;
+    let x = |v: f64| left + v / max_v * width;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{h}" font-family="sans-serif" font-size="12">"#,
+        left + width + 90.0
+    );
+    let _ = writeln!(
+        s,
+        r#"<rect width="100%" height="100%" fill="white"/><text x="10" y="22" font-size="15" font-weight="bold">{}</text>"#,
+        esc(title)
+    );
+    for (i, r) in rows.iter().enumerate() {
+        let y = top + row_h * i as f64;
+        let med = r.median();
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="end">{} {}</text>"#,
+            left - 6.0,
+            y + 14.0,
+            esc(&r.group),
+            esc(&r.name)
+        );
+        let _ = writeln!(
+            s,
+            r##"<rect x="{left}" y="{}" width="{:.1}" height="{}" fill="#4a7ab5"/>"##,
+            y + 3.0,
+            (x(med) - left).max(0.0),
+            row_h - 6.0
+        );
+        let _ = writeln!(
+            s,
+            r#"<line x1="{:.1}" x2="{:.1}" y1="{}" y2="{}" stroke="black"/>"#,
+            x(min(&r.samples)),
+            x(max(&r.samples)),
+            y + row_h / 2.0,
+            y + row_h / 2.0
+        );
+        if let Some(seed) = r.seed {
+            let _ = writeln!(
+                s,
+                r##"<line x1="{:.1}" x2="{:.1}" y1="{}" y2="{}" stroke="#d9534f" stroke-width="3"/>"##,
+                x(seed),
+                x(seed),
+                y + 1.0,
+                y + row_h - 1.0
+            );
+        }
+        let label_at = max(&r.samples).max(r.seed.unwrap_or(0.0));
+        let _ = writeln!(s, r#"<text x="{:.1}" y="{}">{}</text>"#, x(label_at) + 4.0, y + 14.0, fmt_num(med));
+    }
+    let foot = top + row_h * rows.len() as f64 + 20.0;
+    let unit = rows.first().map_or("", |r| r.unit);
+    let _ = writeln!(
+        s,
+        r#"<text x="10" y="{foot}">bars: median {unit} over repetitions, whiskers: min-max; red tick: the seed's figure</text></svg>"#
+    );
+    s
+}
