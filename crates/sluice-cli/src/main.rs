@@ -10,6 +10,7 @@ mod cmd_decode;
 mod cmd_demo;
 mod cmd_filter;
 mod cmd_gen;
+mod cmd_h1;
 mod cmd_http;
 mod cmd_rss;
 mod cmd_send;
@@ -40,6 +41,8 @@ pub enum Outcome {
     Complete,
     InputDamaged,
     DemoMismatch,
+    /// `sluice http-parse`: the request was refused (the JSON says why).
+    Refused,
 }
 
 #[derive(Parser)]
@@ -81,6 +84,8 @@ enum Command {
     HttpServe(cmd_http::ServeArgs),
     /// HTTP/1.1 load: open loop with coordinated-omission correction or closed loop, pipelining, many source addresses.
     HttpLoad(cmd_http::LoadArgs),
+    /// Parse one HTTP/1.1 request strictly and print what it holds (or why it is refused) as JSON.
+    HttpParse(cmd_h1::ParseArgs),
     /// Reproducible experiments: the seed's classification test bed.
     #[command(subcommand)]
     Bench(cmd_bench::BenchCommand),
@@ -103,11 +108,13 @@ fn main() -> ExitCode {
         Command::UdpLoad(a) => cmd_udp::load(a),
         Command::HttpServe(a) => cmd_http::serve(a),
         Command::HttpLoad(a) => cmd_http::load(a),
+        Command::HttpParse(a) => cmd_h1::parse(a),
     };
     ExitCode::from(match result {
         Ok(Outcome::Complete) => exit::OK,
         Ok(Outcome::InputDamaged) => exit::INPUT_DAMAGED,
         Ok(Outcome::DemoMismatch) => exit::DEMO_MISMATCH,
+        Ok(Outcome::Refused) => exit::ERROR,
         Err(e) => {
             eprintln!("sluice: error: {e:#}");
             exit::ERROR

@@ -1,0 +1,218 @@
+//! Body framing after the head: a fixed length, or chunked coding with its
+//! extensions and trailer section. Chunk framing is read one byte at a time
+//! (a few bytes per chunk); data is taken in bulk. Shared by the fast parser
+//! and the reference.
+
+use crate::reference::{bare_lf, Fields};
+use crate::types::*;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum St {
+    Length,
+    /// First hex digit of a chunk size.
+    Size,
+    SizeMore,
+    SizeWs,
+    SizeCr,
+    ExtStart,
+    ExtName,
+    ExtValStart,
+    ExtTok,
+    ExtQuoted,
+    ExtEscape,
+    ExtAfterQuoted,
+    Data,
+    DataCr,
+    DataLf,
+    Trailers,
+    Done,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Body {
+    st: St,
+    remaining: u64,
+    size: u64,
+    digits: u8,
+    trailer_bytes: usize,
+    trailers: Fields,
+    pub body_len: u64,
+    pub chunks: u64,
+    pub signals: Signals,
+}
+
+fn hex(c: u8) -> Option<u64> {
+    (c as char).to_digit(16).map(u64::from)
+}
+
+/// quoted-string's qdtext.
+fn qdtext(c: u8) -> bool {
+    matches!(c, b'\t' | b' ' | 0x21 | 0x23..=0x5B | 0x5D..=0x7E | 0x80..=0xFF)
+}
+
+impl Body {
+    pub(crate) fn new(framing: Framing) -> Body {
+        let (st, remaining) = match framing {
+            Framing::None | Framing::Length(0) => (St::Done, 0),
+            Framing::Length(n) => (St::Length, n),
+            Framing::Chunked => (St::Size, 0),
+        };
+        Body {
+            st,
+            remaining,
+            size: 0,
+            digits: 0,
+            trailer_bytes: 0,
+            trailers: Fields::new(),
+            body_len: 0,
+            chunks: 0,
+            signals: Signals::NONE,
+        }
+    }
+
+    pub(crate) fn done(&self) -> bool {
+        self.st == St::Done
+    }
+
+    /// Reads from `input` (whose first byte is at message offset `base`),
+    /// returning after at most one data segment.
+    pub(crate) fn parse(&mut self, input: &[u8], base: usize, opts: &Options) -> Result<BodyStatus, Error> {
+        let mut i = 0;
+        while i < input.len() {
+            let c = input[i];
+            let pos = base + i;
+            let err = |kind| Err(Error { kind, offset: pos });
+            match self.st {
+                St::Done => break,
+                St::Length | St::Data => {
+                    let n = (input.len() - i).min(usize::try_from(self.remaining).unwrap_or(usize::MAX));
+                    self.remaining -= n as u64;
+                    self.body_len += n as u64;
+                    if self.remaining == 0 {
+                        self.st = if self.st == St::Length { St::Done } else { St::DataCr };
+                    }
+                    return Ok(BodyStatus { consumed: i + n, data: i..i + n, done: self.done() });
+                }
+                St::Size => match hex(c) {
+                    Some(d) => {
+                        self.size = d;
+                        self.digits = 1;
+                        self.st = St::SizeMore;
+                    }
+                    None => return err(ErrorKind::InvalidChunkSize),
+                },
+                St::SizeMore => match (hex(c), c) {
+                    (Some(d), _) => {
+                        self.digits += 1;
+                        if self.digits > 16 {
+                            return err(ErrorKind::ChunkSizeTooLong);
+                        }
+                        self.size = self.size << 4 | d;
+                    }
+                    (_, b';') => self.st = St::ExtStart,
+                    (_, b'\r') => self.st = St::SizeCr,
+                    (_, b'\n') => {
+                        bare_lf(&mut self.signals, pos, opts)?;
+                        self.size_line_done();
+                    }
+                    (_, b' ' | b'\t') if opts.lenient.contains(Lenient::SPACES_AFTER_CHUNK_SIZE) => {
+                        self.signals.insert(Signals::SPACES_AFTER_CHUNK_SIZE);
+                        self.st = St::SizeWs;
+                    }
+                    _ => return err(ErrorKind::InvalidChunkSize),
+                },
+                St::SizeWs => match c {
+                    b' ' | b'\t' => {}
+                    b';' => self.st = St::ExtStart,
+                    b'\r' => self.st = St::SizeCr,
+                    b'\n' => {
+                        bare_lf(&mut self.signals, pos, opts)?;
+                        self.size_line_done();
+                    }
+                    _ => return err(ErrorKind::InvalidChunkSize),
+                },
+                St::SizeCr => {
+                    if c != b'\n' {
+                        return Err(Error { kind: ErrorKind::LoneCr, offset: pos - 1 });
+                    }
+                    self.size_line_done();
+                }
+                St::ExtStart => match c {
+                    _ if is_tchar(c) => self.st = St::ExtName,
+                    _ => return err(ErrorKind::InvalidChunkExtension),
+                },
+                St::ExtName | St::ExtTok | St::ExtAfterQuoted => match c {
+                    _ if is_tchar(c) && self.st != St::ExtAfterQuoted => {}
+                    b'=' if self.st == St::ExtName => self.st = St::ExtValStart,
+                    b';' => self.st = St::ExtStart,
+                    b'\r' => self.st = St::SizeCr,
+                    b'\n' => {
+                        bare_lf(&mut self.signals, pos, opts)?;
+                        self.size_line_done();
+                    }
+                    _ => return err(ErrorKind::InvalidChunkExtension),
+                },
+                St::ExtValStart => match c {
+                    b'"' => self.st = St::ExtQuoted,
+                    _ if is_tchar(c) => self.st = St::ExtTok,
+                    _ => return err(ErrorKind::InvalidChunkExtension),
+                },
+                St::ExtQuoted => match c {
+                    b'"' => self.st = St::ExtAfterQuoted,
+                    b'\\' => self.st = St::ExtEscape,
+                    _ if qdtext(c) => {}
+                    _ => return err(ErrorKind::InvalidChunkExtension),
+                },
+                St::ExtEscape => match c {
+                    b'\t' | b' '..=0x7E | 0x80..=0xFF => self.st = St::ExtQuoted,
+                    _ => return err(ErrorKind::InvalidChunkExtension),
+                },
+                St::DataCr => match c {
+                    b'\r' => self.st = St::DataLf,
+                    b'\n' => {
+                        bare_lf(&mut self.signals, pos, opts)?;
+                        self.st = St::Size;
+                    }
+                    _ if opts.lenient.contains(Lenient::OPTIONAL_CRLF_AFTER_CHUNK) => {
+                        self.signals.insert(Signals::MISSING_CRLF_AFTER_CHUNK);
+                        // This byte starts the next chunk size.
+                        self.st = St::Size;
+                        continue;
+                    }
+                    _ => return err(ErrorKind::MissingCrlfAfterChunk),
+                },
+                St::DataLf => {
+                    if c != b'\n' {
+                        return Err(Error { kind: ErrorKind::LoneCr, offset: pos - 1 });
+                    }
+                    self.st = St::Size;
+                }
+                St::Trailers => {
+                    if self.trailer_bytes >= opts.max_head {
+                        return err(ErrorKind::HeadTooLarge);
+                    }
+                    self.trailer_bytes += 1;
+                    let r = self.trailers.step(c, pos, opts);
+                    self.signals.insert(self.trailers.signals);
+                    if r? {
+                        self.st = St::Done;
+                        i += 1;
+                        break;
+                    }
+                }
+            }
+            i += 1;
+        }
+        Ok(BodyStatus { consumed: i, data: i..i, done: self.done() })
+    }
+
+    fn size_line_done(&mut self) {
+        if self.size == 0 {
+            self.st = St::Trailers;
+        } else {
+            self.chunks += 1;
+            self.remaining = self.size;
+            self.st = St::Data;
+        }
+    }
+}

@@ -1,0 +1,561 @@
+//! The fast parser. The head is parsed by straight-line code: each field is
+//! one vector scan for the first byte not allowed in it, then a decision on
+//! that byte. `St` and `Phase` exist only to resume at a call boundary: a
+//! call that runs out of bytes records where it stood (and how far the scan
+//! got), and the next call carries on from there. Fixed-size tokens (a CRLF,
+//! the 8-byte version) are re-read when cut, which is O(1) per call.
+
+use std::borrow::Cow;
+
+use crate::body::Body;
+use crate::semantics::{self, Meaning};
+use crate::simd::{self, Kernel, Level, Scan};
+use crate::types::*;
+
+const CR: u8 = b'\r';
+const LF: u8 = b'\n';
+/// "Not set yet" for value offsets.
+const UNSET: usize = usize::MAX;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum St {
+    Start,
+    Method,
+    Target,
+    Version,
+    Fields(Phase),
+    Done,
+    Failed,
+}
+
+/// Where inside the header section: also the order the code runs in, so
+/// resuming at a phase runs that phase and every later one (`>=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Phase {
+    LineStart,
+    Name,
+    NameWs,
+    Ows,
+    Value,
+}
+
+/// The field being read (kept across a fold, which extends it).
+#[derive(Clone, Copy, Debug)]
+struct Cur {
+    line_start: usize,
+    name_end: usize,
+    /// First non-whitespace value byte, or UNSET.
+    vstart: usize,
+    vend: usize,
+    /// The first line's terminator (CR or bare LF): an empty value sits there.
+    term: usize,
+    /// Where this line's value bytes start (after OWS).
+    seg: usize,
+    folding: bool,
+}
+
+/// The fast, resumable request parser. Reusable: `reset` keeps the field
+/// vector's capacity, so steady state does not allocate.
+#[derive(Debug)]
+pub struct Parser {
+    opts: Options,
+    level: Level,
+    st: St,
+    pos: usize,
+    mstart: usize,
+    tstart: usize,
+    tend: usize,
+    vstart: usize,
+    version: Version,
+    cur: Cur,
+    fields: Vec<FieldSpan>,
+    signals: Signals,
+    head_len: usize,
+    meaning: Option<Meaning>,
+    body: Body,
+    body_pos: usize,
+    error: Option<Error>,
+}
+
+impl std::fmt::Debug for Meaning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Meaning({:?})", self.framing)
+    }
+}
+
+impl Parser {
+    pub fn new(opts: Options) -> Parser {
+        Parser {
+            opts,
+            level: simd::level(opts.simd),
+            st: St::Start,
+            pos: 0,
+            mstart: 0,
+            tstart: 0,
+            tend: 0,
+            vstart: 0,
+            version: Version::Http11,
+            cur: Cur { line_start: 0, name_end: 0, vstart: UNSET, vend: 0, term: 0, seg: 0, folding: false },
+            fields: Vec::with_capacity(16),
+            signals: Signals::NONE,
+            head_len: 0,
+            meaning: None,
+            body: Body::new(Framing::None),
+            body_pos: 0,
+            error: None,
+        }
+    }
+
+    /// The scanner level in use (after detection and fallback).
+    pub fn simd(&self) -> Simd {
+        self.level.get()
+    }
+
+    /// Ready for the next message; keeps the field vector's capacity.
+    pub fn reset(&mut self) {
+        self.st = St::Start;
+        self.pos = 0;
+        self.fields.clear();
+        self.signals = Signals::NONE;
+        self.head_len = 0;
+        self.meaning = None;
+        self.body = Body::new(Framing::None);
+        self.body_pos = 0;
+        self.error = None;
+    }
+
+    fn fail(&mut self, e: Error) -> Error {
+        self.st = St::Failed;
+        self.error = Some(e);
+        self.signals.set_error(e.kind);
+        e
+    }
+
+    /// `buf` holds the message from its first byte; each call passes the
+    /// same bytes as before plus whatever arrived since.
+    pub fn parse_head(&mut self, buf: &[u8]) -> Result<HeadStatus, Error> {
+        match self.st {
+            St::Done => return Ok(HeadStatus::Complete(self.head_len)),
+            St::Failed => return Err(self.error.expect("failed has an error")),
+            _ => {}
+        }
+        let limit = buf.len().min(self.opts.max_head);
+        match simd::dispatch(self.level, self, &buf[..limit]) {
+            Ok(HeadStatus::Partial) if buf.len() > self.opts.max_head => {
+                Err(self.fail(Error { kind: ErrorKind::HeadTooLarge, offset: self.opts.max_head }))
+            }
+            Ok(s) => Ok(s),
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    #[inline]
+    fn bare_lf(&mut self, p: usize) -> Result<(), Error> {
+        crate::reference::bare_lf(&mut self.signals, p, &self.opts)
+    }
+
+    #[inline]
+    fn partial(&mut self, st: St, p: usize) -> Result<HeadStatus, Error> {
+        self.st = st;
+        self.pos = p;
+        Ok(HeadStatus::Partial)
+    }
+
+    #[inline(always)]
+    fn run<S: Scan>(&mut self, b: &[u8]) -> Result<HeadStatus, Error> {
+        let mut p = self.pos;
+        let err = |kind, offset| Err(Error { kind, offset });
+        if self.st == St::Start {
+            // Leading empty lines (RFC 9112 2.2 lets a server ignore them).
+            loop {
+                match b.get(p) {
+                    None => return self.partial(St::Start, p),
+                    Some(&CR) => match b.get(p + 1) {
+                        None => return self.partial(St::Start, p),
+                        Some(&LF) => p += 2,
+                        Some(_) => return err(ErrorKind::LoneCr, p),
+                    },
+                    Some(&LF) => {
+                        self.bare_lf(p)?;
+                        p += 1;
+                    }
+                    Some(_) => break,
+                }
+                self.signals.insert(Signals::LEADING_EMPTY_LINES);
+            }
+            self.mstart = p;
+            self.st = St::Method;
+        }
+        if self.st == St::Method {
+            // Methods are short: the table is as quick as a vector here.
+            while p < b.len() && simd::TCHAR[b[p] as usize] {
+                p += 1;
+            }
+            match b.get(p) {
+                None => return self.partial(St::Method, p),
+                Some(&b' ') if p > self.mstart => {}
+                Some(_) => return err(ErrorKind::InvalidMethod, p),
+            }
+            p += 1;
+            self.tstart = p;
+            self.st = St::Target;
+        }
+        if self.st == St::Target {
+            p = S::target(b, p);
+            match b.get(p) {
+                None => return self.partial(St::Target, p),
+                Some(b' ' | &CR | &LF) if p == self.tstart => return err(ErrorKind::InvalidTarget, p),
+                Some(b' ') => {}
+                Some(&CR | &LF) => return err(ErrorKind::InvalidVersion, p),
+                Some(_) => return err(ErrorKind::InvalidTarget, p),
+            }
+            if !semantics::target_ok(&b[self.mstart..self.tstart - 1], &b[self.tstart..p]) {
+                return err(ErrorKind::InvalidTarget, self.tstart);
+            }
+            self.tend = p;
+            p += 1;
+            self.vstart = p;
+            self.st = St::Version;
+        }
+        if self.st == St::Version {
+            let v = &b[p..];
+            let lenient = self.opts.lenient.contains(Lenient::VERSION);
+            if v.len() >= 8 && &v[..8] == b"HTTP/1.1" {
+                self.version = Version::Http11;
+            } else {
+                // The uncommon and the cut-short: check what is there.
+                for (i, &c) in v.iter().take(8).enumerate() {
+                    let ok = match i {
+                        0..=4 => c == b"HTTP/"[i],
+                        5 => c == b'1' || (lenient && c.is_ascii_digit()),
+                        6 => c == b'.',
+                        _ => c == b'0' || c == b'1' || (lenient && c.is_ascii_digit()),
+                    };
+                    if !ok {
+                        return err(ErrorKind::InvalidVersion, p);
+                    }
+                }
+                if v.len() >= 8 {
+                    let mm = [v[5], v[7]];
+                    if mm != *b"11" && mm != *b"10" {
+                        self.signals.insert(Signals::OTHER_VERSION);
+                    }
+                    self.version = if mm >= *b"11" { Version::Http11 } else { Version::Http10 };
+                }
+            }
+            match v.get(8) {
+                None => return self.partial(St::Version, p),
+                Some(&CR) => match v.get(9) {
+                    None => return self.partial(St::Version, p),
+                    Some(&LF) => p += 10,
+                    Some(_) => return err(ErrorKind::LoneCr, p + 8),
+                },
+                Some(&LF) => {
+                    self.bare_lf(p + 8)?;
+                    p += 9;
+                }
+                Some(_) => return err(ErrorKind::InvalidVersion, p),
+            }
+            self.st = St::Fields(Phase::LineStart);
+        }
+        let St::Fields(phase) = self.st else { unreachable!("head states run in order") };
+        self.fields::<S>(b, p, phase)
+    }
+
+    /// The header section. The hot path enters at `LineStart` and runs every
+    /// phase in order for each line without going back through `St`. The
+    /// field being read lives in a local (registers) and is stored back only
+    /// when the call runs out of bytes.
+    #[inline(always)]
+    fn fields<S: Scan>(&mut self, b: &[u8], mut p: usize, mut phase: Phase) -> Result<HeadStatus, Error> {
+        let err = |kind, offset| Err(Error { kind, offset });
+        let lenient = self.opts.lenient;
+        let max_headers = self.opts.max_headers;
+        let mut cur = self.cur;
+        macro_rules! partial {
+            ($phase:expr) => {{
+                self.cur = cur;
+                return self.partial(St::Fields($phase), p);
+            }};
+        }
+        loop {
+            if phase == Phase::LineStart {
+                // The common line, `name: value CRLF` whole in the buffer,
+                // taken in one go; anything else (the end of the head, a
+                // fold, odd whitespace, a control byte, a bare LF, a line
+                // cut short, the field limit) goes the general way below,
+                // which starts from the same place: nothing is committed
+                // here unless the whole line checked out.
+                let ns = p;
+                let ne = S::name(b, ns);
+                if ne > ns && b.get(ne) == Some(&b':') && self.fields.len() < max_headers {
+                    let mut v = ne + 1;
+                    if b.get(v) == Some(&b' ') {
+                        v += 1;
+                    }
+                    if !matches!(b.get(v), Some(b' ' | b'\t')) {
+                        let ve = S::value(b, v);
+                        if b.get(ve..ve + 2) == Some(b"\r\n") {
+                            let mut e = ve;
+                            while e > v && matches!(b.get(e - 1), Some(b' ' | b'\t')) {
+                                e -= 1;
+                            }
+                            cur = Cur {
+                                line_start: ns,
+                                name_end: ne,
+                                vstart: if e > v { v } else { UNSET },
+                                vend: e,
+                                term: ve,
+                                seg: v,
+                                folding: false,
+                            };
+                            let value = if e > v { (v as u32, e as u32) } else { (ve as u32, ve as u32) };
+                            self.fields.push(FieldSpan { name: (ns as u32, ne as u32), value });
+                            p = ve + 2;
+                            continue;
+                        }
+                    }
+                }
+                let Some(&c) = b.get(p) else { partial!(Phase::LineStart) };
+                if c == CR {
+                    match b.get(p + 1) {
+                        None => partial!(Phase::LineStart),
+                        Some(&LF) => return self.complete(b, p + 2),
+                        Some(_) => return err(ErrorKind::LoneCr, p),
+                    }
+                }
+                if c == LF {
+                    self.bare_lf(p)?;
+                    return self.complete(b, p + 1);
+                }
+                if c == b' ' || c == b'\t' {
+                    if !lenient.contains(Lenient::OBS_FOLD) || self.fields.is_empty() {
+                        return err(ErrorKind::ObsFold, p);
+                    }
+                    self.signals.insert(Signals::OBS_FOLD);
+                    cur.folding = true;
+                    phase = Phase::Ows;
+                } else {
+                    if self.fields.len() >= max_headers {
+                        return err(ErrorKind::TooManyHeaders, p);
+                    }
+                    cur.line_start = p;
+                    cur.vstart = UNSET;
+                    cur.folding = false;
+                    phase = Phase::Name;
+                }
+            }
+            if phase == Phase::Name {
+                p = S::name(b, p);
+                let Some(&c) = b.get(p) else { partial!(Phase::Name) };
+                if c == b':' && p > cur.line_start {
+                    cur.name_end = p;
+                    p += 1;
+                    phase = Phase::Ows;
+                } else if p == cur.line_start {
+                    return err(ErrorKind::InvalidHeaderName, p);
+                } else if c == b' ' || c == b'\t' {
+                    if !lenient.contains(Lenient::SPACE_BEFORE_COLON) {
+                        return err(ErrorKind::SpaceBeforeColon, p);
+                    }
+                    self.signals.insert(Signals::SPACE_BEFORE_COLON);
+                    cur.name_end = p;
+                    phase = Phase::NameWs;
+                } else {
+                    return err(ErrorKind::InvalidHeaderName, p);
+                }
+            }
+            if phase == Phase::NameWs {
+                while let Some(b' ' | b'\t') = b.get(p) {
+                    p += 1;
+                }
+                match b.get(p) {
+                    None => partial!(Phase::NameWs),
+                    Some(b':') => p += 1,
+                    Some(_) => return err(ErrorKind::InvalidHeaderName, p),
+                }
+                phase = Phase::Ows;
+            }
+            if phase == Phase::Ows {
+                // Usually exactly one SP.
+                if b.get(p) == Some(&b' ') {
+                    p += 1;
+                }
+                while let Some(b' ' | b'\t') = b.get(p) {
+                    p += 1;
+                }
+                let Some(&c) = b.get(p) else { partial!(Phase::Ows) };
+                cur.seg = p;
+                if cur.vstart == UNSET && c != CR && c != LF {
+                    cur.vstart = p;
+                }
+            }
+            // Phase::Value
+            let c = loop {
+                p = S::value(b, p);
+                let Some(&c) = b.get(p) else { partial!(Phase::Value) };
+                if c == CR || c == LF {
+                    break c;
+                }
+                if !lenient.contains(Lenient::HEADERS) {
+                    return err(ErrorKind::InvalidHeaderValue, p);
+                }
+                self.signals.insert(Signals::CTL_IN_VALUE);
+                p += 1;
+            };
+            let term = p;
+            if c == CR {
+                match b.get(p + 1) {
+                    None => partial!(Phase::Value),
+                    Some(&LF) => p += 2,
+                    Some(_) => return err(ErrorKind::LoneCr, p),
+                }
+            } else {
+                self.bare_lf(p)?;
+                p += 1;
+            }
+            // Trim trailing OWS, within this line's segment only.
+            let mut e = term;
+            while e > cur.seg && matches!(b.get(e - 1), Some(b' ' | b'\t')) {
+                e -= 1;
+            }
+            if e > cur.seg {
+                cur.vend = e;
+            }
+            if !cur.folding {
+                cur.term = term;
+            }
+            let value = if cur.vstart == UNSET {
+                (cur.term as u32, cur.term as u32)
+            } else {
+                (cur.vstart as u32, cur.vend as u32)
+            };
+            let span = FieldSpan { name: (cur.line_start as u32, cur.name_end as u32), value };
+            if cur.folding {
+                if let Some(last) = self.fields.last_mut() {
+                    *last = span;
+                }
+            } else {
+                self.fields.push(span);
+            }
+            phase = Phase::LineStart;
+        }
+    }
+
+    fn complete(&mut self, b: &[u8], len: usize) -> Result<HeadStatus, Error> {
+        let m = semantics::interpret(b, &self.fields, self.version, self.opts.lenient)?;
+        self.signals.insert(m.signals);
+        self.body = Body::new(m.framing);
+        self.meaning = Some(m);
+        self.head_len = len;
+        self.pos = len;
+        self.st = St::Done;
+        Ok(HeadStatus::Complete(len))
+    }
+
+    /// The head, once `parse_head` said `Complete` (slices into `buf`).
+    pub fn head<'b>(&'b self, buf: &'b [u8]) -> Option<Head<'b>> {
+        self.build_head(buf, Cow::Borrowed(&self.fields))
+    }
+
+    fn build_head<'b>(&self, buf: &'b [u8], fields: Cow<'b, [FieldSpan]>) -> Option<Head<'b>> {
+        let m = self.meaning.as_ref()?;
+        if self.st != St::Done || buf.len() < self.head_len {
+            return None;
+        }
+        Some(Head {
+            method: simd::ascii_str(&buf[self.mstart..self.tstart - 1]),
+            target: simd::ascii_str(&buf[self.tstart..self.tend]),
+            version: self.version,
+            framing: m.framing,
+            keep_alive: m.keep_alive,
+            len: self.head_len,
+            buf,
+            fields,
+            host: m.host,
+            content_length: m.content_length,
+        })
+    }
+
+    /// After the head: the body bytes as they arrive, each call only the new
+    /// ones. Returns after at most one data segment.
+    pub fn parse_body(&mut self, input: &[u8]) -> Result<BodyStatus, Error> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        if self.st != St::Done {
+            return Ok(BodyStatus { consumed: 0, data: 0..0, done: false });
+        }
+        match self.body.parse(input, self.head_len + self.body_pos, &self.opts) {
+            Ok(s) => {
+                self.body_pos += s.consumed;
+                Ok(s)
+            }
+            Err(e) => {
+                self.error = Some(e);
+                self.signals.set_error(e.kind);
+                Err(e)
+            }
+        }
+    }
+
+    pub fn body_len(&self) -> u64 {
+        self.body.body_len
+    }
+
+    pub fn chunks(&self) -> u64 {
+        self.body.chunks
+    }
+
+    pub fn signals(&self) -> Signals {
+        self.signals | self.body.signals
+    }
+
+    pub fn body_done(&self) -> bool {
+        self.st == St::Done && self.body.done()
+    }
+}
+
+impl Kernel for Parser {
+    type Out = Result<HeadStatus, Error>;
+    #[inline(always)]
+    fn run<S: Scan>(&mut self, b: &[u8]) -> Self::Out {
+        Parser::run::<S>(self, b)
+    }
+}
+
+/// One-shot parse of a whole buffer: a head cut short is `IncompleteHead`;
+/// a body cut short is `complete: false`; bytes after the message are left.
+pub fn parse_request<'b>(buf: &'b [u8], opts: &Options) -> Result<Request<'b>, Error> {
+    parse_request_with(&mut Parser::new(*opts), buf)
+}
+
+/// [`parse_request`] with a caller's parser (reset first), so that after an
+/// error its [`Parser::signals`] tell what was met on the way.
+pub fn parse_request_with<'b>(p: &mut Parser, buf: &'b [u8]) -> Result<Request<'b>, Error> {
+    p.reset();
+    let len = match p.parse_head(buf)? {
+        HeadStatus::Complete(n) => n,
+        HeadStatus::Partial => {
+            let e = Error { kind: ErrorKind::IncompleteHead, offset: buf.len() };
+            p.signals.set_error(e.kind);
+            return Err(e);
+        }
+    };
+    let mut rest = &buf[len..];
+    let mut consumed = len;
+    loop {
+        if p.body_done() || rest.is_empty() {
+            break;
+        }
+        let s = p.parse_body(rest)?;
+        consumed += s.consumed;
+        rest = &rest[s.consumed..];
+        if s.consumed == 0 {
+            break;
+        }
+    }
+    let complete = p.body_done();
+    let head = p.build_head(buf, Cow::Owned(p.fields.clone())).expect("complete head");
+    Ok(Request { body_len: p.body_len(), complete, consumed, signals: p.signals(), head })
+}

@@ -1,0 +1,267 @@
+//! What the fields mean for framing and the connection, and the request
+//! target's form. Shared by the fast parser and the reference: both hand it
+//! the same spans, so this is not part of what the property test compares.
+
+use crate::types::*;
+
+pub(crate) struct Meaning {
+    pub framing: Framing,
+    pub keep_alive: bool,
+    pub host: Option<FieldSpan>,
+    pub content_length: Option<u64>,
+    pub signals: Signals,
+}
+
+#[inline]
+fn get(buf: &[u8], r: (u32, u32)) -> &[u8] {
+    buf.get(r.0 as usize..r.1 as usize).unwrap_or_default()
+}
+
+/// Transfer codings we know the name of; any other is answered 501.
+const KNOWN_CODINGS: [&[u8]; 6] = [b"chunked", b"gzip", b"deflate", b"compress", b"x-gzip", b"x-compress"];
+
+fn trim_ows(mut s: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = s {
+        s = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = s {
+        s = rest;
+    }
+    s
+}
+
+/// Content-Length: digits only, at least one, fits in u64. A list form
+/// (`5, 5`) is refused: RFC 9110 lets a recipient accept it, we do not.
+fn content_length(v: &[u8]) -> Option<u64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for &c in v {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+    }
+    Some(n)
+}
+
+/// Which of the four fields that matter a name is. Names are tchars only,
+/// and among tchars OR-ing 0x20 maps exactly the upper-case letters onto
+/// the lower-case ones and leaves `-` alone: so one OR and one compare per
+/// word is an exact case-insensitive match. Length first: most names fail there.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Known {
+    Host,
+    Connection,
+    ContentLength,
+    TransferEncoding,
+    Other,
+}
+
+#[inline(always)]
+fn word<const N: usize>(b: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w[..N].copy_from_slice(&b[at..at + N]);
+    u64::from_le_bytes(w) | (0x2020_2020_2020_2020 & (u64::MAX >> (64 - 8 * N)))
+}
+
+#[inline(always)]
+fn lit<const N: usize>(s: &[u8; N]) -> u64 {
+    let mut w = [0u8; 8];
+    w[..N].copy_from_slice(s);
+    u64::from_le_bytes(w)
+}
+
+#[inline]
+fn known(name: &[u8]) -> Known {
+    match name.len() {
+        4 if word::<4>(name, 0) == lit(b"host") => Known::Host,
+        10 if word::<8>(name, 0) == lit(b"connecti") && word::<2>(name, 8) == lit(b"on") => Known::Connection,
+        14 if word::<8>(name, 0) == lit(b"content-") && word::<6>(name, 8) == lit(b"length") => Known::ContentLength,
+        17 if word::<8>(name, 0) == lit(b"transfer")
+            && word::<8>(name, 8) == lit(b"-encodin")
+            && word::<1>(name, 16) == lit(b"g") =>
+        {
+            Known::TransferEncoding
+        }
+        _ => Known::Other,
+    }
+}
+
+/// (`close`, `keep-alive`) for one Connection token. The OR-0x20 compare is
+/// exact here too: the only other byte it maps onto a letter or `-` is CR,
+/// which is never inside a value.
+#[inline]
+fn connection_token(t: &[u8]) -> (bool, bool) {
+    match t.len() {
+        5 => (word::<5>(t, 0) == lit(b"close"), false),
+        10 => (false, word::<8>(t, 0) == lit(b"keep-ali") && word::<2>(t, 8) == lit(b"ve")),
+        _ => (false, false),
+    }
+}
+
+/// Reads the fields that decide framing, keep-alive and Host, in order; the
+/// first offending field is the one reported (offset: its value's start).
+/// What the fields said so far (see `interpret`).
+#[derive(Default)]
+struct Acc {
+    signals: Signals,
+    host: Option<FieldSpan>,
+    cl: Option<u64>,
+    te_first: Option<usize>,
+    te_last: usize,
+    chunked_count: u32,
+    last_is_chunked: bool,
+    close: bool,
+    keep: bool,
+}
+
+impl Acc {
+    #[inline(always)]
+    fn field(&mut self, buf: &[u8], f: &FieldSpan, lenient: Lenient) -> Result<(), Error> {
+        let Acc { signals, host, cl, te_first, te_last, chunked_count, last_is_chunked, close, keep } = self;
+        let at = f.value.0 as usize;
+        match known(get(buf, f.name)) {
+            Known::Other => {}
+            Known::Host => {
+                if host.is_none() {
+                    *host = Some(*f);
+                }
+            }
+            Known::Connection => {
+                let v = get(buf, f.value);
+                // The common single token, without the list machinery.
+                if !v.contains(&b',') {
+                    let (c, k) = connection_token(v);
+                    *close |= c;
+                    *keep |= k;
+                } else {
+                    for t in v.split(|&c| c == b',') {
+                        let (c, k) = connection_token(trim_ows(t));
+                        *close |= c;
+                        *keep |= k;
+                    }
+                }
+            }
+            Known::ContentLength => {
+                let n = content_length(get(buf, f.value))
+                    .ok_or(Error { kind: ErrorKind::InvalidContentLength, offset: at })?;
+                match *cl {
+                    None => *cl = Some(n),
+                    Some(old) if old == n => signals.insert(Signals::REPEATED_CONTENT_LENGTH),
+                    Some(_) if lenient.contains(Lenient::DUPLICATE_CONTENT_LENGTH) => {
+                        signals.insert(Signals::CONFLICTING_CONTENT_LENGTH)
+                    }
+                    Some(_) => return Err(Error { kind: ErrorKind::ConflictingContentLength, offset: at }),
+                }
+            }
+            Known::TransferEncoding => {
+                te_first.get_or_insert(at);
+                *te_last = at;
+                let mut any = false;
+                // Empty list elements are allowed by the list rule (RFC 9110 5.6.1).
+                for t in get(buf, f.value).split(|&c| c == b',').map(trim_ows).filter(|t| !t.is_empty()) {
+                    any = true;
+                    if !t.iter().all(|&c| is_tchar(c)) {
+                        return Err(Error { kind: ErrorKind::InvalidTransferEncoding, offset: at });
+                    }
+                    if !KNOWN_CODINGS.iter().any(|k| t.eq_ignore_ascii_case(k)) {
+                        return Err(Error { kind: ErrorKind::UnknownTransferCoding, offset: at });
+                    }
+                    *last_is_chunked = t.eq_ignore_ascii_case(b"chunked");
+                    *chunked_count += u32::from(*last_is_chunked);
+                }
+                if !any {
+                    return Err(Error { kind: ErrorKind::InvalidTransferEncoding, offset: at });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn interpret(
+    buf: &[u8],
+    fields: &[FieldSpan],
+    version: Version,
+    lenient: Lenient,
+) -> Result<Meaning, Error> {
+    let mut acc = Acc::default();
+    for f in fields {
+        // Most names are of none of the four lengths: one shift and test.
+        let len = f.name.1.wrapping_sub(f.name.0);
+        if len <= 17 && (1u32 << len) & ((1 << 4) | (1 << 10) | (1 << 14) | (1 << 17)) != 0 {
+            acc.field(buf, f, lenient)?;
+        }
+    }
+    let Acc { mut signals, host, cl, te_first, te_last, chunked_count, last_is_chunked, close, keep } = acc;
+    if host.is_none() {
+        signals.insert(Signals::MISSING_HOST);
+    }
+    let framing = if let Some(te_at) = te_first {
+        if version == Version::Http10 {
+            return Err(Error { kind: ErrorKind::TransferEncodingHttp10, offset: te_at });
+        }
+        if cl.is_some() {
+            if !lenient.contains(Lenient::CHUNKED_LENGTH) {
+                return Err(Error { kind: ErrorKind::ContentLengthWithTransferEncoding, offset: te_at });
+            }
+            signals.insert(Signals::CL_AND_TE);
+        }
+        if chunked_count == 1 && last_is_chunked {
+            Framing::Chunked
+        } else if lenient.contains(Lenient::TRANSFER_ENCODING) {
+            signals.insert(Signals::BAD_TRANSFER_ENCODING);
+            if chunked_count > 0 {
+                Framing::Chunked
+            } else {
+                Framing::None
+            }
+        } else {
+            return Err(Error { kind: ErrorKind::ChunkedNotLast, offset: te_last });
+        }
+    } else {
+        match cl {
+            Some(n) => Framing::Length(n),
+            None => Framing::None,
+        }
+    };
+    let keep_alive = match version {
+        Version::Http11 => !close,
+        Version::Http10 => keep && !close,
+    };
+    Ok(Meaning { framing, keep_alive, host, content_length: cl, signals })
+}
+
+/// Whether `target` (non-empty, bytes 0x21-0x7E) has a form allowed for `method`.
+pub(crate) fn target_ok(method: &[u8], target: &[u8]) -> bool {
+    if method == b"CONNECT" {
+        return authority_form(target);
+    }
+    match target {
+        [b'/', ..] | [b'*'] => true,
+        _ => absolute_form(target),
+    }
+}
+
+/// `scheme "://" ...`: requiring the authority's `//` is what tells an
+/// absolute target apart from `host:port`, which is CONNECT's alone.
+fn absolute_form(t: &[u8]) -> bool {
+    let Some((&first, rest)) = t.split_first() else { return false };
+    if !first.is_ascii_alphabetic() {
+        return false;
+    }
+    let n = rest.iter().take_while(|&&c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'-' | b'.')).count();
+    rest[n..].starts_with(b"://")
+}
+
+/// `host ":" port`, port 1*DIGIT, host non-empty without `/?#@`.
+fn authority_form(t: &[u8]) -> bool {
+    let Some(colon) = t.iter().rposition(|&c| c == b':') else { return false };
+    let (host, port) = (&t[..colon], &t[colon + 1..]);
+    !host.is_empty()
+        && !port.is_empty()
+        && port.iter().all(u8::is_ascii_digit)
+        && !host.iter().any(|c| matches!(c, b'/' | b'?' | b'#' | b'@'))
+}
