@@ -10,6 +10,8 @@
 //! run gives the machine's limit.
 #![deny(unsafe_code)]
 
+pub mod http_parse;
+mod pico;
 pub mod probe;
 pub mod report;
 pub mod ring;

@@ -10,6 +10,8 @@ use std::time::Instant;
 
 #[path = "bench_filter.rs"]
 mod bench_filter;
+#[path = "bench_http.rs"]
+mod bench_http;
 #[path = "bench_http_load.rs"]
 mod bench_http_load;
 #[path = "bench_mem.rs"]
@@ -32,6 +34,8 @@ pub enum BenchCommand {
     /// Loading a 6M-entry list from text against the file `sluice compile` makes of it.
     Load(bench_rules::LoadBenchArgs),
     /// sluice http-load against wrk on the same sluice http-serve, alternating, as ratios.
+    /// HTTP/1.1 request parsers: sluice-h1 against httparse and picohttpparser, and the seed's goto-vs-switch case.
+    Http(bench_http::HttpParseBenchArgs),
     HttpLoad(bench_http_load::HttpBenchArgs),
     /// Cache line aliasing: page-aligned arrays against compounding offsets (the seed's pad table).
     Aliasing(bench_mem::AliasingArgs),
@@ -151,6 +155,7 @@ pub fn run(cmd: BenchCommand) -> Result<Outcome> {
         BenchCommand::Filter(a) => bench_filter::run(a),
         BenchCommand::Rules(a) => bench_rules::run(a),
         BenchCommand::Load(a) => bench_rules::run_load(a),
+        BenchCommand::Http(a) => bench_http::run(a),
         BenchCommand::HttpLoad(a) => bench_http_load::run(a),
         BenchCommand::Aliasing(a) => bench_mem::aliasing(a),
         BenchCommand::Memalign(a) => bench_mem::memalign(a),

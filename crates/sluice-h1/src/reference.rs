@@ -434,4 +434,21 @@ impl Parser {
     pub fn signals(&self) -> Signals {
         self.signals | self.body.as_ref().map_or(Signals::NONE, |b| b.signals)
     }
+
+    /// The head's length once it is complete.
+    pub fn head_len(&self) -> Option<usize> {
+        matches!(self.st, State::Body | State::Done).then_some(self.head_len)
+    }
+
+    /// Ready for the next message, keeping the buffers' capacity: what a
+    /// server does per request, so `sluice bench http` times the state
+    /// machine rather than the allocator.
+    pub fn reset(&mut self) {
+        let (mut seen, mut spans) = (std::mem::take(&mut self.seen), std::mem::take(&mut self.fields.spans));
+        seen.clear();
+        spans.clear();
+        *self = Parser::new(self.opts);
+        self.seen = seen;
+        self.fields.spans = spans;
+    }
 }
