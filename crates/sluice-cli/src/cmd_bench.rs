@@ -10,6 +10,8 @@ use std::time::Instant;
 
 #[path = "bench_filter.rs"]
 mod bench_filter;
+#[path = "bench_guard.rs"]
+mod bench_guard;
 #[path = "bench_http.rs"]
 mod bench_http;
 #[path = "bench_http_load.rs"]
@@ -43,6 +45,8 @@ pub enum BenchCommand {
     Memalign(bench_mem::MemalignArgs),
     /// The seed's pool workloads: our TfwPool-style pool against bumpalo, malloc and mimalloc.
     Pool(bench_mem::PoolArgs),
+    /// http-load straight to http-serve against through http-guard (limits on, none reached), alternating, as a ratio.
+    Guard(bench_guard::GuardBenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -160,6 +164,7 @@ pub fn run(cmd: BenchCommand) -> Result<Outcome> {
         BenchCommand::Aliasing(a) => bench_mem::aliasing(a),
         BenchCommand::Memalign(a) => bench_mem::memalign(a),
         BenchCommand::Pool(a) => bench_mem::pool(a),
+        BenchCommand::Guard(a) => bench_guard::run(a),
     }
 }
 

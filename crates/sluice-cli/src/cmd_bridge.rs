@@ -107,7 +107,7 @@ fn unix_ms() -> u64 {
 }
 
 /// Where metrics may be served: loopback, unless remote access was asked for.
-fn metrics_addr(s: &str, allow_remote: bool) -> Result<SocketAddr> {
+pub(crate) fn metrics_addr(s: &str, allow_remote: bool) -> Result<SocketAddr> {
     let addr: SocketAddr = s
         .parse()
         .with_context(|| format!("--metrics {s:?}: expected ADDRESS:PORT, e.g. 127.0.0.1:9100 or [::1]:9100"))?;

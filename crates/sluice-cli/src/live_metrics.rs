@@ -288,7 +288,7 @@ impl std::fmt::Debug for Exporter {
     }
 }
 
-fn counter(
+pub fn counter(
     enc: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -301,7 +301,7 @@ fn counter(
     Ok(())
 }
 
-fn gauge(
+pub fn gauge(
     enc: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -476,13 +476,19 @@ impl Collector for Exporter {
 pub fn serve(listener: TcpListener, shared: Arc<Shared>) {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Exporter(shared)));
+    serve_registry(listener, &registry, "sluice bridge");
+}
+
+/// Serves `registry` at `/metrics` (the bridge's responder, shared with
+/// `http-guard`); `who` names the program on `/`.
+pub fn serve_registry(listener: TcpListener, registry: &Registry, who: &str) {
     for conn in listener.incoming() {
         let Ok(stream) = conn else { continue };
-        let _ = answer(stream, &registry);
+        let _ = answer(stream, registry, who);
     }
 }
 
-fn answer(mut s: TcpStream, registry: &Registry) -> std::io::Result<()> {
+fn answer(mut s: TcpStream, registry: &Registry, who: &str) -> std::io::Result<()> {
     s.set_read_timeout(Some(Duration::from_secs(2)))?;
     s.set_write_timeout(Some(Duration::from_secs(2)))?;
     let mut buf = [0u8; 4096];
@@ -509,7 +515,7 @@ fn answer(mut s: TcpStream, registry: &Registry) -> std::io::Result<()> {
                 Err(_) => ("500 Internal Server Error", "text/plain", "encoding the metrics failed\n".to_owned()),
             }
         }
-        (Some("GET"), Some("/")) => ("200 OK", "text/plain", "sluice bridge: metrics at /metrics\n".to_owned()),
+        (Some("GET"), Some("/")) => ("200 OK", "text/plain", format!("{who}: metrics at /metrics\n")),
         (Some("GET"), Some(_)) => ("404 Not Found", "text/plain", "not found; metrics are at /metrics\n".to_owned()),
         (Some(_), Some(_)) => ("405 Method Not Allowed", "text/plain", "only GET\n".to_owned()),
         _ => ("400 Bad Request", "text/plain", "bad request\n".to_owned()),

@@ -11,6 +11,7 @@ mod cmd_demo;
 mod cmd_filter;
 mod cmd_gen;
 mod cmd_h1;
+mod cmd_guard;
 mod cmd_http;
 mod cmd_rss;
 mod cmd_send;
@@ -86,6 +87,8 @@ enum Command {
     HttpLoad(cmd_http::LoadArgs),
     /// Parse one HTTP/1.1 request strictly and print what it holds (or why it is refused) as JSON.
     HttpParse(cmd_h1::ParseArgs),
+    /// Reverse proxy enforcing Tempesta frang-style limits per client IP; breaches can block the IP (ipset file).
+    HttpGuard(cmd_guard::GuardArgs),
     /// Reproducible experiments: the seed's classification test bed.
     #[command(subcommand)]
     Bench(cmd_bench::BenchCommand),
@@ -109,6 +112,7 @@ fn main() -> ExitCode {
         Command::HttpServe(a) => cmd_http::serve(a),
         Command::HttpLoad(a) => cmd_http::load(a),
         Command::HttpParse(a) => cmd_h1::parse(a),
+        Command::HttpGuard(a) => cmd_guard::run(a),
     };
     ExitCode::from(match result {
         Ok(Outcome::Complete) => exit::OK,

@@ -313,18 +313,6 @@ fn a_port_rule_judges_a_reassembled_datagram_whole() {
     assert!(kp.is_disjoint(&kd), "a datagram split across pass and drop");
 }
 
-/// A pcap of Ethernet frames, written by hand.
-fn pcap(frames: &[Vec<u8>]) -> Vec<u8> {
-    let mut out = vec![0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 1, 0, 0, 0];
-    for f in frames {
-        out.extend_from_slice(&[0u8; 8]);
-        out.extend_from_slice(&(f.len() as u32).to_le_bytes());
-        out.extend_from_slice(&(f.len() as u32).to_le_bytes());
-        out.extend_from_slice(f);
-    }
-    out
-}
-
 #[test]
 fn v4mapped_matches_ipv4_entries() {
     let dir = tempfile::tempdir().unwrap();

@@ -166,7 +166,8 @@ pub struct Server {
     config: Config,
 }
 
-fn reuseport_listener(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+/// A non-blocking listener on `addr` with SO_REUSEADDR and SO_REUSEPORT (one per thread).
+pub fn reuseport_listener(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
     let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     s.set_reuse_address(true)?;
     s.set_reuse_port(true)?;

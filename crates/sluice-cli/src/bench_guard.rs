@@ -1,0 +1,170 @@
+//! `sluice bench guard`: `sluice http-load` straight to `sluice http-serve`
+//! against the same load through `sluice http-guard` (limits set, none
+//! reached), repetitions alternating, one JSON line per repetition and one
+//! with the medians. The target (guarded >= 0.7 x direct) is reported, not
+//! asserted: on a small machine the three processes share the cores.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+#[derive(Args, Debug)]
+pub struct GuardBenchArgs {
+    /// Seconds per contender per repetition.
+    #[arg(long, default_value_t = 5)]
+    pub duration: u64,
+    #[arg(long, default_value_t = 32)]
+    pub connections: usize,
+    /// Threads of each of http-load, http-serve and http-guard.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// Source addresses of the connections (one per connection, so no one
+    /// address carries the whole rate).
+    #[arg(long, default_value = "127.6.0.0/24")]
+    pub source: String,
+}
+
+/// A child killed when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Start `sluice ARGS` and read the address it announces on stderr after `prefix`.
+fn spawn_announced(exe: &Path, args: &[&str], prefix: &str) -> Result<(Killed, String)> {
+    let mut child = Command::new(exe)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting sluice {}", args[0]))?;
+    let stderr = child.stderr.take().context("stderr")?;
+    let child = Killed(child);
+    for line in BufReader::new(stderr).lines() {
+        if let Some(a) = line?.strip_prefix(prefix) {
+            return Ok((child, a.trim().to_owned()));
+        }
+    }
+    bail!("sluice {} did not say where it listens", args[0])
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+pub fn run(a: GuardBenchArgs) -> Result<crate::Outcome> {
+    if a.reps == 0 || a.duration == 0 {
+        bail!("--reps and --duration must be at least 1");
+    }
+    let exe = std::env::current_exe().context("finding the sluice binary")?;
+    let total = (a.duration as usize * a.reps * 2 + 30).to_string();
+    let threads = a.threads.to_string();
+    let (_server, upstream) = spawn_announced(
+        &exe,
+        &["http-serve", "--listen", "127.0.0.1:0", "--threads", &threads, "--duration", &total],
+        "sluice: serving on ",
+    )?;
+    // Every limit on, none reached: the accounting runs on every request.
+    let guard_args = [
+        "http-guard",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &upstream,
+        "--threads",
+        &threads,
+        "--duration",
+        &total,
+        "--request-rate",
+        "60000",
+        "--request-burst",
+        "60000",
+        "--connection-rate",
+        "1000",
+        "--concurrent-connections",
+        "1000",
+        "--client-header-timeout",
+        "5000",
+        "--http-header-cnt",
+        "64",
+        "--http-uri-len",
+        "4096",
+        "--http-field-len",
+        "4096",
+        "--http-methods",
+        "GET,HEAD,POST",
+        "--http-host-required",
+        "--ip-block",
+        "10",
+        // http-serve pins its thread 0 to CPU 0; pinning the guard there too
+        // would put both on one core.
+        "--no-pin",
+    ];
+    let (_guard, guarded) = spawn_announced(&exe, &guard_args, "sluice: guarding on ")?;
+    let (conns, dur) = (a.connections.to_string(), a.duration.to_string());
+    let rps = |addr: &str| -> Result<f64> {
+        let url = format!("http://{addr}/");
+        let out = Command::new(&exe)
+            .args(["http-load", "--url", &url, "--threads", &threads, "--connections", &conns])
+            .args(["--duration", &dur, "--source", &a.source, "--json"])
+            .output()
+            .context("running sluice http-load")?;
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("http-load printed no JSON report")?;
+        let errors = v["errors"]
+            .as_object()
+            .map_or(0, |e| e.iter().filter(|(k, _)| *k != "status").filter_map(|(_, n)| n.as_u64()).sum::<u64>());
+        if errors > 0 || v["errors"]["status"].as_object().is_some_and(|s| !s.is_empty()) {
+            bail!("http-load to {addr} had errors (a limit was reached?): {}", v["errors"]);
+        }
+        v["rps"].as_f64().context("http-load's report has no rps")
+    };
+    let (mut direct, mut through) = (Vec::new(), Vec::new());
+    for rep in 0..a.reps {
+        // Alternate which goes first, so drift in the machine's state hits both.
+        let (d, g) = if rep % 2 == 0 {
+            let d = rps(&upstream)?;
+            (d, rps(&guarded)?)
+        } else {
+            let g = rps(&guarded)?;
+            (rps(&upstream)?, g)
+        };
+        println!(
+            "{}",
+            serde_json::json!({"bench": "guard", "rep": rep, "direct_rps": d, "guarded_rps": g, "ratio": g / d})
+        );
+        direct.push(d);
+        through.push(g);
+    }
+    let ratios: Vec<f64> = direct.iter().zip(&through).map(|(d, g)| g / d).collect();
+    let (md, mg, mr) = (median(&direct), median(&through), median(&ratios));
+    println!(
+        "{}",
+        serde_json::json!({
+            "bench": "guard",
+            "connections": a.connections,
+            "threads": a.threads,
+            "duration_s": a.duration,
+            "reps": a.reps,
+            "median_direct_rps": md,
+            "median_guarded_rps": mg,
+            "median_ratio": mr,
+            "target": { "min_ratio": 0.7, "met": mr >= 0.7 },
+        })
+    );
+    Ok(crate::Outcome::Complete)
+}

@@ -1,0 +1,251 @@
+//! `sluice http-guard`: flags into a `sluice_guard::Config`, the metrics
+//! responder, the wait for `--duration` or a signal, and the summary. The
+//! proxy, the limits and the block file are `sluice-guard`'s.
+
+use crate::live_metrics;
+use crate::Outcome;
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::registry::Registry;
+use sluice_guard::{BlockAction, Config, Guard, Limit, Limits, RespCodeBlock, Shared};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Answer 429 (rate limits) or 400/405/408/413/414/431, then close.
+    Reply,
+    /// Close with a TCP RST (SO_LINGER 0), no answer.
+    Reset,
+}
+
+#[derive(Args, Debug)]
+pub struct GuardArgs {
+    /// Address to listen on (port 0: any free port; the bound one is printed on stderr).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8081")]
+    pub listen: SocketAddr,
+    /// The server to protect (requests are forwarded over keep-alive pools, one per thread).
+    #[arg(long, value_name = "ADDR")]
+    pub upstream: SocketAddr,
+    /// Event-loop threads, each with its own SO_REUSEPORT socket and upstream pool.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub threads: usize,
+    /// Requests per second per client IP (frang request_rate; 8 slots of 125 ms).
+    #[arg(long, value_name = "N")]
+    pub request_rate: Option<u32>,
+    /// Requests per 1/8 s per client IP (frang request_burst).
+    #[arg(long, value_name = "N")]
+    pub request_burst: Option<u32>,
+    /// New connections per second per client IP.
+    #[arg(long, value_name = "N")]
+    pub connection_rate: Option<u32>,
+    /// New connections per 1/8 s per client IP.
+    #[arg(long, value_name = "N")]
+    pub connection_burst: Option<u32>,
+    /// Open connections per client IP.
+    #[arg(long, value_name = "N")]
+    pub concurrent_connections: Option<u32>,
+    /// A request's head must arrive within this many ms of its first byte (slowloris).
+    #[arg(long, value_name = "MS")]
+    pub client_header_timeout: Option<u64>,
+    /// A request's body must arrive within this many ms of the end of its head.
+    #[arg(long, value_name = "MS")]
+    pub client_body_timeout: Option<u64>,
+    /// Header lines per request.
+    #[arg(long, value_name = "N")]
+    pub http_header_cnt: Option<u32>,
+    /// Bytes in one header line.
+    #[arg(long, value_name = "N")]
+    pub http_field_len: Option<u32>,
+    /// Bytes in the request target.
+    #[arg(long, value_name = "N")]
+    pub http_uri_len: Option<u32>,
+    /// Bytes in a request body (Content-Length, or chunked data as it arrives).
+    #[arg(long, value_name = "N")]
+    pub http_body_len: Option<u64>,
+    /// Allowed methods, e.g. GET,HEAD,POST.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub http_methods: Option<Vec<String>>,
+    /// Requests without a (non-empty) Host header are a breach.
+    #[arg(long)]
+    pub http_host_required: bool,
+    /// CODES:LIMIT:SECONDS, e.g. 403,404:10:2: that many such upstream responses within the period is a breach.
+    #[arg(long, value_name = "SPEC")]
+    pub http_resp_code_block: Option<RespCodeBlock>,
+    /// What a breach does to the connection.
+    #[arg(long, value_enum, default_value = "reply")]
+    pub block_action: Action,
+    /// Also block the client IP for this many seconds (0: until restart): its
+    /// connections are closed and new ones refused at accept.
+    #[arg(long, value_name = "SECONDS")]
+    pub ip_block: Option<u64>,
+    /// Publish the blocks here as `ipset save` lines (atomic rewrites, a few per second at most).
+    #[arg(long, value_name = "FILE", requires = "ip_block")]
+    pub block_file: Option<PathBuf>,
+    /// Client IPs tracked at most (idle ones are evicted, clock order); blocks have a table of this size too.
+    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    pub max_clients: usize,
+    /// Largest request head; longer ones get 431.
+    #[arg(long, value_name = "BYTES", default_value_t = 16 * 1024)]
+    pub max_head: usize,
+    /// Serve Prometheus metrics at http://ADDR/metrics (loopback only; port 0 picks one, printed on stderr).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+    /// Stop after this many seconds (default: at SIGINT or SIGTERM).
+    #[arg(long, value_name = "S")]
+    pub duration: Option<f64>,
+    /// Allow non-loopback listen and upstream addresses.
+    #[arg(long)]
+    pub allow_remote: bool,
+    /// Do not pin thread i to CPU i.
+    #[arg(long)]
+    pub no_pin: bool,
+    /// Print the summary as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The guard's counters as Prometheus metrics.
+struct Exporter(Arc<Shared>);
+
+impl std::fmt::Debug for Exporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GuardExporter")
+    }
+}
+
+impl Collector for Exporter {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let r = self.0.report();
+        let c = |enc: &mut DescriptorEncoder, name: &str, help: &str, v: u64| {
+            live_metrics::counter(enc, name, help, &[(vec![], v)])
+        };
+        c(&mut enc, "sluice_guard_requests", "Request heads received.", r.requests)?;
+        c(&mut enc, "sluice_guard_forwarded", "Requests forwarded upstream.", r.forwarded)?;
+        let breaches: Vec<_> =
+            Limit::ALL.iter().map(|l| (vec![("limit", l.name().to_owned())], r.breaches[l.name()])).collect();
+        live_metrics::counter(&mut enc, "sluice_guard_breaches", "Limit breaches, by limit.", &breaches)?;
+        c(&mut enc, "sluice_guard_blocks", "Client IPs blocked.", r.blocked_total)?;
+        live_metrics::gauge(
+            &mut enc,
+            "sluice_guard_blocks_active",
+            "Client IPs blocked now.",
+            &[(vec![], r.blocked_active as i64)],
+        )?;
+        c(
+            &mut enc,
+            "sluice_guard_refused_at_accept",
+            "Connections closed at accept (blocked, or no room to track).",
+            r.refused_at_accept,
+        )?;
+        live_metrics::gauge(
+            &mut enc,
+            "sluice_guard_clients_tracked",
+            "Client IPs with state.",
+            &[(vec![], r.clients_tracked as i64)],
+        )?;
+        c(&mut enc, "sluice_guard_clients_evicted", "Idle client states evicted for room.", r.clients_evicted)?;
+        c(
+            &mut enc,
+            "sluice_guard_upstream_errors",
+            "Upstream connects, writes or responses that failed.",
+            r.upstream_errors,
+        )?;
+        c(&mut enc, "sluice_guard_connections", "Client connections accepted.", r.connections)?;
+        c(&mut enc, "sluice_guard_bytes_in", "Bytes read from clients.", r.bytes_in)?;
+        c(&mut enc, "sluice_guard_bytes_out", "Bytes written to clients.", r.bytes_out)?;
+        Ok(())
+    }
+}
+
+pub fn run(a: GuardArgs) -> Result<Outcome> {
+    let limits = Limits {
+        request_rate: a.request_rate,
+        request_burst: a.request_burst,
+        connection_rate: a.connection_rate,
+        connection_burst: a.connection_burst,
+        concurrent_connections: a.concurrent_connections,
+        client_header_timeout_ms: a.client_header_timeout,
+        client_body_timeout_ms: a.client_body_timeout,
+        http_header_cnt: a.http_header_cnt,
+        http_field_len: a.http_field_len,
+        http_uri_len: a.http_uri_len,
+        http_body_len: a.http_body_len,
+        http_methods: a.http_methods,
+        http_host_required: a.http_host_required,
+        http_resp_code_block: a.http_resp_code_block,
+    };
+    // Loopback only: the counters say who is blocked.
+    let metrics = a.metrics.as_deref().map(|m| crate::cmd_bridge::metrics_addr(m, false)).transpose()?;
+    let guard = Guard::bind(Config {
+        listen: a.listen,
+        upstream: a.upstream,
+        threads: a.threads,
+        limits,
+        action: match a.block_action {
+            Action::Reply => BlockAction::Reply,
+            Action::Reset => BlockAction::Reset,
+        },
+        ip_block: a.ip_block,
+        block_file: a.block_file,
+        max_clients: a.max_clients,
+        max_head: a.max_head.max(64),
+        allow_remote: a.allow_remote,
+        pin: !a.no_pin,
+    })?;
+    let addr = guard.local_addr();
+    let running = guard.start()?;
+    let stop = running.stop_flag();
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).context("installing the signal handlers")?;
+    }
+    if let Some(m) = metrics {
+        let listener = std::net::TcpListener::bind(m).with_context(|| format!("--metrics: cannot listen on {m}"))?;
+        let bound = listener.local_addr().context("--metrics: local address")?;
+        eprintln!("sluice: metrics at http://{bound}/metrics");
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Exporter(running.shared())));
+        std::thread::Builder::new()
+            .name("sluice-metrics".into())
+            .spawn(move || live_metrics::serve_registry(listener, &registry, "sluice http-guard"))
+            .context("starting the metrics thread")?;
+    }
+    // After the threads run, so a client that reads this line can connect at once.
+    eprintln!("sluice: guarding on {addr}");
+    let started = Instant::now();
+    let until = a.duration.map(|s| started + Duration::from_secs_f64(s.max(0.0)));
+    while !stop.load(Ordering::Relaxed) && until.is_none_or(|t| Instant::now() < t) && !running.any_finished() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let elapsed = started.elapsed();
+    let report = running.join().context("http-guard")?;
+    if a.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!(
+            "{} requests in {:.1} s, {} forwarded; {} connections, {} refused at accept; {} blocked ({} active); \
+             {} clients tracked, {} evicted; {} upstream errors; {} bytes in, {} bytes out",
+            report.requests,
+            elapsed.as_secs_f64(),
+            report.forwarded,
+            report.connections,
+            report.refused_at_accept,
+            report.blocked_total,
+            report.blocked_active,
+            report.clients_tracked,
+            report.clients_evicted,
+            report.upstream_errors,
+            report.bytes_in,
+            report.bytes_out
+        );
+        let broken: Vec<String> =
+            report.breaches.iter().filter(|(_, &n)| n > 0).map(|(k, n)| format!("{k} x{n}")).collect();
+        println!("  breaches: {}", if broken.is_empty() { "none".into() } else { broken.join(", ") });
+    }
+    Ok(Outcome::Complete)
+}

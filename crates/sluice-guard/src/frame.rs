@@ -1,0 +1,162 @@
+//! Every use of the request parser (`sluice-h1`) is here: heads parsed
+//! strictly and resumably, their limits checked, bodies walked so the proxy
+//! knows where a request ends (the bytes are forwarded verbatim).
+
+use crate::limits::{Limit, Limits};
+use sluice_h1::{BodyStatus, Framing, HeadStatus, Options, Parser};
+
+/// A refused request: the breach, the status to answer and the parser's reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    pub limit: Limit,
+    pub status: u16,
+    pub reason: &'static str,
+}
+
+impl Refusal {
+    fn limit(limit: Limit) -> Refusal {
+        Refusal { limit, status: limit.status(), reason: limit.name() }
+    }
+
+    fn parse(e: sluice_h1::Error) -> Refusal {
+        Refusal { limit: Limit::HttpParse, status: e.kind.status(), reason: e.kind.as_str() }
+    }
+}
+
+/// A complete head that passed the limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadInfo {
+    pub len: usize,
+    pub keep_alive: bool,
+    /// HEAD: the response has no body whatever its Content-Length says.
+    pub head_method: bool,
+    pub has_body: bool,
+}
+
+pub enum HeadStep {
+    Partial,
+    Complete(HeadInfo),
+}
+
+/// One client connection's request framing.
+pub struct RequestFramer {
+    parser: Parser,
+}
+
+impl RequestFramer {
+    pub fn new(max_head: usize) -> RequestFramer {
+        RequestFramer { parser: Parser::new(Options { max_head, ..Options::default() }) }
+    }
+
+    /// Ready for the next request.
+    pub fn reset(&mut self) {
+        self.parser.reset();
+    }
+
+    /// `buf`: the message from its first byte, grown since the last call.
+    pub fn head(&mut self, buf: &[u8], limits: &Limits) -> Result<HeadStep, Refusal> {
+        let len = match self.parser.parse_head(buf).map_err(Refusal::parse)? {
+            HeadStatus::Partial => return Ok(HeadStep::Partial),
+            HeadStatus::Complete(n) => n,
+        };
+        let h = self.parser.head(buf).expect("a complete head");
+        let over = |limit: Option<u32>, v: usize| limit.is_some_and(|l| v > l as usize);
+        if over(limits.http_uri_len, h.target.len()) {
+            return Err(Refusal::limit(Limit::HttpUriLen));
+        }
+        if over(limits.http_header_cnt, h.header_count()) {
+            return Err(Refusal::limit(Limit::HttpHeaderCnt));
+        }
+        if over(limits.http_field_len, h.longest_header_line()) {
+            return Err(Refusal::limit(Limit::HttpFieldLen));
+        }
+        if limits.http_methods.as_ref().is_some_and(|m| !m.iter().any(|m| m == h.method)) {
+            return Err(Refusal::limit(Limit::HttpMethods));
+        }
+        if limits.http_host_required && h.host().is_none_or(<[u8]>::is_empty) {
+            return Err(Refusal::limit(Limit::HttpHostRequired));
+        }
+        if let (Some(max), Some(n)) = (limits.http_body_len, h.content_length()) {
+            if n > max {
+                return Err(Refusal::limit(Limit::HttpBodyLen));
+            }
+        }
+        let has_body = match h.framing {
+            Framing::None | Framing::Length(0) => false,
+            Framing::Length(_) | Framing::Chunked => true,
+        };
+        Ok(HeadStep::Complete(HeadInfo { len, keep_alive: h.keep_alive, head_method: h.method == "HEAD", has_body }))
+    }
+
+    /// Walk body bytes `input` (new bytes only): how many belong to this
+    /// request and whether it ended. Chunked bodies are checked against
+    /// `--http-body-len` as they arrive.
+    pub fn body(&mut self, input: &[u8], limits: &Limits) -> Result<(usize, bool), Refusal> {
+        let mut at = 0;
+        loop {
+            let BodyStatus { consumed, done, .. } = self.parser.parse_body(&input[at..]).map_err(Refusal::parse)?;
+            at += consumed;
+            if limits.http_body_len.is_some_and(|max| self.parser.body_len() > max) {
+                return Err(Refusal::limit(Limit::HttpBodyLen));
+            }
+            if done || consumed == 0 || at == input.len() {
+                return Ok((at, done));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(raw: &[u8], limits: &Limits) -> Result<Option<HeadInfo>, Refusal> {
+        let mut f = RequestFramer::new(16 << 10);
+        Ok(match f.head(raw, limits)? {
+            HeadStep::Partial => None,
+            HeadStep::Complete(h) => Some(h),
+        })
+    }
+
+    #[test]
+    fn head_limits_refuse_with_their_status() {
+        let l = Limits {
+            http_uri_len: Some(8),
+            http_header_cnt: Some(2),
+            http_field_len: Some(20),
+            http_methods: Some(vec!["GET".into(), "HEAD".into()]),
+            http_host_required: true,
+            http_body_len: Some(10),
+            ..Limits::default()
+        };
+        let ok = head(b"HEAD /a HTTP/1.1\r\nHost: x\r\n\r\n", &l).unwrap().unwrap();
+        assert!(ok.head_method && ok.keep_alive && !ok.has_body);
+        let cases: [(&[u8], Limit, u16); 7] = [
+            (b"GET /123456789 HTTP/1.1\r\nHost: x\r\n\r\n", Limit::HttpUriLen, 414),
+            (b"GET / HTTP/1.1\r\nHost: x\r\nA: 1\r\nB: 2\r\n\r\n", Limit::HttpHeaderCnt, 431),
+            (b"GET / HTTP/1.1\r\nHost: x\r\nA: 123456789012345678\r\n\r\n", Limit::HttpFieldLen, 431),
+            (b"PUT / HTTP/1.1\r\nHost: x\r\n\r\n", Limit::HttpMethods, 405),
+            (b"GET / HTTP/1.1\r\nA: 1\r\n\r\n", Limit::HttpHostRequired, 400),
+            (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\n\r\n", Limit::HttpBodyLen, 413),
+            (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", Limit::HttpParse, 400),
+        ];
+        for (raw, limit, status) in cases {
+            let r = head(raw, &l).unwrap_err();
+            assert_eq!((r.limit, r.status), (limit, status), "{}", String::from_utf8_lossy(raw));
+        }
+        assert!(head(b"GET / HTTP/1.1\r\nHo", &l).unwrap().is_none());
+    }
+
+    #[test]
+    fn chunked_bodies_are_walked_and_bounded() {
+        let l = Limits { http_body_len: Some(5), ..Limits::default() };
+        let raw = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let mut f = RequestFramer::new(1024);
+        assert!(matches!(f.head(raw, &l), Ok(HeadStep::Complete(HeadInfo { has_body: true, .. }))));
+        assert_eq!(f.body(b"3\r\nabc\r\n0\r\n\r\nGET", &l), Ok((13, true)));
+        let mut f = RequestFramer::new(1024);
+        f.head(raw, &l).ok();
+        assert_eq!(f.body(b"3\r\nabc\r\n", &l), Ok((8, false)));
+        assert_eq!(f.body(b"3\r\nabc\r\n", &l).unwrap_err().limit, Limit::HttpBodyLen);
+    }
+}

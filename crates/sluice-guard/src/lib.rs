@@ -1,0 +1,283 @@
+//! `sluice http-guard`: a reverse proxy that enforces Tempesta FW's "frang"
+//! limits per client IP and turns HTTP-level verdicts into IP-level blocks.
+//!
+//! - `slots`: frang's 8 x 1/8-period rate accounting;
+//! - `limits`: the limits, their names and the statuses they answer;
+//! - `table`: per-client state shared by the threads (sharded, bounded,
+//!   clock eviction) and the blocked addresses (a table of their own);
+//! - `frame`: the only user of the request parser (`sluice-h1`);
+//! - `proxy`: one mio loop per thread on SO_REUSEPORT listeners, keep-alive
+//!   upstream pools, responses framed by `sluice_http::response`;
+//! - `publish`: the blocks as an `ipset save` file, written atomically.
+
+pub mod frame;
+pub mod limits;
+pub mod publish;
+pub mod slots;
+pub mod table;
+
+mod proxy;
+
+pub use limits::{Limit, Limits, RespCodeBlock};
+pub use table::{BlockEvent, Table};
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+/// What a breach does to the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockAction {
+    /// Answer with the fitting status (429, 400, 408, ...), then close.
+    Reply,
+    /// Close with a RST (SO_LINGER 0), no answer.
+    Reset,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub upstream: SocketAddr,
+    pub threads: usize,
+    pub limits: Limits,
+    pub action: BlockAction,
+    /// Block a breaching address for this many seconds (0: until restart); `None`: no IP blocks.
+    pub ip_block: Option<u64>,
+    pub block_file: Option<PathBuf>,
+    pub max_clients: usize,
+    pub max_head: usize,
+    /// Without it the listen and upstream addresses must be loopback.
+    pub allow_remote: bool,
+    pub pin: bool,
+}
+
+impl Config {
+    pub fn new(listen: SocketAddr, upstream: SocketAddr) -> Config {
+        Config {
+            listen,
+            upstream,
+            threads: 1,
+            limits: Limits::default(),
+            action: BlockAction::Reply,
+            ip_block: None,
+            block_file: None,
+            max_clients: 1_000_000,
+            max_head: 16 << 10,
+            allow_remote: false,
+            pin: true,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GuardError {
+    #[error("refusing {0}: not a loopback address (pass --allow-remote to use it anyway)")]
+    NotLoopback(SocketAddr),
+    #[error("{0}")]
+    BadLimit(String),
+    #[error("{what}: {source}")]
+    Io { what: String, source: io::Error },
+}
+
+/// One thread's counters: only that thread writes them (a cache line of
+/// its own, so threads do not share lines); scrapes and the summary read.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct ThreadCounters {
+    pub requests: AtomicU64,
+    pub forwarded: AtomicU64,
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    pub upstream_errors: AtomicU64,
+    pub upstream_connects: AtomicU64,
+    pub refused_at_accept: AtomicU64,
+    pub refused_table_full: AtomicU64,
+    pub connections: AtomicU64,
+    /// Open connections closed because their address was blocked meanwhile.
+    pub closed_blocked: AtomicU64,
+    pub breaches: [AtomicU64; Limit::COUNT],
+}
+
+/// What the threads share.
+pub struct Shared {
+    pub table: Arc<Table>,
+    pub threads: Vec<ThreadCounters>,
+    pub started: Instant,
+    pub block_file_writes: Arc<AtomicU64>,
+}
+
+/// The counters summed: the `--json` summary and the metrics.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Report {
+    pub requests: u64,
+    pub forwarded: u64,
+    pub breaches: BTreeMap<&'static str, u64>,
+    pub blocked_total: u64,
+    pub blocked_active: u64,
+    pub refused_at_accept: u64,
+    pub refused_table_full: u64,
+    pub closed_blocked: u64,
+    pub clients_tracked: u64,
+    pub clients_evicted: u64,
+    pub blocks_dropped: u64,
+    pub upstream_errors: u64,
+    pub upstream_connects: u64,
+    pub connections: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub block_file_writes: u64,
+    /// The first blocks (at most 1024): address, limit, times in ms since start.
+    pub blocks: Vec<BlockEvent>,
+}
+
+impl Shared {
+    pub fn report(&self) -> Report {
+        let sum =
+            |f: fn(&ThreadCounters) -> &AtomicU64| self.threads.iter().map(|t| f(t).load(Ordering::Relaxed)).sum();
+        let breaches = Limit::ALL
+            .iter()
+            .map(|l| (l.name(), self.threads.iter().map(|t| t.breaches[l.index()].load(Ordering::Relaxed)).sum()))
+            .collect();
+        let s = &self.table.stats;
+        Report {
+            requests: sum(|t| &t.requests),
+            forwarded: sum(|t| &t.forwarded),
+            breaches,
+            blocked_total: s.blocked_total.load(Ordering::Relaxed),
+            blocked_active: s.blocks_active.load(Ordering::Relaxed),
+            refused_at_accept: sum(|t| &t.refused_at_accept),
+            refused_table_full: sum(|t| &t.refused_table_full),
+            closed_blocked: sum(|t| &t.closed_blocked),
+            clients_tracked: s.tracked.load(Ordering::Relaxed),
+            clients_evicted: s.evicted.load(Ordering::Relaxed),
+            blocks_dropped: s.blocks_dropped.load(Ordering::Relaxed),
+            upstream_errors: sum(|t| &t.upstream_errors),
+            upstream_connects: sum(|t| &t.upstream_connects),
+            connections: sum(|t| &t.connections),
+            bytes_in: sum(|t| &t.bytes_in),
+            bytes_out: sum(|t| &t.bytes_out),
+            block_file_writes: self.block_file_writes.load(Ordering::Relaxed),
+            blocks: self.table.block_log(),
+        }
+    }
+}
+
+/// Bound and ready; nothing is accepted until [`Guard::start`].
+pub struct Guard {
+    listeners: Vec<std::net::TcpListener>,
+    addr: SocketAddr,
+    config: Config,
+}
+
+impl Guard {
+    pub fn bind(config: Config) -> Result<Guard, GuardError> {
+        for a in [config.listen, config.upstream] {
+            if !config.allow_remote && !a.ip().is_loopback() {
+                return Err(GuardError::NotLoopback(a));
+            }
+        }
+        config.limits.check().map_err(GuardError::BadLimit)?;
+        if config.threads == 0 {
+            return Err(GuardError::BadLimit("--threads must be at least 1".into()));
+        }
+        let io_err = |what: String| move |source| GuardError::Io { what, source };
+        let first = sluice_http::server::reuseport_listener(config.listen)
+            .map_err(io_err(format!("binding {}", config.listen)))?;
+        let addr = first.local_addr().map_err(io_err("reading the bound address".into()))?;
+        let mut listeners = vec![first];
+        for _ in 1..config.threads {
+            listeners.push(
+                sluice_http::server::reuseport_listener(addr)
+                    .map_err(io_err(format!("binding another socket to {addr}")))?,
+            );
+        }
+        Ok(Guard { listeners, addr, config })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Spawn the loops and the block publisher.
+    pub fn start(self) -> Result<Running, GuardError> {
+        let config = Arc::new(self.config);
+        let table = Arc::new(Table::new(config.limits.clone(), config.max_clients));
+        let shared = Arc::new(Shared {
+            table: table.clone(),
+            threads: (0..config.threads).map(|_| ThreadCounters::default()).collect(),
+            started: Instant::now(),
+            block_file_writes: Arc::new(AtomicU64::new(0)),
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let spawn_err = |source| GuardError::Io { what: "spawning a guard thread".into(), source };
+        let publisher = {
+            let (table, path, started, stop, writes) =
+                (table, config.block_file.clone(), shared.started, stop.clone(), shared.block_file_writes.clone());
+            std::thread::Builder::new()
+                .name("guard-publish".into())
+                .spawn(move || publish::run(table, path, started, stop, writes))
+                .map_err(spawn_err)?
+        };
+        let cpus = sluice_steer::affinity::available_cpus();
+        let mut handles = Vec::new();
+        for (i, listener) in self.listeners.into_iter().enumerate() {
+            let (config, shared, stop) = (config.clone(), shared.clone(), stop.clone());
+            let h = std::thread::Builder::new()
+                .name(format!("guard-{i}"))
+                .spawn(move || {
+                    if config.pin {
+                        let _ = sluice_steer::affinity::pin_current_thread(i % cpus);
+                    }
+                    let listener = mio::net::TcpListener::from_std(listener);
+                    proxy::Worker::new(listener, &config, &shared, &shared.threads[i])?.run(&stop)
+                })
+                .map_err(spawn_err)?;
+            handles.push(h);
+        }
+        Ok(Running { stop, handles, publisher, shared })
+    }
+}
+
+pub struct Running {
+    stop: Arc<AtomicBool>,
+    handles: Vec<JoinHandle<io::Result<()>>>,
+    publisher: JoinHandle<io::Result<()>>,
+    shared: Arc<Shared>,
+}
+
+impl Running {
+    /// Setting it stops the threads (within ~50 ms); signal handlers may set it.
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    /// The live counters (metrics read them while it runs).
+    pub fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
+    /// Whether a thread ended early (an error: `join` says which).
+    pub fn any_finished(&self) -> bool {
+        self.publisher.is_finished() || self.handles.iter().any(JoinHandle::is_finished)
+    }
+
+    /// Stop, wait for every thread, and sum the counters.
+    pub fn join(self) -> Result<Report, GuardError> {
+        self.stop.store(true, Ordering::Relaxed);
+        let panicked = || GuardError::Io { what: "a guard thread".into(), source: io::Error::other("panicked") };
+        for h in self.handles {
+            h.join().map_err(|_| panicked())?.map_err(|source| GuardError::Io { what: "proxying".into(), source })?;
+        }
+        self.publisher
+            .join()
+            .map_err(|_| panicked())?
+            .map_err(|source| GuardError::Io { what: "writing the block file".into(), source })?;
+        Ok(self.shared.report())
+    }
+}

@@ -1,0 +1,154 @@
+//! The limits (named as Tempesta's frang names them) and what breaking each
+//! one answers.
+
+use std::str::FromStr;
+
+/// Largest rate or burst: slot counters are `u16` and saturate above this.
+pub const MAX_RATE: u32 = 60_000;
+
+/// Ten `403,404:10:2`-style responses: that many upstream responses with
+/// one of `codes` within `period_ms` is a breach (`http_resp_code_block`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RespCodeBlock {
+    pub codes: Vec<u16>,
+    pub limit: u32,
+    pub period_ms: u64,
+}
+
+impl FromStr for RespCodeBlock {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("{s:?}: expected CODES:LIMIT:SECONDS, e.g. 403,404:10:2");
+        let mut parts = s.split(':');
+        let (Some(codes), Some(limit), Some(secs), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(bad());
+        };
+        let codes = codes
+            .split(',')
+            .map(|c| c.trim().parse::<u16>().ok().filter(|c| (100..=599).contains(c)))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(bad)?;
+        let limit = limit.parse::<u32>().ok().filter(|&l| l > 0 && l <= MAX_RATE).ok_or_else(bad)?;
+        let secs = secs.parse::<f64>().ok().filter(|s| s.is_finite() && *s >= 0.008 && *s <= 86_400.0);
+        let period_ms = (secs.ok_or_else(bad)? * 1000.0).round() as u64;
+        Ok(RespCodeBlock { codes, limit, period_ms })
+    }
+}
+
+/// Every limit is off (`None`/`false`) unless set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// Requests per second, over 8 slots of 125 ms.
+    pub request_rate: Option<u32>,
+    /// Requests per 125 ms slot.
+    pub request_burst: Option<u32>,
+    pub connection_rate: Option<u32>,
+    pub connection_burst: Option<u32>,
+    pub concurrent_connections: Option<u32>,
+    /// From a request's first byte to the end of its head.
+    pub client_header_timeout_ms: Option<u64>,
+    /// From the end of the head to the end of the body.
+    pub client_body_timeout_ms: Option<u64>,
+    pub http_header_cnt: Option<u32>,
+    /// Longest header line, name to value.
+    pub http_field_len: Option<u32>,
+    pub http_uri_len: Option<u32>,
+    pub http_body_len: Option<u64>,
+    /// Allowed methods (exact, case-sensitive as HTTP methods are).
+    pub http_methods: Option<Vec<String>>,
+    pub http_host_required: bool,
+    pub http_resp_code_block: Option<RespCodeBlock>,
+}
+
+impl Limits {
+    /// Rates and bursts must fit the slot counters.
+    pub fn check(&self) -> Result<(), String> {
+        for (name, v) in [
+            ("request-rate", self.request_rate),
+            ("request-burst", self.request_burst),
+            ("connection-rate", self.connection_rate),
+            ("connection-burst", self.connection_burst),
+        ] {
+            if let Some(v) = v {
+                if v == 0 || v > MAX_RATE {
+                    return Err(format!("--{name} must be 1..={MAX_RATE}"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+macro_rules! limits {
+    ($($variant:ident = $name:literal, $status:literal;)*) => {
+        /// A limit that was broken.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Limit { $($variant),* }
+
+        impl Limit {
+            pub const ALL: &'static [Limit] = &[$(Limit::$variant),*];
+            pub const COUNT: usize = Limit::ALL.len();
+
+            /// Frang's name, in snake case (JSON keys, metric labels).
+            pub fn name(self) -> &'static str {
+                match self { $(Limit::$variant => $name),* }
+            }
+
+            /// The status `--block-action reply` answers with; 0: none fits
+            /// (the response was already relayed), just close.
+            pub fn status(self) -> u16 {
+                match self { $(Limit::$variant => $status),* }
+            }
+        }
+    };
+}
+
+limits! {
+    RequestRate = "request_rate", 429;
+    RequestBurst = "request_burst", 429;
+    ConnectionRate = "connection_rate", 429;
+    ConnectionBurst = "connection_burst", 429;
+    ConcurrentConnections = "concurrent_connections", 429;
+    ClientHeaderTimeout = "client_header_timeout", 408;
+    ClientBodyTimeout = "client_body_timeout", 408;
+    HttpHeaderCnt = "http_header_cnt", 431;
+    HttpFieldLen = "http_field_len", 431;
+    HttpUriLen = "http_uri_len", 414;
+    HttpBodyLen = "http_body_len", 413;
+    HttpMethods = "http_methods", 405;
+    HttpHostRequired = "http_host_required", 400;
+    HttpRespCodeBlock = "http_resp_code_block", 0;
+    // Any request the parser refuses (answered with its own status: 400, 431 or 501).
+    HttpParse = "http_parse", 400;
+}
+
+impl Limit {
+    pub fn index(self) -> usize {
+        Limit::ALL.iter().position(|&l| l == self).expect("listed")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resp_code_block_parses() {
+        let r: RespCodeBlock = "403,404:10:2".parse().unwrap();
+        assert_eq!(r, RespCodeBlock { codes: vec![403, 404], limit: 10, period_ms: 2000 });
+        for bad in ["403:10", "403:0:2", "abc:1:2", "403:1:2:3", "99:1:1", "403:1:-1"] {
+            assert!(bad.parse::<RespCodeBlock>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn names_are_unique_and_indexed() {
+        let mut names: Vec<_> = Limit::ALL.iter().map(|l| l.name()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), Limit::COUNT);
+        assert_eq!(Limit::HttpParse.index(), Limit::COUNT - 1);
+    }
+}

@@ -1,0 +1,767 @@
+//! One mio event loop per thread on its own SO_REUSEPORT listener. A client
+//! connection carries one request at a time to an upstream connection taken
+//! from the thread's keep-alive pool: the head (parsed and checked in
+//! `frame`) and the body are forwarded verbatim, the response is framed by
+//! `sluice_http::response::ResponseReader` and relayed as it arrives.
+//! Pipelined requests wait in the client's input buffer and go in order.
+//!
+//! Tokens: client slot `i` is `2i`, upstream slot `j` is `2j + 1`; an event
+//! on an upstream in use drives the client it serves.
+
+use crate::frame::{HeadStep, Refusal, RequestFramer};
+use crate::limits::Limit;
+use crate::table::Admit;
+use crate::{BlockAction, Config, Shared, ThreadCounters};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
+use sluice_http::response::{ResponseReader, Step};
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Shutdown};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const LISTENER: Token = Token(usize::MAX);
+/// Poll wait: timeouts, blocks and the stop flag are looked at this often.
+const TICK: Duration = Duration::from_millis(20);
+const IN_CHUNK: usize = 4096;
+/// Upstream input buffer: room for a whole response head (which the
+/// response reader needs in one piece) and a read's worth more.
+const UP_BUF: usize = 32 << 10;
+/// Response bytes a client may have unwritten before its upstream is not read.
+const OUT_HIGH: usize = 256 << 10;
+/// After an error reply the write side is shut and input discarded this long
+/// at most: closing with unread input would send a RST that can destroy the reply.
+const DRAIN_FOR: Duration = Duration::from_secs(1);
+/// Idle upstream connections kept per thread.
+const MAX_IDLE: usize = 1024;
+const MAX_RESPONSE_HEAD: usize = sluice_http::response::DEFAULT_MAX_HEAD;
+
+fn add(c: &AtomicU64, n: u64) {
+    // Only this thread writes its counters: a plain load + store, no locked add.
+    c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Head,
+    Body,
+    /// Request forwarded; waiting for (the rest of) its response.
+    Await,
+    /// Write what is queued, then shut the write side.
+    Closing,
+    Draining(Instant),
+}
+
+struct InFlight {
+    up: usize,
+    keep_alive: bool,
+    head_method: bool,
+    /// Some response bytes went to the client: a reply can no longer be sent.
+    resp_started: bool,
+}
+
+struct Client {
+    sock: TcpStream,
+    ip: IpAddr,
+    /// Counted in the table's open connections (on_close owed).
+    tracked: bool,
+    inbuf: Vec<u8>,
+    start: usize,
+    end: usize,
+    framer: RequestFramer,
+    phase: Phase,
+    req: Option<InFlight>,
+    out: Vec<u8>,
+    out_pos: usize,
+    head_deadline: Option<Instant>,
+    body_deadline: Option<Instant>,
+    peer_eof: bool,
+    /// An event said it may have input (edge-triggered: read until drained).
+    readable: bool,
+}
+
+struct Up {
+    sock: TcpStream,
+    out: Vec<u8>,
+    out_pos: usize,
+    /// Bytes `pos..end` of `inbuf` are read and not yet relayed.
+    inbuf: Vec<u8>,
+    pos: usize,
+    end: usize,
+    /// An event said it may have input (edge-triggered: read until drained).
+    readable: bool,
+    reader: ResponseReader,
+    client: Option<usize>,
+}
+
+enum After {
+    Keep,
+    Close,
+    Reset,
+}
+
+pub(crate) struct Worker<'a> {
+    poll: Poll,
+    listener: TcpListener,
+    clients: Vec<Option<Client>>,
+    free_clients: Vec<usize>,
+    ups: Vec<Option<Up>>,
+    free_ups: Vec<usize>,
+    idle: Vec<usize>,
+    cfg: &'a Config,
+    shared: &'a Shared,
+    n: &'a ThreadCounters,
+    epoch: u64,
+    in_cap: usize,
+    /// Upstreams to close once back in their slots (see `close_up_later`).
+    doomed: Vec<usize>,
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        400 => "Bad Request",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        413 => "Content Too Large",
+        414 => "URI Too Long",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        _ => "Error",
+    }
+}
+
+fn error_response(out: &mut Vec<u8>, status: u16) {
+    out.extend_from_slice(
+        format!(
+            "HTTP/1.1 {status} {}\r\nServer: sluice-guard\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            reason(status)
+        )
+        .as_bytes(),
+    );
+}
+
+/// Close with a RST instead of a FIN (SO_LINGER 0), as `--block-action reset` asks.
+fn reset(sock: &TcpStream) {
+    let _ = socket2::SockRef::from(sock).set_linger(Some(Duration::ZERO));
+}
+
+impl<'a> Worker<'a> {
+    pub(crate) fn new(
+        mut listener: TcpListener,
+        cfg: &'a Config,
+        shared: &'a Shared,
+        n: &'a ThreadCounters,
+    ) -> io::Result<Self> {
+        let poll = Poll::new()?;
+        poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
+        Ok(Worker {
+            poll,
+            listener,
+            clients: Vec::new(),
+            free_clients: Vec::new(),
+            ups: Vec::new(),
+            free_ups: Vec::new(),
+            idle: Vec::new(),
+            cfg,
+            shared,
+            n,
+            epoch: 0,
+            in_cap: cfg.max_head + IN_CHUNK,
+            doomed: Vec::new(),
+        })
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.shared.started.elapsed().as_millis() as u64
+    }
+
+    pub(crate) fn run(mut self, stop: &AtomicBool) -> io::Result<()> {
+        let mut events = Events::with_capacity(1024);
+        let mut next_sweep = Instant::now() + TICK;
+        while !stop.load(Ordering::Relaxed) {
+            match self.poll.poll(&mut events, Some(TICK)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+            for ev in &events {
+                // Any event may mean input (data, EOF, error): reading finds out.
+                match ev.token() {
+                    LISTENER => self.accept_all(),
+                    Token(t) if t % 2 == 0 => {
+                        if let Some(Some(c)) = self.clients.get_mut(t / 2) {
+                            c.readable = true;
+                        }
+                        self.drive(t / 2)
+                    }
+                    Token(t) => {
+                        if let Some(Some(u)) = self.ups.get_mut(t / 2) {
+                            u.readable = true;
+                        }
+                        self.up_event(t / 2)
+                    }
+                }
+            }
+            let epoch = self.shared.table.block_epoch.load(Ordering::Acquire);
+            if epoch != self.epoch {
+                self.epoch = epoch;
+                self.close_blocked();
+            }
+            if Instant::now() >= next_sweep {
+                next_sweep = Instant::now() + TICK;
+                self.sweep_deadlines();
+            }
+        }
+        for i in 0..self.clients.len() {
+            if self.clients[i].is_some() {
+                self.close_client(i, false);
+            }
+        }
+        Ok(())
+    }
+
+    fn accept_all(&mut self) {
+        loop {
+            let (sock, peer) = match self.listener.accept() {
+                Ok(x) => x,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // WouldBlock: all accepted; anything else (EMFILE...) ends this round too.
+                Err(_) => return,
+            };
+            let ip = peer.ip();
+            let admit = self.shared.table.on_accept(ip, self.now_ms());
+            match admit {
+                Admit::Blocked | Admit::Full => {
+                    add(&self.n.refused_at_accept, 1);
+                    if admit == Admit::Full {
+                        add(&self.n.refused_table_full, 1);
+                    }
+                    if self.cfg.action == BlockAction::Reset {
+                        reset(&sock);
+                    }
+                    continue;
+                }
+                Admit::Ok | Admit::Breach(_) => {}
+            }
+            let _ = sock.set_nodelay(true);
+            let i = self.free_clients.pop().unwrap_or_else(|| {
+                self.clients.push(None);
+                self.clients.len() - 1
+            });
+            let mut c = Client {
+                sock,
+                ip,
+                tracked: admit == Admit::Ok,
+                inbuf: vec![0; IN_CHUNK.min(self.in_cap)],
+                start: 0,
+                end: 0,
+                framer: RequestFramer::new(self.cfg.max_head),
+                phase: Phase::Head,
+                req: None,
+                out: Vec::new(),
+                out_pos: 0,
+                head_deadline: None,
+                body_deadline: None,
+                peer_eof: false,
+                readable: true,
+            };
+            if self
+                .poll
+                .registry()
+                .register(&mut c.sock, Token(2 * i), Interest::READABLE | Interest::WRITABLE)
+                .is_err()
+            {
+                if c.tracked {
+                    self.shared.table.on_close(ip);
+                }
+                self.free_clients.push(i);
+                continue;
+            }
+            add(&self.n.connections, 1);
+            self.clients[i] = Some(c);
+            if let Admit::Breach(limit) = admit {
+                let mut c = self.clients[i].take().expect("just put");
+                let after = self.refuse(&mut c, Refusal { limit, status: limit.status(), reason: limit.name() });
+                self.clients[i] = Some(c);
+                match after {
+                    After::Keep => self.drive(i),
+                    After::Close => self.close_client(i, false),
+                    After::Reset => self.close_client(i, true),
+                }
+            }
+        }
+    }
+
+    /// A breach: count it, block the address if asked, then reply and close
+    /// or reset. Any upstream connection in use is dropped (its request or
+    /// response is cut).
+    fn refuse(&mut self, c: &mut Client, r: Refusal) -> After {
+        add(&self.n.breaches[r.limit.index()], 1);
+        if let Some(secs) = self.cfg.ip_block {
+            self.shared.table.block(c.ip, secs, r.limit, self.now_ms());
+        }
+        let started = c.req.as_ref().is_some_and(|q| q.resp_started);
+        if let Some(q) = c.req.take() {
+            self.close_up(q.up);
+        }
+        c.head_deadline = None;
+        c.body_deadline = None;
+        if self.cfg.action == BlockAction::Reset || started {
+            return if self.cfg.action == BlockAction::Reset { After::Reset } else { After::Close };
+        }
+        if r.status != 0 {
+            error_response(&mut c.out, r.status);
+        }
+        c.phase = Phase::Closing;
+        After::Keep
+    }
+
+    fn close_client(&mut self, i: usize, rst: bool) {
+        let Some(mut c) = self.clients.get_mut(i).and_then(Option::take) else { return };
+        if rst {
+            reset(&c.sock);
+        }
+        let _ = self.poll.registry().deregister(&mut c.sock);
+        if c.tracked {
+            self.shared.table.on_close(c.ip);
+        }
+        if let Some(q) = c.req.take() {
+            self.close_up(q.up);
+        }
+        self.free_clients.push(i);
+    }
+
+    fn close_up(&mut self, j: usize) {
+        if let Some(mut u) = self.ups.get_mut(j).and_then(Option::take) {
+            let _ = self.poll.registry().deregister(&mut u.sock);
+            self.free_ups.push(j);
+        }
+    }
+
+    /// A new block: close this thread's connections from blocked addresses
+    /// (those already closing finish their reply).
+    fn close_blocked(&mut self) {
+        let now = self.now_ms();
+        for i in 0..self.clients.len() {
+            let blocked = match &self.clients[i] {
+                Some(c) if matches!(c.phase, Phase::Closing | Phase::Draining(_)) => false,
+                Some(c) => self.shared.table.is_blocked(c.ip, now),
+                None => false,
+            };
+            if blocked {
+                add(&self.n.closed_blocked, 1);
+                self.close_client(i, self.cfg.action == BlockAction::Reset);
+            }
+        }
+    }
+
+    fn sweep_deadlines(&mut self) {
+        let now = Instant::now();
+        for i in 0..self.clients.len() {
+            let Some(c) = &self.clients[i] else { continue };
+            let limit = match c.phase {
+                Phase::Draining(d) if now >= d => {
+                    self.close_client(i, false);
+                    continue;
+                }
+                Phase::Head if c.head_deadline.is_some_and(|d| now >= d) => Limit::ClientHeaderTimeout,
+                Phase::Body if c.body_deadline.is_some_and(|d| now >= d) => Limit::ClientBodyTimeout,
+                _ => continue,
+            };
+            let mut c = self.clients[i].take().expect("checked");
+            let after = self.refuse(&mut c, Refusal { limit, status: limit.status(), reason: limit.name() });
+            self.clients[i] = Some(c);
+            match after {
+                After::Keep => self.drive(i),
+                After::Close => self.close_client(i, false),
+                After::Reset => self.close_client(i, true),
+            }
+        }
+    }
+
+    /// An event on an upstream connection.
+    fn up_event(&mut self, j: usize) {
+        match self.ups.get(j) {
+            Some(Some(Up { client: Some(i), .. })) => {
+                let i = *i;
+                self.drive(i);
+            }
+            Some(Some(u)) => {
+                // Idle: the upstream closed it (EOF), failed, or sent bytes
+                // no request asked for. Any of these ends it.
+                let mut scratch = [0u8; 512];
+                let gone = !matches!((&u.sock).read(&mut scratch), Err(e) if e.kind() == io::ErrorKind::WouldBlock);
+                if gone {
+                    self.idle.retain(|&k| k != j);
+                    self.close_up(j);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A pooled upstream connection, or a new one (connect in progress).
+    fn take_up(&mut self) -> io::Result<usize> {
+        if let Some(j) = self.idle.pop() {
+            return Ok(j);
+        }
+        let mut sock = TcpStream::connect(self.cfg.upstream)?;
+        let _ = sock.set_nodelay(true);
+        let j = self.free_ups.pop().unwrap_or_else(|| {
+            self.ups.push(None);
+            self.ups.len() - 1
+        });
+        if let Err(e) =
+            self.poll.registry().register(&mut sock, Token(2 * j + 1), Interest::READABLE | Interest::WRITABLE)
+        {
+            self.free_ups.push(j);
+            return Err(e);
+        }
+        add(&self.n.upstream_connects, 1);
+        self.ups[j] = Some(Up {
+            sock,
+            out: Vec::new(),
+            out_pos: 0,
+            inbuf: vec![0; UP_BUF],
+            pos: 0,
+            end: 0,
+            readable: true,
+            reader: ResponseReader::new(MAX_RESPONSE_HEAD),
+            client: None,
+        });
+        Ok(j)
+    }
+
+    fn drive(&mut self, i: usize) {
+        let Some(mut c) = self.clients.get_mut(i).and_then(Option::take) else { return };
+        let after = self.serve(&mut c, i);
+        self.clients[i] = Some(c);
+        match after {
+            After::Keep => {}
+            After::Close => self.close_client(i, false),
+            After::Reset => self.close_client(i, true),
+        }
+    }
+
+    /// Read, frame, forward, relay, write, until nothing moves.
+    fn serve(&mut self, c: &mut Client, i: usize) -> After {
+        loop {
+            if let Phase::Draining(deadline) = c.phase {
+                return drain(c, deadline);
+            }
+            let mut progress = false;
+
+            // Read the client, unless it is done sending or its buffer is full.
+            if !matches!(c.phase, Phase::Closing) && !c.peer_eof && c.readable {
+                if c.end == c.inbuf.len() {
+                    if c.start > 0 {
+                        c.inbuf.copy_within(c.start..c.end, 0);
+                        c.end -= c.start;
+                        c.start = 0;
+                    } else if c.inbuf.len() < self.in_cap {
+                        let n = (c.inbuf.len() * 2).min(self.in_cap);
+                        c.inbuf.resize(n, 0);
+                    }
+                }
+                if c.end < c.inbuf.len() {
+                    let room = c.inbuf.len() - c.end;
+                    match c.sock.read(&mut c.inbuf[c.end..]) {
+                        Ok(0) => c.peer_eof = true,
+                        Ok(n) => {
+                            // A short read drained the socket; new input brings a new edge.
+                            c.readable = n == room;
+                            c.end += n;
+                            add(&self.n.bytes_in, n as u64);
+                            progress = true;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.readable = false,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(_) => return After::Close,
+                    }
+                }
+            }
+
+            // Frame: a head, then its body, forwarded as they come.
+            if c.phase == Phase::Head && c.end > c.start {
+                let limits = self.shared.table.limits();
+                match c.framer.head(&c.inbuf[c.start..c.end], limits) {
+                    Err(r) => match self.refuse(c, r) {
+                        After::Keep => continue,
+                        after => return after,
+                    },
+                    Ok(HeadStep::Partial) => {
+                        if c.head_deadline.is_none() {
+                            c.head_deadline =
+                                limits.client_header_timeout_ms.map(|ms| Instant::now() + Duration::from_millis(ms));
+                        }
+                    }
+                    Ok(HeadStep::Complete(h)) => {
+                        c.head_deadline = None;
+                        add(&self.n.requests, 1);
+                        if let Err(limit) = self.shared.table.on_request(c.ip, self.now_ms()) {
+                            match self.refuse(c, Refusal { limit, status: limit.status(), reason: limit.name() }) {
+                                After::Keep => continue,
+                                after => return after,
+                            }
+                        }
+                        let j = match self.take_up() {
+                            Ok(j) => j,
+                            Err(_) => {
+                                add(&self.n.upstream_errors, 1);
+                                error_response(&mut c.out, 502);
+                                c.phase = Phase::Closing;
+                                continue;
+                            }
+                        };
+                        let u = self.ups[j].as_mut().expect("taken");
+                        u.client = Some(i);
+                        u.out.extend_from_slice(&c.inbuf[c.start..c.start + h.len]);
+                        c.start += h.len;
+                        add(&self.n.forwarded, 1);
+                        c.req = Some(InFlight {
+                            up: j,
+                            keep_alive: h.keep_alive,
+                            head_method: h.head_method,
+                            resp_started: false,
+                        });
+                        if h.has_body {
+                            c.phase = Phase::Body;
+                            c.body_deadline =
+                                limits.client_body_timeout_ms.map(|ms| Instant::now() + Duration::from_millis(ms));
+                        } else {
+                            c.phase = Phase::Await;
+                        }
+                        progress = true;
+                    }
+                }
+            }
+            if c.phase == Phase::Body && c.end > c.start {
+                match c.framer.body(&c.inbuf[c.start..c.end], self.shared.table.limits()) {
+                    Err(r) => match self.refuse(c, r) {
+                        After::Keep => continue,
+                        after => return after,
+                    },
+                    Ok((n, done)) => {
+                        let j = c.req.as_ref().expect("a body belongs to a request").up;
+                        let u = self.ups[j].as_mut().expect("in use");
+                        u.out.extend_from_slice(&c.inbuf[c.start..c.start + n]);
+                        c.start += n;
+                        progress |= n > 0;
+                        if done {
+                            c.phase = Phase::Await;
+                            c.body_deadline = None;
+                        }
+                    }
+                }
+            }
+            if c.start == c.end {
+                c.start = 0;
+                c.end = 0;
+            }
+
+            // The upstream: send the request, relay the response.
+            if let Some(q) = &c.req {
+                let j = q.up;
+                let mut u = self.ups[j].take().expect("in use");
+                let r = self.relay(c, &mut u);
+                self.ups[j] = Some(u);
+                for j in std::mem::take(&mut self.doomed) {
+                    self.close_up(j);
+                }
+                match r {
+                    Ok(moved) => progress |= moved,
+                    Err(After::Keep) => continue,
+                    Err(after) => return after,
+                }
+            }
+
+            // Write to the client.
+            while c.out_pos < c.out.len() {
+                match c.sock.write(&c.out[c.out_pos..]) {
+                    Ok(n) => {
+                        c.out_pos += n;
+                        add(&self.n.bytes_out, n as u64);
+                        progress = true;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => return After::Close,
+                }
+            }
+            let flushed = c.out_pos == c.out.len();
+            if flushed {
+                c.out.clear();
+                c.out_pos = 0;
+                if c.phase == Phase::Closing {
+                    let _ = c.sock.shutdown(Shutdown::Write);
+                    c.phase = Phase::Draining(Instant::now() + DRAIN_FOR);
+                    continue;
+                }
+                if c.peer_eof && c.req.is_none() {
+                    // Gone, and everything it asked is answered (a partial head at EOF gets nothing).
+                    return After::Close;
+                }
+            }
+            if !progress {
+                return After::Keep;
+            }
+        }
+    }
+
+    /// Move the request to the upstream and its response to the client.
+    /// `Ok(progress)`, or how the client must end.
+    fn relay(&mut self, c: &mut Client, u: &mut Up) -> Result<bool, After> {
+        let mut progress = false;
+        let mut failed = false;
+        while u.out_pos < u.out.len() {
+            match u.sock.write(&u.out[u.out_pos..]) {
+                Ok(n) => {
+                    u.out_pos += n;
+                    progress = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        if u.out_pos == u.out.len() {
+            u.out.clear();
+            u.out_pos = 0;
+        }
+        let mut eof = false;
+        while !failed && u.readable && c.out.len() - c.out_pos < OUT_HIGH {
+            if u.pos == u.end {
+                u.pos = 0;
+                u.end = 0;
+            } else if u.end == u.inbuf.len() {
+                if u.pos == 0 {
+                    // A full buffer the reader could not step over: a head too long.
+                    failed = true;
+                    break;
+                }
+                u.inbuf.copy_within(u.pos..u.end, 0);
+                u.end -= u.pos;
+                u.pos = 0;
+            }
+            let room = u.inbuf.len() - u.end;
+            match u.sock.read(&mut u.inbuf[u.end..]) {
+                Ok(0) => {
+                    eof = true;
+                    break;
+                }
+                Ok(n) => {
+                    u.end += n;
+                    u.readable = n == room;
+                    progress = true;
+                    // Relay what arrived before reading more.
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => u.readable = false,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => failed = true,
+            }
+        }
+        // Frame what arrived, copy it through, and see whether it ended.
+        let mut done = None;
+        while !failed && done.is_none() {
+            let q = c.req.as_mut().expect("relaying a request");
+            match u.reader.step(&u.inbuf[u.pos..u.end]) {
+                Ok(Step::NeedMore) => break,
+                Ok(Step::Consumed(n)) if q.head_method && !q.resp_started => {
+                    // A HEAD response: the head is all of it, whatever
+                    // Content-Length says; the reader would wait for a body.
+                    let status = response_status(&u.inbuf[u.pos..u.pos + n]);
+                    c.out.extend_from_slice(&u.inbuf[u.pos..u.pos + n]);
+                    u.pos += n;
+                    u.reader = ResponseReader::new(MAX_RESPONSE_HEAD);
+                    done = Some((status, false));
+                }
+                Ok(Step::Consumed(n)) => {
+                    c.out.extend_from_slice(&u.inbuf[u.pos..u.pos + n]);
+                    u.pos += n;
+                    q.resp_started = true;
+                }
+                Ok(Step::Done { consumed, response }) => {
+                    c.out.extend_from_slice(&u.inbuf[u.pos..u.pos + consumed]);
+                    u.pos += consumed;
+                    done = Some((response.status, response.close));
+                }
+                Err(_) => failed = true,
+            }
+        }
+        if let Some((status, close)) = done {
+            let q = c.req.take().expect("relaying a request");
+            let j = q.up;
+            u.client = None;
+            // Extra bytes after the response were never asked for: do not reuse it.
+            let reusable = !close && !eof && u.pos == u.end && u.out.is_empty() && c.phase == Phase::Await;
+            if reusable && self.idle.len() < MAX_IDLE {
+                u.pos = 0;
+                u.end = 0;
+                self.idle.push(j);
+            } else {
+                self.close_up_later(j);
+            }
+            match c.phase {
+                Phase::Await if q.keep_alive && !c.peer_eof => c.phase = Phase::Head,
+                // Answered before its body ended (the rest cannot be framed
+                // without the upstream), or the last request: close.
+                Phase::Await | Phase::Body => c.phase = Phase::Closing,
+                _ => {}
+            }
+            c.framer.reset();
+            c.body_deadline = None;
+            if let Err(limit) = self.shared.table.on_response(c.ip, status, self.now_ms()) {
+                return Err(self.refuse(c, Refusal { limit, status: 0, reason: limit.name() }));
+            }
+            return Ok(true);
+        }
+        if failed || eof {
+            add(&self.n.upstream_errors, 1);
+            let q = c.req.take().expect("relaying a request");
+            self.close_up_later(q.up);
+            if q.resp_started {
+                return Err(After::Close);
+            }
+            error_response(&mut c.out, 502);
+            c.phase = Phase::Closing;
+            return Ok(true);
+        }
+        Ok(progress)
+    }
+
+    /// Close upstream `j`, which the caller has taken out of its slot and
+    /// puts back: mark it so the slot is freed after.
+    fn close_up_later(&mut self, j: usize) {
+        self.doomed.push(j);
+    }
+}
+
+/// `HTTP/1.x NNN` from a response head (0 if it is not there).
+fn response_status(head: &[u8]) -> u16 {
+    head.get(9..12)
+        .filter(|d| d.iter().all(u8::is_ascii_digit))
+        .map_or(0, |d| d.iter().fold(0, |n, &b| n * 10 + u16::from(b - b'0')))
+}
+
+/// Input after the write side is shut: discard it until EOF or the deadline.
+fn drain(c: &mut Client, deadline: Instant) -> After {
+    if Instant::now() >= deadline {
+        return After::Close;
+    }
+    let mut scratch = [0u8; 4096];
+    loop {
+        match c.sock.read(&mut scratch) {
+            Ok(0) => return After::Close,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return After::Keep,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return After::Close,
+        }
+    }
+}

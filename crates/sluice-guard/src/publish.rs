@@ -1,0 +1,127 @@
+//! The block file: the blocks in force as `ipset save` lines, so a
+//! firewall can drop the addresses at L3 (`ipset restore`, or sluice's own
+//! list parser: `set guard from "FILE"` + `drop saddr @guard` in a rule file
+//! that `sluice bridge --watch` reloads). Written whole to a temporary file
+//! in the same directory and renamed over the old one, so a reader sees the
+//! old list or the new one, never half of one.
+
+use crate::table::Table;
+use std::io::{self, Write};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The ipset set names (ipset keeps one family per set).
+pub const SET_V4: &str = "sluice-guard";
+pub const SET_V6: &str = "sluice-guard6";
+/// Writes are coalesced: at most one per this interval.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(250);
+/// How often expiries and changes are looked at.
+const TICK: Duration = Duration::from_millis(50);
+
+/// The file's text: a `create` line per family (so an empty list is still a
+/// valid ipset save file, which sluice's parser skips), then one `add` line
+/// per address with the seconds left, rounded up; permanent blocks have none.
+pub fn render(blocks: &[(IpAddr, Option<u64>)]) -> String {
+    let mut out = format!("create {SET_V4} hash:ip family inet hashsize 1024 maxelem 1048576 timeout 0\n");
+    let v6 = blocks.iter().any(|(ip, _)| ip.is_ipv6());
+    if v6 {
+        out.push_str(&format!("create {SET_V6} hash:ip family inet6 hashsize 1024 maxelem 1048576 timeout 0\n"));
+    }
+    for (ip, left) in blocks {
+        let set = if ip.is_ipv4() { SET_V4 } else { SET_V6 };
+        match left {
+            Some(s) => out.push_str(&format!("add {set} {ip} timeout {s}\n")),
+            None => out.push_str(&format!("add {set} {ip}\n")),
+        }
+    }
+    out
+}
+
+/// Write `text` to `path` atomically (temp file in the same directory, fsync, rename).
+pub fn write_atomic(path: &Path, text: &str) -> io::Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().ok_or_else(|| io::Error::other("the block file path has no file name"))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".tmp{}", std::process::id()));
+    let tmp = dir.join(tmp_name);
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+/// Publishes the table's blocks to `path` until `stop`; also drops expired
+/// blocks (so the accept check and the file agree). Returns the writes made.
+pub fn run(
+    table: Arc<Table>,
+    path: Option<PathBuf>,
+    started: Instant,
+    stop: Arc<AtomicBool>,
+    writes: Arc<AtomicU64>,
+) -> io::Result<()> {
+    let now_ms = || started.elapsed().as_millis() as u64;
+    if let Some(p) = &path {
+        // An empty list at start: stale blocks from an earlier run do not linger.
+        write_atomic(p, &render(&[]))?;
+        writes.fetch_add(1, Ordering::Relaxed);
+    }
+    let mut last_write: Option<Instant> = None;
+    let mut pending = false;
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(TICK);
+        table.expire(now_ms());
+        pending |= table.dirty.swap(false, Ordering::AcqRel);
+        let due = last_write.is_none_or(|t| t.elapsed() >= MIN_INTERVAL);
+        if pending && due {
+            pending = false;
+            last_write = Some(Instant::now());
+            if let Some(p) = &path {
+                write_atomic(p, &render(&table.blocks(now_ms())))?;
+                writes.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limits::{Limit, Limits};
+
+    #[test]
+    fn sluice_rules_reads_what_is_published_timeouts_included() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("blocks.txt");
+        // Empty: still a valid list, with no entries.
+        write_atomic(&path, &render(&[])).unwrap();
+        let l = sluice_rules::load_list(&path, false).unwrap();
+        assert!(l.prefixes.is_empty() && l.skipped.is_empty());
+
+        let t = Table::new(Limits::default(), 100);
+        let (a, b, c): (IpAddr, IpAddr, IpAddr) =
+            ("127.3.0.1".parse().unwrap(), "127.9.9.9".parse().unwrap(), "::1".parse().unwrap());
+        t.block(a, 57, Limit::RequestRate, 0);
+        t.block(b, 0, Limit::HttpParse, 0);
+        t.block(c, 3, Limit::HttpParse, 0);
+        let text = render(&t.blocks(400));
+        assert!(text.contains("add sluice-guard 127.3.0.1 timeout 57\n"), "{text}");
+        assert!(text.contains("add sluice-guard 127.9.9.9\n"), "{text}");
+        write_atomic(&path, &text).unwrap();
+        let l = sluice_rules::load_list(&path, false).unwrap();
+        let got: Vec<String> = l.prefixes.iter().map(|p| p.to_string()).collect();
+        assert_eq!(got, ["127.3.0.1/32", "127.9.9.9/32", "::1/128"]);
+        assert_eq!(l.timeouts, [(0, 57), (2, 3)]);
+        // Three seconds on, the IPv6 block has lapsed for the reader too.
+        assert_eq!(l.live_after(3).len(), 2);
+        // No temporary file left behind.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+}

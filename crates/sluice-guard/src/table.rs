@@ -1,0 +1,507 @@
+//! Per-client-IP state shared by every event-loop thread: sharded by a hash
+//! of the address, one mutex per shard (held for a few counter updates).
+//!
+//! Each shard holds tracked clients (rate slots, open connections) in a
+//! bounded table with clock eviction over idle clients, and, apart from
+//! them, the blocked addresses in a table of its own, also bounded: evicting
+//! a client must never lift its block. Time is passed in (ms since the
+//! guard started) so the logic is tested without sleeping.
+
+use crate::limits::{Limit, Limits};
+use crate::slots::Ring;
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+type Hasher = foldhash::fast::RandomState;
+
+/// Shards when the table is big enough to split (fewer locks contended).
+const SHARDS: usize = 64;
+/// Block events kept for the summary (the first ones).
+const BLOCK_LOG: usize = 1024;
+
+const REQ: usize = 0;
+const CONN: usize = 1;
+
+/// One tracked client: must fit a cache line.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClientState {
+    /// Requests and new connections, 125 ms slots.
+    rate: Ring<2>,
+    /// `--http-resp-code-block` hits, slots of period / 8.
+    resp: Ring<1>,
+    /// When first seen (ms since start, saturating), for the block log.
+    first_ms: u32,
+    /// Open connections; a client with any is never evicted.
+    concurrent: u16,
+    /// Clock bit: touched since the hand last passed.
+    referenced: bool,
+}
+
+const _: () = assert!(size_of::<ClientState>() <= 64);
+
+/// A blocked address: until when (ms since start), or for good.
+#[derive(Debug, Clone, Copy)]
+struct Block {
+    until_ms: Option<u64>,
+}
+
+/// One block as it happened (for the summary and tests).
+#[derive(Debug, Clone, serde::Serialize, PartialEq, Eq)]
+pub struct BlockEvent {
+    pub ip: IpAddr,
+    pub limit: &'static str,
+    /// When the client was first seen (since it was last evicted).
+    pub first_seen_ms: u64,
+    pub blocked_ms: u64,
+}
+
+#[derive(Default)]
+struct Shard {
+    index: HashMap<u128, u32, Hasher>,
+    keys: Vec<u128>,
+    states: Vec<ClientState>,
+    hand: usize,
+    cap: usize,
+    blocks: HashMap<u128, Block, Hasher>,
+    block_cap: usize,
+}
+
+/// What a new connection gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    /// Tracked: call [`Table::on_close`] once when it closes.
+    Ok,
+    /// The address is blocked: close before reading.
+    Blocked,
+    /// Every tracked client has open connections: no room to track this one.
+    Full,
+    /// A connection limit broke (the connection is not tracked).
+    Breach(Limit),
+}
+
+/// Live counters of the table.
+#[derive(Debug, Default)]
+pub struct TableStats {
+    pub tracked: AtomicU64,
+    pub evicted: AtomicU64,
+    pub full: AtomicU64,
+    pub blocks_active: AtomicU64,
+    pub blocked_total: AtomicU64,
+    /// Blocks not recorded because the block table was full.
+    pub blocks_dropped: AtomicU64,
+}
+
+pub struct Table {
+    shards: Vec<Mutex<Shard>>,
+    limits: Limits,
+    resp_slot_ms: u64,
+    pub stats: TableStats,
+    /// Set on any change to the blocks (the publisher clears it).
+    pub dirty: AtomicBool,
+    /// Bumped on each new block, so the loops close that address's connections.
+    pub block_epoch: AtomicU64,
+    log: Mutex<Vec<BlockEvent>>,
+}
+
+/// The address as one key (IPv4 mapped into IPv6).
+pub fn key(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(v) => u128::from(v.to_ipv6_mapped()),
+        IpAddr::V6(v) => u128::from(v),
+    }
+}
+
+pub fn unkey(k: u128) -> IpAddr {
+    let v6 = Ipv6Addr::from(k);
+    v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
+}
+
+fn lock(m: &Mutex<Shard>) -> std::sync::MutexGuard<'_, Shard> {
+    // A panic under the lock leaves counters, never a broken invariant worth dying for.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Table {
+    /// `max_clients` tracked clients and as many blocks, at most.
+    pub fn new(limits: Limits, max_clients: usize) -> Table {
+        let max_clients = max_clients.max(1);
+        let n = if max_clients >= SHARDS * 16 { SHARDS } else { 1 };
+        let shards = (0..n)
+            .map(|i| {
+                // Split exactly: the caps add up to max_clients.
+                let cap = max_clients / n + usize::from(i < max_clients % n);
+                Mutex::new(Shard { cap, block_cap: cap, ..Shard::default() })
+            })
+            .collect();
+        let resp_slot_ms =
+            limits.http_resp_code_block.as_ref().map_or(125, |r| (r.period_ms / crate::slots::SLOTS as u64).max(1));
+        Table {
+            shards,
+            limits,
+            resp_slot_ms,
+            stats: TableStats::default(),
+            dirty: AtomicBool::new(false),
+            block_epoch: AtomicU64::new(0),
+            log: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    fn shard(&self, k: u128) -> &Mutex<Shard> {
+        let h = ((k as u64) ^ ((k >> 64) as u64).rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        &self.shards[(h >> 32) as usize % self.shards.len()]
+    }
+
+    /// A new connection from `ip`.
+    pub fn on_accept(&self, ip: IpAddr, now_ms: u64) -> Admit {
+        let k = key(ip);
+        let mut s = lock(self.shard(k));
+        if self.blocked_in(&mut s, k, now_ms) {
+            return Admit::Blocked;
+        }
+        let Some(i) = self.find_or_insert(&mut s, k, now_ms) else {
+            self.stats.full.fetch_add(1, Ordering::Relaxed);
+            return Admit::Full;
+        };
+        let st = &mut s.states[i];
+        st.referenced = true;
+        let hit = st.rate.hit(CONN, (now_ms / 125) as u32);
+        let l = &self.limits;
+        if l.connection_burst.is_some_and(|b| hit.burst > b) {
+            return Admit::Breach(Limit::ConnectionBurst);
+        }
+        if l.connection_rate.is_some_and(|r| hit.rate > r) {
+            return Admit::Breach(Limit::ConnectionRate);
+        }
+        if l.concurrent_connections.is_some_and(|c| u32::from(st.concurrent) >= c) {
+            return Admit::Breach(Limit::ConcurrentConnections);
+        }
+        st.concurrent = st.concurrent.saturating_add(1);
+        Admit::Ok
+    }
+
+    /// A tracked connection closed.
+    pub fn on_close(&self, ip: IpAddr) {
+        let k = key(ip);
+        let mut s = lock(self.shard(k));
+        if let Some(&i) = s.index.get(&k) {
+            let st = &mut s.states[i as usize];
+            st.concurrent = st.concurrent.saturating_sub(1);
+        }
+    }
+
+    /// A request head from `ip` (a tracked connection's).
+    pub fn on_request(&self, ip: IpAddr, now_ms: u64) -> Result<(), Limit> {
+        let l = &self.limits;
+        if l.request_rate.is_none() && l.request_burst.is_none() {
+            return Ok(());
+        }
+        let k = key(ip);
+        let mut s = lock(self.shard(k));
+        // Present while it has a connection; if not, there is nothing to count against.
+        let Some(&i) = s.index.get(&k) else { return Ok(()) };
+        let st = &mut s.states[i as usize];
+        st.referenced = true;
+        let hit = st.rate.hit(REQ, (now_ms / 125) as u32);
+        if l.request_burst.is_some_and(|b| hit.burst > b) {
+            return Err(Limit::RequestBurst);
+        }
+        if l.request_rate.is_some_and(|r| hit.rate > r) {
+            return Err(Limit::RequestRate);
+        }
+        Ok(())
+    }
+
+    /// An upstream response with `status` relayed to `ip`.
+    pub fn on_response(&self, ip: IpAddr, status: u16, now_ms: u64) -> Result<(), Limit> {
+        let Some(r) = &self.limits.http_resp_code_block else { return Ok(()) };
+        if !r.codes.contains(&status) {
+            return Ok(());
+        }
+        let k = key(ip);
+        let mut s = lock(self.shard(k));
+        let Some(&i) = s.index.get(&k) else { return Ok(()) };
+        let hit = s.states[i as usize].resp.hit(0, (now_ms / self.resp_slot_ms) as u32);
+        if hit.rate >= r.limit {
+            return Err(Limit::HttpRespCodeBlock);
+        }
+        Ok(())
+    }
+
+    fn find_or_insert(&self, s: &mut Shard, k: u128, now_ms: u64) -> Option<usize> {
+        if let Some(&i) = s.index.get(&k) {
+            return Some(i as usize);
+        }
+        let fresh = ClientState { first_ms: now_ms.min(u64::from(u32::MAX)) as u32, ..ClientState::default() };
+        if s.states.len() < s.cap {
+            s.index.insert(k, s.states.len() as u32);
+            s.keys.push(k);
+            s.states.push(fresh);
+            self.stats.tracked.fetch_add(1, Ordering::Relaxed);
+            return Some(s.states.len() - 1);
+        }
+        // Clock: two turns at most (the first may only clear reference bits).
+        let n = s.states.len();
+        for _ in 0..2 * n {
+            let i = s.hand;
+            s.hand = (s.hand + 1) % n;
+            let st = &mut s.states[i];
+            if st.concurrent > 0 {
+                continue;
+            }
+            if st.referenced {
+                st.referenced = false;
+                continue;
+            }
+            let old = s.keys[i];
+            s.index.remove(&old);
+            s.index.insert(k, i as u32);
+            s.keys[i] = k;
+            s.states[i] = fresh;
+            self.stats.evicted.fetch_add(1, Ordering::Relaxed);
+            return Some(i);
+        }
+        None
+    }
+
+    /// Whether `k` is blocked now; an expired block is dropped on the way.
+    fn blocked_in(&self, s: &mut Shard, k: u128, now_ms: u64) -> bool {
+        match s.blocks.get(&k) {
+            None => false,
+            Some(b) if b.until_ms.is_none_or(|u| now_ms < u) => true,
+            Some(_) => {
+                s.blocks.remove(&k);
+                self.stats.blocks_active.fetch_sub(1, Ordering::Relaxed);
+                self.dirty.store(true, Ordering::Release);
+                false
+            }
+        }
+    }
+
+    pub fn is_blocked(&self, ip: IpAddr, now_ms: u64) -> bool {
+        let k = key(ip);
+        let mut s = lock(self.shard(k));
+        self.blocked_in(&mut s, k, now_ms)
+    }
+
+    /// Block `ip` for `secs` (0: until restart) after `limit` broke.
+    /// False if it was already blocked or the block table is full.
+    pub fn block(&self, ip: IpAddr, secs: u64, limit: Limit, now_ms: u64) -> bool {
+        let k = key(ip);
+        let mut s = lock(self.shard(k));
+        if self.blocked_in(&mut s, k, now_ms) {
+            return false;
+        }
+        if s.blocks.len() >= s.block_cap {
+            self.expire_in(&mut s, now_ms);
+            if s.blocks.len() >= s.block_cap {
+                self.stats.blocks_dropped.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
+        }
+        let until_ms = (secs > 0).then(|| now_ms + secs * 1000);
+        s.blocks.insert(k, Block { until_ms });
+        let first_seen_ms = s.index.get(&k).map_or(now_ms, |&i| u64::from(s.states[i as usize].first_ms));
+        drop(s);
+        self.stats.blocks_active.fetch_add(1, Ordering::Relaxed);
+        self.stats.blocked_total.fetch_add(1, Ordering::Relaxed);
+        self.block_epoch.fetch_add(1, Ordering::Release);
+        self.dirty.store(true, Ordering::Release);
+        let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
+        if log.len() < BLOCK_LOG {
+            log.push(BlockEvent { ip, limit: limit.name(), first_seen_ms, blocked_ms: now_ms });
+        }
+        true
+    }
+
+    fn expire_in(&self, s: &mut Shard, now_ms: u64) -> bool {
+        let before = s.blocks.len();
+        s.blocks.retain(|_, b| b.until_ms.is_none_or(|u| now_ms < u));
+        let gone = before - s.blocks.len();
+        if gone > 0 {
+            self.stats.blocks_active.fetch_sub(gone as u64, Ordering::Relaxed);
+            self.dirty.store(true, Ordering::Release);
+        }
+        gone > 0
+    }
+
+    /// Drop expired blocks; whether any were.
+    pub fn expire(&self, now_ms: u64) -> bool {
+        let mut any = false;
+        for s in &self.shards {
+            any |= self.expire_in(&mut lock(s), now_ms);
+        }
+        any
+    }
+
+    /// Blocks in force: address and seconds left (rounded up; `None`: permanent).
+    pub fn blocks(&self, now_ms: u64) -> Vec<(IpAddr, Option<u64>)> {
+        let mut out = Vec::new();
+        for s in &self.shards {
+            for (&k, b) in &lock(s).blocks {
+                match b.until_ms {
+                    None => out.push((unkey(k), None)),
+                    Some(u) if u > now_ms => out.push((unkey(k), Some((u - now_ms).div_ceil(1000)))),
+                    Some(_) => {}
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    pub fn block_log(&self) -> Vec<BlockEvent> {
+        self.log.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Tracked clients (never above `max_clients`).
+    pub fn tracked(&self) -> u64 {
+        self.stats.tracked.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    fn ip(i: u32) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::from(0x7f40_0000 + i))
+    }
+
+    #[test]
+    fn keys_round_trip() {
+        for a in ["127.1.2.3", "::1", "2001:db8::7"] {
+            let a: IpAddr = a.parse().unwrap();
+            assert_eq!(unkey(key(a)), a);
+        }
+    }
+
+    #[test]
+    fn the_table_stays_within_its_cap_and_evicts_idle_clients() {
+        for cap in [10usize, 5000] {
+            let t = Table::new(Limits::default(), cap);
+            // Ten clients hold a connection each: never evicted.
+            for i in 0..10 {
+                assert_eq!(t.on_accept(ip(i), 0), Admit::Ok);
+            }
+            for i in 10..(3 * cap as u32 + 10) {
+                let a = t.on_accept(ip(i), 0);
+                if cap == 10 {
+                    assert_eq!(a, Admit::Full, "all ten hold connections");
+                    continue;
+                }
+                assert_eq!(a, Admit::Ok);
+                t.on_close(ip(i));
+                assert!(t.tracked() <= cap as u64);
+            }
+            if cap == 10 {
+                assert_eq!(t.stats.evicted.load(Ordering::Relaxed), 0);
+                t.on_close(ip(3));
+                // Now one is idle: it goes (after the clock clears its bit).
+                assert_eq!(t.on_accept(ip(99), 0), Admit::Ok);
+                assert_eq!(t.stats.evicted.load(Ordering::Relaxed), 1);
+                continue;
+            }
+            assert_eq!(t.tracked(), cap as u64);
+            let evicted = t.stats.evicted.load(Ordering::Relaxed);
+            assert_eq!(evicted, 3 * cap as u64 + 10 - cap as u64);
+            // The ten with open connections survived every sweep: their
+            // counters go on (a second connection each is allowed, and on
+            // close they are still known).
+            for i in 0..10 {
+                let k = key(ip(i));
+                let s = lock(t.shard(k));
+                let at = s.index[&k] as usize;
+                assert_eq!(s.states[at].concurrent, 1, "client {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn rate_and_concurrency_limits_break_as_frang_counts() {
+        let limits = Limits {
+            request_rate: Some(10),
+            request_burst: Some(4),
+            concurrent_connections: Some(2),
+            ..Limits::default()
+        };
+        let t = Table::new(limits, 100);
+        let a = ip(1);
+        assert_eq!(t.on_accept(a, 0), Admit::Ok);
+        assert_eq!(t.on_accept(a, 0), Admit::Ok);
+        assert_eq!(t.on_accept(a, 0), Admit::Breach(Limit::ConcurrentConnections));
+        t.on_close(a);
+        assert_eq!(t.on_accept(a, 0), Admit::Ok);
+        // Four per slot pass, the fifth is a burst.
+        for _ in 0..4 {
+            t.on_request(a, 10).unwrap();
+        }
+        assert_eq!(t.on_request(a, 20), Err(Limit::RequestBurst));
+        // 5 (one refused but counted, as frang does) + 4 + 1 = 10 in the second: fine; the 11th breaks the rate.
+        for _ in 0..4 {
+            t.on_request(a, 130).unwrap();
+        }
+        t.on_request(a, 300).unwrap();
+        assert_eq!(t.on_request(a, 400), Err(Limit::RequestRate));
+        // A second later the window is empty again.
+        t.on_request(a, 1400).unwrap();
+    }
+
+    #[test]
+    fn connection_rate_and_burst_count_new_connections() {
+        let limits = Limits { connection_rate: Some(5), connection_burst: Some(3), ..Limits::default() };
+        let t = Table::new(limits, 100);
+        let a = ip(7);
+        for _ in 0..3 {
+            assert_eq!(t.on_accept(a, 0), Admit::Ok);
+            t.on_close(a);
+        }
+        assert_eq!(t.on_accept(a, 100), Admit::Breach(Limit::ConnectionBurst));
+        // Slot 1: 4 (the refused one counted) + 1 = 5 in the window, then 6.
+        assert_eq!(t.on_accept(a, 130), Admit::Ok);
+        t.on_close(a);
+        assert_eq!(t.on_accept(a, 140), Admit::Breach(Limit::ConnectionRate));
+        // Another address is not affected.
+        assert_eq!(t.on_accept(ip(8), 140), Admit::Ok);
+    }
+
+    #[test]
+    fn blocks_expire_and_survive_eviction() {
+        let t = Table::new(Limits::default(), 4);
+        let a = ip(1);
+        assert_eq!(t.on_accept(a, 0), Admit::Ok);
+        t.on_close(a);
+        assert!(t.block(a, 2, Limit::RequestRate, 500));
+        assert!(!t.block(a, 2, Limit::RequestRate, 600), "already blocked");
+        assert!(t.dirty.swap(false, Ordering::AcqRel));
+        // Evict the client's state: the block stays.
+        for i in 2..20 {
+            assert_eq!(t.on_accept(ip(i), 600), Admit::Ok);
+            t.on_close(ip(i));
+        }
+        assert!(t.stats.evicted.load(Ordering::Relaxed) > 0);
+        assert_eq!(t.on_accept(a, 1000), Admit::Blocked);
+        assert_eq!(t.blocks(1000), vec![(a, Some(2))]);
+        assert_eq!(t.blocks(1501), vec![(a, Some(1))], "rounded up");
+        assert!(!t.expire(2499));
+        assert!(t.expire(2500));
+        assert!(t.blocks(2500).is_empty());
+        assert_eq!(t.stats.blocks_active.load(Ordering::Relaxed), 0);
+        assert_eq!(t.on_accept(a, 2500), Admit::Ok);
+        // Permanent, and the block table's own cap.
+        for i in 100..104 {
+            assert!(t.block(ip(i), 0, Limit::HttpParse, 3000));
+        }
+        assert!(!t.block(ip(200), 0, Limit::HttpParse, 3000), "the block table is full");
+        assert_eq!(t.stats.blocks_dropped.load(Ordering::Relaxed), 1);
+        assert!(t.is_blocked(ip(100), u64::MAX / 2));
+        assert_eq!(t.block_log().len(), 5);
+        assert_eq!(t.block_log()[0].blocked_ms, 500);
+    }
+}
