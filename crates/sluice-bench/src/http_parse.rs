@@ -133,7 +133,8 @@ pub fn parse_once(c: Contender, buf: &[u8]) -> Result<Parsed, String> {
             }
         }
         Contender::Reference => {
-            let r = sluice_h1::reference::parse_request(buf, &Options::default()).map_err(|e| e.kind.as_str().to_string())?;
+            let r = sluice_h1::reference::parse_request(buf, &Options::default())
+                .map_err(|e| e.kind.as_str().to_string())?;
             Ok(Parsed {
                 method: String::from_utf8_lossy(&r.method).into(),
                 target: String::from_utf8_lossy(&r.target).into(),

@@ -15,7 +15,10 @@ pub struct PicoRequest {
     pub len: usize,
 }
 
-fn call(buf: &[u8], headers: &mut [phr_header; MAX_HEADERS]) -> (i32, usize, (*const c_char, usize), (*const c_char, usize)) {
+fn call(
+    buf: &[u8],
+    headers: &mut [phr_header; MAX_HEADERS],
+) -> (i32, usize, (*const c_char, usize), (*const c_char, usize)) {
     let (mut method, mut method_len) = (std::ptr::null(), 0usize);
     let (mut path, mut path_len) = (std::ptr::null(), 0usize);
     let mut minor = 0i32;

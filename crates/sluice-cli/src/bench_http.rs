@@ -38,15 +38,18 @@ pub fn run(a: HttpParseBenchArgs) -> Result<crate::Outcome> {
             bail!("--input {want}: no such input (have: {})", names.join(", "));
         }
     }
-    let chosen: Vec<_> = all.into_iter().filter(|i| a.input.is_empty() || a.input.iter().any(|w| w == i.name)).collect();
+    let chosen: Vec<_> =
+        all.into_iter().filter(|i| a.input.is_empty() || a.input.iter().any(|w| w == i.name)).collect();
     let contenders = Contender::all();
     let budget = Duration::from_millis(a.ms);
 
     // Check every parser reads every input the same before timing any.
     for input in &chosen {
-        let want = parse_once(Contender::Httparse, &input.bytes).map_err(|e| anyhow::anyhow!("httparse on {}: {e}", input.name))?;
+        let want = parse_once(Contender::Httparse, &input.bytes)
+            .map_err(|e| anyhow::anyhow!("httparse on {}: {e}", input.name))?;
         for &c in &contenders {
-            let got = parse_once(c, &input.bytes).map_err(|e| anyhow::anyhow!("{} on {}: {e}", c.name(), input.name))?;
+            let got =
+                parse_once(c, &input.bytes).map_err(|e| anyhow::anyhow!("{} on {}: {e}", c.name(), input.name))?;
             if got != want {
                 bail!("{} reads {} differently: {got:?} vs httparse {want:?}", c.name(), input.name);
             }

@@ -702,3 +702,101 @@ fn send_afxdp_generated() {
     assert!(elapsed > 0.15, "paced: 1000 frames at 5000/s take about 0.2 s, took {elapsed}");
     assert_eq!(got.len(), 1000);
 }
+
+/// Tempesta's ip_block end to end: `sluice http-guard` blocks a flooding
+/// client and publishes it in its block file; `sluice bridge --watch`, whose
+/// rule file loads that file as a set, reloads and drops the client's
+/// packets at L3, exactly those `sluice filter` drops with the same file.
+#[test]
+fn bridge_drops_what_the_guard_blocks() {
+    if !live_or_skip("bridge_drops_what_the_guard_blocks") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let blocks = dir.path().join("blocks.txt");
+    let mut upstream = Command::new(SLUICE)
+        .args(["http-serve", "--listen", "127.0.0.1:0", "--threads", "1", "--no-pin", "--duration", "60"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(upstream.stderr.take().unwrap()).read_line(&mut line).unwrap();
+    let up = line.trim().strip_prefix("sluice: serving on ").unwrap_or_else(|| panic!("{line:?}")).to_owned();
+    let mut guard = Command::new(SLUICE)
+        .args(["http-guard", "--listen", "127.0.0.1:0", "--upstream", &up, "--no-pin", "--duration", "60"])
+        .args(["--request-rate", "20", "--ip-block", "300", "--block-file", p(&blocks)])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut r = BufReader::new(guard.stderr.take().unwrap());
+    let mut at = None;
+    while at.is_none() {
+        line.clear();
+        assert!(r.read_line(&mut line).unwrap() > 0, "http-guard did not come up");
+        at = line.trim().strip_prefix("sluice: guarding on ").map(str::to_owned);
+    }
+    let at = at.unwrap();
+    assert!(blocks.exists(), "the guard writes its (empty) block file at start");
+
+    let rules = dir.path().join("bridge.rules");
+    std::fs::write(&rules, "set guard from \"blocks.txt\"\ndrop saddr @guard\n").unwrap();
+    let topo = Topology::new("gd");
+    let bridge = Bridge::start(&[
+        "--iface",
+        &topo.a.near,
+        "--iface",
+        &topo.b.near,
+        "--rules",
+        p(&rules),
+        "--watch",
+        "--io",
+        "afpacket",
+        "--metrics",
+        "127.0.0.1:0",
+        "--json",
+    ]);
+    let entries = || metric(&bridge.scrape(), "sluice_list_entries", &[("path", p(&blocks))]);
+    assert_eq!(entries(), Some(0), "{}", bridge.scrape());
+
+    // The flood: over --request-rate from 127.3.0.1, so the guard blocks it.
+    let flood = Command::new(SLUICE)
+        .args(["http-load", "--url", &format!("http://{at}/"), "--source", "127.3.0.1/32"])
+        .args(["--connections", "4", "--requests", "400", "--duration", "5"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    // Its requests fail once it is blocked, so only that it ran matters.
+    assert!(flood.code().is_some(), "http-load was killed: {flood}");
+    let end = Instant::now() + Duration::from_secs(10);
+    while entries() != Some(1) {
+        assert!(
+            Instant::now() < end,
+            "the bridge did not load the guard's block: file {:?}, {}",
+            std::fs::read_to_string(&blocks),
+            bridge.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(std::fs::read_to_string(&blocks).unwrap().contains("127.3.0.1 timeout"));
+
+    // Traffic with 30% of its sources the blocked address: exactly what
+    // `sluice filter` passes with the same block file arrives.
+    let from = dir.path().join("from.txt");
+    write_list(&from, &["127.3.0.1"]);
+    let t = traffic(dir.path(), "gd", 9, 1500, &from, &[&blocks]);
+    assert!(t.passed.len() < t.all.len(), "the traffic holds the blocked source");
+    let mut ep_b = Endpoint::open(&topo.ns_b.name, &topo.b.far);
+    let (_, got) = send_and_capture(&topo.ns_a.name, &topo.a.far, &t.cap, "20000", &mut ep_b, t.passed.len());
+    assert_exactly("A->B (the guard's block dropped)", &t.passed, &got);
+    let (v, _) = bridge.stop();
+    let dropped = (t.all.len() - t.passed.len()) as u64;
+    assert_eq!(v["rules"][0]["packets"], dropped, "the drop rule took the blocked source's packets: {v}");
+    for c in [&mut guard, &mut upstream] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}

@@ -216,6 +216,10 @@ impl Guard {
         });
         let stop = Arc::new(AtomicBool::new(false));
         let spawn_err = |source| GuardError::Io { what: "spawning a guard thread".into(), source };
+        if let Some(p) = &config.block_file {
+            publish::start(p, &shared.block_file_writes)
+                .map_err(|source| GuardError::Io { what: format!("writing the block file {}", p.display()), source })?;
+        }
         let publisher = {
             let (table, path, started, stop, writes) =
                 (table, config.block_file.clone(), shared.started, stop.clone(), shared.block_file_writes.clone());

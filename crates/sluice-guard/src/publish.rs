@@ -57,6 +57,15 @@ pub fn write_atomic(path: &Path, text: &str) -> io::Result<()> {
     })
 }
 
+/// An empty list, written before the guard accepts anything: stale blocks
+/// from an earlier run do not linger, a bad path fails at start, and a
+/// bridge can load the file as soon as the guard says it is up.
+pub fn start(path: &Path, writes: &AtomicU64) -> io::Result<()> {
+    write_atomic(path, &render(&[]))?;
+    writes.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
 /// Publishes the table's blocks to `path` until `stop`; also drops expired
 /// blocks (so the accept check and the file agree). Returns the writes made.
 pub fn run(
@@ -67,11 +76,6 @@ pub fn run(
     writes: Arc<AtomicU64>,
 ) -> io::Result<()> {
     let now_ms = || started.elapsed().as_millis() as u64;
-    if let Some(p) = &path {
-        // An empty list at start: stale blocks from an earlier run do not linger.
-        write_atomic(p, &render(&[]))?;
-        writes.fetch_add(1, Ordering::Relaxed);
-    }
     let mut last_write: Option<Instant> = None;
     let mut pending = false;
     while !stop.load(Ordering::Relaxed) {
