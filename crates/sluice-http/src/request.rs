@@ -1,11 +1,11 @@
 //! Request framing for the server's own needs: where each request head ends,
-//! its method, target and version, how many body bytes follow
-//! (`Content-Length`) and whether the connection stays open. It is strict
-//! (CRLF line ends, no obs-fold, token methods and header names, one version
-//! form) because a lenient framer is how request smuggling starts; anything it
-//! does not understand is a 400 and the connection closes. A full parser is a
-//! separate piece of work; this one only has to frame correctly.
+//! its method, target and version, where its body ends (`Content-Length` or
+//! chunked) and whether the connection stays open. The parsing is
+//! `sluice-h1`'s, strict by default, because a lenient framer is how request
+//! smuggling starts; anything it refuses gets its status (400, 431 or 501)
+//! and the connection closes.
 
+use sluice_h1::{Framing, HeadStatus, Options, Parser};
 use std::ops::Range;
 
 /// Default bound on a request head (request line plus headers plus the blank line).
@@ -24,7 +24,8 @@ pub struct Head {
     pub method: Range<usize>,
     pub target: Range<usize>,
     pub version: Version,
-    /// Body bytes that follow the head (0 without `Content-Length`).
+    /// Body bytes that follow the head: the `Content-Length` (0 without
+    /// one, or for a chunked body, whose end the framer finds itself).
     pub content_length: u64,
     /// False after `Connection: close`, or for HTTP/1.0 without `Connection: keep-alive`.
     pub keep_alive: bool,
@@ -45,6 +46,8 @@ pub enum FrameError {
     BadRequest(&'static str),
     #[error("request head larger than the limit")]
     HeadTooLarge,
+    #[error("not implemented: {0}")]
+    NotImplemented(&'static str),
 }
 
 impl FrameError {
@@ -52,153 +55,59 @@ impl FrameError {
         match self {
             FrameError::BadRequest(_) => 400,
             FrameError::HeadTooLarge => 431,
+            FrameError::NotImplemented(_) => 501,
         }
     }
 }
 
-/// RFC 9110 `tchar`: what methods and header names are made of.
-fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+impl From<sluice_h1::Error> for FrameError {
+    fn from(e: sluice_h1::Error) -> FrameError {
+        match e.kind.status() {
+            431 => FrameError::HeadTooLarge,
+            501 => FrameError::NotImplemented(e.kind.as_str()),
+            _ => FrameError::BadRequest(e.kind.as_str()),
+        }
+    }
 }
 
-fn find_head_end(buf: &[u8]) -> Option<usize> {
-    buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4)
+fn options(max_head: usize) -> Options {
+    Options { max_head, ..Options::default() }
 }
 
 /// Parse one complete request head at the start of `buf`. `Ok(None)`: not
 /// complete yet (and within `max_head`); the caller reads more and retries.
 pub fn parse_head(buf: &[u8], max_head: usize) -> Result<Option<Head>, FrameError> {
-    parse_head_from(buf, max_head, 0)
+    let mut parser = Parser::new(options(max_head));
+    head_of(&mut parser, buf)
 }
 
-/// [`parse_head`], knowing the first `scanned` bytes were seen before without
-/// an end of head or a bad byte: a head arriving a few bytes per read is then
-/// scanned once in all, not once per read.
-fn parse_head_from(buf: &[u8], max_head: usize, scanned: usize) -> Result<Option<Head>, FrameError> {
-    let limit = buf.len().min(max_head);
-    let from = scanned.saturating_sub(3).min(limit);
-    let end = match find_head_end(&buf[from..limit]) {
-        Some(end) => from + end,
-        None if buf.len() >= max_head => return Err(FrameError::HeadTooLarge),
-        None => {
-            // Fail early on bytes no head may hold, rather than waiting for
-            // 16 KiB of garbage: a bare LF or a control byte in what we have.
-            check_partial(buf, scanned.min(buf.len()))?;
-            return Ok(None);
-        }
+/// The head `parser` finds in `buf` (which starts at the request's first byte).
+fn head_of(parser: &mut Parser, buf: &[u8]) -> Result<Option<Head>, FrameError> {
+    let len = match parser.parse_head(buf)? {
+        HeadStatus::Partial => return Ok(None),
+        HeadStatus::Complete(len) => len,
     };
-    let head = &buf[..end - 2]; // each line still ends in CRLF
-    let mut lines = Lines { buf: head, pos: 0 };
-    let line = lines.next_line()?.ok_or(FrameError::BadRequest("empty request line"))?;
-
-    // request-line = method SP request-target SP HTTP-version
-    let sp1 = line.clone().find(|&i| head[i] == b' ').ok_or(FrameError::BadRequest("no target"))?;
-    let method = line.start..sp1;
-    if method.is_empty() || !head[method.clone()].iter().all(|&b| is_tchar(b)) {
-        return Err(FrameError::BadRequest("bad method"));
-    }
-    let sp2 = (sp1 + 1..line.end).find(|&i| head[i] == b' ').ok_or(FrameError::BadRequest("no version"))?;
-    let target = sp1 + 1..sp2;
-    if target.is_empty() || !head[target.clone()].iter().all(|&b| (0x21..=0x7e).contains(&b)) {
-        return Err(FrameError::BadRequest("bad target"));
-    }
-    let version = match &head[sp2 + 1..line.end] {
-        b"HTTP/1.1" => Version::Http11,
-        b"HTTP/1.0" => Version::Http10,
-        _ => return Err(FrameError::BadRequest("unsupported version")),
+    let h = parser.head(buf).expect("a complete head");
+    // The head's fields are slices of `buf`; the server wants ranges so
+    // the head does not borrow its input buffer.
+    let at = |f: &str| {
+        let start = f.as_ptr() as usize - buf.as_ptr() as usize;
+        start..start + f.len()
     };
-
-    let mut content_length: Option<u64> = None;
-    let mut close = false;
-    let mut keep_alive_token = false;
-    while let Some(line) = lines.next_line()? {
-        let l = &head[line];
-        let colon = l.iter().position(|&b| b == b':').ok_or(FrameError::BadRequest("header without colon"))?;
-        let name = &l[..colon];
-        // Also refuses obs-fold (a line starting with SP or HTAB) and
-        // whitespace before the colon, both smuggling vectors.
-        if name.is_empty() || !name.iter().all(|&b| is_tchar(b)) {
-            return Err(FrameError::BadRequest("bad header name"));
-        }
-        let value = trim_ows(&l[colon + 1..]);
-        if !value.iter().all(|&b| b == b'\t' || b >= 0x20 && b != 0x7f) {
-            return Err(FrameError::BadRequest("bad header value"));
-        }
-        if name.eq_ignore_ascii_case(b"content-length") {
-            if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
-                return Err(FrameError::BadRequest("bad content-length"));
-            }
-            let n = value.iter().fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'));
-            // Two different lengths: which one frames the body is ambiguous.
-            if content_length.is_some_and(|c| c != n) {
-                return Err(FrameError::BadRequest("conflicting content-length"));
-            }
-            content_length = Some(n);
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            // Chunked bodies are not framed here; guessing would desynchronise
-            // the connection, so refuse instead.
-            return Err(FrameError::BadRequest("transfer-encoding not supported"));
-        } else if name.eq_ignore_ascii_case(b"connection") {
-            for token in value.split(|&b| b == b',').map(trim_ows) {
-                close |= token.eq_ignore_ascii_case(b"close");
-                keep_alive_token |= token.eq_ignore_ascii_case(b"keep-alive");
-            }
-        }
-    }
-    let keep_alive = !close && (version == Version::Http11 || keep_alive_token);
-    Ok(Some(Head { method, target, version, content_length: content_length.unwrap_or(0), keep_alive, len: end }))
-}
-
-fn check_partial(buf: &[u8], from: usize) -> Result<(), FrameError> {
-    for (i, &b) in buf.iter().enumerate().skip(from) {
-        if b == b'\n' && (i == 0 || buf[i - 1] != b'\r') {
-            return Err(FrameError::BadRequest("bare LF"));
-        }
-        if b < 0x20 && b != b'\r' && b != b'\n' && b != b'\t' || b == 0x7f {
-            return Err(FrameError::BadRequest("control byte in head"));
-        }
-    }
-    Ok(())
-}
-
-fn trim_ows(mut s: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', rest @ ..] = s {
-        s = rest;
-    }
-    while let [rest @ .., b' ' | b'\t'] = s {
-        s = rest;
-    }
-    s
-}
-
-/// CRLF-terminated lines of a head; a CR or LF anywhere else is an error.
-struct Lines<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-impl Lines<'_> {
-    fn next_line(&mut self) -> Result<Option<Range<usize>>, FrameError> {
-        if self.pos >= self.buf.len() {
-            return Ok(None);
-        }
-        let start = self.pos;
-        let mut i = start;
-        while i < self.buf.len() {
-            match self.buf[i] {
-                b'\r' => {
-                    if self.buf.get(i + 1) != Some(&b'\n') {
-                        return Err(FrameError::BadRequest("bare CR"));
-                    }
-                    self.pos = i + 2;
-                    return Ok(Some(start..i));
-                }
-                b'\n' => return Err(FrameError::BadRequest("bare LF")),
-                _ => i += 1,
-            }
-        }
-        Err(FrameError::BadRequest("unterminated line"))
-    }
+    Ok(Some(Head {
+        method: at(h.method),
+        target: at(h.target),
+        version: match h.version {
+            sluice_h1::Version::Http10 => Version::Http10,
+            sluice_h1::Version::Http11 => Version::Http11,
+        },
+        content_length: match h.framing {
+            Framing::Length(n) => n,
+            Framing::None | Framing::Chunked => 0,
+        },
+        keep_alive: h.keep_alive,
+        len,
+    }))
 }
 
 /// What one [`Framer::step`] did.
@@ -215,41 +124,43 @@ pub enum Step {
 /// Walks a byte stream request by request: heads are parsed, bodies skipped
 /// (which may span many reads). The caller drops the consumed bytes from the
 /// front of its buffer after each step.
-#[derive(Debug)]
 pub struct Framer {
-    body_left: u64,
-    max_head: usize,
-    /// Bytes of the current partial head already scanned (the caller only
-    /// appends to an unfinished head, never changes it).
-    scanned: usize,
+    /// Keeps its state between reads: a head arriving a few bytes per read
+    /// is scanned once in all, not once per read.
+    parser: Parser,
+    in_body: bool,
+}
+
+impl std::fmt::Debug for Framer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Framer").field("in_body", &self.in_body).finish_non_exhaustive()
+    }
 }
 
 impl Framer {
     pub fn new(max_head: usize) -> Self {
-        Framer { body_left: 0, max_head, scanned: 0 }
+        Framer { parser: Parser::new(options(max_head)), in_body: false }
     }
 
     /// Consumed bytes: `Request(h)` → `h.len`, `Body(n)` → `n`, `NeedMore` → 0.
+    /// `buf` starts where the last step's consumed bytes ended, and only
+    /// grows at its end between steps that return `NeedMore`.
     pub fn step(&mut self, buf: &[u8]) -> Result<Step, FrameError> {
-        if self.body_left > 0 {
-            if buf.is_empty() {
-                return Ok(Step::NeedMore);
+        if self.in_body {
+            let st = self.parser.parse_body(buf)?;
+            if st.done {
+                self.in_body = false;
+                self.parser.reset();
             }
-            let n = (buf.len() as u64).min(self.body_left) as usize;
-            self.body_left -= n as u64;
-            return Ok(Step::Body(n));
+            return Ok(if st.consumed == 0 && !st.done { Step::NeedMore } else { Step::Body(st.consumed) });
         }
-        match parse_head_from(buf, self.max_head, self.scanned)? {
-            Some(h) => {
-                self.body_left = h.content_length;
-                self.scanned = 0;
-                Ok(Step::Request(h))
-            }
-            None => {
-                self.scanned = buf.len();
-                Ok(Step::NeedMore)
-            }
+        let Some(h) = head_of(&mut self.parser, buf)? else { return Ok(Step::NeedMore) };
+        if self.parser.body_done() {
+            self.parser.reset();
+        } else {
+            self.in_body = true;
         }
+        Ok(Step::Request(h))
     }
 }
 
@@ -285,6 +196,8 @@ mod tests {
     fn partial_heads_wait() {
         assert_eq!(one("GET / HTTP/1.1\r\nHost: a\r\n"), Ok(None));
         assert_eq!(one(""), Ok(None));
+        // Empty lines before a request line are allowed (RFC 9112 2.2).
+        assert_eq!(one("\r\n\r\n"), Ok(None));
     }
 
     #[test]
@@ -298,13 +211,24 @@ mod tests {
             "GET / HTTP/1.1\r\nHost: a\r\n folded\r\n\r\n",
             "GET / HTTP/1.1\r\nContent-Length: 1x\r\n\r\n",
             "GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
-            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
-            "\r\n\r\n",
+            "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
             "GET\r\n\r\n",
             "\x16\x03\x01",
         ] {
             assert!(matches!(one(s), Err(FrameError::BadRequest(_))), "{s:?}: {:?}", one(s));
         }
+    }
+
+    #[test]
+    fn chunked_bodies_are_framed() {
+        let s = b"POST /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\nGET /b HTTP/1.1\r\n\r\n";
+        let expected = Ok(vec![req("POST", "/a", 0, true), req("GET", "/b", 0, true)]);
+        assert_eq!(frame_all(s, &[]), expected);
+        assert_eq!(frame_all(s, &(0..s.len()).collect::<Vec<_>>()), expected);
+        assert!(frame_all(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", &[]).is_err());
+        let te = parse_head(b"POST / HTTP/1.1\r\nTransfer-Encoding: frob, chunked\r\n\r\n", DEFAULT_MAX_HEAD);
+        assert_eq!(te.map_err(FrameError::status), Err(501));
     }
 
     #[test]

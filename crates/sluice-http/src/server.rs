@@ -507,7 +507,7 @@ impl<'a> Worker<'a> {
                     }
                     Err(e) => {
                         match e {
-                            FrameError::BadRequest(_) => self.stats.bad_request += 1,
+                            FrameError::BadRequest(_) | FrameError::NotImplemented(_) => self.stats.bad_request += 1,
                             FrameError::HeadTooLarge => self.stats.header_too_large += 1,
                         }
                         c.pending.push_back(Pending {
