@@ -10,9 +10,11 @@
 //! run gives the machine's limit.
 #![deny(unsafe_code)]
 
+pub mod flowtable;
 pub mod http_parse;
 mod pico;
 pub mod probe;
+pub mod queue;
 pub mod report;
 pub mod ring;
 pub mod structures;

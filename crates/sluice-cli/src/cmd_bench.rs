@@ -18,6 +18,8 @@ mod bench_http;
 mod bench_http_load;
 #[path = "bench_mem.rs"]
 mod bench_mem;
+#[path = "bench_queue.rs"]
+mod bench_queue;
 #[path = "bench_rules.rs"]
 mod bench_rules;
 
@@ -47,6 +49,10 @@ pub enum BenchCommand {
     Pool(bench_mem::PoolArgs),
     /// http-load straight to http-serve against through http-guard (limits on, none reached), alternating, as a ratio.
     Guard(bench_guard::GuardBenchArgs),
+    /// The NatSys MPMC queue against crossbeam, a locked queue and rtrb, every item checked delivered once.
+    Queue(bench_queue::QueueBenchArgs),
+    /// A flow table's expiry: ordered list against walks, cost per packet as flows grow.
+    Flowtable(bench_queue::FlowtableBenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -165,6 +171,8 @@ pub fn run(cmd: BenchCommand) -> Result<Outcome> {
         BenchCommand::Memalign(a) => bench_mem::memalign(a),
         BenchCommand::Pool(a) => bench_mem::pool(a),
         BenchCommand::Guard(a) => bench_guard::run(a),
+        BenchCommand::Queue(a) => bench_queue::run_queue(a),
+        BenchCommand::Flowtable(a) => bench_queue::run_flowtable(a),
     }
 }
 

@@ -1,0 +1,469 @@
+//! `sluice bench flowtable`: cost per packet of a flow table with an idle
+//! timeout as the number of flows grows, expiring by the ordered list
+//! (ours), by a walk over every slot per tick (the PMC post's fix), and by
+//! the post's O(n^2) walk.
+//!
+//! The traffic: a window of `n` flow ids slides forward (one id in 16
+//! packets), each packet picks an id in the window at random, and the
+//! clock ticks every `per_tick` packets (a tick is 1 ms at 1 Mpps); expiry
+//! runs once per tick. The idle timeout is the time of `4 n` packets, so
+//! about `n` flows are live (a flow in the window is seen about every `n`
+//! packets) and the flows the window left behind expire steadily. The
+//! table's capacity is `2 n`; a new flow evicts the oldest when full.
+
+use super::{FlowKey, FlowTable};
+use crate::median;
+use crate::ring::Rng;
+use serde_json::{json, Value};
+use std::fmt::Write as _;
+use std::time::Instant;
+
+/// How expiry is done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Variant {
+    /// Ours: pop stale flows off the front of the last-seen list.
+    Ordered,
+    /// Visit every slot per tick: O(n) per tick.
+    Walk,
+    /// The PMC post's flowcleaner: O(n^2) per tick.
+    Quadratic,
+}
+
+impl Variant {
+    pub const ALL: [Variant; 3] = [Variant::Ordered, Variant::Walk, Variant::Quadratic];
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Ordered => "ordered",
+            Variant::Walk => "walk",
+            Variant::Quadratic => "walk-n2",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Flows (about as many live at once).
+    pub sizes: Vec<usize>,
+    pub reps: usize,
+    /// Packets per rep for the ordered list.
+    pub packets: u64,
+    pub per_tick: u64,
+    /// Slot visits per rep a walk may spend (whole ticks, at least 3).
+    pub walk_budget: u64,
+    /// The O(n^2) walk runs only up to this many flows (it takes seconds
+    /// per tick beyond).
+    pub quadratic_max: usize,
+    pub seed: u64,
+}
+
+impl Settings {
+    /// 10k, 100k, 1M flows; under a minute on 2 cores.
+    pub fn quick() -> Self {
+        Settings {
+            sizes: vec![10_000, 100_000, 1_000_000],
+            reps: 3,
+            packets: 500_000,
+            per_tick: 1000,
+            walk_budget: 50_000_000,
+            quadratic_max: 10_000,
+            seed: 1,
+        }
+    }
+    /// Up to 10M flows, and the O(n^2) walk at 100k too.
+    pub fn full() -> Self {
+        Settings { sizes: vec![10_000, 100_000, 1_000_000, 10_000_000], quadratic_max: 100_000, ..Settings::quick() }
+    }
+}
+
+/// The packet stream: flow ids in a sliding window.
+struct Stream {
+    rng: Rng,
+    base: u64,
+    n: u64,
+    packet: u64,
+    per_tick: u64,
+}
+
+impl Stream {
+    fn key(id: u64) -> FlowKey {
+        // A bijection of the id (splitmix64's finaliser), so ids never
+        // collide, spread over addresses and ports.
+        let mut z = id.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        FlowKey::v4((z >> 32) as u32, z as u32, (id >> 16) as u16 | 1024, 443, 6)
+    }
+    /// The next packet's key and time, and whether a tick began with it.
+    #[inline]
+    fn next(&mut self) -> (FlowKey, u64, bool) {
+        let r = self.rng.next_u64();
+        if r & 15 == 0 {
+            self.base += 1;
+        }
+        let id = self.base + (r >> 4) % self.n;
+        let now = self.packet / self.per_tick;
+        let tick = self.packet % self.per_tick == 0;
+        self.packet += 1;
+        (Self::key(id), now, tick)
+    }
+}
+
+fn expire(t: &mut FlowTable<FlowKey, u64>, v: Variant, now: u64) {
+    let drop_it = |_: FlowKey, _: u64| {};
+    match v {
+        Variant::Ordered => t.expire(now, drop_it),
+        Variant::Walk => t.expire_walk(now, drop_it),
+        Variant::Quadratic => t.expire_walk_quadratic(now, drop_it),
+    };
+}
+
+/// Runs `packets` packets of the stream with `v`'s expiry; ns per packet
+/// in all, and of that in expiry (timed per tick: two clock reads per
+/// `per_tick` packets).
+fn run(t: &mut FlowTable<FlowKey, u64>, s: &mut Stream, v: Variant, packets: u64) -> (f64, f64) {
+    let started = Instant::now();
+    let mut in_expiry = 0.0;
+    for _ in 0..packets {
+        let (k, now, tick) = s.next();
+        if tick {
+            let e = Instant::now();
+            expire(t, v, now);
+            in_expiry += e.elapsed().as_secs_f64();
+        }
+        *t.touch(k, now, || 0).0 += 1;
+    }
+    let per = 1e9 / packets as f64;
+    (started.elapsed().as_secs_f64() * per, in_expiry * per)
+}
+
+/// One variant at one size.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub variant: Variant,
+    pub flows: usize,
+    /// Packets measured per rep.
+    pub packets: u64,
+    pub ns: Vec<f64>,
+    /// The part of `ns` spent expiring, per rep.
+    pub expiry_ns: Vec<f64>,
+    /// After the last rep: flows in the table, lifetime counters.
+    pub live: usize,
+    pub expired: u64,
+    pub evicted: u64,
+    pub memory_bytes: usize,
+}
+
+impl Row {
+    pub fn median(&self) -> f64 {
+        median(&self.ns)
+    }
+    pub fn expiry_median(&self) -> f64 {
+        median(&self.expiry_ns)
+    }
+    pub fn min(&self) -> f64 {
+        self.ns.iter().copied().fold(f64::INFINITY, f64::min)
+    }
+    pub fn max(&self) -> f64 {
+        self.ns.iter().copied().fold(0.0, f64::max)
+    }
+}
+
+/// Measures every size: a warm-up to the steady state, then reps in which
+/// the variants take turns (each rep starts with a different one) on the
+/// same table and the same continuing stream.
+pub fn measure(st: &Settings, mut progress: impl FnMut(&Row)) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for &n in &st.sizes {
+        let n = n.max(1);
+        let per_tick = st.per_tick.max(1);
+        let timeout = (4 * n as u64).div_ceil(per_tick);
+        let mut t: FlowTable<FlowKey, u64> = FlowTable::new(2 * n, timeout);
+        let mut s = Stream { rng: Rng::new(st.seed ^ n as u64), base: 0, n: n as u64, packet: 0, per_tick };
+        run(&mut t, &mut s, Variant::Ordered, 5 * n as u64);
+        let variants: Vec<Variant> =
+            Variant::ALL.into_iter().filter(|&v| v != Variant::Quadratic || n <= st.quadratic_max).collect();
+        // Whole ticks; a walk visits the slab's high-water mark of slots.
+        let slots = (n as u64 * 3 / 2).max(1);
+        let packets = |v: Variant| -> u64 {
+            let ticks = match v {
+                Variant::Ordered => st.packets.div_ceil(per_tick),
+                Variant::Walk => (st.walk_budget / slots).clamp(3, st.packets.div_ceil(per_tick).max(3)),
+                Variant::Quadratic => (st.walk_budget / (slots * slots / 16).max(1)).clamp(1, 20),
+            };
+            ticks * per_tick
+        };
+        let first = rows.len();
+        for &v in &variants {
+            rows.push(Row {
+                variant: v,
+                flows: n,
+                packets: packets(v),
+                ns: Vec::new(),
+                expiry_ns: Vec::new(),
+                live: 0,
+                expired: 0,
+                evicted: 0,
+                memory_bytes: t.memory_bytes(),
+            });
+        }
+        for rep in 0..st.reps.max(1) {
+            for i in 0..variants.len() {
+                let r: &mut Row = &mut rows[first + (i + rep) % variants.len()];
+                let (all, expiry) = run(&mut t, &mut s, r.variant, r.packets);
+                r.ns.push(all);
+                r.expiry_ns.push(expiry);
+            }
+        }
+        for r in &mut rows[first..] {
+            r.live = t.len();
+            r.expired = t.stats().expired;
+            r.evicted = t.stats().evicted;
+            progress(r);
+        }
+    }
+    rows
+}
+
+/// How a variant's cost grew from the smallest size to the largest.
+pub fn growth(rows: &[Row], v: Variant) -> Option<(usize, usize, f64)> {
+    let mut r: Vec<&Row> = rows.iter().filter(|r| r.variant == v).collect();
+    r.sort_by_key(|r| r.flows);
+    let (a, b) = (r.first()?, r.last()?);
+    (a.flows != b.flows).then(|| (a.flows, b.flows, b.median() / a.median()))
+}
+
+/// The post's effect: a walk per tick costs more per packet as the table
+/// grows (about linearly), expiry off an ordered list does not.
+pub fn verdict(rows: &[Row]) -> Option<(bool, String)> {
+    let (a, b, walk) = growth(rows, Variant::Walk)?;
+    let (_, _, ours) = growth(rows, Variant::Ordered)?;
+    let scale = b as f64 / a as f64;
+    let holds = walk >= scale / 4.0 && ours * 10.0 <= walk;
+    let mut s = format!(
+        "from {a} to {b} flows (x{scale:.0}) the walk's cost per packet grew x{walk:.1}, ours x{ours:.1} (cache misses of a larger table; its expiry part went {:.1} -> {:.1} ns)",
+        expiry_at(rows, Variant::Ordered, a), expiry_at(rows, Variant::Ordered, b)
+    );
+    if let Some((qa, qb, q)) = growth(rows, Variant::Quadratic) {
+        let _ = write!(s, ", the O(n^2) walk's x{q:.0} (from {qa} to {qb})");
+    }
+    Some((holds, s))
+}
+
+fn expiry_at(rows: &[Row], v: Variant, flows: usize) -> f64 {
+    rows.iter().find(|r| r.variant == v && r.flows == flows).map_or(f64::NAN, Row::expiry_median)
+}
+
+pub fn row_json(r: &Row, st: &Settings) -> Value {
+    json!({
+        "bench": "flowtable",
+        "row": "flowtable",
+        "expiry": r.variant.name(),
+        "flows": r.flows,
+        "capacity": 2 * r.flows,
+        "per_tick": st.per_tick,
+        "packets": r.packets,
+        "reps": r.ns.len(),
+        // The PMC post gives no figures, only the shape (cost grows with flows).
+        "seed": Value::Null,
+        "ours": r.median(),
+        "ours_min": r.min(),
+        "ours_max": r.max(),
+        "unit": "ns/packet",
+        "expiry_ns_per_packet": r.expiry_median(),
+        "live": r.live,
+        "expired": r.expired,
+        "evicted": r.evicted,
+        "memory_bytes": r.memory_bytes,
+    })
+}
+
+/// Same-size ratios of each walk to ours, per rep (the variants of a rep
+/// run back to back on the same table), median and spread.
+pub fn ratios(rows: &[Row]) -> Vec<Value> {
+    let mut out = Vec::new();
+    for o in rows.iter().filter(|r| r.variant == Variant::Ordered) {
+        for w in rows.iter().filter(|r| r.variant != Variant::Ordered && r.flows == o.flows) {
+            let per_rep: Vec<f64> = w.ns.iter().zip(&o.ns).map(|(w, o)| w / o).collect();
+            out.push(json!({
+                "bench": "flowtable",
+                "row": "ratio",
+                "ratio": format!("{}/ordered", w.variant.name()),
+                "flows": o.flows,
+                "seed": Value::Null,
+                "ours": median(&per_rep),
+                "ours_min": per_rep.iter().copied().fold(f64::INFINITY, f64::min),
+                "ours_max": per_rep.iter().copied().fold(0.0, f64::max),
+            }));
+        }
+    }
+    out
+}
+
+pub fn table_header() -> String {
+    format!(
+        "{:>10} {:<8} {:>10} {:>9} {:>19} {:>10} {:>10} {:>9} {:>10} {:>8} {:>6}",
+        "flows",
+        "expiry",
+        "packets",
+        "ns/pkt",
+        "[min-max]",
+        "of which",
+        "x ordered",
+        "live",
+        "expired",
+        "evicted",
+        "seed"
+    )
+}
+
+pub fn table_row(r: &Row, rows: &[Row]) -> String {
+    let ordered = rows.iter().find(|o| o.variant == Variant::Ordered && o.flows == r.flows).map(Row::median);
+    format!(
+        "{:>10} {:<8} {:>10} {:>9.1} {:>19} {:>10} {:>10} {:>9} {:>10} {:>8} {:>6}",
+        r.flows,
+        r.variant.name(),
+        r.packets,
+        r.median(),
+        format!("[{:.1}-{:.1}]", r.min(), r.max()),
+        format!("{:.1}", r.expiry_median()),
+        ordered.map_or("-".into(), |o| format!("{:.1}", r.median() / o)),
+        r.live,
+        r.expired,
+        r.evicted,
+        "-"
+    )
+}
+
+/// Cost per packet against flows, both axes logarithmic, a line per
+/// expiry, min-max whiskers at each point.
+pub fn svg(rows: &[Row], title: &str) -> String {
+    let (left, top, w, h) = (80.0, 40.0, 600.0, 360.0);
+    let xs: Vec<f64> = rows.iter().map(|r| (r.flows as f64).log10()).collect();
+    let ys: Vec<f64> = rows.iter().flat_map(|r| [r.min().max(1e-3).log10(), r.max().max(1e-3).log10()]).collect();
+    let (x0, x1) =
+        (xs.iter().copied().fold(f64::INFINITY, f64::min), xs.iter().copied().fold(f64::NEG_INFINITY, f64::max));
+    let (y0, y1) = (
+        ys.iter().copied().fold(f64::INFINITY, f64::min).floor(),
+        ys.iter().copied().fold(f64::NEG_INFINITY, f64::max).ceil().max(1.0),
+    );
+    let (x1, y1) = (if x1 > x0 { x1 } else { x0 + 1.0 }, if y1 > y0 { y1 } else { y0 + 1.0 });
+    let px = |lx: f64| left + (lx - x0) / (x1 - x0) * w;
+    let py = |ly: f64| top + h - (ly - y0) / (y1 - y0) * h;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="sans-serif" font-size="12">"#,
+        left + w + 140.0,
+        top + h + 70.0
+    );
+    let _ = writeln!(
+        s,
+        r#"<rect width="100%" height="100%" fill="white"/><text x="10" y="22" font-size="15" font-weight="bold">{title}</text>"#
+    );
+    // Axes with a tick per decade.
+    let _ = writeln!(
+        s,
+        r#"<line x1="{left}" y1="{}" x2="{}" y2="{}" stroke="black"/><line x1="{left}" y1="{top}" x2="{left}" y2="{}" stroke="black"/>"#,
+        top + h,
+        left + w,
+        top + h,
+        top + h
+    );
+    let mut d = y0;
+    while d <= y1 + 1e-9 {
+        let _ = writeln!(
+            s,
+            r##"<line x1="{left}" x2="{x2}" y1="{y:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{tx}" y="{ty:.1}" text-anchor="end">{label}</text>"##,
+            x2 = left + w,
+            y = py(d),
+            tx = left - 6.0,
+            ty = py(d) + 4.0,
+            label = 10f64.powf(d)
+        );
+        d += 1.0;
+    }
+    let mut sizes: Vec<usize> = rows.iter().map(|r| r.flows).collect();
+    sizes.dedup();
+    for n in sizes {
+        let x = px((n as f64).log10());
+        let _ = writeln!(s, r#"<text x="{x:.1}" y="{}" text-anchor="middle">{n}</text>"#, top + h + 18.0);
+    }
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="{}" text-anchor="middle">flows (log)</text><text x="14" y="{}" transform="rotate(-90 14 {})" text-anchor="middle">ns per packet (log)</text>"#,
+        left + w / 2.0,
+        top + h + 40.0,
+        top + h / 2.0,
+        top + h / 2.0
+    );
+    for (i, (v, color)) in [(Variant::Ordered, "#4a7ab5"), (Variant::Walk, "#d9534f"), (Variant::Quadratic, "#8e44ad")]
+        .into_iter()
+        .enumerate()
+    {
+        let pts: Vec<&Row> = rows.iter().filter(|r| r.variant == v).collect();
+        if pts.is_empty() {
+            continue;
+        }
+        let path: Vec<String> = pts
+            .iter()
+            .map(|r| format!("{:.1},{:.1}", px((r.flows as f64).log10()), py(r.median().max(1e-3).log10())))
+            .collect();
+        let _ = writeln!(s, r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"/>"#, path.join(" "));
+        for r in &pts {
+            let x = px((r.flows as f64).log10());
+            let _ = writeln!(
+                s,
+                r#"<circle cx="{x:.1}" cy="{:.1}" r="3" fill="{color}"/><line x1="{x:.1}" x2="{x:.1}" y1="{:.1}" y2="{:.1}" stroke="{color}"/>"#,
+                py(r.median().max(1e-3).log10()),
+                py(r.min().max(1e-3).log10()),
+                py(r.max().max(1e-3).log10())
+            );
+        }
+        let ly = top + 14.0 + 18.0 * i as f64;
+        let _ = writeln!(
+            s,
+            r#"<line x1="{}" x2="{}" y1="{ly}" y2="{ly}" stroke="{color}" stroke-width="2"/><text x="{}" y="{}">{}</text>"#,
+            left + w + 10.0,
+            left + w + 30.0,
+            left + w + 34.0,
+            ly + 4.0,
+            v.name()
+        );
+    }
+    let _ = writeln!(
+        s,
+        r#"<text x="10" y="{}">median of the reps, whiskers min-max; expiry once per tick; the PMC post gives no figures, only this shape for its walk</text></svg>"#,
+        top + h + 62.0
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_small_run_reaches_a_steady_state_and_agrees_across_variants() {
+        let st = Settings {
+            sizes: vec![500, 2000],
+            reps: 2,
+            packets: 20_000,
+            per_tick: 100,
+            walk_budget: 100_000,
+            quadratic_max: 2000,
+            seed: 3,
+        };
+        let rows = measure(&st, |_| {});
+        assert_eq!(rows.len(), 6);
+        for r in &rows {
+            assert_eq!(r.ns.len(), 2);
+            // About n flows live, never more than the capacity.
+            assert!(r.live > r.flows / 2 && r.live <= 2 * r.flows, "{r:?}");
+            assert!(r.expired > 0, "the window's leftovers expire");
+        }
+        let svg = svg(&rows, "t");
+        assert!(svg.starts_with("<svg") && svg.contains("walk-n2"));
+        assert!(verdict(&rows).is_some());
+    }
+}
