@@ -751,17 +751,9 @@ fn response_status(head: &[u8]) -> u16 {
 
 /// Input after the write side is shut: discard it until EOF or the deadline.
 fn drain(c: &mut Client, deadline: Instant) -> After {
-    if Instant::now() >= deadline {
-        return After::Close;
-    }
-    let mut scratch = [0u8; 4096];
-    loop {
-        match c.sock.read(&mut scratch) {
-            Ok(0) => return After::Close,
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return After::Keep,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return After::Close,
-        }
+    if Instant::now() < deadline && sluice_http::server::discard_input(&mut c.sock) {
+        After::Keep
+    } else {
+        After::Close
     }
 }

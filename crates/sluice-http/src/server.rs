@@ -628,17 +628,25 @@ impl<'a> Worker<'a> {
 
 /// Input after the write side is shut: discard it until EOF or the deadline.
 fn drain(c: &mut Conn, deadline: Instant) -> After {
-    if Instant::now() >= deadline {
-        return After::Close;
+    if Instant::now() < deadline && discard_input(&mut c.sock) {
+        After::Keep
+    } else {
+        After::Close
     }
+}
+
+/// Reads and throws away what a non-blocking socket holds (after our side
+/// shut its writes, so the peer's last bytes do not turn our close into a
+/// reset that loses the response). True while the peer has not closed.
+pub fn discard_input(sock: &mut impl Read) -> bool {
     let mut scratch = [0u8; 4096];
     loop {
-        match c.sock.read(&mut scratch) {
-            Ok(0) => return After::Close,
+        match sock.read(&mut scratch) {
+            Ok(0) => return false,
             Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return After::Keep,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return After::Close,
+            Err(_) => return false,
         }
     }
 }
