@@ -54,6 +54,27 @@ struct Cur {
     folding: bool,
 }
 
+impl Cur {
+    /// The state a fold continues from, rebuilt from the field's span as
+    /// last pushed (by either path). A span is `(vstart, vend)` with
+    /// `vstart < vend` once the value has a byte (its first byte is not
+    /// whitespace, so trimming stops after it), else `(term, term)`; `seg`
+    /// is set by the fold's own OWS phase.
+    #[inline]
+    fn resume(f: &FieldSpan) -> Cur {
+        let (v0, v1) = (f.value.0 as usize, f.value.1 as usize);
+        Cur {
+            line_start: f.name.0 as usize,
+            name_end: f.name.1 as usize,
+            vstart: if v0 < v1 { v0 } else { UNSET },
+            vend: v1,
+            term: v0,
+            seg: v0,
+            folding: true,
+        }
+    }
+}
+
 /// The fast, resumable request parser. Reusable: `reset` keeps the field
 /// vector's capacity, so steady state does not allocate.
 #[derive(Debug)]
@@ -69,6 +90,13 @@ pub struct Parser {
     version: Version,
     cur: Cur,
     fields: Vec<FieldSpan>,
+    /// Which fields are among the four `semantics::interpret` reads, noted
+    /// while each name is scanned: the first Host field's index (or UNSET),
+    /// and a bit per other field (bit = field index).
+    host: usize,
+    special: u64,
+    /// A special field at index 64 or beyond: `interpret` walks them all.
+    special_far: bool,
     signals: Signals,
     head_len: usize,
     meaning: Option<Meaning>,
@@ -97,6 +125,9 @@ impl Parser {
             version: Version::Http11,
             cur: Cur { line_start: 0, name_end: 0, vstart: UNSET, vend: 0, term: 0, seg: 0, folding: false },
             fields: Vec::with_capacity(16),
+            host: UNSET,
+            special: 0,
+            special_far: false,
             signals: Signals::NONE,
             head_len: 0,
             meaning: None,
@@ -116,6 +147,9 @@ impl Parser {
         self.st = St::Start;
         self.pos = 0;
         self.fields.clear();
+        self.host = UNSET;
+        self.special = 0;
+        self.special_far = false;
         self.signals = Signals::NONE;
         self.head_len = 0;
         self.meaning = None;
@@ -272,10 +306,32 @@ impl Parser {
         let lenient = self.opts.lenient;
         let max_headers = self.opts.max_headers;
         let mut cur = self.cur;
+        // Locals like `cur`, stored back only when the call returns.
+        let mut host = self.host;
+        let mut special = self.special;
         macro_rules! partial {
             ($phase:expr) => {{
                 self.cur = cur;
+                self.host = host;
+                self.special = special;
                 return self.partial(St::Fields($phase), p);
+            }};
+        }
+        // Notes whether the field about to be pushed (name `ns..ne`) is one
+        // `interpret` must read.
+        macro_rules! note_name {
+            ($ns:expr, $ne:expr) => {{
+                let k = semantics::known(b.get($ns..$ne).unwrap_or_default());
+                if k != semantics::Known::Other {
+                    let i = self.fields.len();
+                    if i >= 64 {
+                        self.special_far = true;
+                    } else if k != semantics::Known::Host {
+                        special |= 1 << i;
+                    } else if host == UNSET {
+                        host = i;
+                    }
+                }
             }};
         }
         loop {
@@ -300,16 +356,11 @@ impl Parser {
                             while e > v && matches!(b.get(e - 1), Some(b' ' | b'\t')) {
                                 e -= 1;
                             }
-                            cur = Cur {
-                                line_start: ns,
-                                name_end: ne,
-                                vstart: if e > v { v } else { UNSET },
-                                vend: e,
-                                term: ve,
-                                seg: v,
-                                folding: false,
-                            };
+                            // `cur` is left alone: a fold rebuilds it from
+                            // the span (`Cur::resume`), which keeps seven
+                            // stores per line off this path.
                             let value = if e > v { (v as u32, e as u32) } else { (ve as u32, ve as u32) };
+                            note_name!(ns, ne);
                             self.fields.push(FieldSpan { name: (ns as u32, ne as u32), value });
                             p = ve + 2;
                             continue;
@@ -320,20 +371,24 @@ impl Parser {
                 if c == CR {
                     match b.get(p + 1) {
                         None => partial!(Phase::LineStart),
-                        Some(&LF) => return self.complete(b, p + 2),
+                        Some(&LF) => {
+                            (self.host, self.special) = (host, special);
+                            return self.complete(b, p + 2);
+                        }
                         Some(_) => return err(ErrorKind::LoneCr, p),
                     }
                 }
                 if c == LF {
                     self.bare_lf(p)?;
+                    (self.host, self.special) = (host, special);
                     return self.complete(b, p + 1);
                 }
                 if c == b' ' || c == b'\t' {
-                    if !lenient.contains(Lenient::OBS_FOLD) || self.fields.is_empty() {
+                    let Some(last) = self.fields.last().filter(|_| lenient.contains(Lenient::OBS_FOLD)) else {
                         return err(ErrorKind::ObsFold, p);
-                    }
+                    };
                     self.signals.insert(Signals::OBS_FOLD);
-                    cur.folding = true;
+                    cur = Cur::resume(last);
                     phase = Phase::Ows;
                 } else {
                     if self.fields.len() >= max_headers {
@@ -350,6 +405,7 @@ impl Parser {
                 let Some(&c) = b.get(p) else { partial!(Phase::Name) };
                 if c == b':' && p > cur.line_start {
                     cur.name_end = p;
+                    note_name!(cur.line_start, p);
                     p += 1;
                     phase = Phase::Ows;
                 } else if p == cur.line_start {
@@ -360,6 +416,7 @@ impl Parser {
                     }
                     self.signals.insert(Signals::SPACE_BEFORE_COLON);
                     cur.name_end = p;
+                    note_name!(cur.line_start, p);
                     phase = Phase::NameWs;
                 } else {
                     return err(ErrorKind::InvalidHeaderName, p);
@@ -443,7 +500,13 @@ impl Parser {
     }
 
     fn complete(&mut self, b: &[u8], len: usize) -> Result<HeadStatus, Error> {
-        let m = semantics::interpret(b, &self.fields, self.version, self.opts.lenient)?;
+        let specials = if self.special_far {
+            semantics::Specials::All
+        } else {
+            let host = (self.host != UNSET).then_some(self.host);
+            semantics::Specials::Marked { host, rest: self.special }
+        };
+        let m = semantics::interpret(b, &self.fields, specials, self.version, self.opts.lenient)?;
         self.signals.insert(m.signals);
         self.body = Body::new(m.framing);
         self.meaning = Some(m);

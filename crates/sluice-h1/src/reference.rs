@@ -387,7 +387,8 @@ impl Parser {
         if !matches!(self.version, [b'1', b'0'] | [b'1', b'1']) {
             self.signals.insert(Signals::OTHER_VERSION);
         }
-        let m = semantics::interpret(&self.seen, &self.fields.spans, version, self.opts.lenient)?;
+        let m =
+            semantics::interpret(&self.seen, &self.fields.spans, semantics::Specials::All, version, self.opts.lenient)?;
         self.signals.insert(m.signals);
         self.framing = m.framing;
         self.keep_alive = m.keep_alive;

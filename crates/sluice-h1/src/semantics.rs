@@ -51,7 +51,7 @@ fn content_length(v: &[u8]) -> Option<u64> {
 /// the lower-case ones and leaves `-` alone: so one OR and one compare per
 /// word is an exact case-insensitive match. Length first: most names fail there.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Known {
+pub(crate) enum Known {
     Host,
     Connection,
     ContentLength,
@@ -73,8 +73,26 @@ fn lit<const N: usize>(s: &[u8; N]) -> u64 {
     u64::from_le_bytes(w)
 }
 
-#[inline]
-fn known(name: &[u8]) -> Known {
+/// Bit `n` set: some name of length `n` is one of the four.
+const KNOWN_LENS: u32 = (1 << 4) | (1 << 10) | (1 << 14) | (1 << 17);
+
+/// Whether a name of `len` bytes may be one of the four fields `interpret`
+/// reads: most names are of none of the four lengths, one shift and test.
+#[inline(always)]
+fn maybe_special(len: usize) -> bool {
+    len <= 17 && (1u32 << len) & KNOWN_LENS != 0
+}
+
+/// Which of the four fields `interpret` reads `name` is, if any. The fast
+/// parser asks this as it scans each name, while the bytes are at hand, so
+/// that `interpret` visits only those fields (measured: cheaper than marking
+/// by length alone and leaving `interpret` to compare the bytes of every
+/// field of a candidate length, such as `User-Agent` or `Keep-Alive`).
+#[inline(always)]
+pub(crate) fn known(name: &[u8]) -> Known {
+    if !maybe_special(name.len()) {
+        return Known::Other;
+    }
     match name.len() {
         4 if word::<4>(name, 0) == lit(b"host") => Known::Host,
         10 if word::<8>(name, 0) == lit(b"connecti") && word::<2>(name, 8) == lit(b"on") => Known::Connection,
@@ -131,9 +149,11 @@ impl Acc {
             }
             Known::Connection => {
                 let v = get(buf, f.value);
-                // The common single token, without the list machinery.
-                if !v.contains(&b',') {
-                    let (c, k) = connection_token(v);
+                // The common single token, without the list machinery: a
+                // value that is exactly `close` or `keep-alive` has no comma,
+                // and one with no comma is one token (as the loop would see).
+                let (c, k) = connection_token(v);
+                if c || k || !v.contains(&b',') {
                     *close |= c;
                     *keep |= k;
                 } else {
@@ -181,18 +201,45 @@ impl Acc {
     }
 }
 
+/// Which fields `interpret` must read.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Specials {
+    /// Any of them: look at every name.
+    All,
+    /// The first `Host` field (its index, if any), and the Connection,
+    /// Content-Length and Transfer-Encoding fields: those whose index is a
+    /// set bit (all of them below 64). The first `Host` is all `interpret`
+    /// takes from Host fields, and it cannot fail, so the caller finding it
+    /// saves a visit without changing which error comes first.
+    Marked { host: Option<usize>, rest: u64 },
+}
+
+#[inline]
 pub(crate) fn interpret(
     buf: &[u8],
     fields: &[FieldSpan],
+    specials: Specials,
     version: Version,
     lenient: Lenient,
 ) -> Result<Meaning, Error> {
     let mut acc = Acc::default();
-    for f in fields {
-        // Most names are of none of the four lengths: one shift and test.
-        let len = f.name.1.wrapping_sub(f.name.0);
-        if len <= 17 && (1u32 << len) & ((1 << 4) | (1 << 10) | (1 << 14) | (1 << 17)) != 0 {
-            acc.field(buf, f, lenient)?;
+    match specials {
+        Specials::All => {
+            for f in fields {
+                if maybe_special(f.name.1.wrapping_sub(f.name.0) as usize) {
+                    acc.field(buf, f, lenient)?;
+                }
+            }
+        }
+        Specials::Marked { host, rest: mut m } => {
+            acc.host = host.and_then(|i| fields.get(i)).copied();
+            // In index order, as the full walk: the first offender is the one reported.
+            while m != 0 {
+                if let Some(f) = fields.get(m.trailing_zeros() as usize) {
+                    acc.field(buf, f, lenient)?;
+                }
+                m &= m - 1;
+            }
         }
     }
     let Acc { mut signals, host, cl, te_first, te_last, chunked_count, last_is_chunked, close, keep } = acc;

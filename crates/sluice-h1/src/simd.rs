@@ -2,11 +2,12 @@
 //! allowed in the field (or `b.len()`). Targets and header values, 32 bytes
 //! at a time with AVX2, 16 with SSE (the `Sse42` level, gated on SSE4.2
 //! though the compares are SSE2), or through a byte-class table. Header
-//! names, at every level, one byte at a time through the table: they are
-//! short, and a loop whose exit the CPU predicts lets it run ahead into the
-//! value, where a vector scan's result is a data dependency it must wait for
-//! (measured: the vector name scan was ~10% slower per request). The
-//! property tests run every level against the reference.
+//! names, at every level, through the table (byte by byte, four per bounds
+//! check): they are short, and a loop whose exit the CPU predicts lets it
+//! run ahead into the value, where a vector scan's result is a data
+//! dependency it must wait for (measured: the vector name scan was ~10%
+//! slower per request). The property tests run every level against the
+//! reference.
 #![allow(unsafe_code)]
 
 use crate::types::{is_target_byte, is_tchar, is_value_byte, Simd};
@@ -78,19 +79,32 @@ static TARGET: [bool; 256] = target_table();
 pub(crate) static TCHAR: [bool; 256] = tchar_table();
 
 #[inline(always)]
-fn portable(t: &[bool; 256], b: &[u8], p: usize) -> usize {
-    let rest = b.get(p..).unwrap_or_default();
-    // Eight at a time: one well-predicted branch per eight bytes.
-    let mut chunks = rest.chunks_exact(8);
-    let mut off = p;
-    for c in &mut chunks {
-        if c.iter().all(|&x| t[x as usize]) {
-            off += 8;
-        } else {
-            return off + c.iter().position(|&x| !t[x as usize]).unwrap_or(8);
+fn portable(t: &[bool; 256], b: &[u8], mut p: usize) -> usize {
+    // Eight at a time: one well-predicted branch per eight bytes; the byte
+    // loop then finds which one stopped it. Spelled out rather than through
+    // iterator adapters, whose code LLVM made ~40% slower or faster as
+    // unrelated code around it changed.
+    while let Some(&[c0, c1, c2, c3, c4, c5, c6, c7]) = b.get(p..p.wrapping_add(8)) {
+        let ok = t[c0 as usize]
+            & t[c1 as usize]
+            & t[c2 as usize]
+            & t[c3 as usize]
+            & t[c4 as usize]
+            & t[c5 as usize]
+            & t[c6 as usize]
+            & t[c7 as usize];
+        if !ok {
+            break;
         }
+        p += 8;
     }
-    off + chunks.remainder().iter().position(|&x| !t[x as usize]).unwrap_or(chunks.remainder().len())
+    while let Some(&c) = b.get(p) {
+        if !t[c as usize] {
+            break;
+        }
+        p += 1;
+    }
+    p
 }
 
 /// The three field scans, as one scanner level provides them. The parser's
@@ -152,8 +166,27 @@ impl Scan for Portable {
 /// A plain loop: names are short, and a loop whose exit the CPU predicts
 /// lets it run ahead into the value, where a vector scan's result is a data
 /// dependency it must wait for.
+///
+/// Four bytes per bounds check: the one-at-a-time loop spent more on the
+/// bounds check and index updates (5 instructions) than on the test (3),
+/// and names are ~30% of the bytes the head code touches one by one.
 #[inline(always)]
 fn name_bytes(b: &[u8], mut p: usize) -> usize {
+    while let Some(&[c0, c1, c2, c3]) = b.get(p..p + 4) {
+        if !TCHAR[c0 as usize] {
+            return p;
+        }
+        if !TCHAR[c1 as usize] {
+            return p + 1;
+        }
+        if !TCHAR[c2 as usize] {
+            return p + 2;
+        }
+        if !TCHAR[c3 as usize] {
+            return p + 3;
+        }
+        p += 4;
+    }
     while let Some(&c) = b.get(p) {
         if !TCHAR[c as usize] {
             break;
@@ -222,50 +255,66 @@ mod x86 {
     // Each function walks whole vectors while they fit inside `b`, then hands
     // the tail to the narrower level: no load ever reads past the slice.
 
-    #[inline]
-    #[target_feature(enable = "avx2")]
+    // The AVX2 scans carry no `target_feature` of their own: they are
+    // `inline(always)` into `avx2_entry`, which has it, so the intrinsics
+    // inline there too. With their own `target_feature` they could only be
+    // `#[inline]`, and LLVM kept the value scan out of line (a call per
+    // field, ~15% of the instructions per request).
+
+    /// # Safety
+    /// The CPU must have AVX2: call only from code under `avx2_entry`.
+    #[inline(always)]
     pub(super) unsafe fn value_avx2(b: &[u8], mut p: usize) -> usize {
         let ptr = b.as_ptr();
-        let c1f = _mm256_set1_epi8(0x1F);
-        let tab = _mm256_set1_epi8(0x09);
-        let del = _mm256_set1_epi8(0x7F);
-        while p + 32 <= b.len() {
-            // SAFETY: p + 32 <= b.len(): the 32 bytes are inside `b`; loadu has no alignment need.
-            let v = unsafe { _mm256_loadu_si256(ptr.add(p).cast()) };
-            let low = _mm256_cmpeq_epi8(_mm256_min_epu8(v, c1f), v);
-            let bad = _mm256_or_si256(_mm256_andnot_si256(_mm256_cmpeq_epi8(v, tab), low), _mm256_cmpeq_epi8(v, del));
-            let m = _mm256_movemask_epi8(bad) as u32;
-            if m != 0 {
-                return p + m.trailing_zeros() as usize;
+        // SAFETY (whole block): AVX2 is present (the caller's contract); each
+        // load is of 32 bytes with p + 32 <= b.len(); loadu has no alignment need.
+        unsafe {
+            let c1f = _mm256_set1_epi8(0x1F);
+            let tab = _mm256_set1_epi8(0x09);
+            let del = _mm256_set1_epi8(0x7F);
+            while p + 32 <= b.len() {
+                let v = _mm256_loadu_si256(ptr.add(p).cast());
+                let low = _mm256_cmpeq_epi8(_mm256_min_epu8(v, c1f), v);
+                let bad =
+                    _mm256_or_si256(_mm256_andnot_si256(_mm256_cmpeq_epi8(v, tab), low), _mm256_cmpeq_epi8(v, del));
+                let m = _mm256_movemask_epi8(bad) as u32;
+                if m != 0 {
+                    return p + m.trailing_zeros() as usize;
+                }
+                p += 32;
             }
-            p += 32;
         }
         value_sse(b, p)
     }
 
-    #[inline]
-    #[target_feature(enable = "avx2")]
+    /// # Safety
+    /// As `value_avx2`.
+    #[inline(always)]
     pub(super) unsafe fn target_avx2(b: &[u8], mut p: usize) -> usize {
         let ptr = b.as_ptr();
-        let lo = _mm256_set1_epi8(0x21);
-        let span = _mm256_set1_epi8(0x5D);
-        while p + 32 <= b.len() {
-            // SAFETY: p + 32 <= b.len(): the 32 bytes are inside `b`.
-            let v = unsafe { _mm256_loadu_si256(ptr.add(p).cast()) };
-            let t = _mm256_sub_epi8(v, lo);
-            let ok = _mm256_cmpeq_epi8(_mm256_min_epu8(t, span), t);
-            let m = !(_mm256_movemask_epi8(ok) as u32);
-            if m != 0 {
-                return p + m.trailing_zeros() as usize;
+        // SAFETY (whole block): AVX2 is present (the caller's contract);
+        // p + 32 <= b.len() per load.
+        unsafe {
+            let lo = _mm256_set1_epi8(0x21);
+            let span = _mm256_set1_epi8(0x5D);
+            while p + 32 <= b.len() {
+                let v = _mm256_loadu_si256(ptr.add(p).cast());
+                let t = _mm256_sub_epi8(v, lo);
+                let ok = _mm256_cmpeq_epi8(_mm256_min_epu8(t, span), t);
+                let m = !(_mm256_movemask_epi8(ok) as u32);
+                if m != 0 {
+                    return p + m.trailing_zeros() as usize;
+                }
+                p += 32;
             }
-            p += 32;
         }
         target_sse(b, p)
     }
 
     // SSE2 is part of the x86_64 baseline: no target_feature needed.
 
-    #[inline]
+    // `inline(always)`: kept out of line otherwise (see the AVX2 scans).
+    #[inline(always)]
     pub(super) fn value_sse(b: &[u8], mut p: usize) -> usize {
         let ptr = b.as_ptr();
         // SAFETY (whole block): SSE2 is baseline; each load is of 16 bytes
@@ -288,7 +337,8 @@ mod x86 {
         portable(&VALUE, b, p)
     }
 
-    #[inline]
+    // `inline(always)`: kept out of line otherwise (see the AVX2 scans).
+    #[inline(always)]
     pub(super) fn target_sse(b: &[u8], mut p: usize) -> usize {
         let ptr = b.as_ptr();
         // SAFETY (whole block): SSE2 is baseline; p + 16 <= b.len() per load.

@@ -148,6 +148,35 @@ fn obs_fold() {
     assert_eq!(parse(b"GET / HTTP/1.1\r\n x\r\n\r\n", Lenient::OBS_FOLD).unwrap_err().kind, ErrorKind::ObsFold);
 }
 
+/// A fold continues the field the line before it ended, whichever path
+/// parsed that line (whole lines take a shortcut that does not keep the
+/// field's state; the fold rebuilds it from the field's span): empty first
+/// values, trailing whitespace, folds of folds, and a special field whose
+/// value arrives only in the fold, each at every split point.
+#[test]
+fn folds_continue_any_line() {
+    let cases: [&[u8]; 6] = [
+        b"GET / HTTP/1.1\r\nA:\r\n  y\r\nHost: h\r\n\r\n",
+        b"GET / HTTP/1.1\r\nA: x \t\r\n\t\r\n  y  \r\nHost: h\r\n\r\n",
+        b"GET / HTTP/1.1\r\nA: \r\n \r\n\t\r\nB:x\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length:\r\n 5\r\n\r\nhello",
+        b"GET / HTTP/1.1\r\nConnection: keep-alive,\r\n close\r\n\r\n",
+        b"GET / HTTP/1.0\r\nConnection:\r\n keep-alive\r\nA: 1\r\n b\r\n\r\n",
+    ];
+    let o = opts(Lenient::OBS_FOLD);
+    for buf in cases {
+        let whole = parse(buf, Lenient::OBS_FOLD);
+        assert!(whole.is_ok(), "{:?}: {whole:?}", String::from_utf8_lossy(buf));
+        for simd in [Simd::Avx2, Simd::Sse42, Simd::Portable] {
+            let o = Options { simd, ..o };
+            for cut in 1..buf.len() {
+                let got = fast_pieces(buf, &[cut], &o);
+                assert!(same(&whole, &got), "{simd:?} cut at {cut} of {:?}: {got:?}", String::from_utf8_lossy(buf));
+            }
+        }
+    }
+}
+
 #[test]
 fn missing_host_is_a_signal() {
     assert!(ok(b"GET / HTTP/1.1\r\n\r\n").signals.contains(Signals::MISSING_HOST));
@@ -303,6 +332,30 @@ fn error_is_in_the_signals() {
     let e = p.parse_head(b"GET / HTTP/1.1\r\nA : b\r\n\r\n").unwrap_err();
     assert_eq!(p.signals().error(), Some(e.kind));
     assert_eq!(p.signals().names().last(), Some(&"space-before-colon"));
+}
+
+/// `host()` is the first Host field's value, however the head arrives and
+/// wherever the field is (past 64 fields the parser finds the fields that
+/// matter another way).
+#[test]
+fn first_host_wins() {
+    let mut msgs = vec![b"GET / HTTP/1.1\r\nA: 1\r\nhOST: first\r\nHost: second\r\nConnection: close\r\n\r\n".to_vec()];
+    let mut long = b"GET / HTTP/1.1\r\n".to_vec();
+    for i in 0..70 {
+        long.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
+    }
+    long.extend_from_slice(b"Host: first\r\nHOST: second\r\n\r\n");
+    msgs.push(long);
+    for msg in &msgs {
+        for simd in [Simd::Avx2, Simd::Sse42, Simd::Portable] {
+            for cut in 1..msg.len() {
+                let mut p = Parser::new(Options { simd, ..Options::default() });
+                assert_eq!(p.parse_head(&msg[..cut]).unwrap(), HeadStatus::Partial);
+                assert_eq!(p.parse_head(msg).unwrap(), HeadStatus::Complete(msg.len()));
+                assert_eq!(p.head(msg).unwrap().host(), Some(&b"first"[..]), "{simd:?} cut at {cut}");
+            }
+        }
+    }
 }
 
 /// The parser is reused across messages and resumes where it stopped.
