@@ -26,6 +26,11 @@ pub struct GuardBenchArgs {
     /// address carries the whole rate).
     #[arg(long, default_value = "127.6.0.0/24")]
     pub source: String,
+    /// Open loop at this many requests/s in total (the same offered load
+    /// both ways) instead of as fast as the loop closes: reports what each
+    /// path delivers and its corrected p99 latency.
+    #[arg(long, value_name = "R")]
+    pub rate: Option<u64>,
 }
 
 /// A child killed when dropped.
@@ -117,13 +122,21 @@ pub fn run(a: GuardBenchArgs) -> Result<crate::Outcome> {
     ];
     let (_guard, guarded) = spawn_announced(&exe, &guard_args, "sluice: guarding on ")?;
     let (conns, dur) = (a.connections.to_string(), a.duration.to_string());
-    let rps = |addr: &str| -> Result<f64> {
+    let rate = a.rate.map(|r| r.to_string());
+    let rps = |addr: &str| -> Result<(f64, f64)> {
         let url = format!("http://{addr}/");
-        let out = Command::new(&exe)
-            .args(["http-load", "--url", &url, "--threads", &threads, "--connections", &conns])
-            .args(["--duration", &dur, "--source", &a.source, "--json"])
-            .output()
-            .context("running sluice http-load")?;
+        let mut load = Command::new(&exe);
+        load.args(["http-load", "--url", &url, "--threads", &threads, "--connections", &conns]).args([
+            "--duration",
+            &dur,
+            "--source",
+            &a.source,
+            "--json",
+        ]);
+        if let Some(r) = &rate {
+            load.args(["--rate", r]);
+        }
+        let out = load.output().context("running sluice http-load")?;
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("http-load printed no JSON report")?;
         let errors = v["errors"]
             .as_object()
@@ -131,9 +144,10 @@ pub fn run(a: GuardBenchArgs) -> Result<crate::Outcome> {
         if errors > 0 || v["errors"]["status"].as_object().is_some_and(|s| !s.is_empty()) {
             bail!("http-load to {addr} had errors (a limit was reached?): {}", v["errors"]);
         }
-        v["rps"].as_f64().context("http-load's report has no rps")
+        let p99 = v["latency_us"]["p99"].as_f64().context("http-load's report has no p99")?;
+        Ok((v["rps"].as_f64().context("http-load's report has no rps")?, p99))
     };
-    let (mut direct, mut through) = (Vec::new(), Vec::new());
+    let (mut direct, mut through, mut p99s) = (Vec::new(), Vec::new(), Vec::new());
     for rep in 0..a.reps {
         // Alternate which goes first, so drift in the machine's state hits both.
         let (d, g) = if rep % 2 == 0 {
@@ -143,12 +157,17 @@ pub fn run(a: GuardBenchArgs) -> Result<crate::Outcome> {
             let g = rps(&guarded)?;
             (rps(&upstream)?, g)
         };
+        let ((d, dp99), (g, gp99)) = (d, g);
         println!(
             "{}",
-            serde_json::json!({"bench": "guard", "rep": rep, "direct_rps": d, "guarded_rps": g, "ratio": g / d})
+            serde_json::json!({
+                "bench": "guard", "rep": rep, "direct_rps": d, "guarded_rps": g, "ratio": g / d,
+                "direct_p99_us": dp99, "guarded_p99_us": gp99,
+            })
         );
         direct.push(d);
         through.push(g);
+        p99s.push((dp99, gp99));
     }
     let ratios: Vec<f64> = direct.iter().zip(&through).map(|(d, g)| g / d).collect();
     let (md, mg, mr) = (median(&direct), median(&through), median(&ratios));
@@ -163,6 +182,9 @@ pub fn run(a: GuardBenchArgs) -> Result<crate::Outcome> {
             "median_direct_rps": md,
             "median_guarded_rps": mg,
             "median_ratio": mr,
+            "offered_rps": a.rate,
+            "median_direct_p99_us": median(&p99s.iter().map(|p| p.0).collect::<Vec<_>>()),
+            "median_guarded_p99_us": median(&p99s.iter().map(|p| p.1).collect::<Vec<_>>()),
             "target": { "min_ratio": 0.7, "met": mr >= 0.7 },
         })
     );
