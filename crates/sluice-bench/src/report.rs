@@ -31,6 +31,8 @@ fn sc(
         ipv6: false,
         sync: SyncMode::Snapshot,
         seed_mpps: seed,
+        filter: true,
+        listed: None,
     }
 }
 
@@ -56,6 +58,21 @@ pub fn quick() -> Vec<Scenario> {
         sc("sluice-nopipe", Structure::Sluice, SEED_ENTRIES, d, Prefetch::Bucket, 2048, None),
         sc("sluice-nopf", Structure::Sluice, SEED_ENTRIES, d, Prefetch::None, 2048, None),
     ];
+    // The front filter off and on, with random traffic (0.3% of packets
+    // listed) and with half of all addresses listed (the filter's worst case).
+    let nofilter = |name: &str, listed| Scenario {
+        name: name.to_owned(),
+        filter: false,
+        listed,
+        ..sluice_default("", Structure::Sluice, SEED_ENTRIES, 2048)
+    };
+    v.push(nofilter("sluice-nofilter", None));
+    v.push(Scenario {
+        name: "sluice-l50".into(),
+        listed: Some(0.5),
+        ..sluice_default("", Structure::Sluice, SEED_ENTRIES, 2048)
+    });
+    v.push(nofilter("sluice-l50-nofilter", Some(0.5)));
     for b in [1, 4, 8, 32, 64] {
         v.push(
             Scenario { name: format!("sluice-b{b}"), ..sluice_default("", Structure::Sluice, SEED_ENTRIES, 2048) }
@@ -151,6 +168,10 @@ pub fn scenario_json(m: &Measured) -> Value {
         "table_bytes": m.table_bytes,
         "build_s": m.build_s,
         "seed_mpps": s.seed_mpps,
+        "filter": if s.structure == Structure::Sluice { json!(if s.filter { "on" } else { "off" }) } else { Value::Null },
+        "filter_bytes": m.filter.map(|f| f.0),
+        "filter_fpr": m.filter.map(|f| f.1),
+        "listed_share": s.listed,
     })
 }
 
@@ -179,6 +200,8 @@ pub fn ratios(rows: &[Measured], probe: Option<f64>, build_6m_s: Option<f64>) ->
         "two_lookups_vs_probe": probe.map(|p| 2.0 * sluice / p),
         "prefix_vs_sluice": get("sluice-prefix").map(|x| x / sluice),
         "prefix_vs_prefix_trie": get("sluice-prefix").and_then(|x| get("prefix-trie").map(|y| x / y)),
+        "filter_on_vs_off": get("sluice-nofilter").map(|x| sluice / x),
+        "filter_on_vs_off_listed50": get("sluice-l50").and_then(|x| get("sluice-l50-nofilter").map(|y| x / y)),
         "build_6m_s": build_6m_s,
     }))
 }

@@ -34,6 +34,13 @@ const DST6_AT: usize = ethernet::HEADER_LEN + 24;
 const FRAME_LEN: usize = 60;
 const FRAME6_LEN: usize = ethernet::HEADER_LEN + ipv6::HEADER_LEN + udp::HEADER_LEN;
 
+/// Listed addresses the ring draws from (the table's own keys).
+#[derive(Clone, Debug)]
+pub enum Listed {
+    V4(std::sync::Arc<[u32]>),
+    V6(std::sync::Arc<[u128]>),
+}
+
 pub struct Ring {
     buf: Vec<u8>,
     slots: usize,
@@ -41,6 +48,9 @@ pub struct Ring {
     frame_len: usize,
     ipv6: bool,
     rng: Rng,
+    /// Listed keys, the next one to use, and the chance (of 2^32) that an
+    /// address is one of them.
+    listed: Option<(Listed, usize, u32)>,
 }
 
 impl Ring {
@@ -54,7 +64,7 @@ impl Ring {
         let skew = buf.as_ptr().align_offset(4096);
         buf.drain(..skew);
         buf.truncate(slots * stride);
-        let mut ring = Ring { buf, slots, stride, frame_len, ipv6, rng: Rng::new(seed) };
+        let mut ring = Ring { buf, slots, stride, frame_len, ipv6, rng: Rng::new(seed), listed: None };
         for s in 0..slots {
             let f = ring.frame_mut(s);
             let ty = if ipv6 { ethertype::IPV6 } else { ethertype::IPV4 };
@@ -110,8 +120,57 @@ impl Ring {
         &self.buf[at..at + self.frame_len]
     }
 
+    /// Make `share` of the addresses (each source and destination drawn on
+    /// its own) listed ones: the table's keys, taken in their (random) order
+    /// so reading them streams and the table lines they hit are random.
+    pub fn set_listed(&mut self, keys: Listed, share: f64) {
+        let empty = match &keys {
+            Listed::V4(k) => k.is_empty(),
+            Listed::V6(k) => k.is_empty(),
+        };
+        assert!(!empty, "listed traffic needs listed keys");
+        let chance = (share.clamp(0.0, 1.0) * f64::from(u32::MAX)) as u32;
+        self.listed = Some((keys, 0, chance));
+        self.refill();
+    }
+
+    /// A random address, or with the listed chance the next listed key.
+    #[inline(always)]
+    fn next_addr(&mut self) -> u128 {
+        let r = self.rng.next_u64();
+        let Some((keys, at, chance)) = &mut self.listed else { unreachable!("only with listed keys") };
+        if (r as u32) < *chance {
+            let k = match keys {
+                Listed::V4(k) => u128::from(k[*at % k.len()]),
+                Listed::V6(k) => k[*at % k.len()],
+            };
+            *at = at.wrapping_add(1);
+            return k;
+        }
+        if self.ipv6 {
+            (u128::from(self.rng.next_u64()) << 64) | u128::from(r.rotate_left(32))
+        } else {
+            u128::from((r >> 32) as u32)
+        }
+    }
+
     /// New random source and destination in every buffer (the "DMA").
     pub fn refill(&mut self) {
+        if self.listed.is_some() {
+            let v6 = self.ipv6;
+            for s in 0..self.slots {
+                let (src, dst) = (self.next_addr(), self.next_addr());
+                let f = self.frame_mut(s);
+                if v6 {
+                    f[SRC6_AT..SRC6_AT + 16].copy_from_slice(&src.to_be_bytes());
+                    f[DST6_AT..DST6_AT + 16].copy_from_slice(&dst.to_be_bytes());
+                } else {
+                    f[SRC_AT..SRC_AT + 4].copy_from_slice(&(src as u32).to_be_bytes());
+                    f[DST_AT..DST_AT + 4].copy_from_slice(&(dst as u32).to_be_bytes());
+                }
+            }
+            return;
+        }
         for s in 0..self.slots {
             if self.ipv6 {
                 let src = (u128::from(self.rng.next_u64()) << 64) | u128::from(self.rng.next_u64());

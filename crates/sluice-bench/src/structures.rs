@@ -26,6 +26,11 @@ pub trait Classifier: Send + Sync {
     fn finish6(&self, keys: &[u128], _prep: &Prepared, out: &mut [bool]) {
         self.lookup6(keys, out, false)
     }
+    /// The front filter's bytes and the share of `probes` (IPv4) or
+    /// `probes6` it passes, where the structure has one.
+    fn filter_stats(&self, _probes: &[u32], _probes6: &[u128]) -> Option<(usize, f64)> {
+        None
+    }
     /// Whether the structure can prefetch its lines at all.
     fn can_prefetch(&self) -> bool {
         true
@@ -132,7 +137,10 @@ pub struct Sluice(pub AddressSet);
 
 impl Sluice {
     pub fn new(prefixes: &[Prefix], hasher: Hasher, max_load: f64) -> Self {
-        Sluice(AddressSet::with_options(prefixes, Options { hasher, max_load, ..Options::default() }))
+        Self::with_filter(prefixes, hasher, max_load, true)
+    }
+    pub fn with_filter(prefixes: &[Prefix], hasher: Hasher, max_load: f64, filter: bool) -> Self {
+        Sluice(AddressSet::with_options(prefixes, Options { hasher, max_load, filter, ..Options::default() }))
     }
 }
 
@@ -157,6 +165,10 @@ impl Classifier for Sluice {
     }
     fn bytes(&self) -> usize {
         self.0.bytes()
+    }
+    fn filter_stats(&self, probes: &[u32], probes6: &[u128]) -> Option<(usize, f64)> {
+        let share = self.0.filter_positive_share_v4(probes).or_else(|| self.0.filter_positive_share_v6(probes6))?;
+        Some((self.0.filter_bytes(), share))
     }
 }
 

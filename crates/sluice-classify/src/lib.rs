@@ -7,7 +7,8 @@
 //! dual/quad loops, DPDK's phased bulk lookup).
 //!
 //! - [`V4ExactSet`], [`V6ExactSet`]: open addressing over 64-byte key
-//!   buckets behind a one-byte-per-slot tag array.
+//!   buckets behind a one-byte-per-slot tag array, with a cache-resident
+//!   blocked Bloom [`filter`] in front.
 //! - [`V4PrefixSet`], [`V6PrefixSet`]: prefix membership.
 //! - [`AddressSet`]: a mixed list, v4 and v6, hosts and prefixes.
 //! - [`persist`]: a built [`AddressSet`] as bytes and back, without rebuilding.
@@ -18,6 +19,7 @@
 #![deny(unsafe_code)]
 
 mod exact;
+pub mod filter;
 mod hash;
 pub mod mem;
 pub mod persist;

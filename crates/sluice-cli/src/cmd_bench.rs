@@ -93,6 +93,18 @@ pub enum PipelineArg {
     Both,
 }
 
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum FilterArg {
+    /// sluice's exact tables with their front filter.
+    On,
+    Off,
+    /// Both, side by side (rows without it end in -nofilter).
+    Both,
+}
+
+/// With a preset, the scenario flags below that are given replace the
+/// preset's values (a list of several multiplies its rows, named with a
+/// suffix); with --structure they make the custom scenarios.
 #[derive(Args, Debug)]
 pub struct ClassifyArgs {
     /// A preset set of scenarios; ignored when --structure is given.
@@ -101,29 +113,39 @@ pub struct ClassifyArgs {
     /// Custom scenarios: structures (chained, hashbrown, sluice, sluice-prefix, prefix-trie), comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub structure: Vec<String>,
-    /// Batch sizes for custom scenarios.
-    #[arg(long, value_delimiter = ',', default_values_t = [sluice_classify::DEFAULT_BATCH])]
+    /// Batch sizes [custom default: sluice's default batch].
+    #[arg(long, value_delimiter = ',')]
     pub batch: Vec<usize>,
-    /// Prefetch modes for custom scenarios: none, header, bucket, both.
-    #[arg(long, value_delimiter = ',', default_values_t = ["bucket".to_string()])]
+    /// Prefetch modes: none, header, bucket, both [custom default: bucket].
+    #[arg(long, value_delimiter = ',')]
     pub prefetch: Vec<String>,
-    /// Buffer strides in bytes for custom scenarios.
-    #[arg(long, value_delimiter = ',', default_values_t = [2048usize])]
+    /// Buffer strides in bytes [custom default: 2048].
+    #[arg(long, value_delimiter = ',')]
     pub stride: Vec<usize>,
-    /// Table entries: random hosts, or random prefixes added to FireHOL for prefix structures.
-    #[arg(long, default_value_t = SEED_ENTRIES)]
-    pub entries: usize,
-    /// Buckets of the chained table.
-    #[arg(long, value_delimiter = ',', default_values_t = [SEED_BUCKETS])]
+    /// Table entries: random hosts, or random prefixes added to FireHOL for
+    /// prefix structures [custom default: 6000000].
+    #[arg(long)]
+    pub entries: Option<usize>,
+    /// Buckets of the chained table [custom default: 524288].
+    #[arg(long, value_delimiter = ',')]
     pub buckets: Vec<usize>,
-    /// Threads, each with its own ring (like NIC queues), pinned one per CPU.
-    #[arg(long, value_delimiter = ',', default_values_t = [1usize])]
+    /// Threads, each with its own ring (like NIC queues), pinned one per CPU [custom default: 1].
+    #[arg(long, value_delimiter = ',')]
     pub threads: Vec<usize>,
     /// How threads reach the table: snapshot (sluice's), rwlock (a read lock
     /// per packet, as in the seed), none (no protection), arcswap (the
-    /// arc-swap crate, for comparison).
-    #[arg(long, value_delimiter = ',', default_values_t = ["snapshot".to_string()])]
+    /// arc-swap crate, for comparison) [custom default: snapshot].
+    #[arg(long, value_delimiter = ',')]
     pub sync: Vec<String>,
+    /// sluice's front filter on the exact tables [custom default: on; the
+    /// quick preset has both for its headline rows].
+    #[arg(long, value_enum)]
+    pub filter: Option<FilterArg>,
+    /// Shares of addresses (0-1, each source and destination on its own)
+    /// drawn from the table's keys, for host structures [default: all
+    /// random, 0.14% of addresses listed at 6M hosts].
+    #[arg(long, value_delimiter = ',')]
+    pub listed: Vec<f64>,
     /// Repetitions per scenario (median, min and max are reported).
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
@@ -143,10 +165,11 @@ pub struct ClassifyArgs {
     /// Also write an SVG bar chart here.
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
-    /// Custom scenarios: pipeline table-line prefetch across batches.
-    #[arg(long, value_enum, default_value = "yes")]
-    pub pipeline: PipelineArg,
-    /// Custom scenarios: IPv6 traffic and IPv6 tables (sluice and hashbrown).
+    /// Pipeline table-line prefetch across batches [custom default: yes].
+    #[arg(long, value_enum)]
+    pub pipeline: Option<PipelineArg>,
+    /// IPv6 traffic and IPv6 tables (sluice and hashbrown; with a preset,
+    /// its other rows are left out).
     #[arg(long)]
     pub ipv6: bool,
     /// Skip the memory-parallelism probe.
@@ -245,33 +268,39 @@ fn add_pmc(v: &mut serde_json::Value, counts: Option<&pmc::Reading>) {
     }
 }
 
+/// `given`, or `default` when the flag was not given.
+fn or<T: Clone>(given: &[T], default: T) -> Vec<T> {
+    if given.is_empty() {
+        vec![default]
+    } else {
+        given.to_vec()
+    }
+}
+
 fn custom(a: &ClassifyArgs) -> Result<Vec<Scenario>> {
     let mut v = Vec::new();
+    let (buckets_l, prefetch_l) = (or(&a.buckets, SEED_BUCKETS), or(&a.prefetch, "bucket".to_string()));
+    let (batch_l, stride_l) = (or(&a.batch, sluice_classify::DEFAULT_BATCH), or(&a.stride, 2048));
+    let (threads_l, sync_l) = (or(&a.threads, 1), or(&a.sync, "snapshot".to_string()));
     for s in &a.structure {
-        for &buckets in &a.buckets {
+        for &buckets in &buckets_l {
             let Some(structure) = Structure::parse(s, buckets) else {
                 bail!("unknown structure {s:?} (chained, hashbrown, sluice, sluice-prefix, prefix-trie)");
             };
             if a.ipv6 && !structure.supports_ipv6() {
                 bail!("{s} has no IPv6 variant (the seed's table and the prefix structures are IPv4); use sluice or hashbrown with --ipv6");
             }
-            for p in &a.prefetch {
+            for p in &prefetch_l {
                 let Some(prefetch) = Prefetch::parse(p) else {
                     bail!("unknown prefetch mode {p:?} (none, header, bucket, both)")
                 };
-                for &batch in &a.batch {
-                    if !(1..=sluice_classify::MAX_BATCH).contains(&batch) {
-                        bail!("batch {batch} is outside 1-{}", sluice_classify::MAX_BATCH);
-                    }
-                    for &stride in &a.stride {
-                        if stride < 64 {
-                            bail!("stride {stride} cannot hold a 60-byte frame");
-                        }
-                        for (&threads, sync_name) in a.threads.iter().flat_map(|t| a.sync.iter().map(move |s| (t, s))) {
+                for &batch in &batch_l {
+                    for &stride in &stride_l {
+                        for (&threads, sync_name) in threads_l.iter().flat_map(|t| sync_l.iter().map(move |s| (t, s))) {
                             let Some(sync) = SyncMode::parse(sync_name) else {
                                 bail!("unknown sync mode {sync_name:?} (snapshot, rwlock, none, arcswap)");
                             };
-                            let modes: &[bool] = match a.pipeline {
+                            let modes: &[bool] = match a.pipeline.unwrap_or(PipelineArg::Yes) {
                                 PipelineArg::Yes => &[true],
                                 PipelineArg::No => &[false],
                                 PipelineArg::Both => &[false, true],
@@ -280,7 +309,7 @@ fn custom(a: &ClassifyArgs) -> Result<Vec<Scenario>> {
                                 let pipeline = pipeline && matches!(prefetch, Prefetch::Bucket | Prefetch::Both);
                                 let pipe = if pipeline { "-pipe" } else { "" };
                                 let v6 = if a.ipv6 { "-v6" } else { "" };
-                                let sy = if a.sync.len() > 1 { format!("-{sync_name}") } else { String::new() };
+                                let sy = if sync_l.len() > 1 { format!("-{sync_name}") } else { String::new() };
                                 let name = format!("{s}{v6}-b{batch}-{p}{pipe}-{stride}-t{threads}{sy}");
                                 if v.iter().any(|x: &Scenario| x.name == name) {
                                     continue;
@@ -288,7 +317,7 @@ fn custom(a: &ClassifyArgs) -> Result<Vec<Scenario>> {
                                 v.push(Scenario {
                                     name,
                                     structure,
-                                    entries: a.entries,
+                                    entries: a.entries.unwrap_or(SEED_ENTRIES),
                                     batch,
                                     prefetch,
                                     stride,
@@ -297,6 +326,8 @@ fn custom(a: &ClassifyArgs) -> Result<Vec<Scenario>> {
                                     ipv6: a.ipv6,
                                     sync,
                                     seed_mpps: None,
+                                    filter: true,
+                                    listed: None,
                                 });
                             }
                         }
@@ -311,15 +342,128 @@ fn custom(a: &ClassifyArgs) -> Result<Vec<Scenario>> {
     Ok(v)
 }
 
+/// Each scenario once per value of a flag given with several values (named
+/// with `suffix(value)`), or with its one value set; unchanged when not given.
+fn expand<T: Copy>(
+    v: Vec<Scenario>,
+    values: &[T],
+    suffix: impl Fn(T) -> String,
+    set: impl Fn(&mut Scenario, T),
+) -> Vec<Scenario> {
+    if values.is_empty() {
+        return v;
+    }
+    let mut out = Vec::with_capacity(v.len() * values.len());
+    for sc in v {
+        for &x in values {
+            let mut s = sc.clone();
+            set(&mut s, x);
+            if values.len() > 1 {
+                s.name.push_str(&suffix(x));
+            }
+            out.push(s);
+        }
+    }
+    out
+}
+
+/// The scenario flags given with a preset, applied over its values.
+fn override_preset(mut v: Vec<Scenario>, a: &ClassifyArgs) -> Result<Vec<Scenario>> {
+    let prefetch = a
+        .prefetch
+        .iter()
+        .map(|p| {
+            Prefetch::parse(p).with_context(|| format!("unknown prefetch mode {p:?} (none, header, bucket, both)"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let sync = a
+        .sync
+        .iter()
+        .map(|s| {
+            SyncMode::parse(s).with_context(|| format!("unknown sync mode {s:?} (snapshot, rwlock, none, arcswap)"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if a.ipv6 {
+        v.retain(|s| s.structure.supports_ipv6());
+    }
+    for s in &mut v {
+        s.ipv6 |= a.ipv6;
+        s.entries = a.entries.unwrap_or(s.entries);
+        if let Structure::Chained { buckets } = &mut s.structure {
+            *buckets = a.buckets.first().copied().unwrap_or(*buckets);
+        }
+    }
+    v = expand(v, &a.batch, |b| format!("-b{b}"), |s, b| s.batch = b);
+    v = expand(v, &prefetch, |p| format!("-{}", p.name()), |s, p| s.prefetch = p);
+    v = expand(v, &a.stride, |x| format!("-{x}"), |s, x| s.stride = x);
+    v = expand(v, &a.threads, |t| format!("-t{t}"), |s, t| s.threads = t);
+    v = expand(v, &sync, |m| format!("-{}", m.name()), |s, m| s.sync = m);
+    let pipe: &[bool] = match a.pipeline {
+        None => &[],
+        Some(PipelineArg::Yes) => &[true],
+        Some(PipelineArg::No) => &[false],
+        Some(PipelineArg::Both) => &[false, true],
+    };
+    v = expand(v, pipe, |p| if p { "-pipe" } else { "-nopipe" }.into(), |s, p| s.pipeline = p);
+    if !a.listed.is_empty() {
+        // The preset's own listed-traffic rows give way to the given shares.
+        v.retain(|s| s.listed.is_none());
+    }
+    Ok(v)
+}
+
+/// `--filter` and `--listed` for presets and custom scenarios alike.
+fn filter_and_listed(mut v: Vec<Scenario>, a: &ClassifyArgs) -> Vec<Scenario> {
+    if let Some(f) = a.filter {
+        // The preset's own no-filter rows give way to the given mode.
+        v.retain(|s| s.filter || s.structure != Structure::Sluice);
+        let modes: &[bool] = match f {
+            FilterArg::On => &[true],
+            FilterArg::Off => &[false],
+            FilterArg::Both => &[true, false],
+        };
+        let mut out = Vec::new();
+        for s in v {
+            for &on in modes {
+                let mut x = s.clone();
+                x.filter = on;
+                if !on && f == FilterArg::Both {
+                    x.name.push_str("-nofilter");
+                }
+                if on || x.structure == Structure::Sluice {
+                    out.push(x);
+                }
+            }
+        }
+        v = out;
+    }
+    let listed: Vec<u64> = a.listed.iter().map(|l| l.to_bits()).collect();
+    expand(v, &listed, |l| format!("-l{}", f64::from_bits(l) * 100.0), |s, l| s.listed = Some(f64::from_bits(l)))
+}
+
 fn classify(a: ClassifyArgs) -> Result<Outcome> {
+    if let Some(b) = a.batch.iter().find(|b| !(1..=sluice_classify::MAX_BATCH).contains(*b)) {
+        bail!("batch {b} is outside 1-{}", sluice_classify::MAX_BATCH);
+    }
+    if let Some(s) = a.stride.iter().find(|&&s| s < 64) {
+        bail!("stride {s} cannot hold a 60-byte frame");
+    }
+    if let Some(l) = a.listed.iter().find(|l| !(0.0..=1.0).contains(*l)) {
+        bail!("--listed {l} is not a share between 0 and 1");
+    }
     let scenarios = if a.structure.is_empty() {
-        match a.preset {
+        let preset = match a.preset {
             Preset::Quick => report::quick(),
             Preset::Seed => report::seed(),
-        }
+        };
+        override_preset(preset, &a)?
     } else {
         custom(&a)?
     };
+    let scenarios = filter_and_listed(scenarios, &a);
+    if scenarios.is_empty() {
+        bail!("no scenario left (--ipv6 keeps only sluice and hashbrown rows)");
+    }
     if !(0.05..=0.9).contains(&a.max_load) {
         bail!("--max-load must be between 0.05 and 0.9");
     }
@@ -355,6 +499,14 @@ fn classify(a: ClassifyArgs) -> Result<Outcome> {
             writeln!(out, "{v}")?;
         } else {
             writeln!(out, "{}", report::table_row(&m))?;
+            if let Some((bytes, fpr)) = m.filter {
+                writeln!(
+                    out,
+                    "  front filter {:.1} MiB, false positives {:.2}%",
+                    bytes as f64 / (1 << 20) as f64,
+                    fpr * 100.0
+                )?;
+            }
             if let Some(c) = &counts {
                 writeln!(out, "  {}", c.line())?;
             }
@@ -385,12 +537,14 @@ fn classify(a: ClassifyArgs) -> Result<Outcome> {
             let f = |k: &str| r[k].as_f64().map_or("-".to_owned(), |x| format!("{x:.2}"));
             writeln!(
                 out,
-                "ratios: sluice/naive {}  sluice/hashbrown {}  2*sluice/probe {}  sluice-prefix/sluice {}  sluice-prefix/prefix-trie {}  build 6M set {} s",
+                "ratios: sluice/naive {}  sluice/hashbrown {}  2*sluice/probe {}  sluice-prefix/sluice {}  sluice-prefix/prefix-trie {}  filter on/off {} (50% listed {})  build 6M set {} s",
                 f("sluice_vs_naive"),
                 f("sluice_vs_hashbrown"),
                 f("two_lookups_vs_probe"),
                 f("prefix_vs_sluice"),
                 f("prefix_vs_prefix_trie"),
+                f("filter_on_vs_off"),
+                f("filter_on_vs_off_listed50"),
                 f("build_6m_s")
             )?;
         }

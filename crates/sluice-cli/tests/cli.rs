@@ -365,6 +365,51 @@ fn bench_classify_prints_one_json_object_per_scenario() {
 }
 
 #[test]
+fn bench_classify_preset_applies_scenario_flags_and_reports_the_filter() {
+    // Issue 12: a preset with --threads (and the other scenario flags) used
+    // to ignore them silently; they now replace the preset's values.
+    let out = ok(&[
+        "bench",
+        "classify",
+        "--preset",
+        "quick",
+        "--threads",
+        "1,2",
+        "--entries",
+        "20000",
+        "--filter",
+        "both",
+        "--listed",
+        "0.5",
+        "--packets",
+        "4096",
+        "--reps",
+        "1",
+        "--ring",
+        "256",
+        "--no-probe",
+        "--format",
+        "json",
+    ]);
+    let rows: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let get = |n: &str| rows.iter().find(|r| r["scenario"] == n).unwrap_or_else(|| panic!("{n} missing"));
+    for (name, threads, filter) in [("sluice-t1", 1, "on"), ("sluice-t2", 2, "on"), ("sluice-t2-nofilter", 2, "off")] {
+        let r = get(name);
+        assert_eq!(r["threads"], threads, "{r}");
+        assert_eq!(r["entries"], 20000, "{r}");
+        assert_eq!(r["filter"], filter, "{r}");
+        assert_eq!(r["listed_share"], 0.5, "{r}");
+        // Half of all addresses listed: about 3 packets in 4 dropped.
+        assert!((0.6..0.9).contains(&r["drop_share"].as_f64().unwrap()), "{r}");
+    }
+    let on = get("sluice-t1");
+    assert!(on["filter_bytes"].as_u64().unwrap() > 0, "{on}");
+    assert!(on["filter_fpr"].as_f64().unwrap() < 0.05, "{on}");
+    assert!(get("sluice-t1-nofilter")["filter_bytes"].is_null());
+    assert!(get("hashbrown-t2")["filter"].is_null());
+}
+
+#[test]
 fn rss_command_reproduces_the_microsoft_suite() {
     // (destination, source, IP pair, 4-tuple), as published.
     let vectors = [
