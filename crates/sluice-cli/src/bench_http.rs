@@ -8,6 +8,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use serde_json::json;
 use sluice_bench::http_parse::{inputs, measure, median, parse_once, seed_ms, Contender};
+use sluice_bench::pmc::{self, Pmc, Reading};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -25,6 +26,10 @@ pub struct HttpParseBenchArgs {
     /// Print JSON lines instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Count cycles, instructions, cache misses (and the software counters)
+    /// per parser and input through perf_event_open, summed over repetitions.
+    #[arg(long)]
+    pub pmc: bool,
 }
 
 pub fn run(a: HttpParseBenchArgs) -> Result<crate::Outcome> {
@@ -57,12 +62,18 @@ pub fn run(a: HttpParseBenchArgs) -> Result<crate::Outcome> {
     }
 
     let mut rps: HashMap<(&str, &str), Vec<f64>> = HashMap::new();
+    let mut pmc = a.pmc.then(Pmc::open_reporting);
+    let mut counts: HashMap<(&str, &str), Reading> = HashMap::new();
     for rep in 0..a.reps {
         for input in &chosen {
             // Rotate the starting contender each repetition so none always runs first.
             for k in 0..contenders.len() {
                 let c = contenders[(k + rep) % contenders.len()];
-                rps.entry((c.name(), input.name)).or_default().push(measure(c, &input.bytes, budget));
+                let (r, reading) = pmc::maybe(&mut pmc, || measure(c, &input.bytes, budget));
+                rps.entry((c.name(), input.name)).or_default().push(r);
+                if let Some(reading) = reading {
+                    counts.entry((c.name(), input.name)).or_default().add(&reading);
+                }
             }
         }
         if !a.json {
@@ -83,15 +94,19 @@ pub fn run(a: HttpParseBenchArgs) -> Result<crate::Outcome> {
             let m = med(c, input.name);
             let (lo, hi) = runs.iter().fold((f64::MAX, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
             let gbps = m * input.bytes.len() as f64 / 1e9;
+            let reading = counts.get(&(c.name(), input.name));
             if a.json {
-                println!(
-                    "{}",
-                    json!({
-                        "bench": "http", "parser": c.name(), "input": input.name, "bytes": input.bytes.len(),
-                        "mreq_per_s": m / 1e6, "gb_per_s": gbps, "ns_per_req": 1e9 / m,
-                        "min_mreq_per_s": lo / 1e6, "max_mreq_per_s": hi / 1e6, "reps": runs.len(),
-                    })
-                );
+                let mut v = json!({
+                    "bench": "http", "parser": c.name(), "input": input.name, "bytes": input.bytes.len(),
+                    "mreq_per_s": m / 1e6, "gb_per_s": gbps, "ns_per_req": 1e9 / m,
+                    "min_mreq_per_s": lo / 1e6, "max_mreq_per_s": hi / 1e6, "reps": runs.len(),
+                });
+                if a.pmc {
+                    let (hw, sw) = Reading::json_fields(reading);
+                    v["pmc"] = hw;
+                    v["pmc_sw"] = sw;
+                }
+                println!("{v}");
             } else {
                 let spread = if m > 0.0 { (hi - lo) / m * 100.0 } else { 0.0 };
                 println!(
@@ -103,6 +118,9 @@ pub fn run(a: HttpParseBenchArgs) -> Result<crate::Outcome> {
                     1e9 / m,
                     spread
                 );
+                if let Some(r) = reading {
+                    println!("{:<36} {}", "", r.line());
+                }
             }
         }
     }
