@@ -5,6 +5,7 @@ use crate::Outcome;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use sluice_bench::flowtable::bench as ft;
+use sluice_bench::pmc::Pmc;
 use sluice_bench::queue::bench as qb;
 use std::io::Write;
 use std::path::PathBuf;
@@ -41,6 +42,10 @@ pub struct QueueBenchArgs {
     /// Also write an SVG bar chart here.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+    /// Hardware and software counters per row (perf_event_open; the
+    /// producer and consumer threads included).
+    #[arg(long)]
+    pub pmc: bool,
 }
 
 fn parse_threads(s: &str) -> Option<(usize, usize)> {
@@ -96,8 +101,12 @@ pub fn run_queue(a: QueueBenchArgs) -> Result<Outcome> {
         )?;
         writeln!(out, "{}", qb::table_header())?;
     }
-    let rows = qb::measure(&st, |r| {
-        let line = if json { qb::row_json(r, &st, cpus).to_string() } else { qb::table_row(r, &st) };
+    let mut pmc = a.pmc.then(Pmc::open_reporting);
+    let rows = qb::measure(&st, &mut pmc, |r| {
+        let mut line = if json { qb::row_json(r, &st, cpus).to_string() } else { qb::table_row(r, &st) };
+        if let (false, Some(p)) = (json, &r.pmc) {
+            line = format!("{line}\n    {}", p.line());
+        }
         let _ = writeln!(std::io::stdout().lock(), "{line}");
     });
     let ratios = qb::ratios(&rows);
@@ -220,6 +229,9 @@ pub struct FlowtableBenchArgs {
     /// Also write an SVG plot (cost per packet against flows) here.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+    /// Hardware and software counters per row (perf_event_open).
+    #[arg(long)]
+    pub pmc: bool,
 }
 
 pub fn run_flowtable(a: FlowtableBenchArgs) -> Result<Outcome> {
@@ -251,12 +263,16 @@ pub fn run_flowtable(a: FlowtableBenchArgs) -> Result<Outcome> {
         )?;
         writeln!(out, "{}", ft::table_header())?;
     }
-    let rows = ft::measure(&st, |_| {});
+    let mut pmc = a.pmc.then(Pmc::open_reporting);
+    let rows = ft::measure(&st, &mut pmc, |_| {});
     for r in &rows {
         if json {
             writeln!(out, "{}", ft::row_json(r, &st))?;
         } else {
             writeln!(out, "{}", ft::table_row(r, &rows))?;
+            if let Some(p) = &r.pmc {
+                writeln!(out, "    {}", p.line())?;
+            }
         }
     }
     let ratios = ft::ratios(&rows);

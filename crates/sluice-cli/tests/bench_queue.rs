@@ -122,3 +122,34 @@ fn bench_flowtable_json_rows_and_plot() {
     ]);
     assert!(parse(&out).iter().any(|r| r["row"] == "flowtable"));
 }
+
+/// `--pmc`: every row carries the counters (software ones at least, which
+/// any VM has; the queue's include the threads each run spawns).
+#[test]
+fn pmc_rows_carry_counters() {
+    for args in [
+        &[
+            "bench",
+            "queue",
+            "--threads",
+            "2x2",
+            "--queues",
+            "natsys",
+            "--items",
+            "20000",
+            "--reps",
+            "1",
+            "--json",
+            "--pmc",
+        ][..],
+        &["bench", "flowtable", "--flows", "10000", "--reps", "1", "--json", "--pmc"][..],
+    ] {
+        let rows = parse(&ok(args));
+        let measured: Vec<&Value> = rows.iter().filter(|r| r["row"] == r["bench"]).collect();
+        assert!(!measured.is_empty(), "{args:?}");
+        for r in measured {
+            assert!(r["pmc_sw"]["task_clock_ns"].as_u64().unwrap() > 0, "{args:?}: {r}");
+            assert!(r["pmc"].is_object() || r["pmc"].is_null(), "{r}");
+        }
+    }
+}

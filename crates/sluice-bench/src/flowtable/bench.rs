@@ -152,6 +152,8 @@ pub struct Row {
     pub expired: u64,
     pub evicted: u64,
     pub memory_bytes: usize,
+    /// Counters over every rep (`--pmc`).
+    pub pmc: Option<crate::pmc::Reading>,
 }
 
 impl Row {
@@ -172,7 +174,7 @@ impl Row {
 /// Measures every size: a warm-up to the steady state, then reps in which
 /// the variants take turns (each rep starts with a different one) on the
 /// same table and the same continuing stream.
-pub fn measure(st: &Settings, mut progress: impl FnMut(&Row)) -> Vec<Row> {
+pub fn measure(st: &Settings, pmc: &mut Option<crate::pmc::Pmc>, mut progress: impl FnMut(&Row)) -> Vec<Row> {
     let mut rows = Vec::new();
     for &n in &st.sizes {
         let n = n.max(1);
@@ -205,12 +207,16 @@ pub fn measure(st: &Settings, mut progress: impl FnMut(&Row)) -> Vec<Row> {
                 expired: 0,
                 evicted: 0,
                 memory_bytes: t.memory_bytes(),
+                pmc: None,
             });
         }
         for rep in 0..st.reps.max(1) {
             for i in 0..variants.len() {
                 let r: &mut Row = &mut rows[first + (i + rep) % variants.len()];
-                let (all, expiry) = run(&mut t, &mut s, r.variant, r.packets);
+                let ((all, expiry), reading) = crate::pmc::maybe(pmc, || run(&mut t, &mut s, r.variant, r.packets));
+                if let Some(x) = reading {
+                    r.pmc.get_or_insert_with(Default::default).add(&x);
+                }
                 r.ns.push(all);
                 r.expiry_ns.push(expiry);
             }
@@ -255,6 +261,16 @@ fn expiry_at(rows: &[Row], v: Variant, flows: usize) -> f64 {
 }
 
 pub fn row_json(r: &Row, st: &Settings) -> Value {
+    let mut v = row_json_plain(r, st);
+    if let Some(reading) = &r.pmc {
+        let (hw, sw) = crate::pmc::Reading::json_fields(Some(reading));
+        v["pmc"] = hw;
+        v["pmc_sw"] = sw;
+    }
+    v
+}
+
+fn row_json_plain(r: &Row, st: &Settings) -> Value {
     json!({
         "bench": "flowtable",
         "row": "flowtable",
@@ -454,7 +470,7 @@ mod tests {
             quadratic_max: 2000,
             seed: 3,
         };
-        let rows = measure(&st, |_| {});
+        let rows = measure(&st, &mut None, |_| {});
         assert_eq!(rows.len(), 6);
         for r in &rows {
             assert_eq!(r.ns.len(), 2);

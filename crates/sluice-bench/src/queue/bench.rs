@@ -361,6 +361,8 @@ pub struct Row {
     /// Every rep's delivery, summed.
     pub delivery: Delivery,
     pub all_exactly_once: bool,
+    /// Counters over every rep (`--pmc`), the threads the run spawns included.
+    pub pmc: Option<crate::pmc::Reading>,
 }
 
 impl Row {
@@ -372,7 +374,7 @@ impl Row {
 /// Measures every (threads, queue), alternating the queues within each rep
 /// (each rep starts with a different queue) so drift in the machine's
 /// load spreads over all of them.
-pub fn measure(st: &Settings, mut progress: impl FnMut(&Row)) -> Vec<Row> {
+pub fn measure(st: &Settings, pmc: &mut Option<crate::pmc::Pmc>, mut progress: impl FnMut(&Row)) -> Vec<Row> {
     let mut rows: Vec<Row> = Vec::new();
     for &(p, c) in &st.threads {
         let kinds: Vec<Kind> = st.kinds.iter().copied().filter(|k| k.applies(p, c)).collect();
@@ -385,12 +387,16 @@ pub fn measure(st: &Settings, mut progress: impl FnMut(&Row)) -> Vec<Row> {
                 secs: Vec::new(),
                 delivery: Delivery::default(),
                 all_exactly_once: true,
+                pmc: None,
             });
         }
         for rep in 0..st.reps.max(1) {
             for i in 0..kinds.len() {
                 let r = &mut rows[first + (i + rep) % kinds.len()];
-                let (secs, d) = run_once(r.kind, p, c, st.items, st.capacity);
+                let ((secs, d), reading) = crate::pmc::maybe(pmc, || run_once(r.kind, p, c, st.items, st.capacity));
+                if let Some(x) = reading {
+                    r.pmc.get_or_insert_with(Default::default).add(&x);
+                }
                 r.secs.push(secs);
                 r.all_exactly_once &= d.exactly_once();
                 r.delivery.sent += d.sent;
@@ -468,6 +474,16 @@ pub fn oversubscribed(p: usize, c: usize, cpus: usize) -> bool {
 }
 
 pub fn row_json(r: &Row, st: &Settings, cpus: usize) -> Value {
+    let mut v = row_json_plain(r, st, cpus);
+    if let Some(reading) = &r.pmc {
+        let (hw, sw) = crate::pmc::Reading::json_fields(Some(reading));
+        v["pmc"] = hw;
+        v["pmc_sw"] = sw;
+    }
+    v
+}
+
+fn row_json_plain(r: &Row, st: &Settings, cpus: usize) -> Value {
     let med = r.median();
     let seed = r.kind.seed_s(r.producers, r.consumers);
     json!({
