@@ -11,6 +11,7 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
+use sluice_bench::pmc::{self, Pmc, Reading};
 use sluice_engine::{judge_decoded, CompileOptions, RuleSet, Stats, Verdict};
 use sluice_gen::{FrameSize, GenConfig, Generator, ProtoMix};
 use sluice_rules::{parse_list, parse_rules, Prefix, FIREHOL_LEVEL1};
@@ -35,6 +36,10 @@ pub struct RulesBenchArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Hardware and software counters for each side, summed over the reps
+    /// (perf_event_open; software counters only where the VM has no PMU).
+    #[arg(long)]
+    pub pmc: bool,
 }
 
 /// A rule file of `n` rules: the FireHOL drop first among a mix that reads
@@ -132,9 +137,15 @@ pub fn run(a: RulesBenchArgs) -> Result<crate::Outcome> {
     };
     let (mut best_a, mut best_b) = (f64::MAX, f64::MAX);
     let mut stats = (Stats::default(), Stats::default());
+    let mut pmc = a.pmc.then(Pmc::open_reporting);
+    let mut counts = (Reading::default(), Reading::default());
     for rep in 0..a.reps {
-        let (ta, sa) = time(&address_only);
-        let (tb, sb) = time(&with_rules);
+        let ((ta, sa), ra) = pmc::maybe(&mut pmc, || time(&address_only));
+        let ((tb, sb), rb) = pmc::maybe(&mut pmc, || time(&with_rules));
+        if let (Some(ra), Some(rb)) = (ra, rb) {
+            counts.0.add(&ra);
+            counts.1.add(&rb);
+        }
         best_a = best_a.min(ta);
         best_b = best_b.min(tb);
         stats = (sa, sb);
@@ -148,7 +159,7 @@ pub fn run(a: RulesBenchArgs) -> Result<crate::Outcome> {
         }
     }
     let ratio = best_a / best_b;
-    let v = serde_json::json!({
+    let mut v = serde_json::json!({
         "bench": "rules",
         "packets": a.packets,
         "reps": a.reps,
@@ -161,12 +172,24 @@ pub fn run(a: RulesBenchArgs) -> Result<crate::Outcome> {
         "address_only_dropped": stats.0.dropped,
         "rules_dropped": stats.1.dropped,
     });
+    if a.pmc {
+        v["pmc"] = pmc_pair(("address_only", &counts.0), ("rules", &counts.1));
+    }
     if a.json {
         println!("{v}");
     } else {
         println!("{}", serde_json::to_string_pretty(&v)?);
     }
     Ok(crate::Outcome::Complete)
+}
+
+/// `{"a": {"hw", "sw"}, "b": {...}}`: two sides' counters for the JSON.
+fn pmc_pair(a: (&str, &Reading), b: (&str, &Reading)) -> serde_json::Value {
+    let side = |r: &Reading| {
+        let (hw, sw) = Reading::json_fields(Some(r));
+        serde_json::json!({ "hw": hw, "sw": sw })
+    };
+    serde_json::json!({ a.0: side(a.1), b.0: side(b.1) })
 }
 
 fn mpps(n: u64, secs: f64) -> f64 {
@@ -186,6 +209,10 @@ pub struct LoadBenchArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Hardware and software counters for each side, summed over the reps
+    /// (perf_event_open; software counters only where the VM has no PMU).
+    #[arg(long)]
+    pub pmc: bool,
 }
 
 /// `sluice bench load`: a list of N entries loaded from its text (parse and
@@ -233,13 +260,21 @@ pub fn run_load(a: LoadBenchArgs) -> Result<crate::Outcome> {
     let snap_bytes = std::fs::metadata(&snap)?.len();
     let (mut best_text, mut best_snap) = (f64::MAX, f64::MAX);
     let mut loaded = None;
+    let mut pmc = a.pmc.then(Pmc::open_reporting);
+    let mut counts = (Reading::default(), Reading::default());
     for rep in 0..a.reps {
         let t = Instant::now();
-        drop(args(None).load(&[])?);
+        let (text, rt) = pmc::maybe(&mut pmc, || args(None).load(&[]));
+        drop(text?);
         let tt = t.elapsed().as_secs_f64();
         let t = Instant::now();
-        let l = args(Some(&snap)).load(&[])?;
+        let (l, rs) = pmc::maybe(&mut pmc, || args(Some(&snap)).load(&[]));
+        let l = l?;
         let ts = t.elapsed().as_secs_f64();
+        if let (Some(rt), Some(rs)) = (rt, rs) {
+            counts.0.add(&rt);
+            counts.1.add(&rs);
+        }
         best_text = best_text.min(tt);
         best_snap = best_snap.min(ts);
         loaded = Some(l);
@@ -259,7 +294,7 @@ pub fn run_load(a: LoadBenchArgs) -> Result<crate::Outcome> {
         };
         f(&compiled) == f(&text_rules.rules)
     });
-    let v = serde_json::json!({
+    let mut v = serde_json::json!({
         "bench": "load",
         "entries": a.entries,
         "list_bytes": std::fs::metadata(&list)?.len(),
@@ -274,6 +309,9 @@ pub fn run_load(a: LoadBenchArgs) -> Result<crate::Outcome> {
         "probes": probes.len(),
         "same_verdicts": same,
     });
+    if a.pmc {
+        v["pmc"] = pmc_pair(("text", &counts.0), ("compiled", &counts.1));
+    }
     if a.json {
         println!("{v}");
     } else {
