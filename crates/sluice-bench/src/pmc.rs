@@ -191,18 +191,45 @@ impl Pmc {
     /// Runs `f` with every counter reset and enabled around it.
     pub fn measure<R>(&mut self, f: impl FnOnce() -> R) -> (R, Reading) {
         let all = || self.hw.iter().chain(self.sw.iter());
+        // Read before and after rather than trusting the reset: with
+        // inherit, the counts of threads and children that exited earlier
+        // stay in the value through PERF_EVENT_IOC_RESET.
+        let read_all = |v: &[(&'static str, OwnedFd)]| -> Vec<Option<[u64; 3]>> {
+            v.iter().map(|(_, fd)| sys::perf_read(fd).ok()).collect()
+        };
         for (_, fd) in all() {
-            let _ = sys::perf_reset_enable(fd);
+            let _ = sys::perf_reset(fd);
+        }
+        let (hw0, sw0) = (read_all(&self.hw), read_all(&self.sw));
+        for (_, fd) in all() {
+            let _ = sys::perf_enable(fd);
         }
         let r = f();
         for (_, fd) in all() {
             let _ = sys::perf_disable(fd);
         }
-        let read = |v: &[(&'static str, OwnedFd)]| -> Vec<(&'static str, u64)> {
-            v.iter().filter_map(|(n, fd)| sys::perf_read(fd).ok().map(|c| (*n, c))).collect()
+        let diff = |v: &[(&'static str, OwnedFd)], before: &[Option<[u64; 3]>]| -> Vec<(&'static str, u64)> {
+            v.iter()
+                .zip(before)
+                .filter_map(|((n, fd), b)| {
+                    let (a, b) = (sys::perf_read(fd).ok()?, (*b)?);
+                    Some((*n, scaled(a[0].saturating_sub(b[0]), a[1].saturating_sub(b[1]), a[2].saturating_sub(b[2]))))
+                })
+                .collect()
         };
-        let reading = Reading { hw: read(&self.hw), sw: read(&self.sw) };
+        let reading = Reading { hw: diff(&self.hw, &hw0), sw: diff(&self.sw, &sw0) };
         (r, reading)
+    }
+}
+
+/// A count scaled by enabled/running time when the kernel multiplexed it.
+fn scaled(value: u64, enabled: u64, running: u64) -> u64 {
+    if running == 0 {
+        0
+    } else if running < enabled {
+        (value as f64 * enabled as f64 / running as f64) as u64
+    } else {
+        value
     }
 }
 
@@ -245,5 +272,27 @@ mod tests {
             assert_eq!(Reading::json_fields(Some(&r)).0, Value::Null);
         }
         let _ = r.line();
+    }
+
+    fn task_clock(r: &Reading) -> u64 {
+        r.sw.iter().find(|(n, _)| *n == "task_clock_ns").map_or(0, |e| e.1)
+    }
+
+    /// A thread spawned inside the region is counted, and only in that
+    /// region: its count must not leak into the next one (the reset ioctl
+    /// does not clear exited threads' counts, hence the reads around it).
+    #[test]
+    fn spawned_threads_count_in_their_region_only() {
+        let mut p = Pmc::open();
+        if !p.sw.iter().any(|(n, _)| *n == "task_clock_ns") {
+            return; // No software counters at all: nothing to check here.
+        }
+        // Fixed work, not fixed wall time: CPU time is what is counted, and
+        // a loaded machine stretches wall time. 100M steps take tens of ms.
+        let spin = || (0..100_000_000u64).fold(0u64, |a, i| std::hint::black_box(a ^ i));
+        let (_, busy) = p.measure(|| std::thread::spawn(spin).join().unwrap());
+        assert!(task_clock(&busy) >= 5_000_000, "the spawned thread's work: {busy:?}");
+        let ((), idle) = p.measure(|| std::hint::black_box(()));
+        assert!(task_clock(&idle) < 5_000_000, "an empty region after it: {idle:?}");
     }
 }

@@ -188,8 +188,11 @@ fn ioctl(fd: &OwnedFd, req: libc::c_ulong) -> io::Result<()> {
     }
 }
 
-pub fn perf_reset_enable(fd: &OwnedFd) -> io::Result<()> {
-    ioctl(fd, PERF_EVENT_IOC_RESET)?;
+pub fn perf_reset(fd: &OwnedFd) -> io::Result<()> {
+    ioctl(fd, PERF_EVENT_IOC_RESET)
+}
+
+pub fn perf_enable(fd: &OwnedFd) -> io::Result<()> {
     ioctl(fd, PERF_EVENT_IOC_ENABLE)
 }
 
@@ -197,20 +200,16 @@ pub fn perf_disable(fd: &OwnedFd) -> io::Result<()> {
     ioctl(fd, PERF_EVENT_IOC_DISABLE)
 }
 
-/// The count, scaled by enabled/running time when the kernel multiplexed it.
-pub fn perf_read(fd: &OwnedFd) -> io::Result<u64> {
+/// The raw count: value, time enabled, time running. Counts of inherited
+/// threads and processes that have exited are included (the kernel adds
+/// them to the value; `PERF_EVENT_IOC_RESET` does not clear them, so a
+/// region's count is the difference of two reads).
+pub fn perf_read(fd: &OwnedFd) -> io::Result<[u64; 3]> {
     let mut v = [0u64; 3];
     // SAFETY: `v` is 24 writable bytes, the size of this read format.
     let n = unsafe { libc::read(fd.as_raw_fd(), v.as_mut_ptr().cast(), std::mem::size_of_val(&v)) };
     if n != std::mem::size_of_val(&v) as isize {
         return Err(io::Error::last_os_error());
     }
-    let [value, enabled, running] = v;
-    Ok(if running == 0 {
-        0
-    } else if running < enabled {
-        (value as f64 * enabled as f64 / running as f64) as u64
-    } else {
-        value
-    })
+    Ok(v)
 }

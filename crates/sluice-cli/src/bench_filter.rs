@@ -15,6 +15,7 @@ use crate::Outcome;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::{json, Value};
+use sluice_bench::pmc::{self, Pmc, Reading};
 use sluice_pcap::CaptureReader;
 use sluice_rules::{load_list, Prefix, FIREHOL_LEVEL1};
 use std::ffi::OsString;
@@ -62,6 +63,10 @@ pub struct FilterBenchArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Counters per contender over its timed runs (perf_event_open with
+    /// inherit: the command's process and its threads are counted).
+    #[arg(long)]
+    pub pmc: bool,
 }
 
 /// One timed command.
@@ -76,6 +81,8 @@ struct Contender {
     secs: Vec<f64>,
     /// Total size of the outputs of the last run.
     out_bytes: Option<u64>,
+    /// Counters summed over the timed runs (`--pmc`).
+    pmc: Option<Reading>,
 }
 
 impl Contender {
@@ -88,6 +95,7 @@ impl Contender {
             skipped: None,
             secs: Vec::new(),
             out_bytes: None,
+            pmc: None,
         }
     }
 
@@ -319,6 +327,7 @@ pub fn run(a: FilterBenchArgs) -> Result<Outcome> {
 
     // Round-robin: every rep runs every contender once, starting one further along each rep.
     let n = cs.len();
+    let mut counters = a.pmc.then(Pmc::open_reporting);
     for round in 0..a.warmup + reps {
         let timed = round >= a.warmup;
         let label =
@@ -328,11 +337,17 @@ pub fn run(a: FilterBenchArgs) -> Result<Outcome> {
             if c.skipped.is_some() {
                 continue;
             }
-            match c.run_once() {
+            // Counted only when timed: the counters are opened before the
+            // command is spawned, so it inherits them.
+            let (r, reading) = if timed { pmc::maybe(&mut counters, || c.run_once()) } else { (c.run_once(), None) };
+            match r {
                 Ok(s) => {
                     note(format!("{label}: {:<15} {s:.3} s", c.name));
                     if timed {
                         c.secs.push(s);
+                    }
+                    if let Some(x) = reading {
+                        c.pmc.get_or_insert_with(Reading::default).add(&x);
                     }
                 }
                 Err(e) if c.name == "tcpdump" => {
@@ -358,7 +373,7 @@ pub fn run(a: FilterBenchArgs) -> Result<Outcome> {
         let contenders: serde_json::Map<String, Value> = cs
             .iter()
             .map(|c| {
-                let v = match (c.summary(), &c.skipped) {
+                let mut v = match (c.summary(), &c.skipped) {
                     (Some(s), _) => json!({
                         "command": c.command_line(),
                         "median_s": s.median, "min_s": s.min, "max_s": s.max,
@@ -372,6 +387,11 @@ pub fn run(a: FilterBenchArgs) -> Result<Outcome> {
                         "skipped": reason.clone().unwrap_or_else(|| "not run".to_owned()),
                     }),
                 };
+                if let Some(r) = &c.pmc {
+                    let (hw, sw) = Reading::json_fields(Some(r));
+                    v["pmc"] = hw;
+                    v["pmc_sw"] = sw;
+                }
                 (c.name.to_owned(), v)
             })
             .collect();
@@ -435,6 +455,9 @@ pub fn run(a: FilterBenchArgs) -> Result<Outcome> {
                     c.command_line().replace(&in_dir, "")
                 ),
                 None => println!("{:<15} skipped: {}", c.name, c.skipped.as_deref().unwrap_or("not run")),
+            }
+            if let Some(r) = &c.pmc {
+                println!("{:<15} {}", "", r.line());
             }
         }
         println!("(paths in the commands are relative to {})", dir.display());

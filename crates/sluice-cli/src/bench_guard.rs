@@ -6,6 +6,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use sluice_bench::pmc::{self, Pmc, Reading};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -31,6 +32,11 @@ pub struct GuardBenchArgs {
     /// path delivers and its corrected p99 latency.
     #[arg(long, value_name = "R")]
     pub rate: Option<u64>,
+    /// Counters over each side's runs: http-load, plus the guard on the
+    /// guarded side (they are opened after the upstream starts and before
+    /// the guard does, so the guard inherits them and the upstream not).
+    #[arg(long)]
+    pub pmc: bool,
 }
 
 /// A child killed when dropped.
@@ -120,7 +126,9 @@ pub fn run(a: GuardBenchArgs) -> Result<crate::Outcome> {
         // would put both on one core.
         "--no-pin",
     ];
+    let mut pmc = a.pmc.then(Pmc::open_reporting);
     let (_guard, guarded) = spawn_announced(&exe, &guard_args, "sluice: guarding on ")?;
+    let mut counts = (Reading::default(), Reading::default());
     let (conns, dur) = (a.connections.to_string(), a.duration.to_string());
     let rate = a.rate.map(|r| r.to_string());
     let rps = |addr: &str| -> Result<(f64, f64)> {
@@ -150,12 +158,19 @@ pub fn run(a: GuardBenchArgs) -> Result<crate::Outcome> {
     let (mut direct, mut through, mut p99s) = (Vec::new(), Vec::new(), Vec::new());
     for rep in 0..a.reps {
         // Alternate which goes first, so drift in the machine's state hits both.
+        let mut run = |addr: &str, into: &mut Reading| -> Result<(f64, f64)> {
+            let (r, reading) = pmc::maybe(&mut pmc, || rps(addr));
+            if let Some(x) = reading {
+                into.add(&x);
+            }
+            r
+        };
         let (d, g) = if rep % 2 == 0 {
-            let d = rps(&upstream)?;
-            (d, rps(&guarded)?)
+            let d = run(&upstream, &mut counts.0)?;
+            (d, run(&guarded, &mut counts.1)?)
         } else {
-            let g = rps(&guarded)?;
-            (rps(&upstream)?, g)
+            let g = run(&guarded, &mut counts.1)?;
+            (run(&upstream, &mut counts.0)?, g)
         };
         let ((d, dp99), (g, gp99)) = (d, g);
         println!(
@@ -171,6 +186,11 @@ pub fn run(a: GuardBenchArgs) -> Result<crate::Outcome> {
     }
     let ratios: Vec<f64> = direct.iter().zip(&through).map(|(d, g)| g / d).collect();
     let (md, mg, mr) = (median(&direct), median(&through), median(&ratios));
+    let side = |r: &Reading| {
+        let (hw, sw) = Reading::json_fields(Some(r));
+        serde_json::json!({ "hw": hw, "sw": sw })
+    };
+    let pmc_json = a.pmc.then(|| serde_json::json!({ "direct": side(&counts.0), "guarded": side(&counts.1) }));
     println!(
         "{}",
         serde_json::json!({
@@ -183,6 +203,7 @@ pub fn run(a: GuardBenchArgs) -> Result<crate::Outcome> {
             "median_guarded_rps": mg,
             "median_ratio": mr,
             "offered_rps": a.rate,
+            "pmc": pmc_json,
             "median_direct_p99_us": median(&p99s.iter().map(|p| p.0).collect::<Vec<_>>()),
             "median_guarded_p99_us": median(&p99s.iter().map(|p| p.1).collect::<Vec<_>>()),
             // Below saturation both paths deliver the offered rate, so the

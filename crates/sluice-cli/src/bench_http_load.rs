@@ -3,6 +3,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use sluice_bench::pmc::{self, Pmc, Reading};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
@@ -24,6 +25,11 @@ pub struct HttpBenchArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Counters of each load tool (the client side only: they are opened
+    /// after the server starts, so only the tools run under them inherit
+    /// them), summed over the repetitions.
+    #[arg(long)]
+    pub pmc: bool,
 }
 
 /// The server, killed when dropped.
@@ -75,29 +81,39 @@ pub fn run(a: HttpBenchArgs) -> Result<crate::Outcome> {
     let mut runs: Vec<(&str, Vec<f64>)> =
         vec![("wrk", Vec::new()), ("http-load", Vec::new()), ("http-load-pipelined", Vec::new())];
     let depth = a.pipeline.to_string();
+    let mut pmc = a.pmc.then(Pmc::open_reporting);
+    let mut counts: Vec<Option<Reading>> = vec![None; runs.len()];
     for rep in 0..a.reps {
-        for (name, rps) in runs.iter_mut() {
-            let r = match *name {
-                "wrk" if !have_wrk => continue,
-                "wrk" => {
-                    let out = Command::new("wrk")
-                        .args(["-t", &threads, "-c", &conns, "-d", &format!("{dur}s"), &url])
-                        .output()
-                        .context("running wrk")?;
-                    wrk_rps(&String::from_utf8_lossy(&out.stdout)).context("wrk printed no Requests/sec")?
-                }
-                _ => {
-                    let mut args = vec!["http-load", "--url", &url, "--threads", &threads, "--connections", &conns];
-                    args.extend(["--duration", &dur, "--json"]);
-                    if *name == "http-load-pipelined" {
-                        args.extend(["--pipeline", &depth]);
+        for (k, (name, rps)) in runs.iter_mut().enumerate() {
+            if *name == "wrk" && !have_wrk {
+                continue;
+            }
+            let (r, reading) = pmc::maybe(&mut pmc, || -> Result<f64> {
+                Ok(match *name {
+                    "wrk" => {
+                        let out = Command::new("wrk")
+                            .args(["-t", &threads, "-c", &conns, "-d", &format!("{dur}s"), &url])
+                            .output()
+                            .context("running wrk")?;
+                        wrk_rps(&String::from_utf8_lossy(&out.stdout)).context("wrk printed no Requests/sec")?
                     }
-                    let out = Command::new(&exe).args(&args).output().context("running sluice http-load")?;
-                    let v: serde_json::Value =
-                        serde_json::from_slice(&out.stdout).context("http-load printed no JSON report")?;
-                    v["rps"].as_f64().context("http-load's report has no rps")?
-                }
-            };
+                    _ => {
+                        let mut args = vec!["http-load", "--url", &url, "--threads", &threads, "--connections", &conns];
+                        args.extend(["--duration", &dur, "--json"]);
+                        if *name == "http-load-pipelined" {
+                            args.extend(["--pipeline", &depth]);
+                        }
+                        let out = Command::new(&exe).args(&args).output().context("running sluice http-load")?;
+                        let v: serde_json::Value =
+                            serde_json::from_slice(&out.stdout).context("http-load printed no JSON report")?;
+                        v["rps"].as_f64().context("http-load's report has no rps")?
+                    }
+                })
+            });
+            let r = r?;
+            if let Some(x) = reading {
+                counts[k].get_or_insert_with(Reading::default).add(&x);
+            }
             if !a.json {
                 eprintln!("rep {rep}: {name} {r:.0} req/s");
             }
@@ -108,7 +124,7 @@ pub fn run(a: HttpBenchArgs) -> Result<crate::Outcome> {
     let best = |name: &str| runs.iter().find(|(n, _)| *n == name).and_then(|(_, v)| v.iter().copied().reduce(f64::max));
     let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
     let (w, l, p) = (best("wrk"), best("http-load"), best("http-load-pipelined"));
-    let v = serde_json::json!({
+    let mut v = serde_json::json!({
         "bench": "http-load",
         "url": url,
         "connections": a.connections,
@@ -127,6 +143,17 @@ pub fn run(a: HttpBenchArgs) -> Result<crate::Outcome> {
             "pipelined_over_wrk": { "min": 3.0, "met": ratio(p, w).map(|r| r >= 3.0) },
         },
     });
+    if a.pmc {
+        let per_tool: serde_json::Map<_, _> = runs
+            .iter()
+            .zip(&counts)
+            .filter_map(|((n, _), c)| {
+                let (hw, sw) = Reading::json_fields(c.as_ref()?.into());
+                Some((n.to_string(), serde_json::json!({ "hw": hw, "sw": sw })))
+            })
+            .collect();
+        v["pmc"] = per_tool.into();
+    }
     if a.json {
         println!("{v}");
     } else {

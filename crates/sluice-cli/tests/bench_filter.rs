@@ -1,5 +1,5 @@
-//! `sluice bench filter --json`: the shape of its report on a small generated
-//! capture. No timing is asserted; only that every ratio is a positive finite
+//! `sluice bench filter --json --pmc`: the shape of its report on a small
+//! generated capture. No timing is asserted; only that every ratio is a positive finite
 //! number and that the sanity check (packets counted = records) holds.
 
 mod common;
@@ -10,7 +10,7 @@ use serde_json::Value;
 fn bench_filter_json_shape() {
     let dir = tempfile::tempdir().unwrap();
     let tcpdump = have_tool("tcpdump");
-    let out = ok(&["bench", "filter", "--packets", "20000", "--reps", "1", "--json", "--dir", p(dir.path())]);
+    let out = ok(&["bench", "filter", "--packets", "20000", "--reps", "1", "--json", "--pmc", "--dir", p(dir.path())]);
     let v: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("not one JSON object ({e}): {out}"));
 
     assert_eq!(v["packets"], 20000);
@@ -34,7 +34,12 @@ fn bench_filter_json_shape() {
             assert!(x.is_finite() && x > 0.0, "contenders.{name}.{key} = {x}");
         }
         assert!(c["min_s"].as_f64() <= c["median_s"].as_f64() && c["median_s"].as_f64() <= c["max_s"].as_f64());
+        // --pmc: the command's own CPU time (inherited counters), not just
+        // the parent's spawn and wait.
+        assert!(c["pmc"].is_object() || c["pmc"].is_null(), "{v}");
     }
+    let filter_cpu = v["contenders"]["filter_outputs"]["pmc_sw"]["task_clock_ns"].as_u64().unwrap();
+    assert!(filter_cpu >= 2_000_000, "sluice filter's CPU time over 20,000 packets: {filter_cpu} ns");
     // Outputs hold the whole capture (sluice: pass + drop) or nearly (tcpdump drops one prefix).
     assert_eq!(v["contenders"]["cp"]["out_bytes"], v["bytes"]);
     assert!(v["contenders"]["filter_outputs"]["out_bytes"].as_u64().unwrap() >= v["bytes"].as_u64().unwrap());

@@ -1,0 +1,38 @@
+//! `sluice bench guard` and `sluice bench http-load` at one short
+//! repetition: the JSON keys the README names, and `--pmc` counting each
+//! side (the load tool, and the guard on the guarded side).
+
+mod common;
+use serde_json::Value;
+
+fn stdout(args: &[&str]) -> String {
+    let out = common::sluice(args);
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn bench_guard_reports_both_paths_and_their_counters() {
+    let out = stdout(&["bench", "guard", "--duration", "1", "--reps", "1", "--connections", "8", "--pmc"]);
+    let lines: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let rep = &lines[0];
+    assert!(rep["direct_rps"].as_f64().unwrap() > 0.0 && rep["guarded_rps"].as_f64().unwrap() > 0.0, "{rep}");
+    let summary = lines.last().unwrap();
+    assert!(summary["median_ratio"].as_f64().unwrap() > 0.0, "{summary}");
+    assert_eq!(summary["target"]["min_ratio"], 0.7, "{summary}");
+    for side in ["direct", "guarded"] {
+        assert!(summary["pmc"][side]["sw"]["task_clock_ns"].as_u64().unwrap() > 0, "{summary}");
+    }
+}
+
+#[test]
+fn bench_http_load_reports_each_tool_and_its_counters() {
+    let out =
+        stdout(&["bench", "http-load", "--duration", "1", "--reps", "1", "--connections", "8", "--json", "--pmc"]);
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(v["best_rps"]["http_load"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["best_rps"]["http_load_pipelined"].as_f64().unwrap() > 0.0, "{v}");
+    for tool in ["http-load", "http-load-pipelined"] {
+        assert!(v["pmc"][tool]["sw"]["task_clock_ns"].as_u64().unwrap() > 0, "{v}");
+    }
+}
