@@ -175,9 +175,11 @@ pub fn scenario_json(m: &Measured) -> Value {
     })
 }
 
-pub fn probe_json(bytes: usize, (med, min, max): (f64, f64, f64), reps: usize) -> Value {
+/// The probe's row; `name` is `probe` (the table-sized buffer, beyond the
+/// caches) or `probe-llc` (a buffer that fits the last-level cache).
+pub fn probe_json(name: &str, bytes: usize, (med, min, max): (f64, f64, f64), reps: usize) -> Value {
     json!({
-        "scenario": "probe",
+        "scenario": name,
         "structure": "probe",
         "batch": 16,
         "prefetch": "bucket",
@@ -190,7 +192,7 @@ pub fn probe_json(bytes: usize, (med, min, max): (f64, f64, f64), reps: usize) -
 }
 
 /// The ratios the quick preset exists to show, when its rows are present.
-pub fn ratios(rows: &[Measured], probe: Option<f64>, build_6m_s: Option<f64>) -> Option<Value> {
+pub fn ratios(rows: &[Measured], probe: Option<f64>, probe_llc: Option<f64>, build_6m_s: Option<f64>) -> Option<Value> {
     let get = |n: &str| rows.iter().find(|m| m.scenario.name == n).map(Measured::median);
     let sluice = get("sluice")?;
     Some(json!({
@@ -198,6 +200,7 @@ pub fn ratios(rows: &[Measured], probe: Option<f64>, build_6m_s: Option<f64>) ->
         "sluice_vs_naive": get("naive").map(|x| sluice / x),
         "sluice_vs_hashbrown": get("hashbrown").map(|x| sluice / x),
         "two_lookups_vs_probe": probe.map(|p| 2.0 * sluice / p),
+        "two_lookups_vs_llc_probe": probe_llc.map(|p| 2.0 * sluice / p),
         "prefix_vs_sluice": get("sluice-prefix").map(|x| x / sluice),
         "prefix_vs_prefix_trie": get("sluice-prefix").and_then(|x| get("prefix-trie").map(|y| x / y)),
         "filter_on_vs_off": get("sluice-nofilter").map(|x| sluice / x),

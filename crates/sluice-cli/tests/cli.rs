@@ -340,7 +340,12 @@ fn bench_classify_prints_one_json_object_per_scenario() {
     let rows: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let probe = rows.iter().find(|r| r["scenario"] == "probe").expect("probe row");
     assert!(probe["mlines_per_s"].as_f64().unwrap() > 0.0);
-    let scenarios: Vec<&Value> = rows.iter().filter(|r| r["scenario"] != "probe").collect();
+    // The cache-resident probe: 8 MiB, its own row.
+    let llc = rows.iter().find(|r| r["scenario"] == "probe-llc").expect("probe-llc row");
+    assert!(llc["mlines_per_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(llc["bytes"], 8 << 20);
+    let scenarios: Vec<&Value> =
+        rows.iter().filter(|r| r["scenario"] != "probe" && r["scenario"] != "probe-llc").collect();
     // hashbrown has no prefetch of its own but is still measured in both modes.
     assert!(scenarios.len() >= 8, "{}", scenarios.len());
     for r in scenarios {
