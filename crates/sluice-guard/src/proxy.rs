@@ -455,16 +455,7 @@ impl<'a> Worker<'a> {
 
             // Read the client, unless it is done sending or its buffer is full.
             if !matches!(c.phase, Phase::Closing) && !c.peer_eof && c.readable {
-                if c.end == c.inbuf.len() {
-                    if c.start > 0 {
-                        c.inbuf.copy_within(c.start..c.end, 0);
-                        c.end -= c.start;
-                        c.start = 0;
-                    } else if c.inbuf.len() < self.in_cap {
-                        let n = (c.inbuf.len() * 2).min(self.in_cap);
-                        c.inbuf.resize(n, 0);
-                    }
-                }
+                sluice_http::server::make_room(&mut c.inbuf, &mut c.start, &mut c.end, self.in_cap);
                 if c.end < c.inbuf.len() {
                     let room = c.inbuf.len() - c.end;
                     match c.sock.read(&mut c.inbuf[c.end..]) {

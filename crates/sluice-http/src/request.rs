@@ -11,11 +11,7 @@ use std::ops::Range;
 /// Default bound on a request head (request line plus headers plus the blank line).
 pub const DEFAULT_MAX_HEAD: usize = 16 * 1024;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Version {
-    Http10,
-    Http11,
-}
+pub use sluice_h1::Version;
 
 /// One parsed request head. `method` and `target` are byte ranges into the
 /// buffer the head was parsed from, so parsing allocates nothing.
@@ -97,10 +93,7 @@ fn head_of(parser: &mut Parser, buf: &[u8]) -> Result<Option<Head>, FrameError> 
     Ok(Some(Head {
         method: at(h.method),
         target: at(h.target),
-        version: match h.version {
-            sluice_h1::Version::Http10 => Version::Http10,
-            sluice_h1::Version::Http11 => Version::Http11,
-        },
+        version: h.version,
         content_length: match h.framing {
             Framing::Length(n) => n,
             Framing::None | Framing::Chunked => 0,

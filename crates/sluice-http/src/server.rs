@@ -466,16 +466,7 @@ impl<'a> Worker<'a> {
                 && c.pending.len() < MAX_PENDING
                 && c.out.len() - c.out_pos < OUT_HIGH
             {
-                if c.in_end == c.inbuf.len() {
-                    if c.in_start > 0 {
-                        c.inbuf.copy_within(c.in_start..c.in_end, 0);
-                        c.in_end -= c.in_start;
-                        c.in_start = 0;
-                    } else if c.inbuf.len() < self.in_cap {
-                        let n = (c.inbuf.len() * 2).min(self.in_cap);
-                        c.inbuf.resize(n, 0);
-                    }
-                }
+                make_room(&mut c.inbuf, &mut c.in_start, &mut c.in_end, self.in_cap);
                 if c.in_end < c.inbuf.len() {
                     match c.sock.read(&mut c.inbuf[c.in_end..]) {
                         Ok(0) => c.peer_eof = true,
@@ -632,6 +623,23 @@ fn drain(c: &mut Conn, deadline: Instant) -> After {
         After::Keep
     } else {
         After::Close
+    }
+}
+
+/// Room at the end of a connection's input buffer `buf[start..end]` when it
+/// is full: slide the unconsumed bytes to the front, or, when there are none
+/// to drop, double the buffer up to `cap` (a larger head or pipeline waits).
+pub fn make_room(buf: &mut Vec<u8>, start: &mut usize, end: &mut usize, cap: usize) {
+    if *end < buf.len() {
+        return;
+    }
+    if *start > 0 {
+        buf.copy_within(*start..*end, 0);
+        *end -= *start;
+        *start = 0;
+    } else if buf.len() < cap {
+        let n = (buf.len() * 2).min(cap);
+        buf.resize(n, 0);
     }
 }
 

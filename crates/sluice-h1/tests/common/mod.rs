@@ -2,22 +2,11 @@
 //! parser (one shot or fed in pieces) and from the reference.
 #![allow(dead_code)]
 
-use sluice_h1::{reference, BodyStatus, Error, ErrorKind, Framing, HeadStatus, Options, Parser, Signals, Version};
+use sluice_h1::{reference, BodyStatus, Error, ErrorKind, HeadStatus, Options, Parser};
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Summary {
-    pub method: Vec<u8>,
-    pub target: Vec<u8>,
-    pub version: Version,
-    pub headers: Vec<(Vec<u8>, Vec<u8>)>,
-    pub framing: Framing,
-    pub keep_alive: bool,
-    pub head_len: usize,
-    pub body_len: u64,
-    pub complete: bool,
-    pub consumed: usize,
-    pub signals: Signals,
-}
+/// The reference's owned result is the comparable summary: the fast
+/// parser's answers are turned into the same type.
+pub type Summary = reference::Request;
 
 pub fn fast(buf: &[u8], opts: &Options) -> Result<Summary, Error> {
     let r = sluice_h1::parse_request(buf, opts)?;
@@ -37,20 +26,7 @@ pub fn fast(buf: &[u8], opts: &Options) -> Result<Summary, Error> {
 }
 
 pub fn reference(buf: &[u8], opts: &Options) -> Result<Summary, Error> {
-    let r = reference::parse_request(buf, opts)?;
-    Ok(Summary {
-        method: r.method,
-        target: r.target,
-        version: r.version,
-        headers: r.headers,
-        framing: r.framing,
-        keep_alive: r.keep_alive,
-        head_len: r.head_len,
-        body_len: r.body_len,
-        complete: r.complete,
-        consumed: r.consumed,
-        signals: r.signals,
-    })
+    reference::parse_request(buf, opts)
 }
 
 /// The reference fed in the given pieces.
