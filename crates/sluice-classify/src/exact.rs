@@ -19,7 +19,7 @@
 //! there are no tombstones. Building sorts keys by home bucket (a counting
 //! sort) and fills the table front to back, streaming through memory.
 
-use crate::filter::{BlockFilter, Probe};
+use crate::filter::BlockFilter;
 use crate::hash::Hasher;
 use crate::mem::{plain_data, Table};
 use crate::simd::{match_tags, prefetch};
@@ -142,6 +142,9 @@ const FILTER_SKIP_KEYS: u32 = 16 * 1024;
 #[derive(Clone, Debug)]
 pub struct Prepared {
     places: [Place; PREPARED_MAX],
+    /// With the filter: each key's hash (its place is computed only if the
+    /// filter passes it).
+    hashes: [u64; PREPARED_MAX],
     /// With the filter: the keys it passed (indices), which `finish` looks up.
     maybe: [u8; PREPARED_MAX],
     n_maybe: usize,
@@ -161,6 +164,7 @@ impl Default for Prepared {
     fn default() -> Self {
         Prepared {
             places: [Place::default(); PREPARED_MAX],
+            hashes: [0; PREPARED_MAX],
             maybe: [0; PREPARED_MAX],
             n_maybe: 0,
             len: 0,
@@ -302,7 +306,7 @@ impl<B: Slots> OpenTable<B> {
         for (b, bucket) in self.buckets.iter().enumerate() {
             for i in 0..B::SLOTS {
                 if self.tags[b * B::SLOTS + i] != 0 {
-                    f.insert(f.probe(B::hash(&self.hasher, bucket.key(i))));
+                    f.insert(B::hash(&self.hasher, bucket.key(i)));
                 }
             }
         }
@@ -407,34 +411,31 @@ impl<B: Slots> OpenTable<B> {
     }
 
     /// Phases 1 and 2 with the filter, both in `prepare`: hash every key
-    /// and prefetch its filter line; then test the filter and, only for
-    /// possible members, prefetch the tag line and the key bucket. The
-    /// filter lines come from the last-level cache, so the second loop
-    /// waits about one LLC latency; the table lines (DRAM) get a whole
-    /// pipelined batch before `finish` (phase 3) reads them. (Testing the
-    /// filter in `finish` instead left a positive's DRAM lines no time to
-    /// arrive: 0.93x of no filter in the quick preset.)
+    /// and prefetch its filter block; then test the filter (a batch at a
+    /// time, [`BlockFilter::select`]) and, only for possible members,
+    /// compute the place and prefetch the tag line and the key bucket. The
+    /// filter blocks come from the last-level cache, so the test waits
+    /// about one LLC latency; the table lines (DRAM) get a whole pipelined
+    /// batch before `finish` (phase 3) reads them. (Testing the filter in
+    /// `finish` instead left a positive's DRAM lines no time to arrive:
+    /// 0.93x of no filter in the quick preset.)
     #[inline(always)]
     fn prepare_filtered(&self, f: &BlockFilter, keys: &[B::Key], prep: &mut Prepared, pf: bool) {
         prep.filtered = true;
-        let mut probes = [Probe::default(); PREPARED_MAX];
-        for ((p, q), &k) in prep.places.iter_mut().zip(probes.iter_mut()).zip(keys) {
-            let h = B::hash(&self.hasher, k);
-            (*p, *q) = (self.place_of(h), f.probe(h));
+        for (h, &k) in prep.hashes.iter_mut().zip(keys) {
+            *h = B::hash(&self.hasher, k);
             if pf {
-                prefetch(f.line_addr(*q));
+                prefetch(f.line_addr(*h));
             }
         }
-        let mut n = 0;
-        for (i, q) in probes[..keys.len()].iter().enumerate() {
-            if f.may_contain(*q) {
-                prep.maybe[n] = i as u8;
-                n += 1;
-                if pf {
-                    let b = prep.places[i].bucket as usize;
-                    prefetch(self.tag_line_addr(b));
-                    prefetch(self.buckets.addr_of(b));
-                }
+        let n = f.select(&prep.hashes[..keys.len()], &mut prep.maybe);
+        for &i in &prep.maybe[..n] {
+            let i = usize::from(i);
+            let p = self.place_of(prep.hashes[i]);
+            prep.places[i] = p;
+            if pf {
+                prefetch(self.tag_line_addr(p.bucket as usize));
+                prefetch(self.buckets.addr_of(p.bucket as usize));
             }
         }
         prep.n_maybe = n;
@@ -565,7 +566,7 @@ macro_rules! exact_set {
             pub fn filter_positive_share(&self, keys: &[$key]) -> Option<f64> {
                 let f = self.0.filter.as_ref()?;
                 let h = &self.0.hasher;
-                let pass = keys.iter().filter(|&&k| f.may_contain(f.probe(<$bucket>::hash(h, k)))).count();
+                let pass = keys.iter().filter(|&&k| f.may_contain(<$bucket>::hash(h, k))).count();
                 Some(pass as f64 / keys.len().max(1) as f64)
             }
             pub fn len(&self) -> usize {

@@ -1,9 +1,15 @@
-//! The two machine-level operations of the fast path: compare a key against
-//! a whole 64-byte bucket at once, and prefetch a cache line.
+//! The machine-level operations of the fast path: compare a key against a
+//! whole 64-byte bucket at once, test a batch of keys against the front
+//! filter, and prefetch a cache line.
 //!
-//! x86_64 uses SSE2 (part of the x86_64 baseline, so always present); other
-//! targets use the scalar reference, which the property test compares against.
+//! x86_64 uses SSE2 (part of the x86_64 baseline, so always present) and,
+//! for the filter, AVX2 when the CPU has it (detected at run time); other
+//! targets use the scalar references, which the property tests compare
+//! against.
 #![allow(unsafe_code)]
+
+use crate::exact::PREPARED_MAX;
+use crate::filter::{block_index, Block, BlockFilter, SALT};
 
 /// Whether any of the 16 lanes equals `key`.
 #[inline(always)]
@@ -55,6 +61,55 @@ pub fn match_tags(tags: &[u8], tag: u8) -> u32 {
 #[inline(always)]
 pub fn match_tags_scalar(tags: &[u8], tag: u8) -> u32 {
     tags.iter().enumerate().fold(0, |m, (i, &t)| m | (u32::from(t == tag) << i))
+}
+
+/// Indices of the `hashes` whose filter block has all 8 of their bits set
+/// (possible members), written to the front of `maybe`; returns how many.
+/// AVX2 when the CPU has it, else [`filter_select_scalar`]: same answers.
+#[inline(always)]
+pub(crate) fn filter_select(blocks: &[Block], hashes: &[u64], maybe: &mut [u8; PREPARED_MAX]) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2, the one feature the function enables.
+        return unsafe { filter_select_avx2(blocks, hashes, maybe) };
+    }
+    filter_select_scalar(blocks, hashes, maybe)
+}
+
+/// The portable [`filter_select`], on [`BlockFilter::masks`].
+#[inline(always)]
+pub(crate) fn filter_select_scalar(blocks: &[Block], hashes: &[u64], maybe: &mut [u8; PREPARED_MAX]) -> usize {
+    let mut n = 0;
+    for (i, &h) in hashes[..hashes.len().min(PREPARED_MAX)].iter().enumerate() {
+        let b = &blocks[block_index(h, blocks.len())];
+        let hit = b.words.iter().zip(BlockFilter::masks(h as u32)).all(|(w, m)| w & m != 0);
+        // Branch-free append: write always, advance on a possible member.
+        maybe[n] = i as u8;
+        n += usize::from(hit);
+    }
+    n
+}
+
+/// Per key: broadcast the low 32 hash bits, multiply by the 8 salts, keep
+/// the top 5 bits as a shift count, `1 << count` per lane, and `vptest`
+/// that every mask bit is set in the block (CF: `!block & mask == 0`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn filter_select_avx2(blocks: &[Block], hashes: &[u64], maybe: &mut [u8; PREPARED_MAX]) -> usize {
+    use std::arch::x86_64::*;
+    let salt = _mm256_loadu_si256(SALT.as_ptr().cast::<__m256i>());
+    let one = _mm256_set1_epi32(1);
+    let mut n = 0;
+    for (i, &h) in hashes[..hashes.len().min(PREPARED_MAX)].iter().enumerate() {
+        let b = &blocks[block_index(h, blocks.len())];
+        let lanes = _mm256_mullo_epi32(_mm256_set1_epi32(h as i32), salt);
+        let mask = _mm256_sllv_epi32(one, _mm256_srli_epi32::<27>(lanes));
+        // SAFETY: `Block` is 32 bytes aligned to 32 (asserted in filter.rs).
+        let words = _mm256_load_si256(b.words.as_ptr().cast::<__m256i>());
+        maybe[n] = i as u8;
+        n += _mm256_testc_si256(words, mask) as usize;
+    }
+    n
 }
 
 /// Ask for the cache line holding `p` to be brought into all cache levels.
