@@ -5,6 +5,8 @@ use serde_json::{json, Value};
 use std::fmt::Write as _;
 
 pub const SEED_ENTRIES: usize = 6_000_000;
+/// The small, cache-resident table of issue 12's comparison with hashbrown.
+pub const SMALL_ENTRIES: usize = 250_000;
 pub const SEED_BUCKETS: usize = 524_288;
 pub const SEED_BUCKETS_BIG: usize = 2_097_152;
 /// Random prefixes added to FireHOL for the prefix scenarios.
@@ -73,11 +75,43 @@ pub fn quick() -> Vec<Scenario> {
         ..sluice_default("", Structure::Sluice, SEED_ENTRIES, 2048)
     });
     v.push(nofilter("sluice-l50-nofilter", Some(0.5)));
-    for b in [1, 4, 8, 32, 64] {
+    // A small table (250k hosts, cache-resident) against hashbrown, each at
+    // its best batch: sluice at its default and at 64, hashbrown one key at
+    // a time and in the bench's batches of 16.
+    v.push(sluice_default("sluice-250k", Structure::Sluice, SMALL_ENTRIES, 2048));
+    v.push(sluice_default("sluice-250k-b64", Structure::Sluice, SMALL_ENTRIES, 2048).with_batch(64));
+    v.push(sc("hashbrown-250k", Structure::Hashbrown, SMALL_ENTRIES, 16, Prefetch::None, 2048, None));
+    v.push(sc("hashbrown-250k-b1", Structure::Hashbrown, SMALL_ENTRIES, 1, Prefetch::None, 2048, None));
+    for b in [1, 4, 8, 16, 64] {
         v.push(
             Scenario { name: format!("sluice-b{b}"), ..sluice_default("", Structure::Sluice, SEED_ENTRIES, 2048) }
                 .with_batch(b),
         );
+    }
+    v
+}
+
+/// `filter`: issue 12's grid. Tables of 250k, 1M, 6M and 50M hosts, each
+/// with sluice's front filter on and off and hashbrown beside them (random
+/// traffic: almost nothing listed); then at 6M hosts, 0.1%, 1%, 10% and 50%
+/// of addresses listed, the filter on and off.
+pub fn filter() -> Vec<Scenario> {
+    let mut v = Vec::new();
+    let sluice = |name: String, entries, filter, listed| Scenario {
+        name,
+        filter,
+        listed,
+        ..sluice_default("", Structure::Sluice, entries, 2048)
+    };
+    for (tag, entries) in [("250k", SMALL_ENTRIES), ("1M", 1_000_000), ("6M", SEED_ENTRIES), ("50M", 50_000_000)] {
+        v.push(sluice(format!("sluice-{tag}"), entries, true, None));
+        v.push(sluice(format!("sluice-{tag}-nofilter"), entries, false, None));
+        v.push(sc(&format!("hashbrown-{tag}"), Structure::Hashbrown, entries, 16, Prefetch::None, 2048, None));
+    }
+    for share in [0.001, 0.01, 0.1, 0.5] {
+        let pct = share * 100.0;
+        v.push(sluice(format!("sluice-6M-l{pct}"), SEED_ENTRIES, true, Some(share)));
+        v.push(sluice(format!("sluice-6M-l{pct}-nofilter"), SEED_ENTRIES, false, Some(share)));
     }
     v
 }
@@ -191,20 +225,48 @@ pub fn probe_json(name: &str, bytes: usize, (med, min, max): (f64, f64, f64), re
     })
 }
 
-/// The ratios the quick preset exists to show, when its rows are present.
+/// The ratios the presets exist to show, where their rows are present
+/// (`null` where not).
 pub fn ratios(rows: &[Measured], probe: Option<f64>, probe_llc: Option<f64>, build_6m_s: Option<f64>) -> Option<Value> {
     let get = |n: &str| rows.iter().find(|m| m.scenario.name == n).map(Measured::median);
-    let sluice = get("sluice")?;
+    // The best median among rows whose name starts with `prefix` and then
+    // has nothing or a -b<batch> suffix.
+    let best = |prefix: &str| {
+        rows.iter()
+            .filter(|m| {
+                m.scenario.name.strip_prefix(prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with("-b"))
+            })
+            .map(Measured::median)
+            .reduce(f64::max)
+    };
+    let sluice = get("sluice").or_else(|| get("sluice-6M"));
+    // Every row with a -nofilter twin: filter on / off.
+    let filter_by_row: serde_json::Map<String, Value> = rows
+        .iter()
+        .filter_map(|m| {
+            let off = get(&format!("{}-nofilter", m.scenario.name))?;
+            Some((m.scenario.name.clone(), json!(m.median() / off)))
+        })
+        .collect();
+    if sluice.is_none() && filter_by_row.is_empty() {
+        return None;
+    }
+    let hashbrown = get("hashbrown").or_else(|| get("hashbrown-6M"));
     Some(json!({
         "scenario": "ratios",
-        "sluice_vs_naive": get("naive").map(|x| sluice / x),
-        "sluice_vs_hashbrown": get("hashbrown").map(|x| sluice / x),
-        "two_lookups_vs_probe": probe.map(|p| 2.0 * sluice / p),
-        "two_lookups_vs_llc_probe": probe_llc.map(|p| 2.0 * sluice / p),
-        "prefix_vs_sluice": get("sluice-prefix").map(|x| x / sluice),
-        "prefix_vs_prefix_trie": get("sluice-prefix").and_then(|x| get("prefix-trie").map(|y| x / y)),
-        "filter_on_vs_off": get("sluice-nofilter").map(|x| sluice / x),
-        "filter_on_vs_off_listed50": get("sluice-l50").and_then(|x| get("sluice-l50-nofilter").map(|y| x / y)),
+        "sluice_vs_naive": sluice.zip(get("naive")).map(|(s, x)| s / x),
+        "sluice_vs_hashbrown": sluice.zip(hashbrown).map(|(s, x)| s / x),
+        "sluice_vs_probe": sluice.zip(probe).map(|(s, p)| s / p),
+        "two_lookups_vs_probe": sluice.zip(probe).map(|(s, p)| 2.0 * s / p),
+        "two_lookups_vs_llc_probe": sluice.zip(probe_llc).map(|(s, p)| 2.0 * s / p),
+        "small_sluice_vs_hashbrown_best": best("sluice-250k").zip(best("hashbrown-250k")).map(|(s, h)| s / h),
+        "prefix_vs_sluice": sluice.zip(get("sluice-prefix")).map(|(s, x)| x / s),
+        "prefix_vs_prefix_trie": get("sluice-prefix").zip(get("prefix-trie")).map(|(x, y)| x / y),
+        "filter_on_vs_off": sluice.zip(get("sluice-nofilter").or_else(|| get("sluice-6M-nofilter"))).map(|(s, x)| s / x),
+        "filter_on_vs_off_listed50": get("sluice-l50").or_else(|| get("sluice-6M-l50"))
+            .zip(get("sluice-l50-nofilter").or_else(|| get("sluice-6M-l50-nofilter")))
+            .map(|(x, y)| x / y),
+        "filter_on_vs_off_by_row": filter_by_row,
         "build_6m_s": build_6m_s,
     }))
 }
@@ -333,6 +395,53 @@ mod tests {
         assert_eq!(get("sluice-prefix").structure, Structure::SluicePrefix);
         let names: std::collections::HashSet<&str> = q.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names.len(), q.len(), "scenario names are unique");
+        assert_eq!(get("sluice-250k").entries, SMALL_ENTRIES);
+        assert_eq!(get("hashbrown-250k-b1").batch, 1);
+    }
+
+    #[test]
+    fn filter_preset_covers_the_grid() {
+        let f = filter();
+        let names: std::collections::HashSet<&str> = f.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names.len(), f.len(), "scenario names are unique");
+        for tag in ["250k", "1M", "6M", "50M"] {
+            for n in [format!("sluice-{tag}"), format!("sluice-{tag}-nofilter"), format!("hashbrown-{tag}")] {
+                assert!(names.contains(n.as_str()), "{n} missing");
+            }
+        }
+        for l in ["0.1", "1", "10", "50"] {
+            let on = f.iter().find(|s| s.name == format!("sluice-6M-l{l}")).expect("listed row");
+            assert!(on.filter && on.listed.is_some());
+            assert!(names.contains(format!("sluice-6M-l{l}-nofilter").as_str()));
+        }
+    }
+
+    fn row(name: &str, mpps: f64) -> Measured {
+        let mut s = quick().remove(0);
+        s.name = name.to_owned();
+        Measured { scenario: s, mpps: vec![mpps], drop_share: 0.0, table_bytes: 0, build_s: 0.0, filter: None }
+    }
+
+    #[test]
+    fn ratios_pick_their_rows() {
+        let rows = [
+            row("sluice", 40.0),
+            row("sluice-nofilter", 20.0),
+            row("hashbrown", 10.0),
+            row("sluice-250k", 60.0),
+            row("sluice-250k-b64", 80.0),
+            row("hashbrown-250k", 50.0),
+            row("hashbrown-250k-b1", 40.0),
+        ];
+        let r = ratios(&rows, Some(80.0), None, None).expect("ratios");
+        assert_eq!(r["sluice_vs_hashbrown"], 4.0);
+        assert_eq!(r["sluice_vs_probe"], 0.5);
+        assert_eq!(r["two_lookups_vs_probe"], 1.0);
+        assert_eq!(r["small_sluice_vs_hashbrown_best"], 1.6);
+        assert_eq!(r["filter_on_vs_off"], 2.0);
+        assert_eq!(r["filter_on_vs_off_by_row"]["sluice"], 2.0);
+        assert!(r["two_lookups_vs_llc_probe"].is_null());
+        assert!(ratios(&rows[2..3], None, None, None).is_none());
     }
 
     #[test]

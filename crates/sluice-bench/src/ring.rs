@@ -204,21 +204,23 @@ pub fn ipv6_pair(frame: &[u8]) -> Option<(u128, u128)> {
 
 /// The seed's decap: Ethernet II carrying IPv4 → (source, destination).
 /// `None` for anything else. Agrees with `sluice_wire::decode` (tested).
+/// Ethertype, version and header length are one 32-bit load and compare.
 #[inline(always)]
 pub fn ipv4_pair(frame: &[u8]) -> Option<(u32, u32)> {
-    let h = frame.get(..DST_AT + 4)?;
-    if u16::from_be_bytes([h[12], h[13]]) != ethertype::IPV4 || h[14] >> 4 != 4 || h[14] & 0x0f < 5 {
+    let h: &[u8; DST_AT + 4] = frame.get(..DST_AT + 4)?.try_into().ok()?;
+    let be32 = |at: usize| u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+    // Bytes 12-15: ethertype, version/IHL, DSCP/ECN.
+    let head = be32(12);
+    let ihl = (head >> 8) & 0x0f;
+    if head >> 12 != (u32::from(ethertype::IPV4) << 4 | 4) || ihl < 5 {
         return None;
     }
+    let header = ihl as usize * 4;
     let total = u16::from_be_bytes([h[16], h[17]]);
-    if usize::from(h[14] & 0x0f) * 4 > usize::from(total)
-        || frame.len() < ethernet::HEADER_LEN + usize::from(h[14] & 0x0f) * 4
-    {
+    if header > usize::from(total) || frame.len() < ethernet::HEADER_LEN + header {
         return None;
     }
-    let src = u32::from_be_bytes([h[SRC_AT], h[SRC_AT + 1], h[SRC_AT + 2], h[SRC_AT + 3]]);
-    let dst = u32::from_be_bytes([h[DST_AT], h[DST_AT + 1], h[DST_AT + 2], h[DST_AT + 3]]);
-    Some((src, dst))
+    Some((be32(SRC_AT), be32(DST_AT)))
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@
 //! block of 8 `u32` words, one bit set in each, the bit of word `i` the top
 //! 5 bits of `low32 * SALT[i]`. The block comes from the key hash's high 32
 //! bits (multiply-shift, so any block count works), the bits from its low
-//! 32: the filter reuses the hash the table computes and adds none. A query
+//! 32, both kept in one `u64` probe per key: the filter reuses the hash the table computes and adds none. A query
 //! is a broadcast, a multiply, a shift, a variable shift and a `vptest`
 //! with AVX2 (chosen at run time, [`crate::simd::filter_select`]); the
 //! scalar [`BlockFilter::may_contain`] is the reference it is tested
@@ -54,22 +54,25 @@ impl BlockFilter {
         BlockFilter { blocks: Table::zeroed(n) }
     }
 
-    /// The block of a key whose table hash is `h`: multiply-shift maps the
-    /// high 32 bits onto `0..blocks`.
+    /// A key's probe, from its table hash `h`: the block in the high 32
+    /// bits (multiply-shift maps the hash's high 32 bits onto
+    /// `0..blocks`), the bits that pick a bit per word (the hash's low 32)
+    /// in the low. Computed once per key: the prefetch and the test share it.
     #[inline(always)]
-    pub(crate) fn block_of(&self, h: u64) -> usize {
-        block_index(h, self.blocks.len())
+    pub(crate) fn probe(&self, h: u64) -> u64 {
+        let block = ((h >> 32) * self.blocks.len() as u64) >> 32;
+        block << 32 | (h & 0xffff_ffff)
     }
 
-    /// The bit of each word a key whose hash's low 32 bits are `bits` sets.
+    /// The bit of each word a key whose probe's low 32 bits are `bits` sets.
     #[inline(always)]
     pub(crate) fn masks(bits: u32) -> [u32; 8] {
         SALT.map(|s| 1u32 << (bits.wrapping_mul(s) >> 27))
     }
 
-    pub(crate) fn insert(&mut self, h: u64) {
-        let b = self.block_of(h);
-        for (w, m) in self.blocks[b].words.iter_mut().zip(Self::masks(h as u32)) {
+    pub(crate) fn insert(&mut self, probe: u64) {
+        let b = block_of(probe);
+        for (w, m) in self.blocks[b].words.iter_mut().zip(Self::masks(probe as u32)) {
             *w |= m;
         }
     }
@@ -77,21 +80,21 @@ impl BlockFilter {
     /// Whether the key may be in the set (`false`: certainly not): the
     /// scalar reference of [`crate::simd::filter_select`].
     #[inline(always)]
-    pub(crate) fn may_contain(&self, h: u64) -> bool {
-        let b = &self.blocks[self.block_of(h)];
-        b.words.iter().zip(Self::masks(h as u32)).all(|(w, m)| w & m != 0)
+    pub(crate) fn may_contain(&self, probe: u64) -> bool {
+        let b = &self.blocks[block_of(probe)];
+        b.words.iter().zip(Self::masks(probe as u32)).all(|(w, m)| w & m != 0)
     }
 
-    /// Indices (into `hashes`) of the keys that may be in the set, written
+    /// Indices (into `probes`) of the keys that may be in the set, written
     /// to the front of `maybe`; returns how many.
     #[inline(always)]
-    pub(crate) fn select(&self, hashes: &[u64], maybe: &mut [u8; crate::exact::PREPARED_MAX]) -> usize {
-        crate::simd::filter_select(&self.blocks, hashes, maybe)
+    pub(crate) fn select(&self, probes: &[u64], maybe: &mut [u8; crate::exact::PREPARED_MAX]) -> usize {
+        crate::simd::filter_select(&self.blocks, probes, maybe)
     }
 
     #[inline(always)]
-    pub(crate) fn line_addr(&self, h: u64) -> *const Block {
-        self.blocks.addr_of(self.block_of(h))
+    pub(crate) fn line_addr(&self, probe: u64) -> *const Block {
+        self.blocks.addr_of(block_of(probe))
     }
 
     pub(crate) fn bytes(&self) -> usize {
@@ -99,10 +102,10 @@ impl BlockFilter {
     }
 }
 
-/// `(h >> 32) * blocks >> 32`: below `blocks` for any `h`.
+/// The block a probe names.
 #[inline(always)]
-pub(crate) fn block_index(h: u64, blocks: usize) -> usize {
-    (((h >> 32) * blocks as u64) >> 32) as usize
+pub(crate) fn block_of(probe: u64) -> usize {
+    (probe >> 32) as usize
 }
 
 #[cfg(test)]
@@ -116,10 +119,10 @@ mod tests {
         let n = 100_000u32;
         let mut f = BlockFilter::with_capacity(n as usize);
         for k in 0..n {
-            f.insert(h.hash32(k));
+            f.insert(f.probe(h.hash32(k)));
         }
-        assert!((0..n).all(|k| f.may_contain(h.hash32(k))));
-        let fp = (n..n + 200_000).filter(|&k| f.may_contain(h.hash32(k))).count();
+        assert!((0..n).all(|k| f.may_contain(f.probe(h.hash32(k)))));
+        let fp = (n..n + 200_000).filter(|&k| f.may_contain(f.probe(h.hash32(k)))).count();
         // About 1.3% expected at 10 bits per key; allow room.
         assert!(fp < 200_000 / 40, "false positives {fp} of 200000");
     }
@@ -132,12 +135,13 @@ mod tests {
                                           queries in proptest::collection::vec(any::<u64>(), 0..=crate::exact::PREPARED_MAX),
                                           members in any::<u128>()) {
             let mut f = BlockFilter::with_capacity(inserted.len());
-            for &h in &inserted {
-                f.insert(h);
+            let inserted: Vec<u64> = inserted.iter().map(|&h| f.probe(h)).collect();
+            for &q in &inserted {
+                f.insert(q);
             }
             // Some queries are inserted hashes, so both answers occur.
             let queries: Vec<u64> = queries.iter().enumerate()
-                .map(|(i, &q)| if members >> (i % 128) & 1 == 1 && !inserted.is_empty() { inserted[i % inserted.len()] } else { q })
+                .map(|(i, &q)| if members >> (i % 128) & 1 == 1 && !inserted.is_empty() { inserted[i % inserted.len()] } else { f.probe(q) })
                 .collect();
             let mut maybe = [0u8; crate::exact::PREPARED_MAX];
             let n = f.select(&queries, &mut maybe);

@@ -12,7 +12,7 @@ pub struct Hasher {
     k1: u64,
 }
 
-const C0: u64 = 0x9e37_79b9_7f4a_7c15;
+pub(crate) const C0: u64 = 0x9e37_79b9_7f4a_7c15;
 const C1: u64 = 0xbf58_476d_1ce4_e5b9;
 
 fn splitmix(mut x: u64) -> u64 {

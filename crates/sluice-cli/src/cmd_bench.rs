@@ -81,6 +81,9 @@ pub enum Preset {
     Quick,
     /// Every single-thread row of the seed post's DDIO tables, with its figures beside ours.
     Seed,
+    /// The front filter (issue 12): tables of 250k/1M/6M/50M hosts with it on and off beside
+    /// hashbrown, and 0.1/1/10/50% listed traffic at 6M; needs about 3 GB of memory.
+    Filter,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -460,6 +463,7 @@ fn classify(a: ClassifyArgs) -> Result<Outcome> {
         let preset = match a.preset {
             Preset::Quick => report::quick(),
             Preset::Seed => report::seed(),
+            Preset::Filter => report::filter(),
         };
         override_preset(preset, &a)?
     } else {
@@ -519,9 +523,13 @@ fn classify(a: ClassifyArgs) -> Result<Outcome> {
         rows.push(m);
     }
     drop(tables);
-    // The probe runs over a buffer as large as sluice's 6M-entry table.
+    // The probe runs over a buffer as large as sluice's 6M-entry table (or
+    // the first sluice table there is).
     let probe = (!a.no_probe).then(|| {
-        let bytes = rows.iter().find(|m| m.scenario.structure == Structure::Sluice).map_or(32 << 20, |m| m.table_bytes);
+        let sluice = |m: &&Measured| m.scenario.structure == Structure::Sluice;
+        let bytes = (rows.iter().filter(sluice).find(|m| m.scenario.entries == SEED_ENTRIES))
+            .or_else(|| rows.iter().find(sluice))
+            .map_or(32 << 20, |m| m.table_bytes);
         let r = probe::lines_per_second(bytes, settings.packets * 2, settings.reps, 16, settings.seed);
         (bytes, r)
     });
@@ -555,17 +563,23 @@ fn classify(a: ClassifyArgs) -> Result<Outcome> {
             let f = |k: &str| r[k].as_f64().map_or("-".to_owned(), |x| format!("{x:.2}"));
             writeln!(
                 out,
-                "ratios: sluice/naive {}  sluice/hashbrown {}  2*sluice/probe {}  2*sluice/probe-llc {}  sluice-prefix/sluice {}  sluice-prefix/prefix-trie {}  filter on/off {} (50% listed {})  build 6M set {} s",
+                "ratios: sluice/naive {}  sluice/hashbrown {}  sluice/probe {}  2*sluice/probe-llc {}  250k sluice/hashbrown (best batches) {}  sluice-prefix/sluice {}  sluice-prefix/prefix-trie {}  filter on/off {} (50% listed {})  build 6M set {} s",
                 f("sluice_vs_naive"),
                 f("sluice_vs_hashbrown"),
-                f("two_lookups_vs_probe"),
+                f("sluice_vs_probe"),
                 f("two_lookups_vs_llc_probe"),
+                f("small_sluice_vs_hashbrown_best"),
                 f("prefix_vs_sluice"),
                 f("prefix_vs_prefix_trie"),
                 f("filter_on_vs_off"),
                 f("filter_on_vs_off_listed50"),
                 f("build_6m_s")
             )?;
+            if let Some(by_row) = r["filter_on_vs_off_by_row"].as_object().filter(|m| m.len() > 2) {
+                let list: Vec<String> =
+                    by_row.iter().map(|(k, v)| format!("{k} {:.2}", v.as_f64().unwrap_or(f64::NAN))).collect();
+                writeln!(out, "filter on/off by row: {}", list.join("  "))?;
+            }
         }
     }
     if !json {

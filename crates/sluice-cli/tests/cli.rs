@@ -415,6 +415,50 @@ fn bench_classify_preset_applies_scenario_flags_and_reports_the_filter() {
 }
 
 #[test]
+fn bench_classify_filter_preset_runs_the_grid_and_its_ratios() {
+    // Issue 12's grid, on small tables (--entries replaces the preset's sizes).
+    let out = ok(&[
+        "bench",
+        "classify",
+        "--preset",
+        "filter",
+        "--entries",
+        "20000",
+        "--packets",
+        "4096",
+        "--reps",
+        "1",
+        "--ring",
+        "256",
+        "--no-probe",
+        "--format",
+        "json",
+    ]);
+    let rows: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let get = |n: &str| rows.iter().find(|r| r["scenario"] == n).unwrap_or_else(|| panic!("{n} missing in {out}"));
+    for tag in ["250k", "1M", "6M", "50M"] {
+        assert_eq!(get(&format!("sluice-{tag}"))["filter"], "on");
+        assert_eq!(get(&format!("sluice-{tag}-nofilter"))["filter"], "off");
+        assert_eq!(get(&format!("hashbrown-{tag}"))["structure"], "hashbrown");
+    }
+    for (l, share) in [("0.1", 0.001), ("1", 0.01), ("10", 0.1), ("50", 0.5)] {
+        let on = get(&format!("sluice-6M-l{l}"));
+        assert_eq!(on["listed_share"], share, "{on}");
+        assert!(on["filter_fpr"].as_f64().unwrap() < 0.05, "{on}");
+        assert_eq!(get(&format!("sluice-6M-l{l}-nofilter"))["listed_share"], share);
+    }
+    // More listed traffic, more drops: 50% listed drops about 3 packets in 4.
+    let drops = |n: &str| get(n)["drop_share"].as_f64().unwrap();
+    assert!(drops("sluice-6M-l0.1") < drops("sluice-6M-l10") && drops("sluice-6M-l10") < drops("sluice-6M-l50"));
+    assert!((0.6..0.9).contains(&drops("sluice-6M-l50")));
+    let ratios = get("ratios");
+    let by_row = ratios["filter_on_vs_off_by_row"].as_object().expect("by-row ratios");
+    assert_eq!(by_row.len(), 8, "{ratios}");
+    assert!(by_row.values().all(|v| v.as_f64().unwrap() > 0.0));
+    assert!(ratios["sluice_vs_hashbrown"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
 fn rss_command_reproduces_the_microsoft_suite() {
     // (destination, source, IP pair, 4-tuple), as published.
     let vectors = [
