@@ -338,7 +338,7 @@ mod tests {
                 s.spawn(move || {
                     let mut rng = crate::ring::Rng::new(seed ^ id as u64);
                     for seq in 0..items {
-                        if rng.next_u64() % 8 == 0 {
+                        if rng.next_u64().is_multiple_of(8) {
                             std::thread::yield_now();
                         }
                         p.push((id, seq));
@@ -353,7 +353,7 @@ mod tests {
                         let mut rng = crate::ring::Rng::new(seed.wrapping_mul(31) ^ c as u64);
                         (0..quota(c))
                             .map(|_| {
-                                if rng.next_u64() % 8 == 0 {
+                                if rng.next_u64().is_multiple_of(8) {
                                     std::thread::yield_now();
                                 }
                                 q.pop()

@@ -532,7 +532,7 @@ fn bridge_reload_under_traffic() {
         std::thread::spawn(move || {
             let mut sighups = 0u64;
             while sending.load(std::sync::atomic::Ordering::Relaxed) {
-                let v = if sighups % 2 == 0 { &v2 } else { &v1 };
+                let v = if sighups.is_multiple_of(2) { &v2 } else { &v1 };
                 write_list(&list, &v.iter().map(String::as_str).collect::<Vec<_>>());
                 assert!(Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
                 sighups += 1;

@@ -80,7 +80,7 @@ fn keep_alive_and_pipelining_are_counted_in_the_summary() {
     // HEAD, whose response has no body: answered out of order, the framing
     // below would break. One carries a body the server must skip.
     let (mut w2, mut r2) = connect(&s);
-    let method = |i: usize| if i % 3 == 0 { "HEAD" } else { "GET" };
+    let method = |i: usize| if i.is_multiple_of(3) { "HEAD" } else { "GET" };
     let mut batch: Vec<u8> = Vec::new();
     for i in 0..50 {
         let body = if i == 7 { "Content-Length: 11\r\n\r\nhello world" } else { "\r\n" };

@@ -260,7 +260,7 @@ impl<T> Reassembler<T> {
     fn check(&self, e: &Entry<T>, f: &Fragment<'_>) -> Result<bool, DropCause> {
         let len = f.data.len() as u32;
         let end = f.offset.checked_add(len).ok_or(DropCause::Malformed)?;
-        if end > MAX_PAYLOAD || (f.more && len % 8 != 0) || (f.more && len == 0) {
+        if end > MAX_PAYLOAD || (f.more && !len.is_multiple_of(8)) || (f.more && len == 0) {
             return Err(DropCause::Malformed);
         }
         if let Some(total) = e.total {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 /// Generation g drops sources 10.0.0.x with (x + g) % 3 == 0.
 fn dropped(g: u64, x: u8) -> bool {
-    (u64::from(x) + g) % 3 == 0
+    (u64::from(x) + g).is_multiple_of(3)
 }
 
 struct Rules {

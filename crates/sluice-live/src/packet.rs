@@ -318,7 +318,7 @@ impl PacketSocket {
     fn open_rx(iface: &str, ifindex: u32, cfg: &PacketConfig) -> Result<RxRing> {
         let page = 4096u32;
         if cfg.block_size == 0
-            || cfg.block_size % page != 0
+            || !cfg.block_size.is_multiple_of(page)
             || !cfg.block_size.is_power_of_two()
             || cfg.block_count == 0
         {

@@ -370,7 +370,7 @@ impl<T: Copy> Ring<T> {
         let len = off.desc as usize + size as usize * std::mem::size_of::<T>();
         let map = Mmap::shared(fd, len, pgoff, true)?;
         for o in [off.producer, off.consumer, off.flags] {
-            if o as usize % 4 != 0 || o as usize + 4 > len {
+            if !(o as usize).is_multiple_of(4) || o as usize + 4 > len {
                 return Err(io::Error::other("ring offsets out of the mapping"));
             }
         }

@@ -453,7 +453,7 @@ impl<I: Input> CaptureReader<I> {
     }
 
     fn check_block_len(&self, len: u32) -> Result<(), PcapErrorKind> {
-        if len < 12 || len % 4 != 0 {
+        if len < 12 || !len.is_multiple_of(4) {
             return Err(PcapErrorKind::BadBlockLength(len));
         }
         if len > MAX_BLOCK_LEN {

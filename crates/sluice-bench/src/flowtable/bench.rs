@@ -103,7 +103,7 @@ impl Stream {
         }
         let id = self.base + (r >> 4) % self.n;
         let now = self.packet / self.per_tick;
-        let tick = self.packet % self.per_tick == 0;
+        let tick = self.packet.is_multiple_of(self.per_tick);
         self.packet += 1;
         (Self::key(id), now, tick)
     }
