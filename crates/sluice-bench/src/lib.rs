@@ -522,40 +522,75 @@ fn run_ring<K: Family>(access: &mut Access<'_>, ring: &mut Ring, sc: &Scenario, 
     (busy.as_secs_f64(), dropped)
 }
 
-/// Measure one scenario.
-pub fn measure(sc: &Scenario, st: &Settings, tables: &mut Tables) -> Measured {
-    let (table, build_s, filter) = tables.get(sc.structure, sc.entries, st, sc.ipv6, sc.filter);
-    let threads = sc.threads.max(1);
-    let mut rings: Vec<Ring> =
-        (0..threads).map(|t| Ring::new(st.ring_slots, sc.stride, st.seed + t as u64, sc.ipv6)).collect();
-    let hosts = matches!(sc.structure, Structure::Sluice | Structure::Hashbrown | Structure::Chained { .. });
-    if let (Some(share), true, true) = (sc.listed, hosts, sc.entries > 0) {
-        let keys = if sc.ipv6 {
-            ring::Listed::V6(host_keys6(sc.entries, st.seed).into())
-        } else {
-            ring::Listed::V4(host_keys(sc.entries, st.seed).into())
-        };
-        for ring in &mut rings {
-            ring.set_listed(keys.clone(), share);
+/// One scenario ready to run: its table, rings and ways to the table.
+/// [`Bench::rep`] runs one repetition, so a caller can interleave the
+/// repetitions of several scenarios (`bench classify` does: on a shared,
+/// noisy machine a slow spell then lands on every row alike, and the
+/// same-run ratios stay fair).
+pub struct Bench {
+    sc: Scenario,
+    table: SharedTable,
+    rings: Vec<Ring>,
+    published: Arc<Published<SharedTable>>,
+    locked: RwLock<SharedTable>,
+    swapped: ArcSwap<SharedTable>,
+    build_s: f64,
+    filter: Option<(usize, f64)>,
+    mpps: Vec<f64>,
+    dropped: u64,
+    total: u64,
+}
+
+impl Bench {
+    /// Build (or take from `tables`) the scenario's table and fill its rings.
+    pub fn new(sc: &Scenario, st: &Settings, tables: &mut Tables) -> Bench {
+        let (table, build_s, filter) = tables.get(sc.structure, sc.entries, st, sc.ipv6, sc.filter);
+        let threads = sc.threads.max(1);
+        let mut rings: Vec<Ring> =
+            (0..threads).map(|t| Ring::new(st.ring_slots, sc.stride, st.seed + t as u64, sc.ipv6)).collect();
+        let hosts = matches!(sc.structure, Structure::Sluice | Structure::Hashbrown | Structure::Chained { .. });
+        if let (Some(share), true, true) = (sc.listed, hosts, sc.entries > 0) {
+            let keys = if sc.ipv6 {
+                ring::Listed::V6(host_keys6(sc.entries, st.seed).into())
+            } else {
+                ring::Listed::V4(host_keys(sc.entries, st.seed).into())
+            };
+            for ring in &mut rings {
+                ring.set_listed(keys.clone(), share);
+            }
+        }
+        Bench {
+            sc: sc.clone(),
+            published: Arc::new(Published::new(table.clone())),
+            locked: RwLock::new(table.clone()),
+            swapped: ArcSwap::from_pointee(table.clone()),
+            table,
+            rings,
+            build_s,
+            filter,
+            mpps: Vec::with_capacity(st.reps),
+            dropped: 0,
+            total: 0,
         }
     }
-    let run = if sc.ipv6 { run_ring::<u128> } else { run_ring::<u32> };
-    let published = Arc::new(Published::new(table.clone()));
-    let locked = RwLock::new(table.clone());
-    let swapped = ArcSwap::from_pointee(table.clone());
-    let access = |sync: SyncMode| match sync {
-        SyncMode::None => Access::Direct(&*table),
-        SyncMode::Snapshot => Access::Snapshot(published.reader()),
-        SyncMode::RwLock => Access::Locked(&locked),
-        SyncMode::ArcSwap => Access::Swap(&swapped),
-    };
-    // One untimed pass to fault everything in.
-    run(&mut access(sc.sync), &mut rings[0], sc, st.ring_slots as u64);
-    let mut mpps = Vec::with_capacity(st.reps);
-    let (mut dropped, mut total) = (0u64, 0u64);
-    for _ in 0..st.reps {
+
+    /// One repetition: an untimed pass over the ring (to bring the table's
+    /// pages and cache-resident parts back after other scenarios ran), then
+    /// `st.packets` packets per thread, timed.
+    pub fn rep(&mut self, st: &Settings) {
+        let sc = &self.sc;
+        let run = if sc.ipv6 { run_ring::<u128> } else { run_ring::<u32> };
+        let (table, published, locked, swapped) = (&self.table, &self.published, &self.locked, &self.swapped);
+        let access = |sync: SyncMode| match sync {
+            SyncMode::None => Access::Direct(&**table),
+            SyncMode::Snapshot => Access::Snapshot(published.reader()),
+            SyncMode::RwLock => Access::Locked(locked),
+            SyncMode::ArcSwap => Access::Swap(swapped),
+        };
+        run(&mut access(sc.sync), &mut self.rings[0], sc, st.ring_slots as u64);
         let results: Vec<(f64, u64)> = std::thread::scope(|scope| {
-            let handles: Vec<_> = rings
+            let handles: Vec<_> = self
+                .rings
                 .iter_mut()
                 .enumerate()
                 .map(|(t, ring)| {
@@ -571,18 +606,26 @@ pub fn measure(sc: &Scenario, st: &Settings, tables: &mut Tables) -> Measured {
         });
         // Threads run side by side: the slowest one's processing time.
         let wall = results.iter().map(|r| r.0).fold(0.0, f64::max);
-        let packets = (st.packets.div_ceil(st.ring_slots as u64) * st.ring_slots as u64) * threads as u64;
-        mpps.push(packets as f64 / wall / 1e6);
-        dropped += results.iter().map(|r| r.1).sum::<u64>();
-        total += packets;
+        let packets = (st.packets.div_ceil(st.ring_slots as u64) * st.ring_slots as u64) * self.rings.len() as u64;
+        self.mpps.push(packets as f64 / wall / 1e6);
+        self.dropped += results.iter().map(|r| r.1).sum::<u64>();
+        self.total += packets;
     }
-    Measured {
-        scenario: sc.clone(),
-        mpps,
-        drop_share: dropped as f64 / total.max(1) as f64,
-        table_bytes: table.bytes(),
-        build_s,
-        filter,
+
+    pub fn scenario(&self) -> &Scenario {
+        &self.sc
+    }
+
+    /// The repetitions so far.
+    pub fn result(&self) -> Measured {
+        Measured {
+            scenario: self.sc.clone(),
+            mpps: self.mpps.clone(),
+            drop_share: self.dropped as f64 / self.total.max(1) as f64,
+            table_bytes: self.table.bytes(),
+            build_s: self.build_s,
+            filter: self.filter,
+        }
     }
 }
 

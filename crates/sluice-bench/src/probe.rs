@@ -11,39 +11,64 @@ use std::time::Instant;
 
 const LINE_WORDS: usize = 8;
 
-/// Millions of random line reads per second over `bytes`, median of `reps`
-/// runs of `lines` reads, batched `batch` at a time. Also returns min, max.
-pub fn lines_per_second(bytes: usize, lines: u64, reps: usize, batch: usize, seed: u64) -> (f64, f64, f64) {
-    let n_lines = (bytes / 64).max(1);
-    let mut buf: Table<u64> = Table::zeroed(n_lines * LINE_WORDS);
-    for (i, line) in buf.chunks_mut(LINE_WORDS).enumerate() {
-        line[0] = i as u64;
+/// A probe buffer, kept between repetitions so they can be interleaved
+/// with other measurements.
+pub struct Probe {
+    buf: Table<u64>,
+    n_lines: usize,
+    rng: Rng,
+    batch: usize,
+    /// Millions of lines per second, one per repetition.
+    pub results: Vec<f64>,
+}
+
+impl Probe {
+    /// A buffer of `bytes` (one line at least) read `batch` lines at a time.
+    pub fn new(bytes: usize, batch: usize, seed: u64) -> Probe {
+        let n_lines = (bytes / 64).max(1);
+        let mut buf: Table<u64> = Table::zeroed(n_lines * LINE_WORDS);
+        for (i, line) in buf.chunks_mut(LINE_WORDS).enumerate() {
+            line[0] = i as u64;
+        }
+        Probe { buf, n_lines, rng: Rng::new(seed), batch: batch.clamp(1, 64), results: Vec::new() }
     }
-    let mask_ok = n_lines.is_power_of_two();
-    let mut rng = Rng::new(seed);
-    let mut idx = [0usize; 64];
-    let batch = batch.clamp(1, idx.len());
-    let mut results = Vec::with_capacity(reps);
-    let mut sum = 0u64;
-    for _ in 0..reps.max(1) {
+
+    /// One repetition of `lines` random line reads; records and returns M lines/s.
+    pub fn rep(&mut self, lines: u64) -> f64 {
+        let (n_lines, batch) = (self.n_lines, self.batch);
+        let mask_ok = n_lines.is_power_of_two();
+        let mut idx = [0usize; 64];
+        // Untimed: read the buffer once, so a repetition that follows other
+        // measurements starts with what the cache holds of it, not nothing.
+        let mut sum = self.buf.iter().step_by(LINE_WORDS).fold(0u64, |a, &w| a.wrapping_add(w));
         let started = Instant::now();
         let mut done = 0;
         while done < lines {
             for i in idx.iter_mut().take(batch) {
-                let r = rng.next_u64() as usize;
+                let r = self.rng.next_u64() as usize;
                 *i = if mask_ok { r & (n_lines - 1) } else { r % n_lines } * LINE_WORDS;
-                prefetch(buf.addr_of(*i));
+                prefetch(self.buf.addr_of(*i));
             }
             for &i in &idx[..batch] {
-                sum = sum.wrapping_add(buf[i]);
+                sum = sum.wrapping_add(self.buf[i]);
             }
             done += batch as u64;
         }
-        results.push(done as f64 / started.elapsed().as_secs_f64() / 1e6);
+        let rate = done as f64 / started.elapsed().as_secs_f64() / 1e6;
+        black_box(sum);
+        self.results.push(rate);
+        rate
     }
-    black_box(sum);
-    let med = crate::median(&results);
-    let min = results.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = results.iter().copied().fold(0.0, f64::max);
-    (med, min, max)
+
+    /// The buffer's size.
+    pub fn bytes(&self) -> usize {
+        self.n_lines * 64
+    }
+
+    /// Median, min and max of the repetitions so far.
+    pub fn summary(&self) -> (f64, f64, f64) {
+        let min = self.results.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = self.results.iter().copied().fold(0.0, f64::max);
+        (crate::median(&self.results), min, max)
+    }
 }

@@ -27,16 +27,16 @@ pub struct Options {
     /// When a list has prefixes too, hosts up to this many go into the prefix
     /// structure (one lookup per address) instead of their own table.
     pub fold_hosts_up_to: usize,
-    /// Put a front filter ([`crate::filter`]) before each exact table. Off
-    /// by default: on this machine (32 MB LLC, where the 16 MB tag array of
-    /// 6M hosts already mostly stays cached) alternating `bench classify`
-    /// runs measured it at 0.94x of without (BENCHMARKS.md, issue 12).
+    /// Put a front filter ([`crate::filter`]) before each exact table (on
+    /// by default). `bench classify --preset filter` measures it against
+    /// none per table size and listed share (BENCHMARKS.md, issue 12); it
+    /// costs 10 bits per host.
     pub filter: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { max_load: DEFAULT_MAX_LOAD, hasher: Hasher::random(), fold_hosts_up_to: 1 << 20, filter: false }
+        Options { max_load: DEFAULT_MAX_LOAD, hasher: Hasher::random(), fold_hosts_up_to: 1 << 20, filter: true }
     }
 }
 

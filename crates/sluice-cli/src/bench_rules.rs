@@ -254,6 +254,7 @@ pub fn run_load(a: LoadBenchArgs) -> Result<crate::Outcome> {
         inner: false,
         v4mapped: false,
         lenient: false,
+        no_front_filter: false,
     };
     let text_rules = args(None).load(&[])?;
     std::fs::write(&snap, sluice_engine::compiled::save(&text_rules.rules))?;

@@ -3,7 +3,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use sluice_bench::pmc::{self, Pmc};
 use sluice_bench::report::{self, SEED_BUCKETS, SEED_ENTRIES};
-use sluice_bench::{measure, probe, Measured, Prefetch, Scenario, Settings, Structure, SyncMode, Tables};
+use sluice_bench::{probe, Bench, Measured, Prefetch, Scenario, Settings, Structure, SyncMode, Tables};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -183,8 +183,8 @@ pub struct ClassifyArgs {
     /// Skip the memory-parallelism probe.
     #[arg(long)]
     pub no_probe: bool,
-    /// Hardware and software counters per scenario (around its repetitions,
-    /// including its ring fill and, for the first scenario of a table, the build).
+    /// Hardware and software counters per scenario, summed over its
+    /// repetitions (each with its untimed warm-up pass).
     #[arg(long)]
     pub pmc: bool,
 }
@@ -484,6 +484,8 @@ fn classify(a: ClassifyArgs) -> Result<Outcome> {
         max_load: a.max_load,
     };
     let json = a.format == OutputFormat::Json;
+    // Progress on stderr, only for a person watching.
+    let progress = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let mut out = std::io::stdout().lock();
     let started = Instant::now();
     if !json {
@@ -498,10 +500,49 @@ fn classify(a: ClassifyArgs) -> Result<Outcome> {
         writeln!(out, "{}", report::table_header())?;
     }
     let mut tables = Tables::default();
-    let mut rows: Vec<Measured> = Vec::new();
     let mut pmc = a.pmc.then(Pmc::open_reporting);
-    for sc in &scenarios {
-        let (m, counts) = pmc::maybe(&mut pmc, || measure(sc, &settings, &mut tables));
+    // Every scenario is built first; then repetition r of every scenario
+    // (and of both probes) runs before repetition r+1 of any: a slow spell
+    // on a shared machine lands on all rows alike, so the ratios between
+    // them hold.
+    let mut benches: Vec<(Bench, Option<pmc::Reading>)> = Vec::with_capacity(scenarios.len());
+    for (i, sc) in scenarios.iter().enumerate() {
+        if progress {
+            eprint!("\rbuilding {}/{}: {:<40}", i + 1, scenarios.len(), sc.name);
+        }
+        benches.push((Bench::new(sc, &settings, &mut tables), None));
+    }
+    // The probe reads a buffer as large as sluice's 6M-entry table (or the
+    // first sluice table there is); probe-llc one that fits the last-level
+    // cache: the limit a lookup answered from cache (a front filter's) runs into.
+    let mut probes = (!a.no_probe).then(|| {
+        let sluice = |b: &&(Bench, _)| b.0.scenario().structure == Structure::Sluice;
+        let bytes = (benches.iter().filter(sluice).find(|b| b.0.scenario().entries == SEED_ENTRIES))
+            .or_else(|| benches.iter().find(sluice))
+            .map_or(32 << 20, |b| b.0.result().table_bytes);
+        (probe::Probe::new(bytes, 16, settings.seed), probe::Probe::new(PROBE_LLC_BYTES, 16, settings.seed))
+    });
+    for r in 0..settings.reps {
+        for (i, (b, counts)) in benches.iter_mut().enumerate() {
+            if progress {
+                eprint!("\rrep {}/{}, {}/{}: {:<40}", r + 1, settings.reps, i + 1, scenarios.len(), b.scenario().name);
+            }
+            let ((), c) = pmc::maybe(&mut pmc, || b.rep(&settings));
+            if let Some(c) = c {
+                counts.get_or_insert_with(pmc::Reading::default).add(&c);
+            }
+        }
+        if let Some((p, llc)) = &mut probes {
+            p.rep(settings.packets * 2);
+            llc.rep(settings.packets * 2);
+        }
+    }
+    if progress {
+        eprint!("\r{:<80}\r", "");
+    }
+    let mut rows: Vec<Measured> = Vec::with_capacity(benches.len());
+    for (b, counts) in benches {
+        let m = b.result();
         if json {
             let mut v = report::scenario_json(&m);
             add_pmc(&mut v, counts.as_ref());
@@ -523,22 +564,8 @@ fn classify(a: ClassifyArgs) -> Result<Outcome> {
         rows.push(m);
     }
     drop(tables);
-    // The probe runs over a buffer as large as sluice's 6M-entry table (or
-    // the first sluice table there is).
-    let probe = (!a.no_probe).then(|| {
-        let sluice = |m: &&Measured| m.scenario.structure == Structure::Sluice;
-        let bytes = (rows.iter().filter(sluice).find(|m| m.scenario.entries == SEED_ENTRIES))
-            .or_else(|| rows.iter().find(sluice))
-            .map_or(32 << 20, |m| m.table_bytes);
-        let r = probe::lines_per_second(bytes, settings.packets * 2, settings.reps, 16, settings.seed);
-        (bytes, r)
-    });
-    // And over a buffer that fits the last-level cache: the limit a lookup
-    // answered from cache (a front filter's) runs into.
-    let probe_llc = (!a.no_probe).then(|| {
-        let bytes = PROBE_LLC_BYTES;
-        (bytes, probe::lines_per_second(bytes, settings.packets * 2, settings.reps, 16, settings.seed))
-    });
+    let probe = probes.as_ref().map(|(p, _)| (p.bytes(), p.summary()));
+    let probe_llc = probes.as_ref().map(|(_, p)| (p.bytes(), p.summary()));
     let build = (a.structure.is_empty() && a.preset == Preset::Quick)
         .then(|| Tables::time_sluice_build(SEED_ENTRIES, settings.seed));
     if let Some((bytes, r)) = probe {

@@ -40,6 +40,11 @@ pub struct RuleArgs {
     /// Skip malformed list lines with a warning instead of stopping.
     #[arg(long)]
     pub lenient: bool,
+    /// Build host tables without their front filters (10 bits per host,
+    /// cache-resident; they answer "not listed" without touching the
+    /// table). A compiled file keeps what it was compiled with.
+    #[arg(long)]
+    pub no_front_filter: bool,
 }
 
 /// A built rule set and what went into it.
@@ -132,7 +137,8 @@ impl RuleArgs {
     /// file is an error naming file:line, and nothing is built.
     pub fn load(&self, ifaces: &[String]) -> Result<Loaded> {
         let started = Instant::now();
-        let opts = CompileOptions { v4mapped: self.v4mapped, ifaces: ifaces.to_vec() };
+        let opts =
+            CompileOptions { v4mapped: self.v4mapped, ifaces: ifaces.to_vec(), no_front_filter: self.no_front_filter };
         if let Some(path) = self.rules.as_deref().filter(|p| is_compiled_file(p)) {
             let file = std::fs::File::open(path).with_context(|| path.display().to_string())?;
             let bytes =
@@ -293,6 +299,7 @@ mod tests {
             inner: false,
             v4mapped: false,
             lenient: false,
+            no_front_filter: false,
         };
         let loaded = args.load(&[]).unwrap();
         assert!(

@@ -350,6 +350,9 @@ pub struct CompileOptions {
     /// Names of the live ports, by port index, for `iface` matches; empty
     /// when the packets come from a file.
     pub ifaces: Vec<String>,
+    /// Build the sets' exact tables without their front filters (which
+    /// cost 10 bits per host; see `sluice_classify::filter`).
+    pub no_front_filter: bool,
 }
 
 /// Why a rule file could not be compiled.
@@ -448,7 +451,7 @@ impl RuleSet {
         if file.rules.len() > MAX_RULES {
             return Err(CompileError::TooManyRules(file.rules.len()));
         }
-        let set_opts = Options::default();
+        let set_opts = Options { filter: !opts.no_front_filter, ..Options::default() };
         let err = |line: usize, message: String| CompileError::Rule { file: file.source.clone(), line, message };
         let mut backings: Vec<Backing> = sets.into_iter().map(|s| Backing::from_entries(s, set_opts)).collect();
         let mut set_info: Vec<SetInfo> = file
