@@ -72,3 +72,52 @@ impl Probe {
         (crate::median(&self.results), min, max)
     }
 }
+
+/// The last-level cache's size as Linux reports it (the largest
+/// `/sys/devices/system/cpu/cpu0/cache/index*/size`), if it does.
+pub fn llc_bytes() -> Option<usize> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("size")).ok())
+        .filter_map(|s| parse_cache_size(s.trim()))
+        .max()
+}
+
+/// "266240K", "32M", "1024" (bytes) as sysfs writes cache sizes.
+fn parse_cache_size(s: &str) -> Option<usize> {
+    let (num, unit) = match s.as_bytes().last()? {
+        b'K' => (&s[..s.len() - 1], 1 << 10),
+        b'M' => (&s[..s.len() - 1], 1 << 20),
+        b'G' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<usize>().ok()?.checked_mul(unit)
+}
+
+/// A buffer well beyond the last-level cache, so its random reads go to
+/// DRAM: four times the reported LLC, at least 256 MiB.
+pub fn dram_probe_bytes() -> usize {
+    llc_bytes().map_or(0, |b| b.saturating_mul(4)).max(256 << 20)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_sizes_parse() {
+        assert_eq!(parse_cache_size("266240K"), Some(266_240 << 10));
+        assert_eq!(parse_cache_size("32M"), Some(32 << 20));
+        assert_eq!(parse_cache_size("4096"), Some(4096));
+        assert_eq!(parse_cache_size("x"), None);
+        assert!(dram_probe_bytes() >= 256 << 20);
+    }
+
+    #[test]
+    fn probe_reads_and_reports() {
+        let mut p = Probe::new(1 << 20, 16, 1);
+        assert!(p.rep(10_000) > 0.0 && p.rep(10_000) > 0.0);
+        let (med, min, max) = p.summary();
+        assert!(min <= med && med <= max && min > 0.0);
+        assert_eq!(p.bytes(), 1 << 20);
+    }
+}

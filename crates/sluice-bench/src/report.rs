@@ -225,9 +225,21 @@ pub fn probe_json(name: &str, bytes: usize, (med, min, max): (f64, f64, f64), re
     })
 }
 
+/// The probes' medians (M random lines/s) of a run, where they ran.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Probes {
+    /// Over a buffer as large as sluice's table.
+    pub table: Option<f64>,
+    /// Over a buffer beyond the last-level cache.
+    pub dram: Option<f64>,
+    /// Over a buffer the last-level cache holds.
+    pub llc: Option<f64>,
+}
+
 /// The ratios the presets exist to show, where their rows are present
 /// (`null` where not).
-pub fn ratios(rows: &[Measured], probe: Option<f64>, probe_llc: Option<f64>, build_6m_s: Option<f64>) -> Option<Value> {
+pub fn ratios(rows: &[Measured], probes: &Probes, build_6m_s: Option<f64>) -> Option<Value> {
+    let (probe, probe_llc) = (probes.table, probes.llc);
     let get = |n: &str| rows.iter().find(|m| m.scenario.name == n).map(Measured::median);
     // The best median among rows whose name starts with `prefix` and then
     // has nothing or a -b<batch> suffix.
@@ -257,6 +269,7 @@ pub fn ratios(rows: &[Measured], probe: Option<f64>, probe_llc: Option<f64>, bui
         "sluice_vs_naive": sluice.zip(get("naive")).map(|(s, x)| s / x),
         "sluice_vs_hashbrown": sluice.zip(hashbrown).map(|(s, x)| s / x),
         "sluice_vs_probe": sluice.zip(probe).map(|(s, p)| s / p),
+        "sluice_vs_dram_probe": sluice.zip(probes.dram).map(|(s, p)| s / p),
         "two_lookups_vs_probe": sluice.zip(probe).map(|(s, p)| 2.0 * s / p),
         "two_lookups_vs_llc_probe": sluice.zip(probe_llc).map(|(s, p)| 2.0 * s / p),
         "small_sluice_vs_hashbrown_best": best("sluice-250k").zip(best("hashbrown-250k")).map(|(s, h)| s / h),
@@ -433,15 +446,17 @@ mod tests {
             row("hashbrown-250k", 50.0),
             row("hashbrown-250k-b1", 40.0),
         ];
-        let r = ratios(&rows, Some(80.0), None, None).expect("ratios");
+        let probes = Probes { table: Some(80.0), dram: Some(40.0), llc: None };
+        let r = ratios(&rows, &probes, None).expect("ratios");
         assert_eq!(r["sluice_vs_hashbrown"], 4.0);
         assert_eq!(r["sluice_vs_probe"], 0.5);
+        assert_eq!(r["sluice_vs_dram_probe"], 1.0);
         assert_eq!(r["two_lookups_vs_probe"], 1.0);
         assert_eq!(r["small_sluice_vs_hashbrown_best"], 1.6);
         assert_eq!(r["filter_on_vs_off"], 2.0);
         assert_eq!(r["filter_on_vs_off_by_row"]["sluice"], 2.0);
         assert!(r["two_lookups_vs_llc_probe"].is_null());
-        assert!(ratios(&rows[2..3], None, None, None).is_none());
+        assert!(ratios(&rows[2..3], &Probes::default(), None).is_none());
     }
 
     #[test]

@@ -513,15 +513,23 @@ fn classify(a: ClassifyArgs) -> Result<Outcome> {
         benches.push((Bench::new(sc, &settings, &mut tables), None));
     }
     // The probe reads a buffer as large as sluice's 6M-entry table (or the
-    // first sluice table there is); probe-llc one that fits the last-level
-    // cache: the limit a lookup answered from cache (a front filter's) runs into.
-    let mut probes = (!a.no_probe).then(|| {
+    // first sluice table there is); probe-dram one four times the reported
+    // last-level cache, so its reads go to DRAM whatever the cache (the
+    // table-sized buffer may fit a large one); probe-llc one that fits the
+    // last-level cache: the limit a lookup answered from cache (a front
+    // filter's) runs into.
+    let mut probes: Vec<(&str, probe::Probe)> = Vec::new();
+    if !a.no_probe {
         let sluice = |b: &&(Bench, _)| b.0.scenario().structure == Structure::Sluice;
         let bytes = (benches.iter().filter(sluice).find(|b| b.0.scenario().entries == SEED_ENTRIES))
             .or_else(|| benches.iter().find(sluice))
             .map_or(32 << 20, |b| b.0.result().table_bytes);
-        (probe::Probe::new(bytes, 16, settings.seed), probe::Probe::new(PROBE_LLC_BYTES, 16, settings.seed))
-    });
+        for (name, bytes) in
+            [("probe", bytes), ("probe-dram", probe::dram_probe_bytes()), ("probe-llc", PROBE_LLC_BYTES)]
+        {
+            probes.push((name, probe::Probe::new(bytes, 16, settings.seed)));
+        }
+    }
     for r in 0..settings.reps {
         for (i, (b, counts)) in benches.iter_mut().enumerate() {
             if progress {
@@ -532,9 +540,8 @@ fn classify(a: ClassifyArgs) -> Result<Outcome> {
                 counts.get_or_insert_with(pmc::Reading::default).add(&c);
             }
         }
-        if let Some((p, llc)) = &mut probes {
+        for (_, p) in &mut probes {
             p.rep(settings.packets * 2);
-            llc.rep(settings.packets * 2);
         }
     }
     if progress {
@@ -564,25 +571,28 @@ fn classify(a: ClassifyArgs) -> Result<Outcome> {
         rows.push(m);
     }
     drop(tables);
-    let probe = probes.as_ref().map(|(p, _)| (p.bytes(), p.summary()));
-    let probe_llc = probes.as_ref().map(|(_, p)| (p.bytes(), p.summary()));
     let build = (a.structure.is_empty() && a.preset == Preset::Quick)
         .then(|| Tables::time_sluice_build(SEED_ENTRIES, settings.seed));
-    if let Some((bytes, r)) = probe {
+    let mut limits = report::Probes::default();
+    for (name, p) in &probes {
+        let (bytes, r) = (p.bytes(), p.summary());
         if json {
-            writeln!(out, "{}", report::probe_json("probe", bytes, r, settings.reps))?;
+            writeln!(out, "{}", report::probe_json(name, bytes, r, settings.reps))?;
         } else {
-            writeln!(out, "probe: {:.1} M random 64-byte lines/s [{:.1}-{:.1}] over {} MiB (2 lookups per packet -> limit {:.1} Mpps)", r.0, r.1, r.2, bytes >> 20, r.0 / 2.0)?;
+            let what = match *name {
+                "probe" => "table-sized",
+                "probe-dram" => "beyond the last-level cache",
+                _ => "cache-resident",
+            };
+            writeln!(out, "{name}: {:.1} M random 64-byte lines/s [{:.1}-{:.1}] over {} MiB, {what} (2 lookups per packet -> limit {:.1} Mpps)", r.0, r.1, r.2, bytes >> 20, r.0 / 2.0)?;
+        }
+        match *name {
+            "probe" => limits.table = Some(r.0),
+            "probe-dram" => limits.dram = Some(r.0),
+            _ => limits.llc = Some(r.0),
         }
     }
-    if let Some((bytes, r)) = probe_llc {
-        if json {
-            writeln!(out, "{}", report::probe_json("probe-llc", bytes, r, settings.reps))?;
-        } else {
-            writeln!(out, "probe-llc: {:.1} M random 64-byte lines/s [{:.1}-{:.1}] over {} MiB, cache-resident (limit {:.1} Mpps)", r.0, r.1, r.2, bytes >> 20, r.0 / 2.0)?;
-        }
-    }
-    let ratios = report::ratios(&rows, probe.map(|p| p.1 .0), probe_llc.map(|p| p.1 .0), build);
+    let ratios = report::ratios(&rows, &limits, build);
     if let Some(r) = &ratios {
         if json {
             writeln!(out, "{r}")?;
@@ -590,10 +600,11 @@ fn classify(a: ClassifyArgs) -> Result<Outcome> {
             let f = |k: &str| r[k].as_f64().map_or("-".to_owned(), |x| format!("{x:.2}"));
             writeln!(
                 out,
-                "ratios: sluice/naive {}  sluice/hashbrown {}  sluice/probe {}  2*sluice/probe-llc {}  250k sluice/hashbrown (best batches) {}  sluice-prefix/sluice {}  sluice-prefix/prefix-trie {}  filter on/off {} (50% listed {})  build 6M set {} s",
+                "ratios: sluice/naive {}  sluice/hashbrown {}  sluice/probe {}  sluice/probe-dram {}  2*sluice/probe-llc {}  250k sluice/hashbrown (best batches) {}  sluice-prefix/sluice {}  sluice-prefix/prefix-trie {}  filter on/off {} (50% listed {})  build 6M set {} s",
                 f("sluice_vs_naive"),
                 f("sluice_vs_hashbrown"),
                 f("sluice_vs_probe"),
+                f("sluice_vs_dram_probe"),
                 f("two_lookups_vs_llc_probe"),
                 f("small_sluice_vs_hashbrown_best"),
                 f("prefix_vs_sluice"),
@@ -602,7 +613,7 @@ fn classify(a: ClassifyArgs) -> Result<Outcome> {
                 f("filter_on_vs_off_listed50"),
                 f("build_6m_s")
             )?;
-            if let Some(by_row) = r["filter_on_vs_off_by_row"].as_object().filter(|m| m.len() > 2) {
+            if let Some(by_row) = r["filter_on_vs_off_by_row"].as_object().filter(|m| !m.is_empty()) {
                 let list: Vec<String> =
                     by_row.iter().map(|(k, v)| format!("{k} {:.2}", v.as_f64().unwrap_or(f64::NAN))).collect();
                 writeln!(out, "filter on/off by row: {}", list.join("  "))?;
@@ -614,7 +625,7 @@ fn classify(a: ClassifyArgs) -> Result<Outcome> {
     }
     if let Some(path) = &a.plot {
         let title = format!("sluice bench classify ({} reps, {} packets/rep)", settings.reps, settings.packets);
-        std::fs::write(path, report::svg(&rows, probe.map(|p| p.1 .0), &title))
+        std::fs::write(path, report::svg(&rows, limits.table, &title))
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(Outcome::Complete)

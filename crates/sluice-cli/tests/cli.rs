@@ -344,8 +344,12 @@ fn bench_classify_prints_one_json_object_per_scenario() {
     let llc = rows.iter().find(|r| r["scenario"] == "probe-llc").expect("probe-llc row");
     assert!(llc["mlines_per_s"].as_f64().unwrap() > 0.0);
     assert_eq!(llc["bytes"], 8 << 20);
+    // And one beyond the last-level cache: DRAM.
+    let dram = rows.iter().find(|r| r["scenario"] == "probe-dram").expect("probe-dram row");
+    assert!(dram["mlines_per_s"].as_f64().unwrap() > 0.0);
+    assert!(dram["bytes"].as_u64().unwrap() >= 256 << 20);
     let scenarios: Vec<&Value> =
-        rows.iter().filter(|r| r["scenario"] != "probe" && r["scenario"] != "probe-llc").collect();
+        rows.iter().filter(|r| !r["scenario"].as_str().unwrap().starts_with("probe")).collect();
     // hashbrown has no prefetch of its own but is still measured in both modes.
     assert!(scenarios.len() >= 8, "{}", scenarios.len());
     for r in scenarios {
