@@ -147,7 +147,7 @@ impl SyncMode {
 }
 
 /// One row of the test bed.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Scenario {
     pub name: String,
     pub structure: Structure,

@@ -252,12 +252,17 @@ pub fn ratios(rows: &[Measured], probes: &Probes, build_6m_s: Option<f64>) -> Op
             .reduce(f64::max)
     };
     let sluice = get("sluice").or_else(|| get("sluice-6M"));
-    // Every row with a -nofilter twin: filter on / off.
+    // Every sluice row with the filter whose twin without it (the same
+    // scenario in every other respect) ran too: filter on / off.
     let filter_by_row: serde_json::Map<String, Value> = rows
         .iter()
+        .filter(|m| m.scenario.structure == Structure::Sluice && m.scenario.filter)
         .filter_map(|m| {
-            let off = get(&format!("{}-nofilter", m.scenario.name))?;
-            Some((m.scenario.name.clone(), json!(m.median() / off)))
+            let off = rows.iter().find(|o| {
+                !o.scenario.filter
+                    && o.scenario == Scenario { name: o.scenario.name.clone(), filter: false, ..m.scenario.clone() }
+            })?;
+            Some((m.scenario.name.clone(), json!(m.median() / off.median())))
         })
         .collect();
     if sluice.is_none() && filter_by_row.is_empty() {
@@ -430,8 +435,7 @@ mod tests {
     }
 
     fn row(name: &str, mpps: f64) -> Measured {
-        let mut s = quick().remove(0);
-        s.name = name.to_owned();
+        let s = quick().into_iter().find(|s| s.name == name).expect("a quick row");
         Measured { scenario: s, mpps: vec![mpps], drop_share: 0.0, table_bytes: 0, build_s: 0.0, filter: None }
     }
 
