@@ -2,7 +2,8 @@
 //!
 //! A ring of packet buffers at a configurable stride is refilled with random
 //! IPv4 source/destination pairs each pass (the NIC's DMA, outside the timed
-//! work: a NIC's DMA costs the core nothing) and processed the seed's way: for each batch, optionally prefetch the headers; decap
+//! work: a NIC's DMA costs the core nothing) and processed the seed's way:
+//! for each batch, optionally prefetch the headers; decap
 //! Ethernet/IPv4; optionally prefetch the table lines; look up source and
 //! destination; count the verdict. Each scenario is one structure × batch ×
 //! prefetch mode × stride × table × threads, repeated; results are the

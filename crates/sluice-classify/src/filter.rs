@@ -12,9 +12,10 @@
 //! block of 8 `u32` words, one bit set in each, the bit of word `i` the top
 //! 5 bits of `low32 * SALT[i]`. The block comes from the key hash's high 32
 //! bits (multiply-shift, so any block count works), the bits from its low
-//! 32, both kept in one `u64` probe per key: the filter reuses the hash the table computes and adds none. A query
-//! is a broadcast, a multiply, a shift, a variable shift and a `vptest`
-//! with AVX2 (chosen at run time, [`crate::simd::filter_select`]); the
+//! 32, both kept in one `u64` probe per key: the filter reuses the hash the
+//! table computes and adds none. A query is a broadcast, a multiply, a
+//! shift, a variable shift and a `vptest` with AVX2 (chosen at run time,
+//! [`crate::simd::filter_select`]); the
 //! scalar [`BlockFilter::may_contain`] is the reference it is tested
 //! against. With 10 bits per key the false-positive rate is about 1.3%
 //! (measured: `sluice bench classify` reports it per table).
@@ -34,8 +35,8 @@ plain_data! {
 
 const _: () = assert!(size_of::<Block>() == 32 && align_of::<Block>() == 32);
 
-/// Filter bits per key: 6M keys take 7.2 MiB, a quarter of a 32 MB
-/// last-level cache.
+/// Filter bits per key: 6M keys take 7.5 MB (7.1 MiB), a quarter of a
+/// 32 MB last-level cache.
 pub const BITS_PER_KEY: usize = 10;
 
 /// Odd multipliers, one per word (the split-block filter's salts).

@@ -10,12 +10,12 @@ use std::net::IpAddr;
 /// Packets per batch when the caller does not choose. Measured with
 /// `sluice bench classify --structure sluice --batch 16,32,64 --filter both`
 /// at 6M and 250k hosts (issue 12): with the front filter, 32 packets (64
-/// lookups) gave 51-52 and 74-75 Mpps against 34-45 and 65 at 16, because
-/// the filter test of a batch starts only after all its keys were hashed
-/// and their filter blocks prefetched: the longer batch hides the
-/// last-level cache's latency. 64 was 1-8% faster still, but leaves no
-/// room below [`MAX_BATCH`]. Without the filter 32 also beat 16 (41-42
-/// against 39-40 Mpps at 6M).
+/// lookups) gave 51-52 and 74-75 Mpps against 34-45 and 65 at 16: the
+/// filter test of a batch starts only after all its keys were hashed and
+/// their filter blocks prefetched, so a longer batch gives the blocks more
+/// time to arrive, and it spreads each batch's fixed costs over more keys.
+/// 64 was 0-8% faster still, but leaves no room below [`MAX_BATCH`].
+/// Without the filter 32 also beat 16 (41-42 against 39-40 Mpps at 6M).
 pub const DEFAULT_BATCH: usize = 32;
 
 /// How to build an [`AddressSet`].

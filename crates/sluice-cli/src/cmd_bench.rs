@@ -180,7 +180,7 @@ pub struct ClassifyArgs {
     /// its other rows are left out).
     #[arg(long)]
     pub ipv6: bool,
-    /// Skip the memory-parallelism probe.
+    /// Skip the memory-parallelism probes.
     #[arg(long)]
     pub no_probe: bool,
     /// Hardware and software counters per scenario, summed over its
@@ -502,7 +502,7 @@ fn classify(a: ClassifyArgs) -> Result<Outcome> {
     let mut tables = Tables::default();
     let mut pmc = a.pmc.then(Pmc::open_reporting);
     // Every scenario is built first; then repetition r of every scenario
-    // (and of both probes) runs before repetition r+1 of any: a slow spell
+    // (and of the probes) runs before repetition r+1 of any: a slow spell
     // on a shared machine lands on all rows alike, so the ratios between
     // them hold.
     let mut benches: Vec<(Bench, Option<pmc::Reading>)> = Vec::with_capacity(scenarios.len());
