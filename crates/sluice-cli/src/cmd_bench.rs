@@ -341,9 +341,9 @@ fn custom(a: &ClassifyArgs) -> Result<Vec<Scenario>> {
                         }
                     }
                 }
-                if !matches!(structure, Structure::Chained { .. }) {
-                    break; // buckets only matter to the chained table
-                }
+            }
+            if !matches!(structure, Structure::Chained { .. }) {
+                break; // buckets only matter to the chained table
             }
         }
     }
@@ -613,6 +613,13 @@ fn classify(a: ClassifyArgs) -> Result<Outcome> {
                 f("filter_on_vs_off_listed50"),
                 f("build_6m_s")
             )?;
+            if let Some(x) = r["stride1920_sluice_vs_dram_probe"].as_f64() {
+                writeln!(
+                    out,
+                    "stride 1920: sluice/probe-dram {x:.2}  sluice/hashbrown {}",
+                    f("stride1920_sluice_vs_hashbrown")
+                )?;
+            }
             if let Some(by_row) = r["filter_on_vs_off_by_row"].as_object().filter(|m| !m.is_empty()) {
                 let list: Vec<String> =
                     by_row.iter().map(|(k, v)| format!("{k} {:.2}", v.as_f64().unwrap_or(f64::NAN))).collect();
