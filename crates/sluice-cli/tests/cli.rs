@@ -375,34 +375,20 @@ fn bench_classify_prints_one_json_object_per_scenario() {
     }
 }
 
+/// `bench classify` with `args` on 20k-entry tables, a short run without
+/// probes, as JSON rows.
+fn small_classify(args: &[&str]) -> Vec<Value> {
+    let tail = ["--entries", "20000", "--packets", "4096", "--reps", "1", "--ring", "256", "--no-probe"];
+    let all: Vec<&str> =
+        ["bench", "classify"].iter().chain(args).chain(&tail).chain(&["--format", "json"]).copied().collect();
+    ok(&all).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
 #[test]
 fn bench_classify_preset_applies_scenario_flags_and_reports_the_filter() {
     // Issue 12: a preset with --threads (and the other scenario flags) used
     // to ignore them silently; they now replace the preset's values.
-    let out = ok(&[
-        "bench",
-        "classify",
-        "--preset",
-        "quick",
-        "--threads",
-        "1,2",
-        "--entries",
-        "20000",
-        "--filter",
-        "both",
-        "--listed",
-        "0.5",
-        "--packets",
-        "4096",
-        "--reps",
-        "1",
-        "--ring",
-        "256",
-        "--no-probe",
-        "--format",
-        "json",
-    ]);
-    let rows: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let rows = small_classify(&["--preset", "quick", "--threads", "1,2", "--filter", "both", "--listed", "0.5"]);
     let get = |n: &str| rows.iter().find(|r| r["scenario"] == n).unwrap_or_else(|| panic!("{n} missing"));
     for (name, threads, filter) in [("sluice-t1", 1, "on"), ("sluice-t2", 2, "on"), ("sluice-t2-nofilter", 2, "off")] {
         let r = get(name);
@@ -423,25 +409,8 @@ fn bench_classify_preset_applies_scenario_flags_and_reports_the_filter() {
 #[test]
 fn bench_classify_filter_preset_runs_the_grid_and_its_ratios() {
     // Issue 12's grid, on small tables (--entries replaces the preset's sizes).
-    let out = ok(&[
-        "bench",
-        "classify",
-        "--preset",
-        "filter",
-        "--entries",
-        "20000",
-        "--packets",
-        "4096",
-        "--reps",
-        "1",
-        "--ring",
-        "256",
-        "--no-probe",
-        "--format",
-        "json",
-    ]);
-    let rows: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let get = |n: &str| rows.iter().find(|r| r["scenario"] == n).unwrap_or_else(|| panic!("{n} missing in {out}"));
+    let rows = small_classify(&["--preset", "filter"]);
+    let get = |n: &str| rows.iter().find(|r| r["scenario"] == n).unwrap_or_else(|| panic!("{n} missing"));
     for tag in ["250k", "1M", "6M", "50M"] {
         assert_eq!(get(&format!("sluice-{tag}"))["filter"], "on");
         assert_eq!(get(&format!("sluice-{tag}-nofilter"))["filter"], "off");
