@@ -147,6 +147,24 @@ const FILTER_MAX_POSITIVE_PCT: u32 = 65;
 /// Keys looked up without the filter before it is tried again.
 const FILTER_SKIP_KEYS: u32 = 16 * 1024;
 
+/// Tables whose filter statistics one thread keeps between
+/// `contains_batch` calls (direct-mapped by address).
+const ADAPT_TABLES: usize = 8;
+
+/// One table's filter statistics between `contains_batch` calls.
+#[derive(Clone, Copy, Default)]
+struct AdaptState {
+    table: usize,
+    skip: u32,
+    seen: u32,
+    passed: u32,
+}
+
+thread_local! {
+    static LOOKUP_SCRATCH: std::cell::RefCell<(Prepared, [AdaptState; ADAPT_TABLES])> =
+        std::cell::RefCell::new((Prepared::default(), [AdaptState::default(); ADAPT_TABLES]));
+}
+
 /// The hashed form of a batch of keys, made by `prepare` and consumed by
 /// `finish`: the two halves of a software-pipelined lookup, so a key is
 /// hashed once even when its lines are prefetched a batch ahead.
@@ -499,14 +517,30 @@ impl<B: Slots> OpenTable<B> {
         }
     }
 
-    /// Batched lookup; the filter's statistics live for this call.
+    /// Batched lookup. Callers such as the engine look a set up a batch at
+    /// a time, each call too short for the filter's skip to judge, so the
+    /// filter statistics carry over between calls: per thread, in a small
+    /// cache keyed by the table's address (the `Prepared` itself is reused
+    /// too, not rebuilt per call). A table that reuses a dropped one's
+    /// address inherits its statistics, which only steers the path taken.
     #[inline(always)]
     fn contains_batch(&self, keys: &[B::Key], out: &mut [bool], batch: usize, prefetch_lines: bool) {
-        let mut prep = Prepared::default();
-        for (kc, oc) in keys.chunks(batch.clamp(1, MAX_BATCH)).zip(out.chunks_mut(batch.clamp(1, MAX_BATCH))) {
-            self.prepare(kc, &mut prep, prefetch_lines);
-            self.finish(kc, &prep, oc, prefetch_lines);
-        }
+        let id = std::ptr::from_ref(self) as usize;
+        LOOKUP_SCRATCH.with_borrow_mut(|(prep, states)| {
+            let state = &mut states[(id >> 6) % ADAPT_TABLES];
+            if state.table != id {
+                *state = AdaptState { table: id, ..AdaptState::default() };
+            }
+            prep.skip.set(state.skip);
+            prep.seen.set(state.seen);
+            prep.passed.set(state.passed);
+            let chunk = batch.clamp(1, MAX_BATCH);
+            for (kc, oc) in keys.chunks(chunk).zip(out.chunks_mut(chunk)) {
+                self.prepare(kc, prep, prefetch_lines);
+                self.finish(kc, prep, oc, prefetch_lines);
+            }
+            (state.skip, state.seen, state.passed) = (prep.skip.get(), prep.seen.get(), prep.passed.get());
+        });
     }
 
     /// Buckets that are full, and the most buckets any lookup can read.
@@ -730,6 +764,35 @@ mod tests {
             set.finish(&absent, &prep, &mut out);
             assert!(out.iter().all(|&o| !o));
         }
+    }
+
+    #[test]
+    fn contains_batch_keeps_the_filter_statistics_between_calls() {
+        let keys: Vec<u32> = (0..10_000).collect();
+        let set = V4ExactSet::with_options(&keys, 0.5, Hasher::with_seed(2));
+        let state = |set: &V4ExactSet| {
+            let id = std::ptr::from_ref(&set.0) as usize;
+            LOOKUP_SCRATCH.with_borrow(|(_, states)| states[(id >> 6) % ADAPT_TABLES])
+        };
+        let mut out = [false; 32];
+        // Calls of 32 members each, far shorter than the 256-key window:
+        // the statistics add up across calls and the filter gets skipped.
+        for round in 0..20u32 {
+            let kc: Vec<u32> = (round * 32..round * 32 + 32).collect();
+            set.contains_batch(&kc, &mut out, 32, true);
+            assert!(out.iter().all(|&o| o));
+        }
+        let s = state(&set);
+        assert_eq!(s.table, std::ptr::from_ref(&set.0) as usize);
+        assert!(s.skip > 0, "skip never engaged");
+        // Non-members: once the skip runs out the filter is used again and
+        // stays in use.
+        let absent: Vec<u32> = (1_000_000..1_000_032).collect();
+        for _ in 0..FILTER_SKIP_KEYS / 32 + 20 {
+            set.contains_batch(&absent, &mut out, 32, true);
+            assert!(out.iter().all(|&o| !o));
+        }
+        assert_eq!(state(&set).skip, 0);
     }
 
     #[test]
