@@ -9,7 +9,7 @@ use sluice_engine::defrag::Limits;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{RuleSet, Verdict};
 use sluice_pipeline::{
-    run, Collect, Inline, Judge, JudgeConfig, Meta, Quiet, Reassembly, RunConfig, VecSource, Workers, WorkersConfig,
+    run, Collect, JudgeConfig, Meta, Quiet, Reassembly, RunConfig, VecSource, WorkersConfig,
 };
 use sluice_rules::Prefix;
 use sluice_wire::capture::{Interface, Timestamp, TsResolution};
@@ -75,14 +75,8 @@ fuzz_target!(|data: &[u8]| {
     let list: Vec<Prefix> = ["10.0.0.0/8", "2001:db8::1"].iter().map(|s| s.parse().unwrap()).collect();
     let published = Arc::new(Published::new(RuleSet::new(&list, &[], &[])));
     let judge_cfg = JudgeConfig { undecodable: if cfg & 1 == 0 { Verdict::Pass } else { Verdict::Drop }, ..JudgeConfig::default() };
-    let judge: Box<dyn Judge> = if cfg & 2 == 0 {
-        Box::new(Inline::new(&published, judge_cfg))
-    } else {
-        let mut w = WorkersConfig::new(2);
-        w.judge = judge_cfg;
-        w.queue = 1;
-        Box::new(Workers::new(w, &published))
-    };
+    let workers = if cfg & 2 == 0 { 1 } else { 2 };
+    let judge = sluice_pipeline::judge(&published, WorkersConfig { judge: judge_cfg, queue: 1, ..WorkersConfig::new(workers) });
     let limits = Limits { max_datagrams: 3, max_bytes: 512, max_fragments: 4, timeout_ns: 2_000_000_000 };
     let mut stage = Reassembly::new(limits, Verdict::Drop);
     let run_cfg = RunConfig {

@@ -257,8 +257,7 @@ pub fn run(a: FilterBenchArgs) -> Result<Outcome> {
             let p = dir.join("bench.pcap");
             note(format!("generating {} IMIX packets into {}", a.packets, p.display()));
             let started = Instant::now();
-            let stats =
-                write_capture(crate::cmd_demo::demo_config(a.packets, a.seed, list.clone()), &p, false, !a.json)?;
+            let stats = write_capture(sluice_gen::demo_config(a.packets, a.seed, list.clone()), &p, false, !a.json)?;
             note(format!("generated in {:.2} s", started.elapsed().as_secs_f64()));
             expected_dropped = Some(stats.listed);
             p

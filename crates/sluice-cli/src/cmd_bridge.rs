@@ -11,24 +11,20 @@
 //! a worker.
 
 use crate::cmd_filter::{self, VerdictArg};
-use crate::live_metrics::{self, Counted, ListEntries, LiveObserver, Shared};
+use crate::live_metrics::{self, Counted, LiveObserver, Shared};
 use crate::Outcome;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-use signal_hook::iterator::Signals;
-use sluice_engine::snapshot::{Published, Snapshot};
-use sluice_engine::RuleSet;
+use sluice_control::{describe, spawn_signals, total_entries, Controller, Event};
 use sluice_live::pipeline::{open_packet, open_xsk, BridgeCounters, XskBridgeConfig};
 use sluice_live::{LiveError, PacketConfig, XdpMode};
 use sluice_pipeline::{Finished, Judge, JudgeConfig, Reassembly, RunConfig, RunError, Sink, Source};
 use std::io::IsTerminal;
 use std::net::{SocketAddr, TcpListener};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::sync::mpsc::channel;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
 pub struct BridgeArgs {
@@ -92,18 +88,6 @@ pub enum XdpModeArg {
     Auto,
     Skb,
     Drv,
-}
-
-fn total_entries(e: &[ListEntries]) -> u64 {
-    e.iter().map(|l| l.entries).sum()
-}
-
-fn entries_text(e: &[ListEntries]) -> String {
-    e.iter().map(|l| format!("{} {}: {}", l.kind, l.path, l.entries)).collect::<Vec<_>>().join(", ")
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Where metrics may be served: loopback, unless remote access was asked for.
@@ -194,152 +178,6 @@ fn open(
     }
 }
 
-/// What the control thread hears.
-enum Control {
-    Reload,
-    Quit,
-}
-
-/// Polls the list files' metadata; a change counts once it has held still
-/// for one poll, so a file being written is not read half-way (a rename is
-/// still the safe way to replace a list).
-struct Watch {
-    paths: Vec<PathBuf>,
-    seen: Vec<Option<(SystemTime, u64, u64)>>,
-    pending: Option<Vec<Option<(SystemTime, u64, u64)>>>,
-}
-
-impl Watch {
-    fn new(paths: Vec<PathBuf>) -> Watch {
-        let seen = Self::look(&paths);
-        Watch { paths, seen, pending: None }
-    }
-
-    fn look(paths: &[PathBuf]) -> Vec<Option<(SystemTime, u64, u64)>> {
-        use std::os::unix::fs::MetadataExt;
-        paths
-            .iter()
-            .map(|p| std::fs::metadata(p).ok().and_then(|m| Some((m.modified().ok()?, m.len(), m.ino()))))
-            .collect()
-    }
-
-    fn changed(&mut self) -> bool {
-        let now = Self::look(&self.paths);
-        if now == self.seen {
-            self.pending = None;
-            return false;
-        }
-        if self.pending.as_ref() == Some(&now) {
-            self.seen = now;
-            self.pending = None;
-            return true;
-        }
-        self.pending = Some(now);
-        false
-    }
-}
-
-/// The control thread: reloads, `--watch`, the status line, `--duration`.
-struct ControlLoop {
-    lists: crate::rule_source::RuleArgs,
-    ifaces: Vec<String>,
-    /// Lists whose entries expire, and the seconds after loading that the
-    /// rules in force account for.
-    expiry: Option<(crate::rule_source::Expiring, u64)>,
-    published: Arc<Published<RuleSet>>,
-    shared: Arc<Shared>,
-    stop: Arc<AtomicBool>,
-    watch: Option<Watch>,
-    status: bool,
-    deadline: Option<Instant>,
-    /// Replaced rule sets, freed here once no worker holds them.
-    retired: Vec<Arc<Snapshot<RuleSet>>>,
-}
-
-impl ControlLoop {
-    fn reload(&mut self, why: &str) {
-        let before = self.published.load();
-        match self.lists.load(&self.ifaces) {
-            Ok(l) => {
-                let generation = self.published.publish(l.rules);
-                let n = self.shared.reloads_ok.fetch_add(1, Ordering::Relaxed) + 1;
-                self.shared.generation.store(generation, Ordering::Relaxed);
-                self.shared.last_reload_ms.store(unix_ms(), Ordering::Relaxed);
-                eprintln!(
-                    "sluice: reload {n} ({why}): {} entries ({}) built in {:.1} ms; generation {generation} in force",
-                    total_entries(&l.entries),
-                    entries_text(&l.entries),
-                    l.took.as_secs_f64() * 1e3
-                );
-                self.shared.set_entries(l.entries);
-                self.retired.push(before);
-                self.expiry = l.expiry.map(|e| (e, 0));
-            }
-            Err(e) => {
-                self.shared.reloads_failed.fetch_add(1, Ordering::Relaxed);
-                eprintln!("sluice: reload ({why}) failed; the rules in force stay: {e:#}");
-            }
-        }
-    }
-
-    /// Rebuild without the entries whose timeout has passed, once the next
-    /// one has.
-    fn expire(&mut self) {
-        let Some((e, done)) = &self.expiry else { return };
-        let elapsed = e.loaded_at.elapsed().as_secs();
-        if e.next_after(*done).is_none_or(|next| elapsed < next) {
-            return;
-        }
-        let started = Instant::now();
-        match e.build(elapsed) {
-            Ok(rules) => {
-                let before = self.published.load();
-                let generation = self.published.publish(rules);
-                self.shared.generation.store(generation, Ordering::Relaxed);
-                eprintln!(
-                    "sluice: entries expired ({elapsed} s after loading): {} live entries, rebuilt in {:.1} ms; generation {generation} in force",
-                    e.live_entries(elapsed),
-                    started.elapsed().as_secs_f64() * 1e3
-                );
-                self.retired.push(before);
-                self.expiry =
-                    self.expiry.take().filter(|(e, _)| e.next_after(elapsed).is_some()).map(|(e, _)| (e, elapsed));
-            }
-            Err(err) => {
-                eprintln!("sluice: rebuilding after entries expired failed; the rules in force stay: {err:#}");
-                self.expiry = None;
-            }
-        }
-    }
-
-    fn run(mut self, rx: Receiver<Control>) {
-        let mut last_status = Instant::now();
-        let mut last_counts = [0u64; 2];
-        loop {
-            match rx.recv_timeout(Duration::from_millis(200)) {
-                Ok(Control::Reload) => self.reload("SIGHUP"),
-                Ok(Control::Quit) | Err(RecvTimeoutError::Disconnected) => return,
-                Err(RecvTimeoutError::Timeout) => {}
-            }
-            if self.watch.as_mut().is_some_and(Watch::changed) {
-                self.reload("list file changed");
-            }
-            self.expire();
-            // Drop a replaced rule set here once every reader has moved on,
-            // so freeing a large table never stalls a worker.
-            self.retired.retain(|s| Arc::strong_count(s) > 1);
-            if self.status && last_status.elapsed() >= Duration::from_secs(2) {
-                let since = last_status.elapsed();
-                last_status = Instant::now();
-                eprintln!("{}", self.shared.status_line(&mut last_counts, since));
-            }
-            if self.deadline.is_some_and(|d| Instant::now() >= d) {
-                self.stop.store(true, Ordering::Relaxed);
-            }
-        }
-    }
-}
-
 pub fn run(a: BridgeArgs) -> Result<Outcome> {
     let [if_a, if_b] = a.ifaces.as_slice() else {
         bail!("give exactly two interfaces: --iface A --iface B (got {})", a.ifaces.len());
@@ -356,44 +194,26 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         }
     }
     let metrics = a.metrics.as_deref().map(|m| metrics_addr(m, a.metrics_allow_remote)).transpose()?;
-    let lists = a.rules.clone();
     let port_names = vec![if_a.clone(), if_b.clone()];
-    let loaded = lists.load(&port_names).context(if lists.rules.is_some() {
+    let loaded = a.rules.load(&port_names).context(if a.rules.rules.is_some() {
         "loading the rules"
     } else {
         "loading the address lists"
     })?;
-    let entries = loaded.entries.clone();
+    let entries = loaded.lists.clone();
     let build_ms = loaded.took.as_secs_f64() * 1e3;
-    let expiry = loaded.expiry.map(|e| (e, 0));
-    let published = Arc::new(Published::new(loaded.rules));
+    let controller = Controller::new(a.rules.spec(), port_names, loaded, a.watch);
+    let published = Arc::clone(controller.published());
 
     let stop = Arc::new(AtomicBool::new(false));
     let counters = Arc::new(BridgeCounters::default());
-    let shared = Arc::new(Shared::new([if_a.clone(), if_b.clone()], Arc::clone(&counters)));
-    shared.set_entries(loaded.entries);
-    shared.last_reload_ms.store(unix_ms(), Ordering::Relaxed);
+    let shared =
+        Arc::new(Shared::new([if_a.clone(), if_b.clone()], Arc::clone(&counters), Arc::clone(controller.state())));
 
     // Signals first: a SIGINT while the ports open still ends the run cleanly.
-    let mut signals = Signals::new([SIGHUP, SIGINT, SIGTERM]).context("installing the signal handlers")?;
-    let signals_handle = signals.handle();
     let (ctl_tx, ctl_rx) = channel();
-    {
-        let (stop, ctl_tx, shared) = (Arc::clone(&stop), ctl_tx.clone(), Arc::clone(&shared));
-        std::thread::Builder::new()
-            .name("sluice-signals".into())
-            .spawn(move || {
-                for sig in signals.forever() {
-                    if sig == SIGHUP {
-                        shared.sighups.fetch_add(1, Ordering::Relaxed);
-                        let _ = ctl_tx.send(Control::Reload);
-                    } else {
-                        stop.store(true, Ordering::Relaxed);
-                    }
-                }
-            })
-            .context("starting the signal thread")?;
-    }
+    let signals = spawn_signals(Arc::clone(&stop), ctl_tx.clone(), Arc::clone(controller.state()))
+        .context("installing the signal handlers")?;
 
     let (opened, io_desc) = open(&a, [if_a, if_b], &stop, &counters)?;
     *shared.io.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = io_desc.clone();
@@ -410,28 +230,32 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     }
 
     let status = a.status || std::io::stderr().is_terminal();
-    let control = ControlLoop {
-        watch: a.watch.then(|| Watch::new(lists.files())),
-        lists,
-        ifaces: port_names,
-        expiry,
-        published: Arc::clone(&published),
-        shared: Arc::clone(&shared),
-        stop: Arc::clone(&stop),
-        status,
-        deadline: a.duration.map(|d| Instant::now() + Duration::from_secs_f64(d)),
-        retired: Vec::new(),
+    let deadline = a.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
+    let every_tick = {
+        let (shared, stop) = (Arc::clone(&shared), Arc::clone(&stop));
+        let mut last_status = Instant::now();
+        let mut last_counts = [0u64; 2];
+        move || {
+            if status && last_status.elapsed() >= Duration::from_secs(2) {
+                let since = last_status.elapsed();
+                last_status = Instant::now();
+                eprintln!("{}", shared.status_line(&mut last_counts, since));
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                stop.store(true, Ordering::Relaxed);
+            }
+        }
     };
     let control = std::thread::Builder::new()
         .name("sluice-control".into())
-        .spawn(move || control.run(ctl_rx))
+        .spawn(move || controller.run(ctl_rx, every_tick))
         .context("starting the control thread")?;
 
     eprintln!(
         "sluice: bridging {if_a} <-> {if_b} over {io_desc}; {} worker(s); {} entries ({}) built in {build_ms:.1} ms",
         a.workers,
         total_entries(&entries),
-        entries_text(&entries)
+        describe(&entries)
     );
     let judge_cfg = JudgeConfig { undecodable: a.undecodable.into(), ..JudgeConfig::default() };
     let judge = cmd_filter::judge(&published, judge_cfg, a.workers, &a.cpus, None);
@@ -459,9 +283,9 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         }
     };
     // The ports are closed (and the XDP programs detached) by now.
-    let _ = ctl_tx.send(Control::Quit);
+    let _ = ctl_tx.send(Event::Quit);
     let _ = control.join();
-    signals_handle.close();
+    signals.close();
     let done = cmd_filter::finished(result)?;
     let rules = published.load();
     let mut summary = summary_json(&done.report, &shared, &io_desc);
@@ -470,7 +294,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         println!("{summary}");
     } else {
         print_summary(&done.report, &shared, &io_desc);
-        crate::rule_source::print_rules(&rules.value, &done.report.stats);
+        print!("{}", crate::rule_source::rules_text(&rules.value, &done.report.stats));
     }
     if let Some(e) = done.stopped {
         return Err(anyhow::Error::new(e).context("the bridge stopped on an error reading the ports"));
@@ -503,17 +327,15 @@ fn summary_json(report: &sluice_pipeline::RunReport, shared: &Shared, io: &str) 
     v["io"] = io.into();
     v["per_port"] = shared.per_port_json();
     v["per_worker"] = report.per_worker.clone().into();
+    let c = &shared.control;
     v["reloads"] = serde_json::json!({
-        "ok": l(&shared.reloads_ok),
-        "failed": l(&shared.reloads_failed),
-        "sighup": l(&shared.sighups),
-        "generation": l(&shared.generation),
+        "ok": l(&c.reloads_ok),
+        "failed": l(&c.reloads_failed),
+        "sighup": l(&c.sighups),
+        "generation": l(&c.generation),
     });
-    v["lists"] = shared
-        .entries()
-        .iter()
-        .map(|e| serde_json::json!({ "list": e.kind, "path": e.path, "entries": e.entries }))
-        .collect();
+    v["lists"] =
+        c.lists().iter().map(|e| serde_json::json!({ "list": e.kind, "path": e.path, "entries": e.entries })).collect();
     v["frames_reclaimed"] = l(&shared.ports.frames_reclaimed).into();
     v["live_undecodable_by_reason"] =
         serde_json::to_value(live_metrics::undecodable_by_reason(shared)).unwrap_or(serde_json::Value::Null);
@@ -521,7 +343,7 @@ fn summary_json(report: &sluice_pipeline::RunReport, shared: &Shared, io: &str) 
 }
 
 fn print_summary(report: &sluice_pipeline::RunReport, shared: &Shared, io: &str) {
-    cmd_filter::print_summary(report);
+    print!("{}", cmd_filter::summary_text(report));
     println!("io           {io}");
     for p in shared.per_port_json().as_array().into_iter().flatten() {
         println!(
@@ -540,9 +362,9 @@ fn print_summary(report: &sluice_pipeline::RunReport, shared: &Shared, io: &str)
     }
     println!(
         "reloads      {} ok, {} failed ({} SIGHUP)",
-        shared.reloads_ok.load(Ordering::Relaxed),
-        shared.reloads_failed.load(Ordering::Relaxed),
-        shared.sighups.load(Ordering::Relaxed)
+        shared.control.reloads_ok.load(Ordering::Relaxed),
+        shared.control.reloads_failed.load(Ordering::Relaxed),
+        shared.control.sighups.load(Ordering::Relaxed)
     );
     println!("workers      {:?}", report.per_worker);
 }

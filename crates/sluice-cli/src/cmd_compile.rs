@@ -33,7 +33,7 @@ pub struct InspectArgs {
 }
 
 pub fn compile(a: CompileArgs) -> Result<Outcome> {
-    if !a.rules.given() {
+    if !a.rules.spec().given() {
         bail!("nothing to compile: give --rules FILE or --drop-src/--drop-dst/--drop-any LIST");
     }
     let loaded = a.rules.load_for_compile()?;
@@ -47,7 +47,7 @@ pub fn compile(a: CompileArgs) -> Result<Outcome> {
         std::fs::rename(&tmp, &a.out)
     };
     write().with_context(|| format!("writing {}", a.out.display()))?;
-    let entries: u64 = loaded.entries.iter().map(|e| e.entries).sum();
+    let entries: u64 = loaded.lists.iter().map(|e| e.entries).sum();
     let v = serde_json::json!({
         "out": a.out.display().to_string(),
         "bytes": bytes.len(),

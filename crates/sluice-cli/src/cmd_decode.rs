@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 pub struct DecodeArgs {
-    /// Input capture (pcap or pcapng).
+    /// Input capture (pcap or pcapng; `-`: standard input).
     #[arg(long = "in", value_name = "FILE")]
     pub input: PathBuf,
     /// One JSON object per line instead of tab-separated fields.

@@ -1,4 +1,4 @@
-use crate::cmd_filter::{finished, judge, print_summary, Bar};
+use crate::cmd_filter::{finished, judge, summary_text, Bar};
 use crate::cmd_gen::list_or_firehol;
 use crate::{progress, Outcome};
 use anyhow::Result;
@@ -6,7 +6,7 @@ use clap::Args;
 use sluice_engine::defrag::Limits;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{RuleSet, Verdict};
-use sluice_gen::{FrameSize, GenConfig, GenSource, Generator, ProtoMix};
+use sluice_gen::{demo_config, GenSource, Generator};
 use sluice_pcap::{PcapHeader, WriteThrough};
 use sluice_pipeline::{Discard, JudgeConfig, Reassembly, RunConfig};
 use sluice_wire::LinkType;
@@ -20,30 +20,12 @@ pub struct DemoArgs {
     pub packets: u64,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Also write the generated packets to this capture (pcap).
+    /// Also write the generated packets to this capture (pcap; `-`: standard output).
     #[arg(long, value_name = "FILE")]
     pub keep: Option<PathBuf>,
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
-}
-
-/// The demo's traffic: a realistic mix with 10% of sources from the list.
-pub fn demo_config(packets: u64, seed: u64, list: Vec<sluice_rules::Prefix>) -> GenConfig {
-    GenConfig {
-        count: packets,
-        seed,
-        flows: None,
-        ipv6_share: 0.2,
-        mix: ProtoMix { tcp: 6, udp: 3, icmp: 1 },
-        size: FrameSize::Imix,
-        vlan_share: 0.1,
-        qinq_share: 0.05,
-        listed_share: 0.1,
-        list,
-        frag_share: 0.02,
-        ..GenConfig::default()
-    }
 }
 
 pub fn run(a: DemoArgs) -> Result<Outcome> {
@@ -71,6 +53,8 @@ pub fn run(a: DemoArgs) -> Result<Outcome> {
     let run = &done.report;
     let observed = run.stats.dropped;
     let ok = observed == gen.listed && done.stopped.is_none();
+    use std::fmt::Write;
+    let mut out = String::new();
     if a.json {
         let mut v = serde_json::to_value(run.to_json())?;
         v["expected_dropped"] = gen.listed.into();
@@ -79,20 +63,32 @@ pub fn run(a: DemoArgs) -> Result<Outcome> {
         v["list_entries"] = entries.into();
         v["generated"] = crate::cmd_gen::stats_json(&gen, a.keep.as_deref(), run.elapsed.as_secs_f64());
         v["kept"] = a.keep.as_ref().map(|p| p.display().to_string()).into();
-        println!("{v}");
+        out = v.to_string() + "\n";
     } else {
-        println!("sluice demo: FireHOL level1 ({entries} entries, embedded) against generated traffic");
-        println!(
+        let _ = writeln!(out, "sluice demo: FireHOL level1 ({entries} entries, embedded) against generated traffic");
+        let _ = writeln!(
+            out,
             "generated    {:>12}  packets: ipv4 {}, ipv6 {}, vlan {} (qinq {}), {} fragments, IMIX sizes",
             gen.packets, gen.ipv4, gen.ipv6, gen.vlan_tagged, gen.qinq_tagged, gen.fragments
         );
-        match &a.keep {
-            Some(p) => println!("capture      {} (kept)", p.display()),
-            None => println!("capture      none: generated straight into the pipeline (--keep FILE writes one)"),
-        }
-        print_summary(run);
-        println!("expected dropped {:>8}  (packets whose source the generator drew from the list)", gen.listed);
-        println!("observed dropped {:>8}  {}", observed, if ok { "OK: identical" } else { "MISMATCH" });
+        let capture = match &a.keep {
+            Some(p) => format!("{} (kept)", p.display()),
+            None => "none: generated straight into the pipeline (--keep FILE writes one)".to_owned(),
+        };
+        let _ = writeln!(out, "capture      {capture}");
+        out += &summary_text(run);
+        let _ = writeln!(
+            out,
+            "expected dropped {:>8}  (packets whose source the generator drew from the list)",
+            gen.listed
+        );
+        let _ = writeln!(out, "observed dropped {:>8}  {}", observed, if ok { "OK: identical" } else { "MISMATCH" });
+    }
+    // With the capture on standard output, the report goes to stderr.
+    if a.keep.as_deref().is_some_and(sluice_pcap::stdio::is_stdio) {
+        eprint!("{out}");
+    } else {
+        print!("{out}");
     }
     if let Some(e) = &done.stopped {
         anyhow::bail!("generating: {e}");

@@ -7,23 +7,22 @@ use sluice_engine::snapshot::Published;
 use sluice_engine::{RuleSet, Stats, Verdict};
 use sluice_pcap::{CaptureSinks, CaptureSource, Format, OutputFormat, PcapError, ReadMode};
 use sluice_pipeline::{
-    Finished, Inline, Judge, JudgeConfig, Observer, Progress, Reassembly, RunConfig, RunError, RunReport, Source,
-    Workers, WorkersConfig,
+    Finished, Judge, JudgeConfig, Observer, Progress, Reassembly, RunConfig, RunError, RunReport, Source, WorkersConfig,
 };
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 #[derive(Args, Debug)]
 pub struct FilterArgs {
-    /// Input capture (pcap or pcapng).
+    /// Input capture (pcap or pcapng; `-`: standard input).
     #[arg(long = "in", value_name = "FILE")]
     pub input: PathBuf,
     #[command(flatten)]
     pub rules: crate::rule_source::RuleArgs,
-    /// Write passed packets here, in input order.
+    /// Write passed packets here, in input order (`-`: standard output).
     #[arg(long, value_name = "OUT")]
     pub pass: Option<PathBuf>,
-    /// Write dropped packets here, in input order.
+    /// Write dropped packets here, in input order (`-`: standard output).
     #[arg(long = "drop", value_name = "OUT")]
     pub drop_out: Option<PathBuf>,
     /// Output container (default: from the output's extension, else the input's).
@@ -153,11 +152,17 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
         stopped: done.stopped.as_ref(),
         rules: &rule_set.value,
     };
-    if a.json {
-        println!("{}", summary.json());
+    let text = if a.json {
+        summary.json().to_string()
     } else {
-        print_summary(&done.report);
-        crate::rule_source::print_rules(&rule_set.value, &done.report.stats);
+        summary_text(&done.report) + &crate::rule_source::rules_text(&rule_set.value, &done.report.stats)
+    };
+    // With a capture on standard output, the summary goes to stderr.
+    let to_stdout = [&a.pass, &a.drop_out].into_iter().flatten().any(|p| sluice_pcap::stdio::is_stdio(p));
+    if to_stdout {
+        eprint!("{}", text.trim_end().to_owned() + "\n");
+    } else {
+        print!("{}", text.trim_end().to_owned() + "\n");
     }
     if let Some(e) = &done.stopped {
         eprintln!(
@@ -184,24 +189,16 @@ fn parse_panic_at(s: &str) -> Result<(usize, u64)> {
     Ok((w.parse().context("worker number")?, n.parse().context("share number")?))
 }
 
-/// The judge for `workers`, reading its rules from `published` (the
-/// snapshot a reload publishes into): inline on this thread for one, else a
-/// pool.
+/// The judge for `workers` pinned to `cpus` (empty: worker i on CPU i).
 pub fn judge(
     published: &Arc<Published<RuleSet>>,
-    cfg: JudgeConfig,
+    judge: JudgeConfig,
     workers: usize,
     cpus: &[usize],
     panic_at: Option<(usize, u64)>,
 ) -> Box<dyn Judge> {
-    if workers == 1 && panic_at.is_none() {
-        return Box::new(Inline::new(published, cfg));
-    }
-    let mut wc = WorkersConfig::new(workers);
-    wc.judge = cfg;
-    wc.cpus = (!cpus.is_empty()).then(|| cpus.to_vec());
-    wc.panic_at = panic_at;
-    Box::new(Workers::new(wc, published))
+    let cpus = (!cpus.is_empty()).then(|| cpus.to_vec());
+    sluice_pipeline::judge(published, WorkersConfig { judge, cpus, panic_at, ..WorkersConfig::new(workers) })
 }
 
 /// The run's result, or an error that says what stopped it. After a failed
@@ -227,9 +224,16 @@ impl Observer for Bar {
 
 /// Refuse outputs that would overwrite the input or each other before it is read.
 fn check_distinct(input: &Path, pass: Option<&Path>, drop: Option<&Path>) -> Result<()> {
+    use sluice_pcap::stdio::is_stdio;
     let same = |a: &Path, b: &Path| a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y);
+    if let (Some(a), Some(b)) = (pass, drop) {
+        if is_stdio(a) && is_stdio(b) {
+            bail!("--pass - and --drop - both name standard output; choose a file for one of them");
+        }
+    }
     for out in [pass, drop].into_iter().flatten() {
-        if same(out, input) {
+        // `-` in and out are two streams.
+        if !is_stdio(out) && same(out, input) {
             bail!("output {} is the input file; choose another path", out.display());
         }
     }
@@ -274,12 +278,16 @@ impl Summary<'_> {
     }
 }
 
-pub fn print_summary(run: &RunReport) {
+/// The text summary of a run (one line per counter).
+pub fn summary_text(run: &RunReport) -> String {
+    use std::fmt::Write;
+    let mut t = String::new();
     let s = &run.stats;
     let pct = |n: u64| if s.packets == 0 { 0.0 } else { 100.0 * n as f64 / s.packets as f64 };
-    println!("packets      {:>12}  ({} bytes)", s.packets, s.bytes);
-    println!("passed       {:>12}  ({:.2}%)", s.passed, pct(s.passed));
-    println!(
+    let _ = writeln!(t, "packets      {:>12}  ({} bytes)", s.packets, s.bytes);
+    let _ = writeln!(t, "passed       {:>12}  ({:.2}%)", s.passed, pct(s.passed));
+    let _ = writeln!(
+        t,
         "dropped      {:>12}  ({:.2}%; by source {}, by destination {}, by other rules {}, by default {})",
         s.dropped,
         pct(s.dropped),
@@ -288,10 +296,11 @@ pub fn print_summary(run: &RunReport) {
         s.dropped_by_rule,
         s.dropped_by_default
     );
-    println!("non-IP       {:>12}", s.non_ip);
+    let _ = writeln!(t, "non-IP       {:>12}", s.non_ip);
     let r = &run.reassembly;
     if r.fragments > 0 {
-        println!(
+        let _ = writeln!(
+            t,
             "fragments    {:>12}  ({} datagrams reassembled, {} atomic; dropped: {} overlapping, {} malformed, {} over limits, {} timed out, {} incomplete)",
             r.fragments,
             r.completed,
@@ -303,12 +312,13 @@ pub fn print_summary(run: &RunReport) {
             r.incomplete
         );
     }
-    println!("undecodable  {:>12}", s.undecodable_total());
+    let _ = writeln!(t, "undecodable  {:>12}", s.undecodable_total());
     for (reason, n) in Stats::by_reason(&s.undecodable) {
-        println!("  {reason:<24} {n}");
+        let _ = writeln!(t, "  {reason:<24} {n}");
     }
     for (reason, n) in Stats::by_reason(&s.anomalies) {
-        println!("anomaly {reason:<20} {n} (classified by address)");
+        let _ = writeln!(t, "anomaly {reason:<20} {n} (classified by address)");
     }
-    println!("elapsed      {:>12.3} s  ({:.2} Mpps, source to sink)", run.elapsed.as_secs_f64(), run.mpps());
+    let _ = writeln!(t, "elapsed      {:>12.3} s  ({:.2} Mpps, source to sink)", run.elapsed.as_secs_f64(), run.mpps());
+    t
 }

@@ -1,17 +1,15 @@
 use crate::progress;
 use crate::Outcome;
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use clap::Args;
-use sluice_gen::{Encap, FlowDist, FrameSize, GenConfig, GenStats, Generator, ProtoMix};
-use sluice_pcap::{CaptureWriter, Interface, OutputFormat, PcapHeader, Record, Timestamp, TsResolution};
+use sluice_gen::{Encap, FlowDist, FrameSize, GenConfig, GenStats, ProtoMix};
 use sluice_rules::{load_list, parse_list, Prefix, FIREHOL_LEVEL1};
-use sluice_wire::LinkType;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 #[derive(Args, Debug)]
 pub struct GenArgs {
-    /// Output capture (pcap).
+    /// Output capture (pcap; `-`: standard output).
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
     /// Frames to write (each IP fragment is one frame).
@@ -136,51 +134,28 @@ pub fn run(a: GenArgs) -> Result<Outcome> {
     let started = Instant::now();
     let stats = write_capture(cfg, &a.out, a.nanos, true)?;
     let elapsed = started.elapsed().as_secs_f64();
-    if a.json {
-        println!("{}", stats_json(&stats, Some(&a.out), elapsed));
+    // With the capture on standard output, what is said about it goes to stderr.
+    let to_stdout = sluice_pcap::stdio::is_stdio(&a.out);
+    let text = if a.json {
+        stats_json(&stats, Some(&a.out), elapsed).to_string()
     } else {
-        print_stats(&stats, &a.out, elapsed);
+        stats_text(&stats, &a.out, elapsed)
+    };
+    if to_stdout {
+        eprintln!("{text}");
+    } else {
+        println!("{text}");
     }
     Ok(Outcome::Complete)
 }
 
-/// Generate `cfg` into a pcap file at `out`.
+/// Generate `cfg` into a pcap file at `out` (`-`: standard output), with a
+/// progress bar on a terminal.
 pub fn write_capture(cfg: GenConfig, out: &Path, nanos: bool, show_progress: bool) -> Result<GenStats> {
-    let count = cfg.count;
-    let mut gen = Generator::new(cfg)?;
-    let header = PcapHeader::new(LinkType::ETHERNET, 65_535, nanos);
-    let mut w = CaptureWriter::create(out, OutputFormat::Pcap, Some(header))
-        .with_context(|| format!("cannot create {}", out.display()))?;
-    let interface = Interface {
-        link_type: LinkType::ETHERNET,
-        snaplen: header.snaplen,
-        ts_resolution: if nanos { TsResolution::NANOS } else { TsResolution::MICROS },
-    };
-    let pb = progress::bar(count, false, show_progress);
-    let mut buf = Vec::with_capacity(16_384);
-    while let Some(info) = gen.next_frame(&mut buf) {
-        let secs = info.timestamp_ns / 1_000_000_000;
-        let sub = info.timestamp_ns % 1_000_000_000;
-        let Ok(secs) = u32::try_from(secs) else {
-            bail!("timestamp {} is past what pcap can hold", info.timestamp_ns);
-        };
-        let rec = Record {
-            index: info.index,
-            offset: 0,
-            timestamp: Timestamp::Split { secs, frac: if nanos { sub } else { sub / 1000 } as u32, nanos },
-            orig_len: buf.len() as u32,
-            data: &buf,
-            interface_id: 0,
-            interface,
-        };
-        w.write(&rec).with_context(|| format!("writing {}", out.display()))?;
-        if info.index % progress::UPDATE_EVERY == 0 {
-            pb.set_position(info.index);
-        }
-    }
-    w.finish().with_context(|| format!("writing {}", out.display()))?;
+    let pb = progress::bar(cfg.count, false, show_progress);
+    let stats = sluice_gen::write_capture(cfg, out, nanos, |n| pb.set_position(n))?;
     pb.finish_and_clear();
-    Ok(*gen.stats())
+    Ok(stats)
 }
 
 pub fn stats_json(s: &GenStats, out: Option<&Path>, elapsed_s: f64) -> serde_json::Value {
@@ -204,17 +179,18 @@ pub fn stats_json(s: &GenStats, out: Option<&Path>, elapsed_s: f64) -> serde_jso
     })
 }
 
-fn print_stats(s: &GenStats, out: &Path, elapsed_s: f64) {
-    println!("wrote {} packets ({} bytes) to {} in {:.2} s", s.packets, s.bytes, out.display(), elapsed_s);
-    println!("  ipv4 {}  ipv6 {}  tcp {}  udp {}  icmp {}", s.ipv4, s.ipv6, s.tcp, s.udp, s.icmp);
-    println!(
+fn stats_text(s: &GenStats, out: &Path, elapsed_s: f64) -> String {
+    let mut t = format!("wrote {} packets ({} bytes) to {} in {:.2} s\n", s.packets, s.bytes, out.display(), elapsed_s);
+    t += &format!("  ipv4 {}  ipv6 {}  tcp {}  udp {}  icmp {}\n", s.ipv4, s.ipv6, s.tcp, s.udp, s.icmp);
+    t += &format!(
         "  vlan-tagged {} (qinq {})  fragments {} of {} datagrams",
         s.vlan_tagged, s.qinq_tagged, s.fragments, s.fragmented_datagrams
     );
     if s.encapsulated > 0 {
-        println!("  encapsulated {}", s.encapsulated);
+        t += &format!("\n  encapsulated {}", s.encapsulated);
     }
     if s.listed > 0 {
-        println!("  sources from the list: {} (a filter on the list drops exactly these)", s.listed);
+        t += &format!("\n  sources from the list: {} (a filter on the list drops exactly these)", s.listed);
     }
+    t
 }

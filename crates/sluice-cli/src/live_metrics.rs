@@ -15,6 +15,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+use sluice_control::ControlState;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{RuleSet, Side, Stats, Verdict};
 use sluice_live::pipeline::BridgeCounters;
@@ -37,14 +38,6 @@ pub struct Cell {
     pub bytes: AtomicU64,
 }
 
-/// A list file in force and how many entries it had when last loaded.
-#[derive(Debug, Clone)]
-pub struct ListEntries {
-    pub kind: String,
-    pub path: String,
-    pub entries: u64,
-}
-
 /// Everything the bridge counts, shared by the sink, the control thread,
 /// the status line and the metrics server.
 pub struct Shared {
@@ -63,13 +56,8 @@ pub struct Shared {
     pub rules: Mutex<Option<Arc<Published<RuleSet>>>>,
     pub undecodable: [AtomicU64; ErrorKind::COUNT],
     pub fragments: [AtomicU64; FRAGMENT_OUTCOMES.len()],
-    pub reloads_ok: AtomicU64,
-    pub reloads_failed: AtomicU64,
-    pub sighups: AtomicU64,
-    /// Unix time of the last successful load, in ms.
-    pub last_reload_ms: AtomicU64,
-    pub generation: AtomicU64,
-    pub entries: Mutex<Vec<ListEntries>>,
+    /// Reloads, the generation in force, the lists' entries.
+    pub control: Arc<ControlState>,
     /// From the pipeline's observer: judged so far (some may not be written yet).
     pub judged: AtomicU64,
     pub judged_dropped: AtomicU64,
@@ -77,7 +65,7 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(ifaces: [String; 2], ports: Arc<BridgeCounters>) -> Shared {
+    pub fn new(ifaces: [String; 2], ports: Arc<BridgeCounters>, control: Arc<ControlState>) -> Shared {
         Shared {
             ifaces,
             io: Mutex::new(String::new()),
@@ -89,24 +77,11 @@ impl Shared {
             rules: Mutex::new(None),
             undecodable: std::array::from_fn(|_| AtomicU64::new(0)),
             fragments: Default::default(),
-            reloads_ok: AtomicU64::new(0),
-            reloads_failed: AtomicU64::new(0),
-            sighups: AtomicU64::new(0),
-            last_reload_ms: AtomicU64::new(0),
-            generation: AtomicU64::new(0),
-            entries: Mutex::new(Vec::new()),
+            control,
             judged: AtomicU64::new(0),
             judged_dropped: AtomicU64::new(0),
             ports,
         }
-    }
-
-    pub fn entries(&self) -> Vec<ListEntries> {
-        self.entries.lock().unwrap_or_else(PoisonError::into_inner).clone()
-    }
-
-    pub fn set_entries(&self, e: Vec<ListEntries>) {
-        *self.entries.lock().unwrap_or_else(PoisonError::into_inner) = e;
     }
 
     /// Every worker's counters, merged.
@@ -178,7 +153,7 @@ impl Shared {
                 t.rx_ring_drops + t.tx_ring_full
             );
         }
-        s += &format!(" | reloads {} ok {} failed", l(&self.reloads_ok), l(&self.reloads_failed));
+        s += &format!(" | reloads {} ok {} failed", l(&self.control.reloads_ok), l(&self.control.reloads_failed));
         s
     }
 }
@@ -436,11 +411,11 @@ impl Collector for Exporter {
             "sluice_reloads",
             "Rule reloads (SIGHUP or a list file change), by result.",
             &[
-                (vec![("result", "ok".to_owned())], l(&s.reloads_ok)),
-                (vec![("result", "failed".to_owned())], l(&s.reloads_failed)),
+                (vec![("result", "ok".to_owned())], l(&s.control.reloads_ok)),
+                (vec![("result", "failed".to_owned())], l(&s.control.reloads_failed)),
             ],
         )?;
-        counter(&mut enc, "sluice_sighup", "SIGHUPs received.", &[(vec![], l(&s.sighups))])?;
+        counter(&mut enc, "sluice_sighup", "SIGHUPs received.", &[(vec![], l(&s.control.sighups))])?;
         counter(
             &mut enc,
             "sluice_judged_packets",
@@ -448,7 +423,8 @@ impl Collector for Exporter {
             &[(vec![], l(&s.judged))],
         )?;
         let entries: Vec<_> = s
-            .entries()
+            .control
+            .lists()
             .into_iter()
             .map(|e| (vec![("list", e.kind.to_owned()), ("path", e.path)], e.entries as i64))
             .collect();
@@ -457,13 +433,13 @@ impl Collector for Exporter {
             &mut enc,
             "sluice_last_reload_timestamp_seconds",
             "Unix time the rules in force were loaded.",
-            &[(vec![], (l(&s.last_reload_ms) / 1000) as i64)],
+            &[(vec![], (l(&s.control.last_reload_ms) / 1000) as i64)],
         )?;
         gauge(
             &mut enc,
             "sluice_rules_generation",
             "Generation of the rules in force (0 at start, +1 per successful reload).",
-            &[(vec![], l(&s.generation) as i64)],
+            &[(vec![], l(&s.control.generation) as i64)],
         )?;
         gauge(&mut enc, "sluice_info", "How the bridge runs.", &[(vec![("io", s.io())], 1)])?;
         Ok(())

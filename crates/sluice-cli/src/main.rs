@@ -94,7 +94,30 @@ enum Command {
     Bench(cmd_bench::BenchCommand),
 }
 
+/// Prints the libraries' log lines on stderr as sluice's own messages.
+struct StderrLog;
+
+impl log::Log for StderrLog {
+    fn enabled(&self, m: &log::Metadata) -> bool {
+        m.level() <= log::Level::Info
+    }
+
+    fn log(&self, r: &log::Record) {
+        if self.enabled(r.metadata()) {
+            match r.level() {
+                log::Level::Error => eprintln!("sluice: error: {}", r.args()),
+                log::Level::Warn => eprintln!("sluice: warning: {}", r.args()),
+                _ => eprintln!("sluice: {}", r.args()),
+            }
+        }
+    }
+
+    fn flush(&self) {}
+}
+
 fn main() -> ExitCode {
+    // Only fails when a logger is already set, which nothing else does.
+    let _ = log::set_logger(&StderrLog).map(|()| log::set_max_level(log::LevelFilter::Info));
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Gen(a) => cmd_gen::run(a),

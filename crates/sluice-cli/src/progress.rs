@@ -3,9 +3,6 @@
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 
-/// Update every this many packets: cheap enough to be invisible in profiles.
-pub const UPDATE_EVERY: u64 = 1 << 14;
-
 pub fn bar(total: u64, unit_is_bytes: bool, enabled: bool) -> ProgressBar {
     if !enabled || !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();

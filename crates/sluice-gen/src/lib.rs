@@ -14,7 +14,9 @@
 //! call, or a pipeline batch ([`GenSource`]).
 #![deny(unsafe_code)]
 
+mod capture;
 mod source;
+pub use capture::{demo_config, write_capture, CaptureError, PROGRESS_EVERY};
 pub use source::{GenSource, TimestampOverflow, SNAPLEN};
 
 use rand::distr::{Distribution, Uniform};

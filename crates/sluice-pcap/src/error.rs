@@ -3,8 +3,10 @@ use std::fmt;
 /// What went wrong reading or writing a capture.
 #[derive(Debug, thiserror::Error)]
 pub enum PcapErrorKind {
+    // Not `#[from]`: that would also make the io::Error the source, and an
+    // error chain would print it twice.
     #[error("I/O error: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     #[error("file is shorter than a capture header ({got} bytes)")]
     TruncatedFileHeader { got: usize },
     #[error("not a pcap or pcapng file (magic number 0x{0:08x})")]
@@ -65,8 +67,12 @@ impl fmt::Display for PcapError {
     }
 }
 
-impl std::error::Error for PcapError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.kind)
+impl From<std::io::Error> for PcapErrorKind {
+    fn from(e: std::io::Error) -> Self {
+        PcapErrorKind::Io(e)
     }
 }
+
+// No `source()`: the message already ends with the kind's, and a chain
+// printer (anyhow's `{:#}`) would print it again.
+impl std::error::Error for PcapError {}

@@ -12,6 +12,7 @@ mod error;
 mod map;
 pub mod pipeline;
 mod reader;
+pub mod stdio;
 mod writer;
 
 pub use error::{PcapError, PcapErrorKind};

@@ -65,7 +65,7 @@ pub struct CaptureSource {
 impl CaptureSource {
     /// Open `path` to be read as `mode` says.
     pub fn open(path: &Path, mode: ReadMode) -> Result<Self, PcapError> {
-        let file = File::open(path).map_err(|e| PcapError::new(e.into(), 0, 0))?;
+        let file = crate::stdio::open(path).map_err(|e| PcapError::new(e.into(), 0, 0))?;
         let meta = file.metadata().map_err(|e| PcapError::new(e.into(), 0, 0))?;
         let total = meta.len();
         if mode == ReadMode::Map && meta.is_file() && total > 0 {

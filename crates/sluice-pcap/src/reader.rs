@@ -211,9 +211,10 @@ pub struct CaptureReader<I> {
 }
 
 impl CaptureReader<Streamed<BufReader<File>>> {
-    /// Open a capture file, detecting pcap or pcapng from its magic number.
+    /// Open a capture file (`-`: standard input), detecting pcap or pcapng
+    /// from its magic number.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, PcapError> {
-        let file = File::open(path).map_err(|e| PcapError::new(e.into(), 0, 0))?;
+        let file = crate::stdio::open(path.as_ref()).map_err(|e| PcapError::new(e.into(), 0, 0))?;
         CaptureReader::new(BufReader::with_capacity(1 << 20, file))
     }
 }

@@ -58,13 +58,14 @@ pub struct CaptureWriter<W: Write> {
 }
 
 impl CaptureWriter<BufWriter<File>> {
-    /// Create `path`. `template` is the input's pcap header, if the input was pcap.
+    /// Create `path` (`-`: standard output). `template` is the input's pcap
+    /// header, if the input was pcap.
     pub fn create(
         path: impl AsRef<Path>,
         format: OutputFormat,
         template: Option<PcapHeader>,
     ) -> Result<Self, PcapError> {
-        let file = File::create(path).map_err(|e| PcapError::new(e.into(), 0, 0))?;
+        let file = crate::stdio::create(path.as_ref()).map_err(|e| PcapError::new(e.into(), 0, 0))?;
         CaptureWriter::new(BufWriter::with_capacity(1 << 20, file), format, template)
     }
 }

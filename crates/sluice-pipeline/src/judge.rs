@@ -271,6 +271,17 @@ impl WorkersConfig {
     }
 }
 
+/// The judge `cfg` describes, reading its rules from `published` (the
+/// snapshot a reload publishes into): [`Inline`] on the calling thread for
+/// one worker, else a pool of [`Workers`] (also for one worker when a fault
+/// is injected, which only the pool has).
+pub fn judge(published: &Arc<Published<RuleSet>>, cfg: WorkersConfig) -> Box<dyn Judge> {
+    if cfg.workers == 1 && cfg.panic_at.is_none() {
+        return Box::new(Inline::new(published, cfg.judge));
+    }
+    Box::new(Workers::new(cfg, published))
+}
+
 /// Judges on N pinned worker threads behind software RSS.
 pub struct Workers {
     senders: Vec<SyncSender<Work>>,

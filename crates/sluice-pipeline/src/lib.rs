@@ -25,7 +25,7 @@ pub mod run;
 
 pub use batch::{Backing, Disposition, Meta, Packet, PacketBatch, Recycler, DEFAULT_BATCH_PACKETS};
 pub use io::{Collect, Discard, Fill, Sink, Source, VecSource};
-pub use judge::{Inline, Judge, JudgeConfig, JudgeError, LiveStats, Steering, Workers, WorkersConfig};
+pub use judge::{judge, Inline, Judge, JudgeConfig, JudgeError, LiveStats, Steering, Workers, WorkersConfig};
 pub use reassembly::Reassembly;
 pub use run::{run, Finished, Observer, Progress, Quiet, RunConfig, RunError, RunReport};
 pub use sluice_engine::Verdict;

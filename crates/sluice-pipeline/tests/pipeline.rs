@@ -44,13 +44,7 @@ fn rules() -> RuleSet {
 }
 
 fn judge_for(workers: usize, published: &Arc<Published<RuleSet>>, panic_at: Option<(usize, u64)>) -> Box<dyn Judge> {
-    if workers == 1 && panic_at.is_none() {
-        Box::new(Inline::new(published, JudgeConfig::default()))
-    } else {
-        let mut cfg = WorkersConfig::new(workers);
-        cfg.panic_at = panic_at;
-        Box::new(Workers::new(cfg, published))
-    }
+    sluice_pipeline::judge(published, WorkersConfig { panic_at, ..WorkersConfig::new(workers) })
 }
 
 fn run_all(packets: Vec<(Meta, Vec<u8>)>, workers: usize, batch: usize) -> (Vec<(u64, Verdict)>, RunReport) {

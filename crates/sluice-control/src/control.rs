@@ -1,0 +1,350 @@
+//! How new rules reach a running bridge: the [`Controller`] owns the
+//! [`Published`] rule set the workers read, rebuilds it off the fast path
+//! (on SIGHUP, when a watched list file changes, when list entries expire),
+//! publishes each new set so workers switch between batches, and frees a
+//! replaced set only once no worker holds it, so freeing a large table
+//! never stalls a worker.
+//!
+//! Everything it does is logged through the `log` crate (the CLI prints
+//! it) and counted in [`ControlState`] (the metrics and the summary read
+//! it).
+
+use crate::spec::{describe, total_entries, Expiring, ListEntries, Loaded, RuleSpec};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::{Handle, Signals};
+use sluice_engine::snapshot::{Published, Snapshot};
+use sluice_engine::RuleSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+/// How often the control loop looks at the files, the expiry times and the
+/// replaced sets when nothing is sent to it.
+pub const TICK: Duration = Duration::from_millis(200);
+
+/// What the controller has done, for metrics and summaries.
+#[derive(Debug, Default)]
+pub struct ControlState {
+    pub reloads_ok: AtomicU64,
+    pub reloads_failed: AtomicU64,
+    pub sighups: AtomicU64,
+    /// Unix time of the last successful load, in ms.
+    pub last_reload_ms: AtomicU64,
+    /// Generation of the rules in force (0 at start).
+    pub generation: AtomicU64,
+    lists: Mutex<Vec<ListEntries>>,
+}
+
+impl ControlState {
+    /// The lists in force and their entries.
+    pub fn lists(&self) -> Vec<ListEntries> {
+        self.lists.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn loaded(&self, lists: Vec<ListEntries>) {
+        *self.lists.lock().unwrap_or_else(PoisonError::into_inner) = lists;
+        self.last_reload_ms.store(unix_ms(), Ordering::Relaxed);
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// What the control loop is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// Reload the rules; the string says why (for the log).
+    Reload(&'static str),
+    Quit,
+}
+
+/// Polls files' metadata; a change counts once it has held still for one
+/// poll, so a file being written is not read half-way (a rename is still
+/// the safe way to replace a list).
+pub struct Watch {
+    paths: Vec<PathBuf>,
+    seen: Vec<Option<FileStamp>>,
+    pending: Option<Vec<Option<FileStamp>>>,
+}
+
+type FileStamp = (SystemTime, u64, u64);
+
+impl Watch {
+    pub fn new(paths: Vec<PathBuf>) -> Watch {
+        let seen = Self::look(&paths);
+        Watch { paths, seen, pending: None }
+    }
+
+    fn look(paths: &[PathBuf]) -> Vec<Option<FileStamp>> {
+        use std::os::unix::fs::MetadataExt;
+        paths
+            .iter()
+            .map(|p| std::fs::metadata(p).ok().and_then(|m| Some((m.modified().ok()?, m.len(), m.ino()))))
+            .collect()
+    }
+
+    /// Whether a file changed (and then held still) since the last call
+    /// that said so.
+    pub fn changed(&mut self) -> bool {
+        let now = Self::look(&self.paths);
+        if now == self.seen {
+            self.pending = None;
+            return false;
+        }
+        if self.pending.as_ref() == Some(&now) {
+            self.seen = now;
+            self.pending = None;
+            return true;
+        }
+        self.pending = Some(now);
+        false
+    }
+}
+
+/// Owns the published rules and everything that replaces them.
+pub struct Controller {
+    spec: RuleSpec,
+    ifaces: Vec<String>,
+    published: Arc<Published<RuleSet>>,
+    state: Arc<ControlState>,
+    /// Lists whose entries expire, and the seconds after loading that the
+    /// rules in force account for.
+    expiry: Option<(Expiring, u64)>,
+    watch: Option<Watch>,
+    /// Replaced rule sets, freed here once no worker holds them.
+    retired: Vec<Arc<Snapshot<RuleSet>>>,
+}
+
+impl Controller {
+    /// A controller whose first rules are `loaded` (built from `spec` with
+    /// the live ports `ifaces`); `watch` polls the spec's files.
+    pub fn new(spec: RuleSpec, ifaces: Vec<String>, loaded: Loaded, watch: bool) -> Controller {
+        let state = Arc::new(ControlState::default());
+        state.loaded(loaded.lists);
+        Controller {
+            watch: watch.then(|| Watch::new(spec.files())),
+            spec,
+            ifaces,
+            published: Arc::new(Published::new(loaded.rules)),
+            state,
+            expiry: loaded.expiry.map(|e| (e, 0)),
+            retired: Vec::new(),
+        }
+    }
+
+    /// The rules the workers read.
+    pub fn published(&self) -> &Arc<Published<RuleSet>> {
+        &self.published
+    }
+
+    pub fn state(&self) -> &Arc<ControlState> {
+        &self.state
+    }
+
+    fn publish(&mut self, rules: RuleSet) -> u64 {
+        let before = self.published.load();
+        let generation = self.published.publish(rules);
+        self.state.generation.store(generation, Ordering::Relaxed);
+        self.retired.push(before);
+        generation
+    }
+
+    /// Rebuild from the files; on failure the rules in force stay. Returns
+    /// whether new rules were published.
+    pub fn reload(&mut self, why: &str) -> bool {
+        match self.spec.load(&self.ifaces) {
+            Ok(l) => {
+                for w in &l.warnings {
+                    log::warn!("{w}");
+                }
+                let generation = self.publish(l.rules);
+                let n = self.state.reloads_ok.fetch_add(1, Ordering::Relaxed) + 1;
+                log::info!(
+                    "reload {n} ({why}): {} entries ({}) built in {:.1} ms; generation {generation} in force",
+                    total_entries(&l.lists),
+                    describe(&l.lists),
+                    l.took.as_secs_f64() * 1e3
+                );
+                self.state.loaded(l.lists);
+                self.expiry = l.expiry.map(|e| (e, 0));
+                true
+            }
+            Err(e) => {
+                self.state.reloads_failed.fetch_add(1, Ordering::Relaxed);
+                log::error!("reload ({why}) failed; the rules in force stay: {}", crate::chain(&e));
+                false
+            }
+        }
+    }
+
+    /// Rebuild without the entries whose timeout has passed, once the next
+    /// one has. Returns whether new rules were published.
+    pub fn expire(&mut self) -> bool {
+        let Some((e, done)) = &self.expiry else { return false };
+        let elapsed = e.loaded_at.elapsed().as_secs();
+        if e.next_after(*done).is_none_or(|next| elapsed < next) {
+            return false;
+        }
+        let started = Instant::now();
+        match e.build(elapsed) {
+            Ok(rules) => {
+                let live = e.live_entries(elapsed);
+                let generation = self.publish(rules);
+                log::info!(
+                    "entries expired ({elapsed} s after loading): {live} live entries, rebuilt in {:.1} ms; generation {generation} in force",
+                    started.elapsed().as_secs_f64() * 1e3
+                );
+                self.expiry =
+                    self.expiry.take().filter(|(e, _)| e.next_after(elapsed).is_some()).map(|(e, _)| (e, elapsed));
+                true
+            }
+            Err(err) => {
+                log::error!("rebuilding after entries expired failed; the rules in force stay: {err}");
+                self.expiry = None;
+                false
+            }
+        }
+    }
+
+    /// One look at everything that changes without being told: watched
+    /// files, expiry times, replaced sets no worker holds any more.
+    pub fn tick(&mut self) {
+        if self.watch.as_mut().is_some_and(Watch::changed) {
+            self.reload("list file changed");
+        }
+        self.expire();
+        self.retired.retain(|s| Arc::strong_count(s) > 1);
+    }
+
+    /// Replaced rule sets not yet freed (some worker still holds them).
+    pub fn retired(&self) -> usize {
+        self.retired.len()
+    }
+
+    /// The control loop: handle events, tick every [`TICK`], and call
+    /// `every_tick` (status lines, deadlines) until told to quit or every
+    /// sender is gone.
+    pub fn run(mut self, events: Receiver<Event>, mut every_tick: impl FnMut()) {
+        loop {
+            match events.recv_timeout(TICK) {
+                Ok(Event::Reload(why)) => {
+                    self.reload(why);
+                }
+                Ok(Event::Quit) | Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+            self.tick();
+            every_tick();
+        }
+    }
+}
+
+/// A thread that turns SIGHUP into [`Event::Reload`] (counted in
+/// `state.sighups`) and SIGINT/SIGTERM into `stop`. Install it before
+/// opening ports, so a signal during a slow open still ends the run
+/// cleanly; close the returned handle when the run is over.
+pub fn spawn_signals(
+    stop: Arc<AtomicBool>,
+    events: Sender<Event>,
+    state: Arc<ControlState>,
+) -> std::io::Result<Handle> {
+    let mut signals = Signals::new([SIGHUP, SIGINT, SIGTERM])?;
+    let handle = signals.handle();
+    std::thread::Builder::new().name("sluice-signals".into()).spawn(move || {
+        for sig in signals.forever() {
+            if sig == SIGHUP {
+                state.sighups.fetch_add(1, Ordering::Relaxed);
+                let _ = events.send(Event::Reload("SIGHUP"));
+            } else {
+                stop.store(true, Ordering::Relaxed);
+            }
+        }
+    })?;
+    Ok(handle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc::channel;
+
+    fn spec_for(dir: &std::path::Path, text: &str) -> RuleSpec {
+        let list = dir.join("list.txt");
+        std::fs::write(&list, text).unwrap();
+        RuleSpec { drop_any: vec![list], ..RuleSpec::default() }
+    }
+
+    #[test]
+    fn a_reload_publishes_a_new_generation_and_a_failed_one_keeps_the_rules() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = spec_for(dir.path(), "10.0.0.1\n");
+        let loaded = spec.load(&[]).unwrap();
+        let mut c = Controller::new(spec.clone(), Vec::new(), loaded, false);
+        assert_eq!(c.published().load().generation, 0);
+        std::fs::write(&spec.drop_any[0], "10.0.0.1\n10.0.0.2\n").unwrap();
+        assert!(c.reload("test"));
+        assert_eq!(c.published().load().generation, 1);
+        assert_eq!(c.state().lists()[0].entries, 2);
+        std::fs::write(&spec.drop_any[0], "garbage here\n").unwrap();
+        assert!(!c.reload("test"));
+        assert_eq!(c.published().load().generation, 1);
+        assert_eq!(c.state().reloads_ok.load(Ordering::Relaxed), 1);
+        assert_eq!(c.state().reloads_failed.load(Ordering::Relaxed), 1);
+        assert_eq!(c.state().lists()[0].entries, 2);
+    }
+
+    #[test]
+    fn a_replaced_set_is_freed_only_when_no_reader_holds_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = spec_for(dir.path(), "10.0.0.1\n");
+        let loaded = spec.load(&[]).unwrap();
+        let mut c = Controller::new(spec, Vec::new(), loaded, false);
+        let held = c.published().load();
+        assert!(c.reload("test"));
+        c.tick();
+        assert_eq!(c.retired(), 1, "a worker still holds generation 0");
+        drop(held);
+        c.tick();
+        assert_eq!(c.retired(), 0);
+    }
+
+    #[test]
+    fn a_watched_file_reloads_once_it_holds_still() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = spec_for(dir.path(), "10.0.0.1\n");
+        let loaded = spec.load(&[]).unwrap();
+        let mut c = Controller::new(spec.clone(), Vec::new(), loaded, true);
+        c.tick();
+        assert_eq!(c.published().load().generation, 0);
+        // Replace by rename, as the docs ask: a new inode.
+        let tmp = dir.path().join("list.tmp");
+        std::fs::write(&tmp, "10.0.0.1\n10.0.0.2\n10.0.0.3\n").unwrap();
+        std::fs::rename(&tmp, &spec.drop_any[0]).unwrap();
+        c.tick(); // seen, pending
+        assert_eq!(c.published().load().generation, 0);
+        c.tick(); // held still: reload
+        assert_eq!(c.published().load().generation, 1);
+        assert_eq!(c.state().lists()[0].entries, 3);
+        c.tick();
+        assert_eq!(c.published().load().generation, 1, "one change, one reload");
+    }
+
+    #[test]
+    fn the_loop_reloads_on_an_event_and_stops_on_quit() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = spec_for(dir.path(), "10.0.0.1\n");
+        let loaded = spec.load(&[]).unwrap();
+        let c = Controller::new(spec, Vec::new(), loaded, false);
+        let (published, state) = (Arc::clone(c.published()), Arc::clone(c.state()));
+        let (tx, rx) = channel();
+        let t = std::thread::spawn(move || c.run(rx, || {}));
+        tx.send(Event::Reload("test")).unwrap();
+        tx.send(Event::Quit).unwrap();
+        t.join().unwrap();
+        assert_eq!(published.load().generation, 1);
+        assert_eq!(state.generation.load(Ordering::Relaxed), 1);
+    }
+}

@@ -1,0 +1,386 @@
+//! Where a run's rules come from: a rule file (text or compiled), or lists
+//! behind the `--drop-src/--drop-dst/--drop-any` shorthands. [`RuleSpec`]
+//! says which; [`RuleSpec::load`] reads every file and builds the
+//! [`RuleSet`], and keeps what is needed to rebuild it when list entries
+//! carry a timeout ([`Expiring`]).
+
+use sluice_engine::compiled::{self, CompiledError};
+use sluice_engine::{CompileError, CompileOptions, RuleSet};
+use sluice_rules::{
+    load_list, load_rules, Layer, LineError, ListError, ParsedList, Prefix, RuleFile, RuleLoadError, SetLoadError,
+    SetSource,
+};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The rules a run judges by, as plain data (the CLI maps its flags here).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuleSpec {
+    /// A rule file, or a file made by `sluice compile`.
+    pub rules: Option<PathBuf>,
+    /// Lists whose addresses are dropped as sources.
+    pub drop_src: Vec<PathBuf>,
+    /// Lists whose addresses are dropped as destinations.
+    pub drop_dst: Vec<PathBuf>,
+    /// Lists whose addresses are dropped as either.
+    pub drop_any: Vec<PathBuf>,
+    /// The shorthand lists match the innermost IP header of tunnelled packets.
+    pub inner: bool,
+    /// Look IPv4-mapped IPv6 addresses up as IPv4.
+    pub v4mapped: bool,
+    /// Skip malformed list lines (each one becomes a warning) instead of failing.
+    pub lenient: bool,
+    /// Build host tables without their front filters.
+    pub no_front_filter: bool,
+}
+
+/// A list in force and how many entries it had when last loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListEntries {
+    /// `set NAME` for a rule file's set, `drop-src`/`drop-dst`/`drop-any`
+    /// for a shorthand list.
+    pub kind: String,
+    pub path: String,
+    pub entries: u64,
+}
+
+/// The sum of the lists' entries.
+pub fn total_entries(lists: &[ListEntries]) -> u64 {
+    lists.iter().map(|l| l.entries).sum()
+}
+
+/// "kind path: n, ..." for log lines.
+pub fn describe(lists: &[ListEntries]) -> String {
+    lists.iter().map(|l| format!("{} {}: {}", l.kind, l.path, l.entries)).collect::<Vec<_>>().join(", ")
+}
+
+/// A built rule set and what went into it.
+pub struct Loaded {
+    pub rules: RuleSet,
+    pub lists: Vec<ListEntries>,
+    pub took: Duration,
+    /// When some list entries carry a timeout: what rebuilds the rules as
+    /// they expire.
+    pub expiry: Option<Expiring>,
+    /// What the caller should tell the user: lines skipped in lenient mode,
+    /// rules that let every packet through.
+    pub warnings: Vec<String>,
+}
+
+/// Why rules could not be loaded. Each variant's message names the file
+/// (and line, where there is one) and says what was wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Rules(#[from] RuleLoadError),
+    #[error(transparent)]
+    Set(#[from] SetLoadError),
+    #[error(transparent)]
+    List(#[from] ListError),
+    #[error(transparent)]
+    Compile(#[from] CompileError),
+    #[error("{path}: {error}")]
+    Open { path: String, error: std::io::Error },
+    #[error("{path}: mapping: {error}")]
+    Map { path: String, error: std::io::Error },
+    #[error("{path}: a compiled rule file, refused: {error}")]
+    Compiled { path: String, error: CompiledError },
+    #[error("{0} list entries carry a timeout; a compiled file cannot expire them: load those lists as text")]
+    ExpiringInCompiled(usize),
+}
+
+/// Where a parsed list's entries go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    /// The rule file's set of this index.
+    Set(usize),
+    Src,
+    Dst,
+    Any,
+}
+
+/// How the rules are built from their lists.
+enum Plan {
+    File(RuleFile),
+    Shorthand(Layer),
+}
+
+/// Lists whose entries expire (ipset `timeout`, nft `expires`), kept to
+/// rebuild the rules when they do: tables are never changed in place, so an
+/// expiry is a new rule set published like a reload.
+pub struct Expiring {
+    pub loaded_at: Instant,
+    plan: Plan,
+    lists: Vec<(Target, ParsedList)>,
+    opts: CompileOptions,
+}
+
+impl Expiring {
+    /// The rules with the entries still live `elapsed` seconds after loading.
+    pub fn build(&self, elapsed: u64) -> Result<RuleSet, CompileError> {
+        let live = |list: &ParsedList| {
+            if list.timeouts.is_empty() {
+                list.prefixes.clone()
+            } else {
+                list.live_after(elapsed)
+            }
+        };
+        match &self.plan {
+            Plan::File(f) => {
+                let mut sets: Vec<Vec<Prefix>> = vec![Vec::new(); f.sets.len()];
+                for (t, list) in &self.lists {
+                    if let Target::Set(i) = t {
+                        sets[*i].extend(live(list));
+                    }
+                }
+                RuleSet::compile(f, &sets, &self.opts)
+            }
+            Plan::Shorthand(layer) => {
+                let (mut src, mut dst, mut any) = (Vec::new(), Vec::new(), Vec::new());
+                for (t, list) in &self.lists {
+                    match t {
+                        Target::Src => src.extend(live(list)),
+                        Target::Dst => dst.extend(live(list)),
+                        Target::Any => any.extend(live(list)),
+                        Target::Set(_) => {}
+                    }
+                }
+                Ok(RuleSet::shorthand(&src, &dst, &any, *layer, &self.opts))
+            }
+        }
+    }
+
+    /// Seconds after loading of the first expiry after `elapsed`.
+    pub fn next_after(&self, elapsed: u64) -> Option<u64> {
+        self.lists.iter().filter_map(|(_, l)| l.next_expiry_after(elapsed)).min().map(u64::from)
+    }
+
+    /// Entries still live `elapsed` seconds after loading.
+    pub fn live_entries(&self, elapsed: u64) -> usize {
+        self.lists
+            .iter()
+            .map(|(_, l)| if l.timeouts.is_empty() { l.prefixes.len() } else { l.live_after(elapsed).len() })
+            .sum()
+    }
+
+    /// Entries that carry a timeout.
+    pub fn expiring_entries(&self) -> usize {
+        self.lists.iter().map(|(_, l)| l.timeouts.len()).sum()
+    }
+}
+
+impl RuleSpec {
+    /// Whether any rule source was given.
+    pub fn given(&self) -> bool {
+        self.rules.is_some() || !self.drop_src.is_empty() || !self.drop_dst.is_empty() || !self.drop_any.is_empty()
+    }
+
+    /// The files a reload should watch: the rule file and the lists it
+    /// names (as of now), or the shorthand lists.
+    pub fn files(&self) -> Vec<PathBuf> {
+        match &self.rules {
+            Some(path) => {
+                let mut v = vec![path.clone()];
+                if let Ok(f) = load_rules(path) {
+                    v.extend(f.sets.iter().filter_map(|s| match &s.source {
+                        SetSource::File(p) => Some(p.clone()),
+                        SetSource::Inline(_) => None,
+                    }));
+                }
+                v
+            }
+            None => self.drop_src.iter().chain(&self.drop_dst).chain(&self.drop_any).cloned().collect(),
+        }
+    }
+
+    fn options(&self, ifaces: &[String]) -> CompileOptions {
+        CompileOptions { v4mapped: self.v4mapped, ifaces: ifaces.to_vec(), no_front_filter: self.no_front_filter }
+    }
+
+    /// Parse every file and build the rule set; `ifaces` names the live
+    /// ports for `iface` matches (empty for files). A bad line or a missing
+    /// file is an error naming file:line, and nothing is built.
+    pub fn load(&self, ifaces: &[String]) -> Result<Loaded, LoadError> {
+        let started = Instant::now();
+        let opts = self.options(ifaces);
+        if let Some(path) = self.rules.as_deref().filter(|p| is_compiled_file(p)) {
+            let (rules, lists) = load_compiled(path, &opts)?;
+            return Ok(Loaded { rules, lists, took: started.elapsed(), expiry: None, warnings: Vec::new() });
+        }
+        let mut entries = Vec::new();
+        let mut lists: Vec<(Target, ParsedList)> = Vec::new();
+        let plan = match &self.rules {
+            Some(path) => {
+                let file = load_rules(path)?;
+                for (i, (def, list)) in file.sets.iter().zip(file.load_sets(self.lenient)?).enumerate() {
+                    let path = match &def.source {
+                        SetSource::File(p) => p.display().to_string(),
+                        SetSource::Inline(_) => "(inline)".into(),
+                    };
+                    entries.push(ListEntries {
+                        kind: format!("set {}", def.name),
+                        path,
+                        entries: list.prefixes.len() as u64,
+                    });
+                    lists.push((Target::Set(i), list));
+                }
+                Plan::File(file)
+            }
+            None => {
+                for (target, kind, paths) in [
+                    (Target::Src, "drop-src", &self.drop_src),
+                    (Target::Dst, "drop-dst", &self.drop_dst),
+                    (Target::Any, "drop-any", &self.drop_any),
+                ] {
+                    for path in paths {
+                        let list = load_list(path, self.lenient)?;
+                        entries.push(ListEntries {
+                            kind: kind.into(),
+                            path: path.display().to_string(),
+                            entries: list.prefixes.len() as u64,
+                        });
+                        lists.push((target, list));
+                    }
+                }
+                Plan::Shorthand(if self.inner { Layer::Inner } else { Layer::Outer })
+            }
+        };
+        let mut warnings: Vec<String> =
+            lists.iter().flat_map(|(_, l)| &l.skipped).map(|s: &LineError| format!("{s} (line skipped)")).collect();
+        let mut expiring = Expiring { loaded_at: started, plan, lists, opts };
+        let rules = expiring.build(0)?;
+        if !self.given() {
+            warnings.push("no rules given (--rules or --drop-*); every decodable packet passes".into());
+        } else if rules.is_empty() {
+            warnings.push("the rules are empty; every decodable packet passes".into());
+        }
+        // Keep the lists only when entries will expire.
+        let expiry = if expiring.next_after(0).is_some() {
+            expiring.lists.iter_mut().for_each(|(_, l)| l.skipped.clear());
+            Some(expiring)
+        } else {
+            None
+        };
+        Ok(Loaded { rules, lists: entries, took: started.elapsed(), expiry, warnings })
+    }
+
+    /// [`RuleSpec::load`] for `sluice compile`, which only builds tables:
+    /// entries that expire are refused (a compiled file would keep them).
+    pub fn load_for_compile(&self) -> Result<Loaded, LoadError> {
+        let loaded = self.load(&[])?;
+        if let Some(e) = &loaded.expiry {
+            return Err(LoadError::ExpiringInCompiled(e.expiring_entries()));
+        }
+        Ok(loaded)
+    }
+}
+
+fn load_compiled(path: &Path, opts: &CompileOptions) -> Result<(RuleSet, Vec<ListEntries>), LoadError> {
+    let name = path.display().to_string();
+    let file = std::fs::File::open(path).map_err(|error| LoadError::Open { path: name.clone(), error })?;
+    let bytes = sluice_classify::mem::map_file(&file).map_err(|error| LoadError::Map { path: name.clone(), error })?;
+    let rules = compiled::load(&bytes, opts).map_err(|error| LoadError::Compiled { path: name.clone(), error })?;
+    let lists = rules
+        .named_set_info()
+        .iter()
+        .map(|s| ListEntries { kind: format!("set {}", s.name), path: name.clone(), entries: s.entries as u64 })
+        .collect();
+    Ok((rules, lists))
+}
+
+/// Whether `path` starts like a file `sluice compile` wrote.
+fn is_compiled_file(path: &Path) -> bool {
+    let mut head = [0u8; 16];
+    let n = std::fs::File::open(path).and_then(|mut f| f.read(&mut head)).unwrap_or(0);
+    compiled::is_compiled(&head[..n])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_engine::Verdict;
+    use sluice_wire::{IpSummary, PacketSummary};
+
+    fn drops(rules: &RuleSet, src: &str, dst: &str) -> bool {
+        let ip = IpSummary { src: src.parse().unwrap(), dst: dst.parse().unwrap(), ..IpSummary::UNSPECIFIED };
+        let p = PacketSummary { ip: Some(ip), ..PacketSummary::EMPTY };
+        rules.evaluate_reference(&p, 60, 0, |_| {}).verdict == Verdict::Drop
+    }
+
+    #[test]
+    fn entries_with_a_timeout_stop_matching_when_it_passes() {
+        let dir = tempfile::tempdir().unwrap();
+        let list = dir.path().join("flood.ipset");
+        std::fs::write(&list, "create flood hash:ip timeout 300\nadd flood 10.0.0.1 timeout 5\nadd flood 10.0.0.2\nadd flood 10.0.0.3 timeout 9\n").unwrap();
+        let spec = RuleSpec { drop_src: vec![list], ..RuleSpec::default() };
+        let loaded = spec.load(&[]).unwrap();
+        let d = |r: &RuleSet, a: &str| drops(r, a, "192.0.2.1");
+        assert!(d(&loaded.rules, "10.0.0.1") && d(&loaded.rules, "10.0.0.2") && d(&loaded.rules, "10.0.0.3"));
+        let e = loaded.expiry.expect("entries expire");
+        assert_eq!(e.next_after(0), Some(5));
+        let later = e.build(5).unwrap();
+        assert!(!d(&later, "10.0.0.1") && d(&later, "10.0.0.2") && d(&later, "10.0.0.3"));
+        assert_eq!(e.next_after(5), Some(9));
+        let last = e.build(9).unwrap();
+        assert!(!d(&last, "10.0.0.3") && d(&last, "10.0.0.2"));
+        assert_eq!(e.next_after(9), None);
+        assert_eq!(e.live_entries(9), 1);
+        assert_eq!(e.expiring_entries(), 2);
+        // A compiled file cannot expire entries: refused.
+        assert!(matches!(spec.load_for_compile(), Err(LoadError::ExpiringInCompiled(2))));
+    }
+
+    #[test]
+    fn each_shorthand_list_keeps_its_side_through_a_rebuild() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        let src = write("src.ipset", "add s 10.0.0.1 timeout 5\nadd s 10.0.0.9\n");
+        let dst = write("dst.txt", "10.0.0.2\n");
+        let any = write("any.txt", "10.0.0.3\n");
+        let spec =
+            RuleSpec { drop_src: vec![src], drop_dst: vec![dst], drop_any: vec![any.clone()], ..RuleSpec::default() };
+        let loaded = spec.load(&[]).unwrap();
+        assert_eq!(
+            loaded.lists.iter().map(|l| l.kind.as_str()).collect::<Vec<_>>(),
+            ["drop-src", "drop-dst", "drop-any"]
+        );
+        assert_eq!(total_entries(&loaded.lists), 4);
+        let e = loaded.expiry.expect("one entry expires");
+        for rules in [&loaded.rules, &e.build(6).unwrap()] {
+            // Source list: only as a source; destination list: only as a destination.
+            assert!(drops(rules, "10.0.0.9", "192.0.2.1") && !drops(rules, "192.0.2.1", "10.0.0.9"));
+            assert!(drops(rules, "192.0.2.1", "10.0.0.2") && !drops(rules, "10.0.0.2", "192.0.2.1"));
+            assert!(drops(rules, "10.0.0.3", "192.0.2.1") && drops(rules, "192.0.2.1", "10.0.0.3"));
+        }
+        assert!(drops(&loaded.rules, "10.0.0.1", "192.0.2.1"));
+        assert!(!drops(&e.build(6).unwrap(), "10.0.0.1", "192.0.2.1"));
+        assert_eq!(spec.files(), [dir.path().join("src.ipset"), dir.path().join("dst.txt"), any]);
+    }
+
+    #[test]
+    fn a_bad_line_names_file_and_line_and_lenient_turns_it_into_a_warning() {
+        let dir = tempfile::tempdir().unwrap();
+        let list = dir.path().join("bad.txt");
+        std::fs::write(&list, "10.0.0.1\nnot-an-address\n").unwrap();
+        let spec = RuleSpec { drop_any: vec![list.clone()], ..RuleSpec::default() };
+        let err = spec.load(&[]).err().expect("a bad line fails the load").to_string();
+        assert!(err.contains(&format!("{}:2:", list.display())), "{err}");
+        let lenient = RuleSpec { lenient: true, ..spec };
+        let loaded = lenient.load(&[]).unwrap();
+        assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+        assert!(loaded.warnings[0].ends_with("(line skipped)"));
+        assert_eq!(total_entries(&loaded.lists), 1);
+    }
+
+    #[test]
+    fn no_rules_is_a_warning_not_an_error() {
+        let loaded = RuleSpec::default().load(&[]).unwrap();
+        assert!(loaded.rules.is_empty());
+        assert_eq!(loaded.warnings, ["no rules given (--rules or --drop-*); every decodable packet passes"]);
+    }
+}
