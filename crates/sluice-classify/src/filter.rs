@@ -18,7 +18,7 @@
 //! [`crate::simd::filter_select`]); the
 //! scalar [`BlockFilter::may_contain`] is the reference it is tested
 //! against. With 10 bits per key the false-positive rate is about 1.3%
-//! (measured: `sluice bench classify` reports it per table).
+//! (measured: `sluice-bench classify` reports it per table).
 //!
 //! An earlier version used 64-byte blocks of 8 `u64` words: about 1.0%
 //! false positives, but without AVX-512 its test compiled to ~60 scalar

@@ -8,7 +8,7 @@ use std::fmt;
 use std::net::IpAddr;
 
 /// Packets per batch when the caller does not choose. Measured with
-/// `sluice bench classify --structure sluice --batch 16,32,64 --filter both`
+/// `sluice-bench classify --structure sluice --batch 16,32,64 --filter both`
 /// at 6M and 250k hosts (issue 12): with the front filter, 32 packets (64
 /// lookups) gave 51-52 and 74-75 Mpps against 34-45 and 65 at 16: the
 /// filter test of a batch starts only after all its keys were hashed and

@@ -11,16 +11,15 @@
 //! a worker.
 
 use crate::cmd_filter::{self, VerdictArg};
-use crate::live_metrics::{self, Counted, LiveObserver, Shared};
 use crate::Outcome;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use sluice_control::{describe, spawn_signals, total_entries, Controller, Event};
 use sluice_live::pipeline::{open_packet, open_xsk, BridgeCounters, XskBridgeConfig};
 use sluice_live::{LiveError, PacketConfig, XdpMode};
+use sluice_metrics::bridge::{self as metrics, BridgeMetrics, Counted, LiveObserver};
 use sluice_pipeline::{Finished, Judge, JudgeConfig, Reassembly, RunConfig, RunError, Sink, Source};
 use std::io::IsTerminal;
-use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::channel;
 use std::sync::Arc;
@@ -88,20 +87,6 @@ pub enum XdpModeArg {
     Auto,
     Skb,
     Drv,
-}
-
-/// Where metrics may be served: loopback, unless remote access was asked for.
-pub(crate) fn metrics_addr(s: &str, allow_remote: bool) -> Result<SocketAddr> {
-    let addr: SocketAddr = s
-        .parse()
-        .with_context(|| format!("--metrics {s:?}: expected ADDRESS:PORT, e.g. 127.0.0.1:9100 or [::1]:9100"))?;
-    if !addr.ip().is_loopback() && !allow_remote {
-        bail!(
-            "--metrics {addr}: not a loopback address; metrics would be reachable from the network. \
-             Use 127.0.0.1 or [::1], or add --metrics-allow-remote if that is intended"
-        );
-    }
-    Ok(addr)
 }
 
 /// The two halves of an opened bridge.
@@ -193,7 +178,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
             bail!("--duration must be a positive number of seconds");
         }
     }
-    let metrics = a.metrics.as_deref().map(|m| metrics_addr(m, a.metrics_allow_remote)).transpose()?;
+    let metrics = a.metrics.as_deref().map(|m| sluice_metrics::check_addr(m, a.metrics_allow_remote)).transpose()?;
     let port_names = vec![if_a.clone(), if_b.clone()];
     let loaded = a.rules.load(&port_names).context(if a.rules.rules.is_some() {
         "loading the rules"
@@ -207,8 +192,11 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
 
     let stop = Arc::new(AtomicBool::new(false));
     let counters = Arc::new(BridgeCounters::default());
-    let shared =
-        Arc::new(Shared::new([if_a.clone(), if_b.clone()], Arc::clone(&counters), Arc::clone(controller.state())));
+    let shared = Arc::new(BridgeMetrics::new(
+        [if_a.clone(), if_b.clone()],
+        Arc::clone(&counters),
+        Arc::clone(controller.state()),
+    ));
 
     // Signals first: a SIGINT while the ports open still ends the run cleanly.
     let (ctl_tx, ctl_rx) = channel();
@@ -219,14 +207,9 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     *shared.io.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = io_desc.clone();
 
     if let Some(addr) = metrics {
-        let listener = TcpListener::bind(addr).with_context(|| format!("--metrics: cannot listen on {addr}"))?;
-        let bound = listener.local_addr().context("--metrics: local address")?;
+        let bound = sluice_metrics::spawn(addr, shared.registry(), "sluice bridge")
+            .with_context(|| format!("--metrics: cannot serve on {addr}"))?;
         eprintln!("sluice: metrics at http://{bound}/metrics");
-        let shared = Arc::clone(&shared);
-        std::thread::Builder::new()
-            .name("sluice-metrics".into())
-            .spawn(move || live_metrics::serve(listener, shared))
-            .context("starting the metrics thread")?;
     }
 
     let status = a.status || std::io::stderr().is_terminal();
@@ -308,7 +291,7 @@ fn go<S, K>(
     sink: K,
     stage: &mut Reassembly,
     judge: Box<dyn Judge>,
-    shared: &Arc<Shared>,
+    shared: &Arc<BridgeMetrics>,
     observer: &mut LiveObserver,
     cfg: &RunConfig,
 ) -> std::result::Result<Finished<S::Error>, RunError<K::Error>>
@@ -321,7 +304,7 @@ where
     sluice_pipeline::run(source, stage, judge, &mut sink, observer, cfg)
 }
 
-fn summary_json(report: &sluice_pipeline::RunReport, shared: &Shared, io: &str) -> serde_json::Value {
+fn summary_json(report: &sluice_pipeline::RunReport, shared: &BridgeMetrics, io: &str) -> serde_json::Value {
     let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     let mut v = serde_json::to_value(report.to_json()).expect("the report serialises");
     v["io"] = io.into();
@@ -338,11 +321,11 @@ fn summary_json(report: &sluice_pipeline::RunReport, shared: &Shared, io: &str) 
         c.lists().iter().map(|e| serde_json::json!({ "list": e.kind, "path": e.path, "entries": e.entries })).collect();
     v["frames_reclaimed"] = l(&shared.ports.frames_reclaimed).into();
     v["live_undecodable_by_reason"] =
-        serde_json::to_value(live_metrics::undecodable_by_reason(shared)).unwrap_or(serde_json::Value::Null);
+        serde_json::to_value(metrics::undecodable_by_reason(shared)).unwrap_or(serde_json::Value::Null);
     v
 }
 
-fn print_summary(report: &sluice_pipeline::RunReport, shared: &Shared, io: &str) {
+fn print_summary(report: &sluice_pipeline::RunReport, shared: &BridgeMetrics, io: &str) {
     print!("{}", cmd_filter::summary_text(report));
     println!("io           {io}");
     for p in shared.per_port_json().as_array().into_iter().flatten() {

@@ -2,18 +2,13 @@
 //! responder, the wait for `--duration` or a signal, and the summary. The
 //! proxy, the limits and the block file are `sluice-guard`'s.
 
-use crate::live_metrics;
 use crate::Outcome;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::DescriptorEncoder;
-use prometheus_client::registry::Registry;
-use sluice_guard::{BlockAction, Config, Guard, Limit, Limits, RespCodeBlock, Shared};
+use sluice_guard::{BlockAction, Config, Guard, Limits, RespCodeBlock};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,59 +105,6 @@ pub struct GuardArgs {
     pub json: bool,
 }
 
-/// The guard's counters as Prometheus metrics.
-struct Exporter(Arc<Shared>);
-
-impl std::fmt::Debug for Exporter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("GuardExporter")
-    }
-}
-
-impl Collector for Exporter {
-    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let r = self.0.report();
-        let c = |enc: &mut DescriptorEncoder, name: &str, help: &str, v: u64| {
-            live_metrics::counter(enc, name, help, &[(vec![], v)])
-        };
-        c(&mut enc, "sluice_guard_requests", "Request heads received.", r.requests)?;
-        c(&mut enc, "sluice_guard_forwarded", "Requests forwarded upstream.", r.forwarded)?;
-        let breaches: Vec<_> =
-            Limit::ALL.iter().map(|l| (vec![("limit", l.name().to_owned())], r.breaches[l.name()])).collect();
-        live_metrics::counter(&mut enc, "sluice_guard_breaches", "Limit breaches, by limit.", &breaches)?;
-        c(&mut enc, "sluice_guard_blocks", "Client IPs blocked.", r.blocked_total)?;
-        live_metrics::gauge(
-            &mut enc,
-            "sluice_guard_blocks_active",
-            "Client IPs blocked now.",
-            &[(vec![], r.blocked_active as i64)],
-        )?;
-        c(
-            &mut enc,
-            "sluice_guard_refused_at_accept",
-            "Connections closed at accept (blocked, or no room to track).",
-            r.refused_at_accept,
-        )?;
-        live_metrics::gauge(
-            &mut enc,
-            "sluice_guard_clients_tracked",
-            "Client IPs with state.",
-            &[(vec![], r.clients_tracked as i64)],
-        )?;
-        c(&mut enc, "sluice_guard_clients_evicted", "Idle client states evicted for room.", r.clients_evicted)?;
-        c(
-            &mut enc,
-            "sluice_guard_upstream_errors",
-            "Upstream connects, writes or responses that failed.",
-            r.upstream_errors,
-        )?;
-        c(&mut enc, "sluice_guard_connections", "Client connections accepted.", r.connections)?;
-        c(&mut enc, "sluice_guard_bytes_in", "Bytes read from clients.", r.bytes_in)?;
-        c(&mut enc, "sluice_guard_bytes_out", "Bytes written to clients.", r.bytes_out)?;
-        Ok(())
-    }
-}
-
 pub fn run(a: GuardArgs) -> Result<Outcome> {
     let limits = Limits {
         request_rate: a.request_rate,
@@ -181,7 +123,7 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
         http_resp_code_block: a.http_resp_code_block,
     };
     // Loopback only: the counters say who is blocked.
-    let metrics = a.metrics.as_deref().map(|m| crate::cmd_bridge::metrics_addr(m, false)).transpose()?;
+    let metrics = a.metrics.as_deref().map(|m| sluice_metrics::check_addr(m, false)).transpose()?;
     let guard = Guard::bind(Config {
         listen: a.listen,
         upstream: a.upstream,
@@ -205,15 +147,10 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
         signal_hook::flag::register(sig, stop.clone()).context("installing the signal handlers")?;
     }
     if let Some(m) = metrics {
-        let listener = std::net::TcpListener::bind(m).with_context(|| format!("--metrics: cannot listen on {m}"))?;
-        let bound = listener.local_addr().context("--metrics: local address")?;
+        let registry = sluice_metrics::guard::registry(running.shared());
+        let bound = sluice_metrics::spawn(m, registry, "sluice http-guard")
+            .with_context(|| format!("--metrics: cannot serve on {m}"))?;
         eprintln!("sluice: metrics at http://{bound}/metrics");
-        let mut registry = Registry::default();
-        registry.register_collector(Box::new(Exporter(running.shared())));
-        std::thread::Builder::new()
-            .name("sluice-metrics".into())
-            .spawn(move || live_metrics::serve_registry(listener, &registry, "sluice http-guard"))
-            .context("starting the metrics thread")?;
     }
     // After the threads run, so a client that reads this line can connect at once.
     eprintln!("sluice: guarding on {addr}");

@@ -3,7 +3,6 @@
 //! the summary) are opened here and nowhere else.
 #![deny(unsafe_code)]
 
-mod cmd_bench;
 mod cmd_bridge;
 mod cmd_compile;
 mod cmd_decode;
@@ -16,7 +15,6 @@ mod cmd_http;
 mod cmd_rss;
 mod cmd_send;
 mod cmd_udp;
-mod live_metrics;
 mod progress;
 mod rule_source;
 
@@ -89,9 +87,6 @@ enum Command {
     HttpParse(cmd_h1::ParseArgs),
     /// Reverse proxy enforcing Tempesta frang-style limits per client IP; breaches can block the IP (ipset file).
     HttpGuard(cmd_guard::GuardArgs),
-    /// Reproducible experiments: the seed's classification test bed.
-    #[command(subcommand)]
-    Bench(cmd_bench::BenchCommand),
 }
 
 /// Prints the libraries' log lines on stderr as sluice's own messages.
@@ -126,7 +121,6 @@ fn main() -> ExitCode {
         Command::Compile(a) => cmd_compile::compile(a),
         Command::Inspect(a) => cmd_compile::inspect(a),
         Command::Demo(a) => cmd_demo::run(a),
-        Command::Bench(b) => cmd_bench::run(b),
         Command::Rss(a) => cmd_rss::run(a),
         Command::Bridge(a) => cmd_bridge::run(a),
         Command::Send(a) => cmd_send::run(a),

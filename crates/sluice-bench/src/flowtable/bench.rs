@@ -1,4 +1,4 @@
-//! `sluice bench flowtable`: cost per packet of a flow table with an idle
+//! `sluice-bench flowtable`: cost per packet of a flow table with an idle
 //! timeout as the number of flows grows, expiring by the ordered list
 //! (ours), by a walk over every slot per tick (the PMC post's fix), and by
 //! the post's O(n^2) walk.

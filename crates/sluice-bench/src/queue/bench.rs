@@ -1,4 +1,4 @@
-//! `sluice bench queue`: the seed's queue benchmark (producers push a fixed
+//! `sluice-bench queue`: the seed's queue benchmark (producers push a fixed
 //! number of items, consumers pop them, wall time of the whole run) over
 //! [`NatsysQueue`](super::NatsysQueue) and its peers, every delivery checked.
 

@@ -1,9 +1,9 @@
-//! Smoke tests of `sluice bench aliasing`, `memalign` and `pool` with their
+//! Smoke tests of `sluice-bench aliasing`, `memalign` and `pool` with their
 //! smallest settings: the JSON shape (every row has `seed` and `ours`), the
 //! SVG, and `--pmc` working with or without hardware counters.
 
 mod common;
-use common::{ok, p, sluice};
+use common::{bench, ok, p};
 use serde_json::Value;
 
 fn rows(out: &str, experiment: &str) -> Vec<Value> {
@@ -29,7 +29,6 @@ fn bench_aliasing_json_and_svg() {
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("a.svg");
     let out = ok(&[
-        "bench",
         "aliasing",
         "--pad",
         "0,64,127",
@@ -58,8 +57,7 @@ fn bench_aliasing_json_and_svg() {
 
 #[test]
 fn bench_memalign_json_with_pmc() {
-    let out = sluice(&[
-        "bench",
+    let out = bench(&[
         "memalign",
         "--n",
         "200",
@@ -90,7 +88,7 @@ fn bench_memalign_json_with_pmc() {
 
 #[test]
 fn bench_pool_json() {
-    let out = ok(&["bench", "pool", "--n", "1000", "--reps", "1", "--format", "json"]);
+    let out = ok(&["pool", "--n", "1000", "--reps", "1", "--format", "json"]);
     let rows = rows(&out, "pool");
     // 6 workloads x 4 allocators, less bumpalo's two -free rows.
     assert_eq!(rows.len(), 22);
@@ -102,7 +100,6 @@ fn bench_pool_json() {
 #[test]
 fn bench_classify_and_rss_take_pmc() {
     let out = ok(&[
-        "bench",
         "classify",
         "--structure",
         "sluice",
@@ -122,7 +119,7 @@ fn bench_classify_and_rss_take_pmc() {
     let row: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
     assert!(row.as_object().unwrap().contains_key("pmc"), "{row}");
     assert!(row["pmc_sw"]["task_clock_ns"].as_u64().is_some() || row["pmc_sw"].is_null(), "{row}");
-    let out = ok(&["bench", "rss", "--hashes", "1000", "--reps", "1", "--json", "--pmc"]);
+    let out = ok(&["rss", "--hashes", "1000", "--reps", "1", "--json", "--pmc"]);
     let row: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
     assert!(row.as_object().unwrap().contains_key("pmc"), "{row}");
 }

@@ -1,4 +1,4 @@
-//! `sluice bench http` at its smallest: the JSON lines users and checks
+//! `sluice-bench http` at its smallest: the JSON lines users and checks
 //! read (`parser`, `input`, `mreq_per_s`, the ratio lines), every parser on
 //! every input, and `--pmc` that reports counters or says why not.
 
@@ -6,14 +6,14 @@ mod common;
 use serde_json::Value;
 
 fn lines(args: &[&str]) -> Vec<Value> {
-    let out = common::sluice(args);
+    let out = common::bench(args);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
 #[test]
 fn every_parser_on_every_input_as_json_lines() {
-    let v = lines(&["bench", "http", "--reps", "1", "--ms", "5", "--json"]);
+    let v = lines(&["http", "--reps", "1", "--ms", "5", "--json"]);
     let rows: Vec<&Value> = v.iter().filter(|r| r.get("parser").is_some()).collect();
     let parsers =
         ["sluice", "sluice-avx2", "sluice-sse42", "sluice-portable", "sluice-reference", "httparse", "picohttpparser"];
@@ -34,7 +34,7 @@ fn every_parser_on_every_input_as_json_lines() {
 
 #[test]
 fn pmc_reports_counters_or_why_not() {
-    let out = common::sluice(&["bench", "http", "--reps", "1", "--ms", "5", "--input", "req-703", "--json", "--pmc"]);
+    let out = common::bench(&["http", "--reps", "1", "--ms", "5", "--input", "req-703", "--json", "--pmc"]);
     assert!(out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     for l in String::from_utf8(out.stdout).unwrap().lines() {
@@ -51,7 +51,7 @@ fn pmc_reports_counters_or_why_not() {
 
 #[test]
 fn an_unknown_input_is_refused_by_name() {
-    let out = common::sluice(&["bench", "http", "--input", "nope"]);
+    let out = common::bench(&["http", "--input", "nope"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--input nope: no such input"));
 }

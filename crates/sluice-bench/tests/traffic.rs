@@ -1,4 +1,4 @@
-//! `sluice bench guard` and `sluice bench http-load` at one short
+//! `sluice-bench guard` and `sluice-bench http-load` at one short
 //! repetition: the JSON keys the README names, and `--pmc` counting each
 //! side (the load tool, and the guard on the guarded side).
 
@@ -6,14 +6,14 @@ mod common;
 use serde_json::Value;
 
 fn stdout(args: &[&str]) -> String {
-    let out = common::sluice(args);
+    let out = common::bench(args);
     assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
 }
 
 #[test]
 fn bench_guard_reports_both_paths_and_their_counters() {
-    let out = stdout(&["bench", "guard", "--duration", "1", "--reps", "1", "--connections", "8", "--pmc"]);
+    let out = stdout(&["guard", "--duration", "1", "--reps", "1", "--connections", "8", "--pmc"]);
     let lines: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let rep = &lines[0];
     assert!(rep["direct_rps"].as_f64().unwrap() > 0.0 && rep["guarded_rps"].as_f64().unwrap() > 0.0, "{rep}");
@@ -27,8 +27,7 @@ fn bench_guard_reports_both_paths_and_their_counters() {
 
 #[test]
 fn bench_http_load_reports_each_tool_and_its_counters() {
-    let out =
-        stdout(&["bench", "http-load", "--duration", "1", "--reps", "1", "--connections", "8", "--json", "--pmc"]);
+    let out = stdout(&["http-load", "--duration", "1", "--reps", "1", "--connections", "8", "--json", "--pmc"]);
     let v: Value = serde_json::from_str(out.trim()).unwrap();
     assert!(v["best_rps"]["http_load"].as_f64().unwrap() > 0.0, "{v}");
     assert!(v["best_rps"]["http_load_pipelined"].as_f64().unwrap() > 0.0, "{v}");

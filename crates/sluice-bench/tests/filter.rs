@@ -1,4 +1,4 @@
-//! `sluice bench filter --json --pmc`: the shape of its report on a small
+//! `sluice-bench filter --json --pmc`: the shape of its report on a small
 //! generated capture. No timing is asserted; only that every ratio is a positive finite
 //! number and that the sanity check (packets counted = records) holds.
 
@@ -10,7 +10,7 @@ use serde_json::Value;
 fn bench_filter_json_shape() {
     let dir = tempfile::tempdir().unwrap();
     let tcpdump = have_tool("tcpdump");
-    let out = ok(&["bench", "filter", "--packets", "20000", "--reps", "1", "--json", "--pmc", "--dir", p(dir.path())]);
+    let out = ok(&["filter", "--packets", "20000", "--reps", "1", "--json", "--pmc", "--dir", p(dir.path())]);
     let v: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("not one JSON object ({e}): {out}"));
 
     assert_eq!(v["packets"], 20000);

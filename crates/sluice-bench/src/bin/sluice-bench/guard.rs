@@ -1,4 +1,4 @@
-//! `sluice bench guard`: `sluice http-load` straight to `sluice http-serve`
+//! `sluice-bench guard`: `sluice http-load` straight to `sluice http-serve`
 //! against the same load through `sluice http-guard` (limits set, none
 //! reached), repetitions alternating, one JSON line per repetition and one
 //! with the medians. The target (guarded >= 0.7 x direct) is reported, not
@@ -78,11 +78,11 @@ fn median(v: &[f64]) -> f64 {
     }
 }
 
-pub fn run(a: GuardBenchArgs) -> Result<crate::Outcome> {
+pub fn run(a: GuardBenchArgs) -> Result<()> {
     if a.reps == 0 || a.duration == 0 {
         bail!("--reps and --duration must be at least 1");
     }
-    let exe = std::env::current_exe().context("finding the sluice binary")?;
+    let exe = crate::sluice_exe()?;
     let total = (a.duration as usize * a.reps * 2 + 30).to_string();
     let threads = a.threads.to_string();
     let (_server, upstream) = spawn_announced(
@@ -211,5 +211,5 @@ pub fn run(a: GuardBenchArgs) -> Result<crate::Outcome> {
             "target": a.rate.is_none().then(|| serde_json::json!({ "min_ratio": 0.7, "met": mr >= 0.7 })),
         })
     );
-    Ok(crate::Outcome::Complete)
+    Ok(())
 }

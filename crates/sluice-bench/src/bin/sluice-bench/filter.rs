@@ -1,4 +1,4 @@
-//! `sluice bench filter`: the file path of `sluice filter` against the
+//! `sluice-bench filter`: the file path of `sluice filter` against the
 //! machine's own limits (`dd` reading the capture, `cp` copying it) and a peer
 //! (`tcpdump` reading, filtering and writing it), timed as subprocesses in one
 //! run, repetitions interleaved, reported as ratios.
@@ -10,8 +10,6 @@
 //! comparison needs is that tcpdump reads, runs a filter on and writes
 //! (nearly) the whole capture, as `sluice filter --pass --drop` does.
 
-use crate::cmd_gen::write_capture;
-use crate::Outcome;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::{json, Value};
@@ -222,9 +220,9 @@ fn ratio(num: Option<Summary>, den: Option<Summary>) -> Option<f64> {
     }
 }
 
-pub fn run(a: FilterBenchArgs) -> Result<Outcome> {
+pub fn run(a: FilterBenchArgs) -> Result<()> {
     let reps = a.reps.max(1);
-    let exe = std::env::current_exe().context("finding the sluice executable")?;
+    let exe = crate::sluice_exe()?;
     let mut builder = tempfile::Builder::new();
     builder.prefix("sluice-bench-filter-");
     let tmp = match &a.dir {
@@ -257,7 +255,8 @@ pub fn run(a: FilterBenchArgs) -> Result<Outcome> {
             let p = dir.join("bench.pcap");
             note(format!("generating {} IMIX packets into {}", a.packets, p.display()));
             let started = Instant::now();
-            let stats = write_capture(sluice_gen::demo_config(a.packets, a.seed, list.clone()), &p, false, !a.json)?;
+            let stats =
+                sluice_gen::write_capture(sluice_gen::demo_config(a.packets, a.seed, list.clone()), &p, false, |_| {})?;
             note(format!("generated in {:.2} s", started.elapsed().as_secs_f64()));
             expected_dropped = Some(stats.listed);
             p
@@ -428,7 +427,7 @@ pub fn run(a: FilterBenchArgs) -> Result<Outcome> {
         println!("{v}");
     } else {
         println!(
-            "sluice bench filter: {} ({}), {records} packets, {:.1} MB; list {} ({} entries); {reps} reps after {} warm-up, interleaved",
+            "sluice-bench filter: {} ({}), {records} packets, {:.1} MB; list {} ({} entries); {reps} reps after {} warm-up, interleaved",
             input.display(),
             if a.input.is_none() { "generated" } else { "given" },
             file_bytes as f64 / 1e6,
@@ -498,5 +497,5 @@ pub fn run(a: FilterBenchArgs) -> Result<Outcome> {
     if !sane {
         bail!("sanity check failed: sluice filter counted {filter_packets} packets and dropped {dropped}, the capture holds {records} records{}", expected_dropped.map_or(String::new(), |e| format!(" and {e} listed sources")));
     }
-    Ok(Outcome::Complete)
+    Ok(())
 }

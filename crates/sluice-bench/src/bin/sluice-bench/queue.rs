@@ -1,7 +1,6 @@
-//! `sluice bench queue` and `sluice bench flowtable`: flags and printing;
+//! `sluice-bench queue` and `sluice-bench flowtable`: flags and printing;
 //! the work is in `sluice_bench::queue::bench` and `sluice_bench::flowtable::bench`.
 
-use crate::Outcome;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use sluice_bench::flowtable::bench as ft;
@@ -54,7 +53,7 @@ fn parse_threads(s: &str) -> Option<(usize, usize)> {
     (p >= 1 && c >= 1 && p <= 64 && c <= 64).then_some((p, c))
 }
 
-pub fn run_queue(a: QueueBenchArgs) -> Result<Outcome> {
+pub fn run_queue(a: QueueBenchArgs) -> Result<()> {
     let mut threads = Vec::new();
     for t in &a.threads {
         let Some(pc) = parse_threads(t) else { bail!("--threads {t:?}: want PxC, e.g. 2x2 (1-64 each)") };
@@ -78,7 +77,7 @@ pub fn run_queue(a: QueueBenchArgs) -> Result<Outcome> {
     if !json {
         writeln!(
             out,
-            "sluice bench queue: {} items per run, {} slots, {} reps, queues alternating; {} CPUs here",
+            "sluice-bench queue: {} items per run, {} slots, {} reps, queues alternating; {} CPUs here",
             st.items, st.capacity, st.reps, cpus
         )?;
         for &(p, c) in &st.threads {
@@ -145,13 +144,13 @@ pub fn run_queue(a: QueueBenchArgs) -> Result<Outcome> {
     }
     if let Some(path) = &a.svg {
         let title =
-            format!("sluice bench queue ({} items, {} slots, {} reps, {cpus} CPUs)", st.items, st.capacity, st.reps);
+            format!("sluice-bench queue ({} items, {} slots, {} reps, {cpus} CPUs)", st.items, st.capacity, st.reps);
         std::fs::write(path, qb::svg(&rows, &st, &title)).with_context(|| format!("writing {}", path.display()))?;
     }
     if !all_ok {
         bail!("a queue lost, duplicated or reordered items");
     }
-    Ok(Outcome::Complete)
+    Ok(())
 }
 
 /// The seed's claim, NatSys faster than Boost and than the locked queue,
@@ -234,7 +233,7 @@ pub struct FlowtableBenchArgs {
     pub pmc: bool,
 }
 
-pub fn run_flowtable(a: FlowtableBenchArgs) -> Result<Outcome> {
+pub fn run_flowtable(a: FlowtableBenchArgs) -> Result<()> {
     let mut st = match a.preset {
         FlowPreset::Quick => ft::Settings::quick(),
         FlowPreset::Full => ft::Settings::full(),
@@ -254,7 +253,7 @@ pub fn run_flowtable(a: FlowtableBenchArgs) -> Result<Outcome> {
     if !json {
         writeln!(
             out,
-            "sluice bench flowtable: flows {:?}, {} reps (expiries alternating), a tick every {} packets, idle timeout 4 x flows packets, capacity 2 x flows",
+            "sluice-bench flowtable: flows {:?}, {} reps (expiries alternating), a tick every {} packets, idle timeout 4 x flows packets, capacity 2 x flows",
             st.sizes, st.reps, st.per_tick
         )?;
         writeln!(
@@ -302,8 +301,8 @@ pub fn run_flowtable(a: FlowtableBenchArgs) -> Result<Outcome> {
         writeln!(out, "done in {:.1} s", started.elapsed().as_secs_f64())?;
     }
     if let Some(path) = &a.svg {
-        let title = format!("sluice bench flowtable: expiry cost per packet ({} reps)", st.reps);
+        let title = format!("sluice-bench flowtable: expiry cost per packet ({} reps)", st.reps);
         std::fs::write(path, ft::svg(&rows, &title)).with_context(|| format!("writing {}", path.display()))?;
     }
-    Ok(Outcome::Complete)
+    Ok(())
 }

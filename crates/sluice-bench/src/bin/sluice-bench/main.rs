@@ -1,27 +1,26 @@
-use crate::Outcome;
+//! `sluice-bench`: the test bed's experiments (the seed posts' tables, and
+//! sluice against hashbrown, DPDK-style tables, httparse, picohttpparser,
+//! crossbeam, mimalloc, dd, tcpdump, wrk...), each printing JSON. A binary of
+//! its own so that the product binary, `sluice`, links none of the peers.
+#![deny(unsafe_code)]
+
 use anyhow::{bail, Context, Result};
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use sluice_bench::pmc::{self, Pmc};
 use sluice_bench::report::{self, SEED_BUCKETS, SEED_ENTRIES};
 use sluice_bench::{probe, Bench, Measured, Prefetch, Scenario, Settings, Structure, SyncMode, Tables};
 use std::io::Write;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Instant;
 
-#[path = "bench_filter.rs"]
-mod bench_filter;
-#[path = "bench_guard.rs"]
-mod bench_guard;
-#[path = "bench_http.rs"]
-mod bench_http;
-#[path = "bench_http_load.rs"]
-mod bench_http_load;
-#[path = "bench_mem.rs"]
-mod bench_mem;
-#[path = "bench_queue.rs"]
-mod bench_queue;
-#[path = "bench_rules.rs"]
-mod bench_rules;
+mod filter;
+mod guard;
+mod http;
+mod http_load;
+mod mem;
+mod queue;
+mod rules;
 
 /// The cache-resident probe's buffer: 8 MiB fits the last-level cache of
 /// any server CPU of the last decade (L2 on none), so its random line reads
@@ -37,27 +36,27 @@ pub enum BenchCommand {
     /// Toeplitz hashing: the per-byte table against the bit-by-bit reference.
     Rss(RssBenchArgs),
     /// The file path of `sluice filter` against dd, cp and tcpdump, as ratios.
-    Filter(bench_filter::FilterBenchArgs),
+    Filter(filter::FilterBenchArgs),
     /// A rule file of N rules (ports, protocols, flags, VLANs...) against address-only rules, as a ratio.
-    Rules(bench_rules::RulesBenchArgs),
+    Rules(rules::RulesBenchArgs),
     /// Loading a 6M-entry list from text against the file `sluice compile` makes of it.
-    Load(bench_rules::LoadBenchArgs),
+    Load(rules::LoadBenchArgs),
     /// sluice http-load against wrk on the same sluice http-serve, alternating, as ratios.
     /// HTTP/1.1 request parsers: sluice-h1 against httparse and picohttpparser, and the seed's goto-vs-switch case.
-    Http(bench_http::HttpParseBenchArgs),
-    HttpLoad(bench_http_load::HttpBenchArgs),
+    Http(http::HttpParseBenchArgs),
+    HttpLoad(http_load::HttpBenchArgs),
     /// Cache line aliasing: page-aligned arrays against compounding offsets (the seed's pad table).
-    Aliasing(bench_mem::AliasingArgs),
+    Aliasing(mem::AliasingArgs),
     /// 4 KiB allocations aligned to 16 vs 4096 bytes: posix_memalign, Rust's Layout, mimalloc.
-    Memalign(bench_mem::MemalignArgs),
+    Memalign(mem::MemalignArgs),
     /// The seed's pool workloads: our TfwPool-style pool against bumpalo, malloc and mimalloc.
-    Pool(bench_mem::PoolArgs),
+    Pool(mem::PoolArgs),
     /// http-load straight to http-serve against through http-guard (limits on, none reached), alternating, as a ratio.
-    Guard(bench_guard::GuardBenchArgs),
+    Guard(guard::GuardBenchArgs),
     /// The NatSys MPMC queue against crossbeam, a locked queue and rtrb, every item checked delivered once.
-    Queue(bench_queue::QueueBenchArgs),
+    Queue(queue::QueueBenchArgs),
     /// A flow table's expiry: ordered list against walks, cost per packet as flows grow.
-    Flowtable(bench_queue::FlowtableBenchArgs),
+    Flowtable(queue::FlowtableBenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -189,21 +188,69 @@ pub struct ClassifyArgs {
     pub pmc: bool,
 }
 
-pub fn run(cmd: BenchCommand) -> Result<Outcome> {
+/// The experiments, one subcommand each.
+#[derive(Parser)]
+#[command(
+    name = "sluice-bench",
+    version,
+    about = "sluice's test bed: the seed posts' experiments and sluice against its peers, as JSON"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: BenchCommand,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sluice-bench: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The `sluice` binary that the file, HTTP and guard experiments run:
+/// `$SLUICE_BIN`, else the one beside this binary (both are built into the
+/// same target directory, and installed side by side), else `sluice` on PATH.
+pub fn sluice_exe() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("SLUICE_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let me = std::env::current_exe().context("finding this executable")?;
+    let beside = me.with_file_name("sluice");
+    if beside.is_file() {
+        return Ok(beside);
+    }
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join("sluice"))
+        .find(|p| p.is_file());
+    on_path.with_context(|| {
+        format!(
+            "no sluice binary beside {} or on PATH: build it (cargo build --release -p sluice-cli) or set SLUICE_BIN",
+            me.display()
+        )
+    })
+}
+
+fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Classify(a) => classify(a),
         BenchCommand::Rss(a) => rss(a),
-        BenchCommand::Filter(a) => bench_filter::run(a),
-        BenchCommand::Rules(a) => bench_rules::run(a),
-        BenchCommand::Load(a) => bench_rules::run_load(a),
-        BenchCommand::Http(a) => bench_http::run(a),
-        BenchCommand::HttpLoad(a) => bench_http_load::run(a),
-        BenchCommand::Aliasing(a) => bench_mem::aliasing(a),
-        BenchCommand::Memalign(a) => bench_mem::memalign(a),
-        BenchCommand::Pool(a) => bench_mem::pool(a),
-        BenchCommand::Guard(a) => bench_guard::run(a),
-        BenchCommand::Queue(a) => bench_queue::run_queue(a),
-        BenchCommand::Flowtable(a) => bench_queue::run_flowtable(a),
+        BenchCommand::Filter(a) => filter::run(a),
+        BenchCommand::Rules(a) => rules::run(a),
+        BenchCommand::Load(a) => rules::run_load(a),
+        BenchCommand::Http(a) => http::run(a),
+        BenchCommand::HttpLoad(a) => http_load::run(a),
+        BenchCommand::Aliasing(a) => mem::aliasing(a),
+        BenchCommand::Memalign(a) => mem::memalign(a),
+        BenchCommand::Pool(a) => mem::pool(a),
+        BenchCommand::Guard(a) => guard::run(a),
+        BenchCommand::Queue(a) => queue::run_queue(a),
+        BenchCommand::Flowtable(a) => queue::run_flowtable(a),
     }
 }
 
@@ -223,7 +270,7 @@ fn rate(reps: usize, hashes: u64, mut f: impl FnMut(u64) -> u32) -> (f64, f64, f
     (med, v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(0.0, f64::max))
 }
 
-fn rss(a: RssBenchArgs) -> Result<Outcome> {
+fn rss(a: RssBenchArgs) -> Result<()> {
     use sluice_steer::{hash_reference, Toeplitz, MAX_INPUT, MICROSOFT_KEY};
     let t = Toeplitz::new(&MICROSOFT_KEY);
     // Inputs vary per hash so nothing is hoisted out of the loop.
@@ -263,7 +310,7 @@ fn rss(a: RssBenchArgs) -> Result<Outcome> {
             }
         }
     }
-    Ok(Outcome::Complete)
+    Ok(())
 }
 
 /// `"pmc"` (hardware, or null where there is none) and `"pmc_sw"` fields,
@@ -449,7 +496,7 @@ fn filter_and_listed(mut v: Vec<Scenario>, a: &ClassifyArgs) -> Vec<Scenario> {
     expand(v, &listed, |l| format!("-l{}", f64::from_bits(l) * 100.0), |s, l| s.listed = Some(f64::from_bits(l)))
 }
 
-fn classify(a: ClassifyArgs) -> Result<Outcome> {
+fn classify(a: ClassifyArgs) -> Result<()> {
     if let Some(b) = a.batch.iter().find(|b| !(1..=sluice_classify::MAX_BATCH).contains(*b)) {
         bail!("batch {b} is outside 1-{}", sluice_classify::MAX_BATCH);
     }
@@ -491,7 +538,7 @@ fn classify(a: ClassifyArgs) -> Result<Outcome> {
     if !json {
         writeln!(
             out,
-            "sluice bench classify: {} scenarios, {} reps x {} packets, ring {}",
+            "sluice-bench classify: {} scenarios, {} reps x {} packets, ring {}",
             scenarios.len(),
             settings.reps,
             settings.packets,
@@ -631,9 +678,9 @@ fn classify(a: ClassifyArgs) -> Result<Outcome> {
         writeln!(out, "done in {:.1} s", started.elapsed().as_secs_f64())?;
     }
     if let Some(path) = &a.plot {
-        let title = format!("sluice bench classify ({} reps, {} packets/rep)", settings.reps, settings.packets);
+        let title = format!("sluice-bench classify ({} reps, {} packets/rep)", settings.reps, settings.packets);
         std::fs::write(path, report::svg(&rows, limits.table, &title))
             .with_context(|| format!("writing {}", path.display()))?;
     }
-    Ok(Outcome::Complete)
+    Ok(())
 }

@@ -9,11 +9,9 @@
 //! ([`BridgeCounters`]); the control thread counts reloads. A scrape only
 //! reads them.
 
+use crate::{counter, gauge};
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::MetricType;
+use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
 use sluice_control::ControlState;
 use sluice_engine::snapshot::Published;
@@ -22,8 +20,6 @@ use sluice_live::pipeline::BridgeCounters;
 use sluice_pipeline::LiveStats;
 use sluice_pipeline::{Disposition, Observer, PacketBatch, Progress, Sink};
 use sluice_wire::{ErrorKind, PacketSummary};
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -40,7 +36,7 @@ pub struct Cell {
 
 /// Everything the bridge counts, shared by the sink, the control thread,
 /// the status line and the metrics server.
-pub struct Shared {
+pub struct BridgeMetrics {
     pub ifaces: [String; 2],
     /// "afxdp (skb mode)", "afpacket", ...
     pub io: Mutex<String>,
@@ -64,9 +60,9 @@ pub struct Shared {
     pub ports: Arc<BridgeCounters>,
 }
 
-impl Shared {
-    pub fn new(ifaces: [String; 2], ports: Arc<BridgeCounters>, control: Arc<ControlState>) -> Shared {
-        Shared {
+impl BridgeMetrics {
+    pub fn new(ifaces: [String; 2], ports: Arc<BridgeCounters>, control: Arc<ControlState>) -> BridgeMetrics {
+        BridgeMetrics {
             ifaces,
             io: Mutex::new(String::new()),
             started: Instant::now(),
@@ -158,7 +154,7 @@ impl Shared {
     }
 }
 
-/// Per-batch tallies, added to [`Shared`] once per batch.
+/// Per-batch tallies, added to [`BridgeMetrics`] once per batch.
 #[derive(Default)]
 struct Tally {
     per_port: [[(u64, u64); 2]; 2],
@@ -172,11 +168,11 @@ struct Tally {
 /// the batch on to the live ports.
 pub struct Counted<K> {
     pub inner: K,
-    shared: Arc<Shared>,
+    shared: Arc<BridgeMetrics>,
 }
 
 impl<K> Counted<K> {
-    pub fn new(inner: K, shared: Arc<Shared>) -> Self {
+    pub fn new(inner: K, shared: Arc<BridgeMetrics>) -> Self {
         Counted { inner, shared }
     }
 }
@@ -207,7 +203,7 @@ impl<K: Sink> Sink for Counted<K> {
             if p.verdict == Verdict::Pass {
                 continue;
             }
-            // Rule drops are counted by the workers (see `Shared::stats`).
+            // Rule drops are counted by the workers (see `BridgeMetrics::stats`).
             if decided {
                 t.dropped_fragments += 1;
             } else if p.decoded.is_err() {
@@ -243,7 +239,7 @@ impl<K: Sink> Sink for Counted<K> {
 }
 
 /// The pipeline's progress reports, as live numbers.
-pub struct LiveObserver(pub Arc<Shared>);
+pub struct LiveObserver(pub Arc<BridgeMetrics>);
 
 impl Observer for LiveObserver {
     fn progress(&mut self, p: &Progress) {
@@ -252,8 +248,8 @@ impl Observer for LiveObserver {
     }
 }
 
-/// Encodes [`Shared`] on every scrape.
-struct Exporter(Arc<Shared>);
+/// Encodes [`BridgeMetrics`] on every scrape.
+struct Exporter(Arc<BridgeMetrics>);
 
 // prometheus-client wants collectors to be Debug; the counters are not
 // worth printing.
@@ -261,32 +257,6 @@ impl std::fmt::Debug for Exporter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Exporter")
     }
-}
-
-pub fn counter(
-    enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    series: &[(Vec<(&str, String)>, u64)],
-) -> Result<(), std::fmt::Error> {
-    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
-    for (labels, v) in series {
-        ConstCounter::new(*v).encode(m.encode_family(labels)?)?;
-    }
-    Ok(())
-}
-
-pub fn gauge(
-    enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    series: &[(Vec<(&str, String)>, i64)],
-) -> Result<(), std::fmt::Error> {
-    let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
-    for (labels, v) in series {
-        ConstGauge::new(*v).encode(m.encode_family(labels)?)?;
-    }
-    Ok(())
 }
 
 impl Collector for Exporter {
@@ -446,67 +416,17 @@ impl Collector for Exporter {
     }
 }
 
-/// Serves `/metrics` on `listener` until the process ends: one request per
-/// connection, answered in turn, with timeouts so a stuck client cannot
-/// hold the next scrape for long.
-pub fn serve(listener: TcpListener, shared: Arc<Shared>) {
-    let mut registry = Registry::default();
-    registry.register_collector(Box::new(Exporter(shared)));
-    serve_registry(listener, &registry, "sluice bridge");
-}
-
-/// Serves `registry` at `/metrics` (the bridge's responder, shared with
-/// `http-guard`); `who` names the program on `/`.
-pub fn serve_registry(listener: TcpListener, registry: &Registry, who: &str) {
-    for conn in listener.incoming() {
-        let Ok(stream) = conn else { continue };
-        let _ = answer(stream, registry, who);
+impl BridgeMetrics {
+    /// A registry that encodes these counters on every scrape.
+    pub fn registry(self: &Arc<Self>) -> Registry {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Exporter(Arc::clone(self))));
+        registry
     }
-}
-
-fn answer(mut s: TcpStream, registry: &Registry, who: &str) -> std::io::Result<()> {
-    s.set_read_timeout(Some(Duration::from_secs(2)))?;
-    s.set_write_timeout(Some(Duration::from_secs(2)))?;
-    let mut buf = [0u8; 4096];
-    let mut n = 0;
-    while n < buf.len() {
-        let k = s.read(&mut buf[n..])?;
-        if k == 0 {
-            break;
-        }
-        n += k;
-        if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-            break;
-        }
-    }
-    let head = String::from_utf8_lossy(&buf[..n]);
-    let mut first = head.lines().next().unwrap_or("").split_whitespace();
-    let (method, target) = (first.next(), first.next());
-    let path = target.map(|t| t.split('?').next().unwrap_or(t));
-    let (status, ctype, body) = match (method, path) {
-        (Some("GET"), Some("/metrics")) => {
-            let mut body = String::new();
-            match prometheus_client::encoding::text::encode(&mut body, registry) {
-                Ok(()) => ("200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", body),
-                Err(_) => ("500 Internal Server Error", "text/plain", "encoding the metrics failed\n".to_owned()),
-            }
-        }
-        (Some("GET"), Some("/")) => ("200 OK", "text/plain", format!("{who}: metrics at /metrics\n")),
-        (Some("GET"), Some(_)) => ("404 Not Found", "text/plain", "not found; metrics are at /metrics\n".to_owned()),
-        (Some(_), Some(_)) => ("405 Method Not Allowed", "text/plain", "only GET\n".to_owned()),
-        _ => ("400 Bad Request", "text/plain", "bad request\n".to_owned()),
-    };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes())?;
-    s.write_all(body.as_bytes())?;
-    s.flush()
 }
 
 /// `Stats::by_reason` for the live undecodable counters (for the summary).
-pub fn undecodable_by_reason(shared: &Shared) -> std::collections::BTreeMap<&'static str, u64> {
+pub fn undecodable_by_reason(shared: &BridgeMetrics) -> std::collections::BTreeMap<&'static str, u64> {
     let counts: [u64; ErrorKind::COUNT] = std::array::from_fn(|i| shared.undecodable[i].load(Ordering::Relaxed));
     Stats::by_reason(&counts).collect()
 }

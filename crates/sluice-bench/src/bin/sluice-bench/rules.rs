@@ -1,4 +1,4 @@
-//! `sluice bench rules`: what a rule file costs over address-only rules.
+//! `sluice-bench rules`: what a rule file costs over address-only rules.
 //!
 //! Generated IMIX traffic (a share of sources from FireHOL) is held in
 //! memory; then, interleaved rep by rep so drift hits both alike, the same
@@ -67,7 +67,7 @@ pub fn rule_file(n: usize) -> String {
     t + "default pass\n"
 }
 
-pub fn run(a: RulesBenchArgs) -> Result<crate::Outcome> {
+pub fn run(a: RulesBenchArgs) -> Result<()> {
     let firehol = parse_list("firehol", FIREHOL_LEVEL1.as_bytes(), false)?.prefixes;
     let cfg = GenConfig {
         count: a.packets,
@@ -180,7 +180,7 @@ pub fn run(a: RulesBenchArgs) -> Result<crate::Outcome> {
     } else {
         println!("{}", serde_json::to_string_pretty(&v)?);
     }
-    Ok(crate::Outcome::Complete)
+    Ok(())
 }
 
 /// `{"a": {"hw", "sw"}, "b": {...}}`: two sides' counters for the JSON.
@@ -215,11 +215,11 @@ pub struct LoadBenchArgs {
     pub pmc: bool,
 }
 
-/// `sluice bench load`: a list of N entries loaded from its text (parse and
+/// `sluice-bench load`: a list of N entries loaded from its text (parse and
 /// build) against the file `sluice compile` made of it (verify and copy the
 /// tables), best of `reps` each, alternating; and the verdicts of both on
 /// every listed address and as many others compared.
-pub fn run_load(a: LoadBenchArgs) -> Result<crate::Outcome> {
+pub fn run_load(a: LoadBenchArgs) -> Result<()> {
     use rand::{Rng, SeedableRng};
     let dir = match &a.dir {
         Some(d) => tempfile::tempdir_in(d)?,
@@ -246,15 +246,10 @@ pub fn run_load(a: LoadBenchArgs) -> Result<crate::Outcome> {
     std::fs::write(&list, &text)?;
     drop(text);
     let snap = dir.path().join("big.snap");
-    let args = |rules: Option<&Path>| crate::rule_source::RuleArgs {
+    let args = |rules: Option<&Path>| sluice_control::RuleSpec {
         rules: rules.map(Path::to_path_buf),
         drop_src: if rules.is_none() { vec![list.clone()] } else { Vec::new() },
-        drop_dst: Vec::new(),
-        drop_any: Vec::new(),
-        inner: false,
-        v4mapped: false,
-        lenient: false,
-        no_front_filter: false,
+        ..sluice_control::RuleSpec::default()
     };
     let text_rules = args(None).load(&[])?;
     std::fs::write(&snap, sluice_engine::compiled::save(&text_rules.rules))?;
@@ -321,5 +316,5 @@ pub fn run_load(a: LoadBenchArgs) -> Result<crate::Outcome> {
     if !same {
         anyhow::bail!("the compiled file and the text list disagree on a probe");
     }
-    Ok(crate::Outcome::Complete)
+    Ok(())
 }

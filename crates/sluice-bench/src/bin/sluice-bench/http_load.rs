@@ -1,4 +1,4 @@
-//! `sluice bench http-load`: `sluice http-load` against `wrk` on the same
+//! `sluice-bench http-load`: `sluice http-load` against `wrk` on the same
 //! `sluice http-serve`, in one run, repetitions alternating, as JSON.
 
 use anyhow::{bail, Context, Result};
@@ -51,11 +51,11 @@ fn wrk_rps(out: &str) -> Option<f64> {
     out.lines().find_map(|l| l.trim().strip_prefix("Requests/sec:").and_then(|v| v.trim().parse().ok()))
 }
 
-pub fn run(a: HttpBenchArgs) -> Result<crate::Outcome> {
+pub fn run(a: HttpBenchArgs) -> Result<()> {
     if a.reps == 0 || a.duration == 0 {
         bail!("--reps and --duration must be at least 1");
     }
-    let exe = std::env::current_exe().context("finding the sluice binary")?;
+    let exe = crate::sluice_exe()?;
     let total = (a.duration as usize * a.reps * 3 + 30).to_string();
     let threads = a.threads.to_string();
     let mut child = Command::new(&exe)
@@ -159,5 +159,5 @@ pub fn run(a: HttpBenchArgs) -> Result<crate::Outcome> {
     } else {
         println!("{}", serde_json::to_string_pretty(&v)?);
     }
-    Ok(crate::Outcome::Complete)
+    Ok(())
 }

@@ -1,4 +1,4 @@
-//! `sluice bench queue` and `sluice bench flowtable` at their smallest
+//! `sluice-bench queue` and `sluice-bench flowtable` at their smallest
 //! settings: the JSON rows' shape, the seed's figures beside ours, and the
 //! queue's exactly-once check reported.
 
@@ -15,7 +15,6 @@ fn bench_queue_json_rows_carry_seed_ours_and_the_delivery_check() {
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("q.svg");
     let out = ok(&[
-        "bench",
         "queue",
         "--threads",
         "1x1,2x2",
@@ -54,20 +53,8 @@ fn bench_queue_json_rows_carry_seed_ours_and_the_delivery_check() {
     assert_eq!(summary["exactly_once"], true);
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
     // --format json is the same as --json.
-    let out = ok(&[
-        "bench",
-        "queue",
-        "--threads",
-        "1x1",
-        "--queues",
-        "natsys",
-        "--items",
-        "1000",
-        "--reps",
-        "1",
-        "--format",
-        "json",
-    ]);
+    let out =
+        ok(&["queue", "--threads", "1x1", "--queues", "natsys", "--items", "1000", "--reps", "1", "--format", "json"]);
     assert_eq!(parse(&out).iter().filter(|r| r["row"] == "queue").count(), 1);
 }
 
@@ -76,7 +63,6 @@ fn bench_flowtable_json_rows_and_plot() {
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("f.svg");
     let out = ok(&[
-        "bench",
         "flowtable",
         "--flows",
         "1000,4000",
@@ -107,19 +93,7 @@ fn bench_flowtable_json_rows_and_plot() {
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("polyline"));
     // --json is the same as --format json.
-    let out = ok(&[
-        "bench",
-        "flowtable",
-        "--flows",
-        "500",
-        "--reps",
-        "1",
-        "--packets",
-        "2000",
-        "--per-tick",
-        "100",
-        "--json",
-    ]);
+    let out = ok(&["flowtable", "--flows", "500", "--reps", "1", "--packets", "2000", "--per-tick", "100", "--json"]);
     assert!(parse(&out).iter().any(|r| r["row"] == "flowtable"));
 }
 
@@ -128,21 +102,8 @@ fn bench_flowtable_json_rows_and_plot() {
 #[test]
 fn pmc_rows_carry_counters() {
     for args in [
-        &[
-            "bench",
-            "queue",
-            "--threads",
-            "2x2",
-            "--queues",
-            "natsys",
-            "--items",
-            "20000",
-            "--reps",
-            "1",
-            "--json",
-            "--pmc",
-        ][..],
-        &["bench", "flowtable", "--flows", "10000", "--reps", "1", "--json", "--pmc"][..],
+        &["queue", "--threads", "2x2", "--queues", "natsys", "--items", "20000", "--reps", "1", "--json", "--pmc"][..],
+        &["flowtable", "--flows", "10000", "--reps", "1", "--json", "--pmc"][..],
     ] {
         let rows = parse(&ok(args));
         let measured: Vec<&Value> = rows.iter().filter(|r| r["row"] == r["bench"]).collect();

@@ -1,4 +1,4 @@
-//! `sluice bench rules` and `sluice bench load` at small sizes: the JSON
+//! `sluice-bench rules` and `sluice-bench load` at small sizes: the JSON
 //! keys the README names, both sides agreeing where they must, and `--pmc`
 //! giving each side its counters.
 
@@ -6,14 +6,14 @@ mod common;
 use serde_json::Value;
 
 fn json(args: &[&str]) -> Value {
-    let out = common::sluice(args);
+    let out = common::bench(args);
     assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
 #[test]
 fn bench_rules_reports_both_sides_and_their_counters() {
-    let v = json(&["bench", "rules", "--packets", "20000", "--reps", "1", "--json", "--pmc"]);
+    let v = json(&["rules", "--packets", "20000", "--reps", "1", "--json", "--pmc"]);
     assert!(v["address_only_mpps"].as_f64().unwrap() > 0.0, "{v}");
     assert!(v["rules_mpps"].as_f64().unwrap() > 0.0, "{v}");
     assert_eq!(v["rules"], 100, "{v}");
@@ -26,7 +26,7 @@ fn bench_rules_reports_both_sides_and_their_counters() {
 fn bench_load_compiled_answers_as_the_text_does() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
-    let v = json(&["bench", "load", "--entries", "20000", "--reps", "1", "--dir", d, "--json", "--pmc"]);
+    let v = json(&["load", "--entries", "20000", "--reps", "1", "--dir", d, "--json", "--pmc"]);
     assert_eq!(v["same_verdicts"], true, "{v}");
     assert!(v["compiled_ms"].as_f64().unwrap() > 0.0, "{v}");
     for side in ["text", "compiled"] {

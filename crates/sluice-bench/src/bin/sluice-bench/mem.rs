@@ -1,8 +1,7 @@
-//! `sluice bench aliasing`, `memalign` and `pool`: flags and printing only;
+//! `sluice-bench aliasing`, `memalign` and `pool`: flags and printing only;
 //! the experiments live in sluice-bench.
 
 use super::OutputFormat;
-use crate::Outcome;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use sluice_bench::compare::{self, Row};
@@ -129,7 +128,7 @@ fn write_svg(path: &Path, rows: &[Row], title: &str) -> Result<()> {
     std::fs::write(path, compare::svg(rows, title)).with_context(|| format!("writing {}", path.display()))
 }
 
-pub fn aliasing(a: AliasingArgs) -> Result<Outcome> {
+pub fn aliasing(a: AliasingArgs) -> Result<()> {
     let kernels = a
         .kernel
         .iter()
@@ -160,14 +159,14 @@ pub fn aliasing(a: AliasingArgs) -> Result<Outcome> {
     let mut pmc = open_pmc(a.out.pmc);
     let rows = aliasing::run(&cfg, &mut pmc);
     let title = format!(
-        "sluice bench aliasing: arrays at {}-byte boundaries + k*pad, himeno {i}x{j}x{k} x{} sweeps, triad {} doubles x{}, {} reps",
+        "sluice-bench aliasing: arrays at {}-byte boundaries + k*pad, himeno {i}x{j}x{k} x{} sweeps, triad {} doubles x{}, {} reps",
         cfg.align, cfg.iters, cfg.triad_len, cfg.triad_passes, cfg.reps
     );
     print("aliasing", &rows, &aliasing::verdict(&rows), &a.out, &title, started)?;
-    Ok(Outcome::Complete)
+    Ok(())
 }
 
-pub fn memalign(a: MemalignArgs) -> Result<Outcome> {
+pub fn memalign(a: MemalignArgs) -> Result<()> {
     let backends = a
         .backend
         .iter()
@@ -183,14 +182,14 @@ pub fn memalign(a: MemalignArgs) -> Result<Outcome> {
     let mut pmc = open_pmc(a.out.pmc);
     let rows = memalign::run(&cfg, &mut pmc);
     let title = format!(
-        "sluice bench memalign: 4 KiB allocations, align 16 vs 4096; batch {} then free, loop {}; {} reps",
+        "sluice-bench memalign: 4 KiB allocations, align 16 vs 4096; batch {} then free, loop {}; {} reps",
         cfg.n, cfg.loop_n, cfg.reps
     );
     print("memalign", &rows, &memalign::verdict(&rows), &a.out, &title, started)?;
-    Ok(Outcome::Complete)
+    Ok(())
 }
 
-pub fn pool(a: PoolArgs) -> Result<Outcome> {
+pub fn pool(a: PoolArgs) -> Result<()> {
     let mut cfg = poolbench::Config { n: a.n.max(100), reps: a.out.reps.max(1), ..Default::default() };
     if !a.workload.is_empty() {
         cfg.workloads = a
@@ -216,11 +215,11 @@ pub fn pool(a: PoolArgs) -> Result<Outcome> {
     let mut pmc = open_pmc(a.out.pmc);
     let rows = poolbench::run(&cfg, &mut pmc);
     let title = format!(
-        "sluice bench pool: N = {} (seed: {}), ns per allocation, {} reps; seed column = the seed's ms / its count",
+        "sluice-bench pool: N = {} (seed: {}), ns per allocation, {} reps; seed column = the seed's ms / its count",
         cfg.n,
         poolbench::SEED_N,
         cfg.reps
     );
     print("pool", &rows, &poolbench::verdict(&rows), &a.out, &title, started)?;
-    Ok(Outcome::Complete)
+    Ok(())
 }

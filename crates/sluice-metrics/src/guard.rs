@@ -1,0 +1,61 @@
+//! The HTTP guard's counters (`sluice_guard::Shared`) as Prometheus metrics.
+
+use crate::{counter, gauge};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::registry::Registry;
+use sluice_guard::{Limit, Shared};
+use std::sync::Arc;
+
+/// A registry that encodes the guard's counters on every scrape.
+pub fn registry(shared: Arc<Shared>) -> Registry {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Exporter(shared)));
+    registry
+}
+
+/// The guard's counters as Prometheus metrics.
+struct Exporter(Arc<Shared>);
+
+impl std::fmt::Debug for Exporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GuardExporter")
+    }
+}
+
+impl Collector for Exporter {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let r = self.0.report();
+        let c = |enc: &mut DescriptorEncoder, name: &str, help: &str, v: u64| counter(enc, name, help, &[(vec![], v)]);
+        c(&mut enc, "sluice_guard_requests", "Request heads received.", r.requests)?;
+        c(&mut enc, "sluice_guard_forwarded", "Requests forwarded upstream.", r.forwarded)?;
+        let breaches: Vec<_> =
+            Limit::ALL.iter().map(|l| (vec![("limit", l.name().to_owned())], r.breaches[l.name()])).collect();
+        counter(&mut enc, "sluice_guard_breaches", "Limit breaches, by limit.", &breaches)?;
+        c(&mut enc, "sluice_guard_blocks", "Client IPs blocked.", r.blocked_total)?;
+        gauge(&mut enc, "sluice_guard_blocks_active", "Client IPs blocked now.", &[(vec![], r.blocked_active as i64)])?;
+        c(
+            &mut enc,
+            "sluice_guard_refused_at_accept",
+            "Connections closed at accept (blocked, or no room to track).",
+            r.refused_at_accept,
+        )?;
+        gauge(
+            &mut enc,
+            "sluice_guard_clients_tracked",
+            "Client IPs with state.",
+            &[(vec![], r.clients_tracked as i64)],
+        )?;
+        c(&mut enc, "sluice_guard_clients_evicted", "Idle client states evicted for room.", r.clients_evicted)?;
+        c(
+            &mut enc,
+            "sluice_guard_upstream_errors",
+            "Upstream connects, writes or responses that failed.",
+            r.upstream_errors,
+        )?;
+        c(&mut enc, "sluice_guard_connections", "Client connections accepted.", r.connections)?;
+        c(&mut enc, "sluice_guard_bytes_in", "Bytes read from clients.", r.bytes_in)?;
+        c(&mut enc, "sluice_guard_bytes_out", "Bytes written to clients.", r.bytes_out)?;
+        Ok(())
+    }
+}
