@@ -17,7 +17,7 @@ use clap::{Args, ValueEnum};
 use sluice_control::{describe, spawn_signals, total_entries, Controller, Event};
 use sluice_live::pipeline::{open_packet, open_xsk, BridgeCounters, XskBridgeConfig};
 use sluice_live::{LiveError, PacketConfig, XdpMode};
-use sluice_metrics::bridge::{self as metrics, BridgeMetrics, Counted, LiveObserver};
+use sluice_metrics::bridge::{BridgeMetrics, Counted, LiveObserver};
 use sluice_pipeline::{Finished, Judge, JudgeConfig, Reassembly, RunConfig, RunError, Sink, Source};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -272,7 +272,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     let done = cmd_filter::finished(result)?;
     let rules = published.load();
     let mut summary = summary_json(&done.report, &shared, &io_desc);
-    summary["rules"] = crate::rule_source::rule_rows(&rules.value, &done.report.stats).into();
+    crate::rule_source::rules_json(&rules.value, &done.report.stats, &mut summary);
     if a.json {
         println!("{summary}");
     } else {
@@ -309,7 +309,6 @@ fn summary_json(report: &sluice_pipeline::RunReport, shared: &BridgeMetrics, io:
     let mut v = serde_json::to_value(report.to_json()).expect("the report serialises");
     v["io"] = io.into();
     v["per_port"] = shared.per_port_json();
-    v["per_worker"] = report.per_worker.clone().into();
     let c = &shared.control;
     v["reloads"] = serde_json::json!({
         "ok": l(&c.reloads_ok),
@@ -320,8 +319,6 @@ fn summary_json(report: &sluice_pipeline::RunReport, shared: &BridgeMetrics, io:
     v["lists"] =
         c.lists().iter().map(|e| serde_json::json!({ "list": e.kind, "path": e.path, "entries": e.entries })).collect();
     v["frames_reclaimed"] = l(&shared.ports.frames_reclaimed).into();
-    v["live_undecodable_by_reason"] =
-        serde_json::to_value(metrics::undecodable_by_reason(shared)).unwrap_or(serde_json::Value::Null);
     v
 }
 

@@ -263,13 +263,7 @@ impl Summary<'_> {
             Format::Pcapng => "pcapng",
         }
         .into();
-        v["rules"] = crate::rule_source::rule_rows(self.rules, &self.report.stats).into();
-        let d = self.report.stats.default_hits;
-        v["default"] = serde_json::json!({
-            "verdict": match self.rules.default_verdict() { Verdict::Pass => "pass", Verdict::Drop => "drop" },
-            "packets": d.packets,
-            "bytes": d.bytes,
-        });
+        crate::rule_source::rules_json(self.rules, &self.report.stats, &mut v);
         v["stopped_at"] = self
             .stopped
             .map(|e| serde_json::json!({ "record": e.record, "offset": e.offset, "error": e.kind.to_string() }))

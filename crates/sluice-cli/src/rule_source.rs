@@ -91,6 +91,18 @@ pub fn rule_rows(rules: &RuleSet, stats: &sluice_engine::Stats) -> Vec<serde_jso
         .collect()
 }
 
+/// The `rules` and `default` keys of a summary: each rule with its
+/// counters, and the default verdict with the packets it decided.
+pub fn rules_json(rules: &RuleSet, stats: &sluice_engine::Stats, v: &mut serde_json::Value) {
+    v["rules"] = rule_rows(rules, stats).into();
+    let d = stats.default_hits;
+    let verdict = match rules.default_verdict() {
+        sluice_engine::Verdict::Pass => "pass",
+        sluice_engine::Verdict::Drop => "drop",
+    };
+    v["default"] = serde_json::json!({ "verdict": verdict, "packets": d.packets, "bytes": d.bytes });
+}
+
 /// The rules with their counters (text summaries); empty without rules.
 pub fn rules_text(rules: &RuleSet, stats: &sluice_engine::Stats) -> String {
     use std::fmt::Write;

@@ -18,6 +18,8 @@
 //! one at a time (a lock): on two cores, two bridges and two senders at once
 //! would lose frames for reasons that are not the bridge's.
 
+mod common;
+use common::{assert_documented_keys, documented_keys};
 #[path = "../../sluice-live/tests/common/mod.rs"]
 mod live;
 
@@ -358,12 +360,18 @@ fn bridge_case(test: &str, io: &[&str], workers: usize, tag: &str) {
     }
     let (v, err) = bridge.stop();
     println!("{err}\n{v}");
+    assert_documented_keys("sluice bridge --json", &v);
+    for k in documented_keys("sluice filter --json") {
+        if !["input", "input_format", "stopped_at"].contains(&k.as_str()) {
+            assert!(v.get(&k).is_some(), "bridge --json lacks filter's {k}: {v}");
+        }
+    }
     assert_eq!(v["packets"], total, "every frame judged once: {v}");
     assert_eq!(v["passed"], (ab.passed.len() + ba.passed.len()) as u64);
     assert_eq!(v["dropped"], total - (ab.passed.len() + ba.passed.len()) as u64);
-    assert_eq!(v["per_worker"].as_array().unwrap().len(), workers);
+    assert_eq!(v["workers"].as_array().unwrap().len(), workers);
     // Workers judge everything but the fragments reassembly decided (gave up).
-    let judged: u64 = v["per_worker"].as_array().unwrap().iter().map(|w| w.as_u64().unwrap()).sum();
+    let judged: u64 = v["workers"].as_array().unwrap().iter().map(|w| w.as_u64().unwrap()).sum();
     assert_eq!(judged + v["dropped_fragments"].as_u64().unwrap(), total, "{v}");
     let ports = v["per_port"].as_array().unwrap();
     for (port, (t, iface)) in [(&ab, &a1), (&ba, &b1)].into_iter().enumerate() {

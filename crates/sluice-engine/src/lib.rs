@@ -50,7 +50,14 @@ pub struct Frame<'a> {
 }
 
 /// Counters of everything the engine has judged.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+///
+/// Serialised as the counters of `sluice filter --json` and `bridge --json`
+/// (summaries derive from this type, so a counter added here is in them):
+/// every plain counter under its own name, the per-reason arrays as
+/// `undecodable_by_reason` and `anomalies_by_reason` maps of the non-zero
+/// reasons, and the per-rule counters left to the summaries (which print
+/// them with their rules).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Stats {
     pub packets: u64,
     /// Bytes on the wire (original lengths).
@@ -67,19 +74,29 @@ pub struct Stats {
     pub dropped_by_default: u64,
     /// Per rule of the rule set with [`Stats::rules_id`]: packets and bytes
     /// that matched it (`count` rules: matched before the deciding rule).
+    #[serde(skip)]
     pub rule_hits: Vec<RuleCount>,
     /// Packets no rule decided (the default verdict applied).
+    #[serde(skip)]
     pub default_hits: RuleCount,
     /// [`RuleSet::id`] of the rules `rule_hits` counts for.
+    #[serde(skip)]
     pub rules_id: u64,
     /// Fragments dropped by reassembly (overlap, limits, timeout, incomplete).
     pub dropped_fragments: u64,
     /// ARP and other non-IP frames (passed).
     pub non_ip: u64,
     /// Frames that could not be decoded, by reason (given the default verdict).
+    #[serde(rename = "undecodable_by_reason", serialize_with = "by_reason_map")]
     pub undecodable: [u64; ErrorKind::COUNT],
     /// IP packets with damage past the addresses (still classified), by reason.
+    #[serde(rename = "anomalies_by_reason", serialize_with = "by_reason_map")]
     pub anomalies: [u64; ErrorKind::COUNT],
+}
+
+/// A per-reason array as a map of its non-zero reasons.
+fn by_reason_map<S: serde::Serializer>(counts: &[u64; ErrorKind::COUNT], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(Stats::by_reason(counts))
 }
 
 impl Stats {

@@ -424,9 +424,3 @@ impl BridgeMetrics {
         registry
     }
 }
-
-/// `Stats::by_reason` for the live undecodable counters (for the summary).
-pub fn undecodable_by_reason(shared: &BridgeMetrics) -> std::collections::BTreeMap<&'static str, u64> {
-    let counts: [u64; ErrorKind::COUNT] = std::array::from_fn(|i| shared.undecodable[i].load(Ordering::Relaxed));
-    Stats::by_reason(&counts).collect()
-}

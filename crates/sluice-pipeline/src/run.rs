@@ -433,25 +433,18 @@ fn wall_ns() -> u64 {
 }
 
 /// The report as one JSON-ready object, the keys `sluice filter --json`
-/// prints (the caller adds where the packets came from).
+/// prints (the caller adds where the packets came from): the engine's
+/// [`Stats`] as they serialise, flattened, and the run's own numbers.
 #[derive(Serialize)]
-pub struct ReportJson {
-    pub packets: u64,
-    pub bytes: u64,
-    pub passed: u64,
-    pub passed_bytes: u64,
-    pub dropped: u64,
-    pub dropped_bytes: u64,
-    pub dropped_by_src: u64,
-    pub dropped_by_dst: u64,
-    pub non_ip: u64,
+pub struct ReportJson<'a> {
+    #[serde(flatten)]
+    pub stats: &'a Stats,
+    /// Every undecodable frame (the sum of `undecodable_by_reason`).
     pub undecodable: u64,
-    pub undecodable_by_reason: BTreeMap<&'static str, u64>,
-    pub anomalies_by_reason: BTreeMap<&'static str, u64>,
     pub elapsed_s: f64,
     pub mpps: f64,
-    pub workers: Vec<u64>,
-    pub dropped_fragments: u64,
+    /// Packets judged per worker.
+    pub workers: &'a [u64],
     pub reassembly: DefragStats,
 }
 
@@ -466,25 +459,13 @@ impl RunReport {
         }
     }
 
-    pub fn to_json(&self) -> ReportJson {
-        let s = &self.stats;
+    pub fn to_json(&self) -> ReportJson<'_> {
         ReportJson {
-            packets: s.packets,
-            bytes: s.bytes,
-            passed: s.passed,
-            passed_bytes: s.passed_bytes,
-            dropped: s.dropped,
-            dropped_bytes: s.dropped_bytes,
-            dropped_by_src: s.dropped_by_src,
-            dropped_by_dst: s.dropped_by_dst,
-            non_ip: s.non_ip,
-            undecodable: s.undecodable_total(),
-            undecodable_by_reason: Stats::by_reason(&s.undecodable).collect(),
-            anomalies_by_reason: Stats::by_reason(&s.anomalies).collect(),
+            stats: &self.stats,
+            undecodable: self.stats.undecodable_total(),
             elapsed_s: self.elapsed.as_secs_f64(),
             mpps: self.mpps(),
-            workers: self.per_worker.clone(),
-            dropped_fragments: s.dropped_fragments,
+            workers: &self.per_worker,
             reassembly: self.reassembly,
         }
     }

@@ -17,6 +17,7 @@ pub mod checksum;
 mod decode;
 mod error;
 pub mod ethernet;
+pub mod fields;
 pub mod geneve;
 pub mod gre;
 pub mod gtpu;

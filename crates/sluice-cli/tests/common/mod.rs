@@ -96,3 +96,28 @@ pub fn pcap(frames: &[Vec<u8>]) -> Vec<u8> {
     }
     out
 }
+
+/// The top-level keys docs/json.md lists under the heading that names
+/// `command` (e.g. "sluice filter --json"): the backticked names before the
+/// colon of each bullet.
+pub fn documented_keys(command: &str) -> Vec<String> {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/json.md")).unwrap();
+    let heading = format!("## `{command}`");
+    let section = doc.split("\n## ").find(|s| format!("## {s}").starts_with(&heading)).expect("a section");
+    let keys: Vec<String> = section
+        .lines()
+        .filter_map(|l| l.strip_prefix("- "))
+        .filter_map(|l| l.split_once(':').map(|(names, _)| names))
+        .flat_map(|names| names.split(", "))
+        .map(|k| k.trim().trim_matches('`').to_owned())
+        .collect();
+    assert!(!keys.is_empty(), "no keys under {heading}");
+    keys
+}
+
+/// Every key docs/json.md lists for `command` is in `v`.
+pub fn assert_documented_keys(command: &str, v: &serde_json::Value) {
+    let keys = documented_keys(command);
+    let missing: Vec<&String> = keys.iter().filter(|k| v.get(k.as_str()).is_none()).collect();
+    assert!(missing.is_empty(), "`{command}` prints no {missing:?} (docs/json.md lists them): {v}");
+}
