@@ -7,7 +7,7 @@
 //!   clock eviction) and the blocked addresses (a table of their own);
 //! - `frame`: the only user of the request parser (`sluice-h1`);
 //! - `proxy`: one mio loop per thread on SO_REUSEPORT listeners, keep-alive
-//!   upstream pools, responses framed by `sluice_http::response`;
+//!   upstream pools, responses framed by `sluice_h1::response`;
 //! - `publish`: the blocks as an `ipset save` file, written atomically.
 
 pub mod frame;
@@ -187,14 +187,13 @@ impl Guard {
             return Err(GuardError::BadLimit("--threads must be at least 1".into()));
         }
         let io_err = |what: String| move |source| GuardError::Io { what, source };
-        let first = sluice_http::server::reuseport_listener(config.listen)
-            .map_err(io_err(format!("binding {}", config.listen)))?;
+        let first =
+            sluice_tcp::reuseport_listener(config.listen).map_err(io_err(format!("binding {}", config.listen)))?;
         let addr = first.local_addr().map_err(io_err("reading the bound address".into()))?;
         let mut listeners = vec![first];
         for _ in 1..config.threads {
             listeners.push(
-                sluice_http::server::reuseport_listener(addr)
-                    .map_err(io_err(format!("binding another socket to {addr}")))?,
+                sluice_tcp::reuseport_listener(addr).map_err(io_err(format!("binding another socket to {addr}")))?,
             );
         }
         Ok(Guard { listeners, addr, config })

@@ -2,7 +2,7 @@
 //! connection carries one request at a time to an upstream connection taken
 //! from the thread's keep-alive pool: the head (parsed and checked in
 //! `frame`) and the body are forwarded verbatim, the response is framed by
-//! `sluice_http::response::ResponseReader` and relayed as it arrives.
+//! `sluice_h1::response::ResponseReader` and relayed as it arrives.
 //! Pipelined requests wait in the client's input buffer and go in order.
 //!
 //! Tokens: client slot `i` is `2i`, upstream slot `j` is `2j + 1`; an event
@@ -14,7 +14,7 @@ use crate::table::Admit;
 use crate::{BlockAction, Config, Shared, ThreadCounters};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
-use sluice_http::response::{ResponseReader, Step};
+use sluice_h1::response::{ResponseReader, Step};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -34,7 +34,7 @@ const OUT_HIGH: usize = 256 << 10;
 const DRAIN_FOR: Duration = Duration::from_secs(1);
 /// Idle upstream connections kept per thread.
 const MAX_IDLE: usize = 1024;
-const MAX_RESPONSE_HEAD: usize = sluice_http::response::DEFAULT_MAX_HEAD;
+const MAX_RESPONSE_HEAD: usize = sluice_h1::response::DEFAULT_MAX_HEAD;
 
 fn add(c: &AtomicU64, n: u64) {
     // Only this thread writes its counters: a plain load + store, no locked add.
@@ -455,7 +455,7 @@ impl<'a> Worker<'a> {
 
             // Read the client, unless it is done sending or its buffer is full.
             if !matches!(c.phase, Phase::Closing) && !c.peer_eof && c.readable {
-                sluice_http::server::make_room(&mut c.inbuf, &mut c.start, &mut c.end, self.in_cap);
+                sluice_tcp::make_room(&mut c.inbuf, &mut c.start, &mut c.end, self.in_cap);
                 if c.end < c.inbuf.len() {
                     let room = c.inbuf.len() - c.end;
                     match c.sock.read(&mut c.inbuf[c.end..]) {
@@ -569,17 +569,13 @@ impl<'a> Worker<'a> {
             }
 
             // Write to the client.
-            while c.out_pos < c.out.len() {
-                match c.sock.write(&c.out[c.out_pos..]) {
-                    Ok(n) => {
-                        c.out_pos += n;
-                        add(&self.n.bytes_out, n as u64);
-                        progress = true;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(_) => return After::Close,
+            match sluice_tcp::write_pending(&mut c.sock, &c.out, &mut c.out_pos) {
+                Ok(0) => {}
+                Ok(n) => {
+                    add(&self.n.bytes_out, n as u64);
+                    progress = true;
                 }
+                Err(_) => return After::Close,
             }
             let flushed = c.out_pos == c.out.len();
             if flushed {
@@ -742,7 +738,7 @@ fn response_status(head: &[u8]) -> u16 {
 
 /// Input after the write side is shut: discard it until EOF or the deadline.
 fn drain(c: &mut Client, deadline: Instant) -> After {
-    if Instant::now() < deadline && sluice_http::server::discard_input(&mut c.sock) {
+    if Instant::now() < deadline && sluice_tcp::discard_input(&mut c.sock) {
         After::Keep
     } else {
         After::Close

@@ -1,4 +1,5 @@
-//! A strict, fast, resumable, zero-copy HTTP/1.1 request parser. No I/O.
+//! A strict, fast, resumable, zero-copy HTTP/1.1 request parser, and
+//! [`response`], the framing of what an upstream answers. No I/O.
 //!
 //! [`Parser`] is the fast path: straight-line code over the bytes, with the
 //! target and header-value scans done 32 or 16 bytes at a time by AVX2 or
@@ -18,6 +19,7 @@ mod simd;
 mod types;
 
 pub mod reference;
+pub mod response;
 
 pub use fast::{parse_request, parse_request_with, Parser};
 pub use types::*;

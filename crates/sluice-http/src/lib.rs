@@ -9,7 +9,6 @@
 pub mod dist;
 pub mod load;
 pub mod request;
-pub mod response;
 pub mod server;
 
 pub use dist::{Dist, DistError, WeightedList};

@@ -17,13 +17,13 @@
 //! and a connection gives up after `MAX_CONNECT_FAILURES` failed connects in a row.
 
 use crate::dist::{Dist, WeightedList};
-use crate::response::{ResponseReader, Step, DEFAULT_MAX_HEAD};
 use hdrhistogram::Histogram;
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
+use sluice_h1::response::{ResponseReader, Step, DEFAULT_MAX_HEAD};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::io::{self, Read, Write};

@@ -15,10 +15,10 @@ use mio::{Events, Interest, Poll, Token};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
-use socket2::{Domain, Protocol, Socket, Type};
+use sluice_tcp::{discard_input, make_room, reuseport_listener};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet, VecDeque};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::{IpAddr, Shutdown, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -164,17 +164,6 @@ pub struct Server {
     listeners: Vec<std::net::TcpListener>,
     addr: SocketAddr,
     config: Config,
-}
-
-/// A non-blocking listener on `addr` with SO_REUSEADDR and SO_REUSEPORT (one per thread).
-pub fn reuseport_listener(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
-    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    s.set_reuse_address(true)?;
-    s.set_reuse_port(true)?;
-    s.set_nonblocking(true)?;
-    s.bind(&addr.into())?;
-    s.listen(1024)?;
-    Ok(s.into())
 }
 
 impl Server {
@@ -554,17 +543,13 @@ impl<'a> Worker<'a> {
             }
 
             // Write.
-            while c.out_pos < c.out.len() {
-                match c.sock.write(&c.out[c.out_pos..]) {
-                    Ok(n) => {
-                        c.out_pos += n;
-                        self.stats.bytes += n as u64;
-                        progress = true;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(_) => return After::Close,
+            match sluice_tcp::write_pending(&mut c.sock, &c.out, &mut c.out_pos) {
+                Ok(0) => {}
+                Ok(n) => {
+                    self.stats.bytes += n as u64;
+                    progress = true;
                 }
+                Err(_) => return After::Close,
             }
             let flushed = c.out_pos == c.out.len();
             if flushed {
@@ -626,39 +611,6 @@ fn drain(c: &mut Conn, deadline: Instant) -> After {
     }
 }
 
-/// Room at the end of a connection's input buffer `buf[start..end]` when it
-/// is full: slide the unconsumed bytes to the front, or, when there are none
-/// to drop, double the buffer up to `cap` (a larger head or pipeline waits).
-pub fn make_room(buf: &mut Vec<u8>, start: &mut usize, end: &mut usize, cap: usize) {
-    if *end < buf.len() {
-        return;
-    }
-    if *start > 0 {
-        buf.copy_within(*start..*end, 0);
-        *end -= *start;
-        *start = 0;
-    } else if buf.len() < cap {
-        let n = (buf.len() * 2).min(cap);
-        buf.resize(n, 0);
-    }
-}
-
-/// Reads and throws away what a non-blocking socket holds (after our side
-/// shut its writes, so the peer's last bytes do not turn our close into a
-/// reset that loses the response). True while the peer has not closed.
-pub fn discard_input(sock: &mut impl Read) -> bool {
-    let mut scratch = [0u8; 4096];
-    loop {
-        match sock.read(&mut scratch) {
-            Ok(0) => return false,
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return false,
-        }
-    }
-}
-
 fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
@@ -717,7 +669,7 @@ fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{BufRead, BufReader};
+    use std::io::{BufRead, BufReader, Write};
     use std::net::TcpStream as StdStream;
 
     fn start(config: Config) -> (SocketAddr, Running) {

@@ -1,5 +1,5 @@
-//! Response framing for the load tester, as small and strict as `request.rs`
-//! on the server side: a status line `HTTP/1.x NNN reason`, `name: value`
+//! Response framing for the guard's upstreams and the load tester, small and
+//! strict: a status line `HTTP/1.x NNN reason`, `name: value`
 //! headers with CRLF line ends, a body of exactly `Content-Length` bytes.
 //! Bodies delimited by chunking or by the connection's close cannot be
 //! pipelined behind, so they are refused ([`ResponseError::NoLength`]); the
