@@ -7,7 +7,7 @@
 use sluice_engine::compiled::{self, CompiledError};
 use sluice_engine::{CompileError, CompileOptions, RuleSet};
 use sluice_rules::{
-    load_list, load_rules, Layer, LineError, ListError, ParsedList, Prefix, RuleFile, RuleLoadError, SetLoadError,
+    load_list, load_rules, Depth, LineError, ListError, ParsedList, Prefix, RuleFile, RuleLoadError, SetLoadError,
     SetSource,
 };
 use std::io::Read;
@@ -103,7 +103,7 @@ enum Target {
 /// How the rules are built from their lists.
 enum Plan {
     File(RuleFile),
-    Shorthand(Layer),
+    Shorthand(Depth),
 }
 
 /// Lists whose entries expire (ipset `timeout`, nft `expires`), kept to
@@ -136,7 +136,7 @@ impl Expiring {
                 }
                 RuleSet::compile(f, &sets, &self.opts)
             }
-            Plan::Shorthand(layer) => {
+            Plan::Shorthand(depth) => {
                 let (mut src, mut dst, mut any) = (Vec::new(), Vec::new(), Vec::new());
                 for (t, list) in &self.lists {
                     match t {
@@ -146,7 +146,7 @@ impl Expiring {
                         Target::Set(_) => {}
                     }
                 }
-                Ok(RuleSet::shorthand(&src, &dst, &any, *layer, &self.opts))
+                Ok(RuleSet::shorthand(&src, &dst, &any, *depth, &self.opts))
             }
         }
     }
@@ -243,7 +243,7 @@ impl RuleSpec {
                         lists.push((target, list));
                     }
                 }
-                Plan::Shorthand(if self.inner { Layer::Inner } else { Layer::Outer })
+                Plan::Shorthand(if self.inner { Depth::Inner } else { Depth::Outer })
             }
         };
         let mut warnings: Vec<String> =

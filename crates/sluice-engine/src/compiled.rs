@@ -13,12 +13,12 @@ use crate::container::{self, ContainerError, Section};
 use crate::rules::{CompileError, CompileOptions, Origin, RuleSet, SavedSet, SetEntries};
 use serde::{Deserialize, Serialize};
 use sluice_classify::{AddressSet, PersistError};
-use sluice_rules::{parse_rules, Layer, Prefix, RuleError};
+use sluice_rules::{parse_rules, Depth, Prefix, RuleError};
 use std::path::Path;
 
 /// What the `meta` section says.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Meta {
+pub struct CompiledMeta {
     /// "file" or "shorthand".
     pub origin: String,
     /// The rule file's name when compiled (for messages).
@@ -27,13 +27,13 @@ pub struct Meta {
     pub shorthand: [bool; 3],
     pub inner: bool,
     pub v4mapped: bool,
-    pub sets: Vec<MetaSet>,
+    pub sets: Vec<CompiledSet>,
     /// The sluice version that wrote it.
     pub written_by: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MetaSet {
+pub struct CompiledSet {
     pub name: String,
     /// "table" or "small".
     pub kind: String,
@@ -49,7 +49,7 @@ pub enum CompiledError {
     #[error("no `{0}` section: not a compiled rule file, or damaged")]
     Missing(&'static str),
     #[error("the `meta` section is not valid: {0}")]
-    Meta(String),
+    CompiledMeta(String),
     #[error("set `{name}`: {error}")]
     Set { name: String, error: PersistError },
     #[error("set `{name}`: {why}")]
@@ -85,10 +85,10 @@ pub fn save(rules: &RuleSet) -> Vec<u8> {
                 ("small", p.len(), blob.len())
             }
         };
-        sets.push(MetaSet { name: name.to_owned(), kind: kind.to_owned(), entries, bytes });
+        sets.push(CompiledSet { name: name.to_owned(), kind: kind.to_owned(), entries, bytes });
         blobs.push(blob);
     }
-    let meta = Meta {
+    let meta = CompiledMeta {
         origin: origin.to_owned(),
         source,
         shorthand,
@@ -111,7 +111,7 @@ pub fn is_compiled(bytes: &[u8]) -> bool {
 
 /// What `sluice inspect` shows of a compiled file.
 pub struct Inspected {
-    pub meta: Meta,
+    pub meta: CompiledMeta,
     /// The rule file's text (empty for the shorthands).
     pub rules: String,
     /// Each section's name and size.
@@ -143,20 +143,22 @@ pub fn load(bytes: &[u8], opts: &CompileOptions) -> Result<RuleSet, CompiledErro
                 AddressSet::load(blob).map_err(|error| CompiledError::Set { name: set.name.clone(), error })?,
             )),
             "small" => SetEntries::List(small_set(&set.name, blob)?),
-            other => return Err(CompiledError::Meta(format!("set `{}` has unknown kind `{other}`", set.name))),
+            other => return Err(CompiledError::CompiledMeta(format!("set `{}` has unknown kind `{other}`", set.name))),
         });
     }
     let opts = CompileOptions { v4mapped: opts.v4mapped || meta.v4mapped, ..opts.clone() };
     match meta.origin.as_str() {
         "file" => {
             let text = std::str::from_utf8(section(&sections, "rules")?)
-                .map_err(|_| CompiledError::Meta("the stored rules are not UTF-8".into()))?;
+                .map_err(|_| CompiledError::CompiledMeta("the stored rules are not UTF-8".into()))?;
             // List paths in the text are not read: the sets come from the file.
             let file = parse_rules(&meta.source, text, Path::new("")).map_err(CompiledError::Rules)?;
             let names: Vec<&str> = file.sets.iter().map(|s| s.name.as_str()).collect();
             let stored: Vec<&str> = meta.sets.iter().map(|s| s.name.as_str()).collect();
             if names != stored {
-                return Err(CompiledError::Meta(format!("sets {stored:?} do not match the rules' sets {names:?}")));
+                return Err(CompiledError::CompiledMeta(format!(
+                    "sets {stored:?} do not match the rules' sets {names:?}"
+                )));
             }
             Ok(RuleSet::compile_sets(&file, entries, &opts)?)
         }
@@ -164,12 +166,12 @@ pub fn load(bytes: &[u8], opts: &CompileOptions) -> Result<RuleSet, CompiledErro
             let mut it = entries.into_iter();
             let lists = meta.shorthand.map(|given| if given { it.next() } else { None });
             if lists.iter().flatten().count() != meta.sets.len() {
-                return Err(CompiledError::Meta("shorthand lists do not match the sets".into()));
+                return Err(CompiledError::CompiledMeta("shorthand lists do not match the sets".into()));
             }
-            let layer = if meta.inner { Layer::Inner } else { Layer::Outer };
-            Ok(RuleSet::shorthand_sets(lists, layer, &opts))
+            let depth = if meta.inner { Depth::Inner } else { Depth::Outer };
+            Ok(RuleSet::shorthand_sets(lists, depth, &opts))
         }
-        other => Err(CompiledError::Meta(format!("unknown origin `{other}`"))),
+        other => Err(CompiledError::CompiledMeta(format!("unknown origin `{other}`"))),
     }
 }
 
@@ -177,8 +179,8 @@ fn section<'a>(sections: &[Section<'a>], name: &'static str) -> Result<&'a [u8],
     container::find(sections, name).ok_or(CompiledError::Missing(name))
 }
 
-fn meta_of(sections: &[Section<'_>]) -> Result<Meta, CompiledError> {
-    serde_json::from_slice(section(sections, "meta")?).map_err(|e| CompiledError::Meta(e.to_string()))
+fn meta_of(sections: &[Section<'_>]) -> Result<CompiledMeta, CompiledError> {
+    serde_json::from_slice(section(sections, "meta")?).map_err(|e| CompiledError::CompiledMeta(e.to_string()))
 }
 
 fn small_set(name: &str, blob: &[u8]) -> Result<Vec<Prefix>, CompiledError> {
@@ -240,7 +242,7 @@ mod tests {
             &big,
             &[],
             &big,
-            Layer::Inner,
+            Depth::Inner,
             &CompileOptions { v4mapped: true, ..CompileOptions::default() },
         );
         let back = load(&save(&sh), &CompileOptions::default()).unwrap();

@@ -23,7 +23,7 @@
 use crate::{Verdict, MAX_BATCH};
 use sluice_classify::{AddressSet, Options};
 use sluice_rules::{
-    Action, AddrField, AddrValue, FragKind, Layer, Match, PortField, Prefix, Rule, RuleFile, MAX_RULES,
+    Action, AddrField, AddrValue, Depth, FragKind, Match, PortField, Prefix, Rule, RuleFile, MAX_RULES,
 };
 use sluice_wire::{IpSummary, PacketSummary};
 use std::net::IpAddr;
@@ -179,11 +179,11 @@ pub struct SetInfo {
 /// A header field the bit-vector step reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Field {
-    Proto(Layer),
-    Port(Layer, PortField),
-    TcpFlags(Layer),
-    IcmpType(Layer),
-    Frag(Layer),
+    Proto(Depth),
+    Port(Depth, PortField),
+    TcpFlags(Depth),
+    IcmpType(Depth),
+    Frag(Depth),
     Vlan,
     Len,
     Iface,
@@ -210,10 +210,10 @@ impl Pred {
     }
 }
 
-fn ip_at(p: &PacketSummary, layer: Layer) -> Option<&IpSummary> {
-    match layer {
-        Layer::Outer => p.ip.as_ref(),
-        Layer::Inner => p.innermost(),
+fn ip_at(p: &PacketSummary, depth: Depth) -> Option<&IpSummary> {
+    match depth {
+        Depth::Outer => p.ip.as_ref(),
+        Depth::Inner => p.innermost(),
     }
 }
 
@@ -234,7 +234,7 @@ const SLOTS: usize = 15;
 
 /// Where `field`'s value sits among a packet's [`SLOTS`].
 fn slot(field: Field) -> usize {
-    let base = |l: Layer| if l == Layer::Outer { 0 } else { 6 };
+    let base = |l: Depth| if l == Depth::Outer { 0 } else { 6 };
     match field {
         Field::Proto(l) => base(l),
         Field::Port(l, PortField::Src) => base(l) + 1,
@@ -331,7 +331,7 @@ struct AddrCond {
     /// For `addr` (either side): the destination's lookup bit.
     b: Option<usize>,
     negate: bool,
-    layer: Layer,
+    depth: Depth,
 }
 
 /// A lookup: a backing probed with one address of each packet.
@@ -339,7 +339,7 @@ struct AddrCond {
 struct Lookup {
     backing: usize,
     dst: bool,
-    layer: Layer,
+    depth: Depth,
 }
 
 /// How to compile.
@@ -402,7 +402,7 @@ impl RuleSet {
     /// @drop-src`, `drop saddr @drop-any`, `drop daddr @drop-dst`, `drop daddr
     /// @drop-any` (source matches counted first, as they always were).
     pub fn new(drop_src: &[Prefix], drop_dst: &[Prefix], drop_any: &[Prefix]) -> Self {
-        Self::shorthand(drop_src, drop_dst, drop_any, Layer::Outer, &CompileOptions::default())
+        Self::shorthand(drop_src, drop_dst, drop_any, Depth::Outer, &CompileOptions::default())
     }
 
     /// [`RuleSet::new`] at a layer and with options.
@@ -410,21 +410,21 @@ impl RuleSet {
         drop_src: &[Prefix],
         drop_dst: &[Prefix],
         drop_any: &[Prefix],
-        layer: Layer,
+        depth: Depth,
         opts: &CompileOptions,
     ) -> Self {
         let lists = [drop_src, drop_dst, drop_any].map(|l| (!l.is_empty()).then(|| SetEntries::List(l.to_vec())));
-        Self::shorthand_sets(lists, layer, opts)
+        Self::shorthand_sets(lists, depth, opts)
     }
 
     /// The shorthands with each list's entries given (`None`: not given).
-    pub fn shorthand_sets(lists: [Option<SetEntries>; 3], layer: Layer, opts: &CompileOptions) -> Self {
+    pub fn shorthand_sets(lists: [Option<SetEntries>; 3], depth: Depth, opts: &CompileOptions) -> Self {
         let present = [lists[0].is_some(), lists[1].is_some(), lists[2].is_some()];
-        let file = shorthand_file(present, layer);
+        let file = shorthand_file(present, depth);
         let mut rs = Self::compile_sets(&file, lists.into_iter().flatten().collect(), opts)
             .expect("shorthand rules always compile");
         rs.origin =
-            Origin::Shorthand { src: present[0], dst: present[1], any: present[2], inner: layer == Layer::Inner };
+            Origin::Shorthand { src: present[0], dst: present[1], any: present[2], inner: depth == Depth::Inner };
         rs
     }
 
@@ -483,7 +483,7 @@ impl RuleSet {
                 let mut pred = |f: Field, p: Pred| field_preds.push((f, r, p));
                 let ranges = |v: &[u8]| v.iter().map(|&x| (u32::from(x), u32::from(x))).collect::<Vec<_>>();
                 match m {
-                    Match::Addr { layer, field, negate, value } => {
+                    Match::Addr { depth, field, negate, value } => {
                         let backing = match value {
                             AddrValue::Set(i) => *i,
                             AddrValue::Prefixes(p) => {
@@ -507,20 +507,20 @@ impl RuleSet {
                             }
                         };
                         backs.push(backing);
-                        let src = Lookup { backing, dst: false, layer: *layer };
-                        let dst = Lookup { backing, dst: true, layer: *layer };
+                        let src = Lookup { backing, dst: false, depth: *depth };
+                        let dst = Lookup { backing, dst: true, depth: *depth };
                         let c = match field {
                             AddrField::Src => {
-                                AddrCond { a: lookup_of(src, &mut lookups)?, b: None, negate: *negate, layer: *layer }
+                                AddrCond { a: lookup_of(src, &mut lookups)?, b: None, negate: *negate, depth: *depth }
                             }
                             AddrField::Dst => {
-                                AddrCond { a: lookup_of(dst, &mut lookups)?, b: None, negate: *negate, layer: *layer }
+                                AddrCond { a: lookup_of(dst, &mut lookups)?, b: None, negate: *negate, depth: *depth }
                             }
                             AddrField::Either => AddrCond {
                                 a: lookup_of(src, &mut lookups)?,
                                 b: Some(lookup_of(dst, &mut lookups)?),
                                 negate: *negate,
-                                layer: *layer,
+                                depth: *depth,
                             },
                         };
                         let ci = match conds.iter().position(|x| *x == c) {
@@ -535,33 +535,33 @@ impl RuleSet {
                         };
                         mine.push(ci);
                     }
-                    Match::Proto { layer, negate, protos } => {
-                        pred(Field::Proto(*layer), Pred::In { ranges: ranges(protos), negate: *negate })
+                    Match::Proto { depth, negate, protos } => {
+                        pred(Field::Proto(*depth), Pred::In { ranges: ranges(protos), negate: *negate })
                     }
-                    Match::Port { layer, proto, field, negate, ranges: r } => {
-                        pred(Field::Proto(*layer), Pred::In { ranges: ranges(&[*proto]), negate: false });
+                    Match::Port { depth, proto, field, negate, ranges: r } => {
+                        pred(Field::Proto(*depth), Pred::In { ranges: ranges(&[*proto]), negate: false });
                         let r = r.iter().map(|&(a, b)| (u32::from(a), u32::from(b))).collect();
-                        pred(Field::Port(*layer, *field), Pred::In { ranges: r, negate: *negate });
+                        pred(Field::Port(*depth, *field), Pred::In { ranges: r, negate: *negate });
                     }
-                    Match::TcpFlags { layer, set, clear } => {
-                        pred(Field::Proto(*layer), Pred::In { ranges: ranges(&[6]), negate: false });
-                        pred(Field::TcpFlags(*layer), Pred::Flags { set: *set, clear: *clear });
+                    Match::TcpFlags { depth, set, clear } => {
+                        pred(Field::Proto(*depth), Pred::In { ranges: ranges(&[6]), negate: false });
+                        pred(Field::TcpFlags(*depth), Pred::Flags { set: *set, clear: *clear });
                     }
-                    Match::IcmpType { layer, v6, negate, types } => {
+                    Match::IcmpType { depth, v6, negate, types } => {
                         let proto = if *v6 { 58 } else { 1 };
-                        pred(Field::Proto(*layer), Pred::In { ranges: ranges(&[proto]), negate: false });
-                        pred(Field::IcmpType(*layer), Pred::In { ranges: ranges(types), negate: *negate });
+                        pred(Field::Proto(*depth), Pred::In { ranges: ranges(&[proto]), negate: false });
+                        pred(Field::IcmpType(*depth), Pred::In { ranges: ranges(types), negate: *negate });
                     }
                     Match::Vlan { negate, ids } => {
                         let r = ids.iter().map(|&v| (u32::from(v), u32::from(v))).collect();
                         pred(Field::Vlan, Pred::In { ranges: r, negate: *negate })
                     }
-                    Match::Frag { layer, kind } => {
+                    Match::Frag { depth, kind } => {
                         let c = match kind {
                             FragKind::First => 1,
                             FragKind::Later => 2,
                         };
-                        pred(Field::Frag(*layer), Pred::In { ranges: vec![(c, c)], negate: false })
+                        pred(Field::Frag(*depth), Pred::In { ranges: vec![(c, c)], negate: false })
                     }
                     Match::Len { negate, ranges: r } => {
                         pred(Field::Len, Pred::In { ranges: r.clone(), negate: *negate })
@@ -749,10 +749,10 @@ impl RuleSet {
     }
 
     fn reference_match(&self, m: &Match, p: &PacketSummary, wire_len: u32, port: u32, backing: Option<usize>) -> bool {
-        let at = |l: Layer| ip_at(p, l);
+        let at = |l: Depth| ip_at(p, l);
         match m {
-            Match::Addr { layer, field, negate, .. } => {
-                let Some(ip) = at(*layer) else { return false };
+            Match::Addr { depth, field, negate, .. } => {
+                let Some(ip) = at(*depth) else { return false };
                 let set = &self.backings[backing.expect("one backing per address match")];
                 let hit = match field {
                     AddrField::Src => set.contains(self.key(ip.src)),
@@ -761,23 +761,23 @@ impl RuleSet {
                 };
                 hit != *negate
             }
-            Match::Proto { layer, negate, protos } => {
-                at(*layer).is_some_and(|ip| protos.contains(&ip.protocol) != *negate)
+            Match::Proto { depth, negate, protos } => {
+                at(*depth).is_some_and(|ip| protos.contains(&ip.protocol) != *negate)
             }
-            Match::Port { layer, proto, field, negate, ranges } => at(*layer).is_some_and(|ip| {
+            Match::Port { depth, proto, field, negate, ranges } => at(*depth).is_some_and(|ip| {
                 ip.protocol == *proto
                     && ip.ports.is_some_and(|(s, d)| {
                         let v = if *field == PortField::Src { s } else { d };
                         ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&v)) != *negate
                     })
             }),
-            Match::TcpFlags { layer, set, clear } => at(*layer)
+            Match::TcpFlags { depth, set, clear } => at(*depth)
                 .is_some_and(|ip| ip.protocol == 6 && ip.tcp_flags.is_some_and(|f| f & set == *set && f & clear == 0)),
-            Match::IcmpType { layer, v6, negate, types } => at(*layer).is_some_and(|ip| {
+            Match::IcmpType { depth, v6, negate, types } => at(*depth).is_some_and(|ip| {
                 ip.protocol == if *v6 { 58 } else { 1 } && ip.icmp.is_some_and(|(t, _)| types.contains(&t) != *negate)
             }),
             Match::Vlan { negate, ids } => p.vlans.as_slice().first().is_some_and(|v| ids.contains(v) != *negate),
-            Match::Frag { layer, kind } => at(*layer).is_some_and(|ip| match (kind, ip.fragment) {
+            Match::Frag { depth, kind } => at(*depth).is_some_and(|ip| match (kind, ip.fragment) {
                 (FragKind::First, Some(f)) => f.offset == 0,
                 (FragKind::Later, Some(f)) => f.offset > 0,
                 (_, None) => false,
@@ -811,7 +811,7 @@ impl RuleSet {
         for (k, l) in self.lookups.iter().enumerate() {
             let mut m = 0;
             for (i, (p, _, _)) in pkts.iter().enumerate() {
-                if let Some(ip) = ip_at(p, l.layer) {
+                if let Some(ip) = ip_at(p, l.depth) {
                     keys[m] = self.key(if l.dst { ip.dst } else { ip.src });
                     at[m] = i;
                     m += 1;
@@ -861,7 +861,7 @@ impl RuleSet {
             let mut acc = all;
             for (c, cond) in self.conds.iter().enumerate() {
                 let bit = |k: usize| hits[i] >> k & 1 == 1;
-                let present = ip_at(p, cond.layer).is_some();
+                let present = ip_at(p, cond.depth).is_some();
                 let hit = bit(cond.a) || cond.b.is_some_and(bit);
                 if !(present && hit != cond.negate) {
                     for (a, r) in acc.iter_mut().zip(&self.cond_rules[c * w..(c + 1) * w]) {
@@ -993,7 +993,7 @@ fn build_fields(preds: &[(Field, usize, Pred)], all: &[u64]) -> Vec<FieldTable> 
 
 /// The rule file the shorthand flags stand for; its sets are the given
 /// lists in the order src, dst, any.
-fn shorthand_file(present: [bool; 3], layer: Layer) -> RuleFile {
+fn shorthand_file(present: [bool; 3], depth: Depth) -> RuleFile {
     let mut file = RuleFile {
         source: "(flags)".into(),
         text: String::new(),
@@ -1010,7 +1010,7 @@ fn shorthand_file(present: [bool; 3], layer: Layer) -> RuleFile {
             });
         }
     }
-    let q = if layer == Layer::Inner { "inner " } else { "" };
+    let q = if depth == Depth::Inner { "inner " } else { "" };
     // Source matches first, as the drop reasons always counted them.
     for (set, field) in [
         ("drop-src", AddrField::Src),
@@ -1024,7 +1024,7 @@ fn shorthand_file(present: [bool; 3], layer: Layer) -> RuleFile {
                 line: 0,
                 text: format!("drop {q}{word} @{set}"),
                 action: Action::Drop,
-                matches: vec![Match::Addr { layer, field, negate: false, value: AddrValue::Set(i) }],
+                matches: vec![Match::Addr { depth, field, negate: false, value: AddrValue::Set(i) }],
             });
         }
     }

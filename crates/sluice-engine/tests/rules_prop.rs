@@ -177,7 +177,7 @@ fn addrs() -> impl Strategy<Value = Vec<String>> {
 
 /// One match, as rule text.
 fn a_match() -> impl Strategy<Value = String> {
-    let layer = prop_oneof![3 => Just(""), 1 => Just("inner "), 1 => Just("outer ")];
+    let depth = prop_oneof![3 => Just(""), 1 => Just("inner "), 1 => Just("outer ")];
     let neg = prop_oneof![3 => Just(""), 1 => Just("!= ")];
     let ports = prop_oneof![
         (0u16..2000).prop_map(|p| p.to_string()),
@@ -186,28 +186,28 @@ fn a_match() -> impl Strategy<Value = String> {
         (0u16..1000, 0u16..1000).prop_map(|(a, b)| format!("{}-{}", a.min(b), a.max(b))),
     ];
     prop_oneof![
-        (layer.clone(), prop_oneof![Just("saddr"), Just("daddr"), Just("addr")], neg.clone(), 0usize..3)
+        (depth.clone(), prop_oneof![Just("saddr"), Just("daddr"), Just("addr")], neg.clone(), 0usize..3)
             .prop_map(|(l, f, n, s)| format!("{l}{f} {n}@s{s}")),
-        (layer.clone(), prop_oneof![Just("saddr"), Just("daddr")], addrs())
+        (depth.clone(), prop_oneof![Just("saddr"), Just("daddr")], addrs())
             .prop_map(|(l, f, a)| format!("{l}{f} {{ {} }}", a[..a.len().min(3)].join(", "))),
         (
-            layer.clone(),
+            depth.clone(),
             neg.clone(),
             prop_oneof![Just("tcp"), Just("udp"), Just("icmp"), Just("icmpv6"), Just("99"), Just("{ tcp, udp }")]
         )
             .prop_map(|(l, n, p)| format!("{l}proto {n}{p}")),
         (
-            layer.clone(),
+            depth.clone(),
             prop_oneof![Just("tcp"), Just("udp")],
             prop_oneof![Just("sport"), Just("dport")],
             neg.clone(),
             ports
         )
             .prop_map(|(l, p, f, n, v)| format!("{l}{p} {f} {n}{v}")),
-        (layer.clone(), prop_oneof![Just("syn"), Just("syn,!ack"), Just("ack,fin"), Just("!rst")])
+        (depth.clone(), prop_oneof![Just("syn"), Just("syn,!ack"), Just("ack,fin"), Just("!rst")])
             .prop_map(|(l, f)| format!("{l}tcp flags {f}")),
         (
-            layer.clone(),
+            depth.clone(),
             prop_oneof![Just("icmp"), Just("icmpv6")],
             neg.clone(),
             prop_oneof![Just("8"), Just("{ 0, 128 }")]
@@ -215,7 +215,7 @@ fn a_match() -> impl Strategy<Value = String> {
             .prop_map(|(l, p, n, t)| format!("{l}{p} type {n}{t}")),
         (neg.clone(), prop_oneof![Just("0"), Just("50"), Just("{ 100, 150 }")])
             .prop_map(|(n, v)| format!("vlan {n}{v}")),
-        (layer.clone(), prop_oneof![Just("first"), Just("later")]).prop_map(|(l, k)| format!("{l}frag {k}")),
+        (depth.clone(), prop_oneof![Just("first"), Just("later")]).prop_map(|(l, k)| format!("{l}frag {k}")),
         (neg, 0u32..300, 0u32..300).prop_map(|(n, a, b)| format!("len {n}{}-{}", a.min(b), a.max(b))),
         prop_oneof![Just("tcp"), Just("udp"), Just("icmp")].prop_map(str::to_owned),
     ]

@@ -16,7 +16,7 @@ pub use sluice_h1::Version;
 /// One parsed request head. `method` and `target` are byte ranges into the
 /// buffer the head was parsed from, so parsing allocates nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Head {
+pub struct FramedHead {
     pub method: Range<usize>,
     pub target: Range<usize>,
     pub version: Version,
@@ -29,7 +29,7 @@ pub struct Head {
     pub len: usize,
 }
 
-impl Head {
+impl FramedHead {
     pub fn is_head_method(&self, buf: &[u8]) -> bool {
         &buf[self.method.clone()] == b"HEAD"
     }
@@ -72,13 +72,13 @@ fn options(max_head: usize) -> Options {
 
 /// Parse one complete request head at the start of `buf`. `Ok(None)`: not
 /// complete yet (and within `max_head`); the caller reads more and retries.
-pub fn parse_head(buf: &[u8], max_head: usize) -> Result<Option<Head>, FrameError> {
+pub fn parse_head(buf: &[u8], max_head: usize) -> Result<Option<FramedHead>, FrameError> {
     let mut parser = Parser::new(options(max_head));
     head_of(&mut parser, buf)
 }
 
 /// The head `parser` finds in `buf` (which starts at the request's first byte).
-fn head_of(parser: &mut Parser, buf: &[u8]) -> Result<Option<Head>, FrameError> {
+fn head_of(parser: &mut Parser, buf: &[u8]) -> Result<Option<FramedHead>, FrameError> {
     let len = match parser.parse_head(buf)? {
         HeadStatus::Partial => return Ok(None),
         HeadStatus::Complete(len) => len,
@@ -90,7 +90,7 @@ fn head_of(parser: &mut Parser, buf: &[u8]) -> Result<Option<Head>, FrameError> 
         let start = f.as_ptr() as usize - buf.as_ptr() as usize;
         start..start + f.len()
     };
-    Ok(Some(Head {
+    Ok(Some(FramedHead {
         method: at(h.method),
         target: at(h.target),
         version: h.version,
@@ -107,7 +107,7 @@ fn head_of(parser: &mut Parser, buf: &[u8]) -> Result<Option<Head>, FrameError> 
 #[derive(Debug, PartialEq, Eq)]
 pub enum Step {
     /// A complete head; `consumed` bytes (the head) are done with.
-    Request(Head),
+    Request(FramedHead),
     /// `n` body bytes of the current request were skipped.
     Body(usize),
     /// Nothing complete in the buffer: read more.
@@ -162,7 +162,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn one(s: &str) -> Result<Option<Head>, FrameError> {
+    fn one(s: &str) -> Result<Option<FramedHead>, FrameError> {
         parse_head(s.as_bytes(), DEFAULT_MAX_HEAD)
     }
 

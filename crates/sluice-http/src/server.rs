@@ -9,7 +9,7 @@
 //! request).
 
 use crate::dist::{Dist, WeightedList};
-use crate::request::{FrameError, Framer, Head, Step, Version};
+use crate::request::{FrameError, FramedHead, Framer, Step, Version};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use rand::SeedableRng;
@@ -578,7 +578,7 @@ impl<'a> Worker<'a> {
     }
 
     /// Decide status, size and delay for one request; count it.
-    fn respond_to(&mut self, h: &Head, head_only: bool) -> Pending {
+    fn respond_to(&mut self, h: &FramedHead, head_only: bool) -> Pending {
         self.stats.requests += 1;
         let status = *self.config.status_mix.sample(&mut self.rng);
         let body = self.config.size.sample(&mut self.rng) as usize;

@@ -23,7 +23,7 @@ pub use list::{load_list, parse_list, LineError, LineErrorKind, ListError, Parse
 pub use prefix::{Prefix, PrefixParseError};
 pub use range::{range_to_prefixes, RangeError};
 pub use rulefile::{
-    load_rules, parse_rules, proto_number, tcp_flag, Action, AddrField, AddrValue, FragKind, Layer, Match, PortField,
+    load_rules, parse_rules, proto_number, tcp_flag, Action, AddrField, AddrValue, Depth, FragKind, Match, PortField,
     Rule, RuleError, RuleFile, RuleLoadError, SetDef, SetLoadError, SetSource, MAX_RULES,
 };
 pub use set::PrefixHashSet;

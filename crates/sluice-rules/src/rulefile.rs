@@ -45,7 +45,7 @@ impl Action {
 /// Which IP header a match reads: the outer one (the default), or the
 /// innermost one behind tunnels (the only one when there is no tunnel).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Layer {
+pub enum Depth {
     Outer,
     Inner,
 }
@@ -109,21 +109,21 @@ pub mod tcp_flag {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Match {
     Addr {
-        layer: Layer,
+        depth: Depth,
         field: AddrField,
         negate: bool,
         value: AddrValue,
     },
     /// The upper-layer protocol number is one of `protos`.
     Proto {
-        layer: Layer,
+        depth: Depth,
         negate: bool,
         protos: Vec<u8>,
     },
     /// `tcp|udp sport|dport`: the protocol is `proto` (6 or 17), its header
     /// is present, and the port is in one of `ranges` (inclusive).
     Port {
-        layer: Layer,
+        depth: Depth,
         proto: u8,
         field: PortField,
         negate: bool,
@@ -132,14 +132,14 @@ pub enum Match {
     /// `tcp flags syn,!ack`: protocol TCP, header present, every bit of
     /// `set` set and every bit of `clear` clear.
     TcpFlags {
-        layer: Layer,
+        depth: Depth,
         set: u8,
         clear: u8,
     },
     /// `icmp type N` / `icmpv6 type N`: protocol 1 (or 58), header present,
     /// type in `types`.
     IcmpType {
-        layer: Layer,
+        depth: Depth,
         v6: bool,
         negate: bool,
         types: Vec<u8>,
@@ -151,7 +151,7 @@ pub enum Match {
         ids: Vec<u16>,
     },
     Frag {
-        layer: Layer,
+        depth: Depth,
         kind: FragKind,
     },
     /// Length on the wire, in inclusive ranges.
@@ -530,7 +530,7 @@ impl<'a> Parser<'a> {
                 ))
             }
         };
-        let mut layer = Layer::Outer;
+        let mut depth = Depth::Outer;
         let mut matches = Vec::new();
         while let Some(t) = self.peek() {
             self.pos += 1;
@@ -538,8 +538,8 @@ impl<'a> Parser<'a> {
                 return Err(self.err_at(t, "unexpected string: expected a match such as `saddr`, `proto`, `tcp dport`"));
             }
             match t.text.as_str() {
-                "outer" => layer = Layer::Outer,
-                "inner" => layer = Layer::Inner,
+                "outer" => depth = Depth::Outer,
+                "inner" => depth = Depth::Inner,
                 "saddr" | "daddr" | "addr" => {
                     let field = match t.text.as_str() {
                         "saddr" => AddrField::Src,
@@ -548,7 +548,7 @@ impl<'a> Parser<'a> {
                     };
                     let negate = self.negation();
                     let value = self.addr_value(file)?;
-                    matches.push(Match::Addr { layer, field, negate, value });
+                    matches.push(Match::Addr { depth, field, negate, value });
                 }
                 "proto" => {
                     let negate = self.negation();
@@ -557,7 +557,7 @@ impl<'a> Parser<'a> {
                             p.err_at(t, &format!("expected a protocol (tcp, udp, icmp, icmpv6 or 0-255), found `{}`", t.text))
                         })
                     })?;
-                    matches.push(Match::Proto { layer, negate, protos });
+                    matches.push(Match::Proto { depth, negate, protos });
                 }
                 "tcp" | "udp" => {
                     let proto = if t.text == "tcp" { 6 } else { 17 };
@@ -567,15 +567,15 @@ impl<'a> Parser<'a> {
                             let field = if f == "sport" { PortField::Src } else { PortField::Dst };
                             let negate = self.negation();
                             let ranges = self.one_or_braces("a port, range (a-b) or set", |p, t| port_range(p, t))?;
-                            matches.push(Match::Port { layer, proto, field, negate, ranges });
+                            matches.push(Match::Port { depth, proto, field, negate, ranges });
                         }
                         Some("flags") if proto == 6 => {
                             self.pos += 1;
                             let (set, clear) = self.tcp_flags()?;
-                            matches.push(Match::TcpFlags { layer, set, clear });
+                            matches.push(Match::TcpFlags { depth, set, clear });
                         }
                         // `tcp` alone: the protocol.
-                        _ => matches.push(Match::Proto { layer, negate: false, protos: vec![proto] }),
+                        _ => matches.push(Match::Proto { depth, negate: false, protos: vec![proto] }),
                     }
                 }
                 "icmp" | "icmpv6" => {
@@ -586,9 +586,9 @@ impl<'a> Parser<'a> {
                         let types = self.one_or_braces("an ICMP type (0-255)", |p, t| {
                             t.text.parse::<u8>().map_err(|_| p.err_at(t, &format!("expected an ICMP type (0-255), found `{}`", t.text)))
                         })?;
-                        matches.push(Match::IcmpType { layer, v6, negate, types });
+                        matches.push(Match::IcmpType { depth, v6, negate, types });
                     } else {
-                        matches.push(Match::Proto { layer, negate: false, protos: vec![if v6 { 58 } else { 1 }] });
+                        matches.push(Match::Proto { depth, negate: false, protos: vec![if v6 { 58 } else { 1 }] });
                     }
                 }
                 "vlan" => {
@@ -606,7 +606,7 @@ impl<'a> Parser<'a> {
                         "later" => FragKind::Later,
                         _ => return Err(self.err_at(k, &format!("expected `first` or `later`, found `{}`", k.text))),
                     };
-                    matches.push(Match::Frag { layer, kind });
+                    matches.push(Match::Frag { depth, kind });
                 }
                 "len" => {
                     let negate = self.negation();
@@ -775,24 +775,24 @@ mod tests {
         assert_eq!(f.rules.len(), 8);
         assert_eq!(f.rules[0].text, "count proto udp");
         assert_eq!(f.rules[0].line, 4);
-        assert_eq!(f.rules[0].matches, vec![Match::Proto { layer: Layer::Outer, negate: false, protos: vec![17] }]);
+        assert_eq!(f.rules[0].matches, vec![Match::Proto { depth: Depth::Outer, negate: false, protos: vec![17] }]);
         assert_eq!(
             f.rules[1].matches,
             vec![
                 Match::Port {
-                    layer: Layer::Outer,
+                    depth: Depth::Outer,
                     proto: 17,
                     field: PortField::Dst,
                     negate: false,
                     ranges: vec![(53, 53)]
                 },
-                Match::Addr { layer: Layer::Outer, field: AddrField::Dst, negate: false, value: AddrValue::Set(2) },
+                Match::Addr { depth: Depth::Outer, field: AddrField::Dst, negate: false, value: AddrValue::Set(2) },
             ]
         );
         assert_eq!(
             f.rules[3].matches,
             vec![Match::Port {
-                layer: Layer::Outer,
+                depth: Depth::Outer,
                 proto: 6,
                 field: PortField::Dst,
                 negate: false,
@@ -801,17 +801,17 @@ mod tests {
         );
         assert_eq!(
             f.rules[5].matches,
-            vec![Match::Addr { layer: Layer::Inner, field: AddrField::Src, negate: false, value: AddrValue::Set(0) }]
+            vec![Match::Addr { depth: Depth::Inner, field: AddrField::Src, negate: false, value: AddrValue::Set(0) }]
         );
         assert_eq!(
             f.rules[6].matches[0],
-            Match::TcpFlags { layer: Layer::Outer, set: tcp_flag::SYN, clear: tcp_flag::ACK }
+            Match::TcpFlags { depth: Depth::Outer, set: tcp_flag::SYN, clear: tcp_flag::ACK }
         );
         assert_eq!(f.rules[6].matches[1], Match::Vlan { negate: false, ids: vec![100] });
-        assert_eq!(f.rules[6].matches[3], Match::Frag { layer: Layer::Outer, kind: FragKind::First });
+        assert_eq!(f.rules[6].matches[3], Match::Frag { depth: Depth::Outer, kind: FragKind::First });
         assert_eq!(
             f.rules[7].matches[2],
-            Match::Addr { layer: Layer::Outer, field: AddrField::Either, negate: true, value: AddrValue::Set(1) }
+            Match::Addr { depth: Depth::Outer, field: AddrField::Either, negate: true, value: AddrValue::Set(1) }
         );
     }
 
@@ -847,7 +847,7 @@ mod tests {
         assert_eq!(f.rules.len(), 3);
         assert!(f.rules[0].matches.is_empty());
         assert_eq!(f.rules[1].text, "count tcp");
-        assert_eq!(f.rules[2].matches, vec![Match::Proto { layer: Layer::Outer, negate: false, protos: vec![58] }]);
+        assert_eq!(f.rules[2].matches, vec![Match::Proto { depth: Depth::Outer, negate: false, protos: vec![58] }]);
         assert_eq!(f.default, Action::Pass);
     }
 }
