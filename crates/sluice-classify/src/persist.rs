@@ -251,13 +251,17 @@ impl<'a> Reader<'a> {
     }
 }
 
-fn get32(b: &[u8], at: usize) -> u32 {
+/// The little-endian `u32` at `b[at..]` (the file formats' byte order;
+/// shared with `sluice_engine::container`). Callers check lengths first: out
+/// of bounds is a bug, and panics.
+pub fn get32(b: &[u8], at: usize) -> u32 {
     let mut a = [0; 4];
     a.copy_from_slice(&b[at..at + 4]);
     u32::from_le_bytes(a)
 }
 
-fn get64(b: &[u8], at: usize) -> u64 {
+/// The little-endian `u64` at `b[at..]` (see [`get32`]).
+pub fn get64(b: &[u8], at: usize) -> u64 {
     let mut a = [0; 8];
     a.copy_from_slice(&b[at..at + 8]);
     u64::from_le_bytes(a)

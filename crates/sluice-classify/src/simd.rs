@@ -94,6 +94,13 @@ pub(crate) fn filter_select_scalar(blocks: &[Block], probes: &[u64], maybe: &mut
 /// Per key: broadcast the probe's low 32 bits, multiply by the 8 salts, keep
 /// the top 5 bits as a shift count, `1 << count` per lane, and `vptest`
 /// that every mask bit is set in the block (CF: `!block & mask == 0`).
+///
+/// # Safety
+///
+/// The CPU must support AVX2 (the caller checks with
+/// `is_x86_feature_detected!`). Every memory access is through safe slice
+/// indexing except the aligned block load, which `Block`'s 32-byte
+/// alignment makes sound.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn filter_select_avx2(blocks: &[Block], probes: &[u64], maybe: &mut [u8; PREPARED_MAX]) -> usize {
@@ -135,6 +142,12 @@ pub(crate) fn probes_v4(h: &Hasher, f: &BlockFilter, keys: &[u32], out: &mut [u6
 /// [`probes_v4`]'s vector part: whole groups of eight; returns how many
 /// keys it did. Lane for lane the same arithmetic as `Hasher::hash32` and
 /// `BlockFilter::probe` (`blocks` is below 2^32, asserted when built).
+///
+/// # Safety
+///
+/// The CPU must support AVX-512 F and DQ (the caller checks with
+/// `is_x86_feature_detected!`). Loads and stores stay within `keys` and
+/// `out`: only whole groups of eight below the shorter length are done.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512dq")]
 unsafe fn probes_v4_avx512(k0: u64, k1: u64, blocks: u64, keys: &[u32], out: &mut [u64]) -> usize {

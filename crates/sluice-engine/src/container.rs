@@ -29,6 +29,7 @@
 //! Every byte is accounted for, so [`encode`] of what [`decode`] returns
 //! gives back the same file.
 
+use sluice_classify::persist::{get32, get64};
 use std::collections::HashSet;
 
 /// The first bytes of every compiled file.
@@ -84,18 +85,6 @@ pub enum ContainerError {
 fn checksum(file: &[u8]) -> u64 {
     let seed = xxhash_rust::xxh3::xxh3_64(&file[..CHECKSUM_AT]);
     xxhash_rust::xxh3::xxh3_64_with_seed(&file[CHECKSUM_AT + 8..], seed)
-}
-
-fn get32(b: &[u8], at: usize) -> u32 {
-    let mut a = [0; 4];
-    a.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(a)
-}
-
-fn get64(b: &[u8], at: usize) -> u64 {
-    let mut a = [0; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(a)
 }
 
 fn escaped(bytes: &[u8]) -> String {
