@@ -8,8 +8,6 @@ use clap::{Args, ValueEnum};
 use sluice_guard::{BlockAction, Config, Guard, Limits, RespCodeBlock};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
@@ -143,9 +141,7 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
     let addr = guard.local_addr();
     let running = guard.start()?;
     let stop = running.stop_flag();
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone()).context("installing the signal handlers")?;
-    }
+    sluice_control::stop_on_interrupt(&stop).context("installing the signal handlers")?;
     if let Some(m) = metrics {
         let registry = sluice_metrics::guard::registry(running.shared());
         let bound = sluice_metrics::spawn(m, registry, "sluice http-guard")
@@ -154,12 +150,7 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
     }
     // After the threads run, so a client that reads this line can connect at once.
     eprintln!("sluice: guarding on {addr}");
-    let started = Instant::now();
-    let until = a.duration.map(|s| started + Duration::from_secs_f64(s.max(0.0)));
-    while !stop.load(Ordering::Relaxed) && until.is_none_or(|t| Instant::now() < t) && !running.any_finished() {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let elapsed = started.elapsed();
+    let elapsed = sluice_control::wait_until_stopped(&stop, a.duration, || running.any_finished());
     let report = running.join().context("http-guard")?;
     if a.json {
         println!("{}", serde_json::to_string(&report)?);

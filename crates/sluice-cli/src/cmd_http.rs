@@ -77,17 +77,10 @@ pub fn serve(a: ServeArgs) -> Result<Outcome> {
     let addr = server.local_addr();
     let running = server.start()?;
     let stop = running.stop_flag();
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone()).context("installing the signal handlers")?;
-    }
+    sluice_control::stop_on_interrupt(&stop).context("installing the signal handlers")?;
     // After the threads run, so a client that reads this line can connect at once.
     eprintln!("sluice: serving on {addr}");
-    let started = Instant::now();
-    let until = a.duration.map(|s| started + Duration::from_secs_f64(s.max(0.0)));
-    while !stop.load(Ordering::Relaxed) && until.is_none_or(|t| Instant::now() < t) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let elapsed = started.elapsed();
+    let elapsed = sluice_control::wait_until_stopped(&stop, a.duration, || false);
     let report = running.join().context("serving")?;
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
@@ -211,9 +204,7 @@ pub fn load(a: LoadArgs) -> Result<Outcome> {
         seed: a.seed,
         allow_remote: a.allow_remote,
     })?;
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, running.stop_flag()).context("installing the signal handlers")?;
-    }
+    sluice_control::stop_on_interrupt(&running.stop_flag()).context("installing the signal handlers")?;
     let progress = std::io::stderr().is_terminal();
     let mut next = running.started() + Duration::from_secs(1);
     let mut last = 0;

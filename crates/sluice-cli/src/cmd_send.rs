@@ -124,9 +124,7 @@ pub fn run(a: SendArgs) -> Result<Outcome> {
         ),
     };
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop)).context("installing the signal handlers")?;
-    }
+    sluice_control::stop_on_interrupt(&stop).context("installing the signal handlers")?;
     let show = std::io::stderr().is_terminal() && !a.json;
     let pacing = Pacing { rate: a.rate, count: a.count, mtu: mtu_of(&a.iface) };
     let started = Instant::now();

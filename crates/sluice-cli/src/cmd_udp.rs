@@ -90,9 +90,7 @@ fn seconds(s: f64, flag: &str) -> Result<Duration> {
 /// SIGINT/SIGTERM set the flag, so both commands end cleanly and still print.
 fn stop_on_signals() -> Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop)).context("installing the signal handlers")?;
-    }
+    sluice_control::stop_on_interrupt(&stop).context("installing the signal handlers")?;
     Ok(stop)
 }
 

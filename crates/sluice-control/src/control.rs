@@ -266,6 +266,26 @@ pub fn spawn_signals(
     Ok(handle)
 }
 
+/// SIGINT and SIGTERM set `stop`, so a run ends cleanly (outputs flushed,
+/// summary printed) instead of being killed.
+pub fn stop_on_interrupt(stop: &Arc<AtomicBool>) -> std::io::Result<()> {
+    for sig in [SIGINT, SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(stop))?;
+    }
+    Ok(())
+}
+
+/// Wait until `stop` is set, `seconds` pass (if given), or `finished()`
+/// says the work ended by itself; returns how long it waited.
+pub fn wait_until_stopped(stop: &AtomicBool, seconds: Option<f64>, mut finished: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    let until = seconds.map(|s| started + Duration::from_secs_f64(s.max(0.0)));
+    while !stop.load(Ordering::Relaxed) && until.is_none_or(|t| Instant::now() < t) && !finished() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    started.elapsed()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,6 +350,21 @@ mod tests {
         assert_eq!(c.state().lists()[0].entries, 3);
         c.tick();
         assert_eq!(c.published().load().generation, 1, "one change, one reload");
+    }
+
+    #[test]
+    fn waiting_ends_at_the_first_of_stop_deadline_and_finish() {
+        let stop = AtomicBool::new(false);
+        let took = wait_until_stopped(&stop, Some(0.05), || false);
+        assert!(took >= Duration::from_millis(50) && took < Duration::from_secs(5), "{took:?}");
+        let mut calls = 0;
+        wait_until_stopped(&stop, None, || {
+            calls += 1;
+            calls == 3
+        });
+        assert_eq!(calls, 3);
+        stop.store(true, Ordering::Relaxed);
+        assert!(wait_until_stopped(&stop, None, || false) < Duration::from_secs(1));
     }
 
     #[test]

@@ -12,7 +12,7 @@
 pub mod control;
 pub mod spec;
 
-pub use control::{spawn_signals, ControlState, Controller, Event, Watch};
+pub use control::{spawn_signals, stop_on_interrupt, wait_until_stopped, ControlState, Controller, Event, Watch};
 pub use spec::{describe, total_entries, Expiring, ListEntries, LoadError, Loaded, RuleSpec};
 
 /// An error and its causes, each once, joined by ": " (what anyhow's `{:#}`
