@@ -8,14 +8,15 @@
 //!   (`XDP_SHARED_UMEM`), so a frame received on port A is forwarded by
 //!   putting *its UMEM address* on port B's TX ring — no copy — and a
 //!   dropped frame's address goes straight back to a fill ring (netmap's
-//!   buffer swap). See [`bridge::xsk_step`].
+//!   buffer swap). See [`pipeline`]'s `XskTx`.
 //! - **AF_PACKET** (the fallback, [`packet`]): a `TPACKET_V3` RX ring (a few
 //!   ms block timeout) and a `TPACKET_V2` TX ring with `PACKET_QDISC_BYPASS`,
 //!   `PACKET_IGNORE_OUTGOING`, promiscuous mode and optional
 //!   `PACKET_FANOUT_HASH`. The kernel strips 802.1Q tags on receive; the
-//!   port puts them back into the bytes. See [`bridge::packet_step`].
+//!   port puts them back into the bytes. See [`pipeline`]'s `PacketTx`.
 //!
-//! On top of the sockets, [`pipeline`] makes both kinds of bridge a
+//! On top of the sockets, [`pipeline`] (the one forwarding path: what
+//! `sluice bridge` runs, and what this crate's live tests drive) makes both kinds of bridge a
 //! `sluice_pipeline` source (both ports' RX rings) and sink (each passed
 //! packet onto the other port's TX ring; AF_XDP by UMEM address, lending
 //! received frames to the batches in place), which `sluice bridge` runs;
@@ -108,7 +109,6 @@
 
 #[allow(unsafe_code)]
 pub mod bpf;
-pub mod bridge;
 pub mod error;
 pub mod netlink;
 pub mod netns;

@@ -51,7 +51,6 @@ use sluice_pipeline::{Backing, Fill, Meta, PacketBatch, Sink, Source, Verdict};
 use sluice_wire::capture::{Interface, Timestamp, TsResolution};
 use sluice_wire::LinkType;
 
-use crate::bridge::wait_any;
 use crate::error::{LiveError, Result};
 use crate::packet::{PacketConfig, PacketSocket};
 use crate::xsk::{Desc, FramePool, Umem, XskConfig, XskSocket};
@@ -195,6 +194,11 @@ fn timestamp(ns: u64) -> Timestamp {
 
 /// How long a fill may still wait, in ms (at most [`STOP_CHECK_MS`]), or
 /// `None` when the deadline has passed.
+/// Waits up to `timeout_ms` until one of `fds` is readable.
+fn wait_any(fds: &[std::os::fd::RawFd], timeout_ms: i32) -> Result<()> {
+    crate::sys::poll_many(fds, timeout_ms).map_err(|e| LiveError::Io { op: "poll", source: e })
+}
+
 fn wait_budget(deadline: Option<Instant>) -> Option<i32> {
     let Some(d) = deadline else { return Some(STOP_CHECK_MS) };
     let now = Instant::now();

@@ -15,21 +15,69 @@ use sluice_engine::snapshot::Published;
 use sluice_engine::RuleSet;
 use sluice_live::pipeline::{open_packet, open_xsk, BridgeCounters, XskBridgeConfig};
 use sluice_live::{PacketConfig, XdpMode};
-use sluice_pipeline::{Inline, Judge, JudgeConfig, Quiet, Reassembly, RunConfig, Sink, Source, Workers, WorkersConfig};
+use sluice_pipeline::{
+    Disposition, Judge, JudgeError, LiveStats, PacketBatch, Quiet, Reassembly, RunConfig, Sink, Source, Verdict,
+    WorkersConfig,
+};
+use std::collections::VecDeque;
 
 fn judge(workers: usize) -> Box<dyn Judge> {
-    let rules = Arc::new(Published::new(RuleSet::empty()));
-    if workers == 1 {
-        Box::new(Inline::new(&rules, JudgeConfig::default()))
-    } else {
-        Box::new(Workers::new(WorkersConfig::new(workers), &rules))
+    sluice_pipeline::judge(&Arc::new(Published::new(RuleSet::empty())), WorkersConfig::new(workers))
+}
+
+/// A judge that drops every test frame with an odd sequence number (the
+/// test frames are not IP, so no rule could): the sinks' drop handling.
+#[derive(Default)]
+struct DropOdd(VecDeque<PacketBatch>);
+
+impl Judge for DropOdd {
+    fn submit(&mut self, mut batch: PacketBatch) -> Result<(), JudgeError> {
+        let odd: Vec<bool> =
+            (0..batch.len()).map(|i| common::seq_of(batch.bytes(i)).is_some_and(|s| s % 2 == 1)).collect();
+        for (p, odd) in batch.packets_mut().iter_mut().zip(odd) {
+            if !matches!(p.disposition, Disposition::Decided(_)) {
+                p.verdict = if odd { Verdict::Drop } else { Verdict::Pass };
+            }
+        }
+        self.0.push_back(batch);
+        Ok(())
+    }
+    fn next(&mut self, _wait: bool) -> Result<Option<PacketBatch>, JudgeError> {
+        Ok(self.0.pop_front())
+    }
+    fn in_flight(&self) -> usize {
+        self.0.len()
+    }
+    fn live(&self) -> Vec<(u64, u64)> {
+        vec![(0, 0)]
+    }
+    fn live_stats(&self) -> Vec<LiveStats> {
+        Vec::new()
+    }
+    fn finish(self: Box<Self>) -> Vec<sluice_engine::Stats> {
+        vec![sluice_engine::Stats::default()]
     }
 }
 
 fn bridge<S, K>(
+    source: S,
+    sink: K,
+    workers: usize,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<sluice_pipeline::RunReport>
+where
+    S: Source + Send + 'static,
+    S::Error: Send + std::fmt::Debug,
+    K: Sink + Send + 'static,
+    K::Error: std::fmt::Debug + std::fmt::Display,
+{
+    bridge_with(source, sink, Box::new(move || judge(workers)), stop)
+}
+
+fn bridge_with<S, K>(
     mut source: S,
     mut sink: K,
-    workers: usize,
+    judge: Box<dyn FnOnce() -> Box<dyn Judge> + Send>,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<sluice_pipeline::RunReport>
 where
@@ -41,8 +89,8 @@ where
     std::thread::spawn(move || {
         let mut stage = Reassembly::new(Default::default(), sluice_pipeline::Verdict::Drop);
         let cfg = RunConfig { read_ahead: false, live_wait: Duration::from_millis(10), ..RunConfig::default() };
-        let done = sluice_pipeline::run(&mut source, &mut stage, judge(workers), &mut sink, &mut Quiet, &cfg)
-            .expect("the run");
+        let done =
+            sluice_pipeline::run(&mut source, &mut stage, judge(), &mut sink, &mut Quiet, &cfg).expect("the run");
         assert!(done.stopped.is_none(), "source error: {:?}", done.stopped);
         assert!(stop.load(Ordering::Relaxed), "the run ended only when asked to");
         done.report
@@ -124,4 +172,70 @@ fn pipeline_packet_two_workers() {
     stop.store(true, Ordering::Relaxed);
     let report = run.join().expect("bridge thread");
     assert_eq!(report.stats.packets, 800);
+}
+
+/// Drops free their frames: more frames cross the bridge, half of them
+/// dropped, than the UMEM has, so a leak of dropped (or sent) frames would
+/// starve it and stop the forwarding. Every passed frame arrives unchanged,
+/// no dropped one arrives, and the counters say so.
+fn drop_case(xsk: Option<XdpMode>, tag: &str) {
+    let topo = Topology::new(tag);
+    let stop = Arc::new(AtomicBool::new(false));
+    let counters = Arc::new(BridgeCounters::default());
+    let judge: Box<dyn FnOnce() -> Box<dyn Judge> + Send> = Box::new(|| Box::new(DropOdd::default()));
+    const UMEM_FRAMES: u32 = 4096;
+    let run = match xsk {
+        Some(mode) => {
+            let cfg = XskBridgeConfig { mode, frames: UMEM_FRAMES, ..XskBridgeConfig::default() };
+            let (source, sink) = open_xsk([&topo.a.near, &topo.b.near], &cfg, stop.clone(), counters.clone()).unwrap();
+            bridge_with(source, sink, judge, stop.clone())
+        }
+        None => {
+            let (source, sink) =
+                open_packet([&topo.a.near, &topo.b.near], &PacketConfig::default(), stop.clone(), counters.clone())
+                    .unwrap();
+            bridge_with(source, sink, judge, stop.clone())
+        }
+    };
+    let mut ep_a = Endpoint::open(&topo.ns_a.name, &topo.a.far);
+    let mut ep_b = Endpoint::open(&topo.ns_b.name, &topo.b.far);
+    let (rounds, per_round) = (12u32, 400u32);
+    assert!(2 * rounds * per_round > UMEM_FRAMES * 2, "more frames than the UMEM holds, twice");
+    for r in 0..rounds {
+        for forward in [true, false] {
+            let base = if forward { 0 } else { 100_000 };
+            let (from, to) = if forward { (&mut ep_a, &mut ep_b) } else { (&mut ep_b, &mut ep_a) };
+            let frames = test_frames(base + r * per_round, per_round);
+            let passed: Vec<Vec<u8>> =
+                frames.iter().filter(|f| common::seq_of(f).is_some_and(|s| s % 2 == 0)).cloned().collect();
+            from.send_all(&frames);
+            let got = to.collect(passed.len(), Duration::from_secs(5));
+            assert_same(&format!("round {r} from seq {base}"), &passed, &got);
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let report = run.join().expect("bridge thread");
+    let total = u64::from(2 * rounds * per_round);
+    assert_eq!(report.stats.packets, 0, "DropOdd keeps no engine counters");
+    let (a, b) = (counters.ports[0].totals(), counters.ports[1].totals());
+    println!("a1 {a:?}\nb1 {b:?}");
+    assert_eq!(a.rx_packets + b.rx_packets, total, "every frame received once");
+    assert_eq!(a.tx_packets + b.tx_packets, total / 2, "every even frame sent, no odd one");
+    assert_eq!(a.tx_ring_full + b.tx_ring_full + a.tx_no_buffer + b.tx_no_buffer, 0);
+}
+
+#[test]
+fn pipeline_xsk_drops_free_their_frames() {
+    if !live_or_skip("pipeline_xsk_drops_free_their_frames") {
+        return;
+    }
+    drop_case(Some(XdpMode::Driver), "px");
+}
+
+#[test]
+fn pipeline_packet_drops() {
+    if !live_or_skip("pipeline_packet_drops") {
+        return;
+    }
+    drop_case(None, "pq");
 }
