@@ -15,8 +15,8 @@ use crate::Outcome;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use sluice_control::{describe, spawn_signals, total_entries, Controller, Event};
-use sluice_live::pipeline::{open_packet, open_xsk, BridgeCounters, XskBridgeConfig};
-use sluice_live::{LiveError, PacketConfig, XdpMode};
+use sluice_live::open::{open_bridge, Io, OpenConfig, Opened, XdpChoice};
+use sluice_live::pipeline::BridgeCounters;
 use sluice_metrics::bridge::{BridgeMetrics, Counted, LiveObserver};
 use sluice_pipeline::{Finished, Judge, JudgeConfig, Reassembly, RunConfig, RunError, Sink, Source};
 use std::io::IsTerminal;
@@ -89,80 +89,6 @@ pub enum XdpModeArg {
     Drv,
 }
 
-/// The two halves of an opened bridge.
-enum Opened {
-    Xsk(sluice_live::pipeline::XskPorts, sluice_live::pipeline::XskTx),
-    Packet(Box<(sluice_live::pipeline::PacketPorts, sluice_live::pipeline::PacketTx)>),
-}
-
-fn open_afxdp(
-    a: &BridgeArgs,
-    ifaces: [&str; 2],
-    stop: &Arc<AtomicBool>,
-    counters: &Arc<BridgeCounters>,
-) -> Result<(Opened, String)> {
-    let modes: &[XdpMode] = match a.xdp_mode {
-        XdpModeArg::Skb => &[XdpMode::Skb],
-        XdpModeArg::Drv => &[XdpMode::Driver],
-        XdpModeArg::Auto => &[XdpMode::Driver, XdpMode::Skb],
-    };
-    let mut last = None;
-    for (i, &mode) in modes.iter().enumerate() {
-        let cfg = XskBridgeConfig { mode, queues: a.queues, ..XskBridgeConfig::default() };
-        match open_xsk(ifaces, &cfg, Arc::clone(stop), Arc::clone(counters)) {
-            Ok((source, sink)) => {
-                let desc = format!(
-                    "AF_XDP ({} mode, {}, {} + {} queues, shared UMEM)",
-                    if mode == XdpMode::Skb { "skb" } else { "drv" },
-                    if source.is_zero_copy() { "zero-copy" } else { "copy" },
-                    source.queues()[0],
-                    source.queues()[1],
-                );
-                return Ok((Opened::Xsk(source, sink), desc));
-            }
-            // Native mode refused by the driver: generic mode may still work.
-            Err(e @ LiveError::XdpAttach { .. }) if i + 1 < modes.len() => {
-                eprintln!("sluice: driver-mode XDP refused ({e}); trying skb (generic) mode");
-                last = Some(e);
-            }
-            Err(e) => {
-                return Err(anyhow::Error::new(e).context(format!("opening AF_XDP on {} and {}", ifaces[0], ifaces[1])))
-            }
-        }
-    }
-    Err(anyhow::Error::new(last.expect("at least one mode was tried"))
-        .context(format!("opening AF_XDP on {} and {}", ifaces[0], ifaces[1])))
-}
-
-fn open_afpacket(
-    ifaces: [&str; 2],
-    stop: &Arc<AtomicBool>,
-    counters: &Arc<BridgeCounters>,
-) -> Result<(Opened, String)> {
-    let (source, sink) = open_packet(ifaces, &PacketConfig::default(), Arc::clone(stop), Arc::clone(counters))
-        .with_context(|| format!("opening AF_PACKET on {} and {}", ifaces[0], ifaces[1]))?;
-    Ok((Opened::Packet(Box::new((source, sink))), "AF_PACKET (TPACKET_V3 RX, TPACKET_V2 TX rings)".to_owned()))
-}
-
-fn open(
-    a: &BridgeArgs,
-    ifaces: [&str; 2],
-    stop: &Arc<AtomicBool>,
-    counters: &Arc<BridgeCounters>,
-) -> Result<(Opened, String)> {
-    match a.io {
-        IoArg::Afxdp => open_afxdp(a, ifaces, stop, counters),
-        IoArg::Afpacket => open_afpacket(ifaces, stop, counters),
-        IoArg::Auto => match open_afxdp(a, ifaces, stop, counters) {
-            Ok(o) => Ok(o),
-            Err(e) => {
-                eprintln!("sluice: AF_XDP is not available: {e:#}; falling back to AF_PACKET");
-                open_afpacket(ifaces, stop, counters)
-            }
-        },
-    }
-}
-
 pub fn run(a: BridgeArgs) -> Result<Outcome> {
     let [if_a, if_b] = a.ifaces.as_slice() else {
         bail!("give exactly two interfaces: --iface A --iface B (got {})", a.ifaces.len());
@@ -203,7 +129,20 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     let signals = spawn_signals(Arc::clone(&stop), ctl_tx.clone(), Arc::clone(controller.state()))
         .context("installing the signal handlers")?;
 
-    let (opened, io_desc) = open(&a, [if_a, if_b], &stop, &counters)?;
+    let open_cfg = OpenConfig {
+        io: match a.io {
+            IoArg::Auto => Io::Auto,
+            IoArg::Afxdp => Io::Afxdp,
+            IoArg::Afpacket => Io::Afpacket,
+        },
+        xdp: match a.xdp_mode {
+            XdpModeArg::Auto => XdpChoice::Auto,
+            XdpModeArg::Skb => XdpChoice::Skb,
+            XdpModeArg::Drv => XdpChoice::Driver,
+        },
+        queues: a.queues,
+    };
+    let (opened, io_desc) = open_bridge([if_a, if_b], &open_cfg, &stop, &counters)?;
     *shared.io.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = io_desc.clone();
 
     if let Some(addr) = metrics {

@@ -112,6 +112,7 @@ pub mod bpf;
 pub mod error;
 pub mod netlink;
 pub mod netns;
+pub mod open;
 #[allow(unsafe_code)]
 pub mod packet;
 pub mod pipeline;

@@ -1,0 +1,129 @@
+//! Opening a two-port bridge the way the operator asked: AF_XDP, AF_PACKET,
+//! or AF_XDP falling back to AF_PACKET; driver-mode XDP, generic, or driver
+//! falling back to generic. Each fallback is logged (`log` crate) with the
+//! reason, so an operator can see why the bridge runs slower than it could.
+
+use crate::error::LiveError;
+use crate::pipeline::{open_packet, open_xsk, BridgeCounters, PacketPorts, PacketTx, XskBridgeConfig, XskPorts, XskTx};
+use crate::{PacketConfig, XdpMode};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// Which socket layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Io {
+    /// AF_XDP, else AF_PACKET.
+    Auto,
+    /// AF_XDP only.
+    Afxdp,
+    /// AF_PACKET only.
+    Afpacket,
+}
+
+/// Which XDP attach mode, for AF_XDP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XdpChoice {
+    /// Driver (native) mode, else generic (skb).
+    Auto,
+    /// Generic (skb) mode only.
+    Skb,
+    /// Driver (native) mode only.
+    Driver,
+}
+
+/// How to open a bridge.
+#[derive(Debug, Clone, Copy)]
+pub struct OpenConfig {
+    /// The socket layer.
+    pub io: Io,
+    /// The XDP attach mode.
+    pub xdp: XdpChoice,
+    /// AF_XDP queues per port (`None`: every RX queue, up to 8).
+    pub queues: Option<u32>,
+}
+
+/// An open bridge: the pipeline source (both ports' RX) and sink (TX).
+pub enum Opened {
+    /// AF_XDP sockets on one shared UMEM.
+    Xsk(XskPorts, XskTx),
+    /// AF_PACKET rings.
+    Packet(Box<(PacketPorts, PacketTx)>),
+}
+
+/// A bridge that could not be opened: which layer, on which ports, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("opening {layer} on {ifaces}: {error}")]
+pub struct OpenError {
+    /// `AF_XDP` or `AF_PACKET`.
+    pub layer: &'static str,
+    /// "A and B".
+    pub ifaces: String,
+    /// The socket layer's error.
+    pub error: LiveError,
+}
+
+/// Open the bridge between `ifaces` as `cfg` says; returns it and a
+/// description of what was opened, for logs and summaries (e.g.
+/// `AF_XDP (drv mode, copy, 1 + 1 queues, shared UMEM)`).
+pub fn open_bridge(
+    ifaces: [&str; 2],
+    cfg: &OpenConfig,
+    stop: &Arc<AtomicBool>,
+    counters: &Arc<BridgeCounters>,
+) -> Result<(Opened, String), OpenError> {
+    match cfg.io {
+        Io::Afxdp => open_afxdp(ifaces, cfg, stop, counters),
+        Io::Afpacket => open_afpacket(ifaces, stop, counters),
+        Io::Auto => open_afxdp(ifaces, cfg, stop, counters).or_else(|e| {
+            log::warn!("AF_XDP is not available: {e}; falling back to AF_PACKET");
+            open_afpacket(ifaces, stop, counters)
+        }),
+    }
+}
+
+fn open_afxdp(
+    ifaces: [&str; 2],
+    cfg: &OpenConfig,
+    stop: &Arc<AtomicBool>,
+    counters: &Arc<BridgeCounters>,
+) -> Result<(Opened, String), OpenError> {
+    let failed = |error| OpenError { layer: "AF_XDP", ifaces: format!("{} and {}", ifaces[0], ifaces[1]), error };
+    let modes: &[XdpMode] = match cfg.xdp {
+        XdpChoice::Skb => &[XdpMode::Skb],
+        XdpChoice::Driver => &[XdpMode::Driver],
+        XdpChoice::Auto => &[XdpMode::Driver, XdpMode::Skb],
+    };
+    let mut last = None;
+    for (i, &mode) in modes.iter().enumerate() {
+        let xsk = XskBridgeConfig { mode, queues: cfg.queues, ..XskBridgeConfig::default() };
+        match open_xsk(ifaces, &xsk, Arc::clone(stop), Arc::clone(counters)) {
+            Ok((source, sink)) => {
+                let desc = format!(
+                    "AF_XDP ({} mode, {}, {} + {} queues, shared UMEM)",
+                    if mode == XdpMode::Skb { "skb" } else { "drv" },
+                    if source.is_zero_copy() { "zero-copy" } else { "copy" },
+                    source.queues()[0],
+                    source.queues()[1],
+                );
+                return Ok((Opened::Xsk(source, sink), desc));
+            }
+            // Native mode refused by the driver: generic mode may still work.
+            Err(e @ LiveError::XdpAttach { .. }) if i + 1 < modes.len() => {
+                log::warn!("driver-mode XDP refused ({e}); trying skb (generic) mode");
+                last = Some(e);
+            }
+            Err(e) => return Err(failed(e)),
+        }
+    }
+    Err(failed(last.expect("at least one mode was tried")))
+}
+
+fn open_afpacket(
+    ifaces: [&str; 2],
+    stop: &Arc<AtomicBool>,
+    counters: &Arc<BridgeCounters>,
+) -> Result<(Opened, String), OpenError> {
+    let (source, sink) = open_packet(ifaces, &PacketConfig::default(), Arc::clone(stop), Arc::clone(counters))
+        .map_err(|error| OpenError { layer: "AF_PACKET", ifaces: format!("{} and {}", ifaces[0], ifaces[1]), error })?;
+    Ok((Opened::Packet(Box::new((source, sink))), "AF_PACKET (TPACKET_V3 RX, TPACKET_V2 TX rings)".to_owned()))
+}
