@@ -89,7 +89,28 @@ pub enum XdpModeArg {
     Drv,
 }
 
-pub fn run(a: BridgeArgs) -> Result<Outcome> {
+impl From<IoArg> for Io {
+    fn from(a: IoArg) -> Io {
+        match a {
+            IoArg::Auto => Io::Auto,
+            IoArg::Afxdp => Io::Afxdp,
+            IoArg::Afpacket => Io::Afpacket,
+        }
+    }
+}
+
+impl From<XdpModeArg> for XdpChoice {
+    fn from(a: XdpModeArg) -> XdpChoice {
+        match a {
+            XdpModeArg::Auto => XdpChoice::Auto,
+            XdpModeArg::Skb => XdpChoice::Skb,
+            XdpModeArg::Drv => XdpChoice::Driver,
+        }
+    }
+}
+
+/// The flags that make no sense together, refused before anything opens.
+fn check(a: &BridgeArgs) -> Result<(&String, &String)> {
     let [if_a, if_b] = a.ifaces.as_slice() else {
         bail!("give exactly two interfaces: --iface A --iface B (got {})", a.ifaces.len());
     };
@@ -99,11 +120,34 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     if a.workers == 0 || a.workers > 256 {
         bail!("--workers must be between 1 and 256");
     }
-    if let Some(d) = a.duration {
-        if !(d.is_finite() && d > 0.0) {
-            bail!("--duration must be a positive number of seconds");
+    if a.duration.is_some_and(|d| !(d.is_finite() && d > 0.0)) {
+        bail!("--duration must be a positive number of seconds");
+    }
+    Ok((if_a, if_b))
+}
+
+/// What the control thread does besides reloading, every tick: the status
+/// line every 2 s (when asked or on a terminal), and the `--duration` stop.
+fn every_tick(a: &BridgeArgs, shared: &Arc<BridgeMetrics>, stop: &Arc<AtomicBool>) -> impl FnMut() + Send + 'static {
+    let status = a.status || std::io::stderr().is_terminal();
+    let deadline = a.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
+    let (shared, stop) = (Arc::clone(shared), Arc::clone(stop));
+    let mut last_status = Instant::now();
+    let mut last_counts = [0u64; 2];
+    move || {
+        if status && last_status.elapsed() >= Duration::from_secs(2) {
+            let since = last_status.elapsed();
+            last_status = Instant::now();
+            eprintln!("{}", shared.status_line(&mut last_counts, since));
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            stop.store(true, Ordering::Relaxed);
         }
     }
+}
+
+pub fn run(a: BridgeArgs) -> Result<Outcome> {
+    let (if_a, if_b) = check(&a)?;
     let metrics = a.metrics.as_deref().map(|m| sluice_metrics::check_addr(m, a.metrics_allow_remote)).transpose()?;
     let port_names = vec![if_a.clone(), if_b.clone()];
     let loaded = a.rules.load(&port_names).context(if a.rules.rules.is_some() {
@@ -129,19 +173,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     let signals = spawn_signals(Arc::clone(&stop), ctl_tx.clone(), Arc::clone(controller.state()))
         .context("installing the signal handlers")?;
 
-    let open_cfg = OpenConfig {
-        io: match a.io {
-            IoArg::Auto => Io::Auto,
-            IoArg::Afxdp => Io::Afxdp,
-            IoArg::Afpacket => Io::Afpacket,
-        },
-        xdp: match a.xdp_mode {
-            XdpModeArg::Auto => XdpChoice::Auto,
-            XdpModeArg::Skb => XdpChoice::Skb,
-            XdpModeArg::Drv => XdpChoice::Driver,
-        },
-        queues: a.queues,
-    };
+    let open_cfg = OpenConfig { io: a.io.into(), xdp: a.xdp_mode.into(), queues: a.queues };
     let (opened, io_desc) = open_bridge([if_a, if_b], &open_cfg, &stop, &counters)?;
     *shared.io.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = io_desc.clone();
 
@@ -151,23 +183,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         eprintln!("sluice: metrics at http://{bound}/metrics");
     }
 
-    let status = a.status || std::io::stderr().is_terminal();
-    let deadline = a.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
-    let every_tick = {
-        let (shared, stop) = (Arc::clone(&shared), Arc::clone(&stop));
-        let mut last_status = Instant::now();
-        let mut last_counts = [0u64; 2];
-        move || {
-            if status && last_status.elapsed() >= Duration::from_secs(2) {
-                let since = last_status.elapsed();
-                last_status = Instant::now();
-                eprintln!("{}", shared.status_line(&mut last_counts, since));
-            }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                stop.store(true, Ordering::Relaxed);
-            }
-        }
-    };
+    let every_tick = every_tick(&a, &shared, &stop);
     let control = std::thread::Builder::new()
         .name("sluice-control".into())
         .spawn(move || controller.run(ctl_rx, every_tick))
