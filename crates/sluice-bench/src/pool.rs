@@ -83,6 +83,9 @@ fn chunk_get(order: u32) -> NonNull<u8> {
 }
 
 /// Gives a chunk back: to this thread's cache if it fits, else to the system.
+///
+/// # Safety
+///
 /// The caller must own `p`, allocated by `chunk_get(order)`, and never use it again.
 unsafe fn chunk_put(p: NonNull<u8>, order: u32) {
     let kept = order <= MAX_ORDER
@@ -108,8 +111,12 @@ fn order_for(bytes: usize) -> u32 {
     bytes.div_ceil(PAGE).next_power_of_two().trailing_zeros()
 }
 
-// SAFETY (for the two helpers): `chunk` is the start of a live chunk of at
-// least HEAD bytes, page aligned, owned by the pool.
+/// Writes a chunk's header: the previous chunk and this one's order.
+///
+/// # Safety
+///
+/// `chunk` is the start of a live chunk of at least HEAD bytes, page
+/// aligned, owned by the pool.
 unsafe fn header_write(chunk: NonNull<u8>, prev: *mut u8, order: u32) {
     let h = chunk.as_ptr().cast::<usize>();
     // SAFETY: per the contract above; page alignment covers usize alignment.
@@ -119,6 +126,11 @@ unsafe fn header_write(chunk: NonNull<u8>, prev: *mut u8, order: u32) {
     }
 }
 
+/// Reads what [`header_write`] wrote.
+///
+/// # Safety
+///
+/// As for [`header_write`], and the header was written by it.
 unsafe fn header_read(chunk: NonNull<u8>) -> (*mut u8, u32) {
     let h = chunk.as_ptr().cast::<usize>();
     // SAFETY: per the contract above; the header was written by header_write.

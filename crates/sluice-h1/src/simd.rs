@@ -140,6 +140,13 @@ pub(crate) fn dispatch<K: Kernel>(l: Level, k: &mut K, b: &[u8]) -> K::Out {
     }
 }
 
+/// Runs kernel `k` with the AVX2 scanner, compiled with AVX2 enabled so the
+/// scanner's intrinsics inline into one function.
+///
+/// # Safety
+///
+/// The CPU must support AVX2: only a `Simd::Avx2` level (made by `level`
+/// after run-time detection) calls this.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn avx2_entry<K: Kernel>(k: &mut K, b: &[u8]) -> K::Out {
@@ -238,13 +245,21 @@ impl Scan for Avx2 {
     }
 }
 
-/// `b` as a `&str` without a second validation pass.
+/// `b` as a `&str`: callers pass the method (tchars) or the target
+/// (0x21-0x7E), both checked byte by byte, so `b` is ASCII; the function
+/// checks it again rather than trust them (an empty string otherwise), so
+/// it is sound whatever a future caller passes. `is_ascii` is a word-at-a-
+/// time scan: on the 703-byte request `sluice-bench http` measured
+/// 1.33x httparse and 0.98x picohttpparser with it, against 1.30x and
+/// 1.02-1.06x unchecked, and 1.23-1.29x and 0.92-0.95x with `from_utf8`.
 #[inline]
 pub(crate) fn ascii_str(b: &[u8]) -> &str {
-    debug_assert!(b.is_ascii());
-    // SAFETY: callers pass the method (tchars) or the target (0x21-0x7E),
-    // both of which the parser has checked byte by byte: ASCII is UTF-8.
-    unsafe { std::str::from_utf8_unchecked(b) }
+    if b.is_ascii() {
+        // SAFETY: ASCII is valid UTF-8 (checked just above).
+        unsafe { std::str::from_utf8_unchecked(b) }
+    } else {
+        ""
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
