@@ -17,8 +17,8 @@ use clap::{Args, ValueEnum};
 use sluice_control::{describe, spawn_signals, total_entries, Controller, Event};
 use sluice_live::open::{open_bridge, Io, OpenConfig, Opened, XdpChoice};
 use sluice_live::pipeline::BridgeCounters;
-use sluice_metrics::bridge::{BridgeMetrics, Counted, LiveObserver};
-use sluice_pipeline::{Finished, Judge, JudgeConfig, Reassembly, RunConfig, RunError, Sink, Source};
+use sluice_metrics::bridge::{BridgeMetrics, LiveObserver};
+use sluice_pipeline::{JudgeConfig, RunConfig};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::channel;
@@ -214,10 +214,12 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     };
     let mut observer = LiveObserver(Arc::clone(&shared));
     let result = match opened {
-        Opened::Xsk(mut source, sink) => go(&mut source, sink, &mut stage, judge, &shared, &mut observer, &cfg),
+        Opened::Xsk(mut source, mut sink) => {
+            sluice_pipeline::run(&mut source, &mut stage, judge, &mut sink, &mut observer, &cfg)
+        }
         Opened::Packet(ports) => {
-            let (mut source, sink) = *ports;
-            go(&mut source, sink, &mut stage, judge, &shared, &mut observer, &cfg)
+            let (mut source, mut sink) = *ports;
+            sluice_pipeline::run(&mut source, &mut stage, judge, &mut sink, &mut observer, &cfg)
         }
     };
     // The ports are closed (and the XDP programs detached) by now.
@@ -238,25 +240,6 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         return Err(anyhow::Error::new(e).context("the bridge stopped on an error reading the ports"));
     }
     Ok(Outcome::Complete)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn go<S, K>(
-    source: &mut S,
-    sink: K,
-    stage: &mut Reassembly,
-    judge: Box<dyn Judge>,
-    shared: &Arc<BridgeMetrics>,
-    observer: &mut LiveObserver,
-    cfg: &RunConfig,
-) -> std::result::Result<Finished<S::Error>, RunError<K::Error>>
-where
-    S: Source + Send,
-    S::Error: Send,
-    K: Sink,
-{
-    let mut sink = Counted::new(sink, Arc::clone(shared));
-    sluice_pipeline::run(source, stage, judge, &mut sink, observer, cfg)
 }
 
 fn summary_json(report: &sluice_pipeline::RunReport, shared: &BridgeMetrics, io: &str) -> serde_json::Value {

@@ -398,6 +398,12 @@ fn bridge_case(test: &str, io: &[&str], workers: usize, tag: &str) {
     assert_eq!(rule, dropped_src);
     assert_eq!(metric(&scrape, "sluice_list_entries", &[("list", "drop-src")]), Some(LISTED.len() as u64));
     assert!(v["reassembly"]["completed"].as_u64().unwrap() > 0, "fragments were reassembled: {v}");
+    // Fragments, counted once by the live sink: every one reassembly saw
+    // has one outcome, and the given-up drops are the summary's.
+    let frag = |o: &str| metric(&scrape, "sluice_fragments_total", &[("outcome", o)]).unwrap_or(0);
+    let outcomes = frag("judged") + frag("reassembly_passed") + frag("reassembly_dropped");
+    assert_eq!(Some(outcomes), v["reassembly"]["fragments"].as_u64(), "fragment outcomes vs reassembly: {v}");
+    assert_eq!(Some(frag("reassembly_dropped")), v["dropped_fragments"].as_u64(), "{v}");
     if io.contains(&"afxdp") {
         assert!(!xdp_attached(&a1) && !xdp_attached(&b1), "XDP programs detached on exit");
         // Fragments are copied out by reassembly; their UMEM frames came back.

@@ -47,9 +47,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use sluice_pipeline::{Backing, Fill, Meta, PacketBatch, Sink, Source, Verdict};
+use sluice_pipeline::{Backing, Disposition, Fill, Meta, PacketBatch, Sink, Source, Verdict};
 use sluice_wire::capture::{Interface, Timestamp, TsResolution};
-use sluice_wire::LinkType;
+use sluice_wire::{LinkType, PacketSummary};
 
 use crate::error::{LiveError, Result};
 use crate::packet::{PacketConfig, PacketSocket};
@@ -91,6 +91,15 @@ pub struct PortCounters {
     pub rx_fill_empty: AtomicU64,
     /// AF_PACKET: frames the ring cut short (skipped).
     pub rx_truncated: AtomicU64,
+    /// Frames received on this port that the pipeline passed (sent on, or
+    /// lost on the way out: see the `tx_*` counters of the other port).
+    pub passed: AtomicU64,
+    /// Their bytes on the wire.
+    pub passed_bytes: AtomicU64,
+    /// Frames received on this port that the pipeline dropped.
+    pub dropped: AtomicU64,
+    /// Their bytes on the wire.
+    pub dropped_bytes: AtomicU64,
 }
 
 /// The counters of both ports, shared by the source, the sink and readers.
@@ -100,7 +109,13 @@ pub struct BridgeCounters {
     pub ports: [PortCounters; 2],
     /// AF_XDP: frames whose packets reassembly copied out, given back.
     pub frames_reclaimed: AtomicU64,
+    /// IP fragments written, by outcome (see [`FRAGMENT_OUTCOMES`]).
+    pub fragments: [AtomicU64; 3],
 }
+
+/// Fragment outcomes, the index of [`BridgeCounters::fragments`]: judged
+/// with their datagram, or given up by reassembly and passed or dropped.
+pub const FRAGMENT_OUTCOMES: [&str; 3] = ["judged", "reassembly_passed", "reassembly_dropped"];
 
 /// A plain copy of [`PortCounters`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -127,6 +142,14 @@ pub struct PortTotals {
     pub rx_fill_empty: u64,
     /// See [`PortCounters::rx_truncated`].
     pub rx_truncated: u64,
+    /// See [`PortCounters::passed`].
+    pub passed: u64,
+    /// See [`PortCounters::passed_bytes`].
+    pub passed_bytes: u64,
+    /// See [`PortCounters::dropped`].
+    pub dropped: u64,
+    /// See [`PortCounters::dropped_bytes`].
+    pub dropped_bytes: u64,
 }
 
 impl PortCounters {
@@ -145,6 +168,10 @@ impl PortCounters {
             rx_ring_drops: l(&self.rx_ring_drops),
             rx_fill_empty: l(&self.rx_fill_empty),
             rx_truncated: l(&self.rx_truncated),
+            passed: l(&self.passed),
+            passed_bytes: l(&self.passed_bytes),
+            dropped: l(&self.dropped),
+            dropped_bytes: l(&self.dropped_bytes),
         }
     }
 }
@@ -172,6 +199,36 @@ impl Tally {
         add(&c.tx_ring_full, self.ring_full);
         add(&c.tx_invalid, self.invalid);
         add(&c.tx_no_buffer, self.no_buffer);
+    }
+}
+
+/// What a sink counts of every packet it is given, once per batch: the
+/// verdicts per receiving port, and the fragments by outcome. The sinks
+/// see every packet exactly once, so this is where the bridge counts them.
+fn count_verdicts(batch: &PacketBatch, counters: &BridgeCounters) {
+    let mut v = [[(0u64, 0u64); 2]; 2];
+    let mut frags = [0u64; 3];
+    for p in batch.packets() {
+        let port = (p.meta.port as usize).min(1);
+        let cell = &mut v[port][usize::from(p.verdict == Verdict::Drop)];
+        cell.0 += 1;
+        cell.1 += u64::from(p.meta.wire_len);
+        if matches!(&p.decoded, Ok(PacketSummary { ip: Some(ip), .. }) if ip.fragment.is_some()) {
+            frags[match (p.disposition, p.verdict) {
+                (Disposition::Decided(_), Verdict::Pass) => 1,
+                (Disposition::Decided(_), Verdict::Drop) => 2,
+                _ => 0,
+            }] += 1;
+        }
+    }
+    for (c, [(pn, pb), (dn, db)]) in counters.ports.iter().zip(v) {
+        add(&c.passed, pn);
+        add(&c.passed_bytes, pb);
+        add(&c.dropped, dn);
+        add(&c.dropped_bytes, db);
+    }
+    for (c, n) in counters.fragments.iter().zip(frags) {
+        add(c, n);
     }
 }
 
@@ -397,6 +454,7 @@ impl Sink for PacketTx {
     type Error = LiveError;
 
     fn write(&mut self, batch: &PacketBatch) -> Result<()> {
+        count_verdicts(batch, &self.counters);
         let mut tally = [Tally::default(); 2];
         for (i, p) in batch.packets().iter().enumerate() {
             if p.verdict != Verdict::Pass {
@@ -742,6 +800,7 @@ impl Sink for XskTx {
     fn write(&mut self, batch: &PacketBatch) -> Result<()> {
         let mut core = lock(&self.core);
         let core = &mut *core;
+        count_verdicts(batch, &core.counters);
         let ours = batch.backing().is_some_and(|b| Arc::ptr_eq(b, &self.backing));
         let mut tally = [Tally::default(); 2];
         core.fwd[0].clear();

@@ -1,13 +1,14 @@
 //! What `sluice bridge` counts while it runs, and how it is shown: the
-//! Prometheus exposition at `/metrics` (encoded by `prometheus-client`, served
-//! by a one-request-per-connection responder on a thread), the status line,
-//! and the per-port part of the final summary.
+//! Prometheus exposition at `/metrics`, the status line, and the per-port
+//! part of the final summary.
 //!
-//! The numbers are live atomics: the counting sink ([`Counted`]) sees every
-//! packet with its verdict and port once per batch and adds a batch's
-//! tallies at once; the live ports add what they received and sent
-//! ([`BridgeCounters`]); the control thread counts reloads. A scrape only
-//! reads them.
+//! Nothing here counts packets: each number is read, on a scrape, from the
+//! one place that counts it. The live ports' sink counts every frame's
+//! verdict per receiving port and the fragments by outcome as it handles
+//! them, besides what the sockets received, sent and lost
+//! ([`BridgeCounters`]); the workers count rules, drop reasons and
+//! undecodable frames ([`Stats`], published once per batch); the control
+//! plane counts reloads ([`ControlState`]).
 
 use crate::{counter, gauge};
 use prometheus_client::collector::Collector;
@@ -15,24 +16,14 @@ use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
 use sluice_control::ControlState;
 use sluice_engine::snapshot::Published;
-use sluice_engine::{RuleSet, Side, Stats, Verdict};
+use sluice_engine::{RuleSet, Side, Stats};
 use sluice_live::pipeline::BridgeCounters;
 use sluice_pipeline::LiveStats;
-use sluice_pipeline::{Disposition, Observer, PacketBatch, Progress, Sink};
-use sluice_wire::{ErrorKind, PacketSummary};
+use sluice_pipeline::{Observer, Progress};
+use sluice_wire::ErrorKind;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-
-/// Fragment outcomes as the sink sees them.
-pub const FRAGMENT_OUTCOMES: [&str; 3] = ["judged", "reassembly_passed", "reassembly_dropped"];
-
-/// One (port, verdict) cell.
-#[derive(Debug, Default)]
-pub struct Cell {
-    pub packets: AtomicU64,
-    pub bytes: AtomicU64,
-}
 
 /// Everything the bridge counts, shared by the sink, the control thread,
 /// the status line and the metrics server.
@@ -41,22 +32,17 @@ pub struct BridgeMetrics {
     /// "afxdp (skb mode)", "afpacket", ...
     pub io: Mutex<String>,
     pub started: Instant,
-    /// [port][0 = pass, 1 = drop]
-    pub per_port: [[Cell; 2]; 2],
-    /// Drops decided by reassembly and of undecodable frames, as written.
-    pub dropped_fragments: AtomicU64,
-    pub dropped_undecodable: AtomicU64,
     /// The workers' counters (per rule, drops by reason), once the judge exists.
     pub live_stats: Mutex<Vec<LiveStats>>,
     /// The rules in force, for the rule counters' labels.
     pub rules: Mutex<Option<Arc<Published<RuleSet>>>>,
-    pub undecodable: [AtomicU64; ErrorKind::COUNT],
-    pub fragments: [AtomicU64; FRAGMENT_OUTCOMES.len()],
     /// Reloads, the generation in force, the lists' entries.
     pub control: Arc<ControlState>,
     /// From the pipeline's observer: judged so far (some may not be written yet).
     pub judged: AtomicU64,
     pub judged_dropped: AtomicU64,
+    /// The live ports' own counters: received, sent, lost at a ring, and
+    /// each frame's verdict and fragment outcome as the sink handled it.
     pub ports: Arc<BridgeCounters>,
 }
 
@@ -66,13 +52,8 @@ impl BridgeMetrics {
             ifaces,
             io: Mutex::new(String::new()),
             started: Instant::now(),
-            per_port: Default::default(),
-            dropped_fragments: AtomicU64::new(0),
-            dropped_undecodable: AtomicU64::new(0),
             live_stats: Mutex::new(Vec::new()),
             rules: Mutex::new(None),
-            undecodable: std::array::from_fn(|_| AtomicU64::new(0)),
-            fragments: Default::default(),
             control,
             judged: AtomicU64::new(0),
             judged_dropped: AtomicU64::new(0),
@@ -100,20 +81,18 @@ impl BridgeMetrics {
 
     /// The per-port part of the summary, one object per port.
     pub fn per_port_json(&self) -> serde_json::Value {
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         (0..2)
             .map(|p| {
-                let [pass, drop] = &self.per_port[p];
                 let t = self.ports.ports[p].totals();
                 serde_json::json!({
                     "port": p,
                     "iface": self.ifaces[p],
-                    "packets": l(&pass.packets) + l(&drop.packets),
-                    "bytes": l(&pass.bytes) + l(&drop.bytes),
-                    "passed": l(&pass.packets),
-                    "passed_bytes": l(&pass.bytes),
-                    "dropped": l(&drop.packets),
-                    "dropped_bytes": l(&drop.bytes),
+                    "packets": t.passed + t.dropped,
+                    "bytes": t.passed_bytes + t.dropped_bytes,
+                    "passed": t.passed,
+                    "passed_bytes": t.passed_bytes,
+                    "dropped": t.dropped,
+                    "dropped_bytes": t.dropped_bytes,
                     "rx_packets": t.rx_packets,
                     "rx_bytes": t.rx_bytes,
                     "tx_packets": t.tx_packets,
@@ -135,106 +114,21 @@ impl BridgeMetrics {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let mut s = format!("sluice: {:>7.1} s", self.started.elapsed().as_secs_f64());
         for (p, last) in last.iter_mut().enumerate() {
-            let [pass, drop] = &self.per_port[p];
-            let n = l(&pass.packets) + l(&drop.packets);
+            let t = self.ports.ports[p].totals();
+            let n = t.passed + t.dropped;
             let rate = (n - *last) as f64 / since.as_secs_f64().max(1e-3);
             *last = n;
-            let t = self.ports.ports[p].totals();
             s += &format!(
                 " | {} in {n} pass {} drop {} ({:.1} kpps) ring drops {}",
                 self.ifaces[p],
-                l(&pass.packets),
-                l(&drop.packets),
+                t.passed,
+                t.dropped,
                 rate / 1e3,
                 t.rx_ring_drops + t.tx_ring_full
             );
         }
         s += &format!(" | reloads {} ok {} failed", l(&self.control.reloads_ok), l(&self.control.reloads_failed));
         s
-    }
-}
-
-/// Per-batch tallies, added to [`BridgeMetrics`] once per batch.
-#[derive(Default)]
-struct Tally {
-    per_port: [[(u64, u64); 2]; 2],
-    dropped_fragments: u64,
-    dropped_undecodable: u64,
-    undecodable: [u64; ErrorKind::COUNT],
-    fragments: [u64; FRAGMENT_OUTCOMES.len()],
-}
-
-/// A sink that counts every packet (port, verdict, drop reason) and hands
-/// the batch on to the live ports.
-pub struct Counted<K> {
-    pub inner: K,
-    shared: Arc<BridgeMetrics>,
-}
-
-impl<K> Counted<K> {
-    pub fn new(inner: K, shared: Arc<BridgeMetrics>) -> Self {
-        Counted { inner, shared }
-    }
-}
-
-impl<K: Sink> Sink for Counted<K> {
-    type Error = K::Error;
-
-    fn write(&mut self, batch: &PacketBatch) -> Result<(), K::Error> {
-        let mut t = Tally::default();
-        for p in batch.packets() {
-            let port = (p.meta.port as usize).min(1);
-            let v = usize::from(p.verdict == Verdict::Drop);
-            t.per_port[port][v].0 += 1;
-            t.per_port[port][v].1 += u64::from(p.meta.wire_len);
-            let decided = matches!(p.disposition, Disposition::Decided(_));
-            match &p.decoded {
-                Err(e) => t.undecodable[e.kind().index()] += 1,
-                Ok(PacketSummary { ip: Some(ip), .. }) if ip.fragment.is_some() => {
-                    let o = match (decided, p.verdict) {
-                        (false, _) => 0,
-                        (true, Verdict::Pass) => 1,
-                        (true, Verdict::Drop) => 2,
-                    };
-                    t.fragments[o] += 1;
-                }
-                Ok(_) => {}
-            }
-            if p.verdict == Verdict::Pass {
-                continue;
-            }
-            // Rule drops are counted by the workers (see `BridgeMetrics::stats`).
-            if decided {
-                t.dropped_fragments += 1;
-            } else if p.decoded.is_err() {
-                t.dropped_undecodable += 1;
-            }
-        }
-        let s = &self.shared;
-        let add = |a: &AtomicU64, n: u64| {
-            if n > 0 {
-                a.fetch_add(n, Ordering::Relaxed);
-            }
-        };
-        for (cells, tallies) in s.per_port.iter().zip(&t.per_port) {
-            for (c, (n, b)) in cells.iter().zip(tallies) {
-                add(&c.packets, *n);
-                add(&c.bytes, *b);
-            }
-        }
-        add(&s.dropped_fragments, t.dropped_fragments);
-        add(&s.dropped_undecodable, t.dropped_undecodable);
-        for (a, n) in s.undecodable.iter().zip(&t.undecodable) {
-            add(a, *n);
-        }
-        for (a, n) in s.fragments.iter().zip(&t.fragments) {
-            add(a, *n);
-        }
-        self.inner.write(batch)
-    }
-
-    fn finish(&mut self) -> Result<(), K::Error> {
-        self.inner.finish()
     }
 }
 
@@ -264,19 +158,19 @@ impl Collector for Exporter {
         let s = &self.0;
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let port = |p: usize| vec![("port", p.to_string()), ("iface", s.ifaces[p].clone())];
+        let totals: Vec<_> = (0..2).map(|p| (p, s.ports.ports[p].totals())).collect();
         let mut packets = Vec::new();
         let mut bytes = Vec::new();
-        for p in 0..2 {
-            for (v, verdict) in ["pass", "drop"].into_iter().enumerate() {
-                let mut labels = port(p);
+        for (p, t) in &totals {
+            for (verdict, n, b) in [("pass", t.passed, t.passed_bytes), ("drop", t.dropped, t.dropped_bytes)] {
+                let mut labels = port(*p);
                 labels.push(("verdict", verdict.to_owned()));
-                packets.push((labels.clone(), l(&s.per_port[p][v].packets)));
-                bytes.push((labels, l(&s.per_port[p][v].bytes)));
+                packets.push((labels.clone(), n));
+                bytes.push((labels, b));
             }
         }
         counter(&mut enc, "sluice_packets", "Packets received on a port, by verdict.", &packets)?;
         counter(&mut enc, "sluice_bytes", "Bytes (on the wire) received on a port, by verdict.", &bytes)?;
-        let totals: Vec<_> = (0..2).map(|p| (p, s.ports.ports[p].totals())).collect();
         let per = |f: fn(&sluice_live::pipeline::PortTotals) -> u64| -> Vec<_> {
             totals.iter().map(|(p, t)| (port(*p), f(t))).collect()
         };
@@ -307,9 +201,17 @@ impl Collector for Exporter {
         )?;
         let stats = s.stats();
         let rules = s.rules();
+        // The workers count every drop they decide by its reason but the
+        // undecodable ones, which are what is left; reassembly's are the
+        // fragments the sink saw it give up and drop.
+        let undecodable_dropped = stats.dropped
+            - stats.dropped_by_src
+            - stats.dropped_by_dst
+            - stats.dropped_by_rule
+            - stats.dropped_by_default;
         let mut drops: Vec<(Vec<(&str, String)>, u64)> = vec![
-            (vec![("reason", "undecodable".into()), ("list", String::new())], l(&s.dropped_undecodable)),
-            (vec![("reason", "fragment".into()), ("list", String::new())], l(&s.dropped_fragments)),
+            (vec![("reason", "undecodable".into()), ("list", String::new())], undecodable_dropped),
+            (vec![("reason", "fragment".into()), ("list", String::new())], l(&s.ports.fragments[2])),
             (vec![("reason", "default".into()), ("list", String::new())], stats.dropped_by_default),
         ];
         let mut rule_packets = Vec::new();
@@ -355,13 +257,13 @@ impl Collector for Exporter {
         counter(&mut enc, "sluice_rule_bytes", "Bytes (on the wire) each rule matched.", &rule_bytes)?;
         let undecodable: Vec<_> = ErrorKind::ALL
             .iter()
-            .map(|k| (vec![("reason", k.as_str().to_owned())], l(&s.undecodable[k.index()])))
+            .map(|k| (vec![("reason", k.as_str().to_owned())], stats.undecodable[k.index()]))
             .filter(|(_, v)| *v > 0)
             .collect();
         counter(&mut enc, "sluice_undecodable_packets", "Packets that could not be decoded, by reason.", &undecodable)?;
-        let frags: Vec<_> = FRAGMENT_OUTCOMES
+        let frags: Vec<_> = sluice_live::pipeline::FRAGMENT_OUTCOMES
             .iter()
-            .zip(&s.fragments)
+            .zip(&s.ports.fragments)
             .map(|(o, a)| (vec![("outcome", (*o).to_owned())], l(a)))
             .collect();
         counter(

@@ -10,7 +10,7 @@
 pub mod bridge;
 pub mod guard;
 
-pub use bridge::{BridgeMetrics, Counted, LiveObserver};
+pub use bridge::{BridgeMetrics, LiveObserver};
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
