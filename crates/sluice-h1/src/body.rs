@@ -1,9 +1,8 @@
-//! Body framing after the head: a fixed length, or chunked coding with its
-//! extensions and trailer section. Chunk framing is read one byte at a time
-//! (a few bytes per chunk); data is taken in bulk. Shared by the fast parser
-//! and the reference.
+//! The fast path's body framing after the head: a fixed length, or chunked
+//! coding with its extensions and trailer section. Chunk framing is read one
+//! byte at a time (a few bytes per chunk); data is taken in bulk. The
+//! reference has its own (`reference/body.rs`), written another way.
 
-use crate::reference::{bare_lf, Fields};
 use crate::types::*;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,7 +34,7 @@ pub(crate) struct Body {
     size: u64,
     digits: u8,
     trailer_bytes: usize,
-    trailers: Fields,
+    trailers: Trailers,
     pub body_len: u64,
     pub chunks: u64,
     pub signals: Signals,
@@ -63,7 +62,7 @@ impl Body {
             size: 0,
             digits: 0,
             trailer_bytes: 0,
-            trailers: Fields::new(),
+            trailers: Trailers::new(),
             body_len: 0,
             chunks: 0,
             signals: Signals::NONE,
@@ -214,5 +213,168 @@ impl Body {
             self.remaining = self.size;
             self.st = St::Data;
         }
+    }
+}
+
+/// A bare LF where CRLF belongs: tolerated and signalled, or refused.
+pub(crate) fn bare_lf(signals: &mut Signals, pos: usize, opts: &Options) -> Result<(), Error> {
+    if opts.lenient.contains(Lenient::OPTIONAL_CR_BEFORE_LF) {
+        signals.insert(Signals::BARE_LF);
+        Ok(())
+    } else {
+        Err(Error { kind: ErrorKind::BareLf, offset: pos })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FieldState {
+    LineStart,
+    Name,
+    NameWs,
+    Value,
+    ValueCr,
+    EndCr,
+}
+
+/// The trailer section, byte by byte, from the first field line to the
+/// empty line. The fast path's own (trailers are rare: no scanner); the
+/// reference has its own for heads and trailers, so the property tests
+/// compare two.
+#[derive(Clone, Debug)]
+pub(crate) struct Trailers {
+    st: FieldState,
+    pub spans: Vec<FieldSpan>,
+    pub signals: Signals,
+    folding: bool,
+    line_start: usize,
+    name_end: usize,
+    vstart: Option<usize>,
+    vend: usize,
+    term: usize,
+}
+
+impl Trailers {
+    pub(crate) fn new() -> Trailers {
+        Trailers {
+            st: FieldState::LineStart,
+            spans: Vec::new(),
+            signals: Signals::NONE,
+            folding: false,
+            line_start: 0,
+            name_end: 0,
+            vstart: None,
+            vend: 0,
+            term: 0,
+        }
+    }
+
+    fn finish_field(&mut self) {
+        let value = match self.vstart {
+            Some(s) => (s as u32, self.vend as u32),
+            None => (self.term as u32, self.term as u32),
+        };
+        let span = FieldSpan { name: (self.line_start as u32, self.name_end as u32), value };
+        if self.folding {
+            if let Some(last) = self.spans.last_mut() {
+                *last = span;
+            }
+        } else {
+            self.spans.push(span);
+        }
+        self.st = FieldState::LineStart;
+    }
+
+    /// One byte at message offset `pos`; `Ok(true)` once the empty line ended.
+    pub(crate) fn step(&mut self, c: u8, pos: usize, opts: &Options) -> Result<bool, Error> {
+        let err = |kind| Err(Error { kind, offset: pos });
+        match self.st {
+            FieldState::LineStart => match c {
+                b'\r' => self.st = FieldState::EndCr,
+                b'\n' => {
+                    bare_lf(&mut self.signals, pos, opts)?;
+                    return Ok(true);
+                }
+                b' ' | b'\t' => {
+                    if !opts.lenient.contains(Lenient::OBS_FOLD) || self.spans.is_empty() {
+                        return err(ErrorKind::ObsFold);
+                    }
+                    self.signals.insert(Signals::OBS_FOLD);
+                    self.folding = true;
+                    self.st = FieldState::Value;
+                }
+                _ => {
+                    if self.spans.len() >= opts.max_headers {
+                        return err(ErrorKind::TooManyHeaders);
+                    }
+                    if !is_tchar(c) {
+                        return err(ErrorKind::InvalidHeaderName);
+                    }
+                    self.folding = false;
+                    self.line_start = pos;
+                    self.vstart = None;
+                    self.st = FieldState::Name;
+                }
+            },
+            FieldState::Name => match c {
+                _ if is_tchar(c) => {}
+                b':' => {
+                    self.name_end = pos;
+                    self.st = FieldState::Value;
+                }
+                b' ' | b'\t' => {
+                    if !opts.lenient.contains(Lenient::SPACE_BEFORE_COLON) {
+                        return err(ErrorKind::SpaceBeforeColon);
+                    }
+                    self.signals.insert(Signals::SPACE_BEFORE_COLON);
+                    self.name_end = pos;
+                    self.st = FieldState::NameWs;
+                }
+                _ => return err(ErrorKind::InvalidHeaderName),
+            },
+            FieldState::NameWs => match c {
+                b' ' | b'\t' => {}
+                b':' => self.st = FieldState::Value,
+                _ => return err(ErrorKind::InvalidHeaderName),
+            },
+            FieldState::Value => match c {
+                b' ' | b'\t' => {}
+                b'\r' => {
+                    if !self.folding {
+                        self.term = pos;
+                    }
+                    self.st = FieldState::ValueCr;
+                }
+                b'\n' => {
+                    bare_lf(&mut self.signals, pos, opts)?;
+                    if !self.folding {
+                        self.term = pos;
+                    }
+                    self.finish_field();
+                }
+                _ => {
+                    if !is_value_byte(c) {
+                        if !opts.lenient.contains(Lenient::HEADERS) {
+                            return err(ErrorKind::InvalidHeaderValue);
+                        }
+                        self.signals.insert(Signals::CTL_IN_VALUE);
+                    }
+                    self.vstart.get_or_insert(pos);
+                    self.vend = pos + 1;
+                }
+            },
+            FieldState::ValueCr => {
+                if c != b'\n' {
+                    return Err(Error { kind: ErrorKind::LoneCr, offset: pos - 1 });
+                }
+                self.finish_field();
+            }
+            FieldState::EndCr => {
+                if c != b'\n' {
+                    return Err(Error { kind: ErrorKind::LoneCr, offset: pos - 1 });
+                }
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 }

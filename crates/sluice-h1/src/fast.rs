@@ -185,7 +185,7 @@ impl Parser {
 
     #[inline]
     fn bare_lf(&mut self, p: usize) -> Result<(), Error> {
-        crate::reference::bare_lf(&mut self.signals, p, &self.opts)
+        crate::body::bare_lf(&mut self.signals, p, &self.opts)
     }
 
     #[inline]

@@ -6,8 +6,11 @@
 //! SSE4.2, chosen at run time ([`Simd`]), or by a byte-class table (header
 //! names always go through the table: see `simd.rs` for why). A small state value is kept only to resume at a call boundary: a
 //! head that arrives one byte per read is still parsed in O(total).
-//! [`reference`] is the plain byte-at-a-time state machine with the same
-//! contract; the property tests hold the two equal.
+//! [`reference`] is a second, plain implementation of the same contract
+//! that shares no logic with the fast path (its own character classes,
+//! field reading, header semantics and body framing; only the result and
+//! error types are common), so the property tests and the `http` fuzz
+//! target compare two implementations end to end, body framing included.
 //!
 //! The contract is strict by default; each tolerance is a [`Lenient`] flag,
 //! and every anomaly met is recorded in [`Signals`].

@@ -1,6 +1,6 @@
-//! What the fields mean for framing and the connection, and the request
-//! target's form. Shared by the fast parser and the reference: both hand it
-//! the same spans, so this is not part of what the property test compares.
+//! The fast path's reading of what the fields mean for framing and the
+//! connection, and of the request target's form. The reference reads them
+//! its own way (`reference/meaning.rs`); the property tests compare the two.
 
 use crate::types::*;
 

@@ -52,7 +52,19 @@ fn chunked_body(r: &mut Rng, out: &mut Vec<u8>) {
         };
         out.extend_from_slice(size.as_bytes());
         if r.chance(20) {
-            out.extend_from_slice(r.pick(&[&b";a"[..], b";a=b", b";a=\"q\\\"x\"", b";", b";a=", b"; a", b";a=\"x"]));
+            out.extend_from_slice(r.pick(&[
+                &b";a"[..],
+                b";a=b",
+                b";a=\"q\\\"x\"",
+                b";",
+                b";a=",
+                b"; a",
+                b";a=\"x",
+                b";a=\"x\"y",
+                b";a=b=c",
+                b";a=\"\\\x01\"",
+                b";a;b=\"\"",
+            ]));
         }
         out.extend_from_slice(eol(r));
         out.extend((0..n).map(|i| b'a' + (i % 26) as u8));

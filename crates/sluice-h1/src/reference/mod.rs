@@ -3,9 +3,13 @@
 //! is what the property tests hold it to. Resumable by nature: [`Parser::feed`]
 //! takes the bytes in any pieces.
 
-use crate::body::Body;
-use crate::semantics;
-use crate::types::*;
+mod body;
+mod chars;
+mod meaning;
+
+use crate::types::{Error, ErrorKind, FieldSpan, Framing, Lenient, Options, Signals, Version};
+use body::BodyReader;
+use chars::{target_byte as is_target_byte, tchar as is_tchar, value_byte as is_value_byte};
 
 /// An owned parse result.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,7 +48,7 @@ enum FieldState {
 /// The header (or trailer) section, byte by byte, from the first field line
 /// to the empty line.
 #[derive(Clone, Debug)]
-pub(crate) struct Fields {
+pub(super) struct Fields {
     st: FieldState,
     pub spans: Vec<FieldSpan>,
     pub signals: Signals,
@@ -57,7 +61,7 @@ pub(crate) struct Fields {
 }
 
 impl Fields {
-    pub(crate) fn new() -> Fields {
+    pub(super) fn new() -> Fields {
         Fields {
             st: FieldState::LineStart,
             spans: Vec::new(),
@@ -88,7 +92,7 @@ impl Fields {
     }
 
     /// One byte at message offset `pos`; `Ok(true)` once the empty line ended.
-    pub(crate) fn step(&mut self, c: u8, pos: usize, opts: &Options) -> Result<bool, Error> {
+    pub(super) fn step(&mut self, c: u8, pos: usize, opts: &Options) -> Result<bool, Error> {
         let err = |kind| Err(Error { kind, offset: pos });
         match self.st {
             FieldState::LineStart => match c {
@@ -182,7 +186,7 @@ impl Fields {
     }
 }
 
-pub(crate) fn bare_lf(signals: &mut Signals, pos: usize, opts: &Options) -> Result<(), Error> {
+fn bare_lf(signals: &mut Signals, pos: usize, opts: &Options) -> Result<(), Error> {
     if opts.lenient.contains(Lenient::OPTIONAL_CR_BEFORE_LF) {
         signals.insert(Signals::BARE_LF);
         Ok(())
@@ -222,7 +226,7 @@ pub struct Parser {
     head_len: usize,
     framing: Framing,
     keep_alive: bool,
-    body: Option<Body>,
+    body: Option<BodyReader>,
     error: Option<Error>,
 }
 
@@ -266,10 +270,10 @@ impl Parser {
         while i < bytes.len() {
             if self.st == State::Body {
                 let body = self.body.as_mut().expect("body state has a body");
-                let st = body.parse(&bytes[i..], self.pos, &self.opts)?;
-                i += st.consumed;
-                self.pos += st.consumed;
-                if st.done {
+                let consumed = body.feed(&bytes[i..], self.pos, &self.opts)?;
+                i += consumed;
+                self.pos += consumed;
+                if body.done() {
                     self.st = State::Done;
                 }
                 continue;
@@ -329,7 +333,7 @@ impl Parser {
                     self.target.1 = pos;
                     let m = &self.seen[self.method.0..self.method.1];
                     let t = &self.seen[self.target.0..pos];
-                    if !semantics::target_ok(m, t) {
+                    if !meaning::target_ok(m, t) {
                         return Err(Error { kind: ErrorKind::InvalidTarget, offset: self.target.0 });
                     }
                     self.version_start = pos + 1;
@@ -387,12 +391,11 @@ impl Parser {
         if !matches!(self.version, [b'1', b'0'] | [b'1', b'1']) {
             self.signals.insert(Signals::OTHER_VERSION);
         }
-        let m =
-            semantics::interpret(&self.seen, &self.fields.spans, semantics::Specials::All, version, self.opts.lenient)?;
+        let m = meaning::interpret(&self.seen, &self.fields.spans, version, self.opts.lenient)?;
         self.signals.insert(m.signals);
         self.framing = m.framing;
         self.keep_alive = m.keep_alive;
-        let body = Body::new(m.framing);
+        let body = BodyReader::new(m.framing);
         self.st = if body.done() { State::Done } else { State::Body };
         self.body = Some(body);
         Ok(())
@@ -428,12 +431,12 @@ impl Parser {
             body_len: body.body_len,
             complete: self.st == State::Done,
             consumed: self.pos,
-            signals: self.signals | body.signals,
+            signals: self.signals | body.signals(),
         })
     }
 
     pub fn signals(&self) -> Signals {
-        self.signals | self.body.as_ref().map_or(Signals::NONE, |b| b.signals)
+        self.signals | self.body.as_ref().map_or(Signals::NONE, BodyReader::signals)
     }
 
     /// The head's length once it is complete.
