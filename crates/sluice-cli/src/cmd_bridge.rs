@@ -10,7 +10,8 @@
 //! old set is freed on the control thread once no worker holds it, never on
 //! a worker.
 
-use crate::cmd_filter::{self, VerdictArg};
+use crate::args::{ReassemblyArgs, VerdictArg};
+use crate::report;
 use crate::Outcome;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
@@ -69,7 +70,7 @@ pub struct BridgeArgs {
     #[arg(long, value_enum, default_value = "pass")]
     pub undecodable: VerdictArg,
     #[command(flatten)]
-    pub reassembly: cmd_filter::ReassemblyArgs,
+    pub reassembly: ReassemblyArgs,
     /// Stop by itself after this many seconds (as if sent SIGTERM).
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
@@ -196,7 +197,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         describe(&entries)
     );
     let judge_cfg = JudgeConfig { undecodable: a.undecodable.into(), ..JudgeConfig::default() };
-    let judge = cmd_filter::judge(&published, judge_cfg, a.workers, &a.cpus, None);
+    let judge = report::judge(&published, judge_cfg, a.workers, &a.cpus, None);
     *shared.live_stats.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = judge.live_stats();
     *shared.rules.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::clone(&published));
     let mut stage = a.reassembly.stage();
@@ -226,7 +227,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     let _ = ctl_tx.send(Event::Quit);
     let _ = control.join();
     signals.close();
-    let done = cmd_filter::finished(result)?;
+    let done = report::finished(result)?;
     let rules = published.load();
     let mut summary = summary_json(&done.report, &shared, &io_desc);
     crate::rule_source::rules_json(&rules.value, &done.report.stats, &mut summary);
@@ -261,7 +262,7 @@ fn summary_json(report: &sluice_pipeline::RunReport, shared: &BridgeMetrics, io:
 }
 
 fn print_summary(report: &sluice_pipeline::RunReport, shared: &BridgeMetrics, io: &str) {
-    print!("{}", cmd_filter::summary_text(report));
+    print!("{}", report::summary_text(report));
     println!("io           {io}");
     for p in shared.per_port_json().as_array().into_iter().flatten() {
         println!(

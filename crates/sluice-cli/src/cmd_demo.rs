@@ -1,5 +1,5 @@
-use crate::cmd_filter::{finished, judge, summary_text, Bar};
-use crate::cmd_gen::list_or_firehol;
+use crate::args::list_or_firehol;
+use crate::report::{finished, judge, stats_json, summary_text, Bar};
 use crate::{progress, Outcome};
 use anyhow::Result;
 use clap::Args;
@@ -61,7 +61,7 @@ pub fn run(a: DemoArgs) -> Result<Outcome> {
         v["match"] = ok.into();
         v["list"] = "firehol_level1 (embedded)".into();
         v["list_entries"] = entries.into();
-        v["generated"] = crate::cmd_gen::stats_json(&gen, a.keep.as_deref(), run.elapsed.as_secs_f64());
+        v["generated"] = stats_json(&gen, a.keep.as_deref(), run.elapsed.as_secs_f64());
         v["kept"] = a.keep.as_ref().map(|p| p.display().to_string()).into();
         out = v.to_string() + "\n";
     } else {

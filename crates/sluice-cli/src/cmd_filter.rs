@@ -1,14 +1,12 @@
-use crate::progress;
-use crate::Outcome;
+use crate::args::{ReassemblyArgs, VerdictArg};
+use crate::report::{finished, judge, summary_text, Bar};
+use crate::{progress, Outcome};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use sluice_engine::defrag::Limits;
 use sluice_engine::snapshot::Published;
-use sluice_engine::{RuleSet, Stats, Verdict};
+use sluice_engine::RuleSet;
 use sluice_pcap::{CaptureSinks, CaptureSource, Format, OutputFormat, PcapError, ReadMode};
-use sluice_pipeline::{
-    Finished, Judge, JudgeConfig, Observer, Progress, Reassembly, RunConfig, RunError, RunReport, Source, WorkersConfig,
-};
+use sluice_pipeline::{JudgeConfig, RunConfig, RunReport, Source};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -62,34 +60,6 @@ pub struct FilterArgs {
     pub debug_panic_worker: Option<String>,
 }
 
-/// How IP fragments are reassembled (shared by `filter` and `bridge`).
-#[derive(Args, Debug, Clone)]
-pub struct ReassemblyArgs {
-    /// Verdict for fragments of datagrams that never complete (timed out,
-    /// evicted, or still incomplete at the end of the input).
-    #[arg(long, value_enum, default_value = "drop")]
-    pub incomplete: VerdictArg,
-    /// Reassembly timeout in seconds: of capture time for a file, of wall
-    /// clock on a live link.
-    #[arg(long, default_value_t = 30)]
-    pub frag_timeout: u64,
-    /// Most datagrams being reassembled at once (the oldest is evicted beyond).
-    #[arg(long, default_value_t = 4096)]
-    pub frag_max_datagrams: usize,
-}
-
-impl ReassemblyArgs {
-    /// The reassembly stage these flags describe.
-    pub fn stage(&self) -> Reassembly {
-        let limits = Limits {
-            max_datagrams: self.frag_max_datagrams.max(1),
-            timeout_ns: self.frag_timeout.saturating_mul(1_000_000_000),
-            ..Limits::default()
-        };
-        Reassembly::new(limits, self.incomplete.into())
-    }
-}
-
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum FormatArg {
     Pcap,
@@ -100,12 +70,6 @@ pub enum FormatArg {
 pub enum ReadArg {
     Chunks,
     Map,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum VerdictArg {
-    Pass,
-    Drop,
 }
 
 pub fn run(a: FilterArgs) -> Result<Outcome> {
@@ -175,51 +139,9 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
     Ok(Outcome::Complete)
 }
 
-impl From<VerdictArg> for Verdict {
-    fn from(v: VerdictArg) -> Verdict {
-        match v {
-            VerdictArg::Pass => Verdict::Pass,
-            VerdictArg::Drop => Verdict::Drop,
-        }
-    }
-}
-
 fn parse_panic_at(s: &str) -> Result<(usize, u64)> {
     let (w, n) = s.split_once(':').context("--debug-panic-worker takes W:N")?;
     Ok((w.parse().context("worker number")?, n.parse().context("share number")?))
-}
-
-/// The judge for `workers` pinned to `cpus` (empty: worker i on CPU i).
-pub fn judge(
-    published: &Arc<Published<RuleSet>>,
-    judge: JudgeConfig,
-    workers: usize,
-    cpus: &[usize],
-    panic_at: Option<(usize, u64)>,
-) -> Box<dyn Judge> {
-    let cpus = (!cpus.is_empty()).then(|| cpus.to_vec());
-    sluice_pipeline::judge(published, WorkersConfig { judge, cpus, panic_at, ..WorkersConfig::new(workers) })
-}
-
-/// The run's result, or an error that says what stopped it. After a failed
-/// judge the outputs hold, in order, everything judged before.
-pub fn finished<E, K: std::fmt::Display>(result: Result<Finished<E>, RunError<K>>) -> Result<Finished<E>> {
-    result.map_err(|e| match e {
-        RunError::Judge { error, .. } => anyhow::anyhow!(
-            "{error}; the run stopped, and the outputs were completed with every packet judged before it, in input order"
-        ),
-        RunError::Sink(e) => anyhow::anyhow!("{e}"),
-    })
-}
-
-/// The progress bar as a pipeline observer.
-pub struct Bar(pub indicatif::ProgressBar);
-
-impl Observer for Bar {
-    fn progress(&mut self, p: &Progress) {
-        self.0.set_position(p.source.0);
-        self.0.set_message(format!("{} judged, {} dropped", p.judged, p.dropped));
-    }
 }
 
 /// Refuse outputs that would overwrite the input or each other before it is read.
@@ -270,49 +192,4 @@ impl Summary<'_> {
             .into();
         v
     }
-}
-
-/// The text summary of a run (one line per counter).
-pub fn summary_text(run: &RunReport) -> String {
-    use std::fmt::Write;
-    let mut t = String::new();
-    let s = &run.stats;
-    let pct = |n: u64| if s.packets == 0 { 0.0 } else { 100.0 * n as f64 / s.packets as f64 };
-    let _ = writeln!(t, "packets      {:>12}  ({} bytes)", s.packets, s.bytes);
-    let _ = writeln!(t, "passed       {:>12}  ({:.2}%)", s.passed, pct(s.passed));
-    let _ = writeln!(
-        t,
-        "dropped      {:>12}  ({:.2}%; by source {}, by destination {}, by other rules {}, by default {})",
-        s.dropped,
-        pct(s.dropped),
-        s.dropped_by_src,
-        s.dropped_by_dst,
-        s.dropped_by_rule,
-        s.dropped_by_default
-    );
-    let _ = writeln!(t, "non-IP       {:>12}", s.non_ip);
-    let r = &run.reassembly;
-    if r.fragments > 0 {
-        let _ = writeln!(
-            t,
-            "fragments    {:>12}  ({} datagrams reassembled, {} atomic; dropped: {} overlapping, {} malformed, {} over limits, {} timed out, {} incomplete)",
-            r.fragments,
-            r.completed,
-            r.atomic,
-            r.overlaps,
-            r.malformed,
-            r.too_many_fragments + r.evicted,
-            r.timed_out,
-            r.incomplete
-        );
-    }
-    let _ = writeln!(t, "undecodable  {:>12}", s.undecodable_total());
-    for (reason, n) in Stats::by_reason(&s.undecodable) {
-        let _ = writeln!(t, "  {reason:<24} {n}");
-    }
-    for (reason, n) in Stats::by_reason(&s.anomalies) {
-        let _ = writeln!(t, "anomaly {reason:<20} {n} (classified by address)");
-    }
-    let _ = writeln!(t, "elapsed      {:>12.3} s  ({:.2} Mpps, source to sink)", run.elapsed.as_secs_f64(), run.mpps());
-    t
 }

@@ -44,7 +44,7 @@ pub struct SendArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten, next_help_heading = "Generator (without --in)")]
-    pub traffic: crate::cmd_gen::TrafficArgs,
+    pub traffic: crate::args::TrafficArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

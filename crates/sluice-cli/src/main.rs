@@ -3,6 +3,7 @@
 //! the summary) are opened here and nowhere else.
 #![deny(unsafe_code)]
 
+mod args;
 mod cmd_bridge;
 mod cmd_compile;
 mod cmd_decode;
@@ -16,6 +17,7 @@ mod cmd_rss;
 mod cmd_send;
 mod cmd_udp;
 mod progress;
+mod report;
 mod rule_source;
 
 use clap::{Parser, Subcommand};
