@@ -34,12 +34,7 @@ pub struct Row {
     pub pmc: Option<Reading>,
 }
 
-pub fn min(v: &[f64]) -> f64 {
-    v.iter().copied().fold(f64::INFINITY, f64::min)
-}
-pub fn max(v: &[f64]) -> f64 {
-    v.iter().copied().fold(f64::NEG_INFINITY, f64::max)
-}
+pub use crate::stats::{max, min};
 
 impl Row {
     pub fn new(group: &str, name: &str, unit: &'static str, higher_is_better: bool) -> Row {
@@ -181,73 +176,22 @@ pub fn table(rows: &[Row]) -> String {
     s
 }
 
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
-}
-
 /// Horizontal bars: our median with min-max whiskers per row, the seed's
 /// figure as a red tick where it has one. Rows of different units should
 /// not share a chart; `rows` is one unit.
 pub fn svg(rows: &[Row], title: &str) -> String {
-    let (left, width, row_h, top) = (230.0, 560.0, 20.0, 40.0);
-    let max_v = rows.iter().flat_map(|r| r.samples.iter().copied().chain(r.seed)).fold(1e-9, f64::max) * 1.05;
-    let h = top + row_h * rows.len() as f64 + 50.0;
-    let x = |v: f64| left + v / max_v * width;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{h}" font-family="sans-serif" font-size="12">"#,
-        left + width + 90.0
-    );
-    let _ = writeln!(
-        s,
-        r#"<rect width="100%" height="100%" fill="white"/><text x="10" y="22" font-size="15" font-weight="bold">{}</text>"#,
-        esc(title)
-    );
-    for (i, r) in rows.iter().enumerate() {
-        let y = top + row_h * i as f64;
-        let med = r.median();
-        let _ = writeln!(
-            s,
-            r#"<text x="{}" y="{}" text-anchor="end">{} {}</text>"#,
-            left - 6.0,
-            y + 14.0,
-            esc(&r.group),
-            esc(&r.name)
-        );
-        let _ = writeln!(
-            s,
-            r##"<rect x="{left}" y="{}" width="{:.1}" height="{}" fill="#4a7ab5"/>"##,
-            y + 3.0,
-            (x(med) - left).max(0.0),
-            row_h - 6.0
-        );
-        let _ = writeln!(
-            s,
-            r#"<line x1="{:.1}" x2="{:.1}" y1="{}" y2="{}" stroke="black"/>"#,
-            x(min(&r.samples)),
-            x(max(&r.samples)),
-            y + row_h / 2.0,
-            y + row_h / 2.0
-        );
-        if let Some(seed) = r.seed {
-            let _ = writeln!(
-                s,
-                r##"<line x1="{:.1}" x2="{:.1}" y1="{}" y2="{}" stroke="#d9534f" stroke-width="3"/>"##,
-                x(seed),
-                x(seed),
-                y + 1.0,
-                y + row_h - 1.0
-            );
-        }
-        let label_at = max(&r.samples).max(r.seed.unwrap_or(0.0));
-        let _ = writeln!(s, r#"<text x="{:.1}" y="{}">{}</text>"#, x(label_at) + 4.0, y + 14.0, fmt_num(med));
-    }
-    let foot = top + row_h * rows.len() as f64 + 20.0;
+    let bars: Vec<crate::svg::Bar> = rows
+        .iter()
+        .map(|r| crate::svg::Bar {
+            label: format!("{} {}", r.group, r.name),
+            median: r.median(),
+            min: min(&r.samples),
+            max: max(&r.samples),
+            seed: r.seed,
+            value: fmt_num(r.median()),
+        })
+        .collect();
     let unit = rows.first().map_or("", |r| r.unit);
-    let _ = writeln!(
-        s,
-        r#"<text x="10" y="{foot}">bars: median {unit} over repetitions, whiskers: min-max; red tick: the seed's figure</text></svg>"#
-    );
-    s
+    let legend = format!("bars: median {unit} over repetitions, whiskers: min-max; red tick: the seed's figure");
+    crate::svg::bars(title, 230.0, &bars, &legend)
 }

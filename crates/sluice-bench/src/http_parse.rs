@@ -250,16 +250,7 @@ pub fn seed_ms(case: &str) -> Option<(f64, f64)> {
 }
 
 /// Median of a non-empty slice.
-pub fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.total_cmp(b));
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
-}
+pub use crate::stats::median;
 
 #[cfg(test)]
 mod tests {

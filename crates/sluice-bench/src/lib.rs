@@ -11,6 +11,8 @@
 //! run gives the machine's limit.
 #![deny(unsafe_code)]
 
+pub use stats::median;
+
 pub mod flowtable;
 pub mod http_parse;
 mod pico;
@@ -18,7 +20,9 @@ pub mod probe;
 pub mod queue;
 pub mod report;
 pub mod ring;
+pub mod stats;
 pub mod structures;
+pub mod svg;
 
 // Issue 13: the memory experiments (aliasing, memalign, pool) and counters.
 pub mod aliasing;
@@ -216,16 +220,6 @@ impl Measured {
     }
     pub fn max(&self) -> f64 {
         self.mpps.iter().copied().fold(0.0, f64::max)
-    }
-}
-
-pub fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    match s.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => s[n / 2],
-        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
     }
 }
 

@@ -2,7 +2,6 @@
 
 use crate::{Measured, Prefetch, Scenario, Structure, SyncMode};
 use serde_json::{json, Value};
-use std::fmt::Write as _;
 
 pub const SEED_ENTRIES: usize = 6_000_000;
 /// The small, cache-resident table of issue 12's comparison with hashbrown.
@@ -355,61 +354,22 @@ pub fn table_row(m: &Measured) -> String {
 /// A horizontal bar chart of median Mpps with min-max whiskers, and the
 /// seed's figure as a tick where there is one.
 pub fn svg(rows: &[Measured], probe: Option<f64>, title: &str) -> String {
-    let (left, width, row_h, top) = (220.0, 560.0, 22.0, 40.0);
-    let max =
-        rows.iter().map(|m| m.max()).chain(rows.iter().filter_map(|m| m.scenario.seed_mpps)).fold(1.0, f64::max) * 1.05;
-    let h = top + row_h * rows.len() as f64 + 50.0;
-    let x = |v: f64| left + v / max * width;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{h}" font-family="sans-serif" font-size="12">"#,
-        left + width + 80.0
-    );
-    let _ = writeln!(
-        s,
-        r#"<rect width="100%" height="100%" fill="white"/><text x="10" y="22" font-size="15" font-weight="bold">{title}</text>"#
-    );
-    for (i, m) in rows.iter().enumerate() {
-        let y = top + row_h * i as f64;
-        let med = m.median();
-        let _ =
-            writeln!(s, r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#, left - 6.0, y + 14.0, m.scenario.name);
-        let _ = writeln!(
-            s,
-            r##"<rect x="{left}" y="{}" width="{:.1}" height="{}" fill="#4a7ab5"/>"##,
-            y + 3.0,
-            x(med) - left,
-            row_h - 6.0
-        );
-        let _ = writeln!(
-            s,
-            r#"<line x1="{:.1}" x2="{:.1}" y1="{}" y2="{}" stroke="black"/>"#,
-            x(m.min()),
-            x(m.max()),
-            y + row_h / 2.0,
-            y + row_h / 2.0
-        );
-        if let Some(seed) = m.scenario.seed_mpps {
-            let _ = writeln!(
-                s,
-                r##"<line x1="{:.1}" x2="{:.1}" y1="{}" y2="{}" stroke="#d9534f" stroke-width="3"/>"##,
-                x(seed),
-                x(seed),
-                y + 1.0,
-                y + row_h - 1.0
-            );
-        }
-        let label_at = m.max().max(m.scenario.seed_mpps.unwrap_or(0.0));
-        let _ = writeln!(s, r#"<text x="{:.1}" y="{}">{med:.2}</text>"#, x(label_at) + 4.0, y + 14.0);
-    }
-    let foot = top + row_h * rows.len() as f64 + 20.0;
+    let bars: Vec<crate::svg::Bar> = rows
+        .iter()
+        .map(|m| crate::svg::Bar {
+            label: m.scenario.name.clone(),
+            median: m.median(),
+            min: m.min(),
+            max: m.max(),
+            seed: m.scenario.seed_mpps,
+            value: format!("{:.2}", m.median()),
+        })
+        .collect();
     let mut legend = "bars: median Mpps, whiskers: min-max; red tick: the seed post's figure".to_owned();
     if let Some(p) = probe {
-        let _ = write!(legend, "; probe limit {p:.1} M lines/s (2 lines per packet: {:.1} Mpps)", p / 2.0);
+        legend += &format!("; probe limit {p:.1} M lines/s (2 lines per packet: {:.1} Mpps)", p / 2.0);
     }
-    let _ = writeln!(s, r#"<text x="10" y="{foot}">{legend}</text></svg>"#);
-    s
+    crate::svg::bars(title, 220.0, &bars, &legend)
 }
 
 #[cfg(test)]

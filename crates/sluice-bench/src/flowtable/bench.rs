@@ -354,105 +354,26 @@ pub fn table_row(r: &Row, rows: &[Row]) -> String {
 /// Cost per packet against flows, both axes logarithmic, a line per
 /// expiry, min-max whiskers at each point.
 pub fn svg(rows: &[Row], title: &str) -> String {
-    let (left, top, w, h) = (80.0, 40.0, 600.0, 360.0);
-    let xs: Vec<f64> = rows.iter().map(|r| (r.flows as f64).log10()).collect();
-    let ys: Vec<f64> = rows.iter().flat_map(|r| [r.min().max(1e-3).log10(), r.max().max(1e-3).log10()]).collect();
-    let (x0, x1) =
-        (xs.iter().copied().fold(f64::INFINITY, f64::min), xs.iter().copied().fold(f64::NEG_INFINITY, f64::max));
-    let (y0, y1) = (
-        ys.iter().copied().fold(f64::INFINITY, f64::min).floor(),
-        ys.iter().copied().fold(f64::NEG_INFINITY, f64::max).ceil().max(1.0),
-    );
-    let (x1, y1) = (if x1 > x0 { x1 } else { x0 + 1.0 }, if y1 > y0 { y1 } else { y0 + 1.0 });
-    let px = |lx: f64| left + (lx - x0) / (x1 - x0) * w;
-    let py = |ly: f64| top + h - (ly - y0) / (y1 - y0) * h;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="sans-serif" font-size="12">"#,
-        left + w + 140.0,
-        top + h + 70.0
-    );
-    let _ = writeln!(
-        s,
-        r#"<rect width="100%" height="100%" fill="white"/><text x="10" y="22" font-size="15" font-weight="bold">{title}</text>"#
-    );
-    // Axes with a tick per decade.
-    let _ = writeln!(
-        s,
-        r#"<line x1="{left}" y1="{}" x2="{}" y2="{}" stroke="black"/><line x1="{left}" y1="{top}" x2="{left}" y2="{}" stroke="black"/>"#,
-        top + h,
-        left + w,
-        top + h,
-        top + h
-    );
-    let mut d = y0;
-    while d <= y1 + 1e-9 {
-        let _ = writeln!(
-            s,
-            r##"<line x1="{left}" x2="{x2}" y1="{y:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{tx}" y="{ty:.1}" text-anchor="end">{label}</text>"##,
-            x2 = left + w,
-            y = py(d),
-            tx = left - 6.0,
-            ty = py(d) + 4.0,
-            label = 10f64.powf(d)
-        );
-        d += 1.0;
-    }
-    let mut sizes: Vec<usize> = rows.iter().map(|r| r.flows).collect();
-    sizes.dedup();
-    for n in sizes {
-        let x = px((n as f64).log10());
-        let _ = writeln!(s, r#"<text x="{x:.1}" y="{}" text-anchor="middle">{n}</text>"#, top + h + 18.0);
-    }
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="{}" text-anchor="middle">flows (log)</text><text x="14" y="{}" transform="rotate(-90 14 {})" text-anchor="middle">ns per packet (log)</text>"#,
-        left + w / 2.0,
-        top + h + 40.0,
-        top + h / 2.0,
-        top + h / 2.0
-    );
-    for (i, (v, color)) in [(Variant::Ordered, "#4a7ab5"), (Variant::Walk, "#d9534f"), (Variant::Quadratic, "#8e44ad")]
-        .into_iter()
-        .enumerate()
-    {
-        let pts: Vec<&Row> = rows.iter().filter(|r| r.variant == v).collect();
-        if pts.is_empty() {
-            continue;
-        }
-        let path: Vec<String> = pts
-            .iter()
-            .map(|r| format!("{:.1},{:.1}", px((r.flows as f64).log10()), py(r.median().max(1e-3).log10())))
+    let series: Vec<crate::svg::Series> =
+        [(Variant::Ordered, "#4a7ab5"), (Variant::Walk, "#d9534f"), (Variant::Quadratic, "#8e44ad")]
+            .into_iter()
+            .map(|(v, color)| crate::svg::Series {
+                name: v.name().to_owned(),
+                color,
+                points: rows
+                    .iter()
+                    .filter(|r| r.variant == v)
+                    .map(|r| crate::svg::Point { x: r.flows as f64, median: r.median(), min: r.min(), max: r.max() })
+                    .collect(),
+            })
             .collect();
-        let _ = writeln!(s, r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"/>"#, path.join(" "));
-        for r in &pts {
-            let x = px((r.flows as f64).log10());
-            let _ = writeln!(
-                s,
-                r#"<circle cx="{x:.1}" cy="{:.1}" r="3" fill="{color}"/><line x1="{x:.1}" x2="{x:.1}" y1="{:.1}" y2="{:.1}" stroke="{color}"/>"#,
-                py(r.median().max(1e-3).log10()),
-                py(r.min().max(1e-3).log10()),
-                py(r.max().max(1e-3).log10())
-            );
-        }
-        let ly = top + 14.0 + 18.0 * i as f64;
-        let _ = writeln!(
-            s,
-            r#"<line x1="{}" x2="{}" y1="{ly}" y2="{ly}" stroke="{color}" stroke-width="2"/><text x="{}" y="{}">{}</text>"#,
-            left + w + 10.0,
-            left + w + 30.0,
-            left + w + 34.0,
-            ly + 4.0,
-            v.name()
-        );
-    }
-    let _ = writeln!(
-        s,
-        r#"<text x="10" y="{}">median of the reps, whiskers min-max; expiry once per tick; the PMC post gives no figures, only this shape for its walk</text></svg>"#,
-        top + h + 62.0
-    );
-    s
+    crate::svg::log_lines(
+        title,
+        "flows (log)",
+        "ns per packet (log)",
+        &series,
+        "median of the reps, whiskers min-max; expiry once per tick; the PMC post gives no figures, only this shape for its walk",
+    )
 }
 
 #[cfg(test)]

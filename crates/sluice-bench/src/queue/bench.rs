@@ -6,7 +6,6 @@ use super::{Backoff, NatsysQueue};
 use crate::median;
 use serde_json::{json, Value};
 use std::collections::VecDeque;
-use std::fmt::Write as _;
 use std::sync::{Arc, Barrier, Condvar, Mutex};
 use std::time::Instant;
 
@@ -573,62 +572,21 @@ pub fn ratio_line(r: &Ratio) -> String {
 /// Bars of M items/s per queue, grouped by thread count, with min-max
 /// whiskers; the seed's rate (its items over its seconds) as a red tick.
 pub fn svg(rows: &[Row], st: &Settings, title: &str) -> String {
-    let (left, width, row_h, top) = (170.0, 560.0, 22.0, 40.0);
     let rate = |s: f64| st.items as f64 / s / 1e6;
-    let seed_rate = |r: &Row| r.kind.seed_s(r.producers, r.consumers).map(|s| SEED_ITEMS as f64 / s / 1e6);
-    let hi = |r: &Row| rate(r.secs.iter().copied().fold(f64::INFINITY, f64::min));
-    let max = rows.iter().map(hi).chain(rows.iter().filter_map(seed_rate)).fold(1.0, f64::max) * 1.05;
-    let x = |v: f64| left + v / max * width;
-    let h = top + row_h * rows.len() as f64 + 50.0;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{h}" font-family="sans-serif" font-size="12">"#,
-        left + width + 80.0
-    );
-    let _ = writeln!(
-        s,
-        r#"<rect width="100%" height="100%" fill="white"/><text x="10" y="22" font-size="15" font-weight="bold">{title}</text>"#
-    );
-    for (i, r) in rows.iter().enumerate() {
-        let y = top + row_h * i as f64;
-        let med = rate(r.median());
-        let lo = rate(r.secs.iter().copied().fold(0.0, f64::max));
-        let label = format!("{} {}", cfg(r.producers, r.consumers), r.kind.name());
-        let _ = writeln!(s, r#"<text x="{}" y="{}" text-anchor="end">{label}</text>"#, left - 6.0, y + 14.0);
-        let _ = writeln!(
-            s,
-            r##"<rect x="{left}" y="{}" width="{:.1}" height="{}" fill="#4a7ab5"/>"##,
-            y + 3.0,
-            x(med) - left,
-            row_h - 6.0
-        );
-        let _ = writeln!(
-            s,
-            r#"<line x1="{:.1}" x2="{:.1}" y1="{}" y2="{}" stroke="black"/>"#,
-            x(lo),
-            x(hi(r)),
-            y + row_h / 2.0,
-            y + row_h / 2.0
-        );
-        if let Some(sr) = seed_rate(r) {
-            let _ = writeln!(
-                s,
-                r##"<line x1="{:.1}" x2="{:.1}" y1="{}" y2="{}" stroke="#d9534f" stroke-width="3"/>"##,
-                x(sr),
-                x(sr),
-                y + 1.0,
-                y + row_h - 1.0
-            );
-        }
-        let _ = writeln!(s, r#"<text x="{:.1}" y="{}">{med:.1}</text>"#, x(hi(r)) + 4.0, y + 14.0);
-    }
-    let foot = top + row_h * rows.len() as f64 + 20.0;
-    let _ = writeln!(
-        s,
-        r#"<text x="10" y="{foot}">bars: median M items/s, whiskers: min-max; red tick: the seed post's rate (its items / its seconds)</text></svg>"#
-    );
-    s
+    let bars: Vec<crate::svg::Bar> = rows
+        .iter()
+        .map(|r| crate::svg::Bar {
+            label: format!("{} {}", cfg(r.producers, r.consumers), r.kind.name()),
+            median: rate(r.median()),
+            // The fastest run is the highest rate.
+            min: rate(crate::stats::max(&r.secs)),
+            max: rate(crate::stats::min(&r.secs)),
+            seed: r.kind.seed_s(r.producers, r.consumers).map(|s| SEED_ITEMS as f64 / s / 1e6),
+            value: format!("{:.1}", rate(r.median())),
+        })
+        .collect();
+    let legend = "bars: median M items/s, whiskers: min-max; red tick: the seed post's rate (its items / its seconds)";
+    crate::svg::bars(title, 170.0, &bars, legend)
 }
 
 #[cfg(test)]

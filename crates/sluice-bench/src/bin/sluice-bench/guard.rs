@@ -67,16 +67,7 @@ fn spawn_announced(exe: &Path, args: &[&str], prefix: &str) -> Result<(Killed, S
     bail!("sluice {} did not say where it listens", args[0])
 }
 
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
+use sluice_bench::median;
 
 pub fn run(a: GuardBenchArgs) -> Result<()> {
     if a.reps == 0 || a.duration == 0 {
