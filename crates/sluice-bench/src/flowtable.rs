@@ -1,5 +1,5 @@
 //! A bounded flow table with an idle timeout, expiring in O(1) amortised
-//! per packet, and the two expiry walks it replaces (`sluice bench
+//! per packet, and the two expiry walks it replaces (`sluice-bench
 //! flowtable` measures them: [`bench`]).
 //!
 //! Every flow has the same idle timeout, so the flow that expires first is

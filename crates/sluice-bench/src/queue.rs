@@ -1,7 +1,7 @@
 //! A bounded multi-producer multi-consumer work queue in the NatSys style
 //! (A. Krizhanovsky, "Lock-free Multi-producer Multi-consumer Queue on Ring
 //! Buffer"; its benchmark is the seed's "NatSys Lock-free Queue vs LMAX
-//! Disruptor vs boost::lockfree::queue"), and the harness of `sluice bench
+//! Disruptor vs boost::lockfree::queue"), and the harness of `sluice-bench
 //! queue` ([`bench`]).
 //!
 //! The algorithm. A ring of `2^k` slots and two global counters: `head`

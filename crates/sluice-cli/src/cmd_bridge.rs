@@ -1,14 +1,12 @@
 //! `sluice bridge`: forward between two interfaces, dropping what the rules say.
 //!
-//! The live ports (`sluice_live::pipeline`) are the pipeline's source and
-//! sink; reassembly and the judge are the same as `filter`'s. Around the run:
-//! a signal thread (SIGHUP: reload; SIGINT/SIGTERM: stop), a control thread
-//! (reloads off the fast path, `--watch` polling, the status line), and the
-//! metrics server. A reload builds the new rules on the control thread and
-//! publishes them into the very `Published` the judge reads, so workers
-//! switch between batches and every verdict comes from one rule set; the
-//! old set is freed on the control thread once no worker holds it, never on
-//! a worker.
+//! The live ports (`sluice_live::open`, `sluice_live::pipeline`) are the
+//! pipeline's source and sink; reassembly and the judge are the same as
+//! `filter`'s. Around the run: the signal thread and the control thread of
+//! `sluice_control` (SIGHUP and `--watch` reloads, expiry, retirement of
+//! replaced rule sets off the fast path), this command's status line and
+//! `--duration` on the control thread's tick, and the metrics server of
+//! `sluice_metrics`.
 
 use crate::args::{ReassemblyArgs, VerdictArg};
 use crate::report;

@@ -1,6 +1,7 @@
-//! `sluice`: argument parsing, wiring and exit codes. The work is done by the
-//! library crates; sources (pcap files, the generator) and sinks (pcap files,
-//! the summary) are opened here and nowhere else.
+//! `sluice`: argument parsing, wiring, printing and exit codes. The work is
+//! done by the library crates; this chooses which sources (pcap files,
+//! standard input, the generator, live ports) and sinks to open, wires them
+//! to the pipeline, and prints what the libraries report and log.
 #![deny(unsafe_code)]
 
 mod args;

@@ -445,7 +445,7 @@ impl Parser {
     }
 
     /// Ready for the next message, keeping the buffers' capacity: what a
-    /// server does per request, so `sluice bench http` times the state
+    /// server does per request, so `sluice-bench http` times the state
     /// machine rather than the allocator.
     pub fn reset(&mut self) {
         let (mut seen, mut spans) = (std::mem::take(&mut self.seen), std::mem::take(&mut self.fields.spans));
