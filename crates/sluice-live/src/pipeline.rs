@@ -45,9 +45,9 @@ use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use sluice_pipeline::{Backing, Disposition, Fill, Meta, PacketBatch, Sink, Source, Verdict};
+use sluice_pipeline::{wall_ns, Backing, Disposition, Fill, Meta, PacketBatch, Sink, Source, Verdict};
 use sluice_wire::capture::{Interface, Timestamp, TsResolution};
 use sluice_wire::{LinkType, PacketSummary};
 
@@ -236,13 +236,6 @@ fn count_verdicts(batch: &PacketBatch, counters: &BridgeCounters) {
 /// nanosecond timestamps.
 pub fn ethernet(snaplen: u32) -> Interface {
     Interface { link_type: LinkType::ETHERNET, snaplen, ts_resolution: TsResolution::NANOS }
-}
-
-/// Now, in nanoseconds since the epoch.
-pub fn wall_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 fn timestamp(ns: u64) -> Timestamp {

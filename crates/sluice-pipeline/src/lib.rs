@@ -27,5 +27,5 @@ pub use batch::{Backing, Disposition, Meta, Packet, PacketBatch, Recycler, DEFAU
 pub use io::{Collect, Discard, Fill, Sink, Source, VecSource};
 pub use judge::{judge, Inline, Judge, JudgeConfig, JudgeError, LiveStats, Steering, Workers, WorkersConfig};
 pub use reassembly::Reassembly;
-pub use run::{run, Finished, Observer, Progress, Quiet, RunConfig, RunError, RunReport};
+pub use run::{run, wall_ns, Finished, Observer, Progress, Quiet, RunConfig, RunError, RunReport};
 pub use sluice_engine::Verdict;

@@ -426,7 +426,9 @@ impl State {
     }
 }
 
-fn wall_ns() -> u64 {
+/// Now, in nanoseconds since the epoch: the clock live sources stamp
+/// packets with and reassembly's timeouts run on (one clock for both).
+pub fn wall_ns() -> u64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
