@@ -187,17 +187,22 @@ impl Body {
                     self.st = St::Size;
                 }
                 St::Trailers => {
-                    if self.trailer_bytes >= opts.max_head {
-                        return err(ErrorKind::HeadTooLarge);
-                    }
-                    self.trailer_bytes += 1;
-                    let r = self.trailers.step(c, pos, opts);
+                    // The section is bounded like a head: the byte past the
+                    // limit is refused, unless an error came first.
+                    let room = opts.max_head - self.trailer_bytes;
+                    let r = self.trailers.feed(&input[i..input.len().min(i + room)], pos, opts);
                     self.signals.insert(self.trailers.signals);
-                    if r? {
+                    let (took, done) = r?;
+                    self.trailer_bytes += took;
+                    i += took;
+                    if done {
                         self.st = St::Done;
-                        i += 1;
                         break;
                     }
+                    if i < input.len() {
+                        return Err(Error { kind: ErrorKind::HeadTooLarge, offset: base + i });
+                    }
+                    continue;
                 }
             }
             i += 1;
@@ -226,158 +231,132 @@ pub(crate) fn bare_lf(signals: &mut Signals, pos: usize, opts: &Options) -> Resu
     }
 }
 
+/// Where the trailer reader is within a line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum FieldState {
+enum At {
     LineStart,
     Name,
+    /// Whitespace between a name and its colon (a tolerance).
     NameWs,
     Value,
+    /// A CR ended a field line; LF must follow.
     ValueCr,
+    /// A CR began the empty line; LF must follow.
     EndCr,
 }
 
-/// The trailer section, byte by byte, from the first field line to the
-/// empty line: the fast path's own (trailers are rare, so no scanner). It
-/// is a copy of the reference's field reader, so for trailers alone the two
-/// sides are one implementation; that reader is itself held to the fast
-/// head scanner on every header section the property tests generate, which
-/// is the same grammar. Replacing this with the head scanner would make the
-/// trailers independent too.
+/// The trailer section, from the first field line to the empty line: the
+/// fast path's own reader. It takes runs of bytes at a time (a name, a
+/// value) with slice searches and keeps only where it is in the line and
+/// how many fields it has seen (trailers are dropped, not stored); the
+/// reference steps a state per byte and records every field. Errors carry
+/// the same kind and offset, which the differential tests check.
 #[derive(Clone, Debug)]
 pub(crate) struct Trailers {
-    st: FieldState,
-    pub spans: Vec<FieldSpan>,
+    at: At,
+    fields: usize,
     pub signals: Signals,
-    folding: bool,
-    line_start: usize,
-    name_end: usize,
-    vstart: Option<usize>,
-    vend: usize,
-    term: usize,
 }
 
 impl Trailers {
     pub(crate) fn new() -> Trailers {
-        Trailers {
-            st: FieldState::LineStart,
-            spans: Vec::new(),
-            signals: Signals::NONE,
-            folding: false,
-            line_start: 0,
-            name_end: 0,
-            vstart: None,
-            vend: 0,
-            term: 0,
-        }
+        Trailers { at: At::LineStart, fields: 0, signals: Signals::NONE }
     }
 
-    fn finish_field(&mut self) {
-        let value = match self.vstart {
-            Some(s) => (s as u32, self.vend as u32),
-            None => (self.term as u32, self.term as u32),
-        };
-        let span = FieldSpan { name: (self.line_start as u32, self.name_end as u32), value };
-        if self.folding {
-            if let Some(last) = self.spans.last_mut() {
-                *last = span;
-            }
-        } else {
-            self.spans.push(span);
-        }
-        self.st = FieldState::LineStart;
-    }
-
-    /// One byte at message offset `pos`; `Ok(true)` once the empty line ended.
-    pub(crate) fn step(&mut self, c: u8, pos: usize, opts: &Options) -> Result<bool, Error> {
-        let err = |kind| Err(Error { kind, offset: pos });
-        match self.st {
-            FieldState::LineStart => match c {
-                b'\r' => self.st = FieldState::EndCr,
-                b'\n' => {
-                    bare_lf(&mut self.signals, pos, opts)?;
-                    return Ok(true);
-                }
-                b' ' | b'\t' => {
-                    if !opts.lenient.contains(Lenient::OBS_FOLD) || self.spans.is_empty() {
-                        return err(ErrorKind::ObsFold);
-                    }
-                    self.signals.insert(Signals::OBS_FOLD);
-                    self.folding = true;
-                    self.st = FieldState::Value;
-                }
-                _ => {
-                    if self.spans.len() >= opts.max_headers {
-                        return err(ErrorKind::TooManyHeaders);
-                    }
-                    if !is_tchar(c) {
-                        return err(ErrorKind::InvalidHeaderName);
-                    }
-                    self.folding = false;
-                    self.line_start = pos;
-                    self.vstart = None;
-                    self.st = FieldState::Name;
-                }
-            },
-            FieldState::Name => match c {
-                _ if is_tchar(c) => {}
-                b':' => {
-                    self.name_end = pos;
-                    self.st = FieldState::Value;
-                }
-                b' ' | b'\t' => {
-                    if !opts.lenient.contains(Lenient::SPACE_BEFORE_COLON) {
-                        return err(ErrorKind::SpaceBeforeColon);
-                    }
-                    self.signals.insert(Signals::SPACE_BEFORE_COLON);
-                    self.name_end = pos;
-                    self.st = FieldState::NameWs;
-                }
-                _ => return err(ErrorKind::InvalidHeaderName),
-            },
-            FieldState::NameWs => match c {
-                b' ' | b'\t' => {}
-                b':' => self.st = FieldState::Value,
-                _ => return err(ErrorKind::InvalidHeaderName),
-            },
-            FieldState::Value => match c {
-                b' ' | b'\t' => {}
-                b'\r' => {
-                    if !self.folding {
-                        self.term = pos;
-                    }
-                    self.st = FieldState::ValueCr;
-                }
-                b'\n' => {
-                    bare_lf(&mut self.signals, pos, opts)?;
-                    if !self.folding {
-                        self.term = pos;
-                    }
-                    self.finish_field();
-                }
-                _ => {
-                    if !is_value_byte(c) {
-                        if !opts.lenient.contains(Lenient::HEADERS) {
-                            return err(ErrorKind::InvalidHeaderValue);
+    /// Reads `input` (its first byte at message offset `base`). Returns
+    /// how many bytes it took and whether the empty line ended the section.
+    pub(crate) fn feed(&mut self, input: &[u8], base: usize, opts: &Options) -> Result<(usize, bool), Error> {
+        let mut i = 0;
+        while i < input.len() {
+            let pos = base + i;
+            let err = |kind, offset| Err(Error { kind, offset });
+            match self.at {
+                At::LineStart => {
+                    match input[i] {
+                        b'\r' => self.at = At::EndCr,
+                        b'\n' => {
+                            bare_lf(&mut self.signals, pos, opts)?;
+                            return Ok((i + 1, true));
                         }
-                        self.signals.insert(Signals::CTL_IN_VALUE);
+                        b' ' | b'\t' => {
+                            if !opts.lenient.contains(Lenient::OBS_FOLD) || self.fields == 0 {
+                                return err(ErrorKind::ObsFold, pos);
+                            }
+                            self.signals.insert(Signals::OBS_FOLD);
+                            self.at = At::Value;
+                        }
+                        c => {
+                            if self.fields >= opts.max_headers {
+                                return err(ErrorKind::TooManyHeaders, pos);
+                            }
+                            if !is_tchar(c) {
+                                return err(ErrorKind::InvalidHeaderName, pos);
+                            }
+                            self.fields += 1;
+                            self.at = At::Name;
+                        }
                     }
-                    self.vstart.get_or_insert(pos);
-                    self.vend = pos + 1;
+                    i += 1;
                 }
-            },
-            FieldState::ValueCr => {
-                if c != b'\n' {
-                    return Err(Error { kind: ErrorKind::LoneCr, offset: pos - 1 });
+                At::Name => {
+                    let Some(n) = input[i..].iter().position(|&c| !is_tchar(c)) else {
+                        return Ok((input.len(), false));
+                    };
+                    i += n;
+                    let pos = base + i;
+                    match input[i] {
+                        b':' => self.at = At::Value,
+                        b' ' | b'\t' if opts.lenient.contains(Lenient::SPACE_BEFORE_COLON) => {
+                            self.signals.insert(Signals::SPACE_BEFORE_COLON);
+                            self.at = At::NameWs;
+                        }
+                        b' ' | b'\t' => return err(ErrorKind::SpaceBeforeColon, pos),
+                        _ => return err(ErrorKind::InvalidHeaderName, pos),
+                    }
+                    i += 1;
                 }
-                self.finish_field();
-            }
-            FieldState::EndCr => {
-                if c != b'\n' {
-                    return Err(Error { kind: ErrorKind::LoneCr, offset: pos - 1 });
+                At::NameWs => {
+                    let Some(n) = input[i..].iter().position(|&c| c != b' ' && c != b'\t') else {
+                        return Ok((input.len(), false));
+                    };
+                    i += n;
+                    if input[i] != b':' {
+                        return err(ErrorKind::InvalidHeaderName, base + i);
+                    }
+                    self.at = At::Value;
+                    i += 1;
                 }
-                return Ok(true);
+                At::Value => {
+                    // CR and LF are not value bytes: one search finds the
+                    // line's end or a byte to refuse.
+                    let Some(n) = input[i..].iter().position(|&c| !is_value_byte(c)) else {
+                        return Ok((input.len(), false));
+                    };
+                    i += n;
+                    let pos = base + i;
+                    match input[i] {
+                        b'\r' => self.at = At::ValueCr,
+                        b'\n' => {
+                            bare_lf(&mut self.signals, pos, opts)?;
+                            self.at = At::LineStart;
+                        }
+                        _ if opts.lenient.contains(Lenient::HEADERS) => self.signals.insert(Signals::CTL_IN_VALUE),
+                        _ => return err(ErrorKind::InvalidHeaderValue, pos),
+                    }
+                    i += 1;
+                }
+                At::ValueCr | At::EndCr => {
+                    if input[i] != b'\n' {
+                        return err(ErrorKind::LoneCr, pos - 1);
+                    }
+                    i += 1;
+                    if self.at == At::EndCr {
+                        return Ok((i, true));
+                    }
+                    self.at = At::LineStart;
+                }
             }
         }
-        Ok(false)
+        Ok((i, false))
     }
 }
