@@ -304,8 +304,8 @@ pub fn run(cfg: &Config, pmc: &mut Option<Pmc>) -> Vec<Row> {
             let elem = if kernel == Kernel::Himeno { 4 } else { 8 };
             let name =
                 if pad % elem == 0 { format!("pad={pad}") } else { format!("pad={pad}(->{})", pad / elem * elem) };
-            let mut row = Row::new(kernel.name(), &name, "MFLOPS", true);
-            row.samples = samples[i].clone();
+            let mut row = compare::row(kernel.name(), &name, "MFLOPS", true);
+            row.values = samples[i].clone();
             row.pmc = readings[i].clone();
             if kernel == Kernel::Himeno {
                 if let Some(&(_, events, mflops)) = SEED_TABLE.iter().find(|e| e.0 == pad) {

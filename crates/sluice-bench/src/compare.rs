@@ -7,18 +7,13 @@ use crate::pmc::{self, Pmc, Reading};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 
-/// One measured variant.
+/// One measured variant of a memory experiment, beside the seed's figure.
 #[derive(Clone, Debug)]
-pub struct Row {
+pub struct Variant {
     /// The experiment's part, e.g. "himeno", "small", "batch".
     pub group: String,
     /// The variant, e.g. "pad=64", "pool", "libc-4096".
     pub name: String,
-    /// Unit of `samples` and `seed`, e.g. "MFLOPS", "ns/op".
-    pub unit: &'static str,
-    pub higher_is_better: bool,
-    /// Ours, one value per repetition.
-    pub samples: Vec<f64>,
     /// The seed's figure in our unit (converted where the seed printed
     /// another, see `seed_note`), or None where the seed had none.
     pub seed: Option<f64>,
@@ -31,45 +26,39 @@ pub struct Row {
     pub ratios: Vec<f64>,
     /// The seed's same ratio, from its own figures.
     pub seed_ratio: Option<f64>,
-    pub pmc: Option<Reading>,
 }
+
+/// The memory experiments' result row.
+pub type Row = crate::stats::Row<Variant>;
 
 pub use crate::stats::{max, min};
 
-impl Row {
-    pub fn new(group: &str, name: &str, unit: &'static str, higher_is_better: bool) -> Row {
-        Row {
+/// A row for `name` in `group`, with no measurements yet.
+pub fn row(group: &str, name: &str, unit: &'static str, higher_is_better: bool) -> Row {
+    Row::new(
+        Variant {
             group: group.to_owned(),
             name: name.to_owned(),
-            unit,
-            higher_is_better,
-            samples: Vec::new(),
             seed: None,
             seed_note: None,
             baseline: None,
             ratios: Vec::new(),
             seed_ratio: None,
-            pmc: None,
-        }
-    }
+        },
+        unit,
+        higher_is_better,
+    )
+}
 
-    pub fn median(&self) -> f64 {
-        crate::median(&self.samples)
-    }
-
+impl Variant {
+    /// The median ratio against the baseline, if there is one.
     pub fn ratio(&self) -> Option<f64> {
         (!self.ratios.is_empty()).then(|| crate::median(&self.ratios))
     }
+}
 
-    /// `better` over `worse` as a "times better" factor in this row's direction.
-    pub fn better_ratio(&self, ours: f64, base: f64) -> f64 {
-        if self.higher_is_better {
-            ours / base
-        } else {
-            base / ours
-        }
-    }
-
+impl Row {
+    /// The row as one JSON line.
     pub fn json(&self, experiment: &str) -> Value {
         let (hw, sw) = Reading::json_fields(self.pmc.as_ref());
         let mut v = json!({
@@ -80,9 +69,9 @@ impl Row {
             "seed": self.seed,
             "seed_note": self.seed_note,
             "ours": self.median(),
-            "ours_min": min(&self.samples),
-            "ours_max": max(&self.samples),
-            "reps": self.samples.len(),
+            "ours_min": min(&self.values),
+            "ours_max": max(&self.values),
+            "reps": self.values.len(),
             "baseline": self.baseline,
             "ratio": self.ratio(),
             "ratio_min": (!self.ratios.is_empty()).then(|| min(&self.ratios)),
@@ -124,7 +113,7 @@ pub fn alternate(
 
 /// Per-repetition ratios of `row` against `base` (same repetitions).
 pub fn paired_ratios(row: &Row, base: &[f64]) -> Vec<f64> {
-    row.samples.iter().zip(base).map(|(&o, &b)| row.better_ratio(o, b)).collect()
+    row.values.iter().zip(base).map(|(&o, &b)| row.better_ratio(o, b)).collect()
 }
 
 fn fmt_num(v: f64) -> String {
@@ -156,7 +145,7 @@ pub fn table(rows: &[Row]) -> String {
             r.group,
             r.name,
             format!("{} {}", fmt_num(r.median()), r.unit),
-            format!("[{}-{}]", fmt_num(min(&r.samples)), fmt_num(max(&r.samples))),
+            format!("[{}-{}]", fmt_num(min(&r.values)), fmt_num(max(&r.values))),
             r.seed.map_or("-".into(), fmt_num),
             ratio,
             r.seed_ratio.map_or("-".into(), |x| format!("{x:.2}")),
@@ -185,8 +174,8 @@ pub fn svg(rows: &[Row], title: &str) -> String {
         .map(|r| crate::svg::Bar {
             label: format!("{} {}", r.group, r.name),
             median: r.median(),
-            min: min(&r.samples),
-            max: max(&r.samples),
+            min: min(&r.values),
+            max: max(&r.values),
             seed: r.seed,
             value: fmt_num(r.median()),
         })

@@ -196,12 +196,10 @@ impl Default for Settings {
     }
 }
 
-/// A measured scenario.
+/// A measured scenario: what `bench classify` learned besides its Mpps.
 #[derive(Clone, Debug)]
-pub struct Measured {
+pub struct Classified {
     pub scenario: Scenario,
-    /// Mpps of each repetition.
-    pub mpps: Vec<f64>,
     /// Share of packets dropped (source or destination in the table).
     pub drop_share: f64,
     pub table_bytes: usize,
@@ -211,17 +209,8 @@ pub struct Measured {
     pub filter: Option<(usize, f64)>,
 }
 
-impl Measured {
-    pub fn median(&self) -> f64 {
-        median(&self.mpps)
-    }
-    pub fn min(&self) -> f64 {
-        self.mpps.iter().copied().fold(f64::INFINITY, f64::min)
-    }
-    pub fn max(&self) -> f64 {
-        self.mpps.iter().copied().fold(0.0, f64::max)
-    }
-}
+/// `bench classify`'s result row: Mpps per repetition.
+pub type Measured = stats::Row<Classified>;
 
 /// The lists the prefix scenarios use: FireHOL level1 plus `extra` random
 /// prefixes from /8 to /32. Lengths are drawn with weight 2^(L-8) up to /24
@@ -615,14 +604,19 @@ impl Bench {
 
     /// The repetitions so far.
     pub fn result(&self) -> Measured {
-        Measured {
-            scenario: self.sc.clone(),
-            mpps: self.mpps.clone(),
-            drop_share: self.dropped as f64 / self.total.max(1) as f64,
-            table_bytes: self.table.bytes(),
-            build_s: self.build_s,
-            filter: self.filter,
-        }
+        let mut m = Measured::new(
+            Classified {
+                scenario: self.sc.clone(),
+                drop_share: self.dropped as f64 / self.total.max(1) as f64,
+                table_bytes: self.table.bytes(),
+                build_s: self.build_s,
+                filter: self.filter,
+            },
+            "Mpps",
+            true,
+        );
+        m.values = self.mpps.clone();
+        m
     }
 }
 

@@ -82,8 +82,8 @@ pub fn run(cfg: &Config, pmc: &mut Option<Pmc>) -> Vec<Row> {
             }
         });
         for (i, &(b, align)) in variants.iter().enumerate() {
-            let mut row = Row::new(pattern, &format!("{}-{align}", b.name()), "ns/op", false);
-            row.samples = samples[i].clone();
+            let mut row = compare::row(pattern, &format!("{}-{align}", b.name()), "ns/op", false);
+            row.values = samples[i].clone();
             row.pmc = readings[i].clone();
             let base = variants.iter().position(|&(bb, a)| bb == b && a == 16).expect("16 is measured");
             row.baseline = Some("same backend, align 16".into());

@@ -283,8 +283,8 @@ pub fn run(cfg: &Config, pmc: &mut Option<Pmc>) -> Vec<Row> {
         let seed_sys = seed_ms("mallocfree", w);
         for (i, &a) in allocs.iter().enumerate() {
             let name = if a == Allocator::Bumpalo && w == Workload::Mix { "bumpalo(no free)" } else { a.name() };
-            let mut row = Row::new(w.name(), name, "ns/op", false);
-            row.samples = samples[i].clone();
+            let mut row = compare::row(w.name(), name, "ns/op", false);
+            row.values = samples[i].clone();
             row.pmc = readings[i].clone();
             if let Some(peer) = a.seed_peer() {
                 if let Some(ms) = seed_ms(peer, w) {

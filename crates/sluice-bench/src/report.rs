@@ -210,7 +210,7 @@ pub fn scenario_json(m: &Measured) -> Value {
         "mpps_min": m.min(),
         "mpps_max": m.max(),
         "ns_per_packet": if med > 0.0 { 1000.0 / med } else { 0.0 },
-        "reps": m.mpps.len(),
+        "reps": m.values.len(),
         "drop_share": m.drop_share,
         "table_bytes": m.table_bytes,
         "build_s": m.build_s,
@@ -412,7 +412,13 @@ mod tests {
 
     fn row(name: &str, mpps: f64) -> Measured {
         let s = quick().into_iter().find(|s| s.name == name).expect("a quick row");
-        Measured { scenario: s, mpps: vec![mpps], drop_share: 0.0, table_bytes: 0, build_s: 0.0, filter: None }
+        let mut m = Measured::new(
+            crate::Classified { scenario: s, drop_share: 0.0, table_bytes: 0, build_s: 0.0, filter: None },
+            "Mpps",
+            true,
+        );
+        m.values = vec![mpps];
+        m
     }
 
     #[test]

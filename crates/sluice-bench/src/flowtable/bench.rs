@@ -137,39 +137,30 @@ fn run(t: &mut FlowTable<FlowKey, u64>, s: &mut Stream, v: Variant, packets: u64
     (started.elapsed().as_secs_f64() * per, in_expiry * per)
 }
 
-/// One variant at one size.
+/// One variant at one size, and the table as the last rep left it.
 #[derive(Clone, Debug)]
-pub struct Row {
+pub struct Case {
     pub variant: Variant,
     pub flows: usize,
     /// Packets measured per rep.
     pub packets: u64,
-    pub ns: Vec<f64>,
-    /// The part of `ns` spent expiring, per rep.
+    /// The part of each rep's ns/packet spent expiring.
     pub expiry_ns: Vec<f64>,
     /// After the last rep: flows in the table, lifetime counters.
     pub live: usize,
     pub expired: u64,
     pub evicted: u64,
     pub memory_bytes: usize,
-    /// Counters over every rep (`--pmc`).
-    pub pmc: Option<crate::pmc::Reading>,
 }
 
-impl Row {
-    pub fn median(&self) -> f64 {
-        median(&self.ns)
-    }
+impl Case {
     pub fn expiry_median(&self) -> f64 {
         median(&self.expiry_ns)
     }
-    pub fn min(&self) -> f64 {
-        self.ns.iter().copied().fold(f64::INFINITY, f64::min)
-    }
-    pub fn max(&self) -> f64 {
-        self.ns.iter().copied().fold(0.0, f64::max)
-    }
 }
+
+/// The flow-table experiment's result row: ns per packet, per rep.
+pub type Row = crate::stats::Row<Case>;
 
 /// Measures every size: a warm-up to the steady state, then reps in which
 /// the variants take turns (each rep starts with a different one) on the
@@ -197,27 +188,24 @@ pub fn measure(st: &Settings, pmc: &mut Option<crate::pmc::Pmc>, mut progress: i
         };
         let first = rows.len();
         for &v in &variants {
-            rows.push(Row {
+            let case = Case {
                 variant: v,
                 flows: n,
                 packets: packets(v),
-                ns: Vec::new(),
                 expiry_ns: Vec::new(),
                 live: 0,
                 expired: 0,
                 evicted: 0,
                 memory_bytes: t.memory_bytes(),
-                pmc: None,
-            });
+            };
+            rows.push(Row::new(case, "ns/packet", false));
         }
         for rep in 0..st.reps.max(1) {
             for i in 0..variants.len() {
                 let r: &mut Row = &mut rows[first + (i + rep) % variants.len()];
                 let ((all, expiry), reading) = crate::pmc::maybe(pmc, || run(&mut t, &mut s, r.variant, r.packets));
-                if let Some(x) = reading {
-                    r.pmc.get_or_insert_with(Default::default).add(&x);
-                }
-                r.ns.push(all);
+                r.add_pmc(reading);
+                r.values.push(all);
                 r.expiry_ns.push(expiry);
             }
         }
@@ -257,7 +245,7 @@ pub fn verdict(rows: &[Row]) -> Option<(bool, String)> {
 }
 
 fn expiry_at(rows: &[Row], v: Variant, flows: usize) -> f64 {
-    rows.iter().find(|r| r.variant == v && r.flows == flows).map_or(f64::NAN, Row::expiry_median)
+    rows.iter().find(|r| r.variant == v && r.flows == flows).map_or(f64::NAN, |r| r.expiry_median())
 }
 
 pub fn row_json(r: &Row, st: &Settings) -> Value {
@@ -279,7 +267,7 @@ fn row_json_plain(r: &Row, st: &Settings) -> Value {
         "capacity": 2 * r.flows,
         "per_tick": st.per_tick,
         "packets": r.packets,
-        "reps": r.ns.len(),
+        "reps": r.values.len(),
         // The PMC post gives no figures, only the shape (cost grows with flows).
         "seed": Value::Null,
         "ours": r.median(),
@@ -300,7 +288,7 @@ pub fn ratios(rows: &[Row]) -> Vec<Value> {
     let mut out = Vec::new();
     for o in rows.iter().filter(|r| r.variant == Variant::Ordered) {
         for w in rows.iter().filter(|r| r.variant != Variant::Ordered && r.flows == o.flows) {
-            let per_rep: Vec<f64> = w.ns.iter().zip(&o.ns).map(|(w, o)| w / o).collect();
+            let per_rep: Vec<f64> = w.values.iter().zip(&o.values).map(|(w, o)| w / o).collect();
             out.push(json!({
                 "bench": "flowtable",
                 "row": "ratio",
@@ -394,7 +382,7 @@ mod tests {
         let rows = measure(&st, &mut None, |_| {});
         assert_eq!(rows.len(), 6);
         for r in &rows {
-            assert_eq!(r.ns.len(), 2);
+            assert_eq!(r.values.len(), 2);
             // About n flows live, never more than the capacity.
             assert!(r.live > r.flows / 2 && r.live <= 2 * r.flows, "{r:?}");
             assert!(r.expired > 0, "the window's leftovers expire");

@@ -350,25 +350,20 @@ impl Settings {
     }
 }
 
-/// One queue at one thread count, over every rep.
+/// One queue at one thread count, and what it delivered over every rep.
 #[derive(Clone, Debug)]
-pub struct Row {
+pub struct Case {
     pub kind: Kind,
     pub producers: usize,
     pub consumers: usize,
-    pub secs: Vec<f64>,
     /// Every rep's delivery, summed.
     pub delivery: Delivery,
     pub all_exactly_once: bool,
-    /// Counters over every rep (`--pmc`), the threads the run spawns included.
-    pub pmc: Option<crate::pmc::Reading>,
 }
 
-impl Row {
-    pub fn median(&self) -> f64 {
-        median(&self.secs)
-    }
-}
+/// The queue experiment's result row: seconds per rep (the threads the run
+/// spawns included in the counters).
+pub type Row = crate::stats::Row<Case>;
 
 /// Measures every (threads, queue), alternating the queues within each rep
 /// (each rep starts with a different queue) so drift in the machine's
@@ -379,24 +374,18 @@ pub fn measure(st: &Settings, pmc: &mut Option<crate::pmc::Pmc>, mut progress: i
         let kinds: Vec<Kind> = st.kinds.iter().copied().filter(|k| k.applies(p, c)).collect();
         let first = rows.len();
         for &kind in &kinds {
-            rows.push(Row {
-                kind,
-                producers: p,
-                consumers: c,
-                secs: Vec::new(),
-                delivery: Delivery::default(),
-                all_exactly_once: true,
-                pmc: None,
-            });
+            rows.push(Row::new(
+                Case { kind, producers: p, consumers: c, delivery: Delivery::default(), all_exactly_once: true },
+                "s",
+                false,
+            ));
         }
         for rep in 0..st.reps.max(1) {
             for i in 0..kinds.len() {
                 let r = &mut rows[first + (i + rep) % kinds.len()];
                 let ((secs, d), reading) = crate::pmc::maybe(pmc, || run_once(r.kind, p, c, st.items, st.capacity));
-                if let Some(x) = reading {
-                    r.pmc.get_or_insert_with(Default::default).add(&x);
-                }
-                r.secs.push(secs);
+                r.add_pmc(reading);
+                r.values.push(secs);
                 r.all_exactly_once &= d.exactly_once();
                 r.delivery.sent += d.sent;
                 r.delivery.delivered += d.delivered;
@@ -448,7 +437,7 @@ pub fn ratios(rows: &[Row]) -> Vec<Ratio> {
         for other in
             rows.iter().filter(|r| r.kind != Kind::Natsys && (r.producers, r.consumers) == (n.producers, n.consumers))
         {
-            let per_rep: Vec<f64> = other.secs.iter().zip(&n.secs).map(|(o, n)| o / n).collect();
+            let per_rep: Vec<f64> = other.values.iter().zip(&n.values).map(|(o, n)| o / n).collect();
             let seed = other.kind.seed_s(n.producers, n.consumers).map(|s| s / SEED_NATSYS_S);
             out.push(Ratio {
                 name: format!("{}/natsys", other.kind.name()),
@@ -456,8 +445,8 @@ pub fn ratios(rows: &[Row]) -> Vec<Ratio> {
                 consumers: n.consumers,
                 seed,
                 median: median(&per_rep),
-                min: per_rep.iter().copied().fold(f64::INFINITY, f64::min),
-                max: per_rep.iter().copied().fold(0.0, f64::max),
+                min: crate::stats::min(&per_rep),
+                max: crate::stats::max(&per_rep),
             });
         }
     }
@@ -494,12 +483,12 @@ fn row_json_plain(r: &Row, st: &Settings, cpus: usize) -> Value {
         "consumers": r.consumers,
         "items": st.items,
         "capacity": st.capacity,
-        "reps": r.secs.len(),
+        "reps": r.values.len(),
         "seed": seed,
         "seed_items": seed.map(|_| SEED_ITEMS),
         "ours": med,
-        "ours_min": r.secs.iter().copied().fold(f64::INFINITY, f64::min),
-        "ours_max": r.secs.iter().copied().fold(0.0, f64::max),
+        "ours_min": r.min(),
+        "ours_max": r.max(),
         "unit": "s",
         "ns_per_item": med * 1e9 / st.items as f64,
         "seed_ns_per_item": seed.map(|s| s * 1e9 / SEED_ITEMS as f64),
@@ -537,8 +526,8 @@ pub fn table_header() -> String {
 pub fn table_row(r: &Row, st: &Settings) -> String {
     let med = r.median();
     let seed = r.kind.seed_s(r.producers, r.consumers);
-    let min = r.secs.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = r.secs.iter().copied().fold(0.0, f64::max);
+    let min = r.min();
+    let max = r.max();
     format!(
         "{:<8} {:<11} {:>9.3} {:>19} {:>8.1} {:>9} {:>9} {:>12}",
         cfg(r.producers, r.consumers),
@@ -579,8 +568,8 @@ pub fn svg(rows: &[Row], st: &Settings, title: &str) -> String {
             label: format!("{} {}", cfg(r.producers, r.consumers), r.kind.name()),
             median: rate(r.median()),
             // The fastest run is the highest rate.
-            min: rate(crate::stats::max(&r.secs)),
-            max: rate(crate::stats::min(&r.secs)),
+            min: rate(crate::stats::max(&r.values)),
+            max: rate(crate::stats::min(&r.values)),
             seed: r.kind.seed_s(r.producers, r.consumers).map(|s| SEED_ITEMS as f64 / s / 1e6),
             value: format!("{:.1}", rate(r.median())),
         })

@@ -138,7 +138,7 @@ pub fn run_queue(a: QueueBenchArgs) -> Result<()> {
             out,
             "exactly-once: {} ({} runs, every item checked); done in {:.1} s",
             if all_ok { "every run" } else { "FAILED" },
-            rows.iter().map(|r| r.secs.len()).sum::<usize>(),
+            rows.iter().map(|r| r.values.len()).sum::<usize>(),
             started.elapsed().as_secs_f64()
         )?;
     }
