@@ -72,6 +72,13 @@ pub struct BridgeArgs {
     /// Stop by itself after this many seconds (as if sent SIGTERM).
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
+    /// Serve the control socket (`sluice ctl`) at PATH: runtime set
+    /// changes, queries, reloads. Mode 0600: root and this user only.
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<std::path::PathBuf>,
+    /// Let members of group G use the control socket too (mode 0660).
+    #[arg(long, value_name = "G", requires = "control")]
+    pub control_group: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -182,6 +189,21 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         eprintln!("sluice: metrics at http://{bound}/metrics");
     }
 
+    let control_socket = match &a.control {
+        Some(path) => {
+            let group = a.control_group.as_deref().map(sluice_control::socket::group_id).transpose()?;
+            let handle = sluice_control::socket::serve(
+                path,
+                group,
+                ctl_tx.clone(),
+                Arc::clone(&stop),
+                Arc::clone(&shared.socket),
+            )?;
+            eprintln!("sluice: control socket at {}", path.display());
+            Some(handle)
+        }
+        None => None,
+    };
     let every_tick = every_tick(&a, &shared, &stop);
     let control = std::thread::Builder::new()
         .name("sluice-control".into())
@@ -224,6 +246,10 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     // The ports are closed (and the XDP programs detached) by now.
     let _ = ctl_tx.send(Event::Quit);
     let _ = control.join();
+    stop.store(true, Ordering::Relaxed);
+    if let Some(h) = control_socket {
+        let _ = h.join();
+    }
     signals.close();
     let done = report::finished(result)?;
     let rules = published.load();

@@ -7,6 +7,7 @@
 mod args;
 mod cmd_bridge;
 mod cmd_compile;
+mod cmd_ctl;
 mod cmd_decode;
 mod cmd_demo;
 mod cmd_filter;
@@ -76,6 +77,8 @@ enum Command {
     Rss(cmd_rss::RssArgs),
     /// Forward between two interfaces (AF_XDP or AF_PACKET), dropping what the rules say.
     Bridge(cmd_bridge::BridgeArgs),
+    /// Change a running bridge's sets and ask it what they hold, over its control socket.
+    Ctl(cmd_ctl::CtlArgs),
     /// Send a capture or generated frames out of an interface, paced (pkt-gen's role).
     Send(cmd_send::SendArgs),
     /// Multi-threaded UDP echo server, one SO_REUSEPORT socket per pinned worker (the seed's rss-udp-srv).
@@ -126,6 +129,7 @@ fn main() -> ExitCode {
         Command::Demo(a) => cmd_demo::run(a),
         Command::Rss(a) => cmd_rss::run(a),
         Command::Bridge(a) => cmd_bridge::run(a),
+        Command::Ctl(a) => cmd_ctl::run(a),
         Command::Send(a) => cmd_send::run(a),
         Command::UdpEcho(a) => cmd_udp::echo(a),
         Command::UdpLoad(a) => cmd_udp::load(a),

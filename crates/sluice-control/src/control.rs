@@ -9,9 +9,14 @@
 //! it) and counted in [`ControlState`] (the metrics and the summary read
 //! it).
 
+use crate::ctl::{parse_request, Command};
+use crate::sets::{RuntimeSets, SetRow};
+use crate::socket::error_json;
 use crate::spec::{describe, total_entries, Expiring, ListEntries, Loaded, RuleSpec};
+use serde_json::json;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::{Handle, Signals};
+use sluice_engine::dynamic::Found;
 use sluice_engine::snapshot::{Published, Snapshot};
 use sluice_engine::RuleSet;
 use std::path::PathBuf;
@@ -35,12 +40,55 @@ pub struct ControlState {
     /// Generation of the rules in force (0 at start).
     pub generation: AtomicU64,
     lists: Mutex<Vec<ListEntries>>,
+    /// Control-socket requests answered, by result.
+    pub ctl_ok: AtomicU64,
+    pub ctl_failed: AtomicU64,
+    /// Set elements added, deleted or flushed at runtime (batch lines applied).
+    pub updates: AtomicU64,
+    /// Runtime elements whose timeout passed.
+    pub expired: AtomicU64,
+    /// Deltas folded into new base tables.
+    pub merges: AtomicU64,
+    /// Runtime changes published, and from a request's arrival to its
+    /// publication: the sum (ns) and the recent ones.
+    pub publishes: AtomicU64,
+    pub publish_ns_sum: AtomicU64,
+    recent_publish_ns: Mutex<std::collections::VecDeque<u64>>,
+    sets: Mutex<Vec<SetRow>>,
 }
 
 impl ControlState {
     /// The lists in force and their entries.
     pub fn lists(&self) -> Vec<ListEntries> {
         self.lists.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Every named set with its entries (base, added, deleted), as of the
+    /// last publication.
+    pub fn sets(&self) -> Vec<SetRow> {
+        self.sets.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Publish latency percentiles (ns) over the last 4096 requests that
+    /// changed a set: (p50, p99, max).
+    pub fn publish_latency(&self) -> Option<(u64, u64, u64)> {
+        let mut v: Vec<u64> =
+            self.recent_publish_ns.lock().unwrap_or_else(PoisonError::into_inner).iter().copied().collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_unstable();
+        let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+        Some((at(0.5), at(0.99), v[v.len() - 1]))
+    }
+
+    fn published_change(&self, ns: u64) {
+        self.publish_ns_sum.fetch_add(ns, Ordering::Relaxed);
+        let mut r = self.recent_publish_ns.lock().unwrap_or_else(PoisonError::into_inner);
+        if r.len() == 4096 {
+            r.pop_front();
+        }
+        r.push_back(ns);
     }
 
     fn loaded(&self, lists: Vec<ListEntries>) {
@@ -53,13 +101,31 @@ fn unix_ms() -> u64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
+/// A control-socket request and where its JSON reply goes.
+#[derive(Debug)]
+pub struct Request {
+    pub text: String,
+    pub received: Instant,
+    pub reply: Sender<String>,
+}
+
 /// What the control loop is told.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Event {
     /// Reload the rules; the string says why (for the log).
     Reload(&'static str),
+    /// A control-socket request.
+    Ctl(Request),
     Quit,
 }
+
+/// Wall-clock time in ns (the runtime elements' deadlines).
+pub fn wall_ns() -> u64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Requests handled before one publication, at most.
+const COALESCE: usize = 4096;
 
 /// Polls files' metadata; a change counts once it has held still for one
 /// poll, so a file being written is not read half-way (a rename is still
@@ -116,6 +182,8 @@ pub struct Controller {
     watch: Option<Watch>,
     /// Replaced rule sets, freed here once no worker holds them.
     retired: Vec<Arc<Snapshot<RuleSet>>>,
+    /// Runtime changes to named sets.
+    sets: RuntimeSets,
 }
 
 impl Controller {
@@ -124,7 +192,10 @@ impl Controller {
     pub fn new(spec: RuleSpec, ifaces: Vec<String>, loaded: Loaded, watch: bool) -> Controller {
         let state = Arc::new(ControlState::default());
         state.loaded(loaded.lists);
+        let sets = RuntimeSets::new();
+        *state.sets.lock().unwrap_or_else(PoisonError::into_inner) = sets.rows(&loaded.rules);
         Controller {
+            sets,
             watch: watch.then(|| Watch::new(spec.files())),
             spec,
             ifaces,
@@ -146,6 +217,7 @@ impl Controller {
 
     fn publish(&mut self, rules: RuleSet) -> u64 {
         let before = self.published.load();
+        *self.state.sets.lock().unwrap_or_else(PoisonError::into_inner) = self.sets.rows(&rules);
         let generation = self.published.publish(rules);
         self.state.generation.store(generation, Ordering::Relaxed);
         self.retired.push(before);
@@ -160,7 +232,11 @@ impl Controller {
                 for w in &l.warnings {
                     log::warn!("{w}");
                 }
-                let generation = self.publish(l.rules);
+                let (rules, dropped) = self.sets.carry_over(l.rules);
+                if !dropped.is_empty() {
+                    log::info!("runtime changes to {} discarded: their lists were read again", dropped.join(", "));
+                }
+                let generation = self.publish(rules);
                 let n = self.state.reloads_ok.fetch_add(1, Ordering::Relaxed) + 1;
                 log::info!(
                     "reload {n} ({why}): {} entries ({}) built in {:.1} ms; generation {generation} in force",
@@ -191,6 +267,10 @@ impl Controller {
         let started = Instant::now();
         match e.build(elapsed) {
             Ok(rules) => {
+                let (rules, dropped) = self.sets.carry_over(rules);
+                if !dropped.is_empty() {
+                    log::info!("runtime changes to {} discarded: their lists were rebuilt", dropped.join(", "));
+                }
                 let live = e.live_entries(elapsed);
                 let generation = self.publish(rules);
                 log::info!(
@@ -216,7 +296,135 @@ impl Controller {
             self.reload("list file changed");
         }
         self.expire();
+        self.expire_runtime();
         self.retired.retain(|s| Arc::strong_count(s) > 1);
+    }
+
+    /// Removes runtime elements whose timeout passed.
+    fn expire_runtime(&mut self) {
+        let now = wall_ns();
+        if self.sets.next_deadline().is_none_or(|d| d > now) {
+            return;
+        }
+        let rules = self.published.load();
+        if let Some((new, gone)) = self.sets.expire(&rules.value, now) {
+            self.state.expired.fetch_add(gone as u64, Ordering::Relaxed);
+            let generation = self.publish(new);
+            log::debug!("{gone} runtime entries expired; generation {generation} in force");
+        }
+    }
+
+    /// Handles one control request: a query is answered at once (Some); a
+    /// change is staged (None), answered by [`Controller::commit`] once
+    /// published.
+    fn request(&mut self, req: &Request, staged: &mut Vec<(Sender<String>, Instant, usize)>) -> Option<String> {
+        let cmds = match parse_request(&req.text) {
+            Ok(c) => c,
+            Err(e) => {
+                self.state.ctl_failed.fetch_add(1, Ordering::Relaxed);
+                return Some(error_json(&e.to_string(), Some(e.line)));
+            }
+        };
+        let rules = self.published.load();
+        let rules = &rules.value;
+        let spec = self.spec.clone();
+        let base_of = move |r: &RuleSet, i: usize| spec.base_elements(r, i);
+        let reply = if cmds[0].1.changes() {
+            match self.sets.stage(rules, &cmds, wall_ns(), &base_of) {
+                Ok(n) => {
+                    staged.push((req.reply.clone(), req.received, n));
+                    return None;
+                }
+                Err(e) => Err((e.to_string(), Some(e.line))),
+            }
+        } else {
+            match &cmds[0].1 {
+                Command::Sets => Ok(json!({ "ok": true, "sets": self.sets.rows(rules) })),
+                Command::Test { set, addr } => self.sets.test(rules, set, *addr, &base_of).map(|f| {
+                    let (element, from) = match f {
+                        Some(Found::Added(p)) => (Some(p.to_string()), Some("added")),
+                        Some(Found::Base(p)) => (Some(p.to_string()), Some("base")),
+                        Some(Found::BaseTables) => (None, Some("base-tables")),
+                        None => (None, None),
+                    };
+                    json!({ "ok": true, "set": set, "addr": addr.to_string(), "match": f.is_some(), "element": element, "from": from })
+                }).map_err(|e| (e, None)),
+                Command::List { set } => self.sets.list(rules, set, &base_of).map(|(elems, complete)| {
+                    let now = wall_ns();
+                    let elements: Vec<serde_json::Value> = elems
+                        .iter()
+                        .map(|(p, d)| json!({ "element": p.to_string(), "expires_in": d.map(|d| d.saturating_sub(now).div_ceil(1_000_000_000)) }))
+                        .collect();
+                    json!({ "ok": true, "set": set, "complete": complete, "elements": elements })
+                }).map_err(|e| (e, None)),
+                Command::Stats => Ok(self.stats_json()),
+                Command::Reload => {
+                    if self.reload("control socket") {
+                        Ok(json!({ "ok": true, "generation": self.state.generation.load(Ordering::Relaxed) }))
+                    } else {
+                        Err(("reload failed; the rules in force stay (see the bridge's log)".into(), None))
+                    }
+                }
+                _ => unreachable!("changes are staged above"),
+            }
+        };
+        Some(match reply {
+            Ok(v) => {
+                self.state.ctl_ok.fetch_add(1, Ordering::Relaxed);
+                v.to_string()
+            }
+            Err((e, line)) => {
+                self.state.ctl_failed.fetch_add(1, Ordering::Relaxed);
+                error_json(&e, line)
+            }
+        })
+    }
+
+    /// Publishes what the staged requests changed, once, and answers them.
+    fn commit(&mut self, staged: Vec<(Sender<String>, Instant, usize)>) {
+        if staged.is_empty() {
+            return;
+        }
+        let rules = self.published.load();
+        let (new, merges) = self.sets.commit(&rules.value);
+        drop(rules);
+        let generation = match new {
+            Some(r) => self.publish(r),
+            None => self.state.generation.load(Ordering::Relaxed),
+        };
+        self.state.merges.fetch_add(merges as u64, Ordering::Relaxed);
+        self.state.publishes.fetch_add(1, Ordering::Relaxed);
+        for (reply, received, n) in staged {
+            let ns = received.elapsed().as_nanos() as u64;
+            self.state.published_change(ns);
+            self.state.updates.fetch_add(n as u64, Ordering::Relaxed);
+            self.state.ctl_ok.fetch_add(1, Ordering::Relaxed);
+            let _ = reply.send(
+                json!({ "ok": true, "applied": n, "generation": generation, "publish_us": ns / 1000 }).to_string(),
+            );
+        }
+    }
+
+    /// The counters `sluice ctl stats` shows.
+    pub fn stats_json(&self) -> serde_json::Value {
+        let s = &self.state;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let lat = s.publish_latency();
+        json!({
+            "ok": true,
+            "generation": get(&s.generation),
+            "reloads_ok": get(&s.reloads_ok),
+            "reloads_failed": get(&s.reloads_failed),
+            "updates": get(&s.updates),
+            "expired": get(&s.expired),
+            "merges": get(&s.merges),
+            "publishes": get(&s.publishes),
+            "ctl_ok": get(&s.ctl_ok),
+            "ctl_failed": get(&s.ctl_failed),
+            "publish_p50_us": lat.map(|l| l.0 / 1000),
+            "publish_p99_us": lat.map(|l| l.1 / 1000),
+            "publish_max_us": lat.map(|l| l.2 / 1000),
+        })
     }
 
     /// Replaced rule sets not yet freed (some worker still holds them).
@@ -228,16 +436,43 @@ impl Controller {
     /// `every_tick` (status lines, deadlines) until told to quit or every
     /// sender is gone.
     pub fn run(mut self, events: Receiver<Event>, mut every_tick: impl FnMut()) {
+        let mut last_tick = Instant::now();
         loop {
-            match events.recv_timeout(TICK) {
-                Ok(Event::Reload(why)) => {
-                    self.reload(why);
+            let mut next = match events.recv_timeout(TICK) {
+                Ok(e) => Some(e),
+                Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Timeout) => None,
+            };
+            // Requests waiting together are published together.
+            let mut staged = Vec::new();
+            let mut handled = 0;
+            while let Some(event) = next.take() {
+                match event {
+                    Event::Reload(why) => {
+                        self.commit(std::mem::take(&mut staged));
+                        self.reload(why);
+                    }
+                    Event::Ctl(req) => {
+                        if let Some(reply) = self.request(&req, &mut staged) {
+                            let _ = req.reply.send(reply);
+                        }
+                    }
+                    Event::Quit => {
+                        self.commit(staged);
+                        return;
+                    }
                 }
-                Ok(Event::Quit) | Err(RecvTimeoutError::Disconnected) => return,
-                Err(RecvTimeoutError::Timeout) => {}
+                handled += 1;
+                if handled < COALESCE {
+                    next = events.try_recv().ok();
+                }
             }
-            self.tick();
-            every_tick();
+            self.commit(staged);
+            if last_tick.elapsed() >= TICK {
+                last_tick = Instant::now();
+                self.tick();
+                every_tick();
+            }
         }
     }
 }

@@ -10,9 +10,14 @@
 #![deny(unsafe_code)]
 
 pub mod control;
+pub mod ctl;
+pub mod sets;
+pub mod socket;
 pub mod spec;
 
-pub use control::{spawn_signals, stop_on_interrupt, wait_until_stopped, ControlState, Controller, Event, Watch};
+pub use control::{
+    spawn_signals, stop_on_interrupt, wait_until_stopped, ControlState, Controller, Event, Request, Watch,
+};
 pub use spec::{describe, total_entries, Expiring, ListEntries, LoadError, Loaded, RuleSpec};
 
 /// An error and its causes, each once, joined by ": " (what anyhow's `{:#}`

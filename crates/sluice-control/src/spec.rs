@@ -5,7 +5,8 @@
 //! carry a timeout ([`Expiring`]).
 
 use sluice_engine::compiled::{self, CompiledError};
-use sluice_engine::{CompileError, CompileOptions, RuleSet};
+use sluice_engine::dynamic::Elements;
+use sluice_engine::{CompileError, CompileOptions, Origin, RuleSet};
 use sluice_rules::{
     load_list, load_rules, Depth, LineError, ListError, ParsedList, Prefix, RuleFile, RuleLoadError, SetLoadError,
     SetSource,
@@ -185,7 +186,7 @@ impl RuleSpec {
                 if let Ok(f) = load_rules(path) {
                     v.extend(f.sets.iter().filter_map(|s| match &s.source {
                         SetSource::File(p) => Some(p.clone()),
-                        SetSource::Inline(_) => None,
+                        SetSource::Inline(_) | SetSource::Dynamic { .. } => None,
                     }));
                 }
                 v
@@ -217,6 +218,7 @@ impl RuleSpec {
                     let path = match &def.source {
                         SetSource::File(p) => p.display().to_string(),
                         SetSource::Inline(_) => "(inline)".into(),
+                        SetSource::Dynamic { .. } => "(dynamic)".into(),
                     };
                     entries.push(ListEntries {
                         kind: format!("set {}", def.name),
@@ -273,6 +275,45 @@ impl RuleSpec {
             return Err(LoadError::ExpiringInCompiled(e.expiring_entries()));
         }
         Ok(loaded)
+    }
+}
+
+impl RuleSpec {
+    /// The elements named set `set` of `rules` was built from, read again
+    /// (its list files, or its inline prefixes), for runtime changes that
+    /// need them (a delete, `list`, `test`); None for tables loaded from a
+    /// compiled file, or when a list cannot be read now.
+    pub fn base_elements(&self, rules: &RuleSet, set: usize) -> Option<Elements> {
+        if self.rules.as_deref().is_some_and(is_compiled_file) {
+            return None;
+        }
+        let name = &rules.named_set_info().get(set)?.name;
+        let read = |paths: &[&PathBuf]| -> Option<Elements> {
+            let mut e = Elements::new();
+            for p in paths {
+                for x in load_list(p, self.lenient).ok()?.prefixes {
+                    e.insert(x);
+                }
+            }
+            Some(e)
+        };
+        match rules.origin() {
+            Origin::Shorthand { .. } => match name.as_str() {
+                "drop-src" => read(&self.drop_src.iter().collect::<Vec<_>>()),
+                "drop-dst" => read(&self.drop_dst.iter().collect::<Vec<_>>()),
+                "drop-any" => read(&self.drop_any.iter().collect::<Vec<_>>()),
+                _ => None,
+            },
+            Origin::File { source, text } => {
+                let dir = Path::new(source).parent().unwrap_or(Path::new("."));
+                let file = sluice_rules::parse_rules(source, text, dir).ok()?;
+                match &file.sets.get(file.set_index(name)?)?.source {
+                    SetSource::File(p) => read(&[p]),
+                    SetSource::Inline(p) => Some(Elements::from_prefixes(p)),
+                    SetSource::Dynamic { .. } => Some(Elements::new()),
+                }
+            }
+        }
     }
 }
 

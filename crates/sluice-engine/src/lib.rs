@@ -8,11 +8,13 @@
 pub mod compiled;
 pub mod container;
 pub mod defrag;
+pub mod dynamic;
 pub mod rules;
 pub mod snapshot;
 
 pub use rules::{
-    CompileError, CompileOptions, Decision, Origin, RuleInfo, RuleSet, SavedSet, SetEntries, SetInfo, Side,
+    BaseTables, CompileError, CompileOptions, Decision, Origin, RuleInfo, RuleSet, SavedSet, SetChange, SetEntries,
+    SetInfo, SetKind, Side,
 };
 use sluice_classify::{DEFAULT_BATCH, MAX_BATCH};
 use sluice_wire::{decode, DecodeError, ErrorKind, LinkType, PacketSummary};

@@ -20,13 +20,15 @@
 //! [`RuleSet::evaluate_reference`] walks the rules one at a time over the
 //! parsed matches: the plain reference the bit vectors are tested against.
 
+use crate::dynamic::Delta;
 use crate::{Verdict, MAX_BATCH};
 use sluice_classify::{AddressSet, Options};
 use sluice_rules::{
-    Action, AddrField, AddrValue, Depth, FragKind, Match, PortField, Prefix, Rule, RuleFile, MAX_RULES,
+    Action, AddrField, AddrValue, Depth, FragKind, Match, PortField, Prefix, Rule, RuleFile, SetSource, MAX_RULES,
 };
 use sluice_wire::{IpSummary, PacketSummary};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// Sets of at most this many entries are scanned, not hashed.
 const SMALL_SET: usize = 16;
@@ -145,6 +147,17 @@ impl Backing {
     }
 }
 
+/// A set's tables, built by [`RuleSet::build_base`].
+pub struct BaseTables(Arc<Backing>);
+
+/// One named set's new runtime state for [`RuleSet::with_sets`].
+pub struct SetChange {
+    pub set: usize,
+    /// New base tables (after a merge or a flush), or None to keep them.
+    pub base: Option<BaseTables>,
+    pub delta: Option<Arc<Delta>>,
+}
+
 /// A named set's entries for [`RuleSet::compile_sets`]: a list to build
 /// tables from, or tables built before (loaded from a compiled file).
 pub enum SetEntries {
@@ -170,10 +183,27 @@ pub enum Origin {
 
 /// A set as the rule set holds it: named (from the rule file or a shorthand
 /// flag) or written inline in a rule.
+#[derive(Clone, Debug)]
 pub struct SetInfo {
     pub name: String,
+    pub kind: SetKind,
     pub entries: usize,
     pub bytes: usize,
+}
+
+/// Where a set's entries come from, as the rules say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetKind {
+    /// `set NAME from "FILE"` (also when its tables came from a compiled file).
+    List,
+    /// `set NAME { ... }`.
+    Inline,
+    /// `set NAME dynamic [timeout S]`: only runtime entries.
+    Dynamic { timeout: Option<u32> },
+    /// A `--drop-*` shorthand's lists.
+    Shorthand,
+    /// Written in a rule (`saddr { ... }`): not named, takes no runtime change.
+    Anonymous,
 }
 
 /// A header field the bit-vector step reads.
@@ -265,6 +295,7 @@ fn layer_values(ip: Option<&IpSummary>, out: &mut [u32]) {
 /// One field's value classes: values for which every rule's conditions on
 /// the field hold alike share a class (the rows are interned). Class 0 is
 /// "absent".
+#[derive(Clone)]
 struct FieldTable {
     /// Where the value is among the packet's [`SLOTS`].
     slot: usize,
@@ -279,6 +310,7 @@ struct FieldTable {
 }
 
 /// Class ids, in bytes when there are at most 256 classes.
+#[derive(Clone)]
 enum Dense {
     U8(Vec<u8>),
     U32(Vec<u32>),
@@ -367,6 +399,11 @@ pub enum CompileError {
 }
 
 /// Compiled rules: see the module comment.
+///
+/// Cloning is cheap: the tables are shared (`Arc`), so a set's runtime
+/// change is a clone with that set's delta (or base) replaced
+/// ([`RuleSet::with_sets`]), published like a reload.
+#[derive(Clone)]
 pub struct RuleSet {
     rules: Vec<RuleInfo>,
     /// The parsed rules, for the reference evaluator.
@@ -374,13 +411,18 @@ pub struct RuleSet {
     /// For each rule, each `Match::Addr`'s backing (in match order).
     addr_backing: Vec<Vec<usize>>,
     default: Verdict,
-    backings: Vec<Backing>,
+    backings: Vec<Arc<Backing>>,
+    /// Per backing: what changed at runtime since its tables were built
+    /// (named sets only).
+    deltas: Vec<Option<Arc<Delta>>>,
+    /// The options the tables were built with (a merge builds alike).
+    set_opts: Options,
     set_info: Vec<SetInfo>,
     lookups: Vec<Lookup>,
     conds: Vec<AddrCond>,
     /// `words` u64 per condition: the rules that need it.
     cond_rules: Vec<u64>,
-    fields: Vec<FieldTable>,
+    fields: Arc<[FieldTable]>,
     /// Whether a field table reads the inner layer.
     reads_inner: bool,
     words: usize,
@@ -425,6 +467,9 @@ impl RuleSet {
             .expect("shorthand rules always compile");
         rs.origin =
             Origin::Shorthand { src: present[0], dst: present[1], any: present[2], inner: depth == Depth::Inner };
+        for info in &mut rs.set_info[..rs.named] {
+            info.kind = SetKind::Shorthand;
+        }
         rs
     }
 
@@ -458,7 +503,16 @@ impl RuleSet {
             .sets
             .iter()
             .zip(&backings)
-            .map(|(d, b)| SetInfo { name: d.name.clone(), entries: b.entries(), bytes: b.bytes() })
+            .map(|(d, b)| SetInfo {
+                name: d.name.clone(),
+                kind: match d.source {
+                    SetSource::File(_) => SetKind::List,
+                    SetSource::Inline(_) => SetKind::Inline,
+                    SetSource::Dynamic { timeout } => SetKind::Dynamic { timeout },
+                },
+                entries: b.entries(),
+                bytes: b.bytes(),
+            })
             .collect();
         let mut inline: Vec<Vec<Prefix>> = Vec::new();
         let mut lookups: Vec<Lookup> = Vec::new();
@@ -497,6 +551,7 @@ impl RuleSet {
                                         let b = backings.last().expect("just pushed");
                                         set_info.push(SetInfo {
                                             name: format!("(inline, line {})", rule.line),
+                                            kind: SetKind::Anonymous,
                                             entries: b.entries(),
                                             bytes: b.bytes(),
                                         });
@@ -638,13 +693,15 @@ impl RuleSet {
             parsed: file.rules.clone(),
             addr_backing,
             default: if file.default == Action::Drop { Verdict::Drop } else { Verdict::Pass },
-            backings,
+            deltas: vec![None; backings.len()],
+            backings: backings.into_iter().map(Arc::new).collect(),
+            set_opts,
             set_info,
             lookups,
             conds,
             cond_rules,
             reads_inner: field_preds.iter().any(|(f, _, _)| slot(*f) >= 6 && slot(*f) < 12),
-            fields,
+            fields: fields.into(),
             words,
             all,
             decisive,
@@ -691,7 +748,7 @@ impl RuleSet {
     /// The named sets, in definition order, as saved in a compiled file.
     pub fn named_sets(&self) -> impl Iterator<Item = (&str, SavedSet<'_>)> {
         self.set_info.iter().zip(&self.backings).take(self.named).map(|(info, b)| {
-            let saved = match b {
+            let saved = match &**b {
                 Backing::Table(s) => SavedSet::Table(s),
                 Backing::Small(s) => SavedSet::Small(
                     s.v4.iter()
@@ -702,6 +759,51 @@ impl RuleSet {
             };
             (info.name.as_str(), saved)
         })
+    }
+
+    /// The index of the named set `name`.
+    pub fn named_index(&self, name: &str) -> Option<usize> {
+        self.set_info[..self.named].iter().position(|s| s.name == name)
+    }
+
+    /// Whether set `set`'s base tables hold `ip` (its delta not applied).
+    pub fn base_contains(&self, set: usize, ip: IpAddr) -> bool {
+        self.backings[set].contains(self.key(ip))
+    }
+
+    /// Whether set `set` holds `ip`, its runtime changes included.
+    pub fn set_contains(&self, set: usize, ip: IpAddr) -> bool {
+        let key = self.key(ip);
+        let hit = self.backings[set].contains(key);
+        self.deltas[set].as_ref().map_or(hit, |d| d.matches(hit, key))
+    }
+
+    /// Set `set`'s runtime changes in force.
+    pub fn delta(&self, set: usize) -> Option<&Arc<Delta>> {
+        self.deltas[set].as_ref()
+    }
+
+    /// Tables for `prefixes`, built as this rule set's were (for a merge or
+    /// a flush; build them off the fast path).
+    pub fn build_base(&self, prefixes: &[Prefix]) -> BaseTables {
+        BaseTables(Arc::new(Backing::new(prefixes, self.set_opts)))
+    }
+
+    /// This rule set with named sets' runtime state replaced: each change's
+    /// delta, and its base when it has one. Counters and rule ids carry
+    /// over (the rules did not change).
+    pub fn with_sets(&self, changes: Vec<SetChange>) -> RuleSet {
+        let mut rs = self.clone();
+        for c in changes {
+            assert!(c.set < rs.named, "runtime changes go to named sets");
+            if let Some(BaseTables(b)) = c.base {
+                rs.set_info[c.set].entries = b.entries();
+                rs.set_info[c.set].bytes = b.bytes();
+                rs.backings[c.set] = b;
+            }
+            rs.deltas[c.set] = c.delta;
+        }
+        rs
     }
 
     /// Names of the live ports `iface` matches refer to.
@@ -753,11 +855,11 @@ impl RuleSet {
         match m {
             Match::Addr { depth, field, negate, .. } => {
                 let Some(ip) = at(*depth) else { return false };
-                let set = &self.backings[backing.expect("one backing per address match")];
+                let set = backing.expect("one backing per address match");
                 let hit = match field {
-                    AddrField::Src => set.contains(self.key(ip.src)),
-                    AddrField::Dst => set.contains(self.key(ip.dst)),
-                    AddrField::Either => set.contains(self.key(ip.src)) || set.contains(self.key(ip.dst)),
+                    AddrField::Src => self.set_contains(set, ip.src),
+                    AddrField::Dst => self.set_contains(set, ip.dst),
+                    AddrField::Either => self.set_contains(set, ip.src) || self.set_contains(set, ip.dst),
                 };
                 hit != *negate
             }
@@ -817,12 +919,17 @@ impl RuleSet {
                     m += 1;
                 }
             }
-            match &self.backings[l.backing] {
+            match &*self.backings[l.backing] {
                 Backing::Table(s) => s.contains_batch(&keys[..m], &mut found[..m], batch, true),
                 Backing::Small(v) => {
                     for (f, key) in found[..m].iter_mut().zip(&keys[..m]) {
                         *f = v.contains(*key);
                     }
+                }
+            }
+            if let Some(d) = &self.deltas[l.backing] {
+                for (f, key) in found[..m].iter_mut().zip(&keys[..m]) {
+                    *f = d.matches(*f, *key);
                 }
             }
             for j in 0..m {
@@ -877,7 +984,7 @@ impl RuleSet {
                 vals[12] = p.vlans.as_slice().first().map_or(ABSENT, |&v| u32::from(v));
                 vals[13] = *wire_len;
                 vals[14] = *port;
-                for t in &self.fields {
+                for t in self.fields.iter() {
                     t.and_into::<W>(vals[t.slot], &mut acc);
                 }
             }

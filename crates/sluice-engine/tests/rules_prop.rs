@@ -256,7 +256,7 @@ proptest! {
         let file = parse_rules("p.rules", &text, Path::new(".")).unwrap();
         let sets: Vec<Vec<Prefix>> = file.sets.iter().map(|s| match &s.source {
             sluice_rules::SetSource::Inline(p) => p.clone(),
-            sluice_rules::SetSource::File(_) => unreachable!(),
+            sluice_rules::SetSource::File(_) | sluice_rules::SetSource::Dynamic { .. } => unreachable!(),
         }).collect();
         // Many inline sets can exceed the lookup limit: a clean error, not a case.
         let compiled = RuleSet::compile(&file, &sets, &CompileOptions { v4mapped, ..CompileOptions::default() });

@@ -44,6 +44,8 @@ pub struct BridgeMetrics {
     /// The live ports' own counters: received, sent, lost at a ring, and
     /// each frame's verdict and fragment outcome as the sink handled it.
     pub ports: Arc<BridgeCounters>,
+    /// The control socket's connections and refused peers.
+    pub socket: Arc<sluice_control::socket::SocketCounters>,
 }
 
 impl BridgeMetrics {
@@ -57,6 +59,7 @@ impl BridgeMetrics {
             control,
             judged: AtomicU64::new(0),
             judged_dropped: AtomicU64::new(0),
+            socket: Arc::default(),
             ports,
         }
     }
@@ -314,6 +317,58 @@ impl Collector for Exporter {
             &[(vec![], l(&s.control.generation) as i64)],
         )?;
         gauge(&mut enc, "sluice_info", "How the bridge runs.", &[(vec![("io", s.io())], 1)])?;
+        let c = &s.control;
+        let mut sets = Vec::new();
+        let mut merges = Vec::new();
+        for row in c.sets() {
+            for (part, v) in [("base", row.base), ("added", row.added), ("deleted", row.deleted), ("live", row.entries)]
+            {
+                sets.push((vec![("set", row.name.clone()), ("part", part.to_owned())], v as i64));
+            }
+            merges.push((vec![("set", row.name.clone())], row.merges));
+        }
+        gauge(
+            &mut enc,
+            "sluice_set_entries",
+            "Elements of each named set: in its base tables, added and deleted at runtime, live (base - deleted + added).",
+            &sets,
+        )?;
+        counter(&mut enc, "sluice_set_merges", "Runtime deltas folded into new base tables, per set.", &merges)?;
+        counter(
+            &mut enc,
+            "sluice_set_updates",
+            "Runtime set changes applied (control socket lines: add, del, flush).",
+            &[(vec![], l(&c.updates))],
+        )?;
+        counter(&mut enc, "sluice_set_expired", "Runtime elements whose timeout passed.", &[(vec![], l(&c.expired))])?;
+        counter(
+            &mut enc,
+            "sluice_control_requests",
+            "Control socket requests, by result (refused: the peer's uid/gid is not allowed).",
+            &[
+                (vec![("result", "ok".to_owned())], l(&c.ctl_ok)),
+                (vec![("result", "failed".to_owned())], l(&c.ctl_failed)),
+                (vec![("result", "refused".to_owned())], l(&s.socket.refused)),
+            ],
+        )?;
+        counter(
+            &mut enc,
+            "sluice_set_publishes",
+            "Rule sets published for runtime changes (requests waiting together share one).",
+            &[(vec![], l(&c.publishes))],
+        )?;
+        if let Some((p50, p99, max)) = c.publish_latency() {
+            let q: Vec<_> = [("0.5", p50), ("0.99", p99), ("1", max)]
+                .iter()
+                .map(|(q, v)| (vec![("quantile", (*q).to_owned())], *v as i64))
+                .collect();
+            gauge(
+                &mut enc,
+                "sluice_set_publish_latency_ns",
+                "Publish latency of runtime changes over the last 4096 requests (ns), by quantile.",
+                &q,
+            )?;
+        }
         Ok(())
     }
 }

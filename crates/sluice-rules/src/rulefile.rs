@@ -184,6 +184,12 @@ pub enum SetSource {
     /// rule file's directory.
     File(PathBuf),
     Inline(Vec<Prefix>),
+    /// `set NAME dynamic [timeout S]`: no entries but those added at
+    /// runtime (they survive reloads); `timeout` is the default lifetime of
+    /// an added entry, in seconds.
+    Dynamic {
+        timeout: Option<u32>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -221,6 +227,7 @@ impl RuleFile {
             .iter()
             .map(|s| match &s.source {
                 SetSource::Inline(p) => Ok(ParsedList { prefixes: p.clone(), lines: 1, ..ParsedList::default() }),
+                SetSource::Dynamic { .. } => Ok(ParsedList::default()),
                 SetSource::File(path) => crate::load_list(path, lenient).map_err(|error| SetLoadError {
                     rules: self.source.clone(),
                     line: s.line,
@@ -424,7 +431,8 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// `set NAME from "PATH"` or `set NAME { prefix, ... }`.
+    /// `set NAME from "PATH"`, `set NAME { prefix, ... }` or
+    /// `set NAME dynamic [timeout SECONDS]`.
     fn set_def(&mut self, base: &Path, file: &RuleFile) -> Result<SetDef, RuleError> {
         self.pos = 1;
         let name = self.next("a set name")?;
@@ -448,7 +456,26 @@ impl<'a> Parser<'a> {
                 self.pos -= 1;
                 SetSource::Inline(self.prefix_braces()?)
             }
-            _ => return Err(self.err_at(t, "expected `from \"FILE\"` or `{ prefix, ... }` after the set name")),
+            "dynamic" if !t.quoted => match self.peek() {
+                None => SetSource::Dynamic { timeout: None },
+                Some(k) if k.text == "timeout" && !k.quoted => {
+                    self.pos += 1;
+                    let v = self.next("a timeout in seconds")?;
+                    match v.text.parse::<u32>() {
+                        Ok(secs) if secs > 0 && !v.quoted => SetSource::Dynamic { timeout: Some(secs) },
+                        _ => return Err(self.err_at(v, "expected a timeout in seconds (1 to 4294967295)")),
+                    }
+                }
+                Some(k) => {
+                    return Err(self.err_at(k, "expected `timeout SECONDS` or the end of the line after `dynamic`"))
+                }
+            },
+            _ => {
+                return Err(self.err_at(
+                    t,
+                    "expected `from \"FILE\"`, `{ prefix, ... }` or `dynamic [timeout SECONDS]` after the set name",
+                ))
+            }
         };
         self.expect_end()?;
         Ok(SetDef { name: name.text.clone(), line: self.line, source })
@@ -753,6 +780,14 @@ mod tests {
     }
 
     #[test]
+    fn dynamic_sets() {
+        let f = parse("set blocks dynamic\nset bans dynamic timeout 3600   # an hour\ndrop saddr @blocks\n").unwrap();
+        assert_eq!(f.sets[0].source, SetSource::Dynamic { timeout: None });
+        assert_eq!(f.sets[1].source, SetSource::Dynamic { timeout: Some(3600) });
+        assert_eq!(f.load_sets(false).unwrap()[1].prefixes, vec![]);
+    }
+
+    #[test]
     fn the_issue_example() {
         let f = parse(
             "set fh from \"firehol_level1.netset\"        # a list file\n\
@@ -833,6 +868,9 @@ mod tests {
         assert!(err("set a { 1.2.3.4 }\nset a { 1.2.3.5 }").contains("already defined on line 1"));
         assert!(err("default pass\ndefault drop").contains("the first is on line 1"));
         assert!(err("set x from firehol").contains("quoted file name"));
+        assert!(err("set x dynamic timeout 0").contains("timeout in seconds"));
+        assert!(err("set x dynamic timeout").contains("timeout in seconds"));
+        assert!(err("set x dynamic forever").contains("`timeout SECONDS`"));
         assert!(err("set x from \"unterminated").contains("unterminated string"));
         assert!(err("drop udp dport 9-1").contains("reversed"));
         assert!(err("drop vlan 4096").contains("0-4095"));

@@ -104,6 +104,7 @@ pub fn run(a: RulesBenchArgs) -> Result<()> {
                 .map(|s| match &s.source {
                     sluice_rules::SetSource::File(_) => firehol.clone(),
                     sluice_rules::SetSource::Inline(p) => p.clone(),
+                    sluice_rules::SetSource::Dynamic { .. } => Vec::new(),
                 })
                 .collect();
             (file, sets)

@@ -1,0 +1,249 @@
+//! `sluice ctl` against a running bridge's control socket: every command,
+//! ipset semantics (a deleted host still covered by its prefix), timeouts,
+//! an atomic batch whose bad line changes nothing and is named, a reload
+//! that keeps a dynamic set and drops runtime changes to a list's set, and
+//! peers refused by the socket's mode and by SO_PEERCRED.
+//!
+//! Needs root (a veth pair for the bridge): `SKIPPED` unless
+//! `SLUICE_REQUIRE_LIVE=1`, when it fails instead.
+
+#[path = "../../sluice-live/tests/common/mod.rs"]
+mod live;
+
+use live::{live_or_skip, Topology};
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+struct Bridge(Child);
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(topo: &Topology, rules: &Path, socket: &Path, extra: &[&str]) -> Bridge {
+    let mut child = Command::new(SLUICE)
+        .args(["bridge", "--iface", &topo.a.near, "--iface", &topo.b.near, "--io", "afpacket"])
+        .args(["--rules", p(rules), "--control", p(socket)])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut r = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(r.read_line(&mut line).unwrap() > 0, "the bridge did not come up: {seen}");
+        seen += &line;
+        if line.starts_with("sluice: bridging") {
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in r.lines() {});
+    Bridge(child)
+}
+
+fn ctl_output(socket: &Path, args: &[&str]) -> Output {
+    Command::new(SLUICE).args(["ctl", "--socket", p(socket)]).args(args).output().unwrap()
+}
+
+/// `sluice ctl --json ...`, which must succeed.
+fn ctl(socket: &Path, args: &[&str]) -> Value {
+    let out = ctl_output(socket, &[&["--json"], args].concat());
+    assert!(out.status.success(), "ctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `sluice ctl ...`, which must fail; its stderr.
+fn ctl_fails(socket: &Path, args: &[&str]) -> String {
+    let out = ctl_output(socket, args);
+    assert!(!out.status.success(), "ctl {args:?} should fail: {}", String::from_utf8_lossy(&out.stdout));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn elements(socket: &Path, set: &str) -> Vec<String> {
+    let v = ctl(socket, &["list", set]);
+    v["elements"].as_array().unwrap().iter().map(|e| e["element"].as_str().unwrap().to_owned()).collect()
+}
+
+fn matches(socket: &Path, set: &str, addr: &str) -> Option<(String, String)> {
+    let v = ctl(socket, &["test", set, addr]);
+    v["match"]
+        .as_bool()
+        .unwrap()
+        .then(|| (v["element"].as_str().unwrap_or("").to_owned(), v["from"].as_str().unwrap().to_owned()))
+}
+
+#[test]
+fn ctl_every_command() {
+    if !live_or_skip("ctl_every_command") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("fh.txt"), "10.0.0.0/8\n10.1.2.3\n203.0.113.0/24\n").unwrap();
+    let rules = dir.path().join("r.rules");
+    std::fs::write(
+        &rules,
+        "set blocks dynamic timeout 3600\nset fh from \"fh.txt\"\ndrop saddr @blocks\ndrop saddr @fh\n",
+    )
+    .unwrap();
+    let sock = dir.path().join("ctl.sock");
+    let topo = Topology::new("ct");
+    let _bridge = start(&topo, &rules, &sock, &[]);
+
+    let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the socket is the owner's only");
+
+    // sets
+    let sets = ctl(&sock, &["sets"]);
+    let row =
+        |v: &Value, name: &str| v["sets"].as_array().unwrap().iter().find(|s| s["name"] == name).cloned().unwrap();
+    assert_eq!(row(&sets, "blocks")["kind"], "dynamic timeout 3600");
+    assert_eq!(row(&sets, "fh")["entries"], 3);
+
+    // add, test, list; the set's default timeout applies
+    let r = ctl(&sock, &["add", "blocks", "192.0.2.1"]);
+    assert_eq!(r["applied"], 1);
+    assert!(r["generation"].as_u64().unwrap() >= 1);
+    assert_eq!(matches(&sock, "blocks", "192.0.2.1"), Some(("192.0.2.1/32".into(), "added".into())));
+    assert_eq!(matches(&sock, "blocks", "192.0.2.2"), None);
+    let l = ctl(&sock, &["list", "blocks"]);
+    let t = l["elements"][0]["expires_in"].as_u64().unwrap();
+    assert!((3590..=3600).contains(&t), "default timeout: {l}");
+
+    // a timeout of its own, expired on the clock
+    ctl(&sock, &["add", "blocks", "198.51.100.0/24", "timeout", "1"]);
+    assert!(matches(&sock, "blocks", "198.51.100.7").is_some());
+    let end = Instant::now() + Duration::from_secs(5);
+    while matches(&sock, "blocks", "198.51.100.7").is_some() {
+        assert!(Instant::now() < end, "the 1 s element did not expire");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // ipset semantics on a list's set: a deleted host is still covered by its /8
+    ctl(&sock, &["del", "fh", "10.1.2.3"]);
+    assert_eq!(matches(&sock, "fh", "10.1.2.3"), Some(("10.0.0.0/8".into(), "base".into())));
+    ctl(&sock, &["del", "fh", "10.0.0.0/8"]);
+    assert_eq!(matches(&sock, "fh", "10.1.2.3"), None);
+    let e = ctl_fails(&sock, &["del", "fh", "10.0.0.0/8"]);
+    assert!(e.contains("10.0.0.0/8 is not in the set"), "{e}");
+    assert_eq!(elements(&sock, "fh"), vec!["203.0.113.0/24"]);
+    let sets = ctl(&sock, &["sets"]);
+    assert_eq!((row(&sets, "fh")["base"].clone(), row(&sets, "fh")["deleted"].clone()), (3.into(), 2.into()));
+
+    // a batch with a bad line changes nothing and names the line
+    let before = elements(&sock, "blocks");
+    let batch = dir.path().join("batch.txt");
+    std::fs::write(&batch, "# three adds\nadd blocks 192.0.2.10\nadd blocks 192.0.2.300\nadd blocks 192.0.2.11\n")
+        .unwrap();
+    let e = ctl_fails(&sock, &["-f", p(&batch)]);
+    assert!(e.contains("batch.txt:3:") && e.contains("192.0.2.300"), "{e}");
+    std::fs::write(&batch, "add blocks 192.0.2.10\ndel blocks 192.0.2.99\nadd blocks 192.0.2.11\n").unwrap();
+    let e = ctl_fails(&sock, &["-f", p(&batch)]);
+    assert!(e.contains("batch.txt:2:") && e.contains("not in the set"), "checked by the bridge: {e}");
+    assert_eq!(elements(&sock, "blocks"), before, "nothing changed");
+    let e = ctl_fails(&sock, &["add", "nosuch", "192.0.2.1"]);
+    assert!(e.contains("no set `nosuch`") && e.contains("blocks, fh"), "{e}");
+
+    // a good batch from standard input is applied as one publication
+    let mut child = Command::new(SLUICE)
+        .args(["ctl", "--json", "--socket", p(&sock), "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    let lines: String = (1..=200).map(|i| format!("add blocks 100.64.{}.{}\n", i / 100, i % 100)).collect();
+    child.stdin.take().unwrap().write_all(lines.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["applied"], 200);
+    assert_eq!(elements(&sock, "blocks").len(), 201);
+
+    // text output
+    let out = ctl_output(&sock, &["test", "blocks", "100.64.1.5"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "100.64.1.5 is in blocks (element 100.64.1.5/32, added)");
+
+    // stats
+    let s = ctl(&sock, &["stats"]);
+    assert!(s["updates"].as_u64().unwrap() >= 204, "{s}");
+    assert!(s["ctl_failed"].as_u64().unwrap() >= 3, "{s}");
+    assert!(s["expired"].as_u64().unwrap() >= 1, "{s}");
+    assert!(s["publish_p99_us"].as_u64().is_some(), "{s}");
+
+    // reload: the dynamic set keeps its elements, the list's set is read again
+    let r = ctl(&sock, &["reload"]);
+    assert!(r["generation"].as_u64().is_some());
+    assert_eq!(elements(&sock, "blocks").len(), 201, "a dynamic set survives a reload");
+    assert_eq!(matches(&sock, "fh", "10.1.2.3"), Some(("10.1.2.3/32".into(), "base".into())));
+
+    // flush
+    ctl(&sock, &["flush", "blocks"]);
+    assert!(elements(&sock, "blocks").is_empty());
+    assert_eq!(matches(&sock, "blocks", "100.64.1.5"), None);
+}
+
+#[test]
+fn ctl_refuses_other_users() {
+    if !live_or_skip("ctl_refuses_other_users") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let rules = dir.path().join("r.rules");
+    std::fs::write(&rules, "set blocks dynamic\ndrop saddr @blocks\n").unwrap();
+    let sock = dir.path().join("ctl.sock");
+    let topo = Topology::new("cu");
+    let _bridge = start(&topo, &rules, &sock, &[]);
+    let as_nobody = |sock: &Path| {
+        Command::new("setpriv")
+            .args([
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+                "--clear-groups",
+                SLUICE,
+                "ctl",
+                "--socket",
+                p(sock),
+                "sets",
+            ])
+            .output()
+            .unwrap()
+    };
+    // The socket's mode keeps other users out...
+    let out = as_nobody(&sock);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Permission denied"), "{out:?}");
+    // ...and were it opened up, SO_PEERCRED still refuses them.
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let out = as_nobody(&sock);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("refused: uid 65534"), "{err}");
+    assert!(ctl(&sock, &["add", "blocks", "192.0.2.1"])["ok"] == true, "root still may");
+
+    // --control-group lets that group in.
+    let sock2 = dir.path().join("ctl2.sock");
+    let topo2 = Topology::new("cg");
+    let _bridge2 = start(&topo2, &rules, &sock2, &["--control-group", "65534"]);
+    let meta = std::fs::metadata(&sock2).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o660);
+    let out = as_nobody(&sock2);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -1,0 +1,175 @@
+//! The control socket's language, shared by the server (the bridge) and the
+//! client (`sluice ctl`): one command per line, as on the command line.
+//!
+//! ```text
+//! add SET ELEM [timeout S]     del SET ELEM      flush SET
+//! test SET ADDR                list SET          sets
+//! stats                        reload
+//! ```
+//!
+//! A request is one line, or several lines of `add`/`del`/`flush` (blank
+//! lines and `#` comments skipped) applied as one atomic batch, like
+//! `ipset restore` or `nft -f`: every line is checked first, and a bad one
+//! fails the whole batch, named by its line, with nothing changed. The
+//! reply is one JSON object (`"ok"`, and `"error"` with `"line"` when not).
+
+use sluice_rules::Prefix;
+use std::net::IpAddr;
+
+/// One command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Add { set: String, elem: Prefix, timeout: Option<u32> },
+    Del { set: String, elem: Prefix },
+    Flush { set: String },
+    Test { set: String, addr: IpAddr },
+    List { set: String },
+    Sets,
+    Stats,
+    Reload,
+}
+
+impl Command {
+    /// Whether the command changes a set (and so may be batched).
+    pub fn changes(&self) -> bool {
+        matches!(self, Command::Add { .. } | Command::Del { .. } | Command::Flush { .. })
+    }
+}
+
+/// A request that could not be read: its line (1-based) and what was wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {message}")]
+pub struct CtlError {
+    pub line: usize,
+    pub message: String,
+}
+
+fn elem(s: &str) -> Result<Prefix, String> {
+    s.parse::<Prefix>().map_err(|e| format!("`{s}` is not an address or prefix: {e}"))
+}
+
+/// One line: `Ok(None)` for a blank line or a comment.
+pub fn parse_line(line: &str) -> Result<Option<Command>, String> {
+    let line = line.split('#').next().unwrap_or("");
+    let w: Vec<&str> = line.split_whitespace().collect();
+    let Some(&verb) = w.first() else { return Ok(None) };
+    let args = &w[1..];
+    let want = |n: usize, usage: &str| {
+        if args.len() == n {
+            Ok(())
+        } else {
+            Err(format!("usage: {usage}"))
+        }
+    };
+    let cmd = match verb {
+        "add" => {
+            if !(args.len() == 2 || args.len() == 4 && args[2] == "timeout") {
+                return Err("usage: add SET ELEM [timeout SECONDS]".into());
+            }
+            let timeout = match args.get(3) {
+                None => None,
+                Some(t) => match t.parse::<u32>() {
+                    Ok(s) if s > 0 => Some(s),
+                    _ => return Err(format!("`{t}` is not a timeout in seconds (1 to 4294967295)")),
+                },
+            };
+            Command::Add { set: args[0].into(), elem: elem(args[1])?, timeout }
+        }
+        "del" => {
+            want(2, "del SET ELEM")?;
+            Command::Del { set: args[0].into(), elem: elem(args[1])? }
+        }
+        "flush" => {
+            want(1, "flush SET")?;
+            Command::Flush { set: args[0].into() }
+        }
+        "test" => {
+            want(2, "test SET ADDR")?;
+            let addr = args[1].parse().map_err(|_| format!("`{}` is not an IP address", args[1]))?;
+            Command::Test { set: args[0].into(), addr }
+        }
+        "list" => {
+            want(1, "list SET")?;
+            Command::List { set: args[0].into() }
+        }
+        "sets" => {
+            want(0, "sets")?;
+            Command::Sets
+        }
+        "stats" => {
+            want(0, "stats")?;
+            Command::Stats
+        }
+        "reload" => {
+            want(0, "reload")?;
+            Command::Reload
+        }
+        v => return Err(format!("unknown command `{v}` (add, del, flush, test, list, sets, stats, reload)")),
+    };
+    Ok(Some(cmd))
+}
+
+/// A whole request: one command, or a batch of changes (with their lines).
+pub fn parse_request(text: &str) -> Result<Vec<(usize, Command)>, CtlError> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        match parse_line(line) {
+            Ok(Some(c)) => out.push((i + 1, c)),
+            Ok(None) => {}
+            Err(message) => return Err(CtlError { line: i + 1, message }),
+        }
+    }
+    if out.len() > 1 {
+        if let Some((line, c)) = out.iter().find(|(_, c)| !c.changes()) {
+            return Err(CtlError {
+                line: *line,
+                message: format!("only add, del and flush can be batched, not {c:?}"),
+            });
+        }
+    }
+    if out.is_empty() {
+        return Err(CtlError { line: 0, message: "empty request".into() });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn commands_parse() {
+        assert_eq!(
+            parse_line("add blocks 192.0.2.1 timeout 60").unwrap(),
+            Some(Command::Add { set: "blocks".into(), elem: "192.0.2.1".parse().unwrap(), timeout: Some(60) })
+        );
+        assert_eq!(
+            parse_line("  del blocks 2001:db8::/32  # why").unwrap(),
+            Some(Command::Del { set: "blocks".into(), elem: "2001:db8::/32".parse().unwrap() })
+        );
+        assert_eq!(parse_line("# nothing").unwrap(), None);
+        assert!(parse_line("add blocks 300.1.1.1").unwrap_err().contains("not an address"));
+        assert!(parse_line("add blocks 1.2.3.4 timeout 0").unwrap_err().contains("timeout"));
+        assert!(parse_line("add blocks 1.2.3.4 60").unwrap_err().contains("usage"));
+        assert!(parse_line("nuke").unwrap_err().contains("unknown command"));
+        assert!(parse_line("test blocks 10.0.0.0/8").unwrap_err().contains("not an IP address"));
+    }
+
+    #[test]
+    fn a_batch_names_its_bad_line() {
+        let e = parse_request("add a 1.2.3.4\n\n# c\nadd a 1.2.3\n").unwrap_err();
+        assert_eq!(e.line, 4);
+        let e = parse_request("add a 1.2.3.4\nsets\n").unwrap_err();
+        assert_eq!(e.line, 2);
+        assert_eq!(parse_request("add a 1.2.3.4\ndel a 1.2.3.4\nflush a").unwrap().len(), 3);
+        assert_eq!(parse_request("\n").unwrap_err().line, 0);
+    }
+
+    proptest! {
+        #[test]
+        fn any_text_parses_or_errs_without_panic(s in "\\PC{0,80}") {
+            let _ = parse_request(&s);
+        }
+    }
+}

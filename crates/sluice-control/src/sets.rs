@@ -1,0 +1,253 @@
+//! Runtime changes to named sets: the [`SetState`] of every set changed
+//! since its tables were built, applied to the rule set in force as one
+//! atomic batch (every line checked on a copy first), expired on the wall
+//! clock, merged into new base tables when a delta grows, and carried over
+//! a reload for `dynamic` sets.
+
+use crate::ctl::{Command, CtlError};
+use sluice_engine::dynamic::{Elements, Found, SetState};
+use sluice_engine::{RuleSet, SetChange, SetKind};
+use sluice_rules::Prefix;
+use std::collections::{BTreeSet, HashMap};
+use std::net::IpAddr;
+
+/// A delta is folded into new base tables once it holds more than this
+/// many elements and more than 1/[`MERGE_RATIO`] of the base: below that a
+/// lookup in the delta costs less than rebuilding (see BENCHMARKS.md).
+pub const MERGE_MIN: usize = 4096;
+pub const MERGE_RATIO: usize = 8;
+
+/// Reads a set's base elements when it is first changed (a list file is
+/// read again; None when only tables are known, as from a compiled file).
+pub type BaseOf<'a> = dyn Fn(&RuleSet, usize) -> Option<Elements> + 'a;
+
+/// A set's elements with their deadlines, and whether the list is complete.
+pub type Listing = (Vec<(Prefix, Option<u64>)>, bool);
+
+/// One set as `sets` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SetRow {
+    pub name: String,
+    pub kind: String,
+    /// Elements the base tables were built with.
+    pub base: usize,
+    pub added: usize,
+    pub deleted: usize,
+    /// Elements in force: base - deleted + added.
+    pub entries: usize,
+    pub merges: u64,
+}
+
+fn kind_name(k: SetKind) -> String {
+    match k {
+        SetKind::List => "list".into(),
+        SetKind::Inline => "inline".into(),
+        SetKind::Dynamic { timeout: None } => "dynamic".into(),
+        SetKind::Dynamic { timeout: Some(t) } => format!("dynamic timeout {t}"),
+        SetKind::Shorthand => "shorthand".into(),
+        SetKind::Anonymous => "anonymous".into(),
+    }
+}
+
+/// The runtime state of every named set changed since its tables were built.
+#[derive(Default)]
+pub struct RuntimeSets {
+    states: HashMap<String, SetState>,
+    /// Sets changed by staged batches not yet committed.
+    touched: BTreeSet<usize>,
+    flushed: BTreeSet<usize>,
+    pub merge_min: usize,
+    pub merge_ratio: usize,
+}
+
+impl RuntimeSets {
+    pub fn new() -> RuntimeSets {
+        RuntimeSets { merge_min: MERGE_MIN, merge_ratio: MERGE_RATIO, ..RuntimeSets::default() }
+    }
+
+    fn index(rules: &RuleSet, name: &str) -> Result<usize, String> {
+        let known = || rules.named_set_info().iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ");
+        rules.named_index(name).ok_or_else(|| format!("no set `{name}` (the rules name: {})", known()))
+    }
+
+    fn fresh(rules: &RuleSet, i: usize, base_of: &BaseOf<'_>) -> SetState {
+        let info = &rules.named_set_info()[i];
+        match info.kind {
+            SetKind::Dynamic { timeout } if info.entries == 0 => SetState::new(Some(Elements::new()), 0, timeout),
+            _ => SetState::new(base_of(rules, i), info.entries, None),
+        }
+    }
+
+    /// The state of set `i`, made on first use.
+    fn state(&mut self, rules: &RuleSet, i: usize, base_of: &BaseOf<'_>) -> &mut SetState {
+        let name = &rules.named_set_info()[i].name;
+        self.states.entry(name.clone()).or_insert_with(|| Self::fresh(rules, i, base_of))
+    }
+
+    /// Stages a batch of changes, all or nothing: every line is applied to
+    /// copies of the sets it touches, which replace the originals only if
+    /// every line holds; else the first bad line, and nothing changed.
+    /// [`RuntimeSets::commit`] makes the rules to publish, once for any
+    /// number of staged batches. `now` is wall-clock ns.
+    pub fn stage(
+        &mut self,
+        rules: &RuleSet,
+        batch: &[(usize, Command)],
+        now: u64,
+        base_of: &BaseOf<'_>,
+    ) -> Result<usize, CtlError> {
+        let mut work: HashMap<usize, SetState> = HashMap::new();
+        let mut flushed: BTreeSet<usize> = BTreeSet::new();
+        for (line, cmd) in batch {
+            let err = |message: String| CtlError { line: *line, message };
+            let (Command::Add { set, .. } | Command::Del { set, .. } | Command::Flush { set }) = cmd else {
+                return Err(err(format!("{cmd:?} does not change a set")));
+            };
+            let i = Self::index(rules, set).map_err(err)?;
+            let s = work.entry(i).or_insert_with(|| {
+                let name = &rules.named_set_info()[i].name;
+                self.states.get(name).cloned().unwrap_or_else(|| Self::fresh(rules, i, base_of))
+            });
+            match cmd {
+                Command::Add { elem, timeout, .. } => {
+                    // (`Prefix::is_empty` is always false: a prefix holds at least one address.)
+                    if elem.len() < 1 {
+                        return Err(err(format!("{elem} would match every address; put it in the rules instead")));
+                    }
+                    s.add(*elem, *timeout, now)
+                }
+                Command::Del { elem, .. } => s.del(*elem).map_err(|e| err(format!("del {set} {elem}: {e}")))?,
+                Command::Flush { .. } => {
+                    s.flush();
+                    flushed.insert(i);
+                }
+                _ => unreachable!("matched above"),
+            }
+        }
+        for (i, s) in work {
+            self.states.insert(rules.named_set_info()[i].name.clone(), s);
+            self.touched.insert(i);
+        }
+        self.flushed.extend(flushed);
+        Ok(batch.len())
+    }
+
+    /// The rules with every staged change, to publish (None when nothing
+    /// was staged), and how many deltas were folded into new tables.
+    pub fn commit(&mut self, rules: &RuleSet) -> (Option<RuleSet>, usize) {
+        if self.touched.is_empty() {
+            return (None, 0);
+        }
+        let mut merges = 0;
+        let mut changes = Vec::new();
+        for i in std::mem::take(&mut self.touched) {
+            let Some(s) = self.states.get_mut(&rules.named_set_info()[i].name) else { continue };
+            let base = if s.wants_merge(self.merge_min, self.merge_ratio) {
+                merges += 1;
+                Some(rules.build_base(&s.merge()))
+            } else if self.flushed.contains(&i) {
+                Some(rules.build_base(&[]))
+            } else {
+                None
+            };
+            changes.push(SetChange { set: i, base, delta: s.delta() });
+        }
+        self.flushed.clear();
+        (Some(rules.with_sets(changes)), merges)
+    }
+
+    /// The earliest deadline of any element (wall-clock ns).
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.states.values().filter_map(SetState::next_deadline).min()
+    }
+
+    /// Removes what expired by `now`: the new rules and how many elements
+    /// left, or None when nothing did.
+    pub fn expire(&mut self, rules: &RuleSet, now: u64) -> Option<(RuleSet, usize)> {
+        let mut changes = Vec::new();
+        let mut gone = 0;
+        for (name, s) in &mut self.states {
+            if s.next_deadline().is_none_or(|d| d > now) {
+                continue;
+            }
+            gone += s.expire(now);
+            let Some(i) = rules.named_index(name) else { continue };
+            let base = s.wants_merge(self.merge_min, self.merge_ratio).then(|| rules.build_base(&s.merge()));
+            changes.push(SetChange { set: i, base, delta: s.delta() });
+        }
+        (!changes.is_empty()).then(|| (rules.with_sets(changes), gone))
+    }
+
+    /// After a reload: `dynamic` sets keep their elements (folded into the
+    /// new rules' tables); runtime changes to other sets are dropped, as
+    /// their files were read again. Returns the rules to publish and the
+    /// names of the sets whose changes were dropped.
+    pub fn carry_over(&mut self, new: RuleSet) -> (RuleSet, Vec<String>) {
+        self.touched.clear();
+        self.flushed.clear();
+        let mut dropped = Vec::new();
+        let mut changes = Vec::new();
+        let old = std::mem::take(&mut self.states);
+        for (name, mut s) in old {
+            let i = new.named_index(&name);
+            match i.map(|i| (i, new.named_set_info()[i].kind)) {
+                Some((i, SetKind::Dynamic { timeout })) => {
+                    s.default_timeout = timeout;
+                    changes.push(SetChange { set: i, base: Some(new.build_base(&s.merge())), delta: None });
+                    self.states.insert(name, s);
+                }
+                _ => dropped.push(name),
+            }
+        }
+        dropped.sort();
+        let rules = if changes.is_empty() { new } else { new.with_sets(changes) };
+        (rules, dropped)
+    }
+
+    /// Every named set with its counts.
+    pub fn rows(&self, rules: &RuleSet) -> Vec<SetRow> {
+        rules
+            .named_set_info()
+            .iter()
+            .map(|info| {
+                let (base, added, deleted, merges) = match self.states.get(&info.name) {
+                    Some(s) => {
+                        let (b, a, d) = s.counts();
+                        (b, a, d, s.merges)
+                    }
+                    None => (info.entries, 0, 0, 0),
+                };
+                SetRow {
+                    name: info.name.clone(),
+                    kind: kind_name(info.kind),
+                    base,
+                    added,
+                    deleted,
+                    entries: base + added - deleted.min(base + added),
+                    merges,
+                }
+            })
+            .collect()
+    }
+
+    /// Which element of `set` matches `addr` (None: none does).
+    pub fn test(
+        &mut self,
+        rules: &RuleSet,
+        set: &str,
+        addr: IpAddr,
+        base_of: &BaseOf<'_>,
+    ) -> Result<Option<Found>, String> {
+        let i = Self::index(rules, set)?;
+        let hit = rules.base_contains(i, addr);
+        Ok(self.state(rules, i, base_of).find(hit, addr))
+    }
+
+    /// Every element of `set` with its deadline; false when the base's
+    /// elements are not known (only those added are listed).
+    pub fn list(&mut self, rules: &RuleSet, set: &str, base_of: &BaseOf<'_>) -> Result<Listing, String> {
+        let i = Self::index(rules, set)?;
+        let s = self.state(rules, i, base_of);
+        Ok((s.elements(), s.base_known()))
+    }
+}

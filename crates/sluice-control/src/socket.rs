@@ -1,0 +1,182 @@
+//! The control socket: a Unix stream socket (mode 0600, or 0660 with a
+//! group to share it) whose peers are checked by `SO_PEERCRED`: root, the
+//! owner, or a member of the group. A client writes one request (see
+//! [`crate::ctl`]), closes its write side, and reads one JSON reply; the
+//! controller thread does the work, so requests are serialised with
+//! reloads and expiry.
+
+use crate::control::{Event, Request};
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The largest request read (a batch of about a million lines).
+pub const MAX_REQUEST: u64 = 64 << 20;
+
+/// Who may connect besides root and the socket's owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access {
+    pub uid: u32,
+    pub group: Option<u32>,
+}
+
+/// Why the socket could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    #[error("control socket {path}: {error}")]
+    Io { path: String, error: std::io::Error },
+    #[error("control socket {0}: something is listening there already (another bridge?)")]
+    InUse(String),
+    #[error("--control-group {0}: no such group in /etc/group")]
+    NoGroup(String),
+}
+
+/// A group by name (from /etc/group) or number.
+pub fn group_id(name: &str) -> Result<u32, SocketError> {
+    if let Ok(n) = name.parse::<u32>() {
+        return Ok(n);
+    }
+    let text = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.len() >= 3 && f[0] == name).then(|| f[2].parse().ok()).flatten()
+        })
+        .next()
+        .ok_or_else(|| SocketError::NoGroup(name.into()))
+}
+
+/// What the socket thread counts (the metrics read it).
+#[derive(Debug, Default)]
+pub struct SocketCounters {
+    pub connections: AtomicU64,
+    /// Peers refused by `SO_PEERCRED`.
+    pub refused: AtomicU64,
+}
+
+/// Binds `path` (replacing a stale socket file, refusing a live one), sets
+/// its mode and group, and serves it on a thread until `stop`: each
+/// request is handed to the controller through `events`.
+pub fn serve(
+    path: &Path,
+    group: Option<u32>,
+    events: Sender<Event>,
+    stop: Arc<AtomicBool>,
+    counters: Arc<SocketCounters>,
+) -> Result<std::thread::JoinHandle<()>, SocketError> {
+    let name = path.display().to_string();
+    let io = |error| SocketError::Io { path: name.clone(), error };
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            return Err(SocketError::InUse(name));
+        }
+        std::fs::remove_file(path).map_err(io)?;
+    }
+    let listener = UnixListener::bind(path).map_err(io)?;
+    let mode = if group.is_some() { 0o660 } else { 0o600 };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io)?;
+    if let Some(g) = group {
+        std::os::unix::fs::chown(path, None, Some(g)).map_err(io)?;
+    }
+    listener.set_nonblocking(true).map_err(io)?;
+    let access = Access { uid: rustix::process::geteuid().as_raw(), group };
+    let path: PathBuf = path.to_owned();
+    std::thread::Builder::new()
+        .name("sluice-control".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((conn, _)) => {
+                        counters.connections.fetch_add(1, Ordering::Relaxed);
+                        let events = events.clone();
+                        let counters = Arc::clone(&counters);
+                        let _ = std::thread::Builder::new()
+                            .name("sluice-ctl-conn".into())
+                            .spawn(move || handle(conn, access, &events, &counters));
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(10))
+                    }
+                    Err(e) => {
+                        log::warn!("control socket: accept: {e}");
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }
+            }
+            let _ = std::fs::remove_file(&path);
+        })
+        .map_err(io)
+}
+
+/// Whether the peer may use the socket.
+fn allowed(conn: &UnixStream, access: Access) -> Result<(), String> {
+    let cred = rustix::net::sockopt::socket_peercred(conn).map_err(|e| format!("SO_PEERCRED: {e}"))?;
+    let (uid, gid) = (cred.uid.as_raw(), cred.gid.as_raw());
+    if uid == 0 || uid == access.uid || access.group.is_some_and(|g| g == gid) {
+        Ok(())
+    } else {
+        Err(format!(
+            "refused: uid {uid} gid {gid} may not use this socket (owner uid {}, root, or --control-group)",
+            access.uid
+        ))
+    }
+}
+
+fn handle(mut conn: UnixStream, access: Access, events: &Sender<Event>, counters: &SocketCounters) {
+    let _ = conn.set_nonblocking(false);
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+    let reply = match allowed(&conn, access) {
+        Err(e) => {
+            counters.refused.fetch_add(1, Ordering::Relaxed);
+            log::warn!("control socket: {e}");
+            // Read what it sent, so closing does not reset the connection
+            // before the refusal is read.
+            let _ = std::io::copy(&mut (&conn).take(MAX_REQUEST), &mut std::io::sink());
+            error_json(&e, None)
+        }
+        Ok(()) => {
+            let mut text = String::new();
+            match (&conn).take(MAX_REQUEST).read_to_string(&mut text) {
+                Err(e) => error_json(&format!("reading the request: {e}"), None),
+                Ok(_) => {
+                    let (tx, rx) = channel();
+                    let sent = events.send(Event::Ctl(Request { text, received: Instant::now(), reply: tx }));
+                    match sent.ok().and_then(|()| rx.recv().ok()) {
+                        Some(r) => r,
+                        None => error_json("the bridge is stopping", None),
+                    }
+                }
+            }
+        }
+    };
+    let _ = conn.write_all(reply.as_bytes());
+    let _ = conn.write_all(b"\n");
+}
+
+/// `{"ok": false, "error": ..., "line": ...}`.
+pub fn error_json(message: &str, line: Option<usize>) -> String {
+    let mut v = serde_json::json!({ "ok": false, "error": message });
+    if let Some(l) = line {
+        v["line"] = l.into();
+    }
+    v.to_string()
+}
+
+/// The client side: sends `request` to the socket at `path` and returns
+/// the JSON reply.
+pub fn request(path: &Path, request: &str, timeout: Duration) -> std::io::Result<serde_json::Value> {
+    let mut conn = UnixStream::connect(path)?;
+    conn.set_read_timeout(Some(timeout))?;
+    conn.write_all(request.as_bytes())?;
+    conn.shutdown(std::net::Shutdown::Write)?;
+    let mut reply = String::new();
+    conn.read_to_string(&mut reply)?;
+    serde_json::from_str(reply.trim()).map_err(|e| {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, format!("the reply is not JSON ({e}): {reply:?}"))
+    })
+}

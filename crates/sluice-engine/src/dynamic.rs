@@ -1,0 +1,578 @@
+//! Sets that change at runtime. A named set is its base tables (built from
+//! a list or loaded from a compiled file, as before) plus a [`Delta`]: the
+//! elements added since, and the base elements deleted since. A change
+//! costs O(change) on the control side; the judge reads the base tables as
+//! before and consults the delta only for a set that has one.
+//!
+//! Semantics are ipset's: an address matches when some element covering it
+//! (a host or a prefix) is present, in the base or added, and not deleted; a
+//! delete removes that exact element (a /8 still covers an address whose /32
+//! was deleted); an element added with a timeout leaves on the wall clock.
+//!
+//! [`SetState`] is the control side's record of one set (what was added and
+//! deleted, every deadline) and makes the immutable [`Delta`] the judge
+//! reads; when the delta grows past a threshold, [`SetState::merge`] folds it
+//! into a new base (the caller builds the tables from the list it returns,
+//! off the fast path). No I/O here: time comes in as wall-clock nanoseconds.
+
+use foldhash::fast::RandomState;
+use sluice_rules::Prefix;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+type Hashed<K> = HashSet<K, RandomState>;
+
+fn mask4(len: u8) -> u32 {
+    u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0)
+}
+
+fn mask6(len: u8) -> u128 {
+    u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0)
+}
+
+/// Distinct elements (hosts and prefixes) by length, longest first: an
+/// address is looked up with one hash probe per length present (a delta
+/// mostly holds hosts, so usually one).
+#[derive(Clone, Debug, Default)]
+pub struct Elements {
+    v4: Vec<(u8, Hashed<u32>)>,
+    v6: Vec<(u8, Hashed<u128>)>,
+    len: usize,
+}
+
+fn slot<K>(by_len: &mut Vec<(u8, Hashed<K>)>, len: u8) -> &mut Hashed<K> {
+    let i = match by_len.binary_search_by(|(l, _)| len.cmp(l)) {
+        Ok(i) => i,
+        Err(i) => {
+            by_len.insert(i, (len, Hashed::default()));
+            i
+        }
+    };
+    &mut by_len[i].1
+}
+
+impl Elements {
+    pub fn new() -> Elements {
+        Elements::default()
+    }
+
+    pub fn from_prefixes<'a>(prefixes: impl IntoIterator<Item = &'a Prefix>) -> Elements {
+        let mut e = Elements::new();
+        for p in prefixes {
+            e.insert(*p);
+        }
+        e
+    }
+
+    /// Adds `p`; false if it was there.
+    pub fn insert(&mut self, p: Prefix) -> bool {
+        let new = match p {
+            Prefix::V4 { addr, len } => slot(&mut self.v4, len).insert(addr),
+            Prefix::V6 { addr, len } => slot(&mut self.v6, len).insert(addr),
+        };
+        self.len += usize::from(new);
+        new
+    }
+
+    /// Removes exactly `p`; false if it was not there.
+    pub fn remove(&mut self, p: &Prefix) -> bool {
+        let gone = match *p {
+            Prefix::V4 { addr, len } => remove_from(&mut self.v4, len, &addr),
+            Prefix::V6 { addr, len } => remove_from(&mut self.v6, len, &addr),
+        };
+        self.len -= usize::from(gone);
+        gone
+    }
+
+    /// Whether exactly `p` is an element.
+    pub fn has(&self, p: &Prefix) -> bool {
+        match *p {
+            Prefix::V4 { addr, len } => self.v4.iter().any(|(l, s)| *l == len && s.contains(&addr)),
+            Prefix::V6 { addr, len } => self.v6.iter().any(|(l, s)| *l == len && s.contains(&addr)),
+        }
+    }
+
+    /// Whether some element covers `ip`.
+    #[inline]
+    pub fn covers(&self, ip: IpAddr) -> bool {
+        match ip {
+            IpAddr::V4(a) => {
+                let a = u32::from(a);
+                self.v4.iter().any(|(len, s)| s.contains(&(a & mask4(*len))))
+            }
+            IpAddr::V6(a) => {
+                let a = u128::from(a);
+                self.v6.iter().any(|(len, s)| s.contains(&(a & mask6(*len))))
+            }
+        }
+    }
+
+    /// Every element covering `ip`, longest first.
+    pub fn covering(&self, ip: IpAddr) -> Vec<Prefix> {
+        match ip {
+            IpAddr::V4(a) => {
+                let a = u32::from(a);
+                self.v4
+                    .iter()
+                    .filter(|(len, s)| s.contains(&(a & mask4(*len))))
+                    .map(|(len, _)| Prefix::V4 { addr: a & mask4(*len), len: *len })
+                    .collect()
+            }
+            IpAddr::V6(a) => {
+                let a = u128::from(a);
+                self.v6
+                    .iter()
+                    .filter(|(len, s)| s.contains(&(a & mask6(*len))))
+                    .map(|(len, _)| Prefix::V6 { addr: a & mask6(*len), len: *len })
+                    .collect()
+            }
+        }
+    }
+
+    /// Every element, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = Prefix> + '_ {
+        let v4 = self.v4.iter().flat_map(|(len, s)| s.iter().map(move |&addr| Prefix::V4 { addr, len: *len }));
+        let v6 = self.v6.iter().flat_map(|(len, s)| s.iter().map(move |&addr| Prefix::V6 { addr, len: *len }));
+        v4.chain(v6)
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn clear(&mut self) {
+        *self = Elements::default();
+    }
+}
+
+fn remove_from<K: std::hash::Hash + Eq>(by_len: &mut Vec<(u8, Hashed<K>)>, len: u8, k: &K) -> bool {
+    let Some(i) = by_len.iter().position(|(l, _)| *l == len) else { return false };
+    let gone = by_len[i].1.remove(k);
+    if by_len[i].1.is_empty() {
+        // An empty length would cost every lookup a probe.
+        by_len.remove(i);
+    }
+    gone
+}
+
+/// What the judge reads beside a set's base tables; immutable once
+/// published (a change publishes a new one).
+#[derive(Debug)]
+pub struct Delta {
+    added: Elements,
+    deleted: Elements,
+    /// The base's elements, present when `deleted` is not empty: an address
+    /// inside a deleted element may still be covered by another.
+    base: Option<Arc<Elements>>,
+}
+
+impl Delta {
+    /// Whether `ip` is in the set, given whether the base tables hold it.
+    #[inline]
+    pub fn matches(&self, base_hit: bool, ip: IpAddr) -> bool {
+        if !self.added.is_empty() && self.added.covers(ip) {
+            return true;
+        }
+        if !base_hit {
+            return false;
+        }
+        if self.deleted.is_empty() || !self.deleted.covers(ip) {
+            return true;
+        }
+        // Rare: inside a deleted element. Some other base element may still
+        // cover the address.
+        self.base.as_ref().is_some_and(|b| b.covering(ip).iter().any(|e| !self.deleted.has(e)))
+    }
+
+    pub fn added(&self) -> usize {
+        self.added.len()
+    }
+
+    pub fn deleted(&self) -> usize {
+        self.deleted.len()
+    }
+}
+
+/// Why a change was refused. Nothing changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChangeError {
+    #[error("{0} is not in the set")]
+    NotInSet(Prefix),
+    #[error(
+        "{0} is not an element added at runtime, and this set's base came from a compiled file \
+         (its elements are not known, only its tables): delete it from the list and compile again"
+    )]
+    BaseUnknown(Prefix),
+}
+
+/// Where an address's match in a set comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found {
+    /// An element added at runtime.
+    Added(Prefix),
+    /// A base element.
+    Base(Prefix),
+    /// The base tables (loaded from a compiled file: which element is not known).
+    BaseTables,
+}
+
+/// The control side's record of one set: what was added and deleted since
+/// the base was built, and every deadline.
+#[derive(Debug, Clone)]
+pub struct SetState {
+    /// The lifetime of an element added without one (`set NAME dynamic timeout S`).
+    pub default_timeout: Option<u32>,
+    /// The base's elements, when known (everything but a compiled file's tables).
+    base: Option<Arc<Elements>>,
+    /// How many elements the base holds (from its tables when not known).
+    base_entries: usize,
+    added: Elements,
+    deleted: Elements,
+    /// The wall-clock deadline (ns) of each element that has one, added or
+    /// in the base (after a merge).
+    deadline: HashMap<Prefix, u64, RandomState>,
+    /// The same, in deadline order.
+    queue: BTreeSet<(u64, Prefix)>,
+    pub merges: u64,
+}
+
+impl SetState {
+    /// A set whose base holds `base` (None: the base's elements are not
+    /// known) of `base_entries` elements.
+    pub fn new(base: Option<Elements>, base_entries: usize, default_timeout: Option<u32>) -> SetState {
+        let base_entries = base.as_ref().map_or(base_entries, Elements::len);
+        SetState {
+            default_timeout,
+            base: base.map(Arc::new),
+            base_entries,
+            added: Elements::new(),
+            deleted: Elements::new(),
+            deadline: HashMap::default(),
+            queue: BTreeSet::new(),
+            merges: 0,
+        }
+    }
+
+    fn in_base(&self, p: &Prefix) -> bool {
+        self.base.as_ref().is_some_and(|b| b.has(p)) && !self.deleted.has(p)
+    }
+
+    fn set_deadline(&mut self, p: Prefix, deadline: Option<u64>) {
+        if let Some(old) = self.deadline.remove(&p) {
+            self.queue.remove(&(old, p));
+        }
+        if let Some(d) = deadline {
+            self.deadline.insert(p, d);
+            self.queue.insert((d, p));
+        }
+    }
+
+    /// Adds `p` (or renews it: a new timeout replaces the old, like
+    /// `ipset add -exist`), to leave `timeout` seconds after `now` (the
+    /// set's default when None; never when neither).
+    pub fn add(&mut self, p: Prefix, timeout: Option<u32>, now: u64) {
+        if !self.deleted.remove(&p) && !self.in_base(&p) {
+            self.added.insert(p);
+        }
+        let timeout = timeout.or(self.default_timeout);
+        self.set_deadline(p, timeout.map(|s| now.saturating_add(u64::from(s) * 1_000_000_000)));
+    }
+
+    /// Deletes exactly `p`.
+    pub fn del(&mut self, p: Prefix) -> Result<(), ChangeError> {
+        if self.added.remove(&p) {
+        } else if self.in_base(&p) {
+            self.deleted.insert(p);
+        } else if self.base.is_none() {
+            return Err(ChangeError::BaseUnknown(p));
+        } else {
+            return Err(ChangeError::NotInSet(p));
+        }
+        self.set_deadline(p, None);
+        Ok(())
+    }
+
+    /// Whether `del(p)` would succeed (for checking a batch before applying it).
+    pub fn can_del(&self, p: &Prefix) -> Result<(), ChangeError> {
+        if self.added.has(p) || self.in_base(p) {
+            Ok(())
+        } else if self.base.is_none() {
+            Err(ChangeError::BaseUnknown(*p))
+        } else {
+            Err(ChangeError::NotInSet(*p))
+        }
+    }
+
+    /// Removes every element whose deadline is at or before `now`; returns
+    /// how many.
+    pub fn expire(&mut self, now: u64) -> usize {
+        let mut n = 0;
+        while let Some(&(d, p)) = self.queue.first() {
+            if d > now {
+                break;
+            }
+            // Every element with a deadline is present, so this succeeds.
+            if self.del(p).is_ok() {
+                n += 1;
+            } else {
+                self.set_deadline(p, None);
+            }
+        }
+        n
+    }
+
+    /// The earliest deadline.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.queue.first().map(|&(d, _)| d)
+    }
+
+    /// Empties the set: the base too (the caller publishes empty tables).
+    pub fn flush(&mut self) {
+        self.base = Some(Arc::new(Elements::new()));
+        self.base_entries = 0;
+        self.added.clear();
+        self.deleted.clear();
+        self.deadline.clear();
+        self.queue.clear();
+    }
+
+    /// The delta the judge reads, or None when the base alone is the set.
+    pub fn delta(&self) -> Option<Arc<Delta>> {
+        if self.added.is_empty() && self.deleted.is_empty() {
+            return None;
+        }
+        Some(Arc::new(Delta {
+            added: self.added.clone(),
+            deleted: self.deleted.clone(),
+            base: if self.deleted.is_empty() { None } else { self.base.clone() },
+        }))
+    }
+
+    /// Whether the delta has grown enough to fold into the base: past
+    /// `min` elements and past `1/ratio` of the base. Never for a base whose
+    /// elements are not known.
+    pub fn wants_merge(&self, min: usize, ratio: usize) -> bool {
+        let delta = self.added.len() + self.deleted.len();
+        self.base.is_some() && delta > min && delta > self.base_entries / ratio.max(1)
+    }
+
+    /// Folds the delta into a new base and returns its elements (the caller
+    /// builds the tables and publishes them with `delta()`, now None).
+    /// Deadlines stay: an element that expires after a merge is deleted
+    /// from the base.
+    pub fn merge(&mut self) -> Vec<Prefix> {
+        let base = self.base.as_deref().cloned().unwrap_or_default();
+        let mut all: Vec<Prefix> =
+            base.iter().filter(|p| !self.deleted.has(p)).chain(self.added.iter()).collect::<Vec<_>>();
+        all.sort_unstable();
+        self.base_entries = all.len();
+        self.base = Some(Arc::new(Elements::from_prefixes(&all)));
+        self.added.clear();
+        self.deleted.clear();
+        self.merges += 1;
+        all
+    }
+
+    /// Which element puts `ip` in the set, given whether the base tables
+    /// hold it; None when it is not in the set.
+    pub fn find(&self, base_hit: bool, ip: IpAddr) -> Option<Found> {
+        if let Some(p) = self.added.covering(ip).first() {
+            return Some(Found::Added(*p));
+        }
+        if !base_hit {
+            return None;
+        }
+        match &self.base {
+            None => Some(Found::BaseTables),
+            Some(b) => b.covering(ip).into_iter().find(|p| !self.deleted.has(p)).map(Found::Base),
+        }
+    }
+
+    /// Every element with its deadline, when known (the base's elements
+    /// only when known).
+    pub fn elements(&self) -> Vec<(Prefix, Option<u64>)> {
+        let base = self.base.iter().flat_map(|b| b.iter()).filter(|p| !self.deleted.has(p));
+        let mut v: Vec<(Prefix, Option<u64>)> =
+            base.chain(self.added.iter()).map(|p| (p, self.deadline.get(&p).copied())).collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Base elements (before deletes), added, deleted.
+    pub fn counts(&self) -> (usize, usize, usize) {
+        (self.base_entries, self.added.len(), self.deleted.len())
+    }
+
+    /// Whether the base's elements are known.
+    pub fn base_known(&self) -> bool {
+        self.base.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn p(s: &str) -> Prefix {
+        s.parse().unwrap()
+    }
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_deleted_host_is_still_covered_by_its_prefix() {
+        let base = Elements::from_prefixes(&[p("10.0.0.0/8"), p("10.1.2.3")]);
+        let mut s = SetState::new(Some(base), 0, None);
+        s.del(p("10.1.2.3")).unwrap();
+        let d = s.delta().unwrap();
+        assert!(d.matches(true, ip("10.1.2.3")), "the /8 still covers it");
+        s.del(p("10.0.0.0/8")).unwrap();
+        let d = s.delta().unwrap();
+        assert!(!d.matches(true, ip("10.1.2.3")));
+        assert!(!d.matches(true, ip("10.9.9.9")));
+        assert_eq!(s.del(p("10.0.0.0/8")), Err(ChangeError::NotInSet(p("10.0.0.0/8"))));
+        s.add(p("10.1.2.3"), None, 0);
+        assert!(s.delta().unwrap().matches(true, ip("10.1.2.3")), "re-added base element");
+        assert_eq!(s.counts(), (2, 0, 1));
+    }
+
+    #[test]
+    fn timeouts_expire_on_the_clock_and_renew() {
+        let mut s = SetState::new(Some(Elements::new()), 0, Some(10));
+        s.add(p("192.0.2.1"), None, 0);
+        s.add(p("192.0.2.2"), Some(5), 0);
+        s.add(p("192.0.2.3"), Some(5), 0);
+        s.add(p("192.0.2.3"), Some(20), 1_000_000_000);
+        assert_eq!(s.next_deadline(), Some(5_000_000_000));
+        assert_eq!(s.expire(5_000_000_000), 1);
+        assert_eq!(s.expire(10_000_000_000), 1);
+        let left: Vec<Prefix> = s.elements().into_iter().map(|e| e.0).collect();
+        assert_eq!(left, vec![p("192.0.2.3")]);
+        assert_eq!(s.expire(21_000_000_000), 1);
+        assert!(s.delta().is_none());
+    }
+
+    #[test]
+    fn a_compiled_base_takes_adds_and_refuses_unknown_deletes() {
+        let mut s = SetState::new(None, 1000, None);
+        s.add(p("198.51.100.0/24"), None, 0);
+        assert_eq!(s.find(false, ip("198.51.100.7")), Some(Found::Added(p("198.51.100.0/24"))));
+        assert_eq!(s.find(true, ip("203.0.113.1")), Some(Found::BaseTables));
+        assert!(matches!(s.del(p("203.0.113.1")), Err(ChangeError::BaseUnknown(_))));
+        s.del(p("198.51.100.0/24")).unwrap();
+        assert!(!s.wants_merge(0, 1), "never merges a base it cannot list");
+    }
+
+    /// The plain model: every element present, with its deadline; an
+    /// address matches when some present element covers it.
+    #[derive(Default, Clone)]
+    struct Model {
+        elems: HashMap<Prefix, Option<u64>>,
+    }
+
+    impl Model {
+        fn contains(&self, ip: IpAddr) -> bool {
+            self.elems.keys().any(|e| e.contains(ip))
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Add(Prefix, Option<u32>),
+        Del(Prefix),
+        Tick(u64),
+        Merge,
+        Flush,
+    }
+
+    /// Prefixes from a small space so that adds, deletes and lookups meet:
+    /// nested lengths inside 10.0.0.0/16 and 2001:db8::/56.
+    fn arb_prefix() -> impl Strategy<Value = Prefix> {
+        prop_oneof![
+            (0u32..64, prop::sample::select(vec![16u8, 20, 24, 28, 30, 32])).prop_map(|(a, len)| Prefix::new(
+                IpAddr::from((0x0a00_0000u32 | (a * 1031 % 65536)).to_be_bytes()),
+                len
+            )),
+            (0u128..64, prop::sample::select(vec![56u8, 60, 64, 120, 128])).prop_map(|(a, len)| Prefix::new(
+                IpAddr::from(
+                    ((0x2001_0db8_0000_0000u128 << 64) | (a * 0x0001_0003_0000_0007 % (1 << 72))).to_be_bytes()
+                ),
+                len
+            )),
+        ]
+    }
+
+    fn arb_op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (arb_prefix(), prop::option::of(1u32..5)).prop_map(|(p, t)| Op::Add(p, t)),
+            4 => arb_prefix().prop_map(Op::Del),
+            2 => (0u64..3).prop_map(Op::Tick),
+            1 => Just(Op::Merge),
+            1 => Just(Op::Flush),
+        ]
+    }
+
+    proptest! {
+        /// Random adds, deletes, timeouts, merges and flushes over a random
+        /// base, interleaved with lookups: the base tables (a plain cover
+        /// test over the last merged base) plus the published delta equal the
+        /// model, and a refused delete is refused by both.
+        #[test]
+        fn equals_the_model(
+            base in prop::collection::vec(arb_prefix(), 0..20),
+            ops in prop::collection::vec(arb_op(), 1..60),
+            probes in prop::collection::vec(arb_prefix(), 8),
+        ) {
+            let secs = 1_000_000_000u64;
+            let mut now = 0u64;
+            let mut model = Model::default();
+            for b in &base {
+                model.elems.insert(*b, None);
+            }
+            let mut tables: Vec<Prefix> = base.clone();
+            let mut s = SetState::new(Some(Elements::from_prefixes(&base)), 0, None);
+            let ips: Vec<IpAddr> = probes.iter().map(|p| p.addr()).collect();
+            for op in ops {
+                match op {
+                    Op::Add(p, t) => {
+                        s.add(p, t, now);
+                        model.elems.insert(p, t.map(|t| now + u64::from(t) * secs));
+                    }
+                    Op::Del(p) => {
+                        let r = s.del(p);
+                        prop_assert_eq!(r.is_ok(), model.elems.remove(&p).is_some(), "del {}", p);
+                    }
+                    Op::Tick(n) => {
+                        now += n * secs;
+                        s.expire(now);
+                        model.elems.retain(|_, d| d.is_none_or(|d| d > now));
+                    }
+                    Op::Merge => tables = s.merge(),
+                    Op::Flush => {
+                        s.flush();
+                        tables.clear();
+                        model.elems.clear();
+                    }
+                }
+                let delta = s.delta();
+                for &a in ips.iter().chain(base.iter().map(|b| b.addr()).collect::<Vec<_>>().iter()) {
+                    let base_hit = tables.iter().any(|t| t.contains(a));
+                    let got = delta.as_ref().map_or(base_hit, |d| d.matches(base_hit, a));
+                    prop_assert_eq!(got, model.contains(a), "{} after {:?}", a, s.elements());
+                    prop_assert_eq!(s.find(base_hit, a).is_some(), model.contains(a));
+                }
+                let mut want: Vec<Prefix> = model.elems.keys().copied().collect();
+                want.sort_unstable();
+                let got: Vec<Prefix> = s.elements().into_iter().map(|e| e.0).collect();
+                prop_assert_eq!(got, want);
+            }
+        }
+    }
+}
