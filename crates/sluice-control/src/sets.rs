@@ -110,8 +110,9 @@ impl RuntimeSets {
             });
             match cmd {
                 Command::Add { elem, timeout, .. } => {
-                    // (`Prefix::is_empty` is always false: a prefix holds at least one address.)
-                    if elem.len() < 1 {
+                    // A /0 (`Prefix::is_empty` is always false: a prefix
+                    // holds at least one address).
+                    if matches!(elem.len(), 0) {
                         return Err(err(format!("{elem} would match every address; put it in the rules instead")));
                     }
                     s.add(*elem, *timeout, now)
