@@ -79,6 +79,24 @@ pub struct BridgeArgs {
     /// Let members of group G use the control socket too (mode 0660).
     #[arg(long, value_name = "G", requires = "control")]
     pub control_group: Option<String>,
+    /// Act as a CrowdSec bouncer: stream ban decisions from this Local API
+    /// (e.g. http://127.0.0.1:8080) into --crowdsec-set.
+    #[arg(long, value_name = "URL", requires = "crowdsec_key_file")]
+    pub crowdsec_url: Option<String>,
+    /// A file holding the bouncer's API key (`cscli bouncers add NAME -o raw`).
+    #[arg(long, value_name = "FILE", requires = "crowdsec_url")]
+    pub crowdsec_key_file: Option<std::path::PathBuf>,
+    /// Seconds between pulls of new and deleted decisions.
+    #[arg(long, value_name = "S", default_value_t = 10.0)]
+    pub crowdsec_interval: f64,
+    /// Seconds between full pulls, which repair what the stream missed.
+    #[arg(long, value_name = "S", default_value_t = 300.0)]
+    pub crowdsec_resync: f64,
+    /// The dynamic set the decisions go into: with --rules, define it
+    /// (`set crowdsec dynamic`) and use it (`drop saddr @crowdsec`); with
+    /// the --drop-* shorthands or no rules, its sources are dropped.
+    #[arg(long, value_name = "NAME", default_value = "crowdsec")]
+    pub crowdsec_set: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -115,6 +133,30 @@ impl From<XdpModeArg> for XdpChoice {
     }
 }
 
+/// The CrowdSec bouncer's settings, the key read from its file.
+fn crowdsec_config(a: &BridgeArgs) -> Result<Option<sluice_control::crowdsec::BouncerConfig>> {
+    let (Some(url), Some(key_file)) = (&a.crowdsec_url, &a.crowdsec_key_file) else { return Ok(None) };
+    if url.starts_with("https://") {
+        bail!("--crowdsec-url {url}: https is not supported yet; use the LAPI's http listener on loopback or a local TLS tunnel");
+    }
+    if !url.starts_with("http://") {
+        bail!("--crowdsec-url {url}: expected http://HOST:PORT");
+    }
+    let key =
+        std::fs::read_to_string(key_file).with_context(|| format!("--crowdsec-key-file {}", key_file.display()))?;
+    let key = key.trim().to_owned();
+    if key.is_empty() || key.contains(char::is_whitespace) {
+        bail!("--crowdsec-key-file {}: expected one API key (cscli bouncers add NAME -o raw)", key_file.display());
+    }
+    Ok(Some(sluice_control::crowdsec::BouncerConfig {
+        url: url.clone(),
+        key,
+        interval: Duration::from_secs_f64(a.crowdsec_interval),
+        resync: Duration::from_secs_f64(a.crowdsec_resync),
+        set: a.crowdsec_set.clone(),
+    }))
+}
+
 /// The flags that make no sense together, refused before anything opens.
 fn check(a: &BridgeArgs) -> Result<(&String, &String)> {
     let [if_a, if_b] = a.ifaces.as_slice() else {
@@ -128,6 +170,11 @@ fn check(a: &BridgeArgs) -> Result<(&String, &String)> {
     }
     if a.duration.is_some_and(|d| !(d.is_finite() && d > 0.0)) {
         bail!("--duration must be a positive number of seconds");
+    }
+    for (flag, v) in [("--crowdsec-interval", a.crowdsec_interval), ("--crowdsec-resync", a.crowdsec_resync)] {
+        if !(v.is_finite() && v >= 0.05) {
+            bail!("{flag} must be a number of seconds, at least 0.05");
+        }
     }
     Ok((if_a, if_b))
 }
@@ -156,14 +203,17 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     let (if_a, if_b) = check(&a)?;
     let metrics = a.metrics.as_deref().map(|m| sluice_metrics::check_addr(m, a.metrics_allow_remote)).transpose()?;
     let port_names = vec![if_a.clone(), if_b.clone()];
-    let loaded = a.rules.load(&port_names).context(if a.rules.rules.is_some() {
+    let crowdsec = crowdsec_config(&a)?;
+    let mut spec = a.rules.spec();
+    spec.feed_sets.extend(crowdsec.as_ref().map(|c| c.set.clone()));
+    let loaded = crate::rule_source::load(&spec, &port_names).context(if a.rules.rules.is_some() {
         "loading the rules"
     } else {
         "loading the address lists"
     })?;
     let entries = loaded.lists.clone();
     let build_ms = loaded.took.as_secs_f64() * 1e3;
-    let controller = Controller::new(a.rules.spec(), port_names, loaded, a.watch);
+    let controller = Controller::new(spec, port_names, loaded, a.watch);
     let published = Arc::clone(controller.published());
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -204,6 +254,15 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         }
         None => None,
     };
+    let bouncer = crowdsec.map(|cfg| {
+        let counters = Arc::clone(shared.crowdsec.get_or_init(Arc::default));
+        eprintln!("sluice: crowdsec bouncer pulling {} every {:?} into set `{}`", cfg.url, cfg.interval, cfg.set);
+        let (events, stop) = (ctl_tx.clone(), Arc::clone(&stop));
+        std::thread::Builder::new()
+            .name("sluice-crowdsec".into())
+            .spawn(move || sluice_control::crowdsec::run(cfg, events, stop, counters))
+    });
+    let bouncer = bouncer.transpose().context("starting the crowdsec thread")?;
     let every_tick = every_tick(&a, &shared, &stop);
     let control = std::thread::Builder::new()
         .name("sluice-control".into())
@@ -248,6 +307,9 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     let _ = control.join();
     stop.store(true, Ordering::Relaxed);
     if let Some(h) = control_socket {
+        let _ = h.join();
+    }
+    if let Some(h) = bouncer {
         let _ = h.join();
     }
     signals.close();

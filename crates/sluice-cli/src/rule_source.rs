@@ -55,18 +55,28 @@ impl RuleArgs {
             v4mapped: self.v4mapped,
             lenient: self.lenient,
             no_front_filter: self.no_front_filter,
+            feed_sets: Vec::new(),
         }
     }
 
     /// Load the rules (see [`RuleSpec::load`]) and print their warnings.
     pub fn load(&self, ifaces: &[String]) -> Result<Loaded> {
-        let loaded = self.spec().load(ifaces)?;
+        load(&self.spec(), ifaces)
+    }
+}
+
+/// [`RuleSpec::load`], printing the warnings.
+pub fn load(spec: &RuleSpec, ifaces: &[String]) -> Result<Loaded> {
+    {
+        let loaded = spec.load(ifaces)?;
         for w in &loaded.warnings {
             eprintln!("sluice: warning: {w}");
         }
         Ok(loaded)
     }
+}
 
+impl RuleArgs {
     /// [`RuleSpec::load_for_compile`], printing the warnings.
     pub fn load_for_compile(&self) -> Result<Loaded> {
         let loaded = self.spec().load_for_compile()?;

@@ -10,7 +10,7 @@
 //! it).
 
 use crate::ctl::{parse_request, Command};
-use crate::sets::{RuntimeSets, SetRow};
+use crate::sets::{Feed, FeedOutcome, RuntimeSets, SetRow};
 use crate::socket::error_json;
 use crate::spec::{describe, total_entries, Expiring, ListEntries, Loaded, RuleSpec};
 use serde_json::json;
@@ -116,6 +116,8 @@ pub enum Event {
     Reload(&'static str),
     /// A control-socket request.
     Ctl(Request),
+    /// A feed's changes (CrowdSec); the reply says what changed.
+    Feed(Feed, Sender<Result<FeedOutcome, String>>),
     Quit,
 }
 
@@ -382,18 +384,17 @@ impl Controller {
 
     /// Publishes what the staged requests changed, once, and answers them.
     fn commit(&mut self, staged: Vec<(Sender<String>, Instant, usize)>) {
-        if staged.is_empty() {
-            return;
-        }
         let rules = self.published.load();
         let (new, merges) = self.sets.commit(&rules.value);
         drop(rules);
         let generation = match new {
-            Some(r) => self.publish(r),
+            Some(r) => {
+                self.state.publishes.fetch_add(1, Ordering::Relaxed);
+                self.publish(r)
+            }
             None => self.state.generation.load(Ordering::Relaxed),
         };
         self.state.merges.fetch_add(merges as u64, Ordering::Relaxed);
-        self.state.publishes.fetch_add(1, Ordering::Relaxed);
         for (reply, received, n) in staged {
             let ns = received.elapsed().as_nanos() as u64;
             self.state.published_change(ns);
@@ -456,6 +457,15 @@ impl Controller {
                         if let Some(reply) = self.request(&req, &mut staged) {
                             let _ = req.reply.send(reply);
                         }
+                    }
+                    Event::Feed(feed, reply) => {
+                        let rules = self.published.load();
+                        let spec = self.spec.clone();
+                        let base_of = move |r: &RuleSet, i: usize| spec.base_elements(r, i);
+                        let r = self.sets.feed(&rules.value, &feed, wall_ns(), &base_of);
+                        drop(rules);
+                        self.commit(Vec::new());
+                        let _ = reply.send(r);
                     }
                     Event::Quit => {
                         self.commit(staged);

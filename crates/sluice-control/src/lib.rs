@@ -10,6 +10,7 @@
 #![deny(unsafe_code)]
 
 pub mod control;
+pub mod crowdsec;
 pub mod ctl;
 pub mod sets;
 pub mod socket;

@@ -24,6 +24,29 @@ pub type BaseOf<'a> = dyn Fn(&RuleSet, usize) -> Option<Elements> + 'a;
 /// A set's elements with their deadlines, and whether the list is complete.
 pub type Listing = (Vec<(Prefix, Option<u64>)>, bool);
 
+/// What a feed (CrowdSec) sends: elements to add with their own timeouts,
+/// elements to delete (ignored when not there: a feed's delete may cross
+/// an expiry), or with `full`, the set's whole content (anything else in
+/// it is removed).
+#[derive(Debug, Clone, Default)]
+pub struct Feed {
+    pub set: String,
+    pub adds: Vec<(Prefix, Option<u32>)>,
+    pub dels: Vec<Prefix>,
+    pub full: bool,
+}
+
+/// What a feed changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FeedOutcome {
+    /// Elements that were not in the set and are now.
+    pub added: usize,
+    /// Elements that were in the set and are not now.
+    pub deleted: usize,
+    /// Deletes of elements that were not there.
+    pub ignored: usize,
+}
+
 /// One set as `sets` shows it.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct SetRow {
@@ -110,9 +133,7 @@ impl RuntimeSets {
             });
             match cmd {
                 Command::Add { elem, timeout, .. } => {
-                    // A /0 (`Prefix::is_empty` is always false: a prefix
-                    // holds at least one address).
-                    if matches!(elem.len(), 0) {
+                    if elem.covers_all() {
                         return Err(err(format!("{elem} would match every address; put it in the rules instead")));
                     }
                     s.add(*elem, *timeout, now)
@@ -131,6 +152,44 @@ impl RuntimeSets {
         }
         self.flushed.extend(flushed);
         Ok(batch.len())
+    }
+
+    /// Stages a feed's changes (see [`Feed`]); committed like a batch.
+    pub fn feed(
+        &mut self,
+        rules: &RuleSet,
+        feed: &Feed,
+        now: u64,
+        base_of: &BaseOf<'_>,
+    ) -> Result<FeedOutcome, String> {
+        let i = Self::index(rules, &feed.set)?;
+        let s = self.state(rules, i, base_of);
+        let mut out = FeedOutcome::default();
+        let present: std::collections::HashSet<Prefix> = s.elements().into_iter().map(|e| e.0).collect();
+        if feed.full {
+            let want: std::collections::HashSet<Prefix> = feed.adds.iter().map(|a| a.0).collect();
+            for p in present.difference(&want) {
+                if s.del(*p).is_ok() {
+                    out.deleted += 1;
+                }
+            }
+        }
+        for &(p, timeout) in &feed.adds {
+            if p.covers_all() {
+                out.ignored += 1;
+                continue;
+            }
+            out.added += usize::from(!present.contains(&p));
+            s.add(p, timeout, now);
+        }
+        for p in &feed.dels {
+            match s.del(*p) {
+                Ok(()) => out.deleted += 1,
+                Err(_) => out.ignored += 1,
+            }
+        }
+        self.touched.insert(i);
+        Ok(out)
     }
 
     /// The rules with every staged change, to publish (None when nothing

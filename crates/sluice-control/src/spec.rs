@@ -34,6 +34,10 @@ pub struct RuleSpec {
     pub lenient: bool,
     /// Build host tables without their front filters.
     pub no_front_filter: bool,
+    /// Dynamic sets a feed fills (CrowdSec): a rule file must define each
+    /// as `set NAME dynamic`; with the shorthands (or no rules) each is
+    /// added, its sources dropped.
+    pub feed_sets: Vec<String>,
 }
 
 /// A list in force and how many entries it had when last loaded.
@@ -89,6 +93,16 @@ pub enum LoadError {
     Compiled { path: String, error: CompiledError },
     #[error("{0} list entries carry a timeout; a compiled file cannot expire them: load those lists as text")]
     ExpiringInCompiled(usize),
+    #[error(
+        "the rules have no set `{0}` for the feed to fill: define it with `set {0} dynamic` and use it, \
+         e.g. `drop saddr @{0}`"
+    )]
+    NoFeedSet(String),
+    #[error(
+        "set `{0}` is filled by a feed, so it must be `set {0} dynamic` (runtime entries of a list's set \
+         are dropped at every reload)"
+    )]
+    FeedSetNotDynamic(String),
 }
 
 /// Where a parsed list's entries go.
@@ -196,13 +210,29 @@ impl RuleSpec {
     }
 
     fn options(&self, ifaces: &[String]) -> CompileOptions {
-        CompileOptions { v4mapped: self.v4mapped, ifaces: ifaces.to_vec(), no_front_filter: self.no_front_filter }
+        CompileOptions {
+            v4mapped: self.v4mapped,
+            ifaces: ifaces.to_vec(),
+            no_front_filter: self.no_front_filter,
+            feed_sets: self.feed_sets.clone(),
+        }
     }
 
     /// Parse every file and build the rule set; `ifaces` names the live
     /// ports for `iface` matches (empty for files). A bad line or a missing
     /// file is an error naming file:line, and nothing is built.
     pub fn load(&self, ifaces: &[String]) -> Result<Loaded, LoadError> {
+        let loaded = self.load_unchecked(ifaces)?;
+        for name in &self.feed_sets {
+            let i = loaded.rules.named_index(name).ok_or_else(|| LoadError::NoFeedSet(name.clone()))?;
+            if !matches!(loaded.rules.named_set_info()[i].kind, sluice_engine::SetKind::Dynamic { .. }) {
+                return Err(LoadError::FeedSetNotDynamic(name.clone()));
+            }
+        }
+        Ok(loaded)
+    }
+
+    fn load_unchecked(&self, ifaces: &[String]) -> Result<Loaded, LoadError> {
         let started = Instant::now();
         let opts = self.options(ifaces);
         if let Some(path) = self.rules.as_deref().filter(|p| is_compiled_file(p)) {
@@ -252,7 +282,7 @@ impl RuleSpec {
             lists.iter().flat_map(|(_, l)| &l.skipped).map(|s: &LineError| format!("{s} (line skipped)")).collect();
         let mut expiring = Expiring { loaded_at: started, plan, lists, opts };
         let rules = expiring.build(0)?;
-        if !self.given() {
+        if !self.given() && self.feed_sets.is_empty() {
             warnings.push("no rules given (--rules or --drop-*); every decodable packet passes".into());
         } else if rules.is_empty() {
             warnings.push("the rules are empty; every decodable packet passes".into());

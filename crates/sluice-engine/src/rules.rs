@@ -385,6 +385,10 @@ pub struct CompileOptions {
     /// Build the sets' exact tables without their front filters (which
     /// cost 10 bits per host; see `sluice_classify::filter`).
     pub no_front_filter: bool,
+    /// With the `--drop-*` shorthands: dynamic sets (filled at runtime, by
+    /// a feed such as CrowdSec) whose sources are dropped, before the
+    /// lists' rules.
+    pub feed_sets: Vec<String>,
 }
 
 /// Why a rule file could not be compiled.
@@ -462,13 +466,16 @@ impl RuleSet {
     /// The shorthands with each list's entries given (`None`: not given).
     pub fn shorthand_sets(lists: [Option<SetEntries>; 3], depth: Depth, opts: &CompileOptions) -> Self {
         let present = [lists[0].is_some(), lists[1].is_some(), lists[2].is_some()];
-        let file = shorthand_file(present, depth);
-        let mut rs = Self::compile_sets(&file, lists.into_iter().flatten().collect(), opts)
-            .expect("shorthand rules always compile");
+        let file = shorthand_file(present, depth, &opts.feed_sets);
+        let mut entries: Vec<SetEntries> = lists.into_iter().flatten().collect();
+        entries.extend(opts.feed_sets.iter().map(|_| SetEntries::List(Vec::new())));
+        let mut rs = Self::compile_sets(&file, entries, opts).expect("shorthand rules always compile");
         rs.origin =
             Origin::Shorthand { src: present[0], dst: present[1], any: present[2], inner: depth == Depth::Inner };
         for info in &mut rs.set_info[..rs.named] {
-            info.kind = SetKind::Shorthand;
+            if info.kind != (SetKind::Dynamic { timeout: None }) {
+                info.kind = SetKind::Shorthand;
+            }
         }
         rs
     }
@@ -1100,7 +1107,7 @@ fn build_fields(preds: &[(Field, usize, Pred)], all: &[u64]) -> Vec<FieldTable> 
 
 /// The rule file the shorthand flags stand for; its sets are the given
 /// lists in the order src, dst, any.
-fn shorthand_file(present: [bool; 3], depth: Depth) -> RuleFile {
+fn shorthand_file(present: [bool; 3], depth: Depth, feeds: &[String]) -> RuleFile {
     let mut file = RuleFile {
         source: "(flags)".into(),
         text: String::new(),
@@ -1116,6 +1123,25 @@ fn shorthand_file(present: [bool; 3], depth: Depth) -> RuleFile {
                 source: sluice_rules::SetSource::Inline(Vec::new()),
             });
         }
+    }
+    for name in feeds {
+        file.sets.push(sluice_rules::SetDef {
+            name: name.clone(),
+            line: 0,
+            source: sluice_rules::SetSource::Dynamic { timeout: None },
+        });
+        let i = file.sets.len() - 1;
+        file.rules.push(Rule {
+            line: 0,
+            text: format!("drop saddr @{name}"),
+            action: Action::Drop,
+            matches: vec![Match::Addr {
+                depth: Depth::Outer,
+                field: AddrField::Src,
+                negate: false,
+                value: AddrValue::Set(i),
+            }],
+        });
     }
     let q = if depth == Depth::Inner { "inner " } else { "" };
     // Source matches first, as the drop reasons always counted them.

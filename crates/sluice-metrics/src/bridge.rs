@@ -46,6 +46,8 @@ pub struct BridgeMetrics {
     pub ports: Arc<BridgeCounters>,
     /// The control socket's connections and refused peers.
     pub socket: Arc<sluice_control::socket::SocketCounters>,
+    /// The CrowdSec bouncer's counters, when it runs.
+    pub crowdsec: std::sync::OnceLock<Arc<sluice_control::crowdsec::BouncerCounters>>,
 }
 
 impl BridgeMetrics {
@@ -60,6 +62,7 @@ impl BridgeMetrics {
             judged: AtomicU64::new(0),
             judged_dropped: AtomicU64::new(0),
             socket: Arc::default(),
+            crowdsec: std::sync::OnceLock::new(),
             ports,
         }
     }
@@ -357,6 +360,54 @@ impl Collector for Exporter {
             "Rule sets published for runtime changes (requests waiting together share one).",
             &[(vec![], l(&c.publishes))],
         )?;
+        if let Some(cs) = s.crowdsec.get() {
+            gauge(
+                &mut enc,
+                "sluice_crowdsec_up",
+                "1 while the last pull from the CrowdSec LAPI worked.",
+                &[(vec![], l(&cs.up) as i64)],
+            )?;
+            gauge(
+                &mut enc,
+                "sluice_crowdsec_last_pull_timestamp_seconds",
+                "Unix time of the last pull from the LAPI that worked.",
+                &[(vec![], (l(&cs.last_pull_ms) / 1000) as i64)],
+            )?;
+            gauge(
+                &mut enc,
+                "sluice_crowdsec_pull_duration_us",
+                "The last pull that worked, from request to publication (µs).",
+                &[(vec![], l(&cs.last_pull_us) as i64)],
+            )?;
+            counter(
+                &mut enc,
+                "sluice_crowdsec_pulls",
+                "Pulls from the LAPI, by result.",
+                &[
+                    (vec![("result", "ok".to_owned())], l(&cs.pulls_ok)),
+                    (vec![("result", "failed".to_owned())], l(&cs.pulls_failed)),
+                ],
+            )?;
+            counter(
+                &mut enc,
+                "sluice_crowdsec_repaired",
+                "Set elements a full pull added or removed that the delta stream had missed.",
+                &[(vec![], l(&cs.repaired))],
+            )?;
+            let d: Vec<_> = cs
+                .decisions()
+                .into_iter()
+                .map(|((origin, kind, scope, action), n)| {
+                    (vec![("origin", origin), ("type", kind), ("scope", scope), ("action", action.to_owned())], n)
+                })
+                .collect();
+            counter(
+                &mut enc,
+                "sluice_crowdsec_decisions",
+                "Decisions received, by origin, type, scope and what was done (added, deleted, ignored).",
+                &d,
+            )?;
+        }
         if let Some((p50, p99, max)) = c.publish_latency() {
             let q: Vec<_> = [("0.5", p50), ("0.99", p99), ("1", max)]
                 .iter()

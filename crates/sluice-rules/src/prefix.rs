@@ -69,6 +69,11 @@ impl Prefix {
         false
     }
 
+    /// A /0: every address of its family.
+    pub fn covers_all(&self) -> bool {
+        matches!(*self, Prefix::V4 { len: 0, .. } | Prefix::V6 { len: 0, .. })
+    }
+
     pub fn is_host(&self) -> bool {
         matches!(*self, Prefix::V4 { len: 32, .. } | Prefix::V6 { len: 128, .. })
     }

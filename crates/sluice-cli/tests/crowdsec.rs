@@ -1,0 +1,330 @@
+//! The bridge as a CrowdSec bouncer against a real Local API (Debian's
+//! `crowdsec`, run as `crowdsec -c CONFIG -no-cs` on loopback with its own
+//! sqlite database): decisions added with `cscli` are enforced on real
+//! traffic (ping across the bridge) within the interval + 1 s and stop when
+//! deleted, for an IP and a range; with the LAPI killed enforcement goes on
+//! and `sluice_crowdsec_up` goes 0, then 1 when it is back.
+//!
+//! Needs root and the CrowdSec binaries (`crowdsec`, `cscli` on PATH or in
+//! `SLUICE_CROWDSEC_BIN`): `SKIPPED` unless `SLUICE_REQUIRE_LIVE=1` /
+//! `SLUICE_REQUIRE_TOOLS=1` (CI installs them), when it fails instead.
+
+#[path = "../../sluice-live/tests/common/mod.rs"]
+mod live;
+
+use live::{live_or_skip, run, Topology};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// The directory holding `crowdsec` and `cscli`, if they are installed.
+fn crowdsec_bin() -> Option<PathBuf> {
+    if let Ok(d) = std::env::var("SLUICE_CROWDSEC_BIN") {
+        return Some(PathBuf::from(d));
+    }
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(PathBuf::from)
+        .find(|d| d.join("crowdsec").exists() && d.join("cscli").exists())
+}
+
+fn crowdsec_or_skip(test: &str) -> Option<PathBuf> {
+    match crowdsec_bin() {
+        Some(d) => Some(d),
+        None if std::env::var("SLUICE_REQUIRE_TOOLS").is_ok_and(|v| v == "1") => {
+            panic!("{test}: crowdsec and cscli not found (PATH or SLUICE_CROWDSEC_BIN)")
+        }
+        None => {
+            println!("SKIPPED: {test}: crowdsec not installed");
+            None
+        }
+    }
+}
+
+/// A Local API of its own: config, sqlite, a free loopback port.
+pub struct Lapi {
+    pub bin: PathBuf,
+    pub dir: tempfile::TempDir,
+    pub url: String,
+    child: Option<Child>,
+}
+
+impl Lapi {
+    pub fn new(bin: PathBuf) -> Lapi {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let d = dir.path().display().to_string();
+        for sub in ["data", "hub", "notifications", "plugins"] {
+            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+        }
+        std::fs::write(dir.path().join("acquis.yaml"), "").unwrap();
+        std::fs::write(dir.path().join("simulation.yaml"), "simulation: false\n").unwrap();
+        std::fs::write(
+            dir.path().join("profiles.yaml"),
+            "name: default_ip_remediation\nfilters:\n - Alert.Remediation == true && Alert.GetScope() == \"Ip\"\n\
+             decisions:\n - type: ban\n   duration: 4h\non_success: break\n",
+        )
+        .unwrap();
+        let config = format!(
+            "common:\n  daemonize: false\n  log_media: stdout\n  log_level: warning\n  working_dir: .\n\
+             config_paths:\n  config_dir: {d}/\n  data_dir: {d}/data/\n  simulation_path: {d}/simulation.yaml\n  \
+             hub_dir: {d}/hub/\n  index_path: {d}/hub/.index.json\n  notification_dir: {d}/notifications/\n  plugin_dir: {d}/plugins/\n\
+             crowdsec_service:\n  acquisition_path: {d}/acquis.yaml\n\
+             cscli:\n  output: human\n\
+             db_config:\n  log_level: warning\n  type: sqlite\n  db_path: {d}/data/crowdsec.db\n  use_wal: true\n\
+             api:\n  client:\n    insecure_skip_verify: false\n    credentials_path: {d}/local_api_credentials.yaml\n  \
+             server:\n    log_level: warning\n    listen_uri: 127.0.0.1:{port}\n    profiles_path: {d}/profiles.yaml\n    \
+             trusted_ips:\n      - 127.0.0.1\n\
+             prometheus:\n  enabled: false\n"
+        );
+        std::fs::write(dir.path().join("config.yaml"), config).unwrap();
+        let url = format!("http://127.0.0.1:{port}");
+        let mut l = Lapi { bin, dir, url, child: None };
+        l.cscli(&[
+            "machines",
+            "add",
+            "sluice-test",
+            "--password",
+            "sluice-test-password-1",
+            "-f",
+            &format!("{d}/local_api_credentials.yaml"),
+            "--url",
+            &l.url.clone(),
+        ]);
+        l.start();
+        l
+    }
+
+    pub fn config(&self) -> PathBuf {
+        self.dir.path().join("config.yaml")
+    }
+
+    pub fn start(&mut self) {
+        let child = Command::new(self.bin.join("crowdsec"))
+            .args(["-c", p(&self.config()), "-no-cs"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let addr = self.url.trim_start_matches("http://").to_owned();
+        let end = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(&addr).is_err() {
+            assert!(Instant::now() < end, "the LAPI did not come up on {addr}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Runs cscli with this config; its stdout.
+    pub fn cscli(&self, args: &[&str]) -> String {
+        let out = Command::new(self.bin.join("cscli")).args(["-c", p(&self.config())]).args(args).output().unwrap();
+        assert!(out.status.success(), "cscli {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// A new bouncer's API key, written to a file.
+    pub fn bouncer_key(&self, name: &str) -> PathBuf {
+        let key = self.cscli(&["bouncers", "add", name, "-o", "raw"]);
+        let f = self.dir.path().join(format!("{name}.key"));
+        std::fs::write(&f, key.trim()).unwrap();
+        f
+    }
+}
+
+impl Drop for Lapi {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+struct Bridge {
+    child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+    metrics: String,
+}
+
+impl Bridge {
+    fn start(args: &[&str]) -> Bridge {
+        let mut child = Command::new(SLUICE)
+            .arg("bridge")
+            .args(args)
+            .args(["--io", "afpacket", "--metrics", "127.0.0.1:0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut r = BufReader::new(child.stderr.take().unwrap());
+        let mut metrics = String::new();
+        let mut seen = String::new();
+        loop {
+            let mut line = String::new();
+            assert!(r.read_line(&mut line).unwrap() > 0, "the bridge did not come up: {seen}");
+            seen += &line;
+            if let Some(m) = line.trim().strip_prefix("sluice: metrics at http://") {
+                metrics = m.trim_end_matches("/metrics").to_owned();
+            }
+            if line.starts_with("sluice: bridging") {
+                break;
+            }
+        }
+        let lines = Arc::new(Mutex::new(seen.lines().map(str::to_owned).collect::<Vec<_>>()));
+        let l2 = Arc::clone(&lines);
+        std::thread::spawn(move || {
+            for line in r.lines().map_while(Result::ok) {
+                l2.lock().unwrap().push(line);
+            }
+        });
+        Bridge { child, lines, metrics }
+    }
+
+    fn stderr(&self) -> String {
+        self.lines.lock().unwrap().join("\n")
+    }
+
+    /// One series' value from /metrics.
+    fn metric(&self, name: &str) -> Option<f64> {
+        let mut s = std::net::TcpStream::connect(&self.metrics).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out.lines().find(|l| l.split([' ', '{']).next() == Some(name)).and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether one ping from ns_a to 10.77.0.2 is answered.
+fn ping(topo: &Topology) -> bool {
+    Command::new("ip")
+        .args(["netns", "exec", &topo.ns_a.name, "ping", "-c", "1", "-W", "1", "-q", "10.77.0.2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// Polls until `ping(topo) == want`; the time it took.
+fn until_ping(topo: &Topology, want: bool, limit: Duration, bridge: &Bridge) -> Duration {
+    let started = Instant::now();
+    while ping(topo) != want {
+        assert!(started.elapsed() < limit, "ping still {} after {limit:?}: {}", !want, bridge.stderr());
+    }
+    started.elapsed()
+}
+
+/// Addresses on the far ends, so ping crosses the bridge.
+fn addressed(tag: &str) -> Topology {
+    let topo = Topology::new(tag);
+    run(&["ip", "-n", &topo.ns_a.name, "addr", "add", "10.77.0.1/24", "dev", &topo.a.far]);
+    run(&["ip", "-n", &topo.ns_b.name, "addr", "add", "10.77.0.2/24", "dev", &topo.b.far]);
+    topo
+}
+
+#[test]
+fn crowdsec_decisions_are_enforced_and_lifted() {
+    if !live_or_skip("crowdsec_decisions_are_enforced_and_lifted") {
+        return;
+    }
+    let Some(bin) = crowdsec_or_skip("crowdsec_decisions_are_enforced_and_lifted") else { return };
+    let mut lapi = Lapi::new(bin);
+    let key = lapi.bouncer_key("sluice");
+    let topo = addressed("cs");
+    let sock = lapi.dir.path().join("ctl.sock");
+    let interval = 1.0;
+    let bridge = Bridge::start(&[
+        "--iface",
+        &topo.a.near,
+        "--iface",
+        &topo.b.near,
+        "--crowdsec-url",
+        &lapi.url,
+        "--crowdsec-key-file",
+        p(&key),
+        "--crowdsec-interval",
+        "1",
+        "--control",
+        p(&sock),
+    ]);
+    let bound = Duration::from_secs_f64(interval + 1.0);
+    assert!(until_ping(&topo, true, Duration::from_secs(10), &bridge) < Duration::from_secs(10));
+
+    // An IP decision: enforced within the interval + 1 s (measured by the
+    // set's state, then seen on the wire), lifted when deleted.
+    let test = |addr: &str| {
+        let out = Command::new(SLUICE)
+            .args(["ctl", "--json", "--socket", p(&sock), "test", "crowdsec", addr])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["match"] == true
+    };
+    let wait_set = |addr: &str, want: bool| {
+        let started = Instant::now();
+        while test(addr) != want {
+            assert!(started.elapsed() < Duration::from_secs(15), "{addr} never {want}: {}", bridge.stderr());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        started.elapsed()
+    };
+    lapi.cscli(&["decisions", "add", "--ip", "10.77.0.1", "--duration", "1h"]);
+    let took = wait_set("10.77.0.1", true);
+    println!("ip decision enforced {took:?} after cscli returned");
+    assert!(took <= bound, "enforced after {took:?}, over the interval + 1 s");
+    until_ping(&topo, false, Duration::from_secs(3), &bridge);
+    lapi.cscli(&["decisions", "delete", "--ip", "10.77.0.1"]);
+    let took = wait_set("10.77.0.1", false);
+    assert!(took <= bound, "lifted after {took:?}");
+    until_ping(&topo, true, Duration::from_secs(3), &bridge);
+
+    // A range.
+    lapi.cscli(&["decisions", "add", "--range", "10.77.0.0/24", "--duration", "1h"]);
+    let took = wait_set("10.77.0.1", true);
+    assert!(took <= bound, "range enforced after {took:?}");
+    until_ping(&topo, false, Duration::from_secs(3), &bridge);
+    lapi.cscli(&["decisions", "delete", "--range", "10.77.0.0/24"]);
+    wait_set("10.77.0.1", false);
+    until_ping(&topo, true, Duration::from_secs(3), &bridge);
+
+    // The LAPI goes away: enforcement goes on, up goes 0, then 1.
+    lapi.cscli(&["decisions", "add", "--ip", "10.77.0.1", "--duration", "1h"]);
+    wait_set("10.77.0.1", true);
+    assert_eq!(bridge.metric("sluice_crowdsec_up"), Some(1.0));
+    lapi.kill();
+    let end = Instant::now() + Duration::from_secs(10);
+    while bridge.metric("sluice_crowdsec_up") != Some(0.0) {
+        assert!(Instant::now() < end, "up did not go 0: {}", bridge.stderr());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!ping(&topo), "still dropped while the LAPI is down");
+    assert!(bridge.stderr().contains("crowdsec: pull 1 failed"), "{}", bridge.stderr());
+    lapi.start();
+    let end = Instant::now() + Duration::from_secs(20);
+    while bridge.metric("sluice_crowdsec_up") != Some(1.0) {
+        assert!(Instant::now() < end, "up did not come back: {}", bridge.stderr());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!ping(&topo), "the decision is still enforced after the LAPI came back");
+    assert!(bridge.metric("sluice_crowdsec_pulls_total").is_some());
+}
