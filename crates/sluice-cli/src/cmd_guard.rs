@@ -3,11 +3,13 @@
 //! proxy, the limits and the block file are `sluice-guard`'s.
 
 use crate::Outcome;
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
+use sluice_control::forward::{self, Block, ForwardCounters, Sink, Watcher};
 use sluice_guard::{BlockAction, Config, Guard, Limits, RespCodeBlock};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
@@ -80,6 +82,23 @@ pub struct GuardArgs {
     /// Publish the blocks here as `ipset save` lines (atomic rewrites, a few per second at most).
     #[arg(long, value_name = "FILE", requires = "ip_block")]
     pub block_file: Option<PathBuf>,
+    /// Push each IP block into a local bridge's dynamic set over its control
+    /// socket (`bridge --control PATH`), at most once a second, retried.
+    #[arg(long, value_name = "PATH", requires = "ip_block")]
+    pub block_ctl: Option<PathBuf>,
+    /// The bridge's set for --block-ctl (`set guard dynamic` in its rules).
+    #[arg(long, value_name = "NAME", default_value = "guard")]
+    pub block_ctl_set: String,
+    /// Push each IP block to this CrowdSec Local API as an alert with a ban
+    /// decision (scenario sluice/http-LIMIT), so every bouncer enforces it.
+    #[arg(long, value_name = "URL", requires_all = ["ip_block", "crowdsec_login", "crowdsec_password_file"])]
+    pub crowdsec_url: Option<String>,
+    /// The machine login for --crowdsec-url (`cscli machines add NAME --password P`).
+    #[arg(long, value_name = "NAME", requires = "crowdsec_url")]
+    pub crowdsec_login: Option<String>,
+    /// A file holding that machine's password.
+    #[arg(long, value_name = "FILE", requires = "crowdsec_url")]
+    pub crowdsec_password_file: Option<PathBuf>,
     /// Client IPs tracked at most (idle ones are evicted, clock order); blocks have a table of this size too.
     #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     pub max_clients: usize,
@@ -103,7 +122,25 @@ pub struct GuardArgs {
     pub json: bool,
 }
 
+/// Where the blocks are forwarded, from the flags.
+fn sinks(a: &GuardArgs) -> Result<Vec<Sink>> {
+    let mut sinks = Vec::new();
+    if let Some(path) = &a.block_ctl {
+        sinks.push(Sink::Ctl { socket: path.clone(), set: a.block_ctl_set.clone() });
+    }
+    if let (Some(url), Some(login), Some(pw)) = (&a.crowdsec_url, &a.crowdsec_login, &a.crowdsec_password_file) {
+        if !url.starts_with("http://") {
+            bail!("--crowdsec-url {url}: expected http://HOST:PORT (https is not supported yet)");
+        }
+        let password =
+            std::fs::read_to_string(pw).with_context(|| format!("--crowdsec-password-file {}", pw.display()))?;
+        sinks.push(Sink::Crowdsec(Watcher::new(url, login, password.trim())));
+    }
+    Ok(sinks)
+}
+
 pub fn run(a: GuardArgs) -> Result<Outcome> {
+    let sinks = sinks(&a)?;
     let limits = Limits {
         request_rate: a.request_rate,
         request_burst: a.request_burst,
@@ -137,6 +174,7 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
         max_head: a.max_head.max(64),
         allow_remote: a.allow_remote,
         pin: !a.no_pin,
+        forward_blocks: !sinks.is_empty(),
     })?;
     let addr = guard.local_addr();
     let running = guard.start()?;
@@ -148,10 +186,30 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
             .with_context(|| format!("--metrics: cannot serve on {m}"))?;
         eprintln!("sluice: metrics at http://{bound}/metrics");
     }
+    let forwarder = (!sinks.is_empty()).then(|| {
+        let counters = Arc::new(ForwardCounters::new(&sinks));
+        let table = Arc::clone(&running.shared().table);
+        let take = move || {
+            table
+                .take_blocks()
+                .into_iter()
+                .map(|b| Block { ip: b.ip, secs: b.secs, limit: b.limit.to_owned() })
+                .collect()
+        };
+        let stop = Arc::clone(&stop);
+        std::thread::Builder::new()
+            .name("guard-forward".into())
+            .spawn(move || forward::run(take, sinks, stop, counters))
+    });
+    let forwarder = forwarder.transpose().context("starting the block forwarder")?;
     // After the threads run, so a client that reads this line can connect at once.
     eprintln!("sluice: guarding on {addr}");
     let elapsed = sluice_control::wait_until_stopped(&stop, a.duration, || running.any_finished());
     let report = running.join().context("http-guard")?;
+    if let Some(f) = forwarder {
+        // The loops are done: the forwarder makes its last push and ends.
+        let _ = f.join();
+    }
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {

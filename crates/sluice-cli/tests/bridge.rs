@@ -20,6 +20,7 @@
 
 mod common;
 use common::{assert_documented_keys, documented_keys};
+mod lapi;
 #[path = "../../sluice-live/tests/common/mod.rs"]
 mod live;
 
@@ -809,6 +810,143 @@ fn bridge_drops_what_the_guard_blocks() {
     let (v, _) = bridge.stop();
     let dropped = (t.all.len() - t.passed.len()) as u64;
     assert_eq!(v["rules"][0]["packets"], dropped, "the drop rule took the blocked source's packets: {v}");
+    for c in [&mut guard, &mut upstream] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+/// `sluice ctl --json --socket S test SET ADDR`: whether ADDR is in SET.
+fn ctl_test(sock: &Path, set: &str, addr: &str) -> bool {
+    let out = Command::new(SLUICE).args(["ctl", "--json", "--socket", p(sock), "test", set, addr]).output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    v["match"] == true
+}
+
+/// The guard blocks a flooder; the block reaches a local bridge's dynamic
+/// set over its control socket (--block-ctl) and, as a CrowdSec alert, the
+/// LAPI (`cscli decisions list`), from which another bridge (another netns
+/// pair, standing for another box) pulls it and drops that client's
+/// packets: exactly what `sluice filter` drops with the address listed.
+#[test]
+fn guard_blocks_reach_other_boxes_through_crowdsec() {
+    if !live_or_skip("guard_blocks_reach_other_boxes_through_crowdsec") {
+        return;
+    }
+    let Some(bin) = lapi::crowdsec_or_skip("guard_blocks_reach_other_boxes_through_crowdsec") else { return };
+    let _serial = serial();
+    let lapi = lapi::Lapi::new(bin);
+    let dir = tempfile::tempdir().unwrap();
+
+    // Box 1: a bridge whose `guard` set the guard fills over the socket.
+    let rules = dir.path().join("box1.rules");
+    std::fs::write(&rules, "set guard dynamic\ndrop saddr @guard\n").unwrap();
+    let sock1 = dir.path().join("box1.sock");
+    let topo1 = Topology::new("g1");
+    let _box1 = Bridge::start(&[
+        "--iface",
+        &topo1.a.near,
+        "--iface",
+        &topo1.b.near,
+        "--rules",
+        p(&rules),
+        "--io",
+        "afpacket",
+        "--control",
+        p(&sock1),
+    ]);
+    // Box 2: a bouncer of the same LAPI.
+    let key = lapi.bouncer_key("box2");
+    let sock2 = dir.path().join("box2.sock");
+    let topo2 = Topology::new("g2");
+    let box2 = Bridge::start(&[
+        "--iface",
+        &topo2.a.near,
+        "--iface",
+        &topo2.b.near,
+        "--io",
+        "afpacket",
+        "--crowdsec-url",
+        &lapi.url,
+        "--crowdsec-key-file",
+        p(&key),
+        "--crowdsec-interval",
+        "1",
+        "--control",
+        p(&sock2),
+        "--json",
+    ]);
+
+    let mut upstream = Command::new(SLUICE)
+        .args(["http-serve", "--listen", "127.0.0.1:0", "--threads", "1", "--no-pin", "--duration", "60"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(upstream.stderr.take().unwrap()).read_line(&mut line).unwrap();
+    let up = line.trim().strip_prefix("sluice: serving on ").unwrap_or_else(|| panic!("{line:?}")).to_owned();
+    let mut guard = Command::new(SLUICE)
+        .args(["http-guard", "--listen", "127.0.0.1:0", "--upstream", &up, "--no-pin", "--duration", "60"])
+        .args(["--request-rate", "20", "--ip-block", "300", "--block-ctl", p(&sock1)])
+        .args(["--crowdsec-url", &lapi.url, "--crowdsec-login", lapi::MACHINE])
+        .args(["--crowdsec-password-file", p(&lapi.password_file())])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut r = BufReader::new(guard.stderr.take().unwrap());
+    let mut at = None;
+    while at.is_none() {
+        line.clear();
+        assert!(r.read_line(&mut line).unwrap() > 0, "http-guard did not come up");
+        at = line.trim().strip_prefix("sluice: guarding on ").map(str::to_owned);
+    }
+    let guard_log = Arc::new(Mutex::new(String::new()));
+    {
+        let guard_log = Arc::clone(&guard_log);
+        std::thread::spawn(move || {
+            for l in r.lines().map_while(Result::ok) {
+                guard_log.lock().unwrap().push_str(&(l + "\n"));
+            }
+        });
+    }
+    let at = at.unwrap();
+    assert!(!ctl_test(&sock1, "guard", "127.3.0.1") && !ctl_test(&sock2, "crowdsec", "127.3.0.1"));
+
+    // The flood from 127.3.0.1, over --request-rate.
+    let flood = Command::new(SLUICE)
+        .args(["http-load", "--url", &format!("http://{at}/"), "--source", "127.3.0.1/32"])
+        .args(["--connections", "4", "--requests", "400", "--duration", "5"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(flood.code().is_some(), "http-load was killed: {flood}");
+    let wait = |what: &str, f: &dyn Fn() -> bool| {
+        let end = Instant::now() + Duration::from_secs(15);
+        while !f() {
+            assert!(Instant::now() < end, "{what}; guard: {}", guard_log.lock().unwrap());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait("box 1 never got the block over its socket", &|| ctl_test(&sock1, "guard", "127.3.0.1"));
+    wait("the LAPI never listed the decision", &|| lapi.decided_ips().contains(&"127.3.0.1".to_owned()));
+    wait("box 2 never pulled the decision", &|| ctl_test(&sock2, "crowdsec", "127.3.0.1"));
+    let out = lapi.cscli(&["decisions", "list", "-o", "json"]);
+    assert!(out.contains("sluice/http-request-rate"), "the scenario names the limit: {out}");
+
+    // Box 2 drops that client's packets: exactly what filter drops.
+    let from = dir.path().join("from.txt");
+    write_list(&from, &["127.3.0.1"]);
+    let t = traffic(dir.path(), "g2", 11, 1500, &from, &[&from]);
+    assert!(t.passed.len() < t.all.len(), "the traffic holds the blocked source");
+    let mut ep_b = Endpoint::open(&topo2.ns_b.name, &topo2.b.far);
+    let (_, got) = send_and_capture(&topo2.ns_a.name, &topo2.a.far, &t.cap, "20000", &mut ep_b, t.passed.len());
+    assert_exactly("box 2 A->B (the guard's block, through CrowdSec)", &t.passed, &got);
+    let (v, _) = box2.stop();
+    let dropped = (t.all.len() - t.passed.len()) as u64;
+    assert_eq!(v["rules"][0]["packets"], dropped, "the crowdsec rule took the blocked source's packets: {v}");
     for c in [&mut guard, &mut upstream] {
         let _ = c.kill();
         let _ = c.wait();

@@ -9,12 +9,14 @@
 //! `SLUICE_CROWDSEC_BIN`): `SKIPPED` unless `SLUICE_REQUIRE_LIVE=1` /
 //! `SLUICE_REQUIRE_TOOLS=1` (CI installs them), when it fails instead.
 
+mod lapi;
 #[path = "../../sluice-live/tests/common/mod.rs"]
 mod live;
 
+use lapi::{crowdsec_or_skip, Lapi};
 use live::{live_or_skip, run, Topology};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -23,134 +25,6 @@ const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
 
 fn p(path: &Path) -> &str {
     path.to_str().unwrap()
-}
-
-/// The directory holding `crowdsec` and `cscli`, if they are installed.
-fn crowdsec_bin() -> Option<PathBuf> {
-    if let Ok(d) = std::env::var("SLUICE_CROWDSEC_BIN") {
-        return Some(PathBuf::from(d));
-    }
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(PathBuf::from)
-        .find(|d| d.join("crowdsec").exists() && d.join("cscli").exists())
-}
-
-fn crowdsec_or_skip(test: &str) -> Option<PathBuf> {
-    match crowdsec_bin() {
-        Some(d) => Some(d),
-        None if std::env::var("SLUICE_REQUIRE_TOOLS").is_ok_and(|v| v == "1") => {
-            panic!("{test}: crowdsec and cscli not found (PATH or SLUICE_CROWDSEC_BIN)")
-        }
-        None => {
-            println!("SKIPPED: {test}: crowdsec not installed");
-            None
-        }
-    }
-}
-
-/// A Local API of its own: config, sqlite, a free loopback port.
-pub struct Lapi {
-    pub bin: PathBuf,
-    pub dir: tempfile::TempDir,
-    pub url: String,
-    child: Option<Child>,
-}
-
-impl Lapi {
-    pub fn new(bin: PathBuf) -> Lapi {
-        let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let d = dir.path().display().to_string();
-        for sub in ["data", "hub", "notifications", "plugins"] {
-            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
-        }
-        std::fs::write(dir.path().join("acquis.yaml"), "").unwrap();
-        std::fs::write(dir.path().join("simulation.yaml"), "simulation: false\n").unwrap();
-        std::fs::write(
-            dir.path().join("profiles.yaml"),
-            "name: default_ip_remediation\nfilters:\n - Alert.Remediation == true && Alert.GetScope() == \"Ip\"\n\
-             decisions:\n - type: ban\n   duration: 4h\non_success: break\n",
-        )
-        .unwrap();
-        let config = format!(
-            "common:\n  daemonize: false\n  log_media: stdout\n  log_level: warning\n  working_dir: .\n\
-             config_paths:\n  config_dir: {d}/\n  data_dir: {d}/data/\n  simulation_path: {d}/simulation.yaml\n  \
-             hub_dir: {d}/hub/\n  index_path: {d}/hub/.index.json\n  notification_dir: {d}/notifications/\n  plugin_dir: {d}/plugins/\n\
-             crowdsec_service:\n  acquisition_path: {d}/acquis.yaml\n\
-             cscli:\n  output: human\n\
-             db_config:\n  log_level: warning\n  type: sqlite\n  db_path: {d}/data/crowdsec.db\n  use_wal: true\n\
-             api:\n  client:\n    insecure_skip_verify: false\n    credentials_path: {d}/local_api_credentials.yaml\n  \
-             server:\n    log_level: warning\n    listen_uri: 127.0.0.1:{port}\n    profiles_path: {d}/profiles.yaml\n    \
-             trusted_ips:\n      - 127.0.0.1\n\
-             prometheus:\n  enabled: false\n"
-        );
-        std::fs::write(dir.path().join("config.yaml"), config).unwrap();
-        let url = format!("http://127.0.0.1:{port}");
-        let mut l = Lapi { bin, dir, url, child: None };
-        l.cscli(&[
-            "machines",
-            "add",
-            "sluice-test",
-            "--password",
-            "sluice-test-password-1",
-            "-f",
-            &format!("{d}/local_api_credentials.yaml"),
-            "--url",
-            &l.url.clone(),
-        ]);
-        l.start();
-        l
-    }
-
-    pub fn config(&self) -> PathBuf {
-        self.dir.path().join("config.yaml")
-    }
-
-    pub fn start(&mut self) {
-        let child = Command::new(self.bin.join("crowdsec"))
-            .args(["-c", p(&self.config()), "-no-cs"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-        let addr = self.url.trim_start_matches("http://").to_owned();
-        let end = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(&addr).is_err() {
-            assert!(Instant::now() < end, "the LAPI did not come up on {addr}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// Runs cscli with this config; its stdout.
-    pub fn cscli(&self, args: &[&str]) -> String {
-        let out = Command::new(self.bin.join("cscli")).args(["-c", p(&self.config())]).args(args).output().unwrap();
-        assert!(out.status.success(), "cscli {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// A new bouncer's API key, written to a file.
-    pub fn bouncer_key(&self, name: &str) -> PathBuf {
-        let key = self.cscli(&["bouncers", "add", name, "-o", "raw"]);
-        let f = self.dir.path().join(format!("{name}.key"));
-        std::fs::write(&f, key.trim()).unwrap();
-        f
-    }
-}
-
-impl Drop for Lapi {
-    fn drop(&mut self) {
-        self.kill();
-    }
 }
 
 struct Bridge {

@@ -12,6 +12,7 @@
 pub mod control;
 pub mod crowdsec;
 pub mod ctl;
+pub mod forward;
 pub mod sets;
 pub mod socket;
 pub mod spec;

@@ -19,7 +19,7 @@ pub mod table;
 mod proxy;
 
 pub use limits::{Limit, Limits, RespCodeBlock};
-pub use table::{BlockEvent, Table};
+pub use table::{BlockEvent, NewBlock, Table};
 
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -55,6 +55,8 @@ pub struct Config {
     /// Without it the listen and upstream addresses must be loopback.
     pub allow_remote: bool,
     pub pin: bool,
+    /// Keep new blocks for [`Table::take_blocks`] (something forwards them).
+    pub forward_blocks: bool,
 }
 
 impl Config {
@@ -71,6 +73,7 @@ impl Config {
             max_head: 16 << 10,
             allow_remote: false,
             pin: true,
+            forward_blocks: false,
         }
     }
 }
@@ -207,6 +210,9 @@ impl Guard {
     pub fn start(self) -> Result<Running, GuardError> {
         let config = Arc::new(self.config);
         let table = Arc::new(Table::new(config.limits.clone(), config.max_clients));
+        if config.forward_blocks {
+            table.forward_blocks();
+        }
         let shared = Arc::new(Shared {
             table: table.clone(),
             threads: (0..config.threads).map(|_| ThreadCounters::default()).collect(),

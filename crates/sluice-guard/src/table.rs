@@ -103,7 +103,24 @@ pub struct Table {
     /// Bumped on each new block, so the loops close that address's connections.
     pub block_epoch: AtomicU64,
     log: Mutex<Vec<BlockEvent>>,
+    /// New blocks not yet taken by whoever forwards them (a bridge's
+    /// control socket, a CrowdSec LAPI); None when nothing does.
+    outbox: Mutex<Option<Vec<NewBlock>>>,
+    /// Blocks lost because the outbox was full (its reader is stuck).
+    pub outbox_dropped: AtomicU64,
 }
+
+/// A block for forwarding: the address, its seconds (0: until restart),
+/// the limit it broke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewBlock {
+    pub ip: IpAddr,
+    pub secs: u64,
+    pub limit: &'static str,
+}
+
+/// At most this many blocks wait for their forwarder.
+pub const OUTBOX_CAP: usize = 1 << 20;
 
 /// The address as one key (IPv4 mapped into IPv6).
 pub fn key(ip: IpAddr) -> u128 {
@@ -145,7 +162,19 @@ impl Table {
             dirty: AtomicBool::new(false),
             block_epoch: AtomicU64::new(0),
             log: Mutex::new(Vec::new()),
+            outbox: Mutex::new(None),
+            outbox_dropped: AtomicU64::new(0),
         }
+    }
+
+    /// From now on, keep every new block for [`Table::take_blocks`].
+    pub fn forward_blocks(&self) {
+        self.outbox.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert_with(Vec::new);
+    }
+
+    /// The blocks since the last call (empty unless [`Table::forward_blocks`]).
+    pub fn take_blocks(&self) -> Vec<NewBlock> {
+        self.outbox.lock().unwrap_or_else(PoisonError::into_inner).as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     pub fn limits(&self) -> &Limits {
@@ -312,6 +341,13 @@ impl Table {
         self.stats.blocked_total.fetch_add(1, Ordering::Relaxed);
         self.block_epoch.fetch_add(1, Ordering::Release);
         self.dirty.store(true, Ordering::Release);
+        if let Some(out) = self.outbox.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+            if out.len() < OUTBOX_CAP {
+                out.push(NewBlock { ip, secs, limit: limit.name() });
+            } else {
+                self.outbox_dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
         if log.len() < BLOCK_LOG {
             log.push(BlockEvent { ip, limit: limit.name(), first_seen_ms, blocked_ms: now_ms });

@@ -1,0 +1,292 @@
+//! Forwards the guard's IP blocks to where other boxes, or this one's
+//! bridge, enforce them: a bridge's control socket (`add SET IP timeout S`
+//! lines, one atomic batch) and a CrowdSec Local API as a watcher (each
+//! block an alert with a `ban` decision, `POST /v1/alerts`, logged in with
+//! `/v1/watchers/login` and again on 401). At most one push per second per
+//! destination; a push that fails keeps its blocks and is retried with
+//! backoff, so nothing is lost while a destination is away.
+
+use crate::socket;
+use serde_json::json;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+/// One block to forward.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Block {
+    pub ip: IpAddr,
+    /// Seconds it lasts; 0: until the guard restarts.
+    pub secs: u64,
+    /// The limit it broke, e.g. `request_rate`.
+    pub limit: String,
+}
+
+/// The duration a permanent block gets where one is required (a year).
+pub const FOREVER_SECS: u64 = 365 * 24 * 3600;
+
+/// The CrowdSec scenario name of a limit: `sluice/http-request-rate`.
+pub fn scenario(limit: &str) -> String {
+    format!("sluice/http-{}", limit.replace('_', "-"))
+}
+
+/// Logs in to a LAPI as a machine and pushes alerts.
+pub struct Watcher {
+    pub url: String,
+    pub login: String,
+    pub password: String,
+    token: Option<String>,
+    agent: ureq::Agent,
+}
+
+fn http_error(url: &str, e: ureq::Error) -> String {
+    match e {
+        ureq::Error::Status(code, r) => {
+            let body = r.into_string().unwrap_or_default();
+            format!("{url}: HTTP {code}: {}", body.chars().take(200).collect::<String>())
+        }
+        e => format!("{url}: {e}"),
+    }
+}
+
+/// RFC 3339 UTC, second precision, as the LAPI wants its times.
+pub fn rfc3339(t: SystemTime) -> String {
+    let secs = t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+impl Watcher {
+    pub fn new(url: &str, login: &str, password: &str) -> Watcher {
+        Watcher {
+            url: url.trim_end_matches('/').to_owned(),
+            login: login.to_owned(),
+            password: password.to_owned(),
+            token: None,
+            agent: ureq::AgentBuilder::new().timeout(Duration::from_secs(30)).build(),
+        }
+    }
+
+    fn log_in(&mut self) -> Result<String, String> {
+        let url = format!("{}/v1/watchers/login", self.url);
+        let body = json!({ "machine_id": self.login, "password": self.password, "scenarios": [] });
+        let r = self
+            .agent
+            .post(&url)
+            .set("User-Agent", concat!("sluice-guard/", env!("CARGO_PKG_VERSION")))
+            .send_json(body)
+            .map_err(|e| http_error(&url, e))?;
+        let v: serde_json::Value = r.into_json().map_err(|e| format!("{url}: the answer is not JSON: {e}"))?;
+        let token = v["token"].as_str().ok_or_else(|| format!("{url}: no token in the answer: {v}"))?.to_owned();
+        self.token = Some(token.clone());
+        Ok(token)
+    }
+
+    /// The alerts for `blocks`: one per block, each with its `ban`.
+    pub fn alerts(blocks: &[Block]) -> serde_json::Value {
+        let now = rfc3339(SystemTime::now());
+        let alerts: Vec<serde_json::Value> = blocks
+            .iter()
+            .map(|b| {
+                let scenario = scenario(&b.limit);
+                let secs = if b.secs == 0 { FOREVER_SECS } else { b.secs };
+                let ip = b.ip.to_string();
+                json!({
+                    "scenario": scenario,
+                    "scenario_hash": "",
+                    "scenario_version": "",
+                    "message": format!("sluice http-guard blocked {ip}: {}", b.limit),
+                    "events_count": 1,
+                    "start_at": now,
+                    "stop_at": now,
+                    "capacity": 0,
+                    "leakspeed": "0",
+                    "simulated": false,
+                    "remediation": true,
+                    "events": [{ "timestamp": now, "meta": [{ "key": "limit", "value": b.limit }] }],
+                    "source": { "scope": "Ip", "value": ip, "ip": ip },
+                    // "crowdsec": what the LAPI and cscli expect of a
+                    // watcher's decisions (`cscli decisions list` shows no
+                    // other origin by default); the scenario says sluice.
+                    "decisions": [{
+                        "origin": "crowdsec",
+                        "type": "ban",
+                        "scope": "Ip",
+                        "value": ip,
+                        "duration": format!("{secs}s"),
+                        "scenario": scenario,
+                    }],
+                })
+            })
+            .collect();
+        serde_json::Value::Array(alerts)
+    }
+
+    /// Pushes `blocks` as alerts (logging in first, and again once on 401).
+    pub fn push(&mut self, blocks: &[Block]) -> Result<(), String> {
+        let url = format!("{}/v1/alerts", self.url);
+        let body = Self::alerts(blocks);
+        for attempt in 0..2 {
+            let token = match self.token.clone() {
+                Some(t) => t,
+                None => self.log_in()?,
+            };
+            let r = self
+                .agent
+                .post(&url)
+                .set("Authorization", &format!("Bearer {token}"))
+                .set("User-Agent", concat!("sluice-guard/", env!("CARGO_PKG_VERSION")))
+                .send_json(body.clone());
+            match r {
+                Ok(_) => return Ok(()),
+                Err(ureq::Error::Status(401, _)) if attempt == 0 => self.token = None,
+                Err(e) => return Err(http_error(&url, e)),
+            }
+        }
+        Err(format!("{url}: refused after logging in again"))
+    }
+}
+
+/// Where blocks go.
+pub enum Sink {
+    /// A bridge's control socket and the dynamic set to add to.
+    Ctl {
+        socket: PathBuf,
+        set: String,
+    },
+    Crowdsec(Watcher),
+}
+
+impl Sink {
+    fn name(&self) -> String {
+        match self {
+            Sink::Ctl { socket, set } => format!("control socket {} (set {set})", socket.display()),
+            Sink::Crowdsec(w) => format!("crowdsec {}", w.url),
+        }
+    }
+
+    fn push(&mut self, blocks: &[Block]) -> Result<(), String> {
+        match self {
+            Sink::Ctl { socket, set } => {
+                let text: String = blocks
+                    .iter()
+                    .map(|b| match b.secs {
+                        0 => format!("add {set} {}\n", b.ip),
+                        s => format!("add {set} {} timeout {s}\n", b.ip),
+                    })
+                    .collect();
+                let reply = socket::request(socket, &text, Duration::from_secs(30)).map_err(|e| e.to_string())?;
+                if reply["ok"] == true {
+                    Ok(())
+                } else {
+                    Err(reply["error"].as_str().unwrap_or("refused").to_owned())
+                }
+            }
+            Sink::Crowdsec(w) => w.push(blocks),
+        }
+    }
+}
+
+/// What forwarding counts, per sink in the order given.
+#[derive(Debug, Default)]
+pub struct ForwardCounters {
+    pub pushed: Vec<AtomicU64>,
+    pub failed: Vec<AtomicU64>,
+    pub pending: Vec<AtomicU64>,
+    pub names: Vec<String>,
+}
+
+impl ForwardCounters {
+    pub fn new(sinks: &[Sink]) -> ForwardCounters {
+        let n = sinks.len();
+        ForwardCounters {
+            pushed: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            failed: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            pending: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            names: sinks.iter().map(Sink::name).collect(),
+        }
+    }
+}
+
+/// Takes new blocks from `take` once a second and pushes them to every
+/// sink until `stop` (then one last try).
+pub fn run(
+    mut take: impl FnMut() -> Vec<Block>,
+    mut sinks: Vec<Sink>,
+    stop: Arc<AtomicBool>,
+    counters: Arc<ForwardCounters>,
+) {
+    let mut pending: Vec<Vec<Block>> = sinks.iter().map(|_| Vec::new()).collect();
+    let mut failures = vec![0u32; sinks.len()];
+    let mut next_try = vec![Instant::now(); sinks.len()];
+    loop {
+        let last = stop.load(Ordering::Relaxed);
+        let new = take();
+        for (i, sink) in sinks.iter_mut().enumerate() {
+            pending[i].extend(new.iter().cloned());
+            counters.pending[i].store(pending[i].len() as u64, Ordering::Relaxed);
+            if pending[i].is_empty() || (Instant::now() < next_try[i] && !last) {
+                continue;
+            }
+            match sink.push(&pending[i]) {
+                Ok(()) => {
+                    if failures[i] > 0 {
+                        log::info!("forwarding blocks to {} works again", counters.names[i]);
+                    }
+                    counters.pushed[i].fetch_add(pending[i].len() as u64, Ordering::Relaxed);
+                    pending[i].clear();
+                    failures[i] = 0;
+                }
+                Err(e) => {
+                    failures[i] += 1;
+                    counters.failed[i].fetch_add(1, Ordering::Relaxed);
+                    if failures[i] == 1 || failures[i].is_power_of_two() {
+                        log::warn!(
+                            "forwarding {} block(s) to {} failed (try {}), kept for the next: {e}",
+                            pending[i].len(),
+                            counters.names[i],
+                            failures[i]
+                        );
+                    }
+                    next_try[i] = Instant::now() + Duration::from_secs(1 << failures[i].min(5));
+                }
+            }
+            counters.pending[i].store(pending[i].len() as u64, Ordering::Relaxed);
+        }
+        if last {
+            return;
+        }
+        let until = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_and_names() {
+        assert_eq!(rfc3339(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_651_199)), "2026-11-25T23:59:59Z");
+        assert_eq!(scenario("request_rate"), "sluice/http-request-rate");
+        let a = Watcher::alerts(&[Block { ip: "192.0.2.1".parse().unwrap(), secs: 0, limit: "http_parse".into() }]);
+        assert_eq!(a[0]["decisions"][0]["duration"], format!("{FOREVER_SECS}s"));
+        assert_eq!(a[0]["source"]["value"], "192.0.2.1");
+    }
+}
