@@ -141,6 +141,7 @@ fn sinks(a: &GuardArgs) -> Result<Vec<Sink>> {
 
 pub fn run(a: GuardArgs) -> Result<Outcome> {
     let sinks = sinks(&a)?;
+    let forward_counters = (!sinks.is_empty()).then(|| Arc::new(ForwardCounters::new(&sinks)));
     let limits = Limits {
         request_rate: a.request_rate,
         request_burst: a.request_burst,
@@ -181,13 +182,12 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
     let stop = running.stop_flag();
     sluice_control::stop_on_interrupt(&stop).context("installing the signal handlers")?;
     if let Some(m) = metrics {
-        let registry = sluice_metrics::guard::registry(running.shared());
+        let registry = sluice_metrics::guard::registry(running.shared(), forward_counters.clone());
         let bound = sluice_metrics::spawn(m, registry, "sluice http-guard")
             .with_context(|| format!("--metrics: cannot serve on {m}"))?;
         eprintln!("sluice: metrics at http://{bound}/metrics");
     }
-    let forwarder = (!sinks.is_empty()).then(|| {
-        let counters = Arc::new(ForwardCounters::new(&sinks));
+    let forwarder = forward_counters.clone().map(|counters| {
         let table = Arc::clone(&running.shared().table);
         let take = move || {
             table

@@ -4,18 +4,22 @@ use crate::{counter, gauge};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
+use sluice_control::forward::ForwardCounters;
 use sluice_guard::{Limit, Shared};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A registry that encodes the guard's counters on every scrape.
-pub fn registry(shared: Arc<Shared>) -> Registry {
+///
+/// `forward`: the block forwarder's counters, when blocks are forwarded.
+pub fn registry(shared: Arc<Shared>, forward: Option<Arc<ForwardCounters>>) -> Registry {
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(Exporter(shared)));
+    registry.register_collector(Box::new(Exporter(shared, forward)));
     registry
 }
 
 /// The guard's counters as Prometheus metrics.
-struct Exporter(Arc<Shared>);
+struct Exporter(Arc<Shared>, Option<Arc<ForwardCounters>>);
 
 impl std::fmt::Debug for Exporter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -56,6 +60,24 @@ impl Collector for Exporter {
         c(&mut enc, "sluice_guard_connections", "Client connections accepted.", r.connections)?;
         c(&mut enc, "sluice_guard_bytes_in", "Bytes read from clients.", r.bytes_in)?;
         c(&mut enc, "sluice_guard_bytes_out", "Bytes written to clients.", r.bytes_out)?;
+        if let Some(f) = &self.1 {
+            let per = |v: &[AtomicU64]| -> Vec<(Vec<(&str, String)>, u64)> {
+                f.names
+                    .iter()
+                    .zip(v)
+                    .map(|(n, a)| (vec![("destination", n.clone())], a.load(Ordering::Relaxed)))
+                    .collect()
+            };
+            counter(&mut enc, "sluice_guard_blocks_forwarded", "Blocks pushed to each destination.", &per(&f.pushed))?;
+            counter(
+                &mut enc,
+                "sluice_guard_forward_failures",
+                "Pushes that failed (the blocks are kept and retried).",
+                &per(&f.failed),
+            )?;
+            let pending: Vec<_> = per(&f.pending).into_iter().map(|(l, v)| (l, v as i64)).collect();
+            gauge(&mut enc, "sluice_guard_blocks_pending", "Blocks waiting for the next push.", &pending)?;
+        }
         Ok(())
     }
 }
