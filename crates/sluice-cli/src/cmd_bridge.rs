@@ -242,13 +242,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     let control_socket = match &a.control {
         Some(path) => {
             let group = a.control_group.as_deref().map(sluice_control::socket::group_id).transpose()?;
-            let handle = sluice_control::socket::serve(
-                path,
-                group,
-                ctl_tx.clone(),
-                Arc::clone(&stop),
-                Arc::clone(&shared.socket),
-            )?;
+            let handle = sluice_control::socket::serve(path, group, ctl_tx.clone(), Arc::clone(&shared.socket))?;
             eprintln!("sluice: control socket at {}", path.display());
             Some(handle)
         }
@@ -307,7 +301,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     let _ = control.join();
     stop.store(true, Ordering::Relaxed);
     if let Some(h) = control_socket {
-        let _ = h.join();
+        h.stop();
     }
     if let Some(h) = bouncer {
         let _ = h.join();

@@ -5,7 +5,7 @@
 //! a reload for `dynamic` sets.
 
 use crate::ctl::{Command, CtlError};
-use sluice_engine::dynamic::{Elements, Found, SetState};
+use sluice_engine::dynamic::{ChangeError, Elements, Found, SetState};
 use sluice_engine::{RuleSet, SetChange, SetKind};
 use sluice_rules::Prefix;
 use std::collections::{BTreeSet, HashMap};
@@ -107,11 +107,11 @@ impl RuntimeSets {
         self.states.entry(name.clone()).or_insert_with(|| Self::fresh(rules, i, base_of))
     }
 
-    /// Stages a batch of changes, all or nothing: every line is applied to
-    /// copies of the sets it touches, which replace the originals only if
-    /// every line holds; else the first bad line, and nothing changed.
-    /// [`RuntimeSets::commit`] makes the rules to publish, once for any
-    /// number of staged batches. `now` is wall-clock ns.
+    /// Stages a batch of changes, all or nothing: every line is checked
+    /// against the sets as the lines before it leave them (without copying
+    /// a set), and only if all hold are they applied; else the first bad
+    /// line, and nothing changed. [`RuntimeSets::commit`] makes the rules to
+    /// publish, once for any number of staged batches. `now` is wall-clock ns.
     pub fn stage(
         &mut self,
         rules: &RuleSet,
@@ -119,38 +119,60 @@ impl RuntimeSets {
         now: u64,
         base_of: &BaseOf<'_>,
     ) -> Result<usize, CtlError> {
-        let mut work: HashMap<usize, SetState> = HashMap::new();
-        let mut flushed: BTreeSet<usize> = BTreeSet::new();
+        // Presence after the lines so far, where a line changed it.
+        let mut overlay: HashMap<(usize, Prefix), bool> = HashMap::new();
+        let mut emptied: BTreeSet<usize> = BTreeSet::new();
+        let mut sets = Vec::with_capacity(batch.len());
         for (line, cmd) in batch {
             let err = |message: String| CtlError { line: *line, message };
             let (Command::Add { set, .. } | Command::Del { set, .. } | Command::Flush { set }) = cmd else {
                 return Err(err(format!("{cmd:?} does not change a set")));
             };
             let i = Self::index(rules, set).map_err(err)?;
-            let s = work.entry(i).or_insert_with(|| {
-                let name = &rules.named_set_info()[i].name;
-                self.states.get(name).cloned().unwrap_or_else(|| Self::fresh(rules, i, base_of))
-            });
+            sets.push(i);
             match cmd {
-                Command::Add { elem, timeout, .. } => {
+                Command::Add { elem, .. } => {
                     if elem.covers_all() {
                         return Err(err(format!("{elem} would match every address; put it in the rules instead")));
                     }
-                    s.add(*elem, *timeout, now)
+                    overlay.insert((i, *elem), true);
                 }
-                Command::Del { elem, .. } => s.del(*elem).map_err(|e| err(format!("del {set} {elem}: {e}")))?,
+                Command::Del { elem, .. } => {
+                    let present = match overlay.get(&(i, *elem)) {
+                        Some(&p) => Ok(p),
+                        None if emptied.contains(&i) => Ok(false),
+                        None => self.state(rules, i, base_of).can_del(elem).map(|()| true),
+                    };
+                    match present {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            return Err(err(format!("del {set} {elem}: {}", ChangeError::NotInSet(*elem))));
+                        }
+                        Err(e) => return Err(err(format!("del {set} {elem}: {e}"))),
+                    }
+                    overlay.insert((i, *elem), false);
+                }
                 Command::Flush { .. } => {
-                    s.flush();
-                    flushed.insert(i);
+                    emptied.insert(i);
+                    overlay.retain(|(j, _), _| *j != i);
                 }
                 _ => unreachable!("matched above"),
             }
         }
-        for (i, s) in work {
-            self.states.insert(rules.named_set_info()[i].name.clone(), s);
+        for ((_, cmd), &i) in batch.iter().zip(&sets) {
+            let s = self.state(rules, i, base_of);
+            match cmd {
+                Command::Add { elem, timeout, .. } => s.add(*elem, *timeout, now),
+                // Checked above.
+                Command::Del { elem, .. } => s.del(*elem).unwrap_or(()),
+                Command::Flush { .. } => {
+                    s.flush();
+                    self.flushed.insert(i);
+                }
+                _ => {}
+            }
             self.touched.insert(i);
         }
-        self.flushed.extend(flushed);
         Ok(batch.len())
     }
 

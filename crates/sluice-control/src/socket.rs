@@ -59,16 +59,32 @@ pub struct SocketCounters {
     pub refused: AtomicU64,
 }
 
+/// The serving thread; [`Serving::stop`] ends it.
+pub struct Serving {
+    thread: std::thread::JoinHandle<()>,
+    stop: Arc<AtomicBool>,
+    path: PathBuf,
+}
+
+impl Serving {
+    /// Ends the accept loop (a connection wakes its blocking accept) and
+    /// removes the socket file.
+    pub fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = UnixStream::connect(&self.path);
+        let _ = self.thread.join();
+    }
+}
+
 /// Binds `path` (replacing a stale socket file, refusing a live one), sets
-/// its mode and group, and serves it on a thread until `stop`: each
+/// its mode and group, and serves it on a thread until stopped: each
 /// request is handed to the controller through `events`.
 pub fn serve(
     path: &Path,
     group: Option<u32>,
     events: Sender<Event>,
-    stop: Arc<AtomicBool>,
     counters: Arc<SocketCounters>,
-) -> Result<std::thread::JoinHandle<()>, SocketError> {
+) -> Result<Serving, SocketError> {
     let name = path.display().to_string();
     let io = |error| SocketError::Io { path: name.clone(), error };
     if path.exists() {
@@ -83,14 +99,20 @@ pub fn serve(
     if let Some(g) = group {
         std::os::unix::fs::chown(path, None, Some(g)).map_err(io)?;
     }
-    listener.set_nonblocking(true).map_err(io)?;
     let access = Access { uid: rustix::process::geteuid().as_raw(), group };
-    let path: PathBuf = path.to_owned();
-    std::thread::Builder::new()
+    let stop = Arc::new(AtomicBool::new(false));
+    let (listener_path, flag) = (path.to_owned(), Arc::clone(&stop));
+    let thread = std::thread::Builder::new()
         .name("sluice-control".into())
         .spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                match listener.accept() {
+            // Blocking accept: a request is taken the moment it connects;
+            // `Serving::stop` connects once to wake it.
+            loop {
+                let accepted = listener.accept();
+                if flag.load(Ordering::Relaxed) {
+                    break;
+                }
+                match accepted {
                     Ok((conn, _)) => {
                         counters.connections.fetch_add(1, Ordering::Relaxed);
                         let events = events.clone();
@@ -99,18 +121,16 @@ pub fn serve(
                             .name("sluice-ctl-conn".into())
                             .spawn(move || handle(conn, access, &events, &counters));
                     }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(10))
-                    }
                     Err(e) => {
                         log::warn!("control socket: accept: {e}");
                         std::thread::sleep(Duration::from_millis(100));
                     }
                 }
             }
-            let _ = std::fs::remove_file(&path);
+            let _ = std::fs::remove_file(&listener_path);
         })
-        .map_err(io)
+        .map_err(io)?;
+    Ok(Serving { thread, stop, path: path.to_owned() })
 }
 
 /// Whether the peer may use the socket.

@@ -67,6 +67,8 @@ enum Op {
     Flush(bool),
     Tick(u64),
     Reload,
+    /// Several lines as one batch: all or nothing.
+    Batch(Vec<Op>),
 }
 
 /// Elements near the list's, so that changes and lookups meet.
@@ -87,7 +89,50 @@ fn arb_op() -> impl Strategy<Value = Op> {
         1 => any::<bool>().prop_map(Op::Flush),
         2 => (0u64..3).prop_map(Op::Tick),
         1 => Just(Op::Reload),
+        2 => prop::collection::vec(
+            prop_oneof![
+                3 => (any::<bool>(), arb_prefix(), prop::option::of(1u32..4)).prop_map(|(d, p, t)| Op::Add(d, p, t)),
+                3 => (any::<bool>(), arb_prefix()).prop_map(|(d, p)| Op::Del(d, p)),
+                1 => any::<bool>().prop_map(Op::Flush),
+            ],
+            2..6
+        )
+        .prop_map(Op::Batch),
     ]
+}
+
+fn line(op: &Op) -> Command {
+    let name = |dynamic: bool| if dynamic { "d" } else { "f" }.to_string();
+    match op {
+        Op::Add(d, p, t) => Command::Add { set: name(*d), elem: *p, timeout: *t },
+        Op::Del(d, p) => Command::Del { set: name(*d), elem: *p },
+        Op::Flush(d) => Command::Flush { set: name(*d) },
+        _ => unreachable!("only changes are batched"),
+    }
+}
+
+/// The model after `lines`, or the first line (1-based) a delete fails on.
+fn model_batch(lines: &[Op], fm: &Model, dm: &Model, now: u64) -> Result<(Model, Model), usize> {
+    let (mut f, mut d) = (fm.clone(), dm.clone());
+    for (i, op) in lines.iter().enumerate() {
+        let m = match op {
+            Op::Add(true, ..) | Op::Del(true, _) | Op::Flush(true) => &mut d,
+            _ => &mut f,
+        };
+        match op {
+            Op::Add(_, p, t) => {
+                m.insert(*p, t.map(|t| now + u64::from(t) * SECS));
+            }
+            Op::Del(_, p) => {
+                if m.remove(p).is_none() {
+                    return Err(i + 1);
+                }
+            }
+            Op::Flush(_) => m.clear(),
+            _ => unreachable!(),
+        }
+    }
+    Ok((f, d))
 }
 
 type Model = HashMap<Prefix, Option<u64>>;
@@ -104,7 +149,7 @@ fn list_model() -> Model {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
 
     #[test]
     fn runtime_sets_equal_the_model(
@@ -140,6 +185,20 @@ proptest! {
                     let (r, _) = sets.carry_over(compile());
                     rules = r;
                     fm = list_model();
+                }
+                Op::Batch(lines) => {
+                    let batch: Vec<(usize, Command)> = lines.iter().enumerate().map(|(i, l)| (i + 1, line(l))).collect();
+                    let got = sets.stage(&rules, &batch, now, &base_of);
+                    match model_batch(lines, &fm, &dm, now) {
+                        Ok((f, d)) => {
+                            prop_assert!(got.is_ok(), "{:?}", got);
+                            (fm, dm) = (f, d);
+                        }
+                        Err(bad) => prop_assert_eq!(got.map_err(|e| e.line), Err(bad)),
+                    }
+                    if let (Some(r), _) = sets.commit(&rules) {
+                        rules = r;
+                    }
                 }
             }
             if !batch.is_empty() {

@@ -25,6 +25,7 @@ mod mem;
 #[cfg(not(loom))]
 mod queue;
 mod rules;
+mod sets;
 
 /// The cache-resident probe's buffer: 8 MiB fits the last-level cache of
 /// any server CPU of the last decade (L2 on none), so its random line reads
@@ -55,6 +56,8 @@ pub enum BenchCommand {
     Memalign(mem::MemalignArgs),
     /// The seed's pool workloads: our TfwPool-style pool against bumpalo, malloc and mimalloc.
     Pool(mem::PoolArgs),
+    /// Runtime set updates into a large set: the control plane, its socket, ipset and nft.
+    Sets(sets::SetsBenchArgs),
     /// http-load straight to http-serve against through http-guard (limits on, none reached), alternating, as a ratio.
     Guard(guard::GuardBenchArgs),
     /// The NatSys MPMC queue against crossbeam, a locked queue and rtrb, every item checked delivered once.
@@ -255,6 +258,7 @@ fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Memalign(a) => mem::memalign(a),
         BenchCommand::Pool(a) => mem::pool(a),
         BenchCommand::Guard(a) => guard::run(a),
+        BenchCommand::Sets(a) => sets::run(a),
         #[cfg(not(loom))]
         BenchCommand::Queue(a) => queue::run_queue(a),
         #[cfg(not(loom))]
