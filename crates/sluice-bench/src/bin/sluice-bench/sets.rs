@@ -1,11 +1,13 @@
 //! `sluice-bench sets`: runtime set updates into a large set, one JSON
 //! object.
 //!
-//! - library: the control plane's own path (`RuntimeSets::stage` + `commit`
-//!   + publication into a `Published` rule set), batches of 1, 100 and
-//!   10,000 adds into a set of `--entries` hosts: updates/s, and per
-//!   publication the latency p50/p99/max (a single add's is its publish
-//!   latency); merges counted.
+//! - library: the control plane's own path (`RuntimeSets::stage`, `commit`,
+//!   publication into a `Published` rule set), batches of 1, 100 and 10,000
+//!   adds into a set of `--entries` hosts: updates/s, and per publication
+//!   the latency p50/p99/max (a single add's is its publish latency);
+//!   merges counted.
+//! - lookup: what a delta of 1k to 250k added hosts costs the judge, Mpps
+//!   against no delta.
 //! - socket: a `Controller` serving a real control socket, as a bridge
 //!   does: `--updates` adds as one `-f` batch, and single `add` requests
 //!   one connection each from 4 client threads (updates/s, round trip and
