@@ -247,3 +247,198 @@ fn ctl_refuses_other_users() {
     let out = as_nobody(&sock2);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// Our frames for the update test: UDP/IPv4 from 10.201.0.S with a payload
+/// of a magic, the source index, a sequence number and the send time.
+const UPD_MAGIC: &[u8; 8] = b"SLUICEUP";
+
+fn upd_frame(src: u8, seq: u32, sent_ns: u64) -> Vec<u8> {
+    let mut f = vec![0x02, 0, 0, 0, 0, 0x0b, 0x02, 0, 0, 0, 0, 0x0a, 0x08, 0x00];
+    let payload_len = 8 + 8 + 4 + 4 + 8;
+    let total = 20 + payload_len;
+    f.extend_from_slice(&[0x45, 0, (total >> 8) as u8, total as u8, 0, 0, 0x40, 0, 64, 17, 0, 0]);
+    f.extend_from_slice(&[10, 201, 0, src]);
+    f.extend_from_slice(&[10, 202, 0, 1]);
+    f.extend_from_slice(&[0x30, 0x39, 0x00, 0x35, 0, (payload_len) as u8, 0, 0]);
+    f.extend_from_slice(UPD_MAGIC);
+    f.extend_from_slice(&u32::from(src).to_be_bytes());
+    f.extend_from_slice(&seq.to_be_bytes());
+    f.extend_from_slice(&sent_ns.to_be_bytes());
+    f
+}
+
+/// (source, seq, sent ns) of one of our frames.
+fn upd_parse(f: &[u8]) -> Option<(u8, u32, u64)> {
+    let at = 14 + 20 + 8;
+    if f.len() < at + 24 || &f[at..at + 8] != UPD_MAGIC {
+        return None;
+    }
+    let src = u32::from_be_bytes(f[at + 8..at + 12].try_into().ok()?) as u8;
+    let seq = u32::from_be_bytes(f[at + 12..at + 16].try_into().ok()?);
+    let ns = u64::from_be_bytes(f[at + 16..at + 24].try_into().ok()?);
+    Some((src, seq, ns))
+}
+
+/// Adds and deletes streamed through the control socket while traffic
+/// flows through a bridge of two workers, with a background stream of
+/// batches (100 adds every 10 ms, 10,000/s) so that publications, merges
+/// and coalescing happen all along: no frame sent after its source's add
+/// was published passes, none sent after its delete was published is
+/// dropped, and none sent well before its add is dropped.
+#[test]
+fn ctl_updates_under_traffic_give_no_wrong_verdict() {
+    if !live_or_skip("ctl_updates_under_traffic_give_no_wrong_verdict") {
+        return;
+    }
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("r.rules");
+    std::fs::write(&rules, "set blocks dynamic\ndrop saddr @blocks\n").unwrap();
+    let sock = dir.path().join("ctl.sock");
+    let topo = Topology::new("cw");
+    let _bridge = start(&topo, &rules, &sock, &["--workers", "2"]);
+
+    const SOURCES: u8 = 48;
+    let t0 = Instant::now();
+    let now = move || t0.elapsed().as_nanos() as u64;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tx = live::Endpoint::open(&topo.ns_a.name, &topo.a.far);
+    let mut rx = live::Endpoint::open(&topo.ns_b.name, &topo.b.far);
+
+    let receiver = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut got = std::collections::HashSet::new();
+            let mut quiet_since: Option<Instant> = None;
+            loop {
+                rx.sock.poll_rx(5).unwrap();
+                let n = rx.sock.rx_batch(4096, |f, _| {
+                    if let Some((s, q, _)) = upd_parse(f) {
+                        assert!(got.insert((s, q)), "frame {s}/{q} arrived twice");
+                    }
+                });
+                if stop.load(Ordering::Relaxed) {
+                    // Drain for 200 ms after the sender stopped.
+                    let since = *quiet_since.get_or_insert_with(Instant::now);
+                    if n == 0 && since.elapsed() > Duration::from_millis(200) {
+                        return got;
+                    }
+                }
+            }
+        })
+    };
+    let sender = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut log = Vec::new();
+            let mut seq = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                // 20 frames a millisecond: 20,000 a second over all sources.
+                for _ in 0..20 {
+                    let src = (seq % u32::from(SOURCES)) as u8;
+                    let t = now();
+                    let f = upd_frame(src, seq, t);
+                    while !tx.sock.send(&f).unwrap() {
+                        tx.sock.flush_wait().unwrap();
+                    }
+                    log.push((src, seq, t));
+                    seq += 1;
+                }
+                tx.sock.flush().unwrap();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            tx.sock.flush_wait().unwrap();
+            log
+        })
+    };
+    // Background: 100 unrelated adds every 10 ms.
+    let noise = {
+        let (stop, sock) = (Arc::clone(&stop), sock.clone());
+        std::thread::spawn(move || {
+            let mut k = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                let text: String = (0..100)
+                    .map(|_| {
+                        k += 1;
+                        format!("add blocks 198.18.{}.{} timeout 2\n", k >> 8 & 0xff, k & 0xff)
+                    })
+                    .collect();
+                let r = sluice_control::socket::request(&sock, &text, Duration::from_secs(10)).unwrap();
+                assert_eq!(r["ok"], true, "{r}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            k
+        })
+    };
+
+    // Each source: added at some point, most deleted later; the times of
+    // each request (before) and its reply (after), in send-clock ns.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut add: Vec<Option<(u64, u64)>> = vec![None; usize::from(SOURCES)];
+    let mut del: Vec<Option<(u64, u64)>> = vec![None; usize::from(SOURCES)];
+    let ctl = |text: String| {
+        let before = now();
+        let r = sluice_control::socket::request(&sock, &text, Duration::from_secs(10)).unwrap();
+        assert_eq!(r["ok"], true, "{text}: {r}");
+        (before, now())
+    };
+    for s in 0..SOURCES {
+        add[usize::from(s)] = Some(ctl(format!("add blocks 10.201.0.{s}")));
+        std::thread::sleep(Duration::from_millis(15));
+        if s >= 8 {
+            let d = s - 8;
+            del[usize::from(d)] = Some(ctl(format!("del blocks 10.201.0.{d}")));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    let log = sender.join().unwrap();
+    let got = receiver.join().unwrap();
+    let noise_adds = noise.join().unwrap();
+
+    // Frames sent this long before a request are judged before it is
+    // published: the bridge keeps up with 20,000 frames/s by far.
+    let slack = 20_000_000u64;
+    let (mut leaked, mut lost, mut checked_blocked, mut checked_open) = (Vec::new(), Vec::new(), 0, 0);
+    for &(s, q, t) in &log {
+        let (a, d) = (add[usize::from(s)], del[usize::from(s)]);
+        let arrived = got.contains(&(s, q));
+        // A frame sent just before a request may be judged after it is
+        // published: those within `slack` of a request are not checked.
+        let surely_blocked = a.is_some_and(|(_, ar)| t > ar) && d.is_none_or(|(db, _)| t + slack < db);
+        let surely_open = a.is_none_or(|(ab, _)| t + slack < ab) || d.is_some_and(|(_, dr)| t > dr);
+        if surely_blocked {
+            checked_blocked += 1;
+            if arrived {
+                leaked.push((s, q, t));
+            }
+        } else if surely_open {
+            checked_open += 1;
+            if !arrived {
+                lost.push((s, q, t));
+            }
+        }
+    }
+    println!(
+        "{} frames sent, {} arrived; checked {checked_blocked} that must be dropped, {checked_open} that must pass; \
+         {noise_adds} background adds",
+        log.len(),
+        got.len()
+    );
+    assert!(checked_blocked > 1000 && checked_open > 1000, "the test checked too little");
+    let when = |s: u8| (add[usize::from(s)], del[usize::from(s)]);
+    assert!(
+        leaked.is_empty(),
+        "{} frames passed after their add was published, e.g. {:?}; (add, del) (before, after) of the first: {:?}",
+        leaked.len(),
+        &leaked[..leaked.len().min(5)],
+        when(leaked[0].0)
+    );
+    assert!(
+        lost.is_empty(),
+        "{} frames dropped while surely unblocked, e.g. {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
+}
