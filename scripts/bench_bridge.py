@@ -30,6 +30,8 @@ Usage: scripts/bench_bridge.py [--entries N] [--frames N] [--reload-rate PPS] [-
 """
 
 import argparse
+import socket
+import threading
 import json
 import os
 import random
@@ -157,10 +159,10 @@ def offer(sluice, topo, cap, expected):
 
 
 class SluiceBridge:
-    def __init__(self, sluice, topo, work, io):
+    def __init__(self, sluice, topo, work, io, rules=None, extra=()):
+        source = ["--rules", rules] if rules else ["--drop-src", os.path.join(work, "list.txt")]
         self.p = subprocess.Popen(
-            [sluice, "bridge", "--iface", topo.a1, "--iface", topo.b1, "--drop-src", os.path.join(work, "list.txt"),
-             "--io", io, "--json"],
+            [sluice, "bridge", "--iface", topo.a1, "--iface", topo.b1, *source, "--io", io, "--json", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         self.lines = []
@@ -194,6 +196,41 @@ class SluiceBridge:
         return json.loads(out) if out.strip() else None
 
 
+class UpdatePump(threading.Thread):
+    """Adds `rate` addresses a second to the bridge's dynamic set `blocks`
+    over its control socket, in batches of 1,000 (addresses in 198.18.0.0/15,
+    never in the traffic, each with a 60 s timeout)."""
+
+    def __init__(self, sock, rate):
+        super().__init__(daemon=True)
+        self.sock, self.rate, self.stop, self.sent, self.failed = sock, rate, threading.Event(), 0, 0
+
+    def run(self):
+        k = 0
+        t0 = time.time()
+        while not self.stop.is_set():
+            lines = []
+            for _ in range(1000):
+                k += 1
+                lines.append(f"add blocks 198.{18 + (k >> 16 & 1)}.{k >> 8 & 255}.{k & 255} timeout 60\n")
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.connect(self.sock)
+            c.sendall("".join(lines).encode())
+            c.shutdown(socket.SHUT_WR)
+            reply = b""
+            while chunk := c.recv(65536):
+                reply += chunk
+            c.close()
+            if json.loads(reply).get("ok"):
+                self.sent += 1000
+            else:
+                self.failed += 1
+            # Pace to `rate`.
+            ahead = self.sent / self.rate - (time.time() - t0)
+            if ahead > 0:
+                time.sleep(ahead)
+
+
 def reload_case(sluice, topo, cap, expected, rate, action):
     """Traffic at `rate` while `action()` replaces the rules one second in;
     returns the action's own numbers plus leaked and lost frames."""
@@ -223,6 +260,8 @@ def main():
     ap.add_argument("--reload-rate", type=int, default=20_000)
     ap.add_argument("--reload-secs", type=float, default=6.0)
     ap.add_argument("--sluice", default=os.path.join(ROOT, "target", "release", "sluice"))
+    ap.add_argument("--update-rate", type=int, default=100_000,
+                    help="runtime set adds a second during the forwarding-under-updates case")
     a = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench_bridge: needs root (network namespaces, XDP, nftables)")
@@ -298,6 +337,38 @@ def main():
                 c["bridge_packets"] = summary["packets"]
                 c["ring_drops"] = sum(p["rx_ring_drops"] + p["tx_ring_full"] for p in summary["per_port"])
             contenders["sluice_" + io] = c
+
+        # Forwarding while the control socket takes --update-rate adds a
+        # second into a dynamic set, against the same bridge without them.
+        rules = os.path.join(work, "updates.rules")
+        with open(rules, "w") as f:
+            f.write('set blocked from "list.txt"\nset blocks dynamic\ndrop saddr @blocked\ndrop saddr @blocks\n')
+        sock = os.path.join(work, "ctl.sock")
+        b = SluiceBridge(a.sluice, topo, work, "afpacket", rules=rules, extra=["--control", sock])
+        runs = {"without": [], "with": []}
+        pumped = 0
+        for _ in range(2):
+            runs["without"].append(offer(a.sluice, topo, cap, expected_pass))
+            pump = UpdatePump(sock, a.update_rate)
+            pump.start()
+            t = time.time()
+            runs["with"].append(offer(a.sluice, topo, cap, expected_pass))
+            pump.stop.set()
+            pump.join()
+            pumped += pump.sent
+            runs["with"][-1]["updates_per_s"] = round(pump.sent / (time.time() - t))
+        b.stop()
+        med = lambda v: sorted(v)[len(v) // 2] if len(v) % 2 else sum(sorted(v)[len(v) // 2 - 1:len(v) // 2 + 1]) / 2
+        without = med([r["delivered_pps"] for r in runs["without"]])
+        with_ = med([r["delivered_pps"] for r in runs["with"]])
+        result["updates"] = {
+            "io": "afpacket",
+            "runs": runs,
+            "updates_applied": pumped,
+            "delivered_pps_without": without,
+            "delivered_pps_with": with_,
+            "ratio_with_over_without": round(with_ / without, 3) if without else None,
+        }
 
         result["contenders"] = contenders
         result["reload"] = reloads

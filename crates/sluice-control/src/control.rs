@@ -406,6 +406,18 @@ impl Controller {
         }
     }
 
+    /// Publishes the new tables of merges that finished on their threads.
+    fn finish_merges(&mut self) {
+        let rules = self.published.load();
+        let (new, n) = self.sets.poll_merges(&rules.value, false);
+        drop(rules);
+        if let Some(r) = new {
+            self.state.merges.fetch_add(n as u64, Ordering::Relaxed);
+            let generation = self.publish(r);
+            log::debug!("{n} set delta(s) merged into new tables; generation {generation} in force");
+        }
+    }
+
     /// The counters `sluice ctl stats` shows.
     pub fn stats_json(&self) -> serde_json::Value {
         let s = &self.state;
@@ -478,6 +490,7 @@ impl Controller {
                 }
             }
             self.commit(staged);
+            self.finish_merges();
             if last_tick.elapsed() >= TICK {
                 last_tick = Instant::now();
                 self.tick();

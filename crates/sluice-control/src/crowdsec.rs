@@ -6,9 +6,15 @@
 //! deleted ones come out; other types and scopes are counted, not applied.
 //!
 //! The delta stream can miss decisions (a bouncer that pulled 100,000 saw
-//! 50 never arrive until a restart), so a full pull every `resync` replaces
-//! the set's content in one publication (no gap: nothing is removed before
-//! the new content is in) and counts what it repaired. When the LAPI is
+//! 50 never arrive until a restart; sluice's own first try missed 100: the
+//! LAPI hands out what was committed since the last pull by creation time,
+//! so decisions created before a pull and committed after it are never
+//! streamed). So a full pull replaces the set's content in one publication
+//! (no gap: nothing is removed before the new content is in) and counts
+//! what it repaired: every `resync`, and once the stream goes quiet after
+//! it brought changes (a burst such as `cscli decisions import` is then
+//! complete within a few intervals), no more often than every 10 s and 10
+//! times the last full pull's duration. When the LAPI is
 //! unreachable or answers what does not parse, the set keeps what it has,
 //! the pull is retried with backoff, `up` goes to 0, and the first pull
 //! that works again is a full one.
@@ -18,6 +24,7 @@ use crate::sets::{Feed, FeedOutcome};
 use serde::Deserialize;
 use sluice_rules::Prefix;
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -205,10 +212,17 @@ pub fn pull(agent: &ureq::Agent, cfg: &BouncerConfig, startup: bool) -> Result<S
             }
             e => PullError::Http(format!("{url}: {e}")),
         })?;
-    let body = resp.into_string().map_err(|e| PullError::Http(format!("{url}: reading the answer: {e}")))?;
-    serde_json::from_str(&body)
-        .map_err(|e| PullError::Parse(format!("{e} (first bytes: {:?})", &body[..body.len().min(120)])))
+    // Parsed as it streams in: a full pull of 100,000 decisions is about
+    // 15 MB (ureq's `into_string` stops at 10 MB).
+    let reader = std::io::BufReader::new(resp.into_reader().take(MAX_ANSWER));
+    serde_json::from_reader(reader).map_err(|e| PullError::Parse(format!("{url}: {e}")))
 }
+
+/// The largest answer read (about 7 million decisions).
+pub const MAX_ANSWER: u64 = 1 << 30;
+
+/// The least time between two full pulls made because the stream went quiet.
+pub const SETTLE_GAP: Duration = Duration::from_secs(10);
 
 /// Runs the bouncer until `stop`: pulls, feeds the controller, backs off
 /// on failure.
@@ -218,6 +232,9 @@ pub fn run(cfg: BouncerConfig, events: Sender<Event>, stop: Arc<AtomicBool>, cou
     let mut full = true;
     let mut first = true;
     let mut last_full = Instant::now();
+    let mut last_full_took = Duration::ZERO;
+    // Changes streamed since the last full pull.
+    let mut streamed = false;
     let mut failures = 0u32;
     while !stop.load(Ordering::Relaxed) {
         if last_full.elapsed() >= cfg.resync {
@@ -252,14 +269,22 @@ pub fn run(cfg: BouncerConfig, events: Sender<Event>, stop: Arc<AtomicBool>, cou
                         );
                     }
                 }
-                if full {
+                let was_full = full;
+                full = false;
+                if was_full {
                     last_full = Instant::now();
+                    last_full_took = started.elapsed();
+                    streamed = false;
                     if first {
                         log::info!("crowdsec: {} ban(s) from {} in set `{}`", out.added, cfg.url, cfg.set);
                     }
+                } else if out.added + out.deleted > 0 {
+                    streamed = true;
+                } else if streamed && last_full.elapsed() >= (last_full_took * 10).max(SETTLE_GAP) {
+                    // Quiet after a burst: make sure the burst is all here.
+                    full = true;
                 }
                 first = false;
-                full = false;
                 failures = 0;
             }
             Err(PullError::Stopping) => return,

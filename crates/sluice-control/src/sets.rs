@@ -6,10 +6,11 @@
 
 use crate::ctl::{Command, CtlError};
 use sluice_engine::dynamic::{ChangeError, Elements, Found, SetState};
-use sluice_engine::{RuleSet, SetChange, SetKind};
+use sluice_engine::{BaseTables, RuleSet, SetChange, SetKind};
 use sluice_rules::Prefix;
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
+use std::sync::mpsc;
 
 /// A delta is folded into new base tables once it holds more than this
 /// many elements and more than 1/[`MERGE_RATIO`] of the base: below that a
@@ -72,6 +73,55 @@ fn kind_name(k: SetKind) -> String {
     }
 }
 
+/// A merge building tables elsewhere: its set, and where they come back.
+struct Running {
+    set: String,
+    /// The merge's number in its set's state.
+    seq: u64,
+    done: mpsc::Receiver<(BaseTables, Elements)>,
+}
+
+/// The change to publish for set `i` (its state `s`): its delta, with new
+/// tables when it was flushed, or merged here; a merge that is due starts
+/// on a thread of its own when `running` is given.
+#[allow(clippy::too_many_arguments)]
+fn change_for(
+    rules: &RuleSet,
+    i: usize,
+    name: &str,
+    s: &mut SetState,
+    flushed: bool,
+    (min, ratio): (usize, usize),
+    running: Option<&mut Vec<Running>>,
+    merged: &mut usize,
+) -> SetChange {
+    let mut base = flushed.then(|| rules.build_base(&[]));
+    if s.wants_merge(min, ratio) && !s.merging() {
+        match running {
+            Some(running) => {
+                if let Some((seq, input)) = s.start_merge() {
+                    let (tx, rx) = mpsc::channel();
+                    let rules = rules.clone();
+                    let spawned = std::thread::Builder::new().name("sluice-merge".into()).spawn(move || {
+                        let list = input.elements();
+                        let tables = rules.build_base(&list);
+                        let _ = tx.send((tables, Elements::from_prefixes(&list)));
+                    });
+                    match spawned {
+                        Ok(_) => running.push(Running { set: name.to_owned(), seq, done: rx }),
+                        Err(e) => log::warn!("set `{name}`: cannot start a merge thread ({e}); the delta stays"),
+                    }
+                }
+            }
+            None => {
+                *merged += 1;
+                base = Some(rules.build_base(&s.merge()));
+            }
+        }
+    }
+    SetChange { set: i, base, delta: s.delta() }
+}
+
 /// The runtime state of every named set changed since its tables were built.
 #[derive(Default)]
 pub struct RuntimeSets {
@@ -79,13 +129,18 @@ pub struct RuntimeSets {
     /// Sets changed by staged batches not yet committed.
     touched: BTreeSet<usize>,
     flushed: BTreeSet<usize>,
+    /// Merges building new tables on threads of their own.
+    running: Vec<Running>,
+    /// Merge on a thread of its own (publications go on meanwhile); off,
+    /// a merge is done within the commit that wants it.
+    pub background: bool,
     pub merge_min: usize,
     pub merge_ratio: usize,
 }
 
 impl RuntimeSets {
     pub fn new() -> RuntimeSets {
-        RuntimeSets { merge_min: MERGE_MIN, merge_ratio: MERGE_RATIO, ..RuntimeSets::default() }
+        RuntimeSets { merge_min: MERGE_MIN, merge_ratio: MERGE_RATIO, background: true, ..RuntimeSets::default() }
     }
 
     fn index(rules: &RuleSet, name: &str) -> Result<usize, String> {
@@ -222,20 +277,47 @@ impl RuntimeSets {
         }
         let mut merges = 0;
         let mut changes = Vec::new();
+        let threshold = (self.merge_min, self.merge_ratio);
         for i in std::mem::take(&mut self.touched) {
-            let Some(s) = self.states.get_mut(&rules.named_set_info()[i].name) else { continue };
-            let base = if s.wants_merge(self.merge_min, self.merge_ratio) {
-                merges += 1;
-                Some(rules.build_base(&s.merge()))
-            } else if self.flushed.contains(&i) {
-                Some(rules.build_base(&[]))
-            } else {
-                None
-            };
-            changes.push(SetChange { set: i, base, delta: s.delta() });
+            let name = &rules.named_set_info()[i].name;
+            let Some(s) = self.states.get_mut(name) else { continue };
+            let running = self.background.then_some(&mut self.running);
+            let flushed = self.flushed.contains(&i);
+            changes.push(change_for(rules, i, name, s, flushed, threshold, running, &mut merges));
         }
         self.flushed.clear();
         (Some(rules.with_sets(changes)), merges)
+    }
+
+    /// Merges that finished on their threads: the rules with their new
+    /// tables (the changes made meanwhile as the new deltas), and how many.
+    /// With `wait`, waits for every running merge.
+    pub fn poll_merges(&mut self, rules: &RuleSet, wait: bool) -> (Option<RuleSet>, usize) {
+        let mut changes = Vec::new();
+        let mut finished = 0;
+        let mut still = Vec::new();
+        for r in std::mem::take(&mut self.running) {
+            let got =
+                if wait { r.done.recv().map_err(|_| mpsc::TryRecvError::Disconnected) } else { r.done.try_recv() };
+            match got {
+                Ok((tables, elems)) => {
+                    let (Some(s), Some(i)) = (self.states.get_mut(&r.set), rules.named_index(&r.set)) else { continue };
+                    if s.finish_merge(r.seq, elems) {
+                        finished += 1;
+                        changes.push(SetChange { set: i, base: Some(tables), delta: s.delta() });
+                    }
+                }
+                Err(mpsc::TryRecvError::Empty) => still.push(r),
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    log::error!("set `{}`: the merge thread died; the delta stays", r.set);
+                    if let Some(s) = self.states.get_mut(&r.set) {
+                        s.merge_abandoned();
+                    }
+                }
+            }
+        }
+        self.running = still;
+        ((!changes.is_empty()).then(|| rules.with_sets(changes)), finished)
     }
 
     /// The earliest deadline of any element (wall-clock ns).
@@ -254,8 +336,18 @@ impl RuntimeSets {
             }
             gone += s.expire(now);
             let Some(i) = rules.named_index(name) else { continue };
-            let base = s.wants_merge(self.merge_min, self.merge_ratio).then(|| rules.build_base(&s.merge()));
-            changes.push(SetChange { set: i, base, delta: s.delta() });
+            let running = self.background.then_some(&mut self.running);
+            let mut merged = 0;
+            changes.push(change_for(
+                rules,
+                i,
+                name,
+                s,
+                false,
+                (self.merge_min, self.merge_ratio),
+                running,
+                &mut merged,
+            ));
         }
         (!changes.is_empty()).then(|| (rules.with_sets(changes), gone))
     }
@@ -265,6 +357,9 @@ impl RuntimeSets {
     /// their files were read again. Returns the rules to publish and the
     /// names of the sets whose changes were dropped.
     pub fn carry_over(&mut self, new: RuleSet) -> (RuleSet, Vec<String>) {
+        // Merges under way built tables for the old rules: the sets are
+        // merged here instead.
+        self.running.clear();
         self.touched.clear();
         self.flushed.clear();
         let mut dropped = Vec::new();

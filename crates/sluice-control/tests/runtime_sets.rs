@@ -69,6 +69,8 @@ enum Op {
     Reload,
     /// Several lines as one batch: all or nothing.
     Batch(Vec<Op>),
+    /// Wait for the merges running on their threads.
+    Settle,
 }
 
 /// Elements near the list's, so that changes and lookups meet.
@@ -89,6 +91,7 @@ fn arb_op() -> impl Strategy<Value = Op> {
         1 => any::<bool>().prop_map(Op::Flush),
         2 => (0u64..3).prop_map(Op::Tick),
         1 => Just(Op::Reload),
+        2 => Just(Op::Settle),
         2 => prop::collection::vec(
             prop_oneof![
                 3 => (any::<bool>(), arb_prefix(), prop::option::of(1u32..4)).prop_map(|(d, p, t)| Op::Add(d, p, t)),
@@ -156,11 +159,13 @@ proptest! {
         ops in prop::collection::vec(arb_op(), 1..50),
         probes in prop::collection::vec(arb_prefix(), 6),
         merge_min in 0usize..6,
+        background in any::<bool>(),
     ) {
         let mut rules = compile();
         let mut sets = RuntimeSets::new();
         sets.merge_min = merge_min;
         sets.merge_ratio = 1;
+        sets.background = background;
         let (fi, di) = (rules.named_index("f").unwrap(), rules.named_index("d").unwrap());
         let mut fm = list_model();
         let mut dm = Model::new();
@@ -185,6 +190,11 @@ proptest! {
                     let (r, _) = sets.carry_over(compile());
                     rules = r;
                     fm = list_model();
+                }
+                Op::Settle => {
+                    if let (Some(r), _) = sets.poll_merges(&rules, true) {
+                        rules = r;
+                    }
                 }
                 Op::Batch(lines) => {
                     let batch: Vec<(usize, Command)> = lines.iter().enumerate().map(|(i, l)| (i + 1, line(l))).collect();
@@ -218,6 +228,10 @@ proptest! {
                 if let (Some(r), _) = sets.commit(&rules) {
                     rules = r;
                 }
+            }
+            // Merges that happen to be done are published, as the controller does.
+            if let (Some(r), _) = sets.poll_merges(&rules, false) {
+                rules = r;
             }
             // Every probe as a source (set d) and as a destination (set f).
             let addrs: Vec<IpAddr> = probes.iter().map(|p| p.addr()).chain(fm.keys().chain(dm.keys()).map(|p| p.addr())).collect();

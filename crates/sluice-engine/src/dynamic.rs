@@ -239,6 +239,37 @@ pub struct SetState {
     /// The same, in deadline order.
     queue: BTreeSet<(u64, Prefix)>,
     pub merges: u64,
+    /// While a merge runs elsewhere: the changes made since it started,
+    /// replayed onto its base when it is done ([`SetState::finish_merge`]).
+    since_merge: Option<(u64, Vec<Change>)>,
+    /// Numbers merges, so an abandoned one that finishes late is told apart.
+    merge_seq: u64,
+}
+
+/// A change as the log of an unfinished merge keeps it.
+#[derive(Debug, Clone, Copy)]
+enum Change {
+    Add(Prefix),
+    Del(Prefix),
+}
+
+/// What a merge needs, taken in O(delta) so the O(set) work can run on
+/// another thread: the base's elements (shared) and copies of the delta.
+#[derive(Debug, Clone)]
+pub struct MergeInput {
+    base: Option<Arc<Elements>>,
+    added: Elements,
+    deleted: Elements,
+}
+
+impl MergeInput {
+    /// Every element of the set at the time the merge started, sorted.
+    pub fn elements(&self) -> Vec<Prefix> {
+        let base = self.base.iter().flat_map(|b| b.iter()).filter(|p| !self.deleted.has(p));
+        let mut all: Vec<Prefix> = base.chain(self.added.iter()).collect();
+        all.sort_unstable();
+        all
+    }
 }
 
 impl SetState {
@@ -255,6 +286,8 @@ impl SetState {
             deadline: HashMap::default(),
             queue: BTreeSet::new(),
             merges: 0,
+            since_merge: None,
+            merge_seq: 0,
         }
     }
 
@@ -276,6 +309,9 @@ impl SetState {
     /// `ipset add -exist`), to leave `timeout` seconds after `now` (the
     /// set's default when None; never when neither).
     pub fn add(&mut self, p: Prefix, timeout: Option<u32>, now: u64) {
+        if let Some((_, log)) = &mut self.since_merge {
+            log.push(Change::Add(p));
+        }
         if !self.deleted.remove(&p) && !self.in_base(&p) {
             self.added.insert(p);
         }
@@ -285,6 +321,11 @@ impl SetState {
 
     /// Deletes exactly `p`.
     pub fn del(&mut self, p: Prefix) -> Result<(), ChangeError> {
+        if self.added.has(&p) || self.in_base(&p) {
+            if let Some((_, log)) = &mut self.since_merge {
+                log.push(Change::Del(p));
+            }
+        }
         if self.added.remove(&p) {
         } else if self.in_base(&p) {
             self.deleted.insert(p);
@@ -333,6 +374,8 @@ impl SetState {
 
     /// Empties the set: the base too (the caller publishes empty tables).
     pub fn flush(&mut self) {
+        // A merge under way would bring back what this removes.
+        self.since_merge = None;
         self.base = Some(Arc::new(Elements::new()));
         self.base_entries = 0;
         self.added.clear();
@@ -361,11 +404,69 @@ impl SetState {
         self.base.is_some() && delta > min && delta > self.base_entries / ratio.max(1)
     }
 
+    /// Starts a merge to run elsewhere: what it needs (with the merge's
+    /// number, for [`SetState::finish_merge`]), and from now on a log of the
+    /// changes made meanwhile. None when one is already running or the
+    /// base's elements are not known.
+    pub fn start_merge(&mut self) -> Option<(u64, MergeInput)> {
+        if self.since_merge.is_some() || self.base.is_none() {
+            return None;
+        }
+        self.merge_seq += 1;
+        self.since_merge = Some((self.merge_seq, Vec::new()));
+        Some((
+            self.merge_seq,
+            MergeInput { base: self.base.clone(), added: self.added.clone(), deleted: self.deleted.clone() },
+        ))
+    }
+
+    /// Forgets a merge that will not finish (its thread died).
+    pub fn merge_abandoned(&mut self) {
+        self.since_merge = None;
+    }
+
+    /// Whether a merge started by [`SetState::start_merge`] is running.
+    pub fn merging(&self) -> bool {
+        self.since_merge.is_some()
+    }
+
+    /// Ends merge number `seq`: `base` holds the elements
+    /// [`MergeInput::elements`] gave; the changes made since are replayed as
+    /// the new delta. False (nothing changed) when that merge was abandoned
+    /// meanwhile (a flush, a merge done here, another merge started).
+    pub fn finish_merge(&mut self, seq: u64, base: Elements) -> bool {
+        if self.since_merge.as_ref().is_none_or(|(n, _)| *n != seq) {
+            return false;
+        }
+        let Some((_, log)) = self.since_merge.take() else { return false };
+        self.base_entries = base.len();
+        self.base = Some(Arc::new(base));
+        self.added.clear();
+        self.deleted.clear();
+        for c in log {
+            match c {
+                Change::Add(p) => {
+                    if !self.deleted.remove(&p) && !self.in_base(&p) {
+                        self.added.insert(p);
+                    }
+                }
+                Change::Del(p) => {
+                    if !self.added.remove(&p) && self.in_base(&p) {
+                        self.deleted.insert(p);
+                    }
+                }
+            }
+        }
+        self.merges += 1;
+        true
+    }
+
     /// Folds the delta into a new base and returns its elements (the caller
     /// builds the tables and publishes them with `delta()`, now None).
     /// Deadlines stay: an element that expires after a merge is deleted
     /// from the base.
     pub fn merge(&mut self) -> Vec<Prefix> {
+        self.since_merge = None;
         let base = self.base.as_deref().cloned().unwrap_or_default();
         let mut all: Vec<Prefix> =
             base.iter().filter(|p| !self.deleted.has(p)).chain(self.added.iter()).collect::<Vec<_>>();
@@ -490,6 +591,9 @@ mod tests {
         Tick(u64),
         Merge,
         Flush,
+        /// A merge elsewhere: started, then finished some ops later.
+        StartMerge,
+        FinishMerge,
     }
 
     /// Prefixes from a small space so that adds, deletes and lookups meet:
@@ -516,6 +620,8 @@ mod tests {
             2 => (0u64..3).prop_map(Op::Tick),
             1 => Just(Op::Merge),
             1 => Just(Op::Flush),
+            2 => Just(Op::StartMerge),
+            2 => Just(Op::FinishMerge),
         ]
     }
 
@@ -539,6 +645,7 @@ mod tests {
             let mut tables: Vec<Prefix> = base.clone();
             let mut s = SetState::new(Some(Elements::from_prefixes(&base)), 0, None);
             let ips: Vec<IpAddr> = probes.iter().map(|p| p.addr()).collect();
+            let mut running: Option<(u64, Vec<Prefix>)> = None;
             for op in ops {
                 match op {
                     Op::Add(p, t) => {
@@ -559,6 +666,18 @@ mod tests {
                         s.flush();
                         tables.clear();
                         model.elems.clear();
+                    }
+                    Op::StartMerge => {
+                        if let Some((seq, input)) = s.start_merge() {
+                            running = Some((seq, input.elements()));
+                        }
+                    }
+                    Op::FinishMerge => {
+                        if let Some((seq, list)) = running.take() {
+                            if s.finish_merge(seq, Elements::from_prefixes(&list)) {
+                                tables = list;
+                            }
+                        }
                     }
                 }
                 let delta = s.delta();

@@ -110,7 +110,24 @@ fn library(base: &[Prefix], set: &str, size: usize, total: usize, seed: u32) -> 
         lat.push(t.elapsed().as_secs_f64() * 1e6);
     }
     let secs = started.elapsed().as_secs_f64();
+    // One merge of everything into new base tables, as the threshold would
+    // make it: the stall a publication waits behind today.
+    sets.merge_min = 0;
+    sets.merge_ratio = 1;
+    let t = Instant::now();
+    let one =
+        vec![(1, Command::Add { set: set.into(), elem: Prefix::host(IpAddr::from([10, 0, 0, 2])), timeout: None })];
+    let cur = published.load();
+    sets.stage(&cur.value, &one, 1, &base_of).expect("an add");
+    let (r, m) = sets.commit(&cur.value);
+    drop(cur);
+    published.publish(r.expect("a change"));
+    let merge_s = t.elapsed().as_secs_f64();
     let mut v = percentiles(&mut lat);
+    v["merge_s"] = merge_s.into();
+    v["merge_entries"] =
+        published.load().value.named_set_info()[published.load().value.named_index(set).unwrap_or(0)].entries.into();
+    assert_eq!(m, 1, "the forced merge ran");
     v["batch"] = size.into();
     v["updates"] = total.into();
     v["updates_per_s"] = (total as f64 / secs).into();
