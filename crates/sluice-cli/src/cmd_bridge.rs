@@ -136,25 +136,14 @@ impl From<XdpModeArg> for XdpChoice {
 /// The CrowdSec bouncer's settings, the key read from its file.
 fn crowdsec_config(a: &BridgeArgs) -> Result<Option<sluice_control::crowdsec::BouncerConfig>> {
     let (Some(url), Some(key_file)) = (&a.crowdsec_url, &a.crowdsec_key_file) else { return Ok(None) };
-    if url.starts_with("https://") {
-        bail!("--crowdsec-url {url}: https is not supported yet; use the LAPI's http listener on loopback or a local TLS tunnel");
-    }
-    if !url.starts_with("http://") {
-        bail!("--crowdsec-url {url}: expected http://HOST:PORT");
-    }
-    let key =
-        std::fs::read_to_string(key_file).with_context(|| format!("--crowdsec-key-file {}", key_file.display()))?;
-    let key = key.trim().to_owned();
-    if key.is_empty() || key.contains(char::is_whitespace) {
-        bail!("--crowdsec-key-file {}: expected one API key (cscli bouncers add NAME -o raw)", key_file.display());
-    }
-    Ok(Some(sluice_control::crowdsec::BouncerConfig {
-        url: url.clone(),
-        key,
-        interval: Duration::from_secs_f64(a.crowdsec_interval),
-        resync: Duration::from_secs_f64(a.crowdsec_resync),
-        set: a.crowdsec_set.clone(),
-    }))
+    let cfg = sluice_control::crowdsec::BouncerConfig::new(
+        url,
+        key_file,
+        a.crowdsec_interval,
+        a.crowdsec_resync,
+        &a.crowdsec_set,
+    );
+    cfg.map(Some).map_err(anyhow::Error::msg)
 }
 
 /// The flags that make no sense together, refused before anything opens.
@@ -170,11 +159,6 @@ fn check(a: &BridgeArgs) -> Result<(&String, &String)> {
     }
     if a.duration.is_some_and(|d| !(d.is_finite() && d > 0.0)) {
         bail!("--duration must be a positive number of seconds");
-    }
-    for (flag, v) in [("--crowdsec-interval", a.crowdsec_interval), ("--crowdsec-resync", a.crowdsec_resync)] {
-        if !(v.is_finite() && v >= 0.05) {
-            bail!("{flag} must be a number of seconds, at least 0.05");
-        }
     }
     Ok((if_a, if_b))
 }
@@ -309,61 +293,16 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     signals.close();
     let done = report::finished(result)?;
     let rules = published.load();
-    let mut summary = summary_json(&done.report, &shared, &io_desc);
+    let mut summary = shared.summary_json(&done.report, &io_desc);
     crate::rule_source::rules_json(&rules.value, &done.report.stats, &mut summary);
     if a.json {
         println!("{summary}");
     } else {
-        print_summary(&done.report, &shared, &io_desc);
+        print!("{}{}", report::summary_text(&done.report), shared.summary_text(&done.report, &io_desc));
         print!("{}", crate::rule_source::rules_text(&rules.value, &done.report.stats));
     }
     if let Some(e) = done.stopped {
         return Err(anyhow::Error::new(e).context("the bridge stopped on an error reading the ports"));
     }
     Ok(Outcome::Complete)
-}
-
-fn summary_json(report: &sluice_pipeline::RunReport, shared: &BridgeMetrics, io: &str) -> serde_json::Value {
-    let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-    let mut v = serde_json::to_value(report.to_json()).expect("the report serialises");
-    v["io"] = io.into();
-    v["per_port"] = shared.per_port_json();
-    let c = &shared.control;
-    v["reloads"] = serde_json::json!({
-        "ok": l(&c.reloads_ok),
-        "failed": l(&c.reloads_failed),
-        "sighup": l(&c.sighups),
-        "generation": l(&c.generation),
-    });
-    v["lists"] =
-        c.lists().iter().map(|e| serde_json::json!({ "list": e.kind, "path": e.path, "entries": e.entries })).collect();
-    v["frames_reclaimed"] = l(&shared.ports.frames_reclaimed).into();
-    v
-}
-
-fn print_summary(report: &sluice_pipeline::RunReport, shared: &BridgeMetrics, io: &str) {
-    print!("{}", report::summary_text(report));
-    println!("io           {io}");
-    for p in shared.per_port_json().as_array().into_iter().flatten() {
-        println!(
-            "port {} {:<8} in {} (pass {}, drop {}); sent {}; lost: rx ring {}, tx ring {}, unsendable {}, no buffer {}",
-            p["port"],
-            p["iface"].as_str().unwrap_or(""),
-            p["packets"],
-            p["passed"],
-            p["dropped"],
-            p["tx_packets"],
-            p["rx_ring_drops"],
-            p["tx_ring_full"],
-            p["tx_invalid"],
-            p["tx_no_buffer"]
-        );
-    }
-    println!(
-        "reloads      {} ok, {} failed ({} SIGHUP)",
-        shared.control.reloads_ok.load(Ordering::Relaxed),
-        shared.control.reloads_failed.load(Ordering::Relaxed),
-        shared.control.sighups.load(Ordering::Relaxed)
-    );
-    println!("workers      {:?}", report.per_worker);
 }

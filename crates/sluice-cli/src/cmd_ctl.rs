@@ -6,7 +6,6 @@
 use crate::Outcome;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use serde_json::Value;
 use std::io::Read;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -58,73 +57,10 @@ pub fn run(a: CtlArgs) -> Result<Outcome> {
     if a.json {
         println!("{reply}");
     } else {
-        print_text(&reply);
+        print!("{}", sluice_control::ctl::render_text(&reply));
     }
-    if reply["ok"] != Value::Bool(true) {
-        let line = reply["line"].as_u64().filter(|&l| l > 0);
-        let at = match (&a.file, line) {
-            (Some(f), Some(l)) => format!("{}:{l}: ", f.display()),
-            (None, Some(l)) if request.lines().count() > 1 => format!("line {l}: "),
-            _ => String::new(),
-        };
-        let msg = reply["error"].as_str().unwrap_or("the bridge refused the request");
-        // The server's message already names the line.
-        bail!("{at}{}", msg.strip_prefix(&format!("line {}: ", line.unwrap_or(0))).unwrap_or(msg));
+    if let Some(e) = sluice_control::ctl::failure(&reply, &request, a.file.as_deref()) {
+        bail!("{e}");
     }
     Ok(Outcome::Complete)
-}
-
-fn print_text(r: &Value) {
-    if r["ok"] != Value::Bool(true) {
-        return;
-    }
-    if let Some(sets) = r["sets"].as_array() {
-        println!("{:<20} {:<22} {:>10} {:>10} {:>10} {:>10}", "set", "kind", "entries", "base", "added", "deleted");
-        for s in sets {
-            println!(
-                "{:<20} {:<22} {:>10} {:>10} {:>10} {:>10}",
-                s["name"].as_str().unwrap_or(""),
-                s["kind"].as_str().unwrap_or(""),
-                s["entries"],
-                s["base"],
-                s["added"],
-                s["deleted"]
-            );
-        }
-    } else if let Some(elems) = r["elements"].as_array() {
-        for e in elems {
-            match e["expires_in"].as_u64() {
-                Some(t) => println!("{} timeout {t}", e["element"].as_str().unwrap_or("")),
-                None => println!("{}", e["element"].as_str().unwrap_or("")),
-            }
-        }
-        if r["complete"] == Value::Bool(false) {
-            eprintln!("sluice: the base came from a compiled file: only elements added at runtime are listed");
-        }
-    } else if r.get("match").is_some() {
-        match (r["match"].as_bool(), r["element"].as_str(), r["from"].as_str()) {
-            (Some(true), Some(e), Some(from)) => println!(
-                "{} is in {} (element {e}, {from})",
-                r["addr"].as_str().unwrap_or(""),
-                r["set"].as_str().unwrap_or("")
-            ),
-            (Some(true), _, _) => {
-                println!("{} is in {} (base tables)", r["addr"].as_str().unwrap_or(""), r["set"].as_str().unwrap_or(""))
-            }
-            _ => println!("{} is not in {}", r["addr"].as_str().unwrap_or(""), r["set"].as_str().unwrap_or("")),
-        }
-    } else if r.get("applied").is_some() {
-        println!(
-            "applied {} change(s); generation {} in force ({} us)",
-            r["applied"], r["generation"], r["publish_us"]
-        );
-    } else if r.get("updates").is_some() {
-        if let Some(o) = r.as_object() {
-            for (k, v) in o.iter().filter(|(k, _)| *k != "ok") {
-                println!("{k}: {v}");
-            }
-        }
-    } else if r.get("generation").is_some() {
-        println!("reloaded; generation {} in force", r["generation"]);
-    }
 }

@@ -3,9 +3,9 @@
 //! proxy, the limits and the block file are `sluice-guard`'s.
 
 use crate::Outcome;
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
-use sluice_control::forward::{self, Block, ForwardCounters, Sink, Watcher};
+use sluice_control::forward::{self, Block, ForwardCounters};
 use sluice_guard::{BlockAction, Config, Guard, Limits, RespCodeBlock};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -122,25 +122,10 @@ pub struct GuardArgs {
     pub json: bool,
 }
 
-/// Where the blocks are forwarded, from the flags.
-fn sinks(a: &GuardArgs) -> Result<Vec<Sink>> {
-    let mut sinks = Vec::new();
-    if let Some(path) = &a.block_ctl {
-        sinks.push(Sink::Ctl { socket: path.clone(), set: a.block_ctl_set.clone() });
-    }
-    if let (Some(url), Some(login), Some(pw)) = (&a.crowdsec_url, &a.crowdsec_login, &a.crowdsec_password_file) {
-        if !url.starts_with("http://") {
-            bail!("--crowdsec-url {url}: expected http://HOST:PORT (https is not supported yet)");
-        }
-        let password =
-            std::fs::read_to_string(pw).with_context(|| format!("--crowdsec-password-file {}", pw.display()))?;
-        sinks.push(Sink::Crowdsec(Watcher::new(url, login, password.trim())));
-    }
-    Ok(sinks)
-}
-
 pub fn run(a: GuardArgs) -> Result<Outcome> {
-    let sinks = sinks(&a)?;
+    let crowdsec = a.crowdsec_url.as_deref().zip(a.crowdsec_login.as_deref()).zip(a.crowdsec_password_file.as_deref());
+    let ctl = a.block_ctl.as_deref().map(|p| (p, a.block_ctl_set.as_str()));
+    let sinks = forward::sinks(ctl, crowdsec.map(|((u, l), p)| (u, l, p))).map_err(anyhow::Error::msg)?;
     let forward_counters = (!sinks.is_empty()).then(|| Arc::new(ForwardCounters::new(&sinks)));
     let limits = Limits {
         request_rate: a.request_rate,
@@ -213,25 +198,7 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
-        println!(
-            "{} requests in {:.1} s, {} forwarded; {} connections, {} refused at accept; {} blocked ({} active); \
-             {} clients tracked, {} evicted; {} upstream errors; {} bytes in, {} bytes out",
-            report.requests,
-            elapsed.as_secs_f64(),
-            report.forwarded,
-            report.connections,
-            report.refused_at_accept,
-            report.blocked_total,
-            report.blocked_active,
-            report.clients_tracked,
-            report.clients_evicted,
-            report.upstream_errors,
-            report.bytes_in,
-            report.bytes_out
-        );
-        let broken: Vec<String> =
-            report.breaches.iter().filter(|(_, &n)| n > 0).map(|(k, n)| format!("{k} x{n}")).collect();
-        println!("  breaches: {}", if broken.is_empty() { "none".into() } else { broken.join(", ") });
+        print!("{}", report.text(elapsed));
     }
     Ok(Outcome::Complete)
 }

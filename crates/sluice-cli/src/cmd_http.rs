@@ -7,8 +7,8 @@
 use crate::Outcome;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use sluice_http::load::{self, LoadConfig, LoadReport, SourceRange};
-use sluice_http::{Config, Dist, Report, Server, Stall, WeightedList};
+use sluice_http::load::{self, LoadConfig, SourceRange};
+use sluice_http::{Config, Dist, Server, Stall, WeightedList};
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -85,27 +85,9 @@ pub fn serve(a: ServeArgs) -> Result<Outcome> {
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
-        print_summary(&report, elapsed);
+        print!("{}", report.text(elapsed));
     }
     Ok(Outcome::Complete)
-}
-
-fn print_summary(r: &Report, elapsed: Duration) {
-    let secs = elapsed.as_secs_f64().max(1e-9);
-    println!(
-        "{} requests in {:.1} s ({:.0} req/s over the whole run), {} connections, {} bytes out, {} bad requests, {} heads too large",
-        r.requests,
-        secs,
-        r.requests as f64 / secs,
-        r.connections,
-        r.bytes,
-        r.errors.bad_request,
-        r.errors.header_too_large
-    );
-    println!("  {} distinct client addresses", r.sources);
-    for t in &r.per_thread {
-        println!("  thread {}: {} requests, {} connections, {} bytes", t.thread, t.requests, t.connections, t.bytes);
-    }
 }
 
 #[derive(Args, Debug)]
@@ -235,51 +217,7 @@ pub fn load(a: LoadArgs) -> Result<Outcome> {
     if a.json {
         println!("{}", report.to_json());
     } else {
-        print_load(&report);
+        print!("{}", report.text());
     }
     Ok(Outcome::Complete)
-}
-
-fn print_load(r: &LoadReport) {
-    let j = r.to_json();
-    println!(
-        "{} requests in {:.2} s: {:.0} req/s, {} bytes in, {} bytes out; {} connections on {} threads, pipeline {}, {} source addresses",
-        r.requests,
-        r.elapsed.as_secs_f64(),
-        r.rps(),
-        r.bytes,
-        r.bytes_sent,
-        r.connections,
-        r.threads,
-        r.pipeline,
-        r.sources
-    );
-    let line = |name: &str, p: &serde_json::Value| {
-        println!(
-            "  {name:<34} p50 {} p90 {} p99 {} p99.9 {} p99.99 {} max {} (µs)",
-            p["p50"], p["p90"], p["p99"], p["p999"], p["p9999"], p["max"]
-        );
-    };
-    match r.rate {
-        Some(rate) => {
-            println!("  open loop at {rate} req/s");
-            line("latency from intended send time", &j["corrected"]);
-            line("uncorrected (from actual send)", &j["uncorrected"]);
-        }
-        None => line("latency", &j["latency_us"]),
-    }
-    let e = &r.errors;
-    println!(
-        "  errors: connect {}, read {}, write {}, timeout {}, bad response {}; non-2xx: {}",
-        e.connect,
-        e.read,
-        e.write,
-        e.timeout,
-        e.bad_response,
-        if r.status.is_empty() {
-            "none".to_string()
-        } else {
-            r.status.iter().map(|(s, n)| format!("{s} x{n}")).collect::<Vec<_>>().join(", ")
-        }
-    );
 }

@@ -47,6 +47,42 @@ pub struct BouncerConfig {
 /// A decision's (origin, type, scope, what was done with it).
 pub type DecisionKey = (String, String, String, &'static str);
 
+impl BouncerConfig {
+    /// From the flags: the key read from `key_file`, the URL checked.
+    pub fn new(url: &str, key_file: &std::path::Path, interval: f64, resync: f64, set: &str) -> Result<Self, String> {
+        if url.starts_with("https://") {
+            return Err(format!(
+                "--crowdsec-url {url}: https is not supported yet; use the LAPI's http listener on loopback or a local TLS tunnel"
+            ));
+        }
+        if !url.starts_with("http://") {
+            return Err(format!("--crowdsec-url {url}: expected http://HOST:PORT"));
+        }
+        for (flag, v) in [("--crowdsec-interval", interval), ("--crowdsec-resync", resync)] {
+            if !(v.is_finite() && v >= 0.05) {
+                return Err(format!("{flag} must be a number of seconds, at least 0.05"));
+            }
+        }
+        let key = std::fs::read_to_string(key_file)
+            .map_err(|e| format!("--crowdsec-key-file {}: {e}", key_file.display()))?
+            .trim()
+            .to_owned();
+        if key.is_empty() || key.contains(char::is_whitespace) {
+            return Err(format!(
+                "--crowdsec-key-file {}: expected one API key (cscli bouncers add NAME -o raw)",
+                key_file.display()
+            ));
+        }
+        Ok(BouncerConfig {
+            url: url.to_owned(),
+            key,
+            interval: Duration::from_secs_f64(interval),
+            resync: Duration::from_secs_f64(resync),
+            set: set.to_owned(),
+        })
+    }
+}
+
 /// What the bouncer counts (the metrics read it).
 #[derive(Debug, Default)]
 pub struct BouncerCounters {

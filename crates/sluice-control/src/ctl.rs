@@ -133,6 +133,74 @@ pub fn parse_request(text: &str) -> Result<Vec<(usize, Command)>, CtlError> {
     Ok(out)
 }
 
+/// A reply as `sluice ctl` prints it without `--json` (empty for a
+/// refusal, which [`failure`] words).
+pub fn render_text(r: &serde_json::Value) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let str_of = |v: &serde_json::Value| v.as_str().unwrap_or("").to_owned();
+    if r["ok"] != true {
+        return out;
+    }
+    if let Some(sets) = r["sets"].as_array() {
+        let _ = writeln!(
+            out,
+            "{:<20} {:<22} {:>10} {:>10} {:>10} {:>10}",
+            "set", "kind", "entries", "base", "added", "deleted"
+        );
+        for s in sets {
+            let (name, kind) = (str_of(&s["name"]), str_of(&s["kind"]));
+            let (e, b, a, d) = (&s["entries"], &s["base"], &s["added"], &s["deleted"]);
+            let _ = writeln!(out, "{name:<20} {kind:<22} {e:>10} {b:>10} {a:>10} {d:>10}");
+        }
+    } else if let Some(elems) = r["elements"].as_array() {
+        for e in elems {
+            let _ = match e["expires_in"].as_u64() {
+                Some(t) => writeln!(out, "{} timeout {t}", str_of(&e["element"])),
+                None => writeln!(out, "{}", str_of(&e["element"])),
+            };
+        }
+        if r["complete"] == false {
+            out += "# the base came from a compiled file: only elements added at runtime are listed\n";
+        }
+    } else if r.get("match").is_some() {
+        let (addr, set) = (str_of(&r["addr"]), str_of(&r["set"]));
+        let _ = match (r["match"].as_bool(), r["element"].as_str(), r["from"].as_str()) {
+            (Some(true), Some(e), Some(from)) => writeln!(out, "{addr} is in {set} (element {e}, {from})"),
+            (Some(true), _, _) => writeln!(out, "{addr} is in {set} (base tables)"),
+            _ => writeln!(out, "{addr} is not in {set}"),
+        };
+    } else if r.get("applied").is_some() {
+        let (n, g, us) = (&r["applied"], &r["generation"], &r["publish_us"]);
+        let _ = writeln!(out, "applied {n} change(s); generation {g} in force ({us} us)");
+    } else if let Some(o) = r.as_object().filter(|o| o.contains_key("updates")) {
+        for (k, v) in o.iter().filter(|(k, _)| *k != "ok") {
+            let _ = writeln!(out, "{k}: {v}");
+        }
+    } else if r.get("generation").is_some() {
+        let _ = writeln!(out, "reloaded; generation {} in force", r["generation"]);
+    }
+    out
+}
+
+/// A refusal's message, its line named as `FILE:LINE:` when the request
+/// came from `file`, `line N:` for a batch from elsewhere; None when the
+/// reply is not a refusal.
+pub fn failure(r: &serde_json::Value, request: &str, file: Option<&std::path::Path>) -> Option<String> {
+    if r["ok"] == true {
+        return None;
+    }
+    let line = r["line"].as_u64().filter(|&l| l > 0);
+    let at = match (file, line) {
+        (Some(f), Some(l)) => format!("{}:{l}: ", f.display()),
+        (None, Some(l)) if request.lines().count() > 1 => format!("line {l}: "),
+        _ => String::new(),
+    };
+    let msg = r["error"].as_str().unwrap_or("the bridge refused the request");
+    // The server's message names the line already.
+    Some(format!("{at}{}", msg.strip_prefix(&format!("line {}: ", line.unwrap_or(0))).unwrap_or(msg)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,6 +222,21 @@ mod tests {
         assert!(parse_line("add blocks 1.2.3.4 60").unwrap_err().contains("usage"));
         assert!(parse_line("nuke").unwrap_err().contains("unknown command"));
         assert!(parse_line("test blocks 10.0.0.0/8").unwrap_err().contains("not an IP address"));
+    }
+
+    #[test]
+    fn replies_render() {
+        let r = serde_json::json!({"ok": true, "set": "b", "addr": "192.0.2.1", "match": true, "element": "192.0.2.0/24", "from": "added"});
+        assert_eq!(render_text(&r), "192.0.2.1 is in b (element 192.0.2.0/24, added)\n");
+        let r = serde_json::json!({"ok": true, "set": "b", "complete": true, "elements": [{"element": "192.0.2.1/32", "expires_in": 5}]});
+        assert_eq!(render_text(&r), "192.0.2.1/32 timeout 5\n");
+        let r = serde_json::json!({"ok": false, "error": "line 2: del b 192.0.2.9/32: 192.0.2.9/32 is not in the set", "line": 2});
+        let f = std::path::Path::new("x.txt");
+        assert_eq!(
+            failure(&r, "a\nb", Some(f)).unwrap(),
+            "x.txt:2: del b 192.0.2.9/32: 192.0.2.9/32 is not in the set"
+        );
+        assert_eq!(render_text(&r), "");
     }
 
     #[test]

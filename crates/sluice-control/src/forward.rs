@@ -199,6 +199,27 @@ impl Sink {
     }
 }
 
+/// The sinks the guard's flags ask for: a bridge's control socket and its
+/// set, and a LAPI as (URL, login, password file).
+pub fn sinks(
+    ctl: Option<(&std::path::Path, &str)>,
+    crowdsec: Option<(&str, &str, &std::path::Path)>,
+) -> Result<Vec<Sink>, String> {
+    let mut sinks = Vec::new();
+    if let Some((socket, set)) = ctl {
+        sinks.push(Sink::Ctl { socket: socket.to_owned(), set: set.to_owned() });
+    }
+    if let Some((url, login, pw)) = crowdsec {
+        if !url.starts_with("http://") {
+            return Err(format!("--crowdsec-url {url}: expected http://HOST:PORT (https is not supported yet)"));
+        }
+        let password =
+            std::fs::read_to_string(pw).map_err(|e| format!("--crowdsec-password-file {}: {e}", pw.display()))?;
+        sinks.push(Sink::Crowdsec(Watcher::new(url, login, password.trim())));
+    }
+    Ok(sinks)
+}
+
 /// What forwarding counts, per sink in the order given.
 #[derive(Debug, Default)]
 pub struct ForwardCounters {

@@ -139,6 +139,32 @@ pub struct Report {
     pub blocks: Vec<BlockEvent>,
 }
 
+impl Report {
+    /// The text summary `sluice http-guard` prints: counts, then the
+    /// breaches by limit.
+    pub fn text(&self, elapsed: std::time::Duration) -> String {
+        let broken: Vec<String> =
+            self.breaches.iter().filter(|(_, &n)| n > 0).map(|(k, n)| format!("{k} x{n}")).collect();
+        format!(
+            "{} requests in {:.1} s, {} forwarded; {} connections, {} refused at accept; {} blocked ({} active); \
+             {} clients tracked, {} evicted; {} upstream errors; {} bytes in, {} bytes out\n  breaches: {}\n",
+            self.requests,
+            elapsed.as_secs_f64(),
+            self.forwarded,
+            self.connections,
+            self.refused_at_accept,
+            self.blocked_total,
+            self.blocked_active,
+            self.clients_tracked,
+            self.clients_evicted,
+            self.upstream_errors,
+            self.bytes_in,
+            self.bytes_out,
+            if broken.is_empty() { "none".into() } else { broken.join(", ") }
+        )
+    }
+}
+
 impl Shared {
     pub fn report(&self) -> Report {
         let sum =

@@ -290,6 +290,53 @@ pub struct LoadReport {
     pub sources: usize,
 }
 
+impl LoadReport {
+    /// `sluice http-load`'s text summary.
+    pub fn text(&self) -> String {
+        use std::fmt::Write as _;
+        let j = self.to_json();
+        let mut out = format!(
+            "{} requests in {:.2} s: {:.0} req/s, {} bytes in, {} bytes out; {} connections on {} threads, pipeline {}, {} source addresses\n",
+            self.requests,
+            self.elapsed.as_secs_f64(),
+            self.rps(),
+            self.bytes,
+            self.bytes_sent,
+            self.connections,
+            self.threads,
+            self.pipeline,
+            self.sources
+        );
+        let line = |out: &mut String, name: &str, p: &serde_json::Value| {
+            let _ = writeln!(
+                out,
+                "  {name:<34} p50 {} p90 {} p99 {} p99.9 {} p99.99 {} max {} (µs)",
+                p["p50"], p["p90"], p["p99"], p["p999"], p["p9999"], p["max"]
+            );
+        };
+        match self.rate {
+            Some(rate) => {
+                let _ = writeln!(out, "  open loop at {rate} req/s");
+                line(&mut out, "latency from intended send time", &j["corrected"]);
+                line(&mut out, "uncorrected (from actual send)", &j["uncorrected"]);
+            }
+            None => line(&mut out, "latency", &j["latency_us"]),
+        }
+        let e = &self.errors;
+        let non2xx = if self.status.is_empty() {
+            "none".to_string()
+        } else {
+            self.status.iter().map(|(s, n)| format!("{s} x{n}")).collect::<Vec<_>>().join(", ")
+        };
+        let _ = writeln!(
+            out,
+            "  errors: connect {}, read {}, write {}, timeout {}, bad response {}; non-2xx: {non2xx}",
+            e.connect, e.read, e.write, e.timeout, e.bad_response
+        );
+        out
+    }
+}
+
 fn new_histogram() -> Histogram<u64> {
     // 1 µs to 10 min at 3 significant digits.
     Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds")

@@ -146,6 +146,33 @@ pub struct Report {
 }
 
 impl Report {
+    /// `sluice http-serve`'s text summary over `elapsed`.
+    pub fn text(&self, elapsed: Duration) -> String {
+        use std::fmt::Write as _;
+        let secs = elapsed.as_secs_f64().max(1e-9);
+        let mut out = format!(
+            "{} requests in {:.1} s ({:.0} req/s over the whole run), {} connections, {} bytes out, {} bad requests, {} heads too large\n",
+            self.requests,
+            secs,
+            self.requests as f64 / secs,
+            self.connections,
+            self.bytes,
+            self.errors.bad_request,
+            self.errors.header_too_large
+        );
+        let _ = writeln!(out, "  {} distinct client addresses", self.sources);
+        for t in &self.per_thread {
+            let _ = writeln!(
+                out,
+                "  thread {}: {} requests, {} connections, {} bytes",
+                t.thread, t.requests, t.connections, t.bytes
+            );
+        }
+        out
+    }
+}
+
+impl Report {
     fn from_threads(per_thread: Vec<ThreadStats>, sources: u64) -> Self {
         let sum = |f: fn(&ThreadStats) -> u64| per_thread.iter().map(f).sum();
         Report {

@@ -86,6 +86,57 @@ impl BridgeMetrics {
     }
 
     /// The per-port part of the summary, one object per port.
+    /// The final `--json` summary: the run's report, then the ports, the
+    /// reloads and the lists (the rules' rows are added by the caller).
+    pub fn summary_json(&self, report: &sluice_pipeline::RunReport, io: &str) -> serde_json::Value {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut v = serde_json::to_value(report.to_json()).expect("the report serialises");
+        v["io"] = io.into();
+        v["per_port"] = self.per_port_json();
+        let c = &self.control;
+        v["reloads"] = serde_json::json!({
+            "ok": l(&c.reloads_ok),
+            "failed": l(&c.reloads_failed),
+            "sighup": l(&c.sighups),
+            "generation": l(&c.generation),
+        });
+        v["lists"] = c
+            .lists()
+            .iter()
+            .map(|e| serde_json::json!({ "list": e.kind, "path": e.path, "entries": e.entries }))
+            .collect();
+        v["frames_reclaimed"] = l(&self.ports.frames_reclaimed).into();
+        v
+    }
+
+    /// The text summary's lines after the run's own: io, ports, reloads, workers.
+    pub fn summary_text(&self, report: &sluice_pipeline::RunReport, io: &str) -> String {
+        use std::fmt::Write as _;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut out = format!("io           {io}\n");
+        for p in self.per_port_json().as_array().into_iter().flatten() {
+            let _ = writeln!(
+                out,
+                "port {} {:<8} in {} (pass {}, drop {}); sent {}; lost: rx ring {}, tx ring {}, unsendable {}, no buffer {}",
+                p["port"],
+                p["iface"].as_str().unwrap_or(""),
+                p["packets"],
+                p["passed"],
+                p["dropped"],
+                p["tx_packets"],
+                p["rx_ring_drops"],
+                p["tx_ring_full"],
+                p["tx_invalid"],
+                p["tx_no_buffer"]
+            );
+        }
+        let c = &self.control;
+        let (ok, failed, hup) = (l(&c.reloads_ok), l(&c.reloads_failed), l(&c.sighups));
+        let _ = writeln!(out, "reloads      {ok} ok, {failed} failed ({hup} SIGHUP)");
+        let _ = writeln!(out, "workers      {:?}", report.per_worker);
+        out
+    }
+
     pub fn per_port_json(&self) -> serde_json::Value {
         (0..2)
             .map(|p| {

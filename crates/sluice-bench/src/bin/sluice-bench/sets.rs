@@ -123,7 +123,8 @@ fn library(base: &[Prefix], set: &str, size: usize, total: usize, seed: u32) -> 
     sets.merge_ratio = usize::MAX;
     let _ = sets.poll_merges(&published.load().value, true);
     let t = Instant::now();
-    let one = vec![(1, Command::Add { set: set.into(), elem: Prefix::host(IpAddr::from([10, 0, 0, 2])), timeout: None })];
+    let one =
+        vec![(1, Command::Add { set: set.into(), elem: Prefix::host(IpAddr::from([10, 0, 0, 2])), timeout: None })];
     let cur = published.load();
     sets.stage(&cur.value, &one, 1, &base_of).expect("an add");
     let (r, _) = sets.commit(&cur.value);
