@@ -301,8 +301,13 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         print!("{}{}", report::summary_text(&done.report), shared.summary_text(&done.report, &io_desc));
         print!("{}", crate::rule_source::rules_text(&rules.value, &done.report.stats));
     }
-    if let Some(e) = done.stopped {
-        return Err(anyhow::Error::new(e).context("the bridge stopped on an error reading the ports"));
+    match done.stopped {
+        Some(e @ sluice_live::LiveError::InterfaceGone { .. }) => {
+            eprintln!("sluice: error: {e}");
+            return Ok(Outcome::InterfaceGone);
+        }
+        Some(e) => return Err(anyhow::Error::new(e).context("the bridge stopped on an error reading the ports")),
+        None => {}
     }
     Ok(Outcome::Complete)
 }

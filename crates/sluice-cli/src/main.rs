@@ -37,6 +37,8 @@ mod exit {
     pub const INPUT_DAMAGED: u8 = 3;
     /// `sluice demo`: the observed drop count differs from the expected one.
     pub const DEMO_MISMATCH: u8 = 4;
+    /// `sluice bridge`: a port's interface was deleted or renamed.
+    pub const INTERFACE_GONE: u8 = 5;
 }
 
 /// How a command that did not fail ended.
@@ -46,6 +48,8 @@ pub enum Outcome {
     DemoMismatch,
     /// `sluice http-parse`: the request was refused (the JSON says why).
     Refused,
+    /// `sluice bridge`: a port's interface went away (the error is printed).
+    InterfaceGone,
 }
 
 #[derive(Parser)]
@@ -143,6 +147,7 @@ fn main() -> ExitCode {
         Ok(Outcome::InputDamaged) => exit::INPUT_DAMAGED,
         Ok(Outcome::DemoMismatch) => exit::DEMO_MISMATCH,
         Ok(Outcome::Refused) => exit::ERROR,
+        Ok(Outcome::InterfaceGone) => exit::INTERFACE_GONE,
         Err(e) => {
             eprintln!("sluice: error: {e:#}");
             exit::ERROR

@@ -27,6 +27,15 @@ impl std::fmt::Display for XdpModeName {
 /// Everything that can go wrong opening or running a live port.
 #[derive(Debug, thiserror::Error)]
 pub enum LiveError {
+    /// A port's interface was deleted or renamed while the bridge ran.
+    #[error(
+        "interface {iface} is gone (deleted or renamed): the bridge stops (exit 5); a service manager \
+         restarts it once the interface is back"
+    )]
+    InterfaceGone {
+        /// The name the port had.
+        iface: String,
+    },
     /// EPERM / EACCES from a call that needs privileges.
     #[error(
         "{op}: permission denied: {needs}; run as root, or grant the capabilities \

@@ -245,8 +245,47 @@ fn timestamp(ns: u64) -> Timestamp {
 /// How long a fill may still wait, in ms (at most [`STOP_CHECK_MS`]), or
 /// `None` when the deadline has passed.
 /// Waits up to `timeout_ms` until one of `fds` is readable.
-fn wait_any(fds: &[std::os::fd::RawFd], timeout_ms: i32) -> Result<()> {
-    crate::sys::poll_many(fds, timeout_ms).map_err(|e| LiveError::Io { op: "poll", source: e })
+fn wait_any(fds: &[std::os::fd::RawFd], timeout_ms: i32, links: &mut Links) -> Result<()> {
+    let trouble = crate::sys::poll_many(fds, timeout_ms).map_err(|e| LiveError::Io { op: "poll", source: e })?;
+    if trouble {
+        links.check()?;
+        // Still there (down, or a transient error): do not spin on it.
+        std::thread::sleep(Duration::from_millis(5));
+    } else if links.checked.elapsed() >= LINK_CHECK {
+        links.check()?;
+    }
+    Ok(())
+}
+
+/// How often the ports are looked up while traffic flows.
+const LINK_CHECK: Duration = Duration::from_secs(1);
+
+/// The two ports by name and the index they had when opened: an interface
+/// deleted or renamed (its name gone, or naming another device) ends the
+/// bridge with [`LiveError::InterfaceGone`], instead of a loop polling
+/// sockets that will never be readable again.
+#[derive(Debug)]
+struct Links {
+    names: [String; 2],
+    indexes: [u32; 2],
+    checked: Instant,
+}
+
+impl Links {
+    fn new(names: [&str; 2]) -> Result<Links> {
+        let indexes = [crate::sys::ifindex(names[0])?, crate::sys::ifindex(names[1])?];
+        Ok(Links { names: names.map(str::to_owned), indexes, checked: Instant::now() })
+    }
+
+    fn check(&mut self) -> Result<()> {
+        self.checked = Instant::now();
+        for (name, &index) in self.names.iter().zip(&self.indexes) {
+            if crate::sys::ifindex(name).ok() != Some(index) {
+                return Err(LiveError::InterfaceGone { iface: name.clone() });
+            }
+        }
+        Ok(())
+    }
 }
 
 fn wait_budget(deadline: Option<Instant>) -> Option<i32> {
@@ -281,6 +320,7 @@ pub struct PacketPorts {
     first: usize,
     stats_at: Instant,
     interface: Interface,
+    links: Links,
 }
 
 /// AF_PACKET: both ports' TX rings as the pipeline's sink.
@@ -325,6 +365,7 @@ pub fn open_packet(
         first: 0,
         stats_at: Instant::now(),
         interface: ethernet(cfg.block_size),
+        links: Links::new(ifaces)?,
     };
     Ok((ports, PacketTx { tx, counters }))
 }
@@ -398,7 +439,7 @@ impl Source for PacketPorts {
                 return Ok(Fill::More);
             }
             let Some(ms) = wait_budget(deadline) else { return Ok(Fill::More) };
-            wait_any(&self.fds, ms)?;
+            wait_any(&self.fds, ms, &mut self.links)?;
         }
     }
 
@@ -536,6 +577,7 @@ pub struct XskPorts {
     interface: Interface,
     zero_copy: bool,
     queues: [u32; 2],
+    links: Links,
 }
 
 /// AF_XDP: both ports' TX rings as the pipeline's sink (forwarding by address).
@@ -624,6 +666,7 @@ pub fn open_xsk(
         interface: ethernet(FRAME_SIZE),
         zero_copy,
         queues,
+        links: Links::new(ifaces)?,
     };
     Ok((ports, XskTx { core, backing }))
 }
@@ -778,7 +821,7 @@ impl Source for XskPorts {
             }
             let Some(ms) = wait_budget(deadline) else { return Ok(Fill::More) };
             // Without the lock: the sink may run meanwhile (with read-ahead).
-            wait_any(&self.fds, ms)?;
+            wait_any(&self.fds, ms, &mut self.links)?;
         }
     }
 

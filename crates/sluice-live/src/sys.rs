@@ -339,7 +339,10 @@ pub(crate) fn recv(fd: &impl AsRawFd, buf: &mut [u8], flags: i32) -> io::Result<
 
 /// `poll` for readability on several descriptors (at most 16); returns
 /// when one is readable or after `timeout_ms`. EINTR counts as a timeout.
-pub(crate) fn poll_many(fds: &[RawFd], timeout_ms: i32) -> io::Result<()> {
+/// Waits up to `timeout_ms` for one of `fds` to be readable; true when one
+/// reported an error or hang-up instead (its pending error is read, which
+/// clears it: a link that went down reports `ENETDOWN` once).
+pub(crate) fn poll_many(fds: &[RawFd], timeout_ms: i32) -> io::Result<bool> {
     let mut p = [libc::pollfd { fd: -1, events: 0, revents: 0 }; 16];
     let n = fds.len().min(p.len());
     for (slot, &fd) in p.iter_mut().zip(&fds[..n]) {
@@ -352,8 +355,27 @@ pub(crate) fn poll_many(fds: &[RawFd], timeout_ms: i32) -> io::Result<()> {
         if e.raw_os_error() != Some(libc::EINTR) {
             return Err(e);
         }
+        return Ok(false);
     }
-    Ok(())
+    let mut trouble = false;
+    for q in &p[..n] {
+        if q.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
+            trouble = true;
+            let mut err: libc::c_int = 0;
+            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            // SAFETY: `err` and `len` are valid for writes of their sizes.
+            unsafe {
+                libc::getsockopt(
+                    q.fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_ERROR,
+                    (&mut err as *mut libc::c_int).cast(),
+                    &mut len,
+                )
+            };
+        }
+    }
+    Ok(trouble)
 }
 
 /// True if capability number `cap` is in this thread's effective set
