@@ -272,7 +272,8 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     };
     let mut observer = LiveObserver(Arc::clone(&shared));
     let result = match opened {
-        Opened::Xsk(mut source, mut sink) => {
+        Opened::Xsk(ports) => {
+            let (mut source, mut sink) = *ports;
             sluice_pipeline::run(&mut source, &mut stage, judge, &mut sink, &mut observer, &cfg)
         }
         Opened::Packet(ports) => {

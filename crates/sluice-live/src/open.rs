@@ -45,7 +45,7 @@ pub struct OpenConfig {
 /// An open bridge: the pipeline source (both ports' RX) and sink (TX).
 pub enum Opened {
     /// AF_XDP sockets on one shared UMEM.
-    Xsk(XskPorts, XskTx),
+    Xsk(Box<(XskPorts, XskTx)>),
     /// AF_PACKET rings.
     Packet(Box<(PacketPorts, PacketTx)>),
 }
@@ -105,7 +105,7 @@ fn open_afxdp(
                     source.queues()[0],
                     source.queues()[1],
                 );
-                return Ok((Opened::Xsk(source, sink), desc));
+                return Ok((Opened::Xsk(Box::new((source, sink))), desc));
             }
             // Native mode refused by the driver: generic mode may still work.
             Err(e @ LiveError::XdpAttach { .. }) if i + 1 < modes.len() => {
