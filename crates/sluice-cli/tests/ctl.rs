@@ -246,6 +246,18 @@ fn ctl_refuses_other_users() {
     assert_eq!(meta.permissions().mode() & 0o777, 0o660);
     let out = as_nobody(&sock2);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The group as a supplementary one (primary gid 1) is let in too.
+    let out = Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "1", "--groups", "65534", SLUICE, "ctl", "--socket", p(&sock2), "sets"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "supplementary group: {}", String::from_utf8_lossy(&out.stderr));
+    // And a user in neither is refused by the socket's mode.
+    let out = Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "1", "--clear-groups", SLUICE, "ctl", "--socket", p(&sock2), "sets"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
 }
 
 /// Our frames for the update test: UDP/IPv4 from 10.201.0.S with a payload

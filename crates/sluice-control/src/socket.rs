@@ -137,7 +137,17 @@ pub fn serve(
 fn allowed(conn: &UnixStream, access: Access) -> Result<(), String> {
     let cred = rustix::net::sockopt::socket_peercred(conn).map_err(|e| format!("SO_PEERCRED: {e}"))?;
     let (uid, gid) = (cred.uid.as_raw(), cred.gid.as_raw());
-    if uid == 0 || uid == access.uid || access.group.is_some_and(|g| g == gid) {
+    // The group may be one of the peer's supplementary groups, which
+    // SO_PEERCRED does not carry: the peer's /proc entry does.
+    let in_group = |g: u32| {
+        g == gid
+            || std::fs::read_to_string(format!("/proc/{}/status", cred.pid.as_raw_nonzero())).is_ok_and(|st| {
+                st.lines()
+                    .find_map(|l| l.strip_prefix("Groups:"))
+                    .is_some_and(|gs| gs.split_whitespace().any(|x| x.parse() == Ok(g)))
+            })
+    };
+    if uid == 0 || uid == access.uid || access.group.is_some_and(in_group) {
         Ok(())
     } else {
         Err(format!(
