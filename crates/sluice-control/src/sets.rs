@@ -1,8 +1,9 @@
 //! Runtime changes to named sets: the [`SetState`] of every set changed
 //! since its tables were built, applied to the rule set in force as one
-//! atomic batch (every line checked on a copy first), expired on the wall
-//! clock, merged into new base tables when a delta grows, and carried over
-//! a reload for `dynamic` sets.
+//! atomic batch (every line checked first, against an overlay of the lines
+//! before it), expired on the wall clock, merged into new base tables on a
+//! thread of its own when a delta grows, and carried over a reload for
+//! `dynamic` sets.
 
 use crate::ctl::{Command, CtlError};
 use sluice_engine::dynamic::{ChangeError, Elements, Found, SetState};
@@ -242,11 +243,11 @@ impl RuntimeSets {
         let i = Self::index(rules, &feed.set)?;
         let s = self.state(rules, i, base_of);
         let mut out = FeedOutcome::default();
-        let present: std::collections::HashSet<Prefix> = s.elements().into_iter().map(|e| e.0).collect();
         if feed.full {
+            // The whole content: anything else goes (O(set), as the pull was).
             let want: std::collections::HashSet<Prefix> = feed.adds.iter().map(|a| a.0).collect();
-            for p in present.difference(&want) {
-                if s.del(*p).is_ok() {
+            for (p, _) in s.elements() {
+                if !want.contains(&p) && s.del(p).is_ok() {
                     out.deleted += 1;
                 }
             }
@@ -256,7 +257,7 @@ impl RuntimeSets {
                 out.ignored += 1;
                 continue;
             }
-            out.added += usize::from(!present.contains(&p));
+            out.added += usize::from(!s.has(&p));
             s.add(p, timeout, now);
         }
         for p in &feed.dels {

@@ -71,6 +71,8 @@ enum Op {
     Batch(Vec<Op>),
     /// Wait for the merges running on their threads.
     Settle,
+    /// A CrowdSec feed into `d`: (full, adds with timeouts, deletes).
+    Feed(bool, Vec<(Prefix, Option<u32>)>, Vec<Prefix>),
 }
 
 /// Elements near the list's, so that changes and lookups meet.
@@ -92,6 +94,12 @@ fn arb_op() -> impl Strategy<Value = Op> {
         2 => (0u64..3).prop_map(Op::Tick),
         1 => Just(Op::Reload),
         2 => Just(Op::Settle),
+        2 => (
+            any::<bool>(),
+            prop::collection::vec((arb_prefix(), prop::option::of(1u32..4)), 0..5),
+            prop::collection::vec(arb_prefix(), 0..3)
+        )
+            .prop_map(|(full, adds, dels)| Op::Feed(full, adds, dels)),
         2 => prop::collection::vec(
             prop_oneof![
                 3 => (any::<bool>(), arb_prefix(), prop::option::of(1u32..4)).prop_map(|(d, p, t)| Op::Add(d, p, t)),
@@ -190,6 +198,22 @@ proptest! {
                     let (r, _) = sets.carry_over(compile());
                     rules = r;
                     fm = list_model();
+                }
+                Op::Feed(full, adds, dels) => {
+                    let feed = sluice_control::sets::Feed { set: "d".into(), adds: adds.clone(), dels: dels.clone(), full: *full };
+                    sets.feed(&rules, &feed, now, &base_of).unwrap();
+                    if let (Some(r), _) = sets.commit(&rules) {
+                        rules = r;
+                    }
+                    if *full {
+                        dm.clear();
+                    }
+                    for (p, t) in adds {
+                        dm.insert(*p, t.map(|t| now + u64::from(t) * SECS));
+                    }
+                    for p in dels {
+                        dm.remove(p);
+                    }
                 }
                 Op::Settle => {
                     if let (Some(r), _) = sets.poll_merges(&rules, true) {

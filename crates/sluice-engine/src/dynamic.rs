@@ -338,6 +338,11 @@ impl SetState {
         Ok(())
     }
 
+    /// Whether exactly `p` is an element of the set now.
+    pub fn has(&self, p: &Prefix) -> bool {
+        self.added.has(p) || self.in_base(p)
+    }
+
     /// Whether `del(p)` would succeed (for checking a batch before applying it).
     pub fn can_del(&self, p: &Prefix) -> Result<(), ChangeError> {
         if self.added.has(p) || self.in_base(p) {
