@@ -21,6 +21,7 @@ fuzz_target!(|data: &[u8]| {
         .iter()
         .map(|s| match &s.source {
             SetSource::Inline(p) => p.clone(),
+            SetSource::Dynamic { .. } => Vec::new(),
             SetSource::File(_) => vec!["10.0.0.0/8".parse().unwrap(), "2001:db8::1".parse().unwrap()],
         })
         .collect();
