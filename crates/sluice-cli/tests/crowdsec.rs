@@ -71,12 +71,17 @@ impl Bridge {
         self.lines.lock().unwrap().join("\n")
     }
 
-    /// One series' value from /metrics.
-    fn metric(&self, name: &str) -> Option<f64> {
+    fn scrape(&self) -> String {
         let mut s = std::net::TcpStream::connect(&self.metrics).unwrap();
         s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
         let mut out = String::new();
         s.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    /// One series' value from /metrics.
+    fn metric(&self, name: &str) -> Option<f64> {
+        let out = self.scrape();
         out.lines().find(|l| l.split([' ', '{']).next() == Some(name)).and_then(|l| l.rsplit(' ').next()?.parse().ok())
     }
 }
@@ -201,4 +206,36 @@ fn crowdsec_decisions_are_enforced_and_lifted() {
     }
     assert!(!ping(&topo), "the decision is still enforced after the LAPI came back");
     assert!(bridge.metric("sluice_crowdsec_pulls_total").is_some());
+
+    // The Grafana dashboard queries only metrics this bridge serves (it
+    // runs the bouncer and the control socket, so with one change through
+    // the socket every family is there).
+    let out = Command::new(SLUICE)
+        .args(["ctl", "--socket", p(&sock), "add", "crowdsec", "203.0.113.250", "timeout", "60"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let dash: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../dist/grafana/sluice.json")).unwrap(),
+    )
+    .unwrap();
+    let served: std::collections::BTreeSet<String> = bridge
+        .scrape()
+        .lines()
+        .filter(|l| l.starts_with("sluice_"))
+        .filter_map(|l| l.split([' ', '{']).next().map(str::to_owned))
+        .collect();
+    let mut queried = std::collections::BTreeSet::new();
+    for panel in dash["panels"].as_array().unwrap() {
+        for t in panel["targets"].as_array().unwrap() {
+            let expr = t["expr"].as_str().unwrap();
+            for (i, _) in expr.match_indices("sluice_") {
+                let name: String = expr[i..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                queried.insert(name);
+            }
+        }
+    }
+    let missing: Vec<&String> = queried.iter().filter(|q| !served.contains(*q)).collect();
+    assert!(queried.len() >= 15, "the dashboard queries {queried:?}");
+    assert!(missing.is_empty(), "the dashboard queries {missing:?}, which the bridge does not serve: {served:?}");
 }
