@@ -72,6 +72,10 @@ pub struct BridgeArgs {
     /// Stop by itself after this many seconds (as if sent SIGTERM).
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
+    /// Judge, count and log everything, enforce nothing: every frame is
+    /// forwarded; the summary and metrics say what would have been dropped.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Serve the control socket (`sluice ctl`) at PATH: runtime set
     /// changes, queries, reloads. Mode 0600: root and this user only.
     #[arg(long, value_name = "PATH")]
@@ -214,7 +218,9 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         .context("installing the signal handlers")?;
 
     let open_cfg = OpenConfig { io: a.io.into(), xdp: a.xdp_mode.into(), queues: a.queues };
-    let (opened, io_desc) = open_bridge([if_a, if_b], &open_cfg, &stop, &counters)?;
+    let (mut opened, io_desc) = open_bridge([if_a, if_b], &open_cfg, &stop, &counters)?;
+    opened.set_dry_run(a.dry_run);
+    shared.dry_run.store(a.dry_run, Ordering::Relaxed);
     *shared.io.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = io_desc.clone();
 
     if let Some(addr) = metrics {

@@ -50,6 +50,16 @@ pub enum Opened {
     Packet(Box<(PacketPorts, PacketTx)>),
 }
 
+impl Opened {
+    /// Forward every packet whatever its verdict (`--dry-run`).
+    pub fn set_dry_run(&mut self, on: bool) {
+        match self {
+            Opened::Xsk(b) => b.1.dry_run = on,
+            Opened::Packet(b) => b.1.dry_run = on,
+        }
+    }
+}
+
 /// A bridge that could not be opened: which layer, on which ports, and why.
 #[derive(Debug, thiserror::Error)]
 #[error("opening {layer} on {ifaces}: {error}")]

@@ -327,6 +327,9 @@ pub struct PacketPorts {
 pub struct PacketTx {
     tx: [PacketSocket; 2],
     counters: Arc<BridgeCounters>,
+    /// Forward dropped packets too (`--dry-run`): verdicts are counted,
+    /// none enforced.
+    pub dry_run: bool,
 }
 
 impl std::fmt::Debug for PacketPorts {
@@ -367,7 +370,7 @@ pub fn open_packet(
         interface: ethernet(cfg.block_size),
         links: Links::new(ifaces)?,
     };
-    Ok((ports, PacketTx { tx, counters }))
+    Ok((ports, PacketTx { tx, counters, dry_run: false }))
 }
 
 impl PacketPorts {
@@ -491,7 +494,7 @@ impl Sink for PacketTx {
         count_verdicts(batch, &self.counters);
         let mut tally = [Tally::default(); 2];
         for (i, p) in batch.packets().iter().enumerate() {
-            if p.verdict != Verdict::Pass {
+            if p.verdict != Verdict::Pass && !self.dry_run {
                 continue;
             }
             let Some(out) = other(p.meta.port) else { continue };
@@ -585,6 +588,9 @@ pub struct XskTx {
     core: Arc<Mutex<XskCore>>,
     /// The source's backing: packets pointing into it are UMEM frames.
     backing: Backing,
+    /// Forward dropped packets too (`--dry-run`): verdicts are counted,
+    /// none enforced.
+    pub dry_run: bool,
 }
 
 impl std::fmt::Debug for XskPorts {
@@ -668,7 +674,7 @@ pub fn open_xsk(
         queues,
         links: Links::new(ifaces)?,
     };
-    Ok((ports, XskTx { core, backing }))
+    Ok((ports, XskTx { core, backing, dry_run: false }))
 }
 
 fn lock(core: &Mutex<XskCore>) -> MutexGuard<'_, XskCore> {
@@ -838,6 +844,7 @@ impl Sink for XskTx {
         let core = &mut *core;
         count_verdicts(batch, &core.counters);
         let ours = batch.backing().is_some_and(|b| Arc::ptr_eq(b, &self.backing));
+        let forward = |v: Verdict| v == Verdict::Pass || self.dry_run;
         let mut tally = [Tally::default(); 2];
         core.fwd[0].clear();
         core.fwd[1].clear();
@@ -850,7 +857,7 @@ impl Sink for XskTx {
                         // Not a frame we hold for this packet: touch nothing.
                         continue;
                     }
-                    if p.verdict == Verdict::Pass {
+                    if forward(p.verdict) {
                         core.fwd[out].push(Desc { addr, len: len as u32, options: 0 });
                     } else {
                         core.pool.free(addr);
@@ -858,7 +865,7 @@ impl Sink for XskTx {
                 }
                 None => {
                     // A copy (reassembly's): send it from a free frame.
-                    if p.verdict != Verdict::Pass {
+                    if !forward(p.verdict) {
                         continue;
                     }
                     let bytes = batch.bytes(i);

@@ -46,6 +46,8 @@ pub struct BridgeMetrics {
     pub ports: Arc<BridgeCounters>,
     /// The control socket's connections and refused peers.
     pub socket: Arc<sluice_control::socket::SocketCounters>,
+    /// `--dry-run`: nothing is enforced; drops are what would have been.
+    pub dry_run: std::sync::atomic::AtomicBool,
     /// The CrowdSec bouncer's counters, when it runs.
     pub crowdsec: std::sync::OnceLock<Arc<sluice_control::crowdsec::BouncerCounters>>,
 }
@@ -63,6 +65,7 @@ impl BridgeMetrics {
             judged_dropped: AtomicU64::new(0),
             socket: Arc::default(),
             crowdsec: std::sync::OnceLock::new(),
+            dry_run: std::sync::atomic::AtomicBool::new(false),
             ports,
         }
     }
@@ -106,6 +109,11 @@ impl BridgeMetrics {
             .map(|e| serde_json::json!({ "list": e.kind, "path": e.path, "entries": e.entries }))
             .collect();
         v["frames_reclaimed"] = l(&self.ports.frames_reclaimed).into();
+        let dry = self.dry_run.load(Ordering::Relaxed);
+        v["dry_run"] = dry.into();
+        if dry {
+            v["would_drop"] = v["dropped"].clone();
+        }
         v
     }
 
@@ -134,6 +142,13 @@ impl BridgeMetrics {
         let (ok, failed, hup) = (l(&c.reloads_ok), l(&c.reloads_failed), l(&c.sighups));
         let _ = writeln!(out, "reloads      {ok} ok, {failed} failed ({hup} SIGHUP)");
         let _ = writeln!(out, "workers      {:?}", report.per_worker);
+        if self.dry_run.load(Ordering::Relaxed) {
+            let n = report.stats.dropped;
+            let _ = writeln!(
+                out,
+                "dry run      nothing was enforced: {n} packets would have been dropped, all were forwarded"
+            );
+        }
         out
     }
 
@@ -371,6 +386,22 @@ impl Collector for Exporter {
             &[(vec![], l(&s.control.generation) as i64)],
         )?;
         gauge(&mut enc, "sluice_info", "How the bridge runs.", &[(vec![("io", s.io())], 1)])?;
+        let dry = s.dry_run.load(Ordering::Relaxed);
+        gauge(
+            &mut enc,
+            "sluice_dry_run",
+            "1 under --dry-run: nothing is enforced, and the drop counters count what would have been dropped.",
+            &[(vec![], i64::from(dry))],
+        )?;
+        if dry {
+            let would: u64 = s.ports.ports.iter().map(|p| l(&p.dropped)).sum();
+            counter(
+                &mut enc,
+                "sluice_would_drop_packets",
+                "--dry-run: packets the rules would have dropped (all were forwarded).",
+                &[(vec![], would)],
+            )?;
+        }
         let c = &s.control;
         let mut sets = Vec::new();
         let mut merges = Vec::new();
