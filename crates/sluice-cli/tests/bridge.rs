@@ -835,30 +835,7 @@ fn bridge_drops_what_the_guard_blocks() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let blocks = dir.path().join("blocks.txt");
-    let mut upstream = Command::new(SLUICE)
-        .args(["http-serve", "--listen", "127.0.0.1:0", "--threads", "1", "--no-pin", "--duration", "60"])
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(upstream.stderr.take().unwrap()).read_line(&mut line).unwrap();
-    let up = line.trim().strip_prefix("sluice: serving on ").unwrap_or_else(|| panic!("{line:?}")).to_owned();
-    let mut guard = Command::new(SLUICE)
-        .args(["http-guard", "--listen", "127.0.0.1:0", "--upstream", &up, "--no-pin", "--duration", "60"])
-        .args(["--request-rate", "20", "--ip-block", "300", "--block-file", p(&blocks)])
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut r = BufReader::new(guard.stderr.take().unwrap());
-    let mut at = None;
-    while at.is_none() {
-        line.clear();
-        assert!(r.read_line(&mut line).unwrap() > 0, "http-guard did not come up");
-        at = line.trim().strip_prefix("sluice: guarding on ").map(str::to_owned);
-    }
-    let at = at.unwrap();
+    let guarded = Guarded::start(&["--block-file", p(&blocks)]);
     assert!(blocks.exists(), "the guard writes its (empty) block file at start");
 
     let rules = dir.path().join("bridge.rules");
@@ -881,16 +858,7 @@ fn bridge_drops_what_the_guard_blocks() {
     let entries = || metric(&bridge.scrape(), "sluice_list_entries", &[("path", p(&blocks))]);
     assert_eq!(entries(), Some(0), "{}", bridge.scrape());
 
-    // The flood: over --request-rate from 127.3.0.1, so the guard blocks it.
-    let flood = Command::new(SLUICE)
-        .args(["http-load", "--url", &format!("http://{at}/"), "--source", "127.3.0.1/32"])
-        .args(["--connections", "4", "--requests", "400", "--duration", "5"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .unwrap();
-    // Its requests fail once it is blocked, so only that it ran matters.
-    assert!(flood.code().is_some(), "http-load was killed: {flood}");
+    guarded.flood();
     let end = Instant::now() + Duration::from_secs(10);
     while entries() != Some(1) {
         assert!(
@@ -903,22 +871,95 @@ fn bridge_drops_what_the_guard_blocks() {
     }
     assert!(std::fs::read_to_string(&blocks).unwrap().contains("127.3.0.1 timeout"));
 
-    // Traffic with 30% of its sources the blocked address: exactly what
-    // `sluice filter` passes with the same block file arrives.
-    let from = dir.path().join("from.txt");
-    write_list(&from, &["127.3.0.1"]);
-    let t = traffic(dir.path(), "gd", 9, 1500, &from, &[&blocks]);
+    flooder_dropped(dir.path(), "gd", 9, &blocks, &topo, bridge);
+}
+
+/// The flooder the guard tests block.
+const FLOODER: &str = "127.3.0.1";
+
+/// `sluice http-serve` and, in front of it, `sluice http-guard` blocking
+/// over 20 requests/s for 300 s with `extra` flags; the guard's address,
+/// and its stderr collected from then on.
+struct Guarded {
+    upstream: Child,
+    guard: Child,
+    at: String,
+    log: Arc<Mutex<String>>,
+}
+
+impl Guarded {
+    fn start(extra: &[&str]) -> Guarded {
+        let mut upstream = Command::new(SLUICE)
+            .args(["http-serve", "--listen", "127.0.0.1:0", "--threads", "1", "--no-pin", "--duration", "60"])
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(upstream.stderr.take().unwrap()).read_line(&mut line).unwrap();
+        let up = line.trim().strip_prefix("sluice: serving on ").unwrap_or_else(|| panic!("{line:?}")).to_owned();
+        let mut guard = Command::new(SLUICE)
+            .args(["http-guard", "--listen", "127.0.0.1:0", "--upstream", &up, "--no-pin", "--duration", "60"])
+            .args(["--request-rate", "20", "--ip-block", "300"])
+            .args(extra)
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut r = BufReader::new(guard.stderr.take().unwrap());
+        let mut at = None;
+        while at.is_none() {
+            line.clear();
+            assert!(r.read_line(&mut line).unwrap() > 0, "http-guard did not come up");
+            at = line.trim().strip_prefix("sluice: guarding on ").map(str::to_owned);
+        }
+        let log = Arc::new(Mutex::new(String::new()));
+        let l2 = Arc::clone(&log);
+        std::thread::spawn(move || {
+            for l in r.lines().map_while(Result::ok) {
+                l2.lock().unwrap().push_str(&(l + "\n"));
+            }
+        });
+        Guarded { upstream, guard, at: at.unwrap(), log }
+    }
+
+    /// Requests from [`FLOODER`] over the rate, so the guard blocks it.
+    fn flood(&self) {
+        let flood = Command::new(SLUICE)
+            .args(["http-load", "--url", &format!("http://{}/", self.at), "--source", &format!("{FLOODER}/32")])
+            .args(["--connections", "4", "--requests", "400", "--duration", "5"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        // Its requests fail once it is blocked, so only that it ran matters.
+        assert!(flood.code().is_some(), "http-load was killed: {flood}");
+    }
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        for c in [&mut self.guard, &mut self.upstream] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Traffic from ns_a with 30% of its sources [`FLOODER`], through `bridge`:
+/// exactly what `sluice filter` passes with `blocks` arrives, and the
+/// bridge's first rule took the rest.
+fn flooder_dropped(dir: &Path, tag: &str, seed: u64, blocks: &Path, topo: &Topology, bridge: Bridge) {
+    let from = dir.join(format!("{tag}.from.txt"));
+    write_list(&from, &[FLOODER]);
+    let t = traffic(dir, tag, seed, 1500, &from, &[blocks]);
     assert!(t.passed.len() < t.all.len(), "the traffic holds the blocked source");
     let mut ep_b = Endpoint::open(&topo.ns_b.name, &topo.b.far);
     let (_, got) = send_and_capture(&topo.ns_a.name, &topo.a.far, &t.cap, "20000", &mut ep_b, t.passed.len());
-    assert_exactly("A->B (the guard's block dropped)", &t.passed, &got);
+    assert_exactly(&format!("{tag} A->B (the guard's block dropped)"), &t.passed, &got);
     let (v, _) = bridge.stop();
     let dropped = (t.all.len() - t.passed.len()) as u64;
     assert_eq!(v["rules"][0]["packets"], dropped, "the drop rule took the blocked source's packets: {v}");
-    for c in [&mut guard, &mut upstream] {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
 }
 
 /// `sluice ctl --json --socket S test SET ADDR`: whether ADDR is in SET.
@@ -982,78 +1023,36 @@ fn guard_blocks_reach_other_boxes_through_crowdsec() {
         "--json",
     ]);
 
-    let mut upstream = Command::new(SLUICE)
-        .args(["http-serve", "--listen", "127.0.0.1:0", "--threads", "1", "--no-pin", "--duration", "60"])
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(upstream.stderr.take().unwrap()).read_line(&mut line).unwrap();
-    let up = line.trim().strip_prefix("sluice: serving on ").unwrap_or_else(|| panic!("{line:?}")).to_owned();
-    let mut guard = Command::new(SLUICE)
-        .args(["http-guard", "--listen", "127.0.0.1:0", "--upstream", &up, "--no-pin", "--duration", "60"])
-        .args(["--request-rate", "20", "--ip-block", "300", "--block-ctl", p(&sock1)])
-        .args(["--crowdsec-url", &lapi.url, "--crowdsec-login", lapi::MACHINE])
-        .args(["--crowdsec-password-file", p(&lapi.password_file())])
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut r = BufReader::new(guard.stderr.take().unwrap());
-    let mut at = None;
-    while at.is_none() {
-        line.clear();
-        assert!(r.read_line(&mut line).unwrap() > 0, "http-guard did not come up");
-        at = line.trim().strip_prefix("sluice: guarding on ").map(str::to_owned);
-    }
-    let guard_log = Arc::new(Mutex::new(String::new()));
-    {
-        let guard_log = Arc::clone(&guard_log);
-        std::thread::spawn(move || {
-            for l in r.lines().map_while(Result::ok) {
-                guard_log.lock().unwrap().push_str(&(l + "\n"));
-            }
-        });
-    }
-    let at = at.unwrap();
-    assert!(!ctl_test(&sock1, "guard", "127.3.0.1") && !ctl_test(&sock2, "crowdsec", "127.3.0.1"));
+    let password = lapi.password_file();
+    let guarded = Guarded::start(&[
+        "--block-ctl",
+        p(&sock1),
+        "--crowdsec-url",
+        &lapi.url,
+        "--crowdsec-login",
+        lapi::MACHINE,
+        "--crowdsec-password-file",
+        p(&password),
+    ]);
+    assert!(!ctl_test(&sock1, "guard", FLOODER) && !ctl_test(&sock2, "crowdsec", FLOODER));
 
-    // The flood from 127.3.0.1, over --request-rate.
-    let flood = Command::new(SLUICE)
-        .args(["http-load", "--url", &format!("http://{at}/"), "--source", "127.3.0.1/32"])
-        .args(["--connections", "4", "--requests", "400", "--duration", "5"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(flood.code().is_some(), "http-load was killed: {flood}");
+    guarded.flood();
     let wait = |what: &str, f: &dyn Fn() -> bool| {
         let end = Instant::now() + Duration::from_secs(15);
         while !f() {
-            assert!(Instant::now() < end, "{what}; guard: {}", guard_log.lock().unwrap());
+            assert!(Instant::now() < end, "{what}; guard: {}", guarded.log.lock().unwrap());
             std::thread::sleep(Duration::from_millis(100));
         }
     };
-    wait("box 1 never got the block over its socket", &|| ctl_test(&sock1, "guard", "127.3.0.1"));
-    wait("the LAPI never listed the decision", &|| lapi.decided_ips().contains(&"127.3.0.1".to_owned()));
-    wait("box 2 never pulled the decision", &|| ctl_test(&sock2, "crowdsec", "127.3.0.1"));
+    wait("box 1 never got the block over its socket", &|| ctl_test(&sock1, "guard", FLOODER));
+    wait("the LAPI never listed the decision", &|| lapi.decided_ips().contains(&FLOODER.to_owned()));
+    wait("box 2 never pulled the decision", &|| ctl_test(&sock2, "crowdsec", FLOODER));
     let out = lapi.cscli(&["decisions", "list", "-o", "json"]);
     assert!(out.contains("sluice/http-request-rate"), "the scenario names the limit: {out}");
 
-    // Box 2 drops that client's packets: exactly what filter drops.
-    let from = dir.path().join("from.txt");
-    write_list(&from, &["127.3.0.1"]);
-    let t = traffic(dir.path(), "g2", 11, 1500, &from, &[&from]);
-    assert!(t.passed.len() < t.all.len(), "the traffic holds the blocked source");
-    let mut ep_b = Endpoint::open(&topo2.ns_b.name, &topo2.b.far);
-    let (_, got) = send_and_capture(&topo2.ns_a.name, &topo2.a.far, &t.cap, "20000", &mut ep_b, t.passed.len());
-    assert_exactly("box 2 A->B (the guard's block, through CrowdSec)", &t.passed, &got);
-    let (v, _) = box2.stop();
-    let dropped = (t.all.len() - t.passed.len()) as u64;
-    assert_eq!(v["rules"][0]["packets"], dropped, "the crowdsec rule took the blocked source's packets: {v}");
-    for c in [&mut guard, &mut upstream] {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
+    // Box 2 drops that client's packets: exactly what filter drops with
+    // the address listed.
+    let listed = dir.path().join("listed.txt");
+    write_list(&listed, &[FLOODER]);
+    flooder_dropped(dir.path(), "g2", 11, &listed, &topo2, box2);
 }

@@ -50,9 +50,8 @@ pub struct ControlState {
     /// Deltas folded into new base tables.
     pub merges: AtomicU64,
     /// Runtime changes published, and from a request's arrival to its
-    /// publication: the sum (ns) and the recent ones.
+    /// publication, the recent ones.
     pub publishes: AtomicU64,
-    pub publish_ns_sum: AtomicU64,
     recent_publish_ns: Mutex<std::collections::VecDeque<u64>>,
     sets: Mutex<Vec<SetRow>>,
 }
@@ -83,7 +82,6 @@ impl ControlState {
     }
 
     fn published_change(&self, ns: u64) {
-        self.publish_ns_sum.fetch_add(ns, Ordering::Relaxed);
         let mut r = self.recent_publish_ns.lock().unwrap_or_else(PoisonError::into_inner);
         if r.len() == 4096 {
             r.pop_front();

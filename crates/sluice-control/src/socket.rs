@@ -54,7 +54,6 @@ pub fn group_id(name: &str) -> Result<u32, SocketError> {
 /// What the socket thread counts (the metrics read it).
 #[derive(Debug, Default)]
 pub struct SocketCounters {
-    pub connections: AtomicU64,
     /// Peers refused by `SO_PEERCRED`.
     pub refused: AtomicU64,
 }
@@ -114,7 +113,6 @@ pub fn serve(
                 }
                 match accepted {
                     Ok((conn, _)) => {
-                        counters.connections.fetch_add(1, Ordering::Relaxed);
                         let events = events.clone();
                         let counters = Arc::clone(&counters);
                         let _ = std::thread::Builder::new()
