@@ -26,6 +26,9 @@ use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
 pub struct BridgeArgs {
+    /// Read flags from a TOML file (keys are long flag names; the command line overrides).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
     /// An interface to bridge; give it twice (port 0, port 1).
     #[arg(long = "iface", value_name = "IFACE", required = true)]
     pub ifaces: Vec<String>,
@@ -226,21 +229,21 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     if let Some(addr) = metrics {
         let bound = sluice_metrics::spawn(addr, shared.registry(), "sluice bridge")
             .with_context(|| format!("--metrics: cannot serve on {addr}"))?;
-        eprintln!("sluice: metrics at http://{bound}/metrics");
+        tracing::info!("metrics at http://{bound}/metrics");
     }
 
     let control_socket = match &a.control {
         Some(path) => {
             let group = a.control_group.as_deref().map(sluice_control::socket::group_id).transpose()?;
             let handle = sluice_control::socket::serve(path, group, ctl_tx.clone(), Arc::clone(&shared.socket))?;
-            eprintln!("sluice: control socket at {}", path.display());
+            tracing::info!("control socket at {}", path.display());
             Some(handle)
         }
         None => None,
     };
     let bouncer = crowdsec.map(|cfg| {
         let counters = Arc::clone(shared.crowdsec.get_or_init(Arc::default));
-        eprintln!("sluice: crowdsec bouncer pulling {} every {:?} into set `{}`", cfg.url, cfg.interval, cfg.set);
+        tracing::info!("crowdsec bouncer pulling {} every {:?} into set `{}`", cfg.url, cfg.interval, cfg.set);
         let (events, stop) = (ctl_tx.clone(), Arc::clone(&stop));
         std::thread::Builder::new()
             .name("sluice-crowdsec".into())
@@ -253,8 +256,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         .spawn(move || controller.run(ctl_rx, every_tick))
         .context("starting the control thread")?;
 
-    eprintln!(
-        "sluice: bridging {if_a} <-> {if_b} over {io_desc}; {} worker(s); {} entries ({}) built in {build_ms:.1} ms",
+    tracing::info!("bridging {if_a} <-> {if_b} over {io_desc}; {} worker(s); {} entries ({}) built in {build_ms:.1} ms",
         a.workers,
         total_entries(&entries),
         describe(&entries)
@@ -310,7 +312,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     }
     match done.stopped {
         Some(e @ sluice_live::LiveError::InterfaceGone { .. }) => {
-            eprintln!("sluice: error: {e}");
+            tracing::error!("{e}");
             return Ok(Outcome::InterfaceGone);
         }
         Some(e) => return Err(anyhow::Error::new(e).context("the bridge stopped on an error reading the ports")),

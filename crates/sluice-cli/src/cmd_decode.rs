@@ -24,7 +24,7 @@ pub struct DecodeArgs {
 pub fn run(a: DecodeArgs) -> Result<Outcome> {
     let mut reader = CaptureReader::open(&a.input).with_context(|| a.input.display().to_string())?;
     for w in reader.warnings() {
-        eprintln!("sluice: warning: {}: {w}", a.input.display());
+        tracing::warn!("{}: {w}", a.input.display());
     }
     let stdout = io::stdout();
     let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
@@ -57,8 +57,7 @@ pub fn run(a: DecodeArgs) -> Result<Outcome> {
     match stopped {
         None => Ok(Outcome::Complete),
         Some(e) => {
-            eprintln!(
-                "sluice: error: {}: stopped at {e}; the {} packets before it were decoded",
+            tracing::info!("error: {}: stopped at {e}; the {} packets before it were decoded",
                 a.input.display(),
                 e.record
             );

@@ -90,7 +90,7 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
     };
     let mut source = CaptureSource::open(&a.input, mode).with_context(|| a.input.display().to_string())?;
     for w in source.warnings() {
-        eprintln!("sluice: warning: {}: {w}", a.input.display());
+        tracing::warn!("{}: {w}", a.input.display());
     }
     let input_format = source.format();
     let mut sinks =
@@ -129,8 +129,7 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
         print!("{}", text.trim_end().to_owned() + "\n");
     }
     if let Some(e) = &done.stopped {
-        eprintln!(
-            "sluice: error: {}: stopped at {e}; the {} packets before it were judged and written",
+        tracing::info!("error: {}: stopped at {e}; the {} packets before it were judged and written",
             a.input.display(),
             e.record
         );

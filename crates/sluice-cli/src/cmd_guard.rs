@@ -21,6 +21,9 @@ pub enum Action {
 
 #[derive(Args, Debug)]
 pub struct GuardArgs {
+    /// Read flags from a TOML file (keys are long flag names; the command line overrides).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
     /// Address to listen on (port 0: any free port; the bound one is printed on stderr).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8081")]
     pub listen: SocketAddr,
@@ -117,6 +120,9 @@ pub struct GuardArgs {
     /// Do not pin thread i to CPU i.
     #[arg(long)]
     pub no_pin: bool,
+    /// Count breaches and the blocks they would make, enforce nothing (`would_block`).
+    #[arg(long)]
+    pub dry_run: bool,
     /// Print the summary as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -161,6 +167,7 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
         allow_remote: a.allow_remote,
         pin: !a.no_pin,
         forward_blocks: !sinks.is_empty(),
+        dry_run: a.dry_run,
     })?;
     let addr = guard.local_addr();
     let running = guard.start()?;
@@ -170,7 +177,7 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
         let registry = sluice_metrics::guard::registry(running.shared(), forward_counters.clone());
         let bound = sluice_metrics::spawn(m, registry, "sluice http-guard")
             .with_context(|| format!("--metrics: cannot serve on {m}"))?;
-        eprintln!("sluice: metrics at http://{bound}/metrics");
+        tracing::info!("metrics at http://{bound}/metrics");
     }
     let forwarder = forward_counters.clone().map(|counters| {
         let table = Arc::clone(&running.shared().table);
@@ -188,7 +195,7 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
     });
     let forwarder = forwarder.transpose().context("starting the block forwarder")?;
     // After the threads run, so a client that reads this line can connect at once.
-    eprintln!("sluice: guarding on {addr}");
+    tracing::info!("guarding on {addr}");
     let elapsed = sluice_control::wait_until_stopped(&stop, a.duration, || running.any_finished());
     let report = running.join().context("http-guard")?;
     if let Some(f) = forwarder {

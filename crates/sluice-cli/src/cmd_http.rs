@@ -79,7 +79,7 @@ pub fn serve(a: ServeArgs) -> Result<Outcome> {
     let stop = running.stop_flag();
     sluice_control::stop_on_interrupt(&stop).context("installing the signal handlers")?;
     // After the threads run, so a client that reads this line can connect at once.
-    eprintln!("sluice: serving on {addr}");
+    tracing::info!("serving on {addr}");
     let elapsed = sluice_control::wait_until_stopped(&stop, a.duration, || false);
     let report = running.join().context("serving")?;
     if a.json {

@@ -132,7 +132,7 @@ pub fn run(a: SendArgs) -> Result<Outcome> {
     let progress = |t: &SendTotals| {
         if show {
             let dt = last_print.elapsed().as_secs_f64();
-            eprintln!("sluice: sent {} ({:.0} frames/s)", t.sent, (t.sent - last_sent) as f64 / dt);
+            tracing::info!("sent {} ({:.0} frames/s)", t.sent, (t.sent - last_sent) as f64 / dt);
             (last_print, last_sent) = (Instant::now(), t.sent);
         }
     };

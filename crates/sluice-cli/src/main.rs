@@ -22,7 +22,7 @@ mod progress;
 mod report;
 mod rule_source;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 
 /// Exit codes (also in README.md).
@@ -59,6 +59,9 @@ pub enum Outcome {
     about = "Packet classification against huge address lists: decode, filter, generate"
 )]
 struct Cli {
+    /// Log lines as `sluice: ...` text or as JSON objects (both on stderr).
+    #[arg(long, value_enum, global = true, default_value = "text")]
+    log_format: sluice_service::log::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -97,33 +100,14 @@ enum Command {
     HttpParse(cmd_h1::ParseArgs),
     /// Reverse proxy enforcing Tempesta frang-style limits per client IP; breaches can block the IP (ipset file).
     HttpGuard(cmd_guard::GuardArgs),
-}
-
-/// Prints the libraries' log lines on stderr as sluice's own messages.
-struct StderrLog;
-
-impl log::Log for StderrLog {
-    fn enabled(&self, m: &log::Metadata) -> bool {
-        m.level() <= log::Level::Info
-    }
-
-    fn log(&self, r: &log::Record) {
-        if self.enabled(r.metadata()) {
-            match r.level() {
-                log::Level::Error => eprintln!("sluice: error: {}", r.args()),
-                log::Level::Warn => eprintln!("sluice: warning: {}", r.args()),
-                _ => eprintln!("sluice: {}", r.args()),
-            }
-        }
-    }
-
-    fn flush(&self) {}
+    /// Write the man pages and shell completions into DIR (for packaging).
+    #[command(hide = true)]
+    Assets { dir: std::path::PathBuf },
 }
 
 fn main() -> ExitCode {
-    // Only fails when a logger is already set, which nothing else does.
-    let _ = log::set_logger(&StderrLog).map(|()| log::set_max_level(log::LevelFilter::Info));
-    let cli = Cli::parse();
+    let cli: Cli = sluice_service::config::try_parse(std::env::args_os()).unwrap_or_else(|e| e.exit());
+    sluice_service::log::init(cli.log_format);
     let result = match cli.command {
         Command::Gen(a) => cmd_gen::run(a),
         Command::Decode(a) => cmd_decode::run(a),
@@ -141,6 +125,9 @@ fn main() -> ExitCode {
         Command::HttpLoad(a) => cmd_http::load(a),
         Command::HttpParse(a) => cmd_h1::parse(a),
         Command::HttpGuard(a) => cmd_guard::run(a),
+        Command::Assets { dir } => sluice_service::dist::write_assets(Cli::command(), &dir)
+            .map(|_| Outcome::Complete)
+            .map_err(|e| anyhow::anyhow!("writing into {}: {e}", dir.display())),
     };
     ExitCode::from(match result {
         Ok(Outcome::Complete) => exit::OK,
@@ -149,7 +136,7 @@ fn main() -> ExitCode {
         Ok(Outcome::Refused) => exit::ERROR,
         Ok(Outcome::InterfaceGone) => exit::INTERFACE_GONE,
         Err(e) => {
-            eprintln!("sluice: error: {e:#}");
+            tracing::error!("{e:#}");
             exit::ERROR
         }
     })

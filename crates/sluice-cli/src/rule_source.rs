@@ -70,7 +70,7 @@ pub fn load(spec: &RuleSpec, ifaces: &[String]) -> Result<Loaded> {
     {
         let loaded = spec.load(ifaces)?;
         for w in &loaded.warnings {
-            eprintln!("sluice: warning: {w}");
+            tracing::warn!("{w}");
         }
         Ok(loaded)
     }
@@ -81,7 +81,7 @@ impl RuleArgs {
     pub fn load_for_compile(&self) -> Result<Loaded> {
         let loaded = self.spec().load_for_compile()?;
         for w in &loaded.warnings {
-            eprintln!("sluice: warning: {w}");
+            tracing::warn!("{w}");
         }
         Ok(loaded)
     }

@@ -161,7 +161,12 @@ impl Bridge {
         let end = Instant::now() + Duration::from_secs(15);
         loop {
             let left = end.saturating_duration_since(Instant::now());
-            match b.rx.recv_timeout(left) {
+            // A JSON log line (--log-format json) says the same in its message.
+            let text = |l: String| match serde_json::from_str::<serde_json::Value>(&l) {
+                Ok(v) => format!("sluice: {}", v["message"].as_str().unwrap_or_default()),
+                Err(_) => l,
+            };
+            match b.rx.recv_timeout(left).map(text) {
                 Ok(l) if l.starts_with("sluice: bridging") => break,
                 Ok(l) => {
                     if let Some(rest) = l.strip_prefix("sluice: metrics at http://") {
@@ -638,7 +643,8 @@ fn bridge_watch_reloads_on_change() {
 
 /// `--dry-run`: every frame is forwarded, and the drops counted are
 /// exactly those an enforcing run makes (what `sluice filter` drops).
-fn dry_run_case(test: &str, io: &[&str], tag: &str) {
+/// With `from_config`, every flag comes from a `--config` file instead.
+fn dry_run_case(test: &str, io: &[&str], tag: &str, from_config: bool) {
     if !live_or_skip(test) {
         return;
     }
@@ -655,6 +661,18 @@ fn dry_run_case(test: &str, io: &[&str], tag: &str) {
         vec!["--iface", &topo.a.near, "--iface", &topo.b.near, "--drop-src", p(&list), "--json", "--dry-run"];
     args.extend(["--frag-timeout", "1"]);
     args.extend(io);
+    // The same flags from a config file (`--config`): the same run.
+    let config = dir.path().join("bridge.toml");
+    if from_config {
+        let (a, b, list) = (&topo.a.near, &topo.b.near, p(&list));
+        let toml = format!(
+            "# the flags above, as a file\niface = [{a:?}, {b:?}]\ndrop-src = {list:?}\njson = true\n\
+             dry-run = true\nfrag-timeout = 1\nio = {:?}\n",
+            io[1]
+        );
+        std::fs::write(&config, toml).unwrap();
+        args = vec!["--config", p(&config)];
+    }
     let bridge = Bridge::start(&args);
     let mut ep_b = Endpoint::open(&topo.ns_b.name, &topo.b.far);
     let (_, got) = send_and_capture(&topo.ns_a.name, &topo.a.far, &t.cap, "20000", &mut ep_b, t.all.len());
@@ -670,26 +688,27 @@ fn dry_run_case(test: &str, io: &[&str], tag: &str) {
 
 #[test]
 fn bridge_dry_run_afpacket() {
-    dry_run_case("bridge_dry_run_afpacket", &["--io", "afpacket"], "dra");
+    dry_run_case("bridge_dry_run_afpacket", &["--io", "afpacket"], "dra", true);
 }
 
 #[test]
 fn bridge_dry_run_afxdp() {
-    dry_run_case("bridge_dry_run_afxdp", &["--io", "afxdp", "--xdp-mode", "skb"], "drx");
+    dry_run_case("bridge_dry_run_afxdp", &["--io", "afxdp", "--xdp-mode", "skb"], "drx", false);
 }
 
 /// A port set down for 2 s and up again: forwarding resumes within a
 /// second (measured 0.2 s when this was written) without a restart; then
 /// the other port's interface is deleted: the bridge ends within 3 s with
 /// exit code 5 and a message naming it, instead of polling sockets that
-/// will never be readable again.
+/// will never be readable again. Logged as JSON: every stderr line is an
+/// object, and the down, the up and the end are events of their own.
 fn link_flap_then_loss(test: &str, io: &[&str], tag: &str) {
     if !live_or_skip(test) {
         return;
     }
     let _serial = serial();
     let topo = Topology::new(tag);
-    let mut args = vec!["--iface", &topo.a.near, "--iface", &topo.b.near];
+    let mut args = vec!["--iface", &topo.a.near, "--iface", &topo.b.near, "--log-format", "json"];
     args.extend(io);
     let mut bridge = Bridge::start(&args);
     let mut ep_a = Endpoint::open(&topo.ns_a.name, &topo.a.far);
@@ -728,7 +747,13 @@ fn link_flap_then_loss(test: &str, io: &[&str], tag: &str) {
     std::thread::sleep(Duration::from_millis(50));
     let err = bridge.stderr();
     assert_eq!(code, Some(5), "{err}");
-    assert!(err.contains(&format!("interface {} is gone", topo.b.near)), "{err}");
+    let events: Vec<serde_json::Value> =
+        err.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))).collect();
+    let has = |event: &str, port: &str| events.iter().any(|e| e["event"] == event && e["port"] == port);
+    assert!(has("link_down", &topo.a.near) && has("link_up", &topo.a.near), "{err}");
+    let last = events.last().unwrap();
+    assert_eq!(last["level"], "ERROR", "{err}");
+    assert!(last["message"].as_str().unwrap().contains(&format!("interface {} is gone", topo.b.near)), "{err}");
 }
 
 #[test]

@@ -471,3 +471,31 @@ fn a_worker_that_panics_ends_the_run_with_an_error_and_valid_outputs() {
         }
     }
 }
+
+/// `--config FILE`: a bad key or value is refused before anything starts,
+/// naming the file and line; so is a config file given to a command that
+/// takes none. Logs come as JSON objects with `--log-format json`.
+#[test]
+fn config_errors_name_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("edge.toml");
+    std::fs::write(&cfg, "# edge box\niface = [\"a0\", \"b0\"]\n\nworkers = \"two\"\n").unwrap();
+    let (code, _, err) = stderr_of(&["bridge", "--config", p(&cfg)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(&format!("{}:4: `workers`: invalid value 'two'", cfg.display())), "{err}");
+    std::fs::write(&cfg, "upstream = \"127.0.0.1:1\"\nrequest-rat = 5\n").unwrap();
+    let (code, _, err) = stderr_of(&["http-guard", "--config", p(&cfg)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(":2: unknown key `request-rat`") && err.contains("did you mean `request-rate`"), "{err}");
+    let (code, _, err) = stderr_of(&["decode", "--config", p(&cfg)]);
+    assert_eq!(code, 2, "decode takes no config file: {err}");
+    // An interface that does not exist: the error is a JSON event.
+    std::fs::write(&cfg, "iface = [\"nope-a0\", \"nope-b0\"]\nio = \"afpacket\"\n").unwrap();
+    let (code, _, err) = stderr_of(&["--log-format", "json", "bridge", "--config", p(&cfg)]);
+    assert_eq!(code, 1, "{err}");
+    for line in err.lines() {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(v["level"].is_string() && v["message"].is_string(), "{line}");
+    }
+    assert!(err.contains("\"level\":\"ERROR\"") && err.contains("nope-a0"), "{err}");
+}

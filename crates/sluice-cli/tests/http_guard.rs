@@ -173,6 +173,40 @@ fn a_flooder_is_blocked_within_a_rate_window_while_a_polite_client_is_served() {
     stop(up);
 }
 
+/// `--dry-run`: the same flood as above is counted and its block recorded
+/// (`would_block`, the block log, the metrics) exactly as an enforcing run
+/// blocks it, but every request of both clients is answered, no address is
+/// refused and the block file stays an empty set.
+#[test]
+fn a_dry_run_serves_the_flooder_and_says_it_would_block_it() {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("blocks.txt");
+    let up = http_serve(12, &[]);
+    let args = ["--request-rate", "50", "--ip-block", "30", "--block-file", p(&file), "--dry-run"];
+    let g = http_guard(up.addr, 5.0, &[&args[..], &["--metrics", "127.0.0.1:0"]].concat());
+    let polite = load(&g.url(), &["--source", "127.4.0.1/32", "--rate", "5", "--connections", "1", "--duration", "3"]);
+    let flood = load(&g.url(), &["--source", "127.3.0.1/32", "--connections", "8", "--duration", "2"]);
+    let (polite, flood) = (load_report(polite), load_report(flood));
+    assert_eq!((g.metric("sluice_guard_dry_run"), g.metric("sluice_guard_would_block_total")), (1.0, 1.0));
+    let summary = g.summary();
+    assert_eq!(failures(&flood), (0, 0), "the flooder is served in a dry run: {flood}");
+    assert!(flood["requests"].as_u64().unwrap() > 100, "a flood: {flood}");
+    assert_eq!(failures(&polite), (0, 0), "{polite}");
+    assert_eq!((summary["dry_run"].as_bool(), summary["would_block"].as_u64()), (Some(true), Some(1)), "{summary}");
+    let b = &summary["blocks"].as_array().unwrap()[0];
+    assert_eq!((b["ip"].as_str(), b["limit"].as_str()), (Some("127.3.0.1"), Some("request_rate")), "{summary}");
+    assert!(summary["breaches"]["request_rate"].as_u64().unwrap() > 0, "{summary}");
+    for k in ["blocked_total", "blocked_active", "refused_at_accept", "closed_blocked"] {
+        assert_eq!(summary[k], 0, "{k}: {summary}");
+    }
+    let all = flood["requests"].as_u64().unwrap() + polite["requests"].as_u64().unwrap();
+    assert_eq!(summary["forwarded"].as_u64(), Some(all), "{summary}");
+    let text = std::fs::read_to_string(&file).unwrap_or_default();
+    assert!(!text.contains("add "), "a dry run puts no address in the block file: {text}");
+    stop(up);
+}
+
 #[test]
 fn a_block_expires_and_the_block_file_follows_it() {
     let _s = serial();

@@ -230,15 +230,18 @@ impl Controller {
         match self.spec.load(&self.ifaces) {
             Ok(l) => {
                 for w in &l.warnings {
-                    log::warn!("{w}");
+                    tracing::warn!("{w}");
                 }
                 let (rules, dropped) = self.sets.carry_over(l.rules);
                 if !dropped.is_empty() {
-                    log::info!("runtime changes to {} discarded: their lists were read again", dropped.join(", "));
+                    tracing::info!("runtime changes to {} discarded: their lists were read again", dropped.join(", "));
                 }
                 let generation = self.publish(rules);
                 let n = self.state.reloads_ok.fetch_add(1, Ordering::Relaxed) + 1;
-                log::info!(
+                tracing::info!(
+                    event = "reload",
+                    generation,
+                    entries = total_entries(&l.lists),
                     "reload {n} ({why}): {} entries ({}) built in {:.1} ms; generation {generation} in force",
                     total_entries(&l.lists),
                     describe(&l.lists),
@@ -250,7 +253,7 @@ impl Controller {
             }
             Err(e) => {
                 self.state.reloads_failed.fetch_add(1, Ordering::Relaxed);
-                log::error!("reload ({why}) failed; the rules in force stay: {}", crate::chain(&e));
+                tracing::error!(event = "reload_failed", "reload ({why}) failed; the rules in force stay: {}", crate::chain(&e));
                 false
             }
         }
@@ -269,11 +272,14 @@ impl Controller {
             Ok(rules) => {
                 let (rules, dropped) = self.sets.carry_over(rules);
                 if !dropped.is_empty() {
-                    log::info!("runtime changes to {} discarded: their lists were rebuilt", dropped.join(", "));
+                    tracing::info!("runtime changes to {} discarded: their lists were rebuilt", dropped.join(", "));
                 }
                 let live = e.live_entries(elapsed);
                 let generation = self.publish(rules);
-                log::info!(
+                tracing::info!(
+                    event = "expired",
+                    generation,
+                    live,
                     "entries expired ({elapsed} s after loading): {live} live entries, rebuilt in {:.1} ms; generation {generation} in force",
                     started.elapsed().as_secs_f64() * 1e3
                 );
@@ -282,7 +288,7 @@ impl Controller {
                 true
             }
             Err(err) => {
-                log::error!("rebuilding after entries expired failed; the rules in force stay: {err}");
+                tracing::error!(event = "reload_failed", "rebuilding after entries expired failed; the rules in force stay: {err}");
                 self.expiry = None;
                 false
             }
@@ -310,7 +316,7 @@ impl Controller {
         if let Some((new, gone)) = self.sets.expire(&rules.value, now) {
             self.state.expired.fetch_add(gone as u64, Ordering::Relaxed);
             let generation = self.publish(new);
-            log::debug!("{gone} runtime entries expired; generation {generation} in force");
+            tracing::debug!("{gone} runtime entries expired; generation {generation} in force");
         }
     }
 
@@ -412,7 +418,7 @@ impl Controller {
         if let Some(r) = new {
             self.state.merges.fetch_add(n as u64, Ordering::Relaxed);
             let generation = self.publish(r);
-            log::debug!("{n} set delta(s) merged into new tables; generation {generation} in force");
+            tracing::debug!("{n} set delta(s) merged into new tables; generation {generation} in force");
         }
     }
 

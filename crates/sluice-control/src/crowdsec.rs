@@ -291,13 +291,14 @@ pub fn run(cfg: BouncerConfig, events: Sender<Event>, stop: Arc<AtomicBool>, cou
                 counters.last_pull_ms.store(unix_ms(), Ordering::Relaxed);
                 counters.last_pull_us.store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
                 if failures > 0 {
-                    log::info!("crowdsec: {} answers again after {failures} failed pull(s)", cfg.url);
+                    tracing::info!(event = "feed_up", "crowdsec: {} answers again after {failures} failed pull(s)", cfg.url);
                 }
                 if full && !first {
                     let fixed = out.added + out.deleted;
                     counters.repaired.fetch_add(fixed as u64, Ordering::Relaxed);
                     if fixed > 0 {
-                        log::warn!(
+                        tracing::warn!(
+                            event = "feed_repaired",
                             "crowdsec: the full pull repaired set `{}`: {} decision(s) the stream had not brought, {} it had not removed",
                             cfg.set,
                             out.added,
@@ -312,7 +313,7 @@ pub fn run(cfg: BouncerConfig, events: Sender<Event>, stop: Arc<AtomicBool>, cou
                     last_full_took = started.elapsed();
                     streamed = false;
                     if first {
-                        log::info!("crowdsec: {} ban(s) from {} in set `{}`", out.added, cfg.url, cfg.set);
+                        tracing::info!(event = "feed_up", bans = out.added, "crowdsec: {} ban(s) from {} in set `{}`", out.added, cfg.url, cfg.set);
                     }
                 } else if out.added + out.deleted > 0 {
                     streamed = true;
@@ -330,7 +331,9 @@ pub fn run(cfg: BouncerConfig, events: Sender<Event>, stop: Arc<AtomicBool>, cou
                 failures += 1;
                 // Say so at once, then now and then; enforcement goes on.
                 if failures == 1 || failures.is_power_of_two() {
-                    log::warn!(
+                    tracing::warn!(
+                        event = "feed_down",
+                        failures,
                         "crowdsec: pull {failures} failed, enforcing the {} decision set as it is: {e}",
                         cfg.set
                     );

@@ -264,7 +264,7 @@ pub fn run(
             match sink.push(&pending[i]) {
                 Ok(()) => {
                     if failures[i] > 0 {
-                        log::info!("forwarding blocks to {} works again", counters.names[i]);
+                        tracing::info!(event = "feed_up", "forwarding blocks to {} works again", counters.names[i]);
                     }
                     counters.pushed[i].fetch_add(pending[i].len() as u64, Ordering::Relaxed);
                     pending[i].clear();
@@ -274,7 +274,8 @@ pub fn run(
                     failures[i] += 1;
                     counters.failed[i].fetch_add(1, Ordering::Relaxed);
                     if failures[i] == 1 || failures[i].is_power_of_two() {
-                        log::warn!(
+                        tracing::warn!(
+                            event = "feed_down",
                             "forwarding {} block(s) to {} failed (try {}), kept for the next: {e}",
                             pending[i].len(),
                             counters.names[i],

@@ -110,7 +110,7 @@ fn change_for(
                     });
                     match spawned {
                         Ok(_) => running.push(Running { set: name.to_owned(), seq, done: rx }),
-                        Err(e) => log::warn!("set `{name}`: cannot start a merge thread ({e}); the delta stays"),
+                        Err(e) => tracing::warn!("set `{name}`: cannot start a merge thread ({e}); the delta stays"),
                     }
                 }
             }
@@ -310,7 +310,7 @@ impl RuntimeSets {
                 }
                 Err(mpsc::TryRecvError::Empty) => still.push(r),
                 Err(mpsc::TryRecvError::Disconnected) => {
-                    log::error!("set `{}`: the merge thread died; the delta stays", r.set);
+                    tracing::error!("set `{}`: the merge thread died; the delta stays", r.set);
                     if let Some(s) = self.states.get_mut(&r.set) {
                         s.merge_abandoned();
                     }

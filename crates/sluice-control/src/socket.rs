@@ -120,7 +120,7 @@ pub fn serve(
                             .spawn(move || handle(conn, access, &events, &counters));
                     }
                     Err(e) => {
-                        log::warn!("control socket: accept: {e}");
+                        tracing::warn!("control socket: accept: {e}");
                         std::thread::sleep(Duration::from_millis(100));
                     }
                 }
@@ -161,7 +161,7 @@ fn handle(mut conn: UnixStream, access: Access, events: &Sender<Event>, counters
     let reply = match allowed(&conn, access) {
         Err(e) => {
             counters.refused.fetch_add(1, Ordering::Relaxed);
-            log::warn!("control socket: {e}");
+            tracing::warn!("control socket: {e}");
             // Read what it sent, so closing does not reset the connection
             // before the refusal is read.
             let _ = std::io::copy(&mut (&conn).take(MAX_REQUEST), &mut std::io::sink());

@@ -59,33 +59,46 @@ impl RequestFramer {
             HeadStatus::Partial => return Ok(HeadStep::Partial),
             HeadStatus::Complete(n) => n,
         };
+        if let Some(limit) = self.over_limits(buf, limits) {
+            return Err(Refusal::limit(limit));
+        }
         let h = self.parser.head(buf).expect("a complete head");
-        let over = |limit: Option<u32>, v: usize| limit.is_some_and(|l| v > l as usize);
-        if over(limits.http_uri_len, h.target.len()) {
-            return Err(Refusal::limit(Limit::HttpUriLen));
-        }
-        if over(limits.http_header_cnt, h.header_count()) {
-            return Err(Refusal::limit(Limit::HttpHeaderCnt));
-        }
-        if over(limits.http_field_len, h.longest_header_line()) {
-            return Err(Refusal::limit(Limit::HttpFieldLen));
-        }
-        if limits.http_methods.as_ref().is_some_and(|m| !m.iter().any(|m| m == h.method)) {
-            return Err(Refusal::limit(Limit::HttpMethods));
-        }
-        if limits.http_host_required && h.host().is_none_or(<[u8]>::is_empty) {
-            return Err(Refusal::limit(Limit::HttpHostRequired));
-        }
-        if let (Some(max), Some(n)) = (limits.http_body_len, h.content_length()) {
-            if n > max {
-                return Err(Refusal::limit(Limit::HttpBodyLen));
-            }
-        }
         let has_body = match h.framing {
             Framing::None | Framing::Length(0) => false,
             Framing::Length(_) | Framing::Chunked => true,
         };
         Ok(HeadStep::Complete(HeadInfo { len, keep_alive: h.keep_alive, head_method: h.method == "HEAD", has_body }))
+    }
+
+    /// The first limit a complete head in `buf` breaks, if any (a dry run
+    /// parses with no limits and asks this after).
+    pub fn over_limits(&self, buf: &[u8], limits: &Limits) -> Option<Limit> {
+        let h = self.parser.head(buf)?;
+        let over = |limit: Option<u32>, v: usize| limit.is_some_and(|l| v > l as usize);
+        if over(limits.http_uri_len, h.target.len()) {
+            return Some(Limit::HttpUriLen);
+        }
+        if over(limits.http_header_cnt, h.header_count()) {
+            return Some(Limit::HttpHeaderCnt);
+        }
+        if over(limits.http_field_len, h.longest_header_line()) {
+            return Some(Limit::HttpFieldLen);
+        }
+        if limits.http_methods.as_ref().is_some_and(|m| !m.iter().any(|m| m == h.method)) {
+            return Some(Limit::HttpMethods);
+        }
+        if limits.http_host_required && h.host().is_none_or(<[u8]>::is_empty) {
+            return Some(Limit::HttpHostRequired);
+        }
+        match (limits.http_body_len, h.content_length()) {
+            (Some(max), Some(n)) if n > max => Some(Limit::HttpBodyLen),
+            _ => None,
+        }
+    }
+
+    /// Body bytes of this request so far.
+    pub fn body_len(&self) -> u64 {
+        self.parser.body_len()
     }
 
     /// Walk body bytes `input` (new bytes only): how many belong to this

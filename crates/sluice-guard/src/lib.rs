@@ -57,6 +57,10 @@ pub struct Config {
     pub pin: bool,
     /// Keep new blocks for [`Table::take_blocks`] (something forwards them).
     pub forward_blocks: bool,
+    /// Judge, count and record blocks, enforce nothing: every request is
+    /// forwarded, no address is refused, nothing is written or forwarded
+    /// (`would_block` in the report).
+    pub dry_run: bool,
 }
 
 impl Config {
@@ -74,6 +78,7 @@ impl Config {
             allow_remote: false,
             pin: true,
             forward_blocks: false,
+            dry_run: false,
         }
     }
 }
@@ -123,6 +128,10 @@ pub struct Report {
     pub breaches: BTreeMap<&'static str, u64>,
     pub blocked_total: u64,
     pub blocked_active: u64,
+    /// `--dry-run`: nothing was enforced, `blocked_*` are 0 and the blocks
+    /// an enforcing run would have made are counted here.
+    pub dry_run: bool,
+    pub would_block: u64,
     pub refused_at_accept: u64,
     pub refused_table_full: u64,
     pub closed_blocked: u64,
@@ -146,8 +155,9 @@ impl Report {
         let broken: Vec<String> =
             self.breaches.iter().filter(|(_, &n)| n > 0).map(|(k, n)| format!("{k} x{n}")).collect();
         format!(
-            "{} requests in {:.1} s, {} forwarded; {} connections, {} refused at accept; {} blocked ({} active); \
+            "{}{} requests in {:.1} s, {} forwarded; {} connections, {} refused at accept; {} blocked ({} active); \
              {} clients tracked, {} evicted; {} upstream errors; {} bytes in, {} bytes out\n  breaches: {}\n",
+            if self.dry_run { format!("dry run: {} would have been blocked; ", self.would_block) } else { String::new() },
             self.requests,
             elapsed.as_secs_f64(),
             self.forwarded,
@@ -174,12 +184,15 @@ impl Shared {
             .map(|l| (l.name(), self.threads.iter().map(|t| t.breaches[l.index()].load(Ordering::Relaxed)).sum()))
             .collect();
         let s = &self.table.stats;
+        let dry = self.table.dry_run();
         Report {
             requests: sum(|t| &t.requests),
             forwarded: sum(|t| &t.forwarded),
             breaches,
-            blocked_total: s.blocked_total.load(Ordering::Relaxed),
-            blocked_active: s.blocks_active.load(Ordering::Relaxed),
+            blocked_total: if dry { 0 } else { s.blocked_total.load(Ordering::Relaxed) },
+            blocked_active: if dry { 0 } else { s.blocks_active.load(Ordering::Relaxed) },
+            dry_run: dry,
+            would_block: if dry { s.blocked_total.load(Ordering::Relaxed) } else { 0 },
             refused_at_accept: sum(|t| &t.refused_at_accept),
             refused_table_full: sum(|t| &t.refused_table_full),
             closed_blocked: sum(|t| &t.closed_blocked),
@@ -235,7 +248,7 @@ impl Guard {
     /// Spawn the loops and the block publisher.
     pub fn start(self) -> Result<Running, GuardError> {
         let config = Arc::new(self.config);
-        let table = Arc::new(Table::new(config.limits.clone(), config.max_clients));
+        let table = Arc::new(Table::new(config.limits.clone(), config.max_clients).with_dry_run(config.dry_run));
         if config.forward_blocks {
             table.forward_blocks();
         }

@@ -9,7 +9,7 @@
 //! on an upstream in use drives the client it serves.
 
 use crate::frame::{HeadStep, Refusal, RequestFramer};
-use crate::limits::Limit;
+use crate::limits::{Limit, Limits};
 use crate::table::Admit;
 use crate::{BlockAction, Config, Shared, ThreadCounters};
 use mio::net::{TcpListener, TcpStream};
@@ -253,7 +253,8 @@ impl<'a> Worker<'a> {
             let mut c = Client {
                 sock,
                 ip,
-                tracked: admit == Admit::Ok,
+                // A dry run admits a breaching connection, counted as open.
+                tracked: admit == Admit::Ok || (self.cfg.dry_run && matches!(admit, Admit::Breach(_))),
                 inbuf: vec![0; IN_CHUNK.min(self.in_cap)],
                 start: 0,
                 end: 0,
@@ -281,7 +282,9 @@ impl<'a> Worker<'a> {
             }
             add(&self.n.connections, 1);
             self.clients[i] = Some(c);
-            if let Admit::Breach(limit) = admit {
+            if let (Admit::Breach(limit), true) = (admit, self.cfg.dry_run) {
+                self.note(ip, limit);
+            } else if let Admit::Breach(limit) = admit {
                 let mut c = self.clients[i].take().expect("just put");
                 let after = self.refuse(&mut c, Refusal { limit, status: limit.status(), reason: limit.name() });
                 self.clients[i] = Some(c);
@@ -298,10 +301,7 @@ impl<'a> Worker<'a> {
     /// or reset. Any upstream connection in use is dropped (its request or
     /// response is cut).
     fn refuse(&mut self, c: &mut Client, r: Refusal) -> After {
-        add(&self.n.breaches[r.limit.index()], 1);
-        if let Some(secs) = self.cfg.ip_block {
-            self.shared.table.block(c.ip, secs, r.limit, self.now_ms());
-        }
+        self.note(c.ip, r.limit);
         let started = c.req.as_ref().is_some_and(|q| q.resp_started);
         if let Some(q) = c.req.take() {
             self.close_up(q.up);
@@ -316,6 +316,15 @@ impl<'a> Worker<'a> {
         }
         c.phase = Phase::Closing;
         After::Keep
+    }
+
+    /// Count a breach and block the address if asked (in a dry run, the
+    /// table records the block and enforces nothing).
+    fn note(&mut self, ip: IpAddr, limit: Limit) {
+        add(&self.n.breaches[limit.index()], 1);
+        if let Some(secs) = self.cfg.ip_block {
+            self.shared.table.block(ip, secs, limit, self.now_ms());
+        }
     }
 
     fn close_client(&mut self, i: usize, rst: bool) {
@@ -371,6 +380,13 @@ impl<'a> Worker<'a> {
                 _ => continue,
             };
             let mut c = self.clients[i].take().expect("checked");
+            if self.cfg.dry_run {
+                // Counted once; the client may go on as slowly as it likes.
+                self.note(c.ip, limit);
+                (c.head_deadline, c.body_deadline) = (None, None);
+                self.clients[i] = Some(c);
+                continue;
+            }
             let after = self.refuse(&mut c, Refusal { limit, status: limit.status(), reason: limit.name() });
             self.clients[i] = Some(c);
             match after {
@@ -477,7 +493,10 @@ impl<'a> Worker<'a> {
             // Frame: a head, then its body, forwarded as they come.
             if c.phase == Phase::Head && c.end > c.start {
                 let limits = self.shared.table.limits();
-                match c.framer.head(&c.inbuf[c.start..c.end], limits) {
+                // A dry run frames with no limits and checks them after.
+                let no_limits = Limits::default();
+                let framing = if self.cfg.dry_run { &no_limits } else { limits };
+                match c.framer.head(&c.inbuf[c.start..c.end], framing) {
                     Err(r) => match self.refuse(c, r) {
                         After::Keep => continue,
                         after => return after,
@@ -491,7 +510,13 @@ impl<'a> Worker<'a> {
                     Ok(HeadStep::Complete(h)) => {
                         c.head_deadline = None;
                         add(&self.n.requests, 1);
-                        if let Err(limit) = self.shared.table.on_request(c.ip, self.now_ms()) {
+                        if self.cfg.dry_run {
+                            let broke = c.framer.over_limits(&c.inbuf[c.start..c.end], limits);
+                            let rate = self.shared.table.on_request(c.ip, self.now_ms()).err();
+                            for limit in [broke, rate].into_iter().flatten() {
+                                self.note(c.ip, limit);
+                            }
+                        } else if let Err(limit) = self.shared.table.on_request(c.ip, self.now_ms()) {
                             match self.refuse(c, Refusal { limit, status: limit.status(), reason: limit.name() }) {
                                 After::Keep => continue,
                                 after => return after,
@@ -529,7 +554,14 @@ impl<'a> Worker<'a> {
                 }
             }
             if c.phase == Phase::Body && c.end > c.start {
-                match c.framer.body(&c.inbuf[c.start..c.end], self.shared.table.limits()) {
+                let (no_limits, before) = (Limits::default(), c.framer.body_len());
+                let framing = if self.cfg.dry_run { &no_limits } else { self.shared.table.limits() };
+                let step = c.framer.body(&c.inbuf[c.start..c.end], framing);
+                let max = self.shared.table.limits().http_body_len;
+                if self.cfg.dry_run && max.is_some_and(|m| before <= m && c.framer.body_len() > m) {
+                    self.note(c.ip, Limit::HttpBodyLen);
+                }
+                match step {
                     Err(r) => match self.refuse(c, r) {
                         After::Keep => continue,
                         after => return after,
@@ -704,7 +736,11 @@ impl<'a> Worker<'a> {
             c.framer.reset();
             c.body_deadline = None;
             if let Err(limit) = self.shared.table.on_response(c.ip, status, self.now_ms()) {
-                return Err(self.refuse(c, Refusal { limit, status: 0, reason: limit.name() }));
+                if self.cfg.dry_run {
+                    self.note(c.ip, limit);
+                } else {
+                    return Err(self.refuse(c, Refusal { limit, status: 0, reason: limit.name() }));
+                }
             }
             return Ok(true);
         }

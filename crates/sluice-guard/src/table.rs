@@ -108,6 +108,11 @@ pub struct Table {
     outbox: Mutex<Option<Vec<NewBlock>>>,
     /// Blocks lost because the outbox was full (its reader is stuck).
     pub outbox_dropped: AtomicU64,
+    /// `--dry-run`: blocks are recorded (so each address counts once per
+    /// block period, as an enforcing run would block it once) but enforce
+    /// nothing: connections are admitted, none is closed, nothing is
+    /// written to the block file or forwarded.
+    dry_run: bool,
 }
 
 /// A block for forwarding: the address, its seconds (0: until restart),
@@ -164,6 +169,24 @@ impl Table {
             log: Mutex::new(Vec::new()),
             outbox: Mutex::new(None),
             outbox_dropped: AtomicU64::new(0),
+            dry_run: false,
+        }
+    }
+
+    /// See [`Table::dry_run`]: record blocks, enforce none.
+    pub fn with_dry_run(mut self, on: bool) -> Table {
+        self.dry_run = on;
+        self
+    }
+
+    pub fn dry_run(&self) -> bool {
+        self.dry_run
+    }
+
+    /// The blocks changed: the block file is rewritten (never in a dry run).
+    fn mark_dirty(&self) {
+        if !self.dry_run {
+            self.mark_dirty();
         }
     }
 
@@ -190,7 +213,7 @@ impl Table {
     pub fn on_accept(&self, ip: IpAddr, now_ms: u64) -> Admit {
         let k = key(ip);
         let mut s = lock(self.shard(k));
-        if self.blocked_in(&mut s, k, now_ms) {
+        if self.blocked_in(&mut s, k, now_ms) && !self.dry_run {
             return Admit::Blocked;
         }
         let Some(i) = self.find_or_insert(&mut s, k, now_ms) else {
@@ -201,17 +224,24 @@ impl Table {
         st.referenced = true;
         let hit = st.rate.hit(CONN, (now_ms / 125) as u32);
         let l = &self.limits;
-        if l.connection_burst.is_some_and(|b| hit.burst > b) {
-            return Admit::Breach(Limit::ConnectionBurst);
+        let breach = if l.connection_burst.is_some_and(|b| hit.burst > b) {
+            Some(Limit::ConnectionBurst)
+        } else if l.connection_rate.is_some_and(|r| hit.rate > r) {
+            Some(Limit::ConnectionRate)
+        } else if l.concurrent_connections.is_some_and(|c| u32::from(st.concurrent) >= c) {
+            Some(Limit::ConcurrentConnections)
+        } else {
+            None
+        };
+        match breach {
+            // Refused: not counted as open.
+            Some(limit) if !self.dry_run => Admit::Breach(limit),
+            // A dry run admits it: it is open, and tracked like any other.
+            _ => {
+                st.concurrent = st.concurrent.saturating_add(1);
+                breach.map_or(Admit::Ok, Admit::Breach)
+            }
         }
-        if l.connection_rate.is_some_and(|r| hit.rate > r) {
-            return Admit::Breach(Limit::ConnectionRate);
-        }
-        if l.concurrent_connections.is_some_and(|c| u32::from(st.concurrent) >= c) {
-            return Admit::Breach(Limit::ConcurrentConnections);
-        }
-        st.concurrent = st.concurrent.saturating_add(1);
-        Admit::Ok
     }
 
     /// A tracked connection closed.
@@ -306,7 +336,7 @@ impl Table {
             Some(_) => {
                 s.blocks.remove(&k);
                 self.stats.blocks_active.fetch_sub(1, Ordering::Relaxed);
-                self.dirty.store(true, Ordering::Release);
+                self.mark_dirty();
                 false
             }
         }
@@ -339,13 +369,16 @@ impl Table {
         drop(s);
         self.stats.blocks_active.fetch_add(1, Ordering::Relaxed);
         self.stats.blocked_total.fetch_add(1, Ordering::Relaxed);
-        self.block_epoch.fetch_add(1, Ordering::Release);
-        self.dirty.store(true, Ordering::Release);
-        if let Some(out) = self.outbox.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
-            if out.len() < OUTBOX_CAP {
-                out.push(NewBlock { ip, secs, limit: limit.name() });
-            } else {
-                self.outbox_dropped.fetch_add(1, Ordering::Relaxed);
+        // A dry run enforces nothing: no connection closed, no forwarding.
+        if !self.dry_run {
+            self.block_epoch.fetch_add(1, Ordering::Release);
+            self.mark_dirty();
+            if let Some(out) = self.outbox.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+                if out.len() < OUTBOX_CAP {
+                    out.push(NewBlock { ip, secs, limit: limit.name() });
+                } else {
+                    self.outbox_dropped.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
         let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
@@ -361,7 +394,7 @@ impl Table {
         let gone = before - s.blocks.len();
         if gone > 0 {
             self.stats.blocks_active.fetch_sub(gone as u64, Ordering::Relaxed);
-            self.dirty.store(true, Ordering::Release);
+            self.mark_dirty();
         }
         gone > 0
     }

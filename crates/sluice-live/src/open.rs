@@ -85,7 +85,7 @@ pub fn open_bridge(
         Io::Afxdp => open_afxdp(ifaces, cfg, stop, counters),
         Io::Afpacket => open_afpacket(ifaces, stop, counters),
         Io::Auto => open_afxdp(ifaces, cfg, stop, counters).or_else(|e| {
-            log::warn!("AF_XDP is not available: {e}; falling back to AF_PACKET");
+            tracing::warn!("AF_XDP is not available: {e}; falling back to AF_PACKET");
             open_afpacket(ifaces, stop, counters)
         }),
     }
@@ -119,7 +119,7 @@ fn open_afxdp(
             }
             // Native mode refused by the driver: generic mode may still work.
             Err(e @ LiveError::XdpAttach { .. }) if i + 1 < modes.len() => {
-                log::warn!("driver-mode XDP refused ({e}); trying skb (generic) mode");
+                tracing::warn!("driver-mode XDP refused ({e}); trying skb (generic) mode");
                 last = Some(e);
             }
             Err(e) => return Err(failed(e)),

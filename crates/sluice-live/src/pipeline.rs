@@ -268,21 +268,34 @@ const LINK_CHECK: Duration = Duration::from_secs(1);
 struct Links {
     names: [String; 2],
     indexes: [u32; 2],
+    /// Whether each port was up and running at the last check (a change is logged).
+    running: [Option<bool>; 2],
     checked: Instant,
 }
 
 impl Links {
     fn new(names: [&str; 2]) -> Result<Links> {
         let indexes = [crate::sys::ifindex(names[0])?, crate::sys::ifindex(names[1])?];
-        Ok(Links { names: names.map(str::to_owned), indexes, checked: Instant::now() })
+        Ok(Links { names: names.map(str::to_owned), indexes, running: [None; 2], checked: Instant::now() })
     }
 
     fn check(&mut self) -> Result<()> {
         self.checked = Instant::now();
-        for (name, &index) in self.names.iter().zip(&self.indexes) {
+        for (i, (name, &index)) in self.names.iter().zip(&self.indexes).enumerate() {
             if crate::sys::ifindex(name).ok() != Some(index) {
                 return Err(LiveError::InterfaceGone { iface: name.clone() });
             }
+            let want = (libc::IFF_UP | libc::IFF_RUNNING) as u32;
+            let Ok(flags) = crate::sys::if_flags(name) else { continue };
+            let running = flags & want == want;
+            match (self.running[i], running) {
+                (Some(false), true) => tracing::info!(event = "link_up", port = name.as_str(), "port {name}: link up"),
+                (Some(true) | None, false) => {
+                    tracing::warn!(event = "link_down", port = name.as_str(), "port {name}: link down")
+                }
+                _ => {}
+            }
+            self.running[i] = Some(running);
         }
         Ok(())
     }

@@ -268,7 +268,7 @@ pub fn transmit<E>(
         }
         if let Some(limit) = pacing.mtu.map(|m| max_frame(m, &buf)).filter(|&max| buf.len() > max) {
             if t.oversize == 0 {
-                log::warn!("skipping frames larger than the MTU allows ({limit} bytes, first one {} bytes)", buf.len());
+                tracing::warn!("skipping frames larger than the MTU allows ({limit} bytes, first one {} bytes)", buf.len());
             }
             t.oversize += 1;
             t.skipped += 1;
@@ -294,7 +294,7 @@ pub fn transmit<E>(
                 }
                 Err(e @ (LiveError::FrameTooBig { .. } | LiveError::Config(_))) => {
                     if t.skipped == 0 {
-                        log::warn!("skipping a frame that cannot be sent: {e}");
+                        tracing::warn!("skipping a frame that cannot be sent: {e}");
                     }
                     t.skipped += 1;
                     break;
