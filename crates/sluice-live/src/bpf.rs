@@ -326,16 +326,13 @@ impl AsRawFd for XskMap {
 fn map_create_error(e: io::Error, queues: u32) -> LiveError {
     match e.raw_os_error() {
         // Before Linux 5.11 a map over RLIMIT_MEMLOCK failed with EPERM even with the
-        // capabilities; with them in hand, EPERM means the limit.
-        Some(libc::EPERM)
-            if crate::sys::has_cap(crate::sys::CAP_BPF) || crate::sys::has_cap(crate::sys::CAP_SYS_ADMIN) =>
-        {
-            LiveError::Memlock {
-                what: "BPF_MAP_CREATE (XSKMAP)",
-                asked: u64::from(queues) * 8 + 4096,
-                limit: crate::error::memlock_limit_text(),
-            }
-        }
+        // capabilities; with all of them in hand (CAP_BPF and CAP_NET_ADMIN, or
+        // CAP_SYS_ADMIN), EPERM means the limit.
+        Some(libc::EPERM) if NEEDS_BPF.lacking().is_empty() => LiveError::Memlock {
+            what: "BPF_MAP_CREATE (XSKMAP)",
+            asked: u64::from(queues) * 8 + 4096,
+            limit: crate::error::memlock_limit_text(),
+        },
         _ => LiveError::io("BPF_MAP_CREATE (XSKMAP)", NEEDS_BPF, e),
     }
 }
@@ -365,7 +362,7 @@ impl XdpProgram {
                         let text = String::from_utf8_lossy(&log[..end]).trim_end().to_owned();
                         Err(match e.raw_os_error() {
                             Some(libc::EPERM) | Some(libc::EACCES) if text.is_empty() => {
-                                LiveError::Permission { op: "BPF_PROG_LOAD", needs: NEEDS_BPF }
+                                LiveError::permission("BPF_PROG_LOAD", NEEDS_BPF)
                             }
                             _ => LiveError::XdpRefused {
                                 source: first,
@@ -460,9 +457,7 @@ fn attach_error(iface: &str, ifindex: u32, mode: XdpMode, e: io::Error) -> LiveE
             LiveError::XdpBusy { iface: iface.to_owned(), detail }
         }
         Some(libc::ENODEV) | Some(libc::ENXIO) => LiveError::NoSuchInterface { name: iface.to_owned() },
-        Some(libc::EPERM) | Some(libc::EACCES) => {
-            LiveError::Permission { op: "BPF_LINK_CREATE (XDP)", needs: NEEDS_BPF }
-        }
+        Some(libc::EPERM) | Some(libc::EACCES) => LiveError::permission("BPF_LINK_CREATE (XDP)", NEEDS_BPF),
         Some(libc::EOPNOTSUPP) => LiveError::XdpAttach {
             iface: iface.to_owned(),
             mode: mode.name(),

@@ -3,6 +3,8 @@
 
 use std::io;
 
+use crate::sys;
+
 /// Result alias for this crate.
 pub type Result<T> = std::result::Result<T, LiveError>;
 
@@ -38,14 +40,18 @@ pub enum LiveError {
     },
     /// EPERM / EACCES from a call that needs privileges.
     #[error(
-        "{op}: permission denied: {needs}; run as root, or grant the capabilities \
-         (e.g. `setcap cap_net_raw,cap_net_admin,cap_bpf+ep <binary>`)"
+        "{op}: permission denied: {needs}{lacking}; run as root, or grant the capabilities \
+         (AmbientCapabilities= in a systemd unit, or `setcap cap_net_raw,cap_net_admin,cap_bpf,cap_ipc_lock+ep \
+         <binary>`; AF_PACKET needs only cap_net_raw)"
     )]
     Permission {
         /// What was being done.
         op: &'static str,
         /// Which capabilities the call needs.
         needs: &'static str,
+        /// Which of them this process does not hold when refused:
+        /// " (this process lacks CAP_NET_ADMIN)", or "" when it holds them all.
+        lacking: String,
     },
 
     /// The interface name does not resolve to an index (ENODEV).
@@ -152,26 +158,73 @@ pub enum LiveError {
     },
 }
 
+/// What an operation needs, for [`LiveError::Permission`]: the text shown,
+/// and the capabilities (all of them) to look for in this process when the
+/// kernel refuses it, so the error names the one that is missing.
+#[derive(Debug)]
+pub(crate) struct Needs {
+    text: &'static str,
+    caps: &'static [(u32, &'static str)],
+    /// CAP_SYS_ADMIN stands in for every one of `caps`.
+    or_sys_admin: bool,
+}
+
+const RAW: (u32, &str) = (sys::CAP_NET_RAW, "CAP_NET_RAW");
+const ADMIN: (u32, &str) = (sys::CAP_NET_ADMIN, "CAP_NET_ADMIN");
+const BPF: (u32, &str) = (sys::CAP_BPF, "CAP_BPF");
+
 /// The capabilities an operation needs, for [`LiveError::Permission`].
-pub(crate) const NEEDS_RAW: &str = "AF_PACKET needs CAP_NET_RAW";
-pub(crate) const NEEDS_XSK: &str = "AF_XDP needs CAP_NET_RAW";
-pub(crate) const NEEDS_BPF: &str = "loading XDP needs CAP_BPF and CAP_NET_ADMIN (or CAP_SYS_ADMIN)";
-pub(crate) const NEEDS_ADMIN: &str = "this needs CAP_NET_ADMIN";
-pub(crate) const NEEDS_NETNS: &str = "entering a network namespace needs CAP_SYS_ADMIN";
+pub(crate) const NEEDS_RAW: &Needs = &Needs { text: "AF_PACKET needs CAP_NET_RAW", caps: &[RAW], or_sys_admin: false };
+pub(crate) const NEEDS_XSK: &Needs = &Needs { text: "AF_XDP needs CAP_NET_RAW", caps: &[RAW], or_sys_admin: false };
+/// The XSKMAP and the XDP program: CAP_NET_ADMIN for both (XSKMAP is a
+/// networking map, XDP a networking program), CAP_BPF for the program (and
+/// for any map while `kernel.unprivileged_bpf_disabled` is set).
+pub(crate) const NEEDS_BPF: &Needs = &Needs {
+    text: "loading XDP needs CAP_BPF and CAP_NET_ADMIN (or CAP_SYS_ADMIN)",
+    caps: &[BPF, ADMIN],
+    or_sys_admin: true,
+};
+pub(crate) const NEEDS_ADMIN: &Needs = &Needs { text: "this needs CAP_NET_ADMIN", caps: &[ADMIN], or_sys_admin: false };
+pub(crate) const NEEDS_NETNS: &Needs = &Needs {
+    text: "entering a network namespace needs CAP_SYS_ADMIN",
+    caps: &[(sys::CAP_SYS_ADMIN, "CAP_SYS_ADMIN")],
+    or_sys_admin: false,
+};
+
+impl Needs {
+    /// " (this process lacks CAP_X and CAP_Y)" for those of `caps` not in
+    /// this thread's effective set, or "" when it holds them all.
+    pub(crate) fn lacking(&self) -> String {
+        if self.or_sys_admin && sys::has_cap(sys::CAP_SYS_ADMIN) {
+            return String::new();
+        }
+        let missing: Vec<&str> = self.caps.iter().filter(|c| !sys::has_cap(c.0)).map(|c| c.1).collect();
+        if missing.is_empty() {
+            String::new()
+        } else {
+            format!(" (this process lacks {})", missing.join(" and "))
+        }
+    }
+}
 
 impl LiveError {
     /// Wraps an `io::Error` from `op`, turning EPERM/EACCES into
     /// [`LiveError::Permission`] and ENODEV into nothing special (callers
     /// that know the interface name map ENODEV themselves).
-    pub(crate) fn io(op: &'static str, needs: &'static str, source: io::Error) -> LiveError {
+    pub(crate) fn io(op: &'static str, needs: &'static Needs, source: io::Error) -> LiveError {
         match source.raw_os_error() {
-            Some(libc::EPERM) | Some(libc::EACCES) => LiveError::Permission { op, needs },
+            Some(libc::EPERM) | Some(libc::EACCES) => LiveError::permission(op, needs),
             _ => LiveError::Io { op, source },
         }
     }
 
+    /// [`LiveError::Permission`] for `op`, naming what this process lacks.
+    pub(crate) fn permission(op: &'static str, needs: &'static Needs) -> LiveError {
+        LiveError::Permission { op, needs: needs.text, lacking: needs.lacking() }
+    }
+
     /// Like [`LiveError::io`], but ENODEV / ENXIO name the interface.
-    pub(crate) fn io_iface(op: &'static str, needs: &'static str, iface: &str, source: io::Error) -> LiveError {
+    pub(crate) fn io_iface(op: &'static str, needs: &'static Needs, iface: &str, source: io::Error) -> LiveError {
         match source.raw_os_error() {
             Some(libc::ENODEV) | Some(libc::ENXIO) => LiveError::NoSuchInterface { name: iface.to_owned() },
             Some(libc::ENETDOWN) => LiveError::InterfaceDown { name: iface.to_owned() },

@@ -388,6 +388,10 @@ pub fn has_cap(cap: u32) -> bool {
         .is_some_and(|m| cap < 64 && m & (1u64 << cap) != 0)
 }
 
+/// `CAP_NET_ADMIN`.
+pub const CAP_NET_ADMIN: u32 = 12;
+/// `CAP_NET_RAW`.
+pub const CAP_NET_RAW: u32 = 13;
 /// `CAP_SYS_ADMIN`.
 pub const CAP_SYS_ADMIN: u32 = 21;
 /// `CAP_BPF` (Linux 5.8+).
