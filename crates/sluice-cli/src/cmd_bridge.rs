@@ -22,7 +22,7 @@ use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::channel;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct BridgeArgs {
@@ -170,26 +170,6 @@ fn check(a: &BridgeArgs) -> Result<(&String, &String)> {
     Ok((if_a, if_b))
 }
 
-/// What the control thread does besides reloading, every tick: the status
-/// line every 2 s (when asked or on a terminal), and the `--duration` stop.
-fn every_tick(a: &BridgeArgs, shared: &Arc<BridgeMetrics>, stop: &Arc<AtomicBool>) -> impl FnMut() + Send + 'static {
-    let status = a.status || std::io::stderr().is_terminal();
-    let deadline = a.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
-    let (shared, stop) = (Arc::clone(shared), Arc::clone(stop));
-    let mut last_status = Instant::now();
-    let mut last_counts = [0u64; 2];
-    move || {
-        if status && last_status.elapsed() >= Duration::from_secs(2) {
-            let since = last_status.elapsed();
-            last_status = Instant::now();
-            eprintln!("{}", shared.status_line(&mut last_counts, since));
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            stop.store(true, Ordering::Relaxed);
-        }
-    }
-}
-
 pub fn run(a: BridgeArgs) -> Result<Outcome> {
     let (if_a, if_b) = check(&a)?;
     let metrics = a.metrics.as_deref().map(|m| sluice_metrics::check_addr(m, a.metrics_allow_remote)).transpose()?;
@@ -250,7 +230,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
             .spawn(move || sluice_control::crowdsec::run(cfg, events, stop, counters))
     });
     let bouncer = bouncer.transpose().context("starting the crowdsec thread")?;
-    let every_tick = every_tick(&a, &shared, &stop);
+    let every_tick = shared.ticker(a.status || std::io::stderr().is_terminal(), a.duration, &stop);
     let control = std::thread::Builder::new()
         .name("sluice-control".into())
         .spawn(move || controller.run(ctl_rx, every_tick))

@@ -181,6 +181,31 @@ impl BridgeMetrics {
             .collect()
     }
 
+    /// What the control thread runs every tick besides reloading: a status
+    /// line on stderr every 2 s when `status`, and setting `stop` once
+    /// `duration` seconds have passed (`--duration`).
+    pub fn ticker(
+        self: &Arc<Self>,
+        status: bool,
+        duration: Option<f64>,
+        stop: &Arc<std::sync::atomic::AtomicBool>,
+    ) -> impl FnMut() + Send + 'static {
+        let deadline = duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
+        let (shared, stop) = (Arc::clone(self), Arc::clone(stop));
+        let mut last_status = Instant::now();
+        let mut last_counts = [0u64; 2];
+        move || {
+            if status && last_status.elapsed() >= Duration::from_secs(2) {
+                let since = last_status.elapsed();
+                last_status = Instant::now();
+                eprintln!("{}", shared.status_line(&mut last_counts, since));
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                stop.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// One status line: per port in/pass/drop and rate since the last line.
     pub fn status_line(&self, last: &mut [u64; 2], since: Duration) -> String {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
