@@ -236,7 +236,8 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         .spawn(move || controller.run(ctl_rx, every_tick))
         .context("starting the control thread")?;
 
-    tracing::info!("bridging {if_a} <-> {if_b} over {io_desc}; {} worker(s); {} entries ({}) built in {build_ms:.1} ms",
+    tracing::info!(
+        "bridging {if_a} <-> {if_b} over {io_desc}; {} worker(s); {} entries ({}) built in {build_ms:.1} ms",
         a.workers,
         total_entries(&entries),
         describe(&entries)

@@ -57,7 +57,8 @@ pub fn run(a: DecodeArgs) -> Result<Outcome> {
     match stopped {
         None => Ok(Outcome::Complete),
         Some(e) => {
-            tracing::info!("error: {}: stopped at {e}; the {} packets before it were decoded",
+            tracing::info!(
+                "error: {}: stopped at {e}; the {} packets before it were decoded",
                 a.input.display(),
                 e.record
             );

@@ -129,7 +129,8 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
         print!("{}", text.trim_end().to_owned() + "\n");
     }
     if let Some(e) = &done.stopped {
-        tracing::info!("error: {}: stopped at {e}; the {} packets before it were judged and written",
+        tracing::info!(
+            "error: {}: stopped at {e}; the {} packets before it were judged and written",
             a.input.display(),
             e.record
         );

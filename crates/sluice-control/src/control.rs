@@ -253,7 +253,11 @@ impl Controller {
             }
             Err(e) => {
                 self.state.reloads_failed.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(event = "reload_failed", "reload ({why}) failed; the rules in force stay: {}", crate::chain(&e));
+                tracing::error!(
+                    event = "reload_failed",
+                    "reload ({why}) failed; the rules in force stay: {}",
+                    crate::chain(&e)
+                );
                 false
             }
         }
@@ -288,7 +292,10 @@ impl Controller {
                 true
             }
             Err(err) => {
-                tracing::error!(event = "reload_failed", "rebuilding after entries expired failed; the rules in force stay: {err}");
+                tracing::error!(
+                    event = "reload_failed",
+                    "rebuilding after entries expired failed; the rules in force stay: {err}"
+                );
                 self.expiry = None;
                 false
             }

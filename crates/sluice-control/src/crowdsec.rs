@@ -291,7 +291,11 @@ pub fn run(cfg: BouncerConfig, events: Sender<Event>, stop: Arc<AtomicBool>, cou
                 counters.last_pull_ms.store(unix_ms(), Ordering::Relaxed);
                 counters.last_pull_us.store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
                 if failures > 0 {
-                    tracing::info!(event = "feed_up", "crowdsec: {} answers again after {failures} failed pull(s)", cfg.url);
+                    tracing::info!(
+                        event = "feed_up",
+                        "crowdsec: {} answers again after {failures} failed pull(s)",
+                        cfg.url
+                    );
                 }
                 if full && !first {
                     let fixed = out.added + out.deleted;
@@ -313,7 +317,14 @@ pub fn run(cfg: BouncerConfig, events: Sender<Event>, stop: Arc<AtomicBool>, cou
                     last_full_took = started.elapsed();
                     streamed = false;
                     if first {
-                        tracing::info!(event = "feed_up", bans = out.added, "crowdsec: {} ban(s) from {} in set `{}`", out.added, cfg.url, cfg.set);
+                        tracing::info!(
+                            event = "feed_up",
+                            bans = out.added,
+                            "crowdsec: {} ban(s) from {} in set `{}`",
+                            out.added,
+                            cfg.url,
+                            cfg.set
+                        );
                     }
                 } else if out.added + out.deleted > 0 {
                     streamed = true;

@@ -157,7 +157,11 @@ impl Report {
         format!(
             "{}{} requests in {:.1} s, {} forwarded; {} connections, {} refused at accept; {} blocked ({} active); \
              {} clients tracked, {} evicted; {} upstream errors; {} bytes in, {} bytes out\n  breaches: {}\n",
-            if self.dry_run { format!("dry run: {} would have been blocked; ", self.would_block) } else { String::new() },
+            if self.dry_run {
+                format!("dry run: {} would have been blocked; ", self.would_block)
+            } else {
+                String::new()
+            },
             self.requests,
             elapsed.as_secs_f64(),
             self.forwarded,

@@ -268,7 +268,10 @@ pub fn transmit<E>(
         }
         if let Some(limit) = pacing.mtu.map(|m| max_frame(m, &buf)).filter(|&max| buf.len() > max) {
             if t.oversize == 0 {
-                tracing::warn!("skipping frames larger than the MTU allows ({limit} bytes, first one {} bytes)", buf.len());
+                tracing::warn!(
+                    "skipping frames larger than the MTU allows ({limit} bytes, first one {} bytes)",
+                    buf.len()
+                );
             }
             t.oversize += 1;
             t.skipped += 1;

@@ -38,8 +38,18 @@ impl Collector for Exporter {
         counter(&mut enc, "sluice_guard_breaches", "Limit breaches, by limit.", &breaches)?;
         c(&mut enc, "sluice_guard_blocks", "Client IPs blocked.", r.blocked_total)?;
         gauge(&mut enc, "sluice_guard_blocks_active", "Client IPs blocked now.", &[(vec![], r.blocked_active as i64)])?;
-        gauge(&mut enc, "sluice_guard_dry_run", "1: --dry-run, nothing is enforced.", &[(vec![], i64::from(r.dry_run))])?;
-        c(&mut enc, "sluice_guard_would_block", "--dry-run: client IPs an enforcing run would have blocked.", r.would_block)?;
+        gauge(
+            &mut enc,
+            "sluice_guard_dry_run",
+            "1: --dry-run, nothing is enforced.",
+            &[(vec![], i64::from(r.dry_run))],
+        )?;
+        c(
+            &mut enc,
+            "sluice_guard_would_block",
+            "--dry-run: client IPs an enforcing run would have blocked.",
+            r.would_block,
+        )?;
         c(
             &mut enc,
             "sluice_guard_refused_at_accept",

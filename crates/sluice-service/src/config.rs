@@ -102,7 +102,10 @@ impl Expanded {
         };
         let line = flag.and_then(|f| self.lines.get(f).map(|&l| (f, l)));
         match (line, e.kind()) {
-            (Some((flag, line)), ErrorKind::InvalidValue | ErrorKind::ValueValidation | ErrorKind::WrongNumberOfValues) => {
+            (
+                Some((flag, line)),
+                ErrorKind::InvalidValue | ErrorKind::ValueValidation | ErrorKind::WrongNumberOfValues,
+            ) => {
                 let text = e.to_string();
                 let first = text.lines().next().unwrap_or_default().trim_start_matches("error: ");
                 ParseError::Config(ConfigError {
@@ -136,8 +139,11 @@ pub fn expand(cmd: &Command, args: Vec<OsString>) -> Result<Expanded, ConfigErro
     }
     let rest = &args[sub_at + 1..];
     let Some(path) = config_path(rest) else { return Ok(none) };
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| ConfigError { path: path.clone(), line: None, message: format!("cannot read: {e}") })?;
+    let text = std::fs::read_to_string(&path).map_err(|e| ConfigError {
+        path: path.clone(),
+        line: None,
+        message: format!("cannot read: {e}"),
+    })?;
     let (flags, lines) = to_flags(sub, &path, &text, rest)?;
     let mut out = args[..=sub_at].to_vec();
     out.extend(flags);
@@ -155,10 +161,8 @@ fn find_subcommand<'c>(cmd: &'c Command, args: &[OsString]) -> Option<(usize, &'
             return None;
         }
         if let Some(long) = a.strip_prefix("--") {
-            let takes = cmd
-                .get_arguments()
-                .find(|x| x.get_long() == Some(long))
-                .is_some_and(|x| x.get_action().takes_values());
+            let takes =
+                cmd.get_arguments().find(|x| x.get_long() == Some(long)).is_some_and(|x| x.get_action().takes_values());
             i += if takes { 2 } else { 1 };
             continue;
         }
@@ -190,7 +194,8 @@ fn config_path(rest: &[OsString]) -> Option<PathBuf> {
 
 /// Whether the command line gives `arg` itself (long, alias or short form).
 fn on_command_line(arg: &clap::Arg, rest: &[OsString]) -> bool {
-    let longs: Vec<String> = arg.get_long().into_iter().chain(arg.get_all_aliases().unwrap_or_default()).map(String::from).collect();
+    let longs: Vec<String> =
+        arg.get_long().into_iter().chain(arg.get_all_aliases().unwrap_or_default()).map(String::from).collect();
     let short = arg.get_short();
     rest.iter().take_while(|a| *a != OsStr::new("--")).filter_map(|a| a.to_str()).any(|a| {
         if let Some(l) = a.strip_prefix("--") {
@@ -213,7 +218,8 @@ fn to_flags(
     rest: &[OsString],
 ) -> Result<(Vec<OsString>, BTreeMap<String, usize>), ConfigError> {
     let line_of = |offset: usize| text[..offset.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1;
-    let err = |offset: usize, message: String| ConfigError { path: path.to_owned(), line: Some(line_of(offset)), message };
+    let err =
+        |offset: usize, message: String| ConfigError { path: path.to_owned(), line: Some(line_of(offset)), message };
     let table: Table = toml::from_str(text).map_err(|e| {
         let at = e.span().map(|s| s.start).unwrap_or(0);
         err(at, format!("not valid TOML: {}", e.message()))
@@ -228,11 +234,15 @@ fn to_flags(
         if name == FLAG {
             return Err(err(at, "`config` cannot be set in a config file".into()));
         }
-        let Some(arg) = sub.get_arguments().find(|a| {
-            a.get_long() == Some(name) || a.get_all_aliases().is_some_and(|al| al.contains(&name))
-        }) else {
+        let Some(arg) = sub
+            .get_arguments()
+            .find(|a| a.get_long() == Some(name) || a.get_all_aliases().is_some_and(|al| al.contains(&name)))
+        else {
             let hint = closest(sub, name).map(|c| format!(" (did you mean `{c}`?)")).unwrap_or_default();
-            return Err(err(at, format!("unknown key `{name}`: `sluice {}` has no flag --{name}{hint}", sub.get_name())));
+            return Err(err(
+                at,
+                format!("unknown key `{name}`: `sluice {}` has no flag --{name}{hint}", sub.get_name()),
+            ));
         };
         if arg.is_hide_set() && matches!(name, "help" | "version") {
             return Err(err(at, format!("`{name}` cannot be set in a config file")));
@@ -343,7 +353,10 @@ mod tests {
     #[derive(Subcommand, Debug, PartialEq)]
     enum Cmd {
         Run(RunArgs),
-        Other { #[arg(long)] n: Option<u32> },
+        Other {
+            #[arg(long)]
+            n: Option<u32>,
+        },
     }
 
     #[derive(Args, Debug, PartialEq)]
@@ -383,18 +396,38 @@ mod tests {
 
     #[test]
     fn file_and_flags_give_the_same_arguments() {
-        let f = file("iface = [\"a\", \"b\"]\nworkers = 3\ncpus = [0, 1]\ndry-run = true\nrate = 2.5\nlog-format = \"json\"\n");
+        let f = file(
+            "iface = [\"a\", \"b\"]\nworkers = 3\ncpus = [0, 1]\ndry-run = true\nrate = 2.5\nlog-format = \"json\"\n",
+        );
         let p = f.path().to_str().unwrap();
         let from_file = parse(&["sluice", "run", "--config", p]).unwrap();
         let from_flags = parse(&[
-            "sluice", "run", "--config", p, "--iface", "a", "--iface", "b", "--workers", "3", "--cpus", "0,1", "--dry-run",
-            "--rate", "2.5", "--log-format", "json",
+            "sluice",
+            "run",
+            "--config",
+            p,
+            "--iface",
+            "a",
+            "--iface",
+            "b",
+            "--workers",
+            "3",
+            "--cpus",
+            "0,1",
+            "--dry-run",
+            "--rate",
+            "2.5",
+            "--log-format",
+            "json",
         ])
         .unwrap();
         assert_eq!(from_file, from_flags);
         assert_eq!(from_file.log_format, "json");
         let r = run(from_file);
-        assert_eq!((r.ifaces, r.workers, r.cpus, r.dry_run, r.rate), (vec!["a".into(), "b".into()], 3, vec![0, 1], true, Some(2.5)));
+        assert_eq!(
+            (r.ifaces, r.workers, r.cpus, r.dry_run, r.rate),
+            (vec!["a".into(), "b".into()], 3, vec![0, 1], true, Some(2.5))
+        );
     }
 
     #[test]
