@@ -1,14 +1,75 @@
 //! Flag groups that several commands share, and how each maps onto the
 //! libraries' types.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use sluice_engine::defrag::Limits;
 use sluice_engine::Verdict;
+use sluice_engine::{snapshot::Published, RuleSet};
 use sluice_gen::{Encap, FlowDist, FrameSize, GenConfig, ProtoMix};
-use sluice_pipeline::Reassembly;
+use sluice_pcap::sample::{SampleConfig, Sampler};
+use sluice_pipeline::{Reassembly, Steering, WorkersConfig};
 use sluice_rules::{load_list, parse_list, Prefix, FIREHOL_LEVEL1};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Samples of the drops (shared by `filter` and `bridge`), written off the
+/// fast path; a full queue loses samples, never packets.
+#[derive(Args, Debug, Clone)]
+pub struct SampleArgs {
+    /// Write dropped frames to FILE (pcapng), each with a comment naming the
+    /// rule (line and text), the set, the ingress port and the worker.
+    #[arg(long, value_name = "FILE")]
+    pub sample_drops: Option<PathBuf>,
+    /// Keep 1 in N drops.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub sample_rate: u64,
+    /// At most R samples a second (wall clock; 0: no cap).
+    #[arg(long, value_name = "R", default_value_t = 100)]
+    pub sample_max_pps: u64,
+    /// Start a new file when the current one would pass M MiB (the old one becomes NAME-1.pcapng).
+    #[arg(long, value_name = "M", value_parser = clap::value_parser!(u64).range(1..))]
+    pub sample_rotate_mb: Option<u64>,
+    /// Files kept when rotating, the current one included.
+    #[arg(long, value_name = "K", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    pub sample_keep: u64,
+    /// Write the same samples as JSON lines on stderr.
+    #[arg(long)]
+    pub log_drops: bool,
+}
+
+impl SampleArgs {
+    /// The sampler these flags ask for (none without --sample-drops or
+    /// --log-drops); `workers` as the judge runs them, so samples name theirs.
+    pub fn start(
+        &self,
+        rules: &Arc<Published<RuleSet>>,
+        ports: Vec<String>,
+        workers: usize,
+    ) -> Result<Option<Sampler>> {
+        if self.sample_drops.is_none() && !self.log_drops {
+            return Ok(None);
+        }
+        let key = WorkersConfig::new(workers).key;
+        let cfg = SampleConfig {
+            pcapng: self.sample_drops.clone(),
+            log: self.log_drops.then(|| Box::new(std::io::stderr()) as Box<dyn std::io::Write + Send>),
+            rate: self.sample_rate,
+            max_pps: self.sample_max_pps,
+            rotate_bytes: self.sample_rotate_mb.map(|m| m << 20),
+            keep: self.sample_keep as usize,
+            port_names: ports,
+            steering: (workers > 1).then(|| Steering::new(&key, workers)),
+            ..SampleConfig::new()
+        };
+        Ok(Some(Sampler::start(cfg, Arc::clone(rules)).context("--sample-drops")?))
+    }
+}
+
+/// `--workers` of filter and bridge: 1 to 256.
+pub fn workers(s: &str) -> Result<usize, String> {
+    s.parse().ok().filter(|n| (1..=256).contains(n)).ok_or_else(|| format!("`{s}`: give 1 to 256 workers"))
+}
 
 /// How IP fragments are reassembled (shared by `filter` and `bridge`).
 #[derive(Args, Debug, Clone)]

@@ -12,11 +12,13 @@ use crate::args::{ReassemblyArgs, VerdictArg};
 use crate::report;
 use crate::Outcome;
 use anyhow::{bail, Context, Result};
-use clap::{Args, ValueEnum};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::Args;
 use sluice_control::{describe, spawn_signals, total_entries, Controller, Event};
 use sluice_live::open::{open_bridge, Io, OpenConfig, Opened, XdpChoice};
 use sluice_live::pipeline::BridgeCounters;
 use sluice_metrics::bridge::{BridgeMetrics, LiveObserver};
+use sluice_pcap::sample::tap;
 use sluice_pipeline::{JudgeConfig, RunConfig};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,18 +36,20 @@ pub struct BridgeArgs {
     pub ifaces: Vec<String>,
     #[command(flatten)]
     pub rules: crate::rule_source::RuleArgs,
+    #[command(flatten)]
+    pub sample: crate::args::SampleArgs,
     /// Socket layer: AF_XDP, AF_PACKET, or AF_XDP falling back to AF_PACKET.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub io: IoArg,
+    #[arg(long, default_value = "auto", value_parser = PossibleValuesParser::new(Io::NAMES).map(|s| Io::from_name(&s).unwrap()))]
+    pub io: Io,
     /// XDP attach mode for AF_XDP: generic (skb), native (drv), or native
     /// falling back to generic.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub xdp_mode: XdpModeArg,
+    #[arg(long, default_value = "auto", value_parser = PossibleValuesParser::new(XdpChoice::NAMES).map(|s| XdpChoice::from_name(&s).unwrap()))]
+    pub xdp_mode: XdpChoice,
     /// AF_XDP: queues to bind per port (default: every RX queue, up to 8).
     #[arg(long)]
     pub queues: Option<u32>,
     /// Worker threads judging (software RSS: Toeplitz on the 4-tuple).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::args::workers)]
     pub workers: usize,
     /// CPUs to pin workers to, e.g. 0,1 (default: worker i on CPU i).
     #[arg(long, value_delimiter = ',')]
@@ -106,53 +110,6 @@ pub struct BridgeArgs {
     pub crowdsec_set: String,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum IoArg {
-    Auto,
-    Afxdp,
-    Afpacket,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum XdpModeArg {
-    Auto,
-    Skb,
-    Drv,
-}
-
-impl From<IoArg> for Io {
-    fn from(a: IoArg) -> Io {
-        match a {
-            IoArg::Auto => Io::Auto,
-            IoArg::Afxdp => Io::Afxdp,
-            IoArg::Afpacket => Io::Afpacket,
-        }
-    }
-}
-
-impl From<XdpModeArg> for XdpChoice {
-    fn from(a: XdpModeArg) -> XdpChoice {
-        match a {
-            XdpModeArg::Auto => XdpChoice::Auto,
-            XdpModeArg::Skb => XdpChoice::Skb,
-            XdpModeArg::Drv => XdpChoice::Driver,
-        }
-    }
-}
-
-/// The CrowdSec bouncer's settings, the key read from its file.
-fn crowdsec_config(a: &BridgeArgs) -> Result<Option<sluice_control::crowdsec::BouncerConfig>> {
-    let (Some(url), Some(key_file)) = (&a.crowdsec_url, &a.crowdsec_key_file) else { return Ok(None) };
-    let cfg = sluice_control::crowdsec::BouncerConfig::new(
-        url,
-        key_file,
-        a.crowdsec_interval,
-        a.crowdsec_resync,
-        &a.crowdsec_set,
-    );
-    cfg.map(Some).map_err(anyhow::Error::msg)
-}
-
 /// The flags that make no sense together, refused before anything opens.
 fn check(a: &BridgeArgs) -> Result<(&String, &String)> {
     let [if_a, if_b] = a.ifaces.as_slice() else {
@@ -160,9 +117,6 @@ fn check(a: &BridgeArgs) -> Result<(&String, &String)> {
     };
     if if_a == if_b {
         bail!("--iface {if_a} given twice: a bridge needs two different interfaces");
-    }
-    if a.workers == 0 || a.workers > 256 {
-        bail!("--workers must be between 1 and 256");
     }
     if a.duration.is_some_and(|d| !(d.is_finite() && d > 0.0)) {
         bail!("--duration must be a positive number of seconds");
@@ -174,7 +128,16 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     let (if_a, if_b) = check(&a)?;
     let metrics = a.metrics.as_deref().map(|m| sluice_metrics::check_addr(m, a.metrics_allow_remote)).transpose()?;
     let port_names = vec![if_a.clone(), if_b.clone()];
-    let crowdsec = crowdsec_config(&a)?;
+    let port_names_for_samples = port_names.clone();
+    let (url, key) = (a.crowdsec_url.as_deref(), a.crowdsec_key_file.as_deref());
+    let crowdsec = sluice_control::crowdsec::BouncerConfig::from_flags(
+        url,
+        key,
+        a.crowdsec_interval,
+        a.crowdsec_resync,
+        &a.crowdsec_set,
+    )
+    .map_err(anyhow::Error::msg)?;
     let mut spec = a.rules.spec();
     spec.feed_sets.extend(crowdsec.as_ref().map(|c| c.set.clone()));
     let loaded = crate::rule_source::load(&spec, &port_names).context(if a.rules.rules.is_some() {
@@ -200,7 +163,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     let signals = spawn_signals(Arc::clone(&stop), ctl_tx.clone(), Arc::clone(controller.state()))
         .context("installing the signal handlers")?;
 
-    let open_cfg = OpenConfig { io: a.io.into(), xdp: a.xdp_mode.into(), queues: a.queues };
+    let open_cfg = OpenConfig { io: a.io, xdp: a.xdp_mode, queues: a.queues };
     let (mut opened, io_desc) = open_bridge([if_a, if_b], &open_cfg, &stop, &counters)?;
     opened.set_dry_run(a.dry_run);
     shared.dry_run.store(a.dry_run, Ordering::Relaxed);
@@ -242,6 +205,10 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         total_entries(&entries),
         describe(&entries)
     );
+    let sampler = a.sample.start(&published, port_names_for_samples, a.workers)?;
+    if let Some(s) = &sampler {
+        let _ = shared.samples.set(s.counters());
+    }
     let judge_cfg = JudgeConfig { undecodable: a.undecodable.into(), ..JudgeConfig::default() };
     let judge = report::judge(&published, judge_cfg, a.workers, &a.cpus, None);
     *shared.live_stats.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = judge.live_stats();
@@ -263,10 +230,12 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     let result = match opened {
         Opened::Xsk(ports) => {
             let (mut source, mut sink) = *ports;
+            let mut sink = tap(sampler.as_ref(), &mut sink);
             sluice_pipeline::run(&mut source, &mut stage, judge, &mut sink, &mut observer, &cfg)
         }
         Opened::Packet(ports) => {
             let (mut source, mut sink) = *ports;
+            let mut sink = tap(sampler.as_ref(), &mut sink);
             sluice_pipeline::run(&mut source, &mut stage, judge, &mut sink, &mut observer, &cfg)
         }
     };
@@ -281,15 +250,20 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         let _ = h.join();
     }
     signals.close();
+    let samples = sampler.map(|s| s.finish()).transpose().context("--sample-drops")?;
     let done = report::finished(result)?;
     let rules = published.load();
     let mut summary = shared.summary_json(&done.report, &io_desc);
     crate::rule_source::rules_json(&rules.value, &done.report.stats, &mut summary);
+    if let Some(r) = &samples {
+        summary["samples"] = r.to_json();
+    }
     if a.json {
         println!("{summary}");
     } else {
         print!("{}{}", report::summary_text(&done.report), shared.summary_text(&done.report, &io_desc));
         print!("{}", crate::rule_source::rules_text(&rules.value, &done.report.stats));
+        print!("{}", samples.as_ref().map(|r| r.text()).unwrap_or_default());
     }
     match done.stopped {
         Some(e @ sluice_live::LiveError::InterfaceGone { .. }) => {

@@ -1,7 +1,7 @@
 use crate::args::{ReassemblyArgs, VerdictArg};
 use crate::report::{finished, judge, summary_text, Bar};
 use crate::{progress, Outcome};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use sluice_engine::snapshot::Published;
 use sluice_engine::RuleSet;
@@ -17,6 +17,8 @@ pub struct FilterArgs {
     pub input: PathBuf,
     #[command(flatten)]
     pub rules: crate::rule_source::RuleArgs,
+    #[command(flatten)]
+    pub sample: crate::args::SampleArgs,
     /// Write passed packets here, in input order (`-`: standard output).
     #[arg(long, value_name = "OUT")]
     pub pass: Option<PathBuf>,
@@ -31,7 +33,7 @@ pub struct FilterArgs {
     pub undecodable: VerdictArg,
     /// Worker threads: packets are steered to them by RSS (Toeplitz on the
     /// 4-tuple, or the IP pair for fragments); output keeps input order.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::args::workers)]
     pub workers: usize,
     /// CPUs to pin workers to, e.g. 0,1 (default: worker i on CPU i).
     #[arg(long, value_delimiter = ',')]
@@ -75,15 +77,14 @@ pub enum ReadArg {
 pub fn run(a: FilterArgs) -> Result<Outcome> {
     let rules = a.rules.load(&[])?.rules;
     let undecodable = a.undecodable.into();
-    if a.workers == 0 || a.workers > 256 {
-        bail!("--workers must be between 1 and 256");
-    }
     let panic_at = a.debug_panic_worker.as_deref().map(parse_panic_at).transpose()?;
     let out_format = a.out_format.map(|f| match f {
         FormatArg::Pcap => OutputFormat::Pcap,
         FormatArg::Pcapng => OutputFormat::Pcapng,
     });
-    check_distinct(&a.input, a.pass.as_deref(), a.drop_out.as_deref())?;
+    let outputs = [("--pass", a.pass.as_deref()), ("--drop", a.drop_out.as_deref())];
+    let sample = [("--sample-drops", a.sample.sample_drops.as_deref())];
+    sluice_pcap::stdio::check_distinct(&a.input, &[&outputs[..], &sample].concat()).map_err(anyhow::Error::msg)?;
     let mode = match a.read {
         ReadArg::Chunks => ReadMode::Chunks,
         ReadArg::Map => ReadMode::Map,
@@ -104,9 +105,13 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
         read_ahead: !a.no_read_ahead && sluice_steer::affinity::available_cpus() >= 2,
         ..RunConfig::default()
     };
+    let name = a.input.file_name().map_or("capture".into(), |n| n.to_string_lossy().into_owned());
+    let sampler = a.sample.start(&rules, vec![name], a.workers)?;
     let mut bar = Bar(progress::bar(source.progress().1, true, !a.no_progress));
-    let result = sluice_pipeline::run(&mut source, &mut stage, judge, &mut sinks, &mut bar, &cfg);
+    let mut sink = sluice_pcap::sample::tap(sampler.as_ref(), &mut sinks);
+    let result = sluice_pipeline::run(&mut source, &mut stage, judge, &mut sink, &mut bar, &cfg);
     bar.0.finish_and_clear();
+    let samples = sampler.map(|s| s.finish()).transpose().context("--sample-drops")?;
     let done = finished(result)?;
     let rule_set = rules.load();
     let summary = Summary {
@@ -117,9 +122,15 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
         rules: &rule_set.value,
     };
     let text = if a.json {
-        summary.json().to_string()
+        let mut v = summary.json();
+        if let Some(r) = &samples {
+            v["samples"] = r.to_json();
+        }
+        v.to_string()
     } else {
-        summary_text(&done.report) + &crate::rule_source::rules_text(&rule_set.value, &done.report.stats)
+        summary_text(&done.report)
+            + &crate::rule_source::rules_text(&rule_set.value, &done.report.stats)
+            + &samples.as_ref().map(|r| r.text()).unwrap_or_default()
     };
     // With a capture on standard output, the summary goes to stderr.
     let to_stdout = [&a.pass, &a.drop_out].into_iter().flatten().any(|p| sluice_pcap::stdio::is_stdio(p));
@@ -142,29 +153,6 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
 fn parse_panic_at(s: &str) -> Result<(usize, u64)> {
     let (w, n) = s.split_once(':').context("--debug-panic-worker takes W:N")?;
     Ok((w.parse().context("worker number")?, n.parse().context("share number")?))
-}
-
-/// Refuse outputs that would overwrite the input or each other before it is read.
-fn check_distinct(input: &Path, pass: Option<&Path>, drop: Option<&Path>) -> Result<()> {
-    use sluice_pcap::stdio::is_stdio;
-    let same = |a: &Path, b: &Path| a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y);
-    if let (Some(a), Some(b)) = (pass, drop) {
-        if is_stdio(a) && is_stdio(b) {
-            bail!("--pass - and --drop - both name standard output; choose a file for one of them");
-        }
-    }
-    for out in [pass, drop].into_iter().flatten() {
-        // `-` in and out are two streams.
-        if !is_stdio(out) && same(out, input) {
-            bail!("output {} is the input file; choose another path", out.display());
-        }
-    }
-    if let (Some(a), Some(b)) = (pass, drop) {
-        if same(a, b) {
-            bail!("--pass and --drop name the same file {}", a.display());
-        }
-    }
-    Ok(())
 }
 
 /// What `--json` prints: the run report plus where the packets came from.

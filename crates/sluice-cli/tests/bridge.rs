@@ -19,7 +19,9 @@
 //! would lose frames for reasons that are not the bridge's.
 
 mod common;
-use common::{assert_documented_keys, documented_keys};
+use common::{
+    assert_comments_name_rule_lines, assert_documented_keys, comment_field, documented_keys, have_tool, sample_comments,
+};
 mod lapi;
 #[path = "../../sluice-live/tests/common/mod.rs"]
 mod live;
@@ -694,6 +696,59 @@ fn bridge_dry_run_afpacket() {
 #[test]
 fn bridge_dry_run_afxdp() {
     dry_run_case("bridge_dry_run_afxdp", &["--io", "afxdp", "--xdp-mode", "skb"], "drx", false);
+}
+
+/// `--sample-drops` and `--log-drops` on a live bridge: exactly the frames
+/// `sluice filter` passes arrive, exactly 1 in 3 drops is written (no cap)
+/// to a pcapng tshark opens, each commented with the rule line and text,
+/// the ingress port and the worker, and as many JSON lines are logged.
+fn samples_case(test: &str, io: &[&str], tag: &str) {
+    if !live_or_skip(test) || !have_tool("tshark") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("list.txt");
+    write_list(&list, LISTED);
+    let t = traffic(dir.path(), "smp", 4, 2500, &list, &[&list]);
+    let rules = dir.path().join("edge.rules");
+    let text = "set listed from \"list.txt\"\ncount proto udp\ndrop saddr @listed\n";
+    std::fs::write(&rules, text).unwrap();
+    let samples = dir.path().join("drops.pcapng");
+    let topo = Topology::new(tag);
+    let mut args = vec!["--iface", &topo.a.near, "--iface", &topo.b.near, "--rules", p(&rules), "--json"];
+    args.extend(["--frag-timeout", "1", "--sample-drops", p(&samples), "--sample-rate", "3"]);
+    args.extend(["--sample-max-pps", "0", "--log-drops"]);
+    args.extend(io);
+    let bridge = Bridge::start(&args);
+    let mut ep_b = Endpoint::open(&topo.ns_b.name, &topo.b.far);
+    let (_, got) = send_and_capture(&topo.ns_a.name, &topo.a.far, &t.cap, "20000", &mut ep_b, t.passed.len());
+    assert_exactly("A->B with samples", &t.passed, &got);
+    let (v, err) = bridge.stop();
+    let dropped = v["dropped"].as_u64().unwrap();
+    assert_eq!(dropped, (t.all.len() - t.passed.len()) as u64, "{v}");
+    let s = &v["samples"];
+    assert_eq!((s["drops_seen"].as_u64(), s["written"].as_u64()), (Some(dropped), Some(dropped.div_ceil(3))), "{s}");
+    let comments = sample_comments(&samples);
+    assert_eq!(comments.len() as u64, dropped.div_ceil(3), "{comments:?}");
+    assert_comments_name_rule_lines(&comments, text);
+    for (c, iface) in &comments {
+        assert_eq!((iface, comment_field(c, "port")), (&topo.a.near, topo.a.near.clone()), "{c}");
+        assert!(["rule", "fragment"].contains(&comment_field(c, "reason").as_str()), "{c}");
+    }
+    let logged: Vec<serde_json::Value> = err.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    assert_eq!(logged.len(), comments.len(), "{err}");
+    assert!(logged.iter().all(|j| j["port"] == topo.a.near.as_str() && j["reason"].is_string()), "{err}");
+}
+
+#[test]
+fn bridge_samples_drops_afpacket() {
+    samples_case("bridge_samples_drops_afpacket", &["--io", "afpacket"], "spa");
+}
+
+#[test]
+fn bridge_samples_drops_afxdp() {
+    samples_case("bridge_samples_drops_afxdp", &["--io", "afxdp", "--xdp-mode", "skb"], "spx");
 }
 
 /// A port set down for 2 s and up again: forwarding resumes within a

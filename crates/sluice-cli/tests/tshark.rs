@@ -176,3 +176,53 @@ fn decode_agrees_with_tshark_on_every_packet() {
     ]);
     compare(&b, 50_000);
 }
+
+/// `filter --sample-drops`: exactly 1 in N drops is written (no cap), as a
+/// pcapng tshark opens, each frame commented with the rule line and text
+/// that dropped it and the worker that judged it.
+#[test]
+fn drop_samples_open_in_tshark_and_name_their_rules() {
+    if !have_tool("tshark") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let capture = dir.path().join("demo.pcap");
+    ok(&["demo", "--packets", "20000", "--seed", "5", "--keep", p(&capture), "--json"]);
+    let list = firehol_file(dir.path());
+    let rules = dir.path().join("edge.rules");
+    let text = format!(
+        "# samples\nset fh from {:?}\ncount proto udp\ndrop tcp dport {{ 23, 2323 }}\ndrop saddr @fh\ndrop daddr @fh\n",
+        p(&list)
+    );
+    std::fs::write(&rules, &text).unwrap();
+    let samples = dir.path().join("drops.pcapng");
+    let v: Value = serde_json::from_str(&ok(&[
+        "filter",
+        "--in",
+        p(&capture),
+        "--rules",
+        p(&rules),
+        "--workers",
+        "2",
+        "--json",
+        "--sample-drops",
+        p(&samples),
+        "--sample-rate",
+        "7",
+        "--sample-max-pps",
+        "0",
+    ]))
+    .unwrap();
+    let dropped = v["dropped"].as_u64().unwrap();
+    let s = &v["samples"];
+    assert!(dropped > 100, "{v}");
+    assert_eq!(s["drops_seen"].as_u64(), Some(dropped), "{s}");
+    assert_eq!(s["written"].as_u64(), Some(dropped.div_ceil(7)), "{s}");
+    let comments = sample_comments(&samples);
+    assert_eq!(comments.len() as u64, dropped.div_ceil(7));
+    assert_comments_name_rule_lines(&comments, &text);
+    assert!(comments.iter().all(|(c, iface)| iface == "demo.pcap" && c.contains(" port=demo.pcap ")), "{comments:?}");
+    let workers: std::collections::BTreeSet<String> =
+        comments.iter().map(|(c, _)| comment_field(c, "worker")).collect();
+    assert_eq!(workers.into_iter().collect::<Vec<_>>(), ["0", "1"], "both workers judged drops");
+}

@@ -48,6 +48,21 @@ pub struct BouncerConfig {
 pub type DecisionKey = (String, String, String, &'static str);
 
 impl BouncerConfig {
+    /// [`BouncerConfig::new`] when both the URL and the key file are given
+    /// (`--crowdsec-url`, `--crowdsec-key-file`), else no bouncer.
+    pub fn from_flags(
+        url: Option<&str>,
+        key_file: Option<&std::path::Path>,
+        interval: f64,
+        resync: f64,
+        set: &str,
+    ) -> Result<Option<Self>, String> {
+        match (url, key_file) {
+            (Some(url), Some(key_file)) => Self::new(url, key_file, interval, resync, set).map(Some),
+            _ => Ok(None),
+        }
+    }
+
     /// From the flags: the key read from `key_file`, the URL checked.
     pub fn new(url: &str, key_file: &std::path::Path, interval: f64, resync: f64, set: &str) -> Result<Self, String> {
         if url.starts_with("https://") {

@@ -31,6 +31,36 @@ pub enum XdpChoice {
     Driver,
 }
 
+impl Io {
+    /// The names `--io` takes.
+    pub const NAMES: [&'static str; 3] = ["auto", "afxdp", "afpacket"];
+
+    /// One of [`Io::NAMES`].
+    pub fn from_name(name: &str) -> Option<Io> {
+        Some(match name {
+            "auto" => Io::Auto,
+            "afxdp" => Io::Afxdp,
+            "afpacket" => Io::Afpacket,
+            _ => return None,
+        })
+    }
+}
+
+impl XdpChoice {
+    /// The names `--xdp-mode` takes.
+    pub const NAMES: [&'static str; 3] = ["auto", "skb", "drv"];
+
+    /// One of [`XdpChoice::NAMES`].
+    pub fn from_name(name: &str) -> Option<XdpChoice> {
+        Some(match name {
+            "auto" => XdpChoice::Auto,
+            "skb" => XdpChoice::Skb,
+            "drv" => XdpChoice::Driver,
+            _ => return None,
+        })
+    }
+}
+
 /// How to open a bridge.
 #[derive(Debug, Clone, Copy)]
 pub struct OpenConfig {

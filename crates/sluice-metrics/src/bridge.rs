@@ -50,6 +50,8 @@ pub struct BridgeMetrics {
     pub dry_run: std::sync::atomic::AtomicBool,
     /// The CrowdSec bouncer's counters, when it runs.
     pub crowdsec: std::sync::OnceLock<Arc<sluice_control::crowdsec::BouncerCounters>>,
+    /// Set when drops are sampled (`--sample-drops`, `--log-drops`).
+    pub samples: std::sync::OnceLock<Arc<sluice_pcap::sample::SampleCounters>>,
 }
 
 impl BridgeMetrics {
@@ -65,6 +67,7 @@ impl BridgeMetrics {
             judged_dropped: AtomicU64::new(0),
             socket: Arc::default(),
             crowdsec: std::sync::OnceLock::new(),
+            samples: std::sync::OnceLock::new(),
             dry_run: std::sync::atomic::AtomicBool::new(false),
             ports,
         }
@@ -514,6 +517,23 @@ impl Collector for Exporter {
                 "Decisions received, by origin, type, scope and what was done (added, deleted, ignored).",
                 &d,
             )?;
+        }
+        // Always served (zeros without --sample-drops/--log-drops), so a
+        // dashboard's panel has a series either way.
+        {
+            let n = s.samples.get().map(|sc| sc.snapshot()).unwrap_or_default();
+            counter(
+                &mut enc,
+                "sluice_drop_samples",
+                "Dropped frames sampled (--sample-drops, --log-drops), by what became of them.",
+                &[
+                    (vec![("result", "written".to_owned())], n.written),
+                    (vec![("result", "queue_full".to_owned())], n.lost_queue_full),
+                    (vec![("result", "over_cap".to_owned())], n.over_cap),
+                    (vec![("result", "write_error".to_owned())], n.write_errors),
+                ],
+            )?;
+            counter(&mut enc, "sluice_drop_sample_rotations", "Sample files rotated.", &[(vec![], n.rotations)])?;
         }
         if let Some((p50, p99, max)) = c.publish_latency() {
             let q: Vec<_> = [("0.5", p50), ("0.99", p99), ("1", max)]

@@ -12,6 +12,7 @@ mod error;
 mod map;
 pub mod pipeline;
 mod reader;
+pub mod sample;
 pub mod stdio;
 mod writer;
 

@@ -121,3 +121,57 @@ pub fn assert_documented_keys(command: &str, v: &serde_json::Value) {
     let missing: Vec<&String> = keys.iter().filter(|k| v.get(k.as_str()).is_none()).collect();
     assert!(missing.is_empty(), "`{command}` prints no {missing:?} (docs/json.md lists them): {v}");
 }
+
+/// The comment and interface name of every frame of a drop-sample pcapng,
+/// as tshark reads them.
+pub fn sample_comments(path: &Path) -> Vec<(String, String)> {
+    let out = Command::new("tshark")
+        .args([
+            "-n",
+            "-r",
+            p(path),
+            "-T",
+            "fields",
+            "-E",
+            "separator=/t",
+            "-e",
+            "frame.comment",
+            "-e",
+            "frame.interface_name",
+        ])
+        .output()
+        .expect("run tshark");
+    assert!(out.status.success(), "tshark -r {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (c, i) = l.split_once('\t').unwrap_or((l, ""));
+            (c.to_owned(), i.to_owned())
+        })
+        .collect()
+}
+
+/// A sample comment's `key=value` (a quoted value unquoted).
+pub fn comment_field(comment: &str, key: &str) -> String {
+    let at = comment.find(&format!(" {key}=")).unwrap_or_else(|| panic!("no {key} in {comment}")) + key.len() + 2;
+    let rest = &comment[at..];
+    match rest.strip_prefix('"') {
+        Some(q) => q[..q.find('"').expect("closing quote")].to_owned(),
+        None => rest.split(' ').next().unwrap().to_owned(),
+    }
+}
+
+/// Every `reason=rule` comment names a line of `rules` whose statement is the comment's rule text.
+pub fn assert_comments_name_rule_lines(comments: &[(String, String)], rules: &str) {
+    for (c, _) in comments {
+        assert!(c.starts_with("sluice drop reason="), "{c}");
+        if comment_field(c, "reason") != "rule" {
+            continue;
+        }
+        let line: usize = comment_field(c, "rule_line").parse().unwrap_or_else(|_| panic!("{c}"));
+        let text = comment_field(c, "rule");
+        let written = rules.lines().nth(line - 1).unwrap_or_else(|| panic!("no line {line}: {c}"));
+        assert!(written.trim().starts_with(&text), "line {line} is `{written}`, the comment says `{text}`");
+    }
+}
