@@ -18,7 +18,7 @@ use sluice_control::{describe, spawn_signals, total_entries, Controller, Event};
 use sluice_live::open::{open_bridge, Io, OpenConfig, Opened, XdpChoice};
 use sluice_live::pipeline::BridgeCounters;
 use sluice_metrics::bridge::{BridgeMetrics, LiveObserver};
-use sluice_pcap::sample::tap;
+use sluice_pcap::sample::{tap, Sampler};
 use sluice_pipeline::{JudgeConfig, RunConfig};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -158,6 +158,10 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         Arc::clone(controller.state()),
     ));
 
+    let sampler = a.sample.start(&published, port_names_for_samples, a.workers)?;
+    if let Some(s) = &sampler {
+        let _ = shared.samples.set(s.counters());
+    }
     // Signals first: a SIGINT while the ports open still ends the run cleanly.
     let (ctl_tx, ctl_rx) = channel();
     let signals = spawn_signals(Arc::clone(&stop), ctl_tx.clone(), Arc::clone(controller.state()))
@@ -205,10 +209,6 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         total_entries(&entries),
         describe(&entries)
     );
-    let sampler = a.sample.start(&published, port_names_for_samples, a.workers)?;
-    if let Some(s) = &sampler {
-        let _ = shared.samples.set(s.counters());
-    }
     let judge_cfg = JudgeConfig { undecodable: a.undecodable.into(), ..JudgeConfig::default() };
     let judge = report::judge(&published, judge_cfg, a.workers, &a.cpus, None);
     *shared.live_stats.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = judge.live_stats();
@@ -250,7 +250,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         let _ = h.join();
     }
     signals.close();
-    let samples = sampler.map(|s| s.finish()).transpose().context("--sample-drops")?;
+    let (samples, sample_error) = sampler.map_or((None, None), Sampler::end);
     let done = report::finished(result)?;
     let rules = published.load();
     let mut summary = shared.summary_json(&done.report, &io_desc);
@@ -264,6 +264,9 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         print!("{}{}", report::summary_text(&done.report), shared.summary_text(&done.report, &io_desc));
         print!("{}", crate::rule_source::rules_text(&rules.value, &done.report.stats));
         print!("{}", samples.as_ref().map(|r| r.text()).unwrap_or_default());
+    }
+    if let Some(e) = sample_error {
+        tracing::error!("--sample-drops: {e}");
     }
     match done.stopped {
         Some(e @ sluice_live::LiveError::InterfaceGone { .. }) => {

@@ -111,7 +111,7 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
     let mut sink = sluice_pcap::sample::tap(sampler.as_ref(), &mut sinks);
     let result = sluice_pipeline::run(&mut source, &mut stage, judge, &mut sink, &mut bar, &cfg);
     bar.0.finish_and_clear();
-    let samples = sampler.map(|s| s.finish()).transpose().context("--sample-drops")?;
+    let (samples, sample_error) = sampler.map_or((None, None), sluice_pcap::sample::Sampler::end);
     let done = finished(result)?;
     let rule_set = rules.load();
     let summary = Summary {
@@ -139,9 +139,12 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
     } else {
         print!("{}", text.trim_end().to_owned() + "\n");
     }
+    if let Some(e) = sample_error {
+        tracing::error!("--sample-drops: {e}");
+    }
     if let Some(e) = &done.stopped {
-        tracing::info!(
-            "error: {}: stopped at {e}; the {} packets before it were judged and written",
+        tracing::error!(
+            "{}: stopped at {e}; the {} packets before it were judged and written",
             a.input.display(),
             e.record
         );

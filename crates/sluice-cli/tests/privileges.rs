@@ -479,7 +479,12 @@ fn guard_as_nobody_needs_no_capability_from_port_1024() {
             stop_guard(child);
             panic!("the guard listened on {low} without a capability");
         }
-        Err(err) => assert!(err.contains("Permission denied"), "{err}"),
+        Err(err) => assert!(
+            err.contains("Permission denied")
+                && err.contains("needs CAP_NET_BIND_SERVICE")
+                && err.matches("Permission denied").count() == 1,
+            "{err}"
+        ),
     }
     let (child, addr) = guard(&["net_bind_service"], &low, up.addr).expect("the guard with CAP_NET_BIND_SERVICE");
     assert_runs_as_nobody(child.id(), &["net_bind_service"]);

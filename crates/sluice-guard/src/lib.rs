@@ -89,8 +89,10 @@ pub enum GuardError {
     NotLoopback(SocketAddr),
     #[error("{0}")]
     BadLimit(String),
-    #[error("{what}: {source}")]
-    Io { what: String, source: io::Error },
+    // The cause is part of the message (not a `source`), so a printed
+    // error chain does not repeat it.
+    #[error("{what}: {error}")]
+    Io { what: String, error: io::Error },
 }
 
 /// One thread's counters: only that thread writes them (a cache line of
@@ -232,9 +234,13 @@ impl Guard {
         if config.threads == 0 {
             return Err(GuardError::BadLimit("--threads must be at least 1".into()));
         }
-        let io_err = |what: String| move |source| GuardError::Io { what, source };
-        let first =
-            sluice_tcp::reuseport_listener(config.listen).map_err(io_err(format!("binding {}", config.listen)))?;
+        let io_err = |what: String| move |error| GuardError::Io { what, error };
+        let privileged = config.listen.port() < 1024 && config.listen.port() != 0;
+        let hint = if privileged { " (a port below 1024 needs CAP_NET_BIND_SERVICE)" } else { "" };
+        let first = sluice_tcp::reuseport_listener(config.listen).map_err(|error| {
+            let hint = if error.kind() == io::ErrorKind::PermissionDenied { hint } else { "" };
+            GuardError::Io { what: format!("binding {}{hint}", config.listen), error }
+        })?;
         let addr = first.local_addr().map_err(io_err("reading the bound address".into()))?;
         let mut listeners = vec![first];
         for _ in 1..config.threads {
@@ -263,10 +269,10 @@ impl Guard {
             block_file_writes: Arc::new(AtomicU64::new(0)),
         });
         let stop = Arc::new(AtomicBool::new(false));
-        let spawn_err = |source| GuardError::Io { what: "spawning a guard thread".into(), source };
+        let spawn_err = |error| GuardError::Io { what: "spawning a guard thread".into(), error };
         if let Some(p) = &config.block_file {
             publish::start(p, &shared.block_file_writes)
-                .map_err(|source| GuardError::Io { what: format!("writing the block file {}", p.display()), source })?;
+                .map_err(|error| GuardError::Io { what: format!("writing the block file {}", p.display()), error })?;
         }
         let publisher = {
             let (table, path, started, stop, writes) =
@@ -322,14 +328,14 @@ impl Running {
     /// Stop, wait for every thread, and sum the counters.
     pub fn join(self) -> Result<Report, GuardError> {
         self.stop.store(true, Ordering::Relaxed);
-        let panicked = || GuardError::Io { what: "a guard thread".into(), source: io::Error::other("panicked") };
+        let panicked = || GuardError::Io { what: "a guard thread".into(), error: io::Error::other("panicked") };
         for h in self.handles {
-            h.join().map_err(|_| panicked())?.map_err(|source| GuardError::Io { what: "proxying".into(), source })?;
+            h.join().map_err(|_| panicked())?.map_err(|error| GuardError::Io { what: "proxying".into(), error })?;
         }
         self.publisher
             .join()
             .map_err(|_| panicked())?
-            .map_err(|source| GuardError::Io { what: "writing the block file".into(), source })?;
+            .map_err(|error| GuardError::Io { what: "writing the block file".into(), error })?;
         Ok(self.shared.report())
     }
 }

@@ -78,6 +78,9 @@ struct Client {
     peer_eof: bool,
     /// An event said it may have input (edge-triggered: read until drained).
     readable: bool,
+    /// A dry run counted this request's body length already (its head's
+    /// Content-Length): the body crossing the limit is not counted again.
+    body_len_noted: bool,
 }
 
 struct Up {
@@ -267,6 +270,7 @@ impl<'a> Worker<'a> {
                 body_deadline: None,
                 peer_eof: false,
                 readable: true,
+                body_len_noted: false,
             };
             if self
                 .poll
@@ -512,6 +516,7 @@ impl<'a> Worker<'a> {
                         add(&self.n.requests, 1);
                         if self.cfg.dry_run {
                             let broke = c.framer.over_limits(&c.inbuf[c.start..c.end], limits);
+                            c.body_len_noted = broke == Some(Limit::HttpBodyLen);
                             let rate = self.shared.table.on_request(c.ip, self.now_ms()).err();
                             for limit in [broke, rate].into_iter().flatten() {
                                 self.note(c.ip, limit);
@@ -558,7 +563,9 @@ impl<'a> Worker<'a> {
                 let framing = if self.cfg.dry_run { &no_limits } else { self.shared.table.limits() };
                 let step = c.framer.body(&c.inbuf[c.start..c.end], framing);
                 let max = self.shared.table.limits().http_body_len;
-                if self.cfg.dry_run && max.is_some_and(|m| before <= m && c.framer.body_len() > m) {
+                if self.cfg.dry_run && !c.body_len_noted && max.is_some_and(|m| before <= m && c.framer.body_len() > m)
+                {
+                    c.body_len_noted = true;
                     self.note(c.ip, Limit::HttpBodyLen);
                 }
                 match step {

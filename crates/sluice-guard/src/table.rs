@@ -186,7 +186,7 @@ impl Table {
     /// The blocks changed: the block file is rewritten (never in a dry run).
     fn mark_dirty(&self) {
         if !self.dry_run {
-            self.mark_dirty();
+            self.dirty.store(true, Ordering::Release);
         }
     }
 
@@ -572,5 +572,42 @@ mod tests {
         assert!(t.is_blocked(ip(100), u64::MAX / 2));
         assert_eq!(t.block_log().len(), 5);
         assert_eq!(t.block_log()[0].blocked_ms, 500);
+    }
+
+    /// A block sets the publisher's flag, bumps the epoch the loops watch
+    /// and goes to the outbox; in a dry run it is recorded (once per
+    /// address and period, as an enforcing run blocks once) and nothing
+    /// else: no refusal at accept, no flag, no epoch, no outbox.
+    #[test]
+    fn a_dry_run_records_blocks_and_enforces_none() {
+        let limits = Limits { concurrent_connections: Some(1), ..Limits::default() };
+        let live = Table::new(limits.clone(), 100);
+        live.forward_blocks();
+        let a = ip(9);
+        assert!(live.block(a, 10, Limit::RequestRate, 0));
+        assert!(live.dirty.load(Ordering::Acquire));
+        assert_eq!(live.block_epoch.load(Ordering::Acquire), 1);
+        assert_eq!(live.take_blocks().len(), 1);
+        assert_eq!(live.on_accept(a, 1), Admit::Blocked);
+
+        let dry = Table::new(limits, 100).with_dry_run(true);
+        dry.forward_blocks();
+        assert!(dry.block(a, 10, Limit::RequestRate, 0));
+        assert!(!dry.block(a, 10, Limit::RequestRate, 5), "once per block period");
+        assert!(!dry.dirty.load(Ordering::Acquire));
+        assert_eq!(dry.block_epoch.load(Ordering::Acquire), 0);
+        assert!(dry.take_blocks().is_empty());
+        assert_eq!(dry.stats.blocked_total.load(Ordering::Relaxed), 1);
+        assert_eq!(dry.block_log().len(), 1);
+        // Admitted although "blocked", and over the concurrency limit: the
+        // breach is reported and the connection counted as open.
+        assert_eq!(dry.on_accept(a, 1), Admit::Ok);
+        assert_eq!(dry.on_accept(a, 1), Admit::Breach(Limit::ConcurrentConnections));
+        dry.on_close(a);
+        dry.on_close(a);
+        assert_eq!(dry.on_accept(a, 1), Admit::Ok, "both closes were owed");
+        // The block ends as an enforcing one would, and may be recorded again.
+        assert!(dry.block(a, 10, Limit::RequestRate, 20_000));
+        assert_eq!(dry.stats.blocked_total.load(Ordering::Relaxed), 2);
     }
 }

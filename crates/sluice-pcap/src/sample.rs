@@ -382,6 +382,23 @@ impl Sampler {
         }
     }
 
+    /// [`Sampler::finish`] for a command's summary: what was done (also
+    /// when writing failed part way) and the error, as a message, if any.
+    /// Sampling never changes how a run ends; the caller logs the error.
+    pub fn end(self) -> (Option<SampleReport>, Option<String>) {
+        match self.finish() {
+            Ok(r) => (Some(r), None),
+            Err(e) => {
+                let message = e.to_string();
+                let report = match e {
+                    SampleError::File { report, .. } => Some(*report),
+                    SampleError::WriterPanicked(_) => None,
+                };
+                (report, Some(message))
+            }
+        }
+    }
+
     fn close(&mut self) -> Option<std::thread::Result<Outcome>> {
         let handle = self.handle.take()?;
         // Blocks while the queue is full; the writer is draining it. An

@@ -144,7 +144,9 @@ pub fn expand(cmd: &Command, args: Vec<OsString>) -> Result<Expanded, ConfigErro
         line: None,
         message: format!("cannot read: {e}"),
     })?;
-    let (flags, lines) = to_flags(sub, &path, &text, rest)?;
+    // Global flags count wherever they are given, before the subcommand too.
+    let given: Vec<OsString> = args[1..sub_at].iter().chain(rest).cloned().collect();
+    let (flags, lines) = to_flags(sub, &path, &text, &given)?;
     let mut out = args[..=sub_at].to_vec();
     out.extend(flags);
     out.extend_from_slice(rest);
@@ -217,7 +219,7 @@ fn to_flags(
     text: &str,
     rest: &[OsString],
 ) -> Result<(Vec<OsString>, BTreeMap<String, usize>), ConfigError> {
-    let line_of = |offset: usize| text[..offset.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1;
+    let line_of = |offset: usize| text.as_bytes()[..offset.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1;
     let err =
         |offset: usize, message: String| ConfigError { path: path.to_owned(), line: Some(line_of(offset)), message };
     let table: Table = toml::from_str(text).map_err(|e| {
@@ -247,10 +249,12 @@ fn to_flags(
         if arg.is_hide_set() && matches!(name, "help" | "version") {
             return Err(err(at, format!("`{name}` cannot be set in a config file")));
         }
-        lines.insert(arg.get_long().unwrap_or(name).to_owned(), line_of(at));
-        if on_command_line(arg, rest) {
+        // The command line overrides the key: the same flag, or one that
+        // conflicts with it (`--drop-src` given, `rules` in the file).
+        if on_command_line(arg, rest) || sub.get_arg_conflicts_with(arg).iter().any(|c| on_command_line(c, rest)) {
             continue;
         }
+        lines.insert(arg.get_long().unwrap_or(name).to_owned(), line_of(at));
         let flag = format!("--{}", arg.get_long().unwrap_or(name));
         let v = value.get_ref();
         match arg.get_action() {
@@ -375,6 +379,10 @@ mod tests {
         rate: Option<f64>,
         #[arg(short = 'j', long)]
         json: bool,
+        #[arg(long, conflicts_with = "drop_src")]
+        rules: Option<String>,
+        #[arg(long)]
+        drop_src: Vec<String>,
     }
 
     fn file(text: &str) -> tempfile::NamedTempFile {
@@ -440,6 +448,24 @@ mod tests {
         let r = parse(&["sluice", "--log-format", "json", "run", "--config", p, "-j"]).unwrap();
         assert_eq!(r.log_format, "json");
         assert!(run(r).json);
+    }
+
+    #[test]
+    fn the_command_line_wins_wherever_it_says_so() {
+        let f = file("iface = [\"a\"]\nlog-format = \"json\"\nrules = \"edge.rules\"\nworkers = 2\n");
+        let p = f.path().to_str().unwrap();
+        // A global flag before the subcommand overrides the file's.
+        let c = parse(&["sluice", "--log-format", "text", "run", "--config", p]).unwrap();
+        assert_eq!(c.log_format, "text");
+        // A flag that conflicts with a key replaces it instead of clashing.
+        let r = run(parse(&["sluice", "run", "--config", p, "--drop-src", "x.txt"]).unwrap());
+        assert_eq!((r.rules, r.drop_src), (None, vec!["x.txt".to_owned()]));
+        assert_eq!(run(parse(&["sluice", "run", "--config", p]).unwrap()).rules.as_deref(), Some("edge.rules"));
+        // A bad value on the command line is the command line's error, not the file's.
+        match parse(&["sluice", "run", "--config", p, "--workers", "x"]) {
+            Err(ParseError::Clap(e)) => assert_eq!(e.kind(), ErrorKind::ValueValidation),
+            other => panic!("{other:?}"),
+        }
     }
 
     fn config_err(text: &str, extra: &[&str]) -> ConfigError {

@@ -27,8 +27,9 @@ pub enum LogFormat {
 /// Install the process's logger: events at info and above, on stderr.
 /// Call once, first thing; a second call changes nothing.
 pub fn init(format: LogFormat) {
-    // Fails only when already installed.
-    let _ = tracing_log::LogTracer::init();
+    // Fails only when already installed. Info, as below: without the cap
+    // `log` would build every trace record of mio's per-connection calls.
+    let _ = tracing_log::LogTracer::builder().with_max_level(log::LevelFilter::Info).init();
     let builder = tracing_subscriber::fmt().with_max_level(Level::INFO).with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => tracing::subscriber::set_global_default(
