@@ -120,6 +120,10 @@ pub struct GuardArgs {
     /// Do not pin thread i to CPU i.
     #[arg(long)]
     pub no_pin: bool,
+    /// Open client connections at most; beyond, those waiting longest for a
+    /// request are closed (default: half the file limit, less a reserve).
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
     /// Count breaches and the blocks they would make, enforce nothing (`would_block`).
     #[arg(long)]
     pub dry_run: bool,
@@ -168,6 +172,7 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
         pin: !a.no_pin,
         forward_blocks: !sinks.is_empty(),
         dry_run: a.dry_run,
+        max_connections: a.max_connections.unwrap_or(0),
     })?;
     let addr = guard.local_addr();
     let running = guard.start()?;

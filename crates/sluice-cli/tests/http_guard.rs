@@ -285,6 +285,110 @@ fn slowloris_is_cut_at_the_header_timeout() {
     stop(up);
 }
 
+const IDLE_HELPER: &str = "SLUICE_IDLE_HELPER";
+
+/// In a child process (its own file limit): open `count` connections to
+/// `to` from 127.10.0.0/16, two per address starting at host `base`, send
+/// nothing, print `OPEN n`; then, told on stdin, print `STILL n`: how many
+/// the guard has not closed.
+fn idle_helper(spec: &str) {
+    let mut it = spec.split(',');
+    let (to, base, count): (SocketAddr, u32, u32) =
+        (it.next().unwrap().parse().unwrap(), it.next().unwrap().parse().unwrap(), it.next().unwrap().parse().unwrap());
+    let mut socks = Vec::new();
+    for k in 0..count {
+        let host = base + k / 2;
+        let src = IpAddr::from([127, 10, (host >> 8) as u8, host as u8]);
+        if let Ok(s) = connect_from(src, to) {
+            socks.push(s);
+        }
+    }
+    println!("OPEN {}", socks.len());
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    let open = |s: &mut TcpStream| {
+        s.set_read_timeout(Some(Duration::from_millis(1))).unwrap();
+        let mut b = [0u8; 64];
+        // Open: nothing to read yet (timeout). Closed: EOF or a reset.
+        let r = s.read(&mut b);
+        matches!(r, Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut))
+    };
+    let still = socks.iter_mut().map(open).filter(|&o| o).count();
+    println!("STILL {still}");
+}
+
+/// 20,000 connections from 10,000 addresses that never send a byte, more
+/// than the guard's file limit allows (20,000 here: its default
+/// `--max-connections` is half of it, less a reserve): those waiting
+/// longest are shed to make room, a real client is served at once while
+/// they are held, and every one is closed at the header timeout, which
+/// runs from accept. None of this counts as a breach.
+#[test]
+fn idle_connections_are_shed_and_closed_at_the_header_timeout() {
+    if let Ok(spec) = std::env::var(IDLE_HELPER) {
+        return idle_helper(&spec);
+    }
+    let _s = serial();
+    let up = http_serve(30, &[]);
+    let g = http_guard(up.addr, 30.0, &["--client-header-timeout", "4000", "--metrics", "127.0.0.1:0"]);
+    let max = g.metric("sluice_guard_max_connections");
+    assert!((16.0..20_000.0).contains(&max), "from the file limit: {max}");
+    let helpers: Vec<Child> = (0..2u32)
+        .map(|h| {
+            Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "idle_connections_are_shed_and_closed_at_the_header_timeout", "--nocapture"])
+                .env(IDLE_HELPER, format!("{},{},10000", g.addr, 1 + h * 5000))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut helpers: Vec<(Child, BufReader<std::process::ChildStdout>)> = helpers
+        .into_iter()
+        .map(|mut c| {
+            let out = BufReader::new(c.stdout.take().unwrap());
+            (c, out)
+        })
+        .collect();
+    let word = |r: &mut BufReader<std::process::ChildStdout>, key: &str| -> u64 {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(r.read_line(&mut line).unwrap() > 0, "the helper ended before {key}");
+            if let Some(n) = line.trim().strip_prefix(key) {
+                return n.trim().parse().unwrap();
+            }
+        }
+    };
+    let opened: u64 = helpers.iter_mut().map(|(_, r)| word(r, "OPEN")).sum();
+    let held_at = Instant::now();
+    assert!(opened as f64 > max * 1.5, "{opened} connections opened, the cap is {max}");
+    // Held at the cap, yet a real client is served at once.
+    let t = Instant::now();
+    assert_eq!(get_from(ip("127.4.0.1"), g.addr), Some(200));
+    assert!(t.elapsed() < Duration::from_secs(1), "served after {:?}", t.elapsed());
+    assert!(g.metric("sluice_guard_shed_waiting_total") > 0.0);
+    // Every idle connection is gone a header timeout (4 s) after it was accepted.
+    std::thread::sleep(Duration::from_millis(4500).saturating_sub(held_at.elapsed()));
+    let mut still = 0;
+    for (c, r) in &mut helpers {
+        writeln!(c.stdin.as_mut().unwrap()).unwrap();
+        still += word(r, "STILL");
+    }
+    for (mut c, _) in helpers {
+        assert!(c.wait().unwrap().success());
+    }
+    assert_eq!(still, 0, "idle connections still open 4.5 s after the last was accepted");
+    let summary = g.summary();
+    let handled = ["closed_idle", "shed_waiting", "refused_max_connections"].map(|k| summary[k].as_u64().unwrap());
+    println!("{opened} idle connections, cap {max}: closed_idle, shed_waiting, refused_max_connections = {handled:?}");
+    assert_eq!(handled.iter().sum::<u64>(), opened, "{summary}");
+    assert!(handled[0] > 0 && handled[1] > 0, "{summary}");
+    assert_eq!(summary["breaches"]["client_header_timeout"], 0, "idle is not a breach: {summary}");
+    stop(up);
+}
+
 /// One request from each of `n` addresses of 127.64.0.0/15 (host `base + i`), `threads` at a time.
 fn one_request_each(to: SocketAddr, base: u32, n: u32, threads: u32) -> u64 {
     let handles: Vec<_> = (0..threads)

@@ -57,6 +57,10 @@ pub struct Config {
     pub pin: bool,
     /// Keep new blocks for [`Table::take_blocks`] (something forwards them).
     pub forward_blocks: bool,
+    /// Open client connections, all threads together; beyond, the ones
+    /// waiting longest for a request head are closed. 0: from the file
+    /// limit ([`default_max_connections`]).
+    pub max_connections: usize,
     /// Judge, count and record blocks, enforce nothing: every request is
     /// forwarded, no address is refused, nothing is written or forwarded
     /// (`would_block` in the report).
@@ -78,6 +82,7 @@ impl Config {
             allow_remote: false,
             pin: true,
             forward_blocks: false,
+            max_connections: 0,
             dry_run: false,
         }
     }
@@ -111,12 +116,23 @@ pub struct ThreadCounters {
     pub connections: AtomicU64,
     /// Open connections closed because their address was blocked meanwhile.
     pub closed_blocked: AtomicU64,
+    /// Connections that sent no byte of a request within the header
+    /// timeout (from accept, or since their last response), closed.
+    pub closed_idle: AtomicU64,
+    /// Connections waiting for a request head, closed (oldest first) to
+    /// make room under `--max-connections`.
+    pub shed_waiting: AtomicU64,
+    /// New connections closed at once: at `--max-connections` with none
+    /// waiting to shed.
+    pub refused_max_connections: AtomicU64,
     pub breaches: [AtomicU64; Limit::COUNT],
 }
 
 /// What the threads share.
 pub struct Shared {
     pub table: Arc<Table>,
+    /// `--max-connections` as applied (the default resolved).
+    pub max_connections: usize,
     pub threads: Vec<ThreadCounters>,
     pub started: Instant,
     pub block_file_writes: Arc<AtomicU64>,
@@ -134,6 +150,10 @@ pub struct Report {
     /// an enforcing run would have made are counted here.
     pub dry_run: bool,
     pub would_block: u64,
+    pub max_connections: u64,
+    pub closed_idle: u64,
+    pub shed_waiting: u64,
+    pub refused_max_connections: u64,
     pub refused_at_accept: u64,
     pub refused_table_full: u64,
     pub closed_blocked: u64,
@@ -198,6 +218,10 @@ impl Shared {
             blocked_total: if dry { 0 } else { s.blocked_total.load(Ordering::Relaxed) },
             blocked_active: if dry { 0 } else { s.blocks_active.load(Ordering::Relaxed) },
             dry_run: dry,
+            max_connections: self.max_connections as u64,
+            closed_idle: sum(|t| &t.closed_idle),
+            shed_waiting: sum(|t| &t.shed_waiting),
+            refused_max_connections: sum(|t| &t.refused_max_connections),
             would_block: if dry { s.blocked_total.load(Ordering::Relaxed) } else { 0 },
             refused_at_accept: sum(|t| &t.refused_at_accept),
             refused_table_full: sum(|t| &t.refused_table_full),
@@ -262,8 +286,11 @@ impl Guard {
         if config.forward_blocks {
             table.forward_blocks();
         }
+        let max_connections =
+            if config.max_connections == 0 { default_max_connections() } else { config.max_connections };
         let shared = Arc::new(Shared {
             table: table.clone(),
+            max_connections,
             threads: (0..config.threads).map(|_| ThreadCounters::default()).collect(),
             started: Instant::now(),
             block_file_writes: Arc::new(AtomicU64::new(0)),
@@ -338,4 +365,16 @@ impl Running {
             .map_err(|error| GuardError::Io { what: "writing the block file".into(), error })?;
         Ok(self.shared.report())
     }
+}
+
+/// Open client connections allowed when `--max-connections` is not given:
+/// half the soft file limit (each client may hold an upstream connection
+/// too) less a reserve for listeners, pools and files; 1,024 when the
+/// limit cannot be read.
+pub fn default_max_connections() -> usize {
+    let soft = std::fs::read_to_string("/proc/self/limits").ok().and_then(|s| {
+        let line = s.lines().find(|l| l.starts_with("Max open files"))?.to_owned();
+        line.split_whitespace().nth(3)?.parse::<usize>().ok()
+    });
+    soft.map_or(1024, |n| (n.saturating_sub(256) / 2).max(16))
 }

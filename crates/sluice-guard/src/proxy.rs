@@ -73,6 +73,11 @@ struct Client {
     req: Option<InFlight>,
     out: Vec<u8>,
     out_pos: usize,
+    /// Since when it waits for a request head (accepted, or its last
+    /// response sent on a kept-alive connection); None while a request is
+    /// on. The header timeout runs from here, and `--max-connections`
+    /// sheds the longest waiting first.
+    waiting_since: Option<Instant>,
     head_deadline: Option<Instant>,
     body_deadline: Option<Instant>,
     peer_eof: bool,
@@ -118,6 +123,10 @@ pub(crate) struct Worker<'a> {
     in_cap: usize,
     /// Upstreams to close once back in their slots (see `close_up_later`).
     doomed: Vec<usize>,
+    /// Client connections open on this thread, and how many it may hold
+    /// (its share of `--max-connections`).
+    open: usize,
+    max_open: usize,
 }
 
 fn reason(status: u16) -> &'static str {
@@ -173,6 +182,8 @@ impl<'a> Worker<'a> {
             epoch: 0,
             in_cap: cfg.max_head + IN_CHUNK,
             doomed: Vec::new(),
+            open: 0,
+            max_open: (shared.max_connections / cfg.threads.max(1)).max(1),
         })
     }
 
@@ -234,6 +245,12 @@ impl<'a> Worker<'a> {
                 Err(_) => return,
             };
             let ip = peer.ip();
+            // At the cap: room is made by closing those that waited longest
+            // for a request (idle or trickling), else this one goes.
+            if self.open >= self.max_open && !self.shed_waiting() {
+                add(&self.n.refused_max_connections, 1);
+                continue;
+            }
             let admit = self.shared.table.on_accept(ip, self.now_ms());
             match admit {
                 Admit::Blocked | Admit::Full => {
@@ -266,12 +283,14 @@ impl<'a> Worker<'a> {
                 req: None,
                 out: Vec::new(),
                 out_pos: 0,
+                waiting_since: None,
                 head_deadline: None,
                 body_deadline: None,
                 peer_eof: false,
                 readable: true,
                 body_len_noted: false,
             };
+            self.start_waiting(&mut c);
             if self
                 .poll
                 .registry()
@@ -285,6 +304,7 @@ impl<'a> Worker<'a> {
                 continue;
             }
             add(&self.n.connections, 1);
+            self.open += 1;
             self.clients[i] = Some(c);
             if let (Admit::Breach(limit), true) = (admit, self.cfg.dry_run) {
                 self.note(ip, limit);
@@ -343,7 +363,37 @@ impl<'a> Worker<'a> {
         if let Some(q) = c.req.take() {
             self.close_up(q.up);
         }
+        self.open -= 1;
         self.free_clients.push(i);
+    }
+
+    /// The connection now waits for a request head: the header timeout
+    /// starts (from accept, as nginx's `client_header_timeout`, so a
+    /// connection that never sends a byte is closed too).
+    fn start_waiting(&self, c: &mut Client) {
+        let now = Instant::now();
+        c.waiting_since = Some(now);
+        c.head_deadline = self.shared.table.limits().client_header_timeout_ms.map(|ms| now + Duration::from_millis(ms));
+    }
+
+    /// Close the connections that have waited longest for a request head:
+    /// 1/64 of those open (at least one), so a flood of new connections at
+    /// the cap pays one scan per 64. Whether any was closed.
+    fn shed_waiting(&mut self) -> bool {
+        let mut waiting: Vec<(Instant, usize)> =
+            self.clients.iter().enumerate().filter_map(|(i, c)| Some((c.as_ref()?.waiting_since?, i))).collect();
+        if waiting.is_empty() {
+            return false;
+        }
+        let k = (self.open / 64).clamp(1, waiting.len());
+        if k < waiting.len() {
+            waiting.select_nth_unstable(k - 1);
+        }
+        for &(_, i) in &waiting[..k] {
+            self.close_client(i, false);
+        }
+        add(&self.n.shed_waiting, k as u64);
+        true
     }
 
     fn close_up(&mut self, j: usize) {
@@ -376,6 +426,13 @@ impl<'a> Worker<'a> {
             let Some(c) = &self.clients[i] else { continue };
             let limit = match c.phase {
                 Phase::Draining(d) if now >= d => {
+                    self.close_client(i, false);
+                    continue;
+                }
+                // Not a byte of a request: an idle connection (never used,
+                // or kept alive), closed without a word and not a breach.
+                Phase::Head if c.head_deadline.is_some_and(|d| now >= d) && c.end == c.start => {
+                    add(&self.n.closed_idle, 1);
                     self.close_client(i, false);
                     continue;
                 }
@@ -512,7 +569,7 @@ impl<'a> Worker<'a> {
                         }
                     }
                     Ok(HeadStep::Complete(h)) => {
-                        c.head_deadline = None;
+                        (c.head_deadline, c.waiting_since) = (None, None);
                         add(&self.n.requests, 1);
                         if self.cfg.dry_run {
                             let broke = c.framer.over_limits(&c.inbuf[c.start..c.end], limits);
@@ -734,7 +791,10 @@ impl<'a> Worker<'a> {
                 self.close_up_later(j);
             }
             match c.phase {
-                Phase::Await if q.keep_alive && !c.peer_eof => c.phase = Phase::Head,
+                Phase::Await if q.keep_alive && !c.peer_eof => {
+                    c.phase = Phase::Head;
+                    self.start_waiting(c);
+                }
                 // Answered before its body ended (the rest cannot be framed
                 // without the upstream), or the last request: close.
                 Phase::Await | Phase::Body => c.phase = Phase::Closing,

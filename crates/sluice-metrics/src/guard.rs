@@ -38,6 +38,30 @@ impl Collector for Exporter {
         counter(&mut enc, "sluice_guard_breaches", "Limit breaches, by limit.", &breaches)?;
         c(&mut enc, "sluice_guard_blocks", "Client IPs blocked.", r.blocked_total)?;
         gauge(&mut enc, "sluice_guard_blocks_active", "Client IPs blocked now.", &[(vec![], r.blocked_active as i64)])?;
+        c(
+            &mut enc,
+            "sluice_guard_closed_idle",
+            "Connections closed after the header timeout without a byte of a request.",
+            r.closed_idle,
+        )?;
+        c(
+            &mut enc,
+            "sluice_guard_shed_waiting",
+            "Connections waiting longest for a request, closed at --max-connections.",
+            r.shed_waiting,
+        )?;
+        c(
+            &mut enc,
+            "sluice_guard_refused_max_connections",
+            "New connections closed at --max-connections, none waiting to shed.",
+            r.refused_max_connections,
+        )?;
+        gauge(
+            &mut enc,
+            "sluice_guard_max_connections",
+            "--max-connections as applied.",
+            &[(vec![], r.max_connections as i64)],
+        )?;
         gauge(
             &mut enc,
             "sluice_guard_dry_run",
