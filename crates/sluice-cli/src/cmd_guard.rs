@@ -120,6 +120,12 @@ pub struct GuardArgs {
     /// Do not pin thread i to CPU i.
     #[arg(long)]
     pub no_pin: bool,
+    /// Key IPv4 clients (limits, blocks, published entries) by this prefix.
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    pub key_prefix_v4: u8,
+    /// Key IPv6 clients by this prefix (a host may use any address of its /64).
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub key_prefix_v6: u8,
     /// Open client connections at most; beyond, those waiting longest for a
     /// request are closed (default: half the file limit, less a reserve).
     #[arg(long, value_name = "N")]
@@ -173,6 +179,7 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
         forward_blocks: !sinks.is_empty(),
         dry_run: a.dry_run,
         max_connections: a.max_connections.unwrap_or(0),
+        key_prefixes: sluice_guard::KeyPrefixes { v4: a.key_prefix_v4, v6: a.key_prefix_v6 },
     })?;
     let addr = guard.local_addr();
     let running = guard.start()?;
@@ -190,7 +197,7 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
             table
                 .take_blocks()
                 .into_iter()
-                .map(|b| Block { ip: b.ip, secs: b.secs, limit: b.limit.to_owned() })
+                .map(|b| Block { ip: b.ip.addr, len: b.ip.len, secs: b.secs, limit: b.limit.to_owned() })
                 .collect()
         };
         let stop = Arc::clone(&stop);

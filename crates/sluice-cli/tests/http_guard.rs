@@ -207,6 +207,33 @@ fn a_dry_run_serves_the_flooder_and_says_it_would_block_it() {
     stop(up);
 }
 
+/// `--key-prefix-v4 24`: the 14 addresses of a /28 in one /24, each far under
+/// `--request-rate` alone but over it together, are one client: limited,
+/// blocked and published as the /24, while the next /24 is served.
+#[test]
+fn clients_in_one_prefix_share_a_limit_and_a_block() {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("blocks.txt");
+    let up = http_serve(12, &[]);
+    let args = ["--request-rate", "20", "--ip-block", "30", "--key-prefix-v4", "24", "--block-file", p(&file)];
+    let g = http_guard(up.addr, 6.0, &args);
+    // 60 requests a second from 14 addresses: under 5 each.
+    let spread =
+        load(&g.url(), &["--source", "127.3.0.16/28", "--connections", "16", "--rate", "60", "--duration", "2"]);
+    let spread = load_report(spread);
+    assert!(failures(&spread).0 + failures(&spread).1 > 0, "the /24 was limited: {spread}");
+    assert_eq!(get_from(ip("127.3.0.200"), g.addr), None, "another address of the /24 is blocked");
+    assert_eq!(get_from(ip("127.3.1.1"), g.addr), Some(200), "the next /24 is served");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("add sluice-guard 127.3.0.0/24 timeout "), "{text}");
+    let summary = g.summary();
+    let blocks = summary["blocks"].as_array().unwrap();
+    assert_eq!(blocks.len(), 1, "{summary}");
+    assert_eq!((blocks[0]["ip"].as_str(), blocks[0]["limit"].as_str()), (Some("127.3.0.0/24"), Some("request_rate")));
+    stop(up);
+}
+
 #[test]
 fn a_block_expires_and_the_block_file_follows_it() {
     let _s = serial();

@@ -18,10 +18,33 @@ use std::time::{Duration, Instant, SystemTime};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Block {
     pub ip: IpAddr,
+    /// Prefix length: the whole address (32, 128) or the network the guard
+    /// keys clients by (`--key-prefix-v6 64`).
+    pub len: u8,
     /// Seconds it lasts; 0: until the guard restarts.
     pub secs: u64,
     /// The limit it broke, e.g. `request_rate`.
     pub limit: String,
+}
+
+impl Block {
+    /// A host's address, else the network as `ADDR/LEN`.
+    pub fn target(&self) -> String {
+        if self.len >= if self.ip.is_ipv4() { 32 } else { 128 } {
+            self.ip.to_string()
+        } else {
+            format!("{}/{}", self.ip, self.len)
+        }
+    }
+
+    /// CrowdSec's scope for it: `Ip` or `Range`.
+    pub fn scope(&self) -> &'static str {
+        if self.target().contains('/') {
+            "Range"
+        } else {
+            "Ip"
+        }
+    }
 }
 
 /// The duration a permanent block gets where one is required (a year).
@@ -102,7 +125,7 @@ impl Watcher {
             .map(|b| {
                 let scenario = scenario(&b.limit);
                 let secs = if b.secs == 0 { FOREVER_SECS } else { b.secs };
-                let ip = b.ip.to_string();
+                let (ip, scope) = (b.target(), b.scope());
                 json!({
                     "scenario": scenario,
                     "scenario_hash": "",
@@ -116,14 +139,14 @@ impl Watcher {
                     "simulated": false,
                     "remediation": true,
                     "events": [{ "timestamp": now, "meta": [{ "key": "limit", "value": b.limit }] }],
-                    "source": { "scope": "Ip", "value": ip, "ip": ip },
+                    "source": { "scope": scope, "value": ip, "ip": b.ip.to_string() },
                     // "crowdsec": what the LAPI and cscli expect of a
                     // watcher's decisions (`cscli decisions list` shows no
                     // other origin by default); the scenario says sluice.
                     "decisions": [{
                         "origin": "crowdsec",
                         "type": "ban",
-                        "scope": "Ip",
+                        "scope": scope,
                         "value": ip,
                         "duration": format!("{secs}s"),
                         "scenario": scenario,
@@ -183,8 +206,8 @@ impl Sink {
                 let text: String = blocks
                     .iter()
                     .map(|b| match b.secs {
-                        0 => format!("add {set} {}\n", b.ip),
-                        s => format!("add {set} {} timeout {s}\n", b.ip),
+                        0 => format!("add {set} {}\n", b.target()),
+                        s => format!("add {set} {} timeout {s}\n", b.target()),
                     })
                     .collect();
                 let reply = socket::request(socket, &text, Duration::from_secs(30)).map_err(|e| e.to_string())?;
@@ -307,8 +330,23 @@ mod tests {
         assert_eq!(rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00Z");
         assert_eq!(rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_651_199)), "2026-11-25T23:59:59Z");
         assert_eq!(scenario("request_rate"), "sluice/http-request-rate");
-        let a = Watcher::alerts(&[Block { ip: "192.0.2.1".parse().unwrap(), secs: 0, limit: "http_parse".into() }]);
+        let a = Watcher::alerts(&[Block {
+            ip: "192.0.2.1".parse().unwrap(),
+            len: 32,
+            secs: 0,
+            limit: "http_parse".into(),
+        }]);
         assert_eq!(a[0]["decisions"][0]["duration"], format!("{FOREVER_SECS}s"));
         assert_eq!(a[0]["source"]["value"], "192.0.2.1");
+        assert_eq!(a[0]["decisions"][0]["scope"], "Ip");
+        // A client keyed by its /64 is a Range decision of that network.
+        let net = Block { ip: "2001:db8:0:7::".parse().unwrap(), len: 64, secs: 30, limit: "request_rate".into() };
+        assert_eq!(net.target(), "2001:db8:0:7::/64");
+        let a = Watcher::alerts(&[net]);
+        assert_eq!(
+            (&a[0]["decisions"][0]["scope"], &a[0]["decisions"][0]["value"]),
+            (&"Range".into(), &"2001:db8:0:7::/64".into())
+        );
+        assert_eq!(a[0]["source"]["scope"], "Range");
     }
 }

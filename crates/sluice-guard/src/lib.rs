@@ -12,6 +12,7 @@
 
 pub mod frame;
 pub mod limits;
+pub mod net;
 pub mod publish;
 pub mod slots;
 pub mod table;
@@ -19,6 +20,7 @@ pub mod table;
 mod proxy;
 
 pub use limits::{Limit, Limits, RespCodeBlock};
+pub use net::{ClientNet, KeyPrefixes};
 pub use table::{BlockEvent, NewBlock, Table};
 
 use serde::Serialize;
@@ -61,6 +63,8 @@ pub struct Config {
     /// waiting longest for a request head are closed. 0: from the file
     /// limit ([`default_max_connections`]).
     pub max_connections: usize,
+    /// Clients are keyed (limited, blocked, published) by these prefixes.
+    pub key_prefixes: KeyPrefixes,
     /// Judge, count and record blocks, enforce nothing: every request is
     /// forwarded, no address is refused, nothing is written or forwarded
     /// (`would_block` in the report).
@@ -83,6 +87,7 @@ impl Config {
             pin: true,
             forward_blocks: false,
             max_connections: 0,
+            key_prefixes: KeyPrefixes::default(),
             dry_run: false,
         }
     }
@@ -282,7 +287,12 @@ impl Guard {
     /// Spawn the loops and the block publisher.
     pub fn start(self) -> Result<Running, GuardError> {
         let config = Arc::new(self.config);
-        let table = Arc::new(Table::new(config.limits.clone(), config.max_clients).with_dry_run(config.dry_run));
+        config.key_prefixes.check().map_err(GuardError::BadLimit)?;
+        let table = Arc::new(
+            Table::new(config.limits.clone(), config.max_clients)
+                .with_dry_run(config.dry_run)
+                .with_key_prefixes(config.key_prefixes),
+        );
         if config.forward_blocks {
             table.forward_blocks();
         }

@@ -5,9 +5,9 @@
 //! in the same directory and renamed over the old one, so a reader sees the
 //! old list or the new one, never half of one.
 
+use crate::net::ClientNet;
 use crate::table::Table;
 use std::io::{self, Write};
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -23,15 +23,16 @@ const TICK: Duration = Duration::from_millis(50);
 
 /// The file's text: a `create` line per family (so an empty list is still a
 /// valid ipset save file, which sluice's parser skips), then one `add` line
-/// per address with the seconds left, rounded up; permanent blocks have none.
-pub fn render(blocks: &[(IpAddr, Option<u64>)]) -> String {
-    let mut out = format!("create {SET_V4} hash:ip family inet hashsize 1024 maxelem 1048576 timeout 0\n");
-    let v6 = blocks.iter().any(|(ip, _)| ip.is_ipv6());
+/// per address or network (`--key-prefix-*`) with the seconds left, rounded
+/// up; permanent blocks have none. `hash:net`, which takes both.
+pub fn render(blocks: &[(ClientNet, Option<u64>)]) -> String {
+    let mut out = format!("create {SET_V4} hash:net family inet hashsize 1024 maxelem 1048576 timeout 0\n");
+    let v6 = blocks.iter().any(|(ip, _)| ip.addr.is_ipv6());
     if v6 {
-        out.push_str(&format!("create {SET_V6} hash:ip family inet6 hashsize 1024 maxelem 1048576 timeout 0\n"));
+        out.push_str(&format!("create {SET_V6} hash:net family inet6 hashsize 1024 maxelem 1048576 timeout 0\n"));
     }
     for (ip, left) in blocks {
-        let set = if ip.is_ipv4() { SET_V4 } else { SET_V6 };
+        let set = if ip.addr.is_ipv4() { SET_V4 } else { SET_V6 };
         match left {
             Some(s) => out.push_str(&format!("add {set} {ip} timeout {s}\n")),
             None => out.push_str(&format!("add {set} {ip}\n")),
@@ -99,6 +100,8 @@ pub fn run(
 mod tests {
     use super::*;
     use crate::limits::{Limit, Limits};
+    use crate::net::KeyPrefixes;
+    use std::net::IpAddr;
 
     #[test]
     fn sluice_rules_reads_what_is_published_timeouts_included() {
@@ -109,9 +112,9 @@ mod tests {
         let l = sluice_rules::load_list(&path, false).unwrap();
         assert!(l.prefixes.is_empty() && l.skipped.is_empty());
 
-        let t = Table::new(Limits::default(), 100);
+        let t = Table::new(Limits::default(), 100).with_key_prefixes(KeyPrefixes { v4: 32, v6: 64 });
         let (a, b, c): (IpAddr, IpAddr, IpAddr) =
-            ("127.3.0.1".parse().unwrap(), "127.9.9.9".parse().unwrap(), "::1".parse().unwrap());
+            ("127.3.0.1".parse().unwrap(), "127.9.9.9".parse().unwrap(), "2001:db8:0:7::1".parse().unwrap());
         t.block(a, 57, Limit::RequestRate, 0);
         t.block(b, 0, Limit::HttpParse, 0);
         t.block(c, 3, Limit::HttpParse, 0);
@@ -121,7 +124,8 @@ mod tests {
         write_atomic(&path, &text).unwrap();
         let l = sluice_rules::load_list(&path, false).unwrap();
         let got: Vec<String> = l.prefixes.iter().map(|p| p.to_string()).collect();
-        assert_eq!(got, ["127.3.0.1/32", "127.9.9.9/32", "::1/128"]);
+        assert!(text.contains("add sluice-guard6 2001:db8:0:7::/64 timeout 3\n"), "{text}");
+        assert_eq!(got, ["127.3.0.1/32", "127.9.9.9/32", "2001:db8:0:7::/64"]);
         assert_eq!(l.timeouts, [(0, 57), (2, 3)]);
         // Three seconds on, the IPv6 block has lapsed for the reader too.
         assert_eq!(l.live_after(3).len(), 2);

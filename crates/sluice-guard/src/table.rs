@@ -8,6 +8,7 @@
 //! guard started) so the logic is tested without sleeping.
 
 use crate::limits::{Limit, Limits};
+use crate::net::{ClientNet, KeyPrefixes};
 use crate::slots::Ring;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr};
@@ -50,7 +51,8 @@ struct Block {
 /// One block as it happened (for the summary and tests).
 #[derive(Debug, Clone, serde::Serialize, PartialEq, Eq)]
 pub struct BlockEvent {
-    pub ip: IpAddr,
+    /// The address, or the network it was keyed by (`--key-prefix-*`).
+    pub ip: ClientNet,
     pub limit: &'static str,
     /// When the client was first seen (since it was last evicted).
     pub first_seen_ms: u64,
@@ -113,13 +115,16 @@ pub struct Table {
     /// nothing: connections are admitted, none is closed, nothing is
     /// written to the block file or forwarded.
     dry_run: bool,
+    /// Clients are keyed by these prefixes of their addresses.
+    prefixes: KeyPrefixes,
 }
 
 /// A block for forwarding: the address, its seconds (0: until restart),
 /// the limit it broke.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NewBlock {
-    pub ip: IpAddr,
+    /// The address, or the network it was keyed by.
+    pub ip: ClientNet,
     pub secs: u64,
     pub limit: &'static str,
 }
@@ -170,7 +175,25 @@ impl Table {
             outbox: Mutex::new(None),
             outbox_dropped: AtomicU64::new(0),
             dry_run: false,
+            prefixes: KeyPrefixes { v4: 32, v6: 128 },
         }
+    }
+
+    /// Key clients by these prefixes (a new table keys by whole addresses).
+    pub fn with_key_prefixes(mut self, p: KeyPrefixes) -> Table {
+        self.prefixes = p;
+        self
+    }
+
+    /// The key of `ip`: its network's address.
+    fn key(&self, ip: IpAddr) -> u128 {
+        key(self.prefixes.net(ip).addr)
+    }
+
+    /// The network a key stands for.
+    fn net_of(&self, k: u128) -> ClientNet {
+        let addr = unkey(k);
+        ClientNet { addr, len: self.prefixes.len_of(addr) }
     }
 
     /// See [`Table::dry_run`]: record blocks, enforce none.
@@ -211,7 +234,7 @@ impl Table {
 
     /// A new connection from `ip`.
     pub fn on_accept(&self, ip: IpAddr, now_ms: u64) -> Admit {
-        let k = key(ip);
+        let k = self.key(ip);
         let mut s = lock(self.shard(k));
         if self.blocked_in(&mut s, k, now_ms) && !self.dry_run {
             return Admit::Blocked;
@@ -246,7 +269,7 @@ impl Table {
 
     /// A tracked connection closed.
     pub fn on_close(&self, ip: IpAddr) {
-        let k = key(ip);
+        let k = self.key(ip);
         let mut s = lock(self.shard(k));
         if let Some(&i) = s.index.get(&k) {
             let st = &mut s.states[i as usize];
@@ -260,7 +283,7 @@ impl Table {
         if l.request_rate.is_none() && l.request_burst.is_none() {
             return Ok(());
         }
-        let k = key(ip);
+        let k = self.key(ip);
         let mut s = lock(self.shard(k));
         // Present while it has a connection; if not, there is nothing to count against.
         let Some(&i) = s.index.get(&k) else { return Ok(()) };
@@ -282,7 +305,7 @@ impl Table {
         if !r.codes.contains(&status) {
             return Ok(());
         }
-        let k = key(ip);
+        let k = self.key(ip);
         let mut s = lock(self.shard(k));
         let Some(&i) = s.index.get(&k) else { return Ok(()) };
         let hit = s.states[i as usize].resp.hit(0, (now_ms / self.resp_slot_ms) as u32);
@@ -343,7 +366,7 @@ impl Table {
     }
 
     pub fn is_blocked(&self, ip: IpAddr, now_ms: u64) -> bool {
-        let k = key(ip);
+        let k = self.key(ip);
         let mut s = lock(self.shard(k));
         self.blocked_in(&mut s, k, now_ms)
     }
@@ -351,7 +374,7 @@ impl Table {
     /// Block `ip` for `secs` (0: until restart) after `limit` broke.
     /// False if it was already blocked or the block table is full.
     pub fn block(&self, ip: IpAddr, secs: u64, limit: Limit, now_ms: u64) -> bool {
-        let k = key(ip);
+        let k = self.key(ip);
         let mut s = lock(self.shard(k));
         if self.blocked_in(&mut s, k, now_ms) {
             return false;
@@ -375,7 +398,7 @@ impl Table {
             self.mark_dirty();
             if let Some(out) = self.outbox.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
                 if out.len() < OUTBOX_CAP {
-                    out.push(NewBlock { ip, secs, limit: limit.name() });
+                    out.push(NewBlock { ip: self.net_of(k), secs, limit: limit.name() });
                 } else {
                     self.outbox_dropped.fetch_add(1, Ordering::Relaxed);
                 }
@@ -383,7 +406,7 @@ impl Table {
         }
         let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
         if log.len() < BLOCK_LOG {
-            log.push(BlockEvent { ip, limit: limit.name(), first_seen_ms, blocked_ms: now_ms });
+            log.push(BlockEvent { ip: self.net_of(k), limit: limit.name(), first_seen_ms, blocked_ms: now_ms });
         }
         true
     }
@@ -409,13 +432,13 @@ impl Table {
     }
 
     /// Blocks in force: address and seconds left (rounded up; `None`: permanent).
-    pub fn blocks(&self, now_ms: u64) -> Vec<(IpAddr, Option<u64>)> {
+    pub fn blocks(&self, now_ms: u64) -> Vec<(ClientNet, Option<u64>)> {
         let mut out = Vec::new();
         for s in &self.shards {
             for (&k, b) in &lock(s).blocks {
                 match b.until_ms {
-                    None => out.push((unkey(k), None)),
-                    Some(u) if u > now_ms => out.push((unkey(k), Some((u - now_ms).div_ceil(1000)))),
+                    None => out.push((self.net_of(k), None)),
+                    Some(u) if u > now_ms => out.push((self.net_of(k), Some((u - now_ms).div_ceil(1000)))),
                     Some(_) => {}
                 }
             }
@@ -556,8 +579,9 @@ mod tests {
         }
         assert!(t.stats.evicted.load(Ordering::Relaxed) > 0);
         assert_eq!(t.on_accept(a, 1000), Admit::Blocked);
-        assert_eq!(t.blocks(1000), vec![(a, Some(2))]);
-        assert_eq!(t.blocks(1501), vec![(a, Some(1))], "rounded up");
+        let host = ClientNet { addr: a, len: 32 };
+        assert_eq!(t.blocks(1000), vec![(host, Some(2))]);
+        assert_eq!(t.blocks(1501), vec![(host, Some(1))], "rounded up");
         assert!(!t.expire(2499));
         assert!(t.expire(2500));
         assert!(t.blocks(2500).is_empty());
@@ -609,5 +633,30 @@ mod tests {
         // The block ends as an enforcing one would, and may be recorded again.
         assert!(dry.block(a, 10, Limit::RequestRate, 20_000));
         assert_eq!(dry.stats.blocked_total.load(Ordering::Relaxed), 2);
+    }
+
+    /// Keyed by /64, two addresses of one IPv6 /64 share one request rate
+    /// and one block; an address of the next /64 has its own.
+    #[test]
+    fn addresses_of_one_prefix_share_a_limit() {
+        let limits = Limits { request_rate: Some(4), ..Limits::default() };
+        let t = Table::new(limits, 100).with_key_prefixes(KeyPrefixes { v4: 32, v6: 64 });
+        let (a, b, c): (IpAddr, IpAddr, IpAddr) = (
+            "2001:db8:0:1::a".parse().unwrap(),
+            "2001:db8:0:1:ffff::b".parse().unwrap(),
+            "2001:db8:0:2::a".parse().unwrap(),
+        );
+        for ip in [a, b, c] {
+            assert_eq!(t.on_accept(ip, 0), Admit::Ok);
+        }
+        for i in 0..4 {
+            t.on_request(if i % 2 == 0 { a } else { b }, 10 * i).unwrap();
+        }
+        assert_eq!(t.on_request(b, 50), Err(Limit::RequestRate), "a and b together are over");
+        t.on_request(c, 50).unwrap();
+        assert!(t.block(a, 10, Limit::RequestRate, 60));
+        assert!(t.is_blocked(b, 61) && !t.is_blocked(c, 61));
+        assert_eq!(t.blocks(61)[0].0.to_string(), "2001:db8:0:1::/64");
+        assert_eq!(t.block_log()[0].ip.to_string(), "2001:db8:0:1::/64");
     }
 }
