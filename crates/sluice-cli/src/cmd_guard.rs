@@ -4,20 +4,13 @@
 
 use crate::Outcome;
 use anyhow::{Context, Result};
-use clap::{Args, ValueEnum};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::Args;
 use sluice_control::forward::{self, Block, ForwardCounters};
 use sluice_guard::{BlockAction, Config, Guard, Limits, RespCodeBlock};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Action {
-    /// Answer 429 (rate limits) or 400/405/408/413/414/431, then close.
-    Reply,
-    /// Close with a TCP RST (SO_LINGER 0), no answer.
-    Reset,
-}
 
 #[derive(Args, Debug)]
 pub struct GuardArgs {
@@ -75,9 +68,11 @@ pub struct GuardArgs {
     /// CODES:LIMIT:SECONDS, e.g. 403,404:10:2: that many such upstream responses within the period is a breach.
     #[arg(long, value_name = "SPEC")]
     pub http_resp_code_block: Option<RespCodeBlock>,
-    /// What a breach does to the connection.
-    #[arg(long, value_enum, default_value = "reply")]
-    pub block_action: Action,
+    /// What a breach does to the connection: reply (429, or 400/405/408/413/414/431,
+    /// then close) or reset (a TCP RST, no answer).
+    #[arg(long, default_value = "reply", value_parser = PossibleValuesParser::new(["reply", "reset"])
+        .map(|s| if s == "reset" { BlockAction::Reset } else { BlockAction::Reply }))]
+    pub block_action: BlockAction,
     /// Also block the client IP for this many seconds (0: until restart): its
     /// connections are closed and new ones refused at accept.
     #[arg(long, value_name = "SECONDS")]
@@ -120,6 +115,12 @@ pub struct GuardArgs {
     /// Do not pin thread i to CPU i.
     #[arg(long)]
     pub no_pin: bool,
+    /// Serve a control socket at PATH (`sluice ctl`: blocks, block, unblock, clients).
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
+    /// Let members of group G use the control socket too (mode 0660).
+    #[arg(long, value_name = "G", requires = "control")]
+    pub control_group: Option<String>,
     /// Key IPv4 clients (limits, blocks, published entries) by this prefix.
     #[arg(long, value_name = "N", default_value_t = 32)]
     pub key_prefix_v4: u8,
@@ -166,10 +167,7 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
         upstream: a.upstream,
         threads: a.threads,
         limits,
-        action: match a.block_action {
-            Action::Reply => BlockAction::Reply,
-            Action::Reset => BlockAction::Reset,
-        },
+        action: a.block_action,
         ip_block: a.ip_block,
         block_file: a.block_file,
         max_clients: a.max_clients,
@@ -191,6 +189,10 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
             .with_context(|| format!("--metrics: cannot serve on {m}"))?;
         tracing::info!("metrics at http://{bound}/metrics");
     }
+    let group = a.control_group.as_deref().map(sluice_control::socket::group_id).transpose()?;
+    let control =
+        a.control.as_deref().map(|p| sluice_control::guard_ctl::serve(p, group, running.shared(), Arc::default()));
+    let control = control.transpose()?;
     let forwarder = forward_counters.clone().map(|counters| {
         let table = Arc::clone(&running.shared().table);
         let take = move || {
@@ -209,6 +211,7 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
     // After the threads run, so a client that reads this line can connect at once.
     tracing::info!("guarding on {addr}");
     let elapsed = sluice_control::wait_until_stopped(&stop, a.duration, || running.any_finished());
+    control.into_iter().for_each(sluice_control::guard_ctl::GuardControl::stop);
     let report = running.join().context("http-guard")?;
     if let Some(f) = forwarder {
         // The loops are done: the forwarder makes its last push and ends.

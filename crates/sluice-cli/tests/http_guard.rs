@@ -234,6 +234,53 @@ fn clients_in_one_prefix_share_a_limit_and_a_block() {
     stop(up);
 }
 
+/// `--control PATH`: `sluice ctl` lists the blocks, shows the flooder at
+/// the top of the clients, lets it in at once with `unblock`, blocks
+/// another address by hand, and refuses a bridge's commands.
+#[test]
+fn the_control_socket_lists_lifts_and_makes_blocks() {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("guard.sock");
+    let up = http_serve(12, &[]);
+    let g = http_guard(up.addr, 8.0, &["--request-rate", "20", "--ip-block", "60", "--control", p(&sock)]);
+    let ctl = |args: &[&str]| -> Value {
+        let out = sluice(&[&["ctl", "--socket", p(&sock), "--json"], args].concat());
+        assert!(out.status.success(), "ctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let flood = load(&g.url(), &["--source", "127.3.0.1/32", "--connections", "4", "--duration", "0.5"]);
+    let start = Instant::now();
+    while !ctl(&["blocks"])["blocks"].to_string().contains("127.3.0.1") {
+        assert!(start.elapsed() < Duration::from_secs(3), "no block listed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let top = &ctl(&["clients", "5"])["clients"][0];
+    assert_eq!((top["client"].as_str(), top["blocked"].as_bool()), (Some("127.3.0.1"), Some(true)), "{top}");
+    assert!(top["requests_per_s"].as_u64().unwrap() > 20, "{top}");
+    load_report(flood);
+    assert_eq!(get_from(ip("127.3.0.1"), g.addr), None, "blocked");
+    let r = ctl(&["unblock", "127.3.0.1"]);
+    assert_eq!((r["done"].as_str(), r["was_blocked"].as_bool()), (Some("unblocked"), Some(true)), "{r}");
+    assert_eq!(get_from(ip("127.3.0.1"), g.addr), Some(200), "in again at once");
+    let r = ctl(&["block", "127.6.0.1", "timeout", "30"]);
+    assert_eq!(r["done"], "blocked", "{r}");
+    assert_eq!(get_from(ip("127.6.0.1"), g.addr), None, "blocked by hand");
+    let b = &ctl(&["blocks"])["blocks"];
+    assert_eq!(b.as_array().unwrap().len(), 1, "{b}");
+    assert_eq!(b[0]["client"], "127.6.0.1");
+    assert!((29..=30).contains(&b[0]["expires_in"].as_u64().unwrap()), "{b}");
+    let text = String::from_utf8(sluice(&["ctl", "--socket", p(&sock), "blocks"]).stdout).unwrap();
+    assert!(text.starts_with("127.6.0.1 timeout "), "{text}");
+    let out = sluice(&["ctl", "--socket", p(&sock), "add", "guard", "192.0.2.1"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("bridge command"), "{out:?}");
+    let summary = g.summary();
+    let limits: Vec<&str> =
+        summary["blocks"].as_array().unwrap().iter().map(|b| b["limit"].as_str().unwrap()).collect();
+    assert_eq!(limits, ["request_rate", "manual"], "{summary}");
+    stop(up);
+}
+
 #[test]
 fn a_block_expires_and_the_block_file_follows_it() {
     let _s = serial();

@@ -378,7 +378,12 @@ impl Controller {
                         Err(("reload failed; the rules in force stay (see the bridge's log)".into(), None))
                     }
                 }
-                _ => unreachable!("changes are staged above"),
+                Command::Blocks | Command::Block { .. } | Command::Unblock { .. } | Command::Clients { .. } => {
+                    Err(("that is an http-guard command; this socket is a bridge's".into(), None))
+                }
+                Command::Add { .. } | Command::Del { .. } | Command::Flush { .. } => {
+                    unreachable!("changes are staged above")
+                }
             }
         };
         Some(match reply {

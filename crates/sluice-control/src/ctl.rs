@@ -19,14 +19,43 @@ use std::net::IpAddr;
 /// One command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
-    Add { set: String, elem: Prefix, timeout: Option<u32> },
-    Del { set: String, elem: Prefix },
-    Flush { set: String },
-    Test { set: String, addr: IpAddr },
-    List { set: String },
+    Add {
+        set: String,
+        elem: Prefix,
+        timeout: Option<u32>,
+    },
+    Del {
+        set: String,
+        elem: Prefix,
+    },
+    Flush {
+        set: String,
+    },
+    Test {
+        set: String,
+        addr: IpAddr,
+    },
+    List {
+        set: String,
+    },
     Sets,
     Stats,
     Reload,
+    /// http-guard: the blocks in force.
+    Blocks,
+    /// http-guard: block a client (its address's network) now.
+    Block {
+        client: IpAddr,
+        timeout: Option<u32>,
+    },
+    /// http-guard: lift a client's block now.
+    Unblock {
+        client: IpAddr,
+    },
+    /// http-guard: the clients with the highest request rates.
+    Clients {
+        top: usize,
+    },
 }
 
 impl Command {
@@ -48,6 +77,17 @@ fn elem(s: &str) -> Result<Prefix, String> {
     s.parse::<Prefix>().map_err(|e| format!("`{s}` is not an address or prefix: {e}"))
 }
 
+fn addr(s: &str) -> Result<IpAddr, String> {
+    s.parse().map_err(|_| format!("`{s}` is not an IP address"))
+}
+
+fn timeout(t: &str) -> Result<u32, String> {
+    match t.parse::<u32>() {
+        Ok(s) if s > 0 => Ok(s),
+        _ => Err(format!("`{t}` is not a timeout in seconds (1 to 4294967295)")),
+    }
+}
+
 /// One line: `Ok(None)` for a blank line or a comment.
 pub fn parse_line(line: &str) -> Result<Option<Command>, String> {
     let line = line.split('#').next().unwrap_or("");
@@ -66,13 +106,7 @@ pub fn parse_line(line: &str) -> Result<Option<Command>, String> {
             if !(args.len() == 2 || args.len() == 4 && args[2] == "timeout") {
                 return Err("usage: add SET ELEM [timeout SECONDS]".into());
             }
-            let timeout = match args.get(3) {
-                None => None,
-                Some(t) => match t.parse::<u32>() {
-                    Ok(s) if s > 0 => Some(s),
-                    _ => return Err(format!("`{t}` is not a timeout in seconds (1 to 4294967295)")),
-                },
-            };
+            let timeout = args.get(3).map(|t| timeout(t)).transpose()?;
             Command::Add { set: args[0].into(), elem: elem(args[1])?, timeout }
         }
         "del" => {
@@ -85,8 +119,7 @@ pub fn parse_line(line: &str) -> Result<Option<Command>, String> {
         }
         "test" => {
             want(2, "test SET ADDR")?;
-            let addr = args[1].parse().map_err(|_| format!("`{}` is not an IP address", args[1]))?;
-            Command::Test { set: args[0].into(), addr }
+            Command::Test { set: args[0].into(), addr: addr(args[1])? }
         }
         "list" => {
             want(1, "list SET")?;
@@ -104,7 +137,36 @@ pub fn parse_line(line: &str) -> Result<Option<Command>, String> {
             want(0, "reload")?;
             Command::Reload
         }
-        v => return Err(format!("unknown command `{v}` (add, del, flush, test, list, sets, stats, reload)")),
+        "blocks" => {
+            want(0, "blocks")?;
+            Command::Blocks
+        }
+        "block" => {
+            if !(args.len() == 1 || args.len() == 3 && args[1] == "timeout") {
+                return Err("usage: block ADDR [timeout SECONDS]".into());
+            }
+            Command::Block { client: addr(args[0])?, timeout: args.get(2).map(|t| timeout(t)).transpose()? }
+        }
+        "unblock" => {
+            want(1, "unblock ADDR")?;
+            Command::Unblock { client: addr(args[0])? }
+        }
+        "clients" => {
+            if args.len() > 1 {
+                return Err("usage: clients [N]".into());
+            }
+            let top = match args.first() {
+                None => 20,
+                Some(n) => n.parse().ok().filter(|&n| n > 0).ok_or_else(|| format!("`{n}` is not a count"))?,
+            };
+            Command::Clients { top }
+        }
+        v => {
+            return Err(format!(
+                "unknown command `{v}` (bridge: add, del, flush, test, list, sets, stats, reload; \
+                 http-guard: blocks, block, unblock, clients, stats)"
+            ))
+        }
     };
     Ok(Some(cmd))
 }
@@ -179,6 +241,21 @@ pub fn render_text(r: &serde_json::Value) -> String {
         }
     } else if r.get("generation").is_some() {
         let _ = writeln!(out, "reloaded; generation {} in force", r["generation"]);
+    } else if let Some(blocks) = r["blocks"].as_array() {
+        for b in blocks {
+            let _ = match b["expires_in"].as_u64() {
+                Some(t) => writeln!(out, "{} timeout {t}", str_of(&b["client"])),
+                None => writeln!(out, "{}", str_of(&b["client"])),
+            };
+        }
+    } else if let Some(clients) = r["clients"].as_array() {
+        let _ = writeln!(out, "{:<40} {:>10} {:>12} {:>8}", "client", "req/s", "connections", "blocked");
+        for c in clients {
+            let (n, k, b) = (&c["requests_per_s"], &c["connections"], &c["blocked"]);
+            let _ = writeln!(out, "{:<40} {n:>10} {k:>12} {b:>8}", str_of(&c["client"]));
+        }
+    } else if let Some(client) = r["client"].as_str() {
+        let _ = writeln!(out, "{client}: {}", str_of(&r["done"]));
     }
     out
 }

@@ -13,6 +13,7 @@ pub mod control;
 pub mod crowdsec;
 pub mod ctl;
 pub mod forward;
+pub mod guard_ctl;
 pub mod sets;
 pub mod socket;
 pub mod spec;

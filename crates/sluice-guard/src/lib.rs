@@ -21,7 +21,7 @@ mod proxy;
 
 pub use limits::{Limit, Limits, RespCodeBlock};
 pub use net::{ClientNet, KeyPrefixes};
-pub use table::{BlockEvent, NewBlock, Table};
+pub use table::{BlockEvent, ClientRow, NewBlock, Table};
 
 use serde::Serialize;
 use std::collections::BTreeMap;

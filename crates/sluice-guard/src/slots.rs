@@ -50,6 +50,16 @@ impl<const K: usize> Ring<K> {
         self.last = now;
     }
 
+    /// Hits of counter `k` in the window ending at slot `now`, without
+    /// counting one (for `sluice ctl clients`).
+    pub fn rate(&self, k: usize, now: u32) -> u32 {
+        (0..SLOTS as u32)
+            .filter_map(|d| self.last.checked_sub(d))
+            .filter(|&slot| slot + SLOTS as u32 > now)
+            .map(|slot| u32::from(self.counts[k][slot as usize % SLOTS]))
+            .sum()
+    }
+
     /// Count one hit of counter `k` in slot `now`. Counts saturate at
     /// `u16::MAX` per slot, so limits are capped below that (see `Limits`).
     pub fn hit(&mut self, k: usize, now: u32) -> Hit {
@@ -92,6 +102,13 @@ mod tests {
             let mut ring = Ring::<2>::default();
             let got: Vec<Hit> = times.iter().map(|&t| ring.hit(1, (t / width) as u32)).collect();
             prop_assert_eq!(got, reference(&times, width));
+            // Read later without a hit, the rate is the hits still in the window.
+            let last = (times[times.len() - 1] / width) as u32;
+            for now in last..last + 10 {
+                let want = times.iter().filter(|&&t| (t / width) as u32 + SLOTS as u32 > now).count() as u32;
+                prop_assert_eq!(ring.rate(1, now), want);
+                prop_assert_eq!(ring.rate(0, now), 0);
+            }
         }
 
         #[test]

@@ -129,6 +129,15 @@ pub struct NewBlock {
     pub limit: &'static str,
 }
 
+/// One row of [`Table::top_clients`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ClientRow {
+    pub client: ClientNet,
+    pub requests_per_s: u32,
+    pub connections: u16,
+    pub blocked: bool,
+}
+
 /// At most this many blocks wait for their forwarder.
 pub const OUTBOX_CAP: usize = 1 << 20;
 
@@ -183,6 +192,11 @@ impl Table {
     pub fn with_key_prefixes(mut self, p: KeyPrefixes) -> Table {
         self.prefixes = p;
         self
+    }
+
+    /// The network `ip` is keyed by.
+    pub fn net(&self, ip: IpAddr) -> ClientNet {
+        self.prefixes.net(ip)
     }
 
     /// The key of `ip`: its network's address.
@@ -374,6 +388,56 @@ impl Table {
     /// Block `ip` for `secs` (0: until restart) after `limit` broke.
     /// False if it was already blocked or the block table is full.
     pub fn block(&self, ip: IpAddr, secs: u64, limit: Limit, now_ms: u64) -> bool {
+        self.block_for(ip, secs, limit.name(), now_ms)
+    }
+
+    /// Lift `ip`'s block (its network's) now and forget its rates: whether
+    /// there was one. The block file follows; blocks already forwarded
+    /// elsewhere stay there.
+    pub fn unblock(&self, ip: IpAddr, now_ms: u64) -> bool {
+        let k = self.key(ip);
+        let mut s = lock(self.shard(k));
+        let was = self.blocked_in(&mut s, k, now_ms);
+        if was {
+            s.blocks.remove(&k);
+            self.stats.blocks_active.fetch_sub(1, Ordering::Relaxed);
+            self.mark_dirty();
+        }
+        // A fresh start: the rates that got it blocked would block it again
+        // at its next request.
+        if let Some(&i) = s.index.get(&k) {
+            let st = &mut s.states[i as usize];
+            (st.rate, st.resp) = (Default::default(), Default::default());
+        }
+        was
+    }
+
+    /// The `top` tracked clients by request rate (the current window):
+    /// their network, requests a second, open connections, blocked or not.
+    pub fn top_clients(&self, top: usize, now_ms: u64) -> Vec<ClientRow> {
+        let slot = (now_ms / 125) as u32;
+        let mut rows = Vec::new();
+        for shard in &self.shards {
+            let mut s = lock(shard);
+            let keys: Vec<(u128, u32)> = s.index.iter().map(|(&k, &i)| (k, i)).collect();
+            for (k, i) in keys {
+                let st = s.states[i as usize];
+                let blocked = self.blocked_in(&mut s, k, now_ms);
+                rows.push(ClientRow {
+                    client: self.net_of(k),
+                    requests_per_s: st.rate.rate(REQ, slot),
+                    connections: st.concurrent,
+                    blocked,
+                });
+            }
+        }
+        rows.sort_by(|a, b| b.requests_per_s.cmp(&a.requests_per_s).then(b.connections.cmp(&a.connections)));
+        rows.truncate(top);
+        rows
+    }
+
+    /// [`Table::block`] with the reason given (a limit's name, or `manual`).
+    pub fn block_for(&self, ip: IpAddr, secs: u64, reason: &'static str, now_ms: u64) -> bool {
         let k = self.key(ip);
         let mut s = lock(self.shard(k));
         if self.blocked_in(&mut s, k, now_ms) {
@@ -398,7 +462,7 @@ impl Table {
             self.mark_dirty();
             if let Some(out) = self.outbox.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
                 if out.len() < OUTBOX_CAP {
-                    out.push(NewBlock { ip: self.net_of(k), secs, limit: limit.name() });
+                    out.push(NewBlock { ip: self.net_of(k), secs, limit: reason });
                 } else {
                     self.outbox_dropped.fetch_add(1, Ordering::Relaxed);
                 }
@@ -406,7 +470,7 @@ impl Table {
         }
         let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
         if log.len() < BLOCK_LOG {
-            log.push(BlockEvent { ip: self.net_of(k), limit: limit.name(), first_seen_ms, blocked_ms: now_ms });
+            log.push(BlockEvent { ip: self.net_of(k), limit: reason, first_seen_ms, blocked_ms: now_ms });
         }
         true
     }

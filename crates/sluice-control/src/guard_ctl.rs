@@ -1,0 +1,131 @@
+//! An http-guard's control socket (`http-guard --control PATH`): `sluice
+//! ctl` asks which clients are blocked (`blocks`), blocks or lets one in at
+//! once (`block ADDR [timeout S]`, `unblock ADDR`) and which clients send
+//! the most (`clients [N]`), over the same socket, access rules and
+//! protocol as a bridge's ([`crate::socket`]).
+
+use crate::control::Event;
+use crate::ctl::{parse_request, Command};
+use crate::socket::{self, error_json, Serving, SocketCounters, SocketError};
+use serde_json::json;
+use sluice_guard::Shared;
+use std::path::Path;
+use std::sync::mpsc::channel;
+use std::sync::Arc;
+
+/// The socket and the thread answering it; [`GuardControl::stop`] ends both.
+pub struct GuardControl {
+    serving: Serving,
+    answering: std::thread::JoinHandle<()>,
+}
+
+impl GuardControl {
+    pub fn stop(self) {
+        // The accept loop ends and drops its sender; the answering thread
+        // then finds its channel closed.
+        self.serving.stop();
+        let _ = self.answering.join();
+    }
+}
+
+/// Serve `path` (mode 0600, or 0660 for `group`) for the guard whose
+/// threads share `shared`.
+pub fn serve(
+    path: &Path,
+    group: Option<u32>,
+    shared: Arc<Shared>,
+    counters: Arc<SocketCounters>,
+) -> Result<GuardControl, SocketError> {
+    let (tx, rx) = channel();
+    let serving = socket::serve(path, group, tx, counters)?;
+    let answering = std::thread::Builder::new()
+        .name("sluice-guard-ctl".into())
+        .spawn(move || {
+            for event in rx {
+                if let Event::Ctl(req) = event {
+                    let _ = req.reply.send(answer(&shared, &req.text));
+                }
+            }
+        })
+        .map_err(|error| SocketError::Io { path: path.display().to_string(), error })?;
+    Ok(GuardControl { serving, answering })
+}
+
+/// The reply to one request, as JSON.
+pub fn answer(shared: &Shared, text: &str) -> String {
+    let cmds = match parse_request(text) {
+        Ok(c) => c,
+        Err(e) => return error_json(&e.to_string(), Some(e.line)),
+    };
+    let (t, now) = (&shared.table, shared.started.elapsed().as_millis() as u64);
+    match &cmds[..] {
+        [(_, Command::Blocks)] => {
+            let blocks: Vec<_> =
+                t.blocks(now).iter().map(|(c, left)| json!({ "client": c.to_string(), "expires_in": left })).collect();
+            json!({ "ok": true, "blocks": blocks }).to_string()
+        }
+        [(_, Command::Block { client, timeout })] => {
+            let new = t.block_for(*client, timeout.map_or(0, u64::from), "manual", now);
+            let done = if new { "blocked" } else { "already blocked (or the block table is full)" };
+            json!({ "ok": true, "client": t.net(*client).to_string(), "done": done, "new": new }).to_string()
+        }
+        [(_, Command::Unblock { client })] => {
+            let was = t.unblock(*client, now);
+            let done = if was { "unblocked" } else { "was not blocked" };
+            json!({ "ok": true, "client": t.net(*client).to_string(), "done": done, "was_blocked": was }).to_string()
+        }
+        [(_, Command::Clients { top })] => json!({ "ok": true, "clients": t.top_clients(*top, now) }).to_string(),
+        _ => error_json(
+            "that is a bridge command; this socket is an http-guard's (blocks, block, unblock, clients)",
+            None,
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_guard::{KeyPrefixes, Limit, Limits, Table};
+    use std::net::IpAddr;
+    use std::sync::atomic::AtomicU64;
+    use std::time::Instant;
+
+    fn ask(shared: &Shared, text: &str) -> serde_json::Value {
+        serde_json::from_str(&answer(shared, text)).unwrap()
+    }
+
+    #[test]
+    fn blocks_are_listed_made_and_lifted() {
+        let limits = Limits { request_rate: Some(100), ..Limits::default() };
+        let table = Table::new(limits, 100).with_key_prefixes(KeyPrefixes { v4: 32, v6: 64 });
+        let shared = Shared {
+            table: Arc::new(table),
+            max_connections: 10,
+            threads: Vec::new(),
+            started: Instant::now(),
+            block_file_writes: Arc::new(AtomicU64::new(0)),
+        };
+        let (a, b): (IpAddr, IpAddr) = ("192.0.2.1".parse().unwrap(), "2001:db8:0:9::7".parse().unwrap());
+        shared.table.on_accept(a, 0);
+        for _ in 0..3 {
+            shared.table.on_request(a, 0).unwrap();
+        }
+        assert!(shared.table.block(a, 0, Limit::RequestRate, 0));
+        assert_eq!(ask(&shared, "blocks")["blocks"], json!([{ "client": "192.0.2.1", "expires_in": null }]));
+        let top = ask(&shared, "clients 1");
+        assert_eq!(
+            top["clients"],
+            json!([{ "client": "192.0.2.1", "requests_per_s": 3, "connections": 1, "blocked": true }])
+        );
+        let r = ask(&shared, "block 2001:db8:0:9::1 timeout 60");
+        assert_eq!((&r["client"], &r["done"]), (&json!("2001:db8:0:9::/64"), &json!("blocked")));
+        assert!(shared.table.is_blocked(b, 1), "the whole /64");
+        assert_eq!(ask(&shared, "block 2001:db8:0:9::2")["new"], false);
+        assert_eq!(ask(&shared, "unblock 192.0.2.1")["was_blocked"], true);
+        assert_eq!(ask(&shared, "unblock 192.0.2.1")["was_blocked"], false);
+        assert!(!shared.table.is_blocked(a, 1));
+        let refused = ask(&shared, "add guard 192.0.2.9");
+        assert!(refused["ok"] == false && refused["error"].as_str().unwrap().contains("bridge command"), "{refused}");
+        assert_eq!(ask(&shared, "block nope")["ok"], false);
+    }
+}
