@@ -376,12 +376,19 @@ impl<'a> Worker<'a> {
         c.head_deadline = self.shared.table.limits().client_header_timeout_ms.map(|ms| now + Duration::from_millis(ms));
     }
 
-    /// Close the connections that have waited longest for a request head:
+    /// Close the connections that have waited longest for a request head
+    /// (with nothing left to send them):
     /// 1/64 of those open (at least one), so a flood of new connections at
     /// the cap pays one scan per 64. Whether any was closed.
     fn shed_waiting(&mut self) -> bool {
-        let mut waiting: Vec<(Instant, usize)> =
-            self.clients.iter().enumerate().filter_map(|(i, c)| Some((c.as_ref()?.waiting_since?, i))).collect();
+        let mut waiting: Vec<(Instant, usize)> = self
+            .clients
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| {
+                c.as_ref().filter(|c| c.out_pos >= c.out.len()).and_then(|c| Some((c.waiting_since?, i)))
+            })
+            .collect();
         if waiting.is_empty() {
             return false;
         }
@@ -431,7 +438,12 @@ impl<'a> Worker<'a> {
                 }
                 // Not a byte of a request: an idle connection (never used,
                 // or kept alive), closed without a word and not a breach.
+                // (Once its last response is all sent: a slow reader's
+                // response is never cut.)
                 Phase::Head if c.head_deadline.is_some_and(|d| now >= d) && c.end == c.start => {
+                    if c.out_pos < c.out.len() {
+                        continue;
+                    }
                     add(&self.n.closed_idle, 1);
                     self.close_client(i, false);
                     continue;
