@@ -1,5 +1,5 @@
 use crate::args::list_or_firehol;
-use crate::report::{finished, judge, stats_json, summary_text, Bar};
+use crate::report::{finished, judge, stats_json, Bar};
 use crate::{progress, Outcome};
 use anyhow::Result;
 use clap::Args;
@@ -40,7 +40,7 @@ pub fn run(a: DemoArgs) -> Result<Outcome> {
         Some(p) => WriteThrough::new(gen, p, header)?,
         None => WriteThrough::without_copy(gen),
     };
-    let judge = judge(&Arc::new(Published::new(rules)), JudgeConfig::default(), 1, &[], None);
+    let judge = judge(&Arc::new(Published::new(rules)), JudgeConfig::default(), 1, &[], None, false);
     let mut stage = Reassembly::new(Limits::default(), Verdict::Drop);
     let mut bar = Bar(progress::bar(a.packets, false, !a.json));
     // Generating is the costly half: on two CPUs it runs on the reader thread.
@@ -76,7 +76,7 @@ pub fn run(a: DemoArgs) -> Result<Outcome> {
             None => "none: generated straight into the pipeline (--keep FILE writes one)".to_owned(),
         };
         let _ = writeln!(out, "capture      {capture}");
-        out += &summary_text(run);
+        out += &run.text();
         let _ = writeln!(
             out,
             "expected dropped {:>8}  (packets whose source the generator drew from the list)",
