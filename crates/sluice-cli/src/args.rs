@@ -46,6 +46,7 @@ impl SampleArgs {
         rules: &Arc<Published<RuleSet>>,
         ports: Vec<String>,
         workers: usize,
+        steer_inner: bool,
     ) -> Result<Option<Sampler>> {
         if self.sample_drops.is_none() && !self.log_drops {
             return Ok(None);
@@ -59,7 +60,7 @@ impl SampleArgs {
             rotate_bytes: self.sample_rotate_mb.map(|m| m << 20),
             keep: self.sample_keep as usize,
             port_names: ports,
-            steering: (workers > 1).then(|| Steering::new(&key, workers)),
+            steering: (workers > 1).then(|| Steering::new(&key, workers).inner(steer_inner)),
             ..SampleConfig::new()
         };
         Ok(Some(Sampler::start(cfg, Arc::clone(rules)).context("--sample-drops")?))

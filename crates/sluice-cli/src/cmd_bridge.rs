@@ -51,6 +51,11 @@ pub struct BridgeArgs {
     /// Worker threads judging (software RSS: Toeplitz on the 4-tuple).
     #[arg(long, default_value_t = 1, value_parser = crate::args::workers)]
     pub workers: usize,
+    /// Software RSS over the workers hashes the outer headers, or the
+    /// innermost IP header a tunnel carries (verdicts are the same).
+    #[arg(long = "steer", value_name = "outer|inner", default_value = "outer", action = clap::ArgAction::Set,
+        value_parser = clap::builder::TypedValueParser::map(clap::builder::PossibleValuesParser::new(["outer", "inner"]), |s| s == "inner"))]
+    pub steer_inner: bool,
     /// CPUs to pin workers to, e.g. 0,1 (default: worker i on CPU i).
     #[arg(long, value_delimiter = ',')]
     pub cpus: Vec<usize>,
@@ -158,7 +163,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         Arc::clone(controller.state()),
     ));
 
-    let sampler = a.sample.start(&published, port_names_for_samples, a.workers)?;
+    let sampler = a.sample.start(&published, port_names_for_samples, a.workers, a.steer_inner)?;
     if let Some(s) = &sampler {
         let _ = shared.samples.set(s.counters());
     }
@@ -210,7 +215,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         describe(&entries)
     );
     let judge_cfg = JudgeConfig { undecodable: a.undecodable.into(), ..JudgeConfig::default() };
-    let judge = report::judge(&published, judge_cfg, a.workers, &a.cpus, None);
+    let judge = report::judge(&published, judge_cfg, a.workers, &a.cpus, None, a.steer_inner);
     *shared.live_stats.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = judge.live_stats();
     *shared.rules.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::clone(&published));
     let mut stage = a.reassembly.stage();
@@ -261,7 +266,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     if a.json {
         println!("{summary}");
     } else {
-        print!("{}{}", report::summary_text(&done.report), shared.summary_text(&done.report, &io_desc));
+        print!("{}{}", done.report.text(), shared.summary_text(&done.report, &io_desc));
         print!("{}", crate::rule_source::rules_text(&rules.value, &done.report.stats));
         print!("{}", samples.as_ref().map(|r| r.text()).unwrap_or_default());
     }

@@ -1,5 +1,5 @@
 use crate::args::{ReassemblyArgs, VerdictArg};
-use crate::report::{finished, judge, summary_text, Bar};
+use crate::report::{finished, judge, Bar};
 use crate::{progress, Outcome};
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
@@ -35,6 +35,11 @@ pub struct FilterArgs {
     /// 4-tuple, or the IP pair for fragments); output keeps input order.
     #[arg(long, default_value_t = 1, value_parser = crate::args::workers)]
     pub workers: usize,
+    /// Software RSS over the workers hashes the outer headers, or the
+    /// innermost IP header a tunnel carries (verdicts are the same).
+    #[arg(long = "steer", value_name = "outer|inner", default_value = "outer", action = clap::ArgAction::Set,
+        value_parser = clap::builder::TypedValueParser::map(clap::builder::PossibleValuesParser::new(["outer", "inner"]), |s| s == "inner"))]
+    pub steer_inner: bool,
     /// CPUs to pin workers to, e.g. 0,1 (default: worker i on CPU i).
     #[arg(long, value_delimiter = ',')]
     pub cpus: Vec<usize>,
@@ -97,7 +102,14 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
     let mut sinks =
         CaptureSinks::create(a.pass.as_deref(), a.drop_out.as_deref(), out_format, input_format, source.pcap_header())?;
     let rules = Arc::new(Published::new(rules));
-    let judge = judge(&rules, JudgeConfig { undecodable, ..JudgeConfig::default() }, a.workers, &a.cpus, panic_at);
+    let judge = judge(
+        &rules,
+        JudgeConfig { undecodable, ..JudgeConfig::default() },
+        a.workers,
+        &a.cpus,
+        panic_at,
+        a.steer_inner,
+    );
     let mut stage = a.reassembly.stage();
     let cfg = RunConfig {
         ordered: !a.unordered,
@@ -106,7 +118,7 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
         ..RunConfig::default()
     };
     let name = a.input.file_name().map_or("capture".into(), |n| n.to_string_lossy().into_owned());
-    let sampler = a.sample.start(&rules, vec![name], a.workers)?;
+    let sampler = a.sample.start(&rules, vec![name], a.workers, a.steer_inner)?;
     let mut bar = Bar(progress::bar(source.progress().1, true, !a.no_progress));
     let mut sink = sluice_pcap::sample::tap(sampler.as_ref(), &mut sinks);
     let result = sluice_pipeline::run(&mut source, &mut stage, judge, &mut sink, &mut bar, &cfg);
@@ -128,7 +140,7 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
         }
         v.to_string()
     } else {
-        summary_text(&done.report)
+        done.report.text()
             + &crate::rule_source::rules_text(&rule_set.value, &done.report.stats)
             + &samples.as_ref().map(|r| r.text()).unwrap_or_default()
     };

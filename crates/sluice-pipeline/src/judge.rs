@@ -183,23 +183,37 @@ impl Judge for Inline {
 }
 
 /// Which worker a packet belongs to.
+#[derive(Clone)]
 pub struct Steering {
     toeplitz: Toeplitz,
     table: Indirection,
+    inner: bool,
 }
 
 impl Steering {
     pub fn new(key: &[u8; sluice_steer::KEY_LEN], workers: usize) -> Self {
-        Steering { toeplitz: Toeplitz::new(key), table: Indirection::round_robin(sluice_steer::DEFAULT_TABLE, workers) }
+        Steering {
+            toeplitz: Toeplitz::new(key),
+            table: Indirection::round_robin(sluice_steer::DEFAULT_TABLE, workers),
+            inner: false,
+        }
+    }
+
+    /// Hash the innermost IP header a tunnel carries (`--steer inner`), so
+    /// one tunnel endpoint pair carrying many flows spreads over the
+    /// workers; packets without a tunnel hash as before.
+    pub fn inner(mut self, on: bool) -> Self {
+        self.inner = on;
+        self
     }
 
     /// Fragments and packets without ports hash on the IP pair, so every
     /// fragment of a datagram meets on one worker; others on the 4-tuple.
     /// Packets that do not decode, and non-IP ones, go to worker 0.
     pub fn worker_for(&self, decoded: &Result<PacketSummary, DecodeError>) -> usize {
-        let Ok(PacketSummary { ip: Some(ip), .. }) = decoded else {
-            return 0;
-        };
+        let Ok(p) = decoded else { return 0 };
+        let chosen = if self.inner { p.inner.as_ref().or(p.ip.as_ref()) } else { p.ip.as_ref() };
+        let Some(ip) = chosen else { return 0 };
         let input = match (ip.fragment, ip.ports) {
             (None, Some((sp, dp))) => RssInput::four_tuple(ip.src, ip.dst, sp, dp),
             _ => RssInput::pair(ip.src, ip.dst),
@@ -256,6 +270,8 @@ pub struct WorkersConfig {
     pub key: [u8; sluice_steer::KEY_LEN],
     /// Fault injection for tests: worker `.0` panics on its share number `.1`.
     pub panic_at: Option<(usize, u64)>,
+    /// Steer by the innermost IP header ([`Steering::inner`]).
+    pub steer_inner: bool,
 }
 
 impl WorkersConfig {
@@ -267,6 +283,7 @@ impl WorkersConfig {
             queue: 4,
             key: MICROSOFT_KEY,
             panic_at: None,
+            steer_inner: false,
         }
     }
 }
@@ -353,7 +370,7 @@ impl Workers {
             results,
             handles,
             cpus,
-            steering: Steering::new(&cfg.key, workers),
+            steering: Steering::new(&cfg.key, workers).inner(cfg.steer_inner),
             outstanding: vec![0; workers],
             queue,
             live,
