@@ -19,6 +19,7 @@
 //! would lose frames for reasons that are not the bridge's.
 
 mod common;
+use common::bridge::Bridge;
 use common::{
     assert_comments_name_rule_lines, assert_documented_keys, comment_field, documented_keys, have_tool, sample_comments,
 };
@@ -29,10 +30,9 @@ mod live;
 use live::{live_or_skip, Endpoint, Topology};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -128,107 +128,6 @@ fn traffic(dir: &Path, name: &str, seed: u64, count: u64, gen_list: &Path, drop_
     }
     sluice(&args);
     Traffic { all: frames_of(&cap), passed: frames_of(&pass), cap }
-}
-
-/// A running `sluice bridge`, its stderr collected line by line.
-struct Bridge {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-    rx: Receiver<String>,
-    metrics: Option<String>,
-}
-
-impl Bridge {
-    fn start(args: &[&str]) -> Bridge {
-        let mut child = Command::new(SLUICE)
-            .arg("bridge")
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = channel();
-        {
-            let lines = lines.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                    lines.lock().unwrap().push(line.clone());
-                    let _ = tx.send(line);
-                }
-            });
-        }
-        let mut b = Bridge { child, lines, rx, metrics: None };
-        let end = Instant::now() + Duration::from_secs(15);
-        loop {
-            let left = end.saturating_duration_since(Instant::now());
-            // A JSON log line (--log-format json) says the same in its message.
-            let text = |l: String| match serde_json::from_str::<serde_json::Value>(&l) {
-                Ok(v) => format!("sluice: {}", v["message"].as_str().unwrap_or_default()),
-                Err(_) => l,
-            };
-            match b.rx.recv_timeout(left).map(text) {
-                Ok(l) if l.starts_with("sluice: bridging") => break,
-                Ok(l) => {
-                    if let Some(rest) = l.strip_prefix("sluice: metrics at http://") {
-                        b.metrics = Some(rest.trim_end_matches("/metrics").to_owned());
-                    }
-                }
-                Err(_) => panic!("the bridge did not come up: {}", b.stderr()),
-            }
-        }
-        b
-    }
-
-    fn stderr(&self) -> String {
-        self.lines.lock().unwrap().join("\n")
-    }
-
-    fn signal(&self, sig: &str) {
-        let st = Command::new("kill").args([sig, &self.child.id().to_string()]).status().unwrap();
-        assert!(st.success(), "kill {sig}");
-    }
-
-    fn running(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
-    }
-
-    /// SIGTERM, wait, and parse the JSON summary (exit 0 required).
-    fn stop(mut self) -> (Value, String) {
-        self.signal("-TERM");
-        let end = Instant::now() + Duration::from_secs(10);
-        while self.running() {
-            assert!(Instant::now() < end, "the bridge did not stop on SIGTERM: {}", self.stderr());
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let status = self.child.wait().unwrap();
-        let mut out = String::new();
-        self.child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-        // Let the reader thread take the last lines.
-        std::thread::sleep(Duration::from_millis(50));
-        let err = self.stderr();
-        assert!(status.success(), "the bridge exited with {status}: {err}");
-        let v: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("summary is not JSON ({e}): {out}"));
-        (v, err)
-    }
-
-    fn scrape(&self) -> String {
-        let addr = self.metrics.as_ref().expect("started with --metrics");
-        let mut s = std::net::TcpStream::connect(addr).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
-        out
-    }
-}
-
-impl Drop for Bridge {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// The value of one series in a scrape, by name and label subset.

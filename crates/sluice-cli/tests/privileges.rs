@@ -21,14 +21,14 @@ mod common;
 #[path = "../../sluice-live/tests/common/mod.rs"]
 mod live;
 
+use common::bridge::Bridge;
 use common::p;
 use live::{live_or_skip, skipped, Endpoint, Topology};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc::{channel, Receiver};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
@@ -155,80 +155,6 @@ fn multiset(frames: &[Vec<u8>]) -> BTreeMap<&[u8], usize> {
     m
 }
 
-/// A running `sluice bridge`, its stderr collected.
-struct Bridge {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-    rx: Receiver<String>,
-    metrics: Option<String>,
-}
-
-impl Bridge {
-    /// Starts `cmd` (which runs `sluice bridge ...`) and waits for it to bridge.
-    fn start(mut cmd: Command) -> Bridge {
-        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = channel();
-        {
-            let lines = lines.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                    lines.lock().unwrap().push(line.clone());
-                    let _ = tx.send(line);
-                }
-            });
-        }
-        let mut b = Bridge { child, lines, rx, metrics: None };
-        let end = Instant::now() + Duration::from_secs(15);
-        loop {
-            match b.rx.recv_timeout(end.saturating_duration_since(Instant::now())) {
-                Ok(l) if l.starts_with("sluice: bridging") => return b,
-                Ok(l) => {
-                    if let Some(rest) = l.strip_prefix("sluice: metrics at http://") {
-                        b.metrics = Some(rest.trim_end_matches("/metrics").to_owned());
-                    }
-                }
-                Err(_) => panic!("the bridge did not come up: {}", b.stderr()),
-            }
-        }
-    }
-
-    fn stderr(&self) -> String {
-        self.lines.lock().unwrap().join("\n")
-    }
-
-    /// One series of `/metrics` (the first line starting with `series`).
-    fn metric(&self, series: &str) -> Option<u64> {
-        let mut s = std::net::TcpStream::connect(self.metrics.as_ref().expect("--metrics")).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-        let mut text = String::new();
-        s.read_to_string(&mut text).unwrap();
-        text.lines().find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-    }
-
-    /// SIGTERM; exit 0 required.
-    fn stop(mut self) {
-        let pid = self.child.id().to_string();
-        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
-        let end = Instant::now() + Duration::from_secs(10);
-        while self.child.try_wait().unwrap().is_none() {
-            assert!(Instant::now() < end, "the bridge did not stop on SIGTERM: {}", self.stderr());
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let status = self.child.wait().unwrap();
-        std::thread::sleep(Duration::from_millis(50));
-        assert!(status.success(), "the bridge exited with {status}: {}", self.stderr());
-    }
-}
-
-impl Drop for Bridge {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Sends `frames` from `from` in bursts of 32 (the receiving veth's backlog
 /// holds 1000) while reading `to`, until `want` have arrived or 10 s pass;
 /// then 150 ms more for anything extra. Everything that arrived.
@@ -258,14 +184,19 @@ fn crossing(
     want: [usize; 2],
     check: impl FnOnce(&Bridge),
 ) -> [Vec<Vec<u8>>; 2] {
-    let bridge = Bridge::start(cmd);
+    let bridge = Bridge::spawn(cmd);
     check(&bridge);
     let mut ep_a = Endpoint::open(&topo.ns_a.name, &topo.a.far);
     let mut ep_b = Endpoint::open(&topo.ns_b.name, &topo.b.far);
     let ab = send_and_capture(&mut ep_a, &mut ep_b, &traffic[0], want[0]);
     let ba = send_and_capture(&mut ep_b, &mut ep_a, &traffic[1], want[1]);
-    bridge.stop();
+    bridge.stop_output();
     [ab, ba]
+}
+
+/// One series of the bridge's `/metrics` (the first line starting with `series`).
+fn metric(b: &Bridge, series: &str) -> Option<u64> {
+    b.scrape().lines().find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
 }
 
 fn xdp_attached(iface: &str) -> bool {
@@ -336,7 +267,7 @@ fn least_privilege(test: &str, io: &[&str], caps: &[&str], tag: &str) {
     nobody.args(["--metrics", "127.0.0.1:0", "--control", p(&sock)]);
     let by_nobody = crossing(nobody, &topo, &traffic, want, |b| {
         assert_runs_as_nobody(b.child.id(), caps);
-        assert_eq!(b.metric("sluice_dry_run{}"), Some(0), "metrics served");
+        assert_eq!(metric(b, "sluice_dry_run{}"), Some(0), "metrics served");
         common::ok(&["ctl", "--socket", p(&sock), "sets"]);
     });
     for (i, dir) in ["A->B", "B->A"].iter().enumerate() {
