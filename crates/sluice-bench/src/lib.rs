@@ -57,7 +57,7 @@ pub enum Structure {
     Hashbrown,
     /// sluice's AddressSet over `entries` random IPv4 hosts.
     Sluice,
-    /// sluice's AddressSet over FireHOL level1 plus `entries` random prefixes.
+    /// sluice's AddressSet over a prefix list ([`PrefixDist`]).
     SluicePrefix,
     /// prefix-trie over the same prefixes as `SluicePrefix`.
     PrefixTrie,
@@ -76,7 +76,12 @@ impl Structure {
 
     /// Whether the structure can be measured with IPv6 traffic.
     pub fn supports_ipv6(&self) -> bool {
-        matches!(self, Structure::Hashbrown | Structure::Sluice)
+        !matches!(self, Structure::Chained { .. })
+    }
+
+    /// Whether the structure holds prefixes (its list is a [`PrefixDist`]).
+    pub fn holds_prefixes(&self) -> bool {
+        matches!(self, Structure::SluicePrefix | Structure::PrefixTrie)
     }
 
     pub fn parse(s: &str, buckets: usize) -> Option<Structure> {
@@ -86,6 +91,43 @@ impl Structure {
             "sluice" => Structure::Sluice,
             "sluice-prefix" => Structure::SluicePrefix,
             "prefix-trie" => Structure::PrefixTrie,
+            _ => return None,
+        })
+    }
+}
+
+/// Where a prefix structure's list comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PrefixDist {
+    /// FireHOL level1 plus `entries` random prefixes, lengths weighted
+    /// 2^(L-8) up to /24 and flat beyond ([`prefix_list`]; IPv4 only): the
+    /// original scenario, 80% of its prefixes longer than /24.
+    Firehol,
+    /// `entries` prefixes with the public routing table's length mix
+    /// ([`bgp_list`]).
+    Bgp,
+    /// A FireHOL level1-3-like blocklist: mostly hosts, some short prefixes
+    /// ([`blocklist`]).
+    Blocklist,
+    /// A list file (`--prefixes FILE`): its entries of the scenario's family.
+    File(std::path::PathBuf),
+}
+
+impl PrefixDist {
+    pub fn name(&self) -> String {
+        match self {
+            PrefixDist::Firehol => "firehol".into(),
+            PrefixDist::Bgp => "bgp".into(),
+            PrefixDist::Blocklist => "blocklist".into(),
+            PrefixDist::File(p) => p.display().to_string(),
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<PrefixDist> {
+        Some(match s {
+            "firehol" => PrefixDist::Firehol,
+            "bgp" => PrefixDist::Bgp,
+            "blocklist" => PrefixDist::Blocklist,
             _ => return None,
         })
     }
@@ -156,8 +198,11 @@ impl SyncMode {
 pub struct Scenario {
     pub name: String,
     pub structure: Structure,
-    /// Random hosts (exact structures) or random prefixes (prefix structures).
+    /// Random hosts (exact structures) or prefixes (prefix structures; for a
+    /// list file, its entries of the scenario's family).
     pub entries: usize,
+    /// Prefix structures: the list's distribution.
+    pub prefix_dist: PrefixDist,
     pub batch: usize,
     pub prefetch: Prefetch,
     pub stride: usize,
@@ -172,8 +217,9 @@ pub struct Scenario {
     pub seed_mpps: Option<f64>,
     /// sluice's exact tables with their front filter (ignored by the others).
     pub filter: bool,
-    /// Share of addresses drawn from the table's keys (host structures);
-    /// `None`: all random, which hits 6M of 2^32 IPv4 hosts 0.14% of the time.
+    /// Share of addresses drawn from the table's keys (host structures) or
+    /// from inside its prefixes (prefix structures); `None`: all random,
+    /// which hits 6M of 2^32 IPv4 hosts 0.14% of the time.
     pub listed: Option<f64>,
 }
 
@@ -239,6 +285,186 @@ pub fn prefix_list(extra: usize, seed: u64) -> Vec<Prefix> {
     list
 }
 
+/// The global IPv4 routing table's prefix length mix, approximately (per
+/// length, of about 920k prefixes, as the CIDR report showed it in 2024-25):
+/// /24 is 60%, /22 and /23 most of the rest, nothing longer than /24.
+const BGP4_MIX: [(u8, u32); 17] = [
+    (8, 15),
+    (9, 12),
+    (10, 35),
+    (11, 100),
+    (12, 300),
+    (13, 600),
+    (14, 1_200),
+    (15, 2_000),
+    (16, 13_500),
+    (17, 8_000),
+    (18, 13_500),
+    (19, 25_000),
+    (20, 40_000),
+    (21, 45_000),
+    (22, 115_000),
+    (23, 95_000),
+    (24, 560_000),
+];
+
+/// The global IPv6 table's mix, approximately (per length, of about 200k
+/// prefixes): /48 about half, /32 an eighth, then /40, /44, /29, /36; few
+/// shorter than /29, so a list covers a few percent of its regions, as the
+/// real table does.
+const BGP6_MIX: [(u8, u32); 31] = [
+    (16, 2),
+    (19, 5),
+    (20, 25),
+    (21, 20),
+    (22, 30),
+    (23, 25),
+    (24, 200),
+    (25, 75),
+    (26, 100),
+    (27, 150),
+    (28, 700),
+    (29, 8_000),
+    (30, 1_600),
+    (31, 1_200),
+    (32, 24_000),
+    (33, 2_400),
+    (34, 2_000),
+    (35, 1_600),
+    (36, 6_000),
+    (37, 1_000),
+    (38, 1_600),
+    (39, 1_200),
+    (40, 12_000),
+    (41, 1_400),
+    (42, 4_000),
+    (43, 1_200),
+    (44, 10_000),
+    (45, 3_000),
+    (46, 5_000),
+    (47, 5_000),
+    (48, 92_000),
+];
+
+/// A FireHOL level1-3-like IPv4 list beyond level1 itself: 85% hosts, 10%
+/// /24, 4% /20-/23, 1% /16-/19.
+const BLOCK4_MIX: [(u8, u32); 10] =
+    [(16, 25), (17, 25), (18, 25), (19, 25), (20, 100), (21, 100), (22, 100), (23, 100), (24, 1_000), (32, 8_500)];
+
+/// Its IPv6 counterpart: 60% hosts, 25% /64, 12% /48, 3% /32.
+const BLOCK6_MIX: [(u8, u32); 4] = [(32, 30), (48, 120), (64, 250), (128, 600)];
+
+/// Where IPv6 lists and in-list traffic live: the regional registries'
+/// /12s, so lists concentrate in a few /16s as real ones do.
+const V6_REGIONS: [u128; 6] = [0x200, 0x240, 0x260, 0x280, 0x2a0, 0x2c0];
+
+/// A length drawn with the mix's weights.
+fn draw_len(mix: &[(u8, u32)], rng: &mut Rng) -> u8 {
+    let total: u64 = mix.iter().map(|&(_, w)| u64::from(w)).sum();
+    let mut r = rng.next_u64() % total;
+    for &(len, w) in mix {
+        if r < u64::from(w) {
+            return len;
+        }
+        r -= u64::from(w);
+    }
+    unreachable!("r < total")
+}
+
+fn random_v6(rng: &mut Rng) -> u128 {
+    let region = V6_REGIONS[(rng.next_u64() % V6_REGIONS.len() as u64) as usize];
+    let low = (u128::from(rng.next_u64()) << 64) | u128::from(rng.next_u64());
+    region << 116 | low >> 12
+}
+
+/// `n` prefixes with the lengths of `mix`, at random addresses (IPv6: in the
+/// registries' /12s).
+fn mixed_list(mix: &[(u8, u32)], n: usize, ipv6: bool, rng: &mut Rng) -> Vec<Prefix> {
+    (0..n)
+        .map(|_| {
+            let len = draw_len(mix, rng);
+            if ipv6 {
+                Prefix::new(std::net::IpAddr::V6(random_v6(rng).into()), len)
+            } else {
+                Prefix::new(std::net::IpAddr::V4((rng.next_u64() as u32).into()), len)
+            }
+        })
+        .collect()
+}
+
+/// `n` prefixes with the public routing table's length mix.
+pub fn bgp_list(n: usize, ipv6: bool, seed: u64) -> Vec<Prefix> {
+    let mut rng = Rng::new(seed ^ 0x0062_6770);
+    mixed_list(if ipv6 { &BGP6_MIX } else { &BGP4_MIX }, n, ipv6, &mut rng)
+}
+
+/// A FireHOL level1-3-like blocklist: level1 itself (IPv4) and `n` entries,
+/// mostly hosts, some short prefixes.
+pub fn blocklist(n: usize, ipv6: bool, seed: u64) -> Vec<Prefix> {
+    let mut rng = Rng::new(seed ^ 0x626c_6f63);
+    let mut list = if ipv6 {
+        Vec::new()
+    } else {
+        sluice_rules::parse_list("firehol", sluice_rules::FIREHOL_LEVEL1.as_bytes(), false)
+            .expect("embedded list parses")
+            .prefixes
+    };
+    list.extend(mixed_list(if ipv6 { &BLOCK6_MIX } else { &BLOCK4_MIX }, n, ipv6, &mut rng));
+    list
+}
+
+/// A scenario's prefix list, of its family.
+pub fn prefix_table(dist: &PrefixDist, entries: usize, ipv6: bool, seed: u64) -> Result<Vec<Prefix>, String> {
+    let list = match dist {
+        PrefixDist::Firehol if ipv6 => {
+            return Err("the firehol distribution is IPv4 only (try bgp or blocklist)".into())
+        }
+        PrefixDist::Firehol => prefix_list(entries, seed),
+        PrefixDist::Bgp => bgp_list(entries, ipv6, seed),
+        PrefixDist::Blocklist => blocklist(entries, ipv6, seed),
+        PrefixDist::File(path) => {
+            let list = sluice_rules::load_list(path, false).map_err(|e| e.to_string())?.prefixes;
+            let family: Vec<Prefix> = list.into_iter().filter(|p| matches!(p, Prefix::V6 { .. }) == ipv6).collect();
+            if family.is_empty() {
+                return Err(format!("{} has no IPv{} entries", path.display(), if ipv6 { 6 } else { 4 }));
+            }
+            family
+        }
+    };
+    Ok(list)
+}
+
+/// `n` addresses each inside a random prefix of `list` (of the family),
+/// its host bits random: in-list traffic for prefix structures.
+pub fn inside_keys(list: &[Prefix], n: usize, ipv6: bool, seed: u64) -> ring::Listed {
+    let mut rng = Rng::new(seed ^ 0x696e_7369);
+    let family: Vec<&Prefix> = list.iter().filter(|p| matches!(p, Prefix::V6 { .. }) == ipv6).collect();
+    assert!(!family.is_empty(), "in-list traffic needs prefixes of the family");
+    let pick = |rng: &mut Rng| family[(rng.next_u64() % family.len() as u64) as usize];
+    if ipv6 {
+        ring::Listed::V6(
+            (0..n)
+                .map(|_| match *pick(&mut rng) {
+                    Prefix::V6 { addr, len } => {
+                        let host = (u128::from(rng.next_u64()) << 64) | u128::from(rng.next_u64());
+                        addr | host.checked_shr(u32::from(len)).unwrap_or(0)
+                    }
+                    Prefix::V4 { .. } => unreachable!("filtered"),
+                })
+                .collect(),
+        )
+    } else {
+        ring::Listed::V4(
+            (0..n)
+                .map(|_| match *pick(&mut rng) {
+                    Prefix::V4 { addr, len } => addr | (rng.next_u64() as u32).checked_shr(u32::from(len)).unwrap_or(0),
+                    Prefix::V6 { .. } => unreachable!("filtered"),
+                })
+                .collect(),
+        )
+    }
+}
+
 /// Random IPv4 hosts for the exact-match scenarios.
 pub fn host_keys(n: usize, seed: u64) -> Vec<u32> {
     let mut rng = Rng::new(seed ^ 0x686f_7374);
@@ -254,11 +480,14 @@ pub fn host_keys6(n: usize, seed: u64) -> Vec<u128> {
 /// Built structures, shared between scenarios that use the same one.
 #[derive(Default)]
 pub struct Tables {
-    /// (structure, entries, IPv6, filter) → (table, seconds to build, filter stats)
+    /// (structure, entries, IPv6, filter, prefix list) → (table, seconds to
+    /// build, filter stats)
     built: HashMap<TableKey, Built>,
+    /// (distribution, entries, IPv6) → the prefix list.
+    lists: HashMap<(PrefixDist, usize, bool), Arc<Vec<Prefix>>>,
 }
 
-type TableKey = (Structure, usize, bool, bool);
+type TableKey = (Structure, usize, bool, bool, PrefixDist);
 type Built = (Arc<dyn Classifier>, f64, Option<(usize, f64)>);
 
 /// Random keys none of which is in `set`'s list (for false-positive rates).
@@ -268,12 +497,34 @@ fn non_members<K: Copy + Eq + std::hash::Hash>(n: usize, listed: &[K], mut draw:
 }
 
 impl Tables {
-    fn get(&mut self, s: Structure, entries: usize, st: &Settings, ipv6: bool, filter: bool) -> Built {
+    /// A prefix scenario's list, made (or read) once; an unreadable file or
+    /// one without entries of the family is an error.
+    pub fn list(
+        &mut self,
+        dist: &PrefixDist,
+        entries: usize,
+        ipv6: bool,
+        seed: u64,
+    ) -> Result<Arc<Vec<Prefix>>, String> {
+        // A file's list is the file's, whatever the scenario's entries.
+        let key = (dist.clone(), if matches!(dist, PrefixDist::File(_)) { 0 } else { entries }, ipv6);
+        if let Some(l) = self.lists.get(&key) {
+            return Ok(l.clone());
+        }
+        let list = Arc::new(prefix_table(dist, entries, ipv6, seed)?);
+        self.lists.insert(key, list.clone());
+        Ok(list)
+    }
+
+    fn get(&mut self, sc: &Scenario, st: &Settings) -> Built {
+        let (s, entries, ipv6) = (sc.structure, sc.entries, sc.ipv6);
         let (seed, max_load) = (st.seed, st.max_load);
-        // Only sluice's exact tables have a filter.
-        let filter = filter && s == Structure::Sluice;
+        // Only sluice's exact tables have a filter; only prefix structures a list.
+        let filter = sc.filter && s == Structure::Sluice;
+        let dist = if s.holds_prefixes() { sc.prefix_dist.clone() } else { PrefixDist::Firehol };
+        let list = s.holds_prefixes().then(|| self.list(&dist, entries, ipv6, seed).expect("lists are checked first"));
         self.built
-            .entry((s, entries, ipv6, filter))
+            .entry((s, entries, ipv6, filter, dist))
             .or_insert_with(|| {
                 let hasher = Hasher::with_seed(seed);
                 let started = Instant::now();
@@ -286,6 +537,10 @@ impl Tables {
                             host_keys6(entries, seed).into_iter().map(|a| Prefix::V6 { addr: a, len: 128 }).collect();
                         Arc::new(Sluice::with_filter(&hosts, hasher, max_load, filter))
                     }
+                    Structure::SluicePrefix => {
+                        Arc::new(Sluice::new(list.as_deref().expect("a prefix list"), hasher, max_load))
+                    }
+                    Structure::PrefixTrie => Arc::new(PrefixTrie::new(list.as_deref().expect("a prefix list"))),
                     _ if ipv6 => panic!("{} has no IPv6 variant", s.name()),
                     Structure::Chained { buckets } => {
                         Arc::new(Chained::new(&host_keys(entries, seed), buckets, hasher))
@@ -296,8 +551,6 @@ impl Tables {
                             host_keys(entries, seed).into_iter().map(|a| Prefix::V4 { addr: a, len: 32 }).collect();
                         Arc::new(Sluice::with_filter(&hosts, hasher, max_load, filter))
                     }
-                    Structure::SluicePrefix => Arc::new(Sluice::new(&prefix_list(entries, seed), hasher, max_load)),
-                    Structure::PrefixTrie => Arc::new(PrefixTrie::new(&prefix_list(entries, seed))),
                 };
                 let build_s = started.elapsed().as_secs_f64();
                 // The filter's false-positive rate over 1M random non-members.
@@ -528,12 +781,18 @@ pub struct Bench {
 impl Bench {
     /// Build (or take from `tables`) the scenario's table and fill its rings.
     pub fn new(sc: &Scenario, st: &Settings, tables: &mut Tables) -> Bench {
-        let (table, build_s, filter) = tables.get(sc.structure, sc.entries, st, sc.ipv6, sc.filter);
+        let (table, build_s, filter) = tables.get(sc, st);
         let threads = sc.threads.max(1);
         let mut rings: Vec<Ring> =
             (0..threads).map(|t| Ring::new(st.ring_slots, sc.stride, st.seed + t as u64, sc.ipv6)).collect();
         let hosts = matches!(sc.structure, Structure::Sluice | Structure::Hashbrown | Structure::Chained { .. });
-        if let (Some(share), true, true) = (sc.listed, hosts, sc.entries > 0) {
+        if let (Some(share), true) = (sc.listed, sc.structure.holds_prefixes()) {
+            let list = tables.list(&sc.prefix_dist, sc.entries, sc.ipv6, st.seed).expect("lists are checked first");
+            let keys = inside_keys(&list, 1 << 20, sc.ipv6, st.seed);
+            for ring in &mut rings {
+                ring.set_listed(keys.clone(), share);
+            }
+        } else if let (Some(share), true, true) = (sc.listed, hosts, sc.entries > 0) {
             let keys = if sc.ipv6 {
                 ring::Listed::V6(host_keys6(sc.entries, st.seed).into())
             } else {
@@ -640,6 +899,9 @@ impl fmt::Display for Scenario {
         if self.structure == Structure::Sluice {
             f.write_str(if self.filter { " filter" } else { " no filter" })?;
         }
+        if self.structure.holds_prefixes() {
+            write!(f, " list {}", self.prefix_dist.name())?;
+        }
         if let Some(l) = self.listed {
             write!(f, " listed {l}")?;
         }
@@ -652,5 +914,74 @@ impl Scenario {
     pub fn with_batch(mut self, batch: usize) -> Self {
         self.batch = batch;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lens(list: &[Prefix]) -> Vec<u8> {
+        list.iter().map(|p| p.len()).collect()
+    }
+
+    #[test]
+    fn bgp_lists_have_the_routing_tables_shape() {
+        let v4 = bgp_list(100_000, false, 1);
+        assert_eq!(v4.len(), 100_000);
+        let l = lens(&v4);
+        let share = |f: &dyn Fn(u8) -> bool| l.iter().filter(|&&x| f(x)).count() as f64 / l.len() as f64;
+        assert!(l.iter().all(|&x| (8..=24).contains(&x)), "nothing longer than /24");
+        assert!((0.58..0.64).contains(&share(&|x| x == 24)), "/24 is about 60%");
+        let v6 = bgp_list(50_000, true, 1);
+        assert!(v6.iter().all(|p| matches!(p, Prefix::V6 { .. })));
+        let l = lens(&v6);
+        assert!(l.iter().all(|&x| (16..=48).contains(&x)));
+        assert!((0.4..0.55).contains(&(l.iter().filter(|&&x| x == 48).count() as f64 / l.len() as f64)));
+        // Inside the registries' /12s.
+        for p in &v6 {
+            let Prefix::V6 { addr, .. } = *p else { unreachable!() };
+            assert!(V6_REGIONS.contains(&(addr >> 116)), "{addr:x}");
+        }
+    }
+
+    #[test]
+    fn blocklists_are_mostly_hosts_beside_firehol() {
+        let v4 = blocklist(10_000, false, 2);
+        let firehol = v4.len() - 10_000;
+        assert!(firehol > 2_000, "FireHOL level1 is in");
+        let hosts = v4[firehol..].iter().filter(|p| p.len() == 32).count();
+        assert!((8_000..9_000).contains(&hosts));
+        let v6 = blocklist(10_000, true, 2);
+        assert_eq!(v6.len(), 10_000);
+        assert!((5_500..6_500).contains(&v6.iter().filter(|p| p.len() == 128).count()));
+    }
+
+    #[test]
+    fn in_list_traffic_is_inside_the_list() {
+        for ipv6 in [false, true] {
+            let list = bgp_list(1_000, ipv6, 3);
+            let set = sluice_rules::PrefixHashSet::from_prefixes(&list);
+            match inside_keys(&list, 5_000, ipv6, 3) {
+                ring::Listed::V4(k) => assert!(k.iter().all(|&a| set.contains(std::net::IpAddr::V4(a.into())))),
+                ring::Listed::V6(k) => assert!(k.iter().all(|&a| set.contains(std::net::IpAddr::V6(a.into())))),
+            }
+        }
+    }
+
+    #[test]
+    fn list_files_are_read_by_family_and_refused_when_empty_of_it() {
+        let dir = std::env::temp_dir().join(format!("sluice-bench-list-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("l.txt");
+        std::fs::write(&path, "10.0.0.0/8\n192.0.2.1\n").unwrap();
+        let dist = PrefixDist::File(path.clone());
+        assert_eq!(prefix_table(&dist, 0, false, 1).unwrap().len(), 2);
+        let err = prefix_table(&dist, 0, true, 1).unwrap_err();
+        assert!(err.contains("has no IPv6 entries"), "{err}");
+        let missing = prefix_table(&PrefixDist::File(dir.join("none")), 0, false, 1).unwrap_err();
+        assert!(missing.contains("none"), "{missing}");
+        assert!(prefix_table(&PrefixDist::Firehol, 10, true, 1).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,6 +1,6 @@
 //! Presets, the readable table, JSON lines and the SVG plot.
 
-use crate::{Measured, Prefetch, Scenario, Structure, SyncMode};
+use crate::{Measured, Prefetch, PrefixDist, Scenario, Structure, SyncMode};
 use serde_json::{json, Value};
 
 pub const SEED_ENTRIES: usize = 6_000_000;
@@ -8,8 +8,14 @@ pub const SEED_ENTRIES: usize = 6_000_000;
 pub const SMALL_ENTRIES: usize = 250_000;
 pub const SEED_BUCKETS: usize = 524_288;
 pub const SEED_BUCKETS_BIG: usize = 2_097_152;
-/// Random prefixes added to FireHOL for the prefix scenarios.
+/// Random prefixes added to FireHOL for the prefix scenarios; also the
+/// IPv4 routing-table scenario's size (the global table is about 1M).
 pub const PREFIX_EXTRA: usize = 1_000_000;
+/// The IPv6 routing-table scenario's size (the global table is about 200k).
+pub const PREFIX6_ENTRIES: usize = 200_000;
+/// The blocklist scenarios' generated entries (FireHOL level1-3 together
+/// are some tens of thousands).
+pub const BLOCKLIST_ENTRIES: usize = 100_000;
 
 fn sc(
     name: &str,
@@ -34,6 +40,7 @@ fn sc(
         seed_mpps: seed,
         filter: true,
         listed: None,
+        prefix_dist: PrefixDist::Firehol,
     }
 }
 
@@ -91,6 +98,20 @@ pub fn quick() -> Vec<Scenario> {
     v.push(sluice_default("sluice-250k-b64", Structure::Sluice, SMALL_ENTRIES, 2048).with_batch(64));
     v.push(hashbrown("hashbrown-250k", SMALL_ENTRIES, 16));
     v.push(hashbrown("hashbrown-250k-b1", SMALL_ENTRIES, 1));
+    // Prefix lists as users load them (issue 23): the routing table's length
+    // mix and a FireHOL level1-3-like blocklist, IPv4 on random traffic (the
+    // bgp mix covers about 60% of it), IPv6 with half of the addresses
+    // inside a listed prefix (random IPv6 addresses would miss at the root).
+    let prefixes = |name: &str, dist: PrefixDist, entries, ipv6: bool| Scenario {
+        prefix_dist: dist,
+        ipv6,
+        listed: ipv6.then_some(0.5),
+        ..sluice_default(name, Structure::SluicePrefix, entries, 2048)
+    };
+    v.push(prefixes("sluice-prefix-bgp", PrefixDist::Bgp, PREFIX_EXTRA, false));
+    v.push(prefixes("sluice-prefix-blocklist", PrefixDist::Blocklist, BLOCKLIST_ENTRIES, false));
+    v.push(prefixes("sluice-prefix6-bgp", PrefixDist::Bgp, PREFIX6_ENTRIES, true));
+    v.push(prefixes("sluice-prefix6-blocklist", PrefixDist::Blocklist, BLOCKLIST_ENTRIES, true));
     // The same two at stride 1920, where the ring's buffers no longer share
     // a few cache sets (the seed's stride experiment).
     v.push(sluice_default("sluice-1920", Structure::Sluice, SEED_ENTRIES, 1920));
@@ -295,6 +316,10 @@ pub fn ratios(rows: &[Measured], probes: &Probes, build_6m_s: Option<f64>) -> Op
         "small_sluice_vs_hashbrown_best": best("sluice-250k").zip(best("hashbrown-250k")).map(|(s, h)| s / h),
         "prefix_vs_sluice": sluice.zip(get("sluice-prefix")).map(|(s, x)| x / s),
         "prefix_vs_prefix_trie": get("sluice-prefix").zip(get("prefix-trie")).map(|(x, y)| x / y),
+        "prefix_bgp_vs_sluice": sluice.zip(get("sluice-prefix-bgp")).map(|(s, x)| x / s),
+        "prefix_blocklist_vs_sluice": sluice.zip(get("sluice-prefix-blocklist")).map(|(s, x)| x / s),
+        "prefix6_bgp_vs_sluice": sluice.zip(get("sluice-prefix6-bgp")).map(|(s, x)| x / s),
+        "prefix6_blocklist_vs_sluice": sluice.zip(get("sluice-prefix6-blocklist")).map(|(s, x)| x / s),
         "filter_on_vs_off": sluice.zip(get("sluice-nofilter").or_else(|| get("sluice-6M-nofilter"))).map(|(s, x)| s / x),
         "filter_on_vs_off_listed50": get("sluice-l50").or_else(|| get("sluice-6M-l50"))
             .zip(get("sluice-l50-nofilter").or_else(|| get("sluice-6M-l50-nofilter")))
@@ -387,6 +412,12 @@ mod tests {
         let s = get("sluice");
         assert_eq!((s.structure, s.entries, s.batch), (Structure::Sluice, 6_000_000, sluice_classify::DEFAULT_BATCH));
         assert_eq!(get("sluice-prefix").structure, Structure::SluicePrefix);
+        let bgp = get("sluice-prefix-bgp");
+        assert_eq!((bgp.prefix_dist.clone(), bgp.entries, bgp.ipv6), (PrefixDist::Bgp, 1_000_000, false));
+        let bgp6 = get("sluice-prefix6-bgp");
+        assert_eq!((bgp6.prefix_dist.clone(), bgp6.entries, bgp6.ipv6, bgp6.listed), (PrefixDist::Bgp, 200_000, true, Some(0.5)));
+        assert_eq!(get("sluice-prefix-blocklist").prefix_dist, PrefixDist::Blocklist);
+        assert!(get("sluice-prefix6-blocklist").ipv6);
         let names: std::collections::HashSet<&str> = q.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names.len(), q.len(), "scenario names are unique");
         assert_eq!(get("sluice-250k").entries, SMALL_ENTRIES);

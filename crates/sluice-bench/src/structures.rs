@@ -172,21 +172,28 @@ impl Classifier for Sluice {
     }
 }
 
-/// `prefix_trie::PrefixSet<Ipv4Net>`: a well-kept prefix-trie peer,
+/// `prefix_trie::PrefixSet` (IPv4 and IPv6): a well-kept prefix-trie peer,
 /// answering membership by shortest-prefix match.
-pub struct PrefixTrie(pub prefix_trie::PrefixSet<ipnet::Ipv4Net>);
+pub struct PrefixTrie(pub prefix_trie::PrefixSet<ipnet::Ipv4Net>, pub prefix_trie::PrefixSet<ipnet::Ipv6Net>);
 
 impl PrefixTrie {
     pub fn new(prefixes: &[Prefix]) -> Self {
-        let mut set = prefix_trie::PrefixSet::new();
+        let (mut v4, mut v6) = (prefix_trie::PrefixSet::new(), prefix_trie::PrefixSet::new());
         for p in prefixes {
-            if let Prefix::V4 { addr, len } = *p {
-                if let Ok(net) = ipnet::Ipv4Net::new(addr.into(), len) {
-                    set.insert(net);
+            match *p {
+                Prefix::V4 { addr, len } => {
+                    if let Ok(net) = ipnet::Ipv4Net::new(addr.into(), len) {
+                        v4.insert(net);
+                    }
+                }
+                Prefix::V6 { addr, len } => {
+                    if let Ok(net) = ipnet::Ipv6Net::new(addr.into(), len) {
+                        v6.insert(net);
+                    }
                 }
             }
         }
-        PrefixTrie(set)
+        PrefixTrie(v4, v6)
     }
 }
 
@@ -197,8 +204,14 @@ impl Classifier for PrefixTrie {
             *o = self.0.get_spm(&host).is_some();
         }
     }
+    fn lookup6(&self, keys: &[u128], out: &mut [bool], _: bool) {
+        for (o, &k) in out.iter_mut().zip(keys) {
+            let host = ipnet::Ipv6Net::new(k.into(), 128).expect("/128 is valid");
+            *o = self.1.get_spm(&host).is_some();
+        }
+    }
     fn bytes(&self) -> usize {
-        self.0.len() * 40
+        (self.0.len() + self.1.len()) * 40
     }
     fn can_prefetch(&self) -> bool {
         false

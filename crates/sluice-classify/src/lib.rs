@@ -24,11 +24,13 @@ mod hash;
 pub mod mem;
 pub mod persist;
 mod prefix;
+mod prefix6;
 mod set;
 pub mod simd;
 
 pub use exact::{Prepared, TableInfo, V4ExactSet, V6ExactSet, DEFAULT_MAX_LOAD, MAX_BATCH, PREPARED_MAX};
 pub use hash::Hasher;
 pub use persist::PersistError;
-pub use prefix::{V4PrefixSet, V6PrefixSet};
+pub use prefix::V4PrefixSet;
+pub use prefix6::V6PrefixSet;
 pub use set::{AddressSet, Options, DEFAULT_BATCH};

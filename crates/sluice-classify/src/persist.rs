@@ -47,7 +47,8 @@
 use crate::exact::{Bucket4, Bucket6, OpenTable, Slots, V4ExactSet, V6ExactSet, TAGS_PER_LINE};
 use crate::hash::Hasher;
 use crate::mem::Table;
-use crate::prefix::{Group, Hosts, V4PrefixSet, V6PrefixSet, GROUPS};
+use crate::prefix::{Group, Hosts, V4PrefixSet, GROUPS};
+use crate::prefix6::V6PrefixSet;
 use crate::set::AddressSet;
 
 /// The first bytes of a saved [`AddressSet`].
@@ -573,7 +574,8 @@ fn load_v6_prefixes(r: &mut Reader<'_>) -> Result<V6PrefixSet, PersistError> {
         }
         ranges.push((first, last));
     }
-    Ok(V6PrefixSet { ranges, prefixes: to_usize(WHAT, prefixes)? })
+    // The trie is rebuilt from the checked ranges (as the front filter is).
+    Ok(V6PrefixSet::from_ranges(ranges, to_usize(WHAT, prefixes)?))
 }
 
 #[cfg(test)]

@@ -8,9 +8,7 @@
 //! partly covered /24s, one level-2 line. Level 1 is 8 MiB for the whole
 //! address space; level 2 is 32 bytes per partly covered /24.
 //!
-//! IPv6: prefixes merged into sorted disjoint ranges, found by binary search.
-//! Real IPv6 lists are short (Spamhaus DROPv6 has about a hundred entries)
-//! and the range array stays in cache.
+//! IPv6 has its own module, `prefix6` (a compressed multibit trie).
 
 use crate::exact::MAX_BATCH;
 use crate::mem::{plain_data, Table};
@@ -131,31 +129,57 @@ impl V4PrefixSet {
         }
     }
 
-    /// Three phases per chunk: prefetch level 1; test it and prefetch level 2
-    /// where needed; finish those.
+    /// Three phases per chunk: prefetch level 1 (unless the caller did, a
+    /// batch ahead); test it, branch-free, and note the keys whose /24 is
+    /// partly covered; only if there are any, prefetch their level-2 lines
+    /// and finish them. Lists without prefixes longer than /24 (routing
+    /// tables, most blocklists' networks) never take the second pass.
     #[inline]
     pub fn contains_batch(&self, keys: &[u32], out: &mut [bool], batch: usize, prefetch_lines: bool) {
+        self.contains_batch_from(keys, out, batch, prefetch_lines, prefetch_lines);
+    }
+
+    /// [`V4PrefixSet::contains_batch`] with level 1 already prefetched
+    /// ([`V4PrefixSet::prefetch`] a batch ahead).
+    #[inline]
+    pub fn finish_batch(&self, keys: &[u32], out: &mut [bool]) {
+        self.contains_batch_from(keys, out, MAX_BATCH, false, true);
+    }
+
+    #[inline(always)]
+    fn contains_batch_from(&self, keys: &[u32], out: &mut [bool], batch: usize, prefetch_l1: bool, prefetch_l2: bool) {
         assert_eq!(keys.len(), out.len(), "one output per key");
         let batch = batch.clamp(1, MAX_BATCH);
-        let mut pending = [usize::MAX; MAX_BATCH];
+        let mut partial = [false; MAX_BATCH];
         for (kc, oc) in keys.chunks(batch).zip(out.chunks_mut(batch)) {
-            if prefetch_lines {
+            if prefetch_l1 {
                 for &k in kc {
                     prefetch(self.groups.addr_of((k >> 14) as usize));
                 }
             }
-            for ((o, &k), p) in oc.iter_mut().zip(kc).zip(pending.iter_mut()) {
+            let mut any_partial = false;
+            for ((o, &k), p) in oc.iter_mut().zip(kc).zip(partial.iter_mut()) {
                 let g = &self.groups[(k >> 14) as usize];
                 let bit = (k >> 8) & 63;
                 *o = g.full >> bit & 1 != 0;
-                *p = if *o { usize::MAX } else { self.level2(g, bit).unwrap_or(usize::MAX) };
-                if prefetch_lines && *p != usize::MAX {
-                    prefetch(self.hosts.addr_of(*p));
+                *p = g.partial >> bit & 1 != 0;
+                any_partial |= *p;
+            }
+            if !any_partial {
+                continue;
+            }
+            let mut at = [0usize; MAX_BATCH];
+            for ((&k, &p), a) in kc.iter().zip(&partial).zip(at.iter_mut()) {
+                if p {
+                    *a = self.level2(&self.groups[(k >> 14) as usize], (k >> 8) & 63).unwrap_or(0);
+                    if prefetch_l2 {
+                        prefetch(self.hosts.addr_of(*a));
+                    }
                 }
             }
-            for ((o, &k), &p) in oc.iter_mut().zip(kc).zip(&pending) {
-                if p != usize::MAX {
-                    *o = self.host_bit(p, k);
+            for (((o, &k), &p), &a) in oc.iter_mut().zip(kc).zip(&partial).zip(&at) {
+                if p {
+                    *o = self.host_bit(a, k);
                 }
             }
         }
@@ -170,44 +194,6 @@ fn set_full_range(groups: &mut [Group], first: u32, count: u32) {
         let mask = if n == 64 { u64::MAX } else { ((1u64 << n) - 1) << bit };
         groups[(i >> 6) as usize].full |= mask;
         i += n;
-    }
-}
-
-/// Membership of IPv6 addresses in a set of prefixes, as merged ranges.
-pub struct V6PrefixSet {
-    /// Sorted, disjoint, non-adjacent inclusive ranges.
-    pub(crate) ranges: Vec<(u128, u128)>,
-    pub(crate) prefixes: usize,
-}
-
-impl V6PrefixSet {
-    /// Build from (address, length) pairs; host bits must be clear.
-    pub fn new(prefixes: &[(u128, u8)]) -> Self {
-        let mut ranges: Vec<(u128, u128)> =
-            prefixes.iter().map(|&(a, len)| (a, a | u128::MAX.checked_shr(u32::from(len)).unwrap_or(0))).collect();
-        ranges.sort_unstable();
-        let mut merged: Vec<(u128, u128)> = Vec::with_capacity(ranges.len());
-        for (s, e) in ranges {
-            match merged.last_mut() {
-                Some(last) if s <= last.1.saturating_add(1) => last.1 = last.1.max(e),
-                _ => merged.push((s, e)),
-            }
-        }
-        V6PrefixSet { ranges: merged, prefixes: prefixes.len() }
-    }
-
-    pub fn prefixes(&self) -> usize {
-        self.prefixes
-    }
-
-    pub fn ranges(&self) -> usize {
-        self.ranges.len()
-    }
-
-    #[inline]
-    pub fn contains(&self, addr: u128) -> bool {
-        let i = self.ranges.partition_point(|r| r.0 <= addr);
-        i > 0 && addr <= self.ranges[i - 1].1
     }
 }
 
@@ -248,19 +234,6 @@ mod tests {
                 prop_assert_eq!(o, want);
             }
         }
-
-        #[test]
-        fn v6_agrees_with_linear_scan(prefixes in proptest::collection::vec((0u128..16, 0u8..=128), 0..40),
-                                      probes in proptest::collection::vec((0u128..16, any::<u64>()), 1..200)) {
-            let m = |len: u8| if len == 0 { 0 } else { u128::MAX << (128 - u32::from(len)) };
-            let prefixes: Vec<(u128, u8)> = prefixes.iter().map(|&(a, l)| ((a << 124 | a << 60) & m(l), l)).collect();
-            let set = V6PrefixSet::new(&prefixes);
-            for &(a, lo) in &probes {
-                let addr = a << 124 | a << 60 | u128::from(lo & 0xff);
-                let want = prefixes.iter().any(|&(p, l)| addr & m(l) == p);
-                prop_assert_eq!(set.contains(addr), want);
-            }
-        }
     }
 
     #[test]
@@ -270,10 +243,5 @@ mod tests {
         let set = V4PrefixSet::new(&[(0xffff_ff00, 25), (0x0000_00ff, 32)]);
         assert!(set.contains(0xffff_ff7f) && !set.contains(0xffff_ff80));
         assert!(set.contains(0xff) && !set.contains(0xfe));
-        let set = V6PrefixSet::new(&[(0, 0)]);
-        assert!(set.contains(u128::MAX));
-        let set = V6PrefixSet::new(&[(u128::MAX, 128), (0, 1)]);
-        assert!(set.contains(u128::MAX) && set.contains(5) && !set.contains(1 << 127));
-        assert_eq!(set.ranges(), 2);
     }
 }

@@ -2,7 +2,8 @@
 
 use crate::exact::{Prepared, V4ExactSet, V6ExactSet, DEFAULT_MAX_LOAD, MAX_BATCH, PREPARED_MAX};
 use crate::hash::Hasher;
-use crate::prefix::{V4PrefixSet, V6PrefixSet};
+use crate::prefix::V4PrefixSet;
+use crate::prefix6::V6PrefixSet;
 use sluice_rules::Prefix;
 use std::fmt;
 use std::net::IpAddr;
@@ -18,6 +19,11 @@ use std::net::IpAddr;
 /// Without the filter 32 also beat 16 (41-42 against 39-40 Mpps at 6M).
 pub const DEFAULT_BATCH: usize = 32;
 
+/// IPv6 hosts folded into the prefix trie at most: a /128 can cost up to 19
+/// trie nodes (608 bytes) where the exact table spends about 32, so a long
+/// host list keeps its own table even beside prefixes.
+const V6_FOLD_MAX: usize = 4096;
+
 /// How to build an [`AddressSet`].
 #[derive(Clone, Copy, Debug)]
 pub struct Options {
@@ -25,7 +31,8 @@ pub struct Options {
     pub max_load: f64,
     pub hasher: Hasher,
     /// When a list has prefixes too, hosts up to this many go into the prefix
-    /// structure (one lookup per address) instead of their own table.
+    /// structure (one lookup per address) instead of their own table (IPv6:
+    /// at most 4,096).
     pub fold_hosts_up_to: usize,
     /// Put a front filter ([`crate::filter`]) before each exact table (on
     /// by default). `bench classify --preset filter` measures it against
@@ -72,7 +79,7 @@ impl AddressSet {
         if !p4.is_empty() && h4.len() <= o.fold_hosts_up_to {
             p4.extend(h4.drain(..).map(|a| (a, 32)));
         }
-        if !p6.is_empty() && h6.len() <= o.fold_hosts_up_to {
+        if !p6.is_empty() && h6.len() <= o.fold_hosts_up_to.min(V6_FOLD_MAX) {
             p6.extend(h6.drain(..).map(|a| (a, 128)));
         }
         // Exact tables count their distinct keys as they build; prefix lists
@@ -148,18 +155,24 @@ impl AddressSet {
             None => out.fill(false),
         }
         if let Some(p) = &self.v4_prefixes {
+            if self.v4_hosts.is_none() {
+                p.finish_batch(keys, out);
+                return;
+            }
             let mut hit = [false; PREPARED_MAX];
-            p.contains_batch(keys, &mut hit[..keys.len()], keys.len().min(MAX_BATCH), true);
+            p.finish_batch(keys, &mut hit[..keys.len()]);
             for (o, h) in out.iter_mut().zip(&hit) {
                 *o |= *h;
             }
         }
     }
 
-    /// [`AddressSet::prepare_v4`] for IPv6 keys (the prefix ranges are a
-    /// binary search over a small, cache-resident array).
+    /// [`AddressSet::prepare_v4`] for IPv6 keys.
     #[inline]
     pub fn prepare_v6(&self, keys: &[u128], prep: &mut Prepared) {
+        if let Some(p) = &self.v6_prefixes {
+            p.prefetch(keys);
+        }
         if let Some(h) = &self.v6_hosts {
             h.prepare(keys, prep);
         }
@@ -173,11 +186,12 @@ impl AddressSet {
             Some(h) => h.finish(keys, prep, out),
             None => out.fill(false),
         }
-        self.or_v6_prefixes(keys, out);
+        if let Some(p) = &self.v6_prefixes {
+            p.or_batch(keys, out, true);
+        }
     }
 
-    /// `out[i] = contains_v6(keys[i])`; the exact table is batched and
-    /// (optionally) prefetched.
+    /// `out[i] = contains_v6(keys[i])`, batched and (optionally) prefetched.
     #[inline]
     pub fn contains_v6_batch(&self, keys: &[u128], out: &mut [bool], batch: usize, prefetch: bool) {
         assert_eq!(keys.len(), out.len(), "one output per key");
@@ -185,16 +199,8 @@ impl AddressSet {
             Some(h) => h.contains_batch(keys, out, batch, prefetch),
             None => out.fill(false),
         }
-        self.or_v6_prefixes(keys, out);
-    }
-
-    /// `out[i] |= keys[i]` is inside one of the IPv6 prefixes.
-    #[inline]
-    fn or_v6_prefixes(&self, keys: &[u128], out: &mut [bool]) {
         if let Some(p) = &self.v6_prefixes {
-            for (o, &k) in out.iter_mut().zip(keys) {
-                *o = *o || p.contains(k);
-            }
+            p.or_batch(keys, out, prefetch);
         }
     }
 
@@ -258,7 +264,7 @@ impl AddressSet {
         self.v4_hosts.as_ref().map_or(0, |h| h.info().bytes)
             + self.v4_prefixes.as_ref().map_or(0, V4PrefixSet::bytes)
             + self.v6_hosts.as_ref().map_or(0, |h| h.info().bytes)
-            + self.v6_prefixes.as_ref().map_or(0, |p| p.ranges() * 32)
+            + self.v6_prefixes.as_ref().map_or(0, V6PrefixSet::bytes)
     }
 
     /// Bytes of the exact tables' front filters (0 without any).
@@ -299,7 +305,7 @@ impl fmt::Display for AddressSet {
             write!(f, " v6 hosts {}", h.len())?;
         }
         if let Some(p) = &self.v6_prefixes {
-            write!(f, " v6 prefixes {} as {} ranges", p.prefixes(), p.ranges())?;
+            write!(f, " v6 prefixes {} as {} ranges, {} trie nodes", p.prefixes(), p.ranges(), p.nodes())?;
         }
         Ok(())
     }
@@ -372,6 +378,22 @@ mod tests {
                 prop_assert_eq!(simple.contains(*ip), want);
             }
         }
+    }
+
+    #[test]
+    fn long_ipv6_host_lists_keep_their_own_table_beside_prefixes() {
+        let mut list: Vec<Prefix> =
+            (0..5_000u128).map(|i| Prefix::V6 { addr: 0x2001_0db8u128 << 96 | i << 20 | 1, len: 128 }).collect();
+        list.push(Prefix::V6 { addr: 0x2001_0db9u128 << 96, len: 32 });
+        let set = AddressSet::new(&list);
+        assert!(set.v6_hosts.is_some() && set.v6_prefixes.is_some());
+        assert!(set.contains("2001:db8::10:1".parse().unwrap()) && set.contains("2001:db9::7".parse().unwrap()));
+        assert!(!set.contains("2001:db8::10:2".parse().unwrap()));
+        list.truncate(100);
+        list.push(Prefix::V6 { addr: 0x2001_0db9u128 << 96, len: 32 });
+        let set = AddressSet::new(&list);
+        assert!(set.v6_hosts.is_none(), "a short host list folds into the trie");
+        assert!(set.contains("2001:db8::10:1".parse().unwrap()));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use sluice_bench::pmc::{self, Pmc};
 use sluice_bench::report::{self, SEED_BUCKETS, SEED_ENTRIES};
-use sluice_bench::{probe, Bench, Measured, Prefetch, Scenario, Settings, Structure, SyncMode, Tables};
+use sluice_bench::{probe, Bench, Measured, Prefetch, PrefixDist, Scenario, Settings, Structure, SyncMode, Tables};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -138,10 +138,22 @@ pub struct ClassifyArgs {
     /// Buffer strides in bytes [custom default: 2048].
     #[arg(long, value_delimiter = ',')]
     pub stride: Vec<usize>,
-    /// Table entries: random hosts, or random prefixes added to FireHOL for
-    /// prefix structures [custom default: 6000000].
+    /// Table entries: random hosts, or prefixes for prefix structures
+    /// (firehol: random prefixes added to FireHOL level1) [custom default:
+    /// 6000000].
     #[arg(long)]
     pub entries: Option<usize>,
+    /// Prefix structures' lists: firehol (FireHOL level1 plus random
+    /// prefixes, 80% longer than /24; IPv4), bgp (the public routing table's
+    /// length mix), blocklist (FireHOL level1-3-like: mostly hosts, some
+    /// short prefixes), comma-separated [custom default: firehol, with
+    /// --ipv6 bgp].
+    #[arg(long, value_delimiter = ',')]
+    pub prefix_dist: Vec<String>,
+    /// Prefix structures look up this list file instead (any list sluice
+    /// reads: its entries of the scenario's family).
+    #[arg(long, value_name = "FILE")]
+    pub prefixes: Option<PathBuf>,
     /// Buckets of the chained table [custom default: 524288].
     #[arg(long, value_delimiter = ',')]
     pub buckets: Vec<usize>,
@@ -158,8 +170,9 @@ pub struct ClassifyArgs {
     #[arg(long, value_enum)]
     pub filter: Option<FilterArg>,
     /// Shares of addresses (0-1, each source and destination on its own)
-    /// drawn from the table's keys, for host structures [default: all
-    /// random, 0.14% of addresses listed at 6M hosts].
+    /// drawn from the table's keys (host structures) or from inside its
+    /// prefixes (prefix structures) [default: all random, 0.14% of
+    /// addresses listed at 6M hosts].
     #[arg(long, value_delimiter = ',')]
     pub listed: Vec<f64>,
     /// Repetitions per scenario (median, min and max are reported).
@@ -355,7 +368,7 @@ fn custom(a: &ClassifyArgs) -> Result<Vec<Scenario>> {
                 bail!("unknown structure {s:?} (chained, hashbrown, sluice, sluice-prefix, prefix-trie)");
             };
             if a.ipv6 && !structure.supports_ipv6() {
-                bail!("{s} has no IPv6 variant (the seed's table and the prefix structures are IPv4); use sluice or hashbrown with --ipv6");
+                bail!("{s} has no IPv6 variant (the seed's table is IPv4)");
             }
             for p in &prefetch_l {
                 let Some(prefetch) = Prefetch::parse(p) else {
@@ -378,6 +391,7 @@ fn custom(a: &ClassifyArgs) -> Result<Vec<Scenario>> {
                                 let v6 = if a.ipv6 { "-v6" } else { "" };
                                 let sy = if sync_l.len() > 1 { format!("-{sync_name}") } else { String::new() };
                                 let name = format!("{s}{v6}-b{batch}-{p}{pipe}-{stride}-t{threads}{sy}");
+                                let default_dist = if a.ipv6 { PrefixDist::Bgp } else { PrefixDist::Firehol };
                                 if v.iter().any(|x: &Scenario| x.name == name) {
                                     continue;
                                 }
@@ -395,6 +409,7 @@ fn custom(a: &ClassifyArgs) -> Result<Vec<Scenario>> {
                                     seed_mpps: None,
                                     filter: true,
                                     listed: None,
+                                    prefix_dist: default_dist,
                                 });
                             }
                         }
@@ -451,7 +466,11 @@ fn override_preset(mut v: Vec<Scenario>, a: &ClassifyArgs) -> Result<Vec<Scenari
         })
         .collect::<Result<Vec<_>>>()?;
     if a.ipv6 {
-        v.retain(|s| s.structure.supports_ipv6());
+        // The firehol distribution is IPv4 only.
+        v.retain(|s| {
+            let firehol = s.prefix_dist == PrefixDist::Firehol && a.prefix_dist.is_empty() && a.prefixes.is_none();
+            s.structure.supports_ipv6() && !(s.structure.holds_prefixes() && firehol)
+        });
     }
     for s in &mut v {
         s.ipv6 |= a.ipv6;
@@ -477,6 +496,51 @@ fn override_preset(mut v: Vec<Scenario>, a: &ClassifyArgs) -> Result<Vec<Scenari
         v.retain(|s| s.listed.is_none());
     }
     Ok(v)
+}
+
+/// `--prefix-dist` and `--prefixes` for presets and custom scenarios alike:
+/// each prefix row once per distribution (named with its suffix), or with
+/// the file's list.
+fn prefix_lists(v: Vec<Scenario>, a: &ClassifyArgs) -> Result<Vec<Scenario>> {
+    let dists: Vec<PrefixDist> = match &a.prefixes {
+        Some(path) => vec![PrefixDist::File(path.clone())],
+        None => a
+            .prefix_dist
+            .iter()
+            .map(|d| {
+                PrefixDist::parse(d)
+                    .with_context(|| format!("unknown prefix distribution {d:?} (firehol, bgp, blocklist)"))
+            })
+            .collect::<Result<_>>()?,
+    };
+    if dists.is_empty() {
+        return Ok(v);
+    }
+    let mut out = Vec::new();
+    for sc in v {
+        if !sc.structure.holds_prefixes() {
+            out.push(sc);
+            continue;
+        }
+        for d in &dists {
+            let mut x = sc.clone();
+            if dists.len() > 1 || matches!(d, PrefixDist::File(_)) {
+                x.name.push_str(match d {
+                    PrefixDist::File(_) => "-file",
+                    _ => "",
+                });
+                if !matches!(d, PrefixDist::File(_)) {
+                    x.name.push('-');
+                    x.name.push_str(&d.name());
+                }
+            }
+            x.prefix_dist = d.clone();
+            if !out.iter().any(|o: &Scenario| o.name == x.name) {
+                out.push(x);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// `--filter` and `--listed` for presets and custom scenarios alike.
@@ -528,9 +592,9 @@ fn classify(a: ClassifyArgs) -> Result<()> {
     } else {
         custom(&a)?
     };
-    let scenarios = filter_and_listed(scenarios, &a);
+    let scenarios = filter_and_listed(prefix_lists(scenarios, &a)?, &a);
     if scenarios.is_empty() {
-        bail!("no scenario left (--ipv6 keeps only sluice and hashbrown rows)");
+        bail!("no scenario left (--ipv6 leaves out the seed's chained table)");
     }
     if !(0.05..=0.9).contains(&a.max_load) {
         bail!("--max-load must be between 0.05 and 0.9");
@@ -559,6 +623,17 @@ fn classify(a: ClassifyArgs) -> Result<()> {
         writeln!(out, "{}", report::table_header())?;
     }
     let mut tables = Tables::default();
+    // Every prefix list is made or read before anything is built, so a bad
+    // file stops the run at once; a file's rows show its entries.
+    let mut scenarios = scenarios;
+    for sc in scenarios.iter_mut().filter(|s| s.structure.holds_prefixes()) {
+        let list = tables
+            .list(&sc.prefix_dist, sc.entries, sc.ipv6, settings.seed)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", sc.name))?;
+        if matches!(sc.prefix_dist, PrefixDist::File(_)) {
+            sc.entries = list.len();
+        }
+    }
     let mut pmc = a.pmc.then(Pmc::open_reporting);
     // Every scenario is built first; then repetition r of every scenario
     // (and of the probes) runs before repetition r+1 of any: a slow spell
@@ -672,6 +747,16 @@ fn classify(a: ClassifyArgs) -> Result<()> {
                 f("filter_on_vs_off_listed50"),
                 f("build_6m_s")
             )?;
+            if r["prefix_bgp_vs_sluice"].is_number() || r["prefix6_bgp_vs_sluice"].is_number() {
+                writeln!(
+                    out,
+                    "prefix lists / sluice: bgp {}  blocklist {}  IPv6 bgp {}  IPv6 blocklist {}",
+                    f("prefix_bgp_vs_sluice"),
+                    f("prefix_blocklist_vs_sluice"),
+                    f("prefix6_bgp_vs_sluice"),
+                    f("prefix6_blocklist_vs_sluice")
+                )?;
+            }
             if let Some(x) = r["stride1920_sluice_vs_dram_probe"].as_f64() {
                 writeln!(
                     out,
