@@ -15,6 +15,7 @@ pub use stats::median;
 
 pub mod flowtable;
 pub mod http_parse;
+pub mod machine;
 mod pico;
 pub mod probe;
 pub mod queue;

@@ -240,6 +240,8 @@ pub fn scenario_json(m: &Measured) -> Value {
         "filter_bytes": m.filter.map(|f| f.0),
         "filter_fpr": m.filter.map(|f| f.1),
         "listed_share": s.listed,
+        "prefix_dist": s.structure.holds_prefixes().then(|| s.prefix_dist.name()),
+        "ipv6": s.ipv6,
     })
 }
 

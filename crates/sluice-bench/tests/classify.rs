@@ -120,3 +120,50 @@ fn bench_classify_filter_preset_runs_the_grid_and_its_ratios() {
     assert!(by_row.values().all(|v| v.as_f64().unwrap() > 0.0));
     assert!(ratios["sluice_vs_hashbrown"].as_f64().unwrap() > 0.0);
 }
+
+#[test]
+fn bench_classify_measures_prefix_lists_of_either_family_and_list_files() {
+    // Issue 23: generated routing-table and blocklist mixes, IPv4 and IPv6,
+    // with half the addresses inside a listed prefix.
+    for v6 in [false, true] {
+        let mut args = vec!["--structure", "sluice-prefix,prefix-trie", "--prefix-dist", "bgp,blocklist", "--listed", "0.5"];
+        if v6 {
+            args.push("--ipv6");
+        }
+        let rows = small_classify(&args);
+        assert_eq!(rows.len(), 4, "{rows:?}");
+        for r in &rows {
+            assert_eq!(r["ipv6"], v6, "{r}");
+            assert!(["bgp", "blocklist"].contains(&r["prefix_dist"].as_str().unwrap()), "{r}");
+            // Half the addresses listed, the other half random: at least 3 packets in 4 dropped.
+            assert!(r["drop_share"].as_f64().unwrap() >= 0.7, "{r}");
+        }
+        // sluice and the prefix-trie crate agree on every verdict of the same traffic.
+        for dist in ["bgp", "blocklist"] {
+            let share = |s: &str| {
+                rows.iter().find(|r| r["structure"] == s && r["prefix_dist"] == dist).unwrap()["drop_share"].as_f64().unwrap()
+            };
+            assert_eq!(share("sluice-prefix"), share("prefix-trie"), "{dist}");
+        }
+    }
+    // A list file: its entries of the family, named in the row.
+    let dir = std::env::temp_dir().join(format!("sluice-bench-prefixes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let list = dir.join("list.txt");
+    std::fs::write(&list, "10.0.0.0/8\n192.0.2.0/24\n198.51.100.7\n2001:db8::/32\n").unwrap();
+    let rows = small_classify(&["--structure", "sluice-prefix", "--prefixes", common::p(&list), "--listed", "1"]);
+    assert_eq!(rows[0]["entries"], 3, "{}", rows[0]);
+    assert_eq!(rows[0]["drop_share"], 1.0, "{}", rows[0]);
+    assert!(rows[0]["scenario"].as_str().unwrap().ends_with("-file"));
+    let rows = small_classify(&["--structure", "sluice-prefix", "--prefixes", common::p(&list), "--ipv6"]);
+    assert_eq!(rows[0]["entries"], 1);
+    // A file without entries of the family, or not there: a clear error.
+    std::fs::write(&list, "2001:db8::/32\n").unwrap();
+    let out = common::bench(&["classify", "--structure", "sluice-prefix", "--prefixes", common::p(&list), "--no-probe"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("has no IPv4 entries"), "{err}");
+    let out = common::bench(&["classify", "--structure", "sluice-prefix", "--prefixes", "/nonexistent/list", "--no-probe"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/list"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -26,13 +26,31 @@ fn sluice_bin() -> &'static Path {
     })
 }
 
-/// Run `sluice-bench ARGS`.
+/// Run `sluice-bench ARGS`. Its first line, the machine it ran on (a JSON
+/// record, or `machine: ...` for a person), is checked and taken off, so
+/// the tests read the experiment's own lines.
 pub fn bench(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sluice-bench"))
+    let mut out = Command::new(env!("CARGO_BIN_EXE_sluice-bench"))
         .args(args)
         .env("SLUICE_BIN", sluice_bin())
         .output()
-        .expect("run sluice-bench")
+        .expect("run sluice-bench");
+    if out.status.success() {
+        let text = String::from_utf8(out.stdout).expect("UTF-8 output");
+        let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
+        if let Some(line) = first.strip_prefix("machine: ") {
+            assert!(line.contains(" CPUs") && line.contains("kernel "), "machine line: {line}");
+        } else {
+            let v: serde_json::Value = serde_json::from_str(first).unwrap_or_else(|e| panic!("{e}: first line {first}"));
+            assert_eq!(v["scenario"], "machine", "the first record is the machine: {first}");
+            assert!(v["machine"]["cpus"].as_u64().unwrap() >= 1 && v["machine"]["kernel"].is_string(), "{first}");
+            for key in ["cpu_model", "caches", "llc_bytes", "governor", "turbo", "pmu", "virtualized"] {
+                assert!(v["machine"].get(key).is_some(), "machine record without {key}: {first}");
+            }
+        }
+        out.stdout = rest.as_bytes().to_vec();
+    }
+    out
 }
 
 /// Run `sluice-bench ARGS`, which must succeed; its stdout.

@@ -222,8 +222,40 @@ struct Cli {
     command: BenchCommand,
 }
 
+impl BenchCommand {
+    /// Whether the experiment prints JSON (else a table for a person).
+    fn json(&self) -> bool {
+        match self {
+            BenchCommand::Classify(a) => a.format == OutputFormat::Json,
+            BenchCommand::Rss(a) => a.json,
+            BenchCommand::Filter(a) => a.json,
+            BenchCommand::Rules(a) => a.json,
+            BenchCommand::Load(a) => a.json,
+            BenchCommand::Http(a) => a.json,
+            BenchCommand::HttpLoad(a) => a.json,
+            BenchCommand::Aliasing(a) => a.out.json(),
+            BenchCommand::Memalign(a) => a.out.json(),
+            BenchCommand::Pool(a) => a.out.json(),
+            BenchCommand::Sets(a) => a.json,
+            BenchCommand::Guard(_) => true,
+            #[cfg(not(loom))]
+            BenchCommand::Queue(a) => a.json || a.format == OutputFormat::Json,
+            #[cfg(not(loom))]
+            BenchCommand::Flowtable(a) => a.json || a.format == OutputFormat::Json,
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Every run says first which machine it ran on, so figures from two
+    // machines are never compared by accident.
+    let machine = sluice_bench::machine::Machine::read();
+    if cli.command.json() {
+        println!("{}", machine.record());
+    } else {
+        println!("machine: {}", machine.line());
+    }
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

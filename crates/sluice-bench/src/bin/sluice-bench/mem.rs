@@ -31,7 +31,7 @@ pub struct MemOut {
 }
 
 impl MemOut {
-    fn json(&self) -> bool {
+    pub fn json(&self) -> bool {
         self.json || self.format == OutputFormat::Json
     }
 }
