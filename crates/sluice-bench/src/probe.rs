@@ -73,6 +73,62 @@ impl Probe {
     }
 }
 
+/// The dependent-load probe: a pointer chase through a buffer's lines in one
+/// random cycle, so each read waits for the one before. Its time per load is
+/// the latency of a miss at that size (beyond the last-level cache: a DRAM
+/// access, the seed's "an L3 miss on Sandybridge is ~50ns"), where [`Probe`]
+/// measures how many misses overlap.
+pub struct Chase {
+    buf: Table<u64>,
+    n_lines: usize,
+    at: usize,
+    /// Nanoseconds per load, one per repetition.
+    pub results: Vec<f64>,
+}
+
+impl Chase {
+    pub fn new(bytes: usize, seed: u64) -> Chase {
+        let n_lines = (bytes / 64).max(2);
+        // Sattolo's shuffle: a random permutation that is one cycle, so the
+        // chase visits every line before it repeats one.
+        let mut next: Vec<u32> = (0..n_lines as u32).collect();
+        let mut rng = Rng::new(seed ^ 0x6368_6173);
+        for i in (1..n_lines).rev() {
+            let j = (rng.next_u64() % i as u64) as usize;
+            next.swap(i, j);
+        }
+        let mut buf: Table<u64> = Table::zeroed(n_lines * LINE_WORDS);
+        for (i, &n) in next.iter().enumerate() {
+            buf[i * LINE_WORDS] = u64::from(n);
+        }
+        Chase { buf, n_lines, at: 0, results: Vec::new() }
+    }
+
+    /// One repetition of `loads` dependent loads; records and returns ns per load.
+    pub fn rep(&mut self, loads: u64) -> f64 {
+        let mut at = self.at;
+        let started = Instant::now();
+        for _ in 0..loads {
+            at = self.buf[at * LINE_WORDS] as usize;
+        }
+        let ns = started.elapsed().as_secs_f64() * 1e9 / loads.max(1) as f64;
+        self.at = black_box(at);
+        self.results.push(ns);
+        ns
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.n_lines * 64
+    }
+
+    /// Median, min and max of the repetitions so far.
+    pub fn summary(&self) -> (f64, f64, f64) {
+        let min = self.results.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = self.results.iter().copied().fold(0.0, f64::max);
+        (crate::median(&self.results), min, max)
+    }
+}
+
 /// The last-level cache's size as Linux reports it (the largest
 /// `/sys/devices/system/cpu/cpu0/cache/index*/size`), if it does.
 pub fn llc_bytes() -> Option<usize> {
@@ -110,6 +166,22 @@ mod tests {
         assert_eq!(parse_cache_size("4096"), Some(4096));
         assert_eq!(parse_cache_size("x"), None);
         assert!(dram_probe_bytes() >= 256 << 20);
+    }
+
+    #[test]
+    fn the_chase_is_one_cycle_through_every_line() {
+        let mut c = Chase::new(64 * 1000, 3);
+        let mut seen = vec![false; 1000];
+        let mut at = 0usize;
+        for _ in 0..1000 {
+            assert!(!seen[at], "line {at} visited twice before the cycle closed");
+            seen[at] = true;
+            at = c.buf[at * LINE_WORDS] as usize;
+        }
+        assert_eq!(at, 0, "back at the start after every line");
+        assert!(c.rep(10_000) > 0.0);
+        let (med, min, max) = c.summary();
+        assert!(min <= med && med <= max);
     }
 
     #[test]

@@ -175,11 +175,17 @@ pub fn seed() -> Vec<Scenario> {
     {
         v.push(sc(&format!("6m-2m-1920-b{b}-{}", pf.name()), big, SEED_ENTRIES, b, pf, 1920, Some(fig)));
     }
-    // The post's threads and locks rows: batch 4, bucket prefetch, 2M buckets.
-    // This machine has 2 CPUs, so 4 threads share them two to a core.
-    for (threads, sync, fig) in
-        [(1, SyncMode::None, 8.9), (4, SyncMode::None, 12.0), (1, SyncMode::RwLock, 7.0), (4, SyncMode::RwLock, 4.7)]
-    {
+    // The post's threads and locks rows: batch 4, bucket prefetch, 2M buckets,
+    // 1 and 4 threads. Beside its 4-thread figures, 2 threads (one per CPU on
+    // a 2-CPU machine) and 4 (two to a CPU there).
+    for (threads, sync, fig) in [
+        (1, SyncMode::None, 8.9),
+        (2, SyncMode::None, 12.0),
+        (4, SyncMode::None, 12.0),
+        (1, SyncMode::RwLock, 7.0),
+        (2, SyncMode::RwLock, 4.7),
+        (4, SyncMode::RwLock, 4.7),
+    ] {
         v.push(Scenario {
             threads,
             sync,
@@ -260,6 +266,23 @@ pub fn probe_json(name: &str, bytes: usize, (med, min, max): (f64, f64, f64), re
         "reps": reps,
     })
 }
+
+/// The dependent-load probe's row, beside the seed's ~50 ns L3 miss.
+pub fn chase_json(bytes: usize, (med, min, max): (f64, f64, f64), reps: usize) -> Value {
+    json!({
+        "scenario": "probe-chase",
+        "structure": "probe",
+        "bytes": bytes,
+        "ns_per_load": med,
+        "ns_per_load_min": min,
+        "ns_per_load_max": max,
+        "seed_ns_per_load": SEED_MISS_NS,
+        "reps": reps,
+    })
+}
+
+/// The seed post's figure: "An L3 miss (ie, RAM access) on Sandybridge is ~50ns".
+pub const SEED_MISS_NS: f64 = 50.0;
 
 /// The probes' medians (M random lines/s) of a run, where they ran.
 #[derive(Clone, Copy, Debug, Default)]
@@ -482,8 +505,8 @@ mod tests {
     fn seed_preset_covers_every_single_thread_row_of_the_post() {
         let rows: Vec<f64> = seed().iter().filter_map(|s| s.seed_mpps).collect();
         // 1 + 3 + 3 empty-table rows, 6 no-prefetch rows, 3 prefetch rows, 4 big-table rows,
-        // 4 threads-and-locks rows.
-        assert_eq!(rows.len(), 24);
+        // 6 threads-and-locks rows (1, 2 and 4 threads, with and without the lock).
+        assert_eq!(rows.len(), 26);
     }
 
     #[test]

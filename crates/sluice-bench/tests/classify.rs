@@ -37,6 +37,10 @@ fn bench_classify_prints_one_json_object_per_scenario() {
     let dram = rows.iter().find(|r| r["scenario"] == "probe-dram").expect("probe-dram row");
     assert!(dram["mlines_per_s"].as_f64().unwrap() > 0.0);
     assert!(dram["bytes"].as_u64().unwrap() >= 256 << 20);
+    // And the dependent-load latency beyond it, beside the seed's ~50 ns.
+    let chase = rows.iter().find(|r| r["scenario"] == "probe-chase").expect("probe-chase row");
+    assert!(chase["ns_per_load"].as_f64().unwrap() > 1.0, "{chase}");
+    assert_eq!(chase["seed_ns_per_load"], 50.0);
     let scenarios: Vec<&Value> =
         rows.iter().filter(|r| !r["scenario"].as_str().unwrap().starts_with("probe")).collect();
     // Every structure in every mode given (hashbrown has no prefetch of its

@@ -32,6 +32,9 @@ mod sets;
 /// are LLC hits.
 const PROBE_LLC_BYTES: usize = 8 << 20;
 
+/// Dependent loads per repetition of the pointer chase: about 0.1 s at DRAM latency.
+const CHASE_LOADS: u64 = 1_000_000;
+
 // Parsed once per run; boxing the larger variant would buy nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
@@ -696,7 +699,13 @@ fn classify(a: ClassifyArgs) -> Result<()> {
             probes.push((name, probe::Probe::new(bytes, 16, settings.seed)));
         }
     }
+    // And the latency of one miss beyond the last-level cache (a pointer
+    // chase), beside the seed's figure.
+    let mut chase = (!a.no_probe).then(|| probe::Chase::new(probe::dram_probe_bytes(), settings.seed));
     for r in 0..settings.reps {
+        if let Some(c) = &mut chase {
+            c.rep(CHASE_LOADS);
+        }
         for (i, (b, counts)) in benches.iter_mut().enumerate() {
             if progress {
                 eprint!("\rrep {}/{}, {}/{}: {:<40}", r + 1, settings.reps, i + 1, scenarios.len(), b.scenario().name);
@@ -756,6 +765,22 @@ fn classify(a: ClassifyArgs) -> Result<()> {
             "probe" => limits.table = Some(r.0),
             "probe-dram" => limits.dram = Some(r.0),
             _ => limits.llc = Some(r.0),
+        }
+    }
+    if let Some(c) = &chase {
+        let r = c.summary();
+        if json {
+            writeln!(out, "{}", report::chase_json(c.bytes(), r, settings.reps))?;
+        } else {
+            writeln!(
+                out,
+                "probe-chase: {:.1} ns per dependent load [{:.1}-{:.1}] over {} MiB, beyond the last-level cache (the seed: ~{} ns per L3 miss on Sandy Bridge)",
+                r.0,
+                r.1,
+                r.2,
+                c.bytes() >> 20,
+                report::SEED_MISS_NS
+            )?;
         }
     }
     let ratios = report::ratios(&rows, &limits, build);
