@@ -153,7 +153,8 @@ impl Machine {
                 format!("{} KiB", b >> 10)
             }
         };
-        let mut parts = vec![self.cpu_model.clone().unwrap_or_else(|| "unknown CPU".into()), format!("{} CPUs", self.cpus)];
+        let mut parts =
+            vec![self.cpu_model.clone().unwrap_or_else(|| "unknown CPU".into()), format!("{} CPUs", self.cpus)];
         for level in 1..=3 {
             if let Some(c) = self.cache(level) {
                 parts.push(format!("L{level} {}", mib(c.bytes)));

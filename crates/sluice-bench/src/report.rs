@@ -440,7 +440,10 @@ mod tests {
         let bgp = get("sluice-prefix-bgp");
         assert_eq!((bgp.prefix_dist.clone(), bgp.entries, bgp.ipv6), (PrefixDist::Bgp, 1_000_000, false));
         let bgp6 = get("sluice-prefix6-bgp");
-        assert_eq!((bgp6.prefix_dist.clone(), bgp6.entries, bgp6.ipv6, bgp6.listed), (PrefixDist::Bgp, 200_000, true, Some(0.5)));
+        assert_eq!(
+            (bgp6.prefix_dist.clone(), bgp6.entries, bgp6.ipv6, bgp6.listed),
+            (PrefixDist::Bgp, 200_000, true, Some(0.5))
+        );
         assert_eq!(get("sluice-prefix-blocklist").prefix_dist, PrefixDist::Blocklist);
         assert!(get("sluice-prefix6-blocklist").ipv6);
         let names: std::collections::HashSet<&str> = q.iter().map(|s| s.name.as_str()).collect();

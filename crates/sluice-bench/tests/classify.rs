@@ -130,7 +130,8 @@ fn bench_classify_measures_prefix_lists_of_either_family_and_list_files() {
     // Issue 23: generated routing-table and blocklist mixes, IPv4 and IPv6,
     // with half the addresses inside a listed prefix.
     for v6 in [false, true] {
-        let mut args = vec!["--structure", "sluice-prefix,prefix-trie", "--prefix-dist", "bgp,blocklist", "--listed", "0.5"];
+        let mut args =
+            vec!["--structure", "sluice-prefix,prefix-trie", "--prefix-dist", "bgp,blocklist", "--listed", "0.5"];
         if v6 {
             args.push("--ipv6");
         }
@@ -145,7 +146,9 @@ fn bench_classify_measures_prefix_lists_of_either_family_and_list_files() {
         // sluice and the prefix-trie crate agree on every verdict of the same traffic.
         for dist in ["bgp", "blocklist"] {
             let share = |s: &str| {
-                rows.iter().find(|r| r["structure"] == s && r["prefix_dist"] == dist).unwrap()["drop_share"].as_f64().unwrap()
+                rows.iter().find(|r| r["structure"] == s && r["prefix_dist"] == dist).unwrap()["drop_share"]
+                    .as_f64()
+                    .unwrap()
             };
             assert_eq!(share("sluice-prefix"), share("prefix-trie"), "{dist}");
         }
@@ -163,11 +166,13 @@ fn bench_classify_measures_prefix_lists_of_either_family_and_list_files() {
     assert_eq!(rows[0]["entries"], 1);
     // A file without entries of the family, or not there: a clear error.
     std::fs::write(&list, "2001:db8::/32\n").unwrap();
-    let out = common::bench(&["classify", "--structure", "sluice-prefix", "--prefixes", common::p(&list), "--no-probe"]);
+    let out =
+        common::bench(&["classify", "--structure", "sluice-prefix", "--prefixes", common::p(&list), "--no-probe"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("has no IPv4 entries"), "{err}");
-    let out = common::bench(&["classify", "--structure", "sluice-prefix", "--prefixes", "/nonexistent/list", "--no-probe"]);
+    let out =
+        common::bench(&["classify", "--structure", "sluice-prefix", "--prefixes", "/nonexistent/list", "--no-probe"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/list"));
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -41,7 +41,8 @@ pub fn bench(args: &[&str]) -> Output {
         if let Some(line) = first.strip_prefix("machine: ") {
             assert!(line.contains(" CPUs") && line.contains("kernel "), "machine line: {line}");
         } else {
-            let v: serde_json::Value = serde_json::from_str(first).unwrap_or_else(|e| panic!("{e}: first line {first}"));
+            let v: serde_json::Value =
+                serde_json::from_str(first).unwrap_or_else(|e| panic!("{e}: first line {first}"));
             assert_eq!(v["scenario"], "machine", "the first record is the machine: {first}");
             assert!(v["machine"]["cpus"].as_u64().unwrap() >= 1 && v["machine"]["kernel"].is_string(), "{first}");
             for key in ["cpu_model", "caches", "llc_bytes", "governor", "turbo", "pmu", "virtualized"] {
