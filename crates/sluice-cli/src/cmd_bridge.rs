@@ -48,6 +48,10 @@ pub struct BridgeArgs {
     /// AF_XDP: queues to bind per port (default: every RX queue, up to 8).
     #[arg(long)]
     pub queues: Option<u32>,
+    /// AF_XDP: bytes from one UMEM frame to the next (default 2048). Not a
+    /// power of two, such as the seed's 1920, registers unaligned chunks.
+    #[arg(long, value_name = "BYTES")]
+    pub frame_size: Option<u32>,
     /// Worker threads judging (software RSS: Toeplitz on the 4-tuple).
     #[arg(long, default_value_t = 1, value_parser = crate::args::workers)]
     pub workers: usize,
@@ -172,7 +176,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     let signals = spawn_signals(Arc::clone(&stop), ctl_tx.clone(), Arc::clone(controller.state()))
         .context("installing the signal handlers")?;
 
-    let open_cfg = OpenConfig { io: a.io, xdp: a.xdp_mode, queues: a.queues };
+    let open_cfg = OpenConfig { io: a.io, xdp: a.xdp_mode, queues: a.queues, frame_size: a.frame_size };
     let (mut opened, io_desc) = open_bridge([if_a, if_b], &open_cfg, &stop, &counters)?;
     opened.set_dry_run(a.dry_run);
     shared.dry_run.store(a.dry_run, Ordering::Relaxed);

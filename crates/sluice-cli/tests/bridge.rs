@@ -267,6 +267,10 @@ fn bridge_case(test: &str, io: &[&str], workers: usize, tag: &str) {
     }
     let (v, err) = bridge.stop();
     println!("{err}\n{v}");
+    if let Some(at) = io.iter().position(|a| *a == "--frame-size") {
+        let want = format!("{}-byte frames", io[at + 1]);
+        assert!(v["io"].as_str().unwrap().contains(&want), "the summary names the frame size: {}", v["io"]);
+    }
     assert_documented_keys("sluice bridge --json", &v);
     for k in documented_keys("sluice filter --json") {
         if !["input", "input_format", "stopped_at"].contains(&k.as_str()) {
@@ -336,6 +340,49 @@ fn bridge_afxdp_drv_one_worker() {
 #[test]
 fn bridge_afxdp_drv_two_workers() {
     bridge_case("bridge_afxdp_drv_two_workers", &["--io", "afxdp", "--xdp-mode", "drv"], 2, "xd2");
+}
+
+// The seed's 1920-byte buffer stride on the live path (issue 22): a UMEM in
+// unaligned chunk mode, frames 1920 bytes apart, in both XDP modes; exactly
+// the frames `sluice filter` passes arrive, IPv4, IPv6, VLAN and fragments.
+#[test]
+fn bridge_afxdp_skb_frame_size_1920() {
+    let io = ["--io", "afxdp", "--xdp-mode", "skb", "--frame-size", "1920"];
+    bridge_case("bridge_afxdp_skb_frame_size_1920", &io, 1, "xf1");
+}
+
+#[test]
+fn bridge_afxdp_drv_frame_size_1920() {
+    let io = ["--io", "afxdp", "--xdp-mode", "drv", "--frame-size", "1920"];
+    bridge_case("bridge_afxdp_drv_frame_size_1920", &io, 2, "xf2");
+}
+
+/// Frame sizes a bridge cannot honour stop it before it binds, saying why.
+#[test]
+fn bridge_frame_size_refusals() {
+    if !live_or_skip("bridge_frame_size_refusals") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("list.txt");
+    write_list(&list, LISTED);
+    let topo = Topology::new("xfr");
+    let (a1, b1) = (topo.a.near.clone(), topo.b.near.clone());
+    let run = |extra: &[&str]| {
+        let mut args = vec!["bridge", "--iface", &a1, "--iface", &b1, "--drop-src", p(&list)];
+        args.extend(extra);
+        Command::new(SLUICE).args(&args).output().unwrap()
+    };
+    // 1536 bytes less the kernel's 256-byte headroom cannot hold a 1500-byte MTU's frames.
+    let out = run(&["--io", "afxdp", "--frame-size", "1536"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("MTU") && err.contains("1280"), "{err}");
+    assert!(!xdp_attached(&a1) && !xdp_attached(&b1), "nothing left attached");
+    let out = run(&["--io", "afxdp", "--frame-size", "1000"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("outside 1280..=4096"), "{out:?}");
+    let out = run(&["--io", "afpacket", "--frame-size", "1920"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--frame-size sizes AF_XDP"), "{out:?}");
 }
 
 /// A rule file on the bridge: `iface` sees the port a packet came in on, so

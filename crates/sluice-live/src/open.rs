@@ -70,6 +70,8 @@ pub struct OpenConfig {
     pub xdp: XdpChoice,
     /// AF_XDP queues per port (`None`: every RX queue, up to 8).
     pub queues: Option<u32>,
+    /// AF_XDP UMEM frame size in bytes (`--frame-size`; `None`: 2048).
+    pub frame_size: Option<u32>,
 }
 
 /// An open bridge: the pipeline source (both ports' RX) and sink (TX).
@@ -111,11 +113,25 @@ pub fn open_bridge(
     stop: &Arc<AtomicBool>,
     counters: &Arc<BridgeCounters>,
 ) -> Result<(Opened, String), OpenError> {
+    if cfg.frame_size.is_some() && cfg.io == Io::Afpacket {
+        // TPACKET_V3 packs received frames back to back in its blocks: there
+        // is no per-frame buffer to size.
+        return Err(OpenError {
+            layer: "AF_PACKET",
+            ifaces: format!("{} and {}", ifaces[0], ifaces[1]),
+            error: LiveError::Config(
+                "--frame-size sizes AF_XDP's UMEM frames; AF_PACKET's ring has none (use --io afxdp)".into(),
+            ),
+        });
+    }
     match cfg.io {
         Io::Afxdp => open_afxdp(ifaces, cfg, stop, counters),
         Io::Afpacket => open_afpacket(ifaces, stop, counters),
         Io::Auto => open_afxdp(ifaces, cfg, stop, counters).or_else(|e| {
             tracing::warn!("AF_XDP is not available: {e}; falling back to AF_PACKET");
+            if cfg.frame_size.is_some() {
+                tracing::warn!("--frame-size does not apply to AF_PACKET and is ignored");
+            }
             open_afpacket(ifaces, stop, counters)
         }),
     }
@@ -135,15 +151,20 @@ fn open_afxdp(
     };
     let mut last = None;
     for (i, &mode) in modes.iter().enumerate() {
-        let xsk = XskBridgeConfig { mode, queues: cfg.queues, ..XskBridgeConfig::default() };
+        let mut xsk = XskBridgeConfig { mode, queues: cfg.queues, ..XskBridgeConfig::default() };
+        if let Some(fs) = cfg.frame_size {
+            xsk.frame_size = fs;
+        }
         match open_xsk(ifaces, &xsk, Arc::clone(stop), Arc::clone(counters)) {
             Ok((source, sink)) => {
                 let desc = format!(
-                    "AF_XDP ({} mode, {}, {} + {} queues, shared UMEM)",
+                    "AF_XDP ({} mode, {}, {} + {} queues, shared UMEM of {}-byte frames{})",
                     if mode == XdpMode::Skb { "skb" } else { "drv" },
                     if source.is_zero_copy() { "zero-copy" } else { "copy" },
                     source.queues()[0],
                     source.queues()[1],
+                    xsk.frame_size,
+                    if xsk.frame_size.is_power_of_two() { "" } else { ", unaligned" },
                 );
                 return Ok((Opened::Xsk(Box::new((source, sink))), desc));
             }

@@ -53,7 +53,7 @@ use sluice_wire::{LinkType, PacketSummary};
 
 use crate::error::{LiveError, Result};
 use crate::packet::{PacketConfig, PacketSocket};
-use crate::xsk::{Desc, FramePool, Umem, XskConfig, XskSocket};
+use crate::xsk::{BindMode, Desc, FramePool, Umem, XskConfig, XskSocket};
 use crate::{XdpMode, XdpRedirect};
 
 /// The longest a fill waits without looking at the stop flag.
@@ -548,8 +548,11 @@ pub struct XskBridgeConfig {
     pub mode: XdpMode,
     /// Ring sizes and bind mode of every socket.
     pub xsk: XskConfig,
-    /// UMEM frames shared by all sockets (2048 bytes each).
+    /// UMEM frames shared by all sockets.
     pub frames: u32,
+    /// Bytes from one UMEM frame to the next: a power of two from 2048, or
+    /// any size from 1280 (unaligned chunks; see [`Umem::new`]).
+    pub frame_size: u32,
     /// Queues per port to bind (one socket each); `None`: as many as the
     /// interface has RX queues (up to [`MAX_QUEUES`]).
     pub queues: Option<u32>,
@@ -557,12 +560,45 @@ pub struct XskBridgeConfig {
 
 impl Default for XskBridgeConfig {
     fn default() -> Self {
-        XskBridgeConfig { mode: XdpMode::Skb, xsk: XskConfig::default(), frames: 8192, queues: None }
+        XskBridgeConfig {
+            mode: XdpMode::Skb,
+            xsk: XskConfig::default(),
+            frames: 8192,
+            frame_size: DEFAULT_FRAME_SIZE,
+            queues: None,
+        }
     }
 }
 
-/// UMEM frame size: a 1514-byte frame (plus a tag or two) fits.
-const FRAME_SIZE: u32 = 2048;
+/// UMEM frame size unless `--frame-size` says otherwise: a 1514-byte frame
+/// (plus a tag or two) fits after the kernel's 256-byte headroom.
+pub const DEFAULT_FRAME_SIZE: u32 = 2048;
+
+/// The longest frame `iface` can receive: its MTU, the Ethernet header and
+/// two VLAN tags (AF_XDP sees tags inline).
+fn max_wire_frame(iface: &str) -> Option<u32> {
+    let mtu: u32 = std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu")).ok()?.trim().parse().ok()?;
+    Some(mtu + 14 + 8)
+}
+
+/// Below 2048 bytes the kernel's chunk (2048 at least) is longer than the
+/// frame, so a frame longer than the frame size less the headroom would run
+/// into the next one: refuse interfaces whose MTU allows one.
+fn check_mtu(ifaces: [&str; 2], umem: &Umem) -> Result<()> {
+    if umem.frame_size() >= 2048 {
+        return Ok(());
+    }
+    for iface in ifaces {
+        if let Some(len) = max_wire_frame(iface).filter(|&len| len > umem.max_frame()) {
+            return Err(LiveError::Config(format!(
+                "{iface}'s MTU lets frames of up to {len} bytes in, and a {}-byte frame holds {} after the kernel's 256-byte headroom: lower the MTU or use a larger --frame-size",
+                umem.frame_size(),
+                umem.max_frame()
+            )));
+        }
+    }
+    Ok(())
+}
 
 /// What the source and the sink share (see the module doc).
 struct XskCore {
@@ -637,13 +673,21 @@ pub fn open_xsk(
     counters: Arc<BridgeCounters>,
 ) -> Result<(XskPorts, XskTx)> {
     let queues = ifaces.map(|i| cfg.queues.unwrap_or_else(|| rx_queues(i)).clamp(1, MAX_QUEUES));
-    let umem = Umem::new(cfg.frames, FRAME_SIZE)?;
+    let umem = Umem::new(cfg.frames, cfg.frame_size)?;
+    check_mtu(ifaces, &umem)?;
+    // Frames at a stride that is not a power of two cross pages, which a
+    // zero-copy driver accepts only over physically contiguous pages (huge
+    // pages, not what this UMEM is): copy mode, where the kernel copies.
+    let mut xsk_cfg = cfg.xsk;
+    if umem.unaligned() && xsk_cfg.mode == BindMode::Auto {
+        xsk_cfg.mode = BindMode::Copy;
+    }
     let redirects =
         [XdpRedirect::attach(ifaces[0], queues[0], cfg.mode)?, XdpRedirect::attach(ifaces[1], queues[1], cfg.mode)?];
     let mut socks: [Vec<XskSocket>; 2] = [Vec::new(), Vec::new()];
     for port in 0..2 {
         for q in 0..queues[port] {
-            socks[port].push(XskSocket::bind(ifaces[port], q, &umem, &cfg.xsk)?);
+            socks[port].push(XskSocket::bind(ifaces[port], q, &umem, &xsk_cfg)?);
         }
     }
     let sockets = (queues[0] + queues[1]) as usize;
@@ -682,7 +726,7 @@ pub fn open_xsk(
         next_index: 0,
         first: 0,
         descs: vec![Desc::default(); 256],
-        interface: ethernet(FRAME_SIZE),
+        interface: ethernet(cfg.frame_size),
         zero_copy,
         queues,
         links: Links::new(ifaces)?,
@@ -882,7 +926,7 @@ impl Sink for XskTx {
                         continue;
                     }
                     let bytes = batch.bytes(i);
-                    if bytes.len() > FRAME_SIZE as usize || bytes.len() < 14 {
+                    if bytes.len() > core.umem.frame_size() as usize || bytes.len() < 14 {
                         tally[out].invalid += 1;
                         continue;
                     }

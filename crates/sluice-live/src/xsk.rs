@@ -1,6 +1,7 @@
 //! AF_XDP sockets over one shared UMEM.
 //!
-//! A [`Umem`] is a page-aligned area of `frames x frame_size` bytes
+//! A [`Umem`] is a page-aligned area of `frames x frame_size` bytes (a
+//! power of two, or any size in unaligned chunk mode)
 //! registered with the kernel (`XDP_UMEM_REG`) on a first AF_XDP socket.
 //! [`XskSocket::bind`] binds one socket per (interface, queue): the first
 //! one reuses the UMEM's socket, every later one is a new socket bound with
@@ -90,9 +91,25 @@ impl Default for XskConfig {
 
 struct UmemInner {
     area: Mmap,
+    /// Bytes from one frame to the next (`--frame-size`).
     frame_size: u32,
     frames: u32,
+    /// Registered in unaligned chunk mode: frames at any stride, and RX
+    /// addresses carry their data offset in the top 16 bits.
+    unaligned: bool,
 }
+
+/// Where the kernel puts received data in a frame in copy mode (and most
+/// drivers in zero-copy mode): after `XDP_PACKET_HEADROOM`.
+pub const XDP_HEADROOM: u32 = 256;
+/// The kernel's smallest chunk (`XDP_UMEM_MIN_CHUNK_SIZE`).
+const MIN_CHUNK: u32 = 2048;
+/// Unaligned mode: the low 48 bits of an RX address are the chunk's, the
+/// high 16 the data's offset in it (`XSK_UNALIGNED_BUF_OFFSET_SHIFT`).
+const UNALIGNED_OFFSET_SHIFT: u32 = 48;
+/// The smallest frame size offered: the kernel's headroom and an 802.1Q
+/// tagged 1024-byte frame.
+pub const MIN_FRAME_SIZE: u32 = 1280;
 
 /// Where the UMEM's registration is: on a socket not bound yet, or on the
 /// first bound socket (which later sockets name in `XDP_SHARED_UMEM`).
@@ -126,19 +143,32 @@ impl std::fmt::Debug for Umem {
 
 impl Umem {
     /// Maps `frames x frame_size` bytes (page aligned, populated) and
-    /// registers them. `frame_size` is a power of two from 2048 to the
-    /// page size (aligned chunk mode).
+    /// registers them. A power of two from 2048 to the page size is a plain
+    /// (aligned) chunk. Any other size from [`MIN_FRAME_SIZE`] to the page
+    /// size, such as the seed's 1920 (its DDIO experiment: buffers that do
+    /// not all start at the same offset in a page spread over the cache's
+    /// sets), is registered in unaligned chunk mode
+    /// (`XDP_UMEM_UNALIGNED_CHUNK_FLAG`) and placed `frame_size` apart.
+    ///
+    /// The kernel's chunks are never smaller than 2048 bytes, so below that
+    /// it is told 2048 and may in principle write a received frame up to
+    /// 2048 - 256 bytes long into a frame that holds `frame_size - 256`:
+    /// [`Umem::max_frame`] says how long a frame may be, and a bridge must
+    /// check its interfaces' MTU against it before it binds.
     pub fn new(frames: u32, frame_size: u32) -> Result<Umem> {
         let page = 4096u32;
-        if !frame_size.is_power_of_two() || !(2048..=page).contains(&frame_size) {
+        if !(MIN_FRAME_SIZE..=page).contains(&frame_size) {
             return Err(LiveError::Config(format!(
-                "UMEM frame size {frame_size} must be a power of two in 2048..={page}"
+                "UMEM frame size {frame_size} is outside {MIN_FRAME_SIZE}..={page} bytes"
             )));
         }
         if frames == 0 {
             return Err(LiveError::Config("a UMEM needs at least one frame".into()));
         }
-        let len = u64::from(frames) * u64::from(frame_size);
+        let unaligned = !(frame_size.is_power_of_two() && frame_size >= MIN_CHUNK);
+        let chunk = frame_size.max(MIN_CHUNK);
+        // The last frame's chunk may reach past the frames (chunk > frame_size).
+        let len = u64::from(frames) * u64::from(frame_size) + u64::from(chunk - frame_size);
         let warning = sys::raise_memlock(len);
         let fd = sys::socket(libc::AF_XDP, libc::SOCK_RAW, 0).map_err(|e| match e.raw_os_error() {
             Some(libc::EAFNOSUPPORT) => LiveError::Config("this kernel has no AF_XDP (CONFIG_XDP_SOCKETS)".into()),
@@ -148,22 +178,37 @@ impl Umem {
         let reg = libc::xdp_umem_reg {
             addr: area.as_ptr() as u64,
             len,
-            chunk_size: frame_size,
+            chunk_size: chunk,
             headroom: 0,
-            flags: 0,
+            flags: if unaligned { libc::XDP_UMEM_UNALIGNED_CHUNK_FLAG } else { 0 },
             tx_metadata_len: 0,
         };
         sys::setsockopt(&fd, libc::SOL_XDP, libc::XDP_UMEM_REG, &reg).map_err(|e| match e.raw_os_error() {
             Some(libc::ENOBUFS) | Some(libc::ENOMEM) => {
                 LiveError::Memlock { what: "XDP_UMEM_REG", asked: len, limit: crate::error::memlock_limit_text() }
             }
+            Some(libc::EINVAL) if unaligned => LiveError::Config(format!(
+                "the kernel refused a {frame_size}-byte frame size (unaligned chunks, Linux 5.4+); use a power of two from 2048"
+            )),
             _ => LiveError::io("XDP_UMEM_REG", NEEDS_XSK, e),
         })?;
         Ok(Umem {
-            inner: Arc::new(UmemInner { area, frame_size, frames }),
+            inner: Arc::new(UmemInner { area, frame_size, frames, unaligned }),
             reg: Mutex::new(Registration::Unbound(fd)),
             warning,
         })
+    }
+
+    /// Whether frames sit at a stride that is not a power of two
+    /// (unaligned chunk mode).
+    pub fn unaligned(&self) -> bool {
+        self.inner.unaligned
+    }
+
+    /// The longest frame that fits one of this UMEM's frames after the
+    /// kernel's receive headroom.
+    pub fn max_frame(&self) -> u32 {
+        self.inner.frame_size - XDP_HEADROOM
     }
 
     /// A warning from setup that did not stop it (RLIMIT_MEMLOCK could not
@@ -177,7 +222,7 @@ impl Umem {
         self.inner.frames
     }
 
-    /// Bytes per frame (chunk).
+    /// Bytes from one frame to the next.
     pub fn frame_size(&self) -> u32 {
         self.inner.frame_size
     }
@@ -192,16 +237,16 @@ impl Umem {
         false
     }
 
-    /// The chunk start of address `addr`.
+    /// The start of the frame holding address `addr`.
     pub fn chunk_of(&self, addr: u64) -> u64 {
-        addr & !(u64::from(self.inner.frame_size) - 1)
+        frame_start(addr, u64::from(self.inner.frame_size))
     }
 
-    /// True when `len` bytes at `addr` lie inside one chunk.
+    /// True when `len` bytes at `addr` lie inside one frame.
     pub fn valid(&self, addr: u64, len: usize) -> bool {
         let fs = u64::from(self.inner.frame_size);
         let Some(end) = addr.checked_add(len as u64) else { return false };
-        end <= self.inner.area.len() as u64 && (len == 0 || (end - 1) / fs == addr / fs)
+        end <= u64::from(self.inner.frames) * fs && (len == 0 || (end - 1) / fs == addr / fs)
     }
 
     /// The `len` bytes at `addr`, if they lie inside one chunk.
@@ -293,23 +338,41 @@ impl AsRef<[u8]> for UmemView {
     }
 }
 
+/// An unaligned-mode RX address (chunk in the low 48 bits, the data's
+/// offset above) as one UMEM address.
+#[inline]
+fn unaligned_addr(raw: u64) -> u64 {
+    (raw & ((1 << UNALIGNED_OFFSET_SHIFT) - 1)) + (raw >> UNALIGNED_OFFSET_SHIFT)
+}
+
+/// The start of the `frame_size`-byte frame holding `addr` (a mask for
+/// powers of two, which the compiler sees through only for constants).
+#[inline]
+fn frame_start(addr: u64, frame_size: u64) -> u64 {
+    if frame_size.is_power_of_two() {
+        addr & !(frame_size - 1)
+    } else {
+        addr / frame_size * frame_size
+    }
+}
+
 /// The frames no ring holds: the allocator behind fill rings and TX.
 #[derive(Debug, Clone)]
 pub struct FramePool {
     free: Vec<u64>,
-    mask: u64,
+    frame_size: u64,
 }
 
 impl FramePool {
     /// A pool holding every frame of `umem`.
     pub fn new(umem: &Umem) -> FramePool {
         let fs = u64::from(umem.frame_size());
-        FramePool { free: (0..u64::from(umem.frames())).rev().map(|i| i * fs).collect(), mask: !(fs - 1) }
+        FramePool { free: (0..u64::from(umem.frames())).rev().map(|i| i * fs).collect(), frame_size: fs }
     }
 
     /// An empty pool for `umem`'s frames.
     pub fn empty(umem: &Umem) -> FramePool {
-        FramePool { free: Vec::with_capacity(umem.frames() as usize), mask: !(u64::from(umem.frame_size()) - 1) }
+        FramePool { free: Vec::with_capacity(umem.frames() as usize), frame_size: u64::from(umem.frame_size()) }
     }
 
     /// Takes a free frame (its chunk start).
@@ -319,12 +382,13 @@ impl FramePool {
 
     /// Gives a frame back (any address inside it).
     pub fn free(&mut self, addr: u64) {
-        self.free.push(addr & self.mask);
+        self.free.push(frame_start(addr, self.frame_size));
     }
 
     /// Gives frames back.
     pub fn free_all(&mut self, addrs: &[u64]) {
-        self.free.extend(addrs.iter().map(|a| a & self.mask));
+        let fs = self.frame_size;
+        self.free.extend(addrs.iter().map(|&a| frame_start(a, fs)));
     }
 
     /// Free frames.
@@ -710,7 +774,14 @@ impl XskSocket {
     /// frames are now the caller's: forward them ([`XskSocket::tx`] on any
     /// socket of the UMEM) or give them back ([`XskSocket::fill`] or a [`FramePool`]).
     pub fn rx_batch(&mut self, out: &mut [Desc]) -> usize {
-        self.rx.consume(out)
+        let n = self.rx.consume(out);
+        if self.umem.unaligned {
+            // Chunk in the low 48 bits, the data's offset above: one address.
+            for d in &mut out[..n] {
+                d.addr = unaligned_addr(d.addr);
+            }
+        }
+        n
     }
 
     /// Frames received and not yet taken.
@@ -725,7 +796,7 @@ impl XskSocket {
     /// it, losing the frame).
     pub fn tx(&mut self, descs: &[Desc]) -> Result<usize> {
         let fs = u64::from(self.umem.frame_size);
-        let len = self.umem.area.len() as u64;
+        let len = u64::from(self.umem.frames) * fs;
         for d in descs {
             let end = d.addr.saturating_add(u64::from(d.len));
             if d.len == 0 || end > len || (end - 1) / fs != d.addr / fs {
@@ -908,8 +979,35 @@ mod tests {
     }
 
     #[test]
+    fn unaligned_frames_sit_at_their_stride() {
+        assert_eq!(unaligned_addr(1920 * 5 | 256 << 48), 1920 * 5 + 256);
+        assert_eq!(unaligned_addr(4096), 4096);
+        assert_eq!(frame_start(1920 * 3 + 1919, 1920), 1920 * 3);
+        assert_eq!(frame_start(2048 * 3 + 5, 2048), 2048 * 3);
+        if sys::euid() != 0 {
+            return; // AF_XDP needs CAP_NET_RAW; the live tests cover this as root.
+        }
+        let u = Umem::new(16, 1920).unwrap();
+        assert!(u.unaligned() && u.frame_size() == 1920 && u.max_frame() == 1920 - 256);
+        assert!(u.frame(0, 1920).is_some());
+        assert!(u.frame(1919, 2).is_none(), "crosses into the next frame");
+        assert!(u.frame(15 * 1920, 1920).is_some());
+        assert!(u.frame(16 * 1920, 1).is_none(), "past the last frame (the chunk slack is not a frame)");
+        assert_eq!(u.chunk_of(1920 * 7 + 300), 1920 * 7);
+        let mut pool = FramePool::new(&u);
+        assert_eq!(pool.alloc(), Some(0));
+        assert_eq!(pool.alloc(), Some(1920));
+        pool.free(1920 * 9 + 256);
+        assert_eq!(pool.alloc(), Some(1920 * 9));
+        // A power of two from 2048 stays aligned; 3000 is unaligned with a chunk of its own size.
+        assert!(!Umem::new(4, 4096).unwrap().unaligned());
+        assert!(Umem::new(4, 3000).unwrap().unaligned());
+    }
+
+    #[test]
     fn rejects_bad_sizes() {
-        assert!(matches!(Umem::new(16, 3000), Err(LiveError::Config(_))));
+        assert!(matches!(Umem::new(16, 1000), Err(LiveError::Config(_))));
+        assert!(matches!(Umem::new(16, 8192), Err(LiveError::Config(_))));
         assert!(matches!(Umem::new(0, 2048), Err(LiveError::Config(_))));
         assert!(check_size("RX", 1000).is_err());
         assert!(check_size("RX", 1024).is_ok());
