@@ -980,7 +980,7 @@ mod tests {
 
     #[test]
     fn unaligned_frames_sit_at_their_stride() {
-        assert_eq!(unaligned_addr(1920 * 5 | 256 << 48), 1920 * 5 + 256);
+        assert_eq!(unaligned_addr((1920 * 5) | (256 << 48)), 1920 * 5 + 256);
         assert_eq!(unaligned_addr(4096), 4096);
         assert_eq!(frame_start(1920 * 3 + 1919, 1920), 1920 * 3);
         assert_eq!(frame_start(2048 * 3 + 5, 2048), 2048 * 3);
