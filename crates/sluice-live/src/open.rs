@@ -106,7 +106,7 @@ pub struct OpenError {
 
 /// Open the bridge between `ifaces` as `cfg` says; returns it and a
 /// description of what was opened, for logs and summaries (e.g.
-/// `AF_XDP (drv mode, copy, 1 + 1 queues, shared UMEM)`).
+/// `AF_XDP (drv mode, copy, 1 + 1 queues, shared UMEM of 2048-byte frames)`).
 pub fn open_bridge(
     ifaces: [&str; 2],
     cfg: &OpenConfig,
