@@ -134,6 +134,12 @@ pub struct GuardArgs {
     /// Count breaches and the blocks they would make, enforce nothing (`would_block`).
     #[arg(long)]
     pub dry_run: bool,
+    /// Every connection starts with a PROXY protocol header (v1 or v2) naming the client.
+    #[arg(long, requires = "trusted_proxies")]
+    pub proxy_protocol: bool,
+    /// The load balancers (CIDRs, comma-separated) whose PROXY headers are believed.
+    #[arg(long, value_name = "CIDR,...", value_delimiter = ',')]
+    pub trusted_proxies: Vec<sluice_rules::Prefix>,
     /// Print the summary as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -178,6 +184,8 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
         dry_run: a.dry_run,
         max_connections: a.max_connections.unwrap_or(0),
         key_prefixes: sluice_guard::KeyPrefixes { v4: a.key_prefix_v4, v6: a.key_prefix_v6 },
+        proxy_protocol: a.proxy_protocol,
+        trusted_proxies: a.trusted_proxies,
     })?;
     let addr = guard.local_addr();
     let running = guard.start()?;

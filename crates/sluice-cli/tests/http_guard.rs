@@ -644,3 +644,77 @@ fn breaches_answer_with_their_status_or_a_reset() {
     assert_eq!(g.summary()["breaches"]["http_methods"], 1);
     stop(up);
 }
+
+/// One `GET` on a fresh connection from `peer` that first sends `header`
+/// (a PROXY protocol header): the response status, or `None` if the
+/// connection was closed without one.
+fn get_proxied(peer: IpAddr, to: SocketAddr, header: &[u8]) -> Option<u16> {
+    let mut s = connect_from(peer, to).ok()?;
+    let req = [header, b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"].concat();
+    s.write_all(&req).ok()?;
+    let mut resp = Vec::new();
+    let _ = s.read_to_end(&mut resp);
+    let line = resp.split(|&b| b == b'\r').next()?;
+    std::str::from_utf8(line.get(9..12)?).ok()?.parse().ok()
+}
+
+fn proxy_v1(client: &str) -> Vec<u8> {
+    format!("PROXY TCP4 {client} 127.0.0.1 40000 80\r\n").into_bytes()
+}
+
+fn proxy_v2(client: [u8; 4], local: bool) -> Vec<u8> {
+    let mut h = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+    h.extend([if local { 0x20 } else { 0x21 }, 0x11, 0, 12]);
+    h.extend(client);
+    h.extend([127, 0, 0, 1, 0x9c, 0x40, 0, 80]);
+    h
+}
+
+/// `--proxy-protocol`: behind a trusted load balancer, the client its
+/// header names (v1 or v2) is limited and blocked, not the balancer; a peer
+/// outside `--trusted-proxies` cannot name anyone (closed at accept), and a
+/// connection without a valid header is closed.
+#[test]
+fn the_proxy_protocol_names_the_client_and_only_trusted_peers_may() {
+    let _s = serial();
+    let up = http_serve(12, &[]);
+    let args = [
+        "--proxy-protocol",
+        "--trusted-proxies",
+        "127.7.0.1/32,10.0.0.0/8",
+        "--request-rate",
+        "20",
+        "--ip-block",
+        "30",
+    ];
+    let g = http_guard(up.addr, 8.0, &args);
+    let lb = ip("127.7.0.1");
+    assert_eq!(get_proxied(lb, g.addr, &proxy_v1("192.0.2.10")), Some(200));
+    assert_eq!(get_proxied(lb, g.addr, &proxy_v2([192, 0, 2, 11], false)), Some(200));
+    assert_eq!(get_proxied(lb, g.addr, &proxy_v2([0; 4], true)), Some(200), "LOCAL: a health check");
+    // One client through the balancer, alternating header versions, far
+    // over its rate: it is blocked; the balancer and its other clients are not.
+    let mut refused = 0;
+    for k in 0..80 {
+        let h = if k % 2 == 0 { proxy_v1("192.0.2.66") } else { proxy_v2([192, 0, 2, 66], false) };
+        refused += u32::from(get_proxied(lb, g.addr, &h) != Some(200));
+    }
+    assert!(refused > 40, "the flooding client was limited: {refused} of 80 refused");
+    assert_eq!(get_proxied(lb, g.addr, &proxy_v1("192.0.2.66")), None, "blocked");
+    assert_eq!(get_proxied(lb, g.addr, &proxy_v1("192.0.2.10")), Some(200), "another client is served");
+    // Not a trusted peer: its header names nobody, the connection is closed.
+    assert_eq!(get_proxied(ip("127.7.0.2"), g.addr, &proxy_v1("192.0.2.12")), None);
+    // A trusted peer without a header, or with a bad one: closed.
+    assert_eq!(get_proxied(lb, g.addr, b""), None);
+    assert_eq!(get_proxied(lb, g.addr, b"PROXY TCP4 192.0.2.300 127.0.0.1 1 2\r\n"), None);
+    let summary = g.summary();
+    let blocks = summary["blocks"].as_array().unwrap();
+    assert_eq!(blocks.len(), 1, "{summary}");
+    assert_eq!(blocks[0]["ip"], "192.0.2.66", "{summary}");
+    assert_eq!(summary["refused_untrusted_proxy"], 1, "{summary}");
+    assert_eq!(summary["proxy_header_errors"], 2, "{summary}");
+    stop(up);
+    // Believing every peer would let anyone name any client: refused at start.
+    let out = sluice(&["http-guard", "--upstream", "127.0.0.1:9", "--proxy-protocol"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--trusted-proxies"), "{out:?}");
+}

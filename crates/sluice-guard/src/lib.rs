@@ -8,11 +8,14 @@
 //! - `frame`: the only user of the request parser (`sluice-h1`);
 //! - `proxy`: one mio loop per thread on SO_REUSEPORT listeners, keep-alive
 //!   upstream pools, responses framed by `sluice_h1::response`;
-//! - `publish`: the blocks as an `ipset save` file, written atomically.
+//! - `publish`: the blocks as an `ipset save` file, written atomically;
+//! - `proxyproto`: the PROXY protocol header (v1, v2) a trusted load
+//!   balancer sends first, naming the real client.
 
 pub mod frame;
 pub mod limits;
 pub mod net;
+pub mod proxyproto;
 pub mod publish;
 pub mod slots;
 pub mod table;
@@ -69,6 +72,12 @@ pub struct Config {
     /// forwarded, no address is refused, nothing is written or forwarded
     /// (`would_block` in the report).
     pub dry_run: bool,
+    /// Every connection starts with a PROXY protocol header (v1 or v2)
+    /// naming the client; connections from outside `trusted_proxies` are
+    /// refused.
+    pub proxy_protocol: bool,
+    /// The load balancers whose PROXY headers are believed.
+    pub trusted_proxies: Vec<sluice_rules::Prefix>,
 }
 
 impl Config {
@@ -89,6 +98,8 @@ impl Config {
             max_connections: 0,
             key_prefixes: KeyPrefixes::default(),
             dry_run: false,
+            proxy_protocol: false,
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -130,6 +141,11 @@ pub struct ThreadCounters {
     /// New connections closed at once: at `--max-connections` with none
     /// waiting to shed.
     pub refused_max_connections: AtomicU64,
+    /// `--proxy-protocol`: connections from outside `--trusted-proxies`, closed at accept.
+    pub refused_untrusted_proxy: AtomicU64,
+    /// `--proxy-protocol`: connections whose first bytes were not a valid
+    /// PROXY header, or that sent none within the header timeout, closed.
+    pub proxy_header_errors: AtomicU64,
     pub breaches: [AtomicU64; Limit::COUNT],
 }
 
@@ -159,6 +175,8 @@ pub struct Report {
     pub closed_idle: u64,
     pub shed_waiting: u64,
     pub refused_max_connections: u64,
+    pub refused_untrusted_proxy: u64,
+    pub proxy_header_errors: u64,
     pub refused_at_accept: u64,
     pub refused_table_full: u64,
     pub closed_blocked: u64,
@@ -227,6 +245,8 @@ impl Shared {
             closed_idle: sum(|t| &t.closed_idle),
             shed_waiting: sum(|t| &t.shed_waiting),
             refused_max_connections: sum(|t| &t.refused_max_connections),
+            refused_untrusted_proxy: sum(|t| &t.refused_untrusted_proxy),
+            proxy_header_errors: sum(|t| &t.proxy_header_errors),
             would_block: if dry { s.blocked_total.load(Ordering::Relaxed) } else { 0 },
             refused_at_accept: sum(|t| &t.refused_at_accept),
             refused_table_full: sum(|t| &t.refused_table_full),
@@ -260,6 +280,12 @@ impl Guard {
             }
         }
         config.limits.check().map_err(GuardError::BadLimit)?;
+        if config.proxy_protocol && config.trusted_proxies.is_empty() {
+            // Believing every peer's header would let anyone name any client.
+            return Err(GuardError::BadLimit(
+                "--proxy-protocol needs --trusted-proxies (the load balancers whose headers are believed)".into(),
+            ));
+        }
         if config.threads == 0 {
             return Err(GuardError::BadLimit("--threads must be at least 1".into()));
         }

@@ -10,6 +10,7 @@
 
 use crate::frame::{HeadStep, Refusal, RequestFramer};
 use crate::limits::{Limit, Limits};
+use crate::proxyproto::Parsed;
 use crate::table::Admit;
 use crate::{BlockAction, Config, Shared, ThreadCounters};
 use mio::net::{TcpListener, TcpStream};
@@ -43,6 +44,9 @@ fn add(c: &AtomicU64, n: u64) {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
+    /// `--proxy-protocol`: waiting for the PROXY header; not admitted yet
+    /// (its client is not known), not counted against any address.
+    Proxy,
     Head,
     Body,
     /// Request forwarded; waiting for (the rest of) its response.
@@ -244,26 +248,33 @@ impl<'a> Worker<'a> {
                 // WouldBlock: all accepted; anything else (EMFILE...) ends this round too.
                 Err(_) => return,
             };
-            let ip = peer.ip();
+            let ip = peer.ip().to_canonical();
             // At the cap: room is made by closing those that waited longest
             // for a request (idle or trickling), else this one goes.
             if self.open >= self.max_open && !self.shed_waiting() {
                 add(&self.n.refused_max_connections, 1);
                 continue;
             }
-            let admit = self.shared.table.on_accept(ip, self.now_ms());
-            match admit {
-                Admit::Blocked | Admit::Full => {
-                    add(&self.n.refused_at_accept, 1);
-                    if admit == Admit::Full {
-                        add(&self.n.refused_table_full, 1);
-                    }
-                    if self.cfg.action == BlockAction::Reset {
-                        reset(&sock);
-                    }
+            // Behind a load balancer the client is known only from the PROXY
+            // header: admission waits for it (`Phase::Proxy`).
+            let admit = if self.cfg.proxy_protocol {
+                if !self.cfg.trusted_proxies.iter().any(|p| p.contains(ip)) {
+                    add(&self.n.refused_untrusted_proxy, 1);
                     continue;
                 }
-                Admit::Ok | Admit::Breach(_) => {}
+                None
+            } else {
+                Some(self.shared.table.on_accept(ip, self.now_ms()))
+            };
+            if let Some(a @ (Admit::Blocked | Admit::Full)) = admit {
+                add(&self.n.refused_at_accept, 1);
+                if a == Admit::Full {
+                    add(&self.n.refused_table_full, 1);
+                }
+                if self.cfg.action == BlockAction::Reset {
+                    reset(&sock);
+                }
+                continue;
             }
             let _ = sock.set_nodelay(true);
             let i = self.free_clients.pop().unwrap_or_else(|| {
@@ -274,12 +285,12 @@ impl<'a> Worker<'a> {
                 sock,
                 ip,
                 // A dry run admits a breaching connection, counted as open.
-                tracked: admit == Admit::Ok || (self.cfg.dry_run && matches!(admit, Admit::Breach(_))),
+                tracked: admit == Some(Admit::Ok) || (self.cfg.dry_run && matches!(admit, Some(Admit::Breach(_)))),
                 inbuf: vec![0; IN_CHUNK.min(self.in_cap)],
                 start: 0,
                 end: 0,
                 framer: RequestFramer::new(self.cfg.max_head),
-                phase: Phase::Head,
+                phase: if admit.is_none() { Phase::Proxy } else { Phase::Head },
                 req: None,
                 out: Vec::new(),
                 out_pos: 0,
@@ -306,9 +317,9 @@ impl<'a> Worker<'a> {
             add(&self.n.connections, 1);
             self.open += 1;
             self.clients[i] = Some(c);
-            if let (Admit::Breach(limit), true) = (admit, self.cfg.dry_run) {
+            if let (Some(Admit::Breach(limit)), true) = (admit, self.cfg.dry_run) {
                 self.note(ip, limit);
-            } else if let Admit::Breach(limit) = admit {
+            } else if let Some(Admit::Breach(limit)) = admit {
                 let mut c = self.clients[i].take().expect("just put");
                 let after = self.refuse(&mut c, Refusal { limit, status: limit.status(), reason: limit.name() });
                 self.clients[i] = Some(c);
@@ -319,6 +330,30 @@ impl<'a> Worker<'a> {
                 }
             }
         }
+    }
+
+    /// Admission once the PROXY header named the client, as at accept
+    /// without one: a blocked address or a full table is closed, a
+    /// connection-rate breach refused.
+    fn admit_client(&mut self, c: &mut Client) -> After {
+        let admit = self.shared.table.on_accept(c.ip, self.now_ms());
+        if matches!(admit, Admit::Blocked | Admit::Full) {
+            add(&self.n.refused_at_accept, 1);
+            if admit == Admit::Full {
+                add(&self.n.refused_table_full, 1);
+            }
+            return if self.cfg.action == BlockAction::Reset { After::Reset } else { After::Close };
+        }
+        c.tracked = admit == Admit::Ok || (self.cfg.dry_run && matches!(admit, Admit::Breach(_)));
+        c.phase = Phase::Head;
+        match admit {
+            Admit::Breach(limit) if self.cfg.dry_run => self.note(c.ip, limit),
+            Admit::Breach(limit) => {
+                return self.refuse(c, Refusal { limit, status: limit.status(), reason: limit.name() })
+            }
+            _ => {}
+        }
+        After::Keep
     }
 
     /// A breach: count it, block the address if asked, then reply and close
@@ -416,7 +451,7 @@ impl<'a> Worker<'a> {
         let now = self.now_ms();
         for i in 0..self.clients.len() {
             let blocked = match &self.clients[i] {
-                Some(c) if matches!(c.phase, Phase::Closing | Phase::Draining(_)) => false,
+                Some(c) if matches!(c.phase, Phase::Proxy | Phase::Closing | Phase::Draining(_)) => false,
                 Some(c) => self.shared.table.is_blocked(c.ip, now),
                 None => false,
             };
@@ -433,6 +468,12 @@ impl<'a> Worker<'a> {
             let Some(c) = &self.clients[i] else { continue };
             let limit = match c.phase {
                 Phase::Draining(d) if now >= d => {
+                    self.close_client(i, false);
+                    continue;
+                }
+                // No whole PROXY header within the header timeout.
+                Phase::Proxy if c.head_deadline.is_some_and(|d| now >= d) => {
+                    add(&self.n.proxy_header_errors, 1);
                     self.close_client(i, false);
                     continue;
                 }
@@ -559,6 +600,28 @@ impl<'a> Worker<'a> {
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.readable = false,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                         Err(_) => return After::Close,
+                    }
+                }
+            }
+
+            if c.phase == Phase::Proxy && c.end > c.start {
+                match crate::proxyproto::parse(&c.inbuf[c.start..c.end]) {
+                    Ok(Parsed::Incomplete) if !c.peer_eof => {}
+                    Ok(Parsed::Incomplete) | Err(_) => {
+                        add(&self.n.proxy_header_errors, 1);
+                        return After::Close;
+                    }
+                    Ok(Parsed::Header { len, source }) => {
+                        c.start += len;
+                        // LOCAL/UNKNOWN: the balancer's own connection (a health check).
+                        if let Some(s) = source {
+                            c.ip = s.ip().to_canonical();
+                        }
+                        match self.admit_client(c) {
+                            After::Keep => {}
+                            after => return after,
+                        }
+                        progress = true;
                     }
                 }
             }

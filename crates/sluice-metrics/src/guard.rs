@@ -56,6 +56,18 @@ impl Collector for Exporter {
             "New connections closed at --max-connections, none waiting to shed.",
             r.refused_max_connections,
         )?;
+        c(
+            &mut enc,
+            "sluice_guard_refused_untrusted_proxy",
+            "--proxy-protocol: connections from outside --trusted-proxies, closed at accept.",
+            r.refused_untrusted_proxy,
+        )?;
+        c(
+            &mut enc,
+            "sluice_guard_proxy_header_errors",
+            "--proxy-protocol: connections without a valid PROXY header within the header timeout, closed.",
+            r.proxy_header_errors,
+        )?;
         gauge(
             &mut enc,
             "sluice_guard_max_connections",
