@@ -137,9 +137,12 @@ pub struct GuardArgs {
     /// Every connection starts with a PROXY protocol header (v1 or v2) naming the client.
     #[arg(long, requires = "trusted_proxies")]
     pub proxy_protocol: bool,
-    /// The load balancers (CIDRs, comma-separated) whose PROXY headers are believed.
+    /// The load balancers (CIDRs, comma-separated) whose PROXY headers and --client-ip-header are believed.
     #[arg(long, value_name = "CIDR,...", value_delimiter = ',')]
     pub trusted_proxies: Vec<sluice_rules::Prefix>,
+    /// Requests from --trusted-proxies name their client in this header (rightmost untrusted address).
+    #[arg(long, value_name = "NAME", requires = "trusted_proxies")]
+    pub client_ip_header: Option<String>,
     /// Print the summary as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -186,6 +189,7 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
         key_prefixes: sluice_guard::KeyPrefixes { v4: a.key_prefix_v4, v6: a.key_prefix_v6 },
         proxy_protocol: a.proxy_protocol,
         trusted_proxies: a.trusted_proxies,
+        client_ip_header: a.client_ip_header,
     })?;
     let addr = guard.local_addr();
     let running = guard.start()?;

@@ -718,3 +718,94 @@ fn the_proxy_protocol_names_the_client_and_only_trusted_peers_may() {
     let out = sluice(&["http-guard", "--upstream", "127.0.0.1:9", "--proxy-protocol"]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--trusted-proxies"), "{out:?}");
 }
+
+/// One `GET` from `peer` carrying `X-Forwarded-For: xff`: the status, or
+/// `None` if closed without one.
+fn get_forwarded(peer: IpAddr, to: SocketAddr, xff: &str) -> Option<u16> {
+    let mut s = connect_from(peer, to).ok()?;
+    let req = format!("GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: {xff}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).ok()?;
+    let mut resp = Vec::new();
+    let _ = s.read_to_end(&mut resp);
+    let line = resp.split(|&b| b == b'\r').next()?;
+    std::str::from_utf8(line.get(9..12)?).ok()?.parse().ok()
+}
+
+/// `--client-ip-header X-Forwarded-For`: a trusted proxy's requests are
+/// limited and blocked per the client they name (the rightmost untrusted
+/// address, so a spoofed entry at the left is ignored); the proxy itself is
+/// never blocked; a client that connects directly is its own address
+/// whatever header it sends.
+#[test]
+fn x_forwarded_for_from_a_trusted_proxy_names_the_client_and_spoofing_does_not_move_the_limit() {
+    let _s = serial();
+    let up = http_serve(12, &[]);
+    let args = [
+        "--client-ip-header",
+        "X-Forwarded-For",
+        "--trusted-proxies",
+        "127.8.0.1",
+        "--request-rate",
+        "20",
+        "--ip-block",
+        "30",
+    ];
+    let g = http_guard(up.addr, 8.0, &args);
+    let lb = ip("127.8.0.1");
+    assert_eq!(get_forwarded(lb, g.addr, "198.51.100.7"), Some(200));
+    let refused = (0..80).filter(|_| get_forwarded(lb, g.addr, "198.51.100.66") != Some(200)).count();
+    assert!(refused > 40, "the flooding client behind the proxy was limited: {refused} of 80");
+    assert_eq!(get_forwarded(lb, g.addr, "198.51.100.66"), Some(403), "blocked, request by request");
+    assert_eq!(get_forwarded(lb, g.addr, "198.51.100.7"), Some(200), "the proxy and its other clients are served");
+    // A spoofed entry at the left: the rightmost untrusted address counts.
+    assert_eq!(get_forwarded(lb, g.addr, "198.51.100.7, 198.51.100.66"), Some(403));
+    assert_eq!(get_forwarded(lb, g.addr, "198.51.100.66, 198.51.100.8"), Some(200));
+    // Straight from an untrusted peer the header names nobody: a flood
+    // claiming to be 198.51.100.9 blocks the peer, not 198.51.100.9.
+    let direct = ip("127.8.0.2");
+    let refused = (0..80).filter(|_| get_forwarded(direct, g.addr, "198.51.100.9") != Some(200)).count();
+    assert!(refused > 40, "the direct flooder was limited: {refused} of 80");
+    assert_eq!(get_forwarded(lb, g.addr, "198.51.100.9"), Some(200), "the named address was never limited");
+    let summary = g.summary();
+    let mut blocked: Vec<&str> =
+        summary["blocks"].as_array().unwrap().iter().map(|b| b["ip"].as_str().unwrap()).collect();
+    blocked.sort_unstable();
+    assert_eq!(blocked, ["127.8.0.2", "198.51.100.66"], "{summary}");
+    assert!(summary["refused_forwarded_blocked"].as_u64().unwrap() >= 2, "{summary}");
+    stop(up);
+}
+
+/// `--key-prefix-v6 64` (the default): two IPv6 addresses of one /64 share
+/// one limit and one block; the next /64 is another client. (The clients
+/// are named by a trusted proxy, so the test needs no IPv6 on the host.)
+#[test]
+fn two_ipv6_addresses_in_one_64_share_a_limit() {
+    let _s = serial();
+    let up = http_serve(12, &[]);
+    let args = [
+        "--client-ip-header",
+        "X-Forwarded-For",
+        "--trusted-proxies",
+        "127.8.0.1",
+        "--request-rate",
+        "20",
+        "--ip-block",
+        "30",
+    ];
+    let g = http_guard(up.addr, 8.0, &args);
+    let lb = ip("127.8.0.1");
+    // 15 + 15 in one /64: over 20 together, under it each.
+    let mut refused = 0;
+    for k in 0..30 {
+        let who = if k % 2 == 0 { "2001:db8:1:1::1" } else { "[2001:db8:1:1:ffff::2]:4711" };
+        refused += u32::from(get_forwarded(lb, g.addr, who) != Some(200));
+    }
+    assert!(refused > 0, "the /64 was limited as one client");
+    assert_eq!(get_forwarded(lb, g.addr, "2001:db8:1:1::3"), Some(403), "a third address of the /64 is blocked");
+    assert_eq!(get_forwarded(lb, g.addr, "2001:db8:1:2::1"), Some(200), "the next /64 is served");
+    let summary = g.summary();
+    let blocks = summary["blocks"].as_array().unwrap();
+    assert_eq!(blocks.len(), 1, "{summary}");
+    assert_eq!(blocks[0]["ip"], "2001:db8:1:1::/64", "{summary}");
+    stop(up);
+}

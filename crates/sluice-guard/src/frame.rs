@@ -4,6 +4,7 @@
 
 use crate::limits::{Limit, Limits};
 use sluice_h1::{BodyStatus, Framing, HeadStatus, Options, Parser};
+use std::net::IpAddr;
 
 /// A refused request: the breach, the status to answer and the parser's reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,6 +95,14 @@ impl RequestFramer {
             (Some(max), Some(n)) if n > max => Some(Limit::HttpBodyLen),
             _ => None,
         }
+    }
+
+    /// The client a complete head in `buf` names in `header` (from a
+    /// trusted `peer`): see [`crate::forwarded::client`].
+    pub fn forwarded_client(&self, buf: &[u8], header: &str, peer: IpAddr, trusted: &[sluice_rules::Prefix]) -> IpAddr {
+        let Some(h) = self.parser.head(buf) else { return peer };
+        let values = h.headers().filter(|(n, _)| n.eq_ignore_ascii_case(header.as_bytes())).map(|(_, v)| v);
+        crate::forwarded::client(values, peer, trusted)
     }
 
     /// Body bytes of this request so far.

@@ -12,6 +12,7 @@
 //! - `proxyproto`: the PROXY protocol header (v1, v2) a trusted load
 //!   balancer sends first, naming the real client.
 
+pub mod forwarded;
 pub mod frame;
 pub mod limits;
 pub mod net;
@@ -76,8 +77,11 @@ pub struct Config {
     /// naming the client; connections from outside `trusted_proxies` are
     /// refused.
     pub proxy_protocol: bool,
-    /// The load balancers whose PROXY headers are believed.
+    /// The load balancers whose PROXY headers (and `client_ip_header`) are believed.
     pub trusted_proxies: Vec<sluice_rules::Prefix>,
+    /// A request from a trusted proxy names its client in this header
+    /// (`X-Forwarded-For`): the rightmost untrusted address.
+    pub client_ip_header: Option<String>,
 }
 
 impl Config {
@@ -100,6 +104,7 @@ impl Config {
             dry_run: false,
             proxy_protocol: false,
             trusted_proxies: Vec::new(),
+            client_ip_header: None,
         }
     }
 }
@@ -143,6 +148,9 @@ pub struct ThreadCounters {
     pub refused_max_connections: AtomicU64,
     /// `--proxy-protocol`: connections from outside `--trusted-proxies`, closed at accept.
     pub refused_untrusted_proxy: AtomicU64,
+    /// `--client-ip-header`: requests whose client (named by a trusted
+    /// proxy) was blocked, answered 403 and their connection closed.
+    pub refused_forwarded_blocked: AtomicU64,
     /// `--proxy-protocol`: connections whose first bytes were not a valid
     /// PROXY header, or that sent none within the header timeout, closed.
     pub proxy_header_errors: AtomicU64,
@@ -177,6 +185,7 @@ pub struct Report {
     pub refused_max_connections: u64,
     pub refused_untrusted_proxy: u64,
     pub proxy_header_errors: u64,
+    pub refused_forwarded_blocked: u64,
     pub refused_at_accept: u64,
     pub refused_table_full: u64,
     pub closed_blocked: u64,
@@ -247,6 +256,7 @@ impl Shared {
             refused_max_connections: sum(|t| &t.refused_max_connections),
             refused_untrusted_proxy: sum(|t| &t.refused_untrusted_proxy),
             proxy_header_errors: sum(|t| &t.proxy_header_errors),
+            refused_forwarded_blocked: sum(|t| &t.refused_forwarded_blocked),
             would_block: if dry { s.blocked_total.load(Ordering::Relaxed) } else { 0 },
             refused_at_accept: sum(|t| &t.refused_at_accept),
             refused_table_full: sum(|t| &t.refused_table_full),
@@ -280,11 +290,12 @@ impl Guard {
             }
         }
         config.limits.check().map_err(GuardError::BadLimit)?;
-        if config.proxy_protocol && config.trusted_proxies.is_empty() {
+        if (config.proxy_protocol || config.client_ip_header.is_some()) && config.trusted_proxies.is_empty() {
             // Believing every peer's header would let anyone name any client.
-            return Err(GuardError::BadLimit(
-                "--proxy-protocol needs --trusted-proxies (the load balancers whose headers are believed)".into(),
-            ));
+            return Err(GuardError::BadLimit(format!(
+                "{} needs --trusted-proxies (the load balancers whose headers are believed)",
+                if config.proxy_protocol { "--proxy-protocol" } else { "--client-ip-header" }
+            )));
         }
         if config.threads == 0 {
             return Err(GuardError::BadLimit("--threads must be at least 1".into()));

@@ -66,7 +66,15 @@ struct InFlight {
 
 struct Client {
     sock: TcpStream,
+    /// The client: the peer, the one a PROXY header named, or (`forwarded`)
+    /// the one the current request names.
     ip: IpAddr,
+    /// The connection's peer as far as the guard knows it (after any PROXY header).
+    peer: IpAddr,
+    /// The peer is a trusted proxy and `--client-ip-header` is set: each
+    /// request names its client; the connection itself is not counted
+    /// against any address.
+    forwarded: bool,
     /// Counted in the table's open connections (on_close owed).
     tracked: bool,
     inbuf: Vec<u8>,
@@ -136,6 +144,7 @@ pub(crate) struct Worker<'a> {
 fn reason(status: u16) -> &'static str {
     match status {
         400 => "Bad Request",
+        403 => "Forbidden",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
         413 => "Content Too Large",
@@ -256,12 +265,17 @@ impl<'a> Worker<'a> {
                 continue;
             }
             // Behind a load balancer the client is known only from the PROXY
-            // header: admission waits for it (`Phase::Proxy`).
+            // header (admission waits for it: `Phase::Proxy`) or from each
+            // request's `--client-ip-header` (no admission per connection).
+            let trusted = self.trusted(ip);
+            let forwarded = !self.cfg.proxy_protocol && trusted && self.cfg.client_ip_header.is_some();
             let admit = if self.cfg.proxy_protocol {
-                if !self.cfg.trusted_proxies.iter().any(|p| p.contains(ip)) {
+                if !trusted {
                     add(&self.n.refused_untrusted_proxy, 1);
                     continue;
                 }
+                None
+            } else if forwarded {
                 None
             } else {
                 Some(self.shared.table.on_accept(ip, self.now_ms()))
@@ -284,13 +298,15 @@ impl<'a> Worker<'a> {
             let mut c = Client {
                 sock,
                 ip,
+                peer: ip,
+                forwarded,
                 // A dry run admits a breaching connection, counted as open.
                 tracked: admit == Some(Admit::Ok) || (self.cfg.dry_run && matches!(admit, Some(Admit::Breach(_)))),
                 inbuf: vec![0; IN_CHUNK.min(self.in_cap)],
                 start: 0,
                 end: 0,
                 framer: RequestFramer::new(self.cfg.max_head),
-                phase: if admit.is_none() { Phase::Proxy } else { Phase::Head },
+                phase: if self.cfg.proxy_protocol { Phase::Proxy } else { Phase::Head },
                 req: None,
                 out: Vec::new(),
                 out_pos: 0,
@@ -330,6 +346,21 @@ impl<'a> Worker<'a> {
                 }
             }
         }
+    }
+
+    /// Count a request against its client (named by a trusted proxy, or
+    /// the connection's own).
+    fn request(&self, c: &Client) -> Result<(), Limit> {
+        if c.forwarded {
+            self.shared.table.on_forwarded_request(c.ip, self.now_ms())
+        } else {
+            self.shared.table.on_request(c.ip, self.now_ms())
+        }
+    }
+
+    /// Whether `ip` is one of `--trusted-proxies`.
+    fn trusted(&self, ip: IpAddr) -> bool {
+        self.cfg.trusted_proxies.iter().any(|p| p.contains(ip))
     }
 
     /// Admission once the PROXY header named the client, as at accept
@@ -381,7 +412,8 @@ impl<'a> Worker<'a> {
     /// table records the block and enforces nothing).
     fn note(&mut self, ip: IpAddr, limit: Limit) {
         add(&self.n.breaches[limit.index()], 1);
-        if let Some(secs) = self.cfg.ip_block {
+        // A trusted proxy speaks for many clients: it is never blocked.
+        if let (Some(secs), false) = (self.cfg.ip_block, self.trusted(ip)) {
             self.shared.table.block(ip, secs, limit, self.now_ms());
         }
     }
@@ -406,6 +438,10 @@ impl<'a> Worker<'a> {
     /// starts (from accept, as nginx's `client_header_timeout`, so a
     /// connection that never sends a byte is closed too).
     fn start_waiting(&self, c: &mut Client) {
+        // Until the next request names its client, a breach is the proxy's.
+        if c.forwarded {
+            c.ip = c.peer;
+        }
         let now = Instant::now();
         c.waiting_since = Some(now);
         c.head_deadline = self.shared.table.limits().client_header_timeout_ms.map(|ms| now + Duration::from_millis(ms));
@@ -451,7 +487,10 @@ impl<'a> Worker<'a> {
         let now = self.now_ms();
         for i in 0..self.clients.len() {
             let blocked = match &self.clients[i] {
-                Some(c) if matches!(c.phase, Phase::Proxy | Phase::Closing | Phase::Draining(_)) => false,
+                // A forwarded connection carries many clients: checked per request.
+                Some(c) if c.forwarded || matches!(c.phase, Phase::Proxy | Phase::Closing | Phase::Draining(_)) => {
+                    false
+                }
                 Some(c) => self.shared.table.is_blocked(c.ip, now),
                 None => false,
             };
@@ -615,11 +654,17 @@ impl<'a> Worker<'a> {
                         c.start += len;
                         // LOCAL/UNKNOWN: the balancer's own connection (a health check).
                         if let Some(s) = source {
-                            c.ip = s.ip().to_canonical();
+                            (c.ip, c.peer) = (s.ip().to_canonical(), s.ip().to_canonical());
                         }
-                        match self.admit_client(c) {
-                            After::Keep => {}
-                            after => return after,
+                        // A proxy in front of the balancer names its requests' clients.
+                        c.forwarded = self.cfg.client_ip_header.is_some() && self.trusted(c.ip);
+                        if c.forwarded {
+                            c.phase = Phase::Head;
+                        } else {
+                            match self.admit_client(c) {
+                                After::Keep => {}
+                                after => return after,
+                            }
                         }
                         progress = true;
                     }
@@ -633,10 +678,18 @@ impl<'a> Worker<'a> {
                 let no_limits = Limits::default();
                 let framing = if self.cfg.dry_run { &no_limits } else { limits };
                 match c.framer.head(&c.inbuf[c.start..c.end], framing) {
-                    Err(r) => match self.refuse(c, r) {
-                        After::Keep => continue,
-                        after => return after,
-                    },
+                    Err(r) => {
+                        // A head over a limit parsed whole and names its
+                        // client; a malformed one is the proxy's (never blocked).
+                        if let (true, Some(header)) = (c.forwarded, self.cfg.client_ip_header.as_deref()) {
+                            let head = &c.inbuf[c.start..c.end];
+                            c.ip = c.framer.forwarded_client(head, header, c.peer, &self.cfg.trusted_proxies);
+                        }
+                        match self.refuse(c, r) {
+                            After::Keep => continue,
+                            after => return after,
+                        }
+                    }
                     Ok(HeadStep::Partial) => {
                         if c.head_deadline.is_none() {
                             c.head_deadline =
@@ -646,14 +699,26 @@ impl<'a> Worker<'a> {
                     Ok(HeadStep::Complete(h)) => {
                         (c.head_deadline, c.waiting_since) = (None, None);
                         add(&self.n.requests, 1);
+                        if let (true, Some(header)) = (c.forwarded, self.cfg.client_ip_header.as_deref()) {
+                            let head = &c.inbuf[c.start..c.end];
+                            c.ip = c.framer.forwarded_client(head, header, c.peer, &self.cfg.trusted_proxies);
+                            // Its connection was not refused at accept: a
+                            // blocked client is refused here, request by request.
+                            if !self.cfg.dry_run && self.shared.table.is_blocked(c.ip, self.now_ms()) {
+                                add(&self.n.refused_forwarded_blocked, 1);
+                                error_response(&mut c.out, 403);
+                                c.phase = Phase::Closing;
+                                continue;
+                            }
+                        }
                         if self.cfg.dry_run {
                             let broke = c.framer.over_limits(&c.inbuf[c.start..c.end], limits);
                             c.body_len_noted = broke == Some(Limit::HttpBodyLen);
-                            let rate = self.shared.table.on_request(c.ip, self.now_ms()).err();
+                            let rate = self.request(c).err();
                             for limit in [broke, rate].into_iter().flatten() {
                                 self.note(c.ip, limit);
                             }
-                        } else if let Err(limit) = self.shared.table.on_request(c.ip, self.now_ms()) {
+                        } else if let Err(limit) = self.request(c) {
                             match self.refuse(c, Refusal { limit, status: limit.status(), reason: limit.name() }) {
                                 After::Keep => continue,
                                 after => return after,

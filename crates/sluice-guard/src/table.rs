@@ -301,7 +301,29 @@ impl Table {
         let mut s = lock(self.shard(k));
         // Present while it has a connection; if not, there is nothing to count against.
         let Some(&i) = s.index.get(&k) else { return Ok(()) };
-        let st = &mut s.states[i as usize];
+        self.count_request(&mut s.states[i as usize], now_ms)
+    }
+
+    /// A request head from `ip` as a trusted proxy named it
+    /// (`--client-ip-header`): the client has no connection of its own, so
+    /// it is tracked from its requests (a full table lets it through,
+    /// counted in `full`).
+    pub fn on_forwarded_request(&self, ip: IpAddr, now_ms: u64) -> Result<(), Limit> {
+        let l = &self.limits;
+        if l.request_rate.is_none() && l.request_burst.is_none() {
+            return Ok(());
+        }
+        let k = self.key(ip);
+        let mut s = lock(self.shard(k));
+        let Some(i) = self.find_or_insert(&mut s, k, now_ms) else {
+            self.stats.full.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        };
+        self.count_request(&mut s.states[i], now_ms)
+    }
+
+    fn count_request(&self, st: &mut ClientState, now_ms: u64) -> Result<(), Limit> {
+        let l = &self.limits;
         st.referenced = true;
         let hit = st.rate.hit(REQ, (now_ms / 125) as u32);
         if l.request_burst.is_some_and(|b| hit.burst > b) {

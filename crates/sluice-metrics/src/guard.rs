@@ -64,6 +64,12 @@ impl Collector for Exporter {
         )?;
         c(
             &mut enc,
+            "sluice_guard_refused_forwarded_blocked",
+            "--client-ip-header: requests of a blocked client behind a trusted proxy, answered 403.",
+            r.refused_forwarded_blocked,
+        )?;
+        c(
+            &mut enc,
             "sluice_guard_proxy_header_errors",
             "--proxy-protocol: connections without a valid PROXY header within the header timeout, closed.",
             r.proxy_header_errors,
