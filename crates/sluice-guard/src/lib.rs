@@ -10,10 +10,13 @@
 //!   upstream pools, responses framed by `sluice_h1::response`;
 //! - `publish`: the blocks as an `ipset save` file, written atomically;
 //! - `proxyproto`: the PROXY protocol header (v1, v2) a trusted load
-//!   balancer sends first, naming the real client.
+//!   balancer sends first, naming the real client; `forwarded`: the client
+//!   an `X-Forwarded-For` names;
+//! - `ja4`: the TLS ClientHello and its JA4 fingerprint.
 
 pub mod forwarded;
 pub mod frame;
+pub mod ja4;
 pub mod limits;
 pub mod net;
 pub mod proxyproto;
