@@ -66,9 +66,7 @@ fn pcap_of(payload: &[u8]) -> Vec<u8> {
     f[48..50].copy_from_slice(&65535u16.to_be_bytes());
     f.extend_from_slice(payload);
     let mut p = Vec::new();
-    for w in [0xa1b2_c3d4u32] {
-        p.extend(w.to_le_bytes());
-    }
+    p.extend(0xa1b2_c3d4u32.to_le_bytes());
     p.extend(2u16.to_le_bytes());
     p.extend(4u16.to_le_bytes());
     p.extend([0u8; 8]);
