@@ -1,8 +1,8 @@
 //! `sluice http-serve`: the load tester's target. The server itself lives in
 //! `sluice-http`; this parses flags, prints the bound address (tests listen on
 //! port 0 and read it), waits for a signal or `--duration`, and prints the
-//! counters. `sluice http-load`: flags, the URL pool, a progress line, the
-//! report; the load itself is `sluice_http::load`.
+//! counters. `sluice http-load`: flags, the URL pool, the report; the load
+//! itself (and its progress line, and client pools) is `sluice_http`.
 
 use crate::Outcome;
 use anyhow::{bail, Context, Result};
@@ -12,8 +12,9 @@ use sluice_http::{Config, Dist, Server, Stall, WeightedList};
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -141,6 +142,15 @@ pub struct LoadArgs {
     /// Write the latency histogram (corrected with --rate) as an HdrHistogram .hgrm percentile file.
     #[arg(long, value_name = "FILE")]
     pub hdr_out: Option<PathBuf>,
+    /// The request method (POST and PUT send Content-Length bodies).
+    #[arg(long, default_value = "GET")]
+    pub method: String,
+    /// Request body sizes in bytes (fixed:N, uniform:A-B, list:...), one draw per request.
+    #[arg(long, value_name = "DIST")]
+    pub body_size: Option<Dist>,
+    /// Several client pools at once from a TOML file, each reported under `pools` (docs/http-load.md).
+    #[arg(long, value_name = "FILE")]
+    pub pool: Option<PathBuf>,
 }
 
 pub fn load(a: LoadArgs) -> Result<Outcome> {
@@ -170,9 +180,9 @@ pub fn load(a: LoadArgs) -> Result<Outcome> {
         (None, None) => Some(Duration::from_secs(10)),
     };
     let source = a.source.as_deref().map(str::parse::<SourceRange>).transpose()?;
-    let running = load::start(LoadConfig {
+    let config = LoadConfig {
         target: target.addr,
-        host: target.host,
+        host: target.host.clone(),
         paths,
         connections: a.connections,
         threads: a.threads,
@@ -185,39 +195,34 @@ pub fn load(a: LoadArgs) -> Result<Outcome> {
         timeout: Duration::from_millis(a.timeout_ms.max(1)),
         seed: a.seed,
         allow_remote: a.allow_remote,
-    })?;
+        method: a.method,
+        body_size: a.body_size,
+    };
+    if let Some(file) = &a.pool {
+        let pools = sluice_http::pools::read(file, &config, &target).map_err(anyhow::Error::msg)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        sluice_control::stop_on_interrupt(&stop).context("installing the signal handlers")?;
+        let report = sluice_http::pools::run(pools, &stop)?;
+        print_report(a.json, report.to_json(), &report.text());
+        return Ok(Outcome::Complete);
+    }
+    let running = load::start(config)?;
     sluice_control::stop_on_interrupt(&running.stop_flag()).context("installing the signal handlers")?;
-    let progress = std::io::stderr().is_terminal();
-    let mut next = running.started() + Duration::from_secs(1);
-    let mut last = 0;
-    while !running.is_finished() {
-        std::thread::sleep(Duration::from_millis(20));
-        if progress && Instant::now() >= next {
-            let live = running.live();
-            let (req, err) = (live.requests.load(Ordering::Relaxed), live.errors.load(Ordering::Relaxed));
-            eprint!(
-                "\r[{:>4.0} s] {req} requests, {} req/s, {err} errors   ",
-                running.started().elapsed().as_secs_f64(),
-                req - last
-            );
-            last = req;
-            next += Duration::from_secs(1);
-        }
-    }
-    if progress {
-        eprintln!();
-    }
-    let report = running.join()?;
+    let report = running.wait(std::io::stderr().is_terminal())?;
     if let Some(path) = &a.hdr_out {
         let mut f = std::io::BufWriter::new(
             std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
         );
         load::write_hgrm(report.latency(), &mut f).with_context(|| format!("writing {}", path.display()))?;
     }
-    if a.json {
-        println!("{}", report.to_json());
-    } else {
-        print!("{}", report.text());
-    }
+    print_report(a.json, report.to_json(), &report.text());
     Ok(Outcome::Complete)
+}
+
+fn print_report(json: bool, j: serde_json::Value, text: &str) {
+    if json {
+        println!("{j}");
+    } else {
+        print!("{text}");
+    }
 }

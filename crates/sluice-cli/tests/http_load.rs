@@ -126,3 +126,49 @@ fn refuses_a_remote_target_without_allow_remote() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--allow-remote"), "{err}");
 }
+
+#[test]
+fn request_bodies_and_client_pools() {
+    let s = serve(8, &[]);
+    // POSTs with bodies of 100-2000 bytes: each framed by the server, none
+    // taken for the next request (which would be a bad request).
+    let body = ["--connections", "4", "--requests", "2000", "--method", "POST", "--body-size", "uniform:100-2000"];
+    let j = load(&s.url(), &body);
+    assert_eq!(u(&j["requests"]), 2000, "{j}");
+    assert_no_errors(&j);
+    let head = "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: sluice\r\nContent-Length: 1000\r\n\r\n".len() as u64;
+    let sent = u(&j["bytes_sent"]);
+    assert!(sent > 2000 * (head + 100) && sent < 2000 * (head + 2000), "bodies of 100-2000 bytes: {j}");
+    // Two pools at once: browsers from 8 addresses at a rate, uploads closed loop.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pools.toml");
+    std::fs::write(
+        &file,
+        "[[pool]]\nname = \"browsers\"\nsource = \"127.4.0.0/28\"\nconnections = 8\nrate = 200\n\n\
+         [[pool]]\nname = \"uploads\"\nconnections = 2\nrequests = 300\nmethod = \"PUT\"\nbody-size = \"fixed:4096\"\n",
+    )
+    .unwrap();
+    let j = load(&s.url(), &["--pool", file.to_str().unwrap(), "--duration", "1.5"]);
+    let (b, up) = (&j["pools"]["browsers"], &j["pools"]["uploads"]);
+    assert_no_errors(b);
+    assert_no_errors(up);
+    assert_eq!(u(&up["requests"]), 300, "{up}");
+    assert!(u(&up["bytes_sent"]) >= 300 * 4096, "{up}");
+    assert!((150..=320).contains(&u(&b["requests"])), "200/s for 1.5 s: {b}");
+    assert_eq!(b["open_loop"], true);
+    assert!(b.get("corrected").is_some(), "{b}");
+    assert_eq!(u(&b["sources"]), 8, "{b}");
+    assert_eq!(u(&j["requests"]), u(&b["requests"]) + u(&up["requests"]), "the sum: {j}");
+    assert_eq!(u(&j["connections"]), 10);
+    let server = s.summary();
+    assert_eq!(u(&server["requests"]), 2000 + u(&j["requests"]), "{server}");
+    assert_eq!(server["errors"]["bad_request"], 0, "{server}");
+    // A pool file with a typo says where.
+    std::fs::write(&file, "[[pool]]\nname = \"a\"\nconections = 3\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["http-load", "--url", "http://127.0.0.1:9/", "--pool", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("pools.toml") && err.contains("conections"), "{err}");
+}

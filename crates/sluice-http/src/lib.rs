@@ -3,11 +3,12 @@
 //! as the target of the load tester. `request` frames requests, `dist` draws
 //! sizes and delays, `server` runs one mio event loop per thread on
 //! SO_REUSEPORT sockets. `sluice http-load`: `load` drives a server (open or
-//! closed loop, pipelining, many source addresses), `response` frames its
-//! answers.
+//! closed loop, pipelining, many source addresses, request bodies),
+//! `pools` runs several kinds of client at once from a pool file.
 
 pub mod dist;
 pub mod load;
+pub mod pools;
 pub mod request;
 pub mod server;
 

@@ -233,7 +233,39 @@ pub struct LoadConfig {
     pub timeout: Duration,
     pub seed: u64,
     pub allow_remote: bool,
+    /// The request method (`GET` unless told).
+    pub method: String,
+    /// Request body sizes in bytes, one draw per request (`Content-Length`
+    /// bodies); `None`: no body (`Content-Length: 0` for POST and PUT).
+    pub body_size: Option<Dist>,
 }
+
+impl LoadConfig {
+    /// A closed-loop `GET` of `target` with the defaults `http-load` has.
+    pub fn new(target: SocketAddr, host: String, path: String) -> LoadConfig {
+        LoadConfig {
+            target,
+            host,
+            paths: vec![(path, 1)],
+            connections: 16,
+            threads: 2,
+            duration: Some(Duration::from_secs(10)),
+            requests: None,
+            rate: None,
+            pipeline: 1,
+            source: None,
+            think_ms: None,
+            timeout: Duration::from_secs(2),
+            seed: 0,
+            allow_remote: false,
+            method: "GET".into(),
+            body_size: None,
+        }
+    }
+}
+
+/// The largest body a request is given (a draw above is cut to it).
+pub const MAX_BODY: u64 = 64 << 20;
 
 /// Counters every thread adds to once per loop turn, for the progress line.
 #[derive(Debug, Default)]
@@ -357,6 +389,42 @@ pub fn percentiles(h: &Histogram<u64>) -> Value {
 }
 
 impl LoadReport {
+    /// Add another run's report that ran at the same time (a pool): counts
+    /// and histograms add, the duration is the longer, rates add up.
+    /// `sources` adds too (pools are meant to use ranges of their own).
+    pub fn merge(&mut self, o: &LoadReport) {
+        self.requests += o.requests;
+        self.issued += o.issued;
+        self.errors.add(&o.errors);
+        for (s, n) in &o.status {
+            *self.status.entry(*s).or_default() += n;
+        }
+        self.bytes += o.bytes;
+        self.bytes_sent += o.bytes_sent;
+        self.elapsed = self.elapsed.max(o.elapsed);
+        self.connections += o.connections;
+        self.threads += o.threads;
+        self.pipeline = self.pipeline.max(o.pipeline);
+        self.rate = match (self.rate, o.rate) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        // The sum is open loop where any part is: its corrected histogram
+        // takes the closed-loop parts' own latencies.
+        match (&mut self.corrected, &o.corrected) {
+            (Some(a), Some(b)) => a.add(b).expect("histograms of one bound"),
+            (Some(a), None) => a.add(&o.uncorrected).expect("histograms of one bound"),
+            (None, Some(b)) => {
+                let mut c = self.uncorrected.clone();
+                c.add(b).expect("histograms of one bound");
+                self.corrected = Some(c);
+            }
+            (None, None) => {}
+        }
+        self.uncorrected.add(&o.uncorrected).expect("histograms of one bound");
+        self.sources += o.sources;
+    }
+
     pub fn rps(&self) -> f64 {
         self.requests as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
@@ -426,6 +494,27 @@ pub struct Running {
 }
 
 impl Running {
+    /// Wait for the run to end, with a progress line a second on stderr
+    /// when `progress` (a person is watching), then the report.
+    pub fn wait(self, progress: bool) -> Result<LoadReport, LoadError> {
+        let mut next = self.started + Duration::from_secs(1);
+        let mut last = 0;
+        while !self.is_finished() {
+            std::thread::sleep(Duration::from_millis(20));
+            if progress && Instant::now() >= next {
+                let (req, err) = (self.live.requests.load(Ordering::Relaxed), self.live.errors.load(Ordering::Relaxed));
+                let secs = self.started.elapsed().as_secs_f64();
+                eprint!("\r[{secs:>4.0} s] {req} requests, {} req/s, {err} errors   ", req - last);
+                last = req;
+                next += Duration::from_secs(1);
+            }
+        }
+        if progress {
+            eprintln!();
+        }
+        self.join()
+    }
+
     /// Setting it ends the run early (issuing stops, outstanding requests are awaited).
     pub fn stop_flag(&self) -> Arc<AtomicBool> {
         self.stop.clone()
@@ -517,10 +606,24 @@ pub fn start(config: LoadConfig) -> Result<Running, LoadError> {
     config.threads = config.threads.min(config.connections);
     let paths = WeightedList::new((0..config.paths.len()).map(|i| (i, config.paths[i].1)).collect())
         .map_err(|e| invalid(format!("URL weights: {e}")))?;
+    if !config.method.bytes().all(|b| b.is_ascii_uppercase()) || config.method.is_empty() {
+        return Err(invalid(format!("--method {:?} is not an upper-case token", config.method)));
+    }
+    // Whole requests, or with a body size to draw, the head up to the
+    // Content-Length the draw fills in.
+    let body_methods = matches!(config.method.as_str(), "POST" | "PUT" | "PATCH");
+    let end = match (&config.body_size, body_methods) {
+        (Some(_), _) => "",
+        (None, true) => "Content-Length: 0\r\n\r\n",
+        (None, false) => "\r\n",
+    };
     let requests: Arc<[Vec<u8>]> = config
         .paths
         .iter()
-        .map(|(p, _)| format!("GET {p} HTTP/1.1\r\nHost: {}\r\nUser-Agent: sluice\r\n\r\n", config.host).into_bytes())
+        .map(|(p, _)| {
+            format!("{} {p} HTTP/1.1\r\nHost: {}\r\nUser-Agent: sluice\r\n{end}", config.method, config.host)
+                .into_bytes()
+        })
         .collect();
     let stop = Arc::new(AtomicBool::new(false));
     let live = Arc::new(Live::default());
@@ -797,6 +900,11 @@ impl Worker<'_> {
                 c.out_pos = 0;
             }
             c.out.extend_from_slice(&self.ctx.requests[path]);
+            if let Some(d) = &self.ctx.config.body_size {
+                let n = d.sample(&mut self.rng).min(MAX_BODY) as usize;
+                c.out.extend_from_slice(format!("Content-Length: {n}\r\n\r\n").as_bytes());
+                c.out.resize(c.out.len() + n, b'x');
+            }
             c.outstanding.push_back((intended, now));
             c.next_k += 1;
             self.out.issued += 1;
@@ -1043,22 +1151,7 @@ mod tests {
 
     #[test]
     fn refuses_a_remote_target() {
-        let config = LoadConfig {
-            target: "192.0.2.1:80".parse().unwrap(),
-            host: "x".into(),
-            paths: vec![("/".into(), 1)],
-            connections: 1,
-            threads: 1,
-            duration: Some(Duration::from_secs(1)),
-            requests: None,
-            rate: None,
-            pipeline: 1,
-            source: None,
-            think_ms: None,
-            timeout: Duration::from_secs(1),
-            seed: 0,
-            allow_remote: false,
-        };
+        let config = LoadConfig::new("192.0.2.1:80".parse().unwrap(), "x".into(), "/".into());
         let e = start(config).err().unwrap().to_string();
         assert!(e.contains("--allow-remote"), "{e}");
     }
