@@ -325,6 +325,8 @@ def frame_size_case(a, topo, work, cap, expected_pass):
         # The seed's netmap bridge: about 14 Mpps on one core at 10G line
         # rate, on hardware; here veth, the sender and the bridge share 2 CPUs.
         "seed_netmap_bridge_mpps": 14.0,
+        "delivered_mpps_2048": round(rate["sluice_afxdp_2048"] / 1e6, 3),
+        "delivered_over_seed_netmap": round(rate["sluice_afxdp_2048"] / 14e6, 3),
     }
 
 
