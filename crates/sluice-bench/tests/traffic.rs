@@ -35,3 +35,35 @@ fn bench_http_load_reports_each_tool_and_its_counters() {
         assert!(v["pmc"][tool]["sw"]["task_clock_ns"].as_u64().unwrap() > 0, "{v}");
     }
 }
+
+/// `bench guard --attack` at a small scale: the legitimate pool is served
+/// beside an attack pool at ten times the per-address limit, and the attack
+/// is refused once its addresses are blocked.
+#[test]
+fn bench_guard_attack_serves_the_legitimate_pool_and_refuses_the_attack() {
+    let out = stdout(&[
+        "guard",
+        "--attack",
+        "--duration",
+        "3",
+        "--legit-clients",
+        "20",
+        "--legit-rate",
+        "20",
+        "--attack-clients",
+        "50",
+        "--limit",
+        "2",
+        "--attack-factor",
+        "10",
+    ]);
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["bench"], "guard_attack", "{v}");
+    assert!(v["legit"]["success_alone"].as_f64().unwrap() > 0.99, "{v}");
+    assert!(v["legit"]["success_attacked"].as_f64().unwrap() > 0.95, "{v}");
+    assert!(v["attack"]["requests_after_first_second"].as_u64().unwrap() > 100, "{v}");
+    assert!(v["attack"]["refused_after_first_second"].as_f64().unwrap() > 0.9, "{v}");
+    for t in ["legit_success", "legit_p99_over_alone", "attack_refused_after_first_second"] {
+        assert!(v["targets"][t]["met"].is_boolean(), "{t}: {v}");
+    }
+}

@@ -41,6 +41,10 @@ fn closed_loop_counts_every_request_once() {
     let j = load(&s.url(), &["--connections", "8", "--threads", "2", "--requests", "5000"]);
     assert_eq!(u(&j["requests"]), 5000, "{j}");
     assert_eq!(u(&j["issued"]), 5000, "{j}");
+    // Second by second: every response once, all of them 2xx.
+    let seconds = j["per_second"].as_array().unwrap();
+    let col = |k: usize| seconds.iter().map(|s| u(&s[k])).sum::<u64>();
+    assert_eq!((col(0), col(1), col(2)), (5000, 0, 0), "{j}");
     assert_no_errors(&j);
     assert_ordered(&j["latency_us"]);
     assert!(j.get("corrected").is_none(), "closed loop has no corrected figures: {j}");

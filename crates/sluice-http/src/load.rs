@@ -320,6 +320,9 @@ pub struct LoadReport {
     pub uncorrected: Histogram<u64>,
     /// Distinct local addresses of connections that were established.
     pub sources: usize,
+    /// Second by second of the run: [2xx, other status, errors] of the
+    /// requests that ended in it.
+    pub per_second: Vec<Second>,
 }
 
 impl LoadReport {
@@ -423,6 +426,7 @@ impl LoadReport {
         }
         self.uncorrected.add(&o.uncorrected).expect("histograms of one bound");
         self.sources += o.sources;
+        add_seconds(&mut self.per_second, &o.per_second);
     }
 
     pub fn rps(&self) -> f64 {
@@ -459,6 +463,7 @@ impl LoadReport {
             "connections": self.connections,
             "threads": self.threads,
             "pipeline": self.pipeline,
+            "per_second": self.per_second,
         });
         if let Some(c) = &self.corrected {
             j["corrected"] = percentiles(c);
@@ -559,6 +564,7 @@ impl Running {
             corrected: c.rate.map(|_| new_histogram()),
             uncorrected: new_histogram(),
             sources: 0,
+            per_second: Vec::new(),
         };
         let mut sources = HashSet::new();
         for o in outs {
@@ -575,6 +581,7 @@ impl Running {
             }
             r.uncorrected.add(&o.uncorrected).expect("same bounds");
             sources.extend(o.sources);
+            add_seconds(&mut r.per_second, &o.per_second);
         }
         r.sources = sources.len();
         Ok(r)
@@ -680,6 +687,32 @@ struct ThreadOut {
     uncorrected: Histogram<u64>,
     sources: HashSet<IpAddr>,
     finished: Instant,
+    per_second: Vec<Second>,
+}
+
+/// What became of the requests of one second of a run, by when they ended:
+/// 2xx responses, other responses, and errors (read, write, timeout,
+/// unframeable).
+pub type Second = [u64; 3];
+
+fn add_seconds(to: &mut Vec<Second>, from: &[Second]) {
+    if to.len() < from.len() {
+        to.resize(from.len(), [0; 3]);
+    }
+    for (t, f) in to.iter_mut().zip(from) {
+        for k in 0..3 {
+            t[k] += f[k];
+        }
+    }
+}
+
+/// Count one outcome (0: 2xx, 1: other status, 2: error) at `now`.
+fn at_second(v: &mut Vec<Second>, started: Instant, now: Instant, kind: usize, n: u64) {
+    let s = now.saturating_duration_since(started).as_secs() as usize;
+    if v.len() <= s {
+        v.resize(s + 1, [0; 3]);
+    }
+    v[s][kind] += n;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -727,6 +760,7 @@ impl ThreadCtx {
             uncorrected: new_histogram(),
             sources: HashSet::new(),
             finished: self.started,
+            per_second: Vec::new(),
         };
         let poll = match Poll::new() {
             Ok(p) => p,
@@ -953,12 +987,17 @@ impl Worker<'_> {
         let n = c.outstanding.len() as u64;
         c.outstanding.clear();
         let e = &mut self.out.errors;
+        let n = match kind {
+            Fail::BadResponse => n.max(1),
+            _ => n,
+        };
         match kind {
             Fail::Read => e.read += n,
             Fail::Write => e.write += n,
             Fail::Timeout => e.timeout += n,
-            Fail::BadResponse => e.bad_response += n.max(1),
+            Fail::BadResponse => e.bad_response += n,
         }
+        at_second(&mut self.out.per_second, self.ctx.started, now, 2, n);
         self.close(c);
         c.state = State::Idle(now);
     }
@@ -1045,9 +1084,11 @@ impl Worker<'_> {
                     if self.interval.is_some() {
                         self.out.corrected.saturating_record(us(intended));
                     }
-                    if !(200..300).contains(&response.status) {
+                    let ok = (200..300).contains(&response.status);
+                    if !ok {
                         *self.out.status.entry(response.status).or_default() += 1;
                     }
+                    at_second(&mut self.out.per_second, self.ctx.started, now, usize::from(!ok), 1);
                     if let Some(think) = &self.ctx.config.think_ms {
                         let ms = think.sample(&mut self.rng);
                         c.next_at = now + Duration::from_millis(ms);

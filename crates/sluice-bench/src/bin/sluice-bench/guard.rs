@@ -37,6 +37,27 @@ pub struct GuardBenchArgs {
     /// the guard does, so the guard inherits them and the upstream not).
     #[arg(long)]
     pub pmc: bool,
+    /// Instead: a legitimate pool alone, then beside an attack pool, through
+    /// the guard (issue 24): the legitimate pool's success and p99 against
+    /// its own without the attack, and the attack's refused share after its
+    /// first second.
+    #[arg(long)]
+    pub attack: bool,
+    /// --attack: addresses of the legitimate pool (one connection each).
+    #[arg(long, default_value_t = 1000)]
+    pub legit_clients: usize,
+    /// --attack: the legitimate pool's requests/s in total (open loop).
+    #[arg(long, default_value_t = 200.0)]
+    pub legit_rate: f64,
+    /// --attack: addresses of the attack pool (one connection each).
+    #[arg(long, default_value_t = 10_000)]
+    pub attack_clients: usize,
+    /// --attack: the guard's per-address request rate limit (requests/s).
+    #[arg(long, default_value_t = 2)]
+    pub limit: u32,
+    /// --attack: each attacker offers this many times the limit (open loop).
+    #[arg(long, default_value_t = 10)]
+    pub attack_factor: u32,
 }
 
 /// A child killed when dropped.
@@ -74,6 +95,9 @@ pub fn run(a: GuardBenchArgs) -> Result<()> {
         bail!("--reps and --duration must be at least 1");
     }
     let exe = crate::sluice_exe()?;
+    if a.attack {
+        return attack(&a, &exe);
+    }
     let total = (a.duration as usize * a.reps * 2 + 30).to_string();
     let threads = a.threads.to_string();
     let (_server, upstream) = spawn_announced(
@@ -200,6 +224,117 @@ pub fn run(a: GuardBenchArgs) -> Result<()> {
             // Below saturation both paths deliver the offered rate, so the
             // target is judged on the closed loop's peak only.
             "target": a.rate.is_none().then(|| serde_json::json!({ "min_ratio": 0.7, "met": mr >= 0.7 })),
+        })
+    );
+    Ok(())
+}
+
+/// The smallest range of `base`'s /8 with `n` usable hosts (network and
+/// broadcast are skipped, as http-load skips them).
+fn range_for(base: [u8; 4], n: usize) -> String {
+    let bits = (n + 2).next_power_of_two().trailing_zeros().max(2);
+    format!("{}.{}.{}.{}/{}", base[0], base[1], base[2], base[3], 32 - bits)
+}
+
+/// Sums over a pool's `per_second` from second `from` on: (2xx, all).
+fn seconds_from(pool: &serde_json::Value, from: usize) -> (u64, u64) {
+    let rows = pool["per_second"].as_array().map_or(&[][..], Vec::as_slice);
+    rows.iter().skip(from).fold((0, 0), |(ok, all), s| {
+        let n = |k: usize| s[k].as_u64().unwrap_or(0);
+        (ok + n(0), all + n(0) + n(1) + n(2))
+    })
+}
+
+/// `sluice-bench guard --attack`.
+fn attack(a: &GuardBenchArgs, exe: &Path) -> Result<()> {
+    let dir = tempfile::tempdir().context("a temporary directory")?;
+    let threads = a.threads.to_string();
+    let total = (a.duration * 2 + 30).to_string();
+    let (_server, upstream) = spawn_announced(
+        exe,
+        &["http-serve", "--listen", "127.0.0.1:0", "--threads", &threads, "--duration", &total],
+        "sluice: serving on ",
+    )?;
+    let limit = a.limit.to_string();
+    let legit = format!(
+        "[[pool]]\nname = \"legit\"\nsource = \"{}\"\nconnections = {}\nrate = {}\nthreads = {}\n",
+        range_for([127, 10, 0, 0], a.legit_clients),
+        a.legit_clients,
+        a.legit_rate,
+        a.threads
+    );
+    let attack_rate = a.attack_clients as f64 * f64::from(a.limit) * f64::from(a.attack_factor);
+    let attackers = format!(
+        "[[pool]]\nname = \"attack\"\nsource = \"{}\"\nconnections = {}\nrate = {attack_rate}\nthreads = {}\n",
+        range_for([127, 64, 0, 0], a.attack_clients),
+        a.attack_clients,
+        a.threads
+    );
+    // One fresh guard per phase, so no block carries over.
+    let phase = |name: &str, pools: &str| -> Result<serde_json::Value> {
+        let (_guard, addr) = spawn_announced(
+            exe,
+            &[
+                "http-guard",
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                &upstream,
+                "--threads",
+                &threads,
+                "--duration",
+                &total,
+                "--request-rate",
+                &limit,
+                "--request-burst",
+                &limit,
+                "--ip-block",
+                "60",
+                "--no-pin",
+            ],
+            "sluice: guarding on ",
+        )?;
+        let file = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&file, pools)?;
+        let url = format!("http://{addr}/");
+        let out = Command::new(exe)
+            .args(["http-load", "--url", &url, "--pool", file.to_str().context("path")?, "--json"])
+            .args(["--duration", &a.duration.to_string(), "--timeout-ms", "2000"])
+            .output()
+            .context("running sluice http-load")?;
+        if !out.status.success() {
+            bail!("http-load failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        serde_json::from_slice(&out.stdout).context("http-load printed no JSON report")
+    };
+    let alone = phase("alone", &legit)?;
+    let both = phase("both", &format!("{legit}\n{attackers}"))?;
+    let (la, lb, at) = (&alone["pools"]["legit"], &both["pools"]["legit"], &both["pools"]["attack"]);
+    let success = |p: &serde_json::Value| {
+        let (ok, all) = seconds_from(p, 0);
+        ok as f64 / all.max(1) as f64
+    };
+    let p99 = |p: &serde_json::Value| p["latency_us"]["p99"].as_f64().unwrap_or(f64::NAN);
+    let (attack_ok, attack_all) = seconds_from(at, 1);
+    let refused = 1.0 - attack_ok as f64 / attack_all.max(1) as f64;
+    let (legit_success, p99_ratio) = (success(lb), p99(lb) / p99(la));
+    println!(
+        "{}",
+        serde_json::json!({
+            "bench": "guard_attack",
+            "duration_s": a.duration,
+            "limit_per_ip": a.limit,
+            "legit": {"clients": a.legit_clients, "rate": a.legit_rate, "rps_alone": la["rps"], "rps_attacked": lb["rps"],
+                      "success_alone": success(la), "success_attacked": legit_success,
+                      "p99_us_alone": p99(la), "p99_us_attacked": p99(lb)},
+            "attack": {"clients": a.attack_clients, "offered_rate": attack_rate, "rps_answered": at["rps"],
+                       "requests_after_first_second": attack_all, "refused_after_first_second": refused,
+                       "sources": at["sources"]},
+            "targets": {
+                "legit_success": {"min": 0.999, "value": legit_success, "met": legit_success >= 0.999},
+                "legit_p99_over_alone": {"max": 2.0, "value": p99_ratio, "met": p99_ratio <= 2.0},
+                "attack_refused_after_first_second": {"min": 0.99, "value": refused, "met": refused >= 0.99},
+            },
         })
     );
     Ok(())
