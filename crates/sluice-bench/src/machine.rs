@@ -183,6 +183,7 @@ mod tests {
         assert_eq!(parse_size("32K"), Some(32 << 10));
         assert_eq!(parse_size("2048K"), Some(2 << 20));
         assert_eq!(parse_size("32M"), Some(32 << 20));
+        assert_eq!(parse_size("266240K"), Some(266_240 << 10));
         assert_eq!(parse_size("512"), Some(512));
         assert_eq!(parse_size("x"), None);
         assert_eq!(count_cpu_list("0-3,8,10-11"), 7);

@@ -67,9 +67,7 @@ impl Probe {
 
     /// Median, min and max of the repetitions so far.
     pub fn summary(&self) -> (f64, f64, f64) {
-        let min = self.results.iter().copied().fold(f64::INFINITY, f64::min);
-        let max = self.results.iter().copied().fold(0.0, f64::max);
-        (crate::median(&self.results), min, max)
+        summary(&self.results)
     }
 }
 
@@ -123,10 +121,15 @@ impl Chase {
 
     /// Median, min and max of the repetitions so far.
     pub fn summary(&self) -> (f64, f64, f64) {
-        let min = self.results.iter().copied().fold(f64::INFINITY, f64::min);
-        let max = self.results.iter().copied().fold(0.0, f64::max);
-        (crate::median(&self.results), min, max)
+        summary(&self.results)
     }
+}
+
+/// Median, min and max of `results`.
+fn summary(results: &[f64]) -> (f64, f64, f64) {
+    let min = results.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = results.iter().copied().fold(0.0, f64::max);
+    (crate::median(results), min, max)
 }
 
 /// The last-level cache's size as Linux reports it (the largest
@@ -134,19 +137,8 @@ impl Chase {
 pub fn llc_bytes() -> Option<usize> {
     let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
     dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("size")).ok())
-        .filter_map(|s| parse_cache_size(s.trim()))
+        .filter_map(|s| crate::machine::parse_size(&s).map(|b| b as usize))
         .max()
-}
-
-/// "266240K", "32M", "1024" (bytes) as sysfs writes cache sizes.
-fn parse_cache_size(s: &str) -> Option<usize> {
-    let (num, unit) = match s.as_bytes().last()? {
-        b'K' => (&s[..s.len() - 1], 1 << 10),
-        b'M' => (&s[..s.len() - 1], 1 << 20),
-        b'G' => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    num.parse::<usize>().ok()?.checked_mul(unit)
 }
 
 /// A buffer well beyond the last-level cache, so its random reads go to
@@ -160,12 +152,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cache_sizes_parse() {
-        assert_eq!(parse_cache_size("266240K"), Some(266_240 << 10));
-        assert_eq!(parse_cache_size("32M"), Some(32 << 20));
-        assert_eq!(parse_cache_size("4096"), Some(4096));
-        assert_eq!(parse_cache_size("x"), None);
+    fn the_dram_probe_is_beyond_the_cache() {
         assert!(dram_probe_bytes() >= 256 << 20);
+        assert!(llc_bytes().is_none_or(|llc| dram_probe_bytes() >= 4 * llc));
     }
 
     #[test]

@@ -124,8 +124,14 @@ fn connect_from(src: IpAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
 /// One `GET` from `src` on a fresh connection: the response status, or
 /// `None` if the connection was closed without one.
 fn get_from(src: IpAddr, to: SocketAddr) -> Option<u16> {
+    status_of(src, to, b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+}
+
+/// `bytes` sent from `src` on a fresh connection: the response's status, or
+/// `None` if the connection was closed without one.
+fn status_of(src: IpAddr, to: SocketAddr, bytes: &[u8]) -> Option<u16> {
     let mut s = connect_from(src, to).ok()?;
-    s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").ok()?;
+    s.write_all(bytes).ok()?;
     let mut resp = Vec::new();
     let _ = s.read_to_end(&mut resp);
     let line = resp.split(|&b| b == b'\r').next()?;
@@ -649,13 +655,7 @@ fn breaches_answer_with_their_status_or_a_reset() {
 /// (a PROXY protocol header): the response status, or `None` if the
 /// connection was closed without one.
 fn get_proxied(peer: IpAddr, to: SocketAddr, header: &[u8]) -> Option<u16> {
-    let mut s = connect_from(peer, to).ok()?;
-    let req = [header, b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"].concat();
-    s.write_all(&req).ok()?;
-    let mut resp = Vec::new();
-    let _ = s.read_to_end(&mut resp);
-    let line = resp.split(|&b| b == b'\r').next()?;
-    std::str::from_utf8(line.get(9..12)?).ok()?.parse().ok()
+    status_of(peer, to, &[header, b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"].concat())
 }
 
 fn proxy_v1(client: &str) -> Vec<u8> {
@@ -722,23 +722,13 @@ fn the_proxy_protocol_names_the_client_and_only_trusted_peers_may() {
 /// One `GET` from `peer` carrying `X-Forwarded-For: xff`: the status, or
 /// `None` if closed without one.
 fn get_forwarded(peer: IpAddr, to: SocketAddr, xff: &str) -> Option<u16> {
-    let mut s = connect_from(peer, to).ok()?;
     let req = format!("GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: {xff}\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).ok()?;
-    let mut resp = Vec::new();
-    let _ = s.read_to_end(&mut resp);
-    let line = resp.split(|&b| b == b'\r').next()?;
-    std::str::from_utf8(line.get(9..12)?).ok()?.parse().ok()
+    status_of(peer, to, req.as_bytes())
 }
 
-/// `--client-ip-header X-Forwarded-For`: a trusted proxy's requests are
-/// limited and blocked per the client they name (the rightmost untrusted
-/// address, so a spoofed entry at the left is ignored); the proxy itself is
-/// never blocked; a client that connects directly is its own address
-/// whatever header it sends.
-#[test]
-fn x_forwarded_for_from_a_trusted_proxy_names_the_client_and_spoofing_does_not_move_the_limit() {
-    let _s = serial();
+/// `http-serve`, and `http-guard` before it trusting the proxy at
+/// 127.8.0.1 for `X-Forwarded-For` (limit 20 requests/s, blocks of 30 s).
+fn behind_a_proxy() -> (Served, Guarded, IpAddr) {
     let up = http_serve(12, &[]);
     let args = [
         "--client-ip-header",
@@ -751,7 +741,18 @@ fn x_forwarded_for_from_a_trusted_proxy_names_the_client_and_spoofing_does_not_m
         "30",
     ];
     let g = http_guard(up.addr, 8.0, &args);
-    let lb = ip("127.8.0.1");
+    (up, g, ip("127.8.0.1"))
+}
+
+/// `--client-ip-header X-Forwarded-For`: a trusted proxy's requests are
+/// limited and blocked per the client they name (the rightmost untrusted
+/// address, so a spoofed entry at the left is ignored); the proxy itself is
+/// never blocked; a client that connects directly is its own address
+/// whatever header it sends.
+#[test]
+fn x_forwarded_for_from_a_trusted_proxy_names_the_client_and_spoofing_does_not_move_the_limit() {
+    let _s = serial();
+    let (up, g, lb) = behind_a_proxy();
     assert_eq!(get_forwarded(lb, g.addr, "198.51.100.7"), Some(200));
     let refused = (0..80).filter(|_| get_forwarded(lb, g.addr, "198.51.100.66") != Some(200)).count();
     assert!(refused > 40, "the flooding client behind the proxy was limited: {refused} of 80");
@@ -781,19 +782,7 @@ fn x_forwarded_for_from_a_trusted_proxy_names_the_client_and_spoofing_does_not_m
 #[test]
 fn two_ipv6_addresses_in_one_64_share_a_limit() {
     let _s = serial();
-    let up = http_serve(12, &[]);
-    let args = [
-        "--client-ip-header",
-        "X-Forwarded-For",
-        "--trusted-proxies",
-        "127.8.0.1",
-        "--request-rate",
-        "20",
-        "--ip-block",
-        "30",
-    ];
-    let g = http_guard(up.addr, 8.0, &args);
-    let lb = ip("127.8.0.1");
+    let (up, g, lb) = behind_a_proxy();
     // 15 + 15 in one /64: over 20 together, under it each.
     let mut refused = 0;
     for k in 0..30 {
