@@ -88,6 +88,22 @@ fn spawn_announced(exe: &Path, args: &[&str], prefix: &str) -> Result<(Killed, S
     bail!("sluice {} did not say where it listens", args[0])
 }
 
+/// `sluice http-serve` on a free loopback port for `total` seconds: it and its address.
+fn serve(exe: &Path, threads: &str, total: &str) -> Result<(Killed, String)> {
+    let args = ["http-serve", "--listen", "127.0.0.1:0", "--threads", threads, "--duration", total];
+    spawn_announced(exe, &args, "sluice: serving on ")
+}
+
+/// `sluice http-guard` in front of `upstream` with the limits in `limits`
+/// (unpinned: http-serve pins its thread 0 to CPU 0, and pinning the guard
+/// there too would put both on one core): it and its address.
+fn guard(exe: &Path, upstream: &str, threads: &str, total: &str, limits: &[&str]) -> Result<(Killed, String)> {
+    let mut args = vec!["http-guard", "--listen", "127.0.0.1:0", "--upstream", upstream, "--threads", threads];
+    args.extend(["--duration", total, "--no-pin"]);
+    args.extend(limits);
+    spawn_announced(exe, &args, "sluice: guarding on ")
+}
+
 use sluice_bench::median;
 
 pub fn run(a: GuardBenchArgs) -> Result<()> {
@@ -100,22 +116,9 @@ pub fn run(a: GuardBenchArgs) -> Result<()> {
     }
     let total = (a.duration as usize * a.reps * 2 + 30).to_string();
     let threads = a.threads.to_string();
-    let (_server, upstream) = spawn_announced(
-        &exe,
-        &["http-serve", "--listen", "127.0.0.1:0", "--threads", &threads, "--duration", &total],
-        "sluice: serving on ",
-    )?;
+    let (_server, upstream) = serve(&exe, &threads, &total)?;
     // Every limit on, none reached: the accounting runs on every request.
-    let guard_args = [
-        "http-guard",
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
-        &upstream,
-        "--threads",
-        &threads,
-        "--duration",
-        &total,
+    let limits = [
         "--request-rate",
         "60000",
         "--request-burst",
@@ -137,12 +140,9 @@ pub fn run(a: GuardBenchArgs) -> Result<()> {
         "--http-host-required",
         "--ip-block",
         "10",
-        // http-serve pins its thread 0 to CPU 0; pinning the guard there too
-        // would put both on one core.
-        "--no-pin",
     ];
     let mut pmc = a.pmc.then(Pmc::open_reporting);
-    let (_guard, guarded) = spawn_announced(&exe, &guard_args, "sluice: guarding on ")?;
+    let (_guard, guarded) = guard(&exe, &upstream, &threads, &total, &limits)?;
     let mut counts = (Reading::default(), Reading::default());
     let (conns, dur) = (a.connections.to_string(), a.duration.to_string());
     let rate = a.rate.map(|r| r.to_string());
@@ -250,11 +250,7 @@ fn attack(a: &GuardBenchArgs, exe: &Path) -> Result<()> {
     let dir = tempfile::tempdir().context("a temporary directory")?;
     let threads = a.threads.to_string();
     let total = (a.duration * 2 + 30).to_string();
-    let (_server, upstream) = spawn_announced(
-        exe,
-        &["http-serve", "--listen", "127.0.0.1:0", "--threads", &threads, "--duration", &total],
-        "sluice: serving on ",
-    )?;
+    let (_server, upstream) = serve(exe, &threads, &total)?;
     let limit = a.limit.to_string();
     let legit = format!(
         "[[pool]]\nname = \"legit\"\nsource = \"{}\"\nconnections = {}\nrate = {}\nthreads = {}\n",
@@ -272,28 +268,8 @@ fn attack(a: &GuardBenchArgs, exe: &Path) -> Result<()> {
     );
     // One fresh guard per phase, so no block carries over.
     let phase = |name: &str, pools: &str| -> Result<serde_json::Value> {
-        let (_guard, addr) = spawn_announced(
-            exe,
-            &[
-                "http-guard",
-                "--listen",
-                "127.0.0.1:0",
-                "--upstream",
-                &upstream,
-                "--threads",
-                &threads,
-                "--duration",
-                &total,
-                "--request-rate",
-                &limit,
-                "--request-burst",
-                &limit,
-                "--ip-block",
-                "60",
-                "--no-pin",
-            ],
-            "sluice: guarding on ",
-        )?;
+        let limits = ["--request-rate", &limit, "--request-burst", &limit, "--ip-block", "60"];
+        let (_guard, addr) = guard(exe, &upstream, &threads, &total, &limits)?;
         let file = dir.path().join(format!("{name}.toml"));
         std::fs::write(&file, pools)?;
         let url = format!("http://{addr}/");
