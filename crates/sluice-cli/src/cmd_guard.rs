@@ -6,7 +6,7 @@ use crate::Outcome;
 use anyhow::{Context, Result};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
-use sluice_control::forward::{self, Block, ForwardCounters};
+use sluice_control::forward::{self, ForwardCounters};
 use sluice_guard::{BlockAction, Config, Guard, Limits, RespCodeBlock};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -143,6 +143,15 @@ pub struct GuardArgs {
     /// Requests from --trusted-proxies name their client in this header (rightmost untrusted address).
     #[arg(long, value_name = "NAME", requires = "trusted_proxies")]
     pub client_ip_header: Option<String>,
+    /// Terminate TLS with this certificate chain (PEM); repeat with --tls-key for more, chosen by SNI (the first is the default). SIGHUP rereads them.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Vec<PathBuf>,
+    /// The private key (PEM) of the --tls-cert in the same position.
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Vec<PathBuf>,
+    /// A TLS handshake must finish this many ms after accept.
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    pub tls_handshake_timeout: u64,
     /// Print the summary as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -190,11 +199,14 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
         proxy_protocol: a.proxy_protocol,
         trusted_proxies: a.trusted_proxies,
         client_ip_header: a.client_ip_header,
+        tls: sluice_guard::tls::CertFiles::pairs(a.tls_cert, a.tls_key).map_err(anyhow::Error::msg)?,
+        tls_handshake_timeout: std::time::Duration::from_millis(a.tls_handshake_timeout),
     })?;
     let addr = guard.local_addr();
     let running = guard.start()?;
     let stop = running.stop_flag();
     sluice_control::stop_on_interrupt(&stop).context("installing the signal handlers")?;
+    sluice_control::guard_ctl::reload_tls_on_sighup(&running.shared()).context("installing the SIGHUP handler")?;
     if let Some(m) = metrics {
         let registry = sluice_metrics::guard::registry(running.shared(), forward_counters.clone());
         let bound = sluice_metrics::spawn(m, registry, "sluice http-guard")
@@ -206,18 +218,7 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
         a.control.as_deref().map(|p| sluice_control::guard_ctl::serve(p, group, running.shared(), Arc::default()));
     let control = control.transpose()?;
     let forwarder = forward_counters.clone().map(|counters| {
-        let table = Arc::clone(&running.shared().table);
-        let take = move || {
-            table
-                .take_blocks()
-                .into_iter()
-                .map(|b| Block { ip: b.ip.addr, len: b.ip.len, secs: b.secs, limit: b.limit.to_owned() })
-                .collect()
-        };
-        let stop = Arc::clone(&stop);
-        std::thread::Builder::new()
-            .name("guard-forward".into())
-            .spawn(move || forward::run(take, sinks, stop, counters))
+        sluice_control::guard_ctl::spawn_forwarder(&running.shared(), sinks, Arc::clone(&stop), counters)
     });
     let forwarder = forwarder.transpose().context("starting the block forwarder")?;
     // After the threads run, so a client that reads this line can connect at once.

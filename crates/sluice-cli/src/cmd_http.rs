@@ -5,7 +5,7 @@
 //! itself (and its progress line, and client pools) is `sluice_http`.
 
 use crate::Outcome;
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 use sluice_http::load::{self, LoadConfig, SourceRange};
 use sluice_http::{Config, Dist, Server, Stall, WeightedList};
@@ -93,7 +93,7 @@ pub fn serve(a: ServeArgs) -> Result<Outcome> {
 
 #[derive(Args, Debug)]
 pub struct LoadArgs {
-    /// http://HOST:PORT/PATH to load; with --urls, only its host and port are used.
+    /// http://HOST:PORT/PATH (or https://) to load; with --urls, only its host and port are used.
     #[arg(long, value_name = "URL")]
     pub url: String,
     /// Paths to request, one `PATH [WEIGHT]` per line (or full URLs on the same host:port).
@@ -151,34 +151,24 @@ pub struct LoadArgs {
     /// Several client pools at once from a TOML file, each reported under `pools` (docs/http-load.md).
     #[arg(long, value_name = "FILE")]
     pub pool: Option<PathBuf>,
+    /// https:// URLs: trust these CA certificates (PEM) instead of the system's.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// https:// URLs: accept any server certificate (signatures are still checked).
+    #[arg(long, conflicts_with = "tls_ca")]
+    pub tls_insecure: bool,
+    /// https:// URLs: the name sent as SNI and checked against the certificate (default: the URL's host).
+    #[arg(long, value_name = "NAME")]
+    pub tls_server_name: Option<String>,
 }
 
 pub fn load(a: LoadArgs) -> Result<Outcome> {
     let target = load::parse_url(&a.url)?;
-    let mut paths = match &a.urls {
-        Some(f) => {
-            let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
-            load::parse_url_file(&text, &target).with_context(|| f.display().to_string())?
-        }
-        None => vec![(target.path.clone(), 1)],
-    };
-    if let Some(s) = a.zipf {
-        if !(s.is_finite() && s >= 0.0) {
-            bail!("--zipf must be a non-negative number");
-        }
-        let weights = load::zipf_weights(paths.len(), s);
-        for ((_, w), z) in paths.iter_mut().zip(weights) {
-            *w = z;
-        }
-    }
-    let duration = match (a.duration, a.requests) {
-        (Some(d), _) => {
-            Some(Duration::try_from_secs_f64(d).ok().filter(|d| !d.is_zero()).context("--duration must be positive")?)
-        }
-        (None, Some(_)) => None,
-        // Bounded by default: a load test always stops by itself.
-        (None, None) => Some(Duration::from_secs(10)),
-    };
+    let paths = load::request_paths(&target, a.urls.as_deref(), a.zipf)?;
+    let duration = load::run_length(a.duration, a.requests)?;
+    let tls = target.tls.then(|| {
+        sluice_http::tls::client(&target.host, a.tls_server_name.as_deref(), a.tls_ca.as_deref(), a.tls_insecure)
+    });
     let source = a.source.as_deref().map(str::parse::<SourceRange>).transpose()?;
     let config = LoadConfig {
         target: target.addr,
@@ -197,6 +187,7 @@ pub fn load(a: LoadArgs) -> Result<Outcome> {
         allow_remote: a.allow_remote,
         method: a.method,
         body_size: a.body_size,
+        tls: tls.transpose()?,
     };
     if let Some(file) = &a.pool {
         let pools = sluice_http::pools::read(file, &config, &target).map_err(anyhow::Error::msg)?;

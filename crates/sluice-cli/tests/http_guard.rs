@@ -798,3 +798,149 @@ fn two_ipv6_addresses_in_one_64_share_a_limit() {
     assert_eq!(blocks[0]["ip"], "2001:db8:1:1::/64", "{summary}");
     stop(up);
 }
+
+/// A CA and, for each name, a P-256 leaf it signed (SAN = the name, CN =
+/// the name with `-` for spaces: `a.test-2` is a second certificate for
+/// a.test), made with the openssl command: `(ca.crt, [(name.crt, name.key)])`.
+fn tls_certs(
+    dir: &std::path::Path,
+    names: &[&str],
+) -> (std::path::PathBuf, Vec<(std::path::PathBuf, std::path::PathBuf)>) {
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl").args(args).current_dir(dir).output().expect("openssl (Debian package)");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+    openssl(
+        &[
+            &["req", "-x509"],
+            &ec[..],
+            &["-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=sluice test CA"],
+        ]
+        .concat(),
+    );
+    let leaves = names
+        .iter()
+        .map(|n| {
+            let (key, csr, crt, ext) = (format!("{n}.key"), format!("{n}.csr"), format!("{n}.crt"), format!("{n}.ext"));
+            let san = n.split('-').next().unwrap();
+            std::fs::write(dir.join(&ext), format!("subjectAltName=DNS:{san}\n")).unwrap();
+            let subject = format!("/CN={}", n.replace('-', " "));
+            openssl(&[&["req"], &ec[..], &["-keyout", &key, "-out", &csr, "-subj", &subject]].concat());
+            let sign = ["-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2", "-extfile", &ext];
+            openssl(&[&["x509", "-req", "-in", &csr, "-out", &crt], &sign[..]].concat());
+            (dir.join(crt), dir.join(key))
+        })
+        .collect();
+    (dir.join("ca.crt"), leaves)
+}
+
+/// `curl -v` over TLS to the guard as `name` (resolved to its address):
+/// the HTTP status and the certificate subject it was shown.
+fn curl_tls(g: &Guarded, ca: &std::path::Path, name: &str, extra: &[&str]) -> (String, String) {
+    let port = g.addr.port();
+    let out = Command::new("curl")
+        .args(["-sS", "-v", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5", "--cacert", p(ca)])
+        .args(["--resolve", &format!("{name}:{port}:127.0.0.1"), &format!("https://{name}:{port}/")])
+        .args(extra)
+        .output()
+        .expect("curl (Debian package)");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let subject = err.lines().find_map(|l| l.split_once("subject: ").map(|(_, s)| s.trim().to_owned()));
+    (String::from_utf8_lossy(&out.stdout).into_owned(), subject.unwrap_or_else(|| format!("no subject in {err}")))
+}
+
+/// `--tls-cert/--tls-key` twice: curl (TLS 1.3 and 1.2, certificates checked
+/// against the test CA) is shown the certificate its SNI names, the first
+/// without SNI; a certificate swapped on disk is served after SIGHUP, and a
+/// broken one on the next SIGHUP leaves the good one in place.
+#[test]
+fn tls_picks_the_certificate_by_sni_and_reloads_it_on_sighup() {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, leaves) = tls_certs(dir.path(), &["a.test", "b.test", "a.test-2"]);
+    let up = http_serve(20, &[]);
+    let tls: Vec<&str> = leaves[..2].iter().flat_map(|(c, k)| ["--tls-cert", p(c), "--tls-key", p(k)]).collect();
+    let g = http_guard(up.addr, 15.0, &[&tls[..], &["--metrics", "127.0.0.1:0"]].concat());
+    assert_eq!(curl_tls(&g, &ca, "b.test", &[]), ("200".into(), "CN=b.test".into()));
+    assert_eq!(curl_tls(&g, &ca, "a.test", &["--tlsv1.2", "--tls-max", "1.2"]), ("200".into(), "CN=a.test".into()));
+    // A name no certificate has: the first is served (and curl refuses it).
+    let (status, subject) = curl_tls(&g, &ca, "c.test", &[]);
+    assert_eq!((status.as_str(), subject.as_str()), ("000", "CN=a.test"));
+    // The a.test files now hold a second certificate (and key) for a.test.
+    std::fs::copy(&leaves[2].0, &leaves[0].0).unwrap();
+    std::fs::copy(&leaves[2].1, &leaves[0].1).unwrap();
+    let hup = || assert!(Command::new("kill").args(["-HUP", &g.child.id().to_string()]).status().unwrap().success());
+    let reloads = |result: &str| g.metric(&format!("sluice_guard_tls_reloads_total{{result=\"{result}\"}}"));
+    hup();
+    let end = Instant::now() + Duration::from_secs(3);
+    while reloads("ok") < 1.0 {
+        assert!(Instant::now() < end, "no reload after SIGHUP");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let renewed = curl_tls(&g, &ca, "a.test", &[]);
+    assert_eq!(renewed, ("200".into(), "CN=a.test 2".into()), "the new certificate after SIGHUP");
+    std::fs::write(&leaves[0].1, "not a key\n").unwrap();
+    hup();
+    while reloads("failed") < 1.0 {
+        assert!(Instant::now() < end + Duration::from_secs(2), "no failed reload after SIGHUP: {}", reloads("ok"));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(curl_tls(&g, &ca, "b.test", &[]), ("200".into(), "CN=b.test".into()), "still serving");
+    let s = g.summary();
+    assert_eq!((s["tls_reloads_ok"].as_u64(), s["tls_reloads_failed"].as_u64()), (Some(1), Some(1)), "{s}");
+    // curl checks the name after the handshake: c.test's finished too.
+    assert_eq!(s["tls_handshakes"].as_u64(), Some(5), "{s}");
+    assert_eq!(s["forwarded"].as_u64(), Some(4), "{s}");
+    stop(up);
+}
+
+/// `http-load` over https through the guard: every request answered, one
+/// handshake per connection; a client that stops mid-handshake is closed at
+/// `--tls-handshake-timeout`, one that speaks plain HTTP fails the
+/// handshake, and `openssl s_client` gets http/1.1 by ALPN.
+#[test]
+fn http_load_over_tls_and_handshakes_that_fail_or_stall() {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, leaves) = tls_certs(dir.path(), &["guard.test"]);
+    let up = http_serve(20, &[]);
+    let (cert, key) = (p(&leaves[0].0), p(&leaves[0].1));
+    let g = http_guard(up.addr, 12.0, &["--tls-cert", cert, "--tls-key", key, "--tls-handshake-timeout", "500"]);
+    let url = format!("https://{}/", g.addr);
+    let trusted = ["--tls-ca", p(&ca), "--tls-server-name", "guard.test", "--connections", "8", "--duration", "2"];
+    let r = load_report(load(&url, &trusted));
+    assert_eq!(failures(&r), (0, 0), "{r}");
+    assert_eq!(r["errors"]["tls"], 0, "{r}");
+    let served = r["requests"].as_u64().unwrap();
+    assert!(served > 500, "{r}");
+    // The certificate is not for this name: every handshake fails, and the report says why.
+    let wrong = load_report(load(&url, &["--tls-ca", p(&ca), "--connections", "1", "--duration", "0.5"]));
+    assert!(wrong["errors"]["tls"].as_u64().unwrap() > 0, "{wrong}");
+    assert!(wrong["tls_error"].as_str().unwrap().contains("certificate"), "{wrong}");
+    // Half a ClientHello, then nothing.
+    let mut stalled = TcpStream::connect(g.addr).unwrap();
+    stalled.write_all(&[22, 3, 1, 0, 200, 1, 0, 0]).unwrap();
+    // Plain HTTP to the TLS port.
+    let plain = status_of(ip("127.0.0.1"), g.addr, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(plain, None, "no HTTP answer on a TLS port");
+    let t0 = Instant::now();
+    stalled.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let n = stalled.read(&mut [0u8; 64]).unwrap_or(usize::MAX);
+    let waited = t0.elapsed();
+    assert!(n == 0 && waited < Duration::from_millis(900), "closed at the handshake timeout: {n} after {waited:?}");
+    let s_client = Command::new("openssl")
+        .args(["s_client", "-connect", &g.addr.to_string(), "-servername", "guard.test", "-alpn", "h2,http/1.1"])
+        .args(["-CAfile", p(&ca), "-verify_return_error"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&s_client.stdout);
+    assert!(text.contains("ALPN protocol: http/1.1") && text.contains("Verify return code: 0 (ok)"), "{text}");
+    let s = g.summary();
+    assert_eq!(s["tls_handshake_timeouts"].as_u64(), Some(1), "{s}");
+    assert!(s["tls_handshake_errors"].as_u64().unwrap() >= 2, "plain HTTP and the wrong name: {s}");
+    assert_eq!(s["forwarded"].as_u64(), Some(served), "{s}");
+    assert!(s["tls_handshakes"].as_u64().unwrap() >= 9, "8 load connections and s_client: {s}");
+    stop(up);
+}

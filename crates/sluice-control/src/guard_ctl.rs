@@ -28,6 +28,42 @@ impl GuardControl {
     }
 }
 
+/// A thread forwarding the guard's new blocks to `sinks` (a bridge's
+/// control socket, a CrowdSec LAPI) until `stop`, then one last push.
+pub fn spawn_forwarder(
+    shared: &Shared,
+    sinks: Vec<crate::forward::Sink>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    counters: Arc<crate::forward::ForwardCounters>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let table = Arc::clone(&shared.table);
+    let take = move || {
+        let blocks = table.take_blocks().into_iter();
+        blocks.map(|b| crate::forward::Block { ip: b.ip.addr, len: b.ip.len, secs: b.secs, limit: b.limit.into() })
+    };
+    std::thread::Builder::new()
+        .name("guard-forward".into())
+        .spawn(move || crate::forward::run(move || take().collect(), sinks, stop, counters))
+}
+
+/// `--tls-cert`: reread the certificate files on each SIGHUP; a failed
+/// reload keeps serving the old ones and says why.
+pub fn reload_tls_on_sighup(shared: &Shared) -> std::io::Result<()> {
+    let Some(store) = shared.tls.clone() else { return Ok(()) };
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP])?;
+    std::thread::Builder::new().name("guard-sighup".into()).spawn(move || {
+        for _ in signals.forever() {
+            match store.reload() {
+                Ok(()) => tracing::info!(event = "tls_reload", "certificates reloaded (SIGHUP)"),
+                Err(e) => {
+                    tracing::error!(event = "tls_reload_failed", "reload (SIGHUP) failed, old certificates kept: {e}")
+                }
+            }
+        }
+    })?;
+    Ok(())
+}
+
 /// Serve `path` (mode 0600, or 0660 for `group`) for the guard whose
 /// threads share `shared`.
 pub fn serve(
@@ -103,6 +139,7 @@ mod tests {
             max_connections: 10,
             threads: Vec::new(),
             started: Instant::now(),
+            tls: None,
             block_file_writes: Arc::new(AtomicU64::new(0)),
         };
         let (a, b): (IpAddr, IpAddr) = ("192.0.2.1".parse().unwrap(), "2001:db8:0:9::7".parse().unwrap());

@@ -23,6 +23,7 @@ pub mod proxyproto;
 pub mod publish;
 pub mod slots;
 pub mod table;
+pub mod tls;
 
 mod proxy;
 
@@ -38,7 +39,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// What a breach does to the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +86,11 @@ pub struct Config {
     /// A request from a trusted proxy names its client in this header
     /// (`X-Forwarded-For`): the rightmost untrusted address.
     pub client_ip_header: Option<String>,
+    /// Terminate TLS with these certificates (chosen by SNI; the first is
+    /// the default). Empty: plain HTTP.
+    pub tls: Vec<tls::CertFiles>,
+    /// A TLS handshake must finish this soon after accept.
+    pub tls_handshake_timeout: Duration,
 }
 
 impl Config {
@@ -108,6 +114,8 @@ impl Config {
             proxy_protocol: false,
             trusted_proxies: Vec::new(),
             client_ip_header: None,
+            tls: Vec::new(),
+            tls_handshake_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -118,6 +126,8 @@ pub enum GuardError {
     NotLoopback(SocketAddr),
     #[error("{0}")]
     BadLimit(String),
+    #[error("--tls-cert: {0}")]
+    Tls(String),
     // The cause is part of the message (not a `source`), so a printed
     // error chain does not repeat it.
     #[error("{what}: {error}")]
@@ -157,6 +167,12 @@ pub struct ThreadCounters {
     /// `--proxy-protocol`: connections whose first bytes were not a valid
     /// PROXY header, or that sent none within the header timeout, closed.
     pub proxy_header_errors: AtomicU64,
+    /// TLS handshakes finished.
+    pub tls_handshakes: AtomicU64,
+    /// TLS connections that failed before their handshake finished.
+    pub tls_handshake_errors: AtomicU64,
+    /// TLS connections closed for not finishing the handshake in time.
+    pub tls_handshake_timeouts: AtomicU64,
     pub breaches: [AtomicU64; Limit::COUNT],
 }
 
@@ -168,6 +184,8 @@ pub struct Shared {
     pub threads: Vec<ThreadCounters>,
     pub started: Instant,
     pub block_file_writes: Arc<AtomicU64>,
+    /// `--tls-cert`: the certificates served (reloadable).
+    pub tls: Option<Arc<tls::TlsStore>>,
 }
 
 /// The counters summed: the `--json` summary and the metrics.
@@ -189,6 +207,11 @@ pub struct Report {
     pub refused_untrusted_proxy: u64,
     pub proxy_header_errors: u64,
     pub refused_forwarded_blocked: u64,
+    pub tls_handshakes: u64,
+    pub tls_handshake_errors: u64,
+    pub tls_handshake_timeouts: u64,
+    pub tls_reloads_ok: u64,
+    pub tls_reloads_failed: u64,
     pub refused_at_accept: u64,
     pub refused_table_full: u64,
     pub closed_blocked: u64,
@@ -260,6 +283,11 @@ impl Shared {
             refused_untrusted_proxy: sum(|t| &t.refused_untrusted_proxy),
             proxy_header_errors: sum(|t| &t.proxy_header_errors),
             refused_forwarded_blocked: sum(|t| &t.refused_forwarded_blocked),
+            tls_handshakes: sum(|t| &t.tls_handshakes),
+            tls_handshake_errors: sum(|t| &t.tls_handshake_errors),
+            tls_handshake_timeouts: sum(|t| &t.tls_handshake_timeouts),
+            tls_reloads_ok: self.tls.as_ref().map_or(0, |t| t.reloads_ok.load(Ordering::Relaxed)),
+            tls_reloads_failed: self.tls.as_ref().map_or(0, |t| t.reloads_failed.load(Ordering::Relaxed)),
             would_block: if dry { s.blocked_total.load(Ordering::Relaxed) } else { 0 },
             refused_at_accept: sum(|t| &t.refused_at_accept),
             refused_table_full: sum(|t| &t.refused_table_full),
@@ -283,6 +311,7 @@ pub struct Guard {
     listeners: Vec<std::net::TcpListener>,
     addr: SocketAddr,
     config: Config,
+    tls: Option<Arc<tls::TlsStore>>,
 }
 
 impl Guard {
@@ -303,6 +332,11 @@ impl Guard {
         if config.threads == 0 {
             return Err(GuardError::BadLimit("--threads must be at least 1".into()));
         }
+        // Before binding: a bad certificate is named before anything listens.
+        let tls = (!config.tls.is_empty())
+            .then(|| tls::TlsStore::load(config.tls.clone()).map(Arc::new))
+            .transpose()
+            .map_err(GuardError::Tls)?;
         let io_err = |what: String| move |error| GuardError::Io { what, error };
         let privileged = config.listen.port() < 1024 && config.listen.port() != 0;
         let hint = if privileged { " (a port below 1024 needs CAP_NET_BIND_SERVICE)" } else { "" };
@@ -317,7 +351,7 @@ impl Guard {
                 sluice_tcp::reuseport_listener(addr).map_err(io_err(format!("binding another socket to {addr}")))?,
             );
         }
-        Ok(Guard { listeners, addr, config })
+        Ok(Guard { listeners, addr, config, tls })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -344,6 +378,7 @@ impl Guard {
             threads: (0..config.threads).map(|_| ThreadCounters::default()).collect(),
             started: Instant::now(),
             block_file_writes: Arc::new(AtomicU64::new(0)),
+            tls: self.tls,
         });
         let stop = Arc::new(AtomicBool::new(false));
         let spawn_err = |error| GuardError::Io { what: "spawning a guard thread".into(), error };

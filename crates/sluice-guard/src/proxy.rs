@@ -12,6 +12,7 @@ use crate::frame::{HeadStep, Refusal, RequestFramer};
 use crate::limits::{Limit, Limits};
 use crate::proxyproto::Parsed;
 use crate::table::Admit;
+use crate::tls::{Input, TlsConn};
 use crate::{BlockAction, Config, Shared, ThreadCounters};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
@@ -98,6 +99,10 @@ struct Client {
     /// A dry run counted this request's body length already (its head's
     /// Content-Length): the body crossing the limit is not counted again.
     body_len_noted: bool,
+    /// `--tls-cert`: the connection's TLS (plaintext flows through `inbuf` and `out`).
+    tls: Option<Box<TlsConn>>,
+    /// The handshake must be done by then (`--tls-handshake-timeout`).
+    handshake_deadline: Option<Instant>,
 }
 
 struct Up {
@@ -139,6 +144,8 @@ pub(crate) struct Worker<'a> {
     /// (its share of `--max-connections`).
     open: usize,
     max_open: usize,
+    /// The TLS config new connections get, and the store generation it is from.
+    tls: Option<(u64, std::sync::Arc<rustls::ServerConfig>)>,
 }
 
 fn reason(status: u16) -> &'static str {
@@ -197,6 +204,7 @@ impl<'a> Worker<'a> {
             doomed: Vec::new(),
             open: 0,
             max_open: (shared.max_connections / cfg.threads.max(1)).max(1),
+            tls: None,
         })
     }
 
@@ -290,7 +298,20 @@ impl<'a> Worker<'a> {
                 }
                 continue;
             }
+            // A dry run admits a breaching connection, counted as open.
+            let tracked = admit == Some(Admit::Ok) || (self.cfg.dry_run && matches!(admit, Some(Admit::Breach(_))));
             let _ = sock.set_nodelay(true);
+            let tls = match self.new_tls() {
+                Ok(t) => t,
+                Err(_) => {
+                    add(&self.n.tls_handshake_errors, 1);
+                    if tracked {
+                        self.shared.table.on_close(ip);
+                    }
+                    continue;
+                }
+            };
+            let handshake_deadline = tls.as_ref().map(|_| Instant::now() + self.cfg.tls_handshake_timeout);
             let i = self.free_clients.pop().unwrap_or_else(|| {
                 self.clients.push(None);
                 self.clients.len() - 1
@@ -300,8 +321,7 @@ impl<'a> Worker<'a> {
                 ip,
                 peer: ip,
                 forwarded,
-                // A dry run admits a breaching connection, counted as open.
-                tracked: admit == Some(Admit::Ok) || (self.cfg.dry_run && matches!(admit, Some(Admit::Breach(_)))),
+                tracked,
                 inbuf: vec![0; IN_CHUNK.min(self.in_cap)],
                 start: 0,
                 end: 0,
@@ -316,6 +336,8 @@ impl<'a> Worker<'a> {
                 peer_eof: false,
                 readable: true,
                 body_len_noted: false,
+                tls,
+                handshake_deadline,
             };
             self.start_waiting(&mut c);
             if self
@@ -346,6 +368,23 @@ impl<'a> Worker<'a> {
                 }
             }
         }
+    }
+
+    /// A TLS connection for a new client when `--tls-cert` is on (the
+    /// config as of the last reload).
+    fn new_tls(&mut self) -> Result<Option<Box<TlsConn>>, crate::tls::TlsError> {
+        let Some(store) = &self.shared.tls else { return Ok(None) };
+        let generation = store.generation.load(Ordering::Acquire);
+        if self.tls.as_ref().is_none_or(|(g, _)| *g != generation) {
+            self.tls = Some((generation, store.current()));
+        }
+        let cfg = self.tls.as_ref().expect("just set").1.clone();
+        TlsConn::new(cfg).map(|t| Some(Box::new(t)))
+    }
+
+    /// A whole ClientHello, before rustls spends anything on it.
+    fn hello(&mut self, _c: &mut Client, _hello: &crate::ja4::ClientHello) -> After {
+        After::Keep
     }
 
     /// Count a request against its client (named by a trusted proxy, or
@@ -398,7 +437,9 @@ impl<'a> Worker<'a> {
         }
         c.head_deadline = None;
         c.body_deadline = None;
-        if self.cfg.action == BlockAction::Reset || started {
+        // Before the handshake is done nothing can be said: just close.
+        let mute = c.tls.as_ref().is_some_and(|t| !t.established);
+        if self.cfg.action == BlockAction::Reset || started || mute {
             return if self.cfg.action == BlockAction::Reset { After::Reset } else { After::Close };
         }
         if r.status != 0 {
@@ -506,6 +547,11 @@ impl<'a> Worker<'a> {
         for i in 0..self.clients.len() {
             let Some(c) = &self.clients[i] else { continue };
             let limit = match c.phase {
+                _ if c.handshake_deadline.is_some_and(|d| now >= d) => {
+                    add(&self.n.tls_handshake_timeouts, 1);
+                    self.close_client(i, false);
+                    continue;
+                }
                 Phase::Draining(d) if now >= d => {
                     self.close_client(i, false);
                     continue;
@@ -627,11 +673,29 @@ impl<'a> Worker<'a> {
                 sluice_tcp::make_room(&mut c.inbuf, &mut c.start, &mut c.end, self.in_cap);
                 if c.end < c.inbuf.len() {
                     let room = c.inbuf.len() - c.end;
-                    match c.sock.read(&mut c.inbuf[c.end..]) {
-                        Ok(0) => c.peer_eof = true,
-                        Ok(n) => {
-                            // A short read drained the socket; new input brings a new edge.
-                            c.readable = n == room;
+                    // Bytes read, and whether more may be there without a new edge.
+                    let got = match &mut c.tls {
+                        // A short read drained the socket; new input brings a new edge.
+                        None => c.sock.read(&mut c.inbuf[c.end..]).map(|n| (n, n == room)),
+                        Some(t) => match t.read(&mut c.sock, &mut c.inbuf[c.end..]) {
+                            Ok(Input::Data(n)) => Ok((n, true)),
+                            Ok(Input::WouldBlock) => Err(io::ErrorKind::WouldBlock.into()),
+                            Ok(Input::Hello(hello)) => match self.hello(c, &hello) {
+                                After::Keep => continue,
+                                after => return after,
+                            },
+                            Err(_) => {
+                                if !t.established {
+                                    add(&self.n.tls_handshake_errors, 1);
+                                }
+                                return After::Close;
+                            }
+                        },
+                    };
+                    match got {
+                        Ok((0, _)) => c.peer_eof = true,
+                        Ok((n, more)) => {
+                            c.readable = more;
                             c.end += n;
                             add(&self.n.bytes_in, n as u64);
                             progress = true;
@@ -641,6 +705,13 @@ impl<'a> Worker<'a> {
                         Err(_) => return After::Close,
                     }
                 }
+            }
+
+            if let Some(t) = c.tls.as_mut().filter(|t| !t.established && !t.is_handshaking()) {
+                t.established = true;
+                c.handshake_deadline = None;
+                add(&self.n.tls_handshakes, 1);
+                progress = true;
             }
 
             if c.phase == Phase::Proxy && c.end > c.start {
@@ -804,20 +875,29 @@ impl<'a> Worker<'a> {
                 }
             }
 
-            // Write to the client.
-            match sluice_tcp::write_pending(&mut c.sock, &c.out, &mut c.out_pos) {
-                Ok(0) => {}
-                Ok(n) => {
-                    add(&self.n.bytes_out, n as u64);
-                    progress = true;
+            // Write to the client (over TLS: plaintext in, and any records
+            // queued, a handshake's too, out).
+            let wrote = match &mut c.tls {
+                None => sluice_tcp::write_pending(&mut c.sock, &c.out, &mut c.out_pos).map(|n| (n, n)),
+                Some(t) => sluice_tcp::write_pending(&mut t.writer(&mut c.sock), &c.out, &mut c.out_pos)
+                    .and_then(|n| Ok((n, n + t.flush(&mut c.sock)?))),
+            };
+            match wrote {
+                Ok((plain, moved)) => {
+                    add(&self.n.bytes_out, plain as u64);
+                    progress |= moved > 0;
                 }
                 Err(_) => return After::Close,
             }
-            let flushed = c.out_pos == c.out.len();
+            let flushed = c.out_pos == c.out.len() && !c.tls.as_ref().is_some_and(|t| t.wants_write());
             if flushed {
                 c.out.clear();
                 c.out_pos = 0;
                 if c.phase == Phase::Closing {
+                    // TLS ends with a close_notify, sent before the FIN.
+                    if c.tls.as_mut().is_some_and(|t| t.close()) {
+                        continue;
+                    }
                     let _ = c.sock.shutdown(Shutdown::Write);
                     c.phase = Phase::Draining(Instant::now() + DRAIN_FOR);
                     continue;

@@ -11,6 +11,7 @@ pub mod load;
 pub mod pools;
 pub mod request;
 pub mod server;
+pub mod tls;
 
 pub use dist::{Dist, DistError, WeightedList};
 pub use server::{Config, Report, Running, ServeError, Server, Stall, ThreadStats};

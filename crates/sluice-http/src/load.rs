@@ -69,16 +69,21 @@ pub struct Target {
     pub addr: SocketAddr,
     pub host: String,
     pub path: String,
+    /// `https://`
+    pub tls: bool,
 }
 
-/// `http://HOST[:PORT][/PATH]`; HOST an IP literal (IPv6 in brackets) or a
-/// name resolved once here.
+/// `http://HOST[:PORT][/PATH]` or `https://...`; HOST an IP literal (IPv6
+/// in brackets) or a name resolved once here.
 pub fn parse_url(url: &str) -> Result<Target, LoadError> {
-    let rest = url
-        .get(..7)
-        .filter(|s| s.eq_ignore_ascii_case("http://"))
-        .map(|_| &url[7..])
-        .ok_or_else(|| invalid(format!("{url:?}: only http:// URLs are supported")))?;
+    let scheme = |s: &str| url.get(..s.len()).is_some_and(|p| p.eq_ignore_ascii_case(s));
+    let (rest, tls) = if scheme("http://") {
+        (&url[7..], false)
+    } else if scheme("https://") {
+        (&url[8..], true)
+    } else {
+        return Err(invalid(format!("{url:?}: only http:// and https:// URLs are supported")));
+    };
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
@@ -93,7 +98,7 @@ pub fn parse_url(url: &str) -> Result<Target, LoadError> {
         Some((h, p)) if !p.contains(']') => {
             (h, p.parse::<u16>().map_err(|_| invalid(format!("{url:?}: bad port {p:?}")))?)
         }
-        _ => (authority, 80),
+        _ => (authority, if tls { 443 } else { 80 }),
     };
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     let addr = match bare.parse::<IpAddr>() {
@@ -104,7 +109,48 @@ pub fn parse_url(url: &str) -> Result<Target, LoadError> {
             .next()
             .ok_or_else(|| invalid(format!("{url:?}: {bare:?} has no address")))?,
     };
-    Ok(Target { addr, host: authority.to_string(), path: path.to_string() })
+    Ok(Target { addr, host: authority.to_string(), path: path.to_string(), tls })
+}
+
+/// The paths a run requests: the URL's own, or a `--urls` file's lines
+/// (weighted by Zipf rank with `zipf`).
+pub fn request_paths(
+    target: &Target,
+    urls: Option<&std::path::Path>,
+    zipf: Option<f64>,
+) -> Result<Vec<(String, u64)>, LoadError> {
+    let mut paths = match urls {
+        Some(f) => {
+            let text = std::fs::read_to_string(f)
+                .map_err(|source| LoadError::Io { what: format!("reading {}", f.display()), source })?;
+            parse_url_file(&text, target).map_err(|e| invalid(format!("{}: {e}", f.display())))?
+        }
+        None => vec![(target.path.clone(), 1)],
+    };
+    if let Some(s) = zipf {
+        if !(s.is_finite() && s >= 0.0) {
+            return Err(invalid("--zipf must be a non-negative number"));
+        }
+        let weights = zipf_weights(paths.len(), s);
+        for ((_, w), z) in paths.iter_mut().zip(weights) {
+            *w = z;
+        }
+    }
+    Ok(paths)
+}
+
+/// How long a run issues: `duration` seconds; with only a request count,
+/// until it is done; with neither, 10 s (a load test always stops by itself).
+pub fn run_length(duration: Option<f64>, requests: Option<u64>) -> Result<Option<Duration>, LoadError> {
+    match (duration, requests) {
+        (Some(d), _) => Duration::try_from_secs_f64(d)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .map(Some)
+            .ok_or_else(|| invalid("--duration must be positive")),
+        (None, Some(_)) => Ok(None),
+        (None, None) => Ok(Some(Duration::from_secs(10))),
+    }
 }
 
 /// A `--urls` file: one `PATH [WEIGHT]` per line (weight 1 if absent; `#`
@@ -238,6 +284,8 @@ pub struct LoadConfig {
     /// Request body sizes in bytes, one draw per request (`Content-Length`
     /// bodies); `None`: no body (`Content-Length: 0` for POST and PUT).
     pub body_size: Option<Dist>,
+    /// `https://`: every connection speaks TLS.
+    pub tls: Option<crate::tls::ClientTls>,
 }
 
 impl LoadConfig {
@@ -260,6 +308,7 @@ impl LoadConfig {
             allow_remote: false,
             method: "GET".into(),
             body_size: None,
+            tls: None,
         }
     }
 }
@@ -281,11 +330,16 @@ pub struct Errors {
     pub write: u64,
     pub timeout: u64,
     pub bad_response: u64,
+    /// TLS failures (a handshake refused, a bad record): the connection's
+    /// outstanding requests, or the connection itself when none was.
+    pub tls: u64,
+    /// What the first TLS failure was (a user's first question).
+    pub first_tls: Option<String>,
 }
 
 impl Errors {
     fn total(&self) -> u64 {
-        self.connect + self.read + self.write + self.timeout + self.bad_response
+        self.connect + self.read + self.write + self.timeout + self.bad_response + self.tls
     }
 
     fn add(&mut self, o: &Errors) {
@@ -294,6 +348,10 @@ impl Errors {
         self.write += o.write;
         self.timeout += o.timeout;
         self.bad_response += o.bad_response;
+        self.tls += o.tls;
+        if self.first_tls.is_none() {
+            self.first_tls.clone_from(&o.first_tls);
+        }
     }
 }
 
@@ -365,9 +423,12 @@ impl LoadReport {
         };
         let _ = writeln!(
             out,
-            "  errors: connect {}, read {}, write {}, timeout {}, bad response {}; non-2xx: {non2xx}",
-            e.connect, e.read, e.write, e.timeout, e.bad_response
+            "  errors: connect {}, read {}, write {}, timeout {}, bad response {}, tls {}; non-2xx: {non2xx}",
+            e.connect, e.read, e.write, e.timeout, e.bad_response, e.tls
         );
+        if let Some(why) = &e.first_tls {
+            let _ = writeln!(out, "  first TLS error: {why}");
+        }
         out
     }
 }
@@ -450,8 +511,10 @@ impl LoadReport {
                 "write": self.errors.write,
                 "timeout": self.errors.timeout,
                 "bad_response": self.errors.bad_response,
+                "tls": self.errors.tls,
                 "status": status,
             },
+            "tls_error": self.errors.first_tls,
             "rps": (self.rps() * 10.0).round() / 10.0,
             "latency_us": percentiles(self.latency()),
             "open_loop": self.rate.is_some(),
@@ -728,6 +791,7 @@ enum State {
 
 struct Conn {
     sock: Option<TcpStream>,
+    tls: Option<rustls::ClientConnection>,
     state: State,
     source: Option<IpAddr>,
     inbuf: Vec<u8>,
@@ -775,6 +839,7 @@ impl ThreadCtx {
             .iter()
             .map(|&j| Conn {
                 sock: None,
+                tls: None,
                 state: State::Idle(self.started),
                 source: c.source.map(|s| s.nth(j)),
                 inbuf: vec![0; IN_CHUNK],
@@ -871,6 +936,7 @@ enum Fail {
     Write,
     Timeout,
     BadResponse,
+    Tls,
 }
 
 impl Worker<'_> {
@@ -912,7 +978,7 @@ impl Worker<'_> {
         if issuing {
             self.issue(c, now, wake);
         }
-        if c.out_pos < c.out.len() {
+        if c.out_pos < c.out.len() || c.tls.as_ref().is_some_and(|t| t.wants_write()) {
             self.flush(c, now);
         }
     }
@@ -958,6 +1024,12 @@ impl Worker<'_> {
                 }
                 c.sock = Some(sock);
                 c.state = State::Connecting(now);
+                if let Some(t) = &self.ctx.config.tls {
+                    match rustls::ClientConnection::new(t.config.clone(), t.name.clone()) {
+                        Ok(conn) => c.tls = Some(conn),
+                        Err(_) => self.fail(c, Fail::Tls, now),
+                    }
+                }
             }
             Err(_) => self.connect_failed(c, now),
         }
@@ -975,6 +1047,7 @@ impl Worker<'_> {
         if let Some(mut s) = c.sock.take() {
             let _ = self.poll.registry().deregister(&mut s);
         }
+        c.tls = None;
         c.in_start = 0;
         c.in_end = 0;
         c.out.clear();
@@ -988,7 +1061,7 @@ impl Worker<'_> {
         c.outstanding.clear();
         let e = &mut self.out.errors;
         let n = match kind {
-            Fail::BadResponse => n.max(1),
+            Fail::BadResponse | Fail::Tls => n.max(1),
             _ => n,
         };
         match kind {
@@ -996,6 +1069,7 @@ impl Worker<'_> {
             Fail::Write => e.write += n,
             Fail::Timeout => e.timeout += n,
             Fail::BadResponse => e.bad_response += n,
+            Fail::Tls => e.tls += n,
         }
         at_second(&mut self.out.per_second, self.ctx.started, now, 2, n);
         self.close(c);
@@ -1029,7 +1103,8 @@ impl Worker<'_> {
             return;
         }
         self.read(c, now);
-        if c.state == State::Open && c.out_pos < c.out.len() {
+        // Over TLS there may be handshake records to send with no request yet.
+        if c.state == State::Open && (c.out_pos < c.out.len() || c.tls.as_ref().is_some_and(|t| t.wants_write())) {
             self.flush(c, now);
         }
     }
@@ -1046,7 +1121,11 @@ impl Worker<'_> {
                     return self.fail(c, Fail::BadResponse, now);
                 }
             }
-            match sock.read(&mut c.inbuf[c.in_end..]) {
+            let got = match &mut c.tls {
+                None => sock.read(&mut c.inbuf[c.in_end..]),
+                Some(t) => sluice_tcp::tls::read(t, sock, &mut c.inbuf[c.in_end..]),
+            };
+            match got {
                 Ok(0) => {
                     // The server closed: whatever it still owed is lost.
                     return self.fail(c, Fail::Read, now);
@@ -1060,6 +1139,10 @@ impl Worker<'_> {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                    self.out.errors.first_tls.get_or_insert_with(|| e.to_string());
+                    return self.fail(c, Fail::Tls, now);
+                }
                 Err(_) => return self.fail(c, Fail::Read, now),
             }
         }
@@ -1113,6 +1196,22 @@ impl Worker<'_> {
     }
 
     fn flush(&mut self, c: &mut Conn, now: Instant) {
+        if let (Some(t), Some(sock)) = (&mut c.tls, &mut c.sock) {
+            let mut w = sluice_tcp::tls::PlainWriter { conn: t, sock };
+            let wrote = sluice_tcp::write_pending(&mut w, &c.out, &mut c.out_pos).and_then(|n| {
+                sluice_tcp::tls::flush(t, sock)?;
+                Ok(n)
+            });
+            match wrote {
+                Ok(n) => self.out.bytes_sent += n as u64,
+                Err(_) => return self.fail(c, Fail::Write, now),
+            }
+            if c.out_pos == c.out.len() {
+                c.out.clear();
+                c.out_pos = 0;
+            }
+            return;
+        }
         while c.out_pos < c.out.len() {
             let Some(sock) = c.sock.as_mut() else { return };
             match sock.write(&c.out[c.out_pos..]) {
@@ -1161,8 +1260,29 @@ mod tests {
         );
         let t = parse_url("HTTP://[::1]").unwrap();
         assert_eq!((t.addr, t.path.as_str()), ("[::1]:80".parse().unwrap(), "/"));
-        assert!(parse_url("https://127.0.0.1/").is_err());
+        assert!(!t.tls);
+        let t = parse_url("https://127.0.0.1/").unwrap();
+        assert_eq!((t.addr, t.tls), ("127.0.0.1:443".parse().unwrap(), true));
+        assert!(parse_url("ftp://127.0.0.1/").is_err());
         assert!(parse_url("http://127.0.0.1:99999/").is_err());
+    }
+
+    #[test]
+    fn the_tls_side_checks_the_name_it_is_given() {
+        let tls = crate::tls::client("[::1]:8443", None, None, true).unwrap();
+        assert_eq!(tls.name, rustls::pki_types::ServerName::try_from("::1").unwrap());
+        let tls = crate::tls::client("127.0.0.1:8443", Some("shop.example"), None, true).unwrap();
+        assert_eq!(tls.name, rustls::pki_types::ServerName::try_from("shop.example").unwrap());
+        let err = crate::tls::client("a:1", None, Some(std::path::Path::new("/nonexistent.pem")), false).unwrap_err();
+        assert!(err.to_string().contains("/nonexistent.pem"), "{err}");
+    }
+
+    #[test]
+    fn run_length_defaults_to_ten_seconds_unless_counted() {
+        assert_eq!(run_length(None, None).unwrap(), Some(Duration::from_secs(10)));
+        assert_eq!(run_length(None, Some(5)).unwrap(), None);
+        assert_eq!(run_length(Some(0.5), Some(5)).unwrap(), Some(Duration::from_millis(500)));
+        assert!(run_length(Some(0.0), None).is_err());
     }
 
     #[test]

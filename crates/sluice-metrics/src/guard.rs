@@ -112,6 +112,26 @@ impl Collector for Exporter {
             r.upstream_errors,
         )?;
         c(&mut enc, "sluice_guard_connections", "Client connections accepted.", r.connections)?;
+        if self.0.tls.is_some() {
+            c(&mut enc, "sluice_guard_tls_handshakes", "TLS handshakes finished.", r.tls_handshakes)?;
+            c(
+                &mut enc,
+                "sluice_guard_tls_handshake_errors",
+                "TLS connections that failed before their handshake finished.",
+                r.tls_handshake_errors,
+            )?;
+            c(
+                &mut enc,
+                "sluice_guard_tls_handshake_timeouts",
+                "TLS connections closed at --tls-handshake-timeout.",
+                r.tls_handshake_timeouts,
+            )?;
+            let reloads = [
+                (vec![("result", "ok".to_owned())], r.tls_reloads_ok),
+                (vec![("result", "failed".into())], r.tls_reloads_failed),
+            ];
+            counter(&mut enc, "sluice_guard_tls_reloads", "Certificate reloads (SIGHUP), by result.", &reloads)?;
+        }
         c(&mut enc, "sluice_guard_bytes_in", "Bytes read from clients.", r.bytes_in)?;
         c(&mut enc, "sluice_guard_bytes_out", "Bytes written to clients.", r.bytes_out)?;
         if let Some(f) = &self.1 {

@@ -30,7 +30,11 @@ pub fn init(format: LogFormat) {
     // Fails only when already installed. Info, as below: without the cap
     // `log` would build every trace record of mio's per-connection calls.
     let _ = tracing_log::LogTracer::builder().with_max_level(log::LevelFilter::Info).init();
-    let builder = tracing_subscriber::fmt().with_max_level(Level::INFO).with_writer(std::io::stderr);
+    // A failed write (stderr closed by whoever started us) drops the line:
+    // reporting it with `eprintln!` would panic the logging thread, and a
+    // SIGHUP reloader or forwarder would die with it.
+    let builder =
+        tracing_subscriber::fmt().with_max_level(Level::INFO).with_writer(std::io::stderr).log_internal_errors(false);
     let _ = match format {
         LogFormat::Text => tracing::subscriber::set_global_default(
             builder.event_format(Text { journal: stderr_is_journal() }).finish(),

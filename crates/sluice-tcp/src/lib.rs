@@ -2,8 +2,11 @@
 //! test bed (`http-serve`, `http-load`) share: a listener per thread on one
 //! port, an input buffer that makes room without copying on every read,
 //! writes that keep what the socket did not take, and a close that drains
-//! the peer's last bytes so they do not turn into a reset.
+//! the peer's last bytes so they do not turn into a reset; `tls`: the same
+//! over rustls.
 #![deny(unsafe_code)]
+
+pub mod tls;
 
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io::{self, Read, Write};

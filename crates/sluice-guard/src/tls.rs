@@ -1,0 +1,457 @@
+//! TLS termination (rustls, ring provider): the certificates, chosen by SNI
+//! and reloaded on demand, and one connection's TLS state between its
+//! socket and the proxy's plaintext buffers.
+//!
+//! The proxy loops stay non-blocking: [`TlsConn::read`] and the writes move
+//! what the socket takes and say `WouldBlock` otherwise. Until the
+//! ClientHello is whole, the bytes read are also kept, so the hello can be
+//! judged (JA4, the handshake rate) *before* rustls does any crypto for it:
+//! a handshake flood is refused for the price of a parse.
+
+use crate::ja4::{self, ClientHello};
+use rustls::crypto::ring::default_provider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::server::{ResolvesServerCert, ServerConfig, ServerConnection};
+use rustls::sign::CertifiedKey;
+use std::io::{self, Read, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+/// TLS bytes a connection may have queued for its socket before the proxy
+/// stops handing it plaintext (backpressure, as the plain path's buffer).
+const TLS_OUT_LIMIT: usize = 256 << 10;
+
+/// One certificate chain and its key, both PEM files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl CertFiles {
+    /// `--tls-cert` and `--tls-key` paired in the order given.
+    pub fn pairs(certs: Vec<PathBuf>, keys: Vec<PathBuf>) -> Result<Vec<CertFiles>, String> {
+        if certs.len() != keys.len() {
+            return Err(format!(
+                "{} --tls-cert but {} --tls-key: give one key per certificate",
+                certs.len(),
+                keys.len()
+            ));
+        }
+        Ok(certs.into_iter().zip(keys).map(|(cert, key)| CertFiles { cert, key }).collect())
+    }
+}
+
+/// The certificates as served now; [`TlsStore::reload`] swaps them whole.
+#[derive(Debug)]
+pub struct TlsStore {
+    files: Vec<CertFiles>,
+    current: RwLock<Arc<ServerConfig>>,
+    /// Bumped on each successful reload, so loops re-read `current` only then.
+    pub generation: AtomicU64,
+    pub reloads_ok: AtomicU64,
+    pub reloads_failed: AtomicU64,
+}
+
+/// The first certificate whose names cover the SNI; the first one given
+/// when none does or the client sent no SNI (as nginx's default server).
+#[derive(Debug)]
+struct BySni {
+    keys: Vec<Arc<CertifiedKey>>,
+}
+
+impl ResolvesServerCert for BySni {
+    fn resolve(&self, hello: rustls::server::ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let name = hello.server_name().and_then(|n| ServerName::try_from(n).ok());
+        name.and_then(|name| {
+            self.keys.iter().find(|k| {
+                k.end_entity_cert().is_ok_and(|der| {
+                    webpki::EndEntityCert::try_from(der)
+                        .is_ok_and(|ee| ee.verify_is_valid_for_subject_name(&name).is_ok())
+                })
+            })
+        })
+        .or_else(|| self.keys.first())
+        .cloned()
+    }
+}
+
+fn load_pair(f: &CertFiles) -> Result<Arc<CertifiedKey>, String> {
+    let (cert, key) = (f.cert.display(), f.key.display());
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&f.cert)
+        .map_err(|e| format!("{cert}: {e}"))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{cert}: {e}"))?;
+    if chain.is_empty() {
+        return Err(format!("{cert}: no CERTIFICATE in it"));
+    }
+    if let Err(e) = webpki::EndEntityCert::try_from(&chain[0]) {
+        return Err(format!("{cert}: the first certificate does not parse: {e}"));
+    }
+    let der = PrivateKeyDer::from_pem_file(&f.key).map_err(|e| format!("{key}: {e}"))?;
+    let provider = default_provider();
+    CertifiedKey::from_der(chain, der, &provider).map(Arc::new).map_err(|e| format!("{key} (for {cert}): {e}"))
+}
+
+/// A server config for these pairs: TLS 1.3 and 1.2, ALPN `http/1.1` only.
+pub fn server_config(files: &[CertFiles]) -> Result<ServerConfig, String> {
+    if files.is_empty() {
+        return Err("no certificate given".into());
+    }
+    let keys = files.iter().map(load_pair).collect::<Result<Vec<_>, _>>()?;
+    let mut cfg = ServerConfig::builder_with_provider(Arc::new(default_provider()))
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(BySni { keys }));
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+impl TlsStore {
+    /// Load every pair (an error names the file and what is wrong with it).
+    pub fn load(files: Vec<CertFiles>) -> Result<TlsStore, String> {
+        let cfg = server_config(&files)?;
+        Ok(TlsStore {
+            files,
+            current: RwLock::new(Arc::new(cfg)),
+            generation: AtomicU64::new(0),
+            reloads_ok: AtomicU64::new(0),
+            reloads_failed: AtomicU64::new(0),
+        })
+    }
+
+    /// Read the files again. On any error the certificates served stay as
+    /// they were (a half-written file on disk never takes TLS down).
+    pub fn reload(&self) -> Result<(), String> {
+        match server_config(&self.files) {
+            Ok(cfg) => {
+                *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(cfg);
+                self.generation.fetch_add(1, Ordering::Release);
+                self.reloads_ok.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                self.reloads_failed.fetch_add(1, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+
+    pub fn current(&self) -> Arc<ServerConfig> {
+        self.current.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// What [`TlsConn::read`] found.
+#[derive(Debug)]
+pub enum Input {
+    /// This many plaintext bytes (0: the client closed).
+    Data(usize),
+    /// The socket has nothing more now.
+    WouldBlock,
+    /// The ClientHello just arrived whole, not yet processed: judge it,
+    /// then read again (which processes it) or close.
+    Hello(Box<ClientHello>),
+}
+
+/// Why a TLS connection ends.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("TLS: {0}")]
+    Tls(#[from] rustls::Error),
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+/// Reads the socket into rustls while keeping a copy of what it read.
+struct Tee<'a, S> {
+    sock: &'a mut S,
+    copy: &'a mut Vec<u8>,
+}
+
+impl<S: Read> Read for Tee<'_, S> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.sock.read(buf)?;
+        self.copy.extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+}
+
+/// One client connection's TLS side.
+pub struct TlsConn {
+    conn: ServerConnection,
+    /// The raw bytes read while the ClientHello is not yet whole; `None`
+    /// once it is (or once it cannot be one).
+    hello: Option<Vec<u8>>,
+    /// Read from the socket, not yet processed by rustls (the hello, held
+    /// back while it is judged).
+    unprocessed: bool,
+    eof: bool,
+    close_sent: bool,
+    /// The handshake finished (counted once).
+    pub established: bool,
+}
+
+impl TlsConn {
+    pub fn new(cfg: Arc<ServerConfig>) -> Result<TlsConn, TlsError> {
+        let mut conn = ServerConnection::new(cfg)?;
+        conn.set_buffer_limit(Some(TLS_OUT_LIMIT));
+        Ok(TlsConn {
+            conn,
+            hello: Some(Vec::new()),
+            unprocessed: false,
+            eof: false,
+            close_sent: false,
+            established: false,
+        })
+    }
+
+    pub fn is_handshaking(&self) -> bool {
+        self.conn.is_handshaking()
+    }
+
+    /// Plaintext into `buf`, reading and processing TLS records as needed;
+    /// any TLS the processing produced (handshake messages, alerts) is sent.
+    pub fn read<S: Read + Write>(&mut self, sock: &mut S, buf: &mut [u8]) -> Result<Input, TlsError> {
+        loop {
+            if self.unprocessed {
+                self.unprocessed = false;
+                let processed = self.conn.process_new_packets();
+                // Send what it produced, an alert for an error too.
+                self.flush(sock)?;
+                processed?;
+            }
+            match self.conn.reader().read(buf) {
+                Ok(n) => return Ok(Input::Data(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                // The socket ended without a close_notify: an EOF all the same
+                // (HTTP framing says whether the request was whole).
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(Input::Data(0)),
+                Err(e) => return Err(e.into()),
+            }
+            if self.eof {
+                return Ok(Input::Data(0));
+            }
+            let got = match &mut self.hello {
+                Some(copy) => self.conn.read_tls(&mut Tee { sock, copy }),
+                None => self.conn.read_tls(sock),
+            };
+            match got {
+                Ok(0) => self.eof = true,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Input::WouldBlock),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.into()),
+            }
+            self.unprocessed = true;
+            if let Some(copy) = &self.hello {
+                match ja4::parse(copy) {
+                    Ok(None) => {}
+                    Ok(Some(h)) => {
+                        self.hello = None;
+                        return Ok(Input::Hello(Box::new(h)));
+                    }
+                    // Not one our parser reads: rustls judges it alone.
+                    Err(_) => self.hello = None,
+                }
+            }
+        }
+    }
+
+    /// Send queued TLS records until the socket would block; the bytes sent.
+    pub fn flush<S: Write>(&mut self, sock: &mut S) -> io::Result<usize> {
+        sluice_tcp::tls::flush(&mut self.conn, sock)
+    }
+
+    /// TLS records are still queued for the socket.
+    pub fn wants_write(&self) -> bool {
+        self.conn.wants_write()
+    }
+
+    /// Queue a close_notify (once); true if it was queued now.
+    pub fn close(&mut self) -> bool {
+        if self.close_sent {
+            return false;
+        }
+        self.close_sent = true;
+        self.conn.send_close_notify();
+        true
+    }
+
+    /// A writer of plaintext for `sluice_tcp::write_pending`.
+    pub fn writer<'a, S: Write>(
+        &'a mut self,
+        sock: &'a mut S,
+    ) -> sluice_tcp::tls::PlainWriter<'a, rustls::server::ServerConnectionData, S> {
+        sluice_tcp::tls::PlainWriter { conn: &mut self.conn, sock }
+    }
+
+    /// The negotiated version, for the counters (`None` while handshaking).
+    pub fn version(&self) -> Option<rustls::ProtocolVersion> {
+        self.conn.protocol_version()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::pki_types::ServerName;
+    use std::collections::VecDeque;
+    use std::path::Path;
+
+    const TESTDATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/testdata");
+
+    fn files(names: &[&str]) -> Vec<CertFiles> {
+        let at = |f: String| Path::new(TESTDATA).join(f);
+        names.iter().map(|n| CertFiles { cert: at(format!("tls-{n}.pem")), key: at(format!("tls-{n}.key")) }).collect()
+    }
+
+    /// A non-blocking socket in memory: reads what the peer wrote, else WouldBlock.
+    #[derive(Default)]
+    struct Pipe {
+        input: VecDeque<u8>,
+        output: Vec<u8>,
+    }
+
+    impl Read for Pipe {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.input.is_empty() {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            self.input.read(buf)
+        }
+    }
+
+    impl Write for Pipe {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.output.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn client(sni: &str) -> rustls::ClientConnection {
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(Path::new(TESTDATA).join("tls-ca.pem")).unwrap() {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+        rustls::ClientConnection::new(Arc::new(cfg), ServerName::try_from(sni.to_owned()).unwrap()).unwrap()
+    }
+
+    /// A handshake and one request/response between a rustls client and
+    /// [`TlsConn`] over [`Pipe`]s, moving whatever is ready each round: the
+    /// hello seen (once, before processing), the certificate served, the
+    /// request's plaintext as the server read it.
+    fn exchange(store: &TlsStore, sni: &str) -> (Option<ClientHello>, CertificateDer<'static>, Vec<u8>) {
+        let mut c = client(sni);
+        let mut server = TlsConn::new(store.current()).unwrap();
+        let mut sock = Pipe::default();
+        let (mut hello, mut got) = (None, Vec::new());
+        let mut sent = false;
+        for _ in 0..20 {
+            while c.wants_write() {
+                c.write_tls(&mut (&mut sock.input)).unwrap();
+            }
+            let mut buf = [0u8; 512];
+            loop {
+                match server.read(&mut sock, &mut buf).unwrap() {
+                    Input::Hello(h) => {
+                        assert!(hello.is_none(), "one hello");
+                        // Judged before rustls answers it: no ServerHello yet.
+                        assert!(sock.output.is_empty() && !server.wants_write());
+                        hello = Some(*h);
+                    }
+                    Input::Data(n) => {
+                        assert!(n > 0, "no EOF here");
+                        got.extend_from_slice(&buf[..n]);
+                    }
+                    Input::WouldBlock => break,
+                }
+            }
+            server.flush(&mut sock).unwrap();
+            let mut from_server = &sock.output[..];
+            while !from_server.is_empty() {
+                c.read_tls(&mut from_server).unwrap();
+                c.process_new_packets().unwrap();
+            }
+            sock.output.clear();
+            if !c.is_handshaking() && !sent {
+                c.writer().write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+                sent = true;
+            }
+            if got.ends_with(b"\r\n\r\n") {
+                break;
+            }
+        }
+        let cert = c.peer_certificates().expect("a certificate")[0].clone().into_owned();
+        (hello, cert, got)
+    }
+
+    fn leaf(name: &str) -> CertificateDer<'static> {
+        CertificateDer::from_pem_file(Path::new(TESTDATA).join(format!("tls-{name}.pem"))).unwrap()
+    }
+
+    #[test]
+    fn the_hello_is_seen_before_processing_and_sni_picks_the_certificate() {
+        let store = TlsStore::load(files(&["a.test", "b.test"])).unwrap();
+        for (sni, want) in [("b.test", "b.test"), ("www.b.test", "b.test"), ("a.test", "a.test")] {
+            let (hello, cert, got) = exchange(&store, sni);
+            let hello = hello.expect("the hello was handed over");
+            assert_eq!(hello.sni.as_deref(), Some(sni.as_bytes()));
+            assert_eq!(hello.alpn.as_deref(), Some(&b"http/1.1"[..]));
+            assert!(hello.ja4().starts_with("t13d"), "{}", hello.ja4());
+            assert_eq!(cert, leaf(want), "SNI {sni}");
+            assert_eq!(got, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        }
+    }
+
+    #[test]
+    fn a_reload_swaps_whole_or_not_at_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let copy = |from: &CertFiles, to: &str| {
+            let f = CertFiles { cert: dir.path().join(format!("{to}.pem")), key: dir.path().join(format!("{to}.key")) };
+            std::fs::copy(&from.cert, &f.cert).unwrap();
+            std::fs::copy(&from.key, &f.key).unwrap();
+            f
+        };
+        let src = files(&["a.test", "b.test"]);
+        let mine = copy(&src[0], "site");
+        let store = TlsStore::load(vec![mine.clone()]).unwrap();
+        assert_eq!(exchange(&store, "a.test").1, leaf("a.test"));
+        // Renewed on disk (here: b.test's files), then SIGHUP.
+        copy(&src[1], "site");
+        store.reload().unwrap();
+        assert_eq!(store.generation.load(Ordering::Relaxed), 1);
+        assert_eq!(exchange(&store, "b.test").1, leaf("b.test"));
+        // A key that does not match its certificate: refused, the old pair stays.
+        std::fs::copy(&src[0].key, &mine.key).unwrap();
+        let err = store.reload().unwrap_err();
+        assert!(err.contains("site.key"), "{err}");
+        assert_eq!((store.generation.load(Ordering::Relaxed), store.reloads_failed.load(Ordering::Relaxed)), (1, 1));
+        assert_eq!(exchange(&store, "b.test").1, leaf("b.test"));
+    }
+
+    #[test]
+    fn bad_files_are_named() {
+        let f = files(&["a.test"]);
+        let swapped = vec![CertFiles { cert: f[0].cert.clone(), key: files(&["b.test"])[0].key.clone() }];
+        assert!(TlsStore::load(swapped).unwrap_err().contains("tls-b.test.key"));
+        let missing = vec![CertFiles { cert: "/nonexistent.pem".into(), key: f[0].key.clone() }];
+        assert!(TlsStore::load(missing).unwrap_err().contains("/nonexistent.pem"));
+        let key_as_cert = vec![CertFiles { cert: f[0].key.clone(), key: f[0].key.clone() }];
+        assert!(TlsStore::load(key_as_cert).unwrap_err().contains("no CERTIFICATE"));
+        assert!(CertFiles::pairs(vec!["a".into()], vec![]).is_err());
+    }
+}
