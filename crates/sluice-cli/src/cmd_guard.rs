@@ -152,6 +152,15 @@ pub struct GuardArgs {
     /// A TLS handshake must finish this many ms after accept.
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
     pub tls_handshake_timeout: u64,
+    /// TLS ClientHellos per second per client, counted before any crypto.
+    #[arg(long, value_name = "N")]
+    pub tls_handshake_rate: Option<u32>,
+    /// TLS ClientHellos per 1/8 s per client.
+    #[arg(long, value_name = "N")]
+    pub tls_handshake_burst: Option<u32>,
+    /// Refuse ClientHellos whose JA4 is in FILE (one per line, # comments; SIGHUP rereads it).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub block_ja4: Option<PathBuf>,
     /// Print the summary as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -177,6 +186,8 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
         http_methods: a.http_methods,
         http_host_required: a.http_host_required,
         http_resp_code_block: a.http_resp_code_block,
+        tls_handshake_rate: a.tls_handshake_rate,
+        tls_handshake_burst: a.tls_handshake_burst,
     };
     // Loopback only: the counters say who is blocked.
     let metrics = a.metrics.as_deref().map(|m| sluice_metrics::check_addr(m, false)).transpose()?;
@@ -201,6 +212,7 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
         client_ip_header: a.client_ip_header,
         tls: sluice_guard::tls::CertFiles::pairs(a.tls_cert, a.tls_key).map_err(anyhow::Error::msg)?,
         tls_handshake_timeout: std::time::Duration::from_millis(a.tls_handshake_timeout),
+        block_ja4: a.block_ja4,
     })?;
     let addr = guard.local_addr();
     let running = guard.start()?;

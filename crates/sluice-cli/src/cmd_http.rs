@@ -166,9 +166,9 @@ pub fn load(a: LoadArgs) -> Result<Outcome> {
     let target = load::parse_url(&a.url)?;
     let paths = load::request_paths(&target, a.urls.as_deref(), a.zipf)?;
     let duration = load::run_length(a.duration, a.requests)?;
-    let tls = target.tls.then(|| {
-        sluice_http::tls::client(&target.host, a.tls_server_name.as_deref(), a.tls_ca.as_deref(), a.tls_insecure)
-    });
+    let tls_options =
+        sluice_http::tls::TlsOptions { ca: a.tls_ca, insecure: a.tls_insecure, server_name: a.tls_server_name };
+    let tls = target.tls.then(|| sluice_http::tls::client(&target.host, &tls_options));
     let source = a.source.as_deref().map(str::parse::<SourceRange>).transpose()?;
     let config = LoadConfig {
         target: target.addr,
@@ -188,6 +188,7 @@ pub fn load(a: LoadArgs) -> Result<Outcome> {
         method: a.method,
         body_size: a.body_size,
         tls: tls.transpose()?,
+        tls_options,
     };
     if let Some(file) = &a.pool {
         let pools = sluice_http::pools::read(file, &config, &target).map_err(anyhow::Error::msg)?;

@@ -99,7 +99,7 @@ enum Command {
     /// Parse one HTTP/1.1 request strictly and print what it holds (or why it is refused) as JSON.
     HttpParse(cmd_h1::ParseArgs),
     /// Reverse proxy enforcing Tempesta frang-style limits per client IP; breaches can block the IP (ipset file).
-    HttpGuard(cmd_guard::GuardArgs),
+    HttpGuard(Box<cmd_guard::GuardArgs>),
     /// Write the man pages and shell completions into DIR (for packaging).
     #[command(hide = true)]
     Assets { dir: std::path::PathBuf },
@@ -124,7 +124,7 @@ fn main() -> ExitCode {
         Command::HttpServe(a) => cmd_http::serve(a),
         Command::HttpLoad(a) => cmd_http::load(a),
         Command::HttpParse(a) => cmd_h1::parse(a),
-        Command::HttpGuard(a) => cmd_guard::run(a),
+        Command::HttpGuard(a) => cmd_guard::run(*a),
         Command::Assets { dir } => sluice_service::dist::write_assets(Cli::command(), &dir)
             .map(|_| Outcome::Complete)
             .map_err(|e| anyhow::anyhow!("writing into {}: {e}", dir.display())),

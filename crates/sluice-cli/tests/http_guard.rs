@@ -944,3 +944,118 @@ fn http_load_over_tls_and_handshakes_that_fail_or_stall() {
     assert!(s["tls_handshakes"].as_u64().unwrap() >= 9, "8 load connections and s_client: {s}");
     stop(up);
 }
+
+/// The bytes `curl` sends first to an https URL naming `sni` (its
+/// ClientHello), read by a listener that never answers.
+fn curl_hello(sni: &str) -> Vec<u8> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let mut curl = Command::new("curl")
+        .args([
+            "-s",
+            "--max-time",
+            "3",
+            "--resolve",
+            &format!("{sni}:{port}:127.0.0.1"),
+            &format!("https://{sni}:{port}/"),
+        ])
+        .spawn()
+        .expect("curl");
+    let (mut s, _) = l.accept().unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    let mut hello = Vec::new();
+    let mut chunk = [0u8; 4096];
+    // A record header, then as many bytes as it says.
+    while hello.len() < 5 || hello.len() < 5 + usize::from(u16::from_be_bytes([hello[3], hello[4]])) {
+        let n = s.read(&mut chunk).expect("curl sent its hello");
+        assert!(n > 0, "curl closed before its hello was whole");
+        hello.extend_from_slice(&chunk[..n]);
+    }
+    let _ = curl.kill();
+    let _ = curl.wait();
+    hello
+}
+
+/// `--block-ja4`: curl is served until its JA4 (as the guard reports it)
+/// is listed and the list reloaded; then it is refused at its hello and
+/// blocked, the block event naming the JA4. `--tls-handshake-rate`: a
+/// client replaying ClientHellos on new connections gets a ServerHello for
+/// its first 10 a second, then is blocked.
+#[test]
+fn ja4_listed_clients_and_handshake_floods_are_refused_at_the_hello() {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, leaves) = tls_certs(dir.path(), &["guard.test"]);
+    let list = dir.path().join("ja4.txt");
+    std::fs::write(&list, "# none yet\nt13d1516h2_8daaf6152771_e5627efa2ab1\n").unwrap();
+    let up = http_serve(20, &[]);
+    let (cert, key) = (p(&leaves[0].0), p(&leaves[0].1));
+    let args = ["--tls-cert", cert, "--tls-key", key, "--block-ja4", p(&list), "--ip-block", "30"];
+    let g =
+        http_guard(up.addr, 12.0, &[&args[..], &["--tls-handshake-rate", "10", "--metrics", "127.0.0.1:0"]].concat());
+    let port = g.addr.port();
+    let curl = |from: &str| {
+        let out = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "3", "--interface", from])
+            .args(["--cacert", p(&ca), "--resolve", &format!("guard.test:{port}:127.0.0.1")])
+            .arg(format!("https://guard.test:{port}/"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(curl("127.6.0.1"), "200");
+    let scrape = || {
+        let mut s = TcpStream::connect(g.metrics.unwrap()).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: m\r\n\r\n").unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        text
+    };
+    let text = scrape();
+    let ja4 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("sluice_guard_ja4_handshakes_total{ja4=\"")?.split('"').next())
+        .unwrap_or_else(|| panic!("curl's JA4 in {text}"))
+        .to_owned();
+    assert!(ja4.starts_with("t13d") && ja4.len() == 36, "{ja4}");
+    std::fs::write(&list, format!("{ja4}  # curl\n")).unwrap();
+    assert!(Command::new("kill").args(["-HUP", &g.child.id().to_string()]).status().unwrap().success());
+    let end = Instant::now() + Duration::from_secs(3);
+    while g.metric("sluice_guard_ja4_list_reloads_total{result=\"ok\"}") < 1.0 {
+        assert!(Instant::now() < end, "no reload of the JA4 list");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(curl("127.6.0.2"), "000", "refused at the hello");
+    std::fs::write(&list, "").unwrap();
+    assert!(Command::new("kill").args(["-HUP", &g.child.id().to_string()]).status().unwrap().success());
+    while g.metric("sluice_guard_ja4_list_reloads_total{result=\"ok\"}") < 2.0 {
+        assert!(Instant::now() < end + Duration::from_secs(2), "no second reload");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(curl("127.6.0.1"), "200", "served again with the list empty");
+    assert_eq!(curl("127.6.0.2"), "000", "but the refused client stays blocked");
+    // The flood: curl's hello replayed on 30 new connections from one address.
+    let hello = curl_hello("guard.test");
+    let answered = (0..30)
+        .filter(|_| {
+            let Ok(mut s) = connect_from(ip("127.6.0.3"), g.addr) else { return false };
+            s.write_all(&hello).is_ok() && s.read(&mut [0u8; 5]).is_ok_and(|n| n == 5)
+        })
+        .count();
+    assert_eq!(answered, 10, "a ServerHello for the first 10 in the second");
+    let s = g.summary();
+    assert_eq!(s["breaches"]["tls_ja4"], 1, "{s}");
+    assert_eq!(s["breaches"]["tls_handshake_rate"], 1, "{s}");
+    let blocks: Vec<(&str, &str, &str)> = s["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| (b["ip"].as_str().unwrap(), b["limit"].as_str().unwrap(), b["ja4"].as_str().unwrap_or("-")))
+        .collect();
+    assert_eq!(blocks, [("127.6.0.2", "tls_ja4", ja4.as_str()), ("127.6.0.3", "tls_handshake_rate", ja4.as_str())]);
+    let top = &s["ja4_top"][0];
+    // curl's 3 that reached a hello, and the flood's 11th is the last before its block.
+    assert_eq!((top["ja4"].as_str(), top["handshakes"].as_u64()), (Some(ja4.as_str()), Some(3 + 11)), "{s}");
+    assert_eq!(top["refused"].as_u64(), Some(2), "{s}");
+    stop(up);
+}

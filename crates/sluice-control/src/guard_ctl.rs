@@ -46,18 +46,29 @@ pub fn spawn_forwarder(
         .spawn(move || crate::forward::run(move || take().collect(), sinks, stop, counters))
 }
 
-/// `--tls-cert`: reread the certificate files on each SIGHUP; a failed
-/// reload keeps serving the old ones and says why.
+/// `--tls-cert`, `--block-ja4`: reread the certificate files and the JA4
+/// list on each SIGHUP; a failed reload keeps the old ones and says why.
 pub fn reload_tls_on_sighup(shared: &Shared) -> std::io::Result<()> {
-    let Some(store) = shared.tls.clone() else { return Ok(()) };
+    let (store, ja4) = (shared.tls.clone(), shared.ja4_block.clone());
+    if store.is_none() && ja4.is_none() {
+        return Ok(());
+    }
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP])?;
     std::thread::Builder::new().name("guard-sighup".into()).spawn(move || {
         for _ in signals.forever() {
-            match store.reload() {
-                Ok(()) => tracing::info!(event = "tls_reload", "certificates reloaded (SIGHUP)"),
-                Err(e) => {
+            match store.as_ref().map(|s| s.reload()) {
+                Some(Ok(())) => tracing::info!(event = "tls_reload", "certificates reloaded (SIGHUP)"),
+                Some(Err(e)) => {
                     tracing::error!(event = "tls_reload_failed", "reload (SIGHUP) failed, old certificates kept: {e}")
                 }
+                None => {}
+            }
+            match ja4.as_ref().map(|l| l.reload()) {
+                Some(Ok(n)) => tracing::info!(event = "ja4_reload", "--block-ja4 reloaded (SIGHUP): {n} fingerprints"),
+                Some(Err(e)) => {
+                    tracing::error!(event = "ja4_reload_failed", "reload (SIGHUP) failed, old JA4 list kept: {e}")
+                }
+                None => {}
             }
         }
     })?;
@@ -101,7 +112,7 @@ pub fn answer(shared: &Shared, text: &str) -> String {
             json!({ "ok": true, "blocks": blocks }).to_string()
         }
         [(_, Command::Block { client, timeout })] => {
-            let new = t.block_for(*client, timeout.map_or(0, u64::from), "manual", now);
+            let new = t.block_for(*client, timeout.map_or(0, u64::from), "manual", None, now);
             let done = if new { "blocked" } else { "already blocked (or the block table is full)" };
             json!({ "ok": true, "client": t.net(*client).to_string(), "done": done, "new": new }).to_string()
         }
@@ -140,6 +151,8 @@ mod tests {
             threads: Vec::new(),
             started: Instant::now(),
             tls: None,
+            ja4_block: None,
+            ja4_stats: Default::default(),
             block_file_writes: Arc::new(AtomicU64::new(0)),
         };
         let (a, b): (IpAddr, IpAddr) = ("192.0.2.1".parse().unwrap(), "2001:db8:0:9::7".parse().unwrap());

@@ -12,11 +12,14 @@
 //! - `proxyproto`: the PROXY protocol header (v1, v2) a trusted load
 //!   balancer sends first, naming the real client; `forwarded`: the client
 //!   an `X-Forwarded-For` names;
-//! - `ja4`: the TLS ClientHello and its JA4 fingerprint.
+//! - `tls`: TLS termination (rustls), certificates by SNI, reloads;
+//! - `ja4`: the TLS ClientHello and its JA4 fingerprint; `ja4list`: the
+//!   `--block-ja4` list and the fingerprints seen.
 
 pub mod forwarded;
 pub mod frame;
 pub mod ja4;
+pub mod ja4list;
 pub mod limits;
 pub mod net;
 pub mod proxyproto;
@@ -91,6 +94,8 @@ pub struct Config {
     pub tls: Vec<tls::CertFiles>,
     /// A TLS handshake must finish this soon after accept.
     pub tls_handshake_timeout: Duration,
+    /// JA4 fingerprints refused at the ClientHello (one per line).
+    pub block_ja4: Option<PathBuf>,
 }
 
 impl Config {
@@ -116,6 +121,7 @@ impl Config {
             client_ip_header: None,
             tls: Vec::new(),
             tls_handshake_timeout: Duration::from_secs(10),
+            block_ja4: None,
         }
     }
 }
@@ -186,6 +192,10 @@ pub struct Shared {
     pub block_file_writes: Arc<AtomicU64>,
     /// `--tls-cert`: the certificates served (reloadable).
     pub tls: Option<Arc<tls::TlsStore>>,
+    /// `--block-ja4`: the fingerprints refused (reloadable).
+    pub ja4_block: Option<Arc<ja4list::Ja4Block>>,
+    /// ClientHellos by JA4.
+    pub ja4_stats: ja4list::Ja4Stats,
 }
 
 /// The counters summed: the `--json` summary and the metrics.
@@ -212,6 +222,13 @@ pub struct Report {
     pub tls_handshake_timeouts: u64,
     pub tls_reloads_ok: u64,
     pub tls_reloads_failed: u64,
+    /// The 10 most frequent JA4 fingerprints of ClientHellos, and how many distinct ones were seen.
+    pub ja4_top: Vec<ja4list::Ja4Row>,
+    pub ja4_distinct: u64,
+    /// `--block-ja4`: entries now, and its reloads.
+    pub ja4_list_entries: u64,
+    pub ja4_list_reloads_ok: u64,
+    pub ja4_list_reloads_failed: u64,
     pub refused_at_accept: u64,
     pub refused_table_full: u64,
     pub closed_blocked: u64,
@@ -288,6 +305,11 @@ impl Shared {
             tls_handshake_timeouts: sum(|t| &t.tls_handshake_timeouts),
             tls_reloads_ok: self.tls.as_ref().map_or(0, |t| t.reloads_ok.load(Ordering::Relaxed)),
             tls_reloads_failed: self.tls.as_ref().map_or(0, |t| t.reloads_failed.load(Ordering::Relaxed)),
+            ja4_top: self.ja4_stats.top(10),
+            ja4_distinct: self.ja4_stats.distinct() as u64,
+            ja4_list_entries: self.ja4_block.as_ref().map_or(0, |b| b.len() as u64),
+            ja4_list_reloads_ok: self.ja4_block.as_ref().map_or(0, |b| b.reloads_ok.load(Ordering::Relaxed)),
+            ja4_list_reloads_failed: self.ja4_block.as_ref().map_or(0, |b| b.reloads_failed.load(Ordering::Relaxed)),
             would_block: if dry { s.blocked_total.load(Ordering::Relaxed) } else { 0 },
             refused_at_accept: sum(|t| &t.refused_at_accept),
             refused_table_full: sum(|t| &t.refused_table_full),
@@ -312,6 +334,7 @@ pub struct Guard {
     addr: SocketAddr,
     config: Config,
     tls: Option<Arc<tls::TlsStore>>,
+    ja4_block: Option<Arc<ja4list::Ja4Block>>,
 }
 
 impl Guard {
@@ -337,6 +360,17 @@ impl Guard {
             .then(|| tls::TlsStore::load(config.tls.clone()).map(Arc::new))
             .transpose()
             .map_err(GuardError::Tls)?;
+        if config.block_ja4.is_some() && tls.is_none() {
+            return Err(GuardError::BadLimit(
+                "--block-ja4 needs --tls-cert (JA4 is read from the TLS ClientHello)".into(),
+            ));
+        }
+        let ja4_block = config
+            .block_ja4
+            .clone()
+            .map(|p| ja4list::Ja4Block::load(p).map(Arc::new))
+            .transpose()
+            .map_err(|e| GuardError::BadLimit(format!("--block-ja4: {e}")))?;
         let io_err = |what: String| move |error| GuardError::Io { what, error };
         let privileged = config.listen.port() < 1024 && config.listen.port() != 0;
         let hint = if privileged { " (a port below 1024 needs CAP_NET_BIND_SERVICE)" } else { "" };
@@ -351,7 +385,7 @@ impl Guard {
                 sluice_tcp::reuseport_listener(addr).map_err(io_err(format!("binding another socket to {addr}")))?,
             );
         }
-        Ok(Guard { listeners, addr, config, tls })
+        Ok(Guard { listeners, addr, config, tls, ja4_block })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -379,6 +413,8 @@ impl Guard {
             started: Instant::now(),
             block_file_writes: Arc::new(AtomicU64::new(0)),
             tls: self.tls,
+            ja4_block: self.ja4_block,
+            ja4_stats: ja4list::Ja4Stats::default(),
         });
         let stop = Arc::new(AtomicBool::new(false));
         let spawn_err = |error| GuardError::Io { what: "spawning a guard thread".into(), error };

@@ -60,6 +60,10 @@ pub struct Limits {
     pub http_methods: Option<Vec<String>>,
     pub http_host_required: bool,
     pub http_resp_code_block: Option<RespCodeBlock>,
+    /// TLS ClientHellos per second (before any crypto is spent on them).
+    pub tls_handshake_rate: Option<u32>,
+    /// TLS ClientHellos per 125 ms slot.
+    pub tls_handshake_burst: Option<u32>,
 }
 
 impl Limits {
@@ -70,6 +74,8 @@ impl Limits {
             ("request-burst", self.request_burst),
             ("connection-rate", self.connection_rate),
             ("connection-burst", self.connection_burst),
+            ("tls-handshake-rate", self.tls_handshake_rate),
+            ("tls-handshake-burst", self.tls_handshake_burst),
         ] {
             if let Some(v) = v {
                 if v == 0 || v > MAX_RATE {
@@ -120,6 +126,11 @@ limits! {
     HttpMethods = "http_methods", 405;
     HttpHostRequired = "http_host_required", 400;
     HttpRespCodeBlock = "http_resp_code_block", 0;
+    // Refused at the ClientHello, before the handshake: nothing can be answered.
+    TlsHandshakeRate = "tls_handshake_rate", 0;
+    TlsHandshakeBurst = "tls_handshake_burst", 0;
+    // The hello's JA4 is on the --block-ja4 list.
+    TlsJa4 = "tls_ja4", 0;
     // Any request the parser refuses (answered with its own status: 400, 431 or 501).
     HttpParse = "http_parse", 400;
 }

@@ -103,6 +103,8 @@ struct Client {
     tls: Option<Box<TlsConn>>,
     /// The handshake must be done by then (`--tls-handshake-timeout`).
     handshake_deadline: Option<Instant>,
+    /// The JA4 of its ClientHello, once read.
+    ja4: Option<Box<str>>,
 }
 
 struct Up {
@@ -338,6 +340,7 @@ impl<'a> Worker<'a> {
                 body_len_noted: false,
                 tls,
                 handshake_deadline,
+                ja4: None,
             };
             self.start_waiting(&mut c);
             if self
@@ -356,7 +359,7 @@ impl<'a> Worker<'a> {
             self.open += 1;
             self.clients[i] = Some(c);
             if let (Some(Admit::Breach(limit)), true) = (admit, self.cfg.dry_run) {
-                self.note(ip, limit);
+                self.note(ip, None, limit);
             } else if let Some(Admit::Breach(limit)) = admit {
                 let mut c = self.clients[i].take().expect("just put");
                 let after = self.refuse(&mut c, Refusal { limit, status: limit.status(), reason: limit.name() });
@@ -382,9 +385,29 @@ impl<'a> Worker<'a> {
         TlsConn::new(cfg).map(|t| Some(Box::new(t)))
     }
 
-    /// A whole ClientHello, before rustls spends anything on it.
-    fn hello(&mut self, _c: &mut Client, _hello: &crate::ja4::ClientHello) -> After {
-        After::Keep
+    /// A whole ClientHello, before rustls spends anything on it: its JA4
+    /// is counted and checked against `--block-ja4`, the hello against the
+    /// handshake rate (a trusted proxy's are not: it speaks for many).
+    fn hello(&mut self, c: &mut Client, hello: &crate::ja4::ClientHello) -> After {
+        let ja4 = hello.ja4();
+        let listed = self.shared.ja4_block.as_ref().is_some_and(|b| b.contains(&ja4));
+        let limit = if listed {
+            Some(Limit::TlsJa4)
+        } else if c.forwarded || self.trusted(c.ip) {
+            None
+        } else {
+            self.shared.table.on_hello(c.ip, self.now_ms()).err()
+        };
+        self.shared.ja4_stats.count(&ja4, limit.is_some() && !self.cfg.dry_run);
+        c.ja4 = Some(ja4.into_boxed_str());
+        match limit {
+            None => After::Keep,
+            Some(limit) if self.cfg.dry_run => {
+                self.note(c.ip, c.ja4.as_deref(), limit);
+                After::Keep
+            }
+            Some(limit) => self.refuse(c, Refusal { limit, status: limit.status(), reason: limit.name() }),
+        }
     }
 
     /// Count a request against its client (named by a trusted proxy, or
@@ -417,7 +440,7 @@ impl<'a> Worker<'a> {
         c.tracked = admit == Admit::Ok || (self.cfg.dry_run && matches!(admit, Admit::Breach(_)));
         c.phase = Phase::Head;
         match admit {
-            Admit::Breach(limit) if self.cfg.dry_run => self.note(c.ip, limit),
+            Admit::Breach(limit) if self.cfg.dry_run => self.note(c.ip, c.ja4.as_deref(), limit),
             Admit::Breach(limit) => {
                 return self.refuse(c, Refusal { limit, status: limit.status(), reason: limit.name() })
             }
@@ -430,7 +453,7 @@ impl<'a> Worker<'a> {
     /// or reset. Any upstream connection in use is dropped (its request or
     /// response is cut).
     fn refuse(&mut self, c: &mut Client, r: Refusal) -> After {
-        self.note(c.ip, r.limit);
+        self.note(c.ip, c.ja4.as_deref(), r.limit);
         let started = c.req.as_ref().is_some_and(|q| q.resp_started);
         if let Some(q) = c.req.take() {
             self.close_up(q.up);
@@ -451,11 +474,15 @@ impl<'a> Worker<'a> {
 
     /// Count a breach and block the address if asked (in a dry run, the
     /// table records the block and enforces nothing).
-    fn note(&mut self, ip: IpAddr, limit: Limit) {
+    fn note(&mut self, ip: IpAddr, ja4: Option<&str>, limit: Limit) {
         add(&self.n.breaches[limit.index()], 1);
         // A trusted proxy speaks for many clients: it is never blocked.
         if let (Some(secs), false) = (self.cfg.ip_block, self.trusted(ip)) {
-            self.shared.table.block(ip, secs, limit, self.now_ms());
+            let (table, now) = (&self.shared.table, self.now_ms());
+            match ja4 {
+                Some(ja4) => table.block_tls(ip, secs, limit, ja4, now),
+                None => table.block(ip, secs, limit, now),
+            };
         }
     }
 
@@ -581,7 +608,7 @@ impl<'a> Worker<'a> {
             let mut c = self.clients[i].take().expect("checked");
             if self.cfg.dry_run {
                 // Counted once; the client may go on as slowly as it likes.
-                self.note(c.ip, limit);
+                self.note(c.ip, c.ja4.as_deref(), limit);
                 (c.head_deadline, c.body_deadline) = (None, None);
                 self.clients[i] = Some(c);
                 continue;
@@ -787,7 +814,7 @@ impl<'a> Worker<'a> {
                             c.body_len_noted = broke == Some(Limit::HttpBodyLen);
                             let rate = self.request(c).err();
                             for limit in [broke, rate].into_iter().flatten() {
-                                self.note(c.ip, limit);
+                                self.note(c.ip, c.ja4.as_deref(), limit);
                             }
                         } else if let Err(limit) = self.request(c) {
                             match self.refuse(c, Refusal { limit, status: limit.status(), reason: limit.name() }) {
@@ -834,7 +861,7 @@ impl<'a> Worker<'a> {
                 if self.cfg.dry_run && !c.body_len_noted && max.is_some_and(|m| before <= m && c.framer.body_len() > m)
                 {
                     c.body_len_noted = true;
-                    self.note(c.ip, Limit::HttpBodyLen);
+                    self.note(c.ip, c.ja4.as_deref(), Limit::HttpBodyLen);
                 }
                 match step {
                     Err(r) => match self.refuse(c, r) {
@@ -1024,7 +1051,7 @@ impl<'a> Worker<'a> {
             c.body_deadline = None;
             if let Err(limit) = self.shared.table.on_response(c.ip, status, self.now_ms()) {
                 if self.cfg.dry_run {
-                    self.note(c.ip, limit);
+                    self.note(c.ip, c.ja4.as_deref(), limit);
                 } else {
                     return Err(self.refuse(c, Refusal { limit, status: 0, reason: limit.name() }));
                 }

@@ -24,12 +24,13 @@ const BLOCK_LOG: usize = 1024;
 
 const REQ: usize = 0;
 const CONN: usize = 1;
+const HELLO: usize = 2;
 
-/// One tracked client: must fit a cache line.
+/// One tracked client: 80 bytes (a line and a quarter).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ClientState {
-    /// Requests and new connections, 125 ms slots.
-    rate: Ring<2>,
+    /// Requests, new connections and TLS ClientHellos, 125 ms slots.
+    rate: Ring<3>,
     /// `--http-resp-code-block` hits, slots of period / 8.
     resp: Ring<1>,
     /// When first seen (ms since start, saturating), for the block log.
@@ -40,7 +41,7 @@ pub struct ClientState {
     referenced: bool,
 }
 
-const _: () = assert!(size_of::<ClientState>() <= 64);
+const _: () = assert!(size_of::<ClientState>() <= 80);
 
 /// A blocked address: until when (ms since start), or for good.
 #[derive(Debug, Clone, Copy)]
@@ -57,6 +58,9 @@ pub struct BlockEvent {
     /// When the client was first seen (since it was last evicted).
     pub first_seen_ms: u64,
     pub blocked_ms: u64,
+    /// The JA4 of the TLS connection that broke the limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ja4: Option<String>,
 }
 
 #[derive(Default)]
@@ -335,6 +339,28 @@ impl Table {
         Ok(())
     }
 
+    /// A TLS ClientHello from `ip` (a tracked connection's), counted before
+    /// the handshake costs anything.
+    pub fn on_hello(&self, ip: IpAddr, now_ms: u64) -> Result<(), Limit> {
+        let l = &self.limits;
+        if l.tls_handshake_rate.is_none() && l.tls_handshake_burst.is_none() {
+            return Ok(());
+        }
+        let k = self.key(ip);
+        let mut s = lock(self.shard(k));
+        let Some(&i) = s.index.get(&k) else { return Ok(()) };
+        let st = &mut s.states[i as usize];
+        st.referenced = true;
+        let hit = st.rate.hit(HELLO, (now_ms / 125) as u32);
+        if l.tls_handshake_burst.is_some_and(|b| hit.burst > b) {
+            return Err(Limit::TlsHandshakeBurst);
+        }
+        if l.tls_handshake_rate.is_some_and(|r| hit.rate > r) {
+            return Err(Limit::TlsHandshakeRate);
+        }
+        Ok(())
+    }
+
     /// An upstream response with `status` relayed to `ip`.
     pub fn on_response(&self, ip: IpAddr, status: u16, now_ms: u64) -> Result<(), Limit> {
         let Some(r) = &self.limits.http_resp_code_block else { return Ok(()) };
@@ -410,7 +436,12 @@ impl Table {
     /// Block `ip` for `secs` (0: until restart) after `limit` broke.
     /// False if it was already blocked or the block table is full.
     pub fn block(&self, ip: IpAddr, secs: u64, limit: Limit, now_ms: u64) -> bool {
-        self.block_for(ip, secs, limit.name(), now_ms)
+        self.block_for(ip, secs, limit.name(), None, now_ms)
+    }
+
+    /// [`Table::block`] of a TLS client: its JA4 goes into the block log.
+    pub fn block_tls(&self, ip: IpAddr, secs: u64, limit: Limit, ja4: &str, now_ms: u64) -> bool {
+        self.block_for(ip, secs, limit.name(), Some(ja4), now_ms)
     }
 
     /// Lift `ip`'s block (its network's) now and forget its rates: whether
@@ -459,7 +490,7 @@ impl Table {
     }
 
     /// [`Table::block`] with the reason given (a limit's name, or `manual`).
-    pub fn block_for(&self, ip: IpAddr, secs: u64, reason: &'static str, now_ms: u64) -> bool {
+    pub fn block_for(&self, ip: IpAddr, secs: u64, reason: &'static str, ja4: Option<&str>, now_ms: u64) -> bool {
         let k = self.key(ip);
         let mut s = lock(self.shard(k));
         if self.blocked_in(&mut s, k, now_ms) {
@@ -492,7 +523,8 @@ impl Table {
         }
         let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
         if log.len() < BLOCK_LOG {
-            log.push(BlockEvent { ip: self.net_of(k), limit: reason, first_seen_ms, blocked_ms: now_ms });
+            let ja4 = ja4.map(str::to_owned);
+            log.push(BlockEvent { ip: self.net_of(k), limit: reason, first_seen_ms, blocked_ms: now_ms, ja4 });
         }
         true
     }
@@ -550,6 +582,22 @@ mod tests {
 
     fn ip(i: u32) -> IpAddr {
         IpAddr::V4(Ipv4Addr::from(0x7f40_0000 + i))
+    }
+
+    #[test]
+    fn hellos_have_their_own_rate_and_burst() {
+        let limits = Limits { tls_handshake_rate: Some(5), tls_handshake_burst: Some(3), ..Limits::default() };
+        let t = Table::new(limits, 16);
+        let a: IpAddr = "192.0.2.9".parse().unwrap();
+        assert_eq!(t.on_hello(a, 0), Ok(()), "an untracked client has nothing to count against");
+        t.on_accept(a, 0);
+        let burst: Vec<_> = (0..4).map(|_| t.on_hello(a, 0)).collect();
+        assert_eq!(burst, [Ok(()), Ok(()), Ok(()), Err(Limit::TlsHandshakeBurst)]);
+        // Later slots of the same second: the rate (4 so far) breaks at the 6th.
+        assert_eq!((t.on_hello(a, 130), t.on_hello(a, 260)), (Ok(()), Err(Limit::TlsHandshakeRate)));
+        // Requests and connections are counted apart.
+        assert_eq!(t.on_request(a, 260), Ok(()));
+        assert_eq!(t.on_hello(a, 1300), Ok(()), "a second later the window is clear");
     }
 
     #[test]

@@ -286,6 +286,8 @@ pub struct LoadConfig {
     pub body_size: Option<Dist>,
     /// `https://`: every connection speaks TLS.
     pub tls: Option<crate::tls::ClientTls>,
+    /// How TLS targets are checked (a pool's own `url` too).
+    pub tls_options: crate::tls::TlsOptions,
 }
 
 impl LoadConfig {
@@ -309,6 +311,7 @@ impl LoadConfig {
             method: "GET".into(),
             body_size: None,
             tls: None,
+            tls_options: Default::default(),
         }
     }
 }
@@ -1269,11 +1272,14 @@ mod tests {
 
     #[test]
     fn the_tls_side_checks_the_name_it_is_given() {
-        let tls = crate::tls::client("[::1]:8443", None, None, true).unwrap();
-        assert_eq!(tls.name, rustls::pki_types::ServerName::try_from("::1").unwrap());
-        let tls = crate::tls::client("127.0.0.1:8443", Some("shop.example"), None, true).unwrap();
-        assert_eq!(tls.name, rustls::pki_types::ServerName::try_from("shop.example").unwrap());
-        let err = crate::tls::client("a:1", None, Some(std::path::Path::new("/nonexistent.pem")), false).unwrap_err();
+        use crate::tls::{client, TlsOptions};
+        use rustls::pki_types::ServerName;
+        let insecure = TlsOptions { insecure: true, ..TlsOptions::default() };
+        assert_eq!(client("[::1]:8443", &insecure).unwrap().name, ServerName::try_from("::1").unwrap());
+        let named = TlsOptions { server_name: Some("shop.example".into()), ..insecure };
+        assert_eq!(client("127.0.0.1:8443", &named).unwrap().name, ServerName::try_from("shop.example").unwrap());
+        let err =
+            client("a:1", &TlsOptions { ca: Some("/nonexistent.pem".into()), ..TlsOptions::default() }).unwrap_err();
         assert!(err.to_string().contains("/nonexistent.pem"), "{err}");
     }
 

@@ -9,6 +9,7 @@
 //! source = "127.1.0.0/22"      # bind connections across these addresses
 //! connections = 1000
 //! rate = 500                   # open loop, requests/s (or think = "uniform:200-800")
+//! url = "https://127.0.0.1:8443/"  # a target of its own (TLS on with https)
 //! urls = "urls.txt"            # PATH [WEIGHT] lines, relative to this file
 //! zipf = 1.0
 //! method = "POST"
@@ -37,6 +38,7 @@ struct File {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct Spec {
     name: String,
+    url: Option<String>,
     source: Option<String>,
     connections: Option<usize>,
     threads: Option<usize>,
@@ -84,6 +86,21 @@ pub fn parse(text: &str, path: &Path, base: &LoadConfig, target: &load::Target) 
             return Err(pool_at("every pool needs a name of its own".into()));
         }
         let mut c = base.clone();
+        let own_target;
+        let target = match &s.url {
+            Some(u) => {
+                let t = load::parse_url(u).map_err(|e| pool_at(format!("url: {e}")))?;
+                (c.target, c.host, c.paths) = (t.addr, t.host.clone(), vec![(t.path.clone(), 1)]);
+                c.tls = t
+                    .tls
+                    .then(|| crate::tls::client(&t.host, &c.tls_options))
+                    .transpose()
+                    .map_err(|e| pool_at(e.to_string()))?;
+                own_target = t;
+                &own_target
+            }
+            None => target,
+        };
         if let Some(v) = &s.source {
             c.source = Some(v.parse::<SourceRange>().map_err(|e| pool_at(format!("source: {e}")))?);
         }
@@ -206,6 +223,17 @@ mod tests {
     }
 
     #[test]
+    fn a_pool_with_an_https_url_speaks_tls_to_its_own_target() {
+        let (mut b, t) = base();
+        b.tls_options.insecure = true;
+        let text = "[[pool]]\nname = \"tls\"\nurl = \"https://127.0.0.1:9443/x\"\n\n[[pool]]\nname = \"plain\"\n";
+        let p = parse(text, Path::new("pools.toml"), &b, &t).unwrap();
+        assert_eq!((p[0].config.target.port(), p[0].config.paths[0].0.as_str()), (9443, "/x"));
+        assert!(p[0].config.tls.is_some());
+        assert_eq!((p[1].config.target.port(), p[1].config.tls.is_some()), (8080, false));
+    }
+
+    #[test]
     fn bad_pool_files_say_where() {
         let (b, t) = base();
         let f = Path::new("pools.toml");
@@ -216,6 +244,7 @@ mod tests {
         assert!(err("[[pool]]\nname = \"a\"\nrate = 5\nthink = \"fixed:1\"\n").contains("exclude each other"));
         assert!(err("[[pool]]\nname = \"a\"\nbody-size = \"nope\"\n").contains("body-size"));
         assert!(err("[[pool]]\nname = \"a\"\nurls = \"missing.txt\"\n").contains("missing.txt"));
+        assert!(err("[[pool]]\nname = \"a\"\nurl = \"ftp://x/\"\n").contains("url: "));
         assert!(err("").contains("pool"));
     }
 }

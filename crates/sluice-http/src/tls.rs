@@ -16,6 +16,15 @@ use std::sync::Arc;
 /// unless `SSL_CERT_FILE` names another).
 const SYSTEM_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
 
+/// How `https://` targets are checked (`--tls-ca`, `--tls-insecure`,
+/// `--tls-server-name`); pools with URLs of their own use the same.
+#[derive(Debug, Clone, Default)]
+pub struct TlsOptions {
+    pub ca: Option<std::path::PathBuf>,
+    pub insecure: bool,
+    pub server_name: Option<String>,
+}
+
 /// What every TLS connection of a run shares.
 #[derive(Debug, Clone)]
 pub struct ClientTls {
@@ -65,15 +74,11 @@ impl ServerCertVerifier for AnyCert {
 }
 
 /// The TLS side of a run against `host` (the URL's authority, port and
-/// brackets allowed; `server_name` overrides it).
-pub fn client(
-    host: &str,
-    server_name: Option<&str>,
-    ca: Option<&Path>,
-    insecure: bool,
-) -> Result<ClientTls, LoadError> {
+/// brackets allowed; `--tls-server-name` overrides it).
+pub fn client(host: &str, o: &TlsOptions) -> Result<ClientTls, LoadError> {
     let invalid = |m: String| LoadError::Invalid(m);
-    let bare = match server_name {
+    let (ca, insecure) = (o.ca.as_deref(), o.insecure);
+    let bare = match o.server_name.as_deref() {
         Some(n) => n,
         None => match host.rsplit_once(':') {
             Some((h, p)) if !p.contains(']') => h,

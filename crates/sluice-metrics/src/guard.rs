@@ -131,6 +131,21 @@ impl Collector for Exporter {
                 (vec![("result", "failed".into())], r.tls_reloads_failed),
             ];
             counter(&mut enc, "sluice_guard_tls_reloads", "Certificate reloads (SIGHUP), by result.", &reloads)?;
+            let top: Vec<_> = r.ja4_top.iter().map(|t| (vec![("ja4", t.ja4.clone())], t.handshakes)).collect();
+            counter(&mut enc, "sluice_guard_ja4_handshakes", "ClientHellos of the 10 most frequent JA4s.", &top)?;
+            let refused: Vec<_> = r.ja4_top.iter().map(|t| (vec![("ja4", t.ja4.clone())], t.refused)).collect();
+            counter(&mut enc, "sluice_guard_ja4_refused", "Of those, refused at the ClientHello.", &refused)?;
+            let distinct = [(vec![], r.ja4_distinct as i64)];
+            gauge(&mut enc, "sluice_guard_ja4_distinct", "Distinct JA4s seen (at most 10,000 counted).", &distinct)?;
+        }
+        if self.0.ja4_block.is_some() {
+            let n = [(vec![], r.ja4_list_entries as i64)];
+            gauge(&mut enc, "sluice_guard_ja4_list_entries", "--block-ja4: fingerprints listed.", &n)?;
+            let reloads = [
+                (vec![("result", "ok".to_owned())], r.ja4_list_reloads_ok),
+                (vec![("result", "failed".into())], r.ja4_list_reloads_failed),
+            ];
+            counter(&mut enc, "sluice_guard_ja4_list_reloads", "--block-ja4 rereads (SIGHUP), by result.", &reloads)?;
         }
         c(&mut enc, "sluice_guard_bytes_in", "Bytes read from clients.", r.bytes_in)?;
         c(&mut enc, "sluice_guard_bytes_out", "Bytes written to clients.", r.bytes_out)?;
