@@ -13,10 +13,13 @@ fn stdout(args: &[&str]) -> String {
 
 #[test]
 fn bench_guard_reports_both_paths_and_their_counters() {
-    let out = stdout(&["guard", "--duration", "1", "--reps", "1", "--connections", "8", "--pmc"]);
+    let out = stdout(&["guard", "--duration", "1", "--reps", "1", "--connections", "8", "--pmc", "--tls"]);
     let lines: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let rep = &lines[0];
     assert!(rep["direct_rps"].as_f64().unwrap() > 0.0 && rep["guarded_rps"].as_f64().unwrap() > 0.0, "{rep}");
+    // --tls: the same load over https through a guard terminating TLS.
+    assert!(rep["guarded_tls_rps"].as_f64().unwrap() > 0.0, "{rep}");
+    assert!(lines.last().unwrap()["median_tls_vs_plain"].as_f64().unwrap() > 0.0);
     let summary = lines.last().unwrap();
     assert!(summary["median_ratio"].as_f64().unwrap() > 0.0, "{summary}");
     assert_eq!(summary["target"]["min_ratio"], 0.7, "{summary}");
@@ -36,9 +39,9 @@ fn bench_http_load_reports_each_tool_and_its_counters() {
     }
 }
 
-/// `bench guard --attack` at a small scale: the legitimate pool is served
-/// beside an attack pool at ten times the per-address limit, and the attack
-/// is refused once its addresses are blocked.
+/// `bench guard --attack --tls` at a small scale: the legitimate pool is
+/// served over TLS beside an attack pool at ten times the per-address
+/// limit, and the attack is refused once its addresses are blocked.
 #[test]
 fn bench_guard_attack_serves_the_legitimate_pool_and_refuses_the_attack() {
     let out = stdout(&[
@@ -56,9 +59,10 @@ fn bench_guard_attack_serves_the_legitimate_pool_and_refuses_the_attack() {
         "2",
         "--attack-factor",
         "10",
+        "--tls",
     ]);
     let v: Value = serde_json::from_str(out.trim()).unwrap();
-    assert_eq!(v["bench"], "guard_attack", "{v}");
+    assert_eq!((v["bench"].as_str(), v["tls"].as_bool()), (Some("guard_attack"), Some(true)), "{v}");
     assert!(v["legit"]["success_alone"].as_f64().unwrap() > 0.99, "{v}");
     assert!(v["legit"]["success_attacked"].as_f64().unwrap() > 0.95, "{v}");
     assert_eq!(v["attack"]["requests_after_first_second"], 2000.0, "50 x 20/s for 2 s: {v}");

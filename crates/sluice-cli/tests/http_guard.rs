@@ -1059,3 +1059,35 @@ fn ja4_listed_clients_and_handshake_floods_are_refused_at_the_hello() {
     assert_eq!(top["refused"].as_u64(), Some(2), "{s}");
     stop(up);
 }
+
+/// `--proxy-protocol` with TLS: the balancer's PROXY header comes first in
+/// plain text, the client's TLS after it (curl's `--haproxy-protocol`);
+/// the guard reads the one, then hands what followed it to TLS.
+#[test]
+fn tls_behind_a_proxy_protocol_balancer() {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, leaves) = tls_certs(dir.path(), &["guard.test"]);
+    let up = http_serve(12, &[]);
+    let (cert, key) = (p(&leaves[0].0), p(&leaves[0].1));
+    let args = ["--tls-cert", cert, "--tls-key", key, "--proxy-protocol", "--trusted-proxies", "127.7.0.0/24"];
+    let g = http_guard(up.addr, 8.0, &args);
+    let port = g.addr.port();
+    let curl = |from: &str, proxy: bool| {
+        let out = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "3", "--interface", from])
+            .args(["--cacert", p(&ca), "--resolve", &format!("guard.test:{port}:127.0.0.1")])
+            .args(if proxy { &["--haproxy-protocol"][..] } else { &[] })
+            .arg(format!("https://guard.test:{port}/"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(curl("127.7.0.5", true), "200");
+    assert_eq!(curl("127.7.0.5", false), "000", "no PROXY header: TLS bytes are not one");
+    assert_eq!(curl("127.0.0.1", true), "000", "an untrusted balancer");
+    let s = g.summary();
+    assert_eq!((s["tls_handshakes"].as_u64(), s["forwarded"].as_u64()), (Some(1), Some(1)), "{s}");
+    assert_eq!((s["proxy_header_errors"].as_u64(), s["refused_untrusted_proxy"].as_u64()), (Some(1), Some(1)), "{s}");
+    stop(up);
+}

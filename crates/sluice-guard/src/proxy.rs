@@ -702,8 +702,12 @@ impl<'a> Worker<'a> {
                     let room = c.inbuf.len() - c.end;
                     // Bytes read, and whether more may be there without a new edge.
                     let got = match &mut c.tls {
-                        // A short read drained the socket; new input brings a new edge.
+                        // A short read drained the socket; new input brings a
+                        // new edge. A PROXY header comes before any TLS.
                         None => c.sock.read(&mut c.inbuf[c.end..]).map(|n| (n, n == room)),
+                        Some(_) if c.phase == Phase::Proxy => {
+                            c.sock.read(&mut c.inbuf[c.end..]).map(|n| (n, n == room))
+                        }
                         Some(t) => match t.read(&mut c.sock, &mut c.inbuf[c.end..]) {
                             Ok(Input::Data(n)) => Ok((n, true)),
                             Ok(Input::WouldBlock) => Err(io::ErrorKind::WouldBlock.into()),
@@ -750,6 +754,11 @@ impl<'a> Worker<'a> {
                     }
                     Ok(Parsed::Header { len, source }) => {
                         c.start += len;
+                        // What followed the header is the client's first TLS bytes.
+                        if let Some(t) = &mut c.tls {
+                            t.push_early(&c.inbuf[c.start..c.end]);
+                            (c.start, c.end, c.readable) = (0, 0, true);
+                        }
                         // LOCAL/UNKNOWN: the balancer's own connection (a health check).
                         if let Some(s) = source {
                             (c.ip, c.peer) = (s.ip().to_canonical(), s.ip().to_canonical());

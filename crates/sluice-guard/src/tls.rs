@@ -166,16 +166,27 @@ pub enum TlsError {
     Io(#[from] io::Error),
 }
 
-/// Reads the socket into rustls while keeping a copy of what it read.
-struct Tee<'a, S> {
+/// Reads the socket into rustls, after any bytes read before TLS began
+/// (`early`), keeping a copy of what it read while the hello is wanted.
+struct Source<'a, S> {
+    early: &'a mut Vec<u8>,
     sock: &'a mut S,
-    copy: &'a mut Vec<u8>,
+    copy: Option<&'a mut Vec<u8>>,
 }
 
-impl<S: Read> Read for Tee<'_, S> {
+impl<S: Read> Read for Source<'_, S> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.sock.read(buf)?;
-        self.copy.extend_from_slice(&buf[..n]);
+        let n = if self.early.is_empty() {
+            self.sock.read(buf)?
+        } else {
+            let n = self.early.len().min(buf.len());
+            buf[..n].copy_from_slice(&self.early[..n]);
+            self.early.drain(..n);
+            n
+        };
+        if let Some(copy) = &mut self.copy {
+            copy.extend_from_slice(&buf[..n]);
+        }
         Ok(n)
     }
 }
@@ -189,6 +200,8 @@ pub struct TlsConn {
     /// Read from the socket, not yet processed by rustls (the hello, held
     /// back while it is judged).
     unprocessed: bool,
+    /// TLS bytes read before TLS began (behind a PROXY header), read first.
+    early: Vec<u8>,
     eof: bool,
     close_sent: bool,
     /// The handshake finished (counted once).
@@ -203,10 +216,17 @@ impl TlsConn {
             conn,
             hello: Some(Vec::new()),
             unprocessed: false,
+            early: Vec::new(),
             eof: false,
             close_sent: false,
             established: false,
         })
+    }
+
+    /// Bytes the connection read before TLS began (what followed a PROXY
+    /// header): the first TLS bytes.
+    pub fn push_early(&mut self, bytes: &[u8]) {
+        self.early.extend_from_slice(bytes);
     }
 
     pub fn is_handshaking(&self) -> bool {
@@ -235,10 +255,7 @@ impl TlsConn {
             if self.eof {
                 return Ok(Input::Data(0));
             }
-            let got = match &mut self.hello {
-                Some(copy) => self.conn.read_tls(&mut Tee { sock, copy }),
-                None => self.conn.read_tls(sock),
-            };
+            let got = self.conn.read_tls(&mut Source { early: &mut self.early, sock, copy: self.hello.as_mut() });
             match got {
                 Ok(0) => self.eof = true,
                 Ok(_) => {}

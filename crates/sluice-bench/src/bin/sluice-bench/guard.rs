@@ -1,7 +1,8 @@
 //! `sluice-bench guard`: `sluice http-load` straight to `sluice http-serve`
 //! against the same load through `sluice http-guard` (limits set, none
-//! reached), repetitions alternating, one JSON line per repetition and one
-//! with the medians. The target (guarded >= 0.7 x direct) is reported, not
+//! reached), and with `--tls` through a second guard terminating TLS,
+//! repetitions alternating, one JSON line per repetition and one with the
+//! medians. The target (guarded >= 0.7 x direct) is reported, not
 //! asserted: on a small machine the three processes share the cores.
 
 use anyhow::{bail, Context, Result};
@@ -58,6 +59,22 @@ pub struct GuardBenchArgs {
     /// --attack: each attacker offers this many times the limit (open loop).
     #[arg(long, default_value_t = 10)]
     pub attack_factor: u32,
+    /// Also through a guard terminating TLS (a self-signed certificate made
+    /// for the run; http-load over https): its requests/s against the plain
+    /// guard's. With --attack: both pools over TLS.
+    #[arg(long)]
+    pub tls: bool,
+}
+
+/// A self-signed certificate and key for the run, as PEM files in `dir`:
+/// the guard's `--tls-cert`/`--tls-key` flags.
+fn tls_flags(dir: &Path) -> Result<Vec<String>> {
+    let ck = rcgen::generate_simple_self_signed(vec!["guard.bench".to_owned()]).context("making a certificate")?;
+    let (cert, key) = (dir.join("guard.pem"), dir.join("guard.key"));
+    std::fs::write(&cert, ck.cert.pem())?;
+    std::fs::write(&key, ck.signing_key.serialize_pem())?;
+    let path = |p: &Path| p.to_str().map(str::to_owned).context("a UTF-8 temporary path");
+    Ok(vec!["--tls-cert".into(), path(&cert)?, "--tls-key".into(), path(&key)?])
 }
 
 /// A child killed when dropped.
@@ -143,11 +160,22 @@ pub fn run(a: GuardBenchArgs) -> Result<()> {
     ];
     let mut pmc = a.pmc.then(Pmc::open_reporting);
     let (_guard, guarded) = guard(&exe, &upstream, &threads, &total, &limits)?;
+    let dir = tempfile::tempdir().context("a temporary directory")?;
+    let tls_guard = if a.tls {
+        let mut with_tls: Vec<&str> = limits.to_vec();
+        let flags = tls_flags(dir.path())?;
+        with_tls.extend(flags.iter().map(String::as_str));
+        let total = (a.duration as usize * a.reps * 3 + 30).to_string();
+        Some(guard(&exe, &upstream, &threads, &total, &with_tls)?)
+    } else {
+        None
+    };
     let mut counts = (Reading::default(), Reading::default());
     let (conns, dur) = (a.connections.to_string(), a.duration.to_string());
     let rate = a.rate.map(|r| r.to_string());
     let rps = |addr: &str| -> Result<(f64, f64)> {
-        let url = format!("http://{addr}/");
+        let tls = tls_guard.as_ref().is_some_and(|(_, t)| t == addr);
+        let url = if tls { format!("https://{addr}/") } else { format!("http://{addr}/") };
         let mut load = Command::new(&exe);
         load.args(["http-load", "--url", &url, "--threads", &threads, "--connections", &conns]).args([
             "--duration",
@@ -158,6 +186,9 @@ pub fn run(a: GuardBenchArgs) -> Result<()> {
         ]);
         if let Some(r) = &rate {
             load.args(["--rate", r]);
+        }
+        if tls {
+            load.arg("--tls-insecure");
         }
         let out = load.output().context("running sluice http-load")?;
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("http-load printed no JSON report")?;
@@ -171,6 +202,7 @@ pub fn run(a: GuardBenchArgs) -> Result<()> {
         Ok((v["rps"].as_f64().context("http-load's report has no rps")?, p99))
     };
     let (mut direct, mut through, mut p99s) = (Vec::new(), Vec::new(), Vec::new());
+    let mut tls_runs: Vec<(f64, f64)> = Vec::new();
     for rep in 0..a.reps {
         // Alternate which goes first, so drift in the machine's state hits both.
         let mut run = |addr: &str, into: &mut Reading| -> Result<(f64, f64)> {
@@ -188,11 +220,21 @@ pub fn run(a: GuardBenchArgs) -> Result<()> {
             (run(&upstream, &mut counts.0)?, g)
         };
         let ((d, dp99), (g, gp99)) = (d, g);
+        // Then through the TLS guard (the same load over https).
+        let t = match &tls_guard {
+            Some((_, addr)) => Some(rps(addr)?),
+            None => None,
+        };
+        if let Some(t) = t {
+            tls_runs.push(t);
+        }
         println!(
             "{}",
             serde_json::json!({
                 "bench": "guard", "rep": rep, "direct_rps": d, "guarded_rps": g, "ratio": g / d,
                 "direct_p99_us": dp99, "guarded_p99_us": gp99,
+                "guarded_tls_rps": t.map(|t| t.0), "guarded_tls_p99_us": t.map(|t| t.1),
+                "tls_vs_plain": t.map(|t| t.0 / g),
             })
         );
         direct.push(d);
@@ -221,6 +263,11 @@ pub fn run(a: GuardBenchArgs) -> Result<()> {
             "pmc": pmc_json,
             "median_direct_p99_us": median(&p99s.iter().map(|p| p.0).collect::<Vec<_>>()),
             "median_guarded_p99_us": median(&p99s.iter().map(|p| p.1).collect::<Vec<_>>()),
+            "median_guarded_tls_rps": a.tls.then(|| median(&tls_runs.iter().map(|t| t.0).collect::<Vec<_>>())),
+            "median_guarded_tls_p99_us": a.tls.then(|| median(&tls_runs.iter().map(|t| t.1).collect::<Vec<_>>())),
+            "median_tls_vs_plain": a.tls.then(|| {
+                median(&tls_runs.iter().zip(&through).map(|(t, g)| t.0 / g).collect::<Vec<_>>())
+            }),
             // Below saturation both paths deliver the offered rate, so the
             // target is judged on the closed loop's peak only.
             "target": a.rate.is_none().then(|| serde_json::json!({ "min_ratio": 0.7, "met": mr >= 0.7 })),
@@ -266,16 +313,19 @@ fn attack(a: &GuardBenchArgs, exe: &Path) -> Result<()> {
         a.attack_clients,
         a.threads
     );
+    let tls = if a.tls { tls_flags(dir.path())? } else { Vec::new() };
     // One fresh guard per phase, so no block carries over.
     let phase = |name: &str, pools: &str| -> Result<serde_json::Value> {
-        let limits = ["--request-rate", &limit, "--request-burst", &limit, "--ip-block", "60"];
+        let mut limits = vec!["--request-rate", &limit, "--request-burst", &limit, "--ip-block", "60"];
+        limits.extend(tls.iter().map(String::as_str));
         let (_guard, addr) = guard(exe, &upstream, &threads, &total, &limits)?;
         let file = dir.path().join(format!("{name}.toml"));
         std::fs::write(&file, pools)?;
-        let url = format!("http://{addr}/");
+        let url = format!("{}://{addr}/", if a.tls { "https" } else { "http" });
         let out = Command::new(exe)
             .args(["http-load", "--url", &url, "--pool", file.to_str().context("path")?, "--json"])
             .args(["--duration", &a.duration.to_string(), "--timeout-ms", "2000"])
+            .args(if a.tls { &["--tls-insecure"][..] } else { &[] })
             .output()
             .context("running sluice http-load")?;
         if !out.status.success() {
@@ -303,6 +353,7 @@ fn attack(a: &GuardBenchArgs, exe: &Path) -> Result<()> {
         "{}",
         serde_json::json!({
             "bench": "guard_attack",
+            "tls": a.tls,
             "duration_s": a.duration,
             "limit_per_ip": a.limit,
             "legit": {"clients": a.legit_clients, "rate": a.legit_rate, "rps_alone": la["rps"], "rps_attacked": lb["rps"],
