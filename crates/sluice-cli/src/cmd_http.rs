@@ -171,8 +171,6 @@ pub fn load(a: LoadArgs) -> Result<Outcome> {
     let tls = target.tls.then(|| sluice_http::tls::client(&target.host, &tls_options));
     let source = a.source.as_deref().map(str::parse::<SourceRange>).transpose()?;
     let config = LoadConfig {
-        target: target.addr,
-        host: target.host.clone(),
         paths,
         connections: a.connections,
         threads: a.threads,
@@ -189,6 +187,7 @@ pub fn load(a: LoadArgs) -> Result<Outcome> {
         body_size: a.body_size,
         tls: tls.transpose()?,
         tls_options,
+        ..LoadConfig::new(target.addr, target.host.clone(), String::new())
     };
     if let Some(file) = &a.pool {
         let pools = sluice_http::pools::read(file, &config, &target).map_err(anyhow::Error::msg)?;

@@ -1091,3 +1091,31 @@ fn tls_behind_a_proxy_protocol_balancer() {
     assert_eq!((s["proxy_header_errors"].as_u64(), s["refused_untrusted_proxy"].as_u64()), (Some(1), Some(1)), "{s}");
     stop(up);
 }
+
+/// At `--max-connections`, connections never served are shed before one
+/// that was (a kept-alive browser waiting between requests outlives a
+/// crowd of newer idle connections), each kind oldest first.
+#[test]
+fn a_served_connection_is_shed_after_those_never_served() {
+    let _s = serial();
+    let up = http_serve(12, &[]);
+    let g = http_guard(up.addr, 8.0, &["--max-connections", "40", "--client-header-timeout", "6000"]);
+    let keep = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+    let mut browser = connect_from(ip("127.8.0.1"), g.addr).unwrap();
+    let answer = |s: &mut TcpStream| {
+        s.write_all(keep).unwrap();
+        let mut buf = [0u8; 4096];
+        let n = s.read(&mut buf).unwrap_or(0);
+        String::from_utf8_lossy(&buf[..n]).lines().next().unwrap_or("").to_owned()
+    };
+    assert_eq!(answer(&mut browser), "HTTP/1.1 200 OK");
+    // 100 idle connections from other addresses: over the cap many times.
+    let idle: Vec<TcpStream> =
+        (0..100).filter_map(|i| connect_from(ip(&format!("127.8.1.{}", i + 1)), g.addr).ok()).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(answer(&mut browser), "HTTP/1.1 200 OK", "the served connection was kept");
+    drop(idle);
+    let s = g.summary();
+    assert!(s["shed_waiting"].as_u64().unwrap() >= 60, "{s}");
+    stop(up);
+}

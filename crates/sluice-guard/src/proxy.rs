@@ -37,6 +37,14 @@ const DRAIN_FOR: Duration = Duration::from_secs(1);
 /// Idle upstream connections kept per thread.
 const MAX_IDLE: usize = 1024;
 const MAX_RESPONSE_HEAD: usize = sluice_h1::response::DEFAULT_MAX_HEAD;
+/// Time given to queued TLS handshakes per loop turn before the loop looks
+/// at its other connections again: a handshake costs a signature and a key
+/// exchange (~0.1-0.2 ms), so a flood of new TLS connections delays the
+/// requests of established ones by at most about this much per turn.
+const HELLO_SLICE: Duration = Duration::from_millis(2);
+/// New connections taken per loop turn: a flood of connects waits in the
+/// kernel's backlog while the connections already open are served.
+const ACCEPT_BATCH: usize = 64;
 
 fn add(c: &AtomicU64, n: u64) {
     // Only this thread writes its counters: a plain load + store, no locked add.
@@ -105,6 +113,13 @@ struct Client {
     handshake_deadline: Option<Instant>,
     /// The JA4 of its ClientHello, once read.
     ja4: Option<Box<str>>,
+    /// Its ClientHello waits in the worker's queue: not read further until its turn.
+    hello_queued: bool,
+    /// Tells this connection from a later one in the same slot.
+    serial: u64,
+    /// A response was relayed on it: a client that has been served, shed
+    /// after those that never were.
+    served: bool,
 }
 
 struct Up {
@@ -148,6 +163,12 @@ pub(crate) struct Worker<'a> {
     max_open: usize,
     /// The TLS config new connections get, and the store generation it is from.
     tls: Option<(u64, std::sync::Arc<rustls::ServerConfig>)>,
+    /// Judged ClientHellos waiting for rustls, oldest first: (slot, serial).
+    hellos: std::collections::VecDeque<(usize, u64)>,
+    serials: u64,
+    /// The listener may hold more connections than the last turn took
+    /// (edge-triggered: no new event says so).
+    accept_pending: bool,
 }
 
 fn reason(status: u16) -> &'static str {
@@ -207,6 +228,9 @@ impl<'a> Worker<'a> {
             open: 0,
             max_open: (shared.max_connections / cfg.threads.max(1)).max(1),
             tls: None,
+            hellos: Default::default(),
+            serials: 0,
+            accept_pending: false,
         })
     }
 
@@ -218,7 +242,9 @@ impl<'a> Worker<'a> {
         let mut events = Events::with_capacity(1024);
         let mut next_sweep = Instant::now() + TICK;
         while !stop.load(Ordering::Relaxed) {
-            match self.poll.poll(&mut events, Some(TICK)) {
+            // Handshakes still queued: look at the sockets and come back at once.
+            let wait = if self.hellos.is_empty() && !self.accept_pending { TICK } else { Duration::ZERO };
+            match self.poll.poll(&mut events, Some(wait)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
@@ -226,7 +252,7 @@ impl<'a> Worker<'a> {
             for ev in &events {
                 // Any event may mean input (data, EOF, error): reading finds out.
                 match ev.token() {
-                    LISTENER => self.accept_all(),
+                    LISTENER => self.accept_pending = true,
                     Token(t) if t % 2 == 0 => {
                         if let Some(Some(c)) = self.clients.get_mut(t / 2) {
                             c.readable = true;
@@ -241,6 +267,10 @@ impl<'a> Worker<'a> {
                     }
                 }
             }
+            if self.accept_pending {
+                self.accept_all();
+            }
+            self.run_hellos();
             let epoch = self.shared.table.block_epoch.load(Ordering::Acquire);
             if epoch != self.epoch {
                 self.epoch = epoch;
@@ -259,13 +289,19 @@ impl<'a> Worker<'a> {
         Ok(())
     }
 
+    /// Accept up to [`ACCEPT_BATCH`] connections (after this turn's events:
+    /// open connections go first); `accept_pending` stays set while the
+    /// listener may hold more.
     fn accept_all(&mut self) {
-        loop {
+        for _ in 0..ACCEPT_BATCH {
             let (sock, peer) = match self.listener.accept() {
                 Ok(x) => x,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 // WouldBlock: all accepted; anything else (EMFILE...) ends this round too.
-                Err(_) => return,
+                Err(_) => {
+                    self.accept_pending = false;
+                    return;
+                }
             };
             let ip = peer.ip().to_canonical();
             // At the cap: room is made by closing those that waited longest
@@ -341,7 +377,11 @@ impl<'a> Worker<'a> {
                 tls,
                 handshake_deadline,
                 ja4: None,
+                hello_queued: false,
+                serial: self.serials,
+                served: false,
             };
+            self.serials += 1;
             self.start_waiting(&mut c);
             if self
                 .poll
@@ -407,6 +447,23 @@ impl<'a> Worker<'a> {
                 After::Keep
             }
             Some(limit) => self.refuse(c, Refusal { limit, status: limit.status(), reason: limit.name() }),
+        }
+    }
+
+    /// Let rustls process queued ClientHellos, oldest first, for up to
+    /// [`HELLO_SLICE`].
+    fn run_hellos(&mut self) {
+        let until = Instant::now() + HELLO_SLICE;
+        while let Some((i, serial)) = self.hellos.pop_front() {
+            let Some(Some(c)) = self.clients.get_mut(i) else { continue };
+            if c.serial != serial || !c.hello_queued {
+                continue;
+            }
+            (c.hello_queued, c.readable) = (false, true);
+            self.drive(i);
+            if Instant::now() >= until {
+                break;
+            }
         }
     }
 
@@ -515,17 +572,18 @@ impl<'a> Worker<'a> {
         c.head_deadline = self.shared.table.limits().client_header_timeout_ms.map(|ms| now + Duration::from_millis(ms));
     }
 
-    /// Close the connections that have waited longest for a request head
-    /// (with nothing left to send them):
-    /// 1/64 of those open (at least one), so a flood of new connections at
-    /// the cap pays one scan per 64. Whether any was closed.
+    /// Close connections waiting for a request head (with nothing left to
+    /// send them): those never served first (idle, trickling, or still in
+    /// a TLS handshake), each kind longest waiting first; 1/64 of those
+    /// open (at least one), so a flood of new connections at the cap pays
+    /// one scan per 64. Whether any was closed.
     fn shed_waiting(&mut self) -> bool {
-        let mut waiting: Vec<(Instant, usize)> = self
+        let mut waiting: Vec<((bool, Instant), usize)> = self
             .clients
             .iter()
             .enumerate()
             .filter_map(|(i, c)| {
-                c.as_ref().filter(|c| c.out_pos >= c.out.len()).and_then(|c| Some((c.waiting_since?, i)))
+                c.as_ref().filter(|c| c.out_pos >= c.out.len()).and_then(|c| Some(((c.served, c.waiting_since?), i)))
             })
             .collect();
         if waiting.is_empty() {
@@ -696,7 +754,7 @@ impl<'a> Worker<'a> {
             let mut progress = false;
 
             // Read the client, unless it is done sending or its buffer is full.
-            if !matches!(c.phase, Phase::Closing) && !c.peer_eof && c.readable {
+            if !matches!(c.phase, Phase::Closing) && !c.peer_eof && c.readable && !c.hello_queued {
                 sluice_tcp::make_room(&mut c.inbuf, &mut c.start, &mut c.end, self.in_cap);
                 if c.end < c.inbuf.len() {
                     let room = c.inbuf.len() - c.end;
@@ -711,8 +769,15 @@ impl<'a> Worker<'a> {
                         Some(t) => match t.read(&mut c.sock, &mut c.inbuf[c.end..]) {
                             Ok(Input::Data(n)) => Ok((n, true)),
                             Ok(Input::WouldBlock) => Err(io::ErrorKind::WouldBlock.into()),
+                            // Admitted hellos queue, so handshakes are
+                            // worked through after the established
+                            // connections' requests (see `run_hellos`).
                             Ok(Input::Hello(hello)) => match self.hello(c, &hello) {
-                                After::Keep => continue,
+                                After::Keep => {
+                                    c.hello_queued = true;
+                                    self.hellos.push_back((i, c.serial));
+                                    return After::Keep;
+                                }
                                 after => return after,
                             },
                             Err(_) => {
@@ -1034,6 +1099,7 @@ impl<'a> Worker<'a> {
             }
         }
         if let Some((status, close)) = done {
+            c.served = true;
             let q = c.req.take().expect("relaying a request");
             let j = q.up;
             u.client = None;

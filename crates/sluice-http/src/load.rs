@@ -288,6 +288,9 @@ pub struct LoadConfig {
     pub tls: Option<crate::tls::ClientTls>,
     /// How TLS targets are checked (a pool's own `url` too).
     pub tls_options: crate::tls::TlsOptions,
+    /// Start this long after the run does (a pool joining a run under way);
+    /// the duration, the schedule and `per_second` count from then.
+    pub start_delay: Duration,
 }
 
 impl LoadConfig {
@@ -312,6 +315,7 @@ impl LoadConfig {
             body_size: None,
             tls: None,
             tls_options: Default::default(),
+            start_delay: Duration::ZERO,
         }
     }
 }
@@ -700,7 +704,8 @@ pub fn start(config: LoadConfig) -> Result<Running, LoadError> {
         .collect();
     let stop = Arc::new(AtomicBool::new(false));
     let live = Arc::new(Live::default());
-    let started = Instant::now();
+    // Connections wait in `State::Idle(started)` until then.
+    let started = Instant::now() + config.start_delay;
     let (threads, conns) = (config.threads, config.connections);
     let mut handles = Vec::new();
     for t in 0..threads {

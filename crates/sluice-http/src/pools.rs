@@ -10,6 +10,7 @@
 //! connections = 1000
 //! rate = 500                   # open loop, requests/s (or think = "uniform:200-800")
 //! url = "https://127.0.0.1:8443/"  # a target of its own (TLS on with https)
+//! delay = 2                    # join the run 2 s after it starts
 //! urls = "urls.txt"            # PATH [WEIGHT] lines, relative to this file
 //! zipf = 1.0
 //! method = "POST"
@@ -50,6 +51,7 @@ struct Spec {
     #[serde(alias = "body_size")]
     body_size: Option<String>,
     duration: Option<f64>,
+    delay: Option<f64>,
     requests: Option<u64>,
     pipeline: Option<usize>,
     #[serde(alias = "timeout_ms")]
@@ -140,6 +142,10 @@ pub fn parse(text: &str, path: &Path, base: &LoadConfig, target: &load::Target) 
                     .ok_or_else(|| pool_at("duration must be positive".into()))?,
             );
         }
+        if let Some(d) = s.delay {
+            c.start_delay =
+                Duration::try_from_secs_f64(d).map_err(|_| pool_at("delay must be 0 or more seconds".into()))?;
+        }
         c.requests = s.requests.or(c.requests);
         c.pipeline = s.pipeline.unwrap_or(c.pipeline);
         c.timeout = s.timeout_ms.map_or(c.timeout, |ms| Duration::from_millis(ms.max(1)));
@@ -220,6 +226,9 @@ mod tests {
         assert!(p[0].config.body_size.is_some() && p[0].config.source.is_some());
         assert_eq!((p[1].config.connections, p[1].config.threads, p[1].config.method.as_str()), (16, 2, "GET"));
         assert_ne!(p[0].config.seed, p[1].config.seed, "pools draw apart");
+        let p = parse("[[pool]]\nname = \"late\"\ndelay = 1.5\n", Path::new("p.toml"), &b, &t).unwrap();
+        assert_eq!(p[0].config.start_delay, Duration::from_millis(1500));
+        assert!(parse("[[pool]]\nname = \"x\"\ndelay = -1\n", Path::new("p.toml"), &b, &t).is_err());
     }
 
     #[test]
