@@ -1071,6 +1071,10 @@ fn guard_blocks_reach_other_boxes_through_crowdsec() {
         }
     };
     wait("box 1 never got the block over its socket", &|| ctl_test(&sock1, "guard", FLOODER));
+    // The guard logged the block, once.
+    let line = format!("blocked {FLOODER} (request_rate) for 300 s");
+    wait("the guard logged no block line", &|| guarded.log.lock().unwrap().contains(&line));
+    assert_eq!(guarded.log.lock().unwrap().matches(&line).count(), 1, "{}", guarded.log.lock().unwrap());
     wait("the LAPI never listed the decision", &|| lapi.decided_ips().contains(&FLOODER.to_owned()));
     wait("box 2 never pulled the decision", &|| ctl_test(&sock2, "crowdsec", FLOODER));
     let out = lapi.cscli(&["decisions", "list", "-o", "json"]);

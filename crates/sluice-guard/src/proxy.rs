@@ -45,6 +45,9 @@ const HELLO_SLICE: Duration = Duration::from_millis(2);
 /// New connections taken per loop turn: a flood of connects waits in the
 /// kernel's backlog while the connections already open are served.
 const ACCEPT_BATCH: usize = 64;
+/// Block lines logged per second per thread; beyond, one line says how
+/// many more were made (a flood of new attackers must not flood the log).
+const BLOCK_LINES: u32 = 50;
 
 fn add(c: &AtomicU64, n: u64) {
     // Only this thread writes its counters: a plain load + store, no locked add.
@@ -169,6 +172,8 @@ pub(crate) struct Worker<'a> {
     /// The listener may hold more connections than the last turn took
     /// (edge-triggered: no new event says so).
     accept_pending: bool,
+    /// This second's block lines: when it began, lines logged, blocks not logged.
+    block_lines: (Instant, u32, u64),
 }
 
 fn reason(status: u16) -> &'static str {
@@ -231,6 +236,7 @@ impl<'a> Worker<'a> {
             hellos: Default::default(),
             serials: 0,
             accept_pending: false,
+            block_lines: (Instant::now(), 0, 0),
         })
     }
 
@@ -536,11 +542,43 @@ impl<'a> Worker<'a> {
         // A trusted proxy speaks for many clients: it is never blocked.
         if let (Some(secs), false) = (self.cfg.ip_block, self.trusted(ip)) {
             let (table, now) = (&self.shared.table, self.now_ms());
-            match ja4 {
+            let new = match ja4 {
                 Some(ja4) => table.block_tls(ip, secs, limit, ja4, now),
                 None => table.block(ip, secs, limit, now),
             };
+            if new && !self.cfg.dry_run {
+                self.log_block(ip, ja4, limit, secs);
+            }
         }
+    }
+
+    /// One log line per new block (at most [`BLOCK_LINES`] a second).
+    fn log_block(&mut self, ip: IpAddr, ja4: Option<&str>, limit: Limit, secs: u64) {
+        let (since, lines, more) = &mut self.block_lines;
+        if since.elapsed() >= Duration::from_secs(1) {
+            if *more > 0 {
+                tracing::info!(
+                    event = "blocks_not_logged",
+                    count = *more,
+                    "{more} more clients blocked in that second"
+                );
+            }
+            (*since, *lines, *more) = (Instant::now(), 0, 0);
+        }
+        if *lines >= BLOCK_LINES {
+            *more += 1;
+            return;
+        }
+        *lines += 1;
+        let client = self.shared.table.net(ip);
+        tracing::info!(
+            event = "block",
+            client = %client,
+            limit = limit.name(),
+            ja4 = ja4.unwrap_or("-"),
+            secs,
+            "blocked {client} ({}) for {secs} s", limit.name()
+        );
     }
 
     fn close_client(&mut self, i: usize, rst: bool) {
