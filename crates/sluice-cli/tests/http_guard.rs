@@ -945,6 +945,20 @@ fn http_load_over_tls_and_handshakes_that_fail_or_stall() {
     stop(up);
 }
 
+/// `curl` from source address `from` to https://guard.test at the guard
+/// (certificates checked against `ca`): the HTTP status, `000` if none.
+fn curl_from(g: &Guarded, ca: &std::path::Path, from: &str, extra: &[&str]) -> String {
+    let port = g.addr.port();
+    let out = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "3", "--interface", from])
+        .args(["--cacert", p(ca), "--resolve", &format!("guard.test:{port}:127.0.0.1")])
+        .args(extra)
+        .arg(format!("https://guard.test:{port}/"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// The bytes `curl` sends first to an https URL naming `sni` (its
 /// ClientHello), read by a listener that never answers.
 fn curl_hello(sni: &str) -> Vec<u8> {
@@ -993,16 +1007,7 @@ fn ja4_listed_clients_and_handshake_floods_are_refused_at_the_hello() {
     let args = ["--tls-cert", cert, "--tls-key", key, "--block-ja4", p(&list), "--ip-block", "30"];
     let g =
         http_guard(up.addr, 12.0, &[&args[..], &["--tls-handshake-rate", "10", "--metrics", "127.0.0.1:0"]].concat());
-    let port = g.addr.port();
-    let curl = |from: &str| {
-        let out = Command::new("curl")
-            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "3", "--interface", from])
-            .args(["--cacert", p(&ca), "--resolve", &format!("guard.test:{port}:127.0.0.1")])
-            .arg(format!("https://guard.test:{port}/"))
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let curl = |from: &str| curl_from(&g, &ca, from, &[]);
     assert_eq!(curl("127.6.0.1"), "200");
     let scrape = || {
         let mut s = TcpStream::connect(g.metrics.unwrap()).unwrap();
@@ -1072,17 +1077,7 @@ fn tls_behind_a_proxy_protocol_balancer() {
     let (cert, key) = (p(&leaves[0].0), p(&leaves[0].1));
     let args = ["--tls-cert", cert, "--tls-key", key, "--proxy-protocol", "--trusted-proxies", "127.7.0.0/24"];
     let g = http_guard(up.addr, 8.0, &args);
-    let port = g.addr.port();
-    let curl = |from: &str, proxy: bool| {
-        let out = Command::new("curl")
-            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "3", "--interface", from])
-            .args(["--cacert", p(&ca), "--resolve", &format!("guard.test:{port}:127.0.0.1")])
-            .args(if proxy { &["--haproxy-protocol"][..] } else { &[] })
-            .arg(format!("https://guard.test:{port}/"))
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let curl = |from: &str, proxy: bool| curl_from(&g, &ca, from, if proxy { &["--haproxy-protocol"] } else { &[] });
     assert_eq!(curl("127.7.0.5", true), "200");
     assert_eq!(curl("127.7.0.5", false), "000", "no PROXY header: TLS bytes are not one");
     assert_eq!(curl("127.0.0.1", true), "000", "an untrusted balancer");

@@ -158,6 +158,26 @@ pub fn unkey(k: u128) -> IpAddr {
     v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
 }
 
+/// One hit of rate counter `k` (125 ms slots); the burst limit is checked
+/// first, then the rate.
+fn count(
+    st: &mut ClientState,
+    k: usize,
+    now_ms: u64,
+    burst: (Option<u32>, Limit),
+    rate: (Option<u32>, Limit),
+) -> Result<(), Limit> {
+    st.referenced = true;
+    let hit = st.rate.hit(k, (now_ms / 125) as u32);
+    if burst.0.is_some_and(|b| hit.burst > b) {
+        return Err(burst.1);
+    }
+    if rate.0.is_some_and(|r| hit.rate > r) {
+        return Err(rate.1);
+    }
+    Ok(())
+}
+
 fn lock(m: &Mutex<Shard>) -> std::sync::MutexGuard<'_, Shard> {
     // A panic under the lock leaves counters, never a broken invariant worth dying for.
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -328,15 +348,7 @@ impl Table {
 
     fn count_request(&self, st: &mut ClientState, now_ms: u64) -> Result<(), Limit> {
         let l = &self.limits;
-        st.referenced = true;
-        let hit = st.rate.hit(REQ, (now_ms / 125) as u32);
-        if l.request_burst.is_some_and(|b| hit.burst > b) {
-            return Err(Limit::RequestBurst);
-        }
-        if l.request_rate.is_some_and(|r| hit.rate > r) {
-            return Err(Limit::RequestRate);
-        }
-        Ok(())
+        count(st, REQ, now_ms, (l.request_burst, Limit::RequestBurst), (l.request_rate, Limit::RequestRate))
     }
 
     /// A TLS ClientHello from `ip` (a tracked connection's), counted before
@@ -349,16 +361,9 @@ impl Table {
         let k = self.key(ip);
         let mut s = lock(self.shard(k));
         let Some(&i) = s.index.get(&k) else { return Ok(()) };
-        let st = &mut s.states[i as usize];
-        st.referenced = true;
-        let hit = st.rate.hit(HELLO, (now_ms / 125) as u32);
-        if l.tls_handshake_burst.is_some_and(|b| hit.burst > b) {
-            return Err(Limit::TlsHandshakeBurst);
-        }
-        if l.tls_handshake_rate.is_some_and(|r| hit.rate > r) {
-            return Err(Limit::TlsHandshakeRate);
-        }
-        Ok(())
+        let (burst, rate) =
+            ((l.tls_handshake_burst, Limit::TlsHandshakeBurst), (l.tls_handshake_rate, Limit::TlsHandshakeRate));
+        count(&mut s.states[i as usize], HELLO, now_ms, burst, rate)
     }
 
     /// An upstream response with `status` relayed to `ip`.
