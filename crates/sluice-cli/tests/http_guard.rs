@@ -274,7 +274,7 @@ fn the_control_socket_lists_lifts_and_makes_blocks() {
     assert_eq!(get_from(ip("127.6.0.1"), g.addr), None, "blocked by hand");
     let b = &ctl(&["blocks"])["blocks"];
     assert_eq!(b.as_array().unwrap().len(), 1, "{b}");
-    assert_eq!(b[0]["client"], "127.6.0.1");
+    assert_eq!((b[0]["client"].as_str(), b[0]["limit"].as_str()), (Some("127.6.0.1"), Some("manual")), "{b}");
     assert!((29..=30).contains(&b[0]["expires_in"].as_u64().unwrap()), "{b}");
     let text = String::from_utf8(sluice(&["ctl", "--socket", p(&sock), "blocks"]).stdout).unwrap();
     assert!(text.starts_with("127.6.0.1 timeout "), "{text}");

@@ -107,8 +107,11 @@ pub fn answer(shared: &Shared, text: &str) -> String {
     let (t, now) = (&shared.table, shared.started.elapsed().as_millis() as u64);
     match &cmds[..] {
         [(_, Command::Blocks)] => {
-            let blocks: Vec<_> =
-                t.blocks(now).iter().map(|(c, left)| json!({ "client": c.to_string(), "expires_in": left })).collect();
+            let blocks: Vec<_> = t
+                .block_rows(now)
+                .iter()
+                .map(|b| json!({ "client": b.client.to_string(), "expires_in": b.expires_in, "limit": b.limit, "ja4": b.ja4 }))
+                .collect();
             json!({ "ok": true, "blocks": blocks }).to_string()
         }
         [(_, Command::Block { client, timeout })] => {
@@ -161,7 +164,8 @@ mod tests {
             shared.table.on_request(a, 0).unwrap();
         }
         assert!(shared.table.block(a, 0, Limit::RequestRate, 0));
-        assert_eq!(ask(&shared, "blocks")["blocks"], json!([{ "client": "192.0.2.1", "expires_in": null }]));
+        let want = json!([{ "client": "192.0.2.1", "expires_in": null, "limit": "request_rate", "ja4": null }]);
+        assert_eq!(ask(&shared, "blocks")["blocks"], want);
         let top = ask(&shared, "clients 1");
         assert_eq!(
             top["clients"],

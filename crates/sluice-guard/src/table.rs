@@ -43,10 +43,24 @@ pub struct ClientState {
 
 const _: () = assert!(size_of::<ClientState>() <= 80);
 
-/// A blocked address: until when (ms since start), or for good.
-#[derive(Debug, Clone, Copy)]
+/// A blocked address: until when (ms since start), or for good; why.
+#[derive(Debug, Clone)]
 struct Block {
     until_ms: Option<u64>,
+    reason: &'static str,
+    /// The JA4 of the TLS connection that broke the limit.
+    ja4: Option<Box<str>>,
+}
+
+/// One block as `sluice ctl blocks` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BlockRow {
+    pub client: ClientNet,
+    /// Seconds left (rounded up); None: until restart.
+    pub expires_in: Option<u64>,
+    /// The limit it broke (`manual` for `sluice ctl block`).
+    pub limit: &'static str,
+    pub ja4: Option<String>,
 }
 
 /// One block as it happened (for the summary and tests).
@@ -509,7 +523,7 @@ impl Table {
             }
         }
         let until_ms = (secs > 0).then(|| now_ms + secs * 1000);
-        s.blocks.insert(k, Block { until_ms });
+        s.blocks.insert(k, Block { until_ms, reason, ja4: ja4.map(Into::into) });
         let first_seen_ms = s.index.get(&k).map_or(now_ms, |&i| u64::from(s.states[i as usize].first_ms));
         drop(s);
         self.stats.blocks_active.fetch_add(1, Ordering::Relaxed);
@@ -567,6 +581,24 @@ impl Table {
             }
         }
         out.sort();
+        out
+    }
+
+    /// The blocks in force, with why: [`Table::blocks`] and the limit and JA4.
+    pub fn block_rows(&self, now_ms: u64) -> Vec<BlockRow> {
+        let mut out = Vec::new();
+        for s in &self.shards {
+            for (&k, b) in &lock(s).blocks {
+                let left = match b.until_ms {
+                    None => None,
+                    Some(u) if u > now_ms => Some((u - now_ms).div_ceil(1000)),
+                    Some(_) => continue,
+                };
+                let ja4 = b.ja4.as_deref().map(str::to_owned);
+                out.push(BlockRow { client: self.net_of(k), expires_in: left, limit: b.reason, ja4 });
+            }
+        }
+        out.sort_by_key(|r| r.client);
         out
     }
 
@@ -682,6 +714,18 @@ mod tests {
         assert_eq!(t.on_request(a, 400), Err(Limit::RequestRate));
         // A second later the window is empty again.
         t.on_request(a, 1400).unwrap();
+    }
+
+    #[test]
+    fn block_rows_say_why() {
+        let t = Table::new(Limits::default(), 100);
+        let ja4 = "t13d1516h2_8daaf6152771_e5627efa2ab1";
+        assert!(t.block_tls(ip(9), 5, Limit::TlsJa4, ja4, 0));
+        assert!(t.block_for(ip(8), 0, "manual", None, 0));
+        let rows = t.block_rows(1000);
+        let got: Vec<_> = rows.iter().map(|r| (r.expires_in, r.limit, r.ja4.as_deref())).collect();
+        assert_eq!(got, [(None, "manual", None), (Some(4), "tls_ja4", Some(ja4))]);
+        assert_eq!(t.block_rows(6000).len(), 1, "the timed one expired");
     }
 
     #[test]
