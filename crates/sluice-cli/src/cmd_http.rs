@@ -151,6 +151,9 @@ pub struct LoadArgs {
     /// Several client pools at once from a TOML file, each reported under `pools` (docs/http-load.md).
     #[arg(long, value_name = "FILE")]
     pub pool: Option<PathBuf>,
+    /// Speak TLS whatever the URL's scheme says (an https:// URL always does).
+    #[arg(long)]
+    pub tls: bool,
     /// https:// URLs: trust these CA certificates (PEM) instead of the system's.
     #[arg(long, value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
@@ -168,7 +171,6 @@ pub fn load(a: LoadArgs) -> Result<Outcome> {
     let duration = load::run_length(a.duration, a.requests)?;
     let tls_options =
         sluice_http::tls::TlsOptions { ca: a.tls_ca, insecure: a.tls_insecure, server_name: a.tls_server_name };
-    let tls = target.tls.then(|| sluice_http::tls::client(&target.host, &tls_options));
     let source = a.source.as_deref().map(str::parse::<SourceRange>).transpose()?;
     let config = LoadConfig {
         paths,
@@ -185,7 +187,7 @@ pub fn load(a: LoadArgs) -> Result<Outcome> {
         allow_remote: a.allow_remote,
         method: a.method,
         body_size: a.body_size,
-        tls: tls.transpose()?,
+        tls: sluice_http::tls::for_target(&target, a.tls, &tls_options)?,
         tls_options,
         ..LoadConfig::new(target.addr, target.host.clone(), String::new())
     };
@@ -211,9 +213,5 @@ pub fn load(a: LoadArgs) -> Result<Outcome> {
 }
 
 fn print_report(json: bool, j: serde_json::Value, text: &str) {
-    if json {
-        println!("{j}");
-    } else {
-        print!("{text}");
-    }
+    print!("{}", if json { format!("{j}\n") } else { text.to_owned() });
 }

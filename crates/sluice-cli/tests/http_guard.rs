@@ -914,6 +914,10 @@ fn http_load_over_tls_and_handshakes_that_fail_or_stall() {
     assert_eq!(r["errors"]["tls"], 0, "{r}");
     let served = r["requests"].as_u64().unwrap();
     assert!(served > 500, "{r}");
+    // `--tls` with an http:// URL speaks TLS all the same.
+    let forced = load_report(load(&format!("http://{}/", g.addr), &["--tls", "--tls-insecure", "--duration", "0.5"]));
+    assert!(forced["requests"].as_u64().unwrap() > 0 && forced["errors"]["tls"] == 0, "{forced}");
+    let served = served + forced["requests"].as_u64().unwrap();
     // The certificate is not for this name: every handshake fails, and the report says why.
     let wrong = load_report(load(&url, &["--tls-ca", p(&ca), "--connections", "1", "--duration", "0.5"]));
     assert!(wrong["errors"]["tls"].as_u64().unwrap() > 0, "{wrong}");

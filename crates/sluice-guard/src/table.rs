@@ -332,14 +332,33 @@ impl Table {
     /// A request head from `ip` (a tracked connection's).
     pub fn on_request(&self, ip: IpAddr, now_ms: u64) -> Result<(), Limit> {
         let l = &self.limits;
-        if l.request_rate.is_none() && l.request_burst.is_none() {
+        self.count_tracked(
+            ip,
+            now_ms,
+            REQ,
+            (l.request_burst, Limit::RequestBurst),
+            (l.request_rate, Limit::RequestRate),
+        )
+    }
+
+    /// One hit of counter `k` for a tracked client (none while both limits
+    /// are off, or when `ip` has no state: nothing to count against).
+    fn count_tracked(
+        &self,
+        ip: IpAddr,
+        now_ms: u64,
+        k: usize,
+        burst: (Option<u32>, Limit),
+        rate: (Option<u32>, Limit),
+    ) -> Result<(), Limit> {
+        if burst.0.is_none() && rate.0.is_none() {
             return Ok(());
         }
-        let k = self.key(ip);
-        let mut s = lock(self.shard(k));
-        // Present while it has a connection; if not, there is nothing to count against.
-        let Some(&i) = s.index.get(&k) else { return Ok(()) };
-        self.count_request(&mut s.states[i as usize], now_ms)
+        let key = self.key(ip);
+        let mut s = lock(self.shard(key));
+        // Present while it has a connection.
+        let Some(&i) = s.index.get(&key) else { return Ok(()) };
+        count(&mut s.states[i as usize], k, now_ms, burst, rate)
     }
 
     /// A request head from `ip` as a trusted proxy named it
@@ -369,15 +388,9 @@ impl Table {
     /// the handshake costs anything.
     pub fn on_hello(&self, ip: IpAddr, now_ms: u64) -> Result<(), Limit> {
         let l = &self.limits;
-        if l.tls_handshake_rate.is_none() && l.tls_handshake_burst.is_none() {
-            return Ok(());
-        }
-        let k = self.key(ip);
-        let mut s = lock(self.shard(k));
-        let Some(&i) = s.index.get(&k) else { return Ok(()) };
         let (burst, rate) =
             ((l.tls_handshake_burst, Limit::TlsHandshakeBurst), (l.tls_handshake_rate, Limit::TlsHandshakeRate));
-        count(&mut s.states[i as usize], HELLO, now_ms, burst, rate)
+        self.count_tracked(ip, now_ms, HELLO, burst, rate)
     }
 
     /// An upstream response with `status` relayed to `ip`.

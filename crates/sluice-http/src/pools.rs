@@ -11,6 +11,7 @@
 //! rate = 500                   # open loop, requests/s (or think = "uniform:200-800")
 //! url = "https://127.0.0.1:8443/"  # a target of its own (TLS on with https)
 //! delay = 2                    # join the run 2 s after it starts
+//! tls = true                   # TLS on (or off) whatever the URL's scheme
 //! urls = "urls.txt"            # PATH [WEIGHT] lines, relative to this file
 //! zipf = 1.0
 //! method = "POST"
@@ -40,6 +41,7 @@ struct File {
 struct Spec {
     name: String,
     url: Option<String>,
+    tls: Option<bool>,
     source: Option<String>,
     connections: Option<usize>,
     threads: Option<usize>,
@@ -93,16 +95,19 @@ pub fn parse(text: &str, path: &Path, base: &LoadConfig, target: &load::Target) 
             Some(u) => {
                 let t = load::parse_url(u).map_err(|e| pool_at(format!("url: {e}")))?;
                 (c.target, c.host, c.paths) = (t.addr, t.host.clone(), vec![(t.path.clone(), 1)]);
-                c.tls = t
-                    .tls
-                    .then(|| crate::tls::client(&t.host, &c.tls_options))
-                    .transpose()
-                    .map_err(|e| pool_at(e.to_string()))?;
+                c.tls = crate::tls::for_target(&t, false, &c.tls_options).map_err(|e| pool_at(e.to_string()))?;
                 own_target = t;
                 &own_target
             }
             None => target,
         };
+        match s.tls {
+            Some(true) if c.tls.is_none() => {
+                c.tls = crate::tls::for_target(target, true, &c.tls_options).map_err(|e| pool_at(e.to_string()))?;
+            }
+            Some(false) => c.tls = None,
+            _ => {}
+        }
         if let Some(v) = &s.source {
             c.source = Some(v.parse::<SourceRange>().map_err(|e| pool_at(format!("source: {e}")))?);
         }
@@ -240,6 +245,9 @@ mod tests {
         assert_eq!((p[0].config.target.port(), p[0].config.paths[0].0.as_str()), (9443, "/x"));
         assert!(p[0].config.tls.is_some());
         assert_eq!((p[1].config.target.port(), p[1].config.tls.is_some()), (8080, false));
+        let text = "[[pool]]\nname = \"on\"\ntls = true\n\n[[pool]]\nname = \"off\"\nurl = \"https://127.0.0.1:9443/\"\ntls = false\n";
+        let p = parse(text, Path::new("pools.toml"), &b, &t).unwrap();
+        assert_eq!((p[0].config.tls.is_some(), p[1].config.tls.is_some()), (true, false));
     }
 
     #[test]

@@ -73,6 +73,12 @@ impl ServerCertVerifier for AnyCert {
     }
 }
 
+/// The TLS side of a run against `target`: for an https:// URL, or any
+/// with `force` (`--tls`, a pool's `tls = true`); None for plain HTTP.
+pub fn for_target(target: &crate::load::Target, force: bool, o: &TlsOptions) -> Result<Option<ClientTls>, LoadError> {
+    (target.tls || force).then(|| client(&target.host, o)).transpose()
+}
+
 /// The TLS side of a run against `host` (the URL's authority, port and
 /// brackets allowed; `--tls-server-name` overrides it).
 pub fn client(host: &str, o: &TlsOptions) -> Result<ClientTls, LoadError> {
