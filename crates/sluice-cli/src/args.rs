@@ -67,6 +67,11 @@ impl SampleArgs {
     }
 }
 
+/// `--workers` of bridge: `auto` (a worker per AF_XDP queue: `None`) or 1 to 256.
+pub fn bridge_workers(s: &str) -> Result<Option<usize>, String> {
+    (s != "auto").then(|| workers(s)).transpose().map_err(|e| format!("{e}, or auto (a worker per queue)"))
+}
+
 /// `--workers` of filter and bridge: 1 to 256.
 pub fn workers(s: &str) -> Result<usize, String> {
     s.parse().ok().filter(|n| (1..=256).contains(n)).ok_or_else(|| format!("`{s}`: give 1 to 256 workers"))

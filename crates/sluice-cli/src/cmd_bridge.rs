@@ -18,7 +18,8 @@ use sluice_control::{describe, spawn_signals, total_entries, Controller, Event};
 use sluice_live::open::{open_bridge, Io, OpenConfig, Opened, XdpChoice};
 use sluice_live::pipeline::BridgeCounters;
 use sluice_metrics::bridge::{BridgeMetrics, LiveObserver};
-use sluice_pcap::sample::{tap, Sampler};
+use sluice_pcap::sample::{tap, tap_owned, Sampler};
+use sluice_pipeline::lanes::{self, inline_lanes};
 use sluice_pipeline::{JudgeConfig, RunConfig};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,9 +53,11 @@ pub struct BridgeArgs {
     /// power of two, such as the seed's 1920, registers unaligned chunks.
     #[arg(long, value_name = "BYTES")]
     pub frame_size: Option<u32>,
-    /// Worker threads judging (software RSS: Toeplitz on the 4-tuple).
-    #[arg(long, default_value_t = 1, value_parser = crate::args::workers)]
-    pub workers: usize,
+    /// Worker threads judging (software RSS: Toeplitz on the 4-tuple), or
+    /// `auto`: AF_XDP with a worker per queue that receives, judges and
+    /// sends its queue's frames itself (AF_PACKET: one worker).
+    #[arg(long, default_value = "1", value_parser = crate::args::bridge_workers)]
+    pub workers: ::std::option::Option<usize>,
     /// Software RSS over the workers hashes the outer headers, or the
     /// innermost IP header a tunnel carries (verdicts are the same).
     #[arg(long = "steer", value_name = "outer|inner", default_value = "outer", action = clap::ArgAction::Set,
@@ -167,7 +170,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         Arc::clone(controller.state()),
     ));
 
-    let sampler = a.sample.start(&published, port_names_for_samples, a.workers, a.steer_inner)?;
+    let sampler = a.sample.start(&published, port_names_for_samples, a.workers.unwrap_or(1), a.steer_inner)?;
     if let Some(s) = &sampler {
         let _ = shared.samples.set(s.counters());
     }
@@ -176,36 +179,26 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     let signals = spawn_signals(Arc::clone(&stop), ctl_tx.clone(), Arc::clone(controller.state()))
         .context("installing the signal handlers")?;
 
-    let open_cfg = OpenConfig { io: a.io, xdp: a.xdp_mode, queues: a.queues, frame_size: a.frame_size };
+    let (io, xdp, per_queue, cpus) = (a.io, a.xdp_mode, a.workers.is_none(), a.cpus.clone());
+    let open_cfg = OpenConfig { io, xdp, queues: a.queues, frame_size: a.frame_size, per_queue, cpus };
     let (mut opened, io_desc) = open_bridge([if_a, if_b], &open_cfg, &stop, &counters)?;
+    let workers = if let Opened::XskLanes(lanes) = &opened { lanes.len() } else { a.workers.unwrap_or(1) };
     opened.set_dry_run(a.dry_run);
     shared.dry_run.store(a.dry_run, Ordering::Relaxed);
     *shared.io.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = io_desc.clone();
 
     if let Some(addr) = metrics {
-        let bound = sluice_metrics::spawn(addr, shared.registry(), "sluice bridge")
-            .with_context(|| format!("--metrics: cannot serve on {addr}"))?;
-        tracing::info!("metrics at http://{bound}/metrics");
+        sluice_metrics::serve_flag(addr, shared.registry(), "sluice bridge").map_err(anyhow::Error::msg)?;
     }
 
-    let control_socket = match &a.control {
-        Some(path) => {
-            let group = a.control_group.as_deref().map(sluice_control::socket::group_id).transpose()?;
-            let handle = sluice_control::socket::serve(path, group, ctl_tx.clone(), Arc::clone(&shared.socket))?;
-            tracing::info!("control socket at {}", path.display());
-            Some(handle)
-        }
-        None => None,
-    };
-    let bouncer = crowdsec.map(|cfg| {
-        let counters = Arc::clone(shared.crowdsec.get_or_init(Arc::default));
-        tracing::info!("crowdsec bouncer pulling {} every {:?} into set `{}`", cfg.url, cfg.interval, cfg.set);
-        let (events, stop) = (ctl_tx.clone(), Arc::clone(&stop));
-        std::thread::Builder::new()
-            .name("sluice-crowdsec".into())
-            .spawn(move || sluice_control::crowdsec::run(cfg, events, stop, counters))
-    });
-    let bouncer = bouncer.transpose().context("starting the crowdsec thread")?;
+    let control_socket =
+        sluice_control::socket::serve_at(a.control.as_deref(), a.control_group.as_deref(), &ctl_tx, &shared.socket)?;
+    let bouncer = crowdsec
+        .map(|cfg| {
+            sluice_control::crowdsec::spawn(cfg, ctl_tx.clone(), &stop, shared.crowdsec.get_or_init(Arc::default))
+        })
+        .transpose()
+        .context("starting the crowdsec thread")?;
     let every_tick = shared.ticker(a.status || std::io::stderr().is_terminal(), a.duration, &stop);
     let control = std::thread::Builder::new()
         .name("sluice-control".into())
@@ -213,39 +206,40 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         .context("starting the control thread")?;
 
     tracing::info!(
-        "bridging {if_a} <-> {if_b} over {io_desc}; {} worker(s); {} entries ({}) built in {build_ms:.1} ms",
-        a.workers,
+        "bridging {if_a} <-> {if_b} over {io_desc}; {workers} worker(s); {} entries ({}) built in {build_ms:.1} ms",
         total_entries(&entries),
         describe(&entries)
     );
     let judge_cfg = JudgeConfig { undecodable: a.undecodable.into(), ..JudgeConfig::default() };
-    let judge = report::judge(&published, judge_cfg, a.workers, &a.cpus, None, a.steer_inner);
-    *shared.live_stats.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = judge.live_stats();
     *shared.rules.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::clone(&published));
-    let mut stage = a.reassembly.stage();
     let cfg = RunConfig {
         // In input order: the AF_XDP sink returns frames to the kernel by
         // walking them in the order they were received.
         ordered: true,
         // Source and sink share the ports; both run on this thread.
         read_ahead: false,
-        max_in_flight: a.workers * 4,
+        max_in_flight: workers * 4,
         // How long a fill waits on a quiet link before the loop writes what
         // workers finished and expires held fragments.
         live_wait: Duration::from_millis(2),
         ..RunConfig::default()
     };
-    let mut observer = LiveObserver(Arc::clone(&shared));
-    let result = match opened {
-        Opened::Xsk(ports) => {
-            let (mut source, mut sink) = *ports;
-            let mut sink = tap(sampler.as_ref(), &mut sink);
-            sluice_pipeline::run(&mut source, &mut stage, judge, &mut sink, &mut observer, &cfg)
+    let result = match opened.single() {
+        Err(ports) => {
+            let inboxes = shared.inboxes.get_or_init(|| sluice_pipeline::Inboxes::new(ports.len()));
+            let ends = ports.into_iter().map(|(p, t)| (p, tap_owned(sampler.as_ref(), t))).collect();
+            let observer = || Box::new(LiveObserver::new(&shared)) as _;
+            let stage = || a.reassembly.stage();
+            let (lanes, stats) = inline_lanes(ends, &published, judge_cfg, inboxes, stage, observer, &a.cpus);
+            *shared.live_stats.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = stats;
+            lanes::merge(lanes::run_lanes(lanes, &cfg, &|| stop.store(true, Ordering::Relaxed)))
         }
-        Opened::Packet(ports) => {
-            let (mut source, mut sink) = *ports;
-            let mut sink = tap(sampler.as_ref(), &mut sink);
-            sluice_pipeline::run(&mut source, &mut stage, judge, &mut sink, &mut observer, &cfg)
+        Ok((mut source, mut sink)) => {
+            let judge = report::judge(&published, judge_cfg, workers, &a.cpus, None, a.steer_inner);
+            *shared.live_stats.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = judge.live_stats();
+            let mut sink = tap(sampler.as_ref(), &mut *sink);
+            let (mut stage, mut observer) = (a.reassembly.stage(), LiveObserver::new(&shared));
+            sluice_pipeline::run(&mut *source, &mut stage, judge, &mut sink, &mut observer, &cfg)
         }
     };
     // The ports are closed (and the XDP programs detached) by now.

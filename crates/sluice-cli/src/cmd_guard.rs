@@ -221,9 +221,7 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
     sluice_control::guard_ctl::reload_tls_on_sighup(&running.shared()).context("installing the SIGHUP handler")?;
     if let Some(m) = metrics {
         let registry = sluice_metrics::guard::registry(running.shared(), forward_counters.clone());
-        let bound = sluice_metrics::spawn(m, registry, "sluice http-guard")
-            .with_context(|| format!("--metrics: cannot serve on {m}"))?;
-        tracing::info!("metrics at http://{bound}/metrics");
+        sluice_metrics::serve_flag(m, registry, "sluice http-guard").map_err(anyhow::Error::msg)?;
     }
     let group = a.control_group.as_deref().map(sluice_control::socket::group_id).transpose()?;
     let control =

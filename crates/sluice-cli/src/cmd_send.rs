@@ -40,6 +40,9 @@ pub struct SendArgs {
     /// Socket layer.
     #[arg(long, value_enum, default_value = "afpacket")]
     pub io: SendIo,
+    /// AF_PACKET: through the qdisc, which spreads flows over TX queues by hash.
+    #[arg(long)]
+    pub through_qdisc: bool,
     /// Print the totals as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -117,7 +120,8 @@ pub fn run(a: SendArgs) -> Result<Outcome> {
     };
     let mut sender: Box<dyn FrameSender> = match a.io {
         SendIo::Afpacket => Box::new(
-            PacketSender::open(&a.iface).with_context(|| format!("opening an AF_PACKET TX ring on {}", a.iface))?,
+            PacketSender::open(&a.iface, a.through_qdisc)
+                .with_context(|| format!("opening an AF_PACKET TX ring on {}", a.iface))?,
         ),
         SendIo::Afxdp => Box::new(
             XskSender::open(&a.iface, 0).with_context(|| format!("opening an AF_XDP socket on {} queue 0", a.iface))?,

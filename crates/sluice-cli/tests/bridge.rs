@@ -152,8 +152,25 @@ fn send_and_capture(
     ep: &mut Endpoint,
     want: usize,
 ) -> (Value, Vec<Vec<u8>>) {
-    let args: Vec<String> =
+    send_and_capture_on(ns, iface, cap, rate, ep, want, false)
+}
+
+/// [`send_and_capture`], through the sender's qdisc when `spread` (so a
+/// multi-queue veth carries the flows on all its queues).
+fn send_and_capture_on(
+    ns: &str,
+    iface: &str,
+    cap: &Path,
+    rate: &str,
+    ep: &mut Endpoint,
+    want: usize,
+    spread: bool,
+) -> (Value, Vec<Vec<u8>>) {
+    let mut args: Vec<String> =
         ["send", "--iface", iface, "--in", p(cap), "--rate", rate, "--json"].iter().map(|s| s.to_string()).collect();
+    if spread {
+        args.push("--through-qdisc".into());
+    }
     let ns = ns.to_owned();
     let sender = std::thread::spawn(move || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -216,6 +233,12 @@ const LISTED: &[&str] = &["198.51.100.0/24", "203.0.113.0/25", "2001:db8:1::/48"
 
 /// Both directions through the bridge started with `io` and `workers`.
 fn bridge_case(test: &str, io: &[&str], workers: usize, tag: &str) {
+    bridge_case_on(test, io, &workers.to_string(), tag, 1);
+}
+
+/// [`bridge_case`] on veths of `queues` queues, `--workers` as given (`auto`:
+/// a worker per queue, each checked to have received and forwarded).
+fn bridge_case_on(test: &str, io: &[&str], workers: &str, tag: &str, queues: u32) {
     if !live_or_skip(test) {
         return;
     }
@@ -227,13 +250,12 @@ fn bridge_case(test: &str, io: &[&str], workers: usize, tag: &str) {
     let ba = traffic(dir.path(), "ba", 2, 2500, &list, &[&list]);
     assert!(ab.passed.len() < ab.all.len() && !ab.passed.is_empty(), "the capture has listed and unlisted sources");
 
-    let topo = Topology::new(tag);
+    let topo = Topology::with_queues(tag, queues);
     let (a1, b1) = (topo.a.near.clone(), topo.b.near.clone());
-    let workers_s = workers.to_string();
     let mut args = vec!["--iface", &a1, "--iface", &b1, "--drop-src", p(&list), "--json"];
     // A short reassembly timeout: a datagram left incomplete (one of its
     // fragments was too big for the link) is given up while the bridge runs.
-    args.extend(["--workers", &workers_s, "--metrics", "127.0.0.1:0", "--frag-timeout", "1"]);
+    args.extend(["--workers", workers, "--metrics", "127.0.0.1:0", "--frag-timeout", "1"]);
     args.extend(io);
     let bridge = Bridge::start(&args);
     if io.contains(&"afxdp") {
@@ -242,10 +264,13 @@ fn bridge_case(test: &str, io: &[&str], workers: usize, tag: &str) {
 
     let mut ep_a = Endpoint::open(&topo.ns_a.name, &topo.a.far);
     let mut ep_b = Endpoint::open(&topo.ns_b.name, &topo.b.far);
-    let (sent, got_b) = send_and_capture(&topo.ns_a.name, &topo.a.far, &ab.cap, "20000", &mut ep_b, ab.passed.len());
+    let spread = queues > 1;
+    let (sent, got_b) =
+        send_and_capture_on(&topo.ns_a.name, &topo.a.far, &ab.cap, "20000", &mut ep_b, ab.passed.len(), spread);
     assert_eq!((sent["sent"].as_u64(), sent["skipped"].as_u64()), (Some(ab.all.len() as u64), Some(0)), "{sent}");
     assert_exactly("A->B", &ab.passed, &got_b);
-    let (sent, got_a) = send_and_capture(&topo.ns_b.name, &topo.b.far, &ba.cap, "20000", &mut ep_a, ba.passed.len());
+    let (sent, got_a) =
+        send_and_capture_on(&topo.ns_b.name, &topo.b.far, &ba.cap, "20000", &mut ep_a, ba.passed.len(), spread);
     assert_eq!(sent["sent"], ba.all.len(), "{sent}");
     assert_exactly("B->A", &ba.passed, &got_a);
 
@@ -280,7 +305,11 @@ fn bridge_case(test: &str, io: &[&str], workers: usize, tag: &str) {
     assert_eq!(v["packets"], total, "every frame judged once: {v}");
     assert_eq!(v["passed"], (ab.passed.len() + ba.passed.len()) as u64);
     assert_eq!(v["dropped"], total - (ab.passed.len() + ba.passed.len()) as u64);
-    assert_eq!(v["workers"].as_array().unwrap().len(), workers);
+    let lanes = if workers == "auto" { queues as usize } else { workers.parse().unwrap() };
+    assert_eq!(v["workers"].as_array().unwrap().len(), lanes);
+    if workers == "auto" {
+        per_queue_checks(&v, &scrape, queues, total);
+    }
     // Workers judge everything but the fragments reassembly decided (gave up).
     let judged: u64 = v["workers"].as_array().unwrap().iter().map(|w| w.as_u64().unwrap()).sum();
     assert_eq!(judged + v["dropped_fragments"].as_u64().unwrap(), total, "{v}");
@@ -320,6 +349,112 @@ fn bridge_case(test: &str, io: &[&str], workers: usize, tag: &str) {
         // Fragments are copied out by reassembly; their UMEM frames came back.
         assert!(v["frames_reclaimed"].as_u64().unwrap() > 0, "{v}");
     }
+}
+
+/// A per-queue bridge's lanes: one per queue, most received traffic, each
+/// that received forwarded, all together count every frame once, and the
+/// metrics say the same per queue.
+fn per_queue_checks(v: &Value, scrape: &str, queues: u32, total: u64) {
+    let lanes = v["per_queue"].as_array().unwrap_or_else(|| panic!("per_queue in the summary: {v}"));
+    assert_eq!(lanes.len(), queues as usize, "{v}");
+    let busy = lanes.iter().filter(|q| q["rx_packets"].as_u64().unwrap() > 0).count();
+    assert!(busy >= 3, "at least 3 of {queues} queues carried traffic: {lanes:?}");
+    for q in lanes {
+        let rx = q["rx_packets"].as_u64().unwrap();
+        assert!(rx == 0 || q["tx_packets"].as_u64().unwrap() > 0, "a queue that received forwarded: {q}");
+        let qs = q["queue"].to_string();
+        assert_eq!(metric(scrape, "sluice_queue_rx_packets_total", &[("queue", &qs)]), Some(rx), "metrics, queue {qs}");
+    }
+    let sum = |k: &str| lanes.iter().map(|q| q[k].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(sum("rx_packets"), total, "every frame received on one queue: {lanes:?}");
+    assert_eq!(sum("passed") + sum("dropped"), total, "every frame decided by one lane: {lanes:?}");
+    assert_eq!(sum("passed"), v["passed"].as_u64().unwrap());
+    assert!(v["fragments_resteer_full"] == 0, "no inbox overflowed: {v}");
+    assert!(v["io"].as_str().unwrap().contains(&format!("{queues} lanes")), "{}", v["io"]);
+}
+
+// A worker per queue (issue 22): 4-queue veths, frames spread over the
+// queues by the sender's qdisc, one lane per queue receiving, reassembling
+// (fragments whose IP pair another lane owns are moved there), judging and
+// sending on its own; exactly the frames `sluice filter` passes arrive.
+#[test]
+fn bridge_afxdp_skb_per_queue() {
+    let io = ["--io", "afxdp", "--xdp-mode", "skb"];
+    bridge_case_on("bridge_afxdp_skb_per_queue", &io, "auto", "xq1", 4);
+}
+
+#[test]
+fn bridge_afxdp_drv_per_queue() {
+    let io = ["--io", "afxdp", "--xdp-mode", "drv"];
+    bridge_case_on("bridge_afxdp_drv_per_queue", &io, "auto", "xq2", 4);
+}
+
+#[test]
+fn bridge_afxdp_skb_per_queue_1920() {
+    let io = ["--io", "afxdp", "--xdp-mode", "skb", "--frame-size", "1920"];
+    bridge_case_on("bridge_afxdp_skb_per_queue_1920", &io, "auto", "xq3", 4);
+}
+
+#[test]
+fn bridge_afxdp_drv_per_queue_1920() {
+    let io = ["--io", "afxdp", "--xdp-mode", "drv", "--frame-size", "1920"];
+    bridge_case_on("bridge_afxdp_drv_per_queue_1920", &io, "auto", "xq4", 4);
+}
+
+/// Fragments of one datagram on different queues: the sender's qdisc is
+/// bypassed, so a frame leaves on the queue of the CPU that sends it. Every
+/// datagram's first fragment is sent from CPU 0 and its second from CPU 1,
+/// so they reach lanes 0 and 1; each is reassembled by the lane that owns
+/// its IP pair (the other fragment moved there), and both arrive.
+#[test]
+fn bridge_per_queue_fragments_split_over_queues() {
+    if !live_or_skip("bridge_per_queue_fragments_split_over_queues") {
+        return;
+    }
+    let _serial = serial();
+    assert!(sluice_steer::affinity::available_cpus() >= 2, "splitting fragments over queues needs 2 CPUs");
+    let topo = Topology::with_queues("xqs", 4);
+    let (a1, b1) = (topo.a.near.clone(), topo.b.near.clone());
+    let bridge = Bridge::start(&[
+        "--iface",
+        &a1,
+        "--iface",
+        &b1,
+        "--json",
+        "--io",
+        "afxdp",
+        "--xdp-mode",
+        "drv",
+        "--workers",
+        "auto",
+    ]);
+    let mut ep_a = Endpoint::open(&topo.ns_a.name, &topo.a.far);
+    let mut ep_b = Endpoint::open(&topo.ns_b.name, &topo.b.far);
+    let n = 300u16;
+    let datagrams: Vec<[Vec<u8>; 2]> =
+        (0..n).map(|i| live::ipv4_fragments(i, [10, 0, (i >> 8) as u8, i as u8])).collect();
+    let sent: Vec<Vec<u8>> = datagrams.iter().flatten().cloned().collect();
+    let sender = std::thread::spawn(move || {
+        for (cpu, half) in [(0, 0), (1, 1)] {
+            sluice_steer::affinity::pin_current_thread(cpu).unwrap();
+            ep_a.send_all(&datagrams.iter().map(|d| d[half].clone()).collect::<Vec<_>>());
+        }
+    });
+    let got = capture(&mut ep_b, sent.len(), Duration::from_secs(10), || sender.is_finished());
+    assert_exactly("split datagrams A->B", &sent, &got);
+    let (v, err) = bridge.stop();
+    println!("{err}\n{v}");
+    let queues = v["per_queue"].as_array().unwrap();
+    let rx = |q: usize| queues[q]["rx_packets"].as_u64().unwrap();
+    assert_eq!(
+        (rx(0), rx(1), rx(2) + rx(3)),
+        (u64::from(n), u64::from(n), 0),
+        "first fragments on queue 0, second on 1"
+    );
+    assert_eq!(v["reassembly"]["completed"], u64::from(n), "every datagram reassembled: {v}");
+    let moved = v["fragments_resteered"].as_u64().unwrap();
+    assert!((u64::from(n)..=2 * u64::from(n)).contains(&moved), "one or both fragments of each moved: {moved}");
+    assert_eq!(v["fragments_resteer_full"], 0);
 }
 
 #[test]
@@ -448,7 +583,18 @@ fn bridge_afpacket_two_workers() {
 /// Then a bad list: the reload fails, says file:line, and changes nothing.
 #[test]
 fn bridge_reload_under_traffic() {
-    if !live_or_skip("bridge_reload_under_traffic") {
+    reload_case("bridge_reload_under_traffic", "rl", "2", 1);
+}
+
+/// The same with a worker per queue on 4-queue veths: every lane reads the
+/// rules the reloads publish.
+#[test]
+fn bridge_reload_under_traffic_per_queue() {
+    reload_case("bridge_reload_under_traffic_per_queue", "rq", "auto", 4);
+}
+
+fn reload_case(test: &str, tag: &str, workers: &str, queues: u32) {
+    if !live_or_skip(test) {
         return;
     }
     let _serial = serial();
@@ -471,7 +617,7 @@ fn bridge_reload_under_traffic() {
 
     let list = dir.path().join("list.txt");
     write_list(&list, &v1);
-    let topo = Topology::new("rl");
+    let topo = Topology::with_queues(tag, queues);
     let (a1, b1) = (topo.a.near.clone(), topo.b.near.clone());
     let mut bridge = Bridge::start(&[
         "--iface",
@@ -482,7 +628,7 @@ fn bridge_reload_under_traffic() {
         p(&list),
         "--json",
         "--workers",
-        "2",
+        workers,
         "--io",
         "afxdp",
         "--xdp-mode",
@@ -509,8 +655,15 @@ fn bridge_reload_under_traffic() {
             sighups
         })
     };
-    let (sent, got) =
-        send_and_capture(&topo.ns_a.name, &topo.a.far, &never.cap, "5000", &mut ep_b, always.passed.len());
+    let (sent, got) = send_and_capture_on(
+        &topo.ns_a.name,
+        &topo.a.far,
+        &never.cap,
+        "5000",
+        &mut ep_b,
+        always.passed.len(),
+        queues > 1,
+    );
     sending.store(false, std::sync::atomic::Ordering::Relaxed);
     let sighups = reloader.join().unwrap();
     assert!(bridge.running(), "the bridge stopped during reloads: {}", bridge.stderr());
@@ -551,6 +704,11 @@ fn bridge_reload_under_traffic() {
     assert!(err.contains("reload (SIGHUP) failed") && err.contains(&list_line), "file:line logged: {err}");
     assert!(err.contains("entries") && err.contains("built in"), "reloads are logged with entries and build time");
     assert_eq!(v["packets"], all.len());
+    if queues > 1 {
+        let lanes = v["per_queue"].as_array().unwrap();
+        let busy = lanes.iter().filter(|q| q["rx_packets"].as_u64().unwrap() > 0).count();
+        assert!(busy >= 3, "the traffic was spread over the queues: {lanes:?}");
+    }
 }
 
 /// `--watch`: rewriting a list reloads it without a signal.

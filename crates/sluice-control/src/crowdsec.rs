@@ -277,6 +277,18 @@ pub const SETTLE_GAP: Duration = Duration::from_secs(10);
 
 /// Runs the bouncer until `stop`: pulls, feeds the controller, backs off
 /// on failure.
+/// Starts [`run`] on a thread of its own (`sluice-crowdsec`), logging what it pulls from where.
+pub fn spawn(
+    cfg: BouncerConfig,
+    events: Sender<Event>,
+    stop: &Arc<AtomicBool>,
+    counters: &Arc<BouncerCounters>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    tracing::info!("crowdsec bouncer pulling {} every {:?} into set `{}`", cfg.url, cfg.interval, cfg.set);
+    let (stop, counters) = (Arc::clone(stop), Arc::clone(counters));
+    std::thread::Builder::new().name("sluice-crowdsec".into()).spawn(move || run(cfg, events, stop, counters))
+}
+
 pub fn run(cfg: BouncerConfig, events: Sender<Event>, stop: Arc<AtomicBool>, counters: Arc<BouncerCounters>) {
     let agent =
         ureq::AgentBuilder::new().timeout_connect(Duration::from_secs(5)).timeout(Duration::from_secs(60)).build();

@@ -78,6 +78,21 @@ impl Serving {
 /// Binds `path` (replacing a stale socket file, refusing a live one), sets
 /// its mode and group, and serves it on a thread until stopped: each
 /// request is handed to the controller through `events`.
+/// [`serve`] at `path` when one is given, for members of the group named
+/// `group` too (a name or a number), logging where.
+pub fn serve_at(
+    path: Option<&Path>,
+    group: Option<&str>,
+    events: &Sender<Event>,
+    counters: &Arc<SocketCounters>,
+) -> Result<Option<Serving>, SocketError> {
+    let Some(path) = path else { return Ok(None) };
+    let group = group.map(group_id).transpose()?;
+    let serving = serve(path, group, events.clone(), Arc::clone(counters))?;
+    tracing::info!("control socket at {}", path.display());
+    Ok(Some(serving))
+}
+
 pub fn serve(
     path: &Path,
     group: Option<u32>,

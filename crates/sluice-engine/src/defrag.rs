@@ -108,6 +108,24 @@ pub struct DefragStats {
     pub peak_bytes: usize,
 }
 
+impl DefragStats {
+    /// Adds another reassembler's counts (lanes of a per-queue bridge);
+    /// the peak is the larger of the two, a bound, not a sum at one instant.
+    pub fn merge(&mut self, o: &DefragStats) {
+        self.fragments += o.fragments;
+        self.completed += o.completed;
+        self.atomic += o.atomic;
+        self.duplicates += o.duplicates;
+        self.overlaps += o.overlaps;
+        self.malformed += o.malformed;
+        self.too_many_fragments += o.too_many_fragments;
+        self.evicted += o.evicted;
+        self.timed_out += o.timed_out;
+        self.incomplete += o.incomplete;
+        self.peak_bytes = self.peak_bytes.max(o.peak_bytes);
+    }
+}
+
 struct Entry<T> {
     age: u64,
     /// (offset, bytes), kept sorted by offset and disjoint.

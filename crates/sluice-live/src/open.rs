@@ -4,15 +4,19 @@
 //! reason, so an operator can see why the bridge runs slower than it could.
 
 use crate::error::LiveError;
-use crate::pipeline::{open_packet, open_xsk, BridgeCounters, PacketPorts, PacketTx, XskBridgeConfig, XskPorts, XskTx};
+use crate::pipeline::{
+    open_packet, open_xsk, open_xsk_lanes, BridgeCounters, PacketPorts, PacketTx, XskBridgeConfig, XskPorts, XskTx,
+};
 use crate::{PacketConfig, XdpMode};
+use sluice_pipeline::{Sink, Source};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 /// Which socket layer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Io {
     /// AF_XDP, else AF_PACKET.
+    #[default]
     Auto,
     /// AF_XDP only.
     Afxdp,
@@ -21,9 +25,10 @@ pub enum Io {
 }
 
 /// Which XDP attach mode, for AF_XDP.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum XdpChoice {
     /// Driver (native) mode, else generic (skb).
+    #[default]
     Auto,
     /// Generic (skb) mode only.
     Skb,
@@ -62,7 +67,7 @@ impl XdpChoice {
 }
 
 /// How to open a bridge.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Default)]
 pub struct OpenConfig {
     /// The socket layer.
     pub io: Io,
@@ -72,21 +77,43 @@ pub struct OpenConfig {
     pub queues: Option<u32>,
     /// AF_XDP UMEM frame size in bytes (`--frame-size`; `None`: 2048).
     pub frame_size: Option<u32>,
+    /// AF_XDP: one lane per queue (`--workers auto`), each on its own thread.
+    pub per_queue: bool,
+    /// `--cpus`: the lanes' CPUs, recorded in their counters (the lanes'
+    /// threads are pinned by `sluice_pipeline::lanes`, by the same rule).
+    pub cpus: Vec<usize>,
 }
 
 /// An open bridge: the pipeline source (both ports' RX) and sink (TX).
 pub enum Opened {
     /// AF_XDP sockets on one shared UMEM.
     Xsk(Box<(XskPorts, XskTx)>),
+    /// AF_XDP dealt out in lanes, one per queue, to run on a thread each.
+    XskLanes(Vec<(XskPorts, XskTx)>),
     /// AF_PACKET rings.
     Packet(Box<(PacketPorts, PacketTx)>),
 }
 
+/// A bridge's source, whichever socket layer.
+pub type DynSource = Box<dyn Source<Error = LiveError> + Send>;
+/// A bridge's sink, whichever socket layer.
+pub type DynSink = Box<dyn Sink<Error = LiveError> + Send>;
+
 impl Opened {
+    /// The source and sink one thread runs, or the lanes of a per-queue bridge.
+    pub fn single(self) -> Result<(DynSource, DynSink), Vec<(XskPorts, XskTx)>> {
+        match self {
+            Opened::Xsk(b) => Ok((Box::new(b.0), Box::new(b.1))),
+            Opened::Packet(b) => Ok((Box::new(b.0), Box::new(b.1))),
+            Opened::XskLanes(lanes) => Err(lanes),
+        }
+    }
+
     /// Forward every packet whatever its verdict (`--dry-run`).
     pub fn set_dry_run(&mut self, on: bool) {
         match self {
             Opened::Xsk(b) => b.1.dry_run = on,
+            Opened::XskLanes(lanes) => lanes.iter_mut().for_each(|l| l.1.dry_run = on),
             Opened::Packet(b) => b.1.dry_run = on,
         }
     }
@@ -155,18 +182,30 @@ fn open_afxdp(
         if let Some(fs) = cfg.frame_size {
             xsk.frame_size = fs;
         }
-        match open_xsk(ifaces, &xsk, Arc::clone(stop), Arc::clone(counters)) {
-            Ok((source, sink)) => {
+        let opened = if cfg.per_queue {
+            open_xsk_lanes(ifaces, &xsk, &cfg.cpus, Arc::clone(stop), Arc::clone(counters))
+                .map(|lanes| (lanes.len(), Opened::XskLanes(lanes)))
+        } else {
+            open_xsk(ifaces, &xsk, Arc::clone(stop), Arc::clone(counters)).map(|p| (0, Opened::Xsk(Box::new(p))))
+        };
+        match opened {
+            Ok((lanes, opened)) => {
+                let first = match &opened {
+                    Opened::Xsk(b) => &b.0,
+                    Opened::XskLanes(l) => &l[0].0,
+                    Opened::Packet(_) => unreachable!("opened AF_XDP"),
+                };
                 let desc = format!(
-                    "AF_XDP ({} mode, {}, {} + {} queues, shared UMEM of {}-byte frames{})",
+                    "AF_XDP ({} mode, {}, {} + {} queues{}, shared UMEM of {}-byte frames{})",
                     if mode == XdpMode::Skb { "skb" } else { "drv" },
-                    if source.is_zero_copy() { "zero-copy" } else { "copy" },
-                    source.queues()[0],
-                    source.queues()[1],
+                    if first.is_zero_copy() { "zero-copy" } else { "copy" },
+                    first.queues()[0],
+                    first.queues()[1],
+                    if lanes > 0 { format!(", a worker per queue: {lanes} lanes") } else { String::new() },
                     xsk.frame_size,
                     if xsk.frame_size.is_power_of_two() { "" } else { ", unaligned" },
                 );
-                return Ok((Opened::Xsk(Box::new((source, sink))), desc));
+                return Ok((opened, desc));
             }
             // Native mode refused by the driver: generic mode may still work.
             Err(e @ LiveError::XdpAttach { .. }) if i + 1 < modes.len() => {

@@ -34,7 +34,14 @@
 //! packet with index *k*, every ledger entry before *k* belongs to a packet
 //! that will never reach it and whose batch is gone, so those frames are
 //! reclaimed. A lent packet not found in the ledger is never touched (that
-//! would hand the kernel a frame someone else may hold).
+//! would hand the kernel a frame someone else may hold). When nothing is
+//! in flight between source and sink (`Sink::quiescent`: with an inline
+//! judge, after every batch), every entry left belongs to a packet
+//! reassembly copied, so all are reclaimed: a stream of nothing but
+//! fragments gives its frames back too.
+//!
+//! A per-queue bridge ([`open_xsk_lanes`]) has one such core per lane, over
+//! the lane's sockets and frames only.
 //!
 //! Both sources return [`Fill::End`] once the stop flag is set (SIGINT or
 //! SIGTERM in the CLI) and say they are live, so reassembly expires held
@@ -103,6 +110,8 @@ pub struct PortCounters {
 }
 
 /// The counters of both ports, shared by the source, the sink and readers.
+/// The lanes of a per-queue bridge all add into the same port counters
+/// (once per batch each), and each counts its own share in [`LaneCounters`].
 #[derive(Debug, Default)]
 pub struct BridgeCounters {
     /// Port 0 (the first interface) and port 1.
@@ -111,6 +120,27 @@ pub struct BridgeCounters {
     pub frames_reclaimed: AtomicU64,
     /// IP fragments written, by outcome (see [`FRAGMENT_OUTCOMES`]).
     pub fragments: [AtomicU64; 3],
+    /// A per-queue bridge's lanes, in lane order (set when it opens).
+    pub lanes: std::sync::OnceLock<Vec<LaneCounters>>,
+}
+
+/// One lane of a per-queue bridge: what its queue received and sent. Each
+/// on its own cache line: a lane writes only its own.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+pub struct LaneCounters {
+    /// The RX queue index the lane owns (on both ports).
+    pub queue: u32,
+    /// The CPU its thread is pinned to.
+    pub cpu: u32,
+    /// Frames received on the lane's queues (both ports).
+    pub rx_packets: AtomicU64,
+    /// Frames the lane transmitted (both ports).
+    pub tx_packets: AtomicU64,
+    /// Frames the lane passed.
+    pub passed: AtomicU64,
+    /// Frames the lane dropped.
+    pub dropped: AtomicU64,
 }
 
 /// Fragment outcomes, the index of [`BridgeCounters::fragments`]: judged
@@ -205,7 +235,7 @@ impl Tally {
 /// What a sink counts of every packet it is given, once per batch: the
 /// verdicts per receiving port, and the fragments by outcome. The sinks
 /// see every packet exactly once, so this is where the bridge counts them.
-fn count_verdicts(batch: &PacketBatch, counters: &BridgeCounters) {
+fn count_verdicts(batch: &PacketBatch, counters: &BridgeCounters) -> (u64, u64) {
     let mut v = [[(0u64, 0u64); 2]; 2];
     let mut frags = [0u64; 3];
     for p in batch.packets() {
@@ -230,6 +260,7 @@ fn count_verdicts(batch: &PacketBatch, counters: &BridgeCounters) {
     for (c, n) in counters.fragments.iter().zip(frags) {
         add(c, n);
     }
+    (v[0][0].0 + v[1][0].0, v[0][1].0 + v[1][1].0)
 }
 
 /// The interface every live packet is said to come in on: Ethernet, with
@@ -504,7 +535,7 @@ impl Sink for PacketTx {
     type Error = LiveError;
 
     fn write(&mut self, batch: &PacketBatch) -> Result<()> {
-        count_verdicts(batch, &self.counters);
+        let _ = count_verdicts(batch, &self.counters);
         let mut tally = [Tally::default(); 2];
         for (i, p) in batch.packets().iter().enumerate() {
             if p.verdict != Verdict::Pass && !self.dry_run {
@@ -570,6 +601,9 @@ impl Default for XskBridgeConfig {
     }
 }
 
+/// UMEM frames per lane of a per-queue bridge, at least.
+const LANE_FRAMES: u32 = 4096;
+
 /// UMEM frame size unless `--frame-size` says otherwise: a 1514-byte frame
 /// (plus a tag or two) fits after the kernel's 256-byte headroom.
 pub const DEFAULT_FRAME_SIZE: u32 = 2048;
@@ -601,20 +635,33 @@ fn check_mtu(ifaces: [&str; 2], umem: &Umem) -> Result<()> {
 }
 
 /// What the source and the sink share (see the module doc).
+///
+/// A single-thread bridge has one core over every socket and frame; a
+/// per-queue bridge has one per lane, over the lane's sockets and its own
+/// range of frames, so no frame and no ring is ever touched by two threads.
 struct XskCore {
-    // Field order is drop order: detach the XDP programs first, so no frame is
-    // redirected to a closing socket; then the sockets; the UMEM last.
-    redirects: [XdpRedirect; 2],
-    /// Per port, one socket per queue.
+    // Field order is drop order: detach the XDP programs first (when this is
+    // the last core holding them), so no frame is redirected to a closing
+    // socket; then the sockets; the UMEM last.
+    redirects: Arc<[XdpRedirect; 2]>,
+    /// Per port, this core's sockets: the first one transmits.
     socks: [Vec<XskSocket>; 2],
-    umem: Umem,
+    umem: Arc<Umem>,
     pool: FramePool,
     /// Frames the pipeline holds, in receive order: (packet index, address).
     held: VecDeque<(u64, u64)>,
     /// Per-batch scratch: descriptors to send on each port.
     fwd: [Vec<Desc>; 2],
     counters: Arc<BridgeCounters>,
+    /// The lane this core is, in a per-queue bridge.
+    lane: Option<usize>,
+    /// Frames each fill ring is kept stocked with.
+    fill_target: u32,
     stats_at: Instant,
+    /// The kernel's socket counters at the last read, per port (they are
+    /// cumulative per socket; what changed is added to the port's counter,
+    /// so lanes add up).
+    kernel_seen: [(u64, u64); 2],
 }
 
 /// AF_XDP: both ports' RX rings as one pipeline source, lending frames in place.
@@ -662,16 +709,23 @@ pub fn rx_queues(iface: &str) -> u32 {
         .max(1)
 }
 
-/// Opens an AF_XDP bridge between `ifaces[0]` (port 0) and `ifaces[1]`
-/// (port 1): one UMEM, the redirect program on both interfaces, one socket
-/// per (port, queue) sharing the UMEM, fill rings stocked. The source ends
-/// when `stop` is set; the programs are detached when both halves are dropped.
-pub fn open_xsk(
-    ifaces: [&str; 2],
-    cfg: &XskBridgeConfig,
-    stop: Arc<AtomicBool>,
-    counters: Arc<BridgeCounters>,
-) -> Result<(XskPorts, XskTx)> {
+/// What every core of one AF_XDP bridge shares.
+struct Shared {
+    redirects: Arc<[XdpRedirect; 2]>,
+    umem: Arc<Umem>,
+    /// The whole UMEM as the batches' backing.
+    backing: Backing,
+    queues: [u32; 2],
+    zero_copy: bool,
+    fill_size: u32,
+    frame_size: u32,
+    ifaces: [String; 2],
+}
+
+/// One UMEM, the redirect program on both interfaces, one socket per
+/// (port, queue) sharing the UMEM. Nothing is redirected to the sockets
+/// until [`Shared::register`].
+fn bind_xsk(ifaces: [&str; 2], cfg: &XskBridgeConfig) -> Result<(Shared, [Vec<XskSocket>; 2])> {
     let queues = ifaces.map(|i| cfg.queues.unwrap_or_else(|| rx_queues(i)).clamp(1, MAX_QUEUES));
     let umem = Umem::new(cfg.frames, cfg.frame_size)?;
     check_mtu(ifaces, &umem)?;
@@ -690,48 +744,158 @@ pub fn open_xsk(
             socks[port].push(XskSocket::bind(ifaces[port], q, &umem, &xsk_cfg)?);
         }
     }
-    let sockets = (queues[0] + queues[1]) as usize;
-    let fill_each = (cfg.xsk.fill_size as usize).min(cfg.frames as usize / (2 * sockets));
-    if fill_each == 0 {
-        return Err(LiveError::Config(format!("{} UMEM frames are too few for {sockets} sockets", cfg.frames)));
+    let zero_copy = socks.iter().flatten().all(|s| s.is_zero_copy());
+    let backing: Backing = Arc::new(umem.view());
+    let shared = Shared {
+        redirects: Arc::new(redirects),
+        umem: Arc::new(umem),
+        backing,
+        queues,
+        zero_copy,
+        fill_size: cfg.xsk.fill_size,
+        frame_size: cfg.frame_size,
+        ifaces: ifaces.map(str::to_owned),
+    };
+    Ok((shared, socks))
+}
+
+impl Shared {
+    /// Stocks the fill rings of `socks` from `pool`, evenly, keeping half
+    /// the pool for what is in flight; returns the frames each got.
+    fn stock(&self, socks: &mut [Vec<XskSocket>; 2], pool: &mut FramePool) -> Result<u32> {
+        let sockets = socks[0].len() + socks[1].len();
+        let fill_each = (self.fill_size as usize).min(pool.len() / (2 * sockets));
+        if fill_each == 0 {
+            return Err(LiveError::Config(format!(
+                "{} UMEM frames are too few for {} sockets",
+                self.umem.frames(),
+                self.queues[0] + self.queues[1]
+            )));
+        }
+        for s in socks.iter_mut().flatten() {
+            s.fill_from(pool, fill_each);
+        }
+        Ok(fill_each as u32)
     }
-    let mut pool = FramePool::new(&umem);
-    for s in socks.iter_mut().flatten() {
-        s.fill_from(&mut pool, fill_each);
+
+    /// With the fill rings stocked, send the queues' frames to the sockets.
+    fn register(&self, socks: &[Vec<XskSocket>; 2]) -> Result<()> {
+        for (port, socks) in socks.iter().enumerate() {
+            for s in socks {
+                self.redirects[port].register(s.queue(), s)?;
+            }
+        }
+        Ok(())
     }
-    // Only now, with the fill rings stocked, send the queues' frames to the sockets.
-    for port in 0..2 {
-        for (q, s) in socks[port].iter().enumerate() {
-            redirects[port].register(q as u32, s)?;
+
+    /// The source and sink over one core: `socks` and the frames in `pool`.
+    fn ends(
+        &self,
+        socks: [Vec<XskSocket>; 2],
+        pool: FramePool,
+        fill_target: u32,
+        lane: Option<usize>,
+        stop: &Arc<AtomicBool>,
+        counters: &Arc<BridgeCounters>,
+    ) -> Result<(XskPorts, XskTx)> {
+        let fds = socks.iter().flatten().map(|s| s.as_raw_fd()).collect();
+        let held = VecDeque::with_capacity(pool.len());
+        let core = Arc::new(Mutex::new(XskCore {
+            redirects: Arc::clone(&self.redirects),
+            socks,
+            umem: Arc::clone(&self.umem),
+            pool,
+            held,
+            fwd: [Vec::new(), Vec::new()],
+            counters: Arc::clone(counters),
+            lane,
+            fill_target,
+            stats_at: Instant::now(),
+            kernel_seen: [(0, 0); 2],
+        }));
+        let ports = XskPorts {
+            core: Arc::clone(&core),
+            backing: Arc::clone(&self.backing),
+            fds,
+            stop: Arc::clone(stop),
+            next_index: 0,
+            first: 0,
+            descs: vec![Desc::default(); 256],
+            interface: ethernet(self.frame_size),
+            zero_copy: self.zero_copy,
+            queues: self.queues,
+            links: Links::new([&self.ifaces[0], &self.ifaces[1]])?,
+        };
+        Ok((ports, XskTx { core, backing: Arc::clone(&self.backing), dry_run: false }))
+    }
+}
+
+/// Opens an AF_XDP bridge between `ifaces[0]` (port 0) and `ifaces[1]`
+/// (port 1) read by one thread: one UMEM, the redirect program on both
+/// interfaces, one socket per (port, queue) sharing the UMEM, fill rings
+/// stocked. The source ends when `stop` is set; the programs are detached
+/// when both halves are dropped.
+pub fn open_xsk(
+    ifaces: [&str; 2],
+    cfg: &XskBridgeConfig,
+    stop: Arc<AtomicBool>,
+    counters: Arc<BridgeCounters>,
+) -> Result<(XskPorts, XskTx)> {
+    let (shared, mut socks) = bind_xsk(ifaces, cfg)?;
+    let mut pool = FramePool::new(&shared.umem);
+    let fill_target = shared.stock(&mut socks, &mut pool)?;
+    shared.register(&socks)?;
+    shared.ends(socks, pool, fill_target, None, &stop, &counters)
+}
+
+/// Opens an AF_XDP bridge as [`open_xsk`] does, dealt out into lanes, one
+/// per queue index q below both ports' queue counts (the first port with
+/// more queues gives its extra ones to the lanes round robin): lane q owns
+/// queue q's socket on each port and 1/lanes of the UMEM's frames, receives
+/// on its sockets and transmits on its own queue of the other port, so its
+/// frames come back on its own completion rings and no frame or ring is
+/// shared between lanes (they run on a thread each: see
+/// `sluice_pipeline::lanes`). `counters.lanes` is set to one
+/// [`LaneCounters`] per lane, with its CPU of `lane_cpus(cpus)` (`--cpus`).
+pub fn open_xsk_lanes(
+    ifaces: [&str; 2],
+    cfg: &XskBridgeConfig,
+    cpus: &[usize],
+    stop: Arc<AtomicBool>,
+    counters: Arc<BridgeCounters>,
+) -> Result<Vec<(XskPorts, XskTx)>> {
+    // A lane's share of the frames is what one thread's bridge would have.
+    let queues = ifaces.map(|i| cfg.queues.unwrap_or_else(|| rx_queues(i)).clamp(1, MAX_QUEUES));
+    let frames = cfg.frames.max(queues[0].min(queues[1]) * LANE_FRAMES);
+    let (shared, socks) = bind_xsk(ifaces, &XskBridgeConfig { frames, ..*cfg })?;
+    let lanes = shared.queues[0].min(shared.queues[1]) as usize;
+    let mut dealt: Vec<[Vec<XskSocket>; 2]> = (0..lanes).map(|_| [Vec::new(), Vec::new()]).collect();
+    for (port, socks) in socks.into_iter().enumerate() {
+        for (q, s) in socks.into_iter().enumerate() {
+            dealt[q % lanes][port].push(s);
         }
     }
-    let zero_copy = socks.iter().flatten().all(|s| s.is_zero_copy());
-    let fds = socks.iter().flatten().map(|s| s.as_raw_fd()).collect();
-    let backing: Backing = Arc::new(umem.view());
-    let core = Arc::new(Mutex::new(XskCore {
-        redirects,
-        socks,
-        umem,
-        pool,
-        held: VecDeque::with_capacity(cfg.frames as usize),
-        fwd: [Vec::new(), Vec::new()],
-        counters,
-        stats_at: Instant::now(),
-    }));
-    let ports = XskPorts {
-        core: Arc::clone(&core),
-        backing: Arc::clone(&backing),
-        fds,
-        stop,
-        next_index: 0,
-        first: 0,
-        descs: vec![Desc::default(); 256],
-        interface: ethernet(cfg.frame_size),
-        zero_copy,
-        queues,
-        links: Links::new(ifaces)?,
-    };
-    Ok((ports, XskTx { core, backing, dry_run: false }))
+    let frames = shared.umem.frames();
+    let per = frames / lanes as u32;
+    let mut pools = Vec::with_capacity(lanes);
+    for (lane, socks) in dealt.iter_mut().enumerate() {
+        let mut pool = FramePool::range(&shared.umem, lane as u32 * per, (lane as u32 + 1) * per);
+        let fill_target = shared.stock(socks, &mut pool)?;
+        pools.push((pool, fill_target));
+    }
+    for socks in &dealt {
+        shared.register(socks)?;
+    }
+    let cpus = sluice_pipeline::lanes::lane_cpus(cpus, lanes);
+    let made =
+        (0..lanes).map(|q| LaneCounters { queue: q as u32, cpu: cpus[q] as u32, ..Default::default() }).collect();
+    let _ = counters.lanes.set(made);
+    dealt
+        .into_iter()
+        .zip(pools)
+        .enumerate()
+        .map(|(lane, (socks, (pool, fill)))| shared.ends(socks, pool, fill, Some(lane), &stop, &counters))
+        .collect()
 }
 
 fn lock(core: &Mutex<XskCore>) -> MutexGuard<'_, XskCore> {
@@ -748,9 +912,11 @@ impl XskCore {
             s.complete_into(&mut self.pool);
         }
         for s in self.socks.iter_mut().flatten() {
-            let free = s.fill_free() as usize;
-            if free > 0 && !self.pool.is_empty() {
-                s.fill_from(&mut self.pool, free);
+            // Up to the stocked level, not the ring's size: the rest of the
+            // pool stays free for what reassembly copies and sends.
+            let want = self.fill_target.saturating_sub(s.fill_queued()) as usize;
+            if want > 0 && !self.pool.is_empty() {
+                s.fill_from(&mut self.pool, want);
             }
             s.wakeup()?;
         }
@@ -771,9 +937,25 @@ impl XskCore {
                 }
             }
             let c = &self.counters.ports[port];
-            c.rx_ring_drops.store(drops, Ordering::Relaxed);
-            c.rx_fill_empty.store(empty, Ordering::Relaxed);
+            let seen = &mut self.kernel_seen[port];
+            add(&c.rx_ring_drops, drops.saturating_sub(seen.0));
+            add(&c.rx_fill_empty, empty.saturating_sub(seen.1));
+            *seen = (seen.0.max(drops), seen.1.max(empty));
         }
+    }
+
+    fn lane(&self) -> Option<&LaneCounters> {
+        self.counters.lanes.get()?.get(self.lane?)
+    }
+
+    /// Every frame still in the ledger belongs to a packet reassembly
+    /// copied out (the pipeline is quiescent): all go back to the pool.
+    fn reclaim_all(&mut self) {
+        let n = self.held.len() as u64;
+        for (_, a) in self.held.drain(..) {
+            self.pool.free(a);
+        }
+        add(&self.counters.frames_reclaimed, n);
     }
 
     /// The sink met lent packet `index` at `addr`: settle the ledger. Frames
@@ -858,6 +1040,9 @@ impl XskPorts {
             let c = &core.counters.ports[port];
             add(&c.rx_packets, n_port);
             add(&c.rx_bytes, bytes);
+            if let Some(l) = core.lane() {
+                add(&l.rx_packets, n_port);
+            }
         }
         self.first ^= 1;
         Ok(got)
@@ -899,7 +1084,11 @@ impl Sink for XskTx {
     fn write(&mut self, batch: &PacketBatch) -> Result<()> {
         let mut core = lock(&self.core);
         let core = &mut *core;
-        count_verdicts(batch, &core.counters);
+        let (passed, dropped) = count_verdicts(batch, &core.counters);
+        if let Some(l) = core.lane() {
+            add(&l.passed, passed);
+            add(&l.dropped, dropped);
+        }
         let ours = batch.backing().is_some_and(|b| Arc::ptr_eq(b, &self.backing));
         let forward = |v: Verdict| v == Verdict::Pass || self.dry_run;
         let mut tally = [Tally::default(); 2];
@@ -943,7 +1132,8 @@ impl Sink for XskTx {
             if core.fwd[out].is_empty() {
                 continue;
             }
-            // Queue 0's socket transmits for the port; any socket of the UMEM may send any frame.
+            // The core's first socket on the port transmits (queue 0, or the
+            // lane's own queue); any socket of the UMEM may send any frame.
             let sock = &mut core.socks[out][0];
             let sent = sock.tx(&core.fwd[out])?;
             for d in &core.fwd[out][..sent] {
@@ -961,6 +1151,9 @@ impl Sink for XskTx {
         for (out, t) in tally.iter().enumerate() {
             t.tx_into(&core.counters.ports[out]);
         }
+        if let Some(l) = core.lane() {
+            add(&l.tx_packets, tally[0].packets + tally[1].packets);
+        }
         // Dropped frames are in the pool: put them straight back on the fill rings.
         core.service()
     }
@@ -976,6 +1169,13 @@ impl Sink for XskTx {
             std::thread::sleep(Duration::from_millis(1));
         }
         core.service()
+    }
+
+    fn quiescent(&mut self) {
+        let mut core = lock(&self.core);
+        if !core.held.is_empty() {
+            core.reclaim_all();
+        }
     }
 }
 

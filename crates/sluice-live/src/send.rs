@@ -31,9 +31,20 @@ pub struct PacketSender {
 }
 
 impl PacketSender {
-    /// Opens the TX ring on `iface` (which must exist and be up).
-    pub fn open(iface: &str) -> Result<PacketSender> {
-        let cfg = PacketConfig { rx: false, tx: true, promisc: false, tx_frames: 1024, ..PacketConfig::default() };
+    /// Opens the TX ring on `iface` (which must exist and be up). With
+    /// `through_qdisc`, frames go through the qdisc layer, where the kernel
+    /// picks each one's TX queue by its flow hash (a multi-queue device's
+    /// queues all carry traffic); else they bypass it, on the queue of the
+    /// sending CPU.
+    pub fn open(iface: &str, through_qdisc: bool) -> Result<PacketSender> {
+        let cfg = PacketConfig {
+            rx: false,
+            tx: true,
+            promisc: false,
+            tx_frames: 1024,
+            qdisc_bypass: !through_qdisc,
+            ..PacketConfig::default()
+        };
         Ok(PacketSender { sock: PacketSocket::open(iface, &cfg)? })
     }
 }

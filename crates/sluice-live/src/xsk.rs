@@ -370,6 +370,14 @@ impl FramePool {
         FramePool { free: (0..u64::from(umem.frames())).rev().map(|i| i * fs).collect(), frame_size: fs }
     }
 
+    /// A pool holding `umem`'s frames `first..end` (frame numbers): a
+    /// lane's share of a UMEM dealt out among lanes.
+    pub fn range(umem: &Umem, first: u32, end: u32) -> FramePool {
+        let fs = u64::from(umem.frame_size());
+        let end = end.min(umem.frames());
+        FramePool { free: (u64::from(first)..u64::from(end)).rev().map(|i| i * fs).collect(), frame_size: fs }
+    }
+
     /// An empty pool for `umem`'s frames.
     pub fn empty(umem: &Umem) -> FramePool {
         FramePool { free: Vec::with_capacity(umem.frames() as usize), frame_size: u64::from(umem.frame_size()) }
@@ -839,6 +847,11 @@ impl XskSocket {
     /// Free slots on the fill ring.
     pub fn fill_free(&mut self) -> u32 {
         self.fill.free(self.fill.size)
+    }
+
+    /// Frames on the fill ring the kernel has not taken yet.
+    pub fn fill_queued(&mut self) -> u32 {
+        self.fill.size - self.fill_free()
     }
 
     /// Takes up to `out.len()` transmitted frames back; returns how many.

@@ -239,3 +239,44 @@ fn pipeline_packet_drops() {
     }
     drop_case(None, "pq");
 }
+
+/// Reassembly copies fragments out of their UMEM frames and sends the
+/// copies from free ones; the frames they came in are given back when the
+/// pipeline is idle (`Sink::quiescent`), not only when a later whole packet
+/// reaches the sink. A stream of nothing but fragments, several times the
+/// UMEM's frames, keeps flowing.
+#[test]
+fn pipeline_xsk_fragments_only_give_their_frames_back() {
+    if !live_or_skip("pipeline_xsk_fragments_only_give_their_frames_back") {
+        return;
+    }
+    let topo = Topology::new("pf");
+    let stop = Arc::new(AtomicBool::new(false));
+    let counters = Arc::new(BridgeCounters::default());
+    const UMEM_FRAMES: u32 = 2048;
+    let cfg = XskBridgeConfig { mode: XdpMode::Driver, frames: UMEM_FRAMES, ..XskBridgeConfig::default() };
+    let (source, sink) = open_xsk([&topo.a.near, &topo.b.near], &cfg, stop.clone(), counters.clone()).unwrap();
+    let run = bridge(source, sink, 1, stop.clone());
+    let mut ep_a = Endpoint::open(&topo.ns_a.name, &topo.a.far);
+    let mut ep_b = Endpoint::open(&topo.ns_b.name, &topo.b.far);
+    let (rounds, per_round) = (6u16, 500u16);
+    assert!(u32::from(2 * rounds * per_round) > 2 * UMEM_FRAMES, "more fragments than the UMEM holds, twice");
+    for r in 0..rounds {
+        let frames: Vec<Vec<u8>> =
+            (0..per_round).flat_map(|i| common::ipv4_fragments(r * per_round + i, [192, 0, 2, 1])).collect();
+        ep_a.send_all(&frames);
+        let mut got = 0usize;
+        let end = std::time::Instant::now() + Duration::from_secs(5);
+        while got < frames.len() && std::time::Instant::now() < end {
+            ep_b.sock.poll_rx(5).unwrap();
+            ep_b.sock.rx_batch(4096, |f, _| got += usize::from(frames.iter().any(|s| s.as_slice() == f)));
+        }
+        assert_eq!(got, frames.len(), "round {r}: every fragment forwarded");
+    }
+    stop.store(true, Ordering::Relaxed);
+    let report = run.join().expect("bridge thread");
+    let total = u64::from(2 * rounds * per_round);
+    assert_eq!(report.reassembly.completed, total / 2, "every datagram reassembled");
+    assert_eq!(counters.frames_reclaimed.load(Ordering::Relaxed), total, "every fragment's frame came back");
+    assert_eq!(counters.ports[1].totals().tx_no_buffer, 0);
+}

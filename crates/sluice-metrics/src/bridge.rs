@@ -52,6 +52,8 @@ pub struct BridgeMetrics {
     pub crowdsec: std::sync::OnceLock<Arc<sluice_control::crowdsec::BouncerCounters>>,
     /// Set when drops are sampled (`--sample-drops`, `--log-drops`).
     pub samples: std::sync::OnceLock<Arc<sluice_pcap::sample::SampleCounters>>,
+    /// A per-queue bridge's fragment inboxes (fragments moved between lanes).
+    pub inboxes: std::sync::OnceLock<Arc<sluice_pipeline::Inboxes>>,
 }
 
 impl BridgeMetrics {
@@ -68,6 +70,7 @@ impl BridgeMetrics {
             socket: Arc::default(),
             crowdsec: std::sync::OnceLock::new(),
             samples: std::sync::OnceLock::new(),
+            inboxes: std::sync::OnceLock::new(),
             dry_run: std::sync::atomic::AtomicBool::new(false),
             ports,
         }
@@ -112,6 +115,13 @@ impl BridgeMetrics {
             .map(|e| serde_json::json!({ "list": e.kind, "path": e.path, "entries": e.entries }))
             .collect();
         v["frames_reclaimed"] = l(&self.ports.frames_reclaimed).into();
+        if let Some(q) = self.per_queue_json(report) {
+            v["per_queue"] = q;
+        }
+        if let Some(i) = self.inboxes.get() {
+            v["fragments_resteered"] = l(&i.moved).into();
+            v["fragments_resteer_full"] = l(&i.overflowed).into();
+        }
         let dry = self.dry_run.load(Ordering::Relaxed);
         v["dry_run"] = dry.into();
         if dry {
@@ -145,6 +155,18 @@ impl BridgeMetrics {
         let (ok, failed, hup) = (l(&c.reloads_ok), l(&c.reloads_failed), l(&c.sighups));
         let _ = writeln!(out, "reloads      {ok} ok, {failed} failed ({hup} SIGHUP)");
         let _ = writeln!(out, "workers      {:?}", report.per_worker);
+        for q in self.per_queue_json(report).as_ref().and_then(|v| v.as_array()).into_iter().flatten() {
+            let _ = writeln!(
+                out,
+                "queue {:<6} on CPU {}: in {} (pass {}, drop {}); sent {}; judged {}",
+                q["queue"], q["cpu"], q["rx_packets"], q["passed"], q["dropped"], q["tx_packets"], q["judged"]
+            );
+        }
+        if let Some(i) = self.inboxes.get() {
+            let (moved, full) = (l(&i.moved), l(&i.overflowed));
+            let _ =
+                writeln!(out, "fragments    {moved} moved to the lane of their IP pair, {full} given up (inbox full)");
+        }
         if self.dry_run.load(Ordering::Relaxed) {
             let n = report.stats.dropped;
             let _ = writeln!(
@@ -153,6 +175,30 @@ impl BridgeMetrics {
             );
         }
         out
+    }
+
+    /// A per-queue bridge's lanes, one object each (`None` for one thread):
+    /// the queue, the CPU, what it received, passed, dropped, sent and judged.
+    pub fn per_queue_json(&self, report: &sluice_pipeline::RunReport) -> Option<serde_json::Value> {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let lanes = self.ports.lanes.get()?;
+        Some(
+            lanes
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    serde_json::json!({
+                        "queue": c.queue,
+                        "cpu": c.cpu,
+                        "rx_packets": l(&c.rx_packets),
+                        "tx_packets": l(&c.tx_packets),
+                        "passed": l(&c.passed),
+                        "dropped": l(&c.dropped),
+                        "judged": report.per_worker.get(i).copied().unwrap_or(0),
+                    })
+                })
+                .collect(),
+        )
     }
 
     pub fn per_port_json(&self) -> serde_json::Value {
@@ -232,13 +278,26 @@ impl BridgeMetrics {
     }
 }
 
-/// The pipeline's progress reports, as live numbers.
-pub struct LiveObserver(pub Arc<BridgeMetrics>);
+/// The pipeline's progress reports, as live numbers. One per pipeline: the
+/// lanes of a per-queue bridge each add what they judged since their last
+/// report.
+pub struct LiveObserver {
+    metrics: Arc<BridgeMetrics>,
+    last: (u64, u64),
+}
+
+impl LiveObserver {
+    pub fn new(metrics: &Arc<BridgeMetrics>) -> LiveObserver {
+        LiveObserver { metrics: Arc::clone(metrics), last: (0, 0) }
+    }
+}
 
 impl Observer for LiveObserver {
     fn progress(&mut self, p: &Progress) {
-        self.0.judged.store(p.judged, Ordering::Relaxed);
-        self.0.judged_dropped.store(p.dropped, Ordering::Relaxed);
+        let m = &self.metrics;
+        m.judged.fetch_add(p.judged.saturating_sub(self.last.0), Ordering::Relaxed);
+        m.judged_dropped.fetch_add(p.dropped.saturating_sub(self.last.1), Ordering::Relaxed);
+        self.last = (self.last.0.max(p.judged), self.last.1.max(p.dropped));
     }
 }
 
@@ -276,6 +335,35 @@ impl Collector for Exporter {
         };
         counter(&mut enc, "sluice_tx_packets", "Packets transmitted on a port.", &per(|t| t.tx_packets))?;
         counter(&mut enc, "sluice_tx_bytes", "Bytes transmitted on a port.", &per(|t| t.tx_bytes))?;
+        if let Some(lanes) = s.ports.lanes.get() {
+            let queue = |c: &sluice_live::pipeline::LaneCounters| {
+                vec![("queue", c.queue.to_string()), ("cpu", c.cpu.to_string())]
+            };
+            let mut judged = Vec::new();
+            for c in lanes {
+                for (verdict, n) in [("pass", l(&c.passed)), ("drop", l(&c.dropped))] {
+                    let mut labels = queue(c);
+                    labels.push(("verdict", verdict.to_owned()));
+                    judged.push((labels, n));
+                }
+            }
+            counter(&mut enc, "sluice_queue_packets", "Packets a queue's worker handled, by verdict.", &judged)?;
+            let rx: Vec<_> = lanes.iter().map(|c| (queue(c), l(&c.rx_packets))).collect();
+            counter(&mut enc, "sluice_queue_rx_packets", "Packets received on a queue (both ports).", &rx)?;
+            let tx: Vec<_> = lanes.iter().map(|c| (queue(c), l(&c.tx_packets))).collect();
+            counter(&mut enc, "sluice_queue_tx_packets", "Packets a queue's worker transmitted (both ports).", &tx)?;
+        }
+        if let Some(i) = s.inboxes.get() {
+            counter(
+                &mut enc,
+                "sluice_fragments_resteered",
+                "Fragments that arrived on another queue than the one their IP pair is reassembled on: moved, or given up with the incomplete verdict when that queue's inbox was full.",
+                &[
+                    (vec![("result", "moved".to_owned())], l(&i.moved)),
+                    (vec![("result", "inbox_full".to_owned())], l(&i.overflowed)),
+                ],
+            )?;
+        }
         let mut ring = Vec::new();
         for (p, t) in &totals {
             for (what, v) in [

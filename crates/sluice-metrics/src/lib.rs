@@ -51,6 +51,14 @@ pub fn spawn(addr: SocketAddr, registry: Registry, who: &'static str) -> std::io
     Ok(bound)
 }
 
+/// [`spawn`] for `--metrics ADDR`, logging where it serves; the error
+/// names the flag and the address.
+pub fn serve_flag(addr: SocketAddr, registry: Registry, who: &'static str) -> Result<SocketAddr, String> {
+    let bound = spawn(addr, registry, who).map_err(|e| format!("--metrics: cannot serve on {addr}: {e}"))?;
+    tracing::info!("metrics at http://{bound}/metrics");
+    Ok(bound)
+}
+
 /// One counter family: `series` are (labels, value).
 pub fn counter(
     enc: &mut DescriptorEncoder,

@@ -484,6 +484,14 @@ pub fn tap<'a, S: Sink + ?Sized>(sampler: Option<&Sampler>, sink: &'a mut S) -> 
     }
 }
 
+/// [`tap`] for a sink the run owns (a lane of a per-queue bridge).
+pub fn tap_owned<S: Sink>(sampler: Option<&Sampler>, sink: S) -> Sampled<S> {
+    match sampler {
+        Some(s) => s.wrap(sink),
+        None => Sampled { inner: sink, tap: None },
+    }
+}
+
 impl<S> Sampled<S> {
     pub fn inner(&self) -> &S {
         &self.inner
@@ -513,6 +521,10 @@ impl<S: Sink> Sink for Sampled<S> {
     fn finish(&mut self) -> Result<(), S::Error> {
         self.inner.finish()
     }
+
+    fn quiescent(&mut self) {
+        self.inner.quiescent();
+    }
 }
 
 /// A sink borrowed for a run ([`Sampler::wrap_mut`]): the caller keeps the
@@ -529,6 +541,10 @@ impl<S: Sink + ?Sized> Sink for SinkMut<'_, S> {
 
     fn finish(&mut self) -> Result<(), S::Error> {
         self.0.finish()
+    }
+
+    fn quiescent(&mut self) {
+        self.0.quiescent();
     }
 }
 

@@ -49,6 +49,14 @@ pub trait Sink {
     /// Flush and complete the output; called once, also after an error
     /// elsewhere, so that what was written is valid.
     fn finish(&mut self) -> Result<(), Self::Error>;
+
+    /// Nothing is between the source and the sink: every packet the source
+    /// has handed over so far was written, or copied out by reassembly
+    /// (whose copies are written later). A sink that lends the source's
+    /// buffers back (a live port's frames) can take back every buffer it
+    /// has not been given. Called by [`crate::run`] without read-ahead only,
+    /// between a batch's write and the next fill.
+    fn quiescent(&mut self) {}
 }
 
 /// A sink that keeps nothing.

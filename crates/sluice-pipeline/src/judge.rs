@@ -68,6 +68,11 @@ pub trait Judge {
 
     /// Stop, and return each worker's counters.
     fn finish(self: Box<Self>) -> Vec<Stats>;
+
+    /// The source is quiet: take the newest rule snapshot now rather than at
+    /// the next batch, so a replaced rule set is not held alive by an idle
+    /// judge (one lane of a per-queue bridge may see no traffic for hours).
+    fn idle(&mut self) {}
 }
 
 /// A worker's counters, copied in once per batch (`clone_from`, which
@@ -179,6 +184,10 @@ impl Judge for Inline {
 
     fn finish(self: Box<Self>) -> Vec<Stats> {
         vec![self.stats]
+    }
+
+    fn idle(&mut self) {
+        self.rules.refresh();
     }
 }
 

@@ -20,12 +20,14 @@
 pub mod batch;
 pub mod io;
 pub mod judge;
+pub mod lanes;
 pub mod reassembly;
 pub mod run;
 
 pub use batch::{Backing, Disposition, Meta, Packet, PacketBatch, Recycler, DEFAULT_BATCH_PACKETS};
 pub use io::{Collect, Discard, Fill, Sink, Source, VecSource};
 pub use judge::{judge, Inline, Judge, JudgeConfig, JudgeError, LiveStats, Steering, Workers, WorkersConfig};
-pub use reassembly::Reassembly;
+pub use lanes::{run_lanes, Lane};
+pub use reassembly::{FragmentRouter, Inboxes, Reassembly};
 pub use run::{run, wall_ns, Finished, Observer, Progress, Quiet, RunConfig, RunError, RunReport};
 pub use sluice_engine::Verdict;

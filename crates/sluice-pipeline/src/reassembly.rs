@@ -16,12 +16,26 @@
 //! Time is the packets' own timestamps; a live source also calls
 //! [`Reassembly::tick`] with the wall clock so held fragments expire on a
 //! quiet link.
+//!
+//! Lanes (a per-queue bridge: one pipeline per NIC queue, see
+//! [`crate::lanes`]) each reassemble what their queue receives. A NIC hashes
+//! fragments on the IP pair and so keeps a datagram's fragments on one
+//! queue, but nothing guarantees it (a sender that changes queues between
+//! fragments, a NIC hashing first fragments on ports). With a
+//! [`FragmentRouter`] every fragment is reassembled by the lane its IP pair
+//! maps to: a fragment that arrived elsewhere is copied into that lane's
+//! bounded inbox, and the owner takes it at its next batch or tick. Only
+//! fragments move; a full inbox gives the fragment up with the incomplete
+//! verdict (counted), as a lost fragment would be.
 
 use crate::batch::{Disposition, Meta, PacketBatch, Recycler};
 use sluice_engine::defrag::{DatagramKey, DefragStats, DropCause, Fragment, Limits, Outcome, Reassembler, Released};
 use sluice_engine::Verdict;
 use sluice_steer::RssInput;
 use sluice_wire::{ip_proto, DecodeError, PacketSummary};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// A fragment held until its datagram completes: its bytes are copied out of
 /// the batch (which is recycled meanwhile), its summary kept.
@@ -35,11 +49,125 @@ pub struct Reassembly {
     r: Reassembler<Held>,
     /// Verdict for datagrams that never complete.
     incomplete: Verdict,
+    /// Lanes: which lane reassembles which fragments.
+    router: Option<FragmentRouter>,
+}
+
+/// Fragments a lane's inbox holds at most; past it they are given up.
+pub const INBOX_FRAGMENTS: usize = 4096;
+
+/// A lane's inbox: fragments moved to it, until it closes at its end.
+#[derive(Default)]
+struct Inbox {
+    moved: VecDeque<Held>,
+    /// The lane has finished: keep its fragments where they are.
+    closed: bool,
+}
+
+/// How long a finishing lane waits for the others to finish too (then
+/// nothing more can be moved to it) before it closes its inbox anyway.
+const FINISH_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What the lanes' routers share: one inbox per lane, and the counts.
+pub struct Inboxes {
+    inboxes: Vec<Mutex<Inbox>>,
+    /// Lanes that have reached their end.
+    finished: std::sync::atomic::AtomicUsize,
+    steering: crate::judge::Steering,
+    /// Fragments moved to the lane that owns their IP pair.
+    pub moved: AtomicU64,
+    /// Fragments given up because the owner's inbox was full.
+    pub overflowed: AtomicU64,
+}
+
+impl Inboxes {
+    /// Inboxes for `lanes` lanes.
+    pub fn new(lanes: usize) -> Arc<Inboxes> {
+        Arc::new(Inboxes {
+            inboxes: (0..lanes.max(1)).map(|_| Mutex::new(Inbox::default())).collect(),
+            finished: std::sync::atomic::AtomicUsize::new(0),
+            // Any fixed hash works as long as every lane uses the same one.
+            steering: crate::judge::Steering::new(&sluice_steer::MICROSOFT_KEY, lanes.max(1)),
+            moved: AtomicU64::new(0),
+            overflowed: AtomicU64::new(0),
+        })
+    }
+
+    /// The lane that reassembles fragments between `src` and `dst`.
+    pub fn owner(&self, src: std::net::IpAddr, dst: std::net::IpAddr) -> usize {
+        self.steering.worker_for_input(&RssInput::pair(src, dst))
+    }
+
+    /// Lane `lane`'s router.
+    pub fn router(self: &Arc<Self>, lane: usize) -> FragmentRouter {
+        FragmentRouter { lane, shared: Arc::clone(self) }
+    }
+}
+
+/// One lane's end of the [`Inboxes`].
+pub struct FragmentRouter {
+    lane: usize,
+    shared: Arc<Inboxes>,
 }
 
 impl Reassembly {
     pub fn new(limits: Limits, incomplete: Verdict) -> Self {
-        Reassembly { r: Reassembler::new(limits), incomplete }
+        Reassembly { r: Reassembler::new(limits), incomplete, router: None }
+    }
+
+    /// Reassemble only the fragments `router` says are this lane's; pass
+    /// the others to their lane.
+    pub fn routed(mut self, router: FragmentRouter) -> Self {
+        self.router = Some(router);
+        self
+    }
+
+    /// Takes the fragments other lanes moved here and reassembles them,
+    /// emitting into `out` what completes or is given up.
+    fn take_inbox(&mut self, out: &mut PacketBatch, released: &mut Released<Held>) {
+        let Some(router) = &self.router else { return };
+        let moved: Vec<Held> = {
+            let mut inbox = router.shared.inboxes[router.lane].lock().unwrap_or_else(PoisonError::into_inner);
+            if inbox.moved.is_empty() {
+                return;
+            }
+            inbox.moved.drain(..).collect()
+        };
+        for h in moved {
+            let bytes = h.bytes.clone();
+            self.add_held(h, &bytes, out, released);
+        }
+    }
+
+    /// A fragment of another lane's: moved to its inbox (true), or given
+    /// up here when that is full (emitted into `out`, true). False: ours.
+    fn route_away(
+        &self,
+        held: &mut Option<Held>,
+        src: std::net::IpAddr,
+        dst: std::net::IpAddr,
+        out: &mut PacketBatch,
+    ) -> bool {
+        let Some(router) = &self.router else { return false };
+        let owner = router.shared.owner(src, dst);
+        if owner == router.lane {
+            return false;
+        }
+        let mut inbox = router.shared.inboxes[owner].lock().unwrap_or_else(PoisonError::into_inner);
+        if inbox.closed {
+            // The owner has finished: reassemble here what can be.
+            return false;
+        }
+        let h = held.take().expect("a fragment to route");
+        if inbox.moved.len() < INBOX_FRAGMENTS {
+            inbox.moved.push_back(h);
+            router.shared.moved.fetch_add(1, Ordering::Relaxed);
+        } else {
+            drop(inbox);
+            router.shared.overflowed.fetch_add(1, Ordering::Relaxed);
+            Self::emit(out, vec![h], Disposition::Decided(self.incomplete));
+        }
+        true
     }
 
     pub fn stats(&self) -> DefragStats {
@@ -86,6 +214,7 @@ impl Reassembly {
         }
         let mut out = recycler.get();
         self.emit_released(&mut out, &mut released);
+        self.take_inbox(&mut out, &mut released);
         for i in 0..input.len() {
             let p = input.packets()[i];
             if !reassemblable(&p) {
@@ -93,42 +222,53 @@ impl Reassembly {
                 continue;
             }
             let Ok(PacketSummary { ip: Some(ip), .. }) = p.decoded else { unreachable!("checked above") };
-            let (Some(f), Some(start)) = (ip.fragment, ip.l4_offset) else { unreachable!("checked above") };
-            let bytes = input.bytes(i);
-            let key = DatagramKey {
-                src: ip.src,
-                dst: ip.dst,
-                ident: f.ident,
-                protocol: if ip.is_ipv6() { 0 } else { ip.protocol },
-            };
-            let data = bytes.get(start as usize..ip.l3_end as usize).unwrap_or_default();
-            let piece = Fragment { offset: u32::from(f.offset), more: f.more, data };
-            let held = Held { meta: p.meta, bytes: bytes.to_vec(), decoded: p.decoded };
-            let outcome = self.r.add(key, piece, held, p.meta.time_ns(), &mut released);
-            self.emit_released(&mut out, &mut released);
-            match outcome {
-                Outcome::Held => {}
-                Outcome::Atomic(h) => Self::emit(&mut out, vec![h], Disposition::Judge),
-                Outcome::Complete { mut fragments, payload } => {
-                    judge_whole(&mut fragments, ip.protocol, &payload);
-                    // Re-steer the whole datagram by its flow, as if it had
-                    // arrived in one piece (the seed's netisr re-injection).
-                    let flow = match ip.protocol {
-                        ip_proto::TCP | ip_proto::UDP if payload.len() >= 4 => {
-                            let port = |at: usize| u16::from_be_bytes([payload[at], payload[at + 1]]);
-                            RssInput::four_tuple(ip.src, ip.dst, port(0), port(2))
-                        }
-                        _ => RssInput::pair(ip.src, ip.dst),
-                    };
-                    Self::emit(&mut out, fragments, Disposition::JudgeAsFlow(flow));
-                }
-                Outcome::Dropped { fragments, cause } => {
-                    Self::emit(&mut out, fragments, Disposition::Decided(self.verdict_for(cause)))
-                }
+            let mut held = Some(Held { meta: p.meta, bytes: input.bytes(i).to_vec(), decoded: p.decoded });
+            if self.route_away(&mut held, ip.src, ip.dst, &mut out) {
+                continue;
             }
+            self.add_held(held.expect("kept"), input.bytes(i), &mut out, &mut released);
         }
         recycler.put(input);
         out
+    }
+
+    /// Adds one fragment (already checked reassemblable) to the
+    /// reassembler, emitting into `out` what completes or is given up.
+    /// `bytes` are the fragment's frame (the held copy's, or the batch's).
+    fn add_held(&mut self, held: Held, bytes: &[u8], out: &mut PacketBatch, released: &mut Released<Held>) {
+        let Ok(PacketSummary { ip: Some(ip), .. }) = held.decoded else { return };
+        let (Some(f), Some(start)) = (ip.fragment, ip.l4_offset) else { return };
+        let key = DatagramKey {
+            src: ip.src,
+            dst: ip.dst,
+            ident: f.ident,
+            protocol: if ip.is_ipv6() { 0 } else { ip.protocol },
+        };
+        let data = bytes.get(start as usize..ip.l3_end as usize).unwrap_or_default();
+        let piece = Fragment { offset: u32::from(f.offset), more: f.more, data };
+        let now = held.meta.time_ns();
+        let outcome = self.r.add(key, piece, held, now, released);
+        self.emit_released(out, released);
+        match outcome {
+            Outcome::Held => {}
+            Outcome::Atomic(h) => Self::emit(out, vec![h], Disposition::Judge),
+            Outcome::Complete { mut fragments, payload } => {
+                judge_whole(&mut fragments, ip.protocol, &payload);
+                // Re-steer the whole datagram by its flow, as if it had
+                // arrived in one piece (the seed's netisr re-injection).
+                let flow = match ip.protocol {
+                    ip_proto::TCP | ip_proto::UDP if payload.len() >= 4 => {
+                        let port = |at: usize| u16::from_be_bytes([payload[at], payload[at + 1]]);
+                        RssInput::four_tuple(ip.src, ip.dst, port(0), port(2))
+                    }
+                    _ => RssInput::pair(ip.src, ip.dst),
+                };
+                Self::emit(out, fragments, Disposition::JudgeAsFlow(flow));
+            }
+            Outcome::Dropped { fragments, cause } => {
+                Self::emit(out, fragments, Disposition::Decided(self.verdict_for(cause)))
+            }
+        }
     }
 
     /// Expire what has waited past the timeout at `now_ns` (wall time, for a
@@ -136,22 +276,38 @@ impl Reassembly {
     pub fn tick(&mut self, now_ns: u64, recycler: &mut Recycler) -> Option<PacketBatch> {
         let mut released = Vec::new();
         self.r.expire(now_ns, &mut released);
-        if released.is_empty() {
-            return None;
-        }
         let mut out = recycler.get();
         self.emit_released(&mut out, &mut released);
+        self.take_inbox(&mut out, &mut released);
+        if out.is_empty() {
+            recycler.put(out);
+            return None;
+        }
         Some(out)
     }
 
-    /// At the end of the input: every datagram still incomplete.
+    /// At the end of the input: every datagram still incomplete. A lane
+    /// first waits (a while) for the other lanes to end, so no fragment is
+    /// moved to it after it has closed its inbox, then takes what it holds.
     pub fn finish(&mut self, recycler: &mut Recycler) -> Option<PacketBatch> {
-        let mut rest = self.r.drain();
-        if rest.is_empty() {
+        let mut out = recycler.get();
+        let mut rest = Vec::new();
+        if let Some(router) = &self.router {
+            let shared = &router.shared;
+            shared.finished.fetch_add(1, Ordering::AcqRel);
+            let until = std::time::Instant::now() + FINISH_WAIT;
+            while shared.finished.load(Ordering::Acquire) < shared.inboxes.len() && std::time::Instant::now() < until {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            shared.inboxes[router.lane].lock().unwrap_or_else(PoisonError::into_inner).closed = true;
+            self.take_inbox(&mut out, &mut rest);
+        }
+        rest.extend(self.r.drain());
+        self.emit_released(&mut out, &mut rest);
+        if out.is_empty() {
+            recycler.put(out);
             return None;
         }
-        let mut out = recycler.get();
-        self.emit_released(&mut out, &mut rest);
         Some(out)
     }
 

@@ -84,6 +84,17 @@ pub struct RunReport {
 }
 
 impl RunReport {
+    /// Adds another run's report: the lanes of a per-queue bridge ran side
+    /// by side, so their workers are listed one after the other and the
+    /// elapsed time is the longest.
+    pub fn merge(&mut self, o: &RunReport) {
+        self.stats.merge(&o.stats);
+        self.per_worker.extend_from_slice(&o.per_worker);
+        self.reassembly.merge(&o.reassembly);
+        self.elapsed = self.elapsed.max(o.elapsed);
+        self.batches += o.batches;
+    }
+
     /// The text summary of a run (one line per counter).
     pub fn text(&self) -> String {
         let run = self;
@@ -204,7 +215,7 @@ pub fn run<S, K>(
     cfg: &RunConfig,
 ) -> Result<Finished<S::Error>, RunError<K::Error>>
 where
-    S: Source + Send,
+    S: Source + Send + ?Sized,
     S::Error: Send,
     K: Sink,
 {
@@ -291,14 +302,14 @@ struct AtomicProgress {
 type Filled<E> = (PacketBatch, Result<Fill, E>);
 
 /// Where the main loop gets decoded batches.
-enum Feed<'s, S: Source> {
+enum Feed<'s, S: Source + ?Sized> {
     /// Filled and decoded on this thread.
     Direct { source: &'s mut S, wait: Duration },
     /// From the reader thread; spare batches go back to it.
     Thread { full: Receiver<Filled<S::Error>>, spare: Sender<PacketBatch>, position: Arc<AtomicProgress> },
 }
 
-impl<S: Source> Feed<'_, S> {
+impl<S: Source + ?Sized> Feed<'_, S> {
     /// The next batch, or `None` when the reader is gone.
     fn next(&mut self, recycler: &mut Recycler, live: bool) -> Option<Filled<S::Error>> {
         match self {
@@ -330,7 +341,7 @@ impl<S: Source> Feed<'_, S> {
 
 /// The reader thread: fill and decode batches until the source ends or the
 /// main loop hangs up.
-fn read_ahead<S: Source>(
+fn read_ahead<S: Source + ?Sized>(
     source: &mut S,
     full: SyncSender<Filled<S::Error>>,
     spare: Receiver<PacketBatch>,
@@ -359,7 +370,7 @@ type LoopEnd<K, S> = (Result<(), Failure<K>>, Option<S>);
 
 /// Everything but the source: reassemble, dispatch, write; ends at the
 /// source's end (draining what is in flight) or at the first failure.
-fn main_loop<S: Source, K: Sink>(
+fn main_loop<S: Source + ?Sized, K: Sink>(
     feed: &mut Feed<'_, S>,
     live: bool,
     stage: &mut Reassembly,
@@ -391,10 +402,15 @@ fn main_loop<S: Source, K: Sink>(
                 if live {
                     // A quiet link: write what the judge finished meanwhile.
                     st.write_finished(sink)?;
+                    st.judge.idle();
                 }
             } else {
                 let batch = stage.process(batch, &mut st.recycler);
                 st.dispatch(batch, sink)?;
+            }
+            if !cfg.read_ahead && st.judge.in_flight() == 0 {
+                // Every packet filled so far was written or copied out.
+                sink.quiescent();
             }
             if last_progress.elapsed() >= cfg.progress_every {
                 last_progress = Instant::now();

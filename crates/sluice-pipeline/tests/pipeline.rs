@@ -228,3 +228,99 @@ fn held_fragments_expire_on_the_wall_clock_when_the_link_is_quiet() {
         assert_eq!(done.report.reassembly.incomplete, 0);
     }
 }
+
+/// A sink whose output the test keeps after the lane that owned it is gone.
+struct Logged(Arc<std::sync::Mutex<Vec<(u64, Verdict)>>>);
+
+impl Sink for Logged {
+    type Error = std::convert::Infallible;
+    fn write(&mut self, batch: &PacketBatch) -> Result<(), Self::Error> {
+        self.0.lock().unwrap().extend(batch.packets().iter().map(|p| (p.meta.index, p.verdict)));
+        Ok(())
+    }
+    fn finish(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+/// Runs `lanes` (each its own packets) side by side, reassembly routed by
+/// shared inboxes; returns every lane's output, the merged report and the
+/// fragments moved between lanes.
+fn run_in_lanes(lanes: Vec<Vec<(Meta, Vec<u8>)>>, batch: usize) -> (Vec<Vec<(u64, Verdict)>>, RunReport, u64) {
+    let published = Arc::new(Published::new(rules()));
+    let inboxes = Inboxes::new(lanes.len());
+    let logs: Vec<_> = lanes.iter().map(|_| Arc::new(std::sync::Mutex::new(Vec::new()))).collect();
+    let ends = lanes.into_iter().zip(&logs).map(|(p, log)| (VecSource::new(p), Logged(Arc::clone(log)))).collect();
+    let stage = || Reassembly::new(Limits::default(), Verdict::Drop);
+    let observer = || Box::new(Quiet) as Box<dyn Observer + Send>;
+    let (lanes, stats) = lanes::inline_lanes(ends, &published, JudgeConfig::default(), &inboxes, stage, observer, &[0]);
+    assert_eq!(stats.len(), lanes.len(), "one judge's counters per lane");
+    let cfg = RunConfig { batch_packets: batch, ..RunConfig::default() };
+    let done = lanes::merge(lanes::run_lanes(lanes, &cfg, &|| {})).expect("every lane completes");
+    let outs = logs.iter().map(|l| l.lock().unwrap().clone()).collect();
+    (outs, done.report, inboxes.moved.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Datagrams cut into pieces (some left incomplete) and whole packets,
+    /// dealt to 2 or 3 lanes at random, as a NIC that does not keep a
+    /// datagram's fragments on one queue would: every packet comes out of
+    /// exactly one lane, with the verdict one pipeline gives it, and every
+    /// complete datagram is reassembled wherever its pieces arrived.
+    #[test]
+    fn lanes_reassemble_datagrams_split_over_queues(
+        datagrams in proptest::collection::vec((0u8..6, 1usize..5, any::<bool>()), 1..20),
+        whole in 0usize..40,
+        deal in proptest::collection::vec(0usize..3, 200),
+        lanes in 2usize..4,
+        batch in 1usize..16,
+    ) {
+        let mut packets = Vec::new();
+        for (d, &(host, pieces, complete)) in datagrams.iter().enumerate() {
+            for k in 0..pieces {
+                let last = k + 1 == pieces;
+                if last && !complete && pieces > 1 {
+                    continue;
+                }
+                let mut f = v4([10 * (host % 2) + 1, 0, d as u8, host], [9, 9, 9, 9], 5, Some(((k * 8) as u16, !last)));
+                f[5] = d as u8; // the datagram's IP ID
+                packets.push(f);
+            }
+        }
+        for w in 0..whole {
+            packets.push(v4([1, 2, 3, w as u8], [9, 9, 9, 9], 5, None));
+        }
+        let packets: Vec<(Meta, Vec<u8>)> =
+            packets.into_iter().enumerate().map(|(i, f)| (meta(i as u64), f)).collect();
+        let (single, one) = run_all(packets.clone(), 1, batch);
+        let mut dealt = vec![Vec::new(); lanes];
+        for (i, p) in packets.iter().enumerate() {
+            dealt[deal[i % deal.len()] % lanes].push(p.clone());
+        }
+        let (outs, many, _moved) = run_in_lanes(dealt, batch);
+        let mut all: Vec<(u64, Verdict)> = outs.into_iter().flatten().collect();
+        all.sort_unstable_by_key(|o| o.0);
+        let mut single = single;
+        single.sort_unstable_by_key(|o| o.0);
+        prop_assert_eq!(all, single);
+        prop_assert_eq!(many.reassembly.completed, one.reassembly.completed);
+        prop_assert_eq!(many.stats.packets, one.stats.packets);
+        prop_assert_eq!(many.per_worker.len(), lanes);
+    }
+}
+
+#[test]
+fn a_fragment_that_arrived_on_another_lane_is_moved_to_its_own() {
+    // One datagram, its first piece on lane 0 and its last on lane 1: one
+    // of the two lanes owns the IP pair, the other moves its piece there.
+    let first = (meta(0), v4([10, 9, 9, 9], [2, 2, 2, 2], 7, Some((0, true))));
+    let last = (meta(1), v4([10, 9, 9, 9], [2, 2, 2, 2], 7, Some((8, false))));
+    let (outs, report, moved) = run_in_lanes(vec![vec![first], vec![last]], 4);
+    assert_eq!(moved, 1, "exactly the piece on the wrong lane moved");
+    assert_eq!(report.reassembly.completed, 1, "the datagram completed in the lane that owns it");
+    let owner: Vec<_> = outs.iter().filter(|o| !o.is_empty()).collect();
+    assert_eq!(owner.len(), 1, "both pieces come out of one lane: {outs:?}");
+    assert_eq!(owner[0].iter().map(|o| o.1).collect::<Vec<_>>(), vec![Verdict::Drop; 2], "10/8 is listed");
+}

@@ -105,10 +105,24 @@ pub struct Veth {
 
 impl Veth {
     pub fn new(near: &str, far: &str, far_ns: Option<&str>) -> Veth {
-        match far_ns {
-            Some(ns) => run(&["ip", "link", "add", near, "type", "veth", "peer", "name", far, "netns", ns]),
-            None => run(&["ip", "link", "add", near, "type", "veth", "peer", "name", far]),
+        Veth::with_queues(near, far, far_ns, 1)
+    }
+
+    /// A pair whose ends have `queues` TX and RX queues each.
+    pub fn with_queues(near: &str, far: &str, far_ns: Option<&str>, queues: u32) -> Veth {
+        let q = queues.to_string();
+        let mut args = vec!["ip", "link", "add", near];
+        if queues > 1 {
+            args.extend(["numtxqueues", &q, "numrxqueues", &q]);
         }
+        args.extend(["type", "veth", "peer", "name", far]);
+        if queues > 1 {
+            args.extend(["numtxqueues", &q, "numrxqueues", &q]);
+        }
+        if let Some(ns) = far_ns {
+            args.extend(["netns", ns]);
+        }
+        run(&args);
         let v = Veth { near: near.to_owned(), far: far.to_owned(), far_ns: far_ns.map(str::to_owned) };
         quiet(None, near);
         quiet(far_ns, far);
@@ -138,11 +152,17 @@ pub struct Topology {
 
 impl Topology {
     pub fn new(tag: &str) -> Topology {
+        Topology::with_queues(tag, 1)
+    }
+
+    /// The same with `queues` queues on every veth end (a multi-queue NIC's
+    /// stand-in: driver-mode XDP sees the peer's TX queue as its RX queue).
+    pub fn with_queues(tag: &str, queues: u32) -> Topology {
         let p = unique(tag);
         let ns_a = Netns::new(&format!("{p}na"));
         let ns_b = Netns::new(&format!("{p}nb"));
-        let a = Veth::new(&format!("{p}a1"), &format!("{p}a0"), Some(&ns_a.name));
-        let b = Veth::new(&format!("{p}b1"), &format!("{p}b0"), Some(&ns_b.name));
+        let a = Veth::with_queues(&format!("{p}a1"), &format!("{p}a0"), Some(&ns_a.name), queues);
+        let b = Veth::with_queues(&format!("{p}b1"), &format!("{p}b0"), Some(&ns_b.name), queues);
         Topology { a, b, ns_a, ns_b }
     }
 }
@@ -279,4 +299,29 @@ pub fn assert_same(what: &str, sent: &[Vec<u8>], got: &BTreeMap<u32, Vec<u8>>) {
         let seq = seq_of(f).unwrap();
         assert_eq!(&got[&seq], f, "{what}: frame {seq} changed on the way");
     }
+}
+
+/// An Ethernet + IPv4 + UDP datagram `id` from `src` to 198.51.100.1, 64
+/// payload bytes in two fragments of 32 (the first carries the UDP header).
+pub fn ipv4_fragments(id: u16, src: [u8; 4]) -> [Vec<u8>; 2] {
+    let piece = |offset: u16, more: bool| {
+        let mut f = vec![0x02, 0, 0, 0, 0, 0x0b, 0x02, 0, 0, 0, 0, 0x0a, 0x08, 0x00];
+        let mut ip = vec![0x45, 0, 0, 52];
+        ip.extend_from_slice(&id.to_be_bytes());
+        ip.extend_from_slice(&((u16::from(more) << 13) | (offset / 8)).to_be_bytes());
+        ip.extend_from_slice(&[64, 17, 0, 0]);
+        ip.extend_from_slice(&src);
+        ip.extend_from_slice(&[198, 51, 100, 1]);
+        let sum = sluice_wire::checksum::finish(sluice_wire::checksum::sum(&ip));
+        ip[10..12].copy_from_slice(&sum.to_be_bytes());
+        f.extend_from_slice(&ip);
+        if offset == 0 {
+            f.extend_from_slice(&[0x30, 0x39, 0, 53, 0, 64, 0, 0]);
+        }
+        while f.len() < 14 + 52 {
+            f.push((id as u8).wrapping_add(f.len() as u8));
+        }
+        f
+    };
+    [piece(0, true), piece(32, false)]
 }
