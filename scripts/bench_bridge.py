@@ -343,6 +343,13 @@ def frame_size_case(a, topo, work, cap, expected_pass):
     }
 
 
+def cpu_seconds(pid):
+    """User + system CPU time of process `pid` and its threads so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def queues_case(a, work, cap, expected_pass):
     """On 4-queue veths (drv mode, flows spread by the sender's qdisc), in
     alternating rounds: the Linux bridge with nftables; sluice with one
@@ -369,12 +376,17 @@ def queues_case(a, work, cap, expected_pass):
             topo.bridge_down()
             for name, args in extra.items():
                 b = SluiceBridge(a.sluice, topo, work, "afxdp", extra=["--xdp-mode", "drv", *args])
+                cpu = cpu_seconds(b.p.pid)
                 r = offer(a.sluice, topo, cap, expected_pass)
+                # The bridge's own CPU per frame it handled: what it costs,
+                # whatever the sender (which shares the CPUs) managed.
+                r["bridge_cpu_ns_per_frame"] = round((cpu_seconds(b.p.pid) - cpu) * 1e9 / max(r["sent"], 1))
                 summary = b.stop() or {}
                 r["io"] = summary.get("io")
                 r["per_queue_rx"] = [q["rx_packets"] for q in summary.get("per_queue", [])]
                 r["workers"] = summary.get("workers")
                 r["fragments_resteered"] = summary.get("fragments_resteered")
+                r["frames_per_batch"] = round(summary["packets"] / summary["batches"], 1) if summary.get("batches") else None
                 runs[name].append(r)
     finally:
         quiet("nft", "delete", "table", "bridge", "sbbench")
@@ -384,7 +396,11 @@ def queues_case(a, work, cap, expected_pass):
     nft = rate["linux_bridge_nft"]
     ratio = lambda x, y: round(rate[x] / rate[y], 3) if rate[y] else None
     one_core = rate["sluice_per_queue_one_core"]
+    cpu = {k: med([r["bridge_cpu_ns_per_frame"] for r in v]) for k, v in runs.items() if k != "linux_bridge_nft"}
+    fill = {k: med([r["frames_per_batch"] or 0 for r in v]) for k, v in runs.items() if k != "linux_bridge_nft"}
     return {
+        "bridge_cpu_ns_per_frame": cpu,
+        "frames_per_batch": fill,
         "queues": a.queues,
         "runs": runs,
         "delivered_pps": rate,

@@ -305,10 +305,15 @@ fn bridge_case_on(test: &str, io: &[&str], workers: &str, tag: &str, queues: u32
     assert_eq!(v["packets"], total, "every frame judged once: {v}");
     assert_eq!(v["passed"], (ab.passed.len() + ba.passed.len()) as u64);
     assert_eq!(v["dropped"], total - (ab.passed.len() + ba.passed.len()) as u64);
-    let lanes = if workers == "auto" { queues as usize } else { workers.parse().unwrap() };
+    // `--workers auto`: a lane per queue, at most one per CPU (those listed).
+    let cpus = io
+        .iter()
+        .position(|a| *a == "--cpus")
+        .map_or(sluice_steer::affinity::available_cpus(), |at| io[at + 1].split(',').count());
+    let lanes = if workers == "auto" { (queues as usize).min(cpus) } else { workers.parse().unwrap() };
     assert_eq!(v["workers"].as_array().unwrap().len(), lanes);
     if workers == "auto" {
-        per_queue_checks(&v, &scrape, queues, total);
+        per_queue_checks(&v, &scrape, queues, lanes, total);
     }
     // Workers judge everything but the fragments reassembly decided (gave up).
     let judged: u64 = v["workers"].as_array().unwrap().iter().map(|w| w.as_u64().unwrap()).sum();
@@ -351,14 +356,21 @@ fn bridge_case_on(test: &str, io: &[&str], workers: &str, tag: &str, queues: u32
     }
 }
 
-/// A per-queue bridge's lanes: one per queue, most received traffic, each
+/// `--cpus` for a lane per queue of a 4-queue veth on any machine.
+const LANE_CPUS: &str = "0,1,0,1";
+
+/// A per-queue bridge's `want` lanes: one per queue (or fewer, one per CPU), most received traffic, each
 /// that received forwarded, all together count every frame once, and the
 /// metrics say the same per queue.
-fn per_queue_checks(v: &Value, scrape: &str, queues: u32, total: u64) {
+fn per_queue_checks(v: &Value, scrape: &str, queues: u32, want: usize, total: u64) {
     let lanes = v["per_queue"].as_array().unwrap_or_else(|| panic!("per_queue in the summary: {v}"));
-    assert_eq!(lanes.len(), queues as usize, "{v}");
+    assert_eq!(lanes.len(), want, "{v}");
     let busy = lanes.iter().filter(|q| q["rx_packets"].as_u64().unwrap() > 0).count();
-    assert!(busy >= 3, "at least 3 of {queues} queues carried traffic: {lanes:?}");
+    if want == queues as usize {
+        assert!(busy >= 3, "at least 3 of {queues} queues carried traffic: {lanes:?}");
+    } else {
+        assert_eq!(busy, want, "every lane (serving several queues) carried traffic: {lanes:?}");
+    }
     for q in lanes {
         let rx = q["rx_packets"].as_u64().unwrap();
         assert!(rx == 0 || q["tx_packets"].as_u64().unwrap() > 0, "a queue that received forwarded: {q}");
@@ -370,7 +382,7 @@ fn per_queue_checks(v: &Value, scrape: &str, queues: u32, total: u64) {
     assert_eq!(sum("passed") + sum("dropped"), total, "every frame decided by one lane: {lanes:?}");
     assert_eq!(sum("passed"), v["passed"].as_u64().unwrap());
     assert!(v["fragments_resteer_full"] == 0, "no inbox overflowed: {v}");
-    assert!(v["io"].as_str().unwrap().contains(&format!("{queues} lanes")), "{}", v["io"]);
+    assert!(v["io"].as_str().unwrap().contains(&format!("{want} lanes")), "{}", v["io"]);
 }
 
 // A worker per queue (issue 22): 4-queue veths, frames spread over the
@@ -379,26 +391,34 @@ fn per_queue_checks(v: &Value, scrape: &str, queues: u32, total: u64) {
 // sending on its own; exactly the frames `sluice filter` passes arrive.
 #[test]
 fn bridge_afxdp_skb_per_queue() {
-    let io = ["--io", "afxdp", "--xdp-mode", "skb"];
+    let io = ["--io", "afxdp", "--xdp-mode", "skb", "--cpus", LANE_CPUS];
     bridge_case_on("bridge_afxdp_skb_per_queue", &io, "auto", "xq1", 4);
 }
 
 #[test]
 fn bridge_afxdp_drv_per_queue() {
-    let io = ["--io", "afxdp", "--xdp-mode", "drv"];
+    let io = ["--io", "afxdp", "--xdp-mode", "drv", "--cpus", LANE_CPUS];
     bridge_case_on("bridge_afxdp_drv_per_queue", &io, "auto", "xq2", 4);
 }
 
 #[test]
 fn bridge_afxdp_skb_per_queue_1920() {
-    let io = ["--io", "afxdp", "--xdp-mode", "skb", "--frame-size", "1920"];
+    let io = ["--io", "afxdp", "--xdp-mode", "skb", "--frame-size", "1920", "--cpus", LANE_CPUS];
     bridge_case_on("bridge_afxdp_skb_per_queue_1920", &io, "auto", "xq3", 4);
 }
 
 #[test]
 fn bridge_afxdp_drv_per_queue_1920() {
-    let io = ["--io", "afxdp", "--xdp-mode", "drv", "--frame-size", "1920"];
+    let io = ["--io", "afxdp", "--xdp-mode", "drv", "--frame-size", "1920", "--cpus", LANE_CPUS];
     bridge_case_on("bridge_afxdp_drv_per_queue_1920", &io, "auto", "xq4", 4);
+}
+
+/// Without `--cpus`, at most one lane per CPU: on a machine with fewer CPUs
+/// than queues, each lane serves several queues, and all of them forward.
+#[test]
+fn bridge_afxdp_drv_per_queue_lanes_per_cpu() {
+    let io = ["--io", "afxdp", "--xdp-mode", "drv"];
+    bridge_case_on("bridge_afxdp_drv_per_queue_lanes_per_cpu", &io, "auto", "xq5", 4);
 }
 
 /// Fragments of one datagram on different queues: the sender's qdisc is
@@ -427,6 +447,8 @@ fn bridge_per_queue_fragments_split_over_queues() {
         "drv",
         "--workers",
         "auto",
+        "--cpus",
+        LANE_CPUS,
     ]);
     let mut ep_a = Endpoint::open(&topo.ns_a.name, &topo.a.far);
     let mut ep_b = Endpoint::open(&topo.ns_b.name, &topo.b.far);
@@ -629,6 +651,8 @@ fn reload_case(test: &str, tag: &str, workers: &str, queues: u32) {
         "--json",
         "--workers",
         workers,
+        "--cpus",
+        LANE_CPUS,
         "--io",
         "afxdp",
         "--xdp-mode",

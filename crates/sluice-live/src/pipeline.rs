@@ -849,10 +849,11 @@ pub fn open_xsk(
 }
 
 /// Opens an AF_XDP bridge as [`open_xsk`] does, dealt out into lanes, one
-/// per queue index q below both ports' queue counts (the first port with
-/// more queues gives its extra ones to the lanes round robin): lane q owns
-/// queue q's socket on each port and 1/lanes of the UMEM's frames, receives
-/// on its sockets and transmits on its own queue of the other port, so its
+/// per queue index q below both ports' queue counts, but at most one per
+/// CPU (`cpus`, or every CPU this process may use); queues beyond go to the
+/// lanes round robin. Lane l owns queue l's socket on each port (and those
+/// dealt to it) and 1/lanes of the UMEM's frames, receives on its sockets
+/// and transmits on its own queue of the other port, so its
 /// frames come back on its own completion rings and no frame or ring is
 /// shared between lanes (they run on a thread each: see
 /// `sluice_pipeline::lanes`). `counters.lanes` is set to one
@@ -868,7 +869,11 @@ pub fn open_xsk_lanes(
     let queues = ifaces.map(|i| cfg.queues.unwrap_or_else(|| rx_queues(i)).clamp(1, MAX_QUEUES));
     let frames = cfg.frames.max(queues[0].min(queues[1]) * LANE_FRAMES);
     let (shared, socks) = bind_xsk(ifaces, &XskBridgeConfig { frames, ..*cfg })?;
-    let lanes = shared.queues[0].min(shared.queues[1]) as usize;
+    // A lane per queue, but no more lanes than CPUs to run them: two lanes
+    // taking turns on one CPU only add wakeups (then a lane serves several
+    // queues, as VPP places several RX queues on one worker).
+    let cpu_count = if cpus.is_empty() { sluice_pipeline::lanes::available_cpus() } else { cpus.len() };
+    let lanes = (shared.queues[0].min(shared.queues[1]) as usize).min(cpu_count.max(1));
     let mut dealt: Vec<[Vec<XskSocket>; 2]> = (0..lanes).map(|_| [Vec::new(), Vec::new()]).collect();
     for (port, socks) in socks.into_iter().enumerate() {
         for (q, s) in socks.into_iter().enumerate() {

@@ -19,6 +19,11 @@ use sluice_engine::RuleSet;
 use sluice_steer::affinity;
 use std::sync::Arc;
 
+/// The CPUs this process may run on.
+pub fn available_cpus() -> usize {
+    affinity::available_cpus()
+}
+
 /// Lane i's CPU: `cpus[i % len]` when CPUs are given, else i modulo the
 /// CPUs this process may use; for `lanes` lanes.
 pub fn lane_cpus(cpus: &[usize], lanes: usize) -> Vec<usize> {

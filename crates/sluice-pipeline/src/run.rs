@@ -512,6 +512,8 @@ pub struct ReportJson<'a> {
     pub mpps: f64,
     /// Packets judged per worker.
     pub workers: &'a [u64],
+    /// Batches handed to the judge.
+    pub batches: u64,
     pub reassembly: DefragStats,
 }
 
@@ -533,6 +535,7 @@ impl RunReport {
             elapsed_s: self.elapsed.as_secs_f64(),
             mpps: self.mpps(),
             workers: &self.per_worker,
+            batches: self.batches,
             reassembly: self.reassembly,
         }
     }
