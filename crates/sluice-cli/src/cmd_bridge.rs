@@ -18,7 +18,7 @@ use sluice_control::{describe, spawn_signals, total_entries, Controller, Event};
 use sluice_live::open::{open_bridge, Io, OpenConfig, Opened, XdpChoice};
 use sluice_live::pipeline::BridgeCounters;
 use sluice_metrics::bridge::{BridgeMetrics, LiveObserver};
-use sluice_pcap::sample::{tap, tap_owned, Sampler};
+use sluice_pcap::sample::{tap, tap_lane, Sampler};
 use sluice_pipeline::lanes::{self, inline_lanes};
 use sluice_pipeline::{JudgeConfig, RunConfig};
 use std::io::IsTerminal;
@@ -227,7 +227,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     let result = match opened.single() {
         Err(ports) => {
             let inboxes = shared.inboxes.get_or_init(|| sluice_pipeline::Inboxes::new(ports.len()));
-            let ends = ports.into_iter().map(|(p, t)| (p, tap_owned(sampler.as_ref(), t))).collect();
+            let ends = ports.into_iter().enumerate().map(|(i, (p, t))| (p, tap_lane(sampler.as_ref(), t, i))).collect();
             let observer = || Box::new(LiveObserver::new(&shared)) as _;
             let stage = || a.reassembly.stage();
             let (lanes, stats) = inline_lanes(ends, &published, judge_cfg, inboxes, stage, observer, &a.cpus);

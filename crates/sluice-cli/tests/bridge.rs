@@ -479,6 +479,43 @@ fn bridge_per_queue_fragments_split_over_queues() {
     assert_eq!(v["fragments_resteer_full"], 0);
 }
 
+/// Drop samples of a per-queue bridge name the lane that judged each drop:
+/// per lane, the samples it names are its drops but for fragments
+/// reassembly decided (which name no worker).
+#[test]
+fn bridge_per_queue_samples_name_the_lane() {
+    if !live_or_skip("bridge_per_queue_samples_name_the_lane") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("list.txt");
+    write_list(&list, LISTED);
+    let t = traffic(dir.path(), "sq", 6, 2500, &list, &[&list]);
+    let topo = Topology::with_queues("xqp", 4);
+    let (a1, b1) = (topo.a.near.clone(), topo.b.near.clone());
+    let mut args = vec!["--iface", &a1, "--iface", &b1, "--drop-src", p(&list), "--json", "--frag-timeout", "1"];
+    args.extend(["--io", "afxdp", "--xdp-mode", "drv", "--workers", "auto", "--cpus", LANE_CPUS]);
+    args.extend(["--log-drops", "--sample-max-pps", "0"]);
+    let bridge = Bridge::start(&args);
+    let mut ep_b = Endpoint::open(&topo.ns_b.name, &topo.b.far);
+    let (_, got) = send_and_capture_on(&topo.ns_a.name, &topo.a.far, &t.cap, "20000", &mut ep_b, t.passed.len(), true);
+    assert_exactly("A->B with samples", &t.passed, &got);
+    let (v, err) = bridge.stop();
+    let logged: Vec<Value> = err.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    assert_eq!(logged.len() as u64, v["dropped"].as_u64().unwrap(), "every drop sampled: {v}");
+    let unjudged = logged.iter().filter(|j| j["worker"].is_null()).count() as u64;
+    let lanes = v["per_queue"].as_array().unwrap();
+    let mut named = 0;
+    for (l, q) in lanes.iter().enumerate() {
+        let n = logged.iter().filter(|j| j["worker"] == l).count() as u64;
+        let dropped = q["dropped"].as_u64().unwrap();
+        assert!(n <= dropped && n + unjudged >= dropped, "lane {l}: {n} samples name it, it dropped {dropped}");
+        named += u64::from(n > 0);
+    }
+    assert!(named >= 3, "samples name the lanes, not worker 0: {lanes:?}");
+}
+
 #[test]
 fn bridge_afxdp_skb_one_worker() {
     bridge_case("bridge_afxdp_skb_one_worker", &["--io", "afxdp", "--xdp-mode", "skb"], 1, "xs1");

@@ -34,8 +34,9 @@
 //! in force now pass the frame). `rule` is the rule's text (its first 1000
 //! bytes and `...` when longer) with `\` and `"` escaped by a backslash;
 //! `sets` the named set the rule reads when it reads exactly one
-//! ([`RuleInfo::list`]); `worker` the software-RSS worker that judged it
-//! (`-` for fragments reassembly decided: no worker judged them).
+//! ([`RuleInfo::list`]); `worker` the software-RSS worker that judged it,
+//! or the lane of a per-queue bridge ([`tap_lane`]) (`-` for fragments
+//! reassembly decided: no worker judged them).
 //!
 //! The log gets one JSON object per line per sample, the same fields and
 //! the packet's headers:
@@ -252,6 +253,9 @@ struct Sample {
     decoded: Result<PacketSummary, DecodeError>,
     disposition: Disposition,
     bytes: Vec<u8>,
+    /// The worker whose sink sampled it, when each worker has its own sink
+    /// (a lane of a per-queue bridge); else the steering says.
+    worker: Option<usize>,
 }
 
 enum Msg {
@@ -348,6 +352,7 @@ impl Sampler {
                 bucket: self.bucket.clone(),
                 rate: self.rate,
                 skip: 0,
+                worker: None,
             }),
         }
     }
@@ -423,6 +428,8 @@ struct Tap {
     rate: u64,
     /// Drops to let by before the next candidate (0: the next drop is one).
     skip: u64,
+    /// The worker that judged every packet this sink sees (a lane's).
+    worker: Option<usize>,
 }
 
 impl Tap {
@@ -455,8 +462,13 @@ impl Tap {
         }
         self.counters.sampled.fetch_add(1, Relaxed);
         let p = &batch.packets()[i];
-        let sample =
-            Sample { meta: p.meta, decoded: p.decoded, disposition: p.disposition, bytes: batch.bytes(i).to_vec() };
+        let sample = Sample {
+            meta: p.meta,
+            decoded: p.decoded,
+            disposition: p.disposition,
+            bytes: batch.bytes(i).to_vec(),
+            worker: self.worker,
+        };
         match self.tx.try_send(Msg::Sample(Box::new(sample))) {
             Ok(()) => {}
             // Disconnected: the sampler finished before this sink; the sample is lost all the same.
@@ -484,10 +496,17 @@ pub fn tap<'a, S: Sink + ?Sized>(sampler: Option<&Sampler>, sink: &'a mut S) -> 
     }
 }
 
-/// [`tap`] for a sink the run owns (a lane of a per-queue bridge).
-pub fn tap_owned<S: Sink>(sampler: Option<&Sampler>, sink: S) -> Sampled<S> {
+/// [`tap`] for the sink of lane `lane` of a per-queue bridge, which the
+/// run owns: its samples name the lane as the worker that judged them.
+pub fn tap_lane<S: Sink>(sampler: Option<&Sampler>, sink: S, lane: usize) -> Sampled<S> {
     match sampler {
-        Some(s) => s.wrap(sink),
+        Some(s) => {
+            let mut sampled = s.wrap(sink);
+            if let Some(t) = &mut sampled.tap {
+                t.worker = Some(lane);
+            }
+            sampled
+        }
         None => Sampled { inner: sink, tap: None },
     }
 }
@@ -977,6 +996,7 @@ impl Writer {
         // reassembly decided never reached one.
         let worker = match (s.disposition, steering) {
             (Disposition::Decided(_), _) => None,
+            (_, _) if s.worker.is_some() => s.worker,
             (_, None) => Some(0),
             (Disposition::JudgeAsFlow(input), Some(st)) => Some(st.worker_for_input(&input)),
             (Disposition::Judge, Some(st)) => Some(st.worker_for(&s.decoded)),
