@@ -309,16 +309,23 @@ def sampling_case(a, topo, work, cap, expected_pass):
     }
 
 
+def nft_offer(a, topo, work, cap, expected_pass):
+    """One offer through the Linux bridge with the nftables set loaded,
+    both torn down after."""
+    topo.bridge_up()
+    sh("nft", "-f", os.path.join(work, "load.nft"))
+    r = offer(a.sluice, topo, cap, expected_pass)
+    quiet("nft", "delete", "table", "bridge", "sbbench")
+    topo.bridge_down()
+    return r
+
+
 def frame_size_case(a, topo, work, cap, expected_pass):
     """The AF_XDP bridge with 2048- and 1920-byte UMEM frames against the
     Linux bridge with nftables, alternating round by round."""
     runs = {"linux_bridge_nft": [], "sluice_afxdp_2048": [], "sluice_afxdp_1920": []}
     for _ in range(a.frame_runs):
-        topo.bridge_up()
-        sh("nft", "-f", os.path.join(work, "load.nft"))
-        runs["linux_bridge_nft"].append(offer(a.sluice, topo, cap, expected_pass))
-        quiet("nft", "delete", "table", "bridge", "sbbench")
-        topo.bridge_down()
+        runs["linux_bridge_nft"].append(nft_offer(a, topo, work, cap, expected_pass))
         for size in (2048, 1920):
             b = SluiceBridge(a.sluice, topo, work, "afxdp", extra=["--xdp-mode", "drv", "--frame-size", str(size)])
             r = offer(a.sluice, topo, cap, expected_pass)
@@ -369,11 +376,7 @@ def queues_case(a, work, cap, expected_pass):
     runs = {"linux_bridge_nft": [], **{k: [] for k in extra}}
     try:
         for _ in range(a.queue_runs):
-            topo.bridge_up()
-            sh("nft", "-f", os.path.join(work, "load.nft"))
-            runs["linux_bridge_nft"].append(offer(a.sluice, topo, cap, expected_pass))
-            quiet("nft", "delete", "table", "bridge", "sbbench")
-            topo.bridge_down()
+            runs["linux_bridge_nft"].append(nft_offer(a, topo, work, cap, expected_pass))
             for name, args in extra.items():
                 b = SluiceBridge(a.sluice, topo, work, "afxdp", extra=["--xdp-mode", "drv", *args])
                 cpu = cpu_seconds(b.p.pid)
