@@ -254,11 +254,55 @@ impl Scan for Avx2 {
 /// 1.02-1.06x unchecked, and 1.23-1.29x and 0.92-0.95x with `from_utf8`.
 #[inline]
 pub(crate) fn ascii_str(b: &[u8]) -> &str {
-    if b.is_ascii() {
+    if is_ascii(b) {
         // SAFETY: ASCII is valid UTF-8 (checked just above).
         unsafe { std::str::from_utf8_unchecked(b) }
     } else {
         ""
+    }
+}
+
+/// Whether every byte of `b` is below 0x80: the OR of its 16-byte (or
+/// 8- or 4-byte) words, the last one overlapping, then one test, so a
+/// method or target costs a few loads. `<[u8]>::is_ascii` aligns first
+/// and loops per byte at the ends: on the request line alone this took
+/// 34.0 to 32.0 ns per request (min of 3 runs each, this VM).
+#[inline]
+fn is_ascii(b: &[u8]) -> bool {
+    let n = b.len();
+    #[cfg(target_arch = "x86_64")]
+    if n >= 16 {
+        use std::arch::x86_64::*;
+        let ptr = b.as_ptr();
+        // SAFETY: SSE2 is part of x86-64; every load is of 16 bytes at
+        // i <= n - 16, inside `b`; loadu has no alignment need.
+        return unsafe {
+            let mut acc = _mm_loadu_si128(ptr.add(n - 16).cast());
+            let mut i = 0;
+            while i + 16 < n {
+                acc = _mm_or_si128(acc, _mm_loadu_si128(ptr.add(i).cast()));
+                i += 16;
+            }
+            _mm_movemask_epi8(acc) == 0
+        };
+    }
+    let word = |i: usize| u64::from_ne_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+    if n >= 8 {
+        let mut acc = word(n - 8);
+        let mut i = 0;
+        while i + 8 < n {
+            acc |= word(i);
+            i += 8;
+        }
+        acc & 0x8080_8080_8080_8080 == 0
+    } else if n >= 4 {
+        let half = |i: usize| u32::from_ne_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+        (half(0) | half(n - 4)) & 0x8080_8080 == 0
+    } else if n > 0 {
+        // 1-3 bytes (a method such as GET, a target of "/"): first, middle, last.
+        (b[0] | b[n / 2] | b[n - 1]) < 0x80
+    } else {
+        true
     }
 }
 
@@ -372,5 +416,30 @@ mod x86 {
             }
         }
         portable(&TARGET, b, p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The word-at-a-time ASCII test equals the standard library's on
+        /// every length (the 1-3, 4-7, 8-15 and 16+ byte paths) and with a
+        /// high byte anywhere.
+        #[test]
+        fn is_ascii_matches_std(mut b in prop::collection::vec(0u8..0x80, 0..80), at in any::<usize>(), high in 0x80u8..) {
+            prop_assert!(is_ascii(&b));
+            if !b.is_empty() {
+                let i = at % b.len();
+                b[i] = high;
+            }
+            prop_assert_eq!(is_ascii(&b), b.is_ascii());
+            for n in 0..b.len() {
+                prop_assert_eq!(is_ascii(&b[n..]), b[n..].is_ascii());
+                prop_assert_eq!(is_ascii(&b[..n]), b[..n].is_ascii());
+            }
+        }
     }
 }

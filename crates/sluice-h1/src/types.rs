@@ -190,7 +190,8 @@ pub struct Head<'b> {
     pub len: usize,
     pub(crate) buf: &'b [u8],
     pub(crate) fields: Cow<'b, [FieldSpan]>,
-    pub(crate) host: Option<FieldSpan>,
+    /// Index of the first Host field in `fields` (out of range: none).
+    pub(crate) host: u32,
     pub(crate) content_length: Option<u64>,
 }
 
@@ -207,7 +208,7 @@ impl<'b> Head<'b> {
 
     /// The first `Host` field's value.
     pub fn host(&self) -> Option<&'b [u8]> {
-        self.host.map(|f| span_pair(self.buf, &f).1)
+        self.fields.get(self.host as usize).map(|f| span_pair(self.buf, f).1)
     }
 
     /// The `Content-Length` in force (also when TE won under
