@@ -328,6 +328,17 @@ mod x86 {
         // SAFETY (whole block): AVX2 is present (the caller's contract); each
         // load is of 32 bytes with p + 32 <= b.len(); loadu has no alignment need.
         unsafe {
+            // One 16-byte step first: most field values are shorter, and
+            // the 32-byte load is split in two on this build's tuning. On
+            // 8 short header lines: 118 -> 106 ns per head (min of 3 runs
+            // each); long lines lose nothing measurable.
+            if p + 16 <= b.len() {
+                let m = value_mask16(ptr.add(p));
+                if m != 0 {
+                    return p + m.trailing_zeros() as usize;
+                }
+                p += 16;
+            }
             let c1f = _mm256_set1_epi8(0x1F);
             let tab = _mm256_set1_epi8(0x09);
             let del = _mm256_set1_epi8(0x7F);
@@ -372,6 +383,22 @@ mod x86 {
 
     // SSE2 is part of the x86_64 baseline: no target_feature needed.
 
+    /// A bit per byte of the 16 at `at` that may not be in a field value.
+    ///
+    /// # Safety
+    /// `at` must be valid for reading 16 bytes (SSE2 is baseline).
+    #[inline(always)]
+    unsafe fn value_mask16(at: *const u8) -> u32 {
+        // SAFETY: the caller's contract; loadu has no alignment need.
+        unsafe {
+            let v = _mm_loadu_si128(at.cast());
+            let low = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1F)), v);
+            let tab = _mm_cmpeq_epi8(v, _mm_set1_epi8(0x09));
+            let bad = _mm_or_si128(_mm_andnot_si128(tab, low), _mm_cmpeq_epi8(v, _mm_set1_epi8(0x7F)));
+            _mm_movemask_epi8(bad) as u32
+        }
+    }
+
     // `inline(always)`: kept out of line otherwise (see the AVX2 scans).
     #[inline(always)]
     pub(super) fn value_sse(b: &[u8], mut p: usize) -> usize {
@@ -379,14 +406,8 @@ mod x86 {
         // SAFETY (whole block): SSE2 is baseline; each load is of 16 bytes
         // with p + 16 <= b.len().
         unsafe {
-            let c1f = _mm_set1_epi8(0x1F);
-            let tab = _mm_set1_epi8(0x09);
-            let del = _mm_set1_epi8(0x7F);
             while p + 16 <= b.len() {
-                let v = _mm_loadu_si128(ptr.add(p).cast());
-                let low = _mm_cmpeq_epi8(_mm_min_epu8(v, c1f), v);
-                let bad = _mm_or_si128(_mm_andnot_si128(_mm_cmpeq_epi8(v, tab), low), _mm_cmpeq_epi8(v, del));
-                let m = _mm_movemask_epi8(bad) as u32;
+                let m = value_mask16(ptr.add(p));
                 if m != 0 {
                     return p + m.trailing_zeros() as usize;
                 }
