@@ -544,22 +544,38 @@ impl Parser {
 
     #[inline(always)]
     fn complete(&mut self, b: &[u8], len: usize) -> Result<HeadStatus, Error> {
-        if self.special == 0 && !self.special_far {
-            // No Connection, Content-Length or Transfer-Encoding field: no
-            // body, keep-alive by version, nothing that can fail. Most
-            // requests (GETs) end here; `interpret` would reach the same
+        if !self.special_far {
+            // The common heads: no Content-Length or Transfer-Encoding
+            // field, and Connection fields (if any) of one token each. No
+            // body, nothing that can fail; `interpret` would reach the same
             // meaning through its accumulator (the property tests compare
-            // both with the reference).
-            // `self.host` is UNSET or the index of a pushed field.
-            let host = if self.host < self.fields.len() { self.host as u32 } else { semantics::NO_HOST };
-            let m = Meaning {
-                framing: Framing::None,
-                keep_alive: self.version == Version::Http11,
-                host,
-                content_length: None,
-                signals: if host == semantics::NO_HOST { Signals::MISSING_HOST } else { Signals::NONE },
-            };
-            return Ok(self.done(m, len));
+            // both with the reference). Connection is the only one of the
+            // three names 10 bytes long.
+            let (mut close, mut keep) = (false, false);
+            let mut m = self.special;
+            while m != 0 {
+                let Some(f) = self.fields.get(m.trailing_zeros() as usize) else { break };
+                if f.name.1.wrapping_sub(f.name.0) != 10 {
+                    break;
+                }
+                let v = b.get(f.value.0 as usize..f.value.1 as usize).unwrap_or_default();
+                let Some((c, k)) = semantics::connection_single(v) else { break };
+                close |= c;
+                keep |= k;
+                m &= m - 1;
+            }
+            if m == 0 {
+                // `self.host` is UNSET or the index of a pushed field.
+                let host = if self.host < self.fields.len() { self.host as u32 } else { semantics::NO_HOST };
+                let m = Meaning {
+                    framing: Framing::None,
+                    keep_alive: semantics::keep_alive(self.version, close, keep),
+                    host,
+                    content_length: None,
+                    signals: if host == semantics::NO_HOST { Signals::MISSING_HOST } else { Signals::NONE },
+                };
+                return Ok(self.done(m, len));
+            }
         }
         self.interpret(b, len)
     }

@@ -126,6 +126,25 @@ fn connection_token(t: &[u8]) -> (bool, bool) {
     }
 }
 
+/// (`close`, `keep-alive`) for a Connection value that is one token, or
+/// `None` for a list. The common single token goes without the list
+/// machinery: a value that is exactly `close` or `keep-alive` has no comma,
+/// and one with no comma is one token (as the list loop would see).
+#[inline(always)]
+pub(crate) fn connection_single(v: &[u8]) -> Option<(bool, bool)> {
+    let (c, k) = connection_token(v);
+    (c || k || !v.contains(&b',')).then_some((c, k))
+}
+
+/// Whether the connection stays open after this request.
+#[inline(always)]
+pub(crate) fn keep_alive(version: Version, close: bool, keep: bool) -> bool {
+    match version {
+        Version::Http11 => !close,
+        Version::Http10 => keep && !close,
+    }
+}
+
 /// Reads the fields that decide framing, keep-alive and Host, in order; the
 /// first offending field is the one reported (offset: its value's start).
 /// What the fields said so far (see `interpret`).
@@ -171,11 +190,7 @@ impl Acc {
             }
             Known::Connection => {
                 let v = get(buf, f.value);
-                // The common single token, without the list machinery: a
-                // value that is exactly `close` or `keep-alive` has no comma,
-                // and one with no comma is one token (as the loop would see).
-                let (c, k) = connection_token(v);
-                if c || k || !v.contains(&b',') {
+                if let Some((c, k)) = connection_single(v) {
                     *close |= c;
                     *keep |= k;
                 } else {
@@ -297,10 +312,7 @@ pub(crate) fn interpret(
             None => Framing::None,
         }
     };
-    let keep_alive = match version {
-        Version::Http11 => !close,
-        Version::Http10 => keep && !close,
-    };
+    let keep_alive = keep_alive(version, close, keep);
     Ok(Meaning { framing, keep_alive, host, content_length: cl, signals })
 }
 
