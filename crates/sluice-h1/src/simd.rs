@@ -135,9 +135,23 @@ pub(crate) fn dispatch<K: Kernel>(l: Level, k: &mut K, b: &[u8]) -> K::Out {
         // SAFETY: a `Level(Avx2)` exists only if the CPU has AVX2 (see `level`).
         Simd::Avx2 => unsafe { avx2_entry(k, b) },
         #[cfg(target_arch = "x86_64")]
-        Simd::Sse42 => k.run::<Sse>(b),
-        _ => k.run::<Portable>(b),
+        Simd::Sse42 => sse_entry(k, b),
+        _ => portable_entry(k, b),
     }
+}
+
+// Each level out of line, as `avx2_entry` is: inlined into the caller, the
+// other levels' code gave it a large frame and a dozen register saves that
+// the AVX2 path paid on every call.
+#[cfg(target_arch = "x86_64")]
+#[inline(never)]
+fn sse_entry<K: Kernel>(k: &mut K, b: &[u8]) -> K::Out {
+    k.run::<Sse>(b)
+}
+
+#[inline(never)]
+fn portable_entry<K: Kernel>(k: &mut K, b: &[u8]) -> K::Out {
+    k.run::<Portable>(b)
 }
 
 /// Runs kernel `k` with the AVX2 scanner, compiled with AVX2 enabled so the
