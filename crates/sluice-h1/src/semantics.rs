@@ -12,8 +12,8 @@ pub(crate) struct Meaning {
     pub keep_alive: bool,
     /// The first Host field's index in the field list, or [`NO_HOST`]: an
     /// index, not a copy of the span, because a 20-byte `Option<FieldSpan>`
-    /// written in parts and read back whole stalled store forwarding three
-    /// times per head (a tenth of a short request's time).
+    /// written in parts and read back whole stalled store forwarding (perf
+    /// put two of `interpret`'s top samples on such loads).
     pub host: u32,
     pub content_length: Option<u64>,
     pub signals: Signals,

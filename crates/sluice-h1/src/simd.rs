@@ -339,8 +339,9 @@ mod x86 {
     #[inline(always)]
     pub(super) unsafe fn value_avx2(b: &[u8], mut p: usize) -> usize {
         let ptr = b.as_ptr();
-        // SAFETY (whole block): AVX2 is present (the caller's contract); each
-        // load is of 32 bytes with p + 32 <= b.len(); loadu has no alignment need.
+        // SAFETY (whole block): AVX2 is present (the caller's contract); the
+        // first load is of 16 bytes with p + 16 <= b.len(), the others of 32
+        // with p + 32 <= b.len(); loadu has no alignment need.
         unsafe {
             // One 16-byte step first: most field values are shorter, and
             // the 32-byte load is split in two on this build's tuning. On
