@@ -193,6 +193,8 @@ pub struct Prepared {
     passed: Cell<u32>,
     /// Off: never skip the filter (for tests and measurement).
     adaptive: bool,
+    /// IPv6 prefix walks, as far as `prepare` took them ([`crate::prefix6`]).
+    pub(crate) walks: crate::prefix6::Walks,
 }
 
 impl Default for Prepared {
@@ -208,6 +210,7 @@ impl Default for Prepared {
             seen: Cell::new(0),
             passed: Cell::new(0),
             adaptive: true,
+            walks: crate::prefix6::Walks::default(),
         }
     }
 }

@@ -5,32 +5,61 @@
 //! The prefixes are first merged into sorted disjoint ranges (kept: they are
 //! what `persist` stores and what the trie is rebuilt from on load), and each
 //! range is cut into the fewest aligned blocks, so no block lies inside
-//! another. The root is a direct table, one `u32` per /16 (256 KiB, stays in
-//! L2): empty, wholly covered, or a node. Below it every node consumes six
-//! address bits: a 64-bit `covered` vector (children wholly inside a block)
-//! and a 64-bit `children` vector (children with longer blocks below), the
-//! child nodes stored contiguously from `base`, found by a popcount of the
-//! `children` bits before the chunk, so a node is one 32-byte record and a
-//! step is one line. A /48 is found in at most six steps below the root, a
-//! /64 in at most eight; the upper levels are few and stay in cache.
+//! another. The root is a direct table, one `u32` per /16 (256 KiB): empty,
+//! wholly covered, or a node. Below it every node consumes six address
+//! bits: a 64-bit `covered` vector (children wholly inside a block), a
+//! 64-bit `children` vector (children with longer blocks below) and a
+//! `leaves` vector (those of them holding a single block), the child
+//! records stored contiguously from `base`, found by a popcount of the
+//! `children` bits before the chunk, so a record is 32 bytes and a step is
+//! one line. A leaf record is the block itself (path compression, as a
+//! Patricia trie skips one-way branches): lists spread thin, as routing
+//! tables and blocklists are, end in a leaf a step or two below the levels
+//! in cache, where a /48 used to be six nodes down.
 //!
-//! Lookups in a batch walk level by level: every key still walking reads its
-//! node, then prefetches its next one, so the misses of a batch overlap (the
-//! same treatment as the exact tables' phases).
+//! A pipelined lookup is two halves a batch apart. `prepare` walks every
+//! key through the root and the two node levels below it, level by level
+//! over the batch and without a branch on any key's outcome, and prefetches
+//! the record each walk reached; `or_prepared` takes the walks still
+//! undecided through the cold records, interleaved (AMAC) so their misses
+//! overlap.
 
+use crate::exact::PREPARED_MAX;
 use crate::mem::{plain_data, Table};
 use crate::simd::prefetch;
 
 plain_data! {
     /// Six address bits: which of the 64 children are wholly covered and
-    /// which have longer blocks below (never both), and where the latter's
-    /// nodes start.
+    /// which have longer blocks below (never both), which of the latter are
+    /// leaves, and where their records start.
+    ///
+    /// A leaf is a child whose subtree holds a single block: its record
+    /// stores the block itself (`covered` and `children` the address's high
+    /// and low halves, `base` its length), so a lone /48 below a shared /28
+    /// costs one line instead of a chain of nodes with one child each.
     #[repr(C, align(32))]
     pub(crate) struct Node {
         pub(crate) covered: u64,
         pub(crate) children: u64,
+        pub(crate) leaves: u64,
         pub(crate) base: u32,
-        pub(crate) pad: [u32; 3],
+        pub(crate) pad: u32,
+    }
+}
+
+impl Node {
+    const EMPTY: Node = Node { covered: 0, children: 0, leaves: 0, base: 0, pad: 0 };
+
+    fn leaf((addr, len): (u128, u8)) -> Node {
+        Node { covered: (addr >> 64) as u64, children: addr as u64, leaves: 0, base: u32::from(len), pad: 0 }
+    }
+
+    /// As a leaf record: is `addr` inside its block? (Below the root every
+    /// block is longer than /16, so the shift is less than 128.)
+    #[inline(always)]
+    fn leaf_holds(&self, addr: u128) -> bool {
+        let block = u128::from(self.covered) << 64 | u128::from(self.children);
+        (addr ^ block) >> (128 - self.base) == 0
     }
 }
 
@@ -38,7 +67,12 @@ const _: () = assert!(size_of::<Node>() == 32);
 
 const ROOT_BITS: u32 = 16;
 /// Walks in flight in a batch lookup ([`V6PrefixSet::or_batch`]).
-const LANES: usize = 16;
+const LANES: usize = 32;
+/// A walk's "bits consumed" when its record is a leaf.
+const AT_LEAF: u32 = u32::MAX;
+/// `prepare` walks the levels above this many bits: the root and two node
+/// levels, 4,160 nodes at most for a list in 64 /16s, in cache.
+const HOT_BITS: u32 = ROOT_BITS + 2 * STRIDE;
 const STRIDE: u32 = 6;
 /// Root entries: 0 (nothing below this /16; the zeroed table), all of it,
 /// or node `entry - NODE`.
@@ -86,7 +120,9 @@ impl V6PrefixSet {
             cut(first, last, &mut blocks);
         }
         let mut root = Table::<u32>::zeroed(1 << ROOT_BITS);
-        let mut nodes: Vec<Node> = Vec::new();
+        // Record 0 is the sentinel: no children, so a decided walk that
+        // steps on stays decided, without a branch.
+        let mut nodes: Vec<Node> = vec![Node::EMPTY];
         let mut at = 0;
         while at < blocks.len() {
             let (addr, len) = blocks[at];
@@ -100,7 +136,7 @@ impl V6PrefixSet {
             // Every longer block in this /16 hangs off one node.
             let end = at + blocks[at..].partition_point(|&(a, _)| (a >> (128 - ROOT_BITS)) as usize == slot);
             root[slot] = NODE + u32::try_from(nodes.len()).expect("fewer than 2^32 nodes");
-            nodes.push(Node { covered: 0, children: 0, base: 0, pad: [0; 3] });
+            nodes.push(Node::EMPTY);
             build(&blocks[at..end], ROOT_BITS, nodes.len() - 1, &mut nodes);
             at = end;
         }
@@ -122,9 +158,9 @@ impl V6PrefixSet {
         self.root.bytes() + self.nodes.bytes() + self.ranges.len() * 32
     }
 
-    /// Nodes below the root.
+    /// Records below the root: nodes and leaves.
     pub fn nodes(&self) -> usize {
-        self.nodes.len()
+        self.nodes.len() - 1
     }
 
     #[inline]
@@ -138,6 +174,7 @@ impl V6PrefixSet {
             match self.step(n, addr, start) {
                 Step::Covered => return true,
                 Step::Outside => return false,
+                Step::Leaf(leaf) => return self.nodes[leaf].leaf_holds(addr),
                 Step::Next(next) => (n, start) = (next, start + STRIDE),
             }
         }
@@ -152,94 +189,177 @@ impl V6PrefixSet {
         } else if node.children >> c & 1 == 0 {
             Step::Outside
         } else {
-            Step::Next(node.base as usize + (node.children & ((1u64 << c) - 1)).count_ones() as usize)
+            let next = node.base as usize + (node.children & ((1u64 << c) - 1)).count_ones() as usize;
+            if node.leaves >> c & 1 != 0 {
+                Step::Leaf(next)
+            } else {
+                Step::Next(next)
+            }
         }
     }
 
-    /// Prefetch the root entries of `keys` (the first line each lookup reads).
+    /// One step of a walk through a node, without a branch on the outcome
+    /// (see [`V6PrefixSet::prepare`]): a walk at a leaf stays there, a
+    /// decided one goes on to the sentinel, record 0. Returns whether the
+    /// node covers the key.
+    #[inline(always)]
+    fn step_flat(&self, key: u128, walk: &mut Walk) -> bool {
+        const { assert!(HOT_BITS <= 64 - STRIDE, "the hot levels read the key's high half only") };
+        let node = &self.nodes[walk.record as usize];
+        let at_leaf = walk.start == AT_LEAF;
+        // The six bits after `start` (any in-range shift at a leaf, whose
+        // result is not used): a 64-bit shift, where `chunk`'s is 128.
+        let c = (((key >> 64) as u64) << (walk.start & 63) >> (64 - STRIDE)) as u32;
+        let child = (node.children >> c & 1 != 0) & !at_leaf;
+        let n = node.base + (node.children & ((1u64 << c) - 1)).count_ones();
+        let leaf = node.leaves >> c & 1 != 0;
+        if !at_leaf {
+            walk.record = if child { n } else { 0 };
+            walk.start = if child & leaf { AT_LEAF } else { walk.start + STRIDE };
+        }
+        (node.covered >> c & 1 != 0) & !at_leaf
+    }
+
+    /// First half of a pipelined lookup: walk the keys through the root and
+    /// the node levels above `HOT_BITS` (few, and in cache), note those
+    /// already inside, keep the walks not yet decided and prefetch the
+    /// record each stopped at, the first that may be cold. By
+    /// [`V6PrefixSet::or_prepared`], a batch later, that line has arrived.
+    ///
+    /// Level by level over the batch and without a branch on any key's
+    /// outcome: in-list and unlisted keys come mixed at random, and a
+    /// mispredicted branch per key cost more than the walk (all keys
+    /// in-list measured faster than half); each level's loads are
+    /// independent, so they overlap.
     #[inline]
-    pub fn prefetch(&self, keys: &[u128]) {
-        for &k in keys {
-            prefetch(self.root.addr_of((k >> (128 - ROOT_BITS)) as usize));
+    pub(crate) fn prepare(&self, keys: &[u128], walks: &mut Walks) {
+        assert!(keys.len() <= PREPARED_MAX, "at most {PREPARED_MAX} keys a batch");
+        let mut inside = [false; PREPARED_MAX];
+        let mut at = [Walk::default(); PREPARED_MAX];
+        for (i, ((&key, walk), inside)) in keys.iter().zip(at.iter_mut()).zip(inside.iter_mut()).enumerate() {
+            let e = self.root[(key >> (128 - ROOT_BITS)) as usize];
+            *inside = e == COVERED;
+            *walk = Walk { record: e.saturating_sub(NODE), start: ROOT_BITS, key: i as u32 };
+            prefetch(self.nodes.addr_of(walk.record as usize));
+        }
+        for _ in (ROOT_BITS..HOT_BITS).step_by(STRIDE as usize) {
+            for ((&key, walk), inside) in keys.iter().zip(at.iter_mut()).zip(inside.iter_mut()) {
+                *inside |= self.step_flat(key, walk);
+                prefetch(self.nodes.addr_of(walk.record as usize));
+            }
+        }
+        walks.inside = inside;
+        walks.live = 0;
+        for walk in &at[..keys.len()] {
+            walks.walks[walks.live] = *walk;
+            walks.live += usize::from(walk.record != 0);
         }
     }
 
-    /// `out[i] |= contains(keys[i])`. Walks are interleaved in the manner of
-    /// AMAC (Kocberber et al., VLDB 2015): `LANES` keys walk at once, each
-    /// visit takes one step of one key and prefetches its next node, and a
-    /// key that finishes hands its lane to the next key of the batch. So
-    /// about `LANES` misses are always in flight, however unequal the walks'
-    /// depths; a walk of the batch level by level, where the last levels
-    /// have few keys left and wait a whole miss each, measured the same on
-    /// the bgp mix (19.5 against 20.9 Mpps all in-list, 22.3 against 21.9
-    /// half), and 8, 32 or 64 lanes slower than 16.
+    /// Second half: `out[i] |= contains(keys[i])`, each walk resumed where
+    /// [`V6PrefixSet::prepare`] left it.
+    #[inline]
+    pub(crate) fn or_prepared(&self, keys: &[u128], walks: &Walks, out: &mut [bool]) {
+        assert_eq!(keys.len(), out.len(), "one output per key");
+        for (o, &inside) in out.iter_mut().zip(&walks.inside) {
+            *o |= inside;
+        }
+        self.interleave(keys, out, &walks.walks[..walks.live]);
+    }
+
+    /// `out[i] |= contains(keys[i])`, every walk from the root; without
+    /// `prefetch_lines` one key at a time, nothing prefetched (the baseline
+    /// the benchmark's `--prefetch none` measures).
     #[inline]
     pub fn or_batch(&self, keys: &[u128], out: &mut [bool], prefetch_lines: bool) {
         assert_eq!(keys.len(), out.len(), "one output per key");
-        // (key index, node, bits consumed); usize::MAX marks an idle lane.
-        let mut lanes = [(usize::MAX, 0u32, 0u32); LANES];
-        let mut next = 0;
-        let mut live = 0;
-        for lane in lanes.iter_mut() {
-            match self.admit(keys, out, &mut next, prefetch_lines) {
-                Some((i, node)) => {
-                    *lane = (i, node, ROOT_BITS);
-                    live += 1;
-                }
-                None => break,
+        if !prefetch_lines {
+            for (&k, o) in keys.iter().zip(out.iter_mut()) {
+                *o |= self.contains(k);
             }
+            return;
         }
-        while live > 0 {
-            for lane in lanes.iter_mut() {
-                let (i, node, start) = *lane;
-                if i == usize::MAX {
-                    continue;
-                }
-                let node = &self.nodes[node as usize];
-                let c = chunk(keys[i], start);
-                out[i] |= node.covered >> c & 1 != 0;
-                if node.children >> c & 1 != 0 {
-                    let n = node.base + (node.children & ((1u64 << c) - 1)).count_ones();
-                    if prefetch_lines {
-                        prefetch(self.nodes.addr_of(n as usize));
-                    }
-                    *lane = (i, n, start + STRIDE);
-                    continue;
-                }
-                match self.admit(keys, out, &mut next, prefetch_lines) {
-                    Some((j, n)) => *lane = (j, n, ROOT_BITS),
-                    None => {
-                        lane.0 = usize::MAX;
-                        live -= 1;
-                    }
-                }
-            }
+        let mut walks = Walks::default();
+        for (keys, out) in keys.chunks(PREPARED_MAX).zip(out.chunks_mut(PREPARED_MAX)) {
+            self.prepare(keys, &mut walks);
+            self.or_prepared(keys, &walks, out);
         }
     }
 
-    /// The next key from `next` that has a node to walk (its first node,
-    /// prefetched); keys the root answers are answered on the way.
+    /// The walks' cold steps, interleaved in the manner of AMAC (Kocberber
+    /// et al., VLDB 2015): `LANES` keys walk at once, each visit takes one
+    /// step of one key and prefetches its next record, and a key that
+    /// finishes hands its lane to the next walk. So about `LANES` misses are
+    /// always in flight, however unequal the walks' depths. Each walk's
+    /// record is prefetched already. A walk of the batch level by level,
+    /// where the last levels have few keys left and wait a whole miss each,
+    /// measured the same as 16 lanes before leaves (19.5 against 20.9 Mpps
+    /// all in-list, 22.3 against 21.9 half); with leaves, 32 lanes measured
+    /// 10% faster than 16.
     #[inline(always)]
-    fn admit(&self, keys: &[u128], out: &mut [bool], next: &mut usize, prefetch_lines: bool) -> Option<(usize, u32)> {
-        while *next < keys.len() {
-            let i = *next;
-            *next += 1;
-            let e = self.root[(keys[i] >> (128 - ROOT_BITS)) as usize];
-            if e >= NODE {
-                if prefetch_lines {
-                    prefetch(self.nodes.addr_of((e - NODE) as usize));
-                }
-                return Some((i, e - NODE));
-            }
-            out[i] |= e == COVERED;
+    fn interleave(&self, keys: &[u128], out: &mut [bool], walks: &[Walk]) {
+        let mut pending = walks.iter();
+        // An idle lane has no walk; with fewer walks than lanes, some never
+        // start.
+        let mut lanes = [None; LANES];
+        for lane in lanes.iter_mut() {
+            *lane = pending.next().copied();
         }
-        None
+        let mut live = lanes.iter().filter(|l| l.is_some()).count();
+        while live > 0 {
+            for lane in lanes.iter_mut() {
+                let Some(walk) = *lane else { continue };
+                let i = walk.key as usize;
+                let node = &self.nodes[walk.record as usize];
+                if walk.start == AT_LEAF {
+                    out[i] |= node.leaf_holds(keys[i]);
+                } else {
+                    let c = chunk(keys[i], walk.start);
+                    out[i] |= node.covered >> c & 1 != 0;
+                    if node.children >> c & 1 != 0 {
+                        let n = node.base + (node.children & ((1u64 << c) - 1)).count_ones();
+                        prefetch(self.nodes.addr_of(n as usize));
+                        let start = if node.leaves >> c & 1 != 0 { AT_LEAF } else { walk.start + STRIDE };
+                        *lane = Some(Walk { record: n, start, key: walk.key });
+                        continue;
+                    }
+                }
+                *lane = pending.next().copied();
+                live -= usize::from(lane.is_none());
+            }
+        }
+    }
+}
+
+/// Where a key's walk stands: at a record, a node with `start` bits
+/// consumed or a leaf (`start` is `AT_LEAF`); record 0 when decided.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Walk {
+    record: u32,
+    start: u32,
+    /// The key's index in its batch.
+    key: u32,
+}
+
+/// What `prepare` hands to `finish`: which keys are inside already, and
+/// the walks still to take, in key order.
+#[derive(Clone, Debug)]
+pub(crate) struct Walks {
+    inside: [bool; PREPARED_MAX],
+    walks: [Walk; PREPARED_MAX],
+    live: usize,
+}
+
+impl Default for Walks {
+    fn default() -> Self {
+        Walks { inside: [false; PREPARED_MAX], walks: [Walk::default(); PREPARED_MAX], live: 0 }
     }
 }
 
 enum Step {
     Covered,
     Outside,
+    Leaf(usize),
     Next(usize),
 }
 
@@ -263,10 +383,11 @@ fn cut(mut first: u128, last: u128, out: &mut Vec<(u128, u8)>) {
 
 /// Fill node `at` from `blocks`: sorted, disjoint, all longer than `start`
 /// bits and sharing their first `start` bits. Children are reserved
-/// contiguously before any is filled, so each node's children sit together.
+/// contiguously before any is filled, so each node's children sit together;
+/// a child with a single block is a leaf.
 fn build(blocks: &[(u128, u8)], start: u32, at: usize, nodes: &mut Vec<Node>) {
     let end_bits = start + STRIDE;
-    let (mut covered, mut children) = (0u64, 0u64);
+    let (mut covered, mut children, mut leaves) = (0u64, 0u64, 0u64);
     let mut groups: Vec<(usize, usize)> = Vec::new();
     let mut i = 0;
     while i < blocks.len() {
@@ -281,14 +402,22 @@ fn build(blocks: &[(u128, u8)], start: u32, at: usize, nodes: &mut Vec<Node>) {
         }
         let j = i + blocks[i..].partition_point(|&(a, l)| u32::from(l) > end_bits && chunk(a, start) == c);
         children |= 1 << c;
+        if j - i == 1 {
+            leaves |= 1 << c;
+        }
         groups.push((i, j));
         i = j;
     }
     let base = nodes.len();
-    nodes.resize(base + groups.len(), Node { covered: 0, children: 0, base: 0, pad: [0; 3] });
-    nodes[at] = Node { covered, children, base: u32::try_from(base).expect("fewer than 2^32 nodes"), pad: [0; 3] };
+    nodes.resize(base + groups.len(), Node::EMPTY);
+    let base32 = u32::try_from(base).expect("fewer than 2^32 nodes");
+    nodes[at] = Node { covered, children, leaves, base: base32, pad: 0 };
     for (k, (i, j)) in groups.into_iter().enumerate() {
-        build(&blocks[i..j], end_bits, base + k, nodes);
+        if j - i == 1 {
+            nodes[base + k] = Node::leaf(blocks[i]);
+        } else {
+            build(&blocks[i..j], end_bits, base + k, nodes);
+        }
     }
 }
 
@@ -325,6 +454,34 @@ mod tests {
         })
     }
 
+    /// Every lookup path against a scan of the prefixes, on `probes`.
+    fn check(prefixes: &[(u128, u8)], probes: &[u128], pf: bool) -> Result<(), TestCaseError> {
+        let set = V6PrefixSet::new(prefixes);
+        let mut out = vec![false; probes.len()];
+        set.or_batch(probes, &mut out, pf);
+        // Pipelined: the walks `prepare` starts, resumed by `or_prepared`.
+        let mut walks = Walks::default();
+        let mut piped = vec![false; probes.len()];
+        for (keys, out) in probes.chunks(PREPARED_MAX).zip(piped.chunks_mut(PREPARED_MAX)) {
+            set.prepare(keys, &mut walks);
+            set.or_prepared(keys, &walks, out);
+        }
+        for ((&a, &o), &p) in probes.iter().zip(&out).zip(&piped) {
+            let want = prefixes.iter().any(|&(p, l)| a & mask(l) == p);
+            prop_assert_eq!(set.contains(a), want, "{:032x}", a);
+            prop_assert_eq!(o, want, "batch {:032x}", a);
+            prop_assert_eq!(p, want, "prepared {:032x}", a);
+            // The ranges (persisted) agree too.
+            let i = set.ranges.partition_point(|r| r.0 <= a);
+            prop_assert_eq!(i > 0 && a <= set.ranges[i - 1].1, want);
+        }
+        // The prefixes' own first and last addresses, the trie's edges.
+        for &(p, l) in prefixes {
+            prop_assert!(set.contains(p) && set.contains(p | !mask(l)));
+        }
+        Ok(())
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(128))]
         #[test]
@@ -332,21 +489,26 @@ mod tests {
                                    probes in proptest::collection::vec(arb_addr(), 1..300),
                                    pf in any::<bool>()) {
             let prefixes: Vec<(u128, u8)> = prefixes.iter().map(|&(a, l)| (a & mask(l), l)).collect();
-            let set = V6PrefixSet::new(&prefixes);
-            let mut out = vec![false; probes.len()];
-            set.or_batch(&probes, &mut out, pf);
-            for (&a, &o) in probes.iter().zip(&out) {
-                let want = prefixes.iter().any(|&(p, l)| a & mask(l) == p);
-                prop_assert_eq!(set.contains(a), want, "{:032x}", a);
-                prop_assert_eq!(o, want, "batch {:032x}", a);
-                // The ranges (persisted) agree too.
-                let i = set.ranges.partition_point(|r| r.0 <= a);
-                prop_assert_eq!(i > 0 && a <= set.ranges[i - 1].1, want);
-            }
-            // The prefixes' own first and last addresses, the trie's edges.
-            for &(p, l) in &prefixes {
-                prop_assert!(set.contains(p) && set.contains(p | !mask(l)));
-            }
+            check(&prefixes, &probes, pf)?;
+        }
+
+        /// Sparse lists, as routing tables and blocklists are: random
+        /// addresses in a few /16s, so blocks sit alone as leaves at every
+        /// level, the hot ones included, and probes that share a prefix's
+        /// first bits and differ after them (near misses walk to its leaf).
+        #[test]
+        fn sparse_lists_and_near_misses(prefixes in proptest::collection::vec((0u128..3, any::<u128>(), 17u8..=128), 1..40),
+                                        flips in proptest::collection::vec((any::<prop::sample::Index>(), 16u32..128, any::<u128>()), 1..300),
+                                        pf in any::<bool>()) {
+            let prefixes: Vec<(u128, u8)> = prefixes
+                .iter()
+                .map(|&(top, a, l)| ((top << 112 | a >> 16) & mask(l), l))
+                .collect();
+            let probes: Vec<u128> = flips
+                .iter()
+                .map(|(at, from, bits)| prefixes[at.index(prefixes.len())].0 ^ (bits >> from))
+                .collect();
+            check(&prefixes, &probes, pf)?;
         }
     }
 
@@ -360,9 +522,9 @@ mod tests {
         assert_eq!(set.ranges(), 2);
         let set = V6PrefixSet::new(&[]);
         assert!(!set.contains(0) && set.nodes() == 0);
-        // A /48 is at most six nodes below the root.
+        // A lone /48 is a leaf below its /16's node.
         let set = V6PrefixSet::new(&[(0x2001_0db8_0001u128 << 80, 48)]);
-        assert_eq!(set.nodes(), 6);
+        assert_eq!(set.nodes(), 2);
         assert!(set.contains(0x2001_0db8_0001u128 << 80 | 77) && !set.contains(0x2001_0db8_0002u128 << 80));
     }
 }

@@ -171,7 +171,7 @@ impl AddressSet {
     #[inline]
     pub fn prepare_v6(&self, keys: &[u128], prep: &mut Prepared) {
         if let Some(p) = &self.v6_prefixes {
-            p.prefetch(keys);
+            p.prepare(keys, &mut prep.walks);
         }
         if let Some(h) = &self.v6_hosts {
             h.prepare(keys, prep);
@@ -187,7 +187,7 @@ impl AddressSet {
             None => out.fill(false),
         }
         if let Some(p) = &self.v6_prefixes {
-            p.or_batch(keys, out, true);
+            p.or_prepared(keys, &prep.walks, out);
         }
     }
 
