@@ -696,7 +696,11 @@ mod tests {
     fn shapes() -> Vec<AddressSet> {
         let mixed: Vec<Prefix> = (0..3000u32)
             .map(|i| Prefix::new(IpAddr::V4(Ipv4Addr::from(v4(i % 3, (i * 7) as u16))), 32))
-            .chain((0..500u128).map(|i| Prefix::new(IpAddr::V6(Ipv6Addr::from(v6(i % 5, (i * 11) as u16))), 128)))
+            // Spread over the space, so they fold into the trie (one leaf each).
+            .chain((0..500u128).map(|i| {
+                let spread = (i * 0x9e37_79b9_7f4a_7c15) << 64;
+                Prefix::new(IpAddr::V6(Ipv6Addr::from(v6(i % 5, (i * 11) as u16) ^ spread)), 128)
+            }))
             .chain([
                 Prefix::new("10.0.0.0".parse().unwrap(), 8),
                 Prefix::new("192.168.1.128".parse().unwrap(), 25),

@@ -5,24 +5,26 @@
 //! The prefixes are first merged into sorted disjoint ranges (kept: they are
 //! what `persist` stores and what the trie is rebuilt from on load), and each
 //! range is cut into the fewest aligned blocks, so no block lies inside
-//! another. The root is a direct table, one `u32` per /16 (256 KiB): empty,
-//! wholly covered, or a node. Below it every node consumes six address
-//! bits: a 64-bit `covered` vector (children wholly inside a block), a
-//! 64-bit `children` vector (children with longer blocks below) and a
-//! `leaves` vector (those of them holding a single block), the child
-//! records stored contiguously from `base`, found by a popcount of the
-//! `children` bits before the chunk, so a record is 32 bytes and a step is
-//! one line. A leaf record is the block itself (path compression, as a
-//! Patricia trie skips one-way branches): lists spread thin, as routing
-//! tables and blocklists are, end in a leaf a step or two below the levels
-//! in cache, where a /48 used to be six nodes down.
+//! another. The root is a direct table, one `u32` per /16 (256 KiB). A /16
+//! with longer blocks below it has a direct table of its own over the next
+//! k bits (k up to 13, about four entries a block: level compression, as in
+//! LC-tries and Poptrie's direct pointing), each entry outside, covered, a
+//! leaf or a node. Every node consumes six address bits: a 64-bit `covered`
+//! vector (children wholly inside a block), a 64-bit `children` vector
+//! (children with longer blocks below) and a `leaves` vector (those of them
+//! holding a single block), the child records stored contiguously from
+//! `base`, found by a popcount of the `children` bits before the chunk, so
+//! a record is 32 bytes and a step is one line. A leaf record is the block
+//! itself (path compression, as a Patricia trie skips one-way branches).
+//! So a list spread thin, as routing tables and blocklists are, is decided
+//! by the root, one direct entry and one leaf, where a /48 used to be six
+//! nodes down.
 //!
-//! A pipelined lookup is two halves a batch apart. `prepare` walks every
-//! key through the root and the two node levels below it, level by level
-//! over the batch and without a branch on any key's outcome, and prefetches
-//! the record each walk reached; `or_prepared` takes the walks still
-//! undecided through the cold records, interleaved (AMAC) so their misses
-//! overlap.
+//! A pipelined lookup is two halves a batch apart. `prepare` reads each
+//! key's root entry and prefetches its direct entry; `or_prepared` reads
+//! the direct entries, without a branch on any key's outcome, prefetches
+//! the records they name, and takes the walks still undecided through them,
+//! interleaved (AMAC) so their misses overlap.
 
 use crate::exact::PREPARED_MAX;
 use crate::mem::{plain_data, Table};
@@ -66,18 +68,22 @@ impl Node {
 const _: () = assert!(size_of::<Node>() == 32);
 
 const ROOT_BITS: u32 = 16;
+/// A /16's direct table indexes at most this many more bits (16 KiB).
+const DIRECT_MAX_BITS: u32 = 13;
 /// Walks in flight in a batch lookup ([`V6PrefixSet::or_batch`]).
-const LANES: usize = 32;
+const LANES: usize = 16;
 /// A walk's "bits consumed" when its record is a leaf.
 const AT_LEAF: u32 = u32::MAX;
-/// `prepare` walks the levels above this many bits: the root and two node
-/// levels, 4,160 nodes at most for a list in 64 /16s, in cache.
-const HOT_BITS: u32 = ROOT_BITS + 2 * STRIDE;
 const STRIDE: u32 = 6;
-/// Root entries: 0 (nothing below this /16; the zeroed table), all of it,
-/// or node `entry - NODE`.
+/// Root entries: `base << 4 | k`, the /16's direct table of 2^k entries at
+/// `base` in `direct`. A /16 with nothing below it (the zeroed table) reads
+/// entry 0, one wholly covered entry 1: every key reads the root and one
+/// direct entry, whatever they say.
+const ROOT_COVERED: u32 = 1 << 4;
+/// Direct entries: outside (0), covered (1), or `record << 1 | leaf`
+/// (records start at 1, record 0 being the sentinel).
+const OUTSIDE: u32 = 0;
 const COVERED: u32 = 1;
-const NODE: u32 = 2;
 
 /// The six bits of `addr` after its first `start` bits (`start` <= 124; at
 /// 124 the last four bits come out shifted left by two, and the build cuts
@@ -93,6 +99,8 @@ pub struct V6PrefixSet {
     pub(crate) ranges: Vec<(u128, u128)>,
     pub(crate) prefixes: usize,
     root: Table<u32>,
+    /// The /16s' direct tables, one after another.
+    direct: Table<u32>,
     nodes: Table<Node>,
 }
 
@@ -120,6 +128,7 @@ impl V6PrefixSet {
             cut(first, last, &mut blocks);
         }
         let mut root = Table::<u32>::zeroed(1 << ROOT_BITS);
+        let mut direct = vec![OUTSIDE, COVERED];
         // Record 0 is the sentinel: no children, so a decided walk that
         // steps on stays decided, without a branch.
         let mut nodes: Vec<Node> = vec![Node::EMPTY];
@@ -129,20 +138,27 @@ impl V6PrefixSet {
             let slot = (addr >> (128 - ROOT_BITS)) as usize;
             if u32::from(len) <= ROOT_BITS {
                 let n = 1usize << (ROOT_BITS - u32::from(len));
-                root[slot..slot + n].fill(COVERED);
+                root[slot..slot + n].fill(ROOT_COVERED);
                 at += 1;
                 continue;
             }
-            // Every longer block in this /16 hangs off one node.
+            // The longer blocks of this /16 get a direct table of about two
+            // entries a block (one entry, the block's leaf, for a lone one).
             let end = at + blocks[at..].partition_point(|&(a, _)| (a >> (128 - ROOT_BITS)) as usize == slot);
-            root[slot] = NODE + u32::try_from(nodes.len()).expect("fewer than 2^32 nodes");
-            nodes.push(Node::EMPTY);
-            build(&blocks[at..end], ROOT_BITS, nodes.len() - 1, &mut nodes);
+            let m = end - at;
+            let k = if m == 1 { 0 } else { (usize::BITS - m.leading_zeros() + 2).min(DIRECT_MAX_BITS) };
+            let base = direct.len();
+            direct.resize(base + (1 << k), OUTSIDE);
+            let base = u32::try_from(base).ok().filter(|&b| b < 1 << 28).expect("fewer than 2^28 direct entries");
+            root[slot] = base << 4 | k;
+            fill_direct(&blocks[at..end], k, &mut direct[base as usize..], &mut nodes);
             at = end;
         }
         let mut table = Table::<Node>::zeroed(nodes.len());
         table.copy_from_slice(&nodes);
-        V6PrefixSet { ranges, prefixes, root, nodes: table }
+        let mut direct_table = Table::<u32>::zeroed(direct.len());
+        direct_table.copy_from_slice(&direct);
+        V6PrefixSet { ranges, prefixes, root, direct: direct_table, nodes: table }
     }
 
     pub fn prefixes(&self) -> usize {
@@ -153,9 +169,10 @@ impl V6PrefixSet {
         self.ranges.len()
     }
 
-    /// Bytes of the trie (root and nodes) and of the ranges it was built from.
+    /// Bytes of the trie (root, direct tables and records) and of the
+    /// ranges it was built from.
     pub fn bytes(&self) -> usize {
-        self.root.bytes() + self.nodes.bytes() + self.ranges.len() * 32
+        self.root.bytes() + self.direct.bytes() + self.nodes.bytes() + self.ranges.len() * 32
     }
 
     /// Records below the root: nodes and leaves.
@@ -165,19 +182,37 @@ impl V6PrefixSet {
 
     #[inline]
     pub fn contains(&self, addr: u128) -> bool {
-        let e = self.root[(addr >> (128 - ROOT_BITS)) as usize];
-        if e < NODE {
-            return e == COVERED;
+        self.lookup(addr).0
+    }
+
+    /// Whether `addr` is inside, and how many records (below the direct
+    /// tables) its walk read.
+    #[inline(always)]
+    fn lookup(&self, addr: u128) -> (bool, u32) {
+        let (walk, inside) = self.direct_walk(self.direct_slot(addr), 0);
+        if inside || walk.record == 0 {
+            return (inside, 0);
         }
-        let (mut n, mut start) = ((e - NODE) as usize, ROOT_BITS);
+        if walk.start == AT_LEAF {
+            return (self.nodes[walk.record as usize].leaf_holds(addr), 1);
+        }
+        let (mut n, mut start, mut steps) = (walk.record as usize, walk.start, 1);
         loop {
             match self.step(n, addr, start) {
-                Step::Covered => return true,
-                Step::Outside => return false,
-                Step::Leaf(leaf) => return self.nodes[leaf].leaf_holds(addr),
-                Step::Next(next) => (n, start) = (next, start + STRIDE),
+                Step::Covered => return (true, steps),
+                Step::Outside => return (false, steps),
+                Step::Leaf(leaf) => return (self.nodes[leaf].leaf_holds(addr), steps + 1),
+                Step::Next(next) => (n, start, steps) = (next, start + STRIDE, steps + 1),
             }
         }
+    }
+
+    /// The records a lookup of a listed address reads on average (each
+    /// merged range's first address counted once): about 1 for lists
+    /// spread thin, more where entries crowd into one /64.
+    pub fn mean_steps(&self) -> f64 {
+        let steps: u64 = self.ranges.iter().map(|r| u64::from(self.lookup(r.0).1)).sum();
+        steps as f64 / self.ranges.len().max(1) as f64
     }
 
     #[inline(always)]
@@ -198,73 +233,63 @@ impl V6PrefixSet {
         }
     }
 
-    /// One step of a walk through a node, without a branch on the outcome
-    /// (see [`V6PrefixSet::prepare`]): a walk at a leaf stays there, a
-    /// decided one goes on to the sentinel, record 0. Returns whether the
-    /// node covers the key.
+    /// Where `key`'s direct entry is, and how many bits it has consumed
+    /// there. A key whose /16 holds nothing reads entry 0, one wholly
+    /// covered entry 1, so every key reads the root and one direct entry,
+    /// without a branch.
     #[inline(always)]
-    fn step_flat(&self, key: u128, walk: &mut Walk) -> bool {
-        const { assert!(HOT_BITS <= 64 - STRIDE, "the hot levels read the key's high half only") };
-        let node = &self.nodes[walk.record as usize];
-        let at_leaf = walk.start == AT_LEAF;
-        // The six bits after `start` (any in-range shift at a leaf, whose
-        // result is not used): a 64-bit shift, where `chunk`'s is 128.
-        let c = (((key >> 64) as u64) << (walk.start & 63) >> (64 - STRIDE)) as u32;
-        let child = (node.children >> c & 1 != 0) & !at_leaf;
-        let n = node.base + (node.children & ((1u64 << c) - 1)).count_ones();
-        let leaf = node.leaves >> c & 1 != 0;
-        if !at_leaf {
-            walk.record = if child { n } else { 0 };
-            walk.start = if child & leaf { AT_LEAF } else { walk.start + STRIDE };
-        }
-        (node.covered >> c & 1 != 0) & !at_leaf
+    fn direct_slot(&self, key: u128) -> Slot {
+        let r = self.root[(key >> (128 - ROOT_BITS)) as usize];
+        let k = r & 15;
+        // The k bits after the /16 (none for k = 0: the shift is split so
+        // it never reaches 64).
+        let sub = (((key >> 64) as u64) << ROOT_BITS >> 1 >> (63 - k)) as u32;
+        Slot { entry: (r >> 4) + sub, bits: ROOT_BITS + k }
     }
 
-    /// First half of a pipelined lookup: walk the keys through the root and
-    /// the node levels above `HOT_BITS` (few, and in cache), note those
-    /// already inside, keep the walks not yet decided and prefetch the
-    /// record each stopped at, the first that may be cold. By
+    /// Key `i`'s walk from its direct entry, without a branch on the
+    /// outcome: the record it reached (0, the sentinel, if decided) and
+    /// whether it is inside.
+    #[inline(always)]
+    fn direct_walk(&self, slot: Slot, i: usize) -> (Walk, bool) {
+        let d = self.direct[slot.entry as usize];
+        let leaf = (d & 1 != 0) & (d > COVERED);
+        let start = if leaf { AT_LEAF } else { slot.bits };
+        (Walk { record: d >> 1, start, key: i as u32 }, d == COVERED)
+    }
+
+    /// First half of a pipelined lookup: read each key's root entry (256
+    /// KiB, mostly cached) and prefetch its direct entry. By
     /// [`V6PrefixSet::or_prepared`], a batch later, that line has arrived.
-    ///
-    /// Level by level over the batch and without a branch on any key's
-    /// outcome: in-list and unlisted keys come mixed at random, and a
-    /// mispredicted branch per key cost more than the walk (all keys
-    /// in-list measured faster than half); each level's loads are
-    /// independent, so they overlap.
     #[inline]
     pub(crate) fn prepare(&self, keys: &[u128], walks: &mut Walks) {
         assert!(keys.len() <= PREPARED_MAX, "at most {PREPARED_MAX} keys a batch");
-        let mut inside = [false; PREPARED_MAX];
-        let mut at = [Walk::default(); PREPARED_MAX];
-        for (i, ((&key, walk), inside)) in keys.iter().zip(at.iter_mut()).zip(inside.iter_mut()).enumerate() {
-            let e = self.root[(key >> (128 - ROOT_BITS)) as usize];
-            *inside = e == COVERED;
-            *walk = Walk { record: e.saturating_sub(NODE), start: ROOT_BITS, key: i as u32 };
-            prefetch(self.nodes.addr_of(walk.record as usize));
-        }
-        for _ in (ROOT_BITS..HOT_BITS).step_by(STRIDE as usize) {
-            for ((&key, walk), inside) in keys.iter().zip(at.iter_mut()).zip(inside.iter_mut()) {
-                *inside |= self.step_flat(key, walk);
-                prefetch(self.nodes.addr_of(walk.record as usize));
-            }
-        }
-        walks.inside = inside;
-        walks.live = 0;
-        for walk in &at[..keys.len()] {
-            walks.walks[walks.live] = *walk;
-            walks.live += usize::from(walk.record != 0);
+        for (&key, slot) in keys.iter().zip(walks.slots.iter_mut()) {
+            *slot = self.direct_slot(key);
+            prefetch(self.direct.addr_of(slot.entry as usize));
         }
     }
 
-    /// Second half: `out[i] |= contains(keys[i])`, each walk resumed where
-    /// [`V6PrefixSet::prepare`] left it.
+    /// Second half: `out[i] |= contains(keys[i])`. Read the direct entries
+    /// and prefetch the records they name, keeping the walks not yet
+    /// decided, then take those through the records, interleaved.
+    ///
+    /// Without a branch on any key's outcome until then: in-list and
+    /// unlisted keys come mixed at random, and a mispredicted branch per key
+    /// cost more than the walk (all keys in-list measured faster than half).
     #[inline]
     pub(crate) fn or_prepared(&self, keys: &[u128], walks: &Walks, out: &mut [bool]) {
         assert_eq!(keys.len(), out.len(), "one output per key");
-        for (o, &inside) in out.iter_mut().zip(&walks.inside) {
+        let mut live = [Walk::default(); PREPARED_MAX];
+        let mut n = 0;
+        for (i, (o, &slot)) in out.iter_mut().zip(&walks.slots).enumerate() {
+            let (walk, inside) = self.direct_walk(slot, i);
+            prefetch(self.nodes.addr_of(walk.record as usize));
             *o |= inside;
+            live[n] = walk;
+            n += usize::from(walk.record != 0);
         }
-        self.interleave(keys, out, &walks.walks[..walks.live]);
+        self.interleave(keys, out, &live[..n]);
     }
 
     /// `out[i] |= contains(keys[i])`, every walk from the root; without
@@ -294,8 +319,8 @@ impl V6PrefixSet {
     /// record is prefetched already. A walk of the batch level by level,
     /// where the last levels have few keys left and wait a whole miss each,
     /// measured the same as 16 lanes before leaves (19.5 against 20.9 Mpps
-    /// all in-list, 22.3 against 21.9 half); with leaves, 32 lanes measured
-    /// 10% faster than 16.
+    /// all in-list, 22.3 against 21.9 half); with the direct tables, 16 and
+    /// 32 lanes measured the same.
     #[inline(always)]
     fn interleave(&self, keys: &[u128], out: &mut [bool], walks: &[Walk]) {
         let mut pending = walks.iter();
@@ -345,15 +370,20 @@ pub(crate) struct Walk {
 /// the walks still to take, in key order.
 #[derive(Clone, Debug)]
 pub(crate) struct Walks {
-    inside: [bool; PREPARED_MAX],
-    walks: [Walk; PREPARED_MAX],
-    live: usize,
+    slots: [Slot; PREPARED_MAX],
 }
 
 impl Default for Walks {
     fn default() -> Self {
-        Walks { inside: [false; PREPARED_MAX], walks: [Walk::default(); PREPARED_MAX], live: 0 }
+        Walks { slots: [Slot::default(); PREPARED_MAX] }
     }
+}
+
+/// A key's entry in the direct tables, and the bits consumed there.
+#[derive(Clone, Copy, Debug, Default)]
+struct Slot {
+    entry: u32,
+    bits: u32,
 }
 
 enum Step {
@@ -378,6 +408,38 @@ fn cut(mut first: u128, last: u128, out: &mut Vec<(u128, u8)>) {
             return;
         }
         first = end(first, k) + 1;
+    }
+}
+
+/// Fill a /16's direct table of 2^k entries from its `blocks` (sorted,
+/// disjoint, all longer than /16): entries wholly inside a block are
+/// covered, an entry with a single longer block is its leaf, one with more
+/// a node over the bits after the first 16 + k.
+fn fill_direct(blocks: &[(u128, u8)], k: u32, table: &mut [u32], nodes: &mut Vec<Node>) {
+    let bits = ROOT_BITS + k;
+    let entry = |addr: u128| if k == 0 { 0 } else { ((addr << ROOT_BITS) >> (128 - k)) as usize };
+    let record =
+        |nodes: &Vec<Node>| u32::try_from(nodes.len()).ok().filter(|&r| r < 1 << 31).expect("fewer than 2^31 records");
+    let mut i = 0;
+    while i < blocks.len() {
+        let (addr, len) = blocks[i];
+        let e = entry(addr);
+        if u32::from(len) <= bits {
+            table[e..e + (1 << (bits - u32::from(len)))].fill(COVERED);
+            i += 1;
+            continue;
+        }
+        let j = i + blocks[i..].partition_point(|&(a, l)| u32::from(l) > bits && entry(a) == e);
+        let r = record(nodes);
+        if j - i == 1 {
+            nodes.push(Node::leaf(blocks[i]));
+            table[e] = r << 1 | 1;
+        } else {
+            nodes.push(Node::EMPTY);
+            build(&blocks[i..j], bits, r as usize, nodes);
+            table[e] = r << 1;
+        }
+        i = j;
     }
 }
 
@@ -512,6 +574,42 @@ mod tests {
         }
     }
 
+    /// A routing-table-sized list in two /16s, so their direct tables take
+    /// the most bits (13), against the scan on near misses and random keys.
+    #[test]
+    fn full_direct_tables_agree_with_linear_scan() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            u128::from(x)
+        };
+        let lens = [29u8, 32, 40, 44, 47, 48, 48, 48, 56, 64, 128];
+        let prefixes: Vec<(u128, u8)> = (0..20_000)
+            .map(|_| {
+                let top = [0x2a00u128, 0x2001][(next() % 2) as usize];
+                let len = lens[(next() % lens.len() as u128) as usize];
+                ((top << 112 | (next() << 64 | next()) >> 16) & mask(len), len)
+            })
+            .collect();
+        let set = V6PrefixSet::new(&prefixes);
+        assert!(set.root[0x2a00] & 15 == DIRECT_MAX_BITS && set.root[0x2001] & 15 == DIRECT_MAX_BITS);
+        let probes: Vec<u128> = (0..4_000)
+            .map(|i| {
+                let (p, _) = prefixes[(next() % prefixes.len() as u128) as usize];
+                if i % 4 == 0 {
+                    0x2a00u128 << 112 | next() << 48 | next()
+                } else {
+                    p ^ (next() << 64 | next()) >> (16 + next() % 112)
+                }
+            })
+            .collect();
+        check(&prefixes, &probes, true).unwrap();
+        // The listed lookups read about one record (a leaf) each.
+        assert!(set.mean_steps() < 1.5, "{}", set.mean_steps());
+    }
+
     #[test]
     fn whole_space_and_edges() {
         let set = V6PrefixSet::new(&[(0, 0)]);
@@ -522,9 +620,9 @@ mod tests {
         assert_eq!(set.ranges(), 2);
         let set = V6PrefixSet::new(&[]);
         assert!(!set.contains(0) && set.nodes() == 0);
-        // A lone /48 is a leaf below its /16's node.
+        // A lone /48 is its /16's one direct entry, a leaf.
         let set = V6PrefixSet::new(&[(0x2001_0db8_0001u128 << 80, 48)]);
-        assert_eq!(set.nodes(), 2);
+        assert_eq!(set.nodes(), 1);
         assert!(set.contains(0x2001_0db8_0001u128 << 80 | 77) && !set.contains(0x2001_0db8_0002u128 << 80));
     }
 }

@@ -19,10 +19,12 @@ use std::net::IpAddr;
 /// Without the filter 32 also beat 16 (41-42 against 39-40 Mpps at 6M).
 pub const DEFAULT_BATCH: usize = 32;
 
-/// IPv6 hosts folded into the prefix trie at most: a /128 can cost up to 19
-/// trie nodes (608 bytes) where the exact table spends about 32, so a long
-/// host list keeps its own table even beside prefixes.
-const V6_FOLD_MAX: usize = 4096;
+/// IPv6 hosts folded into the prefix trie stay there if a listed address's
+/// lookup reads at most this many records on average. A host alone below
+/// its direct table entry is one leaf (one line, 32 bytes: the exact
+/// table's cost), but hosts packed into one /64 share a chain of nodes down
+/// to where they part, up to 19 deep; such a list keeps its own table.
+const V6_FOLD_STEPS: f64 = 2.0;
 
 /// How to build an [`AddressSet`].
 #[derive(Clone, Copy, Debug)]
@@ -32,7 +34,7 @@ pub struct Options {
     pub hasher: Hasher,
     /// When a list has prefixes too, hosts up to this many go into the prefix
     /// structure (one lookup per address) instead of their own table (IPv6:
-    /// at most 4,096).
+    /// unless a lookup in the trie would read more than two records).
     pub fold_hosts_up_to: usize,
     /// Put a front filter ([`crate::filter`]) before each exact table (on
     /// by default). `bench classify --preset filter` measures it against
@@ -79,8 +81,14 @@ impl AddressSet {
         if !p4.is_empty() && h4.len() <= o.fold_hosts_up_to {
             p4.extend(h4.drain(..).map(|a| (a, 32)));
         }
-        if !p6.is_empty() && h6.len() <= o.fold_hosts_up_to.min(V6_FOLD_MAX) {
-            p6.extend(h6.drain(..).map(|a| (a, 128)));
+        let mut v6_prefixes = None;
+        if !p6.is_empty() && !h6.is_empty() && h6.len() <= o.fold_hosts_up_to {
+            let with_hosts: Vec<(u128, u8)> = p6.iter().copied().chain(h6.iter().map(|&a| (a, 128))).collect();
+            let trie = V6PrefixSet::new(&with_hosts);
+            if trie.mean_steps() <= V6_FOLD_STEPS {
+                (p6, h6) = (with_hosts, Vec::new());
+                v6_prefixes = Some(trie);
+            }
         }
         // Exact tables count their distinct keys as they build; prefix lists
         // are usually short enough to sort.
@@ -99,7 +107,7 @@ impl AddressSet {
             v4_hosts,
             v4_prefixes: (!p4.is_empty()).then(|| V4PrefixSet::new(&p4)),
             v6_hosts,
-            v6_prefixes: (!p6.is_empty()).then(|| V6PrefixSet::new(&p6)),
+            v6_prefixes: v6_prefixes.or_else(|| (!p6.is_empty()).then(|| V6PrefixSet::new(&p6))),
             entries,
         }
     }
@@ -389,11 +397,20 @@ mod tests {
         assert!(set.v6_hosts.is_some() && set.v6_prefixes.is_some());
         assert!(set.contains("2001:db8::10:1".parse().unwrap()) && set.contains("2001:db9::7".parse().unwrap()));
         assert!(!set.contains("2001:db8::10:2".parse().unwrap()));
+        // Packed into a /32 they would cost a chain of nodes each: even 100
+        // keep their table.
         list.truncate(100);
         list.push(Prefix::V6 { addr: 0x2001_0db9u128 << 96, len: 32 });
+        assert!(AddressSet::new(&list).v6_hosts.is_some());
+        // Spread out, 5,000 hosts fold into the trie, a leaf each.
+        let mut list: Vec<Prefix> = (0..5_000u128)
+            .map(|i| Prefix::V6 { addr: 0x2001u128 << 112 | (i * 0x9e37_79b9_7f4a_7c15) << 32 | 1, len: 128 })
+            .collect();
+        list.push(Prefix::V6 { addr: 0x2001_0db9u128 << 96, len: 32 });
         let set = AddressSet::new(&list);
-        assert!(set.v6_hosts.is_none(), "a short host list folds into the trie");
-        assert!(set.contains("2001:db8::10:1".parse().unwrap()));
+        assert!(set.v6_hosts.is_none(), "hosts spread out fold into the trie");
+        assert!(set.contains(Ipv6Addr::from(0x2001u128 << 112 | (77 * 0x9e37_79b9_7f4a_7c15) << 32 | 1).into()));
+        assert!(!set.contains(Ipv6Addr::from(0x2001u128 << 112 | (77 * 0x9e37_79b9_7f4a_7c15) << 32 | 2).into()));
     }
 
     #[test]
