@@ -15,20 +15,23 @@
 //! holding a single block), the child records stored contiguously from
 //! `base`, found by a popcount of the `children` bits before the chunk, so
 //! a record is 32 bytes and a step is one line. A leaf record is the block
-//! itself (path compression, as a Patricia trie skips one-way branches).
-//! So a list spread thin, as routing tables and blocklists are, is decided
-//! by the root, one direct entry and one leaf, where a /48 used to be six
+//! itself (path compression, as a Patricia trie skips one-way branches),
+//! and a lone block that ends at most 26 bits after its direct entry is
+//! held in the entry itself. So in a routing table, whose blocks mostly end
+//! by /48, a lookup reads the root and one direct entry; a lone longer
+//! block (a /64, a host) costs one leaf more, where a /48 used to be six
 //! nodes down.
 //!
 //! A pipelined lookup is two halves a batch apart. `prepare` reads each
 //! key's root entry and prefetches its direct entry; `or_prepared` reads
-//! the direct entries, without a branch on any key's outcome, prefetches
-//! the records they name, and takes the walks still undecided through them,
-//! interleaved (AMAC) so their misses overlap.
+//! the direct entries, without a branch on any key's outcome, and
+//! prefetches the records they name; then it checks the leaves and takes
+//! the walks at nodes on, interleaved (AMAC) so their misses overlap.
 
 use crate::exact::PREPARED_MAX;
 use crate::mem::{plain_data, Table};
 use crate::simd::prefetch;
+use std::cell::Cell;
 
 plain_data! {
     /// Six address bits: which of the 64 children are wholly covered and
@@ -80,10 +83,16 @@ const STRIDE: u32 = 6;
 /// entry 0, one wholly covered entry 1: every key reads the root and one
 /// direct entry, whatever they say.
 const ROOT_COVERED: u32 = 1 << 4;
-/// Direct entries: outside (0), covered (1), or `record << 1 | leaf`
-/// (records start at 1, record 0 being the sentinel).
+/// Direct entries: outside (0), covered (1), a node (`record << 2 | 2`) or
+/// a leaf (`record << 2 | 3`; records start at 1, record 0 being the
+/// sentinel), or a block inline (`INLINE | bits << 5 | n`): the entry holds
+/// a single block that ends at most `INLINE_BITS` bits after it, as its `n`
+/// further bits. In routing tables most blocks end by /48, so most lookups
+/// are decided by the direct entry alone, one line.
 const OUTSIDE: u32 = 0;
 const COVERED: u32 = 1;
+const INLINE: u32 = 1 << 31;
+const INLINE_BITS: u32 = 26;
 
 /// The six bits of `addr` after its first `start` bits (`start` <= 124; at
 /// 124 the last four bits come out shifted left by two, and the build cuts
@@ -189,7 +198,7 @@ impl V6PrefixSet {
     /// tables) its walk read.
     #[inline(always)]
     fn lookup(&self, addr: u128) -> (bool, u32) {
-        let (walk, inside) = self.direct_walk(self.direct_slot(addr), 0);
+        let (walk, inside) = self.direct_walk(addr, self.direct_slot(addr), 0);
         if inside || walk.record == 0 {
             return (inside, 0);
         }
@@ -251,11 +260,18 @@ impl V6PrefixSet {
     /// outcome: the record it reached (0, the sentinel, if decided) and
     /// whether it is inside.
     #[inline(always)]
-    fn direct_walk(&self, slot: Slot, i: usize) -> (Walk, bool) {
+    fn direct_walk(&self, key: u128, slot: Slot, i: usize) -> (Walk, bool) {
         let d = self.direct[slot.entry as usize];
-        let leaf = (d & 1 != 0) & (d > COVERED);
+        let inline = d & INLINE != 0;
+        // An inline block's bits against the key's `n` bits after the entry
+        // (computed for every entry: the shift is split so n = 0 is 0).
+        let n = d & 31;
+        let bits = (((key >> 64) as u64) << slot.bits >> 1 >> (63 - n)) as u32;
+        let inline_hit = inline & (bits == (d & !INLINE) >> 5);
+        let leaf = (d & 3 == 3) & !inline;
         let start = if leaf { AT_LEAF } else { slot.bits };
-        (Walk { record: d >> 1, start, key: i as u32 }, d == COVERED)
+        let record = if inline { 0 } else { d >> 2 };
+        (Walk { record, start, key: i as u32 }, (d == COVERED) | inline_hit)
     }
 
     /// First half of a pipelined lookup: read each key's root entry (256
@@ -280,16 +296,29 @@ impl V6PrefixSet {
     #[inline]
     pub(crate) fn or_prepared(&self, keys: &[u128], walks: &Walks, out: &mut [bool]) {
         assert_eq!(keys.len(), out.len(), "one output per key");
-        let mut live = [Walk::default(); PREPARED_MAX];
+        let live = &walks.live;
         let mut n = 0;
-        for (i, (o, &slot)) in out.iter_mut().zip(&walks.slots).enumerate() {
-            let (walk, inside) = self.direct_walk(slot, i);
+        for (i, ((o, &slot), &key)) in out.iter_mut().zip(&walks.slots).zip(keys).enumerate() {
+            let (walk, inside) = self.direct_walk(key, slot, i);
             prefetch(self.nodes.addr_of(walk.record as usize));
             *o |= inside;
-            live[n] = walk;
+            live[n].set(walk);
             n += usize::from(walk.record != 0);
         }
-        self.interleave(keys, out, &live[..n]);
+        // Leaves (their lines asked for above) are one compare; only walks
+        // at nodes go on, interleaved.
+        let mut nodes = 0;
+        for at in 0..n {
+            let walk = live[at].get();
+            if walk.start == AT_LEAF {
+                let i = walk.key as usize;
+                out[i] |= self.nodes[walk.record as usize].leaf_holds(keys[i]);
+            } else {
+                live[nodes].set(walk);
+                nodes += 1;
+            }
+        }
+        self.interleave(keys, out, &live[..nodes]);
     }
 
     /// `out[i] |= contains(keys[i])`, every walk from the root; without
@@ -322,13 +351,13 @@ impl V6PrefixSet {
     /// all in-list, 22.3 against 21.9 half); with the direct tables, 16 and
     /// 32 lanes measured the same.
     #[inline(always)]
-    fn interleave(&self, keys: &[u128], out: &mut [bool], walks: &[Walk]) {
-        let mut pending = walks.iter();
+    fn interleave(&self, keys: &[u128], out: &mut [bool], walks: &[Cell<Walk>]) {
+        let mut pending = walks.iter().map(Cell::get);
         // An idle lane has no walk; with fewer walks than lanes, some never
         // start.
         let mut lanes = [None; LANES];
         for lane in lanes.iter_mut() {
-            *lane = pending.next().copied();
+            *lane = pending.next();
         }
         let mut live = lanes.iter().filter(|l| l.is_some()).count();
         while live > 0 {
@@ -349,7 +378,7 @@ impl V6PrefixSet {
                         continue;
                     }
                 }
-                *lane = pending.next().copied();
+                *lane = pending.next();
                 live -= usize::from(lane.is_none());
             }
         }
@@ -371,11 +400,17 @@ pub(crate) struct Walk {
 #[derive(Clone, Debug)]
 pub(crate) struct Walks {
     slots: [Slot; PREPARED_MAX],
+    /// The finish's own list of walks left after the direct entries, kept
+    /// here so it is not zeroed on every batch.
+    live: [Cell<Walk>; PREPARED_MAX],
 }
 
 impl Default for Walks {
     fn default() -> Self {
-        Walks { slots: [Slot::default(); PREPARED_MAX] }
+        Walks {
+            slots: [Slot::default(); PREPARED_MAX],
+            live: [const { Cell::new(Walk { record: 0, start: 0, key: 0 }) }; PREPARED_MAX],
+        }
     }
 }
 
@@ -419,7 +454,7 @@ fn fill_direct(blocks: &[(u128, u8)], k: u32, table: &mut [u32], nodes: &mut Vec
     let bits = ROOT_BITS + k;
     let entry = |addr: u128| if k == 0 { 0 } else { ((addr << ROOT_BITS) >> (128 - k)) as usize };
     let record =
-        |nodes: &Vec<Node>| u32::try_from(nodes.len()).ok().filter(|&r| r < 1 << 31).expect("fewer than 2^31 records");
+        |nodes: &Vec<Node>| u32::try_from(nodes.len()).ok().filter(|&r| r < 1 << 29).expect("fewer than 2^29 records");
     let mut i = 0;
     while i < blocks.len() {
         let (addr, len) = blocks[i];
@@ -431,13 +466,16 @@ fn fill_direct(blocks: &[(u128, u8)], k: u32, table: &mut [u32], nodes: &mut Vec
         }
         let j = i + blocks[i..].partition_point(|&(a, l)| u32::from(l) > bits && entry(a) == e);
         let r = record(nodes);
-        if j - i == 1 {
+        let n = u32::from(len) - bits;
+        if j - i == 1 && n <= INLINE_BITS {
+            table[e] = INLINE | (((addr << bits) >> (128 - n)) as u32) << 5 | n;
+        } else if j - i == 1 {
             nodes.push(Node::leaf(blocks[i]));
-            table[e] = r << 1 | 1;
+            table[e] = r << 2 | 3;
         } else {
             nodes.push(Node::EMPTY);
             build(&blocks[i..j], bits, r as usize, nodes);
-            table[e] = r << 1;
+            table[e] = r << 2 | 2;
         }
         i = j;
     }
@@ -585,7 +623,7 @@ mod tests {
             x ^= x << 17;
             u128::from(x)
         };
-        let lens = [29u8, 32, 40, 44, 47, 48, 48, 48, 56, 64, 128];
+        let lens = [29u8, 32, 40, 44, 47, 48, 48, 48, 55, 56, 64, 128];
         let prefixes: Vec<(u128, u8)> = (0..20_000)
             .map(|_| {
                 let top = [0x2a00u128, 0x2001][(next() % 2) as usize];
