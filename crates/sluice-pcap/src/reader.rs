@@ -93,7 +93,11 @@ impl<B: AsRef<[u8]>> Input for InMemory<B> {
 /// is reused once nobody else holds it.
 pub struct Chunked<R> {
     inner: R,
+    /// Its first `end` bytes are the stream's; a reused chunk keeps its
+    /// length (the bytes past `end` are stale), so it is zeroed only once,
+    /// not before every read: that was a second pass over every byte.
     chunk: Arc<Vec<u8>>,
+    end: usize,
     pos: usize,
     body: std::ops::Range<usize>,
     chunk_size: usize,
@@ -106,6 +110,7 @@ impl<R: Read> Chunked<R> {
         Chunked {
             inner,
             chunk: Arc::new(Vec::new()),
+            end: 0,
             pos: 0,
             body: 0..0,
             chunk_size: chunk_size.max(64),
@@ -114,7 +119,8 @@ impl<R: Read> Chunked<R> {
         }
     }
 
-    /// The chunk the last body lies in.
+    /// The chunk the last body lies in. Index it by the bodies' offsets:
+    /// past the bytes read into it, a reused chunk holds stale ones.
     pub fn chunk(&self) -> &Arc<Vec<u8>> {
         &self.chunk
     }
@@ -122,7 +128,7 @@ impl<R: Read> Chunked<R> {
     /// Make `n` bytes from `pos` available in the current chunk, if the
     /// stream has them.
     fn ensure(&mut self, n: usize) -> io::Result<()> {
-        if self.chunk.len() - self.pos >= n || self.eof {
+        if self.end - self.pos >= n || self.eof {
             return Ok(());
         }
         // A chunk no batch holds any more, or a new one.
@@ -134,11 +140,12 @@ impl<R: Read> Chunked<R> {
         // it): it moves along with the unread bytes.
         let keep = self.body.start.min(self.pos);
         let buf = Arc::get_mut(&mut next).expect("a spare chunk nobody else holds");
-        buf.clear();
-        buf.extend_from_slice(&self.chunk[keep..]);
-        let carried = buf.len();
+        let carried = self.end - keep;
         let want = self.chunk_size.max(n + (self.pos - keep));
-        buf.resize(want, 0);
+        if buf.len() < want {
+            buf.resize(want, 0);
+        }
+        buf[..carried].copy_from_slice(&self.chunk[keep..self.end]);
         let mut filled = carried;
         while filled < want {
             match self.inner.read(&mut buf[filled..]) {
@@ -156,7 +163,7 @@ impl<R: Read> Chunked<R> {
                 break;
             }
         }
-        buf.truncate(filled);
+        self.end = filled;
         let old = std::mem::replace(&mut self.chunk, next);
         if self.spare.len() < 64 {
             self.spare.push(old);
@@ -171,14 +178,14 @@ impl<R: Read> Input for Chunked<R> {
     fn read_small(&mut self, dst: &mut [u8]) -> io::Result<usize> {
         self.ensure(dst.len())?;
         debug_assert!(self.body.end <= self.pos);
-        let n = dst.len().min(self.chunk.len() - self.pos);
+        let n = dst.len().min(self.end - self.pos);
         dst[..n].copy_from_slice(&self.chunk[self.pos..self.pos + n]);
         self.pos += n;
         Ok(n)
     }
     fn read_body(&mut self, n: usize) -> io::Result<usize> {
         self.ensure(n)?;
-        let n = n.min(self.chunk.len() - self.pos);
+        let n = n.min(self.end - self.pos);
         self.body = self.pos..self.pos + n;
         self.pos += n;
         Ok(n)
