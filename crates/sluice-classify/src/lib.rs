@@ -34,3 +34,15 @@ pub use persist::PersistError;
 pub use prefix::V4PrefixSet;
 pub use prefix6::V6PrefixSet;
 pub use set::{AddressSet, Options, DEFAULT_BATCH};
+
+/// A seeded xorshift64 for tests that need many reproducible random values
+/// without a strategy (large lists checked against a scan).
+#[cfg(test)]
+pub(crate) fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}

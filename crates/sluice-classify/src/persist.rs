@@ -865,13 +865,7 @@ mod tests {
 
     #[test]
     fn large_lists_round_trip() {
-        let mut x = 0x1234_5678_9abc_def0u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = crate::xorshift(0x1234_5678_9abc_def0);
         let mut list: Vec<Prefix> =
             (0..300_000).map(|_| Prefix::new(IpAddr::V4(Ipv4Addr::from(next() as u32)), 32)).collect();
         list.extend((0..30_000).map(|_| Prefix::new(IpAddr::V6(Ipv6Addr::from(u128::from(next()) << 64)), 128)));

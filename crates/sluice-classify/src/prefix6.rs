@@ -618,13 +618,8 @@ mod tests {
     /// the most bits (13), against the scan on near misses and random keys.
     #[test]
     fn full_direct_tables_agree_with_linear_scan() {
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            u128::from(x)
-        };
+        let mut rng = crate::xorshift(0x2545_f491_4f6c_dd1d);
+        let mut next = move || u128::from(rng());
         let lens = [29u8, 32, 40, 44, 47, 48, 48, 48, 55, 56, 64, 128];
         let prefixes: Vec<(u128, u8)> = (0..20_000)
             .map(|_| {
