@@ -236,6 +236,7 @@ pub fn scenario_json(m: &Measured) -> Value {
         "mpps_median": med,
         "mpps_min": m.min(),
         "mpps_max": m.max(),
+        "mpps_reps": m.values,
         "ns_per_packet": if med > 0.0 { 1000.0 / med } else { 0.0 },
         "reps": m.values.len(),
         "drop_share": m.drop_share,
@@ -299,7 +300,24 @@ pub struct Probes {
 /// (`null` where not).
 pub fn ratios(rows: &[Measured], probes: &Probes, build_6m_s: Option<f64>) -> Option<Value> {
     let (probe, probe_llc) = (probes.table, probes.llc);
-    let get = |n: &str| rows.iter().find(|m| m.scenario.name == n).map(Measured::median);
+    let row = |n: &str| rows.iter().find(|m| m.scenario.name == n);
+    let get = |n: &str| row(n).map(Measured::median);
+    // Row against row: the median of the per-round ratios. Repetitions are
+    // interleaved, so round r of every row ran within seconds of the
+    // others, and a slow stretch of the shared machine that hits a round
+    // hits both sides of its ratio; the ratio of two medians can take each
+    // from a different stretch (the exact path's median moved from 27 to 69
+    // Mpps across five runs of the quick preset). The ratio of medians
+    // stands in when the rows have different repetition counts.
+    let pair = |x: Option<&Measured>, base: Option<&Measured>| -> Option<f64> {
+        let (x, base) = (x?, base?);
+        if x.values.len() != base.values.len() || x.values.is_empty() {
+            return Some(x.median() / base.median());
+        }
+        let per_round: Vec<f64> = x.values.iter().zip(&base.values).map(|(a, b)| a / b).collect();
+        Some(crate::stats::median(&per_round))
+    };
+    let paired = |x: &str, base: &str| pair(row(x), row(base));
     // The best median among rows whose name starts with `prefix` and then
     // has nothing or a -b<batch> suffix.
     let best = |prefix: &str| {
@@ -311,6 +329,8 @@ pub fn ratios(rows: &[Measured], probes: &Probes, build_6m_s: Option<f64>) -> Op
             .reduce(f64::max)
     };
     let sluice = get("sluice").or_else(|| get("sluice-6M"));
+    let sluice_row = row("sluice").or_else(|| row("sluice-6M"));
+    let vs_sluice = |x: &str| pair(row(x), sluice_row);
     // Every sluice row with the filter whose twin without it (the same
     // scenario in every other respect) ran too: filter on / off.
     let filter_by_row: serde_json::Map<String, Value> = rows
@@ -321,34 +341,35 @@ pub fn ratios(rows: &[Measured], probes: &Probes, build_6m_s: Option<f64>) -> Op
                 !o.scenario.filter
                     && o.scenario == Scenario { name: o.scenario.name.clone(), filter: false, ..m.scenario.clone() }
             })?;
-            Some((m.scenario.name.clone(), json!(m.median() / off.median())))
+            Some((m.scenario.name.clone(), json!(pair(Some(m), Some(off)))))
         })
         .collect();
     if sluice.is_none() && filter_by_row.is_empty() {
         return None;
     }
-    let hashbrown = get("hashbrown").or_else(|| get("hashbrown-6M"));
+    let hashbrown = row("hashbrown").or_else(|| row("hashbrown-6M"));
     Some(json!({
         "scenario": "ratios",
-        "sluice_vs_naive": sluice.zip(get("naive")).map(|(s, x)| s / x),
-        "sluice_vs_hashbrown": sluice.zip(hashbrown).map(|(s, x)| s / x),
+        "sluice_vs_naive": pair(sluice_row, row("naive")),
+        "sluice_vs_hashbrown": pair(sluice_row, hashbrown),
         "sluice_vs_probe": sluice.zip(probe).map(|(s, p)| s / p),
         "sluice_vs_dram_probe": sluice.zip(probes.dram).map(|(s, p)| s / p),
         "stride1920_sluice_vs_dram_probe": get("sluice-1920").zip(probes.dram).map(|(s, p)| s / p),
-        "stride1920_sluice_vs_hashbrown": get("sluice-1920").zip(get("hashbrown-1920")).map(|(s, h)| s / h),
+        "stride1920_sluice_vs_hashbrown": paired("sluice-1920", "hashbrown-1920"),
         "two_lookups_vs_probe": sluice.zip(probe).map(|(s, p)| 2.0 * s / p),
         "two_lookups_vs_llc_probe": sluice.zip(probe_llc).map(|(s, p)| 2.0 * s / p),
         "small_sluice_vs_hashbrown_best": best("sluice-250k").zip(best("hashbrown-250k")).map(|(s, h)| s / h),
-        "prefix_vs_sluice": sluice.zip(get("sluice-prefix")).map(|(s, x)| x / s),
-        "prefix_vs_prefix_trie": get("sluice-prefix").zip(get("prefix-trie")).map(|(x, y)| x / y),
-        "prefix_bgp_vs_sluice": sluice.zip(get("sluice-prefix-bgp")).map(|(s, x)| x / s),
-        "prefix_blocklist_vs_sluice": sluice.zip(get("sluice-prefix-blocklist")).map(|(s, x)| x / s),
-        "prefix6_bgp_vs_sluice": sluice.zip(get("sluice-prefix6-bgp")).map(|(s, x)| x / s),
-        "prefix6_blocklist_vs_sluice": sluice.zip(get("sluice-prefix6-blocklist")).map(|(s, x)| x / s),
-        "filter_on_vs_off": sluice.zip(get("sluice-nofilter").or_else(|| get("sluice-6M-nofilter"))).map(|(s, x)| s / x),
-        "filter_on_vs_off_listed50": get("sluice-l50").or_else(|| get("sluice-6M-l50"))
-            .zip(get("sluice-l50-nofilter").or_else(|| get("sluice-6M-l50-nofilter")))
-            .map(|(x, y)| x / y),
+        "prefix_vs_sluice": vs_sluice("sluice-prefix"),
+        "prefix_vs_prefix_trie": paired("sluice-prefix", "prefix-trie"),
+        "prefix_bgp_vs_sluice": vs_sluice("sluice-prefix-bgp"),
+        "prefix_blocklist_vs_sluice": vs_sluice("sluice-prefix-blocklist"),
+        "prefix6_bgp_vs_sluice": vs_sluice("sluice-prefix6-bgp"),
+        "prefix6_blocklist_vs_sluice": vs_sluice("sluice-prefix6-blocklist"),
+        "filter_on_vs_off": pair(sluice_row, row("sluice-nofilter").or_else(|| row("sluice-6M-nofilter"))),
+        "filter_on_vs_off_listed50": pair(
+            row("sluice-l50").or_else(|| row("sluice-6M-l50")),
+            row("sluice-l50-nofilter").or_else(|| row("sluice-6M-l50-nofilter")),
+        ),
         "filter_on_vs_off_by_row": filter_by_row,
         "build_6m_s": build_6m_s,
     }))
@@ -502,6 +523,23 @@ mod tests {
         assert_eq!(r["filter_on_vs_off_by_row"]["sluice"], 2.0);
         assert!(r["two_lookups_vs_llc_probe"].is_null());
         assert!(ratios(&rows[2..3], &Probes::default(), None).is_none());
+    }
+
+    #[test]
+    fn row_against_row_is_the_median_of_per_round_ratios() {
+        // The machine slow in rounds 2 and 3 for both rows: per round 0.5,
+        // 1.2 and 1.2 (median 1.2), where the medians' ratio (30 / 30)
+        // would say 1.0.
+        let mut sluice = row("sluice", 0.0);
+        sluice.values = vec![60.0, 30.0, 20.0];
+        let mut bgp = row("sluice-prefix6-bgp", 0.0);
+        bgp.values = vec![30.0, 36.0, 24.0];
+        let r = ratios(&[sluice.clone(), bgp.clone()], &Probes::default(), None).expect("ratios");
+        assert!((r["prefix6_bgp_vs_sluice"].as_f64().unwrap() - 1.2).abs() < 1e-9, "{r}");
+        // Different repetition counts: the ratio of medians.
+        bgp.values = vec![45.0, 45.0];
+        let r = ratios(&[sluice, bgp], &Probes::default(), None).expect("ratios");
+        assert_eq!(r["prefix6_bgp_vs_sluice"], 1.5);
     }
 
     #[test]

@@ -65,6 +65,10 @@ fn bench_classify_prints_one_json_object_per_scenario() {
         let (min, med, max) =
             (r["mpps_min"].as_f64().unwrap(), r["mpps_median"].as_f64().unwrap(), r["mpps_max"].as_f64().unwrap());
         assert!(min > 0.0 && min <= med && med <= max, "{r}");
+        // Each round's rate, one per repetition, within min and max.
+        let reps = r["mpps_reps"].as_array().expect("mpps_reps");
+        assert_eq!(reps.len() as u64, r["reps"].as_u64().unwrap(), "{r}");
+        assert!(reps.iter().all(|v| (min..=max).contains(&v.as_f64().unwrap())), "{r}");
     }
 }
 
