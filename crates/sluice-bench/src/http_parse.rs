@@ -39,21 +39,8 @@ Cookie: wp_ozh_wsa_visits=2; wp_ozh_wsa_visit_lasttime=xxxxxxxxxx; __utma=xxxxxx
 /// The inputs: the seed's three cases (a request line alone; ordinary
 /// header lines; one big header line) and the 703-byte request.
 pub fn inputs() -> Vec<Input> {
-    let request_line = b"GET /wp-content/uploads/2010/03/hello-kitty-darth-vader-pink.jpg HTTP/1.1\r\n\r\n".to_vec();
-    let mut header_lines = b"GET / HTTP/1.1\r\n".to_vec();
-    for (name, value) in [
-        ("Host", "www.example.com"),
-        ("Accept", "*/*"),
-        ("Accept-Encoding", "gzip, deflate"),
-        ("Connection", "keep-alive"),
-        ("Cache-Control", "no-cache"),
-        ("Pragma", "no-cache"),
-        ("X-Requested-With", "XMLHttpRequest"),
-        ("Referer", "http://www.example.com/index.html"),
-    ] {
-        header_lines.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
-    }
-    header_lines.extend_from_slice(b"\r\n");
+    let request_line = sluice_h1::samples::REQUEST_LINE.to_vec();
+    let header_lines = sluice_h1::samples::header_lines();
     let mut big = b"GET / HTTP/1.1\r\nCookie: ".to_vec();
     let mut n = 0u32;
     while big.len() < 4000 {

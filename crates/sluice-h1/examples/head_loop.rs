@@ -19,24 +19,8 @@ fn main() {
     let n: u64 = args.next().map_or(20_000_000, |v| v.parse().expect("a request count"));
     let buf: Vec<u8> = match which.as_str() {
         "minimal" => b"GET / HTTP/1.1\r\n\r\n".to_vec(),
-        "request-line" => b"GET /wp-content/uploads/2010/03/hello-kitty-darth-vader-pink.jpg HTTP/1.1\r\n\r\n".to_vec(),
-        "header-lines" => {
-            let mut h = b"GET / HTTP/1.1\r\n".to_vec();
-            for (name, value) in [
-                ("Host", "www.example.com"),
-                ("Accept", "*/*"),
-                ("Accept-Encoding", "gzip, deflate"),
-                ("Connection", "keep-alive"),
-                ("Cache-Control", "no-cache"),
-                ("Pragma", "no-cache"),
-                ("X-Requested-With", "XMLHttpRequest"),
-                ("Referer", "http://www.example.com/index.html"),
-            ] {
-                h.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
-            }
-            h.extend_from_slice(b"\r\n");
-            h
-        }
+        "request-line" => sluice_h1::samples::REQUEST_LINE.to_vec(),
+        "header-lines" => sluice_h1::samples::header_lines(),
         other => {
             eprintln!("{other}: no such input (have: minimal, request-line, header-lines)");
             std::process::exit(2);

@@ -23,6 +23,7 @@ mod types;
 
 pub mod reference;
 pub mod response;
+pub mod samples;
 
 pub use fast::{parse_request, parse_request_with, Parser};
 pub use types::*;
