@@ -27,6 +27,18 @@ pub trait Input {
     fn read_body(&mut self, n: usize) -> io::Result<usize>;
     /// The bytes of the last [`Input::read_body`].
     fn body(&self) -> &[u8];
+    /// The bytes already in memory past the read position, readable
+    /// without a copy or a `read()` (none for a stream).
+    fn buffered(&self) -> &[u8] {
+        &[]
+    }
+    /// Skip `skip` of the [`Input::buffered`] bytes, then make the next
+    /// `n` the body: `read_small` and `read_body` without the copy or the
+    /// checks, for a record known to be whole in the buffer.
+    fn take_buffered(&mut self, skip: usize, n: usize) {
+        let _ = (skip, n);
+        unreachable!("an input with buffered bytes takes them")
+    }
 }
 
 /// A stream read through one buffer the size of the largest body seen.
@@ -82,6 +94,14 @@ impl<B: AsRef<[u8]>> Input for InMemory<B> {
     }
     fn body(&self) -> &[u8] {
         &self.bytes.as_ref()[self.body.clone()]
+    }
+    fn buffered(&self) -> &[u8] {
+        &self.bytes.as_ref()[self.pos..]
+    }
+    #[inline]
+    fn take_buffered(&mut self, skip: usize, n: usize) {
+        self.body = self.pos + skip..self.pos + skip + n;
+        self.pos = self.body.end;
     }
 }
 
@@ -192,6 +212,14 @@ impl<R: Read> Input for Chunked<R> {
     }
     fn body(&self) -> &[u8] {
         &self.chunk[self.body.clone()]
+    }
+    fn buffered(&self) -> &[u8] {
+        &self.chunk[self.pos..self.end]
+    }
+    #[inline]
+    fn take_buffered(&mut self, skip: usize, n: usize) {
+        self.body = self.pos + skip..self.pos + skip + n;
+        self.pos = self.body.end;
     }
 }
 
@@ -396,24 +424,38 @@ impl<I: Input> CaptureReader<I> {
     }
 
     fn next_pcap(&mut self) -> Result<Option<RawRecord>, PcapErrorKind> {
-        let mut hdr = [0u8; 16];
-        let got = self.inner.read_small(&mut hdr)?;
-        if got == 0 {
-            return Ok(None);
-        }
-        if got < hdr.len() {
-            return Err(PcapErrorKind::TruncatedRecordHeader { got, need: hdr.len() });
-        }
         let e = self.endian;
-        let caplen = e.u32(&hdr[8..]);
-        if caplen > MAX_PACKET_LEN {
-            return Err(PcapErrorKind::RecordTooLong { len: caplen, max: MAX_PACKET_LEN });
-        }
-        let caplen = caplen as usize;
-        let got = self.inner.read_body(caplen)?;
-        if got < caplen {
-            return Err(PcapErrorKind::TruncatedRecordData { got, need: caplen });
-        }
+        // The common case, a record whole in memory, read in place; anything
+        // else (a stream, a record cut by the buffer's end, a bad length)
+        // goes the general way, which reports what is wrong.
+        let buffered = self.inner.buffered();
+        let whole = buffered
+            .first_chunk::<16>()
+            .map(|h| (*h, e.u32(&h[8..])))
+            .filter(|&(_, caplen)| caplen <= MAX_PACKET_LEN && buffered.len() - 16 >= caplen as usize);
+        let (hdr, caplen) = if let Some((hdr, caplen)) = whole {
+            self.inner.take_buffered(16, caplen as usize);
+            (hdr, caplen as usize)
+        } else {
+            let mut hdr = [0u8; 16];
+            let got = self.inner.read_small(&mut hdr)?;
+            if got == 0 {
+                return Ok(None);
+            }
+            if got < hdr.len() {
+                return Err(PcapErrorKind::TruncatedRecordHeader { got, need: hdr.len() });
+            }
+            let caplen = e.u32(&hdr[8..]);
+            if caplen > MAX_PACKET_LEN {
+                return Err(PcapErrorKind::RecordTooLong { len: caplen, max: MAX_PACKET_LEN });
+            }
+            let caplen = caplen as usize;
+            let got = self.inner.read_body(caplen)?;
+            if got < caplen {
+                return Err(PcapErrorKind::TruncatedRecordData { got, need: caplen });
+            }
+            (hdr, caplen)
+        };
         let offset = self.offset;
         self.offset += (hdr.len() + caplen) as u64;
         let nanos = self.pcap_header.is_some_and(|h| h.nanos);

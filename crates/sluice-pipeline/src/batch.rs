@@ -167,18 +167,8 @@ impl PacketBatch {
 
     /// Append a packet whose bytes are copied into the batch.
     pub fn push_copy(&mut self, meta: Meta, bytes: &[u8]) {
-        let start = self.arena.len();
-        self.arena.extend_from_slice(bytes);
-        self.packets.push(Packet {
-            meta,
-            start,
-            len: bytes.len() as u32,
-            place: Place::Arena,
-            record_header: 0,
-            decoded: NOT_DECODED,
-            disposition: Disposition::Judge,
-            verdict: Verdict::Pass,
-        });
+        let p = self.copied(meta, bytes, NOT_DECODED, Disposition::Judge);
+        self.packets.push(p);
     }
 
     /// Append a packet whose bytes are `backing[start..start + len]`, with
@@ -202,38 +192,31 @@ impl PacketBatch {
         });
     }
 
-    /// Append packet `i` of `other` with everything known about it. Its
-    /// bytes are borrowed again when both batches share the backing, and
-    /// copied otherwise.
-    pub fn push_from(&mut self, other: &PacketBatch, i: usize) {
-        let p = other.packets[i];
-        if p.place == Place::Backing {
-            let shared = other.backing.as_ref().expect("backed packet has a backing");
-            if self.backing.as_ref().is_none_or(|b| Arc::ptr_eq(b, shared)) {
-                if self.backing.is_none() {
-                    self.backing = Some(Arc::clone(shared));
-                }
-                self.packets.push(p);
-                return;
-            }
-        }
-        self.push_copy(p.meta, other.bytes(i));
-        let last = self.packets.last_mut().expect("just pushed");
-        (last.decoded, last.disposition, last.verdict) = (p.decoded, p.disposition, p.verdict);
+    /// Rewrite the batch in place, front to back (see [`Edit`]).
+    pub fn edit(&mut self) -> Edit<'_> {
+        Edit { batch: self, read: 0, write: 0 }
     }
 
-    /// Append a packet held elsewhere (by reassembly), already decoded.
-    pub fn push_decoded(
+    /// A packet whose bytes are copied into the arena, not yet placed.
+    fn copied(
         &mut self,
         meta: Meta,
         bytes: &[u8],
         decoded: Result<PacketSummary, DecodeError>,
         d: Disposition,
-    ) {
-        self.push_copy(meta, bytes);
-        let last = self.packets.last_mut().expect("just pushed");
-        last.decoded = decoded;
-        last.disposition = d;
+    ) -> Packet {
+        let start = self.arena.len();
+        self.arena.extend_from_slice(bytes);
+        Packet {
+            meta,
+            start,
+            len: bytes.len() as u32,
+            place: Place::Arena,
+            record_header: 0,
+            decoded,
+            disposition: d,
+            verdict: Verdict::Pass,
+        }
     }
 
     pub fn packets(&self) -> &[Packet] {
@@ -287,6 +270,84 @@ impl PacketBatch {
     }
 }
 
+/// A batch being rewritten in place, front to back: each packet not yet
+/// read is kept or taken out, and new packets (copied in) are inserted
+/// where the cursor is. Taken packets leave room that later insertions
+/// fill, so a stage that takes fragments out and puts their datagram back
+/// a few packets later (reassembly: a datagram's fragments usually arrive
+/// together) moves no packet it keeps. Only an insertion with no room left
+/// shifts the unread rest, once per insertion of `reserve`d packets. When
+/// the edit is dropped, the packets not read are kept and the room left
+/// closes.
+pub struct Edit<'b> {
+    batch: &'b mut PacketBatch,
+    /// The next packet to read.
+    read: usize,
+    /// Where the next kept or inserted packet goes (`write <= read`).
+    write: usize,
+}
+
+impl Edit<'_> {
+    /// The next packet to read, if any.
+    pub fn peek(&self) -> Option<&Packet> {
+        self.batch.packets.get(self.read)
+    }
+
+    /// The next packet's bytes.
+    pub fn peek_bytes(&self) -> &[u8] {
+        self.batch.bytes(self.read)
+    }
+
+    /// Keep the next packet where the edit has got to.
+    pub fn keep(&mut self) {
+        if self.write != self.read {
+            self.batch.packets[self.write] = self.batch.packets[self.read];
+        }
+        self.write += 1;
+        self.read += 1;
+    }
+
+    /// Take the next packet out.
+    pub fn take(&mut self) {
+        assert!(self.read < self.batch.packets.len(), "a packet to take");
+        self.read += 1;
+    }
+
+    /// Make room for `n` insertions at once, shifting the unread packets
+    /// once rather than once per insertion.
+    pub fn reserve(&mut self, n: usize) {
+        let extra = n.saturating_sub(self.read - self.write);
+        if extra > 0 && self.read < self.batch.packets.len() {
+            let filler = self.batch.packets[self.read];
+            self.batch.packets.splice(self.read..self.read, std::iter::repeat_n(filler, extra));
+            self.read += extra;
+        }
+    }
+
+    /// Insert a packet held elsewhere (by reassembly), already decoded, its
+    /// bytes copied into the batch.
+    pub fn insert(&mut self, meta: Meta, bytes: &[u8], decoded: Result<PacketSummary, DecodeError>, d: Disposition) {
+        let p = self.batch.copied(meta, bytes, decoded, d);
+        if self.write < self.read {
+            self.batch.packets[self.write] = p;
+        } else {
+            self.batch.packets.insert(self.write, p);
+            self.read += 1;
+        }
+        self.write += 1;
+    }
+}
+
+impl Drop for Edit<'_> {
+    fn drop(&mut self) {
+        let packets = &mut self.batch.packets;
+        if self.write < self.read {
+            packets.copy_within(self.read.., self.write);
+            packets.truncate(packets.len() - (self.read - self.write));
+        }
+    }
+}
+
 /// Batches returned after output, handed out again to sources and stages.
 #[derive(Debug)]
 pub struct Recycler {
@@ -322,6 +383,7 @@ impl Recycler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use sluice_wire::capture::TsResolution;
     use sluice_wire::LinkType;
 
@@ -349,16 +411,86 @@ mod tests {
         assert_eq!(b.stored_record(0).unwrap().0, 0);
         assert_eq!(b.stored_record(0).unwrap().1.len(), 26);
         assert!(b.stored_record(1).is_none());
-        let mut other = PacketBatch::with_capacity(4);
-        other.push_from(&b, 0);
-        other.push_from(&b, 1);
-        assert_eq!(other.bytes(0), b.bytes(0));
-        assert_eq!(other.bytes(1), b.bytes(1));
-        assert!(Arc::ptr_eq(other.backing().unwrap(), &backing), "shared, not copied");
         let mut r = Recycler::new(4);
-        r.put(other);
+        r.put(b);
         let again = r.get();
         assert!(again.is_empty() && again.backing().is_none());
+    }
+
+    /// The batch's packets as (index, bytes, disposition).
+    fn listing(b: &PacketBatch) -> Vec<(u64, Vec<u8>, Disposition)> {
+        (0..b.len()).map(|i| (b.packets()[i].meta.index, b.bytes(i).to_vec(), b.packets()[i].disposition)).collect()
+    }
+
+    /// What an edit does, on a plain list: the reference the edits are
+    /// compared with.
+    #[derive(Clone, Debug)]
+    enum Step {
+        Keep,
+        Take,
+        /// Insert this many packets (indexes from 1000 up), reserving first or not.
+        Insert(usize, bool),
+    }
+
+    proptest! {
+        #[test]
+        fn edits_in_place_equal_a_rebuilt_list(
+            n in 0usize..40,
+            steps in proptest::collection::vec(
+                prop_oneof![
+                    3 => Just(Step::Keep),
+                    2 => Just(Step::Take),
+                    2 => (1usize..6, any::<bool>()).prop_map(|(k, r)| Step::Insert(k, r)),
+                ],
+                0..60,
+            ),
+        ) {
+            let file: Vec<u8> = (0..=255u8).collect();
+            let backing: Backing = Arc::new(file);
+            let mut b = PacketBatch::with_capacity(n);
+            b.set_backing(&backing);
+            for i in 0..n {
+                // Every third packet copied in, the others borrowed.
+                if i % 3 == 0 {
+                    b.push_copy(meta(i as u64), &[i as u8; 3]);
+                } else {
+                    b.push_backed(meta(i as u64), i, 5, 0);
+                }
+            }
+            let mut expected = listing(&b);
+            let mut at = 0;
+            let mut next = 1000u64;
+            {
+                let mut e = b.edit();
+                for step in steps {
+                    match step {
+                        Step::Keep | Step::Take if e.peek().is_none() => {}
+                        Step::Keep => {
+                            e.keep();
+                            at += 1;
+                        }
+                        Step::Take => {
+                            e.take();
+                            expected.remove(at);
+                        }
+                        Step::Insert(k, reserve) => {
+                            if reserve {
+                                e.reserve(k);
+                            }
+                            for _ in 0..k {
+                                let bytes = vec![next as u8, 7];
+                                let d = Disposition::Decided(Verdict::Drop);
+                                e.insert(meta(next), &bytes, NOT_DECODED, d);
+                                expected.insert(at, (next, bytes, d));
+                                at += 1;
+                                next += 1;
+                            }
+                        }
+                    }
+                }
+            }
+            prop_assert_eq!(listing(&b), expected);
+        }
     }
 
     #[test]

@@ -28,7 +28,7 @@
 //! fragments move; a full inbox gives the fragment up with the incomplete
 //! verdict (counted), as a lost fragment would be.
 
-use crate::batch::{Disposition, Meta, PacketBatch, Recycler};
+use crate::batch::{Disposition, Edit, Meta, PacketBatch, Recycler};
 use sluice_engine::defrag::{DatagramKey, DefragStats, DropCause, Fragment, Limits, Outcome, Reassembler, Released};
 use sluice_engine::Verdict;
 use sluice_steer::RssInput;
@@ -41,7 +41,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// the batch (which is recycled meanwhile), its summary kept.
 pub struct Held {
     meta: Meta,
-    bytes: Vec<u8>,
+    /// Shared so the reassembler can read the fragment's data while it
+    /// takes the fragment itself.
+    bytes: Arc<[u8]>,
     decoded: Result<PacketSummary, DecodeError>,
 }
 
@@ -124,7 +126,7 @@ impl Reassembly {
 
     /// Takes the fragments other lanes moved here and reassembles them,
     /// emitting into `out` what completes or is given up.
-    fn take_inbox(&mut self, out: &mut PacketBatch, released: &mut Released<Held>) {
+    fn take_inbox(&mut self, out: &mut Edit, released: &mut Released<Held>) {
         let Some(router) = &self.router else { return };
         let moved: Vec<Held> = {
             let mut inbox = router.shared.inboxes[router.lane].lock().unwrap_or_else(PoisonError::into_inner);
@@ -134,7 +136,7 @@ impl Reassembly {
             inbox.moved.drain(..).collect()
         };
         for h in moved {
-            let bytes = h.bytes.clone();
+            let bytes = Arc::clone(&h.bytes);
             self.add_held(h, &bytes, out, released);
         }
     }
@@ -146,7 +148,7 @@ impl Reassembly {
         held: &mut Option<Held>,
         src: std::net::IpAddr,
         dst: std::net::IpAddr,
-        out: &mut PacketBatch,
+        out: &mut Edit,
     ) -> bool {
         let Some(router) = &self.router else { return false };
         let owner = router.shared.owner(src, dst);
@@ -181,22 +183,24 @@ impl Reassembly {
         }
     }
 
-    fn emit(out: &mut PacketBatch, held: Vec<Held>, d: Disposition) {
+    fn emit(out: &mut Edit, held: Vec<Held>, d: Disposition) {
+        out.reserve(held.len());
         for h in held {
-            out.push_decoded(h.meta, &h.bytes, h.decoded, d);
+            out.insert(h.meta, &h.bytes, h.decoded, d);
         }
     }
 
-    fn emit_released(&self, out: &mut PacketBatch, released: &mut Released<Held>) {
+    fn emit_released(&self, out: &mut Edit, released: &mut Released<Held>) {
         for (held, cause) in released.drain(..) {
             Self::emit(out, held, Disposition::Decided(self.verdict_for(cause)));
         }
     }
 
     /// Put one decoded batch through reassembly (see the module comment).
-    /// Returns the batch to judge, in write order; the input batch is handed
-    /// back to `recycler` when a new one replaces it.
-    pub fn process(&mut self, input: PacketBatch, recycler: &mut Recycler) -> PacketBatch {
+    /// Returns the batch to judge, in write order: the same batch, edited
+    /// in place (fragments taken out, datagrams put back where they
+    /// complete), so the packets it keeps are not copied.
+    pub fn process(&mut self, mut input: PacketBatch) -> PacketBatch {
         let reassemblable = |p: &crate::batch::Packet| match &p.decoded {
             Ok(PacketSummary { ip: Some(ip), .. }) => ip.fragment.is_some() && !ip.cut_short && ip.l4_offset.is_some(),
             _ => false,
@@ -212,30 +216,32 @@ impl Reassembly {
                 return input;
             }
         }
-        let mut out = recycler.get();
+        let mut out = input.edit();
         self.emit_released(&mut out, &mut released);
         self.take_inbox(&mut out, &mut released);
-        for i in 0..input.len() {
-            let p = input.packets()[i];
-            if !reassemblable(&p) {
-                out.push_from(&input, i);
+        while let Some(p) = out.peek() {
+            if !reassemblable(p) {
+                out.keep();
                 continue;
             }
             let Ok(PacketSummary { ip: Some(ip), .. }) = p.decoded else { unreachable!("checked above") };
-            let mut held = Some(Held { meta: p.meta, bytes: input.bytes(i).to_vec(), decoded: p.decoded });
+            let bytes: Arc<[u8]> = out.peek_bytes().into();
+            let held = Held { meta: p.meta, bytes: Arc::clone(&bytes), decoded: p.decoded };
+            out.take();
+            let mut held = Some(held);
             if self.route_away(&mut held, ip.src, ip.dst, &mut out) {
                 continue;
             }
-            self.add_held(held.expect("kept"), input.bytes(i), &mut out, &mut released);
+            self.add_held(held.expect("kept"), &bytes, &mut out, &mut released);
         }
-        recycler.put(input);
-        out
+        drop(out);
+        input
     }
 
     /// Adds one fragment (already checked reassemblable) to the
     /// reassembler, emitting into `out` what completes or is given up.
-    /// `bytes` are the fragment's frame (the held copy's, or the batch's).
-    fn add_held(&mut self, held: Held, bytes: &[u8], out: &mut PacketBatch, released: &mut Released<Held>) {
+    /// `bytes` are the fragment's frame (the held copy's bytes, shared).
+    fn add_held(&mut self, held: Held, bytes: &[u8], out: &mut Edit, released: &mut Released<Held>) {
         let Ok(PacketSummary { ip: Some(ip), .. }) = held.decoded else { return };
         let (Some(f), Some(start)) = (ip.fragment, ip.l4_offset) else { return };
         let key = DatagramKey {
@@ -277,8 +283,10 @@ impl Reassembly {
         let mut released = Vec::new();
         self.r.expire(now_ns, &mut released);
         let mut out = recycler.get();
-        self.emit_released(&mut out, &mut released);
-        self.take_inbox(&mut out, &mut released);
+        let mut edit = out.edit();
+        self.emit_released(&mut edit, &mut released);
+        self.take_inbox(&mut edit, &mut released);
+        drop(edit);
         if out.is_empty() {
             recycler.put(out);
             return None;
@@ -291,6 +299,7 @@ impl Reassembly {
     /// moved to it after it has closed its inbox, then takes what it holds.
     pub fn finish(&mut self, recycler: &mut Recycler) -> Option<PacketBatch> {
         let mut out = recycler.get();
+        let mut edit = out.edit();
         let mut rest = Vec::new();
         if let Some(router) = &self.router {
             let shared = &router.shared;
@@ -300,10 +309,11 @@ impl Reassembly {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
             shared.inboxes[router.lane].lock().unwrap_or_else(PoisonError::into_inner).closed = true;
-            self.take_inbox(&mut out, &mut rest);
+            self.take_inbox(&mut edit, &mut rest);
         }
         rest.extend(self.r.drain());
-        self.emit_released(&mut out, &mut rest);
+        self.emit_released(&mut edit, &mut rest);
+        drop(edit);
         if out.is_empty() {
             recycler.put(out);
             return None;

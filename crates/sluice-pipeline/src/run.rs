@@ -405,7 +405,7 @@ fn main_loop<S: Source + ?Sized, K: Sink>(
                     st.judge.idle();
                 }
             } else {
-                let batch = stage.process(batch, &mut st.recycler);
+                let batch = stage.process(batch);
                 st.dispatch(batch, sink)?;
             }
             if !cfg.read_ahead && st.judge.in_flight() == 0 {
