@@ -129,6 +129,19 @@ impl Source for CaptureSource {
                 let bytes = (**backing).as_ref();
                 let base = bytes.as_ptr() as usize;
                 while !batch.is_full() {
+                    let room = batch.capacity() - batch.len();
+                    let taken = reader.whole_pcap_records(room, |rec| {
+                        let start = rec.data.as_ptr() as usize - base;
+                        let ahead = start + PREFETCH_AHEAD;
+                        while *prefetched < ahead {
+                            crate::map::prefetch(bytes, *prefetched);
+                            *prefetched += LINE;
+                        }
+                        batch.push_backed(meta_of(&rec), start, rec.data.len(), PCAP_RECORD_HEADER);
+                    });
+                    if taken > 0 {
+                        continue;
+                    }
                     let ahead = reader.bytes_read() as usize + PREFETCH_AHEAD;
                     while *prefetched < ahead {
                         crate::map::prefetch(bytes, *prefetched);
@@ -146,6 +159,27 @@ impl Source for CaptureSource {
             Reader::Chunked(reader) => {
                 let pcap = reader.format() == Format::Pcap;
                 while !batch.is_full() {
+                    // Records whole in the current chunk, when the batch
+                    // borrows it (or nothing yet).
+                    let chunk = Arc::clone(reader.chunk());
+                    let shared =
+                        batch.backing().is_some_and(|b| std::ptr::addr_eq(Arc::as_ptr(b), Arc::as_ptr(&chunk)));
+                    if pcap && (shared || batch.is_empty()) {
+                        let base = chunk.as_ptr() as usize;
+                        let room = batch.capacity() - batch.len();
+                        let mut lent = shared;
+                        let taken = reader.whole_pcap_records(room, |rec| {
+                            if !lent {
+                                batch.set_backing(&(Arc::clone(&chunk) as Backing));
+                                lent = true;
+                            }
+                            let start = rec.data.as_ptr() as usize - base;
+                            batch.push_backed(meta_of(&rec), start, rec.data.len(), PCAP_RECORD_HEADER);
+                        });
+                        if taken > 0 {
+                            continue;
+                        }
+                    }
                     let Some(rec) = reader.next_record()? else { return Ok(Fill::End) };
                     let (meta, len, data) = (meta_of(&rec), rec.data.len(), rec.data.as_ptr() as usize);
                     let chunk = reader.chunk();

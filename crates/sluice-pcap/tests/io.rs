@@ -398,7 +398,49 @@ proptest! {
         // Chunks small enough that records and blocks straddle them.
         let chunked = all_records(CaptureReader::chunked(Cursor::new(&input), 64 + chunk % 200));
         prop_assert_eq!(&streamed, &chunked);
+        // Runs of records taken in place (`whole_pcap_records`, how a batch
+        // is filled) between single ones, from chunks and from memory.
+        let runs = [1 + pos % 5, cut % 3, 1 + byte as usize % 9];
+        let walked = all_records_walked(CaptureReader::chunked(Cursor::new(&input), 64 + chunk % 200), runs);
+        prop_assert_eq!(&streamed, &walked);
+        let walked = all_records_walked(CaptureReader::from_bytes(&input[..]), runs);
+        prop_assert_eq!(&streamed, &walked);
     }
+}
+
+/// As [`all_records`], alternating runs of up to `runs[i]` records taken
+/// with `whole_pcap_records` with one `next_record`.
+fn all_records_walked<I: sluice_pcap::Input>(
+    r: Result<CaptureReader<I>, sluice_pcap::PcapError>,
+    runs: [usize; 3],
+) -> Result<Seen, String> {
+    let mut r = r.map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    for turn in 0.. {
+        r.whole_pcap_records(runs[turn % runs.len()], |rec| {
+            out.push((
+                rec.index,
+                rec.offset,
+                rec.timestamp.as_nanos(),
+                rec.orig_len,
+                rec.interface_id,
+                rec.data.to_vec(),
+            ))
+        });
+        match r.next_record() {
+            Ok(Some(rec)) => out.push((
+                rec.index,
+                rec.offset,
+                rec.timestamp.as_nanos(),
+                rec.orig_len,
+                rec.interface_id,
+                rec.data.to_vec(),
+            )),
+            Ok(None) => return Ok((out, None)),
+            Err(e) => return Ok((out, Some((e.record, e.offset, e.kind.to_string())))),
+        }
+    }
+    unreachable!("the loop returns")
 }
 
 type Seen = (Vec<(u64, u64, u128, u32, u32, Vec<u8>)>, Option<(u64, u64, String)>);

@@ -14,7 +14,7 @@
 use sluice_engine::Verdict;
 use sluice_steer::RssInput;
 use sluice_wire::capture::{Interface, Timestamp};
-use sluice_wire::{decode, DecodeError, PacketSummary};
+use sluice_wire::{decode_into, DecodeError, PacketSummary};
 use std::sync::Arc;
 
 /// Bytes shared by many batches and never written while they are: a mapped
@@ -91,6 +91,9 @@ pub struct Packet {
 /// Packets with their metadata, decoded summaries and verdicts.
 pub struct PacketBatch {
     backing: Option<Backing>,
+    /// The backing's length, kept so `push_backed` checks a packet's range
+    /// without a dynamic call per packet.
+    backing_len: usize,
     arena: Vec<u8>,
     packets: Vec<Packet>,
     capacity: usize,
@@ -121,7 +124,14 @@ impl PacketBatch {
     /// A batch a source fills up to `capacity` packets.
     pub fn with_capacity(capacity: usize) -> Self {
         let capacity = capacity.max(1);
-        PacketBatch { backing: None, arena: Vec::new(), packets: Vec::with_capacity(capacity), capacity, seq: 0 }
+        PacketBatch {
+            backing: None,
+            backing_len: 0,
+            arena: Vec::new(),
+            packets: Vec::with_capacity(capacity),
+            capacity,
+            seq: 0,
+        }
     }
 
     /// How many packets a source should put in.
@@ -144,6 +154,7 @@ impl PacketBatch {
     /// Empty it for reuse; its buffers keep their capacity.
     pub fn clear(&mut self) {
         self.backing = None;
+        self.backing_len = 0;
         self.arena.clear();
         self.packets.clear();
     }
@@ -162,6 +173,7 @@ impl PacketBatch {
                 "a batch refers to one backing"
             );
         }
+        self.backing_len = (**backing).as_ref().len();
         self.backing = Some(Arc::clone(backing));
     }
 
@@ -174,10 +186,9 @@ impl PacketBatch {
     /// Append a packet whose bytes are `backing[start..start + len]`, with
     /// `record_header` bytes of its stored record just before them.
     pub fn push_backed(&mut self, meta: Meta, start: usize, len: usize, record_header: u8) {
-        let backing = self.backing.as_ref().expect("set_backing before push_backed");
-        let all = (**backing).as_ref();
+        assert!(self.backing.is_some(), "set_backing before push_backed");
         assert!(
-            start >= usize::from(record_header) && start.checked_add(len).is_some_and(|end| end <= all.len()),
+            start >= usize::from(record_header) && start.checked_add(len).is_some_and(|end| end <= self.backing_len),
             "backed packet out of range"
         );
         self.packets.push(Packet {
@@ -265,7 +276,7 @@ impl PacketBatch {
                 Place::Arena => &self.arena[range],
                 Place::Backing => &backing.expect("backed packet has a backing")[range],
             };
-            p.decoded = decode(p.meta.interface.link_type, bytes);
+            decode_into(p.meta.interface.link_type, bytes, &mut p.decoded);
         }
     }
 }

@@ -33,8 +33,8 @@ pub mod vlan;
 pub mod vxlan;
 
 pub use decode::{
-    decode, Encap, Encaps, FragmentInfo, IpSummary, PacketSummary, ParseEncapError, VlanIds, MAX_ENCAP_DEPTH,
-    MAX_EXT_HEADERS, MAX_VLAN_TAGS,
+    decode, decode_into, Encap, Encaps, FragmentInfo, IpSummary, PacketSummary, ParseEncapError, VlanIds,
+    MAX_ENCAP_DEPTH, MAX_EXT_HEADERS, MAX_VLAN_TAGS,
 };
 pub use error::{DecodeError, ErrorKind, Layer};
 pub use linktype::LinkType;
