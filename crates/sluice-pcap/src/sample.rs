@@ -998,7 +998,7 @@ impl Writer {
             (Disposition::Decided(_), _) => None,
             (_, _) if s.worker.is_some() => s.worker,
             (_, None) => Some(0),
-            (Disposition::JudgeAsFlow(input), Some(st)) => Some(st.worker_for_input(&input)),
+            (Disposition::JudgeAsFlow(ports), Some(st)) => Some(st.worker_for_flow(&s.decoded, ports)),
             (Disposition::Judge, Some(st)) => Some(st.worker_for(&s.decoded)),
         };
         let reason = explain(rules, &s.decoded, s.disposition, s.meta.wire_len, port);

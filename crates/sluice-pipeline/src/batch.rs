@@ -12,7 +12,6 @@
 //! at most one backing.
 
 use sluice_engine::Verdict;
-use sluice_steer::RssInput;
 use sluice_wire::capture::{Interface, Timestamp};
 use sluice_wire::{decode_into, DecodeError, PacketSummary};
 use std::sync::Arc;
@@ -56,9 +55,12 @@ impl Meta {
 pub enum Disposition {
     /// Judge it by its own headers (steered by them too).
     Judge,
-    /// Judge it by its own addresses, but steer it by this flow: a fragment
-    /// of a reassembled datagram goes where the whole datagram's 4-tuple goes.
-    JudgeAsFlow(RssInput),
+    /// Judge it by its own addresses, but steer it by its datagram's flow:
+    /// a fragment of a reassembled datagram goes where the whole datagram
+    /// goes, by its IP pair and these ports (TCP and UDP), or by the pair
+    /// alone. Only the ports are kept (the pair is the packet's own): this
+    /// value is in every packet record, which crosses between threads.
+    JudgeAsFlow(Option<(u16, u16)>),
     /// Not judged: its verdict is already decided (reassembly gave its
     /// datagram up for overlap, limits or time).
     Decided(Verdict),

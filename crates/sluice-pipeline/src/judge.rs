@@ -230,6 +230,18 @@ impl Steering {
         self.worker_for_input(&input)
     }
 
+    /// The worker for a fragment of a reassembled datagram
+    /// ([`Disposition::JudgeAsFlow`]): its own (outer) IP pair with the
+    /// datagram's ports.
+    pub fn worker_for_flow(&self, decoded: &Result<PacketSummary, DecodeError>, ports: Option<(u16, u16)>) -> usize {
+        let Ok(PacketSummary { ip: Some(ip), .. }) = decoded else { return 0 };
+        let input = match ports {
+            Some((sp, dp)) => RssInput::four_tuple(ip.src, ip.dst, sp, dp),
+            None => RssInput::pair(ip.src, ip.dst),
+        };
+        self.worker_for_input(&input)
+    }
+
     pub fn worker_for_input(&self, input: &RssInput) -> usize {
         self.table.worker(self.toeplitz.hash_input(input))
     }
@@ -472,7 +484,7 @@ impl Judge for Workers {
             let w = match p.disposition {
                 Disposition::Decided(_) => continue,
                 Disposition::Judge => self.steering.worker_for(&p.decoded),
-                Disposition::JudgeAsFlow(input) => self.steering.worker_for_input(&input),
+                Disposition::JudgeAsFlow(ports) => self.steering.worker_for_flow(&p.decoded, ports),
             };
             self.shares[w].push(i as u32);
         }

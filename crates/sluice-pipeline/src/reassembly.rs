@@ -262,14 +262,14 @@ impl Reassembly {
                 judge_whole(&mut fragments, ip.protocol, &payload);
                 // Re-steer the whole datagram by its flow, as if it had
                 // arrived in one piece (the seed's netisr re-injection).
-                let flow = match ip.protocol {
+                let ports = match ip.protocol {
                     ip_proto::TCP | ip_proto::UDP if payload.len() >= 4 => {
                         let port = |at: usize| u16::from_be_bytes([payload[at], payload[at + 1]]);
-                        RssInput::four_tuple(ip.src, ip.dst, port(0), port(2))
+                        Some((port(0), port(2)))
                     }
-                    _ => RssInput::pair(ip.src, ip.dst),
+                    _ => None,
                 };
-                Self::emit(out, fragments, Disposition::JudgeAsFlow(flow));
+                Self::emit(out, fragments, Disposition::JudgeAsFlow(ports));
             }
             Outcome::Dropped { fragments, cause } => {
                 Self::emit(out, fragments, Disposition::Decided(self.verdict_for(cause)))

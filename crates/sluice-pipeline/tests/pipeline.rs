@@ -116,6 +116,25 @@ fn reassembled_fragments_come_out_together_where_the_datagram_completes() {
 }
 
 #[test]
+fn a_reassembled_datagram_is_steered_by_its_four_tuple() {
+    // Fragments carry no ports of their own: steered by the IP pair, both
+    // pieces of each datagram would go to one worker whatever the ports.
+    // Reassembled, each datagram goes where its 4-tuple goes.
+    let key = WorkersConfig::new(4).key;
+    let steering = Steering::new(&key, 4);
+    for sport in [1u16, 2, 3, 4, 5, 6, 7, 8] {
+        let (src, dst) = ([10, 9, 9, 9], [2, 2, 2, 2]);
+        let packets =
+            vec![(meta(0), v4(src, dst, sport, Some((0, true)))), (meta(1), v4(src, dst, sport, Some((8, false))))];
+        let (_, report) = run_all(packets, 4, 8);
+        let flow = sluice_steer::RssInput::four_tuple(src.into(), dst.into(), sport, 53);
+        let mut expected = vec![0u64; 4];
+        expected[steering.worker_for_input(&flow)] = 2;
+        assert_eq!(report.per_worker, expected, "source port {sport}");
+    }
+}
+
+#[test]
 fn incomplete_datagrams_are_decided_at_the_end_and_counted_once() {
     let packets = vec![
         (meta(0), v4([1, 1, 1, 1], [2, 2, 2, 2], 1, Some((0, true)))),
