@@ -538,7 +538,7 @@ fn load_v4_prefixes(r: &mut Reader<'_>) -> Result<V4PrefixSet, PersistError> {
             return Err(invalid(WHAT, format!("host bitmap {i} is empty")));
         }
     }
-    Ok(V4PrefixSet { groups, hosts, prefixes: to_usize(WHAT, prefixes)? })
+    Ok(V4PrefixSet::with_summary(groups, hosts, to_usize(WHAT, prefixes)?))
 }
 
 fn save_v6_prefixes(p: &V6PrefixSet, w: &mut Writer<'_>) {
