@@ -408,8 +408,20 @@ proptest! {
     }
 }
 
+type Fields = (u64, u64, u128, u32, u32, Vec<u8>);
+type Seen = (Vec<Fields>, Option<(u64, u64, String)>);
+
+fn fields(rec: &sluice_pcap::Record<'_>) -> Fields {
+    (rec.index, rec.offset, rec.timestamp.as_nanos(), rec.orig_len, rec.interface_id, rec.data.to_vec())
+}
+
+/// Every record's fields, then the error that stopped reading, if any.
+fn all_records<I: sluice_pcap::Input>(r: Result<CaptureReader<I>, sluice_pcap::PcapError>) -> Result<Seen, String> {
+    all_records_walked(r, [0; 3])
+}
+
 /// As [`all_records`], alternating runs of up to `runs[i]` records taken
-/// with `whole_pcap_records` with one `next_record`.
+/// with `whole_pcap_records` (none for a run of 0) with one `next_record`.
 fn all_records_walked<I: sluice_pcap::Input>(
     r: Result<CaptureReader<I>, sluice_pcap::PcapError>,
     runs: [usize; 3],
@@ -417,50 +429,12 @@ fn all_records_walked<I: sluice_pcap::Input>(
     let mut r = r.map_err(|e| e.to_string())?;
     let mut out = Vec::new();
     for turn in 0.. {
-        r.whole_pcap_records(runs[turn % runs.len()], |rec| {
-            out.push((
-                rec.index,
-                rec.offset,
-                rec.timestamp.as_nanos(),
-                rec.orig_len,
-                rec.interface_id,
-                rec.data.to_vec(),
-            ))
-        });
+        r.whole_pcap_records(runs[turn % runs.len()], |rec| out.push(fields(&rec)));
         match r.next_record() {
-            Ok(Some(rec)) => out.push((
-                rec.index,
-                rec.offset,
-                rec.timestamp.as_nanos(),
-                rec.orig_len,
-                rec.interface_id,
-                rec.data.to_vec(),
-            )),
+            Ok(Some(rec)) => out.push(fields(&rec)),
             Ok(None) => return Ok((out, None)),
             Err(e) => return Ok((out, Some((e.record, e.offset, e.kind.to_string())))),
         }
     }
     unreachable!("the loop returns")
-}
-
-type Seen = (Vec<(u64, u64, u128, u32, u32, Vec<u8>)>, Option<(u64, u64, String)>);
-
-/// Every record's fields, then the error that stopped reading, if any.
-fn all_records<I: sluice_pcap::Input>(r: Result<CaptureReader<I>, sluice_pcap::PcapError>) -> Result<Seen, String> {
-    let mut r = r.map_err(|e| e.to_string())?;
-    let mut out = Vec::new();
-    loop {
-        match r.next_record() {
-            Ok(Some(rec)) => out.push((
-                rec.index,
-                rec.offset,
-                rec.timestamp.as_nanos(),
-                rec.orig_len,
-                rec.interface_id,
-                rec.data.to_vec(),
-            )),
-            Ok(None) => return Ok((out, None)),
-            Err(e) => return Ok((out, Some((e.record, e.offset, e.kind.to_string())))),
-        }
-    }
 }
