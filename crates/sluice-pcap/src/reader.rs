@@ -34,7 +34,9 @@ pub trait Input {
     }
     /// Skip `skip` of the [`Input::buffered`] bytes, then make the next
     /// `n` the body: `read_small` and `read_body` without the copy or the
-    /// checks, for a record known to be whole in the buffer.
+    /// checks, for a record known to be whole in the buffer. An input that
+    /// returns buffered bytes implements this too; it is called only with
+    /// `skip + n` within them.
     fn take_buffered(&mut self, skip: usize, n: usize) {
         let _ = (skip, n);
         unreachable!("an input with buffered bytes takes them")

@@ -24,7 +24,7 @@ pub mod lanes;
 pub mod reassembly;
 pub mod run;
 
-pub use batch::{Backing, Disposition, Meta, Packet, PacketBatch, Recycler, DEFAULT_BATCH_PACKETS};
+pub use batch::{Backing, Disposition, Edit, Meta, Packet, PacketBatch, Recycler, DEFAULT_BATCH_PACKETS};
 pub use io::{Collect, Discard, Fill, Sink, Source, VecSource};
 pub use judge::{judge, Inline, Judge, JudgeConfig, JudgeError, LiveStats, Steering, Workers, WorkersConfig};
 pub use lanes::{run_lanes, Lane};
