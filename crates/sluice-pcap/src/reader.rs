@@ -225,6 +225,17 @@ impl<R: Read> Input for Chunked<R> {
     }
 }
 
+/// The pcap record at the start of `buf`, when it lies whole there with a
+/// valid length: its 16-byte header and its captured length. Anything else
+/// (cut by the buffer's end, too long) is left to the general path, which
+/// reads or reports it.
+#[inline]
+fn whole_pcap_record(buf: &[u8], e: Endian) -> Option<([u8; 16], usize)> {
+    let h = *buf.first_chunk::<16>()?;
+    let caplen = e.u32(&h[8..]);
+    (caplen <= MAX_PACKET_LEN && buf.len() - 16 >= caplen as usize).then_some((h, caplen as usize))
+}
+
 /// Reads packet records one at a time from a pcap or pcapng capture.
 ///
 /// Memory use is one buffer the size of the largest record or block seen
@@ -371,13 +382,9 @@ impl<I: Input> CaptureReader<I> {
         let buf = self.inner.buffered();
         let (mut at, mut n, mut body) = (0, 0, 0..0);
         while n < max {
-            let Some(h) = buf.get(at..).and_then(<[u8]>::first_chunk::<16>) else { break };
-            let caplen = e.u32(&h[8..]);
+            let Some((h, caplen)) = whole_pcap_record(buf.get(at..).unwrap_or_default(), e) else { break };
             let start = at + 16;
-            if caplen > MAX_PACKET_LEN || buf.len() - start < caplen as usize {
-                break;
-            }
-            body = start..start + caplen as usize;
+            body = start..start + caplen;
             each(Record {
                 index: self.records + n as u64,
                 offset: self.offset + at as u64,
@@ -476,14 +483,9 @@ impl<I: Input> CaptureReader<I> {
         // The common case, a record whole in memory, read in place; anything
         // else (a stream, a record cut by the buffer's end, a bad length)
         // goes the general way, which reports what is wrong.
-        let buffered = self.inner.buffered();
-        let whole = buffered
-            .first_chunk::<16>()
-            .map(|h| (*h, e.u32(&h[8..])))
-            .filter(|&(_, caplen)| caplen <= MAX_PACKET_LEN && buffered.len() - 16 >= caplen as usize);
-        let (hdr, caplen) = if let Some((hdr, caplen)) = whole {
-            self.inner.take_buffered(16, caplen as usize);
-            (hdr, caplen as usize)
+        let (hdr, caplen) = if let Some((hdr, caplen)) = whole_pcap_record(self.inner.buffered(), e) {
+            self.inner.take_buffered(16, caplen);
+            (hdr, caplen)
         } else {
             let mut hdr = [0u8; 16];
             let got = self.inner.read_small(&mut hdr)?;
