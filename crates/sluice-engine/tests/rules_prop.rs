@@ -216,7 +216,13 @@ fn a_match() -> impl Strategy<Value = String> {
         (neg.clone(), prop_oneof![Just("0"), Just("50"), Just("{ 100, 150 }")])
             .prop_map(|(n, v)| format!("vlan {n}{v}")),
         (depth.clone(), prop_oneof![Just("first"), Just("later")]).prop_map(|(l, k)| format!("{l}frag {k}")),
-        (neg, 0u32..300, 0u32..300).prop_map(|(n, a, b)| format!("len {n}{}-{}", a.min(b), a.max(b))),
+        // Small lengths, and around 65536 where the class table ends and
+        // the conditions themselves are checked (jumbo and TSO lengths).
+        (neg, prop_oneof![Just(0u32), Just(65_400)], 0u32..300, 0u32..300).prop_map(|(n, base, a, b)| format!(
+            "len {n}{}-{}",
+            base + a.min(b),
+            base + a.max(b)
+        )),
         prop_oneof![Just("tcp"), Just("udp"), Just("icmp")].prop_map(str::to_owned),
     ]
 }
@@ -252,7 +258,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
 
     #[test]
-    fn bit_vectors_equal_the_reference(text in rule_file(), pkts in prop::collection::vec(pkt(), 1..150), v4mapped in any::<bool>(), batch in 1usize..32) {
+    fn bit_vectors_equal_the_reference(text in rule_file(), pkts in prop::collection::vec(pkt(), 1..150), v4mapped in any::<bool>(), batch in 1usize..32, big in any::<bool>()) {
         let file = parse_rules("p.rules", &text, Path::new(".")).unwrap();
         let sets: Vec<Vec<Prefix>> = file.sets.iter().map(|s| match &s.source {
             sluice_rules::SetSource::Inline(p) => p.clone(),
@@ -264,8 +270,13 @@ proptest! {
         let rules = compiled.unwrap();
         let frames: Vec<Vec<u8>> = pkts.iter().map(frame).collect();
         let decoded: Vec<_> = frames.iter().map(|f| decode(LinkType::ETHERNET, f)).collect();
+        // Wire lengths: the frame's, or for some packets one around 65536
+        // (a jumbo or TSO frame captured short).
+        let wire: Vec<u32> = frames.iter().enumerate()
+            .map(|(i, f)| if big && i % 3 == 0 { 65_400 + (i as u32 * 37) % 300 } else { f.len() as u32 })
+            .collect();
         let summaries: Vec<(&PacketSummary, u32, u32)> =
-            decoded.iter().zip(&frames).map(|(d, f)| (d.as_ref().expect("built frames decode"), f.len() as u32, 0)).collect();
+            decoded.iter().zip(&wire).map(|(d, &w)| (d.as_ref().expect("built frames decode"), w, 0)).collect();
         let mut want_counts = vec![0u64; rules.rules().len()];
         let want: Vec<Decision> = summaries.iter().map(|(p, l, port)| rules.evaluate_reference(p, *l, *port, |r| want_counts[r] += 1)).collect();
         let mut got_counts = vec![0u64; rules.rules().len()];
@@ -282,7 +293,7 @@ proptest! {
         // counter is its count hits plus its decisions.
         let mut stats = Stats::default();
         let mut verdicts = vec![Verdict::Pass; decoded.len()];
-        judge_decoded(&rules, Verdict::Pass, batch, &mut stats, decoded.len(), |i| (&decoded[i], frames[i].len() as u32, 0), &mut verdicts);
+        judge_decoded(&rules, Verdict::Pass, batch, &mut stats, decoded.len(), |i| (&decoded[i], wire[i], 0), &mut verdicts);
         let mut per_rule = want_counts.clone();
         for d in &want {
             if let Some(r) = d.rule { per_rule[usize::from(r)] += 1; }
