@@ -25,9 +25,11 @@ pub struct VlanIds {
 impl VlanIds {
     pub const EMPTY: VlanIds = VlanIds { ids: [0; MAX_VLAN_TAGS], len: 0 };
 
+    #[inline]
     pub fn as_slice(&self) -> &[u16] {
         &self.ids[..usize::from(self.len)]
     }
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -147,12 +149,15 @@ impl Encaps {
     /// No encapsulation (the unused slots hold a filler never shown).
     pub const EMPTY: Encaps = Encaps { list: [Encap::Mpls; MAX_ENCAP_DEPTH], len: 0 };
 
+    #[inline]
     pub fn as_slice(&self) -> &[Encap] {
         &self.list[..usize::from(self.len)]
     }
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+    #[inline]
     pub fn len(&self) -> usize {
         usize::from(self.len)
     }
@@ -248,6 +253,7 @@ impl IpSummary {
         anomaly: None,
     };
 
+    #[inline]
     pub fn is_ipv6(&self) -> bool {
         self.src.is_ipv6()
     }
@@ -282,6 +288,7 @@ impl PacketSummary {
         PacketSummary { ethertype: 0, vlans: VlanIds::EMPTY, ip: None, inner: None, encap: Encaps::EMPTY };
 
     /// The innermost IP header: `inner` if a tunnel was walked, else `ip`.
+    #[inline]
     pub fn innermost(&self) -> Option<&IpSummary> {
         self.inner.as_ref().or(self.ip.as_ref())
     }
