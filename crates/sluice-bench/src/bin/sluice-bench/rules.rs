@@ -15,7 +15,7 @@ use sluice_bench::pmc::{self, Pmc, Reading};
 use sluice_engine::{judge_decoded, CompileOptions, RuleSet, Stats, Verdict};
 use sluice_gen::{FrameSize, GenConfig, Generator, ProtoMix};
 use sluice_rules::{parse_list, parse_rules, Prefix, FIREHOL_LEVEL1};
-use sluice_wire::{decode, LinkType};
+use sluice_wire::{decode_into, LinkType, PacketSummary};
 use std::path::Path;
 use std::time::Instant;
 
@@ -111,19 +111,21 @@ pub fn run(a: RulesBenchArgs) -> Result<()> {
         }
     };
     let with_rules = RuleSet::compile(&file, &sets, &CompileOptions::default())?;
-    // As the pipeline does: decode a batch, then judge it while its
-    // summaries are still in cache.
+    // As the pipeline does: decode a batch into its packets' slots
+    // (`decode_into`, no summary moved), then judge it while its summaries
+    // are still in cache.
     let mut verdicts = vec![Verdict::Pass; 256];
-    let mut decoded = Vec::with_capacity(256);
+    let mut decoded = vec![(Ok(PacketSummary::EMPTY), 0u32); 256];
     let mut time = |rules: &RuleSet| {
         let mut stats = Stats::default();
         let start = Instant::now();
         for chunk in frames.chunks(256) {
-            decoded.clear();
-            decoded
-                .extend(chunk.iter().map(|&(at, len)| (decode(LinkType::ETHERNET, &bytes[at..at + len]), len as u32)));
+            for (slot, &(at, len)) in decoded.iter_mut().zip(chunk) {
+                decode_into(LinkType::ETHERNET, &bytes[at..at + len], &mut slot.0);
+                slot.1 = len as u32;
+            }
             let v = &mut verdicts[..chunk.len()];
-            let d = &decoded;
+            let d = &decoded[..chunk.len()];
             judge_decoded(
                 rules,
                 Verdict::Pass,
