@@ -55,6 +55,8 @@ struct Cur {
 }
 
 impl Cur {
+    const FRESH: Cur = Cur { line_start: 0, name_end: 0, vstart: UNSET, vend: 0, term: 0, seg: 0, folding: false };
+
     /// The state a fold continues from, rebuilt from the field's span as
     /// last pushed (by either path). A span is `(vstart, vend)` with
     /// `vstart < vend` once the value has a byte (its first byte is not
@@ -167,7 +169,7 @@ impl Parser {
             tend: 0,
             vstart: 0,
             version: Version::Http11,
-            cur: Cur { line_start: 0, name_end: 0, vstart: UNSET, vend: 0, term: 0, seg: 0, folding: false },
+            cur: Cur::FRESH,
             fields: Vec::with_capacity(16),
             host: UNSET,
             special: 0,
@@ -348,7 +350,11 @@ impl Parser {
         let err = |kind, offset| Err(Error { kind, offset });
         let lenient = self.opts.lenient;
         let max_headers = self.opts.max_headers;
-        let mut cur = self.cur;
+        // A call that starts at a line's start (every complete head's first
+        // call) sets each field of `cur` before reading it, so only a resumed
+        // line loads the stored one: copying it in cost 20 of the ~520
+        // instructions of a minimal head.
+        let mut cur = if phase == Phase::LineStart { Cur::FRESH } else { self.cur };
         // Locals like `cur`, stored back only when the call returns.
         let mut host = self.host;
         let mut special = self.special;

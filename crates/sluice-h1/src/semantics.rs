@@ -317,7 +317,18 @@ pub(crate) fn interpret(
 }
 
 /// Whether `target` (non-empty, bytes 0x21-0x7E) has a form allowed for `method`.
+/// The origin form (`/...`) of any method but CONNECT is decided inline;
+/// the rest out of line.
+#[inline(always)]
 pub(crate) fn target_ok(method: &[u8], target: &[u8]) -> bool {
+    if target.first() == Some(&b'/') && method.len() != 7 {
+        return true;
+    }
+    target_ok_other(method, target)
+}
+
+#[inline(never)]
+fn target_ok_other(method: &[u8], target: &[u8]) -> bool {
     if method == b"CONNECT" {
         return authority_form(target);
     }
