@@ -612,6 +612,10 @@ impl Parser {
     }
 
     /// The head, once `parse_head` said `Complete` (slices into `buf`).
+    /// Inlined: a view built in the caller's registers, not written out
+    /// whole (about 130 bytes) and read back (callgrind: 100 of the ~520
+    /// instructions of a minimal head went to building it).
+    #[inline]
     pub fn head<'b>(&'b self, buf: &'b [u8]) -> Option<Head<'b>> {
         self.build_head(buf, Cow::Borrowed(&self.fields))
     }
