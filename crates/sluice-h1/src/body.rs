@@ -50,6 +50,14 @@ fn qdtext(c: u8) -> bool {
 }
 
 impl Body {
+    /// What a parser reset before its next head: the counters its
+    /// accessors report. The state proper is replaced by [`Body::new`]
+    /// before any body byte is read.
+    #[inline]
+    pub(crate) fn reset_counts(&mut self) {
+        (self.body_len, self.chunks, self.signals) = (0, 0, Signals::NONE);
+    }
+
     pub(crate) fn new(framing: Framing) -> Body {
         let (st, remaining) = match framing {
             Framing::None | Framing::Length(0) => (St::Done, 0),

@@ -198,7 +198,9 @@ impl Parser {
         self.special_far = false;
         self.signals = Signals::NONE;
         self.head_len = 0;
-        self.body = Body::new(Framing::None);
+        // Until the next head is done (which sets the whole body state),
+        // only the body's counters can be read.
+        self.body.reset_counts();
         self.body_pos = 0;
         self.error = None;
     }
@@ -267,8 +269,13 @@ impl Parser {
         }
         if self.st == St::Method {
             // Methods are short: the table is as quick as a vector here.
-            while p < b.len() && simd::TCHAR[b[p] as usize] {
-                p += 1;
+            // `GET ` (most requests) is one 4-byte compare.
+            if b.get(p..p + 4) == Some(b"GET ") {
+                p += 3;
+            } else {
+                while p < b.len() && simd::TCHAR[b[p] as usize] {
+                    p += 1;
+                }
             }
             match b.get(p) {
                 None => return self.partial(St::Method, p),

@@ -389,3 +389,34 @@ fn reuse_and_trickle() {
         p.reset();
     }
 }
+
+/// A reused parser: after `reset`, nothing of the last message's body shows
+/// (its length, chunk count, signals, doneness), while a new head is read.
+#[test]
+fn reset_forgets_the_last_body() {
+    let o = Options { lenient: Lenient::SPACES_AFTER_CHUNK_SIZE, ..Options::default() };
+    let mut p = Parser::new(o);
+    let first = b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let n = match p.parse_head(first) {
+        Ok(HeadStatus::Complete(n)) => n,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(n, first.len());
+    let body = b"3 \r\nabc\r\n0\r\n\r\n";
+    let mut at = 0;
+    while !p.body_done() {
+        let s = p.parse_body(&body[at..]).expect("a valid chunked body");
+        assert!(s.consumed > 0, "stuck at {at}");
+        at += s.consumed;
+    }
+    assert_eq!((p.body_len(), p.chunks()), (3, 1));
+    assert!(p.signals().contains(Signals::SPACES_AFTER_CHUNK_SIZE));
+    p.reset();
+    assert_eq!((p.body_len(), p.chunks(), p.body_done()), (0, 0, false));
+    assert_eq!(p.signals(), Signals::NONE);
+    let second = b"GET /x HTTP/1.1\r\nHost: h\r\n\r\n";
+    assert!(matches!(p.parse_head(second), Ok(HeadStatus::Complete(n)) if n == second.len()));
+    assert_eq!((p.body_len(), p.chunks(), p.body_done()), (0, 0, true));
+    assert_eq!(p.signals(), Signals::NONE);
+    assert_eq!(p.head(second).map(|h| h.target), Some("/x"));
+}
