@@ -343,6 +343,11 @@ impl Parser {
                 Some(_) => return err(ErrorKind::InvalidVersion, p),
             }
             self.st = St::Fields(Phase::LineStart);
+            if b.get(p..p + 2) == Some(b"\r\n") {
+                // A head without fields ends here: checked once, so such a
+                // head scans no name, and a head with fields pays one compare.
+                return self.complete(b, p + 2);
+            }
         }
         let St::Fields(phase) = self.st else { unreachable!("head states run in order") };
         self.fields::<S>(b, p, phase)
