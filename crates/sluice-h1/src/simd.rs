@@ -190,10 +190,17 @@ impl Scan for Portable {
 ///
 /// Four bytes per bounds check: the one-at-a-time loop spent more on the
 /// bounds check and index updates (5 instructions) than on the test (3),
-/// and names are ~30% of the bytes the head code touches one by one.
+/// and names are ~30% of the bytes the head code touches one by one. The
+/// four tests are ANDed into one branch while the block is all name; only
+/// the block holding the end is tested byte by byte (more instructions,
+/// fewer branches: 8 header lines 95.3 -> 93.3 ns).
 #[inline(always)]
 fn name_bytes(b: &[u8], mut p: usize) -> usize {
     while let Some(&[c0, c1, c2, c3]) = b.get(p..p + 4) {
+        if TCHAR[c0 as usize] & TCHAR[c1 as usize] & TCHAR[c2 as usize] & TCHAR[c3 as usize] {
+            p += 4;
+            continue;
+        }
         if !TCHAR[c0 as usize] {
             return p;
         }
