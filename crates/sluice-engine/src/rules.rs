@@ -15,7 +15,10 @@
 //!    the rules whose address conditions failed, leaves the rules that
 //!    match. The first `pass`/`drop` among them decides, the `count` rules
 //!    before it are counted. 100 rules cost a few word ANDs per field, not
-//!    100 rule walks.
+//!    100 rule walks. The fields that constrain the most rules come first,
+//!    and a packet stops once no rule left in its accumulator is
+//!    constrained by a later field (most packets after the protocol and a
+//!    port).
 //!
 //! [`RuleSet::evaluate_reference`] walks the rules one at a time over the
 //! parsed matches: the plain reference the bit vectors are tested against.
@@ -307,6 +310,10 @@ struct FieldTable {
     preds: Vec<(usize, Pred)>,
     /// `words` u64 per class: the rules whose conditions on this field hold.
     masks: Vec<u64>,
+    /// The rules some field after this one constrains (`words` u64): once
+    /// an accumulator holds none of them, the fields left cannot change it,
+    /// as a row keeps every rule its field does not constrain.
+    later: Vec<u64>,
 }
 
 /// Class ids, in bytes when there are at most 256 classes.
@@ -993,6 +1000,10 @@ impl RuleSet {
                 vals[14] = *port;
                 for t in self.fields.iter() {
                     t.and_into::<W>(vals[t.slot], &mut acc);
+                    let later: &[u64; W] = t.later[..W].try_into().expect("W words");
+                    if acc.iter().zip(later).fold(0, |x, (a, l)| x | a & l) == 0 {
+                        break;
+                    }
                 }
             }
             out[i] = Decision { verdict: self.default, rule: None };
@@ -1060,17 +1071,39 @@ fn list_of(r: &Rule, file: &RuleFile) -> String {
     }
 }
 
-/// Class tables for every field some rule reads.
+/// Class tables for every field some rule reads, those that constrain the
+/// most rules first: a packet's accumulator mostly empties after the first
+/// few (most rules name a protocol and a port), and the step stops there.
 fn build_fields(preds: &[(Field, usize, Pred)], all: &[u64]) -> Vec<FieldTable> {
-    let mut fields: Vec<Field> = Vec::new();
-    for (f, _, _) in preds {
-        if !fields.contains(f) {
-            fields.push(*f);
-        }
+    let mut fields: Vec<(Field, Vec<u64>)> = Vec::new();
+    for (f, r, _) in preds {
+        let at = match fields.iter().position(|(g, _)| g == f) {
+            Some(at) => at,
+            None => {
+                fields.push((*f, vec![0; all.len()]));
+                fields.len() - 1
+            }
+        };
+        fields[at].1[r / 64] |= 1 << (r % 64);
     }
+    let constrained = |m: &[u64]| m.iter().map(|w| w.count_ones()).sum::<u32>();
+    // Stable: equal counts keep the rule file's order.
+    fields.sort_by_key(|(_, m)| std::cmp::Reverse(constrained(m)));
+    let later: Vec<Vec<u64>> = (0..fields.len())
+        .map(|j| {
+            let mut l = vec![0; all.len()];
+            for (_, m) in &fields[j + 1..] {
+                for (l, m) in l.iter_mut().zip(m) {
+                    *l |= m;
+                }
+            }
+            l
+        })
+        .collect();
     fields
         .into_iter()
-        .map(|field| {
+        .zip(later)
+        .map(|((field, _), later)| {
             let mine: Vec<(usize, Pred)> =
                 preds.iter().filter(|(f, _, _)| *f == field).map(|(_, r, p)| (*r, p.clone())).collect();
             let row = |v: Option<u32>| {
@@ -1100,7 +1133,7 @@ fn build_fields(preds: &[(Field, usize, Pred)], all: &[u64]) -> Vec<FieldTable> 
             } else {
                 Dense::U32(ids.iter().map(|&c| c as u32).collect())
             };
-            FieldTable { slot: slot(field), dense, preds: mine, masks }
+            FieldTable { slot: slot(field), dense, preds: mine, masks, later }
         })
         .collect()
 }
