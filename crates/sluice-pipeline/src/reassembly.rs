@@ -29,7 +29,7 @@
 //! verdict (counted), as a lost fragment would be.
 
 use crate::batch::{Disposition, Edit, Meta, PacketBatch, Recycler};
-use sluice_engine::defrag::{DatagramKey, DefragStats, DropCause, Fragment, Limits, Outcome, Reassembler, Released};
+use sluice_engine::defrag::{DatagramKey, DefragStats, DropCause, Limits, Outcome, Reassembler, Released};
 use sluice_engine::Verdict;
 use sluice_steer::RssInput;
 use sluice_wire::{ip_proto, DecodeError, PacketSummary};
@@ -41,14 +41,26 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// the batch (which is recycled meanwhile), its summary kept.
 pub struct Held {
     meta: Meta,
-    /// Shared so the reassembler can read the fragment's data while it
-    /// takes the fragment itself.
-    bytes: Arc<[u8]>,
+    /// The frame, in a buffer from [`Reassembly`]'s spares (the reassembler
+    /// reads the fragment's data from it: [`Reassembler::add_framed`]).
+    bytes: Vec<u8>,
     decoded: Result<PacketSummary, DecodeError>,
 }
 
+impl AsRef<[u8]> for Held {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// Frame buffers kept for reuse: a fragment's copy is then a copy, not an
+/// allocation and a free as well.
+const SPARE_FRAMES: usize = 256;
+
 pub struct Reassembly {
     r: Reassembler<Held>,
+    /// Emptied frame buffers of fragments emitted.
+    spare: Vec<Vec<u8>>,
     /// Verdict for datagrams that never complete.
     incomplete: Verdict,
     /// Lanes: which lane reassembles which fragments.
@@ -114,7 +126,7 @@ pub struct FragmentRouter {
 
 impl Reassembly {
     pub fn new(limits: Limits, incomplete: Verdict) -> Self {
-        Reassembly { r: Reassembler::new(limits), incomplete, router: None }
+        Reassembly { r: Reassembler::new(limits), spare: Vec::new(), incomplete, router: None }
     }
 
     /// Reassemble only the fragments `router` says are this lane's; pass
@@ -136,8 +148,7 @@ impl Reassembly {
             inbox.moved.drain(..).collect()
         };
         for h in moved {
-            let bytes = Arc::clone(&h.bytes);
-            self.add_held(h, &bytes, out, released);
+            self.add_held(h, out, released);
         }
     }
 
@@ -167,7 +178,7 @@ impl Reassembly {
         } else {
             drop(inbox);
             router.shared.overflowed.fetch_add(1, Ordering::Relaxed);
-            Self::emit(out, vec![h], Disposition::Decided(self.incomplete));
+            Self::emit(out, vec![h], Disposition::Decided(self.incomplete), &mut Vec::new());
         }
         true
     }
@@ -183,16 +194,23 @@ impl Reassembly {
         }
     }
 
-    fn emit(out: &mut Edit, held: Vec<Held>, d: Disposition) {
+    /// Put `held` into `out` with disposition `d`, their frame buffers
+    /// into `spare`; returns the emptied list, for the reassembler to reuse.
+    fn emit(out: &mut Edit, mut held: Vec<Held>, d: Disposition, spare: &mut Vec<Vec<u8>>) -> Vec<Held> {
         out.reserve(held.len());
-        for h in held {
+        for h in held.drain(..) {
             out.insert(h.meta, &h.bytes, h.decoded, d);
+            if spare.len() < SPARE_FRAMES {
+                spare.push(h.bytes);
+            }
         }
+        held
     }
 
-    fn emit_released(&self, out: &mut Edit, released: &mut Released<Held>) {
+    fn emit_released(&mut self, out: &mut Edit, released: &mut Released<Held>) {
         for (held, cause) in released.drain(..) {
-            Self::emit(out, held, Disposition::Decided(self.verdict_for(cause)));
+            let emptied = Self::emit(out, held, Disposition::Decided(self.verdict_for(cause)), &mut self.spare);
+            self.r.recycle(emptied);
         }
     }
 
@@ -225,14 +243,16 @@ impl Reassembly {
                 continue;
             }
             let Ok(PacketSummary { ip: Some(ip), .. }) = p.decoded else { unreachable!("checked above") };
-            let bytes: Arc<[u8]> = out.peek_bytes().into();
-            let held = Held { meta: p.meta, bytes: Arc::clone(&bytes), decoded: p.decoded };
+            let mut bytes = self.spare.pop().unwrap_or_default();
+            bytes.clear();
+            bytes.extend_from_slice(out.peek_bytes());
+            let held = Held { meta: p.meta, bytes, decoded: p.decoded };
             out.take();
             let mut held = Some(held);
             if self.route_away(&mut held, ip.src, ip.dst, &mut out) {
                 continue;
             }
-            self.add_held(held.expect("kept"), &bytes, &mut out, &mut released);
+            self.add_held(held.expect("kept"), &mut out, &mut released);
         }
         drop(out);
         input
@@ -240,8 +260,7 @@ impl Reassembly {
 
     /// Adds one fragment (already checked reassemblable) to the
     /// reassembler, emitting into `out` what completes or is given up.
-    /// `bytes` are the fragment's frame (the held copy's bytes, shared).
-    fn add_held(&mut self, held: Held, bytes: &[u8], out: &mut Edit, released: &mut Released<Held>) {
+    fn add_held(&mut self, held: Held, out: &mut Edit, released: &mut Released<Held>) {
         let Ok(PacketSummary { ip: Some(ip), .. }) = held.decoded else { return };
         let (Some(f), Some(start)) = (ip.fragment, ip.l4_offset) else { return };
         let key = DatagramKey {
@@ -250,14 +269,15 @@ impl Reassembly {
             ident: f.ident,
             protocol: if ip.is_ipv6() { 0 } else { ip.protocol },
         };
-        let data = bytes.get(start as usize..ip.l3_end as usize).unwrap_or_default();
-        let piece = Fragment { offset: u32::from(f.offset), more: f.more, data };
+        let data = start as usize..ip.l3_end as usize;
         let now = held.meta.time_ns();
-        let outcome = self.r.add(key, piece, held, now, released);
+        let outcome = self.r.add_framed(key, (u32::from(f.offset), f.more), data, held, now, released);
         self.emit_released(out, released);
         match outcome {
             Outcome::Held => {}
-            Outcome::Atomic(h) => Self::emit(out, vec![h], Disposition::Judge),
+            Outcome::Atomic(h) => {
+                Self::emit(out, vec![h], Disposition::Judge, &mut self.spare);
+            }
             Outcome::Complete { mut fragments, payload } => {
                 judge_whole(&mut fragments, ip.protocol, &payload);
                 // Re-steer the whole datagram by its flow, as if it had
@@ -269,10 +289,13 @@ impl Reassembly {
                     }
                     _ => None,
                 };
-                Self::emit(out, fragments, Disposition::JudgeAsFlow(ports));
+                let emptied = Self::emit(out, fragments, Disposition::JudgeAsFlow(ports), &mut self.spare);
+                self.r.recycle(emptied);
             }
             Outcome::Dropped { fragments, cause } => {
-                Self::emit(out, fragments, Disposition::Decided(self.verdict_for(cause)))
+                let verdict = self.verdict_for(cause);
+                let emptied = Self::emit(out, fragments, Disposition::Decided(verdict), &mut self.spare);
+                self.r.recycle(emptied);
             }
         }
     }
