@@ -919,35 +919,70 @@ impl RuleSet {
     ) {
         let n = pkts.len();
         assert!(n <= MAX_BATCH && out.len() == n, "at most MAX_BATCH packets, one output each");
-        // Step 1: lookups, one bit each per packet.
+        // Step 1: lookups, one bit each per packet. Each family's keys are
+        // gathered into their own array, as the set's batched paths take
+        // them (a gather of `IpAddr`s, split again by the set, cost about
+        // as much as the lookups of a sparse list).
         let mut hits = [0u64; MAX_BATCH];
-        let mut keys = [IpAddr::from([0u8; 4]); MAX_BATCH];
-        let mut at = [0usize; MAX_BATCH];
-        let mut found = [false; MAX_BATCH];
+        let (mut k4, mut at4, mut f4) = ([0u32; MAX_BATCH], [0u8; MAX_BATCH], [false; MAX_BATCH]);
+        let (mut k6, mut at6, mut f6) = ([0u128; MAX_BATCH], [0u8; MAX_BATCH], [false; MAX_BATCH]);
+        const _: () = assert!(MAX_BATCH <= 256, "packet indexes are bytes");
         for (k, l) in self.lookups.iter().enumerate() {
-            let mut m = 0;
+            let (mut n4, mut n6) = (0, 0);
             for (i, (p, _, _)) in pkts.iter().enumerate() {
                 if let Some(ip) = ip_at(p, l.depth) {
-                    keys[m] = self.key(if l.dst { ip.dst } else { ip.src });
-                    at[m] = i;
-                    m += 1;
+                    // `key` by hand: `to_canonical` is a call per address.
+                    let v4 = match if l.dst { ip.dst } else { ip.src } {
+                        IpAddr::V4(a) => Ok(u32::from(a)),
+                        IpAddr::V6(a) => {
+                            let a = u128::from(a);
+                            if self.v4mapped && a >> 32 == 0xffff {
+                                Ok(a as u32)
+                            } else {
+                                Err(a)
+                            }
+                        }
+                    };
+                    match v4 {
+                        Ok(a) => {
+                            (k4[n4], at4[n4]) = (a, i as u8);
+                            n4 += 1;
+                        }
+                        Err(a) => {
+                            (k6[n6], at6[n6]) = (a, i as u8);
+                            n6 += 1;
+                        }
+                    }
                 }
             }
+            let (k4, f4, k6, f6) = (&k4[..n4], &mut f4[..n4], &k6[..n6], &mut f6[..n6]);
             match &*self.backings[l.backing] {
-                Backing::Table(s) => s.contains_batch(&keys[..m], &mut found[..m], batch, true),
+                Backing::Table(s) => {
+                    s.contains_v4_batch(k4, f4, batch, true);
+                    s.contains_v6_batch(k6, f6, batch, true);
+                }
                 Backing::Small(v) => {
-                    for (f, key) in found[..m].iter_mut().zip(&keys[..m]) {
-                        *f = v.contains(*key);
+                    for (f, &key) in f4.iter_mut().zip(k4) {
+                        *f = v.contains(IpAddr::from(std::net::Ipv4Addr::from(key)));
+                    }
+                    for (f, &key) in f6.iter_mut().zip(k6) {
+                        *f = v.contains(IpAddr::from(std::net::Ipv6Addr::from(key)));
                     }
                 }
             }
             if let Some(d) = &self.deltas[l.backing] {
-                for (f, key) in found[..m].iter_mut().zip(&keys[..m]) {
-                    *f = d.matches(*f, *key);
+                for (f, &key) in f4.iter_mut().zip(k4) {
+                    *f = d.matches(*f, IpAddr::from(std::net::Ipv4Addr::from(key)));
+                }
+                for (f, &key) in f6.iter_mut().zip(k6) {
+                    *f = d.matches(*f, IpAddr::from(std::net::Ipv6Addr::from(key)));
                 }
             }
-            for j in 0..m {
-                hits[at[j]] |= u64::from(found[j]) << k;
+            for (&f, &i) in f4.iter().zip(&at4[..n4]) {
+                hits[usize::from(i)] |= u64::from(f) << k;
+            }
+            for (&f, &i) in f6.iter().zip(&at6[..n6]) {
+                hits[usize::from(i)] |= u64::from(f) << k;
             }
         }
         // Step 2: bit vectors, with the word count a constant where it is small.

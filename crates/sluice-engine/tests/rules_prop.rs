@@ -13,8 +13,15 @@ fn v4(h: u8) -> [u8; 4] {
     [10, 0, h >> 4, h & 15]
 }
 
+/// Mostly 2001:db8::/32; an eighth of the values IPv4-mapped
+/// (`::ffff:10.0.x.y`), which `v4mapped` looks up as IPv4.
 fn v6(h: u8) -> [u8; 16] {
     let mut a = [0u8; 16];
+    if h & 0x38 == 0x38 {
+        a[10..12].copy_from_slice(&[0xff, 0xff]);
+        a[12..].copy_from_slice(&v4(h));
+        return a;
+    }
     a[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
     a[14] = h >> 4;
     a[15] = h & 15;
