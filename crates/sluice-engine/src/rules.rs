@@ -1,24 +1,25 @@
 //! [`RuleSet`]: a rule file (or the `--drop-*` shorthands) compiled for
 //! batched evaluation.
 //!
-//! Evaluation has two steps per chunk of up to [`MAX_BATCH`] packets:
+//! Evaluation has three steps per chunk of up to [`MAX_BATCH`] packets,
+//! with rules as bit vectors (one bit per rule, Lakshman-Stiliadis style):
 //!
-//! 1. Set lookups. Each distinct (set, address field, layer) a rule reads is
-//!    one *lookup*; it is probed for every packet of the chunk at once,
-//!    through the sets' batched, prefetched path, exactly as address-only
-//!    rules always were. Small sets (written inline) are scanned instead:
-//!    they fit in a few cache lines, and a table would cost a miss.
-//! 2. Rules, as bit vectors (one bit per rule, Lakshman-Stiliadis style).
-//!    Every header field some rule reads (protocol, ports, flags, VLAN,
-//!    length...) has a table from the field's value class to the rules whose
-//!    conditions on that field hold; AND-ing one row per field, and clearing
-//!    the rules whose address conditions failed, leaves the rules that
-//!    match. The first `pass`/`drop` among them decides, the `count` rules
-//!    before it are counted. 100 rules cost a few word ANDs per field, not
-//!    100 rule walks. The fields that constrain the most rules come first,
-//!    and a packet stops once no rule left in its accumulator is
-//!    constrained by a later field (most packets after the protocol and a
-//!    port).
+//! 1. Header fields. Every header field some rule reads (protocol, ports,
+//!    flags, VLAN, length...) has a table from the field's value class to
+//!    the rules whose conditions on that field hold; each packet's
+//!    accumulator starts with every rule and is AND-ed with one row per
+//!    field. 100 rules cost a few word ANDs per field, not 100 rule walks.
+//!    The fields that constrain the most rules come first, and a packet
+//!    stops once no rule left in its accumulator is constrained by a later
+//!    field (most packets after the protocol and a port).
+//! 2. Set lookups. Each distinct (set, address field, layer) a rule reads is
+//!    one *lookup*; it is probed at once for every packet of the chunk whose
+//!    accumulator still holds a rule reading it, through the sets' batched,
+//!    prefetched path, exactly as address-only rules always were. Small
+//!    sets (written inline) are scanned instead: they fit in a few cache
+//!    lines, and a table would cost a miss.
+//! 3. Address conditions clear the rules they fail. The first `pass`/`drop`
+//!    left decides, the `count` rules before it are counted.
 //!
 //! [`RuleSet::evaluate_reference`] walks the rules one at a time over the
 //! parsed matches: the plain reference the bit vectors are tested against.
@@ -433,6 +434,8 @@ pub struct RuleSet {
     conds: Vec<AddrCond>,
     /// `words` u64 per condition: the rules that need it.
     cond_rules: Vec<u64>,
+    /// `words` u64 per lookup: the rules some condition on it is part of.
+    lookup_rules: Vec<u64>,
     fields: Arc<[FieldTable]>,
     /// Whether a field table reads the inner layer.
     reads_inner: bool,
@@ -677,6 +680,14 @@ impl RuleSet {
                 cond_rules[c * words + r / 64] |= 1 << (r % 64);
             }
         }
+        let mut lookup_rules = vec![0u64; lookups.len() * words];
+        for (c, cond) in conds.iter().enumerate() {
+            for k in std::iter::once(cond.a).chain(cond.b) {
+                for (l, r) in lookup_rules[k * words..(k + 1) * words].iter_mut().zip(&cond_rules[c * words..]) {
+                    *l |= r;
+                }
+            }
+        }
         // Field rows are `stride(words)` words (padded with zeros: no rule
         // sits there), the word count `decide` is compiled for.
         let mut padded = all.clone();
@@ -714,6 +725,7 @@ impl RuleSet {
             lookups,
             conds,
             cond_rules,
+            lookup_rules,
             reads_inner: field_preds.iter().any(|(f, _, _)| slot(*f) >= 6 && slot(*f) < 12),
             fields: fields.into(),
             words,
@@ -919,10 +931,109 @@ impl RuleSet {
     ) {
         let n = pkts.len();
         assert!(n <= MAX_BATCH && out.len() == n, "at most MAX_BATCH packets, one output each");
-        // Step 1: lookups, one bit each per packet. Each family's keys are
-        // gathered into their own array, as the set's batched paths take
-        // them (a gather of `IpAddr`s, split again by the set, cost about
-        // as much as the lookups of a sparse list).
+        // With the word count a constant where it is small.
+        match stride(self.words) {
+            1 => self.decide::<1>(pkts, out, batch, &mut count),
+            2 => self.decide::<2>(pkts, out, batch, &mut count),
+            3 => self.decide::<3>(pkts, out, batch, &mut count),
+            4 => self.decide::<4>(pkts, out, batch, &mut count),
+            8 => self.decide::<8>(pkts, out, batch, &mut count),
+            16 => self.decide::<16>(pkts, out, batch, &mut count),
+            32 => self.decide::<32>(pkts, out, batch, &mut count),
+            _ => self.decide::<{ MAX_RULES / 64 }>(pkts, out, batch, &mut count),
+        }
+    }
+
+    /// [`RuleSet::evaluate_batch`] over `W` words of rule bits (rules beyond
+    /// `self.words` are never set), in three steps:
+    ///
+    /// 1. The header fields: each packet's accumulator starts with every
+    ///    rule and keeps those whose field conditions hold.
+    /// 2. The lookups, one bit each per packet, each only for the packets
+    ///    whose accumulator still holds a rule that reads it: a set that
+    ///    only `udp dport 53` rules read is looked up for those packets.
+    /// 3. The address conditions clear the rules they fail; the first
+    ///    deciding rule left decides, the `count` rules before it count.
+    fn decide<const W: usize>(
+        &self,
+        pkts: &[(&PacketSummary, u32, u32)],
+        out: &mut [Decision],
+        batch: usize,
+        count: &mut impl FnMut(usize, usize),
+    ) {
+        let w = self.words;
+        let mut all = [0u64; W];
+        let mut decisive = [0u64; W];
+        all[..w].copy_from_slice(&self.all);
+        decisive[..w].copy_from_slice(&self.decisive);
+        let mut accs = [all; MAX_BATCH];
+        if !self.fields.is_empty() {
+            let mut vals = [ABSENT; SLOTS];
+            for ((p, wire_len, port), acc) in pkts.iter().zip(accs.iter_mut()) {
+                layer_values(p.ip.as_ref(), &mut vals[..6]);
+                if self.reads_inner {
+                    layer_values(p.innermost(), &mut vals[6..12]);
+                }
+                vals[12] = p.vlans.as_slice().first().map_or(ABSENT, |&v| u32::from(v));
+                vals[13] = *wire_len;
+                vals[14] = *port;
+                for t in self.fields.iter() {
+                    t.and_into::<W>(vals[t.slot], acc);
+                    let later: &[u64; W] = t.later[..W].try_into().expect("W words");
+                    if acc.iter().zip(later).fold(0, |x, (a, l)| x | a & l) == 0 {
+                        break;
+                    }
+                }
+            }
+        }
+        let hits = self.lookup_hits(pkts, batch, |k, i| {
+            let readers = &self.lookup_rules[k * w..(k + 1) * w];
+            accs[i].iter().zip(readers).fold(0, |x, (a, r)| x | a & r) != 0
+        });
+        for (i, (p, _, _)) in pkts.iter().enumerate() {
+            let acc = &mut accs[i];
+            for (c, cond) in self.conds.iter().enumerate() {
+                let bit = |k: usize| hits[i] >> k & 1 == 1;
+                let present = ip_at(p, cond.depth).is_some();
+                let hit = bit(cond.a) || cond.b.is_some_and(bit);
+                if !(present && hit != cond.negate) {
+                    for (a, r) in acc.iter_mut().zip(&self.cond_rules[c * w..(c + 1) * w]) {
+                        *a &= !r;
+                    }
+                }
+            }
+            out[i] = Decision { verdict: self.default, rule: None };
+            for (wi, (&a, &d)) in acc.iter().zip(&decisive).enumerate() {
+                let first_decisive = a & d;
+                let counts =
+                    if first_decisive == 0 { a } else { a & ((first_decisive & first_decisive.wrapping_neg()) - 1) };
+                let mut c = counts & !d;
+                while c != 0 {
+                    count(wi * 64 + c.trailing_zeros() as usize, i);
+                    c &= c - 1;
+                }
+                if first_decisive != 0 {
+                    let r = wi * 64 + first_decisive.trailing_zeros() as usize;
+                    let verdict = if self.rules[r].action == Action::Drop { Verdict::Drop } else { Verdict::Pass };
+                    out[i] = Decision { verdict, rule: Some(r as u16) };
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Step 2 of [`RuleSet::decide`]: bit k of `hits[i]` is whether lookup
+    /// k holds packet i's address, for the packets `needed(k, i)` (0 for
+    /// the others, whose rules reading it are already cleared). Each
+    /// family's keys are gathered into their own array, as the set's
+    /// batched paths take them (a gather of `IpAddr`s, split again by the
+    /// set, cost about as much as the lookups of a sparse list).
+    fn lookup_hits(
+        &self,
+        pkts: &[(&PacketSummary, u32, u32)],
+        batch: usize,
+        needed: impl Fn(usize, usize) -> bool,
+    ) -> [u64; MAX_BATCH] {
         let mut hits = [0u64; MAX_BATCH];
         let (mut k4, mut at4, mut f4) = ([0u32; MAX_BATCH], [0u8; MAX_BATCH], [false; MAX_BATCH]);
         let (mut k6, mut at6, mut f6) = ([0u128; MAX_BATCH], [0u8; MAX_BATCH], [false; MAX_BATCH]);
@@ -930,28 +1041,30 @@ impl RuleSet {
         for (k, l) in self.lookups.iter().enumerate() {
             let (mut n4, mut n6) = (0, 0);
             for (i, (p, _, _)) in pkts.iter().enumerate() {
-                if let Some(ip) = ip_at(p, l.depth) {
-                    // `key` by hand: `to_canonical` is a call per address.
-                    let v4 = match if l.dst { ip.dst } else { ip.src } {
-                        IpAddr::V4(a) => Ok(u32::from(a)),
-                        IpAddr::V6(a) => {
-                            let a = u128::from(a);
-                            if self.v4mapped && a >> 32 == 0xffff {
-                                Ok(a as u32)
-                            } else {
-                                Err(a)
-                            }
+                let Some(ip) = ip_at(p, l.depth) else { continue };
+                if !needed(k, i) {
+                    continue;
+                }
+                // `key` by hand: `to_canonical` is a call per address.
+                let v4 = match if l.dst { ip.dst } else { ip.src } {
+                    IpAddr::V4(a) => Ok(u32::from(a)),
+                    IpAddr::V6(a) => {
+                        let a = u128::from(a);
+                        if self.v4mapped && a >> 32 == 0xffff {
+                            Ok(a as u32)
+                        } else {
+                            Err(a)
                         }
-                    };
-                    match v4 {
-                        Ok(a) => {
-                            (k4[n4], at4[n4]) = (a, i as u8);
-                            n4 += 1;
-                        }
-                        Err(a) => {
-                            (k6[n6], at6[n6]) = (a, i as u8);
-                            n6 += 1;
-                        }
+                    }
+                };
+                match v4 {
+                    Ok(a) => {
+                        (k4[n4], at4[n4]) = (a, i as u8);
+                        n4 += 1;
+                    }
+                    Err(a) => {
+                        (k6[n6], at6[n6]) = (a, i as u8);
+                        n6 += 1;
                     }
                 }
             }
@@ -985,80 +1098,7 @@ impl RuleSet {
                 hits[usize::from(i)] |= u64::from(f) << k;
             }
         }
-        // Step 2: bit vectors, with the word count a constant where it is small.
-        match stride(self.words) {
-            1 => self.decide::<1>(pkts, &hits, out, &mut count),
-            2 => self.decide::<2>(pkts, &hits, out, &mut count),
-            3 => self.decide::<3>(pkts, &hits, out, &mut count),
-            4 => self.decide::<4>(pkts, &hits, out, &mut count),
-            8 => self.decide::<8>(pkts, &hits, out, &mut count),
-            16 => self.decide::<16>(pkts, &hits, out, &mut count),
-            32 => self.decide::<32>(pkts, &hits, out, &mut count),
-            _ => self.decide::<{ MAX_RULES / 64 }>(pkts, &hits, out, &mut count),
-        }
-    }
-
-    /// Step 2 of [`RuleSet::evaluate_batch`] over `W` words of rule bits
-    /// (rules beyond `self.words` are never set).
-    fn decide<const W: usize>(
-        &self,
-        pkts: &[(&PacketSummary, u32, u32)],
-        hits: &[u64; MAX_BATCH],
-        out: &mut [Decision],
-        count: &mut impl FnMut(usize, usize),
-    ) {
-        let w = self.words;
-        let mut all = [0u64; W];
-        let mut decisive = [0u64; W];
-        all[..w].copy_from_slice(&self.all);
-        decisive[..w].copy_from_slice(&self.decisive);
-        let mut vals = [ABSENT; SLOTS];
-        for (i, (p, wire_len, port)) in pkts.iter().enumerate() {
-            let mut acc = all;
-            for (c, cond) in self.conds.iter().enumerate() {
-                let bit = |k: usize| hits[i] >> k & 1 == 1;
-                let present = ip_at(p, cond.depth).is_some();
-                let hit = bit(cond.a) || cond.b.is_some_and(bit);
-                if !(present && hit != cond.negate) {
-                    for (a, r) in acc.iter_mut().zip(&self.cond_rules[c * w..(c + 1) * w]) {
-                        *a &= !r;
-                    }
-                }
-            }
-            if !self.fields.is_empty() {
-                layer_values(p.ip.as_ref(), &mut vals[..6]);
-                if self.reads_inner {
-                    layer_values(p.innermost(), &mut vals[6..12]);
-                }
-                vals[12] = p.vlans.as_slice().first().map_or(ABSENT, |&v| u32::from(v));
-                vals[13] = *wire_len;
-                vals[14] = *port;
-                for t in self.fields.iter() {
-                    t.and_into::<W>(vals[t.slot], &mut acc);
-                    let later: &[u64; W] = t.later[..W].try_into().expect("W words");
-                    if acc.iter().zip(later).fold(0, |x, (a, l)| x | a & l) == 0 {
-                        break;
-                    }
-                }
-            }
-            out[i] = Decision { verdict: self.default, rule: None };
-            for (wi, (&a, &d)) in acc.iter().zip(&decisive).enumerate() {
-                let first_decisive = a & d;
-                let counts =
-                    if first_decisive == 0 { a } else { a & ((first_decisive & first_decisive.wrapping_neg()) - 1) };
-                let mut c = counts & !d;
-                while c != 0 {
-                    count(wi * 64 + c.trailing_zeros() as usize, i);
-                    c &= c - 1;
-                }
-                if first_decisive != 0 {
-                    let r = wi * 64 + first_decisive.trailing_zeros() as usize;
-                    let verdict = if self.rules[r].action == Action::Drop { Verdict::Drop } else { Verdict::Pass };
-                    out[i] = Decision { verdict, rule: Some(r as u16) };
-                    break;
-                }
-            }
-        }
+        hits
     }
 }
 
