@@ -23,12 +23,14 @@
 //! nodes down.
 //!
 //! A pipelined lookup is two halves a batch apart. `prepare` reads each
-//! key's root entry and prefetches its direct entry; `or_prepared` reads
+//! key's root entry, keeps the keys whose /16 holds something (the others
+//! are outside) and prefetches their direct entries; `or_prepared` reads
 //! the direct entries, without a branch on any key's outcome, and
 //! prefetches the records they name; then it checks the leaves and takes
 //! the walks at nodes on, interleaved (AMAC) so their misses overlap.
 
 use crate::exact::PREPARED_MAX;
+const _: () = assert!(PREPARED_MAX <= 256, "key indexes are bytes");
 use crate::mem::{plain_data, Table};
 use crate::simd::prefetch;
 use std::cell::Cell;
@@ -200,7 +202,7 @@ impl V6PrefixSet {
     /// tables) its walk read.
     #[inline(always)]
     fn lookup(&self, addr: u128) -> (bool, u32) {
-        let (walk, inside) = self.direct_walk(addr, self.direct_slot(addr), 0);
+        let (walk, inside) = self.direct_walk(addr, self.direct_slot(addr).0, 0);
         if inside || walk.record == 0 {
             return (inside, 0);
         }
@@ -245,17 +247,17 @@ impl V6PrefixSet {
     }
 
     /// Where `key`'s direct entry is, and how many bits it has consumed
-    /// there. A key whose /16 holds nothing reads entry 0, one wholly
-    /// covered entry 1, so every key reads the root and one direct entry,
-    /// without a branch.
+    /// there; and whether its /16 holds anything. A key whose /16 holds
+    /// nothing reads entry 0, one wholly covered entry 1, so every key can
+    /// read the root and one direct entry, without a branch.
     #[inline(always)]
-    fn direct_slot(&self, key: u128) -> Slot {
+    fn direct_slot(&self, key: u128) -> (Slot, bool) {
         let r = self.root[(key >> (128 - ROOT_BITS)) as usize];
         let k = r & 15;
         // The k bits after the /16 (none for k = 0: the shift is split so
         // it never reaches 64).
         let sub = (((key >> 64) as u64) << ROOT_BITS >> 1 >> (63 - k)) as u32;
-        Slot { entry: (r >> 4) + sub, bits: ROOT_BITS + k }
+        (Slot { entry: (r >> 4) + sub, bits: ROOT_BITS + k }, r != 0)
     }
 
     /// Key `i`'s walk from its direct entry, without a branch on the
@@ -279,13 +281,23 @@ impl V6PrefixSet {
     /// First half of a pipelined lookup: read each key's root entry (256
     /// KiB, mostly cached) and prefetch its direct entry. By
     /// [`V6PrefixSet::or_prepared`], a batch later, that line has arrived.
+    ///
+    /// A key whose /16 holds nothing is decided here (outside) and not kept:
+    /// the kept keys' slots are packed, without a branch, so the finish
+    /// reads only theirs (as the exact tables' front filter keeps only
+    /// possible members). Traffic to unlisted /16s costs the root read.
     #[inline]
     pub(crate) fn prepare(&self, keys: &[u128], walks: &mut Walks) {
         assert!(keys.len() <= PREPARED_MAX, "at most {PREPARED_MAX} keys a batch");
-        for (&key, slot) in keys.iter().zip(walks.slots.iter_mut()) {
-            *slot = self.direct_slot(key);
+        let mut kept = 0;
+        for (i, &key) in keys.iter().enumerate() {
+            let (slot, listed) = self.direct_slot(key);
+            walks.slots[kept] = slot;
+            walks.keys[kept] = i as u8;
             prefetch(self.direct.addr_of(slot.entry as usize));
+            kept += usize::from(listed);
         }
+        walks.kept = kept;
     }
 
     /// Second half: `out[i] |= contains(keys[i])`. Read the direct entries
@@ -300,10 +312,11 @@ impl V6PrefixSet {
         assert_eq!(keys.len(), out.len(), "one output per key");
         let live = &walks.live;
         let mut n = 0;
-        for (i, ((o, &slot), &key)) in out.iter_mut().zip(&walks.slots).zip(keys).enumerate() {
-            let (walk, inside) = self.direct_walk(key, slot, i);
+        for (&slot, &i) in walks.slots[..walks.kept].iter().zip(&walks.keys) {
+            let i = usize::from(i);
+            let (walk, inside) = self.direct_walk(keys[i], slot, i);
             prefetch(self.nodes.addr_of(walk.record as usize));
-            *o |= inside;
+            out[i] |= inside;
             live[n].set(walk);
             n += usize::from(walk.record != 0);
         }
@@ -401,7 +414,11 @@ pub(crate) struct Walk {
 /// the walks still to take, in key order.
 #[derive(Clone, Debug)]
 pub(crate) struct Walks {
+    /// The direct slots of the keys `prepare` kept (those whose /16 holds
+    /// something), packed, and each one's index in the batch.
     slots: [Slot; PREPARED_MAX],
+    keys: [u8; PREPARED_MAX],
+    kept: usize,
     /// The finish's own list of walks left after the direct entries, kept
     /// here so it is not zeroed on every batch.
     live: [Cell<Walk>; PREPARED_MAX],
@@ -411,6 +428,8 @@ impl Default for Walks {
     fn default() -> Self {
         Walks {
             slots: [Slot::default(); PREPARED_MAX],
+            keys: [0; PREPARED_MAX],
+            kept: 0,
             live: [const { Cell::new(Walk { record: 0, start: 0, key: 0 }) }; PREPARED_MAX],
         }
     }
