@@ -54,8 +54,10 @@ impl AsRef<[u8]> for Held {
 }
 
 /// Frame buffers kept for reuse: a fragment's copy is then a copy, not an
-/// allocation and a free as well.
+/// allocation and a free as well. At most this many, each at most
+/// `SPARE_FRAME_BYTES` (a jumbo frame's buffer is freed): 4 MiB kept at most.
 const SPARE_FRAMES: usize = 256;
+const SPARE_FRAME_BYTES: usize = 16 << 10;
 
 pub struct Reassembly {
     r: Reassembler<Held>,
@@ -200,7 +202,7 @@ impl Reassembly {
         out.reserve(held.len());
         for h in held.drain(..) {
             out.insert(h.meta, &h.bytes, h.decoded, d);
-            if spare.len() < SPARE_FRAMES {
+            if spare.len() < SPARE_FRAMES && h.bytes.capacity() <= SPARE_FRAME_BYTES {
                 spare.push(h.bytes);
             }
         }
