@@ -837,11 +837,31 @@ impl RuleSet {
         &self.ifaces
     }
 
+    /// The address a set is probed with: with `v4mapped`, `::ffff:a.b.c.d`
+    /// is IPv4. The plain form, which the reference evaluator uses.
     fn key(&self, ip: IpAddr) -> IpAddr {
         if self.v4mapped {
             ip.to_canonical()
         } else {
             ip
+        }
+    }
+
+    /// [`RuleSet::key`] for the batch path, as IPv4 (`Ok`) or IPv6 bits,
+    /// by hand and inline (`to_canonical` was a call per address);
+    /// `rules_prop` compares the two through the evaluators.
+    #[inline(always)]
+    fn key_bits(&self, ip: IpAddr) -> Result<u32, u128> {
+        match ip {
+            IpAddr::V4(a) => Ok(u32::from(a)),
+            IpAddr::V6(a) => {
+                let a = u128::from(a);
+                if self.v4mapped && a >> 32 == 0xffff {
+                    Ok(a as u32)
+                } else {
+                    Err(a)
+                }
+            }
         }
     }
 
@@ -1045,19 +1065,7 @@ impl RuleSet {
                 if !needed(k, i) {
                     continue;
                 }
-                // `key` by hand: `to_canonical` is a call per address.
-                let v4 = match if l.dst { ip.dst } else { ip.src } {
-                    IpAddr::V4(a) => Ok(u32::from(a)),
-                    IpAddr::V6(a) => {
-                        let a = u128::from(a);
-                        if self.v4mapped && a >> 32 == 0xffff {
-                            Ok(a as u32)
-                        } else {
-                            Err(a)
-                        }
-                    }
-                };
-                match v4 {
+                match self.key_bits(if l.dst { ip.dst } else { ip.src }) {
                     Ok(a) => {
                         (k4[n4], at4[n4]) = (a, i as u8);
                         n4 += 1;
