@@ -18,7 +18,9 @@
 //!    prefetched path, exactly as address-only rules always were. Small
 //!    sets (written inline) are scanned instead: they fit in a few cache
 //!    lines, and a table would cost a miss.
-//! 3. Address conditions clear the rules they fail. The first `pass`/`drop`
+//! 3. Address conditions clear the rules they fail, a condition at a time
+//!    over the chunk (a bit per packet: whether it holds is a few word
+//!    operations, and the clearing has no branch). The first `pass`/`drop`
 //!    left decides, the `count` rules before it are counted.
 //!
 //! [`RuleSet::evaluate_reference`] walks the rules one at a time over the
@@ -328,19 +330,21 @@ impl FieldTable {
     /// AND the rules value `v` allows into `acc`.
     #[inline(always)]
     fn and_into<const W: usize>(&self, v: u32, acc: &mut [u64; W]) {
-        let class = if v == ABSENT {
-            Some(0)
-        } else {
-            match &self.dense {
-                Dense::U8(d) => d.get(v as usize).map(|&c| usize::from(c)),
-                Dense::U32(d) => d.get(v as usize).map(|&c| c as usize),
-            }
+        // ABSENT is beyond every domain: one bounds check covers it.
+        let class = match &self.dense {
+            Dense::U8(d) => d.get(v as usize).map(|&c| usize::from(c)),
+            Dense::U32(d) => d.get(v as usize).map(|&c| c as usize),
         };
+        let (rows, _) = self.masks.as_chunks::<W>();
         match class {
             Some(c) => {
-                let row: &[u64; W] = self.masks[c * W..c * W + W].try_into().expect("W words per class");
-                for k in 0..W {
-                    acc[k] &= row[k];
+                for (a, r) in acc.iter_mut().zip(&rows[c]) {
+                    *a &= r;
+                }
+            }
+            None if v == ABSENT => {
+                for (a, r) in acc.iter_mut().zip(&rows[0]) {
+                    *a &= r;
                 }
             }
             None => {
@@ -351,6 +355,13 @@ impl FieldTable {
                 }
             }
         }
+    }
+
+    /// Whether `acc` holds a rule a later field constrains.
+    #[inline(always)]
+    fn goes_on<const W: usize>(&self, acc: &[u64; W]) -> bool {
+        let (later, _) = self.later.as_chunks::<W>();
+        acc.iter().zip(&later[0]).fold(0, |x, (a, l)| x | a & l) != 0
     }
 }
 
@@ -432,9 +443,11 @@ pub struct RuleSet {
     set_info: Vec<SetInfo>,
     lookups: Vec<Lookup>,
     conds: Vec<AddrCond>,
-    /// `words` u64 per condition: the rules that need it.
+    /// `stride(words)` u64 per condition (the word count `decide` is
+    /// compiled for, so its loops over them unroll): the rules that need it.
     cond_rules: Vec<u64>,
-    /// `words` u64 per lookup: the rules some condition on it is part of.
+    /// `stride(words)` u64 per lookup: the rules some condition on it is
+    /// part of.
     lookup_rules: Vec<u64>,
     fields: Arc<[FieldTable]>,
     /// Whether a field table reads the inner layer.
@@ -674,16 +687,17 @@ impl RuleSet {
                 decisive[r / 64] |= 1 << (r % 64);
             }
         }
-        let mut cond_rules = vec![0u64; conds.len() * words];
+        let sw = stride(words);
+        let mut cond_rules = vec![0u64; conds.len() * sw];
         for (r, cs) in rule_conds.iter().enumerate() {
             for &c in cs {
-                cond_rules[c * words + r / 64] |= 1 << (r % 64);
+                cond_rules[c * sw + r / 64] |= 1 << (r % 64);
             }
         }
-        let mut lookup_rules = vec![0u64; lookups.len() * words];
+        let mut lookup_rules = vec![0u64; lookups.len() * sw];
         for (c, cond) in conds.iter().enumerate() {
             for k in std::iter::once(cond.a).chain(cond.b) {
-                for (l, r) in lookup_rules[k * words..(k + 1) * words].iter_mut().zip(&cond_rules[c * words..]) {
+                for (l, r) in lookup_rules[k * sw..(k + 1) * sw].iter_mut().zip(&cond_rules[c * sw..]) {
                     *l |= r;
                 }
             }
@@ -988,7 +1002,8 @@ impl RuleSet {
         decisive[..w].copy_from_slice(&self.decisive);
         let mut accs = [all; MAX_BATCH];
         if !self.fields.is_empty() {
-            let mut vals = [ABSENT; SLOTS];
+            // A power of two long, so that a table's slot needs no check.
+            let mut vals = [ABSENT; SLOTS.next_power_of_two()];
             for ((p, wire_len, port), acc) in pkts.iter().zip(accs.iter_mut()) {
                 layer_values(p.ip.as_ref(), &mut vals[..6]);
                 if self.reads_inner {
@@ -997,31 +1012,49 @@ impl RuleSet {
                 vals[12] = p.vlans.as_slice().first().map_or(ABSENT, |&v| u32::from(v));
                 vals[13] = *wire_len;
                 vals[14] = *port;
+                // In registers while the tables narrow it.
+                let mut a = *acc;
                 for t in self.fields.iter() {
-                    t.and_into::<W>(vals[t.slot], acc);
-                    let later: &[u64; W] = t.later[..W].try_into().expect("W words");
-                    if acc.iter().zip(later).fold(0, |x, (a, l)| x | a & l) == 0 {
+                    t.and_into::<W>(vals[t.slot % vals.len()], &mut a);
+                    if !t.goes_on(&a) {
                         break;
                     }
                 }
+                *acc = a;
             }
         }
         let hits = self.lookup_hits(pkts, batch, |k, i| {
-            let readers = &self.lookup_rules[k * w..(k + 1) * w];
+            let readers: &[u64; W] = self.lookup_rules[k * W..(k + 1) * W].try_into().expect("W words");
             accs[i].iter().zip(readers).fold(0, |x, (a, r)| x | a & r) != 0
         });
+        // Step 3, a condition at a time over the whole batch: bit i of a
+        // mask is packet i, so whether each packet holds a condition is a
+        // few word operations, and clearing the rules it fails has no
+        // branch (a branch on the traffic's outcome mispredicts).
+        const _: () = assert!(MAX_BATCH <= 64, "a packet per bit of a u64");
+        let (mut outer, mut inner) = (0u64, 0u64);
         for (i, (p, _, _)) in pkts.iter().enumerate() {
-            let acc = &mut accs[i];
-            for (c, cond) in self.conds.iter().enumerate() {
-                let bit = |k: usize| hits[i] >> k & 1 == 1;
-                let present = ip_at(p, cond.depth).is_some();
-                let hit = bit(cond.a) || cond.b.is_some_and(bit);
-                if !(present && hit != cond.negate) {
-                    for (a, r) in acc.iter_mut().zip(&self.cond_rules[c * w..(c + 1) * w]) {
-                        *a &= !r;
-                    }
+            outer |= u64::from(p.ip.is_some()) << i;
+        }
+        if self.conds.iter().any(|c| c.depth == Depth::Inner) {
+            for (i, (p, _, _)) in pkts.iter().enumerate() {
+                inner |= u64::from(p.innermost().is_some()) << i;
+            }
+        }
+        for (c, cond) in self.conds.iter().enumerate() {
+            let present = if cond.depth == Depth::Outer { outer } else { inner };
+            let hit = hits[cond.a] | cond.b.map_or(0, |b| hits[b]);
+            let holds = present & if cond.negate { !hit } else { hit };
+            let needing: &[u64; W] = self.cond_rules[c * W..(c + 1) * W].try_into().expect("W words");
+            for (i, acc) in accs[..pkts.len()].iter_mut().enumerate() {
+                let keep = (holds >> i & 1).wrapping_neg();
+                for (a, r) in acc.iter_mut().zip(needing) {
+                    *a &= !r | keep;
                 }
             }
+        }
+        for i in 0..pkts.len() {
+            let acc = &accs[i];
             out[i] = Decision { verdict: self.default, rule: None };
             for (wi, (&a, &d)) in acc.iter().zip(&decisive).enumerate() {
                 let first_decisive = a & d;
@@ -1042,7 +1075,7 @@ impl RuleSet {
         }
     }
 
-    /// Step 2 of [`RuleSet::decide`]: bit k of `hits[i]` is whether lookup
+    /// Step 2 of [`RuleSet::decide`]: bit i of `hits[k]` is whether lookup
     /// k holds packet i's address, for the packets `needed(k, i)` (0 for
     /// the others, whose rules reading it are already cleared). Each
     /// family's keys are gathered into their own array, as the set's
@@ -1053,8 +1086,8 @@ impl RuleSet {
         pkts: &[(&PacketSummary, u32, u32)],
         batch: usize,
         needed: impl Fn(usize, usize) -> bool,
-    ) -> [u64; MAX_BATCH] {
-        let mut hits = [0u64; MAX_BATCH];
+    ) -> [u64; MAX_LOOKUPS] {
+        let mut hits = [0u64; MAX_LOOKUPS];
         let (mut k4, mut at4, mut f4) = ([0u32; MAX_BATCH], [0u8; MAX_BATCH], [false; MAX_BATCH]);
         let (mut k6, mut at6, mut f6) = ([0u128; MAX_BATCH], [0u8; MAX_BATCH], [false; MAX_BATCH]);
         const _: () = assert!(MAX_BATCH <= 256, "packet indexes are bytes");
@@ -1099,12 +1132,14 @@ impl RuleSet {
                     *f = d.matches(*f, IpAddr::from(std::net::Ipv6Addr::from(key)));
                 }
             }
+            let mut mask = 0;
             for (&f, &i) in f4.iter().zip(&at4[..n4]) {
-                hits[usize::from(i)] |= u64::from(f) << k;
+                mask |= u64::from(f) << i;
             }
             for (&f, &i) in f6.iter().zip(&at6[..n6]) {
-                hits[usize::from(i)] |= u64::from(f) << k;
+                mask |= u64::from(f) << i;
             }
+            hits[k] = mask;
         }
         hits
     }
