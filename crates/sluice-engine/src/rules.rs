@@ -361,8 +361,14 @@ impl FieldTable {
     #[inline(always)]
     fn goes_on<const W: usize>(&self, acc: &[u64; W]) -> bool {
         let (later, _) = self.later.as_chunks::<W>();
-        acc.iter().zip(&later[0]).fold(0, |x, (a, l)| x | a & l) != 0
+        meets(acc, &later[0])
     }
+}
+
+/// Whether rule sets `a` and `b` share a rule.
+#[inline(always)]
+fn meets<const W: usize>(a: &[u64; W], b: &[u64; W]) -> bool {
+    a.iter().zip(b).fold(0, |x, (a, b)| x | a & b) != 0
 }
 
 /// How many values of a field get a dense class map.
@@ -452,6 +458,8 @@ pub struct RuleSet {
     fields: Arc<[FieldTable]>,
     /// Whether a field table reads the inner layer.
     reads_inner: bool,
+    /// Whether an address condition reads the inner layer.
+    conds_inner: bool,
     words: usize,
     /// Bits of every rule, of the deciding (`pass`/`drop`) rules, of `drop`.
     all: Vec<u64>,
@@ -727,6 +735,7 @@ impl RuleSet {
             file.default.as_str().hash(&mut h);
             h.finish()
         };
+        let conds_inner = conds.iter().any(|c| c.depth == Depth::Inner);
         Ok(RuleSet {
             rules,
             parsed: file.rules.clone(),
@@ -741,6 +750,7 @@ impl RuleSet {
             cond_rules,
             lookup_rules,
             reads_inner: field_preds.iter().any(|(f, _, _)| slot(*f) >= 6 && slot(*f) < 12),
+            conds_inner,
             fields: fields.into(),
             words,
             all,
@@ -1025,7 +1035,7 @@ impl RuleSet {
         }
         let hits = self.lookup_hits(pkts, batch, |k, i| {
             let readers: &[u64; W] = self.lookup_rules[k * W..(k + 1) * W].try_into().expect("W words");
-            accs[i].iter().zip(readers).fold(0, |x, (a, r)| x | a & r) != 0
+            meets(&accs[i], readers)
         });
         // Step 3, a condition at a time over the whole batch: bit i of a
         // mask is packet i, so whether each packet holds a condition is a
@@ -1036,7 +1046,7 @@ impl RuleSet {
         for (i, (p, _, _)) in pkts.iter().enumerate() {
             outer |= u64::from(p.ip.is_some()) << i;
         }
-        if self.conds.iter().any(|c| c.depth == Depth::Inner) {
+        if self.conds_inner {
             for (i, (p, _, _)) in pkts.iter().enumerate() {
                 inner |= u64::from(p.innermost().is_some()) << i;
             }
