@@ -7,7 +7,7 @@
 //! range is cut into the fewest aligned blocks, so no block lies inside
 //! another. The root is a direct table, one `u32` per /16 (256 KiB). A /16
 //! with longer blocks below it has a direct table of its own over the next
-//! k bits (k up to 13, four to eight entries a block: level compression, as in
+//! k bits (k from 1 to 13, four to eight entries a block: level compression, as in
 //! LC-tries and Poptrie's direct pointing), each entry outside, covered, a
 //! leaf or a node. Every node consumes six address bits: a 64-bit `covered`
 //! vector (children wholly inside a block), a 64-bit `children` vector
@@ -31,6 +31,7 @@
 
 use crate::exact::PREPARED_MAX;
 const _: () = assert!(PREPARED_MAX <= 256, "key indexes are bytes");
+const _: () = assert!(PREPARED_MAX.is_power_of_two(), "kept counts are masked by it");
 use crate::mem::{plain_data, Table};
 use crate::simd::prefetch;
 use std::cell::Cell;
@@ -42,8 +43,11 @@ plain_data! {
     ///
     /// A leaf is a child whose subtree holds a single block: its record
     /// stores the block itself (`covered` and `children` the address's high
-    /// and low halves, `base` its length), so a lone /48 below a shared /28
-    /// costs one line instead of a chain of nodes with one child each.
+    /// and low halves, `leaves` the mask of the low half's block bits,
+    /// `base` how far the high half shifts right to keep only its block
+    /// bits, `pad` the length), so a lone /48 below a shared /28 costs one
+    /// line instead of a chain of nodes with one child each, and its test is
+    /// a few word operations with no 128-bit shift.
     #[repr(C, align(32))]
     pub(crate) struct Node {
         pub(crate) covered: u64,
@@ -57,16 +61,21 @@ plain_data! {
 impl Node {
     const EMPTY: Node = Node { covered: 0, children: 0, leaves: 0, base: 0, pad: 0 };
 
+    /// The leaf record of a block longer than /16 (every block below the
+    /// root is).
     fn leaf((addr, len): (u128, u8)) -> Node {
-        Node { covered: (addr >> 64) as u64, children: addr as u64, leaves: 0, base: u32::from(len), pad: 0 }
+        debug_assert!(len > 16, "blocks below the root are longer than /16");
+        let len = u32::from(len);
+        let low_mask = if len > 64 { u64::MAX << (128 - len) } else { 0 };
+        Node { covered: (addr >> 64) as u64, children: addr as u64, leaves: low_mask, base: 64 - len.min(64), pad: len }
     }
 
-    /// As a leaf record: is `addr` inside its block? (Below the root every
-    /// block is longer than /16, so the shift is less than 128.)
+    /// As a leaf record: is `addr` inside its block?
     #[inline(always)]
     fn leaf_holds(&self, addr: u128) -> bool {
-        let block = u128::from(self.covered) << 64 | u128::from(self.children);
-        (addr ^ block) >> (128 - self.base) == 0
+        let high = ((addr >> 64) as u64 ^ self.covered) >> self.base;
+        let low = (addr as u64 ^ self.children) & self.leaves;
+        high | low == 0
     }
 }
 
@@ -80,11 +89,14 @@ const LANES: usize = 16;
 /// A walk's "bits consumed" when its record is a leaf.
 const AT_LEAF: u32 = u32::MAX;
 const STRIDE: u32 = 6;
-/// Root entries: `base << 4 | k`, the /16's direct table of 2^k entries at
-/// `base` in `direct`. A /16 with nothing below it (the zeroed table) reads
-/// entry 0, one wholly covered entry 1: every key reads the root and one
-/// direct entry, whatever they say.
-const ROOT_COVERED: u32 = 1 << 4;
+/// Root entries: `base << 6 | (64 - k)`, the /16's direct table of 2^k
+/// entries (k >= 1) at `base` in `direct`, with the shift that takes a key's
+/// k bits after the /16 out of its first 64 bits shifted left by 16. A /16
+/// with nothing below it reads entries 0-1 (outside), one wholly covered
+/// entries 2-3: every key reads the root and one direct entry, whatever
+/// they say, with no special case for a table of one entry.
+const ROOT_EMPTY: u32 = 64 - 1;
+const ROOT_COVERED: u32 = 2 << 6 | (64 - 1);
 /// Direct entries: outside (0), covered (1), a node (`record << 2 | 2`) or
 /// a leaf (`record << 2 | 3`; records start at 1, record 0 being the
 /// sentinel), or a block inline (`INLINE | bits << 5 | n`): the entry holds
@@ -139,7 +151,8 @@ impl V6PrefixSet {
             cut(first, last, &mut blocks);
         }
         let mut root = Table::<u32>::zeroed(1 << ROOT_BITS);
-        let mut direct = vec![OUTSIDE, COVERED];
+        root.fill(ROOT_EMPTY);
+        let mut direct = vec![OUTSIDE, OUTSIDE, COVERED, COVERED];
         // Record 0 is the sentinel: no children, so a decided walk that
         // steps on stays decided, without a branch.
         let mut nodes: Vec<Node> = vec![Node::EMPTY];
@@ -154,16 +167,16 @@ impl V6PrefixSet {
                 continue;
             }
             // The longer blocks of this /16 get a direct table of four to
-            // eight entries a block, fewer at the cap (one entry for a lone
-            // block). Two to four measured 10% slower on the bgp mix: more
-            // entries hold two blocks, a node.
+            // eight entries a block, fewer at the cap (two entries for a
+            // lone block). Two to four measured 10% slower on the bgp mix:
+            // more entries hold two blocks, a node.
             let end = at + blocks[at..].partition_point(|&(a, _)| (a >> (128 - ROOT_BITS)) as usize == slot);
             let m = end - at;
-            let k = if m == 1 { 0 } else { (usize::BITS - m.leading_zeros() + 2).min(DIRECT_MAX_BITS) };
+            let k = if m == 1 { 1 } else { (usize::BITS - m.leading_zeros() + 2).min(DIRECT_MAX_BITS) };
             let base = direct.len();
             direct.resize(base + (1 << k), OUTSIDE);
-            let base = u32::try_from(base).ok().filter(|&b| b < 1 << 28).expect("fewer than 2^28 direct entries");
-            root[slot] = base << 4 | k;
+            let base = u32::try_from(base).ok().filter(|&b| b < 1 << 26).expect("fewer than 2^26 direct entries");
+            root[slot] = base << 6 | (64 - k);
             fill_direct(&blocks[at..end], k, &mut direct[base as usize..], &mut nodes);
             at = end;
         }
@@ -202,7 +215,7 @@ impl V6PrefixSet {
     /// tables) its walk read.
     #[inline(always)]
     fn lookup(&self, addr: u128) -> (bool, u32) {
-        let (walk, inside) = self.direct_walk(addr, self.direct_slot(addr).0, 0);
+        let (walk, inside) = self.direct_walk(Self::direct_slot(self.root(), addr).0, 0);
         if inside || walk.record == 0 {
             return (inside, 0);
         }
@@ -246,35 +259,48 @@ impl V6PrefixSet {
         }
     }
 
-    /// Where `key`'s direct entry is, and how many bits it has consumed
-    /// there; and whether its /16 holds anything. A key whose /16 holds
-    /// nothing reads entry 0, one wholly covered entry 1, so every key can
-    /// read the root and one direct entry, without a branch.
+    /// Where `key`'s direct entry is; and whether its /16 holds anything.
+    /// A key whose /16 holds nothing reads an outside entry, one wholly
+    /// covered a covered entry, so every key can read the root and one
+    /// direct entry, without a branch.
     #[inline(always)]
-    fn direct_slot(&self, key: u128) -> (Slot, bool) {
-        let r = self.root[(key >> (128 - ROOT_BITS)) as usize];
-        let k = r & 15;
-        // The k bits after the /16 (none for k = 0: the shift is split so
-        // it never reaches 64).
-        let sub = (((key >> 64) as u64) << ROOT_BITS >> 1 >> (63 - k)) as u32;
-        (Slot { entry: (r >> 4) + sub, bits: ROOT_BITS + k }, r != 0)
+    fn direct_slot(root: &[u32; 1 << ROOT_BITS], key: u128) -> (Slot, bool) {
+        let high = (key >> 64) as u64;
+        let r = root[(high >> (64 - ROOT_BITS)) as usize];
+        let shift = r & 63;
+        let sub = ((high << ROOT_BITS) >> shift) as u32;
+        (Slot { high, entry: (r >> 6) + sub, shift }, r != ROOT_EMPTY)
+    }
+
+    /// The root as the fixed-size table it is (so indexing it by a key's
+    /// first 16 bits needs no bounds check).
+    #[inline(always)]
+    fn root(&self) -> &[u32; 1 << ROOT_BITS] {
+        (&self.root[..]).try_into().expect("the root has an entry per /16")
     }
 
     /// Key `i`'s walk from its direct entry, without a branch on the
     /// outcome: the record it reached (0, the sentinel, if decided) and
     /// whether it is inside.
     #[inline(always)]
-    fn direct_walk(&self, key: u128, slot: Slot, i: usize) -> (Walk, bool) {
+    fn direct_walk(&self, slot: Slot, i: usize) -> (Walk, bool) {
         let d = self.direct[slot.entry as usize];
-        let inline = d & INLINE != 0;
-        // An inline block's bits against the key's `n` bits after the entry
-        // (computed for every entry: the shift is split so n = 0 is 0).
+        // The key's bits after the entry (16 + k consumed), and its `n`
+        // bits after the entry, computed for every entry (an inline block
+        // has n >= 1, or it would be covered; for other entries the value is
+        // unused, and the shift count wraps rather than panics).
+        let k = 64 - slot.shift;
+        let rest = slot.high << ROOT_BITS << k;
         let n = d & 31;
-        let bits = (((key >> 64) as u64) << slot.bits >> 1 >> (63 - n)) as u32;
-        let inline_hit = inline & (bits == (d & !INLINE) >> 5);
-        let leaf = (d & 3 == 3) & !inline;
-        let start = if leaf { AT_LEAF } else { slot.bits };
-        let record = if inline { 0 } else { d >> 2 };
+        let bits = rest.wrapping_shr(64 - n) as u32;
+        // An inline entry is `INLINE | block bits << 5 | n`: the key is in
+        // it if its own bits rebuild the entry. Other entries lack the
+        // `INLINE` bit, so they never match.
+        let inline_hit = (bits << 5 | n | INLINE) == d;
+        // Records only for entries without the `INLINE` bit (outside and
+        // covered name record 0, the sentinel).
+        let record = (d >> 2) & !(((d as i32) >> 31) as u32);
+        let start = if d & 3 == 3 { AT_LEAF } else { ROOT_BITS + k };
         (Walk { record, start, key: i as u32 }, (d == COVERED) | inline_hit)
     }
 
@@ -289,11 +315,14 @@ impl V6PrefixSet {
     #[inline]
     pub(crate) fn prepare(&self, keys: &[u128], walks: &mut Walks) {
         assert!(keys.len() <= PREPARED_MAX, "at most {PREPARED_MAX} keys a batch");
+        let root = self.root();
         let mut kept = 0;
         for (i, &key) in keys.iter().enumerate() {
-            let (slot, listed) = self.direct_slot(key);
-            walks.slots[kept] = slot;
-            walks.keys[kept] = i as u8;
+            let (slot, listed) = Self::direct_slot(root, key);
+            // kept <= i < PREPARED_MAX, a power of two: the mask only tells
+            // the compiler so (no bounds check).
+            walks.slots[kept & (PREPARED_MAX - 1)] = slot;
+            walks.keys[kept & (PREPARED_MAX - 1)] = i as u8;
             prefetch(self.direct.addr_of(slot.entry as usize));
             kept += usize::from(listed);
         }
@@ -314,14 +343,14 @@ impl V6PrefixSet {
         let mut n = 0;
         for (&slot, &i) in walks.slots[..walks.kept].iter().zip(&walks.keys) {
             let i = usize::from(i);
-            let (walk, inside) = self.direct_walk(keys[i], slot, i);
+            let (walk, inside) = self.direct_walk(slot, i);
             prefetch(self.nodes.addr_of(walk.record as usize));
             out[i] |= inside;
             live[n].set(walk);
             n += usize::from(walk.record != 0);
         }
-        // Leaves (their lines asked for above) are one compare; only walks
-        // at nodes go on, interleaved.
+        // Leaves (their lines asked for above) are one test; only walks at
+        // nodes go on, interleaved.
         let mut nodes = 0;
         for at in 0..n {
             let walk = live[at].get();
@@ -368,15 +397,16 @@ impl V6PrefixSet {
     #[inline(always)]
     fn interleave(&self, keys: &[u128], out: &mut [bool], walks: &[Cell<Walk>]) {
         let mut pending = walks.iter().map(Cell::get);
-        // An idle lane has no walk; with fewer walks than lanes, some never
-        // start.
+        // An idle lane has no walk left. Only as many lanes as walks are
+        // visited: in most batches walks at nodes are few.
         let mut lanes = [None; LANES];
-        for lane in lanes.iter_mut() {
+        let width = walks.len().min(LANES);
+        for lane in lanes[..width].iter_mut() {
             *lane = pending.next();
         }
-        let mut live = lanes.iter().filter(|l| l.is_some()).count();
+        let mut live = width;
         while live > 0 {
-            for lane in lanes.iter_mut() {
+            for lane in lanes[..width].iter_mut() {
                 let Some(walk) = *lane else { continue };
                 let i = walk.key as usize;
                 let node = &self.nodes[walk.record as usize];
@@ -435,11 +465,13 @@ impl Default for Walks {
     }
 }
 
-/// A key's entry in the direct tables, and the bits consumed there.
+/// A key's entry in the direct tables, the root entry's shift (64 - k,
+/// the direct table's bits) and the key's first 64 bits.
 #[derive(Clone, Copy, Debug, Default)]
 struct Slot {
+    high: u64,
     entry: u32,
-    bits: u32,
+    shift: u32,
 }
 
 enum Step {
@@ -473,7 +505,7 @@ fn cut(mut first: u128, last: u128, out: &mut Vec<(u128, u8)>) {
 /// a node over the bits after the first 16 + k.
 fn fill_direct(blocks: &[(u128, u8)], k: u32, table: &mut [u32], nodes: &mut Vec<Node>) {
     let bits = ROOT_BITS + k;
-    let entry = |addr: u128| if k == 0 { 0 } else { ((addr << ROOT_BITS) >> (128 - k)) as usize };
+    let entry = |addr: u128| ((addr << ROOT_BITS) >> (128 - k)) as usize;
     let record =
         |nodes: &Vec<Node>| u32::try_from(nodes.len()).ok().filter(|&r| r < 1 << 29).expect("fewer than 2^29 records");
     let mut i = 0;
@@ -648,7 +680,7 @@ mod tests {
             })
             .collect();
         let set = V6PrefixSet::new(&prefixes);
-        assert!(set.root[0x2a00] & 15 == DIRECT_MAX_BITS && set.root[0x2001] & 15 == DIRECT_MAX_BITS);
+        assert!(64 - (set.root[0x2a00] & 63) == DIRECT_MAX_BITS && 64 - (set.root[0x2001] & 63) == DIRECT_MAX_BITS);
         let probes: Vec<u128> = (0..4_000)
             .map(|i| {
                 let (p, _) = prefixes[(next() % prefixes.len() as u128) as usize];
