@@ -2,25 +2,25 @@
 //! Poptrie (Asai and Ohara, SIGCOMM 2015), answering "is the address inside
 //! any prefix" rather than a longest match.
 //!
-//! The prefixes are first merged into sorted disjoint ranges (kept: they are
-//! what `persist` stores and what the trie is rebuilt from on load), and each
-//! range is cut into the fewest aligned blocks, so no block lies inside
-//! another. The root is a direct table, one `u32` per /16 (256 KiB). A /16
-//! with longer blocks below it has a direct table of its own over the next
-//! k bits (k from 1 to 14, four to sixteen entries a block: level compression, as in
-//! LC-tries and Poptrie's direct pointing), each entry outside, covered, a
-//! leaf or a node. Every node consumes six address bits: a 64-bit `covered`
-//! vector (children wholly inside a block), a 64-bit `children` vector
-//! (children with longer blocks below) and a `leaves` vector (those of them
-//! holding a single block), the child records stored contiguously from
-//! `base`, found by a popcount of the `children` bits before the chunk, so
-//! a record is 32 bytes and a step is one line. A leaf record is the block
-//! itself (path compression, as a Patricia trie skips one-way branches),
-//! and a lone block that ends at most 26 bits after its direct entry is
-//! held in the entry itself. So in a routing table, whose blocks mostly end
-//! by /48, a lookup reads the root and one direct entry; a lone longer
-//! block (a /64, a host) costs one leaf more, where a /48 used to be six
-//! nodes down.
+//! The prefixes are first merged into sorted disjoint ranges (kept: they
+//! are what `persist` stores and what the trie is rebuilt from on load),
+//! and each range is cut into the fewest aligned blocks, so no block lies
+//! inside another. The root is a direct table, one `u32` per /16 (256 KiB).
+//! A /16 with longer blocks below it has a direct table of its own over the
+//! next k bits (k from 1 to 14, four to sixteen entries a block: level
+//! compression, as in LC-tries and Poptrie's direct pointing), each entry
+//! outside, covered, a leaf or a node. Every node consumes six address
+//! bits: a 64-bit `covered` vector (children wholly inside a block), a
+//! 64-bit `children` vector (children with longer blocks below) and a
+//! `leaves` vector (those of them holding a single block), the child
+//! records stored contiguously from `base`, found by a popcount of the
+//! `children` bits before the chunk, so a record is 32 bytes and a step is
+//! one line. A leaf record is the block itself (path compression, as a
+//! Patricia trie skips one-way branches), and a lone block that ends at
+//! most 26 bits after its direct entry is held in the entry itself. So in a
+//! routing table, whose blocks mostly end by /48, a lookup reads the root
+//! and one direct entry; a lone longer block (a /64, a host) costs one leaf
+//! more, where a /48 used to be six nodes down.
 //!
 //! A pipelined lookup is two halves a batch apart. `prepare` reads each
 //! key's root entry, keeps the keys whose /16 holds something (the others
