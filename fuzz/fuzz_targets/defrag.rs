@@ -4,8 +4,16 @@
 //! exactly once.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sluice_engine::defrag::{DatagramKey, Fragment, Limits, Outcome, Reassembler};
+use sluice_engine::defrag::{DatagramKey, Limits, Outcome, Reassembler};
 use std::net::IpAddr;
+
+struct Token(usize, Vec<u8>);
+
+impl AsRef<[u8]> for Token {
+    fn as_ref(&self) -> &[u8] {
+        &self.1
+    }
+}
 
 fuzz_target!(|data: &[u8]| {
     let limits = Limits { max_datagrams: 4, max_bytes: 4096, max_fragments: 8, timeout_ns: 1000 };
@@ -22,11 +30,13 @@ fuzz_target!(|data: &[u8]| {
         let more = chunk[4] & 1 != 0;
         let len = usize::from(chunk[4] >> 1) * 8 + usize::from(chunk[5] & 7);
         now += u64::from(chunk[5] >> 3) * 10;
-        let bytes = vec![chunk[1]; len];
-        let out = r.add(key, Fragment { offset, more, data: &bytes }, token, now, &mut released);
+        // The handle: its id and its frame (two header bytes, then the data).
+        let mut frame = vec![0xee; 2];
+        frame.resize(2 + len, chunk[1]);
+        let out = r.add(key, (offset, more), 2..2 + len, Token(token, frame), now, &mut released);
         assert!(r.in_progress() <= limits.max_datagrams);
         assert!(r.bytes_held() <= limits.max_bytes);
-        let mut mark = |t: usize| {
+        let mut mark = |Token(t, _): Token| {
             back[t] += 1;
             assert_eq!(back[t], 1, "fragment {t} handed back twice");
         };
@@ -35,6 +45,9 @@ fuzz_target!(|data: &[u8]| {
             Outcome::Atomic(t) => mark(t),
             Outcome::Complete { fragments, payload } => {
                 assert!(payload.len() <= 65_535);
+                let whole = payload.to_vec(&fragments);
+                assert_eq!(whole.len(), payload.len());
+                assert!(whole.iter().all(|&b| (b & 3) == key.ident as u8 & 3), "only this datagram's bytes");
                 fragments.into_iter().for_each(&mut mark);
             }
             Outcome::Dropped { fragments, .. } => fragments.into_iter().for_each(&mut mark),
@@ -44,7 +57,7 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     for (tokens, _) in r.drain() {
-        for t in tokens {
+        for Token(t, _) in tokens {
             back[t] += 1;
             assert_eq!(back[t], 1);
         }

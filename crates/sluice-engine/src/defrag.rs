@@ -17,8 +17,13 @@
 //! passes the time (a packet's timestamp), so replayed captures behave as
 //! they did live.
 //!
-//! `T` is the caller's handle for a fragment (a record index, a buffer id):
-//! every fragment handed in comes back exactly once.
+//! `T` is the caller's handle for a fragment, which holds its frame
+//! (`AsRef<[u8]>`): every fragment handed in comes back exactly once. The
+//! reassembler keeps where each piece's bytes are in its handle, not a copy
+//! of them, and a completed datagram's [`Payload`] is read from its
+//! fragments: in `sluice filter` the copies into a reassembly buffer and
+//! then into a payload were a quarter of the judging thread's time, on a
+//! capture with 2% of its datagrams fragmented.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -50,12 +55,12 @@ pub struct DatagramKey {
 
 /// One fragment.
 #[derive(Clone, Copy, Debug)]
-pub struct Fragment<'a> {
+struct Fragment<'a> {
     /// Offset of `data` in the datagram's payload, in bytes.
-    pub offset: u32,
-    pub more: bool,
+    offset: u32,
+    more: bool,
     /// The fragment's share of the payload (after the IP and fragment headers).
-    pub data: &'a [u8],
+    data: &'a [u8],
 }
 
 /// Why a datagram was given up.
@@ -79,8 +84,9 @@ pub enum DropCause {
 pub enum Outcome<T> {
     /// Held until the rest arrives.
     Held,
-    /// The datagram is whole: its fragments in arrival order and its payload.
-    Complete { fragments: Vec<T>, payload: Vec<u8> },
+    /// The datagram is whole: its fragments in arrival order and where its
+    /// payload is in them.
+    Complete { fragments: Vec<T>, payload: Payload },
     /// The datagram is dropped: every fragment held, this one included.
     Dropped { fragments: Vec<T>, cause: DropCause },
     /// An IPv6 atomic fragment: a datagram on its own, not held.
@@ -128,12 +134,8 @@ impl DefragStats {
 
 struct Entry<T> {
     age: u64,
-    /// Sorted by offset and disjoint; their bytes are in `data`.
+    /// Sorted by offset and disjoint; their bytes are in `tokens`.
     pieces: Vec<Piece>,
-    /// The pieces' bytes, in arrival order: one buffer a datagram, reused
-    /// from datagram to datagram (a buffer per piece was an allocation and
-    /// a free per fragment).
-    data: Vec<u8>,
     total: Option<u32>,
     tokens: Vec<T>,
     bytes: usize,
@@ -142,11 +144,12 @@ struct Entry<T> {
 }
 
 /// A piece of a datagram: its offset in the payload and where its bytes
-/// are in the entry's `data`.
-#[derive(Clone, Copy, Debug)]
+/// are: `tokens[token][start..start + len]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Piece {
     offset: u32,
-    at: u32,
+    token: u32,
+    start: u32,
     len: u32,
 }
 
@@ -155,41 +158,65 @@ impl Piece {
         self.offset + self.len
     }
 
-    fn bytes<'a>(&self, data: &'a [u8]) -> &'a [u8] {
-        &data[self.at as usize..(self.at + self.len) as usize]
+    fn bytes<'a, T: AsRef<[u8]>>(&self, tokens: &'a [T]) -> &'a [u8] {
+        let (start, len) = (self.start as usize, self.len as usize);
+        tokens.get(self.token as usize).and_then(|t| t.as_ref().get(start..start + len)).unwrap_or_default()
     }
 }
 
-/// Where a fragment's bytes are: given beside its handle, or in it.
-trait PieceSource<T> {
-    fn bytes<'a>(&'a self, token: &'a T) -> &'a [u8];
+/// Where a completed datagram's payload is in its fragments: pieces in
+/// payload order, without a gap. Read it with the fragments it came with.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Payload {
+    pieces: Vec<Piece>,
 }
 
-struct Given<'d>(&'d [u8]);
-
-impl<T> PieceSource<T> for Given<'_> {
-    fn bytes<'a>(&'a self, _: &'a T) -> &'a [u8] {
-        self.0
+impl Payload {
+    /// Bytes of the payload.
+    pub fn len(&self) -> usize {
+        self.pieces.last().map_or(0, |p| p.end() as usize)
     }
-}
 
-struct InToken(std::ops::Range<usize>);
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 
-impl<T: AsRef<[u8]>> PieceSource<T> for InToken {
-    fn bytes<'a>(&'a self, token: &'a T) -> &'a [u8] {
-        token.as_ref().get(self.0.clone()).unwrap_or_default()
+    /// Copy the payload's bytes from `at` into `out`, as many as there are;
+    /// returns how many. `fragments` are those the datagram completed with.
+    pub fn read<T: AsRef<[u8]>>(&self, fragments: &[T], at: usize, out: &mut [u8]) -> usize {
+        let mut done = 0;
+        let first = self.pieces.partition_point(|p| p.end() as usize <= at);
+        for p in &self.pieces[first..] {
+            if done == out.len() {
+                break;
+            }
+            let bytes = p.bytes(fragments);
+            let from = (at + done).saturating_sub(p.offset as usize).min(bytes.len());
+            let n = (bytes.len() - from).min(out.len() - done);
+            out[done..done + n].copy_from_slice(&bytes[from..from + n]);
+            done += n;
+        }
+        done
+    }
+
+    /// The whole payload, copied.
+    pub fn to_vec<T: AsRef<[u8]>>(&self, fragments: &[T]) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.len());
+        for p in &self.pieces {
+            v.extend_from_slice(p.bytes(fragments));
+        }
+        v
     }
 }
 
 /// Buffers kept for reuse, at most this many of each kind: enough for the
-/// datagrams a busy link has in progress at once, and a bound on the memory
-/// they keep beyond `max_bytes` (a `data` buffer holds at most one payload).
+/// datagrams a busy link has in progress at once.
 const SPARE: usize = 64;
 
 pub struct Reassembler<T> {
     limits: Limits,
-    /// Emptied `pieces` and `data` buffers of finished datagrams.
-    spare: Vec<(Vec<Piece>, Vec<u8>)>,
+    /// Emptied `pieces` lists of finished datagrams.
+    spare: Vec<Vec<Piece>>,
     /// Emptied fragment lists handed back ([`Reassembler::recycle`]).
     spare_tokens: Vec<Vec<T>>,
     /// Keyed per process (foldhash's random seed), so crafted fragment
@@ -207,7 +234,7 @@ pub struct Reassembler<T> {
 /// Largest IP payload a datagram can have.
 const MAX_PAYLOAD: u32 = 65_535;
 
-impl<T> Reassembler<T> {
+impl<T: AsRef<[u8]>> Reassembler<T> {
     pub fn new(limits: Limits) -> Self {
         Reassembler {
             limits,
@@ -235,45 +262,19 @@ impl<T> Reassembler<T> {
         self.bytes
     }
 
-    /// Add a fragment seen at `now_ns`. Datagrams evicted to make room, or
-    /// timed out by `now_ns`, are returned in `released`.
+    /// Add a fragment seen at `now_ns`: `token` holds its frame, and its
+    /// data (the payload's bytes from `offset`, after the IP and fragment
+    /// headers) is `token.as_ref()[data]` (empty if out of range).
+    /// Datagrams evicted to make room, or timed out by `now_ns`, are
+    /// returned in `released`.
     ///
     /// The datagram's entry is taken out of the table, worked on, and put
     /// back if still in progress: two hash operations per fragment.
     pub fn add(
         &mut self,
         key: DatagramKey,
-        f: Fragment<'_>,
-        token: T,
-        now_ns: u64,
-        released: &mut Released<T>,
-    ) -> Outcome<T> {
-        self.add_piece(key, (f.offset, f.more), Given(f.data), token, now_ns, released)
-    }
-
-    /// [`Reassembler::add`] for a handle that holds the fragment's frame:
-    /// the fragment's data is `token.as_ref()[data]` (empty if out of
-    /// range), so the caller need not keep a second reference to the frame.
-    pub fn add_framed(
-        &mut self,
-        key: DatagramKey,
         (offset, more): (u32, bool),
         data: std::ops::Range<usize>,
-        token: T,
-        now_ns: u64,
-        released: &mut Released<T>,
-    ) -> Outcome<T>
-    where
-        T: AsRef<[u8]>,
-    {
-        self.add_piece(key, (offset, more), InToken(data), token, now_ns, released)
-    }
-
-    fn add_piece(
-        &mut self,
-        key: DatagramKey,
-        (offset, more): (u32, bool),
-        source: impl PieceSource<T>,
         token: T,
         now_ns: u64,
         released: &mut Released<T>,
@@ -293,9 +294,9 @@ impl<T> Reassembler<T> {
                 let age = self.next_age;
                 self.next_age += 1;
                 self.by_age.insert(age, (now_ns, key));
-                let (pieces, data) = self.spare.pop().unwrap_or_default();
+                let pieces = self.spare.pop().unwrap_or_default();
                 let tokens = self.spare_tokens.pop().unwrap_or_default();
-                Entry { age, pieces, data, total: None, tokens, bytes: 0, poisoned: false }
+                Entry { age, pieces, total: None, tokens, bytes: 0, poisoned: false }
             }
         };
         if entry.poisoned {
@@ -303,11 +304,17 @@ impl<T> Reassembler<T> {
             self.table.insert(key, entry);
             return Outcome::Dropped { fragments: vec![token], cause: DropCause::Overlap };
         }
-        // The handle goes in first: the piece's bytes may be its own.
+        let bytes = token.as_ref().get(data.clone()).unwrap_or_default();
+        let piece = Piece {
+            offset,
+            token: entry.tokens.len() as u32,
+            start: if bytes.is_empty() { 0 } else { data.start as u32 },
+            len: bytes.len() as u32,
+        };
+        let f = Fragment { offset, more, data: bytes };
+        let checked = self.check(&entry, &f);
         entry.tokens.push(token);
-        let data = source.bytes(entry.tokens.last().expect("just pushed"));
-        let f = Fragment { offset, more, data };
-        match self.check(&entry, &f) {
+        match checked {
             Err(cause) => {
                 match cause {
                     DropCause::Overlap => self.stats.overlaps += 1,
@@ -334,26 +341,19 @@ impl<T> Reassembler<T> {
                 Outcome::Held
             }
             Ok(false) => {
-                let at = entry.pieces.partition_point(|p| p.offset < f.offset);
-                let piece = Piece { offset: f.offset, at: entry.data.len() as u32, len: f.data.len() as u32 };
+                let at = entry.pieces.partition_point(|p| p.offset < piece.offset);
                 entry.pieces.insert(at, piece);
-                entry.data.extend_from_slice(f.data);
-                if !f.more {
-                    entry.total = Some(f.offset + f.data.len() as u32);
+                if !more {
+                    entry.total = Some(piece.end());
                 }
-                entry.bytes += f.data.len();
-                self.bytes += f.data.len();
+                entry.bytes += piece.len as usize;
+                self.bytes += piece.len as usize;
                 self.stats.peak_bytes = self.stats.peak_bytes.max(self.bytes);
                 if Self::is_complete(&entry) {
                     self.by_age.remove(&entry.age);
                     self.bytes -= entry.bytes;
-                    let mut payload = Vec::with_capacity(entry.total.unwrap_or(0) as usize);
-                    for p in &entry.pieces {
-                        payload.extend_from_slice(p.bytes(&entry.data));
-                    }
-                    self.keep_buffers(&mut entry);
                     self.stats.completed += 1;
-                    return Outcome::Complete { fragments: entry.tokens, payload };
+                    return Outcome::Complete { fragments: entry.tokens, payload: Payload { pieces: entry.pieces } };
                 }
                 self.table.insert(key, entry);
                 while self.bytes > self.limits.max_bytes {
@@ -366,7 +366,7 @@ impl<T> Reassembler<T> {
     }
 
     /// Ok(true) for an exact duplicate, Ok(false) for a new piece that fits
-    /// (`e` holds `f`'s handle already, not its piece).
+    /// (`e` holds neither `f`'s handle nor its piece yet).
     fn check(&self, e: &Entry<T>, f: &Fragment<'_>) -> Result<bool, DropCause> {
         let len = f.data.len() as u32;
         let end = f.offset.checked_add(len).ok_or(DropCause::Malformed)?;
@@ -381,7 +381,7 @@ impl<T> Reassembler<T> {
         for p in &e.pieces {
             let (o, dend) = (p.offset, p.end());
             if f.offset < dend && o < end {
-                return if o == f.offset && p.bytes(&e.data) == f.data && (f.more || e.total == Some(end)) {
+                return if o == f.offset && p.bytes(&e.tokens) == f.data && (f.more || e.total == Some(end)) {
                     Ok(true)
                 } else {
                     Err(DropCause::Overlap)
@@ -391,7 +391,7 @@ impl<T> Reassembler<T> {
         if !f.more && e.pieces.last().is_some_and(|p| p.end() > end) {
             return Err(DropCause::Overlap);
         }
-        if e.tokens.len() > self.limits.max_fragments {
+        if e.tokens.len() >= self.limits.max_fragments {
             return Err(DropCause::TooManyFragments);
         }
         Ok(false)
@@ -413,12 +413,21 @@ impl<T> Reassembler<T> {
     /// Empty `e`'s piece buffers into the spares (a poisoned entry stays
     /// in the table with empty ones).
     fn keep_buffers(&mut self, e: &mut Entry<T>) {
-        let (mut pieces, mut data) = (std::mem::take(&mut e.pieces), std::mem::take(&mut e.data));
-        if self.spare.len() < SPARE {
+        let pieces = std::mem::take(&mut e.pieces);
+        self.keep_pieces(pieces);
+    }
+
+    fn keep_pieces(&mut self, mut pieces: Vec<Piece>) {
+        if self.spare.len() < SPARE && pieces.capacity() > 0 {
             pieces.clear();
-            data.clear();
-            self.spare.push((pieces, data));
+            self.spare.push(pieces);
         }
+    }
+
+    /// Hand back a completed datagram's payload, once read, so the next
+    /// datagram reuses its list of pieces.
+    pub fn recycle_payload(&mut self, payload: Payload) {
+        self.keep_pieces(payload.pieces);
     }
 
     /// Hand back a fragment list the reassembler returned, once its
@@ -488,8 +497,50 @@ mod tests {
         DatagramKey { src: "2001:db8::1".parse().unwrap(), dst: "2001:db8::2".parse().unwrap(), ident, protocol: 0 }
     }
 
-    fn frag(offset: u32, more: bool, data: &[u8]) -> Fragment<'_> {
-        Fragment { offset, more, data }
+    /// A fragment handle: an id, and a frame of four header bytes and then
+    /// the fragment's data.
+    #[derive(Debug, PartialEq, Eq)]
+    struct Framed {
+        id: usize,
+        frame: Vec<u8>,
+    }
+
+    impl AsRef<[u8]> for Framed {
+        fn as_ref(&self) -> &[u8] {
+            &self.frame
+        }
+    }
+
+    fn framed(id: usize, data: &[u8]) -> Framed {
+        let mut frame = vec![0xee; 4];
+        frame.extend_from_slice(data);
+        Framed { id, frame }
+    }
+
+    /// Add fragment `id` (`data` at `offset`, `more` set or not).
+    fn add(
+        r: &mut Reassembler<Framed>,
+        key: DatagramKey,
+        (offset, more, data): (u32, bool, &[u8]),
+        id: usize,
+        now: u64,
+        rel: &mut Released<Framed>,
+    ) -> Outcome<Framed> {
+        r.add(key, (offset, more), 4..4 + data.len(), framed(id, data), now, rel)
+    }
+
+    fn ids(fragments: &[Framed]) -> Vec<usize> {
+        fragments.iter().map(|f| f.id).collect()
+    }
+
+    /// The outcome with each fragment as its id (a payload as its length).
+    fn outcome_ids(o: Outcome<Framed>) -> Outcome<usize> {
+        match o {
+            Outcome::Held => Outcome::Held,
+            Outcome::Atomic(f) => Outcome::Atomic(f.id),
+            Outcome::Complete { fragments, payload } => Outcome::Complete { fragments: ids(&fragments), payload },
+            Outcome::Dropped { fragments, cause } => Outcome::Dropped { fragments: ids(&fragments), cause },
+        }
     }
 
     /// Split `payload` into 8-byte-aligned pieces at `cuts`.
@@ -532,10 +583,17 @@ mod tests {
             let (mut completions, mut returned) = (0, 0);
             for (t, &i) in idx.iter().enumerate() {
                 let (o, m, d) = &pieces[i];
-                match r.add(key(1), frag(*o, *m, d), t, 0, &mut rel) {
+                match add(&mut r, key(1), (*o, *m, d), t, 0, &mut rel) {
                     Outcome::Held => {}
                     Outcome::Complete { fragments, payload: p } => {
-                        prop_assert_eq!(&p, &payload);
+                        prop_assert_eq!(p.len(), payload.len());
+                        prop_assert_eq!(&p.to_vec(&fragments), &payload);
+                        // Any window of it, read in place.
+                        let (at, n) = (t * 13 % payload.len(), t * 29 % 40);
+                        let mut window = vec![0u8; n];
+                        let got = p.read(&fragments, at, &mut window);
+                        let want = &payload[at..(at + n).min(payload.len())];
+                        prop_assert_eq!(&window[..got], want);
                         completions += 1;
                         returned += fragments.len();
                     }
@@ -555,30 +613,16 @@ mod tests {
             let pieces = split(&payload, &[len / 2]);
             let mut r = Reassembler::new(Limits::default());
             let mut rel = Vec::new();
-            prop_assert_eq!(r.add(key(2), frag(pieces[0].0, pieces[0].1, &pieces[0].2), 0usize, 0, &mut rel), Outcome::Held);
+            prop_assert_eq!(add(&mut r, key(2), (pieces[0].0, pieces[0].1, &pieces[0].2), 0, 0, &mut rel), Outcome::Held);
             // An overlapping piece inside the first one, not an exact duplicate.
             let off = ((at % (len / 2).max(8)) as u32 / 8 * 8).min(pieces[0].2.len() as u32 - 8);
             let bad = vec![0xcd; 8 * shift as usize];
-            let out = r.add(key(2), frag(off, true, &bad), 1, 0, &mut rel);
+            let out = outcome_ids(add(&mut r, key(2), (off, true, &bad), 1, 0, &mut rel));
             prop_assert_eq!(out, Outcome::Dropped { fragments: vec![0, 1], cause: DropCause::Overlap });
             // The rest of it is dropped too, until the timeout.
             let (o, m, d) = &pieces[1];
-            prop_assert_eq!(r.add(key(2), frag(*o, *m, d), 2, 1, &mut rel), Outcome::Dropped { fragments: vec![2], cause: DropCause::Overlap });
+            prop_assert_eq!(outcome_ids(add(&mut r, key(2), (*o, *m, d), 2, 1, &mut rel)), Outcome::Dropped { fragments: vec![2], cause: DropCause::Overlap });
             prop_assert_eq!(r.bytes_held(), 0);
-        }
-    }
-
-    /// A fragment handle holding its frame: four header bytes, then the
-    /// fragment's data.
-    #[derive(Debug, PartialEq, Eq)]
-    struct Framed {
-        id: usize,
-        frame: Vec<u8>,
-    }
-
-    impl AsRef<[u8]> for Framed {
-        fn as_ref(&self) -> &[u8] {
-            &self.frame
         }
     }
 
@@ -586,13 +630,11 @@ mod tests {
         /// Datagrams three at a time, their fragments shuffled together,
         /// through one reassembler whose piece buffers and fragment lists
         /// are reused from datagram to datagram: each completes with its own
-        /// payload and its own fragments, whether they came with their
-        /// bytes beside them (`add`) or inside their handles (`add_framed`).
+        /// payload and its own fragments.
         #[test]
         fn reused_buffers_keep_datagrams_apart(lens in proptest::collection::vec(16usize..1500, 1..30),
                                                cuts in proptest::collection::vec(0usize..1500, 1..6),
-                                               order in proptest::collection::vec(any::<u16>(), 32),
-                                               framed in any::<bool>()) {
+                                               order in proptest::collection::vec(any::<u16>(), 32)) {
             let payload = |d: usize, len: usize| -> Vec<u8> { (0..len).map(|i| (i * 31 + d * 7 + 1) as u8).collect() };
             let mut r = Reassembler::new(Limits::default());
             let mut rel = Vec::new();
@@ -607,19 +649,12 @@ mod tests {
                 idx.sort_by_key(|&i| order[i % order.len()] ^ (i as u16).wrapping_mul(40503));
                 for i in idx {
                     let (d, o, m, b) = &pieces[i];
-                    let mut frame = vec![0xee; 4];
-                    frame.extend_from_slice(b);
-                    let token = Framed { id, frame };
+                    let out = add(&mut r, key(*d as u32), (*o, *m, b), id, 0, &mut rel);
                     id += 1;
-                    let out = if framed {
-                        r.add_framed(key(*d as u32), (*o, *m), 4..4 + b.len(), token, 0, &mut rel)
-                    } else {
-                        r.add(key(*d as u32), frag(*o, *m, b), token, 0, &mut rel)
-                    };
                     match out {
                         Outcome::Held => {}
                         Outcome::Complete { fragments, payload: p } => {
-                            prop_assert_eq!(&p, &payload(*d, lens[*d]));
+                            prop_assert_eq!(&p.to_vec(&fragments), &payload(*d, lens[*d]));
                             prop_assert!(!completed[*d]);
                             completed[*d] = true;
                             let mine = pieces.iter().filter(|q| q.0 == *d).count();
@@ -627,6 +662,7 @@ mod tests {
                             for f in &fragments {
                                 prop_assert!(pieces.iter().any(|q| q.0 == *d && q.3[..] == f.frame[4..]), "a piece of datagram {}", d);
                             }
+                            r.recycle_payload(p);
                             r.recycle(fragments);
                         }
                         other => prop_assert!(false, "unexpected {:?}", other),
@@ -646,10 +682,11 @@ mod tests {
         // a new one that never completes and is given up at the end.
         let mut r = Reassembler::new(Limits::default());
         let mut rel = Vec::new();
-        assert_eq!(r.add(key(5), frag(0, true, &[1; 8]), 0usize, 0, &mut rel), Outcome::Held);
-        assert!(matches!(r.add(key(5), frag(8, false, &[2; 8]), 1, 0, &mut rel), Outcome::Complete { .. }));
-        assert_eq!(r.add(key(5), frag(0, true, &[1; 8]), 2, 0, &mut rel), Outcome::Held);
-        assert_eq!(r.drain(), vec![(vec![2], DropCause::Incomplete)]);
+        assert_eq!(add(&mut r, key(5), (0, true, &[1; 8]), 0, 0, &mut rel), Outcome::Held);
+        assert!(matches!(add(&mut r, key(5), (8, false, &[2; 8]), 1, 0, &mut rel), Outcome::Complete { .. }));
+        assert_eq!(add(&mut r, key(5), (0, true, &[1; 8]), 2, 0, &mut rel), Outcome::Held);
+        let drained: Vec<_> = r.drain().into_iter().map(|(f, c)| (ids(&f), c)).collect();
+        assert_eq!(drained, vec![(vec![2], DropCause::Incomplete)]);
     }
 
     #[test]
@@ -670,7 +707,7 @@ mod tests {
         let mut rel = Vec::new();
         let mut dropped = Vec::new();
         for (t, (o, m, d)) in frags.iter().enumerate() {
-            match r.add(key(7), frag(*o, *m, d), t, 0, &mut rel) {
+            match outcome_ids(add(&mut r, key(7), (*o, *m, d), t, 0, &mut rel)) {
                 Outcome::Held => {}
                 Outcome::Dropped { fragments, cause } => {
                     assert_eq!(cause, DropCause::Overlap);
@@ -688,10 +725,10 @@ mod tests {
     fn atomic_fragments_stand_alone_and_limits_hold() {
         let mut r = Reassembler::new(Limits { max_datagrams: 4, max_bytes: 1000, max_fragments: 3, timeout_ns: 100 });
         let mut rel = Vec::new();
-        assert_eq!(r.add(key6(9), frag(0, false, &[1; 20]), 0usize, 0, &mut rel), Outcome::Atomic(0));
+        assert_eq!(outcome_ids(add(&mut r, key6(9), (0, false, &[1; 20]), 0, 0, &mut rel)), Outcome::Atomic(0));
         // A flood of first fragments: never more than 4 datagrams or 1000 bytes held.
         for i in 0..100u32 {
-            let out = r.add(key(100 + i), frag(0, true, &[0; 64]), i as usize + 1, u64::from(i), &mut rel);
+            let out = add(&mut r, key(100 + i), (0, true, &[0; 64]), i as usize + 1, u64::from(i), &mut rel);
             assert_eq!(out, Outcome::Held);
             assert!(r.in_progress() <= 4 && r.bytes_held() <= 1000);
         }
@@ -702,15 +739,15 @@ mod tests {
         assert_eq!(r.bytes_held(), 0);
         // Too many fragments for one datagram.
         for t in 0..3usize {
-            assert_eq!(r.add(key(1), frag(t as u32 * 8, true, &[0; 8]), t, 20_000, &mut rel), Outcome::Held);
+            assert_eq!(add(&mut r, key(1), (t as u32 * 8, true, &[0; 8]), t, 20_000, &mut rel), Outcome::Held);
         }
         assert!(matches!(
-            r.add(key(1), frag(24, true, &[0; 8]), 3, 20_000, &mut rel),
+            add(&mut r, key(1), (24, true, &[0; 8]), 3, 20_000, &mut rel),
             Outcome::Dropped { cause: DropCause::TooManyFragments, .. }
         ));
         // Non-final fragment with a length that is not a multiple of 8.
         assert!(matches!(
-            r.add(key(2), frag(0, true, &[0; 7]), 9, 20_000, &mut rel),
+            add(&mut r, key(2), (0, true, &[0; 7]), 9, 20_000, &mut rel),
             Outcome::Dropped { cause: DropCause::Malformed, .. }
         ));
         let handed = 1 + 100 + 3 + 1 + 1;

@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 pub struct Held {
     meta: Meta,
     /// The frame, in a buffer from [`Reassembly`]'s spares (the reassembler
-    /// reads the fragment's data from it: [`Reassembler::add_framed`]).
+    /// reads the fragment's data from it: [`Reassembler::add`]).
     bytes: Vec<u8>,
     decoded: Result<PacketSummary, DecodeError>,
 }
@@ -273,7 +273,7 @@ impl Reassembly {
         };
         let data = start as usize..ip.l3_end as usize;
         let now = held.meta.time_ns();
-        let outcome = self.r.add_framed(key, (u32::from(f.offset), f.more), data, held, now, released);
+        let outcome = self.r.add(key, (u32::from(f.offset), f.more), data, held, now, released);
         self.emit_released(out, released);
         match outcome {
             Outcome::Held => {}
@@ -281,12 +281,18 @@ impl Reassembly {
                 Self::emit(out, vec![h], Disposition::Judge, &mut self.spare);
             }
             Outcome::Complete { mut fragments, payload } => {
-                judge_whole(&mut fragments, ip.protocol, &payload);
+                // The transport header's fields are in the payload's first
+                // 14 bytes (a TCP header's flags are its 14th).
+                let mut head = [0u8; 14];
+                let n = payload.read(&fragments, 0, &mut head);
+                let head = &head[..n];
+                self.r.recycle_payload(payload);
+                judge_whole(&mut fragments, ip.protocol, head);
                 // Re-steer the whole datagram by its flow, as if it had
                 // arrived in one piece (the seed's netisr re-injection).
                 let ports = match ip.protocol {
-                    ip_proto::TCP | ip_proto::UDP if payload.len() >= 4 => {
-                        let port = |at: usize| u16::from_be_bytes([payload[at], payload[at + 1]]);
+                    ip_proto::TCP | ip_proto::UDP if head.len() >= 4 => {
+                        let port = |at: usize| u16::from_be_bytes([head[at], head[at + 1]]);
                         Some((port(0), port(2)))
                     }
                     _ => None,
@@ -356,9 +362,9 @@ impl Reassembly {
 /// transport fields read from the reassembled payload (ports, TCP flags,
 /// ICMP type), so port rules see a later fragment's datagram as nft sees the
 /// reassembled packet. Without reassembly a later fragment has no ports and
-/// matches no port rule.
-fn judge_whole(fragments: &mut [Held], protocol: u8, payload: &[u8]) {
-    let at = |i: usize| payload.get(i).copied();
+/// matches no port rule. `head`: the payload's first bytes (14 or all).
+fn judge_whole(fragments: &mut [Held], protocol: u8, head: &[u8]) {
+    let at = |i: usize| head.get(i).copied();
     let be = |i: usize| Some(u16::from_be_bytes([at(i)?, at(i + 1)?]));
     let (ports, flags, icmp) = match protocol {
         ip_proto::TCP => (be(0).zip(be(2)), at(13), None),
