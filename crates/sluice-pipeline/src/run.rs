@@ -294,7 +294,7 @@ const READ_AHEAD_BATCHES: usize = 4;
 /// How long either thread of a run over a file polls the channel between
 /// them before it sleeps on it. A batch takes 10-20 µs to fill or to judge,
 /// so the thread that is ahead waits about that long for the other; asleep,
-/// each wait cost a futex wake and two context switches, 7-9% of each
+/// each wait cost a futex wake and two context switches, 6-9% of each
 /// thread's samples in `sluice filter` (perf). A live source sleeps at
 /// once: its batches come as the link brings them, and polling an idle
 /// link would burn a core.
@@ -396,7 +396,7 @@ impl<S: Source + ?Sized> Feed<'_, S> {
 /// when the main loop has nothing queued: it is then waiting for the
 /// reader, which is the slower of the two. The decoding goes to whichever
 /// thread has time, batch by batch (in `sluice filter` the reader, with the
-/// kernel's copy of every byte, was the busier thread by a third).
+/// kernel's copy of every byte, was the busier thread by about half).
 fn read_ahead<S: Source + ?Sized>(
     source: &mut S,
     full: SyncSender<Sent<S::Error>>,
