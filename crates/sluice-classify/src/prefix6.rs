@@ -8,19 +8,22 @@
 //! inside another. The root is a direct table, one `u32` per /16 (256 KiB).
 //! A /16 with longer blocks below it has a direct table of its own over the
 //! next k bits (k from 1 to 14, four to sixteen entries a block: level
-//! compression, as in LC-tries and Poptrie's direct pointing), each entry
-//! outside, covered, a leaf or a node. Every node consumes six address
-//! bits: a 64-bit `covered` vector (children wholly inside a block), a
-//! 64-bit `children` vector (children with longer blocks below) and a
-//! `leaves` vector (those of them holding a single block), the child
-//! records stored contiguously from `base`, found by a popcount of the
-//! `children` bits before the chunk, so a record is 32 bytes and a step is
-//! one line. A leaf record is the block itself (path compression, as a
-//! Patricia trie skips one-way branches), and a lone block that ends at
-//! most 26 bits after its direct entry is held in the entry itself. So in a
-//! routing table, whose blocks mostly end by /48, a lookup reads the root
-//! and one direct entry; a lone longer block (a /64, a host) costs one leaf
-//! more, where a /48 used to be six nodes down.
+//! compression, as in LC-tries and Poptrie's direct pointing). Every node
+//! consumes six address bits: a 64-bit `covered` vector (children wholly
+//! inside a block), a 64-bit `children` vector (children with longer blocks
+//! below) and a `leaves` vector (those of them holding a single block), the
+//! child records stored contiguously from `base`, found by a popcount of
+//! the `children` bits before the chunk, so a record is 32 bytes and a step
+//! is one line. A leaf record is the block itself (path compression, as a
+//! Patricia trie skips one-way branches).
+//!
+//! Direct entries come in two widths, chosen per list. Narrow (4 bytes):
+//! outside, covered, a node, a leaf, or a lone block that ends at most 26
+//! bits after the entry held in it; a routing table, whose blocks mostly
+//! end by /48, is then mostly decided by the root and one entry. Wide (16
+//! bytes), for lists of mostly hosts and /64s: a lone block of any length
+//! is held whole in its entry, so a listed host costs the root and one
+//! entry where a narrow entry named its leaf, a second dependent line.
 //!
 //! A pipelined lookup is two halves a batch apart. `prepare` reads each
 //! key's root entry, keeps the keys whose /16 holds something (the others
@@ -97,16 +100,195 @@ const STRIDE: u32 = 6;
 /// they say, with no special case for a table of one entry.
 const ROOT_EMPTY: u32 = 64 - 1;
 const ROOT_COVERED: u32 = 2 << 6 | (64 - 1);
-/// Direct entries: outside (0), covered (1), a node (`record << 2 | 2`) or
-/// a leaf (`record << 2 | 3`; records start at 1, record 0 being the
-/// sentinel), or a block inline (`INLINE | bits << 5 | n`): the entry holds
-/// a single block that ends at most `INLINE_BITS` bits after it, as its `n`
-/// further bits. In routing tables most blocks end by /48, so most lookups
-/// are decided by the direct entry alone, one line.
+plain_data! {
+    /// A wide direct entry, 16 bytes. The low two bits of `word` are its kind:
+    /// outside (0), covered (1), a node (`word = record << 2 | 2`; records
+    /// start at 1, record 0 being the sentinel) or a single block (3): then
+    /// `word` holds the block's first 64 bits shifted left past the bits
+    /// the entry's position gives (16 + k, so at least 17 low bits are
+    /// free) with the block's length in bits 2-9, and `low` its last 64
+    /// bits.
+    #[repr(C, align(16))]
+    pub(crate) struct Direct {
+        pub(crate) word: u64,
+        pub(crate) low: u64,
+    }
+}
+
+const _: () = assert!(size_of::<Direct>() == 16);
+
+const NODE: u64 = 2;
+const BLOCK: u64 = 3;
+
+/// Narrow (4-byte) direct entries: outside (0), covered (1), a node
+/// (`record << 2 | 2`) or a leaf (`record << 2 | 3`; records start at 1,
+/// record 0 being the sentinel), or a block inline (`INLINE | bits << 5 |
+/// n`): the entry holds a single block that ends at most `INLINE_BITS` bits
+/// after it, as its `n` further bits. A routing table's blocks mostly end
+/// by /48, so most of its lookups are decided by a narrow entry, and its
+/// tables stay a quarter of the wide ones' size.
 const OUTSIDE: u32 = 0;
 const COVERED: u32 = 1;
 const INLINE: u32 = 1 << 31;
 const INLINE_BITS: u32 = 26;
+
+/// A list gets wide entries when more than half of its blocks below the
+/// root are longer than this (hosts and /64s, which a narrow entry cannot
+/// hold). On the bench's 100k blocklist wide entries measured 76-85
+/// against 67-76 Mpps for narrow ones; on its 200k routing table (/48s)
+/// 75-80 against 78-89, their tables 22 MB against 13 (alternating rounds).
+const WIDE_LEN: u8 = 56;
+
+/// One kind of direct entry.
+trait Entry: Copy + crate::mem::Zeroable {
+    const OUTSIDE: Self;
+    const COVERED: Self;
+    /// Whether a /16 whose blocks mostly end within `INLINE_BITS` of their
+    /// entry gets twice the entries (narrow: then more are decided inline).
+    const MORE_FOR_SHORT: bool;
+    /// Key `i`'s walk from this entry, without a branch on the outcome: the
+    /// record it reached (0, the sentinel, if decided) and whether it is
+    /// inside. `low`: the key's last 64 bits.
+    fn walk(self, slot: Slot, low: u64, i: usize) -> (Walk, bool);
+    /// Fill a /16's table of 2^k entries from its `blocks` (sorted,
+    /// disjoint, all longer than /16): entries wholly inside a block are
+    /// covered, one with a single longer block holds it (or its leaf), one
+    /// with more is a node over the bits after the first 16 + k.
+    fn fill(blocks: &[(u128, u8)], k: u32, table: &mut [Self], nodes: &mut Vec<Node>);
+}
+
+/// The record a new node or leaf will take.
+fn next_record(nodes: &[Node]) -> u32 {
+    u32::try_from(nodes.len()).ok().filter(|&r| r < 1 << 29).expect("fewer than 2^29 records")
+}
+
+/// The bits of a /16's table index: the entry of `addr` in a table of 2^k.
+fn entry_of(addr: u128, k: u32) -> usize {
+    ((addr << ROOT_BITS) >> (128 - k)) as usize
+}
+
+impl Entry for u32 {
+    const OUTSIDE: u32 = OUTSIDE;
+    const COVERED: u32 = COVERED;
+    const MORE_FOR_SHORT: bool = true;
+
+    #[inline(always)]
+    fn walk(self, slot: Slot, _low: u64, i: usize) -> (Walk, bool) {
+        let d = self;
+        // The key's bits after the entry (16 + k consumed), and its `n`
+        // bits after the entry, computed for every entry (an inline block
+        // has n >= 1, or it would be covered; for other entries the value is
+        // unused, and the shift count wraps rather than panics).
+        let k = 64 - slot.shift;
+        let rest = slot.high << ROOT_BITS << k;
+        let n = d & 31;
+        let bits = rest.wrapping_shr(64 - n) as u32;
+        // An inline entry is `INLINE | block bits << 5 | n`: the key is in
+        // it if its own bits rebuild the entry. Other entries lack the
+        // `INLINE` bit, so they never match.
+        let inline_hit = (bits << 5 | n | INLINE) == d;
+        // Records only for entries without the `INLINE` bit (outside and
+        // covered name record 0, the sentinel).
+        let record = (d >> 2) & !(((d as i32) >> 31) as u32);
+        let start = if d & 3 == 3 { AT_LEAF } else { ROOT_BITS + k };
+        (Walk { record, start, key: i as u32 }, (d == COVERED) | inline_hit)
+    }
+
+    fn fill(blocks: &[(u128, u8)], k: u32, table: &mut [u32], nodes: &mut Vec<Node>) {
+        let bits = ROOT_BITS + k;
+        let mut i = 0;
+        while i < blocks.len() {
+            let (addr, len) = blocks[i];
+            let e = entry_of(addr, k);
+            if u32::from(len) <= bits {
+                table[e..e + (1 << (bits - u32::from(len)))].fill(COVERED);
+                i += 1;
+                continue;
+            }
+            let j = i + blocks[i..].partition_point(|&(a, l)| u32::from(l) > bits && entry_of(a, k) == e);
+            let r = next_record(nodes);
+            let n = u32::from(len) - bits;
+            if j - i == 1 && n <= INLINE_BITS {
+                table[e] = INLINE | (((addr << bits) >> (128 - n)) as u32) << 5 | n;
+            } else if j - i == 1 {
+                nodes.push(Node::leaf(blocks[i]));
+                table[e] = r << 2 | 3;
+            } else {
+                nodes.push(Node::EMPTY);
+                build(&blocks[i..j], bits, r as usize, nodes);
+                table[e] = r << 2 | 2;
+            }
+            i = j;
+        }
+    }
+}
+
+impl Entry for Direct {
+    const OUTSIDE: Direct = Direct { word: 0, low: 0 };
+    const COVERED: Direct = Direct { word: 1, low: 0 };
+    const MORE_FOR_SHORT: bool = false;
+
+    #[inline(always)]
+    fn walk(self, slot: Slot, low: u64, i: usize) -> (Walk, bool) {
+        let d = self;
+        let kind = d.word & 3;
+        // The bits the entry fixes, and the key's first 64 bits past them.
+        let bits = ROOT_BITS + 64 - slot.shift;
+        let rest = slot.high << ROOT_BITS << (64 - slot.shift);
+        // A block's test, computed for every entry (for the others the
+        // value is unused, and the shift counts wrap rather than panic):
+        // the block's bits in the first half past the entry (at least one,
+        // as the block is longer than the entry's bits), and in the second
+        // half those its length covers.
+        let len = (d.word >> 2) as u32 & 0xff;
+        let high_bits = len.min(64).wrapping_sub(bits);
+        let high = (rest ^ d.word).wrapping_shr(64u32.wrapping_sub(high_bits)) != 0;
+        let low_mask = u64::MAX.wrapping_shl(128u32.wrapping_sub(len)) & u64::from(len > 64).wrapping_neg();
+        let low = (low ^ d.low) & low_mask != 0;
+        let in_block = (kind == BLOCK) & !high & !low;
+        let record = if kind == NODE { (d.word >> 2) as u32 } else { 0 };
+        (Walk { record, start: bits, key: i as u32 }, (kind == 1) | in_block)
+    }
+
+    fn fill(blocks: &[(u128, u8)], k: u32, table: &mut [Direct], nodes: &mut Vec<Node>) {
+        let bits = ROOT_BITS + k;
+        let mut i = 0;
+        while i < blocks.len() {
+            let (addr, len) = blocks[i];
+            let e = entry_of(addr, k);
+            if u32::from(len) <= bits {
+                table[e..e + (1 << (bits - u32::from(len)))].fill(Direct::COVERED);
+                i += 1;
+                continue;
+            }
+            let j = i + blocks[i..].partition_point(|&(a, l)| u32::from(l) > bits && entry_of(a, k) == e);
+            if j - i == 1 {
+                table[e] = Direct::block(blocks[i], bits);
+            } else {
+                let r = next_record(nodes);
+                nodes.push(Node::EMPTY);
+                build(&blocks[i..j], bits, r as usize, nodes);
+                table[e] = Direct { word: u64::from(r) << 2 | NODE, low: 0 };
+            }
+            i = j;
+        }
+    }
+}
+
+/// A set's direct tables, one after another, of the width its list needs.
+enum Directs {
+    Narrow(Table<u32>),
+    Wide(Table<Direct>),
+}
+
+impl Direct {
+    /// The entry for a single `block` below an entry that fixes its first
+    /// `bits` bits (`bits` < its length).
+    fn block((addr, len): (u128, u8), bits: u32) -> Direct {
+        debug_assert!(u32::from(len) > bits && bits > 16 && bits < 64);
+        Direct { word: ((addr >> 64) as u64) << bits | u64::from(len) << 2 | BLOCK, low: addr as u64 }
+    }
+}
 
 /// The six bits of `addr` after its first `start` bits (`start` <= 124; at
 /// 124 the last four bits come out shifted left by two, and the build cuts
@@ -123,7 +305,7 @@ pub struct V6PrefixSet {
     pub(crate) prefixes: usize,
     root: Table<u32>,
     /// The /16s' direct tables, one after another.
-    direct: Table<u32>,
+    direct: Directs,
     nodes: Table<Node>,
 }
 
@@ -146,16 +328,36 @@ impl V6PrefixSet {
     /// Build from merged ranges (sorted, disjoint, not adjacent), as `new`
     /// makes them and `persist` checks them.
     pub(crate) fn from_ranges(ranges: Vec<(u128, u128)>, prefixes: usize) -> Self {
+        Self::from_ranges_as(ranges, prefixes, None)
+    }
+
+    /// [`V6PrefixSet::from_ranges`] with wide entries or not as `wide`
+    /// says, or as the list needs (`None`).
+    pub(crate) fn from_ranges_as(ranges: Vec<(u128, u128)>, prefixes: usize, wide: Option<bool>) -> Self {
         let mut blocks = Vec::with_capacity(ranges.len() * 2);
         for &(first, last) in &ranges {
             cut(first, last, &mut blocks);
         }
+        let below = blocks.iter().filter(|b| u32::from(b.1) > ROOT_BITS).count();
+        let long = blocks.iter().filter(|b| b.1 > WIDE_LEN).count();
         let mut root = Table::<u32>::zeroed(1 << ROOT_BITS);
         root.fill(ROOT_EMPTY);
-        let mut direct = vec![OUTSIDE, OUTSIDE, COVERED, COVERED];
         // Record 0 is the sentinel: no children, so a decided walk that
         // steps on stays decided, without a branch.
         let mut nodes: Vec<Node> = vec![Node::EMPTY];
+        let direct = if wide.unwrap_or(2 * long > below) {
+            Directs::Wide(Self::fill_tables(&blocks, &mut root, &mut nodes))
+        } else {
+            Directs::Narrow(Self::fill_tables(&blocks, &mut root, &mut nodes))
+        };
+        let mut table = Table::<Node>::zeroed(nodes.len());
+        table.copy_from_slice(&nodes);
+        V6PrefixSet { ranges, prefixes, root, direct, nodes: table }
+    }
+
+    /// The root entries and the /16s' direct tables of `blocks`.
+    fn fill_tables<E: Entry>(blocks: &[(u128, u8)], root: &mut [u32], nodes: &mut Vec<Node>) -> Table<E> {
+        let mut direct = vec![E::OUTSIDE, E::OUTSIDE, E::COVERED, E::COVERED];
         let mut at = 0;
         while at < blocks.len() {
             let (addr, len) = blocks[at];
@@ -167,14 +369,13 @@ impl V6PrefixSet {
                 continue;
             }
             // The longer blocks of this /16 get a direct table of four to
-            // eight entries a block (two entries for a lone block), eight to
-            // sixteen if most blocks are short enough to be held inline,
-            // fewer at the cap. Two to four measured 10% slower on the bgp
-            // mix: more entries hold two blocks, a node. A routing table's
-            // blocks (mostly by /48) are decided by their entry alone when
-            // it holds only them, so they gain from more entries; a
-            // blocklist's hosts and /64s need their leaf anyway, and larger
-            // tables measured slower there.
+            // eight entries a block (two entries for a lone block), fewer at
+            // the cap; narrow, eight to sixteen if most blocks are short
+            // enough to be held inline. Two to four measured 10% slower on
+            // the bgp mix: more entries hold two blocks, a node. A routing
+            // table's blocks (mostly by /48) are decided by their entry alone
+            // when it holds only them, so they gain from more entries;
+            // blocklists (hosts, /64s) measured slower with them.
             let end = at + blocks[at..].partition_point(|&(a, _)| (a >> (128 - ROOT_BITS)) as usize == slot);
             let m = end - at;
             let k = if m == 1 {
@@ -183,20 +384,18 @@ impl V6PrefixSet {
                 let k = usize::BITS - m.leading_zeros() + 2;
                 let short =
                     blocks[at..end].iter().filter(|&&(_, len)| u32::from(len) <= ROOT_BITS + k + 1 + INLINE_BITS);
-                (k + u32::from(2 * short.count() > m)).min(DIRECT_MAX_BITS)
+                (k + u32::from(E::MORE_FOR_SHORT && 2 * short.count() > m)).min(DIRECT_MAX_BITS)
             };
             let base = direct.len();
-            direct.resize(base + (1 << k), OUTSIDE);
+            direct.resize(base + (1 << k), E::OUTSIDE);
             let base = u32::try_from(base).ok().filter(|&b| b < 1 << 26).expect("fewer than 2^26 direct entries");
             root[slot] = base << 6 | (64 - k);
-            fill_direct(&blocks[at..end], k, &mut direct[base as usize..], &mut nodes);
+            E::fill(&blocks[at..end], k, &mut direct[base as usize..], nodes);
             at = end;
         }
-        let mut table = Table::<Node>::zeroed(nodes.len());
-        table.copy_from_slice(&nodes);
-        let mut direct_table = Table::<u32>::zeroed(direct.len());
-        direct_table.copy_from_slice(&direct);
-        V6PrefixSet { ranges, prefixes, root, direct: direct_table, nodes: table }
+        let mut table = Table::<E>::zeroed(direct.len());
+        table.copy_from_slice(&direct);
+        table
     }
 
     pub fn prefixes(&self) -> usize {
@@ -210,7 +409,11 @@ impl V6PrefixSet {
     /// Bytes of the trie (root, direct tables and records) and of the
     /// ranges it was built from.
     pub fn bytes(&self) -> usize {
-        self.root.bytes() + self.direct.bytes() + self.nodes.bytes() + self.ranges.len() * 32
+        let direct = match &self.direct {
+            Directs::Narrow(t) => t.bytes(),
+            Directs::Wide(t) => t.bytes(),
+        };
+        self.root.bytes() + direct + self.nodes.bytes() + self.ranges.len() * 32
     }
 
     /// Records below the root: nodes and leaves.
@@ -227,7 +430,11 @@ impl V6PrefixSet {
     /// tables) its walk read.
     #[inline(always)]
     fn lookup(&self, addr: u128) -> (bool, u32) {
-        let (walk, inside) = self.direct_walk(Self::direct_slot(self.root(), addr).0, 0);
+        let slot = Self::direct_slot(self.root(), addr).0;
+        let (walk, inside) = match &self.direct {
+            Directs::Narrow(t) => t[slot.entry as usize].walk(slot, addr as u64, 0),
+            Directs::Wide(t) => t[slot.entry as usize].walk(slot, addr as u64, 0),
+        };
         if inside || walk.record == 0 {
             return (inside, 0);
         }
@@ -291,31 +498,6 @@ impl V6PrefixSet {
         (&self.root[..]).try_into().expect("the root has an entry per /16")
     }
 
-    /// Key `i`'s walk from its direct entry, without a branch on the
-    /// outcome: the record it reached (0, the sentinel, if decided) and
-    /// whether it is inside.
-    #[inline(always)]
-    fn direct_walk(&self, slot: Slot, i: usize) -> (Walk, bool) {
-        let d = self.direct[slot.entry as usize];
-        // The key's bits after the entry (16 + k consumed), and its `n`
-        // bits after the entry, computed for every entry (an inline block
-        // has n >= 1, or it would be covered; for other entries the value is
-        // unused, and the shift count wraps rather than panics).
-        let k = 64 - slot.shift;
-        let rest = slot.high << ROOT_BITS << k;
-        let n = d & 31;
-        let bits = rest.wrapping_shr(64 - n) as u32;
-        // An inline entry is `INLINE | block bits << 5 | n`: the key is in
-        // it if its own bits rebuild the entry. Other entries lack the
-        // `INLINE` bit, so they never match.
-        let inline_hit = (bits << 5 | n | INLINE) == d;
-        // Records only for entries without the `INLINE` bit (outside and
-        // covered name record 0, the sentinel).
-        let record = (d >> 2) & !(((d as i32) >> 31) as u32);
-        let start = if d & 3 == 3 { AT_LEAF } else { ROOT_BITS + k };
-        (Walk { record, start, key: i as u32 }, (d == COVERED) | inline_hit)
-    }
-
     /// First half of a pipelined lookup: read each key's root entry (256
     /// KiB, mostly cached) and prefetch its direct entry. By
     /// [`V6PrefixSet::or_prepared`], a batch later, that line has arrived.
@@ -326,6 +508,14 @@ impl V6PrefixSet {
     /// possible members). Traffic to unlisted /16s costs the root read.
     #[inline]
     pub(crate) fn prepare(&self, keys: &[u128], walks: &mut Walks) {
+        match &self.direct {
+            Directs::Narrow(t) => self.prepare_in(t, keys, walks),
+            Directs::Wide(t) => self.prepare_in(t, keys, walks),
+        }
+    }
+
+    #[inline(always)]
+    fn prepare_in<E: Entry>(&self, direct: &Table<E>, keys: &[u128], walks: &mut Walks) {
         assert!(keys.len() <= PREPARED_MAX, "at most {PREPARED_MAX} keys a batch");
         let root = self.root();
         let mut kept = 0;
@@ -335,7 +525,7 @@ impl V6PrefixSet {
             // the compiler so (no bounds check).
             walks.slots[kept & (PREPARED_MAX - 1)] = slot;
             walks.keys[kept & (PREPARED_MAX - 1)] = i as u8;
-            prefetch(self.direct.addr_of(slot.entry as usize));
+            prefetch(direct.addr_of(slot.entry as usize));
             kept += usize::from(listed);
         }
         walks.kept = kept;
@@ -350,19 +540,27 @@ impl V6PrefixSet {
     /// cost more than the walk (all keys in-list measured faster than half).
     #[inline]
     pub(crate) fn or_prepared(&self, keys: &[u128], walks: &Walks, out: &mut [bool]) {
+        match &self.direct {
+            Directs::Narrow(t) => self.finish_in(t, keys, walks, out),
+            Directs::Wide(t) => self.finish_in(t, keys, walks, out),
+        }
+    }
+
+    #[inline(always)]
+    fn finish_in<E: Entry>(&self, direct: &[E], keys: &[u128], walks: &Walks, out: &mut [bool]) {
         assert_eq!(keys.len(), out.len(), "one output per key");
         let live = &walks.live;
         let mut n = 0;
         for (&slot, &i) in walks.slots[..walks.kept].iter().zip(&walks.keys) {
             let i = usize::from(i);
-            let (walk, inside) = self.direct_walk(slot, i);
+            let (walk, inside) = direct[slot.entry as usize].walk(slot, keys[i] as u64, i);
             prefetch(self.nodes.addr_of(walk.record as usize));
             out[i] |= inside;
             live[n].set(walk);
             n += usize::from(walk.record != 0);
         }
-        // Leaves (their lines asked for above) are one test; only walks at
-        // nodes go on, interleaved.
+        // Leaves (narrow entries' records, their lines asked for above) are
+        // one test; only walks at nodes go on, interleaved.
         let mut nodes = 0;
         for at in 0..n {
             let walk = live[at].get();
@@ -511,41 +709,6 @@ fn cut(mut first: u128, last: u128, out: &mut Vec<(u128, u8)>) {
     }
 }
 
-/// Fill a /16's direct table of 2^k entries from its `blocks` (sorted,
-/// disjoint, all longer than /16): entries wholly inside a block are
-/// covered, an entry with a single longer block is its leaf, one with more
-/// a node over the bits after the first 16 + k.
-fn fill_direct(blocks: &[(u128, u8)], k: u32, table: &mut [u32], nodes: &mut Vec<Node>) {
-    let bits = ROOT_BITS + k;
-    let entry = |addr: u128| ((addr << ROOT_BITS) >> (128 - k)) as usize;
-    let record =
-        |nodes: &Vec<Node>| u32::try_from(nodes.len()).ok().filter(|&r| r < 1 << 29).expect("fewer than 2^29 records");
-    let mut i = 0;
-    while i < blocks.len() {
-        let (addr, len) = blocks[i];
-        let e = entry(addr);
-        if u32::from(len) <= bits {
-            table[e..e + (1 << (bits - u32::from(len)))].fill(COVERED);
-            i += 1;
-            continue;
-        }
-        let j = i + blocks[i..].partition_point(|&(a, l)| u32::from(l) > bits && entry(a) == e);
-        let r = record(nodes);
-        let n = u32::from(len) - bits;
-        if j - i == 1 && n <= INLINE_BITS {
-            table[e] = INLINE | (((addr << bits) >> (128 - n)) as u32) << 5 | n;
-        } else if j - i == 1 {
-            nodes.push(Node::leaf(blocks[i]));
-            table[e] = r << 2 | 3;
-        } else {
-            nodes.push(Node::EMPTY);
-            build(&blocks[i..j], bits, r as usize, nodes);
-            table[e] = r << 2 | 2;
-        }
-        i = j;
-    }
-}
-
 /// Fill node `at` from `blocks`: sorted, disjoint, all longer than `start`
 /// bits and sharing their first `start` bits. Children are reserved
 /// contiguously before any is filled, so each node's children sit together;
@@ -619,9 +782,19 @@ mod tests {
         })
     }
 
-    /// Every lookup path against a scan of the prefixes, on `probes`.
+    /// Every lookup path against a scan of the prefixes, on `probes`, with
+    /// the entries the list gets and with narrow and wide ones.
     fn check(prefixes: &[(u128, u8)], probes: &[u128], pf: bool) -> Result<(), TestCaseError> {
         let set = V6PrefixSet::new(prefixes);
+        for wide in [false, true] {
+            let other = V6PrefixSet::from_ranges_as(set.ranges.clone(), set.prefixes, Some(wide));
+            prop_assert_eq!(matches!(other.direct, Directs::Wide(_)), wide);
+            check_set(&other, prefixes, probes, pf)?;
+        }
+        check_set(&set, prefixes, probes, pf)
+    }
+
+    fn check_set(set: &V6PrefixSet, prefixes: &[(u128, u8)], probes: &[u128], pf: bool) -> Result<(), TestCaseError> {
         let mut out = vec![false; probes.len()];
         set.or_batch(probes, &mut out, pf);
         // Pipelined: the walks `prepare` starts, resumed by `or_prepared`.
@@ -704,7 +877,7 @@ mod tests {
             })
             .collect();
         check(&prefixes, &probes, true).unwrap();
-        // The listed lookups read about one record (a leaf) each.
+        // The listed lookups read at most about one record each.
         assert!(set.mean_steps() < 1.5, "{}", set.mean_steps());
     }
 
@@ -718,9 +891,13 @@ mod tests {
         assert_eq!(set.ranges(), 2);
         let set = V6PrefixSet::new(&[]);
         assert!(!set.contains(0) && set.nodes() == 0);
-        // A lone /48 is its /16's one direct entry, a leaf.
+        // A lone /48 is its /16's one narrow direct entry, a leaf; a wide
+        // entry holds it.
         let set = V6PrefixSet::new(&[(0x2001_0db8_0001u128 << 80, 48)]);
         assert_eq!(set.nodes(), 1);
+        assert!(set.contains(0x2001_0db8_0001u128 << 80 | 77) && !set.contains(0x2001_0db8_0002u128 << 80));
+        let set = V6PrefixSet::from_ranges_as(set.ranges.clone(), 1, Some(true));
+        assert_eq!(set.nodes(), 0);
         assert!(set.contains(0x2001_0db8_0001u128 << 80 | 77) && !set.contains(0x2001_0db8_0002u128 << 80));
     }
 }
