@@ -150,11 +150,11 @@ trait Entry: Copy + crate::mem::Zeroable {
     /// record it reached (0, the sentinel, if decided) and whether it is
     /// inside. `low`: the key's last 64 bits.
     fn walk(self, slot: Slot, low: u64, i: usize) -> (Walk, bool);
-    /// Fill a /16's table of 2^k entries from its `blocks` (sorted,
-    /// disjoint, all longer than /16): entries wholly inside a block are
-    /// covered, one with a single longer block holds it (or its leaf), one
-    /// with more is a node over the bits after the first 16 + k.
-    fn fill(blocks: &[(u128, u8)], k: u32, table: &mut [Self], nodes: &mut Vec<Node>);
+    /// The entry of a single block longer than the entry's `bits` (a narrow
+    /// one may push its leaf record).
+    fn lone(block: (u128, u8), bits: u32, nodes: &mut Vec<Node>) -> Self;
+    /// The entry naming node `record`.
+    fn node(record: u32) -> Self;
 }
 
 /// The record a new node or leaf will take.
@@ -194,32 +194,18 @@ impl Entry for u32 {
         (Walk { record, start, key: i as u32 }, (d == COVERED) | inline_hit)
     }
 
-    fn fill(blocks: &[(u128, u8)], k: u32, table: &mut [u32], nodes: &mut Vec<Node>) {
-        let bits = ROOT_BITS + k;
-        let mut i = 0;
-        while i < blocks.len() {
-            let (addr, len) = blocks[i];
-            let e = entry_of(addr, k);
-            if u32::from(len) <= bits {
-                table[e..e + (1 << (bits - u32::from(len)))].fill(COVERED);
-                i += 1;
-                continue;
-            }
-            let j = i + blocks[i..].partition_point(|&(a, l)| u32::from(l) > bits && entry_of(a, k) == e);
-            let r = next_record(nodes);
-            let n = u32::from(len) - bits;
-            if j - i == 1 && n <= INLINE_BITS {
-                table[e] = INLINE | (((addr << bits) >> (128 - n)) as u32) << 5 | n;
-            } else if j - i == 1 {
-                nodes.push(Node::leaf(blocks[i]));
-                table[e] = r << 2 | 3;
-            } else {
-                nodes.push(Node::EMPTY);
-                build(&blocks[i..j], bits, r as usize, nodes);
-                table[e] = r << 2 | 2;
-            }
-            i = j;
+    fn lone((addr, len): (u128, u8), bits: u32, nodes: &mut Vec<Node>) -> u32 {
+        let n = u32::from(len) - bits;
+        if n <= INLINE_BITS {
+            return INLINE | (((addr << bits) >> (128 - n)) as u32) << 5 | n;
         }
+        let r = next_record(nodes);
+        nodes.push(Node::leaf((addr, len)));
+        r << 2 | 3
+    }
+
+    fn node(record: u32) -> u32 {
+        record << 2 | 2
     }
 }
 
@@ -250,28 +236,40 @@ impl Entry for Direct {
         (Walk { record, start: bits, key: i as u32 }, (kind == 1) | in_block)
     }
 
-    fn fill(blocks: &[(u128, u8)], k: u32, table: &mut [Direct], nodes: &mut Vec<Node>) {
-        let bits = ROOT_BITS + k;
-        let mut i = 0;
-        while i < blocks.len() {
-            let (addr, len) = blocks[i];
-            let e = entry_of(addr, k);
-            if u32::from(len) <= bits {
-                table[e..e + (1 << (bits - u32::from(len)))].fill(Direct::COVERED);
-                i += 1;
-                continue;
-            }
-            let j = i + blocks[i..].partition_point(|&(a, l)| u32::from(l) > bits && entry_of(a, k) == e);
-            if j - i == 1 {
-                table[e] = Direct::block(blocks[i], bits);
-            } else {
-                let r = next_record(nodes);
-                nodes.push(Node::EMPTY);
-                build(&blocks[i..j], bits, r as usize, nodes);
-                table[e] = Direct { word: u64::from(r) << 2 | NODE, low: 0 };
-            }
-            i = j;
+    fn lone(block: (u128, u8), bits: u32, _nodes: &mut Vec<Node>) -> Direct {
+        Direct::block(block, bits)
+    }
+
+    fn node(record: u32) -> Direct {
+        Direct { word: u64::from(record) << 2 | NODE, low: 0 }
+    }
+}
+
+/// Fill a /16's table of 2^k entries from its `blocks` (sorted, disjoint,
+/// all longer than /16): entries wholly inside a block are covered, one
+/// with a single longer block holds it (or names its leaf), one with more
+/// is a node over the bits after the first 16 + k.
+fn fill_direct<E: Entry>(blocks: &[(u128, u8)], k: u32, table: &mut [E], nodes: &mut Vec<Node>) {
+    let bits = ROOT_BITS + k;
+    let mut i = 0;
+    while i < blocks.len() {
+        let (addr, len) = blocks[i];
+        let e = entry_of(addr, k);
+        if u32::from(len) <= bits {
+            table[e..e + (1 << (bits - u32::from(len)))].fill(E::COVERED);
+            i += 1;
+            continue;
         }
+        let j = i + blocks[i..].partition_point(|&(a, l)| u32::from(l) > bits && entry_of(a, k) == e);
+        table[e] = if j - i == 1 {
+            E::lone(blocks[i], bits, nodes)
+        } else {
+            let r = next_record(nodes);
+            nodes.push(Node::EMPTY);
+            build(&blocks[i..j], bits, r as usize, nodes);
+            E::node(r)
+        };
+        i = j;
     }
 }
 
@@ -390,7 +388,7 @@ impl V6PrefixSet {
             direct.resize(base + (1 << k), E::OUTSIDE);
             let base = u32::try_from(base).ok().filter(|&b| b < 1 << 26).expect("fewer than 2^26 direct entries");
             root[slot] = base << 6 | (64 - k);
-            E::fill(&blocks[at..end], k, &mut direct[base as usize..], nodes);
+            fill_direct(&blocks[at..end], k, &mut direct[base as usize..], nodes);
             at = end;
         }
         let mut table = Table::<E>::zeroed(direct.len());
