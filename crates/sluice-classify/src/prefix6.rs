@@ -5,7 +5,8 @@
 //! The prefixes are first merged into sorted disjoint ranges (kept: they
 //! are what `persist` stores and what the trie is rebuilt from on load),
 //! and each range is cut into the fewest aligned blocks, so no block lies
-//! inside another. The root is a direct table, one `u32` per /16 (256 KiB).
+//! inside another. The root is a direct table, one `u32` per /16 (256 KiB),
+//! with a bit per /16 beside it (8 KiB) saying which hold anything.
 //! A /16 with longer blocks below it has a direct table of its own over the
 //! next k bits (k from 1 to 14, four to sixteen entries a block: level
 //! compression, as in LC-tries and Poptrie's direct pointing). Every node
@@ -25,12 +26,14 @@
 //! is held whole in its entry, so a listed host costs the root and one
 //! entry where a narrow entry named its leaf, a second dependent line.
 //!
-//! A pipelined lookup is two halves a batch apart. `prepare` reads each
-//! key's root entry, keeps the keys whose /16 holds something (the others
-//! are outside) and prefetches their direct entries; `or_prepared` reads
-//! the direct entries, without a branch on any key's outcome, and
-//! prefetches the records they name; then it checks the leaves and takes
-//! the walks at nodes on, interleaved (AMAC) so their misses overlap.
+//! A pipelined lookup is two halves a batch apart. `prepare` keeps the
+//! keys whose /16 holds something by a bitmap of the /16s (the others are
+//! outside), then reads the kept keys' root entries and prefetches their
+//! direct entries; `or_prepared` reads the direct entries, without a
+//! branch on any key's outcome (wide ones four at a time with AVX2), and
+//! notes the keys that go on; then it prefetches their records, checks the
+//! leaves and takes the walks at nodes on, interleaved (AMAC) so their
+//! misses overlap.
 
 use crate::exact::PREPARED_MAX;
 const _: () = assert!(PREPARED_MAX <= 256, "key indexes are bytes");
@@ -85,6 +88,8 @@ impl Node {
 const _: () = assert!(size_of::<Node>() == 32);
 
 const ROOT_BITS: u32 = 16;
+/// A bit per /16 (8 KiB).
+type Present = [u64; (1 << ROOT_BITS) / 64];
 /// A /16's direct table indexes at most this many more bits (64 KiB).
 const DIRECT_MAX_BITS: u32 = 14;
 /// Walks in flight in a batch lookup ([`V6PrefixSet::or_batch`]).
@@ -106,8 +111,8 @@ plain_data! {
     /// start at 1, record 0 being the sentinel) or a single block (3): then
     /// `word` holds the block's first 64 bits shifted left past the bits
     /// the entry's position gives (16 + k, so at least 17 low bits are
-    /// free) with the block's length in bits 2-9, and `low` its last 64
-    /// bits.
+    /// free) with its test's shift counts in bits 2-14, and `low` its last
+    /// 64 bits. Read four at a time by `simd::wide_entries`.
     #[repr(C, align(16))]
     pub(crate) struct Direct {
         pub(crate) word: u64,
@@ -117,8 +122,16 @@ plain_data! {
 
 const _: () = assert!(size_of::<Direct>() == 16);
 
-const NODE: u64 = 2;
-const BLOCK: u64 = 3;
+pub(crate) const COVERED_ENTRY: u64 = 1;
+pub(crate) const NODE: u64 = 2;
+pub(crate) const BLOCK: u64 = 3;
+/// A block entry's shift counts, in the low bits its position frees: the
+/// right shift that keeps its bits in the key's first half past the entry
+/// (17 to 63, six bits), and the one that keeps the length's bits of the
+/// second half (`128 - len` for a block longer than /64, else 64: seven
+/// bits, a count AVX2's `vpsrlvq` takes as "all bits out").
+pub(crate) const HIGH_SHIFT_AT: u32 = 2;
+pub(crate) const LOW_SHIFT_AT: u32 = 8;
 
 /// Narrow (4-byte) direct entries: outside (0), covered (1), a node
 /// (`record << 2 | 2`) or a leaf (`record << 2 | 3`; records start at 1,
@@ -150,6 +163,9 @@ trait Entry: Copy + crate::mem::Zeroable {
     /// record it reached (0, the sentinel, if decided) and whether it is
     /// inside. `low`: the key's last 64 bits.
     fn walk(self, slot: Slot, low: u64, i: usize) -> (Walk, bool);
+    /// Whether a key at this entry walks on to a record (`walk`'s record
+    /// is not 0), in fewer instructions.
+    fn goes_on(self) -> bool;
     /// The entry of a single block longer than the entry's `bits` (a narrow
     /// one may push its leaf record).
     fn lone(block: (u128, u8), bits: u32, nodes: &mut Vec<Node>) -> Self;
@@ -179,8 +195,7 @@ impl Entry for u32 {
         // bits after the entry, computed for every entry (an inline block
         // has n >= 1, or it would be covered; for other entries the value is
         // unused, and the shift count wraps rather than panics).
-        let k = 64 - slot.shift;
-        let rest = slot.high << ROOT_BITS << k;
+        let rest = slot.rest;
         let n = d & 31;
         let bits = rest.wrapping_shr(64 - n) as u32;
         // An inline entry is `INLINE | block bits << 5 | n`: the key is in
@@ -190,8 +205,14 @@ impl Entry for u32 {
         // Records only for entries without the `INLINE` bit (outside and
         // covered name record 0, the sentinel).
         let record = (d >> 2) & !(((d as i32) >> 31) as u32);
-        let start = if d & 3 == 3 { AT_LEAF } else { ROOT_BITS + k };
+        let start = if d & 3 == 3 { AT_LEAF } else { slot.start };
         (Walk { record, start, key: i as u32 }, (d == COVERED) | inline_hit)
+    }
+
+    #[inline(always)]
+    fn goes_on(self) -> bool {
+        // Nodes (2) and leaves (3); an inline entry may have bit 1 set.
+        (self & 2 != 0) & (self & INLINE == 0)
     }
 
     fn lone((addr, len): (u128, u8), bits: u32, nodes: &mut Vec<Node>) -> u32 {
@@ -211,29 +232,28 @@ impl Entry for u32 {
 
 impl Entry for Direct {
     const OUTSIDE: Direct = Direct { word: 0, low: 0 };
-    const COVERED: Direct = Direct { word: 1, low: 0 };
+    const COVERED: Direct = Direct { word: COVERED_ENTRY, low: 0 };
     const MORE_FOR_SHORT: bool = false;
 
     #[inline(always)]
     fn walk(self, slot: Slot, low: u64, i: usize) -> (Walk, bool) {
         let d = self;
         let kind = d.word & 3;
-        // The bits the entry fixes, and the key's first 64 bits past them.
-        let bits = ROOT_BITS + 64 - slot.shift;
-        let rest = slot.high << ROOT_BITS << (64 - slot.shift);
         // A block's test, computed for every entry (for the others the
-        // value is unused, and the shift counts wrap rather than panic):
-        // the block's bits in the first half past the entry (at least one,
-        // as the block is longer than the entry's bits), and in the second
-        // half those its length covers.
-        let len = (d.word >> 2) as u32 & 0xff;
-        let high_bits = len.min(64).wrapping_sub(bits);
-        let high = (rest ^ d.word).wrapping_shr(64u32.wrapping_sub(high_bits)) != 0;
-        let low_mask = u64::MAX.wrapping_shl(128u32.wrapping_sub(len)) & u64::from(len > 64).wrapping_neg();
-        let low = (low ^ d.low) & low_mask != 0;
-        let in_block = (kind == BLOCK) & !high & !low;
+        // value is unused; the shifts take their counts' low six bits, as
+        // x86's do): the key's first 64 bits past the entry against the
+        // block's, shifted to keep the block's bits there (at least one),
+        // and its last 64 bits, shifted to keep those the length covers.
+        let high = (slot.rest ^ d.word).wrapping_shr((d.word >> HIGH_SHIFT_AT) as u32);
+        let low = (low ^ d.low).checked_shr((d.word >> LOW_SHIFT_AT) as u32 & 127).unwrap_or(0);
+        let in_block = (kind == BLOCK) & (high | low == 0);
         let record = if kind == NODE { (d.word >> 2) as u32 } else { 0 };
-        (Walk { record, start: bits, key: i as u32 }, (kind == 1) | in_block)
+        (Walk { record, start: slot.start, key: i as u32 }, (kind == COVERED_ENTRY) | in_block)
+    }
+
+    #[inline(always)]
+    fn goes_on(self) -> bool {
+        self.word & 3 == NODE
     }
 
     fn lone(block: (u128, u8), bits: u32, _nodes: &mut Vec<Node>) -> Direct {
@@ -284,7 +304,11 @@ impl Direct {
     /// `bits` bits (`bits` < its length).
     fn block((addr, len): (u128, u8), bits: u32) -> Direct {
         debug_assert!(u32::from(len) > bits && bits > 16 && bits < 64);
-        Direct { word: ((addr >> 64) as u64) << bits | u64::from(len) << 2 | BLOCK, low: addr as u64 }
+        let len = u32::from(len);
+        let high_shift = u64::from(64 - (len.min(64) - bits));
+        let low_shift = if len > 64 { u64::from(128 - len) } else { 64 };
+        let shifts = high_shift << HIGH_SHIFT_AT | low_shift << LOW_SHIFT_AT;
+        Direct { word: ((addr >> 64) as u64) << bits | shifts | BLOCK, low: addr as u64 }
     }
 }
 
@@ -302,6 +326,8 @@ pub struct V6PrefixSet {
     pub(crate) ranges: Vec<(u128, u128)>,
     pub(crate) prefixes: usize,
     root: Table<u32>,
+    /// A bit per /16: whether its root entry is other than `ROOT_EMPTY`.
+    present: Box<Present>,
     /// The /16s' direct tables, one after another.
     direct: Directs,
     nodes: Table<Node>,
@@ -350,7 +376,11 @@ impl V6PrefixSet {
         };
         let mut table = Table::<Node>::zeroed(nodes.len());
         table.copy_from_slice(&nodes);
-        V6PrefixSet { ranges, prefixes, root, direct, nodes: table }
+        let mut present = Box::new([0u64; (1 << ROOT_BITS) / 64]);
+        for (top, _) in root.iter().enumerate().filter(|&(_, &r)| r != ROOT_EMPTY) {
+            present[top >> 6] |= 1 << (top & 63);
+        }
+        V6PrefixSet { ranges, prefixes, root, present, direct, nodes: table }
     }
 
     /// The root entries and the /16s' direct tables of `blocks`.
@@ -411,7 +441,7 @@ impl V6PrefixSet {
             Directs::Narrow(t) => t.bytes(),
             Directs::Wide(t) => t.bytes(),
         };
-        self.root.bytes() + direct + self.nodes.bytes() + self.ranges.len() * 32
+        self.root.bytes() + size_of::<Present>() + direct + self.nodes.bytes() + self.ranges.len() * 32
     }
 
     /// Records below the root: nodes and leaves.
@@ -482,11 +512,19 @@ impl V6PrefixSet {
     /// direct entry, without a branch.
     #[inline(always)]
     fn direct_slot(root: &[u32; 1 << ROOT_BITS], key: u128) -> (Slot, bool) {
-        let high = (key >> 64) as u64;
-        let r = root[(high >> (64 - ROOT_BITS)) as usize];
+        let r = root[(key >> (128 - ROOT_BITS)) as usize];
+        (Self::slot_of(r, (key >> 64) as u64), r != ROOT_EMPTY)
+    }
+
+    /// The direct slot of a key with first 64 bits `high` and root entry `r`.
+    #[inline(always)]
+    fn slot_of(r: u32, high: u64) -> Slot {
+        // The table's k bits index it; the key's bits past them are what
+        // an entry tests (x86's shift takes -shift as 64 - shift = k).
         let shift = r & 63;
         let sub = ((high << ROOT_BITS) >> shift) as u32;
-        (Slot { high, entry: (r >> 6) + sub, shift }, r != ROOT_EMPTY)
+        let rest = (high << ROOT_BITS).wrapping_shl(shift.wrapping_neg());
+        Slot { rest, entry: (r >> 6) + sub, start: ROOT_BITS + 64 - shift }
     }
 
     /// The root as the fixed-size table it is (so indexing it by a key's
@@ -496,14 +534,15 @@ impl V6PrefixSet {
         (&self.root[..]).try_into().expect("the root has an entry per /16")
     }
 
-    /// First half of a pipelined lookup: read each key's root entry (256
-    /// KiB, mostly cached) and prefetch its direct entry. By
-    /// [`V6PrefixSet::or_prepared`], a batch later, that line has arrived.
+    /// First half of a pipelined lookup: keep the keys whose /16 holds
+    /// something, read their root entries and prefetch their direct
+    /// entries. By [`V6PrefixSet::or_prepared`], a batch later, those lines
+    /// have arrived.
     ///
     /// A key whose /16 holds nothing is decided here (outside) and not kept:
-    /// the kept keys' slots are packed, without a branch, so the finish
-    /// reads only theirs (as the exact tables' front filter keeps only
-    /// possible members). Traffic to unlisted /16s costs the root read.
+    /// the kept keys are packed, without a branch, so the finish reads only
+    /// theirs (as the exact tables' front filter keeps only possible
+    /// members). Traffic to unlisted /16s costs a bit of the bitmap.
     #[inline]
     pub(crate) fn prepare(&self, keys: &[u128], walks: &mut Walks) {
         match &self.direct {
@@ -515,18 +554,29 @@ impl V6PrefixSet {
     #[inline(always)]
     fn prepare_in<E: Entry>(&self, direct: &Table<E>, keys: &[u128], walks: &mut Walks) {
         assert!(keys.len() <= PREPARED_MAX, "at most {PREPARED_MAX} keys a batch");
-        let root = self.root();
+        let (root, present) = (self.root(), &*self.present);
+        // Two passes: the first keeps the keys whose /16 holds something,
+        // by a bit each (8 KiB, where the root is 256 KiB: random traffic
+        // would miss it), in a few instructions a key; the second reads the
+        // kept keys' root entries (their /16s' lines are few and hot),
+        // computes their direct slots and prefetches their entries.
         let mut kept = 0;
         for (i, &key) in keys.iter().enumerate() {
-            let (slot, listed) = Self::direct_slot(root, key);
+            let top = (key >> (128 - ROOT_BITS)) as usize;
             // kept <= i < PREPARED_MAX, a power of two: the mask only tells
             // the compiler so (no bounds check).
-            walks.slots[kept & (PREPARED_MAX - 1)] = slot;
             walks.keys[kept & (PREPARED_MAX - 1)] = i as u8;
-            prefetch(direct.addr_of(slot.entry as usize));
-            kept += usize::from(listed);
+            kept += (present[top >> 6] >> (top & 63)) as usize & 1;
         }
         walks.kept = kept;
+        for (j, &i) in walks.keys[..kept].iter().enumerate() {
+            let key = keys[usize::from(i)];
+            let slot = Self::slot_of(root[(key >> (128 - ROOT_BITS)) as usize], (key >> 64) as u64);
+            walks.rest[j] = slot.rest;
+            walks.entry[j] = slot.entry;
+            walks.low[j] = key as u64;
+            prefetch(direct.addr_of(slot.entry as usize));
+        }
     }
 
     /// Second half: `out[i] |= contains(keys[i])`. Read the direct entries
@@ -539,23 +589,52 @@ impl V6PrefixSet {
     #[inline]
     pub(crate) fn or_prepared(&self, keys: &[u128], walks: &Walks, out: &mut [bool]) {
         match &self.direct {
-            Directs::Narrow(t) => self.finish_in(t, keys, walks, out),
-            Directs::Wide(t) => self.finish_in(t, keys, walks, out),
+            Directs::Narrow(t) => self.finish_in(t, keys, walks, out, 0, 0),
+            Directs::Wide(t) => {
+                // Four entries at a time where the CPU has AVX2; the rest
+                // (and every entry elsewhere) one at a time below.
+                let (done, on) = crate::simd::wide_entries(t, walks, out);
+                self.finish_in(t, keys, walks, out, done, on)
+            }
         }
     }
 
     #[inline(always)]
-    fn finish_in<E: Entry>(&self, direct: &[E], keys: &[u128], walks: &Walks, out: &mut [bool]) {
+    /// The finish from kept key `done` on, `on` of the earlier ones noted
+    /// as going on past their entries.
+    fn finish_in<E: Entry>(
+        &self,
+        direct: &[E],
+        keys: &[u128],
+        walks: &Walks,
+        out: &mut [bool],
+        done: usize,
+        on: usize,
+    ) {
         assert_eq!(keys.len(), out.len(), "one output per key");
-        let live = &walks.live;
-        let mut n = 0;
-        for (&slot, &i) in walks.slots[..walks.kept].iter().zip(&walks.keys) {
+        let (live, noted) = (&walks.live, &walks.on);
+        // Most keys are decided by their entry: for them this loop only
+        // writes the outcome. Those that go on to a record are noted (by
+        // their place in the kept list) and their walks taken up below.
+        let mut n = on;
+        let kept = walks.kept;
+        let rows = walks.rest[done..kept].iter().zip(&walks.entry[done..kept]).zip(&walks.keys[done..kept]);
+        for (j, ((&rest, &entry), &i)) in (done..).zip(rows) {
             let i = usize::from(i);
-            let (walk, inside) = direct[slot.entry as usize].walk(slot, keys[i] as u64, i);
+            let e = direct[entry as usize];
+            // `start` only matters to walks that go on (taken below).
+            out[i] |= e.walk(Slot { rest, entry, start: 0 }, keys[i] as u64, i).1;
+            // n <= j < PREPARED_MAX: the mask only tells the compiler so.
+            noted[n & (PREPARED_MAX - 1)].set(j as u8);
+            n += usize::from(e.goes_on());
+        }
+        let root = self.root();
+        for (at, j) in noted[..n].iter().enumerate() {
+            let i = usize::from(walks.keys[usize::from(j.get())]);
+            let slot = Self::direct_slot(root, keys[i]).0;
+            let walk = direct[slot.entry as usize].walk(slot, keys[i] as u64, i).0;
             prefetch(self.nodes.addr_of(walk.record as usize));
-            out[i] |= inside;
-            live[n].set(walk);
-            n += usize::from(walk.record != 0);
+            live[at].set(walk);
         }
         // Leaves (narrow entries' records, their lines asked for above) are
         // one test; only walks at nodes go on, interleaved.
@@ -652,34 +731,43 @@ pub(crate) struct Walk {
 /// the walks still to take, in key order.
 #[derive(Clone, Debug)]
 pub(crate) struct Walks {
-    /// The direct slots of the keys `prepare` kept (those whose /16 holds
-    /// something), packed, and each one's index in the batch.
-    slots: [Slot; PREPARED_MAX],
-    keys: [u8; PREPARED_MAX],
-    kept: usize,
-    /// The finish's own list of walks left after the direct entries, kept
-    /// here so it is not zeroed on every batch.
+    /// The keys `prepare` kept (those whose /16 holds something), packed:
+    /// each one's index in the batch, its first 64 bits past its direct
+    /// entry, that entry and its last 64 bits. Arrays, not records, so
+    /// `simd::wide_entries` loads four of a kind at once.
+    pub(crate) keys: [u8; PREPARED_MAX],
+    pub(crate) rest: [u64; PREPARED_MAX],
+    pub(crate) entry: [u32; PREPARED_MAX],
+    pub(crate) low: [u64; PREPARED_MAX],
+    pub(crate) kept: usize,
+    /// The finish's own lists, kept here so they are not zeroed on every
+    /// batch: the slots whose keys go on past their direct entries, and
+    /// their walks.
+    pub(crate) on: [Cell<u8>; PREPARED_MAX],
     live: [Cell<Walk>; PREPARED_MAX],
 }
 
 impl Default for Walks {
     fn default() -> Self {
         Walks {
-            slots: [Slot::default(); PREPARED_MAX],
             keys: [0; PREPARED_MAX],
+            rest: [0; PREPARED_MAX],
+            entry: [0; PREPARED_MAX],
+            low: [0; PREPARED_MAX],
             kept: 0,
+            on: [const { Cell::new(0) }; PREPARED_MAX],
             live: [const { Cell::new(Walk { record: 0, start: 0, key: 0 }) }; PREPARED_MAX],
         }
     }
 }
 
-/// A key's entry in the direct tables, the root entry's shift (64 - k,
-/// the direct table's bits) and the key's first 64 bits.
+/// A key's entry in the direct tables, the bits it fixes (16 + k, the
+/// direct table's k) and the key's first 64 bits past them.
 #[derive(Clone, Copy, Debug, Default)]
 struct Slot {
-    high: u64,
+    rest: u64,
     entry: u32,
-    shift: u32,
+    start: u32,
 }
 
 enum Step {
@@ -798,15 +886,24 @@ mod tests {
         // Pipelined: the walks `prepare` starts, resumed by `or_prepared`.
         let mut walks = Walks::default();
         let mut piped = vec![false; probes.len()];
-        for (keys, out) in probes.chunks(PREPARED_MAX).zip(piped.chunks_mut(PREPARED_MAX)) {
+        // And with every entry read one at a time (as without AVX2).
+        let mut scalar = vec![false; probes.len()];
+        let chunks =
+            probes.chunks(PREPARED_MAX).zip(piped.chunks_mut(PREPARED_MAX)).zip(scalar.chunks_mut(PREPARED_MAX));
+        for ((keys, out), one) in chunks {
             set.prepare(keys, &mut walks);
             set.or_prepared(keys, &walks, out);
+            match &set.direct {
+                Directs::Narrow(t) => set.finish_in(t, keys, &walks, one, 0, 0),
+                Directs::Wide(t) => set.finish_in(t, keys, &walks, one, 0, 0),
+            }
         }
-        for ((&a, &o), &p) in probes.iter().zip(&out).zip(&piped) {
+        for (((&a, &o), &p), &one) in probes.iter().zip(&out).zip(&piped).zip(&scalar) {
             let want = prefixes.iter().any(|&(p, l)| a & mask(l) == p);
             prop_assert_eq!(set.contains(a), want, "{:032x}", a);
             prop_assert_eq!(o, want, "batch {:032x}", a);
             prop_assert_eq!(p, want, "prepared {:032x}", a);
+            prop_assert_eq!(one, want, "one at a time {:032x}", a);
             // The ranges (persisted) agree too.
             let i = set.ranges.partition_point(|r| r.0 <= a);
             prop_assert_eq!(i > 0 && a <= set.ranges[i - 1].1, want);
