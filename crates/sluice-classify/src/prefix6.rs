@@ -98,13 +98,17 @@ const LANES: usize = 16;
 const AT_LEAF: u32 = u32::MAX;
 const STRIDE: u32 = 6;
 /// Root entries: `base << 6 | (64 - k)`, the /16's direct table of 2^k
-/// entries (k >= 1) at `base` in `direct`, with the shift that takes a key's
-/// k bits after the /16 out of its first 64 bits shifted left by 16. A /16
-/// with nothing below it reads entries 0-1 (outside), one wholly covered
-/// entries 2-3: every key reads the root and one direct entry, whatever
-/// they say, with no special case for a table of one entry.
+/// rows (k >= 1) from entry `base` in `direct`, with the shift that takes a
+/// key's k bits after the /16 out of its first 64 bits shifted left by 16.
+/// A /16 with nothing below it reads rows 0-1 (outside), one wholly
+/// covered rows 2-3 (`root_covered`): every key reads the root and one
+/// row, whatever they say, with no special case for a table of one row.
 const ROOT_EMPTY: u32 = 64 - 1;
-const ROOT_COVERED: u32 = 2 << 6 | (64 - 1);
+
+/// The root entry of a wholly covered /16, for rows of `1 << row_log`.
+const fn root_covered(row_log: u32) -> u32 {
+    (2 << row_log) << 6 | (64 - 1)
+}
 plain_data! {
     /// A wide direct entry, 16 bytes. The low two bits of `word` are its kind:
     /// outside (0), covered (1), a node (`word = record << 2 | 2`; records
@@ -152,30 +156,40 @@ const INLINE_BITS: u32 = 26;
 /// 75-80 against 78-89, their tables 22 MB against 13 (alternating rounds).
 const WIDE_LEN: u8 = 56;
 
-/// One kind of direct entry.
+/// One kind of direct entry. A key's index in its /16's table picks a
+/// row of `1 << ROW_LOG` entries: one narrow entry, or four wide ones (a
+/// line) that each may hold a block.
 trait Entry: Copy + crate::mem::Zeroable {
     const OUTSIDE: Self;
     const COVERED: Self;
+    /// Entries a row: `1 << ROW_LOG`.
+    const ROW_LOG: u32;
     /// Whether a /16 whose blocks mostly end within `INLINE_BITS` of their
     /// entry gets twice the entries (narrow: then more are decided inline).
     const MORE_FOR_SHORT: bool;
-    /// Key `i`'s walk from this entry, without a branch on the outcome: the
-    /// record it reached (0, the sentinel, if decided) and whether it is
-    /// inside. `low`: the key's last 64 bits.
-    fn walk(self, slot: Slot, low: u64, i: usize) -> (Walk, bool);
-    /// Whether a key at this entry walks on to a record (`walk`'s record
-    /// is not 0), in fewer instructions.
-    fn goes_on(self) -> bool;
-    /// The entry of a single block longer than the entry's `bits` (a narrow
-    /// one may push its leaf record).
-    fn lone(block: (u128, u8), bits: u32, nodes: &mut Vec<Node>) -> Self;
-    /// The entry naming node `record`.
-    fn node(record: u32) -> Self;
+    /// A key's row, without a branch on the outcome: whether the key is
+    /// inside, and whether it walks on to a record. `rest`: the key's first
+    /// 64 bits past the row's, `low`: its last 64 bits.
+    fn decide(row: &[Self], rest: u64, low: u64) -> (bool, bool);
+    /// The walk of key `i`, whose row `decide` said it goes on from.
+    fn walk(row: &[Self], slot: Slot, i: usize) -> Walk;
+    /// Fill a /16's table of `1 << (k + ROW_LOG)` entries from its `blocks`
+    /// (sorted, disjoint, all longer than /16), its rows indexed by the k
+    /// bits after the /16.
+    fn fill(blocks: &[(u128, u8)], k: u32, table: &mut [Self], nodes: &mut Vec<Node>);
 }
 
 /// The record a new node or leaf will take.
 fn next_record(nodes: &[Node]) -> u32 {
     u32::try_from(nodes.len()).ok().filter(|&r| r < 1 << 29).expect("fewer than 2^29 records")
+}
+
+/// A new node over `blocks`, below their first `bits` bits.
+fn push_node(blocks: &[(u128, u8)], bits: u32, nodes: &mut Vec<Node>) -> u32 {
+    let r = next_record(nodes);
+    nodes.push(Node::EMPTY);
+    build(blocks, bits, r as usize, nodes);
+    r
 }
 
 /// The bits of a /16's table index: the entry of `addr` in a table of 2^k.
@@ -186,112 +200,130 @@ fn entry_of(addr: u128, k: u32) -> usize {
 impl Entry for u32 {
     const OUTSIDE: u32 = OUTSIDE;
     const COVERED: u32 = COVERED;
+    const ROW_LOG: u32 = 0;
     const MORE_FOR_SHORT: bool = true;
 
     #[inline(always)]
-    fn walk(self, slot: Slot, _low: u64, i: usize) -> (Walk, bool) {
-        let d = self;
-        // The key's bits after the entry (16 + k consumed), and its `n`
-        // bits after the entry, computed for every entry (an inline block
-        // has n >= 1, or it would be covered; for other entries the value is
-        // unused, and the shift count wraps rather than panics).
-        let rest = slot.rest;
+    fn decide(row: &[u32], rest: u64, _low: u64) -> (bool, bool) {
+        let d = row[0];
+        // The key's `n` bits after the entry, computed for every entry (an
+        // inline block has n >= 1, or it would be covered; for other
+        // entries the value is unused, and the shift count wraps rather
+        // than panics).
         let n = d & 31;
         let bits = rest.wrapping_shr(64 - n) as u32;
         // An inline entry is `INLINE | block bits << 5 | n`: the key is in
         // it if its own bits rebuild the entry. Other entries lack the
         // `INLINE` bit, so they never match.
         let inline_hit = (bits << 5 | n | INLINE) == d;
-        // Records only for entries without the `INLINE` bit (outside and
-        // covered name record 0, the sentinel).
-        let record = (d >> 2) & !(((d as i32) >> 31) as u32);
-        let start = if d & 3 == 3 { AT_LEAF } else { slot.start };
-        (Walk { record, start, key: i as u32 }, (d == COVERED) | inline_hit)
+        // Nodes (2) and leaves (3) go on; an inline entry may have bit 1 set.
+        ((d == COVERED) | inline_hit, (d & 2 != 0) & (d & INLINE == 0))
     }
 
     #[inline(always)]
-    fn goes_on(self) -> bool {
-        // Nodes (2) and leaves (3); an inline entry may have bit 1 set.
-        (self & 2 != 0) & (self & INLINE == 0)
+    fn walk(row: &[u32], slot: Slot, i: usize) -> Walk {
+        let d = row[0];
+        let start = if d & 3 == 3 { AT_LEAF } else { slot.start };
+        Walk { record: d >> 2, start, key: i as u32 }
     }
 
-    fn lone((addr, len): (u128, u8), bits: u32, nodes: &mut Vec<Node>) -> u32 {
-        let n = u32::from(len) - bits;
-        if n <= INLINE_BITS {
-            return INLINE | (((addr << bits) >> (128 - n)) as u32) << 5 | n;
+    /// Entries wholly inside a block are covered, one with a single longer
+    /// block holds it inline (or names its leaf), one with more is a node
+    /// over the bits after the first 16 + k.
+    fn fill(blocks: &[(u128, u8)], k: u32, table: &mut [u32], nodes: &mut Vec<Node>) {
+        let bits = ROOT_BITS + k;
+        let mut i = 0;
+        while i < blocks.len() {
+            let (addr, len) = blocks[i];
+            let e = entry_of(addr, k);
+            if u32::from(len) <= bits {
+                table[e..e + (1 << (bits - u32::from(len)))].fill(COVERED);
+                i += 1;
+                continue;
+            }
+            let j = i + blocks[i..].partition_point(|&(a, l)| u32::from(l) > bits && entry_of(a, k) == e);
+            let n = u32::from(blocks[i].1) - bits;
+            table[e] = if j - i > 1 {
+                push_node(&blocks[i..j], bits, nodes) << 2 | 2
+            } else if n <= INLINE_BITS {
+                INLINE | (((addr << bits) >> (128 - n)) as u32) << 5 | n
+            } else {
+                let r = next_record(nodes);
+                nodes.push(Node::leaf(blocks[i]));
+                r << 2 | 3
+            };
+            i = j;
         }
-        let r = next_record(nodes);
-        nodes.push(Node::leaf((addr, len)));
-        r << 2 | 3
     }
+}
 
-    fn node(record: u32) -> u32 {
-        record << 2 | 2
+impl Direct {
+    /// Whether a key is inside this entry (a covered entry, or a block
+    /// holding it), without a branch: the block's test is computed for
+    /// every entry (for the others the value is unused; the first shift
+    /// takes its count's low six bits, as x86's does). The key's first 64
+    /// bits past the row against the block's, shifted to keep the block's
+    /// bits there (at least one), and its last 64 bits, shifted to keep
+    /// those the length covers. `simd::wide_rows` does the same four
+    /// entries at a time.
+    #[inline(always)]
+    fn holds(self, rest: u64, low: u64) -> bool {
+        let kind = self.word & 3;
+        let high = (rest ^ self.word).wrapping_shr((self.word >> HIGH_SHIFT_AT) as u32);
+        let low = (low ^ self.low).checked_shr((self.word >> LOW_SHIFT_AT) as u32 & 127).unwrap_or(0);
+        (kind == COVERED_ENTRY) | ((kind == BLOCK) & (high | low == 0))
     }
 }
 
 impl Entry for Direct {
     const OUTSIDE: Direct = Direct { word: 0, low: 0 };
     const COVERED: Direct = Direct { word: COVERED_ENTRY, low: 0 };
+    const ROW_LOG: u32 = 2;
     const MORE_FOR_SHORT: bool = false;
 
     #[inline(always)]
-    fn walk(self, slot: Slot, low: u64, i: usize) -> (Walk, bool) {
-        let d = self;
-        let kind = d.word & 3;
-        // A block's test, computed for every entry (for the others the
-        // value is unused; the shifts take their counts' low six bits, as
-        // x86's do): the key's first 64 bits past the entry against the
-        // block's, shifted to keep the block's bits there (at least one),
-        // and its last 64 bits, shifted to keep those the length covers.
-        let high = (slot.rest ^ d.word).wrapping_shr((d.word >> HIGH_SHIFT_AT) as u32);
-        let low = (low ^ d.low).checked_shr((d.word >> LOW_SHIFT_AT) as u32 & 127).unwrap_or(0);
-        let in_block = (kind == BLOCK) & (high | low == 0);
-        let record = if kind == NODE { (d.word >> 2) as u32 } else { 0 };
-        (Walk { record, start: slot.start, key: i as u32 }, (kind == COVERED_ENTRY) | in_block)
+    fn decide(row: &[Direct], rest: u64, low: u64) -> (bool, bool) {
+        let row: &[Direct; WIDE_ROW] = row[..WIDE_ROW].try_into().expect("a row");
+        let inside = row.iter().fold(false, |inside, d| inside | d.holds(rest, low));
+        (inside, row[0].word & 3 == NODE)
     }
 
     #[inline(always)]
-    fn goes_on(self) -> bool {
-        self.word & 3 == NODE
+    fn walk(row: &[Direct], slot: Slot, i: usize) -> Walk {
+        Walk { record: (row[0].word >> 2) as u32, start: slot.start, key: i as u32 }
     }
 
-    fn lone(block: (u128, u8), bits: u32, _nodes: &mut Vec<Node>) -> Direct {
-        Direct::block(block, bits)
-    }
-
-    fn node(record: u32) -> Direct {
-        Direct { word: u64::from(record) << 2 | NODE, low: 0 }
-    }
-}
-
-/// Fill a /16's table of 2^k entries from its `blocks` (sorted, disjoint,
-/// all longer than /16): entries wholly inside a block are covered, one
-/// with a single longer block holds it (or names its leaf), one with more
-/// is a node over the bits after the first 16 + k.
-fn fill_direct<E: Entry>(blocks: &[(u128, u8)], k: u32, table: &mut [E], nodes: &mut Vec<Node>) {
-    let bits = ROOT_BITS + k;
-    let mut i = 0;
-    while i < blocks.len() {
-        let (addr, len) = blocks[i];
-        let e = entry_of(addr, k);
-        if u32::from(len) <= bits {
-            table[e..e + (1 << (bits - u32::from(len)))].fill(E::COVERED);
-            i += 1;
-            continue;
+    /// Rows wholly inside a block are covered; a row's up to four longer
+    /// blocks are held one an entry; a row with more is a node over the
+    /// bits after the first 16 + k, named by its first entry.
+    fn fill(blocks: &[(u128, u8)], k: u32, table: &mut [Direct], nodes: &mut Vec<Node>) {
+        let bits = ROOT_BITS + k;
+        let mut i = 0;
+        while i < blocks.len() {
+            let (addr, len) = blocks[i];
+            let e = entry_of(addr, k) * WIDE_ROW;
+            if u32::from(len) <= bits {
+                table[e..e + (WIDE_ROW << (bits - u32::from(len)))].fill(Direct::COVERED);
+                i += 1;
+                continue;
+            }
+            let j = i + blocks[i..].partition_point(|&(a, l)| u32::from(l) > bits && entry_of(a, k) * WIDE_ROW == e);
+            if j - i > WIDE_ROW {
+                let r = push_node(&blocks[i..j], bits, nodes);
+                table[e] = Direct { word: u64::from(r) << 2 | NODE, low: 0 };
+            } else {
+                for (d, &b) in table[e..].iter_mut().zip(&blocks[i..j]) {
+                    *d = Direct::block(b, bits);
+                }
+            }
+            i = j;
         }
-        let j = i + blocks[i..].partition_point(|&(a, l)| u32::from(l) > bits && entry_of(a, k) == e);
-        table[e] = if j - i == 1 {
-            E::lone(blocks[i], bits, nodes)
-        } else {
-            let r = next_record(nodes);
-            nodes.push(Node::EMPTY);
-            build(&blocks[i..j], bits, r as usize, nodes);
-            E::node(r)
-        };
-        i = j;
     }
 }
+
+/// Wide entries a row: a 64-byte line.
+pub(crate) const WIDE_ROW: usize = 4;
+const _: () = assert!(1 << <Direct as Entry>::ROW_LOG == WIDE_ROW);
 
 /// A set's direct tables, one after another, of the width its list needs.
 enum Directs {
@@ -385,14 +417,16 @@ impl V6PrefixSet {
 
     /// The root entries and the /16s' direct tables of `blocks`.
     fn fill_tables<E: Entry>(blocks: &[(u128, u8)], root: &mut [u32], nodes: &mut Vec<Node>) -> Table<E> {
-        let mut direct = vec![E::OUTSIDE, E::OUTSIDE, E::COVERED, E::COVERED];
+        let row = 1 << E::ROW_LOG;
+        let mut direct = vec![E::OUTSIDE; 2 * row];
+        direct.resize(4 * row, E::COVERED);
         let mut at = 0;
         while at < blocks.len() {
             let (addr, len) = blocks[at];
             let slot = (addr >> (128 - ROOT_BITS)) as usize;
             if u32::from(len) <= ROOT_BITS {
                 let n = 1usize << (ROOT_BITS - u32::from(len));
-                root[slot..slot + n].fill(ROOT_COVERED);
+                root[slot..slot + n].fill(root_covered(E::ROW_LOG));
                 at += 1;
                 continue;
             }
@@ -403,7 +437,10 @@ impl V6PrefixSet {
             // the bgp mix: more entries hold two blocks, a node. A routing
             // table's blocks (mostly by /48) are decided by their entry alone
             // when it holds only them, so they gain from more entries;
-            // blocklists (hosts, /64s) measured slower with them.
+            // blocklists (hosts, /64s) measured slower with them. Wide
+            // entries come in rows of four, so a quarter as many rows: a
+            // row holds up to four blocks, and one with more (a node) is
+            // rare (below one in a thousand where rows hold one on average).
             let end = at + blocks[at..].partition_point(|&(a, _)| (a >> (128 - ROOT_BITS)) as usize == slot);
             let m = end - at;
             let k = if m == 1 {
@@ -414,11 +451,15 @@ impl V6PrefixSet {
                     blocks[at..end].iter().filter(|&&(_, len)| u32::from(len) <= ROOT_BITS + k + 1 + INLINE_BITS);
                 (k + u32::from(E::MORE_FOR_SHORT && 2 * short.count() > m)).min(DIRECT_MAX_BITS)
             };
+            let k = k.saturating_sub(E::ROW_LOG).max(1);
             let base = direct.len();
-            direct.resize(base + (1 << k), E::OUTSIDE);
+            direct.resize(base + (1 << (k + E::ROW_LOG)), E::OUTSIDE);
+            // Rows start at multiples of their size: with the table's own
+            // 64-byte alignment, a wide row is one line.
+            debug_assert!(base % row == 0);
             let base = u32::try_from(base).ok().filter(|&b| b < 1 << 26).expect("fewer than 2^26 direct entries");
             root[slot] = base << 6 | (64 - k);
-            fill_direct(&blocks[at..end], k, &mut direct[base as usize..], nodes);
+            E::fill(&blocks[at..end], k, &mut direct[base as usize..], nodes);
             at = end;
         }
         let mut table = Table::<E>::zeroed(direct.len());
@@ -458,14 +499,16 @@ impl V6PrefixSet {
     /// tables) its walk read.
     #[inline(always)]
     fn lookup(&self, addr: u128) -> (bool, u32) {
-        let slot = Self::direct_slot(self.root(), addr).0;
-        let (walk, inside) = match &self.direct {
-            Directs::Narrow(t) => t[slot.entry as usize].walk(slot, addr as u64, 0),
-            Directs::Wide(t) => t[slot.entry as usize].walk(slot, addr as u64, 0),
-        };
-        if inside || walk.record == 0 {
-            return (inside, 0);
+        fn first<E: Entry>(t: &[E], slot: Slot, addr: u128) -> (bool, Option<Walk>) {
+            let row = &t[slot.entry as usize..];
+            let (inside, on) = E::decide(row, slot.rest, addr as u64);
+            (inside, on.then(|| E::walk(row, slot, 0)))
         }
+        let (inside, walk) = match &self.direct {
+            Directs::Narrow(t) => first(t, Self::direct_slot::<u32>(self.root(), addr).0, addr),
+            Directs::Wide(t) => first(t, Self::direct_slot::<Direct>(self.root(), addr).0, addr),
+        };
+        let Some(walk) = walk.filter(|_| !inside) else { return (inside, 0) };
         if walk.start == AT_LEAF {
             return (self.nodes[walk.record as usize].leaf_holds(addr), 1);
         }
@@ -511,20 +554,20 @@ impl V6PrefixSet {
     /// covered a covered entry, so every key can read the root and one
     /// direct entry, without a branch.
     #[inline(always)]
-    fn direct_slot(root: &[u32; 1 << ROOT_BITS], key: u128) -> (Slot, bool) {
+    fn direct_slot<E: Entry>(root: &[u32; 1 << ROOT_BITS], key: u128) -> (Slot, bool) {
         let r = root[(key >> (128 - ROOT_BITS)) as usize];
-        (Self::slot_of(r, (key >> 64) as u64), r != ROOT_EMPTY)
+        (Self::slot_of::<E>(r, (key >> 64) as u64), r != ROOT_EMPTY)
     }
 
     /// The direct slot of a key with first 64 bits `high` and root entry `r`.
     #[inline(always)]
-    fn slot_of(r: u32, high: u64) -> Slot {
-        // The table's k bits index it; the key's bits past them are what
-        // an entry tests (x86's shift takes -shift as 64 - shift = k).
+    fn slot_of<E: Entry>(r: u32, high: u64) -> Slot {
+        // The table's k bits index its rows; the key's bits past them are
+        // what an entry tests (x86's shift takes -shift as 64 - shift = k).
         let shift = r & 63;
         let sub = ((high << ROOT_BITS) >> shift) as u32;
         let rest = (high << ROOT_BITS).wrapping_shl(shift.wrapping_neg());
-        Slot { rest, entry: (r >> 6) + sub, start: ROOT_BITS + 64 - shift }
+        Slot { rest, entry: (r >> 6) + (sub << E::ROW_LOG), start: ROOT_BITS + 64 - shift }
     }
 
     /// The root as the fixed-size table it is (so indexing it by a key's
@@ -571,7 +614,7 @@ impl V6PrefixSet {
         walks.kept = kept;
         for (j, &i) in walks.keys[..kept].iter().enumerate() {
             let key = keys[usize::from(i)];
-            let slot = Self::slot_of(root[(key >> (128 - ROOT_BITS)) as usize], (key >> 64) as u64);
+            let slot = Self::slot_of::<E>(root[(key >> (128 - ROOT_BITS)) as usize], (key >> 64) as u64);
             walks.rest[j] = slot.rest;
             walks.entry[j] = slot.entry;
             walks.low[j] = key as u64;
@@ -591,9 +634,9 @@ impl V6PrefixSet {
         match &self.direct {
             Directs::Narrow(t) => self.finish_in(t, keys, walks, out, 0, 0),
             Directs::Wide(t) => {
-                // Four entries at a time where the CPU has AVX2; the rest
-                // (and every entry elsewhere) one at a time below.
-                let (done, on) = crate::simd::wide_entries(t, walks, out);
+                // A row's four entries at once where the CPU has AVX2; the
+                // rows elsewhere one entry at a time below.
+                let (done, on) = crate::simd::wide_rows(t, walks, out);
                 self.finish_in(t, keys, walks, out, done, on)
             }
         }
@@ -621,18 +664,17 @@ impl V6PrefixSet {
         let rows = walks.rest[done..kept].iter().zip(&walks.entry[done..kept]).zip(&walks.keys[done..kept]);
         for (j, ((&rest, &entry), &i)) in (done..).zip(rows) {
             let i = usize::from(i);
-            let e = direct[entry as usize];
-            // `start` only matters to walks that go on (taken below).
-            out[i] |= e.walk(Slot { rest, entry, start: 0 }, keys[i] as u64, i).1;
+            let (inside, on) = E::decide(&direct[entry as usize..], rest, keys[i] as u64);
+            out[i] |= inside;
             // n <= j < PREPARED_MAX: the mask only tells the compiler so.
             noted[n & (PREPARED_MAX - 1)].set(j as u8);
-            n += usize::from(e.goes_on());
+            n += usize::from(on);
         }
         let root = self.root();
         for (at, j) in noted[..n].iter().enumerate() {
             let i = usize::from(walks.keys[usize::from(j.get())]);
-            let slot = Self::direct_slot(root, keys[i]).0;
-            let walk = direct[slot.entry as usize].walk(slot, keys[i] as u64, i).0;
+            let slot = Self::direct_slot::<E>(root, keys[i]).0;
+            let walk = E::walk(&direct[slot.entry as usize..], slot, i);
             prefetch(self.nodes.addr_of(walk.record as usize));
             live[at].set(walk);
         }

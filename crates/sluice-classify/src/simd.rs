@@ -11,7 +11,7 @@
 use crate::exact::PREPARED_MAX;
 use crate::filter::{block_of, Block, BlockFilter, SALT};
 use crate::hash::{Hasher, C0};
-use crate::prefix6::{Direct, Walks, BLOCK, COVERED_ENTRY, HIGH_SHIFT_AT, LOW_SHIFT_AT, NODE};
+use crate::prefix6::{Direct, Walks, BLOCK, COVERED_ENTRY, HIGH_SHIFT_AT, LOW_SHIFT_AT, NODE, WIDE_ROW};
 
 /// Whether any of the 16 lanes equals `key`.
 #[inline(always)]
@@ -121,61 +121,54 @@ unsafe fn filter_select_avx2(blocks: &[Block], probes: &[u64], maybe: &mut [u8; 
     n
 }
 
-/// The first whole groups of four of `walks`' kept keys against their
-/// wide direct entries, with AVX2 when the CPU has it: `out[i] |= inside`,
-/// and the keys at nodes noted in `walks.on`. Returns how many keys it did
-/// and how many it noted; the caller does the rest one at a time (all of
-/// them without AVX2), with the same test (`Direct`'s `walk`).
+/// `walks`' kept keys against their rows of four wide direct entries, with
+/// AVX2 when the CPU has it: `out[i] |= inside`, and the keys whose row is
+/// a node noted in `walks.on`. Returns how many keys it did and how many
+/// it noted: all or none; without AVX2 the caller does them one entry at a
+/// time, with the same test (`Direct::holds`).
 #[inline(always)]
-pub(crate) fn wide_entries(direct: &[Direct], walks: &Walks, out: &mut [bool]) -> (usize, usize) {
+pub(crate) fn wide_rows(direct: &[Direct], walks: &Walks, out: &mut [bool]) -> (usize, usize) {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2, the one feature the function enables.
-        return unsafe { wide_entries_avx2(direct, walks, out) };
+        return unsafe { wide_rows_avx2(direct, walks, out) };
     }
     let _ = (direct, walks, out);
     (0, 0)
 }
 
-/// Per group of four: the entries' two halves gathered into a vector of
-/// words and one of low halves (two unpacks each), both tests' shifts per
-/// lane with `vpsrlvq` (a count of 64 or more gives 0: a block of /64 or
-/// shorter has no bits to test in the second half), and the outcomes as
-/// four bits by `movmskpd`.
+/// Per key: its row's line as two vectors of two entries, unpacked into
+/// the four words and the four low halves (the lanes' order is the same in
+/// both, which is all the test needs), the key broadcast, both tests'
+/// shifts per lane with `vpsrlvq` (a count of 64 or more gives 0: a block
+/// of /64 or shorter has no bits to test in the second half), and the
+/// outcome as four bits by `movmskpd`.
 ///
 /// # Safety
 ///
 /// The CPU must support AVX2 (the caller checks with
 /// `is_x86_feature_detected!`). Every memory access is through safe slice
-/// indexing except the entry loads, which `Direct`'s 16-byte alignment
-/// makes sound, and the unaligned loads of four `u64`s from slices checked
-/// to hold them.
+/// indexing except the row's two unaligned loads, of a row of four entries
+/// checked to be in `direct`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn wide_entries_avx2(direct: &[Direct], walks: &Walks, out: &mut [bool]) -> (usize, usize) {
+unsafe fn wide_rows_avx2(direct: &[Direct], walks: &Walks, out: &mut [bool]) -> (usize, usize) {
     use std::arch::x86_64::*;
     let kept = walks.kept.min(PREPARED_MAX);
-    let groups = kept / 4;
     let zero = _mm256_setzero_si256();
-    let (covered, node, block) =
-        (_mm256_set1_epi64x(COVERED_ENTRY as i64), _mm256_set1_epi64x(NODE as i64), _mm256_set1_epi64x(BLOCK as i64));
+    let (covered, block) = (_mm256_set1_epi64x(COVERED_ENTRY as i64), _mm256_set1_epi64x(BLOCK as i64));
     // The kind is the word's low two bits (all three kinds set within them).
     let kind_bits = _mm256_set1_epi64x(3);
     let (six_bits, seven_bits) = (_mm256_set1_epi64x(63), _mm256_set1_epi64x(127));
     let mut n = 0;
-    for j in (0..groups * 4).step_by(4) {
-        let entry = |m: usize| {
-            let e: &Direct = &direct[walks.entry[j + m] as usize];
-            // SAFETY: `Direct` is 16 bytes aligned to 16 (asserted in prefix6.rs).
-            _mm_load_si128((e as *const Direct).cast::<__m128i>())
-        };
-        let (a0, a1, a2, a3) = (entry(0), entry(1), entry(2), entry(3));
-        let word = _mm256_set_m128i(_mm_unpacklo_epi64(a2, a3), _mm_unpacklo_epi64(a0, a1));
-        let low = _mm256_set_m128i(_mm_unpackhi_epi64(a2, a3), _mm_unpackhi_epi64(a0, a1));
-        let rest: &[u64; 4] = walks.rest[j..j + 4].try_into().expect("four");
-        let key_low: &[u64; 4] = walks.low[j..j + 4].try_into().expect("four");
-        let rest = _mm256_loadu_si256(rest.as_ptr().cast::<__m256i>());
-        let key_low = _mm256_loadu_si256(key_low.as_ptr().cast::<__m256i>());
+    for j in 0..kept {
+        let row: &[Direct; WIDE_ROW] = direct[walks.entry[j] as usize..][..WIDE_ROW].try_into().expect("a row");
+        // SAFETY: the row is four 16-byte entries, 64 bytes; unaligned
+        // loads (rows are 64-byte aligned, so never split across lines).
+        let (a, b) = (_mm256_loadu_si256(row.as_ptr().cast()), _mm256_loadu_si256(row[2..].as_ptr().cast()));
+        let (word, low) = (_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
+        let rest = _mm256_set1_epi64x(walks.rest[j] as i64);
+        let key_low = _mm256_set1_epi64x(walks.low[j] as i64);
         let high_shift = _mm256_and_si256(_mm256_srli_epi64::<{ HIGH_SHIFT_AT as i32 }>(word), six_bits);
         let low_shift = _mm256_and_si256(_mm256_srli_epi64::<{ LOW_SHIFT_AT as i32 }>(word), seven_bits);
         let high = _mm256_srlv_epi64(_mm256_xor_si256(rest, word), high_shift);
@@ -184,19 +177,14 @@ unsafe fn wide_entries_avx2(direct: &[Direct], walks: &Walks, out: &mut [bool]) 
         let kind = _mm256_and_si256(word, kind_bits);
         let in_block = _mm256_and_si256(pass, _mm256_cmpeq_epi64(kind, block));
         let inside = _mm256_or_si256(in_block, _mm256_cmpeq_epi64(kind, covered));
-        let inside = _mm256_movemask_pd(_mm256_castsi256_pd(inside)) as u32;
-        let nodes = _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(kind, node))) as u32;
-        for m in 0..4 {
-            out[usize::from(walks.keys[j + m])] |= inside >> m & 1 != 0;
-        }
-        // Without a branch: about one key in eight goes on, so a group of
-        // four would mispredict often.
-        for m in 0..4 {
-            walks.on[n & (PREPARED_MAX - 1)].set((j + m) as u8);
-            n += (nodes >> m & 1) as usize;
-        }
+        let inside = _mm256_movemask_pd(_mm256_castsi256_pd(inside));
+        out[usize::from(walks.keys[j])] |= inside != 0;
+        // Without a branch: a node row (its first entry) is rare, but a
+        // branch per key would still cost its slot in the predictor.
+        walks.on[n & (PREPARED_MAX - 1)].set(j as u8);
+        n += usize::from(row[0].word & 3 == NODE);
     }
-    (groups * 4, n)
+    (kept, n)
 }
 
 /// `out[i] = f.probe(h.hash32(keys[i]))`: eight keys per step with AVX-512
