@@ -7,9 +7,15 @@
 //! and each range is cut into the fewest aligned blocks, so no block lies
 //! inside another. The root is a direct table, one `u32` per /16 (256 KiB),
 //! with a bit per /16 beside it (8 KiB) saying which hold anything.
-//! A /16 with longer blocks below it has a direct table of its own over the
-//! next k bits (k from 1 to 14, four to sixteen entries a block: level
-//! compression, as in LC-tries and Poptrie's direct pointing). Every node
+//! A /16 with longer blocks below it has a direct table of its own: rows
+//! indexed by the next k bits (k from 1 to 12, one to two rows a block:
+//! level compression, as in LC-tries and Poptrie's direct pointing). A row
+//! is four 16-byte entries, one 64-byte line, each of which holds a block
+//! whole (its bits past the row and its test's shift counts) or says
+//! covered, so a row holds up to four blocks and a listed address costs
+//! the root and one line, tested branch-free (AVX2: the whole row at once).
+//! A row with more blocks names a node instead, rare (below one row in a
+//! thousand on the bench's lists). Every node
 //! consumes six address bits: a 64-bit `covered` vector (children wholly
 //! inside a block), a 64-bit `children` vector (children with longer blocks
 //! below) and a `leaves` vector (those of them holding a single block), the
@@ -18,22 +24,12 @@
 //! is one line. A leaf record is the block itself (path compression, as a
 //! Patricia trie skips one-way branches).
 //!
-//! Direct entries come in two widths, chosen per list. Narrow (4 bytes):
-//! outside, covered, a node, a leaf, or a lone block that ends at most 26
-//! bits after the entry held in it; a routing table, whose blocks mostly
-//! end by /48, is then mostly decided by the root and one entry. Wide (16
-//! bytes), for lists of mostly hosts and /64s: a lone block of any length
-//! is held whole in its entry, so a listed host costs the root and one
-//! entry where a narrow entry named its leaf, a second dependent line.
-//!
 //! A pipelined lookup is two halves a batch apart. `prepare` keeps the
 //! keys whose /16 holds something by a bitmap of the /16s (the others are
 //! outside), then reads the kept keys' root entries and prefetches their
-//! direct entries; `or_prepared` reads the direct entries, without a
-//! branch on any key's outcome (wide ones four at a time with AVX2), and
-//! notes the keys that go on; then it prefetches their records, checks the
-//! leaves and takes the walks at nodes on, interleaved (AMAC) so their
-//! misses overlap.
+//! rows; `or_prepared` tests the rows, without a branch on any key's
+//! outcome, and notes the keys at nodes; then it prefetches their records
+//! and takes their walks, interleaved (AMAC) so their misses overlap.
 
 use crate::exact::PREPARED_MAX;
 const _: () = assert!(PREPARED_MAX <= 256, "key indexes are bytes");
@@ -90,8 +86,9 @@ const _: () = assert!(size_of::<Node>() == 32);
 const ROOT_BITS: u32 = 16;
 /// A bit per /16 (8 KiB).
 type Present = [u64; (1 << ROOT_BITS) / 64];
-/// A /16's direct table indexes at most this many more bits (64 KiB).
-const DIRECT_MAX_BITS: u32 = 14;
+/// A /16's direct table indexes at most this many more bits (4,096 rows,
+/// 256 KiB).
+const DIRECT_MAX_BITS: u32 = 12;
 /// Walks in flight in a batch lookup ([`V6PrefixSet::or_batch`]).
 const LANES: usize = 16;
 /// A walk's "bits consumed" when its record is a leaf.
@@ -101,22 +98,18 @@ const STRIDE: u32 = 6;
 /// rows (k >= 1) from entry `base` in `direct`, with the shift that takes a
 /// key's k bits after the /16 out of its first 64 bits shifted left by 16.
 /// A /16 with nothing below it reads rows 0-1 (outside), one wholly
-/// covered rows 2-3 (`root_covered`): every key reads the root and one
-/// row, whatever they say, with no special case for a table of one row.
+/// covered rows 2-3: every key reads the root and one row, whatever they
+/// say, with no special case for a table of one row.
 const ROOT_EMPTY: u32 = 64 - 1;
-
-/// The root entry of a wholly covered /16, for rows of `1 << row_log`.
-const fn root_covered(row_log: u32) -> u32 {
-    (2 << row_log) << 6 | (64 - 1)
-}
+const ROOT_COVERED: u32 = ((2 * ROW) as u32) << 6 | (64 - 1);
 plain_data! {
-    /// A wide direct entry, 16 bytes. The low two bits of `word` are its kind:
+    /// A direct entry, 16 bytes. The low two bits of `word` are its kind:
     /// outside (0), covered (1), a node (`word = record << 2 | 2`; records
     /// start at 1, record 0 being the sentinel) or a single block (3): then
     /// `word` holds the block's first 64 bits shifted left past the bits
-    /// the entry's position gives (16 + k, so at least 17 low bits are
-    /// free) with its test's shift counts in bits 2-14, and `low` its last
-    /// 64 bits. Read four at a time by `simd::wide_entries`.
+    /// the entry's row gives (16 + k, so at least 17 low bits are free)
+    /// with its test's shift counts in bits 2-14, and `low` its last 64
+    /// bits. Read a row at a time by `simd::rows`.
     #[repr(C, align(16))]
     pub(crate) struct Direct {
         pub(crate) word: u64,
@@ -137,48 +130,6 @@ pub(crate) const BLOCK: u64 = 3;
 pub(crate) const HIGH_SHIFT_AT: u32 = 2;
 pub(crate) const LOW_SHIFT_AT: u32 = 8;
 
-/// Narrow (4-byte) direct entries: outside (0), covered (1), a node
-/// (`record << 2 | 2`) or a leaf (`record << 2 | 3`; records start at 1,
-/// record 0 being the sentinel), or a block inline (`INLINE | bits << 5 |
-/// n`): the entry holds a single block that ends at most `INLINE_BITS` bits
-/// after it, as its `n` further bits. A routing table's blocks mostly end
-/// by /48, so most of its lookups are decided by a narrow entry, and its
-/// tables stay a quarter of the wide ones' size.
-const OUTSIDE: u32 = 0;
-const COVERED: u32 = 1;
-const INLINE: u32 = 1 << 31;
-const INLINE_BITS: u32 = 26;
-
-/// A list gets wide entries when more than half of its blocks below the
-/// root are longer than this (hosts and /64s, which a narrow entry cannot
-/// hold). On the bench's 100k blocklist wide entries measured 76-85
-/// against 67-76 Mpps for narrow ones; on its 200k routing table (/48s)
-/// 75-80 against 78-89, their tables 22 MB against 13 (alternating rounds).
-const WIDE_LEN: u8 = 56;
-
-/// One kind of direct entry. A key's index in its /16's table picks a
-/// row of `1 << ROW_LOG` entries: one narrow entry, or four wide ones (a
-/// line) that each may hold a block.
-trait Entry: Copy + crate::mem::Zeroable {
-    const OUTSIDE: Self;
-    const COVERED: Self;
-    /// Entries a row: `1 << ROW_LOG`.
-    const ROW_LOG: u32;
-    /// Whether a /16 whose blocks mostly end within `INLINE_BITS` of their
-    /// entry gets twice the entries (narrow: then more are decided inline).
-    const MORE_FOR_SHORT: bool;
-    /// A key's row, without a branch on the outcome: whether the key is
-    /// inside, and whether it walks on to a record. `rest`: the key's first
-    /// 64 bits past the row's, `low`: its last 64 bits.
-    fn decide(row: &[Self], rest: u64, low: u64) -> (bool, bool);
-    /// The walk of key `i`, whose row `decide` said it goes on from.
-    fn walk(row: &[Self], slot: Slot, i: usize) -> Walk;
-    /// Fill a /16's table of `1 << (k + ROW_LOG)` entries from its `blocks`
-    /// (sorted, disjoint, all longer than /16), its rows indexed by the k
-    /// bits after the /16.
-    fn fill(blocks: &[(u128, u8)], k: u32, table: &mut [Self], nodes: &mut Vec<Node>);
-}
-
 /// The record a new node or leaf will take.
 fn next_record(nodes: &[Node]) -> u32 {
     u32::try_from(nodes.len()).ok().filter(|&r| r < 1 << 29).expect("fewer than 2^29 records")
@@ -197,66 +148,6 @@ fn entry_of(addr: u128, k: u32) -> usize {
     ((addr << ROOT_BITS) >> (128 - k)) as usize
 }
 
-impl Entry for u32 {
-    const OUTSIDE: u32 = OUTSIDE;
-    const COVERED: u32 = COVERED;
-    const ROW_LOG: u32 = 0;
-    const MORE_FOR_SHORT: bool = true;
-
-    #[inline(always)]
-    fn decide(row: &[u32], rest: u64, _low: u64) -> (bool, bool) {
-        let d = row[0];
-        // The key's `n` bits after the entry, computed for every entry (an
-        // inline block has n >= 1, or it would be covered; for other
-        // entries the value is unused, and the shift count wraps rather
-        // than panics).
-        let n = d & 31;
-        let bits = rest.wrapping_shr(64 - n) as u32;
-        // An inline entry is `INLINE | block bits << 5 | n`: the key is in
-        // it if its own bits rebuild the entry. Other entries lack the
-        // `INLINE` bit, so they never match.
-        let inline_hit = (bits << 5 | n | INLINE) == d;
-        // Nodes (2) and leaves (3) go on; an inline entry may have bit 1 set.
-        ((d == COVERED) | inline_hit, (d & 2 != 0) & (d & INLINE == 0))
-    }
-
-    #[inline(always)]
-    fn walk(row: &[u32], slot: Slot, i: usize) -> Walk {
-        let d = row[0];
-        let start = if d & 3 == 3 { AT_LEAF } else { slot.start };
-        Walk { record: d >> 2, start, key: i as u32 }
-    }
-
-    /// Entries wholly inside a block are covered, one with a single longer
-    /// block holds it inline (or names its leaf), one with more is a node
-    /// over the bits after the first 16 + k.
-    fn fill(blocks: &[(u128, u8)], k: u32, table: &mut [u32], nodes: &mut Vec<Node>) {
-        let bits = ROOT_BITS + k;
-        let mut i = 0;
-        while i < blocks.len() {
-            let (addr, len) = blocks[i];
-            let e = entry_of(addr, k);
-            if u32::from(len) <= bits {
-                table[e..e + (1 << (bits - u32::from(len)))].fill(COVERED);
-                i += 1;
-                continue;
-            }
-            let j = i + blocks[i..].partition_point(|&(a, l)| u32::from(l) > bits && entry_of(a, k) == e);
-            let n = u32::from(blocks[i].1) - bits;
-            table[e] = if j - i > 1 {
-                push_node(&blocks[i..j], bits, nodes) << 2 | 2
-            } else if n <= INLINE_BITS {
-                INLINE | (((addr << bits) >> (128 - n)) as u32) << 5 | n
-            } else {
-                let r = next_record(nodes);
-                nodes.push(Node::leaf(blocks[i]));
-                r << 2 | 3
-            };
-            i = j;
-        }
-    }
-}
-
 impl Direct {
     /// Whether a key is inside this entry (a covered entry, or a block
     /// holding it), without a branch: the block's test is computed for
@@ -264,8 +155,8 @@ impl Direct {
     /// takes its count's low six bits, as x86's does). The key's first 64
     /// bits past the row against the block's, shifted to keep the block's
     /// bits there (at least one), and its last 64 bits, shifted to keep
-    /// those the length covers. `simd::wide_rows` does the same four
-    /// entries at a time.
+    /// those the length covers. `simd::rows` does the same four entries at
+    /// a time.
     #[inline(always)]
     fn holds(self, rest: u64, low: u64) -> bool {
         let kind = self.word & 3;
@@ -273,27 +164,28 @@ impl Direct {
         let low = (low ^ self.low).checked_shr((self.word >> LOW_SHIFT_AT) as u32 & 127).unwrap_or(0);
         (kind == COVERED_ENTRY) | ((kind == BLOCK) & (high | low == 0))
     }
-}
 
-impl Entry for Direct {
     const OUTSIDE: Direct = Direct { word: 0, low: 0 };
     const COVERED: Direct = Direct { word: COVERED_ENTRY, low: 0 };
-    const ROW_LOG: u32 = 2;
-    const MORE_FOR_SHORT: bool = false;
 
+    /// A key's row, without a branch on the outcome: whether the key is
+    /// inside, and whether it walks on to a node. `rest`: the key's first
+    /// 64 bits past the row's, `low`: its last 64 bits.
     #[inline(always)]
-    fn decide(row: &[Direct], rest: u64, low: u64) -> (bool, bool) {
-        let row: &[Direct; WIDE_ROW] = row[..WIDE_ROW].try_into().expect("a row");
+    fn decide(row: &[Direct; ROW], rest: u64, low: u64) -> (bool, bool) {
         let inside = row.iter().fold(false, |inside, d| inside | d.holds(rest, low));
         (inside, row[0].word & 3 == NODE)
     }
 
+    /// The walk of key `i`, whose row `decide` said is a node.
     #[inline(always)]
-    fn walk(row: &[Direct], slot: Slot, i: usize) -> Walk {
+    fn walk(row: &[Direct; ROW], slot: Slot, i: usize) -> Walk {
         Walk { record: (row[0].word >> 2) as u32, start: slot.start, key: i as u32 }
     }
 
-    /// Rows wholly inside a block are covered; a row's up to four longer
+    /// Fill a /16's table of 2^k rows from its `blocks` (sorted, disjoint,
+    /// all longer than /16), its rows indexed by the k bits after the /16:
+    /// rows wholly inside a block are covered; a row's up to four longer
     /// blocks are held one an entry; a row with more is a node over the
     /// bits after the first 16 + k, named by its first entry.
     fn fill(blocks: &[(u128, u8)], k: u32, table: &mut [Direct], nodes: &mut Vec<Node>) {
@@ -301,14 +193,14 @@ impl Entry for Direct {
         let mut i = 0;
         while i < blocks.len() {
             let (addr, len) = blocks[i];
-            let e = entry_of(addr, k) * WIDE_ROW;
+            let e = entry_of(addr, k) * ROW;
             if u32::from(len) <= bits {
-                table[e..e + (WIDE_ROW << (bits - u32::from(len)))].fill(Direct::COVERED);
+                table[e..e + (ROW << (bits - u32::from(len)))].fill(Direct::COVERED);
                 i += 1;
                 continue;
             }
-            let j = i + blocks[i..].partition_point(|&(a, l)| u32::from(l) > bits && entry_of(a, k) * WIDE_ROW == e);
-            if j - i > WIDE_ROW {
+            let j = i + blocks[i..].partition_point(|&(a, l)| u32::from(l) > bits && entry_of(a, k) * ROW == e);
+            if j - i > ROW {
                 let r = push_node(&blocks[i..j], bits, nodes);
                 table[e] = Direct { word: u64::from(r) << 2 | NODE, low: 0 };
             } else {
@@ -321,15 +213,8 @@ impl Entry for Direct {
     }
 }
 
-/// Wide entries a row: a 64-byte line.
-pub(crate) const WIDE_ROW: usize = 4;
-const _: () = assert!(1 << <Direct as Entry>::ROW_LOG == WIDE_ROW);
-
-/// A set's direct tables, one after another, of the width its list needs.
-enum Directs {
-    Narrow(Table<u32>),
-    Wide(Table<Direct>),
-}
+/// Entries a row: a 64-byte line.
+pub(crate) const ROW: usize = 4;
 
 impl Direct {
     /// The entry for a single `block` below an entry that fixes its first
@@ -361,7 +246,7 @@ pub struct V6PrefixSet {
     /// A bit per /16: whether its root entry is other than `ROOT_EMPTY`.
     present: Box<Present>,
     /// The /16s' direct tables, one after another.
-    direct: Directs,
+    direct: Table<Direct>,
     nodes: Table<Node>,
 }
 
@@ -384,28 +269,16 @@ impl V6PrefixSet {
     /// Build from merged ranges (sorted, disjoint, not adjacent), as `new`
     /// makes them and `persist` checks them.
     pub(crate) fn from_ranges(ranges: Vec<(u128, u128)>, prefixes: usize) -> Self {
-        Self::from_ranges_as(ranges, prefixes, None)
-    }
-
-    /// [`V6PrefixSet::from_ranges`] with wide entries or not as `wide`
-    /// says, or as the list needs (`None`).
-    pub(crate) fn from_ranges_as(ranges: Vec<(u128, u128)>, prefixes: usize, wide: Option<bool>) -> Self {
         let mut blocks = Vec::with_capacity(ranges.len() * 2);
         for &(first, last) in &ranges {
             cut(first, last, &mut blocks);
         }
-        let below = blocks.iter().filter(|b| u32::from(b.1) > ROOT_BITS).count();
-        let long = blocks.iter().filter(|b| b.1 > WIDE_LEN).count();
         let mut root = Table::<u32>::zeroed(1 << ROOT_BITS);
         root.fill(ROOT_EMPTY);
         // Record 0 is the sentinel: no children, so a decided walk that
         // steps on stays decided, without a branch.
         let mut nodes: Vec<Node> = vec![Node::EMPTY];
-        let direct = if wide.unwrap_or(2 * long > below) {
-            Directs::Wide(Self::fill_tables(&blocks, &mut root, &mut nodes))
-        } else {
-            Directs::Narrow(Self::fill_tables(&blocks, &mut root, &mut nodes))
-        };
+        let direct = Self::fill_tables(&blocks, &mut root, &mut nodes);
         let mut table = Table::<Node>::zeroed(nodes.len());
         table.copy_from_slice(&nodes);
         let mut present = Box::new([0u64; (1 << ROOT_BITS) / 64]);
@@ -416,53 +289,38 @@ impl V6PrefixSet {
     }
 
     /// The root entries and the /16s' direct tables of `blocks`.
-    fn fill_tables<E: Entry>(blocks: &[(u128, u8)], root: &mut [u32], nodes: &mut Vec<Node>) -> Table<E> {
-        let row = 1 << E::ROW_LOG;
-        let mut direct = vec![E::OUTSIDE; 2 * row];
-        direct.resize(4 * row, E::COVERED);
+    fn fill_tables(blocks: &[(u128, u8)], root: &mut [u32], nodes: &mut Vec<Node>) -> Table<Direct> {
+        let mut direct = vec![Direct::OUTSIDE; 2 * ROW];
+        direct.resize(4 * ROW, Direct::COVERED);
         let mut at = 0;
         while at < blocks.len() {
             let (addr, len) = blocks[at];
             let slot = (addr >> (128 - ROOT_BITS)) as usize;
             if u32::from(len) <= ROOT_BITS {
                 let n = 1usize << (ROOT_BITS - u32::from(len));
-                root[slot..slot + n].fill(root_covered(E::ROW_LOG));
+                root[slot..slot + n].fill(ROOT_COVERED);
                 at += 1;
                 continue;
             }
-            // The longer blocks of this /16 get a direct table of four to
-            // eight entries a block (two entries for a lone block), fewer at
-            // the cap; narrow, eight to sixteen if most blocks are short
-            // enough to be held inline. Two to four measured 10% slower on
-            // the bgp mix: more entries hold two blocks, a node. A routing
-            // table's blocks (mostly by /48) are decided by their entry alone
-            // when it holds only them, so they gain from more entries;
-            // blocklists (hosts, /64s) measured slower with them. Wide
-            // entries come in rows of four, so a quarter as many rows: a
-            // row holds up to four blocks, and one with more (a node) is
-            // rare (below one in a thousand where rows hold one on average).
+            // The longer blocks of this /16 get a direct table of one to two
+            // rows a block (two for a lone block), fewer at the cap: a row
+            // then holds one block on average, and one with more than four
+            // (a node) is rare. Two to four blocks a row measured 26% slower
+            // on the bench's routing table, 8% on its blocklist (more nodes).
             let end = at + blocks[at..].partition_point(|&(a, _)| (a >> (128 - ROOT_BITS)) as usize == slot);
             let m = end - at;
-            let k = if m == 1 {
-                1
-            } else {
-                let k = usize::BITS - m.leading_zeros() + 2;
-                let short =
-                    blocks[at..end].iter().filter(|&&(_, len)| u32::from(len) <= ROOT_BITS + k + 1 + INLINE_BITS);
-                (k + u32::from(E::MORE_FOR_SHORT && 2 * short.count() > m)).min(DIRECT_MAX_BITS)
-            };
-            let k = k.saturating_sub(E::ROW_LOG).max(1);
+            let k = (usize::BITS - m.leading_zeros()).clamp(1, DIRECT_MAX_BITS);
             let base = direct.len();
-            direct.resize(base + (1 << (k + E::ROW_LOG)), E::OUTSIDE);
+            direct.resize(base + (ROW << k), Direct::OUTSIDE);
             // Rows start at multiples of their size: with the table's own
             // 64-byte alignment, a wide row is one line.
-            debug_assert!(base % row == 0);
+            debug_assert!(base.is_multiple_of(ROW));
             let base = u32::try_from(base).ok().filter(|&b| b < 1 << 26).expect("fewer than 2^26 direct entries");
             root[slot] = base << 6 | (64 - k);
-            E::fill(&blocks[at..end], k, &mut direct[base as usize..], nodes);
+            Direct::fill(&blocks[at..end], k, &mut direct[base as usize..], nodes);
             at = end;
         }
-        let mut table = Table::<E>::zeroed(direct.len());
+        let mut table = Table::<Direct>::zeroed(direct.len());
         table.copy_from_slice(&direct);
         table
     }
@@ -478,11 +336,7 @@ impl V6PrefixSet {
     /// Bytes of the trie (root, direct tables and records) and of the
     /// ranges it was built from.
     pub fn bytes(&self) -> usize {
-        let direct = match &self.direct {
-            Directs::Narrow(t) => t.bytes(),
-            Directs::Wide(t) => t.bytes(),
-        };
-        self.root.bytes() + size_of::<Present>() + direct + self.nodes.bytes() + self.ranges.len() * 32
+        self.root.bytes() + size_of::<Present>() + self.direct.bytes() + self.nodes.bytes() + self.ranges.len() * 32
     }
 
     /// Records below the root: nodes and leaves.
@@ -499,19 +353,13 @@ impl V6PrefixSet {
     /// tables) its walk read.
     #[inline(always)]
     fn lookup(&self, addr: u128) -> (bool, u32) {
-        fn first<E: Entry>(t: &[E], slot: Slot, addr: u128) -> (bool, Option<Walk>) {
-            let row = &t[slot.entry as usize..];
-            let (inside, on) = E::decide(row, slot.rest, addr as u64);
-            (inside, on.then(|| E::walk(row, slot, 0)))
+        let slot = Self::direct_slot(self.root(), addr).0;
+        let row = self.row(slot.entry);
+        let (inside, on) = Direct::decide(row, slot.rest, addr as u64);
+        if inside || !on {
+            return (inside, 0);
         }
-        let (inside, walk) = match &self.direct {
-            Directs::Narrow(t) => first(t, Self::direct_slot::<u32>(self.root(), addr).0, addr),
-            Directs::Wide(t) => first(t, Self::direct_slot::<Direct>(self.root(), addr).0, addr),
-        };
-        let Some(walk) = walk.filter(|_| !inside) else { return (inside, 0) };
-        if walk.start == AT_LEAF {
-            return (self.nodes[walk.record as usize].leaf_holds(addr), 1);
-        }
+        let walk = Direct::walk(row, slot, 0);
         let (mut n, mut start, mut steps) = (walk.record as usize, walk.start, 1);
         loop {
             match self.step(n, addr, start) {
@@ -554,20 +402,26 @@ impl V6PrefixSet {
     /// covered a covered entry, so every key can read the root and one
     /// direct entry, without a branch.
     #[inline(always)]
-    fn direct_slot<E: Entry>(root: &[u32; 1 << ROOT_BITS], key: u128) -> (Slot, bool) {
+    fn direct_slot(root: &[u32; 1 << ROOT_BITS], key: u128) -> (Slot, bool) {
         let r = root[(key >> (128 - ROOT_BITS)) as usize];
-        (Self::slot_of::<E>(r, (key >> 64) as u64), r != ROOT_EMPTY)
+        (Self::slot_of(r, (key >> 64) as u64), r != ROOT_EMPTY)
+    }
+
+    /// The row at entry `entry`.
+    #[inline(always)]
+    fn row(&self, entry: u32) -> &[Direct; ROW] {
+        self.direct[entry as usize..][..ROW].try_into().expect("a row")
     }
 
     /// The direct slot of a key with first 64 bits `high` and root entry `r`.
     #[inline(always)]
-    fn slot_of<E: Entry>(r: u32, high: u64) -> Slot {
+    fn slot_of(r: u32, high: u64) -> Slot {
         // The table's k bits index its rows; the key's bits past them are
         // what an entry tests (x86's shift takes -shift as 64 - shift = k).
         let shift = r & 63;
         let sub = ((high << ROOT_BITS) >> shift) as u32;
         let rest = (high << ROOT_BITS).wrapping_shl(shift.wrapping_neg());
-        Slot { rest, entry: (r >> 6) + (sub << E::ROW_LOG), start: ROOT_BITS + 64 - shift }
+        Slot { rest, entry: (r >> 6) + sub * ROW as u32, start: ROOT_BITS + 64 - shift }
     }
 
     /// The root as the fixed-size table it is (so indexing it by a key's
@@ -588,21 +442,13 @@ impl V6PrefixSet {
     /// members). Traffic to unlisted /16s costs a bit of the bitmap.
     #[inline]
     pub(crate) fn prepare(&self, keys: &[u128], walks: &mut Walks) {
-        match &self.direct {
-            Directs::Narrow(t) => self.prepare_in(t, keys, walks),
-            Directs::Wide(t) => self.prepare_in(t, keys, walks),
-        }
-    }
-
-    #[inline(always)]
-    fn prepare_in<E: Entry>(&self, direct: &Table<E>, keys: &[u128], walks: &mut Walks) {
         assert!(keys.len() <= PREPARED_MAX, "at most {PREPARED_MAX} keys a batch");
         let (root, present) = (self.root(), &*self.present);
         // Two passes: the first keeps the keys whose /16 holds something,
         // by a bit each (8 KiB, where the root is 256 KiB: random traffic
         // would miss it), in a few instructions a key; the second reads the
         // kept keys' root entries (their /16s' lines are few and hot),
-        // computes their direct slots and prefetches their entries.
+        // computes their rows and prefetches them.
         let mut kept = 0;
         for (i, &key) in keys.iter().enumerate() {
             let top = (key >> (128 - ROOT_BITS)) as usize;
@@ -614,84 +460,58 @@ impl V6PrefixSet {
         walks.kept = kept;
         for (j, &i) in walks.keys[..kept].iter().enumerate() {
             let key = keys[usize::from(i)];
-            let slot = Self::slot_of::<E>(root[(key >> (128 - ROOT_BITS)) as usize], (key >> 64) as u64);
+            let slot = Self::slot_of(root[(key >> (128 - ROOT_BITS)) as usize], (key >> 64) as u64);
             walks.rest[j] = slot.rest;
             walks.entry[j] = slot.entry;
             walks.low[j] = key as u64;
-            prefetch(direct.addr_of(slot.entry as usize));
+            prefetch(self.direct.addr_of(slot.entry as usize));
         }
     }
 
-    /// Second half: `out[i] |= contains(keys[i])`. Read the direct entries
-    /// and prefetch the records they name, keeping the walks not yet
-    /// decided, then take those through the records, interleaved.
+    /// Second half: `out[i] |= contains(keys[i])`. Test the kept keys'
+    /// rows, noting the keys at nodes, then take those through the records,
+    /// interleaved.
     ///
     /// Without a branch on any key's outcome until then: in-list and
     /// unlisted keys come mixed at random, and a mispredicted branch per key
     /// cost more than the walk (all keys in-list measured faster than half).
     #[inline]
     pub(crate) fn or_prepared(&self, keys: &[u128], walks: &Walks, out: &mut [bool]) {
-        match &self.direct {
-            Directs::Narrow(t) => self.finish_in(t, keys, walks, out, 0, 0),
-            Directs::Wide(t) => {
-                // A row's four entries at once where the CPU has AVX2; the
-                // rows elsewhere one entry at a time below.
-                let (done, on) = crate::simd::wide_rows(t, walks, out);
-                self.finish_in(t, keys, walks, out, done, on)
-            }
-        }
+        // A row's four entries at once where the CPU has AVX2; elsewhere
+        // one entry at a time, below.
+        let (done, on) = crate::simd::rows(&self.direct, walks, out);
+        self.finish_in(keys, walks, out, done, on)
     }
 
-    #[inline(always)]
     /// The finish from kept key `done` on, `on` of the earlier ones noted
-    /// as going on past their entries.
-    fn finish_in<E: Entry>(
-        &self,
-        direct: &[E],
-        keys: &[u128],
-        walks: &Walks,
-        out: &mut [bool],
-        done: usize,
-        on: usize,
-    ) {
+    /// as at nodes.
+    #[inline(always)]
+    fn finish_in(&self, keys: &[u128], walks: &Walks, out: &mut [bool], done: usize, on: usize) {
         assert_eq!(keys.len(), out.len(), "one output per key");
         let (live, noted) = (&walks.live, &walks.on);
-        // Most keys are decided by their entry: for them this loop only
-        // writes the outcome. Those that go on to a record are noted (by
-        // their place in the kept list) and their walks taken up below.
+        // Most keys are decided by their row: for them this loop only
+        // writes the outcome. Those at a node are noted (by their place in
+        // the kept list) and their walks taken up below.
         let mut n = on;
         let kept = walks.kept;
         let rows = walks.rest[done..kept].iter().zip(&walks.entry[done..kept]).zip(&walks.keys[done..kept]);
         for (j, ((&rest, &entry), &i)) in (done..).zip(rows) {
             let i = usize::from(i);
-            let (inside, on) = E::decide(&direct[entry as usize..], rest, keys[i] as u64);
+            let (inside, at_node) = Direct::decide(self.row(entry), rest, keys[i] as u64);
             out[i] |= inside;
             // n <= j < PREPARED_MAX: the mask only tells the compiler so.
             noted[n & (PREPARED_MAX - 1)].set(j as u8);
-            n += usize::from(on);
+            n += usize::from(at_node);
         }
         let root = self.root();
         for (at, j) in noted[..n].iter().enumerate() {
             let i = usize::from(walks.keys[usize::from(j.get())]);
-            let slot = Self::direct_slot::<E>(root, keys[i]).0;
-            let walk = E::walk(&direct[slot.entry as usize..], slot, i);
+            let slot = Self::direct_slot(root, keys[i]).0;
+            let walk = Direct::walk(self.row(slot.entry), slot, i);
             prefetch(self.nodes.addr_of(walk.record as usize));
             live[at].set(walk);
         }
-        // Leaves (narrow entries' records, their lines asked for above) are
-        // one test; only walks at nodes go on, interleaved.
-        let mut nodes = 0;
-        for at in 0..n {
-            let walk = live[at].get();
-            if walk.start == AT_LEAF {
-                let i = walk.key as usize;
-                out[i] |= self.nodes[walk.record as usize].leaf_holds(keys[i]);
-            } else {
-                live[nodes].set(walk);
-                nodes += 1;
-            }
-        }
-        self.interleave(keys, out, &live[..nodes]);
+        self.interleave(keys, out, &live[..n]);
     }
 
     /// `out[i] |= contains(keys[i])`, every walk from the root; without
@@ -910,16 +730,9 @@ mod tests {
         })
     }
 
-    /// Every lookup path against a scan of the prefixes, on `probes`, with
-    /// the entries the list gets and with narrow and wide ones.
+    /// Every lookup path against a scan of the prefixes, on `probes`.
     fn check(prefixes: &[(u128, u8)], probes: &[u128], pf: bool) -> Result<(), TestCaseError> {
-        let set = V6PrefixSet::new(prefixes);
-        for wide in [false, true] {
-            let other = V6PrefixSet::from_ranges_as(set.ranges.clone(), set.prefixes, Some(wide));
-            prop_assert_eq!(matches!(other.direct, Directs::Wide(_)), wide);
-            check_set(&other, prefixes, probes, pf)?;
-        }
-        check_set(&set, prefixes, probes, pf)
+        check_set(&V6PrefixSet::new(prefixes), prefixes, probes, pf)
     }
 
     fn check_set(set: &V6PrefixSet, prefixes: &[(u128, u8)], probes: &[u128], pf: bool) -> Result<(), TestCaseError> {
@@ -935,10 +748,7 @@ mod tests {
         for ((keys, out), one) in chunks {
             set.prepare(keys, &mut walks);
             set.or_prepared(keys, &walks, out);
-            match &set.direct {
-                Directs::Narrow(t) => set.finish_in(t, keys, &walks, one, 0, 0),
-                Directs::Wide(t) => set.finish_in(t, keys, &walks, one, 0, 0),
-            }
+            set.finish_in(keys, &walks, one, 0, 0);
         }
         for (((&a, &o), &p), &one) in probes.iter().zip(&out).zip(&piped).zip(&scalar) {
             let want = prefixes.iter().any(|&(p, l)| a & mask(l) == p);
@@ -988,7 +798,7 @@ mod tests {
     }
 
     /// A routing-table-sized list in two /16s, so their direct tables take
-    /// the most bits (13), against the scan on near misses and random keys.
+    /// the most bits (12), against the scan on near misses and random keys.
     #[test]
     fn full_direct_tables_agree_with_linear_scan() {
         let mut rng = crate::xorshift(0x2545_f491_4f6c_dd1d);
@@ -1028,12 +838,8 @@ mod tests {
         assert_eq!(set.ranges(), 2);
         let set = V6PrefixSet::new(&[]);
         assert!(!set.contains(0) && set.nodes() == 0);
-        // A lone /48 is its /16's one narrow direct entry, a leaf; a wide
-        // entry holds it.
+        // A lone /48 is held in its /16's one row, no record below.
         let set = V6PrefixSet::new(&[(0x2001_0db8_0001u128 << 80, 48)]);
-        assert_eq!(set.nodes(), 1);
-        assert!(set.contains(0x2001_0db8_0001u128 << 80 | 77) && !set.contains(0x2001_0db8_0002u128 << 80));
-        let set = V6PrefixSet::from_ranges_as(set.ranges.clone(), 1, Some(true));
         assert_eq!(set.nodes(), 0);
         assert!(set.contains(0x2001_0db8_0001u128 << 80 | 77) && !set.contains(0x2001_0db8_0002u128 << 80));
     }

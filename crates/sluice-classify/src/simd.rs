@@ -11,7 +11,7 @@
 use crate::exact::PREPARED_MAX;
 use crate::filter::{block_of, Block, BlockFilter, SALT};
 use crate::hash::{Hasher, C0};
-use crate::prefix6::{Direct, Walks, BLOCK, COVERED_ENTRY, HIGH_SHIFT_AT, LOW_SHIFT_AT, NODE, WIDE_ROW};
+use crate::prefix6::{Direct, Walks, BLOCK, COVERED_ENTRY, HIGH_SHIFT_AT, LOW_SHIFT_AT, NODE, ROW};
 
 /// Whether any of the 16 lanes equals `key`.
 #[inline(always)]
@@ -121,17 +121,17 @@ unsafe fn filter_select_avx2(blocks: &[Block], probes: &[u64], maybe: &mut [u8; 
     n
 }
 
-/// `walks`' kept keys against their rows of four wide direct entries, with
+/// `walks`' kept keys against their rows of four direct entries, with
 /// AVX2 when the CPU has it: `out[i] |= inside`, and the keys whose row is
 /// a node noted in `walks.on`. Returns how many keys it did and how many
 /// it noted: all or none; without AVX2 the caller does them one entry at a
 /// time, with the same test (`Direct::holds`).
 #[inline(always)]
-pub(crate) fn wide_rows(direct: &[Direct], walks: &Walks, out: &mut [bool]) -> (usize, usize) {
+pub(crate) fn rows(direct: &[Direct], walks: &Walks, out: &mut [bool]) -> (usize, usize) {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2, the one feature the function enables.
-        return unsafe { wide_rows_avx2(direct, walks, out) };
+        return unsafe { rows_avx2(direct, walks, out) };
     }
     let _ = (direct, walks, out);
     (0, 0)
@@ -152,7 +152,7 @@ pub(crate) fn wide_rows(direct: &[Direct], walks: &Walks, out: &mut [bool]) -> (
 /// checked to be in `direct`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn wide_rows_avx2(direct: &[Direct], walks: &Walks, out: &mut [bool]) -> (usize, usize) {
+unsafe fn rows_avx2(direct: &[Direct], walks: &Walks, out: &mut [bool]) -> (usize, usize) {
     use std::arch::x86_64::*;
     let kept = walks.kept.min(PREPARED_MAX);
     let zero = _mm256_setzero_si256();
@@ -162,7 +162,7 @@ unsafe fn wide_rows_avx2(direct: &[Direct], walks: &Walks, out: &mut [bool]) -> 
     let (six_bits, seven_bits) = (_mm256_set1_epi64x(63), _mm256_set1_epi64x(127));
     let mut n = 0;
     for j in 0..kept {
-        let row: &[Direct; WIDE_ROW] = direct[walks.entry[j] as usize..][..WIDE_ROW].try_into().expect("a row");
+        let row: &[Direct; ROW] = direct[walks.entry[j] as usize..][..ROW].try_into().expect("a row");
         // SAFETY: the row is four 16-byte entries, 64 bytes; unaligned
         // loads (rows are 64-byte aligned, so never split across lines).
         let (a, b) = (_mm256_loadu_si256(row.as_ptr().cast()), _mm256_loadu_si256(row[2..].as_ptr().cast()));
