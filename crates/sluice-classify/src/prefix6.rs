@@ -101,15 +101,15 @@ const STRIDE: u32 = 6;
 /// covered rows 2-3: every key reads the root and one row, whatever they
 /// say, with no special case for a table of one row.
 const ROOT_EMPTY: u32 = 64 - 1;
-const ROOT_COVERED: u32 = ((2 * ROW) as u32) << 6 | (64 - 1);
+const ROOT_COVERED: u32 = 2 << 6 | (64 - 1);
 plain_data! {
     /// A direct entry, 16 bytes. The low two bits of `word` are its kind:
-    /// outside (0), covered (1), a node (`word = record << 2 | 2`; records
-    /// start at 1, record 0 being the sentinel) or a single block (3): then
-    /// `word` holds the block's first 64 bits shifted left past the bits
-    /// the entry's row gives (16 + k, so at least 17 low bits are free)
-    /// with its test's shift counts in bits 2-14, and `low` its last 64
-    /// bits. Read a row at a time by `simd::rows`.
+    /// outside (0), a node (`word = record << 2 | 2`; records start at 1,
+    /// record 0 being the sentinel) or a block (3): then `word` holds the
+    /// block's first 64 bits shifted left past the bits the entry's row
+    /// gives (16 + k, so at least 17 low bits are free) with its test's
+    /// shift counts in bits 2-15, and `low` its last 64 bits. A covered
+    /// entry is a block with nothing left to test (both counts 64).
     #[repr(C, align(16))]
     pub(crate) struct Direct {
         pub(crate) word: u64,
@@ -117,18 +117,26 @@ plain_data! {
     }
 }
 
-const _: () = assert!(size_of::<Direct>() == 16);
+plain_data! {
+    /// Four direct entries, one line: what a key's index in its /16's
+    /// table picks. Read whole by `simd::rows`.
+    #[repr(C, align(64))]
+    pub(crate) struct Row {
+        pub(crate) entries: [Direct; 4],
+    }
+}
 
-pub(crate) const COVERED_ENTRY: u64 = 1;
+const _: () = assert!(size_of::<Direct>() == 16 && size_of::<Row>() == 64);
+
 pub(crate) const NODE: u64 = 2;
 pub(crate) const BLOCK: u64 = 3;
-/// A block entry's shift counts, in the low bits its position frees: the
-/// right shift that keeps its bits in the key's first half past the entry
-/// (17 to 63, six bits), and the one that keeps the length's bits of the
-/// second half (`128 - len` for a block longer than /64, else 64: seven
-/// bits, a count AVX2's `vpsrlvq` takes as "all bits out").
+/// A block entry's shift counts, in the low bits its position frees, seven
+/// bits each: the right shift that keeps its bits in the key's first half
+/// past the row (17 to 63), and the one that keeps the length's bits of
+/// the second half (`128 - len` for a block longer than /64, else 64). A
+/// count of 64 shifts every bit out, as AVX2's `vpsrlvq` does.
 pub(crate) const HIGH_SHIFT_AT: u32 = 2;
-pub(crate) const LOW_SHIFT_AT: u32 = 8;
+pub(crate) const LOW_SHIFT_AT: u32 = 9;
 
 /// The record a new node or leaf will take.
 fn next_record(nodes: &[Node]) -> u32 {
@@ -149,38 +157,36 @@ fn entry_of(addr: u128, k: u32) -> usize {
 }
 
 impl Direct {
-    /// Whether a key is inside this entry (a covered entry, or a block
-    /// holding it), without a branch: the block's test is computed for
-    /// every entry (for the others the value is unused; the first shift
-    /// takes its count's low six bits, as x86's does). The key's first 64
+    /// Whether a key is inside this entry (a block holding it), without a
+    /// branch: the test is computed for every entry (for the others the
+    /// value is unused). The key's first 64
     /// bits past the row against the block's, shifted to keep the block's
     /// bits there (at least one), and its last 64 bits, shifted to keep
     /// those the length covers. `simd::rows` does the same four entries at
     /// a time.
     #[inline(always)]
     fn holds(self, rest: u64, low: u64) -> bool {
-        let kind = self.word & 3;
-        let high = (rest ^ self.word).wrapping_shr((self.word >> HIGH_SHIFT_AT) as u32);
+        let high = (rest ^ self.word).checked_shr((self.word >> HIGH_SHIFT_AT) as u32 & 127).unwrap_or(0);
         let low = (low ^ self.low).checked_shr((self.word >> LOW_SHIFT_AT) as u32 & 127).unwrap_or(0);
-        (kind == COVERED_ENTRY) | ((kind == BLOCK) & (high | low == 0))
+        (self.word & 3 == BLOCK) & (high | low == 0)
     }
 
     const OUTSIDE: Direct = Direct { word: 0, low: 0 };
-    const COVERED: Direct = Direct { word: COVERED_ENTRY, low: 0 };
+    const COVERED: Direct = Direct { word: 64 << HIGH_SHIFT_AT | 64 << LOW_SHIFT_AT | BLOCK, low: 0 };
 
     /// A key's row, without a branch on the outcome: whether the key is
     /// inside, and whether it walks on to a node. `rest`: the key's first
     /// 64 bits past the row's, `low`: its last 64 bits.
     #[inline(always)]
-    fn decide(row: &[Direct; ROW], rest: u64, low: u64) -> (bool, bool) {
-        let inside = row.iter().fold(false, |inside, d| inside | d.holds(rest, low));
-        (inside, row[0].word & 3 == NODE)
+    fn decide(row: &Row, rest: u64, low: u64) -> (bool, bool) {
+        let inside = row.entries.iter().fold(false, |inside, d| inside | d.holds(rest, low));
+        (inside, row.entries[0].word & 3 == NODE)
     }
 
     /// The walk of key `i`, whose row `decide` said is a node.
     #[inline(always)]
-    fn walk(row: &[Direct; ROW], slot: Slot, i: usize) -> Walk {
-        Walk { record: (row[0].word >> 2) as u32, start: slot.start, key: i as u32 }
+    fn walk(row: &Row, slot: Slot, i: usize) -> Walk {
+        Walk { record: (row.entries[0].word >> 2) as u32, start: slot.start, key: i as u32 }
     }
 
     /// Fill a /16's table of 2^k rows from its `blocks` (sorted, disjoint,
@@ -188,23 +194,24 @@ impl Direct {
     /// rows wholly inside a block are covered; a row's up to four longer
     /// blocks are held one an entry; a row with more is a node over the
     /// bits after the first 16 + k, named by its first entry.
-    fn fill(blocks: &[(u128, u8)], k: u32, table: &mut [Direct], nodes: &mut Vec<Node>) {
+    fn fill(blocks: &[(u128, u8)], k: u32, table: &mut [Row], nodes: &mut Vec<Node>) {
         let bits = ROOT_BITS + k;
         let mut i = 0;
         while i < blocks.len() {
             let (addr, len) = blocks[i];
-            let e = entry_of(addr, k) * ROW;
+            let e = entry_of(addr, k);
             if u32::from(len) <= bits {
-                table[e..e + (ROW << (bits - u32::from(len)))].fill(Direct::COVERED);
+                table[e..e + (1 << (bits - u32::from(len)))].fill(Row::COVERED);
                 i += 1;
                 continue;
             }
-            let j = i + blocks[i..].partition_point(|&(a, l)| u32::from(l) > bits && entry_of(a, k) * ROW == e);
-            if j - i > ROW {
+            let j = i + blocks[i..].partition_point(|&(a, l)| u32::from(l) > bits && entry_of(a, k) == e);
+            let row = &mut table[e].entries;
+            if j - i > row.len() {
                 let r = push_node(&blocks[i..j], bits, nodes);
-                table[e] = Direct { word: u64::from(r) << 2 | NODE, low: 0 };
+                row[0] = Direct { word: u64::from(r) << 2 | NODE, low: 0 };
             } else {
-                for (d, &b) in table[e..].iter_mut().zip(&blocks[i..j]) {
+                for (d, &b) in row.iter_mut().zip(&blocks[i..j]) {
                     *d = Direct::block(b, bits);
                 }
             }
@@ -213,8 +220,10 @@ impl Direct {
     }
 }
 
-/// Entries a row: a 64-byte line.
-pub(crate) const ROW: usize = 4;
+impl Row {
+    const OUTSIDE: Row = Row { entries: [Direct::OUTSIDE; 4] };
+    const COVERED: Row = Row { entries: [Direct::COVERED, Direct::OUTSIDE, Direct::OUTSIDE, Direct::OUTSIDE] };
+}
 
 impl Direct {
     /// The entry for a single `block` below an entry that fixes its first
@@ -223,6 +232,7 @@ impl Direct {
         debug_assert!(u32::from(len) > bits && bits > 16 && bits < 64);
         let len = u32::from(len);
         let high_shift = u64::from(64 - (len.min(64) - bits));
+        debug_assert!(high_shift >= u64::from(LOW_SHIFT_AT + 7), "the counts are shifted out");
         let low_shift = if len > 64 { u64::from(128 - len) } else { 64 };
         let shifts = high_shift << HIGH_SHIFT_AT | low_shift << LOW_SHIFT_AT;
         Direct { word: ((addr >> 64) as u64) << bits | shifts | BLOCK, low: addr as u64 }
@@ -246,7 +256,7 @@ pub struct V6PrefixSet {
     /// A bit per /16: whether its root entry is other than `ROOT_EMPTY`.
     present: Box<Present>,
     /// The /16s' direct tables, one after another.
-    direct: Table<Direct>,
+    direct: Table<Row>,
     nodes: Table<Node>,
 }
 
@@ -289,9 +299,8 @@ impl V6PrefixSet {
     }
 
     /// The root entries and the /16s' direct tables of `blocks`.
-    fn fill_tables(blocks: &[(u128, u8)], root: &mut [u32], nodes: &mut Vec<Node>) -> Table<Direct> {
-        let mut direct = vec![Direct::OUTSIDE; 2 * ROW];
-        direct.resize(4 * ROW, Direct::COVERED);
+    fn fill_tables(blocks: &[(u128, u8)], root: &mut [u32], nodes: &mut Vec<Node>) -> Table<Row> {
+        let mut direct = vec![Row::OUTSIDE, Row::OUTSIDE, Row::COVERED, Row::COVERED];
         let mut at = 0;
         while at < blocks.len() {
             let (addr, len) = blocks[at];
@@ -311,16 +320,13 @@ impl V6PrefixSet {
             let m = end - at;
             let k = (usize::BITS - m.leading_zeros()).clamp(1, DIRECT_MAX_BITS);
             let base = direct.len();
-            direct.resize(base + (ROW << k), Direct::OUTSIDE);
-            // Rows start at multiples of their size: with the table's own
-            // 64-byte alignment, a wide row is one line.
-            debug_assert!(base.is_multiple_of(ROW));
+            direct.resize(base + (1 << k), Row::OUTSIDE);
             let base = u32::try_from(base).ok().filter(|&b| b < 1 << 26).expect("fewer than 2^26 direct entries");
             root[slot] = base << 6 | (64 - k);
             Direct::fill(&blocks[at..end], k, &mut direct[base as usize..], nodes);
             at = end;
         }
-        let mut table = Table::<Direct>::zeroed(direct.len());
+        let mut table = Table::<Row>::zeroed(direct.len());
         table.copy_from_slice(&direct);
         table
     }
@@ -409,8 +415,8 @@ impl V6PrefixSet {
 
     /// The row at entry `entry`.
     #[inline(always)]
-    fn row(&self, entry: u32) -> &[Direct; ROW] {
-        self.direct[entry as usize..][..ROW].try_into().expect("a row")
+    fn row(&self, entry: u32) -> &Row {
+        &self.direct[entry as usize]
     }
 
     /// The direct slot of a key with first 64 bits `high` and root entry `r`.
@@ -421,7 +427,7 @@ impl V6PrefixSet {
         let shift = r & 63;
         let sub = ((high << ROOT_BITS) >> shift) as u32;
         let rest = (high << ROOT_BITS).wrapping_shl(shift.wrapping_neg());
-        Slot { rest, entry: (r >> 6) + sub * ROW as u32, start: ROOT_BITS + 64 - shift }
+        Slot { rest, entry: (r >> 6) + sub, start: ROOT_BITS + 64 - shift }
     }
 
     /// The root as the fixed-size table it is (so indexing it by a key's

@@ -11,7 +11,7 @@
 use crate::exact::PREPARED_MAX;
 use crate::filter::{block_of, Block, BlockFilter, SALT};
 use crate::hash::{Hasher, C0};
-use crate::prefix6::{Direct, Walks, BLOCK, COVERED_ENTRY, HIGH_SHIFT_AT, LOW_SHIFT_AT, NODE, ROW};
+use crate::prefix6::{Row, Walks, BLOCK, HIGH_SHIFT_AT, LOW_SHIFT_AT, NODE};
 
 /// Whether any of the 16 lanes equals `key`.
 #[inline(always)]
@@ -127,7 +127,7 @@ unsafe fn filter_select_avx2(blocks: &[Block], probes: &[u64], maybe: &mut [u8; 
 /// it noted: all or none; without AVX2 the caller does them one entry at a
 /// time, with the same test (`Direct::holds`).
 #[inline(always)]
-pub(crate) fn rows(direct: &[Direct], walks: &Walks, out: &mut [bool]) -> (usize, usize) {
+pub(crate) fn rows(direct: &[Row], walks: &Walks, out: &mut [bool]) -> (usize, usize) {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2, the one feature the function enables.
@@ -137,48 +137,43 @@ pub(crate) fn rows(direct: &[Direct], walks: &Walks, out: &mut [bool]) -> (usize
     (0, 0)
 }
 
-/// Per key: its row's line as two vectors of two entries, unpacked into
-/// the four words and the four low halves (the lanes' order is the same in
-/// both, which is all the test needs), the key broadcast, both tests'
-/// shifts per lane with `vpsrlvq` (a count of 64 or more gives 0: a block
-/// of /64 or shorter has no bits to test in the second half), and the
-/// outcome as four bits by `movmskpd`.
+/// Per key: its row as two vectors of two entries, unpacked into the four
+/// words and the four low halves (the lanes' order is the same in both,
+/// which is all the test needs), the key broadcast, both tests' shifts per
+/// lane with `vpsrlvq` (a count of 64 or more gives 0), the kind folded
+/// into the same compare, and "any lane" by `vtestpd`.
 ///
 /// # Safety
 ///
 /// The CPU must support AVX2 (the caller checks with
 /// `is_x86_feature_detected!`). Every memory access is through safe slice
-/// indexing except the row's two unaligned loads, of a row of four entries
-/// checked to be in `direct`.
+/// indexing except the row's two aligned loads, which `Row`'s 64-byte
+/// alignment makes sound.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn rows_avx2(direct: &[Direct], walks: &Walks, out: &mut [bool]) -> (usize, usize) {
+unsafe fn rows_avx2(direct: &[Row], walks: &Walks, out: &mut [bool]) -> (usize, usize) {
     use std::arch::x86_64::*;
     let kept = walks.kept.min(PREPARED_MAX);
     let zero = _mm256_setzero_si256();
-    let (covered, block) = (_mm256_set1_epi64x(COVERED_ENTRY as i64), _mm256_set1_epi64x(BLOCK as i64));
-    // The kind is the word's low two bits (all three kinds set within them).
-    let kind_bits = _mm256_set1_epi64x(3);
-    let (six_bits, seven_bits) = (_mm256_set1_epi64x(63), _mm256_set1_epi64x(127));
+    let (kind_bits, block) = (_mm256_set1_epi64x(3), _mm256_set1_epi64x(BLOCK as i64));
+    let seven_bits = _mm256_set1_epi64x(127);
     let mut n = 0;
     for j in 0..kept {
-        let row: &[Direct; ROW] = direct[walks.entry[j] as usize..][..ROW].try_into().expect("a row");
-        // SAFETY: the row is four 16-byte entries, 64 bytes; unaligned
-        // loads (rows are 64-byte aligned, so never split across lines).
-        let (a, b) = (_mm256_loadu_si256(row.as_ptr().cast()), _mm256_loadu_si256(row[2..].as_ptr().cast()));
+        let row = &direct[walks.entry[j] as usize].entries;
+        // SAFETY: `Row` is 64 bytes aligned to 64 (asserted in prefix6.rs).
+        let (a, b) = (_mm256_load_si256(row.as_ptr().cast()), _mm256_load_si256(row[2..].as_ptr().cast()));
         let (word, low) = (_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
         let rest = _mm256_set1_epi64x(walks.rest[j] as i64);
         let key_low = _mm256_set1_epi64x(walks.low[j] as i64);
-        let high_shift = _mm256_and_si256(_mm256_srli_epi64::<{ HIGH_SHIFT_AT as i32 }>(word), six_bits);
+        let high_shift = _mm256_and_si256(_mm256_srli_epi64::<{ HIGH_SHIFT_AT as i32 }>(word), seven_bits);
         let low_shift = _mm256_and_si256(_mm256_srli_epi64::<{ LOW_SHIFT_AT as i32 }>(word), seven_bits);
         let high = _mm256_srlv_epi64(_mm256_xor_si256(rest, word), high_shift);
         let low = _mm256_srlv_epi64(_mm256_xor_si256(key_low, low), low_shift);
-        let pass = _mm256_cmpeq_epi64(_mm256_or_si256(high, low), zero);
-        let kind = _mm256_and_si256(word, kind_bits);
-        let in_block = _mm256_and_si256(pass, _mm256_cmpeq_epi64(kind, block));
-        let inside = _mm256_or_si256(in_block, _mm256_cmpeq_epi64(kind, covered));
-        let inside = _mm256_movemask_pd(_mm256_castsi256_pd(inside));
-        out[usize::from(walks.keys[j])] |= inside != 0;
+        // Zero where the lane is a block and the key's bits match it.
+        let not_block = _mm256_xor_si256(_mm256_and_si256(word, kind_bits), block);
+        let miss = _mm256_or_si256(_mm256_or_si256(high, low), not_block);
+        let inside = _mm256_testz_si256(_mm256_cmpeq_epi64(miss, zero), _mm256_cmpeq_epi64(miss, zero)) == 0;
+        out[usize::from(walks.keys[j])] |= inside;
         // Without a branch: a node row (its first entry) is rare, but a
         // branch per key would still cost its slot in the predictor.
         walks.on[n & (PREPARED_MAX - 1)].set(j as u8);
