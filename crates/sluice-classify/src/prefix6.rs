@@ -14,8 +14,9 @@
 //! whole (its bits past the row and its test's shift counts) or says
 //! covered, so a row holds up to four blocks and a listed address costs
 //! the root and one line, tested branch-free (AVX2: the whole row at once).
-//! A row with more blocks names a node instead, rare (below one row in a
-//! thousand on the bench's lists). Every node
+//! A row with more blocks names a node instead, rare (0.3% of the rows
+//! holding anything on the bench's routing table, 0.1% on its blocklist).
+//! Every node
 //! consumes six address bits: a 64-bit `covered` vector (children wholly
 //! inside a block), a 64-bit `children` vector (children with longer blocks
 //! below) and a `leaves` vector (those of them holding a single block), the
@@ -95,7 +96,7 @@ const LANES: usize = 16;
 const AT_LEAF: u32 = u32::MAX;
 const STRIDE: u32 = 6;
 /// Root entries: `base << 6 | (64 - k)`, the /16's direct table of 2^k
-/// rows (k >= 1) from entry `base` in `direct`, with the shift that takes a
+/// rows (k >= 1) from row `base` in `direct`, with the shift that takes a
 /// key's k bits after the /16 out of its first 64 bits shifted left by 16.
 /// A /16 with nothing below it reads rows 0-1 (outside), one wholly
 /// covered rows 2-3: every key reads the root and one row, whatever they
@@ -151,19 +152,17 @@ fn push_node(blocks: &[(u128, u8)], bits: u32, nodes: &mut Vec<Node>) -> u32 {
     r
 }
 
-/// The bits of a /16's table index: the entry of `addr` in a table of 2^k.
-fn entry_of(addr: u128, k: u32) -> usize {
+/// The bits of a /16's table index: the row of `addr` in a table of 2^k.
+fn row_of(addr: u128, k: u32) -> usize {
     ((addr << ROOT_BITS) >> (128 - k)) as usize
 }
 
 impl Direct {
     /// Whether a key is inside this entry (a block holding it), without a
-    /// branch: the test is computed for every entry (for the others the
-    /// value is unused). The key's first 64
-    /// bits past the row against the block's, shifted to keep the block's
-    /// bits there (at least one), and its last 64 bits, shifted to keep
-    /// those the length covers. `simd::rows` does the same four entries at
-    /// a time.
+    /// branch: the key's first 64 bits past the row against the block's,
+    /// shifted to keep the block's bits there, and its last 64 bits,
+    /// shifted to keep those the length covers (a covered entry keeps
+    /// none). `simd::rows` does the same four entries at a time.
     #[inline(always)]
     fn holds(self, rest: u64, low: u64) -> bool {
         let high = (rest ^ self.word).checked_shr((self.word >> HIGH_SHIFT_AT) as u32 & 127).unwrap_or(0);
@@ -173,6 +172,18 @@ impl Direct {
 
     const OUTSIDE: Direct = Direct { word: 0, low: 0 };
     const COVERED: Direct = Direct { word: 64 << HIGH_SHIFT_AT | 64 << LOW_SHIFT_AT | BLOCK, low: 0 };
+
+    /// The entry for a single `block` in a row that fixes its first `bits`
+    /// bits (`bits` < its length).
+    fn block((addr, len): (u128, u8), bits: u32) -> Direct {
+        debug_assert!(u32::from(len) > bits && bits > 16 && bits < 64);
+        let len = u32::from(len);
+        let high_shift = u64::from(64 - (len.min(64) - bits));
+        debug_assert!(high_shift >= u64::from(LOW_SHIFT_AT + 7), "the counts are shifted out");
+        let low_shift = if len > 64 { u64::from(128 - len) } else { 64 };
+        let shifts = high_shift << HIGH_SHIFT_AT | low_shift << LOW_SHIFT_AT;
+        Direct { word: ((addr >> 64) as u64) << bits | shifts | BLOCK, low: addr as u64 }
+    }
 
     /// A key's row, without a branch on the outcome: whether the key is
     /// inside, and whether it walks on to a node. `rest`: the key's first
@@ -199,13 +210,13 @@ impl Direct {
         let mut i = 0;
         while i < blocks.len() {
             let (addr, len) = blocks[i];
-            let e = entry_of(addr, k);
+            let e = row_of(addr, k);
             if u32::from(len) <= bits {
                 table[e..e + (1 << (bits - u32::from(len)))].fill(Row::COVERED);
                 i += 1;
                 continue;
             }
-            let j = i + blocks[i..].partition_point(|&(a, l)| u32::from(l) > bits && entry_of(a, k) == e);
+            let j = i + blocks[i..].partition_point(|&(a, l)| u32::from(l) > bits && row_of(a, k) == e);
             let row = &mut table[e].entries;
             if j - i > row.len() {
                 let r = push_node(&blocks[i..j], bits, nodes);
@@ -223,20 +234,6 @@ impl Direct {
 impl Row {
     const OUTSIDE: Row = Row { entries: [Direct::OUTSIDE; 4] };
     const COVERED: Row = Row { entries: [Direct::COVERED, Direct::OUTSIDE, Direct::OUTSIDE, Direct::OUTSIDE] };
-}
-
-impl Direct {
-    /// The entry for a single `block` below an entry that fixes its first
-    /// `bits` bits (`bits` < its length).
-    fn block((addr, len): (u128, u8), bits: u32) -> Direct {
-        debug_assert!(u32::from(len) > bits && bits > 16 && bits < 64);
-        let len = u32::from(len);
-        let high_shift = u64::from(64 - (len.min(64) - bits));
-        debug_assert!(high_shift >= u64::from(LOW_SHIFT_AT + 7), "the counts are shifted out");
-        let low_shift = if len > 64 { u64::from(128 - len) } else { 64 };
-        let shifts = high_shift << HIGH_SHIFT_AT | low_shift << LOW_SHIFT_AT;
-        Direct { word: ((addr >> 64) as u64) << bits | shifts | BLOCK, low: addr as u64 }
-    }
 }
 
 /// The six bits of `addr` after its first `start` bits (`start` <= 124; at
@@ -313,15 +310,15 @@ impl V6PrefixSet {
             }
             // The longer blocks of this /16 get a direct table of one to two
             // rows a block (two for a lone block), fewer at the cap: a row
-            // then holds one block on average, and one with more than four
-            // (a node) is rare. Two to four blocks a row measured 26% slower
+            // then holds half a block to one on average, and one with more
+            // than four (a node) is rare. Two to four blocks a row measured 26% slower
             // on the bench's routing table, 8% on its blocklist (more nodes).
             let end = at + blocks[at..].partition_point(|&(a, _)| (a >> (128 - ROOT_BITS)) as usize == slot);
             let m = end - at;
             let k = (usize::BITS - m.leading_zeros()).clamp(1, DIRECT_MAX_BITS);
             let base = direct.len();
             direct.resize(base + (1 << k), Row::OUTSIDE);
-            let base = u32::try_from(base).ok().filter(|&b| b < 1 << 26).expect("fewer than 2^26 direct entries");
+            let base = u32::try_from(base).ok().filter(|&b| b < 1 << 26).expect("fewer than 2^26 direct rows");
             root[slot] = base << 6 | (64 - k);
             Direct::fill(&blocks[at..end], k, &mut direct[base as usize..], nodes);
             at = end;
@@ -360,7 +357,7 @@ impl V6PrefixSet {
     #[inline(always)]
     fn lookup(&self, addr: u128) -> (bool, u32) {
         let slot = Self::direct_slot(self.root(), addr).0;
-        let row = self.row(slot.entry);
+        let row = self.row(slot.row);
         let (inside, on) = Direct::decide(row, slot.rest, addr as u64);
         if inside || !on {
             return (inside, 0);
@@ -403,20 +400,20 @@ impl V6PrefixSet {
         }
     }
 
-    /// Where `key`'s direct entry is; and whether its /16 holds anything.
-    /// A key whose /16 holds nothing reads an outside entry, one wholly
-    /// covered a covered entry, so every key can read the root and one
-    /// direct entry, without a branch.
+    /// Where `key`'s row is; and whether its /16 holds anything. A key
+    /// whose /16 holds nothing reads an outside row, one wholly covered a
+    /// covered row, so every key can read the root and one row, without a
+    /// branch.
     #[inline(always)]
     fn direct_slot(root: &[u32; 1 << ROOT_BITS], key: u128) -> (Slot, bool) {
         let r = root[(key >> (128 - ROOT_BITS)) as usize];
         (Self::slot_of(r, (key >> 64) as u64), r != ROOT_EMPTY)
     }
 
-    /// The row at entry `entry`.
+    /// Row `row` of the direct tables.
     #[inline(always)]
-    fn row(&self, entry: u32) -> &Row {
-        &self.direct[entry as usize]
+    fn row(&self, row: u32) -> &Row {
+        &self.direct[row as usize]
     }
 
     /// The direct slot of a key with first 64 bits `high` and root entry `r`.
@@ -427,7 +424,7 @@ impl V6PrefixSet {
         let shift = r & 63;
         let sub = ((high << ROOT_BITS) >> shift) as u32;
         let rest = (high << ROOT_BITS).wrapping_shl(shift.wrapping_neg());
-        Slot { rest, entry: (r >> 6) + sub, start: ROOT_BITS + 64 - shift }
+        Slot { rest, row: (r >> 6) + sub, start: ROOT_BITS + 64 - shift }
     }
 
     /// The root as the fixed-size table it is (so indexing it by a key's
@@ -468,9 +465,9 @@ impl V6PrefixSet {
             let key = keys[usize::from(i)];
             let slot = Self::slot_of(root[(key >> (128 - ROOT_BITS)) as usize], (key >> 64) as u64);
             walks.rest[j] = slot.rest;
-            walks.entry[j] = slot.entry;
+            walks.row[j] = slot.row;
             walks.low[j] = key as u64;
-            prefetch(self.direct.addr_of(slot.entry as usize));
+            prefetch(self.direct.addr_of(slot.row as usize));
         }
     }
 
@@ -500,10 +497,10 @@ impl V6PrefixSet {
         // the kept list) and their walks taken up below.
         let mut n = on;
         let kept = walks.kept;
-        let rows = walks.rest[done..kept].iter().zip(&walks.entry[done..kept]).zip(&walks.keys[done..kept]);
-        for (j, ((&rest, &entry), &i)) in (done..).zip(rows) {
+        let rows = walks.rest[done..kept].iter().zip(&walks.row[done..kept]).zip(&walks.keys[done..kept]);
+        for (j, ((&rest, &row), &i)) in (done..).zip(rows) {
             let i = usize::from(i);
-            let (inside, at_node) = Direct::decide(self.row(entry), rest, keys[i] as u64);
+            let (inside, at_node) = Direct::decide(self.row(row), rest, keys[i] as u64);
             out[i] |= inside;
             // n <= j < PREPARED_MAX: the mask only tells the compiler so.
             noted[n & (PREPARED_MAX - 1)].set(j as u8);
@@ -513,7 +510,7 @@ impl V6PrefixSet {
         for (at, j) in noted[..n].iter().enumerate() {
             let i = usize::from(walks.keys[usize::from(j.get())]);
             let slot = Self::direct_slot(root, keys[i]).0;
-            let walk = Direct::walk(self.row(slot.entry), slot, i);
+            let walk = Direct::walk(self.row(slot.row), slot, i);
             prefetch(self.nodes.addr_of(walk.record as usize));
             live[at].set(walk);
         }
@@ -600,17 +597,16 @@ pub(crate) struct Walk {
 #[derive(Clone, Debug)]
 pub(crate) struct Walks {
     /// The keys `prepare` kept (those whose /16 holds something), packed:
-    /// each one's index in the batch, its first 64 bits past its direct
-    /// entry, that entry and its last 64 bits. Arrays, not records, so
-    /// `simd::wide_entries` loads four of a kind at once.
+    /// each one's index in the batch, its first 64 bits past its row, that
+    /// row and its last 64 bits.
     pub(crate) keys: [u8; PREPARED_MAX],
     pub(crate) rest: [u64; PREPARED_MAX],
-    pub(crate) entry: [u32; PREPARED_MAX],
+    pub(crate) row: [u32; PREPARED_MAX],
     pub(crate) low: [u64; PREPARED_MAX],
     pub(crate) kept: usize,
     /// The finish's own lists, kept here so they are not zeroed on every
-    /// batch: the slots whose keys go on past their direct entries, and
-    /// their walks.
+    /// batch: the kept keys at nodes (their places in the lists above),
+    /// and their walks.
     pub(crate) on: [Cell<u8>; PREPARED_MAX],
     live: [Cell<Walk>; PREPARED_MAX],
 }
@@ -620,7 +616,7 @@ impl Default for Walks {
         Walks {
             keys: [0; PREPARED_MAX],
             rest: [0; PREPARED_MAX],
-            entry: [0; PREPARED_MAX],
+            row: [0; PREPARED_MAX],
             low: [0; PREPARED_MAX],
             kept: 0,
             on: [const { Cell::new(0) }; PREPARED_MAX],
@@ -629,12 +625,12 @@ impl Default for Walks {
     }
 }
 
-/// A key's entry in the direct tables, the bits it fixes (16 + k, the
+/// A key's row in the direct tables, the bits it fixes (16 + k, the
 /// direct table's k) and the key's first 64 bits past them.
 #[derive(Clone, Copy, Debug, Default)]
 struct Slot {
     rest: u64,
-    entry: u32,
+    row: u32,
     start: u32,
 }
 

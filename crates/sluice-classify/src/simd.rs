@@ -159,7 +159,7 @@ unsafe fn rows_avx2(direct: &[Row], walks: &Walks, out: &mut [bool]) -> (usize, 
     let seven_bits = _mm256_set1_epi64x(127);
     let mut n = 0;
     for j in 0..kept {
-        let row = &direct[walks.entry[j] as usize].entries;
+        let row = &direct[walks.row[j] as usize].entries;
         // SAFETY: `Row` is 64 bytes aligned to 64 (asserted in prefix6.rs).
         let (a, b) = (_mm256_load_si256(row.as_ptr().cast()), _mm256_load_si256(row[2..].as_ptr().cast()));
         let (word, low) = (_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
