@@ -435,9 +435,9 @@ impl V6PrefixSet {
     }
 
     /// First half of a pipelined lookup: keep the keys whose /16 holds
-    /// something, read their root entries and prefetch their direct
-    /// entries. By [`V6PrefixSet::or_prepared`], a batch later, those lines
-    /// have arrived.
+    /// something, read their root entries and prefetch their rows. By
+    /// [`V6PrefixSet::or_prepared`], a batch later, those lines have
+    /// arrived.
     ///
     /// A key whose /16 holds nothing is decided here (outside) and not kept:
     /// the kept keys are packed, without a branch, so the finish reads only

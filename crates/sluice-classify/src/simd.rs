@@ -141,7 +141,7 @@ pub(crate) fn rows(direct: &[Row], walks: &Walks, out: &mut [bool]) -> (usize, u
 /// words and the four low halves (the lanes' order is the same in both,
 /// which is all the test needs), the key broadcast, both tests' shifts per
 /// lane with `vpsrlvq` (a count of 64 or more gives 0), the kind folded
-/// into the same compare, and "any lane" by `vtestpd`.
+/// into the same compare, and "any lane" by one test of the compare's bits.
 ///
 /// # Safety
 ///
