@@ -356,7 +356,7 @@ impl V6PrefixSet {
     /// tables) its walk read.
     #[inline(always)]
     fn lookup(&self, addr: u128) -> (bool, u32) {
-        let slot = Self::direct_slot(self.root(), addr).0;
+        let slot = Self::direct_slot(self.root(), addr);
         let row = self.row(slot.row);
         let (inside, on) = Direct::decide(row, slot.rest, addr as u64);
         if inside || !on {
@@ -400,14 +400,13 @@ impl V6PrefixSet {
         }
     }
 
-    /// Where `key`'s row is; and whether its /16 holds anything. A key
-    /// whose /16 holds nothing reads an outside row, one wholly covered a
-    /// covered row, so every key can read the root and one row, without a
-    /// branch.
+    /// Where `key`'s row is. A key whose /16 holds nothing reads an
+    /// outside row, one wholly covered a covered row, so every key can read
+    /// the root and one row, without a branch.
     #[inline(always)]
-    fn direct_slot(root: &[u32; 1 << ROOT_BITS], key: u128) -> (Slot, bool) {
+    fn direct_slot(root: &[u32; 1 << ROOT_BITS], key: u128) -> Slot {
         let r = root[(key >> (128 - ROOT_BITS)) as usize];
-        (Self::slot_of(r, (key >> 64) as u64), r != ROOT_EMPTY)
+        Self::slot_of(r, (key >> 64) as u64)
     }
 
     /// Row `row` of the direct tables.
@@ -509,7 +508,7 @@ impl V6PrefixSet {
         let root = self.root();
         for (at, j) in noted[..n].iter().enumerate() {
             let i = usize::from(walks.keys[usize::from(j.get())]);
-            let slot = Self::direct_slot(root, keys[i]).0;
+            let slot = Self::direct_slot(root, keys[i]);
             let walk = Direct::walk(self.row(slot.row), slot, i);
             prefetch(self.nodes.addr_of(walk.record as usize));
             live[at].set(walk);
