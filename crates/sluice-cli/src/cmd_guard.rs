@@ -7,10 +7,12 @@ use anyhow::{Context, Result};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
 use sluice_control::forward::{self, ForwardCounters};
-use sluice_guard::{BlockAction, Config, Guard, Limits, RespCodeBlock};
+use sluice_guard::timeouts::ms;
+use sluice_guard::{BlockAction, Config, Guard, Limits, MinRate, RespCodeBlock, Timeouts};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct GuardArgs {
@@ -41,12 +43,39 @@ pub struct GuardArgs {
     /// Open connections per client IP.
     #[arg(long, value_name = "N")]
     pub concurrent_connections: Option<u32>,
-    /// A request's head must arrive within this many ms of its first byte (slowloris).
-    #[arg(long, value_name = "MS")]
-    pub client_header_timeout: Option<u64>,
-    /// A request's body must arrive within this many ms of the end of its head.
-    #[arg(long, value_name = "MS")]
-    pub client_body_timeout: Option<u64>,
+    /// A request's head must be whole this many ms after accept, or after
+    /// the first byte of a kept-alive connection's next request (slowloris; 0: off).
+    #[arg(long, value_name = "MS", default_value_t = 20_000)]
+    pub client_header_timeout: u64,
+    /// No byte of a request's body for this many ms, while the guard would take one, is a breach (0: off).
+    #[arg(long, value_name = "MS", default_value_t = 60_000)]
+    pub client_body_timeout: u64,
+    /// A request body slower than this many bytes/s over a --min-rate-window is a breach (slow POST; 0: off).
+    #[arg(long, value_name = "BYTES", default_value_t = 240)]
+    pub min_request_body_rate: u64,
+    /// No response byte taken by the client for this many ms closes it (0: off).
+    #[arg(long, value_name = "MS", default_value_t = 60_000)]
+    pub send_timeout: u64,
+    /// A client taking its response slower than this many bytes/s over a
+    /// --min-rate-window is closed (slow read; 0: off).
+    #[arg(long, value_name = "BYTES", default_value_t = 240)]
+    pub min_response_rate: u64,
+    /// The window (and grace) over which the minimum rates are averaged.
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    pub min_rate_window: u64,
+    /// A kept-alive connection waits this many ms for its next request (0: no limit).
+    #[arg(long, value_name = "MS", default_value_t = 60_000)]
+    pub keepalive_timeout: u64,
+    /// A new upstream connection must be accepted within this many ms (504; 0: off).
+    #[arg(long, value_name = "MS", default_value_t = 5_000)]
+    pub upstream_connect_timeout: u64,
+    /// No byte from the upstream for this many ms while a response is owed: 504 (0: off).
+    #[arg(long, value_name = "MS", default_value_t = 60_000)]
+    pub upstream_timeout: u64,
+    /// Bytes held per direction per connection (response to the client,
+    /// request body to the upstream); reads stop while it is full.
+    #[arg(long, value_name = "BYTES", default_value_t = sluice_guard::DEFAULT_BUFFER_SIZE)]
+    pub buffer_size: usize,
     /// Header lines per request.
     #[arg(long, value_name = "N")]
     pub http_header_cnt: Option<u32>,
@@ -177,8 +206,6 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
         connection_rate: a.connection_rate,
         connection_burst: a.connection_burst,
         concurrent_connections: a.concurrent_connections,
-        client_header_timeout_ms: a.client_header_timeout,
-        client_body_timeout_ms: a.client_body_timeout,
         http_header_cnt: a.http_header_cnt,
         http_field_len: a.http_field_len,
         http_uri_len: a.http_uri_len,
@@ -196,6 +223,17 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
         upstream: a.upstream,
         threads: a.threads,
         limits,
+        timeouts: Timeouts {
+            client_header: ms(a.client_header_timeout),
+            client_body: ms(a.client_body_timeout),
+            min_request_body_rate: MinRate::new(a.min_request_body_rate, Duration::from_millis(a.min_rate_window)),
+            keepalive: ms(a.keepalive_timeout),
+            send: ms(a.send_timeout),
+            min_response_rate: MinRate::new(a.min_response_rate, Duration::from_millis(a.min_rate_window)),
+            upstream_connect: ms(a.upstream_connect_timeout),
+            upstream_response: ms(a.upstream_timeout),
+        },
+        buffer_size: a.buffer_size,
         action: a.block_action,
         ip_block: a.ip_block,
         block_file: a.block_file,

@@ -22,10 +22,12 @@ pub mod ja4;
 pub mod ja4list;
 pub mod limits;
 pub mod net;
+pub mod outbuf;
 pub mod proxyproto;
 pub mod publish;
 pub mod slots;
 pub mod table;
+pub mod timeouts;
 pub mod tls;
 
 mod proxy;
@@ -33,6 +35,7 @@ mod proxy;
 pub use limits::{Limit, Limits, RespCodeBlock};
 pub use net::{ClientNet, KeyPrefixes};
 pub use table::{BlockEvent, ClientRow, NewBlock, Table};
+pub use timeouts::{MinRate, Timeouts};
 
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -59,6 +62,13 @@ pub struct Config {
     pub upstream: SocketAddr,
     pub threads: usize,
     pub limits: Limits,
+    /// A deadline on every phase of a connection (on by default).
+    pub timeouts: Timeouts,
+    /// Bytes held per direction per connection: the response on its way
+    /// to the client, the request body on its way to the upstream. The
+    /// guard's memory is at most about `max_connections` times twice this
+    /// plus the request head buffer (docs/http-guard.md).
+    pub buffer_size: usize,
     pub action: BlockAction,
     /// Block a breaching address for this many seconds (0: until restart); `None`: no IP blocks.
     pub ip_block: Option<u64>,
@@ -105,6 +115,8 @@ impl Config {
             upstream,
             threads: 1,
             limits: Limits::default(),
+            timeouts: Timeouts::default(),
+            buffer_size: DEFAULT_BUFFER_SIZE,
             action: BlockAction::Reply,
             ip_block: None,
             block_file: None,
@@ -125,6 +137,14 @@ impl Config {
         }
     }
 }
+
+/// `--buffer-size`'s default: HAProxy's `tune.bufsize` is 16 KiB per
+/// direction; 32 KiB holds a whole response head (16 KiB at most) with
+/// room to read behind it, and halves the reads of a large response.
+pub const DEFAULT_BUFFER_SIZE: usize = 32 << 10;
+/// The smallest `--buffer-size`: a response head longer than the buffer
+/// cannot be framed (502).
+pub const MIN_BUFFER_SIZE: usize = 4 << 10;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GuardError {
@@ -150,6 +170,10 @@ pub struct ThreadCounters {
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
     pub upstream_errors: AtomicU64,
+    /// Upstreams that did not connect (`--upstream-connect-timeout`) or
+    /// answer (`--upstream-timeout`) in time: 504, or the client closed
+    /// when its response had begun.
+    pub upstream_timeouts: AtomicU64,
     pub upstream_connects: AtomicU64,
     pub refused_at_accept: AtomicU64,
     pub refused_table_full: AtomicU64,
@@ -236,6 +260,7 @@ pub struct Report {
     pub clients_evicted: u64,
     pub blocks_dropped: u64,
     pub upstream_errors: u64,
+    pub upstream_timeouts: u64,
     pub upstream_connects: u64,
     pub connections: u64,
     pub bytes_in: u64,
@@ -318,6 +343,7 @@ impl Shared {
             clients_evicted: s.evicted.load(Ordering::Relaxed),
             blocks_dropped: s.blocks_dropped.load(Ordering::Relaxed),
             upstream_errors: sum(|t| &t.upstream_errors),
+            upstream_timeouts: sum(|t| &t.upstream_timeouts),
             upstream_connects: sum(|t| &t.upstream_connects),
             connections: sum(|t| &t.connections),
             bytes_in: sum(|t| &t.bytes_in),
@@ -354,6 +380,11 @@ impl Guard {
         }
         if config.threads == 0 {
             return Err(GuardError::BadLimit("--threads must be at least 1".into()));
+        }
+        if !(MIN_BUFFER_SIZE..=64 << 20).contains(&config.buffer_size) {
+            return Err(GuardError::BadLimit(format!(
+                "--buffer-size must be {MIN_BUFFER_SIZE}..=67108864 bytes (a response head must fit in it)"
+            )));
         }
         // Before binding: a bad certificate is named before anything listens.
         let tls = (!config.tls.is_empty())

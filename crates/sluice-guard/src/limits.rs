@@ -47,10 +47,6 @@ pub struct Limits {
     pub connection_rate: Option<u32>,
     pub connection_burst: Option<u32>,
     pub concurrent_connections: Option<u32>,
-    /// From a request's first byte to the end of its head.
-    pub client_header_timeout_ms: Option<u64>,
-    /// From the end of the head to the end of the body.
-    pub client_body_timeout_ms: Option<u64>,
     pub http_header_cnt: Option<u32>,
     /// Longest header line, name to value.
     pub http_field_len: Option<u32>,
@@ -119,6 +115,12 @@ limits! {
     ConcurrentConnections = "concurrent_connections", 429;
     ClientHeaderTimeout = "client_header_timeout", 408;
     ClientBodyTimeout = "client_body_timeout", 408;
+    // A body under --min-request-body-rate (slowhttptest -B).
+    MinRequestBodyRate = "min_request_body_rate", 408;
+    // The client took no response byte for --send-timeout, or took them
+    // under --min-response-rate (slowhttptest -X): closed, nothing to say.
+    SendTimeout = "send_timeout", 0;
+    MinResponseRate = "min_response_rate", 0;
     HttpHeaderCnt = "http_header_cnt", 431;
     HttpFieldLen = "http_field_len", 431;
     HttpUriLen = "http_uri_len", 414;

@@ -10,8 +10,10 @@
 
 use crate::frame::{HeadStep, Refusal, RequestFramer};
 use crate::limits::{Limit, Limits};
+use crate::outbuf::{OutBuf, Pool};
 use crate::proxyproto::Parsed;
 use crate::table::Admit;
+use crate::timeouts::{Stalled, Watch};
 use crate::tls::{Input, TlsConn};
 use crate::{BlockAction, Config, Shared, ThreadCounters};
 use mio::net::{TcpListener, TcpStream};
@@ -26,11 +28,9 @@ const LISTENER: Token = Token(usize::MAX);
 /// Poll wait: timeouts, blocks and the stop flag are looked at this often.
 const TICK: Duration = Duration::from_millis(20);
 const IN_CHUNK: usize = 4096;
-/// Upstream input buffer: room for a whole response head (which the
-/// response reader needs in one piece) and a read's worth more.
-const UP_BUF: usize = 32 << 10;
-/// Response bytes a client may have unwritten before its upstream is not read.
-const OUT_HIGH: usize = 256 << 10;
+/// Response buffers kept free per thread for reuse (at most this many
+/// times `--buffer-size` held by no connection).
+const POOL_KEEP: usize = 256;
 /// After an error reply the write side is shut and input discarded this long
 /// at most: closing with unread input would send a RST that can destroy the reply.
 const DRAIN_FOR: Duration = Duration::from_secs(1);
@@ -45,6 +45,9 @@ const HELLO_SLICE: Duration = Duration::from_millis(2);
 /// New connections taken per loop turn: a flood of connects waits in the
 /// kernel's backlog while the connections already open are served.
 const ACCEPT_BATCH: usize = 64;
+/// A response the client took no byte of for this long is stalled: at
+/// `--max-connections` it may be shed to make room.
+const STALLED: Duration = Duration::from_secs(1);
 /// Block lines logged per second per thread; beyond, one line says how
 /// many more were made (a flood of new attackers must not flood the log).
 const BLOCK_LINES: u32 = 50;
@@ -95,15 +98,28 @@ struct Client {
     framer: RequestFramer,
     phase: Phase,
     req: Option<InFlight>,
-    out: Vec<u8>,
-    out_pos: usize,
+    /// The response (and the guard's own replies) on its way to the client.
+    out: OutBuf,
+    /// Bytes written to the client, and request body bytes forwarded: the
+    /// watches below compare them over time.
+    sent: u64,
+    received: u64,
+    send_watch: Watch,
+    body_watch: Watch,
+    /// A slow-client breach was noted in a dry run: not noted again.
+    slow_noted: bool,
+    /// A kept-alive connection waiting for its next request's first byte
+    /// is closed then (`--keepalive-timeout`).
+    idle_deadline: Option<Instant>,
+    /// The last byte moved for this client either way: shedding at
+    /// `--max-connections` takes the stalled ones oldest progress first.
+    progress_at: Instant,
     /// Since when it waits for a request head (accepted, or its last
     /// response sent on a kept-alive connection); None while a request is
     /// on. The header timeout runs from here, and `--max-connections`
     /// sheds the longest waiting first.
     waiting_since: Option<Instant>,
     head_deadline: Option<Instant>,
-    body_deadline: Option<Instant>,
     peer_eof: bool,
     /// An event said it may have input (edge-triggered: read until drained).
     readable: bool,
@@ -125,24 +141,41 @@ struct Client {
     served: bool,
 }
 
+/// An upstream connection. Its response is read straight into its
+/// client's [`OutBuf`]; `out` holds the request on its way (head and body,
+/// the body bounded by `--buffer-size`).
 struct Up {
     sock: TcpStream,
     out: Vec<u8>,
     out_pos: usize,
-    /// Bytes `pos..end` of `inbuf` are read and not yet relayed.
-    inbuf: Vec<u8>,
-    pos: usize,
-    end: usize,
     /// An event said it may have input (edge-triggered: read until drained).
     readable: bool,
     reader: ResponseReader,
     client: Option<usize>,
+    /// Bytes moved either way, for `watch` (`--upstream-timeout`).
+    moved: u64,
+    watch: Watch,
+    /// A new connection must be accepted by then (`--upstream-connect-timeout`):
+    /// until its first write, a connect is in progress.
+    connect_deadline: Option<Instant>,
 }
 
 enum After {
     Keep,
     Close,
     Reset,
+}
+
+/// What a connection's deadlines say at a sweep.
+#[derive(Clone, Copy)]
+enum Due<'c> {
+    Nothing,
+    /// Closed without a word, counted here if anywhere.
+    Close(Option<&'c AtomicU64>),
+    /// A breach of the client's (a slow or stalled client).
+    Breach(Limit),
+    /// The upstream did not connect or answer in time.
+    Upstream,
 }
 
 pub(crate) struct Worker<'a> {
@@ -174,6 +207,8 @@ pub(crate) struct Worker<'a> {
     accept_pending: bool,
     /// This second's block lines: when it began, lines logged, blocks not logged.
     block_lines: (Instant, u32, u64),
+    /// Response buffers (`--buffer-size` each).
+    pool: Pool,
 }
 
 fn reason(status: u16) -> &'static str {
@@ -188,18 +223,17 @@ fn reason(status: u16) -> &'static str {
         431 => "Request Header Fields Too Large",
         501 => "Not Implemented",
         502 => "Bad Gateway",
+        504 => "Gateway Timeout",
         _ => "Error",
     }
 }
 
-fn error_response(out: &mut Vec<u8>, status: u16) {
-    out.extend_from_slice(
-        format!(
-            "HTTP/1.1 {status} {}\r\nServer: sluice-guard\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-            reason(status)
-        )
-        .as_bytes(),
+fn error_response(out: &mut OutBuf, pool: &mut Pool, status: u16) {
+    let reply = format!(
+        "HTTP/1.1 {status} {}\r\nServer: sluice-guard\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        reason(status)
     );
+    out.push(reply.as_bytes(), pool);
 }
 
 /// Close with a RST instead of a FIN (SO_LINGER 0), as `--block-action reset` asks.
@@ -237,6 +271,7 @@ impl<'a> Worker<'a> {
             serials: 0,
             accept_pending: false,
             block_lines: (Instant::now(), 0, 0),
+            pool: Pool::new(cfg.buffer_size, POOL_KEEP),
         })
     }
 
@@ -355,7 +390,8 @@ impl<'a> Worker<'a> {
                     continue;
                 }
             };
-            let handshake_deadline = tls.as_ref().map(|_| Instant::now() + self.cfg.tls_handshake_timeout);
+            let now = Instant::now();
+            let handshake_deadline = tls.as_ref().map(|_| now + self.cfg.tls_handshake_timeout);
             let i = self.free_clients.pop().unwrap_or_else(|| {
                 self.clients.push(None);
                 self.clients.len() - 1
@@ -372,11 +408,16 @@ impl<'a> Worker<'a> {
                 framer: RequestFramer::new(self.cfg.max_head),
                 phase: if self.cfg.proxy_protocol { Phase::Proxy } else { Phase::Head },
                 req: None,
-                out: Vec::new(),
-                out_pos: 0,
+                out: OutBuf::default(),
+                sent: 0,
+                received: 0,
+                send_watch: Watch::new(0, now),
+                body_watch: Watch::new(0, now),
+                slow_noted: false,
+                idle_deadline: None,
+                progress_at: now,
                 waiting_since: None,
                 head_deadline: None,
-                body_deadline: None,
                 peer_eof: false,
                 readable: true,
                 body_len_noted: false,
@@ -388,7 +429,7 @@ impl<'a> Worker<'a> {
                 served: false,
             };
             self.serials += 1;
-            self.start_waiting(&mut c);
+            self.start_waiting(&mut c, true);
             if self
                 .poll
                 .registry()
@@ -521,15 +562,20 @@ impl<'a> Worker<'a> {
         if let Some(q) = c.req.take() {
             self.close_up(q.up);
         }
-        c.head_deadline = None;
-        c.body_deadline = None;
+        (c.head_deadline, c.idle_deadline) = (None, None);
+        // A slow reader is reset: closed with its response still queued in
+        // the kernel, the connection would live on (FIN_WAIT1, holding the
+        // socket buffer) for as long as the client keeps reading slowly.
+        if matches!(r.limit, Limit::SendTimeout | Limit::MinResponseRate) {
+            return After::Reset;
+        }
         // Before the handshake is done nothing can be said: just close.
         let mute = c.tls.as_ref().is_some_and(|t| !t.established);
         if self.cfg.action == BlockAction::Reset || started || mute {
             return if self.cfg.action == BlockAction::Reset { After::Reset } else { After::Close };
         }
         if r.status != 0 {
-            error_response(&mut c.out, r.status);
+            error_response(&mut c.out, &mut self.pool, r.status);
         }
         c.phase = Phase::Closing;
         After::Keep
@@ -593,35 +639,56 @@ impl<'a> Worker<'a> {
         if let Some(q) = c.req.take() {
             self.close_up(q.up);
         }
+        c.out.drop_unframed();
+        let _ = c.out.write_to(&mut std::io::sink());
+        c.out.release(&mut self.pool);
         self.open -= 1;
         self.free_clients.push(i);
     }
 
-    /// The connection now waits for a request head: the header timeout
-    /// starts (from accept, as nginx's `client_header_timeout`, so a
-    /// connection that never sends a byte is closed too).
-    fn start_waiting(&self, c: &mut Client) {
+    /// The connection now waits for a request head. A new one (`fresh`):
+    /// the header timeout starts at accept (as nginx's
+    /// `client_header_timeout`, so a connection that never sends a byte is
+    /// closed too). A kept-alive one: the keep-alive timeout runs until its
+    /// next request's first byte, the header timeout from there.
+    fn start_waiting(&mut self, c: &mut Client, fresh: bool) {
         // Until the next request names its client, a breach is the proxy's.
         if c.forwarded {
             c.ip = c.peer;
         }
         let now = Instant::now();
         c.waiting_since = Some(now);
-        c.head_deadline = self.shared.table.limits().client_header_timeout_ms.map(|ms| now + Duration::from_millis(ms));
+        let t = &self.cfg.timeouts;
+        if fresh {
+            (c.head_deadline, c.idle_deadline) = (t.client_header.map(|d| now + d), None);
+        } else {
+            (c.head_deadline, c.idle_deadline) = (None, t.keepalive.map(|d| now + d));
+        }
+        // Nothing owed it while it waits: its buffer goes back to the pool.
+        c.out.release(&mut self.pool);
     }
 
     /// Close connections waiting for a request head (with nothing left to
-    /// send them): those never served first (idle, trickling, or still in
-    /// a TLS handshake), each kind longest waiting first; 1/64 of those
-    /// open (at least one), so a flood of new connections at the cap pays
-    /// one scan per 64. Whether any was closed.
+    /// send them) and connections whose response has stalled (the client
+    /// took nothing for [`STALLED`]): those never served first (idle,
+    /// trickling, still in a TLS handshake, or stalled on their first
+    /// response), each kind oldest progress first; 1/64 of those open (at
+    /// least one), so a flood of new connections at the cap pays one scan
+    /// per 64. Whether any was closed.
     fn shed_waiting(&mut self) -> bool {
+        let now = Instant::now();
         let mut waiting: Vec<((bool, Instant), usize)> = self
             .clients
             .iter()
             .enumerate()
             .filter_map(|(i, c)| {
-                c.as_ref().filter(|c| c.out_pos >= c.out.len()).and_then(|c| Some(((c.served, c.waiting_since?), i)))
+                let c = c.as_ref()?;
+                let since = if c.out.has_pending() {
+                    Some(c.progress_at).filter(|&t| now.duration_since(t) >= STALLED)
+                } else {
+                    c.waiting_since
+                };
+                Some(((c.served, since?), i))
             })
             .collect();
         if waiting.is_empty() {
@@ -668,55 +735,110 @@ impl<'a> Worker<'a> {
     fn sweep_deadlines(&mut self) {
         let now = Instant::now();
         for i in 0..self.clients.len() {
-            let Some(c) = &self.clients[i] else { continue };
-            let limit = match c.phase {
-                _ if c.handshake_deadline.is_some_and(|d| now >= d) => {
-                    add(&self.n.tls_handshake_timeouts, 1);
-                    self.close_client(i, false);
-                    continue;
-                }
-                Phase::Draining(d) if now >= d => {
-                    self.close_client(i, false);
-                    continue;
-                }
-                // No whole PROXY header within the header timeout.
-                Phase::Proxy if c.head_deadline.is_some_and(|d| now >= d) => {
-                    add(&self.n.proxy_header_errors, 1);
-                    self.close_client(i, false);
-                    continue;
-                }
-                // Not a byte of a request: an idle connection (never used,
-                // or kept alive), closed without a word and not a breach.
-                // (Once its last response is all sent: a slow reader's
-                // response is never cut.)
-                Phase::Head if c.head_deadline.is_some_and(|d| now >= d) && c.end == c.start => {
-                    if c.out_pos < c.out.len() {
-                        continue;
+            let Some(mut c) = self.clients[i].take() else { continue };
+            let due = self.due(&mut c, now);
+            let after = match due {
+                Due::Nothing => After::Keep,
+                Due::Close(counter) => {
+                    if let Some(counter) = counter {
+                        add(counter, 1);
                     }
-                    add(&self.n.closed_idle, 1);
-                    self.close_client(i, false);
-                    continue;
+                    After::Close
                 }
-                Phase::Head if c.head_deadline.is_some_and(|d| now >= d) => Limit::ClientHeaderTimeout,
-                Phase::Body if c.body_deadline.is_some_and(|d| now >= d) => Limit::ClientBodyTimeout,
-                _ => continue,
+                Due::Upstream => self.upstream_timed_out(&mut c),
+                Due::Breach(limit) if self.cfg.dry_run => {
+                    // Counted once; the client may go on as slowly as it likes.
+                    self.note(c.ip, c.ja4.as_deref(), limit);
+                    (c.head_deadline, c.slow_noted) = (None, true);
+                    After::Keep
+                }
+                Due::Breach(limit) => {
+                    self.refuse(&mut c, Refusal { limit, status: limit.status(), reason: limit.name() })
+                }
             };
-            let mut c = self.clients[i].take().expect("checked");
-            if self.cfg.dry_run {
-                // Counted once; the client may go on as slowly as it likes.
-                self.note(c.ip, c.ja4.as_deref(), limit);
-                (c.head_deadline, c.body_deadline) = (None, None);
-                self.clients[i] = Some(c);
-                continue;
-            }
-            let after = self.refuse(&mut c, Refusal { limit, status: limit.status(), reason: limit.name() });
             self.clients[i] = Some(c);
-            match after {
-                After::Keep => self.drive(i),
-                After::Close => self.close_client(i, false),
-                After::Reset => self.close_client(i, true),
+            match (due, after) {
+                (Due::Nothing, _) => {}
+                (_, After::Keep) => self.drive(i),
+                (_, After::Close) => self.close_client(i, false),
+                (_, After::Reset) => self.close_client(i, true),
             }
         }
+    }
+
+    /// Which of a connection's deadlines has passed, if any.
+    fn due(&mut self, c: &mut Client, now: Instant) -> Due<'a> {
+        let (cfg, n): (&'a Config, &'a ThreadCounters) = (self.cfg, self.n);
+        let t = &cfg.timeouts;
+        if c.handshake_deadline.is_some_and(|d| now >= d) {
+            return Due::Close(Some(&n.tls_handshake_timeouts));
+        }
+        let head_due = c.head_deadline.is_some_and(|d| now >= d);
+        let nothing_owed = !c.out.has_pending() && !c.tls.as_ref().is_some_and(|t| t.wants_write());
+        match c.phase {
+            Phase::Draining(d) if now >= d => return Due::Close(None),
+            Phase::Draining(_) => return Due::Nothing,
+            // No whole PROXY header within the header timeout.
+            Phase::Proxy if head_due => return Due::Close(Some(&n.proxy_header_errors)),
+            // Not a byte of a request: an idle connection (never used, or
+            // kept alive), closed without a word and not a breach (once
+            // its last response is all sent: the send watch judges that).
+            Phase::Head
+                if c.end == c.start && nothing_owed && (head_due || c.idle_deadline.is_some_and(|d| now >= d)) =>
+            {
+                return Due::Close(Some(&n.closed_idle))
+            }
+            Phase::Head if head_due && c.end > c.start => return Due::Breach(Limit::ClientHeaderTimeout),
+            _ => {}
+        }
+        if !c.slow_noted {
+            // The body: owed while the guard would read it (its input
+            // buffer and the upstream's have room).
+            let up_room = c
+                .req
+                .as_ref()
+                .and_then(|q| self.ups[q.up].as_ref())
+                .is_some_and(|u| u.out.len() - u.out_pos < self.cfg.buffer_size);
+            let owing = c.phase == Phase::Body && up_room && c.end - c.start < self.in_cap;
+            match c.body_watch.check(owing, c.received, now, t.client_body, t.min_request_body_rate) {
+                Some(Stalled::NoProgress) => return Due::Breach(Limit::ClientBodyTimeout),
+                Some(Stalled::TooSlow) => return Due::Breach(Limit::MinRequestBodyRate),
+                None => {}
+            }
+            // The response: owed while anything waits for the client.
+            match c.send_watch.check(!nothing_owed, c.sent, now, t.send, t.min_response_rate) {
+                Some(Stalled::NoProgress) => return Due::Breach(Limit::SendTimeout),
+                Some(Stalled::TooSlow) => return Due::Breach(Limit::MinResponseRate),
+                None => {}
+            }
+        }
+        // The upstream: owes the request's acceptance, and its response
+        // while the client has room for it.
+        if let Some(u) = c.req.as_ref().and_then(|q| self.ups[q.up].as_mut()) {
+            if u.connect_deadline.is_some_and(|d| now >= d) {
+                return Due::Upstream;
+            }
+            let owing = u.out_pos < u.out.len() || (c.phase == Phase::Await && c.out.held() < self.cfg.buffer_size);
+            if u.watch.check(owing, u.moved, now, t.upstream_response, None).is_some() {
+                return Due::Upstream;
+            }
+        }
+        Due::Nothing
+    }
+
+    /// The upstream did not connect or answer in time: 504 if nothing of
+    /// the response was sent yet, else the client is closed (its response
+    /// cannot be completed).
+    fn upstream_timed_out(&mut self, c: &mut Client) -> After {
+        add(&self.n.upstream_timeouts, 1);
+        let Some(q) = c.req.take() else { return After::Keep };
+        self.close_up(q.up);
+        if q.resp_started {
+            return After::Close;
+        }
+        error_response(&mut c.out, &mut self.pool, 504);
+        c.phase = Phase::Closing;
+        After::Keep
     }
 
     /// An event on an upstream connection.
@@ -762,12 +884,12 @@ impl<'a> Worker<'a> {
             sock,
             out: Vec::new(),
             out_pos: 0,
-            inbuf: vec![0; UP_BUF],
-            pos: 0,
-            end: 0,
             readable: true,
             reader: ResponseReader::new(MAX_RESPONSE_HEAD),
             client: None,
+            moved: 0,
+            watch: Watch::new(0, Instant::now()),
+            connect_deadline: self.cfg.timeouts.upstream_connect.map(|d| Instant::now() + d),
         });
         Ok(j)
     }
@@ -831,6 +953,8 @@ impl<'a> Worker<'a> {
                         Ok((n, more)) => {
                             c.readable = more;
                             c.end += n;
+                            c.received += n as u64;
+                            c.progress_at = Instant::now();
                             add(&self.n.bytes_in, n as u64);
                             progress = true;
                         }
@@ -901,13 +1025,14 @@ impl<'a> Worker<'a> {
                         }
                     }
                     Ok(HeadStep::Partial) => {
-                        if c.head_deadline.is_none() {
-                            c.head_deadline =
-                                limits.client_header_timeout_ms.map(|ms| Instant::now() + Duration::from_millis(ms));
+                        // A kept-alive connection's next request began: the
+                        // keep-alive wait ends, the header timeout starts.
+                        if c.idle_deadline.take().is_some() || c.head_deadline.is_none() {
+                            c.head_deadline = self.cfg.timeouts.client_header.map(|d| Instant::now() + d);
                         }
                     }
                     Ok(HeadStep::Complete(h)) => {
-                        (c.head_deadline, c.waiting_since) = (None, None);
+                        (c.head_deadline, c.idle_deadline, c.waiting_since) = (None, None, None);
                         add(&self.n.requests, 1);
                         if let (true, Some(header)) = (c.forwarded, self.cfg.client_ip_header.as_deref()) {
                             let head = &c.inbuf[c.start..c.end];
@@ -916,7 +1041,7 @@ impl<'a> Worker<'a> {
                             // blocked client is refused here, request by request.
                             if !self.cfg.dry_run && self.shared.table.is_blocked(c.ip, self.now_ms()) {
                                 add(&self.n.refused_forwarded_blocked, 1);
-                                error_response(&mut c.out, 403);
+                                error_response(&mut c.out, &mut self.pool, 403);
                                 c.phase = Phase::Closing;
                                 continue;
                             }
@@ -938,13 +1063,14 @@ impl<'a> Worker<'a> {
                             Ok(j) => j,
                             Err(_) => {
                                 add(&self.n.upstream_errors, 1);
-                                error_response(&mut c.out, 502);
+                                error_response(&mut c.out, &mut self.pool, 502);
                                 c.phase = Phase::Closing;
                                 continue;
                             }
                         };
                         let u = self.ups[j].as_mut().expect("taken");
                         u.client = Some(i);
+                        u.watch = Watch::new(u.moved, Instant::now());
                         u.out.extend_from_slice(&c.inbuf[c.start..c.start + h.len]);
                         c.start += h.len;
                         add(&self.n.forwarded, 1);
@@ -956,8 +1082,6 @@ impl<'a> Worker<'a> {
                         });
                         if h.has_body {
                             c.phase = Phase::Body;
-                            c.body_deadline =
-                                limits.client_body_timeout_ms.map(|ms| Instant::now() + Duration::from_millis(ms));
                         } else {
                             c.phase = Phase::Await;
                         }
@@ -965,10 +1089,24 @@ impl<'a> Worker<'a> {
                     }
                 }
             }
-            if c.phase == Phase::Body && c.end > c.start {
+            // The body goes on only while the upstream's buffer has room
+            // (`--buffer-size`): a slow upstream stops the client's reads.
+            let body_room = match (&c.req, c.phase) {
+                (Some(q), Phase::Body) => {
+                    let u = self.ups[q.up].as_mut().expect("in use");
+                    if u.out_pos > 0 {
+                        u.out.drain(..u.out_pos);
+                        u.out_pos = 0;
+                    }
+                    self.cfg.buffer_size.saturating_sub(u.out.len())
+                }
+                _ => 0,
+            };
+            if c.phase == Phase::Body && c.end > c.start && body_room > 0 {
                 let (no_limits, before) = (Limits::default(), c.framer.body_len());
                 let framing = if self.cfg.dry_run { &no_limits } else { self.shared.table.limits() };
-                let step = c.framer.body(&c.inbuf[c.start..c.end], framing);
+                let take = (c.end - c.start).min(body_room);
+                let step = c.framer.body(&c.inbuf[c.start..c.start + take], framing);
                 let max = self.shared.table.limits().http_body_len;
                 if self.cfg.dry_run && !c.body_len_noted && max.is_some_and(|m| before <= m && c.framer.body_len() > m)
                 {
@@ -988,7 +1126,6 @@ impl<'a> Worker<'a> {
                         progress |= n > 0;
                         if done {
                             c.phase = Phase::Await;
-                            c.body_deadline = None;
                         }
                     }
                 }
@@ -1017,21 +1154,25 @@ impl<'a> Worker<'a> {
             // Write to the client (over TLS: plaintext in, and any records
             // queued, a handshake's too, out).
             let wrote = match &mut c.tls {
-                None => sluice_tcp::write_pending(&mut c.sock, &c.out, &mut c.out_pos).map(|n| (n, n)),
-                Some(t) => sluice_tcp::write_pending(&mut t.writer(&mut c.sock), &c.out, &mut c.out_pos)
-                    .and_then(|n| Ok((n, n + t.flush(&mut c.sock)?))),
+                None => c.out.write_to(&mut c.sock).map(|n| (n, n)),
+                Some(t) => c.out.write_to(&mut t.writer(&mut c.sock)).and_then(|n| Ok((n, n + t.flush(&mut c.sock)?))),
             };
             match wrote {
                 Ok((plain, moved)) => {
                     add(&self.n.bytes_out, plain as u64);
-                    progress |= moved > 0;
+                    if moved > 0 {
+                        c.sent += moved as u64;
+                        c.progress_at = Instant::now();
+                        progress = true;
+                    }
                 }
                 Err(_) => return After::Close,
             }
-            let flushed = c.out_pos == c.out.len() && !c.tls.as_ref().is_some_and(|t| t.wants_write());
+            let flushed = !c.out.has_pending() && !c.tls.as_ref().is_some_and(|t| t.wants_write());
             if flushed {
-                c.out.clear();
-                c.out_pos = 0;
+                if c.req.is_none() {
+                    c.out.release(&mut self.pool);
+                }
                 if c.phase == Phase::Closing {
                     // TLS ends with a close_notify, sent before the FIN.
                     if c.tls.as_mut().is_some_and(|t| t.close()) {
@@ -1061,6 +1202,9 @@ impl<'a> Worker<'a> {
             match u.sock.write(&u.out[u.out_pos..]) {
                 Ok(n) => {
                     u.out_pos += n;
+                    u.moved += n as u64;
+                    // A first write means the connect is done.
+                    u.connect_deadline = None;
                     progress = true;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -1075,32 +1219,27 @@ impl<'a> Worker<'a> {
             u.out.clear();
             u.out_pos = 0;
         }
+        // Read the upstream straight into the client's buffer, only into
+        // its room: a client slower than the upstream stops the reads
+        // here, and the guard holds at most `--buffer-size` for it.
         let mut eof = false;
-        while !failed && u.readable && c.out.len() - c.out_pos < OUT_HIGH {
-            if u.pos == u.end {
-                u.pos = 0;
-                u.end = 0;
-            } else if u.end == u.inbuf.len() {
-                if u.pos == 0 {
-                    // A full buffer the reader could not step over: a head too long.
-                    failed = true;
-                    break;
-                }
-                u.inbuf.copy_within(u.pos..u.end, 0);
-                u.end -= u.pos;
-                u.pos = 0;
+        while !failed && u.readable {
+            let room = c.out.room(&mut self.pool);
+            let len = room.len();
+            if len == 0 {
+                break;
             }
-            let room = u.inbuf.len() - u.end;
-            match u.sock.read(&mut u.inbuf[u.end..]) {
+            match u.sock.read(room) {
                 Ok(0) => {
                     eof = true;
                     break;
                 }
                 Ok(n) => {
-                    u.end += n;
-                    u.readable = n == room;
+                    c.out.filled(n);
+                    u.moved += n as u64;
+                    u.readable = n == len;
                     progress = true;
-                    // Relay what arrived before reading more.
+                    // Frame what arrived before reading more.
                     break;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => u.readable = false,
@@ -1108,29 +1247,30 @@ impl<'a> Worker<'a> {
                 Err(_) => failed = true,
             }
         }
-        // Frame what arrived, copy it through, and see whether it ended.
+        // Frame what arrived in place, and see whether it ended.
         let mut done = None;
-        while !failed && done.is_none() {
+        while !failed && done.is_none() && !c.out.unframed().is_empty() {
             let q = c.req.as_mut().expect("relaying a request");
-            match u.reader.step(&u.inbuf[u.pos..u.end]) {
-                Ok(Step::NeedMore) => break,
+            match u.reader.step(c.out.unframed()) {
+                Ok(Step::NeedMore) => {
+                    // A head that fills the whole buffer cannot be framed.
+                    failed = c.out.unframed().len() >= self.pool.size();
+                    break;
+                }
                 Ok(Step::Consumed(n)) if q.head_method && !q.resp_started => {
                     // A HEAD response: the head is all of it, whatever
                     // Content-Length says; the reader would wait for a body.
-                    let status = response_status(&u.inbuf[u.pos..u.pos + n]);
-                    c.out.extend_from_slice(&u.inbuf[u.pos..u.pos + n]);
-                    u.pos += n;
+                    let status = response_status(&c.out.unframed()[..n]);
+                    c.out.frame(n);
                     u.reader = ResponseReader::new(MAX_RESPONSE_HEAD);
                     done = Some((status, false));
                 }
                 Ok(Step::Consumed(n)) => {
-                    c.out.extend_from_slice(&u.inbuf[u.pos..u.pos + n]);
-                    u.pos += n;
+                    c.out.frame(n);
                     q.resp_started = true;
                 }
                 Ok(Step::Done { consumed, response }) => {
-                    c.out.extend_from_slice(&u.inbuf[u.pos..u.pos + consumed]);
-                    u.pos += consumed;
+                    c.out.frame(consumed);
                     done = Some((response.status, response.close));
                 }
                 Err(_) => failed = true,
@@ -1141,11 +1281,12 @@ impl<'a> Worker<'a> {
             let q = c.req.take().expect("relaying a request");
             let j = q.up;
             u.client = None;
-            // Extra bytes after the response were never asked for: do not reuse it.
-            let reusable = !close && !eof && u.pos == u.end && u.out.is_empty() && c.phase == Phase::Await;
+            // Extra bytes after the response were never asked for: they
+            // are not sent, and the connection is not reused.
+            let extra = !c.out.unframed().is_empty();
+            c.out.drop_unframed();
+            let reusable = !close && !eof && !extra && u.out.is_empty() && c.phase == Phase::Await;
             if reusable && self.idle.len() < MAX_IDLE {
-                u.pos = 0;
-                u.end = 0;
                 self.idle.push(j);
             } else {
                 self.close_up_later(j);
@@ -1153,7 +1294,7 @@ impl<'a> Worker<'a> {
             match c.phase {
                 Phase::Await if q.keep_alive && !c.peer_eof => {
                     c.phase = Phase::Head;
-                    self.start_waiting(c);
+                    self.start_waiting(c, false);
                 }
                 // Answered before its body ended (the rest cannot be framed
                 // without the upstream), or the last request: close.
@@ -1161,7 +1302,6 @@ impl<'a> Worker<'a> {
                 _ => {}
             }
             c.framer.reset();
-            c.body_deadline = None;
             if let Err(limit) = self.shared.table.on_response(c.ip, status, self.now_ms()) {
                 if self.cfg.dry_run {
                     self.note(c.ip, c.ja4.as_deref(), limit);
@@ -1178,7 +1318,7 @@ impl<'a> Worker<'a> {
             if q.resp_started {
                 return Err(After::Close);
             }
-            error_response(&mut c.out, 502);
+            error_response(&mut c.out, &mut self.pool, 502);
             c.phase = Phase::Closing;
             return Ok(true);
         }

@@ -111,6 +111,12 @@ impl Collector for Exporter {
             "Upstream connects, writes or responses that failed.",
             r.upstream_errors,
         )?;
+        c(
+            &mut enc,
+            "sluice_guard_upstream_timeouts",
+            "Upstreams that did not connect or answer in time (504, or the client closed).",
+            r.upstream_timeouts,
+        )?;
         c(&mut enc, "sluice_guard_connections", "Client connections accepted.", r.connections)?;
         if self.0.tls.is_some() {
             c(&mut enc, "sluice_guard_tls_handshakes", "TLS handshakes finished.", r.tls_handshakes)?;
