@@ -73,6 +73,26 @@ pub struct GuardBenchArgs {
     /// guard's. With --attack: both pools over TLS.
     #[arg(long)]
     pub tls: bool,
+    /// Instead: slowhttptest's slow attacks against the guard (its
+    /// defaults) and nginx (1 worker, proxy_pass) in front of a 1 MiB page,
+    /// a legitimate client fetching it every 250 ms (issue 39).
+    #[arg(long)]
+    pub slow_attacks: bool,
+    /// --slow-attacks: which (slowhttptest -H, -B, -X, -R).
+    #[arg(long, value_delimiter = ',', default_value = "H,B,X,R")]
+    pub slow_modes: Vec<String>,
+    /// --slow-attacks: the fronts attacked (guard, nginx, haproxy).
+    #[arg(long, value_delimiter = ',', default_value = "guard,nginx")]
+    pub contenders: Vec<String>,
+    /// --slow-attacks: attacking connections (slowhttptest -c).
+    #[arg(long, default_value_t = 5000)]
+    pub slow_connections: usize,
+    /// --slow-attacks: seconds per attack (slowhttptest -l).
+    #[arg(long, default_value_t = 120)]
+    pub slow_seconds: u64,
+    /// --slow-attacks: new attacking connections per second (slowhttptest -r).
+    #[arg(long, default_value_t = 500)]
+    pub slow_rate: usize,
 }
 
 /// A self-signed certificate and key for the run, as PEM files in `dir`:
@@ -148,6 +168,16 @@ pub fn run(a: GuardBenchArgs) -> Result<()> {
         bail!("--reps and --duration must be at least 1");
     }
     let exe = crate::sluice_exe()?;
+    if a.slow_attacks {
+        let s = crate::slow::Slow {
+            modes: &a.slow_modes,
+            contenders: &a.contenders,
+            connections: a.slow_connections,
+            seconds: a.slow_seconds,
+            rate: a.slow_rate,
+        };
+        return crate::slow::run(&exe, &s);
+    }
     if a.attack {
         return attack(&a, &exe);
     }

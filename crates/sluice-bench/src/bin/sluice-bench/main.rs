@@ -19,6 +19,7 @@ mod guard;
 mod http;
 mod http_load;
 mod mem;
+mod slow;
 // Under `--cfg loom` (CI's model check of the NatSys queue) the library's
 // queue benchmark is built for loom's types and left out; so are the two
 // experiments that run it.
