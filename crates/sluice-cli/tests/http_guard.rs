@@ -1118,3 +1118,165 @@ fn a_served_connection_is_shed_after_those_never_served() {
     assert!(s["shed_waiting"].as_u64().unwrap() >= 60, "{s}");
     stop(up);
 }
+
+/// Whether slowhttptest (Debian's package) is installed; under
+/// `SLUICE_REQUIRE_TOOLS` (CI) its absence is a failure.
+fn have_slowhttptest() -> bool {
+    let found =
+        std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("slowhttptest").is_file()));
+    if !found {
+        assert!(
+            std::env::var_os("SLUICE_REQUIRE_TOOLS").is_none(),
+            "slowhttptest is required (SLUICE_REQUIRE_TOOLS is set): apt-get install slowhttptest"
+        );
+        eprintln!("SKIPPED: slowhttptest not found (apt-get install slowhttptest)");
+    }
+    found
+}
+
+/// One GET of a `len`-byte page on a fresh connection: whether it came whole.
+fn fetch_whole(to: SocketAddr, len: usize) -> Result<(), String> {
+    let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(5)).map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").map_err(|e| format!("send: {e}"))?;
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).map_err(|e| format!("read: {e}"))?;
+    let head = got.windows(4).position(|w| w == b"\r\n\r\n").ok_or("no head")? + 4;
+    match got.starts_with(b"HTTP/1.1 200 ") && got.len() - head == len {
+        true => Ok(()),
+        false => Err(format!("{:?}: {} body bytes", String::from_utf8_lossy(&got[..head]), got.len() - head)),
+    }
+}
+
+/// An upstream that answers each request only once its whole body came (as
+/// an application reading a form does; http-serve answers at the head):
+/// a `len`-byte page, then it closes. A thread per connection.
+fn body_reading_upstream(len: usize) -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for mut s in l.incoming().map_while(Result::ok) {
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                let head = loop {
+                    if let Some(p) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break p + 4;
+                    }
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                };
+                let text = String::from_utf8_lossy(&got[..head]).to_ascii_lowercase();
+                let body: usize = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map_or(0, |v| v.trim().parse().unwrap_or(0));
+                let mut have = got.len() - head;
+                while have < body {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => have += n,
+                    }
+                }
+                let page = vec![b'x'; len];
+                let _ = s.write_all(
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n").as_bytes(),
+                );
+                let _ = s.write_all(&page);
+            });
+        }
+    });
+    addr
+}
+
+/// Established TCP connections whose local port is `port` (the guard's
+/// side of its clients): slowhttptest's own counts miss the resets of its
+/// slow readers, so the kernel's table is the evidence.
+fn established_at(port: u16) -> u64 {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(f).unwrap_or_default();
+            text.lines()
+                .skip(1)
+                .filter(|l| {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    f.len() > 3 && f[1].ends_with(&want) && f[3] == "01"
+                })
+                .count() as u64
+        })
+        .sum()
+}
+
+#[test]
+fn slowhttptest_attacks_are_cut_and_memory_stays_bounded_while_a_client_is_served() {
+    let _s = serial();
+    if !have_slowhttptest() {
+        return;
+    }
+    const PAGE: usize = 1 << 20;
+    const CONNS: u64 = 300;
+    let up = http_serve(300, &["--size", "fixed:1048576"]);
+    // The attack, and the breaches that must have cut it (none for the range
+    // attack: its requests are whole and read; it must only not hurt).
+    let attacks: [(&str, &[&str], &[&str]); 4] = [
+        ("H", &["-H", "-i", "2", "-x", "24"], &["client_header_timeout"]),
+        ("B", &["-B", "-i", "2", "-s", "65536", "-x", "10"], &["min_request_body_rate", "client_body_timeout"]),
+        ("X", &["-X", "-k", "8", "-w", "1", "-y", "8", "-n", "2", "-z", "32"], &["min_response_rate", "send_timeout"]),
+        ("R", &["-R", "-a", "5", "-b", "2000"], &[]),
+    ];
+    for (mode, flags, cut_by) in attacks {
+        // The defaults, but a header timeout and a rate window CI can wait
+        // for: every attacking connection must be gone within 15 s of the
+        // attack's start (the header timeout, or two windows after the
+        // kernel's buffers fill, with room for a loaded machine).
+        let upstream = if mode == "B" { body_reading_upstream(PAGE) } else { up.addr };
+        let g = http_guard(upstream, 120.0, &["--client-header-timeout", "4000", "--min-rate-window", "3000"]);
+        fetch_whole(g.addr, PAGE).unwrap();
+        let base = g.rss_kib();
+        let started = Instant::now();
+        let mut attack = Command::new("slowhttptest")
+            .args(flags)
+            .args(["-c", &CONNS.to_string(), "-r", "300", "-l", "20", "-p", "5", "-u", &g.url()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let (mut peak, mut probes, mut bad) = (base, 0, Vec::new());
+        let (mut held, mut left_at_15s) = (0, None);
+        while attack.try_wait().unwrap().is_none() && started.elapsed() < Duration::from_secs(40) {
+            let t = Instant::now();
+            if let Err(e) = fetch_whole(g.addr, PAGE) {
+                bad.push(e);
+            }
+            probes += 1;
+            peak = peak.max(g.rss_kib());
+            // Less the probe's own connection, closed by now.
+            let open = established_at(g.addr.port());
+            held = held.max(open);
+            if started.elapsed() >= Duration::from_secs(15) && left_at_15s.is_none() {
+                left_at_15s = Some(open);
+            }
+            std::thread::sleep(Duration::from_millis(250).saturating_sub(t.elapsed()));
+        }
+        let _ = attack.kill();
+        let _ = attack.wait();
+        let summary = g.summary();
+        let growth = peak.saturating_sub(base) / CONNS;
+        assert!(growth <= 64, "-{mode}: {growth} KiB per attacking connection (peak {peak} KiB, base {base} KiB)");
+        assert!(bad.is_empty() && probes >= 8, "-{mode}: {} of {probes} probes failed: {bad:?}", bad.len());
+        // (The range attack's connections are served and gone at once.)
+        if !cut_by.is_empty() {
+            assert!(held >= CONNS * 9 / 10, "-{mode}: the attack held only {held} connections");
+            let cuts: u64 = cut_by.iter().map(|k| summary["breaches"][k].as_u64().unwrap()).sum();
+            assert!(cuts >= CONNS * 9 / 10, "-{mode}: {cuts} cut by {cut_by:?} of {held}: {summary}");
+            // Ended early (all cut) or few left at 15 s.
+            let left = left_at_15s.unwrap_or(0);
+            assert!(left <= CONNS / 10, "-{mode}: {left} of {held} attacking connections open after 15 s");
+        }
+    }
+    stop(up);
+}
