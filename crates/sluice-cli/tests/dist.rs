@@ -1,0 +1,90 @@
+//! The configs shipped in dist/etc start as shipped (`--config`), only the
+//! ports and run-time paths moved so a test can own them: the guard's
+//! site.toml in front of a real upstream, serving a request; the bridge's
+//! edge.toml on veths named as it names them (eth1, eth2), in a namespace
+//! of the test's own (root; SKIPPED without, a failure under
+//! `SLUICE_REQUIRE_LIVE=1`).
+
+mod common;
+#[path = "../../sluice-live/tests/common/mod.rs"]
+mod live;
+
+use common::http_serve;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
+
+fn dist(file: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../dist/etc").join(file)
+}
+
+/// A log line's message (`log-format = "json"` in the shipped configs).
+fn message(line: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(line)
+        .ok()
+        .and_then(|v| v["message"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| line.to_owned())
+}
+
+#[test]
+fn the_shipped_guard_config_starts_and_serves() {
+    let up = http_serve(20, &[]);
+    // (killed at the end)
+    let upstream = up.addr.to_string();
+    let config = dist("site.toml");
+    // As shipped (a non-loopback listen address among them), but any free
+    // port, and the upstream and metrics this test owns.
+    let mut g = Command::new(SLUICE)
+        .args(["http-guard", "--config", config.to_str().unwrap()])
+        .args(["--listen", "0.0.0.0:0", "--upstream", &upstream, "--metrics", "127.0.0.1:0", "--duration", "3"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(g.stderr.take().unwrap()).lines();
+    let addr = loop {
+        let line = lines.next().expect("the guard ended before it was guarding").unwrap();
+        if let Some(a) = message(&line).strip_prefix("guarding on ") {
+            break a.trim().parse::<std::net::SocketAddr>().unwrap();
+        }
+    };
+    let mut s = TcpStream::connect(("127.0.0.1", addr.port())).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").unwrap();
+    let mut got = String::new();
+    s.read_to_string(&mut got).unwrap();
+    assert!(got.starts_with("HTTP/1.1 200 "), "{got}");
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = g.wait().unwrap();
+    let mut up = up;
+    let _ = up.child.kill();
+    let _ = up.child.wait();
+    assert!(status.success(), "site.toml: {status}: {rest:?}");
+}
+
+#[test]
+fn the_shipped_bridge_config_starts_on_its_interfaces() {
+    if !live::live_or_skip("the_shipped_bridge_config_starts_on_its_interfaces") {
+        return;
+    }
+    let ns = live::Netns::new(&live::unique("dist"));
+    live::run(&["ip", "-n", &ns.name, "link", "add", "eth1", "type", "veth", "peer", "name", "eth2"]);
+    for dev in ["eth1", "eth2"] {
+        live::run(&["ip", "-n", &ns.name, "link", "set", "dev", dev, "up"]);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("edge.sock");
+    let out = Command::new("ip")
+        .args(["netns", "exec", &ns.name, SLUICE, "bridge", "--config", dist("edge.toml").to_str().unwrap()])
+        .args(["--rules", dist("edge.rules").to_str().unwrap(), "--control", sock.to_str().unwrap()])
+        .args(["--metrics", "127.0.0.1:0", "--duration", "2"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let messages: Vec<String> = stderr.lines().map(message).collect();
+    assert!(out.status.success(), "edge.toml: {}: {stderr}", out.status);
+    assert!(messages.iter().any(|m| m.starts_with("bridging")), "{stderr}");
+}
