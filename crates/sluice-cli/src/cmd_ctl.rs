@@ -32,18 +32,39 @@ pub struct CtlArgs {
 }
 
 pub fn run(a: CtlArgs) -> Result<Outcome> {
-    let request = match &a.file {
+    use sluice_control::socket::MAX_REQUEST;
+    let from = match &a.file {
+        Some(f) if f.as_os_str() == "-" => "standard input".to_owned(),
+        Some(f) => f.display().to_string(),
+        None => "the request".to_owned(),
+    };
+    let request: Vec<u8> = match &a.file {
+        // One byte past the limit is enough to know the request is over it.
         Some(f) if f.as_os_str() == "-" => {
-            let mut s = String::new();
-            std::io::stdin().read_to_string(&mut s).context("reading standard input")?;
+            let mut s = Vec::new();
+            std::io::stdin().take(MAX_REQUEST + 1).read_to_end(&mut s).context("reading standard input")?;
             s
         }
-        Some(f) => std::fs::read_to_string(f).with_context(|| f.display().to_string())?,
+        Some(f) => {
+            let mut s = Vec::new();
+            let file = std::fs::File::open(f).with_context(|| from.clone())?;
+            file.take(MAX_REQUEST + 1).read_to_end(&mut s).with_context(|| from.clone())?;
+            s
+        }
         None if a.command.is_empty() => {
             bail!("give a command (add, del, flush, test, list, sets, stats, reload) or -f FILE")
         }
-        None => a.command.join(" "),
+        None => a.command.join(" ").into_bytes(),
     };
+    // The socket would refuse it whole; said here, before sending any.
+    if request.len() as u64 > MAX_REQUEST {
+        bail!(
+            "{from}: over {} MiB, the most one request may be; nothing was sent. \
+             Split the batch into several -f runs (each is applied atomically on its own)",
+            MAX_REQUEST >> 20
+        );
+    }
+    let request = String::from_utf8(request).map_err(|_| anyhow::anyhow!("{from}: not UTF-8 text"))?;
     // Checked here too, so a typo is named before anything is sent.
     if let Err(e) = sluice_control::ctl::parse_request(&request) {
         match &a.file {

@@ -454,3 +454,159 @@ fn ctl_updates_under_traffic_give_no_wrong_verdict() {
         &lost[..lost.len().min(5)]
     );
 }
+
+/// A request whose 64 MiB limit falls inside its last add, so that cut
+/// there it would add `10.0.0.0/2` (a quarter of the address space), with
+/// 1 MiB of comment lines after it: 65 MiB in all.
+fn over_the_limit(set: &str) -> String {
+    let max = sluice_control::socket::MAX_REQUEST as usize;
+    let cut = format!("add {set} 10.0.0.0/2");
+    let mut text = String::with_capacity(max + (2 << 20));
+    // Leaves room for a last comment line of at least `#` and `\n`.
+    while text.len() + 1001 + 2 + cut.len() < max {
+        text += &format!("#{}\n", "-".repeat(999));
+    }
+    text += &format!("#{}\n", "-".repeat(max - text.len() - cut.len() - 2));
+    assert_eq!(text.len() + cut.len(), max);
+    text += &format!("add {set} 10.0.0.0/24\n");
+    while text.len() < 65 << 20 {
+        text += &format!("#{}\n", "-".repeat(999));
+    }
+    text
+}
+
+/// `sluice ctl -f -` with `text` on its standard input.
+fn ctl_stdin(socket: &Path, text: String) -> Output {
+    let mut child = Command::new(SLUICE)
+        .args(["ctl", "--socket", p(socket), "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // It stops reading one byte past the limit: the rest may not be taken.
+    let writer = std::thread::spawn(move || {
+        use std::io::Write;
+        let _ = stdin.write_all(text.as_bytes());
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    out
+}
+
+#[test]
+fn ctl_a_request_over_64_mib_changes_nothing() {
+    if !live_or_skip("ctl_a_request_over_64_mib_changes_nothing") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("r.rules");
+    std::fs::write(&rules, "set blocks dynamic\ndrop saddr @blocks\n").unwrap();
+    let sock = dir.path().join("ctl.sock");
+    let topo = Topology::new("cl");
+    let _bridge = start(&topo, &rules, &sock, &[]);
+    ctl(&sock, &["add", "blocks", "192.0.2.1"]);
+    let text = over_the_limit("blocks");
+    let batch = dir.path().join("big.txt");
+    std::fs::write(&batch, &text).unwrap();
+
+    // `sluice ctl` refuses it before sending, from a file or from stdin.
+    let e = ctl_fails(&sock, &["-f", p(&batch)]);
+    assert!(e.contains("big.txt: over 64 MiB") && e.contains("nothing was sent") && e.contains("Split"), "{e}");
+    let out = ctl_stdin(&sock, text.clone());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && e.contains("standard input: over 64 MiB"), "{e}");
+
+    // Another client sending it anyway is refused whole.
+    let r = sluice_control::socket::request(&sock, &text, Duration::from_secs(30)).unwrap();
+    let e = r["error"].as_str().unwrap_or_default();
+    assert!(r["ok"] == false && e.starts_with("request over 64 MiB") && e.contains("nothing applied"), "{r}");
+
+    assert_eq!(elements(&sock, "blocks"), vec!["192.0.2.1/32"], "nothing changed");
+    assert_eq!(matches(&sock, "blocks", "10.1.2.3"), None, "10.0.0.0/2 was not added");
+    let s = ctl(&sock, &["stats"]);
+    assert_eq!(s["updates"], 1, "{s}");
+}
+
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// An http-guard (no root needed) serving its control socket at `socket`.
+fn guard_command(socket: &Path, secs: u32) -> Command {
+    let mut c = Command::new(SLUICE);
+    c.args(["http-guard", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:9", "--threads", "1", "--no-pin"])
+        .args(["--duration", &secs.to_string(), "--control", p(socket)]);
+    c
+}
+
+fn start_guard(socket: &Path) -> Guard {
+    let mut child = guard_command(socket, 60).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut r = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(r.read_line(&mut line).unwrap() > 0, "the guard did not come up: {seen}");
+        seen += &line;
+        if line.starts_with("sluice: guarding on") {
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in r.lines() {});
+    Guard(child)
+}
+
+/// The guard's socket: a request over 64 MiB is refused whole (cut, it
+/// would block 192.0.2.1), and beyond 8 connections at once a client is
+/// told `busy` at once.
+#[test]
+fn guard_ctl_refuses_a_request_over_64_mib_and_a_ninth_connection() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("guard.sock");
+    let _guard = start_guard(&sock);
+
+    let mut text = "block 192.0.2.1 # ".to_owned();
+    text += &"-".repeat((65 << 20) - text.len());
+    let r = sluice_control::socket::request(&sock, &text, Duration::from_secs(30)).unwrap();
+    assert!(r["ok"] == false && r["error"].as_str().unwrap_or_default().starts_with("request over 64 MiB"), "{r}");
+    assert_eq!(ctl(&sock, &["blocks"])["blocks"], serde_json::json!([]), "nothing was blocked");
+
+    let held: Vec<_> = (0..8)
+        .map(|_| {
+            let mut c = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+            c.write_all(b"block 192.0.2").unwrap();
+            c
+        })
+        .collect();
+    let t = Instant::now();
+    let e = ctl_fails(&sock, &["blocks"]);
+    assert!(e.contains("busy: 8 requests in progress"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(5), "told at once: {:?}", t.elapsed());
+    drop(held);
+    let end = Instant::now() + Duration::from_secs(5);
+    while !ctl_output(&sock, &["blocks"]).status.success() {
+        assert!(Instant::now() < end, "the places were not given back");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(ctl(&sock, &["blocks"])["blocks"], serde_json::json!([]), "the cut requests were not applied");
+}
+
+/// A file that is not a socket at `--control PATH` is an error, and stays.
+#[test]
+fn a_file_at_the_control_path_is_an_error_and_left_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("notes.txt");
+    std::fs::write(&file, "keep me\n").unwrap();
+    let out = guard_command(&file, 1).output().unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{e}");
+    assert!(e.contains(&format!("control socket {}: exists and is not a socket", file.display())), "{e}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me\n");
+}

@@ -4,19 +4,55 @@
 //! [`crate::ctl`]), closes its write side, and reads one JSON reply; the
 //! controller thread does the work, so requests are serialised with
 //! reloads and expiry.
+//!
+//! Hostile or broken clients are bounded ([`Limits`]): a request is read
+//! whole or not at all (over 64 MiB, not in whole within 30 s, or cut by
+//! its client closing the connection: refused, nothing applied), at most 8
+//! connections are served at once (one more is told `busy`), and a refused
+//! peer is answered without reading anything it sent.
 
 use crate::control::{Event, Request};
 use std::io::{Read, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The largest request read (a batch of about a million lines).
+/// The largest request read (a batch of about a million lines). A longer
+/// one is refused whole: cut, its last line could change meaning
+/// (`10.0.0.0/24` read as `10.0.0.0/2`).
 pub const MAX_REQUEST: u64 = 64 << 20;
+
+/// What one connection may take of the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The largest request, in bytes.
+    pub max_request: u64,
+    /// Connections served at once; one more is answered `busy` and closed.
+    pub max_connections: usize,
+    /// The whole request must arrive within this from accept, however it
+    /// trickles in: a timeout per read would let a byte every few seconds
+    /// hold a connection for ever.
+    pub read_deadline: Duration,
+    /// The whole reply must be taken within this.
+    pub write_deadline: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_request: MAX_REQUEST,
+            max_connections: 8,
+            read_deadline: Duration::from_secs(30),
+            // A `list` of millions of elements is hundreds of MB of JSON, read
+            // at GB/s by a client that reads at all.
+            write_deadline: Duration::from_secs(60),
+        }
+    }
+}
 
 /// Who may connect besides root and the socket's owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,8 +68,25 @@ pub enum SocketError {
     Io { path: String, error: std::io::Error },
     #[error("control socket {0}: something is listening there already (another bridge?)")]
     InUse(String),
+    #[error("control socket {0}: exists and is not a socket (left as it is; remove it or choose another path)")]
+    NotASocket(String),
     #[error("--control-group {0}: no such group in /etc/group")]
     NoGroup(String),
+}
+
+/// Why a request was not read whole (the reply's `error`).
+#[derive(Debug, thiserror::Error)]
+enum ReadError {
+    #[error("request over {} MiB ({max} bytes), the most one request may be: refused whole, nothing applied; split the batch", max >> 20)]
+    TooLarge { max: u64 },
+    #[error("the request did not arrive whole within {} s (end it by closing the write side)", .0.as_secs_f64())]
+    Deadline(Duration),
+    #[error("the request is not UTF-8 text")]
+    NotUtf8,
+    #[error("the client closed the connection instead of only its write side: the request may be cut short, so nothing was applied")]
+    Closed,
+    #[error("reading the request: {0}")]
+    Io(std::io::Error),
 }
 
 /// A group by name (from /etc/group) or number.
@@ -56,6 +109,13 @@ pub fn group_id(name: &str) -> Result<u32, SocketError> {
 pub struct SocketCounters {
     /// Peers refused by `SO_PEERCRED`.
     pub refused: AtomicU64,
+    /// Connections answered `busy`: [`Limits::max_connections`] were being
+    /// served.
+    pub busy: AtomicU64,
+    /// Requests over [`Limits::max_request`], refused whole.
+    pub too_large: AtomicU64,
+    /// Requests not in whole by [`Limits::read_deadline`].
+    pub timed_out: AtomicU64,
 }
 
 /// The serving thread; [`Serving::stop`] ends it.
@@ -75,9 +135,6 @@ impl Serving {
     }
 }
 
-/// Binds `path` (replacing a stale socket file, refusing a live one), sets
-/// its mode and group, and serves it on a thread until stopped: each
-/// request is handed to the controller through `events`.
 /// [`serve`] at `path` when one is given, for members of the group named
 /// `group` too (a name or a number), logging where.
 pub fn serve_at(
@@ -93,20 +150,49 @@ pub fn serve_at(
     Ok(Some(serving))
 }
 
+/// [`serve_with`] the default [`Limits`].
 pub fn serve(
     path: &Path,
     group: Option<u32>,
     events: Sender<Event>,
     counters: Arc<SocketCounters>,
 ) -> Result<Serving, SocketError> {
+    serve_with(path, group, events, counters, Limits::default())
+}
+
+/// Makes way for a socket at `path`: nothing there, or a socket nobody
+/// listens on (a previous run's, removed). Anything else stays: a live
+/// socket, and a file, directory or symlink that a mistyped `--control`
+/// would otherwise delete.
+fn clear(path: &Path, name: &str) -> Result<(), SocketError> {
+    let io = |error| SocketError::Io { path: name.to_owned(), error };
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io(e)),
+        Ok(meta) if !meta.file_type().is_socket() => Err(SocketError::NotASocket(name.to_owned())),
+        Ok(_) => match UnixStream::connect(path) {
+            Ok(_) => Err(SocketError::InUse(name.to_owned())),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => std::fs::remove_file(path).map_err(io),
+            // Not known to be stale (e.g. not ours to connect to): left.
+            Err(e) => Err(io(e)),
+        },
+    }
+}
+
+/// Binds `path` (replacing a stale socket, refusing a live one or any
+/// other file), sets its mode and group, and serves it on a thread until
+/// stopped: each request is handed to the controller through `events`, at
+/// most `limits.max_connections` at once.
+pub fn serve_with(
+    path: &Path,
+    group: Option<u32>,
+    events: Sender<Event>,
+    counters: Arc<SocketCounters>,
+    limits: Limits,
+) -> Result<Serving, SocketError> {
     let name = path.display().to_string();
     let io = |error| SocketError::Io { path: name.clone(), error };
-    if path.exists() {
-        if UnixStream::connect(path).is_ok() {
-            return Err(SocketError::InUse(name));
-        }
-        std::fs::remove_file(path).map_err(io)?;
-    }
+    clear(path, &name)?;
     let listener = UnixListener::bind(path).map_err(io)?;
     let mode = if group.is_some() { 0o660 } else { 0o600 };
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io)?;
@@ -116,6 +202,7 @@ pub fn serve(
     let access = Access { uid: rustix::process::geteuid().as_raw(), group };
     let stop = Arc::new(AtomicBool::new(false));
     let (listener_path, flag) = (path.to_owned(), Arc::clone(&stop));
+    let active = Arc::new(AtomicUsize::new(0));
     let thread = std::thread::Builder::new()
         .name("sluice-control".into())
         .spawn(move || {
@@ -127,13 +214,7 @@ pub fn serve(
                     break;
                 }
                 match accepted {
-                    Ok((conn, _)) => {
-                        let events = events.clone();
-                        let counters = Arc::clone(&counters);
-                        let _ = std::thread::Builder::new()
-                            .name("sluice-ctl-conn".into())
-                            .spawn(move || handle(conn, access, &events, &counters));
-                    }
+                    Ok((conn, _)) => accepted_one(conn, access, limits, &active, &events, &counters),
                     Err(e) => {
                         tracing::warn!("control socket: accept: {e}");
                         std::thread::sleep(Duration::from_millis(100));
@@ -144,6 +225,74 @@ pub fn serve(
         })
         .map_err(io)?;
     Ok(Serving { thread, stop, path: path.to_owned() })
+}
+
+/// One of the `max_connections` places; given back when dropped.
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    fn take(active: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
+        let mut n = active.load(Ordering::Relaxed);
+        loop {
+            if n >= max {
+                return None;
+            }
+            match active.compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return Some(Slot(Arc::clone(active))),
+                Err(now) => n = now,
+            }
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// On the accept thread: a refused peer and a connection beyond the bound
+/// are answered here at once, without reading their request (so neither
+/// can make the server read or wait), and closed; the rest get a thread.
+fn accepted_one(
+    conn: UnixStream,
+    access: Access,
+    limits: Limits,
+    active: &Arc<AtomicUsize>,
+    events: &Sender<Event>,
+    counters: &Arc<SocketCounters>,
+) {
+    if let Err(e) = allowed(&conn, access) {
+        counters.refused.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!("control socket: {e}");
+        answer_at_once(conn, &error_json(&e, None));
+        return;
+    }
+    let Some(slot) = Slot::take(active, limits.max_connections) else {
+        counters.busy.fetch_add(1, Ordering::Relaxed);
+        let n = limits.max_connections;
+        answer_at_once(conn, &error_json(&format!("busy: {n} requests in progress; try again"), None));
+        return;
+    };
+    let (events, counters) = (events.clone(), Arc::clone(counters));
+    let spawned = std::thread::Builder::new().name("sluice-ctl-conn".into()).spawn(move || {
+        let _slot = slot;
+        handle(conn, limits, &events, &counters);
+    });
+    // The closure, the connection and its slot are dropped with the error.
+    if let Err(e) = spawned {
+        tracing::warn!("control socket: no thread for a connection: {e}");
+    }
+}
+
+/// Writes a short reply without blocking the accept thread, and closes.
+/// Closing with the request unread does not lose the reply: a Unix
+/// socket's peer reads what was queued to it before it sees the close (its
+/// write fails instead; [`request`] reads the reply then).
+fn answer_at_once(conn: UnixStream, reply: &str) {
+    let _ = conn.set_nonblocking(true);
+    // A fresh connection's send buffer is empty: a short reply fits whole.
+    let _ = (&conn).write_all(format!("{reply}\n").as_bytes());
 }
 
 /// Whether the peer may use the socket.
@@ -170,35 +319,89 @@ fn allowed(conn: &UnixStream, access: Access) -> Result<(), String> {
     }
 }
 
-fn handle(mut conn: UnixStream, access: Access, events: &Sender<Event>, counters: &SocketCounters) {
-    let _ = conn.set_nonblocking(false);
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
-    let reply = match allowed(&conn, access) {
-        Err(e) => {
-            counters.refused.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!("control socket: {e}");
-            // Read what it sent, so closing does not reset the connection
-            // before the refusal is read.
-            let _ = std::io::copy(&mut (&conn).take(MAX_REQUEST), &mut std::io::sink());
-            error_json(&e, None)
+/// The request, read to its end within one deadline. One byte past
+/// `max_request` is read to know it is over, and none is kept: a request
+/// over the limit is not applied in part.
+fn read_request(conn: &UnixStream, limits: &Limits) -> Result<String, ReadError> {
+    let end = Instant::now() + limits.read_deadline;
+    let mut text = Vec::new();
+    let mut chunk = vec![0u8; 64 << 10];
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ReadError::Deadline(limits.read_deadline));
         }
-        Ok(()) => {
-            let mut text = String::new();
-            match (&conn).take(MAX_REQUEST).read_to_string(&mut text) {
-                Err(e) => error_json(&format!("reading the request: {e}"), None),
-                Ok(_) => {
-                    let (tx, rx) = channel();
-                    let sent = events.send(Event::Ctl(Request { text, received: Instant::now(), reply: tx }));
-                    match sent.ok().and_then(|()| rx.recv().ok()) {
-                        Some(r) => r,
-                        None => error_json("the bridge is stopping", None),
-                    }
-                }
+        conn.set_read_timeout(Some(left)).map_err(ReadError::Io)?;
+        let room = usize::try_from(limits.max_request).unwrap_or(usize::MAX) - text.len();
+        let want = chunk.len().min(room.saturating_add(1));
+        match (&*conn).read(&mut chunk[..want]) {
+            Ok(0) => break,
+            Ok(n) if n > room => return Err(ReadError::TooLarge { max: limits.max_request }),
+            Ok(n) => text.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                return Err(ReadError::Deadline(limits.read_deadline))
+            }
+            Err(e) => return Err(ReadError::Io(e)),
+        }
+    }
+    if peer_gone(conn) {
+        return Err(ReadError::Closed);
+    }
+    String::from_utf8(text).map_err(|_| ReadError::NotUtf8)
+}
+
+/// Whether the peer closed its whole connection, not just its write side
+/// (a hang-up, not only end of input): a client that dies mid-request
+/// ends it the same way as one that is done, and only this tells them
+/// apart.
+fn peer_gone(conn: &UnixStream) -> bool {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let mut fds = [PollFd::new(conn, PollFlags::empty())];
+    let now = Timespec { tv_sec: 0, tv_nsec: 0 };
+    poll(&mut fds, Some(&now)).is_ok() && fds[0].revents().contains(PollFlags::HUP)
+}
+
+fn handle(conn: UnixStream, limits: Limits, events: &Sender<Event>, counters: &SocketCounters) {
+    let _ = conn.set_nonblocking(false);
+    let reply = match read_request(&conn, &limits) {
+        Ok(text) => {
+            let (tx, rx) = channel();
+            let sent = events.send(Event::Ctl(Request { text, received: Instant::now(), reply: tx }));
+            match sent.ok().and_then(|()| rx.recv().ok()) {
+                Some(r) => r,
+                None => error_json("the bridge is stopping", None),
             }
         }
+        Err(e) => {
+            match e {
+                ReadError::TooLarge { .. } => counters.too_large.fetch_add(1, Ordering::Relaxed),
+                ReadError::Deadline(_) => counters.timed_out.fetch_add(1, Ordering::Relaxed),
+                ReadError::NotUtf8 | ReadError::Closed | ReadError::Io(_) => 0,
+            };
+            tracing::warn!("control socket: {e}");
+            error_json(&e.to_string(), None)
+        }
     };
-    let _ = conn.write_all(reply.as_bytes());
-    let _ = conn.write_all(b"\n");
+    write_reply(&conn, format!("{reply}\n").as_bytes(), limits.write_deadline);
+}
+
+/// Writes `reply` within one deadline: a peer that stops reading cannot
+/// hold its connection's place for longer.
+fn write_reply(conn: &UnixStream, mut reply: &[u8], deadline: Duration) {
+    let end = Instant::now() + deadline;
+    while !reply.is_empty() {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() || conn.set_write_timeout(Some(left)).is_err() {
+            return;
+        }
+        match (&*conn).write(reply) {
+            Ok(0) => return,
+            Ok(n) => reply = &reply[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
 }
 
 /// `{"ok": false, "error": ..., "line": ...}`.
@@ -211,15 +414,243 @@ pub fn error_json(message: &str, line: Option<usize>) -> String {
 }
 
 /// The client side: sends `request` to the socket at `path` and returns
-/// the JSON reply.
+/// the JSON reply. The server may answer before reading everything (a
+/// refusal, `busy`, a request over the limit) and close: the write then
+/// fails, and the reply is read all the same.
 pub fn request(path: &Path, request: &str, timeout: Duration) -> std::io::Result<serde_json::Value> {
+    use std::io::{Error, ErrorKind};
     let mut conn = UnixStream::connect(path)?;
     conn.set_read_timeout(Some(timeout))?;
-    conn.write_all(request.as_bytes())?;
-    conn.shutdown(std::net::Shutdown::Write)?;
-    let mut reply = String::new();
-    conn.read_to_string(&mut reply)?;
-    serde_json::from_str(reply.trim()).map_err(|e| {
-        std::io::Error::new(std::io::ErrorKind::InvalidData, format!("the reply is not JSON ({e}): {reply:?}"))
-    })
+    conn.set_write_timeout(Some(timeout))?;
+    let sent = conn.write_all(request.as_bytes()).and_then(|()| conn.shutdown(std::net::Shutdown::Write));
+    let mut reply = Vec::new();
+    // On an error, what was read before it is in `reply`.
+    let read = conn.read_to_end(&mut reply);
+    let text = String::from_utf8_lossy(&reply);
+    if let Some(line) = text.lines().next().filter(|_| text.ends_with('\n')) {
+        return serde_json::from_str(line)
+            .map_err(|e| Error::new(ErrorKind::InvalidData, format!("the reply is not JSON ({e}): {text:?}")));
+    }
+    match (sent, read) {
+        (Err(e), _) => Err(e),
+        // Sent whole: the server may still apply it; saying it failed
+        // would be wrong.
+        (Ok(()), Err(e)) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => Err(Error::new(
+            ErrorKind::TimedOut,
+            format!(
+                "no reply within {} s; the request was sent and may still be applied (check with `test` or `list`)",
+                timeout.as_secs_f64()
+            ),
+        )),
+        (Ok(()), Err(e)) => Err(e),
+        (Ok(()), Ok(_)) => Err(Error::new(ErrorKind::UnexpectedEof, format!("the reply was cut short: {text:?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// A socket served with `limits`, and a stand-in controller that
+    /// answers every request `ok` and keeps its text (what was applied).
+    struct Served {
+        dir: tempfile::TempDir,
+        path: PathBuf,
+        serving: Option<Serving>,
+        counters: Arc<SocketCounters>,
+        applied: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl Drop for Served {
+        fn drop(&mut self) {
+            if let Some(s) = self.serving.take() {
+                s.stop();
+            }
+        }
+    }
+
+    fn served(limits: Limits) -> Served {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctl.sock");
+        let (tx, rx) = channel();
+        let counters = Arc::new(SocketCounters::default());
+        let serving = serve_with(&path, None, tx, Arc::clone(&counters), limits).unwrap();
+        let applied = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&applied);
+        std::thread::spawn(move || {
+            for event in rx {
+                if let Event::Ctl(req) = event {
+                    log.lock().unwrap().push(req.text);
+                    let _ = req.reply.send(r#"{"ok":true}"#.to_owned());
+                }
+            }
+        });
+        Served { dir, path, serving: Some(serving), counters, applied }
+    }
+
+    fn ask(path: &Path, text: &str) -> serde_json::Value {
+        request(path, text, Duration::from_secs(10)).unwrap()
+    }
+
+    /// A connection that has sent part of a request and holds its place.
+    fn holder(path: &Path) -> UnixStream {
+        let mut c = UnixStream::connect(path).unwrap();
+        c.write_all(b"add s 10.0.0.0/2").unwrap();
+        c
+    }
+
+    #[test]
+    fn a_request_over_the_limit_is_refused_whole_and_one_at_it_is_served() {
+        let s = served(Limits { max_request: 1000, ..Limits::default() });
+        // The limit falls inside the last line: cut there, `/24` would be
+        // read as `/2`.
+        let head = format!("{}\n", "#".repeat(1000 - "add s 10.0.0.0/2".len() - 1));
+        let over = format!("{head}add s 10.0.0.0/24\n");
+        assert_eq!(&over.as_bytes()[..1000], format!("{head}add s 10.0.0.0/2").as_bytes());
+        let r = ask(&s.path, &over);
+        let e = r["error"].as_str().unwrap_or_default();
+        assert!(r["ok"] == false && e.starts_with("request over 0 MiB (1000 bytes)"), "{r}");
+        assert!(e.contains("nothing applied"), "{r}");
+        assert!(s.applied.lock().unwrap().is_empty(), "nothing of it reached the controller");
+        assert_eq!(s.counters.too_large.load(Ordering::Relaxed), 1);
+        let at = format!("{}\nsets", "#".repeat(1000 - "\nsets".len()));
+        assert_eq!(at.len(), 1000);
+        assert_eq!(ask(&s.path, &at)["ok"], true);
+        assert_eq!(*s.applied.lock().unwrap(), vec![at]);
+        assert_eq!(Limits::default().max_request, 64 << 20);
+    }
+
+    #[test]
+    fn beyond_max_connections_a_client_is_told_busy_at_once() {
+        let s = served(Limits { max_connections: 2, read_deadline: Duration::from_secs(20), ..Limits::default() });
+        let held = [holder(&s.path), holder(&s.path)];
+        let t = Instant::now();
+        let r = ask(&s.path, "sets");
+        assert_eq!(r, serde_json::json!({ "ok": false, "error": "busy: 2 requests in progress; try again" }));
+        assert!(t.elapsed() < Duration::from_secs(2), "answered at once: {:?}", t.elapsed());
+        assert_eq!(s.counters.busy.load(Ordering::Relaxed), 1);
+        // Closed instead of ended, the held requests are not applied, and
+        // their places are free again.
+        drop(held);
+        let end = Instant::now() + Duration::from_secs(5);
+        while ask(&s.path, "sets")["ok"] != true {
+            assert!(Instant::now() < end, "the places were not given back");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(*s.applied.lock().unwrap(), vec!["sets".to_owned()]);
+    }
+
+    #[test]
+    fn a_client_that_closes_mid_request_changes_nothing() {
+        let s = served(Limits::default());
+        drop(holder(&s.path));
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(ask(&s.path, "sets")["ok"], true);
+        assert_eq!(*s.applied.lock().unwrap(), vec!["sets".to_owned()], "the cut request was not applied");
+    }
+
+    #[test]
+    fn the_whole_request_has_one_deadline() {
+        let s = served(Limits { read_deadline: Duration::from_secs(1), ..Limits::default() });
+        let mut c = UnixStream::connect(&s.path).unwrap();
+        let mut w = c.try_clone().unwrap();
+        // A byte every 200 ms: never 10 s without one, for 6 s.
+        let trickle = std::thread::spawn(move || {
+            for b in b"add s 10.0.0.0/24 timeout 60 # and so on".iter().cycle().take(30) {
+                if w.write_all(&[*b]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+        let t = Instant::now();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut reply = String::new();
+        let _ = c.read_to_string(&mut reply);
+        let took = t.elapsed();
+        assert!(took > Duration::from_millis(800) && took < Duration::from_millis(2500), "cut after {took:?}");
+        assert!(reply.contains("did not arrive whole within 1 s"), "{reply}");
+        assert_eq!(s.counters.timed_out.load(Ordering::Relaxed), 1);
+        assert!(s.applied.lock().unwrap().is_empty());
+        drop(c);
+        trickle.join().unwrap();
+    }
+
+    #[test]
+    fn only_a_stale_socket_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = |n: &str| dir.path().join(n);
+        let try_serve = |p: &Path| serve(p, None, channel().0, Arc::default()).map(Serving::stop);
+        let not_a_socket = |p: &Path| match try_serve(p) {
+            Err(e @ SocketError::NotASocket(_)) => {
+                assert_eq!(
+                    e.to_string().split(" (").next().unwrap(),
+                    format!("control socket {}: exists and is not a socket", p.display())
+                );
+            }
+            other => panic!("{}: {other:?}", p.display()),
+        };
+        std::fs::write(at("file"), "keep me").unwrap();
+        not_a_socket(&at("file"));
+        assert_eq!(std::fs::read_to_string(at("file")).unwrap(), "keep me");
+        std::fs::create_dir(at("dir")).unwrap();
+        not_a_socket(&at("dir"));
+        assert!(at("dir").is_dir());
+        for (link, to) in [("to-file", "file"), ("dangling", "nowhere")] {
+            std::os::unix::fs::symlink(at(to), at(link)).unwrap();
+            not_a_socket(&at(link));
+            assert!(std::fs::symlink_metadata(at(link)).unwrap().file_type().is_symlink());
+        }
+        assert_eq!(std::fs::read_to_string(at("file")).unwrap(), "keep me");
+        // A socket nobody listens on is a previous run's: replaced.
+        drop(UnixListener::bind(at("stale")).unwrap());
+        assert!(UnixStream::connect(at("stale")).is_err());
+        try_serve(&at("stale")).unwrap();
+        let live = UnixListener::bind(at("live")).unwrap();
+        assert!(matches!(try_serve(&at("live")), Err(SocketError::InUse(_))));
+        drop(live);
+    }
+
+    /// The peer side of [`a_refused_peer_is_answered_without_reading_its_request`],
+    /// run as another user by re-running this test binary.
+    #[test]
+    fn refused_peer_helper() {
+        let Ok(path) = std::env::var("SLUICE_TEST_REFUSED_PEER") else { return };
+        let mut c = UnixStream::connect(path).unwrap();
+        // Part of a request, never ended: only a server that does not wait
+        // for it answers.
+        let _ = c.write_all(&vec![b'#'; 64 << 10]);
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut reply = Vec::new();
+        let _ = c.read_to_end(&mut reply);
+        println!("REPLY {}", String::from_utf8_lossy(&reply).trim());
+    }
+
+    #[test]
+    fn a_refused_peer_is_answered_without_reading_its_request() {
+        use std::os::unix::process::CommandExt;
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("SKIPPED: a_refused_peer_is_answered_without_reading_its_request: not root");
+            return;
+        }
+        let s = served(Limits::default());
+        // Opened up by mistake: SO_PEERCRED still refuses other users.
+        std::fs::set_permissions(s.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&s.path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let t = Instant::now();
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "socket::tests::refused_peer_helper", "--nocapture", "--test-threads", "1"])
+            .env("SLUICE_TEST_REFUSED_PEER", &s.path)
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let reply = stdout.lines().find_map(|l| l.split_once("REPLY ")).map_or("", |(_, r)| r);
+        assert!(reply.contains("refused: uid 65534"), "{stdout} {}", String::from_utf8_lossy(&out.stderr));
+        assert!(t.elapsed() < Duration::from_secs(4), "answered without waiting: {:?}", t.elapsed());
+        assert_eq!(s.counters.refused.load(Ordering::Relaxed), 1);
+        assert!(s.applied.lock().unwrap().is_empty());
+    }
 }

@@ -545,11 +545,15 @@ impl Collector for Exporter {
         counter(
             &mut enc,
             "sluice_control_requests",
-            "Control socket requests, by result (refused: the peer's uid/gid is not allowed).",
+            "Control socket requests, by result (refused: the peer's uid/gid is not allowed; busy: too many \
+             connections at once; too_large: over 64 MiB; timed_out: not whole within the deadline).",
             &[
                 (vec![("result", "ok".to_owned())], l(&c.ctl_ok)),
                 (vec![("result", "failed".to_owned())], l(&c.ctl_failed)),
                 (vec![("result", "refused".to_owned())], l(&s.socket.refused)),
+                (vec![("result", "busy".to_owned())], l(&s.socket.busy)),
+                (vec![("result", "too_large".to_owned())], l(&s.socket.too_large)),
+                (vec![("result", "timed_out".to_owned())], l(&s.socket.timed_out)),
             ],
         )?;
         counter(

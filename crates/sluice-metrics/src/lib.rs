@@ -1,7 +1,8 @@
 //! What the bridge and the HTTP guard count, shown three ways: Prometheus
 //! metrics at `/metrics` (encoded by `prometheus-client` from the live
 //! counters on every scrape, served by a one-request-per-connection
-//! responder on a thread of its own), the bridge's status line, and the
+//! responder: a few connections at once, each on a thread of its own with
+//! one deadline), the bridge's status line, and the
 //! summaries' JSON. Nothing here counts packets itself: it reads the
 //! counters the engine, the live ports, the control plane and the guard
 //! keep.
@@ -19,7 +20,26 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What scrape connections may take of the responder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections answered at once; one more is answered 503 and closed.
+    pub max_connections: usize,
+    /// The whole request head must arrive within this from accept (a
+    /// timeout per read would let a byte every second hold a connection
+    /// for ever), and the reply be taken within as long again.
+    pub deadline: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { max_connections: 4, deadline: Duration::from_secs(5) }
+    }
+}
 
 /// A metrics address that was refused.
 #[derive(Debug, thiserror::Error)]
@@ -45,9 +65,20 @@ pub fn check_addr(s: &str, allow_remote: bool) -> Result<SocketAddr, AddrError> 
 /// Bind `addr` and serve `registry` there on a thread named
 /// `sluice-metrics`; returns the bound address (port 0 picks one).
 pub fn spawn(addr: SocketAddr, registry: Registry, who: &'static str) -> std::io::Result<SocketAddr> {
+    spawn_with(addr, registry, who, Limits::default())
+}
+
+/// [`spawn`] with `limits`.
+pub fn spawn_with(
+    addr: SocketAddr,
+    registry: Registry,
+    who: &'static str,
+    limits: Limits,
+) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr)?;
     let bound = listener.local_addr()?;
-    std::thread::Builder::new().name("sluice-metrics".into()).spawn(move || serve(listener, &registry, who))?;
+    let registry = Arc::new(registry);
+    std::thread::Builder::new().name("sluice-metrics".into()).spawn(move || serve(listener, registry, who, limits))?;
     Ok(bound)
 }
 
@@ -88,22 +119,101 @@ pub fn gauge(
 }
 
 /// Serves `registry` at `/metrics` until the process ends: one request per
-/// connection, answered in turn, with timeouts so a stuck client cannot
-/// hold the next scrape for long; `who` names the program on `/`.
-pub fn serve(listener: TcpListener, registry: &Registry, who: &str) {
+/// connection, each connection on a thread of its own so that a slow
+/// client delays no other scrape, at most `limits.max_connections` at
+/// once, each within `limits.deadline`; `who` names the program on `/`.
+pub fn serve(listener: TcpListener, registry: Arc<Registry>, who: &'static str, limits: Limits) {
+    let active = Arc::new(AtomicUsize::new(0));
     for conn in listener.incoming() {
-        let Ok(stream) = conn else { continue };
-        let _ = answer(stream, registry, who);
+        let stream = match conn {
+            Ok(s) => s,
+            Err(_) => {
+                // Out of descriptors, say: wait rather than spin.
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        if active.fetch_add(1, Ordering::AcqRel) >= limits.max_connections {
+            active.fetch_sub(1, Ordering::AcqRel);
+            busy(&stream, limits.max_connections);
+            continue;
+        }
+        let slot = Slot(Arc::clone(&active));
+        let registry = Arc::clone(&registry);
+        // On an error the closure is dropped: the connection closes and
+        // its slot is given back.
+        let _ = std::thread::Builder::new().name("sluice-metrics-conn".into()).spawn(move || {
+            let _slot = slot;
+            let _ = answer(stream, &registry, who, limits.deadline);
+        });
     }
 }
 
-fn answer(mut s: TcpStream, registry: &Registry, who: &str) -> std::io::Result<()> {
-    s.set_read_timeout(Some(Duration::from_secs(2)))?;
-    s.set_write_timeout(Some(Duration::from_secs(2)))?;
+/// A place among the connections answered at once; given back when dropped.
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// 503 for a connection beyond the bound, without waiting on it: a fresh
+/// connection's send buffer takes it whole.
+fn busy(s: &TcpStream, max: usize) {
+    let body = format!("busy: {max} scrapes in progress\n");
+    let reply = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
+         Retry-After: 1\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = s.set_nonblocking(true);
+    // What of the request has come is read, so that closing with it unread
+    // does not reset the connection (and lose the 503) as often.
+    let _ = (&*s).read(&mut [0u8; 4096]);
+    let _ = (&*s).write_all(reply.as_bytes());
+}
+
+/// The time left until `end`, as an error once none is.
+fn left(end: Instant) -> std::io::Result<Duration> {
+    Some(end.saturating_duration_since(Instant::now()))
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "past the deadline"))
+}
+
+/// Writes all of `bytes` by `end`.
+fn write_by(s: &mut TcpStream, mut bytes: &[u8], end: Instant) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        s.set_write_timeout(Some(left(end)?))?;
+        match s.write(bytes) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn answer(mut s: TcpStream, registry: &Registry, who: &str, deadline: Duration) -> std::io::Result<()> {
+    let end = Instant::now() + deadline;
     let mut buf = [0u8; 4096];
     let mut n = 0;
     while n < buf.len() {
-        let k = s.read(&mut buf[n..])?;
+        let k = match left(end).and_then(|t| s.set_read_timeout(Some(t))).and_then(|()| s.read(&mut buf[n..])) {
+            Ok(k) => k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                let body = "the request head did not arrive in time\n";
+                let head = format!(
+                    "HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                // A second at most for a client already past its time.
+                return write_by(&mut s, format!("{head}{body}").as_bytes(), Instant::now() + Duration::from_secs(1));
+            }
+            Err(e) => return Err(e),
+        };
         if k == 0 {
             break;
         }
@@ -133,9 +243,9 @@ fn answer(mut s: TcpStream, registry: &Registry, who: &str) -> std::io::Result<(
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    s.write_all(head.as_bytes())?;
-    s.write_all(body.as_bytes())?;
-    s.flush()
+    let end = Instant::now() + deadline;
+    write_by(&mut s, head.as_bytes(), end)?;
+    write_by(&mut s, body.as_bytes(), end)
 }
 
 #[cfg(test)]
@@ -162,9 +272,7 @@ mod tests {
 
     #[test]
     fn the_responder_serves_metrics_and_refuses_the_rest() {
-        let mut registry = Registry::default();
-        registry.register_collector(Box::new(One));
-        let addr = spawn("127.0.0.1:0".parse().unwrap(), registry, "test").unwrap();
+        let addr = spawn("127.0.0.1:0".parse().unwrap(), one_registry(), "test").unwrap();
         let m = get(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
         assert!(m.starts_with("HTTP/1.1 200 OK\r\n"), "{m}");
         assert!(m.contains("sluice_test_total{k=\"v\"} 7"), "{m}");
@@ -172,6 +280,76 @@ mod tests {
         assert!(get(addr, "GET /nope HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
         assert!(get(addr, "POST /metrics HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 405"));
         assert!(get(addr, "\r\n\r\n").starts_with("HTTP/1.1 400"));
+    }
+
+    fn one_registry() -> Registry {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(One));
+        registry
+    }
+
+    /// A client that sends a request head a byte every 100 ms for 4 s,
+    /// never ending it; reading on the returned stream ends when the
+    /// responder cuts it.
+    fn trickle(addr: SocketAddr) -> (TcpStream, std::thread::JoinHandle<()>) {
+        let slow = TcpStream::connect(addr).unwrap();
+        let mut w = slow.try_clone().unwrap();
+        let t = std::thread::spawn(move || {
+            let head = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ".iter().chain(std::iter::repeat(&b'a'));
+            for b in head.take(40) {
+                if w.write_all(&[*b]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        (slow, t)
+    }
+
+    #[test]
+    fn a_slow_client_delays_no_scrape_and_is_cut_at_its_deadline() {
+        let limits = Limits { max_connections: 4, deadline: Duration::from_secs(1) };
+        let addr = spawn_with("127.0.0.1:0".parse().unwrap(), one_registry(), "test", limits).unwrap();
+        let started = Instant::now();
+        let (mut slow, trickling) = trickle(addr);
+        std::thread::sleep(Duration::from_millis(200));
+        let t = Instant::now();
+        let m = get(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        let scrape = t.elapsed();
+        assert!(m.starts_with("HTTP/1.1 200 OK\r\n"), "{m}");
+        assert!(scrape < Duration::from_millis(500), "the scrape waited {scrape:?} behind the slow client");
+        slow.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut reply = Vec::new();
+        // Cut with a 408, or reset when a byte arrived as it closed.
+        let _ = slow.read_to_end(&mut reply);
+        let cut = started.elapsed();
+        assert!(cut > Duration::from_millis(900) && cut < Duration::from_millis(2500), "cut after {cut:?}");
+        assert!(reply.is_empty() || reply.starts_with(b"HTTP/1.1 408"), "{}", String::from_utf8_lossy(&reply));
+        trickling.join().unwrap();
+    }
+
+    #[test]
+    fn beyond_the_bound_a_connection_is_answered_503() {
+        let limits = Limits { max_connections: 1, deadline: Duration::from_secs(3) };
+        let addr = spawn_with("127.0.0.1:0".parse().unwrap(), one_registry(), "test", limits).unwrap();
+        let (slow, trickling) = trickle(addr);
+        std::thread::sleep(Duration::from_millis(200));
+        let t = Instant::now();
+        // Nothing sent: a request unread at close could turn the 503 into a
+        // reset, a real scraper's fate here too at times.
+        let mut m = String::new();
+        TcpStream::connect(addr).unwrap().read_to_string(&mut m).unwrap();
+        assert!(m.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{m}");
+        assert!(m.ends_with("busy: 1 scrapes in progress\n"), "{m}");
+        assert!(t.elapsed() < Duration::from_millis(500), "answered at once: {:?}", t.elapsed());
+        drop(slow);
+        trickling.join().unwrap();
+        // The place is given back once the slow client is gone.
+        let end = Instant::now() + Duration::from_secs(5);
+        while !get(addr, "GET /metrics HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 200") {
+            assert!(Instant::now() < end, "the place was not given back");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     #[test]
