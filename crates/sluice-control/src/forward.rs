@@ -6,7 +6,7 @@
 //! destination; a push that fails keeps its blocks and is retried with
 //! backoff, so nothing is lost while a destination is away.
 
-use crate::socket;
+use crate::{crowdsec, socket};
 use serde_json::json;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -98,7 +98,8 @@ impl Watcher {
             login: login.to_owned(),
             password: password.to_owned(),
             token: None,
-            agent: ureq::AgentBuilder::new().timeout(Duration::from_secs(30)).build(),
+            // No redirects: the password and the token go to --crowdsec-url only.
+            agent: ureq::AgentBuilder::new().timeout(Duration::from_secs(30)).redirects(0).build(),
         }
     }
 
@@ -111,6 +112,9 @@ impl Watcher {
             .set("User-Agent", concat!("sluice-guard/", env!("CARGO_PKG_VERSION")))
             .send_json(body)
             .map_err(|e| http_error(&url, e))?;
+        if let Some(redirect) = crowdsec::redirect(&r) {
+            return Err(format!("{url}: {redirect} refused: the password is sent to --crowdsec-url only"));
+        }
         let v: serde_json::Value = r.into_json().map_err(|e| format!("{url}: the answer is not JSON: {e}"))?;
         let token = v["token"].as_str().ok_or_else(|| format!("{url}: no token in the answer: {v}"))?.to_owned();
         self.token = Some(token.clone());
@@ -173,7 +177,14 @@ impl Watcher {
                 .set("User-Agent", concat!("sluice-guard/", env!("CARGO_PKG_VERSION")))
                 .send_json(body.clone());
             match r {
-                Ok(_) => return Ok(()),
+                Ok(r) => {
+                    return match crowdsec::redirect(&r) {
+                        Some(redirect) => {
+                            Err(format!("{url}: {redirect} refused: the token is sent to --crowdsec-url only"))
+                        }
+                        None => Ok(()),
+                    }
+                }
                 Err(ureq::Error::Status(401, _)) if attempt == 0 => self.token = None,
                 Err(e) => return Err(http_error(&url, e)),
             }
@@ -238,6 +249,9 @@ pub fn sinks(
         }
         let password =
             std::fs::read_to_string(pw).map_err(|e| format!("--crowdsec-password-file {}: {e}", pw.display()))?;
+        if let Some(w) = crowdsec::secret_file_warning("--crowdsec-password-file", pw) {
+            tracing::warn!("{w}");
+        }
         sinks.push(Sink::Crowdsec(Watcher::new(url, login, password.trim())));
     }
     Ok(sinks)
@@ -348,5 +362,37 @@ mod tests {
             (&"Range".into(), &"2001:db8:0:7::/64".into())
         );
         assert_eq!(a[0]["source"]["scope"], "Range");
+    }
+
+    #[test]
+    fn a_watcher_follows_no_redirect() {
+        use std::io::{BufRead, Write};
+        let elsewhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = format!("http://{}/v1/watchers/login", elsewhere.local_addr().unwrap());
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        let answer = format!("HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\n\r\n");
+        let h = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            let mut r = std::io::BufReader::new(s);
+            // The whole request, body too: unread, it would reset the connection.
+            let (mut line, mut body) = (String::new(), 0);
+            while r.read_line(&mut line).unwrap() > 2 {
+                let lower = line.to_ascii_lowercase();
+                if let Some(n) = lower.strip_prefix("content-length:") {
+                    body = n.trim().parse().unwrap();
+                }
+                line.clear();
+            }
+            std::io::Read::read_exact(&mut r, &mut vec![0; body]).unwrap();
+            r.get_mut().write_all(answer.as_bytes()).unwrap();
+        });
+        let mut w = Watcher::new(&url, "m", "pw");
+        let block = Block { ip: "192.0.2.1".parse().unwrap(), len: 32, secs: 60, limit: "request_rate".into() };
+        let e = w.push(&[block]).unwrap_err();
+        assert!(e.contains(&format!("HTTP 302 redirect to \"{to}\" refused")), "{e}");
+        h.join().unwrap();
+        elsewhere.set_nonblocking(true).unwrap();
+        assert!(elsewhere.accept().is_err(), "the redirect was followed");
     }
 }
