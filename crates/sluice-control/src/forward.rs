@@ -8,6 +8,7 @@
 
 use crate::{crowdsec, socket};
 use serde_json::json;
+use std::io::Read;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -54,6 +55,9 @@ pub const FOREVER_SECS: u64 = 365 * 24 * 3600;
 pub fn scenario(limit: &str) -> String {
     format!("sluice/http-{}", limit.replace('_', "-"))
 }
+
+/// The largest login answer read: a token and its expiry are about 1 KB.
+pub const MAX_LOGIN_ANSWER: u64 = 64 * 1024;
 
 /// Logs in to a LAPI as a machine and pushes alerts.
 pub struct Watcher {
@@ -115,7 +119,14 @@ impl Watcher {
         if let Some(redirect) = crowdsec::redirect(&r) {
             return Err(format!("{url}: {redirect} refused: the password is sent to --crowdsec-url only"));
         }
-        let v: serde_json::Value = r.into_json().map_err(|e| format!("{url}: the answer is not JSON: {e}"))?;
+        // Read to a bound: ureq's into_json would read whatever the peer sends.
+        let mut answer = Vec::new();
+        r.into_reader().take(MAX_LOGIN_ANSWER + 1).read_to_end(&mut answer).map_err(|e| format!("{url}: {e}"))?;
+        if answer.len() as u64 > MAX_LOGIN_ANSWER {
+            return Err(format!("{url}: the answer is over {MAX_LOGIN_ANSWER} bytes, which no login answer is"));
+        }
+        let v: serde_json::Value =
+            serde_json::from_slice(&answer).map_err(|e| format!("{url}: the answer is not JSON: {e}"))?;
         let token = v["token"].as_str().ok_or_else(|| format!("{url}: no token in the answer: {v}"))?.to_owned();
         self.token = Some(token.clone());
         Ok(token)
@@ -364,14 +375,11 @@ mod tests {
         assert_eq!(a[0]["source"]["scope"], "Range");
     }
 
-    #[test]
-    fn a_watcher_follows_no_redirect() {
+    /// A one-answer HTTP server on loopback: its URL.
+    fn serve_once(answer: String) -> (String, std::thread::JoinHandle<()>) {
         use std::io::{BufRead, Write};
-        let elsewhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let to = format!("http://{}/v1/watchers/login", elsewhere.local_addr().unwrap());
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", l.local_addr().unwrap());
-        let answer = format!("HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\n\r\n");
         let h = std::thread::spawn(move || {
             let (s, _) = l.accept().unwrap();
             let mut r = std::io::BufReader::new(s);
@@ -384,15 +392,41 @@ mod tests {
                 }
                 line.clear();
             }
-            std::io::Read::read_exact(&mut r, &mut vec![0; body]).unwrap();
+            r.read_exact(&mut vec![0; body]).unwrap();
             r.get_mut().write_all(answer.as_bytes()).unwrap();
         });
+        (url, h)
+    }
+
+    fn block() -> Block {
+        Block { ip: "192.0.2.1".parse().unwrap(), len: 32, secs: 60, limit: "request_rate".into() }
+    }
+
+    #[test]
+    fn a_watcher_follows_no_redirect() {
+        let elsewhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = format!("http://{}/v1/watchers/login", elsewhere.local_addr().unwrap());
+        let (url, h) = serve_once(format!("HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\n\r\n"));
         let mut w = Watcher::new(&url, "m", "pw");
-        let block = Block { ip: "192.0.2.1".parse().unwrap(), len: 32, secs: 60, limit: "request_rate".into() };
-        let e = w.push(&[block]).unwrap_err();
+        let e = w.push(&[block()]).unwrap_err();
         assert!(e.contains(&format!("HTTP 302 redirect to \"{to}\" refused")), "{e}");
         h.join().unwrap();
         elsewhere.set_nonblocking(true).unwrap();
         assert!(elsewhere.accept().is_err(), "the redirect was followed");
+    }
+
+    #[test]
+    fn a_login_answer_is_read_to_a_bound() {
+        let token = format!(r#"{{"code":200,"expire":"x","token":"{}"}}"#, "t".repeat(1000));
+        let big = format!(r#"{{"token":"t","pad":"{}"}}"#, "p".repeat(MAX_LOGIN_ANSWER as usize));
+        for (body, ok) in [(token, true), (big, false)] {
+            let (url, h) = serve_once(format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len()));
+            let r = Watcher::new(&url, "m", "pw").log_in();
+            assert_eq!(r.is_ok(), ok, "{r:?}");
+            if let Err(e) = r {
+                assert!(e.ends_with(&format!("the answer is over {MAX_LOGIN_ANSWER} bytes, which no login answer is")));
+            }
+            h.join().unwrap();
+        }
     }
 }
