@@ -120,6 +120,10 @@ pub struct BridgeArgs {
     /// the --drop-* shorthands or no rules, its sources are dropped.
     #[arg(long, value_name = "NAME", default_value = "crowdsec")]
     pub crowdsec_set: String,
+    /// The largest answer read from the LAPI, in bytes: a larger one is
+    /// refused whole (nothing applied, retried at the next pull).
+    #[arg(long, value_name = "BYTES", default_value_t = sluice_control::crowdsec::DEFAULT_MAX_ANSWER)]
+    pub crowdsec_max_answer: u64,
 }
 
 /// The flags that make no sense together, refused before anything opens.
@@ -148,6 +152,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         a.crowdsec_interval,
         a.crowdsec_resync,
         &a.crowdsec_set,
+        a.crowdsec_max_answer,
     )
     .map_err(anyhow::Error::msg)?;
     let mut spec = a.rules.spec();

@@ -5,6 +5,11 @@
 //! deleted, for an IP and a range; with the LAPI killed enforcement goes on
 //! and `sluice_crowdsec_up` goes 0, then 1 when it is back.
 //!
+//! Strings from the LAPI (a decision's type, reason) with `"` and
+//! newlines, and a decision with an over-long type, leave `/metrics`
+//! parseable by Prometheus' own parser (Python's `prometheus_client`),
+//! with no forged series.
+//!
 //! Needs root and the CrowdSec binaries (`crowdsec`, `cscli` on PATH or in
 //! `SLUICE_CROWDSEC_BIN`): `SKIPPED` unless `SLUICE_REQUIRE_LIVE=1` /
 //! `SLUICE_REQUIRE_TOOLS=1` (CI installs them), when it fails instead.
@@ -129,6 +134,7 @@ fn crowdsec_decisions_are_enforced_and_lifted() {
     let Some(bin) = crowdsec_or_skip("crowdsec_decisions_are_enforced_and_lifted") else { return };
     let mut lapi = Lapi::new(bin);
     let key = lapi.bouncer_key("sluice");
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let topo = addressed("cs");
     let sock = lapi.dir.path().join("ctl.sock");
     let interval = 1.0;
@@ -148,6 +154,7 @@ fn crowdsec_decisions_are_enforced_and_lifted() {
     ]);
     let bound = Duration::from_secs_f64(interval + 1.0);
     assert!(until_ping(&topo, true, Duration::from_secs(10), &bridge) < Duration::from_secs(10));
+    assert!(!bridge.stderr().contains("readable by group or others"), "{}", bridge.stderr());
 
     // An IP decision: enforced within the interval + 1 s (measured by the
     // set's state, then seen on the wire), lifted when deleted.
@@ -238,4 +245,110 @@ fn crowdsec_decisions_are_enforced_and_lifted() {
     let missing: Vec<&String> = queried.iter().filter(|q| !served.contains(*q)).collect();
     assert!(queried.len() >= 15, "the dashboard queries {queried:?}");
     assert!(missing.is_empty(), "the dashboard queries {missing:?}, which the bridge does not serve: {served:?}");
+}
+
+/// `/metrics` parsed by Python's `prometheus_client` (the OpenMetrics
+/// parser, as the bridge serves OpenMetrics): each sample's name and
+/// labels (sorted) as a JSON line; None when /usr/bin/python3
+/// has no `prometheus_client` (a failure under `SLUICE_REQUIRE_TOOLS=1`).
+fn parsed_by_prometheus(body: &str) -> Option<Vec<String>> {
+    const SCRIPT: &str = r#"
+import json, sys
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+out = []
+for fam in text_string_to_metric_families(sys.stdin.read()):
+    for s in fam.samples:
+        out.append(json.dumps([s.name, sorted(s.labels.items())]))
+print("\n".join(out))
+"#;
+    let has = Command::new("/usr/bin/python3").args(["-c", "import prometheus_client"]).output();
+    if !has.is_ok_and(|o| o.status.success()) {
+        if std::env::var("SLUICE_REQUIRE_TOOLS").is_ok_and(|v| v == "1") {
+            panic!("prometheus_client is required: apt-get install python3-prometheus-client");
+        }
+        println!("SKIPPED: the Prometheus parser check: /usr/bin/python3 has no prometheus_client");
+        return None;
+    }
+    let mut child = Command::new("/usr/bin/python3")
+        .args(["-c", SCRIPT])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "prometheus_client refused /metrics: {}\n{body}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8(out.stdout).unwrap().lines().map(str::to_owned).collect())
+}
+
+#[test]
+fn lapi_strings_cannot_forge_metrics() {
+    if !live_or_skip("lapi_strings_cannot_forge_metrics") {
+        return;
+    }
+    let Some(bin) = crowdsec_or_skip("lapi_strings_cannot_forge_metrics") else { return };
+    let lapi = Lapi::new(bin);
+    // Left as written (0644): a warning at start names it and its mode.
+    let key = lapi.bouncer_key("sluice");
+    let topo = addressed("csm");
+    let sock = lapi.dir.path().join("ctl.sock");
+    let bridge = Bridge::start(&[
+        "--iface",
+        &topo.a.near,
+        "--iface",
+        &topo.b.near,
+        "--crowdsec-url",
+        &lapi.url,
+        "--crowdsec-key-file",
+        p(&key),
+        "--crowdsec-interval",
+        "0.5",
+        "--control",
+        p(&sock),
+    ]);
+    assert!(
+        bridge.stderr().contains(&format!("--crowdsec-key-file {}: mode 0644, readable by group or others", p(&key))),
+        "{}",
+        bridge.stderr()
+    );
+    let forge = "\"} 1\nsluice_forged_total{a=\"b\"} 2\n# EOF\n";
+    lapi.cscli(&["decisions", "add", "--ip", "192.0.2.7", "--type", &format!("ban{forge}"), "--reason", forge]);
+    // Too long to be a decision: skipped and counted, the rest applies.
+    // (The stream carries scopes Ip and Range only, as the LAPI filters by
+    // `scopes`, default `ip,range`: a scope or a value of another scope
+    // never reaches the bridge, so the type is what is long here.)
+    let long = "x".repeat(300);
+    lapi.cscli(&["decisions", "add", "--ip", "192.0.2.8", "--type", &long]);
+    lapi.cscli(&["decisions", "add", "--ip", "192.0.2.9", "--duration", "1h"]);
+    let series = |action: &str, kind: &str, scope: &str| {
+        format!(
+            r#"["sluice_crowdsec_decisions_total", [["action", "{action}"], ["origin", "cscli"], ["scope", "{scope}"], ["type", "{kind}"]]]"#
+        )
+    };
+    let want = [series("ignored", "other", "Ip"), series("oversized", "other", "Ip"), series("added", "ban", "Ip")];
+    let end = Instant::now() + Duration::from_secs(15);
+    loop {
+        let scrape = bridge.scrape();
+        let body = scrape.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        assert!(!body.contains("\nsluice_forged"), "{body}");
+        let Some(samples) = parsed_by_prometheus(body) else { return };
+        assert!(!samples.iter().any(|s| s.contains("sluice_forged")), "{samples:#?}");
+        if want.iter().all(|w| samples.contains(w)) {
+            break;
+        }
+        assert!(Instant::now() < end, "never all of {want:#?} in {samples:#?}\n{}", bridge.stderr());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(bridge.stderr().contains("skipped 1 decision(s) with a field over 256 bytes"), "{}", bridge.stderr());
+    let out = Command::new(SLUICE)
+        .args(["ctl", "--json", "--socket", p(&sock), "test", "crowdsec", "192.0.2.9"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["match"], true, "the decision beside the junk is enforced: {v}");
 }

@@ -18,13 +18,25 @@
 //! unreachable or answers what does not parse, the set keeps what it has,
 //! the pull is retried with backoff, `up` goes to 0, and the first pull
 //! that works again is a full one.
+//!
+//! The LAPI is trusted with decisions, not with this process's memory or
+//! its metrics: an answer is parsed as it streams in, one decision at a
+//! time, into the feed (memory is about the decisions kept, not the JSON);
+//! it is refused whole past `--crowdsec-max-answer` bytes or with a JSON
+//! string over [`MAX_STRING`] bytes; a decision with a field over
+//! [`MAX_FIELD`] bytes is skipped and counted; the labels its strings
+//! become are from a fixed list ([`label`]); a redirect is refused, so the
+//! API key goes nowhere but `--crowdsec-url`.
 
 use crate::control::Event;
 use crate::sets::{Feed, FeedOutcome};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use sluice_rules::Prefix;
 use std::collections::BTreeMap;
+use std::fmt;
 use std::io::Read;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -42,29 +54,95 @@ pub struct BouncerConfig {
     pub resync: Duration,
     /// The dynamic set the decisions go into.
     pub set: String,
+    /// The largest answer read (`--crowdsec-max-answer`); a larger one is
+    /// refused whole.
+    pub max_answer: u64,
 }
 
-/// A decision's (origin, type, scope, what was done with it).
-pub type DecisionKey = (String, String, String, &'static str);
+/// `--crowdsec-max-answer`'s default: 256 MiB, a full pull of about 1.9
+/// million decisions (100,000 are 13.8 MB), kept in the feed at 48 bytes
+/// each (about 90 MB).
+pub const DEFAULT_MAX_ANSWER: u64 = 256 << 20;
+
+/// The least `--crowdsec-max-answer`: below it even an empty stream of a
+/// few decisions would be refused.
+pub const MIN_MAX_ANSWER: u64 = 1024;
+
+/// The longest string kept from a decision (origin, type, scope, value,
+/// duration). CrowdSec's are a few dozen bytes (an IPv6 range is at most
+/// 43); a longer one is not a decision sluice can apply or label, so the
+/// decision is skipped and counted (`action="oversized"`) while the rest
+/// of the answer applies: one watcher's junk must not stop enforcement of
+/// every other decision.
+pub const MAX_FIELD: usize = 256;
+
+/// The longest JSON string read anywhere in an answer. serde_json holds a
+/// string whole before a visitor sees it, even one that is then skipped,
+/// so this bounds the parser's own buffer. No field of a decision stream
+/// comes near it: an answer that has one is refused whole.
+pub const MAX_STRING: u64 = 64 * 1024;
+
+/// A decision's (origin, type, scope, what was done with it) as metric
+/// labels: each one of the few values [`label`] knows, or `other`, so the
+/// LAPI can neither forge a line of the exposition nor grow the series
+/// without bound.
+pub type DecisionKey = (&'static str, &'static str, &'static str, &'static str);
+
+/// CrowdSec's decision origins (`pkg/types/constants.go`, and `appsec`
+/// for its WAF's).
+pub const ORIGINS: &[&str] =
+    &["crowdsec", "cscli", "cscli-import", "console", "lists", "CAPI", "appsec", "remediation_sync"];
+/// Decision types CrowdSec's profiles and bouncers use.
+pub const TYPES: &[&str] = &["ban", "captcha", "throttle"];
+/// Decision scopes CrowdSec's scenarios, lists and cscli use.
+pub const SCOPES: &[&str] = &["Ip", "Range", "Country", "AS"];
+
+/// `v` as a label value: its spelling in `known` (compared ignoring ASCII
+/// case, as the LAPI and sluice compare types and scopes), else `other`.
+pub fn label(known: &[&'static str], v: &str) -> &'static str {
+    known.iter().find(|k| k.eq_ignore_ascii_case(v)).copied().unwrap_or("other")
+}
+
+/// A warning when a file holding a secret (an API key, a password) can be
+/// read by its group or others, naming the flag, the file and its mode.
+pub fn secret_file_warning(flag: &str, path: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o7777;
+    (mode & 0o044 != 0).then(|| {
+        format!(
+            "{flag} {}: mode {mode:04o}, readable by group or others; whoever reads it can use the credential (chmod 600)",
+            path.display()
+        )
+    })
+}
 
 impl BouncerConfig {
     /// [`BouncerConfig::new`] when both the URL and the key file are given
     /// (`--crowdsec-url`, `--crowdsec-key-file`), else no bouncer.
     pub fn from_flags(
         url: Option<&str>,
-        key_file: Option<&std::path::Path>,
+        key_file: Option<&Path>,
         interval: f64,
         resync: f64,
         set: &str,
+        max_answer: u64,
     ) -> Result<Option<Self>, String> {
         match (url, key_file) {
-            (Some(url), Some(key_file)) => Self::new(url, key_file, interval, resync, set).map(Some),
+            (Some(url), Some(key_file)) => Self::new(url, key_file, interval, resync, set, max_answer).map(Some),
             _ => Ok(None),
         }
     }
 
-    /// From the flags: the key read from `key_file`, the URL checked.
-    pub fn new(url: &str, key_file: &std::path::Path, interval: f64, resync: f64, set: &str) -> Result<Self, String> {
+    /// From the flags: the key read from `key_file`, the URL checked; a
+    /// key file others can read is a warning.
+    pub fn new(
+        url: &str,
+        key_file: &Path,
+        interval: f64,
+        resync: f64,
+        set: &str,
+        max_answer: u64,
+    ) -> Result<Self, String> {
         if url.starts_with("https://") {
             return Err(format!(
                 "--crowdsec-url {url}: https is not supported yet; use the LAPI's http listener on loopback or a local TLS tunnel"
@@ -78,6 +156,9 @@ impl BouncerConfig {
                 return Err(format!("{flag} must be a number of seconds, at least 0.05"));
             }
         }
+        if max_answer < MIN_MAX_ANSWER {
+            return Err(format!("--crowdsec-max-answer {max_answer}: must be at least {MIN_MAX_ANSWER} bytes"));
+        }
         let key = std::fs::read_to_string(key_file)
             .map_err(|e| format!("--crowdsec-key-file {}: {e}", key_file.display()))?
             .trim()
@@ -88,12 +169,16 @@ impl BouncerConfig {
                 key_file.display()
             ));
         }
+        if let Some(w) = secret_file_warning("--crowdsec-key-file", key_file) {
+            tracing::warn!("{w}");
+        }
         Ok(BouncerConfig {
             url: url.to_owned(),
             key,
             interval: Duration::from_secs_f64(interval),
             resync: Duration::from_secs_f64(resync),
             set: set.to_owned(),
+            max_answer,
         })
     }
 }
@@ -111,46 +196,99 @@ pub struct BouncerCounters {
     pub last_pull_us: AtomicU64,
     /// Elements a full pull added or removed that the stream had not.
     pub repaired: AtomicU64,
-    /// Decisions by (origin, type, scope, what was done).
+    /// Decisions by (origin, type, scope, what was done): at most
+    /// 9 x 4 x 5 x 4 keys, as every label is from a fixed list.
     decisions: Mutex<BTreeMap<DecisionKey, u64>>,
 }
 
 impl BouncerCounters {
     /// Decisions counted by (origin, type, scope, action): `added`,
-    /// `deleted`, `ignored` (a type or scope not applied, or a bad value).
+    /// `deleted`, `ignored` (a type or scope not applied, or a bad value),
+    /// `oversized` (a field over [`MAX_FIELD`] bytes).
     pub fn decisions(&self) -> Vec<(DecisionKey, u64)> {
-        self.decisions.lock().unwrap_or_else(PoisonError::into_inner).iter().map(|(k, v)| (k.clone(), *v)).collect()
+        self.decisions.lock().unwrap_or_else(PoisonError::into_inner).iter().map(|(k, v)| (*k, *v)).collect()
     }
 
-    fn count(&self, d: &Decision, action: &'static str) {
-        let key = (d.origin.clone(), d.kind.clone(), d.scope.clone(), action);
-        *self.decisions.lock().unwrap_or_else(PoisonError::into_inner).entry(key).or_default() += 1;
+    /// Counts an answer's decisions, once it was applied.
+    pub fn count(&self, tally: &Tally) {
+        let mut d = self.decisions.lock().unwrap_or_else(PoisonError::into_inner);
+        for (k, n) in &tally.decisions {
+            *d.entry(*k).or_default() += n;
+        }
     }
 }
 
-/// One decision as the LAPI sends it.
-#[derive(Debug, Clone, Deserialize)]
-pub struct Decision {
+/// What one answer held, counted as it was parsed and added to
+/// [`BouncerCounters`] only when the answer was applied.
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub decisions: BTreeMap<DecisionKey, u64>,
+    /// Decisions skipped for a field over [`MAX_FIELD`] bytes.
+    pub oversized: u64,
+}
+
+/// One string field of a decision: kept when it is at most [`MAX_FIELD`]
+/// bytes, else only the fact that it was longer.
+#[derive(Debug)]
+enum Field {
+    Kept(String),
+    TooLong,
+}
+
+impl Default for Field {
+    fn default() -> Self {
+        Field::Kept(String::new())
+    }
+}
+
+impl Field {
+    /// The string, or "" for one that was too long (it labels as `other`
+    /// and applies as nothing).
+    fn as_str(&self) -> &str {
+        match self {
+            Field::Kept(s) => s,
+            Field::TooLong => "",
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Field {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Field;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Field, E> {
+                Ok(if v.len() > MAX_FIELD { Field::TooLong } else { Field::Kept(v.to_owned()) })
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// One decision as the LAPI sends it: the fields sluice uses (the others,
+/// `scenario`, `id`, `until`, `uuid`, ..., are skipped unread).
+#[derive(Debug, Default, Deserialize)]
+struct Decision {
     #[serde(default)]
-    pub origin: String,
+    origin: Field,
     #[serde(rename = "type", default)]
-    pub kind: String,
+    kind: Field,
     #[serde(default)]
-    pub scope: String,
+    scope: Field,
     #[serde(default)]
-    pub value: String,
+    value: Field,
     /// A Go duration ("3h59m58.5s"): what is left of the decision.
     #[serde(default)]
-    pub duration: String,
+    duration: Field,
 }
 
-/// `/v1/decisions/stream`'s answer.
-#[derive(Debug, Deserialize)]
-pub struct Stream {
-    #[serde(default)]
-    pub new: Option<Vec<Decision>>,
-    #[serde(default)]
-    pub deleted: Option<Vec<Decision>>,
+impl Decision {
+    fn oversized(&self) -> bool {
+        [&self.origin, &self.kind, &self.scope, &self.value, &self.duration].iter().any(|f| matches!(f, Field::TooLong))
+    }
 }
 
 /// A Go `time.Duration` string in seconds: `[-]` then number+unit pairs
@@ -192,43 +330,248 @@ pub fn go_duration(s: &str) -> Option<f64> {
 
 /// The element a decision bans, if it is one sluice applies.
 fn element(d: &Decision) -> Option<Prefix> {
-    if !d.kind.eq_ignore_ascii_case("ban") {
+    if !d.kind.as_str().eq_ignore_ascii_case("ban") {
         return None;
     }
-    match d.scope.to_ascii_lowercase().as_str() {
-        "ip" => d.value.parse::<std::net::IpAddr>().ok().map(Prefix::host),
-        "range" => d.value.parse::<Prefix>().ok().filter(|p| !p.covers_all()),
+    let value = d.value.as_str();
+    match d.scope.as_str().to_ascii_lowercase().as_str() {
+        "ip" => value.parse::<std::net::IpAddr>().ok().map(Prefix::host),
+        "range" => value.parse::<Prefix>().ok().filter(|p| !p.covers_all()),
         _ => None,
     }
 }
 
-/// A stream answer as a feed for `set`, counting every decision.
-pub fn to_feed(s: Stream, set: &str, full: bool, counters: &BouncerCounters) -> Feed {
-    let mut feed = Feed { set: set.to_owned(), full, ..Feed::default() };
-    for d in s.new.unwrap_or_default() {
-        let secs = go_duration(&d.duration);
-        match (element(&d), secs) {
-            (Some(p), Some(secs)) if secs > 0.0 => {
-                counters.count(&d, "added");
-                feed.adds.push((p, Some(secs.ceil().min(f64::from(u32::MAX)) as u32)));
+/// Where an answer's decisions go as they are parsed.
+struct Sink {
+    feed: Feed,
+    tally: Tally,
+}
+
+impl Sink {
+    fn take(&mut self, d: &Decision, deleted: bool) {
+        let action = if d.oversized() {
+            self.tally.oversized += 1;
+            "oversized"
+        } else if deleted {
+            match element(d) {
+                // A full pull's content is the set; a delete in it means
+                // nothing more.
+                Some(_) if self.feed.full => "deleted",
+                Some(p) => {
+                    self.feed.dels.push(p);
+                    "deleted"
+                }
+                None => "ignored",
             }
-            _ => counters.count(&d, "ignored"),
-        }
-    }
-    for d in s.deleted.unwrap_or_default() {
-        match element(&d) {
-            Some(p) => {
-                counters.count(&d, "deleted");
-                feed.dels.push(p);
+        } else {
+            match (element(d), go_duration(d.duration.as_str())) {
+                (Some(p), Some(secs)) if secs > 0.0 => {
+                    self.feed.adds.push((p, Some(secs.ceil().min(f64::from(u32::MAX)) as u32)));
+                    "added"
+                }
+                _ => "ignored",
             }
-            None => counters.count(&d, "ignored"),
+        };
+        let key =
+            (label(ORIGINS, d.origin.as_str()), label(TYPES, d.kind.as_str()), label(SCOPES, d.scope.as_str()), action);
+        *self.tally.decisions.entry(key).or_default() += 1;
+    }
+}
+
+/// The answer's top-level keys.
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "lowercase")]
+enum Key {
+    New,
+    Deleted,
+    #[serde(other)]
+    Other,
+}
+
+/// `/v1/decisions/stream`'s answer, `{"new": [...], "deleted": [...]}`
+/// (either may be `null`), each decision handed to the sink as it is
+/// parsed.
+struct Answer<'a>(&'a mut Sink);
+
+impl<'de> DeserializeSeed<'de> for Answer<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Answer<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object with the lists `new` and `deleted`")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen = [false; 2];
+        while let Some(key) = map.next_key::<Key>()? {
+            let deleted = match key {
+                Key::New => false,
+                Key::Deleted => true,
+                Key::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+            };
+            if std::mem::replace(&mut seen[usize::from(deleted)], true) {
+                return Err(de::Error::duplicate_field(if deleted { "deleted" } else { "new" }));
+            }
+            map.next_value_seed(List { sink: &mut *self.0, deleted })?;
         }
+        Ok(())
     }
-    // A full pull's content is the set; a delete in it means nothing more.
-    if full {
-        feed.dels.clear();
+}
+
+/// One of the answer's lists, or `null`.
+struct List<'a> {
+    sink: &'a mut Sink,
+    deleted: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for List<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_option(self)
     }
-    feed
+}
+
+impl<'de> Visitor<'de> for List<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a list of decisions or null")
+    }
+    fn visit_none<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(d) = seq.next_element::<Decision>()? {
+            self.sink.take(&d, self.deleted);
+        }
+        Ok(())
+    }
+}
+
+/// Why an answer was refused: nothing of it is applied.
+#[derive(Debug, thiserror::Error)]
+pub enum AnswerError {
+    #[error("{}", too_large(*.size, *.limit))]
+    TooLarge {
+        /// The size the answer announced (Content-Length), if it did.
+        size: Option<u64>,
+        limit: u64,
+    },
+    #[error(
+        "the answer has a JSON string over {MAX_STRING} bytes, which no decision stream has; refused whole, nothing applied"
+    )]
+    LongString,
+    #[error("the answer is not a decision stream: {0}; nothing applied")]
+    Json(#[from] serde_json::Error),
+}
+
+fn too_large(size: Option<u64>, limit: u64) -> String {
+    match size {
+        Some(n) => format!("the answer is {n} bytes, over --crowdsec-max-answer {limit}; refused whole, nothing applied"),
+        None => format!(
+            "the answer is over --crowdsec-max-answer {limit} bytes (read that far; it did not say its length); refused whole, nothing applied"
+        ),
+    }
+}
+
+/// What [`Guard`] stopped reading at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Over {
+    Answer,
+    String,
+}
+
+/// The answer's bytes, counted: an error past `max` bytes in all, or
+/// past [`MAX_STRING`] bytes in one JSON string (tracked by its quotes
+/// and backslash escapes, which is all it takes to find where a string
+/// ends), so the parser never holds more.
+struct Guard<R> {
+    inner: R,
+    max: u64,
+    read: u64,
+    in_string: bool,
+    escaped: bool,
+    string_len: u64,
+    over: Option<Over>,
+}
+
+impl<R: Read> Read for Guard<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        if self.read > self.max {
+            self.over = Some(Over::Answer);
+            return Err(std::io::Error::other("over --crowdsec-max-answer"));
+        }
+        for &b in &buf[..n] {
+            if !self.in_string {
+                if b == b'"' {
+                    self.in_string = true;
+                    self.string_len = 0;
+                }
+                continue;
+            }
+            if self.escaped {
+                self.escaped = false;
+            } else if b == b'\\' {
+                self.escaped = true;
+            } else if b == b'"' {
+                self.in_string = false;
+                continue;
+            }
+            self.string_len += 1;
+            if self.string_len > MAX_STRING {
+                self.over = Some(Over::String);
+                return Err(std::io::Error::other("a JSON string over the limit"));
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// A stream answer as a feed for `set`, parsed as it is read, and what its
+/// decisions were; all or nothing: an error leaves nothing to apply.
+/// `announced` is its Content-Length, if it gave one: over `max_answer`
+/// it is refused before a byte is read.
+pub fn parse(
+    r: impl Read,
+    announced: Option<u64>,
+    set: &str,
+    full: bool,
+    max_answer: u64,
+) -> Result<(Feed, Tally), AnswerError> {
+    if let Some(n) = announced.filter(|&n| n > max_answer) {
+        return Err(AnswerError::TooLarge { size: Some(n), limit: max_answer });
+    }
+    let mut guard = Guard {
+        inner: std::io::BufReader::new(r),
+        max: max_answer,
+        read: 0,
+        in_string: false,
+        escaped: false,
+        string_len: 0,
+        over: None,
+    };
+    let mut sink = Sink { feed: Feed { set: set.to_owned(), full, ..Feed::default() }, tally: Tally::default() };
+    let result = {
+        let mut de = serde_json::Deserializer::from_reader(&mut guard);
+        Answer(&mut sink).deserialize(&mut de).and_then(|()| de.end())
+    };
+    match (result, guard.over) {
+        (Ok(()), _) => Ok((sink.feed, sink.tally)),
+        (Err(_), Some(Over::Answer)) => Err(AnswerError::TooLarge { size: None, limit: max_answer }),
+        (Err(_), Some(Over::String)) => Err(AnswerError::LongString),
+        (Err(e), None) => Err(AnswerError::Json(e)),
+    }
 }
 
 /// Why a pull failed.
@@ -236,20 +579,48 @@ pub fn to_feed(s: Stream, set: &str, full: bool, counters: &BouncerCounters) -> 
 pub enum PullError {
     #[error("{0}")]
     Http(String),
-    #[error("the answer is not a decision stream: {0}")]
-    Parse(String),
+    #[error("{url}: {redirect} refused: the API key is sent to --crowdsec-url only")]
+    Redirect { url: String, redirect: String },
+    #[error("{url}: {source}")]
+    Answer {
+        url: String,
+        #[source]
+        source: AnswerError,
+    },
     #[error("the bridge is stopping")]
     Stopping,
     #[error("the set: {0}")]
     Set(String),
 }
 
+/// A 3xx answer as "HTTP 302 to LOCATION" (at most 200 characters of it,
+/// escaped for the log): agents here follow no redirect, so that a key, a
+/// password or a token goes only where its flag says.
+pub fn redirect(r: &ureq::Response) -> Option<String> {
+    (300..400).contains(&r.status()).then(|| {
+        let to = r
+            .header("Location")
+            .map_or_else(|| "no Location".to_owned(), |l| format!("{:?}", l.chars().take(200).collect::<String>()));
+        format!("HTTP {} redirect to {to}", r.status())
+    })
+}
+
 fn unix_ms() -> u64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
-/// One pull: the stream's answer.
-pub fn pull(agent: &ureq::Agent, cfg: &BouncerConfig, startup: bool) -> Result<Stream, PullError> {
+/// The agent a bouncer pulls with: no redirects (see [`redirect`]).
+pub fn agent() -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout_connect(Duration::from_secs(5))
+        .timeout(Duration::from_secs(60))
+        .redirects(0)
+        .build()
+}
+
+/// One pull: the stream's answer as a feed (a full one when `startup`),
+/// and what its decisions were.
+pub fn pull(agent: &ureq::Agent, cfg: &BouncerConfig, startup: bool) -> Result<(Feed, Tally), PullError> {
     let url = format!("{}/v1/decisions/stream?startup={startup}", cfg.url.trim_end_matches('/'));
     let resp = agent
         .get(&url)
@@ -263,14 +634,13 @@ pub fn pull(agent: &ureq::Agent, cfg: &BouncerConfig, startup: bool) -> Result<S
             }
             e => PullError::Http(format!("{url}: {e}")),
         })?;
-    // Parsed as it streams in: a full pull of 100,000 decisions is about
-    // 15 MB (ureq's `into_string` stops at 10 MB).
-    let reader = std::io::BufReader::new(resp.into_reader().take(MAX_ANSWER));
-    serde_json::from_reader(reader).map_err(|e| PullError::Parse(format!("{url}: {e}")))
+    if let Some(redirect) = redirect(&resp) {
+        return Err(PullError::Redirect { url, redirect });
+    }
+    let announced = resp.header("Content-Length").and_then(|v| v.trim().parse().ok());
+    parse(resp.into_reader(), announced, &cfg.set, startup, cfg.max_answer)
+        .map_err(|source| PullError::Answer { url, source })
 }
-
-/// The largest answer read (about 7 million decisions).
-pub const MAX_ANSWER: u64 = 1 << 30;
 
 /// The least time between two full pulls made because the stream went quiet.
 pub const SETTLE_GAP: Duration = Duration::from_secs(10);
@@ -290,8 +660,7 @@ pub fn spawn(
 }
 
 pub fn run(cfg: BouncerConfig, events: Sender<Event>, stop: Arc<AtomicBool>, counters: Arc<BouncerCounters>) {
-    let agent =
-        ureq::AgentBuilder::new().timeout_connect(Duration::from_secs(5)).timeout(Duration::from_secs(60)).build();
+    let agent = agent();
     let mut full = true;
     let mut first = true;
     let mut last_full = Instant::now();
@@ -304,12 +673,22 @@ pub fn run(cfg: BouncerConfig, events: Sender<Event>, stop: Arc<AtomicBool>, cou
             full = true;
         }
         let started = Instant::now();
-        let result = pull(&agent, &cfg, full).and_then(|s| {
-            let feed = to_feed(s, &cfg.set, full, &counters);
+        let result = pull(&agent, &cfg, full).and_then(|(feed, tally)| {
             let (tx, rx) = channel();
             events.send(Event::Feed(feed, tx)).map_err(|_| PullError::Stopping)?;
             let r: Result<FeedOutcome, String> = rx.recv().map_err(|_| PullError::Stopping)?;
-            r.map_err(PullError::Set)
+            let out = r.map_err(PullError::Set)?;
+            // Counted once applied: an answer refused counts nothing, and
+            // the full pull that follows counts its decisions once.
+            counters.count(&tally);
+            if tally.oversized > 0 {
+                tracing::warn!(
+                    event = "feed_oversized",
+                    "crowdsec: skipped {} decision(s) with a field over {MAX_FIELD} bytes",
+                    tally.oversized
+                );
+            }
+            Ok(out)
         });
         match result {
             Ok(out) => {
@@ -409,34 +788,230 @@ mod tests {
         assert_eq!(go_duration("h"), None);
     }
 
+    const MAX: u64 = DEFAULT_MAX_ANSWER;
+
+    fn n(t: &Tally, o: &str, ty: &str, s: &str, a: &str) -> u64 {
+        t.decisions.iter().find(|(k, _)| **k == (o, ty, s, a)).map_or(0, |x| *x.1)
+    }
+
+    fn parse_str(json: &str, full: bool, max: u64) -> Result<(Feed, Tally), AnswerError> {
+        parse(json.as_bytes(), None, "crowdsec", full, max)
+    }
+
     #[test]
     fn bans_of_ip_and_range_apply_and_the_rest_is_counted() {
-        let s: Stream = serde_json::from_str(
+        let (f, t) = parse_str(
             r#"{"deleted":[{"duration":"-1ms","origin":"cscli","scope":"Ip","type":"ban","value":"192.0.2.9"}],
-                "new":[{"duration":"29m59.5s","origin":"cscli","scope":"Range","type":"ban","value":"198.51.100.0/24"},
-                       {"duration":"1h","origin":"crowdsec","scope":"Ip","type":"ban","value":"2001:db8::1"},
+                "new":[{"duration":"29m59.5s","origin":"cscli","scope":"Range","type":"ban","value":"198.51.100.0/24","scenario":"manual"},
+                       {"duration":"1h","origin":"crowdsec","scope":"Ip","type":"ban","value":"2001:db8::1","id":7,"simulated":false},
                        {"duration":"1h","origin":"crowdsec","scope":"Ip","type":"captcha","value":"192.0.2.1"},
                        {"duration":"1h","origin":"CAPI","scope":"Country","type":"ban","value":"FR"},
                        {"duration":"1h","origin":"cscli","scope":"Ip","type":"ban","value":"not-an-ip"},
-                       {"duration":"-5s","origin":"cscli","scope":"Ip","type":"ban","value":"192.0.2.7"}]}"#,
+                       {"duration":"-5s","origin":"cscli","scope":"Ip","type":"ban","value":"192.0.2.7"}],
+                "unknown":{"ignored":[1,2,{"x":null}]}}"#,
+            false,
+            MAX,
         )
         .unwrap();
-        let c = BouncerCounters::default();
-        let f = to_feed(s, "crowdsec", false, &c);
         assert_eq!(
             f.adds,
             vec![("198.51.100.0/24".parse().unwrap(), Some(1800)), ("2001:db8::1".parse().unwrap(), Some(3600))]
         );
         assert_eq!(f.dels, vec!["192.0.2.9".parse().unwrap()]);
-        let d = c.decisions();
-        let n = |o: &str, t: &str, s: &str, a: &str| {
-            d.iter().find(|(k, _)| (k.0.as_str(), k.1.as_str(), k.2.as_str(), k.3) == (o, t, s, a)).map_or(0, |x| x.1)
-        };
-        assert_eq!(n("crowdsec", "captcha", "Ip", "ignored"), 1);
-        assert_eq!(n("CAPI", "ban", "Country", "ignored"), 1);
-        assert_eq!(n("cscli", "ban", "Ip", "ignored"), 2, "a bad value and an expired one");
-        assert_eq!(n("cscli", "ban", "Ip", "deleted"), 1);
-        let empty: Stream = serde_json::from_str(r#"{"deleted":null,"new":null}"#).unwrap();
-        assert!(to_feed(empty, "crowdsec", true, &c).adds.is_empty());
+        assert_eq!(n(&t, "crowdsec", "captcha", "Ip", "ignored"), 1);
+        assert_eq!(n(&t, "CAPI", "ban", "Country", "ignored"), 1);
+        assert_eq!(n(&t, "cscli", "ban", "Ip", "ignored"), 2, "a bad value and an expired one");
+        assert_eq!(n(&t, "cscli", "ban", "Ip", "deleted"), 1);
+        assert_eq!(n(&t, "cscli", "ban", "Range", "added"), 1);
+        let (f, _) = parse_str(r#"{"deleted":null,"new":null}"#, true, MAX).unwrap();
+        assert!(f.adds.is_empty() && f.full);
+        // A full pull's deletes count but remove nothing: its content is the set.
+        let (f, t) = parse_str(
+            r#"{"new":[],"deleted":[{"duration":"1s","origin":"cscli","scope":"Ip","type":"ban","value":"192.0.2.9"}]}"#,
+            true,
+            MAX,
+        )
+        .unwrap();
+        assert!(f.dels.is_empty());
+        assert_eq!(n(&t, "cscli", "ban", "Ip", "deleted"), 1);
+    }
+
+    #[test]
+    fn what_is_not_a_decision_stream_is_refused_whole() {
+        let d = r#"{"duration":"1h","origin":"cscli","scope":"Ip","type":"ban","value":"192.0.2.1"}"#;
+        for bad in [
+            format!(r#"{{"new":[{d}],"new":[{d}]}}"#),
+            format!(r#"{{"new":[{d}]}} trailing"#),
+            format!(r#"{{"new":[{d},{{"value":7}}]}}"#),
+            format!(r#"{{"new":[{d}]"#),
+            format!("[{d}]"),
+        ] {
+            let e = parse_str(&bad, false, MAX).unwrap_err();
+            assert!(matches!(e, AnswerError::Json(_)), "{bad}: {e}");
+            assert!(e.to_string().starts_with("the answer is not a decision stream: "), "{e}");
+        }
+        let e = parse_str(&format!(r#"{{"new":[{d}],"new":[]}}"#), false, MAX).unwrap_err();
+        assert!(e.to_string().contains("duplicate field `new`"), "{e}");
+    }
+
+    #[test]
+    fn labels_are_known_values_or_other() {
+        assert_eq!(label(ORIGINS, "CAPI"), "CAPI");
+        assert_eq!(label(ORIGINS, "capi"), "CAPI");
+        assert_eq!(label(ORIGINS, "cscli-import"), "cscli-import");
+        assert_eq!(label(ORIGINS, "crowdsec\"} 1\nsluice_forged 1"), "other");
+        assert_eq!(label(TYPES, "ban\nforged 1"), "other");
+        assert_eq!(label(SCOPES, "ip"), "Ip");
+        assert_eq!(label(SCOPES, ""), "other");
+        // However many distinct strings the LAPI sends, the keys are bounded.
+        let mut json = String::from(r#"{"new":["#);
+        for i in 0..500 {
+            json += &format!(
+                r#"{{"duration":"1h","origin":"o{i}\"\n","scope":"s{i}","type":"t{i}","value":"192.0.2.{}"}},"#,
+                i % 250
+            );
+        }
+        json.pop();
+        json += "]}";
+        let (_, t) = parse_str(&json, false, MAX).unwrap();
+        assert_eq!(t.decisions.len(), 1, "{:?}", t.decisions);
+        assert_eq!(n(&t, "other", "other", "other", "ignored"), 500);
+    }
+
+    #[test]
+    fn a_decision_with_an_oversized_field_is_skipped_and_counted() {
+        let long = "a".repeat(MAX_FIELD + 1);
+        let fits = "1".repeat(MAX_FIELD - 2) + "ms";
+        let json = format!(
+            r#"{{"new":[{{"duration":"1h","origin":"cscli","scope":"Ip","type":"ban","value":"192.0.2.1"}},
+                       {{"duration":"1h","origin":"{long}","scope":"Ip","type":"ban","value":"192.0.2.2"}},
+                       {{"duration":"1h","origin":"cscli","scope":"Ip","type":"ban","value":"192.0.2.3{long}"}},
+                       {{"duration":"{fits}","origin":"cscli","scope":"Ip","type":"ban","value":"192.0.2.4"}}],
+                "deleted":[{{"duration":"1h","origin":"cscli","scope":"Ip","type":"{long}","value":"192.0.2.5"}}]}}"#
+        );
+        let (f, t) = parse_str(&json, false, MAX).unwrap();
+        let adds: Vec<String> = f.adds.iter().map(|(p, _)| p.to_string()).collect();
+        assert_eq!(adds, ["192.0.2.1/32", "192.0.2.4/32"], "a field of exactly {MAX_FIELD} bytes is kept");
+        assert!(f.dels.is_empty());
+        assert_eq!(t.oversized, 3);
+        assert_eq!(n(&t, "other", "ban", "Ip", "oversized"), 1);
+        assert_eq!(n(&t, "cscli", "ban", "Ip", "oversized"), 1);
+        assert_eq!(n(&t, "cscli", "other", "Ip", "oversized"), 1);
+    }
+
+    #[test]
+    fn an_answer_over_the_limit_is_refused_whole() {
+        let mut json = String::from(r#"{"new":["#);
+        for i in 0..100 {
+            json +=
+                &format!(r#"{{"duration":"1h","origin":"cscli","scope":"Ip","type":"ban","value":"192.0.2.{i}"}},"#);
+        }
+        json.pop();
+        json += "]}";
+        let len = json.len() as u64;
+        let (f, _) = parse_str(&json, false, len).unwrap();
+        assert_eq!(f.adds.len(), 100, "an answer of exactly the limit is read");
+        let e = parse_str(&json, false, len - 1).unwrap_err();
+        assert!(matches!(e, AnswerError::TooLarge { size: None, limit } if limit == len - 1), "{e}");
+        assert!(e.to_string().contains(&format!("over --crowdsec-max-answer {}", len - 1)), "{e}");
+        // One that says its length is refused before it is read.
+        let e = parse(&b"not even JSON"[..], Some(len), "crowdsec", false, len - 1).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "the answer is {len} bytes, over --crowdsec-max-answer {}; refused whole, nothing applied",
+                len - 1
+            )
+        );
+    }
+
+    #[test]
+    fn a_json_string_over_the_limit_is_refused_wherever_it_is() {
+        let d = r#"{"duration":"1h","origin":"cscli","scope":"Ip","type":"ban","value":"192.0.2.1""#;
+        // In a field sluice does not keep, and in a key.
+        let skipped = format!(r#"{{"new":[{d},"scenario":"{}"}}]}}"#, "x".repeat(MAX_STRING as usize + 1));
+        assert!(matches!(parse_str(&skipped, false, MAX), Err(AnswerError::LongString)));
+        let key = format!(r#"{{"{}":1,"new":[]}}"#, "k".repeat(MAX_STRING as usize + 1));
+        assert!(matches!(parse_str(&key, false, MAX), Err(AnswerError::LongString)));
+        // Escaped quotes do not end a string, and one of the limit is read.
+        let escaped = "\\\"".repeat(MAX_STRING as usize / 2);
+        let fits = format!(r#"{{"new":[{d},"scenario":"{escaped}"}}]}}"#);
+        assert_eq!(parse_str(&fits, false, MAX).unwrap().0.adds.len(), 1);
+        let over = format!(r#"{{"new":[{d},"scenario":"{escaped}x"}}]}}"#);
+        assert!(matches!(parse_str(&over, false, MAX), Err(AnswerError::LongString)));
+    }
+
+    /// A one-answer HTTP server on loopback: its address, and the request it got.
+    fn serve_once(answer: String) -> (std::net::SocketAddr, std::thread::JoinHandle<String>) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let h = std::thread::spawn(move || {
+            use std::io::{BufRead, Write};
+            let (s, _) = l.accept().unwrap();
+            let mut r = std::io::BufReader::new(s);
+            let mut head = String::new();
+            while r.read_line(&mut head).unwrap() > 2 {}
+            r.get_mut().write_all(answer.as_bytes()).unwrap();
+            head
+        });
+        (addr, h)
+    }
+
+    fn config(url: String, max_answer: u64) -> BouncerConfig {
+        BouncerConfig {
+            url,
+            key: "the-key".into(),
+            interval: Duration::from_secs(1),
+            resync: Duration::from_secs(1),
+            set: "crowdsec".into(),
+            max_answer,
+        }
+    }
+
+    #[test]
+    fn a_redirect_is_refused_and_the_key_goes_nowhere_else() {
+        let elsewhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = format!("http://{}/v1/decisions/stream?startup=true", elsewhere.local_addr().unwrap());
+        let (addr, h) = serve_once(format!("HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\n\r\n"));
+        let e = pull(&agent(), &config(format!("http://{addr}"), MAX), true).unwrap_err();
+        assert!(matches!(e, PullError::Redirect { .. }), "{e}");
+        assert!(e.to_string().contains(&format!("HTTP 302 redirect to \"{to}\" refused")), "{e}");
+        assert!(h.join().unwrap().to_ascii_lowercase().contains("x-api-key: the-key"));
+        elsewhere.set_nonblocking(true).unwrap();
+        assert!(elsewhere.accept().is_err(), "the redirect was followed");
+    }
+
+    #[test]
+    fn an_announced_answer_over_the_limit_is_not_read() {
+        let (addr, h) = serve_once(format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n{}",
+            " ".repeat(5000)
+        ));
+        let e = pull(&agent(), &config(format!("http://{addr}"), 2048), true).unwrap_err();
+        assert!(e.to_string().contains("the answer is 5000 bytes, over --crowdsec-max-answer 2048"), "{e}");
+        h.join().unwrap();
+        let (addr, h) =
+            serve_once("HTTP/1.1 200 OK\r\nContent-Length: 27\r\n\r\n{\"new\":null,\"deleted\":null}".to_owned());
+        let (f, t) = pull(&agent(), &config(format!("http://{addr}"), 2048), true).unwrap();
+        assert!(f.adds.is_empty() && f.full && t.decisions.is_empty());
+        h.join().unwrap();
+    }
+
+    #[test]
+    fn a_key_file_others_can_read_is_a_warning() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("crowdsec.key");
+        std::fs::write(&f, "k").unwrap();
+        for (mode, warned) in [(0o600, false), (0o400, false), (0o640, true), (0o604, true), (0o644, true)] {
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
+            let w = secret_file_warning("--crowdsec-key-file", &f);
+            assert_eq!(w.is_some(), warned, "{mode:o}: {w:?}");
+            if let Some(w) = w {
+                assert!(w.starts_with(&format!("--crowdsec-key-file {}: mode {mode:04o}", f.display())), "{w}");
+            }
+        }
+        let e = BouncerConfig::new("http://127.0.0.1:1", &f, 1.0, 1.0, "crowdsec", 1023).unwrap_err();
+        assert_eq!(e, "--crowdsec-max-answer 1023: must be at least 1024 bytes");
     }
 }

@@ -6,8 +6,9 @@
 //! destination; a push that fails keeps its blocks and is retried with
 //! backoff, so nothing is lost while a destination is away.
 
-use crate::socket;
+use crate::{crowdsec, socket};
 use serde_json::json;
+use std::io::Read;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -55,6 +56,9 @@ pub fn scenario(limit: &str) -> String {
     format!("sluice/http-{}", limit.replace('_', "-"))
 }
 
+/// The largest login answer read: a token and its expiry are about 1 KB.
+pub const MAX_LOGIN_ANSWER: u64 = 64 * 1024;
+
 /// Logs in to a LAPI as a machine and pushes alerts.
 pub struct Watcher {
     pub url: String,
@@ -98,7 +102,8 @@ impl Watcher {
             login: login.to_owned(),
             password: password.to_owned(),
             token: None,
-            agent: ureq::AgentBuilder::new().timeout(Duration::from_secs(30)).build(),
+            // No redirects: the password and the token go to --crowdsec-url only.
+            agent: ureq::AgentBuilder::new().timeout(Duration::from_secs(30)).redirects(0).build(),
         }
     }
 
@@ -111,7 +116,17 @@ impl Watcher {
             .set("User-Agent", concat!("sluice-guard/", env!("CARGO_PKG_VERSION")))
             .send_json(body)
             .map_err(|e| http_error(&url, e))?;
-        let v: serde_json::Value = r.into_json().map_err(|e| format!("{url}: the answer is not JSON: {e}"))?;
+        if let Some(redirect) = crowdsec::redirect(&r) {
+            return Err(format!("{url}: {redirect} refused: the password is sent to --crowdsec-url only"));
+        }
+        // Read to a bound: ureq's into_json would read whatever the peer sends.
+        let mut answer = Vec::new();
+        r.into_reader().take(MAX_LOGIN_ANSWER + 1).read_to_end(&mut answer).map_err(|e| format!("{url}: {e}"))?;
+        if answer.len() as u64 > MAX_LOGIN_ANSWER {
+            return Err(format!("{url}: the answer is over {MAX_LOGIN_ANSWER} bytes, which no login answer is"));
+        }
+        let v: serde_json::Value =
+            serde_json::from_slice(&answer).map_err(|e| format!("{url}: the answer is not JSON: {e}"))?;
         let token = v["token"].as_str().ok_or_else(|| format!("{url}: no token in the answer: {v}"))?.to_owned();
         self.token = Some(token.clone());
         Ok(token)
@@ -173,7 +188,14 @@ impl Watcher {
                 .set("User-Agent", concat!("sluice-guard/", env!("CARGO_PKG_VERSION")))
                 .send_json(body.clone());
             match r {
-                Ok(_) => return Ok(()),
+                Ok(r) => {
+                    return match crowdsec::redirect(&r) {
+                        Some(redirect) => {
+                            Err(format!("{url}: {redirect} refused: the token is sent to --crowdsec-url only"))
+                        }
+                        None => Ok(()),
+                    }
+                }
                 Err(ureq::Error::Status(401, _)) if attempt == 0 => self.token = None,
                 Err(e) => return Err(http_error(&url, e)),
             }
@@ -238,6 +260,9 @@ pub fn sinks(
         }
         let password =
             std::fs::read_to_string(pw).map_err(|e| format!("--crowdsec-password-file {}: {e}", pw.display()))?;
+        if let Some(w) = crowdsec::secret_file_warning("--crowdsec-password-file", pw) {
+            tracing::warn!("{w}");
+        }
         sinks.push(Sink::Crowdsec(Watcher::new(url, login, password.trim())));
     }
     Ok(sinks)
@@ -348,5 +373,60 @@ mod tests {
             (&"Range".into(), &"2001:db8:0:7::/64".into())
         );
         assert_eq!(a[0]["source"]["scope"], "Range");
+    }
+
+    /// A one-answer HTTP server on loopback: its URL.
+    fn serve_once(answer: String) -> (String, std::thread::JoinHandle<()>) {
+        use std::io::{BufRead, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        let h = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            let mut r = std::io::BufReader::new(s);
+            // The whole request, body too: unread, it would reset the connection.
+            let (mut line, mut body) = (String::new(), 0);
+            while r.read_line(&mut line).unwrap() > 2 {
+                let lower = line.to_ascii_lowercase();
+                if let Some(n) = lower.strip_prefix("content-length:") {
+                    body = n.trim().parse().unwrap();
+                }
+                line.clear();
+            }
+            r.read_exact(&mut vec![0; body]).unwrap();
+            r.get_mut().write_all(answer.as_bytes()).unwrap();
+        });
+        (url, h)
+    }
+
+    fn block() -> Block {
+        Block { ip: "192.0.2.1".parse().unwrap(), len: 32, secs: 60, limit: "request_rate".into() }
+    }
+
+    #[test]
+    fn a_watcher_follows_no_redirect() {
+        let elsewhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = format!("http://{}/v1/watchers/login", elsewhere.local_addr().unwrap());
+        let (url, h) = serve_once(format!("HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\n\r\n"));
+        let mut w = Watcher::new(&url, "m", "pw");
+        let e = w.push(&[block()]).unwrap_err();
+        assert!(e.contains(&format!("HTTP 302 redirect to \"{to}\" refused")), "{e}");
+        h.join().unwrap();
+        elsewhere.set_nonblocking(true).unwrap();
+        assert!(elsewhere.accept().is_err(), "the redirect was followed");
+    }
+
+    #[test]
+    fn a_login_answer_is_read_to_a_bound() {
+        let token = format!(r#"{{"code":200,"expire":"x","token":"{}"}}"#, "t".repeat(1000));
+        let big = format!(r#"{{"token":"t","pad":"{}"}}"#, "p".repeat(MAX_LOGIN_ANSWER as usize));
+        for (body, ok) in [(token, true), (big, false)] {
+            let (url, h) = serve_once(format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len()));
+            let r = Watcher::new(&url, "m", "pw").log_in();
+            assert_eq!(r.is_ok(), ok, "{r:?}");
+            if let Err(e) = r {
+                assert!(e.ends_with(&format!("the answer is over {MAX_LOGIN_ANSWER} bytes, which no login answer is")));
+            }
+            h.join().unwrap();
+        }
     }
 }

@@ -600,13 +600,14 @@ impl Collector for Exporter {
                 .decisions()
                 .into_iter()
                 .map(|((origin, kind, scope, action), n)| {
-                    (vec![("origin", origin), ("type", kind), ("scope", scope), ("action", action.to_owned())], n)
+                    let labels = [("origin", origin), ("type", kind), ("scope", scope), ("action", action)];
+                    (labels.iter().map(|(k, v)| (*k, (*v).to_owned())).collect(), n)
                 })
                 .collect();
             counter(
                 &mut enc,
                 "sluice_crowdsec_decisions",
-                "Decisions received, by origin, type, scope and what was done (added, deleted, ignored).",
+                "Decisions in the answers applied, by origin, type, scope (each a known value or other) and what was done (added, deleted, ignored, oversized).",
                 &d,
             )?;
         }

@@ -13,7 +13,7 @@ pub mod guard;
 
 pub use bridge::{BridgeMetrics, LiveObserver};
 
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelValue, EncodeMetric, LabelValueEncoder};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
@@ -90,6 +90,33 @@ pub fn serve_flag(addr: SocketAddr, registry: Registry, who: &'static str) -> Re
     Ok(bound)
 }
 
+/// A label value as the text exposition needs it: `\\`, `"` and a newline
+/// escaped. prometheus-client writes label values as they are, and some
+/// come from outside (a CrowdSec LAPI's strings, interface and set names):
+/// unescaped, a `"` or a newline in one would end the line and forge series.
+pub struct Escaped<'a>(pub &'a str);
+
+impl EncodeLabelValue for Escaped<'_> {
+    fn encode(&self, enc: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        let mut rest = self.0;
+        while let Some(i) = rest.find(['\\', '"', '\n']) {
+            enc.write_str(&rest[..i])?;
+            enc.write_str(match rest.as_bytes()[i] {
+                b'\\' => "\\\\",
+                b'"' => "\\\"",
+                _ => "\\n",
+            })?;
+            rest = &rest[i + 1..];
+        }
+        enc.write_str(rest)
+    }
+}
+
+fn escaped<'a>(labels: &'a [(&'a str, String)]) -> Vec<(&'a str, Escaped<'a>)> {
+    labels.iter().map(|(k, v)| (*k, Escaped(v))).collect()
+}
+
 /// One counter family: `series` are (labels, value).
 pub fn counter(
     enc: &mut DescriptorEncoder,
@@ -99,7 +126,7 @@ pub fn counter(
 ) -> Result<(), std::fmt::Error> {
     let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
     for (labels, v) in series {
-        ConstCounter::new(*v).encode(m.encode_family(labels)?)?;
+        ConstCounter::new(*v).encode(m.encode_family(&escaped(labels))?)?;
     }
     Ok(())
 }
@@ -113,7 +140,7 @@ pub fn gauge(
 ) -> Result<(), std::fmt::Error> {
     let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
     for (labels, v) in series {
-        ConstGauge::new(*v).encode(m.encode_family(labels)?)?;
+        ConstGauge::new(*v).encode(m.encode_family(&escaped(labels))?)?;
     }
     Ok(())
 }
@@ -350,6 +377,30 @@ mod tests {
             assert!(Instant::now() < end, "the place was not given back");
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    #[derive(Debug)]
+    struct Hostile;
+
+    impl prometheus_client::collector::Collector for Hostile {
+        fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+            let v = "a\"} 1\nsluice_forged_total{x=\"\\".to_owned();
+            counter(&mut enc, "sluice_test", "A test counter.", &[(vec![("k", v.clone())], 7)])?;
+            gauge(&mut enc, "sluice_test_gauge", "A test gauge.", &[(vec![("k", v)], 1)])
+        }
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Hostile));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let want = r#"{k="a\"} 1\nsluice_forged_total{x=\"\\"}"#;
+        assert!(text.contains(&format!("sluice_test_total{want} 7\n")), "{text}");
+        assert!(text.contains(&format!("sluice_test_gauge{want} 1\n")), "{text}");
+        assert!(!text.contains("\nsluice_forged"), "{text}");
+        assert_eq!(text.lines().count(), 7, "{text}");
     }
 
     #[test]
