@@ -1280,3 +1280,44 @@ fn slowhttptest_attacks_are_cut_and_memory_stays_bounded_while_a_client_is_serve
     }
     stop(up);
 }
+
+#[test]
+fn a_slow_upstream_stops_the_body_reads_and_times_out_with_504() {
+    let _s = serial();
+    // An upstream that accepts and never reads: the body must wait in
+    // bounded buffers (the kernel's and --buffer-size), not in the guard's heap.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = l.local_addr().unwrap();
+    let held = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        std::thread::sleep(Duration::from_secs(8));
+        drop(s);
+    });
+    let g = http_guard(up, 20.0, &["--upstream-timeout", "3000"]);
+    let base = g.rss_kib();
+    let mut s = TcpStream::connect(g.addr).unwrap();
+    s.write_all(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1000000000\r\n\r\n").unwrap();
+    s.set_write_timeout(Some(Duration::from_millis(200))).unwrap();
+    let chunk = vec![b'b'; 1 << 16];
+    let (t, mut sent) = (Instant::now(), 0usize);
+    // Two seconds of sending as fast as the guard takes it.
+    while t.elapsed() < Duration::from_secs(2) {
+        match s.write(&chunk) {
+            Ok(n) => sent += n,
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    let grown = g.rss_kib().saturating_sub(base);
+    // Loopback moves GB/s: without the bound the guard would hold it all.
+    assert!(sent < 64 << 20, "{sent} bytes taken in 2 s: the client's reads did not stop");
+    assert!(grown < 4096, "the guard grew {grown} KiB holding a body the upstream does not read");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    let waited = t.elapsed();
+    assert!(got.starts_with(b"HTTP/1.1 504 "), "{:?}", String::from_utf8_lossy(&got));
+    assert!(waited >= Duration::from_secs(3) && waited < Duration::from_secs(8), "504 after {waited:?}");
+    let summary = g.summary();
+    assert_eq!(summary["upstream_timeouts"], 1, "{summary}");
+    held.join().unwrap();
+}
