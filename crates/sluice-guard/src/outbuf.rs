@@ -137,6 +137,12 @@ impl OutBuf {
         }
     }
 
+    /// Forget everything held and give the buffer back (a closed connection).
+    pub fn discard(&mut self, pool: &mut Pool) {
+        (self.pos, self.ready, self.end) = (0, 0, 0);
+        self.release(pool);
+    }
+
     /// The buffer's allocation, if it has one (memory accounting).
     pub fn capacity(&self) -> usize {
         self.buf.as_ref().map_or(0, |b| b.len())

@@ -639,9 +639,7 @@ impl<'a> Worker<'a> {
         if let Some(q) = c.req.take() {
             self.close_up(q.up);
         }
-        c.out.drop_unframed();
-        let _ = c.out.write_to(&mut std::io::sink());
-        c.out.release(&mut self.pool);
+        c.out.discard(&mut self.pool);
         self.open -= 1;
         self.free_clients.push(i);
     }
