@@ -56,6 +56,10 @@ pub struct ServeArgs {
     /// Do not pin thread i to CPU i.
     #[arg(long)]
     pub no_pin: bool,
+    /// Answer a request with a body only once the whole body came (as an
+    /// application reading a form does), not at its head.
+    #[arg(long)]
+    pub after_body: bool,
     /// Print the summary as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -73,6 +77,7 @@ pub fn serve(a: ServeArgs) -> Result<Outcome> {
         seed: a.seed,
         allow_remote: a.allow_remote,
         pin: !a.no_pin,
+        after_body: a.after_body,
     };
     let server = Server::bind(config)?;
     let addr = server.local_addr();

@@ -135,6 +135,11 @@ impl Framer {
         Framer { parser: Parser::new(options(max_head)), in_body: false }
     }
 
+    /// Inside a request's body (its head was returned, its body is not done).
+    pub fn in_body(&self) -> bool {
+        self.in_body
+    }
+
     /// Consumed bytes: `Request(h)` → `h.len`, `Body(n)` → `n`, `NeedMore` → 0.
     /// `buf` starts where the last step's consumed bytes ended, and only
     /// grows at its end between steps that return `NeedMore`.

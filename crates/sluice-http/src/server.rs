@@ -70,6 +70,9 @@ pub struct Config {
     pub allow_remote: bool,
     /// Pin thread `i` to CPU `i % cpus` (best effort).
     pub pin: bool,
+    /// Answer a request only once its whole body came (as an application
+    /// reading a form does), not at its head.
+    pub after_body: bool,
 }
 
 impl Config {
@@ -86,6 +89,7 @@ impl Config {
             seed: 0,
             allow_remote: false,
             pin: true,
+            after_body: false,
         }
     }
 }
@@ -312,6 +316,8 @@ struct Conn {
     in_end: usize,
     framer: Framer,
     pending: VecDeque<Pending>,
+    /// `after_body`: the answer to the request whose body is arriving.
+    awaiting_body: Option<Pending>,
     out: Vec<u8>,
     out_pos: usize,
     state: State,
@@ -441,6 +447,7 @@ impl<'a> Worker<'a> {
                         in_end: 0,
                         framer: Framer::new(self.config.max_head),
                         pending: VecDeque::new(),
+                        awaiting_body: None,
                         out: Vec::new(),
                         out_pos: 0,
                         state: State::Open,
@@ -501,15 +508,31 @@ impl<'a> Worker<'a> {
             while c.state == State::Open && c.pending.len() < MAX_PENDING {
                 match c.framer.step(&c.inbuf[c.in_start..c.in_end]) {
                     Ok(Step::NeedMore) => break,
-                    Ok(Step::Body(n)) => c.in_start += n,
+                    Ok(Step::Body(n)) => {
+                        c.in_start += n;
+                        if !c.framer.in_body() {
+                            if let Some(p) = c.awaiting_body.take() {
+                                if p.close {
+                                    c.state = State::Closing;
+                                }
+                                c.pending.push_back(p);
+                                progress = true;
+                            }
+                        }
+                    }
                     Ok(Step::Request(h)) => {
                         let head_only = h.is_head_method(&c.inbuf[c.in_start..c.in_end]);
                         c.in_start += h.len;
                         let p = self.respond_to(&h, head_only);
-                        if p.close {
-                            c.state = State::Closing;
+                        if self.config.after_body && c.framer.in_body() {
+                            // Framing goes on (state Open) until the body ends.
+                            c.awaiting_body = Some(p);
+                        } else {
+                            if p.close {
+                                c.state = State::Closing;
+                            }
+                            c.pending.push_back(p);
                         }
-                        c.pending.push_back(p);
                         progress = true;
                     }
                     Err(e) => {
@@ -775,6 +798,26 @@ mod tests {
         assert_eq!(report.requests, 4);
         assert_eq!(report.connections, 1);
         assert_eq!(report.per_thread.len(), 2);
+    }
+
+    #[test]
+    fn after_body_answers_once_the_body_came() {
+        let mut c = Config::new("127.0.0.1:0".parse().unwrap());
+        (c.size, c.pin, c.after_body) = (Dist::Fixed(5), false, true);
+        let (addr, running) = start(c);
+        let s = StdStream::connect(addr).unwrap();
+        let mut w = s.try_clone().unwrap();
+        w.write_all(b"POST / HTTP/1.1\r\nContent-Length: 6\r\n\r\nabc").unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_millis(300))).unwrap();
+        let mut r = BufReader::new(s);
+        let mut line = String::new();
+        assert!(r.read_line(&mut line).is_err() && line.is_empty(), "answered at the head: {line:?}");
+        // The rest of the body, then a request without one (answered at once).
+        w.write_all(b"defGET / HTTP/1.1\r\nConnection: close\r\n\r\n").unwrap();
+        r.get_ref().set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        assert_eq!(read_response(&mut r), (200, 5, false));
+        assert_eq!(read_response(&mut r), (200, 5, true));
+        assert_eq!(running.join().unwrap().requests, 2);
     }
 
     #[test]

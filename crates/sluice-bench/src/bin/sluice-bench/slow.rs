@@ -2,7 +2,7 @@
 //! (slow headers `-H`, slow body `-B`, slow read `-X`, range `-R`) against
 //! `sluice http-guard` with its defaults and against nginx (1 worker,
 //! `proxy_pass`, its defaults), optionally HAProxy (1 thread), each in
-//! front of the same `sluice http-serve --size fixed:1048576`, while a
+//! front of the same `sluice http-serve --size fixed:1048576 --after-body`, while a
 //! legitimate client fetches the 1 MiB page every 250 ms. Per attack and
 //! contender, one JSON line: peak RSS, RSS growth per attacking connection,
 //! the attack's connections closed by the front, the legitimate client's
@@ -184,7 +184,9 @@ fn one(exe: &Path, s: &Slow, mode: &str, contender: &str) -> Result<serde_json::
     let dir = tempfile::tempdir().context("a temporary directory")?;
     let total = s.seconds + 60;
     let mut up = Command::new(exe)
-        .args(["http-serve", "--listen", "127.0.0.1:0", "--size", &format!("fixed:{PAGE}")])
+        // --after-body: an application that reads a request's body before
+        // answering (answered at the head, slow bodies would hold nothing).
+        .args(["http-serve", "--listen", "127.0.0.1:0", "--size", &format!("fixed:{PAGE}"), "--after-body"])
         .args(["--duration", &total.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
