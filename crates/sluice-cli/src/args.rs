@@ -7,14 +7,15 @@ use sluice_engine::defrag::Limits;
 use sluice_engine::Verdict;
 use sluice_engine::{snapshot::Published, RuleSet};
 use sluice_gen::{Encap, FlowDist, FrameSize, GenConfig, ProtoMix};
-use sluice_pcap::sample::{SampleConfig, Sampler};
+use sluice_pcap::sample::{Backpressure, SampleConfig, Sampler};
 use sluice_pipeline::{Reassembly, Steering, WorkersConfig};
 use sluice_rules::{load_list, parse_list, Prefix, FIREHOL_LEVEL1};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Samples of the drops (shared by `filter` and `bridge`), written off the
-/// fast path; a full queue loses samples, never packets.
+/// fast path; a full queue loses samples on a live port, never packets, and
+/// makes `filter` wait instead.
 #[derive(Args, Debug, Clone)]
 pub struct SampleArgs {
     /// Write dropped frames to FILE (pcapng), each with a comment naming the
@@ -47,6 +48,7 @@ impl SampleArgs {
         ports: Vec<String>,
         workers: usize,
         steer_inner: bool,
+        backpressure: Backpressure,
     ) -> Result<Option<Sampler>> {
         if self.sample_drops.is_none() && !self.log_drops {
             return Ok(None);
@@ -60,6 +62,7 @@ impl SampleArgs {
             rotate_bytes: self.sample_rotate_mb.map(|m| m << 20),
             keep: self.sample_keep as usize,
             port_names: ports,
+            backpressure,
             steering: (workers > 1).then(|| Steering::new(&key, workers).inner(steer_inner)),
             ..SampleConfig::new()
         };

@@ -175,7 +175,9 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         Arc::clone(controller.state()),
     ));
 
-    let sampler = a.sample.start(&published, port_names_for_samples, a.workers.unwrap_or(1), a.steer_inner)?;
+    // A live port does not wait for a disk: a full queue sheds samples (counted, logged once).
+    let shed = sluice_pcap::sample::Backpressure::Shed;
+    let sampler = a.sample.start(&published, port_names_for_samples, a.workers.unwrap_or(1), a.steer_inner, shed)?;
     if let Some(s) = &sampler {
         let _ = shared.samples.set(s.counters());
     }

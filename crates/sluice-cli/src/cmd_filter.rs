@@ -118,7 +118,10 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
         ..RunConfig::default()
     };
     let name = a.input.file_name().map_or("capture".into(), |n| n.to_string_lossy().into_owned());
-    let sampler = a.sample.start(&rules, vec![name], a.workers, a.steer_inner)?;
+    // A file waits for us: the run slows to the sample writer's pace rather
+    // than lose samples, so the same input gives the same samples.
+    let backpressure = sluice_pcap::sample::Backpressure::Wait;
+    let sampler = a.sample.start(&rules, vec![name], a.workers, a.steer_inner, backpressure)?;
     let mut bar = Bar(progress::bar(source.progress().1, true, !a.no_progress));
     let mut sink = sluice_pcap::sample::tap(sampler.as_ref(), &mut sinks);
     let result = sluice_pipeline::run(&mut source, &mut stage, judge, &mut sink, &mut bar, &cfg);

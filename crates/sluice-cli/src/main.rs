@@ -108,6 +108,13 @@ enum Command {
 fn main() -> ExitCode {
     let cli: Cli = sluice_service::config::try_parse(std::env::args_os()).unwrap_or_else(|e| e.exit());
     sluice_service::log::init(cli.log_format);
+    // Before any command runs, whatever it is: SIGHUP's default action would
+    // end it without its summary (a guard, a server, a load run hit by a
+    // `kill -HUP` meant for a bridge). Commands that reread something on
+    // SIGHUP say what later; the rest log it and go on.
+    if let Err(e) = sluice_control::hangup::install() {
+        tracing::warn!("no SIGHUP handler ({e}): a SIGHUP would end this run");
+    }
     let result = match cli.command {
         Command::Gen(a) => cmd_gen::run(a),
         Command::Decode(a) => cmd_decode::run(a),

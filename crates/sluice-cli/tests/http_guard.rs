@@ -11,7 +11,7 @@ use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -24,6 +24,9 @@ struct Guarded {
     child: Child,
     addr: SocketAddr,
     metrics: Option<SocketAddr>,
+    /// Its stderr after the "guarding on" line, read as it comes (so the
+    /// pipe never fills and blocks the guard's logging).
+    log: Arc<Mutex<String>>,
 }
 
 /// `http-guard` in front of `upstream` for `secs`, JSON summary, 2 threads.
@@ -47,7 +50,16 @@ fn http_guard(upstream: SocketAddr, secs: f64, extra: &[&str]) -> Guarded {
         addr = line.trim().strip_prefix("sluice: guarding on ").and_then(|a| a.parse().ok());
         line.clear();
     }
-    Guarded { child, addr: addr.expect("http-guard said where it listens"), metrics }
+    let log = Arc::new(Mutex::new(String::new()));
+    let to = Arc::clone(&log);
+    std::thread::spawn(move || {
+        for l in r.lines().map_while(Result::ok) {
+            let mut to = to.lock().unwrap();
+            to.push_str(&l);
+            to.push('\n');
+        }
+    });
+    Guarded { child, addr: addr.expect("http-guard said where it listens"), metrics, log }
 }
 
 impl Guarded {
@@ -57,10 +69,25 @@ impl Guarded {
 
     /// SIGTERM (the clients are done), then the JSON summary.
     fn summary(self) -> Value {
-        term(self.child.id());
+        self.summary_after("-TERM")
+    }
+
+    /// `kill SIG` (SIGTERM or SIGINT), exit 0, and the JSON summary.
+    fn summary_after(self, sig: &str) -> Value {
+        signal(&self.child, sig);
         let out = self.child.wait_with_output().unwrap();
-        assert!(out.status.success(), "{out:?}");
-        serde_json::from_slice(&out.stdout).unwrap()
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("no JSON summary after {sig} ({e}): {out:?}"))
+    }
+
+    /// Wait (5 s at most) for a stderr line holding `text`.
+    fn wait_for_log(&mut self, text: &str) {
+        let end = Instant::now() + Duration::from_secs(5);
+        while !self.log.lock().unwrap().contains(text) {
+            let gone = self.child.try_wait().unwrap();
+            assert!(gone.is_none() && Instant::now() < end, "no `{text}` ({gone:?}): {}", self.log.lock().unwrap());
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// One sample of a metric from /metrics.
@@ -86,6 +113,10 @@ impl Guarded {
 
 fn term(pid: u32) {
     assert!(Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap().success());
+}
+
+fn signal(child: &Child, sig: &str) {
+    assert!(Command::new("kill").args([sig, &child.id().to_string()]).status().unwrap().success());
 }
 
 /// Stop the upstream now rather than at its --duration.
@@ -892,6 +923,37 @@ fn tls_picks_the_certificate_by_sni_and_reloads_it_on_sighup() {
     // curl checks the name after the handshake: c.test's finished too.
     assert_eq!(s["tls_handshakes"].as_u64(), Some(5), "{s}");
     assert_eq!(s["forwarded"].as_u64(), Some(4), "{s}");
+    stop(up);
+}
+
+/// SIGHUP never ends a guard: a plain one has nothing to reread, says so and
+/// serves on, and SIGINT still ends it with its summary; a TLS one rereads
+/// its certificates, serves on, and SIGTERM ends it with its summary. (The
+/// default action would kill the plain guard: exit 129, no summary.)
+#[test]
+fn sighup_leaves_plain_and_tls_guards_serving_and_the_summary_still_comes() {
+    let _s = serial();
+    let up = http_serve(30, &[]);
+    let mut g = http_guard(up.addr, 25.0, &[]);
+    let client = ip("127.0.0.1");
+    assert_eq!(get_from(client, g.addr), Some(200));
+    signal(&g.child, "-HUP");
+    g.wait_for_log("SIGHUP: nothing to reread");
+    assert_eq!(get_from(client, g.addr), Some(200), "still serving after SIGHUP");
+    let s = g.summary_after("-INT");
+    assert_eq!((s["requests"].as_u64(), s["forwarded"].as_u64()), (Some(2), Some(2)), "{s}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, leaves) = tls_certs(dir.path(), &["a.test"]);
+    let (cert, key) = (p(&leaves[0].0), p(&leaves[0].1));
+    let mut g = http_guard(up.addr, 25.0, &["--tls-cert", cert, "--tls-key", key]);
+    assert_eq!(curl_tls(&g, &ca, "a.test", &[]), ("200".into(), "CN=a.test".into()));
+    signal(&g.child, "-HUP");
+    g.wait_for_log("certificates reloaded (SIGHUP)");
+    assert!(!g.log.lock().unwrap().contains("nothing to reread"), "a reread is not also 'nothing'");
+    assert_eq!(curl_tls(&g, &ca, "a.test", &[]), ("200".into(), "CN=a.test".into()), "still serving");
+    let s = g.summary_after("-TERM");
+    assert_eq!((s["tls_reloads_ok"].as_u64(), s["forwarded"].as_u64()), (Some(1), Some(2)), "{s}");
     stop(up);
 }
 

@@ -187,3 +187,24 @@ fn bad_distribution_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("above upper bound"));
 }
+
+/// SIGHUP does not end the server (its default action would: exit 129, no
+/// summary): it answers after the signal and still reports at the end.
+#[test]
+fn sighup_leaves_the_server_serving() {
+    let mut s = serve(&[]);
+    let (mut w1, mut r1) = connect(&s);
+    w1.write_all(GET).unwrap();
+    assert_eq!(read_response(&mut r1).status, 200);
+    let hup = Command::new("kill").args(["-HUP", &s.child.id().to_string()]).status().unwrap();
+    assert!(hup.success());
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(s.child.try_wait().unwrap().is_none(), "SIGHUP ended http-serve");
+    w1.write_all(GET).unwrap();
+    assert_eq!(read_response(&mut r1).status, 200, "the same connection, served after SIGHUP");
+    let (mut w, mut r) = connect(&s);
+    w.write_all(GET).unwrap();
+    assert_eq!(read_response(&mut r).status, 200, "a new connection, served after SIGHUP");
+    drop((w, r, w1, r1));
+    assert_eq!(s.summary()["requests"], 3);
+}

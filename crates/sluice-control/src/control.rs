@@ -14,7 +14,7 @@ use crate::sets::{Feed, FeedOutcome, RuntimeSets, SetRow};
 use crate::socket::error_json;
 use crate::spec::{describe, total_entries, Expiring, ListEntries, Loaded, RuleSpec};
 use serde_json::json;
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::{Handle, Signals};
 use sluice_engine::dynamic::Found;
 use sluice_engine::snapshot::{Published, Snapshot};
@@ -516,37 +516,50 @@ impl Controller {
     }
 }
 
-/// A thread that turns SIGHUP into [`Event::Reload`] (counted in
-/// `state.sighups`) and SIGINT/SIGTERM into `stop`. Install it before
-/// opening ports, so a signal during a slow open still ends the run
-/// cleanly; close the returned handle when the run is over.
+/// A thread that turns SIGINT/SIGTERM into `stop`, and SIGHUP (through
+/// [`crate::hangup`]) into [`Event::Reload`] (counted in `state.sighups`).
+/// Install it before opening ports, so a signal during a slow open still
+/// ends the run cleanly; close the returned handle when the run is over.
 pub fn spawn_signals(
     stop: Arc<AtomicBool>,
     events: Sender<Event>,
     state: Arc<ControlState>,
-) -> std::io::Result<Handle> {
-    let mut signals = Signals::new([SIGHUP, SIGINT, SIGTERM])?;
+) -> std::io::Result<SignalThread> {
+    let mut signals = Signals::new([SIGINT, SIGTERM])?;
     let handle = signals.handle();
+    crate::hangup::on_sighup(move || {
+        state.sighups.fetch_add(1, Ordering::Relaxed);
+        let _ = events.send(Event::Reload("SIGHUP"));
+    })?;
     std::thread::Builder::new().name("sluice-signals".into()).spawn(move || {
-        for sig in signals.forever() {
-            if sig == SIGHUP {
-                state.sighups.fetch_add(1, Ordering::Relaxed);
-                let _ = events.send(Event::Reload("SIGHUP"));
-            } else {
-                stop.store(true, Ordering::Relaxed);
-            }
+        for _ in signals.forever() {
+            stop.store(true, Ordering::Relaxed);
         }
     })?;
-    Ok(handle)
+    Ok(SignalThread(handle))
+}
+
+/// What [`spawn_signals`] started.
+pub struct SignalThread(Handle);
+
+impl SignalThread {
+    /// End the thread; a SIGHUP from now on has nothing to reread (the
+    /// control loop that reloaded is gone).
+    pub fn close(&self) {
+        crate::hangup::nothing_to_reread();
+        self.0.close();
+    }
 }
 
 /// SIGINT and SIGTERM set `stop`, so a run ends cleanly (outputs flushed,
-/// summary printed) instead of being killed.
+/// summary printed) instead of being killed; SIGHUP, unless the command
+/// rereads something on it, is logged and changes nothing
+/// ([`crate::hangup`]).
 pub fn stop_on_interrupt(stop: &Arc<AtomicBool>) -> std::io::Result<()> {
     for sig in [SIGINT, SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(stop))?;
     }
-    Ok(())
+    crate::hangup::install()
 }
 
 /// Wait until `stop` is set, `seconds` pass (if given), or `finished()`

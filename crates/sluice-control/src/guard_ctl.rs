@@ -48,31 +48,29 @@ pub fn spawn_forwarder(
 
 /// `--tls-cert`, `--block-ja4`: reread the certificate files and the JA4
 /// list on each SIGHUP; a failed reload keeps the old ones and says why.
+/// Without either, SIGHUP is logged and ignored ([`crate::hangup`]): a
+/// plain guard has nothing to reread, and must not die of it.
 pub fn reload_tls_on_sighup(shared: &Shared) -> std::io::Result<()> {
     let (store, ja4) = (shared.tls.clone(), shared.ja4_block.clone());
     if store.is_none() && ja4.is_none() {
-        return Ok(());
+        return crate::hangup::install();
     }
-    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP])?;
-    std::thread::Builder::new().name("guard-sighup".into()).spawn(move || {
-        for _ in signals.forever() {
-            match store.as_ref().map(|s| s.reload()) {
-                Some(Ok(())) => tracing::info!(event = "tls_reload", "certificates reloaded (SIGHUP)"),
-                Some(Err(e)) => {
-                    tracing::error!(event = "tls_reload_failed", "reload (SIGHUP) failed, old certificates kept: {e}")
-                }
-                None => {}
+    crate::hangup::on_sighup(move || {
+        match store.as_ref().map(|s| s.reload()) {
+            Some(Ok(())) => tracing::info!(event = "tls_reload", "certificates reloaded (SIGHUP)"),
+            Some(Err(e)) => {
+                tracing::error!(event = "tls_reload_failed", "reload (SIGHUP) failed, old certificates kept: {e}")
             }
-            match ja4.as_ref().map(|l| l.reload()) {
-                Some(Ok(n)) => tracing::info!(event = "ja4_reload", "--block-ja4 reloaded (SIGHUP): {n} fingerprints"),
-                Some(Err(e)) => {
-                    tracing::error!(event = "ja4_reload_failed", "reload (SIGHUP) failed, old JA4 list kept: {e}")
-                }
-                None => {}
-            }
+            None => {}
         }
-    })?;
-    Ok(())
+        match ja4.as_ref().map(|l| l.reload()) {
+            Some(Ok(n)) => tracing::info!(event = "ja4_reload", "--block-ja4 reloaded (SIGHUP): {n} fingerprints"),
+            Some(Err(e)) => {
+                tracing::error!(event = "ja4_reload_failed", "reload (SIGHUP) failed, old JA4 list kept: {e}")
+            }
+            None => {}
+        }
+    })
 }
 
 /// Serve `path` (mode 0600, or 0660 for `group`) for the guard whose

@@ -14,12 +14,13 @@ pub mod crowdsec;
 pub mod ctl;
 pub mod forward;
 pub mod guard_ctl;
+pub mod hangup;
 pub mod sets;
 pub mod socket;
 pub mod spec;
 
 pub use control::{
-    spawn_signals, stop_on_interrupt, wait_until_stopped, ControlState, Controller, Event, Request, Watch,
+    spawn_signals, stop_on_interrupt, wait_until_stopped, ControlState, Controller, Event, Request, SignalThread, Watch,
 };
 pub use spec::{describe, total_entries, Expiring, ListEntries, LoadError, Loaded, RuleSpec};
 

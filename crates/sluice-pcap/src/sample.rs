@@ -4,11 +4,15 @@
 //! every batch it counts the drops, picks 1 in [`SampleConfig::rate`] of them
 //! (the 1st, the (N+1)th, ...: a countdown, no randomness, so a test knows
 //! exactly which), lets at most [`SampleConfig::max_pps`] a second through a
-//! token bucket, copies those frames and hands them to a bounded queue with
-//! `try_send`, then passes the batch on unchanged. A full queue loses the
-//! sample (counted in [`SampleCounters::lost_queue_full`]), never a packet and
-//! never time on the sink's thread: the only work per drop is a countdown,
-//! and the clock is read and bytes are copied only for the 1-in-N candidates.
+//! token bucket, copies those frames and hands them to a bounded queue, then
+//! passes the batch on unchanged. What a full queue does is the caller's
+//! choice ([`Backpressure`]): on a live port ([`Backpressure::Shed`]) it
+//! loses the sample (counted in [`SampleCounters::lost_queue_full`], and
+//! said once in the log), never a packet and never time on the sink's
+//! thread; reading a file ([`Backpressure::Wait`]) the sink waits for room,
+//! so every sample is written and a run writes the same samples every time.
+//! The only work per drop is a countdown; the clock is read and bytes are
+//! copied only for the 1-in-N candidates.
 //!
 //! The writer thread (`sluice-samples`) explains each sample. The pipeline
 //! records only a packet's verdict, not the rule that decided it, so the
@@ -66,7 +70,7 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -91,6 +95,8 @@ pub struct SampleConfig {
     pub keep: usize,
     /// Samples the queue between the sink and the writer thread holds (0 is taken as 1).
     pub queue: usize,
+    /// What a sink does when the queue is full.
+    pub backpressure: Backpressure,
     /// Ingress port names by [`Meta::port`] (`veth0`); for files the input's
     /// name or `capture`. A port beyond the list is named `port<N>`.
     pub port_names: Vec<String>,
@@ -99,7 +105,8 @@ pub struct SampleConfig {
 }
 
 impl SampleConfig {
-    /// No outputs, every drop a candidate, at most 100 a second, 5 files, a queue of 1024.
+    /// No outputs, every drop a candidate, at most 100 a second, 5 files, a
+    /// queue of 1024 that sheds samples when full.
     pub fn new() -> Self {
         SampleConfig {
             pcapng: None,
@@ -109,10 +116,23 @@ impl SampleConfig {
             rotate_bytes: None,
             keep: 5,
             queue: 1024,
+            backpressure: Backpressure::Shed,
             port_names: Vec::new(),
             steering: None,
         }
     }
+}
+
+/// What a sink does with a sample when the writer's queue is full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backpressure {
+    /// Lose it (counted in [`SampleCounters::lost_queue_full`]; the writer
+    /// logs a warning the first time): a live port's sink must not wait
+    /// on a disk while the ring fills.
+    Shed,
+    /// Wait for room: the run goes at the writer's pace when it has to, and
+    /// loses nothing (offline, nobody else is waiting for the packets).
+    Wait,
 }
 
 impl Default for SampleConfig {
@@ -132,7 +152,8 @@ pub struct SampleCounters {
     pub sampled: AtomicU64,
     /// Samples written to every configured output.
     pub written: AtomicU64,
-    /// Samples lost because the queue was full (or the writer already finished).
+    /// Samples lost because the queue was full ([`Backpressure::Shed`]) or
+    /// the writer had already finished.
     pub lost_queue_full: AtomicU64,
     /// 1-in-N candidates the rate cap refused.
     pub over_cap: AtomicU64,
@@ -300,6 +321,7 @@ pub struct Sampler {
     tx: SyncSender<Msg>,
     counters: Arc<SampleCounters>,
     rate: u64,
+    backpressure: Backpressure,
     /// Shared by every [`Sampled`] sink, so the cap holds for all of them together.
     bucket: Option<Arc<Mutex<Bucket>>>,
     handle: Option<JoinHandle<Outcome>>,
@@ -317,6 +339,8 @@ impl Sampler {
         let counters = Arc::new(SampleCounters::default());
         let (tx, rx) = sync_channel(cfg.queue.max(1));
         let writer = Writer {
+            queue: cfg.queue.max(1),
+            warned_loss: false,
             rules: rules.reader(),
             steering: cfg.steering,
             port_names: cfg.port_names,
@@ -331,6 +355,7 @@ impl Sampler {
             tx,
             counters,
             rate: cfg.rate.max(1),
+            backpressure: cfg.backpressure,
             bucket: (cfg.max_pps > 0).then(|| Arc::new(Mutex::new(Bucket::new(cfg.max_pps)))),
             handle: Some(handle),
         })
@@ -351,6 +376,7 @@ impl Sampler {
                 counters: Arc::clone(&self.counters),
                 bucket: self.bucket.clone(),
                 rate: self.rate,
+                backpressure: self.backpressure,
                 skip: 0,
                 worker: None,
             }),
@@ -426,6 +452,7 @@ struct Tap {
     counters: Arc<SampleCounters>,
     bucket: Option<Arc<Mutex<Bucket>>>,
     rate: u64,
+    backpressure: Backpressure,
     /// Drops to let by before the next candidate (0: the next drop is one).
     skip: u64,
     /// The worker that judged every packet this sink sees (a lane's).
@@ -452,7 +479,8 @@ impl Tap {
         }
     }
 
-    /// A 1-in-N candidate: through the cap, copied, queued if there is room.
+    /// A 1-in-N candidate: through the cap, copied, queued (if there is
+    /// room, or once there is: [`Backpressure`]).
     fn offer(&mut self, batch: &PacketBatch, i: usize) {
         if let Some(bucket) = &self.bucket {
             if !bucket.lock().unwrap_or_else(PoisonError::into_inner).take() {
@@ -469,12 +497,15 @@ impl Tap {
             bytes: batch.bytes(i).to_vec(),
             worker: self.worker,
         };
-        match self.tx.try_send(Msg::Sample(Box::new(sample))) {
-            Ok(()) => {}
-            // Disconnected: the sampler finished before this sink; the sample is lost all the same.
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                self.counters.lost_queue_full.fetch_add(1, Relaxed);
-            }
+        let msg = Msg::Sample(Box::new(sample));
+        // Err: full (shedding), or disconnected: the sampler finished before
+        // this sink; the sample is lost all the same.
+        let sent = match self.backpressure {
+            Backpressure::Shed => self.tx.try_send(msg).is_ok(),
+            Backpressure::Wait => self.tx.send(msg).is_ok(),
+        };
+        if !sent {
+            self.counters.lost_queue_full.fetch_add(1, Relaxed);
         }
     }
 }
@@ -933,6 +964,10 @@ struct Writer {
     file: Option<Rotating>,
     log: Option<Box<dyn Write + Send>>,
     counters: Arc<SampleCounters>,
+    /// The queue's size, for the warning.
+    queue: usize,
+    /// Whether the first lost sample was logged.
+    warned_loss: bool,
     /// Written since the last flush.
     dirty: bool,
     last_flush: Instant,
@@ -958,6 +993,7 @@ impl Writer {
             match msg {
                 Some(Msg::Sample(s)) => {
                     self.write(&s);
+                    self.warn_of_loss();
                     // Busy: still flush once a second.
                     if self.last_flush.elapsed() >= FLUSH_EVERY {
                         self.flush();
@@ -966,6 +1002,7 @@ impl Writer {
                 Some(Msg::Close) | None => break,
             }
         }
+        self.warn_of_loss();
         if let Some(log) = &mut self.log {
             if log.flush().is_err() {
                 self.counters.write_errors.fetch_add(1, Relaxed);
@@ -1023,6 +1060,25 @@ impl Writer {
             counters.write_errors.fetch_add(1, Relaxed);
         }
         self.dirty = true;
+    }
+
+    /// The first lost sample, said once: a summary comes only at the end,
+    /// and a bridge may run for months. Here, not on the sink's thread,
+    /// which must not wait on a log; a full queue means this thread is busy
+    /// and comes by again soon.
+    fn warn_of_loss(&mut self) {
+        if self.warned_loss {
+            return;
+        }
+        let lost = self.counters.lost_queue_full.load(Relaxed);
+        if lost > 0 {
+            self.warned_loss = true;
+            log::warn!(
+                "drop samples are being lost: the sample writer cannot keep up with a queue of {} \
+                 (counted in lost_queue_full; frames are not affected; said once)",
+                self.queue
+            );
+        }
     }
 
     fn flush(&mut self) {

@@ -7,7 +7,7 @@
 use sluice_engine::defrag::Limits;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{CompileOptions, RuleSet, Verdict};
-use sluice_pcap::sample::{SampleConfig, SampleReport, Sampled, Sampler};
+use sluice_pcap::sample::{Backpressure, SampleConfig, SampleReport, Sampled, Sampler};
 use sluice_pcap::{CaptureReader, CaptureWriter, OutputFormat, Timestamp, TsResolution};
 use sluice_pipeline::{Collect, Disposition, Meta, PacketBatch, Sink, Steering, WorkersConfig};
 use sluice_rules::parse_rules;
@@ -461,6 +461,7 @@ fn a_full_queue_loses_samples_never_packets() {
             )
         })
         .collect();
+    warnings::keep();
     let (log, entered, open, out) = gate();
     let sampler = Sampler::start(
         SampleConfig { log: Some(Box::new(log)), queue: 1, ..config(None) },
@@ -481,6 +482,84 @@ fn a_full_queue_loses_samples_never_packets() {
     let c = sampler.finish().unwrap().counts;
     assert_eq!(c.written + c.lost_queue_full, c.sampled);
     assert_eq!(out.lines().len() as u64, c.written);
+    assert_eq!(warnings::about("drop samples are being lost"), 1, "said once, not per lost sample");
+}
+
+/// What the crate logs at warning level, kept for the tests to read.
+mod warnings {
+    use std::sync::Mutex;
+
+    static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+    struct Keep;
+
+    impl log::Log for Keep {
+        fn enabled(&self, m: &log::Metadata) -> bool {
+            m.level() <= log::Level::Warn
+        }
+        fn log(&self, r: &log::Record) {
+            if self.enabled(r.metadata()) {
+                SEEN.lock().unwrap().push(r.args().to_string());
+            }
+        }
+        fn flush(&self) {}
+    }
+
+    /// Start keeping (every test that reads them calls it first).
+    pub fn keep() {
+        // Fails when another test installed it first: the same logger.
+        let _ = log::set_logger(&Keep);
+        log::set_max_level(log::LevelFilter::Warn);
+    }
+
+    /// Warnings so far that contain `text`.
+    pub fn about(text: &str) -> usize {
+        SEEN.lock().unwrap().iter().filter(|w| w.contains(text)).count()
+    }
+}
+
+/// Offline ([`Backpressure::Wait`]): with a queue of one and a writer stuck
+/// on its first sample, the sink waits instead of losing samples; once the
+/// writer moves again every sample is written, in order.
+#[test]
+fn waiting_loses_nothing_with_a_tiny_queue_and_a_slow_writer() {
+    let rules = compile(RULES);
+    let batches: Vec<PacketBatch> = (0..10u64)
+        .map(|b| {
+            judged(
+                &rules,
+                b * 100,
+                &(0..100).map(|i| p(udp([10, 9, b as u8, i], [1, 1, 1, 1], 1, 80), 0)).collect::<Vec<_>>(),
+            )
+        })
+        .collect();
+    let (log, entered, open, out) = gate();
+    let cfg = SampleConfig { log: Some(Box::new(log)), queue: 1, backpressure: Backpressure::Wait, ..config(None) };
+    let sampler = Sampler::start(cfg, Arc::new(Published::new(compile(RULES)))).unwrap();
+    let counters = sampler.counters();
+    let mut sink = sampler.wrap(Collect::default());
+    let feeder = std::thread::spawn(move || {
+        for b in &batches {
+            sink.write(b).unwrap();
+        }
+        (sink, batches)
+    });
+    entered.recv().unwrap();
+    // The writer holds one, the queue one, the sink waits with the third.
+    std::thread::sleep(Duration::from_millis(200));
+    let (went_on, c) = (feeder.is_finished(), counters.snapshot());
+    // Before asserting: a failed test must not leave the writer stuck (the
+    // sampler's drop waits for it).
+    open.send(()).unwrap();
+    assert!(!went_on, "the sink went on while the writer was stuck: {c:?}");
+    assert!(c.sampled <= 3 && c.lost_queue_full == 0, "{c:?}");
+    let (sink, batches) = feeder.join().unwrap();
+    let c = sampler.finish().unwrap().counts;
+    assert_eq!((c.sampled, c.written, c.lost_queue_full), (1000, 1000, 0), "{c:?}");
+    assert_eq!(sink.inner().out, expected_out(&batches), "no packet lost");
+    let order: Vec<String> = out.lines().iter().map(|l| l["src"].as_str().unwrap().to_owned()).collect();
+    let want: Vec<String> = (0..10).flat_map(|b| (0..100).map(move |i| format!("10.9.{b}.{i}"))).collect();
+    assert_eq!(order, want, "every sample, in order");
 }
 
 #[test]
