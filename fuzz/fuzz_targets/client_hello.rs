@@ -23,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = h.ja4_raw();
     for n in [data.len() / 3, data.len() / 2] {
         if let Ok(Some(p)) = parse(&data[..n]) {
-            // A shorter prefix can only be a whole hello if the record ends there.
+            // A shorter prefix can only be a whole hello if the hello ends there.
             assert_eq!(p, h);
         }
     }

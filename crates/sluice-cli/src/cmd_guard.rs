@@ -181,13 +181,13 @@ pub struct GuardArgs {
     /// A TLS handshake must finish this many ms after accept.
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
     pub tls_handshake_timeout: u64,
-    /// TLS ClientHellos per second per client, counted before any crypto.
+    /// TLS ClientHellos per second per client, counted before any crypto; a hello the guard cannot read is refused.
     #[arg(long, value_name = "N")]
     pub tls_handshake_rate: Option<u32>,
-    /// TLS ClientHellos per 1/8 s per client.
+    /// TLS ClientHellos per 1/8 s per client; a hello the guard cannot read is refused.
     #[arg(long, value_name = "N")]
     pub tls_handshake_burst: Option<u32>,
-    /// Refuse ClientHellos whose JA4 is in FILE (one per line, # comments; SIGHUP rereads it).
+    /// Refuse ClientHellos whose JA4 is in FILE (one per line, # comments; SIGHUP rereads it), and any the guard cannot read.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub block_ja4: Option<PathBuf>,
     /// Print the summary as one JSON object.

@@ -1131,6 +1131,136 @@ fn ja4_listed_clients_and_handshake_floods_are_refused_at_the_hello() {
     stop(up);
 }
 
+/// A TLS client (Python's `ssl`, OpenSSL) over a socket of its own, from
+/// source address argv[3] to 127.0.0.1:argv[1] as guard.test (CA argv[2]):
+/// its ClientHello's handshake message is cut into records at argv[4]
+/// (offsets, comma-separated; none: sent whole) and sent argv[5] bytes per
+/// write. Prints the hello as the client made it (hex), then the status
+/// line of a GET, or `refused: <error>` if the guard closed instead.
+const SPLIT_HELLO_CLIENT: &str = r#"
+import socket, ssl, sys, time
+port, ca, src, seg = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[5])
+cuts = [int(c) for c in sys.argv[4].split(",") if c]
+ctx = ssl.create_default_context(cafile=ca)
+ctx.set_alpn_protocols(["http/1.1"])
+inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+tls = ctx.wrap_bio(inc, out, server_hostname="guard.test")
+try:
+    tls.do_handshake()
+except ssl.SSLWantReadError:
+    pass
+hello = out.read()
+print(hello.hex(), flush=True)
+msg = hello[5:]
+assert len(msg) == int.from_bytes(hello[3:5], "big"), "one record"
+at = sorted(set([0, len(msg)] + cuts))
+records = b"".join(hello[:3] + (b - a).to_bytes(2, "big") + msg[a:b] for a, b in zip(at, at[1:]))
+s = socket.create_connection(("127.0.0.1", port), timeout=3, source_address=(src, 0))
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+def pump():
+    data = s.recv(65536)
+    if not data:
+        raise ConnectionError("closed")
+    inc.write(data)
+try:
+    for i in range(0, len(records), seg):
+        s.sendall(records[i:i + seg])
+        time.sleep(0.002)
+    while True:
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            s.sendall(out.read())
+            pump()
+    tls.write(b"GET / HTTP/1.1\r\nHost: guard.test\r\nConnection: close\r\n\r\n")
+    s.sendall(out.read())
+    resp = b""
+    while b"\r\n" not in resp:
+        try:
+            resp += tls.read(4096)
+        except ssl.SSLWantReadError:
+            pump()
+    print(resp.split(b"\r\n")[0].decode())
+except (OSError, ssl.SSLError) as e:
+    print("refused:", type(e).__name__)
+"#;
+
+/// [`SPLIT_HELLO_CLIENT`] to the guard: the hello it sent (whole, as the
+/// client made it) and what it was answered.
+fn split_hello_client(g: &Guarded, ca: &std::path::Path, from: &str, cuts: &str, seg: usize) -> (Vec<u8>, String) {
+    let port = g.addr.port().to_string();
+    let out = Command::new("/usr/bin/python3")
+        .args(["-c", SPLIT_HELLO_CLIENT, &port, p(ca), from, cuts, &seg.to_string()])
+        .output()
+        .expect("python3");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let mut lines = text.lines();
+    let hex = lines.next().expect("the hello");
+    let hello = (0..hex.len() / 2).map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap()).collect();
+    (hello, lines.next().unwrap_or("").to_owned())
+}
+
+/// Issue 39: a ClientHello split over TLS records (and TCP writes) is
+/// judged as the same hello sent whole: the same JA4 in the guard's
+/// statistics, served when not listed (rustls reads the split records),
+/// refused once its JA4 is listed. With `--block-ja4` on, bytes that are
+/// no readable hello break `tls_hello`.
+#[test]
+fn a_client_hello_split_over_records_is_judged_as_the_whole_one() {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, leaves) = tls_certs(dir.path(), &["guard.test"]);
+    let list = dir.path().join("ja4.txt");
+    std::fs::write(&list, "t13d1516h2_8daaf6152771_e5627efa2ab1\n").unwrap();
+    let up = http_serve(20, &[]);
+    let (cert, key) = (p(&leaves[0].0), p(&leaves[0].1));
+    let args = ["--tls-cert", cert, "--tls-key", key, "--block-ja4", p(&list), "--metrics", "127.0.0.1:0"];
+    let g = http_guard(up.addr, 12.0, &args);
+    let (hello, answer) = split_hello_client(&g, &ca, "127.9.0.1", "", 4096);
+    assert_eq!(answer, "HTTP/1.1 200 OK", "sent whole");
+    let ja4 = sluice_guard::ja4::parse(&hello).unwrap().expect("a whole hello").ja4();
+    let counted = || g.metric(&format!("sluice_guard_ja4_handshakes_total{{ja4=\"{ja4}\"}}"));
+    assert_eq!(counted(), 1.0);
+    // Two records cut inside the message header, in the middle, one byte
+    // before its end; three records; each written in pieces.
+    let n = hello.len() - 5;
+    let splits = ["2".to_owned(), format!("{}", n / 2), format!("{}", n - 1), format!("1,{}", n / 3)];
+    for (i, cuts) in splits.iter().enumerate() {
+        let (_, answer) = split_hello_client(&g, &ca, "127.9.0.2", cuts, [3, 7, 64, 100][i]);
+        assert_eq!(answer, "HTTP/1.1 200 OK", "split at {cuts}: served");
+        assert_eq!(counted(), 2.0 + i as f64, "split at {cuts}: the whole one's JA4");
+    }
+    assert_eq!(g.metric("sluice_guard_ja4_distinct"), 1.0);
+    std::fs::write(&list, format!("{ja4}\n")).unwrap();
+    assert!(Command::new("kill").args(["-HUP", &g.child.id().to_string()]).status().unwrap().success());
+    let end = Instant::now() + Duration::from_secs(3);
+    while g.metric("sluice_guard_ja4_list_reloads_total{result=\"ok\"}") < 1.0 {
+        assert!(Instant::now() < end, "no reload of the JA4 list");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (_, answer) = split_hello_client(&g, &ca, "127.9.0.3", &format!("{}", n / 2), 7);
+    assert!(answer.starts_with("refused"), "split and listed: {answer}");
+    let (_, answer) = split_hello_client(&g, &ca, "127.9.0.3", "", 4096);
+    assert!(answer.starts_with("refused"), "whole and listed: {answer}");
+    // Not a handshake, and a hello's record followed by an alert record.
+    assert_eq!(status_of(ip("127.9.0.4"), g.addr, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"), None);
+    let cut = [&hello[..3], &[0, 9], &hello[5..14], &[21, 3, 3, 0, 2, 2, 40]].concat();
+    assert_eq!(status_of(ip("127.9.0.4"), g.addr, &cut), None);
+    let s = g.summary();
+    assert_eq!(s["breaches"]["tls_ja4"], 2, "{s}");
+    assert_eq!(s["breaches"]["tls_hello"], 2, "{s}");
+    assert_eq!(s["tls_handshakes"], 5, "{s}");
+    let top = &s["ja4_top"][0];
+    assert_eq!(
+        (top["ja4"].as_str(), top["handshakes"].as_u64(), top["refused"].as_u64()),
+        (Some(&ja4[..]), Some(7), Some(2)),
+        "{s}"
+    );
+    stop(up);
+}
+
 /// `--proxy-protocol` with TLS: the balancer's PROXY header comes first in
 /// plain text, the client's TLS after it (curl's `--haproxy-protocol`);
 /// the guard reads the one, then hands what followed it to TLS.

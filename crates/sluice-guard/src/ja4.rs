@@ -7,6 +7,9 @@
 //! algorithms), checks every length against the bytes there are, never
 //! panics (the fuzz target `client_hello` holds it to that) and says when
 //! the hello is not all there yet, so a server can wait for more bytes.
+//! A hello spread over several records is read whole ([`HelloReader`];
+//! the fuzz target `client_hello_split` holds it to the JA4 of the same
+//! hello in one record).
 
 use sha2::{Digest, Sha256};
 use std::fmt::Write;
@@ -39,13 +42,27 @@ pub enum HelloError {
     NotClientHello,
     #[error("the ClientHello is longer than {0} bytes")]
     TooLong(usize),
+    #[error("the records carrying the ClientHello are longer than {0} bytes")]
+    TooManyRecordBytes(usize),
     #[error("the ClientHello is cut short or its lengths disagree: {0}")]
     Malformed(&'static str),
 }
 
-/// The longest ClientHello read (a post-quantum key share makes Chrome's
-/// about 1.8 KB; 16 KiB is a whole record).
+/// The longest ClientHello read, its handshake header left out (a
+/// post-quantum key share makes Chrome's about 1.8 KB; 16 KiB is a whole
+/// record).
 pub const MAX_HELLO: usize = 16 << 10;
+
+/// The most bytes, record headers included, the records carrying one
+/// ClientHello may take. A hello of [`MAX_HELLO`] fits with 400 records'
+/// headers to spare. It stays under what rustls buffers unprocessed
+/// (16 KiB + 2 KiB + a 5-byte header): the guard holds rustls back while
+/// the hello is read, so a longer one would fill rustls's buffer first and
+/// fail as a read error instead of as this.
+pub const MAX_HELLO_RECORDS: usize = 18 << 10;
+
+/// The longest TLSPlaintext fragment (RFC 8446, 5.1: 2^14).
+const MAX_RECORD: usize = 1 << 14;
 
 /// TLS's GREASE values (RFC 8701): 0x0a0a, 0x1a1a, ... 0xfafa.
 pub fn is_grease(v: u16) -> bool {
@@ -90,39 +107,122 @@ impl<'a> Rd<'a> {
 
 /// Read the ClientHello at the start of a TLS connection (`buf` from its
 /// first byte, the record header included). `Ok(None)`: not all of it yet.
-/// Only the first handshake record is read: a hello split over records
-/// (allowed, never seen from real clients under 16 KiB) is refused.
+/// The same as one [`HelloReader::push`] of `buf`.
 pub fn parse(buf: &[u8]) -> Result<Option<ClientHello>, HelloError> {
-    if buf.is_empty() {
-        return Ok(None);
+    HelloReader::default().push(buf)
+}
+
+/// A ClientHello read from a connection's bytes as they arrive, in pieces
+/// cut anywhere, and reassembled from as many handshake records as the
+/// client spread it over (TLS allows any split, and a client that splits
+/// must be judged like one that does not: issue 39).
+///
+/// Nothing is copied but the handshake message (at most [`MAX_HELLO`] + 4
+/// bytes) and a partial record header; each byte is looked at once, so a
+/// client sending one byte at a time costs no more than one sending all.
+/// Bytes after the hello's last byte (the rest of its record, later
+/// records) are not read: rustls reads them.
+#[derive(Debug, Default)]
+pub struct HelloReader {
+    /// The header of the next record, while it is cut short.
+    head: [u8; 5],
+    head_len: usize,
+    /// Bytes of the current record's fragment still to come.
+    left: usize,
+    /// A record was read already: the next ones continue the hello.
+    more: bool,
+    /// The handshake message so far, its 4-byte header first.
+    msg: Vec<u8>,
+    /// Bytes taken so far, record headers included.
+    taken: usize,
+    /// The answer, once given: given again to any later push.
+    done: Option<Result<ClientHello, HelloError>>,
+}
+
+impl HelloReader {
+    /// The connection's next bytes. `Ok(None)`: the hello is not whole yet.
+    /// Once it is whole or refused, the same answer for every later push.
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Option<ClientHello>, HelloError> {
+        if self.done.is_none() {
+            match self.take(bytes) {
+                Ok(None) => return Ok(None),
+                Ok(Some(h)) => self.done = Some(Ok(h)),
+                Err(e) => self.done = Some(Err(e)),
+            }
+            // Only the answer is kept.
+            self.msg = Vec::new();
+        }
+        self.done.clone().transpose()
     }
-    // Record: type 22 (handshake), version 3.x, length.
-    if buf[0] != 22 || buf.get(1).is_some_and(|&v| v != 3) {
-        return Err(HelloError::NotHandshake);
+
+    fn take(&mut self, mut bytes: &[u8]) -> Result<Option<ClientHello>, HelloError> {
+        while !bytes.is_empty() {
+            if self.left == 0 {
+                let n = (5 - self.head_len).min(bytes.len());
+                self.head[self.head_len..self.head_len + n].copy_from_slice(&bytes[..n]);
+                (self.head_len, self.taken, bytes) = (self.head_len + n, self.taken + n, &bytes[n..]);
+                self.record_head()?;
+            } else {
+                // The message's header first, then as many bytes as it says.
+                let want = match self.msg_len() {
+                    None => 4 - self.msg.len(),
+                    Some(len) => len + 4 - self.msg.len(),
+                };
+                let n = self.left.min(bytes.len()).min(want);
+                self.msg.extend_from_slice(&bytes[..n]);
+                (self.left, self.taken, bytes) = (self.left - n, self.taken + n, &bytes[n..]);
+                // Handshake header: type 1 (client_hello), 24-bit length.
+                if self.msg.first().is_some_and(|&t| t != 1) {
+                    return Err(HelloError::NotClientHello);
+                }
+                if let Some(len) = self.msg_len() {
+                    if len > MAX_HELLO {
+                        return Err(HelloError::TooLong(MAX_HELLO));
+                    }
+                    if self.msg.len() == len + 4 {
+                        return hello(&self.msg[4..]).map(Some);
+                    }
+                }
+            }
+            // Checked after every step, record headers too, so it always
+            // answers before rustls's buffer could fill.
+            if self.taken > MAX_HELLO_RECORDS {
+                return Err(HelloError::TooManyRecordBytes(MAX_HELLO_RECORDS));
+            }
+        }
+        Ok(None)
     }
-    if buf.len() < 5 {
-        return Ok(None);
+
+    /// Check what there is of a record header: type 22 (handshake),
+    /// version 3.x, a length of 1 to 2^14 (RFC 8446, 5.1: a handshake
+    /// fragment is never empty, a fragment never longer).
+    fn record_head(&mut self) -> Result<(), HelloError> {
+        let bad = |what| if self.more { HelloError::Malformed(what) } else { HelloError::NotHandshake };
+        if self.head[0] != 22 {
+            return Err(bad("a record of another type inside the hello"));
+        }
+        if self.head_len >= 2 && self.head[1] != 3 {
+            return Err(bad("a record of another version inside the hello"));
+        }
+        if self.head_len < 5 {
+            return Ok(());
+        }
+        let len = usize::from(u16::from_be_bytes([self.head[3], self.head[4]]));
+        if len == 0 {
+            return Err(HelloError::Malformed("an empty handshake record"));
+        }
+        if len > MAX_RECORD {
+            return Err(HelloError::Malformed("a record longer than 2^14 bytes"));
+        }
+        (self.left, self.head_len, self.more) = (len, 0, true);
+        Ok(())
     }
-    let rec_len = usize::from(u16::from_be_bytes([buf[3], buf[4]]));
-    if rec_len > MAX_HELLO + 4 {
-        return Err(HelloError::TooLong(MAX_HELLO));
+
+    /// The handshake message's length, once its header is whole.
+    fn msg_len(&self) -> Option<usize> {
+        let h = self.msg.get(..4)?;
+        Some((usize::from(h[1]) << 16) | (usize::from(h[2]) << 8) | usize::from(h[3]))
     }
-    // Handshake header: type 1 (client_hello), 24-bit length.
-    if buf.len() >= 6 && buf[5] != 1 {
-        return Err(HelloError::NotClientHello);
-    }
-    if buf.len() < 9 {
-        return Ok(None);
-    }
-    let hs_len = (usize::from(buf[6]) << 16) | (usize::from(buf[7]) << 8) | usize::from(buf[8]);
-    if hs_len > MAX_HELLO {
-        return Err(HelloError::TooLong(MAX_HELLO));
-    }
-    if hs_len + 4 > rec_len {
-        return Err(HelloError::Malformed("the hello is longer than its record"));
-    }
-    let Some(body) = buf.get(9..9 + hs_len) else { return Ok(None) };
-    hello(body).map(Some)
 }
 
 fn hello(body: &[u8]) -> Result<ClientHello, HelloError> {
@@ -370,11 +470,231 @@ mod tests {
     fn what_is_not_a_client_hello() {
         assert_eq!(parse(b"GET / HTTP/1.1\r\n"), Err(HelloError::NotHandshake));
         assert_eq!(parse(&[22, 3, 1, 0, 5, 2, 0, 0, 1, 0]), Err(HelloError::NotClientHello));
-        assert_eq!(parse(&[22, 3, 1, 0xff, 0xff]), Err(HelloError::TooLong(MAX_HELLO)));
+        assert_eq!(parse(&[22, 3, 1, 0xff, 0xff]), Err(HelloError::Malformed("a record longer than 2^14 bytes")));
+        assert_eq!(parse(&[22, 3, 1, 0, 5, 1, 0x01, 0, 1]), Err(HelloError::TooLong(MAX_HELLO)));
         assert!(matches!(parse(&[22, 3, 1, 0, 8, 1, 0, 0, 4, 3, 3, 0, 0]), Err(HelloError::Malformed(_))));
         let mut bytes = unhex(include_str!("testdata/tls12.hex"));
         bytes[9 + 2 + 32] = 40; // a session id over 32 bytes
         assert!(matches!(parse(&bytes), Err(HelloError::Malformed(_))));
+    }
+
+    /// The four captured hellos, each one whole record.
+    fn captures() -> Vec<Vec<u8>> {
+        let hex = [
+            include_str!("testdata/tls12.hex"),
+            include_str!("testdata/tls-alpn-h2.hex"),
+            include_str!("testdata/tls-non-ascii-alpn.hex"),
+            include_str!("testdata/badcurveball.hex"),
+        ];
+        hex.iter().map(|h| unhex(h)).collect()
+    }
+
+    /// A whole one-record hello with its handshake message cut into records
+    /// at `cuts` (offsets into the message, taken modulo its length), each
+    /// record with the whole one's type and version.
+    fn split(whole: &[u8], cuts: &[usize]) -> Vec<u8> {
+        let msg = &whole[5..];
+        assert_eq!(msg.len(), usize::from(u16::from_be_bytes([whole[3], whole[4]])), "one whole record");
+        records(&whole[..3], msg, cuts)
+    }
+
+    fn records(head: &[u8], msg: &[u8], cuts: &[usize]) -> Vec<u8> {
+        let mut at: Vec<usize> = cuts.iter().map(|c| c % msg.len()).chain([0, msg.len()]).collect();
+        at.sort_unstable();
+        at.dedup();
+        let mut out = Vec::new();
+        for w in at.windows(2) {
+            out.extend_from_slice(head);
+            out.extend_from_slice(&u16::try_from(w[1] - w[0]).unwrap().to_be_bytes());
+            out.extend_from_slice(&msg[w[0]..w[1]]);
+        }
+        out
+    }
+
+    /// `bytes` pushed in pieces cut at `segs`: the last answer.
+    fn pushed(bytes: &[u8], segs: &[usize]) -> Result<Option<ClientHello>, HelloError> {
+        let mut at: Vec<usize> = segs.iter().map(|c| c % (bytes.len() + 1)).chain([0, bytes.len()]).collect();
+        at.sort_unstable();
+        let mut r = HelloReader::default();
+        let mut last = Ok(None);
+        for w in at.windows(2) {
+            last = r.push(&bytes[w[0]..w[1]]);
+        }
+        last
+    }
+
+    #[test]
+    fn a_hello_split_into_two_records_at_any_byte_reads_as_whole() {
+        for whole in captures() {
+            let h = parse(&whole).unwrap().unwrap();
+            for cut in 1..whole.len() - 5 {
+                let two = split(&whole, &[cut]);
+                assert_eq!(two.len(), whole.len() + 5);
+                // One byte at a time: "not yet" up to the last byte.
+                let mut r = HelloReader::default();
+                for (i, b) in two.iter().enumerate() {
+                    let got = r.push(std::slice::from_ref(b)).unwrap();
+                    assert_eq!(got.is_some(), i == two.len() - 1, "cut {cut}, byte {i}");
+                    if let Some(got) = got {
+                        assert_eq!(got, h, "cut {cut}");
+                        assert_eq!(got.ja4(), h.ja4());
+                    }
+                }
+                assert_eq!(parse(&two).unwrap().unwrap().ja4(), h.ja4(), "cut {cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_hello_in_three_records_and_in_one_byte_records_reads_as_whole() {
+        let whole = &captures()[0];
+        let h = parse(whole).unwrap().unwrap();
+        let n = whole.len() - 5;
+        for a in (1..n).step_by(3) {
+            for b in (a + 1..n).step_by(5) {
+                assert_eq!(parse(&split(whole, &[a, b])).unwrap().as_ref(), Some(&h), "cuts {a} {b}");
+            }
+        }
+        let every: Vec<usize> = (1..n).collect();
+        let ones = split(whole, &every);
+        assert_eq!(ones.len(), n * 6);
+        assert_eq!(parse(&ones).unwrap().unwrap().ja4(), h.ja4());
+    }
+
+    /// A TLS 1.3 ClientHello message whose padding extension makes it
+    /// `len` bytes long, header included.
+    fn padded(len: usize) -> Vec<u8> {
+        let mut body = vec![3, 3];
+        body.extend([7; 32]);
+        body.extend([0, 0, 2, 0x13, 0x01, 1, 0]);
+        let pad = len - 4 - body.len() - 2 - 7 - 4;
+        let mut exts = vec![0x00, 0x2b, 0, 3, 2, 3, 4, 0x00, 0x15];
+        exts.extend(u16::try_from(pad).unwrap().to_be_bytes());
+        exts.resize(exts.len() + pad, 0);
+        body.extend(u16::try_from(exts.len()).unwrap().to_be_bytes());
+        body.extend(exts);
+        let mut msg = vec![1, 0];
+        msg.extend(u16::try_from(body.len()).unwrap().to_be_bytes());
+        msg.extend(body);
+        assert_eq!(msg.len(), len);
+        msg
+    }
+
+    fn in_records_of(msg: &[u8], size: usize) -> Vec<u8> {
+        let cuts: Vec<usize> = (size..msg.len()).step_by(size).collect();
+        records(&[22, 3, 1], msg, &cuts)
+    }
+
+    #[test]
+    fn the_bounds_a_whole_hello_and_its_records_are_held_to() {
+        // The longest hello, in two records and in records of 64 bytes
+        // (17,920 bytes in all): read.
+        let longest = padded(MAX_HELLO + 4);
+        let h = parse(&in_records_of(&longest, 1 << 14)).unwrap().expect("whole");
+        // sha256("1301"), sha256("0015,002b"): one cipher, two extensions.
+        assert_eq!(h.ja4(), "t13i010200_0f2cb44170f4_7418e7913c75");
+        assert_eq!(parse(&in_records_of(&longest, 64)).unwrap(), Some(h));
+        // A byte longer: refused at its header, whatever the records.
+        let mut over = longest.clone();
+        over[3] += 1;
+        assert_eq!(parse(&in_records_of(&over, 4)), Err(HelloError::TooLong(MAX_HELLO)));
+        // The longest in records of 8 bytes: over 18 KiB of records.
+        let eights = in_records_of(&longest, 8);
+        assert_eq!(parse(&eights), Err(HelloError::TooManyRecordBytes(MAX_HELLO_RECORDS)));
+        assert_eq!(parse(&eights[..MAX_HELLO_RECORDS]), Ok(None), "refused as the bound is passed");
+        // A hello of 2 KiB is read in any records at all, one byte each too.
+        let small = padded(2048);
+        let h = parse(&in_records_of(&small, 2048)).unwrap().unwrap();
+        assert_eq!(parse(&in_records_of(&small, 1)).unwrap(), Some(h));
+    }
+
+    #[test]
+    fn what_cannot_be_reassembled_is_refused() {
+        let whole = &captures()[1];
+        let two = split(whole, &[100]);
+        let second = 5 + 100;
+        let with = |at: usize, b: u8| {
+            let mut v = two.clone();
+            v[at] = b;
+            v
+        };
+        // Another record type, or version, where the hello's next record should be.
+        for (at, b) in [(second, 21), (second, 23), (second, 20), (second + 1, 2)] {
+            assert!(matches!(parse(&with(at, b)), Err(HelloError::Malformed(_))), "{at} {b}");
+        }
+        // An empty record (TLS forbids them for handshakes), first or between.
+        let mut empty = vec![22, 3, 1, 0, 0];
+        assert_eq!(parse(&empty), Err(HelloError::Malformed("an empty handshake record")));
+        empty = [&two[..second], &[22, 3, 1, 0, 0], &two[second..]].concat();
+        assert_eq!(parse(&empty), Err(HelloError::Malformed("an empty handshake record")));
+        // Not a hello: another handshake message cut over records, or no
+        // handshake at all.
+        assert_eq!(parse(&[22, 3, 1, 0, 1, 2]), Err(HelloError::NotClientHello));
+        assert_eq!(parse(&[0x80, 0x2e, 1, 3, 1]), Err(HelloError::NotHandshake));
+        // The message header across records, its length over the bound.
+        assert_eq!(parse(&[22, 3, 1, 0, 2, 1, 0, 22, 3, 1, 0, 2, 0x40, 1]), Err(HelloError::TooLong(MAX_HELLO)));
+        // A hello whose lengths disagree stays malformed however it is cut.
+        let mut bad = whole.clone();
+        bad[9 + 2 + 32] = 40;
+        for cut in [1, 3, 4, 50, 200] {
+            assert!(matches!(parse(&split(&bad, &[cut])), Err(HelloError::Malformed(_))), "{cut}");
+        }
+    }
+
+    #[test]
+    fn bytes_after_the_hello_are_left_alone() {
+        let whole = &captures()[0];
+        let h = parse(whole);
+        assert!(matches!(h, Ok(Some(_))));
+        // The same record carrying another message after the hello.
+        let mut longer = whole.clone();
+        longer.extend([20, 0, 0, 0]);
+        let len = u16::from_be_bytes([whole[3], whole[4]]) + 4;
+        longer[3..5].copy_from_slice(&len.to_be_bytes());
+        assert_eq!(parse(&longer), h);
+        // Other records after it (a change_cipher_spec, data), or garbage.
+        let after = [&split(whole, &[77])[..], &[20, 3, 3, 0, 1, 1, 23, 3, 3, 0, 2, 9, 9]].concat();
+        assert_eq!(parse(&after), h);
+        assert_eq!(parse(&[&whole[..], b"GET / HTTP/1.1\r\n"].concat()), h);
+        // Pushed again after the answer: the same answer.
+        let mut r = HelloReader::default();
+        assert_eq!(r.push(whole), h);
+        assert_eq!(r.push(b"anything"), h);
+        let mut r = HelloReader::default();
+        assert_eq!(r.push(b"GET"), Err(HelloError::NotHandshake));
+        assert_eq!(r.push(whole), Err(HelloError::NotHandshake));
+    }
+
+    proptest! {
+        #[test]
+        fn split_and_segmented_reads_as_whole(
+            which in 0usize..4,
+            cuts in proptest::collection::vec(any::<u16>(), 0..8),
+            segs in proptest::collection::vec(any::<u16>(), 0..8),
+        ) {
+            let whole = &captures()[which];
+            let cuts: Vec<usize> = cuts.into_iter().map(usize::from).collect();
+            let segs: Vec<usize> = segs.into_iter().map(usize::from).collect();
+            let h = parse(whole).unwrap().unwrap();
+            let got = pushed(&split(whole, &cuts), &segs).unwrap().unwrap();
+            prop_assert_eq!(got.ja4(), h.ja4());
+            prop_assert_eq!(got, h);
+        }
+
+        #[test]
+        fn how_bytes_arrive_never_changes_the_answer(
+            bytes in proptest::collection::vec(any::<u8>(), 0..300),
+            segs in proptest::collection::vec(any::<u16>(), 0..8),
+        ) {
+            // Random bytes behind a handshake record header, and alone:
+            // pieces answer as one push, errors included.
+            let mut b = vec![22, 3, 1];
+            b.extend(u16::try_from(bytes.len()).unwrap().to_be_bytes());
+            b.extend(&bytes);
+            let segs: Vec<usize> = segs.into_iter().map(usize::from).collect();
+            prop_assert_eq!(pushed(&b, &segs), parse(&b));
+            prop_assert_eq!(pushed(&bytes, &segs), parse(&bytes));
+        }
     }
 
     proptest! {

@@ -133,6 +133,9 @@ limits! {
     TlsHandshakeBurst = "tls_handshake_burst", 0;
     // The hello's JA4 is on the --block-ja4 list.
     TlsJa4 = "tls_ja4", 0;
+    // A ClientHello that cannot be read (not a handshake, over 16 KiB,
+    // malformed) while --block-ja4 or a handshake rate is on: it cannot be judged.
+    TlsHello = "tls_hello", 0;
     // Any request the parser refuses (answered with its own status: 400, 431 or 501).
     HttpParse = "http_parse", 400;
 }

@@ -469,24 +469,34 @@ impl<'a> Worker<'a> {
             self.tls = Some((generation, store.current()));
         }
         let cfg = self.tls.as_ref().expect("just set").1.clone();
-        TlsConn::new(cfg).map(|t| Some(Box::new(t)))
+        let l = &self.cfg.limits;
+        let judge =
+            self.shared.ja4_block.is_some() || l.tls_handshake_rate.is_some() || l.tls_handshake_burst.is_some();
+        TlsConn::new(cfg, judge).map(|t| Some(Box::new(t)))
     }
 
     /// A whole ClientHello, before rustls spends anything on it: its JA4
     /// is counted and checked against `--block-ja4`, the hello against the
     /// handshake rate (a trusted proxy's are not: it speaks for many).
-    fn hello(&mut self, c: &mut Client, hello: &crate::ja4::ClientHello) -> After {
-        let ja4 = hello.ja4();
-        let listed = self.shared.ja4_block.as_ref().is_some_and(|b| b.contains(&ja4));
-        let limit = if listed {
-            Some(Limit::TlsJa4)
-        } else if c.forwarded || self.trusted(c.ip) {
+    /// One that cannot be read breaks `tls_hello`, counted in the rate all
+    /// the same.
+    fn hello(&mut self, c: &mut Client, hello: Result<&crate::ja4::ClientHello, &crate::ja4::HelloError>) -> After {
+        let ja4 = hello.ok().map(|h| h.ja4());
+        let listed = ja4.as_ref().is_some_and(|j| self.shared.ja4_block.as_ref().is_some_and(|b| b.contains(j)));
+        let rate = if c.forwarded || self.trusted(c.ip) {
             None
         } else {
-            self.shared.table.on_hello(c.ip, self.now_ms()).err()
+            Some(self.shared.table.on_hello(c.ip, self.now_ms()))
         };
-        self.shared.ja4_stats.count(&ja4, limit.is_some() && !self.cfg.dry_run);
-        c.ja4 = Some(ja4.into_boxed_str());
+        let limit = match (&ja4, listed) {
+            (None, _) => Some(Limit::TlsHello),
+            (_, true) => Some(Limit::TlsJa4),
+            _ => rate.and_then(|r| r.err()),
+        };
+        if let Some(ja4) = ja4 {
+            self.shared.ja4_stats.count(&ja4, limit.is_some() && !self.cfg.dry_run);
+            c.ja4 = Some(ja4.into_boxed_str());
+        }
         match limit {
             None => After::Keep,
             Some(limit) if self.cfg.dry_run => {
@@ -930,7 +940,7 @@ impl<'a> Worker<'a> {
                             // Admitted hellos queue, so handshakes are
                             // worked through after the established
                             // connections' requests (see `run_hellos`).
-                            Ok(Input::Hello(hello)) => match self.hello(c, &hello) {
+                            Ok(Input::Hello(hello)) => match self.hello(c, hello.as_deref()) {
                                 After::Keep => {
                                     c.hello_queued = true;
                                     self.hellos.push_back((i, c.serial));

@@ -4,11 +4,14 @@
 //!
 //! The proxy loops stay non-blocking: [`TlsConn::read`] and the writes move
 //! what the socket takes and say `WouldBlock` otherwise. Until the
-//! ClientHello is whole, the bytes read are also kept, so the hello can be
-//! judged (JA4, the handshake rate) *before* rustls does any crypto for it:
-//! a handshake flood is refused for the price of a parse.
+//! ClientHello is whole, the bytes read are also handed to a
+//! [`HelloReader`], and rustls is held back, so the hello can be judged
+//! (JA4, the handshake rate) *before* rustls does any crypto for it: a
+//! handshake flood is refused for the price of a parse. The bytes stay in
+//! rustls's own buffer meanwhile, untouched, so what it then processes is
+//! exactly what the client sent, however it split its hello into records.
 
-use crate::ja4::{self, ClientHello};
+use crate::ja4::{ClientHello, HelloError, HelloReader};
 use rustls::crypto::ring::default_provider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -153,8 +156,12 @@ pub enum Input {
     /// The socket has nothing more now.
     WouldBlock,
     /// The ClientHello just arrived whole, not yet processed: judge it,
-    /// then read again (which processes it) or close.
-    Hello(Box<ClientHello>),
+    /// then read again (which processes it) or close. `Err`: the first
+    /// bytes are no ClientHello the guard can read (not a handshake, over
+    /// [`crate::ja4::MAX_HELLO`], malformed), said only by a connection
+    /// made to judge hellos (see [`TlsConn::new`]); reading again lets
+    /// rustls decide.
+    Hello(Result<Box<ClientHello>, HelloError>),
 }
 
 /// Why a TLS connection ends.
@@ -167,11 +174,13 @@ pub enum TlsError {
 }
 
 /// Reads the socket into rustls, after any bytes read before TLS began
-/// (`early`), keeping a copy of what it read while the hello is wanted.
+/// (`early`), showing what it read to `hello` while the hello is wanted.
 struct Source<'a, S> {
     early: &'a mut Vec<u8>,
     sock: &'a mut S,
-    copy: Option<&'a mut Vec<u8>>,
+    hello: Option<&'a mut HelloReader>,
+    /// What `hello` answered, once it did.
+    judged: Option<Result<ClientHello, HelloError>>,
 }
 
 impl<S: Read> Read for Source<'_, S> {
@@ -184,8 +193,12 @@ impl<S: Read> Read for Source<'_, S> {
             self.early.drain(..n);
             n
         };
-        if let Some(copy) = &mut self.copy {
-            copy.extend_from_slice(&buf[..n]);
+        if let (Some(r), None) = (self.hello.as_deref_mut(), &self.judged) {
+            match r.push(&buf[..n]) {
+                Ok(None) => {}
+                Ok(Some(h)) => self.judged = Some(Ok(h)),
+                Err(e) => self.judged = Some(Err(e)),
+            }
         }
         Ok(n)
     }
@@ -194,9 +207,12 @@ impl<S: Read> Read for Source<'_, S> {
 /// One client connection's TLS side.
 pub struct TlsConn {
     conn: ServerConnection,
-    /// The raw bytes read while the ClientHello is not yet whole; `None`
-    /// once it is (or once it cannot be one).
-    hello: Option<Vec<u8>>,
+    /// The ClientHello as read so far; `None` once it was answered.
+    hello: Option<HelloReader>,
+    /// A hello that cannot be read is said (`Input::Hello(Err)`), not left
+    /// to rustls: with `--block-ja4` or a handshake rate, a client must not
+    /// escape them by sending what only rustls reads.
+    judge: bool,
     /// Read from the socket, not yet processed by rustls (the hello, held
     /// back while it is judged).
     unprocessed: bool,
@@ -209,12 +225,15 @@ pub struct TlsConn {
 }
 
 impl TlsConn {
-    pub fn new(cfg: Arc<ServerConfig>) -> Result<TlsConn, TlsError> {
+    /// `judge`: say a ClientHello that cannot be read instead of leaving
+    /// it to rustls (on when anything is decided at the hello).
+    pub fn new(cfg: Arc<ServerConfig>, judge: bool) -> Result<TlsConn, TlsError> {
         let mut conn = ServerConnection::new(cfg)?;
         conn.set_buffer_limit(Some(TLS_OUT_LIMIT));
         Ok(TlsConn {
             conn,
-            hello: Some(Vec::new()),
+            hello: Some(HelloReader::default()),
+            judge,
             unprocessed: false,
             early: Vec::new(),
             eof: false,
@@ -255,7 +274,9 @@ impl TlsConn {
             if self.eof {
                 return Ok(Input::Data(0));
             }
-            let got = self.conn.read_tls(&mut Source { early: &mut self.early, sock, copy: self.hello.as_mut() });
+            let mut src = Source { early: &mut self.early, sock, hello: self.hello.as_mut(), judged: None };
+            let got = self.conn.read_tls(&mut src);
+            let judged = src.judged;
             match got {
                 Ok(0) => self.eof = true,
                 Ok(_) => {}
@@ -264,15 +285,13 @@ impl TlsConn {
                 Err(e) => return Err(e.into()),
             }
             self.unprocessed = true;
-            if let Some(copy) = &self.hello {
-                match ja4::parse(copy) {
-                    Ok(None) => {}
-                    Ok(Some(h)) => {
-                        self.hello = None;
-                        return Ok(Input::Hello(Box::new(h)));
-                    }
-                    // Not one our parser reads: rustls judges it alone.
-                    Err(_) => self.hello = None,
+            if let Some(judged) = judged {
+                self.hello = None;
+                match judged {
+                    Ok(h) => return Ok(Input::Hello(Ok(Box::new(h)))),
+                    Err(e) if self.judge => return Ok(Input::Hello(Err(e))),
+                    // Nothing is decided at the hello: rustls judges it alone.
+                    Err(_) => {}
                 }
             }
         }
@@ -326,11 +345,13 @@ mod tests {
         names.iter().map(|n| CertFiles { cert: at(format!("tls-{n}.pem")), key: at(format!("tls-{n}.key")) }).collect()
     }
 
-    /// A non-blocking socket in memory: reads what the peer wrote, else WouldBlock.
+    /// A non-blocking socket in memory: reads what the peer wrote (at most
+    /// `max_read` bytes a read, if set), else WouldBlock.
     #[derive(Default)]
     struct Pipe {
         input: VecDeque<u8>,
         output: Vec<u8>,
+        max_read: Option<usize>,
     }
 
     impl Read for Pipe {
@@ -338,7 +359,8 @@ mod tests {
             if self.input.is_empty() {
                 return Err(io::ErrorKind::WouldBlock.into());
             }
-            self.input.read(buf)
+            let n = self.max_read.unwrap_or(buf.len()).min(buf.len());
+            self.input.read(&mut buf[..n])
         }
     }
 
@@ -372,15 +394,29 @@ mod tests {
     /// hello seen (once, before processing), the certificate served, the
     /// request's plaintext as the server read it.
     fn exchange(store: &TlsStore, sni: &str) -> (Option<ClientHello>, CertificateDer<'static>, Vec<u8>) {
+        exchange_recut(store, sni, &|b| b.to_vec(), None)
+    }
+
+    /// [`exchange`] with the client's first flight (its hello, one record)
+    /// passed through `recut`, and the server reading `max_read` bytes at
+    /// most at a time.
+    fn exchange_recut(
+        store: &TlsStore,
+        sni: &str,
+        recut: &dyn Fn(&[u8]) -> Vec<u8>,
+        max_read: Option<usize>,
+    ) -> (Option<ClientHello>, CertificateDer<'static>, Vec<u8>) {
         let mut c = client(sni);
-        let mut server = TlsConn::new(store.current()).unwrap();
-        let mut sock = Pipe::default();
+        let mut server = TlsConn::new(store.current(), true).unwrap();
+        let mut sock = Pipe { max_read, ..Pipe::default() };
         let (mut hello, mut got) = (None, Vec::new());
         let mut sent = false;
-        for _ in 0..20 {
+        for round in 0..20 {
+            let mut flight = Vec::new();
             while c.wants_write() {
-                c.write_tls(&mut (&mut sock.input)).unwrap();
+                c.write_tls(&mut flight).unwrap();
             }
+            sock.input.extend(if round == 0 { recut(&flight) } else { flight });
             let mut buf = [0u8; 512];
             loop {
                 match server.read(&mut sock, &mut buf).unwrap() {
@@ -388,7 +424,7 @@ mod tests {
                         assert!(hello.is_none(), "one hello");
                         // Judged before rustls answers it: no ServerHello yet.
                         assert!(sock.output.is_empty() && !server.wants_write());
-                        hello = Some(*h);
+                        hello = Some(*h.expect("a hello the guard reads"));
                     }
                     Input::Data(n) => {
                         assert!(n > 0, "no EOF here");
@@ -431,6 +467,93 @@ mod tests {
             assert!(hello.ja4().starts_with("t13d"), "{}", hello.ja4());
             assert_eq!(cert, leaf(want), "SNI {sni}");
             assert_eq!(got, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        }
+    }
+
+    /// The hello's handshake message cut into records at `cuts` (offsets
+    /// into the message), each with the first record's header.
+    fn recut(flight: &[u8], cuts: &[usize]) -> Vec<u8> {
+        let len = usize::from(u16::from_be_bytes([flight[3], flight[4]]));
+        assert_eq!(flight.len(), 5 + len, "the first flight is the hello's record");
+        let mut at: Vec<usize> = cuts.iter().copied().chain([0, len]).collect();
+        at.sort_unstable();
+        at.dedup();
+        let mut out = Vec::new();
+        for w in at.windows(2) {
+            out.extend_from_slice(&flight[..3]);
+            out.extend_from_slice(&u16::try_from(w[1] - w[0]).unwrap().to_be_bytes());
+            out.extend_from_slice(&flight[5 + w[0]..5 + w[1]]);
+        }
+        out
+    }
+
+    /// Issue 39: a hello split over records, and over reads, is judged as
+    /// the same hello sent whole, and rustls, given the very bytes the
+    /// client sent, completes the handshake.
+    #[test]
+    fn a_hello_split_over_records_and_reads_is_judged_whole_then_served() {
+        let store = TlsStore::load(files(&["a.test"])).unwrap();
+        let (whole, _, _) = exchange(&store, "a.test");
+        let whole = whole.expect("the whole hello");
+        let cases: &[(&[usize], Option<usize>)] = &[
+            (&[1], None),
+            (&[3], None),
+            (&[4], None),
+            (&[100], Some(1)),
+            (&[60, 61], Some(7)),
+            (&[2, 40, 200], Some(5)),
+        ];
+        for &(cuts, max_read) in cases {
+            let (hello, cert, got) = exchange_recut(&store, "a.test", &|f| recut(f, cuts), max_read);
+            let hello = hello.unwrap_or_else(|| panic!("no hello judged for cuts {cuts:?}"));
+            assert_eq!(hello.ja4(), whole.ja4(), "cuts {cuts:?}");
+            assert_eq!(hello.sni, whole.sni);
+            assert_eq!(cert, leaf("a.test"));
+            assert_eq!(got, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "served after cuts {cuts:?}");
+        }
+    }
+
+    /// What the first reads say about `bytes` sent as a connection's first:
+    /// the first answer other than "would block" while bytes are left.
+    fn first_answer(judge: bool, bytes: &[u8]) -> Result<Input, TlsError> {
+        let store = TlsStore::load(files(&["a.test"])).unwrap();
+        let mut server = TlsConn::new(store.current(), judge).unwrap();
+        let mut sock = Pipe { max_read: Some(4096), ..Pipe::default() };
+        sock.input.extend(bytes);
+        let mut buf = [0u8; 512];
+        loop {
+            match server.read(&mut sock, &mut buf) {
+                Ok(Input::WouldBlock) if !sock.input.is_empty() => continue,
+                Ok(Input::Hello(Err(e))) => {
+                    // Said before rustls saw anything: nothing answered yet.
+                    assert!(sock.output.is_empty() && !server.wants_write());
+                    return Ok(Input::Hello(Err(e)));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    #[test]
+    fn a_hello_that_cannot_be_read_is_said_when_judging_and_left_to_rustls_otherwise() {
+        // A 16 KiB hello in 8-byte records: over 18 KiB of records.
+        let mut msg = vec![1, 0, 0x40, 0];
+        msg.resize(4 + (16 << 10), 0);
+        let eights: Vec<u8> = msg.chunks(8).flat_map(|c| [&[22, 3, 1, 0, c.len() as u8][..], c].concat()).collect();
+        let cases: [(&[u8], HelloError); 4] = [
+            (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", HelloError::NotHandshake),
+            (&[22, 3, 1, 0, 4, 2, 0, 0, 0], HelloError::NotClientHello),
+            (&[22, 3, 1, 0, 2, 1, 0, 22, 3, 1, 0, 2, 0x40, 1], HelloError::TooLong(crate::ja4::MAX_HELLO)),
+            (&eights, HelloError::TooManyRecordBytes(crate::ja4::MAX_HELLO_RECORDS)),
+        ];
+        for (bytes, want) in cases {
+            match first_answer(true, bytes) {
+                Ok(Input::Hello(Err(e))) => assert_eq!(e, want),
+                other => panic!("{want}: {other:?}"),
+            }
+            // Not judging: rustls refuses each itself, or waits for more.
+            let lax = first_answer(false, bytes);
+            assert!(matches!(lax, Err(TlsError::Tls(_)) | Ok(Input::WouldBlock)), "{want}: {lax:?}");
         }
     }
 
