@@ -5,7 +5,7 @@
 //! a stream that parses becomes a feed whose every element applies.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sluice_control::crowdsec::{go_duration, to_feed, BouncerCounters, Stream};
+use sluice_control::crowdsec::{go_duration, parse};
 use sluice_control::ctl::parse_request;
 use sluice_control::sets::RuntimeSets;
 use sluice_engine::dynamic::Elements;
@@ -49,9 +49,7 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     }
-    if let Ok(stream) = serde_json::from_str::<Stream>(&text) {
-        let counters = BouncerCounters::default();
-        let feed = to_feed(stream, "d", data.first().is_some_and(|b| b & 1 == 1), &counters);
+    if let Ok((feed, _)) = parse(data, None, "d", data.first().is_some_and(|b| b & 1 == 1), 1 << 20) {
         let n = feed.adds.len();
         let out = sets.feed(&rules, &feed, 1_000_000_000, &base_of).unwrap();
         assert!(out.added <= n);
