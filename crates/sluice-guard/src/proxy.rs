@@ -74,7 +74,6 @@ enum Phase {
 struct InFlight {
     up: usize,
     keep_alive: bool,
-    head_method: bool,
     /// Some response bytes went to the client: a reply can no longer be sent.
     resp_started: bool,
 }
@@ -207,6 +206,8 @@ pub(crate) struct Worker<'a> {
     accept_pending: bool,
     /// This second's block lines: when it began, lines logged, blocks not logged.
     block_lines: (Instant, u32, u64),
+    /// Upstream failures: when the last line was logged, failures since not logged.
+    up_lines: (Option<Instant>, u64),
     /// Response buffers (`--buffer-size` each).
     pool: Pool,
 }
@@ -271,6 +272,7 @@ impl<'a> Worker<'a> {
             serials: 0,
             accept_pending: false,
             block_lines: (Instant::now(), 0, 0),
+            up_lines: (None, 0),
             pool: Pool::new(cfg.buffer_size, POOL_KEEP),
         })
     }
@@ -608,6 +610,22 @@ impl<'a> Worker<'a> {
         }
     }
 
+    /// Count an upstream failure and say why: at most one line a second
+    /// (an upstream that is down fails every request), with the count of
+    /// those not logged.
+    fn upstream_failed(&mut self, why: std::fmt::Arguments) {
+        add(&self.n.upstream_errors, 1);
+        let (last, more) = &mut self.up_lines;
+        if last.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+            *more += 1;
+            return;
+        }
+        let upstream = self.cfg.upstream;
+        let more = std::mem::take(more);
+        *last = Some(Instant::now());
+        tracing::warn!(event = "upstream_error", %upstream, not_logged = more, "upstream {upstream}: {why} ({more} more failures since the last line)");
+    }
+
     /// One log line per new block (at most [`BLOCK_LINES`] a second).
     fn log_block(&mut self, ip: IpAddr, ja4: Option<&str>, limit: Limit, secs: u64) {
         let (since, lines, more) = &mut self.block_lines;
@@ -872,8 +890,15 @@ impl<'a> Worker<'a> {
 
     /// A pooled upstream connection, or a new one (connect in progress).
     fn take_up(&mut self) -> io::Result<usize> {
-        if let Some(j) = self.idle.pop() {
-            return Ok(j);
+        while let Some(j) = self.idle.pop() {
+            // Still open and quiet? Its close may have come with the last
+            // bytes of its response (one edge, already taken), or be queued
+            // behind this turn's events: a request sent there is lost.
+            let u = self.ups[j].as_ref().expect("an idle upstream");
+            match u.sock.peek(&mut [0u8; 1]) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(j),
+                _ => self.close_up(j),
+            }
         }
         let mut sock = TcpStream::connect(self.cfg.upstream)?;
         let _ = sock.set_nodelay(true);
@@ -1069,8 +1094,8 @@ impl<'a> Worker<'a> {
                         }
                         let j = match self.take_up() {
                             Ok(j) => j,
-                            Err(_) => {
-                                add(&self.n.upstream_errors, 1);
+                            Err(e) => {
+                                self.upstream_failed(format_args!("connecting: {e}"));
                                 error_response(&mut c.out, &mut self.pool, 502);
                                 c.phase = Phase::Closing;
                                 continue;
@@ -1079,15 +1104,14 @@ impl<'a> Worker<'a> {
                         let u = self.ups[j].as_mut().expect("taken");
                         u.client = Some(i);
                         u.watch = Watch::new(u.moved, Instant::now());
+                        if h.head_method {
+                            // Its answer is a head alone, whatever its Content-Length says.
+                            u.reader.expect_no_body();
+                        }
                         u.out.extend_from_slice(&c.inbuf[c.start..c.start + h.len]);
                         c.start += h.len;
                         add(&self.n.forwarded, 1);
-                        c.req = Some(InFlight {
-                            up: j,
-                            keep_alive: h.keep_alive,
-                            head_method: h.head_method,
-                            resp_started: false,
-                        });
+                        c.req = Some(InFlight { up: j, keep_alive: h.keep_alive, resp_started: false });
                         if h.has_body {
                             c.phase = Phase::Body;
                         } else {
@@ -1205,7 +1229,8 @@ impl<'a> Worker<'a> {
     /// `Ok(progress)`, or how the client must end.
     fn relay(&mut self, c: &mut Client, u: &mut Up) -> Result<bool, After> {
         let mut progress = false;
-        let mut failed = false;
+        // Why the upstream connection failed, if it did.
+        let mut failed: Option<String> = None;
         while u.out_pos < u.out.len() {
             match u.sock.write(&u.out[u.out_pos..]) {
                 Ok(n) => {
@@ -1217,8 +1242,8 @@ impl<'a> Worker<'a> {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    failed = true;
+                Err(e) => {
+                    failed = Some(format!("sending the request: {e}"));
                     break;
                 }
             }
@@ -1231,7 +1256,7 @@ impl<'a> Worker<'a> {
         // its room: a client slower than the upstream stops the reads
         // here, and the guard holds at most `--buffer-size` for it.
         let mut eof = false;
-        while !failed && u.readable {
+        while failed.is_none() && u.readable {
             let room = c.out.room(&mut self.pool);
             let len = room.len();
             if len == 0 {
@@ -1252,26 +1277,21 @@ impl<'a> Worker<'a> {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => u.readable = false,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => failed = true,
+                Err(e) => failed = Some(format!("reading the response: {e}")),
             }
         }
         // Frame what arrived in place, and see whether it ended.
         let mut done = None;
-        while !failed && done.is_none() && !c.out.unframed().is_empty() {
+        while failed.is_none() && done.is_none() && !c.out.unframed().is_empty() {
             let q = c.req.as_mut().expect("relaying a request");
             match u.reader.step(c.out.unframed()) {
                 Ok(Step::NeedMore) => {
                     // A head that fills the whole buffer cannot be framed.
-                    failed = c.out.unframed().len() >= self.pool.size();
+                    if c.out.unframed().len() >= self.pool.size() {
+                        failed =
+                            Some(format!("a response head longer than --buffer-size ({} bytes)", self.pool.size()));
+                    }
                     break;
-                }
-                Ok(Step::Consumed(n)) if q.head_method && !q.resp_started => {
-                    // A HEAD response: the head is all of it, whatever
-                    // Content-Length says; the reader would wait for a body.
-                    let status = response_status(&c.out.unframed()[..n]);
-                    c.out.frame(n);
-                    u.reader = ResponseReader::new(MAX_RESPONSE_HEAD);
-                    done = Some((status, false));
                 }
                 Ok(Step::Consumed(n)) => {
                     c.out.frame(n);
@@ -1281,7 +1301,7 @@ impl<'a> Worker<'a> {
                     c.out.frame(consumed);
                     done = Some((response.status, response.close));
                 }
-                Err(_) => failed = true,
+                Err(e) => failed = Some(format!("a bad response: {e}")),
             }
         }
         if let Some((status, close)) = done {
@@ -1319,8 +1339,13 @@ impl<'a> Worker<'a> {
             }
             return Ok(true);
         }
-        if failed || eof {
-            add(&self.n.upstream_errors, 1);
+        if failed.is_some() || eof {
+            let q = c.req.as_ref().expect("relaying a request");
+            let why = failed.unwrap_or_else(|| match q.resp_started {
+                true => "closed in the middle of a response".into(),
+                false => "closed before answering".into(),
+            });
+            self.upstream_failed(format_args!("{why}"));
             let q = c.req.take().expect("relaying a request");
             self.close_up_later(q.up);
             if q.resp_started {
@@ -1338,13 +1363,6 @@ impl<'a> Worker<'a> {
     fn close_up_later(&mut self, j: usize) {
         self.doomed.push(j);
     }
-}
-
-/// `HTTP/1.x NNN` from a response head (0 if it is not there).
-fn response_status(head: &[u8]) -> u16 {
-    head.get(9..12)
-        .filter(|d| d.iter().all(u8::is_ascii_digit))
-        .map_or(0, |d| d.iter().fold(0, |n, &b| n * 10 + u16::from(b - b'0')))
 }
 
 /// Input after the write side is shut: discard it until EOF or the deadline.

@@ -46,11 +46,19 @@ pub struct ResponseReader {
     max_head: usize,
     /// Inside a body: the response and the bytes of it still to come.
     body: Option<(Response, u64)>,
+    /// The next response answers a HEAD: its head is all of it, whatever
+    /// its Content-Length says.
+    no_body: bool,
 }
 
 impl ResponseReader {
     pub fn new(max_head: usize) -> Self {
-        ResponseReader { max_head, body: None }
+        ResponseReader { max_head, body: None, no_body: false }
+    }
+
+    /// The next response answers a HEAD request: it ends with its head.
+    pub fn expect_no_body(&mut self) {
+        self.no_body = true;
     }
 
     /// Look at the unconsumed bytes `buf`. After an error the stream cannot
@@ -72,7 +80,7 @@ impl ResponseReader {
         let Some(end) = head_end(buf, self.max_head)? else {
             return Ok(Step::NeedMore);
         };
-        let response = parse_head(&buf[..end])?;
+        let response = parse_head(&buf[..end], std::mem::take(&mut self.no_body))?;
         if response.body_len == 0 {
             Ok(Step::Done { consumed: end, response })
         } else {
@@ -96,8 +104,9 @@ fn is_token(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
-/// Parse a complete head (ending in CRLF CRLF).
-fn parse_head(head: &[u8]) -> Result<Response, ResponseError> {
+/// Parse a complete head (ending in CRLF CRLF); `no_body`: it answers a
+/// HEAD, and is all of its response.
+fn parse_head(head: &[u8], no_body: bool) -> Result<Response, ResponseError> {
     use ResponseError::Malformed;
     // Drop the blank line's CRLF: every line left ends in CRLF.
     let head = &head[..head.len() - 2];
@@ -149,7 +158,7 @@ fn parse_head(head: &[u8]) -> Result<Response, ResponseError> {
         }
     }
     // 204 and 304 never have a body, whatever they say.
-    let body_len = if status == 204 || status == 304 {
+    let body_len = if no_body || status == 204 || status == 304 {
         0
     } else if chunked {
         return Err(ResponseError::NoLength);
@@ -205,6 +214,22 @@ mod tests {
         assert_eq!(err, None);
         let short: Vec<_> = got.iter().map(|r| (r.status, r.close, r.body_len)).collect();
         assert_eq!(short, vec![(200, false, 5), (404, false, 0), (204, false, 0), (200, true, 1), (503, true, 2)]);
+    }
+
+    #[test]
+    fn an_answer_to_head_ends_with_its_head_and_keeps_its_close() {
+        let mut r = ResponseReader::new(DEFAULT_MAX_HEAD);
+        r.expect_no_body();
+        let head = b"HTTP/1.1 200 OK\r\nContent-Length: 1048576\r\nConnection: close\r\n\r\n";
+        let done = Response { status: 200, close: true, body_len: 0 };
+        assert_eq!(r.step(head), Ok(Step::Done { consumed: head.len(), response: done }));
+        // Chunked or without a length: still only a head.
+        r.expect_no_body();
+        let head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert!(matches!(r.step(head), Ok(Step::Done { consumed, .. }) if consumed == head.len()));
+        // Only the one response: the next has its body.
+        let next = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nab";
+        assert_eq!(r.step(next), Ok(Step::Consumed(next.len() - 2)));
     }
 
     #[test]
