@@ -120,6 +120,9 @@ struct Client {
     waiting_since: Option<Instant>,
     head_deadline: Option<Instant>,
     peer_eof: bool,
+    /// An event said the peer closed its side: read on past a short read
+    /// (the FIN came with the data, and no new edge will say so).
+    read_closed: bool,
     /// An event said it may have input (edge-triggered: read until drained).
     readable: bool,
     /// A dry run counted this request's body length already (its head's
@@ -299,6 +302,7 @@ impl<'a> Worker<'a> {
                     Token(t) if t % 2 == 0 => {
                         if let Some(Some(c)) = self.clients.get_mut(t / 2) {
                             c.readable = true;
+                            c.read_closed |= ev.is_read_closed();
                         }
                         self.drive(t / 2)
                     }
@@ -421,6 +425,7 @@ impl<'a> Worker<'a> {
                 waiting_since: None,
                 head_deadline: None,
                 peer_eof: false,
+                read_closed: false,
                 readable: true,
                 body_len_noted: false,
                 tls,
@@ -952,13 +957,13 @@ impl<'a> Worker<'a> {
                 if c.end < c.inbuf.len() {
                     let room = c.inbuf.len() - c.end;
                     // Bytes read, and whether more may be there without a new edge.
+                    let more = |n| n == room || c.read_closed;
                     let got = match &mut c.tls {
                         // A short read drained the socket; new input brings a
-                        // new edge. A PROXY header comes before any TLS.
-                        None => c.sock.read(&mut c.inbuf[c.end..]).map(|n| (n, n == room)),
-                        Some(_) if c.phase == Phase::Proxy => {
-                            c.sock.read(&mut c.inbuf[c.end..]).map(|n| (n, n == room))
-                        }
+                        // new edge (but an EOF already signalled does not).
+                        // A PROXY header comes before any TLS.
+                        None => c.sock.read(&mut c.inbuf[c.end..]).map(|n| (n, more(n))),
+                        Some(_) if c.phase == Phase::Proxy => c.sock.read(&mut c.inbuf[c.end..]).map(|n| (n, more(n))),
                         Some(t) => match t.read(&mut c.sock, &mut c.inbuf[c.end..]) {
                             Ok(Input::Data(n)) => Ok((n, true)),
                             Ok(Input::WouldBlock) => Err(io::ErrorKind::WouldBlock.into()),
@@ -1214,8 +1219,10 @@ impl<'a> Worker<'a> {
                     c.phase = Phase::Draining(Instant::now() + DRAIN_FOR);
                     continue;
                 }
-                if c.peer_eof && c.req.is_none() {
-                    // Gone, and everything it asked is answered (a partial head at EOF gets nothing).
+                if c.peer_eof && c.req.is_none() && !progress {
+                    // Gone, and everything it asked is answered (a partial
+                    // head at EOF gets nothing; a whole one is framed on the
+                    // next turn, so only once nothing moved).
                     return After::Close;
                 }
             }
@@ -1320,7 +1327,8 @@ impl<'a> Worker<'a> {
                 self.close_up_later(j);
             }
             match c.phase {
-                Phase::Await if q.keep_alive && !c.peer_eof => {
+                // Requests it sent before closing its side are answered too.
+                Phase::Await if q.keep_alive && !(c.peer_eof && c.start == c.end) => {
                     c.phase = Phase::Head;
                     self.start_waiting(c, false);
                 }
