@@ -26,10 +26,11 @@
 //! count the upstream response specs (4 bytes each: kind, size as two bytes
 //! LE, flags; kind 3 is followed by `size % 4096` raw bytes), then steps
 //! (op byte: low 3 bits the kind, high 5 bits `p`): 0 send the next byte's
-//! count of bytes (0: the rest), 1 pause `p % 6` ms (15 ms at most in all),
-//! 2 shut the write side, 3 read what comes within `p % 4 + 1` ms, 4 send
-//! canned request `p % 8`, 5 send a canned PROXY header `p % 4`, 6 send
-//! `(p + 1) * 64` copies of the next byte, 7 send the next `p + 1` bytes.
+//! count of bytes (0: the rest), 1 pause `p % 6` ms, 2 shut the write side,
+//! 3 read what comes within `p % 4 + 1` ms (pauses and reads: 30 ms at
+//! most in all), 4 send canned request `p % 8`, 5 send a canned PROXY
+//! header `p % 4`, 6 send `(p + 1) * 64` copies of the next byte, 7 send
+//! the next `p + 1` bytes.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -520,7 +521,9 @@ impl Script {
             specs.push(spec);
         }
         let mut ops = Vec::new();
-        let mut paused = 0;
+        // Pauses and reads wait 30 ms at most in all: well within the
+        // guards' deadlines (a script of whole requests must be answered).
+        let mut waited = 0;
         while let Some((&op, rest)) = data.split_first() {
             data = rest;
             let p = op >> 3;
@@ -536,13 +539,17 @@ impl Script {
                     send(if n == 0 { data.len() } else { usize::from(n) }, &mut data)
                 }
                 1 => {
-                    // At most 15 ms of pauses an input.
-                    let ms = u64::from(p % 6).min(15 - paused);
-                    paused += ms;
+                    let ms = u64::from(p % 6).min(30 - waited);
+                    waited += ms;
                     Op::Pause(ms)
                 }
                 2 => Op::ShutWrite,
-                3 => Op::Read(u64::from(p % 4) + 1),
+                3 if waited < 30 => {
+                    let ms = (u64::from(p % 4) + 1).min(30 - waited);
+                    waited += ms;
+                    Op::Read(ms)
+                }
+                3 => Op::Pause(0),
                 4 => Op::Request(usize::from(p % 8)),
                 5 => Op::Proxy(p),
                 6 => {
