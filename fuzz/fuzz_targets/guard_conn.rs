@@ -336,7 +336,7 @@ fn respond(s: &mut TcpStream, spec: &Spec, head_method: bool) -> bool {
         kind = 0;
     }
     if kind == 7 {
-        if spec.size % 4 == 0 {
+        if spec.size.is_multiple_of(4) {
             // Never answer: wait for the guard to give up (its upstream deadline) or close.
             let mut sink = [0u8; 4096];
             while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
@@ -380,7 +380,7 @@ fn respond(s: &mut TcpStream, spec: &Spec, head_method: bool) -> bool {
         3 => out.extend_from_slice(&spec.raw),
         4 => return false,
         5 => {
-            let status = if spec.size % 2 == 0 { 204 } else { 304 };
+            let status = if spec.size.is_multiple_of(2) { 204 } else { 304 };
             let length =
                 if spec.flags & Spec::ODD != 0 { format!("Content-Length: {}\r\n", spec.size) } else { String::new() };
             out.extend(format!("{version} {status} X\r\n{length}\r\n").bytes());
@@ -799,7 +799,7 @@ fn probe(g: &Guards) {
 fuzz_target!(|data: &[u8]| {
     let g = guards();
     let n = INPUTS.fetch_add(1, Ordering::Relaxed);
-    if n % PROBE_EVERY == 0 {
+    if n.is_multiple_of(PROBE_EVERY) {
         probe(g);
     }
     let Some(script) = Script::decode(data) else { return };
