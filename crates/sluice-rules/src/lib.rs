@@ -17,6 +17,7 @@ mod list;
 mod prefix;
 mod range;
 mod rulefile;
+pub mod safety;
 mod set;
 
 pub use list::{load_list, parse_list, LineError, LineErrorKind, ListError, ParsedList};
@@ -26,6 +27,7 @@ pub use rulefile::{
     load_rules, parse_rules, proto_number, tcp_flag, Action, AddrField, AddrValue, Depth, FragKind, Match, PortField,
     Rule, RuleError, RuleFile, RuleLoadError, SetDef, SetLoadError, SetSource, MAX_RULES,
 };
+pub use safety::{NeverBlock, Refusal, SafetyNet};
 pub use set::PrefixHashSet;
 
 /// The FireHOL level1 list (2,574 IPv4 entries, August 2020), embedded for
