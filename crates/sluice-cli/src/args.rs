@@ -13,6 +13,37 @@ use sluice_rules::{load_list, parse_list, Prefix, FIREHOL_LEVEL1};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// The safety net under runtime adds (shared by `bridge` and
+/// `http-guard`): what no `ctl add`, CrowdSec decision or guard block may
+/// cover, and how wide one may be. The rule files are not restricted.
+#[derive(Args, Debug, Clone)]
+pub struct SafetyArgs {
+    /// Never block these addresses and prefixes (a list file: one per line,
+    /// # comments): a runtime add that covers or overlaps one is refused.
+    /// The bridge rereads it on SIGHUP and `ctl reload`.
+    #[arg(long, value_name = "FILE")]
+    pub never_block: Option<PathBuf>,
+    /// Refuse runtime adds of IPv4 prefixes wider than /N (the rule files may hold any).
+    #[arg(long, value_name = "N", default_value_t = sluice_rules::safety::DEFAULT_MIN_PREFIX_V4)]
+    pub min_prefix_v4: u8,
+    /// Refuse runtime adds of IPv6 prefixes wider than /N.
+    #[arg(long, value_name = "N", default_value_t = sluice_rules::safety::DEFAULT_MIN_PREFIX_V6)]
+    pub min_prefix_v6: u8,
+}
+
+impl SafetyArgs {
+    /// The never-block file read (a bad line stops the start, named), the
+    /// widths checked.
+    pub fn load(&self) -> Result<Arc<sluice_guard::safety::Safety>> {
+        let s = sluice_guard::safety::Safety::load(self.never_block.as_deref(), self.min_prefix_v4, self.min_prefix_v6)
+            .map_err(anyhow::Error::msg)?;
+        if let Some(p) = &self.never_block {
+            tracing::info!("--never-block {}: {} entries", p.display(), s.net().never.len());
+        }
+        Ok(Arc::new(s))
+    }
+}
+
 /// Samples of the drops (shared by `filter` and `bridge`), written off the
 /// fast path; a full queue loses samples on a live port, never packets, and
 /// makes `filter` wait instead.

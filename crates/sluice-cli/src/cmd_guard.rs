@@ -190,6 +190,8 @@ pub struct GuardArgs {
     /// Refuse ClientHellos whose JA4 is in FILE (one per line, # comments; SIGHUP rereads it), and any the guard cannot read.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub block_ja4: Option<PathBuf>,
+    #[command(flatten)]
+    pub safety: crate::args::SafetyArgs,
     /// Print the summary as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -216,6 +218,7 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
         tls_handshake_rate: a.tls_handshake_rate,
         tls_handshake_burst: a.tls_handshake_burst,
     };
+    let safety = a.safety.load()?;
     // Loopback only: the counters say who is blocked.
     let metrics = a.metrics.as_deref().map(|m| sluice_metrics::check_addr(m, false)).transpose()?;
     let guard = Guard::bind(Config {
@@ -251,6 +254,7 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
         tls: sluice_guard::tls::CertFiles::pairs(a.tls_cert, a.tls_key).map_err(anyhow::Error::msg)?,
         tls_handshake_timeout: std::time::Duration::from_millis(a.tls_handshake_timeout),
         block_ja4: a.block_ja4,
+        safety,
     })?;
     let addr = guard.local_addr();
     let running = guard.start()?;

@@ -113,7 +113,14 @@ pub fn answer(shared: &Shared, text: &str) -> String {
             json!({ "ok": true, "blocks": blocks }).to_string()
         }
         [(_, Command::Block { client, timeout })] => {
-            let new = t.block_for(*client, timeout.map_or(0, u64::from), "manual", None, now);
+            let new = match t.try_block_for(*client, timeout.map_or(0, u64::from), "manual", None, now) {
+                Ok(new) => new,
+                Err(r) => {
+                    let mut v = json!({ "ok": false, "reason": r.reason() });
+                    v["error"] = format!("block {} refused ({}): {r}", t.net(*client), r.reason()).into();
+                    return v.to_string();
+                }
+            };
             let done = if new { "blocked" } else { "already blocked (or the block table is full)" };
             json!({ "ok": true, "client": t.net(*client).to_string(), "done": done, "new": new }).to_string()
         }
@@ -142,11 +149,8 @@ mod tests {
         serde_json::from_str(&answer(shared, text)).unwrap()
     }
 
-    #[test]
-    fn blocks_are_listed_made_and_lifted() {
-        let limits = Limits { request_rate: Some(100), ..Limits::default() };
-        let table = Table::new(limits, 100).with_key_prefixes(KeyPrefixes { v4: 32, v6: 64 });
-        let shared = Shared {
+    fn shared(table: Table) -> Shared {
+        Shared {
             table: Arc::new(table),
             max_connections: 10,
             threads: Vec::new(),
@@ -155,7 +159,13 @@ mod tests {
             ja4_block: None,
             ja4_stats: Default::default(),
             block_file_writes: Arc::new(AtomicU64::new(0)),
-        };
+        }
+    }
+
+    #[test]
+    fn blocks_are_listed_made_and_lifted() {
+        let limits = Limits { request_rate: Some(100), ..Limits::default() };
+        let shared = shared(Table::new(limits, 100).with_key_prefixes(KeyPrefixes { v4: 32, v6: 64 }));
         let (a, b): (IpAddr, IpAddr) = ("192.0.2.1".parse().unwrap(), "2001:db8:0:9::7".parse().unwrap());
         shared.table.on_accept(a, 0);
         for _ in 0..3 {
@@ -179,5 +189,24 @@ mod tests {
         let refused = ask(&shared, "add guard 192.0.2.9");
         assert!(refused["ok"] == false && refused["error"].as_str().unwrap().contains("bridge command"), "{refused}");
         assert_eq!(ask(&shared, "block nope")["ok"], false);
+    }
+
+    #[test]
+    fn a_block_the_safety_net_refuses_is_an_error_naming_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("never.txt");
+        std::fs::write(&f, "192.0.2.0/28\n").unwrap();
+        let safety = Arc::new(sluice_guard::safety::Safety::load(Some(&f), 8, 16).unwrap());
+        let shared = shared(Table::new(Limits::default(), 100).with_safety(safety));
+        let r = ask(&shared, "block 192.0.2.5 timeout 60");
+        assert_eq!(r["ok"], false, "{r}");
+        assert_eq!(
+            r["error"],
+            "block 192.0.2.5 refused (never_block): it overlaps 192.0.2.0/28, which is on the never-block list"
+        );
+        assert_eq!(r["reason"], "never_block");
+        assert!(!shared.table.is_blocked("192.0.2.5".parse().unwrap(), 1));
+        assert!(ask(&shared, "blocks")["blocks"].as_array().unwrap().is_empty());
+        assert_eq!(ask(&shared, "block 192.0.2.16")["done"], "blocked", "outside the /28");
     }
 }

@@ -25,6 +25,7 @@ pub mod net;
 pub mod outbuf;
 pub mod proxyproto;
 pub mod publish;
+pub mod safety;
 pub mod slots;
 pub mod table;
 pub mod timeouts;
@@ -106,6 +107,8 @@ pub struct Config {
     pub tls_handshake_timeout: Duration,
     /// JA4 fingerprints refused at the ClientHello (one per line).
     pub block_ja4: Option<PathBuf>,
+    /// What no block may cover: `--never-block`, `--min-prefix-*`.
+    pub safety: Arc<safety::Safety>,
 }
 
 impl Config {
@@ -134,6 +137,7 @@ impl Config {
             tls: Vec::new(),
             tls_handshake_timeout: Duration::from_secs(10),
             block_ja4: None,
+            safety: Arc::default(),
         }
     }
 }
@@ -259,6 +263,9 @@ pub struct Report {
     pub clients_tracked: u64,
     pub clients_evicted: u64,
     pub blocks_dropped: u64,
+    /// Blocks the safety net refused, by reason (`never_block`,
+    /// `min_prefix`): those clients were not blocked.
+    pub blocks_refused: BTreeMap<&'static str, u64>,
     pub upstream_errors: u64,
     pub upstream_timeouts: u64,
     pub upstream_connects: u64,
@@ -342,6 +349,10 @@ impl Shared {
             clients_tracked: s.tracked.load(Ordering::Relaxed),
             clients_evicted: s.evicted.load(Ordering::Relaxed),
             blocks_dropped: s.blocks_dropped.load(Ordering::Relaxed),
+            blocks_refused: BTreeMap::from([
+                ("never_block", s.refused_never_block.load(Ordering::Relaxed)),
+                ("min_prefix", s.refused_min_prefix.load(Ordering::Relaxed)),
+            ]),
             upstream_errors: sum(|t| &t.upstream_errors),
             upstream_timeouts: sum(|t| &t.upstream_timeouts),
             upstream_connects: sum(|t| &t.upstream_connects),
@@ -427,10 +438,24 @@ impl Guard {
     pub fn start(self) -> Result<Running, GuardError> {
         let config = Arc::new(self.config);
         config.key_prefixes.check().map_err(GuardError::BadLimit)?;
+        // Every block is a client's network: keyed wider than the safety
+        // net allows, every one would be refused (and the key prefix is
+        // more likely the typo: `--key-prefix-v4 3` for 32).
+        let net = config.safety.net();
+        for (flag, key, min) in
+            [("v4", config.key_prefixes.v4, net.min_v4()), ("v6", config.key_prefixes.v6, net.min_v6())]
+        {
+            if key < min {
+                return Err(GuardError::BadLimit(format!(
+                    "--key-prefix-{flag} {key} is wider than --min-prefix-{flag} {min}: every block would be refused"
+                )));
+            }
+        }
         let table = Arc::new(
             Table::new(config.limits.clone(), config.max_clients)
                 .with_dry_run(config.dry_run)
-                .with_key_prefixes(config.key_prefixes),
+                .with_key_prefixes(config.key_prefixes)
+                .with_safety(Arc::clone(&config.safety)),
         );
         if config.forward_blocks {
             table.forward_blocks();

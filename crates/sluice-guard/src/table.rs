@@ -9,11 +9,13 @@
 
 use crate::limits::{Limit, Limits};
 use crate::net::{ClientNet, KeyPrefixes};
+use crate::safety::Safety;
 use crate::slots::Ring;
+use sluice_rules::{Prefix, Refusal};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 type Hasher = foldhash::fast::RandomState;
 
@@ -111,6 +113,10 @@ pub struct TableStats {
     pub blocked_total: AtomicU64,
     /// Blocks not recorded because the block table was full.
     pub blocks_dropped: AtomicU64,
+    /// Blocks refused by the safety net, by reason: the client's network
+    /// overlaps `--never-block`, or is wider than `--min-prefix-*`.
+    pub refused_never_block: AtomicU64,
+    pub refused_min_prefix: AtomicU64,
 }
 
 pub struct Table {
@@ -135,6 +141,8 @@ pub struct Table {
     dry_run: bool,
     /// Clients are keyed by these prefixes of their addresses.
     prefixes: KeyPrefixes,
+    /// What a block may not cover (`--never-block`, `--min-prefix-*`).
+    safety: Arc<Safety>,
 }
 
 /// A block for forwarding: the address, its seconds (0: until restart),
@@ -223,7 +231,21 @@ impl Table {
             outbox_dropped: AtomicU64::new(0),
             dry_run: false,
             prefixes: KeyPrefixes { v4: 32, v6: 128 },
+            safety: Arc::default(),
         }
+    }
+
+    /// Refuse blocks that the safety net refuses (a new table refuses only
+    /// a /0).
+    pub fn with_safety(mut self, safety: Arc<Safety>) -> Table {
+        self.safety = safety;
+        self
+    }
+
+    /// The safety net blocks are checked against (reread it with
+    /// [`Safety::reload`]).
+    pub fn safety(&self) -> &Arc<Safety> {
+        &self.safety
     }
 
     /// Key clients by these prefixes (a new table keys by whole addresses).
@@ -523,16 +545,45 @@ impl Table {
 
     /// [`Table::block`] with the reason given (a limit's name, or `manual`).
     pub fn block_for(&self, ip: IpAddr, secs: u64, reason: &'static str, ja4: Option<&str>, now_ms: u64) -> bool {
+        self.try_block_for(ip, secs, reason, ja4, now_ms).unwrap_or(false)
+    }
+
+    /// [`Table::block_for`], saying why the safety net refused it: the
+    /// client's network overlaps the never-block list (the client is never
+    /// blocked, whatever it breaks; its breaches are counted as ever) or is
+    /// wider than the least prefix length. A refusal is counted and logged
+    /// (rate-limited: a never-blocked flooder breaches on every request),
+    /// in a dry run too, as an enforcing run would not block it either.
+    pub fn try_block_for(
+        &self,
+        ip: IpAddr,
+        secs: u64,
+        reason: &'static str,
+        ja4: Option<&str>,
+        now_ms: u64,
+    ) -> Result<bool, Refusal> {
+        let net = self.net(ip);
+        let p = Prefix::new(net.addr, net.len);
+        if let Err(r) = self.safety.check(&p) {
+            let n = match r {
+                Refusal::NeverBlock { .. } => &self.stats.refused_never_block,
+                Refusal::MinPrefix { .. } => &self.stats.refused_min_prefix,
+            };
+            n.fetch_add(1, Ordering::Relaxed);
+            let what = if reason == "manual" { "ctl block".to_owned() } else { format!("block for {reason}") };
+            self.safety.log_refusal(&what, &p, &r);
+            return Err(r);
+        }
         let k = self.key(ip);
         let mut s = lock(self.shard(k));
         if self.blocked_in(&mut s, k, now_ms) {
-            return false;
+            return Ok(false);
         }
         if s.blocks.len() >= s.block_cap {
             self.expire_in(&mut s, now_ms);
             if s.blocks.len() >= s.block_cap {
                 self.stats.blocks_dropped.fetch_add(1, Ordering::Relaxed);
-                return false;
+                return Ok(false);
             }
         }
         let until_ms = (secs > 0).then(|| now_ms + secs * 1000);
@@ -558,7 +609,7 @@ impl Table {
             let ja4 = ja4.map(str::to_owned);
             log.push(BlockEvent { ip: self.net_of(k), limit: reason, first_seen_ms, blocked_ms: now_ms, ja4 });
         }
-        true
+        Ok(true)
     }
 
     fn expire_in(&self, s: &mut Shard, now_ms: u64) -> bool {
@@ -829,6 +880,45 @@ mod tests {
         // The block ends as an enforcing one would, and may be recorded again.
         assert!(dry.block(a, 10, Limit::RequestRate, 20_000));
         assert_eq!(dry.stats.blocked_total.load(Ordering::Relaxed), 2);
+    }
+
+    /// A client on the never-block list is never blocked, whatever it
+    /// breaks, nor is a network that holds one; each refusal is counted by
+    /// reason and nothing reaches the block file or the forwarder.
+    #[test]
+    fn the_never_block_list_refuses_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("never.txt");
+        std::fs::write(&f, "192.0.2.7\n2001:db8:0:1::9\n").unwrap();
+        let safety = Arc::new(Safety::load(Some(&f), 8, 16).unwrap());
+        let t = Table::new(Limits::default(), 100)
+            .with_key_prefixes(KeyPrefixes { v4: 32, v6: 64 })
+            .with_safety(Arc::clone(&safety));
+        t.forward_blocks();
+        let (listed, other): (IpAddr, IpAddr) = ("192.0.2.7".parse().unwrap(), "192.0.2.8".parse().unwrap());
+        assert!(!t.block(listed, 60, Limit::RequestRate, 0));
+        let r = t.try_block_for(listed, 0, "manual", None, 0).unwrap_err();
+        assert_eq!(r.reason(), "never_block");
+        assert!(!t.is_blocked(listed, 1));
+        // Keyed by its /64, a neighbour of a listed IPv6 address is refused too.
+        assert!(!t.block("2001:db8:0:1::77".parse().unwrap(), 60, Limit::RequestRate, 0));
+        assert!(t.block("2001:db8:0:2::77".parse().unwrap(), 60, Limit::RequestRate, 0));
+        assert!(t.block(other, 60, Limit::RequestRate, 0));
+        assert_eq!(t.stats.refused_never_block.load(Ordering::Relaxed), 3);
+        assert_eq!(t.stats.refused_min_prefix.load(Ordering::Relaxed), 0);
+        assert_eq!(t.stats.blocked_total.load(Ordering::Relaxed), 2);
+        let out: Vec<String> = t.take_blocks().iter().map(|b| b.ip.to_string()).collect();
+        assert_eq!(out, ["2001:db8:0:2::/64", "192.0.2.8"]);
+        // Reread without it: blocked like anyone.
+        std::fs::write(&f, "").unwrap();
+        assert_eq!(safety.reload(), Ok(Some(0)));
+        assert!(t.block(listed, 60, Limit::RequestRate, 0));
+        // Keyed wider than the least prefix length: refused as too wide.
+        let wide = Table::new(Limits::default(), 100)
+            .with_key_prefixes(KeyPrefixes { v4: 4, v6: 64 })
+            .with_safety(Arc::new(Safety::load(None, 8, 16).unwrap()));
+        assert_eq!(wide.try_block_for(other, 0, "manual", None, 0).unwrap_err().reason(), "min_prefix");
+        assert_eq!(wide.stats.refused_min_prefix.load(Ordering::Relaxed), 1);
     }
 
     /// Keyed by /64, two addresses of one IPv6 /64 share one request rate

@@ -38,6 +38,13 @@ impl Collector for Exporter {
         counter(&mut enc, "sluice_guard_breaches", "Limit breaches, by limit.", &breaches)?;
         c(&mut enc, "sluice_guard_blocks", "Client IPs blocked.", r.blocked_total)?;
         gauge(&mut enc, "sluice_guard_blocks_active", "Client IPs blocked now.", &[(vec![], r.blocked_active as i64)])?;
+        let refused: Vec<_> = r.blocks_refused.iter().map(|(k, v)| (vec![("reason", (*k).to_owned())], *v)).collect();
+        counter(
+            &mut enc,
+            "sluice_guard_blocks_refused",
+            "Blocks the safety net refused, by reason (never_block: the client overlaps --never-block; min_prefix: its network is wider than --min-prefix-*).",
+            &refused,
+        )?;
         c(
             &mut enc,
             "sluice_guard_closed_idle",
