@@ -124,6 +124,8 @@ pub struct BridgeArgs {
     /// refused whole (nothing applied, retried at the next pull).
     #[arg(long, value_name = "BYTES", default_value_t = sluice_control::crowdsec::DEFAULT_MAX_ANSWER)]
     pub crowdsec_max_answer: u64,
+    #[command(flatten)]
+    pub safety: crate::args::SafetyArgs,
 }
 
 /// The flags that make no sense together, refused before anything opens.
@@ -155,6 +157,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         a.crowdsec_max_answer,
     )
     .map_err(anyhow::Error::msg)?;
+    let safety = a.safety.load()?;
     let mut spec = a.rules.spec();
     spec.feed_sets.extend(crowdsec.as_ref().map(|c| c.set.clone()));
     let loaded = crate::rule_source::load(&spec, &port_names).context(if a.rules.rules.is_some() {
@@ -164,7 +167,9 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     })?;
     let entries = loaded.lists.clone();
     let build_ms = loaded.took.as_secs_f64() * 1e3;
-    let controller = Controller::new(spec, port_names, loaded, a.watch);
+    let controller = Controller::new(spec, port_names, loaded, a.watch).with_safety(safety);
+    // The bouncer's bans are checked against the same net, counted in the same place.
+    let crowdsec = crowdsec.map(|c| sluice_control::crowdsec::BouncerConfig { gate: controller.gate().clone(), ..c });
     let published = Arc::clone(controller.published());
 
     let stop = Arc::new(AtomicBool::new(false));

@@ -9,7 +9,8 @@
 //! it) and counted in [`ControlState`] (the metrics and the summary read
 //! it).
 
-use crate::ctl::{parse_request, Command};
+use crate::ctl::{parse_request, Command, CtlError};
+use crate::safety::{Gate, Refusals};
 use crate::sets::{Feed, FeedOutcome, RuntimeSets, SetRow};
 use crate::socket::error_json;
 use crate::spec::{describe, total_entries, Expiring, ListEntries, Loaded, RuleSpec};
@@ -54,6 +55,9 @@ pub struct ControlState {
     pub publishes: AtomicU64,
     recent_publish_ns: Mutex<std::collections::VecDeque<u64>>,
     sets: Mutex<Vec<SetRow>>,
+    /// Runtime adds refused, by set and reason (the safety net's, and any
+    /// other bound's).
+    pub refusals: Arc<Refusals>,
 }
 
 impl ControlState {
@@ -184,6 +188,9 @@ pub struct Controller {
     retired: Vec<Arc<Snapshot<RuleSet>>>,
     /// Runtime changes to named sets.
     sets: RuntimeSets,
+    /// What runtime adds are checked against (`--never-block`,
+    /// `--min-prefix-*`), counting into `state.refusals`.
+    gate: Gate,
 }
 
 impl Controller {
@@ -196,6 +203,7 @@ impl Controller {
         *state.sets.lock().unwrap_or_else(PoisonError::into_inner) = sets.rows(&loaded.rules);
         Controller {
             sets,
+            gate: Gate { safety: Arc::default(), refusals: Arc::clone(&state.refusals) },
             watch: watch.then(|| Watch::new(spec.files())),
             spec,
             ifaces,
@@ -204,6 +212,19 @@ impl Controller {
             expiry: loaded.expiry.map(|e| (e, 0)),
             retired: Vec::new(),
         }
+    }
+
+    /// Check runtime adds against `safety` (a new controller refuses only
+    /// a /0); its never-block file is reread with the rules.
+    pub fn with_safety(mut self, safety: Arc<sluice_guard::safety::Safety>) -> Controller {
+        self.gate.safety = safety;
+        self
+    }
+
+    /// The safety net and the refusal counters, for a feed to check its
+    /// adds against.
+    pub fn gate(&self) -> &Gate {
+        &self.gate
     }
 
     /// The rules the workers read.
@@ -227,6 +248,9 @@ impl Controller {
     /// Rebuild from the files; on failure the rules in force stay. Returns
     /// whether new rules were published.
     pub fn reload(&mut self, why: &str) -> bool {
+        // On its own: a bad never-block file keeps the list in force and
+        // says so, and the rules reload all the same.
+        self.gate.safety.reload_logged(why);
         match self.spec.load(&self.ifaces) {
             Ok(l) => {
                 for w in &l.warnings {
@@ -311,6 +335,32 @@ impl Controller {
         self.expire();
         self.expire_runtime();
         self.retired.retain(|s| Arc::strong_count(s) > 1);
+        self.gate.safety.flush_log();
+    }
+
+    /// Checks a batch's adds against the safety net, all of them (each
+    /// refusal is counted and logged): the first refused line and every
+    /// refused line, or nothing when all may go in. An add to a set the
+    /// rules do not name is left for [`RuntimeSets::stage`] to refuse.
+    fn screen(&self, rules: &RuleSet, cmds: &[(usize, Command)]) -> Option<(CtlError, Vec<usize>)> {
+        let net = self.gate.safety.net();
+        let mut first = None;
+        let mut lines = Vec::new();
+        for (line, cmd) in cmds {
+            let Command::Add { set, elem, .. } = cmd else { continue };
+            if rules.named_index(set).is_none() {
+                continue;
+            }
+            if let Err(r) = net.check(elem) {
+                self.gate.refused(set, elem, &r, "ctl add");
+                lines.push(*line);
+                first.get_or_insert_with(|| {
+                    let message = format!("add {set} {elem} refused ({}): {r}; nothing applied", r.reason());
+                    CtlError { line: *line, message }
+                });
+            }
+        }
+        first.map(|e| (e, lines))
     }
 
     /// Removes runtime elements whose timeout passed.
@@ -343,6 +393,19 @@ impl Controller {
         let spec = self.spec.clone();
         let base_of = move |r: &RuleSet, i: usize| spec.base_elements(r, i);
         let reply = if cmds[0].1.changes() {
+            if let Some((e, lines)) = self.screen(rules, &cmds) {
+                self.state.ctl_failed.fetch_add(1, Ordering::Relaxed);
+                let more = match lines.len() {
+                    1 => String::new(),
+                    n => format!(" ({n} lines refused in all)"),
+                };
+                // Every refused line, so a sender (a guard forwarding its
+                // blocks) can drop those and send the rest again.
+                let error = format!("{e}{more}");
+                return Some(
+                    json!({ "ok": false, "error": error, "line": e.line, "refused_lines": lines }).to_string(),
+                );
+            }
             match self.sets.stage(rules, &cmds, wall_ns(), &base_of) {
                 Ok(n) => {
                     staged.push((req.reply.clone(), req.received, n));
@@ -450,6 +513,8 @@ impl Controller {
             "publishes": get(&s.publishes),
             "ctl_ok": get(&s.ctl_ok),
             "ctl_failed": get(&s.ctl_failed),
+            "refused_never_block": s.refusals.total("never_block"),
+            "refused_min_prefix": s.refusals.total("min_prefix"),
             "publish_p50_us": lat.map(|l| l.0 / 1000),
             "publish_p99_us": lat.map(|l| l.1 / 1000),
             "publish_max_us": lat.map(|l| l.2 / 1000),

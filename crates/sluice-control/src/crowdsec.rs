@@ -29,6 +29,7 @@
 //! API key goes nowhere but `--crowdsec-url`.
 
 use crate::control::Event;
+use crate::safety::Gate;
 use crate::sets::{Feed, FeedOutcome};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
@@ -57,6 +58,10 @@ pub struct BouncerConfig {
     /// The largest answer read (`--crowdsec-max-answer`); a larger one is
     /// refused whole.
     pub max_answer: u64,
+    /// What a ban is checked against (`--never-block`, `--min-prefix-*`)
+    /// and where its refusal is counted: a refused decision is skipped,
+    /// the others applied.
+    pub gate: Gate,
 }
 
 /// `--crowdsec-max-answer`'s default: 256 MiB, a full pull of about 1.9
@@ -179,6 +184,7 @@ impl BouncerConfig {
             resync: Duration::from_secs_f64(resync),
             set: set.to_owned(),
             max_answer,
+            gate: Gate::default(),
         })
     }
 }
@@ -197,14 +203,15 @@ pub struct BouncerCounters {
     /// Elements a full pull added or removed that the stream had not.
     pub repaired: AtomicU64,
     /// Decisions by (origin, type, scope, what was done): at most
-    /// 9 x 4 x 5 x 4 keys, as every label is from a fixed list.
+    /// 9 x 4 x 5 x 5 keys, as every label is from a fixed list.
     decisions: Mutex<BTreeMap<DecisionKey, u64>>,
 }
 
 impl BouncerCounters {
     /// Decisions counted by (origin, type, scope, action): `added`,
     /// `deleted`, `ignored` (a type or scope not applied, or a bad value),
-    /// `oversized` (a field over [`MAX_FIELD`] bytes).
+    /// `oversized` (a field over [`MAX_FIELD`] bytes), `refused` (by the
+    /// safety net).
     pub fn decisions(&self) -> Vec<(DecisionKey, u64)> {
         self.decisions.lock().unwrap_or_else(PoisonError::into_inner).iter().map(|(k, v)| (*k, *v)).collect()
     }
@@ -225,6 +232,8 @@ pub struct Tally {
     pub decisions: BTreeMap<DecisionKey, u64>,
     /// Decisions skipped for a field over [`MAX_FIELD`] bytes.
     pub oversized: u64,
+    /// Bans the safety net refused, by reason (`never_block`, `min_prefix`).
+    pub refused: BTreeMap<&'static str, u64>,
 }
 
 /// One string field of a decision: kept when it is at most [`MAX_FIELD`]
@@ -336,18 +345,22 @@ fn element(d: &Decision) -> Option<Prefix> {
     let value = d.value.as_str();
     match d.scope.as_str().to_ascii_lowercase().as_str() {
         "ip" => value.parse::<std::net::IpAddr>().ok().map(Prefix::host),
-        "range" => value.parse::<Prefix>().ok().filter(|p| !p.covers_all()),
+        // A /0 is the safety net's to refuse (counted as such).
+        "range" => value.parse::<Prefix>().ok(),
         _ => None,
     }
 }
 
 /// Where an answer's decisions go as they are parsed.
-struct Sink {
+struct Sink<'a> {
     feed: Feed,
     tally: Tally,
+    /// The net in force when the answer came, and where refusals are logged.
+    net: Arc<sluice_rules::SafetyNet>,
+    gate: &'a Gate,
 }
 
-impl Sink {
+impl Sink<'_> {
     fn take(&mut self, d: &Decision, deleted: bool) {
         let action = if d.oversized() {
             self.tally.oversized += 1;
@@ -365,10 +378,19 @@ impl Sink {
             }
         } else {
             match (element(d), go_duration(d.duration.as_str())) {
-                (Some(p), Some(secs)) if secs > 0.0 => {
-                    self.feed.adds.push((p, Some(secs.ceil().min(f64::from(u32::MAX)) as u32)));
-                    "added"
-                }
+                (Some(p), Some(secs)) if secs > 0.0 => match self.net.check(&p) {
+                    Ok(()) => {
+                        self.feed.adds.push((p, Some(secs.ceil().min(f64::from(u32::MAX)) as u32)));
+                        "added"
+                    }
+                    // Logged now, counted once the answer is applied.
+                    Err(r) => {
+                        *self.tally.refused.entry(r.reason()).or_default() += 1;
+                        let what = format!("crowdsec decision for set `{}`", self.feed.set);
+                        self.gate.safety.log_refusal(&what, &p, &r);
+                        "refused"
+                    }
+                },
                 _ => "ignored",
             }
         };
@@ -391,16 +413,16 @@ enum Key {
 /// `/v1/decisions/stream`'s answer, `{"new": [...], "deleted": [...]}`
 /// (either may be `null`), each decision handed to the sink as it is
 /// parsed.
-struct Answer<'a>(&'a mut Sink);
+struct Answer<'a, 'g>(&'a mut Sink<'g>);
 
-impl<'de> DeserializeSeed<'de> for Answer<'_> {
+impl<'de> DeserializeSeed<'de> for Answer<'_, '_> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_map(self)
     }
 }
 
-impl<'de> Visitor<'de> for Answer<'_> {
+impl<'de> Visitor<'de> for Answer<'_, '_> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an object with the lists `new` and `deleted`")
@@ -426,19 +448,19 @@ impl<'de> Visitor<'de> for Answer<'_> {
 }
 
 /// One of the answer's lists, or `null`.
-struct List<'a> {
-    sink: &'a mut Sink,
+struct List<'a, 'g> {
+    sink: &'a mut Sink<'g>,
     deleted: bool,
 }
 
-impl<'de> DeserializeSeed<'de> for List<'_> {
+impl<'de> DeserializeSeed<'de> for List<'_, '_> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_option(self)
     }
 }
 
-impl<'de> Visitor<'de> for List<'_> {
+impl<'de> Visitor<'de> for List<'_, '_> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a list of decisions or null")
@@ -541,13 +563,15 @@ impl<R: Read> Read for Guard<R> {
 /// A stream answer as a feed for `set`, parsed as it is read, and what its
 /// decisions were; all or nothing: an error leaves nothing to apply.
 /// `announced` is its Content-Length, if it gave one: over `max_answer`
-/// it is refused before a byte is read.
+/// it is refused before a byte is read. A ban `gate` refuses is left out
+/// of the feed and counted in the tally.
 pub fn parse(
     r: impl Read,
     announced: Option<u64>,
     set: &str,
     full: bool,
     max_answer: u64,
+    gate: &Gate,
 ) -> Result<(Feed, Tally), AnswerError> {
     if let Some(n) = announced.filter(|&n| n > max_answer) {
         return Err(AnswerError::TooLarge { size: Some(n), limit: max_answer });
@@ -561,7 +585,12 @@ pub fn parse(
         string_len: 0,
         over: None,
     };
-    let mut sink = Sink { feed: Feed { set: set.to_owned(), full, ..Feed::default() }, tally: Tally::default() };
+    let mut sink = Sink {
+        feed: Feed { set: set.to_owned(), full, ..Feed::default() },
+        tally: Tally::default(),
+        net: gate.safety.net(),
+        gate,
+    };
     let result = {
         let mut de = serde_json::Deserializer::from_reader(&mut guard);
         Answer(&mut sink).deserialize(&mut de).and_then(|()| de.end())
@@ -638,7 +667,7 @@ pub fn pull(agent: &ureq::Agent, cfg: &BouncerConfig, startup: bool) -> Result<(
         return Err(PullError::Redirect { url, redirect });
     }
     let announced = resp.header("Content-Length").and_then(|v| v.trim().parse().ok());
-    parse(resp.into_reader(), announced, &cfg.set, startup, cfg.max_answer)
+    parse(resp.into_reader(), announced, &cfg.set, startup, cfg.max_answer, &cfg.gate)
         .map_err(|source| PullError::Answer { url, source })
 }
 
@@ -681,6 +710,9 @@ pub fn run(cfg: BouncerConfig, events: Sender<Event>, stop: Arc<AtomicBool>, cou
             // Counted once applied: an answer refused counts nothing, and
             // the full pull that follows counts its decisions once.
             counters.count(&tally);
+            for (reason, n) in &tally.refused {
+                cfg.gate.refusals.count(&cfg.set, reason, *n);
+            }
             if tally.oversized > 0 {
                 tracing::warn!(
                     event = "feed_oversized",
@@ -795,7 +827,7 @@ mod tests {
     }
 
     fn parse_str(json: &str, full: bool, max: u64) -> Result<(Feed, Tally), AnswerError> {
-        parse(json.as_bytes(), None, "crowdsec", full, max)
+        parse(json.as_bytes(), None, "crowdsec", full, max, &Gate::default())
     }
 
     #[test]
@@ -834,6 +866,36 @@ mod tests {
         .unwrap();
         assert!(f.dels.is_empty());
         assert_eq!(n(&t, "cscli", "ban", "Ip", "deleted"), 1);
+    }
+
+    #[test]
+    fn a_ban_the_safety_net_refuses_is_skipped_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("never.txt");
+        std::fs::write(&f, "192.0.2.7\n").unwrap();
+        let safety = sluice_guard::safety::Safety::load(Some(&f), 8, 16).unwrap();
+        let gate = Gate { safety: Arc::new(safety), ..Gate::default() };
+        let d = |scope: &str, value: &str| {
+            format!(r#"{{"duration":"1h","origin":"cscli","scope":"{scope}","type":"ban","value":"{value}"}}"#)
+        };
+        let json = format!(
+            r#"{{"new":[{},{},{},{},{},{}]}}"#,
+            d("Range", "0.0.0.0/1"),
+            d("Range", "0.0.0.0/0"),
+            d("Range", "192.0.2.0/24"),
+            d("Ip", "192.0.2.7"),
+            d("Ip", "192.0.2.8"),
+            d("Range", "2001:db8::/16")
+        );
+        let (f, t) = parse(json.as_bytes(), None, "crowdsec", false, MAX, &gate).unwrap();
+        let adds: Vec<String> = f.adds.iter().map(|(p, _)| p.to_string()).collect();
+        assert_eq!(adds, ["192.0.2.8/32", "2001::/16"], "the others are applied");
+        assert_eq!(t.refused, BTreeMap::from([("min_prefix", 2), ("never_block", 2)]));
+        assert_eq!(n(&t, "cscli", "ban", "Range", "refused"), 3);
+        assert_eq!(n(&t, "cscli", "ban", "Ip", "refused"), 1);
+        assert_eq!(n(&t, "cscli", "ban", "Ip", "added"), 1);
+        // Counted in sluice_set_refused once applied (by `run`), not here.
+        assert_eq!(gate.refusals.total("never_block"), 0);
     }
 
     #[test]
@@ -915,7 +977,7 @@ mod tests {
         assert!(matches!(e, AnswerError::TooLarge { size: None, limit } if limit == len - 1), "{e}");
         assert!(e.to_string().contains(&format!("over --crowdsec-max-answer {}", len - 1)), "{e}");
         // One that says its length is refused before it is read.
-        let e = parse(&b"not even JSON"[..], Some(len), "crowdsec", false, len - 1).unwrap_err();
+        let e = parse(&b"not even JSON"[..], Some(len), "crowdsec", false, len - 1, &Gate::default()).unwrap_err();
         assert_eq!(
             e.to_string(),
             format!(
@@ -965,6 +1027,7 @@ mod tests {
             resync: Duration::from_secs(1),
             set: "crowdsec".into(),
             max_answer,
+            gate: Gate::default(),
         }
     }
 

@@ -222,24 +222,54 @@ impl Sink {
         }
     }
 
-    fn push(&mut self, blocks: &[Block]) -> Result<(), String> {
+    /// Pushes `blocks`: how many the destination refused for good (a
+    /// bridge's safety net: `--never-block`, `--min-prefix-*`), which are
+    /// dropped, the rest applied; an error keeps them all for the next try.
+    fn push(&mut self, blocks: &[Block]) -> Result<usize, String> {
         match self {
             Sink::Ctl { socket, set } => {
-                let text: String = blocks
-                    .iter()
-                    .map(|b| match b.secs {
-                        0 => format!("add {set} {}\n", b.target()),
-                        s => format!("add {set} {} timeout {s}\n", b.target()),
-                    })
-                    .collect();
-                let reply = socket::request(socket, &text, Duration::from_secs(30)).map_err(|e| e.to_string())?;
-                if reply["ok"] == true {
-                    Ok(())
-                } else {
-                    Err(reply["error"].as_str().unwrap_or("refused").to_owned())
+                let mut left: Vec<&Block> = blocks.iter().collect();
+                // The bridge refuses a batch whole and names every line its
+                // safety net refused: those are dropped (sent again, they
+                // would be refused again, and hold every later block back)
+                // and the rest sent again. Each round drops one at least.
+                loop {
+                    if left.is_empty() {
+                        return Ok(blocks.len());
+                    }
+                    let text: String = left
+                        .iter()
+                        .map(|b| match b.secs {
+                            0 => format!("add {set} {}\n", b.target()),
+                            s => format!("add {set} {} timeout {s}\n", b.target()),
+                        })
+                        .collect();
+                    let reply = socket::request(socket, &text, Duration::from_secs(30)).map_err(|e| e.to_string())?;
+                    if reply["ok"] == true {
+                        return Ok(blocks.len() - left.len());
+                    }
+                    let error = reply["error"].as_str().unwrap_or("refused").to_owned();
+                    let refused: std::collections::HashSet<usize> = reply["refused_lines"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|l| l.as_u64()?.checked_sub(1).map(|i| i as usize))
+                        .filter(|&i| i < left.len())
+                        .collect();
+                    if refused.is_empty() {
+                        return Err(error);
+                    }
+                    tracing::warn!(
+                        event = "forward_refused",
+                        count = refused.len(),
+                        "the bridge at {} refused {} block(s), dropped (the rest sent again): {error}",
+                        socket.display(),
+                        refused.len()
+                    );
+                    left = left.into_iter().enumerate().filter(|(i, _)| !refused.contains(i)).map(|(_, b)| b).collect();
                 }
             }
-            Sink::Crowdsec(w) => w.push(blocks),
+            Sink::Crowdsec(w) => w.push(blocks).map(|()| 0),
         }
     }
 }
@@ -310,11 +340,11 @@ pub fn run(
                 continue;
             }
             match sink.push(&pending[i]) {
-                Ok(()) => {
+                Ok(refused) => {
                     if failures[i] > 0 {
                         tracing::info!(event = "feed_up", "forwarding blocks to {} works again", counters.names[i]);
                     }
-                    counters.pushed[i].fetch_add(pending[i].len() as u64, Ordering::Relaxed);
+                    counters.pushed[i].fetch_add((pending[i].len() - refused) as u64, Ordering::Relaxed);
                     pending[i].clear();
                     failures[i] = 0;
                 }
@@ -428,5 +458,49 @@ mod tests {
             }
             h.join().unwrap();
         }
+    }
+
+    /// Against a real controller behind a real socket: the bridge refuses
+    /// the batch whole, naming the lines its safety net refused; the
+    /// forwarder drops those and the rest goes in. A refusal of another
+    /// kind keeps every block for the next try.
+    #[test]
+    fn blocks_a_bridge_refuses_are_dropped_and_the_rest_applied() {
+        use crate::control::{Controller, Event};
+        use crate::spec::RuleSpec;
+        let dir = tempfile::tempdir().unwrap();
+        let (list, never) = (dir.path().join("list.txt"), dir.path().join("never.txt"));
+        std::fs::write(&list, "10.0.0.1\n").unwrap();
+        std::fs::write(&never, "192.0.2.7\n").unwrap();
+        let spec = RuleSpec { drop_any: vec![list], feed_sets: vec!["guard".into()], ..RuleSpec::default() };
+        let loaded = spec.load(&[]).unwrap();
+        let safety = sluice_guard::safety::Safety::load(Some(&never), 8, 16).unwrap();
+        let c = Controller::new(spec, Vec::new(), loaded, false).with_safety(Arc::new(safety));
+        let state = Arc::clone(c.state());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sock = dir.path().join("ctl.sock");
+        let serving = socket::serve(&sock, None, tx.clone(), Arc::default()).unwrap();
+        let control = std::thread::spawn(move || c.run(rx, || {}));
+
+        let b = |ip: &str, len: u8| Block { ip: ip.parse().unwrap(), len, secs: 60, limit: "request_rate".into() };
+        let blocks = [b("198.51.100.1", 32), b("192.0.2.7", 32), b("192.0.2.0", 24), b("198.51.100.2", 32)];
+        let mut sink = Sink::Ctl { socket: sock.clone(), set: "guard".into() };
+        assert_eq!(sink.push(&blocks), Ok(2));
+        let test = |ip: &str| socket::request(&sock, &format!("test guard {ip}"), Duration::from_secs(5)).unwrap();
+        assert_eq!(
+            (test("198.51.100.1")["match"].clone(), test("198.51.100.2")["match"].clone()),
+            (true.into(), true.into())
+        );
+        assert_eq!(test("192.0.2.7")["match"], false);
+        assert_eq!(state.refusals.get("guard", "never_block"), 2);
+        let only_refused = [b("192.0.2.7", 32)];
+        assert_eq!(sink.push(&only_refused), Ok(1), "nothing left to send");
+
+        let mut elsewhere = Sink::Ctl { socket: sock.clone(), set: "nosuch".into() };
+        let e = elsewhere.push(&blocks[..1]).unwrap_err();
+        assert!(e.contains("no set `nosuch`"), "{e}");
+        serving.stop();
+        tx.send(Event::Quit).unwrap();
+        control.join().unwrap();
     }
 }

@@ -15,6 +15,7 @@ pub mod ctl;
 pub mod forward;
 pub mod guard_ctl;
 pub mod hangup;
+pub mod safety;
 pub mod sets;
 pub mod socket;
 pub mod spec;

@@ -535,6 +535,24 @@ impl Collector for Exporter {
             &sets,
         )?;
         counter(&mut enc, "sluice_set_merges", "Runtime deltas folded into new base tables, per set.", &merges)?;
+        // Every set with both safety-net reasons, zeros too, so a rate has
+        // a series from the start; then whatever else was counted.
+        let mut refused: std::collections::BTreeMap<(String, &str), u64> = c
+            .sets()
+            .into_iter()
+            .flat_map(|row| sluice_rules::Refusal::REASONS.map(|r| ((row.name.clone(), r), 0)))
+            .collect();
+        refused.extend(c.refusals.rows());
+        let refused: Vec<_> = refused
+            .into_iter()
+            .map(|((set, reason), n)| (vec![("set", set), ("reason", reason.to_owned())], n))
+            .collect();
+        counter(
+            &mut enc,
+            "sluice_set_refused",
+            "Runtime adds refused, per set and reason (never_block: it overlaps --never-block; min_prefix: wider than --min-prefix-*).",
+            &refused,
+        )?;
         counter(
             &mut enc,
             "sluice_set_updates",
