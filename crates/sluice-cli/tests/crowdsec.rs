@@ -247,6 +247,79 @@ fn crowdsec_decisions_are_enforced_and_lifted() {
     assert!(missing.is_empty(), "the dashboard queries {missing:?}, which the bridge does not serve: {served:?}");
 }
 
+/// The safety net under a real LAPI's decisions: `cscli decisions add
+/// --range 0.0.0.0/1` (wider than --min-prefix-v4's /8) and a range holding
+/// a --never-block address are refused by the bouncer, skipped and counted,
+/// while a decision beside them is enforced; traffic of the never-blocked
+/// address still crosses.
+#[test]
+fn crowdsec_bans_the_safety_net_refuses_are_skipped_and_counted() {
+    if !live_or_skip("crowdsec_bans_the_safety_net_refuses_are_skipped_and_counted") {
+        return;
+    }
+    let Some(bin) = crowdsec_or_skip("crowdsec_bans_the_safety_net_refuses_are_skipped_and_counted") else { return };
+    let lapi = Lapi::new(bin);
+    let key = lapi.bouncer_key("sluice");
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let never = lapi.dir.path().join("never.txt");
+    std::fs::write(&never, "10.77.0.1\n").unwrap();
+    let topo = addressed("csn");
+    let sock = lapi.dir.path().join("ctl.sock");
+    let bridge = Bridge::start(&[
+        "--iface",
+        &topo.a.near,
+        "--iface",
+        &topo.b.near,
+        "--crowdsec-url",
+        &lapi.url,
+        "--crowdsec-key-file",
+        p(&key),
+        "--crowdsec-interval",
+        "0.5",
+        "--control",
+        p(&sock),
+        "--never-block",
+        p(&never),
+    ]);
+    until_ping(&topo, true, Duration::from_secs(10), &bridge);
+    lapi.cscli(&["decisions", "add", "--range", "0.0.0.0/1", "--duration", "1h"]);
+    lapi.cscli(&["decisions", "add", "--range", "10.77.0.0/24", "--duration", "1h"]);
+    lapi.cscli(&["decisions", "add", "--ip", "192.0.2.9", "--duration", "1h"]);
+    let test = |addr: &str| {
+        let out = Command::new(SLUICE)
+            .args(["ctl", "--json", "--socket", p(&sock), "test", "crowdsec", addr])
+            .output()
+            .unwrap();
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["match"] == true
+    };
+    let end = Instant::now() + Duration::from_secs(15);
+    while !test("192.0.2.9") {
+        assert!(Instant::now() < end, "the decision beside them was never applied: {}", bridge.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let series = |reason: &str| format!("sluice_set_refused_total{{set=\"crowdsec\",reason=\"{reason}\"}}");
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let scrape = bridge.scrape();
+        let n =
+            |name: &str| scrape.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok()).unwrap_or(0.0);
+        if n(&series("min_prefix")) >= 1.0 && n(&series("never_block")) >= 1.0 {
+            assert!(scrape.contains(r#"action="refused""#), "{scrape}");
+            break;
+        }
+        assert!(Instant::now() < end, "the refusals were not counted: {scrape}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!test("1.2.3.4") && !test("100.1.2.3") && !test("10.77.0.1"), "neither range is in the set");
+    assert!(ping(&topo), "the never-blocked address still crosses");
+    let log = bridge.stderr();
+    assert!(log.contains("refused 0.0.0.0/1 (crowdsec decision for set `crowdsec`): it is wider than /8"), "{log}");
+    assert!(
+        log.contains("refused 10.77.0.0/24 (crowdsec decision for set `crowdsec`): it overlaps 10.77.0.1/32"),
+        "{log}"
+    );
+}
+
 /// `/metrics` parsed by Python's `prometheus_client` (the OpenMetrics
 /// parser, as the bridge serves OpenMetrics): each sample's name and
 /// labels (sorted) as a JSON line; None when /usr/bin/python3

@@ -197,6 +197,111 @@ fn ctl_every_command() {
     assert_eq!(matches(&sock, "blocks", "100.64.1.5"), None);
 }
 
+/// The safety net: `--never-block` refuses an add that covers a listed
+/// address or lies within a listed prefix, `--min-prefix-*` one wider than
+/// allowed; a batch with such a line is refused whole naming the line and
+/// why, each refusal counted; SIGHUP rereads the list.
+#[test]
+fn ctl_adds_the_safety_net_refuses() {
+    if !live_or_skip("ctl_adds_the_safety_net_refuses") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("r.rules");
+    std::fs::write(&rules, "set blocks dynamic\ndrop saddr @blocks\n").unwrap();
+    let never = dir.path().join("never.txt");
+    std::fs::write(&never, "# the office\n10.1.2.3\n2001:db8:1::/48\n").unwrap();
+    let sock = dir.path().join("ctl.sock");
+    let topo = Topology::new("cn");
+    let bridge = start(&topo, &rules, &sock, &["--never-block", p(&never)]);
+
+    for (elem, why) in [
+        ("10.0.0.0/8", "refused (never_block): it overlaps 10.1.2.3/32, which is on the never-block list"),
+        ("10.1.2.3", "refused (never_block)"),
+        ("2001:db8:1:7::/64", "it overlaps 2001:db8:1::/48"),
+        ("0.0.0.0/1", "refused (min_prefix): it is wider than /8, the widest a runtime add may be (--min-prefix-v4 8)"),
+        ("2000::/15", "(--min-prefix-v6 16)"),
+        ("0.0.0.0/0", "refused (min_prefix)"),
+    ] {
+        let e = ctl_fails(&sock, &["add", "blocks", elem]);
+        assert!(e.contains(&format!("add blocks {}", elem.parse::<sluice_rules::Prefix>().unwrap())), "{elem}: {e}");
+        assert!(e.contains(why) && e.contains("nothing applied"), "{elem}: {e}");
+    }
+    assert!(elements(&sock, "blocks").is_empty());
+    // Beside them, and exactly as wide as allowed, adds go in.
+    for elem in ["10.1.2.4", "11.0.0.0/8", "2001:db8:2::/48", "2a00::/16"] {
+        assert_eq!(ctl(&sock, &["add", "blocks", elem])["applied"], 1, "{elem}");
+    }
+
+    // A batch with refused lines is refused whole, naming the first and
+    // counting the others; the JSON reply lists them all.
+    let batch = dir.path().join("batch.txt");
+    std::fs::write(
+        &batch,
+        "add blocks 192.0.2.1\nadd blocks 128.0.0.0/1\nadd blocks 192.0.2.2\nadd blocks 10.1.0.0/16\n",
+    )
+    .unwrap();
+    let before = elements(&sock, "blocks");
+    let e = ctl_fails(&sock, &["-f", p(&batch)]);
+    assert!(e.contains("batch.txt:2: add blocks 128.0.0.0/1 refused (min_prefix)"), "{e}");
+    assert!(e.contains("(2 lines refused in all)"), "{e}");
+    let out = ctl_output(&sock, &["--json", "-f", p(&batch)]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((v["line"].clone(), v["refused_lines"].clone()), (2.into(), serde_json::json!([2, 4])), "{v}");
+    assert_eq!(elements(&sock, "blocks"), before, "nothing of the batch applied");
+    let s = ctl(&sock, &["stats"]);
+    assert_eq!((s["refused_never_block"].as_u64(), s["refused_min_prefix"].as_u64()), (Some(5), Some(5)), "{s}");
+
+    // SIGHUP rereads the list: 10.1.2.3 may be blocked now, 192.0.2.0/24 not.
+    let tmp = dir.path().join("never.tmp");
+    std::fs::write(&tmp, "192.0.2.0/24\n").unwrap();
+    std::fs::rename(&tmp, &never).unwrap();
+    let hup = Command::new("kill").args(["-HUP", &bridge.0.id().to_string()]).status().unwrap();
+    assert!(hup.success());
+    let end = Instant::now() + Duration::from_secs(5);
+    while !ctl_output(&sock, &["add", "blocks", "10.1.2.3"]).status.success() {
+        assert!(Instant::now() < end, "the list was not reread on SIGHUP");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let e = ctl_fails(&sock, &["add", "blocks", "192.0.2.77"]);
+    assert!(e.contains("it overlaps 192.0.2.0/24"), "{e}");
+    // A list that no longer reads keeps the one in force.
+    std::fs::write(&never, "192.0.2.0/24\nnot an address\n").unwrap();
+    ctl(&sock, &["reload"]);
+    assert!(ctl_fails(&sock, &["add", "blocks", "192.0.2.77"]).contains("never_block"));
+}
+
+/// Bad safety-net flags stop either command at start, before anything
+/// opens, naming what is wrong.
+#[test]
+fn bad_safety_net_flags_stop_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let never = dir.path().join("never.txt");
+    std::fs::write(&never, "10.1.2.3\n10.1.2.300\n").unwrap();
+    let bridge = |extra: &[&str]| {
+        let out = Command::new(SLUICE)
+            .args(["bridge", "--iface", "sluice-nope0", "--iface", "sluice-nope1"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let e = bridge(&["--never-block", p(&never)]);
+    assert!(e.contains(&format!("--never-block {}:2: not an IPv4 or IPv6 address: \"10.1.2.300\"", p(&never))), "{e}");
+    assert!(bridge(&["--min-prefix-v4", "0"]).contains("--min-prefix-v4 0: give 1 to 32"));
+    assert!(bridge(&["--min-prefix-v6", "129"]).contains("--min-prefix-v6 129: give 1 to 128"));
+    let guard = |extra: &[&str]| {
+        let sock = dir.path().join("g.sock");
+        let out = guard_command(&sock, 1).args(extra).output().unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(guard(&["--never-block", p(&never)]).contains(&format!("--never-block {}:2:", p(&never))));
+    let e = guard(&["--key-prefix-v4", "4"]);
+    assert!(e.contains("--key-prefix-v4 4 is wider than --min-prefix-v4 8: every block would be refused"), "{e}");
+}
+
 #[test]
 fn ctl_refuses_other_users() {
     if !live_or_skip("ctl_refuses_other_users") {

@@ -318,6 +318,53 @@ fn the_control_socket_lists_lifts_and_makes_blocks() {
     stop(up);
 }
 
+/// `--never-block`: a listed client flooding breaks the limit (its
+/// breaches are answered and counted) but is never blocked, and `ctl
+/// block` of it is refused naming why; a client not listed, flooding the
+/// same way, is blocked. The refusals are counted by reason.
+#[test]
+fn a_never_blocked_client_flooding_is_not_blocked() {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (never, sock, file) = (dir.path().join("never.txt"), dir.path().join("g.sock"), dir.path().join("blocks.txt"));
+    std::fs::write(&never, "# the monitoring\n127.3.0.0/30\n").unwrap();
+    let up = http_serve(12, &[]);
+    let args = ["--request-rate", "50", "--ip-block", "30", "--block-file", p(&file), "--control", p(&sock)];
+    let g = http_guard(up.addr, 8.0, &[&args[..], &["--never-block", p(&never), "--metrics", "127.0.0.1:0"]].concat());
+    let listed = load(&g.url(), &["--source", "127.3.0.1/32", "--connections", "8", "--duration", "2"]);
+    let other = load(&g.url(), &["--source", "127.5.0.1/32", "--connections", "8", "--duration", "2"]);
+    let (listed, _) = (load_report(listed), load_report(other));
+    assert!(failures(&listed).1 > 0, "the listed flooder broke the limit (429s): {listed}");
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(get_from(ip("127.3.0.1"), g.addr), Some(200), "the listed client is served once under the rate");
+    assert_eq!(get_from(ip("127.5.0.1"), g.addr), None, "the other flooder is blocked");
+    let out = sluice(&["ctl", "--socket", p(&sock), "block", "127.3.0.2", "timeout", "60"]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(e.contains("block 127.3.0.2 refused (never_block): it overlaps 127.3.0.0/30"), "{e}");
+    let scrape = {
+        let mut s = TcpStream::connect(g.metrics.unwrap()).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: m\r\n\r\n").unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        text
+    };
+    let refused = |reason: &str| -> f64 {
+        let series = format!("sluice_guard_blocks_refused_total{{reason=\"{reason}\"}} ");
+        scrape.lines().find_map(|l| l.strip_prefix(&series)?.parse().ok()).unwrap_or_else(|| panic!("{scrape}"))
+    };
+    assert!(refused("never_block") >= 2.0, "a breach's block and ctl block: {scrape}");
+    assert_eq!(refused("min_prefix"), 0.0);
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("127.5.0.1") && !text.contains("127.3.0."), "{text}");
+    let summary = g.summary();
+    let blocks: Vec<&str> = summary["blocks"].as_array().unwrap().iter().map(|b| b["ip"].as_str().unwrap()).collect();
+    assert_eq!(blocks, ["127.5.0.1"], "{summary}");
+    assert!(summary["blocks_refused"]["never_block"].as_u64().unwrap() >= 2, "{summary}");
+    assert!(summary["breaches"]["request_rate"].as_u64().unwrap() > 2, "both broke the limit: {summary}");
+    stop(up);
+}
+
 #[test]
 fn a_block_expires_and_the_block_file_follows_it() {
     let _s = serial();
