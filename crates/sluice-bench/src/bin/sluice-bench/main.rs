@@ -62,6 +62,8 @@ pub enum BenchCommand {
     Pool(mem::PoolArgs),
     /// Runtime set updates into a large set: the control plane, its socket, ipset and nft.
     Sets(sets::SetsBenchArgs),
+    /// Millions of timed adds into one dynamic set in batches: time per commit, expiry, peak RSS.
+    SetsScale(sets::SetsScaleArgs),
     /// http-load straight to http-serve against through http-guard (limits on, none reached), alternating, as a ratio.
     Guard(guard::GuardBenchArgs),
     /// The NatSys MPMC queue against crossbeam, a locked queue and rtrb, every item checked delivered once.
@@ -241,6 +243,7 @@ impl BenchCommand {
             BenchCommand::Memalign(a) => a.out.json(),
             BenchCommand::Pool(a) => a.out.json(),
             BenchCommand::Sets(a) => a.json,
+            BenchCommand::SetsScale(a) => a.json,
             BenchCommand::Guard(_) => true,
             #[cfg(not(loom))]
             BenchCommand::Queue(a) => a.json || a.format == OutputFormat::Json,
@@ -308,6 +311,7 @@ fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Pool(a) => mem::pool(a),
         BenchCommand::Guard(a) => guard::run(a),
         BenchCommand::Sets(a) => sets::run(a),
+        BenchCommand::SetsScale(a) => sets::run_scale(a),
         #[cfg(not(loom))]
         BenchCommand::Queue(a) => queue::run_queue(a),
         #[cfg(not(loom))]

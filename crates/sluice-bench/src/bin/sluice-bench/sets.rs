@@ -555,3 +555,164 @@ pub fn run(a: SetsBenchArgs) -> Result<()> {
     }
     Ok(())
 }
+
+#[derive(Args, Debug)]
+pub struct SetsScaleArgs {
+    /// Timed adds in all (distinct IPv4 hosts).
+    #[arg(long, default_value_t = 10_000_000)]
+    pub adds: usize,
+    /// Adds per batch: each batch is staged, committed and published.
+    #[arg(long, default_value_t = 10_000)]
+    pub batch: usize,
+    /// Each add's timeout, in seconds.
+    #[arg(long, default_value_t = 3600)]
+    pub timeout: u32,
+    /// Steps the expiry of everything is cut into (each a publication).
+    #[arg(long, default_value_t = 100)]
+    pub expiry_steps: usize,
+    /// The set definition's words after `dynamic` (e.g. `maxelem 20000000`).
+    #[arg(long, default_value = "")]
+    pub set_options: String,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The peak resident set size so far (VmHWM), in bytes.
+fn vm_hwm() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: u64 = s.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().strip_suffix("kB")?.trim().parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Resets VmHWM to the current RSS (Linux 4.0+), so a phase's peak is its own.
+fn reset_hwm() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+fn dist_us(v: &mut [f64]) -> Value {
+    if v.is_empty() {
+        return Value::Null;
+    }
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    json!({ "median_us": at(0.5), "p99_us": at(0.99), "max_us": v[v.len() - 1], "n": v.len() })
+}
+
+/// `sluice-bench sets-scale`: `--adds` timed adds into one dynamic set, in
+/// batches of `--batch`, through the control plane's own path (stage,
+/// commit, publication; merges on their own thread, their tables published
+/// as the controller does), then the expiry of everything in
+/// `--expiry-steps` steps of the (virtual) wall clock. One JSON object:
+/// total time, time per commit (median, p99, max), the expiry's, and the
+/// peak RSS (VmHWM) of each phase. Run one size per process: the peaks
+/// are the process's.
+pub fn run_scale(a: SetsScaleArgs) -> Result<()> {
+    let rules = format!("set dyn dynamic {}\ndrop saddr @dyn\n", a.set_options);
+    let file = parse_rules("scale.rules", &rules, Path::new(".")).context("the bench's rules")?;
+    let compiled = RuleSet::compile(&file, &[Vec::new()], &CompileOptions::default()).context("compiling")?;
+    let published = Arc::new(Published::new(compiled));
+    let base_of = |_: &RuleSet, _: usize| Some(Elements::new());
+    let mut sets = RuntimeSets::new();
+    let secs = 1_000_000_000u64;
+    // The virtual wall clock: 1 ms per batch, so deadlines spread over the run.
+    let t0 = 1_000 * secs;
+    let hwm_start = vm_hwm();
+    reset_hwm();
+    let mut lat = Vec::with_capacity(a.adds.div_ceil(a.batch.max(1)));
+    let mut merges = 0;
+    let started = Instant::now();
+    let mut now = t0;
+    let mut done = 0usize;
+    while done < a.adds {
+        let n = a.batch.min(a.adds - done);
+        // Hosts made as needed: a 10M list would weigh on the peak.
+        let batch: Vec<(usize, Command)> = (done..done + n)
+            .map(|i| {
+                let h = Ipv4Addr::from(0x0b00_0000u32.wrapping_add((i as u32).wrapping_mul(2_654_435_761)));
+                (
+                    i - done + 1,
+                    Command::Add { set: "dyn".into(), elem: Prefix::host(IpAddr::V4(h)), timeout: Some(a.timeout) },
+                )
+            })
+            .collect();
+        let t = Instant::now();
+        let cur = published.load();
+        sets.stage(&cur.value, &batch, now, &base_of).map_err(|e| anyhow::anyhow!("batch at {done}: {e}"))?;
+        let (r, m) = sets.commit(&cur.value);
+        drop(cur);
+        published.publish(r.context("a change")?);
+        lat.push(t.elapsed().as_secs_f64() * 1e6);
+        merges += m;
+        let cur = published.load();
+        if let (Some(r), m) = sets.poll_merges(&cur.value, false) {
+            drop(cur);
+            published.publish(r);
+            merges += m;
+        }
+        done += n;
+        now += 1_000_000;
+    }
+    let adds_s = started.elapsed().as_secs_f64();
+    let adds_hwm = vm_hwm();
+    let cur = published.load();
+    let (r, m) = sets.poll_merges(&cur.value, true);
+    drop(cur);
+    if let Some(r) = r {
+        published.publish(r);
+    }
+    merges += m;
+    let live = |sets: &RuntimeSets, p: &Published<RuleSet>| sets.rows(&p.load().value).first().map_or(0, |r| r.entries);
+    let entries_after_adds = live(&sets, &published);
+    // Expiry: the deadlines run from t0 + timeout to now + timeout; cut
+    // into equal steps of the clock.
+    reset_hwm();
+    let (first, last) = (t0 + u64::from(a.timeout) * secs, now + u64::from(a.timeout) * secs);
+    let steps = a.expiry_steps.max(1) as u64;
+    let mut exp = Vec::new();
+    let mut expired = 0;
+    let started = Instant::now();
+    for k in 1..=steps {
+        let at = first + (last - first) * k / steps;
+        let t = Instant::now();
+        let cur = published.load();
+        let r = sets.expire(&cur.value, at);
+        drop(cur);
+        if let Some((r, gone)) = r {
+            published.publish(r);
+            expired += gone;
+        }
+        exp.push(t.elapsed().as_secs_f64() * 1e6);
+        let cur = published.load();
+        if let (Some(r), m) = sets.poll_merges(&cur.value, false) {
+            drop(cur);
+            published.publish(r);
+            merges += m;
+        }
+    }
+    let expiry_s = started.elapsed().as_secs_f64();
+    let out = json!({
+        "bench": "sets-scale",
+        "adds": a.adds,
+        "batch": a.batch,
+        "timeout_s": a.timeout,
+        "set_options": a.set_options,
+        "adds_total_s": adds_s,
+        "adds_per_s": a.adds as f64 / adds_s,
+        "commit": dist_us(&mut lat),
+        "entries_after_adds": entries_after_adds,
+        "merges": merges,
+        "expiry_total_s": expiry_s,
+        "expiry_step": dist_us(&mut exp),
+        "expired": expired,
+        "entries_after_expiry": live(&sets, &published),
+        "vm_hwm_start_bytes": hwm_start,
+        "vm_hwm_adds_bytes": adds_hwm,
+        "vm_hwm_expiry_bytes": vm_hwm(),
+    });
+    if a.json {
+        println!("{out}");
+    } else {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    }
+    Ok(())
+}
