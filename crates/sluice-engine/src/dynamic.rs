@@ -14,7 +14,15 @@
 //! reads; when the delta grows past a threshold, [`SetState::merge`] folds it
 //! into a new base (the caller builds the tables from the list it returns,
 //! off the fast path). No I/O here: time comes in as wall-clock nanoseconds.
+//!
+//! The delta's elements are persistent sets ([`Changes`], over
+//! [`crate::pset::PSet`]): the state and every delta published from it
+//! share their nodes, so making a [`Delta`] is O(1) and a change copies
+//! O(log n) small nodes. Before, each publication copied the whole delta
+//! (up to an eighth of the set, or more while a merge ran), which made a
+//! stream of batches into a large set quadratic.
 
+use crate::pset::PSet;
 use foldhash::fast::RandomState;
 use sluice_rules::Prefix;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -31,34 +39,93 @@ fn mask6(len: u8) -> u128 {
     u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0)
 }
 
+/// A set of keys of one length, as [`ElementsIn`] keeps them: a hash set
+/// (for a base, rebuilt whole by a merge) or a persistent one (for a
+/// delta, changed in place and published by reference: [`PSet`]).
+pub trait KeySet<K>: Default + Clone {
+    /// Adds `k`; false if it was there.
+    fn put(&mut self, k: K) -> bool;
+    /// Removes `k`; false if it was not there.
+    fn take(&mut self, k: &K) -> bool;
+    fn has(&self, k: &K) -> bool;
+    fn empty(&self) -> bool;
+    fn keys(&self) -> impl Iterator<Item = K> + '_;
+}
+
+impl<K: Copy + Eq + std::hash::Hash> KeySet<K> for Hashed<K> {
+    fn put(&mut self, k: K) -> bool {
+        self.insert(k)
+    }
+    fn take(&mut self, k: &K) -> bool {
+        self.remove(k)
+    }
+    #[inline]
+    fn has(&self, k: &K) -> bool {
+        self.contains(k)
+    }
+    fn empty(&self) -> bool {
+        self.is_empty()
+    }
+    fn keys(&self) -> impl Iterator<Item = K> + '_ {
+        self.iter().copied()
+    }
+}
+
+impl<K: Copy + Eq + std::hash::Hash> KeySet<K> for PSet<K> {
+    fn put(&mut self, k: K) -> bool {
+        self.insert(k)
+    }
+    fn take(&mut self, k: &K) -> bool {
+        self.remove(k)
+    }
+    #[inline]
+    fn has(&self, k: &K) -> bool {
+        self.contains(k)
+    }
+    fn empty(&self) -> bool {
+        self.is_empty()
+    }
+    fn keys(&self) -> impl Iterator<Item = K> + '_ {
+        self.iter()
+    }
+}
+
 /// Distinct elements (hosts and prefixes) by length, longest first: an
-/// address is looked up with one hash probe per length present (a delta
-/// mostly holds hosts, so usually one).
+/// address is looked up with one probe per length present (a delta mostly
+/// holds hosts, so usually one).
 #[derive(Clone, Debug, Default)]
-pub struct Elements {
-    v4: Vec<(u8, Hashed<u32>)>,
-    v6: Vec<(u8, Hashed<u128>)>,
+pub struct ElementsIn<S4, S6> {
+    v4: Vec<(u8, S4)>,
+    v6: Vec<(u8, S6)>,
     len: usize,
 }
 
-fn slot<K>(by_len: &mut Vec<(u8, Hashed<K>)>, len: u8) -> &mut Hashed<K> {
+/// A base's elements: hash sets, built once per merge.
+pub type Elements = ElementsIn<Hashed<u32>, Hashed<u128>>;
+
+/// A delta's elements: persistent sets, so that publishing them is a
+/// reference count and a change copies O(log n) small nodes, never the
+/// whole delta.
+pub type Changes = ElementsIn<PSet<u32>, PSet<u128>>;
+
+fn slot<S: Default>(by_len: &mut Vec<(u8, S)>, len: u8) -> &mut S {
     let i = match by_len.binary_search_by(|(l, _)| len.cmp(l)) {
         Ok(i) => i,
         Err(i) => {
-            by_len.insert(i, (len, Hashed::default()));
+            by_len.insert(i, (len, S::default()));
             i
         }
     };
     &mut by_len[i].1
 }
 
-impl Elements {
-    pub fn new() -> Elements {
-        Elements::default()
+impl<S4: KeySet<u32>, S6: KeySet<u128>> ElementsIn<S4, S6> {
+    pub fn new() -> Self {
+        ElementsIn { v4: Vec::new(), v6: Vec::new(), len: 0 }
     }
 
-    pub fn from_prefixes<'a>(prefixes: impl IntoIterator<Item = &'a Prefix>) -> Elements {
-        let mut e = Elements::new();
+    pub fn from_prefixes<'a>(prefixes: impl IntoIterator<Item = &'a Prefix>) -> Self {
+        let mut e = Self::new();
         for p in prefixes {
             e.insert(*p);
         }
@@ -68,8 +135,8 @@ impl Elements {
     /// Adds `p`; false if it was there.
     pub fn insert(&mut self, p: Prefix) -> bool {
         let new = match p {
-            Prefix::V4 { addr, len } => slot(&mut self.v4, len).insert(addr),
-            Prefix::V6 { addr, len } => slot(&mut self.v6, len).insert(addr),
+            Prefix::V4 { addr, len } => slot(&mut self.v4, len).put(addr),
+            Prefix::V6 { addr, len } => slot(&mut self.v6, len).put(addr),
         };
         self.len += usize::from(new);
         new
@@ -88,8 +155,8 @@ impl Elements {
     /// Whether exactly `p` is an element.
     pub fn has(&self, p: &Prefix) -> bool {
         match *p {
-            Prefix::V4 { addr, len } => self.v4.iter().any(|(l, s)| *l == len && s.contains(&addr)),
-            Prefix::V6 { addr, len } => self.v6.iter().any(|(l, s)| *l == len && s.contains(&addr)),
+            Prefix::V4 { addr, len } => self.v4.iter().any(|(l, s)| *l == len && s.has(&addr)),
+            Prefix::V6 { addr, len } => self.v6.iter().any(|(l, s)| *l == len && s.has(&addr)),
         }
     }
 
@@ -99,11 +166,11 @@ impl Elements {
         match ip {
             IpAddr::V4(a) => {
                 let a = u32::from(a);
-                self.v4.iter().any(|(len, s)| s.contains(&(a & mask4(*len))))
+                self.v4.iter().any(|(len, s)| s.has(&(a & mask4(*len))))
             }
             IpAddr::V6(a) => {
                 let a = u128::from(a);
-                self.v6.iter().any(|(len, s)| s.contains(&(a & mask6(*len))))
+                self.v6.iter().any(|(len, s)| s.has(&(a & mask6(*len))))
             }
         }
     }
@@ -115,7 +182,7 @@ impl Elements {
                 let a = u32::from(a);
                 self.v4
                     .iter()
-                    .filter(|(len, s)| s.contains(&(a & mask4(*len))))
+                    .filter(|(len, s)| s.has(&(a & mask4(*len))))
                     .map(|(len, _)| Prefix::V4 { addr: a & mask4(*len), len: *len })
                     .collect()
             }
@@ -123,7 +190,7 @@ impl Elements {
                 let a = u128::from(a);
                 self.v6
                     .iter()
-                    .filter(|(len, s)| s.contains(&(a & mask6(*len))))
+                    .filter(|(len, s)| s.has(&(a & mask6(*len))))
                     .map(|(len, _)| Prefix::V6 { addr: a & mask6(*len), len: *len })
                     .collect()
             }
@@ -132,8 +199,8 @@ impl Elements {
 
     /// Every element, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = Prefix> + '_ {
-        let v4 = self.v4.iter().flat_map(|(len, s)| s.iter().map(move |&addr| Prefix::V4 { addr, len: *len }));
-        let v6 = self.v6.iter().flat_map(|(len, s)| s.iter().map(move |&addr| Prefix::V6 { addr, len: *len }));
+        let v4 = self.v4.iter().flat_map(|(len, s)| s.keys().map(move |addr| Prefix::V4 { addr, len: *len }));
+        let v6 = self.v6.iter().flat_map(|(len, s)| s.keys().map(move |addr| Prefix::V6 { addr, len: *len }));
         v4.chain(v6)
     }
 
@@ -146,14 +213,14 @@ impl Elements {
     }
 
     pub fn clear(&mut self) {
-        *self = Elements::default();
+        *self = Self::new();
     }
 }
 
-fn remove_from<K: std::hash::Hash + Eq>(by_len: &mut Vec<(u8, Hashed<K>)>, len: u8, k: &K) -> bool {
+fn remove_from<K, S: KeySet<K>>(by_len: &mut Vec<(u8, S)>, len: u8, k: &K) -> bool {
     let Some(i) = by_len.iter().position(|(l, _)| *l == len) else { return false };
-    let gone = by_len[i].1.remove(k);
-    if by_len[i].1.is_empty() {
+    let gone = by_len[i].1.take(k);
+    if by_len[i].1.empty() {
         // An empty length would cost every lookup a probe.
         by_len.remove(i);
     }
@@ -164,8 +231,8 @@ fn remove_from<K: std::hash::Hash + Eq>(by_len: &mut Vec<(u8, Hashed<K>)>, len: 
 /// published (a change publishes a new one).
 #[derive(Debug)]
 pub struct Delta {
-    added: Elements,
-    deleted: Elements,
+    added: Changes,
+    deleted: Changes,
     /// The base's elements, present when `deleted` is not empty: an address
     /// inside a deleted element may still be covered by another.
     base: Option<Arc<Elements>>,
@@ -231,8 +298,8 @@ pub struct SetState {
     base: Option<Arc<Elements>>,
     /// How many elements the base holds (from its tables when not known).
     base_entries: usize,
-    added: Elements,
-    deleted: Elements,
+    added: Changes,
+    deleted: Changes,
     /// The wall-clock deadline (ns) of each element that has one, added or
     /// in the base (after a merge).
     deadline: HashMap<Prefix, u64, RandomState>,
@@ -253,13 +320,13 @@ enum Change {
     Del(Prefix),
 }
 
-/// What a merge needs, taken in O(delta) so the O(set) work can run on
-/// another thread: the base's elements (shared) and copies of the delta.
+/// What a merge needs, taken in O(1) so the O(set) work can run on another
+/// thread: the base's elements and the delta's, shared.
 #[derive(Debug, Clone)]
 pub struct MergeInput {
     base: Option<Arc<Elements>>,
-    added: Elements,
-    deleted: Elements,
+    added: Changes,
+    deleted: Changes,
 }
 
 impl MergeInput {
@@ -281,8 +348,8 @@ impl SetState {
             default_timeout,
             base: base.map(Arc::new),
             base_entries,
-            added: Elements::new(),
-            deleted: Elements::new(),
+            added: Changes::new(),
+            deleted: Changes::new(),
             deadline: HashMap::default(),
             queue: BTreeSet::new(),
             merges: 0,
@@ -472,9 +539,8 @@ impl SetState {
     /// from the base.
     pub fn merge(&mut self) -> Vec<Prefix> {
         self.since_merge = None;
-        let base = self.base.as_deref().cloned().unwrap_or_default();
-        let mut all: Vec<Prefix> =
-            base.iter().filter(|p| !self.deleted.has(p)).chain(self.added.iter()).collect::<Vec<_>>();
+        let base = self.base.iter().flat_map(|b| b.iter()).filter(|p| !self.deleted.has(p));
+        let mut all: Vec<Prefix> = base.chain(self.added.iter()).collect();
         all.sort_unstable();
         self.base_entries = all.len();
         self.base = Some(Arc::new(Elements::from_prefixes(&all)));
@@ -651,6 +717,8 @@ mod tests {
             let mut s = SetState::new(Some(Elements::from_prefixes(&base)), 0, None);
             let ips: Vec<IpAddr> = probes.iter().map(|p| p.addr()).collect();
             let mut running: Option<(u64, Vec<Prefix>)> = None;
+            let addrs: Vec<IpAddr> = ips.iter().copied().chain(base.iter().map(|b| b.addr())).collect();
+            let mut published = Vec::new();
             for op in ops {
                 match op {
                     Op::Add(p, t) => {
@@ -686,16 +754,27 @@ mod tests {
                     }
                 }
                 let delta = s.delta();
-                for &a in ips.iter().chain(base.iter().map(|b| b.addr()).collect::<Vec<_>>().iter()) {
+                for &a in &addrs {
                     let base_hit = tables.iter().any(|t| t.contains(a));
                     let got = delta.as_ref().map_or(base_hit, |d| d.matches(base_hit, a));
                     prop_assert_eq!(got, model.contains(a), "{} after {:?}", a, s.elements());
                     prop_assert_eq!(s.find(base_hit, a).is_some(), model.contains(a));
                 }
+                published.push((delta, tables.clone(), model.clone()));
                 let mut want: Vec<Prefix> = model.elems.keys().copied().collect();
                 want.sort_unstable();
                 let got: Vec<Prefix> = s.elements().into_iter().map(|e| e.0).collect();
                 prop_assert_eq!(got, want);
+            }
+            // A published delta is shared with the state that made it:
+            // every one still answers as the model did when it was made,
+            // whatever changed since.
+            for (n, (delta, tables, model)) in published.iter().enumerate() {
+                for &a in &addrs {
+                    let base_hit = tables.iter().any(|t| t.contains(a));
+                    let got = delta.as_ref().map_or(base_hit, |d| d.matches(base_hit, a));
+                    prop_assert_eq!(got, model.contains(a), "{} in the delta published after op {}", a, n);
+                }
             }
         }
     }
