@@ -124,6 +124,11 @@ pub struct BridgeArgs {
     /// refused whole (nothing applied, retried at the next pull).
     #[arg(long, value_name = "BYTES", default_value_t = sluice_control::crowdsec::DEFAULT_MAX_ANSWER)]
     pub crowdsec_max_answer: u64,
+    /// The most elements --crowdsec-set holds (default 500000, unless its
+    /// definition says `maxelem N`): decisions past it are refused and
+    /// counted (sluice_set_refused{reason="full"}), the rest applied.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub crowdsec_maxelem: Option<u32>,
     #[command(flatten)]
     pub safety: crate::args::SafetyArgs,
 }
@@ -140,6 +145,22 @@ fn check(a: &BridgeArgs) -> Result<(&String, &String)> {
         bail!("--duration must be a positive number of seconds");
     }
     Ok((if_a, if_b))
+}
+
+/// The CrowdSec set's maxelem when its definition gives none:
+/// `--crowdsec-maxelem`, else the default. Both given and different is an
+/// error: one of them would be silently ignored.
+fn crowdsec_maxelem(rules: &sluice_engine::RuleSet, set: &str, flag: Option<u32>) -> Result<usize> {
+    let defined = rules.named_index(set).and_then(|i| match rules.named_set_info()[i].kind {
+        sluice_engine::SetKind::Dynamic { maxelem, .. } => maxelem,
+        _ => None,
+    });
+    if let (Some(d), Some(f)) = (defined, flag) {
+        if d != f {
+            bail!("--crowdsec-maxelem {f}, but the rules define set `{set}` with maxelem {d}: give one of them");
+        }
+    }
+    Ok(flag.map_or(sluice_control::sets::DEFAULT_CROWDSEC_MAXELEM, |n| n as usize))
 }
 
 pub fn run(a: BridgeArgs) -> Result<Outcome> {
@@ -167,7 +188,14 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     })?;
     let entries = loaded.lists.clone();
     let build_ms = loaded.took.as_secs_f64() * 1e3;
-    let controller = Controller::new(spec, port_names, loaded, a.watch).with_safety(safety);
+    let feed_maxelem = match &crowdsec {
+        Some(c) => Some((c.set.clone(), crowdsec_maxelem(&loaded.rules, &c.set, a.crowdsec_maxelem)?)),
+        None => None,
+    };
+    let mut controller = Controller::new(spec, port_names, loaded, a.watch).with_safety(safety);
+    if let Some((set, n)) = feed_maxelem {
+        controller.set_maxelem_default(&set, n);
+    }
     // The bouncer's bans are checked against the same net, counted in the same place.
     let crowdsec = crowdsec.map(|c| sluice_control::crowdsec::BouncerConfig { gate: controller.gate().clone(), ..c });
     let published = Arc::clone(controller.published());

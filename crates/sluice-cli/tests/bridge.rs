@@ -999,6 +999,26 @@ fn bridge_errors_are_clear() {
     assert!(err.contains("not a loopback address") && err.contains("--metrics-allow-remote"), "{err}");
     let out = Command::new(SLUICE).args(["bridge", "--iface", "x0"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("exactly two interfaces"));
+    // The CrowdSec set's maxelem given twice, differently: one would be ignored.
+    let dir = tempfile::tempdir().unwrap();
+    let (rules, key) = (dir.path().join("r.rules"), dir.path().join("key"));
+    std::fs::write(&rules, "set crowdsec dynamic maxelem 1000\ndrop saddr @crowdsec\n").unwrap();
+    std::fs::write(&key, "k\n").unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let out = Command::new(SLUICE)
+        .args(["bridge", "--iface", "x0", "--iface", "x1", "--rules", rules.to_str().unwrap()])
+        .args(["--crowdsec-url", "http://127.0.0.1:9", "--crowdsec-key-file", key.to_str().unwrap()])
+        .args(["--crowdsec-maxelem", "2000"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(
+            "--crowdsec-maxelem 2000, but the rules define set `crowdsec` with maxelem 1000: give one of them"
+        ),
+        "{err}"
+    );
 
     if !live_or_skip("bridge_errors_are_clear") {
         return;

@@ -24,12 +24,25 @@ fn p(path: &Path) -> &str {
     path.to_str().unwrap()
 }
 
-struct Bridge(Child);
+/// A running bridge, and its metrics address when `--metrics` was given.
+struct Bridge(Child, Option<String>);
 
 impl Drop for Bridge {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+impl Bridge {
+    /// One series' value from /metrics, by its line's start (name and labels).
+    fn metric(&self, series: &str) -> Option<f64> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(self.1.as_deref()?).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out.lines().find(|l| l.starts_with(series)).and_then(|l| l.rsplit(' ').next()?.parse().ok())
     }
 }
 
@@ -44,16 +57,20 @@ fn start(topo: &Topology, rules: &Path, socket: &Path, extra: &[&str]) -> Bridge
         .unwrap();
     let mut r = BufReader::new(child.stderr.take().unwrap());
     let mut seen = String::new();
+    let mut metrics = None;
     loop {
         let mut line = String::new();
         assert!(r.read_line(&mut line).unwrap() > 0, "the bridge did not come up: {seen}");
         seen += &line;
+        if let Some(m) = line.trim().strip_prefix("sluice: metrics at http://") {
+            metrics = Some(m.trim_end_matches("/metrics").to_owned());
+        }
         if line.starts_with("sluice: bridging") {
             break;
         }
     }
     std::thread::spawn(move || for _ in r.lines() {});
-    Bridge(child)
+    Bridge(child, metrics)
 }
 
 fn ctl_output(socket: &Path, args: &[&str]) -> Output {
@@ -300,6 +317,62 @@ fn bad_safety_net_flags_stop_the_start() {
     assert!(guard(&["--never-block", p(&never)]).contains(&format!("--never-block {}:2:", p(&never))));
     let e = guard(&["--key-prefix-v4", "4"]);
     assert!(e.contains("--key-prefix-v4 4 is wider than --min-prefix-v4 8: every block would be refused"), "{e}");
+}
+
+#[test]
+fn a_full_set_refuses_adds_counts_them_and_takes_renewals() {
+    if !live_or_skip("a_full_set_refuses_adds_counts_them_and_takes_renewals") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("r.rules");
+    std::fs::write(&rules, "set small dynamic maxelem 3 timeout 600\nset big dynamic\ndrop saddr @small\n").unwrap();
+    let sock = dir.path().join("ctl.sock");
+    let topo = Topology::new("cf");
+    let bridge = start(&topo, &rules, &sock, &["--metrics", "127.0.0.1:0"]);
+
+    let sets = ctl(&sock, &["sets"]);
+    let row =
+        |v: &Value, name: &str| v["sets"].as_array().unwrap().iter().find(|s| s["name"] == name).cloned().unwrap();
+    assert_eq!(
+        (row(&sets, "small")["maxelem"].clone(), row(&sets, "big")["maxelem"].clone()),
+        (3.into(), 1_000_000.into())
+    );
+
+    for a in ["192.0.2.1", "192.0.2.2", "192.0.2.3"] {
+        ctl(&sock, &["add", "small", a]);
+    }
+    let e = ctl_fails(&sock, &["add", "small", "192.0.2.4"]);
+    assert!(
+        e.contains(
+            "add small 192.0.2.4/32: the set is full: it holds 3 elements, its maxelem; 192.0.2.4/32 is not added"
+        ),
+        "{e}"
+    );
+    // Renewing a present element is not refused.
+    ctl(&sock, &["add", "small", "192.0.2.3", "timeout", "60"]);
+    // A batch that would overflow is refused whole, naming its line.
+    let batch = dir.path().join("batch.txt");
+    std::fs::write(&batch, "del small 192.0.2.1\nadd small 192.0.2.5\nadd small 192.0.2.6\nadd small 192.0.2.1\n")
+        .unwrap();
+    let e = ctl_fails(&sock, &["-f", p(&batch)]);
+    assert!(e.contains("batch.txt:3:") && e.contains("the set is full") && e.contains("refused whole"), "{e}");
+    assert_eq!(elements(&sock, "small"), vec!["192.0.2.1/32", "192.0.2.2/32", "192.0.2.3/32"], "nothing changed");
+    // Deletes first make room in the same batch.
+    std::fs::write(&batch, "del small 192.0.2.1\nadd small 192.0.2.5\n").unwrap();
+    assert_eq!(ctl(&sock, &["-f", p(&batch)])["applied"], 2);
+    // One single add and three add lines of the batch were refused.
+    assert_eq!(bridge.metric("sluice_set_refused_total{set=\"small\",reason=\"full\"}"), Some(4.0));
+    assert_eq!(bridge.metric("sluice_set_maxelem{set=\"small\"}"), Some(3.0));
+    let out = ctl_output(&sock, &["sets"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().next().unwrap().contains("maxelem"), "{text}");
+    assert!(
+        text.lines().any(|l| l.split_whitespace().collect::<Vec<_>>()[..4] == ["small", "dynamic", "timeout", "600"]
+            && l.split_whitespace().nth(4) == Some("3")
+            && l.split_whitespace().nth(5) == Some("3")),
+        "{text}"
+    );
 }
 
 #[test]

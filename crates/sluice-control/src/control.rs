@@ -10,8 +10,8 @@
 //! it).
 
 use crate::ctl::{parse_request, Command, CtlError};
-use crate::safety::{Gate, Refusals};
-use crate::sets::{Feed, FeedOutcome, RuntimeSets, SetRow};
+use crate::safety::Gate;
+use crate::sets::{Feed, FeedOutcome, Refusals, RuntimeSets, SetRow};
 use crate::socket::error_json;
 use crate::spec::{describe, total_entries, Expiring, ListEntries, Loaded, RuleSpec};
 use serde_json::json;
@@ -55,8 +55,9 @@ pub struct ControlState {
     pub publishes: AtomicU64,
     recent_publish_ns: Mutex<std::collections::VecDeque<u64>>,
     sets: Mutex<Vec<SetRow>>,
-    /// Runtime adds refused, by set and reason (the safety net's, and any
-    /// other bound's).
+    /// Runtime adds refused, by set and reason (`sluice_set_refused`): the
+    /// one counter the sets count into (`full`) and the safety net in front
+    /// of them (`never_block`, `min_prefix`).
     pub refusals: Arc<Refusals>,
 }
 
@@ -197,9 +198,9 @@ impl Controller {
     /// A controller whose first rules are `loaded` (built from `spec` with
     /// the live ports `ifaces`); `watch` polls the spec's files.
     pub fn new(spec: RuleSpec, ifaces: Vec<String>, loaded: Loaded, watch: bool) -> Controller {
-        let state = Arc::new(ControlState::default());
-        state.loaded(loaded.lists);
         let sets = RuntimeSets::new();
+        let state = Arc::new(ControlState { refusals: Arc::clone(&sets.refused), ..ControlState::default() });
+        state.loaded(loaded.lists);
         *state.sets.lock().unwrap_or_else(PoisonError::into_inner) = sets.rows(&loaded.rules);
         Controller {
             sets,
@@ -234,6 +235,14 @@ impl Controller {
 
     pub fn state(&self) -> &Arc<ControlState> {
         &self.state
+    }
+
+    /// Makes `n` the maxelem of the `dynamic` set `set` when its definition
+    /// gives none (the CrowdSec set's `--crowdsec-maxelem`).
+    pub fn set_maxelem_default(&mut self, set: &str, n: usize) {
+        self.sets.set_maxelem_default(set, n);
+        let rules = self.published.load();
+        *self.state.sets.lock().unwrap_or_else(PoisonError::into_inner) = self.sets.rows(&rules.value);
     }
 
     fn publish(&mut self, rules: RuleSet) -> u64 {

@@ -711,7 +711,7 @@ pub fn run(cfg: BouncerConfig, events: Sender<Event>, stop: Arc<AtomicBool>, cou
             // the full pull that follows counts its decisions once.
             counters.count(&tally);
             for (reason, n) in &tally.refused {
-                cfg.gate.refusals.count(&cfg.set, reason, *n);
+                cfg.gate.refusals.add(&cfg.set, reason, *n);
             }
             if tally.oversized > 0 {
                 tracing::warn!(

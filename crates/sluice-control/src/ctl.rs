@@ -207,13 +207,15 @@ pub fn render_text(r: &serde_json::Value) -> String {
     if let Some(sets) = r["sets"].as_array() {
         let _ = writeln!(
             out,
-            "{:<20} {:<22} {:>10} {:>10} {:>10} {:>10}",
-            "set", "kind", "entries", "base", "added", "deleted"
+            "{:<20} {:<22} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            "set", "kind", "entries", "maxelem", "base", "added", "deleted"
         );
         for s in sets {
             let (name, kind) = (str_of(&s["name"]), str_of(&s["kind"]));
-            let (e, b, a, d) = (&s["entries"], &s["base"], &s["added"], &s["deleted"]);
-            let _ = writeln!(out, "{name:<20} {kind:<22} {e:>10} {b:>10} {a:>10} {d:>10}");
+            // As strings: a JSON value's Display ignores width and alignment.
+            let n = |k: &str| s[k].to_string();
+            let (e, m, b, a, d) = (n("entries"), n("maxelem"), n("base"), n("added"), n("deleted"));
+            let _ = writeln!(out, "{name:<20} {kind:<22} {e:>10} {m:>10} {b:>10} {a:>10} {d:>10}");
         }
     } else if let Some(elems) = r["elements"].as_array() {
         for e in elems {
@@ -305,6 +307,11 @@ mod tests {
     fn replies_render() {
         let r = serde_json::json!({"ok": true, "set": "b", "addr": "192.0.2.1", "match": true, "element": "192.0.2.0/24", "from": "added"});
         assert_eq!(render_text(&r), "192.0.2.1 is in b (element 192.0.2.0/24, added)\n");
+        let r = serde_json::json!({"ok": true, "sets": [{"name": "b", "kind": "dynamic", "entries": 3, "maxelem": 1000000, "base": 0, "added": 3, "deleted": 0}]});
+        assert_eq!(
+            render_text(&r).lines().nth(1).unwrap(),
+            "b                    dynamic                         3    1000000          0          3          0"
+        );
         let r = serde_json::json!({"ok": true, "set": "b", "complete": true, "elements": [{"element": "192.0.2.1/32", "expires_in": 5}]});
         assert_eq!(render_text(&r), "192.0.2.1/32 timeout 5\n");
         let r = serde_json::json!({"ok": false, "error": "line 2: del b 192.0.2.9/32: 192.0.2.9/32 is not in the set", "line": 2});

@@ -7,17 +7,118 @@
 
 use crate::ctl::{Command, CtlError};
 use sluice_engine::dynamic::{ChangeError, Elements, Found, SetState};
-use sluice_engine::{BaseTables, RuleSet, SetChange, SetKind};
+use sluice_engine::{BaseTables, RuleSet, SetChange, SetInfo, SetKind};
 use sluice_rules::Prefix;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 /// A delta is folded into new base tables once it holds more than this
 /// many elements and more than 1/[`MERGE_RATIO`] of the base: below that a
 /// lookup in the delta costs less than rebuilding (see BENCHMARKS.md).
 pub const MERGE_MIN: usize = 4096;
 pub const MERGE_RATIO: usize = 8;
+
+/// The most elements a `dynamic` set holds unless its definition says
+/// (`maxelem N`). ipset's default, 65,536, is a few minutes of a botnet's
+/// addresses as an HTTP guard blocks them; a million costs the bridge about
+/// 150 MB of runtime state at most (the delta, the deadlines and, after a
+/// merge, the base tables), and its merge into new tables a fraction of a
+/// second. A set read from a list file may grow by as much at runtime (its
+/// maxelem is its file's entries plus this).
+pub const DEFAULT_MAXELEM: usize = 1_000_000;
+
+/// The CrowdSec set's maxelem unless `--crowdsec-maxelem` or the set's
+/// definition says: CrowdSec's community blocklist is tens of thousands of
+/// addresses, and with a few subscribed blocklists and the local decisions
+/// a LAPI holds a few hundred thousand; twice that leaves room for a
+/// burst, while a LAPI gone wrong cannot make the bridge hold millions.
+pub const DEFAULT_CROWDSEC_MAXELEM: usize = 500_000;
+
+/// `sluice_set_refused`'s reason for an add past a set's maxelem.
+pub const REFUSED_FULL: &str = "full";
+
+/// A refusal is logged at most this often per set and reason (with the
+/// count since the last line); the counter counts every one.
+pub const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Runtime adds refused, by set and reason: the `sluice_set_refused{set,
+/// reason}` counter. One is shared (an `Arc`) by everything that refuses an
+/// add: the set machinery here ([`REFUSED_FULL`]), and any check in front
+/// of it (a safety net's `never_block`, `min_prefix`) calls
+/// [`Refusals::count`] with its own reason. Reasons are fixed words
+/// (`&'static str`) and sets are the rules' names, so the series are
+/// bounded. Each call also logs, at most once per [`REFUSAL_LOG_EVERY`]
+/// per set and reason, so a flood of refusals is a line per interval.
+#[derive(Debug, Default)]
+pub struct Refusals {
+    counts: Mutex<BTreeMap<(String, &'static str), RefusalCount>>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct RefusalCount {
+    total: u64,
+    /// Counted since the last log line.
+    unlogged: u64,
+    logged_at: Option<Instant>,
+}
+
+impl Refusals {
+    /// Counts `n` adds to `set` refused for `reason`; `what` says the last
+    /// one (called only when a line is logged), e.g. `192.0.2.7/32: the set
+    /// is full (maxelem 1000000)`.
+    pub fn count(&self, set: &str, reason: &'static str, n: u64, what: impl FnOnce() -> String) {
+        if n == 0 {
+            return;
+        }
+        let mut m = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        let c = m.entry((set.to_owned(), reason)).or_default();
+        c.total += n;
+        c.unlogged += n;
+        let now = Instant::now();
+        if c.logged_at.is_none_or(|t| now.duration_since(t) >= REFUSAL_LOG_EVERY) {
+            tracing::warn!(
+                event = "set_refused",
+                set,
+                reason,
+                refused = c.unlogged,
+                "set `{set}`: {} add(s) refused ({reason}) since the last such line, {} in all; the last: {}",
+                c.unlogged,
+                c.total,
+                what()
+            );
+            c.unlogged = 0;
+            c.logged_at = Some(now);
+        }
+    }
+
+    /// Counts `n` refusals without a line (the caller logs them itself).
+    pub fn add(&self, set: &str, reason: &'static str, n: u64) {
+        if n > 0 {
+            let mut m = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+            m.entry((set.to_owned(), reason)).or_default().total += n;
+        }
+    }
+
+    /// Every set's refusals of one reason.
+    pub fn total(&self, reason: &str) -> u64 {
+        let m = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        m.iter().filter(|((_, r), _)| *r == reason).map(|(_, c)| c.total).sum()
+    }
+
+    /// Every (set, reason) with its count, sorted.
+    pub fn counts(&self) -> Vec<(String, &'static str, u64)> {
+        let m = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        m.iter().map(|((s, r), c)| (s.clone(), *r, c.total)).collect()
+    }
+
+    /// The count for one set and reason.
+    pub fn get(&self, set: &str, reason: &str) -> u64 {
+        let m = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        m.iter().find(|((s, r), _)| s == set && *r == reason).map_or(0, |(_, c)| c.total)
+    }
+}
 
 /// Reads a set's base elements when it is first changed (a list file is
 /// read again; None when only tables are known, as from a compiled file).
@@ -29,7 +130,8 @@ pub type Listing = (Vec<(Prefix, Option<u64>)>, bool);
 /// What a feed (CrowdSec) sends: elements to add with their own timeouts,
 /// elements to delete (ignored when not there: a feed's delete may cross
 /// an expiry), or with `full`, the set's whole content (anything else in
-/// it is removed).
+/// it is removed). Deletes apply before adds; adds past the set's maxelem
+/// are refused and counted, the others applied.
 #[derive(Debug, Clone, Default)]
 pub struct Feed {
     pub set: String,
@@ -47,6 +149,8 @@ pub struct FeedOutcome {
     pub deleted: usize,
     /// Deletes of elements that were not there.
     pub ignored: usize,
+    /// Adds refused: the set was full (counted in [`Refusals`] too).
+    pub refused: usize,
 }
 
 /// One set as `sets` shows it.
@@ -60,6 +164,8 @@ pub struct SetRow {
     pub deleted: usize,
     /// Elements in force: base - deleted + added.
     pub entries: usize,
+    /// The most elements it holds: adds beyond are refused.
+    pub maxelem: usize,
     pub merges: u64,
 }
 
@@ -67,8 +173,10 @@ fn kind_name(k: SetKind) -> String {
     match k {
         SetKind::List => "list".into(),
         SetKind::Inline => "inline".into(),
-        SetKind::Dynamic { timeout: None } => "dynamic".into(),
-        SetKind::Dynamic { timeout: Some(t) } => format!("dynamic timeout {t}"),
+        SetKind::Dynamic { timeout, .. } => match timeout {
+            None => "dynamic".into(),
+            Some(t) => format!("dynamic timeout {t}"),
+        },
         SetKind::Shorthand => "shorthand".into(),
         SetKind::Anonymous => "anonymous".into(),
     }
@@ -137,6 +245,11 @@ pub struct RuntimeSets {
     pub background: bool,
     pub merge_min: usize,
     pub merge_ratio: usize,
+    /// Adds refused, by set and reason (shared with the metrics).
+    pub refused: Arc<Refusals>,
+    /// The maxelem of `dynamic` sets whose definition does not say, by
+    /// name, where it is not [`DEFAULT_MAXELEM`] (a feed's set).
+    maxelem_defaults: HashMap<String, usize>,
 }
 
 impl RuntimeSets {
@@ -144,23 +257,51 @@ impl RuntimeSets {
         RuntimeSets { merge_min: MERGE_MIN, merge_ratio: MERGE_RATIO, background: true, ..RuntimeSets::default() }
     }
 
+    /// Makes `n` the maxelem of the `dynamic` set `set` when its definition
+    /// gives none (`--crowdsec-maxelem` for the CrowdSec set). A set
+    /// already in use takes it at once.
+    pub fn set_maxelem_default(&mut self, set: &str, n: usize) {
+        self.maxelem_defaults.insert(set.to_owned(), n);
+        if let Some(s) = self.states.get_mut(set) {
+            if s.maxelem != usize::MAX {
+                s.maxelem = n;
+            }
+        }
+    }
+
+    /// Set `info`'s maxelem: its definition's, else the default for its
+    /// name or kind; for a set read from a list, its base entries plus
+    /// [`DEFAULT_MAXELEM`] (its runtime growth is what is bounded).
+    fn maxelem(&self, info: &SetInfo) -> usize {
+        match info.kind {
+            SetKind::Dynamic { maxelem: Some(n), .. } => n as usize,
+            SetKind::Dynamic { maxelem: None, .. } => {
+                self.maxelem_defaults.get(&info.name).copied().unwrap_or(DEFAULT_MAXELEM)
+            }
+            _ => info.entries.saturating_add(DEFAULT_MAXELEM),
+        }
+    }
+
     fn index(rules: &RuleSet, name: &str) -> Result<usize, String> {
         let known = || rules.named_set_info().iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ");
         rules.named_index(name).ok_or_else(|| format!("no set `{name}` (the rules name: {})", known()))
     }
 
-    fn fresh(rules: &RuleSet, i: usize, base_of: &BaseOf<'_>) -> SetState {
+    fn fresh(rules: &RuleSet, i: usize, base_of: &BaseOf<'_>, maxelem: usize) -> SetState {
         let info = &rules.named_set_info()[i];
-        match info.kind {
-            SetKind::Dynamic { timeout } if info.entries == 0 => SetState::new(Some(Elements::new()), 0, timeout),
+        let mut s = match info.kind {
+            SetKind::Dynamic { timeout, .. } if info.entries == 0 => SetState::new(Some(Elements::new()), 0, timeout),
             _ => SetState::new(base_of(rules, i), info.entries, None),
-        }
+        };
+        s.maxelem = maxelem;
+        s
     }
 
     /// The state of set `i`, made on first use.
     fn state(&mut self, rules: &RuleSet, i: usize, base_of: &BaseOf<'_>) -> &mut SetState {
-        let name = &rules.named_set_info()[i].name;
-        self.states.entry(name.clone()).or_insert_with(|| Self::fresh(rules, i, base_of))
+        let info = &rules.named_set_info()[i];
+        let maxelem = self.maxelem(info);
+        self.states.entry(info.name.clone()).or_insert_with(|| Self::fresh(rules, i, base_of, maxelem))
     }
 
     /// Stages a batch of changes, all or nothing: every line is checked
@@ -178,6 +319,8 @@ impl RuntimeSets {
         // Presence after the lines so far, where a line changed it.
         let mut overlay: HashMap<(usize, Prefix), bool> = HashMap::new();
         let mut emptied: BTreeSet<usize> = BTreeSet::new();
+        // Elements held after the lines so far, per set a line changed.
+        let mut sizes: HashMap<usize, usize> = HashMap::new();
         let mut sets = Vec::with_capacity(batch.len());
         for (line, cmd) in batch {
             let err = |message: String| CtlError { line: *line, message };
@@ -190,6 +333,35 @@ impl RuntimeSets {
                 Command::Add { elem, .. } => {
                     if elem.covers_all() {
                         return Err(err(format!("{elem} would match every address; put it in the rules instead")));
+                    }
+                    let size = match sizes.get(&i) {
+                        Some(&n) => n,
+                        None => self.state(rules, i, base_of).len(),
+                    };
+                    let present = match overlay.get(&(i, *elem)) {
+                        Some(&p) => p,
+                        None if emptied.contains(&i) => false,
+                        None => self.state(rules, i, base_of).has(elem),
+                    };
+                    if !present {
+                        let maxelem = self.state(rules, i, base_of).maxelem;
+                        if size >= maxelem {
+                            let adds = batch
+                                .iter()
+                                .filter(|(_, c)| matches!(c, Command::Add { set: s, .. } if s == set))
+                                .count();
+                            let full = ChangeError::Full { elem: *elem, maxelem };
+                            let message = if batch.len() > 1 {
+                                format!("add {set} {elem}: {full}; the batch is refused whole, nothing applied")
+                            } else {
+                                format!("add {set} {elem}: {full}")
+                            };
+                            self.refused.count(set, REFUSED_FULL, adds as u64, || message.clone());
+                            return Err(err(message));
+                        }
+                        sizes.insert(i, size + 1);
+                    } else {
+                        sizes.insert(i, size);
                     }
                     overlay.insert((i, *elem), true);
                 }
@@ -206,10 +378,16 @@ impl RuntimeSets {
                         }
                         Err(e) => return Err(err(format!("del {set} {elem}: {e}"))),
                     }
+                    let size = match sizes.get(&i) {
+                        Some(&n) => n,
+                        None => self.state(rules, i, base_of).len(),
+                    };
+                    sizes.insert(i, size.saturating_sub(1));
                     overlay.insert((i, *elem), false);
                 }
                 Command::Flush { .. } => {
                     emptied.insert(i);
+                    sizes.insert(i, 0);
                     overlay.retain(|(j, _), _| *j != i);
                 }
                 _ => unreachable!("matched above"),
@@ -218,7 +396,8 @@ impl RuntimeSets {
         for ((_, cmd), &i) in batch.iter().zip(&sets) {
             let s = self.state(rules, i, base_of);
             match cmd {
-                Command::Add { elem, timeout, .. } => s.add(*elem, *timeout, now),
+                // Checked above: the set has room.
+                Command::Add { elem, timeout, .. } => s.add(*elem, *timeout, now).unwrap_or(()),
                 // Checked above.
                 Command::Del { elem, .. } => s.del(*elem).unwrap_or(()),
                 Command::Flush { .. } => {
@@ -252,19 +431,39 @@ impl RuntimeSets {
                 }
             }
         }
-        for &(p, timeout) in &feed.adds {
-            if p.covers_all() {
-                out.ignored += 1;
-                continue;
-            }
-            out.added += usize::from(!s.has(&p));
-            s.add(p, timeout, now);
-        }
+        // Deletes first: they make room for the adds, and an element both
+        // deleted and added (one decision on it ended, another began) is in
+        // the set afterwards, as the LAPI has it.
         for p in &feed.dels {
             match s.del(*p) {
                 Ok(()) => out.deleted += 1,
                 Err(_) => out.ignored += 1,
             }
+        }
+        let mut last_refused = None;
+        for &(p, timeout) in &feed.adds {
+            if p.covers_all() {
+                out.ignored += 1;
+                continue;
+            }
+            let new = !s.has(&p);
+            // Past maxelem the answer applies as far as it fits (see
+            // docs/crowdsec.md): the LAPI is trusted with decisions, the
+            // limit only bounds memory, and refusing the whole answer would
+            // enforce fewer of them, at every pull alike.
+            match s.add(p, timeout, now) {
+                Ok(()) => out.added += usize::from(new),
+                Err(e) => {
+                    out.refused += 1;
+                    last_refused = Some(e);
+                }
+            }
+        }
+        if let Some(e) = last_refused {
+            let n = out.refused;
+            self.refused.count(&feed.set, REFUSED_FULL, n as u64, || {
+                format!("{e} ({n} of this answer's adds refused, the rest applied)")
+            });
         }
         self.touched.insert(i);
         Ok(out)
@@ -369,8 +568,16 @@ impl RuntimeSets {
         for (name, mut s) in old {
             let i = new.named_index(&name);
             match i.map(|i| (i, new.named_set_info()[i].kind)) {
-                Some((i, SetKind::Dynamic { timeout })) => {
+                Some((i, SetKind::Dynamic { timeout, .. })) => {
                     s.default_timeout = timeout;
+                    s.maxelem = self.maxelem(&new.named_set_info()[i]);
+                    if s.len() > s.maxelem {
+                        tracing::warn!(
+                            "set `{name}` holds {} elements, over its maxelem {} now: it keeps them, and takes no new one until enough leave",
+                            s.len(),
+                            s.maxelem
+                        );
+                    }
                     changes.push(SetChange { set: i, base: Some(new.build_base(&s.merge())), delta: None });
                     self.states.insert(name, s);
                 }
@@ -388,12 +595,12 @@ impl RuntimeSets {
             .named_set_info()
             .iter()
             .map(|info| {
-                let (base, added, deleted, merges) = match self.states.get(&info.name) {
+                let (base, added, deleted, merges, maxelem) = match self.states.get(&info.name) {
                     Some(s) => {
                         let (b, a, d) = s.counts();
-                        (b, a, d, s.merges)
+                        (b, a, d, s.merges, s.maxelem)
                     }
-                    None => (info.entries, 0, 0, 0),
+                    None => (info.entries, 0, 0, 0, self.maxelem(info)),
                 };
                 SetRow {
                     name: info.name.clone(),
@@ -402,6 +609,7 @@ impl RuntimeSets {
                     added,
                     deleted,
                     entries: base + added - deleted.min(base + added),
+                    maxelem,
                     merges,
                 }
             })

@@ -4,7 +4,9 @@
 //! interleaved with lookups, against a plain model (a map of elements per
 //! set, rebuilt from scratch: an address matches when a live element covers
 //! it). Lookups go both ways the engine has: the batched evaluation the
-//! workers run and the one-address `set_contains`.
+//! workers run and the one-address `set_contains`. The dynamic set has a
+//! small maxelem now and then (from its definition or the default for its
+//! name): adds past it are refused as the model refuses them, and counted.
 
 use proptest::prelude::*;
 use sluice_control::ctl::Command;
@@ -18,20 +20,26 @@ use std::net::IpAddr;
 use std::path::Path;
 
 const SECS: u64 = 1_000_000_000;
-/// `f` is a list's set (its base from the file), `d` a dynamic one.
-const RULES: &str = "set f { 10.0.0.0/16, 10.0.4.0/24, 10.0.4.7, 2001:db8::/48, 2001:db8::9 }\n\
-                     set d dynamic\n\
-                     drop saddr @d\n\
-                     drop daddr @f\n";
+/// `f` is a list's set (its base from the file), `d` a dynamic one, with
+/// `maxelem` when given.
+fn rules_text(maxelem: Option<u32>) -> String {
+    format!(
+        "set f {{ 10.0.0.0/16, 10.0.4.0/24, 10.0.4.7, 2001:db8::/48, 2001:db8::9 }}\n\
+         set d dynamic{}\n\
+         drop saddr @d\n\
+         drop daddr @f\n",
+        maxelem.map_or(String::new(), |n| format!(" maxelem {n}"))
+    )
+}
 
-fn compile() -> RuleSet {
-    let file = parse_rules("t.rules", RULES, Path::new(".")).unwrap();
+fn compile(maxelem: Option<u32>) -> RuleSet {
+    let file = parse_rules("t.rules", &rules_text(maxelem), Path::new(".")).unwrap();
     let sets: Vec<Vec<Prefix>> = file.load_sets(false).unwrap().into_iter().map(|l| l.prefixes).collect();
     RuleSet::compile(&file, &sets, &CompileOptions::default()).unwrap()
 }
 
 fn base_of(rules: &RuleSet, i: usize) -> Option<Elements> {
-    let file = parse_rules("t.rules", RULES, Path::new(".")).unwrap();
+    let file = parse_rules("t.rules", &rules_text(None), Path::new(".")).unwrap();
     let def = &file.sets[file.set_index(&rules.named_set_info()[i].name)?];
     match &def.source {
         SetSource::Inline(p) => Some(Elements::from_prefixes(p)),
@@ -122,21 +130,33 @@ fn line(op: &Op) -> Command {
     }
 }
 
-/// The model after `lines`, or the first line (1-based) a delete fails on.
-fn model_batch(lines: &[Op], fm: &Model, dm: &Model, now: u64) -> Result<(Model, Model), usize> {
+/// The model after `lines`, or the first line (1-based) that fails: a
+/// delete of what is not there, or an add past `d`'s maxelem `dmax` (then
+/// also how many add lines to `d` the batch had: every one is refused).
+fn model_batch(
+    lines: &[Op],
+    fm: &Model,
+    dm: &Model,
+    now: u64,
+    dmax: usize,
+) -> Result<(Model, Model), (usize, Option<usize>)> {
     let (mut f, mut d) = (fm.clone(), dm.clone());
     for (i, op) in lines.iter().enumerate() {
-        let m = match op {
-            Op::Add(true, ..) | Op::Del(true, _) | Op::Flush(true) => &mut d,
-            _ => &mut f,
+        let (m, max) = match op {
+            Op::Add(true, ..) | Op::Del(true, _) | Op::Flush(true) => (&mut d, dmax),
+            _ => (&mut f, usize::MAX),
         };
         match op {
             Op::Add(_, p, t) => {
+                if !m.contains_key(p) && m.len() >= max {
+                    let adds = lines.iter().filter(|l| matches!(l, Op::Add(true, ..))).count();
+                    return Err((i + 1, Some(adds)));
+                }
                 m.insert(*p, t.map(|t| now + u64::from(t) * SECS));
             }
             Op::Del(_, p) => {
                 if m.remove(p).is_none() {
-                    return Err(i + 1);
+                    return Err((i + 1, None));
                 }
             }
             Op::Flush(_) => m.clear(),
@@ -168,9 +188,16 @@ proptest! {
         probes in prop::collection::vec(arb_prefix(), 6),
         merge_min in 0usize..6,
         background in any::<bool>(),
+        defined in prop_oneof![2 => Just(None), 1 => (1u32..8).prop_map(Some)],
+        by_name in prop_oneof![2 => Just(None), 1 => (1usize..8).prop_map(Some)],
     ) {
-        let mut rules = compile();
+        let mut rules = compile(defined);
         let mut sets = RuntimeSets::new();
+        if let Some(n) = by_name {
+            sets.set_maxelem_default("d", n);
+        }
+        let dmax = defined.map(|n| n as usize).or(by_name).unwrap_or(sluice_control::sets::DEFAULT_MAXELEM);
+        let mut refused = 0u64;
         sets.merge_min = merge_min;
         sets.merge_ratio = 1;
         sets.background = background;
@@ -195,25 +222,33 @@ proptest! {
                     }
                 }
                 Op::Reload => {
-                    let (r, _) = sets.carry_over(compile());
+                    let (r, _) = sets.carry_over(compile(defined));
                     rules = r;
                     fm = list_model();
                 }
                 Op::Feed(full, adds, dels) => {
                     let feed = sluice_control::sets::Feed { set: "d".into(), adds: adds.clone(), dels: dels.clone(), full: *full };
-                    sets.feed(&rules, &feed, now, &base_of).unwrap();
+                    let out = sets.feed(&rules, &feed, now, &base_of).unwrap();
                     if let (Some(r), _) = sets.commit(&rules) {
                         rules = r;
                     }
                     if *full {
-                        dm.clear();
-                    }
-                    for (p, t) in adds {
-                        dm.insert(*p, t.map(|t| now + u64::from(t) * SECS));
+                        dm.retain(|p, _| adds.iter().any(|a| a.0 == *p));
                     }
                     for p in dels {
                         dm.remove(p);
                     }
+                    // As far as it fits, in the answer's order.
+                    let mut n = 0;
+                    for (p, t) in adds {
+                        if dm.contains_key(p) || dm.len() < dmax {
+                            dm.insert(*p, t.map(|t| now + u64::from(t) * SECS));
+                        } else {
+                            n += 1;
+                        }
+                    }
+                    prop_assert_eq!(out.refused, n);
+                    refused += n as u64;
                 }
                 Op::Settle => {
                     if let (Some(r), _) = sets.poll_merges(&rules, true) {
@@ -223,12 +258,18 @@ proptest! {
                 Op::Batch(lines) => {
                     let batch: Vec<(usize, Command)> = lines.iter().enumerate().map(|(i, l)| (i + 1, line(l))).collect();
                     let got = sets.stage(&rules, &batch, now, &base_of);
-                    match model_batch(lines, &fm, &dm, now) {
+                    match model_batch(lines, &fm, &dm, now, dmax) {
                         Ok((f, d)) => {
                             prop_assert!(got.is_ok(), "{:?}", got);
                             (fm, dm) = (f, d);
                         }
-                        Err(bad) => prop_assert_eq!(got.map_err(|e| e.line), Err(bad)),
+                        Err((bad, full)) => {
+                            if let (Some(n), Err(e)) = (full, &got) {
+                                prop_assert!(e.message.contains("the set is full"), "{}", e);
+                                refused += n as u64;
+                            }
+                            prop_assert_eq!(got.map_err(|e| e.line), Err(bad));
+                        }
                     }
                     if let (Some(r), _) = sets.commit(&rules) {
                         rules = r;
@@ -238,7 +279,13 @@ proptest! {
             if !batch.is_empty() {
                 let r = sets.stage(&rules, &batch, now, &base_of);
                 let m = if matches!(&op, Op::Add(true, ..) | Op::Del(true, _) | Op::Flush(true)) { &mut dm } else { &mut fm };
+                let max = if matches!(&op, Op::Add(true, ..)) { dmax } else { usize::MAX };
                 match &op {
+                    Op::Add(_, p, t) if !m.contains_key(p) && m.len() >= max => {
+                        let e = r.unwrap_err();
+                        prop_assert!(e.message.contains(&format!("the set is full: it holds {max} elements")), "{}", e);
+                        refused += 1;
+                    }
                     Op::Add(_, p, t) => {
                         prop_assert!(r.is_ok());
                         m.insert(*p, t.map(|t| now + u64::from(t) * SECS));
@@ -274,6 +321,9 @@ proptest! {
                     prop_assert_eq!(d.verdict == Verdict::Drop, want, "{} -> {} after {:?}", ip.src, ip.dst, op);
                 }
             }
+            prop_assert_eq!(sets.refused.get("d", "full"), refused);
+            let row = sets.rows(&rules).into_iter().find(|r| r.name == "d").unwrap();
+            prop_assert_eq!((row.entries, row.maxelem), (dm.len(), dmax));
             for &a in &addrs {
                 prop_assert_eq!(rules.set_contains(di, a), covered(&dm, a), "d {}", a);
                 prop_assert_eq!(rules.set_contains(fi, a), covered(&fm, a), "f {}", a);

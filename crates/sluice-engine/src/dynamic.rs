@@ -275,6 +275,9 @@ pub enum ChangeError {
          (its elements are not known, only its tables): delete it from the list and compile again"
     )]
     BaseUnknown(Prefix),
+    /// ipset's "set is full": the add would take the set past its maxelem.
+    #[error("the set is full: it holds {maxelem} elements, its maxelem; {elem} is not added")]
+    Full { elem: Prefix, maxelem: usize },
 }
 
 /// Where an address's match in a set comes from.
@@ -294,6 +297,11 @@ pub enum Found {
 pub struct SetState {
     /// The lifetime of an element added without one (`set NAME dynamic timeout S`).
     pub default_timeout: Option<u32>,
+    /// The most elements the set holds: an add of a new element beyond it
+    /// is refused ([`ChangeError::Full`]); renewing a present one is not.
+    /// A set already past it (its maxelem lowered by a reload) keeps its
+    /// elements and takes no new one until enough leave.
+    pub maxelem: usize,
     /// The base's elements, when known (everything but a compiled file's tables).
     base: Option<Arc<Elements>>,
     /// How many elements the base holds (from its tables when not known).
@@ -346,6 +354,7 @@ impl SetState {
         let base_entries = base.as_ref().map_or(base_entries, Elements::len);
         SetState {
             default_timeout,
+            maxelem: usize::MAX,
             base: base.map(Arc::new),
             base_entries,
             added: Changes::new(),
@@ -372,10 +381,28 @@ impl SetState {
         }
     }
 
+    /// How many elements the set holds now (base - deleted + added).
+    pub fn len(&self) -> usize {
+        (self.base_entries + self.added.len()).saturating_sub(self.deleted.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether `add(p)` would be refused for want of room.
+    pub fn is_full_for(&self, p: &Prefix) -> bool {
+        self.len() >= self.maxelem && !self.has(p)
+    }
+
     /// Adds `p` (or renews it: a new timeout replaces the old, like
     /// `ipset add -exist`), to leave `timeout` seconds after `now` (the
-    /// set's default when None; never when neither).
-    pub fn add(&mut self, p: Prefix, timeout: Option<u32>, now: u64) {
+    /// set's default when None; never when neither). Refused, nothing
+    /// changed, when `p` is new and the set holds `maxelem` elements.
+    pub fn add(&mut self, p: Prefix, timeout: Option<u32>, now: u64) -> Result<(), ChangeError> {
+        if self.is_full_for(&p) {
+            return Err(ChangeError::Full { elem: p, maxelem: self.maxelem });
+        }
         if let Some((_, log)) = &mut self.since_merge {
             log.push(Change::Add(p));
         }
@@ -384,6 +411,7 @@ impl SetState {
         }
         let timeout = timeout.or(self.default_timeout);
         self.set_deadline(p, timeout.map(|s| now.saturating_add(u64::from(s) * 1_000_000_000)));
+        Ok(())
     }
 
     /// Deletes exactly `p`.
@@ -610,7 +638,7 @@ mod tests {
         assert!(!d.matches(true, ip("10.1.2.3")));
         assert!(!d.matches(true, ip("10.9.9.9")));
         assert_eq!(s.del(p("10.0.0.0/8")), Err(ChangeError::NotInSet(p("10.0.0.0/8"))));
-        s.add(p("10.1.2.3"), None, 0);
+        s.add(p("10.1.2.3"), None, 0).unwrap();
         assert!(s.delta().unwrap().matches(true, ip("10.1.2.3")), "re-added base element");
         assert_eq!(s.counts(), (2, 0, 1));
     }
@@ -618,10 +646,10 @@ mod tests {
     #[test]
     fn timeouts_expire_on_the_clock_and_renew() {
         let mut s = SetState::new(Some(Elements::new()), 0, Some(10));
-        s.add(p("192.0.2.1"), None, 0);
-        s.add(p("192.0.2.2"), Some(5), 0);
-        s.add(p("192.0.2.3"), Some(5), 0);
-        s.add(p("192.0.2.3"), Some(20), 1_000_000_000);
+        s.add(p("192.0.2.1"), None, 0).unwrap();
+        s.add(p("192.0.2.2"), Some(5), 0).unwrap();
+        s.add(p("192.0.2.3"), Some(5), 0).unwrap();
+        s.add(p("192.0.2.3"), Some(20), 1_000_000_000).unwrap();
         assert_eq!(s.next_deadline(), Some(5_000_000_000));
         assert_eq!(s.expire(5_000_000_000), 1);
         assert_eq!(s.expire(10_000_000_000), 1);
@@ -634,12 +662,36 @@ mod tests {
     #[test]
     fn a_compiled_base_takes_adds_and_refuses_unknown_deletes() {
         let mut s = SetState::new(None, 1000, None);
-        s.add(p("198.51.100.0/24"), None, 0);
+        s.add(p("198.51.100.0/24"), None, 0).unwrap();
         assert_eq!(s.find(false, ip("198.51.100.7")), Some(Found::Added(p("198.51.100.0/24"))));
         assert_eq!(s.find(true, ip("203.0.113.1")), Some(Found::BaseTables));
         assert!(matches!(s.del(p("203.0.113.1")), Err(ChangeError::BaseUnknown(_))));
         s.del(p("198.51.100.0/24")).unwrap();
         assert!(!s.wants_merge(0, 1), "never merges a base it cannot list");
+    }
+
+    #[test]
+    fn a_full_set_refuses_new_elements_and_renews_present_ones() {
+        let base = Elements::from_prefixes(&[p("10.0.0.1"), p("10.0.0.2")]);
+        let mut s = SetState::new(Some(base), 0, None);
+        s.maxelem = 3;
+        s.add(p("10.0.0.3"), Some(5), 0).unwrap();
+        assert_eq!(s.len(), 3);
+        assert_eq!(s.add(p("10.0.0.4"), None, 0), Err(ChangeError::Full { elem: p("10.0.0.4"), maxelem: 3 }));
+        assert_eq!(
+            s.add(p("10.0.0.4"), None, 0).unwrap_err().to_string(),
+            "the set is full: it holds 3 elements, its maxelem; 10.0.0.4/32 is not added"
+        );
+        assert!(!s.has(&p("10.0.0.4")), "nothing changed");
+        s.add(p("10.0.0.3"), Some(50), 0).unwrap();
+        s.add(p("10.0.0.1"), Some(50), 0).unwrap();
+        // A base element deleted makes room; so does an expiry.
+        s.del(p("10.0.0.2")).unwrap();
+        s.add(p("10.0.0.4"), None, 0).unwrap();
+        assert!(s.add(p("10.0.0.5"), None, 0).is_err());
+        assert_eq!(s.expire(50_000_000_000), 2);
+        s.add(p("10.0.0.5"), None, 0).unwrap();
+        assert_eq!(s.len(), 2);
     }
 
     /// The plain model: every element present, with its deadline; an
@@ -700,12 +752,14 @@ mod tests {
         /// Random adds, deletes, timeouts, merges and flushes over a random
         /// base, interleaved with lookups: the base tables (a plain cover
         /// test over the last merged base) plus the published delta equal the
-        /// model, and a refused delete is refused by both.
+        /// model, and a refused delete (or add, past a random maxelem) is
+        /// refused by both.
         #[test]
         fn equals_the_model(
             base in prop::collection::vec(arb_prefix(), 0..20),
             ops in prop::collection::vec(arb_op(), 1..60),
             probes in prop::collection::vec(arb_prefix(), 8),
+            maxelem in prop_oneof![Just(usize::MAX), 0usize..24],
         ) {
             let secs = 1_000_000_000u64;
             let mut now = 0u64;
@@ -715,6 +769,7 @@ mod tests {
             }
             let mut tables: Vec<Prefix> = base.clone();
             let mut s = SetState::new(Some(Elements::from_prefixes(&base)), 0, None);
+            s.maxelem = maxelem;
             let ips: Vec<IpAddr> = probes.iter().map(|p| p.addr()).collect();
             let mut running: Option<(u64, Vec<Prefix>)> = None;
             let addrs: Vec<IpAddr> = ips.iter().copied().chain(base.iter().map(|b| b.addr())).collect();
@@ -722,8 +777,11 @@ mod tests {
             for op in ops {
                 match op {
                     Op::Add(p, t) => {
-                        s.add(p, t, now);
-                        model.elems.insert(p, t.map(|t| now + u64::from(t) * secs));
+                        let full = !model.elems.contains_key(&p) && model.elems.len() >= maxelem;
+                        prop_assert_eq!(s.add(p, t, now).is_err(), full, "add {} to {} of {}", p, model.elems.len(), maxelem);
+                        if !full {
+                            model.elems.insert(p, t.map(|t| now + u64::from(t) * secs));
+                        }
                     }
                     Op::Del(p) => {
                         let r = s.del(p);
@@ -765,6 +823,7 @@ mod tests {
                 want.sort_unstable();
                 let got: Vec<Prefix> = s.elements().into_iter().map(|e| e.0).collect();
                 prop_assert_eq!(got, want);
+                prop_assert_eq!(s.len(), model.elems.len());
             }
             // A published delta is shared with the state that made it:
             // every one still answers as the model did when it was made,

@@ -204,8 +204,8 @@ pub enum SetKind {
     List,
     /// `set NAME { ... }`.
     Inline,
-    /// `set NAME dynamic [timeout S]`: only runtime entries.
-    Dynamic { timeout: Option<u32> },
+    /// `set NAME dynamic [timeout S] [maxelem N]`: only runtime entries.
+    Dynamic { timeout: Option<u32>, maxelem: Option<u32> },
     /// A `--drop-*` shorthand's lists.
     Shorthand,
     /// Written in a rule (`saddr { ... }`): not named, takes no runtime change.
@@ -504,7 +504,7 @@ impl RuleSet {
         rs.origin =
             Origin::Shorthand { src: present[0], dst: present[1], any: present[2], inner: depth == Depth::Inner };
         for info in &mut rs.set_info[..rs.named] {
-            if info.kind != (SetKind::Dynamic { timeout: None }) {
+            if !matches!(info.kind, SetKind::Dynamic { .. }) {
                 info.kind = SetKind::Shorthand;
             }
         }
@@ -546,7 +546,7 @@ impl RuleSet {
                 kind: match d.source {
                     SetSource::File(_) => SetKind::List,
                     SetSource::Inline(_) => SetKind::Inline,
-                    SetSource::Dynamic { timeout } => SetKind::Dynamic { timeout },
+                    SetSource::Dynamic { timeout, maxelem } => SetKind::Dynamic { timeout, maxelem },
                 },
                 entries: b.entries(),
                 bytes: b.bytes(),
@@ -1289,7 +1289,7 @@ fn shorthand_file(present: [bool; 3], depth: Depth, feeds: &[String]) -> RuleFil
         file.sets.push(sluice_rules::SetDef {
             name: name.clone(),
             line: 0,
-            source: sluice_rules::SetSource::Dynamic { timeout: None },
+            source: sluice_rules::SetSource::Dynamic { timeout: None, maxelem: None },
         });
         let i = file.sets.len() - 1;
         file.rules.push(Rule {

@@ -535,14 +535,24 @@ impl Collector for Exporter {
             &sets,
         )?;
         counter(&mut enc, "sluice_set_merges", "Runtime deltas folded into new base tables, per set.", &merges)?;
-        // Every set with both safety-net reasons, zeros too, so a rate has
-        // a series from the start; then whatever else was counted.
+        let maxelem: Vec<_> = c.sets().into_iter().map(|row| (vec![("set", row.name)], row.maxelem as i64)).collect();
+        gauge(
+            &mut enc,
+            "sluice_set_maxelem",
+            "The most elements each named set holds; adds beyond are refused.",
+            &maxelem,
+        )?;
+        // Every set with every reason, zeros too, so a rate has a series
+        // from the start; then what was counted.
         let mut refused: std::collections::BTreeMap<(String, &str), u64> = c
             .sets()
             .into_iter()
-            .flat_map(|row| sluice_rules::Refusal::REASONS.map(|r| ((row.name.clone(), r), 0)))
+            .flat_map(|row| {
+                let reasons = sluice_rules::Refusal::REASONS.into_iter().chain([sluice_control::sets::REFUSED_FULL]);
+                reasons.map(move |r| ((row.name.clone(), r), 0))
+            })
             .collect();
-        refused.extend(c.refusals.rows());
+        refused.extend(c.refusals.counts().into_iter().map(|(set, reason, n)| ((set, reason), n)));
         let refused: Vec<_> = refused
             .into_iter()
             .map(|((set, reason), n)| (vec![("set", set), ("reason", reason.to_owned())], n))
@@ -550,7 +560,7 @@ impl Collector for Exporter {
         counter(
             &mut enc,
             "sluice_set_refused",
-            "Runtime adds refused, per set and reason (never_block: it overlaps --never-block; min_prefix: wider than --min-prefix-*).",
+            "Runtime adds refused, per set and reason (full: past the set's maxelem; never_block: it overlaps --never-block; min_prefix: wider than --min-prefix-*).",
             &refused,
         )?;
         counter(

@@ -184,11 +184,13 @@ pub enum SetSource {
     /// rule file's directory.
     File(PathBuf),
     Inline(Vec<Prefix>),
-    /// `set NAME dynamic [timeout S]`: no entries but those added at
-    /// runtime (they survive reloads); `timeout` is the default lifetime of
-    /// an added entry, in seconds.
+    /// `set NAME dynamic [timeout S] [maxelem N]`: no entries but those
+    /// added at runtime (they survive reloads); `timeout` is the default
+    /// lifetime of an added entry, in seconds; `maxelem` the most elements
+    /// the set holds (adds beyond are refused; None: the bridge's default).
     Dynamic {
         timeout: Option<u32>,
+        maxelem: Option<u32>,
     },
 }
 
@@ -431,8 +433,34 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// After `dynamic`: `timeout SECONDS` and `maxelem N`, each at most
+    /// once, in either order.
+    fn dynamic_options(&mut self) -> Result<SetSource, RuleError> {
+        let (mut timeout, mut maxelem) = (None, None);
+        while let Some(k) = self.peek() {
+            let (slot, what) = match k.text.as_str() {
+                "timeout" if !k.quoted => (&mut timeout, "a timeout in seconds (1 to 4294967295)"),
+                "maxelem" if !k.quoted => (&mut maxelem, "a most elements count (1 to 4294967295)"),
+                _ => {
+                    return Err(self
+                        .err_at(k, "expected `timeout SECONDS`, `maxelem N` or the end of the line after `dynamic`"))
+                }
+            };
+            if slot.is_some() {
+                return Err(self.err_at(k, &format!("`{}` is given twice", k.text)));
+            }
+            self.pos += 1;
+            let v = self.next(what)?;
+            match v.text.parse::<u32>() {
+                Ok(n) if n > 0 && !v.quoted => *slot = Some(n),
+                _ => return Err(self.err_at(v, &format!("expected {what}, found `{}`", v.text))),
+            }
+        }
+        Ok(SetSource::Dynamic { timeout, maxelem })
+    }
+
     /// `set NAME from "PATH"`, `set NAME { prefix, ... }` or
-    /// `set NAME dynamic [timeout SECONDS]`.
+    /// `set NAME dynamic [timeout SECONDS] [maxelem N]`.
     fn set_def(&mut self, base: &Path, file: &RuleFile) -> Result<SetDef, RuleError> {
         self.pos = 1;
         let name = self.next("a set name")?;
@@ -456,24 +484,11 @@ impl<'a> Parser<'a> {
                 self.pos -= 1;
                 SetSource::Inline(self.prefix_braces()?)
             }
-            "dynamic" if !t.quoted => match self.peek() {
-                None => SetSource::Dynamic { timeout: None },
-                Some(k) if k.text == "timeout" && !k.quoted => {
-                    self.pos += 1;
-                    let v = self.next("a timeout in seconds")?;
-                    match v.text.parse::<u32>() {
-                        Ok(secs) if secs > 0 && !v.quoted => SetSource::Dynamic { timeout: Some(secs) },
-                        _ => return Err(self.err_at(v, "expected a timeout in seconds (1 to 4294967295)")),
-                    }
-                }
-                Some(k) => {
-                    return Err(self.err_at(k, "expected `timeout SECONDS` or the end of the line after `dynamic`"))
-                }
-            },
+            "dynamic" if !t.quoted => self.dynamic_options()?,
             _ => {
                 return Err(self.err_at(
                     t,
-                    "expected `from \"FILE\"`, `{ prefix, ... }` or `dynamic [timeout SECONDS]` after the set name",
+                    "expected `from \"FILE\"`, `{ prefix, ... }` or `dynamic [timeout SECONDS] [maxelem N]` after the set name",
                 ))
             }
         };
@@ -782,9 +797,33 @@ mod tests {
     #[test]
     fn dynamic_sets() {
         let f = parse("set blocks dynamic\nset bans dynamic timeout 3600   # an hour\ndrop saddr @blocks\n").unwrap();
-        assert_eq!(f.sets[0].source, SetSource::Dynamic { timeout: None });
-        assert_eq!(f.sets[1].source, SetSource::Dynamic { timeout: Some(3600) });
+        assert_eq!(f.sets[0].source, SetSource::Dynamic { timeout: None, maxelem: None });
+        assert_eq!(f.sets[1].source, SetSource::Dynamic { timeout: Some(3600), maxelem: None });
         assert_eq!(f.load_sets(false).unwrap()[1].prefixes, vec![]);
+        let f =
+            parse("set a dynamic maxelem 500\nset b dynamic timeout 60 maxelem 7\nset c dynamic maxelem 9 timeout 5\n")
+                .unwrap();
+        assert_eq!(f.sets[0].source, SetSource::Dynamic { timeout: None, maxelem: Some(500) });
+        assert_eq!(f.sets[1].source, SetSource::Dynamic { timeout: Some(60), maxelem: Some(7) });
+        assert_eq!(f.sets[2].source, SetSource::Dynamic { timeout: Some(5), maxelem: Some(9) });
+    }
+
+    #[test]
+    fn a_bad_maxelem_is_named_with_its_line_and_column() {
+        assert_eq!(
+            err("\nset x dynamic maxelem 0"),
+            "r.rules:2:23: expected a most elements count (1 to 4294967295), found `0`"
+        );
+        assert!(
+            err("set x dynamic maxelem").contains("expected a most elements count"),
+            "{}",
+            err("set x dynamic maxelem")
+        );
+        assert!(err("set x dynamic maxelem 5000000000").contains("found `5000000000`"));
+        assert!(err("set x dynamic maxelem many").contains("found `many`"));
+        assert_eq!(err("set x dynamic maxelem 5 maxelem 6"), "r.rules:1:25: `maxelem` is given twice");
+        assert!(err("set x dynamic timeout 5 timeout 6").contains("`timeout` is given twice"));
+        assert!(err("set x dynamic maxelem 5 forever").contains("`timeout SECONDS`, `maxelem N` or the end"));
     }
 
     #[test]
