@@ -378,6 +378,7 @@ impl Controller {
         if self.sets.next_deadline().is_none_or(|d| d > now) {
             return;
         }
+        self.release();
         let rules = self.published.load();
         if let Some((new, gone)) = self.sets.expire(&rules.value, now) {
             self.state.expired.fetch_add(gone as u64, Ordering::Relaxed);
@@ -470,8 +471,16 @@ impl Controller {
         })
     }
 
+    /// Frees the replaced rule sets no worker holds any more. Before a set
+    /// change too, not only every tick: a set's delta from two publications
+    /// ago is reused (brought up to date, not copied) once nothing holds it.
+    fn release(&mut self) {
+        self.retired.retain(|s| Arc::strong_count(s) > 1);
+    }
+
     /// Publishes what the staged requests changed, once, and answers them.
     fn commit(&mut self, staged: Vec<(Sender<String>, Instant, usize)>) {
+        self.release();
         let rules = self.published.load();
         let (new, merges) = self.sets.commit(&rules.value);
         drop(rules);
@@ -496,6 +505,7 @@ impl Controller {
 
     /// Publishes the new tables of merges that finished on their threads.
     fn finish_merges(&mut self) {
+        self.release();
         let rules = self.published.load();
         let (new, n) = self.sets.poll_merges(&rules.value, false);
         drop(rules);

@@ -210,7 +210,7 @@ fn change_for(
             Some(running) => {
                 if let Some((seq, input)) = s.start_merge() {
                     let (tx, rx) = mpsc::channel();
-                    let rules = rules.clone();
+                    let rules = rules.without_deltas();
                     let spawned = std::thread::Builder::new().name("sluice-merge".into()).spawn(move || {
                         let list = input.elements();
                         let tables = rules.build_base(&list);
@@ -300,8 +300,13 @@ impl RuntimeSets {
     /// The state of set `i`, made on first use.
     fn state(&mut self, rules: &RuleSet, i: usize, base_of: &BaseOf<'_>) -> &mut SetState {
         let info = &rules.named_set_info()[i];
-        let maxelem = self.maxelem(info);
-        self.states.entry(info.name.clone()).or_insert_with(|| Self::fresh(rules, i, base_of, maxelem))
+        // Looked up before inserting: a batch asks for every line, and
+        // `entry` would copy the name each time.
+        if !self.states.contains_key(&info.name) {
+            let fresh = Self::fresh(rules, i, base_of, self.maxelem(info));
+            self.states.insert(info.name.clone(), fresh);
+        }
+        self.states.get_mut(&info.name).unwrap_or_else(|| unreachable!("inserted above"))
     }
 
     /// Stages a batch of changes, all or nothing: every line is checked
@@ -334,17 +339,12 @@ impl RuntimeSets {
                     if elem.covers_all() {
                         return Err(err(format!("{elem} would match every address; put it in the rules instead")));
                     }
-                    let size = match sizes.get(&i) {
-                        Some(&n) => n,
-                        None => self.state(rules, i, base_of).len(),
-                    };
-                    let present = match overlay.get(&(i, *elem)) {
-                        Some(&p) => p,
-                        None if emptied.contains(&i) => false,
-                        None => self.state(rules, i, base_of).has(elem),
-                    };
+                    let known = overlay.get(&(i, *elem)).copied().or_else(|| emptied.contains(&i).then_some(false));
+                    let s = self.state(rules, i, base_of);
+                    let size = sizes.get(&i).copied().unwrap_or_else(|| s.len());
+                    let present = known.unwrap_or_else(|| s.has(elem));
+                    let maxelem = s.maxelem;
                     if !present {
-                        let maxelem = self.state(rules, i, base_of).maxelem;
                         if size >= maxelem {
                             let adds = batch
                                 .iter()

@@ -15,14 +15,16 @@
 //! into a new base (the caller builds the tables from the list it returns,
 //! off the fast path). No I/O here: time comes in as wall-clock nanoseconds.
 //!
-//! The delta's elements are persistent sets ([`Changes`], over
-//! [`crate::pset::PSet`]): the state and every delta published from it
-//! share their nodes, so making a [`Delta`] is O(1) and a change copies
-//! O(log n) small nodes. Before, each publication copied the whole delta
-//! (up to an eighth of the set, or more while a merge ran), which made a
-//! stream of batches into a large set quadratic.
+//! Publishing a change does not copy the delta: the two deltas published
+//! last are kept, and the older one, once no reader holds it any more (a
+//! worker moves to a new snapshot at its next batch), is brought up to
+//! date with the edits made since it was published and published again
+//! (`Arc::get_mut`: nothing else can see it while it changes). A commit
+//! or an expiry so costs O(change). Only when a reader still holds it (a
+//! worker idle since) is the delta copied whole, as every publication did
+//! before: a copy of hash tables of `Copy` keys, at memory speed. The
+//! judge's lookup is the same hash probe as before.
 
-use crate::pset::PSet;
 use foldhash::fast::RandomState;
 use sluice_rules::Prefix;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -39,93 +41,34 @@ fn mask6(len: u8) -> u128 {
     u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0)
 }
 
-/// A set of keys of one length, as [`ElementsIn`] keeps them: a hash set
-/// (for a base, rebuilt whole by a merge) or a persistent one (for a
-/// delta, changed in place and published by reference: [`PSet`]).
-pub trait KeySet<K>: Default + Clone {
-    /// Adds `k`; false if it was there.
-    fn put(&mut self, k: K) -> bool;
-    /// Removes `k`; false if it was not there.
-    fn take(&mut self, k: &K) -> bool;
-    fn has(&self, k: &K) -> bool;
-    fn empty(&self) -> bool;
-    fn keys(&self) -> impl Iterator<Item = K> + '_;
-}
-
-impl<K: Copy + Eq + std::hash::Hash> KeySet<K> for Hashed<K> {
-    fn put(&mut self, k: K) -> bool {
-        self.insert(k)
-    }
-    fn take(&mut self, k: &K) -> bool {
-        self.remove(k)
-    }
-    #[inline]
-    fn has(&self, k: &K) -> bool {
-        self.contains(k)
-    }
-    fn empty(&self) -> bool {
-        self.is_empty()
-    }
-    fn keys(&self) -> impl Iterator<Item = K> + '_ {
-        self.iter().copied()
-    }
-}
-
-impl<K: Copy + Eq + std::hash::Hash> KeySet<K> for PSet<K> {
-    fn put(&mut self, k: K) -> bool {
-        self.insert(k)
-    }
-    fn take(&mut self, k: &K) -> bool {
-        self.remove(k)
-    }
-    #[inline]
-    fn has(&self, k: &K) -> bool {
-        self.contains(k)
-    }
-    fn empty(&self) -> bool {
-        self.is_empty()
-    }
-    fn keys(&self) -> impl Iterator<Item = K> + '_ {
-        self.iter()
-    }
-}
-
 /// Distinct elements (hosts and prefixes) by length, longest first: an
-/// address is looked up with one probe per length present (a delta mostly
-/// holds hosts, so usually one).
+/// address is looked up with one hash probe per length present (a delta
+/// mostly holds hosts, so usually one).
 #[derive(Clone, Debug, Default)]
-pub struct ElementsIn<S4, S6> {
-    v4: Vec<(u8, S4)>,
-    v6: Vec<(u8, S6)>,
+pub struct Elements {
+    v4: Vec<(u8, Hashed<u32>)>,
+    v6: Vec<(u8, Hashed<u128>)>,
     len: usize,
 }
 
-/// A base's elements: hash sets, built once per merge.
-pub type Elements = ElementsIn<Hashed<u32>, Hashed<u128>>;
-
-/// A delta's elements: persistent sets, so that publishing them is a
-/// reference count and a change copies O(log n) small nodes, never the
-/// whole delta.
-pub type Changes = ElementsIn<PSet<u32>, PSet<u128>>;
-
-fn slot<S: Default>(by_len: &mut Vec<(u8, S)>, len: u8) -> &mut S {
+fn slot<K>(by_len: &mut Vec<(u8, Hashed<K>)>, len: u8) -> &mut Hashed<K> {
     let i = match by_len.binary_search_by(|(l, _)| len.cmp(l)) {
         Ok(i) => i,
         Err(i) => {
-            by_len.insert(i, (len, S::default()));
+            by_len.insert(i, (len, Hashed::default()));
             i
         }
     };
     &mut by_len[i].1
 }
 
-impl<S4: KeySet<u32>, S6: KeySet<u128>> ElementsIn<S4, S6> {
-    pub fn new() -> Self {
-        ElementsIn { v4: Vec::new(), v6: Vec::new(), len: 0 }
+impl Elements {
+    pub fn new() -> Elements {
+        Elements::default()
     }
 
-    pub fn from_prefixes<'a>(prefixes: impl IntoIterator<Item = &'a Prefix>) -> Self {
-        let mut e = Self::new();
+    pub fn from_prefixes<'a>(prefixes: impl IntoIterator<Item = &'a Prefix>) -> Elements {
+        let mut e = Elements::new();
         for p in prefixes {
             e.insert(*p);
         }
@@ -135,8 +78,8 @@ impl<S4: KeySet<u32>, S6: KeySet<u128>> ElementsIn<S4, S6> {
     /// Adds `p`; false if it was there.
     pub fn insert(&mut self, p: Prefix) -> bool {
         let new = match p {
-            Prefix::V4 { addr, len } => slot(&mut self.v4, len).put(addr),
-            Prefix::V6 { addr, len } => slot(&mut self.v6, len).put(addr),
+            Prefix::V4 { addr, len } => slot(&mut self.v4, len).insert(addr),
+            Prefix::V6 { addr, len } => slot(&mut self.v6, len).insert(addr),
         };
         self.len += usize::from(new);
         new
@@ -155,8 +98,8 @@ impl<S4: KeySet<u32>, S6: KeySet<u128>> ElementsIn<S4, S6> {
     /// Whether exactly `p` is an element.
     pub fn has(&self, p: &Prefix) -> bool {
         match *p {
-            Prefix::V4 { addr, len } => self.v4.iter().any(|(l, s)| *l == len && s.has(&addr)),
-            Prefix::V6 { addr, len } => self.v6.iter().any(|(l, s)| *l == len && s.has(&addr)),
+            Prefix::V4 { addr, len } => self.v4.iter().any(|(l, s)| *l == len && s.contains(&addr)),
+            Prefix::V6 { addr, len } => self.v6.iter().any(|(l, s)| *l == len && s.contains(&addr)),
         }
     }
 
@@ -166,11 +109,11 @@ impl<S4: KeySet<u32>, S6: KeySet<u128>> ElementsIn<S4, S6> {
         match ip {
             IpAddr::V4(a) => {
                 let a = u32::from(a);
-                self.v4.iter().any(|(len, s)| s.has(&(a & mask4(*len))))
+                self.v4.iter().any(|(len, s)| s.contains(&(a & mask4(*len))))
             }
             IpAddr::V6(a) => {
                 let a = u128::from(a);
-                self.v6.iter().any(|(len, s)| s.has(&(a & mask6(*len))))
+                self.v6.iter().any(|(len, s)| s.contains(&(a & mask6(*len))))
             }
         }
     }
@@ -182,7 +125,7 @@ impl<S4: KeySet<u32>, S6: KeySet<u128>> ElementsIn<S4, S6> {
                 let a = u32::from(a);
                 self.v4
                     .iter()
-                    .filter(|(len, s)| s.has(&(a & mask4(*len))))
+                    .filter(|(len, s)| s.contains(&(a & mask4(*len))))
                     .map(|(len, _)| Prefix::V4 { addr: a & mask4(*len), len: *len })
                     .collect()
             }
@@ -190,7 +133,7 @@ impl<S4: KeySet<u32>, S6: KeySet<u128>> ElementsIn<S4, S6> {
                 let a = u128::from(a);
                 self.v6
                     .iter()
-                    .filter(|(len, s)| s.has(&(a & mask6(*len))))
+                    .filter(|(len, s)| s.contains(&(a & mask6(*len))))
                     .map(|(len, _)| Prefix::V6 { addr: a & mask6(*len), len: *len })
                     .collect()
             }
@@ -199,8 +142,8 @@ impl<S4: KeySet<u32>, S6: KeySet<u128>> ElementsIn<S4, S6> {
 
     /// Every element, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = Prefix> + '_ {
-        let v4 = self.v4.iter().flat_map(|(len, s)| s.keys().map(move |addr| Prefix::V4 { addr, len: *len }));
-        let v6 = self.v6.iter().flat_map(|(len, s)| s.keys().map(move |addr| Prefix::V6 { addr, len: *len }));
+        let v4 = self.v4.iter().flat_map(|(len, s)| s.iter().map(move |&addr| Prefix::V4 { addr, len: *len }));
+        let v6 = self.v6.iter().flat_map(|(len, s)| s.iter().map(move |&addr| Prefix::V6 { addr, len: *len }));
         v4.chain(v6)
     }
 
@@ -213,14 +156,14 @@ impl<S4: KeySet<u32>, S6: KeySet<u128>> ElementsIn<S4, S6> {
     }
 
     pub fn clear(&mut self) {
-        *self = Self::new();
+        *self = Elements::default();
     }
 }
 
-fn remove_from<K, S: KeySet<K>>(by_len: &mut Vec<(u8, S)>, len: u8, k: &K) -> bool {
+fn remove_from<K: std::hash::Hash + Eq>(by_len: &mut Vec<(u8, Hashed<K>)>, len: u8, k: &K) -> bool {
     let Some(i) = by_len.iter().position(|(l, _)| *l == len) else { return false };
-    let gone = by_len[i].1.take(k);
-    if by_len[i].1.empty() {
+    let gone = by_len[i].1.remove(k);
+    if by_len[i].1.is_empty() {
         // An empty length would cost every lookup a probe.
         by_len.remove(i);
     }
@@ -231,8 +174,8 @@ fn remove_from<K, S: KeySet<K>>(by_len: &mut Vec<(u8, S)>, len: u8, k: &K) -> bo
 /// published (a change publishes a new one).
 #[derive(Debug)]
 pub struct Delta {
-    added: Changes,
-    deleted: Changes,
+    added: Elements,
+    deleted: Elements,
     /// The base's elements, present when `deleted` is not empty: an address
     /// inside a deleted element may still be covered by another.
     base: Option<Arc<Elements>>,
@@ -254,6 +197,16 @@ impl Delta {
         // Rare: inside a deleted element. Some other base element may still
         // cover the address.
         self.base.as_ref().is_some_and(|b| b.covering(ip).iter().any(|e| !self.deleted.has(e)))
+    }
+
+    /// Applies one edit of the state it was made from (see [`SetState::delta`]).
+    fn apply(&mut self, e: Edit) {
+        match e {
+            Edit::Added(p, true) => self.added.insert(p),
+            Edit::Added(p, false) => self.added.remove(&p),
+            Edit::Deleted(p, true) => self.deleted.insert(p),
+            Edit::Deleted(p, false) => self.deleted.remove(&p),
+        };
     }
 
     pub fn added(&self) -> usize {
@@ -306,8 +259,8 @@ pub struct SetState {
     base: Option<Arc<Elements>>,
     /// How many elements the base holds (from its tables when not known).
     base_entries: usize,
-    added: Changes,
-    deleted: Changes,
+    added: Elements,
+    deleted: Elements,
     /// The wall-clock deadline (ns) of each element that has one, added or
     /// in the base (after a merge).
     deadline: HashMap<Prefix, u64, RandomState>,
@@ -319,6 +272,22 @@ pub struct SetState {
     since_merge: Option<(u64, Vec<Change>)>,
     /// Numbers merges, so an abandoned one that finishes late is told apart.
     merge_seq: u64,
+    /// The delta published last, and the one before it: the older one is
+    /// brought up to date and published again once no reader holds it.
+    published: Option<Arc<Delta>>,
+    spare: Option<Arc<Delta>>,
+    /// The edits to `added` and `deleted` since `spare` was made; those
+    /// since `published` was made start at `mark`.
+    journal: Vec<Edit>,
+    mark: usize,
+}
+
+/// One edit to a state's `added` or `deleted` (true: an insert), as
+/// [`SetState::delta`] replays them into an older delta.
+#[derive(Debug, Clone, Copy)]
+enum Edit {
+    Added(Prefix, bool),
+    Deleted(Prefix, bool),
 }
 
 /// A change as the log of an unfinished merge keeps it.
@@ -328,13 +297,13 @@ enum Change {
     Del(Prefix),
 }
 
-/// What a merge needs, taken in O(1) so the O(set) work can run on another
-/// thread: the base's elements and the delta's, shared.
+/// What a merge needs, taken in O(delta) so the O(set) work can run on
+/// another thread: the base's elements (shared) and copies of the delta.
 #[derive(Debug, Clone)]
 pub struct MergeInput {
     base: Option<Arc<Elements>>,
-    added: Changes,
-    deleted: Changes,
+    added: Elements,
+    deleted: Elements,
 }
 
 impl MergeInput {
@@ -357,14 +326,57 @@ impl SetState {
             maxelem: usize::MAX,
             base: base.map(Arc::new),
             base_entries,
-            added: Changes::new(),
-            deleted: Changes::new(),
+            added: Elements::new(),
+            deleted: Elements::new(),
             deadline: HashMap::default(),
             queue: BTreeSet::new(),
             merges: 0,
             since_merge: None,
             merge_seq: 0,
+            published: None,
+            spare: None,
+            journal: Vec::new(),
+            mark: 0,
         }
+    }
+
+    fn added_insert(&mut self, p: Prefix) {
+        if self.added.insert(p) {
+            self.journal.push(Edit::Added(p, true));
+        }
+    }
+
+    fn added_remove(&mut self, p: &Prefix) -> bool {
+        let gone = self.added.remove(p);
+        if gone {
+            self.journal.push(Edit::Added(*p, false));
+        }
+        gone
+    }
+
+    fn deleted_insert(&mut self, p: Prefix) {
+        if self.deleted.insert(p) {
+            self.journal.push(Edit::Deleted(p, true));
+        }
+    }
+
+    fn deleted_remove(&mut self, p: &Prefix) -> bool {
+        let gone = self.deleted.remove(p);
+        if gone {
+            self.journal.push(Edit::Deleted(*p, false));
+        }
+        gone
+    }
+
+    /// `added` and `deleted` are rebuilt (a flush, a merge): no edit list
+    /// leads from an older delta to them, so the next delta is a copy.
+    fn rebuilt(&mut self) {
+        self.added.clear();
+        self.deleted.clear();
+        self.published = None;
+        self.spare = None;
+        self.journal.clear();
+        self.mark = 0;
     }
 
     fn in_base(&self, p: &Prefix) -> bool {
@@ -406,8 +418,8 @@ impl SetState {
         if let Some((_, log)) = &mut self.since_merge {
             log.push(Change::Add(p));
         }
-        if !self.deleted.remove(&p) && !self.in_base(&p) {
-            self.added.insert(p);
+        if !self.deleted_remove(&p) && !self.in_base(&p) {
+            self.added_insert(p);
         }
         let timeout = timeout.or(self.default_timeout);
         self.set_deadline(p, timeout.map(|s| now.saturating_add(u64::from(s) * 1_000_000_000)));
@@ -421,9 +433,9 @@ impl SetState {
                 log.push(Change::Del(p));
             }
         }
-        if self.added.remove(&p) {
+        if self.added_remove(&p) {
         } else if self.in_base(&p) {
-            self.deleted.insert(p);
+            self.deleted_insert(p);
         } else if self.base.is_none() {
             return Err(ChangeError::BaseUnknown(p));
         } else {
@@ -478,22 +490,43 @@ impl SetState {
         self.since_merge = None;
         self.base = Some(Arc::new(Elements::new()));
         self.base_entries = 0;
-        self.added.clear();
-        self.deleted.clear();
+        self.rebuilt();
         self.deadline.clear();
         self.queue.clear();
     }
 
-    /// The delta the judge reads, or None when the base alone is the set.
-    pub fn delta(&self) -> Option<Arc<Delta>> {
-        if self.added.is_empty() && self.deleted.is_empty() {
-            return None;
-        }
-        Some(Arc::new(Delta {
-            added: self.added.clone(),
-            deleted: self.deleted.clone(),
-            base: if self.deleted.is_empty() { None } else { self.base.clone() },
-        }))
+    /// The delta the judge reads, or None when the base alone is the set;
+    /// the caller publishes it (it is kept, to be reused two calls later).
+    /// O(edits since the delta before the last) when no reader holds that
+    /// one any more, else a copy of the delta.
+    pub fn delta(&mut self) -> Option<Arc<Delta>> {
+        let new =
+            if self.added.is_empty() && self.deleted.is_empty() {
+                None
+            } else {
+                let base = if self.deleted.is_empty() { None } else { self.base.clone() };
+                let mut spare = self.spare.take();
+                let reused = match spare.as_mut().and_then(Arc::get_mut) {
+                    Some(d) => {
+                        // Only this state holds it: no reader can see it change.
+                        for &e in &self.journal {
+                            d.apply(e);
+                        }
+                        d.base = base.clone();
+                        spare
+                    }
+                    None => None,
+                };
+                Some(reused.unwrap_or_else(|| {
+                    Arc::new(Delta { added: self.added.clone(), deleted: self.deleted.clone(), base })
+                }))
+            };
+        // The delta published until now becomes the spare; it lacks the
+        // edits made since it was made.
+        self.spare = std::mem::replace(&mut self.published, new.clone());
+        self.journal.drain(..self.mark);
+        self.mark = self.journal.len();
+        new
     }
 
     /// Whether the delta has grown enough to fold into the base: past
@@ -541,18 +574,17 @@ impl SetState {
         let Some((_, log)) = self.since_merge.take() else { return false };
         self.base_entries = base.len();
         self.base = Some(Arc::new(base));
-        self.added.clear();
-        self.deleted.clear();
+        self.rebuilt();
         for c in log {
             match c {
                 Change::Add(p) => {
-                    if !self.deleted.remove(&p) && !self.in_base(&p) {
-                        self.added.insert(p);
+                    if !self.deleted_remove(&p) && !self.in_base(&p) {
+                        self.added_insert(p);
                     }
                 }
                 Change::Del(p) => {
-                    if !self.added.remove(&p) && self.in_base(&p) {
-                        self.deleted.insert(p);
+                    if !self.added_remove(&p) && self.in_base(&p) {
+                        self.deleted_insert(p);
                     }
                 }
             }
@@ -572,8 +604,7 @@ impl SetState {
         all.sort_unstable();
         self.base_entries = all.len();
         self.base = Some(Arc::new(Elements::from_prefixes(&all)));
-        self.added.clear();
-        self.deleted.clear();
+        self.rebuilt();
         self.merges += 1;
         all
     }
@@ -671,6 +702,26 @@ mod tests {
     }
 
     #[test]
+    fn a_delta_no_one_holds_is_brought_up_to_date_not_copied() {
+        let mut s = SetState::new(Some(Elements::new()), 0, None);
+        s.add(p("192.0.2.1"), None, 0).unwrap();
+        let first = Arc::as_ptr(&s.delta().unwrap());
+        s.add(p("192.0.2.2"), None, 0).unwrap();
+        let second = s.delta().unwrap();
+        s.add(p("192.0.2.3"), None, 0).unwrap();
+        let third = s.delta().unwrap();
+        assert!(std::ptr::eq(Arc::as_ptr(&third), first), "the first delta, no one holding it, is reused");
+        assert!(["192.0.2.1", "192.0.2.2", "192.0.2.3"].iter().all(|a| third.matches(false, ip(a))));
+        assert_eq!(s.journal.len(), 1, "only the edits the spare lacks are kept");
+        // `second` is held, as by a worker: it is not reused, nor changed.
+        s.del(p("192.0.2.1")).unwrap();
+        let fourth = s.delta().unwrap();
+        assert!(!std::ptr::eq(Arc::as_ptr(&fourth), Arc::as_ptr(&second)));
+        assert!(second.matches(false, ip("192.0.2.1")) && !second.matches(false, ip("192.0.2.3")));
+        assert!(!fourth.matches(false, ip("192.0.2.1")) && fourth.matches(false, ip("192.0.2.3")));
+    }
+
+    #[test]
     fn a_full_set_refuses_new_elements_and_renews_present_ones() {
         let base = Elements::from_prefixes(&[p("10.0.0.1"), p("10.0.0.2")]);
         let mut s = SetState::new(Some(base), 0, None);
@@ -760,6 +811,7 @@ mod tests {
             ops in prop::collection::vec(arb_op(), 1..60),
             probes in prop::collection::vec(arb_prefix(), 8),
             maxelem in prop_oneof![Just(usize::MAX), 0usize..24],
+            keep in prop::collection::vec(any::<bool>(), 1..8),
         ) {
             let secs = 1_000_000_000u64;
             let mut now = 0u64;
@@ -774,7 +826,7 @@ mod tests {
             let mut running: Option<(u64, Vec<Prefix>)> = None;
             let addrs: Vec<IpAddr> = ips.iter().copied().chain(base.iter().map(|b| b.addr())).collect();
             let mut published = Vec::new();
-            for op in ops {
+            for (k, op) in ops.into_iter().enumerate() {
                 match op {
                     Op::Add(p, t) => {
                         let full = !model.elems.contains_key(&p) && model.elems.len() >= maxelem;
@@ -818,17 +870,21 @@ mod tests {
                     prop_assert_eq!(got, model.contains(a), "{} after {:?}", a, s.elements());
                     prop_assert_eq!(s.find(base_hit, a).is_some(), model.contains(a));
                 }
-                published.push((delta, tables.clone(), model.clone()));
+                // Some deltas are held to the end, as a reader would; the
+                // others are dropped, so later ones reuse them.
+                if keep[k % keep.len()] {
+                    published.push((k, delta, tables.clone(), model.clone()));
+                }
                 let mut want: Vec<Prefix> = model.elems.keys().copied().collect();
                 want.sort_unstable();
                 let got: Vec<Prefix> = s.elements().into_iter().map(|e| e.0).collect();
                 prop_assert_eq!(got, want);
                 prop_assert_eq!(s.len(), model.elems.len());
             }
-            // A published delta is shared with the state that made it:
-            // every one still answers as the model did when it was made,
-            // whatever changed since.
-            for (n, (delta, tables, model)) in published.iter().enumerate() {
+            // A delta a reader holds is never changed, even when the state
+            // reuses those no one holds: every one kept still answers as the
+            // model did when it was made, whatever changed since.
+            for (n, delta, tables, model) in &published {
                 for &a in &addrs {
                     let base_hit = tables.iter().any(|t| t.contains(a));
                     let got = delta.as_ref().map_or(base_hit, |d| d.matches(base_hit, a));

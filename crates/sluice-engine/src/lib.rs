@@ -9,7 +9,6 @@ pub mod compiled;
 pub mod container;
 pub mod defrag;
 pub mod dynamic;
-pub mod pset;
 pub mod rules;
 pub mod snapshot;
 

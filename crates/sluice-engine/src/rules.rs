@@ -833,6 +833,16 @@ impl RuleSet {
         self.deltas[set].as_ref()
     }
 
+    /// A copy without runtime deltas, for work that only builds tables (a
+    /// merge on its own thread) and must not hold a delta meanwhile: a
+    /// delta no one else holds is reused, not copied
+    /// ([`crate::dynamic::SetState::delta`]).
+    pub fn without_deltas(&self) -> RuleSet {
+        let mut rs = self.clone();
+        rs.deltas.iter_mut().for_each(|d| *d = None);
+        rs
+    }
+
     /// Tables for `prefixes`, built as this rule set's were (for a merge or
     /// a flush; build them off the fast path).
     pub fn build_base(&self, prefixes: &[Prefix]) -> BaseTables {

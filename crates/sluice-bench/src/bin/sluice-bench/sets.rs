@@ -50,6 +50,9 @@ pub struct SetsBenchArgs {
     /// Skip the ipset and nft peers.
     #[arg(long)]
     pub no_peers: bool,
+    /// Only what a delta costs the judge (the `lookup` rows).
+    #[arg(long)]
+    pub only_lookup: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -493,6 +496,12 @@ fn lookup(base: &[Prefix], sizes: &[usize], reps: usize) -> Vec<Value> {
 pub fn run(a: SetsBenchArgs) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let base: Vec<Prefix> = hosts(a.entries, 0x5eed).into_iter().map(|h| Prefix::host(IpAddr::V4(h))).collect();
+    if a.only_lookup {
+        eprintln!("sets: what a delta costs the judge, {} entries", a.entries);
+        let look = lookup(&base, &[0, 1_000, 10_000, 100_000, a.entries / 4], 5);
+        println!("{}", json!({ "bench": "sets", "entries": a.entries, "lookup": look }));
+        return Ok(());
+    }
     eprintln!("sets: library path, {} entries", a.entries);
     let lib: Vec<Value> = [(1, a.singles), (100, a.updates), (10_000, a.updates)]
         .iter()
