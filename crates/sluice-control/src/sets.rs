@@ -22,11 +22,11 @@ pub const MERGE_RATIO: usize = 8;
 
 /// The most elements a `dynamic` set holds unless its definition says
 /// (`maxelem N`). ipset's default, 65,536, is a few minutes of a botnet's
-/// addresses as an HTTP guard blocks them; a million costs the bridge about
-/// 150 MB of runtime state at most (the delta, the deadlines and, after a
-/// merge, the base tables), and its merge into new tables a fraction of a
-/// second. A set read from a list file may grow by as much at runtime (its
-/// maxelem is its file's entries plus this).
+/// addresses as an HTTP guard blocks them; a million timed hosts peaked at
+/// 260-340 MB of RSS in `sluice-bench sets-scale` (the runtime state with
+/// its deadlines, the base tables, a merge's working copy), ten million at
+/// 2.5-2.8 GB. A set read from a list file may grow by as much at runtime
+/// (its maxelem is its file's entries plus this).
 pub const DEFAULT_MAXELEM: usize = 1_000_000;
 
 /// The CrowdSec set's maxelem unless `--crowdsec-maxelem` or the set's

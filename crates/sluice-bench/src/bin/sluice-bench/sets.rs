@@ -582,6 +582,16 @@ pub struct SetsScaleArgs {
     /// The set definition's words after `dynamic` (e.g. `maxelem 20000000`).
     #[arg(long, default_value = "")]
     pub set_options: String,
+    /// Never merge the delta into new tables (as for a set loaded from a
+    /// compiled file): the delta grows to every add.
+    #[arg(long)]
+    pub no_merge: bool,
+    /// Run twice in the same process: deltas reused once no reader holds
+    /// them, then with every snapshot held two publications longer
+    /// (readers that let go late: each delta is copied whole, as every
+    /// publication did before), and their ratios.
+    #[arg(long)]
+    pub compare: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -616,12 +626,48 @@ fn dist_us(v: &mut [f64]) -> Value {
 /// peak RSS (VmHWM) of each phase. Run one size per process: the peaks
 /// are the process's.
 pub fn run_scale(a: SetsScaleArgs) -> Result<()> {
+    let out = if a.compare {
+        let reuse = scale(&a, false)?;
+        let held = scale(&a, true)?;
+        let r = |k: &str, f: &str| held[k][f].as_f64().zip(reuse[k][f].as_f64()).map(|(h, r)| h / r);
+        json!({
+            "bench": "sets-scale",
+            "reused": reuse,
+            "held": held,
+            "ratios_held_vs_reused": {
+                "adds_total_s": held["adds_total_s"].as_f64().zip(reuse["adds_total_s"].as_f64()).map(|(h, r)| h / r),
+                "commit_median": r("commit", "median_us"),
+                "commit_p99": r("commit", "p99_us"),
+                "expiry_step_median": r("expiry_step", "median_us"),
+            },
+        })
+    } else {
+        scale(&a, false)?
+    };
+    if a.json {
+        println!("{out}");
+    } else {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    }
+    Ok(())
+}
+
+/// One run of [`run_scale`]; with `hold`, each published snapshot is held
+/// until two more are published.
+fn scale(a: &SetsScaleArgs, hold: bool) -> Result<Value> {
     let rules = format!("set dyn dynamic {}\ndrop saddr @dyn\n", a.set_options);
     let file = parse_rules("scale.rules", &rules, Path::new(".")).context("the bench's rules")?;
     let compiled = RuleSet::compile(&file, &[Vec::new()], &CompileOptions::default()).context("compiling")?;
     let published = Arc::new(Published::new(compiled));
     let base_of = |_: &RuleSet, _: usize| Some(Elements::new());
     let mut sets = RuntimeSets::new();
+    if a.no_merge {
+        sets.merge_min = usize::MAX;
+    }
+    // With `hold`, the last two snapshots, as readers that let go late
+    // would keep them: the delta before the last is never free to reuse.
+    let mut held: std::collections::VecDeque<Arc<sluice_engine::snapshot::Snapshot<RuleSet>>> =
+        std::collections::VecDeque::new();
     let secs = 1_000_000_000u64;
     // The virtual wall clock: 1 ms per batch, so deadlines spread over the run.
     let t0 = 1_000 * secs;
@@ -646,6 +692,12 @@ pub fn run_scale(a: SetsScaleArgs) -> Result<()> {
             .collect();
         let t = Instant::now();
         let cur = published.load();
+        if hold {
+            held.push_back(Arc::clone(&cur));
+            if held.len() > 2 {
+                held.pop_front();
+            }
+        }
         sets.stage(&cur.value, &batch, now, &base_of).map_err(|e| anyhow::anyhow!("batch at {done}: {e}"))?;
         let (r, m) = sets.commit(&cur.value);
         drop(cur);
@@ -684,6 +736,12 @@ pub fn run_scale(a: SetsScaleArgs) -> Result<()> {
         let at = first + (last - first) * k / steps;
         let t = Instant::now();
         let cur = published.load();
+        if hold {
+            held.push_back(Arc::clone(&cur));
+            if held.len() > 2 {
+                held.pop_front();
+            }
+        }
         let r = sets.expire(&cur.value, at);
         drop(cur);
         if let Some((r, gone)) = r {
@@ -699,6 +757,7 @@ pub fn run_scale(a: SetsScaleArgs) -> Result<()> {
         }
     }
     let expiry_s = started.elapsed().as_secs_f64();
+    drop(held);
     let out = json!({
         "bench": "sets-scale",
         "adds": a.adds,
@@ -717,11 +776,8 @@ pub fn run_scale(a: SetsScaleArgs) -> Result<()> {
         "vm_hwm_start_bytes": hwm_start,
         "vm_hwm_adds_bytes": adds_hwm,
         "vm_hwm_expiry_bytes": vm_hwm(),
+        "no_merge": a.no_merge,
+        "readers_hold": hold,
     });
-    if a.json {
-        println!("{out}");
-    } else {
-        println!("{}", serde_json::to_string_pretty(&out)?);
-    }
-    Ok(())
+    Ok(out)
 }
