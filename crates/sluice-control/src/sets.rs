@@ -25,7 +25,7 @@ pub const MERGE_RATIO: usize = 8;
 /// addresses as an HTTP guard blocks them; a million timed hosts peaked at
 /// 260-340 MB of RSS in `sluice-bench sets-scale` (the runtime state with
 /// its deadlines, the base tables, a merge's working copy), ten million at
-/// 2.5-2.8 GB. A set read from a list file may grow by as much at runtime
+/// 1.8-2.8 GB. A set read from a list file may grow by as much at runtime
 /// (its maxelem is its file's entries plus this).
 pub const DEFAULT_MAXELEM: usize = 1_000_000;
 
