@@ -438,6 +438,68 @@ fn ctl_refuses_other_users() {
     assert!(!out.status.success());
 }
 
+/// A peer in `--control-group` as a supplementary group (as the guard's
+/// user is in the bridge's, under systemd) is let in where the socket's
+/// owner cannot see the peer's /proc entry: the units' ProtectProc=invisible
+/// hides other users' processes, so the groups are taken from the socket
+/// (SO_PEERGROUPS). Forty groups: more than the first guess of room.
+#[test]
+fn a_supplementary_group_gets_in_where_proc_is_hidden() {
+    if !live_or_skip("a_supplementary_group_gets_in_where_proc_is_hidden") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // The server's user makes its socket here, and gives it to its group
+    // 4242 (which takes being in it, as the bridge's user is in sluice-ctl).
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let sock = dir.path().join("guard.sock");
+    let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let guard = format!(
+        "mount -t proc -o hidepid=invisible proc /proc && exec setpriv --reuid 65534 --regid 65534 --groups 4242 \
+         {SLUICE} http-guard --listen 127.0.0.1:0 --upstream {} --control {} --control-group 4242",
+        upstream.local_addr().unwrap(),
+        p(&sock)
+    );
+    let child = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &guard])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _guard = Bridge(child);
+    let end = Instant::now() + Duration::from_secs(10);
+    while !sock.exists() {
+        assert!(Instant::now() < end, "the guard made no socket");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let as_peer = |groups: &str| {
+        Command::new("setpriv")
+            .args([
+                "--reuid",
+                "65533",
+                "--regid",
+                "1",
+                "--groups",
+                groups,
+                SLUICE,
+                "ctl",
+                "--socket",
+                p(&sock),
+                "blocks",
+            ])
+            .output()
+            .unwrap()
+    };
+    let groups: Vec<String> = (5000..5039).map(|g| g.to_string()).chain(["4242".into()]).collect();
+    let out = as_peer(&groups.join(","));
+    assert!(out.status.success(), "a member by a supplementary group: {}", String::from_utf8_lossy(&out.stderr));
+    // Not a member: refused, by SO_PEERCRED even with the file opened up.
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let out = as_peer("5000");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("refused: uid 65533"), "{out:?}");
+}
+
 /// Our frames for the update test: UDP/IPv4 from 10.201.0.S with a payload
 /// of a magic, the source index, a sequence number and the send time.
 const UPD_MAGIC: &[u8; 8] = b"SLUICEUP";

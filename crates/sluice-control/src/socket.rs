@@ -300,15 +300,11 @@ fn allowed(conn: &UnixStream, access: Access) -> Result<(), String> {
     let cred = rustix::net::sockopt::socket_peercred(conn).map_err(|e| format!("SO_PEERCRED: {e}"))?;
     let (uid, gid) = (cred.uid.as_raw(), cred.gid.as_raw());
     // The group may be one of the peer's supplementary groups, which
-    // SO_PEERCRED does not carry: the peer's /proc entry does.
-    let in_group = |g: u32| {
-        g == gid
-            || std::fs::read_to_string(format!("/proc/{}/status", cred.pid.as_raw_nonzero())).is_ok_and(|st| {
-                st.lines()
-                    .find_map(|l| l.strip_prefix("Groups:"))
-                    .is_some_and(|gs| gs.split_whitespace().any(|x| x.parse() == Ok(g)))
-            })
-    };
+    // SO_PEERCRED does not carry: SO_PEERGROUPS does. Not the peer's
+    // /proc entry: under systemd's ProtectProc=invisible (the units') a
+    // service does not see another user's processes, so the guard, in the
+    // group as a supplementary one, would be refused.
+    let in_group = |g: u32| g == gid || peer_groups(conn).is_ok_and(|gs| gs.contains(&g));
     if uid == 0 || uid == access.uid || access.group.is_some_and(in_group) {
         Ok(())
     } else {
@@ -316,6 +312,40 @@ fn allowed(conn: &UnixStream, access: Access) -> Result<(), String> {
             "refused: uid {uid} gid {gid} may not use this socket (owner uid {}, root, or --control-group)",
             access.uid
         ))
+    }
+}
+
+/// The peer's supplementary groups when it connected (`SO_PEERGROUPS`,
+/// Linux 4.13), which rustix does not wrap.
+#[allow(unsafe_code)]
+pub fn peer_groups(conn: &UnixStream) -> std::io::Result<Vec<u32>> {
+    use std::os::fd::AsRawFd;
+    const GID: usize = std::mem::size_of::<libc::gid_t>();
+    let mut groups: Vec<libc::gid_t> = vec![0; 32];
+    loop {
+        let mut len = (groups.len() * GID) as libc::socklen_t;
+        // SAFETY: `groups` has room for `len` bytes and `len` is a valid
+        // socklen_t; the kernel writes at most `len` bytes and sets `len`.
+        let r = unsafe {
+            libc::getsockopt(
+                conn.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERGROUPS,
+                groups.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        if r == 0 {
+            groups.truncate(len as usize / GID);
+            return Ok(groups);
+        }
+        let e = std::io::Error::last_os_error();
+        // Too small: `len` says how much room it takes.
+        if e.raw_os_error() == Some(libc::ERANGE) && len as usize > groups.len() * GID {
+            groups.resize(len as usize / GID, 0);
+            continue;
+        }
+        return Err(e);
     }
 }
 
@@ -652,5 +682,19 @@ mod tests {
         assert!(t.elapsed() < Duration::from_secs(4), "answered without waiting: {:?}", t.elapsed());
         assert_eq!(s.counters.refused.load(Ordering::Relaxed), 1);
         assert!(s.applied.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn peer_groups_are_the_peers() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let ours: Vec<u32> = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Groups:"))
+            .unwrap()
+            .split_whitespace()
+            .map(|g| g.parse().unwrap())
+            .collect();
+        assert_eq!(peer_groups(&a).unwrap(), ours);
     }
 }
