@@ -214,7 +214,58 @@ pub enum Sink {
     Crowdsec(Watcher),
 }
 
-impl Sink {
+/// Something blocks are pushed to: a [`Sink`], or a test's fake.
+pub trait Destination {
+    /// How the logs and metrics name it.
+    fn name(&self) -> String;
+    /// Pushes the first blocks of `blocks` (at least one) in one request:
+    /// how many it took, and of those how many it refused for good.
+    fn push(&mut self, blocks: &[Block]) -> Result<Pushed, String>;
+}
+
+/// What one push took off the front of the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pushed {
+    /// Blocks taken: applied, or refused for good (not to be sent again).
+    pub taken: usize,
+    /// Of those, refused (a bridge's safety net).
+    pub refused: usize,
+}
+
+/// The most `add` lines in one request to a bridge's control socket. A
+/// line is at most about 80 bytes with a set name of the usual length
+/// (`add guard ` + an IPv6 /128 of 43 + ` timeout 31536000`), so 100,000
+/// lines are about 8 MB, an eighth of the socket's 64 MiB
+/// ([`socket::MAX_REQUEST`]); [`ctl_batch`] also stops at that many
+/// bytes, for set names long enough to need it.
+pub const MAX_BATCH: usize = 100_000;
+
+/// The `add` lines for as many of `blocks` as fit in one request (at most
+/// [`MAX_BATCH`] lines, at most `max_bytes`), and how many that is: at
+/// least one, even if that one is over (the bridge then refuses it whole).
+pub fn ctl_batch(set: &str, blocks: &[Block], max_bytes: usize) -> (String, usize) {
+    let mut text = String::new();
+    let mut n = 0;
+    for b in blocks.iter().take(MAX_BATCH) {
+        let line = ctl_line(set, b);
+        if n > 0 && text.len() + line.len() > max_bytes {
+            break;
+        }
+        text += &line;
+        n += 1;
+    }
+    (text, n)
+}
+
+/// The `add` line of one block.
+fn ctl_line(set: &str, b: &Block) -> String {
+    match b.secs {
+        0 => format!("add {set} {}\n", b.target()),
+        s => format!("add {set} {} timeout {s}\n", b.target()),
+    }
+}
+
+impl Destination for Sink {
     fn name(&self) -> String {
         match self {
             Sink::Ctl { socket, set } => format!("control socket {} (set {set})", socket.display()),
@@ -222,31 +273,24 @@ impl Sink {
         }
     }
 
-    /// Pushes `blocks`: how many the destination refused for good (a
-    /// bridge's safety net: `--never-block`, `--min-prefix-*`), which are
-    /// dropped, the rest applied; an error keeps them all for the next try.
-    fn push(&mut self, blocks: &[Block]) -> Result<usize, String> {
+    /// Pushes the first blocks of `blocks` in one request. A bridge
+    /// refuses a batch whole and names every line its safety net refused
+    /// (`--never-block`, `--min-prefix-*`): those are dropped (sent again,
+    /// they would be refused again and hold every later block back) and
+    /// the rest sent again, each round one fewer at least.
+    fn push(&mut self, blocks: &[Block]) -> Result<Pushed, String> {
         match self {
             Sink::Ctl { socket, set } => {
-                let mut left: Vec<&Block> = blocks.iter().collect();
-                // The bridge refuses a batch whole and names every line its
-                // safety net refused: those are dropped (sent again, they
-                // would be refused again, and hold every later block back)
-                // and the rest sent again. Each round drops one at least.
+                let (_, taken) = ctl_batch(set, blocks, socket::MAX_REQUEST as usize);
+                let mut left: Vec<&Block> = blocks[..taken].iter().collect();
                 loop {
                     if left.is_empty() {
-                        return Ok(blocks.len());
+                        return Ok(Pushed { taken, refused: taken });
                     }
-                    let text: String = left
-                        .iter()
-                        .map(|b| match b.secs {
-                            0 => format!("add {set} {}\n", b.target()),
-                            s => format!("add {set} {} timeout {s}\n", b.target()),
-                        })
-                        .collect();
+                    let text: String = left.iter().map(|b| ctl_line(set, b)).collect();
                     let reply = socket::request(socket, &text, Duration::from_secs(30)).map_err(|e| e.to_string())?;
                     if reply["ok"] == true {
-                        return Ok(blocks.len() - left.len());
+                        return Ok(Pushed { taken, refused: taken - left.len() });
                     }
                     let error = reply["error"].as_str().unwrap_or("refused").to_owned();
                     let refused: std::collections::HashSet<usize> = reply["refused_lines"]
@@ -269,7 +313,10 @@ impl Sink {
                     left = left.into_iter().enumerate().filter(|(i, _)| !refused.contains(i)).map(|(_, b)| b).collect();
                 }
             }
-            Sink::Crowdsec(w) => w.push(blocks).map(|()| 0),
+            Sink::Crowdsec(w) => {
+                let taken = blocks.len().min(MAX_BATCH);
+                w.push(&blocks[..taken]).map(|()| Pushed { taken, refused: 0 })
+            }
         }
     }
 }
@@ -304,67 +351,168 @@ pub struct ForwardCounters {
     pub pushed: Vec<AtomicU64>,
     pub failed: Vec<AtomicU64>,
     pub pending: Vec<AtomicU64>,
+    /// Blocks dropped unsent because [`MAX_PENDING`] were waiting (the
+    /// oldest go first).
+    pub shed: Vec<AtomicU64>,
+    /// Blocks dropped unsent because they ran out while waiting.
+    pub expired: Vec<AtomicU64>,
     pub names: Vec<String>,
 }
 
 impl ForwardCounters {
-    pub fn new(sinks: &[Sink]) -> ForwardCounters {
+    pub fn new(sinks: &[impl Destination]) -> ForwardCounters {
         let n = sinks.len();
+        let zeros = || (0..n).map(|_| AtomicU64::new(0)).collect();
         ForwardCounters {
-            pushed: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            failed: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            pending: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            names: sinks.iter().map(Sink::name).collect(),
+            pushed: zeros(),
+            failed: zeros(),
+            pending: zeros(),
+            shed: zeros(),
+            expired: zeros(),
+            names: sinks.iter().map(Destination::name).collect(),
+        }
+    }
+}
+
+/// The most blocks kept for one destination while it is away. Past it the
+/// oldest are shed (counted): they are the nearest to running out, and the
+/// newest are the clients attacking now. A waiting block takes about 100
+/// bytes (`waiting_block_size` measures it), so 100,000 are about 10 MB
+/// per destination, and they go in one [`MAX_BATCH`] once it is back.
+pub const MAX_PENDING: usize = 100_000;
+
+/// A block waiting for its destination, and since when.
+#[derive(Debug, Clone)]
+struct Waiting {
+    block: Block,
+    since: Instant,
+}
+
+/// The blocks waiting for one destination, oldest first.
+#[derive(Debug, Default)]
+struct Queue {
+    waiting: std::collections::VecDeque<Waiting>,
+}
+
+impl Queue {
+    /// Adds `new` (taken at `now`), shedding the oldest past `cap`: how
+    /// many were shed.
+    fn add(&mut self, new: &[Block], now: Instant, cap: usize) -> u64 {
+        self.waiting.extend(new.iter().map(|b| Waiting { block: b.clone(), since: now }));
+        let over = self.waiting.len().saturating_sub(cap);
+        self.waiting.drain(..over);
+        over as u64
+    }
+
+    /// Drops the blocks that ran out by `now` (how many), and gives the
+    /// first `max` of the rest with the seconds they have left: a block of
+    /// 60 s that waited 20 s is sent for 40 s, so a destination that was
+    /// away does not hold it longer than the guard does. A permanent block
+    /// (0 s) stays permanent.
+    fn batch(&mut self, now: Instant, max: usize) -> (Vec<Block>, u64) {
+        let left = |w: &Waiting| w.block.secs.checked_sub(now.saturating_duration_since(w.since).as_secs());
+        let before = self.waiting.len();
+        // A timed block with no whole second left is gone; 0 would be sent
+        // as "for good".
+        self.waiting.retain(|w| w.block.secs == 0 || left(w).is_some_and(|s| s > 0));
+        let expired = (before - self.waiting.len()) as u64;
+        let blocks = self
+            .waiting
+            .iter()
+            .take(max)
+            .map(|w| Block { secs: if w.block.secs == 0 { 0 } else { left(w).unwrap_or(0) }, ..w.block.clone() })
+            .collect();
+        (blocks, expired)
+    }
+}
+
+/// The forwarding state of every destination: what waits, how often it
+/// failed, when to try again.
+struct Forwarder<D> {
+    sinks: Vec<D>,
+    queues: Vec<Queue>,
+    failures: Vec<u32>,
+    next_try: Vec<Instant>,
+    counters: Arc<ForwardCounters>,
+    cap: usize,
+    batch: usize,
+}
+
+impl<D: Destination> Forwarder<D> {
+    fn new(sinks: Vec<D>, counters: Arc<ForwardCounters>, now: Instant) -> Forwarder<D> {
+        let n = sinks.len();
+        Forwarder {
+            sinks,
+            queues: (0..n).map(|_| Queue::default()).collect(),
+            failures: vec![0; n],
+            next_try: vec![now; n],
+            counters,
+            cap: MAX_PENDING,
+            batch: MAX_BATCH,
+        }
+    }
+
+    /// Queues `new` (taken at `now`) for every destination and pushes to
+    /// those due (all of them when `last`), batch after batch, until one
+    /// fails or none is left.
+    fn step(&mut self, new: &[Block], now: Instant, last: bool) {
+        for (i, sink) in self.sinks.iter_mut().enumerate() {
+            let (queue, c) = (&mut self.queues[i], &self.counters);
+            c.shed[i].fetch_add(queue.add(new, now, self.cap), Ordering::Relaxed);
+            while !queue.waiting.is_empty() && (now >= self.next_try[i] || last) {
+                let (blocks, expired) = queue.batch(now, self.batch);
+                c.expired[i].fetch_add(expired, Ordering::Relaxed);
+                if blocks.is_empty() {
+                    break;
+                }
+                match sink.push(&blocks) {
+                    Ok(Pushed { taken, refused }) => {
+                        if self.failures[i] > 0 {
+                            tracing::info!(event = "feed_up", "forwarding blocks to {} works again", c.names[i]);
+                        }
+                        let n = taken.clamp(1, blocks.len());
+                        c.pushed[i].fetch_add(n.saturating_sub(refused) as u64, Ordering::Relaxed);
+                        queue.waiting.drain(..n);
+                        self.failures[i] = 0;
+                    }
+                    Err(e) => {
+                        self.failures[i] += 1;
+                        c.failed[i].fetch_add(1, Ordering::Relaxed);
+                        if self.failures[i] == 1 || self.failures[i].is_power_of_two() {
+                            tracing::warn!(
+                                event = "feed_down",
+                                "forwarding {} block(s) to {} failed (try {}), kept for the next: {e}",
+                                queue.waiting.len(),
+                                c.names[i],
+                                self.failures[i]
+                            );
+                        }
+                        self.next_try[i] = now + Duration::from_secs(1 << self.failures[i].min(5));
+                        break;
+                    }
+                }
+            }
+            c.pending[i].store(queue.waiting.len() as u64, Ordering::Relaxed);
         }
     }
 }
 
 /// Takes new blocks from `take` once a second and pushes them to every
-/// sink until `stop` (then one last try).
-pub fn run(
+/// sink until `stop` (then one last try). Each destination keeps at most
+/// [`MAX_PENDING`] blocks while it is away, gets them [`MAX_BATCH`] at a
+/// time, each with the time it has left.
+pub fn run<D: Destination>(
     mut take: impl FnMut() -> Vec<Block>,
-    mut sinks: Vec<Sink>,
+    sinks: Vec<D>,
     stop: Arc<AtomicBool>,
     counters: Arc<ForwardCounters>,
 ) {
-    let mut pending: Vec<Vec<Block>> = sinks.iter().map(|_| Vec::new()).collect();
-    let mut failures = vec![0u32; sinks.len()];
-    let mut next_try = vec![Instant::now(); sinks.len()];
+    let mut forwarder = Forwarder::new(sinks, counters, Instant::now());
     loop {
         let last = stop.load(Ordering::Relaxed);
-        let new = take();
-        for (i, sink) in sinks.iter_mut().enumerate() {
-            pending[i].extend(new.iter().cloned());
-            counters.pending[i].store(pending[i].len() as u64, Ordering::Relaxed);
-            if pending[i].is_empty() || (Instant::now() < next_try[i] && !last) {
-                continue;
-            }
-            match sink.push(&pending[i]) {
-                Ok(refused) => {
-                    if failures[i] > 0 {
-                        tracing::info!(event = "feed_up", "forwarding blocks to {} works again", counters.names[i]);
-                    }
-                    counters.pushed[i].fetch_add((pending[i].len() - refused) as u64, Ordering::Relaxed);
-                    pending[i].clear();
-                    failures[i] = 0;
-                }
-                Err(e) => {
-                    failures[i] += 1;
-                    counters.failed[i].fetch_add(1, Ordering::Relaxed);
-                    if failures[i] == 1 || failures[i].is_power_of_two() {
-                        tracing::warn!(
-                            event = "feed_down",
-                            "forwarding {} block(s) to {} failed (try {}), kept for the next: {e}",
-                            pending[i].len(),
-                            counters.names[i],
-                            failures[i]
-                        );
-                    }
-                    next_try[i] = Instant::now() + Duration::from_secs(1 << failures[i].min(5));
-                }
-            }
-            counters.pending[i].store(pending[i].len() as u64, Ordering::Relaxed);
-        }
+        // A block's wait is counted from here, within a second of the
+        // guard making it (the guard's outbox is taken once a second).
+        forwarder.step(&take(), Instant::now(), last);
         if last {
             return;
         }
@@ -485,7 +633,7 @@ mod tests {
         let b = |ip: &str, len: u8| Block { ip: ip.parse().unwrap(), len, secs: 60, limit: "request_rate".into() };
         let blocks = [b("198.51.100.1", 32), b("192.0.2.7", 32), b("192.0.2.0", 24), b("198.51.100.2", 32)];
         let mut sink = Sink::Ctl { socket: sock.clone(), set: "guard".into() };
-        assert_eq!(sink.push(&blocks), Ok(2));
+        assert_eq!(sink.push(&blocks), Ok(Pushed { taken: 4, refused: 2 }));
         let test = |ip: &str| socket::request(&sock, &format!("test guard {ip}"), Duration::from_secs(5)).unwrap();
         assert_eq!(
             (test("198.51.100.1")["match"].clone(), test("198.51.100.2")["match"].clone()),
@@ -494,7 +642,7 @@ mod tests {
         assert_eq!(test("192.0.2.7")["match"], false);
         assert_eq!(state.refusals.get("guard", "never_block"), 2);
         let only_refused = [b("192.0.2.7", 32)];
-        assert_eq!(sink.push(&only_refused), Ok(1), "nothing left to send");
+        assert_eq!(sink.push(&only_refused), Ok(Pushed { taken: 1, refused: 1 }), "nothing left to send");
 
         let mut elsewhere = Sink::Ctl { socket: sock.clone(), set: "nosuch".into() };
         let e = elsewhere.push(&blocks[..1]).unwrap_err();
@@ -502,5 +650,150 @@ mod tests {
         serving.stop();
         tx.send(Event::Quit).unwrap();
         control.join().unwrap();
+    }
+
+    /// A destination that takes at most `max` blocks a push, or fails when
+    /// down, and keeps what it got.
+    struct Fake {
+        up: bool,
+        max: usize,
+        got: Vec<Vec<Block>>,
+    }
+
+    impl Destination for Fake {
+        fn name(&self) -> String {
+            "fake".into()
+        }
+        fn push(&mut self, blocks: &[Block]) -> Result<Pushed, String> {
+            if !self.up {
+                return Err("down".into());
+            }
+            let n = blocks.len().min(self.max);
+            self.got.push(blocks[..n].to_vec());
+            Ok(Pushed { taken: n, refused: 0 })
+        }
+    }
+
+    fn forwarder(up: bool, now: Instant) -> Forwarder<Fake> {
+        let sinks = vec![Fake { up, max: usize::MAX, got: Vec::new() }];
+        let counters = Arc::new(ForwardCounters::new(&sinks));
+        Forwarder::new(sinks, counters, now)
+    }
+
+    /// Block `i`: 10.x.y.z from the index, for `secs`.
+    fn nth(i: u32, secs: u64) -> Block {
+        Block { ip: IpAddr::V4((0x0a00_0000 + i).into()), len: 32, secs, limit: "request_rate".into() }
+    }
+
+    fn load(a: &[AtomicU64]) -> u64 {
+        a[0].load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn pending_blocks_are_capped_and_the_oldest_shed() {
+        let t0 = Instant::now();
+        let mut f = forwarder(false, t0);
+        let n = MAX_PENDING as u32 + 5;
+        let blocks: Vec<Block> = (0..n).map(|i| nth(i, 0)).collect();
+        f.step(&blocks[..10], t0, false);
+        f.step(&blocks[10..], t0, false);
+        assert_eq!(load(&f.counters.pending), MAX_PENDING as u64);
+        assert_eq!(load(&f.counters.shed), 5);
+        // Back: what is left goes, from the sixth on, in order.
+        f.sinks[0].up = true;
+        f.step(&[], t0 + Duration::from_secs(60), false);
+        let got: Vec<Block> = f.sinks[0].got.concat();
+        assert_eq!(got, blocks[5..]);
+        assert_eq!((load(&f.counters.pending), load(&f.counters.pushed)), (0, MAX_PENDING as u64));
+    }
+
+    #[test]
+    fn blocks_go_in_batches_and_a_failed_one_is_kept() {
+        let t0 = Instant::now();
+        let mut f = forwarder(true, t0);
+        f.batch = 4;
+        let blocks: Vec<Block> = (0..10).map(|i| nth(i, 0)).collect();
+        f.step(&blocks, t0, false);
+        let sizes: Vec<usize> = f.sinks[0].got.iter().map(Vec::len).collect();
+        assert_eq!(sizes, [4, 4, 2]);
+        assert_eq!(f.sinks[0].got.concat(), blocks);
+        // A destination that takes fewer than offered gets the rest next.
+        f.sinks[0] = Fake { up: true, max: 3, got: Vec::new() };
+        f.step(&blocks[..5], t0, false);
+        let sizes: Vec<usize> = f.sinks[0].got.iter().map(Vec::len).collect();
+        assert_eq!(sizes, [3, 2]);
+        // Down: kept whole, in order, for the next try.
+        f.sinks[0] = Fake { up: false, max: usize::MAX, got: Vec::new() };
+        f.step(&blocks, t0, false);
+        assert_eq!((load(&f.counters.pending), load(&f.counters.failed)), (10, 1));
+        f.sinks[0].up = true;
+        f.step(&[], t0 + Duration::from_secs(1), false);
+        assert!(f.sinks[0].got.is_empty(), "retried before its backoff");
+        f.step(&[], t0 + Duration::from_secs(2), false);
+        assert_eq!(f.sinks[0].got.concat(), blocks);
+    }
+
+    #[test]
+    fn a_control_socket_request_stays_under_its_limit() {
+        let blocks: Vec<Block> = (0..MAX_BATCH as u32 + 1).map(|i| nth(i, FOREVER_SECS)).collect();
+        let max = socket::MAX_REQUEST as usize;
+        let (text, n) = ctl_batch("guard", &blocks, max);
+        assert_eq!((n, text.lines().count()), (MAX_BATCH, MAX_BATCH));
+        assert_eq!(text.lines().next(), Some("add guard 10.0.0.0 timeout 31536000"));
+        // The longest line, an IPv6 network for a year: 100,000 of them
+        // are far under the limit.
+        let v6 =
+            Block { ip: "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fff0".parse().unwrap(), len: 124, ..nth(0, FOREVER_SECS) };
+        let (line, _) = ctl_batch("guard", &[v6], max);
+        assert!(line.len() * MAX_BATCH < max / 4, "{} bytes a line", line.len());
+        // A set name long enough to pass the limit: cut by bytes, every
+        // block sent once over the requests.
+        let set = "s".repeat(1000);
+        let (mut sent, mut requests) = (0, 0);
+        while sent < blocks.len() {
+            let (text, n) = ctl_batch(&set, &blocks[sent..], max);
+            assert!(text.len() <= max && n > 0);
+            assert_eq!(text.lines().count(), n);
+            sent += n;
+            requests += 1;
+        }
+        assert_eq!(requests, 2);
+    }
+
+    #[test]
+    fn blocks_go_with_the_time_they_have_left() {
+        let t0 = Instant::now();
+        let mut f = forwarder(false, t0);
+        let blocks = [nth(0, 60), nth(1, 10), nth(2, 0), nth(3, 21)];
+        f.step(&blocks, t0, false);
+        // Away for 20 s (the backoff has passed): 40 s left of the 60, the
+        // 10-s block ran out and is not sent, the permanent one stays so,
+        // the 21-s block has its last second.
+        f.sinks[0].up = true;
+        f.step(&[], t0 + Duration::from_millis(20_500), false);
+        let got: Vec<(u32, u64)> = f.sinks[0]
+            .got
+            .concat()
+            .iter()
+            .map(|b| (b.ip.to_string().rsplit('.').next().unwrap().parse().unwrap(), b.secs))
+            .collect();
+        assert_eq!(got, [(0, 40), (2, 0), (3, 1)]);
+        assert_eq!(load(&f.counters.expired), 1);
+        assert_eq!(load(&f.counters.pushed), 3);
+        // Nothing but expired blocks waiting: dropped, nothing sent.
+        f.sinks[0] = Fake { up: false, max: usize::MAX, got: Vec::new() };
+        f.step(&[nth(4, 5)], t0, false);
+        f.sinks[0].up = true;
+        f.step(&[], t0 + Duration::from_secs(5), false);
+        assert!(f.sinks[0].got.is_empty());
+        assert_eq!((load(&f.counters.expired), load(&f.counters.pending)), (2, 0));
+    }
+
+    #[test]
+    fn waiting_block_size() {
+        // MAX_PENDING's memory: the queue's slot, and the limit's name on
+        // the heap (an allocation of 16 to 32 bytes).
+        let slot = std::mem::size_of::<Waiting>();
+        assert!(slot <= 72, "{slot} bytes");
     }
 }

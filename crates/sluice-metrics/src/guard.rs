@@ -177,6 +177,18 @@ impl Collector for Exporter {
                 "Pushes that failed (the blocks are kept and retried).",
                 &per(&f.failed),
             )?;
+            counter(
+                &mut enc,
+                "sluice_guard_blocks_shed",
+                "Blocks dropped unsent because too many were waiting (the oldest first).",
+                &per(&f.shed),
+            )?;
+            counter(
+                &mut enc,
+                "sluice_guard_blocks_expired_unsent",
+                "Blocks dropped unsent because they ran out while waiting.",
+                &per(&f.expired),
+            )?;
             let pending: Vec<_> = per(&f.pending).into_iter().map(|(l, v)| (l, v as i64)).collect();
             gauge(&mut enc, "sluice_guard_blocks_pending", "Blocks waiting for the next push.", &pending)?;
         }
