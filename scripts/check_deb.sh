@@ -1,14 +1,39 @@
 #!/usr/bin/env bash
 # Install the package built by build_deb.sh (root), check that everything
-# is in place and that systemd accepts the units, then purge it.
+# is in place (the users and groups, /etc/sluice, the guard's way to a
+# bridge's socket) and that systemd accepts the units, then purge it and
+# check that the users and groups went too. First, that a login user
+# `sluice` makes the install fail, cleanly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deb=$(ls target/debian/sluice_*_amd64.deb | head -n 1)
+fail() { echo "check_deb: $*" >&2; exit 1; }
+# An earlier package's purge left its `sluice` user (it kept users); this
+# one's postinst would take it over and its purge would not remove it.
+if [ "$(getent passwd sluice | cut -d: -f5)" = "sluice packet filter" ]; then
+  userdel sluice
+  getent group sluice >/dev/null && groupdel sluice
+fi
+for name in sluice sluice-guard; do
+  ! getent passwd "$name" >/dev/null || fail "a user $name exists before the install; check on a machine without one"
+done
+echo "== refusing a non-system sluice user"
+useradd --create-home --shell /bin/bash sluice
+out=$(dpkg -i "$deb" 2>&1) && {
+  dpkg --purge sluice >/dev/null 2>&1; userdel -r sluice 2>/dev/null; fail "installed over a login user sluice: $out"
+}
+userdel -r sluice 2>/dev/null
+echo "$out" | grep -q 'refusing to install: the user `sluice` exists and is not a system account' \
+  || fail "no clear refusal of a login user sluice: $out"
+case "$(dpkg-query -W -f='${Status}' sluice 2>/dev/null)" in
+  *" not-installed" | "") ;;
+  *) fail "the refused package is in dpkg's database: $(dpkg-query -W -f='${Status}' sluice)" ;;
+esac
+[ ! -e /usr/bin/sluice ] || fail "the refused package left /usr/bin/sluice"
 echo "== installing $deb"
 # --path-include: container images often exclude /usr/share/man from installs.
 dpkg -i --path-include='/usr/share/man/*' "$deb"
 trap 'dpkg --purge sluice >/dev/null 2>&1 || true' EXIT
-fail() { echo "check_deb: $*" >&2; exit 1; }
 sluice --version | grep -q '^sluice ' || fail "sluice --version"
 for page in sluice sluice-bridge sluice-http-guard sluice-filter sluice-ctl; do
   man -w "$page" >/dev/null || fail "no man page $page"
@@ -18,8 +43,49 @@ for f in /usr/share/bash-completion/completions/sluice /usr/share/zsh/vendor-com
          /lib/systemd/system/sluice-guard@.service /usr/share/doc/sluice/examples/edge.toml; do
   [ -s "$f" ] || fail "missing $f"
 done
-getent passwd sluice >/dev/null || fail "postinst made no sluice user"
-[ "$(getent passwd sluice | cut -d: -f7)" = /usr/sbin/nologin ] || fail "the sluice user can log in"
+for user in sluice sluice-guard; do
+  entry=$(getent passwd "$user") || fail "postinst made no $user user"
+  [ "$(echo "$entry" | cut -d: -f7)" = /usr/sbin/nologin ] || fail "the $user user can log in"
+  [ "$(echo "$entry" | cut -d: -f3)" -lt 1000 ] || fail "$user is not a system user: $entry"
+  [ "$(id -gn "$user")" = "$user" ] || fail "$user's primary group is $(id -gn "$user")"
+done
+for group in sluice sluice-guard sluice-ctl; do
+  getent group "$group" >/dev/null || fail "postinst made no $group group"
+done
+# The guard reads /etc/sluice and reaches a bridge's socket opened to
+# sluice-ctl; the bridge's user gives its socket to sluice-ctl and is not
+# in the guard's group.
+groups() { id -Gn "$1" | tr ' ' '\n' | sort | tr '\n' ' '; }
+[ "$(groups sluice-guard)" = "sluice sluice-ctl sluice-guard " ] || fail "sluice-guard's groups: $(groups sluice-guard)"
+[ "$(groups sluice)" = "sluice sluice-ctl " ] || fail "sluice's groups: $(groups sluice)"
+[ "$(stat -c '%a %U:%G' /etc/sluice)" = "750 root:sluice" ] || fail "/etc/sluice is $(stat -c '%a %U:%G' /etc/sluice)"
+grep -q '^User=sluice$' /lib/systemd/system/sluice-bridge@.service || fail "the bridge does not run as sluice"
+grep -q '^User=sluice-guard$' /lib/systemd/system/sluice-guard@.service || fail "the guard does not run as sluice-guard"
+# The guard's user reaches a control socket that the bridge's user opens to
+# sluice-ctl, where /proc hides other users' processes (the units'
+# ProtectProc=invisible), and nobody else does. The guard's own socket
+# stands in for the bridge's (the same code) so no interfaces are needed.
+echo "== sluice-guard reaches a socket that sluice opens to sluice-ctl"
+sock_dir=$(mktemp -d); chown sluice "$sock_dir"; chmod 0755 "$sock_dir"
+unshare --mount --propagation private sh -c "mount -t proc -o hidepid=invisible proc /proc && exec setpriv \
+  --reuid sluice --regid sluice --init-groups sluice http-guard --listen 127.0.0.1:0 --upstream 127.0.0.1:9 \
+  --control $sock_dir/ctl.sock --control-group sluice-ctl" >"$sock_dir/log" 2>&1 &
+server=$!
+for _ in $(seq 100); do [ -S "$sock_dir/ctl.sock" ] && break; sleep 0.1; done
+[ "$(stat -c '%a %U:%G' "$sock_dir/ctl.sock" 2>/dev/null)" = "660 sluice:sluice-ctl" ] \
+  || { kill "$server"; fail "no socket 0660 sluice:sluice-ctl: $(cat "$sock_dir/log")"; }
+setpriv --reuid sluice-guard --regid sluice-guard --init-groups sluice ctl --socket "$sock_dir/ctl.sock" blocks \
+  || { kill "$server"; fail "sluice-guard was refused"; }
+setpriv --reuid nobody --regid nogroup --clear-groups sluice ctl --socket "$sock_dir/ctl.sock" blocks 2>/dev/null \
+  && { kill "$server"; fail "nobody got in"; }
+kill "$server"; wait "$server" 2>/dev/null || true; rm -rf "$sock_dir"
+# A guard config in the shipped place is readable by the guard's user.
+cp /usr/share/doc/sluice/examples/site.toml /etc/sluice/check-site.toml
+setpriv --reuid sluice-guard --regid sluice-guard --init-groups cat /etc/sluice/check-site.toml >/dev/null \
+  || fail "sluice-guard cannot read /etc/sluice/check-site.toml"
+setpriv --reuid nobody --regid nogroup --clear-groups cat /etc/sluice/check-site.toml >/dev/null 2>&1 \
+  && fail "another user reads /etc/sluice/check-site.toml"
+rm /etc/sluice/check-site.toml
 [ ! -e /usr/bin/sluice-bench ] || fail "the benchmark binary is in the package"
 # The example config is valid: it fails only on the missing interfaces.
 out=$(sluice bridge --config /usr/share/doc/sluice/examples/edge.toml \
@@ -37,4 +103,10 @@ dpkg --purge sluice
 trap - EXIT
 [ ! -e /usr/bin/sluice ] || fail "purge left /usr/bin/sluice"
 [ ! -e /etc/sluice ] || fail "purge left /etc/sluice"
+for name in sluice sluice-guard; do
+  ! getent passwd "$name" >/dev/null || fail "purge left the user $name"
+done
+for name in sluice sluice-guard sluice-ctl; do
+  ! getent group "$name" >/dev/null || fail "purge left the group $name"
+done
 echo "check_deb: ok"
