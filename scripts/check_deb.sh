@@ -61,6 +61,11 @@ groups() { id -Gn "$1" | tr ' ' '\n' | sort | tr '\n' ' '; }
 [ "$(stat -c '%a %U:%G' /etc/sluice)" = "750 root:sluice" ] || fail "/etc/sluice is $(stat -c '%a %U:%G' /etc/sluice)"
 grep -q '^User=sluice$' /lib/systemd/system/sluice-bridge@.service || fail "the bridge does not run as sluice"
 grep -q '^User=sluice-guard$' /lib/systemd/system/sluice-guard@.service || fail "the guard does not run as sluice-guard"
+for unit in sluice-bridge@ sluice-guard@; do
+  for key in MemoryMax TasksMax; do
+    grep -Eq "^$key=[0-9]+[KMG]?$" "/lib/systemd/system/$unit.service" || fail "$unit.service has no $key="
+  done
+done
 # The guard's user reaches a control socket that the bridge's user opens to
 # sluice-ctl, where /proc hides other users' processes (the units'
 # ProtectProc=invisible), and nobody else does. The guard's own socket
