@@ -1211,6 +1211,59 @@ impl Drop for Guarded {
     }
 }
 
+/// A block that waited for its destination (--block-ctl at a socket where
+/// nothing listens yet) reaches it with the time it has left, not its
+/// whole --ip-block: a socket bound 5 s after the block gets
+/// `add guard FLOODER timeout N` with N at most 295 of the 300.
+#[test]
+fn a_guard_block_that_waited_goes_with_the_time_it_has_left() {
+    use std::io::{Read, Write};
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("later.sock");
+    let started = Instant::now();
+    let guarded = Guarded::start(&["--block-ctl", p(&sock)]);
+    guarded.flood();
+    let line = format!("blocked {FLOODER} (request_rate) for 300 s");
+    let end = Instant::now() + Duration::from_secs(15);
+    while !guarded.log.lock().unwrap().contains(&line) {
+        assert!(Instant::now() < end, "no block: {}", guarded.log.lock().unwrap());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let seen = Instant::now();
+    std::thread::sleep(Duration::from_secs(5));
+    // The destination comes up; the forwarder's backoff (2, 4, 8 s) brings
+    // the block within 10 s.
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let end = Instant::now() + Duration::from_secs(20);
+    let mut conn = loop {
+        match listener.accept() {
+            Ok((c, _)) => break c,
+            Err(_) => {
+                assert!(Instant::now() < end, "the block never came: {}", guarded.log.lock().unwrap());
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    };
+    let waited = seen.elapsed().as_secs();
+    conn.set_nonblocking(false).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut text = String::new();
+    conn.read_to_string(&mut text).unwrap();
+    conn.write_all(b"{\"ok\":true}\n").unwrap();
+    let secs: u64 = text
+        .trim()
+        .strip_prefix(&format!("add guard {FLOODER} timeout "))
+        .unwrap_or_else(|| panic!("{text:?}"))
+        .parse()
+        .unwrap();
+    // At most what was left when it was seen blocked, less the wait; at
+    // least what was left from before the guard started.
+    assert!(secs <= 300 - waited, "{secs} s sent after {waited} s waiting");
+    assert!(secs + started.elapsed().as_secs() + 1 >= 300, "{secs} s sent");
+}
+
 /// Traffic from ns_a with 30% of its sources [`FLOODER`], through `bridge`:
 /// exactly what `sluice filter` passes with `blocks` arrives, and the
 /// bridge's first rule took the rest.
