@@ -260,7 +260,7 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
     let running = guard.start()?;
     let stop = running.stop_flag();
     sluice_control::stop_on_interrupt(&stop).context("installing the signal handlers")?;
-    sluice_control::guard_ctl::reload_tls_on_sighup(&running.shared()).context("installing the SIGHUP handler")?;
+    sluice_control::guard_ctl::reread_on_sighup(&running.shared()).context("installing the SIGHUP handler")?;
     if let Some(m) = metrics {
         let registry = sluice_metrics::guard::registry(running.shared(), forward_counters.clone());
         sluice_metrics::serve_flag(m, registry, "sluice http-guard").map_err(anyhow::Error::msg)?;

@@ -46,16 +46,19 @@ pub fn spawn_forwarder(
         .spawn(move || crate::forward::run(move || take().collect(), sinks, stop, counters))
 }
 
-/// `--tls-cert`, `--block-ja4`: reread the certificate files and the JA4
-/// list on each SIGHUP; a failed reload keeps the old ones and says why.
-/// Without either, SIGHUP is logged and ignored ([`crate::hangup`]): a
-/// plain guard has nothing to reread, and must not die of it.
-pub fn reload_tls_on_sighup(shared: &Shared) -> std::io::Result<()> {
+/// `--tls-cert`, `--block-ja4`, `--never-block`: reread the certificate
+/// files, the JA4 list and the never-block list on each SIGHUP; a failed
+/// reload keeps the old one and says why. Without any, SIGHUP is logged
+/// and ignored ([`crate::hangup`]): a plain guard has nothing to reread,
+/// and must not die of it.
+pub fn reread_on_sighup(shared: &Shared) -> std::io::Result<()> {
     let (store, ja4) = (shared.tls.clone(), shared.ja4_block.clone());
-    if store.is_none() && ja4.is_none() {
+    let safety = std::sync::Arc::clone(shared.table.safety());
+    if store.is_none() && ja4.is_none() && !safety.has_file() {
         return crate::hangup::install();
     }
     crate::hangup::on_sighup(move || {
+        safety.reload_logged("SIGHUP");
         match store.as_ref().map(|s| s.reload()) {
             Some(Ok(())) => tracing::info!(event = "tls_reload", "certificates reloaded (SIGHUP)"),
             Some(Err(e)) => {

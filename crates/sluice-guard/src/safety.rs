@@ -78,6 +78,11 @@ impl Safety {
         Arc::clone(&self.net.read().unwrap_or_else(PoisonError::into_inner))
     }
 
+    /// Whether there is a never-block file to reread.
+    pub fn has_file(&self) -> bool {
+        self.path.is_some()
+    }
+
     /// Reads the never-block file again (SIGHUP): its entries, or what is
     /// wrong with it, in which case the list in force stays. Without a
     /// file, nothing to read: `Ok(None)`.
@@ -91,11 +96,8 @@ impl Safety {
         Ok(Some(n))
     }
 
-    /// [`Safety::reload`], logged: what a SIGHUP handler calls. The
-    /// bridge's reload calls it; the guard's SIGHUP handler is to call it
-    /// on `shared.table.safety()` (not wired here: the guard's SIGHUP
-    /// handling, `guard_ctl::reload_tls_on_sighup`, is being reworked to
-    /// reread every file).
+    /// [`Safety::reload`], logged: what a SIGHUP handler calls (the
+    /// bridge's reload, the guard's `guard_ctl::reread_on_sighup`).
     pub fn reload_logged(&self, why: &str) {
         match self.reload() {
             Ok(Some(n)) => {
