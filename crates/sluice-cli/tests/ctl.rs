@@ -466,7 +466,7 @@ fn a_supplementary_group_gets_in_where_proc_is_hidden() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let _guard = Bridge(child);
+    let _guard = Bridge(child, None);
     let end = Instant::now() + Duration::from_secs(10);
     while !sock.exists() {
         assert!(Instant::now() < end, "the guard made no socket");

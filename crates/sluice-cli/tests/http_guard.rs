@@ -1515,7 +1515,9 @@ fn slowhttptest_attacks_are_cut_and_memory_stays_bounded_while_a_client_is_serve
         assert!(growth <= 64, "-{mode}: {growth} KiB per attacking connection (peak {peak} KiB, base {base} KiB)");
         // The range attack is over in seconds (one HEAD per connection, each
         // answered and closed): then the guard must serve after it too.
-        let min_probes = if mode == "R" { 1 } else { 8 };
+        // The others end once every attacking connection is cut (on a
+        // loaded machine that has been after 7 probes): a few during it.
+        let min_probes = if mode == "R" { 1 } else { 4 };
         assert!(bad.is_empty() && probes >= min_probes, "-{mode}: {} of {probes} probes failed: {bad:?}", bad.len());
         if mode == "R" {
             fetch_whole(g.addr, PAGE).unwrap_or_else(|e| panic!("-R: the guard does not serve after the attack: {e}"));
