@@ -321,7 +321,8 @@ fn the_control_socket_lists_lifts_and_makes_blocks() {
 /// `--never-block`: a listed client flooding breaks the limit (its
 /// breaches are answered and counted) but is never blocked, and `ctl
 /// block` of it is refused naming why; a client not listed, flooding the
-/// same way, is blocked. The refusals are counted by reason.
+/// same way, is blocked. The refusals are counted by reason. SIGHUP
+/// rereads the list.
 #[test]
 fn a_never_blocked_client_flooding_is_not_blocked() {
     let _s = serial();
@@ -357,9 +358,18 @@ fn a_never_blocked_client_flooding_is_not_blocked() {
     assert_eq!(refused("min_prefix"), 0.0);
     let text = std::fs::read_to_string(&file).unwrap();
     assert!(text.contains("127.5.0.1") && !text.contains("127.3.0."), "{text}");
+    // SIGHUP rereads the list: 127.3.0.2 taken off it can be blocked.
+    std::fs::write(&never, "127.3.0.0/31\n").unwrap();
+    let mut g = g;
+    signal(&g.child, "-HUP");
+    g.wait_for_log("never-block list reread (SIGHUP): 1 entries");
+    let out = sluice(&["ctl", "--socket", p(&sock), "block", "127.3.0.2", "timeout", "60"]);
+    assert!(out.status.success(), "{out:?}");
     let summary = g.summary();
-    let blocks: Vec<&str> = summary["blocks"].as_array().unwrap().iter().map(|b| b["ip"].as_str().unwrap()).collect();
-    assert_eq!(blocks, ["127.5.0.1"], "{summary}");
+    let mut blocks: Vec<&str> =
+        summary["blocks"].as_array().unwrap().iter().map(|b| b["ip"].as_str().unwrap()).collect();
+    blocks.sort();
+    assert_eq!(blocks, ["127.3.0.2", "127.5.0.1"], "{summary}");
     assert!(summary["blocks_refused"]["never_block"].as_u64().unwrap() >= 2, "{summary}");
     assert!(summary["breaches"]["request_rate"].as_u64().unwrap() > 2, "both broke the limit: {summary}");
     stop(up);
