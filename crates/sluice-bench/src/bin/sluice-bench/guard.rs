@@ -106,8 +106,8 @@ fn tls_flags(dir: &Path) -> Result<Vec<String>> {
     Ok(vec!["--tls-cert".into(), path(&cert)?, "--tls-key".into(), path(&key)?])
 }
 
-/// A child killed when dropped.
-struct Killed(Child);
+/// A child killed when dropped (the slow-attack bench's too).
+pub(crate) struct Killed(pub(crate) Child);
 
 impl Drop for Killed {
     fn drop(&mut self) {

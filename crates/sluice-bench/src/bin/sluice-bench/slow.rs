@@ -12,22 +12,15 @@ use anyhow::{bail, Context, Result};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::guard::Killed;
+
 /// Response size of the upstream (and of each probe).
 const PAGE: usize = 1 << 20;
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// The settings of one run (from `GuardBenchArgs`).
 pub struct Slow<'a> {
