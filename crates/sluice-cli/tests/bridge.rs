@@ -1259,9 +1259,10 @@ fn a_guard_block_that_waited_goes_with_the_time_it_has_left() {
         .parse()
         .unwrap();
     // At most what was left when it was seen blocked, less the wait; at
-    // least what was left from before the guard started.
+    // least what was left from before the guard started (less the two
+    // roundings up: before the forwarder took it, and after).
     assert!(secs <= 300 - waited, "{secs} s sent after {waited} s waiting");
-    assert!(secs + started.elapsed().as_secs() + 1 >= 300, "{secs} s sent");
+    assert!(secs + started.elapsed().as_secs() + 3 >= 300, "{secs} s sent");
 }
 
 /// Traffic from ns_a with 30% of its sources [`FLOODER`], through `bridge`:

@@ -381,6 +381,12 @@ impl ForwardCounters {
 /// per destination, and they go in one [`MAX_BATCH`] once it is back.
 pub const MAX_PENDING: usize = 100_000;
 
+/// `d` in seconds, rounded up: a block's time left is rounded down, so it
+/// is never sent for longer than the guard holds it.
+pub fn whole_secs_up(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
 /// A block waiting for its destination, and since when.
 #[derive(Debug, Clone)]
 struct Waiting {
@@ -410,7 +416,7 @@ impl Queue {
     /// away does not hold it longer than the guard does. A permanent block
     /// (0 s) stays permanent.
     fn batch(&mut self, now: Instant, max: usize) -> (Vec<Block>, u64) {
-        let left = |w: &Waiting| w.block.secs.checked_sub(now.saturating_duration_since(w.since).as_secs());
+        let left = |w: &Waiting| w.block.secs.checked_sub(whole_secs_up(now.saturating_duration_since(w.since)));
         let before = self.waiting.len();
         // A timed block with no whole second left is gone; 0 would be sent
         // as "for good".
@@ -766,11 +772,11 @@ mod tests {
         let mut f = forwarder(false, t0);
         let blocks = [nth(0, 60), nth(1, 10), nth(2, 0), nth(3, 21)];
         f.step(&blocks, t0, false);
-        // Away for 20 s (the backoff has passed): 40 s left of the 60, the
-        // 10-s block ran out and is not sent, the permanent one stays so,
-        // the 21-s block has its last second.
+        // Away for 19.5 s (the backoff has passed), counted as 20: 40 s
+        // left of the 60, the 10-s block ran out and is not sent, the
+        // permanent one stays so, the 21-s block has its last second.
         f.sinks[0].up = true;
-        f.step(&[], t0 + Duration::from_millis(20_500), false);
+        f.step(&[], t0 + Duration::from_millis(19_500), false);
         let got: Vec<(u32, u64)> = f.sinks[0]
             .got
             .concat()

@@ -37,9 +37,17 @@ pub fn spawn_forwarder(
     counters: Arc<crate::forward::ForwardCounters>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     let table = Arc::clone(&shared.table);
+    // The forwarder counts a block's wait from when it takes it (once a
+    // second): the time before that is taken off here, rounded up.
     let take = move || {
         let blocks = table.take_blocks().into_iter();
-        blocks.map(|b| crate::forward::Block { ip: b.ip.addr, len: b.ip.len, secs: b.secs, limit: b.limit.into() })
+        blocks.filter_map(|b| {
+            let secs = match b.secs {
+                0 => 0,
+                s => s.checked_sub(crate::forward::whole_secs_up(b.at.elapsed())).filter(|&s| s > 0)?,
+            };
+            Some(crate::forward::Block { ip: b.ip.addr, len: b.ip.len, secs, limit: b.limit.into() })
+        })
     };
     std::thread::Builder::new()
         .name("guard-forward".into())

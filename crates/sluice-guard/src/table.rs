@@ -153,6 +153,8 @@ pub struct NewBlock {
     pub ip: ClientNet,
     pub secs: u64,
     pub limit: &'static str,
+    /// When it was made: a forwarder sends it with the time it has left.
+    pub at: std::time::Instant,
 }
 
 /// One row of [`Table::top_clients`].
@@ -598,7 +600,7 @@ impl Table {
             self.mark_dirty();
             if let Some(out) = self.outbox.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
                 if out.len() < OUTBOX_CAP {
-                    out.push(NewBlock { ip: self.net_of(k), secs, limit: reason });
+                    out.push(NewBlock { ip: self.net_of(k), secs, limit: reason, at: std::time::Instant::now() });
                 } else {
                     self.outbox_dropped.fetch_add(1, Ordering::Relaxed);
                 }
