@@ -7,11 +7,14 @@
 use libfuzzer_sys::fuzz_target;
 use sluice_control::crowdsec::{go_duration, parse};
 use sluice_control::ctl::parse_request;
+use sluice_control::safety::Gate;
 use sluice_control::sets::RuntimeSets;
 use sluice_engine::dynamic::Elements;
 use sluice_engine::{CompileOptions, RuleSet};
 use sluice_rules::{parse_rules, Prefix};
+use sluice_guard::safety::Safety;
 use std::path::Path;
+use std::sync::Arc;
 
 const RULES: &str = "set f { 10.0.0.0/8, 10.1.2.3, 2001:db8::/32 }\nset d dynamic timeout 60\ndrop saddr @d\ndrop daddr @f\n";
 
@@ -49,8 +52,14 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     }
-    if let Ok((feed, _)) = parse(data, None, "d", data.first().is_some_and(|b| b & 1 == 1), 1 << 20) {
+    // The bridge's default net (no never-block file, /8 and /16 at least):
+    // a ban it refuses is left out of the feed.
+    let gate = Gate { safety: Arc::new(Safety::load(None, 8, 16).unwrap()), refusals: Arc::default() };
+    if let Ok((feed, _)) = parse(data, None, "d", data.first().is_some_and(|b| b & 1 == 1), 1 << 20, &gate) {
         let n = feed.adds.len();
+        for (p, _) in &feed.adds {
+            assert!(gate.safety.net().check(p).is_ok(), "{p} passed a net that refuses it");
+        }
         let out = sets.feed(&rules, &feed, 1_000_000_000, &base_of).unwrap();
         assert!(out.added <= n);
         let (new, _) = sets.commit(&rules);

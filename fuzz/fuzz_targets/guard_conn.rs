@@ -349,6 +349,8 @@ fn respond(s: &mut TcpStream, spec: &Spec, head_method: bool) -> bool {
     let version = if spec.flags & Spec::HTTP10 != 0 { "HTTP/1.0" } else { "HTTP/1.1" };
     let status = spec.status();
     let body: Vec<u8> = (0..spec.body_len()).map(|i| b'a' + (i % 26) as u8).collect();
+    // Every head answering a HEAD carries it: the checking client frames
+    // such a response as its head alone, as the guard does.
     let mark = if head_method { "X-Fuzz-Head: 1\r\n" } else { "" };
     let with_body = !head_method || spec.flags & Spec::ODD != 0;
     let mut out = Vec::new();
@@ -364,7 +366,7 @@ fn respond(s: &mut TcpStream, spec: &Spec, head_method: bool) -> bool {
             keep = kind != 6;
         }
         1 => {
-            out.extend(format!("{version} {status} X\r\nTransfer-Encoding: chunked\r\n\r\n").bytes());
+            out.extend(format!("{version} {status} X\r\n{mark}Transfer-Encoding: chunked\r\n\r\n").bytes());
             if !body.is_empty() {
                 out.extend(format!("{:x}\r\n", body.len()).bytes());
                 out.extend_from_slice(&body);
@@ -373,7 +375,7 @@ fn respond(s: &mut TcpStream, spec: &Spec, head_method: bool) -> bool {
             out.extend_from_slice(b"0\r\n\r\n");
         }
         2 => {
-            out.extend(format!("{version} {status} X\r\n\r\n").bytes());
+            out.extend(format!("{version} {status} X\r\n{mark}\r\n").bytes());
             out.extend_from_slice(&body);
             keep = false;
         }
@@ -383,7 +385,7 @@ fn respond(s: &mut TcpStream, spec: &Spec, head_method: bool) -> bool {
             let status = if spec.size.is_multiple_of(2) { 204 } else { 304 };
             let length =
                 if spec.flags & Spec::ODD != 0 { format!("Content-Length: {}\r\n", spec.size) } else { String::new() };
-            out.extend(format!("{version} {status} X\r\n{length}\r\n").bytes());
+            out.extend(format!("{version} {status} X\r\n{mark}{length}\r\n").bytes());
         }
         _ => {
             // A head of `size` bytes: beyond the guard's buffer it cannot be framed.
@@ -738,18 +740,18 @@ fn check_responses(bytes: &[u8], script: &Script) -> (usize, bool) {
         );
     };
     loop {
+        // A response to HEAD (the upstream marks them) is its head alone,
+        // whatever it says of a body (a length, chunked, or nothing).
+        if at == start {
+            let rest = &bytes[at..];
+            let head = rest.windows(4).position(|w| w == b"\r\n\r\n").map_or(rest, |e| &rest[..e + 4]);
+            if head.windows(18).any(|w| w == b"\r\nX-Fuzz-Head: 1\r\n") {
+                reader.expect_no_body();
+            }
+        }
         match reader.step(&bytes[at..]) {
             Ok(Step::NeedMore) => return (count, own_reply),
-            Ok(Step::Consumed(n)) => {
-                let head = at == start;
-                at += n;
-                // A response to HEAD (the upstream marks them) is its head alone.
-                if head && bytes[start..at].windows(18).any(|w| w == b"\r\nX-Fuzz-Head: 1\r\n") {
-                    reader = ResponseReader::new(DEFAULT_MAX_HEAD);
-                    ended(start, at);
-                    (start, count) = (at, count + 1);
-                }
-            }
+            Ok(Step::Consumed(n)) => at += n,
             Ok(Step::Done { consumed, .. }) => {
                 at += consumed;
                 ended(start, at);
