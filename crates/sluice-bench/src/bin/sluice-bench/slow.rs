@@ -210,7 +210,7 @@ fn one(exe: &Path, s: &Slow, mode: &str, contender: &str) -> Result<serde_json::
             let mut out = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 let t = Instant::now();
-                out.push(probe(addr));
+                out.push((t, probe(addr)));
                 std::thread::sleep(Duration::from_millis(250).saturating_sub(t.elapsed()));
             }
             out
@@ -234,8 +234,23 @@ fn one(exe: &Path, s: &Slow, mode: &str, contender: &str) -> Result<serde_json::
     }
     let _ = attack.kill();
     let _ = attack.wait();
+    // A front that cuts every attacking connection ends the attack early
+    // (slowhttptest exits): the probes go on to the attack's full length,
+    // so every contender is judged over the same window.
+    let attack_ended = Instant::now();
+    while Instant::now() < started + Duration::from_secs(s.seconds) {
+        peak = peak.max(rss_tree_kib(f.0.id()));
+        std::thread::sleep(Duration::from_millis(500));
+    }
     stop.store(true, Ordering::Relaxed);
-    let probes = prober.join().map_err(|_| anyhow::anyhow!("the probe thread panicked"))?;
+    let timed = prober.join().map_err(|_| anyhow::anyhow!("the probe thread panicked"))?;
+    let during: Vec<f64> = timed
+        .iter()
+        .filter(|(t, _)| *t >= started && *t < attack_ended)
+        .filter_map(|(_, r)| r.as_ref().ok())
+        .map(|d| d.as_secs_f64() * 1000.0)
+        .collect();
+    let probes: Vec<_> = timed.into_iter().map(|(_, r)| r).collect();
     let (max_connected, closed, closed_by) = attack_counts(&dir.path().join("attack.csv"));
     let guard_summary = if contender == "guard" {
         Command::new("kill").args(["-TERM", &f.0.id().to_string()]).status()?;
@@ -271,6 +286,9 @@ fn one(exe: &Path, s: &Slow, mode: &str, contender: &str) -> Result<serde_json::
         "legit_failures": failures,
         "legit_p50_ms": percentile(&mut ok.clone(), 0.5),
         "legit_p99_ms": percentile(&mut ok.clone(), 0.99),
+        "attack_seconds": attack_ended.duration_since(started).as_secs_f64(),
+        "legit_probes_during_attack": during.len(),
+        "legit_p99_during_attack_ms": percentile(&mut during.clone(), 0.99),
         "guard": guard_summary.map(|g| serde_json::json!({
             "breaches": g["breaches"], "closed_idle": g["closed_idle"], "shed_waiting": g["shed_waiting"],
             "upstream_timeouts": g["upstream_timeouts"],
