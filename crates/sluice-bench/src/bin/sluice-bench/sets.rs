@@ -58,6 +58,19 @@ pub struct SetsBenchArgs {
 }
 
 /// `n` distinct IPv4 hosts from a seed (a multiplicative walk: no repeats).
+/// As the controller does: the tables of merges finished elsewhere go out
+/// (not part of an update's latency). How many went.
+fn publish_merges(sets: &mut RuntimeSets, published: &Published<RuleSet>) -> usize {
+    let cur = published.load();
+    match sets.poll_merges(&cur.value, false) {
+        (Some(r), m) => {
+            drop(cur);
+            published.publish(r);
+            m
+        }
+        _ => 0,
+    }
+}
 fn hosts(n: usize, seed: u32) -> Vec<Ipv4Addr> {
     (0..n as u32).map(|i| Ipv4Addr::from(0x0b00_0000u32.wrapping_add(i.wrapping_mul(2_654_435_761) ^ seed))).collect()
 }
@@ -110,14 +123,7 @@ fn library(base: &[Prefix], set: &str, size: usize, total: usize, seed: u32) -> 
         drop(cur);
         published.publish(r.expect("a change"));
         lat.push(t.elapsed().as_secs_f64() * 1e6);
-        // As the controller does: tables of merges done elsewhere go out
-        // (not part of the update's latency).
-        let cur = published.load();
-        if let (Some(r), m) = sets.poll_merges(&cur.value, false) {
-            drop(cur);
-            published.publish(r);
-            merges += m;
-        }
+        merges += publish_merges(&mut sets, &published);
     }
     let secs = started.elapsed().as_secs_f64();
     // One merge of everything into new base tables, as the threshold would
@@ -704,12 +710,7 @@ fn scale(a: &SetsScaleArgs, hold: bool) -> Result<Value> {
         published.publish(r.context("a change")?);
         lat.push(t.elapsed().as_secs_f64() * 1e6);
         merges += m;
-        let cur = published.load();
-        if let (Some(r), m) = sets.poll_merges(&cur.value, false) {
-            drop(cur);
-            published.publish(r);
-            merges += m;
-        }
+        merges += publish_merges(&mut sets, &published);
         done += n;
         now += 1_000_000;
     }
@@ -749,12 +750,7 @@ fn scale(a: &SetsScaleArgs, hold: bool) -> Result<Value> {
             expired += gone;
         }
         exp.push(t.elapsed().as_secs_f64() * 1e6);
-        let cur = published.load();
-        if let (Some(r), m) = sets.poll_merges(&cur.value, false) {
-            drop(cur);
-            published.publish(r);
-            merges += m;
-        }
+        merges += publish_merges(&mut sets, &published);
     }
     let expiry_s = started.elapsed().as_secs_f64();
     drop(held);
