@@ -12,7 +12,7 @@ use sluice_control::sets::RuntimeSets;
 use sluice_engine::dynamic::Elements;
 use sluice_engine::{CompileOptions, RuleSet};
 use sluice_rules::{parse_rules, Prefix};
-use sluice_guard::safety::Safety;
+use sluice_control::safety::Safety;
 use std::path::Path;
 use std::sync::Arc;
 

@@ -34,9 +34,10 @@ pub struct SafetyArgs {
 impl SafetyArgs {
     /// The never-block file read (a bad line stops the start, named), the
     /// widths checked.
-    pub fn load(&self) -> Result<Arc<sluice_guard::safety::Safety>> {
-        let s = sluice_guard::safety::Safety::load(self.never_block.as_deref(), self.min_prefix_v4, self.min_prefix_v6)
-            .map_err(anyhow::Error::msg)?;
+    pub fn load(&self) -> Result<Arc<sluice_control::safety::Safety>> {
+        let s =
+            sluice_control::safety::Safety::load(self.never_block.as_deref(), self.min_prefix_v4, self.min_prefix_v6)
+                .map_err(anyhow::Error::msg)?;
         if let Some(p) = &self.never_block {
             tracing::info!("--never-block {}: {} entries", p.display(), s.net().never.len());
         }

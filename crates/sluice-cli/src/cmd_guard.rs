@@ -6,7 +6,7 @@ use crate::Outcome;
 use anyhow::{Context, Result};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
-use sluice_control::forward::{self, ForwardCounters};
+use sluice_guard::block_forward::{self, ForwardCounters};
 use sluice_guard::timeouts::ms;
 use sluice_guard::{BlockAction, Config, Guard, Limits, MinRate, RespCodeBlock, Timeouts};
 use std::net::SocketAddr;
@@ -200,7 +200,7 @@ pub struct GuardArgs {
 pub fn run(a: GuardArgs) -> Result<Outcome> {
     let crowdsec = a.crowdsec_url.as_deref().zip(a.crowdsec_login.as_deref()).zip(a.crowdsec_password_file.as_deref());
     let ctl = a.block_ctl.as_deref().map(|p| (p, a.block_ctl_set.as_str()));
-    let sinks = forward::sinks(ctl, crowdsec.map(|((u, l), p)| (u, l, p))).map_err(anyhow::Error::msg)?;
+    let sinks = block_forward::sinks(ctl, crowdsec.map(|((u, l), p)| (u, l, p))).map_err(anyhow::Error::msg)?;
     let forward_counters = (!sinks.is_empty()).then(|| Arc::new(ForwardCounters::new(&sinks)));
     let limits = Limits {
         request_rate: a.request_rate,
@@ -260,23 +260,23 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
     let running = guard.start()?;
     let stop = running.stop_flag();
     sluice_control::stop_on_interrupt(&stop).context("installing the signal handlers")?;
-    sluice_control::guard_ctl::reread_on_sighup(&running.shared()).context("installing the SIGHUP handler")?;
+    sluice_guard::control::reread_on_sighup(&running.shared()).context("installing the SIGHUP handler")?;
     if let Some(m) = metrics {
-        let registry = sluice_metrics::guard::registry(running.shared(), forward_counters.clone());
+        let registry = sluice_guard::exporter::registry(running.shared(), forward_counters.clone());
         sluice_metrics::serve_flag(m, registry, "sluice http-guard").map_err(anyhow::Error::msg)?;
     }
     let group = a.control_group.as_deref().map(sluice_control::socket::group_id).transpose()?;
     let control =
-        a.control.as_deref().map(|p| sluice_control::guard_ctl::serve(p, group, running.shared(), Arc::default()));
+        a.control.as_deref().map(|p| sluice_guard::control::serve(p, group, running.shared(), Arc::default()));
     let control = control.transpose()?;
-    let forwarder = forward_counters.clone().map(|counters| {
-        sluice_control::guard_ctl::spawn_forwarder(&running.shared(), sinks, Arc::clone(&stop), counters)
-    });
+    let forwarder = forward_counters
+        .clone()
+        .map(|counters| sluice_guard::control::spawn_forwarder(&running.shared(), sinks, Arc::clone(&stop), counters));
     let forwarder = forwarder.transpose().context("starting the block forwarder")?;
     // After the threads run, so a client that reads this line can connect at once.
     tracing::info!("guarding on {addr}");
     let elapsed = sluice_control::wait_until_stopped(&stop, a.duration, || running.any_finished());
-    control.into_iter().for_each(sluice_control::guard_ctl::GuardControl::stop);
+    control.into_iter().for_each(sluice_guard::control::GuardControl::stop);
     let report = running.join().context("http-guard")?;
     if let Some(f) = forwarder {
         // The loops are done: the forwarder makes its last push and ends.

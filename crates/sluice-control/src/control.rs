@@ -217,7 +217,7 @@ impl Controller {
 
     /// Check runtime adds against `safety` (a new controller refuses only
     /// a /0); its never-block file is reread with the rules.
-    pub fn with_safety(mut self, safety: Arc<sluice_guard::safety::Safety>) -> Controller {
+    pub fn with_safety(mut self, safety: Arc<crate::safety::Safety>) -> Controller {
         self.gate.safety = safety;
         self
     }

@@ -873,7 +873,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("never.txt");
         std::fs::write(&f, "192.0.2.7\n").unwrap();
-        let safety = sluice_guard::safety::Safety::load(Some(&f), 8, 16).unwrap();
+        let safety = crate::safety::Safety::load(Some(&f), 8, 16).unwrap();
         let gate = Gate { safety: Arc::new(safety), ..Gate::default() };
         let d = |scope: &str, value: &str| {
             format!(r#"{{"duration":"1h","origin":"cscli","scope":"{scope}","type":"ban","value":"{value}"}}"#)

@@ -12,8 +12,6 @@
 pub mod control;
 pub mod crowdsec;
 pub mod ctl;
-pub mod forward;
-pub mod guard_ctl;
 pub mod hangup;
 pub mod safety;
 pub mod sets;

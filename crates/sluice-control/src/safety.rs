@@ -1,14 +1,190 @@
-//! The bridge's side of the safety net (`sluice_guard::safety`): every
-//! runtime add (a `ctl add` line, a CrowdSec decision, a block forwarded
-//! from a guard) is checked before it reaches a set, and each refusal is
+//! The safety net (`sluice_rules::safety`) as a running command holds it
+//! ([`Safety`]): read from `--never-block FILE` and `--min-prefix-v4`/`-v6`,
+//! reread on demand (SIGHUP), and its refusals logged at most [`LOG_LINES`]
+//! a second. Both the guard (its blocks, `ctl block`) and the bridge (`ctl
+//! add`, CrowdSec decisions, blocks forwarded from a guard) check their
+//! runtime adds against one of these. The bridge's side is the [`Gate`]:
+//! every runtime add is checked before it reaches a set, and each refusal is
 //! counted by set and reason in [`Refusals`] (`sluice_set_refused`, the
-//! counter set sizes count into too) and logged, rate-limited.
+//! counter set sizes count into too).
 
-use sluice_guard::safety::Safety;
-use sluice_rules::{Prefix, Refusal};
-use std::sync::Arc;
+use sluice_rules::{NeverBlock, Prefix, Refusal, SafetyNet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 pub use crate::sets::Refusals;
+
+/// Refusals logged a second, at most; the rest are counted and summed up
+/// in one line. A refusal can be an attacker's doing (a never-blocked
+/// address flooding the guard, a LAPI sending wide ranges): one line per
+/// refusal would let it fill the disk.
+pub const LOG_LINES: u32 = 10;
+const LOG_WINDOW: Duration = Duration::from_secs(1);
+
+/// Lines logged in the current window, and refusals not logged.
+struct LogWindow {
+    since: Instant,
+    lines: u32,
+    more: u64,
+}
+
+/// A safety net that can be reread, and its log.
+pub struct Safety {
+    net: RwLock<Arc<SafetyNet>>,
+    path: Option<PathBuf>,
+    log: Mutex<LogWindow>,
+}
+
+impl std::fmt::Debug for Safety {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let net = self.net();
+        f.debug_struct("Safety")
+            .field("path", &self.path)
+            .field("entries", &net.never.len())
+            .field("min_v4", &net.min_v4())
+            .field("min_v6", &net.min_v6())
+            .finish()
+    }
+}
+
+/// No list, and only a /0 refused (see [`SafetyNet::default`]).
+impl Default for Safety {
+    fn default() -> Safety {
+        Safety::with_net(SafetyNet::default(), None)
+    }
+}
+
+impl Safety {
+    fn with_net(net: SafetyNet, path: Option<PathBuf>) -> Safety {
+        Safety {
+            net: RwLock::new(Arc::new(net)),
+            path,
+            log: Mutex::new(LogWindow { since: Instant::now(), lines: 0, more: 0 }),
+        }
+    }
+
+    /// From the flags: the never-block file (if any) read now, so a bad
+    /// line stops the start, named by file and line.
+    pub fn load(path: Option<&Path>, min_v4: u8, min_v6: u8) -> Result<Safety, String> {
+        let never = path.map(|p| NeverBlock::load(p).map_err(|e| format!("--never-block {e}"))).transpose()?;
+        let net = SafetyNet::new(never.unwrap_or_default(), min_v4, min_v6)?;
+        Ok(Safety::with_net(net, path.map(Path::to_owned)))
+    }
+
+    /// The never-block file, if there is one.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// The net in force (one read lock; a batch checks all its lines
+    /// against one).
+    pub fn net(&self) -> Arc<SafetyNet> {
+        Arc::clone(&self.net.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Whether there is a never-block file to reread.
+    pub fn has_file(&self) -> bool {
+        self.path.is_some()
+    }
+
+    /// Reads the never-block file again (SIGHUP): its entries, or what is
+    /// wrong with it, in which case the list in force stays. Without a
+    /// file, nothing to read: `Ok(None)`.
+    pub fn reload(&self) -> Result<Option<usize>, String> {
+        let Some(path) = &self.path else { return Ok(None) };
+        let never = NeverBlock::load(path).map_err(|e| format!("--never-block {e}"))?;
+        let n = never.len();
+        let mut held = self.net.write().unwrap_or_else(PoisonError::into_inner);
+        let new = SafetyNet::new(never, held.min_v4(), held.min_v6())?;
+        *held = Arc::new(new);
+        Ok(Some(n))
+    }
+
+    /// [`Safety::reload`], logged: what a SIGHUP handler calls (the
+    /// bridge's reload, the guard's `guard_ctl::reread_on_sighup`).
+    pub fn reload_logged(&self, why: &str) {
+        match self.reload() {
+            Ok(Some(n)) => {
+                tracing::info!(
+                    event = "never_block_reload",
+                    entries = n,
+                    "never-block list reread ({why}): {n} entries"
+                )
+            }
+            Ok(None) => {}
+            Err(e) => tracing::error!(
+                event = "never_block_reload_failed",
+                "never-block list reread ({why}) failed, the list in force stays: {e}"
+            ),
+        }
+    }
+
+    /// Whether a runtime add of `p` may go in (nothing counted or logged).
+    pub fn check(&self, p: &Prefix) -> Result<(), Refusal> {
+        self.net().check(p)
+    }
+
+    /// One line for a refusal (`what` says whose add: `ctl add to set
+    /// blocks`, `crowdsec decision`, ...), unless [`LOG_LINES`] were logged
+    /// in this second: then counted, and summed up in one line when the
+    /// second is over.
+    pub fn log_refusal(&self, what: &str, p: &Prefix, r: &Refusal) {
+        if !self.window(|w| {
+            if w.lines < LOG_LINES {
+                w.lines += 1;
+                true
+            } else {
+                w.more += 1;
+                false
+            }
+        }) {
+            return;
+        }
+        tracing::warn!(
+            event = "add_refused",
+            element = %p,
+            reason = r.reason(),
+            "refused {p} ({what}): {r}"
+        );
+    }
+
+    /// `n` refusals not logged one by one (already counted elsewhere), for
+    /// the summary line.
+    pub fn not_logged(&self, n: u64) {
+        self.window(|w| w.more += n);
+    }
+
+    /// The summary line of a second that is over, if refusals went
+    /// unlogged in it; a refusal does it too, so call this now and then
+    /// (a tick) for the line to come when refusals stop.
+    pub fn flush_log(&self) {
+        self.window(|_| ());
+    }
+
+    /// Runs `f` on the window, after closing the last one (its summary
+    /// line) when a second has passed.
+    fn window<T>(&self, f: impl FnOnce(&mut LogWindow) -> T) -> T {
+        let mut w = self.log.lock().unwrap_or_else(PoisonError::into_inner);
+        if w.since.elapsed() >= LOG_WINDOW {
+            if w.more > 0 {
+                let more = w.more;
+                tracing::warn!(
+                    event = "add_refused_not_logged",
+                    count = more,
+                    "{more} more runtime add(s) refused, not logged one by one (at most {LOG_LINES} lines a second)"
+                );
+            }
+            (w.since, w.lines, w.more) = (Instant::now(), 0, 0);
+        }
+        f(&mut w)
+    }
+
+    /// Refusals waiting for their summary line (tests).
+    pub fn unlogged(&self) -> u64 {
+        self.log.lock().unwrap_or_else(PoisonError::into_inner).more
+    }
+}
 
 /// What runtime adds are checked against and where refusals are counted:
 /// one for the controller, a clone for each feed.
@@ -32,6 +208,51 @@ impl Gate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pf(s: &str) -> Prefix {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_reload_replaces_the_list_and_a_bad_one_keeps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("never.txt");
+        std::fs::write(&f, "192.0.2.1\n").unwrap();
+        let s = Safety::load(Some(&f), 8, 16).unwrap();
+        assert!(s.check(&pf("192.0.2.0/24")).is_err());
+        assert!(s.check(&pf("198.51.100.0/24")).is_ok());
+        std::fs::write(&f, "198.51.100.7\n").unwrap();
+        assert_eq!(s.reload(), Ok(Some(1)));
+        assert!(s.check(&pf("192.0.2.0/24")).is_ok());
+        assert!(s.check(&pf("198.51.100.0/24")).is_err());
+        std::fs::write(&f, "198.51.100.7\n10.0.0.0/33\n").unwrap();
+        let e = s.reload().unwrap_err();
+        assert!(e.starts_with(&format!("--never-block {}:2: prefix length 33", f.display())), "{e}");
+        assert!(s.check(&pf("198.51.100.0/24")).is_err(), "the list in force stays");
+        assert_eq!(s.check(&pf("0.0.0.0/7")).unwrap_err().reason(), "min_prefix", "the widths stay");
+        assert_eq!(Safety::default().reload(), Ok(None));
+        let e = Safety::load(Some(&dir.path().join("nope")), 8, 16).unwrap_err();
+        assert!(e.starts_with("--never-block ") && e.contains("nope"), "{e}");
+    }
+
+    #[test]
+    fn refusals_past_the_lines_of_a_second_are_only_counted() {
+        let s = Safety::default();
+        let r = Refusal::MinPrefix { min: 8, v6: false };
+        for _ in 0..LOG_LINES + 5 {
+            s.log_refusal("test", &pf("0.0.0.0/1"), &r);
+        }
+        s.not_logged(3);
+        assert_eq!(s.unlogged(), 8);
+        s.flush_log();
+        assert_eq!(s.unlogged(), 8, "the second is not over");
+        s.log.lock().unwrap().since -= LOG_WINDOW;
+        s.flush_log();
+        assert_eq!(s.unlogged(), 0, "summed up, and a new second begun");
+        s.log_refusal("test", &pf("0.0.0.0/1"), &r);
+        let lines = s.log.lock().unwrap().lines;
+        assert_eq!((lines, s.unlogged()), (1, 0));
+    }
 
     #[test]
     fn refusals_are_counted_by_set_and_reason() {

@@ -14,8 +14,15 @@
 //!   an `X-Forwarded-For` names;
 //! - `tls`: TLS termination (rustls), certificates by SNI, reloads;
 //! - `ja4`: the TLS ClientHello and its JA4 fingerprint; `ja4list`: the
-//!   `--block-ja4` list and the fingerprints seen.
+//!   `--block-ja4` list and the fingerprints seen;
+//! - `control`: the guard's answers on its control socket (`sluice ctl
+//!   blocks`, `block`, `unblock`, `clients`) and its SIGHUP rereads;
+//!   `block_forward`: new blocks pushed to a bridge's control socket or a
+//!   CrowdSec LAPI; `exporter`: the counters as Prometheus metrics.
 
+pub mod block_forward;
+pub mod control;
+pub mod exporter;
 pub mod forwarded;
 pub mod frame;
 pub mod ja4;
@@ -25,7 +32,6 @@ pub mod net;
 pub mod outbuf;
 pub mod proxyproto;
 pub mod publish;
-pub mod safety;
 pub mod slots;
 pub mod table;
 pub mod timeouts;
@@ -108,7 +114,7 @@ pub struct Config {
     /// JA4 fingerprints refused at the ClientHello (one per line).
     pub block_ja4: Option<PathBuf>,
     /// What no block may cover: `--never-block`, `--min-prefix-*`.
-    pub safety: Arc<safety::Safety>,
+    pub safety: Arc<sluice_control::safety::Safety>,
 }
 
 impl Config {

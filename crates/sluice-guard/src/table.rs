@@ -9,8 +9,8 @@
 
 use crate::limits::{Limit, Limits};
 use crate::net::{ClientNet, KeyPrefixes};
-use crate::safety::Safety;
 use crate::slots::Ring;
+use sluice_control::safety::Safety;
 use sluice_rules::{Prefix, Refusal};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr};

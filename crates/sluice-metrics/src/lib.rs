@@ -9,7 +9,6 @@
 #![deny(unsafe_code)]
 
 pub mod bridge;
-pub mod guard;
 
 pub use bridge::{BridgeMetrics, LiveObserver};
 

@@ -6,8 +6,8 @@
 //! destination; a push that fails keeps its blocks and is retried with
 //! backoff, so nothing is lost while a destination is away.
 
-use crate::{crowdsec, socket};
 use serde_json::json;
+use sluice_control::{crowdsec, socket};
 use std::io::Read;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -620,15 +620,15 @@ mod tests {
     /// kind keeps every block for the next try.
     #[test]
     fn blocks_a_bridge_refuses_are_dropped_and_the_rest_applied() {
-        use crate::control::{Controller, Event};
-        use crate::spec::RuleSpec;
+        use sluice_control::control::{Controller, Event};
+        use sluice_control::spec::RuleSpec;
         let dir = tempfile::tempdir().unwrap();
         let (list, never) = (dir.path().join("list.txt"), dir.path().join("never.txt"));
         std::fs::write(&list, "10.0.0.1\n").unwrap();
         std::fs::write(&never, "192.0.2.7\n").unwrap();
         let spec = RuleSpec { drop_any: vec![list], feed_sets: vec!["guard".into()], ..RuleSpec::default() };
         let loaded = spec.load(&[]).unwrap();
-        let safety = sluice_guard::safety::Safety::load(Some(&never), 8, 16).unwrap();
+        let safety = sluice_control::safety::Safety::load(Some(&never), 8, 16).unwrap();
         let c = Controller::new(spec, Vec::new(), loaded, false).with_safety(Arc::new(safety));
         let state = Arc::clone(c.state());
         let (tx, rx) = std::sync::mpsc::channel();

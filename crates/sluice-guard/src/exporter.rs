@@ -1,11 +1,11 @@
 //! The HTTP guard's counters (`sluice_guard::Shared`) as Prometheus metrics.
 
-use crate::{counter, gauge};
+use crate::block_forward::ForwardCounters;
+use crate::{Limit, Shared};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
-use sluice_control::forward::ForwardCounters;
-use sluice_guard::{Limit, Shared};
+use sluice_metrics::{counter, gauge};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 

@@ -2,13 +2,13 @@
 //! ctl` asks which clients are blocked (`blocks`), blocks or lets one in at
 //! once (`block ADDR [timeout S]`, `unblock ADDR`) and which clients send
 //! the most (`clients [N]`), over the same socket, access rules and
-//! protocol as a bridge's ([`crate::socket`]).
+//! protocol as a bridge's ([`sluice_control::socket`]).
 
-use crate::control::Event;
-use crate::ctl::{parse_request, Command};
-use crate::socket::{self, error_json, Serving, SocketCounters, SocketError};
+use crate::Shared;
 use serde_json::json;
-use sluice_guard::Shared;
+use sluice_control::control::Event;
+use sluice_control::ctl::{parse_request, Command};
+use sluice_control::socket::{self, error_json, Serving, SocketCounters, SocketError};
 use std::path::Path;
 use std::sync::mpsc::channel;
 use std::sync::Arc;
@@ -32,9 +32,9 @@ impl GuardControl {
 /// control socket, a CrowdSec LAPI) until `stop`, then one last push.
 pub fn spawn_forwarder(
     shared: &Shared,
-    sinks: Vec<crate::forward::Sink>,
+    sinks: Vec<crate::block_forward::Sink>,
     stop: Arc<std::sync::atomic::AtomicBool>,
-    counters: Arc<crate::forward::ForwardCounters>,
+    counters: Arc<crate::block_forward::ForwardCounters>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     let table = Arc::clone(&shared.table);
     // The forwarder counts a block's wait from when it takes it (once a
@@ -44,28 +44,28 @@ pub fn spawn_forwarder(
         blocks.filter_map(|b| {
             let secs = match b.secs {
                 0 => 0,
-                s => s.checked_sub(crate::forward::whole_secs_up(b.at.elapsed())).filter(|&s| s > 0)?,
+                s => s.checked_sub(crate::block_forward::whole_secs_up(b.at.elapsed())).filter(|&s| s > 0)?,
             };
-            Some(crate::forward::Block { ip: b.ip.addr, len: b.ip.len, secs, limit: b.limit.into() })
+            Some(crate::block_forward::Block { ip: b.ip.addr, len: b.ip.len, secs, limit: b.limit.into() })
         })
     };
     std::thread::Builder::new()
         .name("guard-forward".into())
-        .spawn(move || crate::forward::run(move || take().collect(), sinks, stop, counters))
+        .spawn(move || crate::block_forward::run(move || take().collect(), sinks, stop, counters))
 }
 
 /// `--tls-cert`, `--block-ja4`, `--never-block`: reread the certificate
 /// files, the JA4 list and the never-block list on each SIGHUP; a failed
 /// reload keeps the old one and says why. Without any, SIGHUP is logged
-/// and ignored ([`crate::hangup`]): a plain guard has nothing to reread,
+/// and ignored ([`sluice_control::hangup`]): a plain guard has nothing to reread,
 /// and must not die of it.
 pub fn reread_on_sighup(shared: &Shared) -> std::io::Result<()> {
     let (store, ja4) = (shared.tls.clone(), shared.ja4_block.clone());
     let safety = std::sync::Arc::clone(shared.table.safety());
     if store.is_none() && ja4.is_none() && !safety.has_file() {
-        return crate::hangup::install();
+        return sluice_control::hangup::install();
     }
-    crate::hangup::on_sighup(move || {
+    sluice_control::hangup::on_sighup(move || {
         safety.reload_logged("SIGHUP");
         match store.as_ref().map(|s| s.reload()) {
             Some(Ok(())) => tracing::info!(event = "tls_reload", "certificates reloaded (SIGHUP)"),
@@ -151,7 +151,7 @@ pub fn answer(shared: &Shared, text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_guard::{KeyPrefixes, Limit, Limits, Table};
+    use crate::{KeyPrefixes, Limit, Limits, Table};
     use std::net::IpAddr;
     use std::sync::atomic::AtomicU64;
     use std::time::Instant;
@@ -207,7 +207,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("never.txt");
         std::fs::write(&f, "192.0.2.0/28\n").unwrap();
-        let safety = Arc::new(sluice_guard::safety::Safety::load(Some(&f), 8, 16).unwrap());
+        let safety = Arc::new(sluice_control::safety::Safety::load(Some(&f), 8, 16).unwrap());
         let shared = shared(Table::new(Limits::default(), 100).with_safety(safety));
         let r = ask(&shared, "block 192.0.2.5 timeout 60");
         assert_eq!(r["ok"], false, "{r}");
