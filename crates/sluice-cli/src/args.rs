@@ -73,7 +73,25 @@ pub struct SampleArgs {
 
 impl SampleArgs {
     /// The sampler these flags ask for (none without --sample-drops or
-    /// --log-drops); `workers` as the judge runs them, so samples name theirs.
+    /// --log-drops), before the ports and workers are known.
+    pub fn config(&self, backpressure: Backpressure) -> Option<SampleConfig> {
+        if self.sample_drops.is_none() && !self.log_drops {
+            return None;
+        }
+        Some(SampleConfig {
+            pcapng: self.sample_drops.clone(),
+            log: self.log_drops.then(|| Box::new(std::io::stderr()) as Box<dyn std::io::Write + Send>),
+            rate: self.sample_rate,
+            max_pps: self.sample_max_pps,
+            rotate_bytes: self.sample_rotate_mb.map(|m| m << 20),
+            keep: self.sample_keep as usize,
+            backpressure,
+            ..SampleConfig::new()
+        })
+    }
+
+    /// The sampler these flags ask for, started; `workers` as the judge
+    /// runs them, so samples name theirs.
     pub fn start(
         &self,
         rules: &Arc<Published<RuleSet>>,
@@ -82,21 +100,12 @@ impl SampleArgs {
         steer_inner: bool,
         backpressure: Backpressure,
     ) -> Result<Option<Sampler>> {
-        if self.sample_drops.is_none() && !self.log_drops {
-            return Ok(None);
-        }
+        let Some(cfg) = self.config(backpressure) else { return Ok(None) };
         let key = WorkersConfig::new(workers).key;
         let cfg = SampleConfig {
-            pcapng: self.sample_drops.clone(),
-            log: self.log_drops.then(|| Box::new(std::io::stderr()) as Box<dyn std::io::Write + Send>),
-            rate: self.sample_rate,
-            max_pps: self.sample_max_pps,
-            rotate_bytes: self.sample_rotate_mb.map(|m| m << 20),
-            keep: self.sample_keep as usize,
             port_names: ports,
-            backpressure,
             steering: (workers > 1).then(|| Steering::new(&key, workers).inner(steer_inner)),
-            ..SampleConfig::new()
+            ..cfg
         };
         Ok(Some(Sampler::start(cfg, Arc::clone(rules)).context("--sample-drops")?))
     }
@@ -131,12 +140,18 @@ pub struct ReassemblyArgs {
 impl ReassemblyArgs {
     /// The reassembly stage these flags describe.
     pub fn stage(&self) -> Reassembly {
+        let c = self.config();
+        Reassembly::new(c.limits, c.incomplete)
+    }
+
+    /// The reassembly these flags describe, as the bridge takes it.
+    pub fn config(&self) -> sluice_bridge::ReassemblyConfig {
         let limits = Limits {
             max_datagrams: self.frag_max_datagrams.max(1),
             timeout_ns: self.frag_timeout.saturating_mul(1_000_000_000),
             ..Limits::default()
         };
-        Reassembly::new(limits, self.incomplete.into())
+        sluice_bridge::ReassemblyConfig { limits, incomplete: self.incomplete.into() }
     }
 }
 

@@ -1,30 +1,17 @@
-//! `sluice bridge`: forward between two interfaces, dropping what the rules say.
-//!
-//! The live ports (`sluice_live::open`, `sluice_live::pipeline`) are the
-//! pipeline's source and sink; reassembly and the judge are the same as
-//! `filter`'s. Around the run: the signal thread and the control thread of
-//! `sluice_control` (SIGHUP and `--watch` reloads, expiry, retirement of
-//! replaced rule sets off the fast path), this command's status line and
-//! `--duration` on the control thread's tick, and the metrics server of
-//! `sluice_metrics`.
+//! `sluice bridge`: its flags, mapped onto a `sluice_bridge::BridgeConfig`
+//! over the live interfaces; the bridge itself is `sluice-bridge`'s.
 
 use crate::args::{ReassemblyArgs, VerdictArg};
-use crate::report;
 use crate::Outcome;
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
-use sluice_control::{describe, spawn_signals, total_entries, Controller, Event};
-use sluice_live::open::{open_bridge, Io, OpenConfig, Opened, XdpChoice};
-use sluice_live::pipeline::BridgeCounters;
-use sluice_metrics::bridge::{BridgeMetrics, LiveObserver};
-use sluice_pcap::sample::{tap, tap_lane, Sampler};
-use sluice_pipeline::lanes::{self, inline_lanes};
-use sluice_pipeline::{JudgeConfig, RunConfig};
+use sluice_bridge::{Bridge, BridgeConfig, Interfaces};
+use sluice_control::crowdsec::BouncerConfig;
+use sluice_live::open::{Io, OpenConfig, XdpChoice};
+use sluice_pcap::sample::Backpressure;
+use sluice_pipeline::JudgeConfig;
 use std::io::IsTerminal;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::channel;
-use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Args, Debug)]
@@ -134,7 +121,7 @@ pub struct BridgeArgs {
 }
 
 /// The flags that make no sense together, refused before anything opens.
-fn check(a: &BridgeArgs) -> Result<(&String, &String)> {
+fn check(a: &BridgeArgs) -> Result<[String; 2]> {
     let [if_a, if_b] = a.ifaces.as_slice() else {
         bail!("give exactly two interfaces: --iface A --iface B (got {})", a.ifaces.len());
     };
@@ -144,180 +131,61 @@ fn check(a: &BridgeArgs) -> Result<(&String, &String)> {
     if a.duration.is_some_and(|d| !(d.is_finite() && d > 0.0)) {
         bail!("--duration must be a positive number of seconds");
     }
-    Ok((if_a, if_b))
-}
-
-/// The CrowdSec set's maxelem when its definition gives none:
-/// `--crowdsec-maxelem`, else the default. Both given and different is an
-/// error: one of them would be silently ignored.
-fn crowdsec_maxelem(rules: &sluice_engine::RuleSet, set: &str, flag: Option<u32>) -> Result<usize> {
-    let defined = rules.named_index(set).and_then(|i| match rules.named_set_info()[i].kind {
-        sluice_engine::SetKind::Dynamic { maxelem, .. } => maxelem,
-        _ => None,
-    });
-    if let (Some(d), Some(f)) = (defined, flag) {
-        if d != f {
-            bail!("--crowdsec-maxelem {f}, but the rules define set `{set}` with maxelem {d}: give one of them");
-        }
-    }
-    Ok(flag.map_or(sluice_control::sets::DEFAULT_CROWDSEC_MAXELEM, |n| n as usize))
+    Ok([if_a.clone(), if_b.clone()])
 }
 
 pub fn run(a: BridgeArgs) -> Result<Outcome> {
-    let (if_a, if_b) = check(&a)?;
+    let names = check(&a)?;
     let metrics = a.metrics.as_deref().map(|m| sluice_metrics::check_addr(m, a.metrics_allow_remote)).transpose()?;
-    let port_names = vec![if_a.clone(), if_b.clone()];
-    let port_names_for_samples = port_names.clone();
     let (url, key) = (a.crowdsec_url.as_deref(), a.crowdsec_key_file.as_deref());
-    let crowdsec = sluice_control::crowdsec::BouncerConfig::from_flags(
-        url,
-        key,
-        a.crowdsec_interval,
-        a.crowdsec_resync,
-        &a.crowdsec_set,
-        a.crowdsec_max_answer,
-    )
-    .map_err(anyhow::Error::msg)?;
-    let safety = a.safety.load()?;
-    let mut spec = a.rules.spec();
-    spec.feed_sets.extend(crowdsec.as_ref().map(|c| c.set.clone()));
-    let loaded = crate::rule_source::load(&spec, &port_names).context(if a.rules.rules.is_some() {
-        "loading the rules"
-    } else {
-        "loading the address lists"
-    })?;
-    let entries = loaded.lists.clone();
-    let build_ms = loaded.took.as_secs_f64() * 1e3;
-    let feed_maxelem = match &crowdsec {
-        Some(c) => Some((c.set.clone(), crowdsec_maxelem(&loaded.rules, &c.set, a.crowdsec_maxelem)?)),
-        None => None,
-    };
-    let mut controller = Controller::new(spec, port_names, loaded, a.watch).with_safety(safety);
-    if let Some((set, n)) = feed_maxelem {
-        controller.set_maxelem_default(&set, n);
-    }
-    // The bouncer's bans are checked against the same net, counted in the same place.
-    let crowdsec = crowdsec.map(|c| sluice_control::crowdsec::BouncerConfig { gate: controller.gate().clone(), ..c });
-    let published = Arc::clone(controller.published());
-
-    let stop = Arc::new(AtomicBool::new(false));
-    let counters = Arc::new(BridgeCounters::default());
-    let shared = Arc::new(BridgeMetrics::new(
-        [if_a.clone(), if_b.clone()],
-        Arc::clone(&counters),
-        Arc::clone(controller.state()),
-    ));
-
+    let (interval, resync, set, max) = (a.crowdsec_interval, a.crowdsec_resync, &a.crowdsec_set, a.crowdsec_max_answer);
+    let crowdsec = BouncerConfig::from_flags(url, key, interval, resync, set, max).map_err(anyhow::Error::msg)?;
     // A live port does not wait for a disk: a full queue sheds samples (counted, logged once).
-    let shed = sluice_pcap::sample::Backpressure::Shed;
-    let sampler = a.sample.start(&published, port_names_for_samples, a.workers.unwrap_or(1), a.steer_inner, shed)?;
-    if let Some(s) = &sampler {
-        let _ = shared.samples.set(s.counters());
-    }
-    // Signals first: a SIGINT while the ports open still ends the run cleanly.
-    let (ctl_tx, ctl_rx) = channel();
-    let signals = spawn_signals(Arc::clone(&stop), ctl_tx.clone(), Arc::clone(controller.state()))
-        .context("installing the signal handlers")?;
-
-    let (io, xdp, per_queue, cpus) = (a.io, a.xdp_mode, a.workers.is_none(), a.cpus.clone());
-    let open_cfg = OpenConfig { io, xdp, queues: a.queues, frame_size: a.frame_size, per_queue, cpus };
-    let (mut opened, io_desc) = open_bridge([if_a, if_b], &open_cfg, &stop, &counters)?;
-    let workers = if let Opened::XskLanes(lanes) = &opened { lanes.len() } else { a.workers.unwrap_or(1) };
-    opened.set_dry_run(a.dry_run);
-    shared.dry_run.store(a.dry_run, Ordering::Relaxed);
-    *shared.io.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = io_desc.clone();
-
-    if let Some(addr) = metrics {
-        sluice_metrics::serve_flag(addr, shared.registry(), "sluice bridge").map_err(anyhow::Error::msg)?;
-    }
-
-    let control_socket =
-        sluice_control::socket::serve_at(a.control.as_deref(), a.control_group.as_deref(), &ctl_tx, &shared.socket)?;
-    let bouncer = crowdsec
-        .map(|cfg| {
-            sluice_control::crowdsec::spawn(cfg, ctl_tx.clone(), &stop, shared.crowdsec.get_or_init(Arc::default))
-        })
-        .transpose()
-        .context("starting the crowdsec thread")?;
-    let every_tick = shared.ticker(a.status || std::io::stderr().is_terminal(), a.duration, &stop);
-    let control = std::thread::Builder::new()
-        .name("sluice-control".into())
-        .spawn(move || controller.run(ctl_rx, every_tick))
-        .context("starting the control thread")?;
-
-    tracing::info!(
-        "bridging {if_a} <-> {if_b} over {io_desc}; {workers} worker(s); {} entries ({}) built in {build_ms:.1} ms",
-        total_entries(&entries),
-        describe(&entries)
-    );
-    let judge_cfg = JudgeConfig { undecodable: a.undecodable.into(), ..JudgeConfig::default() };
-    *shared.rules.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::clone(&published));
-    let cfg = RunConfig {
-        // In input order: the AF_XDP sink returns frames to the kernel by
-        // walking them in the order they were received.
-        ordered: true,
-        // Source and sink share the ports; both run on this thread.
-        read_ahead: false,
-        max_in_flight: workers * 4,
-        // How long a fill waits on a quiet link before the loop writes what
-        // workers finished and expires held fragments.
-        live_wait: Duration::from_millis(2),
-        ..RunConfig::default()
+    let sample = a.sample.config(Backpressure::Shed);
+    let open = OpenConfig {
+        io: a.io,
+        xdp: a.xdp_mode,
+        queues: a.queues,
+        frame_size: a.frame_size,
+        per_queue: a.workers.is_none(),
+        cpus: a.cpus.clone(),
     };
-    let result = match opened.single() {
-        Err(ports) => {
-            let inboxes = shared.inboxes.get_or_init(|| sluice_pipeline::Inboxes::new(ports.len()));
-            let ends = ports.into_iter().enumerate().map(|(i, (p, t))| (p, tap_lane(sampler.as_ref(), t, i))).collect();
-            let observer = || Box::new(LiveObserver::new(&shared)) as _;
-            let stage = || a.reassembly.stage();
-            let (lanes, stats) = inline_lanes(ends, &published, judge_cfg, inboxes, stage, observer, &a.cpus);
-            *shared.live_stats.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = stats;
-            lanes::merge(lanes::run_lanes(lanes, &cfg, &|| stop.store(true, Ordering::Relaxed)))
-        }
-        Ok((mut source, mut sink)) => {
-            let judge = report::judge(&published, judge_cfg, workers, &a.cpus, None, a.steer_inner);
-            *shared.live_stats.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = judge.live_stats();
-            let mut sink = tap(sampler.as_ref(), &mut *sink);
-            let (mut stage, mut observer) = (a.reassembly.stage(), LiveObserver::new(&shared));
-            sluice_pipeline::run(&mut *source, &mut stage, judge, &mut sink, &mut observer, &cfg)
-        }
+    let cfg = BridgeConfig {
+        watch: a.watch,
+        safety: a.safety.load()?,
+        crowdsec,
+        crowdsec_maxelem: a.crowdsec_maxelem,
+        sample,
+        workers: a.workers,
+        steer_inner: a.steer_inner,
+        cpus: a.cpus,
+        judge: JudgeConfig { undecodable: a.undecodable.into(), ..JudgeConfig::default() },
+        reassembly: a.reassembly.config(),
+        metrics,
+        control: a.control,
+        control_group: a.control_group,
+        status: a.status || std::io::stderr().is_terminal(),
+        duration: a.duration.map(Duration::from_secs_f64),
+        dry_run: a.dry_run,
+        signals: true,
+        ..BridgeConfig::new(a.rules.spec())
     };
-    // The ports are closed (and the XDP programs detached) by now.
-    let _ = ctl_tx.send(Event::Quit);
-    let _ = control.join();
-    stop.store(true, Ordering::Relaxed);
-    if let Some(h) = control_socket {
-        h.stop();
-    }
-    if let Some(h) = bouncer {
-        let _ = h.join();
-    }
-    signals.close();
-    let (samples, sample_error) = sampler.map_or((None, None), Sampler::end);
-    let done = report::finished(result)?;
-    let rules = published.load();
-    let mut summary = shared.summary_json(&done.report, &io_desc);
-    crate::rule_source::rules_json(&rules.value, &done.report.stats, &mut summary);
-    if let Some(r) = &samples {
-        summary["samples"] = r.to_json();
-    }
+    let ports = Interfaces { names, config: open };
+    let summary = Bridge::start(cfg, Box::new(ports))?.wait()?;
     if a.json {
-        println!("{summary}");
+        println!("{}", summary.json);
     } else {
-        print!("{}{}", done.report.text(), shared.summary_text(&done.report, &io_desc));
-        print!("{}", crate::rule_source::rules_text(&rules.value, &done.report.stats));
-        print!("{}", samples.as_ref().map(|r| r.text()).unwrap_or_default());
+        print!("{}", summary.text);
     }
-    if let Some(e) = sample_error {
+    if let Some(e) = summary.sample_error {
         tracing::error!("--sample-drops: {e}");
     }
-    match done.stopped {
+    match summary.stopped {
         Some(e @ sluice_live::LiveError::InterfaceGone { .. }) => {
             tracing::error!("{e}");
-            return Ok(Outcome::InterfaceGone);
+            Ok(Outcome::InterfaceGone)
         }
-        Some(e) => return Err(anyhow::Error::new(e).context("the bridge stopped on an error reading the ports")),
-        None => {}
+        Some(e) => Err(anyhow::Error::new(e).context("the bridge stopped on an error reading the ports")),
+        None => Ok(Outcome::Complete),
     }
-    Ok(Outcome::Complete)
 }

@@ -144,7 +144,7 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
         v.to_string()
     } else {
         done.report.text()
-            + &crate::rule_source::rules_text(&rule_set.value, &done.report.stats)
+            + &sluice_engine::hits::text(&rule_set.value, &done.report.stats)
             + &samples.as_ref().map(|r| r.text()).unwrap_or_default()
     };
     // With a capture on standard output, the summary goes to stderr.
@@ -191,7 +191,7 @@ impl Summary<'_> {
             Format::Pcapng => "pcapng",
         }
         .into();
-        crate::rule_source::rules_json(self.rules, &self.report.stats, &mut v);
+        sluice_engine::hits::json(self.rules, &self.report.stats, &mut v);
         v["stopped_at"] = self
             .stopped
             .map(|e| serde_json::json!({ "record": e.record, "offset": e.offset, "error": e.kind.to_string() }))

@@ -5,7 +5,6 @@
 use anyhow::Result;
 use clap::Args;
 use sluice_control::{Loaded, RuleSpec};
-use sluice_engine::RuleSet;
 use std::path::PathBuf;
 
 /// The rules a run judges by (shared by `filter`, `bridge` and `compile`).
@@ -85,58 +84,4 @@ impl RuleArgs {
         }
         Ok(loaded)
     }
-}
-
-/// The per-rule counters of a run, for the summaries: (rule, packets, bytes).
-pub fn rule_rows(rules: &RuleSet, stats: &sluice_engine::Stats) -> Vec<serde_json::Value> {
-    let same = stats.rules_id == rules.id();
-    rules
-        .rules()
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            let c = if same { stats.rule_hits.get(i).copied().unwrap_or_default() } else { Default::default() };
-            serde_json::json!({ "line": r.line, "text": r.text, "action": r.action.as_str(), "packets": c.packets, "bytes": c.bytes })
-        })
-        .collect()
-}
-
-/// The `rules` and `default` keys of a summary: each rule with its
-/// counters, and the default verdict with the packets it decided.
-pub fn rules_json(rules: &RuleSet, stats: &sluice_engine::Stats, v: &mut serde_json::Value) {
-    v["rules"] = rule_rows(rules, stats).into();
-    let d = stats.default_hits;
-    let verdict = match rules.default_verdict() {
-        sluice_engine::Verdict::Pass => "pass",
-        sluice_engine::Verdict::Drop => "drop",
-    };
-    v["default"] = serde_json::json!({ "verdict": verdict, "packets": d.packets, "bytes": d.bytes });
-}
-
-/// The rules with their counters (text summaries); empty without rules.
-pub fn rules_text(rules: &RuleSet, stats: &sluice_engine::Stats) -> String {
-    use std::fmt::Write;
-    let mut t = String::new();
-    if rules.rules().is_empty() {
-        return t;
-    }
-    let _ = writeln!(t, "rules");
-    for row in rule_rows(rules, stats) {
-        let line = row["line"].as_u64().unwrap_or(0);
-        let at = if line == 0 { "flag".to_owned() } else { format!("line {line}") };
-        let _ = writeln!(
-            t,
-            "  {:>12} pkts {:>14} bytes  {at:<9} {}",
-            row["packets"].as_u64().unwrap_or(0),
-            row["bytes"].as_u64().unwrap_or(0),
-            row["text"].as_str().unwrap_or("")
-        );
-    }
-    let d = stats.default_hits;
-    let verdict = match rules.default_verdict() {
-        sluice_engine::Verdict::Pass => "pass",
-        sluice_engine::Verdict::Drop => "drop",
-    };
-    let _ = writeln!(t, "  {:>12} pkts {:>14} bytes  {:<9} default {verdict}", d.packets, d.bytes, "");
-    t
 }

@@ -9,6 +9,7 @@ pub mod compiled;
 pub mod container;
 pub mod defrag;
 pub mod dynamic;
+pub mod hits;
 pub mod rules;
 pub mod snapshot;
 

@@ -110,6 +110,7 @@
 #[allow(unsafe_code)]
 pub mod bpf;
 pub mod error;
+pub mod memory;
 pub mod netlink;
 pub mod netns;
 pub mod open;

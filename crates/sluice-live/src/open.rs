@@ -4,6 +4,7 @@
 //! reason, so an operator can see why the bridge runs slower than it could.
 
 use crate::error::LiveError;
+use crate::memory::{MemoryPair, MemoryPorts, MemoryTx};
 use crate::pipeline::{
     open_packet, open_xsk, open_xsk_lanes, BridgeCounters, PacketPorts, PacketTx, XskBridgeConfig, XskPorts, XskTx,
 };
@@ -92,6 +93,8 @@ pub enum Opened {
     XskLanes(Vec<(XskPorts, XskTx)>),
     /// AF_PACKET rings.
     Packet(Box<(PacketPorts, PacketTx)>),
+    /// Two ports joined by channels (tests; [`crate::memory`]).
+    Memory(Box<(MemoryPorts, MemoryTx)>),
 }
 
 /// A bridge's source, whichever socket layer.
@@ -105,6 +108,7 @@ impl Opened {
         match self {
             Opened::Xsk(b) => Ok((Box::new(b.0), Box::new(b.1))),
             Opened::Packet(b) => Ok((Box::new(b.0), Box::new(b.1))),
+            Opened::Memory(b) => Ok((Box::new(b.0), Box::new(b.1))),
             Opened::XskLanes(lanes) => Err(lanes),
         }
     }
@@ -115,6 +119,7 @@ impl Opened {
             Opened::Xsk(b) => b.1.dry_run = on,
             Opened::XskLanes(lanes) => lanes.iter_mut().for_each(|l| l.1.dry_run = on),
             Opened::Packet(b) => b.1.dry_run = on,
+            Opened::Memory(b) => b.1.dry_run = on,
         }
     }
 }
@@ -193,7 +198,7 @@ fn open_afxdp(
                 let first = match &opened {
                     Opened::Xsk(b) => &b.0,
                     Opened::XskLanes(l) => &l[0].0,
-                    Opened::Packet(_) => unreachable!("opened AF_XDP"),
+                    Opened::Packet(_) | Opened::Memory(_) => unreachable!("opened AF_XDP"),
                 };
                 let desc = format!(
                     "AF_XDP ({} mode, {}, {} + {} queues{}, shared UMEM of {}-byte frames{})",
@@ -226,4 +231,58 @@ fn open_afpacket(
     let (source, sink) = open_packet(ifaces, &PacketConfig::default(), Arc::clone(stop), Arc::clone(counters))
         .map_err(|error| OpenError { layer: "AF_PACKET", ifaces: format!("{} and {}", ifaces[0], ifaces[1]), error })?;
     Ok((Opened::Packet(Box::new((source, sink))), "AF_PACKET (TPACKET_V3 RX, TPACKET_V2 TX rings)".to_owned()))
+}
+
+/// What a bridge forwards between: two ports it opens once, as its
+/// source and sink. The live interfaces ([`Interfaces`]: AF_XDP, AF_PACKET)
+/// in production; two channels ([`MemoryPair`]) in tests, so everything
+/// around the rings is tested without root.
+pub trait PortPair: Send {
+    /// The two ports' names, port 0 first.
+    fn names(&self) -> [String; 2];
+    /// Opens both ports; the source ends when `stop` is set. Returns what
+    /// was opened and how it reads (for the log and the summary).
+    fn open(
+        self: Box<Self>,
+        stop: &Arc<AtomicBool>,
+        counters: &Arc<BridgeCounters>,
+    ) -> Result<(Opened, String), OpenError>;
+}
+
+/// Two network interfaces, opened as [`OpenConfig`] asks.
+#[derive(Debug, Clone)]
+pub struct Interfaces {
+    /// Port 0's interface, then port 1's.
+    pub names: [String; 2],
+    /// The socket layer and its geometry.
+    pub config: OpenConfig,
+}
+
+impl PortPair for Interfaces {
+    fn names(&self) -> [String; 2] {
+        self.names.clone()
+    }
+
+    fn open(
+        self: Box<Self>,
+        stop: &Arc<AtomicBool>,
+        counters: &Arc<BridgeCounters>,
+    ) -> Result<(Opened, String), OpenError> {
+        open_bridge([&self.names[0], &self.names[1]], &self.config, stop, counters)
+    }
+}
+
+impl PortPair for MemoryPair {
+    fn names(&self) -> [String; 2] {
+        MemoryPair::names(self)
+    }
+
+    fn open(
+        self: Box<Self>,
+        stop: &Arc<AtomicBool>,
+        counters: &Arc<BridgeCounters>,
+    ) -> Result<(Opened, String), OpenError> {
+        let pair = (*self).open(Arc::clone(stop), Arc::clone(counters));
+        Ok((Opened::Memory(Box::new(pair)), "memory (two channels)".to_owned()))
+    }
 }

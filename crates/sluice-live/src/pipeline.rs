@@ -206,7 +206,7 @@ impl PortCounters {
     }
 }
 
-fn add(c: &AtomicU64, n: u64) {
+pub(crate) fn add(c: &AtomicU64, n: u64) {
     if n > 0 {
         c.fetch_add(n, Ordering::Relaxed);
     }
@@ -235,7 +235,7 @@ impl Tally {
 /// What a sink counts of every packet it is given, once per batch: the
 /// verdicts per receiving port, and the fragments by outcome. The sinks
 /// see every packet exactly once, so this is where the bridge counts them.
-fn count_verdicts(batch: &PacketBatch, counters: &BridgeCounters) -> (u64, u64) {
+pub(crate) fn count_verdicts(batch: &PacketBatch, counters: &BridgeCounters) -> (u64, u64) {
     let mut v = [[(0u64, 0u64); 2]; 2];
     let mut frags = [0u64; 3];
     for p in batch.packets() {
@@ -269,7 +269,7 @@ pub fn ethernet(snaplen: u32) -> Interface {
     Interface { link_type: LinkType::ETHERNET, snaplen, ts_resolution: TsResolution::NANOS }
 }
 
-fn timestamp(ns: u64) -> Timestamp {
+pub(crate) fn timestamp(ns: u64) -> Timestamp {
     Timestamp::Units { units: ns, resolution: TsResolution::NANOS }
 }
 
@@ -343,7 +343,7 @@ fn wait_budget(deadline: Option<Instant>) -> Option<i32> {
 }
 
 /// The port a packet that came in on `port` goes out on.
-fn other(port: u32) -> Option<usize> {
+pub(crate) fn other(port: u32) -> Option<usize> {
     match port {
         0 => Some(1),
         1 => Some(0),

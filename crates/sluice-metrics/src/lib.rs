@@ -1,16 +1,11 @@
-//! What the bridge and the HTTP guard count, shown three ways: Prometheus
-//! metrics at `/metrics` (encoded by `prometheus-client` from the live
-//! counters on every scrape, served by a one-request-per-connection
-//! responder: a few connections at once, each on a thread of its own with
-//! one deadline), the bridge's status line, and the
-//! summaries' JSON. Nothing here counts packets itself: it reads the
-//! counters the engine, the live ports, the control plane and the guard
-//! keep.
+//! The Prometheus side of sluice, and nothing of what is counted: a
+//! loopback responder for `/metrics` (one request per connection, a few
+//! connections at once, each on a thread of its own with one deadline),
+//! the address check of `--metrics`, and helpers that encode a constant
+//! counter or gauge family with escaped labels. Each product's exporter
+//! sits beside the counters it reads (`sluice-bridge`'s `metrics.rs`,
+//! `sluice-guard`'s `exporter.rs`); this crate depends on no sluice crate.
 #![deny(unsafe_code)]
-
-pub mod bridge;
-
-pub use bridge::{BridgeMetrics, LiveObserver};
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelValue, EncodeMetric, LabelValueEncoder};
 use prometheus_client::metrics::counter::ConstCounter;

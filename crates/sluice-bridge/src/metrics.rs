@@ -10,7 +10,6 @@
 //! undecodable frames ([`Stats`], published once per batch); the control
 //! plane counts reloads ([`ControlState`]).
 
-use crate::{counter, gauge};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
@@ -18,6 +17,7 @@ use sluice_control::ControlState;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{RuleSet, Side, Stats};
 use sluice_live::pipeline::BridgeCounters;
+use sluice_metrics::{counter, gauge};
 use sluice_pipeline::LiveStats;
 use sluice_pipeline::{Observer, Progress};
 use sluice_wire::ErrorKind;
@@ -236,10 +236,10 @@ impl BridgeMetrics {
     pub fn ticker(
         self: &Arc<Self>,
         status: bool,
-        duration: Option<f64>,
+        duration: Option<Duration>,
         stop: &Arc<std::sync::atomic::AtomicBool>,
     ) -> impl FnMut() + Send + 'static {
-        let deadline = duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
+        let deadline = duration.map(|d| Instant::now() + d);
         let (shared, stop) = (Arc::clone(self), Arc::clone(stop));
         let mut last_status = Instant::now();
         let mut last_counts = [0u64; 2];

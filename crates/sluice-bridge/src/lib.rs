@@ -1,0 +1,473 @@
+//! `sluice bridge` as a library: forward between two ports, dropping what
+//! the rules say, while the rules and sets change under traffic.
+//!
+//! [`BridgeConfig`] -> [`Bridge::start`] (over any [`PortPair`]: the live
+//! interfaces of `sluice-live`, or two channels in tests) -> a [`Running`]
+//! bridge (its [`BridgeMetrics`], reloads, the control socket, stop) ->
+//! [`Running::wait`] -> a [`Summary`].
+//!
+//! What runs, in the order it starts (and stops in reverse):
+//! - the drop sampler's writer (`--sample-drops`, `--log-drops`);
+//! - the signal thread (SIGINT/SIGTERM stop, SIGHUP reloads), when asked;
+//! - the ports, opened once;
+//! - the metrics responder (`--metrics`), the control socket (`--control`),
+//!   the CrowdSec bouncer (`--crowdsec-url`);
+//! - the control thread: reloads, expiry, runtime sets, the status line
+//!   and the `--duration` stop on its tick;
+//! - the pipeline: one thread reading both ports with the judge's workers,
+//!   or one lane per AF_XDP queue, each receiving, judging and sending.
+#![deny(unsafe_code)]
+
+pub mod metrics;
+
+pub use metrics::{BridgeMetrics, LiveObserver};
+pub use sluice_live::memory::{MemoryPair, Wire};
+pub use sluice_live::open::{Interfaces, PortPair};
+
+use anyhow::{Context, Result};
+use sluice_control::crowdsec::BouncerConfig;
+use sluice_control::safety::Safety;
+use sluice_control::{describe, spawn_signals, total_entries, Controller, Event, RuleSpec, SignalThread};
+use sluice_engine::defrag::Limits;
+use sluice_engine::snapshot::Published;
+use sluice_engine::{RuleSet, Verdict};
+use sluice_live::open::Opened;
+use sluice_live::pipeline::BridgeCounters;
+use sluice_live::LiveError;
+use sluice_pcap::sample::{tap, tap_lane, SampleConfig, SampleReport, Sampler};
+use sluice_pipeline::lanes::{self, inline_lanes};
+use sluice_pipeline::{Finished, JudgeConfig, Reassembly, RunConfig, RunError, Steering, WorkersConfig};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How IP fragments are reassembled.
+#[derive(Debug, Clone, Copy)]
+pub struct ReassemblyConfig {
+    pub limits: Limits,
+    /// The verdict of fragments whose datagram never completes.
+    pub incomplete: Verdict,
+}
+
+impl ReassemblyConfig {
+    fn stage(&self) -> Reassembly {
+        Reassembly::new(self.limits, self.incomplete)
+    }
+}
+
+impl Default for ReassemblyConfig {
+    fn default() -> Self {
+        ReassemblyConfig { limits: Limits::default(), incomplete: Verdict::Drop }
+    }
+}
+
+/// Everything a bridge is started with (the CLI maps its flags onto this).
+pub struct BridgeConfig {
+    /// Where the rules come from.
+    pub rules: RuleSpec,
+    /// Reload when a rule or list file changes.
+    pub watch: bool,
+    /// What no runtime add may cover, and how wide one may be.
+    pub safety: Arc<Safety>,
+    /// Pull CrowdSec decisions into a dynamic set (its `gate` is replaced by
+    /// the bridge's own).
+    pub crowdsec: Option<BouncerConfig>,
+    /// The CrowdSec set's maxelem when its definition gives none.
+    pub crowdsec_maxelem: Option<u32>,
+    /// Sample dropped frames (the port names and steering are filled in).
+    pub sample: Option<SampleConfig>,
+    /// Workers judging; `None`: the ports were opened a lane per queue.
+    pub workers: Option<usize>,
+    /// Software RSS hashes the innermost IP header.
+    pub steer_inner: bool,
+    /// CPUs to pin workers or lanes to (empty: worker i on CPU i).
+    pub cpus: Vec<usize>,
+    /// The judge's settings (undecodable frames' verdict).
+    pub judge: JudgeConfig,
+    pub reassembly: ReassemblyConfig,
+    /// Serve Prometheus metrics here (port 0 picks one).
+    pub metrics: Option<SocketAddr>,
+    /// Serve the control socket here.
+    pub control: Option<PathBuf>,
+    /// Let this group use the control socket too.
+    pub control_group: Option<String>,
+    /// A status line on stderr every 2 s.
+    pub status: bool,
+    /// Stop by itself after this long.
+    pub duration: Option<Duration>,
+    /// Judge and count everything, enforce nothing.
+    pub dry_run: bool,
+    /// Stop on SIGINT/SIGTERM, reload on SIGHUP (a command; not a test).
+    pub signals: bool,
+}
+
+impl BridgeConfig {
+    /// A bridge with `rules` and every other setting at its default.
+    pub fn new(rules: RuleSpec) -> BridgeConfig {
+        BridgeConfig {
+            rules,
+            watch: false,
+            safety: Arc::default(),
+            crowdsec: None,
+            crowdsec_maxelem: None,
+            sample: None,
+            workers: Some(1),
+            steer_inner: false,
+            cpus: Vec::new(),
+            judge: JudgeConfig::default(),
+            reassembly: ReassemblyConfig::default(),
+            metrics: None,
+            control: None,
+            control_group: None,
+            status: false,
+            duration: None,
+            dry_run: false,
+            signals: false,
+        }
+    }
+}
+
+/// The bridge, before it starts.
+pub struct Bridge;
+
+/// What the pipeline thread hands back: the run, and the sampler it fed.
+type PipelineEnd = (Result<Finished<LiveError>, RunError<LiveError>>, Option<Sampler>);
+
+/// A running bridge. Dropping it without [`Running::wait`] leaves the
+/// threads running; stop it first.
+pub struct Running {
+    metrics: Arc<BridgeMetrics>,
+    published: Arc<Published<RuleSet>>,
+    stop: Arc<AtomicBool>,
+    events: Sender<Event>,
+    metrics_addr: Option<SocketAddr>,
+    io: String,
+    pipeline: JoinHandle<PipelineEnd>,
+    control: JoinHandle<()>,
+    control_socket: Option<sluice_control::socket::Serving>,
+    bouncer: Option<JoinHandle<()>>,
+    signals: Option<SignalThread>,
+}
+
+/// How a bridge ended.
+#[derive(Debug)]
+pub struct Summary {
+    /// The summary object `--json` prints.
+    pub json: serde_json::Value,
+    /// The text summary.
+    pub text: String,
+    /// The ports failed: the run stopped on this (everything before it was
+    /// forwarded and counted).
+    pub stopped: Option<LiveError>,
+    /// The drop samples could not all be written.
+    pub sample_error: Option<String>,
+}
+
+/// The CrowdSec set's maxelem when its definition gives none:
+/// `--crowdsec-maxelem`, else the default. Both given and different is an
+/// error: one of them would be silently ignored.
+fn crowdsec_maxelem(rules: &RuleSet, set: &str, flag: Option<u32>) -> Result<usize> {
+    let defined = rules.named_index(set).and_then(|i| match rules.named_set_info()[i].kind {
+        sluice_engine::SetKind::Dynamic { maxelem, .. } => maxelem,
+        _ => None,
+    });
+    if let (Some(d), Some(f)) = (defined, flag) {
+        if d != f {
+            anyhow::bail!(
+                "--crowdsec-maxelem {f}, but the rules define set `{set}` with maxelem {d}: give one of them"
+            );
+        }
+    }
+    Ok(flag.map_or(sluice_control::sets::DEFAULT_CROWDSEC_MAXELEM, |n| n as usize))
+}
+
+impl Bridge {
+    /// Loads the rules, opens `ports` and starts every thread. Nothing is
+    /// left running when it fails.
+    pub fn start(cfg: BridgeConfig, ports: Box<dyn PortPair>) -> Result<Running> {
+        let names = ports.names();
+        let port_names = names.to_vec();
+        let mut spec = cfg.rules;
+        spec.feed_sets.extend(cfg.crowdsec.as_ref().map(|c| c.set.clone()));
+        let what = if spec.rules.is_some() { "loading the rules" } else { "loading the address lists" };
+        let loaded = spec.load(&port_names).context(what)?;
+        for w in &loaded.warnings {
+            tracing::warn!("{w}");
+        }
+        let entries = loaded.lists.clone();
+        let build_ms = loaded.took.as_secs_f64() * 1e3;
+        let feed_maxelem = match &cfg.crowdsec {
+            Some(c) => Some((c.set.clone(), crowdsec_maxelem(&loaded.rules, &c.set, cfg.crowdsec_maxelem)?)),
+            None => None,
+        };
+        let mut controller = Controller::new(spec, port_names.clone(), loaded, cfg.watch).with_safety(cfg.safety);
+        if let Some((set, n)) = feed_maxelem {
+            controller.set_maxelem_default(&set, n);
+        }
+        // The bouncer's bans are checked against the same net, counted in the same place.
+        let crowdsec = cfg.crowdsec.map(|c| BouncerConfig { gate: controller.gate().clone(), ..c });
+        let published = Arc::clone(controller.published());
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let counters = Arc::new(BridgeCounters::default());
+        let metrics =
+            Arc::new(BridgeMetrics::new(names.clone(), Arc::clone(&counters), Arc::clone(controller.state())));
+
+        let sampler = match cfg.sample {
+            Some(mut s) => {
+                let workers = cfg.workers.unwrap_or(1);
+                s.port_names = port_names;
+                let key = WorkersConfig::new(workers).key;
+                s.steering = (workers > 1).then(|| Steering::new(&key, workers).inner(cfg.steer_inner));
+                Some(Sampler::start(s, Arc::clone(&published)).context("--sample-drops")?)
+            }
+            None => None,
+        };
+        if let Some(s) = &sampler {
+            let _ = metrics.samples.set(s.counters());
+        }
+        // Signals first: a SIGINT while the ports open still ends the run cleanly.
+        let (events, events_rx) = channel();
+        let signals = cfg
+            .signals
+            .then(|| spawn_signals(Arc::clone(&stop), events.clone(), Arc::clone(controller.state())))
+            .transpose()
+            .context("installing the signal handlers")?;
+        let close_signals = |s: Option<SignalThread>| s.iter().for_each(SignalThread::close);
+
+        let (mut opened, io) = match ports.open(&stop, &counters) {
+            Ok(o) => o,
+            Err(e) => {
+                close_signals(signals);
+                return Err(e.into());
+            }
+        };
+        let workers = if let Opened::XskLanes(lanes) = &opened { lanes.len() } else { cfg.workers.unwrap_or(1) };
+        opened.set_dry_run(cfg.dry_run);
+        metrics.dry_run.store(cfg.dry_run, Ordering::Relaxed);
+        *metrics.io.lock().unwrap_or_else(PoisonError::into_inner) = io.clone();
+
+        let started = (|| -> Result<_> {
+            let metrics_addr = cfg
+                .metrics
+                .map(|addr| sluice_metrics::serve_flag(addr, metrics.registry(), "sluice bridge"))
+                .transpose()
+                .map_err(anyhow::Error::msg)?;
+            let control_socket = sluice_control::socket::serve_at(
+                cfg.control.as_deref(),
+                cfg.control_group.as_deref(),
+                &events,
+                &metrics.socket,
+            )?;
+            let bouncer = crowdsec
+                .map(|c| {
+                    sluice_control::crowdsec::spawn(
+                        c,
+                        events.clone(),
+                        &stop,
+                        metrics.crowdsec.get_or_init(Arc::default),
+                    )
+                })
+                .transpose()
+                .context("starting the crowdsec thread")?;
+            Ok((metrics_addr, control_socket, bouncer))
+        })();
+        let (metrics_addr, control_socket, bouncer) = match started {
+            Ok(s) => s,
+            Err(e) => {
+                close_signals(signals);
+                return Err(e);
+            }
+        };
+        let every_tick = metrics.ticker(cfg.status, cfg.duration, &stop);
+        let control = std::thread::Builder::new()
+            .name("sluice-control".into())
+            .spawn(move || controller.run(events_rx, every_tick))
+            .context("starting the control thread")?;
+
+        tracing::info!(
+            "bridging {} <-> {} over {io}; {workers} worker(s); {} entries ({}) built in {build_ms:.1} ms",
+            names[0],
+            names[1],
+            total_entries(&entries),
+            describe(&entries)
+        );
+        *metrics.rules.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&published));
+        let run = Pipeline {
+            metrics: Arc::clone(&metrics),
+            published: Arc::clone(&published),
+            stop: Arc::clone(&stop),
+            judge: cfg.judge,
+            reassembly: cfg.reassembly,
+            cpus: cfg.cpus,
+            steer_inner: cfg.steer_inner,
+            workers,
+        };
+        let pipeline = std::thread::Builder::new()
+            .name("sluice-bridge".into())
+            .spawn(move || run.run(opened, sampler))
+            .context("starting the bridge thread")?;
+        Ok(Running {
+            metrics,
+            published,
+            stop,
+            events,
+            metrics_addr,
+            io,
+            pipeline,
+            control,
+            control_socket,
+            bouncer,
+            signals,
+        })
+    }
+}
+
+/// What the pipeline thread needs.
+struct Pipeline {
+    metrics: Arc<BridgeMetrics>,
+    published: Arc<Published<RuleSet>>,
+    stop: Arc<AtomicBool>,
+    judge: JudgeConfig,
+    reassembly: ReassemblyConfig,
+    cpus: Vec<usize>,
+    steer_inner: bool,
+    workers: usize,
+}
+
+impl Pipeline {
+    fn run(self, opened: Opened, sampler: Option<Sampler>) -> PipelineEnd {
+        let cfg = RunConfig {
+            // In input order: the AF_XDP sink returns frames to the kernel by
+            // walking them in the order they were received.
+            ordered: true,
+            // Source and sink share the ports; both run on this thread.
+            read_ahead: false,
+            max_in_flight: self.workers * 4,
+            // How long a fill waits on a quiet link before the loop writes what
+            // workers finished and expires held fragments.
+            live_wait: Duration::from_millis(2),
+            ..RunConfig::default()
+        };
+        let m = &self.metrics;
+        let result = match opened.single() {
+            Err(ports) => {
+                let inboxes = m.inboxes.get_or_init(|| sluice_pipeline::Inboxes::new(ports.len()));
+                let ends =
+                    ports.into_iter().enumerate().map(|(i, (p, t))| (p, tap_lane(sampler.as_ref(), t, i))).collect();
+                let observer = || Box::new(LiveObserver::new(m)) as _;
+                let stage = || self.reassembly.stage();
+                let (lanes, stats) =
+                    inline_lanes(ends, &self.published, self.judge, inboxes, stage, observer, &self.cpus);
+                *m.live_stats.lock().unwrap_or_else(PoisonError::into_inner) = stats;
+                let stop = &self.stop;
+                lanes::merge(lanes::run_lanes(lanes, &cfg, &|| stop.store(true, Ordering::Relaxed)))
+            }
+            Ok((mut source, mut sink)) => {
+                let cpus = (!self.cpus.is_empty()).then(|| self.cpus.clone());
+                let workers = WorkersConfig {
+                    judge: self.judge,
+                    cpus,
+                    steer_inner: self.steer_inner,
+                    ..WorkersConfig::new(self.workers)
+                };
+                let judge = sluice_pipeline::judge(&self.published, workers);
+                *m.live_stats.lock().unwrap_or_else(PoisonError::into_inner) = judge.live_stats();
+                let mut sink = tap(sampler.as_ref(), &mut *sink);
+                let (mut stage, mut observer) = (self.reassembly.stage(), LiveObserver::new(m));
+                sluice_pipeline::run(&mut *source, &mut stage, judge, &mut sink, &mut observer, &cfg)
+            }
+        };
+        // The source ended (stop, or the ports failed): the rest stops too.
+        self.stop.store(true, Ordering::Relaxed);
+        (result, sampler)
+    }
+}
+
+impl Running {
+    /// What the bridge counts, live.
+    pub fn metrics(&self) -> &Arc<BridgeMetrics> {
+        &self.metrics
+    }
+
+    /// The rules in force (replaced by each reload or runtime change).
+    pub fn rules(&self) -> &Arc<Published<RuleSet>> {
+        &self.published
+    }
+
+    /// Where `/metrics` is served (the port chosen, when 0 was asked).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// How the ports read ("AF_XDP (drv mode, ...)", "AF_PACKET ...").
+    pub fn io(&self) -> &str {
+        &self.io
+    }
+
+    /// Reload the rules from their files (as SIGHUP does); `why` is logged.
+    pub fn reload(&self, why: &'static str) {
+        let _ = self.events.send(Event::Reload(why));
+    }
+
+    /// Where control events go (runtime set changes, reloads).
+    pub fn events(&self) -> &Sender<Event> {
+        &self.events
+    }
+
+    /// Ask the bridge to stop; [`Running::wait`] then returns.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Waits until the bridge stops (by [`Running::stop`], a signal,
+    /// `duration`, or the ports failing), stops every thread, and sums up.
+    pub fn wait(self) -> Result<Summary> {
+        let (result, sampler) = self.pipeline.join().map_err(|_| anyhow::anyhow!("the bridge thread panicked"))?;
+        // The ports are closed (and the XDP programs detached) by now.
+        let _ = self.events.send(Event::Quit);
+        let _ = self.control.join();
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.control_socket {
+            h.stop();
+        }
+        if let Some(h) = self.bouncer {
+            let _ = h.join();
+        }
+        if let Some(s) = &self.signals {
+            s.close();
+        }
+        let (samples, sample_error) = sampler.map_or((None, None), Sampler::end);
+        let done = result.map_err(|e| match e {
+            RunError::Judge { error, .. } => anyhow::anyhow!(
+                "{error}; the run stopped, and the outputs were completed with every packet judged before it, in input order"
+            ),
+            RunError::Sink(e) => anyhow::anyhow!("{e}"),
+        })?;
+        Ok(self::summary(&self.metrics, &self.published, &self.io, done, samples, sample_error))
+    }
+}
+
+fn summary(
+    metrics: &BridgeMetrics,
+    published: &Published<RuleSet>,
+    io: &str,
+    done: Finished<LiveError>,
+    samples: Option<SampleReport>,
+    sample_error: Option<String>,
+) -> Summary {
+    let rules = published.load();
+    let mut json = metrics.summary_json(&done.report, io);
+    sluice_engine::hits::json(&rules.value, &done.report.stats, &mut json);
+    if let Some(r) = &samples {
+        json["samples"] = r.to_json();
+    }
+    let mut text = done.report.text() + &metrics.summary_text(&done.report, io);
+    text += &sluice_engine::hits::text(&rules.value, &done.report.stats);
+    text += &samples.as_ref().map(|r| r.text()).unwrap_or_default();
+    Summary { json, text, stopped: done.stopped, sample_error }
+}
