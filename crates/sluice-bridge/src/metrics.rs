@@ -51,7 +51,7 @@ pub struct BridgeMetrics {
     /// The CrowdSec bouncer's counters, when it runs.
     pub crowdsec: std::sync::OnceLock<Arc<sluice_control::crowdsec::BouncerCounters>>,
     /// Set when drops are sampled (`--sample-drops`, `--log-drops`).
-    pub samples: std::sync::OnceLock<Arc<sluice_pcap::sample::SampleCounters>>,
+    pub samples: std::sync::OnceLock<Arc<sluice_pipeline::sample::SampleCounters>>,
     /// A per-queue bridge's fragment inboxes (fragments moved between lanes).
     pub inboxes: std::sync::OnceLock<Arc<sluice_pipeline::Inboxes>>,
 }

@@ -215,11 +215,11 @@ fn drops_are_sampled_with_their_rule_and_port() {
     let file = write(dir.path(), "r.rules", "set bad from \"bad.txt\"\ndrop saddr @bad\ndefault pass\n");
     let log = Shared::default();
     let pcap = dir.path().join("drops.pcapng");
-    let sample = sluice_pcap::sample::SampleConfig {
+    let sample = sluice_pipeline::sample::SampleConfig {
         pcapng: Some(pcap.clone()),
         log: Some(Box::new(log.clone())),
         max_pps: 0,
-        ..sluice_pcap::sample::SampleConfig::new()
+        ..sluice_pipeline::sample::SampleConfig::new()
     };
     let (bridge, wire) = start(BridgeConfig { sample: Some(sample), ..BridgeConfig::new(rules(file)) });
     for i in 0..5 {

@@ -7,7 +7,7 @@ use sluice_engine::defrag::Limits;
 use sluice_engine::Verdict;
 use sluice_engine::{snapshot::Published, RuleSet};
 use sluice_gen::{Encap, FlowDist, FrameSize, GenConfig, ProtoMix};
-use sluice_pcap::sample::{Backpressure, SampleConfig, Sampler};
+use sluice_pipeline::sample::{Backpressure, SampleConfig, Sampler};
 use sluice_pipeline::{Reassembly, Steering, WorkersConfig};
 use sluice_rules::{load_list, parse_list, Prefix, FIREHOL_LEVEL1};
 use std::path::{Path, PathBuf};

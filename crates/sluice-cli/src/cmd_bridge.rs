@@ -9,7 +9,7 @@ use clap::Args;
 use sluice_bridge::{Bridge, BridgeConfig, Interfaces};
 use sluice_control::crowdsec::BouncerConfig;
 use sluice_live::open::{Io, OpenConfig, XdpChoice};
-use sluice_pcap::sample::Backpressure;
+use sluice_pipeline::sample::Backpressure;
 use sluice_pipeline::JudgeConfig;
 use std::io::IsTerminal;
 use std::time::Duration;

@@ -5,7 +5,8 @@ use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use sluice_engine::snapshot::Published;
 use sluice_engine::RuleSet;
-use sluice_pcap::{CaptureSinks, CaptureSource, Format, OutputFormat, PcapError, ReadMode};
+use sluice_pcap::{Format, OutputFormat, PcapError};
+use sluice_pipeline::{CaptureSinks, CaptureSource, ReadMode};
 use sluice_pipeline::{JudgeConfig, RunConfig, RunReport, Source};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -120,13 +121,13 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
     let name = a.input.file_name().map_or("capture".into(), |n| n.to_string_lossy().into_owned());
     // A file waits for us: the run slows to the sample writer's pace rather
     // than lose samples, so the same input gives the same samples.
-    let backpressure = sluice_pcap::sample::Backpressure::Wait;
+    let backpressure = sluice_pipeline::sample::Backpressure::Wait;
     let sampler = a.sample.start(&rules, vec![name], a.workers, a.steer_inner, backpressure)?;
     let mut bar = Bar(progress::bar(source.progress().1, true, !a.no_progress));
-    let mut sink = sluice_pcap::sample::tap(sampler.as_ref(), &mut sinks);
+    let mut sink = sluice_pipeline::sample::tap(sampler.as_ref(), &mut sinks);
     let result = sluice_pipeline::run(&mut source, &mut stage, judge, &mut sink, &mut bar, &cfg);
     bar.0.finish_and_clear();
-    let (samples, sample_error) = sampler.map_or((None, None), sluice_pcap::sample::Sampler::end);
+    let (samples, sample_error) = sampler.map_or((None, None), sluice_pipeline::sample::Sampler::end);
     let done = finished(result)?;
     let rule_set = rules.load();
     let summary = Summary {

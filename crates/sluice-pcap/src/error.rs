@@ -56,7 +56,7 @@ pub struct PcapError {
 }
 
 impl PcapError {
-    pub(crate) fn new(kind: PcapErrorKind, record: u64, offset: u64) -> Self {
+    pub fn new(kind: PcapErrorKind, record: u64, offset: u64) -> Self {
         PcapError { kind, record, offset }
     }
 }

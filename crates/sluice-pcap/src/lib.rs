@@ -9,17 +9,14 @@
 #![deny(unsafe_code)]
 
 mod error;
-mod map;
-pub mod pipeline;
+pub mod map;
 mod reader;
-pub mod sample;
 pub mod stdio;
 mod writer;
 
 pub use error::{PcapError, PcapErrorKind};
-pub use pipeline::{CaptureSinks, CaptureSource, ReadMode, SinkError, WriteThrough, WriteThroughError, CHUNK_BYTES};
 pub use reader::{CaptureReader, Chunked, InMemory, Input, Streamed};
-pub use writer::{CaptureWriter, OutputFormat};
+pub use writer::{interface_block_len, packet_block_len, CaptureWriter, OutputFormat};
 
 pub use sluice_wire::capture::{Interface, Timestamp, TsResolution};
 use sluice_wire::LinkType;

@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io;
 
 /// Map `file` read-only for one front-to-back pass.
-pub(crate) fn map_file(file: &File) -> io::Result<Mmap> {
+pub fn map_file(file: &File) -> io::Result<Mmap> {
     // SAFETY: the mapping is read-only and private to this process. If
     // another process truncates or rewrites the file while it is mapped, the
     // bytes we read may change or the read may fault (SIGBUS); that is the
@@ -26,7 +26,7 @@ pub(crate) fn map_file(file: &File) -> io::Result<Mmap> {
 /// one dependent DRAM miss per record. Prefetching the lines ahead of the
 /// reader turns the hops into hits.
 #[inline]
-pub(crate) fn prefetch(bytes: &[u8], at: usize) {
+pub fn prefetch(bytes: &[u8], at: usize) {
     if let Some(b) = bytes.get(at) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: a prefetch is a hint; it never faults and the pointer is

@@ -371,7 +371,7 @@ fn put_option(b: &mut Vec<u8>, code: u16, value: &[u8]) {
 /// The length of the Enhanced Packet Block [`CaptureWriter::write_packet`]
 /// writes for `data_len` bytes and this comment (to decide on a rotation
 /// before writing it).
-pub(crate) fn packet_block_len(data_len: usize, comment: Option<&str>) -> u64 {
+pub fn packet_block_len(data_len: usize, comment: Option<&str>) -> u64 {
     let opts: &[usize] = match comment {
         Some(c) => &[c.len()],
         None => &[],
@@ -381,7 +381,7 @@ pub(crate) fn packet_block_len(data_len: usize, comment: Option<&str>) -> u64 {
 
 /// The length of the Interface Description Block
 /// [`CaptureWriter::add_interface`] writes.
-pub(crate) fn interface_block_len(resolution: TsResolution, name: Option<&str>) -> u64 {
+pub fn interface_block_len(resolution: TsResolution, name: Option<&str>) -> u64 {
     let mut opts = Vec::with_capacity(2);
     if let Some(n) = name {
         opts.push(n.len());

@@ -12,19 +12,25 @@
 //! One [`Disposition`] per packet says whether it is judged, judged but
 //! steered by a reassembled datagram's flow, or already decided.
 //!
-//! This crate does no file or socket I/O and parses no arguments: capture
-//! files (`sluice-pcap`), the generator (`sluice-gen`) and live ports
-//! implement [`Source`] and [`Sink`]; the CLI wires them.
+//! Two kinds of file I/O live here, both in terms of batches: capture files
+//! as a source and sinks ([`capture`], over `sluice-pcap`'s reader and
+//! writer), and drop samples ([`sample`]: a tap on any sink that writes
+//! dropped packets, with why, to pcapng). No sockets and no arguments: the
+//! generator (`sluice-gen`) and the live ports (`sluice-live`) implement
+//! [`Source`] and [`Sink`] in their own crates; the CLI wires them.
 #![deny(unsafe_code)]
 
 pub mod batch;
+pub mod capture;
 pub mod io;
 pub mod judge;
 pub mod lanes;
 pub mod reassembly;
 pub mod run;
+pub mod sample;
 
 pub use batch::{Backing, Disposition, Edit, Meta, Packet, PacketBatch, Recycler, DEFAULT_BATCH_PACKETS};
+pub use capture::{CaptureSinks, CaptureSource, ReadMode, SinkError, WriteThrough, WriteThroughError, CHUNK_BYTES};
 pub use io::{Collect, Discard, Fill, Sink, Source, VecSource};
 pub use judge::{judge, Inline, Judge, JudgeConfig, JudgeError, LiveStats, Steering, Workers, WorkersConfig};
 pub use lanes::{run_lanes, Lane};

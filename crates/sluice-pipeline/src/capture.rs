@@ -7,9 +7,10 @@
 //! header, stored records are copied whole, and consecutive ones in a single
 //! write, which is byte-for-byte what writing them one by one would give.
 
-use crate::reader::{Chunked, InMemory};
-use crate::{CaptureReader, CaptureWriter, Format, OutputFormat, PcapError, PcapHeader, Record};
-use sluice_pipeline::{Backing, Fill, PacketBatch, Sink, Source, Verdict};
+use crate::{Backing, Fill, PacketBatch, Sink, Source, Verdict};
+use sluice_pcap::{
+    CaptureReader, CaptureWriter, Chunked, Format, InMemory, OutputFormat, PcapError, PcapHeader, Record,
+};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -65,11 +66,11 @@ pub struct CaptureSource {
 impl CaptureSource {
     /// Open `path` to be read as `mode` says.
     pub fn open(path: &Path, mode: ReadMode) -> Result<Self, PcapError> {
-        let file = crate::stdio::open(path).map_err(|e| PcapError::new(e.into(), 0, 0))?;
+        let file = sluice_pcap::stdio::open(path).map_err(|e| PcapError::new(e.into(), 0, 0))?;
         let meta = file.metadata().map_err(|e| PcapError::new(e.into(), 0, 0))?;
         let total = meta.len();
         if mode == ReadMode::Map && meta.is_file() && total > 0 {
-            if let Ok(map) = crate::map::map_file(&file) {
+            if let Ok(map) = sluice_pcap::map::map_file(&file) {
                 let backing: Backing = Arc::new(map);
                 let reader = CaptureReader::from_bytes(Shared(Arc::clone(&backing)))?;
                 return Ok(CaptureSource { reader: Reader::Mapped { reader, backing, prefetched: 0 }, total });
@@ -107,8 +108,8 @@ impl CaptureSource {
     }
 }
 
-fn meta_of(rec: &Record<'_>) -> sluice_pipeline::Meta {
-    sluice_pipeline::Meta {
+fn meta_of(rec: &Record<'_>) -> crate::Meta {
+    crate::Meta {
         index: rec.index,
         offset: rec.offset,
         timestamp: rec.timestamp,
@@ -134,7 +135,7 @@ impl Source for CaptureSource {
                         let start = rec.data.as_ptr() as usize - base;
                         let ahead = start + PREFETCH_AHEAD;
                         while *prefetched < ahead {
-                            crate::map::prefetch(bytes, *prefetched);
+                            sluice_pcap::map::prefetch(bytes, *prefetched);
                             *prefetched += LINE;
                         }
                         batch.push_backed(meta_of(&rec), start, rec.data.len(), PCAP_RECORD_HEADER);
@@ -144,7 +145,7 @@ impl Source for CaptureSource {
                     }
                     let ahead = reader.bytes_read() as usize + PREFETCH_AHEAD;
                     while *prefetched < ahead {
-                        crate::map::prefetch(bytes, *prefetched);
+                        sluice_pcap::map::prefetch(bytes, *prefetched);
                         *prefetched += LINE;
                     }
                     let Some(rec) = reader.next_record()? else { return Ok(Fill::End) };

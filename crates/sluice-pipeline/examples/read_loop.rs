@@ -11,7 +11,7 @@
 //! cargo run --release -p sluice-pcap --example read_loop -- DIR/bench.pcap map
 //! ```
 
-use sluice_pcap::{CaptureSource, ReadMode};
+use sluice_pipeline::{CaptureSource, ReadMode};
 use sluice_pipeline::{Fill, PacketBatch, Source, DEFAULT_BATCH_PACKETS};
 use std::path::Path;
 use std::time::Instant;

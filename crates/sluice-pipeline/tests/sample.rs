@@ -7,8 +7,8 @@
 use sluice_engine::defrag::Limits;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{CompileOptions, RuleSet, Verdict};
-use sluice_pcap::sample::{Backpressure, SampleConfig, SampleReport, Sampled, Sampler};
 use sluice_pcap::{CaptureReader, CaptureWriter, OutputFormat, Timestamp, TsResolution};
+use sluice_pipeline::sample::{Backpressure, SampleConfig, SampleReport, Sampled, Sampler};
 use sluice_pipeline::{Collect, Disposition, Meta, PacketBatch, Sink, Steering, WorkersConfig};
 use sluice_rules::parse_rules;
 use sluice_wire::capture::Interface;
@@ -491,25 +491,28 @@ mod warnings {
 
     static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
+    /// Each formatted event, one write per line.
     struct Keep;
 
-    impl log::Log for Keep {
-        fn enabled(&self, m: &log::Metadata) -> bool {
-            m.level() <= log::Level::Warn
+    impl std::io::Write for Keep {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            SEEN.lock().unwrap().push(String::from_utf8_lossy(b).into_owned());
+            Ok(b.len())
         }
-        fn log(&self, r: &log::Record) {
-            if self.enabled(r.metadata()) {
-                SEEN.lock().unwrap().push(r.args().to_string());
-            }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
         }
-        fn flush(&self) {}
     }
 
     /// Start keeping (every test that reads them calls it first).
     pub fn keep() {
-        // Fails when another test installed it first: the same logger.
-        let _ = log::set_logger(&Keep);
-        log::set_max_level(log::LevelFilter::Warn);
+        // Fails when another test installed it first: the same subscriber.
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(|| Keep)
+            .finish();
+        let _ = tracing::subscriber::set_global_default(subscriber);
     }
 
     /// Warnings so far that contain `text`.
@@ -865,7 +868,7 @@ fn a_failed_rotation_stops_the_file_and_finish_says_why() {
     let err = sampler.finish().unwrap_err();
     let msg = err.to_string();
     assert!(msg.contains(&path.display().to_string()) && msg.contains("renaming"), "{msg}");
-    let sluice_pcap::sample::SampleError::File { report, .. } = err else { panic!("{err}") };
+    let sluice_pipeline::sample::SampleError::File { report, .. } = err else { panic!("{err}") };
     let c = report.counts;
     assert!(c.written >= 1 && c.write_errors >= 1, "{c:?}");
     assert_eq!(c.written + c.write_errors, 10, "{c:?}");

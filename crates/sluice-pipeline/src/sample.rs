@@ -58,11 +58,11 @@
 //! `sport`/`dport` its TCP or UDP ports (`null` when there are none). Key
 //! order is not significant (serde_json's map sorts them).
 
-use crate::writer::{interface_block_len, packet_block_len};
-use crate::{CaptureWriter, OutputFormat, PcapError, PcapErrorKind, TsResolution};
+use crate::{Disposition, Meta, PacketBatch, Sink, Steering};
 use sluice_engine::snapshot::{Published, Reader};
 use sluice_engine::{RuleInfo, RuleSet, Verdict};
-use sluice_pipeline::{Disposition, Meta, PacketBatch, Sink, Steering};
+use sluice_pcap::{interface_block_len, packet_block_len};
+use sluice_pcap::{CaptureWriter, OutputFormat, PcapError, PcapErrorKind, TsResolution};
 use sluice_wire::{DecodeError, ErrorKind, LinkType, PacketSummary};
 use std::collections::VecDeque;
 use std::fmt;
@@ -1073,7 +1073,7 @@ impl Writer {
         let lost = self.counters.lost_queue_full.load(Relaxed);
         if lost > 0 {
             self.warned_loss = true;
-            log::warn!(
+            tracing::warn!(
                 "drop samples are being lost: the sample writer cannot keep up with a queue of {} \
                  (counted in lost_queue_full; frames are not affected; said once)",
                 self.queue
