@@ -111,6 +111,12 @@ impl SampleArgs {
     }
 }
 
+/// `--metrics ADDR`, checked: an address that is not loopback without
+/// `--metrics-allow-remote` is a wrong command line.
+pub fn metrics_addr(s: &str, allow_remote: bool) -> Result<std::net::SocketAddr> {
+    Ok(sluice_metrics::check_addr(s, allow_remote).map_err(|e| crate::Usage(e.to_string()))?)
+}
+
 /// `--workers` of bridge: `auto` (a worker per AF_XDP queue: `None`) or 1 to 256.
 pub fn bridge_workers(s: &str) -> Result<Option<usize>, String> {
     (s != "auto").then(|| workers(s)).transpose().map_err(|e| format!("{e}, or auto (a worker per queue)"))

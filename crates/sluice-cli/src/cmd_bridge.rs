@@ -3,7 +3,7 @@
 
 use crate::args::{ReassemblyArgs, VerdictArg};
 use crate::Outcome;
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
 use sluice_bridge::{Bridge, BridgeConfig, Interfaces};
@@ -123,20 +123,25 @@ pub struct BridgeArgs {
 /// The flags that make no sense together, refused before anything opens.
 fn check(a: &BridgeArgs) -> Result<[String; 2]> {
     let [if_a, if_b] = a.ifaces.as_slice() else {
-        bail!("give exactly two interfaces: --iface A --iface B (got {})", a.ifaces.len());
+        crate::usage!("give exactly two interfaces: --iface A --iface B (got {})", a.ifaces.len());
     };
     if if_a == if_b {
-        bail!("--iface {if_a} given twice: a bridge needs two different interfaces");
+        crate::usage!("--iface {if_a} given twice: a bridge needs two different interfaces");
     }
     if a.duration.is_some_and(|d| !(d.is_finite() && d > 0.0)) {
-        bail!("--duration must be a positive number of seconds");
+        crate::usage!("--duration must be a positive number of seconds");
+    }
+    if a.frame_size.is_some() && a.io == Io::Afpacket {
+        // TPACKET_V3 packs received frames back to back in its blocks: there
+        // is no per-frame buffer to size.
+        crate::usage!("--frame-size sizes AF_XDP's UMEM frames; AF_PACKET's ring has none (use --io afxdp)");
     }
     Ok([if_a.clone(), if_b.clone()])
 }
 
 pub fn run(a: BridgeArgs) -> Result<Outcome> {
     let names = check(&a)?;
-    let metrics = a.metrics.as_deref().map(|m| sluice_metrics::check_addr(m, a.metrics_allow_remote)).transpose()?;
+    let metrics = a.metrics.as_deref().map(|m| crate::args::metrics_addr(m, a.metrics_allow_remote)).transpose()?;
     let (url, key) = (a.crowdsec_url.as_deref(), a.crowdsec_key_file.as_deref());
     let (interval, resync, set, max) = (a.crowdsec_interval, a.crowdsec_resync, &a.crowdsec_set, a.crowdsec_max_answer);
     let crowdsec = BouncerConfig::from_flags(url, key, interval, resync, set, max).map_err(anyhow::Error::msg)?;

@@ -3,7 +3,7 @@
 
 use crate::rule_source::RuleArgs;
 use crate::Outcome;
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 use sluice_engine::compiled;
 use std::io::Write;
@@ -34,7 +34,7 @@ pub struct InspectArgs {
 
 pub fn compile(a: CompileArgs) -> Result<Outcome> {
     if !a.rules.spec().given() {
-        bail!("nothing to compile: give --rules FILE or --drop-src/--drop-dst/--drop-any LIST");
+        crate::usage!("nothing to compile: give --rules FILE or --drop-src/--drop-dst/--drop-any LIST");
     }
     let loaded = a.rules.load_for_compile()?;
     let started = Instant::now();

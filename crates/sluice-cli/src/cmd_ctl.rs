@@ -52,7 +52,7 @@ pub fn run(a: CtlArgs) -> Result<Outcome> {
             s
         }
         None if a.command.is_empty() => {
-            bail!("give a command (add, del, flush, test, list, sets, stats, reload) or -f FILE")
+            crate::usage!("give a command (add, del, flush, test, list, sets, stats, reload) or -f FILE")
         }
         None => a.command.join(" ").into_bytes(),
     };

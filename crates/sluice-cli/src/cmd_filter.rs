@@ -90,7 +90,8 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
     });
     let outputs = [("--pass", a.pass.as_deref()), ("--drop", a.drop_out.as_deref())];
     let sample = [("--sample-drops", a.sample.sample_drops.as_deref())];
-    sluice_pcap::stdio::check_distinct(&a.input, &[&outputs[..], &sample].concat()).map_err(anyhow::Error::msg)?;
+    sluice_pcap::stdio::check_distinct(&a.input, &[&outputs[..], &sample].concat())
+        .map_err(|e| crate::Usage(e.to_string()))?;
     let mode = match a.read {
         ReadArg::Chunks => ReadMode::Chunks,
         ReadArg::Map => ReadMode::Map,

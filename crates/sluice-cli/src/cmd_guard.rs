@@ -220,7 +220,7 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
     };
     let safety = a.safety.load()?;
     // Loopback only: the counters say who is blocked.
-    let metrics = a.metrics.as_deref().map(|m| sluice_metrics::check_addr(m, false)).transpose()?;
+    let metrics = a.metrics.as_deref().map(|m| crate::args::metrics_addr(m, false)).transpose()?;
     let guard = Guard::bind(Config {
         listen: a.listen,
         upstream: a.upstream,

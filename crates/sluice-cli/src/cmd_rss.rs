@@ -1,5 +1,5 @@
 use crate::Outcome;
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::Args;
 use sluice_steer::{parse_key, Indirection, RssInput, Toeplitz, KEY_LEN, MICROSOFT_KEY, SYMMETRIC_KEY};
 use std::net::IpAddr;
@@ -41,13 +41,13 @@ pub fn key_from(text: &str) -> Result<[u8; KEY_LEN]> {
 
 pub fn run(a: RssArgs) -> Result<Outcome> {
     if a.src.is_ipv4() != a.dst.is_ipv4() {
-        bail!("source and destination must both be IPv4 or both IPv6");
+        crate::usage!("source and destination must both be IPv4 or both IPv6");
     }
     if !a.table.is_power_of_two() || a.table > 1 << 16 {
-        bail!("--table must be a power of two up to 65536, got {}", a.table);
+        crate::usage!("--table must be a power of two up to 65536, got {}", a.table);
     }
     if a.workers == 0 || a.workers > a.table {
-        bail!("--workers must be between 1 and the table size ({})", a.table);
+        crate::usage!("--workers must be between 1 and the table size ({})", a.table);
     }
     let toeplitz = Toeplitz::new(&key_from(&a.key)?);
     let (input, tuple) = match (a.sport, a.dport) {

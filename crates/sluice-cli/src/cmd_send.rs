@@ -105,7 +105,7 @@ impl Frames {
 pub fn run(a: SendArgs) -> Result<Outcome> {
     if let Some(r) = a.rate {
         if !(r.is_finite() && r > 0.0) {
-            bail!("--rate must be a positive number of frames per second");
+            crate::usage!("--rate must be a positive number of frames per second");
         }
     }
     let mut frames = match &a.input {

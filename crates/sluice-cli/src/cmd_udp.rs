@@ -3,7 +3,7 @@
 //! the work is in `sluice_traffic::udp`.
 
 use crate::Outcome;
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use sluice_traffic::udp::{self, EchoConfig, EchoServer, IncomingCpu, Limit, LoadConfig};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -96,7 +96,7 @@ fn stop_on_signals() -> Result<Arc<AtomicBool>> {
 
 pub fn echo(a: EchoArgs) -> Result<Outcome> {
     if a.workers == 0 {
-        bail!("--workers must be at least 1");
+        crate::usage!("--workers must be at least 1");
     }
     let duration = a.duration.map(|d| seconds(d, "--duration")).transpose()?;
     let stop = stop_on_signals()?;

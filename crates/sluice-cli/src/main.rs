@@ -31,7 +31,8 @@ mod exit {
     pub const OK: u8 = 0;
     /// An error stopped the run (missing file, bad list line, write failure).
     pub const ERROR: u8 = 1;
-    // 2 is clap's: the command line itself was wrong.
+    /// The command line itself was wrong (clap's, and [`super::Usage`]).
+    pub const USAGE: u8 = 2;
     /// The input capture is truncated or corrupt: everything before the bad
     /// record was processed and written, and the position was reported.
     pub const INPUT_DAMAGED: u8 = 3;
@@ -40,6 +41,28 @@ mod exit {
     /// `sluice bridge`: a port's interface was deleted or renamed.
     pub const INTERFACE_GONE: u8 = 5;
 }
+
+/// A command line that clap accepts but that makes no sense (two
+/// interfaces the same, outputs that overwrite each other): exit 2, as a
+/// command line clap refuses.
+#[derive(Debug)]
+pub struct Usage(pub String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// Return a [`Usage`] error from the command.
+macro_rules! usage {
+    ($($t:tt)*) => {
+        return Err(anyhow::Error::new($crate::Usage(format!($($t)*))))
+    };
+}
+pub(crate) use usage;
 
 /// How a command that did not fail ended.
 pub enum Outcome {
@@ -142,6 +165,10 @@ fn main() -> ExitCode {
         Ok(Outcome::DemoMismatch) => exit::DEMO_MISMATCH,
         Ok(Outcome::Refused) => exit::ERROR,
         Ok(Outcome::InterfaceGone) => exit::INTERFACE_GONE,
+        Err(e) if e.downcast_ref::<Usage>().is_some() => {
+            tracing::error!("{e:#} (see --help)");
+            exit::USAGE
+        }
         Err(e) => {
             tracing::error!("{e:#}");
             exit::ERROR

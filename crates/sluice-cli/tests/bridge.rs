@@ -986,7 +986,8 @@ fn bridge_link_flap_and_loss_afxdp() {
     link_flap_then_loss("bridge_link_flap_and_loss_afxdp", &["--io", "afxdp", "--xdp-mode", "skb"], "lfx");
 }
 
-/// Errors say what is wrong and what to do, with exit code 1 and no panic.
+/// Errors say what is wrong and what to do, and no panic; a command line
+/// that makes no sense exits 2, as README says.
 #[test]
 fn bridge_errors_are_clear() {
     // No privileges needed: arguments are checked before anything is opened.
@@ -995,10 +996,21 @@ fn bridge_errors_are_clear() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("not a loopback address") && err.contains("--metrics-allow-remote"), "{err}");
     let out = Command::new(SLUICE).args(["bridge", "--iface", "x0"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("exactly two interfaces"));
+    assert_eq!(out.status.code(), Some(2));
+    let out = Command::new(SLUICE).args(["bridge", "--iface", "x0", "--iface", "x0"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("given twice"));
+    assert_eq!(out.status.code(), Some(2));
+    let args = ["bridge", "--iface", "x0", "--iface", "x1", "--io", "afpacket", "--frame-size", "2048"];
+    let out = Command::new(SLUICE).args(args).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--frame-size sizes AF_XDP"), "{out:?}");
+    assert_eq!(out.status.code(), Some(2), "refused before anything is opened");
+    // A switch is turned off as it is turned on.
+    let out = Command::new(SLUICE).args(["bridge", "--iface", "x0", "--dry-run=false"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("exactly two interfaces"), "--dry-run=false is taken");
     // The CrowdSec set's maxelem given twice, differently: one would be ignored.
     let dir = tempfile::tempdir().unwrap();
     let (rules, key) = (dir.path().join("r.rules"), dir.path().join("key"));

@@ -86,7 +86,7 @@ fn stdin_and_stdout_carry_the_same_bytes_as_files() {
 #[test]
 fn both_outputs_on_stdout_are_refused_and_errors_name_their_cause_once() {
     let out = sluice(&["filter", "--in", "-", "--pass", "-", "--drop", "-"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2), "a wrong command line");
     assert!(String::from_utf8_lossy(&out.stderr).contains("both name standard output"));
     let out = sluice(&["filter", "--in", "/nonexistent/x.pcap"]);
     let err = String::from_utf8_lossy(&out.stderr);

@@ -88,8 +88,36 @@ pub struct Expanded {
 pub fn try_parse<T: clap::Parser>(args: impl IntoIterator<Item = OsString>) -> Result<T, ParseError> {
     let cmd = T::command();
     let expanded = expand(&cmd, args.into_iter().collect()).map_err(ParseError::Config)?;
-    let matches = cmd.try_get_matches_from(&expanded.args).map_err(|e| expanded.explain(e))?;
+    let matches = switches_take_a_value(cmd).try_get_matches_from(&expanded.args).map_err(|e| expanded.explain(e))?;
     T::from_arg_matches(&matches).map_err(|e| ParseError::Clap(e.format(&mut T::command())))
+}
+
+/// Every switch (`--dry-run`) also takes `=true` or `=false`, so one a
+/// config file turns on can be turned off on the command line
+/// (`--dry-run=false`: the command line's flag wins, and the file's key is
+/// left out). Alone it still means true; a value must follow `=`, so the
+/// next argument is never taken as one.
+pub fn switches_take_a_value(cmd: Command) -> Command {
+    let switches: Vec<clap::Id> = cmd
+        .get_arguments()
+        .filter(|a| matches!(a.get_action(), ArgAction::SetTrue))
+        .map(|a| a.get_id().clone())
+        .collect();
+    let cmd = switches.into_iter().fold(cmd, |cmd, id| {
+        cmd.mut_arg(id, |a| {
+            a.action(ArgAction::Set)
+                .num_args(0..=1)
+                .require_equals(true)
+                .default_missing_value("true")
+                .default_value("false")
+                .value_parser(clap::value_parser!(bool))
+                .hide_possible_values(true)
+                .hide_default_value(true)
+                .value_name("true|false")
+        })
+    });
+    let subs: Vec<String> = cmd.get_subcommands().map(|s| s.get_name().to_owned()).collect();
+    subs.into_iter().fold(cmd, |cmd, name| cmd.mut_subcommand(name, switches_take_a_value))
 }
 
 impl Expanded {
@@ -436,6 +464,23 @@ mod tests {
             (r.ifaces, r.workers, r.cpus, r.dry_run, r.rate),
             (vec!["a".into(), "b".into()], 3, vec![0, 1], true, Some(2.5))
         );
+    }
+
+    #[test]
+    fn a_switch_the_file_turns_on_is_turned_off_on_the_command_line() {
+        let f = file("iface = [\"a\", \"b\"]\ndry-run = true\njson = true\n");
+        let p = f.path().to_str().unwrap();
+        assert!(run(parse(&["sluice", "run", "--config", p]).unwrap()).dry_run);
+        let r = run(parse(&["sluice", "run", "--config", p, "--dry-run=false", "-j=false"]).unwrap());
+        assert_eq!((r.dry_run, r.json), (false, false));
+        let r = run(parse(&["sluice", "run", "--iface", "a", "--dry-run", "--json=true"]).unwrap());
+        assert_eq!((r.dry_run, r.json), (true, true));
+        let r = run(parse(&["sluice", "run", "--iface", "a"]).unwrap());
+        assert_eq!((r.dry_run, r.json), (false, false));
+        // A value only after `=`: the next argument is never taken.
+        let r = run(parse(&["sluice", "run", "--dry-run", "--iface", "a"]).unwrap());
+        assert_eq!((r.dry_run, r.ifaces), (true, vec!["a".to_owned()]));
+        assert!(parse(&["sluice", "run", "--iface", "a", "--dry-run=maybe"]).is_err());
     }
 
     #[test]
