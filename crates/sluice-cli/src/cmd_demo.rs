@@ -19,6 +19,7 @@ pub struct DemoArgs {
     /// Packets to generate.
     #[arg(long, default_value_t = 1_000_000)]
     pub packets: u64,
+    /// Seed of the generator: the same seed gives the same packets.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Also write the generated packets to this capture (pcap; `-`: standard output).

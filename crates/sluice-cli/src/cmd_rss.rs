@@ -15,6 +15,7 @@ pub struct RssArgs {
     /// Source port: with --dport, hash the 4-tuple instead of the IP pair.
     #[arg(long, requires = "dport")]
     pub sport: Option<u16>,
+    /// Destination port: with --sport, hash the 4-tuple.
     #[arg(long, requires = "sport")]
     pub dport: Option<u16>,
     /// 80 hex digits, "microsoft" (default) or "symmetric" (0x6d5a repeated).

@@ -175,3 +175,12 @@ fn main() -> ExitCode {
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_subcommand_and_flag_has_help() {
+        let missing = sluice_service::help::without_help(&<super::Cli as clap::CommandFactory>::command());
+        assert!(missing.is_empty(), "no help text: {missing:#?}");
+    }
+}

@@ -6,4 +6,5 @@
 
 pub mod config;
 pub mod dist;
+pub mod help;
 pub mod log;

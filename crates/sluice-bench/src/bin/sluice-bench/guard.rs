@@ -17,11 +17,13 @@ pub struct GuardBenchArgs {
     /// Seconds per contender per repetition.
     #[arg(long, default_value_t = 5)]
     pub duration: u64,
+    /// Connections the load keeps open.
     #[arg(long, default_value_t = 32)]
     pub connections: usize,
     /// Threads of each of http-load, http-serve and http-guard.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
+    /// Repetitions, the contenders alternating (median, min and max are reported).
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
     /// Source addresses of the connections (one per connection, so no one

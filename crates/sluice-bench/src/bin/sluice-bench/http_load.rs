@@ -12,11 +12,13 @@ pub struct HttpBenchArgs {
     /// Seconds per contender per repetition.
     #[arg(long, default_value_t = 5)]
     pub duration: u64,
+    /// Connections the load keeps open.
     #[arg(long, default_value_t = 64)]
     pub connections: usize,
     /// Client threads (wrk -t, http-load --threads) and server threads.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
+    /// Repetitions, the contenders alternating (median, min and max are reported).
     #[arg(long, default_value_t = 2)]
     pub reps: usize,
     /// Pipelining depth of the third contender.

@@ -50,9 +50,9 @@ pub enum BenchCommand {
     Rules(rules::RulesBenchArgs),
     /// Loading a 6M-entry list from text against the file `sluice compile` makes of it.
     Load(rules::LoadBenchArgs),
-    /// sluice http-load against wrk on the same sluice http-serve, alternating, as ratios.
     /// HTTP/1.1 request parsers: sluice-h1 against httparse and picohttpparser, and the seed's goto-vs-switch case.
     Http(http::HttpParseBenchArgs),
+    /// sluice http-load against wrk on the same sluice http-serve, alternating, as ratios.
     HttpLoad(http_load::HttpBenchArgs),
     /// Cache line aliasing: page-aligned arrays against compounding offsets (the seed's pad table).
     Aliasing(mem::AliasingArgs),
@@ -79,6 +79,7 @@ pub struct RssBenchArgs {
     /// Hashes per repetition.
     #[arg(long, default_value_t = 2_000_000)]
     pub hashes: u64,
+    /// Repetitions (median, min and max are reported).
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
     /// One JSON object per input kind.
@@ -190,11 +191,13 @@ pub struct ClassifyArgs {
     /// Buffers in the ring.
     #[arg(long, default_value_t = 2048)]
     pub ring: usize,
+    /// Seed of the generated sets and lookups: the same seed, the same run.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Fill limit of sluice's exact tables (an experiment knob).
     #[arg(long, default_value_t = sluice_classify::DEFAULT_MAX_LOAD)]
     pub max_load: f64,
+    /// `table` for a person, `json` for one object per row.
     #[arg(long, value_enum, default_value = "table")]
     pub format: OutputFormat,
     /// Also write an SVG bar chart here.
@@ -842,4 +845,13 @@ fn classify(a: ClassifyArgs) -> Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_subcommand_and_flag_has_help() {
+        let missing = sluice_service::help::without_help(&<super::Cli as clap::CommandFactory>::command());
+        assert!(missing.is_empty(), "no help text: {missing:#?}");
+    }
 }

@@ -16,6 +16,7 @@ pub struct MemOut {
     /// Repetitions, alternating the variants (median, min, max reported).
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
+    /// `table` for a person, `json` for one object per row.
     #[arg(long, value_enum, default_value = "table")]
     pub format: OutputFormat,
     /// Same as --format json: one JSON object per row.

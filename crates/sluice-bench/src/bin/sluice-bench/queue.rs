@@ -33,6 +33,7 @@ pub struct QueueBenchArgs {
     /// Repetitions (median, min and max are reported; queues alternate).
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
+    /// `table` for a person, `json` for one object per row.
     #[arg(long, value_enum, default_value = "table")]
     pub format: OutputFormat,
     /// Same as --format json.
@@ -207,11 +208,13 @@ pub enum FlowPreset {
 
 #[derive(Args, Debug)]
 pub struct FlowtableBenchArgs {
+    /// Flow counts and repetitions: quick (CI-sized) or full.
     #[arg(long, value_enum, default_value = "quick")]
     pub preset: FlowPreset,
     /// Flows per size, comma-separated; overrides the preset's sizes.
     #[arg(long, value_delimiter = ',')]
     pub flows: Vec<usize>,
+    /// Repetitions (median, min and max are reported); default: the preset's.
     #[arg(long)]
     pub reps: Option<usize>,
     /// Packets per rep for the ordered expiry (walks get whole ticks within a budget).
@@ -220,6 +223,7 @@ pub struct FlowtableBenchArgs {
     /// Packets per tick (expiry runs once per tick).
     #[arg(long)]
     pub per_tick: Option<u64>,
+    /// `table` for a person, `json` for one object per row.
     #[arg(long, value_enum, default_value = "table")]
     pub format: OutputFormat,
     /// Same as --format json.

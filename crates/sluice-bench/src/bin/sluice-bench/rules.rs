@@ -31,6 +31,7 @@ pub struct RulesBenchArgs {
     /// are read as usual).
     #[arg(long, value_name = "FILE")]
     pub rules_file: Option<std::path::PathBuf>,
+    /// Repetitions, the contenders alternating (median, min and max are reported).
     #[arg(long, default_value_t = 7)]
     pub reps: usize,
     /// Print one JSON object.
@@ -204,6 +205,7 @@ pub struct LoadBenchArgs {
     /// Entries of the generated list (random IPv4 and IPv6 hosts, 1% prefixes).
     #[arg(long, default_value_t = 6_000_000)]
     pub entries: usize,
+    /// Repetitions, the contenders alternating (median, min and max are reported).
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
     /// Directory for the list and the compiled file (default: the system's temp dir).

@@ -53,6 +53,7 @@ pub struct SetsBenchArgs {
     /// Only what a delta costs the judge (the `lookup` rows).
     #[arg(long)]
     pub only_lookup: bool,
+    /// Print one JSON object per row.
     #[arg(long)]
     pub json: bool,
 }
@@ -598,6 +599,7 @@ pub struct SetsScaleArgs {
     /// publication did before), and their ratios.
     #[arg(long)]
     pub compare: bool,
+    /// Print one JSON object per row.
     #[arg(long)]
     pub json: bool,
 }
