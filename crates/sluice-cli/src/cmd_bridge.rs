@@ -60,8 +60,8 @@ pub struct BridgeArgs {
     /// Allow --metrics on an address other than loopback.
     #[arg(long)]
     pub metrics_allow_remote: bool,
-    /// Reload the rules when a list file changes (checked every 200 ms;
-    /// replace files by rename so no half-written list is read).
+    /// Reload the rules when the rule file or a list file changes (checked
+    /// every 200 ms; replace files by rename so no half-written file is read).
     #[arg(long)]
     pub watch: bool,
     /// Print a status line on stderr every 2 s even when it is not a terminal.

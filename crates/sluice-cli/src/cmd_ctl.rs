@@ -12,7 +12,7 @@ use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct CtlArgs {
-    /// The bridge's control socket (its --control PATH).
+    /// A bridge's or an http-guard's control socket (its --control PATH).
     #[arg(long, value_name = "PATH")]
     pub socket: PathBuf,
     /// Send the lines of FILE (`-`: standard input) as one atomic batch of
@@ -25,8 +25,9 @@ pub struct CtlArgs {
     /// Seconds to wait for the reply.
     #[arg(long, default_value_t = 30.0)]
     pub timeout: f64,
-    /// add SET ELEM [timeout S] | del SET ELEM | flush SET | test SET ADDR |
-    /// list SET | sets | stats | reload
+    /// A bridge: add SET ELEM [timeout S] | del SET ELEM | flush SET |
+    /// test SET ADDR | list SET | sets | stats | reload. An http-guard:
+    /// blocks | block ADDR [timeout S] | unblock ADDR | clients [N].
     #[arg(value_name = "COMMAND", num_args = 0.., trailing_var_arg = true)]
     pub command: Vec<String>,
 }
@@ -38,6 +39,10 @@ pub fn run(a: CtlArgs) -> Result<Outcome> {
         Some(f) => f.display().to_string(),
         None => "the request".to_owned(),
     };
+    // `--json` after the command (`ctl --socket S sets --json`) is the
+    // flag, not a word of the command: no command has such a word.
+    let json = a.json || a.command.iter().any(|w| w == "--json");
+    let command: Vec<&str> = a.command.iter().map(String::as_str).filter(|w| *w != "--json").collect();
     let request: Vec<u8> = match &a.file {
         // One byte past the limit is enough to know the request is over it.
         Some(f) if f.as_os_str() == "-" => {
@@ -51,10 +56,13 @@ pub fn run(a: CtlArgs) -> Result<Outcome> {
             file.take(MAX_REQUEST + 1).read_to_end(&mut s).with_context(|| from.clone())?;
             s
         }
-        None if a.command.is_empty() => {
-            crate::usage!("give a command (add, del, flush, test, list, sets, stats, reload) or -f FILE")
+        None if command.is_empty() => {
+            crate::usage!(
+                "give a command (a bridge's add, del, flush, test, list, sets, stats, reload; \
+                 a guard's blocks, block, unblock, clients) or -f FILE"
+            )
         }
-        None => a.command.join(" ").into_bytes(),
+        None => command.join(" ").into_bytes(),
     };
     // The socket would refuse it whole; said here, before sending any.
     if request.len() as u64 > MAX_REQUEST {
@@ -75,7 +83,7 @@ pub fn run(a: CtlArgs) -> Result<Outcome> {
     let timeout = Duration::from_secs_f64(a.timeout.max(0.1));
     let reply = sluice_control::socket::request(&a.socket, &request, timeout)
         .with_context(|| format!("control socket {}", a.socket.display()))?;
-    if a.json {
+    if json {
         println!("{reply}");
     } else {
         print!("{}", sluice_control::ctl::render_text(&reply));

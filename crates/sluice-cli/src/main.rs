@@ -107,7 +107,7 @@ enum Command {
     Rss(cmd_rss::RssArgs),
     /// Forward between two interfaces (AF_XDP or AF_PACKET), dropping what the rules say.
     Bridge(cmd_bridge::BridgeArgs),
-    /// Change a running bridge's sets and ask it what they hold, over its control socket.
+    /// Change a running bridge's sets or a guard's blocks, and ask what they hold, over its control socket.
     Ctl(cmd_ctl::CtlArgs),
     /// Send a capture or generated frames out of an interface, paced (pkt-gen's role).
     Send(cmd_send::SendArgs),

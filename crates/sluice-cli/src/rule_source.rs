@@ -11,7 +11,7 @@ use std::path::PathBuf;
 #[derive(Args, Debug, Clone)]
 pub struct RuleArgs {
     /// A rule file (nft-flavoured: `set`, `drop`/`pass`/`count` rules,
-    /// `default`; see README), or a file made by `sluice compile`.
+    /// `default`; see docs/rules.md), or a file made by `sluice compile`.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["drop_src", "drop_dst", "drop_any", "inner"])]
     pub rules: Option<PathBuf>,
     /// Drop packets whose source address is in LIST (repeatable; shorthand

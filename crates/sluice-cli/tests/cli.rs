@@ -296,12 +296,12 @@ fn refuses_to_overwrite_the_input() {
     ok(&["gen", "--out", p(&gen), "--count", "10"]);
     let before = std::fs::read(&gen).unwrap();
     let (code, _, stderr) = stderr_of(&["filter", "--in", p(&gen), "--pass", p(&dir.path().join(".").join("g.pcap"))]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 2, "a wrong command line");
     assert!(stderr.contains("is the input file"), "{stderr}");
     assert_eq!(std::fs::read(&gen).unwrap(), before);
     let out = dir.path().join("o.pcap");
     let (code, _, stderr) = stderr_of(&["filter", "--in", p(&gen), "--pass", p(&out), "--drop", p(&out)]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 2);
     assert!(stderr.contains("--pass and --drop name the same file"), "{stderr}");
 }
 
@@ -342,7 +342,7 @@ fn rss_command_reproduces_the_microsoft_suite() {
         assert_eq!(v["worker"], ((hash & 127) % 4) as u64);
     }
     let (code, _, stderr) = stderr_of(&["rss", "--src", "1.2.3.4", "--dst", "::1"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 2, "a wrong command line");
     assert!(stderr.contains("both be IPv4 or both IPv6"), "{stderr}");
 }
 

@@ -174,6 +174,14 @@ fn ctl_every_command() {
     assert_eq!(elements(&sock, "blocks"), before, "nothing changed");
     let e = ctl_fails(&sock, &["add", "nosuch", "192.0.2.1"]);
     assert!(e.contains("no set `nosuch`") && e.contains("blocks, fh"), "{e}");
+    // A query in a batch is named as it is spelled, not as Rust prints it.
+    std::fs::write(&batch, "add blocks 192.0.2.10\ntest blocks 192.0.2.10\n").unwrap();
+    let e = ctl_fails(&sock, &["-f", p(&batch)]);
+    assert!(e.contains("batch.txt:2:") && e.contains("not `test`"), "{e}");
+    // `--json` after the command is the flag.
+    let out = Command::new(SLUICE).args(["ctl", "--socket", p(&sock), "sets", "--json"]).output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v, ctl(&sock, &["sets"]));
 
     // a good batch from standard input is applied as one publication
     let mut child = Command::new(SLUICE)

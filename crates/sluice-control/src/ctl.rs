@@ -63,6 +63,24 @@ impl Command {
     pub fn changes(&self) -> bool {
         matches!(self, Command::Add { .. } | Command::Del { .. } | Command::Flush { .. })
     }
+
+    /// The word the command is spelled with.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Add { .. } => "add",
+            Command::Del { .. } => "del",
+            Command::Flush { .. } => "flush",
+            Command::Test { .. } => "test",
+            Command::List { .. } => "list",
+            Command::Sets => "sets",
+            Command::Stats => "stats",
+            Command::Reload => "reload",
+            Command::Blocks => "blocks",
+            Command::Block { .. } => "block",
+            Command::Unblock { .. } => "unblock",
+            Command::Clients { .. } => "clients",
+        }
+    }
 }
 
 /// A request that could not be read: its line (1-based) and what was wrong.
@@ -185,7 +203,7 @@ pub fn parse_request(text: &str) -> Result<Vec<(usize, Command)>, CtlError> {
         if let Some((line, c)) = out.iter().find(|(_, c)| !c.changes()) {
             return Err(CtlError {
                 line: *line,
-                message: format!("only add, del and flush can be batched, not {c:?}"),
+                message: format!("only add, del and flush can be batched, not `{}`: send it alone", c.name()),
             });
         }
     }
@@ -205,9 +223,13 @@ pub fn render_text(r: &serde_json::Value) -> String {
         return out;
     }
     if let Some(sets) = r["sets"].as_array() {
+        // Columns as wide as their widest cell: a long set name or kind
+        // does not push its row out of line.
+        let width = |k: &str, min: usize| sets.iter().map(|s| str_of(&s[k]).len()).max().unwrap_or(0).max(min);
+        let (wn, wk) = (width("name", 3), width("kind", 4));
         let _ = writeln!(
             out,
-            "{:<20} {:<22} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            "{:<wn$} {:<wk$} {:>10} {:>10} {:>10} {:>10} {:>10}",
             "set", "kind", "entries", "maxelem", "base", "added", "deleted"
         );
         for s in sets {
@@ -215,7 +237,7 @@ pub fn render_text(r: &serde_json::Value) -> String {
             // As strings: a JSON value's Display ignores width and alignment.
             let n = |k: &str| s[k].to_string();
             let (e, m, b, a, d) = (n("entries"), n("maxelem"), n("base"), n("added"), n("deleted"));
-            let _ = writeln!(out, "{name:<20} {kind:<22} {e:>10} {m:>10} {b:>10} {a:>10} {d:>10}");
+            let _ = writeln!(out, "{name:<wn$} {kind:<wk$} {e:>10} {m:>10} {b:>10} {a:>10} {d:>10}");
         }
     } else if let Some(elems) = r["elements"].as_array() {
         for e in elems {
@@ -253,7 +275,8 @@ pub fn render_text(r: &serde_json::Value) -> String {
     } else if let Some(clients) = r["clients"].as_array() {
         let _ = writeln!(out, "{:<40} {:>10} {:>12} {:>8}", "client", "req/s", "connections", "blocked");
         for c in clients {
-            let (n, k, b) = (&c["requests_per_s"], &c["connections"], &c["blocked"]);
+            // As strings: a JSON value's Display ignores width and alignment.
+            let (n, k, b) = (c["requests_per_s"].to_string(), c["connections"].to_string(), c["blocked"].to_string());
             let _ = writeln!(out, "{:<40} {n:>10} {k:>12} {b:>8}", str_of(&c["client"]));
         }
     } else if let Some(client) = r["client"].as_str() {
@@ -307,11 +330,21 @@ mod tests {
     fn replies_render() {
         let r = serde_json::json!({"ok": true, "set": "b", "addr": "192.0.2.1", "match": true, "element": "192.0.2.0/24", "from": "added"});
         assert_eq!(render_text(&r), "192.0.2.1 is in b (element 192.0.2.0/24, added)\n");
-        let r = serde_json::json!({"ok": true, "sets": [{"name": "b", "kind": "dynamic", "entries": 3, "maxelem": 1000000, "base": 0, "added": 3, "deleted": 0}]});
-        assert_eq!(
-            render_text(&r).lines().nth(1).unwrap(),
-            "b                    dynamic                         3    1000000          0          3          0"
-        );
+        let r = serde_json::json!({"ok": true, "sets": [
+            {"name": "b", "kind": "dynamic", "entries": 3, "maxelem": 1000000, "base": 0, "added": 3, "deleted": 0},
+            {"name": "a_long_set_name_indeed", "kind": "list", "entries": 12, "maxelem": null, "base": 12, "added": 0, "deleted": 0},
+        ]});
+        let text = render_text(&r);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[1], "b                      dynamic          3    1000000          0          3          0");
+        // Every row as long as the header: the columns line up.
+        assert!(lines.iter().all(|l| l.len() == lines[0].len()), "{text}");
+        let r = serde_json::json!({"ok": true, "clients": [
+            {"client": "192.0.2.1", "requests_per_s": 7, "connections": 12, "blocked": false},
+            {"client": "2001:db8::1", "requests_per_s": 1234, "connections": 1, "blocked": true},
+        ]});
+        let text = render_text(&r);
+        assert!(text.lines().all(|l| l.len() == text.lines().next().unwrap().len()), "{text}");
         let r = serde_json::json!({"ok": true, "set": "b", "complete": true, "elements": [{"element": "192.0.2.1/32", "expires_in": 5}]});
         assert_eq!(render_text(&r), "192.0.2.1/32 timeout 5\n");
         let r = serde_json::json!({"ok": false, "error": "line 2: del b 192.0.2.9/32: 192.0.2.9/32 is not in the set", "line": 2});

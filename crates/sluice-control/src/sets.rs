@@ -330,7 +330,7 @@ impl RuntimeSets {
         for (line, cmd) in batch {
             let err = |message: String| CtlError { line: *line, message };
             let (Command::Add { set, .. } | Command::Del { set, .. } | Command::Flush { set }) = cmd else {
-                return Err(err(format!("{cmd:?} does not change a set")));
+                return Err(err(format!("`{}` does not change a set", cmd.name())));
             };
             let i = Self::index(rules, set).map_err(err)?;
             sets.push(i);
