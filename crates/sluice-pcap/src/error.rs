@@ -7,6 +7,10 @@ pub enum PcapErrorKind {
     // error chain would print it twice.
     #[error("I/O error: {0}")]
     Io(std::io::Error),
+    /// The file could not be opened at all (missing, a directory, no
+    /// permission): no record was read, so no position is named.
+    #[error("cannot open: {0}")]
+    Open(std::io::Error),
     #[error("file is shorter than a capture header ({got} bytes)")]
     TruncatedFileHeader { got: usize },
     #[error("not a pcap or pcapng file (magic number 0x{0:08x})")]
@@ -59,11 +63,28 @@ impl PcapError {
     pub fn new(kind: PcapErrorKind, record: u64, offset: u64) -> Self {
         PcapError { kind, record, offset }
     }
+
+    /// The file at hand could not be opened (`e`), or is a directory.
+    pub fn open(e: std::io::Error) -> Self {
+        PcapError::new(PcapErrorKind::Open(e), 0, 0)
+    }
+
+    /// `file` opened, but not one a capture can be read from (a directory).
+    pub fn check_opened(file: &std::fs::File) -> Result<(), PcapError> {
+        match file.metadata() {
+            Ok(m) if m.is_dir() => Err(Self::open(std::io::Error::from(std::io::ErrorKind::IsADirectory))),
+            Ok(_) => Ok(()),
+            Err(e) => Err(Self::open(e)),
+        }
+    }
 }
 
 impl fmt::Display for PcapError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "record {} at byte offset {}: {}", self.record, self.offset, self.kind)
+        match self.kind {
+            PcapErrorKind::Open(_) => write!(f, "{}", self.kind),
+            _ => write!(f, "record {} at byte offset {}: {}", self.record, self.offset, self.kind),
+        }
     }
 }
 

@@ -262,7 +262,8 @@ impl CaptureReader<Streamed<BufReader<File>>> {
     /// Open a capture file (`-`: standard input), detecting pcap or pcapng
     /// from its magic number.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, PcapError> {
-        let file = crate::stdio::open(path.as_ref()).map_err(|e| PcapError::new(e.into(), 0, 0))?;
+        let file = crate::stdio::open(path.as_ref()).map_err(PcapError::open)?;
+        PcapError::check_opened(&file)?;
         CaptureReader::new(BufReader::with_capacity(1 << 20, file))
     }
 }

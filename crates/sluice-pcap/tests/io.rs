@@ -438,3 +438,20 @@ fn all_records_walked<I: sluice_pcap::Input>(
     }
     unreachable!("the loop returns")
 }
+
+/// A file that cannot be opened is said so, without a record position
+/// (none was read): not "record 0 at byte offset 0: I/O error".
+#[test]
+fn a_file_that_cannot_be_opened_names_no_position() {
+    let msg = |p: &std::path::Path| match CaptureReader::open(p) {
+        Ok(_) => panic!("{} opened", p.display()),
+        Err(e) => e.to_string(),
+    };
+    let e = msg(std::path::Path::new("/nonexistent/x.pcap"));
+    assert!(e.starts_with("cannot open: ") && e.contains("No such file"), "{e}");
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(msg(dir.path()), "cannot open: is a directory");
+    let empty = dir.path().join("empty.pcap");
+    std::fs::write(&empty, b"").unwrap();
+    assert!(msg(&empty).starts_with("record 0 at byte offset 0: file is shorter"), "read, then found short");
+}

@@ -66,8 +66,9 @@ pub struct CaptureSource {
 impl CaptureSource {
     /// Open `path` to be read as `mode` says.
     pub fn open(path: &Path, mode: ReadMode) -> Result<Self, PcapError> {
-        let file = sluice_pcap::stdio::open(path).map_err(|e| PcapError::new(e.into(), 0, 0))?;
-        let meta = file.metadata().map_err(|e| PcapError::new(e.into(), 0, 0))?;
+        let file = sluice_pcap::stdio::open(path).map_err(PcapError::open)?;
+        PcapError::check_opened(&file)?;
+        let meta = file.metadata().map_err(PcapError::open)?;
         let total = meta.len();
         if mode == ReadMode::Map && meta.is_file() && total > 0 {
             if let Ok(map) = sluice_pcap::map::map_file(&file) {
