@@ -296,6 +296,9 @@ impl Bridge {
             total_entries(&entries),
             describe(&entries)
         );
+        if cfg.dry_run {
+            tracing::warn!("dry run: every frame is forwarded; drops are counted as would_drop, none is enforced");
+        }
         *metrics.rules.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&published));
         let run = Pipeline {
             metrics: Arc::clone(&metrics),

@@ -275,6 +275,9 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
     let forwarder = forwarder.transpose().context("starting the block forwarder")?;
     // After the threads run, so a client that reads this line can connect at once.
     tracing::info!("guarding on {addr}");
+    if a.dry_run {
+        tracing::warn!("dry run: breaches are counted and would-be blocks logged, none is enforced");
+    }
     let elapsed = sluice_control::wait_until_stopped(&stop, a.duration, || running.any_finished());
     control.into_iter().for_each(sluice_guard::control::GuardControl::stop);
     let report = running.join().context("http-guard")?;

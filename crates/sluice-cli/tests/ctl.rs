@@ -858,3 +858,37 @@ fn a_file_at_the_control_path_is_an_error_and_left_in_place() {
     assert!(e.contains(&format!("control socket {}: exists and is not a socket", file.display())), "{e}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me\n");
 }
+
+/// `ctl block` and `unblock` write the log lines a limit's block does
+/// (docs/http-guard.md), and a dry run says so when it starts.
+#[test]
+fn guard_manual_blocks_are_logged_and_a_dry_run_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("guard.sock");
+    let mut child =
+        guard_command(&sock, 60).arg("--dry-run").stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let r = BufReader::new(child.stderr.take().unwrap());
+    std::thread::spawn(move || r.lines().map_while(Result::ok).for_each(|l| drop(tx.send(l))));
+    let _guard = Guard(child);
+    let wait_for = |what: &str| -> String {
+        let end = Instant::now() + Duration::from_secs(10);
+        let mut seen = String::new();
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(l) if l.contains(what) => return l,
+                Ok(l) => seen += &(l + "\n"),
+                Err(_) => panic!("no line with {what:?}; seen:\n{seen}"),
+            }
+        }
+    };
+    wait_for("guarding on");
+    wait_for("dry run: ");
+    let r = ctl(&sock, &["block", "192.0.2.9", "timeout", "30"]);
+    assert_eq!(r["new"], true, "{r}");
+    let line = wait_for("blocked 192.0.2.9");
+    assert!(line.contains("manual") && line.contains("30 s"), "{line}");
+    ctl(&sock, &["unblock", "192.0.2.9"]);
+    wait_for("unblocked 192.0.2.9");
+}

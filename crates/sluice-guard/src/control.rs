@@ -133,11 +133,22 @@ pub fn answer(shared: &Shared, text: &str) -> String {
                 }
             };
             let done = if new { "blocked" } else { "already blocked (or the block table is full)" };
+            if new {
+                // The line a limit's block writes (docs/http-guard.md), so a
+                // manual block is in the same log; an operator's, so no limiter.
+                let (client, secs) = (t.net(*client), timeout.map_or(0, u64::from));
+                tracing::info!(event = "block", client = %client, limit = "manual", ja4 = "-", secs,
+                    "blocked {client} (manual, sluice ctl) for {secs} s");
+            }
             json!({ "ok": true, "client": t.net(*client).to_string(), "done": done, "new": new }).to_string()
         }
         [(_, Command::Unblock { client })] => {
             let was = t.unblock(*client, now);
             let done = if was { "unblocked" } else { "was not blocked" };
+            if was {
+                let client = t.net(*client);
+                tracing::info!(event = "unblock", client = %client, "unblocked {client} (sluice ctl)");
+            }
             json!({ "ok": true, "client": t.net(*client).to_string(), "done": done, "was_blocked": was }).to_string()
         }
         [(_, Command::Clients { top })] => json!({ "ok": true, "clients": t.top_clients(*top, now) }).to_string(),
