@@ -186,15 +186,6 @@ fn outputs_open_in_tshark_with_original_timestamps() {
 
 // ---- Bad inputs
 
-fn stderr_of(args: &[&str]) -> (i32, String, String) {
-    let out = sluice(args);
-    (
-        out.status.code().unwrap(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[test]
 fn truncated_capture_keeps_everything_before_the_cut() {
     let dir = tempfile::tempdir().unwrap();

@@ -80,3 +80,24 @@ fn compiled_rules_and_lists_judge_like_their_text() {
     assert!(!r.status.success());
     assert!(String::from_utf8_lossy(&r.stderr).contains("truncated"), "{}", String::from_utf8_lossy(&r.stderr));
 }
+
+/// `compile --json` and `inspect --json` give a set the same size (both
+/// read it from the file written), and lists whose entries carry a timeout
+/// are named when they cannot be compiled.
+#[test]
+fn compile_and_inspect_agree_and_timeouts_name_their_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("l.txt");
+    std::fs::write(&list, "10.0.0.0/8\n192.0.2.1\n2001:db8::/32\n").unwrap();
+    let out = dir.path().join("c.sluice");
+    let c: Value = serde_json::from_str(&ok(&["compile", "--drop-src", p(&list), "--out", p(&out), "--json"])).unwrap();
+    let i: Value = serde_json::from_str(&ok(&["inspect", p(&out), "--json"])).unwrap();
+    assert_eq!(c["sets"], i["meta"]["sets"], "compile: {c}\ninspect: {i}");
+    assert_eq!(c["sets"][0]["entries"], 3);
+    let timed = dir.path().join("timed.txt");
+    std::fs::write(&timed, "create x hash:net\nadd x 198.51.100.0/24 timeout 30\n").unwrap();
+    let (code, _, err) = stderr_of(&["compile", "--drop-src", p(&list), "--drop-dst", p(&timed), "--out", p(&out)]);
+    assert_eq!(code, 1);
+    assert!(err.contains(&format!("{}: 1 list entries carry a timeout", timed.display())), "{err}");
+    assert!(!err.contains(p(&list)), "only the list with timeouts is named: {err}");
+}

@@ -91,8 +91,10 @@ pub enum LoadError {
     Map { path: String, error: std::io::Error },
     #[error("{path}: a compiled rule file, refused: {error}")]
     Compiled { path: String, error: CompiledError },
-    #[error("{0} list entries carry a timeout; a compiled file cannot expire them: load those lists as text")]
-    ExpiringInCompiled(usize),
+    #[error(
+        "{files}: {entries} list entries carry a timeout; a compiled file cannot expire them: load those lists as text"
+    )]
+    ExpiringInCompiled { entries: usize, files: String },
     #[error(
         "the rules have no set `{0}` for the feed to fill: define it with `set {0} dynamic` and use it, \
          e.g. `drop saddr @{0}`"
@@ -302,7 +304,15 @@ impl RuleSpec {
     pub fn load_for_compile(&self) -> Result<Loaded, LoadError> {
         let loaded = self.load(&[])?;
         if let Some(e) = &loaded.expiry {
-            return Err(LoadError::ExpiringInCompiled(e.expiring_entries()));
+            // `lists` is in the order the lists were read, as `e`'s are.
+            let files: Vec<&str> = e
+                .lists
+                .iter()
+                .zip(&loaded.lists)
+                .filter(|((_, l), _)| !l.timeouts.is_empty())
+                .map(|(_, entries)| entries.path.as_str())
+                .collect();
+            return Err(LoadError::ExpiringInCompiled { entries: e.expiring_entries(), files: files.join(", ") });
         }
         Ok(loaded)
     }

@@ -15,6 +15,16 @@ pub fn ok(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// Exit code, standard output and standard error of `sluice ARGS`.
+pub fn stderr_of(args: &[&str]) -> (i32, String, String) {
+    let out = sluice(args);
+    (
+        out.status.code().unwrap(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 pub fn p(path: &Path) -> &str {
     path.to_str().unwrap()
 }

@@ -1,0 +1,167 @@
+//! The names users rely on: every key of the bridge's `--json` summary and
+//! every metric it serves, compared with the lists in `tests/names/` (the
+//! names as they were before the counters were redefined; a change to one
+//! is a change to a published interface, made on purpose with
+//! `SLUICE_BLESS=1`), and with docs/json.md and docs/metrics.md, both ways.
+
+use sluice_bridge::{Bridge, BridgeConfig, MemoryPair};
+use sluice_control::RuleSpec;
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Maps keyed by what occurred (reasons, sets): their keys are data.
+const DATA_KEYED: &[&str] = &["undecodable_by_reason", "anomalies_by_reason"];
+
+/// Every key path of `v`: `a`, `a.b`, `a[].b` (arrays: the union of their
+/// elements' keys).
+pub fn key_paths(v: &serde_json::Value, at: &str, out: &mut BTreeSet<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, v) in m {
+                let p = if at.is_empty() { k.clone() } else { format!("{at}.{k}") };
+                out.insert(p.clone());
+                if !DATA_KEYED.contains(&k.as_str()) {
+                    key_paths(v, &p, out);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|i| key_paths(i, &format!("{at}[]"), out)),
+        _ => {}
+    }
+}
+
+/// The metric families of an exposition (`# TYPE NAME KIND` lines).
+pub fn metric_names(exposition: &str) -> BTreeSet<String> {
+    exposition
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `names` against the list in `file` (one per line); `SLUICE_BLESS=1`
+/// writes the list instead.
+fn same_as_listed(names: &BTreeSet<String>, file: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/names").join(file);
+    if std::env::var("SLUICE_BLESS").is_ok_and(|v| v == "1") {
+        let text: String = names.iter().map(|n| format!("{n}\n")).collect();
+        std::fs::write(&path, text).unwrap();
+        return;
+    }
+    let listed: BTreeSet<String> =
+        std::fs::read_to_string(&path).unwrap().lines().filter(|l| !l.is_empty()).map(str::to_owned).collect();
+    let gone: Vec<_> = listed.difference(names).collect();
+    let new: Vec<_> = names.difference(&listed).collect();
+    assert!(gone.is_empty() && new.is_empty(), "{file}: no longer served {gone:?}; new, not listed {new:?}");
+}
+
+fn scrape(addr: std::net::SocketAddr) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// A bridge with everything that adds names switched on: rules with a
+/// list and a dynamic set, the control socket, drop samples, metrics, and
+/// a CrowdSec feed (to a LAPI that is not there: its counters exist), a
+/// dry run. (A per-queue bridge's lanes add `per_lane`, `per_queue` and
+/// `sluice_queue_*`: AF_XDP only, checked by the veth tests.)
+fn run_everything() -> (serde_json::Value, String) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("bad.txt"), "198.51.100.66\n").unwrap();
+    let rules = dir.path().join("r.rules");
+    let text = "set bad from \"bad.txt\"\nset crowdsec dynamic\ndrop saddr @bad\ndrop saddr @crowdsec\ndefault pass\n";
+    std::fs::write(&rules, text).unwrap();
+    let key = dir.path().join("key");
+    std::fs::write(&key, "k\n").unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let crowdsec = sluice_control::crowdsec::BouncerConfig::from_flags(
+        Some("http://127.0.0.1:9"),
+        Some(&key),
+        10.0,
+        300.0,
+        "crowdsec",
+        1 << 20,
+    )
+    .unwrap();
+    let sample = sluice_pipeline::sample::SampleConfig {
+        pcapng: Some(dir.path().join("drops.pcapng")),
+        ..sluice_pipeline::sample::SampleConfig::new()
+    };
+    let cfg = BridgeConfig {
+        control: Some(dir.path().join("ctl.sock")),
+        metrics: Some("127.0.0.1:0".parse().unwrap()),
+        sample: Some(sample),
+        crowdsec,
+        // Its own key and metric (`would_drop`).
+        dry_run: true,
+        ..BridgeConfig::new(RuleSpec { rules: Some(rules), ..RuleSpec::default() })
+    };
+    let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
+    let sock = dir.path().join("ctl.sock");
+    let bridge = Bridge::start(cfg, Box::new(pair)).unwrap();
+    // A runtime change and a reload: the families they start.
+    let r = sluice_control::socket::request(&sock, "add crowdsec 192.0.2.0/24\n", Duration::from_secs(10)).unwrap();
+    assert_eq!(r["ok"], true, "{r}");
+    bridge.reload("test");
+    let mut frame = vec![0x02, 0, 0, 0, 0, 0x0b, 0x02, 0, 0, 0, 0, 0x0a, 0x08, 0x00];
+    frame.extend_from_slice(&[0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 198, 51, 100, 66, 192, 0, 2, 1]);
+    frame.extend_from_slice(&[0, 53, 0, 53, 0, 8, 0, 0]);
+    wire.send(0, &frame);
+    wire.send(0, &[0u8; 10]); // undecodable
+    let end = Instant::now() + Duration::from_secs(10);
+    while bridge.metrics().stats().packets < 2 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let metrics = scrape(bridge.metrics_addr().unwrap());
+    bridge.stop();
+    let summary = bridge.wait().unwrap();
+    (summary.json, metrics)
+}
+
+#[test]
+fn the_summary_keys_and_metric_names_are_the_published_ones() {
+    let (json, metrics) = run_everything();
+    let mut keys = BTreeSet::new();
+    key_paths(&json, "", &mut keys);
+    same_as_listed(&keys, "bridge-json.txt");
+    same_as_listed(&metric_names(&metrics), "bridge-metrics.txt");
+}
+
+/// docs/metrics.md names every metric the bridge serves (and, through the
+/// guard's list, every one the guard serves), and nothing else.
+#[test]
+fn docs_metrics_lists_every_served_metric_and_no_other() {
+    let doc = std::fs::read_to_string(repo().join("docs/metrics.md")).unwrap();
+    let documented: BTreeSet<String> = doc
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("sluice_") && w.len() > "sluice_".len())
+        .map(str::to_owned)
+        .collect();
+    let listed = |f: &str| -> BTreeSet<String> {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sluice-guard/tests/names").join(f);
+        let p = if p.exists() { p } else { Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/names").join(f) };
+        std::fs::read_to_string(p).unwrap().lines().map(str::to_owned).collect()
+    };
+    let served: BTreeSet<String> = listed("bridge-metrics.txt").union(&listed("guard-metrics.txt")).cloned().collect();
+    // Lanes' families (`--workers auto`) are served over AF_XDP queues only:
+    // the veth tests check those.
+    let lanes_only: BTreeSet<String> =
+        ["sluice_queue_packets", "sluice_queue_rx_packets", "sluice_queue_tx_packets", "sluice_fragments_resteered"]
+            .map(str::to_owned)
+            .into();
+    let undocumented: Vec<_> = served.difference(&documented).collect();
+    let unserved: Vec<_> = documented.difference(&served).filter(|n| !lanes_only.contains(*n)).collect();
+    assert!(undocumented.is_empty(), "served, not in docs/metrics.md: {undocumented:?}");
+    assert!(unserved.is_empty(), "in docs/metrics.md, not served: {unserved:?}");
+}
