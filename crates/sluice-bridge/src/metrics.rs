@@ -115,8 +115,10 @@ impl BridgeMetrics {
             .map(|e| serde_json::json!({ "list": e.kind, "path": e.path, "entries": e.entries }))
             .collect();
         v["frames_reclaimed"] = l(&self.ports.frames_reclaimed).into();
-        if let Some(q) = self.per_queue_json(report) {
-            v["per_queue"] = q;
+        if let Some(q) = self.per_lane_json(report) {
+            // `per_queue`: the old name, kept for one release (docs/json.md).
+            v["per_queue"] = q.clone();
+            v["per_lane"] = q;
         }
         if let Some(i) = self.inboxes.get() {
             v["fragments_resteered"] = l(&i.moved).into();
@@ -155,7 +157,7 @@ impl BridgeMetrics {
         let (ok, failed, hup) = (l(&c.reloads_ok), l(&c.reloads_failed), l(&c.sighups));
         let _ = writeln!(out, "reloads      {ok} ok, {failed} failed ({hup} SIGHUP)");
         let _ = writeln!(out, "workers      {:?}", report.per_worker);
-        for q in self.per_queue_json(report).as_ref().and_then(|v| v.as_array()).into_iter().flatten() {
+        for q in self.per_lane_json(report).as_ref().and_then(|v| v.as_array()).into_iter().flatten() {
             let _ = writeln!(
                 out,
                 "queue {:<6} on CPU {}: in {} (pass {}, drop {}); sent {}; judged {}",
@@ -179,7 +181,7 @@ impl BridgeMetrics {
 
     /// A per-queue bridge's lanes, one object each (`None` for one thread):
     /// the queue, the CPU, what it received, passed, dropped, sent and judged.
-    pub fn per_queue_json(&self, report: &sluice_pipeline::RunReport) -> Option<serde_json::Value> {
+    pub fn per_lane_json(&self, report: &sluice_pipeline::RunReport) -> Option<serde_json::Value> {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let lanes = self.ports.lanes.get()?;
         Some(

@@ -298,7 +298,7 @@ fn bridge_case_on(test: &str, io: &[&str], workers: &str, tag: &str, queues: u32
     }
     assert_documented_keys("sluice bridge --json", &v);
     for k in documented_keys("sluice filter --json") {
-        if !["input", "input_format", "stopped_at"].contains(&k.as_str()) {
+        if !["input", "input_format", "stopped_at", "samples"].contains(&k.as_str()) {
             assert!(v.get(&k).is_some(), "bridge --json lacks filter's {k}: {v}");
         }
     }
@@ -363,7 +363,8 @@ const LANE_CPUS: &str = "0,1,0,1";
 /// that received forwarded, all together count every frame once, and the
 /// metrics say the same per queue.
 fn per_queue_checks(v: &Value, scrape: &str, queues: u32, want: usize, total: u64) {
-    let lanes = v["per_queue"].as_array().unwrap_or_else(|| panic!("per_queue in the summary: {v}"));
+    let lanes = v["per_lane"].as_array().unwrap_or_else(|| panic!("per_lane in the summary: {v}"));
+    assert_eq!(v["per_queue"], v["per_lane"], "the old name, kept one release");
     assert_eq!(lanes.len(), want, "{v}");
     let busy = lanes.iter().filter(|q| q["rx_packets"].as_u64().unwrap() > 0).count();
     if want == queues as usize {
