@@ -500,7 +500,7 @@ impl Collector for Exporter {
         gauge(
             &mut enc,
             "sluice_rules_generation",
-            "Generation of the rules in force (0 at start, +1 per successful reload).",
+            "Generation of the rules in force (0 at start, +1 per publication: reload, expiry, runtime change, merge).",
             &[(vec![], l(&s.control.generation) as i64)],
         )?;
         gauge(&mut enc, "sluice_info", "How the bridge runs.", &[(vec![("io", s.io())], 1)])?;

@@ -185,12 +185,18 @@ fn ctl_adds_and_deletes_take_effect_on_the_next_frames() {
     assert_eq!(pass(1), 0, "blocked once the add is answered");
     let sets = ctl(&sock, "sets\n");
     assert!(sets.to_string().contains("blocks"), "{sets}");
+    assert_eq!(ctl(&sock, "add blocks 203.0.113.99\n")["ok"], true);
+    // A dynamic set's size is its live size in the lists too.
+    let lists = bridge.metrics().control.lists();
+    let blocks = lists.iter().find(|l| l.kind == "set blocks").expect("the set's row");
+    assert_eq!(blocks.entries, 2, "{lists:?}");
     let r = ctl(&sock, "del blocks 198.51.100.0/24\n");
     assert_eq!(r["ok"], true, "{r}");
     assert_eq!(pass(2), 1, "let through once the delete is answered");
     bridge.stop();
     let s = bridge.wait().unwrap();
     assert_eq!(s.json["dropped"], 1, "{}", s.json);
+    assert_eq!(s.json["lists"][0]["entries"], 1, "{}", s.json);
     assert!(!sock.exists(), "the socket is removed at stop");
 }
 

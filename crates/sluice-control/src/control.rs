@@ -48,8 +48,6 @@ pub struct ControlState {
     pub updates: AtomicU64,
     /// Runtime elements whose timeout passed.
     pub expired: AtomicU64,
-    /// Deltas folded into new base tables.
-    pub merges: AtomicU64,
     /// Runtime changes published, and from a request's arrival to its
     /// publication, the recent ones.
     pub publishes: AtomicU64,
@@ -62,9 +60,19 @@ pub struct ControlState {
 }
 
 impl ControlState {
-    /// The lists in force and their entries.
+    /// The lists in force and their entries: as read from their files, and
+    /// a dynamic set's as it holds them now (it has no file: its size is
+    /// its live size, as `ctl sets` and `sluice_set_entries` say).
     pub fn lists(&self) -> Vec<ListEntries> {
-        self.lists.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        let mut lists = self.lists.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let sets = self.sets();
+        for l in lists.iter_mut().filter(|l| l.path == crate::spec::DYNAMIC_PATH) {
+            let name = l.kind.strip_prefix("set ").unwrap_or(&l.kind);
+            if let Some(row) = sets.iter().find(|r| r.name == name) {
+                l.entries = row.entries as u64;
+            }
+        }
+        lists
     }
 
     /// Every named set with its entries (base, added, deleted), as of the
@@ -271,16 +279,18 @@ impl Controller {
                 }
                 let generation = self.publish(rules);
                 let n = self.state.reloads_ok.fetch_add(1, Ordering::Relaxed) + 1;
+                self.state.loaded(l.lists);
+                // With the dynamic sets' elements carried over, as the JSON and metrics say.
+                let lists = self.state.lists();
                 tracing::info!(
                     event = "reload",
                     generation,
-                    entries = total_entries(&l.lists),
+                    entries = total_entries(&lists),
                     "reload {n} ({why}): {} entries ({}) built in {:.1} ms; generation {generation} in force",
-                    total_entries(&l.lists),
-                    describe(&l.lists),
+                    total_entries(&lists),
+                    describe(&lists),
                     l.took.as_secs_f64() * 1e3
                 );
-                self.state.loaded(l.lists);
                 self.expiry = l.expiry.map(|e| (e, 0));
                 true
             }
@@ -482,7 +492,7 @@ impl Controller {
     fn commit(&mut self, staged: Vec<(Sender<String>, Instant, usize)>) {
         self.release();
         let rules = self.published.load();
-        let (new, merges) = self.sets.commit(&rules.value);
+        let (new, _merged) = self.sets.commit(&rules.value);
         drop(rules);
         let generation = match new {
             Some(r) => {
@@ -491,7 +501,6 @@ impl Controller {
             }
             None => self.state.generation.load(Ordering::Relaxed),
         };
-        self.state.merges.fetch_add(merges as u64, Ordering::Relaxed);
         for (reply, received, n) in staged {
             let ns = received.elapsed().as_nanos() as u64;
             self.state.published_change(ns);
@@ -510,7 +519,6 @@ impl Controller {
         let (new, n) = self.sets.poll_merges(&rules.value, false);
         drop(rules);
         if let Some(r) = new {
-            self.state.merges.fetch_add(n as u64, Ordering::Relaxed);
             let generation = self.publish(r);
             tracing::debug!("{n} set delta(s) merged into new tables; generation {generation} in force");
         }
@@ -528,7 +536,10 @@ impl Controller {
             "reloads_failed": get(&s.reloads_failed),
             "updates": get(&s.updates),
             "expired": get(&s.expired),
-            "merges": get(&s.merges),
+            // Counted where merges happen, per set (`sluice_set_merges`):
+            // whichever path started one (a change, an expiry), on whichever
+            // thread it ran.
+            "merges": self.sets.rows(&self.published.load().value).iter().map(|r| r.merges).sum::<u64>(),
             "publishes": get(&s.publishes),
             "ctl_ok": get(&s.ctl_ok),
             "ctl_failed": get(&s.ctl_failed),

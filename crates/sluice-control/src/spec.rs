@@ -60,6 +60,9 @@ pub fn describe(lists: &[ListEntries]) -> String {
     lists.iter().map(|l| format!("{} {}: {}", l.kind, l.path, l.entries)).collect::<Vec<_>>().join(", ")
 }
 
+/// The `path` of a dynamic set's [`ListEntries`]: it has no file.
+pub const DYNAMIC_PATH: &str = "(dynamic)";
+
 /// A built rule set and what went into it.
 pub struct Loaded {
     pub rules: RuleSet,
@@ -250,7 +253,7 @@ impl RuleSpec {
                     let path = match &def.source {
                         SetSource::File(p) => p.display().to_string(),
                         SetSource::Inline(_) => "(inline)".into(),
-                        SetSource::Dynamic { .. } => "(dynamic)".into(),
+                        SetSource::Dynamic { .. } => DYNAMIC_PATH.into(),
                     };
                     entries.push(ListEntries {
                         kind: format!("set {}", def.name),
@@ -409,7 +412,7 @@ mod tests {
         assert_eq!(e.live_entries(9), 1);
         assert_eq!(e.expiring_entries(), 2);
         // A compiled file cannot expire entries: refused.
-        assert!(matches!(spec.load_for_compile(), Err(LoadError::ExpiringInCompiled(2))));
+        assert!(matches!(spec.load_for_compile(), Err(LoadError::ExpiringInCompiled { entries: 2, .. })));
     }
 
     #[test]
