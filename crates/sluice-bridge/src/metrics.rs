@@ -16,7 +16,7 @@ use prometheus_client::registry::Registry;
 use sluice_control::ControlState;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{RuleSet, Side, Stats};
-use sluice_live::pipeline::BridgeCounters;
+use sluice_live::pipeline::{BridgeCounters, PortTotals};
 use sluice_metrics::{counter, gauge};
 use sluice_pipeline::LiveStats;
 use sluice_pipeline::{Observer, Progress};
@@ -207,27 +207,14 @@ impl BridgeMetrics {
         (0..2)
             .map(|p| {
                 let t = self.ports.ports[p].totals();
-                serde_json::json!({
-                    "port": p,
-                    "iface": self.ifaces[p],
-                    "packets": t.passed + t.dropped,
-                    "bytes": t.passed_bytes + t.dropped_bytes,
-                    "passed": t.passed,
-                    "passed_bytes": t.passed_bytes,
-                    "dropped": t.dropped,
-                    "dropped_bytes": t.dropped_bytes,
-                    "rx_packets": t.rx_packets,
-                    "rx_bytes": t.rx_bytes,
-                    "tx_packets": t.tx_packets,
-                    "tx_bytes": t.tx_bytes,
-                    "tx_ring_full": t.tx_ring_full,
-                    "tx_invalid": t.tx_invalid,
-                    "tx_no_buffer": t.tx_no_buffer,
-                    "tx_errors": t.tx_errors,
-                    "rx_ring_drops": t.rx_ring_drops,
-                    "rx_fill_empty": t.rx_fill_empty,
-                    "rx_truncated": t.rx_truncated,
-                })
+                // Every counter under its own name (`PortCounters` declares them).
+                let mut v: serde_json::Map<String, serde_json::Value> =
+                    t.pairs().into_iter().map(|(k, n)| (k.to_owned(), n.into())).collect();
+                v.insert("port".into(), p.into());
+                v.insert("iface".into(), self.ifaces[p].clone().into());
+                v.insert("packets".into(), (t.passed + t.dropped).into());
+                v.insert("bytes".into(), (t.passed_bytes + t.dropped_bytes).into());
+                serde_json::Value::Object(v)
             })
             .collect()
     }
@@ -303,6 +290,21 @@ impl Observer for LiveObserver {
     }
 }
 
+/// The help text of a family of the ports' counters.
+fn port_family_help(family: &str) -> &'static str {
+    match family {
+        "sluice_packets" => "Packets received on a port, by verdict.",
+        "sluice_bytes" => "Bytes (on the wire) received on a port, by verdict.",
+        "sluice_tx_packets" => "Packets transmitted on a port.",
+        "sluice_tx_bytes" => "Bytes transmitted on a port.",
+        "sluice_ring_drops" => {
+            "Frames lost at a ring: the kernel's RX ring full or fill ring empty, our TX ring full, a frame that \
+             cannot be sent, no free buffer, a failed send (fill_ring_empty counts events, not frames)."
+        }
+        _ => "A port's counter.",
+    }
+}
+
 /// Encodes [`BridgeMetrics`] on every scrape.
 struct Exporter(Arc<BridgeMetrics>);
 
@@ -319,24 +321,11 @@ impl Collector for Exporter {
         let s = &self.0;
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let port = |p: usize| vec![("port", p.to_string()), ("iface", s.ifaces[p].clone())];
-        let totals: Vec<_> = (0..2).map(|p| (p, s.ports.ports[p].totals())).collect();
-        let mut packets = Vec::new();
-        let mut bytes = Vec::new();
-        for (p, t) in &totals {
-            for (verdict, n, b) in [("pass", t.passed, t.passed_bytes), ("drop", t.dropped, t.dropped_bytes)] {
-                let mut labels = port(*p);
-                labels.push(("verdict", verdict.to_owned()));
-                packets.push((labels.clone(), n));
-                bytes.push((labels, b));
-            }
+        // The ports' families, as `PortCounters` declares them.
+        let rows: Vec<_> = (0..2).map(|p| (port(p), s.ports.ports[p].totals().exported())).collect();
+        for family in sluice_metrics::counters::families(PortTotals::FAMILIES) {
+            counter(&mut enc, family, port_family_help(family), &sluice_metrics::counters::samples(family, &rows))?;
         }
-        counter(&mut enc, "sluice_packets", "Packets received on a port, by verdict.", &packets)?;
-        counter(&mut enc, "sluice_bytes", "Bytes (on the wire) received on a port, by verdict.", &bytes)?;
-        let per = |f: fn(&sluice_live::pipeline::PortTotals) -> u64| -> Vec<_> {
-            totals.iter().map(|(p, t)| (port(*p), f(t))).collect()
-        };
-        counter(&mut enc, "sluice_tx_packets", "Packets transmitted on a port.", &per(|t| t.tx_packets))?;
-        counter(&mut enc, "sluice_tx_bytes", "Bytes transmitted on a port.", &per(|t| t.tx_bytes))?;
         if let Some(lanes) = s.ports.lanes.get() {
             let queue = |c: &sluice_live::pipeline::LaneCounters| {
                 vec![("queue", c.queue.to_string()), ("cpu", c.cpu.to_string())]
@@ -366,29 +355,6 @@ impl Collector for Exporter {
                 ],
             )?;
         }
-        let mut ring = Vec::new();
-        for (p, t) in &totals {
-            for (what, v) in [
-                ("rx_ring_full", t.rx_ring_drops),
-                ("rx_fill_ring_empty", t.rx_fill_empty),
-                ("rx_truncated", t.rx_truncated),
-                ("tx_ring_full", t.tx_ring_full),
-                ("tx_invalid", t.tx_invalid),
-                ("tx_no_buffer", t.tx_no_buffer),
-                ("tx_error", t.tx_errors),
-            ] {
-                let mut labels = port(*p);
-                labels.push(("ring", what.to_owned()));
-                ring.push((labels, v));
-            }
-        }
-        counter(
-            &mut enc,
-            "sluice_ring_drops",
-            "Frames lost at a ring: the kernel's RX ring full or fill ring empty, our TX ring full, a frame that \
-             cannot be sent, no free buffer, a failed send (fill_ring_empty counts events, not frames).",
-            &ring,
-        )?;
         let stats = s.stats();
         let rules = s.rules();
         // The workers count every drop they decide by its reason but the
@@ -680,5 +646,18 @@ impl BridgeMetrics {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(Exporter(Arc::clone(self))));
         registry
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_port_family_has_its_own_help() {
+        let generic = port_family_help("");
+        for f in sluice_metrics::counters::families(PortTotals::FAMILIES) {
+            assert_ne!(port_family_help(f), generic, "{f} has no help text of its own");
+        }
     }
 }

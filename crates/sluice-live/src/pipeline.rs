@@ -70,43 +70,46 @@ const KERNEL_STATS_EVERY: Duration = Duration::from_millis(500);
 /// At most this many queues per port (`poll` takes 16 descriptors).
 pub const MAX_QUEUES: u32 = 8;
 
-/// One port's counters, written by the source and the sink once per batch
-/// and read by whoever reports them (metrics, a status line).
-#[derive(Debug, Default)]
-pub struct PortCounters {
-    /// Frames received on this port.
-    pub rx_packets: AtomicU64,
-    /// Their bytes on the wire.
-    pub rx_bytes: AtomicU64,
-    /// Frames transmitted on this port (passed packets from the other one).
-    pub tx_packets: AtomicU64,
-    /// Their bytes.
-    pub tx_bytes: AtomicU64,
-    /// Passed frames lost because this port's TX ring stayed full.
-    pub tx_ring_full: AtomicU64,
-    /// Passed frames that cannot be sent: larger than a slot or frame, or
-    /// shorter than an Ethernet header.
-    pub tx_invalid: AtomicU64,
-    /// Passed frames copied by reassembly that found no free UMEM frame.
-    pub tx_no_buffer: AtomicU64,
-    /// Failed transmit system calls (the frames stay queued for the next).
-    pub tx_errors: AtomicU64,
-    /// Frames the kernel dropped before we saw them: the RX ring was full
-    /// (AF_PACKET `tp_drops`; AF_XDP `rx_dropped + rx_ring_full`).
-    pub rx_ring_drops: AtomicU64,
-    /// AF_XDP: times the kernel found the fill ring empty.
-    pub rx_fill_empty: AtomicU64,
-    /// AF_PACKET: frames the ring cut short (skipped).
-    pub rx_truncated: AtomicU64,
-    /// Frames received on this port that the pipeline passed (sent on, or
-    /// lost on the way out: see the `tx_*` counters of the other port).
-    pub passed: AtomicU64,
-    /// Their bytes on the wire.
-    pub passed_bytes: AtomicU64,
-    /// Frames received on this port that the pipeline dropped.
-    pub dropped: AtomicU64,
-    /// Their bytes on the wire.
-    pub dropped_bytes: AtomicU64,
+sluice_metrics::counters! {
+    /// One port's counters, written by the source and the sink once per batch
+    /// and read by whoever reports them (metrics, a status line). Each is
+    /// declared once here, with where `/metrics` shows it; its name is its
+    /// key in the summary's `per_port`.
+    pub struct PortCounters / PortTotals {
+        /// Frames received on this port.
+        rx_packets,
+        /// Their bytes on the wire.
+        rx_bytes,
+        /// Frames transmitted on this port (passed packets from the other one).
+        tx_packets => "sluice_tx_packets",
+        /// Their bytes.
+        tx_bytes => "sluice_tx_bytes",
+        /// Passed frames lost because this port's TX ring stayed full.
+        tx_ring_full => "sluice_ring_drops" { "ring" = "tx_ring_full" },
+        /// Passed frames that cannot be sent: larger than a slot or frame, or
+        /// shorter than an Ethernet header.
+        tx_invalid => "sluice_ring_drops" { "ring" = "tx_invalid" },
+        /// Passed frames copied by reassembly that found no free UMEM frame.
+        tx_no_buffer => "sluice_ring_drops" { "ring" = "tx_no_buffer" },
+        /// Failed transmit system calls (the frames stay queued for the next).
+        tx_errors => "sluice_ring_drops" { "ring" = "tx_error" },
+        /// Frames the kernel dropped before we saw them: the RX ring was full
+        /// (AF_PACKET `tp_drops`; AF_XDP `rx_dropped + rx_ring_full`).
+        rx_ring_drops => "sluice_ring_drops" { "ring" = "rx_ring_full" },
+        /// AF_XDP: times the kernel found the fill ring empty.
+        rx_fill_empty => "sluice_ring_drops" { "ring" = "rx_fill_ring_empty" },
+        /// AF_PACKET: frames the ring cut short (skipped).
+        rx_truncated => "sluice_ring_drops" { "ring" = "rx_truncated" },
+        /// Frames received on this port that the pipeline passed (sent on, or
+        /// lost on the way out: see the `tx_*` counters of the other port).
+        passed => "sluice_packets" { "verdict" = "pass" },
+        /// Their bytes on the wire.
+        passed_bytes => "sluice_bytes" { "verdict" = "pass" },
+        /// Frames received on this port that the pipeline dropped.
+        dropped => "sluice_packets" { "verdict" = "drop" },
+        /// Their bytes on the wire.
+        dropped_bytes => "sluice_bytes" { "verdict" = "drop" },
+    }
 }
 
 /// The counters of both ports, shared by the source, the sink and readers.
@@ -147,88 +150,9 @@ pub struct LaneCounters {
 /// with their datagram, or given up by reassembly and passed or dropped.
 pub const FRAGMENT_OUTCOMES: [&str; 3] = ["judged", "reassembly_passed", "reassembly_dropped"];
 
-/// A plain copy of [`PortCounters`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PortTotals {
-    /// See [`PortCounters::rx_packets`].
-    pub rx_packets: u64,
-    /// See [`PortCounters::rx_bytes`].
-    pub rx_bytes: u64,
-    /// See [`PortCounters::tx_packets`].
-    pub tx_packets: u64,
-    /// See [`PortCounters::tx_bytes`].
-    pub tx_bytes: u64,
-    /// See [`PortCounters::tx_ring_full`].
-    pub tx_ring_full: u64,
-    /// See [`PortCounters::tx_invalid`].
-    pub tx_invalid: u64,
-    /// See [`PortCounters::tx_no_buffer`].
-    pub tx_no_buffer: u64,
-    /// See [`PortCounters::tx_errors`].
-    pub tx_errors: u64,
-    /// See [`PortCounters::rx_ring_drops`].
-    pub rx_ring_drops: u64,
-    /// See [`PortCounters::rx_fill_empty`].
-    pub rx_fill_empty: u64,
-    /// See [`PortCounters::rx_truncated`].
-    pub rx_truncated: u64,
-    /// See [`PortCounters::passed`].
-    pub passed: u64,
-    /// See [`PortCounters::passed_bytes`].
-    pub passed_bytes: u64,
-    /// See [`PortCounters::dropped`].
-    pub dropped: u64,
-    /// See [`PortCounters::dropped_bytes`].
-    pub dropped_bytes: u64,
-}
-
-impl PortCounters {
-    /// The counters now.
-    pub fn totals(&self) -> PortTotals {
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        PortTotals {
-            rx_packets: l(&self.rx_packets),
-            rx_bytes: l(&self.rx_bytes),
-            tx_packets: l(&self.tx_packets),
-            tx_bytes: l(&self.tx_bytes),
-            tx_ring_full: l(&self.tx_ring_full),
-            tx_invalid: l(&self.tx_invalid),
-            tx_no_buffer: l(&self.tx_no_buffer),
-            tx_errors: l(&self.tx_errors),
-            rx_ring_drops: l(&self.rx_ring_drops),
-            rx_fill_empty: l(&self.rx_fill_empty),
-            rx_truncated: l(&self.rx_truncated),
-            passed: l(&self.passed),
-            passed_bytes: l(&self.passed_bytes),
-            dropped: l(&self.dropped),
-            dropped_bytes: l(&self.dropped_bytes),
-        }
-    }
-}
-
 pub(crate) fn add(c: &AtomicU64, n: u64) {
     if n > 0 {
         c.fetch_add(n, Ordering::Relaxed);
-    }
-}
-
-/// Per-batch tallies, added to the shared counters once per batch.
-#[derive(Default, Clone, Copy)]
-struct Tally {
-    packets: u64,
-    bytes: u64,
-    ring_full: u64,
-    invalid: u64,
-    no_buffer: u64,
-}
-
-impl Tally {
-    fn tx_into(&self, c: &PortCounters) {
-        add(&c.tx_packets, self.packets);
-        add(&c.tx_bytes, self.bytes);
-        add(&c.tx_ring_full, self.ring_full);
-        add(&c.tx_invalid, self.invalid);
-        add(&c.tx_no_buffer, self.no_buffer);
     }
 }
 
@@ -497,7 +421,7 @@ impl Source for PacketPorts {
 
 impl PacketTx {
     /// Queues one frame on port `out`, waiting for the ring once when it is full.
-    fn send(&mut self, out: usize, frame: &[u8], t: &mut Tally) -> Result<()> {
+    fn send(&mut self, out: usize, frame: &[u8], t: &mut PortTotals) -> Result<()> {
         match self.tx[out].send(frame) {
             Ok(true) => {}
             Ok(false) => {
@@ -509,24 +433,24 @@ impl PacketTx {
                 match self.tx[out].send(frame) {
                     Ok(true) => {}
                     Ok(false) => {
-                        t.ring_full += 1;
+                        t.tx_ring_full += 1;
                         return Ok(());
                     }
                     Err(_) => {
-                        t.invalid += 1;
+                        t.tx_invalid += 1;
                         return Ok(());
                     }
                 }
             }
             // Too big for a slot, or too short to be Ethernet: this frame only.
             Err(LiveError::FrameTooBig { .. }) | Err(LiveError::Config(_)) => {
-                t.invalid += 1;
+                t.tx_invalid += 1;
                 return Ok(());
             }
             Err(e) => return Err(e),
         }
-        t.packets += 1;
-        t.bytes += frame.len() as u64;
+        t.tx_packets += 1;
+        t.tx_bytes += frame.len() as u64;
         Ok(())
     }
 }
@@ -536,7 +460,7 @@ impl Sink for PacketTx {
 
     fn write(&mut self, batch: &PacketBatch) -> Result<()> {
         let _ = count_verdicts(batch, &self.counters);
-        let mut tally = [Tally::default(); 2];
+        let mut tally = [PortTotals::default(); 2];
         for (i, p) in batch.packets().iter().enumerate() {
             if p.verdict != Verdict::Pass && !self.dry_run {
                 continue;
@@ -545,7 +469,7 @@ impl Sink for PacketTx {
             self.send(out, batch.bytes(i), &mut tally[out])?;
         }
         for (out, t) in tally.iter().enumerate() {
-            if t.packets > 0 {
+            if t.tx_packets > 0 {
                 match self.tx[out].flush() {
                     Ok(()) => {}
                     // The interface went away: nothing more can be bridged.
@@ -555,7 +479,7 @@ impl Sink for PacketTx {
                     Err(_) => add(&self.counters.ports[out].tx_errors, 1),
                 }
             }
-            t.tx_into(&self.counters.ports[out]);
+            self.counters.ports[out].add(t);
         }
         Ok(())
     }
@@ -1096,7 +1020,7 @@ impl Sink for XskTx {
         }
         let ours = batch.backing().is_some_and(|b| Arc::ptr_eq(b, &self.backing));
         let forward = |v: Verdict| v == Verdict::Pass || self.dry_run;
-        let mut tally = [Tally::default(); 2];
+        let mut tally = [PortTotals::default(); 2];
         core.fwd[0].clear();
         core.fwd[1].clear();
         for (i, p) in batch.packets().iter().enumerate() {
@@ -1121,11 +1045,11 @@ impl Sink for XskTx {
                     }
                     let bytes = batch.bytes(i);
                     if bytes.len() > core.umem.frame_size() as usize || bytes.len() < 14 {
-                        tally[out].invalid += 1;
+                        tally[out].tx_invalid += 1;
                         continue;
                     }
                     let Some(addr) = core.pool.alloc() else {
-                        tally[out].no_buffer += 1;
+                        tally[out].tx_no_buffer += 1;
                         continue;
                     };
                     core.umem.write_frame(addr, bytes);
@@ -1142,22 +1066,22 @@ impl Sink for XskTx {
             let sock = &mut core.socks[out][0];
             let sent = sock.tx(&core.fwd[out])?;
             for d in &core.fwd[out][..sent] {
-                t.packets += 1;
-                t.bytes += u64::from(d.len);
+                t.tx_packets += 1;
+                t.tx_bytes += u64::from(d.len);
             }
             for d in &core.fwd[out][sent..] {
                 core.pool.free(d.addr);
-                t.ring_full += 1;
+                t.tx_ring_full += 1;
             }
             if sent > 0 && sock.tx_needs_wakeup() && sock.kick_tx().is_err() {
                 add(&core.counters.ports[out].tx_errors, 1);
             }
         }
         for (out, t) in tally.iter().enumerate() {
-            t.tx_into(&core.counters.ports[out]);
+            core.counters.ports[out].add(t);
         }
         if let Some(l) = core.lane() {
-            add(&l.tx_packets, tally[0].packets + tally[1].packets);
+            add(&l.tx_packets, tally[0].tx_packets + tally[1].tx_packets);
         }
         // Dropped frames are in the pool: put them straight back on the fill rings.
         core.service()

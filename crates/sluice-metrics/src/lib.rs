@@ -7,6 +7,8 @@
 //! `sluice-guard`'s `exporter.rs`); this crate depends on no sluice crate.
 #![deny(unsafe_code)]
 
+pub mod counters;
+
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelValue, EncodeMetric, LabelValueEncoder};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
