@@ -90,20 +90,19 @@ macro_rules! counters {
 
             /// The exported counters with where they go.
             pub fn exported(&self) -> ::std::vec::Vec<($crate::counters::Export, u64)> {
-                #[allow(unused_mut)]
-                let mut out = ::std::vec::Vec::new();
-                $(
+                ::std::vec![
                     $(
-                        out.push((
-                            $crate::counters::Export {
-                                family: $family,
-                                label: $crate::counters::label(&[ $( ($lk, $lv) )? ]),
-                            },
-                            self.$field,
-                        ));
-                    )?
-                )*
-                out
+                        $(
+                            (
+                                $crate::counters::Export {
+                                    family: $family,
+                                    label: $crate::counters::label(&[ $( ($lk, $lv) )? ]),
+                                },
+                                self.$field,
+                            ),
+                        )?
+                    )*
+                ]
             }
         }
     };
@@ -158,12 +157,12 @@ pub fn families(all: &'static [&'static str]) -> impl Iterator<Item = &'static s
     all.iter().copied().filter(|f| !f.is_empty())
 }
 
+/// A sample's labels.
+pub type Labels = Vec<(&'static str, String)>;
+
 /// The samples of `family` over rows of (labels, exported counters): each
 /// row's labels, plus the counter's own label.
-pub fn samples(
-    family: &str,
-    rows: &[(Vec<(&'static str, String)>, Vec<(Export, u64)>)],
-) -> Vec<(Vec<(&'static str, String)>, u64)> {
+pub fn samples(family: &str, rows: &[(Labels, Vec<(Export, u64)>)]) -> Vec<(Labels, u64)> {
     let mut out = Vec::new();
     for (labels, exported) in rows {
         for (e, v) in exported.iter().filter(|(e, _)| e.family == family) {
