@@ -4,7 +4,7 @@
 //! exactly once.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sluice_engine::defrag::{DatagramKey, Limits, Outcome, Reassembler};
+use sluice_defrag::{DatagramKey, Limits, Outcome, Reassembler};
 use std::net::IpAddr;
 
 struct Token(usize, Vec<u8>);

@@ -5,7 +5,7 @@
 //! comes out exactly once with one verdict, counted once.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sluice_engine::defrag::Limits;
+use sluice_defrag::Limits;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{RuleSet, Verdict};
 use sluice_pipeline::{

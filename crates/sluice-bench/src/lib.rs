@@ -37,11 +37,11 @@ pub use sys::Backend;
 
 use arc_swap::ArcSwap;
 use ring::{ipv4_pair, ipv6_pair, Ring, Rng};
-use sluice_classify::simd::prefetch;
-use sluice_classify::{Hasher, Prepared, MAX_BATCH};
 use sluice_engine::snapshot::{Published, Reader};
 use sluice_rules::Prefix;
-use sluice_steer::affinity;
+use sluice_sets::simd::prefetch;
+use sluice_sets::{Hasher, Prepared, MAX_BATCH};
+
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, RwLock};
@@ -233,13 +233,13 @@ pub struct Settings {
     /// Buffers in the ring (NIC ring size).
     pub ring_slots: usize,
     pub seed: u64,
-    /// Fill limit of sluice's exact tables (default [`sluice_classify::DEFAULT_MAX_LOAD`]).
+    /// Fill limit of sluice's exact tables (default [`sluice_sets::DEFAULT_MAX_LOAD`]).
     pub max_load: f64,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { reps: 5, packets: 2_000_000, ring_slots: 2048, seed: 1, max_load: sluice_classify::DEFAULT_MAX_LOAD }
+        Settings { reps: 5, packets: 2_000_000, ring_slots: 2048, seed: 1, max_load: sluice_sets::DEFAULT_MAX_LOAD }
     }
 }
 
@@ -577,7 +577,7 @@ impl Tables {
     pub fn time_sluice_build(n: usize, seed: u64) -> f64 {
         let hosts: Vec<Prefix> = host_keys(n, seed).into_iter().map(|a| Prefix::V4 { addr: a, len: 32 }).collect();
         let started = Instant::now();
-        let set = Sluice::new(&hosts, Hasher::with_seed(seed), sluice_classify::DEFAULT_MAX_LOAD);
+        let set = Sluice::new(&hosts, Hasher::with_seed(seed), sluice_sets::DEFAULT_MAX_LOAD);
         let t = started.elapsed().as_secs_f64();
         drop(set);
         t
@@ -843,7 +843,7 @@ impl Bench {
                     let mut access = access(sc.sync);
                     scope.spawn(move || {
                         // Best effort: a worker per CPU, as NIC queues are.
-                        let _ = affinity::pin_current_thread(t % affinity::available_cpus());
+                        let _ = sluice_cpus::pin_current_thread(t % sluice_cpus::available_cpus());
                         run(&mut access, ring, sc, st.packets)
                     })
                 })

@@ -4,8 +4,8 @@
 //! line per lookup.
 
 use crate::ring::Rng;
-use sluice_classify::mem::Table;
-use sluice_classify::simd::prefetch;
+use sluice_sets::mem::Table;
+use sluice_sets::simd::prefetch;
 use std::hint::black_box;
 use std::time::Instant;
 

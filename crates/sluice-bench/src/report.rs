@@ -44,7 +44,7 @@ fn sc(
     }
 }
 
-/// sluice's defaults: batch [`sluice_classify::DEFAULT_BATCH`], each
+/// sluice's defaults: batch [`sluice_sets::DEFAULT_BATCH`], each
 /// batch's packet headers prefetched before decap, table lines prefetched
 /// and pipelined across batches. (Header prefetch: 64-66 against 56-58 Mpps
 /// at 6M hosts, stride 2048, where 2048 ring buffers share 64 sets of a
@@ -53,7 +53,7 @@ fn sc(
 fn sluice_default(name: &str, structure: Structure, entries: usize, stride: usize) -> Scenario {
     Scenario {
         pipeline: true,
-        ..sc(name, structure, entries, sluice_classify::DEFAULT_BATCH, Prefetch::Both, stride, None)
+        ..sc(name, structure, entries, sluice_sets::DEFAULT_BATCH, Prefetch::Both, stride, None)
     }
 }
 
@@ -65,7 +65,7 @@ fn hashbrown(name: &str, entries: usize, batch: usize) -> Scenario {
 
 /// `quick`: the headline comparison, under a minute on 2 cores.
 pub fn quick() -> Vec<Scenario> {
-    let d = sluice_classify::DEFAULT_BATCH;
+    let d = sluice_sets::DEFAULT_BATCH;
     let mut v = vec![
         sc("naive", Structure::Chained { buckets: SEED_BUCKETS }, SEED_ENTRIES, 1, Prefetch::None, 2048, Some(3.7)),
         hashbrown("hashbrown", SEED_ENTRIES, 16),
@@ -456,7 +456,7 @@ mod tests {
         assert_eq!((naive.batch, naive.prefetch, naive.stride, naive.entries), (1, Prefetch::None, 2048, 6_000_000));
         assert_eq!(get("hashbrown").structure, Structure::Hashbrown);
         let s = get("sluice");
-        assert_eq!((s.structure, s.entries, s.batch), (Structure::Sluice, 6_000_000, sluice_classify::DEFAULT_BATCH));
+        assert_eq!((s.structure, s.entries, s.batch), (Structure::Sluice, 6_000_000, sluice_sets::DEFAULT_BATCH));
         assert_eq!(get("sluice-prefix").structure, Structure::SluicePrefix);
         let bgp = get("sluice-prefix-bgp");
         assert_eq!((bgp.prefix_dist.clone(), bgp.entries, bgp.ipv6), (PrefixDist::Bgp, 1_000_000, false));
@@ -553,7 +553,7 @@ mod tests {
     #[test]
     fn prefix_list_covers_a_part_of_ipv4() {
         let list = crate::prefix_list(200_000, 1);
-        let set = sluice_classify::AddressSet::new(&list);
+        let set = sluice_sets::AddressSet::new(&list);
         let mut rng = crate::ring::Rng::new(3);
         let hits = (0..100_000).filter(|_| set.contains_v4(rng.next_u64() as u32)).count();
         assert!((10_000..60_000).contains(&hits), "{hits}");

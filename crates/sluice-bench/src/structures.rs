@@ -1,9 +1,9 @@
 //! The structures under test, behind one batch-lookup interface.
 
 use hashbrown::HashSet;
-use sluice_classify::simd::prefetch;
-use sluice_classify::{AddressSet, Hasher, Options, Prepared, MAX_BATCH};
 use sluice_rules::Prefix;
+use sluice_sets::simd::prefetch;
+use sluice_sets::{AddressSet, Hasher, Options, Prepared, MAX_BATCH};
 
 /// Look up `keys`, writing membership to `out`; `prefetch` asks for the
 /// structure's own lines to be prefetched for the whole slice first.

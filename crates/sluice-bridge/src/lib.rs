@@ -28,7 +28,7 @@ use anyhow::{Context, Result};
 use sluice_control::crowdsec::BouncerConfig;
 use sluice_control::safety::Safety;
 use sluice_control::{describe, spawn_signals, total_entries, Controller, Event, RuleSpec, SignalThread};
-use sluice_engine::defrag::Limits;
+use sluice_defrag::Limits;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{RuleSet, Verdict};
 use sluice_live::open::Opened;

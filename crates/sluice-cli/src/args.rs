@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
-use sluice_engine::defrag::Limits;
+use sluice_defrag::Limits;
 use sluice_engine::Verdict;
 use sluice_engine::{snapshot::Published, RuleSet};
 use sluice_gen::{Encap, FlowDist, FrameSize, GenConfig, ProtoMix};

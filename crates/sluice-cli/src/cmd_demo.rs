@@ -3,7 +3,7 @@ use crate::report::{finished, judge, stats_json, Bar};
 use crate::{progress, Outcome};
 use anyhow::Result;
 use clap::Args;
-use sluice_engine::defrag::Limits;
+use sluice_defrag::Limits;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{RuleSet, Verdict};
 use sluice_gen::{demo_config, GenSource, Generator};
@@ -46,7 +46,7 @@ pub fn run(a: DemoArgs) -> Result<Outcome> {
     let mut stage = Reassembly::new(Limits::default(), Verdict::Drop);
     let mut bar = Bar(progress::bar(a.packets, false, !a.json));
     // Generating is the costly half: on two CPUs it runs on the reader thread.
-    let cfg = RunConfig { read_ahead: sluice_steer::affinity::available_cpus() >= 2, ..RunConfig::default() };
+    let cfg = RunConfig { read_ahead: sluice_cpus::available_cpus() >= 2, ..RunConfig::default() };
     let result = sluice_pipeline::run(&mut source, &mut stage, judge, &mut Discard, &mut bar, &cfg);
     bar.0.finish_and_clear();
     let done = finished(result)?;

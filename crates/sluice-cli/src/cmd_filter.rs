@@ -116,7 +116,7 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
     let cfg = RunConfig {
         ordered: !a.unordered,
         max_in_flight: a.workers * 4,
-        read_ahead: !a.no_read_ahead && sluice_steer::affinity::available_cpus() >= 2,
+        read_ahead: !a.no_read_ahead && sluice_cpus::available_cpus() >= 2,
         ..RunConfig::default()
     };
     let name = a.input.file_name().map_or("capture".into(), |n| n.to_string_lossy().into_owned());

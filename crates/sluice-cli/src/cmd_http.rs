@@ -1,14 +1,14 @@
 //! `sluice http-serve`: the load tester's target. The server itself lives in
-//! `sluice-http`; this parses flags, prints the bound address (tests listen on
+//! `sluice-httpbed`; this parses flags, prints the bound address (tests listen on
 //! port 0 and read it), waits for a signal or `--duration`, and prints the
 //! counters. `sluice http-load`: flags, the URL pool, the report; the load
-//! itself (and its progress line, and client pools) is `sluice_http`.
+//! itself (and its progress line, and client pools) is `sluice_httpbed`.
 
 use crate::Outcome;
 use anyhow::{Context, Result};
 use clap::Args;
-use sluice_http::load::{self, LoadConfig, SourceRange};
-use sluice_http::{Config, Dist, Server, Stall, WeightedList};
+use sluice_httpbed::load::{self, LoadConfig, SourceRange};
+use sluice_httpbed::{Config, Dist, Server, Stall, WeightedList};
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -42,7 +42,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "MS", default_value_t = 1000, requires = "stall_after")]
     pub stall_ms: u64,
     /// Largest request head accepted; longer ones get 431.
-    #[arg(long, value_name = "BYTES", default_value_t = sluice_http::request::DEFAULT_MAX_HEAD)]
+    #[arg(long, value_name = "BYTES", default_value_t = sluice_httpbed::request::DEFAULT_MAX_HEAD)]
     pub max_head: usize,
     /// Stop after this many seconds (default: at SIGINT or SIGTERM).
     #[arg(long, value_name = "S")]
@@ -175,7 +175,7 @@ pub fn load(a: LoadArgs) -> Result<Outcome> {
     let paths = load::request_paths(&target, a.urls.as_deref(), a.zipf)?;
     let duration = load::run_length(a.duration, a.requests)?;
     let tls_options =
-        sluice_http::tls::TlsOptions { ca: a.tls_ca, insecure: a.tls_insecure, server_name: a.tls_server_name };
+        sluice_httpbed::tls::TlsOptions { ca: a.tls_ca, insecure: a.tls_insecure, server_name: a.tls_server_name };
     let source = a.source.as_deref().map(str::parse::<SourceRange>).transpose()?;
     let config = LoadConfig {
         paths,
@@ -192,15 +192,15 @@ pub fn load(a: LoadArgs) -> Result<Outcome> {
         allow_remote: a.allow_remote,
         method: a.method,
         body_size: a.body_size,
-        tls: sluice_http::tls::for_target(&target, a.tls, &tls_options)?,
+        tls: sluice_httpbed::tls::for_target(&target, a.tls, &tls_options)?,
         tls_options,
         ..LoadConfig::new(target.addr, target.host.clone(), String::new())
     };
     if let Some(file) = &a.pool {
-        let pools = sluice_http::pools::read(file, &config, &target).map_err(anyhow::Error::msg)?;
+        let pools = sluice_httpbed::pools::read(file, &config, &target).map_err(anyhow::Error::msg)?;
         let stop = Arc::new(AtomicBool::new(false));
         sluice_control::stop_on_interrupt(&stop).context("installing the signal handlers")?;
-        let report = sluice_http::pools::run(pools, &stop)?;
+        let report = sluice_httpbed::pools::run(pools, &stop)?;
         print_report(a.json, report.to_json(), &report.text());
         return Ok(Outcome::Complete);
     }

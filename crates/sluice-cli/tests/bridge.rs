@@ -309,7 +309,7 @@ fn bridge_case_on(test: &str, io: &[&str], workers: &str, tag: &str, queues: u32
     let cpus = io
         .iter()
         .position(|a| *a == "--cpus")
-        .map_or(sluice_steer::affinity::available_cpus(), |at| io[at + 1].split(',').count());
+        .map_or(sluice_cpus::available_cpus(), |at| io[at + 1].split(',').count());
     let lanes = if workers == "auto" { (queues as usize).min(cpus) } else { workers.parse().unwrap() };
     assert_eq!(v["workers"].as_array().unwrap().len(), lanes);
     if workers == "auto" {
@@ -433,7 +433,7 @@ fn bridge_per_queue_fragments_split_over_queues() {
         return;
     }
     let _serial = serial();
-    assert!(sluice_steer::affinity::available_cpus() >= 2, "splitting fragments over queues needs 2 CPUs");
+    assert!(sluice_cpus::available_cpus() >= 2, "splitting fragments over queues needs 2 CPUs");
     let topo = Topology::with_queues("xqs", 4);
     let (a1, b1) = (topo.a.near.clone(), topo.b.near.clone());
     let bridge = Bridge::start(&[
@@ -459,7 +459,7 @@ fn bridge_per_queue_fragments_split_over_queues() {
     let sent: Vec<Vec<u8>> = datagrams.iter().flatten().cloned().collect();
     let sender = std::thread::spawn(move || {
         for (cpu, half) in [(0, 0), (1, 1)] {
-            sluice_steer::affinity::pin_current_thread(cpu).unwrap();
+            sluice_cpus::pin_current_thread(cpu).unwrap();
             ep_a.send_all(&datagrams.iter().map(|d| d[half].clone()).collect::<Vec<_>>());
         }
     });

@@ -363,7 +363,7 @@ impl RuleSpec {
 fn load_compiled(path: &Path, opts: &CompileOptions) -> Result<(RuleSet, Vec<ListEntries>), LoadError> {
     let name = path.display().to_string();
     let file = std::fs::File::open(path).map_err(|error| LoadError::Open { path: name.clone(), error })?;
-    let bytes = sluice_classify::mem::map_file(&file).map_err(|error| LoadError::Map { path: name.clone(), error })?;
+    let bytes = sluice_sets::mem::map_file(&file).map_err(|error| LoadError::Map { path: name.clone(), error })?;
     let rules = compiled::load(&bytes, opts).map_err(|error| LoadError::Compiled { path: name.clone(), error })?;
     let lists = rules
         .named_set_info()

@@ -8,9 +8,9 @@
 //!
 //! `cargo run --release -p sluice-engine --example compiled_load [HOSTS]`
 
-use sluice_classify::AddressSet;
 use sluice_engine::container::{self, Section};
 use sluice_rules::Prefix;
+use sluice_sets::AddressSet;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 

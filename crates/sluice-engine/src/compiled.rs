@@ -12,8 +12,8 @@
 use crate::container::{self, ContainerError, Section};
 use crate::rules::{CompileError, CompileOptions, Origin, RuleSet, SavedSet, SetEntries};
 use serde::{Deserialize, Serialize};
-use sluice_classify::{AddressSet, PersistError};
 use sluice_rules::{parse_rules, Depth, Prefix, RuleError};
+use sluice_sets::{AddressSet, PersistError};
 use std::path::Path;
 
 /// What the `meta` section says.

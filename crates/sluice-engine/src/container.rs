@@ -29,7 +29,7 @@
 //! Every byte is accounted for, so [`encode`] of what [`decode`] returns
 //! gives back the same file.
 
-use sluice_classify::persist::{get32, get64};
+use sluice_sets::persist::{get32, get64};
 use std::collections::HashSet;
 
 /// The first bytes of every compiled file.

@@ -7,7 +7,6 @@
 
 pub mod compiled;
 pub mod container;
-pub mod defrag;
 pub mod dynamic;
 pub mod hits;
 pub mod rules;
@@ -17,7 +16,7 @@ pub use rules::{
     BaseTables, CompileError, CompileOptions, Decision, Origin, RuleInfo, RuleSet, SavedSet, SetChange, SetEntries,
     SetInfo, SetKind, Side,
 };
-use sluice_classify::{DEFAULT_BATCH, MAX_BATCH};
+use sluice_sets::{DEFAULT_BATCH, MAX_BATCH};
 use sluice_wire::{decode, DecodeError, ErrorKind, LinkType, PacketSummary};
 
 /// What happens to a packet.
@@ -39,7 +38,7 @@ pub enum DropReason {
     /// No rule decided and the default is `drop`.
     Default,
     Undecodable(ErrorKind),
-    /// Reassembly gave the datagram up (see [`defrag::DropCause`]).
+    /// Reassembly gave the datagram up (see `sluice_defrag::DropCause`).
     Fragment,
 }
 

@@ -28,10 +28,10 @@
 
 use crate::dynamic::Delta;
 use crate::{Verdict, MAX_BATCH};
-use sluice_classify::{AddressSet, Options};
 use sluice_rules::{
     Action, AddrField, AddrValue, Depth, FragKind, Match, PortField, Prefix, Rule, RuleFile, SetSource, MAX_RULES,
 };
+use sluice_sets::{AddressSet, Options};
 use sluice_wire::{IpSummary, PacketSummary};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -408,7 +408,7 @@ pub struct CompileOptions {
     /// when the packets come from a file.
     pub ifaces: Vec<String>,
     /// Build the sets' exact tables without their front filters (which
-    /// cost 10 bits per host; see `sluice_classify::filter`).
+    /// cost 10 bits per host; see `sluice_sets::filter`).
     pub no_front_filter: bool,
     /// With the `--drop-*` shorthands: dynamic sets (filled at runtime, by
     /// a feed such as CrowdSec) whose sources are dropped, before the

@@ -492,7 +492,7 @@ impl Guard {
                 .spawn(move || publish::run(table, path, started, stop, writes))
                 .map_err(spawn_err)?
         };
-        let cpus = sluice_steer::affinity::available_cpus();
+        let cpus = sluice_cpus::available_cpus();
         let mut handles = Vec::new();
         for (i, listener) in self.listeners.into_iter().enumerate() {
             let (config, shared, stop) = (config.clone(), shared.clone(), stop.clone());
@@ -500,7 +500,7 @@ impl Guard {
                 .name(format!("guard-{i}"))
                 .spawn(move || {
                     if config.pin {
-                        let _ = sluice_steer::affinity::pin_current_thread(i % cpus);
+                        let _ = sluice_cpus::pin_current_thread(i % cpus);
                     }
                     let listener = mio::net::TcpListener::from_std(listener);
                     proxy::Worker::new(listener, &config, &shared, &shared.threads[i])?.run(&stop)

@@ -13,10 +13,10 @@
 //! verdict comes from exactly one snapshot.
 
 use crate::batch::{Disposition, PacketBatch};
-use sluice_classify::DEFAULT_BATCH;
 use sluice_engine::snapshot::{Published, Reader};
 use sluice_engine::{judge_decoded, RuleSet, Stats, Verdict};
-use sluice_steer::{affinity, Indirection, RssInput, Toeplitz, MICROSOFT_KEY};
+use sluice_sets::DEFAULT_BATCH;
+use sluice_steer::{Indirection, RssInput, Toeplitz, MICROSOFT_KEY};
 use sluice_wire::{DecodeError, PacketSummary};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -362,7 +362,7 @@ impl Workers {
             senders.push(tx);
             let reader = rules.reader();
             let done_tx = done_tx.clone();
-            let cpu = cfg.cpus.as_ref().map_or(w % affinity::available_cpus(), |c| c[w % c.len()]);
+            let cpu = cfg.cpus.as_ref().map_or(w % sluice_cpus::available_cpus(), |c| c[w % c.len()]);
             cpus.push(cpu);
             let (judge, live, mine) = (cfg.judge, Arc::clone(&live), Arc::clone(&shared[w]));
             let panic_at = cfg.panic_at.filter(|(pw, _)| *pw == w).map(|(_, n)| n);
@@ -581,7 +581,7 @@ fn worker(
     panic_at: Option<u64>,
 ) -> Stats {
     // Best effort: a worker keeps its caches when it keeps its CPU.
-    let _ = affinity::pin_current_thread(cpu);
+    let _ = sluice_cpus::pin_current_thread(cpu);
     let mut stats = Stats::default();
     let mut shares = 0u64;
     while let Ok(work) = rx.recv() {

@@ -16,18 +16,18 @@ use crate::reassembly::Reassembly;
 use crate::run::{run, Finished, Observer, RunConfig, RunError};
 use sluice_engine::snapshot::Published;
 use sluice_engine::RuleSet;
-use sluice_steer::affinity;
+
 use std::sync::Arc;
 
 /// The CPUs this process may run on.
 pub fn available_cpus() -> usize {
-    affinity::available_cpus()
+    sluice_cpus::available_cpus()
 }
 
 /// Lane i's CPU: `cpus[i % len]` when CPUs are given, else i modulo the
 /// CPUs this process may use; for `lanes` lanes.
 pub fn lane_cpus(cpus: &[usize], lanes: usize) -> Vec<usize> {
-    let n = affinity::available_cpus().max(1);
+    let n = sluice_cpus::available_cpus().max(1);
     (0..lanes).map(|i| if cpus.is_empty() { i % n } else { cpus[i % cpus.len()] }).collect()
 }
 
@@ -101,7 +101,7 @@ where
                     .name(format!("sluice-lane{i}"))
                     .spawn_scoped(scope, move || {
                         // Not pinned is slower, not wrong (a CPU set may forbid it).
-                        let _ = affinity::pin_current_thread(lane.cpu);
+                        let _ = sluice_cpus::pin_current_thread(lane.cpu);
                         let Lane { mut source, mut sink, mut stage, judge, mut observer, .. } = lane;
                         let r = run(&mut source, &mut stage, judge(), &mut sink, observer.as_mut(), cfg);
                         on_end();

@@ -29,7 +29,7 @@
 //! verdict (counted), as a lost fragment would be.
 
 use crate::batch::{Disposition, Edit, Meta, PacketBatch, Recycler};
-use sluice_engine::defrag::{DatagramKey, DefragStats, DropCause, Limits, Outcome, Reassembler, Released};
+use sluice_defrag::{DatagramKey, DefragStats, DropCause, Limits, Outcome, Reassembler, Released};
 use sluice_engine::Verdict;
 use sluice_steer::RssInput;
 use sluice_wire::{ip_proto, DecodeError, PacketSummary};

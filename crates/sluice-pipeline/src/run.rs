@@ -13,7 +13,7 @@ use crate::io::{Fill, Sink, Source};
 use crate::judge::{Judge, JudgeError};
 use crate::reassembly::Reassembly;
 use serde::Serialize;
-use sluice_engine::defrag::DefragStats;
+use sluice_defrag::DefragStats;
 use sluice_engine::Stats;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

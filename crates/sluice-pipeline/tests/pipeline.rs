@@ -4,7 +4,7 @@
 //! an error and everything finished before it written in order.
 
 use proptest::prelude::*;
-use sluice_engine::defrag::Limits;
+use sluice_defrag::Limits;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{Engine, RuleSet, Verdict};
 use sluice_pipeline::*;

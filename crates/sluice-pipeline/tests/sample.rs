@@ -4,7 +4,7 @@
 //! the rules and the steering the pipeline uses), rotation, and that the
 //! files are pcapng this crate's reader and tshark read.
 
-use sluice_engine::defrag::Limits;
+use sluice_defrag::Limits;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{CompileOptions, RuleSet, Verdict};
 use sluice_pcap::{CaptureReader, CaptureWriter, OutputFormat, Timestamp, TsResolution};

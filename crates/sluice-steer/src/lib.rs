@@ -4,7 +4,6 @@
 //! the symmetric key, both directions of a flow do.
 #![deny(unsafe_code)]
 
-pub mod affinity;
 mod toeplitz;
 
 pub use toeplitz::{

@@ -138,7 +138,7 @@ impl EchoServer {
         if config.workers == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "at least one worker"));
         }
-        let available = sluice_steer::affinity::available_cpus();
+        let available = sluice_cpus::available_cpus();
         let cpus: Vec<usize> = (0..config.workers)
             .map(|i| if config.cpus.is_empty() { i % available } else { config.cpus[i % config.cpus.len()] })
             .collect();
@@ -199,7 +199,7 @@ fn echo_worker(
     stop: &AtomicBool,
     deadline: Option<Instant>,
 ) -> io::Result<WorkerReport> {
-    let pinned = sluice_steer::affinity::pin_current_thread(cpu).is_ok();
+    let pinned = sluice_cpus::pin_current_thread(cpu).is_ok();
     let mut report = WorkerReport { worker, cpu, pinned, ..WorkerReport::default() };
     let mut sources = HashSet::new();
     let mut buf = vec![0u8; MAX_SIZE];

@@ -195,7 +195,7 @@ pub struct ClassifyArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Fill limit of sluice's exact tables (an experiment knob).
-    #[arg(long, default_value_t = sluice_classify::DEFAULT_MAX_LOAD)]
+    #[arg(long, default_value_t = sluice_sets::DEFAULT_MAX_LOAD)]
     pub max_load: f64,
     /// `table` for a person, `json` for one object per row.
     #[arg(long, value_enum, default_value = "table")]
@@ -403,7 +403,7 @@ fn or<T: Clone>(given: &[T], default: T) -> Vec<T> {
 fn custom(a: &ClassifyArgs) -> Result<Vec<Scenario>> {
     let mut v = Vec::new();
     let (buckets_l, prefetch_l) = (or(&a.buckets, SEED_BUCKETS), or(&a.prefetch, "bucket".to_string()));
-    let (batch_l, stride_l) = (or(&a.batch, sluice_classify::DEFAULT_BATCH), or(&a.stride, 2048));
+    let (batch_l, stride_l) = (or(&a.batch, sluice_sets::DEFAULT_BATCH), or(&a.stride, 2048));
     let (threads_l, sync_l) = (or(&a.threads, 1), or(&a.sync, "snapshot".to_string()));
     for s in &a.structure {
         for &buckets in &buckets_l {
@@ -616,8 +616,8 @@ fn filter_and_listed(mut v: Vec<Scenario>, a: &ClassifyArgs) -> Vec<Scenario> {
 }
 
 fn classify(a: ClassifyArgs) -> Result<()> {
-    if let Some(b) = a.batch.iter().find(|b| !(1..=sluice_classify::MAX_BATCH).contains(*b)) {
-        bail!("batch {b} is outside 1-{}", sluice_classify::MAX_BATCH);
+    if let Some(b) = a.batch.iter().find(|b| !(1..=sluice_sets::MAX_BATCH).contains(*b)) {
+        bail!("batch {b} is outside 1-{}", sluice_sets::MAX_BATCH);
     }
     if let Some(s) = a.stride.iter().find(|&&s| s < 64) {
         bail!("stride {s} cannot hold a 60-byte frame");

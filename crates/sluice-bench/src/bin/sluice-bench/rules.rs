@@ -130,7 +130,7 @@ pub fn run(a: RulesBenchArgs) -> Result<()> {
             judge_decoded(
                 rules,
                 Verdict::Pass,
-                sluice_classify::DEFAULT_BATCH,
+                sluice_sets::DEFAULT_BATCH,
                 &mut stats,
                 d.len(),
                 |i| (&d[i].0, d[i].1, 0),

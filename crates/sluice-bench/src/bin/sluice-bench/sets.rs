@@ -466,7 +466,7 @@ fn lookup(base: &[Prefix], sizes: &[usize], reps: usize) -> Vec<Value> {
                 sluice_engine::judge_decoded(
                     rules,
                     sluice_engine::Verdict::Pass,
-                    sluice_classify::DEFAULT_BATCH,
+                    sluice_sets::DEFAULT_BATCH,
                     &mut stats,
                     n,
                     |i| (&decoded[i], 60, 0),
@@ -487,7 +487,7 @@ fn lookup(base: &[Prefix], sizes: &[usize], reps: usize) -> Vec<Value> {
                 sluice_engine::judge_decoded(
                     &variants[sizes.iter().position(|&x| x == k).unwrap_or(0)],
                     sluice_engine::Verdict::Pass,
-                    sluice_classify::DEFAULT_BATCH,
+                    sluice_sets::DEFAULT_BATCH,
                     &mut stats,
                     n,
                     |i| (&decoded[i], 60, 0),

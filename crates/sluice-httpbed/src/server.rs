@@ -236,7 +236,7 @@ impl Server {
         let config = Arc::new(self.config);
         // One shared body buffer: every response body is a prefix of it.
         let body: Arc<[u8]> = (0..config.size.max()).map(|i| b"sluice\n"[(i % 7) as usize]).collect();
-        let cpus = sluice_steer::affinity::available_cpus();
+        let cpus = sluice_cpus::available_cpus();
         let mut handles = Vec::new();
         for (i, listener) in self.listeners.into_iter().enumerate() {
             let (stop, total, config, body) = (stop.clone(), total.clone(), config.clone(), body.clone());
@@ -245,7 +245,7 @@ impl Server {
                 .spawn(move || {
                     if config.pin {
                         // Best effort: a restricted cpuset just means no pinning.
-                        let _ = sluice_steer::affinity::pin_current_thread(i % cpus);
+                        let _ = sluice_cpus::pin_current_thread(i % cpus);
                     }
                     Worker::new(i, TcpListener::from_std(listener), &config, &body, &total)?.run(&stop)
                 })
