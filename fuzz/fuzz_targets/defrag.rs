@@ -4,7 +4,7 @@
 //! exactly once.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sluice_defrag::{DatagramKey, Limits, Outcome, Reassembler};
+use sluice_defrag::{DatagramKey, DefragLimits, Outcome, Reassembler};
 use std::net::IpAddr;
 
 struct Token(usize, Vec<u8>);
@@ -16,7 +16,7 @@ impl AsRef<[u8]> for Token {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let limits = Limits { max_datagrams: 4, max_bytes: 4096, max_fragments: 8, timeout_ns: 1000 };
+    let limits = DefragLimits { max_datagrams: 4, max_bytes: 4096, max_fragments: 8, timeout_ns: 1000 };
     let mut r = Reassembler::new(limits);
     let mut released = Vec::new();
     let mut back = vec![0u8; data.len() / 6 + 1];

@@ -5,7 +5,7 @@
 //! comes out exactly once with one verdict, counted once.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sluice_defrag::Limits;
+use sluice_defrag::DefragLimits;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{RuleSet, Verdict};
 use sluice_pipeline::{
@@ -77,7 +77,7 @@ fuzz_target!(|data: &[u8]| {
     let judge_cfg = JudgeConfig { undecodable: if cfg & 1 == 0 { Verdict::Pass } else { Verdict::Drop }, ..JudgeConfig::default() };
     let workers = if cfg & 2 == 0 { 1 } else { 2 };
     let judge = sluice_pipeline::judge(&published, WorkersConfig { judge: judge_cfg, queue: 1, ..WorkersConfig::new(workers) });
-    let limits = Limits { max_datagrams: 3, max_bytes: 512, max_fragments: 4, timeout_ns: 2_000_000_000 };
+    let limits = DefragLimits { max_datagrams: 3, max_bytes: 512, max_fragments: 4, timeout_ns: 2_000_000_000 };
     let mut stage = Reassembly::new(limits, Verdict::Drop);
     let run_cfg = RunConfig {
         ordered: cfg & 4 == 0,

@@ -22,13 +22,13 @@ pub mod metrics;
 
 pub use metrics::{BridgeMetrics, LiveObserver};
 pub use sluice_live::memory::{MemoryPair, Wire};
-pub use sluice_live::open::{Interfaces, PortPair};
+pub use sluice_live::open::{LivePorts, PortPair};
 
 use anyhow::{Context, Result};
 use sluice_control::crowdsec::BouncerConfig;
 use sluice_control::safety::Safety;
 use sluice_control::{describe, spawn_signals, total_entries, Controller, Event, RuleSpec, SignalThread};
-use sluice_defrag::Limits;
+use sluice_defrag::DefragLimits;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{RuleSet, Verdict};
 use sluice_live::open::Opened;
@@ -48,7 +48,7 @@ use std::time::Duration;
 /// How IP fragments are reassembled.
 #[derive(Debug, Clone, Copy)]
 pub struct ReassemblyConfig {
-    pub limits: Limits,
+    pub limits: DefragLimits,
     /// The verdict of fragments whose datagram never completes.
     pub incomplete: Verdict,
 }
@@ -61,7 +61,7 @@ impl ReassemblyConfig {
 
 impl Default for ReassemblyConfig {
     fn default() -> Self {
-        ReassemblyConfig { limits: Limits::default(), incomplete: Verdict::Drop }
+        ReassemblyConfig { limits: DefragLimits::default(), incomplete: Verdict::Drop }
     }
 }
 
@@ -368,7 +368,7 @@ impl Pipeline {
                     inline_lanes(ends, &self.published, self.judge, inboxes, stage, observer, &self.cpus);
                 *m.live_stats.lock().unwrap_or_else(PoisonError::into_inner) = stats;
                 let stop = &self.stop;
-                lanes::merge(lanes::run_lanes(lanes, &cfg, &|| stop.store(true, Ordering::Relaxed)))
+                lanes::combine(lanes::run_lanes(lanes, &cfg, &|| stop.store(true, Ordering::Relaxed)))
             }
             Ok((mut source, mut sink)) => {
                 let cpus = (!self.cpus.is_empty()).then(|| self.cpus.clone());

@@ -80,7 +80,7 @@ impl BridgeMetrics {
     pub fn stats(&self) -> Stats {
         let mut all = Stats::default();
         for s in self.live_stats.lock().unwrap_or_else(PoisonError::into_inner).iter() {
-            all.merge(&s.lock().unwrap_or_else(PoisonError::into_inner));
+            all.add(&s.lock().unwrap_or_else(PoisonError::into_inner));
         }
         all
     }

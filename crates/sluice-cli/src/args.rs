@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
-use sluice_defrag::Limits;
+use sluice_defrag::DefragLimits;
 use sluice_engine::Verdict;
 use sluice_engine::{snapshot::Published, RuleSet};
 use sluice_gen::{Encap, FlowDist, FrameSize, GenConfig, ProtoMix};
@@ -152,10 +152,10 @@ impl ReassemblyArgs {
 
     /// The reassembly these flags describe, as the bridge takes it.
     pub fn config(&self) -> sluice_bridge::ReassemblyConfig {
-        let limits = Limits {
+        let limits = DefragLimits {
             max_datagrams: self.frag_max_datagrams.max(1),
             timeout_ns: self.frag_timeout.saturating_mul(1_000_000_000),
-            ..Limits::default()
+            ..DefragLimits::default()
         };
         sluice_bridge::ReassemblyConfig { limits, incomplete: self.incomplete.into() }
     }

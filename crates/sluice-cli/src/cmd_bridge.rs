@@ -6,7 +6,7 @@ use crate::Outcome;
 use anyhow::Result;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
-use sluice_bridge::{Bridge, BridgeConfig, Interfaces};
+use sluice_bridge::{Bridge, BridgeConfig, LivePorts};
 use sluice_control::crowdsec::BouncerConfig;
 use sluice_live::open::{Io, OpenConfig, XdpChoice};
 use sluice_pipeline::sample::Backpressure;
@@ -175,7 +175,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         signals: true,
         ..BridgeConfig::new(a.rules.spec())
     };
-    let ports = Interfaces { names, config: open };
+    let ports = LivePorts { names, config: open };
     let summary = Bridge::start(cfg, Box::new(ports))?.wait()?;
     if a.json {
         println!("{}", summary.json);

@@ -3,7 +3,7 @@ use crate::report::{finished, judge, stats_json, Bar};
 use crate::{progress, Outcome};
 use anyhow::Result;
 use clap::Args;
-use sluice_defrag::Limits;
+use sluice_defrag::DefragLimits;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{RuleSet, Verdict};
 use sluice_gen::{demo_config, GenSource, Generator};
@@ -43,7 +43,7 @@ pub fn run(a: DemoArgs) -> Result<Outcome> {
         None => WriteThrough::without_copy(gen),
     };
     let judge = judge(&Arc::new(Published::new(rules)), JudgeConfig::default(), 1, &[], None, false);
-    let mut stage = Reassembly::new(Limits::default(), Verdict::Drop);
+    let mut stage = Reassembly::new(DefragLimits::default(), Verdict::Drop);
     let mut bar = Bar(progress::bar(a.packets, false, !a.json));
     // Generating is the costly half: on two CPUs it runs on the reader thread.
     let cfg = RunConfig { read_ahead: sluice_cpus::available_cpus() >= 2, ..RunConfig::default() };

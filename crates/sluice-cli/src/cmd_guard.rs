@@ -200,7 +200,7 @@ pub struct GuardArgs {
 pub fn run(a: GuardArgs) -> Result<Outcome> {
     let crowdsec = a.crowdsec_url.as_deref().zip(a.crowdsec_login.as_deref()).zip(a.crowdsec_password_file.as_deref());
     let ctl = a.block_ctl.as_deref().map(|p| (p, a.block_ctl_set.as_str()));
-    let sinks = block_forward::sinks(ctl, crowdsec.map(|((u, l), p)| (u, l, p))).map_err(anyhow::Error::msg)?;
+    let sinks = block_forward::targets(ctl, crowdsec.map(|((u, l), p)| (u, l, p))).map_err(anyhow::Error::msg)?;
     let forward_counters = (!sinks.is_empty()).then(|| Arc::new(ForwardCounters::new(&sinks)));
     let limits = Limits {
         request_rate: a.request_rate,

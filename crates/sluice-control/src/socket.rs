@@ -5,7 +5,7 @@
 //! controller thread does the work, so requests are serialised with
 //! reloads and expiry.
 //!
-//! Hostile or broken clients are bounded ([`Limits`]): a request is read
+//! Hostile or broken clients are bounded ([`SocketLimits`]): a request is read
 //! whole or not at all (over 64 MiB, not in whole within 30 s, or cut by
 //! its client closing the connection: refused, nothing applied), at most 8
 //! connections are served at once (one more is told `busy`), and a refused
@@ -28,7 +28,7 @@ pub const MAX_REQUEST: u64 = 64 << 20;
 
 /// What one connection may take of the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub struct SocketLimits {
     /// The largest request, in bytes.
     pub max_request: u64,
     /// Connections served at once; one more is answered `busy` and closed.
@@ -41,9 +41,9 @@ pub struct Limits {
     pub write_deadline: Duration,
 }
 
-impl Default for Limits {
-    fn default() -> Limits {
-        Limits {
+impl Default for SocketLimits {
+    fn default() -> SocketLimits {
+        SocketLimits {
             max_request: MAX_REQUEST,
             max_connections: 8,
             read_deadline: Duration::from_secs(30),
@@ -109,12 +109,12 @@ pub fn group_id(name: &str) -> Result<u32, SocketError> {
 pub struct SocketCounters {
     /// Peers refused by `SO_PEERCRED`.
     pub refused: AtomicU64,
-    /// Connections answered `busy`: [`Limits::max_connections`] were being
+    /// Connections answered `busy`: [`SocketLimits::max_connections`] were being
     /// served.
     pub busy: AtomicU64,
-    /// Requests over [`Limits::max_request`], refused whole.
+    /// Requests over [`SocketLimits::max_request`], refused whole.
     pub too_large: AtomicU64,
-    /// Requests not in whole by [`Limits::read_deadline`].
+    /// Requests not in whole by [`SocketLimits::read_deadline`].
     pub timed_out: AtomicU64,
 }
 
@@ -150,14 +150,14 @@ pub fn serve_at(
     Ok(Some(serving))
 }
 
-/// [`serve_with`] the default [`Limits`].
+/// [`serve_with`] the default [`SocketLimits`].
 pub fn serve(
     path: &Path,
     group: Option<u32>,
     events: Sender<Event>,
     counters: Arc<SocketCounters>,
 ) -> Result<Serving, SocketError> {
-    serve_with(path, group, events, counters, Limits::default())
+    serve_with(path, group, events, counters, SocketLimits::default())
 }
 
 /// Makes way for a socket at `path`: nothing there, or a socket nobody
@@ -188,7 +188,7 @@ pub fn serve_with(
     group: Option<u32>,
     events: Sender<Event>,
     counters: Arc<SocketCounters>,
-    limits: Limits,
+    limits: SocketLimits,
 ) -> Result<Serving, SocketError> {
     let name = path.display().to_string();
     let io = |error| SocketError::Io { path: name.clone(), error };
@@ -257,7 +257,7 @@ impl Drop for Slot {
 fn accepted_one(
     conn: UnixStream,
     access: Access,
-    limits: Limits,
+    limits: SocketLimits,
     active: &Arc<AtomicUsize>,
     events: &Sender<Event>,
     counters: &Arc<SocketCounters>,
@@ -352,7 +352,7 @@ pub fn peer_groups(conn: &UnixStream) -> std::io::Result<Vec<u32>> {
 /// The request, read to its end within one deadline. One byte past
 /// `max_request` is read to know it is over, and none is kept: a request
 /// over the limit is not applied in part.
-fn read_request(conn: &UnixStream, limits: &Limits) -> Result<String, ReadError> {
+fn read_request(conn: &UnixStream, limits: &SocketLimits) -> Result<String, ReadError> {
     let end = Instant::now() + limits.read_deadline;
     let mut text = Vec::new();
     let mut chunk = vec![0u8; 64 << 10];
@@ -392,7 +392,7 @@ fn peer_gone(conn: &UnixStream) -> bool {
     poll(&mut fds, Some(&now)).is_ok() && fds[0].revents().contains(PollFlags::HUP)
 }
 
-fn handle(conn: UnixStream, limits: Limits, events: &Sender<Event>, counters: &SocketCounters) {
+fn handle(conn: UnixStream, limits: SocketLimits, events: &Sender<Event>, counters: &SocketCounters) {
     let _ = conn.set_nonblocking(false);
     let reply = match read_request(&conn, &limits) {
         Ok(text) => {
@@ -500,7 +500,7 @@ mod tests {
         }
     }
 
-    fn served(limits: Limits) -> Served {
+    fn served(limits: SocketLimits) -> Served {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ctl.sock");
         let (tx, rx) = channel();
@@ -532,7 +532,7 @@ mod tests {
 
     #[test]
     fn a_request_over_the_limit_is_refused_whole_and_one_at_it_is_served() {
-        let s = served(Limits { max_request: 1000, ..Limits::default() });
+        let s = served(SocketLimits { max_request: 1000, ..SocketLimits::default() });
         // The limit falls inside the last line: cut there, `/24` would be
         // read as `/2`.
         let head = format!("{}\n", "#".repeat(1000 - "add s 10.0.0.0/2".len() - 1));
@@ -548,12 +548,16 @@ mod tests {
         assert_eq!(at.len(), 1000);
         assert_eq!(ask(&s.path, &at)["ok"], true);
         assert_eq!(*s.applied.lock().unwrap(), vec![at]);
-        assert_eq!(Limits::default().max_request, 64 << 20);
+        assert_eq!(SocketLimits::default().max_request, 64 << 20);
     }
 
     #[test]
     fn beyond_max_connections_a_client_is_told_busy_at_once() {
-        let s = served(Limits { max_connections: 2, read_deadline: Duration::from_secs(20), ..Limits::default() });
+        let s = served(SocketLimits {
+            max_connections: 2,
+            read_deadline: Duration::from_secs(20),
+            ..SocketLimits::default()
+        });
         let held = [holder(&s.path), holder(&s.path)];
         let t = Instant::now();
         let r = ask(&s.path, "sets");
@@ -573,7 +577,7 @@ mod tests {
 
     #[test]
     fn a_client_that_closes_mid_request_changes_nothing() {
-        let s = served(Limits::default());
+        let s = served(SocketLimits::default());
         drop(holder(&s.path));
         std::thread::sleep(Duration::from_millis(300));
         assert_eq!(ask(&s.path, "sets")["ok"], true);
@@ -582,7 +586,7 @@ mod tests {
 
     #[test]
     fn the_whole_request_has_one_deadline() {
-        let s = served(Limits { read_deadline: Duration::from_secs(1), ..Limits::default() });
+        let s = served(SocketLimits { read_deadline: Duration::from_secs(1), ..SocketLimits::default() });
         let mut c = UnixStream::connect(&s.path).unwrap();
         let mut w = c.try_clone().unwrap();
         // A byte every 200 ms: never 10 s without one, for 6 s.
@@ -664,7 +668,7 @@ mod tests {
             eprintln!("SKIPPED: a_refused_peer_is_answered_without_reading_its_request: not root");
             return;
         }
-        let s = served(Limits::default());
+        let s = served(SocketLimits::default());
         // Opened up by mistake: SO_PEERCRED still refuses other users.
         std::fs::set_permissions(s.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         std::fs::set_permissions(&s.path, std::fs::Permissions::from_mode(0o666)).unwrap();

@@ -29,18 +29,18 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
-/// Limits on what the reassembler may hold.
+/// DefragLimits on what the reassembler may hold.
 #[derive(Clone, Copy, Debug)]
-pub struct Limits {
+pub struct DefragLimits {
     pub max_datagrams: usize,
     pub max_bytes: usize,
     pub max_fragments: usize,
     pub timeout_ns: u64,
 }
 
-impl Default for Limits {
+impl Default for DefragLimits {
     fn default() -> Self {
-        Limits { max_datagrams: 4096, max_bytes: 32 << 20, max_fragments: 64, timeout_ns: 30_000_000_000 }
+        DefragLimits { max_datagrams: 4096, max_bytes: 32 << 20, max_fragments: 64, timeout_ns: 30_000_000_000 }
     }
 }
 
@@ -118,7 +118,7 @@ pub struct DefragStats {
 impl DefragStats {
     /// Adds another reassembler's counts (lanes of a per-queue bridge);
     /// the peak is the larger of the two, a bound, not a sum at one instant.
-    pub fn merge(&mut self, o: &DefragStats) {
+    pub fn add(&mut self, o: &DefragStats) {
         self.fragments += o.fragments;
         self.completed += o.completed;
         self.atomic += o.atomic;
@@ -215,7 +215,7 @@ impl Payload {
 const SPARE: usize = 64;
 
 pub struct Reassembler<T> {
-    limits: Limits,
+    limits: DefragLimits,
     /// Emptied `pieces` lists of finished datagrams.
     spare: Vec<Vec<Piece>>,
     /// Emptied fragment lists handed back ([`Reassembler::recycle`]).
@@ -236,7 +236,7 @@ pub struct Reassembler<T> {
 const MAX_PAYLOAD: u32 = 65_535;
 
 impl<T: AsRef<[u8]>> Reassembler<T> {
-    pub fn new(limits: Limits) -> Self {
+    pub fn new(limits: DefragLimits) -> Self {
         Reassembler {
             limits,
             spare: Vec::new(),
@@ -579,7 +579,7 @@ mod tests {
             }
             let mut idx: Vec<usize> = (0..pieces.len()).collect();
             idx.sort_by_key(|&i| order[i % order.len()] ^ (i as u16).wrapping_mul(40503));
-            let mut r = Reassembler::new(Limits::default());
+            let mut r = Reassembler::new(DefragLimits::default());
             let mut rel = Vec::new();
             let (mut completions, mut returned) = (0, 0);
             for (t, &i) in idx.iter().enumerate() {
@@ -612,7 +612,7 @@ mod tests {
         fn any_overlap_drops_the_whole_datagram(len in 64usize..2000, at in 0usize..2000, shift in 1u32..7) {
             let payload = vec![0xabu8; len];
             let pieces = split(&payload, &[len / 2]);
-            let mut r = Reassembler::new(Limits::default());
+            let mut r = Reassembler::new(DefragLimits::default());
             let mut rel = Vec::new();
             prop_assert_eq!(add(&mut r, key(2), (pieces[0].0, pieces[0].1, &pieces[0].2), 0, 0, &mut rel), Outcome::Held);
             // An overlapping piece inside the first one, not an exact duplicate.
@@ -637,7 +637,7 @@ mod tests {
                                                cuts in proptest::collection::vec(0usize..1500, 1..6),
                                                order in proptest::collection::vec(any::<u16>(), 32)) {
             let payload = |d: usize, len: usize| -> Vec<u8> { (0..len).map(|i| (i * 31 + d * 7 + 1) as u8).collect() };
-            let mut r = Reassembler::new(Limits::default());
+            let mut r = Reassembler::new(DefragLimits::default());
             let mut rel = Vec::new();
             let (mut completed, mut id) = (vec![false; lens.len()], 0);
             for group in (0..lens.len()).collect::<Vec<_>>().chunks(3) {
@@ -681,7 +681,7 @@ mod tests {
     fn a_copy_after_completion_is_a_datagram_of_its_own() {
         // As in Linux: the finished datagram is forgotten; a late copy starts
         // a new one that never completes and is given up at the end.
-        let mut r = Reassembler::new(Limits::default());
+        let mut r = Reassembler::new(DefragLimits::default());
         let mut rel = Vec::new();
         assert_eq!(add(&mut r, key(5), (0, true, &[1; 8]), 0, 0, &mut rel), Outcome::Held);
         assert!(matches!(add(&mut r, key(5), (8, false, &[2; 8]), 1, 0, &mut rel), Outcome::Complete { .. }));
@@ -704,7 +704,7 @@ mod tests {
             f(6, 24, b'5', true),
             f(9, 24, b'6', false),
         ];
-        let mut r = Reassembler::new(Limits::default());
+        let mut r = Reassembler::new(DefragLimits::default());
         let mut rel = Vec::new();
         let mut dropped = Vec::new();
         for (t, (o, m, d)) in frags.iter().enumerate() {
@@ -724,7 +724,8 @@ mod tests {
 
     #[test]
     fn atomic_fragments_stand_alone_and_limits_hold() {
-        let mut r = Reassembler::new(Limits { max_datagrams: 4, max_bytes: 1000, max_fragments: 3, timeout_ns: 100 });
+        let mut r =
+            Reassembler::new(DefragLimits { max_datagrams: 4, max_bytes: 1000, max_fragments: 3, timeout_ns: 100 });
         let mut rel = Vec::new();
         assert_eq!(outcome_ids(add(&mut r, key6(9), (0, false, &[1; 20]), 0, 0, &mut rel)), Outcome::Atomic(0));
         // A flood of first fragments: never more than 4 datagrams or 1000 bytes held.

@@ -44,7 +44,7 @@ pub enum DropReason {
 
 /// One frame to judge.
 #[derive(Clone, Copy, Debug)]
-pub struct Frame<'a> {
+pub struct RawFrame<'a> {
     pub link: LinkType,
     pub data: &'a [u8],
     /// Length on the wire (the capture may hold less).
@@ -112,7 +112,7 @@ impl Stats {
     }
 
     /// Add another worker's or run's counters.
-    pub fn merge(&mut self, o: &Stats) {
+    pub fn add(&mut self, o: &Stats) {
         self.packets += o.packets;
         self.bytes += o.bytes;
         self.passed += o.passed;
@@ -187,13 +187,13 @@ impl Engine {
     /// Decode one frame and decide.
     pub fn judge(&mut self, link: LinkType, data: &[u8], wire_len: u32) -> Verdict {
         let mut v = [Verdict::Pass];
-        self.judge_batch(&[Frame { link, data, wire_len }], &mut v);
+        self.judge_batch(&[RawFrame { link, data, wire_len }], &mut v);
         v[0]
     }
 
     /// Decode and decide a batch: `verdicts[i]` is for `frames[i]`. The main
     /// path: decode everything, look every address up in batches, count.
-    pub fn judge_batch(&mut self, frames: &[Frame<'_>], verdicts: &mut [Verdict]) {
+    pub fn judge_batch(&mut self, frames: &[RawFrame<'_>], verdicts: &mut [Verdict]) {
         judge_batch(&self.rules, self.undecodable, self.batch, &mut self.stats, frames, verdicts);
     }
 }
@@ -205,7 +205,7 @@ pub fn judge_batch(
     undecodable: Verdict,
     batch: usize,
     stats: &mut Stats,
-    frames: &[Frame<'_>],
+    frames: &[RawFrame<'_>],
     verdicts: &mut [Verdict],
 ) {
     assert_eq!(frames.len(), verdicts.len(), "one verdict per frame");
@@ -370,7 +370,7 @@ mod tests {
         #[test]
         fn every_frame_counted_once(frames in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..80), 0..50)) {
             let mut e = Engine::new(RuleSet::new(&[], &[], &list(&["0.0.0.0/1"])), Verdict::Drop);
-            let batch: Vec<Frame<'_>> = frames.iter().map(|f| Frame { link: LinkType::RAW, data: f, wire_len: f.len() as u32 }).collect();
+            let batch: Vec<RawFrame<'_>> = frames.iter().map(|f| RawFrame { link: LinkType::RAW, data: f, wire_len: f.len() as u32 }).collect();
             let mut verdicts = vec![Verdict::Pass; batch.len()];
             e.judge_batch(&batch, &mut verdicts);
             let mut one = Engine::new(RuleSet::new(&[], &[], &list(&["0.0.0.0/1"])), Verdict::Drop);

@@ -74,7 +74,7 @@ pub struct RuleInfo {
 // A handful per rule set; boxing the table would add a pointer chase to
 // every lookup.
 #[allow(clippy::large_enum_variant)]
-enum Backing {
+enum SetTable {
     Table(AddressSet),
     Small(SmallSet),
 }
@@ -115,46 +115,46 @@ impl SmallSet {
     }
 }
 
-impl Backing {
-    fn new(prefixes: &[Prefix], opts: Options) -> Backing {
+impl SetTable {
+    fn new(prefixes: &[Prefix], opts: Options) -> SetTable {
         if prefixes.len() <= SMALL_SET {
-            Backing::Small(SmallSet::new(prefixes))
+            SetTable::Small(SmallSet::new(prefixes))
         } else {
-            Backing::Table(AddressSet::with_options(prefixes, opts))
+            SetTable::Table(AddressSet::with_options(prefixes, opts))
         }
     }
 
     fn contains(&self, ip: IpAddr) -> bool {
         match self {
-            Backing::Table(s) => s.contains(ip),
-            Backing::Small(v) => v.contains(ip),
+            SetTable::Table(s) => s.contains(ip),
+            SetTable::Small(v) => v.contains(ip),
         }
     }
 
     fn entries(&self) -> usize {
         match self {
-            Backing::Table(s) => s.len(),
-            Backing::Small(v) => v.v4.len() + v.v6.len(),
+            SetTable::Table(s) => s.len(),
+            SetTable::Small(v) => v.v4.len() + v.v6.len(),
         }
     }
 
-    fn from_entries(e: SetEntries, opts: Options) -> Backing {
+    fn from_entries(e: SetEntries, opts: Options) -> SetTable {
         match e {
-            SetEntries::List(p) => Backing::new(&p, opts),
-            SetEntries::Built(s) => Backing::Table(*s),
+            SetEntries::List(p) => SetTable::new(&p, opts),
+            SetEntries::Built(s) => SetTable::Table(*s),
         }
     }
 
     fn bytes(&self) -> usize {
         match self {
-            Backing::Table(s) => s.bytes(),
-            Backing::Small(v) => std::mem::size_of_val(v.v4.as_slice()) + std::mem::size_of_val(v.v6.as_slice()),
+            SetTable::Table(s) => s.bytes(),
+            SetTable::Small(v) => std::mem::size_of_val(v.v4.as_slice()) + std::mem::size_of_val(v.v6.as_slice()),
         }
     }
 }
 
 /// A set's tables, built by [`RuleSet::build_base`].
-pub struct BaseTables(Arc<Backing>);
+pub struct BaseTables(Arc<SetTable>);
 
 /// One named set's new runtime state for [`RuleSet::with_sets`].
 pub struct SetChange {
@@ -440,7 +440,7 @@ pub struct RuleSet {
     /// For each rule, each `Match::Addr`'s backing (in match order).
     addr_backing: Vec<Vec<usize>>,
     default: Verdict,
-    backings: Vec<Arc<Backing>>,
+    backings: Vec<Arc<SetTable>>,
     /// Per backing: what changed at runtime since its tables were built
     /// (named sets only).
     deltas: Vec<Option<Arc<Delta>>>,
@@ -536,7 +536,7 @@ impl RuleSet {
         }
         let set_opts = Options { filter: !opts.no_front_filter, ..Options::default() };
         let err = |line: usize, message: String| CompileError::Rule { file: file.source.clone(), line, message };
-        let mut backings: Vec<Backing> = sets.into_iter().map(|s| Backing::from_entries(s, set_opts)).collect();
+        let mut backings: Vec<SetTable> = sets.into_iter().map(|s| SetTable::from_entries(s, set_opts)).collect();
         let mut set_info: Vec<SetInfo> = file
             .sets
             .iter()
@@ -585,7 +585,7 @@ impl RuleSet {
                                 match inline.iter().position(|x| *x == key) {
                                     Some(i) => named + i,
                                     None => {
-                                        backings.push(Backing::new(&key, set_opts));
+                                        backings.push(SetTable::new(&key, set_opts));
                                         let b = backings.last().expect("just pushed");
                                         set_info.push(SetInfo {
                                             name: format!("(inline, line {})", rule.line),
@@ -799,8 +799,8 @@ impl RuleSet {
     pub fn named_sets(&self) -> impl Iterator<Item = (&str, SavedSet<'_>)> {
         self.set_info.iter().zip(&self.backings).take(self.named).map(|(info, b)| {
             let saved = match &**b {
-                Backing::Table(s) => SavedSet::Table(s),
-                Backing::Small(s) => SavedSet::Small(
+                SetTable::Table(s) => SavedSet::Table(s),
+                SetTable::Small(s) => SavedSet::Small(
                     s.v4.iter()
                         .map(|&(a, m)| Prefix::V4 { addr: a, len: m.count_ones() as u8 })
                         .chain(s.v6.iter().map(|&(a, m)| Prefix::V6 { addr: a, len: m.count_ones() as u8 }))
@@ -846,7 +846,7 @@ impl RuleSet {
     /// Tables for `prefixes`, built as this rule set's were (for a merge or
     /// a flush; build them off the fast path).
     pub fn build_base(&self, prefixes: &[Prefix]) -> BaseTables {
-        BaseTables(Arc::new(Backing::new(prefixes, self.set_opts)))
+        BaseTables(Arc::new(SetTable::new(prefixes, self.set_opts)))
     }
 
     /// This rule set with named sets' runtime state replaced: each change's
@@ -1131,11 +1131,11 @@ impl RuleSet {
             }
             let (k4, f4, k6, f6) = (&k4[..n4], &mut f4[..n4], &k6[..n6], &mut f6[..n6]);
             match &*self.backings[l.backing] {
-                Backing::Table(s) => {
+                SetTable::Table(s) => {
                     s.contains_v4_batch(k4, f4, batch, true);
                     s.contains_v6_batch(k6, f6, batch, true);
                 }
-                Backing::Small(v) => {
+                SetTable::Small(v) => {
                     for (f, &key) in f4.iter_mut().zip(k4) {
                         *f = v.contains(IpAddr::from(std::net::Ipv4Addr::from(key)));
                     }

@@ -4,7 +4,7 @@
 //! freed.
 
 use sluice_engine::snapshot::Published;
-use sluice_engine::{judge_batch, Frame, RuleSet, Stats, Verdict};
+use sluice_engine::{judge_batch, RawFrame, RuleSet, Stats, Verdict};
 use sluice_rules::Prefix;
 use sluice_wire::LinkType;
 use std::net::{IpAddr, Ipv4Addr};
@@ -66,9 +66,9 @@ fn every_verdict_matches_its_snapshot_while_rules_are_swapped() {
                         let snap = reader.refresh();
                         let start = (batches as usize * 37 + w * 101) % 256;
                         let xs: Vec<u8> = (0..64).map(|i| ((start + i * 7) % 256) as u8).collect();
-                        let batch: Vec<Frame<'_>> = xs
+                        let batch: Vec<RawFrame<'_>> = xs
                             .iter()
-                            .map(|&x| Frame { link: LinkType::IPV4, data: &frames[usize::from(x)], wire_len: 20 })
+                            .map(|&x| RawFrame { link: LinkType::IPV4, data: &frames[usize::from(x)], wire_len: 20 })
                             .collect();
                         judge_batch(&snap.value.set, Verdict::Pass, 16, &mut stats, &batch, &mut verdicts);
                         for (&x, v) in xs.iter().zip(&verdicts) {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// One block to forward.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Block {
+pub struct ForwardedBlock {
     pub ip: IpAddr,
     /// Prefix length: the whole address (32, 128) or the network the guard
     /// keys clients by (`--key-prefix-v6 64`).
@@ -28,7 +28,7 @@ pub struct Block {
     pub limit: String,
 }
 
-impl Block {
+impl ForwardedBlock {
     /// A host's address, else the network as `ADDR/LEN`.
     pub fn target(&self) -> String {
         if self.len >= if self.ip.is_ipv4() { 32 } else { 128 } {
@@ -133,7 +133,7 @@ impl Watcher {
     }
 
     /// The alerts for `blocks`: one per block, each with its `ban`.
-    pub fn alerts(blocks: &[Block]) -> serde_json::Value {
+    pub fn alerts(blocks: &[ForwardedBlock]) -> serde_json::Value {
         let now = rfc3339(SystemTime::now());
         let alerts: Vec<serde_json::Value> = blocks
             .iter()
@@ -173,7 +173,7 @@ impl Watcher {
     }
 
     /// Pushes `blocks` as alerts (logging in first, and again once on 401).
-    pub fn push(&mut self, blocks: &[Block]) -> Result<(), String> {
+    pub fn push(&mut self, blocks: &[ForwardedBlock]) -> Result<(), String> {
         let url = format!("{}/v1/alerts", self.url);
         let body = Self::alerts(blocks);
         for attempt in 0..2 {
@@ -205,7 +205,7 @@ impl Watcher {
 }
 
 /// Where blocks go.
-pub enum Sink {
+pub enum Target {
     /// A bridge's control socket and the dynamic set to add to.
     Ctl {
         socket: PathBuf,
@@ -214,13 +214,13 @@ pub enum Sink {
     Crowdsec(Watcher),
 }
 
-/// Something blocks are pushed to: a [`Sink`], or a test's fake.
+/// Something blocks are pushed to: a [`Target`], or a test's fake.
 pub trait Destination {
     /// How the logs and metrics name it.
     fn name(&self) -> String;
     /// Pushes the first blocks of `blocks` (at least one) in one request:
     /// how many it took, and of those how many it refused for good.
-    fn push(&mut self, blocks: &[Block]) -> Result<Pushed, String>;
+    fn push(&mut self, blocks: &[ForwardedBlock]) -> Result<Pushed, String>;
 }
 
 /// What one push took off the front of the queue.
@@ -243,7 +243,7 @@ pub const MAX_BATCH: usize = 100_000;
 /// The `add` lines for as many of `blocks` as fit in one request (at most
 /// [`MAX_BATCH`] lines, at most `max_bytes`), and how many that is: at
 /// least one, even if that one is over (the bridge then refuses it whole).
-pub fn ctl_batch(set: &str, blocks: &[Block], max_bytes: usize) -> (String, usize) {
+pub fn ctl_batch(set: &str, blocks: &[ForwardedBlock], max_bytes: usize) -> (String, usize) {
     let mut text = String::new();
     let mut n = 0;
     for b in blocks.iter().take(MAX_BATCH) {
@@ -258,18 +258,18 @@ pub fn ctl_batch(set: &str, blocks: &[Block], max_bytes: usize) -> (String, usiz
 }
 
 /// The `add` line of one block.
-fn ctl_line(set: &str, b: &Block) -> String {
+fn ctl_line(set: &str, b: &ForwardedBlock) -> String {
     match b.secs {
         0 => format!("add {set} {}\n", b.target()),
         s => format!("add {set} {} timeout {s}\n", b.target()),
     }
 }
 
-impl Destination for Sink {
+impl Destination for Target {
     fn name(&self) -> String {
         match self {
-            Sink::Ctl { socket, set } => format!("control socket {} (set {set})", socket.display()),
-            Sink::Crowdsec(w) => format!("crowdsec {}", w.url),
+            Target::Ctl { socket, set } => format!("control socket {} (set {set})", socket.display()),
+            Target::Crowdsec(w) => format!("crowdsec {}", w.url),
         }
     }
 
@@ -278,11 +278,11 @@ impl Destination for Sink {
     /// (`--never-block`, `--min-prefix-*`): those are dropped (sent again,
     /// they would be refused again and hold every later block back) and
     /// the rest sent again, each round one fewer at least.
-    fn push(&mut self, blocks: &[Block]) -> Result<Pushed, String> {
+    fn push(&mut self, blocks: &[ForwardedBlock]) -> Result<Pushed, String> {
         match self {
-            Sink::Ctl { socket, set } => {
+            Target::Ctl { socket, set } => {
                 let (_, taken) = ctl_batch(set, blocks, socket::MAX_REQUEST as usize);
-                let mut left: Vec<&Block> = blocks[..taken].iter().collect();
+                let mut left: Vec<&ForwardedBlock> = blocks[..taken].iter().collect();
                 loop {
                     if left.is_empty() {
                         return Ok(Pushed { taken, refused: taken });
@@ -313,7 +313,7 @@ impl Destination for Sink {
                     left = left.into_iter().enumerate().filter(|(i, _)| !refused.contains(i)).map(|(_, b)| b).collect();
                 }
             }
-            Sink::Crowdsec(w) => {
+            Target::Crowdsec(w) => {
                 let taken = blocks.len().min(MAX_BATCH);
                 w.push(&blocks[..taken]).map(|()| Pushed { taken, refused: 0 })
             }
@@ -323,13 +323,13 @@ impl Destination for Sink {
 
 /// The sinks the guard's flags ask for: a bridge's control socket and its
 /// set, and a LAPI as (URL, login, password file).
-pub fn sinks(
+pub fn targets(
     ctl: Option<(&std::path::Path, &str)>,
     crowdsec: Option<(&str, &str, &std::path::Path)>,
-) -> Result<Vec<Sink>, String> {
+) -> Result<Vec<Target>, String> {
     let mut sinks = Vec::new();
     if let Some((socket, set)) = ctl {
-        sinks.push(Sink::Ctl { socket: socket.to_owned(), set: set.to_owned() });
+        sinks.push(Target::Ctl { socket: socket.to_owned(), set: set.to_owned() });
     }
     if let Some((url, login, pw)) = crowdsec {
         if !url.starts_with("http://") {
@@ -340,7 +340,7 @@ pub fn sinks(
         if let Some(w) = crowdsec::secret_file_warning("--crowdsec-password-file", pw) {
             tracing::warn!("{w}");
         }
-        sinks.push(Sink::Crowdsec(Watcher::new(url, login, password.trim())));
+        sinks.push(Target::Crowdsec(Watcher::new(url, login, password.trim())));
     }
     Ok(sinks)
 }
@@ -390,7 +390,7 @@ pub fn whole_secs_up(d: Duration) -> u64 {
 /// A block waiting for its destination, and since when.
 #[derive(Debug, Clone)]
 struct Waiting {
-    block: Block,
+    block: ForwardedBlock,
     since: Instant,
 }
 
@@ -403,7 +403,7 @@ struct Queue {
 impl Queue {
     /// Adds `new` (taken at `now`), shedding the oldest past `cap`: how
     /// many were shed.
-    fn add(&mut self, new: &[Block], now: Instant, cap: usize) -> u64 {
+    fn add(&mut self, new: &[ForwardedBlock], now: Instant, cap: usize) -> u64 {
         self.waiting.extend(new.iter().map(|b| Waiting { block: b.clone(), since: now }));
         let over = self.waiting.len().saturating_sub(cap);
         self.waiting.drain(..over);
@@ -415,7 +415,7 @@ impl Queue {
     /// 60 s that waited 20 s is sent for 40 s, so a destination that was
     /// away does not hold it longer than the guard does. A permanent block
     /// (0 s) stays permanent.
-    fn batch(&mut self, now: Instant, max: usize) -> (Vec<Block>, u64) {
+    fn batch(&mut self, now: Instant, max: usize) -> (Vec<ForwardedBlock>, u64) {
         let left = |w: &Waiting| w.block.secs.checked_sub(whole_secs_up(now.saturating_duration_since(w.since)));
         let before = self.waiting.len();
         // A timed block with no whole second left is gone; 0 would be sent
@@ -426,7 +426,10 @@ impl Queue {
             .waiting
             .iter()
             .take(max)
-            .map(|w| Block { secs: if w.block.secs == 0 { 0 } else { left(w).unwrap_or(0) }, ..w.block.clone() })
+            .map(|w| ForwardedBlock {
+                secs: if w.block.secs == 0 { 0 } else { left(w).unwrap_or(0) },
+                ..w.block.clone()
+            })
             .collect();
         (blocks, expired)
     }
@@ -461,7 +464,7 @@ impl<D: Destination> Forwarder<D> {
     /// Queues `new` (taken at `now`) for every destination and pushes to
     /// those due (all of them when `last`), batch after batch, until one
     /// fails or none is left.
-    fn step(&mut self, new: &[Block], now: Instant, last: bool) {
+    fn step(&mut self, new: &[ForwardedBlock], now: Instant, last: bool) {
         for (i, sink) in self.sinks.iter_mut().enumerate() {
             let (queue, c) = (&mut self.queues[i], &self.counters);
             c.shed[i].fetch_add(queue.add(new, now, self.cap), Ordering::Relaxed);
@@ -508,7 +511,7 @@ impl<D: Destination> Forwarder<D> {
 /// [`MAX_PENDING`] blocks while it is away, gets them [`MAX_BATCH`] at a
 /// time, each with the time it has left.
 pub fn run<D: Destination>(
-    mut take: impl FnMut() -> Vec<Block>,
+    mut take: impl FnMut() -> Vec<ForwardedBlock>,
     sinks: Vec<D>,
     stop: Arc<AtomicBool>,
     counters: Arc<ForwardCounters>,
@@ -539,7 +542,7 @@ mod tests {
         assert_eq!(rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00Z");
         assert_eq!(rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_651_199)), "2026-11-25T23:59:59Z");
         assert_eq!(scenario("request_rate"), "sluice/http-request-rate");
-        let a = Watcher::alerts(&[Block {
+        let a = Watcher::alerts(&[ForwardedBlock {
             ip: "192.0.2.1".parse().unwrap(),
             len: 32,
             secs: 0,
@@ -549,7 +552,8 @@ mod tests {
         assert_eq!(a[0]["source"]["value"], "192.0.2.1");
         assert_eq!(a[0]["decisions"][0]["scope"], "Ip");
         // A client keyed by its /64 is a Range decision of that network.
-        let net = Block { ip: "2001:db8:0:7::".parse().unwrap(), len: 64, secs: 30, limit: "request_rate".into() };
+        let net =
+            ForwardedBlock { ip: "2001:db8:0:7::".parse().unwrap(), len: 64, secs: 30, limit: "request_rate".into() };
         assert_eq!(net.target(), "2001:db8:0:7::/64");
         let a = Watcher::alerts(&[net]);
         assert_eq!(
@@ -582,8 +586,8 @@ mod tests {
         (url, h)
     }
 
-    fn block() -> Block {
-        Block { ip: "192.0.2.1".parse().unwrap(), len: 32, secs: 60, limit: "request_rate".into() }
+    fn block() -> ForwardedBlock {
+        ForwardedBlock { ip: "192.0.2.1".parse().unwrap(), len: 32, secs: 60, limit: "request_rate".into() }
     }
 
     #[test]
@@ -636,9 +640,10 @@ mod tests {
         let serving = socket::serve(&sock, None, tx.clone(), Arc::default()).unwrap();
         let control = std::thread::spawn(move || c.run(rx, || {}));
 
-        let b = |ip: &str, len: u8| Block { ip: ip.parse().unwrap(), len, secs: 60, limit: "request_rate".into() };
+        let b =
+            |ip: &str, len: u8| ForwardedBlock { ip: ip.parse().unwrap(), len, secs: 60, limit: "request_rate".into() };
         let blocks = [b("198.51.100.1", 32), b("192.0.2.7", 32), b("192.0.2.0", 24), b("198.51.100.2", 32)];
-        let mut sink = Sink::Ctl { socket: sock.clone(), set: "guard".into() };
+        let mut sink = Target::Ctl { socket: sock.clone(), set: "guard".into() };
         assert_eq!(sink.push(&blocks), Ok(Pushed { taken: 4, refused: 2 }));
         let test = |ip: &str| socket::request(&sock, &format!("test guard {ip}"), Duration::from_secs(5)).unwrap();
         assert_eq!(
@@ -650,7 +655,7 @@ mod tests {
         let only_refused = [b("192.0.2.7", 32)];
         assert_eq!(sink.push(&only_refused), Ok(Pushed { taken: 1, refused: 1 }), "nothing left to send");
 
-        let mut elsewhere = Sink::Ctl { socket: sock.clone(), set: "nosuch".into() };
+        let mut elsewhere = Target::Ctl { socket: sock.clone(), set: "nosuch".into() };
         let e = elsewhere.push(&blocks[..1]).unwrap_err();
         assert!(e.contains("no set `nosuch`"), "{e}");
         serving.stop();
@@ -663,14 +668,14 @@ mod tests {
     struct Fake {
         up: bool,
         max: usize,
-        got: Vec<Vec<Block>>,
+        got: Vec<Vec<ForwardedBlock>>,
     }
 
     impl Destination for Fake {
         fn name(&self) -> String {
             "fake".into()
         }
-        fn push(&mut self, blocks: &[Block]) -> Result<Pushed, String> {
+        fn push(&mut self, blocks: &[ForwardedBlock]) -> Result<Pushed, String> {
             if !self.up {
                 return Err("down".into());
             }
@@ -686,9 +691,9 @@ mod tests {
         Forwarder::new(sinks, counters, now)
     }
 
-    /// Block `i`: 10.x.y.z from the index, for `secs`.
-    fn nth(i: u32, secs: u64) -> Block {
-        Block { ip: IpAddr::V4((0x0a00_0000 + i).into()), len: 32, secs, limit: "request_rate".into() }
+    /// ForwardedBlock `i`: 10.x.y.z from the index, for `secs`.
+    fn nth(i: u32, secs: u64) -> ForwardedBlock {
+        ForwardedBlock { ip: IpAddr::V4((0x0a00_0000 + i).into()), len: 32, secs, limit: "request_rate".into() }
     }
 
     fn load(a: &[AtomicU64]) -> u64 {
@@ -700,7 +705,7 @@ mod tests {
         let t0 = Instant::now();
         let mut f = forwarder(false, t0);
         let n = MAX_PENDING as u32 + 5;
-        let blocks: Vec<Block> = (0..n).map(|i| nth(i, 0)).collect();
+        let blocks: Vec<ForwardedBlock> = (0..n).map(|i| nth(i, 0)).collect();
         f.step(&blocks[..10], t0, false);
         f.step(&blocks[10..], t0, false);
         assert_eq!(load(&f.counters.pending), MAX_PENDING as u64);
@@ -708,7 +713,7 @@ mod tests {
         // Back: what is left goes, from the sixth on, in order.
         f.sinks[0].up = true;
         f.step(&[], t0 + Duration::from_secs(60), false);
-        let got: Vec<Block> = f.sinks[0].got.concat();
+        let got: Vec<ForwardedBlock> = f.sinks[0].got.concat();
         assert_eq!(got, blocks[5..]);
         assert_eq!((load(&f.counters.pending), load(&f.counters.pushed)), (0, MAX_PENDING as u64));
     }
@@ -718,7 +723,7 @@ mod tests {
         let t0 = Instant::now();
         let mut f = forwarder(true, t0);
         f.batch = 4;
-        let blocks: Vec<Block> = (0..10).map(|i| nth(i, 0)).collect();
+        let blocks: Vec<ForwardedBlock> = (0..10).map(|i| nth(i, 0)).collect();
         f.step(&blocks, t0, false);
         let sizes: Vec<usize> = f.sinks[0].got.iter().map(Vec::len).collect();
         assert_eq!(sizes, [4, 4, 2]);
@@ -741,15 +746,18 @@ mod tests {
 
     #[test]
     fn a_control_socket_request_stays_under_its_limit() {
-        let blocks: Vec<Block> = (0..MAX_BATCH as u32 + 1).map(|i| nth(i, FOREVER_SECS)).collect();
+        let blocks: Vec<ForwardedBlock> = (0..MAX_BATCH as u32 + 1).map(|i| nth(i, FOREVER_SECS)).collect();
         let max = socket::MAX_REQUEST as usize;
         let (text, n) = ctl_batch("guard", &blocks, max);
         assert_eq!((n, text.lines().count()), (MAX_BATCH, MAX_BATCH));
         assert_eq!(text.lines().next(), Some("add guard 10.0.0.0 timeout 31536000"));
         // The longest line, an IPv6 network for a year: 100,000 of them
         // are far under the limit.
-        let v6 =
-            Block { ip: "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fff0".parse().unwrap(), len: 124, ..nth(0, FOREVER_SECS) };
+        let v6 = ForwardedBlock {
+            ip: "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fff0".parse().unwrap(),
+            len: 124,
+            ..nth(0, FOREVER_SECS)
+        };
         let (line, _) = ctl_batch("guard", &[v6], max);
         assert!(line.len() * MAX_BATCH < max / 4, "{} bytes a line", line.len());
         // A set name long enough to pass the limit: cut by bytes, every

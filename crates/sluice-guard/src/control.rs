@@ -32,7 +32,7 @@ impl GuardControl {
 /// control socket, a CrowdSec LAPI) until `stop`, then one last push.
 pub fn spawn_forwarder(
     shared: &Shared,
-    sinks: Vec<crate::block_forward::Sink>,
+    sinks: Vec<crate::block_forward::Target>,
     stop: Arc<std::sync::atomic::AtomicBool>,
     counters: Arc<crate::block_forward::ForwardCounters>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
@@ -46,7 +46,7 @@ pub fn spawn_forwarder(
                 0 => 0,
                 s => s.checked_sub(crate::block_forward::whole_secs_up(b.at.elapsed())).filter(|&s| s > 0)?,
             };
-            Some(crate::block_forward::Block { ip: b.ip.addr, len: b.ip.len, secs, limit: b.limit.into() })
+            Some(crate::block_forward::ForwardedBlock { ip: b.ip.addr, len: b.ip.len, secs, limit: b.limit.into() })
         })
     };
     std::thread::Builder::new()

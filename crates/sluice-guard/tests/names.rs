@@ -85,7 +85,7 @@ fn the_summary_keys_and_metric_names_are_the_published_ones() {
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let _ = s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
     let _ = s.read(&mut [0u8; 64]);
-    let sinks = block_forward::sinks(Some((&dir.path().join("bridge.sock"), "guard")), None).unwrap();
+    let sinks = block_forward::targets(Some((&dir.path().join("bridge.sock"), "guard")), None).unwrap();
     let forward = Arc::new(ForwardCounters::new(&sinks));
     let registry = sluice_guard::exporter::registry(running.shared(), Some(forward));
     let mut metrics = String::new();

@@ -463,7 +463,7 @@ impl LoadReport {
     /// Add another run's report that ran at the same time (a pool): counts
     /// and histograms add, the duration is the longer, rates add up.
     /// `sources` adds too (pools are meant to use ranges of their own).
-    pub fn merge(&mut self, o: &LoadReport) {
+    pub fn add(&mut self, o: &LoadReport) {
         self.requests += o.requests;
         self.issued += o.issued;
         self.errors.add(&o.errors);

@@ -206,7 +206,7 @@ pub fn run(pools: Vec<Pool>, stop: &std::sync::atomic::AtomicBool) -> Result<Poo
     }
     let mut total = reports[0].1.clone();
     for (_, r) in &reports[1..] {
-        total.merge(r);
+        total.add(r);
     }
     Ok(PoolsReport { total, pools: reports })
 }

@@ -234,7 +234,7 @@ fn open_afpacket(
 }
 
 /// What a bridge forwards between: two ports it opens once, as its
-/// source and sink. The live interfaces ([`Interfaces`]: AF_XDP, AF_PACKET)
+/// source and sink. The live interfaces ([`LivePorts`]: AF_XDP, AF_PACKET)
 /// in production; two channels ([`MemoryPair`]) in tests, so everything
 /// around the rings is tested without root.
 pub trait PortPair: Send {
@@ -251,14 +251,14 @@ pub trait PortPair: Send {
 
 /// Two network interfaces, opened as [`OpenConfig`] asks.
 #[derive(Debug, Clone)]
-pub struct Interfaces {
+pub struct LivePorts {
     /// Port 0's interface, then port 1's.
     pub names: [String; 2],
     /// The socket layer and its geometry.
     pub config: OpenConfig,
 }
 
-impl PortPair for Interfaces {
+impl PortPair for LivePorts {
     fn names(&self) -> [String; 2] {
         self.names.clone()
     }

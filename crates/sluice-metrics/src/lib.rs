@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 /// What scrape connections may take of the responder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub struct ResponderLimits {
     /// Connections answered at once; one more is answered 503 and closed.
     pub max_connections: usize,
     /// The whole request head must arrive within this from accept (a
@@ -31,9 +31,9 @@ pub struct Limits {
     pub deadline: Duration,
 }
 
-impl Default for Limits {
-    fn default() -> Limits {
-        Limits { max_connections: 4, deadline: Duration::from_secs(5) }
+impl Default for ResponderLimits {
+    fn default() -> ResponderLimits {
+        ResponderLimits { max_connections: 4, deadline: Duration::from_secs(5) }
     }
 }
 
@@ -61,7 +61,7 @@ pub fn check_addr(s: &str, allow_remote: bool) -> Result<SocketAddr, AddrError> 
 /// Bind `addr` and serve `registry` there on a thread named
 /// `sluice-metrics`; returns the bound address (port 0 picks one).
 pub fn spawn(addr: SocketAddr, registry: Registry, who: &'static str) -> std::io::Result<SocketAddr> {
-    spawn_with(addr, registry, who, Limits::default())
+    spawn_with(addr, registry, who, ResponderLimits::default())
 }
 
 /// [`spawn`] with `limits`.
@@ -69,7 +69,7 @@ pub fn spawn_with(
     addr: SocketAddr,
     registry: Registry,
     who: &'static str,
-    limits: Limits,
+    limits: ResponderLimits,
 ) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr)?;
     let bound = listener.local_addr()?;
@@ -145,7 +145,7 @@ pub fn gauge(
 /// connection, each connection on a thread of its own so that a slow
 /// client delays no other scrape, at most `limits.max_connections` at
 /// once, each within `limits.deadline`; `who` names the program on `/`.
-pub fn serve(listener: TcpListener, registry: Arc<Registry>, who: &'static str, limits: Limits) {
+pub fn serve(listener: TcpListener, registry: Arc<Registry>, who: &'static str, limits: ResponderLimits) {
     let active = Arc::new(AtomicUsize::new(0));
     for conn in listener.incoming() {
         let stream = match conn {
@@ -331,7 +331,7 @@ mod tests {
 
     #[test]
     fn a_slow_client_delays_no_scrape_and_is_cut_at_its_deadline() {
-        let limits = Limits { max_connections: 4, deadline: Duration::from_secs(1) };
+        let limits = ResponderLimits { max_connections: 4, deadline: Duration::from_secs(1) };
         let addr = spawn_with("127.0.0.1:0".parse().unwrap(), one_registry(), "test", limits).unwrap();
         let started = Instant::now();
         let (mut slow, trickling) = trickle(addr);
@@ -353,7 +353,7 @@ mod tests {
 
     #[test]
     fn beyond_the_bound_a_connection_is_answered_503() {
-        let limits = Limits { max_connections: 1, deadline: Duration::from_secs(3) };
+        let limits = ResponderLimits { max_connections: 1, deadline: Duration::from_secs(3) };
         let addr = spawn_with("127.0.0.1:0".parse().unwrap(), one_registry(), "test", limits).unwrap();
         let (slow, trickling) = trickle(addr);
         std::thread::sleep(Duration::from_millis(200));

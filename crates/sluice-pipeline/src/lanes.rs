@@ -114,18 +114,18 @@ where
     })
 }
 
-/// The lanes' outcomes as one: the reports merged, the first source error
+/// The lanes' outcomes as one: the reports added, the first source error
 /// kept (the others are logged by the caller if it wants them), the first
 /// failure returned as the run's (its report holds only that lane).
-pub fn merge<SE, KE>(results: Vec<Result<Finished<SE>, RunError<KE>>>) -> Result<Finished<SE>, RunError<KE>> {
-    let mut merged: Option<Finished<SE>> = None;
+pub fn combine<SE, KE>(results: Vec<Result<Finished<SE>, RunError<KE>>>) -> Result<Finished<SE>, RunError<KE>> {
+    let mut combined: Option<Finished<SE>> = None;
     let mut failure = None;
     for r in results {
         match r {
-            Ok(f) => match &mut merged {
-                None => merged = Some(f),
+            Ok(f) => match &mut combined {
+                None => combined = Some(f),
                 Some(m) => {
-                    m.report.merge(&f.report);
+                    m.report.add(&f.report);
                     if m.stopped.is_none() {
                         m.stopped = f.stopped;
                     }
@@ -136,7 +136,7 @@ pub fn merge<SE, KE>(results: Vec<Result<Finished<SE>, RunError<KE>>>) -> Result
             }
         }
     }
-    match (failure, merged) {
+    match (failure, combined) {
         (Some(e), _) => Err(e),
         (None, Some(m)) => Ok(m),
         (None, None) => Ok(Finished { report: Default::default(), stopped: None }),

@@ -29,7 +29,7 @@
 //! verdict (counted), as a lost fragment would be.
 
 use crate::batch::{Disposition, Edit, Meta, PacketBatch, Recycler};
-use sluice_defrag::{DatagramKey, DefragStats, DropCause, Limits, Outcome, Reassembler, Released};
+use sluice_defrag::{DatagramKey, DefragLimits, DefragStats, DropCause, Outcome, Reassembler, Released};
 use sluice_engine::Verdict;
 use sluice_steer::RssInput;
 use sluice_wire::{ip_proto, DecodeError, PacketSummary};
@@ -127,7 +127,7 @@ pub struct FragmentRouter {
 }
 
 impl Reassembly {
-    pub fn new(limits: Limits, incomplete: Verdict) -> Self {
+    pub fn new(limits: DefragLimits, incomplete: Verdict) -> Self {
         Reassembly { r: Reassembler::new(limits), spare: Vec::new(), incomplete, router: None }
     }
 

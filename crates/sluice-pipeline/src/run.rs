@@ -87,10 +87,10 @@ impl RunReport {
     /// Adds another run's report: the lanes of a per-queue bridge ran side
     /// by side, so their workers are listed one after the other and the
     /// elapsed time is the longest.
-    pub fn merge(&mut self, o: &RunReport) {
-        self.stats.merge(&o.stats);
+    pub fn add(&mut self, o: &RunReport) {
+        self.stats.add(&o.stats);
         self.per_worker.extend_from_slice(&o.per_worker);
-        self.reassembly.merge(&o.reassembly);
+        self.reassembly.add(&o.reassembly);
         self.elapsed = self.elapsed.max(o.elapsed);
         self.batches += o.batches;
     }
@@ -269,7 +269,7 @@ where
     let per = st.judge.finish();
     let mut stats = st.decided;
     for s in &per {
-        stats.merge(s);
+        stats.add(s);
     }
     let report = RunReport {
         stats,

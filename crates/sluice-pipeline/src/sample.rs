@@ -786,7 +786,7 @@ struct Rotating {
     keep: usize,
     /// `None` once an error stopped the file.
     out: Option<CaptureWriter<BufWriter<File>>>,
-    /// Interfaces declared in the current file: (port, link type, id).
+    /// LivePorts declared in the current file: (port, link type, id).
     ifaces: Vec<(u32, LinkType, u32)>,
     /// Samples in the kept rotated files, `NAME-1` first.
     rotated: VecDeque<u64>,

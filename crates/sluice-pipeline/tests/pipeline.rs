@@ -4,7 +4,7 @@
 //! an error and everything finished before it written in order.
 
 use proptest::prelude::*;
-use sluice_defrag::Limits;
+use sluice_defrag::DefragLimits;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{Engine, RuleSet, Verdict};
 use sluice_pipeline::*;
@@ -64,7 +64,7 @@ fn run_with(
     let published = Arc::new(Published::new(rules()));
     let mut source = VecSource::new(packets);
     let mut sink = Collect::default();
-    let mut stage = Reassembly::new(Limits::default(), Verdict::Drop);
+    let mut stage = Reassembly::new(DefragLimits::default(), Verdict::Drop);
     let cfg = RunConfig { batch_packets: batch, max_in_flight: 3, read_ahead, ..RunConfig::default() };
     let done = run(&mut source, &mut stage, judge_for(workers, &published, None), &mut sink, &mut Quiet, &cfg)
         .expect("run completes");
@@ -154,7 +154,7 @@ fn a_worker_that_panics_ends_the_run_with_an_error_and_a_valid_prefix() {
     let published = Arc::new(Published::new(rules()));
     let mut source = VecSource::new(packets);
     let mut sink = Collect::default();
-    let mut stage = Reassembly::new(Limits::default(), Verdict::Drop);
+    let mut stage = Reassembly::new(DefragLimits::default(), Verdict::Drop);
     let cfg = RunConfig { batch_packets: 50, max_in_flight: 4, read_ahead: true, ..RunConfig::default() };
     let judge = judge_for(2, &published, Some((1, 10)));
     let err = run(&mut source, &mut stage, judge, &mut sink, &mut Quiet, &cfg).expect_err("the run fails");
@@ -307,7 +307,7 @@ fn held_fragments_expire_on_the_wall_clock_when_the_link_is_quiet() {
         let mut source =
             QuietLink { sent: false, until: std::time::Instant::now() + std::time::Duration::from_millis(400) };
         let mut sink = Collect::default();
-        let limits = Limits { timeout_ns: 100_000_000, ..Limits::default() };
+        let limits = DefragLimits { timeout_ns: 100_000_000, ..DefragLimits::default() };
         let mut stage = Reassembly::new(limits, Verdict::Pass);
         let cfg = RunConfig { read_ahead, live_wait: std::time::Duration::from_millis(5), ..RunConfig::default() };
         let judge = judge_for(1, &published, None);
@@ -340,12 +340,12 @@ fn run_in_lanes(lanes: Vec<Vec<(Meta, Vec<u8>)>>, batch: usize) -> (Vec<Vec<(u64
     let inboxes = Inboxes::new(lanes.len());
     let logs: Vec<_> = lanes.iter().map(|_| Arc::new(std::sync::Mutex::new(Vec::new()))).collect();
     let ends = lanes.into_iter().zip(&logs).map(|(p, log)| (VecSource::new(p), Logged(Arc::clone(log)))).collect();
-    let stage = || Reassembly::new(Limits::default(), Verdict::Drop);
+    let stage = || Reassembly::new(DefragLimits::default(), Verdict::Drop);
     let observer = || Box::new(Quiet) as Box<dyn Observer + Send>;
     let (lanes, stats) = lanes::inline_lanes(ends, &published, JudgeConfig::default(), &inboxes, stage, observer, &[0]);
     assert_eq!(stats.len(), lanes.len(), "one judge's counters per lane");
     let cfg = RunConfig { batch_packets: batch, ..RunConfig::default() };
-    let done = lanes::merge(lanes::run_lanes(lanes, &cfg, &|| {})).expect("every lane completes");
+    let done = lanes::combine(lanes::run_lanes(lanes, &cfg, &|| {})).expect("every lane completes");
     let outs = logs.iter().map(|l| l.lock().unwrap().clone()).collect();
     (outs, done.report, inboxes.moved.load(std::sync::atomic::Ordering::Relaxed))
 }

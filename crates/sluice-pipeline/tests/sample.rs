@@ -4,7 +4,7 @@
 //! the rules and the steering the pipeline uses), rotation, and that the
 //! files are pcapng this crate's reader and tshark read.
 
-use sluice_defrag::Limits;
+use sluice_defrag::DefragLimits;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{CompileOptions, RuleSet, Verdict};
 use sluice_pcap::{CaptureReader, CaptureWriter, OutputFormat, Timestamp, TsResolution};
@@ -699,7 +699,7 @@ fn in_a_pipeline_run_with_workers() {
     let sampler = Sampler::start(cfg, Arc::clone(&published)).unwrap();
     let mut collect = Collect::default();
     let mut source = VecSource::new(packets);
-    let mut stage = Reassembly::new(Limits::default(), Verdict::Drop);
+    let mut stage = Reassembly::new(DefragLimits::default(), Verdict::Drop);
     let judge = sluice_pipeline::judge(&published, WorkersConfig::new(2));
     let run_cfg = RunConfig { batch_packets: 32, ..RunConfig::default() };
     let done = run(&mut source, &mut stage, judge, &mut sampler.wrap_mut(&mut collect), &mut Quiet, &run_cfg).unwrap();

@@ -51,7 +51,7 @@ macro_rules! plain_data {
 }
 pub(crate) use plain_data;
 
-enum Backing {
+enum Storage {
     Empty,
     Heap(Layout),
     Mapped { base: *mut libc::c_void, len: usize },
@@ -61,7 +61,7 @@ enum Backing {
 pub struct Table<T: Zeroable> {
     ptr: NonNull<T>,
     len: usize,
-    backing: Backing,
+    backing: Storage,
     huge: bool,
 }
 
@@ -76,7 +76,7 @@ impl<T: Zeroable> Table<T> {
     pub fn zeroed(len: usize) -> Self {
         let bytes = len.checked_mul(size_of::<T>()).expect("table size overflows usize");
         if bytes == 0 {
-            return Table { ptr: NonNull::dangling(), len: 0, backing: Backing::Empty, huge: false };
+            return Table { ptr: NonNull::dangling(), len: 0, backing: Storage::Empty, huge: false };
         }
         if bytes >= MAP_THRESHOLD {
             if let Some(t) = Self::mapped(len, bytes) {
@@ -87,7 +87,7 @@ impl<T: Zeroable> Table<T> {
         // SAFETY: layout has non-zero size.
         let p = unsafe { alloc::alloc_zeroed(layout) };
         let Some(ptr) = NonNull::new(p.cast::<T>()) else { alloc::handle_alloc_error(layout) };
-        Table { ptr, len, backing: Backing::Heap(layout), huge: false }
+        Table { ptr, len, backing: Storage::Heap(layout), huge: false }
     }
 
     fn mapped(len: usize, bytes: usize) -> Option<Self> {
@@ -125,7 +125,7 @@ impl<T: Zeroable> Table<T> {
         Some(Table {
             ptr: NonNull::new(start as *mut T)?,
             len,
-            backing: Backing::Mapped { base: start as *mut libc::c_void, len: rounded },
+            backing: Storage::Mapped { base: start as *mut libc::c_void, len: rounded },
             huge,
         })
     }
@@ -165,11 +165,11 @@ impl<T: Zeroable> DerefMut for Table<T> {
 impl<T: Zeroable> Drop for Table<T> {
     fn drop(&mut self) {
         match self.backing {
-            Backing::Empty => {}
+            Storage::Empty => {}
             // SAFETY: allocated in `zeroed` with this layout.
-            Backing::Heap(layout) => unsafe { alloc::dealloc(self.ptr.as_ptr().cast(), layout) },
+            Storage::Heap(layout) => unsafe { alloc::dealloc(self.ptr.as_ptr().cast(), layout) },
             // SAFETY: the window we kept in `mapped`.
-            Backing::Mapped { base, len } => unsafe {
+            Storage::Mapped { base, len } => unsafe {
                 libc::munmap(base, len);
             },
         }
