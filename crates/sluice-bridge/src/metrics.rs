@@ -318,13 +318,27 @@ impl std::fmt::Debug for Exporter {
 
 impl Collector for Exporter {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        // By owner: what the ports counted, what the workers judged, the
+        // control plane, the runtime sets, the CrowdSec feed, the samples.
+        self.ports(&mut enc)?;
+        self.judged(&mut enc)?;
+        self.control(&mut enc)?;
+        self.sets(&mut enc)?;
+        self.crowdsec(&mut enc)?;
+        self.samples(&mut enc)
+    }
+}
+
+impl Exporter {
+    /// The ports' counters, per lane too, and fragments moved between lanes.
+    fn ports(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = &self.0;
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let port = |p: usize| vec![("port", p.to_string()), ("iface", s.ifaces[p].clone())];
         // The ports' families, as `PortCounters` declares them.
         let rows: Vec<_> = (0..2).map(|p| (port(p), s.ports.ports[p].totals().exported())).collect();
         for family in sluice_metrics::counters::families(PortTotals::FAMILIES) {
-            counter(&mut enc, family, port_family_help(family), &sluice_metrics::counters::samples(family, &rows))?;
+            counter(enc, family, port_family_help(family), &sluice_metrics::counters::samples(family, &rows))?;
         }
         if let Some(lanes) = s.ports.lanes.get() {
             let queue = |c: &sluice_live::pipeline::LaneCounters| {
@@ -338,15 +352,15 @@ impl Collector for Exporter {
                     judged.push((labels, n));
                 }
             }
-            counter(&mut enc, "sluice_queue_packets", "Packets a queue's worker handled, by verdict.", &judged)?;
+            counter(enc, "sluice_queue_packets", "Packets a queue's worker handled, by verdict.", &judged)?;
             let rx: Vec<_> = lanes.iter().map(|c| (queue(c), l(&c.rx_packets))).collect();
-            counter(&mut enc, "sluice_queue_rx_packets", "Packets received on a queue (both ports).", &rx)?;
+            counter(enc, "sluice_queue_rx_packets", "Packets received on a queue (both ports).", &rx)?;
             let tx: Vec<_> = lanes.iter().map(|c| (queue(c), l(&c.tx_packets))).collect();
-            counter(&mut enc, "sluice_queue_tx_packets", "Packets a queue's worker transmitted (both ports).", &tx)?;
+            counter(enc, "sluice_queue_tx_packets", "Packets a queue's worker transmitted (both ports).", &tx)?;
         }
         if let Some(i) = s.inboxes.get() {
             counter(
-                &mut enc,
+                enc,
                 "sluice_fragments_resteered",
                 "Fragments that arrived on another queue than the one their IP pair is reassembled on: moved, or given up with the incomplete verdict when that queue's inbox was full.",
                 &[
@@ -355,6 +369,13 @@ impl Collector for Exporter {
                 ],
             )?;
         }
+        Ok(())
+    }
+
+    /// What the workers judged: drops by reason and set, rules, undecodable frames, fragments.
+    fn judged(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = &self.0;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let stats = s.stats();
         let rules = s.rules();
         // The workers count every drop they decide by its reason but the
@@ -399,43 +420,50 @@ impl Collector for Exporter {
             }
         }
         counter(
-            &mut enc,
+            enc,
             "sluice_dropped_packets",
             "Dropped packets by reason and the list (set) of the rule that dropped them.",
             &drops,
         )?;
         counter(
-            &mut enc,
+            enc,
             "sluice_rule_packets",
             "Packets each rule matched (count rules: before the deciding rule).",
             &rule_packets,
         )?;
-        counter(&mut enc, "sluice_rule_bytes", "Bytes (on the wire) each rule matched.", &rule_bytes)?;
+        counter(enc, "sluice_rule_bytes", "Bytes (on the wire) each rule matched.", &rule_bytes)?;
         let undecodable: Vec<_> = ErrorKind::ALL
             .iter()
             .map(|k| (vec![("reason", k.as_str().to_owned())], stats.undecodable[k.index()]))
             .filter(|(_, v)| *v > 0)
             .collect();
-        counter(&mut enc, "sluice_undecodable_packets", "Packets that could not be decoded, by reason.", &undecodable)?;
+        counter(enc, "sluice_undecodable_packets", "Packets that could not be decoded, by reason.", &undecodable)?;
         let frags: Vec<_> = sluice_live::pipeline::FRAGMENT_OUTCOMES
             .iter()
             .zip(&s.ports.fragments)
             .map(|(o, a)| (vec![("outcome", (*o).to_owned())], l(a)))
             .collect();
         counter(
-            &mut enc,
+            enc,
             "sluice_fragments",
             "IP fragments: judged with their datagram, or decided by reassembly (given up: passed or dropped).",
             &frags,
         )?;
         counter(
-            &mut enc,
+            enc,
             "sluice_frames_reclaimed",
             "AF_XDP frames whose packets reassembly copied out, given back to the pool.",
             &[(vec![], l(&s.ports.frames_reclaimed))],
         )?;
+        Ok(())
+    }
+
+    /// The control plane: reloads, lists, generation, how the bridge runs, the dry run.
+    fn control(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = &self.0;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         counter(
-            &mut enc,
+            enc,
             "sluice_reloads",
             "Rule reloads (SIGHUP or a list file change), by result.",
             &[
@@ -443,9 +471,9 @@ impl Collector for Exporter {
                 (vec![("result", "failed".to_owned())], l(&s.control.reloads_failed)),
             ],
         )?;
-        counter(&mut enc, "sluice_sighup", "SIGHUPs received.", &[(vec![], l(&s.control.sighups))])?;
+        counter(enc, "sluice_sighup", "SIGHUPs received.", &[(vec![], l(&s.control.sighups))])?;
         counter(
-            &mut enc,
+            enc,
             "sluice_judged_packets",
             "Packets judged so far (the pipeline's progress; may run ahead of what was written).",
             &[(vec![], l(&s.judged))],
@@ -456,23 +484,23 @@ impl Collector for Exporter {
             .into_iter()
             .map(|e| (vec![("list", e.kind.to_owned()), ("path", e.path)], e.entries as i64))
             .collect();
-        gauge(&mut enc, "sluice_list_entries", "Entries of each list file in the rules in force.", &entries)?;
+        gauge(enc, "sluice_list_entries", "Entries of each list file in the rules in force.", &entries)?;
         gauge(
-            &mut enc,
+            enc,
             "sluice_last_reload_timestamp_seconds",
             "Unix time the rules in force were loaded.",
             &[(vec![], (l(&s.control.last_reload_ms) / 1000) as i64)],
         )?;
         gauge(
-            &mut enc,
+            enc,
             "sluice_rules_generation",
             "Generation of the rules in force (0 at start, +1 per publication: reload, expiry, runtime change, merge).",
             &[(vec![], l(&s.control.generation) as i64)],
         )?;
-        gauge(&mut enc, "sluice_info", "How the bridge runs.", &[(vec![("io", s.io())], 1)])?;
+        gauge(enc, "sluice_info", "How the bridge runs.", &[(vec![("io", s.io())], 1)])?;
         let dry = s.dry_run.load(Ordering::Relaxed);
         gauge(
-            &mut enc,
+            enc,
             "sluice_dry_run",
             "1 under --dry-run: nothing is enforced, and the drop counters count what would have been dropped.",
             &[(vec![], i64::from(dry))],
@@ -480,12 +508,19 @@ impl Collector for Exporter {
         if dry {
             let would: u64 = s.ports.ports.iter().map(|p| l(&p.dropped)).sum();
             counter(
-                &mut enc,
+                enc,
                 "sluice_would_drop_packets",
                 "--dry-run: packets the rules would have dropped (all were forwarded).",
                 &[(vec![], would)],
             )?;
         }
+        Ok(())
+    }
+
+    /// The runtime sets, the control socket, publications and their latency.
+    fn sets(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = &self.0;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let c = &s.control;
         let mut sets = Vec::new();
         let mut merges = Vec::new();
@@ -497,19 +532,14 @@ impl Collector for Exporter {
             merges.push((vec![("set", row.name.clone())], row.merges));
         }
         gauge(
-            &mut enc,
+            enc,
             "sluice_set_entries",
             "Elements of each named set: in its base tables, added and deleted at runtime, live (base - deleted + added).",
             &sets,
         )?;
-        counter(&mut enc, "sluice_set_merges", "Runtime deltas folded into new base tables, per set.", &merges)?;
+        counter(enc, "sluice_set_merges", "Runtime deltas folded into new base tables, per set.", &merges)?;
         let maxelem: Vec<_> = c.sets().into_iter().map(|row| (vec![("set", row.name)], row.maxelem as i64)).collect();
-        gauge(
-            &mut enc,
-            "sluice_set_maxelem",
-            "The most elements each named set holds; adds beyond are refused.",
-            &maxelem,
-        )?;
+        gauge(enc, "sluice_set_maxelem", "The most elements each named set holds; adds beyond are refused.", &maxelem)?;
         // Every set with every reason, zeros too, so a rate has a series
         // from the start; then what was counted.
         let mut refused: std::collections::BTreeMap<(String, &str), u64> = c
@@ -526,20 +556,20 @@ impl Collector for Exporter {
             .map(|((set, reason), n)| (vec![("set", set), ("reason", reason.to_owned())], n))
             .collect();
         counter(
-            &mut enc,
+            enc,
             "sluice_set_refused",
             "Runtime adds refused, per set and reason (full: past the set's maxelem; never_block: it overlaps --never-block; min_prefix: wider than --min-prefix-*).",
             &refused,
         )?;
         counter(
-            &mut enc,
+            enc,
             "sluice_set_updates",
             "Runtime set changes applied (control socket lines: add, del, flush).",
             &[(vec![], l(&c.updates))],
         )?;
-        counter(&mut enc, "sluice_set_expired", "Runtime elements whose timeout passed.", &[(vec![], l(&c.expired))])?;
+        counter(enc, "sluice_set_expired", "Runtime elements whose timeout passed.", &[(vec![], l(&c.expired))])?;
         counter(
-            &mut enc,
+            enc,
             "sluice_control_requests",
             "Control socket requests, by result (refused: the peer's uid/gid is not allowed; busy: too many \
              connections at once; too_large: over 64 MiB; timed_out: not whole within the deadline).",
@@ -553,32 +583,51 @@ impl Collector for Exporter {
             ],
         )?;
         counter(
-            &mut enc,
+            enc,
             "sluice_set_publishes",
             "Rule sets published for runtime changes (requests waiting together share one).",
             &[(vec![], l(&c.publishes))],
         )?;
+        if let Some((p50, p99, max)) = c.publish_latency() {
+            let q: Vec<_> = [("0.5", p50), ("0.99", p99), ("1", max)]
+                .iter()
+                .map(|(q, v)| (vec![("quantile", (*q).to_owned())], *v as i64))
+                .collect();
+            gauge(
+                enc,
+                "sluice_set_publish_latency_ns",
+                "Publish latency of runtime changes over the last 4096 requests (ns), by quantile.",
+                &q,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The CrowdSec feed, when it runs.
+    fn crowdsec(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = &self.0;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         if let Some(cs) = s.crowdsec.get() {
             gauge(
-                &mut enc,
+                enc,
                 "sluice_crowdsec_up",
                 "1 while the last pull from the CrowdSec LAPI worked.",
                 &[(vec![], l(&cs.up) as i64)],
             )?;
             gauge(
-                &mut enc,
+                enc,
                 "sluice_crowdsec_last_pull_timestamp_seconds",
                 "Unix time of the last pull from the LAPI that worked.",
                 &[(vec![], (l(&cs.last_pull_ms) / 1000) as i64)],
             )?;
             gauge(
-                &mut enc,
+                enc,
                 "sluice_crowdsec_pull_duration_us",
                 "The last pull that worked, from request to publication (µs).",
                 &[(vec![], l(&cs.last_pull_us) as i64)],
             )?;
             counter(
-                &mut enc,
+                enc,
                 "sluice_crowdsec_pulls",
                 "Pulls from the LAPI, by result.",
                 &[
@@ -587,7 +636,7 @@ impl Collector for Exporter {
                 ],
             )?;
             counter(
-                &mut enc,
+                enc,
                 "sluice_crowdsec_repaired",
                 "Set elements a full pull added or removed that the delta stream had missed.",
                 &[(vec![], l(&cs.repaired))],
@@ -601,18 +650,24 @@ impl Collector for Exporter {
                 })
                 .collect();
             counter(
-                &mut enc,
+                enc,
                 "sluice_crowdsec_decisions",
                 "Decisions in the answers applied, by origin, type, scope (each a known value or other) and what was done (added, deleted, ignored, oversized).",
                 &d,
             )?;
         }
+        Ok(())
+    }
+
+    /// Drop samples (always served: zeros without --sample-drops/--log-drops).
+    fn samples(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = &self.0;
         // Always served (zeros without --sample-drops/--log-drops), so a
         // dashboard's panel has a series either way.
         {
             let n = s.samples.get().map(|sc| sc.snapshot()).unwrap_or_default();
             counter(
-                &mut enc,
+                enc,
                 "sluice_drop_samples",
                 "Dropped frames sampled (--sample-drops, --log-drops), by what became of them.",
                 &[
@@ -622,19 +677,7 @@ impl Collector for Exporter {
                     (vec![("result", "write_error".to_owned())], n.write_errors),
                 ],
             )?;
-            counter(&mut enc, "sluice_drop_sample_rotations", "Sample files rotated.", &[(vec![], n.rotations)])?;
-        }
-        if let Some((p50, p99, max)) = c.publish_latency() {
-            let q: Vec<_> = [("0.5", p50), ("0.99", p99), ("1", max)]
-                .iter()
-                .map(|(q, v)| (vec![("quantile", (*q).to_owned())], *v as i64))
-                .collect();
-            gauge(
-                &mut enc,
-                "sluice_set_publish_latency_ns",
-                "Publish latency of runtime changes over the last 4096 requests (ns), by quantile.",
-                &q,
-            )?;
+            counter(enc, "sluice_drop_sample_rotations", "Sample files rotated.", &[(vec![], n.rotations)])?;
         }
         Ok(())
     }
