@@ -535,186 +535,15 @@ impl RuleSet {
             return Err(CompileError::TooManyRules(file.rules.len()));
         }
         let set_opts = Options { filter: !opts.no_front_filter, ..Options::default() };
-        let err = |line: usize, message: String| CompileError::Rule { file: file.source.clone(), line, message };
-        let mut backings: Vec<SetTable> = sets.into_iter().map(|s| SetTable::from_entries(s, set_opts)).collect();
-        let mut set_info: Vec<SetInfo> = file
-            .sets
-            .iter()
-            .zip(&backings)
-            .map(|(d, b)| SetInfo {
-                name: d.name.clone(),
-                kind: match d.source {
-                    SetSource::File(_) => SetKind::List,
-                    SetSource::Inline(_) => SetKind::Inline,
-                    SetSource::Dynamic { timeout, maxelem } => SetKind::Dynamic { timeout, maxelem },
-                },
-                entries: b.entries(),
-                bytes: b.bytes(),
-            })
-            .collect();
-        let mut inline: Vec<Vec<Prefix>> = Vec::new();
-        let mut lookups: Vec<Lookup> = Vec::new();
-        let mut conds: Vec<AddrCond> = Vec::new();
-        let mut rule_conds: Vec<Vec<usize>> = Vec::new();
-        let mut field_preds: Vec<(Field, usize, Pred)> = Vec::new();
-        let mut addr_backing = Vec::new();
-        let lookup_of = |l: Lookup, lookups: &mut Vec<Lookup>| -> Result<usize, CompileError> {
-            if let Some(i) = lookups.iter().position(|x| *x == l) {
-                return Ok(i);
-            }
-            if lookups.len() == MAX_LOOKUPS {
-                return Err(CompileError::TooManyLookups);
-            }
-            lookups.push(l);
-            Ok(lookups.len() - 1)
-        };
+        // Lowering: each rule's matches become address conditions over
+        // interned lookups, and predicates on header fields.
+        let mut low = Lowering::new(file, sets, set_opts);
         for (r, rule) in file.rules.iter().enumerate() {
-            let mut mine = Vec::new();
-            let mut backs = Vec::new();
-            for m in &rule.matches {
-                let mut pred = |f: Field, p: Pred| field_preds.push((f, r, p));
-                let ranges = |v: &[u8]| v.iter().map(|&x| (u32::from(x), u32::from(x))).collect::<Vec<_>>();
-                match m {
-                    Match::Addr { depth, field, negate, value } => {
-                        let backing = match value {
-                            AddrValue::Set(i) => *i,
-                            AddrValue::Prefixes(p) => {
-                                let mut key = p.clone();
-                                key.sort_unstable();
-                                key.dedup();
-                                match inline.iter().position(|x| *x == key) {
-                                    Some(i) => named + i,
-                                    None => {
-                                        backings.push(SetTable::new(&key, set_opts));
-                                        let b = backings.last().expect("just pushed");
-                                        set_info.push(SetInfo {
-                                            name: format!("(inline, line {})", rule.line),
-                                            kind: SetKind::Anonymous,
-                                            entries: b.entries(),
-                                            bytes: b.bytes(),
-                                        });
-                                        inline.push(key);
-                                        named + inline.len() - 1
-                                    }
-                                }
-                            }
-                        };
-                        backs.push(backing);
-                        let src = Lookup { backing, dst: false, depth: *depth };
-                        let dst = Lookup { backing, dst: true, depth: *depth };
-                        let c = match field {
-                            AddrField::Src => {
-                                AddrCond { a: lookup_of(src, &mut lookups)?, b: None, negate: *negate, depth: *depth }
-                            }
-                            AddrField::Dst => {
-                                AddrCond { a: lookup_of(dst, &mut lookups)?, b: None, negate: *negate, depth: *depth }
-                            }
-                            AddrField::Either => AddrCond {
-                                a: lookup_of(src, &mut lookups)?,
-                                b: Some(lookup_of(dst, &mut lookups)?),
-                                negate: *negate,
-                                depth: *depth,
-                            },
-                        };
-                        let ci = match conds.iter().position(|x| *x == c) {
-                            Some(i) => i,
-                            None => {
-                                if conds.len() == MAX_LOOKUPS {
-                                    return Err(CompileError::TooManyLookups);
-                                }
-                                conds.push(c);
-                                conds.len() - 1
-                            }
-                        };
-                        mine.push(ci);
-                    }
-                    Match::Proto { depth, negate, protos } => {
-                        pred(Field::Proto(*depth), Pred::In { ranges: ranges(protos), negate: *negate })
-                    }
-                    Match::Port { depth, proto, field, negate, ranges: r } => {
-                        pred(Field::Proto(*depth), Pred::In { ranges: ranges(&[*proto]), negate: false });
-                        let r = r.iter().map(|&(a, b)| (u32::from(a), u32::from(b))).collect();
-                        pred(Field::Port(*depth, *field), Pred::In { ranges: r, negate: *negate });
-                    }
-                    Match::TcpFlags { depth, set, clear } => {
-                        pred(Field::Proto(*depth), Pred::In { ranges: ranges(&[6]), negate: false });
-                        pred(Field::TcpFlags(*depth), Pred::Flags { set: *set, clear: *clear });
-                    }
-                    Match::IcmpType { depth, v6, negate, types } => {
-                        let proto = if *v6 { 58 } else { 1 };
-                        pred(Field::Proto(*depth), Pred::In { ranges: ranges(&[proto]), negate: false });
-                        pred(Field::IcmpType(*depth), Pred::In { ranges: ranges(types), negate: *negate });
-                    }
-                    Match::Vlan { negate, ids } => {
-                        let r = ids.iter().map(|&v| (u32::from(v), u32::from(v))).collect();
-                        pred(Field::Vlan, Pred::In { ranges: r, negate: *negate })
-                    }
-                    Match::Frag { depth, kind } => {
-                        let c = match kind {
-                            FragKind::First => 1,
-                            FragKind::Later => 2,
-                        };
-                        pred(Field::Frag(*depth), Pred::In { ranges: vec![(c, c)], negate: false })
-                    }
-                    Match::Len { negate, ranges: r } => {
-                        pred(Field::Len, Pred::In { ranges: r.clone(), negate: *negate })
-                    }
-                    Match::Iface { negate, names } => {
-                        let mut r = Vec::new();
-                        for n in names {
-                            match opts.ifaces.iter().position(|i| i == n) {
-                                Some(p) => r.push((p as u32, p as u32)),
-                                None if opts.ifaces.is_empty() => {
-                                    return Err(err(
-                                        rule.line,
-                                        "`iface` matches live ports only (sluice bridge)".into(),
-                                    ))
-                                }
-                                None => {
-                                    return Err(err(
-                                        rule.line,
-                                        format!("`iface {n}`: not a port of this bridge ({})", opts.ifaces.join(", ")),
-                                    ))
-                                }
-                            }
-                        }
-                        pred(Field::Iface, Pred::In { ranges: r, negate: *negate })
-                    }
-                }
-            }
-            rule_conds.push(mine);
-            addr_backing.push(backs);
+            low.rule(r, rule, opts)?;
         }
-        let n = file.rules.len();
-        let words = n.div_ceil(64).max(1);
-        let mut all = vec![0u64; words];
-        let mut decisive = vec![0u64; words];
-        for (r, rule) in file.rules.iter().enumerate() {
-            all[r / 64] |= 1 << (r % 64);
-            if rule.action != Action::Count {
-                decisive[r / 64] |= 1 << (r % 64);
-            }
-        }
-        let sw = stride(words);
-        let mut cond_rules = vec![0u64; conds.len() * sw];
-        for (r, cs) in rule_conds.iter().enumerate() {
-            for &c in cs {
-                cond_rules[c * sw + r / 64] |= 1 << (r % 64);
-            }
-        }
-        let mut lookup_rules = vec![0u64; lookups.len() * sw];
-        for (c, cond) in conds.iter().enumerate() {
-            for k in std::iter::once(cond.a).chain(cond.b) {
-                for (l, r) in lookup_rules[k * sw..(k + 1) * sw].iter_mut().zip(&cond_rules[c * sw..]) {
-                    *l |= r;
-                }
-            }
-        }
-        // Field rows are `stride(words)` words (padded with zeros: no rule
-        // sits there), the word count `decide` is compiled for.
-        let mut padded = all.clone();
-        padded.resize(stride(words), 0);
-        let fields = build_fields(&field_preds, &padded);
+        // Bit rows: which rules each condition and each lookup serves.
+        let rows = BitRows::new(file, &low.conds, &low.rule_conds, low.lookups.len());
+        let fields = build_fields(&low.field_preds, &rows.padded());
         let rules = file
             .rules
             .iter()
@@ -726,38 +555,30 @@ impl RuleSet {
                 list: list_of(r, file),
             })
             .collect();
-        let id = {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            for r in &file.rules {
-                r.text.hash(&mut h);
-            }
-            file.default.as_str().hash(&mut h);
-            h.finish()
-        };
-        let conds_inner = conds.iter().any(|c| c.depth == Depth::Inner);
+        let conds_inner = low.conds.iter().any(|c| c.depth == Depth::Inner);
+        let reads_inner = low.field_preds.iter().any(|(f, _, _)| slot(*f) >= 6 && slot(*f) < 12);
         Ok(RuleSet {
             rules,
             parsed: file.rules.clone(),
-            addr_backing,
+            addr_backing: low.addr_backing,
             default: if file.default == Action::Drop { Verdict::Drop } else { Verdict::Pass },
-            deltas: vec![None; backings.len()],
-            backings: backings.into_iter().map(Arc::new).collect(),
+            deltas: vec![None; low.tables.len()],
+            backings: low.tables.into_iter().map(Arc::new).collect(),
             set_opts,
-            set_info,
-            lookups,
-            conds,
-            cond_rules,
-            lookup_rules,
-            reads_inner: field_preds.iter().any(|(f, _, _)| slot(*f) >= 6 && slot(*f) < 12),
+            set_info: low.set_info,
+            lookups: low.lookups,
+            conds: low.conds,
+            cond_rules: rows.cond_rules,
+            lookup_rules: rows.lookup_rules,
+            reads_inner,
             conds_inner,
             fields: fields.into(),
-            words,
-            all,
-            decisive,
+            words: rows.words,
+            all: rows.all,
+            decisive: rows.decisive,
             v4mapped: opts.v4mapped,
             ifaces: opts.ifaces.clone(),
-            id,
+            id: rules_id(file),
             origin: Origin::File { source: file.source.clone(), text: file.text.clone() },
             named,
         })
@@ -1163,6 +984,256 @@ impl RuleSet {
         }
         hits
     }
+}
+
+/// A rule file's rules lowered for compiling: the sets' tables (named, then
+/// the inline ones interned by their prefixes), the lookups and address
+/// conditions (interned: each distinct one is looked up once per batch),
+/// each rule's conditions, and the header-field predicates.
+struct Lowering<'f> {
+    file: &'f RuleFile,
+    set_opts: Options,
+    named: usize,
+    tables: Vec<SetTable>,
+    set_info: Vec<SetInfo>,
+    inline: Vec<Vec<Prefix>>,
+    lookups: Vec<Lookup>,
+    conds: Vec<AddrCond>,
+    rule_conds: Vec<Vec<usize>>,
+    field_preds: Vec<(Field, usize, Pred)>,
+    addr_backing: Vec<Vec<usize>>,
+}
+
+impl<'f> Lowering<'f> {
+    fn new(file: &'f RuleFile, sets: Vec<SetEntries>, set_opts: Options) -> Self {
+        let tables: Vec<SetTable> = sets.into_iter().map(|s| SetTable::from_entries(s, set_opts)).collect();
+        let set_info = file
+            .sets
+            .iter()
+            .zip(&tables)
+            .map(|(d, b)| SetInfo {
+                name: d.name.clone(),
+                kind: match d.source {
+                    SetSource::File(_) => SetKind::List,
+                    SetSource::Inline(_) => SetKind::Inline,
+                    SetSource::Dynamic { timeout, maxelem } => SetKind::Dynamic { timeout, maxelem },
+                },
+                entries: b.entries(),
+                bytes: b.bytes(),
+            })
+            .collect();
+        Lowering {
+            file,
+            set_opts,
+            named: file.sets.len(),
+            tables,
+            set_info,
+            inline: Vec::new(),
+            lookups: Vec::new(),
+            conds: Vec::new(),
+            rule_conds: Vec::new(),
+            field_preds: Vec::new(),
+            addr_backing: Vec::new(),
+        }
+    }
+
+    /// Rule `r`'s matches, lowered.
+    fn rule(&mut self, r: usize, rule: &Rule, opts: &CompileOptions) -> Result<(), CompileError> {
+        let mut mine = Vec::new();
+        let mut backs = Vec::new();
+        for m in &rule.matches {
+            match m {
+                Match::Addr { depth, field, negate, value } => {
+                    let backing = self.table_of(value, rule.line);
+                    backs.push(backing);
+                    mine.push(self.addr_cond(backing, *depth, *field, *negate)?);
+                }
+                other => {
+                    let err = |message: String| CompileError::Rule {
+                        file: self.file.source.clone(),
+                        line: rule.line,
+                        message,
+                    };
+                    for (f, p) in field_preds(other, opts).map_err(err)? {
+                        self.field_preds.push((f, r, p));
+                    }
+                }
+            }
+        }
+        self.rule_conds.push(mine);
+        self.addr_backing.push(backs);
+        Ok(())
+    }
+
+    /// The table an address match reads: a named set, or an inline set
+    /// (the same prefixes share one table).
+    fn table_of(&mut self, value: &AddrValue, line: usize) -> usize {
+        let p = match value {
+            AddrValue::Set(i) => return *i,
+            AddrValue::Prefixes(p) => p,
+        };
+        let mut key = p.clone();
+        key.sort_unstable();
+        key.dedup();
+        if let Some(i) = self.inline.iter().position(|x| *x == key) {
+            return self.named + i;
+        }
+        let b = SetTable::new(&key, self.set_opts);
+        self.set_info.push(SetInfo {
+            name: format!("(inline, line {line})"),
+            kind: SetKind::Anonymous,
+            entries: b.entries(),
+            bytes: b.bytes(),
+        });
+        self.tables.push(b);
+        self.inline.push(key);
+        self.named + self.inline.len() - 1
+    }
+
+    /// The index of the address condition on `backing` (interned, as are
+    /// its lookups).
+    fn addr_cond(
+        &mut self,
+        backing: usize,
+        depth: Depth,
+        field: AddrField,
+        negate: bool,
+    ) -> Result<usize, CompileError> {
+        // Only the sides the condition reads are looked up.
+        let (src, dst) = (Lookup { backing, dst: false, depth }, Lookup { backing, dst: true, depth });
+        let c = match field {
+            AddrField::Src => AddrCond { a: self.lookup(src)?, b: None, negate, depth },
+            AddrField::Dst => AddrCond { a: self.lookup(dst)?, b: None, negate, depth },
+            AddrField::Either => AddrCond { a: self.lookup(src)?, b: Some(self.lookup(dst)?), negate, depth },
+        };
+        if let Some(i) = self.conds.iter().position(|x| *x == c) {
+            return Ok(i);
+        }
+        if self.conds.len() == MAX_LOOKUPS {
+            return Err(CompileError::TooManyLookups);
+        }
+        self.conds.push(c);
+        Ok(self.conds.len() - 1)
+    }
+
+    fn lookup(&mut self, l: Lookup) -> Result<usize, CompileError> {
+        if let Some(i) = self.lookups.iter().position(|x| *x == l) {
+            return Ok(i);
+        }
+        if self.lookups.len() == MAX_LOOKUPS {
+            return Err(CompileError::TooManyLookups);
+        }
+        self.lookups.push(l);
+        Ok(self.lookups.len() - 1)
+    }
+}
+
+/// A match on header fields as the predicates it needs (a port or a
+/// flag also needs its protocol); the error names what is wrong.
+fn field_preds(m: &Match, opts: &CompileOptions) -> Result<Vec<(Field, Pred)>, String> {
+    let ranges = |v: &[u8]| v.iter().map(|&x| (u32::from(x), u32::from(x))).collect::<Vec<_>>();
+    let proto = |depth: Depth, p: u8| (Field::Proto(depth), Pred::In { ranges: ranges(&[p]), negate: false });
+    Ok(match m {
+        Match::Addr { .. } => unreachable!("address matches are conditions"),
+        Match::Proto { depth, negate, protos } => {
+            vec![(Field::Proto(*depth), Pred::In { ranges: ranges(protos), negate: *negate })]
+        }
+        Match::Port { depth, proto: p, field, negate, ranges: r } => {
+            let r = r.iter().map(|&(a, b)| (u32::from(a), u32::from(b))).collect();
+            vec![proto(*depth, *p), (Field::Port(*depth, *field), Pred::In { ranges: r, negate: *negate })]
+        }
+        Match::TcpFlags { depth, set, clear } => {
+            vec![proto(*depth, 6), (Field::TcpFlags(*depth), Pred::Flags { set: *set, clear: *clear })]
+        }
+        Match::IcmpType { depth, v6, negate, types } => vec![
+            proto(*depth, if *v6 { 58 } else { 1 }),
+            (Field::IcmpType(*depth), Pred::In { ranges: ranges(types), negate: *negate }),
+        ],
+        Match::Vlan { negate, ids } => {
+            let r = ids.iter().map(|&v| (u32::from(v), u32::from(v))).collect();
+            vec![(Field::Vlan, Pred::In { ranges: r, negate: *negate })]
+        }
+        Match::Frag { depth, kind } => {
+            let c = match kind {
+                FragKind::First => 1,
+                FragKind::Later => 2,
+            };
+            vec![(Field::Frag(*depth), Pred::In { ranges: vec![(c, c)], negate: false })]
+        }
+        Match::Len { negate, ranges: r } => vec![(Field::Len, Pred::In { ranges: r.clone(), negate: *negate })],
+        Match::Iface { negate, names } => {
+            let mut r = Vec::new();
+            for n in names {
+                match opts.ifaces.iter().position(|i| i == n) {
+                    Some(p) => r.push((p as u32, p as u32)),
+                    None if opts.ifaces.is_empty() => {
+                        return Err("`iface` matches live ports only (sluice bridge)".into())
+                    }
+                    None => return Err(format!("`iface {n}`: not a port of this bridge ({})", opts.ifaces.join(", "))),
+                }
+            }
+            vec![(Field::Iface, Pred::In { ranges: r, negate: *negate })]
+        }
+    })
+}
+
+/// The rules as bit rows: all of them, the deciding ones, and per address
+/// condition and per lookup the rules it serves (rows of `stride(words)`).
+struct BitRows {
+    words: usize,
+    all: Vec<u64>,
+    decisive: Vec<u64>,
+    cond_rules: Vec<u64>,
+    lookup_rules: Vec<u64>,
+}
+
+impl BitRows {
+    fn new(file: &RuleFile, conds: &[AddrCond], rule_conds: &[Vec<usize>], lookups: usize) -> Self {
+        let words = file.rules.len().div_ceil(64).max(1);
+        let mut all = vec![0u64; words];
+        let mut decisive = vec![0u64; words];
+        for (r, rule) in file.rules.iter().enumerate() {
+            all[r / 64] |= 1 << (r % 64);
+            if rule.action != Action::Count {
+                decisive[r / 64] |= 1 << (r % 64);
+            }
+        }
+        let sw = stride(words);
+        let mut cond_rules = vec![0u64; conds.len() * sw];
+        for (r, cs) in rule_conds.iter().enumerate() {
+            for &c in cs {
+                cond_rules[c * sw + r / 64] |= 1 << (r % 64);
+            }
+        }
+        let mut lookup_rules = vec![0u64; lookups * sw];
+        for (c, cond) in conds.iter().enumerate() {
+            for k in std::iter::once(cond.a).chain(cond.b) {
+                for (l, r) in lookup_rules[k * sw..(k + 1) * sw].iter_mut().zip(&cond_rules[c * sw..]) {
+                    *l |= r;
+                }
+            }
+        }
+        BitRows { words, all, decisive, cond_rules, lookup_rules }
+    }
+
+    /// `all`, padded to `stride(words)` words (no rule sits in the
+    /// padding): the row length `decide` is compiled for.
+    fn padded(&self) -> Vec<u64> {
+        let mut padded = self.all.clone();
+        padded.resize(stride(self.words), 0);
+        padded
+    }
+}
+
+/// What tells two rule sets' counters apart: the rules' text and the default.
+fn rules_id(file: &RuleFile) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for r in &file.rules {
+        r.text.hash(&mut h);
+    }
+    file.default.as_str().hash(&mut h);
+    h.finish()
 }
 
 /// Words of rule bits `decide` is compiled for: the word count itself up
