@@ -236,32 +236,7 @@ pub fn run(a: FilterBenchArgs) -> Result<()> {
     let dir = tmp.path().to_path_buf();
     let note = |s: String| eprintln!("bench filter: {s}");
 
-    // The list: given, or the embedded FireHOL list written next to the capture.
-    let list_path = match &a.list {
-        Some(p) => p.clone(),
-        None => {
-            let p = dir.join("firehol_level1.netset");
-            std::fs::write(&p, FIREHOL_LEVEL1).with_context(|| format!("writing {}", p.display()))?;
-            p
-        }
-    };
-    let list = load_list(&list_path, false)?.prefixes;
-
-    // The capture: given, or generated like `sluice demo`'s.
-    let mut expected_dropped = None;
-    let input = match &a.input {
-        Some(p) => p.clone(),
-        None => {
-            let p = dir.join("bench.pcap");
-            note(format!("generating {} IMIX packets into {}", a.packets, p.display()));
-            let started = Instant::now();
-            let stats =
-                sluice_gen::write_capture(sluice_gen::demo_config(a.packets, a.seed, list.clone()), &p, false, |_| {})?;
-            note(format!("generated in {:.2} s", started.elapsed().as_secs_f64()));
-            expected_dropped = Some(stats.listed);
-            p
-        }
-    };
+    let (list_path, list, input, expected_dropped) = inputs(&a, &dir, &note)?;
     let file_bytes = std::fs::metadata(&input).with_context(|| format!("reading {}", input.display()))?.len();
     note(format!("capture {} is {:.1} MB; outputs go to {}", input.display(), file_bytes as f64 / 1e6, dir.display()));
     warm(&input)?;
@@ -272,22 +247,7 @@ pub fn run(a: FilterBenchArgs) -> Result<()> {
 
     // Sanity: sluice filter sees every record (and, on a generated capture, drops exactly the listed ones).
     note("sanity run: sluice filter --json".to_owned());
-    let out = Command::new(&exe)
-        .arg("filter")
-        .arg("--in")
-        .arg(&input)
-        .arg("--drop-any")
-        .arg(&list_path)
-        .args(["--no-progress", "--json"])
-        .stderr(Stdio::inherit())
-        .output()
-        .context("running sluice filter --json")?;
-    if !out.status.success() {
-        bail!("sluice filter --json failed ({})", out.status);
-    }
-    let summary: Value = serde_json::from_slice(&out.stdout).context("parsing sluice filter --json")?;
-    let filter_packets = summary["packets"].as_u64().context("sluice filter --json has no packets")?;
-    let dropped = summary["dropped"].as_u64().unwrap_or(0);
+    let (filter_packets, dropped) = sanity_run(&exe, &input, &list_path)?;
     let sane = filter_packets == records && expected_dropped.is_none_or(|e| e == dropped);
 
     // The contenders.
@@ -323,7 +283,49 @@ pub fn run(a: FilterBenchArgs) -> Result<()> {
         cs.push(Contender { args: filter(&[&"--workers", &workers]), ..Contender::new("filter_workers", &exe, &[]) });
     }
 
-    // Round-robin: every rep runs every contender once, starting one further along each rep.
+    race(&mut cs, &a, reps, &note)?;
+    for c in &cs {
+        c.remove_outputs()?;
+    }
+
+    let get = |n: &str| cs.iter().find(|c| c.name == n).and_then(Contender::summary);
+    let r_dd = ratio(get("dd"), get("filter"));
+    let r_cp = ratio(get("cp"), get("filter_outputs"));
+    let r_td = ratio(get("tcpdump"), get("filter_outputs"));
+    let r_workers = ratio(get("filter"), get("filter_workers"));
+    let report = Report {
+        a: &a,
+        cs: &cs,
+        dir: &dir,
+        input: &input,
+        list_path: &list_path,
+        list_entries: list.len(),
+        records,
+        file_bytes,
+        frame_bytes,
+        reps,
+        tcpdump_filter: &tcpdump_filter,
+        ratios: [r_dd, r_cp, r_td, r_workers],
+        sanity: (filter_packets, dropped, expected_dropped, sane),
+    };
+    if a.json {
+        report.json();
+    } else {
+        report.text();
+    }
+    if a.keep {
+        let kept = tmp.keep();
+        note(format!("kept {}", kept.display()));
+    }
+    if !sane {
+        bail!("sanity check failed: sluice filter counted {filter_packets} packets and dropped {dropped}, the capture holds {records} records{}", expected_dropped.map_or(String::new(), |e| format!(" and {e} listed sources")));
+    }
+    Ok(())
+}
+
+/// Round-robin: every rep runs every contender once, starting one further
+/// along each rep (warm-up rounds first, not timed).
+fn race(cs: &mut [Contender], a: &FilterBenchArgs, reps: usize, note: &dyn Fn(String)) -> Result<()> {
     let n = cs.len();
     let mut counters = a.pmc.then(Pmc::open_reporting);
     for round in 0..a.warmup + reps {
@@ -356,18 +358,35 @@ pub fn run(a: FilterBenchArgs) -> Result<()> {
             }
         }
     }
-    for c in &cs {
-        c.remove_outputs()?;
-    }
+    Ok(())
+}
 
-    let get = |n: &str| cs.iter().find(|c| c.name == n).and_then(Contender::summary);
-    let r_dd = ratio(get("dd"), get("filter"));
-    let r_cp = ratio(get("cp"), get("filter_outputs"));
-    let r_td = ratio(get("tcpdump"), get("filter_outputs"));
-    let r_workers = ratio(get("filter"), get("filter_workers"));
-    let target = |v: Option<f64>, min: f64| json!({ "min": min, "value": v, "met": v.map(|v| v >= min) });
+/// What a run found, for its report.
+struct Report<'a> {
+    a: &'a FilterBenchArgs,
+    cs: &'a [Contender],
+    dir: &'a Path,
+    input: &'a Path,
+    list_path: &'a Path,
+    list_entries: usize,
+    records: u64,
+    file_bytes: u64,
+    frame_bytes: u64,
+    reps: usize,
+    tcpdump_filter: &'a str,
+    /// filter vs dd, outputs vs cp, outputs vs tcpdump, workers vs one.
+    ratios: [Option<f64>; 4],
+    /// Packets filter counted, dropped, expected dropped, all agreed.
+    sanity: (u64, u64, Option<u64>, bool),
+}
 
-    if a.json {
+impl Report<'_> {
+    fn json(&self) {
+        let Report { a, cs, input, list_path, records, file_bytes, frame_bytes, reps, tcpdump_filter, .. } = *self;
+        let list_len = self.list_entries;
+        let [r_dd, r_cp, r_td, r_workers] = self.ratios;
+        let (filter_packets, dropped, expected_dropped, sane) = self.sanity;
+        let target = |v: Option<f64>, min: f64| json!({ "min": min, "value": v, "met": v.map(|v| v >= min) });
         let contenders: serde_json::Map<String, Value> = cs
             .iter()
             .map(|c| {
@@ -397,7 +416,7 @@ pub fn run(a: FilterBenchArgs) -> Result<()> {
             "input": input.display().to_string(),
             "generated": a.input.is_none(),
             "list": list_path.display().to_string(),
-            "list_entries": list.len(),
+            "list_entries": list_len,
             "packets": records,
             "bytes": file_bytes,
             "frame_bytes": frame_bytes,
@@ -425,22 +444,28 @@ pub fn run(a: FilterBenchArgs) -> Result<()> {
             },
         });
         println!("{v}");
-    } else {
+    }
+
+    fn text(&self) {
+        let Report { a, cs, dir, input, list_path, records, file_bytes, reps, tcpdump_filter, .. } = *self;
+        let list_len = self.list_entries;
+        let [r_dd, r_cp, r_td, r_workers] = self.ratios;
+        let (filter_packets, dropped, expected_dropped, sane) = self.sanity;
         println!(
-            "sluice-bench filter: {} ({}), {records} packets, {:.1} MB; list {} ({} entries); {reps} reps after {} warm-up, interleaved",
-            input.display(),
-            if a.input.is_none() { "generated" } else { "given" },
-            file_bytes as f64 / 1e6,
-            list_path.display(),
-            list.len(),
-            a.warmup
-        );
+        "sluice-bench filter: {} ({}), {records} packets, {:.1} MB; list {} ({} entries); {reps} reps after {} warm-up, interleaved",
+        input.display(),
+        if a.input.is_none() { "generated" } else { "given" },
+        file_bytes as f64 / 1e6,
+        list_path.display(),
+        list_len,
+        a.warmup
+    );
         let in_dir = format!("{}/", dir.display());
         println!(
             "{:<15} {:>9} {:>9} {:>9} {:>8} {:>9}  command",
             "contender", "median s", "min s", "max s", "Mpps", "MB/s"
         );
-        for c in &cs {
+        for c in cs {
             match c.summary() {
                 Some(s) => println!(
                     "{:<15} {:>9.3} {:>9.3} {:>9.3} {:>8.2} {:>9.0}  {}",
@@ -477,25 +502,75 @@ pub fn run(a: FilterBenchArgs) -> Result<()> {
             met(r_cp, TARGET_VS_CP)
         );
         println!(
-            "  filter --pass --drop / tcpdump  {:>6}  target >= {TARGET_VS_TCPDUMP:.2}  {}  (tcpdump '{tcpdump_filter}')",
-            f(r_td),
-            met(r_td, TARGET_VS_TCPDUMP)
-        );
+        "  filter --pass --drop / tcpdump  {:>6}  target >= {TARGET_VS_TCPDUMP:.2}  {}  (tcpdump '{tcpdump_filter}')",
+        f(r_td),
+        met(r_td, TARGET_VS_TCPDUMP)
+    );
         if a.workers > 0 {
             println!("  filter --workers {} / filter     {:>6}", a.workers, f(r_workers));
         }
         println!(
-            "sanity: sluice filter --json counted {filter_packets} packets, the capture holds {records} records; dropped {dropped}{}: {}",
-            expected_dropped.map_or(String::new(), |e| format!(" (expected {e})")),
-            if sane { "OK" } else { "MISMATCH" }
-        );
+        "sanity: sluice filter --json counted {filter_packets} packets, the capture holds {records} records; dropped {dropped}{}: {}",
+        expected_dropped.map_or(String::new(), |e| format!(" (expected {e})")),
+        if sane { "OK" } else { "MISMATCH" }
+    );
     }
-    if a.keep {
-        let kept = tmp.keep();
-        note(format!("kept {}", kept.display()));
+}
+
+/// `sluice filter --json` once: the packets it counted and dropped.
+fn sanity_run(exe: &Path, input: &Path, list_path: &Path) -> Result<(u64, u64)> {
+    let out = Command::new(exe)
+        .arg("filter")
+        .arg("--in")
+        .arg(input)
+        .arg("--drop-any")
+        .arg(list_path)
+        .args(["--no-progress", "--json"])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running sluice filter --json")?;
+    if !out.status.success() {
+        bail!("sluice filter --json failed ({})", out.status);
     }
-    if !sane {
-        bail!("sanity check failed: sluice filter counted {filter_packets} packets and dropped {dropped}, the capture holds {records} records{}", expected_dropped.map_or(String::new(), |e| format!(" and {e} listed sources")));
-    }
-    Ok(())
+    let summary: Value = serde_json::from_slice(&out.stdout).context("parsing sluice filter --json")?;
+    let filter_packets = summary["packets"].as_u64().context("sluice filter --json has no packets")?;
+    let dropped = summary["dropped"].as_u64().unwrap_or(0);
+    Ok((filter_packets, dropped))
+}
+
+/// The list (given, or the embedded FireHOL list written next to the
+/// capture) and the capture (given, or generated like `sluice demo`'s, with
+/// the drops it must give).
+fn inputs(
+    a: &FilterBenchArgs,
+    dir: &Path,
+    note: &dyn Fn(String),
+) -> Result<(PathBuf, Vec<Prefix>, PathBuf, Option<u64>)> {
+    // The list: given, or the embedded FireHOL list written next to the capture.
+    let list_path = match &a.list {
+        Some(p) => p.clone(),
+        None => {
+            let p = dir.join("firehol_level1.netset");
+            std::fs::write(&p, FIREHOL_LEVEL1).with_context(|| format!("writing {}", p.display()))?;
+            p
+        }
+    };
+    let list = load_list(&list_path, false)?.prefixes;
+
+    // The capture: given, or generated like `sluice demo`'s.
+    let mut expected_dropped = None;
+    let input = match &a.input {
+        Some(p) => p.clone(),
+        None => {
+            let p = dir.join("bench.pcap");
+            note(format!("generating {} IMIX packets into {}", a.packets, p.display()));
+            let started = Instant::now();
+            let stats =
+                sluice_gen::write_capture(sluice_gen::demo_config(a.packets, a.seed, list.clone()), &p, false, |_| {})?;
+            note(format!("generated in {:.2} s", started.elapsed().as_secs_f64()));
+            expected_dropped = Some(stats.listed);
+            p
+        }
+    };
+    Ok((list_path, list, input, expected_dropped))
 }
