@@ -616,32 +616,7 @@ fn filter_and_listed(mut v: Vec<Scenario>, a: &ClassifyArgs) -> Vec<Scenario> {
 }
 
 fn classify(a: ClassifyArgs) -> Result<()> {
-    if let Some(b) = a.batch.iter().find(|b| !(1..=sluice_sets::MAX_BATCH).contains(*b)) {
-        bail!("batch {b} is outside 1-{}", sluice_sets::MAX_BATCH);
-    }
-    if let Some(s) = a.stride.iter().find(|&&s| s < 64) {
-        bail!("stride {s} cannot hold a 60-byte frame");
-    }
-    if let Some(l) = a.listed.iter().find(|l| !(0.0..=1.0).contains(*l)) {
-        bail!("--listed {l} is not a share between 0 and 1");
-    }
-    let scenarios = if a.structure.is_empty() {
-        let preset = match a.preset {
-            Preset::Quick => report::quick(),
-            Preset::Seed => report::seed(),
-            Preset::Filter => report::filter(),
-        };
-        override_preset(preset, &a)?
-    } else {
-        custom(&a)?
-    };
-    let scenarios = filter_and_listed(prefix_lists(scenarios, &a)?, &a);
-    if scenarios.is_empty() {
-        bail!("no scenario left (--ipv6 leaves out the seed's chained table)");
-    }
-    if !(0.05..=0.9).contains(&a.max_load) {
-        bail!("--max-load must be between 0.05 and 0.9");
-    }
+    let scenarios = scenarios_of(&a)?;
     let settings = Settings {
         reps: a.reps.max(1),
         packets: a.packets.max(1),
@@ -730,6 +705,152 @@ fn classify(a: ClassifyArgs) -> Result<()> {
     if progress {
         eprint!("\r{:<80}\r", "");
     }
+    let rows = write_rows(&mut out, benches, json)?;
+    drop(tables);
+    let build = (a.structure.is_empty() && a.preset == Preset::Quick)
+        .then(|| Tables::time_sluice_build(SEED_ENTRIES, settings.seed));
+    let limits = write_probes(&mut out, &probes, chase.as_ref(), json, settings.reps)?;
+    let ratios = report::ratios(&rows, &limits, build);
+    if let Some(r) = &ratios {
+        if json {
+            writeln!(out, "{r}")?;
+        } else {
+            write_ratios(&mut out, r)?;
+        }
+    }
+    if !json {
+        writeln!(out, "done in {:.1} s", started.elapsed().as_secs_f64())?;
+    }
+    if let Some(path) = &a.plot {
+        let title = format!("sluice-bench classify ({} reps, {} packets/rep)", settings.reps, settings.packets);
+        std::fs::write(path, report::svg(&rows, limits.table, &title))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// The scenarios `classify`'s flags ask for, checked.
+fn scenarios_of(a: &ClassifyArgs) -> Result<Vec<Scenario>> {
+    if let Some(b) = a.batch.iter().find(|b| !(1..=sluice_sets::MAX_BATCH).contains(*b)) {
+        bail!("batch {b} is outside 1-{}", sluice_sets::MAX_BATCH);
+    }
+    if let Some(s) = a.stride.iter().find(|&&s| s < 64) {
+        bail!("stride {s} cannot hold a 60-byte frame");
+    }
+    if let Some(l) = a.listed.iter().find(|l| !(0.0..=1.0).contains(*l)) {
+        bail!("--listed {l} is not a share between 0 and 1");
+    }
+    let scenarios = if a.structure.is_empty() {
+        let preset = match a.preset {
+            Preset::Quick => report::quick(),
+            Preset::Seed => report::seed(),
+            Preset::Filter => report::filter(),
+        };
+        override_preset(preset, a)?
+    } else {
+        custom(a)?
+    };
+    let scenarios = filter_and_listed(prefix_lists(scenarios, a)?, a);
+    if scenarios.is_empty() {
+        bail!("no scenario left (--ipv6 leaves out the seed's chained table)");
+    }
+    if !(0.05..=0.9).contains(&a.max_load) {
+        bail!("--max-load must be between 0.05 and 0.9");
+    }
+    Ok(scenarios)
+}
+
+/// The probes' rates and the pointer chase's latency, printed; the limits they set.
+fn write_probes(
+    out: &mut impl Write,
+    probes: &[(&str, probe::Probe)],
+    chase: Option<&probe::Chase>,
+    json: bool,
+    reps: usize,
+) -> Result<report::Probes> {
+    let mut limits = report::Probes::default();
+    for (name, p) in probes {
+        let (bytes, r) = (p.bytes(), p.summary());
+        if json {
+            writeln!(out, "{}", report::probe_json(name, bytes, r, reps))?;
+        } else {
+            let what = match *name {
+                "probe" => "table-sized",
+                "probe-dram" => "beyond the last-level cache",
+                _ => "cache-resident",
+            };
+            writeln!(out, "{name}: {:.1} M random 64-byte lines/s [{:.1}-{:.1}] over {} MiB, {what} (2 lookups per packet -> limit {:.1} Mpps)", r.0, r.1, r.2, bytes >> 20, r.0 / 2.0)?;
+        }
+        match *name {
+            "probe" => limits.table = Some(r.0),
+            "probe-dram" => limits.dram = Some(r.0),
+            _ => limits.llc = Some(r.0),
+        }
+    }
+    if let Some(c) = chase {
+        let r = c.summary();
+        if json {
+            writeln!(out, "{}", report::chase_json(c.bytes(), r, reps))?;
+        } else {
+            writeln!(
+                out,
+                "probe-chase: {:.1} ns per dependent load [{:.1}-{:.1}] over {} MiB, beyond the last-level cache (the seed: ~{} ns per L3 miss on Sandy Bridge)",
+                r.0,
+                r.1,
+                r.2,
+                c.bytes() >> 20,
+                report::SEED_MISS_NS
+            )?;
+        }
+    }
+    Ok(limits)
+}
+
+/// The ratios line(s) for a person.
+fn write_ratios(out: &mut impl Write, r: &serde_json::Value) -> std::io::Result<()> {
+    let f = |k: &str| r[k].as_f64().map_or("-".to_owned(), |x| format!("{x:.2}"));
+    writeln!(
+        out,
+        "ratios: sluice/naive {}  sluice/hashbrown {}  sluice/probe {}  sluice/probe-dram {}  2*sluice/probe-llc {}  250k sluice/hashbrown (best batches) {}  sluice-prefix/sluice {}  sluice-prefix/prefix-trie {}  filter on/off {} (50% listed {})  build 6M set {} s",
+        f("sluice_vs_naive"),
+        f("sluice_vs_hashbrown"),
+        f("sluice_vs_probe"),
+        f("sluice_vs_dram_probe"),
+        f("two_lookups_vs_llc_probe"),
+        f("small_sluice_vs_hashbrown_best"),
+        f("prefix_vs_sluice"),
+        f("prefix_vs_prefix_trie"),
+        f("filter_on_vs_off"),
+        f("filter_on_vs_off_listed50"),
+        f("build_6m_s")
+    )?;
+    if r["prefix_bgp_vs_sluice"].is_number() || r["prefix6_bgp_vs_sluice"].is_number() {
+        writeln!(
+            out,
+            "prefix lists / sluice: bgp {}  blocklist {}  IPv6 bgp {}  IPv6 blocklist {}",
+            f("prefix_bgp_vs_sluice"),
+            f("prefix_blocklist_vs_sluice"),
+            f("prefix6_bgp_vs_sluice"),
+            f("prefix6_blocklist_vs_sluice")
+        )?;
+    }
+    if let Some(x) = r["stride1920_sluice_vs_dram_probe"].as_f64() {
+        writeln!(
+            out,
+            "stride 1920: sluice/probe-dram {x:.2}  sluice/hashbrown {}",
+            f("stride1920_sluice_vs_hashbrown")
+        )?;
+    }
+    if let Some(by_row) = r["filter_on_vs_off_by_row"].as_object().filter(|m| !m.is_empty()) {
+        let list: Vec<String> =
+            by_row.iter().map(|(k, v)| format!("{k} {:.2}", v.as_f64().unwrap_or(f64::NAN))).collect();
+        writeln!(out, "filter on/off by row: {}", list.join("  "))?;
+    }
+    Ok(())
+}
+
+/// Each scenario's row (and its counters), printed; the rows.
+fn write_rows(out: &mut impl Write, benches: Vec<(Bench, Option<pmc::Reading>)>, json: bool) -> Result<Vec<Measured>> {
     let mut rows: Vec<Measured> = Vec::with_capacity(benches.len());
     for (b, counts) in benches {
         let m = b.result();
@@ -753,98 +874,7 @@ fn classify(a: ClassifyArgs) -> Result<()> {
         }
         rows.push(m);
     }
-    drop(tables);
-    let build = (a.structure.is_empty() && a.preset == Preset::Quick)
-        .then(|| Tables::time_sluice_build(SEED_ENTRIES, settings.seed));
-    let mut limits = report::Probes::default();
-    for (name, p) in &probes {
-        let (bytes, r) = (p.bytes(), p.summary());
-        if json {
-            writeln!(out, "{}", report::probe_json(name, bytes, r, settings.reps))?;
-        } else {
-            let what = match *name {
-                "probe" => "table-sized",
-                "probe-dram" => "beyond the last-level cache",
-                _ => "cache-resident",
-            };
-            writeln!(out, "{name}: {:.1} M random 64-byte lines/s [{:.1}-{:.1}] over {} MiB, {what} (2 lookups per packet -> limit {:.1} Mpps)", r.0, r.1, r.2, bytes >> 20, r.0 / 2.0)?;
-        }
-        match *name {
-            "probe" => limits.table = Some(r.0),
-            "probe-dram" => limits.dram = Some(r.0),
-            _ => limits.llc = Some(r.0),
-        }
-    }
-    if let Some(c) = &chase {
-        let r = c.summary();
-        if json {
-            writeln!(out, "{}", report::chase_json(c.bytes(), r, settings.reps))?;
-        } else {
-            writeln!(
-                out,
-                "probe-chase: {:.1} ns per dependent load [{:.1}-{:.1}] over {} MiB, beyond the last-level cache (the seed: ~{} ns per L3 miss on Sandy Bridge)",
-                r.0,
-                r.1,
-                r.2,
-                c.bytes() >> 20,
-                report::SEED_MISS_NS
-            )?;
-        }
-    }
-    let ratios = report::ratios(&rows, &limits, build);
-    if let Some(r) = &ratios {
-        if json {
-            writeln!(out, "{r}")?;
-        } else {
-            let f = |k: &str| r[k].as_f64().map_or("-".to_owned(), |x| format!("{x:.2}"));
-            writeln!(
-                out,
-                "ratios: sluice/naive {}  sluice/hashbrown {}  sluice/probe {}  sluice/probe-dram {}  2*sluice/probe-llc {}  250k sluice/hashbrown (best batches) {}  sluice-prefix/sluice {}  sluice-prefix/prefix-trie {}  filter on/off {} (50% listed {})  build 6M set {} s",
-                f("sluice_vs_naive"),
-                f("sluice_vs_hashbrown"),
-                f("sluice_vs_probe"),
-                f("sluice_vs_dram_probe"),
-                f("two_lookups_vs_llc_probe"),
-                f("small_sluice_vs_hashbrown_best"),
-                f("prefix_vs_sluice"),
-                f("prefix_vs_prefix_trie"),
-                f("filter_on_vs_off"),
-                f("filter_on_vs_off_listed50"),
-                f("build_6m_s")
-            )?;
-            if r["prefix_bgp_vs_sluice"].is_number() || r["prefix6_bgp_vs_sluice"].is_number() {
-                writeln!(
-                    out,
-                    "prefix lists / sluice: bgp {}  blocklist {}  IPv6 bgp {}  IPv6 blocklist {}",
-                    f("prefix_bgp_vs_sluice"),
-                    f("prefix_blocklist_vs_sluice"),
-                    f("prefix6_bgp_vs_sluice"),
-                    f("prefix6_blocklist_vs_sluice")
-                )?;
-            }
-            if let Some(x) = r["stride1920_sluice_vs_dram_probe"].as_f64() {
-                writeln!(
-                    out,
-                    "stride 1920: sluice/probe-dram {x:.2}  sluice/hashbrown {}",
-                    f("stride1920_sluice_vs_hashbrown")
-                )?;
-            }
-            if let Some(by_row) = r["filter_on_vs_off_by_row"].as_object().filter(|m| !m.is_empty()) {
-                let list: Vec<String> =
-                    by_row.iter().map(|(k, v)| format!("{k} {:.2}", v.as_f64().unwrap_or(f64::NAN))).collect();
-                writeln!(out, "filter on/off by row: {}", list.join("  "))?;
-            }
-        }
-    }
-    if !json {
-        writeln!(out, "done in {:.1} s", started.elapsed().as_secs_f64())?;
-    }
-    if let Some(path) = &a.plot {
-        let title = format!("sluice-bench classify ({} reps, {} packets/rep)", settings.reps, settings.packets);
-        std::fs::write(path, report::svg(&rows, limits.table, &title))
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
+    Ok(rows)
 }
 
 #[cfg(test)]
