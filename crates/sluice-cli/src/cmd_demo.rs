@@ -1,5 +1,5 @@
 use crate::args::list_or_firehol;
-use crate::report::{finished, judge, stats_json, Bar};
+use crate::report::{finished, judge, Bar};
 use crate::{progress, Outcome};
 use anyhow::Result;
 use clap::Args;
@@ -63,7 +63,7 @@ pub fn run(a: DemoArgs) -> Result<Outcome> {
         v["match"] = ok.into();
         v["list"] = "firehol_level1 (embedded)".into();
         v["list_entries"] = entries.into();
-        v["generated"] = stats_json(&gen, a.keep.as_deref(), run.elapsed.as_secs_f64());
+        v["generated"] = gen.to_json(a.keep.as_deref(), run.elapsed.as_secs_f64());
         v["kept"] = a.keep.as_ref().map(|p| p.display().to_string()).into();
         out = v.to_string() + "\n";
     } else {

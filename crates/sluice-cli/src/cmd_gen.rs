@@ -1,5 +1,4 @@
 use crate::args::TrafficArgs;
-use crate::report::stats_json;
 use crate::{progress, Outcome};
 use anyhow::Result;
 use clap::Args;
@@ -38,11 +37,8 @@ pub fn run(a: GenArgs) -> Result<Outcome> {
     let elapsed = started.elapsed().as_secs_f64();
     // With the capture on standard output, what is said about it goes to stderr.
     let to_stdout = sluice_pcap::stdio::is_stdio(&a.out);
-    let text = if a.json {
-        stats_json(&stats, Some(&a.out), elapsed).to_string()
-    } else {
-        stats_text(&stats, &a.out, elapsed)
-    };
+    let text =
+        if a.json { stats.to_json(Some(&a.out), elapsed).to_string() } else { stats_text(&stats, &a.out, elapsed) };
     if to_stdout {
         eprintln!("{text}");
     } else {

@@ -1,17 +1,17 @@
-//! `sluice http-guard`: flags into a `sluice_guard::Config`, the metrics
-//! responder, the wait for `--duration` or a signal, and the summary. The
-//! proxy, the limits and the block file are `sluice-guard`'s.
+//! `sluice http-guard`: flags into a `sluice_guard::Config` and
+//! `service::Services`, and the summary printed. The proxy and everything
+//! run around it are `sluice-guard`'s.
 
 use crate::Outcome;
 use anyhow::{Context, Result};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
-use sluice_guard::block_forward::{self, ForwardCounters};
+use sluice_guard::block_forward;
+use sluice_guard::service::Services;
 use sluice_guard::timeouts::ms;
-use sluice_guard::{BlockAction, Config, Guard, Limits, MinRate, RespCodeBlock, Timeouts};
+use sluice_guard::{BlockAction, Config, Limits, MinRate, RespCodeBlock, Timeouts};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Args, Debug)]
@@ -200,8 +200,7 @@ pub struct GuardArgs {
 pub fn run(a: GuardArgs) -> Result<Outcome> {
     let crowdsec = a.crowdsec_url.as_deref().zip(a.crowdsec_login.as_deref()).zip(a.crowdsec_password_file.as_deref());
     let ctl = a.block_ctl.as_deref().map(|p| (p, a.block_ctl_set.as_str()));
-    let sinks = block_forward::targets(ctl, crowdsec.map(|((u, l), p)| (u, l, p))).map_err(anyhow::Error::msg)?;
-    let forward_counters = (!sinks.is_empty()).then(|| Arc::new(ForwardCounters::new(&sinks)));
+    let targets = block_forward::targets(ctl, crowdsec.map(|((u, l), p)| (u, l, p))).map_err(anyhow::Error::msg)?;
     let limits = Limits {
         request_rate: a.request_rate,
         request_burst: a.request_burst,
@@ -221,7 +220,9 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
     let safety = a.safety.load()?;
     // Loopback only: the counters say who is blocked.
     let metrics = a.metrics.as_deref().map(|m| crate::args::metrics_addr(m, false)).transpose()?;
-    let guard = Guard::bind(Config {
+    let group = a.control_group.as_deref().map(sluice_control::socket::group_id).transpose()?;
+    let services = Services { targets, metrics, control: a.control.map(|p| (p, group)), duration: a.duration };
+    let config = Config {
         listen: a.listen,
         upstream: a.upstream,
         threads: a.threads,
@@ -244,7 +245,7 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
         max_head: a.max_head.max(64),
         allow_remote: a.allow_remote,
         pin: !a.no_pin,
-        forward_blocks: !sinks.is_empty(),
+        forward_blocks: false,
         dry_run: a.dry_run,
         max_connections: a.max_connections.unwrap_or(0),
         key_prefixes: sluice_guard::KeyPrefixes { v4: a.key_prefix_v4, v6: a.key_prefix_v6 },
@@ -255,36 +256,8 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
         tls_handshake_timeout: std::time::Duration::from_millis(a.tls_handshake_timeout),
         block_ja4: a.block_ja4,
         safety,
-    })?;
-    let addr = guard.local_addr();
-    let running = guard.start()?;
-    let stop = running.stop_flag();
-    sluice_control::stop_on_interrupt(&stop).context("installing the signal handlers")?;
-    sluice_guard::control::reread_on_sighup(&running.shared()).context("installing the SIGHUP handler")?;
-    if let Some(m) = metrics {
-        let registry = sluice_guard::exporter::registry(running.shared(), forward_counters.clone());
-        sluice_metrics::serve_flag(m, registry, "sluice http-guard").map_err(anyhow::Error::msg)?;
-    }
-    let group = a.control_group.as_deref().map(sluice_control::socket::group_id).transpose()?;
-    let control =
-        a.control.as_deref().map(|p| sluice_guard::control::serve(p, group, running.shared(), Arc::default()));
-    let control = control.transpose()?;
-    let forwarder = forward_counters
-        .clone()
-        .map(|counters| sluice_guard::control::spawn_forwarder(&running.shared(), sinks, Arc::clone(&stop), counters));
-    let forwarder = forwarder.transpose().context("starting the block forwarder")?;
-    // After the threads run, so a client that reads this line can connect at once.
-    tracing::info!("guarding on {addr}");
-    if a.dry_run {
-        tracing::warn!("dry run: breaches are counted and would-be blocks logged, none is enforced");
-    }
-    let elapsed = sluice_control::wait_until_stopped(&stop, a.duration, || running.any_finished());
-    control.into_iter().for_each(sluice_guard::control::GuardControl::stop);
-    let report = running.join().context("http-guard")?;
-    if let Some(f) = forwarder {
-        // The loops are done: the forwarder makes its last push and ends.
-        let _ = f.join();
-    }
+    };
+    let (report, elapsed) = sluice_guard::service::run(config, services).context("http-guard")?;
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {

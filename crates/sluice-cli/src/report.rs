@@ -1,13 +1,11 @@
 //! What several commands print or do with a finished run: the judge they
 //! build, the error a stopped run becomes, the progress bar, the text
-//! summary, the generator's counts.
+//! summary.
 
 use anyhow::Result;
 use sluice_engine::snapshot::Published;
 use sluice_engine::RuleSet;
-use sluice_gen::GenStats;
 use sluice_pipeline::{Finished, Judge, JudgeConfig, Observer, Progress, RunError, WorkersConfig};
-use std::path::Path;
 use std::sync::Arc;
 
 /// The judge for `workers` pinned to `cpus` (empty: worker i on CPU i).
@@ -45,25 +43,4 @@ impl Observer for Bar {
         self.0.set_position(p.source.0);
         self.0.set_message(format!("{} judged, {} dropped", p.judged, p.dropped));
     }
-}
-
-pub fn stats_json(s: &GenStats, out: Option<&Path>, elapsed_s: f64) -> serde_json::Value {
-    serde_json::json!({
-        "out": out.map(|p| p.display().to_string()),
-        "packets": s.packets,
-        "bytes": s.bytes,
-        "listed": s.listed,
-        "ipv4": s.ipv4,
-        "ipv6": s.ipv6,
-        "tcp": s.tcp,
-        "udp": s.udp,
-        "icmp": s.icmp,
-        "fragments": s.fragments,
-        "fragmented_datagrams": s.fragmented_datagrams,
-        "duplicated_fragments": s.duplicated_fragments,
-        "vlan_tagged": s.vlan_tagged,
-        "qinq_tagged": s.qinq_tagged,
-        "encapsulated": s.encapsulated,
-        "elapsed_s": elapsed_s,
-    })
 }

@@ -187,6 +187,32 @@ pub struct GenStats {
     pub encapsulated: u64,
 }
 
+impl GenStats {
+    /// The counts as `sluice gen --json` prints them (docs/json.md), with
+    /// where they went and how long it took.
+    pub fn to_json(&self, out: Option<&std::path::Path>, elapsed_s: f64) -> serde_json::Value {
+        let s = self;
+        serde_json::json!({
+            "out": out.map(|p| p.display().to_string()),
+            "packets": s.packets,
+            "bytes": s.bytes,
+            "listed": s.listed,
+            "ipv4": s.ipv4,
+            "ipv6": s.ipv6,
+            "tcp": s.tcp,
+            "udp": s.udp,
+            "icmp": s.icmp,
+            "fragments": s.fragments,
+            "fragmented_datagrams": s.fragmented_datagrams,
+            "duplicated_fragments": s.duplicated_fragments,
+            "vlan_tagged": s.vlan_tagged,
+            "qinq_tagged": s.qinq_tagged,
+            "encapsulated": s.encapsulated,
+            "elapsed_s": elapsed_s,
+        })
+    }
+}
+
 /// Per-frame facts the caller may want (for example to write a pcap record).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FrameInfo {

@@ -18,7 +18,9 @@
 //! - `control`: the guard's answers on its control socket (`sluice ctl
 //!   blocks`, `block`, `unblock`, `clients`) and its SIGHUP rereads;
 //!   `block_forward`: new blocks pushed to a bridge's control socket or a
-//!   CrowdSec LAPI; `exporter`: the counters as Prometheus metrics.
+//!   CrowdSec LAPI; `exporter`: the counters as Prometheus metrics;
+//!   `service`: all of it started, run and stopped as `sluice http-guard`
+//!   runs it.
 
 pub mod block_forward;
 pub mod control;
@@ -32,6 +34,7 @@ pub mod net;
 pub mod outbuf;
 pub mod proxyproto;
 pub mod publish;
+pub mod service;
 pub mod slots;
 pub mod table;
 pub mod timeouts;
