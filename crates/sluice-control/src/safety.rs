@@ -102,7 +102,7 @@ impl Safety {
     }
 
     /// [`Safety::reload`], logged: what a SIGHUP handler calls (the
-    /// bridge's reload, the guard's `guard_ctl::reread_on_sighup`).
+    /// bridge's reload, the guard's `control::reread_on_sighup`).
     pub fn reload_logged(&self, why: &str) {
         match self.reload() {
             Ok(Some(n)) => {
