@@ -36,7 +36,7 @@ use sluice_live::pipeline::BridgeCounters;
 use sluice_live::LiveError;
 use sluice_pipeline::lanes::{self, inline_lanes};
 use sluice_pipeline::sample::{tap, tap_lane, SampleConfig, SampleReport, Sampler};
-use sluice_pipeline::{Finished, JudgeConfig, Reassembly, RunConfig, RunError, Steering, WorkersConfig};
+use sluice_pipeline::{Finished, JudgeConfig, Reassembly, RunConfig, RunError, WorkersConfig};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -218,11 +218,8 @@ impl Bridge {
             Arc::new(BridgeMetrics::new(names.clone(), Arc::clone(&counters), Arc::clone(controller.state())));
 
         let sampler = match cfg.sample {
-            Some(mut s) => {
-                let workers = cfg.workers.unwrap_or(1);
-                s.port_names = port_names;
-                let key = WorkersConfig::new(workers).key;
-                s.steering = (workers > 1).then(|| Steering::new(&key, workers).inner(cfg.steer_inner));
+            Some(s) => {
+                let s = s.for_run(port_names, cfg.workers.unwrap_or(1), cfg.steer_inner);
                 Some(Sampler::start(s, Arc::clone(&published)).context("--sample-drops")?)
             }
             None => None,

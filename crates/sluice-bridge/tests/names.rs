@@ -4,6 +4,9 @@
 //! is a change to a published interface, made on purpose with
 //! `SLUICE_BLESS=1`), and with docs/json.md and docs/metrics.md, both ways.
 
+#[path = "../../sluice-guard/tests/names/support.rs"]
+mod support;
+
 use sluice_bridge::{Bridge, BridgeConfig, MemoryPair};
 use sluice_control::RuleSpec;
 use std::collections::BTreeSet;
@@ -12,55 +15,13 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Maps keyed by what occurred (reasons, sets): their keys are data.
-const DATA_KEYED: &[&str] = &["undecodable_by_reason", "anomalies_by_reason"];
-
-/// Every key path of `v`: `a`, `a.b`, `a[].b` (arrays: the union of their
-/// elements' keys).
-pub fn key_paths(v: &serde_json::Value, at: &str, out: &mut BTreeSet<String>) {
-    match v {
-        serde_json::Value::Object(m) => {
-            for (k, v) in m {
-                let p = if at.is_empty() { k.clone() } else { format!("{at}.{k}") };
-                out.insert(p.clone());
-                if !DATA_KEYED.contains(&k.as_str()) {
-                    key_paths(v, &p, out);
-                }
-            }
-        }
-        serde_json::Value::Array(items) => items.iter().for_each(|i| key_paths(i, &format!("{at}[]"), out)),
-        _ => {}
-    }
-}
-
-/// The metric families of an exposition (`# TYPE NAME KIND` lines).
-pub fn metric_names(exposition: &str) -> BTreeSet<String> {
-    exposition
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.split_whitespace().next())
-        .map(str::to_owned)
-        .collect()
-}
-
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// `names` against the list in `file` (one per line); `SLUICE_BLESS=1`
-/// writes the list instead.
+/// `names` against the list in `tests/names/FILE`.
 fn same_as_listed(names: &BTreeSet<String>, file: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/names").join(file);
-    if std::env::var("SLUICE_BLESS").is_ok_and(|v| v == "1") {
-        let text: String = names.iter().map(|n| format!("{n}\n")).collect();
-        std::fs::write(&path, text).unwrap();
-        return;
-    }
-    let listed: BTreeSet<String> =
-        std::fs::read_to_string(&path).unwrap().lines().filter(|l| !l.is_empty()).map(str::to_owned).collect();
-    let gone: Vec<_> = listed.difference(names).collect();
-    let new: Vec<_> = names.difference(&listed).collect();
-    assert!(gone.is_empty() && new.is_empty(), "{file}: no longer served {gone:?}; new, not listed {new:?}");
+    support::same_as_listed(names, &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/names").join(file));
 }
 
 fn scrape(addr: std::net::SocketAddr) -> String {
@@ -133,9 +94,10 @@ fn run_everything() -> (serde_json::Value, String) {
 fn the_summary_keys_and_metric_names_are_the_published_ones() {
     let (json, metrics) = run_everything();
     let mut keys = BTreeSet::new();
-    key_paths(&json, "", &mut keys);
+    // Maps keyed by what occurred (reasons): their keys are data.
+    support::key_paths(&json, "", &["undecodable_by_reason", "anomalies_by_reason"], &mut keys);
     same_as_listed(&keys, "bridge-json.txt");
-    same_as_listed(&metric_names(&metrics), "bridge-metrics.txt");
+    same_as_listed(&support::metric_names(&metrics), "bridge-metrics.txt");
 }
 
 /// docs/metrics.md names every metric the bridge serves (and, through the

@@ -8,7 +8,7 @@ use sluice_engine::Verdict;
 use sluice_engine::{snapshot::Published, RuleSet};
 use sluice_gen::{Encap, FlowDist, FrameSize, GenConfig, ProtoMix};
 use sluice_pipeline::sample::{Backpressure, SampleConfig, Sampler};
-use sluice_pipeline::{Reassembly, Steering, WorkersConfig};
+use sluice_pipeline::Reassembly;
 use sluice_rules::{load_list, parse_list, Prefix, FIREHOL_LEVEL1};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -101,12 +101,7 @@ impl SampleArgs {
         backpressure: Backpressure,
     ) -> Result<Option<Sampler>> {
         let Some(cfg) = self.config(backpressure) else { return Ok(None) };
-        let key = WorkersConfig::new(workers).key;
-        let cfg = SampleConfig {
-            port_names: ports,
-            steering: (workers > 1).then(|| Steering::new(&key, workers).inner(steer_inner)),
-            ..cfg
-        };
+        let cfg = cfg.for_run(ports, workers, steer_inner);
         Ok(Some(Sampler::start(cfg, Arc::clone(rules)).context("--sample-drops")?))
     }
 }

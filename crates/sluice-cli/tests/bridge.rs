@@ -23,6 +23,7 @@ use common::bridge::Bridge;
 use common::{
     assert_comments_name_rule_lines, assert_documented_keys, comment_field, documented_keys, have_tool, sample_comments,
 };
+use common::{xdp_attached, xdp_detached};
 mod lapi;
 #[path = "../../sluice-live/tests/common/mod.rs"]
 mod live;
@@ -214,28 +215,6 @@ fn assert_exactly(what: &str, want: &[Vec<u8>], got: &[Vec<u8>]) {
         let missing: usize = w.iter().map(|(f, n)| n.saturating_sub(*g.get(f).unwrap_or(&0))).sum();
         let extra: usize = g.iter().map(|(f, n)| n.saturating_sub(*w.get(f).unwrap_or(&0))).sum();
         panic!("{what}: expected {} frames, got {}: {missing} missing, {extra} unexpected", want.len(), got.len());
-    }
-}
-
-fn xdp_attached(iface: &str) -> bool {
-    let out = Command::new("ip").args(["-d", "link", "show", "dev", iface]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
-}
-
-/// Whether neither interface has an XDP program within 2 s: closing the
-/// last descriptor of a BPF link detaches its program from a kernel work
-/// queue, not at once (`bpf_link_put` defers the release), so a loaded
-/// machine can show it attached for a moment after the run.
-fn xdp_detached(ifaces: &[&str]) -> bool {
-    let end = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    loop {
-        if !ifaces.iter().any(|i| xdp_attached(i)) {
-            return true;
-        }
-        if std::time::Instant::now() >= end {
-            return false;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 

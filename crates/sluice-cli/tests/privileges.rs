@@ -18,6 +18,7 @@
 //! pass, unless `SLUICE_REQUIRE_LIVE=1`, when they fail instead.
 
 mod common;
+use common::xdp_detached;
 #[path = "../../sluice-live/tests/common/mod.rs"]
 mod live;
 
@@ -197,26 +198,6 @@ fn crossing(
 /// One series of the bridge's `/metrics` (the first line starting with `series`).
 fn metric(b: &Bridge, series: &str) -> Option<u64> {
     b.scrape().lines().find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-}
-
-fn xdp_attached(iface: &str) -> bool {
-    let out = Command::new("ip").args(["-d", "link", "show", "dev", iface]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
-}
-
-/// Whether neither interface has an XDP program within 2 s (a BPF link's
-/// release runs on a kernel work queue after its last descriptor closes).
-fn xdp_detached(ifaces: &[&str]) -> bool {
-    let end = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    loop {
-        if !ifaces.iter().any(|i| xdp_attached(i)) {
-            return true;
-        }
-        if std::time::Instant::now() >= end {
-            return false;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
 }
 
 /// The capability named as missing in the error when `cap` is taken away.

@@ -4,6 +4,9 @@
 //! with `SLUICE_BLESS=1`). docs/metrics.md is checked against these lists
 //! and the bridge's by `sluice-bridge`'s tests/names.rs.
 
+#[path = "names/support.rs"]
+mod support;
+
 use sluice_guard::block_forward::{self, ForwardCounters};
 use sluice_guard::tls::CertFiles;
 use sluice_guard::{Config, Guard};
@@ -13,37 +16,6 @@ use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-
-fn key_paths(v: &serde_json::Value, at: &str, out: &mut BTreeSet<String>) {
-    // Maps keyed by what occurred (limits, reasons) hold data, not names.
-    const DATA_KEYED: &[&str] = &["breaches", "blocks_refused"];
-    match v {
-        serde_json::Value::Object(m) => {
-            for (k, v) in m {
-                let p = if at.is_empty() { k.clone() } else { format!("{at}.{k}") };
-                out.insert(p.clone());
-                if !DATA_KEYED.contains(&k.as_str()) {
-                    key_paths(v, &p, out);
-                }
-            }
-        }
-        serde_json::Value::Array(items) => items.iter().for_each(|i| key_paths(i, &format!("{at}[]"), out)),
-        _ => {}
-    }
-}
-
-fn same_as_listed(names: &BTreeSet<String>, file: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/names").join(file);
-    if std::env::var("SLUICE_BLESS").is_ok_and(|v| v == "1") {
-        std::fs::write(&path, names.iter().map(|n| format!("{n}\n")).collect::<String>()).unwrap();
-        return;
-    }
-    let listed: BTreeSet<String> =
-        std::fs::read_to_string(&path).unwrap().lines().filter(|l| !l.is_empty()).map(str::to_owned).collect();
-    let gone: Vec<_> = listed.difference(names).collect();
-    let new: Vec<_> = names.difference(&listed).collect();
-    assert!(gone.is_empty() && new.is_empty(), "{file}: no longer served {gone:?}; new, not listed {new:?}");
-}
 
 /// An upstream that answers every request head 200.
 fn upstream() -> std::net::SocketAddr {
@@ -93,13 +65,12 @@ fn the_summary_keys_and_metric_names_are_the_published_ones() {
     running.stop_flag().store(true, std::sync::atomic::Ordering::Relaxed);
     let report = running.join().unwrap();
     let mut keys = BTreeSet::new();
-    key_paths(&serde_json::to_value(&report).unwrap(), "", &mut keys);
-    same_as_listed(&keys, "guard-json.txt");
-    let names: BTreeSet<String> = metrics
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.split_whitespace().next())
-        .map(str::to_owned)
-        .collect();
-    same_as_listed(&names, "guard-metrics.txt");
+    // Maps keyed by what occurred (limits, reasons) hold data, not names.
+    support::key_paths(&serde_json::to_value(&report).unwrap(), "", &["breaches", "blocks_refused"], &mut keys);
+    support::same_as_listed(&keys, &listed("guard-json.txt"));
+    support::same_as_listed(&support::metric_names(&metrics), &listed("guard-metrics.txt"));
+}
+
+fn listed(file: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/names").join(file)
 }

@@ -105,6 +105,15 @@ pub struct SampleConfig {
 }
 
 impl SampleConfig {
+    /// The run these samples come from: its ports' names, and its `workers`
+    /// as the judge steers packets to them (software RSS on the outer or
+    /// the innermost header), so each sample names its worker.
+    pub fn for_run(self, port_names: Vec<String>, workers: usize, steer_inner: bool) -> Self {
+        let key = crate::WorkersConfig::new(workers).key;
+        let steering = (workers > 1).then(|| Steering::new(&key, workers).inner(steer_inner));
+        SampleConfig { port_names, steering, ..self }
+    }
+
     /// No outputs, every drop a candidate, at most 100 a second, 5 files, a
     /// queue of 1024 that sheds samples when full.
     pub fn new() -> Self {

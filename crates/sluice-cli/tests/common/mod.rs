@@ -193,3 +193,26 @@ pub fn assert_comments_name_rule_lines(comments: &[(String, String)], rules: &st
         assert!(written.trim().starts_with(&text), "line {line} is `{written}`, the comment says `{text}`");
     }
 }
+
+/// Whether `iface` has an XDP program attached (as `ip -d link` shows it).
+pub fn xdp_attached(iface: &str) -> bool {
+    let out = std::process::Command::new("ip").args(["-d", "link", "show", "dev", iface]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
+}
+
+/// Whether neither interface has an XDP program within 2 s: closing the
+/// last descriptor of a BPF link detaches its program from a kernel work
+/// queue, not at once (`bpf_link_put` defers the release), so a loaded
+/// machine can show it attached for a moment after the run.
+pub fn xdp_detached(ifaces: &[&str]) -> bool {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        if !ifaces.iter().any(|i| xdp_attached(i)) {
+            return true;
+        }
+        if std::time::Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
