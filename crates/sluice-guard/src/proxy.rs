@@ -8,7 +8,7 @@
 //! Tokens: client slot `i` is `2i`, upstream slot `j` is `2j + 1`; an event
 //! on an upstream in use drives the client it serves.
 
-use crate::frame::{HeadStep, Refusal, RequestFramer};
+use crate::frame::{HeadInfo, HeadStep, Refusal, RequestFramer};
 use crate::limits::{Limit, Limits};
 use crate::outbuf::{OutBuf, Pool};
 use crate::proxyproto::Parsed;
@@ -166,6 +166,16 @@ enum After {
     Keep,
     Close,
     Reset,
+}
+
+/// What one phase of `serve`'s turn says.
+enum Next {
+    /// Go on to the next phase; whether this one moved bytes.
+    Go(bool),
+    /// Start the turn over.
+    Again,
+    /// End the turn, and the connection as said.
+    End(After),
 }
 
 /// What a connection's deadlines say at a sweep.
@@ -943,293 +953,338 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// Read, frame, forward, relay, write, until nothing moves.
+    /// Read, frame, forward, relay, write, until nothing moves. One
+    /// function per phase; each says whether it moved bytes, or that the
+    /// turn starts over, or how the connection ends.
     fn serve(&mut self, c: &mut Client, i: usize) -> After {
+        // `Again` restarts the turn (a phase changed what earlier phases see).
+        macro_rules! phase {
+            ($progress:ident, $e:expr) => {
+                match $e {
+                    Next::Go(moved) => $progress |= moved,
+                    Next::Again => continue,
+                    Next::End(after) => return after,
+                }
+            };
+        }
         loop {
             if let Phase::Draining(deadline) = c.phase {
                 return drain(c, deadline);
             }
             let mut progress = false;
-
-            // Read the client, unless it is done sending or its buffer is full.
-            if !matches!(c.phase, Phase::Closing) && !c.peer_eof && c.readable && !c.hello_queued {
-                sluice_tcp::make_room(&mut c.inbuf, &mut c.start, &mut c.end, self.in_cap);
-                if c.end < c.inbuf.len() {
-                    let room = c.inbuf.len() - c.end;
-                    // Bytes read, and whether more may be there without a new edge.
-                    let more = |n| n == room || c.read_closed;
-                    let got = match &mut c.tls {
-                        // A short read drained the socket; new input brings a
-                        // new edge (but an EOF already signalled does not).
-                        // A PROXY header comes before any TLS.
-                        None => c.sock.read(&mut c.inbuf[c.end..]).map(|n| (n, more(n))),
-                        Some(_) if c.phase == Phase::Proxy => c.sock.read(&mut c.inbuf[c.end..]).map(|n| (n, more(n))),
-                        Some(t) => match t.read(&mut c.sock, &mut c.inbuf[c.end..]) {
-                            Ok(Input::Data(n)) => Ok((n, true)),
-                            Ok(Input::WouldBlock) => Err(io::ErrorKind::WouldBlock.into()),
-                            // Admitted hellos queue, so handshakes are
-                            // worked through after the established
-                            // connections' requests (see `run_hellos`).
-                            Ok(Input::Hello(hello)) => match self.hello(c, hello.as_deref()) {
-                                After::Keep => {
-                                    c.hello_queued = true;
-                                    self.hellos.push_back((i, c.serial));
-                                    return After::Keep;
-                                }
-                                after => return after,
-                            },
-                            Err(_) => {
-                                if !t.established {
-                                    add(&self.n.tls_handshake_errors, 1);
-                                }
-                                return After::Close;
-                            }
-                        },
-                    };
-                    match got {
-                        Ok((0, _)) => c.peer_eof = true,
-                        Ok((n, more)) => {
-                            c.readable = more;
-                            c.end += n;
-                            c.received += n as u64;
-                            c.progress_at = Instant::now();
-                            add(&self.n.bytes_in, n as u64);
-                            progress = true;
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.readable = false,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                        Err(_) => return After::Close,
-                    }
-                }
-            }
-
-            if let Some(t) = c.tls.as_mut().filter(|t| !t.established && !t.is_handshaking()) {
-                t.established = true;
-                c.handshake_deadline = None;
-                add(&self.n.tls_handshakes, 1);
-                progress = true;
-            }
-
-            if c.phase == Phase::Proxy && c.end > c.start {
-                match crate::proxyproto::parse(&c.inbuf[c.start..c.end]) {
-                    Ok(Parsed::Incomplete) if !c.peer_eof => {}
-                    Ok(Parsed::Incomplete) | Err(_) => {
-                        add(&self.n.proxy_header_errors, 1);
-                        return After::Close;
-                    }
-                    Ok(Parsed::Header { len, source }) => {
-                        c.start += len;
-                        // What followed the header is the client's first TLS bytes.
-                        if let Some(t) = &mut c.tls {
-                            t.push_early(&c.inbuf[c.start..c.end]);
-                            (c.start, c.end, c.readable) = (0, 0, true);
-                        }
-                        // LOCAL/UNKNOWN: the balancer's own connection (a health check).
-                        if let Some(s) = source {
-                            (c.ip, c.peer) = (s.ip().to_canonical(), s.ip().to_canonical());
-                        }
-                        // A proxy in front of the balancer names its requests' clients.
-                        c.forwarded = self.cfg.client_ip_header.is_some() && self.trusted(c.ip);
-                        if c.forwarded {
-                            c.phase = Phase::Head;
-                        } else {
-                            match self.admit_client(c) {
-                                After::Keep => {}
-                                after => return after,
-                            }
-                        }
-                        progress = true;
-                    }
-                }
-            }
-
-            // Frame: a head, then its body, forwarded as they come.
-            if c.phase == Phase::Head && c.end > c.start {
-                let limits = self.shared.table.limits();
-                // A dry run frames with no limits and checks them after.
-                let no_limits = Limits::default();
-                let framing = if self.cfg.dry_run { &no_limits } else { limits };
-                match c.framer.head(&c.inbuf[c.start..c.end], framing) {
-                    Err(r) => {
-                        // A head over a limit parsed whole and names its
-                        // client; a malformed one is the proxy's (never blocked).
-                        if let (true, Some(header)) = (c.forwarded, self.cfg.client_ip_header.as_deref()) {
-                            let head = &c.inbuf[c.start..c.end];
-                            c.ip = c.framer.forwarded_client(head, header, c.peer, &self.cfg.trusted_proxies);
-                        }
-                        match self.refuse(c, r) {
-                            After::Keep => continue,
-                            after => return after,
-                        }
-                    }
-                    Ok(HeadStep::Partial) => {
-                        // A kept-alive connection's next request began: the
-                        // keep-alive wait ends, the header timeout starts.
-                        if c.idle_deadline.take().is_some() || c.head_deadline.is_none() {
-                            c.head_deadline = self.cfg.timeouts.client_header.map(|d| Instant::now() + d);
-                        }
-                    }
-                    Ok(HeadStep::Complete(h)) => {
-                        (c.head_deadline, c.idle_deadline, c.waiting_since) = (None, None, None);
-                        add(&self.n.requests, 1);
-                        if let (true, Some(header)) = (c.forwarded, self.cfg.client_ip_header.as_deref()) {
-                            let head = &c.inbuf[c.start..c.end];
-                            c.ip = c.framer.forwarded_client(head, header, c.peer, &self.cfg.trusted_proxies);
-                            // Its connection was not refused at accept: a
-                            // blocked client is refused here, request by request.
-                            if !self.cfg.dry_run && self.shared.table.is_blocked(c.ip, self.now_ms()) {
-                                add(&self.n.refused_forwarded_blocked, 1);
-                                error_response(&mut c.out, &mut self.pool, 403);
-                                c.phase = Phase::Closing;
-                                continue;
-                            }
-                        }
-                        if self.cfg.dry_run {
-                            let broke = c.framer.over_limits(&c.inbuf[c.start..c.end], limits);
-                            c.body_len_noted = broke == Some(Limit::HttpBodyLen);
-                            let rate = self.request(c).err();
-                            for limit in [broke, rate].into_iter().flatten() {
-                                self.note(c.ip, c.ja4.as_deref(), limit);
-                            }
-                        } else if let Err(limit) = self.request(c) {
-                            match self.refuse(c, Refusal { limit, status: limit.status(), reason: limit.name() }) {
-                                After::Keep => continue,
-                                after => return after,
-                            }
-                        }
-                        let j = match self.take_up() {
-                            Ok(j) => j,
-                            Err(e) => {
-                                self.upstream_failed(format_args!("connecting: {e}"));
-                                error_response(&mut c.out, &mut self.pool, 502);
-                                c.phase = Phase::Closing;
-                                continue;
-                            }
-                        };
-                        let u = self.ups[j].as_mut().expect("taken");
-                        u.client = Some(i);
-                        u.watch = Watch::new(u.moved, Instant::now());
-                        if h.head_method {
-                            // Its answer is a head alone, whatever its Content-Length says.
-                            u.reader.expect_no_body();
-                        }
-                        u.out.extend_from_slice(&c.inbuf[c.start..c.start + h.len]);
-                        c.start += h.len;
-                        add(&self.n.forwarded, 1);
-                        c.req = Some(InFlight { up: j, keep_alive: h.keep_alive, resp_started: false });
-                        if h.has_body {
-                            c.phase = Phase::Body;
-                        } else {
-                            c.phase = Phase::Await;
-                        }
-                        progress = true;
-                    }
-                }
-            }
-            // The body goes on only while the upstream's buffer has room
-            // (`--buffer-size`): a slow upstream stops the client's reads.
-            let body_room = match (&c.req, c.phase) {
-                (Some(q), Phase::Body) => {
-                    let u = self.ups[q.up].as_mut().expect("in use");
-                    if u.out_pos > 0 {
-                        u.out.drain(..u.out_pos);
-                        u.out_pos = 0;
-                    }
-                    self.cfg.buffer_size.saturating_sub(u.out.len())
-                }
-                _ => 0,
-            };
-            if c.phase == Phase::Body && c.end > c.start && body_room > 0 {
-                let (no_limits, before) = (Limits::default(), c.framer.body_len());
-                let framing = if self.cfg.dry_run { &no_limits } else { self.shared.table.limits() };
-                let take = (c.end - c.start).min(body_room);
-                let step = c.framer.body(&c.inbuf[c.start..c.start + take], framing);
-                let max = self.shared.table.limits().http_body_len;
-                if self.cfg.dry_run && !c.body_len_noted && max.is_some_and(|m| before <= m && c.framer.body_len() > m)
-                {
-                    c.body_len_noted = true;
-                    self.note(c.ip, c.ja4.as_deref(), Limit::HttpBodyLen);
-                }
-                match step {
-                    Err(r) => match self.refuse(c, r) {
-                        After::Keep => continue,
-                        after => return after,
-                    },
-                    Ok((n, done)) => {
-                        let j = c.req.as_ref().expect("a body belongs to a request").up;
-                        let u = self.ups[j].as_mut().expect("in use");
-                        u.out.extend_from_slice(&c.inbuf[c.start..c.start + n]);
-                        c.start += n;
-                        progress |= n > 0;
-                        if done {
-                            c.phase = Phase::Await;
-                        }
-                    }
-                }
-            }
+            phase!(progress, self.read_client(c, i));
+            phase!(progress, self.tls_established(c));
+            phase!(progress, self.proxy_header(c));
+            phase!(progress, self.frame_head(c, i));
+            phase!(progress, self.forward_body(c));
             if c.start == c.end {
                 c.start = 0;
                 c.end = 0;
             }
-
-            // The upstream: send the request, relay the response.
-            if let Some(q) = &c.req {
-                let j = q.up;
-                let mut u = self.ups[j].take().expect("in use");
-                let r = self.relay(c, &mut u);
-                self.ups[j] = Some(u);
-                for j in std::mem::take(&mut self.doomed) {
-                    self.close_up(j);
-                }
-                match r {
-                    Ok(moved) => progress |= moved,
-                    Err(After::Keep) => continue,
-                    Err(after) => return after,
-                }
-            }
-
-            // Write to the client (over TLS: plaintext in, and any records
-            // queued, a handshake's too, out).
-            let wrote = match &mut c.tls {
-                None => c.out.write_to(&mut c.sock).map(|n| (n, n)),
-                Some(t) => c.out.write_to(&mut t.writer(&mut c.sock)).and_then(|n| Ok((n, n + t.flush(&mut c.sock)?))),
-            };
-            match wrote {
-                Ok((plain, moved)) => {
-                    add(&self.n.bytes_out, plain as u64);
-                    if moved > 0 {
-                        c.sent += moved as u64;
-                        c.progress_at = Instant::now();
-                        progress = true;
-                    }
-                }
-                Err(_) => return After::Close,
-            }
-            let flushed = !c.out.has_pending() && !c.tls.as_ref().is_some_and(|t| t.wants_write());
-            if flushed {
-                if c.req.is_none() {
-                    c.out.release(&mut self.pool);
-                }
-                if c.phase == Phase::Closing {
-                    // TLS ends with a close_notify, sent before the FIN.
-                    if c.tls.as_mut().is_some_and(|t| t.close()) {
-                        continue;
-                    }
-                    let _ = c.sock.shutdown(Shutdown::Write);
-                    c.phase = Phase::Draining(Instant::now() + DRAIN_FOR);
-                    continue;
-                }
-                if c.peer_eof && c.req.is_none() && !progress {
-                    // Gone, and everything it asked is answered (a partial
-                    // head at EOF gets nothing; a whole one is framed on the
-                    // next turn, so only once nothing moved).
-                    return After::Close;
-                }
-            }
+            phase!(progress, self.exchange(c));
+            phase!(progress, self.write_client(c, progress));
             if !progress {
                 return After::Keep;
             }
         }
+    }
+
+    /// Read the client, unless it is done sending, its buffer is full, or
+    /// its hello waits its turn.
+    #[inline]
+    fn read_client(&mut self, c: &mut Client, i: usize) -> Next {
+        if matches!(c.phase, Phase::Closing) || c.peer_eof || !c.readable || c.hello_queued {
+            return Next::Go(false);
+        }
+        sluice_tcp::make_room(&mut c.inbuf, &mut c.start, &mut c.end, self.in_cap);
+        if c.end == c.inbuf.len() {
+            return Next::Go(false);
+        }
+        let room = c.inbuf.len() - c.end;
+        // Bytes read, and whether more may be there without a new edge.
+        let more = |n| n == room || c.read_closed;
+        let got = match &mut c.tls {
+            // A short read drained the socket; new input brings a
+            // new edge (but an EOF already signalled does not).
+            // A PROXY header comes before any TLS.
+            None => c.sock.read(&mut c.inbuf[c.end..]).map(|n| (n, more(n))),
+            Some(_) if c.phase == Phase::Proxy => c.sock.read(&mut c.inbuf[c.end..]).map(|n| (n, more(n))),
+            Some(t) => match t.read(&mut c.sock, &mut c.inbuf[c.end..]) {
+                Ok(Input::Data(n)) => Ok((n, true)),
+                Ok(Input::WouldBlock) => Err(io::ErrorKind::WouldBlock.into()),
+                // Admitted hellos queue, so handshakes are worked through
+                // after the established connections' requests (see
+                // `run_hellos`).
+                Ok(Input::Hello(hello)) => {
+                    return match self.hello(c, hello.as_deref()) {
+                        After::Keep => {
+                            c.hello_queued = true;
+                            self.hellos.push_back((i, c.serial));
+                            Next::End(After::Keep)
+                        }
+                        after => Next::End(after),
+                    }
+                }
+                Err(_) => {
+                    if !t.established {
+                        add(&self.n.tls_handshake_errors, 1);
+                    }
+                    return Next::End(After::Close);
+                }
+            },
+        };
+        match got {
+            Ok((0, _)) => c.peer_eof = true,
+            Ok((n, more)) => {
+                c.readable = more;
+                c.end += n;
+                c.received += n as u64;
+                c.progress_at = Instant::now();
+                add(&self.n.bytes_in, n as u64);
+                return Next::Go(true);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.readable = false,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Next::Again,
+            Err(_) => return Next::End(After::Close),
+        }
+        Next::Go(false)
+    }
+
+    /// A TLS handshake that just finished ends its deadline.
+    #[inline]
+    fn tls_established(&mut self, c: &mut Client) -> Next {
+        match c.tls.as_mut().filter(|t| !t.established && !t.is_handshaking()) {
+            Some(t) => {
+                t.established = true;
+                c.handshake_deadline = None;
+                add(&self.n.tls_handshakes, 1);
+                Next::Go(true)
+            }
+            None => Next::Go(false),
+        }
+    }
+
+    /// A PROXY header names the client; then it is admitted (or, behind a
+    /// trusted proxy that names clients per request, framed at once).
+    fn proxy_header(&mut self, c: &mut Client) -> Next {
+        if c.phase != Phase::Proxy || c.end == c.start {
+            return Next::Go(false);
+        }
+        match crate::proxyproto::parse(&c.inbuf[c.start..c.end]) {
+            Ok(Parsed::Incomplete) if !c.peer_eof => Next::Go(false),
+            Ok(Parsed::Incomplete) | Err(_) => {
+                add(&self.n.proxy_header_errors, 1);
+                Next::End(After::Close)
+            }
+            Ok(Parsed::Header { len, source }) => {
+                c.start += len;
+                // What followed the header is the client's first TLS bytes.
+                if let Some(t) = &mut c.tls {
+                    t.push_early(&c.inbuf[c.start..c.end]);
+                    (c.start, c.end, c.readable) = (0, 0, true);
+                }
+                // LOCAL/UNKNOWN: the balancer's own connection (a health check).
+                if let Some(s) = source {
+                    (c.ip, c.peer) = (s.ip().to_canonical(), s.ip().to_canonical());
+                }
+                // A proxy in front of the balancer names its requests' clients.
+                c.forwarded = self.cfg.client_ip_header.is_some() && self.trusted(c.ip);
+                if c.forwarded {
+                    c.phase = Phase::Head;
+                } else if let after @ (After::Close | After::Reset) = self.admit_client(c) {
+                    return Next::End(after);
+                }
+                Next::Go(true)
+            }
+        }
+    }
+
+    /// Frame a head; a whole one is checked, then sent to an upstream.
+    #[inline]
+    fn frame_head(&mut self, c: &mut Client, i: usize) -> Next {
+        if c.phase != Phase::Head || c.end == c.start {
+            return Next::Go(false);
+        }
+        let limits = self.shared.table.limits();
+        // A dry run frames with no limits and checks them after.
+        let no_limits = Limits::default();
+        let framing = if self.cfg.dry_run { &no_limits } else { limits };
+        match c.framer.head(&c.inbuf[c.start..c.end], framing) {
+            Err(r) => {
+                // A head over a limit parsed whole and names its
+                // client; a malformed one is the proxy's (never blocked).
+                if let (true, Some(header)) = (c.forwarded, self.cfg.client_ip_header.as_deref()) {
+                    let head = &c.inbuf[c.start..c.end];
+                    c.ip = c.framer.forwarded_client(head, header, c.peer, &self.cfg.trusted_proxies);
+                }
+                self.refused(c, r)
+            }
+            Ok(HeadStep::Partial) => {
+                // A kept-alive connection's next request began: the
+                // keep-alive wait ends, the header timeout starts.
+                if c.idle_deadline.take().is_some() || c.head_deadline.is_none() {
+                    c.head_deadline = self.cfg.timeouts.client_header.map(|d| Instant::now() + d);
+                }
+                Next::Go(false)
+            }
+            Ok(HeadStep::Complete(h)) => self.forward_head(c, i, h),
+        }
+    }
+
+    /// A whole head: named, checked against the limits, and sent to an
+    /// upstream connection.
+    fn forward_head(&mut self, c: &mut Client, i: usize, h: HeadInfo) -> Next {
+        (c.head_deadline, c.idle_deadline, c.waiting_since) = (None, None, None);
+        add(&self.n.requests, 1);
+        if let (true, Some(header)) = (c.forwarded, self.cfg.client_ip_header.as_deref()) {
+            let head = &c.inbuf[c.start..c.end];
+            c.ip = c.framer.forwarded_client(head, header, c.peer, &self.cfg.trusted_proxies);
+            // Its connection was not refused at accept: a
+            // blocked client is refused here, request by request.
+            if !self.cfg.dry_run && self.shared.table.is_blocked(c.ip, self.now_ms()) {
+                add(&self.n.refused_forwarded_blocked, 1);
+                error_response(&mut c.out, &mut self.pool, 403);
+                c.phase = Phase::Closing;
+                return Next::Again;
+            }
+        }
+        if self.cfg.dry_run {
+            let broke = c.framer.over_limits(&c.inbuf[c.start..c.end], self.shared.table.limits());
+            c.body_len_noted = broke == Some(Limit::HttpBodyLen);
+            let rate = self.request(c).err();
+            for limit in [broke, rate].into_iter().flatten() {
+                self.note(c.ip, c.ja4.as_deref(), limit);
+            }
+        } else if let Err(limit) = self.request(c) {
+            return self.refused(c, Refusal { limit, status: limit.status(), reason: limit.name() });
+        }
+        let j = match self.take_up() {
+            Ok(j) => j,
+            Err(e) => {
+                self.upstream_failed(format_args!("connecting: {e}"));
+                error_response(&mut c.out, &mut self.pool, 502);
+                c.phase = Phase::Closing;
+                return Next::Again;
+            }
+        };
+        let u = self.ups[j].as_mut().expect("taken");
+        u.client = Some(i);
+        u.watch = Watch::new(u.moved, Instant::now());
+        if h.head_method {
+            // Its answer is a head alone, whatever its Content-Length says.
+            u.reader.expect_no_body();
+        }
+        u.out.extend_from_slice(&c.inbuf[c.start..c.start + h.len]);
+        c.start += h.len;
+        add(&self.n.forwarded, 1);
+        c.req = Some(InFlight { up: j, keep_alive: h.keep_alive, resp_started: false });
+        c.phase = if h.has_body { Phase::Body } else { Phase::Await };
+        Next::Go(true)
+    }
+
+    /// A refusal: answered and the turn starts over, or the connection ends.
+    fn refused(&mut self, c: &mut Client, r: Refusal) -> Next {
+        match self.refuse(c, r) {
+            After::Keep => Next::Again,
+            after => Next::End(after),
+        }
+    }
+
+    /// The body goes on only while the upstream's buffer has room
+    /// (`--buffer-size`): a slow upstream stops the client's reads.
+    #[inline]
+    fn forward_body(&mut self, c: &mut Client) -> Next {
+        let j = match (&c.req, c.phase) {
+            (Some(q), Phase::Body) if c.end > c.start => q.up,
+            _ => return Next::Go(false),
+        };
+        let u = self.ups[j].as_mut().expect("in use");
+        if u.out_pos > 0 {
+            u.out.drain(..u.out_pos);
+            u.out_pos = 0;
+        }
+        let body_room = self.cfg.buffer_size.saturating_sub(u.out.len());
+        if body_room == 0 {
+            return Next::Go(false);
+        }
+        let (no_limits, before) = (Limits::default(), c.framer.body_len());
+        let framing = if self.cfg.dry_run { &no_limits } else { self.shared.table.limits() };
+        let take = (c.end - c.start).min(body_room);
+        let step = c.framer.body(&c.inbuf[c.start..c.start + take], framing);
+        let max = self.shared.table.limits().http_body_len;
+        if self.cfg.dry_run && !c.body_len_noted && max.is_some_and(|m| before <= m && c.framer.body_len() > m) {
+            c.body_len_noted = true;
+            self.note(c.ip, c.ja4.as_deref(), Limit::HttpBodyLen);
+        }
+        match step {
+            Err(r) => self.refused(c, r),
+            Ok((n, done)) => {
+                let u = self.ups[j].as_mut().expect("in use");
+                u.out.extend_from_slice(&c.inbuf[c.start..c.start + n]);
+                c.start += n;
+                if done {
+                    c.phase = Phase::Await;
+                }
+                Next::Go(n > 0)
+            }
+        }
+    }
+
+    /// The upstream: send the request, relay the response.
+    #[inline]
+    fn exchange(&mut self, c: &mut Client) -> Next {
+        let Some(q) = &c.req else { return Next::Go(false) };
+        let j = q.up;
+        let mut u = self.ups[j].take().expect("in use");
+        let r = self.relay(c, &mut u);
+        self.ups[j] = Some(u);
+        for j in std::mem::take(&mut self.doomed) {
+            self.close_up(j);
+        }
+        match r {
+            Ok(moved) => Next::Go(moved),
+            Err(After::Keep) => Next::Again,
+            Err(after) => Next::End(after),
+        }
+    }
+
+    /// Write to the client (over TLS: plaintext in, and any records queued,
+    /// a handshake's too, out); once flushed, close if that is what is left.
+    /// `progress`: whether this turn moved anything before.
+    #[inline]
+    fn write_client(&mut self, c: &mut Client, progress: bool) -> Next {
+        let wrote = match &mut c.tls {
+            None => c.out.write_to(&mut c.sock).map(|n| (n, n)),
+            Some(t) => c.out.write_to(&mut t.writer(&mut c.sock)).and_then(|n| Ok((n, n + t.flush(&mut c.sock)?))),
+        };
+        let Ok((plain, moved)) = wrote else { return Next::End(After::Close) };
+        add(&self.n.bytes_out, plain as u64);
+        if moved > 0 {
+            c.sent += moved as u64;
+            c.progress_at = Instant::now();
+        }
+        let flushed = !c.out.has_pending() && !c.tls.as_ref().is_some_and(|t| t.wants_write());
+        if flushed {
+            if c.req.is_none() {
+                c.out.release(&mut self.pool);
+            }
+            if c.phase == Phase::Closing {
+                // TLS ends with a close_notify, sent before the FIN.
+                if c.tls.as_mut().is_some_and(|t| t.close()) {
+                    return Next::Again;
+                }
+                let _ = c.sock.shutdown(Shutdown::Write);
+                c.phase = Phase::Draining(Instant::now() + DRAIN_FOR);
+                return Next::Again;
+            }
+            if c.peer_eof && c.req.is_none() && !progress && moved == 0 {
+                // Gone, and everything it asked is answered (a partial
+                // head at EOF gets nothing; a whole one is framed on the
+                // next turn, so only once nothing moved).
+                return Next::End(After::Close);
+            }
+        }
+        Next::Go(moved > 0)
     }
 
     /// Move the request to the upstream and its response to the client.
