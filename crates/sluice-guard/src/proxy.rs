@@ -351,129 +351,141 @@ impl<'a> Worker<'a> {
     /// listener may hold more.
     fn accept_all(&mut self) {
         for _ in 0..ACCEPT_BATCH {
-            let (sock, peer) = match self.listener.accept() {
-                Ok(x) => x,
+            match self.listener.accept() {
+                Ok((sock, peer)) => self.accept(sock, peer.ip().to_canonical()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 // WouldBlock: all accepted; anything else (EMFILE...) ends this round too.
                 Err(_) => {
                     self.accept_pending = false;
                     return;
                 }
-            };
-            let ip = peer.ip().to_canonical();
-            // At the cap: room is made by closing those that waited longest
-            // for a request (idle or trickling), else this one goes.
-            if self.open >= self.max_open && !self.shed_waiting() {
-                add(&self.n.refused_max_connections, 1);
-                continue;
             }
-            // Behind a load balancer the client is known only from the PROXY
-            // header (admission waits for it: `Phase::Proxy`) or from each
-            // request's `--client-ip-header` (no admission per connection).
-            let trusted = self.trusted(ip);
-            let forwarded = !self.cfg.proxy_protocol && trusted && self.cfg.client_ip_header.is_some();
-            let admit = if self.cfg.proxy_protocol {
-                if !trusted {
-                    add(&self.n.refused_untrusted_proxy, 1);
-                    continue;
-                }
-                None
-            } else if forwarded {
-                None
-            } else {
-                Some(self.shared.table.on_accept(ip, self.now_ms()))
-            };
-            if let Some(a @ (Admit::Blocked | Admit::Full)) = admit {
-                add(&self.n.refused_at_accept, 1);
-                if a == Admit::Full {
-                    add(&self.n.refused_table_full, 1);
-                }
-                if self.cfg.action == BlockAction::Reset {
-                    reset(&sock);
-                }
-                continue;
+        }
+    }
+
+    /// One accepted connection: refused, or admitted, registered and
+    /// (when it already broke a limit) answered.
+    fn accept(&mut self, sock: TcpStream, ip: IpAddr) {
+        // At the cap: room is made by closing those that waited longest
+        // for a request (idle or trickling), else this one goes.
+        if self.open >= self.max_open && !self.shed_waiting() {
+            add(&self.n.refused_max_connections, 1);
+            return;
+        }
+        // Behind a load balancer the client is known only from the PROXY
+        // header (admission waits for it: `Phase::Proxy`) or from each
+        // request's `--client-ip-header` (no admission per connection).
+        let trusted = self.trusted(ip);
+        let forwarded = !self.cfg.proxy_protocol && trusted && self.cfg.client_ip_header.is_some();
+        let admit = if self.cfg.proxy_protocol {
+            if !trusted {
+                add(&self.n.refused_untrusted_proxy, 1);
+                return;
             }
-            // A dry run admits a breaching connection, counted as open.
-            let tracked = admit == Some(Admit::Ok) || (self.cfg.dry_run && matches!(admit, Some(Admit::Breach(_))));
-            let _ = sock.set_nodelay(true);
-            let tls = match self.new_tls() {
-                Ok(t) => t,
-                Err(_) => {
-                    add(&self.n.tls_handshake_errors, 1);
-                    if tracked {
-                        self.shared.table.on_close(ip);
-                    }
-                    continue;
-                }
-            };
-            let now = Instant::now();
-            let handshake_deadline = tls.as_ref().map(|_| now + self.cfg.tls_handshake_timeout);
-            let i = self.free_clients.pop().unwrap_or_else(|| {
-                self.clients.push(None);
-                self.clients.len() - 1
-            });
-            let mut c = Client {
-                sock,
-                ip,
-                peer: ip,
-                forwarded,
-                tracked,
-                inbuf: vec![0; IN_CHUNK.min(self.in_cap)],
-                start: 0,
-                end: 0,
-                framer: RequestFramer::new(self.cfg.max_head),
-                phase: if self.cfg.proxy_protocol { Phase::Proxy } else { Phase::Head },
-                req: None,
-                out: OutBuf::default(),
-                sent: 0,
-                received: 0,
-                send_watch: Watch::new(0, now),
-                body_watch: Watch::new(0, now),
-                slow_noted: false,
-                idle_deadline: None,
-                progress_at: now,
-                waiting_since: None,
-                head_deadline: None,
-                peer_eof: false,
-                read_closed: false,
-                readable: true,
-                body_len_noted: false,
-                tls,
-                handshake_deadline,
-                ja4: None,
-                hello_queued: false,
-                serial: self.serials,
-                served: false,
-            };
-            self.serials += 1;
-            self.start_waiting(&mut c, true);
-            if self
-                .poll
-                .registry()
-                .register(&mut c.sock, Token(2 * i), Interest::READABLE | Interest::WRITABLE)
-                .is_err()
-            {
-                if c.tracked {
+            None
+        } else if forwarded {
+            None
+        } else {
+            Some(self.shared.table.on_accept(ip, self.now_ms()))
+        };
+        if let Some(a @ (Admit::Blocked | Admit::Full)) = admit {
+            add(&self.n.refused_at_accept, 1);
+            if a == Admit::Full {
+                add(&self.n.refused_table_full, 1);
+            }
+            if self.cfg.action == BlockAction::Reset {
+                reset(&sock);
+            }
+            return;
+        }
+        // A dry run admits a breaching connection, counted as open.
+        let tracked = admit == Some(Admit::Ok) || (self.cfg.dry_run && matches!(admit, Some(Admit::Breach(_))));
+        let _ = sock.set_nodelay(true);
+        let tls = match self.new_tls() {
+            Ok(t) => t,
+            Err(_) => {
+                add(&self.n.tls_handshake_errors, 1);
+                if tracked {
                     self.shared.table.on_close(ip);
                 }
-                self.free_clients.push(i);
-                continue;
+                return;
             }
-            add(&self.n.connections, 1);
-            self.open += 1;
+        };
+        let i = self.free_clients.pop().unwrap_or_else(|| {
+            self.clients.push(None);
+            self.clients.len() - 1
+        });
+        let mut c = self.new_client(sock, ip, forwarded, tracked, tls);
+        self.start_waiting(&mut c, true);
+        if self.poll.registry().register(&mut c.sock, Token(2 * i), Interest::READABLE | Interest::WRITABLE).is_err() {
+            if c.tracked {
+                self.shared.table.on_close(ip);
+            }
+            self.free_clients.push(i);
+            return;
+        }
+        add(&self.n.connections, 1);
+        self.open += 1;
+        self.clients[i] = Some(c);
+        if let (Some(Admit::Breach(limit)), true) = (admit, self.cfg.dry_run) {
+            self.note(ip, None, limit);
+        } else if let Some(Admit::Breach(limit)) = admit {
+            let mut c = self.clients[i].take().expect("just put");
+            let after = self.refuse(&mut c, Refusal { limit, status: limit.status(), reason: limit.name() });
             self.clients[i] = Some(c);
-            if let (Some(Admit::Breach(limit)), true) = (admit, self.cfg.dry_run) {
-                self.note(ip, None, limit);
-            } else if let Some(Admit::Breach(limit)) = admit {
-                let mut c = self.clients[i].take().expect("just put");
-                let after = self.refuse(&mut c, Refusal { limit, status: limit.status(), reason: limit.name() });
-                self.clients[i] = Some(c);
-                match after {
-                    After::Keep => self.drive(i),
-                    After::Close => self.close_client(i, false),
-                    After::Reset => self.close_client(i, true),
-                }
+            match after {
+                After::Keep => self.drive(i),
+                After::Close => self.close_client(i, false),
+                After::Reset => self.close_client(i, true),
             }
+        }
+    }
+
+    /// A new connection's state, before its first byte.
+    fn new_client(
+        &mut self,
+        sock: TcpStream,
+        ip: IpAddr,
+        forwarded: bool,
+        tracked: bool,
+        tls: Option<Box<TlsConn>>,
+    ) -> Client {
+        let now = Instant::now();
+        let handshake_deadline = tls.as_ref().map(|_| now + self.cfg.tls_handshake_timeout);
+        let serial = self.serials;
+        self.serials += 1;
+        Client {
+            sock,
+            ip,
+            peer: ip,
+            forwarded,
+            tracked,
+            inbuf: vec![0; IN_CHUNK.min(self.in_cap)],
+            start: 0,
+            end: 0,
+            framer: RequestFramer::new(self.cfg.max_head),
+            phase: if self.cfg.proxy_protocol { Phase::Proxy } else { Phase::Head },
+            req: None,
+            out: OutBuf::default(),
+            sent: 0,
+            received: 0,
+            send_watch: Watch::new(0, now),
+            body_watch: Watch::new(0, now),
+            slow_noted: false,
+            idle_deadline: None,
+            progress_at: now,
+            waiting_since: None,
+            head_deadline: None,
+            peer_eof: false,
+            read_closed: false,
+            readable: true,
+            body_len_noted: false,
+            tls,
+            handshake_deadline,
+            ja4: None,
+            hello_queued: false,
+            serial,
+            served: false,
         }
     }
 
@@ -1290,68 +1302,67 @@ impl<'a> Worker<'a> {
     /// Move the request to the upstream and its response to the client.
     /// `Ok(progress)`, or how the client must end.
     fn relay(&mut self, c: &mut Client, u: &mut Up) -> Result<bool, After> {
-        let mut progress = false;
         // Why the upstream connection failed, if it did.
-        let mut failed: Option<String> = None;
-        while u.out_pos < u.out.len() {
-            match u.sock.write(&u.out[u.out_pos..]) {
-                Ok(n) => {
-                    u.out_pos += n;
-                    u.moved += n as u64;
-                    // A first write means the connect is done.
-                    u.connect_deadline = None;
-                    progress = true;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    failed = Some(format!("sending the request: {e}"));
-                    break;
-                }
+        let (mut progress, mut failed) = send_request(u);
+        let mut eof = false;
+        if failed.is_none() {
+            match self.read_response(c, u) {
+                Ok(Some(n)) => progress |= n > 0,
+                Ok(None) => eof = true,
+                Err(why) => failed = Some(why),
             }
         }
-        if u.out_pos == u.out.len() {
-            u.out.clear();
-            u.out_pos = 0;
+        if failed.is_none() {
+            match self.frame_response(c, u) {
+                Ok(Some((status, close))) => return self.answered(c, u, status, close, eof),
+                Ok(None) => {}
+                Err(why) => failed = Some(why),
+            }
         }
-        // Read the upstream straight into the client's buffer, only into
-        // its room: a client slower than the upstream stops the reads
-        // here, and the guard holds at most `--buffer-size` for it.
-        let mut eof = false;
-        while failed.is_none() && u.readable {
+        if failed.is_some() || eof {
+            return self.upstream_lost(c, failed);
+        }
+        Ok(progress)
+    }
+
+    /// Read the upstream straight into the client's buffer, only into its
+    /// room: a client slower than the upstream stops the reads here, and
+    /// the guard holds at most `--buffer-size` for it. `Ok(Some(bytes))`,
+    /// `Ok(None)` at EOF, or why it failed.
+    fn read_response(&mut self, c: &mut Client, u: &mut Up) -> Result<Option<usize>, String> {
+        while u.readable {
             let room = c.out.room(&mut self.pool);
             let len = room.len();
             if len == 0 {
                 break;
             }
             match u.sock.read(room) {
-                Ok(0) => {
-                    eof = true;
-                    break;
-                }
+                Ok(0) => return Ok(None),
                 Ok(n) => {
                     c.out.filled(n);
                     u.moved += n as u64;
                     u.readable = n == len;
-                    progress = true;
                     // Frame what arrived before reading more.
-                    break;
+                    return Ok(Some(n));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => u.readable = false,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => failed = Some(format!("reading the response: {e}")),
+                Err(e) => return Err(format!("reading the response: {e}")),
             }
         }
-        // Frame what arrived in place, and see whether it ended.
-        let mut done = None;
-        while failed.is_none() && done.is_none() && !c.out.unframed().is_empty() {
+        Ok(Some(0))
+    }
+
+    /// Frame what arrived in place: `Ok(Some((status, close)))` once the
+    /// response ended, or why it is bad.
+    fn frame_response(&mut self, c: &mut Client, u: &mut Up) -> Result<Option<(u16, bool)>, String> {
+        while !c.out.unframed().is_empty() {
             let q = c.req.as_mut().expect("relaying a request");
             match u.reader.step(c.out.unframed()) {
                 Ok(Step::NeedMore) => {
                     // A head that fills the whole buffer cannot be framed.
                     if c.out.unframed().len() >= self.pool.size() {
-                        failed =
-                            Some(format!("a response head longer than --buffer-size ({} bytes)", self.pool.size()));
+                        return Err(format!("a response head longer than --buffer-size ({} bytes)", self.pool.size()));
                     }
                     break;
                 }
@@ -1361,64 +1372,71 @@ impl<'a> Worker<'a> {
                 }
                 Ok(Step::Done { consumed, response }) => {
                     c.out.frame(consumed);
-                    done = Some((response.status, response.close));
+                    return Ok(Some((response.status, response.close)));
                 }
-                Err(e) => failed = Some(format!("a bad response: {e}")),
+                Err(e) => return Err(format!("a bad response: {e}")),
             }
         }
-        if let Some((status, close)) = done {
-            c.served = true;
-            let q = c.req.take().expect("relaying a request");
-            let j = q.up;
-            u.client = None;
-            // Extra bytes after the response were never asked for: they
-            // are not sent, and the connection is not reused.
-            let extra = !c.out.unframed().is_empty();
-            c.out.drop_unframed();
-            let reusable = !close && !eof && !extra && u.out.is_empty() && c.phase == Phase::Await;
-            if reusable && self.idle.len() < MAX_IDLE {
-                self.idle.push(j);
+        Ok(None)
+    }
+
+    /// A response ended: its upstream is pooled or closed, the client
+    /// waits for its next request or is closed, and the status counts
+    /// toward the client's response-code limit.
+    fn answered(&mut self, c: &mut Client, u: &mut Up, status: u16, close: bool, eof: bool) -> Result<bool, After> {
+        c.served = true;
+        let q = c.req.take().expect("relaying a request");
+        let j = q.up;
+        u.client = None;
+        // Extra bytes after the response were never asked for: they
+        // are not sent, and the connection is not reused.
+        let extra = !c.out.unframed().is_empty();
+        c.out.drop_unframed();
+        let reusable = !close && !eof && !extra && u.out.is_empty() && c.phase == Phase::Await;
+        if reusable && self.idle.len() < MAX_IDLE {
+            self.idle.push(j);
+        } else {
+            self.close_up_later(j);
+        }
+        match c.phase {
+            // Requests it sent before closing its side are answered too.
+            Phase::Await if q.keep_alive && !(c.peer_eof && c.start == c.end) => {
+                c.phase = Phase::Head;
+                self.start_waiting(c, false);
+            }
+            // Answered before its body ended (the rest cannot be framed
+            // without the upstream), or the last request: close.
+            Phase::Await | Phase::Body => c.phase = Phase::Closing,
+            _ => {}
+        }
+        c.framer.reset();
+        if let Err(limit) = self.shared.table.on_response(c.ip, status, self.now_ms()) {
+            if self.cfg.dry_run {
+                self.note(c.ip, c.ja4.as_deref(), limit);
             } else {
-                self.close_up_later(j);
+                return Err(self.refuse(c, Refusal { limit, status: 0, reason: limit.name() }));
             }
-            match c.phase {
-                // Requests it sent before closing its side are answered too.
-                Phase::Await if q.keep_alive && !(c.peer_eof && c.start == c.end) => {
-                    c.phase = Phase::Head;
-                    self.start_waiting(c, false);
-                }
-                // Answered before its body ended (the rest cannot be framed
-                // without the upstream), or the last request: close.
-                Phase::Await | Phase::Body => c.phase = Phase::Closing,
-                _ => {}
-            }
-            c.framer.reset();
-            if let Err(limit) = self.shared.table.on_response(c.ip, status, self.now_ms()) {
-                if self.cfg.dry_run {
-                    self.note(c.ip, c.ja4.as_deref(), limit);
-                } else {
-                    return Err(self.refuse(c, Refusal { limit, status: 0, reason: limit.name() }));
-                }
-            }
-            return Ok(true);
         }
-        if failed.is_some() || eof {
-            let q = c.req.as_ref().expect("relaying a request");
-            let why = failed.unwrap_or_else(|| match q.resp_started {
-                true => "closed in the middle of a response".into(),
-                false => "closed before answering".into(),
-            });
-            self.upstream_failed(format_args!("{why}"));
-            let q = c.req.take().expect("relaying a request");
-            self.close_up_later(q.up);
-            if q.resp_started {
-                return Err(After::Close);
-            }
-            error_response(&mut c.out, &mut self.pool, 502);
-            c.phase = Phase::Closing;
-            return Ok(true);
+        Ok(true)
+    }
+
+    /// The upstream failed or closed before the response ended: a 502 if
+    /// nothing of it was sent yet, else the client is closed.
+    fn upstream_lost(&mut self, c: &mut Client, failed: Option<String>) -> Result<bool, After> {
+        let q = c.req.as_ref().expect("relaying a request");
+        let why = failed.unwrap_or_else(|| match q.resp_started {
+            true => "closed in the middle of a response".into(),
+            false => "closed before answering".into(),
+        });
+        self.upstream_failed(format_args!("{why}"));
+        let q = c.req.take().expect("relaying a request");
+        self.close_up_later(q.up);
+        if q.resp_started {
+            return Err(After::Close);
         }
-        Ok(progress)
+        error_response(&mut c.out, &mut self.pool, 502);
+        c.phase = Phase::Closing;
+        Ok(true)
     }
 
     /// Close upstream `j`, which the caller has taken out of its slot and
@@ -1435,4 +1453,33 @@ fn drain(c: &mut Client, deadline: Instant) -> After {
     } else {
         After::Close
     }
+}
+
+/// Send what is queued for the upstream: whether bytes moved, and why the
+/// connection failed, if it did.
+fn send_request(u: &mut Up) -> (bool, Option<String>) {
+    let mut progress = false;
+    let mut failed = None;
+    while u.out_pos < u.out.len() {
+        match u.sock.write(&u.out[u.out_pos..]) {
+            Ok(n) => {
+                u.out_pos += n;
+                u.moved += n as u64;
+                // A first write means the connect is done.
+                u.connect_deadline = None;
+                progress = true;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                failed = Some(format!("sending the request: {e}"));
+                break;
+            }
+        }
+    }
+    if u.out_pos == u.out.len() {
+        u.out.clear();
+        u.out_pos = 0;
+    }
+    (progress, failed)
 }
