@@ -27,7 +27,7 @@ pub use sluice_live::open::{LivePorts, PortPair};
 use anyhow::{Context, Result};
 use sluice_control::crowdsec::BouncerConfig;
 use sluice_control::safety::Safety;
-use sluice_control::{describe, spawn_signals, total_entries, Controller, Event, RuleSpec, SignalThread};
+use sluice_control::{describe, spawn_signals, total_entries, Controller, Event, ListEntries, RuleSpec, SignalThread};
 use sluice_defrag::DefragLimits;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{RuleSet, Verdict};
@@ -191,25 +191,8 @@ impl Bridge {
     pub fn start(cfg: BridgeConfig, ports: Box<dyn PortPair>) -> Result<Running> {
         let names = ports.names();
         let port_names = names.to_vec();
-        let mut spec = cfg.rules;
-        spec.feed_sets.extend(cfg.crowdsec.as_ref().map(|c| c.set.clone()));
-        let what = if spec.rules.is_some() { "loading the rules" } else { "loading the address lists" };
-        let loaded = spec.load(&port_names).context(what)?;
-        for w in &loaded.warnings {
-            tracing::warn!("{w}");
-        }
-        let entries = loaded.lists.clone();
-        let build_ms = loaded.took.as_secs_f64() * 1e3;
-        let feed_maxelem = match &cfg.crowdsec {
-            Some(c) => Some((c.set.clone(), crowdsec_maxelem(&loaded.rules, &c.set, cfg.crowdsec_maxelem)?)),
-            None => None,
-        };
-        let mut controller = Controller::new(spec, port_names.clone(), loaded, cfg.watch).with_safety(cfg.safety);
-        if let Some((set, n)) = feed_maxelem {
-            controller.set_maxelem_default(&set, n);
-        }
-        // The bouncer's bans are checked against the same net, counted in the same place.
-        let crowdsec = cfg.crowdsec.map(|c| BouncerConfig { gate: controller.gate().clone(), ..c });
+        let Control { controller, entries, build_ms, crowdsec } =
+            Control::load(cfg.rules, cfg.crowdsec, cfg.crowdsec_maxelem, cfg.watch, cfg.safety, &port_names)?;
         let published = Arc::clone(controller.published());
 
         let stop = Arc::new(AtomicBool::new(false));
@@ -248,31 +231,13 @@ impl Bridge {
         metrics.dry_run.store(cfg.dry_run, Ordering::Relaxed);
         *metrics.io.lock().unwrap_or_else(PoisonError::into_inner) = io.clone();
 
-        let started = (|| -> Result<_> {
-            let metrics_addr = cfg
-                .metrics
-                .map(|addr| sluice_metrics::serve_flag(addr, metrics.registry(), "sluice bridge"))
-                .transpose()
-                .map_err(anyhow::Error::msg)?;
-            let control_socket = sluice_control::socket::serve_at(
-                cfg.control.as_deref(),
-                cfg.control_group.as_deref(),
-                &events,
-                &metrics.socket,
-            )?;
-            let bouncer = crowdsec
-                .map(|c| {
-                    sluice_control::crowdsec::spawn(
-                        c,
-                        events.clone(),
-                        &stop,
-                        metrics.crowdsec.get_or_init(Arc::default),
-                    )
-                })
-                .transpose()
-                .context("starting the crowdsec thread")?;
-            Ok((metrics_addr, control_socket, bouncer))
-        })();
+        let started = serve_control(
+            (cfg.metrics, cfg.control.as_deref(), cfg.control_group.as_deref()),
+            crowdsec,
+            &events,
+            &stop,
+            &metrics,
+        );
         let (metrics_addr, control_socket, bouncer) = match started {
             Ok(s) => s,
             Err(e) => {
@@ -325,6 +290,74 @@ impl Bridge {
             signals,
         })
     }
+}
+
+/// The rules loaded into the controller that will own them.
+struct Control {
+    controller: Controller,
+    /// The lists as loaded, for the start line.
+    entries: Vec<ListEntries>,
+    build_ms: f64,
+    /// The bouncer's config, its bans checked by the controller's safety net.
+    crowdsec: Option<BouncerConfig>,
+}
+
+impl Control {
+    /// Load the rules (and the CrowdSec feed's set, sized) for `ports`.
+    fn load(
+        mut spec: RuleSpec,
+        crowdsec: Option<BouncerConfig>,
+        crowdsec_maxelem: Option<u32>,
+        watch: bool,
+        safety: Arc<Safety>,
+        ports: &[String],
+    ) -> Result<Control> {
+        spec.feed_sets.extend(crowdsec.as_ref().map(|c| c.set.clone()));
+        let what = if spec.rules.is_some() { "loading the rules" } else { "loading the address lists" };
+        let loaded = spec.load(ports).context(what)?;
+        for w in &loaded.warnings {
+            tracing::warn!("{w}");
+        }
+        let entries = loaded.lists.clone();
+        let build_ms = loaded.took.as_secs_f64() * 1e3;
+        let feed_maxelem = match &crowdsec {
+            Some(c) => Some((c.set.clone(), self::crowdsec_maxelem(&loaded.rules, &c.set, crowdsec_maxelem)?)),
+            None => None,
+        };
+        let mut controller = Controller::new(spec, ports.to_vec(), loaded, watch).with_safety(safety);
+        if let Some((set, n)) = feed_maxelem {
+            controller.set_maxelem_default(&set, n);
+        }
+        // The bouncer's bans are checked against the same net, counted in the same place.
+        let crowdsec = crowdsec.map(|c| BouncerConfig { gate: controller.gate().clone(), ..c });
+        Ok(Control { controller, entries, build_ms, crowdsec })
+    }
+}
+
+/// The control plane's servers: the metrics responder (its address), the
+/// control socket and the CrowdSec bouncer, each when configured.
+type Servers = (Option<SocketAddr>, Option<sluice_control::socket::Serving>, Option<JoinHandle<()>>);
+
+/// Start the control plane's servers; `at`: the metrics address, the
+/// control socket's path and group.
+fn serve_control(
+    at: (Option<SocketAddr>, Option<&std::path::Path>, Option<&str>),
+    crowdsec: Option<BouncerConfig>,
+    events: &Sender<Event>,
+    stop: &Arc<AtomicBool>,
+    metrics: &Arc<BridgeMetrics>,
+) -> Result<Servers> {
+    let (metrics_at, control, group) = at;
+    let metrics_addr = metrics_at
+        .map(|addr| sluice_metrics::serve_flag(addr, metrics.registry(), "sluice bridge"))
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let control_socket = sluice_control::socket::serve_at(control, group, events, &metrics.socket)?;
+    let bouncer = crowdsec
+        .map(|c| sluice_control::crowdsec::spawn(c, events.clone(), stop, metrics.crowdsec.get_or_init(Arc::default)))
+        .transpose()
+        .context("starting the crowdsec thread")?;
+    Ok((metrics_addr, control_socket, bouncer))
 }
 
 /// What the pipeline thread needs.
