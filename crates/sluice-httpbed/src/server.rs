@@ -504,93 +504,13 @@ impl<'a> Worker<'a> {
                 }
             }
 
-            // Frame whatever is complete.
-            while c.state == State::Open && c.pending.len() < MAX_PENDING {
-                match c.framer.step(&c.inbuf[c.in_start..c.in_end]) {
-                    Ok(Step::NeedMore) => break,
-                    Ok(Step::Body(n)) => {
-                        c.in_start += n;
-                        if !c.framer.in_body() {
-                            if let Some(p) = c.awaiting_body.take() {
-                                if p.close {
-                                    c.state = State::Closing;
-                                }
-                                c.pending.push_back(p);
-                                progress = true;
-                            }
-                        }
-                    }
-                    Ok(Step::Request(h)) => {
-                        let head_only = h.is_head_method(&c.inbuf[c.in_start..c.in_end]);
-                        c.in_start += h.len;
-                        let p = self.respond_to(&h, head_only);
-                        if self.config.after_body && c.framer.in_body() {
-                            // Framing goes on (state Open) until the body ends.
-                            c.awaiting_body = Some(p);
-                        } else {
-                            if p.close {
-                                c.state = State::Closing;
-                            }
-                            c.pending.push_back(p);
-                        }
-                        progress = true;
-                    }
-                    Err(e) => {
-                        match e {
-                            FrameError::BadRequest(_) | FrameError::NotImplemented(_) => self.stats.bad_request += 1,
-                            FrameError::HeadTooLarge => self.stats.header_too_large += 1,
-                        }
-                        c.pending.push_back(Pending {
-                            due: None,
-                            status: e.status(),
-                            body: 0,
-                            head_only: false,
-                            close: true,
-                            keep_alive_10: false,
-                        });
-                        c.state = State::Closing;
-                        progress = true;
-                    }
-                }
-            }
+            progress |= self.frame_all(c);
             if c.in_start == c.in_end {
                 c.in_start = 0;
                 c.in_end = 0;
             }
 
-            // Serialize what is due, in order.
-            let mut closing_written = false;
-            let mut now = None;
-            while let Some(p) = c.pending.front() {
-                if c.out.len() - c.out_pos >= OUT_HIGH {
-                    break;
-                }
-                if let Some(due) = p.due {
-                    let now = *now.get_or_insert_with(Instant::now);
-                    if due > now {
-                        if c.timer != Some(due) {
-                            c.timer = Some(due);
-                            self.timers.push(Reverse((due, i)));
-                        }
-                        break;
-                    }
-                }
-                let p = c.pending.pop_front().expect("front exists");
-                if c.out_pos == c.out.len() {
-                    c.out.clear();
-                    c.out_pos = 0;
-                }
-                write_response(&mut c.out, &p, self.body);
-                if p.close {
-                    closing_written = true;
-                    c.pending.clear();
-                    break;
-                }
-            }
-            if closing_written {
-                // Nothing after a closing response may be answered.
-                c.state = State::Closing;
-            }
+            self.serialize_due(c, i);
 
             // Write.
             match sluice_tcp::write_pending(&mut c.sock, &c.out, &mut c.out_pos) {
@@ -624,6 +544,97 @@ impl<'a> Worker<'a> {
             if !progress {
                 return After::Keep;
             }
+        }
+    }
+
+    /// Frame whatever is complete; whether a request was framed.
+    fn frame_all(&mut self, c: &mut Conn) -> bool {
+        let mut progress = false;
+        while c.state == State::Open && c.pending.len() < MAX_PENDING {
+            match c.framer.step(&c.inbuf[c.in_start..c.in_end]) {
+                Ok(Step::NeedMore) => break,
+                Ok(Step::Body(n)) => {
+                    c.in_start += n;
+                    if !c.framer.in_body() {
+                        if let Some(p) = c.awaiting_body.take() {
+                            if p.close {
+                                c.state = State::Closing;
+                            }
+                            c.pending.push_back(p);
+                            progress = true;
+                        }
+                    }
+                }
+                Ok(Step::Request(h)) => {
+                    let head_only = h.is_head_method(&c.inbuf[c.in_start..c.in_end]);
+                    c.in_start += h.len;
+                    let p = self.respond_to(&h, head_only);
+                    if self.config.after_body && c.framer.in_body() {
+                        // Framing goes on (state Open) until the body ends.
+                        c.awaiting_body = Some(p);
+                    } else {
+                        if p.close {
+                            c.state = State::Closing;
+                        }
+                        c.pending.push_back(p);
+                    }
+                    progress = true;
+                }
+                Err(e) => {
+                    match e {
+                        FrameError::BadRequest(_) | FrameError::NotImplemented(_) => self.stats.bad_request += 1,
+                        FrameError::HeadTooLarge => self.stats.header_too_large += 1,
+                    }
+                    c.pending.push_back(Pending {
+                        due: None,
+                        status: e.status(),
+                        body: 0,
+                        head_only: false,
+                        close: true,
+                        keep_alive_10: false,
+                    });
+                    c.state = State::Closing;
+                    progress = true;
+                }
+            }
+        }
+        progress
+    }
+
+    /// Serialize what is due, in order; a request not yet due sets the
+    /// connection's timer.
+    fn serialize_due(&mut self, c: &mut Conn, i: usize) {
+        let mut closing_written = false;
+        let mut now = None;
+        while let Some(p) = c.pending.front() {
+            if c.out.len() - c.out_pos >= OUT_HIGH {
+                break;
+            }
+            if let Some(due) = p.due {
+                let now = *now.get_or_insert_with(Instant::now);
+                if due > now {
+                    if c.timer != Some(due) {
+                        c.timer = Some(due);
+                        self.timers.push(Reverse((due, i)));
+                    }
+                    break;
+                }
+            }
+            let p = c.pending.pop_front().expect("front exists");
+            if c.out_pos == c.out.len() {
+                c.out.clear();
+                c.out_pos = 0;
+            }
+            write_response(&mut c.out, &p, self.body);
+            if p.close {
+                closing_written = true;
+                c.pending.clear();
+                break;
+            }
+        }
+        if closing_written {
+            // Nothing after a closing response may be answered.
+            c.state = State::Closing;
         }
     }
 
