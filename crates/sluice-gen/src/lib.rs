@@ -551,7 +551,8 @@ impl Generator {
         let ident: u32 = self.rng.random();
         let hop = 64;
         if !fragment {
-            self.frame(buf, &tags, &flow, proto, hop, ident, None, &upper, wrap.as_ref());
+            let d = Datagram { flow: &flow, proto, hop, ident, frag: None, data: &upper };
+            self.frame(buf, &tags, &d, wrap.as_ref());
             return listed;
         }
         // Split the upper-layer bytes into 8-byte aligned pieces, at least two,
@@ -570,7 +571,8 @@ impl Generator {
             let more = end < upper.len();
             let mut f = Vec::with_capacity(link_len + ip_len + 8 + end - off);
             let piece = &upper[off..end];
-            self.frame(&mut f, &tags, &flow, proto, hop, ident, Some((off as u16, more)), piece, wrap.as_ref());
+            let d = Datagram { flow: &flow, proto, hop, ident, frag: Some((off as u16, more)), data: piece };
+            self.frame(&mut f, &tags, &d, wrap.as_ref());
             frames.push_back(f);
             off = end;
         }
@@ -692,150 +694,111 @@ impl Generator {
         seg
     }
 
-    /// Append one Ethernet frame carrying `data` (a whole datagram's upper
-    /// layer, or one fragment of it when `frag` is `Some((offset, more))`),
-    /// wrapped as `wrap` says.
-    #[allow(clippy::too_many_arguments)]
-    fn frame(
-        &mut self,
-        out: &mut Vec<u8>,
-        tags: &[u16],
-        flow: &Flow,
-        proto: u8,
-        hop: u8,
-        ident: u32,
-        frag: Option<(u16, bool)>,
-        data: &[u8],
-        wrap: Option<&Wrap>,
-    ) {
+    /// Append one Ethernet frame carrying `d` (a whole datagram's upper
+    /// layer, or one fragment of it), wrapped as `wrap` says.
+    fn frame(&mut self, out: &mut Vec<u8>, tags: &[u16], d: &Datagram, wrap: Option<&Wrap>) {
         let start = out.len();
-        let net = if flow.src.is_ipv6() { ethertype::IPV6 } else { ethertype::IPV4 };
+        let net = if d.flow.src.is_ipv6() { ethertype::IPV6 } else { ethertype::IPV4 };
         match wrap {
             None => {
-                self.link(out, tags, flow.src, flow.dst, net);
-                self.datagram(out, flow, proto, hop, ident, frag, data);
+                self.link(out, tags, d.flow.src, d.flow.dst, net);
+                self.datagram(out, d);
             }
-            Some(w) if !w.encap.is_tunnel() => {
-                let mpls = w.encap == Encap::Mpls;
-                let ty = if mpls { ethertype::MPLS_UNICAST } else { ethertype::PPPOE_SESSION };
-                self.link(out, tags, flow.src, flow.dst, ty);
-                let shim = out.len();
-                if mpls {
-                    let labels = [Some(w.id), w.extra];
-                    let n = labels.iter().flatten().count();
-                    for (i, label) in labels.into_iter().flatten().enumerate() {
-                        let at = out.len();
-                        out.resize(at + mpls::HEADER_LEN, 0);
-                        mpls::Repr { label, traffic_class: 0, bottom_of_stack: i + 1 == n, ttl: hop }
-                            .emit(&mut out[at..]);
-                    }
-                    self.datagram(out, flow, proto, hop, ident, frag, data);
-                } else {
-                    out.resize(shim + pppoe::HEADER_LEN, 0);
-                    self.datagram(out, flow, proto, hop, ident, frag, data);
-                    let ppp_protocol =
-                        if net == ethertype::IPV6 { pppoe::ppp_proto::IPV6 } else { pppoe::ppp_proto::IPV4 };
-                    // The length counts the PPP protocol field and what follows.
-                    let length = (out.len() - shim - pppoe::HEADER_LEN + 2) as u16;
-                    pppoe::Repr { session_id: w.id as u16, length, ppp_protocol }.emit(&mut out[shim..]);
-                }
-            }
-            Some(w) => {
-                let outer_v6 = w.outer_src.is_ipv6();
-                let outer_ty = if outer_v6 { ethertype::IPV6 } else { ethertype::IPV4 };
-                let outer_len = if outer_v6 { ipv6::HEADER_LEN } else { ipv4::HEADER_LEN };
-                // VXLAN and Geneve carry the generated frame whole, tags included.
-                let l2 = matches!(w.encap, Encap::Vxlan | Encap::Geneve);
-                self.link(out, if l2 { &[] } else { tags }, w.outer_src, w.outer_dst, outer_ty);
-                let outer = out.len();
-                out.resize(outer + outer_len, 0);
-                let tunnel = out.len();
-                let protocol = match w.encap {
-                    Encap::Ipip | Encap::FourIn6 => ip_proto::IPIP,
-                    Encap::SixIn4 | Encap::SixIn6 => ip_proto::IPV6,
-                    Encap::Gre => {
-                        let r = gre::Repr { protocol: net, ..w.gre() };
-                        out.resize(tunnel + r.buffer_len(), 0);
-                        r.emit(&mut out[tunnel..]);
-                        ip_proto::GRE
-                    }
-                    _ => {
-                        // UDP, then the tunnel header; lengths filled below.
-                        let hdr = match w.encap {
-                            Encap::Vxlan => vxlan::HEADER_LEN,
-                            Encap::Geneve => geneve::MIN_HEADER_LEN,
-                            _ => gtpu::MIN_HEADER_LEN,
-                        };
-                        out.resize(tunnel + udp::HEADER_LEN + hdr, 0);
-                        ip_proto::UDP
-                    }
-                };
-                let inner = out.len();
-                if l2 {
-                    self.link(out, tags, flow.src, flow.dst, net);
-                }
-                self.datagram(out, flow, proto, hop, ident, frag, data);
-                let h = tunnel + udp::HEADER_LEN;
-                match w.encap {
-                    Encap::Vxlan => vxlan::Repr { vni: w.id }.emit(&mut out[h..]),
-                    Encap::Geneve => {
-                        geneve::Repr { options_len: 0, protocol: ethertype::TEB, vni: w.id }.emit(&mut out[h..])
-                    }
-                    Encap::GtpU => {
-                        let length = (out.len() - inner) as u16;
-                        gtpu::Repr { msg_type: gtpu::MSG_G_PDU, length, teid: w.id, seq: None }.emit(&mut out[h..]);
-                    }
-                    _ => {}
-                }
-                let payload_len = (out.len() - tunnel) as u16;
-                let dport = match w.encap {
-                    Encap::Vxlan => vxlan::PORT,
-                    Encap::Geneve => geneve::PORT,
-                    _ => gtpu::PORT,
-                };
-                if protocol == ip_proto::UDP {
-                    udp::Repr { src_port: w.sport, dst_port: dport, length: payload_len }.emit(&mut out[tunnel..]);
-                }
-                let pseudo = match (w.outer_src, w.outer_dst) {
-                    (IpAddr::V4(src), IpAddr::V4(dst)) => {
-                        ipv4::Repr {
-                            src,
-                            dst,
-                            protocol,
-                            payload_len,
-                            dscp_ecn: 0,
-                            ident: (ident >> 16) as u16,
-                            dont_frag: true,
-                            more_frags: false,
-                            frag_offset: 0,
-                            ttl: 64,
-                        }
-                        .emit(&mut out[outer..]);
-                        checksum::pseudo_header_v4(src, dst, protocol, u32::from(payload_len))
-                    }
-                    (IpAddr::V6(src), IpAddr::V6(dst)) => {
-                        ipv6::Repr {
-                            src,
-                            dst,
-                            next_header: protocol,
-                            payload_len,
-                            traffic_class: 0,
-                            flow_label: ident & 0xf_ffff,
-                            hop_limit: 64,
-                        }
-                        .emit(&mut out[outer..]);
-                        checksum::pseudo_header_v6(src, dst, protocol, u32::from(payload_len))
-                    }
-                    _ => unreachable!("outer addresses are drawn in one family"),
-                };
-                if protocol == ip_proto::UDP {
-                    udp::Packet::new_unchecked(&mut out[tunnel..]).fill_checksum(pseudo);
-                }
-            }
+            Some(w) if !w.encap.is_tunnel() => self.shimmed(out, tags, d, w, net),
+            Some(w) => self.tunnelled(out, tags, d, w, net),
         }
         self.stats.encapsulated += u64::from(wrap.is_some());
         if out.len() - start < MIN_FRAME {
             out.resize(start + MIN_FRAME, 0);
+        }
+    }
+
+    /// The datagram behind an MPLS label stack or a PPPoE session header.
+    fn shimmed(&mut self, out: &mut Vec<u8>, tags: &[u16], d: &Datagram, w: &Wrap, net: u16) {
+        let (flow, hop) = (d.flow, d.hop);
+        let mpls = w.encap == Encap::Mpls;
+        let ty = if mpls { ethertype::MPLS_UNICAST } else { ethertype::PPPOE_SESSION };
+        self.link(out, tags, flow.src, flow.dst, ty);
+        let shim = out.len();
+        if mpls {
+            let labels = [Some(w.id), w.extra];
+            let n = labels.iter().flatten().count();
+            for (i, label) in labels.into_iter().flatten().enumerate() {
+                let at = out.len();
+                out.resize(at + mpls::HEADER_LEN, 0);
+                mpls::Repr { label, traffic_class: 0, bottom_of_stack: i + 1 == n, ttl: hop }.emit(&mut out[at..]);
+            }
+            self.datagram(out, d);
+        } else {
+            out.resize(shim + pppoe::HEADER_LEN, 0);
+            self.datagram(out, d);
+            let ppp_protocol = if net == ethertype::IPV6 { pppoe::ppp_proto::IPV6 } else { pppoe::ppp_proto::IPV4 };
+            // The length counts the PPP protocol field and what follows.
+            let length = (out.len() - shim - pppoe::HEADER_LEN + 2) as u16;
+            pppoe::Repr { session_id: w.id as u16, length, ppp_protocol }.emit(&mut out[shim..]);
+        }
+    }
+
+    /// The datagram in an IP tunnel (IP-in-IP, GRE, or a UDP tunnel:
+    /// VXLAN, Geneve, GTP-U), under an outer header of its own family.
+    fn tunnelled(&mut self, out: &mut Vec<u8>, tags: &[u16], d: &Datagram, w: &Wrap, net: u16) {
+        let (flow, ident) = (d.flow, d.ident);
+        let outer_v6 = w.outer_src.is_ipv6();
+        let outer_ty = if outer_v6 { ethertype::IPV6 } else { ethertype::IPV4 };
+        let outer_len = if outer_v6 { ipv6::HEADER_LEN } else { ipv4::HEADER_LEN };
+        // VXLAN and Geneve carry the generated frame whole, tags included.
+        let l2 = matches!(w.encap, Encap::Vxlan | Encap::Geneve);
+        self.link(out, if l2 { &[] } else { tags }, w.outer_src, w.outer_dst, outer_ty);
+        let outer = out.len();
+        out.resize(outer + outer_len, 0);
+        let tunnel = out.len();
+        let protocol = match w.encap {
+            Encap::Ipip | Encap::FourIn6 => ip_proto::IPIP,
+            Encap::SixIn4 | Encap::SixIn6 => ip_proto::IPV6,
+            Encap::Gre => {
+                let r = gre::Repr { protocol: net, ..w.gre() };
+                out.resize(tunnel + r.buffer_len(), 0);
+                r.emit(&mut out[tunnel..]);
+                ip_proto::GRE
+            }
+            _ => {
+                // UDP, then the tunnel header; lengths filled below.
+                let hdr = match w.encap {
+                    Encap::Vxlan => vxlan::HEADER_LEN,
+                    Encap::Geneve => geneve::MIN_HEADER_LEN,
+                    _ => gtpu::MIN_HEADER_LEN,
+                };
+                out.resize(tunnel + udp::HEADER_LEN + hdr, 0);
+                ip_proto::UDP
+            }
+        };
+        let inner = out.len();
+        if l2 {
+            self.link(out, tags, flow.src, flow.dst, net);
+        }
+        self.datagram(out, d);
+        let h = tunnel + udp::HEADER_LEN;
+        match w.encap {
+            Encap::Vxlan => vxlan::Repr { vni: w.id }.emit(&mut out[h..]),
+            Encap::Geneve => geneve::Repr { options_len: 0, protocol: ethertype::TEB, vni: w.id }.emit(&mut out[h..]),
+            Encap::GtpU => {
+                let length = (out.len() - inner) as u16;
+                gtpu::Repr { msg_type: gtpu::MSG_G_PDU, length, teid: w.id, seq: None }.emit(&mut out[h..]);
+            }
+            _ => {}
+        }
+        let payload_len = (out.len() - tunnel) as u16;
+        let dport = match w.encap {
+            Encap::Vxlan => vxlan::PORT,
+            Encap::Geneve => geneve::PORT,
+            _ => gtpu::PORT,
+        };
+        if protocol == ip_proto::UDP {
+            udp::Repr { src_port: w.sport, dst_port: dport, length: payload_len }.emit(&mut out[tunnel..]);
+        }
+        let pseudo = outer_ip(&mut out[outer..], w, protocol, payload_len, ident);
+        if protocol == ip_proto::UDP {
+            udp::Packet::new_unchecked(&mut out[tunnel..]).fill_checksum(pseudo);
         }
     }
 
@@ -876,17 +839,8 @@ impl Generator {
 
     /// Append the flow's IP header (with a fragment header for an IPv6
     /// fragment) and `data`.
-    #[allow(clippy::too_many_arguments)]
-    fn datagram(
-        &mut self,
-        out: &mut Vec<u8>,
-        flow: &Flow,
-        proto: u8,
-        hop: u8,
-        ident: u32,
-        frag: Option<(u16, bool)>,
-        data: &[u8],
-    ) {
+    fn datagram(&mut self, out: &mut Vec<u8>, d: &Datagram) {
+        let Datagram { flow, proto, hop, ident, frag, data } = *d;
         let at = out.len();
         match (flow.src, flow.dst) {
             (IpAddr::V4(src), IpAddr::V4(dst)) => {
@@ -1160,5 +1114,54 @@ mod tests {
             Generator::new(GenConfig { list: halves, ..GenConfig::default() }),
             Err(ConfigError::ListCoversFamily("IPv4"))
         ));
+    }
+}
+
+/// One IP datagram to generate: the flow, its upper layer's protocol, hop
+/// limit and identification, `data` (the upper layer, or one fragment of
+/// it when `frag` is `Some((offset, more))`).
+#[derive(Clone, Copy)]
+struct Datagram<'a> {
+    flow: &'a Flow,
+    proto: u8,
+    hop: u8,
+    ident: u32,
+    frag: Option<(u16, bool)>,
+    data: &'a [u8],
+}
+
+/// Write a tunnel's outer IP header into `out`; its pseudo-header sum.
+fn outer_ip(out: &mut [u8], w: &Wrap, protocol: u8, payload_len: u16, ident: u32) -> u32 {
+    match (w.outer_src, w.outer_dst) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) => {
+            ipv4::Repr {
+                src,
+                dst,
+                protocol,
+                payload_len,
+                dscp_ecn: 0,
+                ident: (ident >> 16) as u16,
+                dont_frag: true,
+                more_frags: false,
+                frag_offset: 0,
+                ttl: 64,
+            }
+            .emit(out);
+            checksum::pseudo_header_v4(src, dst, protocol, u32::from(payload_len))
+        }
+        (IpAddr::V6(src), IpAddr::V6(dst)) => {
+            ipv6::Repr {
+                src,
+                dst,
+                next_header: protocol,
+                payload_len,
+                traffic_class: 0,
+                flow_label: ident & 0xf_ffff,
+                hop_limit: 64,
+            }
+            .emit(out);
+            checksum::pseudo_header_v6(src, dst, protocol, u32::from(payload_len))
+        }
+        _ => unreachable!("outer addresses are drawn in one family"),
     }
 }
