@@ -57,11 +57,8 @@ pub fn run(a: DecodeArgs) -> Result<Outcome> {
     match stopped {
         None => Ok(Outcome::Complete),
         Some(e) => {
-            tracing::info!(
-                "error: {}: stopped at {e}; the {} packets before it were decoded",
-                a.input.display(),
-                e.record
-            );
+            let before = if e.record == 1 { "packet before it was" } else { "packets before it were" };
+            tracing::info!("error: {}: stopped at {e}; the {} {before} decoded", a.input.display(), e.record);
             Ok(Outcome::InputDamaged)
         }
     }

@@ -598,3 +598,43 @@ fn offline_drop_samples_are_all_written_and_the_same_every_run() {
         std::fs::remove_file(&samples).unwrap();
     }
 }
+
+/// The fenced block after `marker` in docs/decode.md, its lines.
+fn decode_doc_block(marker: &str) -> Vec<String> {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/decode.md")).unwrap();
+    let after = &doc[doc.find(marker).unwrap_or_else(|| panic!("docs/decode.md has no {marker}"))..];
+    let body = after.split("```").nth(1).expect("a fenced block after the marker");
+    body.lines().skip(1).map(|l| l.replace('→', "\t")).collect()
+}
+
+#[test]
+fn decode_prints_what_docs_decode_md_shows() {
+    // An ARP frame, an IPv4 header cut short, and a UDP first fragment
+    // (MF set) behind VLAN 100.
+    let eth = |ty: u16| [[2u8; 6].as_slice(), &[4u8; 6], &ty.to_be_bytes()].concat();
+    let arp = [eth(0x0806), vec![0; 28]].concat();
+    let cut = [eth(0x0800), vec![0x45, 0, 0]].concat();
+    let mut tagged = [[2u8; 6].as_slice(), &[4u8; 6], &[0x81, 0x00, 0, 100, 0x08, 0x00]].concat();
+    tagged.extend_from_slice(&[0x45, 0, 0, 0x1c, 0, 1, 0x20, 0, 0x40, 0x11, 0, 0, 192, 0, 2, 1, 198, 51, 100, 2]);
+    tagged.extend_from_slice(&[0x04, 0xd2, 0, 53, 0, 8, 0, 0]);
+    let dir = tempfile::tempdir().unwrap();
+    let capture = dir.path().join("three.pcap");
+    std::fs::write(&capture, pcap(&[arp, cut, tagged])).unwrap();
+    let text: Vec<String> = ok(&["decode", "--in", p(&capture)]).lines().map(str::to_owned).collect();
+    assert_eq!(text, decode_doc_block("<!-- decode-text-example"));
+    let json: Vec<String> = ok(&["decode", "--in", p(&capture), "--json"]).lines().map(str::to_owned).collect();
+    assert_eq!(json, decode_doc_block("<!-- decode-json-example"));
+
+    // Cut inside the second record: the first is printed, then the error
+    // line the docs show, exit 3.
+    let whole = std::fs::read(&capture).unwrap();
+    let short = dir.path().join("cut.pcap");
+    std::fs::write(&short, &whole[..24 + 16 + 42 + 16 + 5]).unwrap();
+    let (code, out, err) = stderr_of(&["decode", "--in", p(&short)]);
+    assert_eq!(code, 3, "{err}");
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(
+        err.contains(": stopped at record 1 at byte offset 82: file ends inside the record data (5 of 17 bytes); the 1 packet before it was decoded"),
+        "{err}"
+    );
+}

@@ -410,8 +410,9 @@ fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds")
 }
 
-/// Runs the load: sends, waits `grace` for the last echoes, reports.
-pub fn run_load(config: &LoadConfig, stop: Arc<AtomicBool>) -> io::Result<LoadReport> {
+/// Refuse a config the load cannot run (or must not: a remote target
+/// without `allow_remote`).
+fn validate(config: &LoadConfig) -> io::Result<()> {
     let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
     if !config.allow_remote && !config.target.ip().is_loopback() {
         return Err(invalid(format!(
@@ -434,8 +435,13 @@ pub fn run_load(config: &LoadConfig, stop: Arc<AtomicBool>) -> io::Result<LoadRe
     if config.workers_hint == 0 {
         return Err(invalid("--workers-hint must be at least 1".into()));
     }
+    Ok(())
+}
 
-    // Bind while choosing, so a port in use is skipped rather than fatal.
+/// Choose the flows' source ports and bind a connected socket for each.
+/// Ports are bound while choosing, so a port in use is skipped rather than
+/// fatal.
+fn bind_flows(config: &LoadConfig) -> io::Result<(Vec<FlowChoice>, Vec<UdpSocket>)> {
     let mut bound: Vec<(u16, UdpSocket)> = Vec::new();
     let mut bind_error = None;
     let choices =
@@ -467,6 +473,13 @@ pub fn run_load(config: &LoadConfig, stop: Arc<AtomicBool>) -> io::Result<LoadRe
         sockets.push(UdpSocket::from(s));
     }
     drop(bound);
+    Ok((choices, sockets))
+}
+
+/// Runs the load: sends, waits `grace` for the last echoes, reports.
+pub fn run_load(config: &LoadConfig, stop: Arc<AtomicBool>) -> io::Result<LoadReport> {
+    validate(config)?;
+    let (choices, sockets) = bind_flows(config)?;
 
     let epoch = Instant::now();
     // Set when the grace period is over: receivers stop.

@@ -129,7 +129,7 @@ impl Killed {
 }
 
 /// Start `sluice ARGS` and read the address it announces on stderr after `prefix`.
-fn spawn_announced(exe: &Path, args: &[&str], prefix: &str) -> Result<(Killed, String)> {
+pub(crate) fn spawn_announced(exe: &Path, args: &[&str], prefix: &str) -> Result<(Killed, String)> {
     let json = args.contains(&"--json");
     let mut child = Command::new(exe)
         .args(args)
@@ -165,6 +165,31 @@ fn guard(exe: &Path, upstream: &str, threads: &str, total: &str, limits: &[&str]
 
 use sluice_bench::median;
 
+/// Every limit on, none reached: the accounting runs on every request.
+const LIMITS: [&str; 21] = [
+    "--request-rate",
+    "60000",
+    "--request-burst",
+    "60000",
+    "--connection-rate",
+    "1000",
+    "--concurrent-connections",
+    "1000",
+    "--client-header-timeout",
+    "5000",
+    "--http-header-cnt",
+    "64",
+    "--http-uri-len",
+    "4096",
+    "--http-field-len",
+    "4096",
+    "--http-methods",
+    "GET,HEAD,POST",
+    "--http-host-required",
+    "--ip-block",
+    "10",
+];
+
 pub fn run(a: GuardBenchArgs) -> Result<()> {
     if a.reps == 0 || a.duration == 0 {
         bail!("--reps and --duration must be at least 1");
@@ -186,35 +211,11 @@ pub fn run(a: GuardBenchArgs) -> Result<()> {
     let total = (a.duration as usize * a.reps * 2 + 30).to_string();
     let threads = a.threads.to_string();
     let (_server, upstream) = serve(&exe, &threads, &total)?;
-    // Every limit on, none reached: the accounting runs on every request.
-    let limits = [
-        "--request-rate",
-        "60000",
-        "--request-burst",
-        "60000",
-        "--connection-rate",
-        "1000",
-        "--concurrent-connections",
-        "1000",
-        "--client-header-timeout",
-        "5000",
-        "--http-header-cnt",
-        "64",
-        "--http-uri-len",
-        "4096",
-        "--http-field-len",
-        "4096",
-        "--http-methods",
-        "GET,HEAD,POST",
-        "--http-host-required",
-        "--ip-block",
-        "10",
-    ];
     let mut pmc = a.pmc.then(Pmc::open_reporting);
-    let (_guard, guarded) = guard(&exe, &upstream, &threads, &total, &limits)?;
+    let (_guard, guarded) = guard(&exe, &upstream, &threads, &total, &LIMITS)?;
     let dir = tempfile::tempdir().context("a temporary directory")?;
     let tls_guard = if a.tls {
-        let mut with_tls: Vec<&str> = limits.to_vec();
+        let mut with_tls: Vec<&str> = LIMITS.to_vec();
         let flags = tls_flags(dir.path())?;
         with_tls.extend(flags.iter().map(String::as_str));
         let total = (a.duration as usize * a.reps * 3 + 30).to_string();
@@ -223,36 +224,8 @@ pub fn run(a: GuardBenchArgs) -> Result<()> {
         None
     };
     let mut counts = (Reading::default(), Reading::default());
-    let (conns, dur) = (a.connections.to_string(), a.duration.to_string());
-    let rate = a.rate.map(|r| r.to_string());
-    let rps = |addr: &str| -> Result<(f64, f64)> {
-        let tls = tls_guard.as_ref().is_some_and(|(_, t)| t == addr);
-        let url = if tls { format!("https://{addr}/") } else { format!("http://{addr}/") };
-        let mut load = Command::new(&exe);
-        load.args(["http-load", "--url", &url, "--threads", &threads, "--connections", &conns]).args([
-            "--duration",
-            &dur,
-            "--source",
-            &a.source,
-            "--json",
-        ]);
-        if let Some(r) = &rate {
-            load.args(["--rate", r]);
-        }
-        if tls {
-            load.arg("--tls-insecure");
-        }
-        let out = load.output().context("running sluice http-load")?;
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("http-load printed no JSON report")?;
-        let errors = v["errors"]
-            .as_object()
-            .map_or(0, |e| e.iter().filter(|(k, _)| *k != "status").filter_map(|(_, n)| n.as_u64()).sum::<u64>());
-        if errors > 0 || v["errors"]["status"].as_object().is_some_and(|s| !s.is_empty()) {
-            bail!("http-load to {addr} had errors (a limit was reached?): {}", v["errors"]);
-        }
-        let p99 = v["latency_us"]["p99"].as_f64().context("http-load's report has no p99")?;
-        Ok((v["rps"].as_f64().context("http-load's report has no rps")?, p99))
-    };
+    let load = Load { exe: &exe, threads: &threads, a: &a };
+    let rps = |addr: &str| load.rps(addr, tls_guard.as_ref().is_some_and(|(_, t)| t == addr));
     let (mut direct, mut through, mut p99s) = (Vec::new(), Vec::new(), Vec::new());
     let mut tls_runs: Vec<(f64, f64)> = Vec::new();
     for rep in 0..a.reps {
@@ -326,6 +299,47 @@ pub fn run(a: GuardBenchArgs) -> Result<()> {
         })
     );
     Ok(())
+}
+
+/// One `sluice http-load` run as the benchmark's flags say.
+struct Load<'a> {
+    exe: &'a Path,
+    threads: &'a str,
+    a: &'a GuardBenchArgs,
+}
+
+impl Load<'_> {
+    /// Requests/s and p99 latency (µs) of a run against `addr`; an error
+    /// if any request failed (a limit was reached?).
+    fn rps(&self, addr: &str, tls: bool) -> Result<(f64, f64)> {
+        let a = self.a;
+        let url = if tls { format!("https://{addr}/") } else { format!("http://{addr}/") };
+        let (conns, dur) = (a.connections.to_string(), a.duration.to_string());
+        let mut load = Command::new(self.exe);
+        load.args(["http-load", "--url", &url, "--threads", self.threads, "--connections", &conns]).args([
+            "--duration",
+            &dur,
+            "--source",
+            &a.source,
+            "--json",
+        ]);
+        if let Some(r) = a.rate {
+            load.args(["--rate", &r.to_string()]);
+        }
+        if tls {
+            load.arg("--tls-insecure");
+        }
+        let out = load.output().context("running sluice http-load")?;
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("http-load printed no JSON report")?;
+        let errors = v["errors"]
+            .as_object()
+            .map_or(0, |e| e.iter().filter(|(k, _)| *k != "status").filter_map(|(_, n)| n.as_u64()).sum::<u64>());
+        if errors > 0 || v["errors"]["status"].as_object().is_some_and(|s| !s.is_empty()) {
+            bail!("http-load to {addr} had errors (a limit was reached?): {}", v["errors"]);
+        }
+        let p99 = v["latency_us"]["p99"].as_f64().context("http-load's report has no p99")?;
+        Ok((v["rps"].as_f64().context("http-load's report has no rps")?, p99))
+    }
 }
 
 /// The smallest range of `base`'s /8 with `n` usable hosts (network and

@@ -7,7 +7,7 @@
 use anyhow::{bail, Result};
 use clap::Args;
 use serde_json::json;
-use sluice_bench::http_parse::{inputs, measure, median, parse_once, seed_ms, Contender};
+use sluice_bench::http_parse::{inputs, measure, median, parse_once, seed_ms, Contender, Input};
 use sluice_bench::pmc::{self, Pmc, Reading};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -48,11 +48,21 @@ pub fn run(a: HttpParseBenchArgs) -> Result<()> {
     let contenders = Contender::all();
     let budget = Duration::from_millis(a.ms);
 
-    // Check every parser reads every input the same before timing any.
-    for input in &chosen {
+    agree(&chosen, &contenders)?;
+
+    let (rps, counts) = time_all(&a, &chosen, &contenders, budget);
+
+    print_rates(&a, &chosen, &contenders, &rps, &counts);
+    print_ratios(a.json, &chosen, &rps);
+    Ok(())
+}
+
+/// Check every parser reads every input the same before timing any.
+fn agree(chosen: &[Input], contenders: &[Contender]) -> Result<()> {
+    for input in chosen {
         let want = parse_once(Contender::Httparse, &input.bytes)
             .map_err(|e| anyhow::anyhow!("httparse on {}: {e}", input.name))?;
-        for &c in &contenders {
+        for &c in contenders {
             let got =
                 parse_once(c, &input.bytes).map_err(|e| anyhow::anyhow!("{} on {}: {e}", c.name(), input.name))?;
             if got != want {
@@ -60,12 +70,24 @@ pub fn run(a: HttpParseBenchArgs) -> Result<()> {
             }
         }
     }
+    Ok(())
+}
 
+/// Rates per (parser, input), one per repetition, and their counter readings.
+type Rates<'a> = HashMap<(&'a str, &'a str), Vec<f64>>;
+
+/// Time every contender on every input, `a.reps` times, the order rotated.
+fn time_all<'a>(
+    a: &HttpParseBenchArgs,
+    chosen: &'a [Input],
+    contenders: &[Contender],
+    budget: Duration,
+) -> (Rates<'a>, HashMap<(&'a str, &'a str), Reading>) {
     let mut rps: HashMap<(&str, &str), Vec<f64>> = HashMap::new();
     let mut pmc = a.pmc.then(Pmc::open_reporting);
     let mut counts: HashMap<(&str, &str), Reading> = HashMap::new();
     for rep in 0..a.reps {
-        for input in &chosen {
+        for input in chosen {
             // Rotate the starting contender each repetition so none always runs first.
             for k in 0..contenders.len() {
                 let c = contenders[(k + rep) % contenders.len()];
@@ -83,26 +105,23 @@ pub fn run(a: HttpParseBenchArgs) -> Result<()> {
     if !a.json {
         eprintln!();
     }
+    (rps, counts)
+}
 
+/// Each parser's rate on each input, as a table or JSON lines.
+fn print_rates(
+    a: &HttpParseBenchArgs,
+    chosen: &[Input],
+    contenders: &[Contender],
+    rps: &Rates,
+    counts: &HashMap<(&str, &str), Reading>,
+) {
     let med = |c: Contender, input: &str| median(&rps[&(c.name(), input)]);
-    // A ratio is the median over repetitions of the two parsers' rates in
-    // the same repetition, run within a few hundred ms of each other, so a
-    // shared machine's drift over seconds moves both sides of each pair.
-    let paired = |a: Contender, b: Contender, input: &str| {
-        let (x, y) = (&rps[&(a.name(), input)], &rps[&(b.name(), input)]);
-        median(&x.iter().zip(y).map(|(x, y)| x / y).collect::<Vec<_>>())
-    };
-    // And of each parser's best repetition: noise on a shared machine only
-    // slows a CPU-bound loop down, so the best is the least disturbed.
-    let best = |a: Contender, b: Contender, input: &str| {
-        let top = |c: Contender| rps[&(c.name(), input)].iter().copied().fold(0f64, f64::max);
-        top(a) / top(b)
-    };
     if !a.json {
         println!("{:<18} {:<17} {:>10} {:>8} {:>9} {:>9}", "input", "parser", "Mreq/s", "GB/s", "ns/req", "spread");
     }
-    for input in &chosen {
-        for &c in &contenders {
+    for input in chosen {
+        for &c in contenders {
             let runs = &rps[&(c.name(), input.name)];
             let m = med(c, input.name);
             let (lo, hi) = runs.iter().fold((f64::MAX, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
@@ -137,20 +156,35 @@ pub fn run(a: HttpParseBenchArgs) -> Result<()> {
             }
         }
     }
+}
 
-    // The ratios: sluice against httparse (target >= 1.25 on req-703), and
-    // the seed's goto-vs-switch comparison: sluice's straight-line fast path
-    // against its byte-at-a-time reference, beside the seed's goto/nginx.
+/// The ratios: sluice against httparse (target >= 1.25 on req-703), and
+/// the seed's goto-vs-switch comparison: sluice's straight-line fast path
+/// against its byte-at-a-time reference, beside the seed's goto/nginx.
+fn print_ratios(json: bool, chosen: &[Input], rps: &Rates) {
+    // A ratio is the median over repetitions of the two parsers' rates in
+    // the same repetition, run within a few hundred ms of each other, so a
+    // shared machine's drift over seconds moves both sides of each pair.
+    let paired = |a: Contender, b: Contender, input: &str| {
+        let (x, y) = (&rps[&(a.name(), input)], &rps[&(b.name(), input)]);
+        median(&x.iter().zip(y).map(|(x, y)| x / y).collect::<Vec<_>>())
+    };
+    // And of each parser's best repetition: noise on a shared machine only
+    // slows a CPU-bound loop down, so the best is the least disturbed.
+    let best = |a: Contender, b: Contender, input: &str| {
+        let top = |c: Contender| rps[&(c.name(), input)].iter().copied().fold(0f64, f64::max);
+        top(a) / top(b)
+    };
     let sluice = Contender::Sluice(sluice_h1::Simd::Auto);
-    if !a.json {
+    if !json {
         println!();
     }
-    for input in &chosen {
+    for input in chosen {
         let vs_httparse = paired(sluice, Contender::Httparse, input.name);
         let vs_pico = paired(sluice, Contender::Picohttpparser, input.name);
         let vs_reference = paired(sluice, Contender::Reference, input.name);
         let seed = input.seed_case.and_then(seed_ms).map(|(ngx, goto)| ngx / goto);
-        if a.json {
+        if json {
             println!(
                 "{}",
                 json!({
@@ -176,5 +210,4 @@ pub fn run(a: HttpParseBenchArgs) -> Result<()> {
             );
         }
     }
-    Ok(())
 }

@@ -172,29 +172,31 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
     v[((v.len() as f64 * p).ceil() as usize).clamp(1, v.len()) - 1]
 }
 
+/// Each probe's start, and how long it took or why it failed.
+type Probes = Vec<(Instant, Result<Duration, String>)>;
+
+/// Fetch the page at `addr` every 250 ms until `stop`.
+fn probe_every_250ms(addr: SocketAddr, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Probes> {
+    std::thread::spawn(move || {
+        let mut out = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            let t = Instant::now();
+            out.push((t, probe(addr)));
+            std::thread::sleep(Duration::from_millis(250).saturating_sub(t.elapsed()));
+        }
+        out
+    })
+}
+
 /// One attack against one contender: its JSON record.
 fn one(exe: &Path, s: &Slow, mode: &str, contender: &str) -> Result<serde_json::Value> {
     let dir = tempfile::tempdir().context("a temporary directory")?;
     let total = s.seconds + 60;
-    let mut up = Command::new(exe)
-        // --after-body: an application that reads a request's body before
-        // answering (answered at the head, slow bodies would hold nothing).
-        .args(["http-serve", "--listen", "127.0.0.1:0", "--size", &format!("fixed:{PAGE}"), "--after-body"])
-        .args(["--duration", &total.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("starting sluice http-serve")?;
-    let stderr = up.stderr.take().context("stderr")?;
-    let up = Killed(up);
-    let mut upstream = None;
-    for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
-        if let Some(a) = line?.strip_prefix("sluice: serving on ") {
-            upstream = Some(a.trim().to_owned());
-            break;
-        }
-    }
-    let upstream = upstream.context("http-serve did not say where it listens")?;
+    // --after-body: an application that reads a request's body before
+    // answering (answered at the head, slow bodies would hold nothing).
+    let (page, total_s) = (format!("fixed:{PAGE}"), total.to_string());
+    let args = ["http-serve", "--listen", "127.0.0.1:0", "--size", &page, "--after-body", "--duration", &total_s];
+    let (up, upstream) = crate::guard::spawn_announced(exe, &args, "sluice: serving on ")?;
     let port = free_port()?;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let mut f = front(exe, contender, &upstream, port, dir.path(), total)?;
@@ -204,18 +206,7 @@ fn one(exe: &Path, s: &Slow, mode: &str, contender: &str) -> Result<serde_json::
     }
     let base = rss_tree_kib(f.0.id());
     let stop = Arc::new(AtomicBool::new(false));
-    let prober = {
-        let stop = Arc::clone(&stop);
-        std::thread::spawn(move || {
-            let mut out = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                let t = Instant::now();
-                out.push((t, probe(addr)));
-                std::thread::sleep(Duration::from_millis(250).saturating_sub(t.elapsed()));
-            }
-            out
-        })
-    };
+    let prober = probe_every_250ms(addr, Arc::clone(&stop));
     let csv = dir.path().join("attack");
     let mut attack = Command::new("slowhttptest")
         .args(mode_flags(mode)?)
