@@ -1,7 +1,7 @@
 //! The HTTP guard's counters (`sluice_guard::Shared`) as Prometheus metrics.
 
 use crate::block_forward::ForwardCounters;
-use crate::{Limit, Report, Shared};
+use crate::{CountTotals, Limit, Report, Shared};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
@@ -30,9 +30,9 @@ impl std::fmt::Debug for Exporter {
 impl Collector for Exporter {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let r = self.0.report();
+        counts(&mut enc, &r.counts, self.0.tls.is_some())?;
         requests_and_blocks(&mut enc, &r)?;
         connections(&mut enc, &r)?;
-        upstream_and_bytes(&mut enc, &r)?;
         if self.0.tls.is_some() {
             tls(&mut enc, &r)?;
         }
@@ -46,10 +46,51 @@ impl Collector for Exporter {
     }
 }
 
-/// Requests, the limits they broke, and the blocks that followed.
+/// The threads' counts, as `Counts` declares their families (the TLS ones
+/// when TLS is on).
+fn counts(enc: &mut DescriptorEncoder, t: &CountTotals, tls: bool) -> Result<(), std::fmt::Error> {
+    for (e, v) in t.exported() {
+        if tls || !e.family.starts_with("sluice_guard_tls_") {
+            one(enc, e.family, help(e.family), v)?;
+        }
+    }
+    Ok(())
+}
+
+/// The help text of a `Counts` family.
+fn help(family: &str) -> &'static str {
+    match family {
+        "sluice_guard_requests" => "Request heads received.",
+        "sluice_guard_forwarded" => "Requests forwarded upstream.",
+        "sluice_guard_bytes_in" => "Bytes read from clients.",
+        "sluice_guard_bytes_out" => "Bytes written to clients.",
+        "sluice_guard_upstream_errors" => "Upstream connects, writes or responses that failed.",
+        "sluice_guard_upstream_timeouts" => {
+            "Upstreams that did not connect or answer in time (504, or the client closed)."
+        }
+        "sluice_guard_refused_at_accept" => "Connections closed at accept (blocked, or no room to track).",
+        "sluice_guard_connections" => "Client connections accepted.",
+        "sluice_guard_closed_idle" => "Connections closed after the header timeout without a byte of a request.",
+        "sluice_guard_shed_waiting" => "Connections waiting longest for a request, closed at --max-connections.",
+        "sluice_guard_refused_max_connections" => "New connections closed at --max-connections, none waiting to shed.",
+        "sluice_guard_refused_untrusted_proxy" => {
+            "--proxy-protocol: connections from outside --trusted-proxies, closed at accept."
+        }
+        "sluice_guard_refused_forwarded_blocked" => {
+            "--client-ip-header: requests of a blocked client behind a trusted proxy, answered 403."
+        }
+        "sluice_guard_proxy_header_errors" => {
+            "--proxy-protocol: connections without a valid PROXY header within the header timeout, closed."
+        }
+        "sluice_guard_tls_handshakes" => "TLS handshakes finished.",
+        "sluice_guard_tls_handshake_errors" => "TLS connections that failed before their handshake finished.",
+        "sluice_guard_tls_handshake_timeouts" => "TLS connections closed at --tls-handshake-timeout.",
+        _ => "A guard counter.",
+    }
+}
+
+/// The limits requests broke, and the blocks that followed.
 fn requests_and_blocks(enc: &mut DescriptorEncoder, r: &Report) -> Result<(), std::fmt::Error> {
-    one(enc, "sluice_guard_requests", "Request heads received.", r.requests)?;
-    one(enc, "sluice_guard_forwarded", "Requests forwarded upstream.", r.forwarded)?;
     let breaches: Vec<_> =
         Limit::ALL.iter().map(|l| (vec![("limit", l.name().to_owned())], r.breaches[l.name()])).collect();
     counter(enc, "sluice_guard_breaches", "Limit breaches, by limit.", &breaches)?;
@@ -67,86 +108,16 @@ fn requests_and_blocks(enc: &mut DescriptorEncoder, r: &Report) -> Result<(), st
 
 /// What happened to connections: accepted, shed, refused, timed out.
 fn connections(enc: &mut DescriptorEncoder, r: &Report) -> Result<(), std::fmt::Error> {
-    one(
-        enc,
-        "sluice_guard_closed_idle",
-        "Connections closed after the header timeout without a byte of a request.",
-        r.closed_idle,
-    )?;
-    one(
-        enc,
-        "sluice_guard_shed_waiting",
-        "Connections waiting longest for a request, closed at --max-connections.",
-        r.shed_waiting,
-    )?;
-    one(
-        enc,
-        "sluice_guard_refused_max_connections",
-        "New connections closed at --max-connections, none waiting to shed.",
-        r.refused_max_connections,
-    )?;
-    one(
-        enc,
-        "sluice_guard_refused_untrusted_proxy",
-        "--proxy-protocol: connections from outside --trusted-proxies, closed at accept.",
-        r.refused_untrusted_proxy,
-    )?;
-    one(
-        enc,
-        "sluice_guard_refused_forwarded_blocked",
-        "--client-ip-header: requests of a blocked client behind a trusted proxy, answered 403.",
-        r.refused_forwarded_blocked,
-    )?;
-    one(
-        enc,
-        "sluice_guard_proxy_header_errors",
-        "--proxy-protocol: connections without a valid PROXY header within the header timeout, closed.",
-        r.proxy_header_errors,
-    )?;
     gauge(enc, "sluice_guard_max_connections", "--max-connections as applied.", &[(vec![], r.max_connections as i64)])?;
     gauge(enc, "sluice_guard_dry_run", "1: --dry-run, nothing is enforced.", &[(vec![], i64::from(r.dry_run))])?;
     one(enc, "sluice_guard_would_block", "--dry-run: client IPs an enforcing run would have blocked.", r.would_block)?;
-    one(
-        enc,
-        "sluice_guard_refused_at_accept",
-        "Connections closed at accept (blocked, or no room to track).",
-        r.refused_at_accept,
-    )?;
     gauge(enc, "sluice_guard_clients_tracked", "Client IPs with state.", &[(vec![], r.clients_tracked as i64)])?;
     one(enc, "sluice_guard_clients_evicted", "Idle client states evicted for room.", r.clients_evicted)?;
     Ok(())
 }
 
-/// The upstream side, and the bytes each way.
-fn upstream_and_bytes(enc: &mut DescriptorEncoder, r: &Report) -> Result<(), std::fmt::Error> {
-    one(enc, "sluice_guard_upstream_errors", "Upstream connects, writes or responses that failed.", r.upstream_errors)?;
-    one(
-        enc,
-        "sluice_guard_upstream_timeouts",
-        "Upstreams that did not connect or answer in time (504, or the client closed).",
-        r.upstream_timeouts,
-    )?;
-    one(enc, "sluice_guard_connections", "Client connections accepted.", r.connections)?;
-    one(enc, "sluice_guard_bytes_in", "Bytes read from clients.", r.bytes_in)?;
-    one(enc, "sluice_guard_bytes_out", "Bytes written to clients.", r.bytes_out)?;
-    Ok(())
-}
-
 /// TLS: handshakes, certificate reloads, the most frequent JA4s.
 fn tls(enc: &mut DescriptorEncoder, r: &Report) -> Result<(), std::fmt::Error> {
-    one(enc, "sluice_guard_tls_handshakes", "TLS handshakes finished.", r.tls_handshakes)?;
-    one(
-        enc,
-        "sluice_guard_tls_handshake_errors",
-        "TLS connections that failed before their handshake finished.",
-        r.tls_handshake_errors,
-    )?;
-    one(
-        enc,
-        "sluice_guard_tls_handshake_timeouts",
-        "TLS connections closed at --tls-handshake-timeout.",
-        r.tls_handshake_timeouts,
-    )?;
     let reloads = [
         (vec![("result", "ok".to_owned())], r.tls_reloads_ok),
         (vec![("result", "failed".into())], r.tls_reloads_failed),
@@ -205,4 +176,17 @@ fn forwarded(enc: &mut DescriptorEncoder, f: &ForwardCounters) -> Result<(), std
 /// A counter without labels.
 fn one(enc: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> Result<(), std::fmt::Error> {
     counter(enc, name, help, &[(vec![], v)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_counted_family_has_its_own_help() {
+        let generic = help("");
+        for f in sluice_metrics::counters::families(CountTotals::FAMILIES) {
+            assert_ne!(help(f), generic, "{f} has no help text of its own");
+        }
+    }
 }

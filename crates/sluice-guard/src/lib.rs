@@ -173,50 +173,76 @@ pub enum GuardError {
     Io { what: String, error: io::Error },
 }
 
+sluice_metrics::counters! {
+    /// A guard thread's counts: declared once here, summed over threads
+    /// into the summary's keys (the field names) and the exporter's
+    /// families (the names after `=>`; the rest are in the summary only).
+    pub struct Counts / CountTotals {
+        /// Request heads received.
+        requests => "sluice_guard_requests",
+        /// Requests forwarded upstream.
+        forwarded => "sluice_guard_forwarded",
+        /// Bytes read from clients.
+        bytes_in => "sluice_guard_bytes_in",
+        /// Bytes written to clients.
+        bytes_out => "sluice_guard_bytes_out",
+        /// Upstream connects, writes or responses that failed.
+        upstream_errors => "sluice_guard_upstream_errors",
+        /// Upstreams that did not connect (`--upstream-connect-timeout`) or
+        /// answer (`--upstream-timeout`) in time: 504, or the client closed
+        /// when its response had begun.
+        upstream_timeouts => "sluice_guard_upstream_timeouts",
+        /// Upstream connections opened.
+        upstream_connects,
+        /// Connections closed at accept (blocked, or no room to track).
+        refused_at_accept => "sluice_guard_refused_at_accept",
+        /// Of those, for no room in the client table.
+        refused_table_full,
+        /// Client connections accepted.
+        connections => "sluice_guard_connections",
+        /// Open connections closed because their address was blocked meanwhile.
+        closed_blocked,
+        /// Connections that sent no byte of a request within the header
+        /// timeout (from accept, or since their last response), closed.
+        closed_idle => "sluice_guard_closed_idle",
+        /// Connections waiting for a request head, closed (oldest first) to
+        /// make room under `--max-connections`.
+        shed_waiting => "sluice_guard_shed_waiting",
+        /// New connections closed at once: at `--max-connections` with none
+        /// waiting to shed.
+        refused_max_connections => "sluice_guard_refused_max_connections",
+        /// `--proxy-protocol`: connections from outside `--trusted-proxies`, closed at accept.
+        refused_untrusted_proxy => "sluice_guard_refused_untrusted_proxy",
+        /// `--client-ip-header`: requests whose client (named by a trusted
+        /// proxy) was blocked, answered 403 and their connection closed.
+        refused_forwarded_blocked => "sluice_guard_refused_forwarded_blocked",
+        /// `--proxy-protocol`: connections whose first bytes were not a valid
+        /// PROXY header, or that sent none within the header timeout, closed.
+        proxy_header_errors => "sluice_guard_proxy_header_errors",
+        /// TLS handshakes finished.
+        tls_handshakes => "sluice_guard_tls_handshakes",
+        /// TLS connections that failed before their handshake finished.
+        tls_handshake_errors => "sluice_guard_tls_handshake_errors",
+        /// TLS connections closed for not finishing the handshake in time.
+        tls_handshake_timeouts => "sluice_guard_tls_handshake_timeouts",
+    }
+}
+
 /// One thread's counters: only that thread writes them (a cache line of
 /// its own, so threads do not share lines); scrapes and the summary read.
 #[derive(Debug, Default)]
 #[repr(align(128))]
 pub struct ThreadCounters {
-    pub requests: AtomicU64,
-    pub forwarded: AtomicU64,
-    pub bytes_in: AtomicU64,
-    pub bytes_out: AtomicU64,
-    pub upstream_errors: AtomicU64,
-    /// Upstreams that did not connect (`--upstream-connect-timeout`) or
-    /// answer (`--upstream-timeout`) in time: 504, or the client closed
-    /// when its response had begun.
-    pub upstream_timeouts: AtomicU64,
-    pub upstream_connects: AtomicU64,
-    pub refused_at_accept: AtomicU64,
-    pub refused_table_full: AtomicU64,
-    pub connections: AtomicU64,
-    /// Open connections closed because their address was blocked meanwhile.
-    pub closed_blocked: AtomicU64,
-    /// Connections that sent no byte of a request within the header
-    /// timeout (from accept, or since their last response), closed.
-    pub closed_idle: AtomicU64,
-    /// Connections waiting for a request head, closed (oldest first) to
-    /// make room under `--max-connections`.
-    pub shed_waiting: AtomicU64,
-    /// New connections closed at once: at `--max-connections` with none
-    /// waiting to shed.
-    pub refused_max_connections: AtomicU64,
-    /// `--proxy-protocol`: connections from outside `--trusted-proxies`, closed at accept.
-    pub refused_untrusted_proxy: AtomicU64,
-    /// `--client-ip-header`: requests whose client (named by a trusted
-    /// proxy) was blocked, answered 403 and their connection closed.
-    pub refused_forwarded_blocked: AtomicU64,
-    /// `--proxy-protocol`: connections whose first bytes were not a valid
-    /// PROXY header, or that sent none within the header timeout, closed.
-    pub proxy_header_errors: AtomicU64,
-    /// TLS handshakes finished.
-    pub tls_handshakes: AtomicU64,
-    /// TLS connections that failed before their handshake finished.
-    pub tls_handshake_errors: AtomicU64,
-    /// TLS connections closed for not finishing the handshake in time.
-    pub tls_handshake_timeouts: AtomicU64,
+    pub counts: Counts,
+    /// Breaches by limit (`Limit::index`).
     pub breaches: [AtomicU64; Limit::COUNT],
+}
+
+impl std::ops::Deref for ThreadCounters {
+    type Target = Counts;
+    fn deref(&self) -> &Counts {
+        &self.counts
+    }
 }
 
 /// What the threads share.
@@ -238,8 +264,9 @@ pub struct Shared {
 /// The counters summed: the `--json` summary and the metrics.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Report {
-    pub requests: u64,
-    pub forwarded: u64,
+    /// The threads' counts, summed (each a key of its own).
+    #[serde(flatten)]
+    pub counts: CountTotals,
     pub breaches: BTreeMap<&'static str, u64>,
     pub blocked_total: u64,
     pub blocked_active: u64,
@@ -248,15 +275,6 @@ pub struct Report {
     pub dry_run: bool,
     pub would_block: u64,
     pub max_connections: u64,
-    pub closed_idle: u64,
-    pub shed_waiting: u64,
-    pub refused_max_connections: u64,
-    pub refused_untrusted_proxy: u64,
-    pub proxy_header_errors: u64,
-    pub refused_forwarded_blocked: u64,
-    pub tls_handshakes: u64,
-    pub tls_handshake_errors: u64,
-    pub tls_handshake_timeouts: u64,
     pub tls_reloads_ok: u64,
     pub tls_reloads_failed: u64,
     /// The 10 most frequent JA4 fingerprints of ClientHellos, and how many distinct ones were seen.
@@ -266,21 +284,12 @@ pub struct Report {
     pub ja4_list_entries: u64,
     pub ja4_list_reloads_ok: u64,
     pub ja4_list_reloads_failed: u64,
-    pub refused_at_accept: u64,
-    pub refused_table_full: u64,
-    pub closed_blocked: u64,
     pub clients_tracked: u64,
     pub clients_evicted: u64,
     pub blocks_dropped: u64,
     /// Blocks the safety net refused, by reason (`never_block`,
     /// `min_prefix`): those clients were not blocked.
     pub blocks_refused: BTreeMap<&'static str, u64>,
-    pub upstream_errors: u64,
-    pub upstream_timeouts: u64,
-    pub upstream_connects: u64,
-    pub connections: u64,
-    pub bytes_in: u64,
-    pub bytes_out: u64,
     pub block_file_writes: u64,
     /// The first blocks (at most 1024): address, limit, times in ms since start.
     pub blocks: Vec<BlockEvent>,
@@ -300,18 +309,18 @@ impl Report {
             } else {
                 String::new()
             },
-            self.requests,
+            self.counts.requests,
             elapsed.as_secs_f64(),
-            self.forwarded,
-            self.connections,
-            self.refused_at_accept,
+            self.counts.forwarded,
+            self.counts.connections,
+            self.counts.refused_at_accept,
             self.blocked_total,
             self.blocked_active,
             self.clients_tracked,
             self.clients_evicted,
-            self.upstream_errors,
-            self.bytes_in,
-            self.bytes_out,
+            self.counts.upstream_errors,
+            self.counts.bytes_in,
+            self.counts.bytes_out,
             if broken.is_empty() { "none".into() } else { broken.join(", ") }
         )
     }
@@ -319,8 +328,10 @@ impl Report {
 
 impl Shared {
     pub fn report(&self) -> Report {
-        let sum =
-            |f: fn(&ThreadCounters) -> &AtomicU64| self.threads.iter().map(|t| f(t).load(Ordering::Relaxed)).sum();
+        let mut counts = CountTotals::default();
+        for t in &self.threads {
+            counts.add(&t.counts.totals());
+        }
         let breaches = Limit::ALL
             .iter()
             .map(|l| (l.name(), self.threads.iter().map(|t| t.breaches[l.index()].load(Ordering::Relaxed)).sum()))
@@ -328,22 +339,12 @@ impl Shared {
         let s = &self.table.stats;
         let dry = self.table.dry_run();
         Report {
-            requests: sum(|t| &t.requests),
-            forwarded: sum(|t| &t.forwarded),
+            counts,
             breaches,
             blocked_total: if dry { 0 } else { s.blocked_total.load(Ordering::Relaxed) },
             blocked_active: if dry { 0 } else { s.blocks_active.load(Ordering::Relaxed) },
             dry_run: dry,
             max_connections: self.max_connections as u64,
-            closed_idle: sum(|t| &t.closed_idle),
-            shed_waiting: sum(|t| &t.shed_waiting),
-            refused_max_connections: sum(|t| &t.refused_max_connections),
-            refused_untrusted_proxy: sum(|t| &t.refused_untrusted_proxy),
-            proxy_header_errors: sum(|t| &t.proxy_header_errors),
-            refused_forwarded_blocked: sum(|t| &t.refused_forwarded_blocked),
-            tls_handshakes: sum(|t| &t.tls_handshakes),
-            tls_handshake_errors: sum(|t| &t.tls_handshake_errors),
-            tls_handshake_timeouts: sum(|t| &t.tls_handshake_timeouts),
             tls_reloads_ok: self.tls.as_ref().map_or(0, |t| t.reloads_ok.load(Ordering::Relaxed)),
             tls_reloads_failed: self.tls.as_ref().map_or(0, |t| t.reloads_failed.load(Ordering::Relaxed)),
             ja4_top: self.ja4_stats.top(10),
@@ -352,9 +353,6 @@ impl Shared {
             ja4_list_reloads_ok: self.ja4_block.as_ref().map_or(0, |b| b.reloads_ok.load(Ordering::Relaxed)),
             ja4_list_reloads_failed: self.ja4_block.as_ref().map_or(0, |b| b.reloads_failed.load(Ordering::Relaxed)),
             would_block: if dry { s.blocked_total.load(Ordering::Relaxed) } else { 0 },
-            refused_at_accept: sum(|t| &t.refused_at_accept),
-            refused_table_full: sum(|t| &t.refused_table_full),
-            closed_blocked: sum(|t| &t.closed_blocked),
             clients_tracked: s.tracked.load(Ordering::Relaxed),
             clients_evicted: s.evicted.load(Ordering::Relaxed),
             blocks_dropped: s.blocks_dropped.load(Ordering::Relaxed),
@@ -362,12 +360,6 @@ impl Shared {
                 ("never_block", s.refused_never_block.load(Ordering::Relaxed)),
                 ("min_prefix", s.refused_min_prefix.load(Ordering::Relaxed)),
             ]),
-            upstream_errors: sum(|t| &t.upstream_errors),
-            upstream_timeouts: sum(|t| &t.upstream_timeouts),
-            upstream_connects: sum(|t| &t.upstream_connects),
-            connections: sum(|t| &t.connections),
-            bytes_in: sum(|t| &t.bytes_in),
-            bytes_out: sum(|t| &t.bytes_out),
             block_file_writes: self.block_file_writes.load(Ordering::Relaxed),
             blocks: self.table.block_log(),
         }

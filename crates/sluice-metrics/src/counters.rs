@@ -26,7 +26,7 @@ pub struct Export {
 /// `field => "family" { "label" = "value" }`.
 ///
 /// Generates `NAME` (an `AtomicU64` per field, `Default`), `PLAIN` (a `u64`
-/// per field, `Copy`), `NAME::totals`, `NAME::add` (a plain copy's counts,
+/// per field, `Copy`, serialized as a map), `NAME::totals`, `NAME::add` (a plain copy's counts,
 /// skipping zeros), `PLAIN::add`, `PLAIN::pairs` (`(name, value)`, in
 /// declaration order), `PLAIN::exported` (`(Export, value)` of the fields
 /// that are exported) and `PLAIN::FAMILIES` (each family once, in order).
@@ -66,6 +66,17 @@ macro_rules! counters {
                         self.$field.fetch_add(t.$field, ::std::sync::atomic::Ordering::Relaxed);
                     }
                 )*
+            }
+        }
+
+        /// A map of every counter, by name, in declaration order (what
+        /// `#[serde(flatten)]` puts in a JSON summary).
+        impl $crate::__serde::Serialize for $plain {
+            fn serialize<S: $crate::__serde::Serializer>(&self, s: S) -> ::std::result::Result<S::Ok, S::Error> {
+                use $crate::__serde::ser::SerializeMap as _;
+                let mut m = s.serialize_map(Some(Self::NAMES.len()))?;
+                $( m.serialize_entry(stringify!($field), &self.$field)?; )*
+                m.end()
             }
         }
 

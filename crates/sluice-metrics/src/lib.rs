@@ -9,6 +9,10 @@
 
 pub mod counters;
 
+/// For [`counters!`]: its plain copies serialize as a map of their fields.
+#[doc(hidden)]
+pub use serde as __serde;
+
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelValue, EncodeMetric, LabelValueEncoder};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
