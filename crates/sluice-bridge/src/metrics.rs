@@ -18,6 +18,7 @@ use sluice_engine::snapshot::Published;
 use sluice_engine::{RuleSet, Side, Stats};
 use sluice_live::pipeline::{BridgeCounters, PortTotals};
 use sluice_metrics::{counter, gauge};
+use sluice_pipeline::sample::SampleCounts;
 use sluice_pipeline::LiveStats;
 use sluice_pipeline::{Observer, Progress};
 use sluice_wire::ErrorKind;
@@ -664,20 +665,16 @@ impl Exporter {
         let s = &self.0;
         // Always served (zeros without --sample-drops/--log-drops), so a
         // dashboard's panel has a series either way.
-        {
-            let n = s.samples.get().map(|sc| sc.snapshot()).unwrap_or_default();
-            counter(
-                enc,
-                "sluice_drop_samples",
-                "Dropped frames sampled (--sample-drops, --log-drops), by what became of them.",
-                &[
-                    (vec![("result", "written".to_owned())], n.written),
-                    (vec![("result", "queue_full".to_owned())], n.lost_queue_full),
-                    (vec![("result", "over_cap".to_owned())], n.over_cap),
-                    (vec![("result", "write_error".to_owned())], n.write_errors),
-                ],
-            )?;
-            counter(enc, "sluice_drop_sample_rotations", "Sample files rotated.", &[(vec![], n.rotations)])?;
+        let n = s.samples.get().map(|sc| sc.totals()).unwrap_or_default();
+        let rows = [(vec![], n.exported())];
+        for family in sluice_metrics::counters::families(SampleCounts::FAMILIES) {
+            let help = match family {
+                "sluice_drop_samples" => {
+                    "Dropped frames sampled (--sample-drops, --log-drops), by what became of them."
+                }
+                _ => "Sample files rotated.",
+            };
+            counter(enc, family, help, &sluice_metrics::counters::samples(family, &rows))?;
         }
         Ok(())
     }

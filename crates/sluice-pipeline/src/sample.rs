@@ -69,7 +69,7 @@ use std::fmt;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -150,53 +150,27 @@ impl Default for SampleConfig {
     }
 }
 
-/// Running counts, readable while the sampler runs (relaxed: each is exact
-/// on its own; after [`Sampler::finish`] they are final and
-/// `sampled == written + lost_queue_full + write_errors` unless a flush failed).
-#[derive(Debug, Default)]
-pub struct SampleCounters {
-    /// Dropped packets the sinks saw (added once per batch).
-    pub drops_seen: AtomicU64,
-    /// 1-in-N candidates the rate cap let through and that were offered to the queue.
-    pub sampled: AtomicU64,
-    /// Samples written to every configured output.
-    pub written: AtomicU64,
-    /// Samples lost because the queue was full ([`Backpressure::Shed`]) or
-    /// the writer had already finished.
-    pub lost_queue_full: AtomicU64,
-    /// 1-in-N candidates the rate cap refused.
-    pub over_cap: AtomicU64,
-    /// Times the capture file was rotated.
-    pub rotations: AtomicU64,
-    /// Samples an output failed to take (a stopped capture file included), and failed flushes.
-    pub write_errors: AtomicU64,
-}
-
-impl SampleCounters {
-    /// The counts as plain numbers.
-    pub fn snapshot(&self) -> SampleCounts {
-        SampleCounts {
-            drops_seen: self.drops_seen.load(Relaxed),
-            sampled: self.sampled.load(Relaxed),
-            written: self.written.load(Relaxed),
-            lost_queue_full: self.lost_queue_full.load(Relaxed),
-            over_cap: self.over_cap.load(Relaxed),
-            rotations: self.rotations.load(Relaxed),
-            write_errors: self.write_errors.load(Relaxed),
-        }
+sluice_metrics::counters! {
+    /// Running counts, readable while the sampler runs (relaxed: each is exact
+    /// on its own; after [`Sampler::finish`] they are final and
+    /// `sampled == written + lost_queue_full + write_errors` unless a flush failed).
+    pub struct SampleCounters / SampleCounts {
+        /// Dropped packets the sinks saw (added once per batch).
+        drops_seen,
+        /// 1-in-N candidates the rate cap let through and that were offered to the queue.
+        sampled,
+        /// Samples written to every configured output.
+        written => "sluice_drop_samples" { "result" = "written" },
+        /// Samples lost because the queue was full ([`Backpressure::Shed`]) or
+        /// the writer had already finished.
+        lost_queue_full => "sluice_drop_samples" { "result" = "queue_full" },
+        /// 1-in-N candidates the rate cap refused.
+        over_cap => "sluice_drop_samples" { "result" = "over_cap" },
+        /// Samples an output failed to take (a stopped capture file included), and failed flushes.
+        write_errors => "sluice_drop_samples" { "result" = "write_error" },
+        /// Times the capture file was rotated.
+        rotations => "sluice_drop_sample_rotations",
     }
-}
-
-/// [`SampleCounters`] read at one moment.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SampleCounts {
-    pub drops_seen: u64,
-    pub sampled: u64,
-    pub written: u64,
-    pub lost_queue_full: u64,
-    pub over_cap: u64,
-    pub rotations: u64,
-    pub write_errors: u64,
 }
 
 /// A capture file the sampler left on disk.
@@ -221,18 +195,15 @@ pub struct SampleReport {
 impl SampleReport {
     /// The `samples` object of a `--json` summary (docs/json.md).
     pub fn to_json(&self) -> serde_json::Value {
-        let c = &self.counts;
-        serde_json::json!({
-            "drops_seen": c.drops_seen,
-            "sampled": c.sampled,
-            "written": c.written,
-            "lost_queue_full": c.lost_queue_full,
-            "over_cap": c.over_cap,
-            "write_errors": c.write_errors,
-            "rotations": c.rotations,
-            "discarded": self.discarded_records,
-            "files": self.files.iter().map(|f| serde_json::json!({"path": f.path.display().to_string(), "records": f.records})).collect::<Vec<_>>(),
-        })
+        // The counts as declared, then what the files hold.
+        let mut v = serde_json::to_value(self.counts).expect("counts serialize");
+        v["discarded"] = self.discarded_records.into();
+        v["files"] = self
+            .files
+            .iter()
+            .map(|f| serde_json::json!({"path": f.path.display().to_string(), "records": f.records}))
+            .collect();
+        v
     }
 
     /// One line for a text summary.
@@ -402,7 +373,7 @@ impl Sampler {
     /// writer, finish the file.
     pub fn finish(mut self) -> Result<SampleReport, SampleError> {
         let outcome = self.close();
-        let counts = self.counters.snapshot();
+        let counts = self.counters.totals();
         let outcome = match outcome {
             Some(Ok(o)) => o,
             Some(Err(panic)) => {

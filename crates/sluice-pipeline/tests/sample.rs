@@ -474,7 +474,7 @@ fn a_full_queue_loses_samples_never_packets() {
     }
     // The writer is stuck on its first sample; at most one more fits the queue.
     entered.recv().unwrap();
-    let c = sampler.counters().snapshot();
+    let c = sampler.counters().totals();
     assert_eq!(c.sampled, 1000);
     assert!(c.lost_queue_full >= 998, "{c:?}");
     assert_eq!(sink.inner().out, expected_out(&batches), "no packet lost");
@@ -550,7 +550,7 @@ fn waiting_loses_nothing_with_a_tiny_queue_and_a_slow_writer() {
     entered.recv().unwrap();
     // The writer holds one, the queue one, the sink waits with the third.
     std::thread::sleep(Duration::from_millis(200));
-    let (went_on, c) = (feeder.is_finished(), counters.snapshot());
+    let (went_on, c) = (feeder.is_finished(), counters.totals());
     // Before asserting: a failed test must not leave the writer stuck (the
     // sampler's drop waits for it).
     open.send(()).unwrap();
