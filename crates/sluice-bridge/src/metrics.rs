@@ -13,6 +13,7 @@
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
+use sluice_control::control::ControlTotals;
 use sluice_control::ControlState;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{RuleSet, Side, Stats};
@@ -463,16 +464,12 @@ impl Exporter {
     fn control(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = &self.0;
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        counter(
-            enc,
-            "sluice_reloads",
-            "Rule reloads (SIGHUP or a list file change), by result.",
-            &[
-                (vec![("result", "ok".to_owned())], l(&s.control.reloads_ok)),
-                (vec![("result", "failed".to_owned())], l(&s.control.reloads_failed)),
-            ],
-        )?;
-        counter(enc, "sluice_sighup", "SIGHUPs received.", &[(vec![], l(&s.control.sighups))])?;
+        // The control plane's counts, as `ControlCounters` and
+        // `SocketCounters` declare them (both count control requests).
+        let rows = [(vec![], s.control.counts.totals().exported()), (vec![], s.socket.totals().exported())];
+        for family in sluice_metrics::counters::families(ControlTotals::FAMILIES) {
+            counter(enc, family, control_family_help(family), &sluice_metrics::counters::samples(family, &rows))?;
+        }
         counter(
             enc,
             "sluice_judged_packets",
@@ -521,7 +518,6 @@ impl Exporter {
     /// The runtime sets, the control socket, publications and their latency.
     fn sets(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = &self.0;
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let c = &s.control;
         let mut sets = Vec::new();
         let mut merges = Vec::new();
@@ -561,33 +557,6 @@ impl Exporter {
             "sluice_set_refused",
             "Runtime adds refused, per set and reason (full: past the set's maxelem; never_block: it overlaps --never-block; min_prefix: wider than --min-prefix-*).",
             &refused,
-        )?;
-        counter(
-            enc,
-            "sluice_set_updates",
-            "Runtime set changes applied (control socket lines: add, del, flush).",
-            &[(vec![], l(&c.updates))],
-        )?;
-        counter(enc, "sluice_set_expired", "Runtime elements whose timeout passed.", &[(vec![], l(&c.expired))])?;
-        counter(
-            enc,
-            "sluice_control_requests",
-            "Control socket requests, by result (refused: the peer's uid/gid is not allowed; busy: too many \
-             connections at once; too_large: over 64 MiB; timed_out: not whole within the deadline).",
-            &[
-                (vec![("result", "ok".to_owned())], l(&c.ctl_ok)),
-                (vec![("result", "failed".to_owned())], l(&c.ctl_failed)),
-                (vec![("result", "refused".to_owned())], l(&s.socket.refused)),
-                (vec![("result", "busy".to_owned())], l(&s.socket.busy)),
-                (vec![("result", "too_large".to_owned())], l(&s.socket.too_large)),
-                (vec![("result", "timed_out".to_owned())], l(&s.socket.timed_out)),
-            ],
-        )?;
-        counter(
-            enc,
-            "sluice_set_publishes",
-            "Rule sets published for runtime changes (requests waiting together share one).",
-            &[(vec![], l(&c.publishes))],
         )?;
         if let Some((p50, p99, max)) = c.publish_latency() {
             let q: Vec<_> = [("0.5", p50), ("0.99", p99), ("1", max)]
@@ -680,6 +649,22 @@ impl Exporter {
     }
 }
 
+/// The help text of a family `ControlCounters` or `SocketCounters` declares.
+fn control_family_help(family: &str) -> &'static str {
+    match family {
+        "sluice_reloads" => "Rule reloads (SIGHUP or a list file change), by result.",
+        "sluice_sighup" => "SIGHUPs received.",
+        "sluice_set_updates" => "Runtime set changes applied (control socket lines: add, del, flush).",
+        "sluice_set_expired" => "Runtime elements whose timeout passed.",
+        "sluice_control_requests" => {
+            "Control socket requests, by result (refused: the peer's uid/gid is not allowed; busy: too many \
+             connections at once; too_large: over 64 MiB; timed_out: not whole within the deadline)."
+        }
+        "sluice_set_publishes" => "Rule sets published for runtime changes (requests waiting together share one).",
+        _ => "A control plane counter.",
+    }
+}
+
 impl BridgeMetrics {
     /// A registry that encodes these counters on every scrape.
     pub fn registry(self: &Arc<Self>) -> Registry {
@@ -692,6 +677,18 @@ impl BridgeMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_control_family_has_its_own_help() {
+        let generic = control_family_help("");
+        for f in sluice_metrics::counters::families(ControlTotals::FAMILIES) {
+            assert_ne!(control_family_help(f), generic, "{f} has no help text of its own");
+        }
+        // The socket's counters go into a family the control plane declares.
+        for f in sluice_metrics::counters::families(sluice_control::socket::SocketTotals::FAMILIES) {
+            assert!(ControlTotals::FAMILIES.contains(&f), "{f}");
+        }
+    }
 
     #[test]
     fn every_port_family_has_its_own_help() {

@@ -30,33 +30,52 @@ use std::time::{Duration, Instant, SystemTime};
 /// replaced sets when nothing is sent to it.
 pub const TICK: Duration = Duration::from_millis(200);
 
+sluice_metrics::counters! {
+    /// The control plane's counts, declared once: the exporter's families
+    /// come from this list.
+    pub struct ControlCounters / ControlTotals {
+        /// Rule reloads that worked.
+        reloads_ok => "sluice_reloads" { "result" = "ok" },
+        /// Rule reloads that failed (the rules in force stay).
+        reloads_failed => "sluice_reloads" { "result" = "failed" },
+        /// SIGHUPs received.
+        sighups => "sluice_sighup",
+        /// Control-socket requests answered, by result.
+        ctl_ok => "sluice_control_requests" { "result" = "ok" },
+        ctl_failed => "sluice_control_requests" { "result" = "failed" },
+        /// Set elements added, deleted or flushed at runtime (batch lines applied).
+        updates => "sluice_set_updates",
+        /// Runtime elements whose timeout passed.
+        expired => "sluice_set_expired",
+        /// Runtime changes published.
+        publishes => "sluice_set_publishes",
+    }
+}
+
 /// What the controller has done, for metrics and summaries.
 #[derive(Debug, Default)]
 pub struct ControlState {
-    pub reloads_ok: AtomicU64,
-    pub reloads_failed: AtomicU64,
-    pub sighups: AtomicU64,
+    /// Its counts (`state.reloads_ok` reads through to them).
+    pub counts: ControlCounters,
     /// Unix time of the last successful load, in ms.
     pub last_reload_ms: AtomicU64,
     /// Generation of the rules in force (0 at start).
     pub generation: AtomicU64,
     lists: Mutex<Vec<ListEntries>>,
-    /// Control-socket requests answered, by result.
-    pub ctl_ok: AtomicU64,
-    pub ctl_failed: AtomicU64,
-    /// Set elements added, deleted or flushed at runtime (batch lines applied).
-    pub updates: AtomicU64,
-    /// Runtime elements whose timeout passed.
-    pub expired: AtomicU64,
-    /// Runtime changes published, and from a request's arrival to its
-    /// publication, the recent ones.
-    pub publishes: AtomicU64,
+    /// From a request's arrival to its publication, the recent ones.
     recent_publish_ns: Mutex<std::collections::VecDeque<u64>>,
     sets: Mutex<Vec<SetRow>>,
     /// Runtime adds refused, by set and reason (`sluice_set_refused`): the
     /// one counter the sets count into (`full`) and the safety net in front
     /// of them (`never_block`, `min_prefix`).
     pub refusals: Arc<Refusals>,
+}
+
+impl std::ops::Deref for ControlState {
+    type Target = ControlCounters;
+    fn deref(&self) -> &ControlCounters {
+        &self.counts
+    }
 }
 
 impl ControlState {

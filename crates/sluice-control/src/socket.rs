@@ -16,7 +16,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -104,18 +104,19 @@ pub fn group_id(name: &str) -> Result<u32, SocketError> {
         .ok_or_else(|| SocketError::NoGroup(name.into()))
 }
 
-/// What the socket thread counts (the metrics read it).
-#[derive(Debug, Default)]
-pub struct SocketCounters {
-    /// Peers refused by `SO_PEERCRED`.
-    pub refused: AtomicU64,
-    /// Connections answered `busy`: [`SocketLimits::max_connections`] were being
-    /// served.
-    pub busy: AtomicU64,
-    /// Requests over [`SocketLimits::max_request`], refused whole.
-    pub too_large: AtomicU64,
-    /// Requests not in whole by [`SocketLimits::read_deadline`].
-    pub timed_out: AtomicU64,
+sluice_metrics::counters! {
+    /// What the socket thread counts (the metrics read it).
+    pub struct SocketCounters / SocketTotals {
+        /// Peers refused by `SO_PEERCRED`.
+        refused => "sluice_control_requests" { "result" = "refused" },
+        /// Connections answered `busy`: [`SocketLimits::max_connections`] were being
+        /// served.
+        busy => "sluice_control_requests" { "result" = "busy" },
+        /// Requests over [`SocketLimits::max_request`], refused whole.
+        too_large => "sluice_control_requests" { "result" = "too_large" },
+        /// Requests not in whole by [`SocketLimits::read_deadline`].
+        timed_out => "sluice_control_requests" { "result" = "timed_out" },
+    }
 }
 
 /// The serving thread; [`Serving::stop`] ends it.
