@@ -1,0 +1,297 @@
+//! Countries and networks (ASNs) as prefix sets, read from MaxMind DB
+//! (`.mmdb`) files: GeoLite2, DB-IP Lite, IPinfo Lite, IPtoASN and the
+//! ip-location-db builds of them.
+//!
+//! A country or an ASN is just the networks a database maps to it: [`GeoDb::networks`]
+//! walks every network of the file once (the `maxminddb` crate's tree
+//! iterator, aliases of the IPv4 subtree skipped) and keeps those whose
+//! record holds one of the wanted values at the field path. Records are
+//! shared by many networks, so each record's answer is decided once (by
+//! its offset). The result is a prefix list like any other; the engine
+//! builds its usual tables from it.
+
+pub mod write;
+
+use maxminddb::{PathElement, Reader, WithinOptions};
+use serde::de::{self, Deserializer, Visitor};
+use std::collections::HashMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::path::Path;
+
+/// What a geo set selects by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Key {
+    /// ISO 3166-1 alpha-2 country codes.
+    Country,
+    /// Autonomous system numbers.
+    Asn,
+}
+
+impl Key {
+    /// The field path GeoIP2-style databases hold this key at.
+    pub fn default_field(self) -> &'static str {
+        match self {
+            Key::Country => "country.iso_code",
+            Key::Asn => "autonomous_system_number",
+        }
+    }
+
+    /// As written in a rule file: `country` or `asn`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Key::Country => "country",
+            Key::Asn => "asn",
+        }
+    }
+
+    /// A value as written (`cn`, `CN`; `4134`, `AS4134`), checked and in its
+    /// one spelling (`CN`; `4134`).
+    pub fn parse_value(self, text: &str) -> Result<String, String> {
+        match self {
+            Key::Country => {
+                if text.len() == 2 && text.bytes().all(|b| b.is_ascii_alphabetic()) {
+                    Ok(text.to_ascii_uppercase())
+                } else {
+                    Err(format!("`{text}` is not a country code (two letters, ISO 3166-1 alpha-2, like CN)"))
+                }
+            }
+            Key::Asn => {
+                let digits = text.strip_prefix("AS").or_else(|| text.strip_prefix("as")).unwrap_or(text);
+                match digits.parse::<u32>() {
+                    Ok(n) => Ok(n.to_string()),
+                    Err(_) => Err(format!("`{text}` is not an AS number (0 to 4294967295, like 4134 or AS4134)")),
+                }
+            }
+        }
+    }
+}
+
+/// The networks a geo set holds: those whose record has one of `values`
+/// at `field` (the key's default when None).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Select {
+    pub key: Key,
+    /// In their one spelling ([`Key::parse_value`]).
+    pub values: Vec<String>,
+    pub field: Option<String>,
+}
+
+impl Select {
+    /// The field path in use.
+    pub fn field(&self) -> &str {
+        self.field.as_deref().unwrap_or(self.key.default_field())
+    }
+}
+
+/// What a database says of itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DbInfo {
+    pub database_type: String,
+    /// Unix time it was built.
+    pub build_epoch: u64,
+    pub ip_version: u16,
+    pub node_count: u32,
+}
+
+/// The networks of a [`Select`], and how many each value has.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Networks {
+    /// Network address (host bits zero) and prefix length; IPv4 networks
+    /// as IPv4.
+    pub prefixes: Vec<(IpAddr, u8)>,
+    /// `(value, networks)` in the order of [`Select::values`].
+    pub per_value: Vec<(String, usize)>,
+}
+
+/// An address's network in a database and the value at a field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found {
+    pub network: (IpAddr, u8),
+    /// The value at the field, as text (None: the record has none there).
+    pub value: Option<String>,
+}
+
+/// A database that could not be read, or a selection it cannot answer.
+/// Each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum GeoError {
+    #[error("{path}: cannot open: {error}")]
+    Open { path: String, error: std::io::Error },
+    #[error("{path}: not a MaxMind DB file ({message})")]
+    Invalid { path: String, message: String },
+    #[error("{path}: reading the database: {message}")]
+    Read { path: String, message: String },
+    #[error("{path}: no record has a value at field `{field}` (is it this schema's? e.g. `field country_code` for ip-location-db files)")]
+    NoField { path: String, field: String },
+    #[error("{path}: {key} {value} has no networks at field `{field}`")]
+    NoNetworks { path: String, key: &'static str, value: String, field: String },
+}
+
+/// An open database.
+pub struct GeoDb {
+    reader: Reader<Vec<u8>>,
+    path: String,
+}
+
+impl fmt::Debug for GeoDb {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GeoDb").field("path", &self.path).field("info", &self.info()).finish()
+    }
+}
+
+impl GeoDb {
+    /// Read `path` whole (the set is built once per load; the file is not
+    /// kept open, so a replaced file is read anew at the next reload).
+    pub fn open(path: &Path) -> Result<GeoDb, GeoError> {
+        let name = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|error| GeoError::Open { path: name.clone(), error })?;
+        GeoDb::from_bytes(bytes, name)
+    }
+
+    /// A database in memory; `name` names it in errors.
+    pub fn from_bytes(bytes: Vec<u8>, name: String) -> Result<GeoDb, GeoError> {
+        let reader =
+            Reader::from_source(bytes).map_err(|e| GeoError::Invalid { path: name.clone(), message: e.to_string() })?;
+        Ok(GeoDb { reader, path: name })
+    }
+
+    pub fn info(&self) -> DbInfo {
+        let m = self.reader.metadata();
+        DbInfo {
+            database_type: m.database_type.clone(),
+            build_epoch: m.build_epoch,
+            ip_version: m.ip_version,
+            node_count: m.node_count,
+        }
+    }
+
+    fn read_err(&self, e: maxminddb::MaxMindDbError) -> GeoError {
+        GeoError::Read { path: self.path.clone(), message: e.to_string() }
+    }
+
+    /// Every network whose record holds one of `sel.values` at its field.
+    /// A field no record has, or a value no network has, is an error (a
+    /// typo would otherwise build an empty set that blocks nothing).
+    pub fn networks(&self, sel: &Select) -> Result<Networks, GeoError> {
+        let field = sel.field();
+        let path = path_elements(field);
+        let wanted: HashMap<&str, usize> = sel.values.iter().enumerate().map(|(i, v)| (v.as_str(), i)).collect();
+        let mut counts = vec![0usize; sel.values.len()];
+        // Record offset -> the value's index (None: not wanted, or no value).
+        let mut decided: HashMap<usize, Option<usize>> = HashMap::new();
+        let mut field_seen = false;
+        let mut prefixes = Vec::new();
+        let iter = self.reader.networks(WithinOptions::default()).map_err(|e| self.read_err(e))?;
+        for r in iter {
+            let r = r.map_err(|e| self.read_err(e))?;
+            let Some(offset) = r.offset() else { continue };
+            let hit = match decided.get(&offset) {
+                Some(&h) => h,
+                None => {
+                    let leaf: Option<Leaf> = r.decode_path(&path).map_err(|e| self.read_err(e))?;
+                    field_seen |= leaf.is_some();
+                    let h = leaf.and_then(|l| l.spelled(sel.key)).and_then(|v| wanted.get(v.as_str()).copied());
+                    decided.insert(offset, h);
+                    h
+                }
+            };
+            if let Some(i) = hit {
+                let n = r.network().map_err(|e| self.read_err(e))?;
+                prefixes.push((n.network(), n.prefix()));
+                counts[i] += 1;
+            }
+        }
+        if !field_seen {
+            return Err(GeoError::NoField { path: self.path.clone(), field: field.to_owned() });
+        }
+        if let Some(i) = counts.iter().position(|&n| n == 0) {
+            return Err(GeoError::NoNetworks {
+                path: self.path.clone(),
+                key: sel.key.name(),
+                value: sel.values[i].clone(),
+                field: field.to_owned(),
+            });
+        }
+        Ok(Networks { prefixes, per_value: sel.values.iter().cloned().zip(counts).collect() })
+    }
+
+    /// The network `addr` is in, and the value at `field`; None when the
+    /// database has no record for it.
+    pub fn lookup(&self, addr: IpAddr, field: &str) -> Result<Option<Found>, GeoError> {
+        let r = self.reader.lookup(addr).map_err(|e| self.read_err(e))?;
+        if !r.has_data() {
+            return Ok(None);
+        }
+        let n = r.network().map_err(|e| self.read_err(e))?;
+        let leaf: Option<Leaf> = r.decode_path(&path_elements(field)).map_err(|e| self.read_err(e))?;
+        Ok(Some(Found { network: (n.network(), n.prefix()), value: leaf.map(|l| l.to_string()) }))
+    }
+}
+
+/// `country.iso_code` as path elements; a number is an array index
+/// (`subdivisions.0.iso_code`).
+fn path_elements(field: &str) -> Vec<PathElement<'_>> {
+    field
+        .split('.')
+        .map(|p| match p.parse::<usize>() {
+            Ok(i) => PathElement::Index(i),
+            Err(_) => PathElement::Key(p),
+        })
+        .collect()
+}
+
+/// A value at a field: text or a number (anything else is a decoding
+/// error: the field names a map or an array, not a value).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Leaf {
+    Text(String),
+    Number(u128),
+}
+
+impl Leaf {
+    /// In the key's one spelling, if it is one.
+    fn spelled(self, key: Key) -> Option<String> {
+        match self {
+            Leaf::Text(t) => key.parse_value(&t).ok(),
+            Leaf::Number(n) => (key == Key::Asn).then(|| n.to_string()),
+        }
+    }
+}
+
+impl fmt::Display for Leaf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Leaf::Text(t) => f.write_str(t),
+            Leaf::Number(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Leaf {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Leaf, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Leaf;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or a number (the field names a map or an array: name a value inside it)")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Leaf, E> {
+                Ok(Leaf::Text(v.to_owned()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Leaf, E> {
+                Ok(Leaf::Number(u128::from(v)))
+            }
+            fn visit_u128<E: de::Error>(self, v: u128) -> Result<Leaf, E> {
+                Ok(Leaf::Number(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Leaf, E> {
+                u128::try_from(v).map(Leaf::Number).map_err(|_| E::custom("a negative number"))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+mod tests;
