@@ -295,3 +295,69 @@ fn duration_stops_the_bridge_by_itself() {
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     assert_eq!(s.json["packets"], 0, "{}", s.json);
 }
+
+/// A country database: 198.51.100.0/24 is RU, 203.0.113.0/24 is FI (or,
+/// with `moved`, RU too).
+fn geo_db(path: &Path, moved: bool) {
+    use sluice_geo::write::{Value, Writer};
+    let cc = |c: &str| Value::map([("country", Value::map([("iso_code", Value::str(c))]))]);
+    let mut w = Writer::new("GeoLite2-Country", 1_795_737_600);
+    w.insert("198.51.100.0".parse().unwrap(), 24, cc("RU")).unwrap();
+    w.insert("203.0.113.0".parse().unwrap(), 24, cc(if moved { "RU" } else { "FI" })).unwrap();
+    w.insert("2001:db8::".parse().unwrap(), 32, cc("RU")).unwrap();
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, w.to_bytes()).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+#[test]
+fn a_country_set_drops_its_networks_and_says_where_they_came_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("country.mmdb");
+    geo_db(&db, false);
+    let file = write(dir.path(), "r.rules", "set ru geo country.mmdb country RU\ndrop saddr @ru\n");
+    let sock = dir.path().join("ctl.sock");
+    let cfg = BridgeConfig { control: Some(sock.clone()), watch: true, ..BridgeConfig::new(rules(file)) };
+    let (bridge, wire) = start(cfg);
+    let through = |src: [u8; 4], n: u32| {
+        wire.send(0, &frame(src, n));
+        collect(&wire, 1, 1, Duration::from_millis(500)).len()
+    };
+    assert_eq!(through(BAD, 0), 0, "198.51.100.66 is in RU");
+    assert_eq!(through(GOOD, 1), 1, "203.0.113.7 is in FI");
+
+    let sets = ctl(&sock, "sets\n");
+    let geo = &sets["sets"][0]["geo"][0];
+    assert_eq!(geo["database_type"], "GeoLite2-Country", "{sets}");
+    assert_eq!(geo["build_epoch"], 1_795_737_600u64, "{sets}");
+    assert_eq!(geo["networks"], serde_json::json!([["RU", 2]]), "{sets}");
+    let text = sluice_control::ctl::render_text(&sets);
+    assert!(text.contains("# ru: country GeoLite2-Country built 2026-11-27 ("), "{text}");
+    assert!(text.contains("): RU 2 networks"), "{text}");
+
+    let t = ctl(&sock, "test ru 198.51.100.66\n");
+    assert_eq!(t["match"], true, "{t}");
+    assert_eq!(t["geo"]["network"], "198.51.100.0/24", "{t}");
+    assert_eq!(t["geo"]["country"], "RU", "{t}");
+    let t = ctl(&sock, "test ru 203.0.113.7\n");
+    assert_eq!((t["match"].clone(), t["geo"]["country"].clone()), (false.into(), "FI".into()), "{t}");
+
+    // The database is replaced: --watch reloads it, and FI's network moved to RU.
+    std::thread::sleep(Duration::from_millis(1100));
+    geo_db(&db, true);
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut n = 2;
+    while through(GOOD, n) == 1 {
+        assert!(Instant::now() < end, "the new database was not loaded");
+        n += 1;
+    }
+    // A damaged database at reload: the sets in force stay.
+    std::fs::write(dir.path().join("bad.tmp"), b"not a database").unwrap();
+    std::fs::rename(dir.path().join("bad.tmp"), &db).unwrap();
+    let r = ctl(&sock, "reload\n");
+    assert_eq!(r["ok"], false, "{r}");
+    assert!(r["error"].as_str().unwrap().contains("reload failed"), "{r}");
+    assert_eq!(through(GOOD, n + 1), 0, "the sets in force stay");
+    bridge.stop();
+    bridge.wait().unwrap();
+}

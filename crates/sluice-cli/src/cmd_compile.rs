@@ -38,7 +38,19 @@ pub fn compile(a: CompileArgs) -> Result<Outcome> {
     }
     let loaded = a.rules.load_for_compile()?;
     let started = Instant::now();
-    let bytes = compiled::save(&loaded.rules);
+    // Where the geo sets' networks came from, kept for `inspect`.
+    let geo: Vec<(String, String)> = loaded
+        .lists
+        .iter()
+        .filter_map(|l| {
+            let set = match l.kind.strip_prefix("set ") {
+                Some(name) => name.to_owned(),
+                None => "drop-src".to_owned(),
+            };
+            l.geo.as_ref().map(|g| (set, g.describe()))
+        })
+        .collect();
+    let bytes = compiled::save_with_notes(&loaded.rules, &geo);
     let tmp = a.out.with_extension("tmp-sluice");
     let write = || -> std::io::Result<()> {
         let mut f = std::fs::File::create(&tmp)?;
@@ -117,6 +129,9 @@ pub fn inspect(a: InspectArgs) -> Result<Outcome> {
     println!("sets:");
     for s in &meta.sets {
         println!("  {:<24} {:>10} entries  {:>12} bytes  ({})", s.name, s.entries, s.bytes, s.kind);
+        if let Some(g) = &s.geo {
+            println!("  {:<24} geo: {g}", "");
+        }
     }
     if !text.is_empty() {
         println!("rule file:");

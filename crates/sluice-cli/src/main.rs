@@ -106,7 +106,7 @@ enum Command {
     /// Where RSS steers a flow: its Toeplitz hash, indirection bucket and worker.
     Rss(cmd_rss::RssArgs),
     /// Forward between two interfaces (AF_XDP or AF_PACKET), dropping what the rules say.
-    Bridge(cmd_bridge::BridgeArgs),
+    Bridge(Box<cmd_bridge::BridgeArgs>),
     /// Change a running bridge's sets or a guard's blocks, and ask what they hold, over its control socket.
     Ctl(cmd_ctl::CtlArgs),
     /// Send a capture or generated frames out of an interface, paced (pkt-gen's role).
@@ -146,7 +146,7 @@ fn main() -> ExitCode {
         Command::Inspect(a) => cmd_compile::inspect(a),
         Command::Demo(a) => cmd_demo::run(a),
         Command::Rss(a) => cmd_rss::run(a),
-        Command::Bridge(a) => cmd_bridge::run(a),
+        Command::Bridge(a) => cmd_bridge::run(*a),
         Command::Ctl(a) => cmd_ctl::run(a),
         Command::Send(a) => cmd_send::run(a),
         Command::UdpEcho(a) => cmd_udp::echo(a),

@@ -12,7 +12,11 @@ use std::path::PathBuf;
 pub struct RuleArgs {
     /// A rule file (nft-flavoured: `set`, `drop`/`pass`/`count` rules,
     /// `default`; see docs/rules.md), or a file made by `sluice compile`.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["drop_src", "drop_dst", "drop_any", "inner"])]
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with_all = ["drop_src", "drop_dst", "drop_any", "drop_country", "drop_asn", "geo_db", "inner"]
+    )]
     pub rules: Option<PathBuf>,
     /// Drop packets whose source address is in LIST (repeatable; shorthand
     /// for the rule `drop saddr @LIST`).
@@ -24,6 +28,20 @@ pub struct RuleArgs {
     /// Drop packets whose source or destination address is in LIST (repeatable).
     #[arg(long, value_name = "LIST")]
     pub drop_any: Vec<PathBuf>,
+    /// Drop packets whose source is in these countries' networks (ISO
+    /// 3166-1 alpha-2 codes, comma-separated or repeated; read from
+    /// --geo-db).
+    #[arg(long, value_name = "CC,...", value_delimiter = ',', requires = "geo_db", value_parser = country)]
+    pub drop_country: Vec<String>,
+    /// Drop packets whose source is in these autonomous systems' networks
+    /// (AS numbers, `4134` or `AS4134`; read from --geo-db).
+    #[arg(long, value_name = "ASN,...", value_delimiter = ',', requires = "geo_db", value_parser = asn)]
+    pub drop_asn: Vec<String>,
+    /// A MaxMind DB file (.mmdb: GeoLite2, DB-IP, IPinfo, IPtoASN,
+    /// ip-location-db) for --drop-country and --drop-asn (repeatable: a
+    /// country file and an ASN file). Reread on SIGHUP and with --watch.
+    #[arg(long, value_name = "FILE")]
+    pub geo_db: Vec<PathBuf>,
     /// The --drop-* lists match the innermost IP header of tunnelled
     /// packets (GRE, IPIP, VXLAN, Geneve, GTP-U...) instead of the outer one.
     #[arg(long)]
@@ -50,6 +68,9 @@ impl RuleArgs {
             drop_src: self.drop_src.clone(),
             drop_dst: self.drop_dst.clone(),
             drop_any: self.drop_any.clone(),
+            drop_country: self.drop_country.clone(),
+            drop_asn: self.drop_asn.clone(),
+            geo_db: self.geo_db.clone(),
             inner: self.inner,
             v4mapped: self.v4mapped,
             lenient: self.lenient,
@@ -84,4 +105,14 @@ impl RuleArgs {
         }
         Ok(loaded)
     }
+}
+
+/// `--drop-country`'s values, checked and in their one spelling.
+fn country(s: &str) -> Result<String, String> {
+    sluice_geo::Key::Country.parse_value(s)
+}
+
+/// `--drop-asn`'s values, checked and in their one spelling.
+fn asn(s: &str) -> Result<String, String> {
+    sluice_geo::Key::Asn.parse_value(s)
 }

@@ -454,7 +454,7 @@ impl Controller {
             }
         } else {
             match &cmds[0].1 {
-                Command::Sets => Ok(json!({ "ok": true, "sets": self.sets.rows(rules) })),
+                Command::Sets => Ok(json!({ "ok": true, "sets": self.set_rows(rules) })),
                 Command::Test { set, addr } => self.sets.test(rules, set, *addr, &base_of).map(|f| {
                     let (element, from) = match f {
                         Some(Found::Added(p)) => (Some(p.to_string()), Some("added")),
@@ -462,7 +462,12 @@ impl Controller {
                         Some(Found::BaseTables) => (None, Some("base-tables")),
                         None => (None, None),
                     };
-                    json!({ "ok": true, "set": set, "addr": addr.to_string(), "match": f.is_some(), "element": element, "from": from })
+                    let mut v = json!({ "ok": true, "set": set, "addr": addr.to_string(), "match": f.is_some(), "element": element, "from": from });
+                    // A geo set: what its database says of the address.
+                    if let Some(g) = self.spec.geo_lookup(rules, set, *addr) {
+                        v["geo"] = g;
+                    }
+                    v
                 }).map_err(|e| (e, None)),
                 Command::List { set } => self.sets.list(rules, set, &base_of).map(|(elems, complete)| {
                     let now = wall_ns();
@@ -541,6 +546,31 @@ impl Controller {
             let generation = self.publish(r);
             tracing::debug!("{n} set delta(s) merged into new tables; generation {generation} in force");
         }
+    }
+
+    /// `ctl sets`: each set's row, and for a geo set (or the shorthand set
+    /// `--drop-country`/`--drop-asn` fill) where its networks came from.
+    fn set_rows(&self, rules: &RuleSet) -> Vec<serde_json::Value> {
+        let lists = self.state.lists();
+        self.sets
+            .rows(rules)
+            .into_iter()
+            .map(|r| {
+                let geo: Vec<&sluice_geo::GeoInfo> = lists
+                    .iter()
+                    .filter(|l| {
+                        l.kind.strip_prefix("set ") == Some(r.name.as_str())
+                            || (r.name == "drop-src" && matches!(l.kind.as_str(), "drop-country" | "drop-asn"))
+                    })
+                    .filter_map(|l| l.geo.as_ref())
+                    .collect();
+                let mut v = serde_json::to_value(&r).expect("a row serializes");
+                if !geo.is_empty() {
+                    v["geo"] = serde_json::to_value(&geo).expect("geo info serializes");
+                }
+                v
+            })
+            .collect()
     }
 
     /// The counters `sluice ctl stats` shows.

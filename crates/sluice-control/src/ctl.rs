@@ -239,6 +239,27 @@ pub fn render_text(r: &serde_json::Value) -> String {
             let (e, m, b, a, d) = (n("entries"), n("maxelem"), n("base"), n("added"), n("deleted"));
             let _ = writeln!(out, "{name:<wn$} {kind:<wk$} {e:>10} {m:>10} {b:>10} {a:>10} {d:>10}");
         }
+        // Where the geo sets' networks came from, under the table.
+        for s in sets {
+            for g in s["geo"].as_array().into_iter().flatten() {
+                let counts: Vec<String> = g["networks"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| format!("{} {}", str_of(&p[0]), p[1]))
+                    .collect();
+                let built = g["build_epoch"].as_u64().map(sluice_geo::date).unwrap_or_default();
+                let _ = writeln!(
+                    out,
+                    "# {}: {} {} built {built} ({}): {} networks",
+                    str_of(&s["name"]),
+                    str_of(&g["key"]),
+                    str_of(&g["database_type"]),
+                    str_of(&g["database"]),
+                    counts.join(", ")
+                );
+            }
+        }
     } else if let Some(elems) = r["elements"].as_array() {
         for e in elems {
             let _ = match e["expires_in"].as_u64() {
@@ -256,6 +277,14 @@ pub fn render_text(r: &serde_json::Value) -> String {
             (Some(true), _, _) => writeln!(out, "{addr} is in {set} (base tables)"),
             _ => writeln!(out, "{addr} is not in {set}"),
         };
+        let g = &r["geo"];
+        if let Some(db) = g["database"].as_str() {
+            let _ = match (g["network"].as_str(), g.get("country").or(g.get("asn")).and_then(|v| v.as_str())) {
+                (Some(n), Some(v)) => writeln!(out, "# {db}: {n} is {v}"),
+                (Some(n), None) => writeln!(out, "# {db}: {n} has no value at the set's field"),
+                _ => writeln!(out, "# {db}: no record for {addr}"),
+            };
+        }
     } else if r.get("applied").is_some() {
         let (n, g, us) = (&r["applied"], &r["generation"], &r["publish_us"]);
         let _ = writeln!(out, "applied {n} change(s); generation {g} in force ({us} us)");

@@ -173,6 +173,7 @@ fn kind_name(k: SetKind) -> String {
     match k {
         SetKind::List => "list".into(),
         SetKind::Inline => "inline".into(),
+        SetKind::Geo => "geo".into(),
         SetKind::Dynamic { timeout, .. } => match timeout {
             None => "dynamic".into(),
             Some(t) => format!("dynamic timeout {t}"),

@@ -26,6 +26,14 @@ pub struct RuleSpec {
     pub drop_dst: Vec<PathBuf>,
     /// Lists whose addresses are dropped as either.
     pub drop_any: Vec<PathBuf>,
+    /// Countries whose networks are dropped as sources (read from
+    /// `geo_db`), in their one spelling (`sluice_geo::Key::parse_value`).
+    pub drop_country: Vec<String>,
+    /// AS numbers whose networks are dropped as sources.
+    pub drop_asn: Vec<String>,
+    /// MaxMind DB files for `drop_country` and `drop_asn` (each read at
+    /// the first field it has of `sluice_geo::Key::known_fields`).
+    pub geo_db: Vec<PathBuf>,
     /// The shorthand lists match the innermost IP header of tunnelled packets.
     pub inner: bool,
     /// Look IPv4-mapped IPv6 addresses up as IPv4.
@@ -48,6 +56,8 @@ pub struct ListEntries {
     pub kind: String,
     pub path: String,
     pub entries: u64,
+    /// A geo set's (or `--drop-country`'s) database and what it selected.
+    pub geo: Option<sluice_geo::GeoInfo>,
 }
 
 /// The sum of the lists' entries.
@@ -90,6 +100,9 @@ pub enum LoadError {
     Compile(#[from] CompileError),
     #[error("{path}: {error}")]
     Open { path: String, error: std::io::Error },
+    /// `--drop-country`/`--drop-asn`'s databases (the error names them).
+    #[error("{0}")]
+    Geo(Box<sluice_geo::GeoError>),
     #[error("{path}: mapping: {error}")]
     Map { path: String, error: std::io::Error },
     #[error("{path}: a compiled rule file, refused: {error}")]
@@ -193,7 +206,12 @@ impl Expiring {
 impl RuleSpec {
     /// Whether any rule source was given.
     pub fn given(&self) -> bool {
-        self.rules.is_some() || !self.drop_src.is_empty() || !self.drop_dst.is_empty() || !self.drop_any.is_empty()
+        self.rules.is_some()
+            || !self.drop_src.is_empty()
+            || !self.drop_dst.is_empty()
+            || !self.drop_any.is_empty()
+            || !self.drop_country.is_empty()
+            || !self.drop_asn.is_empty()
     }
 
     /// The files a reload should watch: the rule file and the lists it
@@ -204,13 +222,15 @@ impl RuleSpec {
                 let mut v = vec![path.clone()];
                 if let Ok(f) = load_rules(path) {
                     v.extend(f.sets.iter().filter_map(|s| match &s.source {
-                        SetSource::File(p) => Some(p.clone()),
+                        SetSource::File(p) | SetSource::Geo { db: p, .. } => Some(p.clone()),
                         SetSource::Inline(_) | SetSource::Dynamic { .. } => None,
                     }));
                 }
                 v
             }
-            None => self.drop_src.iter().chain(&self.drop_dst).chain(&self.drop_any).cloned().collect(),
+            None => {
+                self.drop_src.iter().chain(&self.drop_dst).chain(&self.drop_any).chain(&self.geo_db).cloned().collect()
+            }
         }
     }
 
@@ -251,7 +271,7 @@ impl RuleSpec {
                 let file = load_rules(path)?;
                 for (i, (def, list)) in file.sets.iter().zip(file.load_sets(self.lenient)?).enumerate() {
                     let path = match &def.source {
-                        SetSource::File(p) => p.display().to_string(),
+                        SetSource::File(p) | SetSource::Geo { db: p, .. } => p.display().to_string(),
                         SetSource::Inline(_) => "(inline)".into(),
                         SetSource::Dynamic { .. } => DYNAMIC_PATH.into(),
                     };
@@ -259,6 +279,7 @@ impl RuleSpec {
                         kind: format!("set {}", def.name),
                         path,
                         entries: list.prefixes.len() as u64,
+                        geo: list.geo.clone(),
                     });
                     lists.push((Target::Set(i), list));
                 }
@@ -276,9 +297,16 @@ impl RuleSpec {
                             kind: kind.into(),
                             path: path.display().to_string(),
                             entries: list.prefixes.len() as u64,
+                            geo: None,
                         });
                         lists.push((target, list));
                     }
+                }
+                for (kind, list) in self.geo_shorthands()? {
+                    let path = self.geo_db.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
+                    let geo = list.geo.clone();
+                    entries.push(ListEntries { kind: kind.into(), path, entries: list.prefixes.len() as u64, geo });
+                    lists.push((Target::Src, list));
                 }
                 Plan::Shorthand(if self.inner { Depth::Inner } else { Depth::Outer })
             }
@@ -300,6 +328,25 @@ impl RuleSpec {
             None
         };
         Ok(Loaded { rules, lists: entries, took: started.elapsed(), expiry, warnings })
+    }
+
+    /// `drop-country` and `drop-asn`: their networks from the geo
+    /// databases, as lists of sources to drop.
+    fn geo_shorthands(&self) -> Result<Vec<(&'static str, ParsedList)>, LoadError> {
+        let dbs: Vec<&Path> = self.geo_db.iter().map(PathBuf::as_path).collect();
+        let mut out = Vec::new();
+        for (kind, key, values) in [
+            ("drop-country", sluice_geo::Key::Country, &self.drop_country),
+            ("drop-asn", sluice_geo::Key::Asn, &self.drop_asn),
+        ] {
+            if values.is_empty() {
+                continue;
+            }
+            let (n, info) = sluice_geo::select_in(&dbs, key, values).map_err(|e| LoadError::Geo(Box::new(e)))?;
+            let prefixes: Vec<Prefix> = n.prefixes.iter().map(|&(a, l)| Prefix::new(a, l)).collect();
+            out.push((kind, ParsedList { lines: prefixes.len(), prefixes, geo: Some(info), ..ParsedList::default() }));
+        }
+        Ok(out)
     }
 
     /// [`RuleSpec::load`] for `sluice compile`, which only builds tables:
@@ -342,7 +389,15 @@ impl RuleSpec {
         };
         match rules.origin() {
             Origin::Shorthand { .. } => match name.as_str() {
-                "drop-src" => read(&self.drop_src.iter().collect::<Vec<_>>()),
+                "drop-src" => {
+                    let mut e = read(&self.drop_src.iter().collect::<Vec<_>>())?;
+                    for (_, list) in self.geo_shorthands().ok()? {
+                        for p in list.prefixes {
+                            e.insert(p);
+                        }
+                    }
+                    Some(e)
+                }
                 "drop-dst" => read(&self.drop_dst.iter().collect::<Vec<_>>()),
                 "drop-any" => read(&self.drop_any.iter().collect::<Vec<_>>()),
                 _ => None,
@@ -352,11 +407,35 @@ impl RuleSpec {
                 let file = sluice_rules::parse_rules(source, text, dir).ok()?;
                 match &file.sets.get(file.set_index(name)?)?.source {
                     SetSource::File(p) => read(&[p]),
+                    SetSource::Geo { db, select } => {
+                        sluice_rules::load_geo(db, select).ok().map(|l| Elements::from_prefixes(&l.prefixes))
+                    }
                     SetSource::Inline(p) => Some(Elements::from_prefixes(p)),
                     SetSource::Dynamic { .. } => Some(Elements::new()),
                 }
             }
         }
+    }
+}
+
+impl RuleSpec {
+    /// For `ctl test` on a geo set of the rule file: the network its
+    /// database puts `addr` in and the value there (`{"network", "country"
+    /// or "asn", "database"}`), `{"network": null}` when the database has
+    /// no record for it; None for any other set, or when the database
+    /// cannot be read now.
+    pub fn geo_lookup(&self, rules: &RuleSet, set: &str, addr: std::net::IpAddr) -> Option<serde_json::Value> {
+        let Origin::File { source, text } = rules.origin() else { return None };
+        let dir = Path::new(source).parent().unwrap_or(Path::new("."));
+        let file = sluice_rules::parse_rules(source, text, dir).ok()?;
+        let SetSource::Geo { db, select } = &file.sets.get(file.set_index(set)?)?.source else { return None };
+        let found = sluice_geo::GeoDb::open(db).ok()?.lookup(addr, select.field()).ok()?;
+        let mut v = serde_json::json!({ "database": db.display().to_string(), "network": null });
+        if let Some(f) = found {
+            v["network"] = format!("{}/{}", f.network.0, f.network.1).into();
+            v[select.key.name()] = f.value.into();
+        }
+        Some(v)
     }
 }
 
@@ -368,7 +447,12 @@ fn load_compiled(path: &Path, opts: &CompileOptions) -> Result<(RuleSet, Vec<Lis
     let lists = rules
         .named_set_info()
         .iter()
-        .map(|s| ListEntries { kind: format!("set {}", s.name), path: name.clone(), entries: s.entries as u64 })
+        .map(|s| ListEntries {
+            kind: format!("set {}", s.name),
+            path: name.clone(),
+            entries: s.entries as u64,
+            geo: None,
+        })
         .collect();
     Ok((rules, lists))
 }

@@ -39,6 +39,10 @@ pub struct CompiledSet {
     pub kind: String,
     pub entries: usize,
     pub bytes: usize,
+    /// A geo set's database and what it selected, as the load described
+    /// it (`GeoLite2-Country built 2026-11-20: CN 8123 networks`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub geo: Option<String>,
 }
 
 /// Why a compiled file was refused.
@@ -62,6 +66,11 @@ pub enum CompiledError {
 
 /// The file's bytes for `rules`.
 pub fn save(rules: &RuleSet) -> Vec<u8> {
+    save_with_notes(rules, &[])
+}
+
+/// [`save`], with `(set, description)` of the geo sets kept in the meta.
+pub fn save_with_notes(rules: &RuleSet, geo: &[(String, String)]) -> Vec<u8> {
     let (origin, source, text, shorthand, inner) = match rules.origin() {
         Origin::File { source, text } => ("file", source.clone(), text.clone(), [false; 3], false),
         Origin::Shorthand { src, dst, any, inner } => {
@@ -85,7 +94,9 @@ pub fn save(rules: &RuleSet) -> Vec<u8> {
                 ("small", p.len(), blob.len())
             }
         };
-        sets.push(CompiledSet { name: name.to_owned(), kind: kind.to_owned(), entries, bytes });
+        let geo: Vec<&str> = geo.iter().filter(|(set, _)| set == name).map(|(_, d)| d.as_str()).collect();
+        let geo = (!geo.is_empty()).then(|| geo.join("; "));
+        sets.push(CompiledSet { name: name.to_owned(), kind: kind.to_owned(), entries, bytes, geo });
         blobs.push(blob);
     }
     let meta = CompiledMeta {

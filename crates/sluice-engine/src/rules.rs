@@ -206,6 +206,8 @@ pub enum SetKind {
     Inline,
     /// `set NAME dynamic [timeout S] [maxelem N]`: only runtime entries.
     Dynamic { timeout: Option<u32>, maxelem: Option<u32> },
+    /// `set NAME geo FILE country|asn LIST`: a database's networks.
+    Geo,
     /// A `--drop-*` shorthand's lists.
     Shorthand,
     /// Written in a rule (`saddr { ... }`): not named, takes no runtime change.
@@ -1017,6 +1019,7 @@ impl<'f> Lowering<'f> {
                     SetSource::File(_) => SetKind::List,
                     SetSource::Inline(_) => SetKind::Inline,
                     SetSource::Dynamic { timeout, maxelem } => SetKind::Dynamic { timeout, maxelem },
+                    SetSource::Geo { .. } => SetKind::Geo,
                 },
                 entries: b.entries(),
                 bytes: b.bytes(),

@@ -269,7 +269,9 @@ proptest! {
         let file = parse_rules("p.rules", &text, Path::new(".")).unwrap();
         let sets: Vec<Vec<Prefix>> = file.sets.iter().map(|s| match &s.source {
             sluice_rules::SetSource::Inline(p) => p.clone(),
-            sluice_rules::SetSource::File(_) | sluice_rules::SetSource::Dynamic { .. } => unreachable!(),
+            sluice_rules::SetSource::File(_)
+            | sluice_rules::SetSource::Dynamic { .. }
+            | sluice_rules::SetSource::Geo { .. } => unreachable!(),
         }).collect();
         // Many inline sets can exceed the lookup limit: a clean error, not a case.
         let compiled = RuleSet::compile(&file, &sets, &CompileOptions { v4mapped, ..CompileOptions::default() });

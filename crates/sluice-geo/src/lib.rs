@@ -37,6 +37,16 @@ impl Key {
         }
     }
 
+    /// Where the databases sluice knows hold this key, in the order the
+    /// shorthand flags try them: GeoIP2, DB-IP and IPtoASN's nested or
+    /// named fields, then ip-location-db's and IPinfo Lite's flat ones.
+    pub fn known_fields(self) -> &'static [&'static str] {
+        match self {
+            Key::Country => &["country.iso_code", "country_code"],
+            Key::Asn => &["autonomous_system_number", "asn"],
+        }
+    }
+
     /// As written in a rule file: `country` or `asn`.
     pub fn name(self) -> &'static str {
         match self {
@@ -104,6 +114,45 @@ pub struct Networks {
     pub per_value: Vec<(String, usize)>,
 }
 
+/// Where a geo set's networks came from, kept with the set for `ctl sets`,
+/// `inspect` and the load log.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GeoInfo {
+    /// The file(s) read.
+    pub database: String,
+    /// The database's own name for its kind (`GeoLite2-Country`, ...).
+    pub database_type: String,
+    /// Unix time it was built.
+    pub build_epoch: u64,
+    /// `country` or `asn`.
+    pub key: String,
+    /// `(value, networks)` as selected.
+    pub networks: Vec<(String, usize)>,
+}
+
+impl GeoInfo {
+    /// `GeoLite2-Country built 2026-11-20: CN 8123, RU 9012 networks`.
+    pub fn describe(&self) -> String {
+        let counts: Vec<String> = self.networks.iter().map(|(v, n)| format!("{v} {n}")).collect();
+        format!("{} built {}: {} networks", self.database_type, date(self.build_epoch), counts.join(", "))
+    }
+}
+
+/// `YYYY-MM-DD` (UTC) of a Unix time.
+pub fn date(epoch: u64) -> String {
+    // Howard Hinnant's days-to-civil.
+    let z = (epoch / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
 /// An address's network in a database and the value at a field.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Found {
@@ -126,6 +175,10 @@ pub enum GeoError {
     NoField { path: String, field: String },
     #[error("{path}: {key} {value} has no networks at field `{field}`")]
     NoNetworks { path: String, key: &'static str, value: String, field: String },
+    #[error("{read}: {key} {value} has no networks")]
+    NoNetworksIn { read: String, key: &'static str, value: String },
+    #[error("{files}: no record has a {key} (fields tried: {fields})")]
+    NoKey { files: String, key: &'static str, fields: String },
 }
 
 /// An open database.
@@ -156,6 +209,17 @@ impl GeoDb {
         Ok(GeoDb { reader, path: name })
     }
 
+    /// What [`GeoDb::networks`] of `sel` found, as kept with the set.
+    pub fn geo_info(&self, sel: &Select, n: &Networks) -> GeoInfo {
+        GeoInfo {
+            database: self.path.clone(),
+            database_type: self.info().database_type,
+            build_epoch: self.info().build_epoch,
+            key: sel.key.name().into(),
+            networks: n.per_value.clone(),
+        }
+    }
+
     pub fn info(&self) -> DbInfo {
         let m = self.reader.metadata();
         DbInfo {
@@ -174,6 +238,24 @@ impl GeoDb {
     /// A field no record has, or a value no network has, is an error (a
     /// typo would otherwise build an empty set that blocks nothing).
     pub fn networks(&self, sel: &Select) -> Result<Networks, GeoError> {
+        let field = sel.field();
+        let Some(n) = self.collect(sel)? else {
+            return Err(GeoError::NoField { path: self.path.clone(), field: field.to_owned() });
+        };
+        if let Some((value, _)) = n.per_value.iter().find(|(_, c)| *c == 0) {
+            return Err(GeoError::NoNetworks {
+                path: self.path.clone(),
+                key: sel.key.name(),
+                value: value.clone(),
+                field: field.to_owned(),
+            });
+        }
+        Ok(n)
+    }
+
+    /// The networks of `sel`, values without any included; None when no
+    /// record has a value at the field.
+    fn collect(&self, sel: &Select) -> Result<Option<Networks>, GeoError> {
         let field = sel.field();
         let path = path_elements(field);
         let wanted: HashMap<&str, usize> = sel.values.iter().enumerate().map(|(i, v)| (v.as_str(), i)).collect();
@@ -202,18 +284,7 @@ impl GeoDb {
                 counts[i] += 1;
             }
         }
-        if !field_seen {
-            return Err(GeoError::NoField { path: self.path.clone(), field: field.to_owned() });
-        }
-        if let Some(i) = counts.iter().position(|&n| n == 0) {
-            return Err(GeoError::NoNetworks {
-                path: self.path.clone(),
-                key: sel.key.name(),
-                value: sel.values[i].clone(),
-                field: field.to_owned(),
-            });
-        }
-        Ok(Networks { prefixes, per_value: sel.values.iter().cloned().zip(counts).collect() })
+        Ok(field_seen.then(|| Networks { prefixes, per_value: sel.values.iter().cloned().zip(counts).collect() }))
     }
 
     /// The network `addr` is in, and the value at `field`; None when the
@@ -227,6 +298,48 @@ impl GeoDb {
         let leaf: Option<Leaf> = r.decode_path(&path_elements(field)).map_err(|e| self.read_err(e))?;
         Ok(Some(Found { network: (n.network(), n.prefix()), value: leaf.map(|l| l.to_string()) }))
     }
+}
+
+/// The networks of `values` (countries or AS numbers) over several
+/// databases, each read at the first of [`Key::known_fields`] its records
+/// have (a country database and an ASN database may be given together):
+/// the shorthand flags' way. A database with none of the fields adds
+/// nothing; a value no database has is an error, as for one database.
+pub fn select_in(dbs: &[&Path], key: Key, values: &[String]) -> Result<(Networks, GeoInfo), GeoError> {
+    let mut all = Networks { prefixes: Vec::new(), per_value: values.iter().map(|v| (v.clone(), 0)).collect() };
+    let mut read_at = Vec::new();
+    let (mut types, mut built) = (Vec::new(), 0);
+    for path in dbs {
+        let db = GeoDb::open(path)?;
+        for field in key.known_fields() {
+            let sel = Select { key, values: values.to_vec(), field: Some((*field).to_owned()) };
+            if let Some(n) = db.collect(&sel)? {
+                all.prefixes.extend(n.prefixes);
+                for (sum, (_, c)) in all.per_value.iter_mut().zip(n.per_value) {
+                    sum.1 += c;
+                }
+                read_at.push(format!("{} ({field})", db.path));
+                types.push(db.info().database_type);
+                built = built.max(db.info().build_epoch);
+                break;
+            }
+        }
+    }
+    let files = dbs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
+    if read_at.is_empty() {
+        return Err(GeoError::NoKey { files, key: key.name(), fields: key.known_fields().join(", ") });
+    }
+    if let Some((value, _)) = all.per_value.iter().find(|(_, c)| *c == 0) {
+        return Err(GeoError::NoNetworksIn { read: read_at.join(", "), key: key.name(), value: value.clone() });
+    }
+    let info = GeoInfo {
+        database: read_at.join(", "),
+        database_type: types.join(", "),
+        build_epoch: built,
+        key: key.name().into(),
+        networks: all.per_value.clone(),
+    };
+    Ok((all, info))
 }
 
 /// `country.iso_code` as path elements; a number is an array index

@@ -210,3 +210,39 @@ fn mmdblookup_reads_the_written_database() {
     assert_eq!(look("10.1.2.3", &["autonomous_system_number"]), "64512 <uint32>");
     assert!(look("9.9.9.9", &["country", "iso_code"]).is_empty());
 }
+
+#[test]
+fn the_shorthands_read_each_database_at_the_field_it_has() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Writer::new("GeoLite2-Country", 1);
+    c.insert(ip("10.0.0.0"), 8, country("DE")).unwrap();
+    let mut flat = Writer::new("ip-location-db", 1);
+    flat.insert(ip("11.0.0.0"), 8, Value::map([("country_code", Value::str("DE"))])).unwrap();
+    let mut a = Writer::new("GeoLite2-ASN", 1);
+    a.insert(ip("12.0.0.0"), 8, asn(64500)).unwrap();
+    let paths: Vec<_> = [("c.mmdb", &c), ("flat.mmdb", &flat), ("a.mmdb", &a)]
+        .iter()
+        .map(|(n, w)| {
+            let p = dir.path().join(n);
+            std::fs::write(&p, w.to_bytes()).unwrap();
+            p
+        })
+        .collect();
+    let all: Vec<&Path> = paths.iter().map(|p| p.as_path()).collect();
+    let (de, info) = select_in(&all, Key::Country, &["DE".into()]).unwrap();
+    assert_eq!(info.describe(), "GeoLite2-Country, ip-location-db built 1970-01-01: DE 2 networks");
+    assert_eq!(de.per_value, vec![("DE".to_owned(), 2)]);
+    assert_eq!(select_in(&all, Key::Asn, &["64500".into()]).unwrap().0.prefixes, vec![(ip("12.0.0.0"), 8)]);
+    let e = select_in(&all, Key::Country, &["DE".into(), "FR".into()]).unwrap_err().to_string();
+    assert!(e.ends_with("flat.mmdb (country_code): country FR has no networks"), "{e}");
+    let e = select_in(&all[2..], Key::Country, &["DE".into()]).unwrap_err().to_string();
+    assert!(e.ends_with("a.mmdb: no record has a country (fields tried: country.iso_code, country_code)"), "{e}");
+}
+
+#[test]
+fn dates_are_utc_days() {
+    assert_eq!(date(0), "1970-01-01");
+    assert_eq!(date(951_782_400), "2000-02-29");
+    assert_eq!(date(1_795_737_600), "2026-11-27");
+    assert_eq!(date(4_107_542_399), "2100-02-28");
+}

@@ -20,7 +20,7 @@ mod rulefile;
 pub mod safety;
 mod set;
 
-pub use list::{load_list, parse_list, LineError, LineErrorKind, ListError, ParsedList};
+pub use list::{load_geo, load_list, parse_list, LineError, LineErrorKind, ListError, ParsedList};
 pub use prefix::{Prefix, PrefixParseError};
 pub use range::{range_to_prefixes, RangeError};
 pub use rulefile::{

@@ -86,6 +86,9 @@ pub enum ListError {
     Line(Box<LineError>),
     #[error("{source_name}: {error}")]
     Io { source_name: String, error: io::Error },
+    /// A geo set's database (the error names the file).
+    #[error("{0}")]
+    Geo(Box<sluice_geo::GeoError>),
 }
 
 /// The prefixes of a list, in file order, and the lines skipped in lenient mode.
@@ -101,6 +104,8 @@ pub struct ParsedList {
     /// each prefix of a split range has its own pair. Entries not listed
     /// here never expire.
     pub timeouts: Vec<(usize, u32)>,
+    /// A geo set's database and what it selected (None for a list file).
+    pub geo: Option<sluice_geo::GeoInfo>,
 }
 
 impl ParsedList {
@@ -435,6 +440,15 @@ pub fn load_list(path: &Path, lenient: bool) -> Result<ParsedList, ListError> {
     let name = path.display().to_string();
     let file = File::open(path).map_err(|error| ListError::Io { source_name: name.clone(), error })?;
     parse_list(&name, BufReader::new(file), lenient)
+}
+
+/// A geo set's networks, read from its database.
+pub fn load_geo(db: &Path, select: &sluice_geo::Select) -> Result<ParsedList, sluice_geo::GeoError> {
+    let db = sluice_geo::GeoDb::open(db)?;
+    let networks = db.networks(select)?;
+    let prefixes: Vec<Prefix> = networks.prefixes.iter().map(|&(a, l)| Prefix::new(a, l)).collect();
+    let geo = Some(db.geo_info(select, &networks));
+    Ok(ParsedList { lines: prefixes.len(), prefixes, geo, ..ParsedList::default() })
 }
 
 #[cfg(test)]

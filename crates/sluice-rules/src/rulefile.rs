@@ -192,6 +192,13 @@ pub enum SetSource {
         timeout: Option<u32>,
         maxelem: Option<u32>,
     },
+    /// `set NAME geo FILE country CC,... [field PATH]` or `... asn N,...`:
+    /// the networks a MaxMind DB file maps to those countries or AS
+    /// numbers (the file resolved against the rule file's directory).
+    Geo {
+        db: PathBuf,
+        select: sluice_geo::Select,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -235,6 +242,12 @@ impl RuleFile {
                     line: s.line,
                     set: s.name.clone(),
                     error,
+                }),
+                SetSource::Geo { db, select } => crate::load_geo(db, select).map_err(|error| SetLoadError {
+                    rules: self.source.clone(),
+                    line: s.line,
+                    set: s.name.clone(),
+                    error: crate::ListError::Geo(Box::new(error)),
                 }),
             })
             .collect()
@@ -459,8 +472,48 @@ impl<'a> Parser<'a> {
         Ok(SetSource::Dynamic { timeout, maxelem })
     }
 
-    /// `set NAME from "PATH"`, `set NAME { prefix, ... }` or
-    /// `set NAME dynamic [timeout SECONDS] [maxelem N]`.
+    /// After `geo`: the database, `country` or `asn`, the values separated
+    /// by commas, then `field PATH` if given.
+    fn geo_options(&mut self, base: &Path) -> Result<SetSource, RuleError> {
+        let db = self.next("a MaxMind DB file (.mmdb)")?;
+        let k = self.next("`country` or `asn`")?;
+        let key = match k.text.as_str() {
+            "country" if !k.quoted => sluice_geo::Key::Country,
+            "asn" if !k.quoted => sluice_geo::Key::Asn,
+            _ => return Err(self.err_at(k, &format!("expected `country` or `asn`, found `{}`", k.text))),
+        };
+        let what = match key {
+            sluice_geo::Key::Country => "a country code (like CN)",
+            sluice_geo::Key::Asn => "an AS number (like 4134)",
+        };
+        let mut values = Vec::new();
+        loop {
+            let v = self.next(what)?;
+            let value = key.parse_value(&v.text).map_err(|m| self.err_at(v, &m))?;
+            if values.contains(&value) {
+                return Err(self.err_at(v, &format!("{value} is listed twice")));
+            }
+            values.push(value);
+            match self.peek() {
+                Some(t) if t.text == "," && !t.quoted => self.pos += 1,
+                _ => break,
+            }
+        }
+        let mut field = None;
+        if let Some(t) = self.peek().filter(|t| t.text == "field" && !t.quoted) {
+            self.pos += 1;
+            let f = self.next("a field path, like country_code or registered_country.iso_code")?;
+            if f.text.is_empty() || f.text.split('.').any(str::is_empty) {
+                return Err(self.err_at(t, "expected a field path, like country_code or registered_country.iso_code"));
+            }
+            field = Some(f.text.clone());
+        }
+        Ok(SetSource::Geo { db: base.join(&db.text), select: sluice_geo::Select { key, values, field } })
+    }
+
+    /// `set NAME from "PATH"`, `set NAME { prefix, ... }`,
+    /// `set NAME dynamic [timeout SECONDS] [maxelem N]` or
+    /// `set NAME geo FILE country|asn LIST [field PATH]`.
     fn set_def(&mut self, base: &Path, file: &RuleFile) -> Result<SetDef, RuleError> {
         self.pos = 1;
         let name = self.next("a set name")?;
@@ -485,10 +538,11 @@ impl<'a> Parser<'a> {
                 SetSource::Inline(self.prefix_braces()?)
             }
             "dynamic" if !t.quoted => self.dynamic_options()?,
+            "geo" if !t.quoted => self.geo_options(base)?,
             _ => {
                 return Err(self.err_at(
                     t,
-                    "expected `from \"FILE\"`, `{ prefix, ... }` or `dynamic [timeout SECONDS] [maxelem N]` after the set name",
+                    "expected `from \"FILE\"`, `{ prefix, ... }`, `dynamic [timeout SECONDS] [maxelem N]` or `geo FILE country|asn LIST` after the set name",
                 ))
             }
         };
@@ -792,6 +846,70 @@ mod tests {
 
     fn err(text: &str) -> String {
         parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn geo_sets() {
+        use sluice_geo::{Key, Select};
+        let f = parse("set cn geo GeoLite2-Country.mmdb country CN, ru\nset bad geo \"/var/lib/asn.mmdb\" asn AS4134,4837 field asn\ndrop saddr @cn\n")
+            .unwrap();
+        assert_eq!(
+            f.sets[0].source,
+            SetSource::Geo {
+                db: PathBuf::from("/etc/sluice/GeoLite2-Country.mmdb"),
+                select: Select { key: Key::Country, values: vec!["CN".into(), "RU".into()], field: None }
+            }
+        );
+        assert_eq!(
+            f.sets[1].source,
+            SetSource::Geo {
+                db: PathBuf::from("/var/lib/asn.mmdb"),
+                select: Select { key: Key::Asn, values: vec!["4134".into(), "4837".into()], field: Some("asn".into()) }
+            }
+        );
+        assert_eq!(err("set x geo a.mmdb"), "r.rules:1:17: expected `country` or `asn`, found the end of the line");
+        assert_eq!(err("set x geo a.mmdb city Paris"), "r.rules:1:18: expected `country` or `asn`, found `city`");
+        assert_eq!(
+            err("set x geo a.mmdb country CHN"),
+            "r.rules:1:26: `CHN` is not a country code (two letters, ISO 3166-1 alpha-2, like CN)"
+        );
+        assert_eq!(
+            err("set x geo a.mmdb country CN,"),
+            "r.rules:1:29: expected a country code (like CN), found the end of the line"
+        );
+        assert_eq!(err("set x geo a.mmdb country CN,cn"), "r.rules:1:29: CN is listed twice");
+        assert!(err("set x geo a.mmdb asn 12x").contains("`12x` is not an AS number"));
+        assert!(err("set x geo a.mmdb asn 1 field").contains("expected a field path"));
+        assert!(err("set x geo a.mmdb asn 1 field a..b").contains("expected a field path"));
+        assert!(err("set x geo a.mmdb asn 1 extra").contains("unexpected `extra`"));
+    }
+
+    #[test]
+    fn a_geo_set_loads_its_networks_and_names_a_bad_database() {
+        use sluice_geo::write::{Value, Writer};
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Writer::new("t", 1);
+        let cc = |c: &str| Value::map([("country_code", Value::str(c))]);
+        w.insert("10.0.0.0".parse().unwrap(), 8, cc("DE")).unwrap();
+        w.insert("2001:db8::".parse().unwrap(), 32, cc("DE")).unwrap();
+        w.insert("11.0.0.0".parse().unwrap(), 8, cc("FR")).unwrap();
+        std::fs::write(dir.path().join("c.mmdb"), w.to_bytes()).unwrap();
+        let text = "set de geo c.mmdb country DE field country_code\nset xx geo c.mmdb country XX field country_code\n";
+        let f = parse_rules("r.rules", text, dir.path()).unwrap();
+        let de = f.load_sets(false).map(|_| ()).unwrap_err().to_string();
+        assert_eq!(
+            de,
+            format!(
+                "r.rules:2: set `xx`: {}: country XX has no networks at field `country_code`",
+                dir.path().join("c.mmdb").display()
+            )
+        );
+        let f = parse_rules("r.rules", "set de geo c.mmdb country DE field country_code\n", dir.path()).unwrap();
+        let mut got: Vec<String> = f.load_sets(false).unwrap()[0].prefixes.iter().map(|p| p.to_string()).collect();
+        got.sort();
+        assert_eq!(got, vec!["10.0.0.0/8", "2001:db8::/32"]);
+        let f = parse_rules("r.rules", "set de geo missing.mmdb country DE\n", dir.path()).unwrap();
+        assert!(f.load_sets(false).map(|_| ()).unwrap_err().to_string().contains("missing.mmdb: cannot open"));
     }
 
     #[test]

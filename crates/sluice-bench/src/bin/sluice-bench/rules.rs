@@ -103,7 +103,7 @@ pub fn run(a: RulesBenchArgs) -> Result<()> {
                 .sets
                 .iter()
                 .map(|s| match &s.source {
-                    sluice_rules::SetSource::File(_) => firehol.clone(),
+                    sluice_rules::SetSource::File(_) | sluice_rules::SetSource::Geo { .. } => firehol.clone(),
                     sluice_rules::SetSource::Inline(p) => p.clone(),
                     sluice_rules::SetSource::Dynamic { .. } => Vec::new(),
                 })
