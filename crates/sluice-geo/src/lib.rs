@@ -287,6 +287,32 @@ impl GeoDb {
         Ok(field_seen.then(|| Networks { prefixes, per_value: sel.values.iter().cloned().zip(counts).collect() }))
     }
 
+    /// Every value of `key` the database has at `field`, with its number of
+    /// networks, most networks first (ties by value).
+    pub fn values(&self, key: Key, field: &str) -> Result<Vec<(String, usize)>, GeoError> {
+        let path = path_elements(field);
+        let mut by_offset: HashMap<usize, Option<String>> = HashMap::new();
+        let mut counts: HashMap<String, usize> = HashMap::new();
+        let iter = self.reader.networks(WithinOptions::default()).map_err(|e| self.read_err(e))?;
+        for r in iter {
+            let r = r.map_err(|e| self.read_err(e))?;
+            let Some(offset) = r.offset() else { continue };
+            let value = match by_offset.entry(offset) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    let leaf: Option<Leaf> = r.decode_path(&path).map_err(|e| self.read_err(e))?;
+                    e.insert(leaf.and_then(|l| l.spelled(key)))
+                }
+            };
+            if let Some(v) = value {
+                *counts.entry(v.clone()).or_default() += 1;
+            }
+        }
+        let mut out: Vec<(String, usize)> = counts.into_iter().collect();
+        out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        Ok(out)
+    }
+
     /// The network `addr` is in, and the value at `field`; None when the
     /// database has no record for it.
     pub fn lookup(&self, addr: IpAddr, field: &str) -> Result<Option<Found>, GeoError> {

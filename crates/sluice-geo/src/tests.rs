@@ -43,6 +43,10 @@ fn a_country_is_the_networks_its_records_name() {
     got.sort();
     assert_eq!(got, vec![(ip("1.0.0.0"), 24), (ip("5.0.0.0"), 8), (ip("2001:db8::"), 32)]);
     assert_eq!(n.per_value, vec![("CN".to_owned(), 3)]);
+    assert_eq!(
+        d.values(Key::Country, "country.iso_code").unwrap(),
+        vec![("CN".to_owned(), 3), ("AU".to_owned(), 1), ("JP".to_owned(), 1)]
+    );
     let both = d.networks(&sel(Key::Country, &["JP", "AU"], None)).unwrap();
     assert_eq!(both.per_value, vec![("JP".to_owned(), 1), ("AU".to_owned(), 1)]);
 

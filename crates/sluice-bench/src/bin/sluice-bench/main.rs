@@ -27,6 +27,7 @@ mod slow;
 mod queue;
 mod rules;
 mod sets;
+mod sets_geo;
 
 /// The cache-resident probe's buffer: 8 MiB fits the last-level cache of
 /// any server CPU of the last decade (L2 on none), so its random line reads

@@ -56,6 +56,12 @@ pub struct SetsBenchArgs {
     /// Print one JSON object per row.
     #[arg(long)]
     pub json: bool,
+    /// Instead: countries as sets from this MaxMind DB file (e.g. GeoLite2
+    /// from `npm pack @ip-location-db/geolite2-country-mmdb`): building the
+    /// 10 largest and every country beside ipset and nft, and the lookup
+    /// rate against an exact set.
+    #[arg(long, value_name = "FILE")]
+    pub geo: Option<PathBuf>,
 }
 
 /// `n` distinct IPv4 hosts from a seed (a multiplicative walk: no repeats).
@@ -302,7 +308,7 @@ fn per_call(n: usize, mut call: impl FnMut(Ipv4Addr) -> Result<()>, seed: u32) -
     Ok(v)
 }
 
-struct Netns(String);
+pub(crate) struct Netns(pub(crate) String);
 
 impl Drop for Netns {
     fn drop(&mut self) {
@@ -501,6 +507,9 @@ fn lookup(base: &[Prefix], sizes: &[usize], reps: usize) -> Vec<Value> {
 }
 
 pub fn run(a: SetsBenchArgs) -> Result<()> {
+    if let Some(db) = &a.geo {
+        return crate::sets_geo::run(db, !a.no_peers);
+    }
     let dir = tempfile::tempdir()?;
     let base: Vec<Prefix> = hosts(a.entries, 0x5eed).into_iter().map(|h| Prefix::host(IpAddr::V4(h))).collect();
     if a.only_lookup {
