@@ -9,7 +9,7 @@ mod lapi;
 
 use lapi::{crowdsec_or_skip, Lapi};
 use sluice_bridge::{Bridge, BridgeConfig, MemoryPair, Wire};
-use sluice_control::crowdsec::{BouncerConfig, DEFAULT_MAX_ANSWER};
+use sluice_control::crowdsec::{BouncerConfig, StreamFilters, DEFAULT_MAX_ANSWER};
 use sluice_control::RuleSpec;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -62,4 +62,61 @@ fn crowdsec_decisions_reach_the_bridge_over_memory_ports() {
     let s = bridge.wait().unwrap();
     assert!(counters.pulls_ok.load(Ordering::Relaxed) >= 2, "{counters:?}");
     assert!(s.json["dropped"].as_u64().unwrap() >= 1, "{}", s.json);
+}
+
+#[test]
+fn stream_filters_give_exactly_the_decisions_they_name() {
+    let Some(bin) = crowdsec_or_skip("stream_filters_give_exactly_the_decisions_they_name") else { return };
+    let lapi = Lapi::new(bin);
+    // A bouncer key each: the LAPI streams what is new since the key's last pull.
+    let bridge = |name: &str, filters: StreamFilters| {
+        let key = lapi.bouncer_key(name);
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        let c = BouncerConfig::from_flags(Some(&lapi.url), Some(&key), 0.5, 300.0, "crowdsec", DEFAULT_MAX_ANSWER)
+            .unwrap()
+            .map(|c| BouncerConfig { filters, ..c });
+        let cfg = BridgeConfig { crowdsec: c, ..BridgeConfig::new(RuleSpec::default()) };
+        let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
+        (Bridge::start(cfg, Box::new(pair)).unwrap(), wire)
+    };
+    let ssh = bridge("ssh", StreamFilters { scenarios_containing: vec!["ssh".into()], ..StreamFilters::default() });
+    let not_ssh =
+        bridge("not-ssh", StreamFilters { scenarios_not_containing: vec!["ssh".into()], ..StreamFilters::default() });
+    let capi = bridge("capi", StreamFilters { origins: vec!["CAPI".into()], ..StreamFilters::default() });
+    let cscli = bridge("cscli", StreamFilters { origins: vec!["cscli".into()], ..StreamFilters::default() });
+    let ip = bridge("ip", StreamFilters { scopes: vec!["ip".into()], ..StreamFilters::default() });
+    const SSH: [u8; 4] = [198, 51, 100, 66];
+    const HTTP: [u8; 4] = [198, 51, 100, 77];
+    lapi.cscli(&["decisions", "add", "--ip", "198.51.100.66", "--reason", "crowdsecurity/ssh-bf", "--duration", "1h"]);
+    lapi.cscli(&[
+        "decisions",
+        "add",
+        "--ip",
+        "198.51.100.77",
+        "--reason",
+        "crowdsecurity/http-probing",
+        "--duration",
+        "1h",
+    ]);
+    let dropped = |wire: &Wire, src: [u8; 4], what: &str| {
+        let end = Instant::now() + Duration::from_secs(15);
+        while passes(wire, src) {
+            assert!(Instant::now() < end, "{what}");
+        }
+    };
+    dropped(&ssh.1, SSH, "scenarios_containing=ssh never dropped the ssh-bf ban");
+    dropped(&not_ssh.1, HTTP, "scenarios_not_containing=ssh never dropped the http-probing ban");
+    dropped(&cscli.1, SSH, "origins=cscli never dropped the ssh-bf ban");
+    dropped(&cscli.1, HTTP, "origins=cscli never dropped the http-probing ban");
+    dropped(&ip.1, SSH, "scopes=ip never dropped the ssh-bf ban");
+    // Several pulls later, the others still pass.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(passes(&ssh.1, HTTP), "scenarios_containing=ssh took the http-probing ban");
+    assert!(passes(&not_ssh.1, SSH), "scenarios_not_containing=ssh took the ssh-bf ban");
+    assert!(passes(&capi.1, SSH) && passes(&capi.1, HTTP), "origins=CAPI took a cscli ban");
+    for (b, _) in [ssh, not_ssh, capi, cscli, ip] {
+        assert!(b.metrics().crowdsec.get().unwrap().pulls_ok.load(Ordering::Relaxed) >= 2);
+        b.stop();
+        b.wait().unwrap();
+    }
 }

@@ -7,7 +7,7 @@ use anyhow::Result;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
 use sluice_bridge::{Bridge, BridgeConfig, LivePorts};
-use sluice_control::crowdsec::BouncerConfig;
+use sluice_control::crowdsec::{BouncerConfig, StreamFilters};
 use sluice_live::open::{Io, OpenConfig, XdpChoice};
 use sluice_pipeline::sample::Backpressure;
 use sluice_pipeline::JudgeConfig;
@@ -111,6 +111,19 @@ pub struct BridgeArgs {
     /// refused whole (nothing applied, retried at the next pull).
     #[arg(long, value_name = "BYTES", default_value_t = sluice_control::crowdsec::DEFAULT_MAX_ANSWER)]
     pub crowdsec_max_answer: u64,
+    /// Only decisions of these origins (crowdsec, cscli, CAPI, lists, ...;
+    /// comma-separated), as the LAPI filters its stream.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', requires = "crowdsec_url")]
+    pub crowdsec_origins: Vec<String>,
+    /// Only decisions of these scopes (ip, range; comma-separated).
+    #[arg(long, value_name = "LIST", value_delimiter = ',', requires = "crowdsec_url")]
+    pub crowdsec_scopes: Vec<String>,
+    /// Only decisions whose scenario contains one of these (comma-separated).
+    #[arg(long, value_name = "LIST", value_delimiter = ',', requires = "crowdsec_url")]
+    pub crowdsec_scenarios_containing: Vec<String>,
+    /// Only decisions whose scenario contains none of these (comma-separated).
+    #[arg(long, value_name = "LIST", value_delimiter = ',', requires = "crowdsec_url")]
+    pub crowdsec_scenarios_not_containing: Vec<String>,
     /// The most elements --crowdsec-set holds (default 500000, unless its
     /// definition says `maxelem N`): decisions past it are refused and
     /// counted (sluice_set_refused{reason="full"}), the rest applied.
@@ -144,7 +157,15 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     let metrics = a.metrics.as_deref().map(|m| crate::args::metrics_addr(m, a.metrics_allow_remote)).transpose()?;
     let (url, key) = (a.crowdsec_url.as_deref(), a.crowdsec_key_file.as_deref());
     let (interval, resync, set, max) = (a.crowdsec_interval, a.crowdsec_resync, &a.crowdsec_set, a.crowdsec_max_answer);
-    let crowdsec = BouncerConfig::from_flags(url, key, interval, resync, set, max).map_err(anyhow::Error::msg)?;
+    let filters = StreamFilters {
+        origins: a.crowdsec_origins,
+        scopes: a.crowdsec_scopes,
+        scenarios_containing: a.crowdsec_scenarios_containing,
+        scenarios_not_containing: a.crowdsec_scenarios_not_containing,
+    };
+    let crowdsec = BouncerConfig::from_flags(url, key, interval, resync, set, max)
+        .map_err(anyhow::Error::msg)?
+        .map(|c| BouncerConfig { filters, ..c });
     // A live port does not wait for a disk: a full queue sheds samples (counted, logged once).
     let sample = a.sample.config(Backpressure::Shed);
     let open = OpenConfig {

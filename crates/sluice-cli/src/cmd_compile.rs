@@ -38,19 +38,7 @@ pub fn compile(a: CompileArgs) -> Result<Outcome> {
     }
     let loaded = a.rules.load_for_compile()?;
     let started = Instant::now();
-    // Where the geo sets' networks came from, kept for `inspect`.
-    let geo: Vec<(String, String)> = loaded
-        .lists
-        .iter()
-        .filter_map(|l| {
-            let set = match l.kind.strip_prefix("set ") {
-                Some(name) => name.to_owned(),
-                None => "drop-src".to_owned(),
-            };
-            l.geo.as_ref().map(|g| (set, g.describe()))
-        })
-        .collect();
-    let bytes = compiled::save_with_notes(&loaded.rules, &geo);
+    let bytes = compiled::save_with_notes(&loaded.rules, &loaded.geo_notes());
     let tmp = a.out.with_extension("tmp-sluice");
     let write = || -> std::io::Result<()> {
         let mut f = std::fs::File::create(&tmp)?;

@@ -118,24 +118,7 @@ pub fn echo(a: EchoArgs) -> Result<Outcome> {
     if a.json {
         println!("{}", report.to_json());
     } else {
-        println!(
-            "udp-echo {}: {} datagrams in {:.1} s, SO_INCOMING_CPU {}",
-            report.listen,
-            report.datagrams(),
-            report.elapsed.as_secs_f64(),
-            if report.incoming_cpu { "set" } else { "not set" }
-        );
-        for w in &report.workers {
-            println!(
-                "  worker {} cpu {}{}: {} datagrams, {} bytes, {} flows",
-                w.worker,
-                w.cpu,
-                if w.pinned { "" } else { " (not pinned)" },
-                w.datagrams,
-                w.bytes,
-                w.flows
-            );
-        }
+        print!("{}", report.text());
     }
     Ok(Outcome::Complete)
 }
@@ -168,26 +151,7 @@ pub fn load(a: LoadArgs) -> Result<Outcome> {
     if a.json {
         println!("{}", report.to_json());
     } else {
-        let j = report.to_json();
-        println!(
-            "udp-load {} -> {}: sent {} echoed {} lost {} at {} pps; round trip us p50 {} p90 {} p99 {} p999 {} max {}",
-            report.source,
-            report.target,
-            report.sent,
-            report.echoed,
-            report.lost,
-            j["rate_pps"],
-            j["latency_us"]["p50"],
-            j["latency_us"]["p90"],
-            j["latency_us"]["p99"],
-            j["latency_us"]["p999"],
-            j["latency_us"]["max"]
-        );
-        for w in &report.per_worker {
-            println!("  worker {}: {} echoes, {} flows", w.worker, w.echoed, w.flows);
-        }
-        let split = report.flows.iter().filter(|f| f.answered_by.len() > 1).count();
-        println!("  {} flows, {} answered by more than one worker", report.flows.len(), split);
+        print!("{}", report.text());
     }
     Ok(Outcome::Complete)
 }

@@ -87,24 +87,19 @@ impl RuleArgs {
 
 /// [`RuleSpec::load`], printing the warnings.
 pub fn load(spec: &RuleSpec, ifaces: &[String]) -> Result<Loaded> {
-    {
-        let loaded = spec.load(ifaces)?;
-        for w in &loaded.warnings {
-            tracing::warn!("{w}");
-        }
-        Ok(loaded)
-    }
+    Ok(warned(spec.load(ifaces)?))
 }
 
 impl RuleArgs {
     /// [`RuleSpec::load_for_compile`], printing the warnings.
     pub fn load_for_compile(&self) -> Result<Loaded> {
-        let loaded = self.spec().load_for_compile()?;
-        for w in &loaded.warnings {
-            tracing::warn!("{w}");
-        }
-        Ok(loaded)
+        Ok(warned(self.spec().load_for_compile()?))
     }
+}
+
+fn warned(loaded: Loaded) -> Loaded {
+    loaded.warnings.iter().for_each(|w| tracing::warn!("{w}"));
+    loaded
 }
 
 /// `--drop-country`'s values, checked and in their one spelling.

@@ -62,6 +62,57 @@ pub struct BouncerConfig {
     /// and where its refusal is counted: a refused decision is skipped,
     /// the others applied.
     pub gate: Gate,
+    /// Which decisions the LAPI streams (`--crowdsec-origins`, ...).
+    pub filters: StreamFilters,
+}
+
+/// The decision stream's filters, as the LAPI names them
+/// (`/v1/decisions/stream?origins=...&scopes=...&scenarios_containing=...
+/// &scenarios_not_containing=...`): each a list, comma-separated on the
+/// wire; empty lists are not sent.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StreamFilters {
+    /// `crowdsec`, `cscli`, `CAPI`, `lists`, ...
+    pub origins: Vec<String>,
+    /// `ip`, `range` (the scopes sluice applies; others are ignored anyway).
+    pub scopes: Vec<String>,
+    /// Decisions whose scenario contains one of these.
+    pub scenarios_containing: Vec<String>,
+    /// Decisions whose scenario contains none of these.
+    pub scenarios_not_containing: Vec<String>,
+}
+
+impl StreamFilters {
+    /// `&name=a,b` for each list given, the values percent-encoded.
+    pub fn query(&self) -> String {
+        let mut q = String::new();
+        for (name, values) in [
+            ("origins", &self.origins),
+            ("scopes", &self.scopes),
+            ("scenarios_containing", &self.scenarios_containing),
+            ("scenarios_not_containing", &self.scenarios_not_containing),
+        ] {
+            if !values.is_empty() {
+                let joined: Vec<String> = values.iter().map(|v| percent_encode(v)).collect();
+                q += &format!("&{name}={}", joined.join(","));
+            }
+        }
+        q
+    }
+}
+
+/// A query value with everything but unreserved characters (RFC 3986)
+/// percent-encoded.
+fn percent_encode(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out += &format!("%{b:02X}");
+        }
+    }
+    out
 }
 
 /// `--crowdsec-max-answer`'s default: 256 MiB, a full pull of about 1.9
@@ -185,6 +236,7 @@ impl BouncerConfig {
             set: set.to_owned(),
             max_answer,
             gate: Gate::default(),
+            filters: StreamFilters::default(),
         })
     }
 }
@@ -650,7 +702,7 @@ pub fn agent() -> ureq::Agent {
 /// One pull: the stream's answer as a feed (a full one when `startup`),
 /// and what its decisions were.
 pub fn pull(agent: &ureq::Agent, cfg: &BouncerConfig, startup: bool) -> Result<(Feed, Tally), PullError> {
-    let url = format!("{}/v1/decisions/stream?startup={startup}", cfg.url.trim_end_matches('/'));
+    let url = format!("{}/v1/decisions/stream?startup={startup}{}", cfg.url.trim_end_matches('/'), cfg.filters.query());
     let resp = agent
         .get(&url)
         .set("X-Api-Key", &cfg.key)
@@ -1028,7 +1080,23 @@ mod tests {
             set: "crowdsec".into(),
             max_answer,
             gate: Gate::default(),
+            filters: StreamFilters::default(),
         }
+    }
+
+    #[test]
+    fn stream_filters_are_named_as_the_lapi_names_them() {
+        assert_eq!(StreamFilters::default().query(), "");
+        let f = StreamFilters {
+            origins: vec!["cscli".into(), "lists:firehol".into()],
+            scopes: vec![],
+            scenarios_containing: vec!["ssh".into()],
+            scenarios_not_containing: vec!["http probing".into()],
+        };
+        assert_eq!(
+            f.query(),
+            "&origins=cscli,lists%3Afirehol&scenarios_containing=ssh&scenarios_not_containing=http%20probing"
+        );
     }
 
     #[test]

@@ -203,6 +203,21 @@ impl Expiring {
     }
 }
 
+impl Loaded {
+    /// `(set, description)` of each geo set (and of `--drop-country`/
+    /// `--drop-asn`, whose networks are `drop-src`'s): what a compiled
+    /// file keeps for `inspect`.
+    pub fn geo_notes(&self) -> Vec<(String, String)> {
+        self.lists
+            .iter()
+            .filter_map(|l| {
+                let set = l.kind.strip_prefix("set ").unwrap_or("drop-src").to_owned();
+                l.geo.as_ref().map(|g| (set, g.describe()))
+            })
+            .collect()
+    }
+}
+
 impl RuleSpec {
     /// Whether any rule source was given.
     pub fn given(&self) -> bool {

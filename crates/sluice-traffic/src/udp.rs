@@ -90,6 +90,27 @@ pub struct EchoReport {
 }
 
 impl EchoReport {
+    /// The text summary `sluice udp-echo` prints: the run, then a line per worker.
+    pub fn text(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = format!(
+            "udp-echo {}: {} datagrams in {:.1} s, SO_INCOMING_CPU {}\n",
+            self.listen,
+            self.datagrams(),
+            self.elapsed.as_secs_f64(),
+            if self.incoming_cpu { "set" } else { "not set" }
+        );
+        for w in &self.workers {
+            let pinned = if w.pinned { "" } else { " (not pinned)" };
+            let _ = writeln!(
+                out,
+                "  worker {} cpu {}{pinned}: {} datagrams, {} bytes, {} flows",
+                w.worker, w.cpu, w.datagrams, w.bytes, w.flows
+            );
+        }
+        out
+    }
+
     pub fn datagrams(&self) -> u64 {
         self.workers.iter().map(|w| w.datagrams).sum()
     }
@@ -357,6 +378,24 @@ pub struct WorkerEchoes {
 }
 
 impl LoadReport {
+    /// The text summary `sluice udp-load` prints: rates and round trips,
+    /// then each worker's echoes and how the flows spread.
+    pub fn text(&self) -> String {
+        use std::fmt::Write as _;
+        let j = self.to_json();
+        let l = &j["latency_us"];
+        let mut out = format!(
+            "udp-load {} -> {}: sent {} echoed {} lost {} at {} pps; round trip us p50 {} p90 {} p99 {} p999 {} max {}\n",
+            self.source, self.target, self.sent, self.echoed, self.lost, j["rate_pps"], l["p50"], l["p90"], l["p99"], l["p999"], l["max"]
+        );
+        for w in &self.per_worker {
+            let _ = writeln!(out, "  worker {}: {} echoes, {} flows", w.worker, w.echoed, w.flows);
+        }
+        let split = self.flows.iter().filter(|f| f.answered_by.len() > 1).count();
+        let _ = writeln!(out, "  {} flows, {} answered by more than one worker", self.flows.len(), split);
+        out
+    }
+
     pub fn rate_pps(&self) -> f64 {
         let s = self.send_time.as_secs_f64();
         if s > 0.0 {
