@@ -55,7 +55,7 @@ fuzz_target!(|data: &[u8]| {
     // The bridge's default net (no never-block file, /8 and /16 at least):
     // a ban it refuses is left out of the feed.
     let gate = Gate { safety: Arc::new(Safety::load(None, 8, 16).unwrap()), refusals: Arc::default() };
-    if let Ok((feed, _)) = parse(data, None, "d", data.first().is_some_and(|b| b & 1 == 1), 1 << 20, &gate) {
+    if let Ok((feed, _)) = parse(data, None, "d", data.first().is_some_and(|b| b & 1 == 1), 1 << 20, &gate, None) {
         let n = feed.adds.len();
         for (p, _) in &feed.adds {
             assert!(gate.safety.net().check(p).is_ok(), "{p} passed a net that refuses it");

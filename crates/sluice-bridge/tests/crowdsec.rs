@@ -9,7 +9,7 @@ mod lapi;
 
 use lapi::{crowdsec_or_skip, Lapi};
 use sluice_bridge::{Bridge, BridgeConfig, MemoryPair, Wire};
-use sluice_control::crowdsec::{BouncerConfig, StreamFilters, DEFAULT_MAX_ANSWER};
+use sluice_control::crowdsec::{BouncerConfig, GeoScopes, StreamFilters, DEFAULT_MAX_ANSWER};
 use sluice_control::RuleSpec;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -119,4 +119,61 @@ fn stream_filters_give_exactly_the_decisions_they_name() {
         b.stop();
         b.wait().unwrap();
     }
+}
+
+#[test]
+fn country_and_as_bans_drop_their_networks_with_a_geo_database() {
+    let Some(bin) = crowdsec_or_skip("country_and_as_bans_drop_their_networks_with_a_geo_database") else { return };
+    use sluice_geo::write::{Value, Writer};
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Writer::new("GeoLite2-Country", 1);
+    let cc = |c: &str| Value::map([("country", Value::map([("iso_code", Value::str(c))]))]);
+    w.insert("198.51.100.0".parse().unwrap(), 24, cc("RU")).unwrap();
+    w.insert("203.0.113.0".parse().unwrap(), 24, cc("FI")).unwrap();
+    let country = dir.path().join("country.mmdb");
+    std::fs::write(&country, w.to_bytes()).unwrap();
+    let mut w = Writer::new("GeoLite2-ASN", 1);
+    w.insert("192.0.2.0".parse().unwrap(), 24, Value::map([("autonomous_system_number", Value::U32(64500))])).unwrap();
+    let asn = dir.path().join("asn.mmdb");
+    std::fs::write(&asn, w.to_bytes()).unwrap();
+
+    let lapi = Lapi::new(bin);
+    let key = lapi.bouncer_key("geo");
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let geo = Some(std::sync::Arc::new(GeoScopes::new(vec![country, asn])));
+    let crowdsec = BouncerConfig::from_flags(Some(&lapi.url), Some(&key), 0.5, 300.0, "crowdsec", DEFAULT_MAX_ANSWER)
+        .unwrap()
+        .map(|c| BouncerConfig { geo, ..c });
+    let cfg = BridgeConfig { crowdsec, ..BridgeConfig::new(RuleSpec::default()) };
+    let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
+    let bridge = Bridge::start(cfg, Box::new(pair)).unwrap();
+    let wait = |src: [u8; 4], want: bool, what: &str| {
+        // Within the pull interval and a second.
+        let end = Instant::now() + Duration::from_millis(1500 + 500);
+        while passes(&wire, src) != want {
+            let seen =
+                bridge.metrics().crowdsec.get().map(|c| {
+                    (c.decisions(), c.pulls_ok.load(Ordering::Relaxed), c.pulls_failed.load(Ordering::Relaxed))
+                });
+            assert!(Instant::now() < end, "{what}; decisions seen: {seen:?}");
+        }
+    };
+    const RU: [u8; 4] = [198, 51, 100, 66];
+    const FI: [u8; 4] = [203, 0, 113, 7];
+    const AS64500: [u8; 4] = [192, 0, 2, 9];
+    assert!(passes(&wire, RU) && passes(&wire, AS64500));
+    lapi.cscli(&["decisions", "add", "--scope", "Country", "--value", "RU", "--duration", "1h"]);
+    wait(RU, false, "the Country ban was not enforced within the interval and a second");
+    assert!(passes(&wire, FI), "another country passes");
+    lapi.cscli(&["decisions", "add", "--scope", "AS", "--value", "64500", "--duration", "1h"]);
+    wait(AS64500, false, "the AS ban was not enforced within the interval and a second");
+    lapi.cscli(&["decisions", "delete", "--value", "RU"]);
+    wait(RU, true, "the Country ban was not lifted");
+    assert!(!passes(&wire, AS64500), "the AS ban stays");
+    let counters = bridge.metrics().crowdsec.get().cloned().unwrap();
+    let added =
+        counters.decisions().iter().filter(|((_, _, scope, action), _)| *scope != "Ip" && *action == "added").count();
+    assert!(added >= 2, "{:?}", counters.decisions());
+    bridge.stop();
+    bridge.wait().unwrap();
 }

@@ -15,7 +15,7 @@ pub struct RuleArgs {
     #[arg(
         long,
         value_name = "FILE",
-        conflicts_with_all = ["drop_src", "drop_dst", "drop_any", "drop_country", "drop_asn", "geo_db", "inner"]
+        conflicts_with_all = ["drop_src", "drop_dst", "drop_any", "drop_country", "drop_asn", "inner"]
     )]
     pub rules: Option<PathBuf>,
     /// Drop packets whose source address is in LIST (repeatable; shorthand

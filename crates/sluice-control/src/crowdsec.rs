@@ -34,7 +34,7 @@ use crate::sets::{Feed, FeedOutcome};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use sluice_rules::Prefix;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::io::Read;
 use std::path::Path;
@@ -64,6 +64,48 @@ pub struct BouncerConfig {
     pub gate: Gate,
     /// Which decisions the LAPI streams (`--crowdsec-origins`, ...).
     pub filters: StreamFilters,
+    /// `--geo-db`: bans of scope `Country` and `AS` become their networks.
+    pub geo: Option<Arc<GeoScopes>>,
+}
+
+/// Bans of scope `Country` and `AS` as the networks MaxMind DB files give
+/// them (`--geo-db`), each value's networks read once and kept until the
+/// next full pull (which reads them again, so a new database is taken up).
+#[derive(Debug)]
+pub struct GeoScopes {
+    dbs: Vec<std::path::PathBuf>,
+    cache: Mutex<HashMap<(sluice_geo::Key, String), Option<Arc<Vec<Prefix>>>>>,
+}
+
+impl GeoScopes {
+    pub fn new(dbs: Vec<std::path::PathBuf>) -> GeoScopes {
+        GeoScopes { dbs, cache: Mutex::new(HashMap::new()) }
+    }
+
+    /// The networks of a country code or AS number; None when no database
+    /// has it (or it is not one), logged once per value.
+    fn networks(&self, key: sluice_geo::Key, value: &str) -> Option<Arc<Vec<Prefix>>> {
+        let value = key.parse_value(value).ok()?;
+        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        cache
+            .entry((key, value.clone()))
+            .or_insert_with(|| {
+                let dbs: Vec<&Path> = self.dbs.iter().map(|p| p.as_path()).collect();
+                match sluice_geo::select_in(&dbs, key, std::slice::from_ref(&value)) {
+                    Ok((n, _)) => Some(Arc::new(n.prefixes.iter().map(|&(a, l)| Prefix::new(a, l)).collect())),
+                    Err(e) => {
+                        tracing::warn!("crowdsec: a ban of {} {value} is ignored: {e}", key.name());
+                        None
+                    }
+                }
+            })
+            .clone()
+    }
+
+    /// Read the databases again at the next use (a full pull).
+    fn forget(&self) {
+        self.cache.lock().unwrap_or_else(PoisonError::into_inner).clear();
+    }
 }
 
 /// The decision stream's filters, as the LAPI names them
@@ -237,6 +279,7 @@ impl BouncerConfig {
             max_answer,
             gate: Gate::default(),
             filters: StreamFilters::default(),
+            geo: None,
         })
     }
 }
@@ -389,17 +432,36 @@ pub fn go_duration(s: &str) -> Option<f64> {
     Some(if neg { -total } else { total })
 }
 
-/// The element a decision bans, if it is one sluice applies.
-fn element(d: &Decision) -> Option<Prefix> {
+/// The elements a decision bans, if it is one sluice applies: an address,
+/// a range, or (with `--geo-db`) a country's or an AS's networks.
+fn elements(d: &Decision, geo: Option<&GeoScopes>) -> Option<Elements> {
     if !d.kind.as_str().eq_ignore_ascii_case("ban") {
         return None;
     }
     let value = d.value.as_str();
     match d.scope.as_str().to_ascii_lowercase().as_str() {
-        "ip" => value.parse::<std::net::IpAddr>().ok().map(Prefix::host),
+        "ip" => value.parse::<std::net::IpAddr>().ok().map(|a| Elements::One(Prefix::host(a))),
         // A /0 is the safety net's to refuse (counted as such).
-        "range" => value.parse::<Prefix>().ok(),
+        "range" => value.parse::<Prefix>().ok().map(Elements::One),
+        "country" => geo?.networks(sluice_geo::Key::Country, value).map(Elements::Many),
+        "as" => geo?.networks(sluice_geo::Key::Asn, value).map(Elements::Many),
         _ => None,
+    }
+}
+
+/// What one decision bans.
+enum Elements {
+    One(Prefix),
+    /// A country's or an AS's networks, shared with the cache.
+    Many(Arc<Vec<Prefix>>),
+}
+
+impl Elements {
+    fn each(&self) -> &[Prefix] {
+        match self {
+            Elements::One(p) => std::slice::from_ref(p),
+            Elements::Many(v) => v,
+        }
     }
 }
 
@@ -410,6 +472,8 @@ struct Sink<'a> {
     /// The net in force when the answer came, and where refusals are logged.
     net: Arc<sluice_rules::SafetyNet>,
     gate: &'a Gate,
+    geo: Option<&'a GeoScopes>,
+    warned_geo: bool,
 }
 
 impl Sink<'_> {
@@ -418,37 +482,59 @@ impl Sink<'_> {
             self.tally.oversized += 1;
             "oversized"
         } else if deleted {
-            match element(d) {
+            match elements(d, self.geo) {
                 // A full pull's content is the set; a delete in it means
                 // nothing more.
                 Some(_) if self.feed.full => "deleted",
-                Some(p) => {
-                    self.feed.dels.push(p);
+                Some(e) => {
+                    self.feed.dels.extend_from_slice(e.each());
                     "deleted"
                 }
-                None => "ignored",
+                None => self.ignored(d),
             }
         } else {
-            match (element(d), go_duration(d.duration.as_str())) {
-                (Some(p), Some(secs)) if secs > 0.0 => match self.net.check(&p) {
-                    Ok(()) => {
-                        self.feed.adds.push((p, Some(secs.ceil().min(f64::from(u32::MAX)) as u32)));
-                        "added"
+            match (elements(d, self.geo), go_duration(d.duration.as_str())) {
+                (Some(e), Some(secs)) if secs > 0.0 => {
+                    let timeout = Some(secs.ceil().min(f64::from(u32::MAX)) as u32);
+                    let mut added = false;
+                    for &p in e.each() {
+                        match self.net.check(&p) {
+                            Ok(()) => {
+                                self.feed.adds.push((p, timeout));
+                                added = true;
+                            }
+                            // Logged now, counted once the answer is applied.
+                            Err(r) => {
+                                *self.tally.refused.entry(r.reason()).or_default() += 1;
+                                let what = format!("crowdsec decision for set `{}`", self.feed.set);
+                                self.gate.safety.log_refusal(&what, &p, &r);
+                            }
+                        }
                     }
-                    // Logged now, counted once the answer is applied.
-                    Err(r) => {
-                        *self.tally.refused.entry(r.reason()).or_default() += 1;
-                        let what = format!("crowdsec decision for set `{}`", self.feed.set);
-                        self.gate.safety.log_refusal(&what, &p, &r);
+                    if added {
+                        "added"
+                    } else {
                         "refused"
                     }
-                },
-                _ => "ignored",
+                }
+                _ => self.ignored(d),
             }
         };
         let key =
             (label(ORIGINS, d.origin.as_str()), label(TYPES, d.kind.as_str()), label(SCOPES, d.scope.as_str()), action);
         *self.tally.decisions.entry(key).or_default() += 1;
+    }
+
+    /// A decision not applied; a ban of scope `Country` or `AS` without
+    /// `--geo-db` says so once per answer.
+    fn ignored(&mut self, d: &Decision) -> &'static str {
+        let scope = d.scope.as_str();
+        let geo_scope = scope.eq_ignore_ascii_case("country") || scope.eq_ignore_ascii_case("as");
+        if geo_scope && self.geo.is_none() && d.kind.as_str().eq_ignore_ascii_case("ban") && !self.warned_geo {
+            self.warned_geo = true;
+            tracing::warn!("crowdsec: bans of scope {scope} are ignored: give --geo-db FILE to enforce them");
+        }
+        "ignored"
     }
 }
 
@@ -624,6 +710,7 @@ pub fn parse(
     full: bool,
     max_answer: u64,
     gate: &Gate,
+    geo: Option<&GeoScopes>,
 ) -> Result<(Feed, Tally), AnswerError> {
     if let Some(n) = announced.filter(|&n| n > max_answer) {
         return Err(AnswerError::TooLarge { size: Some(n), limit: max_answer });
@@ -642,6 +729,8 @@ pub fn parse(
         tally: Tally::default(),
         net: gate.safety.net(),
         gate,
+        geo,
+        warned_geo: false,
     };
     let result = {
         let mut de = serde_json::Deserializer::from_reader(&mut guard);
@@ -702,7 +791,12 @@ pub fn agent() -> ureq::Agent {
 /// One pull: the stream's answer as a feed (a full one when `startup`),
 /// and what its decisions were.
 pub fn pull(agent: &ureq::Agent, cfg: &BouncerConfig, startup: bool) -> Result<(Feed, Tally), PullError> {
-    let url = format!("{}/v1/decisions/stream?startup={startup}{}", cfg.url.trim_end_matches('/'), cfg.filters.query());
+    // The LAPI streams scopes Ip and Range unless asked for others.
+    let mut filters = cfg.filters.clone();
+    if cfg.geo.is_some() && filters.scopes.is_empty() {
+        filters.scopes = ["ip", "range", "country", "as"].map(String::from).to_vec();
+    }
+    let url = format!("{}/v1/decisions/stream?startup={startup}{}", cfg.url.trim_end_matches('/'), filters.query());
     let resp = agent
         .get(&url)
         .set("X-Api-Key", &cfg.key)
@@ -719,7 +813,10 @@ pub fn pull(agent: &ureq::Agent, cfg: &BouncerConfig, startup: bool) -> Result<(
         return Err(PullError::Redirect { url, redirect });
     }
     let announced = resp.header("Content-Length").and_then(|v| v.trim().parse().ok());
-    parse(resp.into_reader(), announced, &cfg.set, startup, cfg.max_answer, &cfg.gate)
+    if startup {
+        cfg.geo.iter().for_each(|g| g.forget());
+    }
+    parse(resp.into_reader(), announced, &cfg.set, startup, cfg.max_answer, &cfg.gate, cfg.geo.as_deref())
         .map_err(|source| PullError::Answer { url, source })
 }
 
@@ -879,7 +976,7 @@ mod tests {
     }
 
     fn parse_str(json: &str, full: bool, max: u64) -> Result<(Feed, Tally), AnswerError> {
-        parse(json.as_bytes(), None, "crowdsec", full, max, &Gate::default())
+        parse(json.as_bytes(), None, "crowdsec", full, max, &Gate::default(), None)
     }
 
     #[test]
@@ -939,7 +1036,7 @@ mod tests {
             d("Ip", "192.0.2.8"),
             d("Range", "2001:db8::/16")
         );
-        let (f, t) = parse(json.as_bytes(), None, "crowdsec", false, MAX, &gate).unwrap();
+        let (f, t) = parse(json.as_bytes(), None, "crowdsec", false, MAX, &gate, None).unwrap();
         let adds: Vec<String> = f.adds.iter().map(|(p, _)| p.to_string()).collect();
         assert_eq!(adds, ["192.0.2.8/32", "2001::/16"], "the others are applied");
         assert_eq!(t.refused, BTreeMap::from([("min_prefix", 2), ("never_block", 2)]));
@@ -1029,7 +1126,8 @@ mod tests {
         assert!(matches!(e, AnswerError::TooLarge { size: None, limit } if limit == len - 1), "{e}");
         assert!(e.to_string().contains(&format!("over --crowdsec-max-answer {}", len - 1)), "{e}");
         // One that says its length is refused before it is read.
-        let e = parse(&b"not even JSON"[..], Some(len), "crowdsec", false, len - 1, &Gate::default()).unwrap_err();
+        let e =
+            parse(&b"not even JSON"[..], Some(len), "crowdsec", false, len - 1, &Gate::default(), None).unwrap_err();
         assert_eq!(
             e.to_string(),
             format!(
@@ -1081,6 +1179,7 @@ mod tests {
             max_answer,
             gate: Gate::default(),
             filters: StreamFilters::default(),
+            geo: None,
         }
     }
 

@@ -121,11 +121,20 @@ impl Lapi {
         }
     }
 
-    /// Runs cscli with this config; its stdout.
+    /// Runs cscli with this config; its stdout. SQLite's "database is
+    /// locked" (bouncers pulling at the same moment) is retried.
     pub fn cscli(&self, args: &[&str]) -> String {
-        let out = Command::new(self.bin.join("cscli")).args(["-c", p(&self.config())]).args(args).output().unwrap();
-        assert!(out.status.success(), "cscli {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        for attempt in 0.. {
+            let out = Command::new(self.bin.join("cscli")).args(["-c", p(&self.config())]).args(args).output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            if !out.status.success() && err.contains("database is locked") && attempt < 10 {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                continue;
+            }
+            assert!(out.status.success(), "cscli {args:?}: {err}");
+            return String::from_utf8_lossy(&out.stdout).into_owned();
+        }
+        unreachable!("the loop returns")
     }
 
     /// A new bouncer's API key, written to a file.
