@@ -74,8 +74,11 @@ pub struct BouncerConfig {
 #[derive(Debug)]
 pub struct GeoScopes {
     dbs: Vec<std::path::PathBuf>,
-    cache: Mutex<HashMap<(sluice_geo::Key, String), Option<Arc<Vec<Prefix>>>>>,
+    cache: Mutex<HashMap<(sluice_geo::Key, String), Option<Networks>>>,
 }
+
+/// A country's or an AS's networks, shared by the decisions that name it.
+type Networks = Arc<Vec<Prefix>>;
 
 impl GeoScopes {
     pub fn new(dbs: Vec<std::path::PathBuf>) -> GeoScopes {
