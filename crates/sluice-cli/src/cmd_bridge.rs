@@ -7,7 +7,7 @@ use anyhow::Result;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
 use sluice_bridge::{Bridge, BridgeConfig, LivePorts};
-use sluice_control::crowdsec::{BouncerConfig, StreamFilters};
+use sluice_control::crowdsec::{BouncerConfig, GeoScopes, StreamFilters};
 use sluice_live::open::{Io, OpenConfig, XdpChoice};
 use sluice_pipeline::sample::Backpressure;
 use sluice_pipeline::JudgeConfig;
@@ -165,7 +165,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     };
     let crowdsec = BouncerConfig::from_flags(url, key, interval, resync, set, max)
         .map_err(anyhow::Error::msg)?
-        .map(|c| BouncerConfig { filters, geo: geo_scopes(&a.rules.geo_db), ..c });
+        .map(|c| BouncerConfig { filters, geo: GeoScopes::for_files(&a.rules.geo_db), ..c });
     // A live port does not wait for a disk: a full queue sheds samples (counted, logged once).
     let sample = a.sample.config(Backpressure::Shed);
     let open = OpenConfig {
@@ -214,9 +214,4 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         Some(e) => Err(anyhow::Error::new(e).context("the bridge stopped on an error reading the ports")),
         None => Ok(Outcome::Complete),
     }
-}
-
-/// `--geo-db` also turns the bouncer's Country and AS bans into networks.
-fn geo_scopes(dbs: &[std::path::PathBuf]) -> Option<std::sync::Arc<sluice_control::crowdsec::GeoScopes>> {
-    (!dbs.is_empty()).then(|| std::sync::Arc::new(sluice_control::crowdsec::GeoScopes::new(dbs.to_vec())))
 }

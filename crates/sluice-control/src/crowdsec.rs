@@ -85,6 +85,11 @@ impl GeoScopes {
         GeoScopes { dbs, cache: Mutex::new(HashMap::new()) }
     }
 
+    /// `--geo-db`'s files for the bouncer; None when none is given.
+    pub fn for_files(dbs: &[std::path::PathBuf]) -> Option<Arc<GeoScopes>> {
+        (!dbs.is_empty()).then(|| Arc::new(GeoScopes::new(dbs.to_vec())))
+    }
+
     /// The networks of a country code or AS number; None when no database
     /// has it (or it is not one), logged once per value.
     fn networks(&self, key: sluice_geo::Key, value: &str) -> Option<Arc<Vec<Prefix>>> {
