@@ -124,7 +124,8 @@ impl GeoScopes {
 pub struct StreamFilters {
     /// `crowdsec`, `cscli`, `CAPI`, `lists`, ...
     pub origins: Vec<String>,
-    /// `ip`, `range` (the scopes sluice applies; others are ignored anyway).
+    /// `ip`, `range`, and with `--geo-db` `country`, `as` (the scopes
+    /// sluice applies; others are ignored anyway).
     pub scopes: Vec<String>,
     /// Decisions whose scenario contains one of these.
     pub scenarios_containing: Vec<String>,
@@ -442,33 +443,33 @@ pub fn go_duration(s: &str) -> Option<f64> {
 
 /// The elements a decision bans, if it is one sluice applies: an address,
 /// a range, or (with `--geo-db`) a country's or an AS's networks.
-fn elements(d: &Decision, geo: Option<&GeoScopes>) -> Option<Elements> {
+fn banned(d: &Decision, geo: Option<&GeoScopes>) -> Option<Banned> {
     if !d.kind.as_str().eq_ignore_ascii_case("ban") {
         return None;
     }
     let value = d.value.as_str();
     match d.scope.as_str().to_ascii_lowercase().as_str() {
-        "ip" => value.parse::<std::net::IpAddr>().ok().map(|a| Elements::One(Prefix::host(a))),
+        "ip" => value.parse::<std::net::IpAddr>().ok().map(|a| Banned::One(Prefix::host(a))),
         // A /0 is the safety net's to refuse (counted as such).
-        "range" => value.parse::<Prefix>().ok().map(Elements::One),
-        "country" => geo?.networks(sluice_geo::Key::Country, value).map(Elements::Many),
-        "as" => geo?.networks(sluice_geo::Key::Asn, value).map(Elements::Many),
+        "range" => value.parse::<Prefix>().ok().map(Banned::One),
+        "country" => geo?.networks(sluice_geo::Key::Country, value).map(Banned::Many),
+        "as" => geo?.networks(sluice_geo::Key::Asn, value).map(Banned::Many),
         _ => None,
     }
 }
 
 /// What one decision bans.
-enum Elements {
+enum Banned {
     One(Prefix),
     /// A country's or an AS's networks, shared with the cache.
     Many(Arc<Vec<Prefix>>),
 }
 
-impl Elements {
+impl Banned {
     fn each(&self) -> &[Prefix] {
         match self {
-            Elements::One(p) => std::slice::from_ref(p),
-            Elements::Many(v) => v,
+            Banned::One(p) => std::slice::from_ref(p),
+            Banned::Many(v) => v,
         }
     }
 }
@@ -490,7 +491,7 @@ impl Sink<'_> {
             self.tally.oversized += 1;
             "oversized"
         } else if deleted {
-            match elements(d, self.geo) {
+            match banned(d, self.geo) {
                 // A full pull's content is the set; a delete in it means
                 // nothing more.
                 Some(_) if self.feed.full => "deleted",
@@ -501,7 +502,7 @@ impl Sink<'_> {
                 None => self.ignored(d),
             }
         } else {
-            match (elements(d, self.geo), go_duration(d.duration.as_str())) {
+            match (banned(d, self.geo), go_duration(d.duration.as_str())) {
                 (Some(e), Some(secs)) if secs > 0.0 => {
                     let timeout = Some(secs.ceil().min(f64::from(u32::MAX)) as u32);
                     let mut added = false;

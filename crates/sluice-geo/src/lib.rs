@@ -114,8 +114,8 @@ pub struct Networks {
     pub per_value: Vec<(String, usize)>,
 }
 
-/// Where a geo set's networks came from, kept with the set for `ctl sets`,
-/// `inspect` and the load log.
+/// Where a geo set's networks came from, kept with the set for `ctl sets`
+/// and `inspect`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct GeoInfo {
     /// The file(s) read.
