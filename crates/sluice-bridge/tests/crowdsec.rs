@@ -10,6 +10,7 @@ mod lapi;
 use lapi::{crowdsec_or_skip, Lapi};
 use sluice_bridge::{Bridge, BridgeConfig, MemoryPair, Wire};
 use sluice_control::crowdsec::{BouncerConfig, GeoScopes, StreamFilters, DEFAULT_MAX_ANSWER};
+use sluice_control::lapi_tls::LapiTls;
 use sluice_control::RuleSpec;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -36,8 +37,16 @@ fn crowdsec_decisions_reach_the_bridge_over_memory_ports() {
     let lapi = Lapi::new(bin);
     let key = lapi.bouncer_key("sluice");
     std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    let crowdsec =
-        BouncerConfig::from_flags(Some(&lapi.url), Some(&key), 1.0, 300.0, "crowdsec", DEFAULT_MAX_ANSWER).unwrap();
+    let crowdsec = BouncerConfig::from_flags(
+        Some(&lapi.url),
+        Some(&key),
+        &LapiTls::default(),
+        1.0,
+        300.0,
+        "crowdsec",
+        DEFAULT_MAX_ANSWER,
+    )
+    .unwrap();
     // No rules: the feed's set is added and its sources dropped.
     let cfg = BridgeConfig { crowdsec, ..BridgeConfig::new(RuleSpec::default()) };
     let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
@@ -72,9 +81,17 @@ fn stream_filters_give_exactly_the_decisions_they_name() {
     let bridge = |name: &str, filters: StreamFilters| {
         let key = lapi.bouncer_key(name);
         std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-        let c = BouncerConfig::from_flags(Some(&lapi.url), Some(&key), 0.5, 300.0, "crowdsec", DEFAULT_MAX_ANSWER)
-            .unwrap()
-            .map(|c| BouncerConfig { filters, ..c });
+        let c = BouncerConfig::from_flags(
+            Some(&lapi.url),
+            Some(&key),
+            &LapiTls::default(),
+            0.5,
+            300.0,
+            "crowdsec",
+            DEFAULT_MAX_ANSWER,
+        )
+        .unwrap()
+        .map(|c| BouncerConfig { filters, ..c });
         let cfg = BridgeConfig { crowdsec: c, ..BridgeConfig::new(RuleSpec::default()) };
         let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
         (Bridge::start(cfg, Box::new(pair)).unwrap(), wire)
@@ -141,9 +158,17 @@ fn country_and_as_bans_drop_their_networks_with_a_geo_database() {
     let key = lapi.bouncer_key("geo");
     std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let geo = Some(std::sync::Arc::new(GeoScopes::new(vec![country, asn])));
-    let crowdsec = BouncerConfig::from_flags(Some(&lapi.url), Some(&key), 0.5, 300.0, "crowdsec", DEFAULT_MAX_ANSWER)
-        .unwrap()
-        .map(|c| BouncerConfig { geo, ..c });
+    let crowdsec = BouncerConfig::from_flags(
+        Some(&lapi.url),
+        Some(&key),
+        &LapiTls::default(),
+        0.5,
+        300.0,
+        "crowdsec",
+        DEFAULT_MAX_ANSWER,
+    )
+    .unwrap()
+    .map(|c| BouncerConfig { geo, ..c });
     let cfg = BridgeConfig { crowdsec, ..BridgeConfig::new(RuleSpec::default()) };
     let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
     let bridge = Bridge::start(cfg, Box::new(pair)).unwrap();
@@ -174,6 +199,51 @@ fn country_and_as_bans_drop_their_networks_with_a_geo_database() {
     let added =
         counters.decisions().iter().filter(|((_, _, scope, action), _)| *scope != "Ip" && *action == "added").count();
     assert!(added >= 2, "{:?}", counters.decisions());
+    bridge.stop();
+    bridge.wait().unwrap();
+}
+
+#[test]
+fn a_tls_lapi_admits_the_bouncer_by_its_client_certificate() {
+    let Some(bin) = crowdsec_or_skip("a_tls_lapi_admits_the_bouncer_by_its_client_certificate") else { return };
+    let lapi = Lapi::with_tls(bin);
+    let t = lapi.tls_dir();
+    let tls =
+        LapiTls { ca: Some(t.join("ca.crt")), cert: Some(t.join("bouncer.crt")), key: Some(t.join("bouncer.key")) };
+    // No API key: the certificate's OU admits it.
+    let crowdsec = BouncerConfig::from_flags(Some(&lapi.url), None, &tls, 0.5, 300.0, "crowdsec", DEFAULT_MAX_ANSWER)
+        .unwrap()
+        .expect("a bouncer");
+    assert!(crowdsec.key.is_empty());
+
+    // A CA that did not sign the LAPI's certificate: refused, and said so.
+    lapi::make_ca(&t, "other");
+    let wrong = LapiTls { ca: Some(t.join("other.crt")), ..tls.clone() };
+    let w = BouncerConfig::from_flags(Some(&lapi.url), None, &wrong, 0.5, 300.0, "crowdsec", DEFAULT_MAX_ANSWER)
+        .unwrap()
+        .unwrap();
+    let e = sluice_control::crowdsec::pull(&sluice_control::crowdsec::agent(w.tls.as_ref()), &w, true).unwrap_err();
+    assert!(e.to_string().contains("certificate"), "{e}");
+    // Plain http with a certificate is a mistake, named.
+    let http = lapi.url.replace("https://", "http://");
+    let e = BouncerConfig::from_flags(Some(&http), None, &tls, 0.5, 300.0, "crowdsec", DEFAULT_MAX_ANSWER).unwrap_err();
+    assert!(e.contains("need an https:// URL"), "{e}");
+
+    let cfg = BridgeConfig { crowdsec: Some(crowdsec), ..BridgeConfig::new(RuleSpec::default()) };
+    let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
+    let bridge = Bridge::start(cfg, Box::new(pair)).unwrap();
+    const BANNED: [u8; 4] = [198, 51, 100, 66];
+    lapi.cscli(&["decisions", "add", "--ip", "198.51.100.66", "--duration", "1h"]);
+    let end = Instant::now() + Duration::from_secs(15);
+    while passes(&wire, BANNED) {
+        let c = bridge
+            .metrics()
+            .crowdsec
+            .get()
+            .map(|c| (c.pulls_ok.load(Ordering::Relaxed), c.pulls_failed.load(Ordering::Relaxed)));
+        assert!(Instant::now() < end, "the ban over TLS was never enforced (pulls ok, failed: {c:?})");
+    }
+    assert!(passes(&wire, [203, 0, 113, 7]));
     bridge.stop();
     bridge.wait().unwrap();
 }

@@ -49,6 +49,7 @@ fn run_everything() -> (serde_json::Value, String) {
     let crowdsec = sluice_control::crowdsec::BouncerConfig::from_flags(
         Some("http://127.0.0.1:9"),
         Some(&key),
+        &sluice_control::lapi_tls::LapiTls::default(),
         10.0,
         300.0,
         "crowdsec",

@@ -187,10 +187,10 @@ pub struct TrafficArgs {
     #[arg(long, default_value_t = 0.0)]
     pub ipv6: f64,
     /// Protocol weights TCP:UDP:ICMP.
-    #[arg(long, default_value = "6:3:1", value_parser = parse_mix)]
+    #[arg(long, default_value = "6:3:1", value_parser = ProtoMix::parse)]
     pub mix: ProtoMix,
     /// Frame size in bytes (without FCS), or "imix" (7x60, 4x590, 1x1514).
-    #[arg(long, default_value = "60", value_parser = parse_size)]
+    #[arg(long, default_value = "60", value_parser = FrameSize::parse)]
     pub size: FrameSize,
     /// Share of frames with one 802.1Q tag.
     #[arg(long, default_value_t = 0.0)]
@@ -239,25 +239,6 @@ impl TrafficArgs {
             encap_share: self.encap_share,
             ..GenConfig::default()
         })
-    }
-}
-
-fn parse_mix(s: &str) -> Result<ProtoMix, String> {
-    let parts: Vec<&str> = s.split(':').collect();
-    let [t, u, i] = parts[..] else {
-        return Err("expected TCP:UDP:ICMP weights, e.g. 6:3:1".into());
-    };
-    let n = |x: &str| x.trim().parse::<u32>().map_err(|_| format!("weight {x:?} is not a whole number"));
-    Ok(ProtoMix { tcp: n(t)?, udp: n(u)?, icmp: n(i)? })
-}
-
-fn parse_size(s: &str) -> Result<FrameSize, String> {
-    if s.eq_ignore_ascii_case("imix") {
-        return Ok(FrameSize::Imix);
-    }
-    match s.parse::<u16>() {
-        Ok(n) if (60..=9000).contains(&n) => Ok(FrameSize::Fixed(n)),
-        _ => Err(format!("{s:?} is neither \"imix\" nor a frame size from 60 to 9000")),
     }
 }
 

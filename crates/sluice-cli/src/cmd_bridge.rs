@@ -8,6 +8,7 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
 use sluice_bridge::{Bridge, BridgeConfig, LivePorts};
 use sluice_control::crowdsec::{BouncerConfig, GeoScopes, StreamFilters};
+use sluice_control::lapi_tls::LapiTls;
 use sluice_live::open::{Io, OpenConfig, XdpChoice};
 use sluice_pipeline::sample::Backpressure;
 use sluice_pipeline::JudgeConfig;
@@ -90,11 +91,20 @@ pub struct BridgeArgs {
     #[arg(long, value_name = "G", requires = "control")]
     pub control_group: Option<String>,
     /// Act as a CrowdSec bouncer: stream ban decisions from this Local API
-    /// (e.g. http://127.0.0.1:8080) into --crowdsec-set.
-    #[arg(long, value_name = "URL", requires = "crowdsec_key_file")]
+    /// (http://127.0.0.1:8080, or https://...) into --crowdsec-set.
+    #[arg(long, value_name = "URL", requires = "crowdsec_auth")]
     pub crowdsec_url: Option<String>,
-    /// A file holding the bouncer's API key (`cscli bouncers add NAME -o raw`).
+    /// https: the CA certificate(s) the LAPI's certificate must chain to (default: the system's roots).
     #[arg(long, value_name = "FILE", requires = "crowdsec_url")]
+    pub crowdsec_ca: Option<std::path::PathBuf>,
+    /// https: authenticate with this client certificate (PEM) instead of an API key.
+    #[arg(long, value_name = "FILE", requires = "crowdsec_key", group = "crowdsec_auth")]
+    pub crowdsec_cert: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "crowdsec_cert")]
+    pub crowdsec_key: Option<std::path::PathBuf>,
+    /// A file holding the bouncer's API key (`cscli bouncers add NAME -o raw`).
+    #[arg(long, value_name = "FILE", requires = "crowdsec_url", group = "crowdsec_auth")]
     pub crowdsec_key_file: Option<std::path::PathBuf>,
     /// Seconds between pulls of new and deleted decisions.
     #[arg(long, value_name = "S", default_value_t = 10.0)]
@@ -163,7 +173,8 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         scenarios_containing: a.crowdsec_scenarios_containing,
         scenarios_not_containing: a.crowdsec_scenarios_not_containing,
     };
-    let crowdsec = BouncerConfig::from_flags(url, key, interval, resync, set, max)
+    let tls = LapiTls { ca: a.crowdsec_ca, cert: a.crowdsec_cert, key: a.crowdsec_key };
+    let crowdsec = BouncerConfig::from_flags(url, key, &tls, interval, resync, set, max)
         .map_err(anyhow::Error::msg)?
         .map(|c| BouncerConfig { filters, geo: GeoScopes::for_files(&a.rules.geo_db), ..c });
     // A live port does not wait for a disk: a full queue sheds samples (counted, logged once).

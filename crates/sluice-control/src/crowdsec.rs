@@ -29,6 +29,7 @@
 //! API key goes nowhere but `--crowdsec-url`.
 
 use crate::control::Event;
+use crate::lapi_tls::LapiTls;
 use crate::safety::Gate;
 use crate::sets::{Feed, FeedOutcome};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -66,6 +67,8 @@ pub struct BouncerConfig {
     pub filters: StreamFilters,
     /// `--geo-db`: bans of scope `Country` and `AS` become their networks.
     pub geo: Option<Arc<GeoScopes>>,
+    /// An `https://` URL's TLS (its roots, and a client certificate).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// Bans of scope `Country` and `AS` as the networks MaxMind DB files give
@@ -229,34 +232,39 @@ impl BouncerConfig {
     pub fn from_flags(
         url: Option<&str>,
         key_file: Option<&Path>,
+        tls: &LapiTls,
         interval: f64,
         resync: f64,
         set: &str,
         max_answer: u64,
     ) -> Result<Option<Self>, String> {
-        match (url, key_file) {
-            (Some(url), Some(key_file)) => Self::new(url, key_file, interval, resync, set, max_answer).map(Some),
+        match url {
+            Some(url) if key_file.is_some() || tls.has_cert() => {
+                Self::new(url, key_file, tls, interval, resync, set, max_answer).map(Some)
+            }
             _ => Ok(None),
         }
     }
 
-    /// From the flags: the key read from `key_file`, the URL checked; a
-    /// key file others can read is a warning.
+    /// From the flags: the key read from `key_file` (none with a client
+    /// certificate), the URL checked; a key file others can read is a
+    /// warning.
     pub fn new(
         url: &str,
-        key_file: &Path,
+        key_file: Option<&Path>,
+        tls: &LapiTls,
         interval: f64,
         resync: f64,
         set: &str,
         max_answer: u64,
     ) -> Result<Self, String> {
-        if url.starts_with("https://") {
-            return Err(format!(
-                "--crowdsec-url {url}: https is not supported yet; use the LAPI's http listener on loopback or a local TLS tunnel"
-            ));
+        let https = url.starts_with("https://");
+        if !https && (tls.has_cert() || tls.ca.is_some()) {
+            return Err(format!("--crowdsec-url {url}: --crowdsec-ca and --crowdsec-cert need an https:// URL"));
         }
-        if !url.starts_with("http://") {
-            return Err(format!("--crowdsec-url {url}: expected http://HOST:PORT"));
+        let tls = if https { Some(tls.client_config()?) } else { None };
+        if !https && !url.starts_with("http://") {
+            return Err(format!("--crowdsec-url {url}: expected http://HOST:PORT or https://HOST:PORT"));
         }
         for (flag, v) in [("--crowdsec-interval", interval), ("--crowdsec-resync", resync)] {
             if !(v.is_finite() && v >= 0.05) {
@@ -266,19 +274,10 @@ impl BouncerConfig {
         if max_answer < MIN_MAX_ANSWER {
             return Err(format!("--crowdsec-max-answer {max_answer}: must be at least {MIN_MAX_ANSWER} bytes"));
         }
-        let key = std::fs::read_to_string(key_file)
-            .map_err(|e| format!("--crowdsec-key-file {}: {e}", key_file.display()))?
-            .trim()
-            .to_owned();
-        if key.is_empty() || key.contains(char::is_whitespace) {
-            return Err(format!(
-                "--crowdsec-key-file {}: expected one API key (cscli bouncers add NAME -o raw)",
-                key_file.display()
-            ));
-        }
-        if let Some(w) = secret_file_warning("--crowdsec-key-file", key_file) {
-            tracing::warn!("{w}");
-        }
+        let key = match key_file {
+            Some(key_file) => read_key(key_file)?,
+            None => String::new(),
+        };
         Ok(BouncerConfig {
             url: url.to_owned(),
             key,
@@ -289,8 +288,27 @@ impl BouncerConfig {
             gate: Gate::default(),
             filters: StreamFilters::default(),
             geo: None,
+            tls,
         })
     }
+}
+
+/// An API key file's one key; a file others can read is a warning.
+fn read_key(key_file: &Path) -> Result<String, String> {
+    let key = std::fs::read_to_string(key_file)
+        .map_err(|e| format!("--crowdsec-key-file {}: {e}", key_file.display()))?
+        .trim()
+        .to_owned();
+    if key.is_empty() || key.contains(char::is_whitespace) {
+        return Err(format!(
+            "--crowdsec-key-file {}: expected one API key (cscli bouncers add NAME -o raw)",
+            key_file.display()
+        ));
+    }
+    if let Some(w) = secret_file_warning("--crowdsec-key-file", key_file) {
+        tracing::warn!("{w}");
+    }
+    Ok(key)
 }
 
 /// What the bouncer counts (the metrics read it).
@@ -789,12 +807,14 @@ fn unix_ms() -> u64 {
 }
 
 /// The agent a bouncer pulls with: no redirects (see [`redirect`]).
-pub fn agent() -> ureq::Agent {
-    ureq::AgentBuilder::new()
-        .timeout_connect(Duration::from_secs(5))
-        .timeout(Duration::from_secs(60))
-        .redirects(0)
-        .build()
+pub fn agent(tls: Option<&Arc<rustls::ClientConfig>>) -> ureq::Agent {
+    let b =
+        ureq::AgentBuilder::new().timeout_connect(Duration::from_secs(5)).timeout(Duration::from_secs(60)).redirects(0);
+    match tls {
+        Some(t) => b.tls_config(Arc::clone(t)),
+        None => b,
+    }
+    .build()
 }
 
 /// One pull: the stream's answer as a feed (a full one when `startup`),
@@ -806,18 +826,18 @@ pub fn pull(agent: &ureq::Agent, cfg: &BouncerConfig, startup: bool) -> Result<(
         filters.scopes = ["ip", "range", "country", "as"].map(String::from).to_vec();
     }
     let url = format!("{}/v1/decisions/stream?startup={startup}{}", cfg.url.trim_end_matches('/'), filters.query());
-    let resp = agent
-        .get(&url)
-        .set("X-Api-Key", &cfg.key)
-        .set("User-Agent", concat!("sluice-bouncer/", env!("CARGO_PKG_VERSION")))
-        .call()
-        .map_err(|e| match e {
-            ureq::Error::Status(code, r) => {
-                let why = if code == 403 { " (is the API key right? cscli bouncers list)" } else { "" };
-                PullError::Http(format!("{url}: HTTP {code} {}{why}", r.status_text()))
-            }
-            e => PullError::Http(format!("{url}: {e}")),
-        })?;
+    let mut req = agent.get(&url).set("User-Agent", concat!("sluice-bouncer/", env!("CARGO_PKG_VERSION")));
+    // With a client certificate the LAPI knows the bouncer by it.
+    if !cfg.key.is_empty() {
+        req = req.set("X-Api-Key", &cfg.key);
+    }
+    let resp = req.call().map_err(|e| match e {
+        ureq::Error::Status(code, r) => {
+            let why = if code == 403 { " (is the API key right? cscli bouncers list)" } else { "" };
+            PullError::Http(format!("{url}: HTTP {code} {}{why}", r.status_text()))
+        }
+        e => PullError::Http(format!("{url}: {e}")),
+    })?;
     if let Some(redirect) = redirect(&resp) {
         return Err(PullError::Redirect { url, redirect });
     }
@@ -847,7 +867,7 @@ pub fn spawn(
 }
 
 pub fn run(cfg: BouncerConfig, events: Sender<Event>, stop: Arc<AtomicBool>, counters: Arc<BouncerCounters>) {
-    let agent = agent();
+    let agent = agent(cfg.tls.as_ref());
     let mut full = true;
     let mut first = true;
     let mut last_full = Instant::now();
@@ -1189,6 +1209,7 @@ mod tests {
             gate: Gate::default(),
             filters: StreamFilters::default(),
             geo: None,
+            tls: None,
         }
     }
 
@@ -1212,7 +1233,7 @@ mod tests {
         let elsewhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let to = format!("http://{}/v1/decisions/stream?startup=true", elsewhere.local_addr().unwrap());
         let (addr, h) = serve_once(format!("HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\n\r\n"));
-        let e = pull(&agent(), &config(format!("http://{addr}"), MAX), true).unwrap_err();
+        let e = pull(&agent(None), &config(format!("http://{addr}"), MAX), true).unwrap_err();
         assert!(matches!(e, PullError::Redirect { .. }), "{e}");
         assert!(e.to_string().contains(&format!("HTTP 302 redirect to \"{to}\" refused")), "{e}");
         assert!(h.join().unwrap().to_ascii_lowercase().contains("x-api-key: the-key"));
@@ -1226,12 +1247,12 @@ mod tests {
             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n{}",
             " ".repeat(5000)
         ));
-        let e = pull(&agent(), &config(format!("http://{addr}"), 2048), true).unwrap_err();
+        let e = pull(&agent(None), &config(format!("http://{addr}"), 2048), true).unwrap_err();
         assert!(e.to_string().contains("the answer is 5000 bytes, over --crowdsec-max-answer 2048"), "{e}");
         h.join().unwrap();
         let (addr, h) =
             serve_once("HTTP/1.1 200 OK\r\nContent-Length: 27\r\n\r\n{\"new\":null,\"deleted\":null}".to_owned());
-        let (f, t) = pull(&agent(), &config(format!("http://{addr}"), 2048), true).unwrap();
+        let (f, t) = pull(&agent(None), &config(format!("http://{addr}"), 2048), true).unwrap();
         assert!(f.adds.is_empty() && f.full && t.decisions.is_empty());
         h.join().unwrap();
     }
@@ -1250,7 +1271,8 @@ mod tests {
                 assert!(w.starts_with(&format!("--crowdsec-key-file {}: mode {mode:04o}", f.display())), "{w}");
             }
         }
-        let e = BouncerConfig::new("http://127.0.0.1:1", &f, 1.0, 1.0, "crowdsec", 1023).unwrap_err();
+        let e = BouncerConfig::new("http://127.0.0.1:1", Some(&f), &LapiTls::default(), 1.0, 1.0, "crowdsec", 1023)
+            .unwrap_err();
         assert_eq!(e, "--crowdsec-max-answer 1023: must be at least 1024 bytes");
     }
 }

@@ -13,6 +13,7 @@ pub mod control;
 pub mod crowdsec;
 pub mod ctl;
 pub mod hangup;
+pub mod lapi_tls;
 pub mod safety;
 pub mod sets;
 pub mod socket;

@@ -55,12 +55,37 @@ pub enum FlowDist {
     Zipf(f64),
 }
 
+impl FrameSize {
+    /// `imix`, or a frame size from 60 to 9000 bytes (`gen --size`).
+    pub fn parse(s: &str) -> Result<FrameSize, String> {
+        if s.eq_ignore_ascii_case("imix") {
+            return Ok(FrameSize::Imix);
+        }
+        match s.parse::<u16>() {
+            Ok(n) if (60..=9000).contains(&n) => Ok(FrameSize::Fixed(n)),
+            _ => Err(format!("{s:?} is neither \"imix\" nor a frame size from 60 to 9000")),
+        }
+    }
+}
+
 /// Relative weights of the upper-layer protocols.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProtoMix {
     pub tcp: u32,
     pub udp: u32,
     pub icmp: u32,
+}
+
+impl ProtoMix {
+    /// `TCP:UDP:ICMP` weights, e.g. `6:3:1` (`gen --mix`).
+    pub fn parse(s: &str) -> Result<ProtoMix, String> {
+        let parts: Vec<&str> = s.split(':').collect();
+        let [t, u, i] = parts[..] else {
+            return Err("expected TCP:UDP:ICMP weights, e.g. 6:3:1".into());
+        };
+        let n = |x: &str| x.trim().parse::<u32>().map_err(|_| format!("weight {x:?} is not a whole number"));
+        Ok(ProtoMix { tcp: n(t)?, udp: n(u)?, icmp: n(i)? })
+    }
 }
 
 #[derive(Clone, Debug)]

@@ -48,8 +48,75 @@ pub struct Lapi {
     child: Option<Child>,
 }
 
+/// openssl, failing the test on error.
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl").current_dir(dir).args(args).output().expect("openssl (apt-get install openssl)");
+    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A CA (`NAME.crt`, `NAME.key`) in `dir`.
+pub fn make_ca(dir: &Path, name: &str) {
+    let (crt, key) = (format!("{name}.crt"), format!("{name}.key"));
+    let subj = format!("/CN={name}");
+    openssl(
+        dir,
+        &["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &crt, "-days", "2", "-subj", &subj],
+    );
+}
+
+/// A certificate `NAME.crt`/`NAME.key` signed by `ca`, for `subj`, with
+/// the extensions `ext` (a server's SAN, a client's usage).
+pub fn make_cert(dir: &Path, ca: &str, name: &str, subj: &str, ext: &str) {
+    let (crt, key, csr, extf) =
+        (format!("{name}.crt"), format!("{name}.key"), format!("{name}.csr"), format!("{name}.ext"));
+    std::fs::write(
+        dir.join(&extf),
+        format!("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n{ext}\n"),
+    )
+    .unwrap();
+    openssl(dir, &["req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj", subj]);
+    let (ca_crt, ca_key) = (format!("{ca}.crt"), format!("{ca}.key"));
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            &ca_crt,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-out",
+            &crt,
+            "-days",
+            "2",
+            "-extfile",
+            &extf,
+        ],
+    );
+}
+
 impl Lapi {
     pub fn new(bin: PathBuf) -> Lapi {
+        Lapi::build(bin, false)
+    }
+
+    /// A LAPI on https (`tls/ca.crt` signs its certificate) that admits
+    /// bouncers by a client certificate of OU `bouncer-ou`
+    /// (`tls/bouncer.crt`, `tls/bouncer.key`); cscli talks to it without
+    /// checking the certificate.
+    pub fn with_tls(bin: PathBuf) -> Lapi {
+        Lapi::build(bin, true)
+    }
+
+    /// The directory of the TLS files (`with_tls`).
+    pub fn tls_dir(&self) -> PathBuf {
+        self.dir.path().join("tls")
+    }
+
+    fn build(bin: PathBuf, tls: bool) -> Lapi {
         let dir = tempfile::tempdir().unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let d = dir.path().display().to_string();
@@ -64,6 +131,21 @@ impl Lapi {
              decisions:\n - type: ban\n   duration: 4h\non_success: break\n",
         )
         .unwrap();
+        let tls_server = if tls {
+            let t = dir.path().join("tls");
+            std::fs::create_dir_all(&t).unwrap();
+            make_ca(&t, "ca");
+            make_cert(&t, "ca", "server", "/CN=127.0.0.1", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth");
+            make_cert(&t, "ca", "bouncer", "/OU=bouncer-ou/CN=sluice-bouncer", "extendedKeyUsage=clientAuth");
+            let t = t.display();
+            format!(
+                "    tls:\n      cert_file: {t}/server.crt\n      key_file: {t}/server.key\n      \
+                 client_verification: VerifyClientCertIfGiven\n      ca_cert_path: {t}/ca.crt\n      \
+                 bouncers_allowed_ou:\n        - bouncer-ou\n      agents_allowed_ou:\n        - agent-ou\n"
+            )
+        } else {
+            String::new()
+        };
         let config = format!(
             "common:\n  daemonize: false\n  log_media: stdout\n  log_level: warning\n  working_dir: .\n\
              config_paths:\n  config_dir: {d}/\n  data_dir: {d}/data/\n  simulation_path: {d}/simulation.yaml\n  \
@@ -73,11 +155,13 @@ impl Lapi {
              db_config:\n  log_level: warning\n  type: sqlite\n  db_path: {d}/data/crowdsec.db\n  use_wal: true\n\
              api:\n  client:\n    insecure_skip_verify: false\n    credentials_path: {d}/local_api_credentials.yaml\n  \
              server:\n    log_level: warning\n    listen_uri: 127.0.0.1:{port}\n    profiles_path: {d}/profiles.yaml\n    \
-             trusted_ips:\n      - 127.0.0.1\n\
+             trusted_ips:\n      - 127.0.0.1\n{tls_server}\
              prometheus:\n  enabled: false\n"
         );
+        let config =
+            if tls { config.replace("insecure_skip_verify: false", "insecure_skip_verify: true") } else { config };
         std::fs::write(dir.path().join("config.yaml"), config).unwrap();
-        let url = format!("http://127.0.0.1:{port}");
+        let url = format!("{}://127.0.0.1:{port}", if tls { "https" } else { "http" });
         let mut l = Lapi { bin, dir, url, child: None };
         l.cscli(&[
             "machines",
@@ -106,7 +190,7 @@ impl Lapi {
             .spawn()
             .unwrap();
         self.child = Some(child);
-        let addr = self.url.trim_start_matches("http://").to_owned();
+        let addr = self.url.trim_start_matches("http://").trim_start_matches("https://").to_owned();
         let end = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(&addr).is_err() {
             assert!(Instant::now() < end, "the LAPI did not come up on {addr}");
