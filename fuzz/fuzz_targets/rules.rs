@@ -22,7 +22,9 @@ fuzz_target!(|data: &[u8]| {
         .map(|s| match &s.source {
             SetSource::Inline(p) => p.clone(),
             SetSource::Dynamic { .. } => Vec::new(),
-            SetSource::File(_) => vec!["10.0.0.0/8".parse().unwrap(), "2001:db8::1".parse().unwrap()],
+            SetSource::File(_) | SetSource::Geo { .. } => {
+                vec!["10.0.0.0/8".parse().unwrap(), "2001:db8::1".parse().unwrap()]
+            }
         })
         .collect();
     let ifaces = vec!["a".to_owned(), "b".to_owned()];
