@@ -24,6 +24,23 @@ fn frame(src: [u8; 4]) -> Vec<u8> {
     f
 }
 
+/// A bouncer of its own API key (the LAPI streams what is new since a
+/// key's last pull), pulling every `interval` seconds.
+fn keyed(lapi: &Lapi, name: &str, interval: f64) -> Option<BouncerConfig> {
+    let key = lapi.bouncer_key(name);
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    BouncerConfig::from_flags(
+        Some(&lapi.url),
+        Some(&key),
+        &LapiTls::default(),
+        interval,
+        300.0,
+        "crowdsec",
+        DEFAULT_MAX_ANSWER,
+    )
+    .unwrap()
+}
+
 /// Whether a frame from `src` sent on port 0 comes out of port 1.
 fn passes(wire: &Wire, src: [u8; 4]) -> bool {
     wire.drain(1);
@@ -35,18 +52,7 @@ fn passes(wire: &Wire, src: [u8; 4]) -> bool {
 fn crowdsec_decisions_reach_the_bridge_over_memory_ports() {
     let Some(bin) = crowdsec_or_skip("crowdsec_decisions_reach_the_bridge_over_memory_ports") else { return };
     let lapi = Lapi::new(bin);
-    let key = lapi.bouncer_key("sluice");
-    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    let crowdsec = BouncerConfig::from_flags(
-        Some(&lapi.url),
-        Some(&key),
-        &LapiTls::default(),
-        1.0,
-        300.0,
-        "crowdsec",
-        DEFAULT_MAX_ANSWER,
-    )
-    .unwrap();
+    let crowdsec = keyed(&lapi, "sluice", 1.0);
     // No rules: the feed's set is added and its sources dropped.
     let cfg = BridgeConfig { crowdsec, ..BridgeConfig::new(RuleSpec::default()) };
     let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
@@ -79,19 +85,7 @@ fn stream_filters_give_exactly_the_decisions_they_name() {
     let lapi = Lapi::new(bin);
     // A bouncer key each: the LAPI streams what is new since the key's last pull.
     let bridge = |name: &str, filters: StreamFilters| {
-        let key = lapi.bouncer_key(name);
-        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-        let c = BouncerConfig::from_flags(
-            Some(&lapi.url),
-            Some(&key),
-            &LapiTls::default(),
-            0.5,
-            300.0,
-            "crowdsec",
-            DEFAULT_MAX_ANSWER,
-        )
-        .unwrap()
-        .map(|c| BouncerConfig { filters, ..c });
+        let c = keyed(&lapi, name, 0.5).map(|c| BouncerConfig { filters, ..c });
         let cfg = BridgeConfig { crowdsec: c, ..BridgeConfig::new(RuleSpec::default()) };
         let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
         (Bridge::start(cfg, Box::new(pair)).unwrap(), wire)
@@ -155,20 +149,8 @@ fn country_and_as_bans_drop_their_networks_with_a_geo_database() {
     std::fs::write(&asn, w.to_bytes()).unwrap();
 
     let lapi = Lapi::new(bin);
-    let key = lapi.bouncer_key("geo");
-    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let geo = Some(std::sync::Arc::new(GeoScopes::new(vec![country, asn])));
-    let crowdsec = BouncerConfig::from_flags(
-        Some(&lapi.url),
-        Some(&key),
-        &LapiTls::default(),
-        0.5,
-        300.0,
-        "crowdsec",
-        DEFAULT_MAX_ANSWER,
-    )
-    .unwrap()
-    .map(|c| BouncerConfig { geo, ..c });
+    let crowdsec = keyed(&lapi, "geo", 0.5).map(|c| BouncerConfig { geo, ..c });
     let cfg = BridgeConfig { crowdsec, ..BridgeConfig::new(RuleSpec::default()) };
     let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
     let bridge = Bridge::start(cfg, Box::new(pair)).unwrap();

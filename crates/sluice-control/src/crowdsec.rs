@@ -72,20 +72,24 @@ pub struct BouncerConfig {
 }
 
 /// Bans of scope `Country` and `AS` as the networks MaxMind DB files give
-/// them (`--geo-db`), each value's networks read once and kept until the
-/// next full pull (which reads them again, so a new database is taken up).
+/// them (`--geo-db`). Each key's databases are walked once, at its first
+/// ban, into an index of every value (so a LAPI naming thousands of
+/// distinct AS numbers costs one walk, and the memory is the databases'
+/// own size, not the feed's); the index is dropped at the next full pull,
+/// which reads the databases again, so a new database is taken up.
 #[derive(Debug)]
 pub struct GeoScopes {
     dbs: Vec<std::path::PathBuf>,
-    cache: Mutex<HashMap<(sluice_geo::Key, String), Option<Networks>>>,
+    index: Mutex<HashMap<sluice_geo::Key, Option<Arc<Index>>>>,
 }
 
-/// A country's or an AS's networks, shared by the decisions that name it.
+/// A key's values and each one's networks, shared by the decisions that name it.
+type Index = HashMap<String, Networks>;
 type Networks = Arc<Vec<Prefix>>;
 
 impl GeoScopes {
     pub fn new(dbs: Vec<std::path::PathBuf>) -> GeoScopes {
-        GeoScopes { dbs, cache: Mutex::new(HashMap::new()) }
+        GeoScopes { dbs, index: Mutex::new(HashMap::new()) }
     }
 
     /// `--geo-db`'s files for the bouncer; None when none is given.
@@ -94,28 +98,40 @@ impl GeoScopes {
     }
 
     /// The networks of a country code or AS number; None when no database
-    /// has it (or it is not one), logged once per value.
-    fn networks(&self, key: sluice_geo::Key, value: &str) -> Option<Arc<Vec<Prefix>>> {
+    /// has it (or it is not one).
+    fn networks(&self, key: sluice_geo::Key, value: &str) -> Option<Networks> {
         let value = key.parse_value(value).ok()?;
-        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-        cache
-            .entry((key, value.clone()))
-            .or_insert_with(|| {
-                let dbs: Vec<&Path> = self.dbs.iter().map(|p| p.as_path()).collect();
-                match sluice_geo::select_in(&dbs, key, std::slice::from_ref(&value)) {
-                    Ok((n, _)) => Some(Arc::new(n.prefixes.iter().map(|&(a, l)| Prefix::new(a, l)).collect())),
-                    Err(e) => {
-                        tracing::warn!("crowdsec: a ban of {} {value} is ignored: {e}", key.name());
-                        None
-                    }
-                }
-            })
-            .clone()
+        let index = {
+            let mut all = self.index.lock().unwrap_or_else(PoisonError::into_inner);
+            all.entry(key).or_insert_with(|| self.read(key)).clone()?
+        };
+        index.get(&value).cloned()
+    }
+
+    /// Every value of `key` in the databases; None (logged) when they
+    /// cannot be read or hold none.
+    fn read(&self, key: sluice_geo::Key) -> Option<Arc<Index>> {
+        let dbs: Vec<&Path> = self.dbs.iter().map(|p| p.as_path()).collect();
+        match sluice_geo::index_in(&dbs, key) {
+            Ok(i) if !i.is_empty() => Some(Arc::new(
+                i.into_iter()
+                    .map(|(v, n)| (v, Arc::new(n.iter().map(|&(a, l)| Prefix::new(a, l)).collect())))
+                    .collect(),
+            )),
+            Ok(_) => {
+                tracing::warn!("crowdsec: bans of {}s are ignored: no --geo-db file has any", key.name());
+                None
+            }
+            Err(e) => {
+                tracing::warn!("crowdsec: bans of {}s are ignored: {e}", key.name());
+                None
+            }
+        }
     }
 
     /// Read the databases again at the next use (a full pull).
     fn forget(&self) {
-        self.cache.lock().unwrap_or_else(PoisonError::into_inner).clear();
+        self.index.lock().unwrap_or_else(PoisonError::into_inner).clear();
     }
 }
 

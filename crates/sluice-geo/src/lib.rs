@@ -290,9 +290,17 @@ impl GeoDb {
     /// Every value of `key` the database has at `field`, with its number of
     /// networks, most networks first (ties by value).
     pub fn values(&self, key: Key, field: &str) -> Result<Vec<(String, usize)>, GeoError> {
+        let mut out: Vec<(String, usize)> = self.by_value(key, field)?.into_iter().map(|(v, n)| (v, n.len())).collect();
+        out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        Ok(out)
+    }
+
+    /// Every value of `key` at `field` with its networks, in one walk of
+    /// the database (empty when no record has a value there).
+    pub fn by_value(&self, key: Key, field: &str) -> Result<HashMap<String, Vec<(IpAddr, u8)>>, GeoError> {
         let path = path_elements(field);
         let mut by_offset: HashMap<usize, Option<String>> = HashMap::new();
-        let mut counts: HashMap<String, usize> = HashMap::new();
+        let mut nets: HashMap<String, Vec<(IpAddr, u8)>> = HashMap::new();
         let iter = self.reader.networks(WithinOptions::default()).map_err(|e| self.read_err(e))?;
         for r in iter {
             let r = r.map_err(|e| self.read_err(e))?;
@@ -305,12 +313,11 @@ impl GeoDb {
                 }
             };
             if let Some(v) = value {
-                *counts.entry(v.clone()).or_default() += 1;
+                let n = r.network().map_err(|e| self.read_err(e))?;
+                nets.entry(v.clone()).or_default().push((n.network(), n.prefix()));
             }
         }
-        let mut out: Vec<(String, usize)> = counts.into_iter().collect();
-        out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        Ok(out)
+        Ok(nets)
     }
 
     /// The network `addr` is in, and the value at `field`; None when the
@@ -366,6 +373,27 @@ pub fn select_in(dbs: &[&Path], key: Key, values: &[String]) -> Result<(Networks
         networks: all.per_value.clone(),
     };
     Ok((all, info))
+}
+
+/// Every value of `key` with its networks over several databases, each
+/// read once at the first of [`Key::known_fields`] its records have: for
+/// a feed whose values are not known in advance (CrowdSec's Country and AS
+/// bans), looked up by value afterwards in constant time.
+pub fn index_in(dbs: &[&Path], key: Key) -> Result<HashMap<String, Vec<(IpAddr, u8)>>, GeoError> {
+    let mut all: HashMap<String, Vec<(IpAddr, u8)>> = HashMap::new();
+    for path in dbs {
+        let db = GeoDb::open(path)?;
+        for field in key.known_fields() {
+            let nets = db.by_value(key, field)?;
+            if !nets.is_empty() {
+                for (v, n) in nets {
+                    all.entry(v).or_default().extend(n);
+                }
+                break;
+            }
+        }
+    }
+    Ok(all)
 }
 
 /// `country.iso_code` as path elements; a number is an array index

@@ -237,6 +237,10 @@ fn the_shorthands_read_each_database_at_the_field_it_has() {
     assert_eq!(info.describe(), "GeoLite2-Country, ip-location-db built 1970-01-01: DE 2 networks");
     assert_eq!(de.per_value, vec![("DE".to_owned(), 2)]);
     assert_eq!(select_in(&all, Key::Asn, &["64500".into()]).unwrap().0.prefixes, vec![(ip("12.0.0.0"), 8)]);
+    let index = index_in(&all, Key::Country).unwrap();
+    assert_eq!(index.len(), 1);
+    assert_eq!(index["DE"].len(), 2);
+    assert_eq!(index_in(&all, Key::Asn).unwrap()["64500"], vec![(ip("12.0.0.0"), 8)]);
     let e = select_in(&all, Key::Country, &["DE".into(), "FR".into()]).unwrap_err().to_string();
     assert!(e.ends_with("flat.mmdb (country_code): country FR has no networks"), "{e}");
     let e = select_in(&all[2..], Key::Country, &["DE".into()]).unwrap_err().to_string();
