@@ -354,7 +354,14 @@ fn serve_control(
         .map_err(anyhow::Error::msg)?;
     let control_socket = sluice_control::socket::serve_at(control, group, events, &metrics.socket)?;
     let bouncer = crowdsec
-        .map(|c| sluice_control::crowdsec::spawn(c, events.clone(), stop, metrics.crowdsec.get_or_init(Arc::default)))
+        .map(|c| {
+            // The bouncer pushes the drops by origin the exporter serves.
+            let _ = metrics.crowdsec_set.set(c.set.clone());
+            let m = Arc::clone(metrics);
+            let usage = sluice_control::usage::UsageSource(Arc::new(move || m.origin_usage()));
+            let c = BouncerConfig { usage: Some(usage), ..c };
+            sluice_control::crowdsec::spawn(c, events.clone(), stop, metrics.crowdsec.get_or_init(Arc::default))
+        })
         .transpose()
         .context("starting the crowdsec thread")?;
     Ok((metrics_addr, control_socket, bouncer))

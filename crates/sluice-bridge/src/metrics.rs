@@ -50,8 +50,9 @@ pub struct BridgeMetrics {
     pub socket: Arc<sluice_control::socket::SocketCounters>,
     /// `--dry-run`: nothing is enforced; drops are what would have been.
     pub dry_run: std::sync::atomic::AtomicBool,
-    /// The CrowdSec bouncer's counters, when it runs.
+    /// The CrowdSec bouncer's counters, and its set, when it runs.
     pub crowdsec: std::sync::OnceLock<Arc<sluice_control::crowdsec::BouncerCounters>>,
+    pub crowdsec_set: std::sync::OnceLock<String>,
     /// Set when drops are sampled (`--sample-drops`, `--log-drops`).
     pub samples: std::sync::OnceLock<Arc<sluice_pipeline::sample::SampleCounters>>,
     /// A per-queue bridge's fragment inboxes (fragments moved between lanes).
@@ -71,6 +72,7 @@ impl BridgeMetrics {
             judged_dropped: AtomicU64::new(0),
             socket: Arc::default(),
             crowdsec: std::sync::OnceLock::new(),
+            crowdsec_set: std::sync::OnceLock::new(),
             samples: std::sync::OnceLock::new(),
             inboxes: std::sync::OnceLock::new(),
             dry_run: std::sync::atomic::AtomicBool::new(false),
@@ -85,6 +87,15 @@ impl BridgeMetrics {
             all.add(&s.lock().unwrap_or_else(PoisonError::into_inner));
         }
         all
+    }
+
+    /// The CrowdSec set's drops and elements by origin (see
+    /// `sluice_control::usage`); empty without the bouncer.
+    pub fn origin_usage(&self) -> Vec<sluice_control::usage::OriginUsage> {
+        match (self.crowdsec_set.get(), self.rules()) {
+            (Some(set), Some(rules)) => sluice_control::usage::origin_usage(&rules.value, set, &self.stats()),
+            _ => Vec::new(),
+        }
     }
 
     /// The rules in force.
@@ -624,6 +635,42 @@ impl Exporter {
                 "sluice_crowdsec_decisions",
                 "Decisions in the answers applied, by origin, type, scope (each a known value or other) and what was done (added, deleted, ignored, oversized).",
                 &d,
+            )?;
+            let usage = s.origin_usage();
+            let by = |f: fn(&sluice_control::usage::OriginUsage) -> u64| -> Vec<(Vec<(&str, String)>, u64)> {
+                let labels = |u: &sluice_control::usage::OriginUsage| {
+                    vec![("origin", u.origin.clone()), ("ip_type", u.ip_type.to_owned())]
+                };
+                usage.iter().map(|u| (labels(u), f(u))).collect()
+            };
+            counter(
+                enc,
+                "sluice_crowdsec_dropped_packets",
+                "Packets dropped by a rule over the CrowdSec set, by the origin of the decision that matched (crowdsec, cscli, CAPI, lists:NAME, ...) and ip_type.",
+                &by(|u| u.dropped_packets),
+            )?;
+            counter(
+                enc,
+                "sluice_crowdsec_dropped_bytes",
+                "Bytes (on the wire) dropped by a rule over the CrowdSec set, by origin and ip_type.",
+                &by(|u| u.dropped_bytes),
+            )?;
+            let active: Vec<_> = by(|u| u.active).into_iter().map(|(l, n)| (l, n as i64)).collect();
+            gauge(
+                enc,
+                "sluice_crowdsec_active_decisions",
+                "Elements of the CrowdSec set now, by the origin of the decision that put them there and ip_type.",
+                &active,
+            )?;
+            counter(
+                enc,
+                "sluice_crowdsec_usage_pushes",
+                "Pushes of the drops by origin to the LAPI's /v1/usage-metrics, by result (unsupported: answered 404, none after).",
+                &[
+                    (vec![("result", "ok".to_owned())], l(&cs.usage_pushes_ok)),
+                    (vec![("result", "failed".to_owned())], l(&cs.usage_pushes_failed)),
+                    (vec![("result", "unsupported".to_owned())], l(&cs.usage_pushes_unsupported)),
+                ],
             )?;
         }
         Ok(())

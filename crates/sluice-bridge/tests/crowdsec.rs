@@ -52,7 +52,8 @@ fn passes(wire: &Wire, src: [u8; 4]) -> bool {
 fn crowdsec_decisions_reach_the_bridge_over_memory_ports() {
     let Some(bin) = crowdsec_or_skip("crowdsec_decisions_reach_the_bridge_over_memory_ports") else { return };
     let lapi = Lapi::new(bin);
-    let crowdsec = keyed(&lapi, "sluice", 1.0);
+    let every = Some(Duration::from_millis(100));
+    let crowdsec = keyed(&lapi, "sluice", 1.0).map(|c| BouncerConfig { metrics_interval: every, ..c });
     // No rules: the feed's set is added and its sources dropped.
     let cfg = BridgeConfig { crowdsec, ..BridgeConfig::new(RuleSpec::default()) };
     let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
@@ -72,7 +73,19 @@ fn crowdsec_decisions_reach_the_bridge_over_memory_ports() {
     lapi.cscli(&["decisions", "delete", "--ip", "198.51.100.66"]);
     wait(true, "the ban was never lifted");
 
+    // Debian's 1.4.6 has no usage metrics: the first push's 404 turns them off.
+    let end = Instant::now() + Duration::from_secs(5);
     let counters = bridge.metrics().crowdsec.get().cloned().expect("the bouncer's counters");
+    while counters.usage_pushes_unsupported.load(Ordering::Relaxed) == 0 {
+        assert!(Instant::now() < end, "no usage-metrics push was tried: {counters:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(counters.usage_pushes_unsupported.load(Ordering::Relaxed), 1, "pushed again after a 404");
+    assert_eq!(
+        counters.usage_pushes_ok.load(Ordering::Relaxed) + counters.usage_pushes_failed.load(Ordering::Relaxed),
+        0
+    );
     bridge.stop();
     let s = bridge.wait().unwrap();
     assert!(counters.pulls_ok.load(Ordering::Relaxed) >= 2, "{counters:?}");
@@ -226,6 +239,85 @@ fn a_tls_lapi_admits_the_bouncer_by_its_client_certificate() {
         assert!(Instant::now() < end, "the ban over TLS was never enforced (pulls ok, failed: {c:?})");
     }
     assert!(passes(&wire, [203, 0, 113, 7]));
+    bridge.stop();
+    bridge.wait().unwrap();
+}
+
+/// The origins and counts `cscli metrics show bouncers -o json` holds for
+/// `bouncer`: (origin, metric name, unit) -> value.
+fn lapi_usage(lapi: &Lapi, bouncer: &str) -> std::collections::BTreeMap<(String, String, String), i64> {
+    let out = lapi.cscli(&["metrics", "show", "bouncers", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let mut found = std::collections::BTreeMap::new();
+    let by_origin = v.get("bouncers").unwrap_or(&v).get(bouncer);
+    for (origin, names) in by_origin.and_then(|b| b.as_object()).into_iter().flatten() {
+        for (name, units) in names.as_object().into_iter().flatten() {
+            for (unit, n) in units.as_object().into_iter().flatten() {
+                found.insert((origin.clone(), name.clone(), unit.clone()), n.as_i64().unwrap_or(-1));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn drops_by_origin_reach_the_lapi_usage_metrics() {
+    let Some(bin) = lapi::crowdsec17_or_skip("drops_by_origin_reach_the_lapi_usage_metrics") else { return };
+    let lapi = Lapi::with_metrics(bin);
+    let every = Duration::from_secs(2);
+    let crowdsec = keyed(&lapi, "usage", 0.5).map(|c| BouncerConfig { metrics_interval: Some(every), ..c });
+    let cfg = BridgeConfig { crowdsec, ..BridgeConfig::new(RuleSpec::default()) };
+    let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
+    let bridge = Bridge::start(cfg, Box::new(pair)).unwrap();
+    const MANUAL: [u8; 4] = [198, 51, 100, 66];
+    const IMPORTED: [u8; 4] = [203, 0, 113, 9];
+    // Two origins: cscli's own decision, and one imported from a file.
+    lapi.cscli(&["decisions", "add", "--ip", "198.51.100.66", "--duration", "1h"]);
+    let csv = lapi.dir.path().join("import.csv");
+    std::fs::write(&csv, "value,duration\n203.0.113.9,1h\n").unwrap();
+    lapi.cscli(&["decisions", "import", "-i", csv.to_str().unwrap(), "--format", "csv"]);
+    let end = Instant::now() + Duration::from_secs(15);
+    while passes(&wire, MANUAL) || passes(&wire, IMPORTED) {
+        assert!(Instant::now() < end, "the bans were not enforced");
+    }
+    for i in 0..20 {
+        wire.send(0, &frame(MANUAL));
+        if i % 2 == 0 {
+            wire.send(0, &frame(IMPORTED));
+        }
+    }
+    assert!(passes(&wire, [192, 0, 2, 200]), "others pass");
+    // The exporter's view, once every frame sent is judged.
+    let m = bridge.metrics();
+    let served = |origin: &str| m.origin_usage().into_iter().find(|u| u.origin == origin);
+    let end = Instant::now() + Duration::from_secs(5);
+    while served("cscli").map(|u| u.dropped_packets) < Some(21) {
+        assert!(Instant::now() < end, "drops by origin: {:?}", m.origin_usage());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let usage = m.origin_usage();
+    // The LAPI's view after the next pushes (every 2 s): the same counts.
+    let end = Instant::now() + Duration::from_secs(20);
+    let want = |u: &sluice_control::usage::OriginUsage| {
+        [
+            ((u.origin.clone(), "dropped".to_owned(), "packet".to_owned()), u.dropped_packets as i64),
+            ((u.origin.clone(), "dropped".to_owned(), "byte".to_owned()), u.dropped_bytes as i64),
+            ((u.origin.clone(), "active_decisions".to_owned(), "ip".to_owned()), u.active as i64),
+        ]
+    };
+    let want: std::collections::BTreeMap<_, _> = usage.iter().flat_map(want).collect();
+    assert_eq!(usage.len(), 2, "two origins, IPv4: {usage:?}");
+    loop {
+        let got = lapi_usage(&lapi, "usage");
+        if got == want {
+            break;
+        }
+        assert!(Instant::now() < end, "cscli metrics show bouncers: {got:?}, /metrics: {want:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let counters = m.crowdsec.get().cloned().unwrap();
+    assert!(counters.usage_pushes_ok.load(Ordering::Relaxed) >= 1);
+    assert_eq!(counters.usage_pushes_failed.load(Ordering::Relaxed), 0);
     bridge.stop();
     bridge.wait().unwrap();
 }

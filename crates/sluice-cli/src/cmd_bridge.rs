@@ -112,6 +112,9 @@ pub struct BridgeArgs {
     /// Seconds between full pulls, which repair what the stream missed.
     #[arg(long, value_name = "S", default_value_t = 300.0)]
     pub crowdsec_resync: f64,
+    /// Seconds between pushes of drops by origin to the LAPI's usage metrics (0: none).
+    #[arg(long, value_name = "S", default_value_t = sluice_control::usage::DEFAULT_METRICS_INTERVAL)]
+    pub crowdsec_metrics_interval: f64,
     /// The dynamic set the decisions go into: with --rules, define it
     /// (`set crowdsec dynamic`) and use it (`drop saddr @crowdsec`); with
     /// the --drop-* shorthands or no rules, its sources are dropped.
@@ -174,9 +177,11 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         scenarios_not_containing: a.crowdsec_scenarios_not_containing,
     };
     let tls = LapiTls { ca: a.crowdsec_ca, cert: a.crowdsec_cert, key: a.crowdsec_key };
+    let metrics_interval =
+        sluice_control::usage::metrics_interval(a.crowdsec_metrics_interval).map_err(anyhow::Error::msg)?;
     let crowdsec = BouncerConfig::from_flags(url, key, &tls, interval, resync, set, max)
         .map_err(anyhow::Error::msg)?
-        .map(|c| BouncerConfig { filters, geo: GeoScopes::for_files(&a.rules.geo_db), ..c });
+        .map(|c| BouncerConfig { filters, geo: GeoScopes::for_files(&a.rules.geo_db), metrics_interval, ..c });
     // A live port does not wait for a disk: a full queue sheds samples (counted, logged once).
     let sample = a.sample.config(Backpressure::Shed);
     let open = OpenConfig {

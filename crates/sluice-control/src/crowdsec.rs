@@ -32,6 +32,7 @@ use crate::control::Event;
 use crate::lapi_tls::LapiTls;
 use crate::safety::Gate;
 use crate::sets::{Feed, FeedOutcome};
+use crate::usage::{Origins, Pusher, UsageSource};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use sluice_rules::Prefix;
@@ -69,6 +70,11 @@ pub struct BouncerConfig {
     pub geo: Option<Arc<GeoScopes>>,
     /// An `https://` URL's TLS (its roots, and a client certificate).
     pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// How often drops by origin go to `POST /v1/usage-metrics`
+    /// (`--crowdsec-metrics-interval`; None: never), and where they are
+    /// read (the bridge's counters; None: nothing to push).
+    pub metrics_interval: Option<Duration>,
+    pub usage: Option<UsageSource>,
 }
 
 /// Bans of scope `Country` and `AS` as the networks MaxMind DB files give
@@ -305,6 +311,8 @@ impl BouncerConfig {
             filters: StreamFilters::default(),
             geo: None,
             tls,
+            metrics_interval: Some(Duration::from_secs_f64(crate::usage::DEFAULT_METRICS_INTERVAL)),
+            usage: None,
         })
     }
 }
@@ -340,6 +348,11 @@ pub struct BouncerCounters {
     pub last_pull_us: AtomicU64,
     /// Elements a full pull added or removed that the stream had not.
     pub repaired: AtomicU64,
+    /// Usage-metrics pushes the LAPI accepted, and the ones it did not.
+    pub usage_pushes_ok: AtomicU64,
+    pub usage_pushes_failed: AtomicU64,
+    /// 1 once the LAPI answered a push with 404 (before 1.6.3): no more are made.
+    pub usage_pushes_unsupported: AtomicU64,
     /// Decisions by (origin, type, scope, what was done): at most
     /// 9 x 4 x 5 x 5 keys, as every label is from a fixed list.
     decisions: Mutex<BTreeMap<DecisionKey, u64>>,
@@ -517,6 +530,8 @@ struct Sink<'a> {
     gate: &'a Gate,
     geo: Option<&'a GeoScopes>,
     warned_geo: bool,
+    /// This answer's origins (the feed's tags index them).
+    origins: Origins,
 }
 
 impl Sink<'_> {
@@ -539,11 +554,13 @@ impl Sink<'_> {
             match (banned(d, self.geo), go_duration(d.duration.as_str())) {
                 (Some(e), Some(secs)) if secs > 0.0 => {
                     let timeout = Some(secs.ceil().min(f64::from(u32::MAX)) as u32);
+                    let tag = self.origins.tag(d.origin.as_str());
                     let mut added = false;
                     for &p in e.each() {
                         match self.net.check(&p) {
                             Ok(()) => {
                                 self.feed.adds.push((p, timeout));
+                                self.feed.tags.push(tag);
                                 added = true;
                             }
                             // Logged now, counted once the answer is applied.
@@ -774,13 +791,18 @@ pub fn parse(
         gate,
         geo,
         warned_geo: false,
+        origins: Origins::default(),
     };
     let result = {
         let mut de = serde_json::Deserializer::from_reader(&mut guard);
         Answer(&mut sink).deserialize(&mut de).and_then(|()| de.end())
     };
     match (result, guard.over) {
-        (Ok(()), _) => Ok((sink.feed, sink.tally)),
+        (Ok(()), _) => {
+            let mut feed = sink.feed;
+            feed.tag_names = sink.origins.names().to_vec();
+            Ok((feed, sink.tally))
+        }
         (Err(_), Some(Over::Answer)) => Err(AnswerError::TooLarge { size: None, limit: max_answer }),
         (Err(_), Some(Over::String)) => Err(AnswerError::LongString),
         (Err(e), None) => Err(AnswerError::Json(e)),
@@ -882,8 +904,55 @@ pub fn spawn(
     std::thread::Builder::new().name("sluice-crowdsec".into()).spawn(move || run(cfg, events, stop, counters))
 }
 
+/// Pushes the drops by origin to `POST /v1/usage-metrics` (see
+/// [`crate::usage`]); a LAPI without the endpoint (404, before 1.6.3)
+/// turns the push off, said once.
+fn push_usage(agent: &ureq::Agent, cfg: &BouncerConfig, pusher: &mut Pusher, counters: &BouncerCounters) {
+    let Some(source) = &cfg.usage else { return };
+    let usage = (source.0)();
+    let now = SystemTime::now();
+    let body = pusher.body(&usage, now);
+    let url = format!("{}/v1/usage-metrics", cfg.url.trim_end_matches('/'));
+    let mut req = agent.post(&url).set("User-Agent", concat!("sluice-bouncer/", env!("CARGO_PKG_VERSION")));
+    if !cfg.key.is_empty() {
+        req = req.set("X-Api-Key", &cfg.key);
+    }
+    let failed = match req.send_json(body) {
+        Ok(r) => match redirect(&r) {
+            Some(redirect) => Some(format!("{redirect} refused")),
+            None => {
+                pusher.accepted(usage, now);
+                counters.usage_pushes_ok.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        },
+        Err(ureq::Error::Status(404, _)) => {
+            tracing::info!(
+                "crowdsec: {url} answers 404 (a LAPI before 1.6.3 has no usage metrics): drops by origin are not pushed"
+            );
+            pusher.on = false;
+            counters.usage_pushes_unsupported.store(1, Ordering::Relaxed);
+            None
+        }
+        Err(ureq::Error::Status(code, r)) => Some(format!("HTTP {code} {}", r.status_text())),
+        Err(e) => Some(e.to_string()),
+    };
+    if let Some(why) = failed {
+        let n = counters.usage_pushes_failed.fetch_add(1, Ordering::Relaxed) + 1;
+        if n.is_power_of_two() {
+            tracing::warn!(
+                "crowdsec: usage metrics push {n} to {url} failed (the next one carries these drops too): {why}"
+            );
+        }
+    }
+}
+
 pub fn run(cfg: BouncerConfig, events: Sender<Event>, stop: Arc<AtomicBool>, counters: Arc<BouncerCounters>) {
     let agent = agent(cfg.tls.as_ref());
+    let mut origins = Origins::default();
+    let mut pusher = Pusher::new(SystemTime::now());
+    let every = cfg.metrics_interval.filter(|_| cfg.usage.is_some());
+    let mut next_push = every.map(|i| Instant::now() + i);
     let mut full = true;
     let mut first = true;
     let mut last_full = Instant::now();
@@ -896,7 +965,8 @@ pub fn run(cfg: BouncerConfig, events: Sender<Event>, stop: Arc<AtomicBool>, cou
             full = true;
         }
         let started = Instant::now();
-        let result = pull(&agent, &cfg, full).and_then(|(feed, tally)| {
+        let result = pull(&agent, &cfg, full).and_then(|(mut feed, tally)| {
+            origins.globalize(&mut feed);
             let (tx, rx) = channel();
             events.send(Event::Feed(feed, tx)).map_err(|_| PullError::Stopping)?;
             let r: Result<FeedOutcome, String> = rx.recv().map_err(|_| PullError::Stopping)?;
@@ -992,6 +1062,10 @@ pub fn run(cfg: BouncerConfig, events: Sender<Event>, stop: Arc<AtomicBool>, cou
         };
         let until = Instant::now() + wait;
         while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+            if next_push.is_some_and(|t| Instant::now() >= t) {
+                push_usage(&agent, &cfg, &mut pusher, &counters);
+                next_push = every.filter(|_| pusher.on).map(|i| Instant::now() + i);
+            }
             std::thread::sleep(Duration::from_millis(20).min(wait));
         }
     }
@@ -1226,7 +1300,52 @@ mod tests {
             filters: StreamFilters::default(),
             geo: None,
             tls: None,
+            metrics_interval: None,
+            usage: None,
         }
+    }
+
+    #[test]
+    fn a_usage_push_goes_with_the_key_and_only_an_accepted_one_moves_the_window() {
+        use crate::usage::OriginUsage;
+        let usage = || {
+            vec![OriginUsage {
+                origin: "cscli".into(),
+                ip_type: "ipv4",
+                dropped_packets: 7,
+                dropped_bytes: 700,
+                active: 1,
+            }]
+        };
+        let mut cfg = config(String::new(), MAX);
+        cfg.usage = Some(UsageSource(Arc::new(usage)));
+        let counters = BouncerCounters::default();
+        let mut pusher = Pusher::new(SystemTime::now());
+        // Refused: counted, nothing marked as pushed.
+        let (addr, h) = serve_once("HTTP/1.1 500 Oops\r\nContent-Length: 0\r\n\r\n".into());
+        cfg.url = format!("http://{addr}");
+        push_usage(&agent(None), &cfg, &mut pusher, &counters);
+        let head = h.join().unwrap();
+        assert!(head.starts_with("POST /v1/usage-metrics HTTP/1.1"), "{head}");
+        assert!(head.to_ascii_lowercase().contains("x-api-key: the-key"), "{head}");
+        assert_eq!(counters.usage_pushes_failed.load(Ordering::Relaxed), 1);
+        let body = pusher.body(&usage(), SystemTime::now());
+        assert_eq!(body["remediation_components"][0]["metrics"][0]["items"][0]["value"], 7, "still to be pushed");
+        // Accepted: the next push carries only what came after.
+        let (addr, h) = serve_once("HTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n".into());
+        cfg.url = format!("http://{addr}");
+        push_usage(&agent(None), &cfg, &mut pusher, &counters);
+        h.join().unwrap();
+        assert_eq!(counters.usage_pushes_ok.load(Ordering::Relaxed), 1);
+        let body = pusher.body(&usage(), SystemTime::now());
+        assert_eq!(body["remediation_components"][0]["metrics"][0]["items"][0]["value"], 0);
+        // A 404 (a LAPI before 1.6.3) turns the push off.
+        let (addr, h) = serve_once("HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".into());
+        cfg.url = format!("http://{addr}");
+        push_usage(&agent(None), &cfg, &mut pusher, &counters);
+        h.join().unwrap();
+        assert!(!pusher.on);
+        assert_eq!(counters.usage_pushes_unsupported.load(Ordering::Relaxed), 1);
     }
 
     #[test]

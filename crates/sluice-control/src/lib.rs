@@ -18,6 +18,7 @@ pub mod safety;
 pub mod sets;
 pub mod socket;
 pub mod spec;
+pub mod usage;
 
 pub use control::{
     spawn_signals, stop_on_interrupt, wait_until_stopped, ControlState, Controller, Event, Request, SignalThread, Watch,

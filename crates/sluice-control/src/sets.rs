@@ -132,12 +132,21 @@ pub type Listing = (Vec<(Prefix, Option<u64>)>, bool);
 /// an expiry), or with `full`, the set's whole content (anything else in
 /// it is removed). Deletes apply before adds; adds past the set's maxelem
 /// are refused and counted, the others applied.
+///
+/// A feed may tag what it adds with where it came from (a CrowdSec
+/// decision's origin): `tags` is then one per add, each an index into
+/// `tag_names` (which only grows: a tag means the same all the feed's
+/// life), and every drop the element causes is counted under it
+/// ([`sluice_engine::tags`]).
 #[derive(Debug, Clone, Default)]
 pub struct Feed {
     pub set: String,
     pub adds: Vec<(Prefix, Option<u32>)>,
     pub dels: Vec<Prefix>,
     pub full: bool,
+    /// Empty, or one per add.
+    pub tags: Vec<u16>,
+    pub tag_names: Vec<String>,
 }
 
 /// What a feed changed.
@@ -229,7 +238,7 @@ fn change_for(
             }
         }
     }
-    SetChange { set: i, base, delta: s.delta() }
+    SetChange { set: i, base, delta: s.delta(), tags: s.tags() }
 }
 
 /// The runtime state of every named set changed since its tables were built.
@@ -442,7 +451,10 @@ impl RuntimeSets {
             }
         }
         let mut last_refused = None;
-        for &(p, timeout) in &feed.adds {
+        if !feed.tag_names.is_empty() {
+            s.name_tags(&feed.tag_names);
+        }
+        for (k, &(p, timeout)) in feed.adds.iter().enumerate() {
             if p.covers_all() {
                 out.ignored += 1;
                 continue;
@@ -452,7 +464,11 @@ impl RuntimeSets {
             // docs/crowdsec.md): the LAPI is trusted with decisions, the
             // limit only bounds memory, and refusing the whole answer would
             // enforce fewer of them, at every pull alike.
-            match s.add(p, timeout, now) {
+            let added = match feed.tags.get(k) {
+                Some(&tag) => s.add_tagged(p, timeout, now, tag),
+                None => s.add(p, timeout, now),
+            };
+            match added {
                 Ok(()) => out.added += usize::from(new),
                 Err(e) => {
                     out.refused += 1;
@@ -505,7 +521,7 @@ impl RuntimeSets {
                     let (Some(s), Some(i)) = (self.states.get_mut(&r.set), rules.named_index(&r.set)) else { continue };
                     if s.finish_merge(r.seq, elems) {
                         finished += 1;
-                        changes.push(SetChange { set: i, base: Some(tables), delta: s.delta() });
+                        changes.push(SetChange { set: i, base: Some(tables), delta: s.delta(), tags: s.tags() });
                     }
                 }
                 Err(mpsc::TryRecvError::Empty) => still.push(r),
@@ -579,7 +595,12 @@ impl RuntimeSets {
                             s.maxelem
                         );
                     }
-                    changes.push(SetChange { set: i, base: Some(new.build_base(&s.merge())), delta: None });
+                    changes.push(SetChange {
+                        set: i,
+                        base: Some(new.build_base(&s.merge())),
+                        delta: None,
+                        tags: s.tags(),
+                    });
                     self.states.insert(name, s);
                 }
                 _ => dropped.push(name),

@@ -227,7 +227,7 @@ proptest! {
                     fm = list_model();
                 }
                 Op::Feed(full, adds, dels) => {
-                    let feed = sluice_control::sets::Feed { set: "d".into(), adds: adds.clone(), dels: dels.clone(), full: *full };
+                    let feed = sluice_control::sets::Feed { set: "d".into(), adds: adds.clone(), dels: dels.clone(), full: *full, ..Default::default() };
                     let out = sets.feed(&rules, &feed, now, &base_of).unwrap();
                     if let (Some(r), _) = sets.commit(&rules) {
                         rules = r;

@@ -31,13 +31,15 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use crate::tags::Tags;
+
 type Hashed<K> = HashSet<K, RandomState>;
 
-fn mask4(len: u8) -> u32 {
+pub(crate) fn mask4(len: u8) -> u32 {
     u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0)
 }
 
-fn mask6(len: u8) -> u128 {
+pub(crate) fn mask6(len: u8) -> u128 {
     u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0)
 }
 
@@ -280,6 +282,11 @@ pub struct SetState {
     /// since `published` was made start at `mark`.
     journal: Vec<Edit>,
     mark: usize,
+    /// Elements' tags (a feed's origins), when a feed tagged any; the copy
+    /// published last, and whether they changed since.
+    tags: Option<Tags>,
+    tags_published: Option<Arc<Tags>>,
+    tags_changed: bool,
 }
 
 /// One edit to a state's `added` or `deleted` (true: an insert), as
@@ -337,6 +344,49 @@ impl SetState {
             spare: None,
             journal: Vec::new(),
             mark: 0,
+            tags: None,
+            tags_published: None,
+            tags_changed: false,
+        }
+    }
+
+    /// [`SetState::add`], and `p` tagged `tag` (see [`crate::tags`]).
+    pub fn add_tagged(&mut self, p: Prefix, timeout: Option<u32>, now: u64, tag: u16) -> Result<(), ChangeError> {
+        self.add(p, timeout, now)?;
+        let tags = self.tags.get_or_insert_with(Tags::new);
+        if tags.get(&p) != Some(tag) {
+            tags.set(p, tag);
+            self.tags_changed = true;
+        }
+        Ok(())
+    }
+
+    /// Names the tags (index = tag).
+    pub fn name_tags(&mut self, names: &[String]) {
+        if self.tags.get_or_insert_with(Tags::new).set_names(names) {
+            self.tags_changed = true;
+        }
+    }
+
+    /// The tags to publish with the delta: a copy when they changed since
+    /// the last call, else the copy published before.
+    pub fn tags(&mut self) -> Option<Arc<Tags>> {
+        if std::mem::take(&mut self.tags_changed) {
+            self.tags_published = self.tags.as_ref().map(|t| Arc::new(t.clone()));
+        }
+        self.tags_published.clone()
+    }
+
+    /// Exactly `p`'s tag, when it has one.
+    pub fn tag_of(&self, p: &Prefix) -> Option<u16> {
+        self.tags.as_ref()?.get(p)
+    }
+
+    fn untag(&mut self, p: &Prefix) {
+        if let Some(t) = &mut self.tags {
+            if t.remove(p) {
+                self.tags_changed = true;
+            }
         }
     }
 
@@ -442,6 +492,7 @@ impl SetState {
             return Err(ChangeError::NotInSet(p));
         }
         self.set_deadline(p, None);
+        self.untag(&p);
         Ok(())
     }
 
@@ -493,6 +544,10 @@ impl SetState {
         self.rebuilt();
         self.deadline.clear();
         self.queue.clear();
+        if let Some(t) = &mut self.tags {
+            t.clear();
+            self.tags_changed = true;
+        }
     }
 
     /// The delta the judge reads, or None when the base alone is the set;

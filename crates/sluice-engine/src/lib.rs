@@ -11,6 +11,7 @@ pub mod dynamic;
 pub mod hits;
 pub mod rules;
 pub mod snapshot;
+pub mod tags;
 
 pub use rules::{
     BaseTables, CompileError, CompileOptions, Decision, Origin, RuleInfo, RuleSet, SavedSet, SetChange, SetEntries,
@@ -84,6 +85,11 @@ pub struct Stats {
     /// [`RuleSet::id`] of the rules `rule_hits` counts for.
     #[serde(skip)]
     pub rules_id: u64,
+    /// Drops by the tag of the set element that caused them
+    /// ([`RuleSet::tag_of`]; a CrowdSec decision's origin), by tag: IPv4,
+    /// IPv6. Tags outlive reloads (the feed numbers them), so these do too.
+    #[serde(skip)]
+    pub tag_drops: Vec<[RuleCount; 2]>,
     /// Fragments dropped by reassembly (overlap, limits, timeout, incomplete).
     pub dropped_fragments: u64,
     /// ARP and other non-IP frames (passed).
@@ -124,6 +130,13 @@ impl Stats {
         self.dropped_by_rule += o.dropped_by_rule;
         self.dropped_by_default += o.dropped_by_default;
         self.default_hits.add(o.default_hits);
+        if self.tag_drops.len() < o.tag_drops.len() {
+            self.tag_drops.resize(o.tag_drops.len(), Default::default());
+        }
+        for (a, b) in self.tag_drops.iter_mut().zip(&o.tag_drops) {
+            a[0].add(b[0]);
+            a[1].add(b[1]);
+        }
         // Counters of different rules (workers on either side of a reload
         // that changed the rule file) are not added: the newer ones win.
         if self.rule_hits.is_empty() || self.rules_id != o.rules_id {
@@ -274,10 +287,15 @@ pub fn judge_decoded<'a>(
                     match (d.verdict, d.rule) {
                         (Verdict::Pass, _) => None,
                         (Verdict::Drop, None) => Some(DropReason::Default),
-                        (Verdict::Drop, Some(r)) => Some(match rules.rules()[usize::from(r)].side {
-                            Some(Side::Source) => DropReason::Source,
-                            Some(Side::Destination) => DropReason::Destination,
-                            None => DropReason::Rule,
+                        (Verdict::Drop, Some(r)) => Some({
+                            if let Some((tag, v6)) = rules.tag_of(usize::from(r), p) {
+                                stats.tag_drop(tag, v6, wire_len);
+                            }
+                            match rules.rules()[usize::from(r)].side {
+                                Some(Side::Source) => DropReason::Source,
+                                Some(Side::Destination) => DropReason::Destination,
+                                None => DropReason::Rule,
+                            }
                         }),
                     }
                 }
@@ -295,6 +313,14 @@ pub fn judge_decoded<'a>(
 static EMPTY_SUMMARY: PacketSummary = PacketSummary::EMPTY;
 
 impl Stats {
+    fn tag_drop(&mut self, tag: u16, v6: bool, wire_len: u32) {
+        let t = usize::from(tag);
+        if self.tag_drops.len() <= t {
+            self.tag_drops.resize(t + 1, Default::default());
+        }
+        self.tag_drops[t][usize::from(v6)].hit(wire_len);
+    }
+
     /// Count a fragment whose verdict reassembly decided (it is not judged).
     pub fn count_fragment(&mut self, verdict: Verdict, wire_len: u32) {
         match verdict {

@@ -27,6 +27,7 @@
 //! parsed matches: the plain reference the bit vectors are tested against.
 
 use crate::dynamic::Delta;
+use crate::tags::Tags;
 use crate::{Verdict, MAX_BATCH};
 use sluice_rules::{
     Action, AddrField, AddrValue, Depth, FragKind, Match, PortField, Prefix, Rule, RuleFile, SetSource, MAX_RULES,
@@ -162,6 +163,8 @@ pub struct SetChange {
     /// New base tables (after a merge or a flush), or None to keep them.
     pub base: Option<BaseTables>,
     pub delta: Option<Arc<Delta>>,
+    /// Its elements' tags ([`crate::tags`]), when a feed tagged any.
+    pub tags: Option<Arc<Tags>>,
 }
 
 /// A named set's entries for [`RuleSet::compile_sets`]: a list to build
@@ -446,6 +449,10 @@ pub struct RuleSet {
     /// Per backing: what changed at runtime since its tables were built
     /// (named sets only).
     deltas: Vec<Option<Arc<Delta>>>,
+    /// Per backing: its elements' tags (named sets a feed tags only).
+    tags: Vec<Option<Arc<Tags>>>,
+    /// Whether any backing has tags: a drop is then attributed to a tag.
+    tagged: bool,
     /// The options the tables were built with (a merge builds alike).
     set_opts: Options,
     set_info: Vec<SetInfo>,
@@ -565,6 +572,8 @@ impl RuleSet {
             addr_backing: low.addr_backing,
             default: if file.default == Action::Drop { Verdict::Drop } else { Verdict::Pass },
             deltas: vec![None; low.tables.len()],
+            tags: vec![None; low.tables.len()],
+            tagged: false,
             backings: low.tables.into_iter().map(Arc::new).collect(),
             set_opts,
             set_info: low.set_info,
@@ -685,8 +694,44 @@ impl RuleSet {
                 rs.backings[c.set] = b;
             }
             rs.deltas[c.set] = c.delta;
+            rs.tags[c.set] = c.tags;
         }
+        rs.tagged = rs.tags.iter().any(Option::is_some);
         rs
+    }
+
+    /// Set `set`'s tags in force.
+    pub fn tags(&self, set: usize) -> Option<&Arc<Tags>> {
+        self.tags[set].as_ref()
+    }
+
+    /// The tag of the element that made rule `rule` match packet `p`, and
+    /// whether its address is IPv6: the first address match of the rule
+    /// over a tagged set whose address (source, then destination for
+    /// `addr`) a tagged element covers. For counting a drop by the
+    /// element's source; None without tags.
+    pub fn tag_of(&self, rule: usize, p: &PacketSummary) -> Option<(u16, bool)> {
+        if !self.tagged {
+            return None;
+        }
+        let backings = &self.addr_backing[rule];
+        let addrs = self.parsed[rule].matches.iter().filter(|m| matches!(m, Match::Addr { .. }));
+        for (m, &b) in addrs.zip(backings) {
+            let (Match::Addr { depth, field, negate: false, .. }, Some(tags)) = (m, &self.tags[b]) else { continue };
+            let Some(ip) = ip_at(p, *depth) else { continue };
+            let sides: &[IpAddr] = match field {
+                AddrField::Src => &[ip.src],
+                AddrField::Dst => &[ip.dst],
+                AddrField::Either => &[ip.src, ip.dst],
+            };
+            for &a in sides {
+                let key = self.key(a);
+                if let Some(t) = tags.lookup(key) {
+                    return Some((t, key.is_ipv6()));
+                }
+            }
+        }
+        None
     }
 
     /// Names of the live ports `iface` matches refer to.

@@ -23,6 +23,24 @@ pub fn crowdsec_bin() -> Option<PathBuf> {
         .find(|d| d.join("crowdsec").exists() && d.join("cscli").exists())
 }
 
+/// The directory holding CrowdSec v1.7's `crowdsec` and `cscli` (built
+/// from the Go module proxy by `.ci/run`; Debian's 1.4.6 has no usage
+/// metrics): `SLUICE_CROWDSEC17_BIN`, or a missing one is a skip (a
+/// failure under `SLUICE_REQUIRE_TOOLS=1`).
+pub fn crowdsec17_or_skip(test: &str) -> Option<PathBuf> {
+    let dir = std::env::var("SLUICE_CROWDSEC17_BIN").ok().map(PathBuf::from);
+    match dir.filter(|d| d.join("crowdsec").exists() && d.join("cscli").exists()) {
+        Some(d) => Some(d),
+        None if std::env::var("SLUICE_REQUIRE_TOOLS").is_ok_and(|v| v == "1") => {
+            panic!("{test}: CrowdSec v1.7 not found (SLUICE_CROWDSEC17_BIN, a directory with crowdsec and cscli)")
+        }
+        None => {
+            println!("SKIPPED: {test}: CrowdSec v1.7 not built (SLUICE_CROWDSEC17_BIN)");
+            None
+        }
+    }
+}
+
 pub fn crowdsec_or_skip(test: &str) -> Option<PathBuf> {
     match crowdsec_bin() {
         Some(d) => Some(d),
@@ -100,7 +118,13 @@ pub fn make_cert(dir: &Path, ca: &str, name: &str, subj: &str, ext: &str) {
 
 impl Lapi {
     pub fn new(bin: PathBuf) -> Lapi {
-        Lapi::build(bin, false)
+        Lapi::build(bin, false, false)
+    }
+
+    /// A LAPI with its Prometheus endpoint on (on a free loopback port):
+    /// `cscli metrics show bouncers` reads the usage metrics bouncers push.
+    pub fn with_metrics(bin: PathBuf) -> Lapi {
+        Lapi::build(bin, false, true)
     }
 
     /// A LAPI on https (`tls/ca.crt` signs its certificate) that admits
@@ -108,7 +132,7 @@ impl Lapi {
     /// (`tls/bouncer.crt`, `tls/bouncer.key`); cscli talks to it without
     /// checking the certificate.
     pub fn with_tls(bin: PathBuf) -> Lapi {
-        Lapi::build(bin, true)
+        Lapi::build(bin, true, false)
     }
 
     /// The directory of the TLS files (`with_tls`).
@@ -116,9 +140,18 @@ impl Lapi {
         self.dir.path().join("tls")
     }
 
-    fn build(bin: PathBuf, tls: bool) -> Lapi {
+    fn build(bin: PathBuf, tls: bool, metrics: bool) -> Lapi {
         let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = free();
+        let prometheus = if metrics {
+            format!(
+                "prometheus:\n  enabled: true\n  level: full\n  listen_addr: 127.0.0.1\n  listen_port: {}\n",
+                free()
+            )
+        } else {
+            "prometheus:\n  enabled: false\n".to_owned()
+        };
         let d = dir.path().display().to_string();
         for sub in ["data", "hub", "notifications", "plugins"] {
             std::fs::create_dir_all(dir.path().join(sub)).unwrap();
@@ -155,8 +188,7 @@ impl Lapi {
              db_config:\n  log_level: warning\n  type: sqlite\n  db_path: {d}/data/crowdsec.db\n  use_wal: true\n\
              api:\n  client:\n    insecure_skip_verify: false\n    credentials_path: {d}/local_api_credentials.yaml\n  \
              server:\n    log_level: warning\n    listen_uri: 127.0.0.1:{port}\n    profiles_path: {d}/profiles.yaml\n    \
-             trusted_ips:\n      - 127.0.0.1\n{tls_server}\
-             prometheus:\n  enabled: false\n"
+             trusted_ips:\n      - 127.0.0.1\n{tls_server}{prometheus}"
         );
         let config =
             if tls { config.replace("insecure_skip_verify: false", "insecure_skip_verify: true") } else { config };
