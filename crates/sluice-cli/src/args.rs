@@ -249,3 +249,23 @@ pub fn list_or_firehol(path: Option<&Path>) -> Result<Vec<Prefix>> {
         None => parse_list("firehol_level1.netset (embedded)", FIREHOL_LEVEL1.as_bytes(), false)?.prefixes,
     })
 }
+
+/// https to a CrowdSec LAPI: the bridge's bouncer and the guard's watcher.
+#[derive(Args, Debug, Clone)]
+pub struct LapiTlsArgs {
+    /// https: the CA certificate(s) the LAPI's certificate must chain to (default: the system's roots).
+    #[arg(long, value_name = "FILE", requires = "crowdsec_url")]
+    pub crowdsec_ca: Option<PathBuf>,
+    /// https: authenticate with this client certificate (PEM) instead of an API key or a password.
+    #[arg(long, value_name = "FILE", requires = "crowdsec_key", group = "crowdsec_auth")]
+    pub crowdsec_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "crowdsec_cert")]
+    pub crowdsec_key: Option<PathBuf>,
+}
+
+impl LapiTlsArgs {
+    pub fn lapi_tls(self) -> sluice_control::lapi_tls::LapiTls {
+        sluice_control::lapi_tls::LapiTls { ca: self.crowdsec_ca, cert: self.crowdsec_cert, key: self.crowdsec_key }
+    }
+}

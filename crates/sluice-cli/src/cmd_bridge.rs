@@ -8,7 +8,6 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
 use sluice_bridge::{Bridge, BridgeConfig, LivePorts};
 use sluice_control::crowdsec::{BouncerConfig, GeoScopes, StreamFilters};
-use sluice_control::lapi_tls::LapiTls;
 use sluice_live::open::{Io, OpenConfig, XdpChoice};
 use sluice_pipeline::sample::Backpressure;
 use sluice_pipeline::JudgeConfig;
@@ -94,15 +93,8 @@ pub struct BridgeArgs {
     /// (http://127.0.0.1:8080, or https://...) into --crowdsec-set.
     #[arg(long, value_name = "URL", requires = "crowdsec_auth")]
     pub crowdsec_url: Option<String>,
-    /// https: the CA certificate(s) the LAPI's certificate must chain to (default: the system's roots).
-    #[arg(long, value_name = "FILE", requires = "crowdsec_url")]
-    pub crowdsec_ca: Option<std::path::PathBuf>,
-    /// https: authenticate with this client certificate (PEM) instead of an API key.
-    #[arg(long, value_name = "FILE", requires = "crowdsec_key", group = "crowdsec_auth")]
-    pub crowdsec_cert: Option<std::path::PathBuf>,
-    /// The client certificate's private key (PEM).
-    #[arg(long, value_name = "FILE", requires = "crowdsec_cert")]
-    pub crowdsec_key: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub lapi_tls: crate::args::LapiTlsArgs,
     /// A file holding the bouncer's API key (`cscli bouncers add NAME -o raw`).
     #[arg(long, value_name = "FILE", requires = "crowdsec_url", group = "crowdsec_auth")]
     pub crowdsec_key_file: Option<std::path::PathBuf>,
@@ -176,7 +168,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         scenarios_containing: a.crowdsec_scenarios_containing,
         scenarios_not_containing: a.crowdsec_scenarios_not_containing,
     };
-    let tls = LapiTls { ca: a.crowdsec_ca, cert: a.crowdsec_cert, key: a.crowdsec_key };
+    let tls = a.lapi_tls.lapi_tls();
     let metrics_interval =
         sluice_control::usage::metrics_interval(a.crowdsec_metrics_interval).map_err(anyhow::Error::msg)?;
     let crowdsec = BouncerConfig::from_flags(url, key, &tls, interval, resync, set, max)

@@ -118,14 +118,16 @@ pub struct GuardArgs {
     pub block_ctl_set: String,
     /// Push each IP block to this CrowdSec Local API as an alert with a ban
     /// decision (scenario sluice/http-LIMIT), so every bouncer enforces it.
-    #[arg(long, value_name = "URL", requires_all = ["ip_block", "crowdsec_login", "crowdsec_password_file"])]
+    #[arg(long, value_name = "URL", requires_all = ["ip_block", "crowdsec_auth"])]
     pub crowdsec_url: Option<String>,
     /// The machine login for --crowdsec-url (`cscli machines add NAME --password P`).
-    #[arg(long, value_name = "NAME", requires = "crowdsec_url")]
+    #[arg(long, value_name = "NAME", requires = "crowdsec_password_file")]
     pub crowdsec_login: Option<String>,
     /// A file holding that machine's password.
-    #[arg(long, value_name = "FILE", requires = "crowdsec_url")]
+    #[arg(long, value_name = "FILE", requires_all = ["crowdsec_url", "crowdsec_login"], group = "crowdsec_auth")]
     pub crowdsec_password_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub lapi_tls: crate::args::LapiTlsArgs,
     /// Client IPs tracked at most (idle ones are evicted, clock order); blocks have a table of this size too.
     #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     pub max_clients: usize,
@@ -198,9 +200,10 @@ pub struct GuardArgs {
 }
 
 pub fn run(a: GuardArgs) -> Result<Outcome> {
-    let crowdsec = a.crowdsec_url.as_deref().zip(a.crowdsec_login.as_deref()).zip(a.crowdsec_password_file.as_deref());
+    let (login, password_file, tls) = (a.crowdsec_login, a.crowdsec_password_file, a.lapi_tls.lapi_tls());
+    let crowdsec = a.crowdsec_url.map(|url| block_forward::WatcherFlags { url, login, password_file, tls });
     let ctl = a.block_ctl.as_deref().map(|p| (p, a.block_ctl_set.as_str()));
-    let targets = block_forward::targets(ctl, crowdsec.map(|((u, l), p)| (u, l, p))).map_err(anyhow::Error::msg)?;
+    let targets = block_forward::targets(ctl, crowdsec.as_ref()).map_err(anyhow::Error::msg)?;
     let limits = Limits {
         request_rate: a.request_rate,
         request_burst: a.request_burst,

@@ -7,6 +7,7 @@
 //! backoff, so nothing is lost while a destination is away.
 
 use serde_json::json;
+use sluice_control::lapi_tls::LapiTls;
 use sluice_control::{crowdsec, socket};
 use std::io::Read;
 use std::net::IpAddr;
@@ -96,20 +97,33 @@ pub fn rfc3339(t: SystemTime) -> String {
 }
 
 impl Watcher {
-    pub fn new(url: &str, login: &str, password: &str) -> Watcher {
+    /// A watcher logging in as `login` with `password`, or, with an empty
+    /// password and `tls` holding a client certificate, by the certificate
+    /// (the LAPI admits it by its OU, `agents_allowed_ou`, and names the
+    /// machine after its CN).
+    pub fn new(url: &str, login: &str, password: &str, tls: Option<Arc<rustls::ClientConfig>>) -> Watcher {
+        // No redirects: the password and the token go to --crowdsec-url only.
+        let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(30)).redirects(0);
+        let agent = match tls {
+            Some(t) => agent.tls_config(t),
+            None => agent,
+        };
         Watcher {
             url: url.trim_end_matches('/').to_owned(),
             login: login.to_owned(),
             password: password.to_owned(),
             token: None,
-            // No redirects: the password and the token go to --crowdsec-url only.
-            agent: ureq::AgentBuilder::new().timeout(Duration::from_secs(30)).redirects(0).build(),
+            agent: agent.build(),
         }
     }
 
     fn log_in(&mut self) -> Result<String, String> {
         let url = format!("{}/v1/watchers/login", self.url);
-        let body = json!({ "machine_id": self.login, "password": self.password, "scenarios": [] });
+        let body = if self.password.is_empty() {
+            json!({ "scenarios": [] })
+        } else {
+            json!({ "machine_id": self.login, "password": self.password, "scenarios": [] })
+        };
         let r = self
             .agent
             .post(&url)
@@ -321,28 +335,59 @@ impl Destination for Target {
     }
 }
 
+/// How the guard reaches a LAPI as a watcher (`--crowdsec-*`): a machine's
+/// login and password file, or over https a client certificate.
+#[derive(Debug, Clone, Default)]
+pub struct WatcherFlags {
+    pub url: String,
+    pub login: Option<String>,
+    pub password_file: Option<std::path::PathBuf>,
+    pub tls: LapiTls,
+}
+
 /// The sinks the guard's flags ask for: a bridge's control socket and its
-/// set, and a LAPI as (URL, login, password file).
-pub fn targets(
-    ctl: Option<(&std::path::Path, &str)>,
-    crowdsec: Option<(&str, &str, &std::path::Path)>,
-) -> Result<Vec<Target>, String> {
+/// set, and a LAPI.
+pub fn targets(ctl: Option<(&std::path::Path, &str)>, crowdsec: Option<&WatcherFlags>) -> Result<Vec<Target>, String> {
     let mut sinks = Vec::new();
     if let Some((socket, set)) = ctl {
         sinks.push(Target::Ctl { socket: socket.to_owned(), set: set.to_owned() });
     }
-    if let Some((url, login, pw)) = crowdsec {
-        if !url.starts_with("http://") {
-            return Err(format!("--crowdsec-url {url}: expected http://HOST:PORT (https is not supported yet)"));
-        }
-        let password =
-            std::fs::read_to_string(pw).map_err(|e| format!("--crowdsec-password-file {}: {e}", pw.display()))?;
-        if let Some(w) = crowdsec::secret_file_warning("--crowdsec-password-file", pw) {
-            tracing::warn!("{w}");
-        }
-        sinks.push(Target::Crowdsec(Watcher::new(url, login, password.trim())));
+    if let Some(w) = crowdsec {
+        sinks.push(Target::Crowdsec(watcher(w)?));
     }
     Ok(sinks)
+}
+
+fn watcher(w: &WatcherFlags) -> Result<Watcher, String> {
+    let url = &w.url;
+    let https = url.starts_with("https://");
+    if !https && !url.starts_with("http://") {
+        return Err(format!("--crowdsec-url {url}: expected http://HOST:PORT or https://HOST:PORT"));
+    }
+    if !https && (w.tls.has_cert() || w.tls.ca.is_some()) {
+        return Err(format!("--crowdsec-url {url}: --crowdsec-ca and --crowdsec-cert need an https:// URL"));
+    }
+    let tls = if https { Some(w.tls.client_config()?) } else { None };
+    let password = match (&w.password_file, w.tls.has_cert()) {
+        (Some(pw), _) => {
+            let password =
+                std::fs::read_to_string(pw).map_err(|e| format!("--crowdsec-password-file {}: {e}", pw.display()))?;
+            if let Some(warn) = crowdsec::secret_file_warning("--crowdsec-password-file", pw) {
+                tracing::warn!("{warn}");
+            }
+            password.trim().to_owned()
+        }
+        (None, true) => String::new(),
+        (None, false) => {
+            return Err(format!(
+                "--crowdsec-url {url}: give --crowdsec-login and --crowdsec-password-file, or --crowdsec-cert"
+            ))
+        }
+    };
+    if !password.is_empty() && w.login.as_deref().is_none_or(str::is_empty) {
+        return Err("--crowdsec-password-file needs --crowdsec-login (the machine's name)".into());
+    }
+    Ok(Watcher::new(url, w.login.as_deref().unwrap_or_default(), &password, tls))
 }
 
 /// What forwarding counts, per sink in the order given.
@@ -595,7 +640,7 @@ mod tests {
         let elsewhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let to = format!("http://{}/v1/watchers/login", elsewhere.local_addr().unwrap());
         let (url, h) = serve_once(format!("HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\n\r\n"));
-        let mut w = Watcher::new(&url, "m", "pw");
+        let mut w = Watcher::new(&url, "m", "pw", None);
         let e = w.push(&[block()]).unwrap_err();
         assert!(e.contains(&format!("HTTP 302 redirect to \"{to}\" refused")), "{e}");
         h.join().unwrap();
@@ -609,7 +654,7 @@ mod tests {
         let big = format!(r#"{{"token":"t","pad":"{}"}}"#, "p".repeat(MAX_LOGIN_ANSWER as usize));
         for (body, ok) in [(token, true), (big, false)] {
             let (url, h) = serve_once(format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len()));
-            let r = Watcher::new(&url, "m", "pw").log_in();
+            let r = Watcher::new(&url, "m", "pw", None).log_in();
             assert_eq!(r.is_ok(), ok, "{r:?}");
             if let Err(e) = r {
                 assert!(e.ends_with(&format!("the answer is over {MAX_LOGIN_ANSWER} bytes, which no login answer is")));
