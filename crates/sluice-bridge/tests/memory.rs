@@ -311,6 +311,34 @@ fn geo_db(path: &Path, moved: bool) {
 }
 
 #[test]
+fn drop_country_names_the_country_of_an_address_it_tests() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("country.mmdb");
+    geo_db(&db, false);
+    let sock = dir.path().join("ctl.sock");
+    let spec = RuleSpec { drop_country: vec!["RU".into()], geo_db: vec![db.clone()], ..RuleSpec::default() };
+    let cfg = BridgeConfig { control: Some(sock.clone()), ..BridgeConfig::new(spec) };
+    let (bridge, wire) = start(cfg);
+    wire.send(0, &frame(BAD, 0));
+    wire.send(0, &frame(GOOD, 1));
+    assert_eq!(collect(&wire, 1, 2, Duration::from_millis(500)).len(), 1, "RU dropped, FI passed");
+    let t = ctl(&sock, "test drop-src 198.51.100.66\n");
+    assert_eq!(t["match"], true, "{t}");
+    assert_eq!(
+        (t["geo"]["network"].as_str(), t["geo"]["country"].as_str()),
+        (Some("198.51.100.0/24"), Some("RU")),
+        "{t}"
+    );
+    assert_eq!(t["geo"]["database"], db.display().to_string(), "{t}");
+    let t = ctl(&sock, "test drop-src 203.0.113.7\n");
+    assert_eq!((t["match"].clone(), t["geo"]["country"].clone()), (false.into(), "FI".into()), "{t}");
+    let t = ctl(&sock, "test drop-src 192.0.2.1\n");
+    assert!(t["geo"]["network"].is_null() && t["geo"]["country"].is_null(), "{t}");
+    bridge.stop();
+    bridge.wait().unwrap();
+}
+
+#[test]
 fn a_country_set_drops_its_networks_and_says_where_they_came_from() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("country.mmdb");

@@ -440,7 +440,7 @@ impl RuleSpec {
     /// no record for it; None for any other set, or when the database
     /// cannot be read now.
     pub fn geo_lookup(&self, rules: &RuleSet, set: &str, addr: std::net::IpAddr) -> Option<serde_json::Value> {
-        let Origin::File { source, text } = rules.origin() else { return None };
+        let Origin::File { source, text } = rules.origin() else { return self.shorthand_geo_lookup(set, addr) };
         let dir = Path::new(source).parent().unwrap_or(Path::new("."));
         let file = sluice_rules::parse_rules(source, text, dir).ok()?;
         let SetSource::Geo { db, select } = &file.sets.get(file.set_index(set)?)?.source else { return None };
@@ -449,6 +449,35 @@ impl RuleSpec {
         if let Some(f) = found {
             v["network"] = format!("{}/{}", f.network.0, f.network.1).into();
             v[select.key.name()] = f.value.into();
+        }
+        Some(v)
+    }
+
+    /// [`RuleSpec::geo_lookup`] for `drop-src` when `--drop-country` or
+    /// `--drop-asn` filled it: the address's country and ASN as the
+    /// `--geo-db` files give them (the first file and field that has one),
+    /// with the network of the first found.
+    fn shorthand_geo_lookup(&self, set: &str, addr: std::net::IpAddr) -> Option<serde_json::Value> {
+        if set != "drop-src" || (self.drop_country.is_empty() && self.drop_asn.is_empty()) {
+            return None;
+        }
+        let dbs: Vec<String> = self.geo_db.iter().map(|p| p.display().to_string()).collect();
+        let mut v = serde_json::json!({ "database": dbs.join(", "), "network": null });
+        let keys = [(sluice_geo::Key::Country, &self.drop_country), (sluice_geo::Key::Asn, &self.drop_asn)];
+        for (key, _) in keys.iter().filter(|(_, values)| !values.is_empty()) {
+            'key: for path in &self.geo_db {
+                let Ok(db) = sluice_geo::GeoDb::open(path) else { continue };
+                for field in key.known_fields() {
+                    let Ok(Some(f)) = db.lookup(addr, field) else { continue };
+                    let Some(value) = f.value else { continue };
+                    if v["network"].is_null() {
+                        v["network"] = format!("{}/{}", f.network.0, f.network.1).into();
+                        v["database"] = path.display().to_string().into();
+                    }
+                    v[key.name()] = value.into();
+                    break 'key;
+                }
+            }
         }
         Some(v)
     }
