@@ -270,7 +270,7 @@ fn check_mmdblookup(db: &Path, field: &str, addrs: &[IpAddr], want: &[String]) {
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         // `"RU" <utf8_string>` or `4134 <uint32>`.
-        let value = text.trim().split_whitespace().next().unwrap_or("").trim_matches('"');
+        let value = text.split_whitespace().next().unwrap_or("").trim_matches('"');
         assert_eq!(value, want[i], "{}: mmdblookup says {text:?}", addrs[i]);
     }
 }
