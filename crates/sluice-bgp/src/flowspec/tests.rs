@@ -1,0 +1,251 @@
+use super::*;
+use proptest::prelude::*;
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn hex(s: &str) -> Vec<u8> {
+    s.split_whitespace().map(|b| u8::from_str_radix(b, 16).unwrap()).collect()
+}
+
+fn eq(value: u64) -> NumericOp {
+    NumericOp { and: false, lt: false, gt: false, eq: true, len: 1, value }
+}
+
+/// RFC 8955 §4.2.2's examples, byte for byte.
+#[test]
+fn the_rfc_examples_decode_and_encode_back() {
+    // Packets to 192.0.2.0/24, TCP, port 25.
+    let bytes = hex("0b 01 18 c0 00 02 03 81 06 04 81 19");
+    let (f, n) = Flow::decode(Family::V4, &bytes).unwrap();
+    assert_eq!(n, bytes.len());
+    let want = Flow {
+        family: Family::V4,
+        components: vec![
+            Component::Destination(PrefixMatch::new(ip("192.0.2.0"), 24)),
+            Component::Protocol(vec![eq(6)]),
+            Component::Port(vec![eq(25)]),
+        ],
+    };
+    assert_eq!(f, want);
+    assert_eq!(f.to_bytes(), bytes);
+    assert_eq!(f.to_string(), "destination 192.0.2.0/24 protocol ==6 port ==25");
+
+    // To 192.0.2.0/24 from 203.0.113.0/24, port 137 to 139 or 8080.
+    let bytes = hex("12 01 18 c0 00 02 02 18 cb 00 71 04 03 89 45 8b 91 1f 90");
+    let (f, _) = Flow::decode(Family::V4, &bytes).unwrap();
+    let Component::Port(ops) = &f.components[2] else { panic!("{f:?}") };
+    assert_eq!(ops.len(), 3);
+    assert!(ops[0].gt && ops[0].eq && !ops[0].and && ops[0].value == 137);
+    assert!(ops[1].lt && ops[1].eq && ops[1].and && ops[1].value == 139);
+    assert!(ops[2].eq && !ops[2].and && ops[2].len == 2 && ops[2].value == 8080);
+    assert_eq!(f.to_bytes(), bytes);
+    assert_eq!(f.to_string(), "destination 192.0.2.0/24 source 203.0.113.0/24 port >=137&<=139 ==8080");
+
+    // To 192.0.2.1/32, fragments DF or FF.
+    let bytes = hex("09 01 20 c0 00 02 01 0c 80 05");
+    let (f, _) = Flow::decode(Family::V4, &bytes).unwrap();
+    assert_eq!(
+        f.components[1],
+        Component::Fragment(vec![BitmaskOp {
+            and: false,
+            not: false,
+            matched: false,
+            len: 1,
+            value: FRAG_DF | FRAG_FIRST
+        }])
+    );
+    assert_eq!(f.to_bytes(), bytes);
+}
+
+/// RFC 8956 §3.1: an IPv6 prefix sends only the bits from its offset to
+/// its length.
+#[test]
+fn an_ipv6_offset_sends_only_the_pattern_bits() {
+    // Source, 104 bits from bit 64: 40 bits, 5 bytes.
+    let bytes = hex("08 02 68 40 11 22 33 44 55");
+    let (f, n) = Flow::decode(Family::V6, &bytes).unwrap();
+    assert_eq!(n, 9);
+    let Component::Source(p) = f.components[0] else { panic!() };
+    assert_eq!((p.len, p.offset, p.addr), (104, 64, ip("::1122:3344:5500:0")));
+    assert_eq!(f.to_bytes(), bytes);
+    assert!(p.holds(ip("2001:db8:0:0:1122:3344:55ff:ffff")));
+    assert!(p.holds(ip("ffff:0:0:0:1122:3344:5500:1")));
+    assert!(!p.holds(ip("2001:db8:0:0:1122:3344:5600:0")));
+    assert!(!p.holds(ip("192.0.2.1")), "another family");
+    // Offset 0: a plain prefix.
+    let bytes = hex("0a 01 20 00 20 01 0d b8 03 81 06");
+    let (f, _) = Flow::decode(Family::V6, &bytes).unwrap();
+    assert_eq!(f.components[0], Component::Destination(PrefixMatch::new(ip("2001:db8::"), 32)));
+    assert_eq!(f.to_bytes(), bytes);
+}
+
+#[test]
+fn bad_nlri_is_named_with_its_byte() {
+    let e = |family, s: &str| Flow::decode(family, &hex(s)).unwrap_err();
+    assert_eq!(e(Family::V4, "05 01 18 c0 00"), err(1, FlowErrorKind::Truncated("the NLRI")));
+    assert_eq!(e(Family::V4, "04 01 18 c0 00"), err(3, FlowErrorKind::Truncated("a prefix")));
+    assert_eq!(e(Family::V4, "03 01 21 00"), err(2, FlowErrorKind::PrefixLength(33, 32)));
+    assert_eq!(e(Family::V4, "06 03 81 06 01 08 c0"), err(4, FlowErrorKind::Order(1, 3)));
+    assert_eq!(e(Family::V4, "06 03 81 06 03 81 06"), err(4, FlowErrorKind::Order(3, 3)));
+    assert_eq!(e(Family::V4, "03 0e 81 06"), err(1, FlowErrorKind::Unknown(14)));
+    assert_eq!(e(Family::V4, "03 0d 81 06"), err(1, FlowErrorKind::NotForFamily(13, "IPv4")));
+    assert_eq!(e(Family::V6, "04 01 40 40 00"), err(3, FlowErrorKind::Offset { offset: 64, len: 64 }));
+    assert_eq!(e(Family::V4, "02 03 01"), err(3, FlowErrorKind::Truncated("a value")));
+    // No end-of-list bit before the NLRI ends.
+    assert_eq!(e(Family::V4, "03 03 01 06"), err(4, FlowErrorKind::Truncated("an operator list")));
+    assert_eq!(e(Family::V4, "00"), err(0, FlowErrorKind::Empty));
+    // A two-byte length, and decode_all names the byte in the whole field.
+    let mut two = vec![0xf0, 0x03];
+    two.extend(hex("03 81 06"));
+    assert_eq!(Flow::decode(Family::V4, &two).unwrap().1, 5);
+    let mut field = hex("03 03 81 06");
+    field.extend(hex("03 03 81"));
+    assert_eq!(Flow::decode_all(Family::V4, &field).unwrap_err(), err(5, FlowErrorKind::Truncated("the NLRI")));
+}
+
+#[test]
+fn operators_are_ors_of_ands() {
+    let op = |and, lt, gt, eq, value| NumericOp { and, lt, gt, eq, len: 2, value };
+    // >=137 & <=139, or ==8080
+    let ops =
+        [op(false, false, true, true, 137), op(true, true, false, true, 139), op(false, false, false, true, 8080)];
+    let hit = |d| numeric(&ops, Some(d));
+    assert!(!hit(136) && hit(137) && hit(139) && !hit(140) && hit(8080) && !hit(8081));
+    // AND binds tighter: a | b & c is a | (b & c), not (a | b) & c.
+    let ops = [op(false, false, false, true, 1), op(false, false, true, false, 5), op(true, true, false, false, 10)];
+    assert!(numeric(&ops, Some(1)) && numeric(&ops, Some(7)) && !numeric(&ops, Some(12)));
+    // 000 never, 111 always, 110 is !=.
+    assert!(!op(false, false, false, false, 3).holds(3));
+    assert!(op(false, true, true, true, 3).holds(9));
+    assert!(op(false, true, true, false, 3).holds(4) && !op(false, true, true, false, 3).holds(3));
+    // No such field (ports of an ICMP packet): no match, whatever the ops.
+    assert!(!numeric(&[op(false, true, true, true, 0)], None));
+    let bm = |not, matched, value| BitmaskOp { and: false, not, matched, len: 1, value };
+    // SYN (0x02) without ACK (0x10): =0x02 & !0x10.
+    let syn = [bm(false, true, 0x02), BitmaskOp { and: true, ..bm(true, false, 0x10) }];
+    assert!(bitmask(&syn, Some(0x02)) && bitmask(&syn, Some(0x0a)) && !bitmask(&syn, Some(0x12)));
+    assert!(bm(false, false, 0x12).holds(0x10) && !bm(false, true, 0x12).holds(0x10));
+}
+
+fn packet(src: &str, dst: &str, protocol: u8, ports: Option<(u16, u16)>) -> FlowPacket {
+    FlowPacket {
+        src: ip(src),
+        dst: ip(dst),
+        protocol,
+        ports,
+        icmp: None,
+        tcp_flags: None,
+        length: 60,
+        dscp: 0,
+        fragment: 0,
+        flow_label: 0,
+    }
+}
+
+#[test]
+fn a_flow_matches_when_every_component_does() {
+    let (f, _) = Flow::decode(Family::V4, &hex("0b 01 18 c0 00 02 03 81 06 04 81 19")).unwrap();
+    assert!(f.matches(&packet("203.0.113.1", "192.0.2.9", 6, Some((40000, 25)))));
+    assert!(f.matches(&packet("203.0.113.1", "192.0.2.9", 6, Some((25, 40000)))), "port: either side");
+    assert!(!f.matches(&packet("203.0.113.1", "192.0.2.9", 17, Some((40000, 25)))));
+    assert!(!f.matches(&packet("203.0.113.1", "192.0.3.9", 6, Some((40000, 25)))));
+    assert!(!f.matches(&packet("203.0.113.1", "192.0.2.9", 6, None)), "no ports: no port match");
+    assert!(!f.matches(&packet("2001:db8::1", "2001:db8::2", 6, Some((25, 25)))), "another family");
+}
+
+fn numeric_ops_strategy(max: u64) -> impl Strategy<Value = Vec<NumericOp>> {
+    prop::collection::vec((any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>(), 0..4u32, 0..=max), 1..5)
+        .prop_map(|v| {
+            v.into_iter()
+                .enumerate()
+                .map(|(i, (and, lt, gt, eq, w, value))| {
+                    let len = 1u8 << w;
+                    let value = if len == 8 { value } else { value & ((1u64 << (8 * u32::from(len))) - 1) };
+                    NumericOp { and: and && i > 0, lt, gt, eq, len, value }
+                })
+                .collect()
+        })
+}
+
+fn bitmask_ops_strategy() -> impl Strategy<Value = Vec<BitmaskOp>> {
+    prop::collection::vec((any::<bool>(), any::<bool>(), any::<bool>(), 0..2u32, any::<u16>()), 1..4).prop_map(|v| {
+        v.into_iter()
+            .enumerate()
+            .map(|(i, (and, not, matched, w, value))| {
+                let len = 1u8 << w;
+                let value = if len == 1 { u64::from(value & 0xff) } else { u64::from(value) };
+                BitmaskOp { and: and && i > 0, not, matched, len, value }
+            })
+            .collect()
+    })
+}
+
+fn prefix_strategy(v6: bool) -> impl Strategy<Value = PrefixMatch> {
+    let width = if v6 { 128u8 } else { 32 };
+    (0..=width, 0..=width, any::<u128>()).prop_map(move |(a, b, raw)| {
+        let (mut offset, len) = (a.min(b), a.max(b));
+        if !v6 || offset == len {
+            offset = 0;
+        }
+        let raw = if v6 { raw } else { raw & (u128::MAX << 96) };
+        PrefixMatch { len, offset, addr: from_bits(v6, raw & span(offset, len)) }
+    })
+}
+
+fn flow_strategy() -> impl Strategy<Value = Flow> {
+    any::<bool>().prop_flat_map(|v6| {
+        let family = if v6 { Family::V6 } else { Family::V4 };
+        (
+            prop::option::of(prefix_strategy(v6)),
+            prop::option::of(prefix_strategy(v6)),
+            prop::collection::vec(prop::option::of(numeric_ops_strategy(u64::MAX)), 9),
+            prop::option::of(bitmask_ops_strategy()),
+            prop::option::of(bitmask_ops_strategy()),
+        )
+            .prop_filter_map("a flow has a component", move |(dst, src, nums, tcp, frag)| {
+                let mut c = Vec::new();
+                c.extend(dst.map(Component::Destination));
+                c.extend(src.map(Component::Source));
+                let mut nums = nums.into_iter();
+                let mut next = |f: fn(Vec<NumericOp>) -> Component| nums.next().flatten().map(f);
+                c.extend(next(Component::Protocol));
+                c.extend(next(Component::Port));
+                c.extend(next(Component::DestinationPort));
+                c.extend(next(Component::SourcePort));
+                c.extend(next(Component::IcmpType));
+                c.extend(next(Component::IcmpCode));
+                c.extend(tcp.map(Component::TcpFlags));
+                c.extend(next(Component::PacketLength));
+                c.extend(next(Component::Dscp));
+                c.extend(frag.map(Component::Fragment));
+                if v6 {
+                    c.extend(next(Component::FlowLabel));
+                }
+                (!c.is_empty()).then_some(Flow { family, components: c })
+            })
+    })
+}
+
+proptest! {
+    #[test]
+    fn encode_then_decode_is_the_flow(f in flow_strategy()) {
+        let bytes = f.to_bytes();
+        let (back, n) = Flow::decode(f.family, &bytes).unwrap();
+        prop_assert_eq!(n, bytes.len());
+        prop_assert_eq!(&back, &f);
+        prop_assert_eq!(back.to_bytes(), bytes);
+    }
+
+    #[test]
+    fn any_bytes_decode_or_are_refused_and_what_decodes_encodes_back(bytes in prop::collection::vec(any::<u8>(), 0..64), v6 in any::<bool>()) {
+        let family = if v6 { Family::V6 } else { Family::V4 };
+        if let Ok(flows) = Flow::decode_all(family, &bytes) {
+            for f in flows {
+                let again = f.to_bytes();
+                prop_assert_eq!(Flow::decode(family, &again).unwrap().0, f);
+            }
+        }
+    }
+}
