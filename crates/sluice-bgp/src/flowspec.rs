@@ -438,6 +438,42 @@ impl Flow {
         v
     }
 
+    /// Which of two flows is applied first (`Less`: `self`), as RFC 8955
+    /// §5.1 orders them (RFC 8956 §4 for IPv6): component by component, a
+    /// flow that lacks a component the other has comes after it, a lower
+    /// type first; prefixes: the lower offset first, then of two that
+    /// overlap the longer first, else the lower address; other components:
+    /// their bytes compared as far as both go, the lower first, else the
+    /// longer first. (RFC 8956's appendix tests `offset <` twice; the text
+    /// says the lower offset wins, which is what this does.)
+    pub fn precedence(&self, other: &Flow) -> std::cmp::Ordering {
+        use std::cmp::Ordering::{Equal, Greater, Less};
+        let mut b_it = other.components.iter();
+        for a in &self.components {
+            let Some(b) = b_it.next() else { return Less };
+            let by = match a.kind().cmp(&b.kind()) {
+                Equal => match (a, b) {
+                    (Component::Destination(x), Component::Destination(y))
+                    | (Component::Source(x), Component::Source(y)) => prefix_precedence(x, y),
+                    _ => {
+                        let (x, y) = (component_bytes(a), component_bytes(b));
+                        let common = x.len().min(y.len());
+                        x[..common].cmp(&y[..common]).then(y.len().cmp(&x.len()))
+                    }
+                },
+                by => by,
+            };
+            if by != Equal {
+                return by;
+            }
+        }
+        if b_it.next().is_some() {
+            Greater
+        } else {
+            Equal
+        }
+    }
+
     /// Whether `p` matches every component, as RFC 8955 §4.2.2 and RFC
     /// 8956 §3 define them. A packet of the other family never matches;
     /// a component a packet cannot have (ports of an ICMP packet) does not.
@@ -463,6 +499,21 @@ impl Flow {
             Component::FlowLabel(ops) => numeric(ops, Some(u64::from(p.flow_label))),
         })
     }
+}
+
+/// Two prefix components of one type, as [`Flow::precedence`] orders them.
+fn prefix_precedence(a: &PrefixMatch, b: &PrefixMatch) -> std::cmp::Ordering {
+    let overlap = (bits(a.addr) ^ bits(b.addr)) & span(0, a.len.min(b.len)) == 0;
+    a.offset.cmp(&b.offset).then_with(|| if overlap { b.len.cmp(&a.len) } else { bits(a.addr).cmp(&bits(b.addr)) })
+}
+
+/// A component's bytes after its type, as encoded.
+fn component_bytes(c: &Component) -> Vec<u8> {
+    let family = if matches!(c, Component::FlowLabel(_)) { Family::V6 } else { Family::V4 };
+    let mut v = Vec::new();
+    Flow { family, components: vec![c.clone()] }.encode(&mut v);
+    // The NLRI's length (one byte: a component is short) and the type.
+    v.split_off(2)
 }
 
 /// One operator byte and its value.

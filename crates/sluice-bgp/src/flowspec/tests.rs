@@ -155,6 +155,47 @@ fn a_flow_matches_when_every_component_does() {
     assert!(!f.matches(&packet("2001:db8::1", "2001:db8::2", 6, Some((25, 25)))), "another family");
 }
 
+/// RFC 8956's appendix tests (`flow_rule_cmp_v6`), with components that
+/// encode as theirs compare.
+#[test]
+fn flows_are_ordered_as_the_rfcs_order_them() {
+    use std::cmp::Ordering::{Equal, Greater, Less};
+    let v6 = |c: Vec<Component>| Flow { family: Family::V6, components: c };
+    let port = |v: u64| Component::Port(vec![eq(v)]);
+    let dport = |v: u64| Component::DestinationPort(vec![eq(v)]);
+    let sport = |v: u64| Component::SourcePort(vec![eq(v)]);
+    let pre = |s: &str, len: u8, offset: u8| PrefixMatch { offset, ..PrefixMatch::new(ip(s), len) };
+    let both = |a: &Flow, b: &Flow, want| {
+        assert_eq!(a.precedence(b), want, "{a} vs {b}");
+        assert_eq!(b.precedence(a), want.reverse(), "{b} vs {a}");
+    };
+    // A flow with one more component first; a lower type first.
+    both(&v6(vec![port(1), dport(1)]), &v6(vec![port(1)]), Less);
+    both(&v6(vec![port(1)]), &v6(vec![dport(1), sport(1)]), Less);
+    let full = v6(vec![
+        Component::Destination(pre("200::", 16, 4)),
+        Component::Source(pre("100::", 16, 4)),
+        port(1),
+        dport(1),
+    ]);
+    both(&full, &full.clone(), Equal);
+    // Overlapping prefixes: the longer first; else the lower address; a lower offset first.
+    let d = |s, len, offset| v6(vec![Component::Destination(pre(s, len, offset))]);
+    both(&d("200::", 8, 4), &d("201::", 16, 4), Greater);
+    both(&d("200::", 8, 4), &d("301::", 16, 4), Less);
+    both(&d("200::", 8, 3), &d("301::", 16, 4), Less);
+    // Other components by their bytes: the lower first.
+    both(&v6(vec![port(7)]), &v6(vec![port(6)]), Greater);
+    let two = v6(vec![Component::Port(vec![eq(1), NumericOp { and: true, ..eq(2) }])]);
+    both(&two, &v6(vec![port(1)]), Less);
+    // A sort puts a flow before every one it has precedence over.
+    let mut flows = vec![d("200::", 8, 4), v6(vec![port(6)]), d("201::", 16, 4), full.clone()];
+    flows.sort_by(Flow::precedence);
+    let order: Vec<String> = flows.iter().map(ToString::to_string).collect();
+    assert_eq!(order[0], full.to_string());
+    assert_eq!(order[3], "port ==6");
+}
+
 fn numeric_ops_strategy(max: u64) -> impl Strategy<Value = Vec<NumericOp>> {
     prop::collection::vec((any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>(), 0..4u32, 0..=max), 1..5)
         .prop_map(|v| {
@@ -229,6 +270,16 @@ fn flow_strategy() -> impl Strategy<Value = Flow> {
 }
 
 proptest! {
+    #[test]
+    fn precedence_is_a_total_order(a in flow_strategy(), b in flow_strategy(), c in flow_strategy()) {
+        use std::cmp::Ordering::*;
+        prop_assert_eq!(a.precedence(&b), b.precedence(&a).reverse());
+        prop_assert_eq!(a.precedence(&a), Equal);
+        if a.precedence(&b) != Greater && b.precedence(&c) != Greater {
+            prop_assert_ne!(a.precedence(&c), Greater, "{} / {} / {}", a, b, c);
+        }
+    }
+
     #[test]
     fn encode_then_decode_is_the_flow(f in flow_strategy()) {
         let bytes = f.to_bytes();
