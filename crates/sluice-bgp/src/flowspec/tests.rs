@@ -189,7 +189,7 @@ fn flows_are_ordered_as_the_rfcs_order_them() {
     let two = v6(vec![Component::Port(vec![eq(1), NumericOp { and: true, ..eq(2) }])]);
     both(&two, &v6(vec![port(1)]), Less);
     // A sort puts a flow before every one it has precedence over.
-    let mut flows = vec![d("200::", 8, 4), v6(vec![port(6)]), d("201::", 16, 4), full.clone()];
+    let mut flows = [d("200::", 8, 4), v6(vec![port(6)]), d("201::", 16, 4), full.clone()];
     flows.sort_by(Flow::precedence);
     let order: Vec<String> = flows.iter().map(ToString::to_string).collect();
     assert_eq!(order[0], full.to_string());
