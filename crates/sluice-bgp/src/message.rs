@@ -460,7 +460,7 @@ fn flow_action(ec: &[u8; 8]) -> Option<FlowAction> {
         (0x80, 0x06) => FlowAction::RateBytes(rate()),
         (0x80, 0x0c) => FlowAction::RatePackets(rate()),
         (0x80, 0x07) => FlowAction::Action { sample: ec[7] & 0x02 != 0, terminal: ec[7] & 0x01 != 0 },
-        (0x80 | 0x81 | 0x82, 0x08) => FlowAction::Redirect,
+        (0x80..=0x82, 0x08) => FlowAction::Redirect,
         (0x80, 0x09) => FlowAction::Marking(ec[7] & 0x3f),
         _ => return None,
     })
