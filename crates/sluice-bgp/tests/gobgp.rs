@@ -25,7 +25,7 @@ struct Gobgpd {
     child: Child,
     api: u16,
     port: u16,
-    _dir: std::path::PathBuf,
+    _dir: tempfile::TempDir,
 }
 
 impl Drop for Gobgpd {
@@ -36,7 +36,9 @@ impl Drop for Gobgpd {
 }
 
 impl Gobgpd {
-    fn start(dir: &std::path::Path) -> Option<Gobgpd> {
+    fn start() -> Option<Gobgpd> {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         if Command::new("gobgpd").arg("--version").output().is_err() {
             assert!(std::env::var("SLUICE_REQUIRE_TOOLS").is_err(), "gobgpd is missing (apt-get install gobgpd)");
             eprintln!("skipped: gobgpd is missing");
@@ -62,7 +64,7 @@ impl Gobgpd {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        Some(Gobgpd { child, api, port, _dir: dir.to_owned() })
+        Some(Gobgpd { child, api, port, _dir: tmp })
     }
 
     /// `gobgp ARGS` against this daemon.
@@ -127,8 +129,7 @@ impl Session {
 
 #[test]
 fn gobgp_flowspec_and_blackhole_routes_decode_as_announced() {
-    let dir = tempfile_dir();
-    let Some(d) = Gobgpd::start(&dir) else { return };
+    let Some(d) = Gobgpd::start() else { return };
     let end = Instant::now() + Duration::from_secs(20);
     let s = loop {
         match TcpStream::connect(("127.0.0.1", d.port)) {
@@ -202,8 +203,46 @@ fn gobgp_flowspec_and_blackhole_routes_decode_as_announced() {
     assert!(e.message.contains("FlowSpec NLRI, byte"), "{e}");
 }
 
-fn tempfile_dir() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("sluice-gobgp-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// `session::run` against gobgpd: ESTABLISHED, flows as events, and the
+/// session down (with its reason) when gobgpd goes.
+#[test]
+fn a_session_to_gobgpd_brings_its_flows_and_reports_it_gone() {
+    use sluice_bgp::session::{run, Event, PeerConfig};
+    let Some(d) = Gobgpd::start() else { return };
+    let mut cfg = PeerConfig::new(([127, 0, 0, 1], d.port).into(), 65001, 65002, Ipv4Addr::new(192, 0, 2, 2));
+    cfg.connect_retry = Duration::from_millis(200);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let t = {
+        let stop = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || run(cfg, tx, stop, None))
+    };
+    let next = |what: &str| rx.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|_| panic!("no {what}"));
+    // gobgpd may not listen yet: the first tries fail, then it is up.
+    let open = loop {
+        match next("ESTABLISHED") {
+            Event::Up { open, .. } => break open,
+            Event::Down { .. } => continue,
+            e => panic!("{e:?}"),
+        }
+    };
+    assert_eq!(open.asn(), 65001);
+    d.cli("global rib -a ipv4-flowspec add match destination 192.0.2.0/24 protocol udp destination-port ==53 then discard");
+    let flow = loop {
+        if let Event::Update { update, .. } = next("UPDATE") {
+            if let Some(f) = update.flows_announced.first() {
+                break f.to_string();
+            }
+        }
+    };
+    assert_eq!(flow, "destination 192.0.2.0/24 protocol ==17 destination-port ==53");
+    drop(d);
+    let reason = loop {
+        if let Event::Down { reason, .. } = next("the session down") {
+            break reason;
+        }
+    };
+    assert!(reason.contains("NOTIFICATION") || reason.contains("closed") || reason.contains("reading"), "{reason}");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    t.join().unwrap();
 }

@@ -1,0 +1,285 @@
+//! One BGP session to one peer, receive only (RFC 4271's FSM as a speaker
+//! that announces nothing needs it): connect (or take a connection the
+//! listener accepted), OPEN both ways, the hold time agreed as the lower
+//! of the two, KEEPALIVEs every third of it, and every message after
+//! ESTABLISHED handed on as an [`Event`]. Whatever ends the session sends
+//! the NOTIFICATION that says why when there is one to send (a message
+//! that does not decode, the hold timer, the peer's AS, stopping), reports
+//! [`Event::Down`] with the reason, and the session is tried again after
+//! `connect_retry` (doubling to 8 times it while the peer stays away).
+//!
+//! A thread per peer, blocking reads with a short timeout: a receive-only
+//! speaker has a handful of peers, and the timers need no more.
+
+use crate::message::{self, AfiSafi, Message, Open, SessionError, Update};
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A peer as the flags describe it.
+#[derive(Clone, Debug)]
+pub struct PeerConfig {
+    /// Where to connect (port 179 unless said).
+    pub addr: SocketAddr,
+    pub peer_as: u32,
+    pub local_as: u32,
+    pub router_id: Ipv4Addr,
+    /// The hold time this side proposes (RFC 4271's suggested 90 s).
+    pub hold_time: u16,
+    pub families: Vec<AfiSafi>,
+    /// How long the peer's routes are kept after the session drops when it
+    /// announced graceful restart (its own restart time, at most this).
+    pub restart_time: u16,
+    pub connect_retry: Duration,
+    /// Wait for the peer to connect (to the listener) instead of connecting.
+    pub passive: bool,
+}
+
+impl PeerConfig {
+    pub fn new(addr: SocketAddr, peer_as: u32, local_as: u32, router_id: Ipv4Addr) -> PeerConfig {
+        PeerConfig {
+            addr,
+            peer_as,
+            local_as,
+            router_id,
+            hold_time: 90,
+            families: vec![
+                AfiSafi::IPV4_FLOWSPEC,
+                AfiSafi::IPV6_FLOWSPEC,
+                AfiSafi::IPV4_UNICAST,
+                AfiSafi::IPV6_UNICAST,
+            ],
+            restart_time: 120,
+            connect_retry: Duration::from_secs(5),
+            passive: false,
+        }
+    }
+}
+
+/// What a session tells its owner.
+#[derive(Debug)]
+pub enum Event {
+    /// ESTABLISHED: the peer's OPEN, and the hold time agreed.
+    Up {
+        peer: SocketAddr,
+        open: Open,
+        hold_time: u16,
+    },
+    Update {
+        peer: SocketAddr,
+        update: Update,
+    },
+    Down {
+        peer: SocketAddr,
+        reason: String,
+        /// How long its routes may be kept (graceful restart), or zero.
+        keep_for: Duration,
+    },
+}
+
+/// Why a session ended.
+#[derive(Debug)]
+enum End {
+    /// Send this NOTIFICATION, then close.
+    Notify(SessionError),
+    /// The peer sent a NOTIFICATION, or the connection went.
+    Gone(String),
+    Stopped,
+}
+
+impl From<SessionError> for End {
+    fn from(e: SessionError) -> End {
+        End::Notify(e)
+    }
+}
+
+/// Reads whole messages off a connection, watching the hold timer and
+/// sending KEEPALIVEs on time.
+struct Conn {
+    s: TcpStream,
+    buf: Vec<u8>,
+    /// Agreed hold time (zero: no timer, no KEEPALIVEs).
+    hold: Duration,
+    last_heard: Instant,
+    last_sent: Instant,
+    as4: bool,
+}
+
+impl Conn {
+    fn send(&mut self, bytes: &[u8]) -> Result<(), End> {
+        self.last_sent = Instant::now();
+        self.s.write_all(bytes).map_err(|e| End::Gone(format!("writing: {e}")))
+    }
+
+    /// The next message, or why there is none.
+    fn next(&mut self, stop: &AtomicBool) -> Result<Message, End> {
+        loop {
+            if let Some(n) = message::frame_len(&self.buf)? {
+                if self.buf.len() >= n {
+                    let m: Vec<u8> = self.buf.drain(..n).collect();
+                    self.last_heard = Instant::now();
+                    return Ok(message::decode(&m, self.as4)?);
+                }
+            }
+            if stop.load(Ordering::Relaxed) {
+                return Err(End::Stopped);
+            }
+            if !self.hold.is_zero() {
+                if self.last_heard.elapsed() >= self.hold {
+                    return Err(End::Notify(SessionError {
+                        code: message::HOLD_TIMER_EXPIRED,
+                        subcode: 0,
+                        message: format!("nothing heard for the hold time ({} s)", self.hold.as_secs()),
+                    }));
+                }
+                if self.last_sent.elapsed() >= self.hold / 3 {
+                    self.send(&message::keepalive())?;
+                }
+            }
+            let mut chunk = [0u8; 16 * 1024];
+            match self.s.read(&mut chunk) {
+                Ok(0) => return Err(End::Gone("the peer closed the connection".into())),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                Err(e) => return Err(End::Gone(format!("reading: {e}"))),
+            }
+        }
+    }
+}
+
+/// OPEN both ways and the first KEEPALIVE: the peer's OPEN and the hold
+/// time agreed.
+fn establish(c: &mut Conn, cfg: &PeerConfig, stop: &AtomicBool) -> Result<(Open, u16), End> {
+    c.send(&message::open(cfg.local_as, cfg.hold_time, cfg.router_id, &cfg.families, cfg.restart_time))?;
+    // Until the OPEN, the hold timer is the large one RFC 4271 suggests (4 min).
+    c.hold = Duration::from_secs(240);
+    let open = match c.next(stop)? {
+        Message::Open(o) => o,
+        Message::Notification { code, subcode, data } => {
+            return Err(End::Gone(notification_text(code, subcode, &data)))
+        }
+        m => return Err(fsm_error(&m)),
+    };
+    if open.asn() != cfg.peer_as {
+        return Err(End::Notify(SessionError {
+            code: message::OPEN_ERROR,
+            subcode: 2,
+            message: format!("the peer's AS is {}, not {}", open.asn(), cfg.peer_as),
+        }));
+    }
+    let hold = open.hold_time.min(cfg.hold_time);
+    c.as4 = open.capabilities.as4.is_some();
+    c.hold = Duration::from_secs(u64::from(hold));
+    c.send(&message::keepalive())?;
+    match c.next(stop)? {
+        Message::Keepalive => Ok((open, hold)),
+        Message::Notification { code, subcode, data } => Err(End::Gone(notification_text(code, subcode, &data))),
+        m => Err(fsm_error(&m)),
+    }
+}
+
+fn fsm_error(m: &Message) -> End {
+    End::Notify(SessionError { code: message::FSM_ERROR, subcode: 0, message: format!("unexpected {m:?}") })
+}
+
+fn notification_text(code: u8, subcode: u8, data: &[u8]) -> String {
+    let what = match code {
+        message::HEADER_ERROR => "message header error",
+        message::OPEN_ERROR => "OPEN error",
+        message::UPDATE_ERROR => "UPDATE error",
+        message::HOLD_TIMER_EXPIRED => "hold timer expired",
+        message::FSM_ERROR => "FSM error",
+        message::CEASE => "cease",
+        _ => "error",
+    };
+    let text: String = String::from_utf8_lossy(data).chars().filter(|c| !c.is_control()).take(128).collect();
+    format!(
+        "the peer sent NOTIFICATION {code}/{subcode} ({what}){}",
+        if text.is_empty() { String::new() } else { format!(": {text}") }
+    )
+}
+
+/// One session on `s`, until it ends: events out, the reason back.
+fn session(s: TcpStream, cfg: &PeerConfig, events: &Sender<Event>, stop: &AtomicBool) -> (End, Duration) {
+    let _ = s.set_read_timeout(Some(Duration::from_millis(100)));
+    let _ = s.set_nodelay(true);
+    let now = Instant::now();
+    let mut c = Conn { s, buf: Vec::new(), hold: Duration::ZERO, last_heard: now, last_sent: now, as4: false };
+    let mut keep_for = Duration::ZERO;
+    let end = (|| {
+        let (open, hold_time) = establish(&mut c, cfg, stop)?;
+        if let Some((t, _)) = &open.capabilities.graceful_restart {
+            keep_for = Duration::from_secs(u64::from((*t).min(cfg.restart_time)));
+        }
+        let _ = events.send(Event::Up { peer: cfg.addr, open, hold_time });
+        loop {
+            match c.next(stop)? {
+                Message::Update(update) => {
+                    if events.send(Event::Update { peer: cfg.addr, update }).is_err() {
+                        return Err(End::Stopped);
+                    }
+                }
+                Message::Keepalive | Message::RouteRefresh(_) => {}
+                Message::Notification { code, subcode, data } => {
+                    return Err(End::Gone(notification_text(code, subcode, &data)))
+                }
+                m @ Message::Open(_) => return Err(fsm_error(&m)),
+            }
+        }
+    })();
+    let end = match end {
+        Ok(()) => End::Stopped,
+        Err(e) => e,
+    };
+    match &end {
+        End::Notify(e) => {
+            let _ = c.s.write_all(&message::notification(e.code, e.subcode, &[]));
+        }
+        End::Stopped => {
+            // Cease, administrative shutdown.
+            let _ = c.s.write_all(&message::notification(message::CEASE, 2, &[]));
+        }
+        End::Gone(_) => {}
+    }
+    (end, keep_for)
+}
+
+/// Runs the sessions to one peer until `stop`: connects (or takes the
+/// listener's connections from `accepted` when passive), and after each
+/// session reports it down and tries again.
+pub fn run(cfg: PeerConfig, events: Sender<Event>, stop: Arc<AtomicBool>, accepted: Option<Receiver<TcpStream>>) {
+    let mut wait = cfg.connect_retry;
+    while !stop.load(Ordering::Relaxed) {
+        let conn = match &accepted {
+            Some(rx) => rx.recv_timeout(Duration::from_millis(100)).map_err(|e| e.to_string()),
+            None => TcpStream::connect_timeout(&cfg.addr, Duration::from_secs(5)).map_err(|e| e.to_string()),
+        };
+        let (reason, keep_for) = match conn {
+            Ok(s) => {
+                let started = Instant::now();
+                let (end, keep_for) = session(s, &cfg, &events, &stop);
+                if started.elapsed() > cfg.connect_retry * 4 {
+                    wait = cfg.connect_retry;
+                }
+                let reason = match end {
+                    End::Stopped => return,
+                    End::Notify(e) => format!("sent NOTIFICATION {}/{}: {}", e.code, e.subcode, e.message),
+                    End::Gone(why) => why,
+                };
+                (reason, keep_for)
+            }
+            // A passive peer that has not connected yet: keep waiting.
+            Err(_) if accepted.is_some() => continue,
+            Err(e) => (format!("connecting to {}: {e}", cfg.addr), Duration::ZERO),
+        };
+        let _ = events.send(Event::Down { peer: cfg.addr, reason, keep_for });
+        let until = Instant::now() + wait;
+        wait = (wait * 2).min(cfg.connect_retry * 8);
+        while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
