@@ -516,6 +516,70 @@ fn component_bytes(c: &Component) -> Vec<u8> {
     v.split_off(2)
 }
 
+/// The values of `0..=max` a numeric operator list admits, as sorted,
+/// disjoint, non-adjacent inclusive ranges (empty: none). This is how a
+/// rule over a field of known width (a port, a protocol) is compiled: the
+/// list's ORs of ANDs become the ranges a rule's range match takes.
+pub fn numeric_ranges(ops: &[NumericOp], max: u64) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    let mut group: Option<Vec<(u64, u64)>> = None;
+    for op in ops {
+        let mut one = Vec::new();
+        if op.lt && op.value > 0 {
+            one.push((0, (op.value - 1).min(max)));
+        }
+        if op.eq && op.value <= max {
+            one.push((op.value, op.value));
+        }
+        if op.gt && op.value < max {
+            one.push((op.value + 1, max));
+        }
+        let one = normalize(one);
+        group = Some(match group {
+            Some(g) if op.and => intersect(&g, &one),
+            g => {
+                out.extend(g.unwrap_or_default());
+                one
+            }
+        });
+    }
+    out.extend(group.unwrap_or_default());
+    normalize(out)
+}
+
+/// Sorted, merged (overlapping or adjacent ranges joined).
+fn normalize(mut v: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    v.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(v.len());
+    for (lo, hi) in v {
+        match out.last_mut() {
+            Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(hi),
+            _ => out.push((lo, hi)),
+        }
+    }
+    out
+}
+
+fn intersect(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    for &(alo, ahi) in a {
+        for &(blo, bhi) in b {
+            let (lo, hi) = (alo.max(blo), ahi.min(bhi));
+            if lo <= hi {
+                out.push((lo, hi));
+            }
+        }
+    }
+    normalize(out)
+}
+
+/// The values of `0..=max` a bitmask operator list admits, one flag per
+/// value (a field of at most 16 bits: TCP flags, the fragment bits): the
+/// reference's own answers, tabulated for a rule's value-set match.
+pub fn bitmask_values(ops: &[BitmaskOp], max: u16) -> Vec<bool> {
+    (0..=u64::from(max)).map(|d| bitmask(ops, Some(d))).collect()
+}
+
 /// One operator byte and its value.
 fn push_op(out: &mut Vec<u8>, i: usize, n: usize, and: bool, len: u8, value: u64, low: u8) {
     let need = match value {
@@ -534,12 +598,12 @@ fn push_op(out: &mut Vec<u8>, i: usize, n: usize, and: bool, len: u8, value: u64
 
 /// An operator list over `data` (None: the packet has no such field, and
 /// the component does not match): ORs of ANDs, AND binding tighter.
-fn numeric(ops: &[NumericOp], data: Option<u64>) -> bool {
+pub fn numeric(ops: &[NumericOp], data: Option<u64>) -> bool {
     let Some(d) = data else { return false };
     any_of_all(ops.iter().map(|o| (o.and, o.holds(d))))
 }
 
-fn bitmask(ops: &[BitmaskOp], data: Option<u64>) -> bool {
+pub fn bitmask(ops: &[BitmaskOp], data: Option<u64>) -> bool {
     let Some(d) = data else { return false };
     any_of_all(ops.iter().map(|o| (o.and, o.holds(d))))
 }

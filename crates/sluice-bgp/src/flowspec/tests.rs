@@ -269,7 +269,40 @@ fn flow_strategy() -> impl Strategy<Value = Flow> {
     })
 }
 
+#[test]
+fn numeric_lists_become_ranges() {
+    let op = |and, lt, gt, eq, value| NumericOp { and, lt, gt, eq, len: 2, value };
+    // >=137 & <=139, or ==8080
+    let ops =
+        [op(false, false, true, true, 137), op(true, true, false, true, 139), op(false, false, false, true, 8080)];
+    assert_eq!(numeric_ranges(&ops, 65535), vec![(137, 139), (8080, 8080)]);
+    // != 53 over a byte: everything else; values past the field clip.
+    assert_eq!(numeric_ranges(&[op(false, true, true, false, 53)], 255), vec![(0, 52), (54, 255)]);
+    assert_eq!(numeric_ranges(&[op(false, true, false, false, 300)], 255), vec![(0, 255)]);
+    assert_eq!(numeric_ranges(&[op(false, false, true, false, 300)], 255), vec![]);
+    // Adjacent ranges join: <10 or ==10.
+    assert_eq!(
+        numeric_ranges(&[op(false, true, false, false, 10), op(false, false, false, true, 10)], 255),
+        vec![(0, 10)]
+    );
+}
+
 proptest! {
+    #[test]
+    fn ranges_admit_exactly_what_the_operators_do(ops in numeric_ops_strategy(70_000), max in prop_oneof![Just(255u64), Just(65_535), Just(1_048_575)], probes in prop::collection::vec(0u64..1_100_000, 50)) {
+        let ranges = numeric_ranges(&ops, max);
+        // Sorted, disjoint, not adjacent, within the field.
+        for w in ranges.windows(2) {
+            prop_assert!(w[0].1 + 1 < w[1].0, "{:?}", ranges);
+        }
+        prop_assert!(ranges.iter().all(|&(lo, hi)| lo <= hi && hi <= max));
+        let edges = ops.iter().flat_map(|o| [o.value.saturating_sub(1), o.value, o.value.saturating_add(1)]);
+        for d in probes.into_iter().chain(edges).chain([0, max]).filter(|&d| d <= max) {
+            let inside = ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&d));
+            prop_assert_eq!(inside, numeric(&ops, Some(d)), "{} in {:?} for {:?}", d, ranges, ops);
+        }
+    }
+
     #[test]
     fn precedence_is_a_total_order(a in flow_strategy(), b in flow_strategy(), c in flow_strategy()) {
         use std::cmp::Ordering::*;
