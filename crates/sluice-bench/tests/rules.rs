@@ -33,3 +33,14 @@ fn bench_load_compiled_answers_as_the_text_does() {
         assert!(v["pmc"][side]["sw"]["task_clock_ns"].as_u64().unwrap() > 0, "{v}");
     }
 }
+
+#[test]
+fn bench_origins_drops_alike_and_counts_every_tagged_drop() {
+    // The bench itself refuses to report when the two sides dropped
+    // differently or a tagged drop went uncounted.
+    let v = json(&["origins", "--packets", "20000", "--elements", "2000", "--lengths", "3", "--reps", "1", "--json"]);
+    assert!(v["untagged_mpps"].as_f64().unwrap() > 0.0 && v["tagged_mpps"].as_f64().unwrap() > 0.0, "{v}");
+    let by_origin: u64 = v["drops_by_origin"].as_object().unwrap().values().map(|n| n.as_u64().unwrap()).sum();
+    assert_eq!(by_origin, v["dropped"].as_u64().unwrap(), "{v}");
+    assert!(v["dropped"].as_u64().unwrap() > 5_000, "about half the packets are from the set: {v}");
+}

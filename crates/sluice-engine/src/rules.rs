@@ -453,6 +453,9 @@ pub struct RuleSet {
     tags: Vec<Option<Arc<Tags>>>,
     /// Whether any backing has tags: a drop is then attributed to a tag.
     tagged: bool,
+    /// Per rule: its positive address matches (backing, layer, field), in
+    /// order, for [`RuleSet::tag_of`].
+    addr_reads: Vec<Vec<(usize, Depth, AddrField)>>,
     /// The options the tables were built with (a merge builds alike).
     set_opts: Options,
     set_info: Vec<SetInfo>,
@@ -569,6 +572,21 @@ impl RuleSet {
         Ok(RuleSet {
             rules,
             parsed: file.rules.clone(),
+            addr_reads: file
+                .rules
+                .iter()
+                .zip(&low.addr_backing)
+                .map(|(r, backings)| {
+                    let addrs = r.matches.iter().filter(|m| matches!(m, Match::Addr { .. }));
+                    addrs
+                        .zip(backings)
+                        .filter_map(|(m, &b)| match m {
+                            Match::Addr { depth, field, negate: false, .. } => Some((b, *depth, *field)),
+                            _ => None,
+                        })
+                        .collect()
+                })
+                .collect(),
             addr_backing: low.addr_backing,
             default: if file.default == Action::Drop { Verdict::Drop } else { Verdict::Pass },
             deltas: vec![None; low.tables.len()],
@@ -714,11 +732,9 @@ impl RuleSet {
         if !self.tagged {
             return None;
         }
-        let backings = &self.addr_backing[rule];
-        let addrs = self.parsed[rule].matches.iter().filter(|m| matches!(m, Match::Addr { .. }));
-        for (m, &b) in addrs.zip(backings) {
-            let (Match::Addr { depth, field, negate: false, .. }, Some(tags)) = (m, &self.tags[b]) else { continue };
-            let Some(ip) = ip_at(p, *depth) else { continue };
+        for &(b, depth, field) in &self.addr_reads[rule] {
+            let Some(tags) = &self.tags[b] else { continue };
+            let Some(ip) = ip_at(p, depth) else { continue };
             let sides: &[IpAddr] = match field {
                 AddrField::Src => &[ip.src],
                 AddrField::Dst => &[ip.dst],

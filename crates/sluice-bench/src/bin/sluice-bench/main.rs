@@ -19,6 +19,7 @@ mod guard;
 mod http;
 mod http_load;
 mod mem;
+mod origins;
 mod slow;
 // Under `--cfg loom` (CI's model check of the NatSys queue) the library's
 // queue benchmark is built for loom's types and left out; so are the two
@@ -49,6 +50,8 @@ pub enum BenchCommand {
     Filter(filter::FilterBenchArgs),
     /// A rule file of N rules (ports, protocols, flags, VLANs...) against address-only rules, as a ratio.
     Rules(rules::RulesBenchArgs),
+    /// Drops counted by origin (tagged CrowdSec elements) against untagged, the same set and traffic, as a ratio.
+    Origins(origins::OriginsBenchArgs),
     /// Loading a 6M-entry list from text against the file `sluice compile` makes of it.
     Load(rules::LoadBenchArgs),
     /// HTTP/1.1 request parsers: sluice-h1 against httparse and picohttpparser, and the seed's goto-vs-switch case.
@@ -240,6 +243,7 @@ impl BenchCommand {
             BenchCommand::Rss(a) => a.json,
             BenchCommand::Filter(a) => a.json,
             BenchCommand::Rules(a) => a.json,
+            BenchCommand::Origins(a) => a.json,
             BenchCommand::Load(a) => a.json,
             BenchCommand::Http(a) => a.json,
             BenchCommand::HttpLoad(a) => a.json,
@@ -307,6 +311,7 @@ fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Rss(a) => rss(a),
         BenchCommand::Filter(a) => filter::run(a),
         BenchCommand::Rules(a) => rules::run(a),
+        BenchCommand::Origins(a) => origins::run(a),
         BenchCommand::Load(a) => rules::run_load(a),
         BenchCommand::Http(a) => http::run(a),
         BenchCommand::HttpLoad(a) => http_load::run(a),
