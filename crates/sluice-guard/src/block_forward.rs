@@ -375,7 +375,11 @@ fn watcher(w: &WatcherFlags) -> Result<Watcher, String> {
             if let Some(warn) = crowdsec::secret_file_warning("--crowdsec-password-file", pw) {
                 tracing::warn!("{warn}");
             }
-            password.trim().to_owned()
+            let password = password.trim();
+            if password.is_empty() {
+                return Err(format!("--crowdsec-password-file {}: the file is empty", pw.display()));
+            }
+            password.to_owned()
         }
         (None, true) => String::new(),
         (None, false) => {
