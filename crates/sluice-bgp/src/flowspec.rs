@@ -143,7 +143,30 @@ pub const FRAG_IS: u64 = 0x02;
 pub const FRAG_FIRST: u64 = 0x04;
 pub const FRAG_LAST: u64 = 0x08;
 
+/// A component's value, by its encoding.
+enum Body<'a> {
+    Prefix(&'a PrefixMatch),
+    Numeric(&'a [NumericOp]),
+    Bitmask(&'a [BitmaskOp]),
+}
+
 impl Component {
+    fn body(&self) -> Body<'_> {
+        match self {
+            Component::Destination(p) | Component::Source(p) => Body::Prefix(p),
+            Component::TcpFlags(ops) | Component::Fragment(ops) => Body::Bitmask(ops),
+            Component::Protocol(ops)
+            | Component::Port(ops)
+            | Component::DestinationPort(ops)
+            | Component::SourcePort(ops)
+            | Component::IcmpType(ops)
+            | Component::IcmpCode(ops)
+            | Component::PacketLength(ops)
+            | Component::Dscp(ops)
+            | Component::FlowLabel(ops) => Body::Numeric(ops),
+        }
+    }
+
     /// The component's type number.
     pub fn kind(&self) -> u8 {
         match self {
@@ -390,8 +413,8 @@ impl Flow {
         let mut body = Vec::new();
         for c in &self.components {
             body.push(c.kind());
-            match c {
-                Component::Destination(p) | Component::Source(p) => {
+            match c.body() {
+                Body::Prefix(p) => {
                     body.push(p.len);
                     if self.family == Family::V6 {
                         body.push(p.offset);
@@ -400,21 +423,13 @@ impl Flow {
                     let pattern = (bits(p.addr) << p.offset).to_be_bytes();
                     body.extend_from_slice(&pattern[..n]);
                 }
-                Component::TcpFlags(ops) | Component::Fragment(ops) => {
+                Body::Bitmask(ops) => {
                     for (i, op) in ops.iter().enumerate() {
                         let low = u8::from(op.not) << 1 | u8::from(op.matched);
                         push_op(&mut body, i, ops.len(), op.and, op.len, op.value, low);
                     }
                 }
-                Component::Protocol(ops)
-                | Component::Port(ops)
-                | Component::DestinationPort(ops)
-                | Component::SourcePort(ops)
-                | Component::IcmpType(ops)
-                | Component::IcmpCode(ops)
-                | Component::PacketLength(ops)
-                | Component::Dscp(ops)
-                | Component::FlowLabel(ops) => {
+                Body::Numeric(ops) => {
                     for (i, op) in ops.iter().enumerate() {
                         let low = u8::from(op.lt) << 2 | u8::from(op.gt) << 1 | u8::from(op.eq);
                         push_op(&mut body, i, ops.len(), op.and, op.len, op.value, low);
@@ -656,14 +671,14 @@ impl fmt::Display for Flow {
                 f.write_str(" ")?;
             }
             write!(f, "{} ", c.name())?;
-            match c {
-                Component::Destination(p) | Component::Source(p) => {
+            match c.body() {
+                Body::Prefix(p) => {
                     write!(f, "{}/{}", p.addr, p.len)?;
                     if p.offset != 0 {
                         write!(f, "/{}", p.offset)?;
                     }
                 }
-                Component::TcpFlags(ops) | Component::Fragment(ops) => {
+                Body::Bitmask(ops) => {
                     for (i, o) in ops.iter().enumerate() {
                         let join = if i == 0 {
                             ""
@@ -677,15 +692,7 @@ impl fmt::Display for Flow {
                         write!(f, "{join}{m}{not}0x{:x}", o.value)?;
                     }
                 }
-                Component::Protocol(ops)
-                | Component::Port(ops)
-                | Component::DestinationPort(ops)
-                | Component::SourcePort(ops)
-                | Component::IcmpType(ops)
-                | Component::IcmpCode(ops)
-                | Component::PacketLength(ops)
-                | Component::Dscp(ops)
-                | Component::FlowLabel(ops) => {
+                Body::Numeric(ops) => {
                     for (i, o) in ops.iter().enumerate() {
                         let join = if i == 0 {
                             ""

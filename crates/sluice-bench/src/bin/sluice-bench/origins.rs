@@ -14,12 +14,10 @@ use anyhow::{Context, Result};
 use clap::Args;
 use sluice_control::sets::{Feed, RuntimeSets};
 use sluice_engine::dynamic::Elements;
-use sluice_engine::{judge_decoded, CompileOptions, RuleSet, Stats, Verdict};
+use sluice_engine::{CompileOptions, RuleSet, Stats};
 use sluice_gen::{FrameSize, GenConfig, Generator, ProtoMix};
 use sluice_rules::{parse_rules, Prefix};
-use sluice_wire::{decode_into, LinkType, PacketSummary};
 use std::path::Path;
-use std::time::Instant;
 
 #[derive(Args, Debug)]
 pub struct OriginsBenchArgs {
@@ -104,29 +102,7 @@ pub fn run(a: OriginsBenchArgs) -> Result<()> {
     }
     let plain = rules(&elements, false)?;
     let tagged = rules(&elements, true)?;
-    let mut verdicts = vec![Verdict::Pass; 256];
-    let mut decoded = vec![(Ok(PacketSummary::EMPTY), 0u32); 256];
-    let mut time = |rules: &RuleSet| {
-        let mut stats = Stats::default();
-        let start = Instant::now();
-        for chunk in frames.chunks(256) {
-            for (slot, &(at, len)) in decoded.iter_mut().zip(chunk) {
-                decode_into(LinkType::ETHERNET, &bytes[at..at + len], &mut slot.0);
-                slot.1 = len as u32;
-            }
-            let (v, d) = (&mut verdicts[..chunk.len()], &decoded[..chunk.len()]);
-            judge_decoded(
-                rules,
-                Verdict::Pass,
-                sluice_sets::DEFAULT_BATCH,
-                &mut stats,
-                d.len(),
-                |i| (&d[i].0, d[i].1, 0),
-                v,
-            );
-        }
-        (start.elapsed().as_secs_f64(), stats)
-    };
+    let time = |rules: &RuleSet| crate::rules::judge_all(rules, &frames, &bytes);
     let (mut best_plain, mut best_tagged) = (f64::MAX, f64::MAX);
     let mut stats = (Stats::default(), Stats::default());
     for rep in 0..a.reps {

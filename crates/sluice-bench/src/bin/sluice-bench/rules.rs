@@ -112,33 +112,7 @@ pub fn run(a: RulesBenchArgs) -> Result<()> {
         }
     };
     let with_rules = RuleSet::compile(&file, &sets, &CompileOptions::default())?;
-    // As the pipeline does: decode a batch into its packets' slots
-    // (`decode_into`, no summary moved), then judge it while its summaries
-    // are still in cache.
-    let mut verdicts = vec![Verdict::Pass; 256];
-    let mut decoded = vec![(Ok(PacketSummary::EMPTY), 0u32); 256];
-    let mut time = |rules: &RuleSet| {
-        let mut stats = Stats::default();
-        let start = Instant::now();
-        for chunk in frames.chunks(256) {
-            for (slot, &(at, len)) in decoded.iter_mut().zip(chunk) {
-                decode_into(LinkType::ETHERNET, &bytes[at..at + len], &mut slot.0);
-                slot.1 = len as u32;
-            }
-            let v = &mut verdicts[..chunk.len()];
-            let d = &decoded[..chunk.len()];
-            judge_decoded(
-                rules,
-                Verdict::Pass,
-                sluice_sets::DEFAULT_BATCH,
-                &mut stats,
-                d.len(),
-                |i| (&d[i].0, d[i].1, 0),
-                v,
-            );
-        }
-        (start.elapsed().as_secs_f64(), stats)
-    };
+    let time = |rules: &RuleSet| judge_all(rules, &frames, &bytes);
     let (mut best_a, mut best_b) = (f64::MAX, f64::MAX);
     let mut stats = (Stats::default(), Stats::default());
     let mut pmc = a.pmc.then(Pmc::open_reporting);
@@ -185,6 +159,34 @@ pub fn run(a: RulesBenchArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&v)?);
     }
     Ok(())
+}
+
+/// Decodes and judges `frames` (offsets and lengths in `bytes`) as the
+/// pipeline does: a batch decoded into its packets' slots (`decode_into`,
+/// no summary moved), then judged while its summaries are still in cache.
+/// The seconds it took, and the counters.
+pub fn judge_all(rules: &RuleSet, frames: &[(usize, usize)], bytes: &[u8]) -> (f64, Stats) {
+    let mut verdicts = vec![Verdict::Pass; 256];
+    let mut decoded = vec![(Ok(PacketSummary::EMPTY), 0u32); 256];
+    let mut stats = Stats::default();
+    let start = Instant::now();
+    for chunk in frames.chunks(256) {
+        for (slot, &(at, len)) in decoded.iter_mut().zip(chunk) {
+            decode_into(LinkType::ETHERNET, &bytes[at..at + len], &mut slot.0);
+            slot.1 = len as u32;
+        }
+        let (v, d) = (&mut verdicts[..chunk.len()], &decoded[..chunk.len()]);
+        judge_decoded(
+            rules,
+            Verdict::Pass,
+            sluice_sets::DEFAULT_BATCH,
+            &mut stats,
+            d.len(),
+            |i| (&d[i].0, d[i].1, 0),
+            v,
+        );
+    }
+    (start.elapsed().as_secs_f64(), stats)
 }
 
 /// `{"a": {"hw", "sw"}, "b": {...}}`: two sides' counters for the JSON.
