@@ -21,7 +21,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// The address family of an NLRI (AFI 1 or 2, SAFI 133).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Family {
     V4,
     V6,
@@ -96,6 +96,19 @@ impl PrefixMatch {
         let width = if addr.is_ipv4() { 32 } else { 128 };
         let len = len.min(width);
         PrefixMatch { len, offset: 0, addr: from_bits(addr.is_ipv6(), bits(addr) & span(0, len)) }
+    }
+
+    /// The pattern as (bits, mask) over an address's bits, most
+    /// significant first (an IPv4 address in the top 32): `ip` holds when
+    /// its bits AND the mask equal the first.
+    pub fn pattern(&self) -> (u128, u128) {
+        let mask = span(self.offset, self.len);
+        (bits(self.addr) & mask, mask)
+    }
+
+    /// An address's bits as [`PrefixMatch::pattern`] reads them.
+    pub fn bits_of(ip: IpAddr) -> u128 {
+        bits(ip)
     }
 
     /// Whether `ip`'s bits from `offset` to `len` are the pattern's.

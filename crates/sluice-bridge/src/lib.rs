@@ -18,6 +18,7 @@
 //!   or one lane per AF_XDP queue, each receiving, judging and sending.
 #![deny(unsafe_code)]
 
+pub mod bgp;
 pub mod metrics;
 
 pub use metrics::{BridgeMetrics, LiveObserver};
@@ -78,6 +79,8 @@ pub struct BridgeConfig {
     pub crowdsec: Option<BouncerConfig>,
     /// The CrowdSec set's maxelem when its definition gives none.
     pub crowdsec_maxelem: Option<u32>,
+    /// BGP sessions whose FlowSpec and blackhole routes become flows.
+    pub bgp: Option<bgp::BgpConfig>,
     /// Sample dropped frames (the port names and steering are filled in).
     pub sample: Option<SampleConfig>,
     /// Workers judging; `None`: the ports were opened a lane per queue.
@@ -114,6 +117,7 @@ impl BridgeConfig {
             safety: Arc::default(),
             crowdsec: None,
             crowdsec_maxelem: None,
+            bgp: None,
             sample: None,
             workers: Some(1),
             steer_inner: false,
@@ -150,6 +154,7 @@ pub struct Running {
     control: JoinHandle<()>,
     control_socket: Option<sluice_control::socket::Serving>,
     bouncer: Option<JoinHandle<()>>,
+    bgp: Option<bgp::Bgp>,
     signals: Option<SignalThread>,
 }
 
@@ -193,6 +198,14 @@ impl Bridge {
         let port_names = names.to_vec();
         let Control { controller, entries, build_ms, crowdsec } =
             Control::load(cfg.rules, cfg.crowdsec, cfg.crowdsec_maxelem, cfg.watch, cfg.safety, &port_names)?;
+        let bgp_state = Arc::new(bgp::BgpState::default());
+        let controller = match &cfg.bgp {
+            Some(_) => {
+                let st = Arc::clone(&bgp_state);
+                controller.with_bgp_status(Arc::new(move || st.json()))
+            }
+            None => controller,
+        };
         let published = Arc::clone(controller.published());
 
         let stop = Arc::new(AtomicBool::new(false));
@@ -245,6 +258,20 @@ impl Bridge {
                 return Err(e);
             }
         };
+        let bgp = match cfg.bgp {
+            Some(b) => match bgp::Bgp::spawn(b, events.clone(), &stop, bgp_state) {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    stop.store(true, Ordering::Relaxed);
+                    close_signals(signals);
+                    return Err(anyhow::Error::new(e).context("starting the BGP sessions (--bgp-listen)"));
+                }
+            },
+            None => None,
+        };
+        if let Some(b) = &bgp {
+            let _ = metrics.bgp.set(Arc::clone(&b.state));
+        }
         let every_tick = metrics.ticker(cfg.status, cfg.duration, &stop);
         let control = std::thread::Builder::new()
             .name("sluice-control".into())
@@ -287,6 +314,7 @@ impl Bridge {
             control,
             control_socket,
             bouncer,
+            bgp,
             signals,
         })
     }
@@ -477,6 +505,9 @@ impl Running {
         }
         if let Some(h) = self.bouncer {
             let _ = h.join();
+        }
+        if let Some(b) = self.bgp {
+            b.join();
         }
         if let Some(s) = &self.signals {
             s.close();

@@ -57,6 +57,8 @@ pub struct BridgeMetrics {
     pub samples: std::sync::OnceLock<Arc<sluice_pipeline::sample::SampleCounters>>,
     /// A per-queue bridge's fragment inboxes (fragments moved between lanes).
     pub inboxes: std::sync::OnceLock<Arc<sluice_pipeline::Inboxes>>,
+    /// The BGP sessions, when there are some.
+    pub bgp: std::sync::OnceLock<Arc<crate::bgp::BgpState>>,
 }
 
 impl BridgeMetrics {
@@ -75,6 +77,7 @@ impl BridgeMetrics {
             crowdsec_set: std::sync::OnceLock::new(),
             samples: std::sync::OnceLock::new(),
             inboxes: std::sync::OnceLock::new(),
+            bgp: std::sync::OnceLock::new(),
             dry_run: std::sync::atomic::AtomicBool::new(false),
             ports,
         }
@@ -338,9 +341,15 @@ impl Collector for Exporter {
         self.control(&mut enc)?;
         self.sets(&mut enc)?;
         self.crowdsec(&mut enc)?;
+        self.flows(&mut enc)?;
         self.samples(&mut enc)
     }
 }
+
+/// Flows served by name in `sluice_flow_rule_*` (the busiest; the rest are
+/// summed under `rule="other"`), so a table of 10,000 flows is not 10,000
+/// series.
+pub const FLOW_SERIES: usize = 32;
 
 impl Exporter {
     /// The ports' counters, per lane too, and fragments moved between lanes.
@@ -676,6 +685,72 @@ impl Exporter {
         Ok(())
     }
 
+    /// The BGP sessions and the flows in force (only with `--bgp-peer`).
+    fn flows(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = &self.0;
+        let Some(bgp) = s.bgp.get() else { return Ok(()) };
+        let rows = bgp.sessions.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let up: Vec<_> =
+            rows.iter().map(|r| (vec![("peer", r.peer.clone())], i64::from(r.state == "established"))).collect();
+        gauge(enc, "sluice_bgp_session_up", "1 while the BGP session with the peer is established.", &up)?;
+        let mut updates = Vec::new();
+        for r in &rows {
+            for (f, n) in crate::bgp::FAMILIES.iter().zip(r.updates) {
+                updates.push((vec![("peer", r.peer.clone()), ("family", (*f).to_owned())], n));
+            }
+        }
+        counter(enc, "sluice_bgp_updates", "UPDATEs received, by peer and the route family they touched.", &updates)?;
+        let rules = s.rules();
+        let table = rules.as_ref().and_then(|r| r.value.flows().cloned());
+        let mut by_family = [0i64; 4];
+        let mut busiest = Vec::new();
+        if let Some(t) = &table {
+            for r in t.rules() {
+                let v6 = r.flow.family == sluice_bgp::flowspec::Family::V6;
+                by_family[usize::from(v6) + 2 * usize::from(r.blackhole)] += 1;
+                let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+                busiest.push((l(&r.counts.packets), l(&r.counts.dropped), r.flow.to_string()));
+            }
+        }
+        let fam: Vec<_> =
+            crate::bgp::FAMILIES.iter().zip(by_family).map(|(f, n)| (vec![("family", (*f).to_owned())], n)).collect();
+        gauge(
+            enc,
+            "sluice_flow_rules",
+            "Flows in force from BGP peers, by family (FlowSpec, blackhole routes).",
+            &fam,
+        )?;
+        busiest.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.2.cmp(&b.2)));
+        let mut packets = Vec::new();
+        let mut dropped = Vec::new();
+        let (mut other_p, mut other_d) = (0, 0);
+        for (i, (p, d, text)) in busiest.into_iter().enumerate() {
+            if i < FLOW_SERIES {
+                packets.push((vec![("rule", text.clone())], p));
+                dropped.push((vec![("rule", text)], d));
+            } else {
+                other_p += p;
+                other_d += d;
+            }
+        }
+        if table.as_ref().is_some_and(|t| t.rules().len() > FLOW_SERIES) {
+            packets.push((vec![("rule", "other".to_owned())], other_p));
+            dropped.push((vec![("rule", "other".to_owned())], other_d));
+        }
+        counter(
+            enc,
+            "sluice_flow_rule_packets",
+            "Packets each flow from a BGP peer matched (the 32 busiest by name, the rest as rule=\"other\").",
+            &packets,
+        )?;
+        counter(
+            enc,
+            "sluice_flow_rule_dropped",
+            "Packets each flow dropped (discard, blackhole, or over its traffic-rate), as sluice_flow_rule_packets.",
+            &dropped,
+        )
+    }
+
     /// Drop samples (always served: zeros without --sample-drops/--log-drops).
     fn samples(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = &self.0;
@@ -708,6 +783,7 @@ fn control_family_help(family: &str) -> &'static str {
              connections at once; too_large: over 64 MiB; timed_out: not whole within the deadline)."
         }
         "sluice_set_publishes" => "Rule sets published for runtime changes (requests waiting together share one).",
+        "sluice_flow_publications" => "Tables of flows from BGP peers published (UPDATEs arriving together share one).",
         _ => "A control plane counter.",
     }
 }

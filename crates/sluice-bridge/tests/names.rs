@@ -65,6 +65,16 @@ fn run_everything() -> (serde_json::Value, String) {
         metrics: Some("127.0.0.1:0".parse().unwrap()),
         sample: Some(sample),
         crowdsec,
+        // A peer that never answers: the session families.
+        bgp: sluice_bridge::bgp::BgpFlags {
+            peers: vec!["127.0.0.1:9".into()],
+            peer_as: vec![65001],
+            local_as: Some(65002),
+            router_id: Some("192.0.2.2".parse().unwrap()),
+            ..sluice_bridge::bgp::BgpFlags::default()
+        }
+        .config()
+        .unwrap(),
         // Its own key and metric (`would_drop`).
         dry_run: true,
         ..BridgeConfig::new(RuleSpec { rules: Some(rules), ..RuleSpec::default() })
@@ -72,6 +82,25 @@ fn run_everything() -> (serde_json::Value, String) {
     let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
     let sock = dir.path().join("ctl.sock");
     let bridge = Bridge::start(cfg, Box::new(pair)).unwrap();
+    // A flow, as the BGP feed hands one over: the flow families.
+    let flow = sluice_bgp::flowspec::Flow {
+        family: sluice_bgp::flowspec::Family::V4,
+        components: vec![sluice_bgp::flowspec::Component::Destination(sluice_bgp::flowspec::PrefixMatch::new(
+            "203.0.113.0".parse().unwrap(),
+            24,
+        ))],
+    };
+    let rule = sluice_engine::flows::FlowRule {
+        flow,
+        verdict: sluice_engine::flows::FlowVerdict::Drop,
+        go_on: false,
+        blackhole: true,
+        source: "192.0.2.1".into(),
+        unsupported: Vec::new(),
+        counts: Default::default(),
+    };
+    let table = sluice_engine::flows::FlowTable::new(vec![rule], Default::default());
+    bridge.events().send(sluice_control::Event::Flows(std::sync::Arc::new(table))).unwrap();
     // A runtime change and a reload: the families they start.
     let r = sluice_control::socket::request(&sock, "add crowdsec 192.0.2.0/24\n", Duration::from_secs(10)).unwrap();
     assert_eq!(r["ok"], true, "{r}");

@@ -49,6 +49,8 @@ sluice_metrics::counters! {
         expired => "sluice_set_expired",
         /// Runtime changes published.
         publishes => "sluice_set_publishes",
+        /// Tables of flows from routers (BGP) published.
+        flow_publications => "sluice_flow_publications",
     }
 }
 
@@ -148,6 +150,9 @@ pub enum Event {
     Ctl(Request),
     /// A feed's changes (CrowdSec); the reply says what changed.
     Feed(Feed, Sender<Result<FeedOutcome, String>>),
+    /// The flows routers announced (BGP FlowSpec, blackholes), whole: in
+    /// force with every rule set published from now on.
+    Flows(Arc<sluice_engine::flows::FlowTable>),
     Quit,
 }
 
@@ -219,7 +224,15 @@ pub struct Controller {
     /// What runtime adds are checked against (`--never-block`,
     /// `--min-prefix-*`), counting into `state.refusals`.
     gate: Gate,
+    /// The routers' flows, put beside every rule set published.
+    flows: Option<Arc<sluice_engine::flows::FlowTable>>,
+    /// Answers `ctl bgp` (the bridge's BGP sessions), when it has some.
+    bgp_status: Option<StatusFn>,
 }
+
+/// A status a control-socket command answers with, from outside the
+/// control plane.
+pub type StatusFn = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;
 
 impl Controller {
     /// A controller whose first rules are `loaded` (built from `spec` with
@@ -239,7 +252,15 @@ impl Controller {
             state,
             expiry: loaded.expiry.map(|e| (e, 0)),
             retired: Vec::new(),
+            flows: None,
+            bgp_status: None,
         }
+    }
+
+    /// Answer `ctl bgp` with `status`.
+    pub fn with_bgp_status(mut self, status: StatusFn) -> Controller {
+        self.bgp_status = Some(status);
+        self
     }
 
     /// Check runtime adds against `safety` (a new controller refuses only
@@ -273,6 +294,7 @@ impl Controller {
     }
 
     fn publish(&mut self, rules: RuleSet) -> u64 {
+        let rules = rules.with_flows(self.flows.clone());
         let before = self.published.load();
         *self.state.sets.lock().unwrap_or_else(PoisonError::into_inner) = self.sets.rows(&rules);
         let generation = self.published.publish(rules);
@@ -478,6 +500,11 @@ impl Controller {
                     json!({ "ok": true, "set": set, "complete": complete, "elements": elements })
                 }).map_err(|e| (e, None)),
                 Command::Stats => Ok(self.stats_json()),
+                Command::Flows => Ok(flows_json(rules)),
+                Command::Bgp => match &self.bgp_status {
+                    Some(f) => Ok(f()),
+                    None => Err(("this bridge has no BGP session (--bgp-peer)".into(), None)),
+                },
                 Command::Reload => {
                     if self.reload("control socket") {
                         Ok(json!({ "ok": true, "generation": self.state.generation.load(Ordering::Relaxed) }))
@@ -639,6 +666,16 @@ impl Controller {
                         self.commit(Vec::new());
                         let _ = reply.send(r);
                     }
+                    Event::Flows(table) => {
+                        self.commit(std::mem::take(&mut staged));
+                        self.flows = Some(table);
+                        let rules = self.published.load();
+                        let next = rules.value.clone();
+                        drop(rules);
+                        let generation = self.publish(next);
+                        self.state.flow_publications.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(generation, "flows published");
+                    }
                     Event::Quit => {
                         self.commit(staged);
                         return;
@@ -715,6 +752,52 @@ pub fn wait_until_stopped(stop: &AtomicBool, seconds: Option<f64>, mut finished:
         std::thread::sleep(Duration::from_millis(20));
     }
     started.elapsed()
+}
+
+/// `ctl flows`: the flows in force, in the order they apply, with their
+/// source and counters.
+pub fn flows_json(rules: &RuleSet) -> serde_json::Value {
+    use sluice_engine::flows::{FlowVerdict, Placement, Rate};
+    let Some(t) = rules.flows() else {
+        return json!({ "ok": true, "placement": null, "flows": [] });
+    };
+    let flows: Vec<serde_json::Value> = t
+        .rules()
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let action = match &r.verdict {
+                FlowVerdict::Drop => "drop".to_string(),
+                FlowVerdict::Accept => "accept".to_string(),
+                FlowVerdict::Police(p) => match p.rate {
+                    Rate::BytesPerSecond(b) => format!("police {b} bytes/s"),
+                    Rate::PacketsPerSecond(n) => format!("police {n} packets/s"),
+                },
+            };
+            let family = match r.flow.family {
+                sluice_bgp::flowspec::Family::V4 => "ipv4",
+                sluice_bgp::flowspec::Family::V6 => "ipv6",
+            };
+            json!({
+                "index": i,
+                "kind": if r.blackhole { "blackhole" } else { "flowspec" },
+                "family": family,
+                "flow": r.flow.to_string(),
+                "action": action,
+                "go_on": r.go_on,
+                "unsupported": r.unsupported,
+                "source": r.source,
+                "packets": r.counts.packets.load(Ordering::Relaxed),
+                "bytes": r.counts.bytes.load(Ordering::Relaxed),
+                "dropped": r.counts.dropped.load(Ordering::Relaxed),
+            })
+        })
+        .collect();
+    let placement = match t.placement() {
+        Placement::First => "first",
+        Placement::Last => "last",
+    };
+    json!({ "ok": true, "placement": placement, "flows": flows })
 }
 
 #[cfg(test)]

@@ -41,6 +41,10 @@ pub enum Command {
     Sets,
     Stats,
     Reload,
+    /// bridge: the BGP sessions.
+    Bgp,
+    /// bridge: the flows routers announced, in force.
+    Flows,
     /// http-guard: the blocks in force.
     Blocks,
     /// http-guard: block a client (its address's network) now.
@@ -75,6 +79,8 @@ impl Command {
             Command::Sets => "sets",
             Command::Stats => "stats",
             Command::Reload => "reload",
+            Command::Bgp => "bgp",
+            Command::Flows => "flows",
             Command::Blocks => "blocks",
             Command::Block { .. } => "block",
             Command::Unblock { .. } => "unblock",
@@ -155,6 +161,14 @@ pub fn parse_line(line: &str) -> Result<Option<Command>, String> {
             want(0, "reload")?;
             Command::Reload
         }
+        "bgp" => {
+            want(0, "bgp")?;
+            Command::Bgp
+        }
+        "flows" => {
+            want(0, "flows")?;
+            Command::Flows
+        }
         "blocks" => {
             want(0, "blocks")?;
             Command::Blocks
@@ -181,7 +195,7 @@ pub fn parse_line(line: &str) -> Result<Option<Command>, String> {
         }
         v => {
             return Err(format!(
-                "unknown command `{v}` (bridge: add, del, flush, test, list, sets, stats, reload; \
+                "unknown command `{v}` (bridge: add, del, flush, test, list, sets, stats, reload, bgp, flows; \
                  http-guard: blocks, block, unblock, clients, stats)"
             ))
         }
@@ -259,6 +273,54 @@ pub fn render_text(r: &serde_json::Value) -> String {
                     counts.join(", ")
                 );
             }
+        }
+    } else if let Some(flows) = r["flows"].as_array() {
+        // In the order they apply; counters after the flow.
+        let _ = writeln!(
+            out,
+            "# flows from BGP peers, {} the rule file's rules",
+            match r["placement"].as_str() {
+                Some("last") => "after",
+                _ => "before",
+            }
+        );
+        for f in flows {
+            let unsupported: Vec<String> = f["unsupported"].as_array().into_iter().flatten().map(str_of).collect();
+            let _ = writeln!(
+                out,
+                "{:>5} {:<9} {} => {}{}{} (from {}; {} packets, {} bytes, {} dropped)",
+                f["index"].to_string(),
+                str_of(&f["kind"]),
+                str_of(&f["flow"]),
+                str_of(&f["action"]),
+                if f["go_on"] == true { ", go on" } else { "" },
+                if unsupported.is_empty() { String::new() } else { format!(", not taken: {}", unsupported.join(", ")) },
+                str_of(&f["source"]),
+                f["packets"],
+                f["bytes"],
+                f["dropped"]
+            );
+        }
+    } else if let Some(sessions) = r["sessions"].as_array() {
+        for s in sessions {
+            let routes: Vec<String> = s["routes"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(_, n)| n.as_u64() != Some(0))
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            let _ = writeln!(
+                out,
+                "{} AS {}: {} for {} s; routes: {}{}{}",
+                str_of(&s["peer"]),
+                s["peer_as"],
+                str_of(&s["state"]),
+                s["seconds"],
+                if routes.is_empty() { "none".to_string() } else { routes.join(", ") },
+                if s["stale"] == true { " (stale: kept past the session's end)" } else { "" },
+                s["last_error"].as_str().map(|e| format!("; last down: {e}")).unwrap_or_default()
+            );
         }
     } else if let Some(elems) = r["elements"].as_array() {
         for e in elems {

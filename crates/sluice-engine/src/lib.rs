@@ -8,11 +8,13 @@
 pub mod compiled;
 pub mod container;
 pub mod dynamic;
+pub mod flows;
 pub mod hits;
 pub mod rules;
 pub mod snapshot;
 pub mod tags;
 
+use flows::{FlowDecision, Placement};
 pub use rules::{
     BaseTables, CompileError, CompileOptions, Decision, Origin, RuleInfo, RuleSet, SavedSet, SetChange, SetEntries,
     SetInfo, SetKind, Side,
@@ -38,6 +40,8 @@ pub enum DropReason {
     Rule,
     /// No rule decided and the default is `drop`.
     Default,
+    /// A flow from a router (FlowSpec discard or rate, blackhole route).
+    Flow,
     Undecodable(ErrorKind),
     /// Reassembly gave the datagram up (see `sluice_defrag::DropCause`).
     Fragment,
@@ -75,6 +79,9 @@ pub struct Stats {
     pub dropped_by_rule: u64,
     /// Dropped because no rule decided and the default is `drop`.
     pub dropped_by_default: u64,
+    /// Dropped by a flow from a router: a FlowSpec discard or rate, a
+    /// blackhole route.
+    pub dropped_by_flow: u64,
     /// Per rule of the rule set with [`Stats::rules_id`]: packets and bytes
     /// that matched it (`count` rules: matched before the deciding rule).
     #[serde(skip)]
@@ -129,6 +136,7 @@ impl Stats {
         self.dropped_by_dst += o.dropped_by_dst;
         self.dropped_by_rule += o.dropped_by_rule;
         self.dropped_by_default += o.dropped_by_default;
+        self.dropped_by_flow += o.dropped_by_flow;
         self.default_hits.add(o.default_hits);
         if self.tag_drops.len() < o.tag_drops.len() {
             self.tag_drops.resize(o.tag_drops.len(), Default::default());
@@ -254,11 +262,21 @@ pub fn judge_decoded<'a>(
     }
     let mut pkts: [(&PacketSummary, u32, u32); MAX_BATCH] = [(&EMPTY_SUMMARY, 0, 0); MAX_BATCH];
     let mut decided = [Decision { verdict: Verdict::Pass, rule: None }; MAX_BATCH];
+    let flows = rules.flows().map(|f| (f, f.placement()));
+    // Per packet of a chunk: dropped by a flow before the rules looked.
+    let mut flow_dropped = [false; MAX_BATCH];
+    let now = flows.filter(|(f, _)| f.policed()).map_or(0, |_| flows::mono_ns());
     for (c, vc) in verdicts.chunks_mut(MAX_BATCH).enumerate() {
         let base = c * MAX_BATCH;
         let mut m = 0;
-        for i in 0..vc.len() {
+        for (i, dropped) in flow_dropped.iter_mut().enumerate().take(vc.len()) {
             if let (Ok(p), wire_len, port) = item(base + i) {
+                if let (Some((f, Placement::First)), Some(ip)) = (flows, &p.ip) {
+                    *dropped = f.judge(ip, wire_len, now) != FlowDecision::Pass;
+                    if *dropped {
+                        continue;
+                    }
+                }
                 pkts[m] = (p, wire_len, port);
                 m += 1;
             }
@@ -278,8 +296,20 @@ pub fn judge_decoded<'a>(
                         }
                         None => stats.non_ip += 1,
                     }
+                    if std::mem::take(&mut flow_dropped[i]) {
+                        *v = stats.count(Some(DropReason::Flow), wire_len);
+                        continue;
+                    }
                     let d = decided[next];
                     next += 1;
+                    if d.rule.is_none() {
+                        if let (Some((f, Placement::Last)), Some(ip)) = (flows, &p.ip) {
+                            if f.judge(ip, wire_len, now) != FlowDecision::Pass {
+                                *v = stats.count(Some(DropReason::Flow), wire_len);
+                                continue;
+                            }
+                        }
+                    }
                     match d.rule {
                         Some(r) => stats.rule_hits[usize::from(r)].hit(wire_len),
                         None => stats.default_hits.hit(wire_len),
@@ -349,6 +379,7 @@ impl Stats {
                     DropReason::Destination => self.dropped_by_dst += 1,
                     DropReason::Rule => self.dropped_by_rule += 1,
                     DropReason::Default => self.dropped_by_default += 1,
+                    DropReason::Flow => self.dropped_by_flow += 1,
                     DropReason::Undecodable(_) | DropReason::Fragment => {}
                 }
                 Verdict::Drop

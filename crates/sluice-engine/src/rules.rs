@@ -484,6 +484,8 @@ pub struct RuleSet {
     origin: Origin,
     /// Named sets (the first `named` backings).
     named: usize,
+    /// Rules from routers (FlowSpec, blackholes), beside these.
+    flows: Option<Arc<crate::flows::FlowTable>>,
 }
 
 impl RuleSet {
@@ -609,6 +611,7 @@ impl RuleSet {
             ifaces: opts.ifaces.clone(),
             id: rules_id(file),
             origin: Origin::File { source: file.source.clone(), text: file.text.clone() },
+            flows: None,
             named,
         })
     }
@@ -716,6 +719,17 @@ impl RuleSet {
         }
         rs.tagged = rs.tags.iter().any(Option::is_some);
         rs
+    }
+
+    /// This rule set with `flows` in force beside its rules (None: no
+    /// flows). Counters carry over.
+    pub fn with_flows(&self, flows: Option<Arc<crate::flows::FlowTable>>) -> RuleSet {
+        RuleSet { flows: flows.filter(|f| !f.is_empty()), ..self.clone() }
+    }
+
+    /// The flows in force, if any.
+    pub fn flows(&self) -> Option<&Arc<crate::flows::FlowTable>> {
+        self.flows.as_ref()
     }
 
     /// Set `set`'s tags in force.

@@ -216,6 +216,12 @@ pub struct IpSummary {
     pub tcp_flags: Option<u8>,
     /// Set for IP fragments (IPv4 MF or non-zero offset; any IPv6 fragment header).
     pub fragment: Option<FragmentInfo>,
+    /// IPv4's DSCP and ECN byte, IPv6's traffic class (DSCP is the top 6 bits).
+    pub tos: u8,
+    /// IPv4's don't-fragment bit (always false for IPv6).
+    pub dont_fragment: bool,
+    /// IPv6's flow label (0 for IPv4).
+    pub flow_label: u32,
     /// Offset of the IP header in the frame.
     pub l3_offset: u32,
     /// Offset where the upper-layer data starts: the L4 header for whole
@@ -245,6 +251,9 @@ impl IpSummary {
         icmp: None,
         tcp_flags: None,
         fragment: None,
+        tos: 0,
+        dont_fragment: false,
+        flow_label: 0,
         l3_offset: 0,
         l4_offset: None,
         payload_offset: None,
@@ -637,6 +646,9 @@ fn decode_ipv4(bytes: &[u8], l3_offset: usize, slot: &mut Option<IpSummary>) -> 
         icmp: None,
         tcp_flags: None,
         fragment,
+        tos: p.dscp_ecn(),
+        dont_fragment: p.dont_frag(),
+        flow_label: 0,
         l3_offset: l3_offset as u32,
         l4_offset: Some(l4_offset as u32),
         payload_offset: None,
@@ -677,6 +689,9 @@ fn ipv4_options_cut(bytes: &[u8], l3_offset: usize) -> IpSummary {
         icmp: None,
         tcp_flags: None,
         fragment,
+        tos: p.dscp_ecn(),
+        dont_fragment: p.dont_frag(),
+        flow_label: 0,
         l3_offset: l3_offset as u32,
         l4_offset: None,
         payload_offset: None,
@@ -698,6 +713,9 @@ fn decode_ipv6(bytes: &[u8], l3_offset: usize, slot: &mut Option<IpSummary>) -> 
         icmp: None,
         tcp_flags: None,
         fragment: None,
+        tos: p.traffic_class(),
+        dont_fragment: false,
+        flow_label: p.flow_label(),
         l3_offset: l3_offset as u32,
         l4_offset: None,
         payload_offset: None,

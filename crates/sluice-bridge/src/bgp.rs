@@ -1,0 +1,734 @@
+//! Routers as a feed: BGP sessions (receive only) whose FlowSpec routes and
+//! blackhole routes become the rule set's flows.
+//!
+//! One thread per peer runs `sluice_bgp::session::run` (connecting, or
+//! taking the connections a listener thread accepts for it); their events
+//! go to one RIB thread, which keeps each peer's routes ([`Rib`]) and, after
+//! each burst of events (everything waiting, handled together), builds the
+//! whole [`FlowTable`] again and hands it to the control thread as one
+//! [`Event::Flows`]: the workers see the table before an UPDATE or after
+//! it, never half of it. Counters and policers belong to a route and move
+//! into each new table with it.
+
+use sluice_bgp::flowspec::{Component, Family, Flow, PrefixMatch};
+use sluice_bgp::message::{FlowAction, Update, BLACKHOLE};
+use sluice_bgp::session::{self, PeerConfig};
+use sluice_control::Event;
+use sluice_engine::flows::{FlowCounts, FlowRule, FlowTable, FlowVerdict, Placement, PoliceKey, Policer, Rate};
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The bridge's BGP settings (`--bgp-*`).
+#[derive(Clone, Debug)]
+pub struct BgpConfig {
+    pub peers: Vec<PeerConfig>,
+    /// Accept the passive peers' connections here.
+    pub listen: Option<SocketAddr>,
+    /// Unicast routes with one of these communities are blackholes.
+    pub blackhole_communities: Vec<u32>,
+    /// Keep a peer's routes when its session is down (until it is back and
+    /// has sent them again).
+    pub keep_on_down: bool,
+    pub placement: Placement,
+}
+
+impl BgpConfig {
+    pub fn new(peers: Vec<PeerConfig>) -> BgpConfig {
+        BgpConfig {
+            peers,
+            listen: None,
+            blackhole_communities: vec![BLACKHOLE],
+            keep_on_down: false,
+            placement: Placement::First,
+        }
+    }
+}
+
+/// The `--bgp-*` flags as given, before they are checked.
+#[derive(Clone, Debug, Default)]
+pub struct BgpFlags {
+    /// ADDR or ADDR:PORT, one per peer.
+    pub peers: Vec<String>,
+    /// One AS for every peer, or one per peer in order.
+    pub peer_as: Vec<u32>,
+    pub local_as: Option<u32>,
+    pub router_id: Option<std::net::Ipv4Addr>,
+    pub listen: Option<String>,
+    /// `ASN:VALUE` each (none: 65535:666).
+    pub blackhole_communities: Vec<String>,
+    pub keep_on_down: bool,
+    /// `first` or `last`.
+    pub rules: String,
+    pub hold_time: u16,
+    pub restart_time: u16,
+}
+
+/// `ASN:VALUE` (both 16-bit) as one 32-bit community.
+pub fn community(s: &str) -> Result<u32, String> {
+    let bad = || format!("`{s}` is not a community (ASN:VALUE, each 0 to 65535; e.g. 65535:666)");
+    let (a, v) = s.split_once(':').ok_or_else(bad)?;
+    let (a, v) = (a.parse::<u16>().map_err(|_| bad())?, v.parse::<u16>().map_err(|_| bad())?);
+    Ok(u32::from(a) << 16 | u32::from(v))
+}
+
+fn with_port(s: &str, flag: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    s.parse::<IpAddr>()
+        .map(|ip| SocketAddr::new(ip, 179))
+        .map_err(|_| format!("{flag} `{s}` is not an address (ADDR or ADDR:PORT; port 179 by default)"))
+}
+
+impl BgpFlags {
+    /// The config these flags ask for (None: no `--bgp-peer`), or what is
+    /// wrong with them.
+    pub fn config(&self) -> Result<Option<BgpConfig>, String> {
+        if self.peers.is_empty() {
+            if self.local_as.is_some() || !self.peer_as.is_empty() || self.listen.is_some() {
+                return Err("--bgp-local-as, --bgp-peer-as and --bgp-listen need --bgp-peer".into());
+            }
+            return Ok(None);
+        }
+        let local_as = self.local_as.ok_or("--bgp-peer needs --bgp-local-as N (this side's AS)")?;
+        let router_id = self.router_id.ok_or("--bgp-peer needs --bgp-router-id A.B.C.D")?;
+        if !(self.peer_as.len() == 1 || self.peer_as.len() == self.peers.len()) {
+            return Err(format!(
+                "--bgp-peer-as: give one AS for every peer or one per --bgp-peer ({} peers, {} ASes)",
+                self.peers.len(),
+                self.peer_as.len()
+            ));
+        }
+        let mut peers = Vec::new();
+        for (i, p) in self.peers.iter().enumerate() {
+            let addr = with_port(p, "--bgp-peer")?;
+            if peers.iter().any(|q: &PeerConfig| q.addr.ip() == addr.ip()) {
+                return Err(format!("--bgp-peer {} given twice", addr.ip()));
+            }
+            let peer_as = self.peer_as[if self.peer_as.len() == 1 { 0 } else { i }];
+            let mut c = PeerConfig::new(addr, peer_as, local_as, router_id);
+            c.hold_time = self.hold_time;
+            c.restart_time = self.restart_time;
+            peers.push(c);
+        }
+        if self.hold_time == 1 || self.hold_time == 2 {
+            return Err("--bgp-hold-time must be 0 or at least 3 seconds (RFC 4271)".into());
+        }
+        let placement = match self.rules.as_str() {
+            "first" | "" => Placement::First,
+            "last" => Placement::Last,
+            r => return Err(format!("--bgp-rules `{r}`: first (before the rule file's rules) or last")),
+        };
+        let blackhole_communities = if self.blackhole_communities.is_empty() {
+            vec![BLACKHOLE]
+        } else {
+            self.blackhole_communities.iter().map(|c| community(c)).collect::<Result<_, _>>()?
+        };
+        Ok(Some(BgpConfig {
+            peers,
+            listen: self.listen.as_deref().map(|l| with_port(l, "--bgp-listen")).transpose()?,
+            blackhole_communities,
+            keep_on_down: self.keep_on_down,
+            placement,
+        }))
+    }
+}
+
+/// The route families a peer's count is kept by.
+pub const FAMILIES: [&str; 4] = ["ipv4-flowspec", "ipv6-flowspec", "ipv4-blackhole", "ipv6-blackhole"];
+
+fn family_index(family: Family, blackhole: bool) -> usize {
+    usize::from(family == Family::V6) + 2 * usize::from(blackhole)
+}
+
+/// One session as `ctl bgp` and the metrics show it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SessionRow {
+    pub peer: String,
+    pub peer_as: u32,
+    /// `established`, `idle` (down, retrying), `connect` (never up yet).
+    pub state: &'static str,
+    /// Seconds in this state.
+    #[serde(skip)]
+    pub since: Option<Instant>,
+    /// Routes held per family (of [`FAMILIES`]).
+    pub routes: [u64; 4],
+    /// UPDATEs received per family (an UPDATE touching several counts in each).
+    pub updates: [u64; 4],
+    /// Why it last went down.
+    pub last_error: Option<String>,
+    /// Routes kept past a session's end: until this (graceful restart) or
+    /// for good (`--bgp-keep-on-down`).
+    pub stale: bool,
+}
+
+/// What the RIB thread shows the rest of the bridge.
+#[derive(Debug, Default)]
+pub struct BgpState {
+    pub sessions: Mutex<Vec<SessionRow>>,
+    /// Tables handed to the control thread.
+    pub publications: AtomicU64,
+}
+
+impl BgpState {
+    /// The sessions as `ctl bgp` answers.
+    pub fn json(&self) -> serde_json::Value {
+        let rows = self.sessions.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let sessions: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|r| {
+                let mut v = serde_json::to_value(r).unwrap_or_default();
+                v["seconds"] = r.since.map(|s| s.elapsed().as_secs()).into();
+                v["routes"] =
+                    FAMILIES.iter().zip(r.routes).map(|(f, n)| (f.to_string(), serde_json::Value::from(n))).collect();
+                v["updates"] =
+                    FAMILIES.iter().zip(r.updates).map(|(f, n)| (f.to_string(), serde_json::Value::from(n))).collect();
+                v
+            })
+            .collect();
+        serde_json::json!({ "ok": true, "sessions": sessions })
+    }
+}
+
+/// A route's key in its peer's table.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Key {
+    Flow(Family, Vec<u8>),
+    Blackhole(IpAddr, u8),
+}
+
+struct Route {
+    rule: FlowRule,
+    /// Left from a session that ended (graceful restart, keep-on-down).
+    stale: bool,
+}
+
+#[derive(Default)]
+struct PeerRib {
+    routes: HashMap<Key, Route>,
+    /// Stale routes are dropped at this instant (graceful restart).
+    stale_until: Option<Instant>,
+}
+
+/// Every peer's routes, and what becomes of them as sessions come and go.
+pub struct Rib {
+    peers: BTreeMap<SocketAddr, PeerRib>,
+    blackhole: Vec<u32>,
+    keep_on_down: bool,
+}
+
+/// How a route's actions read as a flow's verdict: (verdict, go on,
+/// unsupported actions).
+fn verdict_of(actions: &[FlowAction], old: Option<&FlowRule>) -> (FlowVerdict, bool, Vec<String>) {
+    let mut verdict = FlowVerdict::Accept;
+    let mut go_on = false;
+    let mut unsupported = Vec::new();
+    for a in actions {
+        match *a {
+            FlowAction::RateBytes(r) | FlowAction::RatePackets(r) if r <= 0.0 || r.is_nan() => {
+                verdict = FlowVerdict::Drop
+            }
+            FlowAction::RateBytes(r) | FlowAction::RatePackets(r) => {
+                let rate = if matches!(a, FlowAction::RateBytes(_)) {
+                    Rate::BytesPerSecond(f64::from(r))
+                } else {
+                    Rate::PacketsPerSecond(f64::from(r))
+                };
+                // The same rate again keeps its bucket (and what it holds).
+                verdict = match old.map(|o| &o.verdict) {
+                    Some(FlowVerdict::Police(p)) if p.rate == rate => FlowVerdict::Police(Arc::clone(p)),
+                    _ => FlowVerdict::Police(Arc::new(Policer::new(rate, None, PoliceKey::Rule))),
+                };
+            }
+            FlowAction::Action { sample, terminal } => {
+                go_on = terminal;
+                if sample {
+                    unsupported.push("sample".to_string());
+                }
+            }
+            FlowAction::Redirect => unsupported.push("redirect".into()),
+            FlowAction::Marking(d) => unsupported.push(format!("mark dscp {d}")),
+        }
+    }
+    (verdict, go_on, unsupported)
+}
+
+impl Rib {
+    pub fn new(blackhole: Vec<u32>, keep_on_down: bool) -> Rib {
+        Rib { peers: BTreeMap::new(), blackhole, keep_on_down }
+    }
+
+    /// Apply one UPDATE from `peer`; returns whether a route changed.
+    pub fn update(&mut self, peer: SocketAddr, u: &Update) -> bool {
+        let rib = self.peers.entry(peer).or_default();
+        let mut changed = false;
+        for f in &u.flows_withdrawn {
+            changed |= rib.routes.remove(&Key::Flow(f.family, f.to_bytes())).is_some();
+        }
+        for &(addr, len) in &u.withdrawn {
+            changed |= rib.routes.remove(&Key::Blackhole(addr, len)).is_some();
+        }
+        for f in &u.flows_announced {
+            let key = Key::Flow(f.family, f.to_bytes());
+            let old = rib.routes.get(&key).map(|r| &r.rule);
+            let (verdict, go_on, unsupported) = verdict_of(&u.flow_actions, old);
+            if !unsupported.is_empty() {
+                tracing::warn!(
+                    event = "bgp_unsupported_action",
+                    "flow `{f}` from {peer}: {} not supported; its matches are counted",
+                    unsupported.join(", ")
+                );
+            }
+            let counts = old.map_or_else(Arc::default, |o| Arc::clone(&o.counts));
+            let rule = FlowRule {
+                flow: f.clone(),
+                verdict,
+                go_on,
+                blackhole: false,
+                source: peer.ip().to_string(),
+                unsupported,
+                counts,
+            };
+            rib.routes.insert(key, Route { rule, stale: false });
+            changed = true;
+        }
+        let blackhole = u.communities.iter().any(|c| self.blackhole.contains(c));
+        for &(addr, len) in &u.announced {
+            let key = Key::Blackhole(addr, len);
+            if !blackhole {
+                // A route without the community replaces a blackhole of the
+                // same prefix (and is not one itself).
+                changed |= rib.routes.remove(&key).is_some();
+                continue;
+            }
+            let counts = rib.routes.get(&key).map_or_else(Arc::default, |r| Arc::clone(&r.rule.counts));
+            let family = if addr.is_ipv6() { Family::V6 } else { Family::V4 };
+            let rule = FlowRule {
+                flow: Flow { family, components: vec![Component::Destination(PrefixMatch::new(addr, len))] },
+                verdict: FlowVerdict::Drop,
+                go_on: false,
+                blackhole: true,
+                source: peer.ip().to_string(),
+                unsupported: Vec::new(),
+                counts,
+            };
+            rib.routes.insert(key, Route { rule, stale: false });
+            changed = true;
+        }
+        if u.flows_announced.is_empty()
+            && u.flows_withdrawn.is_empty()
+            && u.announced.is_empty()
+            && u.withdrawn.is_empty()
+        {
+            // End-of-RIB (RFC 4724): what the restarted peer did not send
+            // again is gone.
+            changed |= Self::drop_stale(rib);
+        }
+        changed
+    }
+
+    fn drop_stale(rib: &mut PeerRib) -> bool {
+        let before = rib.routes.len();
+        rib.routes.retain(|_, r| !r.stale);
+        rib.stale_until = None;
+        rib.routes.len() != before
+    }
+
+    /// `peer`'s session ended: its routes go, or stay stale for `keep_for`
+    /// (graceful restart) or for good (keep-on-down). Returns whether a
+    /// route went.
+    pub fn down(&mut self, peer: SocketAddr, keep_for: Duration, now: Instant) -> bool {
+        let Some(rib) = self.peers.get_mut(&peer) else { return false };
+        if rib.routes.is_empty() {
+            return false;
+        }
+        if self.keep_on_down || !keep_for.is_zero() {
+            for r in rib.routes.values_mut() {
+                r.stale = true;
+            }
+            // A second end while stale does not extend the first window.
+            if !self.keep_on_down && rib.stale_until.is_none() {
+                rib.stale_until = Some(now + keep_for);
+            }
+            false
+        } else {
+            rib.routes.clear();
+            true
+        }
+    }
+
+    /// Drops stale routes whose restart window has passed; returns the
+    /// peers whose routes went.
+    pub fn expire(&mut self, now: Instant) -> Vec<SocketAddr> {
+        let mut gone = Vec::new();
+        for (peer, rib) in &mut self.peers {
+            if rib.stale_until.is_some_and(|t| now >= t) && Self::drop_stale(rib) {
+                gone.push(*peer);
+            }
+        }
+        gone
+    }
+
+    /// Routes held per family, and whether some are stale.
+    fn counts(&self, peer: SocketAddr) -> ([u64; 4], bool) {
+        let mut n = [0u64; 4];
+        let mut stale = false;
+        if let Some(rib) = self.peers.get(&peer) {
+            for r in rib.routes.values() {
+                n[family_index(r.rule.flow.family, r.rule.blackhole)] += 1;
+                stale |= r.stale;
+            }
+        }
+        (n, stale)
+    }
+
+    /// Every peer's routes as one table.
+    pub fn table(&self, placement: Placement) -> FlowTable {
+        // Peers in address order, each peer's routes in key order: flows
+        // that tie keep one order from table to table.
+        let mut rules = Vec::new();
+        for rib in self.peers.values() {
+            let mut keys: Vec<&Key> = rib.routes.keys().collect();
+            keys.sort();
+            rules.extend(keys.into_iter().map(|k| rib.routes[k].rule.clone()));
+        }
+        FlowTable::new(rules, placement)
+    }
+}
+
+/// The running BGP feed.
+pub struct Bgp {
+    pub state: Arc<BgpState>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Bgp {
+    /// Starts the sessions, the listener (with passive peers) and the RIB
+    /// thread, which sends each new table to `events`. Everything stops
+    /// with `stop`.
+    pub fn spawn(
+        cfg: BgpConfig,
+        events: Sender<Event>,
+        stop: &Arc<AtomicBool>,
+        state: Arc<BgpState>,
+    ) -> std::io::Result<Bgp> {
+        *state.sessions.lock().unwrap_or_else(PoisonError::into_inner) = cfg
+            .peers
+            .iter()
+            .map(|p| SessionRow {
+                peer: p.addr.to_string(),
+                peer_as: p.peer_as,
+                state: "connect",
+                since: Some(Instant::now()),
+                routes: [0; 4],
+                updates: [0; 4],
+                last_error: None,
+                stale: false,
+            })
+            .collect();
+        let (tx, rx) = channel();
+        let mut threads = Vec::new();
+        let mut inboxes: HashMap<IpAddr, Sender<TcpStream>> = HashMap::new();
+        let listener = cfg.listen.map(TcpListener::bind).transpose()?;
+        for p in &cfg.peers {
+            let accepted = (p.passive || listener.is_some()).then(|| {
+                let (atx, arx) = channel();
+                inboxes.insert(p.addr.ip(), atx);
+                arx
+            });
+            let p = PeerConfig { passive: accepted.is_some(), ..p.clone() };
+            let (tx, stop) = (tx.clone(), Arc::clone(stop));
+            threads.push(
+                std::thread::Builder::new()
+                    .name("sluice-bgp-peer".into())
+                    .spawn(move || session::run(p, tx, stop, accepted))?,
+            );
+        }
+        drop(tx);
+        if let Some(l) = listener {
+            l.set_nonblocking(true)?;
+            let stop = Arc::clone(stop);
+            threads.push(
+                std::thread::Builder::new()
+                    .name("sluice-bgp-listen".into())
+                    .spawn(move || listen(l, inboxes, &stop))?,
+            );
+        }
+        let (st, stop) = (Arc::clone(&state), Arc::clone(stop));
+        threads.push(
+            std::thread::Builder::new()
+                .name("sluice-bgp-rib".into())
+                .spawn(move || rib_loop(cfg, rx, events, st, &stop))?,
+        );
+        Ok(Bgp { state, threads })
+    }
+
+    /// Waits for the threads (after `stop`).
+    pub fn join(self) {
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Hands each accepted connection to its peer's session, by address;
+/// others are closed.
+fn listen(l: TcpListener, inboxes: HashMap<IpAddr, Sender<TcpStream>>, stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        match l.accept() {
+            Ok((s, from)) => {
+                let _ = s.set_nonblocking(false);
+                match inboxes.get(&from.ip()) {
+                    Some(tx) => {
+                        let _ = tx.send(s);
+                    }
+                    None => tracing::warn!(event = "bgp_refused", "BGP connection from {from}: not a configured peer"),
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => {
+                tracing::warn!("accepting BGP connections: {e}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
+}
+
+fn rib_loop(
+    cfg: BgpConfig,
+    rx: Receiver<session::Event>,
+    events: Sender<Event>,
+    state: Arc<BgpState>,
+    stop: &AtomicBool,
+) {
+    let mut rib = Rib::new(cfg.blackhole_communities.clone(), cfg.keep_on_down);
+    let row = |state: &BgpState, peer: SocketAddr, f: &mut dyn FnMut(&mut SessionRow)| {
+        let mut rows = state.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(r) = rows.iter_mut().find(|r| r.peer == peer.to_string()) {
+            f(r);
+        }
+    };
+    while !stop.load(Ordering::Relaxed) {
+        let mut next = match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(e) => Some(e),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        let mut changed = false;
+        let mut touched = Vec::new();
+        // Everything waiting is one publication.
+        while let Some(e) = next.take() {
+            match e {
+                session::Event::Up { peer, open, hold_time } => {
+                    tracing::info!(
+                        event = "bgp_up",
+                        "BGP session with {peer} (AS {}, router id {}) established; hold time {hold_time} s",
+                        open.asn(),
+                        open.router_id
+                    );
+                    row(&state, peer, &mut |r| {
+                        r.state = "established";
+                        r.since = Some(Instant::now());
+                    });
+                }
+                session::Event::Update { peer, update } => {
+                    if let Some(why) = &update.treat_as_withdraw {
+                        tracing::warn!(
+                            event = "bgp_treat_as_withdraw",
+                            "UPDATE from {peer}: {why}; its routes are withdrawn (RFC 7606)"
+                        );
+                    }
+                    let mut fams = [false; 4];
+                    for f in update.flows_announced.iter().chain(&update.flows_withdrawn) {
+                        fams[family_index(f.family, false)] = true;
+                    }
+                    for (a, _) in update.announced.iter().chain(&update.withdrawn) {
+                        fams[family_index(if a.is_ipv6() { Family::V6 } else { Family::V4 }, true)] = true;
+                    }
+                    row(&state, peer, &mut |r| {
+                        for (n, f) in r.updates.iter_mut().zip(fams) {
+                            *n += u64::from(f);
+                        }
+                    });
+                    changed |= rib.update(peer, &update);
+                    touched.push(peer);
+                }
+                session::Event::Down { peer, reason, keep_for } => {
+                    let (held, _) = rib.counts(peer);
+                    let held: u64 = held.iter().sum();
+                    let went = rib.down(peer, keep_for, Instant::now());
+                    let what = if went {
+                        format!("its {held} route(s) removed")
+                    } else if held == 0 {
+                        "it held no routes".to_string()
+                    } else if cfg.keep_on_down {
+                        format!("its {held} route(s) kept (--bgp-keep-on-down)")
+                    } else {
+                        format!("its {held} route(s) kept for the restart time ({} s)", keep_for.as_secs())
+                    };
+                    tracing::warn!(event = "bgp_down", "BGP session with {peer} down: {reason}; {what}");
+                    changed |= went;
+                    row(&state, peer, &mut |r| {
+                        if r.state == "established" {
+                            r.since = Some(Instant::now());
+                        }
+                        r.state = "idle";
+                        r.last_error = Some(reason.clone());
+                    });
+                    touched.push(peer);
+                }
+            }
+            next = rx.try_recv().ok();
+        }
+        for peer in rib.expire(Instant::now()) {
+            tracing::warn!(
+                event = "bgp_stale_removed",
+                "the restart window of {peer} passed: its stale routes removed"
+            );
+            changed = true;
+            touched.push(peer);
+        }
+        for peer in touched {
+            let (routes, stale) = rib.counts(peer);
+            row(&state, peer, &mut |r| {
+                r.routes = routes;
+                r.stale = stale;
+            });
+        }
+        if changed {
+            let table = rib.table(cfg.placement);
+            state.publications.fetch_add(1, Ordering::Relaxed);
+            if events.send(Event::Flows(Arc::new(table))).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Counters of a flow as `ctl flows` shows them.
+pub fn counts_json(c: &FlowCounts) -> serde_json::Value {
+    serde_json::json!({
+        "packets": c.packets.load(Ordering::Relaxed),
+        "bytes": c.bytes.load(Ordering::Relaxed),
+        "dropped": c.dropped.load(Ordering::Relaxed),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_bgp::flowspec::NumericOp;
+
+    fn peer(n: u8) -> SocketAddr {
+        SocketAddr::from(([192, 0, 2, n], 179))
+    }
+
+    fn udp53() -> Flow {
+        let eq = |v| NumericOp { and: false, lt: false, gt: false, eq: true, len: 1, value: v };
+        Flow {
+            family: Family::V4,
+            components: vec![
+                Component::Destination(PrefixMatch::new("203.0.113.0".parse().unwrap(), 24)),
+                Component::Protocol(vec![eq(17)]),
+                Component::DestinationPort(vec![eq(53)]),
+            ],
+        }
+    }
+
+    fn announce(flows: Vec<Flow>, actions: Vec<FlowAction>) -> Update {
+        Update { flows_announced: flows, flow_actions: actions, ..Update::default() }
+    }
+
+    #[test]
+    fn flags_are_checked_and_mapped() {
+        let f = BgpFlags {
+            peers: vec!["192.0.2.1".into(), "[2001:db8::1]:1179".into()],
+            peer_as: vec![65001],
+            local_as: Some(65002),
+            router_id: Some("192.0.2.2".parse().unwrap()),
+            blackhole_communities: vec!["65000:666".into()],
+            rules: "last".into(),
+            hold_time: 90,
+            restart_time: 120,
+            ..BgpFlags::default()
+        };
+        let c = f.config().unwrap().unwrap();
+        assert_eq!(c.peers[0].addr, "192.0.2.1:179".parse().unwrap());
+        assert_eq!(c.peers[1].addr, "[2001:db8::1]:1179".parse().unwrap());
+        assert_eq!(c.peers[1].peer_as, 65001);
+        assert_eq!(c.blackhole_communities, vec![65000 << 16 | 666]);
+        assert_eq!(c.placement, Placement::Last);
+        let err = |g: BgpFlags| g.config().unwrap_err();
+        assert!(err(BgpFlags { local_as: None, ..f.clone() }).contains("--bgp-local-as"));
+        assert!(err(BgpFlags { peer_as: vec![1, 2, 3], ..f.clone() }).contains("one per --bgp-peer"));
+        assert!(err(BgpFlags { blackhole_communities: vec!["666".into()], ..f.clone() }).contains("ASN:VALUE"));
+        assert!(err(BgpFlags { rules: "middle".into(), ..f.clone() }).contains("first"));
+        assert!(err(BgpFlags { peers: vec!["router".into()], ..f.clone() }).contains("not an address"));
+        assert!(BgpFlags::default().config().unwrap().is_none());
+    }
+
+    #[test]
+    fn routes_come_go_and_keep_their_counters() {
+        let mut rib = Rib::new(vec![BLACKHOLE], false);
+        assert!(rib.update(peer(1), &announce(vec![udp53()], vec![FlowAction::RateBytes(0.0)])));
+        let t = rib.table(Placement::First);
+        assert_eq!(t.rules().len(), 1);
+        assert!(matches!(t.rules()[0].verdict, FlowVerdict::Drop));
+        t.rules()[0].counts.packets.fetch_add(5, Ordering::Relaxed);
+        // The same flow again, now policed: one route, the counters kept.
+        rib.update(peer(1), &announce(vec![udp53()], vec![FlowAction::RateBytes(1e6)]));
+        let t = rib.table(Placement::First);
+        assert_eq!(t.rules().len(), 1);
+        assert!(matches!(&t.rules()[0].verdict, FlowVerdict::Police(p) if p.rate == Rate::BytesPerSecond(1e6)));
+        assert_eq!(t.rules()[0].counts.packets.load(Ordering::Relaxed), 5);
+        // A blackhole, and a plain route for the same prefix lifts it.
+        let bh = Update {
+            announced: vec![("198.51.100.7".parse().unwrap(), 32)],
+            communities: vec![BLACKHOLE],
+            ..Update::default()
+        };
+        assert!(rib.update(peer(2), &bh));
+        assert_eq!(rib.table(Placement::First).rules().len(), 2);
+        let plain = Update { announced: vec![("198.51.100.7".parse().unwrap(), 32)], ..Update::default() };
+        assert!(rib.update(peer(2), &plain));
+        assert_eq!(rib.table(Placement::First).rules().len(), 1);
+        // Withdrawn.
+        assert!(rib.update(peer(1), &Update { flows_withdrawn: vec![udp53()], ..Update::default() }));
+        assert!(rib.table(Placement::First).is_empty());
+    }
+
+    #[test]
+    fn a_restarting_peer_keeps_its_routes_for_the_window_then_loses_the_stale_ones() {
+        let mut rib = Rib::new(vec![BLACKHOLE], false);
+        let now = Instant::now();
+        let other = Flow { components: udp53().components[..2].to_vec(), ..udp53() };
+        rib.update(peer(1), &announce(vec![udp53(), other.clone()], vec![FlowAction::RateBytes(0.0)]));
+        assert!(!rib.down(peer(1), Duration::from_secs(30), now), "kept for the restart time");
+        assert_eq!(rib.table(Placement::First).rules().len(), 2);
+        assert!(rib.expire(now + Duration::from_secs(29)).is_empty());
+        // Back, sends one of the two again, then End-of-RIB: the other goes.
+        rib.update(peer(1), &announce(vec![udp53()], vec![FlowAction::RateBytes(0.0)]));
+        assert!(rib.update(peer(1), &Update::default()));
+        assert_eq!(rib.table(Placement::First).rules().len(), 1);
+        // Down without graceful restart: gone at once.
+        assert!(rib.down(peer(1), Duration::ZERO, now));
+        assert!(rib.table(Placement::First).is_empty());
+        // Down with graceful restart, never back: gone after the window.
+        rib.update(peer(1), &announce(vec![udp53()], vec![FlowAction::RateBytes(0.0)]));
+        rib.down(peer(1), Duration::from_secs(30), now);
+        assert_eq!(rib.expire(now + Duration::from_secs(30)), vec![peer(1)]);
+        assert!(rib.table(Placement::First).is_empty());
+        // Keep-on-down keeps them.
+        let mut rib = Rib::new(vec![BLACKHOLE], true);
+        rib.update(peer(1), &announce(vec![udp53()], vec![]));
+        assert!(!rib.down(peer(1), Duration::ZERO, now));
+        assert!(rib.expire(now + Duration::from_secs(3600)).is_empty());
+        assert_eq!(rib.table(Placement::First).rules().len(), 1);
+        assert!(matches!(rib.table(Placement::First).rules()[0].verdict, FlowVerdict::Accept));
+    }
+}
