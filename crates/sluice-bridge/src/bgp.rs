@@ -344,7 +344,9 @@ impl Rib {
     /// route went.
     pub fn down(&mut self, peer: SocketAddr, keep_for: Duration, now: Instant) -> bool {
         let Some(rib) = self.peers.get_mut(&peer) else { return false };
-        if rib.routes.is_empty() {
+        if rib.routes.is_empty() || (rib.stale_until.is_some() && rib.routes.values().all(|r| r.stale)) {
+            // Nothing to remove, or a window already running: the failed
+            // reconnects during a restart do not end it early.
             return false;
         }
         if self.keep_on_down || !keep_for.is_zero() {
@@ -711,6 +713,10 @@ mod tests {
         assert!(!rib.down(peer(1), Duration::from_secs(30), now), "kept for the restart time");
         assert_eq!(rib.table(Placement::First).rules().len(), 2);
         assert!(rib.expire(now + Duration::from_secs(29)).is_empty());
+        // Reconnecting fails meanwhile (no graceful restart on a refused
+        // connection): the window still holds.
+        assert!(!rib.down(peer(1), Duration::ZERO, now + Duration::from_secs(1)));
+        assert_eq!(rib.table(Placement::First).rules().len(), 2);
         // Back, sends one of the two again, then End-of-RIB: the other goes.
         rib.update(peer(1), &announce(vec![udp53()], vec![FlowAction::RateBytes(0.0)]));
         assert!(rib.update(peer(1), &Update::default()));

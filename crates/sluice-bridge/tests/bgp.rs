@@ -35,20 +35,35 @@ impl Drop for Gobgpd {
 
 impl Gobgpd {
     fn start() -> Option<Gobgpd> {
+        Gobgpd::start_on(free_port(), None)
+    }
+
+    /// gobgpd on `port`, announcing graceful restart with this restart
+    /// time when given.
+    fn start_on(port: u16, restart: Option<u16>) -> Option<Gobgpd> {
         if Command::new("gobgpd").arg("--version").output().is_err() {
             assert!(std::env::var("SLUICE_REQUIRE_TOOLS").is_err(), "gobgpd is missing (apt-get install gobgpd)");
             eprintln!("skipped: gobgpd is missing");
             return None;
         }
         let tmp = tempfile::tempdir().unwrap();
-        let (port, api) = (free_port(), free_port());
+        let api = free_port();
+        let (gr, mp_gr) = match restart {
+            Some(t) => (
+                format!("  [neighbors.graceful-restart.config]\n    enabled = true\n    restart-time = {t}\n"),
+                "    [neighbors.afi-safis.mp-graceful-restart.config]\n      enabled = true\n",
+            ),
+            None => (String::new(), ""),
+        };
         let config = format!(
             "[global.config]\n  as = 65001\n  router-id = \"192.0.2.1\"\n  port = {port}\n  local-address-list = [\"127.0.0.1\"]\n\
              [[neighbors]]\n  [neighbors.config]\n    neighbor-address = \"127.0.0.1\"\n    peer-as = 65002\n  \
-             [neighbors.transport.config]\n    passive-mode = true\n\
+             [neighbors.transport.config]\n    passive-mode = true\n{gr}\
              {}",
             ["ipv4-flowspec", "ipv4-unicast"]
-                .map(|f| format!("  [[neighbors.afi-safis]]\n    [neighbors.afi-safis.config]\n      afi-safi-name = \"{f}\"\n"))
+                .map(|f| format!(
+                    "  [[neighbors.afi-safis]]\n    [neighbors.afi-safis.config]\n      afi-safi-name = \"{f}\"\n{mp_gr}"
+                ))
                 .concat()
         );
         let file = tmp.path().join("gobgpd.toml");
@@ -144,7 +159,12 @@ fn flows(bridge: &Running) -> usize {
 fn wait_flows(bridge: &Running, n: usize) {
     let end = Instant::now() + Duration::from_secs(30);
     while flows(bridge) != n {
-        assert!(Instant::now() < end, "{} flows in force, not {n}", flows(bridge));
+        if Instant::now() >= end {
+            let rules = bridge.rules().load();
+            let texts: Vec<String> =
+                rules.value.flows().map(|f| f.rules().iter().map(|r| r.flow.to_string()).collect()).unwrap_or_default();
+            panic!("{} flows in force, not {n}: {texts:?}", texts.len());
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -155,6 +175,56 @@ fn scrape(addr: std::net::SocketAddr) -> String {
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out
+}
+
+/// A bridge over in-memory ports peering with `peer` (AS 65001), its
+/// control socket in `dir`.
+fn bridge_with_peer(peer: &str, dir: &std::path::Path, restart_time: u16) -> (Running, Wire) {
+    let flags = BgpFlags {
+        peers: vec![peer.into()],
+        peer_as: vec![65001],
+        local_as: Some(65002),
+        router_id: Some("192.0.2.2".parse().unwrap()),
+        rules: "first".into(),
+        hold_time: 90,
+        restart_time,
+        ..BgpFlags::default()
+    };
+    let mut bgp = flags.config().unwrap().unwrap();
+    bgp.peers[0].connect_retry = Duration::from_millis(200);
+    let cfg = BridgeConfig {
+        bgp: Some(bgp),
+        control: Some(dir.join("ctl.sock")),
+        metrics: Some("127.0.0.1:0".parse().unwrap()),
+        ..BridgeConfig::new(RuleSpec::default())
+    };
+    let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
+    (Bridge::start(cfg, Box::new(pair)).expect("the bridge starts"), wire)
+}
+
+/// The frames every peer's test sends, and whether each should pass, for
+/// the three flows and the blackhole every peer announces.
+fn the_cases() -> ([Vec<u8>; 8], [bool; 8]) {
+    let frames = [
+        udp([192, 0, 2, 1], 53),      // dropped
+        udp([192, 0, 2, 1], 54),      // passes: another port
+        udp([192, 0, 3, 1], 53),      // passes: another /24
+        tcp([198, 51, 100, 5], 0x02), // dropped: SYN without ACK
+        tcp([198, 51, 100, 5], 0x12), // passes: SYN-ACK
+        tcp([198, 51, 100, 5], 0x10), // passes: ACK
+        udp([203, 0, 113, 7], 9),     // dropped: blackhole
+        udp([203, 0, 113, 8], 9),     // passes: a route without the community
+    ];
+    (frames, [false, true, true, false, true, true, false, true])
+}
+
+/// 100 back-to-back GRE frames of 114 bytes through a 10,000 B/s flow:
+/// its bucket's 3,028 bytes pass, 26 or 27 frames, and little more.
+fn policed_through(wire: &Wire) -> usize {
+    let policed: Vec<Vec<u8>> = (0..100u8).map(|i| gre([10, 0, 0, i], 100)).collect();
+    let n = through(wire, &policed).into_iter().filter(|&p| p).count();
+    assert!((26..=35).contains(&n), "{n} of 100 GRE frames of 100 bytes passed a 10,000 B/s policer");
+    n
 }
 
 #[test]
@@ -266,4 +336,167 @@ fn gobgp_flows_and_blackholes_drop_exactly_their_frames_until_withdrawn() {
     bridge.stop();
     let s = bridge.wait().unwrap();
     assert_eq!(s.json["dropped_by_flow"].as_u64(), Some(3 + (100 - n as u64) + 1), "{}", s.json);
+}
+
+fn have(tool: &str) -> bool {
+    let ok = Command::new(tool).arg("--version").output().is_ok();
+    if !ok {
+        assert!(std::env::var("SLUICE_REQUIRE_TOOLS").is_err(), "{tool} is missing (apt-get install bird2 exabgp)");
+        eprintln!("skipped: {tool} is missing");
+    }
+    ok
+}
+
+/// A child process killed on drop.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// BIRD 2 exports static flow4 routes (traffic-rate as generic extended
+/// communities, as BIRD spells them) and static blackhole routes; disabling
+/// the flow protocol withdraws them.
+#[test]
+fn bird_flows_and_blackholes_are_enforced_and_withdrawn() {
+    if !have("bird") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    // 10,000.0 as an IEEE float: 0x461c4000.
+    let conf = format!(
+        "router id 192.0.2.1;\nflow4 table flowtab4;\nprotocol device {{ }}\n\
+         protocol static f4 {{\n  flow4;\n\
+           route flow4 {{ dst 192.0.2.0/24; proto 17; dport 53; }} {{ bgp_ext_community.add((generic, 0x80060000, 0)); }};\n\
+           route flow4 {{ dst 198.51.100.0/24; proto 6; tcp flags 0x02/0x12; }} {{ bgp_ext_community.add((generic, 0x80060000, 0)); }};\n\
+           route flow4 {{ proto 47; }} {{ bgp_ext_community.add((generic, 0x80060000, 0x461c4000)); }};\n}}\n\
+         protocol static s4 {{\n  ipv4;\n\
+           route 203.0.113.7/32 via \"lo\" {{ bgp_community.add((65535,666)); }};\n\
+           route 203.0.113.8/32 via \"lo\";\n}}\n\
+         protocol bgp sluice {{\n  local 127.0.0.2 port {port} as 65001;\n  neighbor 127.0.0.1 as 65002;\n  passive on;\n  multihop;\n\
+           flow4 {{ import none; export all; }};\n  ipv4 {{ import none; export all; next hop self; }};\n}}\n"
+    );
+    let file = dir.path().join("bird.conf");
+    std::fs::write(&file, conf).unwrap();
+    let sock = dir.path().join("bird.ctl");
+    let _bird = Killed(
+        Command::new("bird")
+            .arg("-f")
+            .arg("-c")
+            .arg(&file)
+            .arg("-s")
+            .arg(&sock)
+            .arg("-P")
+            .arg(dir.path().join("bird.pid"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // BIRD on 127.0.0.2: the next hop it sends (itself) must not be the
+    // neighbor's address, which it refuses.
+    let (bridge, wire) = bridge_with_peer(&format!("127.0.0.2:{port}"), dir.path(), 120);
+    wait_flows(&bridge, 4);
+    let (frames, want) = the_cases();
+    assert_eq!(through(&wire, &frames), want);
+    policed_through(&wire);
+    let f = ctl(&dir.path().join("ctl.sock"), "flows");
+    let texts: Vec<&str> = f["flows"].as_array().unwrap().iter().map(|x| x["flow"].as_str().unwrap()).collect();
+    assert!(texts.contains(&"destination 192.0.2.0/24 protocol ==17 destination-port ==53"), "{f}");
+    // Withdrawn: the flow protocol disabled.
+    let out = Command::new("birdc").arg("-s").arg(&sock).args(["disable", "f4"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait_flows(&bridge, 1);
+    assert_eq!(through(&wire, &[udp([192, 0, 2, 1], 53), udp([203, 0, 113, 7], 9)]), [true, false]);
+    bridge.stop();
+    bridge.wait().unwrap();
+}
+
+/// ExaBGP 4.2 announces the same from its configuration (its own flow
+/// syntax, `rate-limit`), and when it stops its routes go.
+#[test]
+fn exabgp_flows_and_blackholes_are_enforced_until_it_stops() {
+    if !have("exabgp") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let conf = "neighbor 127.0.0.1 {\n  router-id 192.0.2.1;\n  local-address 127.0.0.1;\n  local-as 65001;\n  peer-as 65002;\n  passive;\n\
+         family {\n    ipv4 flow;\n    ipv4 unicast;\n  }\n\
+         flow {\n\
+           route dns { match { destination 192.0.2.0/24; protocol udp; destination-port =53; } then { discard; } }\n\
+           route syn { match { destination 198.51.100.0/24; protocol tcp; tcp-flags [ syn&!ack ]; } then { discard; } }\n\
+           route gre { match { protocol gre; } then { rate-limit 10000; } }\n\
+         }\n\
+         static {\n    route 203.0.113.7/32 next-hop 192.0.2.254 community [ 65535:666 ];\n    route 203.0.113.8/32 next-hop 192.0.2.254;\n  }\n}\n";
+    let file = dir.path().join("exabgp.conf");
+    std::fs::write(&file, conf).unwrap();
+    let exa = Killed(
+        Command::new("exabgp")
+            .arg(&file)
+            .env("exabgp.tcp.bind", "127.0.0.1")
+            .env("exabgp.tcp.port", port.to_string())
+            .env("exabgp.daemon.user", "root")
+            .env("exabgp.log.destination", dir.path().join("exabgp.log"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let (bridge, wire) = bridge_with_peer(&format!("127.0.0.1:{port}"), dir.path(), 120);
+    wait_flows(&bridge, 4);
+    let (frames, want) = the_cases();
+    assert_eq!(
+        through(&wire, &frames),
+        want,
+        "{}",
+        std::fs::read_to_string(dir.path().join("exabgp.log")).unwrap_or_default()
+    );
+    policed_through(&wire);
+    drop(exa);
+    wait_flows(&bridge, 0);
+    bridge.stop();
+    bridge.wait().unwrap();
+}
+
+/// A peer that announced graceful restart (3 s) and dies: its flows stay
+/// enforced through the window and go when it passes; back, it installs
+/// again. Without the capability (the first test) they go at once.
+#[test]
+fn a_restarting_peer_keeps_its_flows_for_its_restart_window() {
+    let port = free_port();
+    let Some(d) = Gobgpd::start_on(port, Some(3)) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (bridge, wire) = bridge_with_peer(&format!("127.0.0.1:{port}"), dir.path(), 120);
+    d.cli("global rib -a ipv4-flowspec add match destination 192.0.2.0/24 protocol udp destination-port ==53 then discard");
+    wait_flows(&bridge, 1);
+    let mut d = d;
+    // Killed, not stopped: no NOTIFICATION, as in a crash.
+    let _ = d.child.kill();
+    let _ = d.child.wait();
+    let down = Instant::now();
+    let sock = dir.path().join("ctl.sock");
+    let end = Instant::now() + Duration::from_secs(10);
+    while ctl(&sock, "bgp")["sessions"][0]["state"] != "idle" {
+        assert!(Instant::now() < end, "the session did not go down");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(through(&wire, &[udp([192, 0, 2, 1], 53)]), [false], "kept during the restart window");
+    assert!(down.elapsed() < Duration::from_secs(3));
+    assert_eq!(ctl(&sock, "bgp")["sessions"][0]["stale"], true);
+    wait_flows(&bridge, 0);
+    let gone = down.elapsed();
+    assert!(gone >= Duration::from_millis(2900) && gone < Duration::from_secs(6), "removed after {gone:?}");
+    assert_eq!(through(&wire, &[udp([192, 0, 2, 1], 53)]), [true]);
+    // Back on the same port: announced again, enforced again.
+    let d = Gobgpd::start_on(port, Some(3)).unwrap();
+    d.cli("global rib -a ipv4-flowspec add match destination 192.0.2.0/24 protocol udp destination-port ==53 then discard");
+    wait_flows(&bridge, 1);
+    assert_eq!(through(&wire, &[udp([192, 0, 2, 1], 53)]), [false]);
+    bridge.stop();
+    bridge.wait().unwrap();
 }
