@@ -500,3 +500,114 @@ fn a_restarting_peer_keeps_its_flows_for_its_restart_window() {
     bridge.stop();
     bridge.wait().unwrap();
 }
+
+/// A byte-level peer: what it sends is built here, so it can send what no
+/// real speaker would.
+struct FakePeer {
+    s: std::net::TcpStream,
+}
+
+impl FakePeer {
+    /// Accepts the bridge's connection on `l` and completes the OPEN exchange.
+    fn accept(l: &std::net::TcpListener) -> FakePeer {
+        let (s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut p = FakePeer { s };
+        let fams = [sluice_bgp::message::AfiSafi::IPV4_FLOWSPEC, sluice_bgp::message::AfiSafi::IPV4_UNICAST];
+        p.s.write_all(&sluice_bgp::message::open(65001, 90, "192.0.2.3".parse().unwrap(), &fams, 0)).unwrap();
+        p.s.write_all(&sluice_bgp::message::keepalive()).unwrap();
+        // Their OPEN, then their KEEPALIVE.
+        assert_eq!(p.next()[18], 1);
+        assert_eq!(p.next()[18], 4);
+        p
+    }
+
+    fn next(&mut self) -> Vec<u8> {
+        let mut h = [0u8; 19];
+        self.s.read_exact(&mut h).unwrap();
+        let len = usize::from(u16::from_be_bytes([h[16], h[17]]));
+        let mut body = vec![0u8; len - 19];
+        self.s.read_exact(&mut body).unwrap();
+        [h.to_vec(), body].concat()
+    }
+
+    /// An UPDATE announcing IPv4 FlowSpec `nlri` (raw bytes) with
+    /// traffic-rate 0, its ORIGIN `origin` (over 2 is malformed).
+    fn announce(&mut self, nlri: &[u8], origin: u8) {
+        let mut mp = vec![0, 1, 133, 0, 0];
+        mp.extend_from_slice(nlri);
+        let mut attrs = vec![0x40, 1, 1, origin, 0x40, 2, 0];
+        attrs.extend_from_slice(&[0x90, 14]);
+        attrs.extend_from_slice(&(mp.len() as u16).to_be_bytes());
+        attrs.extend_from_slice(&mp);
+        attrs.extend_from_slice(&[0xc0, 16, 8, 0x80, 0x06, 0, 0, 0, 0, 0, 0]);
+        let mut body = vec![0, 0];
+        body.extend_from_slice(&(attrs.len() as u16).to_be_bytes());
+        body.extend_from_slice(&attrs);
+        self.s.write_all(&sluice_bgp::message::frame(2, &body)).unwrap();
+    }
+}
+
+/// RFC 7606 over a live session: an UPDATE with a malformed ORIGIN has its
+/// flows treated as withdrawn (the session stays); an UPDATE whose FlowSpec
+/// NLRI cannot be read resets that session with NOTIFICATION 3/9, its flows
+/// go, and the other peer's session and flows are untouched.
+#[test]
+fn a_malformed_update_resets_only_its_own_session() {
+    let Some(d) = Gobgpd::start() else { return };
+    let fake = std::net::TcpListener::bind("127.0.0.3:0").unwrap();
+    let fake_addr = fake.local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let flags = BgpFlags {
+        peers: vec![format!("127.0.0.1:{}", d.port), fake_addr.to_string()],
+        peer_as: vec![65001],
+        local_as: Some(65002),
+        router_id: Some("192.0.2.2".parse().unwrap()),
+        rules: "first".into(),
+        hold_time: 90,
+        restart_time: 120,
+        ..BgpFlags::default()
+    };
+    let mut bgp = flags.config().unwrap().unwrap();
+    for p in &mut bgp.peers {
+        p.connect_retry = Duration::from_millis(200);
+    }
+    let sock = dir.path().join("ctl.sock");
+    let cfg = BridgeConfig { bgp: Some(bgp), control: Some(sock.clone()), ..BridgeConfig::new(RuleSpec::default()) };
+    let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
+    let bridge = Bridge::start(cfg, Box::new(pair)).unwrap();
+    d.cli("global rib -a ipv4-flowspec add match destination 192.0.2.0/24 protocol udp destination-port ==53 then discard");
+    let mut p = FakePeer::accept(&fake);
+    let flow = |a: u8| sluice_bgp::flowspec::Flow {
+        family: sluice_bgp::flowspec::Family::V4,
+        components: vec![sluice_bgp::flowspec::Component::Destination(sluice_bgp::flowspec::PrefixMatch::new(
+            std::net::IpAddr::from([203, 0, 113, a]),
+            32,
+        ))],
+    };
+    p.announce(&flow(1).to_bytes(), 0);
+    p.announce(&flow(2).to_bytes(), 0);
+    wait_flows(&bridge, 3);
+    assert_eq!(through(&wire, &[udp([203, 0, 113, 1], 9), udp([203, 0, 113, 2], 9)]), [false, false]);
+    // ORIGIN 7: treat-as-withdraw.
+    p.announce(&flow(2).to_bytes(), 7);
+    wait_flows(&bridge, 2);
+    assert_eq!(through(&wire, &[udp([203, 0, 113, 1], 9), udp([203, 0, 113, 2], 9)]), [false, true]);
+    // Component type 14 does not exist: the NLRI cannot be read.
+    p.announce(&[4, 14, 0x81, 1, 0], 0);
+    let mut n = p.next();
+    while n[18] == 4 {
+        n = p.next();
+    }
+    assert_eq!((n[18], n[19], n[20]), (3, 3, 9), "NOTIFICATION UPDATE error / malformed NLRI: {n:02x?}");
+    wait_flows(&bridge, 1);
+    let b = ctl(&sock, "bgp");
+    let sessions = b["sessions"].as_array().unwrap();
+    assert_eq!(sessions[0]["state"], "established", "{b}");
+    assert_eq!(sessions[1]["state"], "idle", "{b}");
+    let why = sessions[1]["last_error"].as_str().unwrap();
+    assert!(why.contains("NOTIFICATION 3/9") && why.contains("MP_REACH_NLRI"), "{why}");
+    assert_eq!(through(&wire, &[udp([203, 0, 113, 1], 9), udp([192, 0, 2, 1], 53)]), [true, false]);
+    bridge.stop();
+    bridge.wait().unwrap();
+}
