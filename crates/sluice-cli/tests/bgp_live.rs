@@ -1,0 +1,229 @@
+//! `sluice bridge --bgp-peer` on the wire: two namespaces joined through
+//! the bridge (AF_PACKET on veths), a real gobgpd on loopback announcing
+//! three FlowSpec rules (UDP to one port: discard; TCP SYN to one prefix:
+//! discard; UDP to another port: police to 125,000 bytes/s) and one
+//! blackhole route. Frames are sent and counted on the far ends over
+//! AF_PACKET (`tests/bgp/wire.py`): exactly the matching frames are
+//! dropped, the policed flow arrives within 10% of its rate, and the
+//! withdrawals restore forwarding.
+//!
+//! Needs root, `ip`, python3 and gobgpd: `SKIPPED` unless
+//! `SLUICE_REQUIRE_LIVE=1` / `SLUICE_REQUIRE_TOOLS=1` (CI), when it fails.
+
+mod common;
+#[path = "../../sluice-live/tests/common/mod.rs"]
+mod live;
+
+use common::bridge::Bridge;
+use live::{live_or_skip, run, Topology};
+use serde_json::Value;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const WIRE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/bgp/wire.py");
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+struct Gobgpd {
+    child: Child,
+    api: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Gobgpd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Gobgpd {
+    fn start(port: u16) -> Gobgpd {
+        let dir = tempfile::tempdir().unwrap();
+        let api = free_port();
+        let config = format!(
+            "[global.config]\n  as = 65001\n  router-id = \"192.0.2.1\"\n  port = {port}\n  local-address-list = [\"127.0.0.1\"]\n\
+             [[neighbors]]\n  [neighbors.config]\n    neighbor-address = \"127.0.0.1\"\n    peer-as = 65002\n  \
+             [neighbors.transport.config]\n    passive-mode = true\n\
+             [[neighbors.afi-safis]]\n  [neighbors.afi-safis.config]\n    afi-safi-name = \"ipv4-flowspec\"\n\
+             [[neighbors.afi-safis]]\n  [neighbors.afi-safis.config]\n    afi-safi-name = \"ipv4-unicast\"\n"
+        );
+        let file = dir.path().join("gobgpd.toml");
+        std::fs::write(&file, config).unwrap();
+        let child = Command::new("gobgpd")
+            .arg("-f")
+            .arg(&file)
+            .args(["-t", "toml", "--api-hosts", &format!("127.0.0.1:{api}"), "--disable-stdlog"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("gobgpd (apt-get install gobgpd)");
+        Gobgpd { child, api, _dir: dir }
+    }
+
+    fn cli(&self, args: &str) {
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            let out = Command::new("gobgp")
+                .args(["-u", "127.0.0.1", "-p", &self.api.to_string()])
+                .args(args.split_whitespace())
+                .output()
+                .unwrap();
+            if out.status.success() {
+                return;
+            }
+            assert!(Instant::now() < end, "gobgp {args}: {}", String::from_utf8_lossy(&out.stderr));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Counts what reaches `iface` in `ns` for `seconds` while `send` runs.
+fn counted(topo: &Topology, seconds: f64, send: &[Value]) -> Value {
+    let mut counter = Command::new("ip")
+        .args(["netns", "exec", &topo.ns_b.name, "python3", WIRE, "count", &topo.b.far, &seconds.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(counter.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    let spec = Value::Array(send.to_vec()).to_string();
+    run(&["ip", "netns", "exec", &topo.ns_a.name, "python3", WIRE, "send", &topo.a.far, &spec]);
+    line.clear();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    counter.wait().unwrap();
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
+}
+
+fn udp(dst: &str, dport: u16, count: u32) -> Value {
+    serde_json::json!({ "dst": dst, "proto": 17, "dport": dport, "count": count, "size": 64, "pps": 0 })
+}
+
+fn tcp(dst: &str, dport: u16, flags: u8, count: u32) -> Value {
+    serde_json::json!({ "dst": dst, "proto": 6, "dport": dport, "flags": flags, "count": count, "size": 64, "pps": 0 })
+}
+
+fn got(counts: &Value, kind: &str) -> u64 {
+    counts[kind][0].as_u64().unwrap_or(0)
+}
+
+fn flows_in_force(sock: &std::path::Path) -> usize {
+    let out = common::ok(&["ctl", "--socket", sock.to_str().unwrap(), "flows", "--json"]);
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    v["flows"].as_array().map_or(0, Vec::len)
+}
+
+fn wait_flows(sock: &std::path::Path, n: usize, bridge: &Bridge) {
+    let end = Instant::now() + Duration::from_secs(30);
+    while flows_in_force(sock) != n {
+        assert!(Instant::now() < end, "not {n} flows in force: {}", bridge.stderr());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn flowspec_and_blackholes_from_gobgp_on_the_wire() {
+    if !live_or_skip("flowspec_and_blackholes_from_gobgp_on_the_wire") {
+        return;
+    }
+    if Command::new("gobgpd").arg("--version").output().is_err() {
+        assert!(std::env::var("SLUICE_REQUIRE_TOOLS").is_err(), "gobgpd is missing (apt-get install gobgpd)");
+        live::skipped("gobgpd is missing");
+        return;
+    }
+    let topo = Topology::new("bgp");
+    let port = free_port();
+    let d = Gobgpd::start(port);
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("ctl.sock");
+    let peer = format!("127.0.0.1:{port}");
+    let bridge = Bridge::start(&[
+        "--iface",
+        &topo.a.near,
+        "--iface",
+        &topo.b.near,
+        "--io",
+        "afpacket",
+        "--control",
+        sock.to_str().unwrap(),
+        "--metrics",
+        "127.0.0.1:0",
+        "--bgp-peer",
+        &peer,
+        "--bgp-peer-as",
+        "65001",
+        "--bgp-local-as",
+        "65002",
+        "--bgp-router-id",
+        "192.0.2.2",
+        "--json",
+    ]);
+    d.cli("global rib -a ipv4-flowspec add match destination 10.77.0.2/32 protocol udp destination-port ==53 then discard");
+    d.cli("global rib -a ipv4-flowspec add match destination 10.77.0.0/24 protocol tcp tcp-flags =S&!=A then discard");
+    d.cli("global rib -a ipv4-flowspec add match destination 10.77.0.2/32 protocol udp destination-port ==5000 then rate-limit 125000");
+    d.cli("global rib -a ipv4 add 10.77.0.3/32 nexthop 192.0.2.254 community 65535:666");
+    wait_flows(&sock, 4, &bridge);
+
+    let c = counted(
+        &topo,
+        2.0,
+        &[
+            udp("10.77.0.2", 53, 50),
+            udp("10.77.0.2", 54, 50),
+            tcp("10.77.0.2", 80, 0x02, 50),
+            tcp("10.77.0.2", 80, 0x12, 50),
+            tcp("10.77.0.2", 80, 0x10, 50),
+            udp("10.77.0.3", 9, 50),
+            udp("10.77.0.4", 9, 50),
+        ],
+    );
+    let err = bridge.stderr();
+    assert_eq!(got(&c, "17:10.77.0.2:53:0"), 0, "{c} {err}");
+    assert_eq!(got(&c, "17:10.77.0.2:54:0"), 50, "{c} {err}");
+    assert_eq!(got(&c, "6:10.77.0.2:80:2"), 0, "{c} {err}");
+    assert_eq!(got(&c, "6:10.77.0.2:80:18"), 50, "{c} {err}");
+    assert_eq!(got(&c, "6:10.77.0.2:80:16"), 50, "{c} {err}");
+    assert_eq!(got(&c, "17:10.77.0.3:9:0"), 0, "{c} {err}");
+    assert_eq!(got(&c, "17:10.77.0.4:9:0"), 50, "{c} {err}");
+
+    // Policed: 4x the rate offered for 4 s (1,000-byte datagrams, 1,014
+    // bytes on the wire, 500 a second); what arrives, from the first to
+    // the last, is within 10% of 125,000 bytes/s.
+    let offered =
+        serde_json::json!({ "dst": "10.77.0.2", "proto": 17, "dport": 5000, "count": 2000, "size": 1000, "pps": 500 });
+    let c = counted(&topo, 6.0, &[offered]);
+    let k = &c["17:10.77.0.2:5000:0"];
+    let (n, bytes) = (k[0].as_u64().unwrap(), k[1].as_u64().unwrap());
+    let span = k[3].as_f64().unwrap() - k[2].as_f64().unwrap();
+    let rate = bytes as f64 / span;
+    eprintln!("policed: {n} of 2000 frames, {bytes} bytes in {span:.3} s: {rate:.0} bytes/s");
+    assert!((rate - 125_000.0).abs() <= 12_500.0, "delivered {rate:.0} bytes/s, not within 10% of 125,000: {c}");
+
+    let f: Value =
+        serde_json::from_str(common::ok(&["ctl", "--socket", sock.to_str().unwrap(), "flows", "--json"]).trim())
+            .unwrap();
+    let by = |flow: &str| f["flows"].as_array().unwrap().iter().find(|x| x["flow"] == flow).cloned().unwrap();
+    assert_eq!(by("destination 10.77.0.2/32 protocol ==17 destination-port ==53")["dropped"], 50, "{f}");
+    assert_eq!(by("destination 10.77.0.3/32")["dropped"], 50, "{f}");
+    let police = by("destination 10.77.0.2/32 protocol ==17 destination-port ==5000");
+    assert_eq!(police["packets"], 2000, "{f}");
+    assert_eq!(police["dropped"].as_u64().unwrap() + n, 2000, "{f}");
+    let text = common::ok(&["ctl", "--socket", sock.to_str().unwrap(), "bgp"]);
+    assert!(text.contains(&format!("{peer} AS 65001: established")), "{text}");
+
+    // Withdrawn: forwarded again.
+    d.cli("global rib -a ipv4-flowspec del match destination 10.77.0.2/32 protocol udp destination-port ==53");
+    d.cli("global rib -a ipv4 del 10.77.0.3/32");
+    wait_flows(&sock, 2, &bridge);
+    let c = counted(&topo, 1.5, &[udp("10.77.0.2", 53, 50), udp("10.77.0.3", 9, 50), tcp("10.77.0.2", 80, 0x02, 50)]);
+    assert_eq!(got(&c, "17:10.77.0.2:53:0"), 50, "{c}");
+    assert_eq!(got(&c, "17:10.77.0.3:9:0"), 50, "{c}");
+    assert_eq!(got(&c, "6:10.77.0.2:80:2"), 0, "{c}");
+
+    let (summary, _) = bridge.stop();
+    assert_eq!(summary["dropped_by_flow"].as_u64(), Some(50 + 50 + 50 + (2000 - n) + 50), "{summary}");
+}
