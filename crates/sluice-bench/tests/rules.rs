@@ -44,3 +44,33 @@ fn bench_origins_drops_alike_and_counts_every_tagged_drop() {
     assert_eq!(by_origin, v["dropped"].as_u64().unwrap(), "{v}");
     assert!(v["dropped"].as_u64().unwrap() > 5_000, "about half the packets are from the set: {v}");
 }
+
+#[test]
+fn bench_flowspec_reports_every_part() {
+    // gobgpd is a CI tool: its part runs there (3 adds), and nft's as root.
+    let v = json(&[
+        "flowspec",
+        "--packets",
+        "20000",
+        "--flows",
+        "100",
+        "--install",
+        "500",
+        "--announce",
+        "3",
+        "--reps",
+        "1",
+        "--json",
+    ]);
+    for base in ["no_rules", "blocklist"] {
+        let b = &v["judge"]["bases"][base];
+        assert!(b["with_mpps"].as_f64().unwrap() > 0.0 && b["with_over_without"].as_f64().unwrap() > 0.0, "{v}");
+        assert!(b["dropped_by_flows"].as_u64().unwrap() > 0, "the flows meet some of the traffic: {v}");
+    }
+    assert_eq!(v["install"]["flows"], 500, "{v}");
+    assert!(v["install"]["installed_ms"].as_f64().unwrap() > 0.0, "{v}");
+    if std::env::var("SLUICE_REQUIRE_TOOLS").is_ok() {
+        assert!(v["announce"]["add_to_first_drop_ms"]["median"].as_f64().unwrap() > 0.0, "{v}");
+        assert!(v["nft"]["nft_f_ms"].as_f64().unwrap() > 0.0, "{v}");
+    }
+}

@@ -265,6 +265,18 @@ struct Index {
     by_dst: Vec<(u128, ByDst)>,
     /// Flows without an indexable destination, in order.
     wild: Box<[u32]>,
+    /// A bit per value of a destination's top 16 bits that some indexed
+    /// flow's prefix covers: most packets meet no flow, and learn it here
+    /// from one bit instead of a hash probe per prefix length.
+    gate: Box<[u64]>,
+}
+
+impl Index {
+    #[inline]
+    fn may_match(&self, dst: u128) -> bool {
+        let top = (dst >> 112) as usize;
+        !self.wild.is_empty() || self.gate.get(top / 64).is_some_and(|w| w & (1 << (top % 64)) != 0)
+    }
 }
 
 impl Index {
@@ -291,6 +303,17 @@ impl Index {
             }
         }
         lengths.sort_unstable_by(|a, b| b.cmp(a));
+        let mut gate = vec![0u64; 1 << 10].into_boxed_slice();
+        for (&len, keys) in &by_len {
+            for &k in keys.keys() {
+                // The top-16-bit values the prefix covers.
+                let first = (k >> 112) as usize;
+                let count = 1usize << (16 - len.min(16));
+                for top in first..first + count {
+                    gate[top / 64] |= 1 << (top % 64);
+                }
+            }
+        }
         let by_dst = lengths
             .into_iter()
             .map(|len| {
@@ -301,7 +324,7 @@ impl Index {
                 (mask, m)
             })
             .collect();
-        Index { by_dst, wild: wild.into_boxed_slice() }
+        Index { by_dst, wild: wild.into_boxed_slice(), gate }
     }
 }
 
@@ -409,6 +432,10 @@ impl FlowTable {
     /// the flows it meets.
     #[inline]
     pub fn judge(&self, ip: &IpSummary, wire_len: u32, now_ns: u64) -> FlowDecision {
+        let index = if ip.is_ipv6() { &self.v6 } else { &self.v4 };
+        if !index.may_match(PrefixMatch::bits_of(ip.dst)) {
+            return FlowDecision::Pass;
+        }
         let p = flow_packet(ip);
         let f = Fields::of(&p);
         let mut decision = FlowDecision::Pass;
@@ -435,6 +462,10 @@ impl FlowTable {
     /// as if no policer were over its rate), by the compiled tables.
     pub fn matched(&self, p: &FlowPacket) -> Vec<usize> {
         let mut out = Vec::new();
+        let index = if p.dst.is_ipv6() { &self.v6 } else { &self.v4 };
+        if !index.may_match(PrefixMatch::bits_of(p.dst)) {
+            return out;
+        }
         self.walk(&Fields::of(p), |i| {
             out.push(i);
             self.reaches_next(i)
@@ -700,9 +731,9 @@ mod tests {
         // Few distinct addresses, so that packets meet them.
         (0u8..4, 0u8..=if v6 { 128 } else { 32 }, 0u8..=if v6 { 64 } else { 0 }).prop_map(move |(a, len, off)| {
             let addr = if v6 {
-                IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, u16::from(a), 0, 0, 0, u16::from(a)))
+                IpAddr::V6(Ipv6Addr::new(0x2001 + u16::from(a % 2), 0xdb8, 0, u16::from(a), 0, 0, 0, u16::from(a)))
             } else {
-                IpAddr::V4(Ipv4Addr::new(192, 0, 2 + a, a))
+                IpAddr::V4(Ipv4Addr::new(if a.is_multiple_of(2) { 192 } else { 10 }, a * 40, 2, a))
             };
             let mut p = PrefixMatch::new(addr, len);
             if v6 && off < p.len {
@@ -776,9 +807,11 @@ mod tests {
                 |(v6, (a, b, low), protocol, ports, icmp, flags, (length, dscp, fragment, flow_label))| {
                     let addr = |x: u8| {
                         if v6 {
-                            IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, u16::from(x), 0, 0, 0, u16::from(low % 3)))
+                            let hi = 0x2001 + u16::from(x % 2) + u16::from(low % 5 == 0);
+                            IpAddr::V6(Ipv6Addr::new(hi, 0xdb8, 0, u16::from(x), 0, 0, 0, u16::from(low % 3)))
                         } else {
-                            IpAddr::V4(Ipv4Addr::new(192, 0, 2 + x, low % 3))
+                            let first = if x.is_multiple_of(2) { 192 } else { 10 };
+                            IpAddr::V4(Ipv4Addr::new(first, x * 40 + low % 9, 2, low % 3))
                         }
                     };
                     FlowPacket {
@@ -806,12 +839,20 @@ mod tests {
         #[test]
         fn compiled_flows_match_as_the_rfc_reference(
             flows in proptest::collection::vec(
-                (prop_oneof![arb_flow(false), arb_flow(true)], 0u8..3, any::<bool>()), 0..24),
+                (prop_oneof![arb_flow(false), arb_flow(true)], 0u8..3, any::<bool>(), arb_prefix(false), arb_prefix(true)),
+                0..24),
             packets in proptest::collection::vec(arb_packet(), 1..40),
+            // Every flow given a destination: no flow walked for every
+            // packet, so the destination index alone says who is met.
+            indexed in any::<bool>(),
         ) {
             let rules = flows
                 .into_iter()
-                .map(|(f, v, go_on)| {
+                .map(|(mut f, v, go_on, d4, d6)| {
+                    if indexed && !matches!(f.components.first(), Some(Component::Destination(_))) {
+                        let d = if f.family == Family::V6 { d6 } else { d4 };
+                        f.components.insert(0, Component::Destination(PrefixMatch { offset: 0, ..d }));
+                    }
                     let v = match v { 0 => FlowVerdict::Drop, _ => FlowVerdict::Accept };
                     rule(f, v, go_on)
                 })

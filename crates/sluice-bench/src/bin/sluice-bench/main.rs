@@ -15,6 +15,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 mod filter;
+mod flowspec;
 mod guard;
 mod http;
 mod http_load;
@@ -52,6 +53,8 @@ pub enum BenchCommand {
     Rules(rules::RulesBenchArgs),
     /// Drops counted by origin (tagged CrowdSec elements) against untagged, the same set and traffic, as a ratio.
     Origins(origins::OriginsBenchArgs),
+    /// FlowSpec: judging with 1,000 flows against without, installing 10,000 from a peer, gobgp add to first drop, nft -f beside.
+    Flowspec(flowspec::FlowspecBenchArgs),
     /// Loading a 6M-entry list from text against the file `sluice compile` makes of it.
     Load(rules::LoadBenchArgs),
     /// HTTP/1.1 request parsers: sluice-h1 against httparse and picohttpparser, and the seed's goto-vs-switch case.
@@ -244,6 +247,7 @@ impl BenchCommand {
             BenchCommand::Filter(a) => a.json,
             BenchCommand::Rules(a) => a.json,
             BenchCommand::Origins(a) => a.json,
+            BenchCommand::Flowspec(a) => a.json,
             BenchCommand::Load(a) => a.json,
             BenchCommand::Http(a) => a.json,
             BenchCommand::HttpLoad(a) => a.json,
@@ -312,6 +316,7 @@ fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Filter(a) => filter::run(a),
         BenchCommand::Rules(a) => rules::run(a),
         BenchCommand::Origins(a) => origins::run(a),
+        BenchCommand::Flowspec(a) => flowspec::run(a),
         BenchCommand::Load(a) => rules::run_load(a),
         BenchCommand::Http(a) => http::run(a),
         BenchCommand::HttpLoad(a) => http_load::run(a),
