@@ -426,9 +426,12 @@ impl Exporter {
                 ];
                 rule_packets.push((labels.clone(), c.packets));
                 rule_bytes.push((labels, c.bytes));
-                if info.action != sluice_rules::Action::Drop {
-                    continue;
-                }
+                let dropped = match info.action {
+                    sluice_rules::Action::Drop => c.packets,
+                    // What the rule's bucket found over its rate.
+                    sluice_rules::Action::Police => r.value.policer(i).map_or(0, |p| p.over.load(Ordering::Relaxed)),
+                    _ => continue,
+                };
                 let reason = match info.side {
                     Some(Side::Source) => "src",
                     Some(Side::Destination) => "dst",
@@ -436,8 +439,8 @@ impl Exporter {
                 };
                 let key = vec![("reason", reason.to_owned()), ("list", info.list.clone())];
                 match drops.iter_mut().find(|(k, _)| *k == key) {
-                    Some((_, n)) => *n += c.packets,
-                    None => drops.push((key, c.packets)),
+                    Some((_, n)) => *n += dropped,
+                    None => drops.push((key, dropped)),
                 }
             }
         }

@@ -545,6 +545,8 @@ pub struct Policer {
     ns_per_unit: f64,
     tolerance_ns: u64,
     buckets: Box<[AtomicU64]>,
+    /// Packets found over the rate.
+    pub over: AtomicU64,
 }
 
 impl Policer {
@@ -566,6 +568,7 @@ impl Policer {
             ns_per_unit,
             tolerance_ns: (burst * ns_per_unit).min(u64::MAX as f64 / 4.0) as u64,
             buckets: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            over: AtomicU64::new(0),
         }
     }
 
@@ -587,6 +590,7 @@ impl Policer {
         loop {
             let start = tat.max(now_ns);
             if start - now_ns > self.tolerance_ns {
+                self.over.fetch_add(1, Ordering::Relaxed);
                 return false;
             }
             match b.compare_exchange_weak(tat, start.saturating_add(cost), Ordering::Relaxed, Ordering::Relaxed) {
@@ -725,6 +729,45 @@ mod tests {
             assert_eq!(e.stats().dropped_by_flow, by_flow, "{placement:?}");
             assert_eq!(e.stats().dropped, all, "{placement:?}");
         }
+    }
+
+    /// A `police` rule drops what is over its rate and lets the rest go
+    /// on to the later rules; `per saddr` gives each source its own bucket.
+    #[test]
+    fn police_rules_drop_over_their_rate_and_pass_the_rest_on() {
+        use crate::{Engine, RuleSet, Verdict};
+        use sluice_wire::LinkType;
+        let compile = |text: &str| {
+            let file = sluice_rules::parse_rules("t.rules", text, std::path::Path::new(".")).unwrap();
+            RuleSet::compile(&file, &[], &Default::default()).unwrap()
+        };
+        // 10 packets of burst, 1 a second: 100 frames back to back, 10 or 11 pass.
+        let mut e = Engine::new(compile("police 1pps burst 10 udp dport 53\ndrop udp dport 54\n"), Verdict::Pass);
+        let passed =
+            (0..100).filter(|_| e.judge(LinkType::ETHERNET, &frame([192, 0, 2, 1], 53), 42) == Verdict::Pass).count();
+        assert!((10..=11).contains(&passed), "{passed}");
+        // Within the rate, the later rules still apply.
+        let mut e = Engine::new(compile("police 1000000pps udp\ndrop udp dport 54\n"), Verdict::Pass);
+        assert_eq!(e.judge(LinkType::ETHERNET, &frame([192, 0, 2, 1], 54), 42), Verdict::Drop);
+        assert_eq!(e.judge(LinkType::ETHERNET, &frame([192, 0, 2, 1], 55), 42), Verdict::Pass);
+        assert_eq!(e.stats().rule_hits[0].packets, 2, "both counted by the police rule");
+        assert_eq!(e.stats().rule_hits[1].packets, 1);
+        // Per destination: each gets its own burst.
+        let rules = compile("police 1pps burst 5 per daddr udp\n");
+        let mut e = Engine::new(rules.clone(), Verdict::Pass);
+        for d in 1..=3u8 {
+            let passed =
+                (0..20).filter(|_| e.judge(LinkType::ETHERNET, &frame([192, 0, 2, d], 9), 42) == Verdict::Pass).count();
+            assert!((5..=6).contains(&passed), "{d}: {passed}");
+        }
+        assert_eq!(e.stats().dropped_by_rule, 60 - e.stats().passed);
+        assert_eq!(rules.policer(0).unwrap().over.load(Ordering::Relaxed), e.stats().dropped);
+        // The reference evaluator agrees on a fresh bucket.
+        let rules = compile("police 1pps burst 3 udp\n");
+        let p = sluice_wire::decode(LinkType::ETHERNET, &frame([192, 0, 2, 1], 9)).unwrap();
+        let v: Vec<Verdict> = (0..6).map(|_| rules.evaluate_reference(&p, 42, 0, |_| {}).verdict).collect();
+        assert_eq!(&v[..3], [Verdict::Pass; 3]);
+        assert_eq!(v[5], Verdict::Drop);
     }
 
     fn arb_prefix(v6: bool) -> impl Strategy<Value = PrefixMatch> {

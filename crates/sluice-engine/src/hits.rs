@@ -13,7 +13,12 @@ pub fn rows(rules: &RuleSet, stats: &crate::Stats) -> Vec<serde_json::Value> {
         .enumerate()
         .map(|(i, r)| {
             let c = if same { stats.rule_hits.get(i).copied().unwrap_or_default() } else { Default::default() };
-            serde_json::json!({ "line": r.line, "text": r.text, "action": r.action.as_str(), "packets": c.packets, "bytes": c.bytes })
+            let mut v = serde_json::json!({ "line": r.line, "text": r.text, "action": r.action.as_str(), "packets": c.packets, "bytes": c.bytes });
+            if let Some(p) = rules.policer(i) {
+                // The bucket's own count, across workers.
+                v["police_dropped"] = p.over.load(std::sync::atomic::Ordering::Relaxed).into();
+            }
+            v
         })
         .collect()
 }

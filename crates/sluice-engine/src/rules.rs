@@ -486,6 +486,11 @@ pub struct RuleSet {
     named: usize,
     /// Rules from routers (FlowSpec, blackholes), beside these.
     flows: Option<Arc<crate::flows::FlowTable>>,
+    /// Per rule: a `police` rule's bucket(s), shared by every worker (and
+    /// every runtime change of the sets; a reload starts them afresh).
+    policers: Vec<Option<Arc<crate::flows::Policer>>>,
+    /// Whether some rule polices (the judge then reads the clock).
+    policed: bool,
 }
 
 impl RuleSet {
@@ -612,6 +617,8 @@ impl RuleSet {
             id: rules_id(file),
             origin: Origin::File { source: file.source.clone(), text: file.text.clone() },
             flows: None,
+            policers: file.rules.iter().map(|r| r.police.map(|p| Arc::new(policer(&p)))).collect(),
+            policed: file.rules.iter().any(|r| r.police.is_some()),
             named,
         })
     }
@@ -821,6 +828,12 @@ impl RuleSet {
             }
             match rule.action {
                 Action::Count => counted(r),
+                Action::Police => {
+                    if self.over_rate(r, p, wire_len, crate::flows::mono_ns()) {
+                        return Decision { verdict: Verdict::Drop, rule: Some(r as u16) };
+                    }
+                    counted(r)
+                }
                 Action::Pass => return Decision { verdict: Verdict::Pass, rule: Some(r as u16) },
                 Action::Drop => return Decision { verdict: Verdict::Drop, rule: Some(r as u16) },
             }
@@ -971,7 +984,8 @@ impl RuleSet {
                 }
             }
         }
-        for i in 0..pkts.len() {
+        let now = if self.policed { crate::flows::mono_ns() } else { 0 };
+        'packet: for i in 0..pkts.len() {
             let acc = &accs[i];
             out[i] = Decision { verdict: self.default, rule: None };
             for (wi, (&a, &d)) in acc.iter().zip(&decisive).enumerate() {
@@ -980,7 +994,13 @@ impl RuleSet {
                     if first_decisive == 0 { a } else { a & ((first_decisive & first_decisive.wrapping_neg()) - 1) };
                 let mut c = counts & !d;
                 while c != 0 {
-                    count(wi * 64 + c.trailing_zeros() as usize, i);
+                    let r = wi * 64 + c.trailing_zeros() as usize;
+                    // A `police` rule over its rate decides: drop.
+                    if self.policed && self.over_rate(r, pkts[i].0, pkts[i].1, now) {
+                        out[i] = Decision { verdict: Verdict::Drop, rule: Some(r as u16) };
+                        continue 'packet;
+                    }
+                    count(r, i);
                     c &= c - 1;
                 }
                 if first_decisive != 0 {
@@ -991,6 +1011,24 @@ impl RuleSet {
                 }
             }
         }
+    }
+
+    /// Whether rule `r` polices and packet `p` (`wire_len` bytes) is over
+    /// its rate at `now` (a packet within it is charged).
+    #[inline]
+    fn over_rate(&self, r: usize, p: &PacketSummary, wire_len: u32, now: u64) -> bool {
+        let Some(pol) = &self.policers[r] else { return false };
+        let key = match (pol.per, &p.ip) {
+            (crate::flows::PoliceKey::Source, Some(ip)) => sluice_bgp::flowspec::PrefixMatch::bits_of(ip.src),
+            (crate::flows::PoliceKey::Destination, Some(ip)) => sluice_bgp::flowspec::PrefixMatch::bits_of(ip.dst),
+            _ => 0,
+        };
+        !pol.admit(&key, wire_len, now)
+    }
+
+    /// Rule `r`'s policer, if it polices.
+    pub fn policer(&self, r: usize) -> Option<&Arc<crate::flows::Policer>> {
+        self.policers.get(r)?.as_ref()
     }
 
     /// Step 2 of [`RuleSet::decide`]: bit i of `hits[k]` is whether lookup
@@ -1272,7 +1310,7 @@ impl BitRows {
         let mut decisive = vec![0u64; words];
         for (r, rule) in file.rules.iter().enumerate() {
             all[r / 64] |= 1 << (r % 64);
-            if rule.action != Action::Count {
+            if !matches!(rule.action, Action::Count | Action::Police) {
                 decisive[r / 64] |= 1 << (r % 64);
             }
         }
@@ -1452,6 +1490,7 @@ fn shorthand_file(present: [bool; 3], depth: Depth, feeds: &[String]) -> RuleFil
         });
         let i = file.sets.len() - 1;
         file.rules.push(Rule {
+            police: None,
             line: 0,
             text: format!("drop saddr @{name}"),
             action: Action::Drop,
@@ -1474,6 +1513,7 @@ fn shorthand_file(present: [bool; 3], depth: Depth, feeds: &[String]) -> RuleFil
         if let Some(i) = file.set_index(set) {
             let word = if field == AddrField::Src { "saddr" } else { "daddr" };
             file.rules.push(Rule {
+                police: None,
                 line: 0,
                 text: format!("drop {q}{word} @{set}"),
                 action: Action::Drop,
@@ -1482,4 +1522,19 @@ fn shorthand_file(present: [bool; 3], depth: Depth, feeds: &[String]) -> RuleFil
         }
     }
     file
+}
+
+/// A rule file's `police` as the engine's policer.
+fn policer(p: &sluice_rules::Police) -> crate::flows::Policer {
+    use crate::flows::{PoliceKey, Policer, Rate};
+    let rate = match p.rate {
+        sluice_rules::PoliceRate::Bytes(n) => Rate::BytesPerSecond(n as f64),
+        sluice_rules::PoliceRate::Packets(n) => Rate::PacketsPerSecond(n as f64),
+    };
+    let per = match p.per {
+        Some(AddrField::Src) => PoliceKey::Source,
+        Some(AddrField::Dst) => PoliceKey::Destination,
+        _ => PoliceKey::Rule,
+    };
+    Policer::new(rate, p.burst.map(|b| b as f64), per)
 }

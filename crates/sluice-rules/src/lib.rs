@@ -24,8 +24,8 @@ pub use list::{load_geo, load_list, parse_list, LineError, LineErrorKind, ListEr
 pub use prefix::{Prefix, PrefixParseError};
 pub use range::{range_to_prefixes, RangeError};
 pub use rulefile::{
-    load_rules, parse_rules, proto_number, tcp_flag, Action, AddrField, AddrValue, Depth, FragKind, Match, PortField,
-    Rule, RuleError, RuleFile, RuleLoadError, SetDef, SetLoadError, SetSource, MAX_RULES,
+    load_rules, parse_rules, proto_number, tcp_flag, Action, AddrField, AddrValue, Depth, FragKind, Match, Police,
+    PoliceRate, PortField, Rule, RuleError, RuleFile, RuleLoadError, SetDef, SetLoadError, SetSource, MAX_RULES,
 };
 pub use safety::{NeverBlock, Refusal, SafetyNet};
 pub use set::PrefixHashSet;

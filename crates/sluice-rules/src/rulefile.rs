@@ -30,6 +30,9 @@ pub enum Action {
     Pass,
     /// Count the packet against this rule and go on to the next.
     Count,
+    /// Drop what exceeds the rule's rate ([`Rule::police`]); what is
+    /// within it is counted and goes on to the next rule.
+    Police,
 }
 
 impl Action {
@@ -38,6 +41,7 @@ impl Action {
             Action::Drop => "drop",
             Action::Pass => "pass",
             Action::Count => "count",
+            Action::Police => "police",
         }
     }
 }
@@ -175,6 +179,43 @@ pub struct Rule {
     pub text: String,
     pub action: Action,
     pub matches: Vec<Match>,
+    /// With [`Action::Police`]: the rate.
+    pub police: Option<Police>,
+}
+
+/// What a `police` rule's rate counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PoliceRate {
+    /// Bytes per second (of whole frames, as on the wire).
+    Bytes(u64),
+    Packets(u64),
+}
+
+/// `police RATE [burst SIZE] [per saddr|daddr]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Police {
+    pub rate: PoliceRate,
+    /// In the rate's unit (bytes or packets); None: a tenth of a second's
+    /// worth (at least two full-size frames or two packets).
+    pub burst: Option<u64>,
+    /// One bucket per source or destination address (a bounded table),
+    /// or None: one for all the rule's traffic.
+    pub per: Option<AddrField>,
+}
+
+/// `10mbit`, `64kbyte`, `5000pps` (k, m, g: thousands): (value, unit)
+/// where the unit is `bit`, `byte` or `pps` (or "" for a bare number).
+fn scaled(text: &str) -> Option<(u64, &str)> {
+    let digits = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let n: u64 = text[..digits].parse().ok()?;
+    let rest = &text[digits..];
+    let (mult, unit) = match rest.chars().next() {
+        Some('k') => (1_000, &rest[1..]),
+        Some('m') => (1_000_000, &rest[1..]),
+        Some('g') => (1_000_000_000, &rest[1..]),
+        _ => (1, rest),
+    };
+    Some((n.checked_mul(mult)?, unit))
 }
 
 /// Where a named set's entries come from.
@@ -616,16 +657,18 @@ impl<'a> Parser<'a> {
             "drop" => Action::Drop,
             "pass" | "accept" => Action::Pass,
             "count" => Action::Count,
+            "police" => Action::Police,
             _ => {
                 return Err(self.err_at(
                     first,
                     &format!(
-                        "unknown statement `{}`: expected `set`, `default`, `drop`, `pass` or `count`",
+                        "unknown statement `{}`: expected `set`, `default`, `drop`, `pass`, `count` or `police`",
                         first.text
                     ),
                 ))
             }
         };
+        let police = if action == Action::Police { Some(self.police()?) } else { None };
         let mut depth = Depth::Outer;
         let mut matches = Vec::new();
         while let Some(t) = self.peek() {
@@ -731,7 +774,50 @@ impl<'a> Parser<'a> {
             }
         }
         let text = raw.split('#').next().unwrap_or(raw).trim().to_owned();
-        Ok(Rule { line: self.line, text, action, matches })
+        Ok(Rule { line: self.line, text, action, matches, police })
+    }
+
+    /// `RATE [burst SIZE] [per saddr|daddr]` after `police`.
+    fn police(&mut self) -> Result<Police, RuleError> {
+        const RATE: &str = "a rate: bits (10mbit), bytes (1mbyte) or packets (5000pps) per second";
+        let t = self.next(RATE)?;
+        let rate = match scaled(&t.text) {
+            Some((n, "bit")) if n >= 8 => PoliceRate::Bytes(n / 8),
+            Some((n, "byte")) if n > 0 => PoliceRate::Bytes(n),
+            Some((n, "pps")) if n > 0 => PoliceRate::Packets(n),
+            _ => return Err(self.err_at(t, &format!("expected {RATE}, found `{}`", t.text))),
+        };
+        let mut police = Police { rate, burst: None, per: None };
+        if self.peek().is_some_and(|t| t.text == "burst") {
+            self.pos += 1;
+            let t = self.next("a burst size")?;
+            let unit_ok = |u: &str| match rate {
+                PoliceRate::Bytes(_) => u.is_empty() || u == "byte",
+                PoliceRate::Packets(_) => u.is_empty() || u == "packets",
+            };
+            police.burst = match scaled(&t.text) {
+                Some((n, u)) if n > 0 && unit_ok(u) => Some(n),
+                _ => {
+                    let want = match rate {
+                        PoliceRate::Bytes(_) => "bytes (64kbyte, or a number)",
+                        PoliceRate::Packets(_) => "packets (100packets, or a number)",
+                    };
+                    return Err(self.err_at(t, &format!("expected a burst in {want}, found `{}`", t.text)));
+                }
+            };
+        }
+        if self.peek().is_some_and(|t| t.text == "per") {
+            self.pos += 1;
+            let t = self.next("`saddr` or `daddr`")?;
+            police.per = Some(match t.text.as_str() {
+                "saddr" => AddrField::Src,
+                "daddr" => AddrField::Dst,
+                _ => {
+                    return Err(self.err_at(t, &format!("expected `saddr` or `daddr` after `per`, found `{}`", t.text)))
+                }
+            });
+        }
+        Ok(police)
     }
 
     /// `@name`, a prefix, or `{ prefix, ... }`.
@@ -846,6 +932,35 @@ mod tests {
 
     fn err(text: &str) -> String {
         parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn police_rules() {
+        let f = parse(
+            "police 10mbit udp dport 53\npolice 5kpps burst 100 per saddr\npolice 64kbyte burst 1mbyte per daddr tcp\n",
+        )
+        .unwrap();
+        let p = |i: usize| f.rules[i].police.unwrap();
+        assert_eq!(f.rules[0].action, Action::Police);
+        assert_eq!(p(0), Police { rate: PoliceRate::Bytes(1_250_000), burst: None, per: None });
+        assert_eq!(f.rules[0].matches.len(), 1);
+        assert_eq!(p(1), Police { rate: PoliceRate::Packets(5_000), burst: Some(100), per: Some(AddrField::Src) });
+        assert_eq!(p(2), Police { rate: PoliceRate::Bytes(64_000), burst: Some(1_000_000), per: Some(AddrField::Dst) });
+        assert_eq!(f.rules[2].matches, vec![Match::Proto { depth: Depth::Outer, negate: false, protos: vec![6] }]);
+        assert!(f.rules.iter().all(|r| r.police.is_some()));
+        assert_eq!(
+            err("police fast udp"),
+            "r.rules:1:8: expected a rate: bits (10mbit), bytes (1mbyte) or packets (5000pps) per second, found `fast`"
+        );
+        assert!(
+            err("police 100pps burst 5kbyte").contains("expected a burst in packets"),
+            "{}",
+            err("police 100pps burst 5kbyte")
+        );
+        assert!(err("police 1mbit per sport").contains("expected `saddr` or `daddr` after `per`"));
+        assert!(err("police").contains("expected a rate"));
+        assert!(err("police 0pps").contains("expected a rate"));
+        assert!(parse("drop udp").unwrap().rules[0].police.is_none());
     }
 
     #[test]
