@@ -8,5 +8,7 @@
 #![deny(unsafe_code)]
 
 pub mod flowspec;
+#[allow(unsafe_code)]
+pub mod md5;
 pub mod message;
 pub mod session;

@@ -36,6 +36,8 @@ pub struct PeerConfig {
     pub connect_retry: Duration,
     /// Wait for the peer to connect (to the listener) instead of connecting.
     pub passive: bool,
+    /// A TCP MD5 key (RFC 2385) for the connections to and from this peer.
+    pub md5_key: Option<Vec<u8>>,
 }
 
 impl PeerConfig {
@@ -55,6 +57,7 @@ impl PeerConfig {
             restart_time: 120,
             connect_retry: Duration::from_secs(5),
             passive: false,
+            md5_key: None,
         }
     }
 }
@@ -255,7 +258,11 @@ pub fn run(cfg: PeerConfig, events: Sender<Event>, stop: Arc<AtomicBool>, accept
     while !stop.load(Ordering::Relaxed) {
         let conn = match &accepted {
             Some(rx) => rx.recv_timeout(Duration::from_millis(100)).map_err(|e| e.to_string()),
-            None => TcpStream::connect_timeout(&cfg.addr, Duration::from_secs(5)).map_err(|e| e.to_string()),
+            None => match &cfg.md5_key {
+                Some(key) => crate::md5::connect(cfg.addr, key, Duration::from_secs(5)),
+                None => TcpStream::connect_timeout(&cfg.addr, Duration::from_secs(5)),
+            }
+            .map_err(|e| e.to_string()),
         };
         let (reason, keep_for) = match conn {
             Ok(s) => {

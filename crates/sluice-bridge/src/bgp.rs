@@ -66,6 +66,8 @@ pub struct BgpFlags {
     pub rules: String,
     pub hold_time: u16,
     pub restart_time: u16,
+    /// A file holding the TCP MD5 key (RFC 2385) every session uses.
+    pub password_file: Option<std::path::PathBuf>,
 }
 
 /// `ASN:VALUE` (both 16-bit) as one 32-bit community.
@@ -104,6 +106,24 @@ impl BgpFlags {
                 self.peer_as.len()
             ));
         }
+        let md5_key = match &self.password_file {
+            Some(f) => {
+                let text = std::fs::read(f).map_err(|e| format!("--bgp-password-file {}: {e}", f.display()))?;
+                // One line: a trailing newline is not part of the key.
+                let key = text.strip_suffix(b"\n").unwrap_or(&text);
+                let key = key.strip_suffix(b"\r").unwrap_or(key);
+                if key.is_empty() || key.len() > sluice_bgp::md5::MAX_KEY {
+                    return Err(format!(
+                        "--bgp-password-file {}: the key must be 1 to {} bytes (it is {})",
+                        f.display(),
+                        sluice_bgp::md5::MAX_KEY,
+                        key.len()
+                    ));
+                }
+                Some(key.to_vec())
+            }
+            None => None,
+        };
         let mut peers = Vec::new();
         for (i, p) in self.peers.iter().enumerate() {
             let addr = with_port(p, "--bgp-peer")?;
@@ -114,6 +134,7 @@ impl BgpFlags {
             let mut c = PeerConfig::new(addr, peer_as, local_as, router_id);
             c.hold_time = self.hold_time;
             c.restart_time = self.restart_time;
+            c.md5_key.clone_from(&md5_key);
             peers.push(c);
         }
         if self.hold_time == 1 || self.hold_time == 2 {
@@ -437,6 +458,16 @@ impl Bgp {
         let mut threads = Vec::new();
         let mut inboxes: HashMap<IpAddr, Sender<TcpStream>> = HashMap::new();
         let listener = cfg.listen.map(TcpListener::bind).transpose()?;
+        if let Some(l) = &listener {
+            // The listener checks each peer's segments with its key.
+            for p in &cfg.peers {
+                if let Some(key) = &p.md5_key {
+                    sluice_bgp::md5::set_key(l, p.addr.ip(), key).map_err(|e| {
+                        std::io::Error::new(e.kind(), format!("TCP MD5 key for {} on the listener: {e}", p.addr.ip()))
+                    })?;
+                }
+            }
+        }
         for p in &cfg.peers {
             let accepted = (p.passive || listener.is_some()).then(|| {
                 let (atx, arx) = channel();

@@ -38,9 +38,13 @@ impl Gobgpd {
         Gobgpd::start_on(free_port(), None)
     }
 
-    /// gobgpd on `port`, announcing graceful restart with this restart
-    /// time when given.
     fn start_on(port: u16, restart: Option<u16>) -> Option<Gobgpd> {
+        Gobgpd::start_with(port, restart, None)
+    }
+
+    /// gobgpd on `port`, announcing graceful restart with this restart
+    /// time when given, requiring TCP MD5 with `password` when given.
+    fn start_with(port: u16, restart: Option<u16>, password: Option<&str>) -> Option<Gobgpd> {
         if Command::new("gobgpd").arg("--version").output().is_err() {
             assert!(std::env::var("SLUICE_REQUIRE_TOOLS").is_err(), "gobgpd is missing (apt-get install gobgpd)");
             eprintln!("skipped: gobgpd is missing");
@@ -55,9 +59,10 @@ impl Gobgpd {
             ),
             None => (String::new(), ""),
         };
+        let auth = password.map(|p| format!("    auth-password = \"{p}\"\n")).unwrap_or_default();
         let config = format!(
             "[global.config]\n  as = 65001\n  router-id = \"192.0.2.1\"\n  port = {port}\n  local-address-list = [\"127.0.0.1\"]\n\
-             [[neighbors]]\n  [neighbors.config]\n    neighbor-address = \"127.0.0.1\"\n    peer-as = 65002\n  \
+             [[neighbors]]\n  [neighbors.config]\n    neighbor-address = \"127.0.0.1\"\n    peer-as = 65002\n{auth}  \
              [neighbors.transport.config]\n    passive-mode = true\n{gr}\
              {}",
             ["ipv4-flowspec", "ipv4-unicast"]
@@ -608,6 +613,53 @@ fn a_malformed_update_resets_only_its_own_session() {
     let why = sessions[1]["last_error"].as_str().unwrap();
     assert!(why.contains("NOTIFICATION 3/9") && why.contains("MP_REACH_NLRI"), "{why}");
     assert_eq!(through(&wire, &[udp([203, 0, 113, 1], 9), udp([192, 0, 2, 1], 53)]), [true, false]);
+    bridge.stop();
+    bridge.wait().unwrap();
+}
+
+/// TCP MD5 (RFC 2385): with the peer's password the session comes up and
+/// its flows are enforced; with another, the peer's kernel drops every
+/// segment and no session forms.
+#[test]
+fn a_peer_requiring_tcp_md5_is_reached_with_its_password_only() {
+    let port = free_port();
+    let Some(d) = Gobgpd::start_with(port, None, Some("s3cret-key")) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let session = |password: &str, sub: &str| {
+        let sub = dir.path().join(sub);
+        std::fs::create_dir(&sub).unwrap();
+        let file = sub.join("bgp.key");
+        std::fs::write(&file, format!("{password}\n")).unwrap();
+        let flags = BgpFlags {
+            peers: vec![format!("127.0.0.1:{port}")],
+            peer_as: vec![65001],
+            local_as: Some(65002),
+            router_id: Some("192.0.2.2".parse().unwrap()),
+            rules: "first".into(),
+            hold_time: 90,
+            restart_time: 120,
+            password_file: Some(file),
+            ..BgpFlags::default()
+        };
+        let mut bgp = flags.config().unwrap().unwrap();
+        bgp.peers[0].connect_retry = Duration::from_millis(200);
+        let sock = sub.join("ctl.sock");
+        let cfg =
+            BridgeConfig { bgp: Some(bgp), control: Some(sock.clone()), ..BridgeConfig::new(RuleSpec::default()) };
+        let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
+        (Bridge::start(cfg, Box::new(pair)).unwrap(), wire, sock)
+    };
+    d.cli("global rib -a ipv4-flowspec add match destination 192.0.2.0/24 protocol udp destination-port ==53 then discard");
+    let (bridge, wire, _) = session("s3cret-key", "good");
+    wait_flows(&bridge, 1);
+    assert_eq!(through(&wire, &[udp([192, 0, 2, 1], 53)]), [false]);
+    bridge.stop();
+    bridge.wait().unwrap();
+    let (bridge, _wire, sock) = session("wrong", "bad");
+    std::thread::sleep(Duration::from_secs(3));
+    let b = ctl(&sock, "bgp");
+    assert_ne!(b["sessions"][0]["state"], "established", "{b}");
+    assert_eq!(flows(&bridge), 0);
     bridge.stop();
     bridge.wait().unwrap();
 }

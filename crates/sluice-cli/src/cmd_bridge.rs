@@ -173,6 +173,9 @@ pub struct BgpArgs {
     /// The hold time proposed (the lower of the two sides' is agreed).
     #[arg(long = "bgp-hold-time", value_name = "SECONDS", default_value_t = 90)]
     pub bgp_hold_time: u16,
+    /// A file holding the TCP MD5 key (RFC 2385) of the sessions (one line).
+    #[arg(long = "bgp-password-file", value_name = "FILE")]
+    pub bgp_password_file: Option<std::path::PathBuf>,
     /// The longest graceful-restart window granted a peer.
     #[arg(long = "bgp-restart-time", value_name = "SECONDS", default_value_t = 120)]
     pub bgp_restart_time: u16,
@@ -191,6 +194,7 @@ impl BgpArgs {
             rules: self.bgp_rules.clone(),
             hold_time: self.bgp_hold_time,
             restart_time: self.bgp_restart_time,
+            password_file: self.bgp_password_file.clone(),
         };
         f.config().map_err(|e| anyhow::Error::new(crate::Usage(e)))
     }
