@@ -1,13 +1,13 @@
 //! `sluice bridge --bgp-peer` on the wire: two namespaces joined through
-//! the bridge (AF_PACKET on veths), a real gobgpd on loopback announcing
-//! three FlowSpec rules (UDP to one port: discard; TCP SYN to one prefix:
+//! the bridge (AF_PACKET on veths), a real peer on loopback (gobgpd, BIRD
+//! 2, ExaBGP, one test each) announcing three FlowSpec rules (UDP to one port: discard; TCP SYN to one prefix:
 //! discard; UDP to another port: police to 125,000 bytes/s) and one
 //! blackhole route. Frames are sent and counted on the far ends over
 //! AF_PACKET (`tests/bgp/wire.py`): exactly the matching frames are
 //! dropped, the policed flow arrives within 10% of its rate, and the
 //! withdrawals restore forwarding.
 //!
-//! Needs root, `ip`, python3 and gobgpd: `SKIPPED` unless
+//! Needs root, `ip`, python3 and the peer: `SKIPPED` unless
 //! `SLUICE_REQUIRE_LIVE=1` / `SLUICE_REQUIRE_TOOLS=1` (CI), when it fails.
 
 mod common;
@@ -125,22 +125,23 @@ fn wait_flows(sock: &std::path::Path, n: usize, bridge: &Bridge) {
     }
 }
 
-#[test]
-fn flowspec_and_blackholes_from_gobgp_on_the_wire() {
-    if !live_or_skip("flowspec_and_blackholes_from_gobgp_on_the_wire") {
-        return;
-    }
-    if Command::new("gobgpd").arg("--version").output().is_err() {
-        assert!(std::env::var("SLUICE_REQUIRE_TOOLS").is_err(), "gobgpd is missing (apt-get install gobgpd)");
-        live::skipped("gobgpd is missing");
-        return;
-    }
-    let topo = Topology::new("bgp");
-    let port = free_port();
-    let d = Gobgpd::start(port);
+/// A peer as the bed drives it: where the bridge connects, how it
+/// withdraws (after which `left` flows stay), and whether the UDP/53 flow
+/// and the blackhole are among those withdrawn.
+struct Peer {
+    addr: String,
+    withdraw: Box<dyn FnOnce()>,
+    left: usize,
+}
+
+/// The bed: the bridge between two namespaces peering with `peer`, which
+/// announced (before or after the bridge starts) UDP to 10.77.0.2:53
+/// discard, TCP SYN without ACK to 10.77.0.0/24 discard, UDP to
+/// 10.77.0.2:5000 policed to 125,000 bytes/s, and 10.77.0.3/32 as a
+/// blackhole.
+fn on_the_wire(topo: &Topology, peer: Peer) {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("ctl.sock");
-    let peer = format!("127.0.0.1:{port}");
     let bridge = Bridge::start(&[
         "--iface",
         &topo.a.near,
@@ -153,7 +154,7 @@ fn flowspec_and_blackholes_from_gobgp_on_the_wire() {
         "--metrics",
         "127.0.0.1:0",
         "--bgp-peer",
-        &peer,
+        &peer.addr,
         "--bgp-peer-as",
         "65001",
         "--bgp-local-as",
@@ -162,14 +163,10 @@ fn flowspec_and_blackholes_from_gobgp_on_the_wire() {
         "192.0.2.2",
         "--json",
     ]);
-    d.cli("global rib -a ipv4-flowspec add match destination 10.77.0.2/32 protocol udp destination-port ==53 then discard");
-    d.cli("global rib -a ipv4-flowspec add match destination 10.77.0.0/24 protocol tcp tcp-flags =S&!=A then discard");
-    d.cli("global rib -a ipv4-flowspec add match destination 10.77.0.2/32 protocol udp destination-port ==5000 then rate-limit 125000");
-    d.cli("global rib -a ipv4 add 10.77.0.3/32 nexthop 192.0.2.254 community 65535:666");
     wait_flows(&sock, 4, &bridge);
 
     let c = counted(
-        &topo,
+        topo,
         2.0,
         &[
             udp("10.77.0.2", 53, 50),
@@ -195,35 +192,175 @@ fn flowspec_and_blackholes_from_gobgp_on_the_wire() {
     // the last, is within 10% of 125,000 bytes/s.
     let offered =
         serde_json::json!({ "dst": "10.77.0.2", "proto": 17, "dport": 5000, "count": 2000, "size": 1000, "pps": 500 });
-    let c = counted(&topo, 6.0, &[offered]);
+    let c = counted(topo, 6.0, &[offered]);
     let k = &c["17:10.77.0.2:5000:0"];
     let (n, bytes) = (k[0].as_u64().unwrap(), k[1].as_u64().unwrap());
     let span = k[3].as_f64().unwrap() - k[2].as_f64().unwrap();
     let rate = bytes as f64 / span;
-    eprintln!("policed: {n} of 2000 frames, {bytes} bytes in {span:.3} s: {rate:.0} bytes/s");
+    eprintln!("{}: policed: {n} of 2000 frames, {bytes} bytes in {span:.3} s: {rate:.0} bytes/s", peer.addr);
     assert!((rate - 125_000.0).abs() <= 12_500.0, "delivered {rate:.0} bytes/s, not within 10% of 125,000: {c}");
 
     let f: Value =
         serde_json::from_str(common::ok(&["ctl", "--socket", sock.to_str().unwrap(), "flows", "--json"]).trim())
             .unwrap();
-    let by = |flow: &str| f["flows"].as_array().unwrap().iter().find(|x| x["flow"] == flow).cloned().unwrap();
+    let by = |flow: &str| {
+        f["flows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["flow"] == flow)
+            .cloned()
+            .unwrap_or_else(|| panic!("{flow}: {f}"))
+    };
     assert_eq!(by("destination 10.77.0.2/32 protocol ==17 destination-port ==53")["dropped"], 50, "{f}");
     assert_eq!(by("destination 10.77.0.3/32")["dropped"], 50, "{f}");
     let police = by("destination 10.77.0.2/32 protocol ==17 destination-port ==5000");
     assert_eq!(police["packets"], 2000, "{f}");
     assert_eq!(police["dropped"].as_u64().unwrap() + n, 2000, "{f}");
     let text = common::ok(&["ctl", "--socket", sock.to_str().unwrap(), "bgp"]);
-    assert!(text.contains(&format!("{peer} AS 65001: established")), "{text}");
+    assert!(text.contains(&format!("{} AS 65001: established", peer.addr)), "{text}");
 
     // Withdrawn: forwarded again.
-    d.cli("global rib -a ipv4-flowspec del match destination 10.77.0.2/32 protocol udp destination-port ==53");
-    d.cli("global rib -a ipv4 del 10.77.0.3/32");
-    wait_flows(&sock, 2, &bridge);
-    let c = counted(&topo, 1.5, &[udp("10.77.0.2", 53, 50), udp("10.77.0.3", 9, 50), tcp("10.77.0.2", 80, 0x02, 50)]);
+    (peer.withdraw)();
+    wait_flows(&sock, peer.left, &bridge);
+    let c = counted(topo, 1.5, &[udp("10.77.0.2", 53, 50), udp("10.77.0.3", 9, 50), tcp("10.77.0.2", 80, 0x02, 50)]);
     assert_eq!(got(&c, "17:10.77.0.2:53:0"), 50, "{c}");
     assert_eq!(got(&c, "17:10.77.0.3:9:0"), 50, "{c}");
-    assert_eq!(got(&c, "6:10.77.0.2:80:2"), 0, "{c}");
+    let syn = if peer.left == 0 { 50 } else { 0 };
+    assert_eq!(got(&c, "6:10.77.0.2:80:2"), syn, "{c}");
 
     let (summary, _) = bridge.stop();
-    assert_eq!(summary["dropped_by_flow"].as_u64(), Some(50 + 50 + 50 + (2000 - n) + 50), "{summary}");
+    let syn_drops = if peer.left == 0 { 50 } else { 100 };
+    assert_eq!(summary["dropped_by_flow"].as_u64(), Some(50 + syn_drops + (2000 - n) + 50), "{summary}");
+}
+
+fn tool_or_skip(test: &str, tool: &str) -> bool {
+    if !live_or_skip(test) {
+        return false;
+    }
+    if Command::new(tool).arg("--version").output().is_err() {
+        assert!(
+            std::env::var("SLUICE_REQUIRE_TOOLS").is_err(),
+            "{tool} is missing (apt-get install gobgpd bird2 exabgp)"
+        );
+        live::skipped(&format!("{test}: {tool} is missing"));
+        return false;
+    }
+    true
+}
+
+#[test]
+fn flowspec_and_blackholes_from_gobgp_on_the_wire() {
+    if !tool_or_skip("flowspec_and_blackholes_from_gobgp_on_the_wire", "gobgpd") {
+        return;
+    }
+    let topo = Topology::new("bgp");
+    let port = free_port();
+    let d = std::rc::Rc::new(Gobgpd::start(port));
+    d.cli("global rib -a ipv4-flowspec add match destination 10.77.0.2/32 protocol udp destination-port ==53 then discard");
+    d.cli("global rib -a ipv4-flowspec add match destination 10.77.0.0/24 protocol tcp tcp-flags =S&!=A then discard");
+    d.cli("global rib -a ipv4-flowspec add match destination 10.77.0.2/32 protocol udp destination-port ==5000 then rate-limit 125000");
+    d.cli("global rib -a ipv4 add 10.77.0.3/32 nexthop 192.0.2.254 community 65535:666");
+    let g = std::rc::Rc::clone(&d);
+    let withdraw = Box::new(move || {
+        g.cli("global rib -a ipv4-flowspec del match destination 10.77.0.2/32 protocol udp destination-port ==53");
+        g.cli("global rib -a ipv4 del 10.77.0.3/32");
+    });
+    on_the_wire(&topo, Peer { addr: format!("127.0.0.1:{port}"), withdraw, left: 2 });
+}
+
+/// A child process killed on drop.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn flowspec_and_blackholes_from_bird_on_the_wire() {
+    if !tool_or_skip("flowspec_and_blackholes_from_bird_on_the_wire", "bird") {
+        return;
+    }
+    let topo = Topology::new("bird");
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    // BIRD's traffic-rate: generic extended communities (125,000.0 as an
+    // IEEE float is 0x47f42400); it listens on 127.0.0.2, as it refuses a
+    // next hop equal to the neighbor's address.
+    let conf = format!(
+        "router id 192.0.2.1;\nflow4 table flowtab4;\nprotocol device {{ }}\n\
+         protocol static f4 {{\n  flow4;\n\
+           route flow4 {{ dst 10.77.0.2/32; proto 17; dport 53; }} {{ bgp_ext_community.add((generic, 0x80060000, 0)); }};\n\
+           route flow4 {{ dst 10.77.0.0/24; proto 6; tcp flags 0x02/0x12; }} {{ bgp_ext_community.add((generic, 0x80060000, 0)); }};\n\
+           route flow4 {{ dst 10.77.0.2/32; proto 17; dport 5000; }} {{ bgp_ext_community.add((generic, 0x80060000, 0x47f42400)); }};\n}}\n\
+         protocol static bh {{\n  ipv4;\n  route 10.77.0.3/32 via \"lo\" {{ bgp_community.add((65535,666)); }};\n}}\n\
+         protocol bgp sluice {{\n  local 127.0.0.2 port {port} as 65001;\n  neighbor 127.0.0.1 as 65002;\n  passive on;\n  multihop;\n\
+           flow4 {{ import none; export all; }};\n  ipv4 {{ import none; export all; next hop self; }};\n}}\n"
+    );
+    let file = dir.path().join("bird.conf");
+    std::fs::write(&file, conf).unwrap();
+    let ctl = dir.path().join("bird.ctl");
+    let _bird = Killed(
+        Command::new("bird")
+            .arg("-f")
+            .arg("-c")
+            .arg(&file)
+            .arg("-s")
+            .arg(&ctl)
+            .arg("-P")
+            .arg(dir.path().join("bird.pid"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let birdc = move |what: &str| {
+        let out = Command::new("birdc").arg("-s").arg(&ctl).args(what.split_whitespace()).output().unwrap();
+        assert!(out.status.success(), "birdc {what}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    // Withdrawn: both static protocols disabled, every route goes.
+    let withdraw = Box::new(move || {
+        birdc("disable bh");
+        birdc("disable f4");
+    });
+    on_the_wire(&topo, Peer { addr: format!("127.0.0.2:{port}"), withdraw, left: 0 });
+}
+
+#[test]
+fn flowspec_and_blackholes_from_exabgp_on_the_wire() {
+    if !tool_or_skip("flowspec_and_blackholes_from_exabgp_on_the_wire", "exabgp") {
+        return;
+    }
+    let topo = Topology::new("exa");
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let conf = "neighbor 127.0.0.1 {\n  router-id 192.0.2.1;\n  local-address 127.0.0.1;\n  local-as 65001;\n  peer-as 65002;\n  passive;\n\
+         family {\n    ipv4 flow;\n    ipv4 unicast;\n  }\n\
+         flow {\n\
+           route dns { match { destination 10.77.0.2/32; protocol udp; destination-port =53; } then { discard; } }\n\
+           route syn { match { destination 10.77.0.0/24; protocol tcp; tcp-flags [ syn&!ack ]; } then { discard; } }\n\
+           route police { match { destination 10.77.0.2/32; protocol udp; destination-port =5000; } then { rate-limit 125000; } }\n\
+         }\n\
+         static {\n    route 10.77.0.3/32 next-hop 192.0.2.254 community [ 65535:666 ];\n  }\n}\n";
+    let file = dir.path().join("exabgp.conf");
+    std::fs::write(&file, conf).unwrap();
+    let exa = Killed(
+        Command::new("exabgp")
+            .arg(&file)
+            .env("exabgp.tcp.bind", "127.0.0.1")
+            .env("exabgp.tcp.port", port.to_string())
+            .env("exabgp.daemon.user", "root")
+            .env("exabgp.log.destination", dir.path().join("exabgp.log"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // ExaBGP's routes come from its configuration: stopping it withdraws
+    // them all (it announced no graceful restart).
+    let withdraw = Box::new(move || drop(exa));
+    on_the_wire(&topo, Peer { addr: format!("127.0.0.1:{port}"), withdraw, left: 0 });
 }
