@@ -41,8 +41,12 @@ fuzz_target!(|data: &[u8]| {
     let decoded: Vec<_> = frames.iter().filter_map(|f| decode(LinkType::ETHERNET, f).ok()).collect();
     let pkts: Vec<_> = decoded.iter().enumerate().map(|(i, p)| (p, 60 + i as u32, (i % 3) as u32)).collect();
     let mut out = vec![Decision { verdict: Verdict::Pass, rule: None }; pkts.len()];
-    rules.evaluate_batch(&pkts, &mut out, 8, |_, _| {});
+    // `police` rules: each evaluator with buckets of its own, on one clock.
+    let Ok(reference) = RuleSet::compile(&file, &sets, &CompileOptions { ifaces: vec!["a".into(), "b".into()], ..CompileOptions::default() }) else {
+        return;
+    };
+    rules.evaluate_batch_at(&pkts, &mut out, 8, 1_000_000, |_, _| {});
     for (p, o) in pkts.iter().zip(&out) {
-        assert_eq!(rules.evaluate_reference(p.0, p.1, p.2, |_| {}), *o);
+        assert_eq!(reference.evaluate_reference_at(p.0, p.1, p.2, 1_000_000, |_| {}), *o);
     }
 });

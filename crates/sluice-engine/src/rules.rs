@@ -812,6 +812,20 @@ impl RuleSet {
         p: &PacketSummary,
         wire_len: u32,
         port: u32,
+        counted: impl FnMut(usize),
+    ) -> Decision {
+        let now = if self.policed { crate::flows::mono_ns() } else { 0 };
+        self.evaluate_reference_at(p, wire_len, port, now, counted)
+    }
+
+    /// [`RuleSet::evaluate_reference`] with `police` rules read at `now`
+    /// ([`crate::flows::mono_ns`]): a test holds both evaluators to one clock.
+    pub fn evaluate_reference_at(
+        &self,
+        p: &PacketSummary,
+        wire_len: u32,
+        port: u32,
+        now: u64,
         mut counted: impl FnMut(usize),
     ) -> Decision {
         for (r, rule) in self.parsed.iter().enumerate() {
@@ -829,7 +843,7 @@ impl RuleSet {
             match rule.action {
                 Action::Count => counted(r),
                 Action::Police => {
-                    if self.over_rate(r, p, wire_len, crate::flows::mono_ns()) {
+                    if self.over_rate(r, p, wire_len, now) {
                         return Decision { verdict: Verdict::Drop, rule: Some(r as u16) };
                     }
                     counted(r)
@@ -892,20 +906,33 @@ impl RuleSet {
         pkts: &[(&PacketSummary, u32, u32)],
         out: &mut [Decision],
         batch: usize,
+        count: impl FnMut(usize, usize),
+    ) {
+        let now = if self.policed { crate::flows::mono_ns() } else { 0 };
+        self.evaluate_batch_at(pkts, out, batch, now, count)
+    }
+
+    /// [`RuleSet::evaluate_batch`] with `police` rules read at `now`.
+    pub fn evaluate_batch_at(
+        &self,
+        pkts: &[(&PacketSummary, u32, u32)],
+        out: &mut [Decision],
+        batch: usize,
+        now: u64,
         mut count: impl FnMut(usize, usize),
     ) {
         let n = pkts.len();
         assert!(n <= MAX_BATCH && out.len() == n, "at most MAX_BATCH packets, one output each");
         // With the word count a constant where it is small.
         match stride(self.words) {
-            1 => self.decide::<1>(pkts, out, batch, &mut count),
-            2 => self.decide::<2>(pkts, out, batch, &mut count),
-            3 => self.decide::<3>(pkts, out, batch, &mut count),
-            4 => self.decide::<4>(pkts, out, batch, &mut count),
-            8 => self.decide::<8>(pkts, out, batch, &mut count),
-            16 => self.decide::<16>(pkts, out, batch, &mut count),
-            32 => self.decide::<32>(pkts, out, batch, &mut count),
-            _ => self.decide::<{ MAX_RULES / 64 }>(pkts, out, batch, &mut count),
+            1 => self.decide::<1>(pkts, out, batch, now, &mut count),
+            2 => self.decide::<2>(pkts, out, batch, now, &mut count),
+            3 => self.decide::<3>(pkts, out, batch, now, &mut count),
+            4 => self.decide::<4>(pkts, out, batch, now, &mut count),
+            8 => self.decide::<8>(pkts, out, batch, now, &mut count),
+            16 => self.decide::<16>(pkts, out, batch, now, &mut count),
+            32 => self.decide::<32>(pkts, out, batch, now, &mut count),
+            _ => self.decide::<{ MAX_RULES / 64 }>(pkts, out, batch, now, &mut count),
         }
     }
 
@@ -924,6 +951,7 @@ impl RuleSet {
         pkts: &[(&PacketSummary, u32, u32)],
         out: &mut [Decision],
         batch: usize,
+        now: u64,
         count: &mut impl FnMut(usize, usize),
     ) {
         let w = self.words;
@@ -984,7 +1012,6 @@ impl RuleSet {
                 }
             }
         }
-        let now = if self.policed { crate::flows::mono_ns() } else { 0 };
         'packet: for i in 0..pkts.len() {
             let acc = &accs[i];
             out[i] = Decision { verdict: self.default, rule: None };
