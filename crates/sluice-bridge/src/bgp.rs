@@ -35,6 +35,8 @@ pub struct BgpConfig {
     /// has sent them again).
     pub keep_on_down: bool,
     pub placement: Placement,
+    /// Routes one peer may hold (flows and blackholes together).
+    pub max_routes: usize,
 }
 
 impl BgpConfig {
@@ -45,6 +47,7 @@ impl BgpConfig {
             blackhole_communities: vec![BLACKHOLE],
             keep_on_down: false,
             placement: Placement::First,
+            max_routes: DEFAULT_MAX_ROUTES,
         }
     }
 }
@@ -68,6 +71,8 @@ pub struct BgpFlags {
     pub restart_time: u16,
     /// A file holding the TCP MD5 key (RFC 2385) every session uses.
     pub password_file: Option<std::path::PathBuf>,
+    /// Routes one peer may hold (None: [`DEFAULT_MAX_ROUTES`]).
+    pub max_routes: Option<usize>,
 }
 
 /// `ASN:VALUE` (both 16-bit) as one 32-bit community.
@@ -156,6 +161,11 @@ impl BgpFlags {
             blackhole_communities,
             keep_on_down: self.keep_on_down,
             placement,
+            max_routes: match self.max_routes {
+                Some(0) => return Err("--bgp-max-routes must be at least 1".into()),
+                Some(n) => n,
+                None => DEFAULT_MAX_ROUTES,
+            },
         }))
     }
 }
@@ -186,6 +196,8 @@ pub struct SessionRow {
     /// Routes kept past a session's end: until this (graceful restart) or
     /// for good (`--bgp-keep-on-down`).
     pub stale: bool,
+    /// Announcements refused over `--bgp-max-routes`.
+    pub refused: u64,
 }
 
 /// What the RIB thread shows the rest of the bridge.
@@ -234,13 +246,21 @@ struct PeerRib {
     routes: HashMap<Key, Route>,
     /// Stale routes are dropped at this instant (graceful restart).
     stale_until: Option<Instant>,
+    /// Announcements refused because the peer held `max_routes` already.
+    refused: u64,
 }
+
+/// Routes one peer may hold by default (`--bgp-max-routes`): a peer that
+/// announces more gets the rest refused (counted, logged), so what one
+/// router sends cannot grow the bridge without bound.
+pub const DEFAULT_MAX_ROUTES: usize = 100_000;
 
 /// Every peer's routes, and what becomes of them as sessions come and go.
 pub struct Rib {
     peers: BTreeMap<SocketAddr, PeerRib>,
     blackhole: Vec<u32>,
     keep_on_down: bool,
+    max_routes: usize,
 }
 
 /// How a route's actions read as a flow's verdict: (verdict, go on,
@@ -281,13 +301,21 @@ fn verdict_of(actions: &[FlowAction], old: Option<&FlowRule>) -> (FlowVerdict, b
 
 impl Rib {
     pub fn new(blackhole: Vec<u32>, keep_on_down: bool) -> Rib {
-        Rib { peers: BTreeMap::new(), blackhole, keep_on_down }
+        Rib { peers: BTreeMap::new(), blackhole, keep_on_down, max_routes: DEFAULT_MAX_ROUTES }
+    }
+
+    /// At most `n` routes per peer.
+    pub fn with_max_routes(mut self, n: usize) -> Rib {
+        self.max_routes = n;
+        self
     }
 
     /// Apply one UPDATE from `peer`; returns whether a route changed.
     pub fn update(&mut self, peer: SocketAddr, u: &Update) -> bool {
         let rib = self.peers.entry(peer).or_default();
+        let max = self.max_routes;
         let mut changed = false;
+        let (mut refused, mut unsupported_seen) = (0u64, None);
         for f in &u.flows_withdrawn {
             changed |= rib.routes.remove(&Key::Flow(f.family, f.to_bytes())).is_some();
         }
@@ -297,13 +325,13 @@ impl Rib {
         for f in &u.flows_announced {
             let key = Key::Flow(f.family, f.to_bytes());
             let old = rib.routes.get(&key).map(|r| &r.rule);
+            if old.is_none() && rib.routes.len() >= max {
+                refused += 1;
+                continue;
+            }
             let (verdict, go_on, unsupported) = verdict_of(&u.flow_actions, old);
-            if !unsupported.is_empty() {
-                tracing::warn!(
-                    event = "bgp_unsupported_action",
-                    "flow `{f}` from {peer}: {} not supported; its matches are counted",
-                    unsupported.join(", ")
-                );
+            if !unsupported.is_empty() && unsupported_seen.is_none() {
+                unsupported_seen = Some(format!("flow `{f}`: {}", unsupported.join(", ")));
             }
             let counts = old.map_or_else(Arc::default, |o| Arc::clone(&o.counts));
             let rule = FlowRule {
@@ -327,6 +355,10 @@ impl Rib {
                 changed |= rib.routes.remove(&key).is_some();
                 continue;
             }
+            if !rib.routes.contains_key(&key) && rib.routes.len() >= max {
+                refused += 1;
+                continue;
+            }
             let counts = rib.routes.get(&key).map_or_else(Arc::default, |r| Arc::clone(&r.rule.counts));
             let family = if addr.is_ipv6() { Family::V6 } else { Family::V4 };
             let rule = FlowRule {
@@ -340,6 +372,21 @@ impl Rib {
             };
             rib.routes.insert(key, Route { rule, stale: false });
             changed = true;
+        }
+        // Logged once per UPDATE, not once per route: a peer's flood of
+        // routes is not a flood of log lines.
+        if let Some(what) = unsupported_seen {
+            tracing::warn!(
+                event = "bgp_unsupported_action",
+                "UPDATE from {peer}: {what} not supported (and so for every flow it carries that names it); matches are counted"
+            );
+        }
+        if refused > 0 {
+            rib.refused += refused;
+            tracing::warn!(
+                event = "bgp_max_routes",
+                "UPDATE from {peer}: {refused} route(s) refused, the peer holds {max} (--bgp-max-routes)"
+            );
         }
         if u.flows_announced.is_empty()
             && u.flows_withdrawn.is_empty()
@@ -397,17 +444,19 @@ impl Rib {
         gone
     }
 
-    /// Routes held per family, and whether some are stale.
-    fn counts(&self, peer: SocketAddr) -> ([u64; 4], bool) {
+    /// Routes held per family, whether some are stale, and how many were
+    /// refused over the limit.
+    fn counts(&self, peer: SocketAddr) -> ([u64; 4], bool, u64) {
         let mut n = [0u64; 4];
         let mut stale = false;
+        let refused = self.peers.get(&peer).map_or(0, |r| r.refused);
         if let Some(rib) = self.peers.get(&peer) {
             for r in rib.routes.values() {
                 n[family_index(r.rule.flow.family, r.rule.blackhole)] += 1;
                 stale |= r.stale;
             }
         }
-        (n, stale)
+        (n, stale, refused)
     }
 
     /// Every peer's routes as one table.
@@ -452,6 +501,7 @@ impl Bgp {
                 updates: [0; 4],
                 last_error: None,
                 stale: false,
+                refused: 0,
             })
             .collect();
         let (tx, rx) = channel();
@@ -539,7 +589,7 @@ fn rib_loop(
     state: Arc<BgpState>,
     stop: &AtomicBool,
 ) {
-    let mut rib = Rib::new(cfg.blackhole_communities.clone(), cfg.keep_on_down);
+    let mut rib = Rib::new(cfg.blackhole_communities.clone(), cfg.keep_on_down).with_max_routes(cfg.max_routes);
     let row = |state: &BgpState, peer: SocketAddr, f: &mut dyn FnMut(&mut SessionRow)| {
         let mut rows = state.sessions.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(r) = rows.iter_mut().find(|r| r.peer == peer.to_string()) {
@@ -592,7 +642,7 @@ fn rib_loop(
                     touched.push(peer);
                 }
                 session::Event::Down { peer, reason, keep_for } => {
-                    let (held, _) = rib.counts(peer);
+                    let (held, _, _) = rib.counts(peer);
                     let held: u64 = held.iter().sum();
                     let went = rib.down(peer, keep_for, Instant::now());
                     let what = if went {
@@ -627,10 +677,11 @@ fn rib_loop(
             touched.push(peer);
         }
         for peer in touched {
-            let (routes, stale) = rib.counts(peer);
+            let (routes, stale, refused) = rib.counts(peer);
             row(&state, peer, &mut |r| {
                 r.routes = routes;
                 r.stale = stale;
+                r.refused = refused;
             });
         }
         if changed {
@@ -733,6 +784,36 @@ mod tests {
         // Withdrawn.
         assert!(rib.update(peer(1), &Update { flows_withdrawn: vec![udp53()], ..Update::default() }));
         assert!(rib.table(Placement::First).is_empty());
+    }
+
+    #[test]
+    fn a_peer_holds_at_most_max_routes() {
+        let mut rib = Rib::new(vec![BLACKHOLE], false).with_max_routes(2);
+        let flows: Vec<Flow> = (1..=3u8)
+            .map(|i| Flow {
+                family: Family::V4,
+                components: vec![Component::Destination(PrefixMatch::new(IpAddr::from([203, 0, 113, i]), 32))],
+            })
+            .collect();
+        assert!(rib.update(peer(1), &announce(flows.clone(), vec![FlowAction::RateBytes(0.0)])));
+        assert_eq!(rib.table(Placement::First).rules().len(), 2, "the third refused");
+        assert_eq!(rib.counts(peer(1)).2, 1);
+        // Announcing one it holds again is a replacement, not a new route;
+        // a blackhole over the limit is refused too; another peer has its own.
+        rib.update(peer(1), &announce(vec![flows[0].clone()], vec![]));
+        let bh = Update {
+            announced: vec![("198.51.100.7".parse().unwrap(), 32)],
+            communities: vec![BLACKHOLE],
+            ..Update::default()
+        };
+        rib.update(peer(1), &bh);
+        assert_eq!(rib.counts(peer(1)).2, 2);
+        assert!(rib.update(peer(2), &bh));
+        assert_eq!(rib.table(Placement::First).rules().len(), 3);
+        // A withdrawal makes room.
+        rib.update(peer(1), &Update { flows_withdrawn: vec![flows[0].clone()], ..Update::default() });
+        assert!(rib.update(peer(1), &announce(vec![flows[2].clone()], vec![])));
+        assert_eq!(rib.table(Placement::First).rules().len(), 3);
     }
 
     #[test]

@@ -176,6 +176,10 @@ pub struct BgpArgs {
     /// A file holding the TCP MD5 key (RFC 2385) of the sessions (one line).
     #[arg(long = "bgp-password-file", value_name = "FILE")]
     pub bgp_password_file: Option<std::path::PathBuf>,
+    /// Routes one peer may hold, flows and blackholes together (default
+    /// 100000); the rest are refused and counted.
+    #[arg(long = "bgp-max-routes", value_name = "N")]
+    pub bgp_max_routes: Option<usize>,
     /// The longest graceful-restart window granted a peer.
     #[arg(long = "bgp-restart-time", value_name = "SECONDS", default_value_t = 120)]
     pub bgp_restart_time: u16,
@@ -195,6 +199,7 @@ impl BgpArgs {
             hold_time: self.bgp_hold_time,
             restart_time: self.bgp_restart_time,
             password_file: self.bgp_password_file.clone(),
+            max_routes: self.bgp_max_routes,
         };
         f.config().map_err(|e| anyhow::Error::new(crate::Usage(e)))
     }
