@@ -11,20 +11,30 @@ fn stdout(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// The guard beside nginx and HAProxy at the same limits (both must be
+/// installed: CI installs them), the direct path and a TLS guard, one
+/// case, with counters per contender.
 #[test]
-fn bench_guard_reports_both_paths_and_their_counters() {
-    let out = stdout(&["guard", "--duration", "1", "--reps", "1", "--connections", "8", "--pmc", "--tls"]);
+fn bench_guard_reports_every_contender_and_their_counters() {
+    let out =
+        stdout(&["guard", "--duration", "1", "--reps", "1", "--connections", "8", "--sizes", "512", "--pmc", "--tls"]);
     let lines: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let rep = &lines[0];
-    assert!(rep["direct_rps"].as_f64().unwrap() > 0.0 && rep["guarded_rps"].as_f64().unwrap() > 0.0, "{rep}");
-    // --tls: the same load over https through a guard terminating TLS.
-    assert!(rep["guarded_tls_rps"].as_f64().unwrap() > 0.0, "{rep}");
-    assert!(lines.last().unwrap()["median_tls_vs_plain"].as_f64().unwrap() > 0.0);
+    let find = |bench: &str| lines.iter().find(|l| l["bench"] == bench).unwrap_or_else(|| panic!("{bench}: {out}"));
+    let rep = find("guard");
+    assert_eq!((rep["size_bytes"].as_u64(), rep["connections"].as_u64()), (Some(512), Some(8)), "{rep}");
+    for k in ["direct_rps", "guarded_rps", "guarded_tls_rps", "nginx_rps", "haproxy_rps"] {
+        assert!(rep[k].as_f64().unwrap() > 0.0, "{k}: {rep}");
+    }
+    let case = find("guard_case");
+    for k in ["median_ratio", "median_tls_vs_plain", "guard_vs_nginx", "guard_vs_haproxy", "median_nginx_p99_us"] {
+        assert!(case[k].as_f64().unwrap() > 0.0, "{k}: {case}");
+    }
+    assert_eq!(case["targets"]["guard_vs_nginx"]["min"], 1.5, "{case}");
+    assert!(case["targets"]["p99_no_worse_than_peers"]["met"].is_boolean(), "{case}");
     let summary = lines.last().unwrap();
-    assert!(summary["median_ratio"].as_f64().unwrap() > 0.0, "{summary}");
-    assert_eq!(summary["target"]["min_ratio"], 0.7, "{summary}");
-    for side in ["direct", "guarded"] {
-        assert!(summary["pmc"][side]["sw"]["task_clock_ns"].as_u64().unwrap() > 0, "{summary}");
+    assert_eq!(summary["bench"], "guard_summary", "{summary}");
+    for side in ["direct", "guarded", "guarded_tls", "nginx", "haproxy"] {
+        assert!(summary["pmc"][side]["sw"]["task_clock_ns"].as_u64().unwrap() > 0, "{side}: {summary}");
     }
 }
 

@@ -306,19 +306,23 @@ impl<'a> Worker<'a> {
                 Err(e) => return Err(e),
             }
             for ev in &events {
-                // Any event may mean input (data, EOF, error): reading finds out.
+                // Input, EOF or an error: reading finds out which. A bare
+                // write-ready edge (one after nearly every send) is not
+                // read on: that read would fail with EAGAIN, one wasted
+                // system call per request.
+                let input = ev.is_readable() || ev.is_read_closed() || ev.is_error();
                 match ev.token() {
                     LISTENER => self.accept_pending = true,
                     Token(t) if t % 2 == 0 => {
                         if let Some(Some(c)) = self.clients.get_mut(t / 2) {
-                            c.readable = true;
+                            c.readable |= input;
                             c.read_closed |= ev.is_read_closed();
                         }
                         self.drive(t / 2)
                     }
                     Token(t) => {
                         if let Some(Some(u)) = self.ups.get_mut(t / 2) {
-                            u.readable = true;
+                            u.readable |= input;
                         }
                         self.up_event(t / 2)
                     }
@@ -901,7 +905,7 @@ impl<'a> Worker<'a> {
                 let i = *i;
                 self.drive(i);
             }
-            Some(Some(u)) => {
+            Some(Some(u)) if u.readable => {
                 // Idle: the upstream closed it (EOF), failed, or sent bytes
                 // no request asked for. Any of these ends it.
                 let mut scratch = [0u8; 512];

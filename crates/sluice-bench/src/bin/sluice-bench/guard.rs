@@ -1,10 +1,13 @@
-//! `sluice-bench guard`: `sluice http-load` straight to `sluice http-serve`
-//! against the same load through `sluice http-guard` (limits set, none
-//! reached), and with `--tls` through a second guard terminating TLS,
-//! repetitions alternating, one JSON line per repetition and one with the
-//! medians. The target (guarded >= 0.7 x direct) is reported, not
-//! asserted: on a small machine the three processes share the cores.
+//! `sluice-bench guard`: `sluice http-load` straight to `sluice
+//! http-serve`, through `sluice http-guard` (limits set, none reached),
+//! with `--tls` through a second guard terminating TLS, and through the
+//! `--peers` (nginx with 1 worker, HAProxy with 1 thread) at the same
+//! limits, for each response size and connection count; contenders
+//! alternating, one JSON line per repetition, one per case with the
+//! medians and the guard's ratios, one summary. Targets are reported, not
+//! asserted: on a small machine the processes share the cores.
 
+use crate::fronts;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use sluice_bench::pmc::{self, Pmc, Reading};
@@ -17,9 +20,16 @@ pub struct GuardBenchArgs {
     /// Seconds per contender per repetition.
     #[arg(long, default_value_t = 5)]
     pub duration: u64,
-    /// Connections the load keeps open.
-    #[arg(long, default_value_t = 32)]
-    pub connections: usize,
+    /// Connections the load keeps open: each count is a case of its own.
+    #[arg(long, value_delimiter = ',', default_value = "32,1000")]
+    pub connections: Vec<usize>,
+    /// Response body sizes (bytes) of the upstream: each is a case of its own.
+    #[arg(long, value_delimiter = ',', default_value = "128,16384")]
+    pub sizes: Vec<usize>,
+    /// The proxies the guard is measured beside, at the same limits:
+    /// nginx (1 worker) and HAProxy (1 thread); `none` for neither.
+    #[arg(long, value_delimiter = ',', default_value = "nginx,haproxy")]
+    pub peers: Vec<String>,
     /// Threads of each of http-load, http-serve and http-guard.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
@@ -147,9 +157,11 @@ pub(crate) fn spawn_announced(exe: &Path, args: &[&str], prefix: &str) -> Result
     bail!("sluice {} did not say where it listens", args[0])
 }
 
-/// `sluice http-serve` on a free loopback port for `total` seconds: it and its address.
-fn serve(exe: &Path, threads: &str, total: &str) -> Result<(Killed, String)> {
-    let args = ["http-serve", "--listen", "127.0.0.1:0", "--threads", threads, "--duration", total];
+/// `sluice http-serve` on a free loopback port for `total` seconds,
+/// answering `size`-byte bodies: it and its address.
+fn serve(exe: &Path, threads: &str, total: &str, size: usize) -> Result<(Killed, String)> {
+    let size = format!("fixed:{size}");
+    let args = ["http-serve", "--listen", "127.0.0.1:0", "--threads", threads, "--duration", total, "--size", &size];
     spawn_announced(exe, &args, "sluice: serving on ")
 }
 
@@ -208,97 +220,194 @@ pub fn run(a: GuardBenchArgs) -> Result<()> {
     if a.attack {
         return attack(&a, &exe);
     }
-    let total = (a.duration as usize * a.reps * 2 + 30).to_string();
-    let threads = a.threads.to_string();
-    let (_server, upstream) = serve(&exe, &threads, &total)?;
-    let mut pmc = a.pmc.then(Pmc::open_reporting);
-    let (_guard, guarded) = guard(&exe, &upstream, &threads, &total, &LIMITS)?;
-    let dir = tempfile::tempdir().context("a temporary directory")?;
-    let tls_guard = if a.tls {
-        let mut with_tls: Vec<&str> = LIMITS.to_vec();
-        let flags = tls_flags(dir.path())?;
-        with_tls.extend(flags.iter().map(String::as_str));
-        let total = (a.duration as usize * a.reps * 3 + 30).to_string();
-        Some(guard(&exe, &upstream, &threads, &total, &with_tls)?)
-    } else {
-        None
-    };
-    let mut counts = (Reading::default(), Reading::default());
-    let load = Load { exe: &exe, threads: &threads, a: &a };
-    let rps = |addr: &str| load.rps(addr, tls_guard.as_ref().is_some_and(|(_, t)| t == addr));
-    let (mut direct, mut through, mut p99s) = (Vec::new(), Vec::new(), Vec::new());
-    let mut tls_runs: Vec<(f64, f64)> = Vec::new();
-    for rep in 0..a.reps {
-        // Alternate which goes first, so drift in the machine's state hits both.
-        let mut run = |addr: &str, into: &mut Reading| -> Result<(f64, f64)> {
-            let (r, reading) = pmc::maybe(&mut pmc, || rps(addr));
-            if let Some(x) = reading {
-                into.add(&x);
-            }
-            r
-        };
-        let (d, g) = if rep % 2 == 0 {
-            let d = run(&upstream, &mut counts.0)?;
-            (d, run(&guarded, &mut counts.1)?)
-        } else {
-            let g = run(&guarded, &mut counts.1)?;
-            (run(&upstream, &mut counts.0)?, g)
-        };
-        let ((d, dp99), (g, gp99)) = (d, g);
-        // Then through the TLS guard (the same load over https).
-        let t = match &tls_guard {
-            Some((_, addr)) => Some(rps(addr)?),
-            None => None,
-        };
-        if let Some(t) = t {
-            tls_runs.push(t);
-        }
-        println!(
-            "{}",
-            serde_json::json!({
-                "bench": "guard", "rep": rep, "direct_rps": d, "guarded_rps": g, "ratio": g / d,
-                "direct_p99_us": dp99, "guarded_p99_us": gp99,
-                "guarded_tls_rps": t.map(|t| t.0), "guarded_tls_p99_us": t.map(|t| t.1),
-                "tls_vs_plain": t.map(|t| t.0 / g),
-            })
-        );
-        direct.push(d);
-        through.push(g);
-        p99s.push((dp99, gp99));
+    let peers: Vec<&str> = a.peers.iter().map(String::as_str).filter(|p| *p != "none").collect();
+    if let Some(p) = peers.iter().find(|p| !matches!(**p, "nginx" | "haproxy")) {
+        bail!("--peers: unknown peer {p:?} (nginx, haproxy or none)");
     }
-    let ratios: Vec<f64> = direct.iter().zip(&through).map(|(d, g)| g / d).collect();
-    let (md, mg, mr) = (median(&direct), median(&through), median(&ratios));
-    let side = |r: &Reading| {
-        let (hw, sw) = Reading::json_fields(Some(r));
+    if a.connections.is_empty() || a.sizes.is_empty() {
+        bail!("--connections and --sizes need at least one value each");
+    }
+    let cases: Vec<(usize, usize)> = a.sizes.iter().flat_map(|&s| a.connections.iter().map(move |&c| (s, c))).collect();
+    // Every front lives for the whole run: each case's runs, all contenders.
+    let contenders = 2 + usize::from(a.tls) + peers.len();
+    let total = (a.duration as usize * a.reps * contenders * cases.len() + 60).to_string();
+    let threads = a.threads.to_string();
+    let dir = tempfile::tempdir().context("a temporary directory")?;
+    // One upstream per response size, started before the counters open
+    // (so they count the fronts and the load, not the upstream).
+    let mut servers = Vec::new();
+    for &size in &a.sizes {
+        servers.push((size, serve(&exe, &threads, &total, size)?));
+    }
+    let mut pmc = a.pmc.then(Pmc::open_reporting);
+    let tls = if a.tls { tls_flags(dir.path())? } else { Vec::new() };
+    let peer_limits = fronts::Limits {
+        request_rate: 60_000,
+        request_burst: 60_000,
+        connection_rate: 1000,
+        concurrent_connections: 1000,
+        header_timeout_ms: 5000,
+        line_len: 4096,
+    };
+    let mut fronts_by_size = Vec::new();
+    for (size, (_, upstream)) in &servers {
+        let (g, guarded) = guard(&exe, upstream, &threads, &total, &LIMITS)?;
+        let tls_guard = if a.tls {
+            let mut with_tls: Vec<&str> = LIMITS.to_vec();
+            with_tls.extend(tls.iter().map(String::as_str));
+            Some(guard(&exe, upstream, &threads, &total, &with_tls)?)
+        } else {
+            None
+        };
+        let mut started = Vec::new();
+        for &p in &peers {
+            let port = fronts::free_port()?;
+            let pdir = dir.path().join(format!("{p}-{size}"));
+            std::fs::create_dir_all(&pdir)?;
+            let child = fronts::peer(p, upstream, port, &pdir, Some(&peer_limits))?;
+            started.push((p, child, format!("127.0.0.1:{port}")));
+        }
+        fronts_by_size.push((*size, upstream.clone(), (g, guarded), tls_guard, started));
+    }
+    let load = Load { exe: &exe, threads: &threads, a: &a };
+    let mut counts: std::collections::BTreeMap<&str, Reading> = Default::default();
+    let mut summaries = Vec::new();
+    for &(size, conns) in &cases {
+        let (_, upstream, (_, guarded), tls_guard, started) =
+            fronts_by_size.iter().find(|f| f.0 == size).expect("a front per size");
+        // The contenders in a fixed order; each repetition starts at a different one.
+        let mut order: Vec<(&str, &str, bool)> = vec![("direct", upstream, false), ("guard", guarded, false)];
+        if let Some((_, addr)) = tls_guard {
+            order.push(("guard_tls", addr, true));
+        }
+        order.extend(started.iter().map(|(p, _, addr)| (*p, addr.as_str(), false)));
+        let mut runs: std::collections::BTreeMap<&str, Vec<(f64, f64)>> = Default::default();
+        for rep in 0..a.reps {
+            let mut line =
+                serde_json::json!({ "bench": "guard", "size_bytes": size, "connections": conns, "rep": rep });
+            for k in 0..order.len() {
+                let (name, addr, tls) = order[(rep + k) % order.len()];
+                let (r, reading) = pmc::maybe(&mut pmc, || load.rps(addr, tls, conns));
+                let (rps, p99) = r.with_context(|| format!("{name}, {size}-byte responses, {conns} connections"))?;
+                if let Some(x) = reading {
+                    counts.entry(name).or_default().add(&x);
+                }
+                runs.entry(name).or_default().push((rps, p99));
+                let key = match name {
+                    "guard" => "guarded".to_owned(),
+                    "guard_tls" => "guarded_tls".to_owned(),
+                    other => other.to_owned(),
+                };
+                line[format!("{key}_rps")] = rps.into();
+                line[format!("{key}_p99_us")] = p99.into();
+            }
+            let (d, g) = (runs["direct"][rep].0, runs["guard"][rep].0);
+            line["ratio"] = (g / d).into();
+            if let Some(t) = runs.get("guard_tls") {
+                line["tls_vs_plain"] = (t[rep].0 / g).into();
+            }
+            println!("{line}");
+        }
+        summaries.push(case_summary(&a, size, conns, &runs, &peers));
+        println!("{}", summaries.last().expect("just pushed"));
+    }
+    let side = |r: Option<&Reading>| {
+        let (hw, sw) = Reading::json_fields(r);
         serde_json::json!({ "hw": hw, "sw": sw })
     };
-    let pmc_json = a.pmc.then(|| serde_json::json!({ "direct": side(&counts.0), "guarded": side(&counts.1) }));
+    let pmc_json = a.pmc.then(|| {
+        let mut m = serde_json::Map::new();
+        for (name, r) in &counts {
+            let key = match *name {
+                "guard" => "guarded",
+                "guard_tls" => "guarded_tls",
+                other => other,
+            };
+            m.insert(key.to_owned(), side(Some(r)));
+        }
+        serde_json::Value::Object(m)
+    });
+    let met = |k: &str| summaries.iter().all(|s| s["targets"][k]["met"].as_bool() != Some(false));
+    let judged = a.rate.is_none();
     println!(
         "{}",
         serde_json::json!({
-            "bench": "guard",
-            "connections": a.connections,
+            "bench": "guard_summary",
             "threads": a.threads,
             "duration_s": a.duration,
             "reps": a.reps,
-            "median_direct_rps": md,
-            "median_guarded_rps": mg,
-            "median_ratio": mr,
             "offered_rps": a.rate,
+            "peers": peers,
+            "cases": summaries.len(),
             "pmc": pmc_json,
-            "median_direct_p99_us": median(&p99s.iter().map(|p| p.0).collect::<Vec<_>>()),
-            "median_guarded_p99_us": median(&p99s.iter().map(|p| p.1).collect::<Vec<_>>()),
-            "median_guarded_tls_rps": a.tls.then(|| median(&tls_runs.iter().map(|t| t.0).collect::<Vec<_>>())),
-            "median_guarded_tls_p99_us": a.tls.then(|| median(&tls_runs.iter().map(|t| t.1).collect::<Vec<_>>())),
-            "median_tls_vs_plain": a.tls.then(|| {
-                median(&tls_runs.iter().zip(&through).map(|(t, g)| t.0 / g).collect::<Vec<_>>())
-            }),
-            // Below saturation both paths deliver the offered rate, so the
-            // target is judged on the closed loop's peak only.
-            "target": a.rate.is_none().then(|| serde_json::json!({ "min_ratio": 0.7, "met": mr >= 0.7 })),
+            // Below saturation every path delivers the offered rate: the
+            // targets are judged on the closed loop's peak only.
+            "targets": judged.then(|| serde_json::json!({
+                "guard_vs_direct": {"min": 0.7, "met": met("guard_vs_direct")},
+                "guard_vs_nginx": {"min": 1.5, "met": met("guard_vs_nginx")},
+                "guard_vs_haproxy": {"min": 1.5, "met": met("guard_vs_haproxy")},
+                "p99_no_worse_than_peers": {"met": met("p99_no_worse_than_peers")},
+            })),
         })
     );
+    drop(fronts_by_size);
+    drop(servers);
     Ok(())
+}
+
+/// One case's medians, the guard's ratios against the direct path and
+/// each peer, and the targets judged (closed loop only).
+fn case_summary(
+    a: &GuardBenchArgs,
+    size: usize,
+    conns: usize,
+    runs: &std::collections::BTreeMap<&str, Vec<(f64, f64)>>,
+    peers: &[&str],
+) -> serde_json::Value {
+    let med =
+        |name: &str, f: fn(&(f64, f64)) -> f64| runs.get(name).map(|r| median(&r.iter().map(f).collect::<Vec<_>>()));
+    let rps = |name| med(name, |r| r.0);
+    let p99 = |name| med(name, |r| r.1);
+    // Ratios are medians of each repetition's pair (the same moment of the machine).
+    let pair = |num: &str, den: &str| -> Option<f64> {
+        let (n, d) = (runs.get(num)?, runs.get(den)?);
+        Some(median(&n.iter().zip(d).map(|(n, d)| n.0 / d.0).collect::<Vec<_>>()))
+    };
+    let judged = a.rate.is_none();
+    let mut s = serde_json::json!({
+        "bench": "guard_case",
+        "size_bytes": size,
+        "connections": conns,
+        "threads": a.threads,
+        "duration_s": a.duration,
+        "reps": a.reps,
+        "offered_rps": a.rate,
+        "median_direct_rps": rps("direct"),
+        "median_guarded_rps": rps("guard"),
+        "median_direct_p99_us": p99("direct"),
+        "median_guarded_p99_us": p99("guard"),
+        "median_ratio": pair("guard", "direct"),
+        "median_guarded_tls_rps": rps("guard_tls"),
+        "median_guarded_tls_p99_us": p99("guard_tls"),
+        "median_tls_vs_plain": pair("guard_tls", "guard"),
+    });
+    let mut targets = serde_json::Map::new();
+    let ratio = pair("guard", "direct").unwrap_or(f64::NAN);
+    targets.insert("guard_vs_direct".into(), serde_json::json!({"min": 0.7, "value": ratio, "met": ratio >= 0.7}));
+    let mut p99_ok = true;
+    for &p in peers {
+        let r = pair("guard", p).unwrap_or(f64::NAN);
+        s[format!("median_{p}_rps")] = rps(p).into();
+        s[format!("median_{p}_p99_us")] = p99(p).into();
+        s[format!("guard_vs_{p}")] = r.into();
+        targets.insert(format!("guard_vs_{p}"), serde_json::json!({"min": 1.5, "value": r, "met": r >= 1.5}));
+        p99_ok &= p99("guard") <= p99(p);
+    }
+    if !peers.is_empty() {
+        targets.insert("p99_no_worse_than_peers".into(), serde_json::json!({ "met": p99_ok }));
+    }
+    s["targets"] = if judged { serde_json::Value::Object(targets) } else { serde_json::Value::Null };
+    s
 }
 
 /// One `sluice http-load` run as the benchmark's flags say.
@@ -311,10 +420,10 @@ struct Load<'a> {
 impl Load<'_> {
     /// Requests/s and p99 latency (µs) of a run against `addr`; an error
     /// if any request failed (a limit was reached?).
-    fn rps(&self, addr: &str, tls: bool) -> Result<(f64, f64)> {
+    fn rps(&self, addr: &str, tls: bool, conns: usize) -> Result<(f64, f64)> {
         let a = self.a;
         let url = if tls { format!("https://{addr}/") } else { format!("http://{addr}/") };
-        let (conns, dur) = (a.connections.to_string(), a.duration.to_string());
+        let (conns, dur) = (conns.to_string(), a.duration.to_string());
         let mut load = Command::new(self.exe);
         load.args(["http-load", "--url", &url, "--threads", self.threads, "--connections", &conns]).args([
             "--duration",
@@ -363,7 +472,7 @@ fn attack(a: &GuardBenchArgs, exe: &Path) -> Result<()> {
     let dir = tempfile::tempdir().context("a temporary directory")?;
     let threads = a.threads.to_string();
     let total = ((a.duration + a.attack_delay) * 2 + 30).to_string();
-    let (_server, upstream) = serve(exe, &threads, &total)?;
+    let (_server, upstream) = serve(exe, &threads, &total, 128)?;
     let limit = a.limit.to_string();
     let legit = format!(
         "[[pool]]\nname = \"legit\"\nsource = \"{}\"\nconnections = {}\nrate = {}\nthreads = {}\nduration = {}\n",

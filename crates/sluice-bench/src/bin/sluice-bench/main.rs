@@ -16,6 +16,7 @@ use std::time::Instant;
 
 mod filter;
 mod flowspec;
+mod fronts;
 mod guard;
 mod http;
 mod http_load;

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::fronts::{free_port, wait_listening};
 use crate::guard::Killed;
 
 /// Response size of the upstream (and of each probe).
@@ -31,11 +32,6 @@ pub struct Slow<'a> {
     pub rate: usize,
 }
 
-/// A free loopback port (bound, then released for the contender to take).
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 /// Resident memory of `pid` and its children, in KiB.
 fn rss_tree_kib(pid: u32) -> u64 {
     let own = std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -48,17 +44,6 @@ fn rss_tree_kib(pid: u32) -> u64 {
     own + children.split_whitespace().filter_map(|c| c.parse().ok()).map(rss_tree_kib).sum::<u64>()
 }
 
-fn wait_listening(addr: SocketAddr) -> Result<()> {
-    let end = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < end {
-        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    bail!("nothing listens on {addr}")
-}
-
 /// Start a contender in front of `upstream` on `port`.
 fn front(exe: &Path, name: &str, upstream: &str, port: u16, dir: &Path, total: u64) -> Result<Killed> {
     let child = match name {
@@ -69,43 +54,7 @@ fn front(exe: &Path, name: &str, upstream: &str, port: u16, dir: &Path, total: u
             .stderr(Stdio::null())
             .spawn()
             .context("starting sluice http-guard")?,
-        "nginx" => {
-            let conf = dir.join("nginx.conf");
-            std::fs::write(
-                &conf,
-                format!(
-                    "worker_processes 1;\nworker_rlimit_nofile 20000;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log;\n\
-                     events {{ worker_connections 19000; }}\n\
-                     http {{ access_log off; client_body_temp_path {dir}/body; proxy_temp_path {dir}/proxy;\n\
-                       server {{ listen 127.0.0.1:{port}; location / {{ proxy_pass http://{upstream}; }} }} }}\n",
-                    dir = dir.display()
-                ),
-            )?;
-            Command::new("nginx")
-                .args(["-p", &dir.display().to_string(), "-c", &conf.display().to_string(), "-g", "daemon off;"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .context("starting nginx (apt-get install nginx)")?
-        }
-        "haproxy" => {
-            let conf = dir.join("haproxy.cfg");
-            std::fs::write(
-                &conf,
-                format!(
-                    "global\n  maxconn 9000\n  nbthread 1\n\
-                     defaults\n  mode http\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n  timeout http-request 10s\n\
-                     frontend f\n  bind 127.0.0.1:{port}\n  default_backend b\n\
-                     backend b\n  server s {upstream}\n"
-                ),
-            )?;
-            Command::new("haproxy")
-                .args(["-f", &conf.display().to_string(), "-db"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .context("starting haproxy (apt-get install haproxy)")?
-        }
+        "nginx" | "haproxy" => return crate::fronts::peer(name, upstream, port, dir, None),
         other => bail!("unknown contender {other:?}: guard, nginx or haproxy"),
     };
     let child = Killed(child);
