@@ -72,6 +72,14 @@ pub struct GuardArgs {
     /// No byte from the upstream for this many ms while a response is owed: 504 (0: off).
     #[arg(long, value_name = "MS", default_value_t = 60_000)]
     pub upstream_timeout: u64,
+    /// Requests at the upstream at once, all threads together (0: no cap).
+    /// Beyond, requests wait: clients served before and not near a limit
+    /// first, new addresses in one slot of four while both wait.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub upstream_max_inflight: usize,
+    /// A request waiting this many ms for an upstream slot is answered 503 (0: no limit).
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    pub upstream_queue_timeout: u64,
     /// Bytes held per direction per connection (response to the client,
     /// request body to the upstream); reads stop while it is full.
     #[arg(long, value_name = "BYTES", default_value_t = sluice_guard::DEFAULT_BUFFER_SIZE)]
@@ -239,8 +247,10 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
             min_response_rate: MinRate::new(a.min_response_rate, Duration::from_millis(a.min_rate_window)),
             upstream_connect: ms(a.upstream_connect_timeout),
             upstream_response: ms(a.upstream_timeout),
+            upstream_queue: ms(a.upstream_queue_timeout),
         },
         buffer_size: a.buffer_size,
+        upstream_max_inflight: a.upstream_max_inflight,
         action: a.block_action,
         ip_block: a.ip_block,
         block_file: a.block_file,

@@ -79,6 +79,11 @@ pub struct Config {
     /// guard's memory is at most about `max_connections` times twice this
     /// plus the request head buffer (docs/http-guard.md).
     pub buffer_size: usize,
+    /// Requests at the upstream at once, all threads together (0: no cap).
+    /// Beyond, requests wait in a queue that serves known clients (served
+    /// before, not near a limit) first and gives new ones a share of the
+    /// slots (see `proxy::NEW_SHARE`).
+    pub upstream_max_inflight: usize,
     pub action: BlockAction,
     /// Block a breaching address for this many seconds (0: until restart); `None`: no IP blocks.
     pub ip_block: Option<u64>,
@@ -129,6 +134,7 @@ impl Config {
             limits: Limits::default(),
             timeouts: Timeouts::default(),
             buffer_size: DEFAULT_BUFFER_SIZE,
+            upstream_max_inflight: 0,
             action: BlockAction::Reply,
             ip_block: None,
             block_file: None,
@@ -194,6 +200,14 @@ sluice_metrics::counters! {
         upstream_timeouts => "sluice_guard_upstream_timeouts",
         /// Upstream connections opened.
         upstream_connects,
+        /// Requests that waited for an upstream slot (`--upstream-max-inflight`).
+        upstream_queued => "sluice_guard_upstream_queued",
+        /// Of those, from new clients (not served before, or near a limit).
+        upstream_queued_new => "sluice_guard_upstream_queued_new",
+        /// Microseconds those requests waited in all.
+        upstream_queue_wait_us => "sluice_guard_upstream_queue_wait_us",
+        /// Requests that waited `--upstream-queue-timeout` for a slot: 503.
+        upstream_queue_timeouts => "sluice_guard_upstream_queue_timeouts",
         /// Connections closed at accept (blocked, or no room to track).
         refused_at_accept => "sluice_guard_refused_at_accept",
         /// Of those, for no room in the client table.

@@ -12,7 +12,7 @@ use crate::frame::{HeadInfo, HeadStep, Refusal, RequestFramer};
 use crate::limits::{Limit, Limits};
 use crate::outbuf::{OutBuf, Pool};
 use crate::proxyproto::Parsed;
-use crate::table::Admit;
+use crate::table::{Admit, Standing};
 use crate::timeouts::{Stalled, Watch};
 use crate::tls::{Input, TlsConn};
 use crate::{BlockAction, Config, Shared, ThreadCounters};
@@ -48,6 +48,11 @@ const ACCEPT_BATCH: usize = 64;
 /// A response the client took no byte of for this long is stalled: at
 /// `--max-connections` it may be shed to make room.
 const STALLED: Duration = Duration::from_secs(1);
+/// At `--upstream-max-inflight`, one slot in this many goes to the
+/// oldest request of a new client while known clients wait too: new
+/// addresses never starve, and an attack of new addresses takes at most
+/// this share of the upstream from the clients it has served before.
+const NEW_SHARE: u32 = 4;
 /// Block lines logged per second per thread; beyond, one line says how
 /// many more were made (a flood of new attackers must not flood the log).
 const BLOCK_LINES: u32 = 50;
@@ -64,6 +69,10 @@ enum Phase {
     Proxy,
     Head,
     Body,
+    /// A whole head, checked and counted, waiting since then for a slot
+    /// at the upstream (`--upstream-max-inflight`): forwarded in its
+    /// queue's turn (`Worker::dispatch_queued`).
+    Queued(Instant, HeadInfo),
     /// Request forwarded; waiting for (the rest of) its response.
     Await,
     /// Write what is queued, then shut the write side.
@@ -188,6 +197,8 @@ enum Due<'c> {
     Breach(Limit),
     /// The upstream did not connect or answer in time.
     Upstream,
+    /// A request waited too long for an upstream slot.
+    Queue,
 }
 
 pub(crate) struct Worker<'a> {
@@ -223,6 +234,16 @@ pub(crate) struct Worker<'a> {
     up_lines: (Option<Instant>, u64),
     /// Response buffers (`--buffer-size` each).
     pool: Pool,
+    /// Requests at the upstream (clients with `req`), and this thread's
+    /// share of `--upstream-max-inflight` (0: no cap).
+    inflight: usize,
+    max_inflight: usize,
+    /// Requests waiting for a slot, oldest first: (slot, serial), known
+    /// clients and new ones apart; and slots given since the last that
+    /// went to a new client.
+    queue_known: std::collections::VecDeque<(usize, u64)>,
+    queue_new: std::collections::VecDeque<(usize, u64)>,
+    since_new: u32,
 }
 
 fn reason(status: u16) -> &'static str {
@@ -236,6 +257,7 @@ fn reason(status: u16) -> &'static str {
         429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         501 => "Not Implemented",
+        503 => "Service Unavailable",
         502 => "Bad Gateway",
         504 => "Gateway Timeout",
         _ => "Error",
@@ -287,6 +309,14 @@ impl<'a> Worker<'a> {
             block_lines: (Instant::now(), 0, 0),
             up_lines: (None, 0),
             pool: Pool::new(cfg.buffer_size, POOL_KEEP),
+            inflight: 0,
+            max_inflight: match cfg.upstream_max_inflight {
+                0 => 0,
+                n => (n / cfg.threads.max(1)).max(1),
+            },
+            queue_known: Default::default(),
+            queue_new: Default::default(),
+            since_new: 0,
         })
     }
 
@@ -341,6 +371,7 @@ impl<'a> Worker<'a> {
                 next_sweep = Instant::now() + TICK;
                 self.sweep_deadlines();
             }
+            self.dispatch_queued();
         }
         for i in 0..self.clients.len() {
             if self.clients[i].is_some() {
@@ -602,7 +633,7 @@ impl<'a> Worker<'a> {
     fn refuse(&mut self, c: &mut Client, r: Refusal) -> After {
         self.note(c.ip, c.ja4.as_deref(), r.limit);
         let started = c.req.as_ref().is_some_and(|q| q.resp_started);
-        if let Some(q) = c.req.take() {
+        if let Some(q) = self.end_req(c) {
             self.close_up(q.up);
         }
         (c.head_deadline, c.idle_deadline) = (None, None);
@@ -695,7 +726,7 @@ impl<'a> Worker<'a> {
         if c.tracked {
             self.shared.table.on_close(c.ip);
         }
-        if let Some(q) = c.req.take() {
+        if let Some(q) = self.end_req(&mut c) {
             self.close_up(q.up);
         }
         c.out.discard(&mut self.pool);
@@ -803,6 +834,13 @@ impl<'a> Worker<'a> {
                     After::Close
                 }
                 Due::Upstream => self.upstream_timed_out(&mut c),
+                Due::Queue => {
+                    // Not the client's fault: answered, not counted against it.
+                    add(&self.n.upstream_queue_timeouts, 1);
+                    error_response(&mut c.out, &mut self.pool, 503);
+                    c.phase = Phase::Closing;
+                    After::Keep
+                }
                 Due::Breach(limit) if self.cfg.dry_run => {
                     // Counted once; the client may go on as slowly as it likes.
                     self.note(c.ip, c.ja4.as_deref(), limit);
@@ -846,6 +884,9 @@ impl<'a> Worker<'a> {
                 return Due::Close(Some(&n.closed_idle))
             }
             Phase::Head if head_due && c.end > c.start => return Due::Breach(Limit::ClientHeaderTimeout),
+            Phase::Queued(since, _) if t.upstream_queue.is_some_and(|d| now.duration_since(since) >= d) => {
+                return Due::Queue
+            }
             _ => {}
         }
         if !c.slow_noted {
@@ -888,7 +929,7 @@ impl<'a> Worker<'a> {
     /// cannot be completed).
     fn upstream_timed_out(&mut self, c: &mut Client) -> After {
         add(&self.n.upstream_timeouts, 1);
-        let Some(q) = c.req.take() else { return After::Keep };
+        let Some(q) = self.end_req(c) else { return After::Keep };
         self.close_up(q.up);
         if q.resp_started {
             return After::Close;
@@ -1174,6 +1215,80 @@ impl<'a> Worker<'a> {
         } else if let Err(limit) = self.request(c) {
             return self.refused(c, Refusal { limit, status: limit.status(), reason: limit.name() });
         }
+        // At the cap, or others already wait: the request waits its turn.
+        let full = self.max_inflight > 0 && self.inflight >= self.max_inflight;
+        if full || !self.queue_known.is_empty() || !self.queue_new.is_empty() {
+            return self.enqueue(c, i, h);
+        }
+        self.start_upstream(c, i, h)
+    }
+
+    /// A checked request waits for an upstream slot, in its client's queue.
+    fn enqueue(&mut self, c: &mut Client, i: usize, h: HeadInfo) -> Next {
+        add(&self.n.upstream_queued, 1);
+        // Entries of clients gone meanwhile are skipped when their turn
+        // comes; while no slot frees, they are swept here instead, so the
+        // queues stay within about one entry per open connection.
+        if self.queue_known.len() + self.queue_new.len() > 2 * self.open + 64 {
+            let clients = &self.clients;
+            let live = |&(i, serial): &(usize, u64)| {
+                clients[i].as_ref().is_some_and(|c| c.serial == serial && matches!(c.phase, Phase::Queued(..)))
+            };
+            self.queue_known.retain(live);
+            self.queue_new.retain(live);
+        }
+        c.phase = Phase::Queued(Instant::now(), h);
+        match self.shared.table.standing(c.ip, self.now_ms()) {
+            Standing::Known => self.queue_known.push_back((i, c.serial)),
+            Standing::New => {
+                add(&self.n.upstream_queued_new, 1);
+                self.queue_new.push_back((i, c.serial));
+            }
+        }
+        Next::Go(true)
+    }
+
+    /// Give free upstream slots to queued requests: known clients' first,
+    /// one slot in [`NEW_SHARE`] to a new client's while both wait.
+    fn dispatch_queued(&mut self) {
+        while self.max_inflight == 0 || self.inflight < self.max_inflight {
+            let new_turn = self.queue_known.is_empty() || self.since_new + 1 >= NEW_SHARE;
+            let next = if new_turn { self.queue_new.pop_front() } else { None };
+            let Some((i, serial)) = next.or_else(|| self.queue_known.pop_front()) else { return };
+            // Gone meanwhile (closed, blocked, timed out): the slot goes on.
+            let Some(mut c) = self.clients.get_mut(i).and_then(Option::take) else { continue };
+            let Phase::Queued(since, h) = c.phase else {
+                self.clients[i] = Some(c);
+                continue;
+            };
+            if c.serial != serial {
+                self.clients[i] = Some(c);
+                continue;
+            }
+            self.since_new = if next.is_some() { 0 } else { self.since_new + 1 };
+            add(&self.n.upstream_queue_wait_us, since.elapsed().as_micros() as u64);
+            let after = match self.start_upstream(&mut c, i, h) {
+                Next::End(after) => after,
+                Next::Go(_) | Next::Again => After::Keep,
+            };
+            self.clients[i] = Some(c);
+            match after {
+                After::Keep => self.drive(i),
+                After::Close => self.close_client(i, false),
+                After::Reset => self.close_client(i, true),
+            }
+        }
+    }
+
+    /// The request's upstream exchange ended: its slot is free.
+    fn end_req(&mut self, c: &mut Client) -> Option<InFlight> {
+        let q = c.req.take()?;
+        self.inflight -= 1;
+        Some(q)
+    }
+
+    /// Send a checked head to an upstream connection (pooled or new).
+    fn start_upstream(&mut self, c: &mut Client, i: usize, h: HeadInfo) -> Next {
         let j = match self.take_up() {
             Ok(j) => j,
             Err(e) => {
@@ -1194,6 +1309,7 @@ impl<'a> Worker<'a> {
         c.start += h.len;
         add(&self.n.forwarded, 1);
         c.req = Some(InFlight { up: j, keep_alive: h.keep_alive, resp_started: false });
+        self.inflight += 1;
         c.phase = if h.has_body { Phase::Body } else { Phase::Await };
         Next::Go(true)
     }
@@ -1293,7 +1409,8 @@ impl<'a> Worker<'a> {
                 c.phase = Phase::Draining(Instant::now() + DRAIN_FOR);
                 return Next::Again;
             }
-            if c.peer_eof && c.req.is_none() && !progress && moved == 0 {
+            let queued = matches!(c.phase, Phase::Queued(..));
+            if c.peer_eof && c.req.is_none() && !queued && !progress && moved == 0 {
                 // Gone, and everything it asked is answered (a partial
                 // head at EOF gets nothing; a whole one is framed on the
                 // next turn, so only once nothing moved).
@@ -1388,8 +1505,13 @@ impl<'a> Worker<'a> {
     /// waits for its next request or is closed, and the status counts
     /// toward the client's response-code limit.
     fn answered(&mut self, c: &mut Client, u: &mut Up, status: u16, close: bool, eof: bool) -> Result<bool, After> {
+        // The address is known from its first response on (a forwarded
+        // connection carries many clients: each is marked).
+        if (!c.served || c.forwarded) && self.max_inflight > 0 {
+            self.shared.table.on_served(c.ip);
+        }
         c.served = true;
-        let q = c.req.take().expect("relaying a request");
+        let q = self.end_req(c).expect("relaying a request");
         let j = q.up;
         u.client = None;
         // Extra bytes after the response were never asked for: they
@@ -1433,7 +1555,7 @@ impl<'a> Worker<'a> {
             false => "closed before answering".into(),
         });
         self.upstream_failed(format_args!("{why}"));
-        let q = c.req.take().expect("relaying a request");
+        let q = self.end_req(c).expect("relaying a request");
         self.close_up_later(q.up);
         if q.resp_started {
             return Err(After::Close);

@@ -41,6 +41,8 @@ pub struct ClientState {
     concurrent: u16,
     /// Clock bit: touched since the hand last passed.
     referenced: bool,
+    /// A response was relayed to it: a known client (`Standing`).
+    served: bool,
 }
 
 const _: () = assert!(size_of::<ClientState>() <= 80);
@@ -101,6 +103,13 @@ pub enum Admit {
     Full,
     /// A connection limit broke (the connection is not tracked).
     Breach(Limit),
+}
+
+/// Where a request waiting for the upstream queues ([`Table::standing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    Known,
+    New,
 }
 
 /// Live counters of the table.
@@ -350,6 +359,35 @@ impl Table {
         if let Some(&i) = s.index.get(&k) {
             let st = &mut s.states[i as usize];
             st.concurrent = st.concurrent.saturating_sub(1);
+        }
+    }
+
+    /// A response was relayed to `ip`: from now on it is a known client
+    /// (while the guard tracks it).
+    pub fn on_served(&self, ip: IpAddr) {
+        let k = self.key(ip);
+        let mut s = lock(self.shard(k));
+        if let Some(&i) = s.index.get(&k) {
+            s.states[i as usize].served = true;
+        }
+    }
+
+    /// How `ip` stands for a slot at the upstream: known if it was served
+    /// before and its request rate over the last second is at most half of
+    /// each request limit; else new (never seen, never served, or near a
+    /// limit: an attacker's first allowed requests).
+    pub fn standing(&self, ip: IpAddr, now_ms: u64) -> Standing {
+        let k = self.key(ip);
+        let s = lock(self.shard(k));
+        let Some(&i) = s.index.get(&k) else { return Standing::New };
+        let st = &s.states[i as usize];
+        let rate = st.rate.rate(REQ, (now_ms / 125) as u32);
+        let l = &self.limits;
+        let near = [l.request_rate, l.request_burst].into_iter().flatten().any(|max| rate * 2 > max);
+        if st.served && !near {
+            Standing::Known
+        } else {
+            Standing::New
         }
     }
 

@@ -65,6 +65,9 @@ pub struct Timeouts {
     /// No byte from the upstream for this long while a response is owed
     /// (and the client has room for it). 504, or closed once the response began.
     pub upstream_response: Option<Duration>,
+    /// A request waiting for an upstream slot (`--upstream-max-inflight`)
+    /// this long is answered 503.
+    pub upstream_queue: Option<Duration>,
 }
 
 impl Default for Timeouts {
@@ -79,6 +82,7 @@ impl Default for Timeouts {
             min_response_rate: rate,
             upstream_connect: Some(Duration::from_secs(5)),
             upstream_response: Some(Duration::from_secs(60)),
+            upstream_queue: Some(Duration::from_secs(10)),
         }
     }
 }
@@ -95,6 +99,7 @@ impl Timeouts {
             min_response_rate: None,
             upstream_connect: None,
             upstream_response: None,
+            upstream_queue: None,
         }
     }
 }

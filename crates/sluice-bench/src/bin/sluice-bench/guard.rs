@@ -80,6 +80,10 @@ pub struct GuardBenchArgs {
     /// sheds the ones never served (the attackers' newest) to make room.
     #[arg(long, default_value_t = 0)]
     pub guard_max_connections: usize,
+    /// --attack: the guard's --upstream-max-inflight (0: no cap), so known
+    /// clients go first when the attack's first allowed requests arrive.
+    #[arg(long, default_value_t = 0)]
+    pub guard_max_inflight: usize,
     /// Also through a guard terminating TLS (a self-signed certificate made
     /// for the run; http-load over https): its requests/s against the plain
     /// guard's. With --attack: both pools over TLS.
@@ -122,7 +126,20 @@ fn tls_flags(dir: &Path) -> Result<Vec<String>> {
 pub(crate) struct Killed(pub(crate) Child);
 
 impl Drop for Killed {
+    /// SIGTERM first, so a master process (nginx's) ends its workers, then
+    /// SIGKILL after 2 s if it is still there.
     fn drop(&mut self) {
+        let term = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).stderr(Stdio::null()).status();
+        if term.is_err() {
+            let _ = self.0.kill();
+        }
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while std::time::Instant::now() < end {
+            if matches!(self.0.try_wait(), Ok(Some(_)) | Err(_)) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -492,11 +509,15 @@ fn attack(a: &GuardBenchArgs, exe: &Path) -> Result<()> {
     );
     let tls = if a.tls { tls_flags(dir.path())? } else { Vec::new() };
     let max_connections = a.guard_max_connections.to_string();
+    let max_inflight = a.guard_max_inflight.to_string();
     // One fresh guard per phase, so no block carries over.
     let phase = |name: &str, pools: &str| -> Result<(serde_json::Value, serde_json::Value)> {
         let mut limits = vec!["--request-rate", &limit, "--request-burst", &limit, "--ip-block", "60", "--json"];
         if a.guard_max_connections > 0 {
             limits.extend(["--max-connections", &max_connections]);
+        }
+        if a.guard_max_inflight > 0 {
+            limits.extend(["--upstream-max-inflight", &max_inflight]);
         }
         limits.extend(tls.iter().map(String::as_str));
         let (guarding, addr) = guard(exe, &upstream, &threads, &total, &limits)?;
@@ -520,6 +541,10 @@ fn attack(a: &GuardBenchArgs, exe: &Path) -> Result<()> {
     let (both, g) = phase("both", &format!("{legit}\n{attackers}"))?;
     // What the guard did to the attack: blocks, sheds, handshakes.
     let keys = [
+        "upstream_queued",
+        "upstream_queued_new",
+        "upstream_queue_wait_us",
+        "upstream_queue_timeouts",
         "blocked_total",
         "shed_waiting",
         "refused_at_accept",
@@ -561,6 +586,7 @@ fn attack(a: &GuardBenchArgs, exe: &Path) -> Result<()> {
             "duration_s": a.duration,
             "attack_delay_s": a.attack_delay,
             "limit_per_ip": a.limit,
+            "guard_max_inflight": a.guard_max_inflight,
             "legit": {"clients": a.legit_clients, "rate": a.legit_rate, "rps_alone": la["rps"], "rps_attacked": lb["rps"],
                       "success_alone": success(la), "success_attacked": legit_success,
                       "p99_us_alone": p99(la), "p99_us_attacked": p99(lb), "errors_attacked": lb["errors"],
