@@ -68,6 +68,12 @@ fn help(family: &str) -> &'static str {
         "sluice_guard_upstream_timeouts" => {
             "Upstreams that did not connect or answer in time (504, or the client closed)."
         }
+        "sluice_guard_upstream_queued" => "Requests that waited for an upstream slot (--upstream-max-inflight).",
+        "sluice_guard_upstream_queued_new" => {
+            "Of those, from new clients (not served before, or near a request limit)."
+        }
+        "sluice_guard_upstream_queue_wait_us" => "Microseconds those requests waited for a slot, in all.",
+        "sluice_guard_upstream_queue_timeouts" => "Requests that waited --upstream-queue-timeout for a slot: 503.",
         "sluice_guard_refused_at_accept" => "Connections closed at accept (blocked, or no room to track).",
         "sluice_guard_connections" => "Client connections accepted.",
         "sluice_guard_closed_idle" => "Connections closed after the header timeout without a byte of a request.",
