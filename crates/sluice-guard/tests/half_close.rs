@@ -3,10 +3,13 @@
 //! found by the `guard_conn` fuzz target, where the guard answered the
 //! first and closed when the FIN had arrived before that first response.
 
+#[path = "support/heads.rs"]
+mod heads;
+
 use sluice_guard::tls::CertFiles;
 use sluice_guard::{Config, Guard};
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,27 +20,10 @@ const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
 /// An upstream that answers each request head with [`OK`] after 50 ms (so
 /// the client's FIN reaches the guard before the first response does).
 fn slow_upstream() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for mut s in l.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                while let Ok(n @ 1..) = s.read(&mut chunk) {
-                    buf.extend_from_slice(&chunk[..n]);
-                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        buf.drain(..end + 4);
-                        std::thread::sleep(Duration::from_millis(50));
-                        if s.write_all(OK).is_err() {
-                            return;
-                        }
-                    }
-                }
-            });
-        }
-    });
-    addr
+    heads::upstream(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        OK.to_vec()
+    })
 }
 
 fn guard(tls: bool) -> (SocketAddr, sluice_guard::Running) {

@@ -4,9 +4,12 @@
 //! is answered 503. Checked on the order in which a one-request-at-a-time
 //! upstream receives the requests, from distinct loopback source addresses.
 
+#[path = "support/heads.rs"]
+mod heads;
+
 use sluice_guard::{Config, Guard};
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,33 +18,15 @@ use std::time::{Duration, Instant};
 /// which request targets arrive. `/slow` is answered after 400 ms, the
 /// rest after 20 ms.
 fn upstream() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let (log, one) = (seen.clone(), Arc::new(Mutex::new(())));
-    std::thread::spawn(move || {
-        for mut s in l.incoming().flatten() {
-            let (log, one) = (log.clone(), one.clone());
-            std::thread::spawn(move || {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                while let Ok(n @ 1..) = s.read(&mut chunk) {
-                    buf.extend_from_slice(&chunk[..n]);
-                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-                        buf.drain(..end + 4);
-                        let target = head.split(' ').nth(1).unwrap_or("").to_owned();
-                        let _serial = one.lock().unwrap();
-                        log.lock().unwrap().push(target.clone());
-                        let pause = if target == "/slow" { 400 } else { 20 };
-                        std::thread::sleep(Duration::from_millis(pause));
-                        if s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").is_err() {
-                            return;
-                        }
-                    }
-                }
-            });
-        }
+    let addr = heads::upstream(move |head| {
+        let target = head.split(' ').nth(1).unwrap_or("").to_owned();
+        let _serial = one.lock().unwrap();
+        log.lock().unwrap().push(target.clone());
+        let pause = if target == "/slow" { 400 } else { 20 };
+        std::thread::sleep(Duration::from_millis(pause));
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec()
     });
     (addr, seen)
 }
