@@ -14,7 +14,8 @@
 //! would fail it). Each guard holds one request at the upstream at a
 //! time (`--upstream-max-inflight 1`): a request meeting an
 //! earlier input's there waits in the queue (about a third of them in a
-//! 45 s run, a third of those answered 503 after the queue timeout).
+//! 45 s run, a third of those answered 503 after the queue timeout), and
+//! GETs take `--upstream-pipeline`'s path.
 //! `GUARD_CONN_TRACE=1` prints each script, its time and
 //! what its client received.
 //!
@@ -191,6 +192,10 @@ fn config(upstream: SocketAddr, proxy: bool, tls: Vec<CertFiles>) -> Config {
     // closed, its response late or never) waits in the queue, then is
     // forwarded or answered 503.
     c.upstream_max_inflight = 1;
+    // GETs take the pipelined path (their heads held until answered, sent
+    // again once when their connection closes unanswered); with one
+    // request at the upstream at a time, each batch holds one.
+    c.upstream_pipeline = 4;
     c.tls_handshake_timeout = DEADLINE;
     // No IP blocks: every input comes from 127.0.0.1 (or a PROXY-named address).
     c.ip_block = None;

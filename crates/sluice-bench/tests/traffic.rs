@@ -22,18 +22,20 @@ fn bench_guard_reports_every_contender_and_their_counters() {
     let find = |bench: &str| lines.iter().find(|l| l["bench"] == bench).unwrap_or_else(|| panic!("{bench}: {out}"));
     let rep = find("guard");
     assert_eq!((rep["size_bytes"].as_u64(), rep["connections"].as_u64()), (Some(512), Some(8)), "{rep}");
-    for k in ["direct_rps", "guarded_rps", "guarded_tls_rps", "nginx_rps", "haproxy_rps"] {
+    for k in ["direct_rps", "guarded_rps", "guarded_tls_rps", "guarded_pipelined_rps", "nginx_rps", "haproxy_rps"] {
         assert!(rep[k].as_f64().unwrap() > 0.0, "{k}: {rep}");
     }
     let case = find("guard_case");
-    for k in ["median_ratio", "median_tls_vs_plain", "guard_vs_nginx", "guard_vs_haproxy", "median_nginx_p99_us"] {
+    let keys = ["median_ratio", "median_tls_vs_plain", "guard_vs_nginx", "guard_vs_haproxy", "median_nginx_p99_us"];
+    for k in keys.into_iter().chain(["median_pipelined_vs_plain", "pipelined_vs_nginx", "pipelined_vs_haproxy"]) {
         assert!(case[k].as_f64().unwrap() > 0.0, "{k}: {case}");
     }
     assert_eq!(case["targets"]["guard_vs_nginx"]["min"], 1.5, "{case}");
     assert!(case["targets"]["p99_no_worse_than_peers"]["met"].is_boolean(), "{case}");
+    assert!(case["targets"]["pipelined_p99_no_worse_than_peers"]["met"].is_boolean(), "{case}");
     let summary = lines.last().unwrap();
     assert_eq!(summary["bench"], "guard_summary", "{summary}");
-    for side in ["direct", "guarded", "guarded_tls", "nginx", "haproxy"] {
+    for side in ["direct", "guarded", "guarded_tls", "guarded_pipelined", "nginx", "haproxy"] {
         assert!(summary["pmc"][side]["sw"]["task_clock_ns"].as_u64().unwrap() > 0, "{side}: {summary}");
     }
 }

@@ -77,6 +77,10 @@ pub struct GuardArgs {
     /// first, new addresses in one slot of four while both wait.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub upstream_max_inflight: usize,
+    /// Body-less GETs written together on one upstream connection, up to
+    /// N each (1: off): fewer system calls when many clients ask at once.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub upstream_pipeline: usize,
     /// A request waiting this many ms for an upstream slot is answered 503 (0: no limit).
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
     pub upstream_queue_timeout: u64,
@@ -251,6 +255,7 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
         },
         buffer_size: a.buffer_size,
         upstream_max_inflight: a.upstream_max_inflight,
+        upstream_pipeline: a.upstream_pipeline,
         action: a.block_action,
         ip_block: a.ip_block,
         block_file: a.block_file,

@@ -73,6 +73,10 @@ fn help(family: &str) -> &'static str {
             "Of those, from new clients (not served before, or near a request limit)."
         }
         "sluice_guard_upstream_queue_wait_us" => "Microseconds those requests waited for a slot, in all.",
+        "sluice_guard_upstream_pipelined" => "Requests written behind another on one upstream connection.",
+        "sluice_guard_upstream_resent" => {
+            "Of those, sent again on another connection (theirs closed, failed, or was stuck)."
+        }
         "sluice_guard_upstream_queue_timeouts" => "Requests that waited --upstream-queue-timeout for a slot: 503.",
         "sluice_guard_refused_at_accept" => "Connections closed at accept (blocked, or no room to track).",
         "sluice_guard_connections" => "Client connections accepted.",

@@ -32,6 +32,10 @@ pub struct HeadInfo {
     /// HEAD: the response has no body whatever its Content-Length says.
     pub head_method: bool,
     pub has_body: bool,
+    /// A GET without a body: idempotent and short to send, so it may wait
+    /// behind others on one upstream connection (`--upstream-pipeline`)
+    /// and be sent again on another one if that connection cannot answer it.
+    pub pipelinable: bool,
 }
 
 pub enum HeadStep {
@@ -68,7 +72,8 @@ impl RequestFramer {
             Framing::None | Framing::Length(0) => false,
             Framing::Length(_) | Framing::Chunked => true,
         };
-        Ok(HeadStep::Complete(HeadInfo { len, keep_alive: h.keep_alive, head_method: h.method == "HEAD", has_body }))
+        let (head_method, pipelinable) = (h.method == "HEAD", h.method == "GET" && !has_body);
+        Ok(HeadStep::Complete(HeadInfo { len, keep_alive: h.keep_alive, head_method, has_body, pipelinable }))
     }
 
     /// The first limit a complete head in `buf` breaks, if any (a dry run

@@ -84,6 +84,12 @@ pub struct Config {
     /// before, not near a limit) first and gives new ones a share of the
     /// slots (see `proxy::NEW_SHARE`).
     pub upstream_max_inflight: usize,
+    /// Body-less GETs written together on one upstream connection, at most
+    /// this many per connection (1: one request per connection at a time).
+    /// They are taken from one loop turn and written in one system call;
+    /// the responses, read in order, are split between their clients
+    /// (docs/http-guard.md, "Upstream pipelining").
+    pub upstream_pipeline: usize,
     pub action: BlockAction,
     /// Block a breaching address for this many seconds (0: until restart); `None`: no IP blocks.
     pub ip_block: Option<u64>,
@@ -135,6 +141,7 @@ impl Config {
             timeouts: Timeouts::default(),
             buffer_size: DEFAULT_BUFFER_SIZE,
             upstream_max_inflight: 0,
+            upstream_pipeline: 1,
             action: BlockAction::Reply,
             ip_block: None,
             block_file: None,
@@ -161,6 +168,9 @@ impl Config {
 /// direction; 32 KiB holds a whole response head (16 KiB at most) with
 /// room to read behind it, and halves the reads of a large response.
 pub const DEFAULT_BUFFER_SIZE: usize = 32 << 10;
+/// The most `--upstream-pipeline` takes: a deeper batch waits longer for
+/// the response at its head and saves no more system calls than it costs.
+pub const MAX_PIPELINE: usize = 64;
 /// The smallest `--buffer-size`: a response head longer than the buffer
 /// cannot be framed (502).
 pub const MIN_BUFFER_SIZE: usize = 4 << 10;
@@ -200,6 +210,12 @@ sluice_metrics::counters! {
         upstream_timeouts => "sluice_guard_upstream_timeouts",
         /// Upstream connections opened.
         upstream_connects,
+        /// Requests written behind another on one upstream connection (`--upstream-pipeline`).
+        upstream_pipelined => "sluice_guard_upstream_pipelined",
+        /// Of those, sent again on another connection: the one they were
+        /// written on could not answer them (it closed, failed, or the
+        /// response ahead of them was stuck behind a slow client).
+        upstream_resent => "sluice_guard_upstream_resent",
         /// Requests that waited for an upstream slot (`--upstream-max-inflight`).
         upstream_queued => "sluice_guard_upstream_queued",
         /// Of those, from new clients (not served before, or near a limit).
@@ -406,6 +422,9 @@ impl Guard {
         }
         if config.threads == 0 {
             return Err(GuardError::BadLimit("--threads must be at least 1".into()));
+        }
+        if !(1..=MAX_PIPELINE).contains(&config.upstream_pipeline) {
+            return Err(GuardError::BadLimit(format!("--upstream-pipeline must be 1..={MAX_PIPELINE}")));
         }
         if !(MIN_BUFFER_SIZE..=64 << 20).contains(&config.buffer_size) {
             return Err(GuardError::BadLimit(format!(

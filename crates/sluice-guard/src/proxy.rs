@@ -5,6 +5,15 @@
 //! `sluice_h1::response::ResponseReader` and relayed as it arrives.
 //! Pipelined requests wait in the client's input buffer and go in order.
 //!
+//! `--upstream-pipeline N`: the body-less GETs of one loop turn share
+//! upstream connections, up to N on each, written at the end of the turn
+//! in one system call (the turn's batch). Their responses come back in
+//! order: the one at the head of a connection (`Up::client`) is read into
+//! its client's buffer, bytes past it wait in `Up::spill` for the next
+//! (`Up::behind`). Those behind are sent again on other connections
+//! (`Worker::redo`) when theirs cannot answer them: it closed or failed,
+//! a client behind left, or the head's client stopped taking its response.
+//!
 //! Tokens: client slot `i` is `2i`, upstream slot `j` is `2j + 1`; an event
 //! on an upstream in use drives the client it serves.
 
@@ -85,6 +94,11 @@ struct InFlight {
     keep_alive: bool,
     /// Some response bytes went to the client: a reply can no longer be sent.
     resp_started: bool,
+    head: HeadInfo,
+    /// A pipelined request's head stays in the client's input buffer
+    /// (`inbuf[start..start + held]`) until its response begins: until
+    /// then it can be sent again on another connection.
+    held: usize,
 }
 
 struct Client {
@@ -150,6 +164,8 @@ struct Client {
     /// A response was relayed on it: a client that has been served, shed
     /// after those that never were.
     served: bool,
+    /// Its request was pipelined and sent again: this time alone.
+    solo: bool,
 }
 
 /// An upstream connection. Its response is read straight into its
@@ -161,8 +177,23 @@ struct Up {
     out_pos: usize,
     /// An event said it may have input (edge-triggered: read until drained).
     readable: bool,
+    /// An event said the upstream closed its side: read on past a short
+    /// read (the FIN came with the data; a response pipelined behind must
+    /// see it, and no new edge will say so).
+    read_closed: bool,
     reader: ResponseReader,
+    /// The client whose response is read now.
     client: Option<usize>,
+    /// Pipelined requests after it, in the order sent: (slot, serial).
+    behind: std::collections::VecDeque<(usize, u64)>,
+    /// Response bytes read past the current response: the start of the
+    /// next ones', moved into their clients' buffers in turn (at most
+    /// `--buffer-size`: they came from one client buffer).
+    spill: Vec<u8>,
+    /// This turn's batch: written once the turn ends.
+    hold: bool,
+    /// Nothing after the current response is read: closed after it.
+    last: bool,
     /// Bytes moved either way, for `watch` (`--upstream-timeout`).
     moved: u64,
     watch: Watch,
@@ -244,6 +275,16 @@ pub(crate) struct Worker<'a> {
     queue_known: std::collections::VecDeque<(usize, u64)>,
     queue_new: std::collections::VecDeque<(usize, u64)>,
     since_new: u32,
+    /// `--upstream-pipeline`: the upstreams this turn's pipelinable
+    /// requests went to, written when the turn ends (`flush_batch`); new
+    /// ones join the last while it has room.
+    batch: Vec<usize>,
+    /// Pipelined requests to send again, alone; they kept their slots.
+    redo: std::collections::VecDeque<(usize, u64)>,
+    /// Clients whose responses now come first on their connections (the
+    /// one ahead ended): driven before the turn ends, as their bytes
+    /// may be in the spill already, with no new event to say so.
+    wake: std::collections::VecDeque<(usize, u64)>,
 }
 
 fn reason(status: u16) -> &'static str {
@@ -317,6 +358,9 @@ impl<'a> Worker<'a> {
             queue_known: Default::default(),
             queue_new: Default::default(),
             since_new: 0,
+            batch: Vec::new(),
+            redo: Default::default(),
+            wake: Default::default(),
         })
     }
 
@@ -329,7 +373,9 @@ impl<'a> Worker<'a> {
         let mut next_sweep = Instant::now() + TICK;
         while !stop.load(Ordering::Relaxed) {
             // Handshakes still queued: look at the sockets and come back at once.
-            let wait = if self.hellos.is_empty() && !self.accept_pending { TICK } else { Duration::ZERO };
+            // (And requests to send again, or responses already read.)
+            let busy = !self.hellos.is_empty() || self.accept_pending || !self.redo.is_empty() || !self.wake.is_empty();
+            let wait = if busy { Duration::ZERO } else { TICK };
             match self.poll.poll(&mut events, Some(wait)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -353,6 +399,7 @@ impl<'a> Worker<'a> {
                     Token(t) => {
                         if let Some(Some(u)) = self.ups.get_mut(t / 2) {
                             u.readable |= input;
+                            u.read_closed |= ev.is_read_closed();
                         }
                         self.up_event(t / 2)
                     }
@@ -371,7 +418,9 @@ impl<'a> Worker<'a> {
                 next_sweep = Instant::now() + TICK;
                 self.sweep_deadlines();
             }
+            self.wake_next();
             self.dispatch_queued();
+            self.flush_batch();
         }
         for i in 0..self.clients.len() {
             if self.clients[i].is_some() {
@@ -521,6 +570,7 @@ impl<'a> Worker<'a> {
             hello_queued: false,
             serial,
             served: false,
+            solo: false,
         }
     }
 
@@ -633,9 +683,7 @@ impl<'a> Worker<'a> {
     fn refuse(&mut self, c: &mut Client, r: Refusal) -> After {
         self.note(c.ip, c.ja4.as_deref(), r.limit);
         let started = c.req.as_ref().is_some_and(|q| q.resp_started);
-        if let Some(q) = self.end_req(c) {
-            self.close_up(q.up);
-        }
+        self.leave_up(c);
         (c.head_deadline, c.idle_deadline) = (None, None);
         // A slow reader is reset: closed with its response still queued in
         // the kernel, the connection would live on (FIN_WAIT1, holding the
@@ -726,9 +774,7 @@ impl<'a> Worker<'a> {
         if c.tracked {
             self.shared.table.on_close(c.ip);
         }
-        if let Some(q) = self.end_req(&mut c) {
-            self.close_up(q.up);
-        }
+        self.leave_up(&mut c);
         c.out.discard(&mut self.pool);
         self.open -= 1;
         self.free_clients.push(i);
@@ -793,11 +839,62 @@ impl<'a> Worker<'a> {
         true
     }
 
+    /// Close upstream `j`; the requests pipelined behind its current one
+    /// are sent again elsewhere.
     fn close_up(&mut self, j: usize) {
         if let Some(mut u) = self.ups.get_mut(j).and_then(Option::take) {
+            self.resend(&mut u);
             let _ = self.poll.registry().deregister(&mut u.sock);
             self.free_ups.push(j);
+            self.batch.retain(|&k| k != j);
         }
+    }
+
+    /// The client's request leaves its upstream connection before its
+    /// response ended (the client closed, was refused, or timed out). The
+    /// connection closes, unless the request was pipelined behind
+    /// another's response: that one goes on, and the connection closes
+    /// after it (no one reads what follows).
+    fn leave_up(&mut self, c: &mut Client) {
+        let Some(q) = self.end_req(c) else { return };
+        let mut u = match self.ups.get_mut(q.up).and_then(Option::take) {
+            Some(u) if u.behind.iter().any(|&(_, s)| s == c.serial) => u,
+            Some(u) => {
+                self.ups[q.up] = Some(u);
+                return self.close_up(q.up);
+            }
+            None => return,
+        };
+        u.behind.retain(|&(_, s)| s != c.serial);
+        u.last = true;
+        self.resend(&mut u);
+        self.ups[q.up] = Some(u);
+    }
+
+    /// The requests pipelined behind `u`'s current one will not be answered
+    /// there: each goes back to the front of the line, to be sent alone on
+    /// another connection (it is a GET whose response has not begun, so
+    /// sending it twice is allowed). Nothing after the current response
+    /// is read on `u`.
+    fn resend(&mut self, u: &mut Up) {
+        u.last |= !u.behind.is_empty();
+        for (i, serial) in u.behind.drain(..) {
+            let Some(mut c) = self.clients.get_mut(i).and_then(Option::take) else { continue };
+            if c.serial == serial {
+                self.send_again(&mut c, i);
+            }
+            self.clients[i] = Some(c);
+        }
+    }
+
+    /// A pipelined request none of whose response came goes back to the
+    /// front of the line, to be sent alone; it keeps its slot.
+    fn send_again(&mut self, c: &mut Client, i: usize) {
+        let Some(q) = c.req.take() else { return };
+        (c.phase, c.solo) = (Phase::Queued(Instant::now(), q.head), true);
+        self.inflight -= 1;
+        self.redo.push_back((i, c.serial));
+        add(&self.n.upstream_resent, 1);
     }
 
     /// A new block: close this thread's connections from blocked addresses
@@ -912,7 +1009,9 @@ impl<'a> Worker<'a> {
         }
         // The upstream: owes the request's acceptance, and its response
         // while the client has room for it.
-        if let Some(u) = c.req.as_ref().and_then(|q| self.ups[q.up].as_mut()) {
+        // (Its own, once its response comes first on a pipelined connection.)
+        let up = c.req.as_ref().and_then(|q| self.ups[q.up].as_mut());
+        if let Some(u) = up.filter(|u| !u.behind.iter().any(|&(_, s)| s == c.serial)) {
             if u.connect_deadline.is_some_and(|d| now >= d) {
                 return Due::Upstream;
             }
@@ -990,8 +1089,13 @@ impl<'a> Worker<'a> {
             out: Vec::new(),
             out_pos: 0,
             readable: true,
+            read_closed: false,
             reader: ResponseReader::new(MAX_RESPONSE_HEAD),
             client: None,
+            behind: Default::default(),
+            spill: Vec::new(),
+            hold: false,
+            last: false,
             moved: 0,
             watch: Watch::new(0, Instant::now()),
             connect_deadline: self.cfg.timeouts.upstream_connect.map(|d| Instant::now() + d),
@@ -1038,7 +1142,7 @@ impl<'a> Worker<'a> {
                 c.start = 0;
                 c.end = 0;
             }
-            phase!(progress, self.exchange(c));
+            phase!(progress, self.exchange(c, i));
             phase!(progress, self.write_client(c, progress));
             if !progress {
                 return After::Keep;
@@ -1250,11 +1354,24 @@ impl<'a> Worker<'a> {
 
     /// Give free upstream slots to queued requests: known clients' first,
     /// one slot in [`NEW_SHARE`] to a new client's while both wait.
+    /// Pipelined requests to send again go before all, whatever the cap:
+    /// they had their slots.
     fn dispatch_queued(&mut self) {
-        while self.max_inflight == 0 || self.inflight < self.max_inflight {
-            let new_turn = self.queue_known.is_empty() || self.since_new + 1 >= NEW_SHARE;
-            let next = if new_turn { self.queue_new.pop_front() } else { None };
-            let Some((i, serial)) = next.or_else(|| self.queue_known.pop_front()) else { return };
+        loop {
+            // Which queue: None for a request sent again, else whether the new clients'.
+            let (entry, queue) = if let Some(e) = self.redo.pop_front() {
+                (e, None)
+            } else if self.max_inflight == 0 || self.inflight < self.max_inflight {
+                let new_turn = self.queue_known.is_empty() || self.since_new + 1 >= NEW_SHARE;
+                match (new_turn, self.queue_new.front(), self.queue_known.front()) {
+                    (true, Some(_), _) | (_, Some(_), None) => (self.queue_new.pop_front().expect("front"), Some(true)),
+                    (_, _, Some(_)) => (self.queue_known.pop_front().expect("front"), Some(false)),
+                    (_, None, None) => return,
+                }
+            } else {
+                return;
+            };
+            let (i, serial) = entry;
             // Gone meanwhile (closed, blocked, timed out): the slot goes on.
             let Some(mut c) = self.clients.get_mut(i).and_then(Option::take) else { continue };
             let Phase::Queued(since, h) = c.phase else {
@@ -1265,8 +1382,10 @@ impl<'a> Worker<'a> {
                 self.clients[i] = Some(c);
                 continue;
             }
-            self.since_new = if next.is_some() { 0 } else { self.since_new + 1 };
-            add(&self.n.upstream_queue_wait_us, since.elapsed().as_micros() as u64);
+            if let Some(new) = queue {
+                self.since_new = if new { 0 } else { self.since_new + 1 };
+                add(&self.n.upstream_queue_wait_us, since.elapsed().as_micros() as u64);
+            }
             let after = match self.start_upstream(&mut c, i, h) {
                 Next::End(after) => after,
                 Next::Go(_) | Next::Again => After::Keep,
@@ -1280,15 +1399,51 @@ impl<'a> Worker<'a> {
         }
     }
 
+    /// Drive the clients whose responses now come first on their
+    /// upstream connections.
+    fn wake_next(&mut self) {
+        while let Some((i, serial)) = self.wake.pop_front() {
+            if self.clients.get(i).and_then(Option::as_ref).is_some_and(|c| c.serial == serial) {
+                self.drive(i);
+            }
+        }
+    }
+
+    /// Write this turn's batches: each one's first client's turn sends it all.
+    fn flush_batch(&mut self) {
+        for j in std::mem::take(&mut self.batch) {
+            let Some(u) = self.ups[j].as_mut() else { continue };
+            u.hold = false;
+            if let Some(i) = u.client {
+                self.drive(i);
+            }
+        }
+    }
+
     /// The request's upstream exchange ended: its slot is free.
     fn end_req(&mut self, c: &mut Client) -> Option<InFlight> {
         let q = c.req.take()?;
         self.inflight -= 1;
+        c.start += q.held;
         Some(q)
     }
 
-    /// Send a checked head to an upstream connection (pooled or new).
+    /// Send a checked head to an upstream connection: this turn's batch
+    /// when it is pipelined and the batch has room, else a pooled or new one.
     fn start_upstream(&mut self, c: &mut Client, i: usize, h: HeadInfo) -> Next {
+        let pipe = self.cfg.upstream_pipeline > 1 && h.pipelinable && !c.solo;
+        if let (true, Some(&j)) = (pipe, self.batch.last()) {
+            if let Some(u) = self.ups[j].as_mut().filter(|u| 1 + u.behind.len() < self.cfg.upstream_pipeline) {
+                u.behind.push_back((i, c.serial));
+                u.out.extend_from_slice(&c.inbuf[c.start..c.start + h.len]);
+                add(&self.n.forwarded, 1);
+                add(&self.n.upstream_pipelined, 1);
+                c.req = Some(InFlight { up: j, keep_alive: h.keep_alive, resp_started: false, head: h, held: h.len });
+                self.inflight += 1;
+                c.phase = Phase::Await;
+                return Next::Go(true);
+            }
+        }
         let j = match self.take_up() {
             Ok(j) => j,
             Err(e) => {
@@ -1306,9 +1461,16 @@ impl<'a> Worker<'a> {
             u.reader.expect_no_body();
         }
         u.out.extend_from_slice(&c.inbuf[c.start..c.start + h.len]);
-        c.start += h.len;
+        // A pipelined request's connection takes the others of this turn,
+        // and its head is kept in case it must go again.
+        let held = if pipe { h.len } else { 0 };
+        c.start += h.len - held;
+        if pipe {
+            u.hold = true;
+            self.batch.push(j);
+        }
         add(&self.n.forwarded, 1);
-        c.req = Some(InFlight { up: j, keep_alive: h.keep_alive, resp_started: false });
+        c.req = Some(InFlight { up: j, keep_alive: h.keep_alive, resp_started: false, head: h, held });
         self.inflight += 1;
         c.phase = if h.has_body { Phase::Body } else { Phase::Await };
         Next::Go(true)
@@ -1364,10 +1526,15 @@ impl<'a> Worker<'a> {
 
     /// The upstream: send the request, relay the response.
     #[inline]
-    fn exchange(&mut self, c: &mut Client) -> Next {
+    fn exchange(&mut self, c: &mut Client, i: usize) -> Next {
         let Some(q) = &c.req else { return Next::Go(false) };
         let j = q.up;
         let mut u = self.ups[j].take().expect("in use");
+        // Pipelined behind another's response: the one ahead moves it.
+        if u.client != Some(i) {
+            self.ups[j] = Some(u);
+            return Next::Go(false);
+        }
         let r = self.relay(c, &mut u);
         self.ups[j] = Some(u);
         for j in std::mem::take(&mut self.doomed) {
@@ -1441,7 +1608,8 @@ impl<'a> Worker<'a> {
             }
         }
         if failed.is_some() || eof {
-            return self.upstream_lost(c, failed);
+            let i = u.client.expect("relaying its response");
+            return self.upstream_lost(c, i, failed);
         }
         Ok(progress)
     }
@@ -1451,18 +1619,29 @@ impl<'a> Worker<'a> {
     /// the guard holds at most `--buffer-size` for it. `Ok(Some(bytes))`,
     /// `Ok(None)` at EOF, or why it failed.
     fn read_response(&mut self, c: &mut Client, u: &mut Up) -> Result<Option<usize>, String> {
-        while u.readable {
+        while u.readable || !u.spill.is_empty() {
             let room = c.out.room(&mut self.pool);
             let len = room.len();
             if len == 0 {
+                // The client stopped taking its response: the requests
+                // pipelined behind it go elsewhere rather than wait for it.
+                self.resend(u);
                 break;
+            }
+            if !u.spill.is_empty() {
+                // Read already, with the response ahead of it.
+                let n = len.min(u.spill.len());
+                room[..n].copy_from_slice(&u.spill[..n]);
+                c.out.filled(n);
+                u.spill.drain(..n);
+                return Ok(Some(n));
             }
             match u.sock.read(room) {
                 Ok(0) => return Ok(None),
                 Ok(n) => {
                     c.out.filled(n);
                     u.moved += n as u64;
-                    u.readable = n == len;
+                    u.readable = n == len || u.read_closed;
                     // Frame what arrived before reading more.
                     return Ok(Some(n));
                 }
@@ -1490,6 +1669,8 @@ impl<'a> Worker<'a> {
                 Ok(Step::Consumed(n)) => {
                     c.out.frame(n);
                     q.resp_started = true;
+                    // Begun: it cannot be sent again.
+                    c.start += std::mem::take(&mut q.held);
                 }
                 Ok(Step::Done { consumed, response }) => {
                     c.out.frame(consumed);
@@ -1514,16 +1695,31 @@ impl<'a> Worker<'a> {
         let q = self.end_req(c).expect("relaying a request");
         let j = q.up;
         u.client = None;
-        // Extra bytes after the response were never asked for: they
-        // are not sent, and the connection is not reused.
-        let extra = !c.out.unframed().is_empty();
-        c.out.drop_unframed();
-        let reusable = !close && !eof && !extra && u.out.is_empty() && c.phase == Phase::Await;
-        if reusable && self.idle.len() < MAX_IDLE {
-            self.idle.push(j);
-        } else {
-            self.close_up_later(j);
+        if close || eof {
+            self.resend(u);
         }
+        if let (false, Some(&(next, serial))) = (u.last, u.behind.front()) {
+            // The next response's first bytes came with this one's end:
+            // they go before what waits in the spill.
+            u.spill.splice(0..0, c.out.unframed().iter().copied());
+            c.out.drop_unframed();
+            u.behind.pop_front();
+            u.client = Some(next);
+            u.watch = Watch::new(u.moved, Instant::now());
+            self.wake.push_back((next, serial));
+        } else {
+            // Extra bytes after the response were never asked for: they
+            // are not sent, and the connection is not reused.
+            let extra = !c.out.unframed().is_empty() || !u.spill.is_empty();
+            c.out.drop_unframed();
+            let reusable = !close && !eof && !extra && !u.last && u.out.is_empty() && c.phase == Phase::Await;
+            if reusable && self.idle.len() < MAX_IDLE {
+                self.idle.push(j);
+            } else {
+                self.close_up_later(j);
+            }
+        }
+        c.solo = false;
         match c.phase {
             // Requests it sent before closing its side are answered too.
             Phase::Await if q.keep_alive && !(c.peer_eof && c.start == c.end) => {
@@ -1548,8 +1744,15 @@ impl<'a> Worker<'a> {
 
     /// The upstream failed or closed before the response ended: a 502 if
     /// nothing of it was sent yet, else the client is closed.
-    fn upstream_lost(&mut self, c: &mut Client, failed: Option<String>) -> Result<bool, After> {
+    /// A pipelined request none of whose response came is sent again
+    /// instead (a pooled connection the upstream closed as it was written).
+    fn upstream_lost(&mut self, c: &mut Client, i: usize, failed: Option<String>) -> Result<bool, After> {
         let q = c.req.as_ref().expect("relaying a request");
+        if q.held > 0 && !c.solo {
+            self.close_up_later(q.up);
+            self.send_again(c, i);
+            return Ok(true);
+        }
         let why = failed.unwrap_or_else(|| match q.resp_started {
             true => "closed in the middle of a response".into(),
             false => "closed before answering".into(),
@@ -1584,6 +1787,10 @@ fn drain(c: &mut Client, deadline: Instant) -> After {
 /// Send what is queued for the upstream: whether bytes moved, and why the
 /// connection failed, if it did.
 fn send_request(u: &mut Up) -> (bool, Option<String>) {
+    if u.hold {
+        // This turn's batch: written when the turn ends.
+        return (false, None);
+    }
     let mut progress = false;
     let mut failed = None;
     while u.out_pos < u.out.len() {
