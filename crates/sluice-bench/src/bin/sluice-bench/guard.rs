@@ -88,6 +88,9 @@ pub struct GuardBenchArgs {
     /// clients go first when the attack's first allowed requests arrive.
     #[arg(long, default_value_t = 0)]
     pub guard_max_inflight: usize,
+    /// --attack: the guard's --upstream-pipeline (1: off).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub attack_pipeline: usize,
     /// Also through a guard terminating TLS (a self-signed certificate made
     /// for the run; http-load over https): its requests/s against the plain
     /// guard's. With --attack: both pools over TLS.
@@ -537,6 +540,7 @@ fn attack(a: &GuardBenchArgs, exe: &Path) -> Result<()> {
     let tls = if a.tls { tls_flags(dir.path())? } else { Vec::new() };
     let max_connections = a.guard_max_connections.to_string();
     let max_inflight = a.guard_max_inflight.to_string();
+    let depth = a.attack_pipeline.to_string();
     // One fresh guard per phase, so no block carries over.
     let phase = |name: &str, pools: &str| -> Result<(serde_json::Value, serde_json::Value)> {
         let mut limits = vec!["--request-rate", &limit, "--request-burst", &limit, "--ip-block", "60", "--json"];
@@ -545,6 +549,9 @@ fn attack(a: &GuardBenchArgs, exe: &Path) -> Result<()> {
         }
         if a.guard_max_inflight > 0 {
             limits.extend(["--upstream-max-inflight", &max_inflight]);
+        }
+        if a.attack_pipeline > 1 {
+            limits.extend(["--upstream-pipeline", &depth]);
         }
         limits.extend(tls.iter().map(String::as_str));
         let (guarding, addr) = guard(exe, &upstream, &threads, &total, &limits)?;
@@ -614,6 +621,7 @@ fn attack(a: &GuardBenchArgs, exe: &Path) -> Result<()> {
             "attack_delay_s": a.attack_delay,
             "limit_per_ip": a.limit,
             "guard_max_inflight": a.guard_max_inflight,
+            "guard_pipeline": a.attack_pipeline,
             "legit": {"clients": a.legit_clients, "rate": a.legit_rate, "rps_alone": la["rps"], "rps_attacked": lb["rps"],
                       "success_alone": success(la), "success_attacked": legit_success,
                       "p99_us_alone": p99(la), "p99_us_attacked": p99(lb), "errors_attacked": lb["errors"],
