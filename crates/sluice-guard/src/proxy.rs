@@ -187,8 +187,9 @@ struct Up {
     /// Pipelined requests after it, in the order sent: (slot, serial).
     behind: std::collections::VecDeque<(usize, u64)>,
     /// Response bytes read past the current response: the start of the
-    /// next ones', moved into their clients' buffers in turn (at most
-    /// `--buffer-size`: they came from one client buffer).
+    /// next ones', moved whole into the next client's buffer once it has
+    /// room for all (at most `--buffer-size`: they came from one client
+    /// buffer; the socket is not read while it holds any).
     spill: Vec<u8>,
     /// This turn's batch: written once the turn ends.
     hold: bool,
@@ -1622,18 +1623,19 @@ impl<'a> Worker<'a> {
         while u.readable || !u.spill.is_empty() {
             let room = c.out.room(&mut self.pool);
             let len = room.len();
-            if len == 0 {
-                // The client stopped taking its response: the requests
+            // The spill moves whole (so it is empty whenever a response
+            // ends, and the next response's first bytes start it afresh).
+            if len == 0 || len < u.spill.len() {
+                // The client is not taking its response: the requests
                 // pipelined behind it go elsewhere rather than wait for it.
                 self.resend(u);
                 break;
             }
             if !u.spill.is_empty() {
                 // Read already, with the response ahead of it.
-                let n = len.min(u.spill.len());
-                room[..n].copy_from_slice(&u.spill[..n]);
-                c.out.filled(n);
-                u.spill.drain(..n);
+                room[..u.spill.len()].copy_from_slice(&u.spill);
+                c.out.filled(u.spill.len());
+                let n = std::mem::take(&mut u.spill).len();
                 return Ok(Some(n));
             }
             match u.sock.read(room) {
@@ -1699,9 +1701,10 @@ impl<'a> Worker<'a> {
             self.resend(u);
         }
         if let (false, Some(&(next, serial))) = (u.last, u.behind.front()) {
-            // The next response's first bytes came with this one's end:
-            // they go before what waits in the spill.
-            u.spill.splice(0..0, c.out.unframed().iter().copied());
+            // The next responses' first bytes came with this one's end
+            // (the spill is empty: it only ever moves whole).
+            debug_assert!(u.spill.is_empty());
+            u.spill.extend_from_slice(c.out.unframed());
             c.out.drop_unframed();
             u.behind.pop_front();
             u.client = Some(next);

@@ -16,7 +16,7 @@ use sluice_guard::{Config, Guard};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// The response to `GET /<name>/<size>`: a body of `size` bytes that
@@ -92,6 +92,34 @@ fn read_response(s: &mut TcpStream) -> (String, Vec<u8>) {
         let n = s.read(&mut b).unwrap();
         assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got[..got.len().min(200)]));
         got.extend_from_slice(&b[..n]);
+    }
+}
+
+/// A barrier whose wait fails after 20 s instead of hanging the test
+/// when one of its threads failed.
+struct Barrier {
+    n: usize,
+    state: Mutex<(usize, u64)>,
+    turned: Condvar,
+}
+
+impl Barrier {
+    fn new(n: usize) -> Barrier {
+        Barrier { n, state: Mutex::new((0, 0)), turned: Condvar::new() }
+    }
+
+    fn wait(&self) {
+        let mut st = self.state.lock().unwrap();
+        let generation = st.1;
+        st.0 += 1;
+        if st.0 == self.n {
+            *st = (0, generation + 1);
+            self.turned.notify_all();
+            return;
+        }
+        let (st, timeout) =
+            self.turned.wait_timeout_while(st, Duration::from_secs(20), |st| st.1 == generation).unwrap();
+        assert!(!timeout.timed_out() || st.1 != generation, "a client thread did not come (it failed)");
     }
 }
 
@@ -251,4 +279,132 @@ fn requests_behind_a_response_its_client_does_not_read_are_sent_again() {
         assert!(body.starts_with(b"/big/"));
     }
     stop(g);
+}
+
+/// A small deterministic generator (xorshift64*), one per client thread.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+    }
+}
+
+/// Clients asking at once, some leaving before their answer, in front of
+/// an upstream that, as each target asks (`/<id>/<size>/<how>`): answers
+/// (`n`), answers after a pause (`s`), answers with `Connection: close`
+/// and closes (`c`), answers and closes without a word (`k`), or closes
+/// without answering (`x`). Every answer a client reads is its own
+/// request's (its body starts with its target), or a 502 for `x` alone:
+/// never another client's bytes, and nothing lost behind a connection
+/// that closed.
+#[test]
+fn random_clients_and_upstream_behaviours_never_cross_responses() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while let Ok(n @ 1..) = s.read(&mut chunk) {
+                    buf.extend_from_slice(&chunk[..n]);
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let target = target_of(&String::from_utf8_lossy(&buf[..end]));
+                        buf.drain(..end + 4);
+                        let how = target.rsplit('/').next().unwrap_or("n").to_owned();
+                        // The body starts with `/<id>/<size>`.
+                        let mut r = response(target.rsplit_once('/').map_or(target.as_str(), |(t, _)| t));
+                        match how.as_str() {
+                            "x" => return,
+                            "s" => std::thread::sleep(Duration::from_millis(5 + target.len() as u64 % 20)),
+                            "c" => {
+                                let head_end = r.windows(2).position(|w| w == b"\r\n").unwrap() + 2;
+                                r.splice(head_end..head_end, b"Connection: close\r\n".iter().copied());
+                            }
+                            _ => {}
+                        }
+                        if s.write_all(&r).is_err() || matches!(how.as_str(), "c" | "k") {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let (addr, g) = guard(up, 8);
+    const CLIENTS: u64 = 24;
+    const ROUNDS: usize = 30;
+    // One client in six reads slowly, at its own pace (not in the rounds).
+    let slow = |k: u64| k % 6 == 5;
+    let start = Arc::new(Barrier::new((0..CLIENTS).filter(|&k| !slow(k)).count()));
+    let threads: Vec<_> = (0..CLIENTS)
+        .map(|k| {
+            let start = start.clone();
+            std::thread::spawn(move || {
+                let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (k + 1));
+                let mut s = connect(addr);
+                for r in 0..ROUNDS {
+                    if slow(k) {
+                        // It sends two requests at once: its second answer
+                        // is read from the spill into a buffer still holding
+                        // the first one's end.
+                        slow_pair(addr, k, r);
+                        continue;
+                    }
+                    let size = [8, 300, 3000, 40_000][rng.below(4) as usize];
+                    let how = ["n", "n", "n", "s", "c", "k", "x"][rng.below(7) as usize];
+                    let target = format!("/k{k}r{r}/{size}/{how}");
+                    start.wait();
+                    get(&mut s, &target);
+                    if rng.below(10) == 0 {
+                        // Leaves before its answer.
+                        s = connect(addr);
+                        continue;
+                    }
+                    let (status, body) = read_response(&mut s);
+                    if how == "x" {
+                        assert_eq!(status, "http/1.1 502 bad gateway", "{target}");
+                    } else {
+                        assert_eq!(status, "http/1.1 200 ok", "{target}");
+                        let own = format!("/k{k}r{r}/{size}");
+                        let start = String::from_utf8_lossy(&body[..40.min(body.len())]).into_owned();
+                        assert!(body.starts_with(own.as_bytes()), "{target} got {start:?}");
+                    }
+                    // The guard closes after a 502 and after `Connection: close`.
+                    if matches!(how, "x" | "c") {
+                        s = connect(addr);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let c = g.shared().report().counts;
+    assert!(c.upstream_pipelined > 0 && c.upstream_resent > 0, "{c:?}");
+    stop(g);
+}
+
+/// One round of the slow client above: a small receive buffer, two GETs
+/// sent together (a 40,000-byte answer, then an 8-byte one), a pause, then
+/// both answers read, each its own.
+fn slow_pair(addr: SocketAddr, k: u64, r: usize) {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.connect(&addr.into()).unwrap();
+    let mut s: TcpStream = sock.into();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let (first, second) = (format!("/k{k}r{r}a/40000/n"), format!("/k{k}r{r}b/8/n"));
+    write!(s, "GET {first} HTTP/1.1\r\nHost: a\r\n\r\nGET {second} HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    // The two answers, byte for byte, in order.
+    let want: Vec<u8> = [response(&format!("/k{k}r{r}a/40000")), response(&format!("/k{k}r{r}b/8"))].concat();
+    let mut got = vec![0u8; want.len()];
+    s.read_exact(&mut got).unwrap();
+    assert!(got == want, "{first} and {second}: got {:?}", String::from_utf8_lossy(&got[..200]));
 }
