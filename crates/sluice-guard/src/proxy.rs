@@ -1434,7 +1434,8 @@ impl<'a> Worker<'a> {
     fn start_upstream(&mut self, c: &mut Client, i: usize, h: HeadInfo) -> Next {
         let pipe = self.cfg.upstream_pipeline > 1 && h.pipelinable && !c.solo;
         if let (true, Some(&j)) = (pipe, self.batch.last()) {
-            if let Some(u) = self.ups[j].as_mut().filter(|u| 1 + u.behind.len() < self.cfg.upstream_pipeline) {
+            let room = |u: &&mut Up| !u.last && 1 + u.behind.len() < self.cfg.upstream_pipeline;
+            if let Some(u) = self.ups[j].as_mut().filter(room) {
                 u.behind.push_back((i, c.serial));
                 u.out.extend_from_slice(&c.inbuf[c.start..c.start + h.len]);
                 add(&self.n.forwarded, 1);
