@@ -210,24 +210,7 @@ fn a_connection_closed_without_a_word_has_its_pipelined_requests_sent_again() {
     // An upstream that answers one request per connection, then closes
     // (no `Connection: close`): the requests behind the first on a shared
     // connection get no answer there.
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let up = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for mut s in l.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                while let Ok(n @ 1..) = s.read(&mut chunk) {
-                    buf.extend_from_slice(&chunk[..n]);
-                    if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-                        let _ = s.write_all(&response(&target_of(&head)));
-                        return;
-                    }
-                }
-            });
-        }
-    });
+    let up = heads::upstream_with(|head| heads::Reply::SendAndClose(response(&target_of(head))));
     rounds_until(up, 16, |c| c.upstream_resent > 0);
 }
 
@@ -303,36 +286,23 @@ impl Rng {
 /// that closed.
 #[test]
 fn random_clients_and_upstream_behaviours_never_cross_responses() {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let up = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for mut s in l.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                while let Ok(n @ 1..) = s.read(&mut chunk) {
-                    buf.extend_from_slice(&chunk[..n]);
-                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let target = target_of(&String::from_utf8_lossy(&buf[..end]));
-                        buf.drain(..end + 4);
-                        let how = target.rsplit('/').next().unwrap_or("n").to_owned();
-                        // The body starts with `/<id>/<size>`.
-                        let mut r = response(target.rsplit_once('/').map_or(target.as_str(), |(t, _)| t));
-                        match how.as_str() {
-                            "x" => return,
-                            "s" => std::thread::sleep(Duration::from_millis(5 + target.len() as u64 % 20)),
-                            "c" => {
-                                let head_end = r.windows(2).position(|w| w == b"\r\n").unwrap() + 2;
-                                r.splice(head_end..head_end, b"Connection: close\r\n".iter().copied());
-                            }
-                            _ => {}
-                        }
-                        if s.write_all(&r).is_err() || matches!(how.as_str(), "c" | "k") {
-                            return;
-                        }
-                    }
-                }
-            });
+    let up = heads::upstream_with(|head| {
+        let target = target_of(head);
+        // The body starts with `/<id>/<size>`.
+        let mut r = response(target.rsplit_once('/').map_or(target.as_str(), |(t, _)| t));
+        match target.rsplit('/').next().unwrap_or("n") {
+            "x" => heads::Reply::Close,
+            "s" => {
+                std::thread::sleep(Duration::from_millis(5 + target.len() as u64 % 20));
+                heads::Reply::Send(r)
+            }
+            "c" => {
+                let head_end = r.windows(2).position(|w| w == b"\r\n").unwrap() + 2;
+                r.splice(head_end..head_end, b"Connection: close\r\n".iter().copied());
+                heads::Reply::SendAndClose(r)
+            }
+            "k" => heads::Reply::SendAndClose(r),
+            _ => heads::Reply::Send(r),
         }
     });
     let (addr, g) = guard(up, 8);

@@ -1,16 +1,34 @@
 //! An upstream for the guard's tests: each request head it receives (no
-//! bodies) goes to `answer`, which may take its time and returns the
-//! response bytes; a thread per connection.
+//! bodies) goes to `answer`, which may take its time and says what to
+//! send; a thread per connection.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 
+/// What the upstream does with one request head.
+#[allow(dead_code)] // each test binary uses some of these
+pub enum Reply {
+    /// Send these bytes and read the next request.
+    Send(Vec<u8>),
+    /// Send these bytes, then close the connection.
+    SendAndClose(Vec<u8>),
+    /// Close the connection without answering.
+    Close,
+}
+
+/// An upstream answering every request head with `answer`'s bytes.
+#[allow(dead_code)]
 pub fn upstream(answer: impl Fn(&str) -> Vec<u8> + Clone + Send + 'static) -> SocketAddr {
+    upstream_with(move |head| Reply::Send(answer(head)))
+}
+
+/// An upstream doing what `reply` says with each request head.
+pub fn upstream_with(reply: impl Fn(&str) -> Reply + Clone + Send + 'static) -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     std::thread::spawn(move || {
         for mut s in l.incoming().flatten() {
-            let answer = answer.clone();
+            let reply = reply.clone();
             std::thread::spawn(move || {
                 let mut buf = Vec::new();
                 let mut chunk = [0u8; 4096];
@@ -19,7 +37,12 @@ pub fn upstream(answer: impl Fn(&str) -> Vec<u8> + Clone + Send + 'static) -> So
                     while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
                         let head = String::from_utf8_lossy(&buf[..end]).into_owned();
                         buf.drain(..end + 4);
-                        if s.write_all(&answer(&head)).is_err() {
+                        let (bytes, close) = match reply(&head) {
+                            Reply::Send(b) => (b, false),
+                            Reply::SendAndClose(b) => (b, true),
+                            Reply::Close => return,
+                        };
+                        if s.write_all(&bytes).is_err() || close {
                             return;
                         }
                     }
