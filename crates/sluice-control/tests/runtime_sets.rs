@@ -331,3 +331,178 @@ proptest! {
         }
     }
 }
+
+/// The ctl test's load at the library level, at a scale the random ops
+/// above never reach: batches of 100 adds to a dynamic set with a timeout
+/// (so deltas pass the merge threshold and merge on their threads, with the
+/// default thresholds), single adds and deletes of watched hosts between
+/// them, and old rule sets held for a while as idle workers hold them (so
+/// some deltas are brought up to date in place and some are copied). After
+/// every publication, a commit or a finished merge, every watched host and
+/// every hundredth other element is looked up both ways the engine has.
+#[test]
+fn many_adds_with_merges_on_threads_and_held_snapshots_lose_no_element() {
+    let mut rules = compile(None);
+    let di = rules.named_index("d").unwrap();
+    let mut sets = RuntimeSets::new();
+    let now = 1_000 * SECS;
+    let mut model: std::collections::HashSet<IpAddr> = std::collections::HashSet::new();
+    let mut held: std::collections::VecDeque<RuleSet> = std::collections::VecDeque::new();
+    let mut merges = 0;
+    let check = |rules: &RuleSet, model: &std::collections::HashSet<IpAddr>, watched: &[IpAddr], when: &str| {
+        let addrs: Vec<IpAddr> = watched.iter().copied().chain(model.iter().copied().step_by(100)).collect();
+        let frames: Vec<Vec<u8>> = addrs.iter().map(|&a| frame(a, IpAddr::from([192, 0, 2, 1]))).collect();
+        let sums: Vec<PacketSummary> = frames.iter().map(|f| decode(LinkType::ETHERNET, f).unwrap()).collect();
+        for chunk in sums.chunks(64) {
+            let pkts: Vec<(&PacketSummary, u32, u32)> = chunk.iter().map(|s| (s, 60, 0)).collect();
+            let mut out = vec![Decision { verdict: Verdict::Pass, rule: None }; pkts.len()];
+            rules.evaluate_batch(&pkts, &mut out, 16, |_, _| {});
+            for (s, d) in chunk.iter().zip(&out) {
+                let src = s.ip.as_ref().unwrap().src;
+                assert_eq!(d.verdict == Verdict::Drop, model.contains(&src), "{src} {when}");
+                assert_eq!(rules.set_contains(di, src), model.contains(&src), "{src} {when}");
+            }
+        }
+    };
+    let mut k = 0u32;
+    let watched: Vec<IpAddr> = (0..48u8).map(|s| IpAddr::from([10, 201, 0, s])).collect();
+    for round in 0..400usize {
+        // 100 other adds, as the ctl test's background does.
+        let batch: Vec<(usize, Command)> = (0..100)
+            .map(|i| {
+                k += 1;
+                let elem = Prefix::new(IpAddr::from([198, 18, (k >> 8) as u8, k as u8]), 32);
+                model.insert(elem.addr());
+                (i + 1, Command::Add { set: "d".into(), elem, timeout: Some(2) })
+            })
+            .collect();
+        sets.stage(&rules, &batch, now, &base_of).unwrap();
+        // A watched host in, and one added 8 rounds before out.
+        let s = round % 48;
+        let one = vec![(1, Command::Add { set: "d".into(), elem: Prefix::new(watched[s], 32), timeout: None })];
+        sets.stage(&rules, &one, now, &base_of).unwrap();
+        model.insert(watched[s]);
+        if round >= 8 {
+            let d = (round - 8) % 48;
+            if model.remove(&watched[d]) {
+                let del = vec![(1, Command::Del { set: "d".into(), elem: Prefix::new(watched[d], 32) })];
+                sets.stage(&rules, &del, now, &base_of).unwrap();
+            }
+        }
+        if let (Some(r), _) = sets.commit(&rules) {
+            held.push_back(std::mem::replace(&mut rules, r));
+        }
+        check(&rules, &model, &watched, &format!("after the commit of round {round}"));
+        // Now and then wait for a merge, so that some finish right after
+        // the commit that started them and some a few commits later.
+        let (r, n) = sets.poll_merges(&rules, round % 7 == 0);
+        if let Some(r) = r {
+            merges += n;
+            held.push_back(std::mem::replace(&mut rules, r));
+            check(&rules, &model, &watched, &format!("after a merge in round {round}"));
+        }
+        // Readers let go of old rule sets at different paces.
+        while held.len() > 1 + round % 3 {
+            held.pop_front();
+        }
+    }
+    assert!(merges >= 4, "only {merges} merges: the test did not reach the threshold");
+}
+
+/// The same load with the judge's readers on threads of their own, as the
+/// bridge runs them: two readers take the newest snapshot as a worker does
+/// between batches, keep it a random while, and check every watched host
+/// against what the writer published under that generation. The writer
+/// publishes as the controller does (loads the rules in force, commits,
+/// publishes, polls merges), so deltas are brought up to date in place
+/// exactly when no reader holds them.
+#[test]
+fn readers_on_threads_see_each_generation_as_it_was_published() {
+    use sluice_engine::snapshot::Published;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let published = Arc::new(Published::new(compile(None)));
+    let di = published.load().value.named_index("d").unwrap();
+    let watched: Vec<IpAddr> = (0..48u8).map(|s| IpAddr::from([10, 201, 0, s])).collect();
+    // What each generation holds of the watched hosts.
+    let expected: Arc<Mutex<Vec<Vec<bool>>>> = Arc::new(Mutex::new(vec![vec![false; watched.len()]]));
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2u64)
+        .map(|seed| {
+            let (mut reader, expected, stop, watched) =
+                (published.reader(), Arc::clone(&expected), Arc::clone(&stop), watched.clone());
+            std::thread::spawn(move || {
+                let mut x = seed + 1;
+                let (mut seen, mut checks) = (0u64, 0u64);
+                while !stop.load(Ordering::Relaxed) {
+                    let snap = reader.refresh();
+                    let want = expected.lock().unwrap()[snap.generation as usize].clone();
+                    seen = seen.max(snap.generation);
+                    for (a, &w) in watched.iter().zip(&want) {
+                        assert_eq!(snap.value.set_contains(di, *a), w, "{a} in generation {}", snap.generation);
+                        checks += 1;
+                    }
+                    // Hold it a while, as a busy or idle worker does.
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    std::thread::sleep(std::time::Duration::from_micros(x % 400));
+                }
+                (seen, checks)
+            })
+        })
+        .collect();
+    let mut sets = RuntimeSets::new();
+    let now = 1_000 * SECS;
+    let mut member = vec![false; watched.len()];
+    let mut k = 0u32;
+    let publish = |rules: RuleSet, member: &[bool]| {
+        let mut e = expected.lock().unwrap();
+        let g = published.publish(rules);
+        assert_eq!(g as usize, e.len());
+        e.push(member.to_vec());
+    };
+    let started = std::time::Instant::now();
+    let mut round = 0usize;
+    let mut merges = 0;
+    while started.elapsed() < std::time::Duration::from_secs(3) || merges < 3 {
+        let cur = published.load();
+        let batch: Vec<(usize, Command)> = (0..100)
+            .map(|i| {
+                k += 1;
+                let elem = Prefix::new(IpAddr::from([198, 18, (k >> 8) as u8, k as u8]), 32);
+                (i + 1, Command::Add { set: "d".into(), elem, timeout: Some(2) })
+            })
+            .collect();
+        sets.stage(&cur.value, &batch, now, &base_of).unwrap();
+        let s = round % 48;
+        let one = vec![(1, Command::Add { set: "d".into(), elem: Prefix::new(watched[s], 32), timeout: None })];
+        sets.stage(&cur.value, &one, now, &base_of).unwrap();
+        member[s] = true;
+        if round >= 8 && member[(round - 8) % 48] {
+            let d = (round - 8) % 48;
+            let del = vec![(1, Command::Del { set: "d".into(), elem: Prefix::new(watched[d], 32) })];
+            sets.stage(&cur.value, &del, now, &base_of).unwrap();
+            member[d] = false;
+        }
+        let (new, _) = sets.commit(&cur.value);
+        drop(cur);
+        if let Some(r) = new {
+            publish(r, &member);
+        }
+        let cur = published.load();
+        let (new, n) = sets.poll_merges(&cur.value, false);
+        drop(cur);
+        if let Some(r) = new {
+            merges += n;
+            publish(r, &member);
+        }
+        round += 1;
+        std::thread::sleep(std::time::Duration::from_micros(300));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        let (seen, checks) = r.join().unwrap();
+        assert!(seen > 100 && checks > 1000, "a reader saw too little: generation {seen}, {checks} checks");
+    }
+}
