@@ -58,9 +58,14 @@ const ACCEPT_BATCH: usize = 64;
 /// `--max-connections` it may be shed to make room.
 const STALLED: Duration = Duration::from_secs(1);
 /// At `--upstream-max-inflight`, one slot in this many goes to the
-/// oldest request of a new client while known clients wait too: new
-/// addresses never starve, and an attack of new addresses takes at most
-/// this share of the upstream from the clients it has served before.
+/// oldest request of a new client while known clients wait too, and new
+/// clients hold at most this share of the slots at once: new addresses
+/// never starve, and an attack of new addresses takes at most this share
+/// of the upstream from the clients it has served before. The held share
+/// matters most: the upstream answers its connections in turn, so a known
+/// client's request waits there behind every request in flight, and an
+/// attack's first allowed requests would otherwise fill every slot each
+/// time the known queue is empty (measured in BENCHMARKS.md).
 const NEW_SHARE: u32 = 4;
 /// Block lines logged per second per thread; beyond, one line says how
 /// many more were made (a flood of new attackers must not flood the log).
@@ -99,6 +104,8 @@ struct InFlight {
     /// (`inbuf[start..start + held]`) until its response begins: until
     /// then it can be sent again on another connection.
     held: usize,
+    /// It holds one of the new clients' slots (`Worker::inflight_new`).
+    new: bool,
 }
 
 struct Client {
@@ -166,6 +173,9 @@ struct Client {
     served: bool,
     /// Its request was pipelined and sent again: this time alone.
     solo: bool,
+    /// Its next upstream exchange holds one of the new clients' slots
+    /// (`--upstream-max-inflight`): it was not known when it was let in.
+    as_new: bool,
 }
 
 /// An upstream connection. Its response is read straight into its
@@ -270,6 +280,10 @@ pub(crate) struct Worker<'a> {
     /// share of `--upstream-max-inflight` (0: no cap).
     inflight: usize,
     max_inflight: usize,
+    /// Of `inflight`, those of clients not known when they were let in,
+    /// and the most they may be (a [`NEW_SHARE`] of the cap, at least 1).
+    inflight_new: usize,
+    max_inflight_new: usize,
     /// Requests waiting for a slot, oldest first: (slot, serial), known
     /// clients and new ones apart; and slots given since the last that
     /// went to a new client.
@@ -355,6 +369,11 @@ impl<'a> Worker<'a> {
             max_inflight: match cfg.upstream_max_inflight {
                 0 => 0,
                 n => (n / cfg.threads.max(1)).max(1),
+            },
+            inflight_new: 0,
+            max_inflight_new: match cfg.upstream_max_inflight {
+                0 => 0,
+                n => ((n / cfg.threads.max(1)).max(1) / NEW_SHARE as usize).max(1),
             },
             queue_known: Default::default(),
             queue_new: Default::default(),
@@ -572,6 +591,7 @@ impl<'a> Worker<'a> {
             serial,
             served: false,
             solo: false,
+            as_new: false,
         }
     }
 
@@ -892,8 +912,9 @@ impl<'a> Worker<'a> {
     /// front of the line, to be sent alone; it keeps its slot.
     fn send_again(&mut self, c: &mut Client, i: usize) {
         let Some(q) = c.req.take() else { return };
-        (c.phase, c.solo) = (Phase::Queued(Instant::now(), q.head), true);
+        (c.phase, c.solo, c.as_new) = (Phase::Queued(Instant::now(), q.head), true, q.new);
         self.inflight -= 1;
+        self.inflight_new -= usize::from(q.new);
         self.redo.push_back((i, c.serial));
         add(&self.n.upstream_resent, 1);
     }
@@ -1325,6 +1346,15 @@ impl<'a> Worker<'a> {
         if full || !self.queue_known.is_empty() || !self.queue_new.is_empty() {
             return self.enqueue(c, i, h);
         }
+        if self.max_inflight > 0 {
+            // While the new clients' share has room, a request takes it
+            // unasked (one lookup fewer while nothing waits); past it, only
+            // a known client's goes on.
+            c.as_new = self.inflight_new < self.max_inflight_new;
+            if !c.as_new && self.shared.table.standing(c.ip, self.now_ms()) == Standing::New {
+                return self.enqueue(c, i, h);
+            }
+        }
         self.start_upstream(c, i, h)
     }
 
@@ -1363,11 +1393,14 @@ impl<'a> Worker<'a> {
             let (entry, queue) = if let Some(e) = self.redo.pop_front() {
                 (e, None)
             } else if self.max_inflight == 0 || self.inflight < self.max_inflight {
-                let new_turn = self.queue_known.is_empty() || self.since_new + 1 >= NEW_SHARE;
+                // A new client's turn needs room in their share too.
+                let room_new = self.max_inflight == 0 || self.inflight_new < self.max_inflight_new;
+                let new_turn = room_new && (self.queue_known.is_empty() || self.since_new + 1 >= NEW_SHARE);
                 match (new_turn, self.queue_new.front(), self.queue_known.front()) {
-                    (true, Some(_), _) | (_, Some(_), None) => (self.queue_new.pop_front().expect("front"), Some(true)),
+                    (true, Some(_), _) => (self.queue_new.pop_front().expect("front"), Some(true)),
                     (_, _, Some(_)) => (self.queue_known.pop_front().expect("front"), Some(false)),
-                    (_, None, None) => return,
+                    (false, _, None) => return,
+                    (true, None, None) => return,
                 }
             } else {
                 return;
@@ -1384,6 +1417,7 @@ impl<'a> Worker<'a> {
                 continue;
             }
             if let Some(new) = queue {
+                c.as_new = new && self.max_inflight > 0;
                 self.since_new = if new { 0 } else { self.since_new + 1 };
                 add(&self.n.upstream_queue_wait_us, since.elapsed().as_micros() as u64);
             }
@@ -1425,6 +1459,7 @@ impl<'a> Worker<'a> {
     fn end_req(&mut self, c: &mut Client) -> Option<InFlight> {
         let q = c.req.take()?;
         self.inflight -= 1;
+        self.inflight_new -= usize::from(q.new);
         c.start += q.held;
         Some(q)
     }
@@ -1440,8 +1475,16 @@ impl<'a> Worker<'a> {
                 u.out.extend_from_slice(&c.inbuf[c.start..c.start + h.len]);
                 add(&self.n.forwarded, 1);
                 add(&self.n.upstream_pipelined, 1);
-                c.req = Some(InFlight { up: j, keep_alive: h.keep_alive, resp_started: false, head: h, held: h.len });
+                c.req = Some(InFlight {
+                    up: j,
+                    keep_alive: h.keep_alive,
+                    resp_started: false,
+                    head: h,
+                    held: h.len,
+                    new: c.as_new,
+                });
                 self.inflight += 1;
+                self.inflight_new += usize::from(c.as_new);
                 c.phase = Phase::Await;
                 return Next::Go(true);
             }
@@ -1472,8 +1515,9 @@ impl<'a> Worker<'a> {
             self.batch.push(j);
         }
         add(&self.n.forwarded, 1);
-        c.req = Some(InFlight { up: j, keep_alive: h.keep_alive, resp_started: false, head: h, held });
+        c.req = Some(InFlight { up: j, keep_alive: h.keep_alive, resp_started: false, head: h, held, new: c.as_new });
         self.inflight += 1;
+        self.inflight_new += usize::from(c.as_new);
         c.phase = if h.has_body { Phase::Body } else { Phase::Await };
         Next::Go(true)
     }

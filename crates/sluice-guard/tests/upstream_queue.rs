@@ -167,3 +167,54 @@ fn without_a_cap_nothing_waits() {
     assert_eq!(g.shared().report().counts.upstream_queued, 0);
     stop(g);
 }
+
+/// New clients hold at most a quarter of the cap at once, even while no
+/// known client waits: with a cap of 8, ten new addresses' slow requests
+/// reach the upstream two at a time, and a known client's request sent
+/// while they wait goes straight on instead of behind them all.
+#[test]
+fn new_clients_hold_at_most_their_share_of_the_slots() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (now, most, seen) =
+        (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)), Arc::new(Mutex::new(Vec::new())));
+    let (n2, m2, s2) = (now.clone(), most.clone(), seen.clone());
+    let up = heads::upstream(move |head| {
+        let target = head.split(' ').nth(1).unwrap_or("").to_owned();
+        s2.lock().unwrap().push(target.clone());
+        if target.starts_with("/new") {
+            m2.fetch_max(n2.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(150));
+            n2.fetch_sub(1, Ordering::SeqCst);
+        }
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec()
+    });
+    let mut c = Config::new("127.0.0.1:0".parse().unwrap(), up);
+    c.pin = false;
+    c.upstream_max_inflight = 8;
+    let g = Guard::bind(c).unwrap();
+    let addr = g.local_addr();
+    let g = g.start().unwrap();
+    let mut known = connect("127.0.5.1", addr);
+    send(&mut known, "/warm");
+    assert_eq!(answer(&mut known), "HTTP/1.1 200 OK");
+    let mut new: Vec<TcpStream> = (1..=10).map(|k| connect(&format!("127.0.6.{k}"), addr)).collect();
+    for (k, s) in new.iter_mut().enumerate() {
+        send(s, &format!("/new-{k}"));
+    }
+    // Eight of them wait: two are at the upstream.
+    wait_queued(&g, 8);
+    send(&mut known, "/known");
+    assert_eq!(answer(&mut known), "HTTP/1.1 200 OK");
+    for s in &mut new {
+        assert_eq!(answer(s), "HTTP/1.1 200 OK");
+    }
+    assert_eq!(most.load(Ordering::SeqCst), 2, "new clients' requests at the upstream at once");
+    let order = seen.lock().unwrap().clone();
+    let at = order.iter().position(|t| t == "/known").unwrap();
+    // Behind the first two new requests (or the next two, had they begun).
+    assert!(at <= 5, "the known client's request went behind the new ones: {order:?}");
+    let r = g.shared().report();
+    // The known one queued too (others waited), and left the queue at once.
+    assert_eq!((r.counts.upstream_queued, r.counts.upstream_queued_new), (9, 8), "{:?}", r.counts);
+    stop(g);
+}

@@ -91,6 +91,13 @@ pub struct GuardBenchArgs {
     /// --attack: the guard's --upstream-pipeline (1: off).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub attack_pipeline: usize,
+    /// --attack: a third phase, the floor: the same attack sent to a second
+    /// guard of its own (same limits, same upstream), so the legitimate
+    /// pool's p99 there is what the machine's contention alone costs it
+    /// (the load tool, the kernel, a busy guard beside), with nothing of the
+    /// attack in its own guard's loop.
+    #[arg(long)]
+    pub attack_floor: bool,
     /// Also through a guard terminating TLS (a self-signed certificate made
     /// for the run; http-load over https): its requests/s against the plain
     /// guard's. With --attack: both pools over TLS.
@@ -542,7 +549,7 @@ fn attack(a: &GuardBenchArgs, exe: &Path) -> Result<()> {
     let max_inflight = a.guard_max_inflight.to_string();
     let depth = a.attack_pipeline.to_string();
     // One fresh guard per phase, so no block carries over.
-    let phase = |name: &str, pools: &str| -> Result<(serde_json::Value, serde_json::Value)> {
+    let guard_limits = || {
         let mut limits = vec!["--request-rate", &limit, "--request-burst", &limit, "--ip-block", "60", "--json"];
         if a.guard_max_connections > 0 {
             limits.extend(["--max-connections", &max_connections]);
@@ -554,10 +561,24 @@ fn attack(a: &GuardBenchArgs, exe: &Path) -> Result<()> {
             limits.extend(["--upstream-pipeline", &depth]);
         }
         limits.extend(tls.iter().map(String::as_str));
+        limits
+    };
+    let scheme = if a.tls { "https" } else { "http" };
+    // `pools` may name `{ELSEWHERE}`: a second guard's URL, started for the phase.
+    let phase = |name: &str, pools: &str| -> Result<(serde_json::Value, serde_json::Value)> {
+        let limits = guard_limits();
         let (guarding, addr) = guard(exe, &upstream, &threads, &total, &limits)?;
+        let elsewhere = match pools.contains("{ELSEWHERE}") {
+            true => Some(guard(exe, &upstream, &threads, &total, &limits)?),
+            false => None,
+        };
+        let pools = match &elsewhere {
+            Some((_, other)) => pools.replace("{ELSEWHERE}", &format!("{scheme}://{other}/")),
+            None => pools.to_owned(),
+        };
         let file = dir.path().join(format!("{name}.toml"));
         std::fs::write(&file, pools)?;
-        let url = format!("{}://{addr}/", if a.tls { "https" } else { "http" });
+        let url = format!("{scheme}://{addr}/");
         let out = Command::new(exe)
             .args(["http-load", "--url", &url, "--pool", file.to_str().context("path")?, "--json"])
             .args(["--duration", &a.duration.to_string(), "--timeout-ms", "2000"])
@@ -573,6 +594,10 @@ fn attack(a: &GuardBenchArgs, exe: &Path) -> Result<()> {
     };
     let (alone, _) = phase("alone", &legit)?;
     let (both, g) = phase("both", &format!("{legit}\n{attackers}"))?;
+    let floor = match a.attack_floor {
+        true => Some(phase("floor", &format!("{legit}\n{attackers}url = \"{{ELSEWHERE}}\"\n"))?.0),
+        false => None,
+    };
     // What the guard did to the attack: blocks, sheds, handshakes.
     let keys = [
         "upstream_queued",
@@ -636,6 +661,13 @@ fn attack(a: &GuardBenchArgs, exe: &Path) -> Result<()> {
                        "blocked_share": blocked_share,
                        "per_second": at["per_second"]},
             "guard": guard_summary,
+            // The same attack on a guard of its own: the legitimate p99
+            // the machine's contention alone leaves (null without --attack-floor).
+            "floor": floor.as_ref().map(|f| {
+                let lf = &f["pools"]["legit"];
+                serde_json::json!({"p99_us": p99(lf), "success": success(lf), "p99_over_alone": p99(lf) / p99(la),
+                                   "attacked_over_floor": p99(lb) / p99(lf)})
+            }),
             "targets": {
                 "legit_success": {"min": 0.999, "value": legit_success, "met": legit_success >= 0.999},
                 "legit_p99_over_alone": {"max": 2.0, "value": p99_ratio, "met": p99_ratio <= 2.0},
