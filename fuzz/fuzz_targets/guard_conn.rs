@@ -11,11 +11,11 @@
 //! side shut or not, before the guard closes; and every 64 inputs a fresh
 //! well-formed request to each guard is answered 200 (a stuck loop, a
 //! leaked connection count under `concurrent_connections` or a broken pool
-//! would fail it). Each guard holds one request at the upstream at a
-//! time (`--upstream-max-inflight 1`): a request meeting an
-//! earlier input's there waits in the queue (about a third of them in a
-//! 45 s run, a third of those answered 503 after the queue timeout), and
-//! GETs take `--upstream-pipeline`'s path.
+//! would fail it). Each guard holds two requests at the upstream at a
+//! time (`--upstream-max-inflight 2`, of which new clients hold one): a
+//! request meeting earlier inputs' there waits in the queue, or goes on
+//! past the new clients' share once its client is known, and GETs take
+//! `--upstream-pipeline`'s path.
 //! `GUARD_CONN_TRACE=1` prints each script, its time and
 //! what its client received.
 //!
@@ -187,14 +187,16 @@ fn config(upstream: SocketAddr, proxy: bool, tls: Vec<CertFiles>) -> Config {
         upstream_response: Some(DEADLINE),
         upstream_queue: Some(DEADLINE),
     };
-    // One request at the upstream at a time, guard-wide: a request arriving
-    // while an earlier input's is still there (its connection not yet
-    // closed, its response late or never) waits in the queue, then is
-    // forwarded or answered 503.
-    c.upstream_max_inflight = 1;
+    // Two requests at the upstream at a time, guard-wide, one of them a
+    // new client's: a request arriving while earlier inputs' are still
+    // there (their connections not yet closed, their responses late or
+    // never) waits in the queue, then is forwarded or answered 503; one
+    // arriving while the new clients' share is taken goes on only once its
+    // client (127.0.0.1, served before) is known.
+    c.upstream_max_inflight = 2;
     // GETs take the pipelined path (their heads held until answered, sent
-    // again once when their connection closes unanswered); with one
-    // request at the upstream at a time, each batch holds one.
+    // again once when their connection closes unanswered); with two
+    // requests at the upstream at a time, each batch holds two at most.
     c.upstream_pipeline = 4;
     c.tls_handshake_timeout = DEADLINE;
     // No IP blocks: every input comes from 127.0.0.1 (or a PROXY-named address).
