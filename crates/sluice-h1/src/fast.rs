@@ -404,14 +404,8 @@ impl Parser {
                 // which starts from the same place: nothing is committed
                 // here unless the whole line checked out.
                 let ns = p;
-                let ne = S::name(b, ns);
-                if ne > ns && b.get(ne) == Some(&b':') && self.fields.len() < max_headers {
-                    let mut v = ne + 1;
-                    if b.get(v) == Some(&b' ') {
-                        v += 1;
-                    }
-                    if !matches!(b.get(v), Some(b' ' | b'\t')) {
-                        let ve = S::value(b, v);
+                if self.fields.len() < max_headers {
+                    if let Some((ne, v, ve)) = S::line(b, ns) {
                         if b.get(ve..ve + 2) == Some(b"\r\n") {
                             let mut e = ve;
                             while e > v && matches!(b.get(e - 1), Some(b' ' | b'\t')) {
