@@ -557,7 +557,7 @@ mod x86 {
     pub(super) fn value_sse(b: &[u8], mut p: usize) -> usize {
         let ptr = b.as_ptr();
         // SAFETY (whole block): SSE2 is baseline; each load is of 16 bytes
-        // with p + 16 <= b.len().
+        // at an offset at most b.len() - 16.
         unsafe {
             while p + 16 <= b.len() {
                 let m = value_mask16(ptr.add(p));
@@ -565,6 +565,13 @@ mod x86 {
                     return p + m.trailing_zeros() as usize;
                 }
                 p += 16;
+            }
+            // Fewer than 16 bytes left: the slice's last 16, the ones
+            // before `p` shifted out (a value that ends a short read, or
+            // the last field before the final CRLF).
+            if p < b.len() && b.len() >= 16 {
+                let m = value_mask16(ptr.add(b.len() - 16)) >> (p + 16 - b.len());
+                return if m != 0 { p + m.trailing_zeros() as usize } else { b.len() };
             }
         }
         portable(&VALUE, b, p)
@@ -574,19 +581,28 @@ mod x86 {
     #[inline(always)]
     pub(super) fn target_sse(b: &[u8], mut p: usize) -> usize {
         let ptr = b.as_ptr();
-        // SAFETY (whole block): SSE2 is baseline; p + 16 <= b.len() per load.
+        // SAFETY (whole block): SSE2 is baseline; each load is of 16 bytes
+        // at an offset at most b.len() - 16.
         unsafe {
             let lo = _mm_set1_epi8(0x21);
             let span = _mm_set1_epi8(0x5D);
-            while p + 16 <= b.len() {
-                let v = _mm_loadu_si128(ptr.add(p).cast());
+            let bad = |at: usize| {
+                let v = _mm_loadu_si128(ptr.add(at).cast());
                 let t = _mm_sub_epi8(v, lo);
                 let ok = _mm_cmpeq_epi8(_mm_min_epu8(t, span), t);
-                let m = !(_mm_movemask_epi8(ok) as u32) & 0xFFFF;
+                !(_mm_movemask_epi8(ok) as u32) & 0xFFFF
+            };
+            while p + 16 <= b.len() {
+                let m = bad(p);
                 if m != 0 {
                     return p + m.trailing_zeros() as usize;
                 }
                 p += 16;
+            }
+            // The tail as in `value_sse`: the last 16 bytes, shifted.
+            if p < b.len() && b.len() >= 16 {
+                let m = bad(b.len() - 16) >> (p + 16 - b.len());
+                return if m != 0 { p + m.trailing_zeros() as usize } else { b.len() };
             }
         }
         portable(&TARGET, b, p)
@@ -640,6 +656,39 @@ mod tests {
 
     /// `name sep value CRLF` and some more, with a name of any length
     /// about the window's edge, and one byte changed now and then.
+    proptest! {
+        /// Each level's value and target scans stop where the byte table's
+        /// do, from every start (the vector loops and their tails).
+        #[test]
+        fn scans_match_the_tables(b in prop::collection::vec(prop_oneof![
+            8 => prop::sample::select(b"aZ0 \t!~".to_vec()),
+            1 => any::<u8>(),
+        ], 0..80)) {
+            for p in 0..=b.len() {
+                let (value, target) = (portable(&VALUE, &b, p), portable(&TARGET, &b, p));
+                #[cfg(target_arch = "x86_64")]
+                {
+                    prop_assert_eq!(Sse::value(&b, p), value, "sse value from {}", p);
+                    prop_assert_eq!(Sse::target(&b, p), target, "sse target from {}", p);
+                    if std::arch::is_x86_feature_detected!("avx2") {
+                        // SAFETY: AVX2 was just detected.
+                        prop_assert_eq!(unsafe { avx2_scans(&b, p) }, (value, target), "avx2 from {}", p);
+                    }
+                }
+            }
+        }
+    }
+
+    /// `Avx2`'s value and target scans under AVX2 enabled.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn avx2_scans(b: &[u8], p: usize) -> (usize, usize) {
+        (Avx2::value(b, p), Avx2::target(b, p))
+    }
+
     fn shaped_line() -> impl Strategy<Value = Vec<u8>> {
         let name = prop::collection::vec(prop::sample::select(b"aZ09-_.!~".to_vec()), 0..40);
         let sep = prop::sample::select(vec![&b":"[..], b": ", b":  ", b":\t", b": \t", b" :"]);
