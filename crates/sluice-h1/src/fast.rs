@@ -382,7 +382,15 @@ impl Parser {
         // `interpret` must read.
         macro_rules! note_name {
             ($ns:expr, $ne:expr) => {{
-                let k = semantics::known(b.get($ns..$ne).unwrap_or_default());
+                // The length first: most names are of none of the four
+                // lengths, and the test needs no slice (whose bounds
+                // checks were most of this step's instructions).
+                let (ns, ne): (usize, usize) = ($ns, $ne);
+                let k = if semantics::maybe_special(ne.wrapping_sub(ns)) {
+                    semantics::known(b.get(ns..ne).unwrap_or_default())
+                } else {
+                    semantics::Known::Other
+                };
                 if k != semantics::Known::Other {
                     let i = self.fields.len();
                     if i >= 64 {
