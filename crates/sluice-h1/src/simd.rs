@@ -384,9 +384,8 @@ mod x86 {
     #[inline(always)]
     pub(super) unsafe fn value_avx2(b: &[u8], mut p: usize) -> usize {
         let ptr = b.as_ptr();
-        // SAFETY (whole block): AVX2 is present (the caller's contract); the
-        // first load is of 16 bytes with p + 16 <= b.len(), the others of 32
-        // with p + 32 <= b.len(); loadu has no alignment need.
+        // SAFETY (whole block): SSE2 is baseline; the load is of 16 bytes
+        // with p + 16 <= b.len(); loadu has no alignment need.
         unsafe {
             // One 16-byte step first: most field values are shorter, and
             // the 32-byte load is split in two on this build's tuning. On
@@ -399,6 +398,25 @@ mod x86 {
                 }
                 p += 16;
             }
+        }
+        // SAFETY: the caller's contract.
+        unsafe { value_avx2_wide(b, p) }
+    }
+
+    /// `value_avx2` without its first 16-byte step: for a value already
+    /// known to be long (past a line's first 32 bytes), where that step
+    /// only shifted the 32-byte loads off their alignment (the 4 KB
+    /// cookie line measured 4% slower with it).
+    ///
+    /// # Safety
+    /// As `value_avx2`.
+    #[inline(always)]
+    pub(super) unsafe fn value_avx2_wide(b: &[u8], mut p: usize) -> usize {
+        let ptr = b.as_ptr();
+        // SAFETY (whole block): AVX2 is present (the caller's contract);
+        // each load is of 32 bytes with p + 32 <= b.len(); loadu has no
+        // alignment need.
+        unsafe {
             let c1f = _mm256_set1_epi8(0x1F);
             let tab = _mm256_set1_epi8(0x09);
             let del = _mm256_set1_epi8(0x7F);
@@ -529,7 +547,7 @@ mod x86 {
             ns + (v + rest.trailing_zeros()) as usize
         } else {
             // SAFETY: the caller's contract (AVX2 present).
-            unsafe { value_avx2(b, ns + 32) }
+            unsafe { value_avx2_wide(b, ns + 32) }
         };
         Window::Line((ns + n as usize, ns + v as usize, ve))
     }
