@@ -382,7 +382,15 @@ impl Parser {
         // `interpret` must read.
         macro_rules! note_name {
             ($ns:expr, $ne:expr) => {{
-                let k = semantics::known(b.get($ns..$ne).unwrap_or_default());
+                // The length first: most names are of none of the four
+                // lengths, and the test needs no slice (whose bounds
+                // checks were most of this step's instructions).
+                let (ns, ne): (usize, usize) = ($ns, $ne);
+                let k = if semantics::maybe_special(ne.wrapping_sub(ns)) {
+                    semantics::known(b.get(ns..ne).unwrap_or_default())
+                } else {
+                    semantics::Known::Other
+                };
                 if k != semantics::Known::Other {
                     let i = self.fields.len();
                     if i >= 64 {
@@ -404,14 +412,8 @@ impl Parser {
                 // which starts from the same place: nothing is committed
                 // here unless the whole line checked out.
                 let ns = p;
-                let ne = S::name(b, ns);
-                if ne > ns && b.get(ne) == Some(&b':') && self.fields.len() < max_headers {
-                    let mut v = ne + 1;
-                    if b.get(v) == Some(&b' ') {
-                        v += 1;
-                    }
-                    if !matches!(b.get(v), Some(b' ' | b'\t')) {
-                        let ve = S::value(b, v);
+                if self.fields.len() < max_headers {
+                    if let Some((ne, v, ve)) = S::line(b, ns) {
                         if b.get(ve..ve + 2) == Some(b"\r\n") {
                             let mut e = ve;
                             while e > v && matches!(b.get(e - 1), Some(b' ' | b'\t')) {

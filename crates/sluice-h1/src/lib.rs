@@ -4,7 +4,8 @@
 //! [`Parser`] is the fast path: straight-line code over the bytes, with the
 //! target and header-value scans done 32 or 16 bytes at a time by AVX2 or
 //! SSE4.2, chosen at run time ([`Simd`]), or by a byte-class table (header
-//! names always go through the table: see `simd.rs` for why). A small state value is kept only to resume at a call boundary: a
+//! names go through the table, except in a common line that fits one AVX2
+//! load: see `simd.rs` for why). A small state value is kept only to resume at a call boundary: a
 //! head that arrives one byte per read is still parsed in O(total).
 //! [`reference`] is a second, plain implementation of the same contract
 //! that shares no logic with the fast path (its own character classes,

@@ -86,7 +86,7 @@ const KNOWN_LENS: u32 = (1 << 4) | (1 << 10) | (1 << 14) | (1 << 17);
 /// Whether a name of `len` bytes may be one of the four fields `interpret`
 /// reads: most names are of none of the four lengths, one shift and test.
 #[inline(always)]
-fn maybe_special(len: usize) -> bool {
+pub(crate) fn maybe_special(len: usize) -> bool {
     len <= 17 && (1u32 << len) & KNOWN_LENS != 0
 }
 
