@@ -672,8 +672,6 @@ mod tests {
         }
     }
 
-    /// `name sep value CRLF` and some more, with a name of any length
-    /// about the window's edge, and one byte changed now and then.
     proptest! {
         /// Each level's value and target scans stop where the byte table's
         /// do, from every start (the vector loops and their tails).
@@ -707,6 +705,8 @@ mod tests {
         (Avx2::value(b, p), Avx2::target(b, p))
     }
 
+    /// `name sep value CRLF` and some more, with a name of any length
+    /// about the window's edge, and one byte changed now and then.
     fn shaped_line() -> impl Strategy<Value = Vec<u8>> {
         let name = prop::collection::vec(prop::sample::select(b"aZ09-_.!~".to_vec()), 0..40);
         let sep = prop::sample::select(vec![&b":"[..], b": ", b":  ", b":\t", b": \t", b" :"]);
