@@ -68,6 +68,20 @@ fn frame(src: IpAddr, dst: IpAddr) -> Vec<u8> {
     f
 }
 
+/// Each frame judged by the batched evaluation the workers run: (its
+/// addresses, whether it was dropped).
+fn judged(rules: &RuleSet, frames: &[Vec<u8>]) -> Vec<(sluice_wire::IpSummary, bool)> {
+    let sums: Vec<PacketSummary> = frames.iter().map(|f| decode(LinkType::ETHERNET, f).unwrap()).collect();
+    let mut got = Vec::with_capacity(sums.len());
+    for chunk in sums.chunks(64) {
+        let pkts: Vec<(&PacketSummary, u32, u32)> = chunk.iter().map(|s| (s, 60, 0)).collect();
+        let mut out = vec![Decision { verdict: Verdict::Pass, rule: None }; pkts.len()];
+        rules.evaluate_batch(&pkts, &mut out, 16, |_, _| {});
+        got.extend(chunk.iter().zip(&out).map(|(s, d)| (*s.ip.as_ref().unwrap(), d.verdict == Verdict::Drop)));
+    }
+    got
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Add(bool, Prefix, Option<u32>),
@@ -310,16 +324,9 @@ proptest! {
                 let other = if a.is_ipv4() { IpAddr::from([192, 0, 2, 1]) } else { "2001:db8:ffff::1".parse().unwrap() };
                 [frame(a, other), frame(other, a)]
             }).collect();
-            let sums: Vec<PacketSummary> = frames.iter().map(|f| decode(LinkType::ETHERNET, f).unwrap()).collect();
-            for chunk in sums.chunks(64) {
-                let pkts: Vec<(&PacketSummary, u32, u32)> = chunk.iter().map(|s| (s, 60, 0)).collect();
-                let mut out = vec![Decision { verdict: Verdict::Pass, rule: None }; pkts.len()];
-                rules.evaluate_batch(&pkts, &mut out, 16, |_, _| {});
-                for (s, d) in chunk.iter().zip(&out) {
-                    let ip = s.ip.as_ref().unwrap();
-                    let want = covered(&dm, ip.src) || covered(&fm, ip.dst);
-                    prop_assert_eq!(d.verdict == Verdict::Drop, want, "{} -> {} after {:?}", ip.src, ip.dst, op);
-                }
+            for (ip, dropped) in judged(&rules, &frames) {
+                let want = covered(&dm, ip.src) || covered(&fm, ip.dst);
+                prop_assert_eq!(dropped, want, "{} -> {} after {:?}", ip.src, ip.dst, op);
             }
             prop_assert_eq!(sets.refused.get("d", "full"), refused);
             let row = sets.rows(&rules).into_iter().find(|r| r.name == "d").unwrap();
@@ -352,16 +359,9 @@ fn many_adds_with_merges_on_threads_and_held_snapshots_lose_no_element() {
     let check = |rules: &RuleSet, model: &std::collections::HashSet<IpAddr>, watched: &[IpAddr], when: &str| {
         let addrs: Vec<IpAddr> = watched.iter().copied().chain(model.iter().copied().step_by(100)).collect();
         let frames: Vec<Vec<u8>> = addrs.iter().map(|&a| frame(a, IpAddr::from([192, 0, 2, 1]))).collect();
-        let sums: Vec<PacketSummary> = frames.iter().map(|f| decode(LinkType::ETHERNET, f).unwrap()).collect();
-        for chunk in sums.chunks(64) {
-            let pkts: Vec<(&PacketSummary, u32, u32)> = chunk.iter().map(|s| (s, 60, 0)).collect();
-            let mut out = vec![Decision { verdict: Verdict::Pass, rule: None }; pkts.len()];
-            rules.evaluate_batch(&pkts, &mut out, 16, |_, _| {});
-            for (s, d) in chunk.iter().zip(&out) {
-                let src = s.ip.as_ref().unwrap().src;
-                assert_eq!(d.verdict == Verdict::Drop, model.contains(&src), "{src} {when}");
-                assert_eq!(rules.set_contains(di, src), model.contains(&src), "{src} {when}");
-            }
+        for (ip, dropped) in judged(rules, &frames) {
+            assert_eq!(dropped, model.contains(&ip.src), "{} {when}", ip.src);
+            assert_eq!(rules.set_contains(di, ip.src), model.contains(&ip.src), "{} {when}", ip.src);
         }
     };
     let mut k = 0u32;
