@@ -1,10 +1,15 @@
 //! Response framing for the guard's upstreams and the load tester, small and
 //! strict: a status line `HTTP/1.x NNN reason`, `name: value`
-//! headers with CRLF line ends, a body of exactly `Content-Length` bytes.
-//! Bodies delimited by chunking or by the connection's close cannot be
-//! pipelined behind, so they are refused ([`ResponseError::NoLength`]); the
-//! load tester counts them as bad responses. `ResponseReader` walks a
-//! stream across reads: the body is consumed as it arrives, never buffered.
+//! headers with CRLF line ends, a body of exactly `Content-Length` bytes or
+//! in chunked coding (HTTP/1.1; walked by the request parser's own strict
+//! chunk reader, extensions and trailers bounded like a head). Bodies
+//! delimited by the connection's close cannot be pipelined behind, so they
+//! are refused ([`ResponseError::NoLength`]); the load tester counts them as
+//! bad responses. `ResponseReader` walks a stream across reads: the body is
+//! consumed as it arrives, never buffered.
+
+use crate::body::Body;
+use crate::types::{Framing, Options};
 
 /// Longest response head accepted; a server sending more is broken for our purposes.
 pub const DEFAULT_MAX_HEAD: usize = 16 * 1024;
@@ -15,8 +20,10 @@ pub enum ResponseError {
     Malformed(&'static str),
     #[error("response head longer than {0} bytes")]
     HeadTooLarge(usize),
-    #[error("response body without Content-Length (chunked or delimited by close) is not supported")]
+    #[error("response body delimited by the connection's close (no Content-Length, not chunked) is not supported")]
     NoLength,
+    #[error("bad chunked response body: {0}")]
+    Chunk(&'static str),
 }
 
 /// What the load tester needs from one response.
@@ -25,7 +32,10 @@ pub struct Response {
     pub status: u16,
     /// The server will close after this response.
     pub close: bool,
+    /// Body bytes (a chunked body's data, without its framing).
     pub body_len: u64,
+    /// The body came in chunked coding.
+    pub chunked: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,11 +54,20 @@ pub enum Step {
 #[derive(Debug, Clone)]
 pub struct ResponseReader {
     max_head: usize,
-    /// Inside a body: the response and the bytes of it still to come.
-    body: Option<(Response, u64)>,
+    /// Inside a body: the response and where in its body the reader is.
+    body: Option<(Response, Inside)>,
     /// The next response answers a HEAD: its head is all of it, whatever
     /// its Content-Length says.
     no_body: bool,
+}
+
+/// Where a body ends.
+#[derive(Debug, Clone)]
+enum Inside {
+    /// After this many more bytes.
+    Length(u64),
+    /// Where the chunk reader says (boxed: it is larger than the rest).
+    Chunked(Box<Body>),
 }
 
 impl ResponseReader {
@@ -64,28 +83,48 @@ impl ResponseReader {
     /// Look at the unconsumed bytes `buf`. After an error the stream cannot
     /// be framed any more; the caller drops the connection.
     pub fn step(&mut self, buf: &[u8]) -> Result<Step, ResponseError> {
-        if let Some((response, remaining)) = &mut self.body {
+        if let Some((response, inside)) = &mut self.body {
             if buf.is_empty() {
                 return Ok(Step::NeedMore);
             }
-            let n = (*remaining).min(buf.len() as u64) as usize;
-            *remaining -= n as u64;
-            if *remaining == 0 {
+            let (consumed, done) = match inside {
+                Inside::Length(remaining) => {
+                    let n = (*remaining).min(buf.len() as u64) as usize;
+                    *remaining -= n as u64;
+                    (n, *remaining == 0)
+                }
+                Inside::Chunked(body) => {
+                    // Strict (no leniency), trailers bounded like the head.
+                    let opts = Options { max_head: self.max_head, ..Options::default() };
+                    let status = body.parse(buf, 0, &opts).map_err(|e| ResponseError::Chunk(e.kind.as_str()))?;
+                    response.body_len = body.body_len;
+                    (status.consumed, status.done)
+                }
+            };
+            if done {
                 let response = *response;
                 self.body = None;
-                return Ok(Step::Done { consumed: n, response });
+                return Ok(Step::Done { consumed, response });
             }
-            return Ok(Step::Consumed(n));
+            // Every byte given is taken (a chunk's framing is kept in the
+            // reader's state, never re-read): none only if none was given.
+            debug_assert!(consumed > 0);
+            return Ok(Step::Consumed(consumed));
         }
         let Some(end) = head_end(buf, self.max_head)? else {
             return Ok(Step::NeedMore);
         };
-        let response = parse_head(&buf[..end], std::mem::take(&mut self.no_body))?;
-        if response.body_len == 0 {
-            Ok(Step::Done { consumed: end, response })
-        } else {
-            self.body = Some((response, response.body_len));
-            Ok(Step::Consumed(end))
+        let (response, framing) = parse_head(&buf[..end], std::mem::take(&mut self.no_body))?;
+        match framing {
+            Framing::None | Framing::Length(0) => Ok(Step::Done { consumed: end, response }),
+            Framing::Length(n) => {
+                self.body = Some((response, Inside::Length(n)));
+                Ok(Step::Consumed(end))
+            }
+            Framing::Chunked => {
+                self.body = Some((response, Inside::Chunked(Box::new(Body::new(Framing::Chunked)))));
+                Ok(Step::Consumed(end))
+            }
         }
     }
 }
@@ -105,8 +144,9 @@ fn is_token(b: u8) -> bool {
 }
 
 /// Parse a complete head (ending in CRLF CRLF); `no_body`: it answers a
-/// HEAD, and is all of its response.
-fn parse_head(head: &[u8], no_body: bool) -> Result<Response, ResponseError> {
+/// HEAD, and is all of its response. The response, and how its body is
+/// framed.
+fn parse_head(head: &[u8], no_body: bool) -> Result<(Response, Framing), ResponseError> {
     use ResponseError::Malformed;
     // Drop the blank line's CRLF: every line left ends in CRLF.
     let head = &head[..head.len() - 2];
@@ -131,7 +171,10 @@ fn parse_head(head: &[u8], no_body: bool) -> Result<Response, ResponseError> {
     if !(200..=599).contains(&status) {
         return Err(Malformed("status code outside 200-599"));
     }
-    let (mut length, mut chunked, mut close, mut keep_alive) = (None::<u64>, false, false, false);
+    let (mut length, mut close, mut keep_alive) = (None::<u64>, false, false);
+    // Transfer codings over every Transfer-Encoding line: how many say
+    // `chunked`, and whether the last one does.
+    let (mut codings, mut chunked_count, mut chunked_last) = (0u32, 0u32, false);
     for line in lines {
         let line = line.ok_or(Malformed("header line without CRLF"))?;
         let colon = line.iter().position(|&b| b == b':').ok_or(Malformed("header line without a colon"))?;
@@ -149,7 +192,14 @@ fn parse_head(head: &[u8], no_body: bool) -> Result<Response, ResponseError> {
             }
             length = Some(n);
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            chunked = true;
+            for token in value.split(|&b| b == b',').map(trim).filter(|t| !t.is_empty()) {
+                codings += 1;
+                chunked_last = token.eq_ignore_ascii_case(b"chunked");
+                chunked_count += u32::from(chunked_last);
+            }
+            if codings == 0 {
+                return Err(Malformed("empty Transfer-Encoding"));
+            }
         } else if name.eq_ignore_ascii_case(b"connection") {
             for token in value.split(|&b| b == b',').map(trim) {
                 close |= token.eq_ignore_ascii_case(b"close");
@@ -157,15 +207,32 @@ fn parse_head(head: &[u8], no_body: bool) -> Result<Response, ResponseError> {
             }
         }
     }
+    let close = close || (http10 && !keep_alive);
     // 204 and 304 never have a body, whatever they say.
-    let body_len = if no_body || status == 204 || status == 304 {
-        0
-    } else if chunked {
-        return Err(ResponseError::NoLength);
-    } else {
-        length.ok_or(ResponseError::NoLength)?
-    };
-    Ok(Response { status, close: close || (http10 && !keep_alive), body_len })
+    if no_body || status == 204 || status == 304 {
+        return Ok((Response { status, close, body_len: 0, chunked: false }, Framing::None));
+    }
+    if codings > 0 {
+        // Both framings at once is how responses are split and smuggled
+        // (RFC 9112 section 6.3: "ought to be handled as an error").
+        if length.is_some() {
+            return Err(Malformed("both Transfer-Encoding and Content-Length"));
+        }
+        // An HTTP/1.0 server cannot send a transfer coding.
+        if http10 {
+            return Err(Malformed("Transfer-Encoding in an HTTP/1.0 response"));
+        }
+        if chunked_count > 1 || (chunked_count == 1 && !chunked_last) {
+            return Err(Malformed("chunked not once and last among the transfer codings"));
+        }
+        // A final coding other than chunked: delimited by the close.
+        if !chunked_last {
+            return Err(ResponseError::NoLength);
+        }
+        return Ok((Response { status, close, body_len: 0, chunked: true }, Framing::Chunked));
+    }
+    let n = length.ok_or(ResponseError::NoLength)?;
+    Ok((Response { status, close, body_len: n, chunked: false }, Framing::Length(n)))
 }
 
 fn trim(mut s: &[u8]) -> &[u8] {
@@ -217,11 +284,28 @@ mod tests {
     }
 
     #[test]
+    fn frames_chunked_bodies_with_extensions_and_trailers() {
+        let text = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, Chunked\r\n\r\n5;ext=\"a b\";x\r\nhello\r\n1A\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\nEtag: x\r\nX-T: 1\r\n\r\nHTTP/1.1 201 Created\r\ntransfer-encoding: chunked\r\nConnection: close\r\n\r\n0\r\n\r\n";
+        let (got, err) = frame(&[text]);
+        assert_eq!(err, None);
+        let short: Vec<_> = got.iter().map(|r| (r.status, r.close, r.body_len, r.chunked)).collect();
+        assert_eq!(short, vec![(200, false, 31, true), (201, true, 0, true)]);
+        // Byte by byte, the same.
+        let bytes: Vec<&[u8]> = text.chunks(1).collect();
+        assert_eq!(frame(&bytes), (got, None));
+        // Gzip then chunked is no framing error; chunked then more is
+        // (see `refuses_what_cannot_be_framed`). A 204 has no body even
+        // when it says chunked.
+        let (got, err) = frame(&[b"HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"]);
+        assert_eq!((got.len(), err), (2, None));
+    }
+
+    #[test]
     fn an_answer_to_head_ends_with_its_head_and_keeps_its_close() {
         let mut r = ResponseReader::new(DEFAULT_MAX_HEAD);
         r.expect_no_body();
         let head = b"HTTP/1.1 200 OK\r\nContent-Length: 1048576\r\nConnection: close\r\n\r\n";
-        let done = Response { status: 200, close: true, body_len: 0 };
+        let done = Response { status: 200, close: true, body_len: 0, chunked: false };
         assert_eq!(r.step(head), Ok(Step::Done { consumed: head.len(), response: done }));
         // Chunked or without a length: still only a head.
         r.expect_no_body();
@@ -235,8 +319,30 @@ mod tests {
     #[test]
     fn refuses_what_cannot_be_framed() {
         let bad = |t: &[u8]| frame(&[t]).1.expect("an error");
-        assert_eq!(bad(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"), ResponseError::NoLength);
         assert_eq!(bad(b"HTTP/1.1 200 OK\r\n\r\n"), ResponseError::NoLength);
+        // A final coding other than chunked is delimited by the close.
+        assert_eq!(bad(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n"), ResponseError::NoLength);
+        for smuggling in [
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n".as_slice(),
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding:\r\n\r\n",
+            b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+        ] {
+            assert!(matches!(bad(smuggling), ResponseError::Malformed(_)), "{:?}", String::from_utf8_lossy(smuggling));
+        }
+        // Chunk framing is strict: a size that is not hex, a bare LF, data
+        // longer than its size, trailers past the head's bound.
+        for body in [&b"zz\r\n"[..], b"3\nabc\r\n0\r\n\r\n", b"3\r\nabcd\r\n0\r\n\r\n", b"0\r\nX\r\n\r\n"] {
+            let text = [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".as_slice(), body].concat();
+            assert!(matches!(bad(&text), ResponseError::Chunk(_)), "{:?}", String::from_utf8_lossy(body));
+        }
+        let long_trailer = [
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX: ".as_slice(),
+            &vec![b'a'; DEFAULT_MAX_HEAD],
+        ]
+        .concat();
+        assert!(matches!(bad(&long_trailer), ResponseError::Chunk(_)));
         assert!(matches!(bad(b"HTTP/2 200 OK\r\n\r\n"), ResponseError::Malformed(_)));
         assert!(matches!(bad(b"HTTP/1.1 100 Continue\r\n\r\n"), ResponseError::Malformed(_)));
         assert!(matches!(
@@ -249,16 +355,40 @@ mod tests {
     }
 
     fn response_text() -> impl Strategy<Value = Vec<u8>> {
-        (prop::sample::select(vec![200u16, 201, 204, 301, 404, 500, 503]), 0usize..300, any::<bool>(), any::<bool>())
-            .prop_map(|(status, len, close, http10)| {
+        (
+            prop::sample::select(vec![200u16, 201, 204, 301, 404, 500, 503]),
+            0usize..300,
+            any::<bool>(),
+            any::<bool>(),
+            // Chunked (HTTP/1.1 only): the body cut into pieces of these
+            // sizes, then a trailer or not.
+            prop::option::of((prop::collection::vec(1usize..40, 0..6), any::<bool>())),
+        )
+            .prop_map(|(status, len, close, http10, chunked)| {
+                let chunked = chunked.filter(|_| !http10);
+                let framing = match &chunked {
+                    Some(_) => "Transfer-Encoding: chunked\r\n".to_string(),
+                    None => format!("Content-Length: {len}\r\n"),
+                };
                 let mut t = format!(
-                    "HTTP/1.{} {status} Reason Phrase\r\nServer: x\r\nContent-Length: {len}\r\n{}\r\n",
+                    "HTTP/1.{} {status} Reason Phrase\r\nServer: x\r\n{framing}{}\r\n",
                     if http10 { 0 } else { 1 },
                     if close { "Connection: close\r\n" } else { "" }
                 )
                 .into_bytes();
-                if status != 204 {
-                    t.extend(std::iter::repeat_n(b'z', len));
+                if status == 204 {
+                    return t;
+                }
+                match chunked {
+                    None => t.extend(std::iter::repeat_n(b'z', len)),
+                    Some((sizes, trailer)) => {
+                        for (i, size) in sizes.into_iter().enumerate() {
+                            t.extend(format!("{size:x}{}\r\n", if i % 2 == 1 { ";e=1" } else { "" }).bytes());
+                            t.extend(std::iter::repeat_n(b'c', size));
+                            t.extend_from_slice(b"\r\n");
+                        }
+                        t.extend_from_slice(if trailer { b"0\r\nT: v\r\n\r\n" } else { b"0\r\n\r\n" });
+                    }
                 }
                 t
             })

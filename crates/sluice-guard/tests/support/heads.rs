@@ -1,6 +1,7 @@
 //! An upstream for the guard's tests: each request head it receives (no
 //! bodies) goes to `answer`, which may take its time and says what to
-//! send; a thread per connection.
+//! send; a thread per connection. And the tests' own reader of chunked
+//! bodies.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
@@ -51,4 +52,34 @@ pub fn upstream_with(reply: impl Fn(&str) -> Reply + Clone + Send + 'static) -> 
         }
     });
     addr
+}
+
+/// The data of a whole chunked body at the start of `bytes`, and the bytes
+/// it took; `None` while it is not whole. (The test's own reader, simpler
+/// than the guard's: sizes, data, CRLFs, trailer lines.)
+#[allow(dead_code)] // each test binary uses some of these
+pub fn dechunk(bytes: &[u8]) -> Option<(Vec<u8>, usize)> {
+    let mut data = Vec::new();
+    let mut at = 0;
+    loop {
+        let line_end = at + bytes[at..].windows(2).position(|w| w == b"\r\n")?;
+        let line = std::str::from_utf8(&bytes[at..line_end]).unwrap();
+        let size = usize::from_str_radix(line.split(';').next().unwrap(), 16).unwrap();
+        at = line_end + 2;
+        if size == 0 {
+            // Trailer lines up to the empty one.
+            loop {
+                let end = at + bytes[at..].windows(2).position(|w| w == b"\r\n")?;
+                let empty = end == at;
+                at = end + 2;
+                if empty {
+                    return Some((data, at));
+                }
+            }
+        }
+        let chunk = bytes.get(at..at + size + 2)?;
+        assert_eq!(&chunk[size..], b"\r\n", "chunk data not followed by CRLF");
+        data.extend_from_slice(&chunk[..size]);
+        at += size + 2;
+    }
 }
