@@ -8,15 +8,16 @@ use libfuzzer_sys::fuzz_target;
 use sluice_control::crowdsec::{go_duration, parse};
 use sluice_control::ctl::parse_request;
 use sluice_control::safety::Gate;
+use sluice_control::safety::Safety;
 use sluice_control::sets::RuntimeSets;
 use sluice_engine::dynamic::Elements;
 use sluice_engine::{CompileOptions, RuleSet};
 use sluice_rules::{parse_rules, Prefix};
-use sluice_control::safety::Safety;
 use std::path::Path;
 use std::sync::Arc;
 
-const RULES: &str = "set f { 10.0.0.0/8, 10.1.2.3, 2001:db8::/32 }\nset d dynamic timeout 60\ndrop saddr @d\ndrop daddr @f\n";
+const RULES: &str =
+    "set f { 10.0.0.0/8, 10.1.2.3, 2001:db8::/32 }\nset d dynamic timeout 60\ndrop saddr @d\ndrop daddr @f\n";
 
 fn rules() -> RuleSet {
     let file = parse_rules("f.rules", RULES, Path::new(".")).unwrap();

@@ -23,8 +23,16 @@ fuzz_target!(|data: &[u8]| {
     let mut now = 0u64;
     for (token, chunk) in data.chunks_exact(6).enumerate() {
         let v6 = chunk[0] & 1 != 0;
-        let src: IpAddr = if v6 { IpAddr::from([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, chunk[0] >> 6]) } else { IpAddr::from([10, 0, 0, chunk[0] >> 6]) };
-        let dst: IpAddr = if v6 { IpAddr::from([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]) } else { IpAddr::from([10, 0, 0, 2]) };
+        let src: IpAddr = if v6 {
+            IpAddr::from([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, chunk[0] >> 6])
+        } else {
+            IpAddr::from([10, 0, 0, chunk[0] >> 6])
+        };
+        let dst: IpAddr = if v6 {
+            IpAddr::from([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2])
+        } else {
+            IpAddr::from([10, 0, 0, 2])
+        };
         let key = DatagramKey { src, dst, ident: u32::from(chunk[1] & 3), protocol: if v6 { 0 } else { 17 } };
         let offset = u32::from(u16::from_be_bytes([chunk[2], chunk[3]]) & 0x1fff) * 8 % 4096;
         let more = chunk[4] & 1 != 0;

@@ -384,12 +384,14 @@ fn respond(s: &mut TcpStream, spec: &Spec, head_method: bool) -> bool {
         }
         1 => {
             out.extend(format!("{version} {status} X\r\n{mark}Transfer-Encoding: chunked\r\n\r\n").bytes());
-            if !body.is_empty() {
-                out.extend(format!("{:x}\r\n", body.len()).bytes());
-                out.extend_from_slice(&body);
-                out.extend_from_slice(b"\r\n");
+            if with_body {
+                if !body.is_empty() {
+                    out.extend(format!("{:x}\r\n", body.len()).bytes());
+                    out.extend_from_slice(&body);
+                    out.extend_from_slice(b"\r\n");
+                }
+                out.extend_from_slice(b"0\r\n\r\n");
             }
-            out.extend_from_slice(b"0\r\n\r\n");
         }
         2 => {
             out.extend(format!("{version} {status} X\r\n{mark}\r\n").bytes());
@@ -470,7 +472,9 @@ impl Script {
     /// up to the first `Connection: close`.
     fn expected_responses(&self) -> Option<usize> {
         let tame_spec = |s: &Spec| {
-            matches!(s.kind % 10, 0 | 5 | 6) && s.flags & (Spec::EXTRA | Spec::ODD) == 0 && s.status() != 418
+            // Chunked only in HTTP/1.1 (a transfer coding in 1.0 is refused).
+            let framed = matches!(s.kind % 10, 0 | 5 | 6) || (s.kind % 10 == 1 && s.flags & Spec::HTTP10 == 0);
+            framed && s.flags & (Spec::EXTRA | Spec::ODD) == 0 && s.status() != 418
         };
         if !self.target.sees_http() || self.read != 0 || self.keep_open || !self.specs.iter().all(tame_spec) {
             return None;

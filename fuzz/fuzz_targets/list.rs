@@ -16,8 +16,8 @@
 //! Any other first byte: the input as it is (older seeds stay meaningful).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sluice_sets::{AddressSet, Hasher, Options};
 use sluice_rules::{parse_list, range_to_prefixes, ParsedList, Prefix, PrefixHashSet, RangeError};
+use sluice_sets::{AddressSet, Hasher, Options};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 fuzz_target!(|data: &[u8]| {

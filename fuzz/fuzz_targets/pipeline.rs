@@ -8,9 +8,7 @@ use libfuzzer_sys::fuzz_target;
 use sluice_defrag::DefragLimits;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{RuleSet, Verdict};
-use sluice_pipeline::{
-    run, Collect, JudgeConfig, Meta, Quiet, Reassembly, RunConfig, VecSource, WorkersConfig,
-};
+use sluice_pipeline::{run, Collect, JudgeConfig, Meta, Quiet, Reassembly, RunConfig, VecSource, WorkersConfig};
 use sluice_rules::Prefix;
 use sluice_wire::capture::{Interface, Timestamp, TsResolution};
 use sluice_wire::LinkType;
@@ -74,9 +72,11 @@ fuzz_target!(|data: &[u8]| {
     let n = packets.len();
     let list: Vec<Prefix> = ["10.0.0.0/8", "2001:db8::1"].iter().map(|s| s.parse().unwrap()).collect();
     let published = Arc::new(Published::new(RuleSet::new(&list, &[], &[])));
-    let judge_cfg = JudgeConfig { undecodable: if cfg & 1 == 0 { Verdict::Pass } else { Verdict::Drop }, ..JudgeConfig::default() };
+    let judge_cfg =
+        JudgeConfig { undecodable: if cfg & 1 == 0 { Verdict::Pass } else { Verdict::Drop }, ..JudgeConfig::default() };
     let workers = if cfg & 2 == 0 { 1 } else { 2 };
-    let judge = sluice_pipeline::judge(&published, WorkersConfig { judge: judge_cfg, queue: 1, ..WorkersConfig::new(workers) });
+    let judge =
+        sluice_pipeline::judge(&published, WorkersConfig { judge: judge_cfg, queue: 1, ..WorkersConfig::new(workers) });
     let limits = DefragLimits { max_datagrams: 3, max_bytes: 512, max_fragments: 4, timeout_ns: 2_000_000_000 };
     let mut stage = Reassembly::new(limits, Verdict::Drop);
     let run_cfg = RunConfig {
@@ -87,7 +87,8 @@ fuzz_target!(|data: &[u8]| {
         ..RunConfig::default()
     };
     let mut sink = Collect::default();
-    let done = run(&mut VecSource::new(packets), &mut stage, judge, &mut sink, &mut Quiet, &run_cfg).expect("no failure");
+    let done =
+        run(&mut VecSource::new(packets), &mut stage, judge, &mut sink, &mut Quiet, &run_cfg).expect("no failure");
     assert!(sink.finished);
     let mut seen = vec![0u8; n];
     for (index, _) in &sink.out {

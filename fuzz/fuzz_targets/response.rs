@@ -1,7 +1,8 @@
 //! Arbitrary bytes through the upstream response framer (what the guard
-//! reads from the servers it protects): never panics, never consumes more
-//! than it was given, and frames the same responses whether the stream
-//! arrives at once or cut into pieces.
+//! reads from the servers it protects: lengths, chunks, interim heads,
+//! bodies up to the close): never panics, never consumes more than it was
+//! given, and frames the same responses whether the stream arrives at once
+//! or cut into pieces.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -17,6 +18,8 @@ fn frame(data: &[u8], piece: usize, max_head: usize) -> (Vec<Response>, Option<R
         match reader.step(&data[start..end]) {
             Ok(Step::NeedMore) => {
                 if end == data.len() {
+                    // The stream ends: a body delimited by the close ends.
+                    done.extend(reader.eof());
                     return (done, None);
                 }
                 end = (end + piece).min(data.len());

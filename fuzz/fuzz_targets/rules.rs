@@ -42,7 +42,11 @@ fuzz_target!(|data: &[u8]| {
     let pkts: Vec<_> = decoded.iter().enumerate().map(|(i, p)| (p, 60 + i as u32, (i % 3) as u32)).collect();
     let mut out = vec![Decision { verdict: Verdict::Pass, rule: None }; pkts.len()];
     // `police` rules: each evaluator with buckets of its own, on one clock.
-    let Ok(reference) = RuleSet::compile(&file, &sets, &CompileOptions { ifaces: vec!["a".into(), "b".into()], ..CompileOptions::default() }) else {
+    let Ok(reference) = RuleSet::compile(
+        &file,
+        &sets,
+        &CompileOptions { ifaces: vec!["a".into(), "b".into()], ..CompileOptions::default() },
+    ) else {
         return;
     };
     rules.evaluate_batch_at(&pkts, &mut out, 8, 1_000_000, |_, _| {});

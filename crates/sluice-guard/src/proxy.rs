@@ -1653,6 +1653,16 @@ impl<'a> Worker<'a> {
                 Err(why) => failed = Some(why),
             }
         }
+        if failed.is_none() && eof {
+            if let Some(response) = u.reader.eof() {
+                // Its body ended with the upstream's close, which is all
+                // that says so to the client too: it is closed after it.
+                if let Some(q) = c.req.as_mut() {
+                    q.keep_alive = false;
+                }
+                return self.answered(c, u, response.status, true, true);
+            }
+        }
         if failed.is_some() || eof {
             let i = u.client.expect("relaying its response");
             return self.upstream_lost(c, i, failed);

@@ -426,3 +426,42 @@ fn chunked_responses_are_relayed_whole_and_the_connections_reused() {
     assert_eq!(c.upstream_connects, 1, "the upstream connection was not reused: {c:?}");
     stop(g);
 }
+
+/// An interim `100 Continue` goes to the client before its final
+/// response; a body the upstream ends by closing (no length, not chunked)
+/// is relayed whole, and then the client is closed too (the close is all
+/// that tells it the body ended).
+#[test]
+fn interim_and_close_delimited_responses_are_relayed() {
+    let body: Vec<u8> = (0..100_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    let close_delimited = [b"HTTP/1.0 200 OK\r\nServer: old\r\n\r\n".as_slice(), &body].concat();
+    let up = {
+        let close_delimited = close_delimited.clone();
+        heads::upstream_with(move |head| match target_of(head).as_str() {
+            "/continue" => heads::Reply::Send(
+                b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello".to_vec(),
+            ),
+            _ => heads::Reply::SendAndClose(close_delimited.clone()),
+        })
+    };
+    let (addr, g) = guard(up, 1);
+    let mut s = connect(addr);
+    let want = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+    get(&mut s, "/continue");
+    let mut got = vec![0u8; want.len()];
+    s.read_exact(&mut got).unwrap();
+    assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(want));
+    // The same connection, a body up to the close.
+    get(&mut s, "/old");
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).expect("the guard closes the client after the body");
+    assert!(
+        got == close_delimited,
+        "got {} bytes: {:?}",
+        got.len(),
+        String::from_utf8_lossy(&got[..got.len().min(80)])
+    );
+    let c = g.shared().report().counts;
+    assert_eq!((c.forwarded, c.upstream_errors), (2, 0), "{c:?}");
+    stop(g);
+}

@@ -1,12 +1,12 @@
 //! Response framing for the guard's upstreams and the load tester, small and
 //! strict: a status line `HTTP/1.x NNN reason`, `name: value`
-//! headers with CRLF line ends, a body of exactly `Content-Length` bytes or
-//! in chunked coding (HTTP/1.1; walked by the request parser's own strict
-//! chunk reader, extensions and trailers bounded like a head). Bodies
-//! delimited by the connection's close cannot be pipelined behind, so they
-//! are refused ([`ResponseError::NoLength`]); the load tester counts them as
-//! bad responses. `ResponseReader` walks a stream across reads: the body is
-//! consumed as it arrives, never buffered.
+//! headers with CRLF line ends, a body of exactly `Content-Length` bytes, in
+//! chunked coding (HTTP/1.1; walked by the request parser's own strict
+//! chunk reader, extensions and trailers bounded like a head), or up to the
+//! connection's close (neither: the reader's [`ResponseReader::eof`] ends
+//! it). Interim responses (1xx but 101) come before the final one to the
+//! same request and are heads alone. `ResponseReader` walks a stream across
+//! reads: the body is consumed as it arrives, never buffered.
 
 use crate::body::Body;
 use crate::types::{Framing, Options};
@@ -20,8 +20,6 @@ pub enum ResponseError {
     Malformed(&'static str),
     #[error("response head longer than {0} bytes")]
     HeadTooLarge(usize),
-    #[error("response body delimited by the connection's close (no Content-Length, not chunked) is not supported")]
-    NoLength,
     #[error("bad chunked response body: {0}")]
     Chunk(&'static str),
 }
@@ -36,6 +34,19 @@ pub struct Response {
     pub body_len: u64,
     /// The body came in chunked coding.
     pub chunked: bool,
+}
+
+/// How a response's body is framed, from its head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framed {
+    /// A 1xx but 101: a head alone, and the final response still to come.
+    Interim,
+    /// No body.
+    Empty,
+    Length(u64),
+    Chunked,
+    /// Up to the connection's close (`close` is set).
+    UntilClose,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +79,8 @@ enum Inside {
     Length(u64),
     /// Where the chunk reader says (boxed: it is larger than the rest).
     Chunked(Box<Body>),
+    /// At the connection's close.
+    UntilClose,
 }
 
 impl ResponseReader {
@@ -100,6 +113,10 @@ impl ResponseReader {
                     response.body_len = body.body_len;
                     (status.consumed, status.done)
                 }
+                Inside::UntilClose => {
+                    response.body_len += buf.len() as u64;
+                    (buf.len(), false)
+                }
             };
             if done {
                 let response = *response;
@@ -114,18 +131,40 @@ impl ResponseReader {
         let Some(end) = head_end(buf, self.max_head)? else {
             return Ok(Step::NeedMore);
         };
-        let (response, framing) = parse_head(&buf[..end], std::mem::take(&mut self.no_body))?;
-        match framing {
-            Framing::None | Framing::Length(0) => Ok(Step::Done { consumed: end, response }),
-            Framing::Length(n) => {
-                self.body = Some((response, Inside::Length(n)));
-                Ok(Step::Consumed(end))
-            }
-            Framing::Chunked => {
-                self.body = Some((response, Inside::Chunked(Box::new(Body::new(Framing::Chunked)))));
+        let (response, framed) = parse_head(&buf[..end], self.no_body)?;
+        let inside = match framed {
+            // The final response is still to come, to the same request.
+            Framed::Interim => return Ok(Step::Consumed(end)),
+            Framed::Empty | Framed::Length(0) => None,
+            Framed::Length(n) => Some(Inside::Length(n)),
+            Framed::Chunked => Some(Inside::Chunked(Box::new(Body::new(Framing::Chunked)))),
+            Framed::UntilClose => Some(Inside::UntilClose),
+        };
+        self.no_body = false;
+        match inside {
+            None => Ok(Step::Done { consumed: end, response }),
+            Some(inside) => {
+                self.body = Some((response, inside));
                 Ok(Step::Consumed(end))
             }
         }
+    }
+
+    /// The connection closed: the response it ended, if its body was
+    /// delimited by the close (else a response cut short, or none begun).
+    pub fn eof(&mut self) -> Option<Response> {
+        match self.body.take() {
+            Some((response, Inside::UntilClose)) => Some(response),
+            other => {
+                self.body = other;
+                None
+            }
+        }
+    }
+
+    /// Inside a body that only the connection's close ends.
+    pub fn until_close(&self) -> bool {
+        matches!(self.body, Some((_, Inside::UntilClose)))
     }
 }
 
@@ -146,7 +185,7 @@ fn is_token(b: u8) -> bool {
 /// Parse a complete head (ending in CRLF CRLF); `no_body`: it answers a
 /// HEAD, and is all of its response. The response, and how its body is
 /// framed.
-fn parse_head(head: &[u8], no_body: bool) -> Result<(Response, Framing), ResponseError> {
+fn parse_head(head: &[u8], no_body: bool) -> Result<(Response, Framed), ResponseError> {
     use ResponseError::Malformed;
     // Drop the blank line's CRLF: every line left ends in CRLF.
     let head = &head[..head.len() - 2];
@@ -166,10 +205,13 @@ fn parse_head(head: &[u8], no_body: bool) -> Result<(Response, Framing), Respons
         return Err(Malformed("status code is not three digits"));
     }
     let status = code.iter().fold(0u16, |n, d| n * 10 + u16::from(d - b'0'));
-    // A 1xx would be followed by the real response to the same request; we
-    // never send Expect or Upgrade, so one here is a protocol error.
-    if !(200..=599).contains(&status) {
-        return Err(Malformed("status code outside 200-599"));
+    if !(100..=599).contains(&status) {
+        return Err(Malformed("status code outside 100-599"));
+    }
+    // 101 turns the connection into another protocol, which is not framed
+    // (or relayed) here.
+    if status == 101 {
+        return Err(Malformed("101 Switching Protocols: upgrades are not supported"));
     }
     let (mut length, mut close, mut keep_alive) = (None::<u64>, false, false);
     // Transfer codings over every Transfer-Encoding line: how many say
@@ -208,9 +250,14 @@ fn parse_head(head: &[u8], no_body: bool) -> Result<(Response, Framing), Respons
         }
     }
     let close = close || (http10 && !keep_alive);
+    let response = |close, body_len, chunked| Response { status, close, body_len, chunked };
+    // Interim (100 Continue, 103 Early Hints...): a head alone.
+    if status < 200 {
+        return Ok((response(close, 0, false), Framed::Interim));
+    }
     // 204 and 304 never have a body, whatever they say.
     if no_body || status == 204 || status == 304 {
-        return Ok((Response { status, close, body_len: 0, chunked: false }, Framing::None));
+        return Ok((response(close, 0, false), Framed::Empty));
     }
     if codings > 0 {
         // Both framings at once is how responses are split and smuggled
@@ -227,12 +274,14 @@ fn parse_head(head: &[u8], no_body: bool) -> Result<(Response, Framing), Respons
         }
         // A final coding other than chunked: delimited by the close.
         if !chunked_last {
-            return Err(ResponseError::NoLength);
+            return Ok((response(true, 0, false), Framed::UntilClose));
         }
-        return Ok((Response { status, close, body_len: 0, chunked: true }, Framing::Chunked));
+        return Ok((response(close, 0, true), Framed::Chunked));
     }
-    let n = length.ok_or(ResponseError::NoLength)?;
-    Ok((Response { status, close, body_len: n, chunked: false }, Framing::Length(n)))
+    Ok(match length {
+        Some(n) => (response(close, n, false), Framed::Length(n)),
+        None => (response(true, 0, false), Framed::UntilClose),
+    })
 }
 
 fn trim(mut s: &[u8]) -> &[u8] {
@@ -271,6 +320,8 @@ mod tests {
                 }
             }
         }
+        // The stream ends: the close ends a body delimited by it.
+        out.extend(reader.eof());
         (out, None)
     }
 
@@ -301,6 +352,46 @@ mod tests {
     }
 
     #[test]
+    fn a_body_without_length_or_chunks_ends_at_the_close() {
+        for head in [
+            &b"HTTP/1.1 200 OK\r\nServer: x\r\n\r\n"[..],
+            b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n",
+            // A final coding other than chunked.
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+        ] {
+            let mut r = ResponseReader::new(DEFAULT_MAX_HEAD);
+            assert_eq!(r.step(head), Ok(Step::Consumed(head.len())));
+            assert!(r.until_close());
+            // Whatever follows is body, a head-like line too.
+            let body = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+            assert_eq!(r.step(body), Ok(Step::Consumed(body.len())));
+            assert_eq!(r.step(b""), Ok(Step::NeedMore));
+            let done = Response { status: 200, close: true, body_len: body.len() as u64, chunked: false };
+            assert_eq!(r.eof(), Some(done));
+            assert!(!r.until_close());
+        }
+        // A close in the middle of a length or of chunks ends nothing.
+        let mut r = ResponseReader::new(DEFAULT_MAX_HEAD);
+        assert!(matches!(r.step(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nab"), Ok(Step::Consumed(_))));
+        assert_eq!(r.eof(), None);
+    }
+
+    #[test]
+    fn interim_responses_come_before_the_final_one() {
+        let text = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok";
+        let (got, err) = frame(&[text]);
+        assert_eq!(err, None);
+        assert_eq!(got, vec![Response { status: 201, close: false, body_len: 2, chunked: false }]);
+        // An interim answer to HEAD leaves the final one bodiless still.
+        let mut r = ResponseReader::new(DEFAULT_MAX_HEAD);
+        r.expect_no_body();
+        let interim = b"HTTP/1.1 100 Continue\r\n\r\n";
+        assert_eq!(r.step(interim), Ok(Step::Consumed(interim.len())));
+        let head = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
+        assert!(matches!(r.step(head), Ok(Step::Done { consumed, .. }) if consumed == head.len()));
+    }
+
+    #[test]
     fn an_answer_to_head_ends_with_its_head_and_keeps_its_close() {
         let mut r = ResponseReader::new(DEFAULT_MAX_HEAD);
         r.expect_no_body();
@@ -319,9 +410,11 @@ mod tests {
     #[test]
     fn refuses_what_cannot_be_framed() {
         let bad = |t: &[u8]| frame(&[t]).1.expect("an error");
-        assert_eq!(bad(b"HTTP/1.1 200 OK\r\n\r\n"), ResponseError::NoLength);
-        // A final coding other than chunked is delimited by the close.
-        assert_eq!(bad(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n"), ResponseError::NoLength);
+        assert!(matches!(
+            bad(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n"),
+            ResponseError::Malformed(_)
+        ));
+        assert!(matches!(bad(b"HTTP/1.1 099 Early\r\n\r\n"), ResponseError::Malformed(_)));
         for smuggling in [
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n".as_slice(),
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
@@ -344,7 +437,6 @@ mod tests {
         .concat();
         assert!(matches!(bad(&long_trailer), ResponseError::Chunk(_)));
         assert!(matches!(bad(b"HTTP/2 200 OK\r\n\r\n"), ResponseError::Malformed(_)));
-        assert!(matches!(bad(b"HTTP/1.1 100 Continue\r\n\r\n"), ResponseError::Malformed(_)));
         assert!(matches!(
             bad(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"),
             ResponseError::Malformed(_)
@@ -398,12 +490,30 @@ mod tests {
         #[test]
         fn split_anywhere_frames_the_same(
             responses in prop::collection::vec(response_text(), 1..12),
+            interim in prop::collection::vec(any::<bool>(), 12),
+            until_close in prop::option::of(0usize..300),
             cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..20),
         ) {
-            let whole: Vec<u8> = responses.concat();
+            // Some responses after a 100 Continue; the last one, maybe, a
+            // body ended by the close.
+            let mut whole = Vec::new();
+            for (r, interim) in responses.iter().zip(&interim) {
+                if *interim {
+                    whole.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+                }
+                whole.extend_from_slice(r);
+            }
+            if let Some(len) = until_close {
+                whole.extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\n");
+                whole.extend(std::iter::repeat_n(b'u', len));
+            }
             let (expected, err) = frame(&[&whole]);
             prop_assert_eq!(err, None);
-            prop_assert_eq!(expected.len(), responses.len());
+            prop_assert_eq!(expected.len(), responses.len() + usize::from(until_close.is_some()));
+            if let Some(len) = until_close {
+                let last = expected.last().unwrap();
+                prop_assert_eq!((last.close, last.body_len), (true, len as u64));
+            }
             let mut points: Vec<usize> = cuts.iter().map(|c| c.index(whole.len() + 1)).collect();
             points.sort_unstable();
             let mut chunks = Vec::new();

@@ -1135,7 +1135,14 @@ impl Worker<'_> {
             };
             match got {
                 Ok(0) => {
-                    // The server closed: whatever it still owed is lost.
+                    // The server closed: it ended a body delimited by the
+                    // close, if one was coming in; whatever else it still
+                    // owed is lost.
+                    if let Some(response) = c.reader.eof() {
+                        if !self.completed(c, response, now) {
+                            return;
+                        }
+                    }
                     return self.fail(c, Fail::Read, now);
                 }
                 Ok(n) => {
@@ -1156,6 +1163,38 @@ impl Worker<'_> {
         }
     }
 
+    /// A response ended: counted against its request; false if the
+    /// connection was dropped (a response nobody asked for, or one that
+    /// closes it).
+    fn completed(&mut self, c: &mut Conn, response: sluice_h1::response::Response, now: Instant) -> bool {
+        let Some((intended, sent)) = c.outstanding.pop_front() else {
+            // A response nobody asked for.
+            self.fail(c, Fail::BadResponse, now);
+            return false;
+        };
+        self.out.requests += 1;
+        let us = |from: Instant| now.saturating_duration_since(from).as_micros().max(1) as u64;
+        self.out.uncorrected.saturating_record(us(sent));
+        if self.interval.is_some() {
+            self.out.corrected.saturating_record(us(intended));
+        }
+        let ok = (200..300).contains(&response.status);
+        if !ok {
+            *self.out.status.entry(response.status).or_default() += 1;
+        }
+        at_second(&mut self.out.per_second, self.ctx.started, now, usize::from(!ok), 1);
+        if let Some(think) = &self.ctx.config.think_ms {
+            let ms = think.sample(&mut self.rng);
+            c.next_at = now + Duration::from_millis(ms);
+        }
+        if response.close {
+            // Requests pipelined behind a closing response are lost.
+            self.fail(c, Fail::Read, now);
+            return false;
+        }
+        true
+    }
+
     /// Consume complete responses; false if the connection was dropped.
     fn frame(&mut self, c: &mut Conn, now: Instant) -> bool {
         loop {
@@ -1164,29 +1203,7 @@ impl Worker<'_> {
                 Ok(Step::Consumed(n)) => c.in_start += n,
                 Ok(Step::Done { consumed, response }) => {
                     c.in_start += consumed;
-                    let Some((intended, sent)) = c.outstanding.pop_front() else {
-                        // A response nobody asked for.
-                        self.fail(c, Fail::BadResponse, now);
-                        return false;
-                    };
-                    self.out.requests += 1;
-                    let us = |from: Instant| now.saturating_duration_since(from).as_micros().max(1) as u64;
-                    self.out.uncorrected.saturating_record(us(sent));
-                    if self.interval.is_some() {
-                        self.out.corrected.saturating_record(us(intended));
-                    }
-                    let ok = (200..300).contains(&response.status);
-                    if !ok {
-                        *self.out.status.entry(response.status).or_default() += 1;
-                    }
-                    at_second(&mut self.out.per_second, self.ctx.started, now, usize::from(!ok), 1);
-                    if let Some(think) = &self.ctx.config.think_ms {
-                        let ms = think.sample(&mut self.rng);
-                        c.next_at = now + Duration::from_millis(ms);
-                    }
-                    if response.close {
-                        // Requests pipelined behind a closing response are lost.
-                        self.fail(c, Fail::Read, now);
+                    if !self.completed(c, response, now) {
                         return false;
                     }
                 }
@@ -1326,5 +1343,57 @@ mod tests {
         let config = LoadConfig::new("192.0.2.1:80".parse().unwrap(), "x".into(), "/".into());
         let e = start(config).err().unwrap().to_string();
         assert!(e.contains("--allow-remote"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod framing_tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// A server answering every request with `answer`, closing after it
+    /// when `close`; a thread per connection.
+    fn server(answer: &'static [u8], close: bool) -> SocketAddr {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for mut s in l.incoming().flatten() {
+                std::thread::spawn(move || {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    while let Ok(n @ 1..) = s.read(&mut chunk) {
+                        buf.extend_from_slice(&chunk[..n]);
+                        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            buf.drain(..end + 4);
+                            if s.write_all(answer).is_err() || close {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    /// Chunked, interim-then-final and close-delimited responses are all
+    /// whole responses, no error.
+    #[test]
+    fn every_framing_counts_as_a_response() {
+        let cases: [(&'static [u8], bool); 3] = [
+            (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", false),
+            (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false),
+            (b"HTTP/1.0 200 OK\r\n\r\nuntil the close", true),
+        ];
+        for (answer, close) in cases {
+            let mut config = LoadConfig::new(server(answer, close), "a".into(), "/".into());
+            config.connections = 2;
+            config.requests = Some(20);
+            config.duration = None;
+            let r = start(config).unwrap().join().unwrap();
+            let what = String::from_utf8_lossy(answer);
+            assert_eq!(r.requests, 20, "{what}: {:?}", r.errors);
+            assert_eq!(r.errors.total(), 0, "{what}: {:?}", r.errors);
+        }
     }
 }
