@@ -1507,8 +1507,13 @@ impl<'a> Worker<'a> {
         }
         u.out.extend_from_slice(&c.inbuf[c.start..c.start + h.len]);
         // A pipelined request's connection takes the others of this turn,
-        // and its head is kept in case it must go again.
-        let held = if pipe { h.len } else { 0 };
+        // and its head is kept in case it must go again. So is a body-less
+        // GET's on a connection used before: the upstream may close it as
+        // the request goes out (its keep-alive timeout, a race the peek in
+        // `take_up` cannot close), and then it goes once more, alone, on
+        // another (as nginx's `proxy_next_upstream error` does).
+        let retry = !pipe && h.pipelinable && !c.solo && u.moved > 0;
+        let held = if pipe || retry { h.len } else { 0 };
         c.start += h.len - held;
         if pipe {
             u.hold = true;

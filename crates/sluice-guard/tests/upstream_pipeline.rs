@@ -465,3 +465,42 @@ fn interim_and_close_delimited_responses_are_relayed() {
     assert_eq!((c.forwarded, c.upstream_errors), (2, 0), "{c:?}");
     stop(g);
 }
+
+/// At the defaults, a body-less GET sent on a reused connection that the
+/// upstream closes without answering (its keep-alive timeout firing as
+/// the request goes out) is sent once more on another connection; a POST
+/// is not (it may have been acted on), and gets a 502.
+#[test]
+fn a_get_on_a_reused_connection_the_upstream_closed_is_sent_again() {
+    // Each upstream connection answers its first request and closes
+    // without a word at its second.
+    let up = {
+        let n = std::cell::Cell::new(0u32);
+        heads::upstream_with(move |head| {
+            n.set(n.get() + 1);
+            match n.get() {
+                1 => heads::Reply::Send(response(&target_of(head))),
+                _ => heads::Reply::Close,
+            }
+        })
+    };
+    let (addr, g) = guard(up, 1);
+    let mut s = connect(addr);
+    for r in 0..5 {
+        let target = format!("/again{r}/100");
+        get(&mut s, &target);
+        let (status, body) = read_response(&mut s);
+        assert_eq!(status, "http/1.1 200 ok", "{target}");
+        assert!(body.starts_with(target.as_bytes()), "{target}");
+    }
+    let c = g.shared().report().counts;
+    // The first request on a fresh connection, each later one on the
+    // reused connection, then again on a fresh one.
+    assert_eq!((c.upstream_resent, c.upstream_connects), (4, 5), "{c:?}");
+    // A POST (its head alone: the upstream reads no body) on the reused
+    // connection is not sent again.
+    write!(s, "POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n").unwrap();
+    let (status, _) = read_response(&mut s);
+    assert_eq!(status, "http/1.1 502 bad gateway");
+    stop(g);
+}
