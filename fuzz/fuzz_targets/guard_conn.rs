@@ -197,7 +197,10 @@ fn config(upstream: SocketAddr, proxy: bool, tls: Vec<CertFiles>) -> Config {
     // GETs take the pipelined path (their heads held until answered, sent
     // again once when their connection closes unanswered); with two
     // requests at the upstream at a time, each batch holds two at most.
-    c.upstream_pipeline = 4;
+    // The guards behind a PROXY header keep the default (one request per
+    // connection; a GET on a reused one sent again once if it closes
+    // unanswered), so both paths are played.
+    c.upstream_pipeline = if proxy { 1 } else { 4 };
     c.tls_handshake_timeout = DEADLINE;
     // No IP blocks: every input comes from 127.0.0.1 (or a PROXY-named address).
     c.ip_block = None;

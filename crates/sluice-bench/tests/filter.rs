@@ -21,7 +21,7 @@ fn bench_filter_json_shape() {
     assert_eq!(v["sanity"]["filter_packets"], 20000);
     assert_eq!(v["sanity"]["dropped"], v["sanity"]["expected_dropped"]);
 
-    let mut names = vec!["dd", "cp", "filter", "filter_outputs", "filter_workers"];
+    let mut names = vec!["dd", "cp", "filter", "filter_outputs", "filter_map", "filter_workers"];
     if tcpdump {
         names.push("tcpdump");
     } else {
@@ -44,7 +44,7 @@ fn bench_filter_json_shape() {
     assert_eq!(v["contenders"]["cp"]["out_bytes"], v["bytes"]);
     assert!(v["contenders"]["filter_outputs"]["out_bytes"].as_u64().unwrap() >= v["bytes"].as_u64().unwrap());
 
-    let mut ratios = vec!["filter_vs_dd", "filter_outputs_vs_cp", "filter_workers_vs_filter"];
+    let mut ratios = vec!["filter_vs_dd", "filter_map_vs_dd", "filter_outputs_vs_cp", "filter_workers_vs_filter"];
     if tcpdump {
         ratios.push("filter_outputs_vs_tcpdump");
     } else {
@@ -54,7 +54,7 @@ fn bench_filter_json_shape() {
         let x = v["ratios"][r].as_f64().unwrap_or_else(|| panic!("ratios.{r} missing: {v}"));
         assert!(x.is_finite() && x > 0.0, "ratios.{r} = {x}");
     }
-    for (t, min) in [("filter_vs_dd", 0.3), ("filter_outputs_vs_cp", 0.8), ("filter_outputs_vs_tcpdump", 3.0)] {
+    for (t, min) in [("filter_vs_dd", 0.4), ("filter_outputs_vs_cp", 0.8), ("filter_outputs_vs_tcpdump", 3.0)] {
         let target = &v["targets"][t];
         assert_eq!(target["min"].as_f64(), Some(min), "{v}");
         assert_eq!(target["value"], v["ratios"][t]);
