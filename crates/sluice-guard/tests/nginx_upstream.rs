@@ -17,7 +17,17 @@ use std::time::{Duration, Instant};
 struct Nginx(Child);
 
 impl Drop for Nginx {
+    /// SIGTERM, so the master ends its worker too (a SIGKILL would leave
+    /// the worker listening), then SIGKILL after 5 s if it is still there.
     fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until {
+            if !matches!(self.0.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -30,8 +40,11 @@ fn free_port() -> u16 {
 /// nginx serving `dir`'s files on `port`, gzip on for text.
 fn nginx(dir: &std::path::Path, port: u16) -> Nginx {
     let d = dir.display();
+    // In the foreground (a child this test can stop); root's workers run
+    // as nobody unless told otherwise, and must read the files.
+    let user = if is_root() { "user root;\n" } else { "" };
     let conf = format!(
-        "worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+        "daemon off;\n{user}worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
          events {{ worker_connections 64; }}\n\
          http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;\n\
            fastcgi_temp_path {d}/fcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
@@ -42,11 +55,7 @@ fn nginx(dir: &std::path::Path, port: u16) -> Nginx {
     std::fs::write(dir.join("nginx.conf"), conf).unwrap();
     let conf = dir.join("nginx.conf");
     let mut cmd = Command::new("nginx");
-    cmd.args(["-p", &d.to_string(), "-c", &conf.display().to_string(), "-g", "daemon off;"]);
-    // Root's workers run as nobody, which must read the files.
-    if is_root() {
-        cmd.args(["-g", "user root;"]);
-    }
+    cmd.args(["-p", &d.to_string(), "-c", &conf.display().to_string()]);
     let child = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::null())
