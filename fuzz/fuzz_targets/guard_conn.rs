@@ -186,6 +186,7 @@ fn config(upstream: SocketAddr, proxy: bool, tls: Vec<CertFiles>) -> Config {
         upstream_connect: Some(DEADLINE),
         upstream_response: Some(DEADLINE),
         upstream_queue: Some(DEADLINE),
+        tunnel: Some(DEADLINE),
     };
     // Two requests at the upstream at a time, guard-wide, one of them a
     // new client's: a request arriving while earlier inputs' are still
@@ -221,7 +222,9 @@ fn config(upstream: SocketAddr, proxy: bool, tls: Vec<CertFiles>) -> Config {
 /// `Connection: close`, then closed; 7 as 0 `size % 50` ms late, or never
 /// (size a multiple of 4); 8 a head of `size` bytes; 9 as 0, answered
 /// before the request body is read. `flags`: the constants below, and the
-/// status in the top two bits (200, 404, 418, 503).
+/// status in the top two bits (200, 404, 418, 503). A request that asks to
+/// upgrade is answered `101` when `kind / 10 % 3 == 2`, and the connection
+/// is then an echo of what follows, behind a `tunnel:` mark.
 #[derive(Clone, Debug)]
 struct Spec {
     kind: u8,
@@ -330,6 +333,9 @@ fn serve_upstream(mut s: TcpStream) {
                 specs[i % specs.len()].clone()
             }
         };
+        if head.upgrade && (spec.kind / 10) % 3 == 2 {
+            return tunnel(&mut s, &buf);
+        }
         let early = spec.kind % 10 == 9;
         if head.has_body && !early && !skip_body(&mut s, &mut buf, &mut framer) {
             return;
@@ -341,6 +347,21 @@ fn serve_upstream(mut s: TcpStream) {
             return;
         }
         framer.reset();
+    }
+}
+
+/// Switch protocols: a 101, then an echo until the guard closes its side
+/// (then this side closes too).
+fn tunnel(s: &mut TcpStream, early: &[u8]) {
+    let switch = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\ntunnel:";
+    if s.write_all(switch).is_err() || s.write_all(early).is_err() {
+        return;
+    }
+    let mut chunk = [0u8; 8192];
+    while let Ok(n @ 1..) = s.read(&mut chunk) {
+        if s.write_all(&chunk[..n]).is_err() {
+            return;
+        }
     }
 }
 
@@ -512,7 +533,7 @@ impl Script {
     }
 }
 
-const CANNED: [&[u8]; 8] = [
+const CANNED: [&[u8]; 9] = [
     b"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
     b"HEAD / HTTP/1.1\r\nHost: a\r\n\r\n",
     b"POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello",
@@ -521,6 +542,7 @@ const CANNED: [&[u8]; 8] = [
     b"GET / HTTP/1.0\r\n\r\n",
     b"PUT /big HTTP/1.1\r\nHost: a\r\nContent-Length: 3000\r\n\r\n",
     b"GET /partial HTTP/1.1\r\nHo",
+    b"GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
 ];
 
 fn proxy_header(p: u8) -> Vec<u8> {
@@ -583,7 +605,7 @@ impl Script {
                     Op::Read(ms)
                 }
                 3 => Op::Pause(0),
-                4 => Op::Request(usize::from(p % 8)),
+                4 => Op::Request(usize::from(p) % CANNED.len()),
                 5 => Op::Proxy(p),
                 6 => {
                     let Some((&b, rest)) = data.split_first() else { break };
@@ -753,9 +775,16 @@ fn play(g: &Guards, script: &Script, tame: bool) -> Option<(Vec<u8>, bool)> {
 }
 
 /// What a client received frames as HTTP/1.1 responses, the last one
-/// possibly cut short; nothing follows a reply of the guard's own. How
-/// many whole responses there are, and whether the last is the guard's own.
+/// possibly cut short; nothing follows a reply of the guard's own. A `101`
+/// ends the responses (what follows is the tunnel's), and comes only when
+/// the client sent something that asks to upgrade. How many whole
+/// responses there are, and whether the last is the guard's own.
 fn check_responses(bytes: &[u8], script: &Script) -> (usize, bool) {
+    let asked_upgrade = script.ops.iter().any(|op| match op {
+        Op::Request(r) => CANNED[*r].starts_with(b"GET /ws "),
+        Op::Send(b) => b.windows(7).any(|w| w.eq_ignore_ascii_case(b"upgrade")),
+        _ => false,
+    });
     let mut count = 0;
     let mut own_reply = false;
     let mut reader = ResponseReader::new(DEFAULT_MAX_HEAD);
@@ -779,10 +808,19 @@ fn check_responses(bytes: &[u8], script: &Script) -> (usize, bool) {
             if head.windows(18).any(|w| w == b"\r\nX-Fuzz-Head: 1\r\n") {
                 reader.expect_no_body();
             }
+            if head.len() > 12 && head.starts_with(b"HTTP/1.") && &head[8..13] == b" 101 " {
+                assert!(
+                    asked_upgrade,
+                    "a 101 though nothing asked to upgrade: {:?}\nscript: {script:?}",
+                    String::from_utf8_lossy(bytes)
+                );
+                reader.expect_upgrade();
+            }
         }
         match reader.step(&bytes[at..]) {
             Ok(Step::NeedMore) => return (count, own_reply),
             Ok(Step::Consumed(n)) => at += n,
+            Ok(Step::Done { response, .. }) if response.status == 101 => return (count + 1, false),
             Ok(Step::Done { consumed, .. }) => {
                 at += consumed;
                 ended(start, at);

@@ -84,6 +84,14 @@ pub struct GuardArgs {
     /// A request waiting this many ms for an upstream slot is answered 503 (0: no limit).
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
     pub upstream_queue_timeout: u64,
+    /// A tunnel (a connection upgraded by a 101: WebSocket) that moves no
+    /// byte either way for this many ms is closed (0: no limit).
+    #[arg(long, value_name = "MS", default_value_t = 60_000)]
+    pub tunnel_timeout: u64,
+    /// Answer a 101 (an upgrade: WebSocket) with 502 instead of turning
+    /// the connection into a tunnel.
+    #[arg(long)]
+    pub no_upgrade: bool,
     /// Bytes held per direction per connection (response to the client,
     /// request body to the upstream); reads stop while it is full.
     #[arg(long, value_name = "BYTES", default_value_t = sluice_guard::DEFAULT_BUFFER_SIZE)]
@@ -252,10 +260,12 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
             upstream_connect: ms(a.upstream_connect_timeout),
             upstream_response: ms(a.upstream_timeout),
             upstream_queue: ms(a.upstream_queue_timeout),
+            tunnel: ms(a.tunnel_timeout),
         },
         buffer_size: a.buffer_size,
         upstream_max_inflight: a.upstream_max_inflight,
         upstream_pipeline: a.upstream_pipeline,
+        upgrade: !a.no_upgrade,
         action: a.block_action,
         ip_block: a.ip_block,
         block_file: a.block_file,

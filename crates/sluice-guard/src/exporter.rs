@@ -78,6 +78,8 @@ fn help(family: &str) -> &'static str {
             "Of those, sent again on another connection (theirs closed, failed, or was stuck)."
         }
         "sluice_guard_upstream_queue_timeouts" => "Requests that waited --upstream-queue-timeout for a slot: 503.",
+        "sluice_guard_tunnels" => "Connections that became tunnels (an upgrade answered 101: WebSocket).",
+        "sluice_guard_tunnels_idle_closed" => "Tunnels closed for moving no byte either way for --tunnel-timeout.",
         "sluice_guard_refused_at_accept" => "Connections closed at accept (blocked, or no room to track).",
         "sluice_guard_connections" => "Client connections accepted.",
         "sluice_guard_closed_idle" => "Connections closed after the header timeout without a byte of a request.",

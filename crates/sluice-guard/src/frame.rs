@@ -3,7 +3,7 @@
 //! knows where a request ends (the bytes are forwarded verbatim).
 
 use crate::limits::{Limit, Limits};
-use sluice_h1::{BodyStatus, Framing, HeadStatus, Options, Parser};
+use sluice_h1::{BodyStatus, Framing, HeadStatus, Options, Parser, Version};
 use std::net::IpAddr;
 
 /// A refused request: the breach, the status to answer and the parser's reason.
@@ -36,11 +36,30 @@ pub struct HeadInfo {
     /// behind others on one upstream connection (`--upstream-pipeline`)
     /// and be sent again on another one if that connection cannot answer it.
     pub pipelinable: bool,
+    /// It asks to switch the connection to another protocol (`Connection:
+    /// upgrade` and an `Upgrade` header, HTTP/1.1, no body): a `101` turns
+    /// the connection into a tunnel (WebSocket).
+    pub upgrade: bool,
 }
 
 pub enum HeadStep {
     Partial,
     Complete(HeadInfo),
+}
+
+/// A non-empty `Upgrade` header and `upgrade` among the `Connection`
+/// tokens (RFC 9110 section 7.8: an Upgrade not named in Connection is
+/// ignored, as a proxy may have forwarded it unknowingly).
+fn asks_upgrade<'b>(headers: impl Iterator<Item = (&'b [u8], &'b [u8])>) -> bool {
+    let (mut named, mut listed) = (false, false);
+    for (name, value) in headers {
+        if name.eq_ignore_ascii_case(b"upgrade") {
+            named |= value.iter().any(|b| !b.is_ascii_whitespace());
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            listed |= value.split(|&b| b == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(b"upgrade"));
+        }
+    }
+    named && listed
 }
 
 /// One client connection's request framing.
@@ -72,8 +91,10 @@ impl RequestFramer {
             Framing::None | Framing::Length(0) => false,
             Framing::Length(_) | Framing::Chunked => true,
         };
-        let (head_method, pipelinable) = (h.method == "HEAD", h.method == "GET" && !has_body);
-        Ok(HeadStep::Complete(HeadInfo { len, keep_alive: h.keep_alive, head_method, has_body, pipelinable }))
+        let upgrade = !has_body && h.version == Version::Http11 && asks_upgrade(h.headers());
+        let (head_method, pipelinable) = (h.method == "HEAD", h.method == "GET" && !has_body && !upgrade);
+        let keep_alive = h.keep_alive;
+        Ok(HeadStep::Complete(HeadInfo { len, keep_alive, head_method, has_body, pipelinable, upgrade }))
     }
 
     /// The first limit a complete head in `buf` breaks, if any (a dry run
@@ -172,6 +193,24 @@ mod tests {
             assert_eq!((r.limit, r.status), (limit, status), "{}", String::from_utf8_lossy(raw));
         }
         assert!(head(b"GET / HTTP/1.1\r\nHo", &l).unwrap().is_none());
+    }
+
+    #[test]
+    fn an_upgrade_is_asked_with_both_headers_on_http11_without_a_body() {
+        let l = Limits::default();
+        let ws = b"GET /chat HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\n\r\n";
+        let h = head(ws, &l).unwrap().unwrap();
+        assert!(h.upgrade && !h.pipelinable, "an upgrade is never pipelined");
+        let not: [&[u8]; 5] = [
+            b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade:\r\nConnection: upgrade\r\n\r\n",
+            b"GET / HTTP/1.0\r\nHost: x\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: x\r\nUpgrade: h2c\r\nConnection: upgrade\r\nContent-Length: 1\r\n\r\n",
+        ];
+        for raw in not {
+            assert!(!head(raw, &l).unwrap().unwrap().upgrade, "{}", String::from_utf8_lossy(raw));
+        }
     }
 
     #[test]

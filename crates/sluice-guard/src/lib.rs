@@ -90,6 +90,11 @@ pub struct Config {
     /// the responses, read in order, are split between their clients
     /// (docs/http-guard.md, "Upstream pipelining").
     pub upstream_pipeline: usize,
+    /// A request that asks to upgrade (WebSocket) may be answered `101`:
+    /// the connection then becomes a tunnel to its upstream connection,
+    /// each direction bounded by `buffer_size`, closed after
+    /// `timeouts.tunnel` without a byte either way. Off: a 101 is a 502.
+    pub upgrade: bool,
     pub action: BlockAction,
     /// Block a breaching address for this many seconds (0: until restart); `None`: no IP blocks.
     pub ip_block: Option<u64>,
@@ -142,6 +147,7 @@ impl Config {
             buffer_size: DEFAULT_BUFFER_SIZE,
             upstream_max_inflight: 0,
             upstream_pipeline: 1,
+            upgrade: true,
             action: BlockAction::Reply,
             ip_block: None,
             block_file: None,
@@ -224,6 +230,10 @@ sluice_metrics::counters! {
         upstream_queue_wait_us => "sluice_guard_upstream_queue_wait_us",
         /// Requests that waited `--upstream-queue-timeout` for a slot: 503.
         upstream_queue_timeouts => "sluice_guard_upstream_queue_timeouts",
+        /// Connections that became tunnels (an upgrade answered 101: WebSocket).
+        tunnels => "sluice_guard_tunnels",
+        /// Tunnels closed for moving no byte either way for `--tunnel-timeout`.
+        tunnels_idle_closed => "sluice_guard_tunnels_idle_closed",
         /// Connections closed at accept (blocked, or no room to track).
         refused_at_accept => "sluice_guard_refused_at_accept",
         /// Of those, for no room in the client table.

@@ -14,6 +14,12 @@
 //! (`Worker::redo`) when theirs cannot answer them: it closed or failed,
 //! a client behind left, or the head's client stopped taking its response.
 //!
+//! A request that asks to upgrade and is answered `101` turns its client
+//! connection into a tunnel (`Phase::Tunnel`) to that upstream connection:
+//! bytes go both ways unframed, each direction through the buffers a
+//! request body and a response use (so bounded the same), until either
+//! side closes or nothing moves for `--tunnel-timeout`.
+//!
 //! Tokens: client slot `i` is `2i`, upstream slot `j` is `2j + 1`; an event
 //! on an upstream in use drives the client it serves.
 
@@ -89,6 +95,8 @@ enum Phase {
     Queued(Instant, HeadInfo),
     /// Request forwarded; waiting for (the rest of) its response.
     Await,
+    /// A tunnel to upstream `Client::tunnel` (an upgrade answered 101).
+    Tunnel,
     /// Write what is queued, then shut the write side.
     Closing,
     Draining(Instant),
@@ -176,6 +184,18 @@ struct Client {
     /// Its next upstream exchange holds one of the new clients' slots
     /// (`--upstream-max-inflight`): it was not known when it was let in.
     as_new: bool,
+    /// `Phase::Tunnel`: its upstream connection, which serves it alone.
+    tunnel: Option<Tunnel>,
+}
+
+/// An upgraded connection's other end.
+#[derive(Debug, Clone, Copy)]
+struct Tunnel {
+    up: usize,
+    /// When a byte last moved either way (`--tunnel-timeout`).
+    moved_at: Instant,
+    /// The client's close was passed on (the upstream's write side is shut).
+    up_shut: bool,
 }
 
 /// An upstream connection. Its response is read straight into its
@@ -592,6 +612,7 @@ impl<'a> Worker<'a> {
             served: false,
             solo: false,
             as_new: false,
+            tunnel: None,
         }
     }
 
@@ -703,7 +724,8 @@ impl<'a> Worker<'a> {
     /// response is cut).
     fn refuse(&mut self, c: &mut Client, r: Refusal) -> After {
         self.note(c.ip, c.ja4.as_deref(), r.limit);
-        let started = c.req.as_ref().is_some_and(|q| q.resp_started);
+        // (A tunnel's 101 went out: no reply can follow it either.)
+        let started = c.req.as_ref().is_some_and(|q| q.resp_started) || c.tunnel.is_some();
         self.leave_up(c);
         (c.head_deadline, c.idle_deadline) = (None, None);
         // A slow reader is reset: closed with its response still queued in
@@ -877,6 +899,9 @@ impl<'a> Worker<'a> {
     /// another's response: that one goes on, and the connection closes
     /// after it (no one reads what follows).
     fn leave_up(&mut self, c: &mut Client) {
+        if let Some(t) = c.tunnel.take() {
+            return self.close_up(t.up);
+        }
         let Some(q) = self.end_req(c) else { return };
         let mut u = match self.ups.get_mut(q.up).and_then(Option::take) {
             Some(u) if u.behind.iter().any(|&(_, s)| s == c.serial) => u,
@@ -1005,6 +1030,11 @@ impl<'a> Worker<'a> {
             Phase::Head if head_due && c.end > c.start => return Due::Breach(Limit::ClientHeaderTimeout),
             Phase::Queued(since, _) if t.upstream_queue.is_some_and(|d| now.duration_since(since) >= d) => {
                 return Due::Queue
+            }
+            Phase::Tunnel
+                if c.tunnel.is_some_and(|tn| t.tunnel.is_some_and(|d| now.duration_since(tn.moved_at) >= d)) =>
+            {
+                return Due::Close(Some(&n.tunnels_idle_closed))
             }
             _ => {}
         }
@@ -1165,6 +1195,7 @@ impl<'a> Worker<'a> {
                 c.end = 0;
             }
             phase!(progress, self.exchange(c, i));
+            phase!(progress, self.tunnel(c));
             phase!(progress, self.write_client(c, progress));
             if !progress {
                 return After::Keep;
@@ -1505,6 +1536,10 @@ impl<'a> Worker<'a> {
             // Its answer is a head alone, whatever its Content-Length says.
             u.reader.expect_no_body();
         }
+        if h.upgrade && self.cfg.upgrade {
+            // A 101 may answer it (and only it).
+            u.reader.expect_upgrade();
+        }
         u.out.extend_from_slice(&c.inbuf[c.start..c.start + h.len]);
         // A pipelined request's connection takes the others of this turn,
         // and its head is kept in case it must go again. So is a body-less
@@ -1628,7 +1663,7 @@ impl<'a> Worker<'a> {
                 return Next::Again;
             }
             let queued = matches!(c.phase, Phase::Queued(..));
-            if c.peer_eof && c.req.is_none() && !queued && !progress && moved == 0 {
+            if c.peer_eof && c.req.is_none() && !queued && c.tunnel.is_none() && !progress && moved == 0 {
                 // Gone, and everything it asked is answered (a partial
                 // head at EOF gets nothing; a whole one is framed on the
                 // next turn, so only once nothing moved).
@@ -1756,6 +1791,10 @@ impl<'a> Worker<'a> {
         c.served = true;
         let q = self.end_req(c).expect("relaying a request");
         let j = q.up;
+        if status == 101 {
+            self.open_tunnel(c, u, j);
+            return Ok(true);
+        }
         u.client = None;
         if close || eof {
             self.resend(u);
@@ -1829,6 +1868,82 @@ impl<'a> Worker<'a> {
         error_response(&mut c.out, &mut self.pool, 502);
         c.phase = Phase::Closing;
         Ok(true)
+    }
+
+    /// An upgrade was answered 101: the client and upstream `j` (still
+    /// serving it, so its events drive the client) become the two ends of a
+    /// tunnel. Its request slot is free: a tunnel holds a connection, not a
+    /// request in the upstream's work. Bytes the upstream sent after the
+    /// 101 are the new protocol's; so are the client's after its request.
+    fn open_tunnel(&mut self, c: &mut Client, u: &mut Up, j: usize) {
+        let unframed = c.out.unframed().len();
+        c.out.frame(unframed);
+        u.watch = Watch::new(u.moved, Instant::now());
+        c.tunnel = Some(Tunnel { up: j, moved_at: Instant::now(), up_shut: false });
+        c.phase = Phase::Tunnel;
+        add(&self.n.tunnels, 1);
+    }
+
+    /// Move a tunnel's bytes: the client's input to the upstream (at most
+    /// `--buffer-size` held), the upstream's into the client's buffer (only
+    /// into its room). Either side's close is passed on: the client's as a
+    /// shut write side once all it sent went; the upstream's ends the
+    /// tunnel, the client's buffer sent first.
+    #[inline]
+    fn tunnel(&mut self, c: &mut Client) -> Next {
+        let Some(mut t) = c.tunnel.filter(|_| c.phase == Phase::Tunnel) else { return Next::Go(false) };
+        let mut u = self.ups[t.up].take().expect("a tunnel's upstream");
+        let mut moved = false;
+        if u.out_pos > 0 {
+            u.out.drain(..u.out_pos);
+            u.out_pos = 0;
+        }
+        let take = (c.end - c.start).min(self.cfg.buffer_size.saturating_sub(u.out.len()));
+        u.out.extend_from_slice(&c.inbuf[c.start..c.start + take]);
+        c.start += take;
+        let (sent, why) = send_request(&mut u);
+        let mut failed = why.is_some();
+        moved |= sent;
+        if !failed && c.peer_eof && c.start == c.end && u.out.is_empty() && !t.up_shut {
+            let _ = u.sock.shutdown(Shutdown::Write);
+            t.up_shut = true;
+        }
+        let mut eof = false;
+        while !failed && u.readable {
+            let room = c.out.room(&mut self.pool);
+            if room.is_empty() {
+                break;
+            }
+            let len = room.len();
+            match u.sock.read(room) {
+                Ok(0) => {
+                    eof = true;
+                    break;
+                }
+                Ok(n) => {
+                    c.out.filled(n);
+                    c.out.frame(n);
+                    u.moved += n as u64;
+                    u.readable = n == len || u.read_closed;
+                    moved = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => u.readable = false,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => failed = true,
+            }
+        }
+        if moved {
+            t.moved_at = Instant::now();
+        }
+        self.ups[t.up] = Some(u);
+        c.tunnel = Some(t);
+        if failed || eof {
+            // The upstream ended it: what it sent goes out, then the close.
+            self.leave_up(c);
+            c.phase = Phase::Closing;
+            return Next::Again;
+        }
+        Next::Go(moved)
     }
 
     /// Close upstream `j`, which the caller has taken out of its slot and

@@ -24,6 +24,11 @@
 //!   not taken what was read is not counted against the upstream.
 //! - An idle kept-alive connection is closed after **60 s** (nginx: 75 s);
 //!   at `--max-connections` idle ones are shed first anyway.
+//! - A tunnel (an upgraded connection: WebSocket) that moves no byte either
+//!   way for **60 s** is closed (nginx's `proxy_read_timeout` closes one
+//!   whose upstream is quiet that long); WebSocket applications ping more
+//!   often than that (Socket.IO every 25 s), and HAProxy users commonly set
+//!   `timeout tunnel` to an hour where they do not.
 //!
 //! Each is settable, and 0 turns it off.
 
@@ -68,6 +73,9 @@ pub struct Timeouts {
     /// A request waiting for an upstream slot (`--upstream-max-inflight`)
     /// this long is answered 503.
     pub upstream_queue: Option<Duration>,
+    /// A tunnel (an upgraded connection) that moves no byte either way for
+    /// this long is closed.
+    pub tunnel: Option<Duration>,
 }
 
 impl Default for Timeouts {
@@ -83,6 +91,7 @@ impl Default for Timeouts {
             upstream_connect: Some(Duration::from_secs(5)),
             upstream_response: Some(Duration::from_secs(60)),
             upstream_queue: Some(Duration::from_secs(10)),
+            tunnel: Some(Duration::from_secs(60)),
         }
     }
 }
@@ -100,6 +109,7 @@ impl Timeouts {
             upstream_connect: None,
             upstream_response: None,
             upstream_queue: None,
+            tunnel: None,
         }
     }
 }

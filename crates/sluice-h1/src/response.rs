@@ -5,7 +5,10 @@
 //! chunk reader, extensions and trailers bounded like a head), or up to the
 //! connection's close (neither: the reader's [`ResponseReader::eof`] ends
 //! it). Interim responses (1xx but 101) come before the final one to the
-//! same request and are heads alone. `ResponseReader` walks a stream across
+//! same request and are heads alone. `101 Switching Protocols` ends the
+//! framing: only when the request asked to upgrade
+//! ([`ResponseReader::expect_upgrade`]), its head is the last response and
+//! what follows is the new protocol's. `ResponseReader` walks a stream across
 //! reads: the body is consumed as it arrives, never buffered.
 
 use crate::body::Body;
@@ -41,6 +44,8 @@ pub struct Response {
 enum Framed {
     /// A 1xx but 101: a head alone, and the final response still to come.
     Interim,
+    /// 101 to a request that asked to upgrade: the head ends HTTP here.
+    Switched,
     /// No body.
     Empty,
     Length(u64),
@@ -70,6 +75,8 @@ pub struct ResponseReader {
     /// The next response answers a HEAD: its head is all of it, whatever
     /// its Content-Length says.
     no_body: bool,
+    /// The request asked to upgrade: a 101 may answer it.
+    upgrade: bool,
 }
 
 /// Where a body ends.
@@ -85,12 +92,22 @@ enum Inside {
 
 impl ResponseReader {
     pub fn new(max_head: usize) -> Self {
-        ResponseReader { max_head, body: None, no_body: false }
+        ResponseReader { max_head, body: None, no_body: false, upgrade: false }
     }
 
     /// The next response answers a HEAD request: it ends with its head.
     pub fn expect_no_body(&mut self) {
         self.no_body = true;
+    }
+
+    /// The next response answers a request that asked to upgrade the
+    /// connection (`Connection: upgrade` and `Upgrade`): a `101 Switching
+    /// Protocols` may answer it, which ends the framing (`Step::Done` with
+    /// status 101: the bytes after its head are the new protocol's). A 101
+    /// to any other request is malformed: accepting it would let an
+    /// upstream turn a connection into a tunnel nobody asked for.
+    pub fn expect_upgrade(&mut self) {
+        self.upgrade = true;
     }
 
     /// Look at the unconsumed bytes `buf`. After an error the stream cannot
@@ -131,16 +148,16 @@ impl ResponseReader {
         let Some(end) = head_end(buf, self.max_head)? else {
             return Ok(Step::NeedMore);
         };
-        let (response, framed) = parse_head(&buf[..end], self.no_body)?;
+        let (response, framed) = parse_head(&buf[..end], self.no_body, self.upgrade)?;
         let inside = match framed {
             // The final response is still to come, to the same request.
             Framed::Interim => return Ok(Step::Consumed(end)),
-            Framed::Empty | Framed::Length(0) => None,
+            Framed::Empty | Framed::Length(0) | Framed::Switched => None,
             Framed::Length(n) => Some(Inside::Length(n)),
             Framed::Chunked => Some(Inside::Chunked(Box::new(Body::new(Framing::Chunked)))),
             Framed::UntilClose => Some(Inside::UntilClose),
         };
-        self.no_body = false;
+        (self.no_body, self.upgrade) = (false, false);
         match inside {
             None => Ok(Step::Done { consumed: end, response }),
             Some(inside) => {
@@ -183,9 +200,9 @@ fn is_token(b: u8) -> bool {
 }
 
 /// Parse a complete head (ending in CRLF CRLF); `no_body`: it answers a
-/// HEAD, and is all of its response. The response, and how its body is
-/// framed.
-fn parse_head(head: &[u8], no_body: bool) -> Result<(Response, Framed), ResponseError> {
+/// HEAD, and is all of its response; `upgrade`: it answers a request that
+/// asked to upgrade. The response, and how its body is framed.
+fn parse_head(head: &[u8], no_body: bool, upgrade: bool) -> Result<(Response, Framed), ResponseError> {
     use ResponseError::Malformed;
     // Drop the blank line's CRLF: every line left ends in CRLF.
     let head = &head[..head.len() - 2];
@@ -208,12 +225,11 @@ fn parse_head(head: &[u8], no_body: bool) -> Result<(Response, Framed), Response
     if !(100..=599).contains(&status) {
         return Err(Malformed("status code outside 100-599"));
     }
-    // 101 turns the connection into another protocol, which is not framed
-    // (or relayed) here.
-    if status == 101 {
-        return Err(Malformed("101 Switching Protocols: upgrades are not supported"));
+    // 101 turns the connection into another protocol: only one the request asked for.
+    if status == 101 && (!upgrade || http10) {
+        return Err(Malformed("101 Switching Protocols to a request that did not ask to upgrade"));
     }
-    let (mut length, mut close, mut keep_alive) = (None::<u64>, false, false);
+    let (mut length, mut close, mut keep_alive, mut upgrade_named) = (None::<u64>, false, false, false);
     // Transfer codings over every Transfer-Encoding line: how many say
     // `chunked`, and whether the last one does.
     let (mut codings, mut chunked_count, mut chunked_last) = (0u32, 0u32, false);
@@ -242,6 +258,8 @@ fn parse_head(head: &[u8], no_body: bool) -> Result<(Response, Framed), Response
             if codings == 0 {
                 return Err(Malformed("empty Transfer-Encoding"));
             }
+        } else if name.eq_ignore_ascii_case(b"upgrade") {
+            upgrade_named |= !value.is_empty();
         } else if name.eq_ignore_ascii_case(b"connection") {
             for token in value.split(|&b| b == b',').map(trim) {
                 close |= token.eq_ignore_ascii_case(b"close");
@@ -251,6 +269,13 @@ fn parse_head(head: &[u8], no_body: bool) -> Result<(Response, Framed), Response
     }
     let close = close || (http10 && !keep_alive);
     let response = |close, body_len, chunked| Response { status, close, body_len, chunked };
+    if status == 101 {
+        // RFC 9110 section 15.2.2: a 101 names the protocol it switches to.
+        if !upgrade_named {
+            return Err(Malformed("101 Switching Protocols without an Upgrade header"));
+        }
+        return Ok((response(false, 0, false), Framed::Switched));
+    }
     // Interim (100 Continue, 103 Early Hints...): a head alone.
     if status < 200 {
         return Ok((response(close, 0, false), Framed::Interim));
@@ -389,6 +414,32 @@ mod tests {
         assert_eq!(r.step(interim), Ok(Step::Consumed(interim.len())));
         let head = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
         assert!(matches!(r.step(head), Ok(Step::Done { consumed, .. }) if consumed == head.len()));
+    }
+
+    #[test]
+    fn a_101_ends_the_framing_only_when_the_request_asked_to_upgrade() {
+        let switch = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
+        let frames = b"\x81\x05hello";
+        let stream = [&switch[..], frames].concat();
+        let mut r = ResponseReader::new(DEFAULT_MAX_HEAD);
+        r.expect_upgrade();
+        // After an interim response too; the bytes after its head are not framed.
+        assert_eq!(r.step(b"HTTP/1.1 100 Continue\r\n\r\n"), Ok(Step::Consumed(25)));
+        let done = Response { status: 101, close: false, body_len: 0, chunked: false };
+        assert_eq!(r.step(&stream), Ok(Step::Done { consumed: switch.len(), response: done }));
+        // Not asked for (or asked once, already answered otherwise): malformed.
+        assert!(matches!(ResponseReader::new(DEFAULT_MAX_HEAD).step(switch), Err(ResponseError::Malformed(_))));
+        let mut r = ResponseReader::new(DEFAULT_MAX_HEAD);
+        r.expect_upgrade();
+        let declined = b"HTTP/1.1 426 Upgrade Required\r\nContent-Length: 0\r\n\r\n";
+        assert!(matches!(r.step(declined), Ok(Step::Done { response: Response { status: 426, .. }, .. })));
+        assert!(r.step(switch).is_err(), "the next request did not ask");
+        // A 101 names its protocol, and HTTP/1.0 has none to switch from.
+        for head in [&b"HTTP/1.1 101 Switching Protocols\r\n\r\n"[..], b"HTTP/1.0 101 OK\r\nUpgrade: x\r\n\r\n"] {
+            let mut r = ResponseReader::new(DEFAULT_MAX_HEAD);
+            r.expect_upgrade();
+            assert!(matches!(r.step(head), Err(ResponseError::Malformed(_))), "{head:?}");
+        }
     }
 
     #[test]
