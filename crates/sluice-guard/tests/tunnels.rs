@@ -21,8 +21,10 @@ fn upgrade_request(target: &str) -> Vec<u8> {
 /// An upstream: `/ws` is answered 101 and "hello", then every byte is
 /// echoed until the guard closes its side, then "bye" and the close.
 /// `/rogue` is answered 101 whatever was asked; `/decline` 426; anything
-/// else 200 "ok". Each connection's upstream side reports its EOF on `eofs`.
-fn upstream() -> (SocketAddr, std::sync::mpsc::Receiver<()>) {
+/// else 200 "ok"; `/flood` is answered 101, then 64 KiB writes until one
+/// fails. Each connection's upstream side reports what it wrote after its
+/// 101 on `eofs` when it ends.
+fn upstream() -> (SocketAddr, std::sync::mpsc::Receiver<usize>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let (tx, eofs) = std::sync::mpsc::channel();
@@ -44,6 +46,16 @@ fn upstream() -> (SocketAddr, std::sync::mpsc::Receiver<()>) {
                     buf.drain(..end + 4);
                     let target = head.split(' ').nth(1).unwrap_or("").to_owned();
                     match target.as_str() {
+                        "/flood" => {
+                            s.write_all(SWITCH).unwrap();
+                            let _ = s.set_write_timeout(Some(Duration::from_secs(20)));
+                            let mut wrote = 0;
+                            while s.write_all(&[b'f'; 65536]).is_ok() {
+                                wrote += 65536;
+                            }
+                            let _ = tx.send(wrote);
+                            return;
+                        }
                         "/ws" | "/rogue" => {
                             s.write_all(&[SWITCH, b"hello"].concat()).unwrap();
                             // The tunnel: an echo (bytes the client sent
@@ -65,7 +77,7 @@ fn upstream() -> (SocketAddr, std::sync::mpsc::Receiver<()>) {
                         _ => s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").unwrap(),
                     }
                 }
-                let _ = tx.send(());
+                let _ = tx.send(0);
             });
         }
     });
@@ -144,6 +156,30 @@ fn an_upgrade_answered_101_becomes_a_tunnel_both_ways_until_the_closes() {
     eofs.recv_timeout(Duration::from_secs(5)).unwrap();
     let c = g.shared().report().counts;
     assert_eq!((c.tunnels, c.upstream_errors), (1, 0), "{c:?}");
+    stop(g);
+}
+
+#[test]
+fn a_tunnel_client_that_stops_reading_holds_the_upstream_back_and_is_cut() {
+    // The upstream writes as fast as it can into a tunnel whose client
+    // reads nothing: the guard reads the upstream only into the client's
+    // buffer, so the upstream is held back by full socket buffers (the
+    // guard holds --buffer-size), and the send timeout cuts the client.
+    let (up, eofs) = upstream();
+    let (addr, g) = guard(up, |c| c.timeouts.send = Some(Duration::from_millis(800)));
+    let mut s = connect(addr);
+    s.write_all(&upgrade_request("/flood")).unwrap();
+    assert_eq!(read_n(&mut s, SWITCH.len()), SWITCH);
+    let t0 = Instant::now();
+    let wrote =
+        eofs.recv_timeout(Duration::from_secs(15)).expect("the upstream's writes failed: the tunnel was closed");
+    // Loopback socket buffers grow to a few MiB each (tcp_wmem, tcp_rmem):
+    // four of them lie between the upstream and the client.
+    eprintln!("upstream wrote {wrote} bytes in {:?}", t0.elapsed());
+    assert!(wrote < 48 << 20, "the upstream wrote {} MiB into a tunnel nobody read", wrote >> 20);
+    assert!(t0.elapsed() < Duration::from_secs(10), "cut at the send timeout, not later: {:?}", t0.elapsed());
+    let c = g.shared().report();
+    assert_eq!((c.counts.tunnels, c.breaches["send_timeout"]), (1, 1), "{c:?}");
     stop(g);
 }
 
