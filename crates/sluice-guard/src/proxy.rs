@@ -51,6 +51,14 @@ const POOL_KEEP: usize = 256;
 const DRAIN_FOR: Duration = Duration::from_secs(1);
 /// Idle upstream connections kept per thread.
 const MAX_IDLE: usize = 1024;
+/// A pooled upstream connection idle at least this long is peeked at before
+/// a request that could not be sent again goes on it (its close may be on
+/// its way). One idle for less carries a body-less GET unpeeked: the peek
+/// is a fifth system call per request (`recvfrom` answering EAGAIN), and
+/// if the upstream did close it the GET is sent once more on another
+/// connection. Upstreams close idle connections after seconds (nginx's
+/// `keepalive_timeout` 75 s, Node's 5 s), not within a second of a response.
+const PEEK_IDLE: Duration = Duration::from_secs(1);
 const MAX_RESPONSE_HEAD: usize = sluice_h1::response::DEFAULT_MAX_HEAD;
 /// Time given to queued TLS handshakes per loop turn before the loop looks
 /// at its other connections again: a handshake costs a signature and a key
@@ -231,6 +239,8 @@ struct Up {
     /// A new connection must be accepted by then (`--upstream-connect-timeout`):
     /// until its first write, a connect is in progress.
     connect_deadline: Option<Instant>,
+    /// When it went back to the pool (see [`PEEK_IDLE`]).
+    idle_since: Instant,
 }
 
 enum After {
@@ -1112,12 +1122,17 @@ impl<'a> Worker<'a> {
     }
 
     /// A pooled upstream connection, or a new one (connect in progress).
-    fn take_up(&mut self) -> io::Result<usize> {
+    /// `resendable`: the request goes again elsewhere if this one closes
+    /// before answering it (a body-less GET).
+    fn take_up(&mut self, resendable: bool) -> io::Result<usize> {
         while let Some(j) = self.idle.pop() {
             // Still open and quiet? Its close may have come with the last
             // bytes of its response (one edge, already taken), or be queued
             // behind this turn's events: a request sent there is lost.
             let u = self.ups[j].as_ref().expect("an idle upstream");
+            if resendable && u.idle_since.elapsed() < PEEK_IDLE {
+                return Ok(j);
+            }
             match u.sock.peek(&mut [0u8; 1]) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(j),
                 _ => self.close_up(j),
@@ -1151,6 +1166,7 @@ impl<'a> Worker<'a> {
             moved: 0,
             watch: Watch::new(0, Instant::now()),
             connect_deadline: self.cfg.timeouts.upstream_connect.map(|d| Instant::now() + d),
+            idle_since: Instant::now(),
         });
         Ok(j)
     }
@@ -1520,7 +1536,8 @@ impl<'a> Worker<'a> {
                 return Next::Go(true);
             }
         }
-        let j = match self.take_up() {
+        // Sent again if its connection closes unanswered: see `retry` below.
+        let j = match self.take_up(h.pipelinable && !c.solo) {
             Ok(j) => j,
             Err(e) => {
                 self.upstream_failed(format_args!("connecting: {e}"));
@@ -1816,6 +1833,7 @@ impl<'a> Worker<'a> {
             c.out.drop_unframed();
             let reusable = !close && !eof && !extra && !u.last && u.out.is_empty() && c.phase == Phase::Await;
             if reusable && self.idle.len() < MAX_IDLE {
+                u.idle_since = Instant::now();
                 self.idle.push(j);
             } else {
                 self.close_up_later(j);

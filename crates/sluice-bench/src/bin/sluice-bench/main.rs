@@ -23,6 +23,7 @@ mod http_load;
 mod mem;
 mod origins;
 mod slow;
+mod syscalls;
 // Under `--cfg loom` (CI's model check of the NatSys queue) the library's
 // queue benchmark is built for loom's types and left out; so are the two
 // experiments that run it.
@@ -74,6 +75,8 @@ pub enum BenchCommand {
     SetsScale(sets::SetsScaleArgs),
     /// http-load straight to http-serve against through http-guard (limits on, none reached), alternating, as a ratio.
     Guard(guard::GuardBenchArgs),
+    /// Messages over loopback TCP by write/read against io_uring batches: whether the guard should use io_uring.
+    Syscalls(syscalls::SyscallsBenchArgs),
     /// The NatSys MPMC queue against crossbeam, a locked queue and rtrb, every item checked delivered once.
     #[cfg(not(loom))]
     Queue(queue::QueueBenchArgs),
@@ -258,6 +261,7 @@ impl BenchCommand {
             BenchCommand::Sets(a) => a.json,
             BenchCommand::SetsScale(a) => a.json,
             BenchCommand::Guard(_) => true,
+            BenchCommand::Syscalls(_) => true,
             #[cfg(not(loom))]
             BenchCommand::Queue(a) => a.json || a.format == OutputFormat::Json,
             #[cfg(not(loom))]
@@ -325,6 +329,7 @@ fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Memalign(a) => mem::memalign(a),
         BenchCommand::Pool(a) => mem::pool(a),
         BenchCommand::Guard(a) => guard::run(a),
+        BenchCommand::Syscalls(a) => syscalls::run(a),
         BenchCommand::Sets(a) => sets::run(a),
         BenchCommand::SetsScale(a) => sets::run_scale(a),
         #[cfg(not(loom))]
