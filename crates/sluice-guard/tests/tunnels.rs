@@ -6,10 +6,12 @@
 //! The last test puts a real WebSocket client and server (Python's
 //! `websockets`) on either side of the guard.
 
-use sluice_guard::{Config, Guard};
+#[path = "support/running.rs"]
+mod running;
+
+use running::{connect, start as guard, stop};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 const SWITCH: &[u8] = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
@@ -82,26 +84,6 @@ fn upstream() -> (SocketAddr, std::sync::mpsc::Receiver<usize>) {
         }
     });
     (addr, eofs)
-}
-
-fn guard(up: SocketAddr, tune: impl FnOnce(&mut Config)) -> (SocketAddr, sluice_guard::Running) {
-    let mut c = Config::new("127.0.0.1:0".parse().unwrap(), up);
-    c.pin = false;
-    tune(&mut c);
-    let g = Guard::bind(c).unwrap();
-    let addr = g.local_addr();
-    (addr, g.start().unwrap())
-}
-
-fn stop(g: sluice_guard::Running) {
-    g.stop_flag().store(true, Ordering::Relaxed);
-    g.join().unwrap();
-}
-
-fn connect(to: SocketAddr) -> TcpStream {
-    let s = TcpStream::connect(to).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s
 }
 
 /// Read exactly `n` bytes.

@@ -11,8 +11,10 @@
 
 #[path = "support/heads.rs"]
 mod heads;
+#[path = "support/running.rs"]
+mod running;
 
-use sluice_guard::{Config, Guard};
+use running::{connect, stop};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -57,23 +59,7 @@ fn target_of(head: &str) -> String {
 }
 
 fn guard(up: SocketAddr, pipeline: usize) -> (SocketAddr, sluice_guard::Running) {
-    let mut c = Config::new("127.0.0.1:0".parse().unwrap(), up);
-    c.pin = false;
-    c.upstream_pipeline = pipeline;
-    let g = Guard::bind(c).unwrap();
-    let addr = g.local_addr();
-    (addr, g.start().unwrap())
-}
-
-fn stop(g: sluice_guard::Running) {
-    g.stop_flag().store(true, Ordering::Relaxed);
-    g.join().unwrap();
-}
-
-fn connect(to: SocketAddr) -> TcpStream {
-    let s = TcpStream::connect(to).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s
+    running::start(up, |c| c.upstream_pipeline = pipeline)
 }
 
 /// One whole response: its status line and its body.

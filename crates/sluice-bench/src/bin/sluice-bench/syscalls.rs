@@ -38,7 +38,8 @@ pub fn run(a: SyscallsBenchArgs) -> Result<()> {
     println!("{}", json!({"case": "syscall_entry", "getppid_ns_median": median(&entry), "getppid_ns_reps": entry}));
     for &k in &a.pairs {
         for &size in &a.sizes {
-            let mut bed = Bed::new(k, size).context("setting up the loopback pairs and the ring (is io_uring allowed here?)")?;
+            let mut bed =
+                Bed::new(k, size).context("setting up the loopback pairs and the ring (is io_uring allowed here?)")?;
             let rounds = (a.messages / k).max(1);
             // One untimed round each: the ring's and the sockets' first use.
             for way in Way::ALL {

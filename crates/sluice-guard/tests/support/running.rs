@@ -1,0 +1,31 @@
+//! A guard for the tests, in this process: started on a free loopback
+//! port in front of `up`, stopped and joined; and a client connection to it.
+
+use sluice_guard::{Config, Guard, Running};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// A guard in front of `up`, at its defaults but for what `tune` sets
+/// (not pinned to a CPU: tests run side by side).
+pub fn start(up: SocketAddr, tune: impl FnOnce(&mut Config)) -> (SocketAddr, Running) {
+    let mut c = Config::new("127.0.0.1:0".parse().unwrap(), up);
+    c.pin = false;
+    tune(&mut c);
+    let g = Guard::bind(c).unwrap();
+    let addr = g.local_addr();
+    (addr, g.start().unwrap())
+}
+
+pub fn stop(g: Running) {
+    g.stop_flag().store(true, Ordering::Relaxed);
+    g.join().unwrap();
+}
+
+/// A connection to `to` whose reads give up after 10 s (a test fails, not hangs).
+#[allow(dead_code)] // each test binary uses some of these
+pub fn connect(to: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(to).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
