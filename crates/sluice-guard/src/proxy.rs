@@ -1809,7 +1809,7 @@ impl<'a> Worker<'a> {
         let q = self.end_req(c).expect("relaying a request");
         let j = q.up;
         if status == 101 {
-            self.open_tunnel(c, u, j);
+            self.open_tunnel(c, j);
             return Ok(true);
         }
         u.client = None;
@@ -1893,10 +1893,9 @@ impl<'a> Worker<'a> {
     /// tunnel. Its request slot is free: a tunnel holds a connection, not a
     /// request in the upstream's work. Bytes the upstream sent after the
     /// 101 are the new protocol's; so are the client's after its request.
-    fn open_tunnel(&mut self, c: &mut Client, u: &mut Up, j: usize) {
+    fn open_tunnel(&mut self, c: &mut Client, j: usize) {
         let unframed = c.out.unframed().len();
         c.out.frame(unframed);
-        u.watch = Watch::new(u.moved, Instant::now());
         c.tunnel = Some(Tunnel { up: j, moved_at: Instant::now(), up_shut: false });
         c.phase = Phase::Tunnel;
         add(&self.n.tunnels, 1);
