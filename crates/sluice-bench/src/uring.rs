@@ -134,11 +134,12 @@ impl Bed {
         }
         // What a non-blocking call left (a receive that ran before its
         // bytes arrived, a short send) is finished with plain calls.
-        for i in 0..k {
-            write_rest(&mut self.send[i], &self.msg, done[i])?;
+        let (sent, received) = done.split_at(k);
+        for (s, &from) in self.send.iter_mut().zip(sent) {
+            write_rest(s, &self.msg, from)?;
         }
-        for i in 0..k {
-            read_rest(&mut self.recv[i], &mut self.bufs[i], done[k + i])?;
+        for ((s, buf), &from) in self.recv.iter_mut().zip(&mut self.bufs).zip(received) {
+            read_rest(s, buf, from)?;
         }
         self.check()
     }
