@@ -24,6 +24,7 @@ pub mod ring;
 pub mod stats;
 pub mod structures;
 pub mod svg;
+pub mod tunnel;
 pub mod uring;
 
 // Issue 13: the memory experiments (aliasing, memalign, pool) and counters.

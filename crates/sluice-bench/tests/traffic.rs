@@ -40,6 +40,30 @@ fn bench_guard_reports_every_contender_and_their_counters() {
     }
 }
 
+/// Tunnels (WebSocket-style upgrades) through the guard, nginx and
+/// HAProxy beside the direct path: every contender's messages checked and
+/// counted, two cases.
+#[test]
+fn bench_guard_tunnels_reports_every_contender() {
+    let out =
+        stdout(&["guard", "--tunnels", "--duration", "1", "--reps", "1", "--connections", "4", "--sizes", "64,20000"]);
+    let rows: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|l| l["bench"] == "guard_tunnels")
+        .collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    for r in rows {
+        for c in ["direct", "guard", "nginx", "haproxy"] {
+            assert!(r[format!("median_{c}_msg_per_s")].as_f64().unwrap() > 0.0, "{c}: {r}");
+            assert!(r[format!("median_{c}_p99_us")].as_f64().is_some(), "{c}: {r}");
+        }
+        for k in ["guard_vs_direct", "guard_vs_nginx", "guard_vs_haproxy"] {
+            assert!(r[k].as_f64().unwrap() > 0.0, "{k}: {r}");
+        }
+    }
+}
+
 #[test]
 fn bench_http_load_reports_each_tool_and_its_counters() {
     let out = stdout(&["http-load", "--duration", "1", "--reps", "1", "--connections", "8", "--json", "--pmc"]);

@@ -107,20 +107,44 @@ pub fn haproxy_conf(port: u16, upstream: &str, limits: Option<&Limits>) -> Strin
     )
 }
 
+/// nginx's configuration for tunnels: 1 worker passing upgrades on (the
+/// `Upgrade` and `Connection` headers are hop-by-hop: nginx forwards them
+/// only when told to, as its WebSocket guide shows).
+pub fn nginx_tunnel_conf(dir: &Path, port: u16, upstream: &str) -> String {
+    let dir = dir.display();
+    format!(
+        "worker_processes 1;\nworker_rlimit_nofile 20000;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log;\n\
+         events {{ worker_connections 19000; }}\n\
+         http {{ access_log off; client_body_temp_path {dir}/body; proxy_temp_path {dir}/proxy;\n\
+           server {{ listen 127.0.0.1:{port};\n location / {{ proxy_pass http://{upstream}; proxy_http_version 1.1;\n\
+             proxy_set_header Upgrade $http_upgrade; proxy_set_header Connection \"upgrade\"; }} }} }}\n"
+    )
+}
+
 /// Start nginx or HAProxy on `port` in front of `upstream` (its files in
 /// `dir`), and wait until it listens.
 pub fn peer(name: &str, upstream: &str, port: u16, dir: &Path, limits: Option<&Limits>) -> Result<Killed> {
+    let conf = match name {
+        "nginx" => nginx_conf(dir, port, upstream, limits),
+        _ => haproxy_conf(port, upstream, limits),
+    };
+    peer_with(name, port, dir, &conf)
+}
+
+/// Start nginx or HAProxy with the configuration `conf` (which listens on
+/// `port`; files in `dir`), and wait until it listens.
+pub fn peer_with(name: &str, port: u16, dir: &Path, conf_text: &str) -> Result<Killed> {
     let mut cmd = match name {
         "nginx" => {
             let conf = dir.join("nginx.conf");
-            std::fs::write(&conf, nginx_conf(dir, port, upstream, limits))?;
+            std::fs::write(&conf, conf_text)?;
             let mut c = Command::new("nginx");
             c.args(["-p", &dir.display().to_string(), "-c", &conf.display().to_string(), "-g", "daemon off;"]);
             c
         }
         "haproxy" => {
             let conf = dir.join("haproxy.cfg");
-            std::fs::write(&conf, haproxy_conf(port, upstream, limits))?;
+            std::fs::write(&conf, conf_text)?;
             let mut c = Command::new("haproxy");
             c.args(["-f", &conf.display().to_string(), "-db"]);
             c

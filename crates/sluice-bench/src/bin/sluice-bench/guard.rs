@@ -123,6 +123,13 @@ pub struct GuardBenchArgs {
     /// --slow-attacks: new attacking connections per second (slowhttptest -r).
     #[arg(long, default_value_t = 500)]
     pub slow_rate: usize,
+    /// Instead: tunnels. --connections connections upgrade (a WebSocket
+    /// handshake answered 101) and bounce --sizes-byte messages off an echo
+    /// upstream, one in flight each: messages/s and p99 round trip straight
+    /// to it, through the guard at its defaults, and through the --peers
+    /// (nginx passing upgrades on, HAProxy as it is).
+    #[arg(long)]
+    pub tunnels: bool,
 }
 
 /// A self-signed certificate and key for the run, as PEM files in `dir`:
@@ -250,6 +257,9 @@ pub fn run(a: GuardBenchArgs) -> Result<()> {
     }
     if a.attack {
         return attack(&a, &exe);
+    }
+    if a.tunnels {
+        return crate::tunnels::run(&a, &exe);
     }
     let peers: Vec<&str> = a.peers.iter().map(String::as_str).filter(|p| *p != "none").collect();
     if let Some(p) = peers.iter().find(|p| !matches!(**p, "nginx" | "haproxy")) {

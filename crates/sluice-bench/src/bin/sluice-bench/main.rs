@@ -24,6 +24,7 @@ mod mem;
 mod origins;
 mod slow;
 mod syscalls;
+mod tunnels;
 // Under `--cfg loom` (CI's model check of the NatSys queue) the library's
 // queue benchmark is built for loom's types and left out; so are the two
 // experiments that run it.
