@@ -310,7 +310,8 @@ fn serve_upstream(mut s: TcpStream) {
     let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
     let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
     let mut buf = Vec::new();
-    let mut framer = RequestFramer::new(64 << 10);
+    // It switches to h2c too when asked (the guards do not allow it: 502).
+    let mut framer = RequestFramer::new(64 << 10).upgrading(vec!["websocket".into(), "h2c".into()].into());
     let limits = Limits::default();
     loop {
         let head = loop {
@@ -533,7 +534,7 @@ impl Script {
     }
 }
 
-const CANNED: [&[u8]; 9] = [
+const CANNED: [&[u8]; 10] = [
     b"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
     b"HEAD / HTTP/1.1\r\nHost: a\r\n\r\n",
     b"POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello",
@@ -543,6 +544,8 @@ const CANNED: [&[u8]; 9] = [
     b"PUT /big HTTP/1.1\r\nHost: a\r\nContent-Length: 3000\r\n\r\n",
     b"GET /partial HTTP/1.1\r\nHo",
     b"GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+    // Not an allowed upgrade (the guards allow WebSocket only): a plain GET.
+    b"GET /h2 HTTP/1.1\r\nHost: a\r\nUpgrade: h2c\r\nConnection: Upgrade, HTTP2-Settings\r\nHTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n",
 ];
 
 fn proxy_header(p: u8) -> Vec<u8> {
@@ -777,12 +780,13 @@ fn play(g: &Guards, script: &Script, tame: bool) -> Option<(Vec<u8>, bool)> {
 /// What a client received frames as HTTP/1.1 responses, the last one
 /// possibly cut short; nothing follows a reply of the guard's own. A `101`
 /// ends the responses (what follows is the tunnel's), and comes only when
-/// the client sent something that asks to upgrade. How many whole
+/// the client sent something that asks to upgrade to WebSocket (the only
+/// protocol the guards allow). How many whole
 /// responses there are, and whether the last is the guard's own.
 fn check_responses(bytes: &[u8], script: &Script) -> (usize, bool) {
     let asked_upgrade = script.ops.iter().any(|op| match op {
         Op::Request(r) => CANNED[*r].starts_with(b"GET /ws "),
-        Op::Send(b) => b.windows(7).any(|w| w.eq_ignore_ascii_case(b"upgrade")),
+        Op::Send(b) => b.windows(9).any(|w| w.eq_ignore_ascii_case(b"websocket")),
         _ => false,
     });
     let mut count = 0;

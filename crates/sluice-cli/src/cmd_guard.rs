@@ -88,8 +88,13 @@ pub struct GuardArgs {
     /// byte either way for this many ms is closed (0: no limit).
     #[arg(long, value_name = "MS", default_value_t = 60_000)]
     pub tunnel_timeout: u64,
-    /// Answer a 101 (an upgrade: WebSocket) with 502 instead of turning
-    /// the connection into a tunnel.
+    /// The protocols a request may ask to upgrade to (`Upgrade` header);
+    /// a 101 turns its connection into a tunnel. A request offering any
+    /// other (h2c: requests smuggled past the guard inside HTTP/2) goes as
+    /// a plain request, and a 101 to it is a 502.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "websocket")]
+    pub upgrade_protocols: Vec<String>,
+    /// No upgrades at all: every 101 is a 502 (as `--upgrade-protocols ''`).
     #[arg(long)]
     pub no_upgrade: bool,
     /// Bytes held per direction per connection (response to the client,
@@ -265,7 +270,10 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
         buffer_size: a.buffer_size,
         upstream_max_inflight: a.upstream_max_inflight,
         upstream_pipeline: a.upstream_pipeline,
-        upgrade: !a.no_upgrade,
+        upgrade_protocols: match a.no_upgrade {
+            true => Vec::new(),
+            false => a.upgrade_protocols.iter().filter(|p| !p.is_empty()).cloned().collect(),
+        },
         action: a.block_action,
         ip_block: a.ip_block,
         block_file: a.block_file,

@@ -37,8 +37,9 @@ pub struct HeadInfo {
     /// and be sent again on another one if that connection cannot answer it.
     pub pipelinable: bool,
     /// It asks to switch the connection to another protocol (`Connection:
-    /// upgrade` and an `Upgrade` header, HTTP/1.1, no body): a `101` turns
-    /// the connection into a tunnel (WebSocket).
+    /// upgrade` and an `Upgrade` header, HTTP/1.1, no body), every one it
+    /// offers allowed (`RequestFramer::upgrading`): a `101` turns the
+    /// connection into a tunnel (WebSocket).
     pub upgrade: bool,
 }
 
@@ -47,29 +48,49 @@ pub enum HeadStep {
     Complete(HeadInfo),
 }
 
-/// A non-empty `Upgrade` header and `upgrade` among the `Connection`
-/// tokens (RFC 9110 section 7.8: an Upgrade not named in Connection is
-/// ignored, as a proxy may have forwarded it unknowingly).
-fn asks_upgrade<'b>(headers: impl Iterator<Item = (&'b [u8], &'b [u8])>) -> bool {
-    let (mut named, mut listed) = (false, false);
+/// Whether a head asks to upgrade: a non-empty `Upgrade` header and
+/// `upgrade` among the `Connection` tokens (RFC 9110 section 7.8: an
+/// Upgrade not named in Connection is ignored, as a proxy may have
+/// forwarded it unknowingly). `Some(true)` when every protocol it offers
+/// is one of `allowed` (names before any `/version`, any case): the server
+/// may switch only to one the client offered, so the tunnel can only be
+/// one of those. `Some(false)` when it offers another: `h2c` through a
+/// proxy is how requests are smuggled past it (HTTP/2 framed inside a
+/// tunnel no limit sees), so only the protocols the operator names pass.
+fn asks_upgrade<'b>(headers: impl Iterator<Item = (&'b [u8], &'b [u8])>, allowed: &[Box<str>]) -> Option<bool> {
+    let (mut offered, mut all_allowed, mut listed) = (0, true, false);
     for (name, value) in headers {
         if name.eq_ignore_ascii_case(b"upgrade") {
-            named |= value.iter().any(|b| !b.is_ascii_whitespace());
+            for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii).filter(|t| !t.is_empty()) {
+                let protocol = token.split(|&b| b == b'/').next().unwrap_or(token);
+                offered += 1;
+                all_allowed &= allowed.iter().any(|a| a.as_bytes().eq_ignore_ascii_case(protocol));
+            }
         } else if name.eq_ignore_ascii_case(b"connection") {
             listed |= value.split(|&b| b == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(b"upgrade"));
         }
     }
-    named && listed
+    (offered > 0 && listed).then_some(all_allowed)
 }
 
 /// One client connection's request framing.
 pub struct RequestFramer {
     parser: Parser,
+    /// The protocols a request may ask to upgrade to (lowercase).
+    upgrades: std::sync::Arc<[Box<str>]>,
 }
 
 impl RequestFramer {
+    /// A framer for which no request asks to upgrade (`HeadInfo::upgrade`
+    /// is never set).
     pub fn new(max_head: usize) -> RequestFramer {
-        RequestFramer { parser: Parser::new(Options { max_head, ..Options::default() }) }
+        RequestFramer { parser: Parser::new(Options { max_head, ..Options::default() }), upgrades: Default::default() }
+    }
+
+    /// Requests may ask to upgrade to these protocols (`--upgrade-protocols`).
+    pub fn upgrading(mut self, protocols: std::sync::Arc<[Box<str>]>) -> RequestFramer {
+        self.upgrades = protocols;
+        self
     }
 
     /// Ready for the next request.
@@ -91,8 +112,12 @@ impl RequestFramer {
             Framing::None | Framing::Length(0) => false,
             Framing::Length(_) | Framing::Chunked => true,
         };
-        let upgrade = !has_body && h.version == Version::Http11 && asks_upgrade(h.headers());
-        let (head_method, pipelinable) = (h.method == "HEAD", h.method == "GET" && !has_body && !upgrade);
+        // One asking for a protocol not allowed goes as a plain request: a
+        // 101 to it is an upstream error.
+        let asks = asks_upgrade(h.headers(), &self.upgrades);
+        let upgrade = !has_body && h.version == Version::Http11 && asks == Some(true);
+        // Never behind another on a connection, asked for or not.
+        let (head_method, pipelinable) = (h.method == "HEAD", h.method == "GET" && !has_body && asks.is_none());
         let keep_alive = h.keep_alive;
         Ok(HeadStep::Complete(HeadInfo { len, keep_alive, head_method, has_body, pipelinable, upgrade }))
     }
@@ -198,9 +223,28 @@ mod tests {
     #[test]
     fn an_upgrade_is_asked_with_both_headers_on_http11_without_a_body() {
         let l = Limits::default();
+        let allowed: std::sync::Arc<[Box<str>]> = vec!["websocket".into(), "foo".into()].into();
+        let framed = |raw: &[u8]| {
+            let mut f = RequestFramer::new(16 << 10).upgrading(allowed.clone());
+            match f.head(raw, &l).unwrap() {
+                HeadStep::Complete(h) => h,
+                HeadStep::Partial => panic!("partial"),
+            }
+        };
         let ws = b"GET /chat HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\n\r\n";
-        let h = head(ws, &l).unwrap().unwrap();
+        let h = framed(ws);
         assert!(h.upgrade && !h.pipelinable, "an upgrade is never pipelined");
+        assert!(!head(ws, &l).unwrap().unwrap().upgrade, "a framer allowing none");
+        assert!(framed(b"GET / HTTP/1.1\r\nUpgrade: WebSocket, foo/2\r\nConnection: upgrade\r\n\r\n").upgrade);
+        // h2c (request smuggling through a tunnel), or any protocol not
+        // allowed among those offered: a plain request, never pipelined.
+        for raw in [
+            &b"GET / HTTP/1.1\r\nUpgrade: h2c\r\nConnection: Upgrade, HTTP2-Settings\r\nHTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n"[..],
+            b"GET / HTTP/1.1\r\nUpgrade: websocket, h2c\r\nConnection: upgrade\r\n\r\n",
+        ] {
+            let h = framed(raw);
+            assert!(!h.upgrade && !h.pipelinable, "{}", String::from_utf8_lossy(raw));
+        }
         let not: [&[u8]; 5] = [
             b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\r\n",
             b"GET / HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\n\r\n",
@@ -209,7 +253,7 @@ mod tests {
             b"POST / HTTP/1.1\r\nHost: x\r\nUpgrade: h2c\r\nConnection: upgrade\r\nContent-Length: 1\r\n\r\n",
         ];
         for raw in not {
-            assert!(!head(raw, &l).unwrap().unwrap().upgrade, "{}", String::from_utf8_lossy(raw));
+            assert!(!framed(raw).upgrade, "{}", String::from_utf8_lossy(raw));
         }
     }
 

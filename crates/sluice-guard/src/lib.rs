@@ -90,11 +90,13 @@ pub struct Config {
     /// the responses, read in order, are split between their clients
     /// (docs/http-guard.md, "Upstream pipelining").
     pub upstream_pipeline: usize,
-    /// A request that asks to upgrade (WebSocket) may be answered `101`:
-    /// the connection then becomes a tunnel to its upstream connection,
-    /// each direction bounded by `buffer_size`, closed after
-    /// `timeouts.tunnel` without a byte either way. Off: a 101 is a 502.
-    pub upgrade: bool,
+    /// The protocols a request may ask to upgrade to (lowercase; WebSocket
+    /// by default). Such a request may be answered `101`: the connection
+    /// then becomes a tunnel to its upstream connection, each direction
+    /// bounded by `buffer_size`, closed after `timeouts.tunnel` without a
+    /// byte either way. A 101 to any other request is a 502 (empty: every
+    /// 101 is).
+    pub upgrade_protocols: Vec<String>,
     pub action: BlockAction,
     /// Block a breaching address for this many seconds (0: until restart); `None`: no IP blocks.
     pub ip_block: Option<u64>,
@@ -147,7 +149,7 @@ impl Config {
             buffer_size: DEFAULT_BUFFER_SIZE,
             upstream_max_inflight: 0,
             upstream_pipeline: 1,
-            upgrade: true,
+            upgrade_protocols: vec!["websocket".into()],
             action: BlockAction::Reply,
             ip_block: None,
             block_file: None,

@@ -326,6 +326,8 @@ pub(crate) struct Worker<'a> {
     batch: Vec<usize>,
     /// Pipelined requests to send again, alone; they kept their slots.
     redo: std::collections::VecDeque<(usize, u64)>,
+    /// `--upgrade-protocols`, shared by every connection's framer.
+    upgrades: std::sync::Arc<[Box<str>]>,
     /// Clients whose responses now come first on their connections (the
     /// one ahead ended): driven before the turn ends, as their bytes
     /// may be in the spill already, with no new event to say so.
@@ -410,6 +412,7 @@ impl<'a> Worker<'a> {
             since_new: 0,
             batch: Vec::new(),
             redo: Default::default(),
+            upgrades: cfg.upgrade_protocols.iter().map(|p| p.to_ascii_lowercase().into_boxed_str()).collect(),
             wake: Default::default(),
         })
     }
@@ -597,7 +600,7 @@ impl<'a> Worker<'a> {
             inbuf: vec![0; IN_CHUNK.min(self.in_cap)],
             start: 0,
             end: 0,
-            framer: RequestFramer::new(self.cfg.max_head),
+            framer: RequestFramer::new(self.cfg.max_head).upgrading(self.upgrades.clone()),
             phase: if self.cfg.proxy_protocol { Phase::Proxy } else { Phase::Head },
             req: None,
             out: OutBuf::default(),
@@ -1553,7 +1556,7 @@ impl<'a> Worker<'a> {
             // Its answer is a head alone, whatever its Content-Length says.
             u.reader.expect_no_body();
         }
-        if h.upgrade && self.cfg.upgrade {
+        if h.upgrade {
             // A 101 may answer it (and only it).
             u.reader.expect_upgrade();
         }

@@ -186,11 +186,33 @@ fn a_101_nobody_asked_for_is_a_502_and_so_is_any_101_with_no_upgrade() {
     s.write_all(b"GET /rogue HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     assert_eq!(read_response(&mut s).0, 502, "a 101 to a plain GET would be a tunnel nobody asked for");
     stop(g);
-    let (addr, g) = guard(up, |c| c.upgrade = false);
+    let (addr, g) = guard(up, |c| c.upgrade_protocols.clear());
     let mut s = connect(addr);
     s.write_all(&upgrade_request("/ws")).unwrap();
     assert_eq!(read_response(&mut s).0, 502);
     assert_eq!(g.shared().report().counts.tunnels, 0);
+    stop(g);
+}
+
+#[test]
+fn an_h2c_upgrade_is_no_tunnel_unless_allowed() {
+    // h2c through a proxy smuggles HTTP/2 requests past it: by default
+    // only WebSocket upgrades become tunnels; an upstream that switches to
+    // h2c anyway gets the client a 502.
+    let h2c = b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: h2c\r\nConnection: Upgrade, HTTP2-Settings\r\n\
+                HTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n";
+    let (up, _eofs) = upstream();
+    let (addr, g) = guard(up, |_| {});
+    let mut s = connect(addr);
+    s.write_all(h2c).unwrap();
+    assert_eq!(read_response(&mut s).0, 502);
+    assert_eq!(g.shared().report().counts.tunnels, 0);
+    stop(g);
+    let (addr, g) = guard(up, |c| c.upgrade_protocols = vec!["websocket".into(), "H2C".into()]);
+    let mut s = connect(addr);
+    s.write_all(h2c).unwrap();
+    assert_eq!(read_n(&mut s, SWITCH.len() + 5), [SWITCH, b"hello"].concat(), "named, it is let through");
+    assert_eq!(g.shared().report().counts.tunnels, 1);
     stop(g);
 }
 
