@@ -1126,9 +1126,12 @@ impl<'a> Worker<'a> {
 
     /// A pooled upstream connection, or a new one (connect in progress).
     /// `resendable`: the request goes again elsewhere if this one closes
-    /// before answering it (a body-less GET).
-    fn take_up(&mut self, resendable: bool) -> io::Result<usize> {
-        while let Some(j) = self.idle.pop() {
+    /// before answering it (a body-less GET). `pooled`: a pooled one may
+    /// serve it (a request sent again after its connection closed
+    /// unanswered takes a new one: a pooled one may be closing the same
+    /// way, its close not yet here, and a second loss would be its 502).
+    fn take_up(&mut self, resendable: bool, pooled: bool) -> io::Result<usize> {
+        while let Some(j) = if pooled { self.idle.pop() } else { None } {
             // Still open and quiet? Its close may have come with the last
             // bytes of its response (one edge, already taken), or be queued
             // behind this turn's events: a request sent there is lost.
@@ -1540,7 +1543,7 @@ impl<'a> Worker<'a> {
             }
         }
         // Sent again if its connection closes unanswered: see `retry` below.
-        let j = match self.take_up(h.pipelinable && !c.solo) {
+        let j = match self.take_up(h.pipelinable && !c.solo, !c.solo) {
             Ok(j) => j,
             Err(e) => {
                 self.upstream_failed(format_args!("connecting: {e}"));
