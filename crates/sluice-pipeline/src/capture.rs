@@ -52,10 +52,13 @@ pub enum ReadMode {
     Chunks,
 }
 
-/// Bytes per `read()` in [`ReadMode::Chunks`]: large enough that the
-/// system call is noise, small enough to stay in the last-level cache until
-/// its records are judged.
-pub const CHUNK_BYTES: usize = 1 << 20;
+/// Bytes per `read()` in [`ReadMode::Chunks`]: small enough that the
+/// chunk the kernel has just copied is still in the reader's L2 when the
+/// record walk reads it (512 KiB to 2 MiB per core on the CPUs we measure).
+/// With 1 MiB (this Zen 4 host's whole L2) the walk missed on every
+/// record's length and the filter was 8% slower, though `read()` alone is
+/// faster with 1 MiB (BENCHMARKS.md, "The filter's chunk size").
+pub const CHUNK_BYTES: usize = 256 << 10;
 
 /// A pcap or pcapng file as a [`Source`].
 pub struct CaptureSource {
