@@ -353,13 +353,27 @@ impl FieldTable {
                 }
             }
             None => {
-                for (r, p) in &self.preds {
-                    if !p.holds(Some(v)) {
-                        acc[r / 64] &= !(1 << (r % 64));
-                    }
+                let fail = self.failing::<W>(v);
+                for (a, f) in acc.iter_mut().zip(&fail) {
+                    *a &= !f;
                 }
             }
         }
+    }
+
+    /// The rules value `v` (beyond the dense domain) fails. Out of line and
+    /// by value, so that no word of the caller's accumulator is indexed at
+    /// run time: the accumulator then stays in registers across the tables
+    /// instead of going through the stack at each one.
+    #[inline(never)]
+    fn failing<const W: usize>(&self, v: u32) -> [u64; W] {
+        let mut fail = [0u64; W];
+        for (r, p) in &self.preds {
+            if !p.holds(Some(v)) {
+                fail[r / 64] |= 1 << (r % 64);
+            }
+        }
+        fail
     }
 
     /// Whether `acc` holds a rule a later field constrains.
