@@ -6,7 +6,6 @@ use crate::Outcome;
 use anyhow::{Context, Result};
 use clap::Args;
 use sluice_engine::compiled;
-use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -39,14 +38,7 @@ pub fn compile(a: CompileArgs) -> Result<Outcome> {
     let loaded = a.rules.load_for_compile()?;
     let started = Instant::now();
     let bytes = compiled::save_with_notes(&loaded.rules, &loaded.geo_notes());
-    let tmp = a.out.with_extension("tmp-sluice");
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &a.out)
-    };
-    write().with_context(|| format!("writing {}", a.out.display()))?;
+    sluice_rules::write_atomic(&a.out, &bytes).with_context(|| format!("writing {}", a.out.display()))?;
     let entries: u64 = loaded.lists.iter().map(|e| e.entries).sum();
     // The sets as the file holds them, read back as `inspect` reads them:
     // the two commands give a set the same size.

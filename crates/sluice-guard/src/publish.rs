@@ -7,7 +7,7 @@
 
 use crate::net::ClientNet;
 use crate::table::Table;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -41,21 +41,9 @@ pub fn render(blocks: &[(ClientNet, Option<u64>)]) -> String {
     out
 }
 
-/// Write `text` to `path` atomically (temp file in the same directory, fsync, rename).
+/// Write the list `text` to `path` whole or not at all.
 pub fn write_atomic(path: &Path, text: &str) -> io::Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().ok_or_else(|| io::Error::other("the block file path has no file name"))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".tmp{}", std::process::id()));
-    let tmp = dir.join(tmp_name);
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(text.as_bytes())?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
+    sluice_rules::write_atomic(path, text.as_bytes())
 }
 
 /// An empty list, written before the guard accepts anything: stale blocks

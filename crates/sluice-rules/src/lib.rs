@@ -12,6 +12,7 @@
 //! `rulefile.rs`). Fuzzed in `fuzz/fuzz_targets/list.rs` and `rules.rs`.
 #![deny(unsafe_code)]
 
+pub mod file;
 mod formats;
 mod list;
 mod prefix;
@@ -20,6 +21,7 @@ mod rulefile;
 pub mod safety;
 mod set;
 
+pub use file::write_atomic;
 pub use list::{load_geo, load_list, parse_list, LineError, LineErrorKind, ListError, ParsedList};
 pub use prefix::{Prefix, PrefixParseError};
 pub use range::{range_to_prefixes, RangeError};
