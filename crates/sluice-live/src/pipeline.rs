@@ -162,12 +162,12 @@ pub(crate) fn add(c: &AtomicU64, n: u64) {
 pub(crate) fn count_verdicts(batch: &PacketBatch, counters: &BridgeCounters) -> (u64, u64) {
     let mut v = [[(0u64, 0u64); 2]; 2];
     let mut frags = [0u64; 3];
-    for p in batch.packets() {
+    for (i, p) in batch.packets().iter().enumerate() {
         let port = (p.meta.port as usize).min(1);
         let cell = &mut v[port][usize::from(p.verdict == Verdict::Drop)];
         cell.0 += 1;
         cell.1 += u64::from(p.meta.wire_len);
-        if matches!(&p.decoded, Ok(PacketSummary { ip: Some(ip), .. }) if ip.fragment.is_some()) {
+        if matches!(batch.decoded(i), Ok(PacketSummary { ip: Some(ip), .. }) if ip.fragment.is_some()) {
             frags[match (p.disposition, p.verdict) {
                 (Disposition::Decided(_), Verdict::Pass) => 1,
                 (Disposition::Decided(_), Verdict::Drop) => 2,

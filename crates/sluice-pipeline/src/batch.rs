@@ -6,6 +6,14 @@
 //! source filled the batch; every later stage reads it), what to do with it
 //! ([`Disposition`]) and, once judged, its [`Verdict`].
 //!
+//! The decoded summaries are an array of their own beside the packet
+//! records, not a field of each record: a source (often another thread)
+//! writes the records, the decoder writes the summaries. Kept inside the
+//! record, the summary made every record 296 bytes, and a source filling a
+//! recycled batch wrote all of them (a placeholder) on lines the decoding
+//! thread had last written, so each packet moved five cache lines between
+//! the cores instead of two.
+//!
 //! Bytes live in one of two places: the batch's own arena (packets a source
 //! copied in, fragments reassembly held) or a shared read-only backing (a
 //! mapped capture file) that packets borrow without a copy. A batch refers to
@@ -83,8 +91,6 @@ pub struct Packet {
     /// backing (16 for a pcap record), so a sink can copy the whole record
     /// unchanged; 0 when there is none.
     record_header: u8,
-    /// The decoder's result, filled by [`PacketBatch::decode_all`].
-    pub decoded: Result<PacketSummary, DecodeError>,
     pub disposition: Disposition,
     /// Set by the judge (or from a `Decided` disposition) before output.
     pub verdict: Verdict,
@@ -98,6 +104,12 @@ pub struct PacketBatch {
     backing_len: usize,
     arena: Vec<u8>,
     packets: Vec<Packet>,
+    /// The decoder's results: `decoded[i]` is packet `i`'s for `i <
+    /// decoded_len`; later packets are not decoded yet. Slots past that
+    /// keep stale values from an earlier use of the batch, so that decoding
+    /// rewrites them in place rather than pushing 212-byte values.
+    decoded: Vec<Result<PacketSummary, DecodeError>>,
+    decoded_len: usize,
     capacity: usize,
     /// Position in the run, set when the batch is dispatched (for ordered output).
     pub(crate) seq: u64,
@@ -131,6 +143,8 @@ impl PacketBatch {
             backing_len: 0,
             arena: Vec::new(),
             packets: Vec::with_capacity(capacity),
+            decoded: Vec::new(),
+            decoded_len: 0,
             capacity,
             seq: 0,
         }
@@ -159,6 +173,7 @@ impl PacketBatch {
         self.backing_len = 0;
         self.arena.clear();
         self.packets.clear();
+        self.decoded_len = 0;
     }
 
     pub fn backing(&self) -> Option<&Backing> {
@@ -181,7 +196,7 @@ impl PacketBatch {
 
     /// Append a packet whose bytes are copied into the batch.
     pub fn push_copy(&mut self, meta: Meta, bytes: &[u8]) {
-        let p = self.copied(meta, bytes, NOT_DECODED, Disposition::Judge);
+        let p = self.copied(meta, bytes, Disposition::Judge);
         self.packets.push(p);
     }
 
@@ -199,7 +214,6 @@ impl PacketBatch {
             len: len as u32,
             place: Place::Backing,
             record_header,
-            decoded: NOT_DECODED,
             disposition: Disposition::Judge,
             verdict: Verdict::Pass,
         });
@@ -207,17 +221,12 @@ impl PacketBatch {
 
     /// Rewrite the batch in place, front to back (see [`Edit`]).
     pub fn edit(&mut self) -> Edit<'_> {
+        self.align_decoded();
         Edit { batch: self, read: 0, write: 0 }
     }
 
     /// A packet whose bytes are copied into the arena, not yet placed.
-    fn copied(
-        &mut self,
-        meta: Meta,
-        bytes: &[u8],
-        decoded: Result<PacketSummary, DecodeError>,
-        d: Disposition,
-    ) -> Packet {
+    fn copied(&mut self, meta: Meta, bytes: &[u8], d: Disposition) -> Packet {
         let start = self.arena.len();
         self.arena.extend_from_slice(bytes);
         Packet {
@@ -226,7 +235,6 @@ impl PacketBatch {
             len: bytes.len() as u32,
             place: Place::Arena,
             record_header: 0,
-            decoded,
             disposition: d,
             verdict: Verdict::Pass,
         }
@@ -269,17 +277,41 @@ impl PacketBatch {
         Some((start, &all[start..p.start + p.len as usize]))
     }
 
-    /// Decode every packet once; later stages read `Packet::decoded`.
+    /// Packet `i`'s decoded summary, once [`PacketBatch::decode_all`] ran
+    /// (an undecoded packet reads as truncated at the link layer).
+    pub fn decoded(&self, i: usize) -> &Result<PacketSummary, DecodeError> {
+        if i < self.decoded_len {
+            &self.decoded[i]
+        } else {
+            &NOT_DECODED
+        }
+    }
+
+    /// Decode every packet once; later stages read [`PacketBatch::decoded`].
     pub fn decode_all(&mut self) {
         let backing = self.backing.as_ref().map(|b| (**b).as_ref());
-        for p in &mut self.packets {
+        for (i, p) in self.packets.iter().enumerate() {
             let range = p.start..p.start + p.len as usize;
             let bytes = match p.place {
                 Place::Arena => &self.arena[range],
                 Place::Backing => &backing.expect("backed packet has a backing")[range],
             };
-            decode_into(p.meta.interface.link_type, bytes, &mut p.decoded);
+            let link = p.meta.interface.link_type;
+            match self.decoded.get_mut(i) {
+                Some(slot) => decode_into(link, bytes, slot),
+                None => self.decoded.push(sluice_wire::decode(link, bytes)),
+            }
         }
+        self.decoded_len = self.packets.len();
+    }
+
+    /// Give every packet a decoded slot (the undecoded ones the placeholder)
+    /// and no more, so an edit moves the two arrays alike.
+    fn align_decoded(&mut self) {
+        let n = self.packets.len();
+        self.decoded.truncate(self.decoded_len.min(n));
+        self.decoded.resize(n, NOT_DECODED);
+        self.decoded_len = n;
     }
 }
 
@@ -306,6 +338,11 @@ impl Edit<'_> {
         self.batch.packets.get(self.read)
     }
 
+    /// The next packet's decoded summary.
+    pub fn peek_decoded(&self) -> &Result<PacketSummary, DecodeError> {
+        self.batch.decoded(self.read)
+    }
+
     /// The next packet's bytes.
     pub fn peek_bytes(&self) -> &[u8] {
         self.batch.bytes(self.read)
@@ -314,7 +351,9 @@ impl Edit<'_> {
     /// Keep the next packet where the edit has got to.
     pub fn keep(&mut self) {
         if self.write != self.read {
-            self.batch.packets[self.write] = self.batch.packets[self.read];
+            let b = &mut *self.batch;
+            b.packets[self.write] = b.packets[self.read];
+            b.decoded[self.write] = b.decoded[self.read];
         }
         self.write += 1;
         self.read += 1;
@@ -331,8 +370,11 @@ impl Edit<'_> {
     pub fn reserve(&mut self, n: usize) {
         let extra = n.saturating_sub(self.read - self.write);
         if extra > 0 && self.read < self.batch.packets.len() {
-            let filler = self.batch.packets[self.read];
-            self.batch.packets.splice(self.read..self.read, std::iter::repeat_n(filler, extra));
+            let b = &mut *self.batch;
+            let filler = b.packets[self.read];
+            b.packets.splice(self.read..self.read, std::iter::repeat_n(filler, extra));
+            b.decoded.splice(self.read..self.read, std::iter::repeat_n(NOT_DECODED, extra));
+            b.decoded_len = b.packets.len();
             self.read += extra;
         }
     }
@@ -340,11 +382,15 @@ impl Edit<'_> {
     /// Insert a packet held elsewhere (by reassembly), already decoded, its
     /// bytes copied into the batch.
     pub fn insert(&mut self, meta: Meta, bytes: &[u8], decoded: Result<PacketSummary, DecodeError>, d: Disposition) {
-        let p = self.batch.copied(meta, bytes, decoded, d);
+        let b = &mut *self.batch;
+        let p = b.copied(meta, bytes, d);
         if self.write < self.read {
-            self.batch.packets[self.write] = p;
+            b.packets[self.write] = p;
+            b.decoded[self.write] = decoded;
         } else {
-            self.batch.packets.insert(self.write, p);
+            b.packets.insert(self.write, p);
+            b.decoded.insert(self.write, decoded);
+            b.decoded_len = b.packets.len();
             self.read += 1;
         }
         self.write += 1;
@@ -353,10 +399,14 @@ impl Edit<'_> {
 
 impl Drop for Edit<'_> {
     fn drop(&mut self) {
-        let packets = &mut self.batch.packets;
+        let b = &mut *self.batch;
         if self.write < self.read {
-            packets.copy_within(self.read.., self.write);
-            packets.truncate(packets.len() - (self.read - self.write));
+            let gone = self.read - self.write;
+            b.packets.copy_within(self.read.., self.write);
+            b.packets.truncate(b.packets.len() - gone);
+            b.decoded.copy_within(self.read.., self.write);
+            b.decoded.truncate(b.decoded.len() - gone);
+            b.decoded_len = b.packets.len();
         }
     }
 }
@@ -430,9 +480,11 @@ mod tests {
         assert!(again.is_empty() && again.backing().is_none());
     }
 
-    /// The batch's packets as (index, bytes, disposition).
-    fn listing(b: &PacketBatch) -> Vec<(u64, Vec<u8>, Disposition)> {
-        (0..b.len()).map(|i| (b.packets()[i].meta.index, b.bytes(i).to_vec(), b.packets()[i].disposition)).collect()
+    /// The batch's packets as (index, bytes, disposition, decoded).
+    type Listed = (u64, Vec<u8>, Disposition, Result<PacketSummary, DecodeError>);
+    fn listing(b: &PacketBatch) -> Vec<Listed> {
+        let p = b.packets();
+        (0..b.len()).map(|i| (p[i].meta.index, b.bytes(i).to_vec(), p[i].disposition, *b.decoded(i))).collect()
     }
 
     /// What an edit does, on a plain list: the reference the edits are
@@ -449,6 +501,8 @@ mod tests {
         #[test]
         fn edits_in_place_equal_a_rebuilt_list(
             n in 0usize..40,
+            undecoded in 0usize..4,
+            reuse in any::<bool>(),
             steps in proptest::collection::vec(
                 prop_oneof![
                     3 => Just(Step::Keep),
@@ -461,13 +515,30 @@ mod tests {
             let file: Vec<u8> = (0..=255u8).collect();
             let backing: Backing = Arc::new(file);
             let mut b = PacketBatch::with_capacity(n);
+            if reuse {
+                // A recycled batch: stale decoded slots from its last use.
+                b.set_backing(&backing);
+                for i in 0..50 {
+                    b.push_backed(meta(i), 0, 1, 0);
+                }
+                b.decode_all();
+                b.clear();
+            }
             b.set_backing(&backing);
             for i in 0..n {
-                // Every third packet copied in, the others borrowed.
+                // Every third packet copied in, the others borrowed; each of
+                // an unknown link type of its own, so each decodes to an
+                // error of its own that must stay with it.
+                let mut m = meta(i as u64);
+                m.interface.link_type = LinkType(1000 + i as u32);
                 if i % 3 == 0 {
-                    b.push_copy(meta(i as u64), &[i as u8; 3]);
+                    b.push_copy(m, &[i as u8; 3]);
                 } else {
-                    b.push_backed(meta(i as u64), i, 5, 0);
+                    b.push_backed(m, i, 5, 0);
+                }
+                // Some batches decoded before the last packets came in.
+                if i + 1 == n.saturating_sub(undecoded) {
+                    b.decode_all();
                 }
             }
             let mut expected = listing(&b);
@@ -484,7 +555,7 @@ mod tests {
                         }
                         Step::Take => {
                             e.take();
-                            expected.remove(at);
+                            let _ = expected.remove(at);
                         }
                         Step::Insert(k, reserve) => {
                             if reserve {
@@ -493,8 +564,9 @@ mod tests {
                             for _ in 0..k {
                                 let bytes = vec![next as u8, 7];
                                 let d = Disposition::Decided(Verdict::Drop);
-                                e.insert(meta(next), &bytes, NOT_DECODED, d);
-                                expected.insert(at, (next, bytes, d));
+                                let decoded = Ok(PacketSummary { ethertype: next as u16, ..PacketSummary::EMPTY });
+                                e.insert(meta(next), &bytes, decoded, d);
+                                expected.insert(at, (next, bytes, d, decoded));
                                 at += 1;
                                 next += 1;
                             }

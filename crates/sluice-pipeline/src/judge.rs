@@ -110,8 +110,8 @@ fn judge_indices(
 ) {
     let packets = batch.packets();
     let item = |k: usize| {
-        let p = &packets[indices[k] as usize];
-        (&p.decoded, p.meta.wire_len, p.meta.port)
+        let i = indices[k] as usize;
+        (batch.decoded(i), packets[i].meta.wire_len, packets[i].meta.port)
     };
     judge_decoded(rules, cfg.undecodable, cfg.batch, stats, indices.len(), item, verdicts);
 }
@@ -483,8 +483,8 @@ impl Judge for Workers {
         for (i, p) in batch.packets().iter().enumerate() {
             let w = match p.disposition {
                 Disposition::Decided(_) => continue,
-                Disposition::Judge => self.steering.worker_for(&p.decoded),
-                Disposition::JudgeAsFlow(ports) => self.steering.worker_for_flow(&p.decoded, ports),
+                Disposition::Judge => self.steering.worker_for(batch.decoded(i)),
+                Disposition::JudgeAsFlow(ports) => self.steering.worker_for_flow(batch.decoded(i), ports),
             };
             self.shares[w].push(i as u32);
         }

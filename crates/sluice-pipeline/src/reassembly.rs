@@ -221,14 +221,14 @@ impl Reassembly {
     /// in place (fragments taken out, datagrams put back where they
     /// complete), so the packets it keeps are not copied.
     pub fn process(&mut self, mut input: PacketBatch) -> PacketBatch {
-        let reassemblable = |p: &crate::batch::Packet| match &p.decoded {
+        let reassemblable = |d: &Result<PacketSummary, DecodeError>| match d {
             Ok(PacketSummary { ip: Some(ip), .. }) => ip.fragment.is_some() && !ip.cut_short && ip.l4_offset.is_some(),
             _ => false,
         };
         let mut released = Vec::new();
         // Most traffic has no fragments: then the batch goes on untouched,
         // unless held datagrams have timed out by its last timestamp.
-        if !input.packets().iter().any(reassemblable) {
+        if !(0..input.len()).any(|i| reassemblable(input.decoded(i))) {
             if let Some(last) = input.packets().last() {
                 self.r.expire(last.meta.time_ns(), &mut released);
             }
@@ -240,15 +240,17 @@ impl Reassembly {
         self.emit_released(&mut out, &mut released);
         self.take_inbox(&mut out, &mut released);
         while let Some(p) = out.peek() {
-            if !reassemblable(p) {
+            if !reassemblable(out.peek_decoded()) {
                 out.keep();
                 continue;
             }
-            let Ok(PacketSummary { ip: Some(ip), .. }) = p.decoded else { unreachable!("checked above") };
+            let decoded = *out.peek_decoded();
+            let Ok(PacketSummary { ip: Some(ip), .. }) = decoded else { unreachable!("checked above") };
+            let meta = p.meta;
             let mut bytes = self.spare.pop().unwrap_or_default();
             bytes.clear();
             bytes.extend_from_slice(out.peek_bytes());
-            let held = Held { meta: p.meta, bytes, decoded: p.decoded };
+            let held = Held { meta, bytes, decoded };
             out.take();
             let mut held = Some(held);
             if self.route_away(&mut held, ip.src, ip.dst, &mut out) {

@@ -472,7 +472,7 @@ impl Tap {
         let p = &batch.packets()[i];
         let sample = Sample {
             meta: p.meta,
-            decoded: p.decoded,
+            decoded: *batch.decoded(i),
             disposition: p.disposition,
             bytes: batch.bytes(i).to_vec(),
             worker: self.worker,

@@ -93,12 +93,13 @@ fn judged(rules: &RuleSet, first_index: u64, pkts: &[P]) -> PacketBatch {
         b.push_copy(meta(first_index + i as u64, p.port, p.frame.len()), &p.frame);
     }
     b.decode_all();
-    for (p, want) in b.packets_mut().iter_mut().zip(pkts) {
+    let decoded: Vec<_> = (0..b.len()).map(|i| *b.decoded(i)).collect();
+    for ((p, want), decoded) in b.packets_mut().iter_mut().zip(pkts).zip(&decoded) {
         p.verdict = if want.decided_drop {
             p.disposition = Disposition::Decided(Verdict::Drop);
             Verdict::Drop
         } else {
-            match &p.decoded {
+            match decoded {
                 Ok(s) => rules.evaluate_reference(s, p.meta.wire_len, p.meta.port, |_| {}).verdict,
                 Err(_) => Verdict::Drop,
             }
