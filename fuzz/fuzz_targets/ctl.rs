@@ -5,11 +5,12 @@
 //! a stream that parses becomes a feed whose every element applies.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sluice_control::crowdsec::{go_duration, parse};
-use sluice_control::ctl::parse_request;
+use sluice_policy::crowdsec::{go_duration, parse};
+use sluice_control::command::parse_request;
+use sluice_control::SetCommand;
 use sluice_control::safety::Gate;
 use sluice_control::safety::Safety;
-use sluice_control::sets::RuntimeSets;
+use sluice_policy::sets::RuntimeSets;
 use sluice_engine::dynamic::Elements;
 use sluice_engine::{CompileOptions, RuleSet};
 use sluice_rules::{parse_rules, Prefix};
@@ -36,7 +37,10 @@ fuzz_target!(|data: &[u8]| {
     let rules = rules();
     let mut sets = RuntimeSets::new();
     sets.merge_min = 2;
-    if let Ok(batch) = parse_request(&text) {
+    // Every product's language: none panics.
+    let _ = parse_request::<sluice_policy::Command>(&text);
+    let _ = parse_request::<sluice_guard::control::GuardCommand>(&text);
+    if let Ok(batch) = parse_request::<SetCommand>(&text) {
         if batch[0].1.changes() {
             let before = sets.rows(&rules);
             match sets.stage(&rules, &batch, 1_000_000_000, &base_of) {

@@ -13,8 +13,8 @@
 use sluice_bgp::flowspec::{Component, Family, Flow, PrefixMatch};
 use sluice_bgp::message::{FlowAction, Update, BLACKHOLE};
 use sluice_bgp::session::{self, PeerConfig};
-use sluice_control::Event;
 use sluice_engine::flows::{FlowCounts, FlowRule, FlowTable, FlowVerdict, Placement, PoliceKey, Policer, Rate};
+use sluice_policy::Event;
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

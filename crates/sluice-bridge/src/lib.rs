@@ -26,9 +26,7 @@ pub use sluice_live::memory::{MemoryPair, Wire};
 pub use sluice_live::open::{LivePorts, PortPair};
 
 use anyhow::{Context, Result};
-use sluice_control::crowdsec::BouncerConfig;
 use sluice_control::safety::Safety;
-use sluice_control::{describe, spawn_signals, total_entries, Controller, Event, ListEntries, RuleSpec, SignalThread};
 use sluice_defrag::DefragLimits;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{RuleSet, Verdict};
@@ -38,6 +36,8 @@ use sluice_live::LiveError;
 use sluice_pipeline::lanes::{self, inline_lanes};
 use sluice_pipeline::sample::{tap, tap_lane, SampleConfig, SampleReport, Sampler};
 use sluice_pipeline::{Finished, JudgeConfig, Reassembly, RunConfig, RunError, WorkersConfig};
+use sluice_policy::crowdsec::BouncerConfig;
+use sluice_policy::{describe, spawn_signals, total_entries, Controller, Event, ListEntries, RuleSpec, SignalThread};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -96,8 +96,11 @@ pub struct BridgeConfig {
     pub metrics: Option<SocketAddr>,
     /// Serve the control socket here.
     pub control: Option<PathBuf>,
-    /// Let this group use the control socket too.
+    /// Let this group use the control socket too (every command).
     pub control_group: Option<String>,
+    /// Let this group add, test and list (what a guard forwarding its
+    /// blocks needs), nothing else.
+    pub control_add_group: Option<String>,
     /// A status line on stderr every 2 s.
     pub status: bool,
     /// Stop by itself after this long.
@@ -127,6 +130,7 @@ impl BridgeConfig {
             metrics: None,
             control: None,
             control_group: None,
+            control_add_group: None,
             status: false,
             duration: None,
             dry_run: false,
@@ -187,7 +191,7 @@ fn crowdsec_maxelem(rules: &RuleSet, set: &str, flag: Option<u32>) -> Result<usi
             );
         }
     }
-    Ok(flag.map_or(sluice_control::sets::DEFAULT_CROWDSEC_MAXELEM, |n| n as usize))
+    Ok(flag.map_or(sluice_policy::sets::DEFAULT_CROWDSEC_MAXELEM, |n| n as usize))
 }
 
 impl Bridge {
@@ -245,7 +249,14 @@ impl Bridge {
         *metrics.io.lock().unwrap_or_else(PoisonError::into_inner) = io.clone();
 
         let started = serve_control(
-            (cfg.metrics, cfg.control.as_deref(), cfg.control_group.as_deref()),
+            (
+                cfg.metrics,
+                cfg.control.as_deref(),
+                sluice_control::socket::Access::owner_and(
+                    cfg.control_group.as_deref(),
+                    cfg.control_add_group.as_deref(),
+                )?,
+            ),
             crowdsec,
             &events,
             &stop,
@@ -367,28 +378,29 @@ impl Control {
 type Servers = (Option<SocketAddr>, Option<sluice_control::socket::Serving>, Option<JoinHandle<()>>);
 
 /// Start the control plane's servers; `at`: the metrics address, the
-/// control socket's path and group.
+/// control socket's path and who may use it.
 fn serve_control(
-    at: (Option<SocketAddr>, Option<&std::path::Path>, Option<&str>),
+    at: (Option<SocketAddr>, Option<&std::path::Path>, sluice_control::socket::Access),
     crowdsec: Option<BouncerConfig>,
     events: &Sender<Event>,
     stop: &Arc<AtomicBool>,
     metrics: &Arc<BridgeMetrics>,
 ) -> Result<Servers> {
-    let (metrics_at, control, group) = at;
+    let (metrics_at, control, access) = at;
     let metrics_addr = metrics_at
         .map(|addr| sluice_metrics::serve_flag(addr, metrics.registry(), "sluice bridge"))
         .transpose()
         .map_err(anyhow::Error::msg)?;
-    let control_socket = sluice_control::socket::serve_at(control, group, events, &metrics.socket)?;
+    let control_socket =
+        sluice_control::socket::serve_at(control, access, sluice_policy::deliver_to(events), &metrics.socket)?;
     let bouncer = crowdsec
         .map(|c| {
             // The bouncer pushes the drops by origin the exporter serves.
             let _ = metrics.crowdsec_set.set(c.set.clone());
             let m = Arc::clone(metrics);
-            let usage = sluice_control::usage::UsageSource(Arc::new(move || m.origin_usage()));
+            let usage = sluice_policy::usage::UsageSource(Arc::new(move || m.origin_usage()));
             let c = BouncerConfig { usage: Some(usage), ..c };
-            sluice_control::crowdsec::spawn(c, events.clone(), stop, metrics.crowdsec.get_or_init(Arc::default))
+            sluice_policy::crowdsec::spawn(c, events.clone(), stop, metrics.crowdsec.get_or_init(Arc::default))
         })
         .transpose()
         .context("starting the crowdsec thread")?;

@@ -13,8 +13,6 @@
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
-use sluice_control::control::ControlTotals;
-use sluice_control::ControlState;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{RuleSet, Side, Stats};
 use sluice_live::pipeline::{BridgeCounters, PortTotals};
@@ -22,6 +20,8 @@ use sluice_metrics::{counter, gauge};
 use sluice_pipeline::sample::SampleCounts;
 use sluice_pipeline::LiveStats;
 use sluice_pipeline::{Observer, Progress};
+use sluice_policy::controller::ControlTotals;
+use sluice_policy::ControlState;
 use sluice_wire::ErrorKind;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -51,7 +51,7 @@ pub struct BridgeMetrics {
     /// `--dry-run`: nothing is enforced; drops are what would have been.
     pub dry_run: std::sync::atomic::AtomicBool,
     /// The CrowdSec bouncer's counters, and its set, when it runs.
-    pub crowdsec: std::sync::OnceLock<Arc<sluice_control::crowdsec::BouncerCounters>>,
+    pub crowdsec: std::sync::OnceLock<Arc<sluice_policy::crowdsec::BouncerCounters>>,
     pub crowdsec_set: std::sync::OnceLock<String>,
     /// Set when drops are sampled (`--sample-drops`, `--log-drops`).
     pub samples: std::sync::OnceLock<Arc<sluice_pipeline::sample::SampleCounters>>,
@@ -93,10 +93,10 @@ impl BridgeMetrics {
     }
 
     /// The CrowdSec set's drops and elements by origin (see
-    /// `sluice_control::usage`); empty without the bouncer.
-    pub fn origin_usage(&self) -> Vec<sluice_control::usage::OriginUsage> {
+    /// `sluice_policy::usage`); empty without the bouncer.
+    pub fn origin_usage(&self) -> Vec<sluice_policy::usage::OriginUsage> {
         match (self.crowdsec_set.get(), self.rules()) {
-            (Some(set), Some(rules)) => sluice_control::usage::origin_usage(&rules.value, set, &self.stats()),
+            (Some(set), Some(rules)) => sluice_policy::usage::origin_usage(&rules.value, set, &self.stats()),
             _ => Vec::new(),
         }
     }
@@ -566,7 +566,7 @@ impl Exporter {
             .sets()
             .into_iter()
             .flat_map(|row| {
-                let reasons = sluice_rules::Refusal::REASONS.into_iter().chain([sluice_control::sets::REFUSED_FULL]);
+                let reasons = sluice_rules::Refusal::REASONS.into_iter().chain([sluice_policy::sets::REFUSED_FULL]);
                 reasons.map(move |r| ((row.name.clone(), r), 0))
             })
             .collect();
@@ -649,8 +649,8 @@ impl Exporter {
                 &d,
             )?;
             let usage = s.origin_usage();
-            let by = |f: fn(&sluice_control::usage::OriginUsage) -> u64| -> Vec<(Vec<(&str, String)>, u64)> {
-                let labels = |u: &sluice_control::usage::OriginUsage| {
+            let by = |f: fn(&sluice_policy::usage::OriginUsage) -> u64| -> Vec<(Vec<(&str, String)>, u64)> {
+                let labels = |u: &sluice_policy::usage::OriginUsage| {
                     vec![("origin", u.origin.clone()), ("ip_type", u.ip_type.to_owned())]
                 };
                 usage.iter().map(|u| (labels(u), f(u))).collect()

@@ -9,7 +9,7 @@
 
 use sluice_bridge::bgp::BgpFlags;
 use sluice_bridge::{Bridge, BridgeConfig, MemoryPair, Running, Wire};
-use sluice_control::RuleSpec;
+use sluice_policy::RuleSpec;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, Stdio};
@@ -305,11 +305,11 @@ fn gobgp_flows_and_blackholes_drop_exactly_their_frames_until_withdrawn() {
     assert_eq!(g["action"], "police 10000 bytes/s");
     assert_eq!(g["packets"], 100);
     assert_eq!(g["dropped"].as_u64(), Some(100 - n as u64));
-    let text = sluice_control::ctl::render_text(&f);
+    let text = sluice_policy::commands::render_text(&f);
     assert!(text.contains("destination 203.0.113.7/32 => drop (from 127.0.0.1; 1 packets"), "{text}");
     assert!(text.starts_with("# flows from BGP peers, before the rule file's rules"), "{text}");
     let b = ctl(&sock, "bgp");
-    let text = sluice_control::ctl::render_text(&b);
+    let text = sluice_policy::commands::render_text(&b);
     assert!(text.contains("AS 65001: established for"), "{text}");
     assert!(text.contains("ipv4-flowspec 3"), "{text}");
     assert_eq!(b["sessions"][0]["state"], "established", "{b}");

@@ -9,9 +9,9 @@ mod lapi;
 
 use lapi::{crowdsec_or_skip, Lapi};
 use sluice_bridge::{Bridge, BridgeConfig, MemoryPair, Wire};
-use sluice_control::crowdsec::{BouncerConfig, GeoScopes, StreamFilters, DEFAULT_MAX_ANSWER};
-use sluice_control::lapi_tls::LapiTls;
-use sluice_control::RuleSpec;
+use sluice_control::lapi::LapiTls;
+use sluice_policy::crowdsec::{BouncerConfig, GeoScopes, StreamFilters, DEFAULT_MAX_ANSWER};
+use sluice_policy::RuleSpec;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -217,7 +217,7 @@ fn a_tls_lapi_admits_the_bouncer_by_its_client_certificate() {
     let w = BouncerConfig::from_flags(Some(&lapi.url), None, &wrong, 0.5, 300.0, "crowdsec", DEFAULT_MAX_ANSWER)
         .unwrap()
         .unwrap();
-    let e = sluice_control::crowdsec::pull(&sluice_control::crowdsec::agent(w.tls.as_ref()), &w, true).unwrap_err();
+    let e = sluice_policy::crowdsec::pull(&sluice_control::lapi::agent(w.tls.as_ref()), &w, true).unwrap_err();
     assert!(e.to_string().contains("certificate"), "{e}");
     // Plain http with a certificate is a mistake, named.
     let http = lapi.url.replace("https://", "http://");

@@ -4,7 +4,7 @@
 //! themselves are tested over veths in sluice-live and sluice-cli.)
 
 use sluice_bridge::{Bridge, BridgeConfig, MemoryPair, Running, Wire};
-use sluice_control::RuleSpec;
+use sluice_policy::RuleSpec;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -359,7 +359,7 @@ fn a_country_set_drops_its_networks_and_says_where_they_came_from() {
     assert_eq!(geo["database_type"], "GeoLite2-Country", "{sets}");
     assert_eq!(geo["build_epoch"], 1_795_737_600u64, "{sets}");
     assert_eq!(geo["networks"], serde_json::json!([["RU", 2]]), "{sets}");
-    let text = sluice_control::ctl::render_text(&sets);
+    let text = sluice_policy::commands::render_text(&sets);
     assert!(text.contains("# ru: country GeoLite2-Country built 2026-11-27 ("), "{text}");
     assert!(text.contains("): RU 2 networks"), "{text}");
 

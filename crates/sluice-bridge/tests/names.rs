@@ -8,7 +8,7 @@
 mod support;
 
 use sluice_bridge::{Bridge, BridgeConfig, MemoryPair};
-use sluice_control::RuleSpec;
+use sluice_policy::RuleSpec;
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -46,10 +46,10 @@ fn run_everything() -> (serde_json::Value, String) {
     let key = dir.path().join("key");
     std::fs::write(&key, "k\n").unwrap();
     std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    let crowdsec = sluice_control::crowdsec::BouncerConfig::from_flags(
+    let crowdsec = sluice_policy::crowdsec::BouncerConfig::from_flags(
         Some("http://127.0.0.1:9"),
         Some(&key),
-        &sluice_control::lapi_tls::LapiTls::default(),
+        &sluice_control::lapi::LapiTls::default(),
         10.0,
         300.0,
         "crowdsec",
@@ -100,7 +100,7 @@ fn run_everything() -> (serde_json::Value, String) {
         counts: Default::default(),
     };
     let table = sluice_engine::flows::FlowTable::new(vec![rule], Default::default());
-    bridge.events().send(sluice_control::Event::Flows(std::sync::Arc::new(table))).unwrap();
+    bridge.events().send(sluice_policy::Event::Flows(std::sync::Arc::new(table))).unwrap();
     // A runtime change and a reload: the families they start.
     let r = sluice_control::socket::request(&sock, "add crowdsec 192.0.2.0/24\n", Duration::from_secs(10)).unwrap();
     assert_eq!(r["ok"], true, "{r}");

@@ -265,7 +265,7 @@ pub struct LapiTlsArgs {
 }
 
 impl LapiTlsArgs {
-    pub fn lapi_tls(self) -> sluice_control::lapi_tls::LapiTls {
-        sluice_control::lapi_tls::LapiTls { ca: self.crowdsec_ca, cert: self.crowdsec_cert, key: self.crowdsec_key }
+    pub fn lapi_tls(self) -> sluice_control::lapi::LapiTls {
+        sluice_control::lapi::LapiTls { ca: self.crowdsec_ca, cert: self.crowdsec_cert, key: self.crowdsec_key }
     }
 }

@@ -7,10 +7,10 @@ use anyhow::Result;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
 use sluice_bridge::{Bridge, BridgeConfig, LivePorts};
-use sluice_control::crowdsec::{BouncerConfig, GeoScopes, StreamFilters};
 use sluice_live::open::{Io, OpenConfig, XdpChoice};
 use sluice_pipeline::sample::Backpressure;
 use sluice_pipeline::JudgeConfig;
+use sluice_policy::crowdsec::{BouncerConfig, GeoScopes, StreamFilters};
 use std::io::IsTerminal;
 use std::time::Duration;
 
@@ -86,9 +86,14 @@ pub struct BridgeArgs {
     /// changes, queries, reloads. Mode 0600: root and this user only.
     #[arg(long, value_name = "PATH")]
     pub control: Option<std::path::PathBuf>,
-    /// Let members of group G use the control socket too (mode 0660).
+    /// Let members of group G use every command of the control socket
+    /// too (mode 0660).
     #[arg(long, value_name = "G", requires = "control")]
     pub control_group: Option<String>,
+    /// Let members of group G add, test and list only (what a guard
+    /// forwarding its blocks needs; a guard's `block` and `blocks`).
+    #[arg(long, value_name = "G", requires = "control")]
+    pub control_add_group: Option<String>,
     /// Act as a CrowdSec bouncer: stream ban decisions from this Local API
     /// (http://127.0.0.1:8080, or https://...) into --crowdsec-set.
     #[arg(long, value_name = "URL", requires = "crowdsec_auth")]
@@ -105,7 +110,7 @@ pub struct BridgeArgs {
     #[arg(long, value_name = "S", default_value_t = 300.0)]
     pub crowdsec_resync: f64,
     /// Seconds between pushes of drops by origin to the LAPI's usage metrics (0: none).
-    #[arg(long, value_name = "S", default_value_t = sluice_control::usage::DEFAULT_METRICS_INTERVAL)]
+    #[arg(long, value_name = "S", default_value_t = sluice_policy::usage::DEFAULT_METRICS_INTERVAL)]
     pub crowdsec_metrics_interval: f64,
     /// The dynamic set the decisions go into: with --rules, define it
     /// (`set crowdsec dynamic`) and use it (`drop saddr @crowdsec`); with
@@ -114,7 +119,7 @@ pub struct BridgeArgs {
     pub crowdsec_set: String,
     /// The largest answer read from the LAPI, in bytes: a larger one is
     /// refused whole (nothing applied, retried at the next pull).
-    #[arg(long, value_name = "BYTES", default_value_t = sluice_control::crowdsec::DEFAULT_MAX_ANSWER)]
+    #[arg(long, value_name = "BYTES", default_value_t = sluice_policy::crowdsec::DEFAULT_MAX_ANSWER)]
     pub crowdsec_max_answer: u64,
     /// Only decisions of these origins (crowdsec, cscli, CAPI, lists, ...;
     /// comma-separated), as the LAPI filters its stream.
@@ -237,7 +242,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     };
     let tls = a.lapi_tls.lapi_tls();
     let metrics_interval =
-        sluice_control::usage::metrics_interval(a.crowdsec_metrics_interval).map_err(anyhow::Error::msg)?;
+        sluice_policy::usage::metrics_interval(a.crowdsec_metrics_interval).map_err(anyhow::Error::msg)?;
     let crowdsec = BouncerConfig::from_flags(url, key, &tls, interval, resync, set, max)
         .map_err(anyhow::Error::msg)?
         .map(|c| BouncerConfig { filters, geo: GeoScopes::for_files(&a.rules.geo_db), metrics_interval, ..c });
@@ -266,6 +271,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         metrics,
         control: a.control,
         control_group: a.control_group,
+        control_add_group: a.control_add_group,
         status: a.status || std::io::stderr().is_terminal(),
         duration: a.duration.map(Duration::from_secs_f64),
         dry_run: a.dry_run,

@@ -6,6 +6,7 @@
 use crate::Outcome;
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use sluice_control::CtlError;
 use std::io::Read;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -73,11 +74,12 @@ pub fn run(a: CtlArgs) -> Result<Outcome> {
         );
     }
     let request = String::from_utf8(request).map_err(|_| anyhow::anyhow!("{from}: not UTF-8 text"))?;
-    // Checked here too, so a typo is named before anything is sent.
-    if let Err(e) = sluice_control::ctl::parse_request(&request) {
+    // Checked here too, so a typo is named before anything is sent: in a
+    // bridge's language or a guard's (the socket checks it in its own).
+    if let Err(e) = check(&request) {
         match &a.file {
             Some(f) => bail!("{}:{}: {}", f.display(), e.line, e.message),
-            None => bail!("{}", e.message),
+            None => crate::usage!("{}", e.message),
         }
     }
     let timeout = Duration::from_secs_f64(a.timeout.max(0.1));
@@ -86,10 +88,39 @@ pub fn run(a: CtlArgs) -> Result<Outcome> {
     if json {
         println!("{reply}");
     } else {
-        print!("{}", sluice_control::ctl::render_text(&reply));
+        let text = sluice_policy::commands::render_text(&reply);
+        match text.is_empty() {
+            true => print!("{}", sluice_guard::control::render_text(&reply)),
+            false => print!("{text}"),
+        }
     }
-    if let Some(e) = sluice_control::ctl::failure(&reply, &request, a.file.as_deref()) {
+    if let Some(e) = sluice_control::command::failure(&reply, &request, a.file.as_deref()) {
         bail!("{e}");
     }
     Ok(Outcome::Complete)
+}
+
+/// The request in a bridge's or a guard's language; neither: the error of
+/// the one whose verb it is, or both lists for a verb of neither.
+fn check(request: &str) -> Result<(), CtlError> {
+    use sluice_control::command::parse_request;
+    use sluice_guard::control::GuardCommand;
+    let bridge = parse_request::<sluice_policy::Command>(request).err();
+    let guard = parse_request::<GuardCommand>(request).err();
+    match (bridge, guard) {
+        (None, _) | (_, None) => Ok(()),
+        (Some(b), Some(g)) if b.message.starts_with("unknown command") && g.message.starts_with("unknown command") => {
+            let verb = b.message.split('`').nth(1).unwrap_or_default();
+            Err(CtlError {
+                line: b.line,
+                message: format!(
+                    "unknown command `{verb}` (a bridge's: {}; an http-guard's: {})",
+                    sluice_policy::Command::VERBS,
+                    GuardCommand::VERBS
+                ),
+            })
+        }
+        (Some(b), Some(g)) if b.message.starts_with("unknown command") => Err(g),
+        (Some(b), Some(_)) => Err(b),
+    }
 }

@@ -174,9 +174,14 @@ pub struct GuardArgs {
     /// Serve a control socket at PATH (`sluice ctl`: blocks, block, unblock, clients).
     #[arg(long, value_name = "PATH")]
     pub control: Option<PathBuf>,
-    /// Let members of group G use the control socket too (mode 0660).
+    /// Let members of group G use every command of the control socket
+    /// too (mode 0660).
     #[arg(long, value_name = "G", requires = "control")]
     pub control_group: Option<String>,
+    /// Let members of group G add, test and list only (what a guard
+    /// forwarding its blocks needs; a guard's `block` and `blocks`).
+    #[arg(long, value_name = "G", requires = "control")]
+    pub control_add_group: Option<String>,
     /// Key IPv4 clients (limits, blocks, published entries) by this prefix.
     #[arg(long, value_name = "N", default_value_t = 32)]
     pub key_prefix_v4: u8,
@@ -248,8 +253,8 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
     let safety = a.safety.load()?;
     // Loopback only: the counters say who is blocked.
     let metrics = a.metrics.as_deref().map(|m| crate::args::metrics_addr(m, false)).transpose()?;
-    let group = a.control_group.as_deref().map(sluice_control::socket::group_id).transpose()?;
-    let services = Services { targets, metrics, control: a.control.map(|p| (p, group)), duration: a.duration };
+    let access = sluice_control::socket::Access::owner_and(a.control_group.as_deref(), a.control_add_group.as_deref())?;
+    let services = Services { targets, metrics, control: a.control.map(|p| (p, access)), duration: a.duration };
     let config = Config {
         listen: a.listen,
         upstream: a.upstream,

@@ -135,7 +135,7 @@ fn main() -> ExitCode {
     // end it without its summary (a guard, a server, a load run hit by a
     // `kill -HUP` meant for a bridge). Commands that reread something on
     // SIGHUP say what later; the rest log it and go on.
-    if let Err(e) = sluice_control::hangup::install() {
+    if let Err(e) = sluice_control::signals::install() {
         tracing::warn!("no SIGHUP handler ({e}): a SIGHUP would end this run");
     }
     let result = match cli.command {

@@ -1,10 +1,10 @@
 //! Where a run's rules come from: `--rules FILE` or the `--drop-*`
 //! shorthands, shared by `filter`, `bridge` and `compile`: flags onto
-//! `sluice_control::RuleSpec`, and the rule counters in the summaries.
+//! `sluice_policy::RuleSpec`, and the rule counters in the summaries.
 
 use anyhow::Result;
 use clap::Args;
-use sluice_control::{Loaded, RuleSpec};
+use sluice_policy::{Loaded, RuleSpec};
 use std::path::PathBuf;
 
 /// The rules a run judges by (shared by `filter`, `bridge` and `compile`).

@@ -1,29 +1,26 @@
-//! The control plane of sluice: where a run's rules come from
-//! ([`RuleSpec`]: a rule file, a compiled file, or shorthand lists) and how
-//! new rules reach running workers ([`Controller`]: reloads on SIGHUP or a
-//! changed file, rebuilds when list entries expire, publication through
-//! `sluice_engine::snapshot`, retirement of replaced sets off the fast
-//! path).
+//! The control plane every sluice product shares, and nothing of any one
+//! product: the control socket ([`socket`]: framing, peer credentials and
+//! [`Role`]s, limits, counters, stop), the request language's frame and
+//! the commands that cross products ([`command`]: `add`/`del`/`flush`/
+//! `test`/`list` of a set, typed, encoded and parsed in one place, so the
+//! guard's block forwarder and a bridge's or shield's server speak the
+//! same lines), the safety net as a running command holds it ([`safety`]),
+//! TLS and HTTP to a CrowdSec Local API ([`lapi`]), and the process's
+//! signals ([`signals`]).
 //!
-//! No argument parsing here: the CLI maps its flags onto [`RuleSpec`] and
-//! prints what this crate logs (`log` crate) and counts ([`ControlState`]).
+//! Each product owns its own command type (a [`command::Protocol`]) and
+//! its replies; the socket is generic over it. This crate depends on no
+//! engine, set or product crate: the guard builds against it alone.
 #![deny(unsafe_code)]
 
-pub mod control;
-pub mod crowdsec;
-pub mod ctl;
-pub mod hangup;
-pub mod lapi_tls;
+pub mod command;
+pub mod lapi;
 pub mod safety;
-pub mod sets;
+pub mod signals;
 pub mod socket;
-pub mod spec;
-pub mod usage;
 
-pub use control::{
-    spawn_signals, stop_on_interrupt, wait_until_stopped, ControlState, Controller, Event, Request, SignalThread, Watch,
-};
-pub use spec::{describe, total_entries, Expiring, ListEntries, LoadError, Loaded, RuleSpec};
+pub use command::{parse_request, CtlError, Protocol, Role, SetCommand};
+pub use signals::{stop_on_interrupt, wait_until_stopped};
 
 /// An error and its causes, each once, joined by ": " (what anyhow's `{:#}`
 /// prints), for log lines.

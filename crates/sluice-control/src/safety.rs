@@ -9,11 +9,10 @@
 //! counter set sizes count into too).
 
 use sluice_rules::{NeverBlock, Prefix, Refusal, SafetyNet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
-
-pub use crate::sets::Refusals;
 
 /// Refusals logged a second, at most; the rest are counted and summed up
 /// in one line. A refusal can be an attacker's doing (a never-blocked
@@ -183,6 +182,87 @@ impl Safety {
     /// Refusals waiting for their summary line (tests).
     pub fn unlogged(&self) -> u64 {
         self.log.lock().unwrap_or_else(PoisonError::into_inner).more
+    }
+}
+
+/// A refusal is logged at most this often per set and reason (with the
+/// count since the last line); the counter counts every one.
+pub const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Runtime adds refused, by set and reason: the `sluice_set_refused{set,
+/// reason}` counter. One is shared (an `Arc`) by everything that refuses an
+/// add: the set machinery here ([`REFUSED_FULL`]), and any check in front
+/// of it (a safety net's `never_block`, `min_prefix`) calls
+/// [`Refusals::count`] with its own reason. Reasons are fixed words
+/// (`&'static str`) and sets are the rules' names, so the series are
+/// bounded. Each call also logs, at most once per [`REFUSAL_LOG_EVERY`]
+/// per set and reason, so a flood of refusals is a line per interval.
+#[derive(Debug, Default)]
+pub struct Refusals {
+    counts: Mutex<BTreeMap<(String, &'static str), RefusalCount>>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct RefusalCount {
+    total: u64,
+    /// Counted since the last log line.
+    unlogged: u64,
+    logged_at: Option<Instant>,
+}
+
+impl Refusals {
+    /// Counts `n` adds to `set` refused for `reason`; `what` says the last
+    /// one (called only when a line is logged), e.g. `192.0.2.7/32: the set
+    /// is full (maxelem 1000000)`.
+    pub fn count(&self, set: &str, reason: &'static str, n: u64, what: impl FnOnce() -> String) {
+        if n == 0 {
+            return;
+        }
+        let mut m = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        let c = m.entry((set.to_owned(), reason)).or_default();
+        c.total += n;
+        c.unlogged += n;
+        let now = Instant::now();
+        if c.logged_at.is_none_or(|t| now.duration_since(t) >= REFUSAL_LOG_EVERY) {
+            tracing::warn!(
+                event = "set_refused",
+                set,
+                reason,
+                refused = c.unlogged,
+                "set `{set}`: {} add(s) refused ({reason}) since the last such line, {} in all; the last: {}",
+                c.unlogged,
+                c.total,
+                what()
+            );
+            c.unlogged = 0;
+            c.logged_at = Some(now);
+        }
+    }
+
+    /// Counts `n` refusals without a line (the caller logs them itself).
+    pub fn add(&self, set: &str, reason: &'static str, n: u64) {
+        if n > 0 {
+            let mut m = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+            m.entry((set.to_owned(), reason)).or_default().total += n;
+        }
+    }
+
+    /// Every set's refusals of one reason.
+    pub fn total(&self, reason: &str) -> u64 {
+        let m = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        m.iter().filter(|((_, r), _)| *r == reason).map(|(_, c)| c.total).sum()
+    }
+
+    /// Every (set, reason) with its count, sorted.
+    pub fn counts(&self) -> Vec<(String, &'static str, u64)> {
+        let m = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        m.iter().map(|((s, r), c)| (s.clone(), *r, c.total)).collect()
+    }
+
+    /// The count for one set and reason.
+    pub fn get(&self, set: &str, reason: &str) -> u64 {
+        let m = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        m.iter().find(|((s, r), _)| s == set && *r == reason).map_or(0, |(_, c)| c.total)
     }
 }
 

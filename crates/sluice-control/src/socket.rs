@@ -1,9 +1,13 @@
-//! The control socket: a Unix stream socket (mode 0600, or 0660 with a
-//! group to share it) whose peers are checked by `SO_PEERCRED`: root, the
-//! owner, or a member of the group. A client writes one request (see
-//! [`crate::ctl`]), closes its write side, and reads one JSON reply; the
-//! controller thread does the work, so requests are serialised with
-//! reloads and expiry.
+//! The control socket every product serves: a Unix stream socket (mode
+//! 0600, 0660 with a group to share it) whose peers are checked by
+//! `SO_PEERCRED` and given a [`Role`]: root, the owner and members of
+//! `--control-group` may do everything, members of `--control-add-group`
+//! only add, test and list. A client writes one request (see
+//! [`crate::command`]), closes its write side, and reads one JSON reply.
+//! The socket reads, parses (into the product's own [`Protocol`]) and
+//! checks the role on the connection's thread; the product's thread gets
+//! only requests it may run ([`Request`]), so its work is serialised with
+//! its own (a bridge's reloads and expiry).
 //!
 //! Hostile or broken clients are bounded ([`SocketLimits`]): a request is read
 //! whole or not at all (over 64 MiB, not in whole within 30 s, or cut by
@@ -11,7 +15,7 @@
 //! connections are served at once (one more is told `busy`), and a refused
 //! peer is answered without reading anything it sent.
 
-use crate::control::{Event, Request};
+use crate::command::{check_role, parse_request, Protocol, Role};
 use std::io::{Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -54,12 +58,55 @@ impl Default for SocketLimits {
     }
 }
 
-/// Who may connect besides root and the socket's owner.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Who may connect besides root and the socket's owner, and what they
+/// may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Access {
+    /// The owner: this process's effective uid.
     pub uid: u32,
+    /// `--control-group`: may do everything.
     pub group: Option<u32>,
+    /// `--control-add-group`: may add, test and list ([`Role::Add`]).
+    pub add_group: Option<u32>,
 }
+
+impl Access {
+    /// This process as the owner, and the groups named (names from
+    /// /etc/group, or numbers).
+    pub fn owner_and(group: Option<&str>, add_group: Option<&str>) -> Result<Access, SocketError> {
+        Ok(Access {
+            uid: rustix::process::geteuid().as_raw(),
+            group: group.map(group_id).transpose()?,
+            add_group: add_group.map(group_id).transpose()?,
+        })
+    }
+
+    /// The socket file's mode and group: only the owner (0600); one group
+    /// (0660, that group); both groups, which one file cannot name, 0666,
+    /// and `SO_PEERCRED` alone tells who may connect (as it does in every
+    /// case: a mode opened by mistake lets no other user in).
+    fn file_mode(&self) -> (u32, Option<u32>) {
+        match (self.group, self.add_group) {
+            (None, None) => (0o600, None),
+            (Some(g), None) | (None, Some(g)) => (0o660, Some(g)),
+            (Some(a), Some(b)) if a == b => (0o660, Some(a)),
+            (Some(_), Some(_)) => (0o666, None),
+        }
+    }
+}
+
+/// A request the product may run: its commands with their lines, parsed
+/// and allowed by the peer's role, and where its JSON reply goes.
+#[derive(Debug)]
+pub struct Request<C> {
+    pub commands: Vec<(usize, C)>,
+    pub received: Instant,
+    pub reply: Sender<String>,
+}
+
+/// How the socket hands a request to its product (a channel's send):
+/// `false` when the product is gone (the client is told it is stopping).
+pub type Deliver<C> = Arc<dyn Fn(Request<C>) -> bool + Send + Sync>;
 
 /// Why the socket could not be served.
 #[derive(Debug, thiserror::Error)]
@@ -116,6 +163,10 @@ sluice_metrics::counters! {
         too_large => "sluice_control_requests" { "result" = "too_large" },
         /// Requests not in whole by [`SocketLimits::read_deadline`].
         timed_out => "sluice_control_requests" { "result" = "timed_out" },
+        /// Requests that did not parse (an unknown command, a bad address).
+        malformed => "sluice_control_requests" { "result" = "malformed" },
+        /// Requests with a command the peer's role may not send.
+        forbidden => "sluice_control_requests" { "result" = "forbidden" },
     }
 }
 
@@ -136,29 +187,27 @@ impl Serving {
     }
 }
 
-/// [`serve`] at `path` when one is given, for members of the group named
-/// `group` too (a name or a number), logging where.
-pub fn serve_at(
+/// [`serve`] at `path` when one is given, logging where.
+pub fn serve_at<C: Protocol>(
     path: Option<&Path>,
-    group: Option<&str>,
-    events: &Sender<Event>,
+    access: Access,
+    deliver: Deliver<C>,
     counters: &Arc<SocketCounters>,
 ) -> Result<Option<Serving>, SocketError> {
     let Some(path) = path else { return Ok(None) };
-    let group = group.map(group_id).transpose()?;
-    let serving = serve(path, group, events.clone(), Arc::clone(counters))?;
+    let serving = serve(path, access, deliver, Arc::clone(counters))?;
     tracing::info!("control socket at {}", path.display());
     Ok(Some(serving))
 }
 
 /// [`serve_with`] the default [`SocketLimits`].
-pub fn serve(
+pub fn serve<C: Protocol>(
     path: &Path,
-    group: Option<u32>,
-    events: Sender<Event>,
+    access: Access,
+    deliver: Deliver<C>,
     counters: Arc<SocketCounters>,
 ) -> Result<Serving, SocketError> {
-    serve_with(path, group, events, counters, SocketLimits::default())
+    serve_with(path, access, deliver, counters, SocketLimits::default())
 }
 
 /// Makes way for a socket at `path`: nothing there, or a socket nobody
@@ -182,12 +231,12 @@ fn clear(path: &Path, name: &str) -> Result<(), SocketError> {
 
 /// Binds `path` (replacing a stale socket, refusing a live one or any
 /// other file), sets its mode and group, and serves it on a thread until
-/// stopped: each request is handed to the controller through `events`, at
-/// most `limits.max_connections` at once.
-pub fn serve_with(
+/// stopped: each request a peer may send is handed to the product through
+/// `deliver`, at most `limits.max_connections` at once.
+pub fn serve_with<C: Protocol>(
     path: &Path,
-    group: Option<u32>,
-    events: Sender<Event>,
+    access: Access,
+    deliver: Deliver<C>,
     counters: Arc<SocketCounters>,
     limits: SocketLimits,
 ) -> Result<Serving, SocketError> {
@@ -195,12 +244,11 @@ pub fn serve_with(
     let io = |error| SocketError::Io { path: name.clone(), error };
     clear(path, &name)?;
     let listener = UnixListener::bind(path).map_err(io)?;
-    let mode = if group.is_some() { 0o660 } else { 0o600 };
+    let (mode, group) = access.file_mode();
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io)?;
     if let Some(g) = group {
         std::os::unix::fs::chown(path, None, Some(g)).map_err(io)?;
     }
-    let access = Access { uid: rustix::process::geteuid().as_raw(), group };
     let stop = Arc::new(AtomicBool::new(false));
     let (listener_path, flag) = (path.to_owned(), Arc::clone(&stop));
     let active = Arc::new(AtomicUsize::new(0));
@@ -215,7 +263,7 @@ pub fn serve_with(
                     break;
                 }
                 match accepted {
-                    Ok((conn, _)) => accepted_one(conn, access, limits, &active, &events, &counters),
+                    Ok((conn, _)) => accepted_one(conn, access, limits, &active, &deliver, &counters),
                     Err(e) => {
                         tracing::warn!("control socket: accept: {e}");
                         std::thread::sleep(Duration::from_millis(100));
@@ -255,30 +303,33 @@ impl Drop for Slot {
 /// On the accept thread: a refused peer and a connection beyond the bound
 /// are answered here at once, without reading their request (so neither
 /// can make the server read or wait), and closed; the rest get a thread.
-fn accepted_one(
+fn accepted_one<C: Protocol>(
     conn: UnixStream,
     access: Access,
     limits: SocketLimits,
     active: &Arc<AtomicUsize>,
-    events: &Sender<Event>,
+    deliver: &Deliver<C>,
     counters: &Arc<SocketCounters>,
 ) {
-    if let Err(e) = allowed(&conn, access) {
-        counters.refused.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!("control socket: {e}");
-        answer_at_once(conn, &error_json(&e, None));
-        return;
-    }
+    let role = match allowed(&conn, access) {
+        Ok(role) => role,
+        Err(e) => {
+            counters.refused.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!("control socket: {e}");
+            answer_at_once(conn, &error_json(&e, None));
+            return;
+        }
+    };
     let Some(slot) = Slot::take(active, limits.max_connections) else {
         counters.busy.fetch_add(1, Ordering::Relaxed);
         let n = limits.max_connections;
         answer_at_once(conn, &error_json(&format!("busy: {n} requests in progress; try again"), None));
         return;
     };
-    let (events, counters) = (events.clone(), Arc::clone(counters));
+    let (deliver, counters) = (Arc::clone(deliver), Arc::clone(counters));
     let spawned = std::thread::Builder::new().name("sluice-ctl-conn".into()).spawn(move || {
         let _slot = slot;
-        handle(conn, limits, &events, &counters);
+        handle(conn, role, limits, &deliver, &counters);
     });
     // The closure, the connection and its slot are dropped with the error.
     if let Err(e) = spawned {
@@ -296,8 +347,8 @@ fn answer_at_once(conn: UnixStream, reply: &str) {
     let _ = (&conn).write_all(format!("{reply}\n").as_bytes());
 }
 
-/// Whether the peer may use the socket.
-fn allowed(conn: &UnixStream, access: Access) -> Result<(), String> {
+/// What the peer may do, if it may use the socket at all.
+fn allowed(conn: &UnixStream, access: Access) -> Result<Role, String> {
     let cred = rustix::net::sockopt::socket_peercred(conn).map_err(|e| format!("SO_PEERCRED: {e}"))?;
     let (uid, gid) = (cred.uid.as_raw(), cred.gid.as_raw());
     // The group may be one of the peer's supplementary groups, which
@@ -307,10 +358,12 @@ fn allowed(conn: &UnixStream, access: Access) -> Result<(), String> {
     // group as a supplementary one, would be refused.
     let in_group = |g: u32| g == gid || peer_groups(conn).is_ok_and(|gs| gs.contains(&g));
     if uid == 0 || uid == access.uid || access.group.is_some_and(in_group) {
-        Ok(())
+        Ok(Role::Admin)
+    } else if access.add_group.is_some_and(in_group) {
+        Ok(Role::Add)
     } else {
         Err(format!(
-            "refused: uid {uid} gid {gid} may not use this socket (owner uid {}, root, or --control-group)",
+            "refused: uid {uid} gid {gid} may not use this socket (owner uid {}, root, --control-group or --control-add-group)",
             access.uid
         ))
     }
@@ -393,15 +446,37 @@ fn peer_gone(conn: &UnixStream) -> bool {
     poll(&mut fds, Some(&now)).is_ok() && fds[0].revents().contains(PollFlags::HUP)
 }
 
-fn handle(conn: UnixStream, limits: SocketLimits, events: &Sender<Event>, counters: &SocketCounters) {
+fn handle<C: Protocol>(
+    conn: UnixStream,
+    role: Role,
+    limits: SocketLimits,
+    deliver: &Deliver<C>,
+    counters: &SocketCounters,
+) {
     let _ = conn.set_nonblocking(false);
     let reply = match read_request(&conn, &limits) {
         Ok(text) => {
-            let (tx, rx) = channel();
-            let sent = events.send(Event::Ctl(Request { text, received: Instant::now(), reply: tx }));
-            match sent.ok().and_then(|()| rx.recv().ok()) {
-                Some(r) => r,
-                None => error_json("the bridge is stopping", None),
+            let received = Instant::now();
+            let allowed = parse_request::<C>(&text)
+                .inspect_err(|_| {
+                    counters.malformed.fetch_add(1, Ordering::Relaxed);
+                })
+                .and_then(|commands| {
+                    check_role(&commands, role).inspect_err(|_| {
+                        counters.forbidden.fetch_add(1, Ordering::Relaxed);
+                    })?;
+                    Ok(commands)
+                });
+            match allowed {
+                Err(e) => error_json(&e.to_string(), Some(e.line)),
+                Ok(commands) => {
+                    let (tx, rx) = channel();
+                    let sent = deliver(Request { commands, received, reply: tx });
+                    match sent.then(|| rx.recv().ok()).flatten() {
+                        Some(r) => r,
+                        None => error_json("the server is stopping", None),
+                    }
+                }
             }
         }
         Err(e) => {
@@ -483,8 +558,33 @@ mod tests {
     use super::*;
     use std::sync::Mutex;
 
-    /// A socket served with `limits`, and a stand-in controller that
-    /// answers every request `ok` and keeps its text (what was applied).
+    /// A stand-in product's command: any line, kept as it is; `del` needs
+    /// the admin role.
+    #[derive(Debug)]
+    struct Line(String);
+
+    impl Protocol for Line {
+        fn parse_line(line: &str) -> Result<Option<Line>, String> {
+            let w = crate::command::words(line);
+            Ok((!w.is_empty()).then(|| Line(w.join(" "))))
+        }
+        fn name(&self) -> &'static str {
+            "line"
+        }
+        fn batchable(&self) -> bool {
+            true
+        }
+        fn role(&self) -> Role {
+            if self.0.starts_with("del") {
+                Role::Admin
+            } else {
+                Role::Add
+            }
+        }
+    }
+
+    /// A socket served with `limits`, and a stand-in product that answers
+    /// every request `ok` and keeps its lines (what was applied).
     struct Served {
         dir: tempfile::TempDir,
         path: PathBuf,
@@ -504,17 +604,18 @@ mod tests {
     fn served(limits: SocketLimits) -> Served {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ctl.sock");
-        let (tx, rx) = channel();
+        let (tx, rx) = channel::<Request<Line>>();
         let counters = Arc::new(SocketCounters::default());
-        let serving = serve_with(&path, None, tx, Arc::clone(&counters), limits).unwrap();
+        let access = Access { uid: rustix::process::geteuid().as_raw(), ..Access::default() };
+        let deliver: Deliver<Line> = Arc::new(move |r| tx.send(r).is_ok());
+        let serving = serve_with(&path, access, deliver, Arc::clone(&counters), limits).unwrap();
         let applied = Arc::new(Mutex::new(Vec::new()));
         let log = Arc::clone(&applied);
         std::thread::spawn(move || {
-            for event in rx {
-                if let Event::Ctl(req) = event {
-                    log.lock().unwrap().push(req.text);
-                    let _ = req.reply.send(r#"{"ok":true}"#.to_owned());
-                }
+            for req in rx {
+                let lines: Vec<String> = req.commands.into_iter().map(|(_, l)| l.0).collect();
+                log.lock().unwrap().push(lines.join("\n"));
+                let _ = req.reply.send(r#"{"ok":true}"#.to_owned());
             }
         });
         Served { dir, path, serving: Some(serving), counters, applied }
@@ -548,7 +649,7 @@ mod tests {
         let at = format!("{}\nsets", "#".repeat(1000 - "\nsets".len()));
         assert_eq!(at.len(), 1000);
         assert_eq!(ask(&s.path, &at)["ok"], true);
-        assert_eq!(*s.applied.lock().unwrap(), vec![at]);
+        assert_eq!(*s.applied.lock().unwrap(), vec!["sets".to_owned()], "the comment is not a command");
         assert_eq!(SocketLimits::default().max_request, 64 << 20);
     }
 
@@ -616,7 +717,8 @@ mod tests {
     fn only_a_stale_socket_is_replaced() {
         let dir = tempfile::tempdir().unwrap();
         let at = |n: &str| dir.path().join(n);
-        let try_serve = |p: &Path| serve(p, None, channel().0, Arc::default()).map(Serving::stop);
+        let deliver: Deliver<Line> = Arc::new(|_| false);
+        let try_serve = |p: &Path| serve(p, Access::default(), Arc::clone(&deliver), Arc::default()).map(Serving::stop);
         let not_a_socket = |p: &Path| match try_serve(p) {
             Err(e @ SocketError::NotASocket(_)) => {
                 assert_eq!(
@@ -687,6 +789,82 @@ mod tests {
         assert!(t.elapsed() < Duration::from_secs(4), "answered without waiting: {:?}", t.elapsed());
         assert_eq!(s.counters.refused.load(Ordering::Relaxed), 1);
         assert!(s.applied.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_malformed_request_is_answered_by_the_socket_and_never_applied() {
+        let s = served(SocketLimits::default());
+        // The stand-in parses every line; a batch of one, then an empty one.
+        assert_eq!(ask(&s.path, "add s 10.0.0.1")["ok"], true);
+        let r = ask(&s.path, "# only a comment\n");
+        assert_eq!((r["ok"].clone(), r["line"].clone()), (serde_json::json!(false), serde_json::json!(0)), "{r}");
+        assert!(r["error"].as_str().unwrap().contains("empty request"), "{r}");
+        assert_eq!(s.counters.malformed.load(Ordering::Relaxed), 1);
+        assert_eq!(*s.applied.lock().unwrap(), vec!["add s 10.0.0.1".to_owned()]);
+    }
+
+    /// The peer side of [`a_member_of_the_add_group_may_only_add`]: sends
+    /// each request in `SLUICE_TEST_ADD_PEER_REQUESTS` (split on `|`) and
+    /// prints each reply.
+    #[test]
+    fn add_group_peer_helper() {
+        let (Ok(path), Ok(requests)) =
+            (std::env::var("SLUICE_TEST_ADD_PEER"), std::env::var("SLUICE_TEST_ADD_PEER_REQUESTS"))
+        else {
+            return;
+        };
+        for r in requests.split('|') {
+            let reply = request(Path::new(&path), &r.replace(';', "\n"), Duration::from_secs(5));
+            println!("REPLY {}", reply.map_or_else(|e| e.to_string(), |v| v.to_string()));
+        }
+    }
+
+    #[test]
+    fn a_member_of_the_add_group_may_only_add_test_and_list() {
+        use std::os::unix::process::CommandExt;
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("SKIPPED: a_member_of_the_add_group_may_only_add_test_and_list: not root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = dir.path().join("ctl.sock");
+        let (tx, rx) = channel::<Request<Line>>();
+        let counters = Arc::new(SocketCounters::default());
+        // uid 65534's group is 65534 (nogroup): the add group.
+        let access = Access { uid: 0, group: None, add_group: Some(65534) };
+        let deliver: Deliver<Line> = Arc::new(move |r| tx.send(r).is_ok());
+        let serving = serve(&path, access, deliver, Arc::clone(&counters)).unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!((meta.mode() & 0o777, meta.gid()), (0o660, 65534), "the add group's socket");
+        let applied = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            for req in rx {
+                seen.extend(req.commands.into_iter().map(|(_, l)| l.0));
+                let _ = req.reply.send(r#"{"ok":true}"#.to_owned());
+            }
+            seen
+        });
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "socket::tests::add_group_peer_helper", "--nocapture", "--test-threads", "1"])
+            .env("SLUICE_TEST_ADD_PEER", &path)
+            .env("SLUICE_TEST_ADD_PEER_REQUESTS", "add s 192.0.2.1|add s 192.0.2.2;del s 192.0.2.1|del s 192.0.2.1")
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let replies: Vec<&str> = stdout.lines().filter_map(|l| l.split_once("REPLY ").map(|(_, r)| r)).collect();
+        assert_eq!(replies.len(), 3, "{stdout} {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(replies[0], r#"{"ok":true}"#);
+        for r in &replies[1..] {
+            assert!(r.contains("is refused to this peer") && r.contains("--control-add-group"), "{r}");
+        }
+        assert!(replies[1].contains(r#""line":2"#), "the batch's refused line: {}", replies[1]);
+        assert_eq!(counters.forbidden.load(Ordering::Relaxed), 2);
+        serving.stop();
+        assert_eq!(applied.join().unwrap(), vec!["add s 192.0.2.1".to_owned()], "only the allowed request ran");
     }
 
     #[test]

@@ -7,8 +7,10 @@
 //! backoff, so nothing is lost while a destination is away.
 
 use serde_json::json;
-use sluice_control::lapi_tls::LapiTls;
-use sluice_control::{crowdsec, socket};
+use sluice_control::command::SetCommand;
+use sluice_control::lapi::{self, LapiTls};
+use sluice_control::socket;
+use sluice_rules::Prefix;
 use std::io::Read;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -37,6 +39,15 @@ impl ForwardedBlock {
         } else {
             format!("{}/{}", self.ip, self.len)
         }
+    }
+
+    /// The `add` command that puts it in `set` of a bridge or a shield.
+    pub fn add(&self, set: &str) -> SetCommand {
+        let timeout = match self.secs {
+            0 => None,
+            s => Some(u32::try_from(s).unwrap_or(u32::MAX)),
+        };
+        SetCommand::Add { set: set.to_owned(), elem: Prefix::new(self.ip, self.len), timeout }
     }
 
     /// CrowdSec's scope for it: `Ip` or `Range`.
@@ -130,7 +141,7 @@ impl Watcher {
             .set("User-Agent", concat!("sluice-guard/", env!("CARGO_PKG_VERSION")))
             .send_json(body)
             .map_err(|e| http_error(&url, e))?;
-        if let Some(redirect) = crowdsec::redirect(&r) {
+        if let Some(redirect) = lapi::redirect(&r) {
             return Err(format!("{url}: {redirect} refused: the password is sent to --crowdsec-url only"));
         }
         // Read to a bound: ureq's into_json would read whatever the peer sends.
@@ -203,7 +214,7 @@ impl Watcher {
                 .send_json(body.clone());
             match r {
                 Ok(r) => {
-                    return match crowdsec::redirect(&r) {
+                    return match lapi::redirect(&r) {
                         Some(redirect) => {
                             Err(format!("{url}: {redirect} refused: the token is sent to --crowdsec-url only"))
                         }
@@ -273,10 +284,7 @@ pub fn ctl_batch(set: &str, blocks: &[ForwardedBlock], max_bytes: usize) -> (Str
 
 /// The `add` line of one block.
 fn ctl_line(set: &str, b: &ForwardedBlock) -> String {
-    match b.secs {
-        0 => format!("add {set} {}\n", b.target()),
-        s => format!("add {set} {} timeout {s}\n", b.target()),
-    }
+    format!("{}\n", b.add(set))
 }
 
 impl Destination for Target {
@@ -372,7 +380,7 @@ fn watcher(w: &WatcherFlags) -> Result<Watcher, String> {
         (Some(pw), _) => {
             let password =
                 std::fs::read_to_string(pw).map_err(|e| format!("--crowdsec-password-file {}: {e}", pw.display()))?;
-            if let Some(warn) = crowdsec::secret_file_warning("--crowdsec-password-file", pw) {
+            if let Some(warn) = lapi::secret_file_warning("--crowdsec-password-file", pw) {
                 tracing::warn!("{warn}");
             }
             let password = password.trim();
@@ -673,8 +681,7 @@ mod tests {
     /// kind keeps every block for the next try.
     #[test]
     fn blocks_a_bridge_refuses_are_dropped_and_the_rest_applied() {
-        use sluice_control::control::{Controller, Event};
-        use sluice_control::spec::RuleSpec;
+        use sluice_policy::{Controller, Event, RuleSpec};
         let dir = tempfile::tempdir().unwrap();
         let (list, never) = (dir.path().join("list.txt"), dir.path().join("never.txt"));
         std::fs::write(&list, "10.0.0.1\n").unwrap();
@@ -686,7 +693,8 @@ mod tests {
         let state = Arc::clone(c.state());
         let (tx, rx) = std::sync::mpsc::channel();
         let sock = dir.path().join("ctl.sock");
-        let serving = socket::serve(&sock, None, tx.clone(), Arc::default()).unwrap();
+        let access = socket::Access::owner_and(None, None).unwrap();
+        let serving = socket::serve(&sock, access, sluice_policy::deliver_to(&tx), Arc::default()).unwrap();
         let control = std::thread::spawn(move || c.run(rx, || {}));
 
         let b =

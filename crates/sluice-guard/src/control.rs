@@ -2,16 +2,128 @@
 //! ctl` asks which clients are blocked (`blocks`), blocks or lets one in at
 //! once (`block ADDR [timeout S]`, `unblock ADDR`) and which clients send
 //! the most (`clients [N]`), over the same socket, access rules and
-//! protocol as a bridge's ([`sluice_control::socket`]).
+//! request frame as a bridge's ([`sluice_control::socket`]); the commands
+//! ([`GuardCommand`]) and their text ([`render_text`]) are the guard's own.
 
 use crate::Shared;
 use serde_json::json;
-use sluice_control::control::Event;
-use sluice_control::ctl::{parse_request, Command};
-use sluice_control::socket::{self, error_json, Serving, SocketCounters, SocketError};
+use sluice_control::command::{addr, timeout, want, words, Protocol, Role, SetCommand};
+use sluice_control::socket::{self, Access, Deliver, Request, Serving, SocketCounters, SocketError};
+use std::net::IpAddr;
 use std::path::Path;
 use std::sync::mpsc::channel;
 use std::sync::Arc;
+
+/// A command to an http-guard's control socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GuardCommand {
+    /// `blocks`: the blocks in force.
+    Blocks,
+    /// `block ADDR [timeout S]`: block a client (its address's network) now.
+    Block { client: IpAddr, timeout: Option<u32> },
+    /// `unblock ADDR`: lift a client's block now.
+    Unblock { client: IpAddr },
+    /// `clients [N]`: the clients with the highest request rates.
+    Clients { top: usize },
+}
+
+impl GuardCommand {
+    /// The verbs, for a refusal's list.
+    pub const VERBS: &'static str = "blocks, block, unblock, clients";
+}
+
+impl Protocol for GuardCommand {
+    fn parse_line(line: &str) -> Result<Option<GuardCommand>, String> {
+        let w = words(line);
+        let Some((&verb, args)) = w.split_first() else { return Ok(None) };
+        let cmd = match verb {
+            "blocks" => want(args, 0, "blocks").map(|()| GuardCommand::Blocks)?,
+            "block" => {
+                if !(args.len() == 1 || args.len() == 3 && args[1] == "timeout") {
+                    return Err("usage: block ADDR [timeout SECONDS]".into());
+                }
+                let timeout = args.get(2).map(|t| timeout(t)).transpose()?;
+                GuardCommand::Block { client: addr(args[0])?, timeout }
+            }
+            "unblock" => {
+                want(args, 1, "unblock ADDR").and_then(|()| Ok(GuardCommand::Unblock { client: addr(args[0])? }))?
+            }
+            "clients" => {
+                if args.len() > 1 {
+                    return Err("usage: clients [N]".into());
+                }
+                let top = match args.first() {
+                    None => 20,
+                    Some(n) => n.parse().ok().filter(|&n| n > 0).ok_or_else(|| format!("`{n}` is not a count"))?,
+                };
+                GuardCommand::Clients { top }
+            }
+            v if SetCommand::VERBS.contains(&v) || v == "sets" || v == "reload" => {
+                return Err(format!(
+                    "`{v}` is a bridge command (and a shield's); this socket is an http-guard's: {}",
+                    GuardCommand::VERBS
+                ))
+            }
+            v => {
+                return Err(format!("unknown command `{v}` (this socket is an http-guard's: {})", GuardCommand::VERBS))
+            }
+        };
+        Ok(Some(cmd))
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            GuardCommand::Blocks => "blocks",
+            GuardCommand::Block { .. } => "block",
+            GuardCommand::Unblock { .. } => "unblock",
+            GuardCommand::Clients { .. } => "clients",
+        }
+    }
+
+    /// None is batched: each is sent alone.
+    fn batchable(&self) -> bool {
+        false
+    }
+
+    /// Blocking and listing blocks are what the add role may (as adding
+    /// and listing a set's elements); lifting a block and reading the
+    /// clients' rates need more.
+    fn role(&self) -> Role {
+        match self {
+            GuardCommand::Blocks | GuardCommand::Block { .. } => Role::Add,
+            GuardCommand::Unblock { .. } | GuardCommand::Clients { .. } => Role::Admin,
+        }
+    }
+}
+
+/// A guard's reply as `sluice ctl` prints it without `--json` (empty for a
+/// refusal, or a reply that is not a guard's).
+pub fn render_text(r: &serde_json::Value) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let str_of = |v: &serde_json::Value| v.as_str().unwrap_or("").to_owned();
+    if r["ok"] != true {
+        return out;
+    }
+    if let Some(blocks) = r["blocks"].as_array() {
+        for b in blocks {
+            let _ = match b["expires_in"].as_u64() {
+                Some(t) => writeln!(out, "{} timeout {t}", str_of(&b["client"])),
+                None => writeln!(out, "{}", str_of(&b["client"])),
+            };
+        }
+    } else if let Some(clients) = r["clients"].as_array() {
+        let _ = writeln!(out, "{:<40} {:>10} {:>12} {:>8}", "client", "req/s", "connections", "blocked");
+        for c in clients {
+            // As strings: a JSON value's Display ignores width and alignment.
+            let (n, k, b) = (c["requests_per_s"].to_string(), c["connections"].to_string(), c["blocked"].to_string());
+            let _ = writeln!(out, "{:<40} {n:>10} {k:>12} {b:>8}", str_of(&c["client"]));
+        }
+    } else if let Some(client) = r["client"].as_str() {
+        let _ = writeln!(out, "{client}: {}", str_of(&r["done"]));
+    }
+    out
+}
 
 /// The socket and the thread answering it; [`GuardControl::stop`] ends both.
 pub struct GuardControl {
@@ -57,15 +169,15 @@ pub fn spawn_forwarder(
 /// `--tls-cert`, `--block-ja4`, `--never-block`: reread the certificate
 /// files, the JA4 list and the never-block list on each SIGHUP; a failed
 /// reload keeps the old one and says why. Without any, SIGHUP is logged
-/// and ignored ([`sluice_control::hangup`]): a plain guard has nothing to reread,
+/// and ignored ([`sluice_control::signals`]): a plain guard has nothing to reread,
 /// and must not die of it.
 pub fn reread_on_sighup(shared: &Shared) -> std::io::Result<()> {
     let (store, ja4) = (shared.tls.clone(), shared.ja4_block.clone());
     let safety = std::sync::Arc::clone(shared.table.safety());
     if store.is_none() && ja4.is_none() && !safety.has_file() {
-        return sluice_control::hangup::install();
+        return sluice_control::signals::install();
     }
-    sluice_control::hangup::on_sighup(move || {
+    sluice_control::signals::on_sighup(move || {
         safety.reload_logged("SIGHUP");
         match store.as_ref().map(|s| s.reload()) {
             Some(Ok(())) => tracing::info!(event = "tls_reload", "certificates reloaded (SIGHUP)"),
@@ -84,38 +196,34 @@ pub fn reread_on_sighup(shared: &Shared) -> std::io::Result<()> {
     })
 }
 
-/// Serve `path` (mode 0600, or 0660 for `group`) for the guard whose
-/// threads share `shared`.
+/// Serve `path` for the guard whose threads share `shared`, to its owner
+/// and whom `access` names.
 pub fn serve(
     path: &Path,
-    group: Option<u32>,
+    access: Access,
     shared: Arc<Shared>,
     counters: Arc<SocketCounters>,
 ) -> Result<GuardControl, SocketError> {
-    let (tx, rx) = channel();
-    let serving = socket::serve(path, group, tx, counters)?;
+    let (tx, rx) = channel::<Request<GuardCommand>>();
+    let deliver: Deliver<GuardCommand> = Arc::new(move |r| tx.send(r).is_ok());
+    let serving = socket::serve(path, access, deliver, counters)?;
     let answering = std::thread::Builder::new()
         .name("sluice-guard-ctl".into())
         .spawn(move || {
-            for event in rx {
-                if let Event::Ctl(req) = event {
-                    let _ = req.reply.send(answer(&shared, &req.text));
-                }
+            for req in rx {
+                // Never batched: one command a request.
+                let _ = req.reply.send(answer(&shared, &req.commands[0].1));
             }
         })
         .map_err(|error| SocketError::Io { path: path.display().to_string(), error })?;
     Ok(GuardControl { serving, answering })
 }
 
-/// The reply to one request, as JSON.
-pub fn answer(shared: &Shared, text: &str) -> String {
-    let cmds = match parse_request(text) {
-        Ok(c) => c,
-        Err(e) => return error_json(&e.to_string(), Some(e.line)),
-    };
+/// The reply to one command, as JSON.
+pub fn answer(shared: &Shared, cmd: &GuardCommand) -> String {
     let (t, now) = (&shared.table, shared.started.elapsed().as_millis() as u64);
-    match &cmds[..] {
-        [(_, Command::Blocks)] => {
+    match cmd {
+        GuardCommand::Blocks => {
             let blocks: Vec<_> = t
                 .block_rows(now)
                 .iter()
@@ -123,7 +231,7 @@ pub fn answer(shared: &Shared, text: &str) -> String {
                 .collect();
             json!({ "ok": true, "blocks": blocks }).to_string()
         }
-        [(_, Command::Block { client, timeout })] => {
+        GuardCommand::Block { client, timeout } => {
             let new = match t.try_block_for(*client, timeout.map_or(0, u64::from), "manual", None, now) {
                 Ok(new) => new,
                 Err(r) => {
@@ -142,7 +250,7 @@ pub fn answer(shared: &Shared, text: &str) -> String {
             }
             json!({ "ok": true, "client": t.net(*client).to_string(), "done": done, "new": new }).to_string()
         }
-        [(_, Command::Unblock { client })] => {
+        GuardCommand::Unblock { client } => {
             let was = t.unblock(*client, now);
             let done = if was { "unblocked" } else { "was not blocked" };
             if was {
@@ -151,11 +259,7 @@ pub fn answer(shared: &Shared, text: &str) -> String {
             }
             json!({ "ok": true, "client": t.net(*client).to_string(), "done": done, "was_blocked": was }).to_string()
         }
-        [(_, Command::Clients { top })] => json!({ "ok": true, "clients": t.top_clients(*top, now) }).to_string(),
-        _ => error_json(
-            "that is a bridge command; this socket is an http-guard's (blocks, block, unblock, clients)",
-            None,
-        ),
+        GuardCommand::Clients { top } => json!({ "ok": true, "clients": t.top_clients(*top, now) }).to_string(),
     }
 }
 
@@ -167,8 +271,13 @@ mod tests {
     use std::sync::atomic::AtomicU64;
     use std::time::Instant;
 
+    /// What the socket answers `text` with: the socket's refusal of a
+    /// request that does not parse, else the guard's answer.
     fn ask(shared: &Shared, text: &str) -> serde_json::Value {
-        serde_json::from_str(&answer(shared, text)).unwrap()
+        match sluice_control::command::parse_request::<GuardCommand>(text) {
+            Ok(cmds) => serde_json::from_str(&answer(shared, &cmds[0].1)).unwrap(),
+            Err(e) => serde_json::from_str(&socket::error_json(&e.to_string(), Some(e.line))).unwrap(),
+        }
     }
 
     fn shared(table: Table) -> Shared {

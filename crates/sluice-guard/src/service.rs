@@ -19,8 +19,9 @@ pub struct Services {
     /// Serve Prometheus metrics here (loopback only: the counters say who
     /// is blocked).
     pub metrics: Option<SocketAddr>,
-    /// Serve the control socket here, for this group too.
-    pub control: Option<(PathBuf, Option<u32>)>,
+    /// Serve the control socket here, to its owner and whom the access
+    /// names (`--control-group`, `--control-add-group`).
+    pub control: Option<(PathBuf, sluice_control::socket::Access)>,
     /// Stop by itself after this many seconds.
     pub duration: Option<f64>,
 }
@@ -56,7 +57,7 @@ pub fn run(mut config: Config, s: Services) -> Result<(Report, Duration), Servic
     }
     let control = s
         .control
-        .map(|(path, group)| crate::control::serve(&path, group, running.shared(), Arc::default()))
+        .map(|(path, access)| crate::control::serve(&path, access, running.shared(), Arc::default()))
         .transpose()
         .map_err(|e| start_err("--control")(&e))?;
     let forwarder = counters

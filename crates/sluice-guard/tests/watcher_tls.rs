@@ -7,7 +7,7 @@
 #[path = "../../sluice-cli/tests/lapi/mod.rs"]
 mod lapi;
 
-use sluice_control::lapi_tls::LapiTls;
+use sluice_control::lapi::LapiTls;
 use sluice_guard::block_forward::{targets, Destination, ForwardedBlock, Target, WatcherFlags};
 
 fn block(ip: &str) -> ForwardedBlock {

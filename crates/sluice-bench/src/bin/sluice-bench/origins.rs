@@ -12,10 +12,10 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
-use sluice_control::sets::{Feed, RuntimeSets};
 use sluice_engine::dynamic::Elements;
 use sluice_engine::{CompileOptions, RuleSet, Stats};
 use sluice_gen::{FrameSize, GenConfig, Generator, ProtoMix};
+use sluice_policy::sets::{Feed, RuntimeSets};
 use sluice_rules::{parse_rules, Prefix};
 use std::path::Path;
 

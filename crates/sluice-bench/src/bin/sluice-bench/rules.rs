@@ -253,10 +253,10 @@ pub fn run_load(a: LoadBenchArgs) -> Result<()> {
     std::fs::write(&list, &text)?;
     drop(text);
     let snap = dir.path().join("big.snap");
-    let args = |rules: Option<&Path>| sluice_control::RuleSpec {
+    let args = |rules: Option<&Path>| sluice_policy::RuleSpec {
         rules: rules.map(Path::to_path_buf),
         drop_src: if rules.is_none() { vec![list.clone()] } else { Vec::new() },
-        ..sluice_control::RuleSpec::default()
+        ..sluice_policy::RuleSpec::default()
     };
     let text_rules = args(None).load(&[])?;
     std::fs::write(&snap, sluice_engine::compiled::save(&text_rules.rules))?;

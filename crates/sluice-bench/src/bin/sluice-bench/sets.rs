@@ -21,11 +21,11 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::{json, Value};
-use sluice_control::ctl::Command;
-use sluice_control::sets::RuntimeSets;
+use sluice_control::SetCommand as Command;
 use sluice_engine::dynamic::Elements;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{CompileOptions, RuleSet};
+use sluice_policy::sets::RuntimeSets;
 use sluice_rules::{parse_rules, Prefix};
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
@@ -173,10 +173,10 @@ fn write_list(path: &Path, base: &[Prefix]) -> Result<()> {
 
 /// A controller serving a control socket, as `sluice bridge --control` runs it.
 struct Served {
-    events: mpsc::Sender<sluice_control::Event>,
+    events: mpsc::Sender<sluice_policy::Event>,
     serving: Option<sluice_control::socket::Serving>,
     control: Option<std::thread::JoinHandle<()>>,
-    state: Arc<sluice_control::ControlState>,
+    state: Arc<sluice_policy::ControlState>,
     socket: PathBuf,
 }
 
@@ -184,13 +184,18 @@ impl Served {
     fn start(dir: &Path, base: &[Prefix]) -> Result<Served> {
         write_list(&dir.join("big.txt"), base)?;
         std::fs::write(dir.join("sets.rules"), RULES)?;
-        let spec = sluice_control::RuleSpec { rules: Some(dir.join("sets.rules")), ..Default::default() };
+        let spec = sluice_policy::RuleSpec { rules: Some(dir.join("sets.rules")), ..Default::default() };
         let loaded = spec.load(&[]).context("loading the bench's rules")?;
-        let controller = sluice_control::Controller::new(spec, Vec::new(), loaded, false);
+        let controller = sluice_policy::Controller::new(spec, Vec::new(), loaded, false);
         let state = Arc::clone(controller.state());
         let (tx, rx) = mpsc::channel();
         let socket = dir.join("ctl.sock");
-        let serving = sluice_control::socket::serve(&socket, None, tx.clone(), Arc::default())?;
+        let serving = sluice_control::socket::serve(
+            &socket,
+            sluice_control::socket::Access::owner_and(None, None)?,
+            sluice_policy::deliver_to(&tx),
+            Arc::default(),
+        )?;
         let control = std::thread::spawn(move || controller.run(rx, || {}));
         Ok(Served { events: tx, serving: Some(serving), control: Some(control), state, socket })
     }
@@ -201,7 +206,7 @@ impl Drop for Served {
         if let Some(s) = self.serving.take() {
             s.stop();
         }
-        let _ = self.events.send(sluice_control::Event::Quit);
+        let _ = self.events.send(sluice_policy::Event::Quit);
         if let Some(c) = self.control.take() {
             let _ = c.join();
         }

@@ -9,14 +9,15 @@
 //! it) and counted in [`ControlState`] (the metrics and the summary read
 //! it).
 
-use crate::ctl::{parse_request, Command, CtlError};
-use crate::safety::Gate;
-use crate::sets::{Feed, FeedOutcome, Refusals, RuntimeSets, SetRow};
-use crate::socket::error_json;
+use crate::commands::Command;
+use crate::sets::{Feed, FeedOutcome, RuntimeSets, SetRow};
 use crate::spec::{describe, total_entries, Expiring, ListEntries, Loaded, RuleSpec};
 use serde_json::json;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::{Handle, Signals};
+use sluice_control::command::{CtlError, SetCommand};
+use sluice_control::safety::{Gate, Refusals};
+use sluice_control::socket::{error_json, Request};
 use sluice_engine::dynamic::Found;
 use sluice_engine::snapshot::{Published, Snapshot};
 use sluice_engine::RuleSet;
@@ -133,27 +134,26 @@ fn unix_ms() -> u64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
-/// A control-socket request and where its JSON reply goes.
-#[derive(Debug)]
-pub struct Request {
-    pub text: String,
-    pub received: Instant,
-    pub reply: Sender<String>,
-}
-
 /// What the control loop is told.
 #[derive(Debug)]
 pub enum Event {
     /// Reload the rules; the string says why (for the log).
     Reload(&'static str),
-    /// A control-socket request.
-    Ctl(Request),
+    /// A control-socket request (parsed, and allowed by the peer's role).
+    Ctl(Request<Command>),
     /// A feed's changes (CrowdSec); the reply says what changed.
     Feed(Feed, Sender<Result<FeedOutcome, String>>),
     /// The flows routers announced (BGP FlowSpec, blackholes), whole: in
     /// force with every rule set published from now on.
     Flows(Arc<sluice_engine::flows::FlowTable>),
     Quit,
+}
+
+/// How a control socket hands its requests to the controller behind
+/// `events`.
+pub fn deliver_to(events: &Sender<Event>) -> sluice_control::socket::Deliver<Command> {
+    let events = events.clone();
+    Arc::new(move |r| events.send(Event::Ctl(r)).is_ok())
 }
 
 /// Wall-clock time in ns (the runtime elements' deadlines).
@@ -265,7 +265,7 @@ impl Controller {
 
     /// Check runtime adds against `safety` (a new controller refuses only
     /// a /0); its never-block file is reread with the rules.
-    pub fn with_safety(mut self, safety: Arc<crate::safety::Safety>) -> Controller {
+    pub fn with_safety(mut self, safety: Arc<sluice_control::safety::Safety>) -> Controller {
         self.gate.safety = safety;
         self
     }
@@ -340,7 +340,7 @@ impl Controller {
                 tracing::error!(
                     event = "reload_failed",
                     "reload ({why}) failed; the rules in force stay: {}",
-                    crate::chain(&e)
+                    sluice_control::chain(&e)
                 );
                 false
             }
@@ -402,12 +402,12 @@ impl Controller {
     /// refusal is counted and logged): the first refused line and every
     /// refused line, or nothing when all may go in. An add to a set the
     /// rules do not name is left for [`RuntimeSets::stage`] to refuse.
-    fn screen(&self, rules: &RuleSet, cmds: &[(usize, Command)]) -> Option<(CtlError, Vec<usize>)> {
+    fn screen(&self, rules: &RuleSet, cmds: &[(usize, SetCommand)]) -> Option<(CtlError, Vec<usize>)> {
         let net = self.gate.safety.net();
         let mut first = None;
         let mut lines = Vec::new();
         for (line, cmd) in cmds {
-            let Command::Add { set, elem, .. } = cmd else { continue };
+            let SetCommand::Add { set, elem, .. } = cmd else { continue };
             if rules.named_index(set).is_none() {
                 continue;
             }
@@ -441,19 +441,26 @@ impl Controller {
     /// Handles one control request: a query is answered at once (Some); a
     /// change is staged (None), answered by [`Controller::commit`] once
     /// published.
-    fn request(&mut self, req: &Request, staged: &mut Vec<(Sender<String>, Instant, usize)>) -> Option<String> {
-        let cmds = match parse_request(&req.text) {
-            Ok(c) => c,
-            Err(e) => {
-                self.state.ctl_failed.fetch_add(1, Ordering::Relaxed);
-                return Some(error_json(&e.to_string(), Some(e.line)));
-            }
-        };
+    fn request(
+        &mut self,
+        req: &Request<Command>,
+        staged: &mut Vec<(Sender<String>, Instant, usize)>,
+    ) -> Option<String> {
         let rules = self.published.load();
         let rules = &rules.value;
         let spec = self.spec.clone();
         let base_of = move |r: &RuleSet, i: usize| spec.base_elements(r, i);
-        let reply = if cmds[0].1.changes() {
+        // A batch is of changes only (the socket's parse saw to it).
+        let changes: Vec<(usize, SetCommand)> = req
+            .commands
+            .iter()
+            .filter_map(|(l, c)| match c {
+                Command::Set(s) if s.changes() => Some((*l, s.clone())),
+                _ => None,
+            })
+            .collect();
+        let reply = if !changes.is_empty() {
+            let cmds = changes;
             if let Some((e, lines)) = self.screen(rules, &cmds) {
                 self.state.ctl_failed.fetch_add(1, Ordering::Relaxed);
                 let more = match lines.len() {
@@ -475,9 +482,9 @@ impl Controller {
                 Err(e) => Err((e.to_string(), Some(e.line))),
             }
         } else {
-            match &cmds[0].1 {
+            match &req.commands[0].1 {
                 Command::Sets => Ok(json!({ "ok": true, "sets": self.set_rows(rules) })),
-                Command::Test { set, addr } => self.sets.test(rules, set, *addr, &base_of).map(|f| {
+                Command::Set(SetCommand::Test { set, addr }) => self.sets.test(rules, set, *addr, &base_of).map(|f| {
                     let (element, from) = match f {
                         Some(Found::Added(p)) => (Some(p.to_string()), Some("added")),
                         Some(Found::Base(p)) => (Some(p.to_string()), Some("base")),
@@ -491,7 +498,7 @@ impl Controller {
                     }
                     v
                 }).map_err(|e| (e, None)),
-                Command::List { set } => self.sets.list(rules, set, &base_of).map(|(elems, complete)| {
+                Command::Set(SetCommand::List { set }) => self.sets.list(rules, set, &base_of).map(|(elems, complete)| {
                     let now = wall_ns();
                     let elements: Vec<serde_json::Value> = elems
                         .iter()
@@ -512,10 +519,7 @@ impl Controller {
                         Err(("reload failed; the rules in force stay (see the bridge's log)".into(), None))
                     }
                 }
-                Command::Blocks | Command::Block { .. } | Command::Unblock { .. } | Command::Clients { .. } => {
-                    Err(("that is an http-guard command; this socket is a bridge's".into(), None))
-                }
-                Command::Add { .. } | Command::Del { .. } | Command::Flush { .. } => {
+                Command::Set(SetCommand::Add { .. } | SetCommand::Del { .. } | SetCommand::Flush { .. }) => {
                     unreachable!("changes are staged above")
                 }
             }
@@ -698,7 +702,7 @@ impl Controller {
 }
 
 /// A thread that turns SIGINT/SIGTERM into `stop`, and SIGHUP (through
-/// [`crate::hangup`]) into [`Event::Reload`] (counted in `state.sighups`).
+/// [`sluice_control::signals`]) into [`Event::Reload`] (counted in `state.sighups`).
 /// Install it before opening ports, so a signal during a slow open still
 /// ends the run cleanly; close the returned handle when the run is over.
 pub fn spawn_signals(
@@ -708,7 +712,7 @@ pub fn spawn_signals(
 ) -> std::io::Result<SignalThread> {
     let mut signals = Signals::new([SIGINT, SIGTERM])?;
     let handle = signals.handle();
-    crate::hangup::on_sighup(move || {
+    sluice_control::signals::on_sighup(move || {
         state.sighups.fetch_add(1, Ordering::Relaxed);
         let _ = events.send(Event::Reload("SIGHUP"));
     })?;
@@ -727,31 +731,9 @@ impl SignalThread {
     /// End the thread; a SIGHUP from now on has nothing to reread (the
     /// control loop that reloaded is gone).
     pub fn close(&self) {
-        crate::hangup::nothing_to_reread();
+        sluice_control::signals::nothing_to_reread();
         self.0.close();
     }
-}
-
-/// SIGINT and SIGTERM set `stop`, so a run ends cleanly (outputs flushed,
-/// summary printed) instead of being killed; SIGHUP, unless the command
-/// rereads something on it, is logged and changes nothing
-/// ([`crate::hangup`]).
-pub fn stop_on_interrupt(stop: &Arc<AtomicBool>) -> std::io::Result<()> {
-    for sig in [SIGINT, SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(stop))?;
-    }
-    crate::hangup::install()
-}
-
-/// Wait until `stop` is set, `seconds` pass (if given), or `finished()`
-/// says the work ended by itself; returns how long it waited.
-pub fn wait_until_stopped(stop: &AtomicBool, seconds: Option<f64>, mut finished: impl FnMut() -> bool) -> Duration {
-    let started = Instant::now();
-    let until = seconds.map(|s| started + Duration::from_secs_f64(s.max(0.0)));
-    while !stop.load(Ordering::Relaxed) && until.is_none_or(|t| Instant::now() < t) && !finished() {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    started.elapsed()
 }
 
 /// `ctl flows`: the flows in force, in the order they apply, with their
@@ -864,21 +846,6 @@ mod tests {
         assert_eq!(c.state().lists()[0].entries, 3);
         c.tick();
         assert_eq!(c.published().load().generation, 1, "one change, one reload");
-    }
-
-    #[test]
-    fn waiting_ends_at_the_first_of_stop_deadline_and_finish() {
-        let stop = AtomicBool::new(false);
-        let took = wait_until_stopped(&stop, Some(0.05), || false);
-        assert!(took >= Duration::from_millis(50) && took < Duration::from_secs(5), "{took:?}");
-        let mut calls = 0;
-        wait_until_stopped(&stop, None, || {
-            calls += 1;
-            calls == 3
-        });
-        assert_eq!(calls, 3);
-        stop.store(true, Ordering::Relaxed);
-        assert!(wait_until_stopped(&stop, None, || false) < Duration::from_secs(1));
     }
 
     #[test]

@@ -28,13 +28,13 @@
 //! become are from a fixed list ([`label`]); a redirect is refused, so the
 //! API key goes nowhere but `--crowdsec-url`.
 
-use crate::control::Event;
-use crate::lapi_tls::LapiTls;
-use crate::safety::Gate;
+use crate::controller::Event;
 use crate::sets::{Feed, FeedOutcome};
 use crate::usage::{Origins, Pusher, UsageSource};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
+use sluice_control::lapi::{agent, redirect, secret_file_warning, LapiTls};
+use sluice_control::safety::Gate;
 use sluice_rules::Prefix;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -233,19 +233,6 @@ pub const SCOPES: &[&str] = &["Ip", "Range", "Country", "AS"];
 /// case, as the LAPI and sluice compare types and scopes), else `other`.
 pub fn label(known: &[&'static str], v: &str) -> &'static str {
     known.iter().find(|k| k.eq_ignore_ascii_case(v)).copied().unwrap_or("other")
-}
-
-/// A warning when a file holding a secret (an API key, a password) can be
-/// read by its group or others, naming the flag, the file and its mode.
-pub fn secret_file_warning(flag: &str, path: &Path) -> Option<String> {
-    use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o7777;
-    (mode & 0o044 != 0).then(|| {
-        format!(
-            "{flag} {}: mode {mode:04o}, readable by group or others; whoever reads it can use the credential (chmod 600)",
-            path.display()
-        )
-    })
 }
 
 impl BouncerConfig {
@@ -828,31 +815,8 @@ pub enum PullError {
     Set(String),
 }
 
-/// A 3xx answer as "HTTP 302 to LOCATION" (at most 200 characters of it,
-/// escaped for the log): agents here follow no redirect, so that a key, a
-/// password or a token goes only where its flag says.
-pub fn redirect(r: &ureq::Response) -> Option<String> {
-    (300..400).contains(&r.status()).then(|| {
-        let to = r
-            .header("Location")
-            .map_or_else(|| "no Location".to_owned(), |l| format!("{:?}", l.chars().take(200).collect::<String>()));
-        format!("HTTP {} redirect to {to}", r.status())
-    })
-}
-
 fn unix_ms() -> u64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
-/// The agent a bouncer pulls with: no redirects (see [`redirect`]).
-pub fn agent(tls: Option<&Arc<rustls::ClientConfig>>) -> ureq::Agent {
-    let b =
-        ureq::AgentBuilder::new().timeout_connect(Duration::from_secs(5)).timeout(Duration::from_secs(60)).redirects(0);
-    match tls {
-        Some(t) => b.tls_config(Arc::clone(t)),
-        None => b,
-    }
-    .build()
 }
 
 /// One pull: the stream's answer as a feed (a full one when `startup`),
@@ -1141,7 +1105,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("never.txt");
         std::fs::write(&f, "192.0.2.7\n").unwrap();
-        let safety = crate::safety::Safety::load(Some(&f), 8, 16).unwrap();
+        let safety = sluice_control::safety::Safety::load(Some(&f), 8, 16).unwrap();
         let gate = Gate { safety: Arc::new(safety), ..Gate::default() };
         let d = |scope: &str, value: &str| {
             format!(r#"{{"duration":"1h","origin":"cscli","scope":"{scope}","type":"ban","value":"{value}"}}"#)

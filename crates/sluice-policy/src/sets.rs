@@ -5,14 +5,14 @@
 //! thread of its own when a delta grows, and carried over a reload for
 //! `dynamic` sets.
 
-use crate::ctl::{Command, CtlError};
+use sluice_control::command::{CtlError, SetCommand};
+use sluice_control::safety::Refusals;
 use sluice_engine::dynamic::{ChangeError, Elements, Found, SetState};
 use sluice_engine::{BaseTables, RuleSet, SetChange, SetInfo, SetKind};
 use sluice_rules::Prefix;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
-use std::sync::{mpsc, Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::{mpsc, Arc};
 
 /// A delta is folded into new base tables once it holds more than this
 /// many elements and more than 1/[`MERGE_RATIO`] of the base: below that a
@@ -38,87 +38,6 @@ pub const DEFAULT_CROWDSEC_MAXELEM: usize = 500_000;
 
 /// `sluice_set_refused`'s reason for an add past a set's maxelem.
 pub const REFUSED_FULL: &str = "full";
-
-/// A refusal is logged at most this often per set and reason (with the
-/// count since the last line); the counter counts every one.
-pub const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
-
-/// Runtime adds refused, by set and reason: the `sluice_set_refused{set,
-/// reason}` counter. One is shared (an `Arc`) by everything that refuses an
-/// add: the set machinery here ([`REFUSED_FULL`]), and any check in front
-/// of it (a safety net's `never_block`, `min_prefix`) calls
-/// [`Refusals::count`] with its own reason. Reasons are fixed words
-/// (`&'static str`) and sets are the rules' names, so the series are
-/// bounded. Each call also logs, at most once per [`REFUSAL_LOG_EVERY`]
-/// per set and reason, so a flood of refusals is a line per interval.
-#[derive(Debug, Default)]
-pub struct Refusals {
-    counts: Mutex<BTreeMap<(String, &'static str), RefusalCount>>,
-}
-
-#[derive(Debug, Default, Clone, Copy)]
-struct RefusalCount {
-    total: u64,
-    /// Counted since the last log line.
-    unlogged: u64,
-    logged_at: Option<Instant>,
-}
-
-impl Refusals {
-    /// Counts `n` adds to `set` refused for `reason`; `what` says the last
-    /// one (called only when a line is logged), e.g. `192.0.2.7/32: the set
-    /// is full (maxelem 1000000)`.
-    pub fn count(&self, set: &str, reason: &'static str, n: u64, what: impl FnOnce() -> String) {
-        if n == 0 {
-            return;
-        }
-        let mut m = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        let c = m.entry((set.to_owned(), reason)).or_default();
-        c.total += n;
-        c.unlogged += n;
-        let now = Instant::now();
-        if c.logged_at.is_none_or(|t| now.duration_since(t) >= REFUSAL_LOG_EVERY) {
-            tracing::warn!(
-                event = "set_refused",
-                set,
-                reason,
-                refused = c.unlogged,
-                "set `{set}`: {} add(s) refused ({reason}) since the last such line, {} in all; the last: {}",
-                c.unlogged,
-                c.total,
-                what()
-            );
-            c.unlogged = 0;
-            c.logged_at = Some(now);
-        }
-    }
-
-    /// Counts `n` refusals without a line (the caller logs them itself).
-    pub fn add(&self, set: &str, reason: &'static str, n: u64) {
-        if n > 0 {
-            let mut m = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-            m.entry((set.to_owned(), reason)).or_default().total += n;
-        }
-    }
-
-    /// Every set's refusals of one reason.
-    pub fn total(&self, reason: &str) -> u64 {
-        let m = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        m.iter().filter(|((_, r), _)| *r == reason).map(|(_, c)| c.total).sum()
-    }
-
-    /// Every (set, reason) with its count, sorted.
-    pub fn counts(&self) -> Vec<(String, &'static str, u64)> {
-        let m = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        m.iter().map(|((s, r), c)| (s.clone(), *r, c.total)).collect()
-    }
-
-    /// The count for one set and reason.
-    pub fn get(&self, set: &str, reason: &str) -> u64 {
-        let m = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        m.iter().find(|((s, r), _)| s == set && *r == reason).map_or(0, |(_, c)| c.total)
-    }
-}
 
 /// Reads a set's base elements when it is first changed (a list file is
 /// read again; None when only tables are known, as from a compiled file).
@@ -327,7 +246,7 @@ impl RuntimeSets {
     pub fn stage(
         &mut self,
         rules: &RuleSet,
-        batch: &[(usize, Command)],
+        batch: &[(usize, SetCommand)],
         now: u64,
         base_of: &BaseOf<'_>,
     ) -> Result<usize, CtlError> {
@@ -339,13 +258,13 @@ impl RuntimeSets {
         let mut sets = Vec::with_capacity(batch.len());
         for (line, cmd) in batch {
             let err = |message: String| CtlError { line: *line, message };
-            let (Command::Add { set, .. } | Command::Del { set, .. } | Command::Flush { set }) = cmd else {
+            let (SetCommand::Add { set, .. } | SetCommand::Del { set, .. } | SetCommand::Flush { set }) = cmd else {
                 return Err(err(format!("`{}` does not change a set", cmd.name())));
             };
             let i = Self::index(rules, set).map_err(err)?;
             sets.push(i);
             match cmd {
-                Command::Add { elem, .. } => {
+                SetCommand::Add { elem, .. } => {
                     if elem.covers_all() {
                         return Err(err(format!("{elem} would match every address; put it in the rules instead")));
                     }
@@ -358,7 +277,7 @@ impl RuntimeSets {
                         if size >= maxelem {
                             let adds = batch
                                 .iter()
-                                .filter(|(_, c)| matches!(c, Command::Add { set: s, .. } if s == set))
+                                .filter(|(_, c)| matches!(c, SetCommand::Add { set: s, .. } if s == set))
                                 .count();
                             let full = ChangeError::Full { elem: *elem, maxelem };
                             let message = if batch.len() > 1 {
@@ -375,7 +294,7 @@ impl RuntimeSets {
                     }
                     overlay.insert((i, *elem), true);
                 }
-                Command::Del { elem, .. } => {
+                SetCommand::Del { elem, .. } => {
                     let present = match overlay.get(&(i, *elem)) {
                         Some(&p) => Ok(p),
                         None if emptied.contains(&i) => Ok(false),
@@ -395,7 +314,7 @@ impl RuntimeSets {
                     sizes.insert(i, size.saturating_sub(1));
                     overlay.insert((i, *elem), false);
                 }
-                Command::Flush { .. } => {
+                SetCommand::Flush { .. } => {
                     emptied.insert(i);
                     sizes.insert(i, 0);
                     overlay.retain(|(j, _), _| *j != i);
@@ -407,10 +326,10 @@ impl RuntimeSets {
             let s = self.state(rules, i, base_of);
             match cmd {
                 // Checked above: the set has room.
-                Command::Add { elem, timeout, .. } => s.add(*elem, *timeout, now).unwrap_or(()),
+                SetCommand::Add { elem, timeout, .. } => s.add(*elem, *timeout, now).unwrap_or(()),
                 // Checked above.
-                Command::Del { elem, .. } => s.del(*elem).unwrap_or(()),
-                Command::Flush { .. } => {
+                SetCommand::Del { elem, .. } => s.del(*elem).unwrap_or(()),
+                SetCommand::Flush { .. } => {
                     s.flush();
                     self.flushed.insert(i);
                 }

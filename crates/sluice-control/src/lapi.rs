@@ -1,13 +1,16 @@
-//! TLS to a CrowdSec Local API: the server checked against the system's
-//! roots or `--crowdsec-ca FILE`, and a client certificate
-//! (`--crowdsec-cert FILE --crowdsec-key FILE`) in place of an API key
-//! (the LAPI admits it by the certificate's OU: `bouncers_allowed_ou`,
-//! `agents_allowed_ou`).
+//! HTTP to a CrowdSec Local API, as a bouncer (a bridge's feed) and as a
+//! watcher (the guard's blocks) both speak it: TLS with the server checked
+//! against the system's roots or `--crowdsec-ca FILE`, and a client
+//! certificate (`--crowdsec-cert FILE --crowdsec-key FILE`) in place of an
+//! API key or password (the LAPI admits it by the certificate's OU:
+//! `bouncers_allowed_ou`, `agents_allowed_ou`); agents that follow no
+//! redirect; secrets kept in files only their owner reads.
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The TLS flags of a LAPI client.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -76,4 +79,40 @@ fn certs(flag: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, String
         return Err(format!("{flag} {}: no certificate in it", path.display()));
     }
     Ok(certs)
+}
+
+/// A warning when a file holding a secret (an API key, a password) can be
+/// read by its group or others, naming the flag, the file and its mode.
+pub fn secret_file_warning(flag: &str, path: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o7777;
+    (mode & 0o044 != 0).then(|| {
+        format!(
+            "{flag} {}: mode {mode:04o}, readable by group or others; whoever reads it can use the credential (chmod 600)",
+            path.display()
+        )
+    })
+}
+
+/// A 3xx answer as "HTTP 302 to LOCATION" (at most 200 characters of it,
+/// escaped for the log): agents here follow no redirect, so that a key, a
+/// password or a token goes only where its flag says.
+pub fn redirect(r: &ureq::Response) -> Option<String> {
+    (300..400).contains(&r.status()).then(|| {
+        let to = r
+            .header("Location")
+            .map_or_else(|| "no Location".to_owned(), |l| format!("{:?}", l.chars().take(200).collect::<String>()));
+        format!("HTTP {} redirect to {to}", r.status())
+    })
+}
+
+/// The agent a bouncer pulls with (and a watcher pushes with): no redirects (see [`redirect`]).
+pub fn agent(tls: Option<&Arc<rustls::ClientConfig>>) -> ureq::Agent {
+    let b =
+        ureq::AgentBuilder::new().timeout_connect(Duration::from_secs(5)).timeout(Duration::from_secs(60)).redirects(0);
+    match tls {
+        Some(t) => b.tls_config(Arc::clone(t)),
+        None => b,
+    }
+    .build()
 }

@@ -8,10 +8,10 @@
 //! per origin are what `active_decisions` reports.
 
 use proptest::prelude::*;
-use sluice_control::sets::{Feed, RuntimeSets};
-use sluice_control::usage::{origin_usage, Origins};
 use sluice_engine::dynamic::Elements;
 use sluice_engine::{judge_batch, CompileOptions, RawFrame, RuleSet, Stats, Verdict};
+use sluice_policy::sets::{Feed, RuntimeSets};
+use sluice_policy::usage::{origin_usage, Origins};
 use sluice_rules::{parse_rules, Prefix};
 use sluice_wire::LinkType;
 use std::collections::HashMap;

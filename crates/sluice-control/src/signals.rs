@@ -10,9 +10,11 @@
 //! any command starts, so no command can be left out; what it does is a
 //! slot each command fills, so a reread never also logs "nothing".
 
-use signal_hook::consts::SIGHUP;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 type Reread = Box<dyn FnMut() + Send>;
 
@@ -57,12 +59,47 @@ pub fn nothing_to_reread() {
     *REREAD.lock().unwrap_or_else(PoisonError::into_inner) = None;
 }
 
+/// SIGINT and SIGTERM set `stop`, so a run ends cleanly (outputs flushed,
+/// summary printed) instead of being killed; SIGHUP, unless the command
+/// rereads something on it, is logged and changes nothing
+/// .
+pub fn stop_on_interrupt(stop: &Arc<AtomicBool>) -> std::io::Result<()> {
+    for sig in [SIGINT, SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(stop))?;
+    }
+    install()
+}
+
+/// Wait until `stop` is set, `seconds` pass (if given), or `finished()`
+/// says the work ended by itself; returns how long it waited.
+pub fn wait_until_stopped(stop: &AtomicBool, seconds: Option<f64>, mut finished: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    let until = seconds.map(|s| started + Duration::from_secs_f64(s.max(0.0)));
+    while !stop.load(Ordering::Relaxed) && until.is_none_or(|t| Instant::now() < t) && !finished() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    started.elapsed()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::Arc;
-    use std::time::{Duration, Instant};
+    use std::sync::atomic::AtomicU64;
+
+    #[test]
+    fn waiting_ends_at_the_first_of_stop_deadline_and_finish() {
+        let stop = AtomicBool::new(false);
+        let took = wait_until_stopped(&stop, Some(0.05), || false);
+        assert!(took >= Duration::from_millis(50) && took < Duration::from_secs(5), "{took:?}");
+        let mut calls = 0;
+        wait_until_stopped(&stop, None, || {
+            calls += 1;
+            calls == 3
+        });
+        assert_eq!(calls, 3);
+        stop.store(true, Ordering::Relaxed);
+        assert!(wait_until_stopped(&stop, None, || false) < Duration::from_secs(1));
+    }
 
     /// The only test in this crate that raises SIGHUP: the handler is
     /// installed first, so the test process survives it.

@@ -9,10 +9,10 @@
 //! name): adds past it are refused as the model refuses them, and counted.
 
 use proptest::prelude::*;
-use sluice_control::ctl::Command;
-use sluice_control::sets::RuntimeSets;
+use sluice_control::SetCommand as Command;
 use sluice_engine::dynamic::Elements;
 use sluice_engine::{CompileOptions, Decision, RuleSet, Verdict};
+use sluice_policy::sets::RuntimeSets;
 use sluice_rules::{parse_rules, Prefix, SetSource};
 use sluice_wire::{decode, LinkType, PacketSummary};
 use std::collections::HashMap;
@@ -210,7 +210,7 @@ proptest! {
         if let Some(n) = by_name {
             sets.set_maxelem_default("d", n);
         }
-        let dmax = defined.map(|n| n as usize).or(by_name).unwrap_or(sluice_control::sets::DEFAULT_MAXELEM);
+        let dmax = defined.map(|n| n as usize).or(by_name).unwrap_or(sluice_policy::sets::DEFAULT_MAXELEM);
         let mut refused = 0u64;
         sets.merge_min = merge_min;
         sets.merge_ratio = 1;
@@ -241,7 +241,7 @@ proptest! {
                     fm = list_model();
                 }
                 Op::Feed(full, adds, dels) => {
-                    let feed = sluice_control::sets::Feed { set: "d".into(), adds: adds.clone(), dels: dels.clone(), full: *full, ..Default::default() };
+                    let feed = sluice_policy::sets::Feed { set: "d".into(), adds: adds.clone(), dels: dels.clone(), full: *full, ..Default::default() };
                     let out = sets.feed(&rules, &feed, now, &base_of).unwrap();
                     if let (Some(r), _) = sets.commit(&rules) {
                         rules = r;

@@ -1,0 +1,277 @@
+//! The commands the L3 data planes (a bridge, a shield) answer on their
+//! control socket, and their replies as text. The set commands (`add`,
+//! `del`, `flush`, `test`, `list`) are the shared control plane's
+//! [`SetCommand`], which the guard's forwarder speaks too; the rest are
+//! this policy's own:
+//!
+//! ```text
+//! add SET ELEM [timeout S]     del SET ELEM      flush SET
+//! test SET ADDR                list SET          sets
+//! stats                        reload            bgp          flows
+//! ```
+//!
+//! The request's frame (lines, batches, roles) is `sluice_control::command`'s.
+
+use sluice_control::command::{want, words, Protocol, Role, SetCommand};
+
+/// One command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// A change to a set, or a question about one.
+    Set(SetCommand),
+    /// Every set with its size.
+    Sets,
+    /// The control plane's counters.
+    Stats,
+    /// Read the rule files again.
+    Reload,
+    /// The BGP sessions.
+    Bgp,
+    /// The flows routers announced, in force.
+    Flows,
+}
+
+impl Command {
+    /// The verbs, for a refusal's list.
+    pub const VERBS: &'static str = "add, del, flush, test, list, sets, stats, reload, bgp, flows";
+}
+
+impl Protocol for Command {
+    fn parse_line(line: &str) -> Result<Option<Command>, String> {
+        let w = words(line);
+        let Some((&verb, args)) = w.split_first() else { return Ok(None) };
+        if let Some(set) = SetCommand::parse(verb, args) {
+            return set.map(|c| Some(Command::Set(c)));
+        }
+        let (cmd, usage) = match verb {
+            "sets" => (Command::Sets, "sets"),
+            "stats" => (Command::Stats, "stats"),
+            "reload" => (Command::Reload, "reload"),
+            "bgp" => (Command::Bgp, "bgp"),
+            "flows" => (Command::Flows, "flows"),
+            v => return Err(format!("unknown command `{v}` (this socket is a bridge's: {})", Command::VERBS)),
+        };
+        want(args, 0, usage)?;
+        Ok(Some(cmd))
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Set(c) => c.name(),
+            Command::Sets => "sets",
+            Command::Stats => "stats",
+            Command::Reload => "reload",
+            Command::Bgp => "bgp",
+            Command::Flows => "flows",
+        }
+    }
+
+    fn batchable(&self) -> bool {
+        matches!(self, Command::Set(c) if c.changes())
+    }
+
+    fn role(&self) -> Role {
+        match self {
+            Command::Set(c) => c.role(),
+            Command::Sets | Command::Stats | Command::Reload | Command::Bgp | Command::Flows => Role::Admin,
+        }
+    }
+}
+
+/// A reply as `sluice ctl` prints it without `--json` (empty for a
+/// refusal, which [`failure`] words).
+pub fn render_text(r: &serde_json::Value) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let str_of = |v: &serde_json::Value| v.as_str().unwrap_or("").to_owned();
+    if r["ok"] != true {
+        return out;
+    }
+    if let Some(sets) = r["sets"].as_array() {
+        // Columns as wide as their widest cell: a long set name or kind
+        // does not push its row out of line.
+        let width = |k: &str, min: usize| sets.iter().map(|s| str_of(&s[k]).len()).max().unwrap_or(0).max(min);
+        let (wn, wk) = (width("name", 3), width("kind", 4));
+        let _ = writeln!(
+            out,
+            "{:<wn$} {:<wk$} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            "set", "kind", "entries", "maxelem", "base", "added", "deleted"
+        );
+        for s in sets {
+            let (name, kind) = (str_of(&s["name"]), str_of(&s["kind"]));
+            // As strings: a JSON value's Display ignores width and alignment.
+            let n = |k: &str| s[k].to_string();
+            let (e, m, b, a, d) = (n("entries"), n("maxelem"), n("base"), n("added"), n("deleted"));
+            let _ = writeln!(out, "{name:<wn$} {kind:<wk$} {e:>10} {m:>10} {b:>10} {a:>10} {d:>10}");
+        }
+        // Where the geo sets' networks came from, under the table.
+        for s in sets {
+            for g in s["geo"].as_array().into_iter().flatten() {
+                let counts: Vec<String> = g["networks"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| format!("{} {}", str_of(&p[0]), p[1]))
+                    .collect();
+                let built = g["build_epoch"].as_u64().map(sluice_geo::date).unwrap_or_default();
+                let _ = writeln!(
+                    out,
+                    "# {}: {} {} built {built} ({}): {} networks",
+                    str_of(&s["name"]),
+                    str_of(&g["key"]),
+                    str_of(&g["database_type"]),
+                    str_of(&g["database"]),
+                    counts.join(", ")
+                );
+            }
+        }
+    } else if let Some(flows) = r["flows"].as_array() {
+        // In the order they apply; counters after the flow.
+        let _ = writeln!(
+            out,
+            "# flows from BGP peers, {} the rule file's rules",
+            match r["placement"].as_str() {
+                Some("last") => "after",
+                _ => "before",
+            }
+        );
+        for f in flows {
+            let unsupported: Vec<String> = f["unsupported"].as_array().into_iter().flatten().map(str_of).collect();
+            let _ = writeln!(
+                out,
+                "{:>5} {:<9} {} => {}{}{} (from {}; {} packets, {} bytes, {} dropped)",
+                f["index"].to_string(),
+                str_of(&f["kind"]),
+                str_of(&f["flow"]),
+                str_of(&f["action"]),
+                if f["go_on"] == true { ", go on" } else { "" },
+                if unsupported.is_empty() { String::new() } else { format!(", not taken: {}", unsupported.join(", ")) },
+                str_of(&f["source"]),
+                f["packets"],
+                f["bytes"],
+                f["dropped"]
+            );
+        }
+    } else if let Some(sessions) = r["sessions"].as_array() {
+        for s in sessions {
+            let routes: Vec<String> = s["routes"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(_, n)| n.as_u64() != Some(0))
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            let _ = writeln!(
+                out,
+                "{} AS {}: {} for {} s; routes: {}{}{}",
+                str_of(&s["peer"]),
+                s["peer_as"],
+                str_of(&s["state"]),
+                s["seconds"],
+                if routes.is_empty() { "none".to_string() } else { routes.join(", ") },
+                if s["stale"] == true { " (stale: kept past the session's end)" } else { "" },
+                s["last_error"].as_str().map(|e| format!("; last down: {e}")).unwrap_or_default()
+            );
+        }
+    } else if let Some(elems) = r["elements"].as_array() {
+        for e in elems {
+            let _ = match e["expires_in"].as_u64() {
+                Some(t) => writeln!(out, "{} timeout {t}", str_of(&e["element"])),
+                None => writeln!(out, "{}", str_of(&e["element"])),
+            };
+        }
+        if r["complete"] == false {
+            out += "# the base came from a compiled file: only elements added at runtime are listed\n";
+        }
+    } else if r.get("match").is_some() {
+        let (addr, set) = (str_of(&r["addr"]), str_of(&r["set"]));
+        let _ = match (r["match"].as_bool(), r["element"].as_str(), r["from"].as_str()) {
+            (Some(true), Some(e), Some(from)) => writeln!(out, "{addr} is in {set} (element {e}, {from})"),
+            (Some(true), _, _) => writeln!(out, "{addr} is in {set} (base tables)"),
+            _ => writeln!(out, "{addr} is not in {set}"),
+        };
+        let g = &r["geo"];
+        if let Some(db) = g["database"].as_str() {
+            let _ = match (g["network"].as_str(), g.get("country").or(g.get("asn")).and_then(|v| v.as_str())) {
+                (Some(n), Some(v)) => writeln!(out, "# {db}: {n} is {v}"),
+                (Some(n), None) => writeln!(out, "# {db}: {n} has no value at the set's field"),
+                _ => writeln!(out, "# {db}: no record for {addr}"),
+            };
+        }
+    } else if r.get("applied").is_some() {
+        let (n, g, us) = (&r["applied"], &r["generation"], &r["publish_us"]);
+        let _ = writeln!(out, "applied {n} change(s); generation {g} in force ({us} us)");
+    } else if let Some(o) = r.as_object().filter(|o| o.contains_key("updates")) {
+        for (k, v) in o.iter().filter(|(k, _)| *k != "ok") {
+            let _ = writeln!(out, "{k}: {v}");
+        }
+    } else if r.get("generation").is_some() {
+        let _ = writeln!(out, "reloaded; generation {} in force", r["generation"]);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use sluice_control::command::parse_request;
+
+    fn line(s: &str) -> Result<Option<Command>, String> {
+        Command::parse_line(s)
+    }
+
+    #[test]
+    fn commands_parse() {
+        assert_eq!(
+            line("add blocks 192.0.2.1 timeout 60").unwrap(),
+            Some(Command::Set(SetCommand::Add {
+                set: "blocks".into(),
+                elem: "192.0.2.1".parse().unwrap(),
+                timeout: Some(60)
+            }))
+        );
+        assert_eq!(line("  sets  # why").unwrap(), Some(Command::Sets));
+        assert!(line("sets x").unwrap_err().contains("usage: sets"));
+        assert!(line("nuke").unwrap_err().contains("unknown command `nuke` (this socket is a bridge's"));
+        assert!(line("block 192.0.2.1").unwrap_err().contains("unknown command"), "a guard's command");
+        assert_eq!(Command::Set(SetCommand::Flush { set: "b".into() }).role(), Role::Admin);
+        assert_eq!(Command::Reload.role(), Role::Admin);
+    }
+
+    #[test]
+    fn replies_render() {
+        let r = serde_json::json!({"ok": true, "set": "b", "addr": "192.0.2.1", "match": true, "element": "192.0.2.0/24", "from": "added"});
+        assert_eq!(render_text(&r), "192.0.2.1 is in b (element 192.0.2.0/24, added)\n");
+        let r = serde_json::json!({"ok": true, "sets": [
+            {"name": "b", "kind": "dynamic", "entries": 3, "maxelem": 1000000, "base": 0, "added": 3, "deleted": 0},
+            {"name": "a_long_set_name_indeed", "kind": "list", "entries": 12, "maxelem": null, "base": 12, "added": 0, "deleted": 0},
+        ]});
+        let text = render_text(&r);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[1], "b                      dynamic          3    1000000          0          3          0");
+        // Every row as long as the header: the columns line up.
+        assert!(lines.iter().all(|l| l.len() == lines[0].len()), "{text}");
+        let r = serde_json::json!({"ok": true, "set": "b", "complete": true, "elements": [{"element": "192.0.2.1/32", "expires_in": 5}]});
+        assert_eq!(render_text(&r), "192.0.2.1/32 timeout 5\n");
+        let r = serde_json::json!({"ok": false, "error": "line 2: del b 192.0.2.9/32: 192.0.2.9/32 is not in the set", "line": 2});
+        assert_eq!(render_text(&r), "");
+    }
+
+    #[test]
+    fn a_batch_names_its_bad_line() {
+        let e = parse_request::<Command>("add a 1.2.3.4\n\n# c\nadd a 1.2.3\n").unwrap_err();
+        assert_eq!(e.line, 4);
+        let e = parse_request::<Command>("add a 1.2.3.4\nsets\n").unwrap_err();
+        assert_eq!(e.line, 2);
+        assert_eq!(parse_request::<Command>("add a 1.2.3.4\ndel a 1.2.3.4\nflush a").unwrap().len(), 3);
+        assert_eq!(parse_request::<Command>("\n").unwrap_err().line, 0);
+    }
+
+    proptest! {
+        #[test]
+        fn any_text_parses_or_errs_without_panic(s in "\\PC{0,80}") {
+            let _ = parse_request::<Command>(&s);
+        }
+    }
+}
