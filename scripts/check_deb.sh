@@ -67,20 +67,24 @@ for unit in sluice-bridge@ sluice-guard@; do
   done
 done
 # The guard's user reaches a control socket that the bridge's user opens to
-# sluice-ctl, where /proc hides other users' processes (the units'
+# sluice-ctl (for adds only), where /proc hides other users' processes (the units'
 # ProtectProc=invisible), and nobody else does. The guard's own socket
 # stands in for the bridge's (the same code) so no interfaces are needed.
 echo "== sluice-guard reaches a socket that sluice opens to sluice-ctl"
 sock_dir=$(mktemp -d); chown sluice "$sock_dir"; chmod 0755 "$sock_dir"
 unshare --mount --propagation private sh -c "mount -t proc -o hidepid=invisible proc /proc && exec setpriv \
   --reuid sluice --regid sluice --init-groups sluice http-guard --listen 127.0.0.1:0 --upstream 127.0.0.1:9 \
-  --control $sock_dir/ctl.sock --control-group sluice-ctl" >"$sock_dir/log" 2>&1 &
+  --control $sock_dir/ctl.sock --control-add-group sluice-ctl" >"$sock_dir/log" 2>&1 &
 server=$!
 for _ in $(seq 100); do [ -S "$sock_dir/ctl.sock" ] && break; sleep 0.1; done
 [ "$(stat -c '%a %U:%G' "$sock_dir/ctl.sock" 2>/dev/null)" = "660 sluice:sluice-ctl" ] \
   || { kill "$server"; fail "no socket 0660 sluice:sluice-ctl: $(cat "$sock_dir/log")"; }
 setpriv --reuid sluice-guard --regid sluice-guard --init-groups sluice ctl --socket "$sock_dir/ctl.sock" blocks \
   || { kill "$server"; fail "sluice-guard was refused"; }
+# The add group's role: what a forwarder needs, not lifting blocks.
+out=$(setpriv --reuid sluice-guard --regid sluice-guard --init-groups sluice ctl --socket "$sock_dir/ctl.sock" \
+  unblock 192.0.2.1 2>&1) && { kill "$server"; fail "sluice-guard lifted a block through the add group"; }
+echo "$out" | grep -q 'control-add-group' || { kill "$server"; fail "the refusal does not name the role: $out"; }
 setpriv --reuid nobody --regid nogroup --clear-groups sluice ctl --socket "$sock_dir/ctl.sock" blocks 2>/dev/null \
   && { kill "$server"; fail "nobody got in"; }
 kill "$server"; wait "$server" 2>/dev/null || true; rm -rf "$sock_dir"

@@ -20,10 +20,12 @@ use std::sync::Arc;
 pub struct SafetyArgs {
     /// Never block these addresses and prefixes (a list file: one per line,
     /// # comments): a runtime add that covers or overlaps one is refused.
-    /// The bridge rereads it on SIGHUP and `ctl reload`.
+    /// Reread on SIGHUP (a bridge's `ctl reload` too); a bad file keeps the
+    /// list in force.
     #[arg(long, value_name = "FILE")]
     pub never_block: Option<PathBuf>,
-    /// Refuse runtime adds of IPv4 prefixes wider than /N (the rule files may hold any).
+    /// Refuse runtime adds (`ctl`, a feed, the guard's blocks) of IPv4
+    /// prefixes wider than /N; the operator's own files are not restricted.
     #[arg(long, value_name = "N", default_value_t = sluice_rules::safety::DEFAULT_MIN_PREFIX_V4)]
     pub min_prefix_v4: u8,
     /// Refuse runtime adds of IPv6 prefixes wider than /N.
@@ -184,7 +186,7 @@ pub struct TrafficArgs {
     #[arg(long, value_name = "S", requires = "flows")]
     pub zipf: Option<f64>,
     /// Share of IPv6 packets (0-1).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = share)]
     pub ipv6: f64,
     /// Protocol weights TCP:UDP:ICMP.
     #[arg(long, default_value = "6:3:1", value_parser = ProtoMix::parse)]
@@ -193,19 +195,19 @@ pub struct TrafficArgs {
     #[arg(long, default_value = "60", value_parser = FrameSize::parse)]
     pub size: FrameSize,
     /// Share of frames with one 802.1Q tag.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = share)]
     pub vlan: f64,
     /// Share of frames with QinQ tags (802.1ad outer, 802.1Q inner).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = share)]
     pub qinq: f64,
     /// Share of frames whose source comes from the list; all other addresses avoid it.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = share)]
     pub listed: f64,
     /// Address list for --listed (default: the embedded FireHOL level1 list).
     #[arg(long, value_name = "LIST")]
     pub list: Option<PathBuf>,
     /// Share of datagrams sent as IP fragments.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = share)]
     pub frag: f64,
     /// Wrap packets in an encapsulation: mpls, pppoe, gre, ipip, 6in4, 4in6,
     /// 6in6, vxlan, geneve, gtpu. The generated packet becomes the inner one;
@@ -214,7 +216,7 @@ pub struct TrafficArgs {
     #[arg(long, value_name = "NAME")]
     pub encap: Option<Encap>,
     /// With --encap: share of datagrams wrapped (default: all).
-    #[arg(long, value_name = "F", default_value_t = 1.0, requires = "encap")]
+    #[arg(long, value_name = "F", default_value_t = 1.0, requires = "encap", value_parser = share)]
     pub encap_share: f64,
 }
 
@@ -239,6 +241,16 @@ impl TrafficArgs {
             encap_share: self.encap_share,
             ..GenConfig::default()
         })
+    }
+}
+
+/// A share: a number from 0 to 1 (a flag's value; out of range is a
+/// usage error, exit 2).
+pub fn share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        Ok(v) => Err(format!("{v} is not a share: give a number from 0 to 1")),
+        Err(_) => Err(format!("`{s}` is not a number from 0 to 1")),
     }
 }
 

@@ -20,7 +20,7 @@ pub struct GenArgs {
     #[arg(long)]
     pub frag_shuffle: bool,
     /// Share of fragmented datagrams with one fragment sent twice.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = crate::args::share)]
     pub frag_dup: f64,
     /// Write nanosecond timestamps (default: microseconds).
     #[arg(long)]

@@ -230,6 +230,11 @@ pub struct GuardArgs {
 }
 
 pub fn run(a: GuardArgs) -> Result<Outcome> {
+    // A flag that makes no sense without another is the command line's
+    // fault (exit 2), said before anything starts.
+    if !a.allow_remote && !a.listen.ip().is_loopback() {
+        crate::usage!("--listen {}: not a loopback address (pass --allow-remote to serve it)", a.listen);
+    }
     let (login, password_file, tls) = (a.crowdsec_login, a.crowdsec_password_file, a.lapi_tls.lapi_tls());
     let crowdsec = a.crowdsec_url.map(|url| block_forward::WatcherFlags { url, login, password_file, tls });
     let ctl = a.block_ctl.as_deref().map(|p| (p, a.block_ctl_set.as_str()));

@@ -39,7 +39,8 @@ pub struct RuleArgs {
     pub drop_asn: Vec<String>,
     /// A MaxMind DB file (.mmdb: GeoLite2, DB-IP, IPinfo, IPtoASN,
     /// ip-location-db) for --drop-country and --drop-asn (repeatable: a
-    /// country file and an ASN file). Reread on SIGHUP and with --watch.
+    /// country file and an ASN file). A bridge rereads it on SIGHUP and
+    /// with --watch.
     #[arg(long, value_name = "FILE")]
     pub geo_db: Vec<PathBuf>,
     /// The --drop-* lists match the innermost IP header of tunnelled

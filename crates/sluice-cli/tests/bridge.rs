@@ -802,7 +802,7 @@ fn bridge_watch_reloads_on_change() {
     }
     assert_eq!(metric(&bridge.scrape(), "sluice_list_entries", &[("list", "drop-src")]), Some(1));
     let (_, err) = bridge.stop();
-    assert!(err.contains("list file changed"), "{err}");
+    assert!(err.contains("a watched file changed"), "{err}");
 }
 
 /// `--dry-run`: every frame is forwarded, and the drops counted are

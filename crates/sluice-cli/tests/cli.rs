@@ -304,6 +304,20 @@ fn usage_errors_exit_2() {
     let (code, _, stderr) = stderr_of(&["gen", "--out", "/tmp/x.pcap", "--size", "12"]);
     assert_eq!(code, 2);
     assert!(stderr.contains("neither \"imix\" nor a frame size"), "{stderr}");
+    // What a newcomer trips on, each a wrong command line (README: exit 2).
+    let (code, _, stderr) = stderr_of(&["gen", "--out", "/tmp/x.pcap", "--ipv6", "1.5"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("1.5 is not a share: give a number from 0 to 1"), "{stderr}");
+    let (code, _, stderr) = stderr_of(&["http-guard", "--listen", "0.0.0.0:0", "--upstream", "127.0.0.1:9"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("not a loopback address (pass --allow-remote"), "{stderr}");
+    let (code, _, stderr) = stderr_of(&["ctl", "--socket", "/nonexistent/ctl.sock", "frobnicate"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("unknown command `frobnicate` (a bridge's: add, del,")
+            && stderr.contains("an http-guard's: blocks"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -81,6 +81,17 @@ fn certs(flag: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, String
     Ok(certs)
 }
 
+/// A transport error (refused, reset, DNS) as a line naming `url` once:
+/// ureq's own text starts with the URL already.
+pub fn transport_error(url: &str, e: &ureq::Error) -> String {
+    let text = e.to_string();
+    if text.contains(url) {
+        text
+    } else {
+        format!("{url}: {text}")
+    }
+}
+
 /// A warning when a file holding a secret (an API key, a password) can be
 /// read by its group or others, naming the flag, the file and its mode.
 pub fn secret_file_warning(flag: &str, path: &Path) -> Option<String> {
@@ -115,4 +126,20 @@ pub fn agent(tls: Option<&Arc<rustls::ClientConfig>>) -> ureq::Agent {
         None => b,
     }
     .build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_connection_names_its_url_once() {
+        // A port nothing listens on: bound, then closed.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let url = format!("http://127.0.0.1:{port}/v1/decisions/stream");
+        let e = agent(None).get(&url).call().unwrap_err();
+        let line = transport_error(&url, &e);
+        assert_eq!(line.matches(&url).count(), 1, "{line}");
+        assert!(line.starts_with(&url), "{line}");
+    }
 }

@@ -45,7 +45,8 @@ pub fn text(rules: &RuleSet, stats: &crate::Stats) -> String {
     let _ = writeln!(t, "rules");
     for row in rows(rules, stats) {
         let line = row["line"].as_u64().unwrap_or(0);
-        let at = if line == 0 { "flag".to_owned() } else { format!("line {line}") };
+        // Line 0: a rule the --drop-* flags made, not a rule file's.
+        let at = if line == 0 { "--drop-*".to_owned() } else { format!("line {line}") };
         let _ = writeln!(
             t,
             "  {:>12} pkts {:>14} bytes  {at:<9} {}",

@@ -238,9 +238,22 @@ impl GeoDb {
     /// A field no record has, or a value no network has, is an error (a
     /// typo would otherwise build an empty set that blocks nothing).
     pub fn networks(&self, sel: &Select) -> Result<Networks, GeoError> {
-        let field = sel.field();
-        let Some(n) = self.collect(sel)? else {
-            return Err(GeoError::NoField { path: self.path.clone(), field: field.to_owned() });
+        // No field given: the first of the key's known fields the records
+        // have (GeoLite2's `country.iso_code`, ip-location-db's flat
+        // `country_code`), as the shorthand flags read them.
+        let mut found = None;
+        if sel.field.is_none() {
+            for field in sel.key.known_fields() {
+                if let Some(n) = self.collect(&Select { field: Some((*field).to_owned()), ..sel.clone() })? {
+                    found = Some((n, *field));
+                    break;
+                }
+            }
+        } else {
+            found = self.collect(sel)?.map(|n| (n, sel.field()));
+        }
+        let Some((n, field)) = found else {
+            return Err(GeoError::NoField { path: self.path.clone(), field: sel.field().to_owned() });
         };
         if let Some((value, _)) = n.per_value.iter().find(|(_, c)| *c == 0) {
             return Err(GeoError::NoNetworks {

@@ -86,7 +86,7 @@ fn http_error(url: &str, e: ureq::Error) -> String {
             let body = r.into_string().unwrap_or_default();
             format!("{url}: HTTP {code}: {}", body.chars().take(200).collect::<String>())
         }
-        e => format!("{url}: {e}"),
+        e => lapi::transport_error(url, &e),
     }
 }
 

@@ -390,7 +390,7 @@ impl Controller {
     /// files, expiry times, replaced sets no worker holds any more.
     pub fn tick(&mut self) {
         if self.watch.as_mut().is_some_and(Watch::changed) {
-            self.reload("list file changed");
+            self.reload("a watched file changed");
         }
         self.expire();
         self.expire_runtime();

@@ -838,7 +838,7 @@ pub fn pull(agent: &ureq::Agent, cfg: &BouncerConfig, startup: bool) -> Result<(
             let why = if code == 403 { " (is the API key right? cscli bouncers list)" } else { "" };
             PullError::Http(format!("{url}: HTTP {code} {}{why}", r.status_text()))
         }
-        e => PullError::Http(format!("{url}: {e}")),
+        e => PullError::Http(sluice_control::lapi::transport_error(&url, &e)),
     })?;
     if let Some(redirect) = redirect(&resp) {
         return Err(PullError::Redirect { url, redirect });
