@@ -9,12 +9,23 @@
 //! [`Event::Flows`]: the workers see the table before an UPDATE or after
 //! it, never half of it. Counters and policers belong to a route and move
 //! into each new table with it.
+//!
+//! A peer is a feed like any other: every route passes the safety net
+//! before it is held ([`RouteGuard`]): a blackhole's prefix and a flow's
+//! destination as a `ctl add` does (`--never-block`, `--min-prefix-*`), a
+//! flow's source never over a never-blocked network, a flow with no
+//! destination only with `--bgp-allow-undirected`, and with `--bgp-protect`
+//! only destinations inside the operator's own networks (RFC 8955 section
+//! 6's intent, for a box with no unicast RIB to validate against). A
+//! refused route is counted by peer and reason; the session stays up.
 
 use sluice_bgp::flowspec::{Component, Family, Flow, PrefixMatch};
 use sluice_bgp::message::{FlowAction, Update, BLACKHOLE};
 use sluice_bgp::session::{self, PeerConfig};
+use sluice_control::safety::Safety;
 use sluice_engine::flows::{FlowCounts, FlowRule, FlowTable, FlowVerdict, Placement, PoliceKey, Policer, Rate};
 use sluice_policy::Event;
+use sluice_rules::Prefix;
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -37,6 +48,86 @@ pub struct BgpConfig {
     pub placement: Placement,
     /// Routes one peer may hold (flows and blackholes together).
     pub max_routes: usize,
+    /// What every route is checked against.
+    pub guard: RouteGuard,
+}
+
+/// What a route must pass before it is held: the bridge's safety net, and
+/// where flows may point.
+#[derive(Clone, Debug, Default)]
+pub struct RouteGuard {
+    /// `--never-block`, `--min-prefix-*` (the bridge's own, reread on SIGHUP).
+    pub safety: Arc<Safety>,
+    /// `--bgp-allow-undirected`: take flows with no destination prefix.
+    pub allow_undirected: bool,
+    /// `--bgp-protect FILE`: destinations must lie inside one of these.
+    pub protect: Vec<Prefix>,
+}
+
+/// Why a route was refused, as `ctl bgp` and the metrics name it.
+pub const REFUSAL_REASONS: [&str; 5] = ["max_routes", "never_block", "min_prefix", "undirected", "outside_protect"];
+
+/// A flow component's prefix as the addresses it can match: with an
+/// offset (RFC 8956) the pattern is not anchored at the top bit, so it
+/// reaches across the whole family (as wide as /0).
+fn reach(p: &PrefixMatch) -> Prefix {
+    Prefix::new(p.addr, if p.offset > 0 { 0 } else { p.len })
+}
+
+impl RouteGuard {
+    /// Whether `dst` lies inside one of the protected networks (always,
+    /// without `--bgp-protect`).
+    fn protects(&self, dst: &Prefix) -> bool {
+        self.protect.is_empty() || self.protect.iter().any(|p| p.contains_prefix(dst))
+    }
+
+    /// A blackhole's prefix: as a `ctl add` of it would be checked.
+    pub fn blackhole(&self, p: &Prefix) -> Result<(), (&'static str, String)> {
+        self.safety.check(p).map_err(|r| (r.reason(), r.to_string()))?;
+        if !self.protects(p) {
+            return Err(("outside_protect", "it is outside every --bgp-protect network".into()));
+        }
+        Ok(())
+    }
+
+    /// A flow: its destination as a blackhole's prefix; its source never
+    /// over a never-blocked network (and, with no destination, no wider
+    /// than the least prefix either); no destination at all only when
+    /// allowed.
+    pub fn flow(&self, f: &Flow) -> Result<(), (&'static str, String)> {
+        let (mut dst, mut src) = (None, None);
+        for c in &f.components {
+            match c {
+                Component::Destination(p) => dst = Some(reach(p)),
+                Component::Source(p) => src = Some(reach(p)),
+                _ => {}
+            }
+        }
+        let net = self.safety.net();
+        match &dst {
+            Some(d) => self.blackhole(d).map_err(|(r, why)| (r, format!("its destination {d}: {why}")))?,
+            None if !self.allow_undirected => {
+                return Err((
+                    "undirected",
+                    "it has no destination prefix (--bgp-allow-undirected takes such flows)".into(),
+                ))
+            }
+            None if !self.protect.is_empty() => {
+                return Err(("outside_protect", "it has no destination inside a --bgp-protect network".into()))
+            }
+            None => {}
+        }
+        if let Some(s) = &src {
+            let checked = match dst {
+                Some(_) => {
+                    net.never.overlapping(s).map_or(Ok(()), |listed| Err(sluice_rules::Refusal::NeverBlock { listed }))
+                }
+                None => net.check(s),
+            };
+            checked.map_err(|r| (r.reason(), format!("its source {s}: {r}")))?;
+        }
+        Ok(())
+    }
 }
 
 impl BgpConfig {
@@ -48,6 +139,7 @@ impl BgpConfig {
             keep_on_down: false,
             placement: Placement::First,
             max_routes: DEFAULT_MAX_ROUTES,
+            guard: RouteGuard::default(),
         }
     }
 }
@@ -73,6 +165,11 @@ pub struct BgpFlags {
     pub password_file: Option<std::path::PathBuf>,
     /// Routes one peer may hold (None: [`DEFAULT_MAX_ROUTES`]).
     pub max_routes: Option<usize>,
+    /// Take flows with no destination prefix.
+    pub allow_undirected: bool,
+    /// The operator's own networks (a list file): flows and blackholes
+    /// only inside them.
+    pub protect_file: Option<std::path::PathBuf>,
 }
 
 /// `ASN:VALUE` (both 16-bit) as one 32-bit community.
@@ -166,6 +263,24 @@ impl BgpFlags {
                 Some(n) => n,
                 None => DEFAULT_MAX_ROUTES,
             },
+            guard: RouteGuard {
+                // The bridge puts its own net here when it starts.
+                safety: Arc::default(),
+                allow_undirected: self.allow_undirected,
+                protect: match &self.protect_file {
+                    Some(f) => {
+                        let l = sluice_rules::load_list(f, false).map_err(|e| format!("--bgp-protect {e}"))?;
+                        if l.prefixes.is_empty() {
+                            return Err(format!(
+                                "--bgp-protect {}: no networks in it (every route would be refused)",
+                                f.display()
+                            ));
+                        }
+                        l.prefixes
+                    }
+                    None => Vec::new(),
+                },
+            },
         }))
     }
 }
@@ -198,6 +313,9 @@ pub struct SessionRow {
     pub stale: bool,
     /// Announcements refused over `--bgp-max-routes`.
     pub refused: u64,
+    /// Announcements refused, by reason (of [`REFUSAL_REASONS`]; the
+    /// `max_routes` ones are `refused` too).
+    pub refused_by: BTreeMap<&'static str, u64>,
 }
 
 /// What the RIB thread shows the rest of the bridge.
@@ -246,8 +364,11 @@ struct PeerRib {
     routes: HashMap<Key, Route>,
     /// Stale routes are dropped at this instant (graceful restart).
     stale_until: Option<Instant>,
-    /// Announcements refused because the peer held `max_routes` already.
-    refused: u64,
+    /// Announcements refused, by reason (of [`REFUSAL_REASONS`]).
+    refused: BTreeMap<&'static str, u64>,
+    /// When a refusal was last logged, and refusals since not logged.
+    logged: Option<Instant>,
+    unlogged: u64,
 }
 
 /// Routes one peer may hold by default (`--bgp-max-routes`): a peer that
@@ -261,6 +382,33 @@ pub struct Rib {
     blackhole: Vec<u32>,
     keep_on_down: bool,
     max_routes: usize,
+    guard: RouteGuard,
+}
+
+/// A peer's refusals are logged at most once a second (with the count of
+/// those not logged): a peer's flood of hostile routes is not a flood of
+/// log lines.
+const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(1);
+
+impl PeerRib {
+    /// Counts a refusal of `what` (the route) for `reason`, and logs it
+    /// unless a line went out for this peer within the last second.
+    fn refuse(&mut self, peer: SocketAddr, reason: &'static str, what: &dyn std::fmt::Display, why: &str) {
+        *self.refused.entry(reason).or_default() += 1;
+        let now = Instant::now();
+        if self.logged.is_some_and(|t| now.duration_since(t) < REFUSAL_LOG_EVERY) {
+            self.unlogged += 1;
+            return;
+        }
+        let more = std::mem::take(&mut self.unlogged);
+        let more = if more > 0 { format!(" ({more} more refused since the last such line)") } else { String::new() };
+        tracing::warn!(
+            event = "bgp_route_refused",
+            reason,
+            "route from {peer} refused ({reason}): {what}: {why}{more}"
+        );
+        self.logged = Some(now);
+    }
 }
 
 /// How a route's actions read as a flow's verdict: (verdict, go on,
@@ -301,7 +449,19 @@ fn verdict_of(actions: &[FlowAction], old: Option<&FlowRule>) -> (FlowVerdict, b
 
 impl Rib {
     pub fn new(blackhole: Vec<u32>, keep_on_down: bool) -> Rib {
-        Rib { peers: BTreeMap::new(), blackhole, keep_on_down, max_routes: DEFAULT_MAX_ROUTES }
+        Rib {
+            peers: BTreeMap::new(),
+            blackhole,
+            keep_on_down,
+            max_routes: DEFAULT_MAX_ROUTES,
+            guard: RouteGuard::default(),
+        }
+    }
+
+    /// Check every route against `guard` (a new RIB refuses only a /0).
+    pub fn with_guard(mut self, guard: RouteGuard) -> Rib {
+        self.guard = guard;
+        self
     }
 
     /// At most `n` routes per peer.
@@ -324,6 +484,12 @@ impl Rib {
         }
         for f in &u.flows_announced {
             let key = Key::Flow(f.family, f.to_bytes());
+            if let Err((reason, why)) = self.guard.flow(f) {
+                // As an implicit withdrawal of what the peer held under it.
+                changed |= rib.routes.remove(&key).is_some();
+                rib.refuse(peer, reason, &format_args!("flow `{f}`"), &why);
+                continue;
+            }
             let old = rib.routes.get(&key).map(|r| &r.rule);
             if old.is_none() && rib.routes.len() >= max {
                 refused += 1;
@@ -355,6 +521,11 @@ impl Rib {
                 changed |= rib.routes.remove(&key).is_some();
                 continue;
             }
+            if let Err((reason, why)) = self.guard.blackhole(&Prefix::new(addr, len)) {
+                changed |= rib.routes.remove(&key).is_some();
+                rib.refuse(peer, reason, &format_args!("blackhole {addr}/{len}"), &why);
+                continue;
+            }
             if !rib.routes.contains_key(&key) && rib.routes.len() >= max {
                 refused += 1;
                 continue;
@@ -382,7 +553,7 @@ impl Rib {
             );
         }
         if refused > 0 {
-            rib.refused += refused;
+            *rib.refused.entry("max_routes").or_default() += refused;
             tracing::warn!(
                 event = "bgp_max_routes",
                 "UPDATE from {peer}: {refused} route(s) refused, the peer holds {max} (--bgp-max-routes)"
@@ -444,12 +615,12 @@ impl Rib {
         gone
     }
 
-    /// Routes held per family, whether some are stale, and how many were
-    /// refused over the limit.
-    fn counts(&self, peer: SocketAddr) -> ([u64; 4], bool, u64) {
+    /// Routes held per family, whether some are stale, and the refusals
+    /// by reason.
+    fn counts(&self, peer: SocketAddr) -> ([u64; 4], bool, BTreeMap<&'static str, u64>) {
         let mut n = [0u64; 4];
         let mut stale = false;
-        let refused = self.peers.get(&peer).map_or(0, |r| r.refused);
+        let refused = self.peers.get(&peer).map_or_else(BTreeMap::new, |r| r.refused.clone());
         if let Some(rib) = self.peers.get(&peer) {
             for r in rib.routes.values() {
                 n[family_index(r.rule.flow.family, r.rule.blackhole)] += 1;
@@ -502,6 +673,7 @@ impl Bgp {
                 last_error: None,
                 stale: false,
                 refused: 0,
+                refused_by: BTreeMap::new(),
             })
             .collect();
         let (tx, rx) = channel();
@@ -589,7 +761,9 @@ fn rib_loop(
     state: Arc<BgpState>,
     stop: &AtomicBool,
 ) {
-    let mut rib = Rib::new(cfg.blackhole_communities.clone(), cfg.keep_on_down).with_max_routes(cfg.max_routes);
+    let mut rib = Rib::new(cfg.blackhole_communities.clone(), cfg.keep_on_down)
+        .with_max_routes(cfg.max_routes)
+        .with_guard(cfg.guard.clone());
     let row = |state: &BgpState, peer: SocketAddr, f: &mut dyn FnMut(&mut SessionRow)| {
         let mut rows = state.sessions.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(r) = rows.iter_mut().find(|r| r.peer == peer.to_string()) {
@@ -681,7 +855,8 @@ fn rib_loop(
             row(&state, peer, &mut |r| {
                 r.routes = routes;
                 r.stale = stale;
-                r.refused = refused;
+                r.refused = refused.get("max_routes").copied().unwrap_or(0);
+                r.refused_by.clone_from(&refused);
             });
         }
         if changed {
@@ -726,6 +901,108 @@ mod tests {
 
     fn announce(flows: Vec<Flow>, actions: Vec<FlowAction>) -> Update {
         Update { flows_announced: flows, flow_actions: actions, ..Update::default() }
+    }
+
+    fn flow(components: Vec<Component>) -> Flow {
+        Flow { family: Family::V4, components }
+    }
+
+    fn dst(p: &str) -> Component {
+        let p: Prefix = p.parse().unwrap();
+        Component::Destination(PrefixMatch::new(p.addr(), p.len()))
+    }
+
+    fn src(p: &str) -> Component {
+        let p: Prefix = p.parse().unwrap();
+        Component::Source(PrefixMatch::new(p.addr(), p.len()))
+    }
+
+    /// A guard with `never` never blocked, /8 and /16 at least.
+    fn guarded(never: &str, allow_undirected: bool, protect: &[&str]) -> (Rib, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("never.txt");
+        std::fs::write(&f, format!("{never}\n")).unwrap();
+        let guard = RouteGuard {
+            safety: Arc::new(Safety::load(Some(&f), 8, 16).unwrap()),
+            allow_undirected,
+            protect: protect.iter().map(|p| p.parse().unwrap()).collect(),
+        };
+        (Rib::new(vec![BLACKHOLE], false).with_guard(guard), dir)
+    }
+
+    fn discard() -> Vec<FlowAction> {
+        vec![FlowAction::RateBytes(0.0)]
+    }
+
+    fn blackhole(p: &str) -> Update {
+        let p: Prefix = p.parse().unwrap();
+        Update { announced: vec![(p.addr(), p.len())], communities: vec![BLACKHOLE], ..Update::default() }
+    }
+
+    #[test]
+    fn no_route_can_turn_the_bridge_against_what_it_protects() {
+        let (mut rib, _dir) = guarded("192.0.2.7", false, &[]);
+        let udp =
+            || Component::Protocol(vec![NumericOp { and: false, lt: false, gt: false, eq: true, len: 1, value: 17 }]);
+        let hostile = [
+            (blackhole("0.0.0.0/0"), "min_prefix"),
+            (blackhole("192.0.2.0/24"), "never_block"),
+            (announce(vec![flow(vec![dst("128.0.0.0/1")])], discard()), "min_prefix"),
+            (announce(vec![flow(vec![dst("192.0.2.7/32")])], discard()), "never_block"),
+            (announce(vec![flow(vec![dst("198.51.100.0/24"), src("192.0.2.0/28")])], discard()), "never_block"),
+            (announce(vec![flow(vec![udp()])], discard()), "undirected"),
+            (announce(vec![flow(vec![src("203.0.113.9/32")])], discard()), "undirected"),
+        ];
+        for (u, _) in &hostile {
+            assert!(!rib.update(peer(1), u), "refused: nothing changed");
+        }
+        let (held, _, refused) = rib.counts(peer(1));
+        assert_eq!(held, [0; 4]);
+        let mut want: BTreeMap<&str, u64> = BTreeMap::new();
+        for (_, reason) in &hostile {
+            *want.entry(reason).or_default() += 1;
+        }
+        assert_eq!(refused, want);
+        // The narrow flow and blackhole beside them go in.
+        assert!(rib.update(peer(1), &announce(vec![udp53()], discard())));
+        assert!(rib.update(peer(1), &blackhole("198.51.100.9/32")));
+        assert_eq!(rib.table(Placement::First).rules().len(), 2);
+    }
+
+    #[test]
+    fn undirected_flows_on_request_and_a_protected_destination_when_asked() {
+        let (mut rib, _dir) = guarded("192.0.2.7", true, &[]);
+        assert!(rib.update(peer(1), &announce(vec![flow(vec![src("203.0.113.9/32")])], discard())));
+        // With no destination, the source is the flow's only anchor: as wide
+        // as a ctl add may be, and never over a never-blocked network.
+        assert!(!rib.update(peer(1), &announce(vec![flow(vec![src("0.0.0.0/1")])], discard())));
+        assert!(!rib.update(peer(1), &announce(vec![flow(vec![src("192.0.2.0/24")])], discard())));
+        assert_eq!(rib.counts(peer(1)).2, BTreeMap::from([("min_prefix", 1), ("never_block", 1)]));
+
+        let (mut rib, _dir) = guarded("192.0.2.7", true, &["198.51.100.0/24", "2001:db8::/32"]);
+        assert!(rib.update(peer(1), &blackhole("198.51.100.9/32")));
+        assert!(rib.update(peer(1), &announce(vec![flow(vec![dst("198.51.100.128/25")])], discard())));
+        assert!(!rib.update(peer(1), &blackhole("203.0.113.9/32")));
+        assert!(!rib.update(peer(1), &announce(vec![flow(vec![dst("198.51.0.0/16")])], discard())), "wider than it");
+        assert!(!rib.update(peer(1), &announce(vec![flow(vec![src("203.0.113.9/32")])], discard())));
+        assert_eq!(rib.counts(peer(1)).2, BTreeMap::from([("outside_protect", 3)]));
+    }
+
+    #[test]
+    fn an_offset_reaches_across_the_family_and_a_refused_announcement_withdraws_the_held_one() {
+        let (mut rib, _dir) = guarded("192.0.2.7", false, &[]);
+        let mut offset = PrefixMatch::new("2001:db8::".parse().unwrap(), 64);
+        offset.offset = 32;
+        let f6 = Flow { family: Family::V6, components: vec![Component::Destination(offset)] };
+        assert!(!rib.update(peer(1), &announce(vec![f6], discard())));
+        assert_eq!(rib.counts(peer(1)).2, BTreeMap::from([("min_prefix", 1)]));
+        // Held under a looser net, then announced again under a tighter one.
+        let (mut loose, _d) = guarded("10.9.9.9", false, &[]);
+        let f = flow(vec![dst("192.0.2.0/24")]);
+        assert!(loose.update(peer(1), &announce(vec![f.clone()], discard())));
+        loose.guard = rib.guard.clone();
+        assert!(loose.update(peer(1), &announce(vec![f], discard())), "the held route went");
+        assert_eq!(loose.table(Placement::First).rules().len(), 0);
     }
 
     #[test]
@@ -797,7 +1074,7 @@ mod tests {
             .collect();
         assert!(rib.update(peer(1), &announce(flows.clone(), vec![FlowAction::RateBytes(0.0)])));
         assert_eq!(rib.table(Placement::First).rules().len(), 2, "the third refused");
-        assert_eq!(rib.counts(peer(1)).2, 1);
+        assert_eq!(rib.counts(peer(1)).2, BTreeMap::from([("max_routes", 1)]));
         // Announcing one it holds again is a replacement, not a new route;
         // a blackhole over the limit is refused too; another peer has its own.
         rib.update(peer(1), &announce(vec![flows[0].clone()], vec![]));
@@ -807,7 +1084,7 @@ mod tests {
             ..Update::default()
         };
         rib.update(peer(1), &bh);
-        assert_eq!(rib.counts(peer(1)).2, 2);
+        assert_eq!(rib.counts(peer(1)).2, BTreeMap::from([("max_routes", 2)]));
         assert!(rib.update(peer(2), &bh));
         assert_eq!(rib.table(Placement::First).rules().len(), 3);
         // A withdrawal makes room.

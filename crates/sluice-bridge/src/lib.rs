@@ -203,6 +203,8 @@ impl Bridge {
         let Control { controller, entries, build_ms, crowdsec } =
             Control::load(cfg.rules, cfg.crowdsec, cfg.crowdsec_maxelem, cfg.watch, cfg.safety, &port_names)?;
         let bgp_state = Arc::new(bgp::BgpState::default());
+        // Routes pass the net runtime adds pass (reread with it on SIGHUP).
+        let route_safety = Arc::clone(&controller.gate().safety);
         let controller = match &cfg.bgp {
             Some(_) => {
                 let st = Arc::clone(&bgp_state);
@@ -270,7 +272,12 @@ impl Bridge {
             }
         };
         let bgp = match cfg.bgp {
-            Some(b) => match bgp::Bgp::spawn(b, events.clone(), &stop, bgp_state) {
+            Some(b) => match bgp::Bgp::spawn(
+                bgp::BgpConfig { guard: bgp::RouteGuard { safety: route_safety, ..b.guard.clone() }, ..b },
+                events.clone(),
+                &stop,
+                bgp_state,
+            ) {
                 Ok(b) => Some(b),
                 Err(e) => {
                     stop.store(true, Ordering::Relaxed);

@@ -703,6 +703,21 @@ impl Exporter {
             }
         }
         counter(enc, "sluice_bgp_updates", "UPDATEs received, by peer and the route family they touched.", &updates)?;
+        let refused: Vec<_> = rows
+            .iter()
+            .flat_map(|r| {
+                crate::bgp::REFUSAL_REASONS.iter().map(|reason| {
+                    let n = r.refused_by.get(reason).copied().unwrap_or(0);
+                    (vec![("peer", r.peer.clone()), ("reason", (*reason).to_owned())], n)
+                })
+            })
+            .collect();
+        counter(
+            enc,
+            "sluice_bgp_routes_refused",
+            "Routes refused, by peer and reason: max_routes (--bgp-max-routes), never_block, min_prefix (the safety net), undirected (no destination), outside_protect (--bgp-protect).",
+            &refused,
+        )?;
         let rules = s.rules();
         let table = rules.as_ref().and_then(|r| r.value.flows().cloned());
         let mut by_family = [0i64; 4];

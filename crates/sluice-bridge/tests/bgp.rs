@@ -193,6 +193,8 @@ fn bridge_with_peer(peer: &str, dir: &std::path::Path, restart_time: u16) -> (Ru
         rules: "first".into(),
         hold_time: 90,
         restart_time,
+        // The peers' GRE policer names no destination.
+        allow_undirected: true,
         ..BgpFlags::default()
     };
     let mut bgp = flags.config().unwrap().unwrap();
@@ -223,6 +225,76 @@ fn the_cases() -> ([Vec<u8>; 8], [bool; 8]) {
     (frames, [false, true, true, false, true, true, false, true])
 }
 
+/// A peer turned hostile (or mistaken): a blackhole of everything, a
+/// discard of the never-blocked address by source and by destination, a
+/// destination wider than the /8 floor, a flow with no destination. Each is
+/// refused and counted by reason while the session stays up and a narrow
+/// flow beside them is enforced.
+#[test]
+fn gobgp_routes_that_would_turn_the_bridge_against_its_host_are_refused() {
+    let Some(d) = Gobgpd::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("ctl.sock");
+    let never = dir.path().join("never.txt");
+    std::fs::write(&never, "192.0.2.1\n").unwrap();
+    let flags = BgpFlags {
+        peers: vec![format!("127.0.0.1:{}", d.port)],
+        peer_as: vec![65001],
+        local_as: Some(65002),
+        router_id: Some("192.0.2.2".parse().unwrap()),
+        rules: "first".into(),
+        hold_time: 90,
+        restart_time: 120,
+        ..BgpFlags::default()
+    };
+    let mut bgp = flags.config().unwrap().unwrap();
+    bgp.peers[0].connect_retry = Duration::from_millis(200);
+    let cfg = BridgeConfig {
+        bgp: Some(bgp),
+        control: Some(sock.clone()),
+        metrics: Some("127.0.0.1:0".parse().unwrap()),
+        safety: std::sync::Arc::new(sluice_control::safety::Safety::load(Some(&never), 8, 16).unwrap()),
+        ..BridgeConfig::new(RuleSpec::default())
+    };
+    let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
+    let bridge = Bridge::start(cfg, Box::new(pair)).expect("the bridge starts");
+
+    d.cli("global rib -a ipv4 add 0.0.0.0/0 nexthop 192.0.2.254 community 65535:666");
+    d.cli("global rib -a ipv4-flowspec add match source 192.0.2.1/32 destination 198.51.100.0/24 then discard");
+    d.cli("global rib -a ipv4-flowspec add match destination 192.0.2.1/32 then discard");
+    d.cli("global rib -a ipv4-flowspec add match destination 128.0.0.0/1 then discard");
+    d.cli("global rib -a ipv4-flowspec add match protocol udp then discard");
+    d.cli("global rib -a ipv4-flowspec add match destination 198.51.100.0/24 protocol udp destination-port ==53 then discard");
+    wait_flows(&bridge, 1);
+    let peer = format!("127.0.0.1:{}", d.port);
+    let end = Instant::now() + Duration::from_secs(10);
+    let refused = loop {
+        let b = ctl(&sock, "bgp");
+        let r = b["sessions"][0]["refused_by"].clone();
+        if r.as_object().map_or(0, |o| o.values().filter_map(|v| v.as_u64()).sum::<u64>()) >= 5 {
+            assert_eq!(b["sessions"][0]["state"], "established", "the session stays up: {b}");
+            break r;
+        }
+        assert!(Instant::now() < end, "not every route refused: {b}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(refused, serde_json::json!({ "min_prefix": 2, "never_block": 2, "undirected": 1 }), "by reason");
+    let passed = through(
+        &wire,
+        &[udp([198, 51, 100, 7], 53), udp([198, 51, 100, 7], 54), udp([192, 0, 2, 1], 9), udp([10, 1, 2, 3], 9)],
+    );
+    assert_eq!(passed, [false, true, true, true], "only the narrow flow drops");
+    let m = scrape(bridge.metrics_addr().unwrap());
+    for (reason, n) in [("min_prefix", 2), ("never_block", 2), ("undirected", 1), ("outside_protect", 0)] {
+        let line = format!("sluice_bgp_routes_refused_total{{peer=\"{peer}\",reason=\"{reason}\"}} {n}");
+        assert!(m.contains(&line), "{line} in {m}");
+    }
+    let text = sluice_policy::commands::render_text(&ctl(&sock, "bgp"));
+    assert!(text.contains("refused: min_prefix 2, never_block 2, undirected 1"), "{text}");
+    bridge.stop();
+    bridge.wait().unwrap();
+}
+
 /// 100 back-to-back GRE frames of 114 bytes through a 10,000 B/s flow:
 /// its bucket's 3,028 bytes pass, 26 or 27 frames, and little more.
 fn policed_through(wire: &Wire) -> usize {
@@ -245,6 +317,8 @@ fn gobgp_flows_and_blackholes_drop_exactly_their_frames_until_withdrawn() {
         rules: "first".into(),
         hold_time: 90,
         restart_time: 120,
+        // The GRE policer below names no destination.
+        allow_undirected: true,
         ..BgpFlags::default()
     };
     let mut bgp = flags.config().unwrap().unwrap();

@@ -188,6 +188,15 @@ pub struct BgpArgs {
     /// The longest graceful-restart window granted a peer.
     #[arg(long = "bgp-restart-time", value_name = "SECONDS", default_value_t = 120)]
     pub bgp_restart_time: u16,
+    /// Take FlowSpec flows with no destination prefix (source-only, or
+    /// protocol and ports alone); refused by default: such a flow reaches
+    /// every destination, this host's too.
+    #[arg(long = "bgp-allow-undirected")]
+    pub bgp_allow_undirected: bool,
+    /// The operator's own networks (a list file): flows and blackholes are
+    /// taken only for destinations inside them (RFC 8955 section 6).
+    #[arg(long = "bgp-protect", value_name = "FILE")]
+    pub bgp_protect: Option<std::path::PathBuf>,
 }
 
 impl BgpArgs {
@@ -205,6 +214,8 @@ impl BgpArgs {
             restart_time: self.bgp_restart_time,
             password_file: self.bgp_password_file.clone(),
             max_routes: self.bgp_max_routes,
+            allow_undirected: self.bgp_allow_undirected,
+            protect_file: self.bgp_protect.clone(),
         };
         f.config().map_err(|e| anyhow::Error::new(crate::Usage(e)))
     }

@@ -161,15 +161,23 @@ pub fn render_text(r: &serde_json::Value) -> String {
                 .filter(|(_, n)| n.as_u64() != Some(0))
                 .map(|(k, n)| format!("{k} {n}"))
                 .collect();
+            let refused: Vec<String> = s["refused_by"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(_, n)| n.as_u64() != Some(0))
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
             let _ = writeln!(
                 out,
-                "{} AS {}: {} for {} s; routes: {}{}{}",
+                "{} AS {}: {} for {} s; routes: {}{}{}{}",
                 str_of(&s["peer"]),
                 s["peer_as"],
                 str_of(&s["state"]),
                 s["seconds"],
                 if routes.is_empty() { "none".to_string() } else { routes.join(", ") },
                 if s["stale"] == true { " (stale: kept past the session's end)" } else { "" },
+                if refused.is_empty() { String::new() } else { format!("; refused: {}", refused.join(", ")) },
                 s["last_error"].as_str().map(|e| format!("; last down: {e}")).unwrap_or_default()
             );
         }

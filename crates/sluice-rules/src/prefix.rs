@@ -93,6 +93,12 @@ impl Prefix {
             _ => false,
         }
     }
+
+    /// Whether every address of `other` lies inside this prefix (never
+    /// across families).
+    pub fn contains_prefix(&self, other: &Prefix) -> bool {
+        self.len() <= other.len() && self.contains(other.addr())
+    }
 }
 
 impl FromStr for Prefix {
