@@ -203,9 +203,21 @@ impl GeoDb {
     }
 
     /// A database in memory; `name` names it in errors.
+    ///
+    /// The whole file is verified before anything reads it (the crate's
+    /// `Reader::verify`, libmaxminddb's `MMDB_verify`): a search tree whose
+    /// nodes share children (a few hundred bytes can hold 2^32 paths, and a
+    /// walk of them runs for hours and grows without bound), a cycle, a
+    /// record pointing past the data section or data that does not decode
+    /// is refused here, named, in time linear in the file: the walk is
+    /// capped at three visits a node.
     pub fn from_bytes(bytes: Vec<u8>, name: String) -> Result<GeoDb, GeoError> {
-        let reader =
-            Reader::from_source(bytes).map_err(|e| GeoError::Invalid { path: name.clone(), message: e.to_string() })?;
+        let invalid = |e: maxminddb::MaxMindDbError| GeoError::Invalid { path: name.clone(), message: e.to_string() };
+        let m = Reader::from_source(&bytes[..]).map_err(invalid)?.metadata().clone();
+        check_tree(&bytes, m.node_count as usize, m.record_size, m.ip_version)
+            .map_err(|message| GeoError::Invalid { path: name.clone(), message })?;
+        let reader = Reader::from_source(bytes).map_err(invalid)?;
+        reader.verify().map_err(invalid)?;
         Ok(GeoDb { reader, path: name })
     }
 
@@ -407,6 +419,63 @@ pub fn index_in(dbs: &[&Path], key: Key) -> Result<HashMap<String, Vec<(IpAddr, 
         }
     }
     Ok(all)
+}
+
+/// The search tree checked as a tree, before anything walks it: from the
+/// root, every record is a node, empty, or a pointer into the data
+/// section, no path is longer than an address, and the walk visits at most
+/// four times as many nodes as there are (a valid file's IPv4 subtree is
+/// reached three ways in an IPv6 tree: `::/96`, `::ffff:0:0/96` and
+/// `2002::/16`). Nodes that share children multiply the paths (32 nodes
+/// can hold 2^32), and a walk of them is what this refuses; so is a cycle.
+/// The crate's `verify` walks networks, not nodes, and takes such a file.
+fn check_tree(bytes: &[u8], node_count: usize, record_size: u16, ip_version: u16) -> Result<(), String> {
+    const MARKER: &[u8] = b"\xAB\xCD\xEFMaxMind.com";
+    let node_bytes = usize::from(record_size) / 4;
+    let tree_end = node_count.checked_mul(node_bytes).ok_or("the search tree's size overflows")?;
+    let marker = bytes.windows(MARKER.len()).rposition(|w| w == MARKER).ok_or("no metadata marker")?;
+    let data_len = tree_end
+        .checked_add(16)
+        .and_then(|start| marker.checked_sub(start))
+        .ok_or("the search tree runs into the metadata")?;
+    let depth_max = if ip_version == 6 { 128 } else { 32 };
+    let record = |node: usize, right: bool| -> u64 {
+        let b = &bytes[node * node_bytes..(node + 1) * node_bytes];
+        let be = |s: &[u8]| s.iter().fold(0u64, |v, &x| v << 8 | u64::from(x));
+        match (record_size, right) {
+            (24, false) => be(&b[0..3]),
+            (24, true) => be(&b[3..6]),
+            (28, false) => u64::from(b[3] >> 4) << 24 | be(&b[0..3]),
+            (28, true) => u64::from(b[3] & 0x0f) << 24 | be(&b[4..7]),
+            (_, false) => be(&b[0..4]),
+            (_, true) => be(&b[4..8]),
+        }
+    };
+    let cap = node_count.saturating_mul(4).saturating_add(64);
+    let (mut visits, mut stack) = (0usize, vec![(0usize, 0u32)]);
+    while let Some((node, depth)) = stack.pop() {
+        visits += 1;
+        if visits > cap {
+            return Err(format!(
+                "the search tree is not a tree: its {node_count} nodes share children or form a cycle (over {cap} visits); refused before it is walked"
+            ));
+        }
+        for right in [false, true] {
+            let r = record(node, right);
+            let n = node_count as u64;
+            if r < n {
+                if depth + 1 >= depth_max {
+                    return Err(format!("the search tree is deeper than an IPv{ip_version} address at node {node}"));
+                }
+                stack.push((r as usize, depth + 1));
+            } else if r > n && r.checked_sub(n + 16).is_none_or(|off| off >= data_len as u64) {
+                return Err(format!(
+                    "node {node} points outside the data section ({data_len} bytes): record {r}, {node_count} nodes"
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `country.iso_code` as path elements; a number is an array index

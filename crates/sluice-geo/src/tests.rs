@@ -257,3 +257,56 @@ fn dates_are_utc_days() {
     assert_eq!(date(1_795_737_600), "2026-11-27");
     assert_eq!(date(4_107_542_399), "2100-02-28");
 }
+
+/// A valid database of one IPv6 /32 (a chain of 32 nodes), and where its
+/// last node's record is.
+fn chain() -> (Vec<u8>, usize) {
+    let mut w = Writer::new("t", 1);
+    w.insert(ip("2001:db8::"), 32, country("DE")).unwrap();
+    let b = w.to_bytes();
+    let rec = |i: usize| u32::from_be_bytes(b[i * 4..i * 4 + 4].try_into().unwrap());
+    // Node 31's two records: the one that is not empty (32) holds the data.
+    let last = if rec(62) != 32 { 62 } else { 63 };
+    (b, last)
+}
+
+fn put(b: &mut [u8], record: usize, v: u32) {
+    b[record * 4..record * 4 + 4].copy_from_slice(&v.to_be_bytes());
+}
+
+#[test]
+fn hostile_databases_are_refused_at_once_by_name() {
+    let (good, last) = chain();
+    GeoDb::from_bytes(good.clone(), "good.mmdb".into()).unwrap();
+    let data = u32::from_be_bytes(good[last * 4..last * 4 + 4].try_into().unwrap());
+    // Every node's two children are the next node: 2^32 paths in 32 nodes.
+    let mut shared = good.clone();
+    for node in 0..31 {
+        put(&mut shared, 2 * node, node as u32 + 1);
+        put(&mut shared, 2 * node + 1, node as u32 + 1);
+    }
+    put(&mut shared, 62, data);
+    put(&mut shared, 63, data);
+    // A record pointing far past the data section.
+    let mut outside = good.clone();
+    put(&mut outside, last, 32 + 16 + 1_000_000);
+    // The data section cut short: its one value loses its last byte.
+    let marker = good.windows(14).position(|w| w == b"\xAB\xCD\xEFMaxMind.com").unwrap();
+    let mut cut = good[..marker - 1].to_vec();
+    cut.extend_from_slice(&good[marker..]);
+    // Into the 16 zero bytes between the tree and the data.
+    let mut separator = good.clone();
+    put(&mut separator, last, 32 + 3);
+    if let Ok(dir) = std::env::var("SLUICE_GEO_WRITE_CORPUS") {
+        std::fs::write(format!("{dir}/seed-shared-nodes"), &shared).unwrap();
+        std::fs::write(format!("{dir}/seed-pointer-outside"), &outside).unwrap();
+    }
+    for (name, bytes) in
+        [("shared.mmdb", shared), ("outside.mmdb", outside), ("cut.mmdb", cut), ("separator.mmdb", separator)]
+    {
+        let t = std::time::Instant::now();
+        let e = GeoDb::from_bytes(bytes, name.into()).unwrap_err().to_string();
+        assert!(t.elapsed() < std::time::Duration::from_secs(1), "{name}: {:?}", t.elapsed());
+        assert!(e.starts_with(name), "{e}");
+    }
+}
