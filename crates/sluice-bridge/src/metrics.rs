@@ -798,7 +798,8 @@ fn control_family_help(family: &str) -> &'static str {
         "sluice_set_expired" => "Runtime elements whose timeout passed.",
         "sluice_control_requests" => {
             "Control socket requests, by result (refused: the peer's uid/gid is not allowed; busy: too many \
-             connections at once; too_large: over 64 MiB; timed_out: not whole within the deadline)."
+             connections at once; too_large: over 64 MiB; timed_out: not whole within the deadline; \
+             malformed: did not parse; forbidden: a command the peer's role may not send)."
         }
         "sluice_set_publishes" => "Rule sets published for runtime changes (requests waiting together share one).",
         "sluice_flow_publications" => "Tables of flows from BGP peers published (UPDATEs arriving together share one).",

@@ -81,6 +81,45 @@ fn certs(flag: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, String
     Ok(certs)
 }
 
+/// `--crowdsec-url` and the TLS flags checked together: the rustls config
+/// for an https URL, none for http. An http URL to a host that is not
+/// loopback sends the credential (an API key, a password, a token) in the
+/// clear: allowed (a LAPI on a private network), and said once at start.
+pub fn check_url(url: &str, tls: &LapiTls) -> Result<Option<Arc<rustls::ClientConfig>>, String> {
+    let Some(rest) =
+        url.strip_prefix("https://").map(|r| (true, r)).or(url.strip_prefix("http://").map(|r| (false, r)))
+    else {
+        return Err(format!("--crowdsec-url {url}: expected http://HOST:PORT or https://HOST:PORT"));
+    };
+    match rest {
+        (true, _) => tls.client_config().map(Some),
+        (false, _) if tls.has_cert() || tls.ca.is_some() => {
+            Err(format!("--crowdsec-url {url}: --crowdsec-ca and --crowdsec-cert need an https:// URL"))
+        }
+        (false, hostport) => {
+            if let Some(warn) = cleartext_warning(url, hostport) {
+                tracing::warn!(event = "lapi_cleartext", "{warn}");
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// The warning for an http URL whose host (in `hostport`, what follows
+/// `http://`) is not loopback.
+fn cleartext_warning(url: &str, hostport: &str) -> Option<String> {
+    let authority = hostport.split('/').next().unwrap_or("");
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    let loopback =
+        host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    (!loopback).then(|| {
+        format!("--crowdsec-url {url}: http to a host that is not loopback sends the LAPI credential in the clear; use https:// (with --crowdsec-ca for a private CA)")
+    })
+}
+
 /// A transport error (refused, reset, DNS) as a line naming `url` once:
 /// ureq's own text starts with the URL already.
 pub fn transport_error(url: &str, e: &ureq::Error) -> String {
@@ -131,6 +170,22 @@ pub fn agent(tls: Option<&Arc<rustls::ClientConfig>>) -> ureq::Agent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cleartext_to_another_host_is_said() {
+        for url in ["http://127.0.0.1:8080", "http://localhost:8080/", "http://[::1]:8080", "http://127.0.0.2"] {
+            let rest = url.strip_prefix("http://").unwrap();
+            assert_eq!(cleartext_warning(url, rest), None, "{url}");
+        }
+        for url in ["http://10.0.0.5:8080", "http://lapi.example:8080", "http://[2001:db8::1]:8080/"] {
+            let rest = url.strip_prefix("http://").unwrap();
+            assert!(cleartext_warning(url, rest).is_some_and(|w| w.contains("in the clear")), "{url}");
+        }
+        assert!(check_url("ftp://x", &LapiTls::default()).unwrap_err().contains("expected http://"));
+        let with_ca = LapiTls { ca: Some("/ca.pem".into()), ..LapiTls::default() };
+        assert!(check_url("http://127.0.0.1:8080", &with_ca).unwrap_err().contains("need an https:// URL"));
+        assert!(check_url("http://127.0.0.1:8080", &LapiTls::default()).unwrap().is_none());
+    }
 
     #[test]
     fn a_refused_connection_names_its_url_once() {

@@ -368,14 +368,7 @@ pub fn targets(ctl: Option<(&std::path::Path, &str)>, crowdsec: Option<&WatcherF
 
 fn watcher(w: &WatcherFlags) -> Result<Watcher, String> {
     let url = &w.url;
-    let https = url.starts_with("https://");
-    if !https && !url.starts_with("http://") {
-        return Err(format!("--crowdsec-url {url}: expected http://HOST:PORT or https://HOST:PORT"));
-    }
-    if !https && (w.tls.has_cert() || w.tls.ca.is_some()) {
-        return Err(format!("--crowdsec-url {url}: --crowdsec-ca and --crowdsec-cert need an https:// URL"));
-    }
-    let tls = if https { Some(w.tls.client_config()?) } else { None };
+    let tls = lapi::check_url(url, &w.tls)?;
     let password = match (&w.password_file, w.tls.has_cert()) {
         (Some(pw), _) => {
             let password =

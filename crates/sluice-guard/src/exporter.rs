@@ -5,21 +5,27 @@ use crate::{CountTotals, Limit, Report, Shared};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
+use sluice_control::socket::{SocketCounters, SocketTotals};
 use sluice_metrics::{counter, gauge};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A registry that encodes the guard's counters on every scrape.
 ///
-/// `forward`: the block forwarder's counters, when blocks are forwarded.
-pub fn registry(shared: Arc<Shared>, forward: Option<Arc<ForwardCounters>>) -> Registry {
+/// `forward`: the block forwarder's counters, when blocks are forwarded;
+/// `socket`: the control socket's, when there is one.
+pub fn registry(
+    shared: Arc<Shared>,
+    forward: Option<Arc<ForwardCounters>>,
+    socket: Option<Arc<SocketCounters>>,
+) -> Registry {
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(Exporter(shared, forward)));
+    registry.register_collector(Box::new(Exporter(shared, forward, socket)));
     registry
 }
 
 /// The guard's counters as Prometheus metrics.
-struct Exporter(Arc<Shared>, Option<Arc<ForwardCounters>>);
+struct Exporter(Arc<Shared>, Option<Arc<ForwardCounters>>, Option<Arc<SocketCounters>>);
 
 impl std::fmt::Debug for Exporter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -41,6 +47,18 @@ impl Collector for Exporter {
         }
         if let Some(f) = &self.1 {
             forwarded(&mut enc, f)?;
+        }
+        if let Some(s) = &self.2 {
+            // As the socket declares them: one family, by result.
+            let rows = [(vec![], s.totals().exported())];
+            for family in sluice_metrics::counters::families(SocketTotals::FAMILIES) {
+                counter(
+                    &mut enc,
+                    family,
+                    "Control socket requests the socket itself answered, by result (refused: the peer is not allowed; busy; too_large; timed_out; malformed; forbidden: the peer's role).",
+                    &sluice_metrics::counters::samples(family, &rows),
+                )?;
+            }
         }
         Ok(())
     }

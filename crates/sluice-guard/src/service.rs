@@ -51,13 +51,16 @@ pub fn run(mut config: Config, s: Services) -> Result<(Report, Duration), Servic
     sluice_control::stop_on_interrupt(&stop).map_err(|e| start_err("installing the signal handlers")(&e))?;
     crate::control::reread_on_sighup(&running.shared()).map_err(|e| start_err("installing the SIGHUP handler")(&e))?;
     let counters = (!s.targets.is_empty()).then(|| Arc::new(ForwardCounters::new(&s.targets)));
+    let socket = s.control.is_some().then(|| Arc::new(sluice_control::socket::SocketCounters::default()));
     if let Some(m) = s.metrics {
-        let registry = crate::exporter::registry(running.shared(), counters.clone());
+        let registry = crate::exporter::registry(running.shared(), counters.clone(), socket.clone());
         sluice_metrics::serve_flag(m, registry, "sluice http-guard").map_err(|e| start_err("--metrics")(&e))?;
     }
     let control = s
         .control
-        .map(|(path, access)| crate::control::serve(&path, access, running.shared(), Arc::default()))
+        .map(|(path, access)| {
+            crate::control::serve(&path, access, running.shared(), socket.clone().unwrap_or_default())
+        })
         .transpose()
         .map_err(|e| start_err("--control")(&e))?;
     let forwarder = counters

@@ -59,7 +59,8 @@ fn the_summary_keys_and_metric_names_are_the_published_ones() {
     let _ = s.read(&mut [0u8; 64]);
     let sinks = block_forward::targets(Some((&dir.path().join("bridge.sock"), "guard")), None).unwrap();
     let forward = Arc::new(ForwardCounters::new(&sinks));
-    let registry = sluice_guard::exporter::registry(running.shared(), Some(forward));
+    let socket = Arc::new(sluice_control::socket::SocketCounters::default());
+    let registry = sluice_guard::exporter::registry(running.shared(), Some(forward), Some(socket));
     let mut metrics = String::new();
     prometheus_client::encoding::text::encode(&mut metrics, &registry).unwrap();
     running.stop_flag().store(true, std::sync::atomic::Ordering::Relaxed);

@@ -267,14 +267,7 @@ impl BouncerConfig {
         set: &str,
         max_answer: u64,
     ) -> Result<Self, String> {
-        let https = url.starts_with("https://");
-        if !https && (tls.has_cert() || tls.ca.is_some()) {
-            return Err(format!("--crowdsec-url {url}: --crowdsec-ca and --crowdsec-cert need an https:// URL"));
-        }
-        let tls = if https { Some(tls.client_config()?) } else { None };
-        if !https && !url.starts_with("http://") {
-            return Err(format!("--crowdsec-url {url}: expected http://HOST:PORT or https://HOST:PORT"));
-        }
+        let tls = sluice_control::lapi::check_url(url, tls)?;
         for (flag, v) in [("--crowdsec-interval", interval), ("--crowdsec-resync", resync)] {
             if !(v.is_finite() && v >= 0.05) {
                 return Err(format!("{flag} must be a number of seconds, at least 0.05"));
