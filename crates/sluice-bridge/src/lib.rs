@@ -176,6 +176,31 @@ pub struct Summary {
     pub sample_error: Option<String>,
 }
 
+impl sluice_control::product::Summary for Summary {
+    fn text(&self) -> String {
+        self.text.clone()
+    }
+    fn json(&self) -> serde_json::Value {
+        self.json.clone()
+    }
+}
+
+/// The bridge in the shape every product has; its own [`Running::wait`]
+/// and [`Running::stop`] are these.
+impl sluice_control::product::Running for Running {
+    type Summary = Summary;
+    type Error = anyhow::Error;
+    fn handle(&self) -> sluice_control::product::Handle {
+        sluice_control::product::Handle::new(Arc::clone(&self.stop))
+    }
+    fn finished(&self) -> bool {
+        self.pipeline.is_finished()
+    }
+    fn wait(self) -> Result<Summary> {
+        Running::wait(self)
+    }
+}
+
 /// The CrowdSec set's maxelem when its definition gives none:
 /// `--crowdsec-maxelem`, else the default. Both given and different is an
 /// error: one of them would be silently ignored.

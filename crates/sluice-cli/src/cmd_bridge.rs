@@ -291,11 +291,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
     };
     let ports = LivePorts { names, config: open };
     let summary = Bridge::start(cfg, Box::new(ports))?.wait()?;
-    if a.json {
-        println!("{}", summary.json);
-    } else {
-        print!("{}", summary.text);
-    }
+    print!("{}", sluice_control::product::print(&summary, a.json));
     if let Some(e) = summary.sample_error {
         tracing::error!("--sample-drops: {e}");
     }

@@ -303,11 +303,7 @@ pub fn run(a: GuardArgs) -> Result<Outcome> {
         block_ja4: a.block_ja4,
         safety,
     };
-    let (report, elapsed) = sluice_guard::service::run(config, services).context("http-guard")?;
-    if a.json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        print!("{}", report.text(elapsed));
-    }
+    let summary = sluice_guard::service::run(config, services).context("http-guard")?;
+    print!("{}", sluice_control::product::print(&summary, a.json));
     Ok(Outcome::Complete)
 }

@@ -15,6 +15,7 @@
 
 pub mod command;
 pub mod lapi;
+pub mod product;
 pub mod safety;
 pub mod signals;
 pub mod socket;

@@ -570,13 +570,13 @@ impl Running {
         self.shared.clone()
     }
 
-    /// Whether a thread ended early (an error: `join` says which).
+    /// Whether a thread ended early (an error: `wait` says which).
     pub fn any_finished(&self) -> bool {
         self.publisher.is_finished() || self.handles.iter().any(JoinHandle::is_finished)
     }
 
     /// Stop, wait for every thread, and sum the counters.
-    pub fn join(self) -> Result<Report, GuardError> {
+    pub fn wait(self) -> Result<Report, GuardError> {
         self.stop.store(true, Ordering::Relaxed);
         let panicked = || GuardError::Io { what: "a guard thread".into(), error: io::Error::other("panicked") };
         for h in self.handles {

@@ -6,10 +6,11 @@
 
 use crate::block_forward::{ForwardCounters, Target};
 use crate::{Config, Guard, GuardError, Report};
+use sluice_control::product::{Handle, Running, Summary};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What runs around the proxy.
 #[derive(Default)]
@@ -33,15 +34,43 @@ pub enum ServiceError {
     Guard(#[from] GuardError),
     #[error("{what}: {error}")]
     Start { what: &'static str, error: String },
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
 }
 
 fn start_err(what: &'static str) -> impl Fn(&dyn std::fmt::Display) -> ServiceError {
     move |e| ServiceError::Start { what, error: e.to_string() }
 }
 
-/// Binds, runs until stopped (a signal, `duration`, a thread that ended),
-/// and sums up: the report and how long it ran.
-pub fn run(mut config: Config, s: Services) -> Result<(Report, Duration), ServiceError> {
+/// The guard as a service, running: the proxy and everything around it.
+pub struct Service {
+    addr: SocketAddr,
+    running: crate::Running,
+    control: Option<crate::control::GuardControl>,
+    forwarder: Option<std::thread::JoinHandle<()>>,
+    started: Instant,
+}
+
+/// How a guard ended: its counters and how long it ran.
+#[derive(Debug, Clone)]
+pub struct GuardSummary {
+    pub report: Report,
+    pub elapsed: Duration,
+}
+
+impl Summary for GuardSummary {
+    fn text(&self) -> String {
+        self.report.text(self.elapsed)
+    }
+    fn json(&self) -> serde_json::Value {
+        serde_json::to_value(&self.report).unwrap_or_default()
+    }
+}
+
+/// Binds and starts the proxy, then (in this order) the signal handlers
+/// (SIGINT and SIGTERM stop it, SIGHUP rereads), the metrics responder,
+/// the control socket and the block forwarder.
+pub fn start(mut config: Config, s: Services) -> Result<Service, ServiceError> {
     config.forward_blocks = !s.targets.is_empty();
     let dry_run = config.dry_run;
     let guard = Guard::bind(config)?;
@@ -72,12 +101,48 @@ pub fn run(mut config: Config, s: Services) -> Result<(Report, Duration), Servic
     if dry_run {
         tracing::warn!("dry run: breaches are counted and would-be blocks logged, none is enforced");
     }
-    let elapsed = sluice_control::wait_until_stopped(&stop, s.duration, || running.any_finished());
-    control.into_iter().for_each(crate::control::GuardControl::stop);
-    let report = running.join()?;
-    if let Some(f) = forwarder {
-        // The loops are done: the forwarder makes its last push and ends.
-        let _ = f.join();
+    Ok(Service { addr, running, control, forwarder, started: Instant::now() })
+}
+
+impl Service {
+    /// Where it listens (the port chosen, when 0 was asked).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
     }
-    Ok((report, elapsed))
+
+    /// The live counters.
+    pub fn shared(&self) -> Arc<crate::Shared> {
+        self.running.shared()
+    }
+}
+
+impl Running for Service {
+    type Summary = GuardSummary;
+    type Error = ServiceError;
+    fn handle(&self) -> Handle {
+        Handle::new(self.running.stop_flag())
+    }
+    fn finished(&self) -> bool {
+        self.running.any_finished()
+    }
+    /// Stops the control socket, the proxy's threads, then the forwarder
+    /// (its last push), and sums up.
+    fn wait(self) -> Result<GuardSummary, ServiceError> {
+        self.running.stop_flag().store(true, std::sync::atomic::Ordering::Relaxed);
+        self.control.into_iter().for_each(crate::control::GuardControl::stop);
+        let report = self.running.wait()?;
+        if let Some(f) = self.forwarder {
+            // The loops are done: the forwarder makes its last push and ends.
+            let _ = f.join();
+        }
+        Ok(GuardSummary { report, elapsed: self.started.elapsed() })
+    }
+}
+
+/// [`start`], then run until stopped (a signal, `duration`, a thread that
+/// ended), and sum up.
+pub fn run(config: Config, s: Services) -> Result<GuardSummary, ServiceError> {
+    let duration = s.duration.map(|d| Duration::from_secs_f64(d.max(0.0)));
+    let service = start(config, s)?;
+    Ok(sluice_control::product::run_to_end(service, duration, false)?.0)
 }

@@ -60,7 +60,7 @@ fn pipelined_requests_before_a_fin_are_all_answered() {
     let mut got = Vec::new();
     s.read_to_end(&mut got).unwrap();
     assert_eq!(got, OK, "{}", String::from_utf8_lossy(&got));
-    assert_eq!(running.join().unwrap().counts.forwarded, 4);
+    assert_eq!(running.wait().unwrap().counts.forwarded, 4);
 }
 
 #[test]
@@ -89,5 +89,5 @@ fn pipelined_requests_before_a_close_notify_are_all_answered() {
     // The guard's close_notify ends it (Ok), or its FIN (UnexpectedEof).
     let _ = tls.read_to_end(&mut got);
     assert_eq!(responses(&got), 3, "{}", String::from_utf8_lossy(&got));
-    assert_eq!(running.join().unwrap().counts.forwarded, 3);
+    assert_eq!(running.wait().unwrap().counts.forwarded, 3);
 }

@@ -64,7 +64,7 @@ fn the_summary_keys_and_metric_names_are_the_published_ones() {
     let mut metrics = String::new();
     prometheus_client::encoding::text::encode(&mut metrics, &registry).unwrap();
     running.stop_flag().store(true, std::sync::atomic::Ordering::Relaxed);
-    let report = running.join().unwrap();
+    let report = running.wait().unwrap();
     let mut keys = BTreeSet::new();
     // Maps keyed by what occurred (limits, reasons) hold data, not names.
     support::key_paths(&serde_json::to_value(&report).unwrap(), "", &["breaches", "blocks_refused"], &mut keys);

@@ -162,5 +162,5 @@ fn nginx_chunked_responses_pass_through_whole() {
     let counts = g.shared().report().counts;
     assert_eq!((counts.forwarded, counts.upstream_errors), (2 * sizes.len() as u64, 0), "{counts:?}");
     g.stop_flag().store(true, Ordering::Relaxed);
-    g.join().unwrap();
+    g.wait().unwrap();
 }

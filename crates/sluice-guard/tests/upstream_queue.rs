@@ -82,7 +82,7 @@ fn answer(s: &mut TcpStream) -> String {
 
 fn stop(g: sluice_guard::Running) {
     g.stop_flag().store(true, std::sync::atomic::Ordering::Relaxed);
-    g.join().unwrap();
+    g.wait().unwrap();
 }
 
 fn wait_queued(g: &sluice_guard::Running, n: u64) {

@@ -19,7 +19,7 @@ pub fn start(up: SocketAddr, tune: impl FnOnce(&mut Config)) -> (SocketAddr, Run
 
 pub fn stop(g: Running) {
     g.stop_flag().store(true, Ordering::Relaxed);
-    g.join().unwrap();
+    g.wait().unwrap();
 }
 
 /// A connection to `to` whose reads give up after 10 s (a test fails, not hangs).
