@@ -112,8 +112,13 @@ struct Conn {
 }
 
 impl Conn {
+    /// Writes one message, within the hold time (240 s before it is
+    /// agreed or when it is 0): a peer that stops reading ends its session
+    /// instead of holding this thread, and the bridge's stop, for ever.
     fn send(&mut self, bytes: &[u8]) -> Result<(), End> {
         self.last_sent = Instant::now();
+        let deadline = if self.hold.is_zero() { Duration::from_secs(240) } else { self.hold };
+        let _ = self.s.set_write_timeout(Some(deadline));
         self.s.write_all(bytes).map_err(|e| End::Gone(format!("writing: {e}")))
     }
 

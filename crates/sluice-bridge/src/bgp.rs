@@ -211,6 +211,9 @@ impl BgpFlags {
         let md5_key = match &self.password_file {
             Some(f) => {
                 let text = std::fs::read(f).map_err(|e| format!("--bgp-password-file {}: {e}", f.display()))?;
+                if let Some(warn) = sluice_control::lapi::secret_file_warning("--bgp-password-file", f) {
+                    tracing::warn!("{warn}");
+                }
                 // One line: a trailing newline is not part of the key.
                 let key = text.strip_suffix(b"\n").unwrap_or(&text);
                 let key = key.strip_suffix(b"\r").unwrap_or(key);
@@ -738,7 +741,8 @@ fn listen(l: TcpListener, inboxes: HashMap<IpAddr, Sender<TcpStream>>, stop: &At
         match l.accept() {
             Ok((s, from)) => {
                 let _ = s.set_nonblocking(false);
-                match inboxes.get(&from.ip()) {
+                // An IPv4 peer on a `[::]` listener comes as ::ffff:a.b.c.d.
+                match inboxes.get(&from.ip().to_canonical()) {
                     Some(tx) => {
                         let _ = tx.send(s);
                     }
@@ -1003,6 +1007,24 @@ mod tests {
         loose.guard = rib.guard.clone();
         assert!(loose.update(peer(1), &announce(vec![f], discard())), "the held route went");
         assert_eq!(loose.table(Placement::First).rules().len(), 0);
+    }
+
+    #[test]
+    fn an_ipv4_peer_reaches_its_session_through_a_dual_stack_listener() {
+        let l = TcpListener::bind("[::]:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        l.set_nonblocking(true).unwrap();
+        let (tx, rx) = channel();
+        let inboxes = HashMap::from([(IpAddr::from([127, 0, 0, 1]), tx)]);
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let t = std::thread::spawn(move || listen(l, inboxes, &flag));
+        let _peer = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let got = rx.recv_timeout(Duration::from_secs(5));
+        stop.store(true, Ordering::Relaxed);
+        t.join().unwrap();
+        let s = got.expect("the IPv4 peer's connection reached its session");
+        assert_eq!(s.peer_addr().unwrap().ip().to_canonical(), IpAddr::from([127, 0, 0, 1]));
     }
 
     #[test]
