@@ -29,7 +29,7 @@ use sluice_rules::Prefix;
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{channel, sync_channel, Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -681,7 +681,7 @@ impl Bgp {
             .collect();
         let (tx, rx) = channel();
         let mut threads = Vec::new();
-        let mut inboxes: HashMap<IpAddr, Sender<TcpStream>> = HashMap::new();
+        let mut inboxes: HashMap<IpAddr, SyncSender<TcpStream>> = HashMap::new();
         let listener = cfg.listen.map(TcpListener::bind).transpose()?;
         if let Some(l) = &listener {
             // The listener checks each peer's segments with its key.
@@ -695,7 +695,9 @@ impl Bgp {
         }
         for p in &cfg.peers {
             let accepted = (p.passive || listener.is_some()).then(|| {
-                let (atx, arx) = channel();
+                // One connection waits for the session at most: more from
+                // the same peer are closed, not piled up.
+                let (atx, arx) = sync_channel(1);
                 inboxes.insert(p.addr.ip(), atx);
                 arx
             });
@@ -736,7 +738,7 @@ impl Bgp {
 
 /// Hands each accepted connection to its peer's session, by address;
 /// others are closed.
-fn listen(l: TcpListener, inboxes: HashMap<IpAddr, Sender<TcpStream>>, stop: &AtomicBool) {
+fn listen(l: TcpListener, inboxes: HashMap<IpAddr, SyncSender<TcpStream>>, stop: &AtomicBool) {
     while !stop.load(Ordering::Relaxed) {
         match l.accept() {
             Ok((s, from)) => {
@@ -744,7 +746,12 @@ fn listen(l: TcpListener, inboxes: HashMap<IpAddr, Sender<TcpStream>>, stop: &At
                 // An IPv4 peer on a `[::]` listener comes as ::ffff:a.b.c.d.
                 match inboxes.get(&from.ip().to_canonical()) {
                     Some(tx) => {
-                        let _ = tx.send(s);
+                        if let Err(TrySendError::Full(_)) = tx.try_send(s) {
+                            tracing::warn!(
+                                event = "bgp_refused",
+                                "BGP connection from {from}: that peer has one waiting already; closed"
+                            );
+                        }
                     }
                     None => tracing::warn!(event = "bgp_refused", "BGP connection from {from}: not a configured peer"),
                 }
@@ -1010,21 +1017,29 @@ mod tests {
     }
 
     #[test]
-    fn an_ipv4_peer_reaches_its_session_through_a_dual_stack_listener() {
+    fn an_ipv4_peer_reaches_its_session_through_a_dual_stack_listener_and_only_one_waits() {
         let l = TcpListener::bind("[::]:0").unwrap();
         let port = l.local_addr().unwrap().port();
         l.set_nonblocking(true).unwrap();
-        let (tx, rx) = channel();
+        let (tx, rx) = sync_channel(1);
         let inboxes = HashMap::from([(IpAddr::from([127, 0, 0, 1]), tx)]);
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let t = std::thread::spawn(move || listen(l, inboxes, &flag));
         let _peer = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        // A second and a third from the same peer while the first waits:
+        // closed by the listener, not queued.
+        let mut extra: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap()).collect();
+        for e in &mut extra {
+            e.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            assert_eq!(std::io::Read::read(e, &mut [0u8; 1]).unwrap_or(1), 0, "closed");
+        }
         let got = rx.recv_timeout(Duration::from_secs(5));
         stop.store(true, Ordering::Relaxed);
         t.join().unwrap();
         let s = got.expect("the IPv4 peer's connection reached its session");
         assert_eq!(s.peer_addr().unwrap().ip().to_canonical(), IpAddr::from([127, 0, 0, 1]));
+        assert!(rx.try_recv().is_err(), "one waits, no more");
     }
 
     #[test]
