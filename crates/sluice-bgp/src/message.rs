@@ -118,6 +118,11 @@ pub struct Update {
     /// announcements as withdrawals: they are moved to `withdrawn` and
     /// `flows_withdrawn`, and this says why.
     pub treat_as_withdraw: Option<String>,
+    /// An End-of-RIB marker (RFC 4724 section 2), and for which family: an
+    /// UPDATE with nothing in it (IPv4 unicast), or with only an empty
+    /// MP_UNREACH_NLRI of that family. A peer that restarted has sent that
+    /// family's routes again; its other families may still be coming.
+    pub end_of_rib: Option<AfiSafi>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -374,11 +379,14 @@ fn decode_update(body: &[u8], as4: bool) -> Result<Update, SessionError> {
     let mut a = Cursor { b: attrs, at: 0 };
     let mut seen = [false; 256];
     let mut wrong: Option<String> = None;
+    // For End-of-RIB: how many attributes, and an empty MP_UNREACH's family.
+    let (mut attributes, mut empty_unreach) = (0usize, None);
     while !a.done() {
         let flags = a.u8().ok_or_else(|| malformed("an attribute header past the list"))?;
         let code = a.u8().ok_or_else(|| malformed("an attribute header past the list"))?;
         let n = if flags & 0x10 != 0 { a.u16().map(usize::from) } else { a.u8().map(usize::from) };
         let v = n.and_then(|n| a.take(n)).ok_or_else(|| malformed(&format!("attribute {code} past the list")))?;
+        attributes += 1;
         if std::mem::replace(&mut seen[usize::from(code)], true) {
             // RFC 7606 §3.g: MP_(UN)REACH twice ends the session; others are discarded.
             if code == 14 || code == 15 {
@@ -423,11 +431,22 @@ fn decode_update(body: &[u8], as4: bool) -> Result<Update, SessionError> {
                 let (Some(afi), Some(safi)) = (m.u16(), m.u8()) else {
                     return Err(reset(UPDATE_ERROR, 9, "MP_UNREACH_NLRI ends before its NLRI"));
                 };
-                mp_nlri(AfiSafi { afi, safi }, m.rest(), false, &mut u)
+                let nlri = m.rest();
+                if nlri.is_empty() {
+                    empty_unreach = Some(AfiSafi { afi, safi });
+                }
+                mp_nlri(AfiSafi { afi, safi }, nlri, false, &mut u)
                     .map_err(|e| reset(UPDATE_ERROR, 9, format!("MP_UNREACH_NLRI: {e}")))?;
             }
             _ => {}
         }
+    }
+    if withdrawn.is_empty() && nlri.is_empty() {
+        u.end_of_rib = match (attributes, empty_unreach) {
+            (0, _) => Some(AfiSafi::IPV4_UNICAST),
+            (1, Some(f)) => Some(f),
+            _ => None,
+        };
     }
     if let Some(why) = wrong {
         // Treat-as-withdraw: what it announced is withdrawn instead.

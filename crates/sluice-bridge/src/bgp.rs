@@ -20,7 +20,7 @@
 //! refused route is counted by peer and reason; the session stays up.
 
 use sluice_bgp::flowspec::{Component, Family, Flow, PrefixMatch};
-use sluice_bgp::message::{FlowAction, Update, BLACKHOLE};
+use sluice_bgp::message::{AfiSafi, FlowAction, Update, BLACKHOLE};
 use sluice_bgp::session::{self, PeerConfig};
 use sluice_control::safety::Safety;
 use sluice_engine::flows::{FlowCounts, FlowRule, FlowTable, FlowVerdict, Placement, PoliceKey, Policer, Rate};
@@ -562,22 +562,27 @@ impl Rib {
                 "UPDATE from {peer}: {refused} route(s) refused, the peer holds {max} (--bgp-max-routes)"
             );
         }
-        if u.flows_announced.is_empty()
-            && u.flows_withdrawn.is_empty()
-            && u.announced.is_empty()
-            && u.withdrawn.is_empty()
-        {
-            // End-of-RIB (RFC 4724): what the restarted peer did not send
-            // again is gone.
-            changed |= Self::drop_stale(rib);
+        if let Some(family) = u.end_of_rib {
+            // End-of-RIB (RFC 4724), per family: what the restarted peer did
+            // not send again of this family is gone; its other families'
+            // stale routes wait for their own marker (or the window's end).
+            changed |= Self::drop_stale(rib, Some(family));
         }
         changed
     }
 
-    fn drop_stale(rib: &mut PeerRib) -> bool {
+    /// Drops the stale routes of `family` (all of them: None); the restart
+    /// window ends with the last.
+    fn drop_stale(rib: &mut PeerRib, family: Option<AfiSafi>) -> bool {
+        let of = |k: &Key| match *k {
+            Key::Flow(f, _) => AfiSafi { afi: if f == Family::V6 { 2 } else { 1 }, safi: 133 },
+            Key::Blackhole(a, _) => AfiSafi { afi: if a.is_ipv6() { 2 } else { 1 }, safi: 1 },
+        };
         let before = rib.routes.len();
-        rib.routes.retain(|_, r| !r.stale);
-        rib.stale_until = None;
+        rib.routes.retain(|k, r| !(r.stale && family.is_none_or(|f| of(k) == f)));
+        if rib.routes.values().all(|r| !r.stale) {
+            rib.stale_until = None;
+        }
         rib.routes.len() != before
     }
 
@@ -611,7 +616,7 @@ impl Rib {
     pub fn expire(&mut self, now: Instant) -> Vec<SocketAddr> {
         let mut gone = Vec::new();
         for (peer, rib) in &mut self.peers {
-            if rib.stale_until.is_some_and(|t| now >= t) && Self::drop_stale(rib) {
+            if rib.stale_until.is_some_and(|t| now >= t) && Self::drop_stale(rib, None) {
                 gone.push(*peer);
             }
         }
@@ -1143,9 +1148,15 @@ mod tests {
         // connection): the window still holds.
         assert!(!rib.down(peer(1), Duration::ZERO, now + Duration::from_secs(1)));
         assert_eq!(rib.table(Placement::First).rules().len(), 2);
-        // Back, sends one of the two again, then End-of-RIB: the other goes.
+        // Back, sends one of the two again. IPv4 unicast's End-of-RIB does
+        // not end FlowSpec's restart (RFC 4724: per family); FlowSpec's does,
+        // and the flow not sent again goes.
         rib.update(peer(1), &announce(vec![udp53()], vec![FlowAction::RateBytes(0.0)]));
-        assert!(rib.update(peer(1), &Update::default()));
+        let eor = |f| Update { end_of_rib: Some(f), ..Update::default() };
+        assert!(!rib.update(peer(1), &eor(AfiSafi::IPV4_UNICAST)));
+        assert!(!rib.update(peer(1), &Update::default()), "an empty UPDATE that is no marker ends nothing");
+        assert_eq!(rib.table(Placement::First).rules().len(), 2);
+        assert!(rib.update(peer(1), &eor(AfiSafi::IPV4_FLOWSPEC)));
         assert_eq!(rib.table(Placement::First).rules().len(), 1);
         // Down without graceful restart: gone at once.
         assert!(rib.down(peer(1), Duration::ZERO, now));

@@ -167,3 +167,27 @@ proptest! {
         let _ = decode(&update(&[], &attrs, &nlri), true);
     }
 }
+
+#[test]
+fn end_of_rib_is_told_per_family() {
+    // An UPDATE with nothing in it: IPv4 unicast's.
+    assert_eq!(decode_update(&[0, 0, 0, 0], true).unwrap().end_of_rib, Some(AfiSafi::IPV4_UNICAST));
+    // Only an empty MP_UNREACH_NLRI: that family's.
+    let eor = |afi: u16, safi: u8| {
+        let a = afi.to_be_bytes();
+        vec![0, 0, 0, 6, 0x80, 15, 3, a[0], a[1], safi]
+    };
+    assert_eq!(decode_update(&eor(1, 133), true).unwrap().end_of_rib, Some(AfiSafi::IPV4_FLOWSPEC));
+    assert_eq!(decode_update(&eor(2, 1), true).unwrap().end_of_rib, Some(AfiSafi::IPV6_UNICAST));
+    // An UPDATE without routes but with other attributes is no marker.
+    let mut other = eor(1, 133);
+    other[3] = 10;
+    other.extend_from_slice(&[0x40, 1, 1, 0]);
+    assert_eq!(decode_update(&other, true).unwrap().end_of_rib, None);
+    // Nor is one that withdraws a route.
+    assert_eq!(decode_update(&[0, 2, 8, 10, 0, 0], true).unwrap().end_of_rib, None);
+    // A FlowSpec withdrawal is read as one (destination 10.0.0.0/8), and is
+    // no marker.
+    let u = decode_update(&[0, 0, 0, 10, 0x80, 15, 7, 0, 1, 133, 3, 1, 8, 10], true).unwrap();
+    assert_eq!((u.flows_withdrawn.len(), u.end_of_rib), (1, None));
+}
