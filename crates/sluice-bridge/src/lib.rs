@@ -276,14 +276,7 @@ impl Bridge {
         *metrics.io.lock().unwrap_or_else(PoisonError::into_inner) = io.clone();
 
         let started = serve_control(
-            (
-                cfg.metrics,
-                cfg.control.as_deref(),
-                sluice_control::socket::Access::owner_and(
-                    cfg.control_group.as_deref(),
-                    cfg.control_add_group.as_deref(),
-                )?,
-            ),
+            (cfg.metrics, cfg.control.as_deref(), (cfg.control_group.as_deref(), cfg.control_add_group.as_deref())),
             crowdsec,
             &events,
             &stop,
@@ -409,16 +402,22 @@ impl Control {
 /// control socket and the CrowdSec bouncer, each when configured.
 type Servers = (Option<SocketAddr>, Option<sluice_control::socket::Serving>, Option<JoinHandle<()>>);
 
+/// The control socket's groups: every command, and add/test/list only.
+type Groups<'a> = (Option<&'a str>, Option<&'a str>);
+
 /// Start the control plane's servers; `at`: the metrics address, the
-/// control socket's path and who may use it.
+/// control socket's path and the groups that may use it besides its owner.
 fn serve_control(
-    at: (Option<SocketAddr>, Option<&std::path::Path>, sluice_control::socket::Access),
+    at: (Option<SocketAddr>, Option<&std::path::Path>, Groups<'_>),
     crowdsec: Option<BouncerConfig>,
     events: &Sender<Event>,
     stop: &Arc<AtomicBool>,
     metrics: &Arc<BridgeMetrics>,
 ) -> Result<Servers> {
-    let (metrics_at, control, access) = at;
+    let (metrics_at, control, (group, add_group)) = at;
+    // A group that does not exist stops the start here, where what was
+    // started is stopped again.
+    let access = sluice_control::socket::Access::owner_and(group, add_group)?;
     let metrics_addr = metrics_at
         .map(|addr| sluice_metrics::serve_flag(addr, metrics.registry(), "sluice bridge"))
         .transpose()

@@ -389,3 +389,27 @@ fn a_country_set_drops_its_networks_and_says_where_they_came_from() {
     bridge.stop();
     bridge.wait().unwrap();
 }
+
+/// A control group that does not exist stops the start, naming it, and
+/// leaves nothing running (the socket's file is not made).
+#[test]
+fn an_unknown_control_group_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = write(dir.path(), "r.rules", "drop saddr 192.0.2.1\n");
+    for (group, add_group) in [(Some("sluice-no-such-group"), None), (None, Some("sluice-no-such-group"))] {
+        let sock = dir.path().join("ctl.sock");
+        let cfg = BridgeConfig {
+            control: Some(sock.clone()),
+            control_group: group.map(str::to_owned),
+            control_add_group: add_group.map(str::to_owned),
+            ..BridgeConfig::new(rules(list.clone()))
+        };
+        let (pair, _wire) = MemoryPair::new(["mem0", "mem1"]);
+        let e = match Bridge::start(cfg, Box::new(pair)) {
+            Ok(_) => panic!("started with an unknown group"),
+            Err(e) => format!("{e:#}"),
+        };
+        assert!(e.contains("sluice-no-such-group: no such group"), "{e}");
+        assert!(!sock.exists());
+    }
+}
