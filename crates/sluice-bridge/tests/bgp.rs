@@ -182,21 +182,26 @@ fn scrape(addr: std::net::SocketAddr) -> String {
     out
 }
 
-/// A bridge over in-memory ports peering with `peer` (AS 65001), its
-/// control socket in `dir`.
-fn bridge_with_peer(peer: &str, dir: &std::path::Path, restart_time: u16) -> (Running, Wire) {
-    let flags = BgpFlags {
-        peers: vec![peer.into()],
+/// The flags every test peers with: the peers (AS 65001) from this side
+/// (AS 65002), flows before the rules, RFC 4271's usual timers.
+fn flags(peers: Vec<String>) -> BgpFlags {
+    BgpFlags {
+        peers,
         peer_as: vec![65001],
         local_as: Some(65002),
         router_id: Some("192.0.2.2".parse().unwrap()),
         rules: "first".into(),
         hold_time: 90,
-        restart_time,
-        // The peers' GRE policer names no destination.
-        allow_undirected: true,
+        restart_time: 120,
         ..BgpFlags::default()
-    };
+    }
+}
+
+/// A bridge over in-memory ports peering with `peer` (AS 65001), its
+/// control socket in `dir`.
+fn bridge_with_peer(peer: &str, dir: &std::path::Path, restart_time: u16) -> (Running, Wire) {
+    // The peers' GRE policer names no destination.
+    let flags = BgpFlags { restart_time, allow_undirected: true, ..flags(vec![peer.into()]) };
     let mut bgp = flags.config().unwrap().unwrap();
     bgp.peers[0].connect_retry = Duration::from_millis(200);
     let cfg = BridgeConfig {
@@ -237,16 +242,7 @@ fn gobgp_routes_that_would_turn_the_bridge_against_its_host_are_refused() {
     let sock = dir.path().join("ctl.sock");
     let never = dir.path().join("never.txt");
     std::fs::write(&never, "192.0.2.1\n").unwrap();
-    let flags = BgpFlags {
-        peers: vec![format!("127.0.0.1:{}", d.port)],
-        peer_as: vec![65001],
-        local_as: Some(65002),
-        router_id: Some("192.0.2.2".parse().unwrap()),
-        rules: "first".into(),
-        hold_time: 90,
-        restart_time: 120,
-        ..BgpFlags::default()
-    };
+    let flags = flags(vec![format!("127.0.0.1:{}", d.port)]);
     let mut bgp = flags.config().unwrap().unwrap();
     bgp.peers[0].connect_retry = Duration::from_millis(200);
     let cfg = BridgeConfig {
@@ -309,18 +305,8 @@ fn gobgp_flows_and_blackholes_drop_exactly_their_frames_until_withdrawn() {
     let Some(d) = Gobgpd::start() else { return };
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("ctl.sock");
-    let flags = BgpFlags {
-        peers: vec![format!("127.0.0.1:{}", d.port)],
-        peer_as: vec![65001],
-        local_as: Some(65002),
-        router_id: Some("192.0.2.2".parse().unwrap()),
-        rules: "first".into(),
-        hold_time: 90,
-        restart_time: 120,
-        // The GRE policer below names no destination.
-        allow_undirected: true,
-        ..BgpFlags::default()
-    };
+    // The GRE policer below names no destination.
+    let flags = BgpFlags { allow_undirected: true, ..flags(vec![format!("127.0.0.1:{}", d.port)]) };
     let mut bgp = flags.config().unwrap().unwrap();
     bgp.peers[0].connect_retry = Duration::from_millis(200);
     let cfg = BridgeConfig {
@@ -637,16 +623,7 @@ fn a_malformed_update_resets_only_its_own_session() {
     let fake = std::net::TcpListener::bind("127.0.0.3:0").unwrap();
     let fake_addr = fake.local_addr().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let flags = BgpFlags {
-        peers: vec![format!("127.0.0.1:{}", d.port), fake_addr.to_string()],
-        peer_as: vec![65001],
-        local_as: Some(65002),
-        router_id: Some("192.0.2.2".parse().unwrap()),
-        rules: "first".into(),
-        hold_time: 90,
-        restart_time: 120,
-        ..BgpFlags::default()
-    };
+    let flags = flags(vec![format!("127.0.0.1:{}", d.port), fake_addr.to_string()]);
     let mut bgp = flags.config().unwrap().unwrap();
     for p in &mut bgp.peers {
         p.connect_retry = Duration::from_millis(200);
@@ -704,17 +681,7 @@ fn a_peer_requiring_tcp_md5_is_reached_with_its_password_only() {
         std::fs::create_dir(&sub).unwrap();
         let file = sub.join("bgp.key");
         std::fs::write(&file, format!("{password}\n")).unwrap();
-        let flags = BgpFlags {
-            peers: vec![format!("127.0.0.1:{port}")],
-            peer_as: vec![65001],
-            local_as: Some(65002),
-            router_id: Some("192.0.2.2".parse().unwrap()),
-            rules: "first".into(),
-            hold_time: 90,
-            restart_time: 120,
-            password_file: Some(file),
-            ..BgpFlags::default()
-        };
+        let flags = BgpFlags { password_file: Some(file), ..flags(vec![format!("127.0.0.1:{port}")]) };
         let mut bgp = flags.config().unwrap().unwrap();
         bgp.peers[0].connect_retry = Duration::from_millis(200);
         let sock = sub.join("ctl.sock");
