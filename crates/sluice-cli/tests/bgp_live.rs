@@ -26,6 +26,16 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// Whether some socket listens on TCP `port` (any address), read from
+/// /proc/net/tcp so that the peer sees no probe connection.
+fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X} ");
+    std::fs::read_to_string("/proc/net/tcp").unwrap_or_default().lines().skip(1).any(|l| {
+        l.split_whitespace().nth(1).is_some_and(|local| format!("{local} ").ends_with(&want))
+            && l.split_whitespace().nth(3) == Some("0A")
+    })
+}
+
 struct Gobgpd {
     child: Child,
     api: u16,
@@ -301,9 +311,10 @@ fn flowspec_and_blackholes_from_bird_on_the_wire() {
            flow4 {{ import none; export all; }};\n  ipv4 {{ import none; export all; next hop self; }};\n}}\n"
     );
     let file = dir.path().join("bird.conf");
-    std::fs::write(&file, conf).unwrap();
+    let log = dir.path().join("bird.log");
+    std::fs::write(&file, format!("log \"{}\" all;\n{conf}", log.display())).unwrap();
     let ctl = dir.path().join("bird.ctl");
-    let _bird = Killed(
+    let mut bird = Killed(
         Command::new("bird")
             .arg("-f")
             .arg("-c")
@@ -317,6 +328,18 @@ fn flowspec_and_blackholes_from_bird_on_the_wire() {
             .spawn()
             .unwrap(),
     );
+    // The bridge retries a refused connection after 5 s, then 10 s: wait
+    // for BIRD's listener first, and say what BIRD said if it never comes.
+    let end = Instant::now() + Duration::from_secs(20);
+    while !listening(port) {
+        let exited = bird.0.try_wait().unwrap();
+        assert!(
+            exited.is_none() && Instant::now() < end,
+            "BIRD is not listening on 127.0.0.2:{port} (exit: {exited:?}); its log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let birdc = move |what: &str| {
         let out = Command::new("birdc").arg("-s").arg(&ctl).args(what.split_whitespace()).output().unwrap();
         assert!(out.status.success(), "birdc {what}: {}", String::from_utf8_lossy(&out.stderr));
