@@ -30,11 +30,13 @@ use crate::netlink;
 
 // enum bpf_cmd
 const BPF_MAP_CREATE: i32 = 0;
+const BPF_MAP_LOOKUP_ELEM: i32 = 1;
 const BPF_MAP_UPDATE_ELEM: i32 = 2;
 const BPF_MAP_DELETE_ELEM: i32 = 3;
 const BPF_PROG_LOAD: i32 = 5;
 const BPF_PROG_TEST_RUN: i32 = 10;
 const BPF_LINK_CREATE: i32 = 28;
+const BPF_LINK_UPDATE: i32 = 29;
 
 const BPF_MAP_TYPE_XSKMAP: u32 = 17;
 const BPF_PROG_TYPE_XDP: u32 = 6;
@@ -103,7 +105,8 @@ pub struct Insn {
 }
 
 impl Insn {
-    const fn new(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+    /// An instruction from its parts (`dst`, `src`: registers 0-10).
+    pub const fn new(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
         Insn { code, regs: (src << 4) | (dst & 0x0f), off, imm }
     }
 }
@@ -204,6 +207,15 @@ struct LinkCreateAttr {
     flags: u32,
 }
 
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct LinkUpdateAttr {
+    link_fd: u32,
+    new_prog_fd: u32,
+    flags: u32,
+    old_prog_fd: u32,
+}
+
 /// Marker for the attr structs above.
 trait BpfAttr: Copy {}
 impl BpfAttr for MapCreateAttr {}
@@ -211,6 +223,7 @@ impl BpfAttr for MapElemAttr {}
 impl BpfAttr for ProgLoadAttr {}
 impl BpfAttr for TestRunAttr {}
 impl BpfAttr for LinkCreateAttr {}
+impl BpfAttr for LinkUpdateAttr {}
 
 /// `bpf(cmd, attr, sizeof attr)`; returns the non-negative result.
 ///
@@ -337,6 +350,229 @@ fn map_create_error(e: io::Error, queues: u32) -> LiveError {
     }
 }
 
+/// `enum bpf_map_type` values a program of ours may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapType {
+    /// `BPF_MAP_TYPE_HASH`.
+    Hash = 1,
+    /// `BPF_MAP_TYPE_ARRAY`.
+    Array = 2,
+    /// `BPF_MAP_TYPE_PERCPU_ARRAY`: one value per CPU, no atomics needed.
+    PercpuArray = 6,
+    /// `BPF_MAP_TYPE_LPM_TRIE`.
+    LpmTrie = 11,
+}
+
+/// `BPF_F_NO_PREALLOC`: an LPM trie must be created with it.
+pub const BPF_F_NO_PREALLOC: u32 = 1 << 0;
+/// `BPF_F_MMAPABLE`: an array map user space may map and write directly.
+pub const BPF_F_MMAPABLE: u32 = 1 << 10;
+
+/// A BPF map of any type, owned by its descriptor.
+#[derive(Debug)]
+pub struct BpfMap {
+    fd: OwnedFd,
+    map_type: MapType,
+    key_size: u32,
+    value_size: u32,
+    entries: u32,
+    flags: u32,
+}
+
+impl BpfMap {
+    /// Creates a map (`name`: at most 15 bytes shown by `bpftool map`).
+    pub fn new(
+        map_type: MapType,
+        key_size: u32,
+        value_size: u32,
+        entries: u32,
+        flags: u32,
+        name: &str,
+    ) -> Result<BpfMap> {
+        let mut attr = MapCreateAttr {
+            map_type: map_type as u32,
+            key_size,
+            value_size,
+            max_entries: entries,
+            map_flags: flags,
+            map_name: obj_name(name),
+            ..Default::default()
+        };
+        // SAFETY: the attr holds no addresses.
+        let rc = unsafe { sys_bpf(BPF_MAP_CREATE, &mut attr) }.map_err(|e| match e.raw_os_error() {
+            Some(libc::EPERM) if NEEDS_BPF.lacking().is_empty() => LiveError::Memlock {
+                what: "BPF_MAP_CREATE",
+                asked: u64::from(value_size) * u64::from(entries),
+                limit: crate::error::memlock_limit_text(),
+            },
+            _ => LiveError::io("BPF_MAP_CREATE", NEEDS_BPF, e),
+        })?;
+        Ok(BpfMap { fd: owned_fd(rc), map_type, key_size, value_size, entries, flags })
+    }
+
+    /// The number of entries it was created with.
+    pub fn entries(&self) -> u32 {
+        self.entries
+    }
+
+    /// Its value size.
+    pub fn value_size(&self) -> u32 {
+        self.value_size
+    }
+
+    /// Its type.
+    pub fn map_type(&self) -> MapType {
+        self.map_type
+    }
+
+    /// Writes `value` under `key` (`BPF_ANY`). Both must have the map's sizes
+    /// (a per-CPU map's value: one rounded-up value per possible CPU).
+    pub fn update(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.check_sizes(key, value.len())?;
+        let mut attr = MapElemAttr {
+            map_fd: self.fd.as_raw_fd() as u32,
+            key: key.as_ptr() as u64,
+            value: value.as_ptr() as u64,
+            flags: BPF_ANY,
+            ..Default::default()
+        };
+        // SAFETY: `key` and `value` are live and as long as the map reads (checked above).
+        unsafe { sys_bpf(BPF_MAP_UPDATE_ELEM, &mut attr) }
+            .map_err(|e| LiveError::io("BPF_MAP_UPDATE_ELEM", NEEDS_BPF, e))?;
+        Ok(())
+    }
+
+    /// Deletes `key` (absent: fine).
+    pub fn delete(&self, key: &[u8]) -> Result<()> {
+        self.check_sizes(key, self.value_len())?;
+        let mut attr =
+            MapElemAttr { map_fd: self.fd.as_raw_fd() as u32, key: key.as_ptr() as u64, ..Default::default() };
+        // SAFETY: `key` is live and `key_size` bytes long.
+        match unsafe { sys_bpf(BPF_MAP_DELETE_ELEM, &mut attr) } {
+            Ok(_) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+            Err(e) => Err(LiveError::io("BPF_MAP_DELETE_ELEM", NEEDS_BPF, e)),
+        }
+    }
+
+    /// Reads `key`'s value (a per-CPU map's: every possible CPU's, each
+    /// rounded up to 8 bytes); None when absent.
+    pub fn lookup(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut value = vec![0u8; self.value_len()];
+        self.check_sizes(key, value.len())?;
+        let mut attr = MapElemAttr {
+            map_fd: self.fd.as_raw_fd() as u32,
+            key: key.as_ptr() as u64,
+            value: value.as_mut_ptr() as u64,
+            ..Default::default()
+        };
+        // SAFETY: `key` is live; `value` is writable and as long as the kernel writes.
+        match unsafe { sys_bpf(BPF_MAP_LOOKUP_ELEM, &mut attr) } {
+            Ok(_) => Ok(Some(value)),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+            Err(e) => Err(LiveError::io("BPF_MAP_LOOKUP_ELEM", NEEDS_BPF, e)),
+        }
+    }
+
+    /// The bytes one value takes in user space.
+    pub fn value_len(&self) -> usize {
+        match self.map_type {
+            MapType::PercpuArray => possible_cpus() * (self.value_size as usize).next_multiple_of(8),
+            _ => self.value_size as usize,
+        }
+    }
+
+    fn check_sizes(&self, key: &[u8], value: usize) -> Result<()> {
+        if key.len() != self.key_size as usize || value != self.value_len() {
+            return Err(LiveError::Config(format!(
+                "BPF map: key of {} bytes and value of {value} for a map of {}-byte keys and {}-byte values",
+                key.len(),
+                self.key_size,
+                self.value_len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Maps an array created with [`BPF_F_MMAPABLE`] into this process,
+    /// to write its values in place.
+    pub fn mmap(&self) -> Result<MappedArray> {
+        if self.map_type != MapType::Array || self.flags & BPF_F_MMAPABLE == 0 {
+            return Err(LiveError::Config("only an array map created mmapable can be mapped".into()));
+        }
+        let len = (self.value_size as usize).next_multiple_of(8) * self.entries as usize;
+        let len = len.next_multiple_of(crate::sys::page_size()).max(crate::sys::page_size());
+        // SAFETY: a shared mapping of the map's descriptor, of at most its size, owned by the result.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                self.fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(LiveError::io("mmap (BPF array map)", NEEDS_BPF, io::Error::last_os_error()));
+        }
+        Ok(MappedArray { ptr: ptr.cast(), len })
+    }
+}
+
+impl AsRawFd for BpfMap {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// An mmapable array map's values, mapped into this process.
+#[derive(Debug)]
+pub struct MappedArray {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory owned by this value; the kernel
+// side only reads it concurrently (as it reads any map value).
+unsafe impl Send for MappedArray {}
+
+impl MappedArray {
+    /// The values as bytes.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: `ptr` maps `len` writable bytes for as long as `self` lives.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for MappedArray {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly what `mmap` mapped.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// The number of possible CPUs (per-CPU maps hold one value for each).
+pub fn possible_cpus() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::fs::read_to_string("/sys/devices/system/cpu/possible")
+            .ok()
+            .and_then(|s| parse_cpu_list(s.trim()))
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    })
+}
+
+/// "0-3,5" -> 6 (the highest CPU number plus one).
+fn parse_cpu_list(s: &str) -> Option<usize> {
+    let mut max = None;
+    for part in s.split(',') {
+        let last = part.rsplit('-').next()?.trim().parse::<usize>().ok()?;
+        max = max.max(Some(last));
+    }
+    max.map(|m| m + 1)
+}
+
 /// A loaded XDP program.
 #[derive(Debug)]
 pub struct XdpProgram {
@@ -351,11 +587,17 @@ impl XdpProgram {
     /// Loads `insns` as an XDP program. On failure the verifier is asked
     /// again with logging on, and its log is in the error.
     pub fn load(insns: &[Insn]) -> Result<XdpProgram> {
-        match Self::load_with_log(insns, None) {
+        Self::load_named(insns, "sluice_xsk")
+    }
+
+    /// [`XdpProgram::load`] under `name` (at most 15 bytes shown by
+    /// `bpftool prog`).
+    pub fn load_named(insns: &[Insn], name: &str) -> Result<XdpProgram> {
+        match Self::load_with_log(insns, name, None) {
             Ok(p) => Ok(p),
             Err(first) => {
-                let mut log = vec![0u8; 1 << 18];
-                match Self::load_with_log(insns, Some(&mut log)) {
+                let mut log = vec![0u8; 1 << 22];
+                match Self::load_with_log(insns, name, Some(&mut log)) {
                     Ok(p) => Ok(p),
                     Err(e) => {
                         let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
@@ -375,7 +617,7 @@ impl XdpProgram {
         }
     }
 
-    fn load_with_log(insns: &[Insn], log: Option<&mut [u8]>) -> io::Result<XdpProgram> {
+    fn load_with_log(insns: &[Insn], name: &str, log: Option<&mut [u8]>) -> io::Result<XdpProgram> {
         let (log_level, log_size, log_buf) = match log {
             Some(buf) => (1u32, buf.len() as u32, buf.as_mut_ptr() as u64),
             None => (0, 0, 0),
@@ -388,7 +630,7 @@ impl XdpProgram {
             log_level,
             log_size,
             log_buf,
-            prog_name: obj_name("sluice_xsk"),
+            prog_name: obj_name(name),
             expected_attach_type: BPF_XDP,
             ..Default::default()
         };
@@ -406,6 +648,12 @@ impl XdpProgram {
     /// Runs the program once on `frame` (`BPF_PROG_TEST_RUN`) and returns its
     /// action: a check that needs no interface.
     pub fn test_run(&self, frame: &[u8]) -> Result<u32> {
+        self.test_run_repeat(frame, 1).map(|(action, _)| action)
+    }
+
+    /// Runs the program `repeat` times on `frame`: its action and the
+    /// kernel's mean time per run in ns.
+    pub fn test_run_repeat(&self, frame: &[u8], repeat: u32) -> Result<(u32, u32)> {
         let mut out = vec![0u8; frame.len() + 256];
         let mut attr = TestRunAttr {
             prog_fd: self.fd.as_raw_fd() as u32,
@@ -413,14 +661,14 @@ impl XdpProgram {
             data_size_out: out.len() as u32,
             data_in: frame.as_ptr() as u64,
             data_out: out.as_mut_ptr() as u64,
-            repeat: 1,
+            repeat,
             ..Default::default()
         };
         // SAFETY: `frame` (read, `data_size_in` bytes) and `out` (written, `data_size_out`
         // bytes) outlive the call.
         unsafe { sys_bpf(BPF_PROG_TEST_RUN, &mut attr) }
             .map_err(|e| LiveError::io("BPF_PROG_TEST_RUN", NEEDS_BPF, e))?;
-        Ok(attr.retval)
+        Ok((attr.retval, attr.duration))
     }
 
     /// Attaches the program to `iface` in `mode` through a BPF link. The
@@ -507,6 +755,20 @@ impl XdpLink {
 
     /// Detaches now (the same as dropping it).
     pub fn detach(self) {}
+
+    /// Replaces the attached program with `prog` in one step
+    /// (`BPF_LINK_UPDATE`): every packet meets the old or the new.
+    pub fn update(&self, prog: &XdpProgram) -> Result<()> {
+        let mut attr = LinkUpdateAttr {
+            link_fd: self.fd.as_raw_fd() as u32,
+            new_prog_fd: prog.as_raw_fd() as u32,
+            ..Default::default()
+        };
+        // SAFETY: the attr holds no addresses.
+        unsafe { sys_bpf(BPF_LINK_UPDATE, &mut attr) }
+            .map_err(|e| LiveError::io("BPF_LINK_UPDATE (XDP)", NEEDS_BPF, e))?;
+        Ok(())
+    }
 }
 
 impl AsRawFd for XdpLink {

@@ -123,7 +123,7 @@ pub mod sys;
 #[allow(unsafe_code)]
 pub mod xsk;
 
-pub use bpf::{XdpLink, XdpMode, XdpProgram, XdpRedirect, XskMap};
+pub use bpf::{BpfMap, MapType, MappedArray, XdpLink, XdpMode, XdpProgram, XdpRedirect, XskMap};
 pub use error::{LiveError, Result};
 pub use packet::{Fanout, FanoutMode, FrameMeta, PacketConfig, PacketSocket};
 pub use xsk::{BindMode, Desc, FramePool, Umem, UmemView, XskConfig, XskSocket};

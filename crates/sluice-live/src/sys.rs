@@ -396,3 +396,10 @@ pub const CAP_NET_RAW: u32 = 13;
 pub const CAP_SYS_ADMIN: u32 = 21;
 /// `CAP_BPF` (Linux 5.8+).
 pub const CAP_BPF: u32 = 39;
+
+/// The system's page size.
+pub(crate) fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(n).unwrap_or(4096).max(4096)
+}

@@ -163,6 +163,30 @@ impl V4PrefixSet {
         self.hosts[idx].bits[(h >> 6) as usize] >> (h & 63) & 1 != 0
     }
 
+    /// Level 1's record count (always 2^18) and level 2's.
+    pub fn levels_len(&self) -> (usize, usize) {
+        (self.groups.len(), self.hosts.len())
+    }
+
+    /// Both levels as 32-byte little-endian records (level 1: `full`,
+    /// `partial`, `rank`, padding; level 2: the four words of host bits),
+    /// for a reader that is not this code: `sluice shield`'s kernel
+    /// program looks them up as this type does. `groups` and `hosts` are
+    /// 32 bytes per record of [`V4PrefixSet::levels_len`].
+    pub fn write_levels(&self, groups: &mut [u8], hosts: &mut [u8]) {
+        for (c, g) in groups.chunks_exact_mut(32).zip(self.groups.iter()) {
+            c[..8].copy_from_slice(&g.full.to_le_bytes());
+            c[8..16].copy_from_slice(&g.partial.to_le_bytes());
+            c[16..20].copy_from_slice(&g.rank.to_le_bytes());
+            c[20..].fill(0);
+        }
+        for (c, h) in hosts.chunks_exact_mut(32).zip(self.hosts.iter()) {
+            for (w, word) in c.chunks_exact_mut(8).zip(h.bits) {
+                w.copy_from_slice(&word.to_le_bytes());
+            }
+        }
+    }
+
     #[inline]
     pub fn contains(&self, addr: u32) -> bool {
         if let Some(summary) = &self.summary {

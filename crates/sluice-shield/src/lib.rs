@@ -1,0 +1,216 @@
+//! `sluice shield`: sluice on the host it protects.
+//!
+//! The rules are compiled into one XDP program ([`program`], written with
+//! the small assembler in [`asm`]: no clang, no ELF, no BTF), the sets into
+//! the engine's own tables inside BPF maps ([`tables`]), and the program
+//! attached to the host's interfaces. A dropped packet never reaches the
+//! kernel's stack; the rest pass (`XDP_PASS`).
+//!
+//! What the kernel program cannot run is refused when the rules are
+//! compiled, naming the construct and its `file:line` ([`ShieldError::
+//! Unsupported`]); nothing is loaded then.
+
+pub mod asm;
+pub mod program;
+pub mod tables;
+
+use sluice_live::bpf::{BpfMap, MapType, XdpProgram};
+use sluice_live::LiveError;
+use sluice_rules::Prefix;
+use sluice_rules::{Action, AddrValue, Depth, Match, RuleFile, SetSource};
+use tables::SetCode;
+
+/// Why rules cannot become a kernel program, or the kernel refused it.
+#[derive(Debug, thiserror::Error)]
+pub enum ShieldError {
+    /// A construct the kernel program does not run (yet), where it is.
+    #[error("{file}:{line}: {what}: the kernel program cannot run this; nothing was loaded")]
+    Unsupported { file: String, line: usize, what: String },
+    /// The kernel (a map, the verifier, an attachment) refused.
+    #[error(transparent)]
+    Kernel(#[from] LiveError),
+}
+
+/// How the program treats what the rules do not say.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// Drop frames whose addresses cannot be known (as `--undecodable drop`).
+    pub undecodable_drop: bool,
+    /// Look IPv4-mapped IPv6 addresses up as IPv4.
+    pub v4mapped: bool,
+}
+
+/// A rule's counter: packets and bytes (summed over CPUs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Count {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// Rules compiled and loaded into the kernel: the program, its counters
+/// and the sets' tables. Not attached anywhere yet.
+pub struct Compiled {
+    program: XdpProgram,
+    counters: BpfMap,
+    rules: usize,
+    sets: Vec<SetCode>,
+    insns: usize,
+}
+
+/// What the kernel program does not run, as `(line, what)`, for `file`.
+fn unsupported(file: &RuleFile) -> Option<(usize, String)> {
+    for s in &file.sets {
+        if let SetSource::Dynamic { .. } = s.source {
+            return Some((
+                s.line,
+                format!("set `{}` is dynamic (runtime sets are not in the kernel program yet)", s.name),
+            ));
+        }
+    }
+    for r in &file.rules {
+        if r.action == Action::Police {
+            return Some((r.line, "`police`".into()));
+        }
+        for m in &r.matches {
+            let depth = match m {
+                Match::Addr { depth, .. }
+                | Match::Proto { depth, .. }
+                | Match::Port { depth, .. }
+                | Match::TcpFlags { depth, .. }
+                | Match::IcmpType { depth, .. }
+                | Match::Frag { depth, .. } => Some(*depth),
+                Match::Iface { .. } => {
+                    return Some((r.line, "`iface` (the shield judges each interface's own traffic)".into()))
+                }
+                Match::Vlan { .. } | Match::Len { .. } => None,
+            };
+            if depth == Some(Depth::Inner) {
+                return Some((r.line, "`inner` (tunnels are not walked in the kernel program yet)".into()));
+            }
+        }
+    }
+    None
+}
+
+/// IPv4 prefixes of a list; the line of an IPv6 one is refused by the caller.
+fn v4_only(prefixes: &[Prefix]) -> Result<Vec<(u32, u8)>, Prefix> {
+    prefixes
+        .iter()
+        .map(|p| match *p {
+            Prefix::V4 { addr, len } => Ok((addr, len)),
+            v6 @ Prefix::V6 { .. } => Err(v6),
+        })
+        .collect()
+}
+
+impl Compiled {
+    /// Compiles `file` with each set's entries (`sets[i]` for
+    /// `file.sets[i]`) and loads it: maps first, then the program (the
+    /// verifier's words in the error when it refuses).
+    pub fn new(file: &RuleFile, sets: &[Vec<Prefix>], opts: &Options) -> Result<Compiled, ShieldError> {
+        if let Some((line, what)) = unsupported(file) {
+            return Err(ShieldError::Unsupported { file: file.source.clone(), line, what });
+        }
+        let mut codes: Vec<SetCode> = Vec::new();
+        // Per rule, per address match: the index in `codes`.
+        let mut uses: Vec<Vec<usize>> = Vec::new();
+        let mut named: Vec<Option<usize>> = vec![None; file.sets.len()];
+        for r in &file.rules {
+            let mut mine = Vec::new();
+            for m in &r.matches {
+                let Match::Addr { value, .. } = m else { continue };
+                let i = match value {
+                    AddrValue::Set(s) => match named[*s] {
+                        Some(i) => i,
+                        None => {
+                            let def = &file.sets[*s];
+                            let v4 = v4_only(&sets[*s]).map_err(|p| ShieldError::Unsupported {
+                                file: file.source.clone(),
+                                line: def.line,
+                                what: format!(
+                                    "set `{}` holds IPv6 entries such as {p} (IPv6 sets are not in the kernel program yet)",
+                                    def.name
+                                ),
+                            })?;
+                            codes.push(SetCode::new(&v4, &format!("s{s}"))?);
+                            named[*s] = Some(codes.len() - 1);
+                            codes.len() - 1
+                        }
+                    },
+                    AddrValue::Prefixes(p) => {
+                        let v4 = v4_only(p).map_err(|p| ShieldError::Unsupported {
+                            file: file.source.clone(),
+                            line: r.line,
+                            what: format!("the IPv6 prefix {p} (IPv6 addresses are not in the kernel program yet)"),
+                        })?;
+                        codes.push(SetCode::new(&v4, &format!("r{}", r.line))?);
+                        codes.len() - 1
+                    }
+                };
+                mine.push(i);
+            }
+            uses.push(mine);
+        }
+        let slots = file.rules.len() as u32 + program::EXTRA_COUNTERS;
+        let counters = BpfMap::new(MapType::PercpuArray, 4, 16, slots, 0, "sluice_counts")?;
+        let scratch = BpfMap::new(MapType::PercpuArray, 4, program::SUMMARY_BYTES, 1, 0, "sluice_scratch")?;
+        let plan = program::Plan {
+            rules: &file.rules,
+            addr_sets: uses.iter().map(|u| u.iter().map(|&i| &codes[i]).collect()).collect(),
+            default_drop: file.default == Action::Drop,
+            undecodable_drop: opts.undecodable_drop,
+            v4mapped: opts.v4mapped,
+            counters_fd: std::os::fd::AsRawFd::as_raw_fd(&counters),
+            scratch_fd: std::os::fd::AsRawFd::as_raw_fd(&scratch),
+        };
+        let insns = program::generate(&plan);
+        let program = XdpProgram::load_named(&insns, "sluice_shield")?;
+        // The program holds its maps; `scratch` needs no other owner.
+        drop(scratch);
+        Ok(Compiled { program, counters, rules: file.rules.len(), sets: codes, insns: insns.len() })
+    }
+
+    /// The loaded program.
+    pub fn program(&self) -> &XdpProgram {
+        &self.program
+    }
+
+    /// How many instructions it has.
+    pub fn instructions(&self) -> usize {
+        self.insns
+    }
+
+    /// Kernel memory the sets' tables take, in bytes.
+    pub fn table_bytes(&self) -> u64 {
+        self.sets
+            .iter()
+            .map(|s| match s {
+                SetCode::Table(t) => t.bytes(),
+                SetCode::Inline(_) => 0,
+            })
+            .sum()
+    }
+
+    /// Runs the program on `frame` in the kernel (`BPF_PROG_TEST_RUN`):
+    /// `XDP_DROP` or `XDP_PASS`.
+    pub fn test_run(&self, frame: &[u8]) -> Result<u32, ShieldError> {
+        Ok(self.program.test_run(frame)?)
+    }
+
+    /// Each rule's counter, in rule order, then the default's and the
+    /// undecodable frames' ([`program::Extra`]).
+    pub fn counts(&self) -> Result<Vec<Count>, ShieldError> {
+        let slots = self.rules as u32 + program::EXTRA_COUNTERS;
+        (0..slots)
+            .map(|i| {
+                let v = self.counters.lookup(&i.to_ne_bytes())?.unwrap_or_default();
+                let mut c = Count::default();
+                for cpu in v.chunks_exact(16) {
+                    c.packets += u64::from_ne_bytes(cpu[..8].try_into().expect("8 bytes"));
+                    c.bytes += u64::from_ne_bytes(cpu[8..].try_into().expect("8 bytes"));
+                }
+                Ok(c)
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,169 @@
+//! Sets as the kernel program reads them.
+//!
+//! A large IPv4 set is the engine's own prefix table (`sluice_sets::
+//! V4PrefixSet`: a bit per /24 in 32-byte groups, and for each /24 that
+//! is partly covered 256 host bits), written into two mmapable BPF array
+//! maps and looked up the way the engine looks it up: one group record,
+//! and for a partly covered /24 one host record, whatever the prefixes'
+//! lengths (no trie walk). A small set (a rule's own prefixes) is a run of
+//! compares in the program itself.
+
+use crate::asm::{Alu, Asm, Cond, Label, Size, FP, R0, R1, R2, R3, R4, R5, R9};
+use crate::program::{HELPER_MAP_LOOKUP, KEY_SLOT};
+use sluice_live::bpf::{BpfMap, MapType, BPF_F_MMAPABLE};
+use sluice_live::LiveError;
+use sluice_sets::V4PrefixSet;
+
+/// Sets of at most this many prefixes are compares in the program.
+pub const INLINE_MAX: usize = 16;
+
+/// How the program tests an IPv4 address (host order, in `R9`).
+pub enum SetCode {
+    /// (network, length) compares.
+    Inline(Vec<(u32, u8)>),
+    /// The engine's two-level prefix table in two array maps.
+    Table(V4Table),
+}
+
+/// A [`V4PrefixSet`] in BPF maps.
+pub struct V4Table {
+    groups: BpfMap,
+    hosts: BpfMap,
+    prefixes: usize,
+}
+
+impl V4Table {
+    /// Builds the engine's table for `prefixes` (host bits clear) and
+    /// writes it into new maps through their mappings.
+    pub fn new(prefixes: &[(u32, u8)], name: &str) -> Result<V4Table, LiveError> {
+        let set = V4PrefixSet::new(prefixes);
+        let (g, h) = set.levels_len();
+        let groups = BpfMap::new(MapType::Array, 4, 32, g as u32, BPF_F_MMAPABLE, &format!("{name}_g"))?;
+        let hosts = BpfMap::new(MapType::Array, 4, 32, h.max(1) as u32, BPF_F_MMAPABLE, &format!("{name}_h"))?;
+        let mut gm = groups.mmap()?;
+        let mut hm = hosts.mmap()?;
+        set.write_levels(&mut gm.bytes_mut()[..g * 32], &mut hm.bytes_mut()[..h * 32]);
+        Ok(V4Table { groups, hosts, prefixes: prefixes.len() })
+    }
+
+    /// How many prefixes it was built from.
+    pub fn prefixes(&self) -> usize {
+        self.prefixes
+    }
+
+    /// Kernel memory its maps take, in bytes.
+    pub fn bytes(&self) -> u64 {
+        32 * (u64::from(self.groups.entries()) + u64::from(self.hosts.entries()))
+    }
+}
+
+impl SetCode {
+    /// The code for `prefixes`: compares when few, else a table.
+    pub fn new(prefixes: &[(u32, u8)], name: &str) -> Result<SetCode, LiveError> {
+        if prefixes.len() <= INLINE_MAX {
+            Ok(SetCode::Inline(prefixes.to_vec()))
+        } else {
+            Ok(SetCode::Table(V4Table::new(prefixes, name)?))
+        }
+    }
+
+    /// Jumps to `hit` when the address in `R9` is in the set, else to
+    /// `miss`. Clobbers R0-R5.
+    pub fn emit_v4(&self, a: &mut Asm, hit: Label, miss: Label) {
+        match self {
+            SetCode::Inline(prefixes) => {
+                for &(net, len) in prefixes {
+                    if len == 0 {
+                        a.ja(hit);
+                        continue;
+                    }
+                    a.mov(R1, R9);
+                    if len < 32 {
+                        a.alu32_imm(Alu::And, R1, (u32::MAX << (32 - u32::from(len))) as i32);
+                    }
+                    a.jmp32_imm(Cond::Eq, R1, net, hit);
+                }
+                a.ja(miss);
+            }
+            SetCode::Table(t) => emit_table(a, t, hit, miss),
+        }
+    }
+}
+
+/// The lookup of `V4PrefixSet::contains`, in eBPF.
+fn emit_table(a: &mut Asm, t: &V4Table, hit: Label, miss: Label) {
+    use std::os::fd::AsRawFd;
+    // Group record: address >> 14.
+    a.mov(R1, R9);
+    a.alu_imm(Alu::Rsh, R1, 14);
+    a.stx(Size::W, FP, KEY_SLOT, R1);
+    a.ld_map(R1, t.groups.as_raw_fd());
+    a.mov(R2, FP);
+    a.alu_imm(Alu::Add, R2, i32::from(KEY_SLOT));
+    a.call(HELPER_MAP_LOOKUP);
+    a.jmp_imm(Cond::Eq, R0, 0, miss);
+    // R3 = the /24's bit in the group.
+    a.mov(R3, R9);
+    a.alu_imm(Alu::Rsh, R3, 8);
+    a.alu_imm(Alu::And, R3, 63);
+    // Wholly covered?
+    a.ldx(Size::DW, R4, R0, 0);
+    a.alu(Alu::Rsh, R4, R3);
+    a.alu_imm(Alu::And, R4, 1);
+    a.jmp_imm(Cond::Ne, R4, 0, hit);
+    // Partly covered? Its host record is rank + the partial /24s below it.
+    a.ldx(Size::DW, R4, R0, 8);
+    a.mov(R5, R4);
+    a.alu(Alu::Rsh, R5, R3);
+    a.alu_imm(Alu::And, R5, 1);
+    a.jmp_imm(Cond::Eq, R5, 0, miss);
+    a.mov_imm(R5, 1);
+    a.alu(Alu::Lsh, R5, R3);
+    a.alu_imm(Alu::Sub, R5, 1);
+    a.alu(Alu::And, R4, R5);
+    popcount(a);
+    a.ldx(Size::W, R1, R0, 16);
+    a.alu(Alu::Add, R4, R1);
+    a.stx(Size::W, FP, KEY_SLOT, R4);
+    a.ld_map(R1, t.hosts.as_raw_fd());
+    a.mov(R2, FP);
+    a.alu_imm(Alu::Add, R2, i32::from(KEY_SLOT));
+    a.call(HELPER_MAP_LOOKUP);
+    a.jmp_imm(Cond::Eq, R0, 0, miss);
+    // The host's bit: word (host >> 6), bit (host & 63).
+    a.mov(R1, R9);
+    a.alu_imm(Alu::And, R1, 0xff);
+    a.mov(R2, R1);
+    a.alu_imm(Alu::Rsh, R2, 6);
+    a.alu_imm(Alu::Lsh, R2, 3);
+    a.alu(Alu::Add, R0, R2);
+    a.ldx(Size::DW, R3, R0, 0);
+    a.alu_imm(Alu::And, R1, 63);
+    a.alu(Alu::Rsh, R3, R1);
+    a.alu_imm(Alu::And, R3, 1);
+    a.jmp_imm(Cond::Ne, R3, 0, hit);
+    a.ja(miss);
+}
+
+/// `R4 = popcount(R4)` (SWAR; eBPF has no popcount), with R1 and R2.
+fn popcount(a: &mut Asm) {
+    a.mov(R1, R4);
+    a.alu_imm(Alu::Rsh, R1, 1);
+    a.ld_imm64(R2, 0x5555_5555_5555_5555);
+    a.alu(Alu::And, R1, R2);
+    a.alu(Alu::Sub, R4, R1);
+    a.mov(R1, R4);
+    a.alu_imm(Alu::Rsh, R1, 2);
+    a.ld_imm64(R2, 0x3333_3333_3333_3333);
+    a.alu(Alu::And, R1, R2);
+    a.alu(Alu::And, R4, R2);
+    a.alu(Alu::Add, R4, R1);
+    a.mov(R1, R4);
+    a.alu_imm(Alu::Rsh, R1, 4);
+    a.alu(Alu::Add, R4, R1);
+    a.ld_imm64(R2, 0x0f0f_0f0f_0f0f_0f0f);
+    a.alu(Alu::And, R4, R2);
+    a.ld_imm64(R2, 0x0101_0101_0101_0101);
+    a.alu(Alu::Mul, R4, R2);
+    a.alu_imm(Alu::Rsh, R4, 56);
+}

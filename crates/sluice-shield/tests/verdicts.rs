@@ -1,0 +1,382 @@
+//! The kernel program against the engine: random rule files and random
+//! frames; each frame run in the kernel (`BPF_PROG_TEST_RUN`) gets the
+//! verdict the engine's reference evaluator gives the frame as
+//! `sluice_wire::decode` reads it, and every rule's counter (packets and
+//! bytes) ends equal.
+//!
+//! Needs root (or CAP_BPF + CAP_PERFMON): skipped without unless
+//! `SLUICE_REQUIRE_LIVE=1` (CI), when it fails.
+
+use proptest::prelude::*;
+use sluice_engine::{CompileOptions, RuleSet, Verdict};
+use sluice_live::LiveError;
+use sluice_rules::{parse_rules, Prefix};
+use sluice_shield::{program::XDP_DROP, program::XDP_PASS, Compiled, Options, ShieldError};
+use sluice_wire::LinkType;
+
+fn can_load() -> bool {
+    // An empty rule file: if even that cannot be loaded, we lack the rights.
+    let file = parse_rules("probe", "", std::path::Path::new(".")).unwrap();
+    match Compiled::new(&file, &[], &Options::default()) {
+        Ok(_) => true,
+        // The verifier's refusal is a bug of ours, never a reason to skip.
+        Err(e @ ShieldError::Kernel(LiveError::XdpRefused { .. })) => panic!("{e}"),
+        Err(e) => {
+            assert!(std::env::var_os("SLUICE_REQUIRE_LIVE").is_none(), "SLUICE_REQUIRE_LIVE=1 but: {e}");
+            eprintln!("SKIPPED: cannot load BPF programs here: {e}");
+            false
+        }
+    }
+}
+
+/// A seeded xorshift: a failing case prints its seed and reproduces.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn chance(&mut self, in_n: u64) -> bool {
+        self.below(in_n) == 0
+    }
+    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+        xs[self.below(xs.len() as u64) as usize]
+    }
+}
+
+/// Addresses the frames use, and the sets are drawn near: 10.x/16 and
+/// 192.0.2.x/24 plus a few high ones (past 127/8, where a sign-extended
+/// compare would go wrong).
+fn addr(r: &mut Rng) -> u32 {
+    match r.below(4) {
+        0 => 0x0a00_0000 | (r.below(4) as u32) << 16 | r.below(1024) as u32,
+        1 => 0xc000_0200 | r.below(256) as u32,
+        2 => 0xcb00_7100 | r.below(16) as u32,
+        _ => 0xf000_0000 | r.below(4096) as u32,
+    }
+}
+
+fn ip4(a: u32) -> String {
+    std::net::Ipv4Addr::from(a).to_string()
+}
+
+fn prefix(r: &mut Rng) -> String {
+    let len = r.pick(&[8u8, 16, 20, 24, 25, 28, 30, 31, 32, 32, 32]);
+    let a = addr(r) & if len == 0 { 0 } else { u32::MAX << (32 - u32::from(len)) };
+    format!("{}/{len}", ip4(a))
+}
+
+fn set_body(r: &mut Rng, n: usize) -> String {
+    (0..n).map(|_| prefix(r)).collect::<Vec<_>>().join(", ")
+}
+
+fn list(r: &mut Rng, n: u64, f: impl Fn(&mut Rng) -> String) -> String {
+    let k = 1 + r.below(n);
+    let items: Vec<String> = (0..k).map(|_| f(r)).collect();
+    if items.len() == 1 {
+        items[0].clone()
+    } else {
+        format!("{{ {} }}", items.join(", "))
+    }
+}
+
+fn rule_file(r: &mut Rng) -> String {
+    let mut text = String::new();
+    // Two sets: one small (compares), one large (the kernel table).
+    let (small, big) = (1 + r.below(8) as usize, 40 + r.below(200) as usize);
+    text += &format!("set small {{ {} }}\n", set_body(r, small));
+    text += &format!("set big {{ {} }}\n", set_body(r, big));
+    for _ in 0..1 + r.below(8) {
+        let action = r.pick(&["drop", "drop", "pass", "count"]);
+        let mut matches = Vec::new();
+        for _ in 0..1 + r.below(3) {
+            let neg = if r.chance(4) { "!= " } else { "" };
+            matches.push(match r.below(10) {
+                0 | 1 => format!("{} {neg}@{}", r.pick(&["saddr", "daddr", "addr"]), r.pick(&["small", "big"])),
+                2 => format!("{} {neg}{}", r.pick(&["saddr", "daddr", "addr"]), prefix(r)),
+                3 => format!("proto {neg}{}", list(r, 3, |r| r.pick(&["tcp", "udp", "icmp", "icmpv6", "47"]).into())),
+                4 => format!(
+                    "{} {} {neg}{}",
+                    r.pick(&["tcp", "udp"]),
+                    r.pick(&["sport", "dport"]),
+                    list(r, 3, |r| {
+                        let lo = r.pick(&[0u16, 22, 53, 80, 443, 1024, 40000]);
+                        if r.chance(2) {
+                            lo.to_string()
+                        } else {
+                            format!("{lo}-{}", lo.saturating_add(r.below(30000) as u16))
+                        }
+                    })
+                ),
+                5 => format!("tcp flags {}", r.pick(&["syn", "syn,!ack", "ack", "fin,!syn", "rst"])),
+                6 => format!(
+                    "{} type {neg}{}",
+                    r.pick(&["icmp", "icmpv6"]),
+                    list(r, 3, |r| r.pick(&["0", "8", "3", "128", "135"]).into())
+                ),
+                7 => format!("vlan {neg}{}", list(r, 2, |r| r.pick(&["1", "100", "4094"]).into())),
+                8 => format!("frag {}", r.pick(&["first", "later"])),
+                _ => {
+                    let lo = r.pick(&[0u32, 60, 64, 100, 1000]);
+                    format!("len {neg}{lo}-{}", lo + r.below(200) as u32)
+                }
+            });
+        }
+        text += &format!("{action} {}\n", matches.join(" "));
+    }
+    if r.chance(3) {
+        text += "default drop\n";
+    }
+    text
+}
+
+fn be16(v: u16) -> [u8; 2] {
+    v.to_be_bytes()
+}
+
+/// A frame of the shapes the kernel program reads, fields random, often
+/// damaged or cut.
+fn frame(r: &mut Rng, set_addrs: &[u32]) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
+    let tags = r.pick(&[0u64, 0, 0, 1, 1, 2, 4, 5]);
+    let v6 = r.chance(3);
+    let mut types: Vec<u16> = (0..tags).map(|_| r.pick(&[0x8100u16, 0x88a8, 0x9100])).collect();
+    let l3: u16 = match r.below(12) {
+        0 => 0x0806,
+        1 => r.next() as u16,
+        _ if v6 => 0x86dd,
+        _ => 0x0800,
+    };
+    types.push(l3);
+    f.extend_from_slice(&be16(types[0]));
+    for t in &types[1..] {
+        f.extend_from_slice(&be16(r.pick(&[1u16, 100, 4094, 0xf064])));
+        f.extend_from_slice(&be16(*t));
+    }
+    let pick_addr = |r: &mut Rng| if r.chance(2) && !set_addrs.is_empty() { r.pick(set_addrs) } else { addr(r) };
+    let proto = r.pick(&[6u8, 6, 17, 17, 1, 58, 47, 0]);
+    let mut l4 = Vec::new();
+    let l4len = match proto {
+        6 => 20 + 4 * r.below(3) as usize,
+        17 | 1 | 58 => 8,
+        _ => 8,
+    };
+    for _ in 0..l4len + r.below(20) as usize {
+        l4.push(r.next() as u8);
+    }
+    l4[0..2].copy_from_slice(&be16(r.pick(&[22u16, 53, 80, 443, 1024, 40000, 65535])));
+    l4[2..4].copy_from_slice(&be16(r.pick(&[22u16, 53, 80, 443, 1024, 40000, 0])));
+    if proto == 6 {
+        l4[12] = if r.chance(8) { (r.below(5) as u8) << 4 } else { ((l4len / 4) as u8) << 4 };
+        let any = r.next() as u8;
+        l4[13] = r.pick(&[0x02u8, 0x12, 0x10, 0x11, 0x04, any]);
+    }
+    if proto == 1 || proto == 58 {
+        l4[0] = r.pick(&[0u8, 8, 3, 128, 135]);
+    }
+    if l3 == 0x0800 {
+        let opts = if r.chance(4) { r.below(11) as usize } else { 0 };
+        let ihl = if r.chance(20) { r.below(5) as u8 } else { 5 + opts as u8 };
+        let mut h = vec![0u8; 20 + 4 * opts];
+        h[0] = if r.chance(20) { 0x60 | ihl } else { 0x40 | ihl };
+        let total = match r.below(10) {
+            0 => 0,
+            1 => r.below(100) as u16,
+            _ => (h.len() + l4.len()) as u16 - if r.chance(4) { r.below(12) as u16 } else { 0 },
+        };
+        h[2..4].copy_from_slice(&be16(total));
+        let frag: u16 = match r.below(6) {
+            0 => 0x2000,
+            1 => 0x2000 | r.below(100) as u16,
+            2 => r.below(100) as u16,
+            _ => {
+                if r.chance(2) {
+                    0x4000
+                } else {
+                    0
+                }
+            }
+        };
+        h[6..8].copy_from_slice(&be16(frag));
+        h[9] = proto;
+        h[12..16].copy_from_slice(&pick_addr(r).to_be_bytes());
+        h[16..20].copy_from_slice(&pick_addr(r).to_be_bytes());
+        f.extend_from_slice(&h);
+        f.extend_from_slice(&l4);
+    } else if l3 == 0x86dd {
+        let mut exts = Vec::new();
+        let mut next = proto;
+        for _ in 0..r.pick(&[0u64, 0, 1, 2, 3, 8, 9]) {
+            let kind = r.pick(&[0u8, 43, 44, 60, 51, 135]);
+            let mut e = match kind {
+                44 => {
+                    let mut e = vec![0u8; 8];
+                    let off: u16 = if r.chance(3) { (r.below(50) as u16) << 3 } else { 0 };
+                    e[2..4].copy_from_slice(&be16(off | r.below(2) as u16));
+                    e
+                }
+                51 => {
+                    let n = r.below(3) as u8;
+                    let mut e = vec![0u8; (usize::from(n) + 2) * 4];
+                    e[1] = n;
+                    e
+                }
+                _ => {
+                    let n = r.below(2) as u8;
+                    let mut e = vec![0u8; (usize::from(n) + 1) * 8];
+                    e[1] = n;
+                    e
+                }
+            };
+            e[0] = next;
+            next = kind;
+            exts.insert(0, e);
+        }
+        let mut h = vec![0u8; 40];
+        h[0] = if r.chance(20) { 0x40 } else { 0x60 };
+        let payload: usize = exts.iter().map(Vec::len).sum::<usize>() + l4.len();
+        let pl = match r.below(8) {
+            0 => 0,
+            1 => r.below(40) as u16,
+            _ => payload as u16,
+        };
+        h[4..6].copy_from_slice(&be16(pl));
+        h[6] = next;
+        let mapped = |r: &mut Rng, a: u32| -> [u8; 16] {
+            if r.chance(2) {
+                std::net::Ipv4Addr::from(a).to_ipv6_mapped().octets()
+            } else {
+                let mut b = [0u8; 16];
+                b[0] = 0x20;
+                b[1] = 0x01;
+                b[12..].copy_from_slice(&a.to_be_bytes());
+                b
+            }
+        };
+        let (s, d) = (pick_addr(r), pick_addr(r));
+        h[8..24].copy_from_slice(&mapped(r, s));
+        h[24..40].copy_from_slice(&mapped(r, d));
+        f.extend_from_slice(&h);
+        for e in exts {
+            f.extend_from_slice(&e);
+        }
+        f.extend_from_slice(&l4);
+    } else {
+        f.extend_from_slice(&l4);
+    }
+    if r.chance(6) {
+        let cut = r.below(f.len() as u64) as usize;
+        f.truncate(cut.max(14));
+    }
+    f
+}
+
+fn check(seed: u64) -> Result<(), TestCaseError> {
+    let mut r = Rng(seed | 1);
+    let text = rule_file(&mut r);
+    let file = parse_rules("random.rules", &text, std::path::Path::new("."))
+        .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+    let sets: Vec<Vec<Prefix>> = file
+        .sets
+        .iter()
+        .map(|s| match &s.source {
+            sluice_rules::SetSource::Inline(p) => p.clone(),
+            _ => Vec::new(),
+        })
+        .collect();
+    let v4mapped = r.chance(2);
+    let undecodable_drop = r.chance(2);
+    let opts = CompileOptions { v4mapped, ..CompileOptions::default() };
+    let engine = RuleSet::compile(&file, &sets, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let kernel = Compiled::new(&file, &sets, &Options { undecodable_drop, v4mapped })
+        .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+    let set_addrs: Vec<u32> = sets
+        .iter()
+        .flatten()
+        .filter_map(|p| match *p {
+            Prefix::V4 { addr, len } => Some(addr | if len < 32 { r.below(1 << (32 - len).min(8)) as u32 } else { 0 }),
+            Prefix::V6 { .. } => None,
+        })
+        .collect();
+    let mut want = vec![(0u64, 0u64); file.rules.len()];
+    for i in 0..300 {
+        let f = frame(&mut r, &set_addrs);
+        let wire = f.len() as u32;
+        let expected = match sluice_wire::decode(LinkType::ETHERNET, &f) {
+            Ok(p) => {
+                let d = engine.evaluate_reference_at(&p, wire, 0, 0, |rule| {
+                    want[rule].0 += 1;
+                    want[rule].1 += u64::from(wire);
+                });
+                if let Some(rule) = d.rule {
+                    want[usize::from(rule)].0 += 1;
+                    want[usize::from(rule)].1 += u64::from(wire);
+                }
+                d.verdict
+            }
+            Err(_) if undecodable_drop => Verdict::Drop,
+            Err(_) => Verdict::Pass,
+        };
+        let got = kernel.test_run(&f).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let want_action = if expected == Verdict::Drop { XDP_DROP } else { XDP_PASS } as u32;
+        prop_assert_eq!(
+            got,
+            want_action,
+            "seed {} frame {}: {:02x?}\ndecoded: {:?}\nrules (v4mapped {}):\n{}",
+            seed,
+            i,
+            f,
+            sluice_wire::decode(LinkType::ETHERNET, &f).map(|p| p.to_string()),
+            v4mapped,
+            text
+        );
+    }
+    let counts = kernel.counts().map_err(|e| TestCaseError::fail(e.to_string()))?;
+    for (rule, (&(p, b), c)) in want.iter().zip(&counts).enumerate() {
+        prop_assert_eq!((c.packets, c.bytes), (p, b), "seed {} rule {} counter:\n{}", seed, rule, text);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #[test]
+    fn the_kernel_program_judges_as_the_engine(seed in any::<u64>()) {
+        if !can_load() {
+            return Ok(());
+        }
+        check(seed)?;
+    }
+}
+
+#[test]
+fn what_the_kernel_cannot_run_is_refused_with_its_line() {
+    if !can_load() {
+        return;
+    }
+    for (text, line, what) in [
+        ("pass tcp dport 22\ndrop inner saddr 10.0.0.0/8\n", 2, "`inner`"),
+        ("police 10mbit udp\n", 1, "`police`"),
+        ("set a { 2001:db8::/32 }\ndrop saddr @a\n", 1, "IPv6"),
+        ("set d dynamic\ndrop saddr @d\n", 1, "dynamic"),
+        ("drop iface eth0\n", 1, "`iface`"),
+    ] {
+        let file = parse_rules("x.rules", text, std::path::Path::new(".")).unwrap();
+        let sets: Vec<Vec<Prefix>> = file
+            .sets
+            .iter()
+            .map(|s| match &s.source {
+                sluice_rules::SetSource::Inline(p) => p.clone(),
+                _ => Vec::new(),
+            })
+            .collect();
+        let e = Compiled::new(&file, &sets, &Options::default()).err().expect("refused").to_string();
+        assert!(e.starts_with(&format!("x.rules:{line}: ")) && e.contains(what), "{text}: {e}");
+    }
+}
