@@ -17,6 +17,7 @@ mod cmd_h1;
 mod cmd_http;
 mod cmd_rss;
 mod cmd_send;
+mod cmd_shield;
 mod cmd_udp;
 mod progress;
 mod report;
@@ -107,6 +108,8 @@ enum Command {
     Rss(cmd_rss::RssArgs),
     /// Forward between two interfaces (AF_XDP or AF_PACKET), dropping what the rules say.
     Bridge(Box<cmd_bridge::BridgeArgs>),
+    /// Drop in XDP on this host's own interfaces what the rules say; the rest goes on to the kernel.
+    Shield(Box<cmd_shield::ShieldArgs>),
     /// Change a running bridge's sets or a guard's blocks, and ask what they hold, over its control socket.
     Ctl(cmd_ctl::CtlArgs),
     /// Send a capture or generated frames out of an interface, paced (pkt-gen's role).
@@ -147,6 +150,7 @@ fn main() -> ExitCode {
         Command::Demo(a) => cmd_demo::run(a),
         Command::Rss(a) => cmd_rss::run(a),
         Command::Bridge(a) => cmd_bridge::run(*a),
+        Command::Shield(a) => cmd_shield::run(*a),
         Command::Ctl(a) => cmd_ctl::run(a),
         Command::Send(a) => cmd_send::run(a),
         Command::UdpEcho(a) => cmd_udp::echo(a),

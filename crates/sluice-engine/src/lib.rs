@@ -16,8 +16,8 @@ pub mod tags;
 
 use flows::{FlowDecision, Placement};
 pub use rules::{
-    BaseTables, CompileError, CompileOptions, Decision, Origin, RuleInfo, RuleSet, SavedSet, SetChange, SetEntries,
-    SetInfo, SetKind, Side,
+    shorthand_file, BaseTables, CompileError, CompileOptions, Decision, Origin, RuleInfo, RuleSet, SavedSet, SetChange,
+    SetEntries, SetInfo, SetKind, Side,
 };
 use sluice_sets::{DEFAULT_BATCH, MAX_BATCH};
 use sluice_wire::{decode, DecodeError, ErrorKind, LinkType, PacketSummary};

@@ -1505,8 +1505,8 @@ fn build_fields(preds: &[(Field, usize, Pred)], all: &[u64]) -> Vec<FieldTable> 
 }
 
 /// The rule file the shorthand flags stand for; its sets are the given
-/// lists in the order src, dst, any.
-fn shorthand_file(present: [bool; 3], depth: Depth, feeds: &[String]) -> RuleFile {
+/// lists in the order src, dst, any (`present`), then the feeds' sets.
+pub fn shorthand_file(present: [bool; 3], depth: Depth, feeds: &[String]) -> RuleFile {
     let mut file = RuleFile {
         source: "(flags)".into(),
         text: String::new(),

@@ -8,6 +8,11 @@ use crate::sys;
 
 const RTM_NEWLINK: u16 = 16;
 const RTM_GETLINK: u16 = 18;
+const RTM_SETLINK: u16 = 19;
+const NLM_F_ACK: u16 = 4;
+const NLA_F_NESTED: u16 = 0x8000;
+const IFLA_XDP_FD: u16 = 1;
+const IFLA_XDP_FLAGS: u16 = 3;
 const NLMSG_ERROR: u16 = 2;
 const NLM_F_REQUEST: u16 = 1;
 const IFLA_XDP: u16 = 43;
@@ -101,6 +106,47 @@ pub fn xdp_query(ifindex: u32) -> io::Result<Option<XdpAttached>> {
         return Ok(Some(XdpAttached { prog_id, mode }));
     }
     Ok(None)
+}
+
+/// Detaches the XDP program attached to `ifindex` through netlink in
+/// `mode` ("driver" or "skb", as [`xdp_query`] says): what `--force`
+/// does to another tool's program. A program held by a BPF link cannot be
+/// detached this way (EBUSY): its owner must let go.
+pub fn xdp_detach(ifindex: u32, mode: &str) -> io::Result<()> {
+    let flags: u32 = match mode {
+        "driver" => crate::bpf::XDP_FLAGS_DRV_MODE,
+        "skb" => crate::bpf::XDP_FLAGS_SKB_MODE,
+        _ => 0,
+    };
+    let sock = sys::socket(libc::AF_NETLINK, libc::SOCK_RAW, libc::NETLINK_ROUTE)?;
+    // nlmsghdr (16) + ifinfomsg (16) + IFLA_XDP (4) { FD (8), FLAGS (8) }
+    let len = 16 + 16 + 4 + 8 + 8;
+    let mut req = vec![0u8; len];
+    req[0..4].copy_from_slice(&(len as u32).to_ne_bytes());
+    req[4..6].copy_from_slice(&RTM_SETLINK.to_ne_bytes());
+    req[6..8].copy_from_slice(&(NLM_F_REQUEST | NLM_F_ACK).to_ne_bytes());
+    req[8..12].copy_from_slice(&1u32.to_ne_bytes());
+    req[16] = libc::AF_UNSPEC as u8;
+    req[20..24].copy_from_slice(&(ifindex as i32).to_ne_bytes());
+    req[32..34].copy_from_slice(&20u16.to_ne_bytes());
+    req[34..36].copy_from_slice(&(IFLA_XDP | NLA_F_NESTED).to_ne_bytes());
+    req[36..38].copy_from_slice(&8u16.to_ne_bytes());
+    req[38..40].copy_from_slice(&IFLA_XDP_FD.to_ne_bytes());
+    req[40..44].copy_from_slice(&(-1i32).to_ne_bytes());
+    req[44..46].copy_from_slice(&8u16.to_ne_bytes());
+    req[46..48].copy_from_slice(&IFLA_XDP_FLAGS.to_ne_bytes());
+    req[48..52].copy_from_slice(&flags.to_ne_bytes());
+    sys::send(&sock, &req)?;
+    let mut buf = vec![0u8; 4096];
+    let n = sys::recv(&sock, &mut buf, 0)?;
+    let msg = &buf[..n];
+    if u16_at(msg, 4) == Some(NLMSG_ERROR) {
+        let errno = u32_at(msg, 16).map_or(libc::EIO, |e| -(e as i32));
+        if errno != 0 {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

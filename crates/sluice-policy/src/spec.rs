@@ -133,8 +133,18 @@ enum Target {
     Any,
 }
 
+/// What a program that runs the rules elsewhere needs: the rule file
+/// (the shorthands' own for `--drop-*`), each set's entries (`sets[i]`
+/// for `file.sets[i]`), what was read, and what to tell the user.
+pub struct Plan {
+    pub file: RuleFile,
+    pub sets: Vec<Vec<Prefix>>,
+    pub lists: Vec<ListEntries>,
+    pub warnings: Vec<String>,
+}
+
 /// How the rules are built from their lists.
-enum Plan {
+enum Source {
     File(RuleFile),
     Shorthand(Depth),
 }
@@ -144,7 +154,7 @@ enum Plan {
 /// expiry is a new rule set published like a reload.
 pub struct Expiring {
     pub loaded_at: Instant,
-    plan: Plan,
+    plan: Source,
     lists: Vec<(Target, ParsedList)>,
     opts: CompileOptions,
 }
@@ -160,7 +170,7 @@ impl Expiring {
             }
         };
         match &self.plan {
-            Plan::File(f) => {
+            Source::File(f) => {
                 let mut sets: Vec<Vec<Prefix>> = vec![Vec::new(); f.sets.len()];
                 for (t, list) in &self.lists {
                     if let Target::Set(i) = t {
@@ -169,7 +179,7 @@ impl Expiring {
                 }
                 RuleSet::compile(f, &sets, &self.opts)
             }
-            Plan::Shorthand(depth) => {
+            Source::Shorthand(depth) => {
                 let (mut src, mut dst, mut any) = (Vec::new(), Vec::new(), Vec::new());
                 for (t, list) in &self.lists {
                     match t {
@@ -180,6 +190,45 @@ impl Expiring {
                     }
                 }
                 Ok(RuleSet::shorthand(&src, &dst, &any, *depth, &self.opts))
+            }
+        }
+    }
+
+    /// The rule file and each of its sets' entries still live `elapsed`
+    /// seconds after loading (the shorthands as the file they stand for).
+    pub fn plan(&self, elapsed: u64) -> (RuleFile, Vec<Vec<Prefix>>) {
+        let live = |list: &ParsedList| {
+            if list.timeouts.is_empty() {
+                list.prefixes.clone()
+            } else {
+                list.live_after(elapsed)
+            }
+        };
+        match &self.plan {
+            Source::File(f) => {
+                let mut sets: Vec<Vec<Prefix>> = vec![Vec::new(); f.sets.len()];
+                for (t, list) in &self.lists {
+                    if let Target::Set(i) = t {
+                        sets[*i].extend(live(list));
+                    }
+                }
+                (f.clone(), sets)
+            }
+            Source::Shorthand(depth) => {
+                let mut by: [Vec<Prefix>; 3] = Default::default();
+                for (t, list) in &self.lists {
+                    match t {
+                        Target::Src => by[0].extend(live(list)),
+                        Target::Dst => by[1].extend(live(list)),
+                        Target::Any => by[2].extend(live(list)),
+                        Target::Set(_) => {}
+                    }
+                }
+                let present = [!by[0].is_empty(), !by[1].is_empty(), !by[2].is_empty()];
+                let file = sluice_engine::shorthand_file(present, *depth, &self.opts.feed_sets);
+                let mut sets: Vec<Vec<Prefix>> = by.into_iter().filter(|l| !l.is_empty()).collect();
+                sets.extend(self.opts.feed_sets.iter().map(|_| Vec::new()));
+                (file, sets)
             }
         }
     }
@@ -279,6 +328,51 @@ impl RuleSpec {
             let (rules, lists) = load_compiled(path, &opts)?;
             return Ok(Loaded { rules, lists, took: started.elapsed(), expiry: None, warnings: Vec::new() });
         }
+        let (mut expiring, entries, mut warnings) = self.read(started, opts)?;
+        let rules = expiring.build(0)?;
+        if !self.given() && self.feed_sets.is_empty() {
+            warnings.push("no rules given (--rules or --drop-*); every decodable packet passes".into());
+        } else if rules.is_empty() {
+            warnings.push("the rules are empty; every decodable packet passes".into());
+        }
+        // Keep the lists only when entries will expire.
+        let expiry = if expiring.next_after(0).is_some() {
+            expiring.lists.iter_mut().for_each(|(_, l)| l.skipped.clear());
+            Some(expiring)
+        } else {
+            None
+        };
+        Ok(Loaded { rules, lists: entries, took: started.elapsed(), expiry, warnings })
+    }
+
+    /// The rules as a rule file and each of its sets' entries, for a
+    /// program that runs them elsewhere (`sluice shield`'s kernel
+    /// program): the shorthand flags become the rule file they stand for.
+    /// A compiled file is refused (its lists are tables, not entries).
+    pub fn load_plan(&self) -> Result<Plan, LoadError> {
+        if let Some(path) = self.rules.as_deref().filter(|p| is_compiled_file(p)) {
+            return Err(LoadError::Open {
+                path: path.display().to_string(),
+                error: std::io::Error::other(
+                    "a compiled rule file holds tables, not entries: give the rule file itself",
+                ),
+            });
+        }
+        let (expiring, lists, mut warnings) = self.read(Instant::now(), self.options(&[]))?;
+        if !self.given() && self.feed_sets.is_empty() {
+            warnings.push("no rules given (--rules or --drop-*); every decodable packet passes".into());
+        }
+        let (file, sets) = expiring.plan(0);
+        Ok(Plan { file, sets, lists, warnings })
+    }
+
+    /// Reads every list: what builds the rules (and rebuilds them as
+    /// entries expire), what was read, and the lines skipped.
+    fn read(
+        &self,
+        started: Instant,
+        opts: CompileOptions,
+    ) -> Result<(Expiring, Vec<ListEntries>, Vec<String>), LoadError> {
         let mut entries = Vec::new();
         let mut lists: Vec<(Target, ParsedList)> = Vec::new();
         let plan = match &self.rules {
@@ -298,7 +392,7 @@ impl RuleSpec {
                     });
                     lists.push((Target::Set(i), list));
                 }
-                Plan::File(file)
+                Source::File(file)
             }
             None => {
                 for (target, kind, paths) in [
@@ -323,26 +417,12 @@ impl RuleSpec {
                     entries.push(ListEntries { kind: kind.into(), path, entries: list.prefixes.len() as u64, geo });
                     lists.push((Target::Src, list));
                 }
-                Plan::Shorthand(if self.inner { Depth::Inner } else { Depth::Outer })
+                Source::Shorthand(if self.inner { Depth::Inner } else { Depth::Outer })
             }
         };
-        let mut warnings: Vec<String> =
+        let warnings: Vec<String> =
             lists.iter().flat_map(|(_, l)| &l.skipped).map(|s: &LineError| format!("{s} (line skipped)")).collect();
-        let mut expiring = Expiring { loaded_at: started, plan, lists, opts };
-        let rules = expiring.build(0)?;
-        if !self.given() && self.feed_sets.is_empty() {
-            warnings.push("no rules given (--rules or --drop-*); every decodable packet passes".into());
-        } else if rules.is_empty() {
-            warnings.push("the rules are empty; every decodable packet passes".into());
-        }
-        // Keep the lists only when entries will expire.
-        let expiry = if expiring.next_after(0).is_some() {
-            expiring.lists.iter_mut().for_each(|(_, l)| l.skipped.clear());
-            Some(expiring)
-        } else {
-            None
-        };
-        Ok(Loaded { rules, lists: entries, took: started.elapsed(), expiry, warnings })
+        Ok((Expiring { loaded_at: started, plan, lists, opts }, entries, warnings))
     }
 
     /// `drop-country` and `drop-asn`: their networks from the geo

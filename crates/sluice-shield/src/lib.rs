@@ -12,7 +12,10 @@
 
 pub mod asm;
 pub mod program;
+pub mod service;
 pub mod tables;
+
+pub use service::{start, Attached, ModeChoice, Shield, ShieldConfig, ShieldSummary};
 
 use sluice_live::bpf::{BpfMap, MapType, XdpProgram};
 use sluice_live::LiveError;
@@ -29,6 +32,12 @@ pub enum ShieldError {
     /// The kernel (a map, the verifier, an attachment) refused.
     #[error(transparent)]
     Kernel(#[from] LiveError),
+    /// What was asked cannot be done (no interface, rules that do not load).
+    #[error("{0}")]
+    Config(String),
+    /// A signal handler could not be installed.
+    #[error("signals: {0}")]
+    Io(#[from] std::io::Error),
 }
 
 /// How the program treats what the rules do not say.

@@ -1,0 +1,85 @@
+//! `sluice shield`: flags onto `sluice_shield::ShieldConfig`, run to the end.
+
+use crate::args::VerdictArg;
+use crate::rule_source::RuleArgs;
+use crate::Outcome;
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use sluice_shield::{ModeChoice, ShieldConfig};
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum XdpModeArg {
+    /// In the driver (refused where the driver has no XDP).
+    Native,
+    /// After the kernel built the packet: every interface has it.
+    Generic,
+    /// Native where the driver has it, else generic.
+    Auto,
+}
+
+#[derive(Args, Debug)]
+pub struct ShieldArgs {
+    /// An interface of this host to protect (repeatable): its incoming
+    /// packets are judged in XDP, before the kernel's stack.
+    #[arg(long = "iface", value_name = "IF", required = true)]
+    pub ifaces: Vec<String>,
+    #[command(flatten)]
+    pub rules: RuleArgs,
+    /// How the program is attached (auto: native where the driver has it).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub xdp_mode: XdpModeArg,
+    /// Replace another tool's XDP program on the interfaces (xdp-filter,
+    /// `ip link set .. xdp`); without it, one found there is an error.
+    #[arg(long)]
+    pub force: bool,
+    /// What happens to frames whose addresses cannot be known.
+    #[arg(long, value_enum, default_value = "pass")]
+    pub undecodable: VerdictArg,
+    /// Stop after this many seconds (default: on SIGINT or SIGTERM).
+    #[arg(long, value_name = "SECONDS")]
+    pub duration: Option<f64>,
+    /// Print the summary as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: ShieldArgs) -> Result<Outcome> {
+    let config = ShieldConfig {
+        ifaces: a.ifaces,
+        mode: match a.xdp_mode {
+            XdpModeArg::Native => ModeChoice::Native,
+            XdpModeArg::Generic => ModeChoice::Generic,
+            XdpModeArg::Auto => ModeChoice::Auto,
+        },
+        force: a.force,
+        rules: a.rules.spec(),
+        options: sluice_shield::Options {
+            undecodable_drop: matches!(a.undecodable, VerdictArg::Drop),
+            v4mapped: a.rules.v4mapped,
+        },
+    };
+    let shield = sluice_shield::start(config).context("shield")?;
+    for w in shield.warnings() {
+        tracing::warn!("{w}");
+    }
+    let c = shield.compiled();
+    for at in shield.attached() {
+        if let Some(r) = &at.replaced {
+            tracing::warn!("{}: replaced XDP program {r} (--force)", at.iface);
+        }
+        if let Some(why) = &at.fell_back {
+            tracing::warn!("{}: {why}", at.iface);
+        }
+        tracing::info!(
+            "shield on {} ({} XDP): {} instructions, {} KiB of tables",
+            at.iface,
+            at.mode,
+            c.instructions(),
+            c.table_bytes() / 1024
+        );
+    }
+    let duration = a.duration.map(std::time::Duration::from_secs_f64);
+    let (summary, _) = sluice_control::product::run_to_end(shield, duration, true).context("shield")?;
+    print!("{}", sluice_control::product::print(&summary, a.json));
+    Ok(Outcome::Complete)
+}

@@ -1,0 +1,230 @@
+//! `sluice shield` on a host: a namespace stands for the host, its veth
+//! end carries the program; frames are sent from the peer's end and
+//! counted on the host's own interface (an AF_PACKET socket there sees
+//! what XDP passed, never what it dropped). Native and generic mode;
+//! after the shield stops, everything passes again. Bad input: a rule the
+//! kernel cannot run, a missing interface, an interface that already
+//! carries an XDP program: each a clear error, nothing left attached.
+//!
+//! Needs root: `SKIPPED` unless `SLUICE_REQUIRE_LIVE=1` (CI), when it fails.
+
+#[path = "../../sluice-live/tests/common/mod.rs"]
+mod live;
+
+use live::{live_or_skip, run, unique, Endpoint, Netns, Veth};
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
+const MARK: &[u8; 8] = b"SHIELD!!";
+
+/// The host (`host` namespace, interface `dev`) and its peer (`peer`
+/// namespace, interface `far`), joined by a veth pair.
+struct Host {
+    dev: String,
+    far: String,
+    host: Netns,
+    peer: Netns,
+    _veth: Veth,
+}
+
+impl Host {
+    fn new(tag: &str) -> Host {
+        let p = unique(tag);
+        let host = Netns::new(&format!("{p}h"));
+        let peer = Netns::new(&format!("{p}p"));
+        let (dev, far) = (format!("{p}d"), format!("{p}f"));
+        let veth = Veth::new(&dev, &far, Some(&peer.name));
+        run(&["ip", "link", "set", "dev", &dev, "netns", &host.name]);
+        run(&["ip", "-n", &host.name, "link", "set", "dev", &dev, "up"]);
+        Host { dev, far, host, peer, _veth: veth }
+    }
+
+    /// Whether the host's interface carries an XDP program.
+    fn has_xdp(&self) -> bool {
+        let out = Command::new("ip").args(["-n", &self.host.name, "link", "show", "dev", &self.dev]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).contains("xdp")
+    }
+}
+
+/// Ethernet + IPv4 + UDP from `src` to 192.0.2.1:`dport`, our mark and `seq`.
+fn udp(src: [u8; 4], dport: u16, seq: u32) -> Vec<u8> {
+    let mut f = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2, 0x08, 0x00];
+    let total = 20 + 8 + 12;
+    f.extend_from_slice(&[0x45, 0, 0, total as u8, 0, 0, 0x40, 0, 64, 17, 0, 0]);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&[192, 0, 2, 1]);
+    f.extend_from_slice(&[0x30, 0x39]);
+    f.extend_from_slice(&dport.to_be_bytes());
+    f.extend_from_slice(&[0, 20, 0, 0]);
+    f.extend_from_slice(MARK);
+    f.extend_from_slice(&seq.to_be_bytes());
+    f
+}
+
+fn seq_of(f: &[u8]) -> Option<u32> {
+    let at = 14 + 20 + 8;
+    (f.get(at..at + 8)? == MARK).then(|| u32::from_be_bytes(f[at + 8..at + 12].try_into().unwrap()))
+}
+
+/// Sends `frames` from the peer and returns the sequence numbers that
+/// reached the host's interface.
+fn through(h: &Host, frames: &[Vec<u8>]) -> BTreeSet<u32> {
+    let mut rx = Endpoint::open(&h.host.name, &h.dev);
+    let mut tx = Endpoint::open(&h.peer.name, &h.far);
+    tx.send_all(frames);
+    let mut got = BTreeSet::new();
+    let end = std::time::Instant::now() + Duration::from_millis(800);
+    while std::time::Instant::now() < end {
+        rx.sock.poll_rx(20).unwrap();
+        rx.sock.rx_batch(4096, |f, _| {
+            if let Some(s) = seq_of(f) {
+                got.insert(s);
+            }
+        });
+    }
+    got
+}
+
+/// A shield running in the host's namespace, killed on drop.
+struct Shield {
+    child: Child,
+}
+
+impl Shield {
+    /// Starts it and waits until it says it is on.
+    fn start(h: &Host, args: &[&str]) -> Shield {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &h.host.name, SLUICE, "shield", "--iface", &h.dev, "--json"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut seen = String::new();
+        loop {
+            let mut line = String::new();
+            assert!(err.read_line(&mut line).unwrap() > 0, "the shield did not come up: {seen}");
+            seen += &line;
+            if line.contains("shield on ") {
+                break;
+            }
+        }
+        std::thread::spawn(move || for _ in err.lines() {});
+        Shield { child }
+    }
+
+    /// SIGTERM, then its JSON summary.
+    fn stop(mut self) -> Value {
+        run(&["kill", "-TERM", &self.child.id().to_string()]);
+        let mut out = String::new();
+        std::io::Read::read_to_string(self.child.stdout.as_mut().unwrap(), &mut out).unwrap();
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "shield exited {status}");
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
+    }
+}
+
+impl Drop for Shield {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn rules(dir: &Path) -> std::path::PathBuf {
+    // 1,000 hosts (the kernel table) and one /16 (compares).
+    let hosts: String = (0..1000u32).map(|i| format!("10.8.{}.{}\n", i / 250, 1 + i % 250)).collect();
+    std::fs::write(dir.join("hosts.txt"), hosts).unwrap();
+    let file = dir.join("shield.rules");
+    std::fs::write(
+        &file,
+        "set big from \"hosts.txt\"\nset small { 10.9.0.0/16 }\ndrop saddr @big\ndrop saddr @small\ndrop udp dport 7\n",
+    )
+    .unwrap();
+    file
+}
+
+fn enforces(mode: &str) {
+    let h = Host::new(&format!("sh{}", &mode[..1]));
+    let dir = tempfile::tempdir().unwrap();
+    let file = rules(dir.path());
+    let frames = vec![
+        udp([10, 8, 0, 5], 53, 0),   // big: dropped
+        udp([10, 8, 3, 250], 53, 1), // big: dropped
+        udp([10, 8, 3, 251], 53, 2), // not in big: passes
+        udp([10, 9, 77, 1], 53, 3),  // small: dropped
+        udp([10, 7, 0, 1], 53, 4),   // passes
+        udp([10, 7, 0, 1], 7, 5),    // dport 7: dropped
+        udp([203, 0, 113, 9], 80, 6),
+    ];
+    let shield = Shield::start(&h, &["--rules", file.to_str().unwrap(), "--xdp-mode", mode]);
+    assert!(h.has_xdp());
+    let got = through(&h, &frames);
+    assert_eq!(got, BTreeSet::from([2, 4, 6]), "{mode}: what reached the host");
+    let summary = shield.stop();
+    assert_eq!(summary["interfaces"][0]["mode"], mode, "{summary}");
+    let packets: Vec<u64> =
+        summary["rules"].as_array().unwrap().iter().map(|r| r["packets"].as_u64().unwrap()).collect();
+    assert_eq!(packets, vec![2, 1, 1], "{summary}");
+    assert!(summary["default"]["packets"].as_u64().unwrap() >= 3, "{summary}");
+    // Stopped: detached, and everything passes.
+    assert!(!h.has_xdp(), "the program stayed attached after the shield stopped");
+    assert_eq!(through(&h, &frames).len(), frames.len(), "{mode}: after the stop");
+}
+
+#[test]
+fn native_mode_drops_what_the_rules_say_and_nothing_after_it_stops() {
+    if live_or_skip("native_mode_drops_what_the_rules_say_and_nothing_after_it_stops") {
+        enforces("native");
+    }
+}
+
+#[test]
+fn generic_mode_drops_what_the_rules_say_and_nothing_after_it_stops() {
+    if live_or_skip("generic_mode_drops_what_the_rules_say_and_nothing_after_it_stops") {
+        enforces("generic");
+    }
+}
+
+/// Runs a shield that must not start: its stderr.
+fn refused(h: &Host, args: &[&str]) -> String {
+    let out = Command::new("ip")
+        .args(["netns", "exec", &h.host.name, SLUICE, "shield"])
+        .args(args)
+        .args(["--duration", "1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "started: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn bad_input_is_a_clear_error_and_nothing_is_left_attached() {
+    if !live_or_skip("bad_input_is_a_clear_error_and_nothing_is_left_attached") {
+        return;
+    }
+    let h = Host::new("shb");
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.rules");
+    std::fs::write(&bad, "drop udp dport 7\ndrop inner saddr 10.0.0.0/8\n").unwrap();
+    let e = refused(&h, &["--iface", &h.dev, "--rules", bad.to_str().unwrap()]);
+    assert!(e.contains("bad.rules:2: `inner`"), "{e}");
+    assert!(!h.has_xdp());
+
+    let good = rules(dir.path());
+    let e = refused(&h, &["--iface", &h.dev, "--iface", "nosuchif0", "--rules", good.to_str().unwrap()]);
+    assert!(e.contains("nosuchif0"), "{e}");
+    assert!(!h.has_xdp(), "half-attached after an unknown interface");
+
+    // Another program on the interface (here: another shield's) is not replaced.
+    let first = Shield::start(&h, &["--rules", good.to_str().unwrap()]);
+    let e = refused(&h, &["--iface", &h.dev, "--rules", good.to_str().unwrap()]);
+    assert!(e.contains(&h.dev) && e.contains("id "), "{e}");
+    drop(first);
+}

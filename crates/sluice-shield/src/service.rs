@@ -1,0 +1,231 @@
+//! The shield as a product of the house's one shape: a [`ShieldConfig`],
+//! [`start`] (rules loaded into the kernel, then attached), a [`Shield`]
+//! that runs until its handle is told to stop, and a [`ShieldSummary`].
+//!
+//! Order of a start: the rules and sets are read, compiled and loaded
+//! (maps written, program verified) before any interface is touched, so no
+//! packet is ever judged against a half-built table; then each interface
+//! gets the program through a BPF link. If one interface refuses, the
+//! links made so far are dropped (the kernel detaches them): nothing is
+//! left half-attached. Stopping drops the links: without the shield every
+//! packet passes again.
+
+use crate::{Compiled, Count, Options, ShieldError};
+use sluice_control::product::{Handle, Running, Summary};
+use sluice_live::bpf::{XdpLink, XdpMode};
+use sluice_live::LiveError;
+use sluice_policy::spec::RuleSpec;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Which XDP mode to attach in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ModeChoice {
+    /// In the driver, before any socket buffer exists; refused where the
+    /// driver has no XDP.
+    Native,
+    /// After the socket buffer is built: every interface has it, at a
+    /// higher cost per packet.
+    Generic,
+    /// Native where the driver has it, else generic (said in the log and
+    /// the summary).
+    #[default]
+    Auto,
+}
+
+/// Everything a shield is started from.
+#[derive(Clone, Debug, Default)]
+pub struct ShieldConfig {
+    /// The host's interfaces to protect.
+    pub ifaces: Vec<String>,
+    pub mode: ModeChoice,
+    /// Replace another tool's XDP program (attached through netlink).
+    pub force: bool,
+    pub rules: RuleSpec,
+    pub options: Options,
+}
+
+/// One interface the program is attached to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attached {
+    pub iface: String,
+    /// "native" or "generic".
+    pub mode: &'static str,
+    /// What `auto` found (None when the mode was asked for).
+    pub fell_back: Option<String>,
+    /// The program `--force` replaced, as "id N (driver mode)".
+    pub replaced: Option<String>,
+}
+
+/// A running shield.
+pub struct Shield {
+    compiled: Compiled,
+    links: Vec<XdpLink>,
+    attached: Vec<Attached>,
+    rule_text: Vec<String>,
+    warnings: Vec<String>,
+    stop: Arc<AtomicBool>,
+    started: Instant,
+}
+
+fn mode_name(m: XdpMode) -> &'static str {
+    match m {
+        XdpMode::Driver => "native",
+        XdpMode::Skb => "generic",
+    }
+}
+
+/// Loads the rules into the kernel, then attaches them to every interface.
+pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
+    if config.ifaces.is_empty() {
+        return Err(ShieldError::Config("no interface given (--iface IF)".into()));
+    }
+    let plan = config.rules.load_plan().map_err(|e| ShieldError::Config(e.to_string()))?;
+    // Every interface exists before anything is loaded.
+    for iface in &config.ifaces {
+        sluice_live::sys::ifindex(iface)?;
+    }
+    let compiled = Compiled::new(&plan.file, &plan.sets, &config.options)?;
+    let mut links = Vec::new();
+    let mut attached = Vec::new();
+    for iface in &config.ifaces {
+        // On an error here, `links` drops: what was attached is detached.
+        let (link, a) = attach(&compiled, iface, config.mode, config.force)?;
+        links.push(link);
+        attached.push(a);
+    }
+    Ok(Shield {
+        compiled,
+        links,
+        attached,
+        rule_text: plan.file.rules.iter().map(|r| r.text.clone()).collect(),
+        warnings: plan.warnings,
+        stop: Arc::new(AtomicBool::new(false)),
+        started: Instant::now(),
+    })
+}
+
+fn attach(compiled: &Compiled, iface: &str, mode: ModeChoice, force: bool) -> Result<(XdpLink, Attached), ShieldError> {
+    let ifindex = sluice_live::sys::ifindex(iface)?;
+    let mut replaced = None;
+    if let Ok(Some(q)) = sluice_live::netlink::xdp_query(ifindex) {
+        if !force {
+            return Err(LiveError::XdpBusy {
+                iface: iface.to_owned(),
+                detail: format!(" (id {}, {} mode; --force replaces it)", q.prog_id, q.mode),
+            }
+            .into());
+        }
+        sluice_live::netlink::xdp_detach(ifindex, q.mode).map_err(|e| {
+            ShieldError::Config(format!(
+                "{iface}: cannot detach XDP program id {} ({} mode) for --force: {e} (a program held by a BPF link \
+                 goes only when its owner lets go)",
+                q.prog_id, q.mode
+            ))
+        })?;
+        replaced = Some(format!("id {} ({} mode)", q.prog_id, q.mode));
+    }
+    let program = compiled.program();
+    let (link, fell_back) = match mode {
+        ModeChoice::Native => (program.attach(iface, XdpMode::Driver)?, None),
+        ModeChoice::Generic => (program.attach(iface, XdpMode::Skb)?, None),
+        ModeChoice::Auto => match program.attach(iface, XdpMode::Driver) {
+            Ok(l) => (l, None),
+            Err(e @ LiveError::XdpAttach { .. }) => {
+                (program.attach(iface, XdpMode::Skb)?, Some(format!("native XDP refused ({e}); generic instead")))
+            }
+            Err(e) => return Err(e.into()),
+        },
+    };
+    let mode = mode_name(link.mode());
+    Ok((link, Attached { iface: iface.to_owned(), mode, fell_back, replaced }))
+}
+
+impl Shield {
+    /// Where the program runs and how.
+    pub fn attached(&self) -> &[Attached] {
+        &self.attached
+    }
+
+    /// What the user should hear about the rules (lines skipped, no rules).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// The compiled program and its tables.
+    pub fn compiled(&self) -> &Compiled {
+        &self.compiled
+    }
+
+    /// Each rule's counter now, then the default's and the undecodable's.
+    pub fn counts(&self) -> Result<Vec<Count>, ShieldError> {
+        self.compiled.counts()
+    }
+}
+
+impl Running for Shield {
+    type Summary = ShieldSummary;
+    type Error = ShieldError;
+
+    fn handle(&self) -> Handle {
+        Handle::new(Arc::clone(&self.stop))
+    }
+
+    fn wait(self) -> Result<ShieldSummary, ShieldError> {
+        // Counted before the links go: after, nothing more is judged.
+        let counts = self.compiled.counts()?;
+        drop(self.links);
+        Ok(ShieldSummary { attached: self.attached, rules: self.rule_text, counts, elapsed: self.started.elapsed() })
+    }
+}
+
+/// What a shield's run ends with.
+#[derive(Clone, Debug)]
+pub struct ShieldSummary {
+    pub attached: Vec<Attached>,
+    /// Each rule's text, in order.
+    pub rules: Vec<String>,
+    /// Per rule, then default and undecodable.
+    pub counts: Vec<Count>,
+    pub elapsed: Duration,
+}
+
+impl ShieldSummary {
+    fn extra(&self, e: crate::program::Extra) -> Count {
+        self.counts.get(self.rules.len() + e as usize).copied().unwrap_or_default()
+    }
+}
+
+impl Summary for ShieldSummary {
+    fn text(&self) -> String {
+        let mut out = String::new();
+        for a in &self.attached {
+            out += &format!("shield on {} ({} XDP)\n", a.iface, a.mode);
+        }
+        for (rule, c) in self.rules.iter().zip(&self.counts) {
+            out += &format!("{:>12} packets {:>14} bytes  {rule}\n", c.packets, c.bytes);
+        }
+        let d = self.extra(crate::program::Extra::Default);
+        let u = self.extra(crate::program::Extra::Undecodable);
+        out += &format!("{:>12} packets {:>14} bytes  (default)\n", d.packets, d.bytes);
+        out += &format!("{:>12} packets {:>14} bytes  (undecodable)\n", u.packets, u.bytes);
+        out += &format!("ran {:.1} s\n", self.elapsed.as_secs_f64());
+        out
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let count = |c: &Count| serde_json::json!({ "packets": c.packets, "bytes": c.bytes });
+        serde_json::json!({
+            "interfaces": self.attached.iter().map(|a| serde_json::json!({
+                "iface": a.iface, "mode": a.mode, "fell_back": a.fell_back, "replaced": a.replaced,
+            })).collect::<Vec<_>>(),
+            "rules": self.rules.iter().zip(&self.counts).map(|(r, c)| serde_json::json!({
+                "rule": r, "packets": c.packets, "bytes": c.bytes,
+            })).collect::<Vec<_>>(),
+            "default": count(&self.extra(crate::program::Extra::Default)),
+            "undecodable": count(&self.extra(crate::program::Extra::Undecodable)),
+            "elapsed_s": self.elapsed.as_secs_f64(),
+        })
+    }
+}
