@@ -262,11 +262,12 @@ pub fn list_or_firehol(path: Option<&Path>) -> Result<Vec<Prefix>> {
     })
 }
 
-/// https to a CrowdSec LAPI: the bridge's bouncer and the guard's watcher.
+/// https to a CrowdSec LAPI: the bridge's bouncer and the guard's watcher
+/// (each command puts what names the LAPI in the group `crowdsec_lapi`).
 #[derive(Args, Debug, Clone)]
 pub struct LapiTlsArgs {
     /// https: the CA certificate(s) the LAPI's certificate must chain to (default: the system's roots).
-    #[arg(long, value_name = "FILE", requires = "crowdsec_url")]
+    #[arg(long, value_name = "FILE", requires = "crowdsec_lapi")]
     pub crowdsec_ca: Option<PathBuf>,
     /// https: authenticate with this client certificate (PEM) instead of an API key or a password.
     #[arg(long, value_name = "FILE", requires = "crowdsec_key", group = "crowdsec_auth")]

@@ -143,7 +143,7 @@ pub struct GuardArgs {
     pub block_ctl_set: String,
     /// Push each IP block to this CrowdSec Local API as an alert with a ban
     /// decision (scenario sluice/http-LIMIT), so every bouncer enforces it.
-    #[arg(long, value_name = "URL", requires_all = ["ip_block", "crowdsec_auth"])]
+    #[arg(long, value_name = "URL", requires_all = ["ip_block", "crowdsec_auth"], group = "crowdsec_lapi")]
     pub crowdsec_url: Option<String>,
     /// The machine login for --crowdsec-url (`cscli machines add NAME --password P`).
     #[arg(long, value_name = "NAME", requires = "crowdsec_password_file")]

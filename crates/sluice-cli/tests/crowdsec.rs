@@ -425,3 +425,158 @@ fn lapi_strings_cannot_forge_metrics() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["match"], true, "the decision beside the junk is enforced: {v}");
 }
+
+/// The firewall bouncer's config, laid out as Debian's package lays it:
+/// the shipped file (its firewall and log keys, `mode: ${BACKEND}` and
+/// `api_key: ${API_KEY}` left for the installer), and the key and the mode
+/// in FILE.local, mode 0600.
+fn firewall_bouncer_config(dir: &Path, url: &str, key: &str, extra: &str) -> std::path::PathBuf {
+    let config = dir.join("crowdsec-firewall-bouncer.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "mode: ${{BACKEND}}\nupdate_frequency: 500ms\nlog_mode: file\nlog_dir: /var/log/\nlog_level: info\n\
+             api_url: {url}/\napi_key: ${{API_KEY}}\ninsecure_skip_verify: false\ndisable_ipv6: false\n\
+             deny_action: DROP\ndeny_log: false\nsupported_decisions_types:\n  - ban\n{extra}\
+             blacklists_ipv4: crowdsec-blacklists\nblacklists_ipv6: crowdsec6-blacklists\n\
+             nftables:\n  ipv4:\n    enabled: true\n    table: crowdsec\n    chain: crowdsec-chain\n\
+             prometheus:\n  enabled: false\n  listen_addr: 127.0.0.1\n  listen_port: 60601\n"
+        ),
+    )
+    .unwrap();
+    let local = dir.join("crowdsec-firewall-bouncer.yaml.local");
+    std::fs::write(&local, format!("mode: nftables\napi_key: {key}\n")).unwrap();
+    std::fs::set_permissions(&local, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    config
+}
+
+/// `--crowdsec-config` alone makes the bridge the bouncer the firewall
+/// bouncer's config describes: its URL, its key (from FILE.local), its
+/// `update_frequency` and its `supported_decisions_types` (here `captcha`
+/// too, as a file may say); decisions added with cscli are enforced and
+/// lifted as with --crowdsec-url, and the key is nowhere in the log.
+#[test]
+fn crowdsec_config_of_the_firewall_bouncer_is_enough() {
+    if !live_or_skip("crowdsec_config_of_the_firewall_bouncer_is_enough") {
+        return;
+    }
+    let Some(bin) = crowdsec_or_skip("crowdsec_config_of_the_firewall_bouncer_is_enough") else { return };
+    let lapi = Lapi::new(bin);
+    let key = lapi.cscli(&["bouncers", "add", "firewall-bouncer", "-o", "raw"]).trim().to_owned();
+    let config = firewall_bouncer_config(lapi.dir.path(), &lapi.url, &key, "  - captcha\n");
+    let topo = addressed("csc");
+    let sock = lapi.dir.path().join("ctl.sock");
+    let bridge = Bridge::start(&[
+        "--iface",
+        &topo.a.near,
+        "--iface",
+        &topo.b.near,
+        "--crowdsec-config",
+        p(&config),
+        "--control",
+        p(&sock),
+    ]);
+    until_ping(&topo, true, Duration::from_secs(10), &bridge);
+    let log = bridge.stderr();
+    assert!(log.contains(&format!("crowdsec bouncer pulling {}/ every 500ms", lapi.url)), "{log}");
+    assert!(
+        log.contains(&format!(
+            "--crowdsec-config {}: ignored, as they set up the firewall bouncer's own firewall, logs or process: \
+             mode, log_mode, log_dir, log_level, disable_ipv6, deny_action, deny_log, blacklists_ipv4, \
+             blacklists_ipv6, nftables, prometheus",
+            p(&config)
+        )),
+        "{log}"
+    );
+    assert!(!log.contains("readable by group or others"), "{log}");
+    let test = |addr: &str| {
+        let out = Command::new(SLUICE)
+            .args(["ctl", "--json", "--socket", p(&sock), "test", "crowdsec", addr])
+            .output()
+            .unwrap();
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["match"] == true
+    };
+    let wait_set = |addr: &str, want: bool| {
+        let started = Instant::now();
+        while test(addr) != want {
+            assert!(started.elapsed() < Duration::from_secs(15), "{addr} never {want}: {}", bridge.stderr());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        started.elapsed()
+    };
+    let bound = Duration::from_secs_f64(0.5 + 1.0);
+    lapi.cscli(&["decisions", "add", "--ip", "10.77.0.1", "--duration", "1h"]);
+    let took = wait_set("10.77.0.1", true);
+    assert!(took <= bound, "enforced after {took:?}, over update_frequency + 1 s");
+    until_ping(&topo, false, Duration::from_secs(3), &bridge);
+    lapi.cscli(&["decisions", "delete", "--ip", "10.77.0.1"]);
+    wait_set("10.77.0.1", false);
+    until_ping(&topo, true, Duration::from_secs(3), &bridge);
+    // A type the file's supported_decisions_types names.
+    lapi.cscli(&["decisions", "add", "--ip", "10.77.0.1", "--duration", "1h", "--type", "captcha"]);
+    wait_set("10.77.0.1", true);
+    until_ping(&topo, false, Duration::from_secs(3), &bridge);
+    lapi.cscli(&["decisions", "delete", "--ip", "10.77.0.1"]);
+    wait_set("10.77.0.1", false);
+    assert!(!bridge.stderr().contains(&key), "the API key is in the log");
+}
+
+/// What the bouncer's config cannot be is said before anything opens
+/// (no root, no LAPI needed), naming the file and line, never the key;
+/// the flags given win over the file.
+#[test]
+fn crowdsec_config_errors_name_the_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = "sEcReT0123456789";
+    let config = firewall_bouncer_config(dir.path(), "http://127.0.0.1:9", key, "");
+    let run = |extra: &[&str]| {
+        let out = Command::new(SLUICE)
+            .args(["bridge", "--iface", "sluice-none0", "--iface", "sluice-none1", "--crowdsec-config", p(&config)])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // A typo in the local file.
+    let local = dir.path().join("crowdsec-firewall-bouncer.yaml.local");
+    std::fs::write(&local, format!("mode: nftables\napi_key: {key}\nupdate_frequncy: 1s\n")).unwrap();
+    let err = run(&[]);
+    assert!(
+        err.contains(&format!(
+            "--crowdsec-config {}:3: unknown key `update_frequncy` (did you mean `update_frequency`?)",
+            p(&local)
+        )),
+        "{err}"
+    );
+    std::fs::write(&local, format!("mode: nftables\napi_key: {key}\nupdate_frequency: 10\n")).unwrap();
+    let err = run(&[]);
+    assert!(
+        err.contains(&format!("--crowdsec-config {}:3: `update_frequency`: \"10\" is not a Go duration", p(&local))),
+        "{err}"
+    );
+    // insecure_skip_verify is refused over https; over http it means
+    // nothing, and the start gets as far as the interfaces (which do not
+    // exist).
+    std::fs::write(&local, format!("mode: nftables\napi_key: {key}\ninsecure_skip_verify: true\n")).unwrap();
+    let err = run(&["--crowdsec-url", "https://127.0.0.1:9"]);
+    assert!(
+        err.contains(&format!("--crowdsec-config {}:3: `insecure_skip_verify: true` is refused", p(&local))),
+        "{err}"
+    );
+    let err = run(&[]);
+    assert!(err.contains("insecure_skip_verify: true means nothing over http://127.0.0.1:9/"), "{err}");
+    assert!(err.contains("sluice-none0"), "{err}");
+    // Both a key and a certificate: refused, as the bouncer refuses them.
+    std::fs::write(&local, format!("api_key: {key}\ncert_path: /c.pem\nkey_path: /k.pem\n")).unwrap();
+    let err = run(&["--crowdsec-url", "https://127.0.0.1:9"]);
+    assert!(err.contains(&format!("--crowdsec-config {}:1: `api_key` and a client certificate", p(&local))), "{err}");
+    // A key file given replaces the file's credential whole.
+    let key_file = dir.path().join("sluice.key");
+    std::fs::write(&key_file, "other").unwrap();
+    std::fs::set_permissions(&key_file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let err = run(&["--crowdsec-key-file", p(&key_file)]);
+    assert!(!err.contains("error: --crowdsec-config"), "{err}");
+    assert!(err.contains("sluice-none0"), "{err}");
+    assert!(!err.contains(key), "{err}");
+}

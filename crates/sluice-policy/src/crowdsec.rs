@@ -1,7 +1,8 @@
 //! The bridge as a CrowdSec bouncer: a thread that streams decisions from
 //! a CrowdSec Local API (`GET /v1/decisions/stream`, `startup=true` first,
 //! then the changes since the last pull, every interval) and hands them to
-//! the controller as a [`Feed`] for one dynamic set: `ban` decisions of
+//! the controller as a [`Feed`] for one dynamic set: `ban` decisions (or
+//! those of the types `--crowdsec-types` names) of
 //! scope `Ip` and `Range` go in with their remaining duration as timeout,
 //! deleted ones come out; other types and scopes are counted, not applied.
 //!
@@ -45,8 +46,8 @@ use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-/// Where and how often to pull.
-#[derive(Debug, Clone)]
+/// Where and how often to pull. Its `Debug` leaves the key out.
+#[derive(Clone)]
 pub struct BouncerConfig {
     /// The LAPI's base URL, e.g. `http://127.0.0.1:8080`.
     pub url: String,
@@ -66,6 +67,10 @@ pub struct BouncerConfig {
     pub gate: Gate,
     /// Which decisions the LAPI streams (`--crowdsec-origins`, ...).
     pub filters: StreamFilters,
+    /// The decision types enforced as bans (`--crowdsec-types`, the
+    /// firewall bouncer's `supported_decisions_types`), compared ignoring
+    /// case; empty: `ban` alone. Others are counted as ignored.
+    pub types: Vec<String>,
     /// `--geo-db`: bans of scope `Country` and `AS` become their networks.
     pub geo: Option<Arc<GeoScopes>>,
     /// An `https://` URL's TLS (its roots, and a client certificate).
@@ -75,6 +80,49 @@ pub struct BouncerConfig {
     /// read (the bridge's counters; None: nothing to push).
     pub metrics_interval: Option<Duration>,
     pub usage: Option<UsageSource>,
+}
+
+impl fmt::Debug for BouncerConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BouncerConfig")
+            .field("url", &self.url)
+            .field("key", &if self.key.is_empty() { "none" } else { "(hidden)" })
+            .field("interval", &self.interval)
+            .field("resync", &self.resync)
+            .field("set", &self.set)
+            .field("max_answer", &self.max_answer)
+            .field("gate", &self.gate)
+            .field("filters", &self.filters)
+            .field("types", &self.types)
+            .field("geo", &self.geo)
+            .field("tls", &self.tls.is_some())
+            .field("metrics_interval", &self.metrics_interval)
+            .field("usage", &self.usage)
+            .finish()
+    }
+}
+
+/// `--crowdsec-interval`'s default, in seconds: CrowdSec's own bouncers'
+/// `update_frequency`.
+pub const DEFAULT_INTERVAL: f64 = 10.0;
+
+/// Where the bouncer's API key comes from.
+#[derive(Clone, PartialEq, Eq)]
+pub enum ApiKey {
+    /// A file holding it alone (`--crowdsec-key-file`).
+    File(std::path::PathBuf),
+    /// The key itself, and where it was read (`api_key` of
+    /// `--crowdsec-config`, as "FILE:LINE"); never printed.
+    Given { key: String, from: String },
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ApiKey::File(p) => f.debug_tuple("File").field(p).finish(),
+            ApiKey::Given { from, .. } => write!(f, "Given {{ key: (hidden), from: {from:?} }}"),
+        }
+    }
 }
 
 /// Bans of scope `Country` and `AS` as the networks MaxMind DB files give
@@ -267,6 +315,21 @@ impl BouncerConfig {
         set: &str,
         max_answer: u64,
     ) -> Result<Self, String> {
+        let key = key_file.map(|p| ApiKey::File(p.to_owned()));
+        Self::with_key(url, key.as_ref(), tls, interval, resync, set, max_answer)
+    }
+
+    /// [`BouncerConfig::new`] with the key from a file or given
+    /// (`--crowdsec-config`'s `api_key`).
+    pub fn with_key(
+        url: &str,
+        key: Option<&ApiKey>,
+        tls: &LapiTls,
+        interval: f64,
+        resync: f64,
+        set: &str,
+        max_answer: u64,
+    ) -> Result<Self, String> {
         let tls = sluice_control::lapi::check_url(url, tls)?;
         for (flag, v) in [("--crowdsec-interval", interval), ("--crowdsec-resync", resync)] {
             if !(v.is_finite() && v >= 0.05) {
@@ -276,8 +339,9 @@ impl BouncerConfig {
         if max_answer < MIN_MAX_ANSWER {
             return Err(format!("--crowdsec-max-answer {max_answer}: must be at least {MIN_MAX_ANSWER} bytes"));
         }
-        let key = match key_file {
-            Some(key_file) => read_key(key_file)?,
+        let key = match key {
+            Some(ApiKey::File(key_file)) => read_key(key_file)?,
+            Some(ApiKey::Given { key, .. }) => key.clone(),
             None => String::new(),
         };
         Ok(BouncerConfig {
@@ -289,6 +353,7 @@ impl BouncerConfig {
             max_answer,
             gate: Gate::default(),
             filters: StreamFilters::default(),
+            types: vec!["ban".to_owned()],
             geo: None,
             tls,
             metrics_interval: Some(Duration::from_secs_f64(crate::usage::DEFAULT_METRICS_INTERVAL)),
@@ -468,10 +533,21 @@ pub fn go_duration(s: &str) -> Option<f64> {
     Some(if neg { -total } else { total })
 }
 
-/// The elements a decision bans, if it is one sluice applies: an address,
-/// a range, or (with `--geo-db`) a country's or an AS's networks.
-fn banned(d: &Decision, geo: Option<&GeoScopes>) -> Option<Banned> {
-    if !d.kind.as_str().eq_ignore_ascii_case("ban") {
+/// Whether decisions of type `kind` are enforced: one of `types`
+/// (ignoring case), or `ban` when `types` is empty.
+fn enforced(types: &[String], kind: &str) -> bool {
+    if types.is_empty() {
+        kind.eq_ignore_ascii_case("ban")
+    } else {
+        types.iter().any(|t| t.eq_ignore_ascii_case(kind))
+    }
+}
+
+/// The elements a decision bans, if it is one sluice applies (of a type in
+/// `types`): an address, a range, or (with `--geo-db`) a country's or an
+/// AS's networks.
+fn banned(d: &Decision, geo: Option<&GeoScopes>, types: &[String]) -> Option<Banned> {
+    if !enforced(types, d.kind.as_str()) {
         return None;
     }
     let value = d.value.as_str();
@@ -509,6 +585,8 @@ struct Sink<'a> {
     net: Arc<sluice_rules::SafetyNet>,
     gate: &'a Gate,
     geo: Option<&'a GeoScopes>,
+    /// The decision types enforced ([`BouncerConfig::types`]).
+    types: &'a [String],
     warned_geo: bool,
     /// This answer's origins (the feed's tags index them).
     origins: Origins,
@@ -520,7 +598,7 @@ impl Sink<'_> {
             self.tally.oversized += 1;
             "oversized"
         } else if deleted {
-            match banned(d, self.geo) {
+            match banned(d, self.geo, self.types) {
                 // A full pull's content is the set; a delete in it means
                 // nothing more.
                 Some(_) if self.feed.full => "deleted",
@@ -531,7 +609,7 @@ impl Sink<'_> {
                 None => self.ignored(d),
             }
         } else {
-            match (banned(d, self.geo), go_duration(d.duration.as_str())) {
+            match (banned(d, self.geo, self.types), go_duration(d.duration.as_str())) {
                 (Some(e), Some(secs)) if secs > 0.0 => {
                     let timeout = Some(secs.ceil().min(f64::from(u32::MAX)) as u32);
                     let tag = self.origins.tag(d.origin.as_str());
@@ -570,7 +648,7 @@ impl Sink<'_> {
     fn ignored(&mut self, d: &Decision) -> &'static str {
         let scope = d.scope.as_str();
         let geo_scope = scope.eq_ignore_ascii_case("country") || scope.eq_ignore_ascii_case("as");
-        if geo_scope && self.geo.is_none() && d.kind.as_str().eq_ignore_ascii_case("ban") && !self.warned_geo {
+        if geo_scope && self.geo.is_none() && enforced(self.types, d.kind.as_str()) && !self.warned_geo {
             self.warned_geo = true;
             tracing::warn!("crowdsec: bans of scope {scope} are ignored: give --geo-db FILE to enforce them");
         }
@@ -742,7 +820,9 @@ impl<R: Read> Read for Guard<R> {
 /// decisions were; all or nothing: an error leaves nothing to apply.
 /// `announced` is its Content-Length, if it gave one: over `max_answer`
 /// it is refused before a byte is read. A ban `gate` refuses is left out
-/// of the feed and counted in the tally.
+/// of the feed and counted in the tally; decisions of a type not in
+/// `types` (empty: `ban` alone) are counted as ignored.
+#[allow(clippy::too_many_arguments)]
 pub fn parse(
     r: impl Read,
     announced: Option<u64>,
@@ -751,6 +831,7 @@ pub fn parse(
     max_answer: u64,
     gate: &Gate,
     geo: Option<&GeoScopes>,
+    types: &[String],
 ) -> Result<(Feed, Tally), AnswerError> {
     if let Some(n) = announced.filter(|&n| n > max_answer) {
         return Err(AnswerError::TooLarge { size: Some(n), limit: max_answer });
@@ -770,6 +851,7 @@ pub fn parse(
         net: gate.safety.net(),
         gate,
         geo,
+        types,
         warned_geo: false,
         origins: Origins::default(),
     };
@@ -840,7 +922,7 @@ pub fn pull(agent: &ureq::Agent, cfg: &BouncerConfig, startup: bool) -> Result<(
     if startup {
         cfg.geo.iter().for_each(|g| g.forget());
     }
-    parse(resp.into_reader(), announced, &cfg.set, startup, cfg.max_answer, &cfg.gate, cfg.geo.as_deref())
+    parse(resp.into_reader(), announced, &cfg.set, startup, cfg.max_answer, &cfg.gate, cfg.geo.as_deref(), &cfg.types)
         .map_err(|source| PullError::Answer { url, source })
 }
 
@@ -1052,7 +1134,7 @@ mod tests {
     }
 
     fn parse_str(json: &str, full: bool, max: u64) -> Result<(Feed, Tally), AnswerError> {
-        parse(json.as_bytes(), None, "crowdsec", full, max, &Gate::default(), None)
+        parse(json.as_bytes(), None, "crowdsec", full, max, &Gate::default(), None, &[])
     }
 
     #[test]
@@ -1112,7 +1194,7 @@ mod tests {
             d("Ip", "192.0.2.8"),
             d("Range", "2001:db8::/16")
         );
-        let (f, t) = parse(json.as_bytes(), None, "crowdsec", false, MAX, &gate, None).unwrap();
+        let (f, t) = parse(json.as_bytes(), None, "crowdsec", false, MAX, &gate, None, &[]).unwrap();
         let adds: Vec<String> = f.adds.iter().map(|(p, _)| p.to_string()).collect();
         assert_eq!(adds, ["192.0.2.8/32", "2001::/16"], "the others are applied");
         assert_eq!(t.refused, BTreeMap::from([("min_prefix", 2), ("never_block", 2)]));
@@ -1202,8 +1284,8 @@ mod tests {
         assert!(matches!(e, AnswerError::TooLarge { size: None, limit } if limit == len - 1), "{e}");
         assert!(e.to_string().contains(&format!("over --crowdsec-max-answer {}", len - 1)), "{e}");
         // One that says its length is refused before it is read.
-        let e =
-            parse(&b"not even JSON"[..], Some(len), "crowdsec", false, len - 1, &Gate::default(), None).unwrap_err();
+        let e = parse(&b"not even JSON"[..], Some(len), "crowdsec", false, len - 1, &Gate::default(), None, &[])
+            .unwrap_err();
         assert_eq!(
             e.to_string(),
             format!(
@@ -1255,6 +1337,7 @@ mod tests {
             max_answer,
             gate: Gate::default(),
             filters: StreamFilters::default(),
+            types: Vec::new(),
             geo: None,
             tls: None,
             metrics_interval: None,

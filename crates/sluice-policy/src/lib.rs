@@ -5,7 +5,8 @@
 //! changed file, rebuilds when list entries expire, runtime set changes
 //! from the control socket and from feeds, publication through
 //! `sluice_engine::snapshot`, retirement of replaced sets off the fast
-//! path), the CrowdSec bouncer feed ([`crowdsec`]), drops by origin
+//! path), the CrowdSec bouncer feed ([`crowdsec`]) and the firewall
+//! bouncer's config file it reads ([`crowdsec_config`]), drops by origin
 //! ([`usage`]), and the control commands these data planes answer
 //! ([`commands`]). The socket, the safety net and the LAPI's TLS are the
 //! shared control plane's (`sluice-control`).
@@ -17,6 +18,7 @@
 pub mod commands;
 pub mod controller;
 pub mod crowdsec;
+pub mod crowdsec_config;
 pub mod sets;
 pub mod spec;
 pub mod usage;
