@@ -640,6 +640,11 @@ impl XdpProgram {
         Ok(XdpProgram { fd: owned_fd(rc) })
     }
 
+    /// Another descriptor of the same program.
+    pub fn try_clone(&self) -> io::Result<XdpProgram> {
+        Ok(XdpProgram { fd: self.fd.try_clone()? })
+    }
+
     /// Loads the redirect program for `map` (see the module doc).
     pub fn redirect(map: &XskMap) -> Result<XdpProgram> {
         Self::load(&redirect_program(map.as_raw_fd()))

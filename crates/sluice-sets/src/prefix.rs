@@ -163,6 +163,13 @@ impl V4PrefixSet {
         self.hosts[idx].bits[(h >> 6) as usize] >> (h & 63) & 1 != 0
     }
 
+    /// The summary (two bits per group of 64 /24s, 32 groups to a word:
+    /// 0 empty, 1 wholly covered, 2 mixed), when the set is sparse enough
+    /// to keep one.
+    pub fn summary_words(&self) -> Option<&[u64]> {
+        self.summary.as_deref()
+    }
+
     /// Level 1's record count (always 2^18) and level 2's.
     pub fn levels_len(&self) -> (usize, usize) {
         (self.groups.len(), self.hosts.len())

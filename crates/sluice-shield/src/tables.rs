@@ -27,6 +27,10 @@ pub enum SetCode {
 
 /// A [`V4PrefixSet`] in BPF maps.
 pub struct V4Table {
+    /// The summary's words, when the set keeps one (see `sluice_sets`'
+    /// prefix module: most addresses of a sparse set end there, in 64 KiB
+    /// that stay in cache, instead of at a group record of 8 MiB).
+    summary: Option<BpfMap>,
     groups: BpfMap,
     hosts: BpfMap,
     prefixes: usize,
@@ -43,7 +47,18 @@ impl V4Table {
         let mut gm = groups.mmap()?;
         let mut hm = hosts.mmap()?;
         set.write_levels(&mut gm.bytes_mut()[..g * 32], &mut hm.bytes_mut()[..h * 32]);
-        Ok(V4Table { groups, hosts, prefixes: prefixes.len() })
+        let summary = match set.summary_words() {
+            Some(words) => {
+                let map = BpfMap::new(MapType::Array, 4, 8, words.len() as u32, BPF_F_MMAPABLE, &format!("{name}_s"))?;
+                let mut m = map.mmap()?;
+                for (c, w) in m.bytes_mut().chunks_exact_mut(8).zip(words) {
+                    c.copy_from_slice(&w.to_le_bytes());
+                }
+                Some(map)
+            }
+            None => None,
+        };
+        Ok(V4Table { summary, groups, hosts, prefixes: prefixes.len() })
     }
 
     /// How many prefixes it was built from.
@@ -54,6 +69,7 @@ impl V4Table {
     /// Kernel memory its maps take, in bytes.
     pub fn bytes(&self) -> u64 {
         32 * (u64::from(self.groups.entries()) + u64::from(self.hosts.entries()))
+            + self.summary.as_ref().map_or(0, |m| 8 * u64::from(m.entries()))
     }
 }
 
@@ -93,6 +109,26 @@ impl SetCode {
 /// The lookup of `V4PrefixSet::contains`, in eBPF.
 fn emit_table(a: &mut Asm, t: &V4Table, hit: Label, miss: Label) {
     use std::os::fd::AsRawFd;
+    if let Some(summary) = &t.summary {
+        // The group's two summary bits: word g >> 5, bits (g & 31) * 2.
+        a.mov(R1, R9);
+        a.alu_imm(Alu::Rsh, R1, 19);
+        a.stx(Size::W, FP, KEY_SLOT, R1);
+        a.ld_map(R1, summary.as_raw_fd());
+        a.mov(R2, FP);
+        a.alu_imm(Alu::Add, R2, i32::from(KEY_SLOT));
+        a.call(HELPER_MAP_LOOKUP);
+        a.jmp_imm(Cond::Eq, R0, 0, miss);
+        a.ldx(Size::DW, R3, R0, 0);
+        a.mov(R1, R9);
+        a.alu_imm(Alu::Rsh, R1, 14);
+        a.alu_imm(Alu::And, R1, 31);
+        a.alu_imm(Alu::Lsh, R1, 1);
+        a.alu(Alu::Rsh, R3, R1);
+        a.alu_imm(Alu::And, R3, 3);
+        a.jmp_imm(Cond::Eq, R3, 1, hit);
+        a.jmp_imm(Cond::Ne, R3, 2, miss);
+    }
     // Group record: address >> 14.
     a.mov(R1, R9);
     a.alu_imm(Alu::Rsh, R1, 14);

@@ -16,6 +16,7 @@ use std::time::Instant;
 
 mod filter;
 mod flowspec;
+mod shield;
 mod fronts;
 mod guard;
 mod http;
@@ -58,6 +59,8 @@ pub enum BenchCommand {
     Origins(origins::OriginsBenchArgs),
     /// FlowSpec: judging with 1,000 flows against without, installing 10,000 from a peer, gobgp add to first drop, nft -f beside.
     Flowspec(flowspec::FlowspecBenchArgs),
+    /// sluice shield's XDP program per packet against BPF HASH and LPM_TRIE programs and an empty one (needs root).
+    Shield(shield::ShieldBenchArgs),
     /// Loading a 6M-entry list from text against the file `sluice compile` makes of it.
     Load(rules::LoadBenchArgs),
     /// HTTP/1.1 request parsers: sluice-h1 against httparse and picohttpparser, and the seed's goto-vs-switch case.
@@ -253,6 +256,7 @@ impl BenchCommand {
             BenchCommand::Rules(a) => a.json,
             BenchCommand::Origins(a) => a.json,
             BenchCommand::Flowspec(a) => a.json,
+            BenchCommand::Shield(a) => a.json,
             BenchCommand::Load(a) => a.json,
             BenchCommand::Http(a) => a.json,
             BenchCommand::HttpLoad(a) => a.json,
@@ -323,6 +327,7 @@ fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Rules(a) => rules::run(a),
         BenchCommand::Origins(a) => origins::run(a),
         BenchCommand::Flowspec(a) => flowspec::run(a),
+        BenchCommand::Shield(a) => shield::run(a),
         BenchCommand::Load(a) => rules::run_load(a),
         BenchCommand::Http(a) => http::run(a),
         BenchCommand::HttpLoad(a) => http_load::run(a),
