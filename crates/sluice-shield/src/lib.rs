@@ -101,17 +101,6 @@ fn unsupported(file: &RuleFile) -> Option<(usize, String)> {
     None
 }
 
-/// IPv4 prefixes of a list; the line of an IPv6 one is refused by the caller.
-fn v4_only(prefixes: &[Prefix]) -> Result<Vec<(u32, u8)>, Prefix> {
-    prefixes
-        .iter()
-        .map(|p| match *p {
-            Prefix::V4 { addr, len } => Ok((addr, len)),
-            v6 @ Prefix::V6 { .. } => Err(v6),
-        })
-        .collect()
-}
-
 impl Compiled {
     /// Compiles `file` with each set's entries (`sets[i]` for
     /// `file.sets[i]`) and loads it: maps first, then the program (the
@@ -132,27 +121,13 @@ impl Compiled {
                     AddrValue::Set(s) => match named[*s] {
                         Some(i) => i,
                         None => {
-                            let def = &file.sets[*s];
-                            let v4 = v4_only(&sets[*s]).map_err(|p| ShieldError::Unsupported {
-                                file: file.source.clone(),
-                                line: def.line,
-                                what: format!(
-                                    "set `{}` holds IPv6 entries such as {p} (IPv6 sets are not in the kernel program yet)",
-                                    def.name
-                                ),
-                            })?;
-                            codes.push(SetCode::new(&v4, &format!("s{s}"))?);
+                            codes.push(SetCode::new(&sets[*s], &format!("s{s}"))?);
                             named[*s] = Some(codes.len() - 1);
                             codes.len() - 1
                         }
                     },
                     AddrValue::Prefixes(p) => {
-                        let v4 = v4_only(p).map_err(|p| ShieldError::Unsupported {
-                            file: file.source.clone(),
-                            line: r.line,
-                            what: format!("the IPv6 prefix {p} (IPv6 addresses are not in the kernel program yet)"),
-                        })?;
-                        codes.push(SetCode::new(&v4, &format!("r{}", r.line))?);
+                        codes.push(SetCode::new(p, &format!("r{}", r.line))?);
                         codes.len() - 1
                     }
                 };
@@ -191,13 +166,7 @@ impl Compiled {
 
     /// Kernel memory the sets' tables take, in bytes.
     pub fn table_bytes(&self) -> u64 {
-        self.sets
-            .iter()
-            .map(|s| match s {
-                SetCode::Table(t) => t.bytes(),
-                SetCode::Inline(_) => 0,
-            })
-            .sum()
+        self.sets.iter().map(SetCode::bytes).sum()
     }
 
     /// Runs the program on `frame` in the kernel (`BPF_PROG_TEST_RUN`):

@@ -524,17 +524,29 @@ fn match_code<'s>(a: &mut Asm, m: &Match, sets: &mut impl Iterator<Item = &'s &'
             require(a, slot::IPV, fail);
             let hit = a.label();
             let miss = a.label();
-            let sides: &[(i16, i16)] = match field {
-                AddrField::Src => &[(slot::SRC4_OK, slot::SRC4)],
-                AddrField::Dst => &[(slot::DST4_OK, slot::DST4)],
-                AddrField::Either => &[(slot::SRC4_OK, slot::SRC4), (slot::DST4_OK, slot::DST4)],
+            // Per side: the IPv4 address when there is one (or the
+            // IPv4-mapped one, with --v4mapped), else the IPv6 address.
+            let sides: &[(i16, i16, i16, i16)] = match field {
+                AddrField::Src => &[(slot::SRC4_OK, slot::SRC4, slot::SRC6_HI, slot::SRC6_LO)],
+                AddrField::Dst => &[(slot::DST4_OK, slot::DST4, slot::DST6_HI, slot::DST6_LO)],
+                AddrField::Either => &[
+                    (slot::SRC4_OK, slot::SRC4, slot::SRC6_HI, slot::SRC6_LO),
+                    (slot::DST4_OK, slot::DST4, slot::DST6_HI, slot::DST6_LO),
+                ],
             };
-            for &(ok, addr) in sides {
+            for &(ok, addr, hi, lo) in sides {
                 let next = a.label();
+                let v6 = a.label();
                 a.ldx(Size::DW, R1, S, ok);
-                a.jmp_imm(Cond::Eq, R1, 0, next);
+                a.jmp_imm(Cond::Eq, R1, 0, v6);
                 a.ldx(Size::DW, R9, S, addr);
                 set.emit_v4(a, hit, next);
+                a.bind(v6);
+                a.ldx(Size::DW, R1, S, slot::IPV);
+                a.jmp_imm(Cond::Ne, R1, 6, next);
+                a.ldx(Size::DW, R7, S, hi);
+                a.ldx(Size::DW, R8, S, lo);
+                set.v6.emit(a, hit, next);
                 a.bind(next);
             }
             a.ja(miss);

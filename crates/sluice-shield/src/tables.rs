@@ -8,7 +8,7 @@
 //! lengths (no trie walk). A small set (a rule's own prefixes) is a run of
 //! compares in the program itself.
 
-use crate::asm::{Alu, Asm, Cond, Label, Size, FP, R0, R1, R2, R3, R4, R5, R9};
+use crate::asm::{Alu, Asm, Cond, Label, Size, FP, R0, R1, R2, R3, R4, R5, R7, R8, R9};
 use crate::program::{HELPER_MAP_LOOKUP, KEY_SLOT};
 use sluice_live::bpf::{BpfMap, MapType, BPF_F_MMAPABLE};
 use sluice_live::LiveError;
@@ -17,13 +17,116 @@ use sluice_sets::V4PrefixSet;
 /// Sets of at most this many prefixes are compares in the program.
 pub const INLINE_MAX: usize = 16;
 
+/// How the program tests an address against one set: its IPv4 part and
+/// its IPv6 part.
+pub struct SetCode {
+    pub v4: V4Code,
+    pub v6: V6Code,
+}
+
 /// How the program tests an IPv4 address (host order, in `R9`).
-pub enum SetCode {
+pub enum V4Code {
     /// (network, length) compares.
     Inline(Vec<(u32, u8)>),
     /// The engine's two-level prefix table in two array maps.
     Table(V4Table),
 }
+
+/// How the program tests an IPv6 address (its two halves as loaded from
+/// the packet, in `R7` and `R8`): compares for a few prefixes, else one
+/// hash map per prefix length the set has, each looked up with the
+/// address masked to that length (as many lookups as lengths: blocklists
+/// have a handful, /32 /48 /64 /128).
+pub enum V6Code {
+    Inline(Vec<(u128, u8)>),
+    Hashed(Vec<(u8, BpfMap)>),
+}
+
+/// An IPv6 prefix's mask and network as the program holds the address:
+/// two 64-bit halves loaded little-endian from network-order bytes.
+fn halves(addr: u128, len: u8) -> ((u64, u64), (u64, u64)) {
+    let mask = if len == 0 { 0 } else { u128::MAX << (128 - u32::from(len)) };
+    let (m, n) = (mask.to_be_bytes(), (addr & mask).to_be_bytes());
+    let le = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+    ((le(&m[..8]), le(&m[8..])), (le(&n[..8]), le(&n[8..])))
+}
+
+impl V6Code {
+    pub fn new(prefixes: &[(u128, u8)], name: &str) -> Result<V6Code, LiveError> {
+        if prefixes.len() <= INLINE_MAX {
+            return Ok(V6Code::Inline(prefixes.to_vec()));
+        }
+        let mut by_len: std::collections::BTreeMap<u8, Vec<u128>> = std::collections::BTreeMap::new();
+        for &(a, l) in prefixes {
+            by_len.entry(l).or_default().push(a);
+        }
+        let mut maps = Vec::new();
+        for (len, addrs) in by_len {
+            let map = BpfMap::new(MapType::Hash, 16, 1, addrs.len() as u32, 0, &format!("{name}_6_{len}"))?;
+            for a in addrs {
+                let (_, (hi, lo)) = halves(a, len);
+                let mut key = [0u8; 16];
+                key[..8].copy_from_slice(&hi.to_le_bytes());
+                key[8..].copy_from_slice(&lo.to_le_bytes());
+                map.update(&key, &[1])?;
+            }
+            maps.push((len, map));
+        }
+        Ok(V6Code::Hashed(maps))
+    }
+
+    /// Jumps to `hit` when the address in R7/R8 is in the set, else to
+    /// `miss`. Clobbers R0-R5.
+    pub fn emit(&self, a: &mut Asm, hit: Label, miss: Label) {
+        use std::os::fd::AsRawFd;
+        match self {
+            V6Code::Inline(prefixes) => {
+                for &(net, len) in prefixes {
+                    let ((mh, ml), (nh, nl)) = halves(net, len);
+                    let next = a.label();
+                    for (reg, m, n) in [(R7, mh, nh), (R8, ml, nl)] {
+                        a.mov(R1, reg);
+                        a.ld_imm64(R2, m);
+                        a.alu(Alu::And, R1, R2);
+                        a.ld_imm64(R2, n);
+                        a.jmp(Cond::Ne, R1, R2, next);
+                    }
+                    a.ja(hit);
+                    a.bind(next);
+                }
+                a.ja(miss);
+            }
+            V6Code::Hashed(maps) => {
+                for (len, map) in maps {
+                    let ((mh, ml), _) = halves(0, *len);
+                    for (reg, m, at) in [(R7, mh, V6_KEY), (R8, ml, V6_KEY + 8)] {
+                        a.mov(R1, reg);
+                        a.ld_imm64(R2, m);
+                        a.alu(Alu::And, R1, R2);
+                        a.stx(Size::DW, FP, at, R1);
+                    }
+                    a.ld_map(R1, map.as_raw_fd());
+                    a.mov(R2, FP);
+                    a.alu_imm(Alu::Add, R2, i32::from(V6_KEY));
+                    a.call(HELPER_MAP_LOOKUP);
+                    a.jmp_imm(Cond::Ne, R0, 0, hit);
+                }
+                a.ja(miss);
+            }
+        }
+    }
+
+    /// Kernel memory its maps take, roughly (keys, values, per-entry overhead).
+    pub fn bytes(&self) -> u64 {
+        match self {
+            V6Code::Inline(_) => 0,
+            V6Code::Hashed(maps) => maps.iter().map(|(_, m)| 80 * u64::from(m.entries())).sum(),
+        }
+    }
+}
+
+/// Where an IPv6 map key is built on the stack (16 bytes).
+const V6_KEY: i16 = -32;
 
 /// A [`V4PrefixSet`] in BPF maps.
 pub struct V4Table {
@@ -74,20 +177,33 @@ impl V4Table {
 }
 
 impl SetCode {
-    /// The code for `prefixes`: compares when few, else a table.
-    pub fn new(prefixes: &[(u32, u8)], name: &str) -> Result<SetCode, LiveError> {
-        if prefixes.len() <= INLINE_MAX {
-            Ok(SetCode::Inline(prefixes.to_vec()))
-        } else {
-            Ok(SetCode::Table(V4Table::new(prefixes, name)?))
+    /// The code for `prefixes`: each family's compares when few, else tables.
+    pub fn new(prefixes: &[sluice_rules::Prefix], name: &str) -> Result<SetCode, LiveError> {
+        let (mut v4, mut v6) = (Vec::new(), Vec::new());
+        for p in prefixes {
+            match *p {
+                sluice_rules::Prefix::V4 { addr, len } => v4.push((addr, len)),
+                sluice_rules::Prefix::V6 { addr, len } => v6.push((addr, len)),
+            }
         }
+        let v4 = if v4.len() <= INLINE_MAX { V4Code::Inline(v4) } else { V4Code::Table(V4Table::new(&v4, name)?) };
+        Ok(SetCode { v4, v6: V6Code::new(&v6, name)? })
+    }
+
+    /// Kernel memory its tables take, in bytes.
+    pub fn bytes(&self) -> u64 {
+        let v4 = match &self.v4 {
+            V4Code::Table(t) => t.bytes(),
+            V4Code::Inline(_) => 0,
+        };
+        v4 + self.v6.bytes()
     }
 
     /// Jumps to `hit` when the address in `R9` is in the set, else to
     /// `miss`. Clobbers R0-R5.
     pub fn emit_v4(&self, a: &mut Asm, hit: Label, miss: Label) {
-        match self {
-            SetCode::Inline(prefixes) => {
+        match &self.v4 {
+            V4Code::Inline(prefixes) => {
                 for &(net, len) in prefixes {
                     if len == 0 {
                         a.ja(hit);
@@ -101,7 +217,7 @@ impl SetCode {
                 }
                 a.ja(miss);
             }
-            SetCode::Table(t) => emit_table(a, t, hit, miss),
+            V4Code::Table(t) => emit_table(a, t, hit, miss),
         }
     }
 }
