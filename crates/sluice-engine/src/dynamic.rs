@@ -184,6 +184,16 @@ pub struct Delta {
 }
 
 impl Delta {
+    /// The elements added since the base was built.
+    pub fn added_elements(&self) -> &Elements {
+        &self.added
+    }
+
+    /// The base's elements deleted since it was built.
+    pub fn deleted_elements(&self) -> &Elements {
+        &self.deleted
+    }
+
     /// Whether `ip` is in the set, given whether the base tables hold it.
     #[inline]
     pub fn matches(&self, base_hit: bool, ip: IpAddr) -> bool {

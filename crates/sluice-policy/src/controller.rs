@@ -270,6 +270,14 @@ impl Controller {
         self
     }
 
+    /// Never fold a set's runtime changes into new base tables: its
+    /// elements stay in its delta, where a data plane that keeps its own
+    /// tables (the shield's kernel maps) reads them.
+    pub fn without_merges(mut self) -> Controller {
+        self.sets.merge_min = usize::MAX;
+        self
+    }
+
     /// The safety net and the refusal counters, for a feed to check its
     /// adds against.
     pub fn gate(&self) -> &Gate {

@@ -63,19 +63,17 @@ pub struct Compiled {
     counters: BpfMap,
     rules: usize,
     sets: Vec<SetCode>,
+    /// The dynamic sets the rules use, by name: the index in `sets`.
+    dynamic: Vec<(String, usize)>,
     insns: usize,
 }
 
+/// A dynamic set's most elements per family when its definition gives
+/// none (the engine's default).
+pub const DEFAULT_MAXELEM: u32 = 1_000_000;
+
 /// What the kernel program does not run, as `(line, what)`, for `file`.
 fn unsupported(file: &RuleFile) -> Option<(usize, String)> {
-    for s in &file.sets {
-        if let SetSource::Dynamic { .. } = s.source {
-            return Some((
-                s.line,
-                format!("set `{}` is dynamic (runtime sets are not in the kernel program yet)", s.name),
-            ));
-        }
-    }
     for r in &file.rules {
         if r.action == Action::Police {
             return Some((r.line, "`police`".into()));
@@ -113,6 +111,8 @@ impl Compiled {
         // Per rule, per address match: the index in `codes`.
         let mut uses: Vec<Vec<usize>> = Vec::new();
         let mut named: Vec<Option<usize>> = vec![None; file.sets.len()];
+        // Dynamic sets by name: the index of their code.
+        let mut dynamic: Vec<(String, usize)> = Vec::new();
         for r in &file.rules {
             let mut mine = Vec::new();
             for m in &r.matches {
@@ -121,7 +121,14 @@ impl Compiled {
                     AddrValue::Set(s) => match named[*s] {
                         Some(i) => i,
                         None => {
-                            codes.push(SetCode::new(&sets[*s], &format!("s{s}"))?);
+                            let name = format!("s{s}");
+                            codes.push(match file.sets[*s].source {
+                                SetSource::Dynamic { maxelem, .. } => {
+                                    dynamic.push((file.sets[*s].name.clone(), codes.len()));
+                                    SetCode::dynamic(maxelem.unwrap_or(DEFAULT_MAXELEM), &name)?
+                                }
+                                _ => SetCode::new(&sets[*s], &name)?,
+                            });
                             named[*s] = Some(codes.len() - 1);
                             codes.len() - 1
                         }
@@ -151,7 +158,14 @@ impl Compiled {
         let program = XdpProgram::load_named(&insns, "sluice_shield")?;
         // The program holds its maps; `scratch` needs no other owner.
         drop(scratch);
-        Ok(Compiled { program, counters, rules: file.rules.len(), sets: codes, insns: insns.len() })
+        Ok(Compiled { program, counters, rules: file.rules.len(), sets: codes, dynamic, insns: insns.len() })
+    }
+
+    /// The dynamic sets the rules use, by name, with their kernel tries.
+    pub fn dynamic_sets(&self) -> impl Iterator<Item = (&str, tables::DynamicMaps<'_>)> {
+        self.dynamic
+            .iter()
+            .filter_map(|(n, i)| Some((n.as_str(), self.sets[*i].dynamic_maps()?)))
     }
 
     /// The loaded program.

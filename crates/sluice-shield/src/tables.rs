@@ -30,6 +30,9 @@ pub enum V4Code {
     Inline(Vec<(u32, u8)>),
     /// The engine's two-level prefix table in two array maps.
     Table(V4Table),
+    /// A dynamic set's elements, changed at runtime (`sluice ctl`, feeds):
+    /// an LPM trie, one lookup of the address.
+    Dynamic(BpfMap),
 }
 
 /// How the program tests an IPv6 address (its two halves as loaded from
@@ -40,6 +43,44 @@ pub enum V4Code {
 pub enum V6Code {
     Inline(Vec<(u128, u8)>),
     Hashed(Vec<(u8, BpfMap)>),
+    /// A dynamic set's IPv6 elements: an LPM trie.
+    Dynamic(BpfMap),
+}
+
+/// An LPM trie key: prefix length, then the address in network order.
+fn lpm_key(p: &sluice_rules::Prefix) -> Vec<u8> {
+    let (len, bytes) = match *p {
+        sluice_rules::Prefix::V4 { addr, len } => (len, addr.to_be_bytes().to_vec()),
+        sluice_rules::Prefix::V6 { addr, len } => (len, addr.to_be_bytes().to_vec()),
+    };
+    let mut key = u32::from(len).to_ne_bytes().to_vec();
+    key.extend_from_slice(&bytes);
+    key
+}
+
+/// A dynamic set's two tries, which the runtime changes are written to.
+pub struct DynamicMaps<'a> {
+    v4: &'a BpfMap,
+    v6: &'a BpfMap,
+}
+
+impl DynamicMaps<'_> {
+    /// Adds `p` (the kernel refuses beyond the set's maxelem: E2BIG).
+    pub fn insert(&self, p: &sluice_rules::Prefix) -> Result<(), LiveError> {
+        self.map_of(p).update(&lpm_key(p), &[1])
+    }
+
+    /// Removes exactly `p`.
+    pub fn remove(&self, p: &sluice_rules::Prefix) -> Result<(), LiveError> {
+        self.map_of(p).delete(&lpm_key(p))
+    }
+
+    fn map_of(&self, p: &sluice_rules::Prefix) -> &BpfMap {
+        match p {
+            sluice_rules::Prefix::V4 { .. } => self.v4,
+            sluice_rules::Prefix::V6 { .. } => self.v6,
+        }
+    }
 }
 
 /// An IPv6 prefix's mask and network as the program holds the address:
@@ -113,13 +154,31 @@ impl V6Code {
                 }
                 a.ja(miss);
             }
+            V6Code::Dynamic(map) => {
+                a.st_imm(Size::W, FP, LPM_KEY, 128);
+                // The address's 16 bytes in four 4-byte stores (the key is
+                // not 8-byte aligned past its length).
+                for (i, reg) in [R7, R8].into_iter().enumerate() {
+                    let at = LPM_KEY + 4 + 8 * i as i16;
+                    a.mov(R1, reg);
+                    a.stx(Size::W, FP, at, R1);
+                    a.alu_imm(Alu::Rsh, R1, 32);
+                    a.stx(Size::W, FP, at + 4, R1);
+                }
+                a.ld_map(R1, map.as_raw_fd());
+                a.mov(R2, FP);
+                a.alu_imm(Alu::Add, R2, i32::from(LPM_KEY));
+                a.call(HELPER_MAP_LOOKUP);
+                a.jmp_imm(Cond::Ne, R0, 0, hit);
+                a.ja(miss);
+            }
         }
     }
 
     /// Kernel memory its maps take, roughly (keys, values, per-entry overhead).
     pub fn bytes(&self) -> u64 {
         match self {
-            V6Code::Inline(_) => 0,
+            V6Code::Inline(_) | V6Code::Dynamic(_) => 0,
             V6Code::Hashed(maps) => maps.iter().map(|(_, m)| 80 * u64::from(m.entries())).sum(),
         }
     }
@@ -127,6 +186,8 @@ impl V6Code {
 
 /// Where an IPv6 map key is built on the stack (16 bytes).
 const V6_KEY: i16 = -32;
+/// Where an LPM key is built: 4 bytes of length, then 4 or 16 of address.
+const LPM_KEY: i16 = -56;
 
 /// A [`V4PrefixSet`] in BPF maps.
 pub struct V4Table {
@@ -190,11 +251,27 @@ impl SetCode {
         Ok(SetCode { v4, v6: V6Code::new(&v6, name)? })
     }
 
+    /// A dynamic set: empty tries of at most `maxelem` elements per family.
+    pub fn dynamic(maxelem: u32, name: &str) -> Result<SetCode, LiveError> {
+        use sluice_live::bpf::BPF_F_NO_PREALLOC;
+        let v4 = BpfMap::new(MapType::LpmTrie, 8, 1, maxelem.max(1), BPF_F_NO_PREALLOC, &format!("{name}_d4"))?;
+        let v6 = BpfMap::new(MapType::LpmTrie, 20, 1, maxelem.max(1), BPF_F_NO_PREALLOC, &format!("{name}_d6"))?;
+        Ok(SetCode { v4: V4Code::Dynamic(v4), v6: V6Code::Dynamic(v6) })
+    }
+
+    /// A dynamic set's tries (None for any other set).
+    pub fn dynamic_maps(&self) -> Option<DynamicMaps<'_>> {
+        match (&self.v4, &self.v6) {
+            (V4Code::Dynamic(v4), V6Code::Dynamic(v6)) => Some(DynamicMaps { v4, v6 }),
+            _ => None,
+        }
+    }
+
     /// Kernel memory its tables take, in bytes.
     pub fn bytes(&self) -> u64 {
         let v4 = match &self.v4 {
             V4Code::Table(t) => t.bytes(),
-            V4Code::Inline(_) => 0,
+            V4Code::Inline(_) | V4Code::Dynamic(_) => 0,
         };
         v4 + self.v6.bytes()
     }
@@ -218,6 +295,19 @@ impl SetCode {
                 a.ja(miss);
             }
             V4Code::Table(t) => emit_table(a, t, hit, miss),
+            V4Code::Dynamic(map) => {
+                use std::os::fd::AsRawFd;
+                a.st_imm(Size::W, FP, LPM_KEY, 32);
+                a.mov(R1, R9);
+                a.from_be(R1, 32);
+                a.stx(Size::W, FP, LPM_KEY + 4, R1);
+                a.ld_map(R1, map.as_raw_fd());
+                a.mov(R2, FP);
+                a.alu_imm(Alu::Add, R2, i32::from(LPM_KEY));
+                a.call(HELPER_MAP_LOOKUP);
+                a.jmp_imm(Cond::Ne, R0, 0, hit);
+                a.ja(miss);
+            }
         }
     }
 }

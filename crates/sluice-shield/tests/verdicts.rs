@@ -104,13 +104,15 @@ fn rule_file(r: &mut Rng) -> String {
     let (small, big) = (1 + r.below(8) as usize, 40 + r.below(200) as usize);
     text += &format!("set small {{ {} }}\n", set_body(r, small));
     text += &format!("set big {{ {} }}\n", set_body(r, big));
+    // Filled at runtime: its elements go into the kernel's tries below.
+    text += "set dyn dynamic\n";
     for _ in 0..1 + r.below(8) {
         let action = r.pick(&["drop", "drop", "pass", "count"]);
         let mut matches = Vec::new();
         for _ in 0..1 + r.below(3) {
             let neg = if r.chance(4) { "!= " } else { "" };
             matches.push(match r.below(10) {
-                0 | 1 => format!("{} {neg}@{}", r.pick(&["saddr", "daddr", "addr"]), r.pick(&["small", "big"])),
+                0 | 1 => format!("{} {neg}@{}", r.pick(&["saddr", "daddr", "addr"]), r.pick(&["small", "big", "dyn"])),
                 2 => format!("{} {neg}{}", r.pick(&["saddr", "daddr", "addr"]), prefix(r)),
                 3 => format!("proto {neg}{}", list(r, 3, |r| r.pick(&["tcp", "udp", "icmp", "icmpv6", "47"]).into())),
                 4 => format!(
@@ -290,11 +292,20 @@ fn check(seed: u64) -> Result<(), TestCaseError> {
     let text = rule_file(&mut r);
     let file = parse_rules("random.rules", &text, std::path::Path::new("."))
         .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+    let dyn_count = r.below(40) as usize;
+    let dynamic: Vec<Prefix> = {
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..dyn_count {
+            seen.insert(prefix(&mut r).parse::<Prefix>().unwrap());
+        }
+        seen.into_iter().collect()
+    };
     let sets: Vec<Vec<Prefix>> = file
         .sets
         .iter()
         .map(|s| match &s.source {
             sluice_rules::SetSource::Inline(p) => p.clone(),
+            sluice_rules::SetSource::Dynamic { .. } => dynamic.clone(),
             _ => Vec::new(),
         })
         .collect();
@@ -304,6 +315,13 @@ fn check(seed: u64) -> Result<(), TestCaseError> {
     let engine = RuleSet::compile(&file, &sets, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
     let kernel = Compiled::new(&file, &sets, &Options { undecodable_drop, v4mapped })
         .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+    // The runtime elements, as the shield writes them into the kernel.
+    for (name, maps) in kernel.dynamic_sets() {
+        assert_eq!(name, "dyn");
+        for p in &dynamic {
+            maps.insert(p).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        }
+    }
     let set_addrs: Vec<u32> = sets
         .iter()
         .flatten()
@@ -381,7 +399,6 @@ fn what_the_kernel_cannot_run_is_refused_with_its_line() {
     for (text, line, what) in [
         ("pass tcp dport 22\ndrop inner saddr 10.0.0.0/8\n", 2, "`inner`"),
         ("police 10mbit udp\n", 1, "`police`"),
-        ("set d dynamic\ndrop saddr @d\n", 1, "dynamic"),
         ("drop iface eth0\n", 1, "`iface`"),
     ] {
         let file = parse_rules("x.rules", text, std::path::Path::new(".")).unwrap();
