@@ -35,6 +35,18 @@ pub struct ShieldArgs {
     /// What happens to frames whose addresses cannot be known.
     #[arg(long, value_enum, default_value = "pass")]
     pub undecodable: VerdictArg,
+    /// A control socket for `sluice ctl` (add, del, flush, test, list a
+    /// dynamic set; the changes are in the kernel when answered). Mode
+    /// 0600: root and this user only.
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<std::path::PathBuf>,
+    /// Let members of group G use every command of the control socket too.
+    #[arg(long, value_name = "G", requires = "control")]
+    pub control_group: Option<String>,
+    /// Let members of group G add, test and list only (a guard, a fail2ban
+    /// action that only bans).
+    #[arg(long, value_name = "G", requires = "control")]
+    pub control_add_group: Option<String>,
     /// Stop after this many seconds (default: on SIGINT or SIGTERM).
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
@@ -57,6 +69,9 @@ pub fn run(a: ShieldArgs) -> Result<Outcome> {
             undecodable_drop: matches!(a.undecodable, VerdictArg::Drop),
             v4mapped: a.rules.v4mapped,
         },
+        control: a.control,
+        control_group: a.control_group,
+        control_add_group: a.control_add_group,
     };
     let shield = sluice_shield::start(config).context("shield")?;
     for w in shield.warnings() {

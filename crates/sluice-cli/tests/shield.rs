@@ -228,3 +228,44 @@ fn bad_input_is_a_clear_error_and_nothing_is_left_attached() {
     assert!(e.contains(&h.dev) && e.contains("id "), "{e}");
     drop(first);
 }
+
+fn ctl(sock: &Path, args: &[&str]) -> Value {
+    let out =
+        Command::new(SLUICE).args(["ctl", "--socket", sock.to_str().unwrap(), "--json"]).args(args).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "ctl {args:?}: {text} {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+#[test]
+fn ctl_changes_are_in_the_kernel_when_answered_and_timeouts_lift_them() {
+    if !live_or_skip("ctl_changes_are_in_the_kernel_when_answered_and_timeouts_lift_them") {
+        return;
+    }
+    let h = Host::new("shc");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dyn.rules");
+    std::fs::write(&file, "set blocks dynamic\ndrop saddr @blocks\n").unwrap();
+    let sock = dir.path().join("ctl.sock");
+    let shield = Shield::start(&h, &["--rules", file.to_str().unwrap(), "--control", sock.to_str().unwrap()]);
+    let a = |seq| udp([10, 5, 0, 1], 53, seq);
+    let b = |seq| udp([10, 6, 3, 3], 53, seq);
+    assert_eq!(through(&h, &[a(0), b(1)]), BTreeSet::from([0, 1]), "before any add");
+
+    ctl(&sock, &["add", "blocks", "10.5.0.1"]);
+    ctl(&sock, &["add", "blocks", "10.6.0.0/16", "timeout", "1"]);
+    // Answered: in force (no wait between the answer and the frames).
+    assert_eq!(through(&h, &[a(2), b(3)]), BTreeSet::new(), "after the adds");
+    let listed = ctl(&sock, &["list", "blocks"]);
+    assert_eq!(listed["elements"].as_array().unwrap().len(), 2, "{listed}");
+
+    // The /16 times out; the host stays until deleted.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(through(&h, &[a(4), b(5)]), BTreeSet::from([5]), "after the timeout");
+    ctl(&sock, &["del", "blocks", "10.5.0.1"]);
+    assert_eq!(through(&h, &[a(6), b(7)]), BTreeSet::from([6, 7]), "after the delete");
+
+    let summary = shield.stop();
+    assert_eq!(summary["rules"][0]["packets"], 3, "{summary}");
+    assert!(!sock.exists(), "the control socket stayed");
+}

@@ -228,7 +228,14 @@ pub struct Controller {
     flows: Option<Arc<sluice_engine::flows::FlowTable>>,
     /// Answers `ctl bgp` (the bridge's BGP sessions), when it has some.
     bgp_status: Option<StatusFn>,
+    /// Called with every rule set before it is published (and so before
+    /// the changes in it are answered): a data plane that keeps its own
+    /// copy of the sets (the shield's kernel maps) brings it up to date.
+    on_publish: Option<PublishHook>,
 }
+
+/// See [`Controller::on_publish`].
+pub type PublishHook = Box<dyn FnMut(&RuleSet) + Send>;
 
 /// A status a control-socket command answers with, from outside the
 /// control plane.
@@ -254,7 +261,15 @@ impl Controller {
             retired: Vec::new(),
             flows: None,
             bgp_status: None,
+            on_publish: None,
         }
+    }
+
+    /// Calls `hook` with every rule set before it is published, on the
+    /// control thread: a change is answered only once the hook returned.
+    pub fn on_publish(mut self, hook: PublishHook) -> Controller {
+        self.on_publish = Some(hook);
+        self
     }
 
     /// Answer `ctl bgp` with `status`.
@@ -303,6 +318,9 @@ impl Controller {
 
     fn publish(&mut self, rules: RuleSet) -> u64 {
         let rules = rules.with_flows(self.flows.clone());
+        if let Some(hook) = &mut self.on_publish {
+            hook(&rules);
+        }
         let before = self.published.load();
         *self.state.sets.lock().unwrap_or_else(PoisonError::into_inner) = self.sets.rows(&rules);
         let generation = self.published.publish(rules);

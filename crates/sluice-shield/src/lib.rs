@@ -11,6 +11,7 @@
 //! Unsupported`]); nothing is loaded then.
 
 pub mod asm;
+pub mod mirror;
 pub mod program;
 pub mod service;
 pub mod tables;
@@ -163,9 +164,7 @@ impl Compiled {
 
     /// The dynamic sets the rules use, by name, with their kernel tries.
     pub fn dynamic_sets(&self) -> impl Iterator<Item = (&str, tables::DynamicMaps<'_>)> {
-        self.dynamic
-            .iter()
-            .filter_map(|(n, i)| Some((n.as_str(), self.sets[*i].dynamic_maps()?)))
+        self.dynamic.iter().filter_map(|(n, i)| Some((n.as_str(), self.sets[*i].dynamic_maps()?)))
     }
 
     /// The loaded program.

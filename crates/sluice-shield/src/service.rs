@@ -44,6 +44,11 @@ pub struct ShieldConfig {
     pub force: bool,
     pub rules: RuleSpec,
     pub options: Options,
+    /// The control socket (`sluice ctl`), when given.
+    pub control: Option<std::path::PathBuf>,
+    /// Groups that may use it: every command, and add/test/list only.
+    pub control_group: Option<String>,
+    pub control_add_group: Option<String>,
 }
 
 /// One interface the program is attached to.
@@ -58,9 +63,18 @@ pub struct Attached {
     pub replaced: Option<String>,
 }
 
+/// The control plane of a shield with `--control`: its socket, and the
+/// controller's thread with the channel that ends it.
+struct ControlPlane {
+    events: std::sync::mpsc::Sender<sluice_policy::Event>,
+    thread: std::thread::JoinHandle<()>,
+    socket: sluice_control::socket::Serving,
+}
+
 /// A running shield.
 pub struct Shield {
-    compiled: Compiled,
+    compiled: Arc<Compiled>,
+    control: Option<ControlPlane>,
     links: Vec<XdpLink>,
     attached: Vec<Attached>,
     rule_text: Vec<String>,
@@ -86,7 +100,7 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
     for iface in &config.ifaces {
         sluice_live::sys::ifindex(iface)?;
     }
-    let compiled = Compiled::new(&plan.file, &plan.sets, &config.options)?;
+    let compiled = Arc::new(Compiled::new(&plan.file, &plan.sets, &config.options)?);
     let mut links = Vec::new();
     let mut attached = Vec::new();
     for iface in &config.ifaces {
@@ -95,8 +109,13 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
         links.push(link);
         attached.push(a);
     }
+    let control = match &config.control {
+        Some(path) => Some(start_control(&config, &compiled, path)?),
+        None => None,
+    };
     Ok(Shield {
         compiled,
+        control,
         links,
         attached,
         rule_text: plan.file.rules.iter().map(|r| r.text.clone()).collect(),
@@ -104,6 +123,34 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
         stop: Arc::new(AtomicBool::new(false)),
         started: Instant::now(),
     })
+}
+
+/// The bridge's control plane over the same rules, its changes written
+/// into the kernel before they are answered ([`crate::mirror`]).
+fn start_control(
+    config: &ShieldConfig,
+    compiled: &Arc<Compiled>,
+    path: &std::path::Path,
+) -> Result<ControlPlane, ShieldError> {
+    let loaded = config.rules.load(&[]).map_err(|e| ShieldError::Config(e.to_string()))?;
+    let mut mirror = crate::mirror::Mirror::new(Arc::clone(compiled));
+    let controller = sluice_policy::Controller::new(config.rules.clone(), Vec::new(), loaded, false)
+        .without_merges()
+        .on_publish(Box::new(move |rules| mirror.sync(rules)));
+    let access =
+        sluice_control::socket::Access::owner_and(config.control_group.as_deref(), config.control_add_group.as_deref())
+            .map_err(|e| ShieldError::Config(e.to_string()))?;
+    let (events, rx) = std::sync::mpsc::channel();
+    let socket = sluice_control::socket::serve(
+        path,
+        access,
+        sluice_policy::deliver_to(&events),
+        Arc::new(sluice_control::socket::SocketCounters::default()),
+    )
+    .map_err(|e| ShieldError::Config(format!("control socket {}: {e}", path.display())))?;
+    tracing::info!("control socket at {}", path.display());
+    let thread = std::thread::Builder::new().name("sluice-control".into()).spawn(move || controller.run(rx, || {}))?;
+    Ok(ControlPlane { events, thread, socket })
 }
 
 fn attach(compiled: &Compiled, iface: &str, mode: ModeChoice, force: bool) -> Result<(XdpLink, Attached), ShieldError> {
@@ -173,6 +220,11 @@ impl Running for Shield {
     }
 
     fn wait(self) -> Result<ShieldSummary, ShieldError> {
+        if let Some(c) = self.control {
+            c.socket.stop();
+            let _ = c.events.send(sluice_policy::Event::Quit);
+            let _ = c.thread.join();
+        }
         // Counted before the links go: after, nothing more is judged.
         let counts = self.compiled.counts()?;
         drop(self.links);

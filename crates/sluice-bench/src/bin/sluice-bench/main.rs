@@ -16,13 +16,13 @@ use std::time::Instant;
 
 mod filter;
 mod flowspec;
-mod shield;
 mod fronts;
 mod guard;
 mod http;
 mod http_load;
 mod mem;
 mod origins;
+mod shield;
 mod slow;
 mod syscalls;
 mod tunnels;
