@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Install the package built by build_deb.sh (root), check that everything
 # is in place (the users and groups, /etc/sluice, the guard's way to a
-# bridge's socket) and that systemd accepts the units, then purge it and
-# check that the users and groups went too. First, that a login user
+# bridge's socket, the fail2ban action as a conffile, the shield started
+# from its shipped config on a veth as its unit runs it: user sluice, the
+# unit's capabilities only) and that systemd accepts the units, then purge
+# it and check that the users and groups went too. First, that a login user
 # `sluice` makes the install fail, cleanly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,14 +37,21 @@ echo "== installing $deb"
 dpkg -i --path-include='/usr/share/man/*' "$deb"
 trap 'dpkg --purge sluice >/dev/null 2>&1 || true' EXIT
 sluice --version | grep -q '^sluice ' || fail "sluice --version"
-for page in sluice sluice-bridge sluice-http-guard sluice-filter sluice-ctl; do
+for page in sluice sluice-bridge sluice-shield sluice-http-guard sluice-filter sluice-ctl; do
   man -w "$page" >/dev/null || fail "no man page $page"
 done
 for f in /usr/share/bash-completion/completions/sluice /usr/share/zsh/vendor-completions/_sluice \
          /usr/share/fish/vendor_completions.d/sluice.fish /lib/systemd/system/sluice-bridge@.service \
-         /lib/systemd/system/sluice-guard@.service /usr/share/doc/sluice/examples/edge.toml; do
+         /lib/systemd/system/sluice-guard@.service /lib/systemd/system/sluice-shield@.service \
+         /usr/share/doc/sluice/examples/edge.toml /usr/share/doc/sluice/examples/host.toml \
+         /usr/share/doc/sluice/examples/host.rules /etc/fail2ban/action.d/sluice.conf; do
   [ -s "$f" ] || fail "missing $f"
 done
+# fail2ban's action is a conffile: an admin's edits survive an upgrade.
+dpkg-query -W -f='${Conffiles}\n' sluice | grep -q '^ /etc/fail2ban/action.d/sluice.conf ' \
+  || fail "/etc/fail2ban/action.d/sluice.conf is not a conffile: $(dpkg-query -W -f='${Conffiles}' sluice)"
+cmp -s /etc/fail2ban/action.d/sluice.conf dist/fail2ban/action.d/sluice.conf \
+  || fail "/etc/fail2ban/action.d/sluice.conf is not dist/fail2ban/action.d/sluice.conf"
 for user in sluice sluice-guard; do
   entry=$(getent passwd "$user") || fail "postinst made no $user user"
   [ "$(echo "$entry" | cut -d: -f7)" = /usr/sbin/nologin ] || fail "the $user user can log in"
@@ -61,7 +70,20 @@ groups() { id -Gn "$1" | tr ' ' '\n' | sort | tr '\n' ' '; }
 [ "$(stat -c '%a %U:%G' /etc/sluice)" = "750 root:sluice" ] || fail "/etc/sluice is $(stat -c '%a %U:%G' /etc/sluice)"
 grep -q '^User=sluice$' /lib/systemd/system/sluice-bridge@.service || fail "the bridge does not run as sluice"
 grep -q '^User=sluice-guard$' /lib/systemd/system/sluice-guard@.service || fail "the guard does not run as sluice-guard"
-for unit in sluice-bridge@ sluice-guard@; do
+grep -q '^User=sluice$' /lib/systemd/system/sluice-shield@.service || fail "the shield does not run as sluice"
+# The shield holds CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON, each way
+# (ambient and bounding), on one line each, and nothing else: no
+# CAP_SYS_ADMIN, no raw sockets.
+shield_unit=/lib/systemd/system/sluice-shield@.service
+for key in AmbientCapabilities CapabilityBoundingSet; do
+  [ "$(grep -c "^$key=" "$shield_unit")" = 1 ] || fail "sluice-shield@.service: not one $key= line"
+  caps=$(sed -n "s/^$key=//p" "$shield_unit" | tr ' ' '\n' | sort | tr '\n' ' ')
+  [ "$caps" = "CAP_BPF CAP_NET_ADMIN CAP_PERFMON " ] || fail "sluice-shield@.service: $key=$caps"
+done
+! grep -v '^#' "$shield_unit" | grep -q CAP_SYS_ADMIN || fail "sluice-shield@.service grants CAP_SYS_ADMIN"
+grep -q '^NoNewPrivileges=yes$' "$shield_unit" || fail "sluice-shield@.service: no NoNewPrivileges=yes"
+grep -q '^Restart=on-failure$' "$shield_unit" || fail "sluice-shield@.service: no Restart=on-failure"
+for unit in sluice-bridge@ sluice-guard@ sluice-shield@; do
   for key in MemoryMax TasksMax; do
     grep -Eq "^$key=[0-9]+[KMG]?$" "/lib/systemd/system/$unit.service" || fail "$unit.service has no $key="
   done
@@ -100,9 +122,45 @@ rm /etc/sluice/check-site.toml
 out=$(sluice bridge --config /usr/share/doc/sluice/examples/edge.toml \
   --rules /usr/share/doc/sluice/examples/edge.rules --iface nope-a0 --iface nope-b0 --io afpacket 2>&1) && fail "bridge started: $out"
 echo "$out" | grep -q 'nope-a0' || fail "the example config is not accepted: $out"
+# The shield's likewise: its rules are loaded before any interface is
+# looked at, so failing on the missing interface means the kernel took them.
+out=$(sluice shield --config /usr/share/doc/sluice/examples/host.toml \
+  --rules /usr/share/doc/sluice/examples/host.rules --iface nope-h0 2>&1) && fail "shield started: $out"
+echo "$out" | grep -q 'nope-h0' || fail "the shield's example config is not accepted: $out"
+# And as its unit runs it, on an interface named as host.toml names it
+# (eth0, a veth in a namespace of its own): the examples copied to
+# /etc/sluice as docs/service.md says, user sluice, only the unit's
+# capabilities (ambient, bounding), no new privileges, /proc as
+# ProtectProc=invisible and ProcSubset=pid leave it. Attached (xdp on eth0)
+# until SIGTERM, exit 0, detached.
+echo "== sluice shield from /etc/sluice/host.toml as sluice-shield@host runs it"
+ns="sluice-check-$$"
+ip netns add "$ns"
+trap 'ip netns del "$ns" 2>/dev/null; dpkg --purge sluice >/dev/null 2>&1 || true' EXIT
+ip -n "$ns" link add eth0 type veth peer name eth0p
+ip -n "$ns" link set dev eth0 up
+ip -n "$ns" link set dev eth0p up
+cp /usr/share/doc/sluice/examples/host.toml /usr/share/doc/sluice/examples/host.rules /etc/sluice/
+caps=$(sed -n 's/^AmbientCapabilities=//p' "$shield_unit" | tr 'A-Z' 'a-z' | sed 's/cap_/+/g; s/ /,/g')
+log=$(mktemp)
+ip netns exec "$ns" unshare --mount --propagation private sh -c "mount -t proc -o hidepid=invisible,subset=pid proc /proc \
+  && exec setpriv --reuid sluice --regid sluice --init-groups --no-new-privs --inh-caps=-all,$caps \
+  --ambient-caps=$caps --bounding-set=-all,$caps sluice shield --config /etc/sluice/host.toml" >"$log" 2>&1 &
+shield=$!
+for _ in $(seq 100); do grep -q 'shield on eth0 ' "$log" && break; kill -0 "$shield" 2>/dev/null || break; sleep 0.1; done
+grep -q 'shield on eth0 ' "$log" || { kill "$shield" 2>/dev/null; fail "the shield did not come up: $(cat "$log")"; }
+ip -n "$ns" link show dev eth0 | grep -q xdp || { kill "$shield"; fail "the shield is on, eth0 carries no XDP: $(cat "$log")"; }
+kill -TERM "$shield"
+code=0; wait "$shield" || code=$?
+[ "$code" = 0 ] || fail "the shield exited $code on SIGTERM: $(cat "$log")"
+! ip -n "$ns" link show dev eth0 | grep -q xdp || fail "eth0 still carries XDP after the shield stopped"
+grep -q 'drop saddr @bogons' "$log" || fail "no summary of host.rules: $(cat "$log")"
+ip netns del "$ns"
+rm -f /etc/sluice/host.toml /etc/sluice/host.rules "$log"
+trap 'dpkg --purge sluice >/dev/null 2>&1 || true' EXIT
 echo "== systemd-analyze verify dist/systemd/*.service"
 systemd-analyze verify dist/systemd/*.service
-for unit in sluice-bridge@edge.service sluice-guard@site.service; do
+for unit in sluice-bridge@edge.service sluice-guard@site.service sluice-shield@host.service; do
   tmpl=dist/systemd/${unit%%@*}@.service
   dir=$(mktemp -d); cp "$tmpl" "$dir/$unit"
   systemd-analyze security --offline=yes "$dir/$unit" 2>/dev/null | tail -n 1
@@ -112,6 +170,7 @@ dpkg --purge sluice
 trap - EXIT
 [ ! -e /usr/bin/sluice ] || fail "purge left /usr/bin/sluice"
 [ ! -e /etc/sluice ] || fail "purge left /etc/sluice"
+[ ! -e /etc/fail2ban/action.d/sluice.conf ] || fail "purge left /etc/fail2ban/action.d/sluice.conf"
 for name in sluice sluice-guard; do
   ! getent passwd "$name" >/dev/null || fail "purge left the user $name"
 done

@@ -492,6 +492,15 @@ fn config_errors_name_file_and_line() {
     let (code, _, err) = stderr_of(&["http-guard", "--config", p(&cfg)]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains(":2: unknown key `request-rat`") && err.contains("did you mean `request-rate`"), "{err}");
+    // The shield's (sluice-shield@.service), as the others'.
+    std::fs::write(&cfg, "iface = [\"eth0\"]\nxdp-mod = \"generic\"\n").unwrap();
+    let (code, _, err) = stderr_of(&["shield", "--config", p(&cfg)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(":2: unknown key `xdp-mod`") && err.contains("did you mean `xdp-mode`"), "{err}");
+    std::fs::write(&cfg, "iface = [\"eth0\"]\ndrop-src = \"x.txt\"\n\nxdp-mode = \"fast\"\n").unwrap();
+    let (code, _, err) = stderr_of(&["shield", "--config", p(&cfg)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(&format!("{}:4: `xdp-mode`: invalid value 'fast'", cfg.display())), "{err}");
     let (code, _, err) = stderr_of(&["decode", "--config", p(&cfg)]);
     assert_eq!(code, 2, "decode takes no config file: {err}");
     // An interface that does not exist: the error is a JSON event.

@@ -1,9 +1,9 @@
 //! The configs shipped in dist/etc start as shipped (`--config`), only the
 //! ports and run-time paths moved so a test can own them: the guard's
 //! site.toml in front of a real upstream, serving a request; the bridge's
-//! edge.toml on veths named as it names them (eth1, eth2), in a namespace
-//! of the test's own (root; SKIPPED without, a failure under
-//! `SLUICE_REQUIRE_LIVE=1`).
+//! edge.toml on veths named as it names them (eth1, eth2), and the shield's
+//! host.toml on a veth named eth0, each in a namespace of the test's own
+//! (root; SKIPPED without, a failure under `SLUICE_REQUIRE_LIVE=1`).
 
 mod common;
 #[path = "../../sluice-live/tests/common/mod.rs"]
@@ -14,6 +14,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::mpsc;
 use std::time::Duration;
 
 const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
@@ -87,4 +88,71 @@ fn the_shipped_bridge_config_starts_on_its_interfaces() {
     let messages: Vec<String> = stderr.lines().map(message).collect();
     assert!(out.status.success(), "edge.toml: {}: {stderr}", out.status);
     assert!(messages.iter().any(|m| m.starts_with("bridging")), "{stderr}");
+}
+
+/// Whether `dev` in namespace `ns` carries an XDP program (`ip link show`).
+fn has_xdp(ns: &str, dev: &str) -> bool {
+    let out = Command::new("ip").args(["-n", ns, "link", "show", "dev", dev]).output().unwrap();
+    assert!(out.status.success(), "ip link show {dev}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).contains("xdp")
+}
+
+#[test]
+fn the_shipped_shield_config_starts_on_its_interface() {
+    if !live::live_or_skip("the_shipped_shield_config_starts_on_its_interface") {
+        return;
+    }
+    let ns = live::Netns::new(&live::unique("dsh"));
+    live::run(&["ip", "-n", &ns.name, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p"]);
+    for dev in ["eth0", "eth0p"] {
+        live::run(&["ip", "-n", &ns.name, "link", "set", "dev", dev, "up"]);
+    }
+    assert!(!has_xdp(&ns.name, "eth0"), "eth0 carries XDP before the shield");
+    // As shipped, the rules from dist/etc rather than /etc/sluice; no
+    // --duration: it runs until SIGTERM, as under its unit.
+    let mut s = Command::new("ip")
+        .args(["netns", "exec", &ns.name, SLUICE, "shield", "--config", dist("host.toml").to_str().unwrap()])
+        .args(["--rules", dist("host.rules").to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Every line of stderr, in order, to this thread (so a shield that
+    // hangs instead of coming up fails the test after a while).
+    let (tx, rx) = mpsc::channel();
+    let err = BufReader::new(s.stderr.take().unwrap());
+    let reader = std::thread::spawn(move || {
+        for line in err.lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut seen = Vec::new();
+    loop {
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) => {
+                let m = message(&line);
+                seen.push(line);
+                if m.starts_with("shield on eth0 ") {
+                    break;
+                }
+            }
+            Err(e) => {
+                let _ = s.kill();
+                let _ = s.wait();
+                panic!("host.toml: the shield did not come up ({e}): {seen:#?}");
+            }
+        }
+    }
+    let on = has_xdp(&ns.name, "eth0");
+    // `ip netns exec` runs the shield in its own process (exec).
+    live::run(&["kill", "-TERM", &s.id().to_string()]);
+    let mut out = String::new();
+    s.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    let status = s.wait().unwrap();
+    reader.join().unwrap();
+    seen.extend(rx.try_iter());
+    assert!(on, "host.toml: the shield is on, but eth0 carries no XDP: {seen:#?}");
+    assert!(status.success(), "host.toml: {status}: {seen:#?}");
+    assert!(out.contains("drop saddr @bogons"), "the summary names the shipped rules: {out}");
+    assert!(!has_xdp(&ns.name, "eth0"), "eth0 still carries XDP after the shield stopped: {seen:#?}");
 }
