@@ -129,10 +129,12 @@ out=$(sluice shield --config /usr/share/doc/sluice/examples/host.toml \
 echo "$out" | grep -q 'nope-h0' || fail "the shield's example config is not accepted: $out"
 # And as its unit runs it, on an interface named as host.toml names it
 # (eth0, a veth in a namespace of its own): the examples copied to
-# /etc/sluice as docs/service.md says, user sluice, only the unit's
-# capabilities (ambient, bounding), no new privileges, /proc as
-# ProtectProc=invisible and ProcSubset=pid leave it. Attached (xdp on eth0)
-# until SIGTERM, exit 0, detached.
+# /etc/sluice as docs/service.md says, /run/sluice made as the unit's
+# RuntimeDirectory= makes it, user sluice, only the unit's capabilities
+# (ambient, bounding), no new privileges, /proc as ProtectProc=invisible
+# and ProcSubset=pid leave it. Attached (xdp on eth0), its control socket
+# taking a ban into host.rules' f2b set as fail2ban's action sends it,
+# until SIGTERM: exit 0, detached, the socket gone.
 echo "== sluice shield from /etc/sluice/host.toml as sluice-shield@host runs it"
 ns="sluice-check-$$"
 ip netns add "$ns"
@@ -141,6 +143,8 @@ ip -n "$ns" link add eth0 type veth peer name eth0p
 ip -n "$ns" link set dev eth0 up
 ip -n "$ns" link set dev eth0p up
 cp /usr/share/doc/sluice/examples/host.toml /usr/share/doc/sluice/examples/host.rules /etc/sluice/
+[ ! -e /run/sluice ] || fail "/run/sluice exists before the check"
+install -d -o sluice -g sluice -m 0755 /run/sluice
 caps=$(sed -n 's/^AmbientCapabilities=//p' "$shield_unit" | tr 'A-Z' 'a-z' | sed 's/cap_/+/g; s/ /,/g')
 log=$(mktemp)
 ip netns exec "$ns" unshare --mount --propagation private sh -c "mount -t proc -o hidepid=invisible,subset=pid proc /proc \
@@ -150,12 +154,19 @@ shield=$!
 for _ in $(seq 100); do grep -q 'shield on eth0 ' "$log" && break; kill -0 "$shield" 2>/dev/null || break; sleep 0.1; done
 grep -q 'shield on eth0 ' "$log" || { kill "$shield" 2>/dev/null; fail "the shield did not come up: $(cat "$log")"; }
 ip -n "$ns" link show dev eth0 | grep -q xdp || { kill "$shield"; fail "the shield is on, eth0 carries no XDP: $(cat "$log")"; }
+[ "$(stat -c '%a %U' /run/sluice/host.sock 2>/dev/null)" = "600 sluice" ] \
+  || { kill "$shield"; fail "no control socket 0600 sluice at /run/sluice/host.sock: $(cat "$log")"; }
+sluice ctl --socket /run/sluice/host.sock add f2b 192.0.2.7 timeout 600 >/dev/null \
+  && sluice ctl --socket /run/sluice/host.sock list f2b | grep -q '^192.0.2.7/32 ' \
+  || { kill "$shield"; fail "the shield's control socket did not take a ban into f2b: $(cat "$log")"; }
 kill -TERM "$shield"
 code=0; wait "$shield" || code=$?
 [ "$code" = 0 ] || fail "the shield exited $code on SIGTERM: $(cat "$log")"
 ! ip -n "$ns" link show dev eth0 | grep -q xdp || fail "eth0 still carries XDP after the shield stopped"
 grep -q 'drop saddr @bogons' "$log" || fail "no summary of host.rules: $(cat "$log")"
+[ ! -e /run/sluice/host.sock ] || fail "the shield left its control socket"
 ip netns del "$ns"
+rm -rf /run/sluice
 rm -f /etc/sluice/host.toml /etc/sluice/host.rules "$log"
 trap 'dpkg --purge sluice >/dev/null 2>&1 || true' EXIT
 echo "== systemd-analyze verify dist/systemd/*.service"

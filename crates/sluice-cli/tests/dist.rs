@@ -108,11 +108,14 @@ fn the_shipped_shield_config_starts_on_its_interface() {
         live::run(&["ip", "-n", &ns.name, "link", "set", "dev", dev, "up"]);
     }
     assert!(!has_xdp(&ns.name, "eth0"), "eth0 carries XDP before the shield");
-    // As shipped, the rules from dist/etc rather than /etc/sluice; no
-    // --duration: it runs until SIGTERM, as under its unit.
+    // As shipped, the rules from dist/etc rather than /etc/sluice and the
+    // control socket in the test's directory; no --duration: it runs until
+    // SIGTERM, as under its unit.
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("host.sock");
     let mut s = Command::new("ip")
         .args(["netns", "exec", &ns.name, SLUICE, "shield", "--config", dist("host.toml").to_str().unwrap()])
-        .args(["--rules", dist("host.rules").to_str().unwrap()])
+        .args(["--rules", dist("host.rules").to_str().unwrap(), "--control", sock.to_str().unwrap()])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -144,6 +147,11 @@ fn the_shipped_shield_config_starts_on_its_interface() {
         }
     }
     let on = has_xdp(&ns.name, "eth0");
+    // host.rules' dynamic sets take `sluice ctl` as its comments say.
+    let ctl =
+        |args: &[&str]| Command::new(SLUICE).args(["ctl", "--socket", sock.to_str().unwrap()]).args(args).output();
+    let added = ctl(&["add", "f2b", "198.51.100.7", "timeout", "600"]).unwrap();
+    let listed = ctl(&["list", "f2b"]).unwrap();
     // `ip netns exec` runs the shield in its own process (exec).
     live::run(&["kill", "-TERM", &s.id().to_string()]);
     let mut out = String::new();
@@ -152,6 +160,9 @@ fn the_shipped_shield_config_starts_on_its_interface() {
     reader.join().unwrap();
     seen.extend(rx.try_iter());
     assert!(on, "host.toml: the shield is on, but eth0 carries no XDP: {seen:#?}");
+    assert!(added.status.success(), "ctl add: {}", String::from_utf8_lossy(&added.stderr));
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(listed.contains("198.51.100.7"), "ctl list f2b: {listed}");
     assert!(status.success(), "host.toml: {status}: {seen:#?}");
     assert!(out.contains("drop saddr @bogons"), "the summary names the shipped rules: {out}");
     assert!(!has_xdp(&ns.name, "eth0"), "eth0 still carries XDP after the shield stopped: {seen:#?}");
