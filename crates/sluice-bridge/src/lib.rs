@@ -37,7 +37,7 @@ use sluice_pipeline::lanes::{self, inline_lanes};
 use sluice_pipeline::sample::{tap, tap_lane, SampleConfig, SampleReport, Sampler};
 use sluice_pipeline::{Finished, JudgeConfig, Reassembly, RunConfig, RunError, WorkersConfig};
 use sluice_policy::crowdsec::BouncerConfig;
-use sluice_policy::{describe, spawn_signals, total_entries, Controller, Event, ListEntries, RuleSpec, SignalThread};
+use sluice_policy::{describe, spawn_signals, total_entries, Event, RuleSpec, SignalThread};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -201,32 +201,20 @@ impl sluice_control::product::Running for Running {
     }
 }
 
-/// The CrowdSec set's maxelem when its definition gives none:
-/// `--crowdsec-maxelem`, else the default. Both given and different is an
-/// error: one of them would be silently ignored.
-fn crowdsec_maxelem(rules: &RuleSet, set: &str, flag: Option<u32>) -> Result<usize> {
-    let defined = rules.named_index(set).and_then(|i| match rules.named_set_info()[i].kind {
-        sluice_engine::SetKind::Dynamic { maxelem, .. } => maxelem,
-        _ => None,
-    });
-    if let (Some(d), Some(f)) = (defined, flag) {
-        if d != f {
-            anyhow::bail!(
-                "--crowdsec-maxelem {f}, but the rules define set `{set}` with maxelem {d}: give one of them"
-            );
-        }
-    }
-    Ok(flag.map_or(sluice_policy::sets::DEFAULT_CROWDSEC_MAXELEM, |n| n as usize))
-}
-
 impl Bridge {
     /// Loads the rules, opens `ports` and starts every thread. Nothing is
     /// left running when it fails.
     pub fn start(cfg: BridgeConfig, ports: Box<dyn PortPair>) -> Result<Running> {
         let names = ports.names();
         let port_names = names.to_vec();
-        let Control { controller, entries, build_ms, crowdsec } =
-            Control::load(cfg.rules, cfg.crowdsec, cfg.crowdsec_maxelem, cfg.watch, cfg.safety, &port_names)?;
+        let sluice_policy::Loading { controller, entries, build_ms, crowdsec } = sluice_policy::Loading::load(
+            cfg.rules,
+            cfg.crowdsec,
+            cfg.crowdsec_maxelem,
+            cfg.watch,
+            cfg.safety,
+            &port_names,
+        )?;
         let bgp_state = Arc::new(bgp::BgpState::default());
         // Routes pass the net runtime adds pass (reread with it on SIGHUP).
         let route_safety = Arc::clone(&controller.gate().safety);
@@ -353,48 +341,6 @@ impl Bridge {
             bgp,
             signals,
         })
-    }
-}
-
-/// The rules loaded into the controller that will own them.
-struct Control {
-    controller: Controller,
-    /// The lists as loaded, for the start line.
-    entries: Vec<ListEntries>,
-    build_ms: f64,
-    /// The bouncer's config, its bans checked by the controller's safety net.
-    crowdsec: Option<BouncerConfig>,
-}
-
-impl Control {
-    /// Load the rules (and the CrowdSec feed's set, sized) for `ports`.
-    fn load(
-        mut spec: RuleSpec,
-        crowdsec: Option<BouncerConfig>,
-        crowdsec_maxelem: Option<u32>,
-        watch: bool,
-        safety: Arc<Safety>,
-        ports: &[String],
-    ) -> Result<Control> {
-        spec.feed_sets.extend(crowdsec.as_ref().map(|c| c.set.clone()));
-        let what = if spec.rules.is_some() { "loading the rules" } else { "loading the address lists" };
-        let loaded = spec.load(ports).context(what)?;
-        for w in &loaded.warnings {
-            tracing::warn!("{w}");
-        }
-        let entries = loaded.lists.clone();
-        let build_ms = loaded.took.as_secs_f64() * 1e3;
-        let feed_maxelem = match &crowdsec {
-            Some(c) => Some((c.set.clone(), self::crowdsec_maxelem(&loaded.rules, &c.set, crowdsec_maxelem)?)),
-            None => None,
-        };
-        let mut controller = Controller::new(spec, ports.to_vec(), loaded, watch).with_safety(safety);
-        if let Some((set, n)) = feed_maxelem {
-            controller.set_maxelem_default(&set, n);
-        }
-        // The bouncer's bans are checked against the same net, counted in the same place.
-        let crowdsec = crowdsec.map(|c| BouncerConfig { gate: controller.gate().clone(), ..c });
-        Ok(Control { controller, entries, build_ms, crowdsec })
     }
 }
 

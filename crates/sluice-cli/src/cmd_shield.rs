@@ -19,6 +19,9 @@ pub enum XdpModeArg {
 
 #[derive(Args, Debug)]
 pub struct ShieldArgs {
+    /// Read flags from a TOML file (keys are long flag names; the command line overrides).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
     /// An interface of this host to protect (repeatable): its incoming
     /// packets are judged in XDP, before the kernel's stack.
     #[arg(long = "iface", value_name = "IF", required = true)]
@@ -47,6 +50,10 @@ pub struct ShieldArgs {
     /// action that only bans).
     #[arg(long, value_name = "G", requires = "control")]
     pub control_add_group: Option<String>,
+    #[command(flatten)]
+    pub crowdsec: crate::args::CrowdsecArgs,
+    #[command(flatten)]
+    pub safety: crate::args::SafetyArgs,
     /// Stop after this many seconds (default: on SIGINT or SIGTERM).
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
@@ -56,6 +63,7 @@ pub struct ShieldArgs {
 }
 
 pub fn run(a: ShieldArgs) -> Result<Outcome> {
+    let (crowdsec, crowdsec_maxelem) = a.crowdsec.bouncer(&a.rules.geo_db)?;
     let config = ShieldConfig {
         ifaces: a.ifaces,
         mode: match a.xdp_mode {
@@ -72,6 +80,9 @@ pub fn run(a: ShieldArgs) -> Result<Outcome> {
         control: a.control,
         control_group: a.control_group,
         control_add_group: a.control_add_group,
+        safety: a.safety.load()?,
+        crowdsec,
+        crowdsec_maxelem,
     };
     let shield = sluice_shield::start(config).context("shield")?;
     for w in shield.warnings() {

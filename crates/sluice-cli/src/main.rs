@@ -90,19 +90,6 @@ struct Cli {
     command: Command,
 }
 
-/// `sluice shield`'s flags and `--config FILE`, which a service runs it
-/// with (`sluice-shield@.service`). Here rather than in `ShieldArgs`
-/// (`cmd_shield.rs`) so that file stays the shield's alone; the flag and
-/// its help are the bridge's and the guard's.
-#[derive(clap::Args, Debug)]
-struct ShieldCommand {
-    /// Read flags from a TOML file (keys are long flag names; the command line overrides).
-    #[arg(long, value_name = "FILE")]
-    config: Option<std::path::PathBuf>,
-    #[command(flatten)]
-    shield: cmd_shield::ShieldArgs,
-}
-
 #[derive(Subcommand)]
 enum Command {
     /// Generate a synthetic capture (pcap) with known properties.
@@ -122,7 +109,7 @@ enum Command {
     /// Forward between two interfaces (AF_XDP or AF_PACKET), dropping what the rules say.
     Bridge(Box<cmd_bridge::BridgeArgs>),
     /// Drop in XDP on this host's own interfaces what the rules say; the rest goes on to the kernel.
-    Shield(Box<ShieldCommand>),
+    Shield(Box<cmd_shield::ShieldArgs>),
     /// Change a running bridge's sets or a guard's blocks, and ask what they hold, over its control socket.
     Ctl(cmd_ctl::CtlArgs),
     /// Send a capture or generated frames out of an interface, paced (pkt-gen's role).
@@ -163,7 +150,7 @@ fn main() -> ExitCode {
         Command::Demo(a) => cmd_demo::run(a),
         Command::Rss(a) => cmd_rss::run(a),
         Command::Bridge(a) => cmd_bridge::run(*a),
-        Command::Shield(a) => cmd_shield::run(a.shield),
+        Command::Shield(a) => cmd_shield::run(*a),
         Command::Ctl(a) => cmd_ctl::run(a),
         Command::Send(a) => cmd_send::run(a),
         Command::UdpEcho(a) => cmd_udp::echo(a),

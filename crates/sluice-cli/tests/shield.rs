@@ -8,6 +8,7 @@
 //!
 //! Needs root: `SKIPPED` unless `SLUICE_REQUIRE_LIVE=1` (CI), when it fails.
 
+mod lapi;
 #[path = "../../sluice-live/tests/common/mod.rs"]
 mod live;
 
@@ -22,33 +23,67 @@ use std::time::Duration;
 const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
 const MARK: &[u8; 8] = b"SHIELD!!";
 
-/// The host (`host` namespace, interface `dev`) and its peer (`peer`
-/// namespace, interface `far`), joined by a veth pair.
+/// The host (`host` namespace, or this one, interface `dev`) and its
+/// peer (`peer` namespace, interface `far`), joined by a veth pair.
 struct Host {
+    // Drop order: the link, then the namespaces.
+    _veth: Veth,
     dev: String,
     far: String,
-    host: Netns,
+    host: Option<Netns>,
     peer: Netns,
-    _veth: Veth,
 }
 
 impl Host {
     fn new(tag: &str) -> Host {
+        let mut h = Host::here(tag);
+        let host = Netns::new(&format!("{}h", h.dev));
+        run(&["ip", "link", "set", "dev", &h.dev, "netns", &host.name]);
+        run(&["ip", "-n", &host.name, "link", "set", "dev", &h.dev, "up"]);
+        h.host = Some(host);
+        h
+    }
+
+    /// The host's end in this namespace (where a LAPI on 127.0.0.1 is).
+    fn here(tag: &str) -> Host {
         let p = unique(tag);
-        let host = Netns::new(&format!("{p}h"));
         let peer = Netns::new(&format!("{p}p"));
         let (dev, far) = (format!("{p}d"), format!("{p}f"));
         let veth = Veth::new(&dev, &far, Some(&peer.name));
-        run(&["ip", "link", "set", "dev", &dev, "netns", &host.name]);
-        run(&["ip", "-n", &host.name, "link", "set", "dev", &dev, "up"]);
-        Host { dev, far, host, peer, _veth: veth }
+        Host { _veth: veth, dev, far, host: None, peer }
+    }
+
+    /// `ip netns exec NS` for the host's namespace, or nothing.
+    fn exec(&self) -> Vec<String> {
+        match &self.host {
+            Some(ns) => vec!["ip".into(), "netns".into(), "exec".into(), ns.name.clone()],
+            None => Vec::new(),
+        }
+    }
+
+    /// The host's namespace for an endpoint (this one).
+    fn ns(&self) -> &str {
+        self.host.as_ref().map_or("/proc/self/ns/net", |n| n.name.as_str())
     }
 
     /// Whether the host's interface carries an XDP program.
     fn has_xdp(&self) -> bool {
-        let out = Command::new("ip").args(["-n", &self.host.name, "link", "show", "dev", &self.dev]).output().unwrap();
+        let mut cmd = Command::new("ip");
+        if let Some(ns) = &self.host {
+            cmd.args(["-n", &ns.name]);
+        }
+        let out = cmd.args(["link", "show", "dev", &self.dev]).output().unwrap();
         String::from_utf8_lossy(&out.stdout).contains("xdp")
     }
+}
+
+/// `program args...` run in the host's namespace.
+fn in_host(h: &Host, program: &str) -> Command {
+    let mut words = h.exec();
+    words.push(program.to_owned());
+    let mut cmd = Command::new(&words[0]);
+    cmd.args(&words[1..]);
+    cmd
 }
 
 /// Ethernet + IPv4 + UDP from `src` to 192.0.2.1:`dport`, our mark and `seq`.
@@ -74,7 +109,7 @@ fn seq_of(f: &[u8]) -> Option<u32> {
 /// Sends `frames` from the peer and returns the sequence numbers that
 /// reached the host's interface.
 fn through(h: &Host, frames: &[Vec<u8>]) -> BTreeSet<u32> {
-    let mut rx = Endpoint::open(&h.host.name, &h.dev);
+    let mut rx = Endpoint::open(h.ns(), &h.dev);
     let mut tx = Endpoint::open(&h.peer.name, &h.far);
     tx.send_all(frames);
     let mut got = BTreeSet::new();
@@ -98,8 +133,8 @@ struct Shield {
 impl Shield {
     /// Starts it and waits until it says it is on.
     fn start(h: &Host, args: &[&str]) -> Shield {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &h.host.name, SLUICE, "shield", "--iface", &h.dev, "--json"])
+        let mut child = in_host(h, SLUICE)
+            .args(["shield", "--iface", &h.dev, "--json"])
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -194,12 +229,7 @@ fn generic_mode_drops_what_the_rules_say_and_nothing_after_it_stops() {
 
 /// Runs a shield that must not start: its stderr.
 fn refused(h: &Host, args: &[&str]) -> String {
-    let out = Command::new("ip")
-        .args(["netns", "exec", &h.host.name, SLUICE, "shield"])
-        .args(args)
-        .args(["--duration", "1"])
-        .output()
-        .unwrap();
+    let out = in_host(h, SLUICE).args(["shield"]).args(args).args(["--duration", "1"]).output().unwrap();
     assert!(!out.status.success(), "started: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -253,14 +283,16 @@ fn ctl_changes_are_in_the_kernel_when_answered_and_timeouts_lift_them() {
     assert_eq!(through(&h, &[a(0), b(1)]), BTreeSet::from([0, 1]), "before any add");
 
     ctl(&sock, &["add", "blocks", "10.5.0.1"]);
-    ctl(&sock, &["add", "blocks", "10.6.0.0/16", "timeout", "1"]);
-    // Answered: in force (no wait between the answer and the frames).
-    assert_eq!(through(&h, &[a(2), b(3)]), BTreeSet::new(), "after the adds");
+    let added = std::time::Instant::now();
+    ctl(&sock, &["add", "blocks", "10.6.0.0/16", "timeout", "3"]);
     let listed = ctl(&sock, &["list", "blocks"]);
     assert_eq!(listed["elements"].as_array().unwrap().len(), 2, "{listed}");
+    // Answered: in force (no wait between the answer and the frames).
+    assert_eq!(through(&h, &[a(2), b(3)]), BTreeSet::new(), "after the adds");
+    assert!(added.elapsed() < Duration::from_secs(3), "too slow to see the /16 before its timeout");
 
     // The /16 times out; the host stays until deleted.
-    std::thread::sleep(Duration::from_millis(2500));
+    std::thread::sleep(Duration::from_secs(4).saturating_sub(added.elapsed()));
     assert_eq!(through(&h, &[a(4), b(5)]), BTreeSet::from([5]), "after the timeout");
     ctl(&sock, &["del", "blocks", "10.5.0.1"]);
     assert_eq!(through(&h, &[a(6), b(7)]), BTreeSet::from([6, 7]), "after the delete");
@@ -268,4 +300,51 @@ fn ctl_changes_are_in_the_kernel_when_answered_and_timeouts_lift_them() {
     let summary = shield.stop();
     assert_eq!(summary["rules"][0]["packets"], 3, "{summary}");
     assert!(!sock.exists(), "the control socket stayed");
+}
+
+#[test]
+fn crowdsec_bans_reach_the_kernel_and_their_deletes_lift_them() {
+    if !live_or_skip("crowdsec_bans_reach_the_kernel_and_their_deletes_lift_them") {
+        return;
+    }
+    let Some(bin) = lapi::crowdsec_or_skip("crowdsec_bans_reach_the_kernel_and_their_deletes_lift_them") else {
+        return;
+    };
+    let lapi = lapi::Lapi::new(bin);
+    let key = lapi.bouncer_key("shield");
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    // In this namespace: the LAPI listens on its loopback.
+    let h = Host::here("shcs");
+    let sock = lapi.dir.path().join("ctl.sock");
+    let shield = Shield::start(
+        &h,
+        &[
+            "--crowdsec-url",
+            &lapi.url,
+            "--crowdsec-key-file",
+            key.to_str().unwrap(),
+            "--crowdsec-interval",
+            "1",
+            "--control",
+            sock.to_str().unwrap(),
+        ],
+    );
+    let banned = |want: bool| {
+        let end = std::time::Instant::now() + Duration::from_secs(15);
+        while ctl(&sock, &["test", "crowdsec", "10.5.0.1"])["match"] != want {
+            assert!(std::time::Instant::now() < end, "10.5.0.1 never {want}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let a = |seq| udp([10, 5, 0, 1], 53, seq);
+    assert_eq!(through(&h, &[a(0)]), BTreeSet::from([0]));
+    lapi.cscli(&["decisions", "add", "--ip", "10.5.0.1", "--duration", "1h"]);
+    banned(true);
+    assert_eq!(through(&h, &[a(1), udp([10, 5, 0, 2], 53, 2)]), BTreeSet::from([2]), "the ban in the kernel");
+    lapi.cscli(&["decisions", "delete", "--ip", "10.5.0.1"]);
+    banned(false);
+    assert_eq!(through(&h, &[a(3)]), BTreeSet::from([3]), "the delete in the kernel");
+    let summary = shield.stop();
+    assert_eq!(summary["rules"][0]["rule"], "drop saddr @crowdsec", "{summary}");
+    assert_eq!(summary["rules"][0]["packets"], 1, "{summary}");
 }

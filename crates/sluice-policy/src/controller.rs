@@ -890,3 +890,73 @@ mod tests {
         assert_eq!(state.generation.load(Ordering::Relaxed), 1);
     }
 }
+
+/// A controller with its rules loaded, as a product starts one: the rules
+/// (with the CrowdSec feed's set, sized), the safety net its runtime adds
+/// pass, and the bouncer's config checked by that same net.
+pub struct Loading {
+    pub controller: Controller,
+    /// The lists as loaded, for the start line.
+    pub entries: Vec<crate::ListEntries>,
+    pub build_ms: f64,
+    /// The bouncer's config, its bans checked by the controller's safety net.
+    pub crowdsec: Option<crate::crowdsec::BouncerConfig>,
+}
+
+/// Why a controller could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadingError {
+    #[error("{what}: {error}")]
+    Rules { what: &'static str, error: crate::LoadError },
+    #[error("--crowdsec-maxelem {flag}, but the rules define set `{set}` with maxelem {defined}: give one of them")]
+    Maxelem { flag: u32, set: String, defined: u32 },
+}
+
+/// The CrowdSec set's maxelem when its definition gives none:
+/// `--crowdsec-maxelem`, else the default. Both given and different is an
+/// error: one of them would be silently ignored.
+fn feed_maxelem(rules: &RuleSet, set: &str, flag: Option<u32>) -> Result<usize, LoadingError> {
+    let defined = rules.named_index(set).and_then(|i| match rules.named_set_info()[i].kind {
+        sluice_engine::SetKind::Dynamic { maxelem, .. } => maxelem,
+        _ => None,
+    });
+    if let (Some(d), Some(f)) = (defined, flag) {
+        if d != f {
+            return Err(LoadingError::Maxelem { flag: f, set: set.to_owned(), defined: d });
+        }
+    }
+    Ok(flag.map_or(crate::sets::DEFAULT_CROWDSEC_MAXELEM, |n| n as usize))
+}
+
+impl Loading {
+    /// Loads `spec` (with the CrowdSec feed's set) for the live ports
+    /// `ports` into a new controller.
+    pub fn load(
+        mut spec: RuleSpec,
+        crowdsec: Option<crate::crowdsec::BouncerConfig>,
+        crowdsec_maxelem: Option<u32>,
+        watch: bool,
+        safety: Arc<sluice_control::safety::Safety>,
+        ports: &[String],
+    ) -> Result<Loading, LoadingError> {
+        spec.feed_sets.extend(crowdsec.as_ref().map(|c| c.set.clone()));
+        let what = if spec.rules.is_some() { "loading the rules" } else { "loading the address lists" };
+        let loaded = spec.load(ports).map_err(|error| LoadingError::Rules { what, error })?;
+        for w in &loaded.warnings {
+            tracing::warn!("{w}");
+        }
+        let entries = loaded.lists.clone();
+        let build_ms = loaded.took.as_secs_f64() * 1e3;
+        let feed_maxelem = match &crowdsec {
+            Some(c) => Some((c.set.clone(), feed_maxelem(&loaded.rules, &c.set, crowdsec_maxelem)?)),
+            None => None,
+        };
+        let mut controller = Controller::new(spec, ports.to_vec(), loaded, watch).with_safety(safety);
+        if let Some((set, n)) = feed_maxelem {
+            controller.set_maxelem_default(&set, n);
+        }
+        // The bouncer's bans are checked against the same net, counted in the same place.
+        let crowdsec = crowdsec.map(|c| crate::crowdsec::BouncerConfig { gate: controller.gate().clone(), ..c });
+        Ok(Loading { controller, entries, build_ms, crowdsec })
+    }
+}

@@ -24,5 +24,7 @@ pub mod spec;
 pub mod usage;
 
 pub use commands::Command;
-pub use controller::{deliver_to, spawn_signals, ControlState, Controller, Event, SignalThread, Watch};
+pub use controller::{
+    deliver_to, spawn_signals, ControlState, Controller, Event, Loading, LoadingError, SignalThread, Watch,
+};
 pub use spec::{describe, total_entries, Expiring, ListEntries, LoadError, Loaded, RuleSpec};

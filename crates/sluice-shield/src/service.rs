@@ -49,6 +49,11 @@ pub struct ShieldConfig {
     /// Groups that may use it: every command, and add/test/list only.
     pub control_group: Option<String>,
     pub control_add_group: Option<String>,
+    /// What runtime adds pass (`--never-block`, `--min-prefix-*`).
+    pub safety: Arc<sluice_control::safety::Safety>,
+    /// A CrowdSec bouncer's config (its decisions into a dynamic set).
+    pub crowdsec: Option<sluice_policy::crowdsec::BouncerConfig>,
+    pub crowdsec_maxelem: Option<u32>,
 }
 
 /// One interface the program is attached to.
@@ -68,7 +73,9 @@ pub struct Attached {
 struct ControlPlane {
     events: std::sync::mpsc::Sender<sluice_policy::Event>,
     thread: std::thread::JoinHandle<()>,
-    socket: sluice_control::socket::Serving,
+    socket: Option<sluice_control::socket::Serving>,
+    /// The CrowdSec bouncer's thread and what stops it.
+    bouncer: Option<(std::thread::JoinHandle<()>, Arc<AtomicBool>)>,
 }
 
 /// A running shield.
@@ -95,7 +102,10 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
     if config.ifaces.is_empty() {
         return Err(ShieldError::Config("no interface given (--iface IF)".into()));
     }
-    let plan = config.rules.load_plan().map_err(|e| ShieldError::Config(e.to_string()))?;
+    let mut spec = config.rules.clone();
+    // The CrowdSec feed's set is one of the rules' sets (a dynamic one).
+    spec.feed_sets.extend(config.crowdsec.as_ref().map(|c| c.set.clone()));
+    let plan = spec.load_plan().map_err(|e| ShieldError::Config(e.to_string()))?;
     // Every interface exists before anything is loaded.
     for iface in &config.ifaces {
         sluice_live::sys::ifindex(iface)?;
@@ -109,9 +119,10 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
         links.push(link);
         attached.push(a);
     }
-    let control = match &config.control {
-        Some(path) => Some(start_control(&config, &compiled, path)?),
-        None => None,
+    let control = if config.control.is_some() || config.crowdsec.is_some() {
+        Some(start_control(&config, &compiled)?)
+    } else {
+        None
     };
     Ok(Shield {
         compiled,
@@ -125,32 +136,51 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
     })
 }
 
-/// The bridge's control plane over the same rules, its changes written
-/// into the kernel before they are answered ([`crate::mirror`]).
-fn start_control(
-    config: &ShieldConfig,
-    compiled: &Arc<Compiled>,
-    path: &std::path::Path,
-) -> Result<ControlPlane, ShieldError> {
-    let loaded = config.rules.load(&[]).map_err(|e| ShieldError::Config(e.to_string()))?;
-    let mut mirror = crate::mirror::Mirror::new(Arc::clone(compiled));
-    let controller = sluice_policy::Controller::new(config.rules.clone(), Vec::new(), loaded, false)
-        .without_merges()
-        .on_publish(Box::new(move |rules| mirror.sync(rules)));
-    let access =
-        sluice_control::socket::Access::owner_and(config.control_group.as_deref(), config.control_add_group.as_deref())
-            .map_err(|e| ShieldError::Config(e.to_string()))?;
-    let (events, rx) = std::sync::mpsc::channel();
-    let socket = sluice_control::socket::serve(
-        path,
-        access,
-        sluice_policy::deliver_to(&events),
-        Arc::new(sluice_control::socket::SocketCounters::default()),
+/// The bridge's control plane over the same rules (the control socket,
+/// the CrowdSec bouncer), its changes written into the kernel before they
+/// are answered ([`crate::mirror`]).
+fn start_control(config: &ShieldConfig, compiled: &Arc<Compiled>) -> Result<ControlPlane, ShieldError> {
+    let loading = sluice_policy::Loading::load(
+        config.rules.clone(),
+        config.crowdsec.clone(),
+        config.crowdsec_maxelem,
+        false,
+        Arc::clone(&config.safety),
+        &[],
     )
-    .map_err(|e| ShieldError::Config(format!("control socket {}: {e}", path.display())))?;
-    tracing::info!("control socket at {}", path.display());
+    .map_err(|e| ShieldError::Config(e.to_string()))?;
+    let mut mirror = crate::mirror::Mirror::new(Arc::clone(compiled));
+    let controller = loading.controller.without_merges().on_publish(Box::new(move |rules| mirror.sync(rules)));
+    let (events, rx) = std::sync::mpsc::channel();
+    let socket = match &config.control {
+        Some(path) => {
+            let access = sluice_control::socket::Access::owner_and(
+                config.control_group.as_deref(),
+                config.control_add_group.as_deref(),
+            )
+            .map_err(|e| ShieldError::Config(e.to_string()))?;
+            let serving = sluice_control::socket::serve(
+                path,
+                access,
+                sluice_policy::deliver_to(&events),
+                Arc::new(sluice_control::socket::SocketCounters::default()),
+            )
+            .map_err(|e| ShieldError::Config(format!("control socket {}: {e}", path.display())))?;
+            tracing::info!("control socket at {}", path.display());
+            Some(serving)
+        }
+        None => None,
+    };
     let thread = std::thread::Builder::new().name("sluice-control".into()).spawn(move || controller.run(rx, || {}))?;
-    Ok(ControlPlane { events, thread, socket })
+    let bouncer = match loading.crowdsec {
+        Some(c) => {
+            let stop = Arc::new(AtomicBool::new(false));
+            let counters = Arc::new(sluice_policy::crowdsec::BouncerCounters::default());
+            Some((sluice_policy::crowdsec::spawn(c, events.clone(), &stop, &counters)?, stop))
+        }
+        None => None,
+    };
+    Ok(ControlPlane { events, thread, socket, bouncer })
 }
 
 fn attach(compiled: &Compiled, iface: &str, mode: ModeChoice, force: bool) -> Result<(XdpLink, Attached), ShieldError> {
@@ -221,7 +251,13 @@ impl Running for Shield {
 
     fn wait(self) -> Result<ShieldSummary, ShieldError> {
         if let Some(c) = self.control {
-            c.socket.stop();
+            if let Some((thread, stop)) = c.bouncer {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                let _ = thread.join();
+            }
+            if let Some(s) = c.socket {
+                s.stop();
+            }
             let _ = c.events.send(sluice_policy::Event::Quit);
             let _ = c.thread.join();
         }
