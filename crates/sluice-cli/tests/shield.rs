@@ -18,6 +18,7 @@ use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
@@ -347,4 +348,105 @@ fn crowdsec_bans_reach_the_kernel_and_their_deletes_lift_them() {
     let summary = shield.stop();
     assert_eq!(summary["rules"][0]["rule"], "drop saddr @crowdsec", "{summary}");
     assert_eq!(summary["rules"][0]["packets"], 1, "{summary}");
+}
+
+/// Starts `sluice ARGS` in the host's namespace and returns it with what
+/// its first stderr line says after `prefix`, and its log from then on.
+fn serve_in_host(h: &Host, args: &[&str], prefix: &str) -> (Child, String, Arc<Mutex<String>>) {
+    let mut child = in_host(h, SLUICE).args(args).stderr(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
+    let mut r = BufReader::new(child.stderr.take().unwrap());
+    loop {
+        let mut line = String::new();
+        assert!(r.read_line(&mut line).unwrap() > 0, "sluice {args:?} did not come up");
+        if let Some(at) = line.trim().strip_prefix(prefix) {
+            let log = Arc::new(Mutex::new(String::new()));
+            let l2 = Arc::clone(&log);
+            std::thread::spawn(move || {
+                for l in r.lines().map_while(Result::ok) {
+                    l2.lock().unwrap().push_str(&(l + "\n"));
+                }
+            });
+            return (child, at.to_owned(), log);
+        }
+    }
+}
+
+/// Whether an HTTP GET from the peer to `url` gets an answer within 2 s.
+fn peer_gets(h: &Host, url: &str) -> bool {
+    Command::new("ip")
+        .args(["netns", "exec", &h.peer.name, "curl", "-s", "-o", "/dev/null", "--max-time", "2", url])
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// The guard on the host blocks a flooding client; the block goes to the
+/// shield's socket (`--block-ctl`) and the client's packets are dropped in
+/// XDP from then on: its next connection never reaches the guard.
+#[test]
+fn the_guards_blocks_are_dropped_by_the_shield_on_the_same_host() {
+    if !live_or_skip("the_guards_blocks_are_dropped_by_the_shield_on_the_same_host") {
+        return;
+    }
+    let h = Host::new("shgd");
+    run(&["ip", "-n", &h.host.as_ref().unwrap().name, "addr", "add", "10.88.0.1/24", "dev", &h.dev]);
+    run(&["ip", "-n", &h.peer.name, "addr", "add", "10.88.0.2/24", "dev", &h.far]);
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("guard.rules");
+    std::fs::write(&rules, "set guard dynamic\ndrop saddr @guard\n").unwrap();
+    let sock = dir.path().join("host.sock");
+    let shield = Shield::start(&h, &["--rules", rules.to_str().unwrap(), "--control", sock.to_str().unwrap()]);
+
+    let (mut upstream, up, _) = serve_in_host(
+        &h,
+        &["http-serve", "--listen", "127.0.0.1:0", "--threads", "1", "--no-pin", "--duration", "60"],
+        "sluice: serving on ",
+    );
+    let (mut guard, at, log) = serve_in_host(
+        &h,
+        &[
+            "http-guard",
+            "--listen",
+            "10.88.0.1:0",
+            "--allow-remote",
+            "--upstream",
+            &up,
+            "--no-pin",
+            "--duration",
+            "60",
+            "--request-rate",
+            "20",
+            "--ip-block",
+            "300",
+            "--block-ctl",
+            sock.to_str().unwrap(),
+        ],
+        "sluice: guarding on ",
+    );
+    let url = format!("http://{at}/");
+    assert!(peer_gets(&h, &url), "the client cannot reach the guard before any block");
+
+    // Over the rate: the guard blocks 10.88.0.2 and tells the shield.
+    let flood = Command::new("ip")
+        .args(["netns", "exec", &h.peer.name, SLUICE, "http-load", "--url", &url, "--allow-remote"])
+        .args(["--connections", "4", "--requests", "400", "--duration", "5"])
+        .output()
+        .unwrap();
+    let flood = format!("{}{}", String::from_utf8_lossy(&flood.stdout), String::from_utf8_lossy(&flood.stderr));
+    let end = std::time::Instant::now() + Duration::from_secs(15);
+    while ctl(&sock, &["test", "guard", "10.88.0.2"])["match"] != true {
+        assert!(
+            std::time::Instant::now() < end,
+            "the guard's block never reached the shield: {}\nhttp-load: {flood}",
+            log.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!peer_gets(&h, &url), "a blocked client still reached the guard");
+    for c in [&mut guard, &mut upstream] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let summary = shield.stop();
+    assert!(summary["rules"][0]["packets"].as_u64().unwrap() > 0, "nothing dropped in XDP: {summary}");
 }
