@@ -352,9 +352,9 @@ fn crowdsec_bans_reach_the_kernel_and_their_deletes_lift_them() {
 
 /// Starts `sluice ARGS` in the host's namespace and returns it with what
 /// its first stderr line says after `prefix`, and its log from then on.
-fn serve_in_host(h: &Host, args: &[&str], prefix: &str) -> (Child, String, Arc<Mutex<String>>) {
-    let mut child = in_host(h, SLUICE).args(args).stderr(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
-    let mut r = BufReader::new(child.stderr.take().unwrap());
+fn serve_in_host(h: &Host, args: &[&str], prefix: &str) -> (Served, String, Arc<Mutex<String>>) {
+    let mut child = Served(in_host(h, SLUICE).args(args).stderr(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap());
+    let mut r = BufReader::new(child.0.stderr.take().unwrap());
     loop {
         let mut line = String::new();
         assert!(r.read_line(&mut line).unwrap() > 0, "sluice {args:?} did not come up");
@@ -368,6 +368,16 @@ fn serve_in_host(h: &Host, args: &[&str], prefix: &str) -> (Child, String, Arc<M
             });
             return (child, at.to_owned(), log);
         }
+    }
+}
+
+/// A child process killed (and reaped) on drop.
+struct Served(Child);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
@@ -397,12 +407,12 @@ fn the_guards_blocks_are_dropped_by_the_shield_on_the_same_host() {
     let sock = dir.path().join("host.sock");
     let shield = Shield::start(&h, &["--rules", rules.to_str().unwrap(), "--control", sock.to_str().unwrap()]);
 
-    let (mut upstream, up, _) = serve_in_host(
+    let (upstream, up, _) = serve_in_host(
         &h,
         &["http-serve", "--listen", "127.0.0.1:0", "--threads", "1", "--no-pin", "--duration", "60"],
         "sluice: serving on ",
     );
-    let (mut guard, at, log) = serve_in_host(
+    let (guard, at, log) = serve_in_host(
         &h,
         &[
             "http-guard",
@@ -443,10 +453,7 @@ fn the_guards_blocks_are_dropped_by_the_shield_on_the_same_host() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(!peer_gets(&h, &url), "a blocked client still reached the guard");
-    for c in [&mut guard, &mut upstream] {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
+    drop((guard, upstream));
     let summary = shield.stop();
     assert!(summary["rules"][0]["packets"].as_u64().unwrap() > 0, "nothing dropped in XDP: {summary}");
 }
