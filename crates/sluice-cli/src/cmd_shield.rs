@@ -35,6 +35,16 @@ pub struct ShieldArgs {
     /// `ip link set .. xdp`); without it, one found there is an error.
     #[arg(long)]
     pub force: bool,
+    /// Pin each interface's link in this bpffs directory (e.g.
+    /// /sys/fs/bpf/sluice): the program goes on enforcing after the shield
+    /// stops or restarts, and the next start with the same directory swaps
+    /// its program in without a gap. Remove DIR/xdp_IF to detach.
+    #[arg(long, value_name = "DIR")]
+    pub persist: Option<std::path::PathBuf>,
+    /// Judge and count everything, drop nothing: the summary says what
+    /// would have been dropped.
+    #[arg(long)]
+    pub dry_run: bool,
     /// What happens to frames whose addresses cannot be known.
     #[arg(long, value_enum, default_value = "pass")]
     pub undecodable: VerdictArg,
@@ -72,10 +82,12 @@ pub fn run(a: ShieldArgs) -> Result<Outcome> {
             XdpModeArg::Auto => ModeChoice::Auto,
         },
         force: a.force,
+        persist: a.persist,
         rules: a.rules.spec(),
         options: sluice_shield::Options {
             undecodable_drop: matches!(a.undecodable, VerdictArg::Drop),
             v4mapped: a.rules.v4mapped,
+            dry_run: a.dry_run,
         },
         control: a.control,
         control_group: a.control_group,
@@ -92,6 +104,13 @@ pub fn run(a: ShieldArgs) -> Result<Outcome> {
     for at in shield.attached() {
         if let Some(r) = &at.replaced {
             tracing::warn!("{}: replaced XDP program {r} (--force)", at.iface);
+        }
+        if at.adopted {
+            tracing::info!(
+                "{}: took over the pinned link {} (new program swapped in)",
+                at.iface,
+                at.pinned.as_ref().map_or(String::new(), |p| p.display().to_string())
+            );
         }
         if let Some(why) = &at.fell_back {
             tracing::warn!("{}: {why}", at.iface);

@@ -34,6 +34,8 @@ const BPF_MAP_LOOKUP_ELEM: i32 = 1;
 const BPF_MAP_UPDATE_ELEM: i32 = 2;
 const BPF_MAP_DELETE_ELEM: i32 = 3;
 const BPF_PROG_LOAD: i32 = 5;
+const BPF_OBJ_PIN: i32 = 6;
+const BPF_OBJ_GET: i32 = 7;
 const BPF_PROG_TEST_RUN: i32 = 10;
 const BPF_LINK_CREATE: i32 = 28;
 const BPF_LINK_UPDATE: i32 = 29;
@@ -216,6 +218,14 @@ struct LinkUpdateAttr {
     old_prog_fd: u32,
 }
 
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct ObjAttr {
+    pathname: u64,
+    bpf_fd: u32,
+    file_flags: u32,
+}
+
 /// Marker for the attr structs above.
 trait BpfAttr: Copy {}
 impl BpfAttr for MapCreateAttr {}
@@ -224,6 +234,40 @@ impl BpfAttr for ProgLoadAttr {}
 impl BpfAttr for TestRunAttr {}
 impl BpfAttr for LinkCreateAttr {}
 impl BpfAttr for LinkUpdateAttr {}
+impl BpfAttr for ObjAttr {}
+
+/// `BPF_FS_MAGIC`: what `statfs` says of a bpffs mount.
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// Whether `dir` is on a bpffs mount (where BPF objects can be pinned).
+pub fn is_bpffs(dir: &std::path::Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else { return false };
+    let mut st: libc::statfs = unsafe_zeroed_statfs();
+    // SAFETY: `c` is a NUL-terminated path and `st` a writable statfs for the call.
+    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    rc == 0 && st.f_type as i64 == BPF_FS_MAGIC
+}
+
+fn unsafe_zeroed_statfs() -> libc::statfs {
+    // SAFETY: statfs is plain old data; all zeroes is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+/// Pins the object `fd` at `path` (on a bpffs mount).
+fn obj_pin(fd: RawFd, path: &std::path::Path) -> io::Result<()> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(io::Error::other)?;
+    let mut attr = ObjAttr { pathname: c.as_ptr() as u64, bpf_fd: fd as u32, file_flags: 0 };
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
+    unsafe { sys_bpf(BPF_OBJ_PIN, &mut attr) }.map(|_| ())
+}
+
+/// Opens the object pinned at `path`.
+fn obj_get(path: &std::path::Path) -> io::Result<OwnedFd> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(io::Error::other)?;
+    let mut attr = ObjAttr { pathname: c.as_ptr() as u64, ..Default::default() };
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
+    unsafe { sys_bpf(BPF_OBJ_GET, &mut attr) }.map(owned_fd)
+}
 
 /// `bpf(cmd, attr, sizeof attr)`; returns the non-negative result.
 ///
@@ -760,6 +804,32 @@ impl XdpLink {
 
     /// Detaches now (the same as dropping it).
     pub fn detach(self) {}
+
+    /// Pins the link at `path` (on bpffs): it stays, and the program with
+    /// it, after this process closes the link or ends.
+    pub fn pin(&self, path: &std::path::Path) -> Result<()> {
+        obj_pin(self.fd.as_raw_fd(), path)
+            .map_err(|e| LiveError::Config(format!("pinning the XDP link at {}: {e}", path.display())))
+    }
+
+    /// The link pinned at `path` for `iface` (a previous run's, with
+    /// `--persist`), to give it a new program with [`XdpLink::update`].
+    pub fn from_pinned(path: &std::path::Path, iface: &str) -> Result<XdpLink> {
+        let ifindex = crate::sys::ifindex(iface)?;
+        let fd = obj_get(path)
+            .map_err(|e| LiveError::Config(format!("opening the pinned XDP link {}: {e}", path.display())))?;
+        let mode = match netlink::xdp_query(ifindex) {
+            Ok(Some(q)) if q.mode == "driver" => XdpMode::Driver,
+            Ok(Some(_)) => XdpMode::Skb,
+            _ => {
+                return Err(LiveError::Config(format!(
+                    "{} is pinned, but {iface} carries no XDP program: remove the pin and start again",
+                    path.display()
+                )))
+            }
+        };
+        Ok(XdpLink { fd, iface: iface.to_owned(), ifindex, mode })
+    }
 
     /// Replaces the attached program with `prog` in one step
     /// (`BPF_LINK_UPDATE`): every packet meets the old or the new.

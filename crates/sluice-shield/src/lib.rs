@@ -48,6 +48,9 @@ pub struct Options {
     pub undecodable_drop: bool,
     /// Look IPv4-mapped IPv6 addresses up as IPv4.
     pub v4mapped: bool,
+    /// Judge and count everything, drop nothing (the counters say what
+    /// would have been dropped).
+    pub dry_run: bool,
 }
 
 /// A rule's counter: packets and bytes (summed over CPUs).
@@ -152,6 +155,7 @@ impl Compiled {
             default_drop: file.default == Action::Drop,
             undecodable_drop: opts.undecodable_drop,
             v4mapped: opts.v4mapped,
+            dry_run: opts.dry_run,
             counters_fd: std::os::fd::AsRawFd::as_raw_fd(&counters),
             scratch_fd: std::os::fd::AsRawFd::as_raw_fd(&scratch),
         };

@@ -94,6 +94,8 @@ pub struct Plan<'a> {
     pub undecodable_drop: bool,
     /// Look IPv4-mapped IPv6 addresses up as IPv4.
     pub v4mapped: bool,
+    /// Count what would be dropped, drop nothing.
+    pub dry_run: bool,
     /// The per-CPU counters map (`rules + EXTRA_COUNTERS` slots of
     /// packets and bytes).
     pub counters_fd: i32,
@@ -148,7 +150,7 @@ pub fn generate(plan: &Plan<'_>) -> Vec<sluice_live::bpf::Insn> {
     a.mov_imm(R7, 0);
     a.mov_imm(R8, 0);
     count(&mut a, plan.counters_fd, plan.rules.len() as i32 + Extra::Undecodable as i32);
-    a.mov_imm(R0, if plan.undecodable_drop { XDP_DROP } else { XDP_PASS });
+    a.mov_imm(R0, if plan.undecodable_drop && !plan.dry_run { XDP_DROP } else { XDP_PASS });
     a.exit();
 
     a.bind(rules);
@@ -161,7 +163,7 @@ pub fn generate(plan: &Plan<'_>) -> Vec<sluice_live::bpf::Insn> {
         count(&mut a, plan.counters_fd, r as i32);
         match rule.action {
             Action::Drop => {
-                a.mov_imm(R0, XDP_DROP);
+                a.mov_imm(R0, if plan.dry_run { XDP_PASS } else { XDP_DROP });
                 a.exit();
             }
             Action::Pass => {
@@ -174,7 +176,7 @@ pub fn generate(plan: &Plan<'_>) -> Vec<sluice_live::bpf::Insn> {
         a.bind(next);
     }
     count(&mut a, plan.counters_fd, plan.rules.len() as i32 + Extra::Default as i32);
-    a.mov_imm(R0, if plan.default_drop { XDP_DROP } else { XDP_PASS });
+    a.mov_imm(R0, if plan.default_drop && !plan.dry_run { XDP_DROP } else { XDP_PASS });
     a.exit();
     a.finish()
 }

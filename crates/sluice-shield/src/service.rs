@@ -42,6 +42,10 @@ pub struct ShieldConfig {
     pub mode: ModeChoice,
     /// Replace another tool's XDP program (attached through netlink).
     pub force: bool,
+    /// A bpffs directory where each interface's link is pinned: the
+    /// program goes on enforcing after the shield stops, and the next
+    /// start with the same directory swaps its program in without a gap.
+    pub persist: Option<std::path::PathBuf>,
     pub rules: RuleSpec,
     pub options: Options,
     /// The control socket (`sluice ctl`), when given.
@@ -66,6 +70,10 @@ pub struct Attached {
     pub fell_back: Option<String>,
     /// The program `--force` replaced, as "id N (driver mode)".
     pub replaced: Option<String>,
+    /// With `--persist`: the link pinned there, and whether a previous
+    /// run's link was taken over (its program replaced in one step).
+    pub pinned: Option<std::path::PathBuf>,
+    pub adopted: bool,
 }
 
 /// The control plane of a shield with `--control`: its socket, and the
@@ -111,13 +119,33 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
         sluice_live::sys::ifindex(iface)?;
     }
     let compiled = Arc::new(Compiled::new(&plan.file, &plan.sets, &config.options)?);
+    if let Some(dir) = &config.persist {
+        if !sluice_live::bpf::is_bpffs(dir) {
+            return Err(ShieldError::Config(format!(
+                "--persist {}: not a bpffs mount (mount -t bpf bpf {0}, or use /sys/fs/bpf/...)",
+                dir.display()
+            )));
+        }
+    }
     let mut links = Vec::new();
-    let mut attached = Vec::new();
+    let mut attached: Vec<Attached> = Vec::new();
     for iface in &config.ifaces {
-        // On an error here, `links` drops: what was attached is detached.
-        let (link, a) = attach(&compiled, iface, config.mode, config.force)?;
-        links.push(link);
-        attached.push(a);
+        // On an error here, `links` drops: what was attached is detached,
+        // and the pins made by this start are removed.
+        match attach(&compiled, iface, config.mode, config.force, config.persist.as_deref()) {
+            Ok((link, a)) => {
+                links.push(link);
+                attached.push(a);
+            }
+            Err(e) => {
+                for a in attached.iter().filter(|a| !a.adopted) {
+                    if let Some(p) = &a.pinned {
+                        let _ = std::fs::remove_file(p);
+                    }
+                }
+                return Err(e);
+            }
+        }
     }
     let control = if config.control.is_some() || config.crowdsec.is_some() {
         Some(start_control(&config, &compiled)?)
@@ -183,7 +211,36 @@ fn start_control(config: &ShieldConfig, compiled: &Arc<Compiled>) -> Result<Cont
     Ok(ControlPlane { events, thread, socket, bouncer })
 }
 
-fn attach(compiled: &Compiled, iface: &str, mode: ModeChoice, force: bool) -> Result<(XdpLink, Attached), ShieldError> {
+/// The file an interface's link is pinned as: bpffs refuses names with a
+/// dot (`eth0.100` is `xdp_eth0_100`).
+pub fn pin_name(iface: &str) -> String {
+    format!("xdp_{}", iface.replace('.', "_"))
+}
+
+fn attach(
+    compiled: &Compiled,
+    iface: &str,
+    mode: ModeChoice,
+    force: bool,
+    persist: Option<&std::path::Path>,
+) -> Result<(XdpLink, Attached), ShieldError> {
+    let pin = persist.map(|d| d.join(pin_name(iface)));
+    if let Some(pin) = pin.as_ref().filter(|p| p.exists()) {
+        // A previous run's link: its program is replaced in one step, so
+        // no packet goes unjudged between the two runs.
+        let link = XdpLink::from_pinned(pin, iface)?;
+        link.update(compiled.program())?;
+        let mode = mode_name(link.mode());
+        let a = Attached {
+            iface: iface.to_owned(),
+            mode,
+            fell_back: None,
+            replaced: None,
+            pinned: Some(pin.clone()),
+            adopted: true,
+        };
+        return Ok((link, a));
+    }
     let ifindex = sluice_live::sys::ifindex(iface)?;
     let mut replaced = None;
     if let Ok(Some(q)) = sluice_live::netlink::xdp_query(ifindex) {
@@ -215,8 +272,11 @@ fn attach(compiled: &Compiled, iface: &str, mode: ModeChoice, force: bool) -> Re
             Err(e) => return Err(e.into()),
         },
     };
+    if let Some(pin) = &pin {
+        link.pin(pin)?;
+    }
     let mode = mode_name(link.mode());
-    Ok((link, Attached { iface: iface.to_owned(), mode, fell_back, replaced }))
+    Ok((link, Attached { iface: iface.to_owned(), mode, fell_back, replaced, pinned: pin, adopted: false }))
 }
 
 impl Shield {
@@ -290,6 +350,9 @@ impl Summary for ShieldSummary {
         let mut out = String::new();
         for a in &self.attached {
             out += &format!("shield on {} ({} XDP)\n", a.iface, a.mode);
+            if let Some(p) = &a.pinned {
+                out += &format!("  still enforcing: its link is pinned at {} (remove it to detach)\n", p.display());
+            }
         }
         for (rule, c) in self.rules.iter().zip(&self.counts) {
             out += &format!("{:>12} packets {:>14} bytes  {rule}\n", c.packets, c.bytes);
@@ -307,6 +370,7 @@ impl Summary for ShieldSummary {
         serde_json::json!({
             "interfaces": self.attached.iter().map(|a| serde_json::json!({
                 "iface": a.iface, "mode": a.mode, "fell_back": a.fell_back, "replaced": a.replaced,
+                "pinned": a.pinned.as_ref().map(|p| p.display().to_string()), "adopted": a.adopted,
             })).collect::<Vec<_>>(),
             "rules": self.rules.iter().zip(&self.counts).map(|(r, c)| serde_json::json!({
                 "rule": r, "packets": c.packets, "bytes": c.bytes,

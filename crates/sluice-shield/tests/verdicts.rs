@@ -313,7 +313,7 @@ fn check(seed: u64) -> Result<(), TestCaseError> {
     let undecodable_drop = r.chance(2);
     let opts = CompileOptions { v4mapped, ..CompileOptions::default() };
     let engine = RuleSet::compile(&file, &sets, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
-    let kernel = Compiled::new(&file, &sets, &Options { undecodable_drop, v4mapped })
+    let kernel = Compiled::new(&file, &sets, &Options { undecodable_drop, v4mapped, dry_run: false })
         .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
     // The runtime elements, as the shield writes them into the kernel.
     for (name, maps) in kernel.dynamic_sets() {
