@@ -245,7 +245,10 @@ pub fn is_bpffs(dir: &std::path::Path) -> bool {
     let mut st: libc::statfs = unsafe_zeroed_statfs();
     // SAFETY: `c` is a NUL-terminated path and `st` a writable statfs for the call.
     let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
-    rc == 0 && st.f_type as i64 == BPF_FS_MAGIC
+    // `f_type`'s width differs between architectures.
+    #[allow(clippy::unnecessary_cast)]
+    let f_type = st.f_type as i64;
+    rc == 0 && f_type == BPF_FS_MAGIC
 }
 
 fn unsafe_zeroed_statfs() -> libc::statfs {
