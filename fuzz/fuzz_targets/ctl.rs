@@ -5,14 +5,14 @@
 //! a stream that parses becomes a feed whose every element applies.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sluice_policy::crowdsec::{go_duration, parse};
 use sluice_control::command::parse_request;
-use sluice_control::SetCommand;
 use sluice_control::safety::Gate;
 use sluice_control::safety::Safety;
-use sluice_policy::sets::RuntimeSets;
+use sluice_control::SetCommand;
 use sluice_engine::dynamic::Elements;
 use sluice_engine::{CompileOptions, RuleSet};
+use sluice_policy::crowdsec::{go_duration, parse};
+use sluice_policy::sets::RuntimeSets;
 use sluice_rules::{parse_rules, Prefix};
 use std::path::Path;
 use std::sync::Arc;
@@ -60,7 +60,12 @@ fuzz_target!(|data: &[u8]| {
     // The bridge's default net (no never-block file, /8 and /16 at least):
     // a ban it refuses is left out of the feed.
     let gate = Gate { safety: Arc::new(Safety::load(None, 8, 16).unwrap()), refusals: Arc::default() };
-    if let Ok((feed, _)) = parse(data, None, "d", data.first().is_some_and(|b| b & 1 == 1), 1 << 20, &gate, None) {
+    // Every type a ban, on odd second bytes: the types filter is walked too.
+    let types: Vec<String> =
+        if data.get(1).is_some_and(|b| b & 1 == 1) { vec!["ban".into(), "captcha".into()] } else { Vec::new() };
+    if let Ok((feed, _)) =
+        parse(data, None, "d", data.first().is_some_and(|b| b & 1 == 1), 1 << 20, &gate, None, &types)
+    {
         let n = feed.adds.len();
         for (p, _) in &feed.adds {
             assert!(gate.safety.net().check(p).is_ok(), "{p} passed a net that refuses it");

@@ -504,7 +504,7 @@ fn a_persisted_shield_enforces_across_a_restart_with_no_gap() {
         std::thread::spawn(move || {
             let mut seq = 100u32;
             while !stop.load(Ordering::Relaxed) {
-                let src = if seq % 2 == 0 { [10, 9, 3, 3] } else { [10, 7, 3, 3] };
+                let src = if seq.is_multiple_of(2) { [10, 9, 3, 3] } else { [10, 7, 3, 3] };
                 tx.send_all(&[udp(src, 53, seq)]);
                 seq += 1;
                 std::thread::sleep(Duration::from_micros(200));
@@ -539,9 +539,9 @@ fn a_persisted_shield_enforces_across_a_restart_with_no_gap() {
     stop.store(true, Ordering::Relaxed);
     let sent = sender.join().unwrap();
     let got = receiver.join().unwrap();
-    let leaked: Vec<u32> = got.iter().copied().filter(|s| s % 2 == 0).collect();
+    let leaked: Vec<u32> = got.iter().copied().filter(|s| s.is_multiple_of(2)).collect();
     assert!(leaked.is_empty(), "listed frames passed across the restart: {leaked:?}");
-    let unlisted = (100..sent).filter(|s| s % 2 == 1).count();
+    let unlisted = (100..sent).filter(|s| !s.is_multiple_of(2)).count();
     assert!(got.len() * 10 >= unlisted * 9, "only {} of {unlisted} unlisted frames arrived", got.len());
     let summary = second.stop();
     assert_eq!(summary["interfaces"][0]["adopted"], true, "{summary}");

@@ -76,6 +76,15 @@ pub enum Cond {
     Le = 0xb0,
 }
 
+/// A jump longer than eBPF's 16-bit offsets reach (a match over tens of
+/// thousands of values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a jump of {distance} instructions at instruction {from}: eBPF jumps reach 32,767")]
+pub struct TooFar {
+    pub from: usize,
+    pub distance: i64,
+}
+
 /// A jump target, bound once with [`Asm::bind`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Label(usize);
@@ -215,9 +224,9 @@ impl Asm {
     /// The program, every jump resolved and the instructions no path
     /// reaches left out (the verifier refuses dead code, and generating
     /// none is harder than removing it: a rule set that always decides
-    /// early, an empty set). Panics on an unbound label or a jump too far
-    /// for 16 bits (a generator bug, not an input error).
-    pub fn finish(self) -> Vec<Insn> {
+    /// early, an empty set). Panics on an unbound label (a generator bug);
+    /// a jump too far for 16 bits is an error.
+    pub fn finish(self) -> Result<Vec<Insn>, TooFar> {
         let mut targets: Vec<Option<usize>> = vec![None; self.insns.len()];
         for &(at, l) in &self.fixups {
             targets[at] = Some(self.labels[l.0].expect("a jump to a label never bound"));
@@ -262,11 +271,11 @@ impl Asm {
             let mut insn = self.insns[i];
             if let Some(t) = targets[i] {
                 let off = at[t] as i64 - at[i] as i64 - 1;
-                insn.off = i16::try_from(off).expect("a jump beyond 32k instructions");
+                insn.off = i16::try_from(off).map_err(|_| TooFar { from: at[i], distance: off })?;
             }
             out.push(insn);
         }
-        out
+        Ok(out)
     }
 }
 
@@ -282,7 +291,7 @@ mod tests {
         a.mov_imm(R0, 1);
         a.bind(l);
         a.exit();
-        let p = a.finish();
+        let p = a.finish().unwrap();
         assert_eq!(p[0].off, 1);
         assert_eq!(p[0].code, 0x15);
         assert_eq!(p[1].code, 0xb7);
@@ -300,7 +309,7 @@ mod tests {
         a.exit();
         a.mov_imm(R0, 3); // dead
         a.exit();
-        let p = a.finish();
+        let p = a.finish().unwrap();
         assert_eq!(p.len(), 3);
         assert_eq!(p[0].off, 0);
         assert_eq!(p[1].imm, 2);
@@ -310,7 +319,7 @@ mod tests {
     fn wide_immediates_take_two_slots() {
         let mut a = Asm::new();
         a.ld_imm64(R2, 0x0101_0101_0101_0101);
-        let p = a.finish();
+        let p = a.finish().unwrap();
         assert_eq!(p.len(), 2);
         assert_eq!(p[0].imm, 0x0101_0101);
         assert_eq!(p[1].imm, 0x0101_0101);

@@ -159,7 +159,11 @@ impl Compiled {
             counters_fd: std::os::fd::AsRawFd::as_raw_fd(&counters),
             scratch_fd: std::os::fd::AsRawFd::as_raw_fd(&scratch),
         };
-        let insns = program::generate(&plan);
+        let insns = program::generate(&plan).map_err(|e| ShieldError::Unsupported {
+            file: file.source.clone(),
+            line: 0,
+            what: format!("the rules make a program the kernel cannot hold ({e})"),
+        })?;
         let program = XdpProgram::load_named(&insns, "sluice_shield")?;
         // The program holds its maps; `scratch` needs no other owner.
         drop(scratch);

@@ -104,7 +104,7 @@ pub struct Plan<'a> {
 }
 
 /// Generates the program.
-pub fn generate(plan: &Plan<'_>) -> Vec<sluice_live::bpf::Insn> {
+pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::asm::TooFar> {
     let mut a = Asm::new();
     let undecodable = a.label();
     let parsed = a.label();

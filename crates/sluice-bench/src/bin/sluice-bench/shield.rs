@@ -122,7 +122,7 @@ fn lookup_program(map: &BpfMap, lpm: bool) -> Vec<sluice_live::bpf::Insn> {
     a.bind(pass);
     a.mov_imm(R0, sluice_shield::program::XDP_PASS);
     a.exit();
-    a.finish()
+    a.finish().expect("a short program")
 }
 
 fn hash(set: &[Prefix]) -> Result<Contender> {
@@ -156,7 +156,7 @@ fn empty() -> Result<Contender> {
     let mut a = Asm::new();
     a.mov_imm(R0, sluice_shield::program::XDP_DROP);
     a.exit();
-    let program = XdpProgram::load_named(&a.finish(), "bench_empty")?;
+    let program = XdpProgram::load_named(&a.finish()?, "bench_empty")?;
     Ok(Contender { name: "empty", program, load_ms: 0.0, _maps: Vec::new(), _compiled: None })
 }
 
