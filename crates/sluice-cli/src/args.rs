@@ -393,3 +393,20 @@ impl CrowdsecArgs {
         Ok((crowdsec, maxelem))
     }
 }
+
+/// The control socket's flags (`bridge`, `shield`).
+#[derive(Args, Debug, Clone)]
+pub struct ControlArgs {
+    /// Serve the control socket (`sluice ctl`) at PATH: runtime set
+    /// changes, queries, reloads. Mode 0600: root and this user only.
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
+    /// Let members of group G use every command of the control socket
+    /// too (mode 0660).
+    #[arg(long, value_name = "G", requires = "control")]
+    pub control_group: Option<String>,
+    /// Let members of group G add, test and list only (what a guard
+    /// forwarding its blocks, or a fail2ban action that only bans, needs).
+    #[arg(long, value_name = "G", requires = "control")]
+    pub control_add_group: Option<String>,
+}

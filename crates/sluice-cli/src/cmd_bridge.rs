@@ -81,18 +81,8 @@ pub struct BridgeArgs {
     /// forwarded; the summary and metrics say what would have been dropped.
     #[arg(long)]
     pub dry_run: bool,
-    /// Serve the control socket (`sluice ctl`) at PATH: runtime set
-    /// changes, queries, reloads. Mode 0600: root and this user only.
-    #[arg(long, value_name = "PATH")]
-    pub control: Option<std::path::PathBuf>,
-    /// Let members of group G use every command of the control socket
-    /// too (mode 0660).
-    #[arg(long, value_name = "G", requires = "control")]
-    pub control_group: Option<String>,
-    /// Let members of group G add, test and list only (what a guard
-    /// forwarding its blocks needs; a guard's `block` and `blocks`).
-    #[arg(long, value_name = "G", requires = "control")]
-    pub control_add_group: Option<String>,
+    #[command(flatten)]
+    pub control: crate::args::ControlArgs,
     #[command(flatten)]
     pub crowdsec: crate::args::CrowdsecArgs,
     #[command(flatten)]
@@ -223,9 +213,9 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         judge: JudgeConfig { undecodable: a.undecodable.into(), ..JudgeConfig::default() },
         reassembly: a.reassembly.config(),
         metrics,
-        control: a.control,
-        control_group: a.control_group,
-        control_add_group: a.control_add_group,
+        control: a.control.control,
+        control_group: a.control.control_group,
+        control_add_group: a.control.control_add_group,
         status: a.status || std::io::stderr().is_terminal(),
         duration: a.duration.map(Duration::from_secs_f64),
         dry_run: a.dry_run,

@@ -48,18 +48,8 @@ pub struct ShieldArgs {
     /// What happens to frames whose addresses cannot be known.
     #[arg(long, value_enum, default_value = "pass")]
     pub undecodable: VerdictArg,
-    /// A control socket for `sluice ctl` (add, del, flush, test, list a
-    /// dynamic set; the changes are in the kernel when answered). Mode
-    /// 0600: root and this user only.
-    #[arg(long, value_name = "PATH")]
-    pub control: Option<std::path::PathBuf>,
-    /// Let members of group G use every command of the control socket too.
-    #[arg(long, value_name = "G", requires = "control")]
-    pub control_group: Option<String>,
-    /// Let members of group G add, test and list only (a guard, a fail2ban
-    /// action that only bans).
-    #[arg(long, value_name = "G", requires = "control")]
-    pub control_add_group: Option<String>,
+    #[command(flatten)]
+    pub control: crate::args::ControlArgs,
     #[command(flatten)]
     pub crowdsec: crate::args::CrowdsecArgs,
     #[command(flatten)]
@@ -89,9 +79,9 @@ pub fn run(a: ShieldArgs) -> Result<Outcome> {
             v4mapped: a.rules.v4mapped,
             dry_run: a.dry_run,
         },
-        control: a.control,
-        control_group: a.control_group,
-        control_add_group: a.control_add_group,
+        control: a.control.control,
+        control_group: a.control.control_group,
+        control_add_group: a.control.control_add_group,
         safety: a.safety.load()?,
         crowdsec,
         crowdsec_maxelem,

@@ -143,6 +143,13 @@ pub struct Plan {
     pub warnings: Vec<String>,
 }
 
+/// The lists' live entries: per rule-file set, or per shorthand (src,
+/// dst, any).
+enum Entries {
+    Sets(Vec<Vec<Prefix>>),
+    Shorthands([Vec<Prefix>; 3]),
+}
+
 /// How the rules are built from their lists.
 enum Source {
     File(RuleFile),
@@ -162,41 +169,34 @@ pub struct Expiring {
 impl Expiring {
     /// The rules with the entries still live `elapsed` seconds after loading.
     pub fn build(&self, elapsed: u64) -> Result<RuleSet, CompileError> {
-        let live = |list: &ParsedList| {
-            if list.timeouts.is_empty() {
-                list.prefixes.clone()
-            } else {
-                list.live_after(elapsed)
-            }
-        };
-        match &self.plan {
-            Source::File(f) => {
-                let mut sets: Vec<Vec<Prefix>> = vec![Vec::new(); f.sets.len()];
-                for (t, list) in &self.lists {
-                    if let Target::Set(i) = t {
-                        sets[*i].extend(live(list));
-                    }
-                }
-                RuleSet::compile(f, &sets, &self.opts)
-            }
-            Source::Shorthand(depth) => {
-                let (mut src, mut dst, mut any) = (Vec::new(), Vec::new(), Vec::new());
-                for (t, list) in &self.lists {
-                    match t {
-                        Target::Src => src.extend(live(list)),
-                        Target::Dst => dst.extend(live(list)),
-                        Target::Any => any.extend(live(list)),
-                        Target::Set(_) => {}
-                    }
-                }
+        match (&self.plan, self.entries(elapsed)) {
+            (Source::File(f), Entries::Sets(sets)) => RuleSet::compile(f, &sets, &self.opts),
+            (Source::Shorthand(depth), Entries::Shorthands([src, dst, any])) => {
                 Ok(RuleSet::shorthand(&src, &dst, &any, *depth, &self.opts))
             }
+            _ => unreachable!("entries follow the plan"),
         }
     }
 
     /// The rule file and each of its sets' entries still live `elapsed`
     /// seconds after loading (the shorthands as the file they stand for).
     pub fn plan(&self, elapsed: u64) -> (RuleFile, Vec<Vec<Prefix>>) {
+        match (&self.plan, self.entries(elapsed)) {
+            (Source::File(f), Entries::Sets(sets)) => (f.clone(), sets),
+            (Source::Shorthand(depth), Entries::Shorthands(by)) => {
+                let present = [!by[0].is_empty(), !by[1].is_empty(), !by[2].is_empty()];
+                let file = sluice_engine::shorthand_file(present, *depth, &self.opts.feed_sets);
+                let mut sets: Vec<Vec<Prefix>> = by.into_iter().filter(|l| !l.is_empty()).collect();
+                sets.extend(self.opts.feed_sets.iter().map(|_| Vec::new()));
+                (file, sets)
+            }
+            _ => unreachable!("entries follow the plan"),
+        }
+    }
+
+    /// The lists' entries still live `elapsed` seconds after loading, by
+    /// where they go.
+    fn entries(&self, elapsed: u64) -> Entries {
         let live = |list: &ParsedList| {
             if list.timeouts.is_empty() {
                 list.prefixes.clone()
@@ -212,9 +212,9 @@ impl Expiring {
                         sets[*i].extend(live(list));
                     }
                 }
-                (f.clone(), sets)
+                Entries::Sets(sets)
             }
-            Source::Shorthand(depth) => {
+            Source::Shorthand(_) => {
                 let mut by: [Vec<Prefix>; 3] = Default::default();
                 for (t, list) in &self.lists {
                     match t {
@@ -224,11 +224,7 @@ impl Expiring {
                         Target::Set(_) => {}
                     }
                 }
-                let present = [!by[0].is_empty(), !by[1].is_empty(), !by[2].is_empty()];
-                let file = sluice_engine::shorthand_file(present, *depth, &self.opts.feed_sets);
-                let mut sets: Vec<Vec<Prefix>> = by.into_iter().filter(|l| !l.is_empty()).collect();
-                sets.extend(self.opts.feed_sets.iter().map(|_| Vec::new()));
-                (file, sets)
+                Entries::Shorthands(by)
             }
         }
     }
