@@ -253,6 +253,19 @@ fn bad_input_is_a_clear_error_and_nothing_is_left_attached() {
     assert!(e.contains("nosuchif0"), "{e}");
     assert!(!h.has_xdp(), "half-attached after an unknown interface");
 
+    // A control socket that cannot be served stops the start before any
+    // interface is touched.
+    let sock = dir.path().join("ctl.sock");
+    let e = refused(
+        &h,
+        &["--iface", &h.dev, "--rules", good.to_str().unwrap(), "--control", sock.to_str().unwrap()]
+            .into_iter()
+            .chain(["--control-group", "no-such-group-sluice"])
+            .collect::<Vec<_>>(),
+    );
+    assert!(e.contains("no-such-group-sluice"), "{e}");
+    assert!(!h.has_xdp(), "attached though the control socket failed");
+
     // Another program on the interface (here: another shield's) is not replaced.
     let first = Shield::start(&h, &["--rules", good.to_str().unwrap()]);
     let e = refused(&h, &["--iface", &h.dev, "--rules", good.to_str().unwrap()]);

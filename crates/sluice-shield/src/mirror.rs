@@ -19,21 +19,22 @@ pub struct Mirror {
     mirrored: HashMap<String, HashSet<Prefix>>,
     /// The rules the program was built from; a reload that changes them is
     /// not in the kernel program (said once).
-    rules_id: Option<u64>,
+    rules_id: u64,
     warned_reload: bool,
 }
 
 impl Mirror {
-    pub fn new(compiled: Arc<Compiled>) -> Mirror {
-        Mirror { compiled, mirrored: HashMap::new(), rules_id: None, warned_reload: false }
+    /// A mirror of `compiled`'s dynamic sets, whose static part holds the
+    /// rules of id `rules_id` ([`RuleSet::id`]).
+    pub fn new(compiled: Arc<Compiled>, rules_id: u64) -> Mirror {
+        Mirror { compiled, mirrored: HashMap::new(), rules_id, warned_reload: false }
     }
 
     /// Brings every dynamic set's tries to `rules`' elements. O(elements)
     /// per call (a set difference); a kernel that refuses an element (a
     /// set past its maxelem) is logged and the rest go on.
     pub fn sync(&mut self, rules: &RuleSet) {
-        let id = *self.rules_id.get_or_insert(rules.id());
-        if id != rules.id() && !self.warned_reload {
+        if self.rules_id != rules.id() && !self.warned_reload {
             self.warned_reload = true;
             tracing::warn!(
                 "the rules were reloaded: the shield's kernel program keeps the rules and lists it started with \

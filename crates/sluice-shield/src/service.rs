@@ -86,6 +86,21 @@ struct ControlPlane {
     bouncer: Option<(std::thread::JoinHandle<()>, Arc<AtomicBool>)>,
 }
 
+impl ControlPlane {
+    /// Stops the bouncer, the socket, then the controller.
+    fn stop(self) {
+        if let Some((thread, stop)) = self.bouncer {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let _ = thread.join();
+        }
+        if let Some(s) = self.socket {
+            s.stop();
+        }
+        let _ = self.events.send(sluice_policy::Event::Quit);
+        let _ = self.thread.join();
+    }
+}
+
 /// A running shield.
 pub struct Shield {
     compiled: Arc<Compiled>,
@@ -118,7 +133,6 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
     for iface in &config.ifaces {
         sluice_live::sys::ifindex(iface)?;
     }
-    let compiled = Arc::new(Compiled::new(&plan.file, &plan.sets, &config.options)?);
     if let Some(dir) = &config.persist {
         if !sluice_live::bpf::is_bpffs(dir) {
             return Err(ShieldError::Config(format!(
@@ -127,6 +141,14 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
             )));
         }
     }
+    let compiled = Arc::new(Compiled::new(&plan.file, &plan.sets, &config.options)?);
+    // The control plane before any interface: a socket or a group that
+    // fails stops the start with nothing attached.
+    let control = if config.control.is_some() || config.crowdsec.is_some() {
+        Some(start_control(&config, &compiled)?)
+    } else {
+        None
+    };
     let mut links = Vec::new();
     let mut attached: Vec<Attached> = Vec::new();
     for iface in &config.ifaces {
@@ -143,15 +165,13 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
                         let _ = std::fs::remove_file(p);
                     }
                 }
+                if let Some(c) = control {
+                    c.stop();
+                }
                 return Err(e);
             }
         }
     }
-    let control = if config.control.is_some() || config.crowdsec.is_some() {
-        Some(start_control(&config, &compiled)?)
-    } else {
-        None
-    };
     Ok(Shield {
         compiled,
         control,
@@ -177,7 +197,8 @@ fn start_control(config: &ShieldConfig, compiled: &Arc<Compiled>) -> Result<Cont
         &[],
     )
     .map_err(|e| ShieldError::Config(e.to_string()))?;
-    let mut mirror = crate::mirror::Mirror::new(Arc::clone(compiled));
+    let first = loading.controller.published().load().value.id();
+    let mut mirror = crate::mirror::Mirror::new(Arc::clone(compiled), first);
     let controller = loading.controller.without_merges().on_publish(Box::new(move |rules| mirror.sync(rules)));
     let (events, rx) = std::sync::mpsc::channel();
     let socket = match &config.control {
@@ -311,15 +332,7 @@ impl Running for Shield {
 
     fn wait(self) -> Result<ShieldSummary, ShieldError> {
         if let Some(c) = self.control {
-            if let Some((thread, stop)) = c.bouncer {
-                stop.store(true, std::sync::atomic::Ordering::Relaxed);
-                let _ = thread.join();
-            }
-            if let Some(s) = c.socket {
-                s.stop();
-            }
-            let _ = c.events.send(sluice_policy::Event::Quit);
-            let _ = c.thread.join();
+            c.stop();
         }
         // Counted before the links go: after, nothing more is judged.
         let counts = self.compiled.counts()?;
