@@ -8,6 +8,7 @@
 //!
 //! Needs root: `SKIPPED` unless `SLUICE_REQUIRE_LIVE=1` (CI), when it fails.
 
+mod common;
 mod lapi;
 #[path = "../../sluice-live/tests/common/mod.rs"]
 mod live;
@@ -204,6 +205,10 @@ fn enforces(mode: &str) {
     let got = through(&h, &frames);
     assert_eq!(got, BTreeSet::from([2, 4, 6]), "{mode}: what reached the host");
     let summary = shield.stop();
+    // docs/json.md lists exactly what it prints.
+    let printed: BTreeSet<String> = summary.as_object().unwrap().keys().cloned().collect();
+    let listed: BTreeSet<String> = common::documented_keys("sluice shield --json").into_iter().collect();
+    assert_eq!(printed, listed, "docs/json.md against the summary");
     assert_eq!(summary["interfaces"][0]["mode"], mode, "{summary}");
     let packets: Vec<u64> =
         summary["rules"].as_array().unwrap().iter().map(|r| r["packets"].as_u64().unwrap()).collect();
