@@ -41,6 +41,10 @@ pub struct ShieldArgs {
     /// its program in without a gap. Remove DIR/xdp_IF to detach.
     #[arg(long, value_name = "DIR")]
     pub persist: Option<std::path::PathBuf>,
+    /// Reload the rules when the rule file or a list changes (as SIGHUP
+    /// and `sluice ctl reload` do): the new program is swapped in at once.
+    #[arg(long)]
+    pub watch: bool,
     /// Judge and count everything, drop nothing: the summary says what
     /// would have been dropped.
     #[arg(long)]
@@ -73,6 +77,7 @@ pub fn run(a: ShieldArgs) -> Result<Outcome> {
         },
         force: a.force,
         persist: a.persist,
+        watch: a.watch,
         rules: a.rules.spec(),
         options: sluice_shield::Options {
             undecodable_drop: matches!(a.undecodable, VerdictArg::Drop),
@@ -90,7 +95,7 @@ pub fn run(a: ShieldArgs) -> Result<Outcome> {
     for w in shield.warnings() {
         tracing::warn!("{w}");
     }
-    let c = shield.compiled();
+    let (instructions, table_bytes) = shield.program_size();
     for at in shield.attached() {
         if let Some(r) = &at.replaced {
             tracing::warn!("{}: replaced XDP program {r} (--force)", at.iface);
@@ -109,8 +114,8 @@ pub fn run(a: ShieldArgs) -> Result<Outcome> {
             "shield on {} ({} XDP): {} instructions, {} KiB of tables",
             at.iface,
             at.mode,
-            c.instructions(),
-            c.table_bytes() / 1024
+            instructions,
+            table_bytes / 1024
         );
     }
     let duration = a.duration.map(std::time::Duration::from_secs_f64);

@@ -585,3 +585,80 @@ fn a_dry_run_counts_what_it_would_drop_and_drops_nothing() {
         summary["rules"].as_array().unwrap().iter().map(|r| r["packets"].as_u64().unwrap()).collect();
     assert_eq!(packets, vec![1, 1, 0], "{summary}");
 }
+
+/// 1,000 reloads (`sluice ctl reload`, the rule file changed each time)
+/// while listed and unlisted frames stream in: no listed frame passes, the
+/// unlisted ones do, and the last reload's new drop is in force.
+#[test]
+fn a_thousand_reloads_under_traffic_let_no_listed_packet_through() {
+    if !live_or_skip("a_thousand_reloads_under_traffic_let_no_listed_packet_through") {
+        return;
+    }
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let h = Host::new("shr");
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("r.rules");
+    let write = |n: u32| std::fs::write(&rules, format!("drop saddr 10.9.0.0/16\ncount udp dport {n}\n")).unwrap();
+    write(0);
+    let sock = dir.path().join("ctl.sock");
+    let shield = Shield::start(&h, &["--rules", rules.to_str().unwrap(), "--control", sock.to_str().unwrap()]);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut rx = Endpoint::open(h.ns(), &h.dev);
+    let mut tx = Endpoint::open(&h.peer.name, &h.far);
+    let sender = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut seq = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                let src = if seq.is_multiple_of(2) { [10, 9, 3, 3] } else { [10, 7, 3, 3] };
+                tx.send_all(&[udp(src, 53, seq)]);
+                seq += 1;
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            seq
+        })
+    };
+    let receiver = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut got = BTreeSet::new();
+            let mut quiet = None;
+            loop {
+                rx.sock.poll_rx(20).unwrap();
+                let n = rx.sock.rx_batch(4096, |f, _| {
+                    if let Some(s) = seq_of(f) {
+                        got.insert(s);
+                    }
+                });
+                if stop.load(Ordering::Relaxed) {
+                    let since = *quiet.get_or_insert_with(std::time::Instant::now);
+                    if n == 0 && since.elapsed() > Duration::from_millis(300) {
+                        return got;
+                    }
+                }
+            }
+        })
+    };
+    for n in 1..=1000 {
+        write(n);
+        let r = sluice_control::socket::request(&sock, "reload", Duration::from_secs(10)).unwrap();
+        assert_eq!(r["ok"], true, "{r}");
+    }
+    stop.store(true, Ordering::Relaxed);
+    let sent = sender.join().unwrap();
+    let got = receiver.join().unwrap();
+    let leaked: Vec<u32> = got.iter().copied().filter(|s| s.is_multiple_of(2)).collect();
+    assert!(leaked.is_empty(), "listed frames passed during the reloads: {leaked:?}");
+    let unlisted = (0..sent).filter(|s| !s.is_multiple_of(2)).count();
+    assert!(got.len() * 10 >= unlisted * 9, "only {} of {unlisted} unlisted frames arrived", got.len());
+
+    // The last reload drops 10.7.0.0/16 too.
+    std::fs::write(&rules, "drop saddr 10.9.0.0/16\ndrop saddr 10.7.0.0/16\n").unwrap();
+    assert_eq!(ctl(&sock, &["reload"])["ok"], true);
+    assert_eq!(through(&h, &[udp([10, 7, 0, 1], 53, 0), udp([10, 6, 0, 1], 53, 1)]), BTreeSet::from([1]));
+    let summary = shield.stop();
+    assert_eq!(summary["reloads"]["ok"], 1001, "{summary}");
+    assert_eq!(summary["rules"][1]["rule"], "drop saddr 10.7.0.0/16", "{summary}");
+    assert_eq!(summary["rules"][1]["packets"], 1, "{summary}");
+}

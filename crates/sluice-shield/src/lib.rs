@@ -69,6 +69,8 @@ pub struct Compiled {
     sets: Vec<SetCode>,
     /// The dynamic sets the rules use, by name: the index in `sets`.
     dynamic: Vec<(String, usize)>,
+    /// Each rule as written, in order.
+    texts: Vec<String>,
     insns: usize,
 }
 
@@ -167,12 +169,18 @@ impl Compiled {
         let program = XdpProgram::load_named(&insns, "sluice_shield")?;
         // The program holds its maps; `scratch` needs no other owner.
         drop(scratch);
-        Ok(Compiled { program, counters, rules: file.rules.len(), sets: codes, dynamic, insns: insns.len() })
+        let texts = file.rules.iter().map(|r| r.text.clone()).collect();
+        Ok(Compiled { program, counters, rules: file.rules.len(), sets: codes, dynamic, texts, insns: insns.len() })
     }
 
     /// The dynamic sets the rules use, by name, with their kernel tries.
     pub fn dynamic_sets(&self) -> impl Iterator<Item = (&str, tables::DynamicMaps<'_>)> {
         self.dynamic.iter().filter_map(|(n, i)| Some((n.as_str(), self.sets[*i].dynamic_maps()?)))
+    }
+
+    /// Each rule as written, in order (the counters' order).
+    pub fn rule_texts(&self) -> &[String] {
+        &self.texts
     }
 
     /// The loaded program.

@@ -10,13 +10,14 @@
 //! left half-attached. Stopping drops the links: without the shield every
 //! packet passes again.
 
+use crate::mirror::Kernel;
 use crate::{Compiled, Count, Options, ShieldError};
 use sluice_control::product::{Handle, Running, Summary};
 use sluice_live::bpf::{XdpLink, XdpMode};
 use sluice_live::LiveError;
 use sluice_policy::spec::RuleSpec;
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Which XDP mode to attach in.
@@ -55,6 +56,8 @@ pub struct ShieldConfig {
     pub control_add_group: Option<String>,
     /// What runtime adds pass (`--never-block`, `--min-prefix-*`).
     pub safety: Arc<sluice_control::safety::Safety>,
+    /// Reload the rules when their files change (as SIGHUP does).
+    pub watch: bool,
     /// A CrowdSec bouncer's config (its decisions into a dynamic set).
     pub crowdsec: Option<sluice_policy::crowdsec::BouncerConfig>,
     pub crowdsec_maxelem: Option<u32>,
@@ -103,11 +106,9 @@ impl ControlPlane {
 
 /// A running shield.
 pub struct Shield {
-    compiled: Arc<Compiled>,
+    kernel: Arc<Mutex<Kernel>>,
     control: Option<ControlPlane>,
-    links: Vec<XdpLink>,
     attached: Vec<Attached>,
-    rule_text: Vec<String>,
     warnings: Vec<String>,
     stop: Arc<AtomicBool>,
     started: Instant,
@@ -141,11 +142,12 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
             )));
         }
     }
-    let compiled = Arc::new(Compiled::new(&plan.file, &plan.sets, &config.options)?);
+    let compiled = Compiled::new(&plan.file, &plan.sets, &config.options)?;
+    let kernel = Arc::new(Mutex::new(Kernel { compiled, links: Vec::new(), reloads: 0, reloads_failed: 0 }));
     // The control plane before any interface: a socket or a group that
     // fails stops the start with nothing attached.
-    let control = if config.control.is_some() || config.crowdsec.is_some() {
-        Some(start_control(&config, &compiled)?)
+    let control = if config.control.is_some() || config.crowdsec.is_some() || config.watch {
+        Some(start_control(&config, &spec, &kernel)?)
     } else {
         None
     };
@@ -154,7 +156,10 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
     for iface in &config.ifaces {
         // On an error here, `links` drops: what was attached is detached,
         // and the pins made by this start are removed.
-        match attach(&compiled, iface, config.mode, config.force, config.persist.as_deref()) {
+        let k = kernel.lock().unwrap_or_else(PoisonError::into_inner);
+        let done = attach(&k.compiled, iface, config.mode, config.force, config.persist.as_deref());
+        drop(k);
+        match done {
             Ok((link, a)) => {
                 links.push(link);
                 attached.push(a);
@@ -172,12 +177,11 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
             }
         }
     }
+    kernel.lock().unwrap_or_else(PoisonError::into_inner).links = links;
     Ok(Shield {
-        compiled,
+        kernel,
         control,
-        links,
         attached,
-        rule_text: plan.file.rules.iter().map(|r| r.text.clone()).collect(),
         warnings: plan.warnings,
         stop: Arc::new(AtomicBool::new(false)),
         started: Instant::now(),
@@ -187,18 +191,27 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
 /// The bridge's control plane over the same rules (the control socket,
 /// the CrowdSec bouncer), its changes written into the kernel before they
 /// are answered ([`crate::mirror`]).
-fn start_control(config: &ShieldConfig, compiled: &Arc<Compiled>) -> Result<ControlPlane, ShieldError> {
+fn start_control(
+    config: &ShieldConfig,
+    spec: &RuleSpec,
+    kernel: &Arc<Mutex<Kernel>>,
+) -> Result<ControlPlane, ShieldError> {
     let loading = sluice_policy::Loading::load(
         config.rules.clone(),
         config.crowdsec.clone(),
         config.crowdsec_maxelem,
-        false,
+        config.watch,
         Arc::clone(&config.safety),
         &[],
     )
     .map_err(|e| ShieldError::Config(e.to_string()))?;
     let first = loading.controller.published().load().value.id();
-    let mut mirror = crate::mirror::Mirror::new(Arc::clone(compiled), first);
+    let (spec, options) = (spec.clone(), config.options);
+    let rebuild: crate::mirror::Rebuild = Box::new(move || {
+        let plan = spec.load_plan().map_err(|e| ShieldError::Config(e.to_string()))?;
+        Compiled::new(&plan.file, &plan.sets, &options)
+    });
+    let mut mirror = crate::mirror::Mirror::new(Arc::clone(kernel), first, rebuild);
     let controller = loading.controller.without_merges().on_publish(Box::new(move |rules| mirror.sync(rules)));
     let (events, rx) = std::sync::mpsc::channel();
     let socket = match &config.control {
@@ -220,6 +233,11 @@ fn start_control(config: &ShieldConfig, compiled: &Arc<Compiled>) -> Result<Cont
         }
         None => None,
     };
+    // SIGHUP rereads the rules, as the bridge's does.
+    let hup = events.clone();
+    sluice_control::signals::on_sighup(move || {
+        let _ = hup.send(sluice_policy::Event::Reload("SIGHUP"));
+    })?;
     let thread = std::thread::Builder::new().name("sluice-control".into()).spawn(move || controller.run(rx, || {}))?;
     let bouncer = match loading.crowdsec {
         Some(c) => {
@@ -311,14 +329,16 @@ impl Shield {
         &self.warnings
     }
 
-    /// The compiled program and its tables.
-    pub fn compiled(&self) -> &Compiled {
-        &self.compiled
+    /// The program in force: its instructions and its tables' bytes.
+    pub fn program_size(&self) -> (usize, u64) {
+        let k = self.kernel.lock().unwrap_or_else(PoisonError::into_inner);
+        (k.compiled.instructions(), k.compiled.table_bytes())
     }
 
-    /// Each rule's counter now, then the default's and the undecodable's.
+    /// Each rule's counter now (since the last reload), then the
+    /// default's and the undecodable's.
     pub fn counts(&self) -> Result<Vec<Count>, ShieldError> {
-        self.compiled.counts()
+        self.kernel.lock().unwrap_or_else(PoisonError::into_inner).compiled.counts()
     }
 }
 
@@ -335,9 +355,19 @@ impl Running for Shield {
             c.stop();
         }
         // Counted before the links go: after, nothing more is judged.
-        let counts = self.compiled.counts()?;
-        drop(self.links);
-        Ok(ShieldSummary { attached: self.attached, rules: self.rule_text, counts, elapsed: self.started.elapsed() })
+        let mut k = self.kernel.lock().unwrap_or_else(PoisonError::into_inner);
+        let counts = k.compiled.counts()?;
+        let rules = k.compiled.rule_texts().to_vec();
+        let (reloads, reloads_failed) = (k.reloads, k.reloads_failed);
+        drop(std::mem::take(&mut k.links));
+        Ok(ShieldSummary {
+            attached: self.attached,
+            rules,
+            counts,
+            reloads,
+            reloads_failed,
+            elapsed: self.started.elapsed(),
+        })
     }
 }
 
@@ -347,8 +377,11 @@ pub struct ShieldSummary {
     pub attached: Vec<Attached>,
     /// Each rule's text, in order.
     pub rules: Vec<String>,
-    /// Per rule, then default and undecodable.
+    /// Per rule (since the last reload), then default and undecodable.
     pub counts: Vec<Count>,
+    /// Reloads swapped into the kernel, and those it refused.
+    pub reloads: u64,
+    pub reloads_failed: u64,
     pub elapsed: Duration,
 }
 
@@ -374,6 +407,12 @@ impl Summary for ShieldSummary {
         let u = self.extra(crate::program::Extra::Undecodable);
         out += &format!("{:>12} packets {:>14} bytes  (default)\n", d.packets, d.bytes);
         out += &format!("{:>12} packets {:>14} bytes  (undecodable)\n", u.packets, u.bytes);
+        if self.reloads + self.reloads_failed > 0 {
+            out += &format!(
+                "reloads {} ({} refused); the counters are the last rules'\n",
+                self.reloads, self.reloads_failed
+            );
+        }
         out += &format!("ran {:.1} s\n", self.elapsed.as_secs_f64());
         out
     }
@@ -390,6 +429,7 @@ impl Summary for ShieldSummary {
             })).collect::<Vec<_>>(),
             "default": count(&self.extra(crate::program::Extra::Default)),
             "undecodable": count(&self.extra(crate::program::Extra::Undecodable)),
+            "reloads": { "ok": self.reloads, "failed": self.reloads_failed },
             "elapsed_s": self.elapsed.as_secs_f64(),
         })
     }
