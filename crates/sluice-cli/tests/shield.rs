@@ -476,6 +476,71 @@ fn the_guards_blocks_are_dropped_by_the_shield_on_the_same_host() {
     assert!(summary["rules"][0]["packets"].as_u64().unwrap() > 0, "nothing dropped in XDP: {summary}");
 }
 
+/// A stream from the peer while something happens on the host: listed
+/// frames (from 10.9.3.3, even sequence numbers) and unlisted ones (from
+/// 10.7.3.3, odd), one every `gap`.
+struct Stream {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    sender: std::thread::JoinHandle<u32>,
+    receiver: std::thread::JoinHandle<BTreeSet<u32>>,
+}
+
+impl Stream {
+    fn start(h: &Host, gap: Duration) -> Stream {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut rx = Endpoint::open(h.ns(), &h.dev);
+        let mut tx = Endpoint::open(&h.peer.name, &h.far);
+        let sender = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut seq = 0u32;
+                while !stop.load(Ordering::Relaxed) {
+                    let src = if seq.is_multiple_of(2) { [10, 9, 3, 3] } else { [10, 7, 3, 3] };
+                    tx.send_all(&[udp(src, 53, seq)]);
+                    seq += 1;
+                    std::thread::sleep(gap);
+                }
+                seq
+            })
+        };
+        let receiver = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut got = BTreeSet::new();
+                let mut quiet = None;
+                loop {
+                    rx.sock.poll_rx(20).unwrap();
+                    let n = rx.sock.rx_batch(4096, |f, _| {
+                        if let Some(s) = seq_of(f) {
+                            got.insert(s);
+                        }
+                    });
+                    if stop.load(Ordering::Relaxed) {
+                        let since = *quiet.get_or_insert_with(std::time::Instant::now);
+                        if n == 0 && since.elapsed() > Duration::from_millis(300) {
+                            return got;
+                        }
+                    }
+                }
+            })
+        };
+        Stream { stop, sender, receiver }
+    }
+
+    /// Stops it and checks that no listed frame arrived and at least 90%
+    /// of the unlisted ones did (`during` names what happened).
+    fn check(self, during: &str) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let sent = self.sender.join().unwrap();
+        let got = self.receiver.join().unwrap();
+        let leaked: Vec<u32> = got.iter().copied().filter(|s| s.is_multiple_of(2)).collect();
+        assert!(leaked.is_empty(), "listed frames passed {during}: {leaked:?}");
+        let unlisted = (0..sent).filter(|s| !s.is_multiple_of(2)).count();
+        assert!(got.len() * 10 >= unlisted * 9, "only {} of {unlisted} unlisted frames arrived {during}", got.len());
+    }
+}
+
 /// Unmounts on drop.
 struct Mounted(std::path::PathBuf);
 
@@ -494,7 +559,6 @@ fn a_persisted_shield_enforces_across_a_restart_with_no_gap() {
     if !live_or_skip("a_persisted_shield_enforces_across_a_restart_with_no_gap") {
         return;
     }
-    use std::sync::atomic::{AtomicBool, Ordering};
     let h = Host::new("shp");
     let dir = tempfile::tempdir().unwrap();
     let pins = dir.path().join("bpf");
@@ -512,55 +576,12 @@ fn a_persisted_shield_enforces_across_a_restart_with_no_gap() {
     assert!(h.has_xdp(), "a persisted shield's program left with the shield");
     assert_eq!(through(&h, &[udp([10, 9, 0, 1], 53, 2)]), BTreeSet::new(), "nothing enforced between the runs");
 
-    // Across the second start: listed frames (even sequence numbers) and
-    // unlisted ones (odd), one every 200 µs.
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut rx = Endpoint::open(h.ns(), &h.dev);
-    let mut tx = Endpoint::open(&h.peer.name, &h.far);
-    let sender = {
-        let stop = Arc::clone(&stop);
-        std::thread::spawn(move || {
-            let mut seq = 100u32;
-            while !stop.load(Ordering::Relaxed) {
-                let src = if seq.is_multiple_of(2) { [10, 9, 3, 3] } else { [10, 7, 3, 3] };
-                tx.send_all(&[udp(src, 53, seq)]);
-                seq += 1;
-                std::thread::sleep(Duration::from_micros(200));
-            }
-            seq
-        })
-    };
-    let receiver = {
-        let stop = Arc::clone(&stop);
-        std::thread::spawn(move || {
-            let mut got = BTreeSet::new();
-            let mut quiet = None;
-            loop {
-                rx.sock.poll_rx(20).unwrap();
-                let n = rx.sock.rx_batch(4096, |f, _| {
-                    if let Some(s) = seq_of(f) {
-                        got.insert(s);
-                    }
-                });
-                if stop.load(Ordering::Relaxed) {
-                    let since = *quiet.get_or_insert_with(std::time::Instant::now);
-                    if n == 0 && since.elapsed() > Duration::from_millis(300) {
-                        return got;
-                    }
-                }
-            }
-        })
-    };
+    // Across the second start: a stream of listed and unlisted frames.
+    let stream = Stream::start(&h, Duration::from_micros(200));
     std::thread::sleep(Duration::from_millis(200));
     let second = Shield::start(&h, &args);
     std::thread::sleep(Duration::from_millis(300));
-    stop.store(true, Ordering::Relaxed);
-    let sent = sender.join().unwrap();
-    let got = receiver.join().unwrap();
-    let leaked: Vec<u32> = got.iter().copied().filter(|s| s.is_multiple_of(2)).collect();
-    assert!(leaked.is_empty(), "listed frames passed across the restart: {leaked:?}");
-    let unlisted = (100..sent).filter(|s| !s.is_multiple_of(2)).count();
-    assert!(got.len() * 10 >= unlisted * 9, "only {} of {unlisted} unlisted frames arrived", got.len());
+    stream.check("across the restart");
     let summary = second.stop();
     assert_eq!(summary["interfaces"][0]["adopted"], true, "{summary}");
 
@@ -594,7 +615,6 @@ fn a_thousand_reloads_under_traffic_let_no_listed_packet_through() {
     if !live_or_skip("a_thousand_reloads_under_traffic_let_no_listed_packet_through") {
         return;
     }
-    use std::sync::atomic::{AtomicBool, Ordering};
     let h = Host::new("shr");
     let dir = tempfile::tempdir().unwrap();
     let rules = dir.path().join("r.rules");
@@ -603,55 +623,13 @@ fn a_thousand_reloads_under_traffic_let_no_listed_packet_through() {
     let sock = dir.path().join("ctl.sock");
     let shield = Shield::start(&h, &["--rules", rules.to_str().unwrap(), "--control", sock.to_str().unwrap()]);
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut rx = Endpoint::open(h.ns(), &h.dev);
-    let mut tx = Endpoint::open(&h.peer.name, &h.far);
-    let sender = {
-        let stop = Arc::clone(&stop);
-        std::thread::spawn(move || {
-            let mut seq = 0u32;
-            while !stop.load(Ordering::Relaxed) {
-                let src = if seq.is_multiple_of(2) { [10, 9, 3, 3] } else { [10, 7, 3, 3] };
-                tx.send_all(&[udp(src, 53, seq)]);
-                seq += 1;
-                std::thread::sleep(Duration::from_micros(100));
-            }
-            seq
-        })
-    };
-    let receiver = {
-        let stop = Arc::clone(&stop);
-        std::thread::spawn(move || {
-            let mut got = BTreeSet::new();
-            let mut quiet = None;
-            loop {
-                rx.sock.poll_rx(20).unwrap();
-                let n = rx.sock.rx_batch(4096, |f, _| {
-                    if let Some(s) = seq_of(f) {
-                        got.insert(s);
-                    }
-                });
-                if stop.load(Ordering::Relaxed) {
-                    let since = *quiet.get_or_insert_with(std::time::Instant::now);
-                    if n == 0 && since.elapsed() > Duration::from_millis(300) {
-                        return got;
-                    }
-                }
-            }
-        })
-    };
+    let stream = Stream::start(&h, Duration::from_micros(100));
     for n in 1..=1000 {
         write(n);
         let r = sluice_control::socket::request(&sock, "reload", Duration::from_secs(10)).unwrap();
         assert_eq!(r["ok"], true, "{r}");
     }
-    stop.store(true, Ordering::Relaxed);
-    let sent = sender.join().unwrap();
-    let got = receiver.join().unwrap();
-    let leaked: Vec<u32> = got.iter().copied().filter(|s| s.is_multiple_of(2)).collect();
-    assert!(leaked.is_empty(), "listed frames passed during the reloads: {leaked:?}");
-    let unlisted = (0..sent).filter(|s| !s.is_multiple_of(2)).count();
-    assert!(got.len() * 10 >= unlisted * 9, "only {} of {unlisted} unlisted frames arrived", got.len());
+    stream.check("during the reloads");
 
     // The last reload drops 10.7.0.0/16 too.
     std::fs::write(&rules, "drop saddr 10.9.0.0/16\ndrop saddr 10.7.0.0/16\n").unwrap();

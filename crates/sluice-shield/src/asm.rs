@@ -39,6 +39,8 @@ const X: u8 = 0x08;
 const DW: u8 = 0x18;
 const END: u8 = 0xd0;
 const TO_BE: u8 = 0x08;
+/// The helper `bpf_map_lookup_elem`.
+const HELPER_MAP_LOOKUP_ELEM: i32 = 1;
 /// `BPF_PSEUDO_MAP_FD`: an `ld_imm64` whose immediate is a map descriptor.
 const PSEUDO_MAP_FD: u8 = 1;
 
@@ -214,6 +216,15 @@ impl Asm {
     /// `r0 = helper(r1..r5)`.
     pub fn call(&mut self, helper: i32) {
         self.push(JMP | 0x80, 0, 0, 0, helper);
+    }
+
+    /// `r0 = bpf_map_lookup_elem(map, fp + key)`: the value's address, or
+    /// 0 (clobbers R1-R5).
+    pub fn lookup(&mut self, map_fd: i32, key: i16) {
+        self.ld_map(R1, map_fd);
+        self.mov(R2, FP);
+        self.alu_imm(Alu::Add, R2, i32::from(key));
+        self.call(HELPER_MAP_LOOKUP_ELEM);
     }
 
     /// `return r0`.

@@ -60,8 +60,6 @@ pub(crate) use slot::KEY as KEY_SLOT;
 /// The summary's base register while parsing and judging.
 const S: Reg = R6;
 
-/// `bpf_map_lookup_elem`.
-pub(crate) const HELPER_MAP_LOOKUP: i32 = 1;
 /// `enum xdp_action`.
 pub const XDP_DROP: i32 = 1;
 pub const XDP_PASS: i32 = 2;
@@ -118,10 +116,7 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
     // its million-instruction limit. What it reads from a map value it
     // does not know, so the rules are verified once.
     a.st_imm(Size::DW, FP, slot::KEY, 0);
-    a.ld_map(R1, plan.scratch_fd);
-    a.mov(R2, FP);
-    a.alu_imm(Alu::Add, R2, i32::from(slot::KEY));
-    a.call(HELPER_MAP_LOOKUP);
+    a.lookup(plan.scratch_fd, slot::KEY);
     let have = a.label();
     a.jmp_imm(Cond::Ne, R0, 0, have);
     a.mov_imm(R0, XDP_PASS);
@@ -185,10 +180,7 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
 fn count(a: &mut Asm, map_fd: i32, idx: i32) {
     let done = a.label();
     a.st_imm(Size::DW, FP, slot::KEY, idx);
-    a.ld_map(R1, map_fd);
-    a.mov(R2, FP);
-    a.alu_imm(Alu::Add, R2, i32::from(slot::KEY));
-    a.call(HELPER_MAP_LOOKUP);
+    a.lookup(map_fd, slot::KEY);
     a.jmp_imm(Cond::Eq, R0, 0, done);
     a.ldx(Size::DW, R1, R0, 0);
     a.alu_imm(Alu::Add, R1, 1);

@@ -9,7 +9,7 @@
 //! compares in the program itself.
 
 use crate::asm::{Alu, Asm, Cond, Label, Size, FP, R0, R1, R2, R3, R4, R5, R7, R8, R9};
-use crate::program::{HELPER_MAP_LOOKUP, KEY_SLOT};
+use crate::program::KEY_SLOT;
 use sluice_live::bpf::{BpfMap, MapType, BPF_F_MMAPABLE};
 use sluice_live::LiveError;
 use sluice_sets::V4PrefixSet;
@@ -146,10 +146,7 @@ impl V6Code {
                         a.alu(Alu::And, R1, R2);
                         a.stx(Size::DW, FP, at, R1);
                     }
-                    a.ld_map(R1, map.as_raw_fd());
-                    a.mov(R2, FP);
-                    a.alu_imm(Alu::Add, R2, i32::from(V6_KEY));
-                    a.call(HELPER_MAP_LOOKUP);
+                    a.lookup(map.as_raw_fd(), V6_KEY);
                     a.jmp_imm(Cond::Ne, R0, 0, hit);
                 }
                 a.ja(miss);
@@ -165,10 +162,7 @@ impl V6Code {
                     a.alu_imm(Alu::Rsh, R1, 32);
                     a.stx(Size::W, FP, at + 4, R1);
                 }
-                a.ld_map(R1, map.as_raw_fd());
-                a.mov(R2, FP);
-                a.alu_imm(Alu::Add, R2, i32::from(LPM_KEY));
-                a.call(HELPER_MAP_LOOKUP);
+                a.lookup(map.as_raw_fd(), LPM_KEY);
                 a.jmp_imm(Cond::Ne, R0, 0, hit);
                 a.ja(miss);
             }
@@ -301,10 +295,7 @@ impl SetCode {
                 a.mov(R1, R9);
                 a.from_be(R1, 32);
                 a.stx(Size::W, FP, LPM_KEY + 4, R1);
-                a.ld_map(R1, map.as_raw_fd());
-                a.mov(R2, FP);
-                a.alu_imm(Alu::Add, R2, i32::from(LPM_KEY));
-                a.call(HELPER_MAP_LOOKUP);
+                a.lookup(map.as_raw_fd(), LPM_KEY);
                 a.jmp_imm(Cond::Ne, R0, 0, hit);
                 a.ja(miss);
             }
@@ -320,10 +311,7 @@ fn emit_table(a: &mut Asm, t: &V4Table, hit: Label, miss: Label) {
         a.mov(R1, R9);
         a.alu_imm(Alu::Rsh, R1, 19);
         a.stx(Size::W, FP, KEY_SLOT, R1);
-        a.ld_map(R1, summary.as_raw_fd());
-        a.mov(R2, FP);
-        a.alu_imm(Alu::Add, R2, i32::from(KEY_SLOT));
-        a.call(HELPER_MAP_LOOKUP);
+        a.lookup(summary.as_raw_fd(), KEY_SLOT);
         a.jmp_imm(Cond::Eq, R0, 0, miss);
         a.ldx(Size::DW, R3, R0, 0);
         a.mov(R1, R9);
@@ -339,10 +327,7 @@ fn emit_table(a: &mut Asm, t: &V4Table, hit: Label, miss: Label) {
     a.mov(R1, R9);
     a.alu_imm(Alu::Rsh, R1, 14);
     a.stx(Size::W, FP, KEY_SLOT, R1);
-    a.ld_map(R1, t.groups.as_raw_fd());
-    a.mov(R2, FP);
-    a.alu_imm(Alu::Add, R2, i32::from(KEY_SLOT));
-    a.call(HELPER_MAP_LOOKUP);
+    a.lookup(t.groups.as_raw_fd(), KEY_SLOT);
     a.jmp_imm(Cond::Eq, R0, 0, miss);
     // R3 = the /24's bit in the group.
     a.mov(R3, R9);
@@ -367,10 +352,7 @@ fn emit_table(a: &mut Asm, t: &V4Table, hit: Label, miss: Label) {
     a.ldx(Size::W, R1, R0, 16);
     a.alu(Alu::Add, R4, R1);
     a.stx(Size::W, FP, KEY_SLOT, R4);
-    a.ld_map(R1, t.hosts.as_raw_fd());
-    a.mov(R2, FP);
-    a.alu_imm(Alu::Add, R2, i32::from(KEY_SLOT));
-    a.call(HELPER_MAP_LOOKUP);
+    a.lookup(t.hosts.as_raw_fd(), KEY_SLOT);
     a.jmp_imm(Cond::Eq, R0, 0, miss);
     // The host's bit: word (host >> 6), bit (host & 63).
     a.mov(R1, R9);

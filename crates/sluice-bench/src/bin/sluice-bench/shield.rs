@@ -112,10 +112,7 @@ fn lookup_program(map: &BpfMap, lpm: bool) -> Vec<sluice_live::bpf::Insn> {
     } else {
         a.stx(Size::W, FP, -8, R3);
     }
-    a.ld_map(R1, map.as_raw_fd());
-    a.mov(R2, FP);
-    a.alu_imm(Alu::Add, R2, -8);
-    a.call(1);
+    a.lookup(map.as_raw_fd(), -8);
     a.jmp_imm(Cond::Eq, R0, 0, pass);
     a.mov_imm(R0, sluice_shield::program::XDP_DROP);
     a.exit();
