@@ -27,15 +27,14 @@ pub use sluice_live::open::{LivePorts, PortPair};
 
 use anyhow::{Context, Result};
 use sluice_control::safety::Safety;
-use sluice_defrag::DefragLimits;
 use sluice_engine::snapshot::Published;
-use sluice_engine::{RuleSet, Verdict};
+use sluice_engine::RuleSet;
 use sluice_live::open::Opened;
 use sluice_live::pipeline::BridgeCounters;
 use sluice_live::LiveError;
 use sluice_pipeline::lanes::{self, inline_lanes};
 use sluice_pipeline::sample::{tap, tap_lane, SampleConfig, SampleReport, Sampler};
-use sluice_pipeline::{Finished, JudgeConfig, Reassembly, RunConfig, RunError, WorkersConfig};
+use sluice_pipeline::{Finished, JudgeConfig, ReassemblyConfig, RunConfig, RunError, WorkersConfig};
 use sluice_policy::crowdsec::BouncerConfig;
 use sluice_policy::{describe, spawn_signals, total_entries, Event, RuleSpec, SignalThread};
 use std::net::SocketAddr;
@@ -45,26 +44,6 @@ use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
-
-/// How IP fragments are reassembled.
-#[derive(Debug, Clone, Copy)]
-pub struct ReassemblyConfig {
-    pub limits: DefragLimits,
-    /// The verdict of fragments whose datagram never completes.
-    pub incomplete: Verdict,
-}
-
-impl ReassemblyConfig {
-    fn stage(&self) -> Reassembly {
-        Reassembly::new(self.limits, self.incomplete)
-    }
-}
-
-impl Default for ReassemblyConfig {
-    fn default() -> Self {
-        ReassemblyConfig { limits: DefragLimits::default(), incomplete: Verdict::Drop }
-    }
-}
 
 /// Everything a bridge is started with (the CLI maps its flags onto this).
 pub struct BridgeConfig {

@@ -1,13 +1,13 @@
 //! `sluice bridge`: its flags, mapped onto a `sluice_bridge::BridgeConfig`
 //! over the live interfaces; the bridge itself is `sluice-bridge`'s.
 
-use crate::args::{ReassemblyArgs, VerdictArg};
 use crate::Outcome;
 use anyhow::Result;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
 use sluice_bridge::{Bridge, BridgeConfig, LivePorts};
 use sluice_live::open::{Io, OpenConfig, XdpChoice};
+use sluice_pipeline::flags::{ReassemblyFlags, VerdictFlag};
 use sluice_pipeline::sample::Backpressure;
 use sluice_pipeline::JudgeConfig;
 use std::io::IsTerminal;
@@ -22,9 +22,9 @@ pub struct BridgeArgs {
     #[arg(long = "iface", value_name = "IFACE", required = true)]
     pub ifaces: Vec<String>,
     #[command(flatten)]
-    pub rules: crate::rule_source::RuleArgs,
+    pub rules: sluice_policy::RuleSpec,
     #[command(flatten)]
-    pub sample: crate::args::SampleArgs,
+    pub sample: sluice_pipeline::flags::SampleFlags,
     /// Socket layer: AF_XDP, AF_PACKET, or AF_XDP falling back to AF_PACKET.
     #[arg(long, default_value = "auto", value_parser = PossibleValuesParser::new(Io::NAMES).map(|s| Io::from_name(&s).unwrap()))]
     pub io: Io,
@@ -71,9 +71,9 @@ pub struct BridgeArgs {
     pub json: bool,
     /// Verdict for frames that cannot be decoded.
     #[arg(long, value_enum, default_value = "pass")]
-    pub undecodable: VerdictArg,
+    pub undecodable: VerdictFlag,
     #[command(flatten)]
-    pub reassembly: ReassemblyArgs,
+    pub reassembly: ReassemblyFlags,
     /// Stop by itself after this many seconds (as if sent SIGTERM).
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
@@ -82,11 +82,11 @@ pub struct BridgeArgs {
     #[arg(long)]
     pub dry_run: bool,
     #[command(flatten)]
-    pub control: crate::args::ControlArgs,
+    pub control: sluice_control::socket::ControlFlags,
     #[command(flatten)]
-    pub crowdsec: crate::args::CrowdsecArgs,
+    pub crowdsec: sluice_policy::flags::CrowdsecFlags,
     #[command(flatten)]
-    pub safety: crate::args::SafetyArgs,
+    pub safety: sluice_control::safety::SafetyFlags,
     #[command(flatten)]
     pub bgp: BgpArgs,
 }
@@ -163,7 +163,7 @@ impl BgpArgs {
             allow_undirected: self.bgp_allow_undirected,
             protect_file: self.bgp_protect.clone(),
         };
-        f.config().map_err(|e| anyhow::Error::new(crate::Usage(e)))
+        f.config().map_err(|e| anyhow::Error::new(sluice_control::product::Usage(e)))
     }
 }
 
@@ -188,7 +188,8 @@ fn check(a: &BridgeArgs) -> Result<[String; 2]> {
 
 pub fn run(a: BridgeArgs) -> Result<Outcome> {
     let names = check(&a)?;
-    let metrics = a.metrics.as_deref().map(|m| crate::args::metrics_addr(m, a.metrics_allow_remote)).transpose()?;
+    let metrics =
+        a.metrics.as_deref().map(|m| sluice_control::product::metrics_addr(m, a.metrics_allow_remote)).transpose()?;
     let (crowdsec, crowdsec_maxelem) = a.crowdsec.bouncer(&a.rules.geo_db)?;
     // A live port does not wait for a disk: a full queue sheds samples (counted, logged once).
     let sample = a.sample.config(Backpressure::Shed);
@@ -220,7 +221,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         duration: a.duration.map(Duration::from_secs_f64),
         dry_run: a.dry_run,
         signals: true,
-        ..BridgeConfig::new(a.rules.spec())
+        ..BridgeConfig::new(a.rules)
     };
     let ports = LivePorts { names, config: open };
     let summary = Bridge::start(cfg, Box::new(ports))?.wait()?;

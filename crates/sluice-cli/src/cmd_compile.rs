@@ -1,18 +1,18 @@
 //! `sluice compile` (rules and lists into one checked file of built tables)
 //! and `sluice inspect` (what such a file holds).
 
-use crate::rule_source::RuleArgs;
 use crate::Outcome;
 use anyhow::{Context, Result};
 use clap::Args;
 use sluice_engine::compiled;
+use sluice_policy::RuleSpec;
 use std::path::PathBuf;
 use std::time::Instant;
 
 #[derive(Args, Debug)]
 pub struct CompileArgs {
     #[command(flatten)]
-    pub rules: RuleArgs,
+    pub rules: RuleSpec,
     /// Where to write the compiled file (replaced atomically).
     #[arg(short = 'o', long = "out", value_name = "FILE")]
     pub out: PathBuf,
@@ -32,10 +32,10 @@ pub struct InspectArgs {
 }
 
 pub fn compile(a: CompileArgs) -> Result<Outcome> {
-    if !a.rules.spec().given() {
+    if !a.rules.given() {
         crate::usage!("nothing to compile: give --rules FILE or --drop-src/--drop-dst/--drop-any LIST");
     }
-    let loaded = a.rules.load_for_compile()?;
+    let loaded = a.rules.load_for_compile()?.logged();
     let started = Instant::now();
     let bytes = compiled::save_with_notes(&loaded.rules, &loaded.geo_notes());
     sluice_rules::write_atomic(&a.out, &bytes).with_context(|| format!("writing {}", a.out.display()))?;

@@ -1,15 +1,15 @@
-use crate::args::{ReassemblyArgs, VerdictArg};
-use crate::report::{finished, judge, Bar};
+//! `sluice filter`: flags onto a `sluice_pipeline::filter::FilterConfig`;
+//! the run, its stop at SIGINT and its summary are the library's.
+
+use crate::report::Bar;
 use crate::{progress, Outcome};
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
-use sluice_engine::snapshot::Published;
-use sluice_engine::RuleSet;
-use sluice_pcap::{Format, OutputFormat, PcapError};
-use sluice_pipeline::{CaptureSinks, CaptureSource, ReadMode};
-use sluice_pipeline::{JudgeConfig, RunConfig, RunReport, Source};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use sluice_pcap::OutputFormat;
+use sluice_pipeline::filter::FilterConfig;
+use sluice_pipeline::flags::{ReassemblyFlags, VerdictFlag};
+use sluice_pipeline::{JudgeConfig, ReadMode, RunConfig, WorkersConfig};
+use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 pub struct FilterArgs {
@@ -17,9 +17,9 @@ pub struct FilterArgs {
     #[arg(long = "in", value_name = "FILE")]
     pub input: PathBuf,
     #[command(flatten)]
-    pub rules: crate::rule_source::RuleArgs,
+    pub rules: sluice_policy::RuleSpec,
     #[command(flatten)]
-    pub sample: crate::args::SampleArgs,
+    pub sample: sluice_pipeline::flags::SampleFlags,
     /// Write passed packets here, in input order (`-`: standard output).
     #[arg(long, value_name = "OUT")]
     pub pass: Option<PathBuf>,
@@ -31,10 +31,10 @@ pub struct FilterArgs {
     pub out_format: Option<FormatArg>,
     /// Verdict for frames that cannot be decoded.
     #[arg(long, value_enum, default_value = "pass")]
-    pub undecodable: VerdictArg,
+    pub undecodable: VerdictFlag,
     /// Worker threads: packets are steered to them by RSS (Toeplitz on the
     /// 4-tuple, or the IP pair for fragments); output keeps input order.
-    #[arg(long, default_value_t = 1, value_parser = crate::args::workers)]
+    #[arg(long, default_value_t = 1, value_parser = sluice_pipeline::flags::workers)]
     pub workers: usize,
     /// Software RSS over the workers hashes the outer headers, or the
     /// innermost IP header a tunnel carries (verdicts are the same).
@@ -48,7 +48,7 @@ pub struct FilterArgs {
     #[arg(long)]
     pub unordered: bool,
     #[command(flatten)]
-    pub reassembly: ReassemblyArgs,
+    pub reassembly: ReassemblyFlags,
     /// Print the summary as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -81,85 +81,61 @@ pub enum ReadArg {
 }
 
 pub fn run(a: FilterArgs) -> Result<Outcome> {
-    let rules = a.rules.load(&[])?.rules;
-    let undecodable = a.undecodable.into();
-    let panic_at = a.debug_panic_worker.as_deref().map(parse_panic_at).transpose()?;
-    let out_format = a.out_format.map(|f| match f {
-        FormatArg::Pcap => OutputFormat::Pcap,
-        FormatArg::Pcapng => OutputFormat::Pcapng,
-    });
     let outputs = [("--pass", a.pass.as_deref()), ("--drop", a.drop_out.as_deref())];
     let sample = [("--sample-drops", a.sample.sample_drops.as_deref())];
     sluice_pcap::stdio::check_distinct(&a.input, &[&outputs[..], &sample].concat())
-        .map_err(|e| crate::Usage(e.to_string()))?;
-    let mode = match a.read {
-        ReadArg::Chunks => ReadMode::Chunks,
-        ReadArg::Map => ReadMode::Map,
+        .map_err(|e| sluice_control::product::Usage(e.to_string()))?;
+    // SIGINT or SIGTERM ends the input where it is: what was read is judged,
+    // written and summed up. A second one ends the process (a pipe that
+    // says nothing holds the reader). Both from before the input opens.
+    let stop = sluice_control::product::Handle::default();
+    sluice_control::signals::exit_on_second_interrupt(stop.flag())?;
+    sluice_control::signals::stop_on_interrupt(stop.flag())?;
+    let panic_at = a.debug_panic_worker.as_deref().map(parse_panic_at).transpose()?;
+    let judge = JudgeConfig { undecodable: a.undecodable.into(), ..JudgeConfig::default() };
+    let cpus = (!a.cpus.is_empty()).then(|| a.cpus.clone());
+    let config = FilterConfig {
+        input: a.input.clone(),
+        read: match a.read {
+            ReadArg::Chunks => ReadMode::Chunks,
+            ReadArg::Map => ReadMode::Map,
+        },
+        pass: a.pass.clone(),
+        drop: a.drop_out.clone(),
+        out_format: a.out_format.map(|f| match f {
+            FormatArg::Pcap => OutputFormat::Pcap,
+            FormatArg::Pcapng => OutputFormat::Pcapng,
+        }),
+        rules: a.rules.load(&[])?.logged().rules,
+        workers: WorkersConfig { judge, cpus, panic_at, steer_inner: a.steer_inner, ..WorkersConfig::new(a.workers) },
+        reassembly: a.reassembly.config(),
+        run: RunConfig {
+            ordered: !a.unordered,
+            max_in_flight: a.workers * 4,
+            read_ahead: !a.no_read_ahead && sluice_cpus::available_cpus() >= 2,
+            ..RunConfig::default()
+        },
+        sample: a.sample.config(sluice_pipeline::sample::Backpressure::Wait),
+        stop: stop.clone(),
     };
-    let mut source = CaptureSource::open(&a.input, mode).with_context(|| a.input.display().to_string())?;
-    for w in source.warnings() {
-        tracing::warn!("{}: {w}", a.input.display());
-    }
-    let input_format = source.format();
-    let mut sinks =
-        CaptureSinks::create(a.pass.as_deref(), a.drop_out.as_deref(), out_format, input_format, source.pcap_header())?;
-    let rules = Arc::new(Published::new(rules));
-    let judge = judge(
-        &rules,
-        JudgeConfig { undecodable, ..JudgeConfig::default() },
-        a.workers,
-        &a.cpus,
-        panic_at,
-        a.steer_inner,
-    );
-    let mut stage = a.reassembly.stage();
-    let cfg = RunConfig {
-        ordered: !a.unordered,
-        max_in_flight: a.workers * 4,
-        read_ahead: !a.no_read_ahead && sluice_cpus::available_cpus() >= 2,
-        ..RunConfig::default()
-    };
-    let name = a.input.file_name().map_or("capture".into(), |n| n.to_string_lossy().into_owned());
-    // A file waits for us: the run slows to the sample writer's pace rather
-    // than lose samples, so the same input gives the same samples.
-    let backpressure = sluice_pipeline::sample::Backpressure::Wait;
-    let sampler = a.sample.start(&rules, vec![name], a.workers, a.steer_inner, backpressure)?;
-    let mut bar = Bar(progress::bar(source.progress().1, true, !a.no_progress));
-    let mut sink = sluice_pipeline::sample::tap(sampler.as_ref(), &mut sinks);
-    let result = sluice_pipeline::run(&mut source, &mut stage, judge, &mut sink, &mut bar, &cfg);
+    let bar = Bar(progress::bar(0, true, !a.no_progress));
+    let filter = sluice_pipeline::filter::start(config, Box::new(bar.clone()))?;
+    let (summary, _) = sluice_control::product::run_to_end(filter, None, false)?;
     bar.0.finish_and_clear();
-    let (samples, sample_error) = sampler.map_or((None, None), sluice_pipeline::sample::Sampler::end);
-    let done = finished(result)?;
-    let rule_set = rules.load();
-    let summary = Summary {
-        input: &a.input,
-        input_format,
-        report: &done.report,
-        stopped: done.stopped.as_ref(),
-        rules: &rule_set.value,
-    };
-    let text = if a.json {
-        let mut v = summary.json();
-        if let Some(r) = &samples {
-            v["samples"] = r.to_json();
-        }
-        v.to_string()
-    } else {
-        done.report.text()
-            + &sluice_engine::hits::text(&rule_set.value, &done.report.stats)
-            + &samples.as_ref().map(|r| r.text()).unwrap_or_default()
-    };
+    let text = sluice_control::product::print(&summary, a.json);
     // With a capture on standard output, the summary goes to stderr.
-    let to_stdout = [&a.pass, &a.drop_out].into_iter().flatten().any(|p| sluice_pcap::stdio::is_stdio(p));
-    if to_stdout {
-        eprint!("{}", text.trim_end().to_owned() + "\n");
+    if [&a.pass, &a.drop_out].into_iter().flatten().any(|p| sluice_pcap::stdio::is_stdio(p)) {
+        eprint!("{text}");
     } else {
-        print!("{}", text.trim_end().to_owned() + "\n");
+        print!("{text}");
     }
-    if let Some(e) = sample_error {
+    if let Some(e) = &summary.sample_error {
         tracing::error!("--sample-drops: {e}");
     }
-    if let Some(e) = &done.stopped {
+    if summary.interrupted {
+        tracing::warn!("{}: interrupted; the packets read before were judged and written", a.input.display());
+    }
+    if let Some(e) = &summary.stopped {
         tracing::error!(
             "{}: stopped at {e}; the {} packets before it were judged and written",
             a.input.display(),
@@ -173,31 +149,4 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
 fn parse_panic_at(s: &str) -> Result<(usize, u64)> {
     let (w, n) = s.split_once(':').context("--debug-panic-worker takes W:N")?;
     Ok((w.parse().context("worker number")?, n.parse().context("share number")?))
-}
-
-/// What `--json` prints: the run report plus where the packets came from.
-pub struct Summary<'a> {
-    pub input: &'a Path,
-    pub input_format: Format,
-    pub report: &'a RunReport,
-    pub stopped: Option<&'a PcapError>,
-    pub rules: &'a RuleSet,
-}
-
-impl Summary<'_> {
-    pub fn json(&self) -> serde_json::Value {
-        let mut v = serde_json::to_value(self.report.to_json()).expect("the report serialises");
-        v["input"] = self.input.display().to_string().into();
-        v["input_format"] = match self.input_format {
-            Format::Pcap => "pcap",
-            Format::Pcapng => "pcapng",
-        }
-        .into();
-        sluice_engine::hits::json(self.rules, &self.report.stats, &mut v);
-        v["stopped_at"] = self
-            .stopped
-            .map(|e| serde_json::json!({ "record": e.record, "offset": e.offset, "error": e.kind.to_string() }))
-            .into();
-        v
-    }
 }

@@ -1,7 +1,7 @@
-use crate::args::TrafficArgs;
 use crate::{progress, Outcome};
 use anyhow::Result;
 use clap::Args;
+use sluice_gen::flags::TrafficFlags;
 use sluice_gen::{GenConfig, GenStats};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -15,12 +15,12 @@ pub struct GenArgs {
     #[arg(long, default_value_t = 100_000)]
     pub count: u64,
     #[command(flatten)]
-    pub traffic: TrafficArgs,
+    pub traffic: TrafficFlags,
     /// Send each fragmented datagram's fragments in random order.
     #[arg(long)]
     pub frag_shuffle: bool,
     /// Share of fragmented datagrams with one fragment sent twice.
-    #[arg(long, default_value_t = 0.0, value_parser = crate::args::share)]
+    #[arg(long, default_value_t = 0.0, value_parser = sluice_gen::flags::share)]
     pub frag_dup: f64,
     /// Write nanosecond timestamps (default: microseconds).
     #[arg(long)]

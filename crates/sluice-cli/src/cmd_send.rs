@@ -47,7 +47,7 @@ pub struct SendArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten, next_help_heading = "Generator (without --in)")]
-    pub traffic: crate::args::TrafficArgs,
+    pub traffic: sluice_gen::flags::TrafficFlags,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -1,10 +1,10 @@
 //! `sluice shield`: flags onto `sluice_shield::ShieldConfig`, run to the end.
 
-use crate::args::VerdictArg;
-use crate::rule_source::RuleArgs;
 use crate::Outcome;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
+use sluice_pipeline::flags::VerdictFlag;
+use sluice_policy::RuleSpec;
 use sluice_shield::{ModeChoice, ShieldConfig};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -27,7 +27,7 @@ pub struct ShieldArgs {
     #[arg(long = "iface", value_name = "IF", required = true)]
     pub ifaces: Vec<String>,
     #[command(flatten)]
-    pub rules: RuleArgs,
+    pub rules: RuleSpec,
     /// How the program is attached (auto: native where the driver has it).
     #[arg(long, value_enum, default_value = "auto")]
     pub xdp_mode: XdpModeArg,
@@ -51,13 +51,13 @@ pub struct ShieldArgs {
     pub dry_run: bool,
     /// What happens to frames whose addresses cannot be known.
     #[arg(long, value_enum, default_value = "pass")]
-    pub undecodable: VerdictArg,
+    pub undecodable: VerdictFlag,
     #[command(flatten)]
-    pub control: crate::args::ControlArgs,
+    pub control: sluice_control::socket::ControlFlags,
     #[command(flatten)]
-    pub crowdsec: crate::args::CrowdsecArgs,
+    pub crowdsec: sluice_policy::flags::CrowdsecFlags,
     #[command(flatten)]
-    pub safety: crate::args::SafetyArgs,
+    pub safety: sluice_control::safety::SafetyFlags,
     /// Stop after this many seconds (default: on SIGINT or SIGTERM).
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
@@ -68,6 +68,11 @@ pub struct ShieldArgs {
 
 pub fn run(a: ShieldArgs) -> Result<Outcome> {
     let (crowdsec, crowdsec_maxelem) = a.crowdsec.bouncer(&a.rules.geo_db)?;
+    let options = sluice_shield::Options {
+        undecodable_drop: matches!(a.undecodable, VerdictFlag::Drop),
+        v4mapped: a.rules.v4mapped,
+        dry_run: a.dry_run,
+    };
     let config = ShieldConfig {
         ifaces: a.ifaces,
         mode: match a.xdp_mode {
@@ -78,12 +83,8 @@ pub fn run(a: ShieldArgs) -> Result<Outcome> {
         force: a.force,
         persist: a.persist,
         watch: a.watch,
-        rules: a.rules.spec(),
-        options: sluice_shield::Options {
-            undecodable_drop: matches!(a.undecodable, VerdictArg::Drop),
-            v4mapped: a.rules.v4mapped,
-            dry_run: a.dry_run,
-        },
+        rules: a.rules,
+        options,
         control: a.control.control,
         control_group: a.control.control_group,
         control_add_group: a.control.control_add_group,
@@ -92,32 +93,7 @@ pub fn run(a: ShieldArgs) -> Result<Outcome> {
         crowdsec_maxelem,
     };
     let shield = sluice_shield::start(config).context("shield")?;
-    for w in shield.warnings() {
-        tracing::warn!("{w}");
-    }
-    let (instructions, table_bytes) = shield.program_size();
-    for at in shield.attached() {
-        if let Some(r) = &at.replaced {
-            tracing::warn!("{}: replaced XDP program {r} (--force)", at.iface);
-        }
-        if at.adopted {
-            tracing::info!(
-                "{}: took over the pinned link {} (new program swapped in)",
-                at.iface,
-                at.pinned.as_ref().map_or(String::new(), |p| p.display().to_string())
-            );
-        }
-        if let Some(why) = &at.fell_back {
-            tracing::warn!("{}: {why}", at.iface);
-        }
-        tracing::info!(
-            "shield on {} ({} XDP): {} instructions, {} KiB of tables",
-            at.iface,
-            at.mode,
-            instructions,
-            table_bytes / 1024
-        );
-    }
+    shield.log_start();
     let duration = a.duration.map(std::time::Duration::from_secs_f64);
     let (summary, _) = sluice_control::product::run_to_end(shield, duration, true).context("shield")?;
     print!("{}", sluice_control::product::print(&summary, a.json));

@@ -21,7 +21,6 @@ mod cmd_shield;
 mod cmd_udp;
 mod progress;
 mod report;
-mod rule_source;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
@@ -43,24 +42,12 @@ mod exit {
     pub const INTERFACE_GONE: u8 = 5;
 }
 
-/// A command line that clap accepts but that makes no sense (two
-/// interfaces the same, outputs that overwrite each other): exit 2, as a
-/// command line clap refuses.
-#[derive(Debug)]
-pub struct Usage(pub String);
-
-impl std::fmt::Display for Usage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Usage {}
+pub use sluice_control::product::Usage;
 
 /// Return a [`Usage`] error from the command.
 macro_rules! usage {
     ($($t:tt)*) => {
-        return Err(anyhow::Error::new($crate::Usage(format!($($t)*))))
+        return Err(anyhow::Error::new(sluice_control::product::Usage(format!($($t)*))))
     };
 }
 pub(crate) use usage;

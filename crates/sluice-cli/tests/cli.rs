@@ -661,3 +661,80 @@ fn decode_prints_what_docs_decode_md_shows() {
         "{err}"
     );
 }
+
+/// SIGINT ends `sluice filter` where its input is, as its library's handle
+/// does: the packets read are judged and written (the outputs whole), and
+/// the summary says it was interrupted (a killed run wrote none). The
+/// input trickles into standard input and never ends by itself.
+#[test]
+fn filter_writes_its_summary_and_whole_outputs_at_sigint() {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let (pass, drop) = (dir.path().join("pass.pcap"), dir.path().join("drop.pcap"));
+    let list = dir.path().join("list.txt");
+    std::fs::write(&list, "10.9.0.0/16\n").unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["filter", "--in", "-", "--drop-src", p(&list), "--pass", p(&pass), "--drop", p(&drop), "--json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let (done, sent) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    let writer = {
+        let (done, sent) = (Arc::clone(&done), Arc::clone(&sent));
+        std::thread::spawn(move || {
+            let header = pcap(&[]);
+            if stdin.write_all(&header).is_err() {
+                return;
+            }
+            let mut i = 0u32;
+            while !done.load(Ordering::Relaxed) {
+                let frames: Vec<_> = (0..100)
+                    .map(|k| {
+                        let n = i * 100 + k;
+                        let src = if n.is_multiple_of(4) { [10, 9, (n >> 8) as u8, n as u8] } else { [172, 16, 0, 1] };
+                        udp_frame(src, [192, 0, 2, 1], 1234, 53, b"x")
+                    })
+                    .collect();
+                // A broken pipe: the filter has ended.
+                if stdin.write_all(&pcap(&frames)[24..]).is_err() {
+                    return;
+                }
+                sent.fetch_add(100, Ordering::Relaxed);
+                i += 1;
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        })
+    };
+    // 1.3 MB through a 64 KiB pipe: the filter has read several of its
+    // 256 KiB chunks, so it has judged packets.
+    while sent.load(Ordering::Relaxed) < 22_000 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    let started = std::time::Instant::now();
+    let out = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "filter still running 10 s after SIGINT");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    done.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(out.success(), "{out}: {stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    let v: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(v["interrupted"], true, "{v}");
+    let (passed, dropped) = (records(&pass).len() as u64, records(&drop).len() as u64);
+    assert_eq!(v["packets"], passed + dropped, "{v}");
+    assert_eq!(v["dropped"], dropped, "{v}");
+    assert!(dropped > 0 && passed > 0 && passed + dropped <= sent.load(Ordering::Relaxed), "{v}");
+}

@@ -12,6 +12,29 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// https to a CrowdSec LAPI as flags: the bridge's and shield's bouncer
+/// and the guard's watcher (each command puts what names the LAPI in the
+/// argument group `crowdsec_lapi`, its ways to authenticate in
+/// `crowdsec_auth`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct LapiTlsFlags {
+    /// https: the CA certificate(s) the LAPI's certificate must chain to (default: the system's roots).
+    #[arg(long, value_name = "FILE", requires = "crowdsec_lapi")]
+    pub crowdsec_ca: Option<PathBuf>,
+    /// https: authenticate with this client certificate (PEM) instead of an API key or a password.
+    #[arg(long, value_name = "FILE", requires = "crowdsec_key", group = "crowdsec_auth")]
+    pub crowdsec_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "crowdsec_cert")]
+    pub crowdsec_key: Option<PathBuf>,
+}
+
+impl LapiTlsFlags {
+    pub fn lapi_tls(self) -> LapiTls {
+        LapiTls { ca: self.crowdsec_ca, cert: self.crowdsec_cert, key: self.crowdsec_key }
+    }
+}
+
 /// The TLS flags of a LAPI client.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LapiTls {

@@ -86,6 +86,27 @@ where
     Ok((running.wait()?, elapsed))
 }
 
+/// A command line that clap accepts but that makes no sense (two
+/// interfaces the same, a loopback-only address off loopback): the
+/// products' flag groups and the CLI raise it, and the CLI exits 2 for it
+/// as for a command line clap refuses.
+#[derive(Debug)]
+pub struct Usage(pub String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// `--metrics ADDR`, checked: an address that is not loopback without
+/// `allow_remote` is a wrong command line.
+pub fn metrics_addr(s: &str, allow_remote: bool) -> anyhow::Result<std::net::SocketAddr> {
+    Ok(sluice_metrics::check_addr(s, allow_remote).map_err(|e| Usage(e.to_string()))?)
+}
+
 /// A summary as a command prints it on standard output: its text, or its
 /// JSON on one line.
 pub fn print(summary: &impl Summary, json: bool) -> String {

@@ -349,3 +349,36 @@ mod tests {
         assert_eq!(rows, ["blocks never_block 3", "crowdsec min_prefix 1"]);
     }
 }
+
+/// The safety net's flags (every product that takes runtime adds): what no
+/// `ctl add`, feed or guard block may cover, and how wide one may be. The
+/// rule files are not restricted.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SafetyFlags {
+    /// Never block these addresses and prefixes (a list file: one per line,
+    /// # comments): a runtime add that covers or overlaps one is refused.
+    /// Reread on SIGHUP (a bridge's `ctl reload` too); a bad file keeps the
+    /// list in force.
+    #[arg(long, value_name = "FILE")]
+    pub never_block: Option<PathBuf>,
+    /// Refuse runtime adds (`ctl`, a feed, the guard's blocks) of IPv4
+    /// prefixes wider than /N; the operator's own files are not restricted.
+    #[arg(long, value_name = "N", default_value_t = sluice_rules::safety::DEFAULT_MIN_PREFIX_V4)]
+    pub min_prefix_v4: u8,
+    /// Refuse runtime adds of IPv6 prefixes wider than /N.
+    #[arg(long, value_name = "N", default_value_t = sluice_rules::safety::DEFAULT_MIN_PREFIX_V6)]
+    pub min_prefix_v6: u8,
+}
+
+impl SafetyFlags {
+    /// The never-block file read (a bad line stops the start, named), the
+    /// widths checked.
+    pub fn load(&self) -> anyhow::Result<Arc<Safety>> {
+        let s = Safety::load(self.never_block.as_deref(), self.min_prefix_v4, self.min_prefix_v6)
+            .map_err(anyhow::Error::msg)?;
+        if let Some(p) = &self.never_block {
+            tracing::info!("--never-block {}: {} entries", p.display(), s.net().never.len());
+        }
+        Ok(Arc::new(s))
+    }
+}

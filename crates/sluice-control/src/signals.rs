@@ -70,6 +70,17 @@ pub fn stop_on_interrupt(stop: &Arc<AtomicBool>) -> std::io::Result<()> {
     install()
 }
 
+/// A second SIGINT or SIGTERM, once `stop` is set, ends the process at
+/// once (exit 130): a run blocked reading a pipe that says nothing would
+/// otherwise not notice the first. Call before [`stop_on_interrupt`]
+/// (signal-hook runs a signal's actions in the order registered).
+pub fn exit_on_second_interrupt(stop: &Arc<AtomicBool>) -> std::io::Result<()> {
+    for sig in [SIGINT, SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(stop))?;
+    }
+    Ok(())
+}
+
 /// Wait until `stop` is set, `seconds` pass (if given), or `finished()`
 /// says the work ended by itself; returns how long it waited.
 pub fn wait_until_stopped(stop: &AtomicBool, seconds: Option<f64>, mut finished: impl FnMut() -> bool) -> Duration {

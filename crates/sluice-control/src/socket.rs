@@ -70,6 +70,34 @@ pub struct Access {
     pub add_group: Option<u32>,
 }
 
+/// The control socket's flags (every product that serves one).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ControlFlags {
+    /// Serve the control socket (`sluice ctl`) at PATH: runtime changes and
+    /// queries (docs/ctl.md lists each product's commands). Mode 0600:
+    /// root and this user only.
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
+    /// Let members of group G use every command of the control socket
+    /// too (mode 0660).
+    #[arg(long, value_name = "G", requires = "control")]
+    pub control_group: Option<String>,
+    /// Let members of group G add, test and list only (what a guard
+    /// forwarding its blocks, or a fail2ban action that only bans, needs;
+    /// a guard's `block` and `blocks`).
+    #[arg(long, value_name = "G", requires = "control")]
+    pub control_add_group: Option<String>,
+}
+
+impl ControlFlags {
+    /// The socket's path and who may use it, when one is asked for.
+    pub fn access(&self) -> Result<Option<(PathBuf, Access)>, SocketError> {
+        let Some(path) = &self.control else { return Ok(None) };
+        let access = Access::owner_and(self.control_group.as_deref(), self.control_add_group.as_deref())?;
+        Ok(Some((path.clone(), access)))
+    }
+}
+
 impl Access {
     /// This process as the owner, and the groups named (names from
     /// /etc/group, or numbers).

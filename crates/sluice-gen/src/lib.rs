@@ -15,6 +15,8 @@
 #![deny(unsafe_code)]
 
 mod capture;
+pub mod demo;
+pub mod flags;
 mod source;
 pub use capture::{demo_config, write_capture, CaptureError, PROGRESS_EVERY};
 pub use source::{GenSource, TimestampOverflow, SNAPLEN};

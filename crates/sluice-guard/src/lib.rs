@@ -25,6 +25,7 @@
 pub mod block_forward;
 pub mod control;
 pub mod exporter;
+pub mod flags;
 pub mod forwarded;
 pub mod frame;
 pub mod ja4;

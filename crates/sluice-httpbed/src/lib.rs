@@ -7,6 +7,7 @@
 //! `pools` runs several kinds of client at once from a pool file.
 
 pub mod dist;
+pub mod flags;
 pub mod load;
 pub mod pools;
 pub mod request;

@@ -22,6 +22,8 @@
 
 pub mod batch;
 pub mod capture;
+pub mod filter;
+pub mod flags;
 pub mod io;
 pub mod judge;
 pub mod lanes;
@@ -34,6 +36,6 @@ pub use capture::{CaptureSinks, CaptureSource, ReadMode, SinkError, WriteThrough
 pub use io::{Collect, Discard, Fill, Sink, Source, VecSource};
 pub use judge::{judge, Inline, Judge, JudgeConfig, JudgeError, LiveStats, Steering, Workers, WorkersConfig};
 pub use lanes::{run_lanes, Lane};
-pub use reassembly::{FragmentRouter, Inboxes, Reassembly};
+pub use reassembly::{FragmentRouter, Inboxes, Reassembly, ReassemblyConfig};
 pub use run::{run, wall_ns, Finished, Observer, Progress, Quiet, RunConfig, RunError, RunReport};
 pub use sluice_engine::Verdict;

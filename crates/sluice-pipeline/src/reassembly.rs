@@ -120,6 +120,27 @@ impl Inboxes {
     }
 }
 
+/// How IP fragments are reassembled.
+#[derive(Debug, Clone, Copy)]
+pub struct ReassemblyConfig {
+    pub limits: DefragLimits,
+    /// The verdict of fragments whose datagram never completes.
+    pub incomplete: Verdict,
+}
+
+impl ReassemblyConfig {
+    /// A stage reassembling so.
+    pub fn stage(&self) -> Reassembly {
+        Reassembly::new(self.limits, self.incomplete)
+    }
+}
+
+impl Default for ReassemblyConfig {
+    fn default() -> Self {
+        ReassemblyConfig { limits: DefragLimits::default(), incomplete: Verdict::Drop }
+    }
+}
+
 /// One lane's end of the [`Inboxes`].
 pub struct FragmentRouter {
     lane: usize,

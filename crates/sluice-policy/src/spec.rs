@@ -15,36 +15,66 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// The rules a run judges by, as plain data (the CLI maps its flags here).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The rules a run judges by, as plain data and as the flags that give it
+/// (`filter`, `bridge`, `shield`, `compile` flatten it).
+#[derive(clap::Args, Debug, Clone, Default, PartialEq, Eq)]
 pub struct RuleSpec {
-    /// A rule file, or a file made by `sluice compile`.
+    /// A rule file (nft-flavoured: `set`, `drop`/`pass`/`count` rules,
+    /// `default`; see docs/rules.md), or a file made by `sluice compile`.
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with_all = ["drop_src", "drop_dst", "drop_any", "drop_country", "drop_asn", "inner"]
+    )]
     pub rules: Option<PathBuf>,
-    /// Lists whose addresses are dropped as sources.
+    /// Drop packets whose source address is in LIST (repeatable; shorthand
+    /// for the rule `drop saddr @LIST`).
+    #[arg(long, value_name = "LIST")]
     pub drop_src: Vec<PathBuf>,
-    /// Lists whose addresses are dropped as destinations.
+    /// Drop packets whose destination address is in LIST (repeatable).
+    #[arg(long, value_name = "LIST")]
     pub drop_dst: Vec<PathBuf>,
-    /// Lists whose addresses are dropped as either.
+    /// Drop packets whose source or destination address is in LIST (repeatable).
+    #[arg(long, value_name = "LIST")]
     pub drop_any: Vec<PathBuf>,
-    /// Countries whose networks are dropped as sources (read from
-    /// `geo_db`), in their one spelling (`sluice_geo::Key::parse_value`).
+    /// Drop packets whose source is in these countries' networks (ISO
+    /// 3166-1 alpha-2 codes, comma-separated or repeated; read from
+    /// --geo-db).
+    #[arg(long, value_name = "CC,...", value_delimiter = ',', requires = "geo_db",
+        value_parser = |s: &str| sluice_geo::Key::Country.parse_value(s))]
     pub drop_country: Vec<String>,
-    /// AS numbers whose networks are dropped as sources.
+    /// Drop packets whose source is in these autonomous systems' networks
+    /// (AS numbers, `4134` or `AS4134`; read from --geo-db).
+    #[arg(long, value_name = "ASN,...", value_delimiter = ',', requires = "geo_db",
+        value_parser = |s: &str| sluice_geo::Key::Asn.parse_value(s))]
     pub drop_asn: Vec<String>,
-    /// MaxMind DB files for `drop_country` and `drop_asn` (each read at
-    /// the first field it has of `sluice_geo::Key::known_fields`).
+    /// A MaxMind DB file (.mmdb: GeoLite2, DB-IP, IPinfo, IPtoASN,
+    /// ip-location-db) for --drop-country and --drop-asn (repeatable: a
+    /// country file and an ASN file; each read at the first field it has of
+    /// `sluice_geo::Key::known_fields`). A bridge or shield rereads it on
+    /// SIGHUP and with --watch.
+    #[arg(long, value_name = "FILE")]
     pub geo_db: Vec<PathBuf>,
-    /// The shorthand lists match the innermost IP header of tunnelled packets.
+    /// The --drop-* lists match the innermost IP header of tunnelled
+    /// packets (GRE, IPIP, VXLAN, Geneve, GTP-U...) instead of the outer one.
+    #[arg(long)]
     pub inner: bool,
-    /// Look IPv4-mapped IPv6 addresses up as IPv4.
+    /// Look IPv4-mapped IPv6 addresses (::ffff:a.b.c.d) up as IPv4, so IPv4
+    /// entries match them.
+    #[arg(long)]
     pub v4mapped: bool,
-    /// Skip malformed list lines (each one becomes a warning) instead of failing.
+    /// Skip malformed list lines with a warning instead of stopping.
+    #[arg(long)]
     pub lenient: bool,
-    /// Build host tables without their front filters.
+    /// Build host tables without their front filters (10 bits per host,
+    /// cache-resident; they answer "not listed" without touching the
+    /// table). A compiled file keeps what it was compiled with.
+    #[arg(long)]
     pub no_front_filter: bool,
     /// Dynamic sets a feed fills (CrowdSec): a rule file must define each
     /// as `set NAME dynamic`; with the shorthands (or no rules) each is
     /// added, its sources dropped.
+    #[arg(skip)]
     pub feed_sets: Vec<String>,
 }
 
@@ -84,6 +114,14 @@ pub struct Loaded {
     /// What the caller should tell the user: lines skipped in lenient mode,
     /// rules that let every packet through.
     pub warnings: Vec<String>,
+}
+
+impl Loaded {
+    /// The warnings logged (once, where the rules were loaded for a run).
+    pub fn logged(self) -> Loaded {
+        self.warnings.iter().for_each(|w| tracing::warn!("{w}"));
+        self
+    }
 }
 
 /// Why rules could not be loaded. Each variant's message names the file

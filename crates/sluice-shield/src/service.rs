@@ -324,6 +324,34 @@ impl Shield {
         &self.attached
     }
 
+    /// Log what the start did: the rules' warnings, and per interface
+    /// the program replaced, the pinned link taken over, the mode fallen
+    /// back to, and the program's size.
+    pub fn log_start(&self) {
+        for w in &self.warnings {
+            tracing::warn!("{w}");
+        }
+        let (instructions, table_bytes) = self.program_size();
+        for at in &self.attached {
+            if let Some(r) = &at.replaced {
+                tracing::warn!("{}: replaced XDP program {r} (--force)", at.iface);
+            }
+            if at.adopted {
+                let pin = at.pinned.as_ref().map_or(String::new(), |p| p.display().to_string());
+                tracing::info!("{}: took over the pinned link {pin} (new program swapped in)", at.iface);
+            }
+            if let Some(why) = &at.fell_back {
+                tracing::warn!("{}: {why}", at.iface);
+            }
+            let kib = table_bytes / 1024;
+            tracing::info!(
+                "shield on {} ({} XDP): {instructions} instructions, {kib} KiB of tables",
+                at.iface,
+                at.mode
+            );
+        }
+    }
+
     /// What the user should hear about the rules (lines skipped, no rules).
     pub fn warnings(&self) -> &[String] {
         &self.warnings
