@@ -4,7 +4,8 @@
 //! buffers a request body and a response use (so bounded the same), until
 //! either side closes or nothing moves for `--tunnel-timeout`.
 
-use super::{add, send_request, Client, Next, Phase, Worker};
+use super::upstream::send_request;
+use super::{add, Client, Next, Phase, Worker};
 use std::io::{self, Read};
 use std::net::Shutdown;
 use std::time::Instant;

@@ -12,9 +12,6 @@ use sluice_h1::response::ResponseReader;
 use std::io::{self, Read, Write};
 use std::time::{Duration, Instant};
 
-/// Idle upstream connections kept per thread.
-pub(super) const MAX_IDLE: usize = 1024;
-
 /// A pooled upstream connection idle at least this long is peeked at before
 /// a request that could not be sent again goes on it (its close may be on
 /// its way). One idle for less carries a body-less GET unpeeked: the peek
