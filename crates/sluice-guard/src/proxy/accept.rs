@@ -5,7 +5,8 @@
 //! connections' requests.
 
 use super::breach::reset;
-use super::{add, After, Client, Next, Phase, Worker, IN_CHUNK};
+use super::client::Client;
+use super::{add, After, Next, Phase, Worker, IN_CHUNK};
 use crate::frame::{Refusal, RequestFramer};
 use crate::limits::Limit;
 use crate::outbuf::OutBuf;

@@ -2,7 +2,8 @@
 //! block), its client answered and closed or reset; and a new block closes
 //! the thread's connections from blocked addresses.
 
-use super::{add, error_response, After, Client, Next, Phase, Worker};
+use super::client::{error_response, Client};
+use super::{add, After, Next, Phase, Worker};
 use crate::frame::Refusal;
 use crate::limits::Limit;
 use crate::BlockAction;

@@ -3,7 +3,8 @@
 //! body and the response (a slow or stalled client), the upstream queue,
 //! the upstream's connect and answer, and an idle tunnel.
 
-use super::{add, error_response, After, Client, Phase, Worker};
+use super::client::{error_response, Client};
+use super::{add, After, Phase, Worker};
 use crate::frame::Refusal;
 use crate::limits::Limit;
 use crate::timeouts::Stalled;

@@ -2,7 +2,8 @@
 //! the upstream waits in its client's queue, known clients' apart from new
 //! ones', and is forwarded in its turn.
 
-use super::{add, After, Client, Next, Phase, Worker};
+use super::client::Client;
+use super::{add, After, Next, Phase, Worker};
 use crate::frame::HeadInfo;
 use crate::table::Standing;
 use std::time::Instant;

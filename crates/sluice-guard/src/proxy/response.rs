@@ -4,8 +4,9 @@
 //! connection and readies the client for its next request, one that
 //! failed is a 502 (or sent again, pipelined and unanswered).
 
+use super::client::{error_response, Client};
 use super::upstream::{send_request, Up};
-use super::{error_response, After, Client, Next, Phase, Worker};
+use super::{After, Next, Phase, Worker};
 use crate::frame::Refusal;
 use crate::timeouts::Watch;
 use sluice_h1::response::Step;

@@ -4,8 +4,9 @@
 //! buffers a request body and a response use (so bounded the same), until
 //! either side closes or nothing moves for `--tunnel-timeout`.
 
+use super::client::Client;
 use super::upstream::send_request;
-use super::{add, Client, Next, Phase, Worker};
+use super::{add, Next, Phase, Worker};
 use std::io::{self, Read};
 use std::net::Shutdown;
 use std::time::Instant;

@@ -3,7 +3,8 @@
 //! turn's batch), and a pipelined request sent again when its connection
 //! cannot answer it.
 
-use super::{add, error_response, Client, Next, Phase, Worker};
+use super::client::{error_response, Client};
+use super::{add, Next, Phase, Worker};
 use crate::frame::HeadInfo;
 use crate::timeouts::Watch;
 use mio::net::TcpStream;
