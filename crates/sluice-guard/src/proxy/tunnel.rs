@@ -18,7 +18,7 @@ pub(super) struct Tunnel {
     /// When a byte last moved either way (`--tunnel-timeout`).
     pub(super) moved_at: Instant,
     /// The client's close was passed on (the upstream's write side is shut).
-    pub(super) up_shut: bool,
+    up_shut: bool,
 }
 
 impl Worker<'_> {

@@ -62,7 +62,7 @@ pub(super) struct Up {
     /// buffer; the socket is not read while it holds any).
     pub(super) spill: Vec<u8>,
     /// This turn's batch: written once the turn ends.
-    pub(super) hold: bool,
+    hold: bool,
     /// Nothing after the current response is read: closed after it.
     pub(super) last: bool,
     /// Bytes moved either way, for `watch` (`--upstream-timeout`).
