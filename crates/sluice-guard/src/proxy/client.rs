@@ -18,6 +18,7 @@ use std::io::{self, Read};
 use std::net::{IpAddr, Shutdown};
 use std::time::{Duration, Instant};
 
+/// A client connection.
 pub(super) struct Client {
     pub(super) sock: TcpStream,
     /// The client: the peer, the one a PROXY header named, or (`forwarded`)

@@ -16,6 +16,15 @@
 //!
 //! Tokens: client slot `i` is `2i`, upstream slot `j` is `2j + 1`; an event
 //! on an upstream in use drives the client it serves.
+//!
+//! Here: the `Worker`, its loop, and a client connection's turn (`serve`:
+//! its phases in order). The connection's parts, each a set of the
+//! Worker's methods: `accept` (accepting, shedding at `--max-connections`,
+//! admission, the PROXY header, the ClientHello), `client` (its requests
+//! read, framed, checked and sent on; what is owed it written), `queue`
+//! (waiting for an upstream slot), `upstream` (the pool, sending, sending
+//! again), `response` (the response relayed back), `tunnel` (after a
+//! 101), `deadlines` (every phase's), `breach` (counted, blocked, refused).
 
 use crate::frame::HeadInfo;
 use crate::outbuf::Pool;
