@@ -39,8 +39,8 @@ pub(super) struct InFlight {
 }
 
 /// An upstream connection. Its response is read straight into its
-/// client's [`OutBuf`](crate::outbuf::OutBuf); `out` holds the request on its way (head and body,
-/// the body bounded by `--buffer-size`).
+/// client's [`OutBuf`](crate::outbuf::OutBuf); `out` holds the request on
+/// its way (head and body, the body bounded by `--buffer-size`).
 pub(super) struct Up {
     pub(super) sock: TcpStream,
     pub(super) out: Vec<u8>,
