@@ -83,7 +83,7 @@ pub struct Config {
     /// Requests at the upstream at once, all threads together (0: no cap).
     /// Beyond, requests wait in a queue that serves known clients (served
     /// before, not near a limit) first and gives new ones a share of the
-    /// slots (see `proxy::NEW_SHARE`).
+    /// slots (see `proxy::queue::NEW_SHARE`).
     pub upstream_max_inflight: usize,
     /// Body-less GETs written together on one upstream connection, at most
     /// this many per connection (1: one request per connection at a time).

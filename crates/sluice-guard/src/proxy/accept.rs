@@ -1,0 +1,368 @@
+//! A connection's opening: accepted (or refused, or room made for it at
+//! `--max-connections`), admitted by its address (at accept, or once a
+//! PROXY header names it), and over TLS its ClientHello judged before
+//! rustls spends anything on it, the handshakes queued behind established
+//! connections' requests.
+
+use super::breach::reset;
+use super::client::Client;
+use super::{add, After, Next, Phase, Worker, IN_CHUNK};
+use crate::frame::{Refusal, RequestFramer};
+use crate::limits::Limit;
+use crate::outbuf::OutBuf;
+use crate::proxyproto::Parsed;
+use crate::table::Admit;
+use crate::timeouts::Watch;
+use crate::tls::TlsConn;
+use crate::BlockAction;
+use mio::net::TcpStream;
+use mio::{Interest, Token};
+use std::io;
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// New connections taken per loop turn: a flood of connects waits in the
+/// kernel's backlog while the connections already open are served.
+const ACCEPT_BATCH: usize = 64;
+
+/// A response the client took no byte of for this long is stalled: at
+/// `--max-connections` it may be shed to make room.
+const STALLED: Duration = Duration::from_secs(1);
+
+/// Time given to queued TLS handshakes per loop turn before the loop looks
+/// at its other connections again: a handshake costs a signature and a key
+/// exchange (~0.1-0.2 ms), so a flood of new TLS connections delays the
+/// requests of established ones by at most about this much per turn.
+const HELLO_SLICE: Duration = Duration::from_millis(2);
+
+impl Worker<'_> {
+    /// Accept up to [`ACCEPT_BATCH`] connections (after this turn's events:
+    /// open connections go first); `accept_pending` stays set while the
+    /// listener may hold more.
+    pub(super) fn accept_all(&mut self) {
+        for _ in 0..ACCEPT_BATCH {
+            match self.listener.accept() {
+                Ok((sock, peer)) => self.accept(sock, peer.ip().to_canonical()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // WouldBlock: all accepted; anything else (EMFILE...) ends this round too.
+                Err(_) => {
+                    self.accept_pending = false;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// One accepted connection: refused, or admitted, registered and
+    /// (when it already broke a limit) answered.
+    fn accept(&mut self, sock: TcpStream, ip: IpAddr) {
+        // At the cap: room is made by closing those that waited longest
+        // for a request (idle or trickling), else this one goes.
+        if self.open >= self.max_open && !self.shed_waiting() {
+            add(&self.n.refused_max_connections, 1);
+            return;
+        }
+        // Behind a load balancer the client is known only from the PROXY
+        // header (admission waits for it: `Phase::Proxy`) or from each
+        // request's `--client-ip-header` (no admission per connection).
+        let trusted = self.trusted(ip);
+        let forwarded = !self.cfg.proxy_protocol && trusted && self.cfg.client_ip_header.is_some();
+        let admit = if self.cfg.proxy_protocol {
+            if !trusted {
+                add(&self.n.refused_untrusted_proxy, 1);
+                return;
+            }
+            None
+        } else if forwarded {
+            None
+        } else {
+            Some(self.shared.table.on_accept(ip, self.now_ms()))
+        };
+        if let Some(a @ (Admit::Blocked | Admit::Full)) = admit {
+            add(&self.n.refused_at_accept, 1);
+            if a == Admit::Full {
+                add(&self.n.refused_table_full, 1);
+            }
+            if self.cfg.action == BlockAction::Reset {
+                reset(&sock);
+            }
+            return;
+        }
+        // A dry run admits a breaching connection, counted as open.
+        let tracked = admit == Some(Admit::Ok) || (self.cfg.dry_run && matches!(admit, Some(Admit::Breach(_))));
+        let _ = sock.set_nodelay(true);
+        let tls = match self.new_tls() {
+            Ok(t) => t,
+            Err(_) => {
+                add(&self.n.tls_handshake_errors, 1);
+                if tracked {
+                    self.shared.table.on_close(ip);
+                }
+                return;
+            }
+        };
+        let i = self.free_clients.pop().unwrap_or_else(|| {
+            self.clients.push(None);
+            self.clients.len() - 1
+        });
+        let mut c = self.new_client(sock, ip, forwarded, tracked, tls);
+        self.start_waiting(&mut c, true);
+        if self.poll.registry().register(&mut c.sock, Token(2 * i), Interest::READABLE | Interest::WRITABLE).is_err() {
+            if c.tracked {
+                self.shared.table.on_close(ip);
+            }
+            self.free_clients.push(i);
+            return;
+        }
+        add(&self.n.connections, 1);
+        self.open += 1;
+        self.clients[i] = Some(c);
+        if let (Some(Admit::Breach(limit)), true) = (admit, self.cfg.dry_run) {
+            self.note(ip, None, limit);
+        } else if let Some(Admit::Breach(limit)) = admit {
+            let mut c = self.clients[i].take().expect("just put");
+            let after = self.refuse(&mut c, Refusal { limit, status: limit.status(), reason: limit.name() });
+            self.clients[i] = Some(c);
+            match after {
+                After::Keep => self.drive(i),
+                After::Close => self.close_client(i, false),
+                After::Reset => self.close_client(i, true),
+            }
+        }
+    }
+
+    /// A new connection's state, before its first byte.
+    fn new_client(
+        &mut self,
+        sock: TcpStream,
+        ip: IpAddr,
+        forwarded: bool,
+        tracked: bool,
+        tls: Option<Box<TlsConn>>,
+    ) -> Client {
+        let now = Instant::now();
+        let handshake_deadline = tls.as_ref().map(|_| now + self.cfg.tls_handshake_timeout);
+        let serial = self.serials;
+        self.serials += 1;
+        Client {
+            sock,
+            ip,
+            peer: ip,
+            forwarded,
+            tracked,
+            inbuf: vec![0; IN_CHUNK.min(self.in_cap)],
+            start: 0,
+            end: 0,
+            framer: RequestFramer::new(self.cfg.max_head).upgrading(self.upgrades.clone()),
+            phase: if self.cfg.proxy_protocol { Phase::Proxy } else { Phase::Head },
+            req: None,
+            out: OutBuf::default(),
+            sent: 0,
+            received: 0,
+            send_watch: Watch::new(0, now),
+            body_watch: Watch::new(0, now),
+            slow_noted: false,
+            idle_deadline: None,
+            progress_at: now,
+            waiting_since: None,
+            head_deadline: None,
+            peer_eof: false,
+            read_closed: false,
+            readable: true,
+            body_len_noted: false,
+            tls,
+            handshake_deadline,
+            ja4: None,
+            hello_queued: false,
+            serial,
+            served: false,
+            solo: false,
+            as_new: false,
+            tunnel: None,
+        }
+    }
+
+    /// Close connections waiting for a request head (with nothing left to
+    /// send them) and connections whose response has stalled (the client
+    /// took nothing for [`STALLED`]): those never served first (idle,
+    /// trickling, still in a TLS handshake, or stalled on their first
+    /// response), each kind oldest progress first; 1/64 of those open (at
+    /// least one), so a flood of new connections at the cap pays one scan
+    /// per 64. Whether any was closed.
+    fn shed_waiting(&mut self) -> bool {
+        let now = Instant::now();
+        let mut waiting: Vec<((bool, Instant), usize)> = self
+            .clients
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| {
+                let c = c.as_ref()?;
+                let since = if c.out.has_pending() {
+                    Some(c.progress_at).filter(|&t| now.duration_since(t) >= STALLED)
+                } else {
+                    c.waiting_since
+                };
+                Some(((c.served, since?), i))
+            })
+            .collect();
+        if waiting.is_empty() {
+            return false;
+        }
+        let k = (self.open / 64).clamp(1, waiting.len());
+        if k < waiting.len() {
+            waiting.select_nth_unstable(k - 1);
+        }
+        for &(_, i) in &waiting[..k] {
+            self.close_client(i, false);
+        }
+        add(&self.n.shed_waiting, k as u64);
+        true
+    }
+
+    /// Whether `ip` is one of `--trusted-proxies`.
+    pub(super) fn trusted(&self, ip: IpAddr) -> bool {
+        self.cfg.trusted_proxies.iter().any(|p| p.contains(ip))
+    }
+
+    /// A PROXY header names the client; then it is admitted (or, behind a
+    /// trusted proxy that names clients per request, framed at once).
+    pub(super) fn proxy_header(&mut self, c: &mut Client) -> Next {
+        if c.phase != Phase::Proxy || c.end == c.start {
+            return Next::Go(false);
+        }
+        match crate::proxyproto::parse(&c.inbuf[c.start..c.end]) {
+            Ok(Parsed::Incomplete) if !c.peer_eof => Next::Go(false),
+            Ok(Parsed::Incomplete) | Err(_) => {
+                add(&self.n.proxy_header_errors, 1);
+                Next::End(After::Close)
+            }
+            Ok(Parsed::Header { len, source }) => {
+                c.start += len;
+                // What followed the header is the client's first TLS bytes.
+                if let Some(t) = &mut c.tls {
+                    t.push_early(&c.inbuf[c.start..c.end]);
+                    (c.start, c.end, c.readable) = (0, 0, true);
+                }
+                // LOCAL/UNKNOWN: the balancer's own connection (a health check).
+                if let Some(s) = source {
+                    (c.ip, c.peer) = (s.ip().to_canonical(), s.ip().to_canonical());
+                }
+                // A proxy in front of the balancer names its requests' clients.
+                c.forwarded = self.cfg.client_ip_header.is_some() && self.trusted(c.ip);
+                if c.forwarded {
+                    c.phase = Phase::Head;
+                } else if let after @ (After::Close | After::Reset) = self.admit_client(c) {
+                    return Next::End(after);
+                }
+                Next::Go(true)
+            }
+        }
+    }
+
+    /// Admission once the PROXY header named the client, as at accept
+    /// without one: a blocked address or a full table is closed, a
+    /// connection-rate breach refused.
+    fn admit_client(&mut self, c: &mut Client) -> After {
+        let admit = self.shared.table.on_accept(c.ip, self.now_ms());
+        if matches!(admit, Admit::Blocked | Admit::Full) {
+            add(&self.n.refused_at_accept, 1);
+            if admit == Admit::Full {
+                add(&self.n.refused_table_full, 1);
+            }
+            return if self.cfg.action == BlockAction::Reset { After::Reset } else { After::Close };
+        }
+        c.tracked = admit == Admit::Ok || (self.cfg.dry_run && matches!(admit, Admit::Breach(_)));
+        c.phase = Phase::Head;
+        match admit {
+            Admit::Breach(limit) if self.cfg.dry_run => self.note(c.ip, c.ja4.as_deref(), limit),
+            Admit::Breach(limit) => {
+                return self.refuse(c, Refusal { limit, status: limit.status(), reason: limit.name() })
+            }
+            _ => {}
+        }
+        After::Keep
+    }
+
+    /// A TLS connection for a new client when `--tls-cert` is on (the
+    /// config as of the last reload).
+    fn new_tls(&mut self) -> Result<Option<Box<TlsConn>>, crate::tls::TlsError> {
+        let Some(store) = &self.shared.tls else { return Ok(None) };
+        let generation = store.generation.load(Ordering::Acquire);
+        if self.tls.as_ref().is_none_or(|(g, _)| *g != generation) {
+            self.tls = Some((generation, store.current()));
+        }
+        let cfg = self.tls.as_ref().expect("just set").1.clone();
+        let l = &self.cfg.limits;
+        let judge =
+            self.shared.ja4_block.is_some() || l.tls_handshake_rate.is_some() || l.tls_handshake_burst.is_some();
+        TlsConn::new(cfg, judge).map(|t| Some(Box::new(t)))
+    }
+
+    /// A whole ClientHello, before rustls spends anything on it: its JA4
+    /// is counted and checked against `--block-ja4`, the hello against the
+    /// handshake rate (a trusted proxy's are not: it speaks for many).
+    /// One that cannot be read breaks `tls_hello`, counted in the rate all
+    /// the same.
+    pub(super) fn hello(
+        &mut self,
+        c: &mut Client,
+        hello: Result<&crate::ja4::ClientHello, &crate::ja4::HelloError>,
+    ) -> After {
+        let ja4 = hello.ok().map(|h| h.ja4());
+        let listed = ja4.as_ref().is_some_and(|j| self.shared.ja4_block.as_ref().is_some_and(|b| b.contains(j)));
+        let rate = if c.forwarded || self.trusted(c.ip) {
+            None
+        } else {
+            Some(self.shared.table.on_hello(c.ip, self.now_ms()))
+        };
+        let limit = match (&ja4, listed) {
+            (None, _) => Some(Limit::TlsHello),
+            (_, true) => Some(Limit::TlsJa4),
+            _ => rate.and_then(|r| r.err()),
+        };
+        if let Some(ja4) = ja4 {
+            self.shared.ja4_stats.count(&ja4, limit.is_some() && !self.cfg.dry_run);
+            c.ja4 = Some(ja4.into_boxed_str());
+        }
+        match limit {
+            None => After::Keep,
+            Some(limit) if self.cfg.dry_run => {
+                self.note(c.ip, c.ja4.as_deref(), limit);
+                After::Keep
+            }
+            Some(limit) => self.refuse(c, Refusal { limit, status: limit.status(), reason: limit.name() }),
+        }
+    }
+
+    /// Let rustls process queued ClientHellos, oldest first, for up to
+    /// [`HELLO_SLICE`].
+    pub(super) fn run_hellos(&mut self) {
+        let until = Instant::now() + HELLO_SLICE;
+        while let Some((i, serial)) = self.hellos.pop_front() {
+            let Some(Some(c)) = self.clients.get_mut(i) else { continue };
+            if c.serial != serial || !c.hello_queued {
+                continue;
+            }
+            (c.hello_queued, c.readable) = (false, true);
+            self.drive(i);
+            if Instant::now() >= until {
+                break;
+            }
+        }
+    }
+
+    /// A TLS handshake that just finished ends its deadline.
+    #[inline]
+    pub(super) fn tls_established(&mut self, c: &mut Client) -> Next {
+        match c.tls.as_mut().filter(|t| !t.established && !t.is_handshaking()) {
+            Some(t) => {
+                t.established = true;
+                c.handshake_deadline = None;
+                add(&self.n.tls_handshakes, 1);
+                Next::Go(true)
+            }
+            None => Next::Go(false),
+        }
+    }
+}

@@ -1,0 +1,342 @@
+//! One mio event loop per thread on its own SO_REUSEPORT listener. A client
+//! connection carries one request at a time to an upstream connection taken
+//! from the thread's keep-alive pool: the head (parsed and checked in
+//! `frame`) and the body are forwarded verbatim, the response is framed by
+//! `sluice_h1::response::ResponseReader` and relayed as it arrives.
+//! Pipelined requests wait in the client's input buffer and go in order.
+//!
+//! `--upstream-pipeline N`: the body-less GETs of one loop turn share
+//! upstream connections, up to N on each, written at the end of the turn
+//! in one system call (the turn's batch). Their responses come back in
+//! order: the one at the head of a connection (`Up::client`) is read into
+//! its client's buffer, bytes past it wait in `Up::spill` for the next
+//! (`Up::behind`). Those behind are sent again on other connections
+//! (`Worker::redo`) when theirs cannot answer them: it closed or failed,
+//! a client behind left, or the head's client stopped taking its response.
+//!
+//! Tokens: client slot `i` is `2i`, upstream slot `j` is `2j + 1`; an event
+//! on an upstream in use drives the client it serves.
+//!
+//! Here: the `Worker`, its loop, and a client connection's turn (`serve`:
+//! its phases in order). The connection's parts, each a set of the
+//! Worker's methods: `accept` (accepting, shedding at `--max-connections`,
+//! admission, the PROXY header, the ClientHello), `client` (its requests
+//! read, framed, checked and sent on; what is owed it written), `queue`
+//! (waiting for an upstream slot), `upstream` (the pool, sending, sending
+//! again), `response` (the response relayed back), `tunnel` (after a
+//! 101), `deadlines` (every phase's), `breach` (counted, blocked, refused).
+
+use crate::frame::HeadInfo;
+use crate::outbuf::Pool;
+use crate::{Config, Shared, ThreadCounters};
+use mio::net::TcpListener;
+use mio::{Events, Interest, Poll, Token};
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+mod accept;
+mod breach;
+mod client;
+mod deadlines;
+mod queue;
+mod response;
+mod tunnel;
+mod upstream;
+
+use breach::reset;
+use client::{drain, Client};
+use queue::NEW_SHARE;
+use upstream::Up;
+
+const LISTENER: Token = Token(usize::MAX);
+/// Poll wait: timeouts, blocks and the stop flag are looked at this often.
+const TICK: Duration = Duration::from_millis(20);
+const IN_CHUNK: usize = 4096;
+/// Response buffers kept free per thread for reuse (at most this many
+/// times `--buffer-size` held by no connection).
+const POOL_KEEP: usize = 256;
+
+fn add(c: &AtomicU64, n: u64) {
+    // Only this thread writes its counters: a plain load + store, no locked add.
+    c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// `--proxy-protocol`: waiting for the PROXY header; not admitted yet
+    /// (its client is not known), not counted against any address.
+    Proxy,
+    Head,
+    Body,
+    /// A whole head, checked and counted, waiting since then for a slot
+    /// at the upstream (`--upstream-max-inflight`): forwarded in its
+    /// queue's turn (`Worker::dispatch_queued`).
+    Queued(Instant, HeadInfo),
+    /// Request forwarded; waiting for (the rest of) its response.
+    Await,
+    /// A tunnel to upstream `Client::tunnel` (an upgrade answered 101).
+    Tunnel,
+    /// Write what is queued, then shut the write side.
+    Closing,
+    Draining(Instant),
+}
+
+enum After {
+    Keep,
+    Close,
+    Reset,
+}
+
+/// What one phase of `serve`'s turn says.
+enum Next {
+    /// Go on to the next phase; whether this one moved bytes.
+    Go(bool),
+    /// Start the turn over.
+    Again,
+    /// End the turn, and the connection as said.
+    End(After),
+}
+
+pub(crate) struct Worker<'a> {
+    poll: Poll,
+    listener: TcpListener,
+    clients: Vec<Option<Client>>,
+    free_clients: Vec<usize>,
+    ups: Vec<Option<Up>>,
+    free_ups: Vec<usize>,
+    idle: Vec<usize>,
+    cfg: &'a Config,
+    shared: &'a Shared,
+    n: &'a ThreadCounters,
+    epoch: u64,
+    in_cap: usize,
+    /// Upstreams to close once back in their slots (see `close_up_later`).
+    doomed: Vec<usize>,
+    /// Client connections open on this thread, and how many it may hold
+    /// (its share of `--max-connections`).
+    open: usize,
+    max_open: usize,
+    /// The TLS config new connections get, and the store generation it is from.
+    tls: Option<(u64, std::sync::Arc<rustls::ServerConfig>)>,
+    /// Judged ClientHellos waiting for rustls, oldest first: (slot, serial).
+    hellos: std::collections::VecDeque<(usize, u64)>,
+    serials: u64,
+    /// The listener may hold more connections than the last turn took
+    /// (edge-triggered: no new event says so).
+    accept_pending: bool,
+    /// This second's block lines: when it began, lines logged, blocks not logged.
+    block_lines: (Instant, u32, u64),
+    /// Upstream failures: when the last line was logged, failures since not logged.
+    up_lines: (Option<Instant>, u64),
+    /// Response buffers (`--buffer-size` each).
+    pool: Pool,
+    /// Requests at the upstream (clients with `req`), and this thread's
+    /// share of `--upstream-max-inflight` (0: no cap).
+    inflight: usize,
+    max_inflight: usize,
+    /// Of `inflight`, those of clients not known when they were let in,
+    /// and the most they may be (a [`NEW_SHARE`] of the cap, at least 1).
+    inflight_new: usize,
+    max_inflight_new: usize,
+    /// Requests waiting for a slot, oldest first: (slot, serial), known
+    /// clients and new ones apart; and slots given since the last that
+    /// went to a new client.
+    queue_known: std::collections::VecDeque<(usize, u64)>,
+    queue_new: std::collections::VecDeque<(usize, u64)>,
+    since_new: u32,
+    /// `--upstream-pipeline`: the upstreams this turn's pipelinable
+    /// requests went to, written when the turn ends (`flush_batch`); new
+    /// ones join the last while it has room.
+    batch: Vec<usize>,
+    /// Pipelined requests to send again, alone; they kept their slots.
+    redo: std::collections::VecDeque<(usize, u64)>,
+    /// `--upgrade-protocols`, shared by every connection's framer.
+    upgrades: std::sync::Arc<[Box<str>]>,
+    /// Clients whose responses now come first on their connections (the
+    /// one ahead ended): driven before the turn ends, as their bytes
+    /// may be in the spill already, with no new event to say so.
+    wake: std::collections::VecDeque<(usize, u64)>,
+}
+
+impl<'a> Worker<'a> {
+    pub(crate) fn new(
+        mut listener: TcpListener,
+        cfg: &'a Config,
+        shared: &'a Shared,
+        n: &'a ThreadCounters,
+    ) -> io::Result<Self> {
+        let poll = Poll::new()?;
+        poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
+        Ok(Worker {
+            poll,
+            listener,
+            clients: Vec::new(),
+            free_clients: Vec::new(),
+            ups: Vec::new(),
+            free_ups: Vec::new(),
+            idle: Vec::new(),
+            cfg,
+            shared,
+            n,
+            epoch: 0,
+            in_cap: cfg.max_head + IN_CHUNK,
+            doomed: Vec::new(),
+            open: 0,
+            max_open: (shared.max_connections / cfg.threads.max(1)).max(1),
+            tls: None,
+            hellos: Default::default(),
+            serials: 0,
+            accept_pending: false,
+            block_lines: (Instant::now(), 0, 0),
+            up_lines: (None, 0),
+            pool: Pool::new(cfg.buffer_size, POOL_KEEP),
+            inflight: 0,
+            max_inflight: match cfg.upstream_max_inflight {
+                0 => 0,
+                n => (n / cfg.threads.max(1)).max(1),
+            },
+            inflight_new: 0,
+            max_inflight_new: match cfg.upstream_max_inflight {
+                0 => 0,
+                n => ((n / cfg.threads.max(1)).max(1) / NEW_SHARE as usize).max(1),
+            },
+            queue_known: Default::default(),
+            queue_new: Default::default(),
+            since_new: 0,
+            batch: Vec::new(),
+            redo: Default::default(),
+            upgrades: cfg.upgrade_protocols.iter().map(|p| p.to_ascii_lowercase().into_boxed_str()).collect(),
+            wake: Default::default(),
+        })
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.shared.started.elapsed().as_millis() as u64
+    }
+
+    pub(crate) fn run(mut self, stop: &AtomicBool) -> io::Result<()> {
+        let mut events = Events::with_capacity(1024);
+        let mut next_sweep = Instant::now() + TICK;
+        while !stop.load(Ordering::Relaxed) {
+            // Handshakes still queued: look at the sockets and come back at once.
+            // (And requests to send again, or responses already read.)
+            let busy = !self.hellos.is_empty() || self.accept_pending || !self.redo.is_empty() || !self.wake.is_empty();
+            let wait = if busy { Duration::ZERO } else { TICK };
+            match self.poll.poll(&mut events, Some(wait)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+            for ev in &events {
+                // Input, EOF or an error: reading finds out which. A bare
+                // write-ready edge (one after nearly every send) is not
+                // read on: that read would fail with EAGAIN, one wasted
+                // system call per request.
+                let input = ev.is_readable() || ev.is_read_closed() || ev.is_error();
+                match ev.token() {
+                    LISTENER => self.accept_pending = true,
+                    Token(t) if t % 2 == 0 => {
+                        if let Some(Some(c)) = self.clients.get_mut(t / 2) {
+                            c.readable |= input;
+                            c.read_closed |= ev.is_read_closed();
+                        }
+                        self.drive(t / 2)
+                    }
+                    Token(t) => {
+                        if let Some(Some(u)) = self.ups.get_mut(t / 2) {
+                            u.readable |= input;
+                            u.read_closed |= ev.is_read_closed();
+                        }
+                        self.up_event(t / 2)
+                    }
+                }
+            }
+            if self.accept_pending {
+                self.accept_all();
+            }
+            self.run_hellos();
+            let epoch = self.shared.table.block_epoch.load(Ordering::Acquire);
+            if epoch != self.epoch {
+                self.epoch = epoch;
+                self.close_blocked();
+            }
+            if Instant::now() >= next_sweep {
+                next_sweep = Instant::now() + TICK;
+                self.sweep_deadlines();
+            }
+            self.wake_next();
+            self.dispatch_queued();
+            self.flush_batch();
+        }
+        for i in 0..self.clients.len() {
+            if self.clients[i].is_some() {
+                self.close_client(i, false);
+            }
+        }
+        Ok(())
+    }
+
+    fn close_client(&mut self, i: usize, rst: bool) {
+        let Some(mut c) = self.clients.get_mut(i).and_then(Option::take) else { return };
+        if rst {
+            reset(&c.sock);
+        }
+        let _ = self.poll.registry().deregister(&mut c.sock);
+        if c.tracked {
+            self.shared.table.on_close(c.ip);
+        }
+        self.leave_up(&mut c);
+        c.out.discard(&mut self.pool);
+        self.open -= 1;
+        self.free_clients.push(i);
+    }
+
+    fn drive(&mut self, i: usize) {
+        let Some(mut c) = self.clients.get_mut(i).and_then(Option::take) else { return };
+        let after = self.serve(&mut c, i);
+        self.clients[i] = Some(c);
+        match after {
+            After::Keep => {}
+            After::Close => self.close_client(i, false),
+            After::Reset => self.close_client(i, true),
+        }
+    }
+
+    /// Read, frame, forward, relay, write, until nothing moves. One
+    /// function per phase; each says whether it moved bytes, or that the
+    /// turn starts over, or how the connection ends.
+    fn serve(&mut self, c: &mut Client, i: usize) -> After {
+        // `Again` restarts the turn (a phase changed what earlier phases see).
+        macro_rules! phase {
+            ($progress:ident, $e:expr) => {
+                match $e {
+                    Next::Go(moved) => $progress |= moved,
+                    Next::Again => continue,
+                    Next::End(after) => return after,
+                }
+            };
+        }
+        loop {
+            if let Phase::Draining(deadline) = c.phase {
+                return drain(c, deadline);
+            }
+            let mut progress = false;
+            phase!(progress, self.read_client(c, i));
+            phase!(progress, self.tls_established(c));
+            phase!(progress, self.proxy_header(c));
+            phase!(progress, self.frame_head(c, i));
+            phase!(progress, self.forward_body(c));
+            if c.start == c.end {
+                c.start = 0;
+                c.end = 0;
+            }
+            phase!(progress, self.exchange(c, i));
+            phase!(progress, self.tunnel(c));
+            phase!(progress, self.write_client(c, progress));
+            if !progress {
+                return After::Keep;
+            }
+        }
+    }
+}
