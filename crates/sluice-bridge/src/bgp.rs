@@ -3,12 +3,16 @@
 //!
 //! One thread per peer runs `sluice_bgp::session::run` (connecting, or
 //! taking the connections a listener thread accepts for it); their events
-//! go to one RIB thread, which keeps each peer's routes ([`Rib`]) and, after
-//! each burst of events (everything waiting, handled together), builds the
-//! whole [`FlowTable`] again and hands it to the control thread as one
-//! [`Event::Flows`]: the workers see the table before an UPDATE or after
-//! it, never half of it. Counters and policers belong to a route and move
-//! into each new table with it.
+//! go through one bounded queue ([`RIB_QUEUE`]: a full one holds the
+//! sessions, and through TCP their peers, back) to one RIB thread, which
+//! keeps each peer's routes ([`Rib`]) and, after each burst of events
+//! (everything waiting, handled together), builds the whole [`FlowTable`]
+//! again and hands it to the control thread as one [`Event::Flows`]: the
+//! workers see the table before an UPDATE or after it, never half of it.
+//! While events keep coming a table goes out at most every
+//! [`PUBLISH_EVERY`], so a flood from one peer delays another's
+//! withdrawal by an interval and a rebuild, not by the flood. Counters and
+//! policers belong to a route and move into each new table with it.
 //!
 //! A peer is a feed like any other: every route passes the safety net
 //! before it is held ([`RouteGuard`]): a blackhole's prefix and a flow's
@@ -29,7 +33,7 @@ use sluice_rules::Prefix;
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{channel, sync_channel, Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -874,7 +878,7 @@ impl Bgp {
                 bytes: 0,
             })
             .collect();
-        let (tx, rx) = channel();
+        let (tx, rx) = sync_channel(RIB_QUEUE);
         let mut threads = Vec::new();
         let mut inboxes: HashMap<IpAddr, SyncSender<TcpStream>> = HashMap::new();
         let listener = cfg.listen.map(TcpListener::bind).transpose()?;
@@ -960,6 +964,19 @@ fn listen(l: TcpListener, inboxes: HashMap<IpAddr, SyncSender<TcpStream>>, stop:
     }
 }
 
+/// Events waiting for the RIB thread, every peer's together. A full queue
+/// holds the sessions back (each waits before reading on, and TCP holds
+/// its peer back in turn): a flood is bounded here, not queued. At most
+/// 64 UPDATEs of 4 KB, each decoding to at most about 130 KB.
+pub const RIB_QUEUE: usize = 64;
+
+/// While events keep coming, a table is published at most this often (the
+/// first change after a quiet spell at once): under a flood the rebuilds
+/// stay a bounded share of the RIB thread's time, and another peer's
+/// withdrawal waits for one such interval and one rebuild, not for the
+/// flood to end.
+pub const PUBLISH_EVERY: Duration = Duration::from_millis(100);
+
 fn rib_loop(
     cfg: BgpConfig,
     rx: Receiver<session::Event>,
@@ -977,15 +994,24 @@ fn rib_loop(
             f(r);
         }
     };
+    // A change not published yet, and when the last table went out.
+    let mut changed = false;
+    let mut published = Instant::now().checked_sub(PUBLISH_EVERY).unwrap_or_else(Instant::now);
     while !stop.load(Ordering::Relaxed) {
-        let mut next = match rx.recv_timeout(Duration::from_millis(200)) {
+        let wait = if changed {
+            (published + PUBLISH_EVERY).saturating_duration_since(Instant::now())
+        } else {
+            Duration::from_millis(200)
+        };
+        let mut next = match rx.recv_timeout(wait) {
             Ok(e) => Some(e),
             Err(RecvTimeoutError::Timeout) => None,
             Err(RecvTimeoutError::Disconnected) => return,
         };
-        let mut changed = false;
-        let mut touched = Vec::new();
-        // Everything waiting is one publication.
+        let mut touched = std::collections::BTreeSet::new();
+        // Everything waiting, handled together, for at most an interval:
+        // then the table goes out even if more is waiting.
+        let started = Instant::now();
         while let Some(e) = next.take() {
             match e {
                 session::Event::Up { peer, open, hold_time } => {
@@ -1020,7 +1046,7 @@ fn rib_loop(
                         }
                     });
                     changed |= rib.update(peer, &update);
-                    touched.push(peer);
+                    touched.insert(peer);
                 }
                 session::Event::Down { peer, reason, keep_for } => {
                     let (held, _, _) = rib.counts(peer);
@@ -1044,10 +1070,12 @@ fn rib_loop(
                         r.state = "idle";
                         r.last_error = Some(reason.clone());
                     });
-                    touched.push(peer);
+                    touched.insert(peer);
                 }
             }
-            next = rx.try_recv().ok();
+            if started.elapsed() < PUBLISH_EVERY {
+                next = rx.try_recv().ok();
+            }
         }
         for peer in rib.expire(Instant::now()) {
             tracing::warn!(
@@ -1055,7 +1083,7 @@ fn rib_loop(
                 "the restart window of {peer} passed: its stale routes removed"
             );
             changed = true;
-            touched.push(peer);
+            touched.insert(peer);
         }
         for peer in touched {
             let (routes, stale, refused) = rib.counts(peer);
@@ -1067,8 +1095,12 @@ fn rib_loop(
                 r.bytes = rib.bytes(peer) as u64;
             });
         }
-        if changed {
+        if changed && published.elapsed() >= PUBLISH_EVERY {
+            changed = false;
             let table = rib.table(cfg.placement);
+            // The interval counts from the table's end: a slow rebuild
+            // (a large table) still leaves an interval for the events.
+            published = Instant::now();
             state.publications.fetch_add(1, Ordering::Relaxed);
             if events.send(Event::Flows(Arc::new(table))).is_err() {
                 return;
