@@ -611,6 +611,28 @@ impl Rib {
         self.peers.get(&peer).map_or(0, |r| r.bytes)
     }
 
+    /// Whether each peer's count of bytes is the sum of what its routes
+    /// cost, and within the limits (each route and the peer's total): the
+    /// invariant the `bgp_rib` fuzz target checks after every event.
+    pub fn audit(&self) -> Result<(), String> {
+        for (peer, rib) in &self.peers {
+            let sum: usize = rib.routes.values().map(|r| r.cost).sum();
+            if sum != rib.bytes {
+                return Err(format!("{peer}: {} bytes counted, its routes cost {sum}", rib.bytes));
+            }
+            if sum > self.max_peer_bytes {
+                return Err(format!("{peer}: {sum} bytes held, over {}", self.max_peer_bytes));
+            }
+            if let Some(r) = rib.routes.values().find(|r| r.cost > self.max_route_bytes) {
+                return Err(format!("{peer}: a route of {} bytes held, over {}", r.cost, self.max_route_bytes));
+            }
+            if rib.routes.len() > self.max_routes {
+                return Err(format!("{peer}: {} routes held, over {}", rib.routes.len(), self.max_routes));
+            }
+        }
+        Ok(())
+    }
+
     /// Routes held, all peers together.
     pub fn len(&self) -> usize {
         self.peers.values().map(|r| r.routes.len()).sum()
