@@ -10,12 +10,18 @@
 //!
 //! A thread per peer, blocking reads with a short timeout: a receive-only
 //! speaker has a handful of peers, and the timers need no more.
+//!
+//! The events go through a bounded queue. When it is full the session
+//! waits before reading on: the socket's buffers fill and TCP's window
+//! holds the peer back, so a flood costs the peer's own progress, not the
+//! bridge's memory. KEEPALIVEs go on meanwhile, so the peer keeps the
+//! session.
 
 use crate::message::{self, AfiSafi, Message, Open, SessionError, Update};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -99,6 +105,11 @@ impl From<SessionError> for End {
     }
 }
 
+/// How often, at most, a session waiting on a full queue tries again
+/// (from 50 µs, doubling): short beside the hold time, and what another
+/// peer's message waits at most for its turn at a freed place.
+const QUEUE_RETRY: Duration = Duration::from_millis(2);
+
 /// Reads whole messages off a connection, watching the hold timer and
 /// sending KEEPALIVEs on time.
 struct Conn {
@@ -122,6 +133,42 @@ impl Conn {
         self.s.write_all(bytes).map_err(|e| End::Gone(format!("writing: {e}")))
     }
 
+    /// A KEEPALIVE when a third of the hold time passed since the last
+    /// message sent.
+    fn keepalive_if_due(&mut self) -> Result<(), End> {
+        if !self.hold.is_zero() && self.last_sent.elapsed() >= self.hold / 3 {
+            self.send(&message::keepalive())?;
+        }
+        Ok(())
+    }
+
+    /// Hands `e` on, waiting while the queue is full (see the module's
+    /// doc): KEEPALIVEs go out on time meanwhile, and the hold timer
+    /// starts again once reading does, since the silence was this side's.
+    fn hand_on(&mut self, events: &SyncSender<Event>, mut e: Event, stop: &AtomicBool) -> Result<(), End> {
+        let (mut waited, mut pause) = (false, Duration::from_micros(50));
+        loop {
+            match events.try_send(e) {
+                Ok(()) => break,
+                Err(TrySendError::Disconnected(_)) => return Err(End::Stopped),
+                Err(TrySendError::Full(back)) => {
+                    if stop.load(Ordering::Relaxed) {
+                        return Err(End::Stopped);
+                    }
+                    e = back;
+                    waited = true;
+                    self.keepalive_if_due()?;
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(QUEUE_RETRY);
+                }
+            }
+        }
+        if waited {
+            self.last_heard = Instant::now();
+        }
+        Ok(())
+    }
+
     /// The next message, or why there is none.
     fn next(&mut self, stop: &AtomicBool) -> Result<Message, End> {
         loop {
@@ -143,9 +190,7 @@ impl Conn {
                         message: format!("nothing heard for the hold time ({} s)", self.hold.as_secs()),
                     }));
                 }
-                if self.last_sent.elapsed() >= self.hold / 3 {
-                    self.send(&message::keepalive())?;
-                }
+                self.keepalive_if_due()?;
             }
             let mut chunk = [0u8; 16 * 1024];
             match self.s.read(&mut chunk) {
@@ -211,7 +256,7 @@ fn notification_text(code: u8, subcode: u8, data: &[u8]) -> String {
 }
 
 /// One session on `s`, until it ends: events out, the reason back.
-fn session(s: TcpStream, cfg: &PeerConfig, events: &Sender<Event>, stop: &AtomicBool) -> (End, Duration) {
+fn session(s: TcpStream, cfg: &PeerConfig, events: &SyncSender<Event>, stop: &AtomicBool) -> (End, Duration) {
     let _ = s.set_read_timeout(Some(Duration::from_millis(100)));
     let _ = s.set_nodelay(true);
     let now = Instant::now();
@@ -222,14 +267,10 @@ fn session(s: TcpStream, cfg: &PeerConfig, events: &Sender<Event>, stop: &Atomic
         if let Some((t, _)) = &open.capabilities.graceful_restart {
             keep_for = Duration::from_secs(u64::from((*t).min(cfg.restart_time)));
         }
-        let _ = events.send(Event::Up { peer: cfg.addr, open, hold_time });
+        c.hand_on(events, Event::Up { peer: cfg.addr, open, hold_time }, stop)?;
         loop {
             match c.next(stop)? {
-                Message::Update(update) => {
-                    if events.send(Event::Update { peer: cfg.addr, update }).is_err() {
-                        return Err(End::Stopped);
-                    }
-                }
+                Message::Update(update) => c.hand_on(events, Event::Update { peer: cfg.addr, update }, stop)?,
                 Message::Keepalive | Message::RouteRefresh(_) => {}
                 Message::Notification { code, subcode, data } => {
                     return Err(End::Gone(notification_text(code, subcode, &data)))
@@ -257,8 +298,9 @@ fn session(s: TcpStream, cfg: &PeerConfig, events: &Sender<Event>, stop: &Atomic
 
 /// Runs the sessions to one peer until `stop`: connects (or takes the
 /// listener's connections from `accepted` when passive), and after each
-/// session reports it down and tries again.
-pub fn run(cfg: PeerConfig, events: Sender<Event>, stop: Arc<AtomicBool>, accepted: Option<Receiver<TcpStream>>) {
+/// session reports it down and tries again. `events` is bounded: see the
+/// module's doc.
+pub fn run(cfg: PeerConfig, events: SyncSender<Event>, stop: Arc<AtomicBool>, accepted: Option<Receiver<TcpStream>>) {
     let mut wait = cfg.connect_retry;
     while !stop.load(Ordering::Relaxed) {
         let conn = match &accepted {
@@ -293,5 +335,126 @@ pub fn run(cfg: PeerConfig, events: Sender<Event>, stop: Arc<AtomicBool>, accept
         while Instant::now() < until && !stop.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flowspec::{Component, Family, Flow, PrefixMatch};
+    use std::net::TcpListener;
+    use std::sync::mpsc::sync_channel;
+
+    /// An UPDATE announcing the IPv4 flow `destination 10.0.0.N/32` with
+    /// traffic-rate 0.
+    fn update(n: u8) -> Vec<u8> {
+        let flow = Flow {
+            family: Family::V4,
+            components: vec![Component::Destination(PrefixMatch::new([10, 0, 0, n].into(), 32))],
+        };
+        let mut mp = vec![0, 1, 133, 0, 0];
+        mp.extend_from_slice(&flow.to_bytes());
+        let mut attrs = vec![0x40, 1, 1, 0, 0x40, 2, 0, 0x90, 14];
+        attrs.extend_from_slice(&(mp.len() as u16).to_be_bytes());
+        attrs.extend_from_slice(&mp);
+        attrs.extend_from_slice(&[0xc0, 16, 8, 0x80, 0x06, 0, 0, 0, 0, 0, 0]);
+        let mut body = vec![0, 0];
+        body.extend_from_slice(&(attrs.len() as u16).to_be_bytes());
+        body.extend_from_slice(&attrs);
+        message::frame(2, &body)
+    }
+
+    /// The types of the whole messages in `buf`, taken out of it.
+    fn types(buf: &mut Vec<u8>) -> Vec<u8> {
+        let mut out = Vec::new();
+        while buf.len() >= 19 {
+            let len = usize::from(u16::from_be_bytes([buf[16], buf[17]]));
+            if buf.len() < len {
+                break;
+            }
+            out.push(buf[18]);
+            buf.drain(..len);
+        }
+        out
+    }
+
+    /// Nobody takes the session's events: the peer's writes stop once the
+    /// socket's buffers are full (TCP's window, not a queue in the bridge),
+    /// KEEPALIVEs keep coming for twice the hold time and no NOTIFICATION
+    /// ends the session; taken again, every UPDATE written arrives.
+    #[test]
+    fn a_full_queue_holds_the_peer_back_and_keeps_the_session() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut cfg = PeerConfig::new(l.local_addr().unwrap(), 65001, 65002, Ipv4Addr::new(192, 0, 2, 2));
+        cfg.hold_time = 3;
+        let (tx, rx) = sync_channel(64);
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let t = std::thread::spawn(move || run(cfg, tx, flag, None));
+        let (mut s, _) = l.accept().unwrap();
+        s.write_all(&message::open(65001, 3, Ipv4Addr::new(192, 0, 2, 3), &[AfiSafi::IPV4_FLOWSPEC], 0)).unwrap();
+        s.write_all(&message::keepalive()).unwrap();
+        let mut got = Vec::new();
+        s.set_nonblocking(true).unwrap();
+        let read = |s: &mut TcpStream, got: &mut Vec<u8>| {
+            let mut chunk = [0u8; 4096];
+            while let Ok(n @ 1..) = s.read(&mut chunk) {
+                got.extend_from_slice(&chunk[..n]);
+            }
+            types(got)
+        };
+        // The Up event and 63 UPDATEs fill the queue; the rest wait in the
+        // socket's buffers, then in the peer's.
+        let batch: Vec<u8> = (0..200u8).flat_map(update).collect();
+        let per = update(0).len();
+        let (mut written, mut blocked_since, mut seen) = (0usize, None, Vec::new());
+        let start = Instant::now();
+        while blocked_since.is_none_or(|b: Instant| b.elapsed() < Duration::from_millis(500)) {
+            assert!(start.elapsed() < Duration::from_secs(30), "the peer was never held back");
+            let at = written % batch.len();
+            match s.write(&batch[at..]) {
+                Ok(n) => {
+                    written += n;
+                    blocked_since = None;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    blocked_since.get_or_insert_with(Instant::now);
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => panic!("writing: {e}"),
+            }
+            seen.extend(read(&mut s, &mut got));
+        }
+        // Held back, for twice the hold time: KEEPALIVEs (every second), no
+        // NOTIFICATION.
+        let held = Instant::now();
+        while held.elapsed() < Duration::from_secs(6) {
+            seen.extend(read(&mut s, &mut got));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(!seen.contains(&3), "no NOTIFICATION: {seen:?}");
+        let keepalives = seen.iter().filter(|&&t| t == 4).count();
+        assert!(keepalives >= 6, "{keepalives} KEEPALIVEs while held back 6 s and more (hold time 3 s)");
+        // The rest of the last message, then everything is taken.
+        let rest = (per - written % per) % per;
+        let at = written % batch.len();
+        s.set_nonblocking(false).unwrap();
+        let (tail, mut s2) = (batch[at..at + rest].to_vec(), s.try_clone().unwrap());
+        let w = std::thread::spawn(move || s2.write_all(&tail).unwrap());
+        let messages = (written + rest) / per;
+        assert!(messages > 1_000, "only {messages} UPDATEs before the window closed");
+        eprintln!("held back after {messages} UPDATEs ({} bytes); {keepalives} KEEPALIVEs in 6 s", written + rest);
+        let mut updates = 0;
+        while updates < messages {
+            match rx.recv_timeout(Duration::from_secs(10)).expect("every UPDATE written arrives") {
+                Event::Up { .. } => {}
+                Event::Update { .. } => updates += 1,
+                Event::Down { reason, .. } => panic!("down: {reason}"),
+            }
+        }
+        w.join().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        drop(rx);
+        t.join().unwrap();
     }
 }

@@ -211,7 +211,7 @@ fn a_session_to_gobgpd_brings_its_flows_and_reports_it_gone() {
     let Some(d) = Gobgpd::start() else { return };
     let mut cfg = PeerConfig::new(([127, 0, 0, 1], d.port).into(), 65001, 65002, Ipv4Addr::new(192, 0, 2, 2));
     cfg.connect_retry = Duration::from_millis(200);
-    let (tx, rx) = std::sync::mpsc::channel();
+    let (tx, rx) = std::sync::mpsc::sync_channel(64);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let t = {
         let stop = std::sync::Arc::clone(&stop);

@@ -9,7 +9,7 @@ use sluice_bgp::session::{run, Event, PeerConfig};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{channel, Receiver};
+use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,7 +30,7 @@ fn established(peer_as: u32, hold: u16) -> (TcpStream, Receiver<Event>, Arc<Atom
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let mut cfg = PeerConfig::new(l.local_addr().unwrap(), 65001, 65002, Ipv4Addr::new(192, 0, 2, 2));
     cfg.connect_retry = Duration::from_millis(200);
-    let (tx, rx) = channel();
+    let (tx, rx) = sync_channel(64);
     let stop = Arc::new(AtomicBool::new(false));
     let t = {
         let stop = Arc::clone(&stop);

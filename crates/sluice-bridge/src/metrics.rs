@@ -715,8 +715,15 @@ impl Exporter {
         counter(
             enc,
             "sluice_bgp_routes_refused",
-            "Routes refused, by peer and reason: max_routes (--bgp-max-routes), never_block, min_prefix (the safety net), undirected (no destination), outside_protect (--bgp-protect).",
+            "Routes refused, by peer and reason: max_routes (--bgp-max-routes), route_bytes (--bgp-max-route-bytes), peer_bytes (--bgp-max-peer-bytes), never_block, min_prefix (the safety net), undirected (no destination), outside_protect (--bgp-protect).",
             &refused,
+        )?;
+        let bytes: Vec<_> = rows.iter().map(|r| (vec![("peer", r.peer.clone())], r.bytes as i64)).collect();
+        gauge(
+            enc,
+            "sluice_bgp_route_bytes",
+            "What the peer's routes cost, in bytes as --bgp-max-peer-bytes counts them.",
+            &bytes,
         )?;
         let rules = s.rules();
         let table = rules.as_ref().and_then(|r| r.value.flows().cloned());

@@ -599,6 +599,11 @@ impl FakePeer {
     /// An UPDATE announcing IPv4 FlowSpec `nlri` (raw bytes) with
     /// traffic-rate 0, its ORIGIN `origin` (over 2 is malformed).
     fn announce(&mut self, nlri: &[u8], origin: u8) {
+        self.s.write_all(&FakePeer::update(nlri, origin)).unwrap();
+    }
+
+    /// The UPDATE [`FakePeer::announce`] sends.
+    fn update(nlri: &[u8], origin: u8) -> Vec<u8> {
         let mut mp = vec![0, 1, 133, 0, 0];
         mp.extend_from_slice(nlri);
         let mut attrs = vec![0x40, 1, 1, origin, 0x40, 2, 0];
@@ -609,7 +614,7 @@ impl FakePeer {
         let mut body = vec![0, 0];
         body.extend_from_slice(&(attrs.len() as u16).to_be_bytes());
         body.extend_from_slice(&attrs);
-        self.s.write_all(&sluice_bgp::message::frame(2, &body)).unwrap();
+        sluice_bgp::message::frame(2, &body)
     }
 }
 
@@ -703,4 +708,195 @@ fn a_peer_requiring_tcp_md5_is_reached_with_its_password_only() {
     assert_eq!(flows(&bridge), 0);
     bridge.stop();
     bridge.wait().unwrap();
+}
+
+/// The routes `peer` holds and what they cost, as `ctl bgp` says, once
+/// its refusals add up to `refused` or more (or 10 s passed).
+fn settled(sock: &std::path::Path, peer: usize, refused: u64) -> serde_json::Value {
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let b = ctl(sock, "bgp");
+        let s = b["sessions"][peer].clone();
+        let n: u64 = s["refused_by"].as_object().map_or(0, |o| o.values().filter_map(|v| v.as_u64()).sum());
+        if n >= refused || Instant::now() >= end {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A peer over its budget in bytes: a flow of 60 ports, over the route
+/// limit, is refused on its own; past the peer's total, the flows that no
+/// longer fit are refused; each counted by reason, the session kept, what
+/// the peer holds within its bytes, and its narrow flow still enforced.
+#[test]
+fn gobgp_a_peer_over_its_byte_budget_is_refused_past_it_and_stays_up() {
+    let Some(d) = Gobgpd::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("ctl.sock");
+    // A flow of a destination, UDP and a port costs about 780 bytes: room
+    // for five, and for no flow of 60 ports.
+    let (route_max, peer_max) = (1_500, 4_096);
+    let flags = BgpFlags {
+        max_route_bytes: Some(route_max),
+        max_peer_bytes: Some(peer_max),
+        ..flags(vec![format!("127.0.0.1:{}", d.port)])
+    };
+    let mut bgp = flags.config().unwrap().unwrap();
+    bgp.peers[0].connect_retry = Duration::from_millis(200);
+    let cfg = BridgeConfig {
+        bgp: Some(bgp),
+        control: Some(sock.clone()),
+        metrics: Some("127.0.0.1:0".parse().unwrap()),
+        ..BridgeConfig::new(RuleSpec::default())
+    };
+    let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
+    let bridge = Bridge::start(cfg, Box::new(pair)).expect("the bridge starts");
+    d.cli("global rib -a ipv4-flowspec add match destination 198.51.100.0/24 protocol udp destination-port ==53 then discard");
+    wait_flows(&bridge, 1);
+    let ports: Vec<String> = (1000..1060).map(|p| format!("=={p}")).collect();
+    d.cli(&format!(
+        "global rib -a ipv4-flowspec add match destination 198.51.100.0/24 protocol tcp destination-port {} then discard",
+        ports.join(" ")
+    ));
+    for i in 1..=10 {
+        d.cli(&format!(
+            "global rib -a ipv4-flowspec add match destination 203.0.113.{i}/32 protocol udp destination-port =={i} then discard"
+        ));
+    }
+    let s = settled(&sock, 0, 1 + 6);
+    assert_eq!(s["state"], "established", "the session stays up: {s}");
+    assert_eq!(s["refused_by"]["route_bytes"], 1, "{s}");
+    let held = s["routes"]["ipv4-flowspec"].as_u64().unwrap();
+    let over = s["refused_by"]["peer_bytes"].as_u64().unwrap();
+    assert_eq!((held, held + over), (5, 11), "five flows fit, the rest refused: {s}");
+    let bytes = s["bytes"].as_u64().unwrap();
+    assert!(bytes <= peer_max as u64 && bytes > 4 * 700, "{bytes} bytes held, within {peer_max}");
+    assert_eq!(flows(&bridge), 5);
+    // The narrow flow is enforced; the flow of 60 ports is not.
+    let syn = |port: u16| {
+        let mut l4 = vec![0u8; 20];
+        l4[2..4].copy_from_slice(&port.to_be_bytes());
+        l4[12] = 0x50;
+        l4[13] = 0x02;
+        ipv4([198, 51, 100, 7], 6, &l4, 40)
+    };
+    assert_eq!(
+        through(&wire, &[udp([198, 51, 100, 7], 53), syn(1030), udp([198, 51, 100, 7], 54)]),
+        [false, true, true]
+    );
+    let m = scrape(bridge.metrics_addr().unwrap());
+    let peer = format!("127.0.0.1:{}", d.port);
+    for (reason, n) in [("route_bytes", 1), ("peer_bytes", over)] {
+        let line = format!("sluice_bgp_routes_refused_total{{peer=\"{peer}\",reason=\"{reason}\"}} {n}");
+        assert!(m.contains(&line), "{line} in {m}");
+    }
+    assert!(m.contains(&format!("sluice_bgp_route_bytes{{peer=\"{peer}\"}} {bytes}")), "{m}");
+    // A withdrawal frees its bytes.
+    d.cli("global rib -a ipv4-flowspec del match destination 203.0.113.1/32 protocol udp destination-port ==1 then discard");
+    let end = Instant::now() + Duration::from_secs(10);
+    while ctl(&sock, "bgp")["sessions"][0]["bytes"].as_u64().unwrap() >= bytes {
+        assert!(Instant::now() < end, "the withdrawal freed nothing");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    bridge.stop();
+    bridge.wait().unwrap();
+}
+
+/// Peer B (a byte-level peer) writes UPDATEs as fast as the bridge takes
+/// them, 400 flows each, over and over; peer A (gobgpd) withdraws its flow
+/// meanwhile. The withdrawal is in force within 1 s, B's writes are held
+/// back (the bridge queues a bounded amount), and both sessions stay up.
+#[test]
+fn gobgp_a_withdrawal_is_published_within_a_second_while_another_peer_floods() {
+    let Some(d) = Gobgpd::start() else { return };
+    let fake = std::net::TcpListener::bind("127.0.0.3:0").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("ctl.sock");
+    let flags = flags(vec![format!("127.0.0.1:{}", d.port), fake.local_addr().unwrap().to_string()]);
+    let mut bgp = flags.config().unwrap().unwrap();
+    for p in &mut bgp.peers {
+        p.connect_retry = Duration::from_millis(200);
+    }
+    let cfg = BridgeConfig { bgp: Some(bgp), control: Some(sock.clone()), ..BridgeConfig::new(RuleSpec::default()) };
+    let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
+    let bridge = Bridge::start(cfg, Box::new(pair)).unwrap();
+    let a_flow = "destination 192.0.2.0/24 protocol udp destination-port ==53 then discard";
+    d.cli(&format!("global rib -a ipv4-flowspec add match {a_flow}"));
+    let held_by_a = |bridge: &Running| {
+        bridge.rules().load().value.flows().is_some_and(|t| t.rules().iter().any(|r| r.source == "127.0.0.1"))
+    };
+    let end = Instant::now() + Duration::from_secs(30);
+    while !held_by_a(&bridge) {
+        assert!(Instant::now() < end, "A's flow never came");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut b = FakePeer::accept(&fake);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let held_back = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let flood = {
+        let (stop, sent, held_back) = (stop.clone(), sent.clone(), held_back.clone());
+        std::thread::spawn(move || {
+            use std::sync::atomic::Ordering::Relaxed;
+            // 20,000 flows, 400 to an UPDATE (2,800 bytes of NLRI).
+            let mut i = 0u32;
+            while !stop.load(Relaxed) {
+                let nlri: Vec<u8> = (0..400)
+                    .flat_map(|_| {
+                        i = (i + 1) % 20_000;
+                        let [_, _, x, y] = i.to_be_bytes();
+                        [6, 1, 32, 10, 9, x, y]
+                    })
+                    .collect();
+                let t = Instant::now();
+                // The bridge stopping ends the session, and the flood.
+                if b.s.write_all(&FakePeer::update(&nlri, 0)).is_err() {
+                    return;
+                }
+                if t.elapsed() > Duration::from_millis(20) {
+                    held_back.fetch_add(1, Relaxed);
+                }
+                sent.fetch_add(1, Relaxed);
+            }
+        })
+    };
+    // The flood in force: B's flows in the table, then two seconds more.
+    let end = Instant::now() + Duration::from_secs(30);
+    while bridge.rules().load().value.flows().map_or(0, |t| t.rules().len()) < 10_000 {
+        assert!(Instant::now() < end, "B's flood never reached the table");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(through(&wire, &[udp([192, 0, 2, 1], 53)]), [false], "A's flow in force");
+    // UPDATEs from B the bridge has taken: still rising after A's
+    // withdrawal is in force, the flood went on throughout.
+    let taken = |sock: &std::path::Path| ctl(sock, "bgp")["sessions"][1]["updates"]["ipv4-flowspec"].as_u64().unwrap();
+    let before = taken(&sock);
+    let t = Instant::now();
+    d.cli(&format!("global rib -a ipv4-flowspec del match {a_flow}"));
+    while held_by_a(&bridge) {
+        assert!(t.elapsed() < Duration::from_secs(5), "A's withdrawal not published in 5 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let took = t.elapsed();
+    let during = taken(&sock) - before;
+    assert_eq!(through(&wire, &[udp([192, 0, 2, 1], 53)]), [true], "A's flow withdrawn");
+    let s = ctl(&sock, "bgp");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (total, waits) =
+        (sent.load(std::sync::atomic::Ordering::Relaxed), held_back.load(std::sync::atomic::Ordering::Relaxed));
+    eprintln!(
+        "A's withdrawal published in {took:?} (the gobgp command included) while the bridge took {during} of B's UPDATEs; \
+         B sent {total} UPDATEs of 400 flows, {waits} of them held back over 20 ms"
+    );
+    assert!(took < Duration::from_secs(1), "A's withdrawal took {took:?}");
+    assert!(during > 0, "B flooded while A withdrew: {s}");
+    assert!(waits > 0, "B was never held back");
+    for i in 0..2 {
+        assert_eq!(s["sessions"][i]["state"], "established", "{s}");
+    }
+    bridge.stop();
+    bridge.wait().unwrap();
+    flood.join().unwrap();
 }

@@ -131,6 +131,15 @@ pub struct BgpArgs {
     /// 100000); the rest are refused and counted.
     #[arg(long = "bgp-max-routes", value_name = "N")]
     pub bgp_max_routes: Option<usize>,
+    /// Bytes one route may cost once decoded and held (default 8192; a
+    /// route as operators write them costs under 1 KiB); larger ones are
+    /// refused and counted.
+    #[arg(long = "bgp-max-route-bytes", value_name = "BYTES")]
+    pub bgp_max_route_bytes: Option<usize>,
+    /// Bytes one peer's routes may cost together (default 134217728, 128
+    /// MiB); announcements past it are refused and counted.
+    #[arg(long = "bgp-max-peer-bytes", value_name = "BYTES")]
+    pub bgp_max_peer_bytes: Option<usize>,
     /// The longest graceful-restart window granted a peer.
     #[arg(long = "bgp-restart-time", value_name = "SECONDS", default_value_t = 120)]
     pub bgp_restart_time: u16,
@@ -160,6 +169,8 @@ impl BgpArgs {
             restart_time: self.bgp_restart_time,
             password_file: self.bgp_password_file.clone(),
             max_routes: self.bgp_max_routes,
+            max_route_bytes: self.bgp_max_route_bytes,
+            max_peer_bytes: self.bgp_max_peer_bytes,
             allow_undirected: self.bgp_allow_undirected,
             protect_file: self.bgp_protect.clone(),
         };

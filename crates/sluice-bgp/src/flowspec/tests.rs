@@ -269,6 +269,48 @@ fn flow_strategy() -> impl Strategy<Value = Flow> {
     })
 }
 
+/// Flows of which some carry an operator list of 240 bytes or more (the
+/// NLRI's length then takes two bytes): its own operators repeated, or its
+/// last value made wider, so long lists differ late as well as early.
+fn some_long_flow_strategy() -> impl Strategy<Value = Flow> {
+    (flow_strategy(), 0..3u8, 100..140usize).prop_map(|(mut f, how, n)| {
+        let long = |ops: &mut Vec<NumericOp>| {
+            let first = ops.clone();
+            while ops.len() < n {
+                ops.extend(first.iter().map(|o| NumericOp { len: 8, ..*o }));
+            }
+            if how == 2 {
+                if let Some(last) = ops.last_mut() {
+                    last.value = last.value.wrapping_add(1);
+                }
+            }
+        };
+        if how > 0 {
+            for c in &mut f.components {
+                match c {
+                    Component::Destination(_)
+                    | Component::Source(_)
+                    | Component::TcpFlags(_)
+                    | Component::Fragment(_) => {}
+                    Component::Protocol(o)
+                    | Component::Port(o)
+                    | Component::DestinationPort(o)
+                    | Component::SourcePort(o)
+                    | Component::IcmpType(o)
+                    | Component::IcmpCode(o)
+                    | Component::PacketLength(o)
+                    | Component::Dscp(o)
+                    | Component::FlowLabel(o) => {
+                        long(o);
+                        break;
+                    }
+                }
+            }
+        }
+        f
+    })
+}
+
 #[test]
 fn numeric_lists_become_ranges() {
     let op = |and, lt, gt, eq, value| NumericOp { and, lt, gt, eq, len: 2, value };
@@ -304,13 +346,26 @@ proptest! {
     }
 
     #[test]
-    fn precedence_is_a_total_order(a in flow_strategy(), b in flow_strategy(), c in flow_strategy()) {
+    fn precedence_is_a_total_order(a in some_long_flow_strategy(), b in some_long_flow_strategy(), c in some_long_flow_strategy()) {
         use std::cmp::Ordering::*;
         prop_assert_eq!(a.precedence(&b), b.precedence(&a).reverse());
         prop_assert_eq!(a.precedence(&a), Equal);
         if a.precedence(&b) != Greater && b.precedence(&c) != Greater {
             prop_assert_ne!(a.precedence(&c), Greater, "{} / {} / {}", a, b, c);
         }
+    }
+
+    #[test]
+    fn the_precedence_key_orders_as_precedence_does(a in some_long_flow_strategy(), b in some_long_flow_strategy(), share in any::<bool>()) {
+        // Half the pairs share their first component, so later ones decide.
+        let mut b = b;
+        if share && a.family == b.family {
+            b.components[0] = a.components[0].clone();
+            b.components.sort_by_key(Component::kind);
+            b.components.dedup_by_key(|c| c.kind());
+        }
+        prop_assert_eq!(a.precedence_key().cmp(&b.precedence_key()), a.precedence(&b), "{} / {}", a, b);
+        prop_assert_eq!(a.precedence_key().cmp(&a.precedence_key()), std::cmp::Ordering::Equal);
     }
 
     #[test]
@@ -332,4 +387,25 @@ proptest! {
             }
         }
     }
+}
+
+/// A component of 240 bytes or more makes the NLRI's length two bytes
+/// (0xFnnn): its values are still what is compared, not the length's second
+/// byte or the type. Here the short list's first operator byte (0x05: `<=`,
+/// one byte, not the last) is below the long one's (0x11: `==`, two bytes),
+/// so the short list comes first; read past the length, the long one's type
+/// byte (4) would have won.
+#[test]
+fn a_long_component_is_compared_by_its_values() {
+    use std::cmp::Ordering::{Greater, Less};
+    let port = |ops: Vec<NumericOp>| Flow { family: Family::V4, components: vec![Component::Port(ops)] };
+    let long = port((0..100).map(|v| NumericOp { len: 2, ..eq(v) }).collect());
+    assert!(long.to_bytes()[0] >= 0xf0, "the NLRI's length takes two bytes");
+    let short = port(vec![NumericOp { lt: true, ..eq(5) }, eq(6)]);
+    assert_eq!(short.precedence(&long), Less);
+    assert_eq!(long.precedence(&short), Greater);
+    // Two long lists: the first value that differs decides.
+    let other = port((0..100).map(|v| NumericOp { len: 2, ..eq(if v == 90 { 1000 } else { v }) }).collect());
+    assert_eq!(long.precedence(&other), Less);
+    assert_eq!(other.precedence(&long), Greater);
 }
