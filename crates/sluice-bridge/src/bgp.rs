@@ -155,35 +155,68 @@ impl BgpConfig {
     }
 }
 
-/// The `--bgp-*` flags as given, before they are checked.
-#[derive(Clone, Debug, Default)]
+/// The `--bgp-*` flags (`sluice bridge`): BGP peers whose FlowSpec and
+/// blackhole routes become rules (docs/bgp.md), as given, before
+/// [`BgpFlags::config`] checks them.
+#[derive(clap::Args, Clone, Debug, Default)]
 pub struct BgpFlags {
-    /// ADDR or ADDR:PORT, one per peer.
+    /// Peer with this router (ADDR or ADDR:PORT, port 179); repeat for more.
+    /// sluice only receives routes.
+    #[arg(id = "bgp_peer", long = "bgp-peer", value_name = "ADDR")]
     pub peers: Vec<String>,
-    /// One AS for every peer, or one per peer in order.
+    /// The peer's AS: one for all peers, or one per --bgp-peer in order.
+    #[arg(id = "bgp_peer_as", long = "bgp-peer-as", value_name = "N")]
     pub peer_as: Vec<u32>,
+    /// This side's AS (sent in OPEN; 4-octet ASes are announced).
+    #[arg(id = "bgp_local_as", long = "bgp-local-as", value_name = "N")]
     pub local_as: Option<u32>,
+    /// This side's BGP identifier.
+    #[arg(id = "bgp_router_id", long = "bgp-router-id", value_name = "A.B.C.D")]
     pub router_id: Option<std::net::Ipv4Addr>,
+    /// Wait for the peers to connect here (ADDR or ADDR:PORT) instead of
+    /// connecting to them.
+    #[arg(id = "bgp_listen", long = "bgp-listen", value_name = "ADDR")]
     pub listen: Option<String>,
-    /// `ASN:VALUE` each (none: 65535:666).
+    /// Unicast routes with this community are blackholes (default 65535:666); repeatable.
+    #[arg(id = "bgp_blackhole_community", long = "bgp-blackhole-community", value_name = "ASN:VALUE")]
     pub blackhole_communities: Vec<String>,
+    /// Keep a peer's routes while its session is down (default: removed,
+    /// or kept for its graceful-restart time).
+    #[arg(id = "bgp_keep_on_down", long = "bgp-keep-on-down")]
     pub keep_on_down: bool,
-    /// `first` or `last`.
+    /// Where the flows sit: first (before the rule file's rules) or last.
+    #[arg(id = "bgp_rules", long = "bgp-rules", value_name = "first|last", default_value = "first")]
     pub rules: String,
+    /// The hold time proposed (the lower of the two sides' is agreed).
+    #[arg(id = "bgp_hold_time", long = "bgp-hold-time", value_name = "SECONDS", default_value_t = 90)]
     pub hold_time: u16,
-    pub restart_time: u16,
-    /// A file holding the TCP MD5 key (RFC 2385) every session uses.
+    /// A file holding the TCP MD5 key (RFC 2385) of the sessions (one line).
+    #[arg(id = "bgp_password_file", long = "bgp-password-file", value_name = "FILE")]
     pub password_file: Option<std::path::PathBuf>,
-    /// Routes one peer may hold (None: [`DEFAULT_MAX_ROUTES`]).
+    /// Routes one peer may hold, flows and blackholes together (default
+    /// 100000); the rest are refused and counted.
+    #[arg(id = "bgp_max_routes", long = "bgp-max-routes", value_name = "N")]
     pub max_routes: Option<usize>,
-    /// Bytes one route may cost (None: [`DEFAULT_MAX_ROUTE_BYTES`]).
+    /// Bytes one route may cost once decoded and held (default 8192; a
+    /// route as operators write them costs under 1 KiB); larger ones are
+    /// refused and counted.
+    #[arg(id = "bgp_max_route_bytes", long = "bgp-max-route-bytes", value_name = "BYTES")]
     pub max_route_bytes: Option<usize>,
-    /// Bytes one peer's routes may cost together (None: [`DEFAULT_MAX_PEER_BYTES`]).
+    /// Bytes one peer's routes may cost together (default 134217728, 128
+    /// MiB); announcements past it are refused and counted.
+    #[arg(id = "bgp_max_peer_bytes", long = "bgp-max-peer-bytes", value_name = "BYTES")]
     pub max_peer_bytes: Option<usize>,
-    /// Take flows with no destination prefix.
+    /// The longest graceful-restart window granted a peer.
+    #[arg(id = "bgp_restart_time", long = "bgp-restart-time", value_name = "SECONDS", default_value_t = 120)]
+    pub restart_time: u16,
+    /// Take FlowSpec flows with no destination prefix (source-only, or
+    /// protocol and ports alone); refused by default: such a flow reaches
+    /// every destination, this host's too.
+    #[arg(id = "bgp_allow_undirected", long = "bgp-allow-undirected")]
     pub allow_undirected: bool,
-    /// The operator's own networks (a list file): flows and blackholes
-    /// only inside them.
+    /// The operator's own networks (a list file): flows and blackholes are
+    /// taken only for destinations inside them (RFC 8955 section 6).
+    #[arg(id = "bgp_protect", long = "bgp-protect", value_name = "FILE")]
     pub protect_file: Option<std::path::PathBuf>,
 }
 

@@ -88,94 +88,7 @@ pub struct BridgeArgs {
     #[command(flatten)]
     pub safety: sluice_control::safety::SafetyFlags,
     #[command(flatten)]
-    pub bgp: BgpArgs,
-}
-
-/// BGP peers whose FlowSpec and blackhole routes become rules (docs/bgp.md).
-#[derive(Debug, clap::Args)]
-pub struct BgpArgs {
-    /// Peer with this router (ADDR or ADDR:PORT, port 179); repeat for more.
-    /// sluice only receives routes.
-    #[arg(long = "bgp-peer", value_name = "ADDR")]
-    pub bgp_peers: Vec<String>,
-    /// The peer's AS: one for all peers, or one per --bgp-peer in order.
-    #[arg(long = "bgp-peer-as", value_name = "N")]
-    pub bgp_peer_as: Vec<u32>,
-    /// This side's AS (sent in OPEN; 4-octet ASes are announced).
-    #[arg(long = "bgp-local-as", value_name = "N")]
-    pub bgp_local_as: Option<u32>,
-    /// This side's BGP identifier.
-    #[arg(long = "bgp-router-id", value_name = "A.B.C.D")]
-    pub bgp_router_id: Option<std::net::Ipv4Addr>,
-    /// Wait for the peers to connect here (ADDR or ADDR:PORT) instead of
-    /// connecting to them.
-    #[arg(long = "bgp-listen", value_name = "ADDR")]
-    pub bgp_listen: Option<String>,
-    /// Unicast routes with this community are blackholes (default 65535:666); repeatable.
-    #[arg(long = "bgp-blackhole-community", value_name = "ASN:VALUE")]
-    pub bgp_blackhole_communities: Vec<String>,
-    /// Keep a peer's routes while its session is down (default: removed,
-    /// or kept for its graceful-restart time).
-    #[arg(long = "bgp-keep-on-down")]
-    pub bgp_keep_on_down: bool,
-    /// Where the flows sit: first (before the rule file's rules) or last.
-    #[arg(long = "bgp-rules", value_name = "first|last", default_value = "first")]
-    pub bgp_rules: String,
-    /// The hold time proposed (the lower of the two sides' is agreed).
-    #[arg(long = "bgp-hold-time", value_name = "SECONDS", default_value_t = 90)]
-    pub bgp_hold_time: u16,
-    /// A file holding the TCP MD5 key (RFC 2385) of the sessions (one line).
-    #[arg(long = "bgp-password-file", value_name = "FILE")]
-    pub bgp_password_file: Option<std::path::PathBuf>,
-    /// Routes one peer may hold, flows and blackholes together (default
-    /// 100000); the rest are refused and counted.
-    #[arg(long = "bgp-max-routes", value_name = "N")]
-    pub bgp_max_routes: Option<usize>,
-    /// Bytes one route may cost once decoded and held (default 8192; a
-    /// route as operators write them costs under 1 KiB); larger ones are
-    /// refused and counted.
-    #[arg(long = "bgp-max-route-bytes", value_name = "BYTES")]
-    pub bgp_max_route_bytes: Option<usize>,
-    /// Bytes one peer's routes may cost together (default 134217728, 128
-    /// MiB); announcements past it are refused and counted.
-    #[arg(long = "bgp-max-peer-bytes", value_name = "BYTES")]
-    pub bgp_max_peer_bytes: Option<usize>,
-    /// The longest graceful-restart window granted a peer.
-    #[arg(long = "bgp-restart-time", value_name = "SECONDS", default_value_t = 120)]
-    pub bgp_restart_time: u16,
-    /// Take FlowSpec flows with no destination prefix (source-only, or
-    /// protocol and ports alone); refused by default: such a flow reaches
-    /// every destination, this host's too.
-    #[arg(long = "bgp-allow-undirected")]
-    pub bgp_allow_undirected: bool,
-    /// The operator's own networks (a list file): flows and blackholes are
-    /// taken only for destinations inside them (RFC 8955 section 6).
-    #[arg(long = "bgp-protect", value_name = "FILE")]
-    pub bgp_protect: Option<std::path::PathBuf>,
-}
-
-impl BgpArgs {
-    fn config(&self) -> Result<Option<sluice_bridge::bgp::BgpConfig>> {
-        let f = sluice_bridge::bgp::BgpFlags {
-            peers: self.bgp_peers.clone(),
-            peer_as: self.bgp_peer_as.clone(),
-            local_as: self.bgp_local_as,
-            router_id: self.bgp_router_id,
-            listen: self.bgp_listen.clone(),
-            blackhole_communities: self.bgp_blackhole_communities.clone(),
-            keep_on_down: self.bgp_keep_on_down,
-            rules: self.bgp_rules.clone(),
-            hold_time: self.bgp_hold_time,
-            restart_time: self.bgp_restart_time,
-            password_file: self.bgp_password_file.clone(),
-            max_routes: self.bgp_max_routes,
-            max_route_bytes: self.bgp_max_route_bytes,
-            max_peer_bytes: self.bgp_max_peer_bytes,
-            allow_undirected: self.bgp_allow_undirected,
-            protect_file: self.bgp_protect.clone(),
-        };
-        f.config().map_err(|e| anyhow::Error::new(sluice_control::product::Usage(e)))
-    }
+    pub bgp: sluice_bridge::bgp::BgpFlags,
 }
 
 /// The flags that make no sense together, refused before anything opens.
@@ -217,7 +130,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         safety: a.safety.load()?,
         crowdsec,
         crowdsec_maxelem,
-        bgp: a.bgp.config()?,
+        bgp: a.bgp.config().map_err(sluice_control::product::Usage)?,
         sample,
         workers: a.workers,
         steer_inner: a.steer_inner,

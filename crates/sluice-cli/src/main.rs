@@ -169,6 +169,24 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
+    /// Flag groups flattened from several crates never share an id or a
+    /// long name within a command (clap checks this only in debug builds;
+    /// the tests run in release).
+    #[test]
+    fn no_two_flags_of_a_command_share_an_id_or_a_name() {
+        let cli = <super::Cli as clap::CommandFactory>::command();
+        for cmd in cli.get_subcommands() {
+            let mut ids = std::collections::BTreeSet::new();
+            let mut longs = std::collections::BTreeSet::new();
+            for arg in cmd.get_arguments() {
+                assert!(ids.insert(arg.get_id().as_str()), "{}: id {} twice", cmd.get_name(), arg.get_id());
+                if let Some(l) = arg.get_long() {
+                    assert!(longs.insert(l), "{}: --{l} twice", cmd.get_name());
+                }
+            }
+        }
+    }
+
     #[test]
     fn every_subcommand_and_flag_has_help() {
         let missing = sluice_service::help::without_help(&<super::Cli as clap::CommandFactory>::command());
