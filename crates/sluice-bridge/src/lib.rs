@@ -2,9 +2,9 @@
 //! the rules say, while the rules and sets change under traffic.
 //!
 //! [`BridgeConfig`] -> [`Bridge::start`] (over any [`PortPair`]: the live
-//! interfaces of `sluice-live`, or two channels in tests) -> a [`Running`]
-//! bridge (its [`BridgeMetrics`], reloads, the control socket, stop) ->
-//! [`Running::wait`] -> a [`Summary`].
+//! interfaces of `sluice-live`, or two channels in tests) -> a running [`Bridge`]
+//! (its [`BridgeMetrics`], reloads, the control socket, stop) ->
+//! [`Bridge::wait`] -> a [`BridgeSummary`].
 //!
 //! What runs, in the order it starts (and stops in reverse):
 //! - the drop sampler's writer (`--sample-drops`, `--log-drops`);
@@ -118,15 +118,12 @@ impl BridgeConfig {
     }
 }
 
-/// The bridge, before it starts.
-pub struct Bridge;
-
 /// What the pipeline thread hands back: the run, and the sampler it fed.
 type PipelineEnd = (Result<Finished<LiveError>, RunError<LiveError>>, Option<Sampler>);
 
-/// A running bridge. Dropping it without [`Running::wait`] leaves the
+/// A running bridge. Dropping it without [`Bridge::wait`] leaves the
 /// threads running; stop it first.
-pub struct Running {
+pub struct Bridge {
     metrics: Arc<BridgeMetrics>,
     published: Arc<Published<RuleSet>>,
     stop: Arc<AtomicBool>,
@@ -143,7 +140,7 @@ pub struct Running {
 
 /// How a bridge ended.
 #[derive(Debug)]
-pub struct Summary {
+pub struct BridgeSummary {
     /// The summary object `--json` prints.
     pub json: serde_json::Value,
     /// The text summary.
@@ -155,7 +152,7 @@ pub struct Summary {
     pub sample_error: Option<String>,
 }
 
-impl sluice_control::product::Summary for Summary {
+impl sluice_control::product::Summary for BridgeSummary {
     fn text(&self) -> String {
         self.text.clone()
     }
@@ -164,10 +161,10 @@ impl sluice_control::product::Summary for Summary {
     }
 }
 
-/// The bridge in the shape every product has; its own [`Running::wait`]
-/// and [`Running::stop`] are these.
-impl sluice_control::product::Running for Running {
-    type Summary = Summary;
+/// The bridge in the shape every product has; its own [`Bridge::wait`]
+/// and [`Bridge::stop`] are these.
+impl sluice_control::product::Running for Bridge {
+    type Summary = BridgeSummary;
     type Error = anyhow::Error;
     fn handle(&self) -> sluice_control::product::Handle {
         sluice_control::product::Handle::new(Arc::clone(&self.stop))
@@ -175,15 +172,15 @@ impl sluice_control::product::Running for Running {
     fn finished(&self) -> bool {
         self.pipeline.is_finished()
     }
-    fn wait(self) -> Result<Summary> {
-        Running::wait(self)
+    fn wait(self) -> Result<BridgeSummary> {
+        Bridge::wait(self)
     }
 }
 
 impl Bridge {
     /// Loads the rules, opens `ports` and starts every thread. Nothing is
     /// left running when it fails.
-    pub fn start(cfg: BridgeConfig, ports: Box<dyn PortPair>) -> Result<Running> {
+    pub fn start(cfg: BridgeConfig, ports: Box<dyn PortPair>) -> Result<Bridge> {
         let names = ports.names();
         let port_names = names.to_vec();
         let sluice_policy::Loading { controller, entries, build_ms, crowdsec } = sluice_policy::Loading::load(
@@ -306,7 +303,7 @@ impl Bridge {
             .name("sluice-bridge".into())
             .spawn(move || run.run(opened, sampler))
             .context("starting the bridge thread")?;
-        Ok(Running {
+        Ok(Bridge {
             metrics,
             published,
             stop,
@@ -424,7 +421,7 @@ impl Pipeline {
     }
 }
 
-impl Running {
+impl Bridge {
     /// What the bridge counts, live.
     pub fn metrics(&self) -> &Arc<BridgeMetrics> {
         &self.metrics
@@ -455,14 +452,14 @@ impl Running {
         &self.events
     }
 
-    /// Ask the bridge to stop; [`Running::wait`] then returns.
+    /// Ask the bridge to stop; [`Bridge::wait`] then returns.
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
     }
 
-    /// Waits until the bridge stops (by [`Running::stop`], a signal,
+    /// Waits until the bridge stops (by [`Bridge::stop`], a signal,
     /// `duration`, or the ports failing), stops every thread, and sums up.
-    pub fn wait(self) -> Result<Summary> {
+    pub fn wait(self) -> Result<BridgeSummary> {
         let (result, sampler) = self.pipeline.join().map_err(|_| anyhow::anyhow!("the bridge thread panicked"))?;
         // The ports are closed (and the XDP programs detached) by now.
         let _ = self.events.send(Event::Quit);
@@ -498,7 +495,7 @@ fn summary(
     done: Finished<LiveError>,
     samples: Option<SampleReport>,
     sample_error: Option<String>,
-) -> Summary {
+) -> BridgeSummary {
     let rules = published.load();
     let mut json = metrics.summary_json(&done.report, io);
     sluice_engine::hits::json(&rules.value, &done.report.stats, &mut json);
@@ -508,5 +505,5 @@ fn summary(
     let mut text = done.report.text() + &metrics.summary_text(&done.report, io);
     text += &sluice_engine::hits::text(&rules.value, &done.report.stats);
     text += &samples.as_ref().map(|r| r.text()).unwrap_or_default();
-    Summary { json, text, stopped: done.stopped, sample_error }
+    BridgeSummary { json, text, stopped: done.stopped, sample_error }
 }

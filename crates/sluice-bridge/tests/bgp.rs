@@ -8,7 +8,7 @@
 //! SLUICE_REQUIRE_TOOLS (CI) a missing gobgpd fails the test.
 
 use sluice_bridge::bgp::BgpFlags;
-use sluice_bridge::{Bridge, BridgeConfig, MemoryPair, Running, Wire};
+use sluice_bridge::{Bridge, BridgeConfig, MemoryPair, Wire};
 use sluice_policy::RuleSpec;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -157,11 +157,11 @@ fn ctl(path: &std::path::Path, cmd: &str) -> serde_json::Value {
     serde_json::from_str(&out).unwrap()
 }
 
-fn flows(bridge: &Running) -> usize {
+fn flows(bridge: &Bridge) -> usize {
     bridge.rules().load().value.flows().map_or(0, |f| f.rules().len())
 }
 
-fn wait_flows(bridge: &Running, n: usize) {
+fn wait_flows(bridge: &Bridge, n: usize) {
     let end = Instant::now() + Duration::from_secs(30);
     while flows(bridge) != n {
         if Instant::now() >= end {
@@ -199,7 +199,7 @@ fn flags(peers: Vec<String>) -> BgpFlags {
 
 /// A bridge over in-memory ports peering with `peer` (AS 65001), its
 /// control socket in `dir`.
-fn bridge_with_peer(peer: &str, dir: &std::path::Path, restart_time: u16) -> (Running, Wire) {
+fn bridge_with_peer(peer: &str, dir: &std::path::Path, restart_time: u16) -> (Bridge, Wire) {
     // The peers' GRE policer names no destination.
     let flags = BgpFlags { restart_time, allow_undirected: true, ..flags(vec![peer.into()]) };
     let mut bgp = flags.config().unwrap().unwrap();
@@ -823,7 +823,7 @@ fn gobgp_a_withdrawal_is_published_within_a_second_while_another_peer_floods() {
     let bridge = Bridge::start(cfg, Box::new(pair)).unwrap();
     let a_flow = "destination 192.0.2.0/24 protocol udp destination-port ==53 then discard";
     d.cli(&format!("global rib -a ipv4-flowspec add match {a_flow}"));
-    let held_by_a = |bridge: &Running| {
+    let held_by_a = |bridge: &Bridge| {
         bridge.rules().load().value.flows().is_some_and(|t| t.rules().iter().any(|r| r.source == "127.0.0.1"))
     };
     let end = Instant::now() + Duration::from_secs(30);

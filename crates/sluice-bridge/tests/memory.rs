@@ -3,7 +3,7 @@
 //! through the control socket, sampled drops and the exporter. (The rings
 //! themselves are tested over veths in sluice-live and sluice-cli.)
 
-use sluice_bridge::{Bridge, BridgeConfig, MemoryPair, Running, Wire};
+use sluice_bridge::{Bridge, BridgeConfig, MemoryPair, Wire};
 use sluice_policy::RuleSpec;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -36,7 +36,7 @@ fn src_of(f: &[u8]) -> [u8; 4] {
     f[26..30].try_into().unwrap()
 }
 
-fn start(cfg: BridgeConfig) -> (Running, Wire) {
+fn start(cfg: BridgeConfig) -> (Bridge, Wire) {
     let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
     (Bridge::start(cfg, Box::new(pair)).expect("the bridge starts"), wire)
 }

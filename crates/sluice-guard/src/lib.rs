@@ -482,7 +482,7 @@ impl Guard {
     }
 
     /// Spawn the loops and the block publisher.
-    pub fn start(self) -> Result<Running, GuardError> {
+    pub fn start(self) -> Result<GuardThreads, GuardError> {
         let config = Arc::new(self.config);
         config.key_prefixes.check().map_err(GuardError::BadLimit)?;
         // Every block is a client's network: keyed wider than the safety
@@ -549,18 +549,18 @@ impl Guard {
                 .map_err(spawn_err)?;
             handles.push(h);
         }
-        Ok(Running { stop, handles, publisher, shared })
+        Ok(GuardThreads { stop, handles, publisher, shared })
     }
 }
 
-pub struct Running {
+pub struct GuardThreads {
     stop: Arc<AtomicBool>,
     handles: Vec<JoinHandle<io::Result<()>>>,
     publisher: JoinHandle<io::Result<()>>,
     shared: Arc<Shared>,
 }
 
-impl Running {
+impl GuardThreads {
     /// Setting it stops the threads (within ~50 ms); signal handlers may set it.
     pub fn stop_flag(&self) -> Arc<AtomicBool> {
         self.stop.clone()

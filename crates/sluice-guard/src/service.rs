@@ -45,7 +45,7 @@ fn start_err(what: &'static str) -> impl Fn(&dyn std::fmt::Display) -> ServiceEr
 /// The guard as a service, running: the proxy and everything around it.
 pub struct Service {
     addr: SocketAddr,
-    running: crate::Running,
+    running: crate::GuardThreads,
     control: Option<crate::control::GuardControl>,
     forwarder: Option<std::thread::JoinHandle<()>>,
     started: Instant,

@@ -26,7 +26,7 @@ fn slow_upstream() -> SocketAddr {
     })
 }
 
-fn guard(tls: bool) -> (SocketAddr, sluice_guard::Running) {
+fn guard(tls: bool) -> (SocketAddr, sluice_guard::GuardThreads) {
     let mut c = Config::new("127.0.0.1:0".parse().unwrap(), slow_upstream());
     c.pin = false;
     if tls {

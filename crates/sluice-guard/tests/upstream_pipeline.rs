@@ -58,7 +58,7 @@ fn target_of(head: &str) -> String {
     head.split(' ').nth(1).unwrap_or("").to_owned()
 }
 
-fn guard(up: SocketAddr, pipeline: usize) -> (SocketAddr, sluice_guard::Running) {
+fn guard(up: SocketAddr, pipeline: usize) -> (SocketAddr, sluice_guard::GuardThreads) {
     running::start(up, |c| c.upstream_pipeline = pipeline)
 }
 

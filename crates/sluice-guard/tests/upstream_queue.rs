@@ -34,7 +34,7 @@ fn upstream() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
 fn guard(
     max_inflight: usize,
     queue_timeout: Option<Duration>,
-) -> (SocketAddr, sluice_guard::Running, Arc<Mutex<Vec<String>>>) {
+) -> (SocketAddr, sluice_guard::GuardThreads, Arc<Mutex<Vec<String>>>) {
     let (up, seen) = upstream();
     let mut c = Config::new("127.0.0.1:0".parse().unwrap(), up);
     c.pin = false;
@@ -80,12 +80,12 @@ fn answer(s: &mut TcpStream) -> String {
     }
 }
 
-fn stop(g: sluice_guard::Running) {
+fn stop(g: sluice_guard::GuardThreads) {
     g.stop_flag().store(true, std::sync::atomic::Ordering::Relaxed);
     g.wait().unwrap();
 }
 
-fn wait_queued(g: &sluice_guard::Running, n: u64) {
+fn wait_queued(g: &sluice_guard::GuardThreads, n: u64) {
     let end = Instant::now() + Duration::from_secs(5);
     while g.shared().report().counts.upstream_queued < n {
         assert!(Instant::now() < end, "{n} requests never queued: {:?}", g.shared().report().counts);

@@ -559,8 +559,8 @@ pub fn write_hgrm(h: &Histogram<u64>, out: &mut impl Write) -> io::Result<()> {
     Ok(())
 }
 
-/// The threads are running; [`Running::join`] waits for the report.
-pub struct Running {
+/// The threads are running; [`LoadRun::join`] waits for the report.
+pub struct LoadRun {
     stop: Arc<AtomicBool>,
     live: Arc<Live>,
     started: Instant,
@@ -568,7 +568,7 @@ pub struct Running {
     config: LoadConfig,
 }
 
-impl Running {
+impl LoadRun {
     /// Wait for the run to end, with a progress line a second on stderr
     /// when `progress` (a person is watching), then the report.
     pub fn wait(self, progress: bool) -> Result<LoadReport, LoadError> {
@@ -659,7 +659,7 @@ impl Running {
 }
 
 /// Check the config and start the threads.
-pub fn start(config: LoadConfig) -> Result<Running, LoadError> {
+pub fn start(config: LoadConfig) -> Result<LoadRun, LoadError> {
     let c = &config;
     if !c.allow_remote && !c.target.ip().is_loopback() {
         return Err(LoadError::NotLoopback(c.target));
@@ -733,7 +733,7 @@ pub fn start(config: LoadConfig) -> Result<Running, LoadError> {
             .map_err(|source| LoadError::Io { what: "spawning a load thread".into(), source })?;
         handles.push(h);
     }
-    Ok(Running { stop, live, started, handles, config })
+    Ok(LoadRun { stop, live, started, handles, config })
 }
 
 struct ThreadCtx {

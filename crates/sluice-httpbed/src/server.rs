@@ -229,8 +229,8 @@ impl Server {
         self.addr
     }
 
-    /// Spawn the threads; they serve until [`Running::stop`].
-    pub fn start(self) -> Result<Running, ServeError> {
+    /// Spawn the threads; they serve until [`ServerThreads::stop`].
+    pub fn start(self) -> Result<ServerThreads, ServeError> {
         let stop = Arc::new(AtomicBool::new(false));
         let total = Arc::new(AtomicU64::new(0));
         let config = Arc::new(self.config);
@@ -252,19 +252,19 @@ impl Server {
                 .map_err(io_err("spawning a server thread"))?;
             handles.push(h);
         }
-        Ok(Running { stop, handles })
+        Ok(ServerThreads { stop, handles })
     }
 }
 
 /// A thread's counters and the distinct peer addresses it saw (merged at join).
 type ThreadResult = io::Result<(ThreadStats, HashSet<IpAddr>)>;
 
-pub struct Running {
+pub struct ServerThreads {
     stop: Arc<AtomicBool>,
     handles: Vec<JoinHandle<ThreadResult>>,
 }
 
-impl Running {
+impl ServerThreads {
     /// Setting this flag stops the threads (within ~50 ms); signal handlers may set it.
     pub fn stop_flag(&self) -> Arc<AtomicBool> {
         self.stop.clone()
@@ -733,7 +733,7 @@ mod tests {
     use std::io::{BufRead, BufReader, Write};
     use std::net::TcpStream as StdStream;
 
-    fn start(config: Config) -> (SocketAddr, Running) {
+    fn start(config: Config) -> (SocketAddr, ServerThreads) {
         let server = Server::bind(config).unwrap();
         let addr = server.local_addr();
         (addr, server.start().unwrap())

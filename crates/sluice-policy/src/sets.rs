@@ -112,7 +112,7 @@ fn kind_name(k: SetKind) -> String {
 }
 
 /// A merge building tables elsewhere: its set, and where they come back.
-struct Running {
+struct MergeInFlight {
     set: String,
     /// The merge's number in its set's state.
     seq: u64,
@@ -130,7 +130,7 @@ fn change_for(
     s: &mut SetState,
     flushed: bool,
     (min, ratio): (usize, usize),
-    running: Option<&mut Vec<Running>>,
+    running: Option<&mut Vec<MergeInFlight>>,
     merged: &mut usize,
 ) -> SetChange {
     let mut base = flushed.then(|| rules.build_base(&[]));
@@ -146,7 +146,7 @@ fn change_for(
                         let _ = tx.send((tables, Elements::from_prefixes(&list)));
                     });
                     match spawned {
-                        Ok(_) => running.push(Running { set: name.to_owned(), seq, done: rx }),
+                        Ok(_) => running.push(MergeInFlight { set: name.to_owned(), seq, done: rx }),
                         Err(e) => tracing::warn!("set `{name}`: cannot start a merge thread ({e}); the delta stays"),
                     }
                 }
@@ -168,7 +168,7 @@ pub struct RuntimeSets {
     touched: BTreeSet<usize>,
     flushed: BTreeSet<usize>,
     /// Merges building new tables on threads of their own.
-    running: Vec<Running>,
+    running: Vec<MergeInFlight>,
     /// Merge on a thread of its own (publications go on meanwhile); off,
     /// a merge is done within the commit that wants it.
     pub background: bool,

@@ -1,14 +1,14 @@
 //! A guard for the tests, in this process: started on a free loopback
 //! port in front of `up`, stopped and joined; and a client connection to it.
 
-use sluice_guard::{Config, Guard, Running};
+use sluice_guard::{Config, Guard, GuardThreads};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// A guard in front of `up`, at its defaults but for what `tune` sets
 /// (not pinned to a CPU: tests run side by side).
-pub fn start(up: SocketAddr, tune: impl FnOnce(&mut Config)) -> (SocketAddr, Running) {
+pub fn start(up: SocketAddr, tune: impl FnOnce(&mut Config)) -> (SocketAddr, GuardThreads) {
     let mut c = Config::new("127.0.0.1:0".parse().unwrap(), up);
     c.pin = false;
     tune(&mut c);
@@ -17,7 +17,7 @@ pub fn start(up: SocketAddr, tune: impl FnOnce(&mut Config)) -> (SocketAddr, Run
     (addr, g.start().unwrap())
 }
 
-pub fn stop(g: Running) {
+pub fn stop(g: GuardThreads) {
     g.stop_flag().store(true, Ordering::Relaxed);
     g.wait().unwrap();
 }

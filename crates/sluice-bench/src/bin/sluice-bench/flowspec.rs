@@ -20,7 +20,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use sluice_bgp::flowspec::{Component, Family, Flow, NumericOp, PrefixMatch};
 use sluice_bridge::bgp::BgpFlags;
-use sluice_bridge::{Bridge, BridgeConfig, MemoryPair, Running};
+use sluice_bridge::{Bridge, BridgeConfig, MemoryPair};
 use sluice_engine::flows::{FlowRule, FlowTable, FlowVerdict, Placement};
 use sluice_engine::{CompileOptions, RuleSet};
 use sluice_gen::{FrameSize, GenConfig, Generator, ProtoMix};
@@ -191,7 +191,7 @@ fn judge_part(a: &FlowspecBenchArgs) -> Result<serde_json::Value> {
 }
 
 /// A bridge over in-memory ports peering with `peer`.
-fn bridge(peer: &str) -> Result<(Running, sluice_bridge::Wire)> {
+fn bridge(peer: &str) -> Result<(Bridge, sluice_bridge::Wire)> {
     let flags = BgpFlags {
         peers: vec![peer.into()],
         peer_as: vec![65001],
@@ -209,7 +209,7 @@ fn bridge(peer: &str) -> Result<(Running, sluice_bridge::Wire)> {
     Ok((Bridge::start(cfg, Box::new(pair))?, wire))
 }
 
-fn flows_in_force(b: &Running) -> usize {
+fn flows_in_force(b: &Bridge) -> usize {
     b.rules().load().value.flows().map_or(0, |f| f.rules().len())
 }
 
