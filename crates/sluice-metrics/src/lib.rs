@@ -2,9 +2,11 @@
 //! loopback responder for `/metrics` (one request per connection, a few
 //! connections at once, each on a thread of its own with one deadline),
 //! the address check of `--metrics`, and helpers that encode a constant
-//! counter or gauge family with escaped labels. Each product's exporter
-//! sits beside the counters it reads (`sluice-bridge`'s `metrics.rs`,
-//! `sluice-guard`'s `exporter.rs`); this crate depends on no sluice crate.
+//! counter or gauge family with escaped labels, and the per-rule families
+//! the bridge and the shield both serve ([`rule_families`]). Each
+//! product's exporter sits beside the counters it reads (`sluice-bridge`'s
+//! `metrics.rs`, `sluice-shield`'s `metrics.rs`, `sluice-guard`'s
+//! `exporter.rs`); this crate depends on no sluice crate.
 #![deny(unsafe_code)]
 
 pub mod counters;
