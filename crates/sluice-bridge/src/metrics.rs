@@ -20,7 +20,6 @@ use sluice_metrics::{counter, gauge};
 use sluice_pipeline::sample::SampleCounts;
 use sluice_pipeline::LiveStats;
 use sluice_pipeline::{Observer, Progress};
-use sluice_policy::controller::ControlTotals;
 use sluice_policy::ControlState;
 use sluice_wire::ErrorKind;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -413,19 +412,18 @@ impl Exporter {
             (vec![("reason", "fragment".into()), ("list", String::new())], l(&s.ports.fragments[2])),
             (vec![("reason", "default".into()), ("list", String::new())], stats.dropped_by_default),
         ];
-        let mut rule_packets = Vec::new();
-        let mut rule_bytes = Vec::new();
+        let mut rule_rows = Vec::new();
         if let Some(r) = &rules {
             let same = stats.rules_id == r.value.id();
             for (i, info) in r.value.rules().iter().enumerate() {
                 let c = if same { stats.rule_hits.get(i).copied().unwrap_or_default() } else { Default::default() };
-                let labels = vec![
-                    ("line", info.line.to_string()),
-                    ("rule", info.text.clone()),
-                    ("action", info.action.as_str().to_owned()),
-                ];
-                rule_packets.push((labels.clone(), c.packets));
-                rule_bytes.push((labels, c.bytes));
+                rule_rows.push(sluice_metrics::RuleRow {
+                    line: info.line,
+                    rule: &info.text,
+                    action: info.action.as_str(),
+                    packets: c.packets,
+                    bytes: c.bytes,
+                });
                 let dropped = match info.action {
                     sluice_rules::Action::Drop => c.packets,
                     // What the rule's bucket found over its rate.
@@ -450,13 +448,7 @@ impl Exporter {
             "Dropped packets by reason and the list (set) of the rule that dropped them.",
             &drops,
         )?;
-        counter(
-            enc,
-            "sluice_rule_packets",
-            "Packets each rule matched (count rules: before the deciding rule).",
-            &rule_packets,
-        )?;
-        counter(enc, "sluice_rule_bytes", "Bytes (on the wire) each rule matched.", &rule_bytes)?;
+        sluice_metrics::rule_families(enc, &rule_rows)?;
         let undecodable: Vec<_> = ErrorKind::ALL
             .iter()
             .map(|k| (vec![("reason", k.as_str().to_owned())], stats.undecodable[k.index()]))
@@ -487,12 +479,7 @@ impl Exporter {
     fn control(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = &self.0;
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        // The control plane's counts, as `ControlCounters` and
-        // `SocketCounters` declare them (both count control requests).
-        let rows = [(vec![], s.control.counts.totals().exported()), (vec![], s.socket.totals().exported())];
-        for family in sluice_metrics::counters::families(ControlTotals::FAMILIES) {
-            counter(enc, family, control_family_help(family), &sluice_metrics::counters::samples(family, &rows))?;
-        }
+        sluice_policy::exposition::control_families(enc, &s.control, &s.socket.totals(), None)?;
         counter(
             enc,
             "sluice_judged_packets",
@@ -538,62 +525,9 @@ impl Exporter {
         Ok(())
     }
 
-    /// The runtime sets, the control socket, publications and their latency.
+    /// The runtime sets, as every data plane over the controller serves them.
     fn sets(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let s = &self.0;
-        let c = &s.control;
-        let mut sets = Vec::new();
-        let mut merges = Vec::new();
-        for row in c.sets() {
-            for (part, v) in [("base", row.base), ("added", row.added), ("deleted", row.deleted), ("live", row.entries)]
-            {
-                sets.push((vec![("set", row.name.clone()), ("part", part.to_owned())], v as i64));
-            }
-            merges.push((vec![("set", row.name.clone())], row.merges));
-        }
-        gauge(
-            enc,
-            "sluice_set_entries",
-            "Elements of each named set: in its base tables, added and deleted at runtime, live (base - deleted + added).",
-            &sets,
-        )?;
-        counter(enc, "sluice_set_merges", "Runtime deltas folded into new base tables, per set.", &merges)?;
-        let maxelem: Vec<_> = c.sets().into_iter().map(|row| (vec![("set", row.name)], row.maxelem as i64)).collect();
-        gauge(enc, "sluice_set_maxelem", "The most elements each named set holds; adds beyond are refused.", &maxelem)?;
-        // Every set with every reason, zeros too, so a rate has a series
-        // from the start; then what was counted.
-        let mut refused: std::collections::BTreeMap<(String, &str), u64> = c
-            .sets()
-            .into_iter()
-            .flat_map(|row| {
-                let reasons = sluice_rules::Refusal::REASONS.into_iter().chain([sluice_policy::sets::REFUSED_FULL]);
-                reasons.map(move |r| ((row.name.clone(), r), 0))
-            })
-            .collect();
-        refused.extend(c.refusals.counts().into_iter().map(|(set, reason, n)| ((set, reason), n)));
-        let refused: Vec<_> = refused
-            .into_iter()
-            .map(|((set, reason), n)| (vec![("set", set), ("reason", reason.to_owned())], n))
-            .collect();
-        counter(
-            enc,
-            "sluice_set_refused",
-            "Runtime adds refused, per set and reason (full: past the set's maxelem; never_block: it overlaps --never-block; min_prefix: wider than --min-prefix-*).",
-            &refused,
-        )?;
-        if let Some((p50, p99, max)) = c.publish_latency() {
-            let q: Vec<_> = [("0.5", p50), ("0.99", p99), ("1", max)]
-                .iter()
-                .map(|(q, v)| (vec![("quantile", (*q).to_owned())], *v as i64))
-                .collect();
-            gauge(
-                enc,
-                "sluice_set_publish_latency_ns",
-                "Publish latency of runtime changes over the last 4096 requests (ns), by quantile.",
-                &q,
-            )?;
-        }
-        Ok(())
+        sluice_policy::exposition::set_families(enc, &self.0.control)
     }
 
     /// The CrowdSec feed, when it runs.
@@ -796,24 +730,6 @@ impl Exporter {
     }
 }
 
-/// The help text of a family `ControlCounters` or `SocketCounters` declares.
-fn control_family_help(family: &str) -> &'static str {
-    match family {
-        "sluice_reloads" => "Rule reloads (SIGHUP or a list file change), by result.",
-        "sluice_sighup" => "SIGHUPs received.",
-        "sluice_set_updates" => "Runtime set changes applied (control socket lines: add, del, flush).",
-        "sluice_set_expired" => "Runtime elements whose timeout passed.",
-        "sluice_control_requests" => {
-            "Control socket requests, by result (refused: the peer's uid/gid is not allowed; busy: too many \
-             connections at once; too_large: over 64 MiB; timed_out: not whole within the deadline; \
-             malformed: did not parse; forbidden: a command the peer's role may not send)."
-        }
-        "sluice_set_publishes" => "Rule sets published for runtime changes (requests waiting together share one).",
-        "sluice_flow_publications" => "Tables of flows from BGP peers published (UPDATEs arriving together share one).",
-        _ => "A control plane counter.",
-    }
-}
-
 impl BridgeMetrics {
     /// A registry that encodes these counters on every scrape.
     pub fn registry(self: &Arc<Self>) -> Registry {
@@ -826,18 +742,6 @@ impl BridgeMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_control_family_has_its_own_help() {
-        let generic = control_family_help("");
-        for f in sluice_metrics::counters::families(ControlTotals::FAMILIES) {
-            assert_ne!(control_family_help(f), generic, "{f} has no help text of its own");
-        }
-        // The socket's counters go into a family the control plane declares.
-        for f in sluice_metrics::counters::families(sluice_control::socket::SocketTotals::FAMILIES) {
-            assert!(ControlTotals::FAMILIES.contains(&f), "{f}");
-        }
-    }
 
     #[test]
     fn every_port_family_has_its_own_help() {

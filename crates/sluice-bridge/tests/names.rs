@@ -131,7 +131,7 @@ fn the_summary_keys_and_metric_names_are_the_published_ones() {
 }
 
 /// docs/metrics.md names every metric the bridge serves (and, through the
-/// guard's list, every one the guard serves), and nothing else.
+/// guard's and the shield's lists, every one they serve), and nothing else.
 #[test]
 fn docs_metrics_lists_every_served_metric_and_no_other() {
     let doc = std::fs::read_to_string(repo().join("docs/metrics.md")).unwrap();
@@ -141,11 +141,15 @@ fn docs_metrics_lists_every_served_metric_and_no_other() {
         .map(str::to_owned)
         .collect();
     let listed = |f: &str| -> BTreeSet<String> {
-        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sluice-guard/tests/names").join(f);
-        let p = if p.exists() { p } else { Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/names").join(f) };
+        let p = ["../sluice-guard/tests/names", "../sluice-shield/tests/names", "tests/names"]
+            .iter()
+            .map(|d| Path::new(env!("CARGO_MANIFEST_DIR")).join(d).join(f))
+            .find(|p| p.exists())
+            .unwrap_or_else(|| panic!("no list {f}"));
         std::fs::read_to_string(p).unwrap().lines().map(str::to_owned).collect()
     };
-    let served: BTreeSet<String> = listed("bridge-metrics.txt").union(&listed("guard-metrics.txt")).cloned().collect();
+    let served: BTreeSet<String> =
+        ["bridge-metrics.txt", "guard-metrics.txt", "shield-metrics.txt"].iter().flat_map(|f| listed(f)).collect();
     // Lanes' families (`--workers auto`) are served over AF_XDP queues only:
     // the veth tests check those.
     let lanes_only: BTreeSet<String> =

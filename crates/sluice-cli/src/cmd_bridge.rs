@@ -52,13 +52,8 @@ pub struct BridgeArgs {
     /// CPUs to pin workers to, e.g. 0,1 (default: worker i on CPU i).
     #[arg(long, value_delimiter = ',')]
     pub cpus: Vec<usize>,
-    /// Serve Prometheus metrics at http://ADDR/metrics (loopback only unless
-    /// --metrics-allow-remote; port 0 picks a free one, printed on stderr).
-    #[arg(long, value_name = "ADDR")]
-    pub metrics: Option<String>,
-    /// Allow --metrics on an address other than loopback.
-    #[arg(long)]
-    pub metrics_allow_remote: bool,
+    #[command(flatten)]
+    pub metrics: sluice_control::product::MetricsFlags,
     /// Reload the rules when the rule file or a list file changes (checked
     /// every 200 ms; replace files by rename so no half-written file is read).
     #[arg(long)]
@@ -112,8 +107,7 @@ fn check(a: &BridgeArgs) -> Result<[String; 2]> {
 
 pub fn run(a: BridgeArgs) -> Result<Outcome> {
     let names = check(&a)?;
-    let metrics =
-        a.metrics.as_deref().map(|m| sluice_control::product::metrics_addr(m, a.metrics_allow_remote)).transpose()?;
+    let metrics = a.metrics.addr()?;
     let (crowdsec, crowdsec_maxelem) = a.crowdsec.bouncer(&a.rules.geo_db)?;
     // A live port does not wait for a disk: a full queue sheds samples (counted, logged once).
     let sample = a.sample.config(Backpressure::Shed);

@@ -58,6 +58,8 @@ pub struct ShieldArgs {
     pub crowdsec: sluice_policy::flags::CrowdsecFlags,
     #[command(flatten)]
     pub safety: sluice_control::safety::SafetyFlags,
+    #[command(flatten)]
+    pub metrics: sluice_control::product::MetricsFlags,
     /// Stop after this many seconds (default: on SIGINT or SIGTERM).
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
@@ -67,6 +69,8 @@ pub struct ShieldArgs {
 }
 
 pub fn run(a: ShieldArgs) -> Result<Outcome> {
+    // Checked before anything is loaded: a wrong address is a usage error.
+    let metrics = a.metrics.addr()?;
     let (crowdsec, crowdsec_maxelem) = a.crowdsec.bouncer(&a.rules.geo_db)?;
     let options = sluice_shield::Options {
         undecodable_drop: matches!(a.undecodable, VerdictFlag::Drop),
@@ -91,6 +95,7 @@ pub fn run(a: ShieldArgs) -> Result<Outcome> {
         safety: a.safety.load()?,
         crowdsec,
         crowdsec_maxelem,
+        metrics,
     };
     let shield = sluice_shield::start(config).context("shield")?;
     shield.log_start();

@@ -12,6 +12,8 @@ mod common;
 mod lapi;
 #[path = "../../sluice-live/tests/common/mod.rs"]
 mod live;
+#[path = "../../sluice-guard/tests/names/support.rs"]
+mod names;
 
 use live::{live_or_skip, run, unique, Endpoint, Netns, Veth};
 use serde_json::Value;
@@ -130,6 +132,8 @@ fn through(h: &Host, frames: &[Vec<u8>]) -> BTreeSet<u32> {
 /// A shield running in the host's namespace, killed on drop.
 struct Shield {
     child: Child,
+    /// What it logged until it was on.
+    log: String,
 }
 
 impl Shield {
@@ -153,7 +157,13 @@ impl Shield {
             }
         }
         std::thread::spawn(move || for _ in err.lines() {});
-        Shield { child }
+        Shield { child, log: seen }
+    }
+
+    /// Where `--metrics` serves, as its log says.
+    fn metrics_addr(&self) -> String {
+        let at = self.log.split("metrics at http://").nth(1).unwrap_or_else(|| panic!("no metrics line: {}", self.log));
+        at.split("/metrics").next().unwrap().to_owned()
     }
 
     /// SIGTERM, then its JSON summary.
@@ -639,4 +649,119 @@ fn a_thousand_reloads_under_traffic_let_no_listed_packet_through() {
     assert_eq!(summary["reloads"]["ok"], 1001, "{summary}");
     assert_eq!(summary["rules"][1]["rule"], "drop saddr 10.7.0.0/16", "{summary}");
     assert_eq!(summary["rules"][1]["packets"], 1, "{summary}");
+}
+
+/// `GET /metrics` at `addr`, from the host's namespace.
+fn scrape(h: &Host, addr: &str) -> String {
+    let out = in_host(h, "curl").args(["-sf", "--max-time", "5", &format!("http://{addr}/metrics")]).output().unwrap();
+    assert!(out.status.success(), "scraping {addr}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The one sample of `series` (name and labels as the exposition writes them).
+fn sample(metrics: &str, series: &str) -> u64 {
+    let found: Vec<_> = metrics.lines().filter_map(|l| l.strip_prefix(series)?.strip_prefix(' ')).collect();
+    assert_eq!(found.len(), 1, "{series} in:\n{metrics}");
+    found[0].parse().unwrap()
+}
+
+/// `--metrics`: the drop rule's counters are exactly the listed frames
+/// sent (the kernel counts every packet, per CPU; nothing is sampled), the
+/// mode gauge says the mode the summary says was attached, a dynamic set's
+/// elements and the control plane are there, and the families are the
+/// published ones (`crates/sluice-shield/tests/names/shield-metrics.txt`).
+#[test]
+fn metrics_count_every_dropped_frame_and_say_the_mode() {
+    if !live_or_skip("metrics_count_every_dropped_frame_and_say_the_mode") {
+        return;
+    }
+    let h = Host::new("shm");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("m.rules");
+    std::fs::write(&file, "set blocks dynamic\ndrop saddr 10.9.0.0/16\ndrop saddr @blocks\n").unwrap();
+    let sock = dir.path().join("ctl.sock");
+    let shield = Shield::start(
+        &h,
+        &["--rules", file.to_str().unwrap(), "--control", sock.to_str().unwrap(), "--metrics", "127.0.0.1:0"],
+    );
+    let addr = shield.metrics_addr();
+    assert!(addr.starts_with("127.0.0.1:") && !addr.ends_with(":0"), "the bound port is logged: {addr}");
+    ctl(&sock, &["add", "blocks", "10.5.0.1"]);
+    ctl(&sock, &["add", "blocks", "10.5.0.2"]);
+
+    const N: u32 = 50;
+    let listed = (0..N).map(|i| udp([10, 9, 0, 1], 53, i));
+    let unlisted = (0..20).map(|i| udp([10, 7, 0, 1], 53, 1000 + i));
+    let frames: Vec<_> = listed.chain(unlisted).collect();
+    assert_eq!(through(&h, &frames), (1000..1020).collect::<BTreeSet<u32>>(), "what reached the host");
+    let m = scrape(&h, &addr);
+    let rule = r#"{line="2",rule="drop saddr 10.9.0.0/16",action="drop"}"#;
+    assert_eq!(sample(&m, &format!("sluice_rule_packets_total{rule}")), u64::from(N));
+    assert_eq!(sample(&m, &format!("sluice_rule_bytes_total{rule}")), u64::from(N) * frames[0].len() as u64);
+    let set = r#"{line="3",rule="drop saddr @blocks",action="drop"}"#;
+    assert_eq!(sample(&m, &format!("sluice_rule_packets_total{set}")), 0);
+    assert!(sample(&m, "sluice_shield_default_packets_total{}") >= 20, "{m}");
+    assert_eq!(sample(&m, r#"sluice_set_entries{set="blocks",part="live"}"#), 2);
+    assert_eq!(sample(&m, r#"sluice_control_requests_total{result="ok"}"#), 2);
+    assert_eq!(sample(&m, r#"sluice_reloads_total{result="ok"}"#), 0);
+    assert_eq!(sample(&m, "sluice_dry_run{}"), 0);
+    names::same_as_listed(
+        &names::metric_names(&m),
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../sluice-shield/tests/names/shield-metrics.txt"),
+    );
+
+    // A reload the kernel takes (a rule more: a new program) counts as the
+    // bridge's do; the rule counters restart with the new program.
+    std::fs::write(&file, "set blocks dynamic\ndrop saddr 10.9.0.0/16\ndrop saddr @blocks\ncount udp dport 9\n")
+        .unwrap();
+    assert_eq!(ctl(&sock, &["reload"])["ok"], true);
+    let m = scrape(&h, &addr);
+    assert_eq!(sample(&m, r#"sluice_reloads_total{result="ok"}"#), 1);
+    assert_eq!(sample(&m, &format!("sluice_rule_packets_total{rule}")), 0);
+    assert_eq!(through(&h, &frames[..3]), BTreeSet::new());
+    let m = scrape(&h, &addr);
+    assert_eq!(sample(&m, &format!("sluice_rule_packets_total{rule}")), 3);
+
+    let summary = shield.stop();
+    let mode = summary["interfaces"][0]["mode"].as_str().unwrap().to_owned();
+    let gauge = format!(r#"sluice_shield_xdp_mode{{iface="{}",mode="{mode}"}}"#, h.dev);
+    assert_eq!(sample(&m, &gauge), 1);
+    assert_eq!(m.matches("sluice_shield_xdp_mode{").count(), 1, "one interface, one mode: {m}");
+    assert_eq!(summary["rules"][0]["packets"], 3, "{summary}");
+}
+
+/// `--metrics` is loopback only: another address is a usage error (exit
+/// 2) before anything is loaded, unless `--metrics-allow-remote`; then the
+/// peer scrapes it across the protected interface.
+#[test]
+fn metrics_are_loopback_only_unless_allowed_remote() {
+    for (addr, says) in [("0.0.0.0:9100", "not a loopback address"), ("localhost", "expected ADDRESS:PORT")] {
+        let out = Command::new(SLUICE)
+            .args(["shield", "--iface", "lo", "--drop-src", "/nonexistent", "--metrics", addr])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "--metrics {addr}: {err}");
+        assert!(err.contains(says), "--metrics {addr}: {err}");
+    }
+    if !live_or_skip("metrics_are_loopback_only_unless_allowed_remote") {
+        return;
+    }
+    let h = Host::new("shmr");
+    run(&["ip", "-n", &h.host.as_ref().unwrap().name, "addr", "add", "10.88.1.1/24", "dev", &h.dev]);
+    run(&["ip", "-n", &h.peer.name, "addr", "add", "10.88.1.2/24", "dev", &h.far]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("r.rules");
+    std::fs::write(&file, "drop saddr 10.9.0.0/16\n").unwrap();
+    let shield =
+        Shield::start(&h, &["--rules", file.to_str().unwrap(), "--metrics", "0.0.0.0:0", "--metrics-allow-remote"]);
+    let port = shield.metrics_addr().rsplit(':').next().unwrap().to_owned();
+    let out = Command::new("ip")
+        .args(["netns", "exec", &h.peer.name, "curl", "-sf", "--max-time", "5"])
+        .arg(format!("http://10.88.1.1:{port}/metrics"))
+        .output()
+        .unwrap();
+    let m = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && m.contains("sluice_rule_packets_total{"), "from the peer: {m}");
+    shield.stop();
 }

@@ -107,6 +107,26 @@ pub fn metrics_addr(s: &str, allow_remote: bool) -> anyhow::Result<std::net::Soc
     Ok(sluice_metrics::check_addr(s, allow_remote).map_err(|e| Usage(e.to_string()))?)
 }
 
+/// `--metrics ADDR` and `--metrics-allow-remote`, as the bridge and the
+/// shield take them.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct MetricsFlags {
+    /// Serve Prometheus metrics at http://ADDR/metrics (loopback only unless
+    /// --metrics-allow-remote; port 0 picks a free one, printed on stderr).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+    /// Allow --metrics on an address other than loopback.
+    #[arg(long)]
+    pub metrics_allow_remote: bool,
+}
+
+impl MetricsFlags {
+    /// The address to serve at, checked ([`metrics_addr`]).
+    pub fn addr(&self) -> anyhow::Result<Option<std::net::SocketAddr>> {
+        self.metrics.as_deref().map(|m| metrics_addr(m, self.metrics_allow_remote)).transpose()
+    }
+}
+
 /// A summary as a command prints it on standard output: its text, or its
 /// JSON on one line.
 pub fn print(summary: &impl Summary, json: bool) -> String {

@@ -2,9 +2,11 @@
 //! loopback responder for `/metrics` (one request per connection, a few
 //! connections at once, each on a thread of its own with one deadline),
 //! the address check of `--metrics`, and helpers that encode a constant
-//! counter or gauge family with escaped labels. Each product's exporter
-//! sits beside the counters it reads (`sluice-bridge`'s `metrics.rs`,
-//! `sluice-guard`'s `exporter.rs`); this crate depends on no sluice crate.
+//! counter or gauge family with escaped labels, and the per-rule families
+//! the bridge and the shield both serve ([`rule_families`]). Each
+//! product's exporter sits beside the counters it reads (`sluice-bridge`'s
+//! `metrics.rs`, `sluice-shield`'s `metrics.rs`, `sluice-guard`'s
+//! `exporter.rs`); this crate depends on no sluice crate.
 #![deny(unsafe_code)]
 
 pub mod counters;
@@ -143,6 +145,36 @@ pub fn gauge(
         ConstGauge::new(*v).encode(m.encode_family(&escaped(labels))?)?;
     }
     Ok(())
+}
+
+/// One rule as its families label it, with what it matched.
+pub struct RuleRow<'a> {
+    /// Its line in the rule file.
+    pub line: usize,
+    /// The rule as written.
+    pub rule: &'a str,
+    /// What it does (`drop`, `pass`, `count`, ...).
+    pub action: &'a str,
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// `sluice_rule_packets` and `sluice_rule_bytes`, one series per rule
+/// labelled `line`, `rule`, `action`: what the bridge's workers and the
+/// shield's kernel program count per rule, served under one name.
+pub fn rule_families(enc: &mut DescriptorEncoder, rows: &[RuleRow<'_>]) -> Result<(), std::fmt::Error> {
+    let labels = |r: &RuleRow<'_>| {
+        vec![("line", r.line.to_string()), ("rule", r.rule.to_owned()), ("action", r.action.to_owned())]
+    };
+    let packets: Vec<_> = rows.iter().map(|r| (labels(r), r.packets)).collect();
+    counter(
+        enc,
+        "sluice_rule_packets",
+        "Packets each rule matched (count rules: before the deciding rule).",
+        &packets,
+    )?;
+    let bytes: Vec<_> = rows.iter().map(|r| (labels(r), r.bytes)).collect();
+    counter(enc, "sluice_rule_bytes", "Bytes (on the wire) each rule matched.", &bytes)
 }
 
 /// Serves `registry` at `/metrics` until the process ends: one request per

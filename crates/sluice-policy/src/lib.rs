@@ -19,6 +19,7 @@ pub mod commands;
 pub mod controller;
 pub mod crowdsec;
 pub mod crowdsec_config;
+pub mod exposition;
 pub mod flags;
 pub mod sets;
 pub mod spec;

@@ -11,6 +11,7 @@
 //! Unsupported`]); nothing is loaded then.
 
 pub mod asm;
+pub mod metrics;
 pub mod mirror;
 pub mod program;
 pub mod service;
@@ -71,6 +72,8 @@ pub struct Compiled {
     dynamic: Vec<(String, usize)>,
     /// Each rule as written, in order.
     texts: Vec<String>,
+    /// Each rule's line and action, in order (the metrics' labels).
+    lines: Vec<(usize, Action)>,
     insns: usize,
 }
 
@@ -170,7 +173,17 @@ impl Compiled {
         // The program holds its maps; `scratch` needs no other owner.
         drop(scratch);
         let texts = file.rules.iter().map(|r| r.text.clone()).collect();
-        Ok(Compiled { program, counters, rules: file.rules.len(), sets: codes, dynamic, texts, insns: insns.len() })
+        let lines = file.rules.iter().map(|r| (r.line, r.action)).collect();
+        Ok(Compiled {
+            program,
+            counters,
+            rules: file.rules.len(),
+            sets: codes,
+            dynamic,
+            texts,
+            lines,
+            insns: insns.len(),
+        })
     }
 
     /// The dynamic sets the rules use, by name, with their kernel tries.
@@ -181,6 +194,11 @@ impl Compiled {
     /// Each rule as written, in order (the counters' order).
     pub fn rule_texts(&self) -> &[String] {
         &self.texts
+    }
+
+    /// Each rule's line in its file and its action, in order.
+    pub fn rule_lines(&self) -> &[(usize, Action)] {
+        &self.lines
     }
 
     /// The loaded program.

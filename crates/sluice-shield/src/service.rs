@@ -61,6 +61,8 @@ pub struct ShieldConfig {
     /// A CrowdSec bouncer's config (its decisions into a dynamic set).
     pub crowdsec: Option<sluice_policy::crowdsec::BouncerConfig>,
     pub crowdsec_maxelem: Option<u32>,
+    /// Serve Prometheus metrics here (`--metrics`, checked by the caller).
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// One interface the program is attached to.
@@ -87,6 +89,9 @@ struct ControlPlane {
     socket: Option<sluice_control::socket::Serving>,
     /// The CrowdSec bouncer's thread and what stops it.
     bouncer: Option<(std::thread::JoinHandle<()>, Arc<AtomicBool>)>,
+    /// What the controller and the socket count, for the metrics.
+    state: Arc<sluice_policy::ControlState>,
+    socket_counters: Arc<sluice_control::socket::SocketCounters>,
 }
 
 impl ControlPlane {
@@ -112,6 +117,7 @@ pub struct Shield {
     warnings: Vec<String>,
     stop: Arc<AtomicBool>,
     started: Instant,
+    metrics_addr: Option<std::net::SocketAddr>,
 }
 
 fn mode_name(m: XdpMode) -> &'static str {
@@ -151,6 +157,25 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
     } else {
         None
     };
+    // Served before any interface is touched, as the control socket: an
+    // address that cannot be bound stops the start with nothing attached.
+    let metrics = Arc::new(crate::metrics::ShieldMetrics::new(
+        Arc::clone(&kernel),
+        control.as_ref().map(|c| (Arc::clone(&c.state), Arc::clone(&c.socket_counters))),
+        config.options.dry_run,
+    ));
+    let metrics_addr = match config.metrics {
+        Some(addr) => match sluice_metrics::serve_flag(addr, metrics.registry(), "sluice shield") {
+            Ok(bound) => Some(bound),
+            Err(e) => {
+                if let Some(c) = control {
+                    c.stop();
+                }
+                return Err(ShieldError::Config(e));
+            }
+        },
+        None => None,
+    };
     let mut links = Vec::new();
     let mut attached: Vec<Attached> = Vec::new();
     for iface in &config.ifaces {
@@ -178,6 +203,7 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
         }
     }
     kernel.lock().unwrap_or_else(PoisonError::into_inner).links = links;
+    metrics.attached(attached.clone());
     Ok(Shield {
         kernel,
         control,
@@ -185,6 +211,7 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
         warnings: plan.warnings,
         stop: Arc::new(AtomicBool::new(false)),
         started: Instant::now(),
+        metrics_addr,
     })
 }
 
@@ -206,6 +233,7 @@ fn start_control(
     )
     .map_err(|e| ShieldError::Config(e.to_string()))?;
     let first = loading.controller.published().load().value.id();
+    let state = Arc::clone(loading.controller.state());
     let (spec, options) = (spec.clone(), config.options);
     let rebuild: crate::mirror::Rebuild = Box::new(move || {
         let plan = spec.load_plan().map_err(|e| ShieldError::Config(e.to_string()))?;
@@ -213,6 +241,7 @@ fn start_control(
     });
     let mut mirror = crate::mirror::Mirror::new(Arc::clone(kernel), first, rebuild);
     let controller = loading.controller.without_merges().on_publish(Box::new(move |rules| mirror.sync(rules)));
+    let socket_counters = Arc::new(sluice_control::socket::SocketCounters::default());
     let (events, rx) = std::sync::mpsc::channel();
     let socket = match &config.control {
         Some(path) => {
@@ -225,7 +254,7 @@ fn start_control(
                 path,
                 access,
                 sluice_policy::deliver_to(&events),
-                Arc::new(sluice_control::socket::SocketCounters::default()),
+                Arc::clone(&socket_counters),
             )
             .map_err(|e| ShieldError::Config(format!("control socket {}: {e}", path.display())))?;
             tracing::info!("control socket at {}", path.display());
@@ -247,7 +276,7 @@ fn start_control(
         }
         None => None,
     };
-    Ok(ControlPlane { events, thread, socket, bouncer })
+    Ok(ControlPlane { events, thread, socket, bouncer, state, socket_counters })
 }
 
 /// The file an interface's link is pinned as: bpffs refuses names with a
@@ -319,6 +348,11 @@ fn attach(
 }
 
 impl Shield {
+    /// Where `--metrics` serves (the port bound when 0 was asked).
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.metrics_addr
+    }
+
     /// Where the program runs and how.
     pub fn attached(&self) -> &[Attached] {
         &self.attached

@@ -1,0 +1,123 @@
+//! The control plane's Prometheus families, for every data plane that
+//! runs a [`Controller`](crate::controller::Controller) (the bridge, the
+//! shield): its counts as [`ControlCounters`](crate::controller::ControlCounters)
+//! and the control socket's counters declare them, and the named sets'
+//! sizes, refusals and publish latency. One place, so a family means the
+//! same whichever program serves it.
+
+use crate::controller::{ControlState, ControlTotals};
+use prometheus_client::encoding::DescriptorEncoder;
+use sluice_control::socket::SocketTotals;
+use sluice_metrics::{counter, gauge};
+
+/// The families `ControlCounters` and `SocketCounters` declare (both count
+/// control requests). `reloads`, when given, are the (ok, failed) served
+/// as `sluice_reloads` instead of the controller's own: for a data plane
+/// whose reloads can still fail after the controller's worked (the
+/// shield's kernel may refuse the program).
+pub fn control_families(
+    enc: &mut DescriptorEncoder,
+    state: &ControlState,
+    socket: &SocketTotals,
+    reloads: Option<(u64, u64)>,
+) -> Result<(), std::fmt::Error> {
+    let mut counts = state.counts.totals();
+    if let Some((ok, failed)) = reloads {
+        counts.reloads_ok = ok;
+        counts.reloads_failed = failed;
+    }
+    let rows = [(vec![], counts.exported()), (vec![], socket.exported())];
+    for family in sluice_metrics::counters::families(ControlTotals::FAMILIES) {
+        counter(enc, family, control_family_help(family), &sluice_metrics::counters::samples(family, &rows))?;
+    }
+    Ok(())
+}
+
+/// The named sets: their elements by part, merges, maxelem, refused adds,
+/// and the publish latency of runtime changes.
+pub fn set_families(enc: &mut DescriptorEncoder, c: &ControlState) -> Result<(), std::fmt::Error> {
+    let mut sets = Vec::new();
+    let mut merges = Vec::new();
+    for row in c.sets() {
+        for (part, v) in [("base", row.base), ("added", row.added), ("deleted", row.deleted), ("live", row.entries)] {
+            sets.push((vec![("set", row.name.clone()), ("part", part.to_owned())], v as i64));
+        }
+        merges.push((vec![("set", row.name.clone())], row.merges));
+    }
+    gauge(
+        enc,
+        "sluice_set_entries",
+        "Elements of each named set: in its base tables, added and deleted at runtime, live (base - deleted + added).",
+        &sets,
+    )?;
+    counter(enc, "sluice_set_merges", "Runtime deltas folded into new base tables, per set.", &merges)?;
+    let maxelem: Vec<_> = c.sets().into_iter().map(|row| (vec![("set", row.name)], row.maxelem as i64)).collect();
+    gauge(enc, "sluice_set_maxelem", "The most elements each named set holds; adds beyond are refused.", &maxelem)?;
+    // Every set with every reason, zeros too, so a rate has a series
+    // from the start; then what was counted.
+    let mut refused: std::collections::BTreeMap<(String, &str), u64> = c
+        .sets()
+        .into_iter()
+        .flat_map(|row| {
+            let reasons = sluice_rules::Refusal::REASONS.into_iter().chain([crate::sets::REFUSED_FULL]);
+            reasons.map(move |r| ((row.name.clone(), r), 0))
+        })
+        .collect();
+    refused.extend(c.refusals.counts().into_iter().map(|(set, reason, n)| ((set, reason), n)));
+    let refused: Vec<_> =
+        refused.into_iter().map(|((set, reason), n)| (vec![("set", set), ("reason", reason.to_owned())], n)).collect();
+    counter(
+        enc,
+        "sluice_set_refused",
+        "Runtime adds refused, per set and reason (full: past the set's maxelem; never_block: it overlaps --never-block; min_prefix: wider than --min-prefix-*).",
+        &refused,
+    )?;
+    if let Some((p50, p99, max)) = c.publish_latency() {
+        let q: Vec<_> = [("0.5", p50), ("0.99", p99), ("1", max)]
+            .iter()
+            .map(|(q, v)| (vec![("quantile", (*q).to_owned())], *v as i64))
+            .collect();
+        gauge(
+            enc,
+            "sluice_set_publish_latency_ns",
+            "Publish latency of runtime changes over the last 4096 requests (ns), by quantile.",
+            &q,
+        )?;
+    }
+    Ok(())
+}
+
+/// The help text of a family `ControlCounters` or `SocketCounters` declares.
+pub fn control_family_help(family: &str) -> &'static str {
+    match family {
+        "sluice_reloads" => "Rule reloads (SIGHUP or a list file change), by result.",
+        "sluice_sighup" => "SIGHUPs received.",
+        "sluice_set_updates" => "Runtime set changes applied (control socket lines: add, del, flush).",
+        "sluice_set_expired" => "Runtime elements whose timeout passed.",
+        "sluice_control_requests" => {
+            "Control socket requests, by result (refused: the peer's uid/gid is not allowed; busy: too many \
+             connections at once; too_large: over 64 MiB; timed_out: not whole within the deadline; \
+             malformed: did not parse; forbidden: a command the peer's role may not send)."
+        }
+        "sluice_set_publishes" => "Rule sets published for runtime changes (requests waiting together share one).",
+        "sluice_flow_publications" => "Tables of flows from BGP peers published (UPDATEs arriving together share one).",
+        _ => "A control plane counter.",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_control_family_has_its_own_help() {
+        let generic = control_family_help("");
+        for f in sluice_metrics::counters::families(ControlTotals::FAMILIES) {
+            assert_ne!(control_family_help(f), generic, "{f} has no help text of its own");
+        }
+        // The socket's counters go into a family the control plane declares.
+        for f in sluice_metrics::counters::families(sluice_control::socket::SocketTotals::FAMILIES) {
+            assert!(ControlTotals::FAMILIES.contains(&f), "{f}");
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! `sluice shield --metrics`: the Prometheus exposition of a shield.
+//!
+//! Nothing here counts: every scrape reads the kernel program's per-CPU
+//! counters (summed, [`Compiled::counts`](crate::Compiled::counts)), the
+//! reloads the kernel took or refused, and the control plane's own counts
+//! when it runs. Families that mean what the bridge's mean have the
+//! bridge's names and labels, encoded by the same functions
+//! (`sluice_metrics::rule_families`, `sluice_policy::exposition`).
+
+use crate::mirror::Kernel;
+use crate::program::Extra;
+use crate::Attached;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::registry::Registry;
+use sluice_control::socket::SocketCounters;
+use sluice_metrics::{counter, gauge};
+use sluice_policy::ControlState;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+/// What a shield's scrape reads.
+pub struct ShieldMetrics {
+    kernel: Arc<Mutex<Kernel>>,
+    /// The interfaces and their modes, once attached.
+    attached: OnceLock<Vec<Attached>>,
+    /// The control plane's state and its socket's counters, when it runs.
+    control: Option<(Arc<ControlState>, Arc<SocketCounters>)>,
+    dry_run: bool,
+}
+
+impl ShieldMetrics {
+    pub fn new(
+        kernel: Arc<Mutex<Kernel>>,
+        control: Option<(Arc<ControlState>, Arc<SocketCounters>)>,
+        dry_run: bool,
+    ) -> ShieldMetrics {
+        ShieldMetrics { kernel, attached: OnceLock::new(), control, dry_run }
+    }
+
+    /// Records where the program was attached (served from then on).
+    pub fn attached(&self, attached: Vec<Attached>) {
+        let _ = self.attached.set(attached);
+    }
+
+    /// A registry that encodes these on every scrape.
+    pub fn registry(self: &Arc<Self>) -> Registry {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Exporter(Arc::clone(self))));
+        registry
+    }
+}
+
+/// What the kernel holds at one scrape, read under one lock so that the
+/// rules and their counters belong together across a reload.
+struct KernelReading {
+    /// Per rule: line, action, text, then its counter.
+    rules: Vec<(usize, &'static str, String, crate::Count)>,
+    default: crate::Count,
+    undecodable: crate::Count,
+    reloads: u64,
+    reloads_failed: u64,
+}
+
+fn read_kernel(kernel: &Mutex<Kernel>) -> Result<KernelReading, crate::ShieldError> {
+    let k = kernel.lock().unwrap_or_else(PoisonError::into_inner);
+    let counts = k.compiled.counts()?;
+    let texts = k.compiled.rule_texts();
+    let extra = |e: Extra| counts.get(texts.len() + e as usize).copied().unwrap_or_default();
+    let rules = k
+        .compiled
+        .rule_lines()
+        .iter()
+        .zip(texts)
+        .zip(&counts)
+        .map(|((&(line, action), text), c)| (line, action.as_str(), text.clone(), *c))
+        .collect();
+    Ok(KernelReading {
+        rules,
+        default: extra(Extra::Default),
+        undecodable: extra(Extra::Undecodable),
+        reloads: k.reloads,
+        reloads_failed: k.reloads_failed,
+    })
+}
+
+/// Encodes [`ShieldMetrics`] on every scrape.
+struct Exporter(Arc<ShieldMetrics>);
+
+// prometheus-client wants collectors to be Debug; the counters are not
+// worth printing.
+impl std::fmt::Debug for Exporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Exporter")
+    }
+}
+
+impl Collector for Exporter {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let m = &self.0;
+        let k = read_kernel(&m.kernel).map_err(|e| {
+            // The scrape is answered 500; the log says why.
+            tracing::warn!("metrics: reading the kernel's counters: {e}");
+            std::fmt::Error
+        })?;
+        let rows: Vec<_> = k
+            .rules
+            .iter()
+            .map(|(line, action, rule, c)| sluice_metrics::RuleRow {
+                line: *line,
+                rule,
+                action,
+                packets: c.packets,
+                bytes: c.bytes,
+            })
+            .collect();
+        sluice_metrics::rule_families(&mut enc, &rows)?;
+        let one = |n: u64| [(vec![], n)];
+        counter(
+            &mut enc,
+            "sluice_shield_default_packets",
+            "Packets no pass or drop rule decided: the default's verdict applied to them.",
+            &one(k.default.packets),
+        )?;
+        counter(
+            &mut enc,
+            "sluice_shield_default_bytes",
+            "Bytes (on the wire) of the packets the default decided.",
+            &one(k.default.bytes),
+        )?;
+        counter(
+            &mut enc,
+            "sluice_shield_undecodable_packets",
+            "Frames whose addresses cannot be known (--undecodable decides them).",
+            &one(k.undecodable.packets),
+        )?;
+        counter(
+            &mut enc,
+            "sluice_shield_undecodable_bytes",
+            "Bytes (on the wire) of the undecodable frames.",
+            &one(k.undecodable.bytes),
+        )?;
+        match &m.control {
+            Some((state, socket)) => {
+                // A reload is in force once the kernel took its program: it
+                // fails when the rules do not load (the controller's count)
+                // or when the kernel refuses them (the mirror's).
+                let failed = state.counts.totals().reloads_failed + k.reloads_failed;
+                sluice_policy::exposition::control_families(
+                    &mut enc,
+                    state,
+                    &socket.totals(),
+                    Some((k.reloads, failed)),
+                )?;
+                sluice_policy::exposition::set_families(&mut enc, state)?;
+            }
+            None => {
+                // No control plane: nothing reloads, and the family is
+                // there all the same for a dashboard's panel.
+                let reloads = [
+                    (vec![("result", "ok".to_owned())], k.reloads),
+                    (vec![("result", "failed".to_owned())], k.reloads_failed),
+                ];
+                counter(
+                    &mut enc,
+                    "sluice_reloads",
+                    sluice_policy::exposition::control_family_help("sluice_reloads"),
+                    &reloads,
+                )?;
+            }
+        }
+        let modes: Vec<_> = m
+            .attached
+            .get()
+            .into_iter()
+            .flatten()
+            .map(|a| (vec![("iface", a.iface.clone()), ("mode", a.mode.to_owned())], 1))
+            .collect();
+        gauge(
+            &mut enc,
+            "sluice_shield_xdp_mode",
+            "1 for each interface the program is attached to, labelled with the XDP mode it runs in (native, generic).",
+            &modes,
+        )?;
+        gauge(
+            &mut enc,
+            "sluice_dry_run",
+            "1 under --dry-run: nothing is enforced, and the drop counters count what would have been dropped.",
+            &[(vec![], i64::from(m.dry_run))],
+        )
+    }
+}
