@@ -331,6 +331,45 @@ fn ctl_changes_are_in_the_kernel_when_answered_and_timeouts_lift_them() {
     assert!(!sock.exists(), "the control socket stayed");
 }
 
+/// A reload that changes only a list (the rule text the same) reaches the
+/// kernel, and a list entry's timeout lifts it there: both are new tables,
+/// not a set's runtime delta.
+#[test]
+fn a_list_reloaded_and_a_list_entry_timed_out_reach_the_kernel() {
+    if !live_or_skip("a_list_reloaded_and_a_list_entry_timed_out_reach_the_kernel") {
+        return;
+    }
+    let h = Host::new("shl");
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("list.txt");
+    std::fs::write(&list, "10.5.0.1\n").unwrap();
+    let file = dir.path().join("list.rules");
+    std::fs::write(&file, "set bad from \"list.txt\"\ndrop saddr @bad\n").unwrap();
+    let sock = dir.path().join("ctl.sock");
+    let shield = Shield::start(&h, &["--rules", file.to_str().unwrap(), "--control", sock.to_str().unwrap()]);
+    let a = |seq| udp([10, 5, 0, 1], 53, seq);
+    let b = |seq| udp([10, 6, 3, 3], 53, seq);
+    assert_eq!(through(&h, &[a(0), b(1)]), BTreeSet::from([1]), "as started");
+
+    // The same rule text, another list: b listed, a no more.
+    std::fs::write(&list, "10.6.3.3\n").unwrap();
+    ctl(&sock, &["reload"]);
+    assert_eq!(through(&h, &[a(2), b(3)]), BTreeSet::from([2]), "after the list's reload");
+
+    // An ipset save with a timeout: b for 2 s more, then out by itself.
+    std::fs::write(&list, "add bad 10.6.3.3 timeout 2\nadd bad 10.5.0.1\n").unwrap();
+    ctl(&sock, &["reload"]);
+    let reloaded = std::time::Instant::now();
+    assert_eq!(through(&h, &[a(4), b(5)]), BTreeSet::new(), "after the timed reload");
+    assert!(reloaded.elapsed() < Duration::from_secs(2), "too slow to see the entry before its timeout");
+    std::thread::sleep(Duration::from_secs(4).saturating_sub(reloaded.elapsed()));
+    assert_eq!(through(&h, &[a(6), b(7)]), BTreeSet::from([7]), "after the entry's timeout");
+
+    let summary = shield.stop();
+    assert_eq!(summary["reloads"]["ok"], 3, "{summary}");
+    assert_eq!(summary["reloads"]["failed"], 0, "{summary}");
+}
+
 #[test]
 fn crowdsec_bans_reach_the_kernel_and_their_deletes_lift_them() {
     if !live_or_skip("crowdsec_bans_reach_the_kernel_and_their_deletes_lift_them") {

@@ -235,7 +235,21 @@ pub struct Controller {
 }
 
 /// See [`Controller::on_publish`].
-pub type PublishHook = Box<dyn FnMut(&RuleSet) + Send>;
+pub type PublishHook = Box<dyn FnMut(&RuleSet, Publication) + Send>;
+
+/// Why rules are published: what a data plane that keeps its own tables
+/// (the shield's kernel maps) must redo.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Publication {
+    /// Runtime changes (a set's delta, flows) over the same base tables.
+    Changed,
+    /// Built again from the files (`ctl reload`, SIGHUP, `--watch`): every
+    /// list may hold other entries, with the same rule text.
+    Reloaded,
+    /// Built again without the list entries whose timeout passed,
+    /// `elapsed` seconds after the files were read.
+    Expired { elapsed: u64 },
+}
 
 /// A status a control-socket command answers with, from outside the
 /// control plane.
@@ -317,9 +331,13 @@ impl Controller {
     }
 
     fn publish(&mut self, rules: RuleSet) -> u64 {
+        self.publish_as(rules, Publication::Changed)
+    }
+
+    fn publish_as(&mut self, rules: RuleSet, why: Publication) -> u64 {
         let rules = rules.with_flows(self.flows.clone());
         if let Some(hook) = &mut self.on_publish {
-            hook(&rules);
+            hook(&rules, why);
         }
         let before = self.published.load();
         *self.state.sets.lock().unwrap_or_else(PoisonError::into_inner) = self.sets.rows(&rules);
@@ -344,7 +362,7 @@ impl Controller {
                 if !dropped.is_empty() {
                     tracing::info!("runtime changes to {} discarded: their lists were read again", dropped.join(", "));
                 }
-                let generation = self.publish(rules);
+                let generation = self.publish_as(rules, Publication::Reloaded);
                 let n = self.state.reloads_ok.fetch_add(1, Ordering::Relaxed) + 1;
                 self.state.loaded(l.lists);
                 // With the dynamic sets' elements carried over, as the JSON and metrics say.
@@ -389,7 +407,7 @@ impl Controller {
                     tracing::info!("runtime changes to {} discarded: their lists were rebuilt", dropped.join(", "));
                 }
                 let live = e.live_entries(elapsed);
-                let generation = self.publish(rules);
+                let generation = self.publish_as(rules, Publication::Expired { elapsed });
                 tracing::info!(
                     event = "expired",
                     generation,

@@ -177,6 +177,9 @@ enum Target {
 pub struct Plan {
     pub file: RuleFile,
     pub sets: Vec<Vec<Prefix>>,
+    /// What gives the rule file and sets again as list entries time out
+    /// ([`Expiring::plan`] with the seconds since this read).
+    pub expiring: Expiring,
     pub lists: Vec<ListEntries>,
     pub warnings: Vec<String>,
 }
@@ -397,7 +400,7 @@ impl RuleSpec {
             warnings.push("no rules given (--rules or --drop-*); every decodable packet passes".into());
         }
         let (file, sets) = expiring.plan(0);
-        Ok(Plan { file, sets, lists, warnings })
+        Ok(Plan { file, sets, expiring, lists, warnings })
     }
 
     /// Reads every list: what builds the rules (and rebuilds them as

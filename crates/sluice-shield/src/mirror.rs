@@ -15,6 +15,7 @@
 use crate::{Compiled, ShieldError};
 use sluice_engine::RuleSet;
 use sluice_live::bpf::XdpLink;
+use sluice_policy::Publication;
 use sluice_rules::Prefix;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -29,8 +30,10 @@ pub struct Kernel {
     pub reloads_failed: u64,
 }
 
-/// Compiles the rules as they are now on disk (a reload's).
-pub type Rebuild = Box<dyn FnMut() -> Result<Compiled, ShieldError> + Send>;
+/// Compiles the rules: as they are now on disk (`None`: a reload's), or
+/// as the last read's entries are `Some(elapsed)` seconds after it (their
+/// timeouts passed).
+pub type Rebuild = Box<dyn FnMut(Option<u64>) -> Result<Compiled, ShieldError> + Send>;
 
 /// What the kernel holds of each dynamic set, as last written.
 pub struct Mirror {
@@ -52,19 +55,26 @@ impl Mirror {
     /// then every dynamic set's tries to their elements. O(elements) per
     /// call (a set difference); a kernel that refuses an element (a set
     /// past its maxelem) is logged and the rest go on.
-    pub fn sync(&mut self, rules: &RuleSet) {
+    pub fn sync(&mut self, rules: &RuleSet, why: Publication) {
         let kernel = Arc::clone(&self.kernel);
         let mut k = kernel.lock().unwrap_or_else(PoisonError::into_inner);
-        if self.rules_id != rules.id() {
+        // A reload with the same rule text may still change every list, and
+        // expired entries leave the tables: both are a new program.
+        let rebuild = match why {
+            Publication::Reloaded => Some(None),
+            Publication::Expired { elapsed } => Some(Some(elapsed)),
+            Publication::Changed => (self.rules_id != rules.id()).then_some(None),
+        };
+        if let Some(elapsed) = rebuild {
             self.rules_id = rules.id();
-            self.reload(&mut k, rules);
+            self.reload(&mut k, rules, elapsed);
         }
         self.sync_sets(&k.compiled, rules);
     }
 
     /// A reload's rules into a new program, swapped into every link.
-    fn reload(&mut self, k: &mut Kernel, rules: &RuleSet) {
-        let new = match (self.rebuild)() {
+    fn reload(&mut self, k: &mut Kernel, rules: &RuleSet, elapsed: Option<u64>) {
+        let new = match (self.rebuild)(elapsed) {
             Ok(c) => c,
             Err(e) => {
                 k.reloads_failed += 1;

@@ -153,7 +153,7 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
     // The control plane before any interface: a socket or a group that
     // fails stops the start with nothing attached.
     let control = if config.control.is_some() || config.crowdsec.is_some() || config.watch {
-        Some(start_control(&config, &spec, &kernel)?)
+        Some(start_control(&config, &spec, &kernel, plan.expiring)?)
     } else {
         None
     };
@@ -222,6 +222,7 @@ fn start_control(
     config: &ShieldConfig,
     spec: &RuleSpec,
     kernel: &Arc<Mutex<Kernel>>,
+    read: sluice_policy::Expiring,
 ) -> Result<ControlPlane, ShieldError> {
     let loading = sluice_policy::Loading::load(
         config.rules.clone(),
@@ -235,12 +236,22 @@ fn start_control(
     let first = loading.controller.published().load().value.id();
     let state = Arc::clone(loading.controller.state());
     let (spec, options) = (spec.clone(), config.options);
-    let rebuild: crate::mirror::Rebuild = Box::new(move || {
-        let plan = spec.load_plan().map_err(|e| ShieldError::Config(e.to_string()))?;
-        Compiled::new(&plan.file, &plan.sets, &options)
+    // The entries of the last read, to rebuild from as their timeouts pass.
+    let mut last = read;
+    let rebuild: crate::mirror::Rebuild = Box::new(move |elapsed| {
+        let (file, sets) = match elapsed {
+            Some(elapsed) => last.plan(elapsed),
+            None => {
+                let plan = spec.load_plan().map_err(|e| ShieldError::Config(e.to_string()))?;
+                last = plan.expiring;
+                (plan.file, plan.sets)
+            }
+        };
+        Compiled::new(&file, &sets, &options)
     });
     let mut mirror = crate::mirror::Mirror::new(Arc::clone(kernel), first, rebuild);
-    let controller = loading.controller.without_merges().on_publish(Box::new(move |rules| mirror.sync(rules)));
+    let controller =
+        loading.controller.without_merges().on_publish(Box::new(move |rules, why| mirror.sync(rules, why)));
     let socket_counters = Arc::new(sluice_control::socket::SocketCounters::default());
     let (events, rx) = std::sync::mpsc::channel();
     let socket = match &config.control {
