@@ -475,31 +475,7 @@ impl Flow {
     /// longer first. (RFC 8956's appendix tests `offset <` twice; the text
     /// says the lower offset wins, which is what this does.)
     pub fn precedence(&self, other: &Flow) -> std::cmp::Ordering {
-        use std::cmp::Ordering::{Equal, Greater, Less};
-        let mut b_it = other.components.iter();
-        for a in &self.components {
-            let Some(b) = b_it.next() else { return Less };
-            let by = match a.kind().cmp(&b.kind()) {
-                Equal => match (a, b) {
-                    (Component::Destination(x), Component::Destination(y))
-                    | (Component::Source(x), Component::Source(y)) => prefix_precedence(x, y),
-                    _ => {
-                        let (x, y) = (component_bytes(a), component_bytes(b));
-                        let common = x.len().min(y.len());
-                        x[..common].cmp(&y[..common]).then(y.len().cmp(&x.len()))
-                    }
-                },
-                by => by,
-            };
-            if by != Equal {
-                return by;
-            }
-        }
-        if b_it.next().is_some() {
-            Greater
-        } else {
-            Equal
-        }
+        PrecedenceKey::new(self).cmp(&PrecedenceKey::new(other))
     }
 
     /// Whether `p` matches every component, as RFC 8955 §4.2.2 and RFC
@@ -652,6 +628,88 @@ fn any_of_all(pairs: impl Iterator<Item = (bool, bool)>) -> bool {
     }
     any || group.unwrap_or(false)
 }
+
+/// A flow's place in [`Flow::precedence`]'s order with its components'
+/// bytes encoded once: the order compares encoded bytes, and a sort by
+/// `precedence` encodes both flows anew in each of its O(n log n)
+/// comparisons; a sort by this key (`sort_by_cached_key`) encodes each
+/// flow once.
+#[derive(Clone, Debug)]
+pub struct PrecedenceKey(Vec<KeyPart>);
+
+/// One component as the order reads it: its type and a prefix or its
+/// bytes after the type.
+#[derive(Clone, Debug)]
+enum KeyPart {
+    Prefix(u8, PrefixMatch),
+    Bytes(u8, Vec<u8>),
+}
+
+impl KeyPart {
+    fn kind(&self) -> u8 {
+        match self {
+            KeyPart::Prefix(k, _) | KeyPart::Bytes(k, _) => *k,
+        }
+    }
+}
+
+impl PrecedenceKey {
+    pub fn new(flow: &Flow) -> PrecedenceKey {
+        PrecedenceKey(
+            flow.components
+                .iter()
+                .map(|c| match c.body() {
+                    Body::Prefix(p) => KeyPart::Prefix(c.kind(), *p),
+                    _ => KeyPart::Bytes(c.kind(), component_bytes(c)),
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Ord for PrecedenceKey {
+    fn cmp(&self, other: &PrecedenceKey) -> std::cmp::Ordering {
+        use std::cmp::Ordering::{Equal, Greater, Less};
+        let mut b_it = other.0.iter();
+        for a in &self.0 {
+            let Some(b) = b_it.next() else { return Less };
+            let by = match a.kind().cmp(&b.kind()) {
+                Equal => match (a, b) {
+                    (KeyPart::Prefix(_, x), KeyPart::Prefix(_, y)) => prefix_precedence(x, y),
+                    (KeyPart::Bytes(_, x), KeyPart::Bytes(_, y)) => {
+                        let common = x.len().min(y.len());
+                        x[..common].cmp(&y[..common]).then(y.len().cmp(&x.len()))
+                    }
+                    // One type is always one kind of body.
+                    _ => Equal,
+                },
+                by => by,
+            };
+            if by != Equal {
+                return by;
+            }
+        }
+        if b_it.next().is_some() {
+            Greater
+        } else {
+            Equal
+        }
+    }
+}
+
+impl PartialOrd for PrecedenceKey {
+    fn partial_cmp(&self, other: &PrecedenceKey) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for PrecedenceKey {
+    fn eq(&self, other: &PrecedenceKey) -> bool {
+        self.cmp(other) == std::cmp::Ordering::Equal
+    }
+}
+
+impl Eq for PrecedenceKey {}
 
 /// What a FlowSpec component reads of a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
