@@ -341,8 +341,46 @@ const MAX_PROTOCOL_FANOUT: usize = 16;
 
 type FixedState = foldhash::fast::FixedState;
 
+/// A flow index on a list whose flow matches every packet that reaches
+/// the list: a flow of one prefix component, listed under its own mask.
+/// Its compiled tests are not read (a cache miss spared per packet on a
+/// table too large for the cache); lists are ordered by the index without
+/// this bit.
+const KEYED: u32 = 1 << 31;
+
+/// The flows listed under one key: one inline (one /32 per flow, the
+/// common case, costs no second lookup), or more.
+#[derive(Clone, Debug)]
+enum Listed {
+    One([u32; 1]),
+    Many(Box<[u32]>),
+}
+
+impl Listed {
+    fn new(flows: Vec<u32>) -> Listed {
+        match flows[..] {
+            [one] => Listed::One([one]),
+            _ => Listed::Many(flows.into_boxed_slice()),
+        }
+    }
+
+    #[inline]
+    fn as_slice(&self) -> &[u32] {
+        match self {
+            Listed::One(one) => one,
+            Listed::Many(many) => many,
+        }
+    }
+}
+
 /// Flows by an address's bits under one mask.
-type ByKey = HashMap<u128, Box<[u32]>, FixedState>;
+type ByKey = HashMap<u128, Listed, FixedState>;
+
+/// A gate's size, in bits of an address's top: the least from 16 (8 KiB)
+/// to 22 (512 KiB) with at least 16 bits per key, so that few are set.
+/// 100,000 /32s set 78% of 2^16 bits (most packets from elsewhere would
+/// be probed for nothing), 5% of 2^21.
+const GATE_BITS: std::ops::RangeInclusive<u32> = 16..=22;
 
 /// One family's flows by one address (the destination or the source).
 #[derive(Clone, Debug, Default)]
@@ -353,33 +391,39 @@ struct PrefixIndex {
     /// The same for IPv6 prefixes with an offset: probed for every packet
     /// of the family (the gate reads the top bits, which they leave open).
     offset: Vec<(u128, ByKey)>,
-    /// A bit per value of an address's top 16 bits that some `from_top`
-    /// key covers (empty: none): most packets meet no flow, and learn it
-    /// here from one bit instead of a hash probe per mask.
+    /// A bit per value of an address's top bits that some `from_top` key
+    /// covers (empty: none): most packets meet no flow, and learn it here
+    /// from one bit instead of a hash probe per mask.
     gate: Box<[u64]>,
+    /// 128 less the gate's bits: an address's top bits are `a >> shift`.
+    shift: u32,
 }
 
 impl PrefixIndex {
     #[inline]
+    fn gate_open(&self, a: u128) -> bool {
+        let top = a.checked_shr(self.shift).unwrap_or(0) as usize;
+        self.gate.get(top / 64).is_some_and(|w| w & (1 << (top % 64)) != 0)
+    }
+
+    #[inline]
     fn may_match(&self, a: u128) -> bool {
-        let top = (a >> 112) as usize;
-        !self.offset.is_empty() || self.gate.get(top / 64).is_some_and(|w| w & (1 << (top % 64)) != 0)
+        !self.offset.is_empty() || self.gate_open(a)
     }
 
     /// The lists of flows `a` may match, one per mask with its key.
     #[inline]
     fn lists<'a>(&'a self, a: u128, out: &mut Lists<'a>) {
-        let top = (a >> 112) as usize;
-        if self.gate.get(top / 64).is_some_and(|w| w & (1 << (top % 64)) != 0) {
+        if self.gate_open(a) {
             for (mask, map) in &self.from_top {
                 if let Some(l) = map.get(&(a & mask)) {
-                    out.push(l);
+                    out.push(l.as_slice());
                 }
             }
         }
         for (mask, map) in &self.offset {
             if let Some(l) = map.get(&(a & mask)) {
-                out.push(l);
+                out.push(l.as_slice());
             }
         }
     }
@@ -415,7 +459,9 @@ impl PrefixIndex {
             match under {
                 Some((p, (o, l))) => {
                     let key = p.pattern().0 & span(o, l);
-                    by_mask.entry((o, l)).or_default().entry(key).or_default().push(i);
+                    let whole = (o, l) == (p.offset, p.len) && rules[i as usize].flow.components.len() == 1;
+                    let id = if whole { i | KEYED } else { i };
+                    by_mask.entry((o, l)).or_default().entry(key).or_default().push(id);
                 }
                 None => rest.push(i),
             }
@@ -423,26 +469,42 @@ impl PrefixIndex {
         let mut masks: Vec<(u8, u8)> = by_mask.keys().copied().collect();
         masks.sort_unstable_by_key(|&(o, l)| (o, std::cmp::Reverse(l)));
         let mut index = PrefixIndex::default();
+        let keys_from_top: usize = by_mask.iter().filter(|((o, _), _)| *o == 0).map(|(_, m)| m.len()).sum();
+        let bits = GATE_BITS.clone().find(|&b| keys_from_top << 4 <= 1 << b).unwrap_or(*GATE_BITS.end());
+        index.shift = 128 - bits;
         let mut gate = Vec::new();
         for (o, l) in masks {
             let flows = by_mask.remove(&(o, l)).unwrap_or_default();
             if o == 0 {
-                gate.resize(1 << 10, 0u64);
+                gate.resize(1 << (bits - 6), 0u64);
                 for &k in flows.keys() {
-                    // The top-16-bit values the prefix covers.
-                    let first = (k >> 112) as usize;
-                    for top in first..first + (1usize << (16 - l.min(16))) {
-                        gate[top / 64] |= 1 << (top % 64);
-                    }
+                    // The top-bit values the prefix covers: a run of bits.
+                    let first = (k >> index.shift) as usize;
+                    set_bits(&mut gate, first, 1usize << (bits - u32::from(l).min(bits)));
                 }
             }
             let mut m = HashMap::with_capacity_and_hasher(flows.len(), FixedState::default());
-            m.extend(flows.into_iter().map(|(k, v)| (k, v.into_boxed_slice())));
+            m.extend(flows.into_iter().map(|(k, v)| (k, Listed::new(v))));
             let list = if o == 0 { &mut index.from_top } else { &mut index.offset };
             list.push((span(o, l), m));
         }
         index.gate = gate.into_boxed_slice();
         (index, rest)
+    }
+}
+
+/// Sets `count` bits from bit `first`, a word at a time where it can.
+fn set_bits(words: &mut [u64], first: usize, count: usize) {
+    let mut at = first;
+    let end = first + count;
+    while at < end {
+        if at.is_multiple_of(64) && end - at >= 64 {
+            words[at / 64] = u64::MAX;
+            at += 64;
+        } else {
+            words[at / 64] |= 1 << (at % 64);
+            at += 1;
+        }
     }
 }
 
@@ -643,15 +705,16 @@ impl FlowTable {
             let mut best: Option<usize> = None;
             for (j, l) in lists.iter().enumerate() {
                 if let Some(&head) = l.first() {
-                    if best.is_none_or(|b| head < lists[b][0]) {
+                    if best.is_none_or(|b| head & !KEYED < lists[b][0] & !KEYED) {
                         best = Some(j);
                     }
                 }
             }
             let Some(j) = best else { return };
-            let i = lists[j][0] as usize;
+            let id = lists[j][0];
             lists[j] = &lists[j][1..];
-            if self.compiled[i].matches(f) && !visit(i) {
+            let i = (id & !KEYED) as usize;
+            if (id & KEYED != 0 || self.compiled[i].matches(f)) && !visit(i) {
                 return;
             }
         }
@@ -1186,17 +1249,20 @@ mod tests {
     fn a_hundred_thousand_source_flows_are_enforced_exactly() {
         let addr = |i: u32| Ipv4Addr::from(0x0a00_0000 | i.wrapping_mul(2_654_435_761) >> 8);
         let listed: Vec<Ipv4Addr> = (0..100_000).map(addr).collect();
-        let flows = listed
-            .iter()
-            .map(|&a| {
-                let c = Component::Source(PrefixMatch::new(IpAddr::V4(a), 32));
-                rule(Flow { family: Family::V4, components: vec![c] }, FlowVerdict::Drop, false)
-            })
-            .collect();
+        let source = |a: Ipv4Addr, len| {
+            let c = Component::Source(PrefixMatch::new(IpAddr::V4(a), len));
+            rule(Flow { family: Family::V4, components: vec![c] }, FlowVerdict::Drop, false)
+        };
+        let mut flows: Vec<FlowRule> = listed.iter().map(|&a| source(a, 32)).collect();
+        // A /12 beside them: the gate, grown past 16 bits, covers it whole.
+        flows.push(source(Ipv4Addr::new(172, 16, 0, 0), 12));
         let t = FlowTable::new(flows, Placement::First);
-        assert_eq!(t.rules().len(), 100_000, "the addresses are distinct");
+        assert_eq!(t.rules().len(), 100_001, "the addresses are distinct");
         assert_eq!(t.unindexed(), 0);
         let from = |a: Ipv4Addr| IpSummary { src: IpAddr::V4(a), ..udp_to([192, 0, 2, 1], 53, 100) };
+        for (a, dropped) in [([172, 16, 0, 0], true), ([172, 31, 255, 255], true), ([172, 32, 0, 0], false)] {
+            assert_eq!(t.judge(&from(Ipv4Addr::from(a)), 114, 0) != FlowDecision::Pass, dropped, "{a:?}");
+        }
         for &a in &listed {
             let FlowDecision::Drop(i) = t.judge(&from(a), 114, 0) else { panic!("{a} passed") };
             let Component::Source(p) = &t.rules()[i as usize].flow.components[0] else { unreachable!() };
@@ -1212,7 +1278,8 @@ mod tests {
             }
         }
         assert!(others > 100_000, "{others}");
-        assert!(t.rules().iter().all(|r| r.counts.dropped.load(Ordering::Relaxed) == 1));
+        let once = |r: &FlowRule| r.counts.dropped.load(Ordering::Relaxed) == 1;
+        assert!(t.rules().iter().filter(|r| r.flow.to_string() != "source 172.16.0.0/12").all(once));
     }
 
     /// Operator lists compile to what `numeric_ranges` says, long
