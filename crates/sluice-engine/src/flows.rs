@@ -24,6 +24,7 @@ use sluice_bgp::flowspec::{
 };
 use sluice_wire::IpSummary;
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
@@ -329,10 +330,12 @@ fn admits(test: &Test, v: u32) -> bool {
 }
 
 /// Most prefix masks (an offset and a length) one family's destination
-/// or source index keeps: a packet probes one hash table per mask. A flow
-/// whose mask is not kept is indexed under a kept mask inside its own
-/// (fewer bits: more flows per key, each still tested whole).
-const MAX_MASKS: usize = 32;
+/// or source index keeps: a packet probes one hash table per mask, and
+/// merges up to one list per mask. A flow whose mask is not kept is
+/// indexed under a kept mask inside its own (fewer bits: more flows per
+/// key, each still tested whole); the shortest from the first bit is
+/// always kept, so every prefix from the first bit has one.
+const MAX_MASKS: usize = 16;
 
 /// Most values of a destination port (or a protocol) a flow indexed by it
 /// is listed under; a flow admitting more is not indexed by that field.
@@ -402,26 +405,23 @@ struct PrefixIndex {
 impl PrefixIndex {
     #[inline]
     fn gate_open(&self, a: u128) -> bool {
-        let top = a.checked_shr(self.shift).unwrap_or(0) as usize;
+        let top = (a >> self.shift) as usize;
         self.gate.get(top / 64).is_some_and(|w| w & (1 << (top % 64)) != 0)
     }
 
+    /// The lists of flows `a` may match, one per mask with its key:
+    /// the masks from the first bit (behind the gate), or those with an
+    /// offset.
     #[inline]
-    fn may_match(&self, a: u128) -> bool {
-        !self.offset.is_empty() || self.gate_open(a)
-    }
-
-    /// The lists of flows `a` may match, one per mask with its key.
-    #[inline]
-    fn lists<'a>(&'a self, a: u128, out: &mut Lists<'a>) {
-        if self.gate_open(a) {
-            for (mask, map) in &self.from_top {
-                if let Some(l) = map.get(&(a & mask)) {
-                    out.push(l.as_slice());
-                }
-            }
-        }
-        for (mask, map) in &self.offset {
+    fn lists<'a>(&'a self, a: u128, offset: bool, out: &mut Lists<'a>) {
+        let masks = if offset {
+            &self.offset
+        } else if self.gate_open(a) {
+            &self.from_top
+        } else {
+            return;
+        };
+        for (mask, map) in masks {
             if let Some(l) = map.get(&(a & mask)) {
                 out.push(l.as_slice());
             }
@@ -445,7 +445,10 @@ impl PrefixIndex {
             }
         }
         let mut kept: Vec<((u8, u8), usize)> = uses.into_iter().collect();
-        kept.sort_unstable_by_key(|&((o, l), n)| (std::cmp::Reverse(n), std::cmp::Reverse(l - o), o));
+        let shortest = kept.iter().filter(|((o, _), _)| *o == 0).map(|((_, l), _)| *l).min();
+        kept.sort_unstable_by_key(|&((o, l), n)| {
+            (o != 0 || Some(l) != shortest, std::cmp::Reverse(n), std::cmp::Reverse(l - o), o)
+        });
         kept.truncate(MAX_MASKS);
         let kept: Vec<(u8, u8)> = kept.into_iter().map(|(m, _)| m).collect();
         let mut by_mask: HashMap<(u8, u8), HashMap<u128, Vec<u32>>> = HashMap::new();
@@ -515,6 +518,14 @@ fn span(from: u8, to: u8) -> u128 {
     upto(from) & !upto(to)
 }
 
+/// What an [`Index`] holds, for a packet's first test: one load says
+/// which of the rest to read.
+const RESIDUAL_OR_OFFSET: u8 = 1;
+const DST_FROM_TOP: u8 = 2;
+const SRC_FROM_TOP: u8 = 4;
+const BY_PROTOCOL: u8 = 8;
+const BY_PORT: u8 = 16;
+
 /// One family's flows: each in one place, by its destination, else its
 /// source, else its destination port, else its protocol, else on the
 /// residual list every packet of the family walks.
@@ -530,21 +541,25 @@ struct Index {
     by_protocol: Box<[Box<[u32]>]>,
     /// Flows indexed by nothing, in order.
     residual: Box<[u32]>,
+    /// Which of the above hold flows: `RESIDUAL_OR_OFFSET` and the others.
+    holds: u8,
 }
 
 impl Index {
     /// Whether a packet of these addresses, protocol and destination port
     /// may meet a flow (false: it meets none).
     #[inline]
-    fn may_match(&self, src: u128, dst: u128, protocol: u8, dport: Option<u16>) -> bool {
-        !self.residual.is_empty()
-            || self.dst.may_match(dst)
-            || self.src.may_match(src)
-            || self.by_protocol.get(usize::from(protocol)).is_some_and(|l| !l.is_empty())
-            || dport.is_some_and(|p| {
-                let p = usize::from(p);
-                self.port_gate.get(p / 64).is_some_and(|w| w & (1 << (p % 64)) != 0)
-            })
+    fn may_match(&self, src: IpAddr, dst: IpAddr, protocol: u8, ports: Option<(u16, u16)>) -> bool {
+        let h = self.holds;
+        h & RESIDUAL_OR_OFFSET != 0
+            || (h & DST_FROM_TOP != 0 && self.dst.gate_open(PrefixMatch::bits_of(dst)))
+            || (h & SRC_FROM_TOP != 0 && self.src.gate_open(PrefixMatch::bits_of(src)))
+            || (h & BY_PROTOCOL != 0 && !self.by_protocol[usize::from(protocol)].is_empty())
+            || (h & BY_PORT != 0
+                && ports.is_some_and(|(_, d)| {
+                    let d = usize::from(d);
+                    self.port_gate[d / 64] & (1 << (d % 64)) != 0
+                }))
     }
 
     fn build(rules: &[FlowRule], v6: bool) -> Index {
@@ -593,6 +608,15 @@ impl Index {
         }
         let mut ports = HashMap::with_capacity_and_hasher(by_port.len(), FixedState::default());
         ports.extend(by_port.into_iter().map(|(k, v)| (k, v.into_boxed_slice())));
+        let holds = [
+            (!residual.is_empty() || !dst.offset.is_empty() || !src.offset.is_empty(), RESIDUAL_OR_OFFSET),
+            (!dst.from_top.is_empty(), DST_FROM_TOP),
+            (!src.from_top.is_empty(), SRC_FROM_TOP),
+            (!by_protocol.is_empty(), BY_PROTOCOL),
+            (!ports.is_empty(), BY_PORT),
+        ]
+        .into_iter()
+        .fold(0, |h, (yes, bit)| if yes { h | bit } else { h });
         Index {
             dst,
             src,
@@ -600,6 +624,7 @@ impl Index {
             port_gate: port_gate.into_boxed_slice(),
             by_protocol: by_protocol.into_iter().map(Vec::into_boxed_slice).collect(),
             residual: residual.into_boxed_slice(),
+            holds,
         }
     }
 }
@@ -688,13 +713,22 @@ impl FlowTable {
     fn walk(&self, f: &Fields, mut visit: impl FnMut(usize) -> bool) {
         let index = if f.v6 { &self.v6 } else { &self.v4 };
         let mut lists = Lists { lists: [&[]; MAX_LISTS], n: 0 };
-        lists.push(&index.residual);
-        index.dst.lists(f.dst, &mut lists);
-        index.src.lists(f.src, &mut lists);
-        if let Some(l) = index.by_protocol.get(f.protocol as usize) {
-            lists.push(l);
+        let h = index.holds;
+        if h & RESIDUAL_OR_OFFSET != 0 {
+            lists.push(&index.residual);
+            index.dst.lists(f.dst, true, &mut lists);
+            index.src.lists(f.src, true, &mut lists);
         }
-        if let Some((_, d)) = f.ports.filter(|_| !index.by_port.is_empty()) {
+        if h & DST_FROM_TOP != 0 {
+            index.dst.lists(f.dst, false, &mut lists);
+        }
+        if h & SRC_FROM_TOP != 0 {
+            index.src.lists(f.src, false, &mut lists);
+        }
+        if h & BY_PROTOCOL != 0 {
+            lists.push(&index.by_protocol[f.protocol as usize]);
+        }
+        if let Some((_, d)) = f.ports.filter(|_| h & BY_PORT != 0) {
             if let Some(l) = index.by_port.get(&(d as u16)) {
                 lists.push(l);
             }
@@ -734,10 +768,16 @@ impl FlowTable {
     #[inline]
     pub fn judge(&self, ip: &IpSummary, wire_len: u32, now_ns: u64) -> FlowDecision {
         let index = if ip.is_ipv6() { &self.v6 } else { &self.v4 };
-        let (src, dst) = (PrefixMatch::bits_of(ip.src), PrefixMatch::bits_of(ip.dst));
-        if !index.may_match(src, dst, ip.protocol, ip.ports.map(|p| p.1)) {
+        if !index.may_match(ip.src, ip.dst, ip.protocol, ip.ports) {
             return FlowDecision::Pass;
         }
+        self.judge_walk(ip, wire_len, now_ns)
+    }
+
+    /// The rest of [`FlowTable::judge`] for a packet that may meet a flow:
+    /// apart, so that the test most packets stop at stays small inline.
+    #[inline(never)]
+    fn judge_walk(&self, ip: &IpSummary, wire_len: u32, now_ns: u64) -> FlowDecision {
         let p = flow_packet(ip);
         let f = Fields::of(&p);
         let mut decision = FlowDecision::Pass;
@@ -765,8 +805,7 @@ impl FlowTable {
     pub fn matched(&self, p: &FlowPacket) -> Vec<usize> {
         let mut out = Vec::new();
         let index = if p.dst.is_ipv6() { &self.v6 } else { &self.v4 };
-        let (src, dst) = (PrefixMatch::bits_of(p.src), PrefixMatch::bits_of(p.dst));
-        if !index.may_match(src, dst, p.protocol, p.ports.map(|p| p.1)) {
+        if !index.may_match(p.src, p.dst, p.protocol, p.ports) {
             return out;
         }
         self.walk(&Fields::of(p), |i| {
@@ -909,7 +948,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use sluice_bgp::flowspec::{numeric_ranges, BitmaskOp, NumericOp};
-    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    use std::net::{Ipv4Addr, Ipv6Addr};
 
     fn rule(flow: Flow, verdict: FlowVerdict, go_on: bool) -> FlowRule {
         FlowRule {
