@@ -629,59 +629,50 @@ fn any_of_all(pairs: impl Iterator<Item = (bool, bool)>) -> bool {
     any || group.unwrap_or(false)
 }
 
-/// A flow's place in [`Flow::precedence`]'s order with its components'
-/// bytes encoded once: the order compares encoded bytes, and a sort by
-/// `precedence` encodes both flows anew in each of its O(n log n)
-/// comparisons; a sort by this key (`sort_by_cached_key`) encodes each
-/// flow once.
-#[derive(Clone, Debug)]
-pub struct PrecedenceKey(Vec<KeyPart>);
-
-/// One component as the order reads it: its type and a prefix or its
-/// bytes after the type.
-#[derive(Clone, Debug)]
-enum KeyPart {
-    Prefix(u8, PrefixMatch),
-    Bytes(u8, Vec<u8>),
+/// A flow's place in [`Flow::precedence`]'s order, its components'
+/// bytes encoded at most once: the order compares encoded bytes (of
+/// components after any prefix that decides), and a sort by `precedence`
+/// encodes both flows anew in each of its O(n log n) comparisons. Sorting
+/// by these keys encodes a flow once, and only if a comparison reaches
+/// its non-prefix components (flows told apart by their prefixes, most of
+/// a feed, are never encoded).
+#[derive(Debug)]
+pub struct PrecedenceKey<'a> {
+    flow: &'a Flow,
+    /// Each component's bytes after its type (empty for a prefix).
+    bytes: std::cell::OnceCell<Vec<Vec<u8>>>,
 }
 
-impl KeyPart {
-    fn kind(&self) -> u8 {
-        match self {
-            KeyPart::Prefix(k, _) | KeyPart::Bytes(k, _) => *k,
-        }
+impl<'a> PrecedenceKey<'a> {
+    pub fn new(flow: &'a Flow) -> PrecedenceKey<'a> {
+        PrecedenceKey { flow, bytes: std::cell::OnceCell::new() }
+    }
+
+    fn bytes(&self, i: usize) -> &[u8] {
+        let all = self.bytes.get_or_init(|| {
+            let bytes =
+                |c: &Component| if matches!(c.body(), Body::Prefix(_)) { Vec::new() } else { component_bytes(c) };
+            self.flow.components.iter().map(bytes).collect()
+        });
+        &all[i]
     }
 }
 
-impl PrecedenceKey {
-    pub fn new(flow: &Flow) -> PrecedenceKey {
-        PrecedenceKey(
-            flow.components
-                .iter()
-                .map(|c| match c.body() {
-                    Body::Prefix(p) => KeyPart::Prefix(c.kind(), *p),
-                    _ => KeyPart::Bytes(c.kind(), component_bytes(c)),
-                })
-                .collect(),
-        )
-    }
-}
-
-impl Ord for PrecedenceKey {
-    fn cmp(&self, other: &PrecedenceKey) -> std::cmp::Ordering {
+impl Ord for PrecedenceKey<'_> {
+    fn cmp(&self, other: &PrecedenceKey<'_>) -> std::cmp::Ordering {
         use std::cmp::Ordering::{Equal, Greater, Less};
-        let mut b_it = other.0.iter();
-        for a in &self.0 {
-            let Some(b) = b_it.next() else { return Less };
+        let mut b_it = other.flow.components.iter().enumerate();
+        for (i, a) in self.flow.components.iter().enumerate() {
+            let Some((j, b)) = b_it.next() else { return Less };
             let by = match a.kind().cmp(&b.kind()) {
                 Equal => match (a, b) {
-                    (KeyPart::Prefix(_, x), KeyPart::Prefix(_, y)) => prefix_precedence(x, y),
-                    (KeyPart::Bytes(_, x), KeyPart::Bytes(_, y)) => {
+                    (Component::Destination(x), Component::Destination(y))
+                    | (Component::Source(x), Component::Source(y)) => prefix_precedence(x, y),
+                    _ => {
+                        let (x, y) = (self.bytes(i), other.bytes(j));
                         let common = x.len().min(y.len());
                         x[..common].cmp(&y[..common]).then(y.len().cmp(&x.len()))
                     }
-                    // One type is always one kind of body.
-                    _ => Equal,
                 },
                 by => by,
             };
@@ -697,19 +688,19 @@ impl Ord for PrecedenceKey {
     }
 }
 
-impl PartialOrd for PrecedenceKey {
-    fn partial_cmp(&self, other: &PrecedenceKey) -> Option<std::cmp::Ordering> {
+impl PartialOrd for PrecedenceKey<'_> {
+    fn partial_cmp(&self, other: &PrecedenceKey<'_>) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
     }
 }
 
-impl PartialEq for PrecedenceKey {
-    fn eq(&self, other: &PrecedenceKey) -> bool {
+impl PartialEq for PrecedenceKey<'_> {
+    fn eq(&self, other: &PrecedenceKey<'_>) -> bool {
         self.cmp(other) == std::cmp::Ordering::Equal
     }
 }
 
-impl Eq for PrecedenceKey {}
+impl Eq for PrecedenceKey<'_> {}
 
 /// What a FlowSpec component reads of a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

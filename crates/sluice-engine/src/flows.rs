@@ -676,9 +676,17 @@ pub enum FlowDecision {
 impl FlowTable {
     /// The flows in RFC 8955's order (IPv4 before IPv6, which never meet);
     /// flows that tie keep the order given.
-    pub fn new(mut rules: Vec<FlowRule>, placement: Placement) -> FlowTable {
-        // Each flow's key encoded once (a stable sort: ties keep their order).
-        rules.sort_by_cached_key(|r| (r.flow.family == Family::V6, PrecedenceKey::new(&r.flow)));
+    pub fn new(rules: Vec<FlowRule>, placement: Placement) -> FlowTable {
+        // Sorted by keys that encode each flow at most once (a stable
+        // sort: ties keep their order), then moved into that order.
+        let mut order: Vec<usize> = (0..rules.len()).collect();
+        {
+            let keys: Vec<PrecedenceKey> = rules.iter().map(|r| PrecedenceKey::new(&r.flow)).collect();
+            let v6 = |i: usize| rules[i].flow.family == Family::V6;
+            order.sort_by(|&a, &b| v6(a).cmp(&v6(b)).then_with(|| keys[a].cmp(&keys[b])));
+        }
+        let mut slots: Vec<Option<FlowRule>> = rules.into_iter().map(Some).collect();
+        let rules: Vec<FlowRule> = order.into_iter().filter_map(|i| slots[i].take()).collect();
         let compiled = rules.iter().map(|r| Compiled::new(&r.flow)).collect();
         FlowTable {
             v4: Index::build(&rules, false),
