@@ -8,7 +8,7 @@
 //! thousands of flows is not walked per packet: each flow is indexed in
 //! one place, by its destination prefix, else its source prefix (one hash
 //! table per prefix mask, IPv6 offsets included), else the destination
-//! ports or protocols it admits when they are few; a packet walks only the
+//! ports, ports or protocols it admits when they are few; a packet walks only the
 //! lists its addresses, port and protocol select, plus the residual list
 //! of flows with none of these (any protocol, no prefix), merged in order.
 //! Each component is compiled from the RFC's operator lists into what it
@@ -337,8 +337,8 @@ fn admits(test: &Test, v: u32) -> bool {
 /// always kept, so every prefix from the first bit has one.
 const MAX_MASKS: usize = 16;
 
-/// Most values of a destination port (or a protocol) a flow indexed by it
-/// is listed under; a flow admitting more is not indexed by that field.
+/// Most values of a port (or a protocol) a flow indexed by it is listed
+/// under; a flow admitting more is not indexed by that field.
 const MAX_PORT_FANOUT: usize = 64;
 const MAX_PROTOCOL_FANOUT: usize = 16;
 
@@ -524,19 +524,51 @@ const RESIDUAL_OR_OFFSET: u8 = 1;
 const DST_FROM_TOP: u8 = 2;
 const SRC_FROM_TOP: u8 = 4;
 const BY_PROTOCOL: u8 = 8;
-const BY_PORT: u8 = 16;
+const BY_DST_PORT: u8 = 16;
+const BY_ANY_PORT: u8 = 32;
+
+/// Flows by a port they admit, with a bit per port some flow admits.
+#[derive(Clone, Debug, Default)]
+struct PortIndex {
+    lists: HashMap<u16, Box<[u32]>, FixedState>,
+    gate: Box<[u64]>,
+}
+
+impl PortIndex {
+    fn new(by: HashMap<u16, Vec<u32>>) -> PortIndex {
+        let mut gate = vec![0u64; if by.is_empty() { 0 } else { 1 << 10 }];
+        for &p in by.keys() {
+            gate[usize::from(p) / 64] |= 1 << (p % 64);
+        }
+        let mut lists = HashMap::with_capacity_and_hasher(by.len(), FixedState::default());
+        lists.extend(by.into_iter().map(|(k, v)| (k, v.into_boxed_slice())));
+        PortIndex { lists, gate: gate.into_boxed_slice() }
+    }
+
+    #[inline]
+    fn holds(&self, p: u16) -> bool {
+        let p = usize::from(p);
+        self.gate.get(p / 64).is_some_and(|w| w & (1 << (p % 64)) != 0)
+    }
+
+    #[inline]
+    fn list(&self, p: u16) -> &[u32] {
+        self.lists.get(&p).map_or(&[], |l| l)
+    }
+}
 
 /// One family's flows: each in one place, by its destination, else its
-/// source, else its destination port, else its protocol, else on the
-/// residual list every packet of the family walks.
+/// source, else its destination port, else its port (either), else its
+/// protocol, else on the residual list every packet of the family walks.
 #[derive(Clone, Debug, Default)]
 struct Index {
     dst: PrefixIndex,
     src: PrefixIndex,
-    /// Flows by a destination port they admit (an empty map: none).
-    by_port: HashMap<u16, Box<[u32]>, FixedState>,
-    /// A bit per destination port `by_port` holds (empty: none).
-    port_gate: Box<[u64]>,
+    /// Flows by a destination port they admit.
+    by_dst_port: PortIndex,
+    /// Flows by a port (either) they admit: a packet looks up both its
+    /// ports, and meets a flow under both once.
+    by_any_port: PortIndex,
     /// Flows by a protocol they admit (empty, or one list per protocol).
     by_protocol: Box<[Box<[u32]>]>,
     /// Flows indexed by nothing, in order.
@@ -555,11 +587,9 @@ impl Index {
             || (h & DST_FROM_TOP != 0 && self.dst.gate_open(PrefixMatch::bits_of(dst)))
             || (h & SRC_FROM_TOP != 0 && self.src.gate_open(PrefixMatch::bits_of(src)))
             || (h & BY_PROTOCOL != 0 && !self.by_protocol[usize::from(protocol)].is_empty())
-            || (h & BY_PORT != 0
-                && ports.is_some_and(|(_, d)| {
-                    let d = usize::from(d);
-                    self.port_gate[d / 64] & (1 << (d % 64)) != 0
-                }))
+            || (h & BY_DST_PORT != 0 && ports.is_some_and(|(_, d)| self.by_dst_port.holds(d)))
+            || (h & BY_ANY_PORT != 0
+                && ports.is_some_and(|(s, d)| self.by_any_port.holds(s) || self.by_any_port.holds(d)))
     }
 
     fn build(rules: &[FlowRule], v6: bool) -> Index {
@@ -571,27 +601,33 @@ impl Index {
         let (src, flows) = PrefixIndex::build(rules, flows, |f| {
             f.components.iter().find_map(|c| if let Component::Source(p) = c { Some(p) } else { None })
         });
-        // A component's admitted values when there are few of them.
-        let few = |i: u32, port: bool, most: usize| -> Option<Vec<(u32, u32)>> {
-            let ops = rules[i as usize].flow.components.iter().find_map(|c| match c {
-                Component::DestinationPort(ops) if port => Some(ops),
-                Component::Protocol(ops) if !port => Some(ops),
+        // The values a component (by its type) admits, when they are few.
+        let few = |i: u32, kind: u8, most: usize| -> Option<Vec<(u32, u32)>> {
+            let (ops, max) = rules[i as usize].flow.components.iter().find_map(|c| match c {
+                Component::Protocol(ops) if kind == c.kind() => Some((ops, 0xff)),
+                Component::Port(ops) | Component::DestinationPort(ops) if kind == c.kind() => Some((ops, 0xffff)),
                 _ => None,
             })?;
-            let r = op_ranges(ops, if port { 0xffff } else { 0xff });
+            let r = op_ranges(ops, max);
             let n: u64 = r.iter().map(|&(lo, hi)| u64::from(hi - lo) + 1).sum();
             (n as usize <= most).then_some(r)
         };
-        let (mut by_port, mut by_protocol): (HashMap<u16, Vec<u32>>, Vec<Vec<u32>>) = Default::default();
+        let list_under = |by: &mut HashMap<u16, Vec<u32>>, r: Vec<(u32, u32)>, i: u32| {
+            for (lo, hi) in r {
+                for p in lo..=hi {
+                    by.entry(p as u16).or_default().push(i);
+                }
+            }
+        };
+        let (mut by_dst_port, mut by_any_port) = (HashMap::new(), HashMap::new());
+        let mut by_protocol: Vec<Vec<u32>> = Vec::new();
         let mut residual = Vec::new();
         for i in flows {
-            if let Some(r) = few(i, true, MAX_PORT_FANOUT) {
-                for (lo, hi) in r {
-                    for p in lo..=hi {
-                        by_port.entry(p as u16).or_default().push(i);
-                    }
-                }
-            } else if let Some(r) = few(i, false, MAX_PROTOCOL_FANOUT) {
+            if let Some(r) = few(i, 5, MAX_PORT_FANOUT) {
+                list_under(&mut by_dst_port, r, i);
+            } else if let Some(r) = few(i, 4, MAX_PORT_FANOUT) {
+                list_under(&mut by_any_port, r, i);
+            } else if let Some(r) = few(i, 3, MAX_PROTOCOL_FANOUT) {
                 by_protocol.resize(256, Vec::new());
                 for (lo, hi) in r {
                     for p in lo..=hi {
@@ -602,26 +638,22 @@ impl Index {
                 residual.push(i);
             }
         }
-        let mut port_gate = vec![0u64; if by_port.is_empty() { 0 } else { 1 << 10 }];
-        for &p in by_port.keys() {
-            port_gate[usize::from(p) / 64] |= 1 << (p % 64);
-        }
-        let mut ports = HashMap::with_capacity_and_hasher(by_port.len(), FixedState::default());
-        ports.extend(by_port.into_iter().map(|(k, v)| (k, v.into_boxed_slice())));
+        let (by_dst_port, by_any_port) = (PortIndex::new(by_dst_port), PortIndex::new(by_any_port));
         let holds = [
             (!residual.is_empty() || !dst.offset.is_empty() || !src.offset.is_empty(), RESIDUAL_OR_OFFSET),
             (!dst.from_top.is_empty(), DST_FROM_TOP),
             (!src.from_top.is_empty(), SRC_FROM_TOP),
             (!by_protocol.is_empty(), BY_PROTOCOL),
-            (!ports.is_empty(), BY_PORT),
+            (!by_dst_port.lists.is_empty(), BY_DST_PORT),
+            (!by_any_port.lists.is_empty(), BY_ANY_PORT),
         ]
         .into_iter()
         .fold(0, |h, (yes, bit)| if yes { h | bit } else { h });
         Index {
             dst,
             src,
-            by_port: ports,
-            port_gate: port_gate.into_boxed_slice(),
+            by_dst_port,
+            by_any_port,
             by_protocol: by_protocol.into_iter().map(Vec::into_boxed_slice).collect(),
             residual: residual.into_boxed_slice(),
             holds,
@@ -629,9 +661,10 @@ impl Index {
     }
 }
 
-/// Lists one packet merges: one per mask of either address, the port's,
-/// the protocol's and the residual one.
-const MAX_LISTS: usize = 2 * MAX_MASKS + 3;
+/// Lists one packet merges: one per mask of either address, the
+/// destination port's, two of either port, the protocol's and the
+/// residual one.
+const MAX_LISTS: usize = 2 * MAX_MASKS + 5;
 
 /// The lists of flows one packet may meet, each in order.
 struct Lists<'a> {
@@ -736,12 +769,20 @@ impl FlowTable {
         if h & BY_PROTOCOL != 0 {
             lists.push(&index.by_protocol[f.protocol as usize]);
         }
-        if let Some((_, d)) = f.ports.filter(|_| h & BY_PORT != 0) {
-            if let Some(l) = index.by_port.get(&(d as u16)) {
-                lists.push(l);
+        if let Some((s, d)) = f.ports {
+            if h & BY_DST_PORT != 0 {
+                lists.push(index.by_dst_port.list(d as u16));
+            }
+            if h & BY_ANY_PORT != 0 {
+                lists.push(index.by_any_port.list(d as u16));
+                if s != d {
+                    lists.push(index.by_any_port.list(s as u16));
+                }
             }
         }
         let lists = &mut lists.lists[..lists.n];
+        // A flow under both of a packet's ports heads two lists at once.
+        let mut last = None;
         loop {
             // The next flow in order: the least head of the lists.
             let mut best: Option<usize> = None;
@@ -756,6 +797,10 @@ impl FlowTable {
             let id = lists[j][0];
             lists[j] = &lists[j][1..];
             let i = (id & !KEYED) as usize;
+            if last == Some(i) {
+                continue;
+            }
+            last = Some(i);
             if (id & KEYED != 0 || self.compiled[i].matches(f)) && !visit(i) {
                 return;
             }
@@ -763,7 +808,7 @@ impl FlowTable {
     }
 
     /// Flows of either family on the residual lists, which every packet of
-    /// the family walks (no destination, source, destination port or
+    /// the family walks (no destination, source, destination port, port or
     /// protocol to index them by): the rest are met only by packets that
     /// can match them.
     pub fn unindexed(&self) -> usize {
@@ -1243,6 +1288,14 @@ mod tests {
                 family: Family::V4,
                 components: vec![Component::Protocol(vec![num(false, false, false, true, 47)])],
             },
+            // Either port 7000 or 7001: listed under both, met once.
+            Flow {
+                family: Family::V4,
+                components: vec![Component::Port(vec![
+                    num(false, false, true, true, 7000),
+                    num(true, true, false, true, 7001),
+                ])],
+            },
             Flow {
                 family: Family::V4,
                 components: vec![
@@ -1283,6 +1336,13 @@ mod tests {
             dropped_by(&udp([1, 1, 1, 1], [8, 8, 8, 8], 53)).as_deref(),
             Some("protocol ==17 destination-port ==53")
         );
+        let port = |s, d| IpSummary { ports: Some((s, d)), ..udp([1, 1, 1, 1], [8, 8, 8, 8], 0) };
+        for (s, d) in [(7000, 9), (9, 7001), (7000, 7001), (7001, 7001)] {
+            assert_eq!(dropped_by(&port(s, d)).as_deref(), Some("port >=7000&<=7001"), "{s} {d}");
+            let p = flow_packet(&port(s, d));
+            assert_eq!(t.matched(&p), t.reference_walk(&p), "{s} {d}: met once");
+        }
+        assert_eq!(dropped_by(&port(6999, 7002)), None);
         let gre = IpSummary { protocol: 47, ports: None, ..udp([1, 1, 1, 1], [8, 8, 8, 8], 0) };
         assert_eq!(dropped_by(&gre).as_deref(), Some("protocol ==47"));
         assert_eq!(dropped_by(&udp([1, 1, 1, 1], [8, 8, 8, 8], 54)), None);
