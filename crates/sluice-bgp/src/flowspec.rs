@@ -481,31 +481,7 @@ impl Flow {
     /// longer first. (RFC 8956's appendix tests `offset <` twice; the text
     /// says the lower offset wins, which is what this does.)
     pub fn precedence(&self, other: &Flow) -> std::cmp::Ordering {
-        use std::cmp::Ordering::{Equal, Greater, Less};
-        let mut b_it = other.components.iter();
-        for a in &self.components {
-            let Some(b) = b_it.next() else { return Less };
-            let by = match a.kind().cmp(&b.kind()) {
-                Equal => match (a, b) {
-                    (Component::Destination(x), Component::Destination(y))
-                    | (Component::Source(x), Component::Source(y)) => prefix_precedence(x, y),
-                    _ => {
-                        let (x, y) = (component_bytes(a), component_bytes(b));
-                        let common = x.len().min(y.len());
-                        x[..common].cmp(&y[..common]).then(y.len().cmp(&x.len()))
-                    }
-                },
-                by => by,
-            };
-            if by != Equal {
-                return by;
-            }
-        }
-        if b_it.next().is_some() {
-            Greater
-        } else {
-            Equal
-        }
+        PrecedenceKey::new(self).cmp(&PrecedenceKey::new(other))
     }
 
     /// [`Flow::precedence`] as bytes: `a.precedence_key().cmp(&b.precedence_key())`
@@ -725,6 +701,79 @@ fn any_of_all(pairs: impl Iterator<Item = (bool, bool)>) -> bool {
     }
     any || group.unwrap_or(false)
 }
+
+/// A flow's place in [`Flow::precedence`]'s order, its components'
+/// bytes encoded at most once: the order compares encoded bytes (of
+/// components after any prefix that decides), and a sort by `precedence`
+/// encodes both flows anew in each of its O(n log n) comparisons. Sorting
+/// by these keys encodes a flow once, and only if a comparison reaches
+/// its non-prefix components (flows told apart by their prefixes, most of
+/// a feed, are never encoded).
+#[derive(Debug)]
+pub struct PrecedenceKey<'a> {
+    flow: &'a Flow,
+    /// Each component's bytes after its type (empty for a prefix).
+    bytes: std::cell::OnceCell<Vec<Vec<u8>>>,
+}
+
+impl<'a> PrecedenceKey<'a> {
+    pub fn new(flow: &'a Flow) -> PrecedenceKey<'a> {
+        PrecedenceKey { flow, bytes: std::cell::OnceCell::new() }
+    }
+
+    fn bytes(&self, i: usize) -> &[u8] {
+        let all = self.bytes.get_or_init(|| {
+            let bytes =
+                |c: &Component| if matches!(c.body(), Body::Prefix(_)) { Vec::new() } else { component_bytes(c) };
+            self.flow.components.iter().map(bytes).collect()
+        });
+        &all[i]
+    }
+}
+
+impl Ord for PrecedenceKey<'_> {
+    fn cmp(&self, other: &PrecedenceKey<'_>) -> std::cmp::Ordering {
+        use std::cmp::Ordering::{Equal, Greater, Less};
+        let mut b_it = other.flow.components.iter().enumerate();
+        for (i, a) in self.flow.components.iter().enumerate() {
+            let Some((j, b)) = b_it.next() else { return Less };
+            let by = match a.kind().cmp(&b.kind()) {
+                Equal => match (a, b) {
+                    (Component::Destination(x), Component::Destination(y))
+                    | (Component::Source(x), Component::Source(y)) => prefix_precedence(x, y),
+                    _ => {
+                        let (x, y) = (self.bytes(i), other.bytes(j));
+                        let common = x.len().min(y.len());
+                        x[..common].cmp(&y[..common]).then(y.len().cmp(&x.len()))
+                    }
+                },
+                by => by,
+            };
+            if by != Equal {
+                return by;
+            }
+        }
+        if b_it.next().is_some() {
+            Greater
+        } else {
+            Equal
+        }
+    }
+}
+
+impl PartialOrd for PrecedenceKey<'_> {
+    fn partial_cmp(&self, other: &PrecedenceKey<'_>) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for PrecedenceKey<'_> {
+    fn eq(&self, other: &PrecedenceKey<'_>) -> bool {
+        self.cmp(other) == std::cmp::Ordering::Equal
+    }
+}
+
+impl Eq for PrecedenceKey<'_> {}
 
 /// What a FlowSpec component reads of a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,18 +5,21 @@
 //!
 //! Flows are applied in RFC 8955 §5.1's order: the first that matches
 //! decides, unless its traffic-action's T bit says to go on. A table of
-//! thousands of flows is not walked per packet: the flows whose destination
-//! is a prefix (offset 0) are indexed by it, one hash table per prefix
-//! length, and a packet walks only the flows its destination can match plus
-//! those without a destination prefix, merged in order. Each component is
-//! compiled from the RFC's operator lists into what it admits (ranges of a
-//! numeric field, a bitmap of a bitmask field), and
+//! thousands of flows is not walked per packet: each flow is indexed in
+//! one place, by its destination prefix, else its source prefix (one hash
+//! table per prefix mask, IPv6 offsets included), else the destination
+//! ports, ports or protocols it admits when they are few; a packet walks only the
+//! lists its addresses, port and protocol select, plus the residual list
+//! of flows with none of these (any protocol, no prefix), merged in order.
+//! Each component is compiled from the RFC's operator lists into what it
+//! admits (sorted ranges of a numeric field, searched when there are
+//! many; a bitmap of a bitmask field), and
 //! [`FlowTable::reference_walk`] walks every flow with
 //! `sluice_bgp::flowspec::Flow::matches`, the RFC's definitions read
 //! directly: the property test holds the two equal.
 
 use sluice_bgp::flowspec::{
-    bitmask_values, numeric_ranges, BitmaskOp, Component, Family, Flow, FlowPacket, NumericOp, PrefixMatch, FRAG_DF,
+    bitmask_values, BitmaskOp, Component, Family, Flow, FlowPacket, NumericOp, PrecedenceKey, PrefixMatch, FRAG_DF,
     FRAG_FIRST, FRAG_IS, FRAG_LAST,
 };
 use sluice_wire::IpSummary;
@@ -171,8 +174,78 @@ struct Compiled {
 }
 
 fn ranges(ops: &[NumericOp], max: u32) -> Test {
-    let r = numeric_ranges(ops, u64::from(max));
-    Test::Ranges(r.into_iter().map(|(lo, hi)| (lo as u32, hi as u32)).collect())
+    Test::Ranges(op_ranges(ops, max).into_boxed_slice())
+}
+
+/// The values of `0..=max` an operator list admits, as sorted, disjoint,
+/// non-adjacent inclusive ranges: what `numeric_ranges` says (the tests
+/// hold the two equal), in O(k log k) for k pairs. Each pair admits an
+/// interval or all but one value (`!=`), so an AND group is one interval
+/// less the sorted excluded values, and the groups' ranges are joined by
+/// one sort; intersecting range lists pair by pair instead is O(k^2) on
+/// the AND-chain of `!=` that a list of excluded ports is.
+fn op_ranges(ops: &[NumericOp], max: u32) -> Vec<(u32, u32)> {
+    let max = u64::from(max);
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    let mut holes: Vec<u64> = Vec::new();
+    // The open group: its interval (empty when lo > hi) and its holes.
+    let mut group: Option<(u64, u64)> = None;
+    let close = |g: Option<(u64, u64)>, holes: &mut Vec<u64>, out: &mut Vec<(u64, u64)>| {
+        let Some((lo, hi)) = g else { return };
+        if lo > hi {
+            holes.clear();
+            return;
+        }
+        holes.retain(|&h| lo <= h && h <= hi);
+        holes.sort_unstable();
+        holes.dedup();
+        let mut from = lo;
+        for &h in holes.iter() {
+            if h > from {
+                out.push((from, h - 1));
+            }
+            from = h + 1;
+        }
+        if from <= hi {
+            out.push((from, hi));
+        }
+        holes.clear();
+    };
+    for op in ops {
+        let (mut lo, mut hi) = match group {
+            Some(g) if op.and => g,
+            g => {
+                close(g, &mut holes, &mut out);
+                (0, max)
+            }
+        };
+        let v = op.value;
+        match (op.lt, op.gt, op.eq) {
+            (false, false, false) => (lo, hi) = (1, 0),
+            (true, true, true) => {}
+            (false, false, true) => (lo, hi) = (lo.max(v), hi.min(v)),
+            (true, false, false) if v == 0 => (lo, hi) = (1, 0),
+            (true, false, false) => hi = hi.min(v - 1),
+            (true, false, true) => hi = hi.min(v),
+            (false, true, false) if v >= max => (lo, hi) = (1, 0),
+            (false, true, false) => lo = lo.max(v + 1),
+            (false, true, true) => lo = lo.max(v),
+            (true, true, false) => holes.push(v),
+        }
+        group = Some((lo, hi));
+    }
+    close(group, &mut holes, &mut out);
+    out.sort_unstable();
+    let mut merged: Vec<(u32, u32)> = Vec::with_capacity(out.len());
+    for (lo, hi) in out {
+        // Both within 0..=max, which is a u32.
+        let (lo, hi) = (lo as u32, hi as u32);
+        match merged.last_mut() {
+            Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(hi),
+            _ => merged.push((lo, hi)),
+        }
+    }
+    merged
 }
 
 fn values(ops: &[BitmaskOp], max: u8) -> Test {
@@ -242,94 +315,372 @@ impl Compiled {
     }
 }
 
+/// Ranges up to which a component's are scanned; past it, searched.
+const SCAN_RANGES: usize = 4;
+
 #[inline]
 fn admits(test: &Test, v: u32) -> bool {
     match test {
-        Test::Ranges(r) => r.iter().any(|&(lo, hi)| lo <= v && v <= hi),
+        Test::Ranges(r) if r.len() <= SCAN_RANGES => r.iter().any(|&(lo, hi)| lo <= v && v <= hi),
+        // Sorted and disjoint: the last range starting at or below v.
+        Test::Ranges(r) => r.partition_point(|&(lo, _)| lo <= v).checked_sub(1).is_some_and(|i| v <= r[i].1),
         Test::Values(w) => v < 256 && w[(v / 64) as usize] & (1 << (v % 64)) != 0,
         Test::Prefix { .. } => false,
     }
 }
 
-/// Most destination prefix lengths indexed per family; flows of other
-/// lengths are walked for every packet of the family.
-const MAX_LENGTHS: usize = 32;
+/// Most prefix masks (an offset and a length) one family's destination
+/// or source index keeps: a packet probes one hash table per mask, and
+/// merges up to one list per mask. A flow whose mask is not kept is
+/// indexed under a kept mask inside its own (fewer bits: more flows per
+/// key, each still tested whole); the shortest from the first bit is
+/// always kept, so every prefix from the first bit has one.
+const MAX_MASKS: usize = 16;
 
-/// Flows by a destination's bits under one prefix length's mask.
-type ByDst = HashMap<u128, Box<[u32]>, foldhash::fast::FixedState>;
+/// Most values of a port (or a protocol) a flow indexed by it is listed
+/// under; a flow admitting more is not indexed by that field.
+const MAX_PORT_FANOUT: usize = 64;
+const MAX_PROTOCOL_FANOUT: usize = 16;
 
-/// One family's flows, by destination.
+type FixedState = foldhash::fast::FixedState;
+
+/// A flow index on a list whose flow matches every packet that reaches
+/// the list: a flow of one prefix component, listed under its own mask.
+/// Its compiled tests are not read (a cache miss spared per packet on a
+/// table too large for the cache); lists are ordered by the index without
+/// this bit.
+const KEYED: u32 = 1 << 31;
+
+/// The flows listed under one key: one inline (one /32 per flow, the
+/// common case, costs no second lookup), or more.
+#[derive(Clone, Debug)]
+enum Listed {
+    One([u32; 1]),
+    Many(Box<[u32]>),
+}
+
+impl Listed {
+    fn new(flows: Vec<u32>) -> Listed {
+        match flows[..] {
+            [one] => Listed::One([one]),
+            _ => Listed::Many(flows.into_boxed_slice()),
+        }
+    }
+
+    #[inline]
+    fn as_slice(&self) -> &[u32] {
+        match self {
+            Listed::One(one) => one,
+            Listed::Many(many) => many,
+        }
+    }
+}
+
+/// Flows by an address's bits under one mask.
+type ByKey = HashMap<u128, Listed, FixedState>;
+
+/// A gate's size, in bits of an address's top: the least from 16 (8 KiB)
+/// to 22 (512 KiB) with at least 16 bits per key, so that few are set.
+/// 100,000 /32s set 78% of 2^16 bits (most packets from elsewhere would
+/// be probed for nothing), 5% of 2^21.
+const GATE_BITS: std::ops::RangeInclusive<u32> = 16..=22;
+
+/// One family's flows by one address (the destination or the source).
 #[derive(Clone, Debug, Default)]
-struct Index {
-    /// (mask, flows by masked destination), longest first.
-    by_dst: Vec<(u128, ByDst)>,
-    /// Flows without an indexable destination, in order.
-    wild: Box<[u32]>,
-    /// A bit per value of a destination's top 16 bits that some indexed
-    /// flow's prefix covers: most packets meet no flow, and learn it here
-    /// from one bit instead of a hash probe per prefix length.
+struct PrefixIndex {
+    /// (mask, flows by masked address) for prefixes from the first bit,
+    /// most bits first; behind the gate.
+    from_top: Vec<(u128, ByKey)>,
+    /// The same for IPv6 prefixes with an offset: probed for every packet
+    /// of the family (the gate reads the top bits, which they leave open).
+    offset: Vec<(u128, ByKey)>,
+    /// A bit per value of an address's top bits that some `from_top` key
+    /// covers (empty: none): most packets meet no flow, and learn it here
+    /// from one bit instead of a hash probe per mask.
+    gate: Box<[u64]>,
+    /// 128 less the gate's bits: an address's top bits are `a >> shift`.
+    shift: u32,
+}
+
+impl PrefixIndex {
+    #[inline]
+    fn gate_open(&self, a: u128) -> bool {
+        let top = (a >> self.shift) as usize;
+        self.gate.get(top / 64).is_some_and(|w| w & (1 << (top % 64)) != 0)
+    }
+
+    /// The lists of flows `a` may match, one per mask with its key:
+    /// the masks from the first bit (behind the gate), or those with an
+    /// offset.
+    #[inline]
+    fn lists<'a>(&'a self, a: u128, offset: bool, out: &mut Lists<'a>) {
+        let masks = if offset {
+            &self.offset
+        } else if self.gate_open(a) {
+            &self.from_top
+        } else {
+            return;
+        };
+        for (mask, map) in masks {
+            if let Some(l) = map.get(&(a & mask)) {
+                out.push(l.as_slice());
+            }
+        }
+    }
+
+    /// Indexes the flows `prefix` gives a usable prefix (offset below a
+    /// length past 0; `/0` admits every address, and says nothing), and
+    /// returns the others.
+    fn build(
+        rules: &[FlowRule],
+        flows: Vec<u32>,
+        prefix: impl Fn(&Flow) -> Option<&PrefixMatch>,
+    ) -> (PrefixIndex, Vec<u32>) {
+        let usable = |i: u32| prefix(&rules[i as usize].flow).filter(|p| p.len > 0 && p.offset < p.len);
+        // The masks kept: the most used (ties: more bits first).
+        let mut uses: HashMap<(u8, u8), usize> = HashMap::new();
+        for &i in &flows {
+            if let Some(p) = usable(i) {
+                *uses.entry((p.offset, p.len)).or_default() += 1;
+            }
+        }
+        let mut kept: Vec<((u8, u8), usize)> = uses.into_iter().collect();
+        let shortest = kept.iter().filter(|((o, _), _)| *o == 0).map(|((_, l), _)| *l).min();
+        kept.sort_unstable_by_key(|&((o, l), n)| {
+            (o != 0 || Some(l) != shortest, std::cmp::Reverse(n), std::cmp::Reverse(l - o), o)
+        });
+        kept.truncate(MAX_MASKS);
+        let kept: Vec<(u8, u8)> = kept.into_iter().map(|(m, _)| m).collect();
+        let mut by_mask: HashMap<(u8, u8), HashMap<u128, Vec<u32>>> = HashMap::new();
+        let mut rest = Vec::new();
+        for i in flows {
+            // The kept mask with the most bits inside the flow's own.
+            let under = usable(i).and_then(|p| {
+                let inside = kept.iter().filter(|&&(o, l)| p.offset <= o && l <= p.len);
+                inside.max_by_key(|&&(o, l)| (l - o, std::cmp::Reverse(o))).map(|&m| (p, m))
+            });
+            match under {
+                Some((p, (o, l))) => {
+                    let key = p.pattern().0 & span(o, l);
+                    let whole = (o, l) == (p.offset, p.len) && rules[i as usize].flow.components.len() == 1;
+                    let id = if whole { i | KEYED } else { i };
+                    by_mask.entry((o, l)).or_default().entry(key).or_default().push(id);
+                }
+                None => rest.push(i),
+            }
+        }
+        let mut masks: Vec<(u8, u8)> = by_mask.keys().copied().collect();
+        masks.sort_unstable_by_key(|&(o, l)| (o, std::cmp::Reverse(l)));
+        let mut index = PrefixIndex::default();
+        let keys_from_top: usize = by_mask.iter().filter(|((o, _), _)| *o == 0).map(|(_, m)| m.len()).sum();
+        let bits = GATE_BITS.clone().find(|&b| keys_from_top << 4 <= 1 << b).unwrap_or(*GATE_BITS.end());
+        index.shift = 128 - bits;
+        let mut gate = Vec::new();
+        for (o, l) in masks {
+            let flows = by_mask.remove(&(o, l)).unwrap_or_default();
+            if o == 0 {
+                gate.resize(1 << (bits - 6), 0u64);
+                for &k in flows.keys() {
+                    // The top-bit values the prefix covers: a run of bits.
+                    let first = (k >> index.shift) as usize;
+                    set_bits(&mut gate, first, 1usize << (bits - u32::from(l).min(bits)));
+                }
+            }
+            let mut m = HashMap::with_capacity_and_hasher(flows.len(), FixedState::default());
+            m.extend(flows.into_iter().map(|(k, v)| (k, Listed::new(v))));
+            let list = if o == 0 { &mut index.from_top } else { &mut index.offset };
+            list.push((span(o, l), m));
+        }
+        index.gate = gate.into_boxed_slice();
+        (index, rest)
+    }
+}
+
+/// Sets `count` bits from bit `first`, a word at a time where it can.
+fn set_bits(words: &mut [u64], first: usize, count: usize) {
+    let mut at = first;
+    let end = first + count;
+    while at < end {
+        if at.is_multiple_of(64) && end - at >= 64 {
+            words[at / 64] = u64::MAX;
+            at += 64;
+        } else {
+            words[at / 64] |= 1 << (at % 64);
+            at += 1;
+        }
+    }
+}
+
+/// The bits from `from` to `to` of an address (most significant first),
+/// as `PrefixMatch::pattern` masks them.
+fn span(from: u8, to: u8) -> u128 {
+    let upto = |n: u8| u128::MAX.checked_shr(u32::from(n)).unwrap_or(0);
+    upto(from) & !upto(to)
+}
+
+/// What an [`Index`] holds, for a packet's first test: one load says
+/// which of the rest to read.
+const RESIDUAL_OR_OFFSET: u8 = 1;
+const DST_FROM_TOP: u8 = 2;
+const SRC_FROM_TOP: u8 = 4;
+const BY_PROTOCOL: u8 = 8;
+const BY_DST_PORT: u8 = 16;
+const BY_ANY_PORT: u8 = 32;
+
+/// Flows by a port they admit, with a bit per port some flow admits.
+#[derive(Clone, Debug, Default)]
+struct PortIndex {
+    lists: HashMap<u16, Box<[u32]>, FixedState>,
     gate: Box<[u64]>,
 }
 
-impl Index {
+impl PortIndex {
+    fn new(by: HashMap<u16, Vec<u32>>) -> PortIndex {
+        let mut gate = vec![0u64; if by.is_empty() { 0 } else { 1 << 10 }];
+        for &p in by.keys() {
+            gate[usize::from(p) / 64] |= 1 << (p % 64);
+        }
+        let mut lists = HashMap::with_capacity_and_hasher(by.len(), FixedState::default());
+        lists.extend(by.into_iter().map(|(k, v)| (k, v.into_boxed_slice())));
+        PortIndex { lists, gate: gate.into_boxed_slice() }
+    }
+
     #[inline]
-    fn may_match(&self, dst: u128) -> bool {
-        let top = (dst >> 112) as usize;
-        !self.wild.is_empty() || self.gate.get(top / 64).is_some_and(|w| w & (1 << (top % 64)) != 0)
+    fn holds(&self, p: u16) -> bool {
+        let p = usize::from(p);
+        self.gate.get(p / 64).is_some_and(|w| w & (1 << (p % 64)) != 0)
     }
+
+    #[inline]
+    fn list(&self, p: u16) -> &[u32] {
+        self.lists.get(&p).map_or(&[], |l| l)
+    }
+}
+
+/// One family's flows: each in one place, by its destination, else its
+/// source, else its destination port, else its port (either), else its
+/// protocol, else on the residual list every packet of the family walks.
+#[derive(Clone, Debug, Default)]
+struct Index {
+    dst: PrefixIndex,
+    src: PrefixIndex,
+    /// Flows by a destination port they admit.
+    by_dst_port: PortIndex,
+    /// Flows by a port (either) they admit: a packet looks up both its
+    /// ports, and meets a flow under both once.
+    by_any_port: PortIndex,
+    /// Flows by a protocol they admit (empty, or one list per protocol).
+    by_protocol: Box<[Box<[u32]>]>,
+    /// Flows indexed by nothing, in order.
+    residual: Box<[u32]>,
+    /// Which of the above hold flows: `RESIDUAL_OR_OFFSET` and the others.
+    holds: u8,
 }
 
 impl Index {
+    /// Whether a packet of these addresses, protocol and destination port
+    /// may meet a flow (false: it meets none).
+    #[inline]
+    fn may_match(&self, src: IpAddr, dst: IpAddr, protocol: u8, ports: Option<(u16, u16)>) -> bool {
+        let h = self.holds;
+        h & RESIDUAL_OR_OFFSET != 0
+            || (h & DST_FROM_TOP != 0 && self.dst.gate_open(PrefixMatch::bits_of(dst)))
+            || (h & SRC_FROM_TOP != 0 && self.src.gate_open(PrefixMatch::bits_of(src)))
+            || (h & BY_PROTOCOL != 0 && !self.by_protocol[usize::from(protocol)].is_empty())
+            || (h & BY_DST_PORT != 0 && ports.is_some_and(|(_, d)| self.by_dst_port.holds(d)))
+            || (h & BY_ANY_PORT != 0
+                && ports.is_some_and(|(s, d)| self.by_any_port.holds(s) || self.by_any_port.holds(d)))
+    }
+
     fn build(rules: &[FlowRule], v6: bool) -> Index {
-        let mut lengths: Vec<u8> = Vec::new();
-        let mut by_len: HashMap<u8, HashMap<u128, Vec<u32>>> = HashMap::new();
-        let mut wild = Vec::new();
-        for (i, r) in rules.iter().enumerate() {
-            if (r.flow.family == Family::V6) != v6 {
-                continue;
-            }
-            let dst = r.flow.components.iter().find_map(|c| match c {
-                Component::Destination(p) if p.offset == 0 && p.len > 0 => Some(p),
+        let flows: Vec<u32> =
+            (0..rules.len() as u32).filter(|&i| (rules[i as usize].flow.family == Family::V6) == v6).collect();
+        let (dst, flows) = PrefixIndex::build(rules, flows, |f| {
+            f.components.iter().find_map(|c| if let Component::Destination(p) = c { Some(p) } else { None })
+        });
+        let (src, flows) = PrefixIndex::build(rules, flows, |f| {
+            f.components.iter().find_map(|c| if let Component::Source(p) = c { Some(p) } else { None })
+        });
+        // The values a component (by its type) admits, when they are few.
+        let few = |i: u32, kind: u8, most: usize| -> Option<Vec<(u32, u32)>> {
+            let (ops, max) = rules[i as usize].flow.components.iter().find_map(|c| match c {
+                Component::Protocol(ops) if kind == c.kind() => Some((ops, 0xff)),
+                Component::Port(ops) | Component::DestinationPort(ops) if kind == c.kind() => Some((ops, 0xffff)),
                 _ => None,
-            });
-            match dst {
-                Some(p) if lengths.contains(&p.len) || lengths.len() < MAX_LENGTHS => {
-                    if !lengths.contains(&p.len) {
-                        lengths.push(p.len);
+            })?;
+            let r = op_ranges(ops, max);
+            let n: u64 = r.iter().map(|&(lo, hi)| u64::from(hi - lo) + 1).sum();
+            (n as usize <= most).then_some(r)
+        };
+        let list_under = |by: &mut HashMap<u16, Vec<u32>>, r: Vec<(u32, u32)>, i: u32| {
+            for (lo, hi) in r {
+                for p in lo..=hi {
+                    by.entry(p as u16).or_default().push(i);
+                }
+            }
+        };
+        let (mut by_dst_port, mut by_any_port) = (HashMap::new(), HashMap::new());
+        let mut by_protocol: Vec<Vec<u32>> = Vec::new();
+        let mut residual = Vec::new();
+        for i in flows {
+            if let Some(r) = few(i, 5, MAX_PORT_FANOUT) {
+                list_under(&mut by_dst_port, r, i);
+            } else if let Some(r) = few(i, 4, MAX_PORT_FANOUT) {
+                list_under(&mut by_any_port, r, i);
+            } else if let Some(r) = few(i, 3, MAX_PROTOCOL_FANOUT) {
+                by_protocol.resize(256, Vec::new());
+                for (lo, hi) in r {
+                    for p in lo..=hi {
+                        by_protocol[p as usize].push(i);
                     }
-                    by_len.entry(p.len).or_default().entry(p.pattern().0).or_default().push(i as u32);
                 }
-                _ => wild.push(i as u32),
+            } else {
+                residual.push(i);
             }
         }
-        lengths.sort_unstable_by(|a, b| b.cmp(a));
-        let mut gate = vec![0u64; 1 << 10].into_boxed_slice();
-        for (&len, keys) in &by_len {
-            for &k in keys.keys() {
-                // The top-16-bit values the prefix covers.
-                let first = (k >> 112) as usize;
-                let count = 1usize << (16 - len.min(16));
-                for top in first..first + count {
-                    gate[top / 64] |= 1 << (top % 64);
-                }
-            }
+        let (by_dst_port, by_any_port) = (PortIndex::new(by_dst_port), PortIndex::new(by_any_port));
+        let holds = [
+            (!residual.is_empty() || !dst.offset.is_empty() || !src.offset.is_empty(), RESIDUAL_OR_OFFSET),
+            (!dst.from_top.is_empty(), DST_FROM_TOP),
+            (!src.from_top.is_empty(), SRC_FROM_TOP),
+            (!by_protocol.is_empty(), BY_PROTOCOL),
+            (!by_dst_port.lists.is_empty(), BY_DST_PORT),
+            (!by_any_port.lists.is_empty(), BY_ANY_PORT),
+        ]
+        .into_iter()
+        .fold(0, |h, (yes, bit)| if yes { h | bit } else { h });
+        Index {
+            dst,
+            src,
+            by_dst_port,
+            by_any_port,
+            by_protocol: by_protocol.into_iter().map(Vec::into_boxed_slice).collect(),
+            residual: residual.into_boxed_slice(),
+            holds,
         }
-        let by_dst = lengths
-            .into_iter()
-            .map(|len| {
-                let map = by_len.remove(&len).unwrap_or_default();
-                let mask = PrefixMatch::new(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), len).pattern().1;
-                let mut m = HashMap::with_capacity_and_hasher(map.len(), foldhash::fast::FixedState::default());
-                m.extend(map.into_iter().map(|(k, v)| (k, v.into_boxed_slice())));
-                (mask, m)
-            })
-            .collect();
-        Index { by_dst, wild: wild.into_boxed_slice(), gate }
     }
 }
 
-/// Lists one packet merges: the wild ones and one per indexed length.
-const MAX_LISTS: usize = MAX_LENGTHS + 1;
+/// Lists one packet merges: one per mask of either address, the
+/// destination port's, two of either port, the protocol's and the
+/// residual one.
+const MAX_LISTS: usize = 2 * MAX_MASKS + 5;
+
+/// The lists of flows one packet may meet, each in order.
+struct Lists<'a> {
+    lists: [&'a [u32]; MAX_LISTS],
+    n: usize,
+}
+
+impl<'a> Lists<'a> {
+    #[inline]
+    fn push(&mut self, l: &'a [u32]) {
+        if !l.is_empty() {
+            self.lists[self.n] = l;
+            self.n += 1;
+        }
+    }
+}
 
 /// The flows in force, in the order they apply. Replaced whole on each
 /// change (a packet sees one table or the next, never half an UPDATE);
@@ -358,10 +709,17 @@ pub enum FlowDecision {
 impl FlowTable {
     /// The flows in RFC 8955's order (IPv4 before IPv6, which never meet);
     /// flows that tie keep the order given.
-    pub fn new(mut rules: Vec<FlowRule>, placement: Placement) -> FlowTable {
-        rules.sort_by(|a, b| {
-            (a.flow.family == Family::V6).cmp(&(b.flow.family == Family::V6)).then_with(|| a.flow.precedence(&b.flow))
-        });
+    pub fn new(rules: Vec<FlowRule>, placement: Placement) -> FlowTable {
+        // Sorted by keys that encode each flow at most once (a stable
+        // sort: ties keep their order), then moved into that order.
+        let mut order: Vec<usize> = (0..rules.len()).collect();
+        {
+            let keys: Vec<PrecedenceKey> = rules.iter().map(|r| PrecedenceKey::new(&r.flow)).collect();
+            let v6 = |i: usize| rules[i].flow.family == Family::V6;
+            order.sort_by(|&a, &b| v6(a).cmp(&v6(b)).then_with(|| keys[a].cmp(&keys[b])));
+        }
+        let mut slots: Vec<Option<FlowRule>> = rules.into_iter().map(Some).collect();
+        let rules: Vec<FlowRule> = order.into_iter().filter_map(|i| slots[i].take()).collect();
         let compiled = rules.iter().map(|r| Compiled::new(&r.flow)).collect();
         FlowTable {
             v4: Index::build(&rules, false),
@@ -395,36 +753,66 @@ impl FlowTable {
     #[inline]
     fn walk(&self, f: &Fields, mut visit: impl FnMut(usize) -> bool) {
         let index = if f.v6 { &self.v6 } else { &self.v4 };
-        let mut lists: [&[u32]; MAX_LISTS] = [&[]; MAX_LISTS];
-        let mut n = 0;
-        if !index.wild.is_empty() {
-            lists[0] = &index.wild;
-            n = 1;
+        let mut lists = Lists { lists: [&[]; MAX_LISTS], n: 0 };
+        let h = index.holds;
+        if h & RESIDUAL_OR_OFFSET != 0 {
+            lists.push(&index.residual);
+            index.dst.lists(f.dst, true, &mut lists);
+            index.src.lists(f.src, true, &mut lists);
         }
-        for (mask, map) in &index.by_dst {
-            if let Some(l) = map.get(&(f.dst & mask)) {
-                lists[n] = l;
-                n += 1;
+        if h & DST_FROM_TOP != 0 {
+            index.dst.lists(f.dst, false, &mut lists);
+        }
+        if h & SRC_FROM_TOP != 0 {
+            index.src.lists(f.src, false, &mut lists);
+        }
+        if h & BY_PROTOCOL != 0 {
+            lists.push(&index.by_protocol[f.protocol as usize]);
+        }
+        if let Some((s, d)) = f.ports {
+            if h & BY_DST_PORT != 0 {
+                lists.push(index.by_dst_port.list(d as u16));
+            }
+            if h & BY_ANY_PORT != 0 {
+                lists.push(index.by_any_port.list(d as u16));
+                if s != d {
+                    lists.push(index.by_any_port.list(s as u16));
+                }
             }
         }
-        let lists = &mut lists[..n];
+        let lists = &mut lists.lists[..lists.n];
+        // A flow under both of a packet's ports heads two lists at once.
+        let mut last = None;
         loop {
             // The next flow in order: the least head of the lists.
             let mut best: Option<usize> = None;
             for (j, l) in lists.iter().enumerate() {
                 if let Some(&head) = l.first() {
-                    if best.is_none_or(|b| head < lists[b][0]) {
+                    if best.is_none_or(|b| head & !KEYED < lists[b][0] & !KEYED) {
                         best = Some(j);
                     }
                 }
             }
             let Some(j) = best else { return };
-            let i = lists[j][0] as usize;
+            let id = lists[j][0];
             lists[j] = &lists[j][1..];
-            if self.compiled[i].matches(f) && !visit(i) {
+            let i = (id & !KEYED) as usize;
+            if last == Some(i) {
+                continue;
+            }
+            last = Some(i);
+            if (id & KEYED != 0 || self.compiled[i].matches(f)) && !visit(i) {
                 return;
             }
         }
+    }
+
+    /// Flows of either family on the residual lists, which every packet of
+    /// the family walks (no destination, source, destination port, port or
+    /// protocol to index them by): the rest are met only by packets that
+    /// can match them.
+    pub fn unindexed(&self) -> usize {
+        self.v4.residual.len() + self.v6.residual.len()
     }
 
     /// Judge one packet (its outer header, frame of `wire_len` bytes) at
@@ -433,9 +821,16 @@ impl FlowTable {
     #[inline]
     pub fn judge(&self, ip: &IpSummary, wire_len: u32, now_ns: u64) -> FlowDecision {
         let index = if ip.is_ipv6() { &self.v6 } else { &self.v4 };
-        if !index.may_match(PrefixMatch::bits_of(ip.dst)) {
+        if !index.may_match(ip.src, ip.dst, ip.protocol, ip.ports) {
             return FlowDecision::Pass;
         }
+        self.judge_walk(ip, wire_len, now_ns)
+    }
+
+    /// The rest of [`FlowTable::judge`] for a packet that may meet a flow:
+    /// apart, so that the test most packets stop at stays small inline.
+    #[inline(never)]
+    fn judge_walk(&self, ip: &IpSummary, wire_len: u32, now_ns: u64) -> FlowDecision {
         let p = flow_packet(ip);
         let f = Fields::of(&p);
         let mut decision = FlowDecision::Pass;
@@ -463,7 +858,7 @@ impl FlowTable {
     pub fn matched(&self, p: &FlowPacket) -> Vec<usize> {
         let mut out = Vec::new();
         let index = if p.dst.is_ipv6() { &self.v6 } else { &self.v4 };
-        if !index.may_match(PrefixMatch::bits_of(p.dst)) {
+        if !index.may_match(p.src, p.dst, p.protocol, p.ports) {
             return out;
         }
         self.walk(&Fields::of(p), |i| {
@@ -605,7 +1000,7 @@ impl Policer {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use sluice_bgp::flowspec::{BitmaskOp, NumericOp};
+    use sluice_bgp::flowspec::{numeric_ranges, BitmaskOp, NumericOp};
     use std::net::{Ipv4Addr, Ipv6Addr};
 
     fn rule(flow: Flow, verdict: FlowVerdict, go_on: bool) -> FlowRule {
@@ -789,10 +1184,15 @@ mod tests {
     }
 
     fn arb_numeric(max: u64) -> impl Strategy<Value = Vec<NumericOp>> {
-        proptest::collection::vec(
-            (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>(), prop_oneof![0..=max.min(70), 0..=max]),
-            1..4,
-        )
+        // Mostly a few pairs; sometimes many, so that a component has many
+        // ranges (searched, not scanned) or long AND groups.
+        let n = prop_oneof![4 => 1usize..4, 1 => 4usize..40];
+        n.prop_flat_map(move |n| {
+            proptest::collection::vec(
+                (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>(), prop_oneof![0..=max.min(70), 0..=max]),
+                n,
+            )
+        })
         .prop_map(|v| {
             v.into_iter()
                 .enumerate()
@@ -873,6 +1273,134 @@ mod tests {
             )
     }
 
+    /// Flows of each kind the index takes, and the ones it cannot.
+    fn kinds_table(with_unindexable: bool) -> FlowTable {
+        let v4 = |a: [u8; 4], len| PrefixMatch::new(IpAddr::V4(Ipv4Addr::from(a)), len);
+        let mut flows = vec![
+            Flow { family: Family::V4, components: vec![Component::Destination(v4([192, 0, 2, 0], 24))] },
+            Flow { family: Family::V4, components: vec![Component::Source(v4([198, 51, 100, 0], 24))] },
+            // A /0 destination says nothing: indexed by its source.
+            Flow {
+                family: Family::V4,
+                components: vec![Component::Destination(v4([0, 0, 0, 0], 0)), Component::Source(v4([10, 0, 0, 1], 32))],
+            },
+            Flow {
+                family: Family::V4,
+                components: vec![Component::Protocol(vec![num(false, false, false, true, 47)])],
+            },
+            // Either port 7000 or 7001: listed under both, met once.
+            Flow {
+                family: Family::V4,
+                components: vec![Component::Port(vec![
+                    num(false, false, true, true, 7000),
+                    num(true, true, false, true, 7001),
+                ])],
+            },
+            Flow {
+                family: Family::V4,
+                components: vec![
+                    Component::Protocol(vec![num(false, false, false, true, 17)]),
+                    Component::DestinationPort(vec![num(false, false, false, true, 53)]),
+                ],
+            },
+        ];
+        if with_unindexable {
+            // Any protocol but TCP, no address: every IPv4 packet's.
+            flows.push(Flow {
+                family: Family::V4,
+                components: vec![Component::Protocol(vec![num(false, true, true, false, 6)])],
+            });
+        }
+        FlowTable::new(flows.into_iter().map(|f| rule(f, FlowVerdict::Drop, false)).collect(), Placement::First)
+    }
+
+    #[test]
+    fn flows_are_indexed_by_destination_source_port_or_protocol() {
+        let t = kinds_table(false);
+        assert_eq!(t.unindexed(), 0, "no flow on the residual list");
+        let udp = |src: [u8; 4], dst: [u8; 4], port| IpSummary {
+            src: IpAddr::V4(Ipv4Addr::from(src)),
+            ..udp_to(dst, port, 100)
+        };
+        let dropped_by = |ip: &IpSummary| match t.judge(ip, 114, 0) {
+            FlowDecision::Drop(i) => Some(t.rules()[i as usize].flow.to_string()),
+            FlowDecision::Pass => None,
+        };
+        assert_eq!(dropped_by(&udp([1, 1, 1, 1], [192, 0, 2, 7], 9)).as_deref(), Some("destination 192.0.2.0/24"));
+        assert_eq!(dropped_by(&udp([198, 51, 100, 3], [8, 8, 8, 8], 9)).as_deref(), Some("source 198.51.100.0/24"));
+        assert_eq!(
+            dropped_by(&udp([10, 0, 0, 1], [8, 8, 8, 8], 9)).as_deref(),
+            Some("destination 0.0.0.0/0 source 10.0.0.1/32")
+        );
+        assert_eq!(
+            dropped_by(&udp([1, 1, 1, 1], [8, 8, 8, 8], 53)).as_deref(),
+            Some("protocol ==17 destination-port ==53")
+        );
+        let port = |s, d| IpSummary { ports: Some((s, d)), ..udp([1, 1, 1, 1], [8, 8, 8, 8], 0) };
+        for (s, d) in [(7000, 9), (9, 7001), (7000, 7001), (7001, 7001)] {
+            assert_eq!(dropped_by(&port(s, d)).as_deref(), Some("port >=7000&<=7001"), "{s} {d}");
+            let p = flow_packet(&port(s, d));
+            assert_eq!(t.matched(&p), t.reference_walk(&p), "{s} {d}: met once");
+        }
+        assert_eq!(dropped_by(&port(6999, 7002)), None);
+        let gre = IpSummary { protocol: 47, ports: None, ..udp([1, 1, 1, 1], [8, 8, 8, 8], 0) };
+        assert_eq!(dropped_by(&gre).as_deref(), Some("protocol ==47"));
+        assert_eq!(dropped_by(&udp([1, 1, 1, 1], [8, 8, 8, 8], 54)), None);
+        assert_eq!(kinds_table(true).unindexed(), 1);
+    }
+
+    /// The botnet mitigation at scale: 100,000 `source X/32 discard`
+    /// flows, every listed source dropped by its own flow, no other
+    /// source dropped, and no flow walked for every packet.
+    #[test]
+    fn a_hundred_thousand_source_flows_are_enforced_exactly() {
+        let addr = |i: u32| Ipv4Addr::from(0x0a00_0000 | i.wrapping_mul(2_654_435_761) >> 8);
+        let listed: Vec<Ipv4Addr> = (0..100_000).map(addr).collect();
+        let source = |a: Ipv4Addr, len| {
+            let c = Component::Source(PrefixMatch::new(IpAddr::V4(a), len));
+            rule(Flow { family: Family::V4, components: vec![c] }, FlowVerdict::Drop, false)
+        };
+        let mut flows: Vec<FlowRule> = listed.iter().map(|&a| source(a, 32)).collect();
+        // A /12 beside them: the gate, grown past 16 bits, covers it whole.
+        flows.push(source(Ipv4Addr::new(172, 16, 0, 0), 12));
+        let t = FlowTable::new(flows, Placement::First);
+        assert_eq!(t.rules().len(), 100_001, "the addresses are distinct");
+        assert_eq!(t.unindexed(), 0);
+        let from = |a: Ipv4Addr| IpSummary { src: IpAddr::V4(a), ..udp_to([192, 0, 2, 1], 53, 100) };
+        for (a, dropped) in [([172, 16, 0, 0], true), ([172, 31, 255, 255], true), ([172, 32, 0, 0], false)] {
+            assert_eq!(t.judge(&from(Ipv4Addr::from(a)), 114, 0) != FlowDecision::Pass, dropped, "{a:?}");
+        }
+        for &a in &listed {
+            let FlowDecision::Drop(i) = t.judge(&from(a), 114, 0) else { panic!("{a} passed") };
+            let Component::Source(p) = &t.rules()[i as usize].flow.components[0] else { unreachable!() };
+            assert_eq!(p.addr, IpAddr::V4(a));
+        }
+        let set: std::collections::HashSet<Ipv4Addr> = listed.iter().copied().collect();
+        let mut others = 0;
+        for i in 0..200_000u32 {
+            let a = Ipv4Addr::from(0x0a00_0000 | i.wrapping_mul(40_503) & 0x00ff_ffff);
+            if !set.contains(&a) {
+                others += 1;
+                assert_eq!(t.judge(&from(a), 114, 0), FlowDecision::Pass, "{a}");
+            }
+        }
+        assert!(others > 100_000, "{others}");
+        let once = |r: &FlowRule| r.counts.dropped.load(Ordering::Relaxed) == 1;
+        assert!(t.rules().iter().filter(|r| r.flow.to_string() != "source 172.16.0.0/12").all(once));
+    }
+
+    /// Operator lists compile to what `numeric_ranges` says, long
+    /// AND-chains of `!=` (a list of excluded ports) among them.
+    #[test]
+    fn a_long_and_chain_of_not_equal_compiles_to_its_ranges() {
+        let ops: Vec<NumericOp> = (0..5_000u64).map(|i| num(i > 0, true, true, false, i * 13 % 65_536)).collect();
+        let r = op_ranges(&ops, 0xffff);
+        let want: Vec<(u32, u32)> =
+            numeric_ranges(&ops, 0xffff).into_iter().map(|(a, b)| (a as u32, b as u32)).collect();
+        assert_eq!(r, want);
+        assert_eq!(r.len(), 5_000, "0 is one of the holes");
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(400))]
 
@@ -909,6 +1437,50 @@ mod tests {
             for p in &packets {
                 prop_assert_eq!(t.matched(p), t.reference_walk(p), "{:?}", p);
             }
+        }
+
+        /// The same on larger tables of every kind of flow: source-only,
+        /// destination, protocol or port alone, `/0`, IPv6 with offsets,
+        /// more masks than are kept, many ranges; the first flow matched
+        /// (and those its T bit reaches) are the reference's.
+        #[test]
+        fn every_kind_of_flow_is_met_as_the_reference_meets_it(
+            flows in proptest::collection::vec(
+                (prop_oneof![arb_flow(false), arb_flow(true)], 0u8..3, any::<bool>(), 0u8..5, arb_prefix(false), arb_prefix(true)),
+                0..120),
+            packets in proptest::collection::vec(arb_packet(), 1..60),
+        ) {
+            let rules = flows
+                .into_iter()
+                .map(|(mut f, v, go_on, shape, s4, s6)| {
+                    let s = if f.family == Family::V6 { s6 } else { s4 };
+                    match shape {
+                        // Source-only.
+                        0 => f.components.retain(|c| c.kind() > 2),
+                        1 => {
+                            f.components.retain(|c| c.kind() > 2);
+                            f.components.insert(0, Component::Source(s));
+                        }
+                        // No prefix at all: protocol, ports, the rest.
+                        2 => f.components.retain(|c| c.kind() > 2),
+                        _ => {}
+                    }
+                    let v = match v { 0 => FlowVerdict::Drop, _ => FlowVerdict::Accept };
+                    rule(f, v, go_on)
+                })
+                .collect();
+            let t = FlowTable::new(rules, Placement::First);
+            for p in &packets {
+                prop_assert_eq!(t.matched(p), t.reference_walk(p), "{:?}", p);
+            }
+        }
+
+        /// Operator lists compile to the ranges `numeric_ranges` says.
+        #[test]
+        fn operator_lists_compile_to_their_ranges(ops in arb_numeric(300), max in prop_oneof![Just(255u32), Just(65_535), 0u32..400]) {
+            let want: Vec<(u32, u32)> =
+                numeric_ranges(&ops, u64::from(max)).into_iter().map(|(a, b)| (a as u32, b as u32)).collect();
+            prop_assert_eq!(op_ranges(&ops, max), want);
         }
 
         /// What a decoded header becomes is what the components read.

@@ -15,13 +15,22 @@
 //!   median and p99 (and the command's own time, most of it process start).
 //! - `nft`: with root and nft, the same 10,000 rules as `nft -f` of one
 //!   table in a fresh network namespace, timed, beside `install`.
+//!
+//! `--source-only N` measures instead what a botnet mitigation costs: the
+//! flow table's own judging (decoded packets, no rules, no decoding timed)
+//! with 100 and with N `source X/32 discard` flows, per packet and their
+//! ratio, over IMIX traffic half of which comes from listed sources (each
+//! such packet must be dropped, and nothing else): `hot_sources`, the same
+//! packets for both tables, half from 100 sources both list;
+//! `all_sources`, each table's own, half from any of its sources. And the
+//! time to build a table of 10,000 mixed flows as a BGP feed sends them.
 
 use anyhow::{Context, Result};
 use clap::Args;
 use sluice_bgp::flowspec::{Component, Family, Flow, NumericOp, PrefixMatch};
 use sluice_bridge::bgp::BgpFlags;
 use sluice_bridge::{Bridge, BridgeConfig, MemoryPair};
-use sluice_engine::flows::{FlowRule, FlowTable, FlowVerdict, Placement};
+use sluice_engine::flows::{FlowDecision, FlowRule, FlowTable, FlowVerdict, Placement};
 use sluice_engine::{CompileOptions, RuleSet};
 use sluice_gen::{FrameSize, GenConfig, Generator, ProtoMix};
 use sluice_policy::RuleSpec;
@@ -54,6 +63,10 @@ pub struct FlowspecBenchArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Only the source-only part: judging with 100 and with this many
+    /// `source X/32 discard` flows, and a 10,000-flow table's build time.
+    #[arg(long)]
+    pub source_only: Option<usize>,
 }
 
 fn eq(v: u64) -> NumericOp {
@@ -90,6 +103,19 @@ fn rule(flow: Flow) -> FlowRule {
 }
 
 pub fn run(a: FlowspecBenchArgs) -> Result<()> {
+    if let Some(n) = a.source_only {
+        let v = serde_json::json!({
+            "bench": "flowspec",
+            "source_only": source_only_part(&a, n)?,
+            "rebuild": rebuild_part(10_000, a.reps)?,
+        });
+        if a.json {
+            println!("{v}");
+        } else {
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        }
+        return Ok(());
+    }
     let judge = judge_part(&a)?;
     let install = install_part(a.install)?;
     let announce = if a.announce > 0 { announce_part(a.announce)? } else { serde_json::Value::Null };
@@ -188,6 +214,179 @@ fn judge_part(a: &FlowspecBenchArgs) -> Result<serde_json::Value> {
         );
     }
     Ok(serde_json::json!({ "packets": a.packets, "flows": n_flows, "reps": a.reps, "bases": out }))
+}
+
+/// `n` distinct addresses spread over the IPv4 space (outside 0/8).
+fn addresses(n: usize, seed: u64) -> Vec<Ipv4Addr> {
+    let mut x = seed;
+    let mut seen = std::collections::HashSet::with_capacity(n);
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let a = Ipv4Addr::from(x as u32 | 0x0100_0000);
+        if seen.insert(a) {
+            out.push(a);
+        }
+    }
+    out
+}
+
+/// IMIX traffic over decoded IPv4 headers, half of it from `sources`.
+fn traffic(packets: u64, sources: &[Ipv4Addr]) -> Result<Vec<(sluice_wire::IpSummary, u32)>> {
+    let cfg = GenConfig {
+        count: packets,
+        seed: 12,
+        ipv6_share: 0.0,
+        mix: ProtoMix { tcp: 6, udp: 3, icmp: 1 },
+        size: FrameSize::Imix,
+        listed_share: 0.5,
+        list: sources.iter().map(|&s| Prefix::new(IpAddr::V4(s), 32)).collect(),
+        ..GenConfig::default()
+    };
+    let mut gen = Generator::new(cfg).context("generator")?;
+    let (mut buf, mut out) = (Vec::new(), Vec::with_capacity(packets as usize));
+    while gen.next_frame(&mut buf).is_some() {
+        if let Some(ip) = sluice_wire::decode(sluice_wire::LinkType::ETHERNET, &buf).ok().and_then(|s| s.ip) {
+            out.push((ip, buf.len() as u32));
+        }
+    }
+    Ok(out)
+}
+
+/// The best time of `reps` judging `packets` by `table` alone, per
+/// packet in ns; checked: exactly the packets from `listed` are dropped.
+fn judge_flows(
+    table: &FlowTable,
+    packets: &[(sluice_wire::IpSummary, u32)],
+    listed: &std::collections::HashSet<IpAddr>,
+    reps: usize,
+) -> Result<serde_json::Value> {
+    let from_listed = packets.iter().filter(|(ip, _)| listed.contains(&ip.src)).count();
+    let (mut best, mut dropped) = (f64::MAX, 0);
+    for _ in 0..reps {
+        let start = Instant::now();
+        let mut d = 0usize;
+        for (ip, len) in packets {
+            d += usize::from(table.judge(ip, *len, 0) != FlowDecision::Pass);
+        }
+        best = best.min(start.elapsed().as_secs_f64());
+        dropped = d;
+    }
+    anyhow::ensure!(dropped == from_listed, "{dropped} dropped, {from_listed} from listed sources");
+    Ok(serde_json::json!({
+        "packets": packets.len(),
+        "from_listed": from_listed,
+        "dropped": dropped,
+        "judge_ns_per_packet": best * 1e9 / packets.len() as f64,
+    }))
+}
+
+fn source_only_part(a: &FlowspecBenchArgs, n: usize) -> Result<serde_json::Value> {
+    let all = addresses(n.max(100), 0x2545_f491_4f6c_dd1d);
+    // The same packets for both tables: half from 100 sources both list.
+    let hot = traffic(a.packets, &all[..100])?;
+    let (mut out, mut ns) = (serde_json::Map::new(), Vec::new());
+    for flows in [100, n] {
+        let listed = &all[..flows];
+        let rules: Vec<FlowRule> = listed
+            .iter()
+            .map(|&s| {
+                rule(Flow {
+                    family: Family::V4,
+                    components: vec![Component::Source(PrefixMatch::new(IpAddr::V4(s), 32))],
+                })
+            })
+            .collect();
+        let table = FlowTable::new(rules, Placement::First);
+        anyhow::ensure!(table.unindexed() == 0, "{} source-only flows walked by every packet", table.unindexed());
+        let set: std::collections::HashSet<IpAddr> = listed.iter().map(|&s| IpAddr::V4(s)).collect();
+        let hot_sources = judge_flows(&table, &hot, &set, a.reps).with_context(|| format!("{flows} flows"))?;
+        // Half the packets from any of the table's sources, each a cold
+        // lookup once the table outgrows the cache.
+        let own = traffic(a.packets, listed)?;
+        let all_sources = judge_flows(&table, &own, &set, a.reps).with_context(|| format!("{flows} flows"))?;
+        ns.push([hot_sources["judge_ns_per_packet"].as_f64(), all_sources["judge_ns_per_packet"].as_f64()]);
+        out.insert(
+            flows.to_string(),
+            serde_json::json!({ "flows": flows, "hot_sources": hot_sources, "all_sources": all_sources }),
+        );
+    }
+    let ratio = |k: usize| Some(ns[1][k]? / ns[0][k]?);
+    Ok(serde_json::json!({
+        "reps": a.reps,
+        "tables": out,
+        "ratio_hot_sources": ratio(0),
+        "ratio_all_sources": ratio(1),
+    }))
+}
+
+/// `n` flows as a feed sends them: destination /24s and /32s with a
+/// protocol and ports (some a list of excluded ports), source-only /32s,
+/// protocol and port alone, IPv6 with and without an offset.
+fn mixed_flows(n: usize) -> Vec<FlowRule> {
+    let ne = |v: u64, and: bool| NumericOp { and, lt: true, gt: true, eq: false, len: 2, value: v };
+    let v6 = |i: usize| IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, (i >> 16) as u16, i as u16, 0, 0, 0, 1));
+    let a = addresses(n, 0x9e37_79b9_7f4a_7c15);
+    (0..n)
+        .map(|i| {
+            let (family, components) = match i % 10 {
+                0..=2 => (Family::V4, numbered(i).components),
+                3 => (
+                    Family::V4,
+                    vec![
+                        dst(a[i], 24),
+                        Component::Protocol(vec![eq(6)]),
+                        // Every port but 20 of them.
+                        Component::DestinationPort((0..20).map(|k| ne(1000 + 7 * k + i as u64 % 5, k > 0)).collect()),
+                    ],
+                ),
+                4..=6 => (Family::V4, vec![Component::Source(PrefixMatch::new(IpAddr::V4(a[i]), 32))]),
+                7 => (
+                    Family::V4,
+                    vec![Component::Protocol(vec![eq(17)]), Component::DestinationPort(vec![eq(i as u64 % 60_000)])],
+                ),
+                8 => (
+                    Family::V6,
+                    vec![Component::Destination(PrefixMatch::new(v6(i), 64)), Component::Protocol(vec![eq(17)])],
+                ),
+                _ => {
+                    // The interface identifier alone: bits 64 to 128.
+                    let mut p = PrefixMatch::new(v6(i), 128);
+                    p.offset = 64;
+                    p.addr = IpAddr::V6(std::net::Ipv6Addr::from(p.pattern().0));
+                    (Family::V6, vec![Component::Destination(p)])
+                }
+            };
+            rule(Flow { family, components })
+        })
+        .collect()
+}
+
+fn rebuild_part(n: usize, reps: usize) -> Result<serde_json::Value> {
+    let rules = mixed_flows(n);
+    let (mut build, mut with_clone) = (f64::MAX, f64::MAX);
+    let mut unindexed = 0;
+    for _ in 0..reps {
+        // As the feed rebuilds: its routes' rules cloned, then the table.
+        let start = Instant::now();
+        let copy = rules.clone();
+        let cloned = start.elapsed();
+        let table = FlowTable::new(copy, Placement::First);
+        let took = start.elapsed();
+        anyhow::ensure!(table.rules().len() == n, "{} of {n} flows", table.rules().len());
+        unindexed = table.unindexed();
+        build = build.min((took - cloned).as_secs_f64());
+        with_clone = with_clone.min(took.as_secs_f64());
+    }
+    Ok(serde_json::json!({
+        "flows": n,
+        "reps": reps,
+        "table_new_ms": build * 1e3,
+        "clone_and_table_new_ms": with_clone * 1e3,
+        "unindexed": unindexed,
+    }))
 }
 
 /// A bridge over in-memory ports peering with `peer`.
