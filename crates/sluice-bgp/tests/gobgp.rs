@@ -12,70 +12,14 @@
 
 use sluice_bgp::flowspec::{Component, Family, Flow};
 use sluice_bgp::message::{self, AfiSafi, FlowAction, Message, BLACKHOLE};
+use sluice_testkit::bgp::{free_port, Gobgpd, GobgpdConfig};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-struct Gobgpd {
-    child: Child,
-    api: u16,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Gobgpd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Gobgpd {
-    fn start() -> Option<Gobgpd> {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path();
-        if Command::new("gobgpd").arg("--version").output().is_err() {
-            assert!(std::env::var("SLUICE_REQUIRE_TOOLS").is_err(), "gobgpd is missing (apt-get install gobgpd)");
-            eprintln!("skipped: gobgpd is missing");
-            return None;
-        }
-        let (port, api) = (free_port(), free_port());
-        let config = format!(
-            "[global.config]\n  as = 65001\n  router-id = \"192.0.2.1\"\n  port = {port}\n  local-address-list = [\"127.0.0.1\"]\n\
-             [[neighbors]]\n  [neighbors.config]\n    neighbor-address = \"127.0.0.1\"\n    peer-as = 65002\n  \
-             [neighbors.transport.config]\n    passive-mode = true\n\
-             {}",
-            ["ipv4-flowspec", "ipv6-flowspec", "ipv4-unicast"]
-                .map(|f| format!("  [[neighbors.afi-safis]]\n    [neighbors.afi-safis.config]\n      afi-safi-name = \"{f}\"\n"))
-                .concat()
-        );
-        let file = dir.join("gobgpd.toml");
-        std::fs::write(&file, config).unwrap();
-        let child = Command::new("gobgpd")
-            .arg("-f")
-            .arg(&file)
-            .args(["-t", "toml", "--api-hosts", &format!("127.0.0.1:{api}"), "--disable-stdlog"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        Some(Gobgpd { child, api, port, _dir: tmp })
-    }
-
-    /// `gobgp ARGS` against this daemon.
-    fn cli(&self, args: &str) {
-        let out = Command::new("gobgp")
-            .args(["-u", "127.0.0.1", "-p", &self.api.to_string()])
-            .args(args.split_whitespace())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "gobgp {args}: {}", String::from_utf8_lossy(&out.stderr));
-    }
+/// gobgpd on a free port with IPv4 and IPv6 FlowSpec and IPv4 unicast.
+fn config() -> GobgpdConfig {
+    GobgpdConfig::on(free_port()).families(&["ipv4-flowspec", "ipv6-flowspec", "ipv4-unicast"])
 }
 
 /// Reads whole messages off a session, answering KEEPALIVEs.
@@ -129,15 +73,8 @@ impl Session {
 
 #[test]
 fn gobgp_flowspec_and_blackhole_routes_decode_as_announced() {
-    let Some(d) = Gobgpd::start() else { return };
-    let end = Instant::now() + Duration::from_secs(20);
-    let s = loop {
-        match TcpStream::connect(("127.0.0.1", d.port)) {
-            Ok(s) => break s,
-            Err(e) => assert!(Instant::now() < end, "gobgpd did not listen: {e}"),
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let Some(d) = Gobgpd::start_or_skip(&config()) else { return };
+    let s = d.connect();
     s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
     let fams = [AfiSafi::IPV4_FLOWSPEC, AfiSafi::IPV6_FLOWSPEC, AfiSafi::IPV4_UNICAST];
     let mut sess = Session { s, buf: Vec::new() };
@@ -149,11 +86,13 @@ fn gobgp_flowspec_and_blackhole_routes_decode_as_announced() {
     sess.s.write_all(&message::keepalive()).unwrap();
     assert_eq!(sess.next(until), Message::Keepalive);
 
-    d.cli("global rib -a ipv4-flowspec add match destination 192.0.2.0/24 protocol udp destination-port ==53 then discard");
-    d.cli("global rib -a ipv4-flowspec add match destination 198.51.100.0/24 protocol tcp tcp-flags =S then discard");
-    d.cli("global rib -a ipv4-flowspec add match protocol gre then rate-limit 125000");
-    d.cli("global rib -a ipv6-flowspec add match destination 2001:db8::/32 source 2001:db8:7::/48 protocol udp then discard");
-    d.cli("global rib -a ipv4 add 203.0.113.7/32 nexthop 192.0.2.254 community 65535:666");
+    d.cli_once("global rib -a ipv4-flowspec add match destination 192.0.2.0/24 protocol udp destination-port ==53 then discard");
+    d.cli_once(
+        "global rib -a ipv4-flowspec add match destination 198.51.100.0/24 protocol tcp tcp-flags =S then discard",
+    );
+    d.cli_once("global rib -a ipv4-flowspec add match protocol gre then rate-limit 125000");
+    d.cli_once("global rib -a ipv6-flowspec add match destination 2001:db8::/32 source 2001:db8:7::/48 protocol udp then discard");
+    d.cli_once("global rib -a ipv4 add 203.0.113.7/32 nexthop 192.0.2.254 community 65535:666");
     let mut flows: Vec<(Flow, Vec<FlowAction>)> = Vec::new();
     let mut blackholed = Vec::new();
     sess.updates(|u| {
@@ -187,11 +126,11 @@ fn gobgp_flowspec_and_blackhole_routes_decode_as_announced() {
     for (f, _) in &flows {
         assert_eq!(&Flow::decode(f.family, &f.to_bytes()).unwrap().0, f);
     }
-    d.cli("global rib -a ipv4-flowspec del match protocol gre then rate-limit 125000");
+    d.cli_once("global rib -a ipv4-flowspec del match protocol gre then rate-limit 125000");
     sess.updates(|u| u.flows_withdrawn.iter().any(|f| text(f) == "protocol ==47"));
 
     // An offset, as GoBGP encodes it: 8 pattern bytes where RFC 8956 sends 4.
-    d.cli("global rib -a ipv6-flowspec add match source ::1:0:0:0/80 32 then discard");
+    d.cli_once("global rib -a ipv6-flowspec add match source ::1:0:0:0/80 32 then discard");
     let until = Instant::now() + Duration::from_secs(20);
     let e = loop {
         match sess.raw(until) {
@@ -208,7 +147,7 @@ fn gobgp_flowspec_and_blackhole_routes_decode_as_announced() {
 #[test]
 fn a_session_to_gobgpd_brings_its_flows_and_reports_it_gone() {
     use sluice_bgp::session::{run, Event, PeerConfig};
-    let Some(d) = Gobgpd::start() else { return };
+    let Some(d) = Gobgpd::start_or_skip(&config()) else { return };
     let mut cfg = PeerConfig::new(([127, 0, 0, 1], d.port).into(), 65001, 65002, Ipv4Addr::new(192, 0, 2, 2));
     cfg.connect_retry = Duration::from_millis(200);
     let (tx, rx) = std::sync::mpsc::sync_channel(64);
@@ -227,7 +166,7 @@ fn a_session_to_gobgpd_brings_its_flows_and_reports_it_gone() {
         }
     };
     assert_eq!(open.asn(), 65001);
-    d.cli("global rib -a ipv4-flowspec add match destination 192.0.2.0/24 protocol udp destination-port ==53 then discard");
+    d.cli_once("global rib -a ipv4-flowspec add match destination 192.0.2.0/24 protocol udp destination-port ==53 then discard");
     let flow = loop {
         if let Event::Update { update, .. } = next("UPDATE") {
             if let Some(f) = update.flows_announced.first() {

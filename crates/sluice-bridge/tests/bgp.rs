@@ -10,97 +10,10 @@
 use sluice_bridge::bgp::BgpFlags;
 use sluice_bridge::{Bridge, BridgeConfig, MemoryPair, Wire};
 use sluice_policy::RuleSpec;
+use sluice_testkit::bgp::{birdc, exabgp, free_port, have, Bird, Gobgpd, GobgpdConfig};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-struct Gobgpd {
-    child: Child,
-    api: u16,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Gobgpd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Gobgpd {
-    fn start() -> Option<Gobgpd> {
-        Gobgpd::start_on(free_port(), None)
-    }
-
-    fn start_on(port: u16, restart: Option<u16>) -> Option<Gobgpd> {
-        Gobgpd::start_with(port, restart, None)
-    }
-
-    /// gobgpd on `port`, announcing graceful restart with this restart
-    /// time when given, requiring TCP MD5 with `password` when given.
-    fn start_with(port: u16, restart: Option<u16>, password: Option<&str>) -> Option<Gobgpd> {
-        if Command::new("gobgpd").arg("--version").output().is_err() {
-            assert!(std::env::var("SLUICE_REQUIRE_TOOLS").is_err(), "gobgpd is missing (apt-get install gobgpd)");
-            eprintln!("skipped: gobgpd is missing");
-            return None;
-        }
-        let tmp = tempfile::tempdir().unwrap();
-        let api = free_port();
-        let (gr, mp_gr) = match restart {
-            Some(t) => (
-                format!("  [neighbors.graceful-restart.config]\n    enabled = true\n    restart-time = {t}\n"),
-                "    [neighbors.afi-safis.mp-graceful-restart.config]\n      enabled = true\n",
-            ),
-            None => (String::new(), ""),
-        };
-        let auth = password.map(|p| format!("    auth-password = \"{p}\"\n")).unwrap_or_default();
-        let config = format!(
-            "[global.config]\n  as = 65001\n  router-id = \"192.0.2.1\"\n  port = {port}\n  local-address-list = [\"127.0.0.1\"]\n\
-             [[neighbors]]\n  [neighbors.config]\n    neighbor-address = \"127.0.0.1\"\n    peer-as = 65002\n{auth}  \
-             [neighbors.transport.config]\n    passive-mode = true\n{gr}\
-             {}",
-            ["ipv4-flowspec", "ipv4-unicast"]
-                .map(|f| format!(
-                    "  [[neighbors.afi-safis]]\n    [neighbors.afi-safis.config]\n      afi-safi-name = \"{f}\"\n{mp_gr}"
-                ))
-                .concat()
-        );
-        let file = tmp.path().join("gobgpd.toml");
-        std::fs::write(&file, config).unwrap();
-        let child = Command::new("gobgpd")
-            .arg("-f")
-            .arg(&file)
-            .args(["-t", "toml", "--api-hosts", &format!("127.0.0.1:{api}"), "--disable-stdlog"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        Some(Gobgpd { child, api, port, _dir: tmp })
-    }
-
-    fn cli(&self, args: &str) {
-        let end = Instant::now() + Duration::from_secs(10);
-        loop {
-            let out = Command::new("gobgp")
-                .args(["-u", "127.0.0.1", "-p", &self.api.to_string()])
-                .args(args.split_whitespace())
-                .output()
-                .unwrap();
-            if out.status.success() {
-                return;
-            }
-            // The API may not listen yet.
-            assert!(Instant::now() < end, "gobgp {args}: {}", String::from_utf8_lossy(&out.stderr));
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
 
 /// Ethernet + IPv4 to `dst`, protocol `proto`, then `l4`; `len` pads the
 /// frame's IP datagram to that many bytes.
@@ -237,7 +150,7 @@ fn the_cases() -> ([Vec<u8>; 8], [bool; 8]) {
 /// flow beside them is enforced.
 #[test]
 fn gobgp_routes_that_would_turn_the_bridge_against_its_host_are_refused() {
-    let Some(d) = Gobgpd::start() else { return };
+    let Some(d) = Gobgpd::start_or_skip(&GobgpdConfig::on(free_port())) else { return };
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("ctl.sock");
     let never = dir.path().join("never.txt");
@@ -302,7 +215,7 @@ fn policed_through(wire: &Wire) -> usize {
 
 #[test]
 fn gobgp_flows_and_blackholes_drop_exactly_their_frames_until_withdrawn() {
-    let Some(d) = Gobgpd::start() else { return };
+    let Some(d) = Gobgpd::start_or_skip(&GobgpdConfig::on(free_port())) else { return };
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("ctl.sock");
     // The GRE policer below names no destination.
@@ -403,31 +316,12 @@ fn gobgp_flows_and_blackholes_drop_exactly_their_frames_until_withdrawn() {
     assert_eq!(s.json["dropped_by_flow"].as_u64(), Some(3 + (100 - n as u64) + 1), "{}", s.json);
 }
 
-fn have(tool: &str) -> bool {
-    let ok = Command::new(tool).arg("--version").output().is_ok();
-    if !ok {
-        assert!(std::env::var("SLUICE_REQUIRE_TOOLS").is_err(), "{tool} is missing (apt-get install bird2 exabgp)");
-        eprintln!("skipped: {tool} is missing");
-    }
-    ok
-}
-
-/// A child process killed on drop.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// BIRD 2 exports static flow4 routes (traffic-rate as generic extended
 /// communities, as BIRD spells them) and static blackhole routes; disabling
 /// the flow protocol withdraws them.
 #[test]
 fn bird_flows_and_blackholes_are_enforced_and_withdrawn() {
-    if !have("bird") {
+    if !have("bird", "bird2 exabgp") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -445,23 +339,7 @@ fn bird_flows_and_blackholes_are_enforced_and_withdrawn() {
          protocol bgp sluice {{\n  local 127.0.0.2 port {port} as 65001;\n  neighbor 127.0.0.1 as 65002;\n  passive on;\n  multihop;\n\
            flow4 {{ import none; export all; }};\n  ipv4 {{ import none; export all; next hop self; }};\n}}\n"
     );
-    let file = dir.path().join("bird.conf");
-    std::fs::write(&file, conf).unwrap();
-    let sock = dir.path().join("bird.ctl");
-    let _bird = Killed(
-        Command::new("bird")
-            .arg("-f")
-            .arg("-c")
-            .arg(&file)
-            .arg("-s")
-            .arg(&sock)
-            .arg("-P")
-            .arg(dir.path().join("bird.pid"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let bird = Bird::start(dir.path(), &conf);
     // BIRD on 127.0.0.2: the next hop it sends (itself) must not be the
     // neighbor's address, which it refuses.
     let (bridge, wire) = bridge_with_peer(&format!("127.0.0.2:{port}"), dir.path(), 120);
@@ -473,8 +351,7 @@ fn bird_flows_and_blackholes_are_enforced_and_withdrawn() {
     let texts: Vec<&str> = f["flows"].as_array().unwrap().iter().map(|x| x["flow"].as_str().unwrap()).collect();
     assert!(texts.contains(&"destination 192.0.2.0/24 protocol ==17 destination-port ==53"), "{f}");
     // Withdrawn: the flow protocol disabled.
-    let out = Command::new("birdc").arg("-s").arg(&sock).args(["disable", "f4"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    birdc(&bird.ctl, "disable f4");
     wait_flows(&bridge, 1);
     assert_eq!(through(&wire, &[udp([192, 0, 2, 1], 53), udp([203, 0, 113, 7], 9)]), [true, false]);
     bridge.stop();
@@ -485,7 +362,7 @@ fn bird_flows_and_blackholes_are_enforced_and_withdrawn() {
 /// syntax, `rate-limit`), and when it stops its routes go.
 #[test]
 fn exabgp_flows_and_blackholes_are_enforced_until_it_stops() {
-    if !have("exabgp") {
+    if !have("exabgp", "bird2 exabgp") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -498,20 +375,7 @@ fn exabgp_flows_and_blackholes_are_enforced_until_it_stops() {
            route gre { match { protocol gre; } then { rate-limit 10000; } }\n\
          }\n\
          static {\n    route 203.0.113.7/32 next-hop 192.0.2.254 community [ 65535:666 ];\n    route 203.0.113.8/32 next-hop 192.0.2.254;\n  }\n}\n";
-    let file = dir.path().join("exabgp.conf");
-    std::fs::write(&file, conf).unwrap();
-    let exa = Killed(
-        Command::new("exabgp")
-            .arg(&file)
-            .env("exabgp.tcp.bind", "127.0.0.1")
-            .env("exabgp.tcp.port", port.to_string())
-            .env("exabgp.daemon.user", "root")
-            .env("exabgp.log.destination", dir.path().join("exabgp.log"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let exa = exabgp(dir.path(), conf, port);
     let (bridge, wire) = bridge_with_peer(&format!("127.0.0.1:{port}"), dir.path(), 120);
     wait_flows(&bridge, 4);
     let (frames, want) = the_cases();
@@ -534,15 +398,14 @@ fn exabgp_flows_and_blackholes_are_enforced_until_it_stops() {
 #[test]
 fn a_restarting_peer_keeps_its_flows_for_its_restart_window() {
     let port = free_port();
-    let Some(d) = Gobgpd::start_on(port, Some(3)) else { return };
+    let Some(d) = Gobgpd::start_or_skip(&GobgpdConfig::on(port).restart(3)) else { return };
     let dir = tempfile::tempdir().unwrap();
     let (bridge, wire) = bridge_with_peer(&format!("127.0.0.1:{port}"), dir.path(), 120);
     d.cli("global rib -a ipv4-flowspec add match destination 192.0.2.0/24 protocol udp destination-port ==53 then discard");
     wait_flows(&bridge, 1);
     let mut d = d;
     // Killed, not stopped: no NOTIFICATION, as in a crash.
-    let _ = d.child.kill();
-    let _ = d.child.wait();
+    d.kill();
     let down = Instant::now();
     let sock = dir.path().join("ctl.sock");
     let end = Instant::now() + Duration::from_secs(10);
@@ -558,7 +421,7 @@ fn a_restarting_peer_keeps_its_flows_for_its_restart_window() {
     assert!(gone >= Duration::from_millis(2900) && gone < Duration::from_secs(6), "removed after {gone:?}");
     assert_eq!(through(&wire, &[udp([192, 0, 2, 1], 53)]), [true]);
     // Back on the same port: announced again, enforced again.
-    let d = Gobgpd::start_on(port, Some(3)).unwrap();
+    let d = Gobgpd::start_or_skip(&GobgpdConfig::on(port).restart(3)).unwrap();
     d.cli("global rib -a ipv4-flowspec add match destination 192.0.2.0/24 protocol udp destination-port ==53 then discard");
     wait_flows(&bridge, 1);
     assert_eq!(through(&wire, &[udp([192, 0, 2, 1], 53)]), [false]);
@@ -624,7 +487,7 @@ impl FakePeer {
 /// go, and the other peer's session and flows are untouched.
 #[test]
 fn a_malformed_update_resets_only_its_own_session() {
-    let Some(d) = Gobgpd::start() else { return };
+    let Some(d) = Gobgpd::start_or_skip(&GobgpdConfig::on(free_port())) else { return };
     let fake = std::net::TcpListener::bind("127.0.0.3:0").unwrap();
     let fake_addr = fake.local_addr().unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -679,7 +542,7 @@ fn a_malformed_update_resets_only_its_own_session() {
 #[test]
 fn a_peer_requiring_tcp_md5_is_reached_with_its_password_only() {
     let port = free_port();
-    let Some(d) = Gobgpd::start_with(port, None, Some("s3cret-key")) else { return };
+    let Some(d) = Gobgpd::start_or_skip(&GobgpdConfig::on(port).password("s3cret-key")) else { return };
     let dir = tempfile::tempdir().unwrap();
     let session = |password: &str, sub: &str| {
         let sub = dir.path().join(sub);
@@ -731,7 +594,7 @@ fn settled(sock: &std::path::Path, peer: usize, refused: u64) -> serde_json::Val
 /// the peer holds within its bytes, and its narrow flow still enforced.
 #[test]
 fn gobgp_a_peer_over_its_byte_budget_is_refused_past_it_and_stays_up() {
-    let Some(d) = Gobgpd::start() else { return };
+    let Some(d) = Gobgpd::start_or_skip(&GobgpdConfig::on(free_port())) else { return };
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("ctl.sock");
     // A flow of a destination, UDP and a port costs about 780 bytes: room
@@ -809,7 +672,7 @@ fn gobgp_a_peer_over_its_byte_budget_is_refused_past_it_and_stays_up() {
 /// back (the bridge queues a bounded amount), and both sessions stay up.
 #[test]
 fn gobgp_a_withdrawal_is_published_within_a_second_while_another_peer_floods() {
-    let Some(d) = Gobgpd::start() else { return };
+    let Some(d) = Gobgpd::start_or_skip(&GobgpdConfig::on(free_port())) else { return };
     let fake = std::net::TcpListener::bind("127.0.0.3:0").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("ctl.sock");

@@ -4,8 +4,7 @@
 //! through again. No root, no veths (the veth version, with ping across
 //! namespaces, is `sluice-cli`'s tests/crowdsec.rs).
 
-#[path = "../../sluice-cli/tests/lapi/mod.rs"]
-mod lapi;
+use sluice_testkit::lapi;
 
 use lapi::{crowdsec_or_skip, Lapi};
 use sluice_bridge::{Bridge, BridgeConfig, MemoryPair, Wire};

@@ -4,8 +4,7 @@
 //! is a change to a published interface, made on purpose with
 //! `SLUICE_BLESS=1`), and with docs/json.md and docs/metrics.md, both ways.
 
-#[path = "../../sluice-guard/tests/names/support.rs"]
-mod support;
+use sluice_testkit::names as support;
 
 use sluice_bridge::{Bridge, BridgeConfig, MemoryPair};
 use sluice_policy::RuleSpec;

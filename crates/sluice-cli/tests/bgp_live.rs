@@ -11,20 +11,16 @@
 //! `SLUICE_REQUIRE_LIVE=1` / `SLUICE_REQUIRE_TOOLS=1` (CI), when it fails.
 
 mod common;
-#[path = "../../sluice-live/tests/common/mod.rs"]
-mod live;
+use sluice_testkit::live;
 
 use common::bridge::Bridge;
 use live::{live_or_skip, run, Topology};
 use serde_json::Value;
-use std::process::{Child, Command, Stdio};
+use sluice_testkit::bgp::{birdc, exabgp, free_port, Bird, Gobgpd, GobgpdConfig};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const WIRE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/bgp/wire.py");
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 /// Whether some socket listens on TCP `port` (any address), read from
 /// /proc/net/tcp so that the peer sees no probe connection.
@@ -34,60 +30,6 @@ fn listening(port: u16) -> bool {
         l.split_whitespace().nth(1).is_some_and(|local| format!("{local} ").ends_with(&want))
             && l.split_whitespace().nth(3) == Some("0A")
     })
-}
-
-struct Gobgpd {
-    child: Child,
-    api: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Gobgpd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Gobgpd {
-    fn start(port: u16) -> Gobgpd {
-        let dir = tempfile::tempdir().unwrap();
-        let api = free_port();
-        let config = format!(
-            "[global.config]\n  as = 65001\n  router-id = \"192.0.2.1\"\n  port = {port}\n  local-address-list = [\"127.0.0.1\"]\n\
-             [[neighbors]]\n  [neighbors.config]\n    neighbor-address = \"127.0.0.1\"\n    peer-as = 65002\n  \
-             [neighbors.transport.config]\n    passive-mode = true\n\
-             [[neighbors.afi-safis]]\n  [neighbors.afi-safis.config]\n    afi-safi-name = \"ipv4-flowspec\"\n\
-             [[neighbors.afi-safis]]\n  [neighbors.afi-safis.config]\n    afi-safi-name = \"ipv4-unicast\"\n"
-        );
-        let file = dir.path().join("gobgpd.toml");
-        std::fs::write(&file, config).unwrap();
-        let child = Command::new("gobgpd")
-            .arg("-f")
-            .arg(&file)
-            .args(["-t", "toml", "--api-hosts", &format!("127.0.0.1:{api}"), "--disable-stdlog"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("gobgpd (apt-get install gobgpd)");
-        Gobgpd { child, api, _dir: dir }
-    }
-
-    fn cli(&self, args: &str) {
-        let end = Instant::now() + Duration::from_secs(10);
-        loop {
-            let out = Command::new("gobgp")
-                .args(["-u", "127.0.0.1", "-p", &self.api.to_string()])
-                .args(args.split_whitespace())
-                .output()
-                .unwrap();
-            if out.status.success() {
-                return;
-            }
-            assert!(Instant::now() < end, "gobgp {args}: {}", String::from_utf8_lossy(&out.stderr));
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
 }
 
 /// Counts what reaches `iface` in `ns` for `seconds` while `send` runs.
@@ -266,7 +208,7 @@ fn flowspec_and_blackholes_from_gobgp_on_the_wire() {
     }
     let topo = Topology::new("bgp");
     let port = free_port();
-    let d = std::rc::Rc::new(Gobgpd::start(port));
+    let d = std::rc::Rc::new(Gobgpd::start(&GobgpdConfig::on(port)));
     d.cli("global rib -a ipv4-flowspec add match destination 10.77.0.2/32 protocol udp destination-port ==53 then discard");
     d.cli("global rib -a ipv4-flowspec add match destination 10.77.0.0/24 protocol tcp tcp-flags =S&!=A then discard");
     d.cli("global rib -a ipv4-flowspec add match destination 10.77.0.2/32 protocol udp destination-port ==5000 then rate-limit 125000");
@@ -277,16 +219,6 @@ fn flowspec_and_blackholes_from_gobgp_on_the_wire() {
         g.cli("global rib -a ipv4 del 10.77.0.3/32");
     });
     on_the_wire(&topo, Peer { addr: format!("127.0.0.1:{port}"), withdraw, left: 2 });
-}
-
-/// A child process killed on drop.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]
@@ -310,29 +242,13 @@ fn flowspec_and_blackholes_from_bird_on_the_wire() {
          protocol bgp sluice {{\n  local 127.0.0.2 port {port} as 65001;\n  neighbor 127.0.0.1 as 65002;\n  passive on;\n  multihop;\n\
            flow4 {{ import none; export all; }};\n  ipv4 {{ import none; export all; next hop self; }};\n}}\n"
     );
-    let file = dir.path().join("bird.conf");
     let log = dir.path().join("bird.log");
-    std::fs::write(&file, format!("log \"{}\" all;\n{conf}", log.display())).unwrap();
-    let ctl = dir.path().join("bird.ctl");
-    let mut bird = Killed(
-        Command::new("bird")
-            .arg("-f")
-            .arg("-c")
-            .arg(&file)
-            .arg("-s")
-            .arg(&ctl)
-            .arg("-P")
-            .arg(dir.path().join("bird.pid"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut bird = Bird::start(dir.path(), &format!("log \"{}\" all;\n{conf}", log.display()));
     // The bridge retries a refused connection after 5 s, then 10 s: wait
     // for BIRD's listener first, and say what BIRD said if it never comes.
     let end = Instant::now() + Duration::from_secs(20);
     while !listening(port) {
-        let exited = bird.0.try_wait().unwrap();
+        let exited = bird.process.0.try_wait().unwrap();
         assert!(
             exited.is_none() && Instant::now() < end,
             "BIRD is not listening on 127.0.0.2:{port} (exit: {exited:?}); its log:\n{}",
@@ -340,10 +256,8 @@ fn flowspec_and_blackholes_from_bird_on_the_wire() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let birdc = move |what: &str| {
-        let out = Command::new("birdc").arg("-s").arg(&ctl).args(what.split_whitespace()).output().unwrap();
-        assert!(out.status.success(), "birdc {what}: {}", String::from_utf8_lossy(&out.stderr));
-    };
+    let ctl = bird.ctl.clone();
+    let birdc = move |what: &str| birdc(&ctl, what);
     // Withdrawn: both static protocols disabled, every route goes.
     let withdraw = Box::new(move || {
         birdc("disable bh");
@@ -368,20 +282,7 @@ fn flowspec_and_blackholes_from_exabgp_on_the_wire() {
            route police { match { destination 10.77.0.2/32; protocol udp; destination-port =5000; } then { rate-limit 125000; } }\n\
          }\n\
          static {\n    route 10.77.0.3/32 next-hop 192.0.2.254 community [ 65535:666 ];\n  }\n}\n";
-    let file = dir.path().join("exabgp.conf");
-    std::fs::write(&file, conf).unwrap();
-    let exa = Killed(
-        Command::new("exabgp")
-            .arg(&file)
-            .env("exabgp.tcp.bind", "127.0.0.1")
-            .env("exabgp.tcp.port", port.to_string())
-            .env("exabgp.daemon.user", "root")
-            .env("exabgp.log.destination", dir.path().join("exabgp.log"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let exa = exabgp(dir.path(), conf, port);
     // ExaBGP's routes come from its configuration: stopping it withdraws
     // them all (it announced no graceful restart).
     let withdraw = Box::new(move || drop(exa));

@@ -24,9 +24,8 @@ use common::{
     assert_comments_name_rule_lines, assert_documented_keys, comment_field, documented_keys, have_tool, sample_comments,
 };
 use common::{xdp_attached, xdp_detached};
-mod lapi;
-#[path = "../../sluice-live/tests/common/mod.rs"]
-mod live;
+use sluice_testkit::lapi;
+use sluice_testkit::live;
 
 use live::{live_or_skip, Endpoint, Topology};
 use serde_json::Value;

@@ -14,9 +14,8 @@
 //! `SLUICE_CROWDSEC_BIN`): `SKIPPED` unless `SLUICE_REQUIRE_LIVE=1` /
 //! `SLUICE_REQUIRE_TOOLS=1` (CI installs them), when it fails instead.
 
-mod lapi;
-#[path = "../../sluice-live/tests/common/mod.rs"]
-mod live;
+use sluice_testkit::lapi;
+use sluice_testkit::live;
 
 use lapi::{crowdsec_or_skip, Lapi};
 use live::{live_or_skip, run, Topology};

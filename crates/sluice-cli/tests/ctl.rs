@@ -7,8 +7,7 @@
 //! Needs root (a veth pair for the bridge): `SKIPPED` unless
 //! `SLUICE_REQUIRE_LIVE=1`, when it fails instead.
 
-#[path = "../../sluice-live/tests/common/mod.rs"]
-mod live;
+use sluice_testkit::live;
 
 use live::{live_or_skip, Topology};
 use serde_json::Value;

@@ -6,8 +6,7 @@
 //! (root; SKIPPED without, a failure under `SLUICE_REQUIRE_LIVE=1`).
 
 mod common;
-#[path = "../../sluice-live/tests/common/mod.rs"]
-mod live;
+use sluice_testkit::live;
 
 use common::http_serve;
 use std::io::{BufRead, BufReader, Read, Write};

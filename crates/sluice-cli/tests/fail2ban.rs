@@ -11,8 +11,7 @@
 //! `SLUICE_REQUIRE_LIVE=1` / `SLUICE_REQUIRE_TOOLS=1` (CI), when it fails.
 
 mod common;
-#[path = "../../sluice-live/tests/common/mod.rs"]
-mod live;
+use sluice_testkit::live;
 
 use common::bridge::Bridge;
 use common::p;

@@ -19,8 +19,7 @@
 
 mod common;
 use common::xdp_detached;
-#[path = "../../sluice-live/tests/common/mod.rs"]
-mod live;
+use sluice_testkit::live;
 
 use common::bridge::Bridge;
 use common::p;

@@ -9,11 +9,9 @@
 //! Needs root: `SKIPPED` unless `SLUICE_REQUIRE_LIVE=1` (CI), when it fails.
 
 mod common;
-mod lapi;
-#[path = "../../sluice-live/tests/common/mod.rs"]
-mod live;
-#[path = "../../sluice-guard/tests/names/support.rs"]
-mod names;
+use sluice_testkit::lapi;
+use sluice_testkit::live;
+use sluice_testkit::names;
 
 use live::{live_or_skip, run, unique, Endpoint, Netns, Veth};
 use serde_json::Value;

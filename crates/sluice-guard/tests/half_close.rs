@@ -3,8 +3,8 @@
 //! found by the `guard_conn` fuzz target, where the guard answered the
 //! first and closed when the FIN had arrived before that first response.
 
-#[path = "support/heads.rs"]
-mod heads;
+mod support;
+use support::heads;
 
 use sluice_guard::tls::CertFiles;
 use sluice_guard::{Config, Guard};

@@ -4,8 +4,8 @@
 //! socket answering, stopped by its handle, summed up as text and JSON,
 //! and nothing left behind.
 
-#[path = "support/heads.rs"]
-mod heads;
+mod support;
+use support::heads;
 
 use sluice_control::product::{print, Running, Summary};
 use sluice_control::socket::Access;

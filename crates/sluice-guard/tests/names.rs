@@ -4,8 +4,7 @@
 //! with `SLUICE_BLESS=1`). docs/metrics.md is checked against these lists
 //! and the bridge's by `sluice-bridge`'s tests/names.rs.
 
-#[path = "names/support.rs"]
-mod support;
+use sluice_testkit::names as support;
 
 use sluice_guard::block_forward::{self, ForwardCounters};
 use sluice_guard::tls::CertFiles;

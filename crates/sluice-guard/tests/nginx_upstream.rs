@@ -4,8 +4,8 @@
 //! Through the guard, each response must be the one nginx gives directly,
 //! whole, on a kept-alive connection. nginx is required (CI installs it).
 
-#[path = "support/heads.rs"]
-mod heads;
+mod support;
+use support::heads;
 
 use sluice_guard::{Config, Guard};
 use std::io::{Read, Write};

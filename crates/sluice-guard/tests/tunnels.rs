@@ -6,8 +6,8 @@
 //! The last test puts a real WebSocket client and server (Python's
 //! `websockets`) on either side of the guard.
 
-#[path = "support/running.rs"]
-mod running;
+mod support;
+use support::running;
 
 use running::{connect, start as guard, stop};
 use std::io::{BufRead, BufReader, Read, Write};

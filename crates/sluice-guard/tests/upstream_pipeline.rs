@@ -9,10 +9,8 @@
 //! a request behind another repeat their round until the counters show it
 //! happened (and fail if it never does); every round checks every answer.
 
-#[path = "support/heads.rs"]
-mod heads;
-#[path = "support/running.rs"]
-mod running;
+mod support;
+use support::{heads, running};
 
 use running::{connect, stop};
 use std::io::{Read, Write};

@@ -4,8 +4,8 @@
 //! is answered 503. Checked on the order in which a one-request-at-a-time
 //! upstream receives the requests, from distinct loopback source addresses.
 
-#[path = "support/heads.rs"]
-mod heads;
+mod support;
+use support::heads;
 
 use sluice_guard::{Config, Guard};
 use std::io::{Read, Write};

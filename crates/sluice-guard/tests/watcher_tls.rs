@@ -4,8 +4,7 @@
 //! certificate (no login, no password) becomes a decision `cscli` lists; a
 //! CA that did not sign the LAPI's certificate is refused, and said so.
 
-#[path = "../../sluice-cli/tests/lapi/mod.rs"]
-mod lapi;
+use sluice_testkit::lapi;
 
 use sluice_control::lapi::LapiTls;
 use sluice_guard::block_forward::{targets, Destination, ForwardedBlock, Target, WatcherFlags};

@@ -2,7 +2,7 @@
 //! member index on both ports. (Forwarding itself, VLAN tags kept end to
 //! end, is tested on the product's path in tests/pipeline_bridge.rs.)
 
-mod common;
+use sluice_testkit::live as common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

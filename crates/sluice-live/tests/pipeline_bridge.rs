@@ -4,7 +4,7 @@
 //! side, both ways, VLAN tags included; the counters must add up; the stop
 //! flag ends the run; and the XDP programs are gone afterwards.
 
-mod common;
+use sluice_testkit::live as common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

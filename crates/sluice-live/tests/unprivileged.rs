@@ -4,7 +4,7 @@
 //! limit and the size. The test re-runs its own binary under `setpriv`
 //! with the capabilities dropped, so it needs root to start.
 
-mod common;
+use sluice_testkit::live as common;
 
 use std::process::Command;
 

@@ -1,7 +1,7 @@
 //! The hand-assembled XDP program: it loads, runs, attaches in skb and
 //! driver mode on a veth, refuses a second attach, and detaches on drop.
 
-mod common;
+use sluice_testkit::live as common;
 
 use common::{live_or_skip, unique, Veth};
 use sluice_live::bpf::{XDP_PASS, XDP_REDIRECT};

@@ -35,6 +35,7 @@ use sluice_engine::{CompileOptions, RuleSet};
 use sluice_gen::{FrameSize, GenConfig, Generator, ProtoMix};
 use sluice_policy::RuleSpec;
 use sluice_rules::{parse_rules, Prefix};
+use sluice_testkit::bgp::{try_free_port, Gobgpd, GobgpdConfig};
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::path::Path;
@@ -484,47 +485,17 @@ fn install_part(n: usize) -> Result<serde_json::Value> {
     }))
 }
 
-fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 fn announce_part(n: usize) -> Result<serde_json::Value> {
     if Command::new("gobgpd").arg("--version").output().is_err() {
         return Ok(serde_json::json!({ "skipped": "gobgpd is missing (apt-get install gobgpd)" }));
     }
-    let dir = tempfile::tempdir()?;
-    let (port, api) = (free_port()?, free_port()?);
-    let config = format!(
-        "[global.config]\n  as = 65001\n  router-id = \"192.0.2.1\"\n  port = {port}\n  local-address-list = [\"127.0.0.1\"]\n\
-         [[neighbors]]\n  [neighbors.config]\n    neighbor-address = \"127.0.0.1\"\n    peer-as = 65002\n  \
-         [neighbors.transport.config]\n    passive-mode = true\n\
-         [[neighbors.afi-safis]]\n  [neighbors.afi-safis.config]\n    afi-safi-name = \"ipv4-flowspec\"\n"
-    );
-    std::fs::write(dir.path().join("g.toml"), config)?;
-    let mut gobgpd = Command::new("gobgpd")
-        .arg("-f")
-        .arg(dir.path().join("g.toml"))
-        .args(["-t", "toml", "--api-hosts", &format!("127.0.0.1:{api}"), "--disable-stdlog"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()?;
+    let port = try_free_port()?;
+    let gobgpd = Gobgpd::spawn(&GobgpdConfig::on(port).families(&["ipv4-flowspec"]))?;
     let result = (|| -> Result<serde_json::Value> {
         let (b, wire) = bridge(&format!("127.0.0.1:{port}"))?;
-        let cli = |args: &str| -> Result<Duration> {
-            let t = Instant::now();
-            let out = Command::new("gobgp")
-                .args(["-u", "127.0.0.1", "-p", &api.to_string()])
-                .args(args.split_whitespace())
-                .output()?;
-            anyhow::ensure!(out.status.success(), "gobgp {args}: {}", String::from_utf8_lossy(&out.stderr));
-            Ok(t.elapsed())
-        };
+        let cli = |args: &str| gobgpd.try_cli(args).map_err(anyhow::Error::msg);
         // Until the API answers and the session is up.
-        let end = Instant::now() + Duration::from_secs(20);
-        while cli("global").is_err() {
-            anyhow::ensure!(Instant::now() < end, "gobgpd did not answer");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        gobgpd.wait_api(Duration::from_secs(20)).map_err(anyhow::Error::msg)?;
         let (mut to_drop, mut cli_own) = (Vec::new(), Vec::new());
         for i in 0..n {
             let d = Ipv4Addr::new(10, 200, (i / 250) as u8, (i % 250) as u8 + 1);
@@ -575,8 +546,7 @@ fn announce_part(n: usize) -> Result<serde_json::Value> {
             "gobgp_command_ms": { "median": q(&mut cli_own, 0.5), "p99": q(&mut cli_own, 0.99) },
         }))
     })();
-    let _ = gobgpd.kill();
-    let _ = gobgpd.wait();
+    drop(gobgpd);
     result
 }
 

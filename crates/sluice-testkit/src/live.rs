@@ -4,8 +4,6 @@
 //! Tests that need root or `ip` print `SKIPPED: <reason>` and return,
 //! unless `SLUICE_REQUIRE_LIVE=1`, when they fail instead (CI is root).
 
-#![allow(dead_code)]
-
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};

@@ -1,7 +1,6 @@
 //! A CrowdSec Local API of a test's own: Debian's `crowdsec` run as
 //! `crowdsec -c CONFIG -no-cs` (no agent, no online API) with a sqlite
 //! database and a free loopback port, and `cscli` against it.
-#![allow(dead_code)] // each test binary uses a part
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

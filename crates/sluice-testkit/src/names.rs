@@ -1,7 +1,6 @@
 //! What the names tests of `sluice-guard` and `sluice-bridge` share: key
 //! paths of a summary, metric families of an exposition, and the check
 //! against a kept list (`SLUICE_BLESS=1` rewrites the list instead).
-#![allow(dead_code)] // each test binary uses a part
 
 use std::collections::BTreeSet;
 use std::path::Path;
