@@ -43,7 +43,7 @@ use rustls::pki_types::pem::PemObject;
 use sluice_guard::frame::{HeadStep, RequestFramer};
 use sluice_guard::limits::RespCodeBlock;
 use sluice_guard::tls::CertFiles;
-use sluice_guard::{Config, Guard, Limits, MinRate, Running, Timeouts};
+use sluice_guard::{Config, Guard, GuardThreads, Limits, MinRate, Timeouts};
 use sluice_h1::response::{ResponseReader, Step, DEFAULT_MAX_HEAD};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -96,7 +96,7 @@ impl Target {
 
 struct Guards {
     addrs: [SocketAddr; 4],
-    running: Vec<Running>,
+    running: Vec<GuardThreads>,
     client_tls: [Arc<rustls::ClientConfig>; 2],
 }
 
@@ -900,5 +900,5 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     // A guard thread that ended (an error; a panic aborts on its own).
-    assert!(!g.running.iter().any(Running::any_finished), "a guard thread ended");
+    assert!(!g.running.iter().any(GuardThreads::any_finished), "a guard thread ended");
 });
