@@ -293,7 +293,7 @@ fn bridge_case_on(test: &str, io: &[&str], workers: &str, tag: &str, queues: u32
     }
     assert_documented_keys("sluice bridge --json", &v);
     for k in documented_keys("sluice filter --json") {
-        if !["input", "input_format", "stopped_at", "samples"].contains(&k.as_str()) {
+        if !["input", "input_format", "stopped_at", "interrupted", "samples"].contains(&k.as_str()) {
             assert!(v.get(&k).is_some(), "bridge --json lacks filter's {k}: {v}");
         }
     }

@@ -189,9 +189,7 @@ impl Summary for FilterSummary {
             .as_ref()
             .map(|e| serde_json::json!({ "record": e.record, "offset": e.offset, "error": e.kind.to_string() }))
             .into();
-        if self.interrupted {
-            v["interrupted"] = true.into();
-        }
+        v["interrupted"] = self.interrupted.into();
         if let Some(r) = &self.samples {
             v["samples"] = r.to_json();
         }
