@@ -28,7 +28,7 @@ pub struct CtlArgs {
     pub timeout: f64,
     /// A bridge: add SET ELEM [timeout S] | del SET ELEM | flush SET |
     /// test SET ADDR | list SET | sets | stats | reload | bgp | flows. An http-guard:
-    /// blocks | block ADDR [timeout S] | unblock ADDR | clients [N].
+    /// blocks | block ADDR [timeout S] | unblock ADDR | clients [N] | stats.
     #[arg(value_name = "COMMAND", num_args = 0.., trailing_var_arg = true)]
     pub command: Vec<String>,
 }
@@ -60,7 +60,7 @@ pub fn run(a: CtlArgs) -> Result<Outcome> {
         None if command.is_empty() => {
             crate::usage!(
                 "give a command (a bridge's add, del, flush, test, list, sets, stats, reload, bgp, flows; \
-                 a guard's blocks, block, unblock, clients) or -f FILE"
+                 a guard's blocks, block, unblock, clients, stats) or -f FILE"
             )
         }
         None => command.join(" ").into_bytes(),

@@ -25,11 +25,14 @@ pub enum GuardCommand {
     Unblock { client: IpAddr },
     /// `clients [N]`: the clients with the highest request rates.
     Clients { top: usize },
+    /// `stats`: the guard's counters (its `--json` summary's, less the
+    /// block log) and its control socket's.
+    Stats,
 }
 
 impl GuardCommand {
     /// The verbs, for a refusal's list.
-    pub const VERBS: &'static str = "blocks, block, unblock, clients";
+    pub const VERBS: &'static str = "blocks, block, unblock, clients, stats";
 }
 
 impl Protocol for GuardCommand {
@@ -58,7 +61,8 @@ impl Protocol for GuardCommand {
                 };
                 GuardCommand::Clients { top }
             }
-            v if SetCommand::VERBS.contains(&v) || v == "sets" || v == "reload" => {
+            "stats" => want(args, 0, "stats").map(|()| GuardCommand::Stats)?,
+            v if SetCommand::VERBS.contains(&v) || ["sets", "reload", "bgp", "flows"].contains(&v) => {
                 return Err(format!(
                     "`{v}` is a bridge command (and a shield's); this socket is an http-guard's: {}",
                     GuardCommand::VERBS
@@ -77,6 +81,7 @@ impl Protocol for GuardCommand {
             GuardCommand::Block { .. } => "block",
             GuardCommand::Unblock { .. } => "unblock",
             GuardCommand::Clients { .. } => "clients",
+            GuardCommand::Stats => "stats",
         }
     }
 
@@ -91,7 +96,7 @@ impl Protocol for GuardCommand {
     fn role(&self) -> Role {
         match self {
             GuardCommand::Blocks | GuardCommand::Block { .. } => Role::Add,
-            GuardCommand::Unblock { .. } | GuardCommand::Clients { .. } => Role::Admin,
+            GuardCommand::Unblock { .. } | GuardCommand::Clients { .. } | GuardCommand::Stats => Role::Admin,
         }
     }
 }
@@ -121,6 +126,11 @@ pub fn render_text(r: &serde_json::Value) -> String {
         }
     } else if let Some(client) = r["client"].as_str() {
         let _ = writeln!(out, "{client}: {}", str_of(&r["done"]));
+    } else if let Some(o) = r.as_object().filter(|o| o.contains_key("requests")) {
+        // `stats`: one `key: value` line each, as a bridge's.
+        for (k, v) in o.iter().filter(|(k, _)| *k != "ok") {
+            let _ = writeln!(out, "{k}: {v}");
+        }
     }
     out
 }
@@ -206,21 +216,23 @@ pub fn serve(
 ) -> Result<GuardControl, SocketError> {
     let (tx, rx) = channel::<Request<GuardCommand>>();
     let deliver: Deliver<GuardCommand> = Arc::new(move |r| tx.send(r).is_ok());
+    let socket_counters = Arc::clone(&counters);
     let serving = socket::serve(path, access, deliver, counters)?;
     let answering = std::thread::Builder::new()
         .name("sluice-guard-ctl".into())
         .spawn(move || {
             for req in rx {
                 // Never batched: one command a request.
-                let _ = req.reply.send(answer(&shared, &req.commands[0].1));
+                let _ = req.reply.send(answer(&shared, &req.commands[0].1, &socket_counters));
             }
         })
         .map_err(|error| SocketError::Io { path: path.display().to_string(), error })?;
     Ok(GuardControl { serving, answering })
 }
 
-/// The reply to one command, as JSON.
-pub fn answer(shared: &Shared, cmd: &GuardCommand) -> String {
+/// The reply to one command, as JSON (`socket`: the control socket's own
+/// counters, for `stats`).
+pub fn answer(shared: &Shared, cmd: &GuardCommand, socket: &SocketCounters) -> String {
     let (t, now) = (&shared.table, shared.started.elapsed().as_millis() as u64);
     match cmd {
         GuardCommand::Blocks => {
@@ -260,6 +272,18 @@ pub fn answer(shared: &Shared, cmd: &GuardCommand) -> String {
             json!({ "ok": true, "client": t.net(*client).to_string(), "done": done, "was_blocked": was }).to_string()
         }
         GuardCommand::Clients { top } => json!({ "ok": true, "clients": t.top_clients(*top, now) }).to_string(),
+        GuardCommand::Stats => {
+            let mut v = serde_json::to_value(shared.report()).unwrap_or_default();
+            if let Some(o) = v.as_object_mut() {
+                // `blocks` lists them; the log's first 1024 would swamp the rest.
+                o.remove("blocks");
+                o.insert("ok".into(), true.into());
+                let ctl: serde_json::Map<_, _> =
+                    socket.totals().pairs().into_iter().map(|(k, n)| (format!("ctl_{k}"), n.into())).collect();
+                o.extend(ctl);
+            }
+            v.to_string()
+        }
     }
 }
 
@@ -275,7 +299,7 @@ mod tests {
     /// request that does not parse, else the guard's answer.
     fn ask(shared: &Shared, text: &str) -> serde_json::Value {
         match sluice_control::command::parse_request::<GuardCommand>(text) {
-            Ok(cmds) => serde_json::from_str(&answer(shared, &cmds[0].1)).unwrap(),
+            Ok(cmds) => serde_json::from_str(&answer(shared, &cmds[0].1, &SocketCounters::default())).unwrap(),
             Err(e) => serde_json::from_str(&socket::error_json(&e.to_string(), Some(e.line))).unwrap(),
         }
     }
@@ -320,6 +344,11 @@ mod tests {
         let refused = ask(&shared, "add guard 192.0.2.9");
         assert!(refused["ok"] == false && refused["error"].as_str().unwrap().contains("bridge command"), "{refused}");
         assert_eq!(ask(&shared, "block nope")["ok"], false);
+        let stats = ask(&shared, "stats");
+        assert_eq!((&stats["ok"], &stats["blocked_total"], &stats["ctl_forbidden"]), (&json!(true), &json!(2), &json!(0)));
+        assert!(stats.get("blocks").is_none() && stats["breaches"].is_object(), "{stats}");
+        let text = render_text(&stats);
+        assert!(text.lines().any(|l| l == "blocked_total: 2") && !text.lines().any(|l| l.starts_with("ok:")), "{text}");
     }
 
     #[test]
