@@ -83,129 +83,19 @@ impl Protocol for Command {
 pub fn render_text(r: &serde_json::Value) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
-    let str_of = |v: &serde_json::Value| v.as_str().unwrap_or("").to_owned();
     if r["ok"] != true {
         return out;
     }
     if let Some(sets) = r["sets"].as_array() {
-        // Columns as wide as their widest cell: a long set name or kind
-        // does not push its row out of line.
-        let width = |k: &str, min: usize| sets.iter().map(|s| str_of(&s[k]).len()).max().unwrap_or(0).max(min);
-        let (wn, wk) = (width("name", 3), width("kind", 4));
-        let _ = writeln!(
-            out,
-            "{:<wn$} {:<wk$} {:>10} {:>10} {:>10} {:>10} {:>10}",
-            "set", "kind", "entries", "maxelem", "base", "added", "deleted"
-        );
-        for s in sets {
-            let (name, kind) = (str_of(&s["name"]), str_of(&s["kind"]));
-            // As strings: a JSON value's Display ignores width and alignment.
-            let n = |k: &str| s[k].to_string();
-            let (e, m, b, a, d) = (n("entries"), n("maxelem"), n("base"), n("added"), n("deleted"));
-            let _ = writeln!(out, "{name:<wn$} {kind:<wk$} {e:>10} {m:>10} {b:>10} {a:>10} {d:>10}");
-        }
-        // Where the geo sets' networks came from, under the table.
-        for s in sets {
-            for g in s["geo"].as_array().into_iter().flatten() {
-                let counts: Vec<String> = g["networks"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|p| format!("{} {}", str_of(&p[0]), p[1]))
-                    .collect();
-                let built = g["build_epoch"].as_u64().map(sluice_geo::date).unwrap_or_default();
-                let _ = writeln!(
-                    out,
-                    "# {}: {} {} built {built} ({}): {} networks",
-                    str_of(&s["name"]),
-                    str_of(&g["key"]),
-                    str_of(&g["database_type"]),
-                    str_of(&g["database"]),
-                    counts.join(", ")
-                );
-            }
-        }
+        sets_text(&mut out, sets);
     } else if let Some(flows) = r["flows"].as_array() {
-        // In the order they apply; counters after the flow.
-        let _ = writeln!(
-            out,
-            "# flows from BGP peers, {} the rule file's rules",
-            match r["placement"].as_str() {
-                Some("last") => "after",
-                _ => "before",
-            }
-        );
-        for f in flows {
-            let unsupported: Vec<String> = f["unsupported"].as_array().into_iter().flatten().map(str_of).collect();
-            let _ = writeln!(
-                out,
-                "{:>5} {:<9} {} => {}{}{} (from {}; {} packets, {} bytes, {} dropped)",
-                f["index"].to_string(),
-                str_of(&f["kind"]),
-                str_of(&f["flow"]),
-                str_of(&f["action"]),
-                if f["go_on"] == true { ", go on" } else { "" },
-                if unsupported.is_empty() { String::new() } else { format!(", not taken: {}", unsupported.join(", ")) },
-                str_of(&f["source"]),
-                f["packets"],
-                f["bytes"],
-                f["dropped"]
-            );
-        }
+        flows_text(&mut out, r, flows);
     } else if let Some(sessions) = r["sessions"].as_array() {
-        for s in sessions {
-            let routes: Vec<String> = s["routes"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .filter(|(_, n)| n.as_u64() != Some(0))
-                .map(|(k, n)| format!("{k} {n}"))
-                .collect();
-            let refused: Vec<String> = s["refused_by"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .filter(|(_, n)| n.as_u64() != Some(0))
-                .map(|(k, n)| format!("{k} {n}"))
-                .collect();
-            let _ = writeln!(
-                out,
-                "{} AS {}: {} for {} s; routes: {}{}{}{}",
-                str_of(&s["peer"]),
-                s["peer_as"],
-                str_of(&s["state"]),
-                s["seconds"],
-                if routes.is_empty() { "none".to_string() } else { routes.join(", ") },
-                if s["stale"] == true { " (stale: kept past the session's end)" } else { "" },
-                if refused.is_empty() { String::new() } else { format!("; refused: {}", refused.join(", ")) },
-                s["last_error"].as_str().map(|e| format!("; last down: {e}")).unwrap_or_default()
-            );
-        }
+        sessions_text(&mut out, sessions);
     } else if let Some(elems) = r["elements"].as_array() {
-        for e in elems {
-            let _ = match e["expires_in"].as_u64() {
-                Some(t) => writeln!(out, "{} timeout {t}", str_of(&e["element"])),
-                None => writeln!(out, "{}", str_of(&e["element"])),
-            };
-        }
-        if r["complete"] == false {
-            out += "# the base came from a compiled file: only elements added at runtime are listed\n";
-        }
+        elements_text(&mut out, r, elems);
     } else if r.get("match").is_some() {
-        let (addr, set) = (str_of(&r["addr"]), str_of(&r["set"]));
-        let _ = match (r["match"].as_bool(), r["element"].as_str(), r["from"].as_str()) {
-            (Some(true), Some(e), Some(from)) => writeln!(out, "{addr} is in {set} (element {e}, {from})"),
-            (Some(true), _, _) => writeln!(out, "{addr} is in {set} (base tables)"),
-            _ => writeln!(out, "{addr} is not in {set}"),
-        };
-        let g = &r["geo"];
-        if let Some(db) = g["database"].as_str() {
-            let _ = match (g["network"].as_str(), g.get("country").or(g.get("asn")).and_then(|v| v.as_str())) {
-                (Some(n), Some(v)) => writeln!(out, "# {db}: {n} is {v}"),
-                (Some(n), None) => writeln!(out, "# {db}: {n} has no value at the set's field"),
-                _ => writeln!(out, "# {db}: no record for {addr}"),
-            };
-        }
+        test_text(&mut out, r);
     } else if r.get("applied").is_some() {
         let (n, g, us) = (&r["applied"], &r["generation"], &r["publish_us"]);
         let _ = writeln!(out, "applied {n} change(s); generation {g} in force ({us} us)");
@@ -217,6 +107,145 @@ pub fn render_text(r: &serde_json::Value) -> String {
         let _ = writeln!(out, "reloaded; generation {} in force", r["generation"]);
     }
     out
+}
+
+/// `sets`: a table, then where the geo sets' networks came from.
+fn sets_text(out: &mut String, sets: &[serde_json::Value]) {
+    use std::fmt::Write as _;
+    // Columns as wide as their widest cell: a long set name or kind
+    // does not push its row out of line.
+    let width = |k: &str, min: usize| sets.iter().map(|s| str_of(&s[k]).len()).max().unwrap_or(0).max(min);
+    let (wn, wk) = (width("name", 3), width("kind", 4));
+    let _ = writeln!(
+        out,
+        "{:<wn$} {:<wk$} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "set", "kind", "entries", "maxelem", "base", "added", "deleted"
+    );
+    for s in sets {
+        let (name, kind) = (str_of(&s["name"]), str_of(&s["kind"]));
+        // As strings: a JSON value's Display ignores width and alignment.
+        let n = |k: &str| s[k].to_string();
+        let (e, m, b, a, d) = (n("entries"), n("maxelem"), n("base"), n("added"), n("deleted"));
+        let _ = writeln!(out, "{name:<wn$} {kind:<wk$} {e:>10} {m:>10} {b:>10} {a:>10} {d:>10}");
+    }
+    // Where the geo sets' networks came from, under the table.
+    for s in sets {
+        for g in s["geo"].as_array().into_iter().flatten() {
+            let counts: Vec<String> =
+                g["networks"].as_array().into_iter().flatten().map(|p| format!("{} {}", str_of(&p[0]), p[1])).collect();
+            let built = g["build_epoch"].as_u64().map(sluice_geo::date).unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "# {}: {} {} built {built} ({}): {} networks",
+                str_of(&s["name"]),
+                str_of(&g["key"]),
+                str_of(&g["database_type"]),
+                str_of(&g["database"]),
+                counts.join(", ")
+            );
+        }
+    }
+}
+
+/// `flows`: in the order they apply, counters after each flow.
+fn flows_text(out: &mut String, r: &serde_json::Value, flows: &[serde_json::Value]) {
+    use std::fmt::Write as _;
+    // In the order they apply; counters after the flow.
+    let _ = writeln!(
+        out,
+        "# flows from BGP peers, {} the rule file's rules",
+        match r["placement"].as_str() {
+            Some("last") => "after",
+            _ => "before",
+        }
+    );
+    for f in flows {
+        let unsupported: Vec<String> = f["unsupported"].as_array().into_iter().flatten().map(str_of).collect();
+        let _ = writeln!(
+            out,
+            "{:>5} {:<9} {} => {}{}{} (from {}; {} packets, {} bytes, {} dropped)",
+            f["index"].to_string(),
+            str_of(&f["kind"]),
+            str_of(&f["flow"]),
+            str_of(&f["action"]),
+            if f["go_on"] == true { ", go on" } else { "" },
+            if unsupported.is_empty() { String::new() } else { format!(", not taken: {}", unsupported.join(", ")) },
+            str_of(&f["source"]),
+            f["packets"],
+            f["bytes"],
+            f["dropped"]
+        );
+    }
+}
+
+/// `bgp`: a line per session.
+fn sessions_text(out: &mut String, sessions: &[serde_json::Value]) {
+    use std::fmt::Write as _;
+    for s in sessions {
+        let routes: Vec<String> = s["routes"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(_, n)| n.as_u64() != Some(0))
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        let refused: Vec<String> = s["refused_by"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(_, n)| n.as_u64() != Some(0))
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "{} AS {}: {} for {} s; routes: {}{}{}{}",
+            str_of(&s["peer"]),
+            s["peer_as"],
+            str_of(&s["state"]),
+            s["seconds"],
+            if routes.is_empty() { "none".to_string() } else { routes.join(", ") },
+            if s["stale"] == true { " (stale: kept past the session's end)" } else { "" },
+            if refused.is_empty() { String::new() } else { format!("; refused: {}", refused.join(", ")) },
+            s["last_error"].as_str().map(|e| format!("; last down: {e}")).unwrap_or_default()
+        );
+    }
+}
+
+/// `list`: an element a line.
+fn elements_text(out: &mut String, r: &serde_json::Value, elems: &[serde_json::Value]) {
+    use std::fmt::Write as _;
+    for e in elems {
+        let _ = match e["expires_in"].as_u64() {
+            Some(t) => writeln!(out, "{} timeout {t}", str_of(&e["element"])),
+            None => writeln!(out, "{}", str_of(&e["element"])),
+        };
+    }
+    if r["complete"] == false {
+        *out += "# the base came from a compiled file: only elements added at runtime are listed\n";
+    }
+}
+
+/// `test`: whether the address is in the set, and why.
+fn test_text(out: &mut String, r: &serde_json::Value) {
+    use std::fmt::Write as _;
+    let (addr, set) = (str_of(&r["addr"]), str_of(&r["set"]));
+    let _ = match (r["match"].as_bool(), r["element"].as_str(), r["from"].as_str()) {
+        (Some(true), Some(e), Some(from)) => writeln!(out, "{addr} is in {set} (element {e}, {from})"),
+        (Some(true), _, _) => writeln!(out, "{addr} is in {set} (base tables)"),
+        _ => writeln!(out, "{addr} is not in {set}"),
+    };
+    let g = &r["geo"];
+    if let Some(db) = g["database"].as_str() {
+        let _ = match (g["network"].as_str(), g.get("country").or(g.get("asn")).and_then(|v| v.as_str())) {
+            (Some(n), Some(v)) => writeln!(out, "# {db}: {n} is {v}"),
+            (Some(n), None) => writeln!(out, "# {db}: {n} has no value at the set's field"),
+            _ => writeln!(out, "# {db}: no record for {addr}"),
+        };
+    }
+}
+
+fn str_of(v: &serde_json::Value) -> String {
+    v.as_str().unwrap_or("").to_owned()
 }
 
 #[cfg(test)]

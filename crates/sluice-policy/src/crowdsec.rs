@@ -986,119 +986,161 @@ fn push_usage(agent: &ureq::Agent, cfg: &BouncerConfig, pusher: &mut Pusher, cou
     }
 }
 
+/// When the next pull is a full one, and how long to wait for it: a full
+/// pull first, every `--crowdsec-resync`, after a failure (whatever the
+/// stream sent meanwhile is repaired), and once a streamed burst has gone
+/// quiet.
+struct Schedule {
+    full: bool,
+    first: bool,
+    last_full: Instant,
+    last_full_took: Duration,
+    /// Changes streamed since the last full pull.
+    streamed: bool,
+    failures: u32,
+}
+
+impl Schedule {
+    fn new() -> Schedule {
+        Schedule {
+            full: true,
+            first: true,
+            last_full: Instant::now(),
+            last_full_took: Duration::ZERO,
+            streamed: false,
+            failures: 0,
+        }
+    }
+
+    /// A pull that `started` was applied as `out`.
+    fn pulled(&mut self, out: &FeedOutcome, started: Instant, cfg: &BouncerConfig, counters: &BouncerCounters) {
+        counters.up.store(1, Ordering::Relaxed);
+        counters.pulls_ok.fetch_add(1, Ordering::Relaxed);
+        counters.last_pull_ms.store(unix_ms(), Ordering::Relaxed);
+        counters.last_pull_us.store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        if self.failures > 0 {
+            tracing::info!(
+                event = "feed_up",
+                "crowdsec: {} answers again after {} failed pull(s)",
+                cfg.url,
+                self.failures
+            );
+        }
+        if self.full && !self.first {
+            let fixed = out.added + out.deleted;
+            counters.repaired.fetch_add(fixed as u64, Ordering::Relaxed);
+            if fixed > 0 {
+                tracing::warn!(
+                    event = "feed_repaired",
+                    "crowdsec: the full pull repaired set `{}`: {} decision(s) the stream had not brought, {} it had not removed",
+                    cfg.set,
+                    out.added,
+                    out.deleted
+                );
+            }
+        }
+        if self.full {
+            self.last_full = Instant::now();
+            self.last_full_took = started.elapsed();
+            self.streamed = false;
+            if self.first {
+                tracing::info!(
+                    event = "feed_up",
+                    bans = out.added,
+                    "crowdsec: {} ban(s) from {} in set `{}`",
+                    out.added,
+                    cfg.url,
+                    cfg.set
+                );
+            }
+            self.full = false;
+        } else if out.added + out.deleted > 0 {
+            self.streamed = true;
+        } else if self.streamed && self.last_full.elapsed() >= (self.last_full_took * 10).max(SETTLE_GAP) {
+            // Quiet after a burst: make sure the burst is all here.
+            self.full = true;
+        }
+        self.first = false;
+        self.failures = 0;
+    }
+
+    fn failed(&mut self, e: &PullError, cfg: &BouncerConfig, counters: &BouncerCounters) {
+        counters.up.store(0, Ordering::Relaxed);
+        counters.pulls_failed.fetch_add(1, Ordering::Relaxed);
+        self.failures += 1;
+        let failures = self.failures;
+        // Say so at once, then now and then; enforcement goes on.
+        if failures == 1 || failures.is_power_of_two() {
+            tracing::warn!(
+                event = "feed_down",
+                failures,
+                "crowdsec: pull {failures} failed, enforcing the {} decision set as it is: {e}",
+                cfg.set
+            );
+        }
+        // Whatever the stream sent meanwhile is repaired by a full pull.
+        self.full = true;
+    }
+
+    /// The wait before the next pull: the interval, doubled per failure
+    /// up to 10 s (or the interval, if longer).
+    fn wait(&self, interval: Duration) -> Duration {
+        match self.failures {
+            0 => interval,
+            f => (interval * 2u32.saturating_pow(f.min(5) - 1)).min(interval.max(Duration::from_secs(10))),
+        }
+    }
+}
+
+/// One pull applied through the controller: the feed, then its tally
+/// counted (an answer refused counts nothing, and the full pull that
+/// follows counts its decisions once).
+fn pull_and_apply(
+    agent: &ureq::Agent,
+    cfg: &BouncerConfig,
+    full: bool,
+    origins: &mut Origins,
+    events: &Sender<Event>,
+    counters: &BouncerCounters,
+) -> Result<FeedOutcome, PullError> {
+    let (mut feed, tally) = pull(agent, cfg, full)?;
+    origins.globalize(&mut feed);
+    let (tx, rx) = channel();
+    events.send(Event::Feed(feed, tx)).map_err(|_| PullError::Stopping)?;
+    let r: Result<FeedOutcome, String> = rx.recv().map_err(|_| PullError::Stopping)?;
+    let out = r.map_err(PullError::Set)?;
+    counters.count(&tally);
+    for (reason, n) in &tally.refused {
+        cfg.gate.refusals.add(&cfg.set, reason, *n);
+    }
+    if tally.oversized > 0 {
+        tracing::warn!(
+            event = "feed_oversized",
+            "crowdsec: skipped {} decision(s) with a field over {MAX_FIELD} bytes",
+            tally.oversized
+        );
+    }
+    Ok(out)
+}
+
 pub fn run(cfg: BouncerConfig, events: Sender<Event>, stop: Arc<AtomicBool>, counters: Arc<BouncerCounters>) {
     let agent = agent(cfg.tls.as_ref());
     let mut origins = Origins::default();
     let mut pusher = Pusher::new(SystemTime::now());
     let every = cfg.metrics_interval.filter(|_| cfg.usage.is_some());
     let mut next_push = every.map(|i| Instant::now() + i);
-    let mut full = true;
-    let mut first = true;
-    let mut last_full = Instant::now();
-    let mut last_full_took = Duration::ZERO;
-    // Changes streamed since the last full pull.
-    let mut streamed = false;
-    let mut failures = 0u32;
+    let mut schedule = Schedule::new();
     while !stop.load(Ordering::Relaxed) {
-        if last_full.elapsed() >= cfg.resync {
-            full = true;
+        if schedule.last_full.elapsed() >= cfg.resync {
+            schedule.full = true;
         }
         let started = Instant::now();
-        let result = pull(&agent, &cfg, full).and_then(|(mut feed, tally)| {
-            origins.globalize(&mut feed);
-            let (tx, rx) = channel();
-            events.send(Event::Feed(feed, tx)).map_err(|_| PullError::Stopping)?;
-            let r: Result<FeedOutcome, String> = rx.recv().map_err(|_| PullError::Stopping)?;
-            let out = r.map_err(PullError::Set)?;
-            // Counted once applied: an answer refused counts nothing, and
-            // the full pull that follows counts its decisions once.
-            counters.count(&tally);
-            for (reason, n) in &tally.refused {
-                cfg.gate.refusals.add(&cfg.set, reason, *n);
-            }
-            if tally.oversized > 0 {
-                tracing::warn!(
-                    event = "feed_oversized",
-                    "crowdsec: skipped {} decision(s) with a field over {MAX_FIELD} bytes",
-                    tally.oversized
-                );
-            }
-            Ok(out)
-        });
-        match result {
-            Ok(out) => {
-                counters.up.store(1, Ordering::Relaxed);
-                counters.pulls_ok.fetch_add(1, Ordering::Relaxed);
-                counters.last_pull_ms.store(unix_ms(), Ordering::Relaxed);
-                counters.last_pull_us.store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-                if failures > 0 {
-                    tracing::info!(
-                        event = "feed_up",
-                        "crowdsec: {} answers again after {failures} failed pull(s)",
-                        cfg.url
-                    );
-                }
-                if full && !first {
-                    let fixed = out.added + out.deleted;
-                    counters.repaired.fetch_add(fixed as u64, Ordering::Relaxed);
-                    if fixed > 0 {
-                        tracing::warn!(
-                            event = "feed_repaired",
-                            "crowdsec: the full pull repaired set `{}`: {} decision(s) the stream had not brought, {} it had not removed",
-                            cfg.set,
-                            out.added,
-                            out.deleted
-                        );
-                    }
-                }
-                let was_full = full;
-                full = false;
-                if was_full {
-                    last_full = Instant::now();
-                    last_full_took = started.elapsed();
-                    streamed = false;
-                    if first {
-                        tracing::info!(
-                            event = "feed_up",
-                            bans = out.added,
-                            "crowdsec: {} ban(s) from {} in set `{}`",
-                            out.added,
-                            cfg.url,
-                            cfg.set
-                        );
-                    }
-                } else if out.added + out.deleted > 0 {
-                    streamed = true;
-                } else if streamed && last_full.elapsed() >= (last_full_took * 10).max(SETTLE_GAP) {
-                    // Quiet after a burst: make sure the burst is all here.
-                    full = true;
-                }
-                first = false;
-                failures = 0;
-            }
+        match pull_and_apply(&agent, &cfg, schedule.full, &mut origins, &events, &counters) {
+            Ok(out) => schedule.pulled(&out, started, &cfg, &counters),
             Err(PullError::Stopping) => return,
-            Err(e) => {
-                counters.up.store(0, Ordering::Relaxed);
-                counters.pulls_failed.fetch_add(1, Ordering::Relaxed);
-                failures += 1;
-                // Say so at once, then now and then; enforcement goes on.
-                if failures == 1 || failures.is_power_of_two() {
-                    tracing::warn!(
-                        event = "feed_down",
-                        failures,
-                        "crowdsec: pull {failures} failed, enforcing the {} decision set as it is: {e}",
-                        cfg.set
-                    );
-                }
-                // Whatever the stream sent meanwhile is repaired by a full pull.
-                full = true;
-            }
+            Err(e) => schedule.failed(&e, &cfg, &counters),
         }
-        let wait = if failures == 0 {
-            cfg.interval
-        } else {
-            (cfg.interval * 2u32.saturating_pow(failures.min(5) - 1)).min(cfg.interval.max(Duration::from_secs(10)))
-        };
+        let wait = schedule.wait(cfg.interval);
         let until = Instant::now() + wait;
         while Instant::now() < until && !stop.load(Ordering::Relaxed) {
             if next_push.is_some_and(|t| Instant::now() >= t) {

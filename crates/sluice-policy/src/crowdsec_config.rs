@@ -381,56 +381,7 @@ impl CrowdsecFile {
         let mut tls_taken: Vec<(&str, &At)> = Vec::new();
         // The credential: the flags' whole, or the file's.
         if flags.key.is_none() && flags.tls.cert.is_none() {
-            match (&self.key, &self.cert, &self.cert_key) {
-                (Some(k), Some(c), _) | (Some(k), None, Some(c)) => {
-                    return Err(format!(
-                        "--crowdsec-config {}: `api_key` and a client certificate ({}) both given: give one (the bouncer refuses both too)",
-                        k.at, c.at
-                    ));
-                }
-                (Some(k), None, None) => {
-                    if let Some(var) = self.undefined_in(&k.v) {
-                        return Err(format!(
-                            "--crowdsec-config {}: `api_key` is ${{{var}}}, which the environment does not set: \
-                             put the key there (`cscli bouncers add NAME -o raw`) or in {file}.local, or set {var}",
-                            k.at
-                        ));
-                    }
-                    if k.v.contains(char::is_whitespace) {
-                        return Err(format!(
-                            "--crowdsec-config {}: `api_key` is not one API key (it has white space); \
-                             `cscli bouncers add NAME -o raw` prints one",
-                            k.at
-                        ));
-                    }
-                    if let Some(w) = secret_file_warning("--crowdsec-config", &k.at.path).filter(|_| !self.key_from_env)
-                    {
-                        tracing::warn!("{w}");
-                    }
-                    out.key = Some(ApiKey::Given { key: k.v.clone(), from: k.at.to_string() });
-                }
-                (None, Some(c), Some(k)) => {
-                    self.defined("cert_path", &c.v.to_string_lossy(), &c.at)?;
-                    self.defined("key_path", &k.v.to_string_lossy(), &k.at)?;
-                    out.tls.cert = Some(c.v.clone());
-                    out.tls.key = Some(k.v.clone());
-                    out.from_file.push(("--crowdsec-cert", label("cert_path", &c.at)));
-                    out.from_file.push(("--crowdsec-key", label("key_path", &k.at)));
-                    tls_taken.push(("cert_path", &c.at));
-                }
-                (None, Some(c), None) => {
-                    return Err(format!("--crowdsec-config {}: `cert_path` needs `key_path` (its private key)", c.at));
-                }
-                (None, None, Some(k)) => {
-                    return Err(format!("--crowdsec-config {}: `key_path` needs `cert_path` (its certificate)", k.at));
-                }
-                (None, None, None) => {
-                    return Err(format!(
-                        "--crowdsec-config {file}: no `api_key`, nor `cert_path` and `key_path`, in it (nor in {file}.local), \
-                         and no --crowdsec-key-file or --crowdsec-cert"
-                    ));
-                }
-            }
+            self.credential(&mut out, &mut tls_taken)?;
         }
         if out.tls.ca.is_none() {
             if let Some(ca) = &self.ca {
@@ -486,6 +437,67 @@ impl CrowdsecFile {
             tracing::warn!("{w}");
         }
         Ok(out)
+    }
+
+    /// The file's credential into `out` (no flag gave one): an API key, or
+    /// a client certificate and its key (noted in `tls_taken`), never both.
+    fn credential<'a>(
+        &'a self,
+        out: &mut BouncerFlags,
+        tls_taken: &mut Vec<(&'static str, &'a At)>,
+    ) -> Result<(), String> {
+        let file = self.path.display();
+        let label = |key: &str, at: &At| format!("`{key}` ({at})");
+        match (&self.key, &self.cert, &self.cert_key) {
+            (Some(k), Some(c), _) | (Some(k), None, Some(c)) => {
+                return Err(format!(
+                    "--crowdsec-config {}: `api_key` and a client certificate ({}) both given: give one (the bouncer refuses both too)",
+                    k.at, c.at
+                ));
+            }
+            (Some(k), None, None) => {
+                if let Some(var) = self.undefined_in(&k.v) {
+                    return Err(format!(
+                        "--crowdsec-config {}: `api_key` is ${{{var}}}, which the environment does not set: \
+                         put the key there (`cscli bouncers add NAME -o raw`) or in {file}.local, or set {var}",
+                        k.at
+                    ));
+                }
+                if k.v.contains(char::is_whitespace) {
+                    return Err(format!(
+                        "--crowdsec-config {}: `api_key` is not one API key (it has white space); \
+                         `cscli bouncers add NAME -o raw` prints one",
+                        k.at
+                    ));
+                }
+                if let Some(w) = secret_file_warning("--crowdsec-config", &k.at.path).filter(|_| !self.key_from_env) {
+                    tracing::warn!("{w}");
+                }
+                out.key = Some(ApiKey::Given { key: k.v.clone(), from: k.at.to_string() });
+            }
+            (None, Some(c), Some(k)) => {
+                self.defined("cert_path", &c.v.to_string_lossy(), &c.at)?;
+                self.defined("key_path", &k.v.to_string_lossy(), &k.at)?;
+                out.tls.cert = Some(c.v.clone());
+                out.tls.key = Some(k.v.clone());
+                out.from_file.push(("--crowdsec-cert", label("cert_path", &c.at)));
+                out.from_file.push(("--crowdsec-key", label("key_path", &k.at)));
+                tls_taken.push(("cert_path", &c.at));
+            }
+            (None, Some(c), None) => {
+                return Err(format!("--crowdsec-config {}: `cert_path` needs `key_path` (its private key)", c.at));
+            }
+            (None, None, Some(k)) => {
+                return Err(format!("--crowdsec-config {}: `key_path` needs `cert_path` (its certificate)", k.at));
+            }
+            (None, None, None) => {
+                return Err(format!(
+                    "--crowdsec-config {file}: no `api_key`, nor `cert_path` and `key_path`, in it (nor in {file}.local), \
+                     and no --crowdsec-key-file or --crowdsec-cert"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The first `${NAME}` in `value` that the environment does not set.
