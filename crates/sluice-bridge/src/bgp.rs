@@ -1043,12 +1043,6 @@ fn rib_loop(
         .with_max_routes(cfg.max_routes)
         .with_max_bytes(cfg.max_route_bytes, cfg.max_peer_bytes)
         .with_guard(cfg.guard.clone());
-    let row = |state: &BgpState, peer: SocketAddr, f: &mut dyn FnMut(&mut SessionRow)| {
-        let mut rows = state.sessions.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(r) = rows.iter_mut().find(|r| r.peer == peer.to_string()) {
-            f(r);
-        }
-    };
     // A change not published yet, and when the last table went out.
     let mut changed = false;
     let mut published = Instant::now().checked_sub(PUBLISH_EVERY).unwrap_or_else(Instant::now);
@@ -1068,66 +1062,9 @@ fn rib_loop(
         // then the table goes out even if more is waiting.
         let started = Instant::now();
         while let Some(e) = next.take() {
-            match e {
-                session::Event::Up { peer, open, hold_time } => {
-                    tracing::info!(
-                        event = "bgp_up",
-                        "BGP session with {peer} (AS {}, router id {}) established; hold time {hold_time} s",
-                        open.asn(),
-                        open.router_id
-                    );
-                    row(&state, peer, &mut |r| {
-                        r.state = "established";
-                        r.since = Some(Instant::now());
-                    });
-                }
-                session::Event::Update { peer, update } => {
-                    if let Some(why) = &update.treat_as_withdraw {
-                        tracing::warn!(
-                            event = "bgp_treat_as_withdraw",
-                            "UPDATE from {peer}: {why}; its routes are withdrawn (RFC 7606)"
-                        );
-                    }
-                    let mut fams = [false; 4];
-                    for f in update.flows_announced.iter().chain(&update.flows_withdrawn) {
-                        fams[family_index(f.family, false)] = true;
-                    }
-                    for (a, _) in update.announced.iter().chain(&update.withdrawn) {
-                        fams[family_index(if a.is_ipv6() { Family::V6 } else { Family::V4 }, true)] = true;
-                    }
-                    row(&state, peer, &mut |r| {
-                        for (n, f) in r.updates.iter_mut().zip(fams) {
-                            *n += u64::from(f);
-                        }
-                    });
-                    changed |= rib.update(peer, &update);
-                    touched.insert(peer);
-                }
-                session::Event::Down { peer, reason, keep_for } => {
-                    let (held, _, _) = rib.counts(peer);
-                    let held: u64 = held.iter().sum();
-                    let went = rib.down(peer, keep_for, Instant::now());
-                    let what = if went {
-                        format!("its {held} route(s) removed")
-                    } else if held == 0 {
-                        "it held no routes".to_string()
-                    } else if cfg.keep_on_down {
-                        format!("its {held} route(s) kept (--bgp-keep-on-down)")
-                    } else {
-                        format!("its {held} route(s) kept for the restart time ({} s)", keep_for.as_secs())
-                    };
-                    tracing::warn!(event = "bgp_down", "BGP session with {peer} down: {reason}; {what}");
-                    changed |= went;
-                    row(&state, peer, &mut |r| {
-                        if r.state == "established" {
-                            r.since = Some(Instant::now());
-                        }
-                        r.state = "idle";
-                        r.last_error = Some(reason.clone());
-                    });
-                    touched.insert(peer);
-                }
-            }
+            let (peer, went) = on_event(e, &mut rib, &state, cfg.keep_on_down);
+            changed |= went;
+            touched.extend(peer);
             if started.elapsed() < PUBLISH_EVERY {
                 next = rx.try_recv().ok();
             }
@@ -1161,6 +1098,78 @@ fn rib_loop(
                 return;
             }
         }
+    }
+}
+
+/// One session event into the RIB and the session's row: the peer whose
+/// routes it touched, and whether the table changed.
+fn on_event(e: session::Event, rib: &mut Rib, state: &BgpState, keep_on_down: bool) -> (Option<SocketAddr>, bool) {
+    match e {
+        session::Event::Up { peer, open, hold_time } => {
+            tracing::info!(
+                event = "bgp_up",
+                "BGP session with {peer} (AS {}, router id {}) established; hold time {hold_time} s",
+                open.asn(),
+                open.router_id
+            );
+            row(state, peer, &mut |r| {
+                r.state = "established";
+                r.since = Some(Instant::now());
+            });
+            (None, false)
+        }
+        session::Event::Update { peer, update } => {
+            if let Some(why) = &update.treat_as_withdraw {
+                tracing::warn!(
+                    event = "bgp_treat_as_withdraw",
+                    "UPDATE from {peer}: {why}; its routes are withdrawn (RFC 7606)"
+                );
+            }
+            let mut fams = [false; 4];
+            for f in update.flows_announced.iter().chain(&update.flows_withdrawn) {
+                fams[family_index(f.family, false)] = true;
+            }
+            for (a, _) in update.announced.iter().chain(&update.withdrawn) {
+                fams[family_index(if a.is_ipv6() { Family::V6 } else { Family::V4 }, true)] = true;
+            }
+            row(state, peer, &mut |r| {
+                for (n, f) in r.updates.iter_mut().zip(fams) {
+                    *n += u64::from(f);
+                }
+            });
+            (Some(peer), rib.update(peer, &update))
+        }
+        session::Event::Down { peer, reason, keep_for } => {
+            let (held, _, _) = rib.counts(peer);
+            let held: u64 = held.iter().sum();
+            let went = rib.down(peer, keep_for, Instant::now());
+            let what = if went {
+                format!("its {held} route(s) removed")
+            } else if held == 0 {
+                "it held no routes".to_string()
+            } else if keep_on_down {
+                format!("its {held} route(s) kept (--bgp-keep-on-down)")
+            } else {
+                format!("its {held} route(s) kept for the restart time ({} s)", keep_for.as_secs())
+            };
+            tracing::warn!(event = "bgp_down", "BGP session with {peer} down: {reason}; {what}");
+            row(state, peer, &mut |r| {
+                if r.state == "established" {
+                    r.since = Some(Instant::now());
+                }
+                r.state = "idle";
+                r.last_error = Some(reason.clone());
+            });
+            (Some(peer), went)
+        }
+    }
+}
+
+/// Changes the row of `peer` in `ctl bgp`'s table.
+fn row(state: &BgpState, peer: SocketAddr, f: &mut dyn FnMut(&mut SessionRow)) {
+    let mut rows = state.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(r) = rows.iter_mut().find(|r| r.peer == peer.to_string()) {
+        f(r);
     }
 }
 
