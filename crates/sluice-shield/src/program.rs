@@ -206,6 +206,16 @@ fn need(a: &mut Asm, off: Reg, n: i32, fail: Label) {
 fn parse(a: &mut Asm, v4mapped: bool, undecodable: Label, rules: Label) {
     let ipv4 = a.label();
     let ipv6 = a.label();
+    link_layer(a, ipv4, ipv6, undecodable, rules);
+    a.bind(ipv4);
+    ipv4_header(a, undecodable, rules);
+    a.bind(ipv6);
+    ipv6_header(a, v4mapped, undecodable, rules);
+}
+
+/// Ethernet and up to [`MAX_VLAN_TAGS`] tags (the first one's VLAN kept):
+/// on to `ipv4` or `ipv6` with `R9` at the IP header.
+fn link_layer(a: &mut Asm, ipv4: Label, ipv6: Label, undecodable: Label, rules: Label) {
     a.mov(R2, R7);
     a.alu_imm(Alu::Add, R2, 14);
     a.jmp(Cond::Gt, R2, R8, undecodable);
@@ -239,177 +249,185 @@ fn parse(a: &mut Asm, v4mapped: bool, undecodable: Label, rules: Label) {
         a.from_be(R3, 16);
         a.alu_imm(Alu::Add, R9, 4);
     }
+}
 
-    // IPv4 at R9.
-    a.bind(ipv4);
-    {
-        let no_l4 = rules;
-        need(a, R9, 20, undecodable);
-        a.ldx(Size::B, R3, R2, 0);
-        a.mov(R4, R3);
-        a.alu_imm(Alu::Rsh, R4, 4);
-        a.jmp_imm(Cond::Ne, R4, 4, undecodable);
-        a.alu_imm(Alu::And, R3, 0x0f);
-        a.jmp_imm(Cond::Lt, R3, 5, undecodable);
-        a.alu_imm(Alu::Lsh, R3, 2); // header length, 20..60
-        a.ldx(Size::H, R4, R2, 2);
-        a.from_be(R4, 16); // total length
-        let total_ok = a.label();
-        a.jmp_imm(Cond::Eq, R4, 0, total_ok);
-        a.jmp(Cond::Lt, R4, R3, undecodable);
-        a.bind(total_ok);
-        a.st_imm(Size::DW, S, slot::IPV, 4);
-        a.ldx(Size::W, R5, R2, 12);
-        a.from_be(R5, 32);
-        a.stx(Size::DW, S, slot::SRC4, R5);
-        a.ldx(Size::W, R5, R2, 16);
-        a.from_be(R5, 32);
-        a.stx(Size::DW, S, slot::DST4, R5);
-        a.st_imm(Size::DW, S, slot::SRC4_OK, 1);
-        a.st_imm(Size::DW, S, slot::DST4_OK, 1);
-        a.ldx(Size::B, R5, R2, 9);
-        a.stx(Size::DW, S, slot::PROTO, R5);
-        // Fragments: offset (13 bits) and more-fragments.
-        a.ldx(Size::H, R5, R2, 6);
-        a.from_be(R5, 16);
-        let whole = a.label();
-        let frag_done = a.label();
-        let first = a.label();
-        a.mov(R1, R5);
-        a.alu_imm(Alu::And, R1, 0x1fff);
-        a.jmp_imm(Cond::Eq, R1, 0, first);
-        a.st_imm(Size::DW, S, slot::FRAG, 2);
-        // A later fragment has no upper-layer header.
-        a.ja(no_l4);
-        a.bind(first);
-        a.jmp_imm(Cond::Set, R5, 0x2000, frag_done);
-        a.ja(whole);
-        a.bind(frag_done);
-        a.st_imm(Size::DW, S, slot::FRAG, 1);
-        a.bind(whole);
-        // Options cut by the capture: the addresses count, nothing after.
-        // R5 = end of the datagram (offset): total, or what was captured.
-        a.ldx(Size::DW, R5, S, slot::WIRE_LEN);
-        let captured = a.label();
-        a.jmp_imm(Cond::Eq, R4, 0, captured);
-        a.alu(Alu::Add, R4, R9);
-        a.jmp(Cond::Gt, R4, R5, captured);
-        a.mov(R5, R4);
-        a.bind(captured);
-        // R4 = L4 offset = R9 + header length; it must be captured.
-        a.mov(R4, R9);
-        a.alu(Alu::Add, R4, R3);
-        a.ldx(Size::DW, R1, S, slot::WIRE_LEN);
-        a.jmp(Cond::Gt, R4, R1, no_l4);
-        upper_layer(a, false, rules);
+/// The IPv4 header at `R9`: addresses, protocol, fragments, then the upper
+/// layer when it was captured.
+fn ipv4_header(a: &mut Asm, undecodable: Label, rules: Label) {
+    let no_l4 = rules;
+    need(a, R9, 20, undecodable);
+    a.ldx(Size::B, R3, R2, 0);
+    a.mov(R4, R3);
+    a.alu_imm(Alu::Rsh, R4, 4);
+    a.jmp_imm(Cond::Ne, R4, 4, undecodable);
+    a.alu_imm(Alu::And, R3, 0x0f);
+    a.jmp_imm(Cond::Lt, R3, 5, undecodable);
+    a.alu_imm(Alu::Lsh, R3, 2); // header length, 20..60
+    a.ldx(Size::H, R4, R2, 2);
+    a.from_be(R4, 16); // total length
+    let total_ok = a.label();
+    a.jmp_imm(Cond::Eq, R4, 0, total_ok);
+    a.jmp(Cond::Lt, R4, R3, undecodable);
+    a.bind(total_ok);
+    a.st_imm(Size::DW, S, slot::IPV, 4);
+    a.ldx(Size::W, R5, R2, 12);
+    a.from_be(R5, 32);
+    a.stx(Size::DW, S, slot::SRC4, R5);
+    a.ldx(Size::W, R5, R2, 16);
+    a.from_be(R5, 32);
+    a.stx(Size::DW, S, slot::DST4, R5);
+    a.st_imm(Size::DW, S, slot::SRC4_OK, 1);
+    a.st_imm(Size::DW, S, slot::DST4_OK, 1);
+    a.ldx(Size::B, R5, R2, 9);
+    a.stx(Size::DW, S, slot::PROTO, R5);
+    // Fragments: offset (13 bits) and more-fragments.
+    a.ldx(Size::H, R5, R2, 6);
+    a.from_be(R5, 16);
+    let whole = a.label();
+    let frag_done = a.label();
+    let first = a.label();
+    a.mov(R1, R5);
+    a.alu_imm(Alu::And, R1, 0x1fff);
+    a.jmp_imm(Cond::Eq, R1, 0, first);
+    a.st_imm(Size::DW, S, slot::FRAG, 2);
+    // A later fragment has no upper-layer header.
+    a.ja(no_l4);
+    a.bind(first);
+    a.jmp_imm(Cond::Set, R5, 0x2000, frag_done);
+    a.ja(whole);
+    a.bind(frag_done);
+    a.st_imm(Size::DW, S, slot::FRAG, 1);
+    a.bind(whole);
+    // Options cut by the capture: the addresses count, nothing after.
+    // R5 = end of the datagram (offset): total, or what was captured.
+    a.ldx(Size::DW, R5, S, slot::WIRE_LEN);
+    let captured = a.label();
+    a.jmp_imm(Cond::Eq, R4, 0, captured);
+    a.alu(Alu::Add, R4, R9);
+    a.jmp(Cond::Gt, R4, R5, captured);
+    a.mov(R5, R4);
+    a.bind(captured);
+    // R4 = L4 offset = R9 + header length; it must be captured.
+    a.mov(R4, R9);
+    a.alu(Alu::Add, R4, R3);
+    a.ldx(Size::DW, R1, S, slot::WIRE_LEN);
+    a.jmp(Cond::Gt, R4, R1, no_l4);
+    upper_layer(a, false, rules);
+}
+
+/// The IPv6 header at `R9`: addresses (v4-mapped ones as IPv4 too when
+/// `v4mapped`), the extension headers, then the upper layer.
+fn ipv6_header(a: &mut Asm, v4mapped: bool, undecodable: Label, rules: Label) {
+    need(a, R9, 40, undecodable);
+    a.ldx(Size::B, R3, R2, 0);
+    a.alu_imm(Alu::Rsh, R3, 4);
+    a.jmp_imm(Cond::Ne, R3, 6, undecodable);
+    a.st_imm(Size::DW, S, slot::IPV, 6);
+    for (off, hi, lo, v4, ok) in [
+        (8, slot::SRC6_HI, slot::SRC6_LO, slot::SRC4, slot::SRC4_OK),
+        (24, slot::DST6_HI, slot::DST6_LO, slot::DST4, slot::DST4_OK),
+    ] {
+        a.ldx(Size::DW, R3, R2, off);
+        a.stx(Size::DW, S, hi, R3);
+        a.ldx(Size::DW, R4, R2, off + 8);
+        a.stx(Size::DW, S, lo, R4);
+        if v4mapped {
+            // ::ffff:a.b.c.d: the first 8 bytes zero, then 0000ffff.
+            let not = a.label();
+            a.jmp_imm(Cond::Ne, R3, 0, not);
+            a.ldx(Size::W, R3, R2, off + 8);
+            a.from_be(R3, 32);
+            a.jmp_imm(Cond::Ne, R3, 0xffff, not);
+            a.ldx(Size::W, R3, R2, off + 12);
+            a.from_be(R3, 32);
+            a.stx(Size::DW, S, v4, R3);
+            a.st_imm(Size::DW, S, ok, 1);
+            a.bind(not);
+        }
     }
+    a.ldx(Size::B, R3, R2, 6);
+    a.stx(Size::DW, S, slot::PROTO, R3);
+    // R5 = end of the payload: 40 + payload length, or what was captured.
+    a.ldx(Size::H, R4, R2, 4);
+    a.from_be(R4, 16);
+    a.ldx(Size::DW, R5, S, slot::WIRE_LEN);
+    let captured = a.label();
+    a.jmp_imm(Cond::Eq, R4, 0, captured);
+    a.alu_imm(Alu::Add, R4, 40);
+    a.alu(Alu::Add, R4, R9);
+    a.jmp(Cond::Gt, R4, R5, captured);
+    a.mov(R5, R4);
+    a.bind(captured);
+    a.alu_imm(Alu::Add, R9, 40);
+    // Extension headers: R3 = next header, R9 = its offset.
+    let upper = a.label();
+    ipv6_extensions(a, upper, rules);
+    a.bind(upper);
+    a.mov(R4, R9);
+    upper_layer(a, true, rules);
+}
 
-    // IPv6 at R9.
-    a.bind(ipv6);
-    {
-        need(a, R9, 40, undecodable);
-        a.ldx(Size::B, R3, R2, 0);
-        a.alu_imm(Alu::Rsh, R3, 4);
-        a.jmp_imm(Cond::Ne, R3, 6, undecodable);
-        a.st_imm(Size::DW, S, slot::IPV, 6);
-        for (off, hi, lo, v4, ok) in [
-            (8, slot::SRC6_HI, slot::SRC6_LO, slot::SRC4, slot::SRC4_OK),
-            (24, slot::DST6_HI, slot::DST6_LO, slot::DST4, slot::DST4_OK),
-        ] {
-            a.ldx(Size::DW, R3, R2, off);
-            a.stx(Size::DW, S, hi, R3);
-            a.ldx(Size::DW, R4, R2, off + 8);
-            a.stx(Size::DW, S, lo, R4);
-            if v4mapped {
-                // ::ffff:a.b.c.d: the first 8 bytes zero, then 0000ffff.
-                let not = a.label();
-                a.jmp_imm(Cond::Ne, R3, 0, not);
-                a.ldx(Size::W, R3, R2, off + 8);
-                a.from_be(R3, 32);
-                a.jmp_imm(Cond::Ne, R3, 0xffff, not);
-                a.ldx(Size::W, R3, R2, off + 12);
-                a.from_be(R3, 32);
-                a.stx(Size::DW, S, v4, R3);
-                a.st_imm(Size::DW, S, ok, 1);
-                a.bind(not);
-            }
-        }
-        a.ldx(Size::B, R3, R2, 6);
-        a.stx(Size::DW, S, slot::PROTO, R3);
-        // R5 = end of the payload: 40 + payload length, or what was captured.
-        a.ldx(Size::H, R4, R2, 4);
-        a.from_be(R4, 16);
-        a.ldx(Size::DW, R5, S, slot::WIRE_LEN);
-        let captured = a.label();
-        a.jmp_imm(Cond::Eq, R4, 0, captured);
-        a.alu_imm(Alu::Add, R4, 40);
-        a.alu(Alu::Add, R4, R9);
-        a.jmp(Cond::Gt, R4, R5, captured);
-        a.mov(R5, R4);
-        a.bind(captured);
-        a.alu_imm(Alu::Add, R9, 40);
-        // Extension headers: R3 = next header, R9 = its offset.
-        let upper = a.label();
-        for _ in 0..MAX_EXT_HEADERS {
-            let ext = a.label();
-            for kind in [0, 43, 44, 60, 51, 135] {
-                a.jmp_imm(Cond::Eq, R3, kind, ext);
-            }
-            a.ja(upper);
-            a.bind(ext);
-            // 8 bytes inside the payload and captured; else no upper layer.
-            a.mov(R4, R9);
-            a.alu_imm(Alu::Add, R4, 8);
-            a.jmp(Cond::Gt, R4, R5, rules);
-            need(a, R9, 8, rules);
-            // R4 = this header's length.
-            let long = a.label();
-            let ah = a.label();
-            let sized = a.label();
-            a.mov_imm(R4, 8);
-            a.jmp_imm(Cond::Eq, R3, 44, sized);
-            a.ldx(Size::B, R4, R2, 1);
-            a.jmp_imm(Cond::Eq, R3, 51, ah);
-            a.ja(long);
-            a.bind(ah);
-            a.alu_imm(Alu::Add, R4, 2);
-            a.alu_imm(Alu::Lsh, R4, 2);
-            a.ja(sized);
-            a.bind(long);
-            a.alu_imm(Alu::Add, R4, 1);
-            a.alu_imm(Alu::Lsh, R4, 3);
-            a.bind(sized);
-            a.mov(R1, R9);
-            a.alu(Alu::Add, R1, R4);
-            a.jmp(Cond::Gt, R1, R5, rules);
-            // A fragment header: first (offset 0) or later.
-            let not_frag = a.label();
-            let next = a.label();
-            a.jmp_imm(Cond::Ne, R3, 44, not_frag);
-            a.ldx(Size::H, R1, R2, 2);
-            a.from_be(R1, 16);
-            a.alu_imm(Alu::Rsh, R1, 3);
-            a.st_imm(Size::DW, S, slot::FRAG, 1);
-            a.jmp_imm(Cond::Eq, R1, 0, not_frag);
-            a.st_imm(Size::DW, S, slot::FRAG, 2);
-            // Only the first fragment carries further headers.
-            a.ldx(Size::B, R3, R2, 0);
-            a.stx(Size::DW, S, slot::PROTO, R3);
-            a.ja(rules);
-            a.bind(not_frag);
-            a.ldx(Size::B, R3, R2, 0);
-            a.stx(Size::DW, S, slot::PROTO, R3);
-            a.alu(Alu::Add, R9, R4);
-            a.ja(next);
-            a.bind(next);
-        }
-        // Past the eighth: the engine stops walking (no upper layer).
+/// Up to [`MAX_EXT_HEADERS`] extension headers (`R3` the next header, `R9`
+/// its offset, `R5` the payload's end): on to `upper` at the first that is
+/// not one; a fragment's, or one cut short, goes to `rules` without an
+/// upper layer.
+fn ipv6_extensions(a: &mut Asm, upper: Label, rules: Label) {
+    for _ in 0..MAX_EXT_HEADERS {
+        let ext = a.label();
         for kind in [0, 43, 44, 60, 51, 135] {
-            a.jmp_imm(Cond::Eq, R3, kind, rules);
+            a.jmp_imm(Cond::Eq, R3, kind, ext);
         }
-        a.bind(upper);
+        a.ja(upper);
+        a.bind(ext);
+        // 8 bytes inside the payload and captured; else no upper layer.
         a.mov(R4, R9);
-        upper_layer(a, true, rules);
+        a.alu_imm(Alu::Add, R4, 8);
+        a.jmp(Cond::Gt, R4, R5, rules);
+        need(a, R9, 8, rules);
+        // R4 = this header's length.
+        let long = a.label();
+        let ah = a.label();
+        let sized = a.label();
+        a.mov_imm(R4, 8);
+        a.jmp_imm(Cond::Eq, R3, 44, sized);
+        a.ldx(Size::B, R4, R2, 1);
+        a.jmp_imm(Cond::Eq, R3, 51, ah);
+        a.ja(long);
+        a.bind(ah);
+        a.alu_imm(Alu::Add, R4, 2);
+        a.alu_imm(Alu::Lsh, R4, 2);
+        a.ja(sized);
+        a.bind(long);
+        a.alu_imm(Alu::Add, R4, 1);
+        a.alu_imm(Alu::Lsh, R4, 3);
+        a.bind(sized);
+        a.mov(R1, R9);
+        a.alu(Alu::Add, R1, R4);
+        a.jmp(Cond::Gt, R1, R5, rules);
+        // A fragment header: first (offset 0) or later.
+        let not_frag = a.label();
+        let next = a.label();
+        a.jmp_imm(Cond::Ne, R3, 44, not_frag);
+        a.ldx(Size::H, R1, R2, 2);
+        a.from_be(R1, 16);
+        a.alu_imm(Alu::Rsh, R1, 3);
+        a.st_imm(Size::DW, S, slot::FRAG, 1);
+        a.jmp_imm(Cond::Eq, R1, 0, not_frag);
+        a.st_imm(Size::DW, S, slot::FRAG, 2);
+        // Only the first fragment carries further headers.
+        a.ldx(Size::B, R3, R2, 0);
+        a.stx(Size::DW, S, slot::PROTO, R3);
+        a.ja(rules);
+        a.bind(not_frag);
+        a.ldx(Size::B, R3, R2, 0);
+        a.stx(Size::DW, S, slot::PROTO, R3);
+        a.alu(Alu::Add, R9, R4);
+        a.ja(next);
+        a.bind(next);
+    }
+    // Past the eighth: the engine stops walking (no upper layer).
+    for kind in [0, 43, 44, 60, 51, 135] {
+        a.jmp_imm(Cond::Eq, R3, kind, rules);
     }
 }
 
