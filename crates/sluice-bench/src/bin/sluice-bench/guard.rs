@@ -240,6 +240,68 @@ const LIMITS: [&str; 21] = [
     "10",
 ];
 
+/// What every front of a run shares.
+struct Run<'a> {
+    threads: &'a str,
+    /// Seconds each front lives: the whole run.
+    total: &'a str,
+    /// The guard's TLS flags (empty: no TLS contender).
+    tls: &'a [String],
+    peers: &'a [&'a str],
+    dir: &'a Path,
+}
+
+/// The fronts of one response size, each with its address: the guard,
+/// with TLS and pipelined when asked, and the peers.
+struct SizeFronts {
+    size: usize,
+    upstream: String,
+    guard: (Killed, String),
+    tls_guard: Option<(Killed, String)>,
+    pipelined: Option<(Killed, String)>,
+    peers: Vec<(&'static str, Killed, String)>,
+}
+
+impl SizeFronts {
+    fn start(exe: &Path, a: &GuardBenchArgs, size: usize, upstream: &str, run: &Run) -> Result<SizeFronts> {
+        let (threads, total) = (run.threads, run.total);
+        let peer_limits = fronts::Limits {
+            request_rate: 60_000,
+            request_burst: 60_000,
+            connection_rate: 1000,
+            concurrent_connections: 1000,
+            header_timeout_ms: 5000,
+            line_len: 4096,
+        };
+        let guarded = guard(exe, upstream, threads, total, &LIMITS)?;
+        let depth = a.guard_pipeline.to_string();
+        let pipelined = if a.guard_pipeline > 1 {
+            let mut with_pipeline: Vec<&str> = LIMITS.to_vec();
+            with_pipeline.extend(["--upstream-pipeline", &depth]);
+            Some(guard(exe, upstream, threads, total, &with_pipeline)?)
+        } else {
+            None
+        };
+        let tls_guard = if a.tls {
+            let mut with_tls: Vec<&str> = LIMITS.to_vec();
+            with_tls.extend(run.tls.iter().map(String::as_str));
+            Some(guard(exe, upstream, threads, total, &with_tls)?)
+        } else {
+            None
+        };
+        let mut peers = Vec::new();
+        for &p in run.peers {
+            let port = fronts::free_port()?;
+            let pdir = run.dir.join(format!("{p}-{size}"));
+            std::fs::create_dir_all(&pdir)?;
+            let child = fronts::peer(p, upstream, port, &pdir, Some(&peer_limits))?;
+            let name = if p == "nginx" { "nginx" } else { "haproxy" };
+            peers.push((name, child, format!("127.0.0.1:{port}")));
+        }
+        Ok(SizeFronts { size, upstream: upstream.to_owned(), guard: guarded, tls_guard, pipelined, peers })
+    }
+}
+
 pub fn run(a: GuardBenchArgs) -> Result<()> {
     if a.reps == 0 || a.duration == 0 {
         bail!("--reps and --duration must be at least 1");
@@ -282,57 +344,32 @@ pub fn run(a: GuardBenchArgs) -> Result<()> {
     }
     let mut pmc = a.pmc.then(Pmc::open_reporting);
     let tls = if a.tls { tls_flags(dir.path())? } else { Vec::new() };
-    let peer_limits = fronts::Limits {
-        request_rate: 60_000,
-        request_burst: 60_000,
-        connection_rate: 1000,
-        concurrent_connections: 1000,
-        header_timeout_ms: 5000,
-        line_len: 4096,
-    };
-    let mut fronts_by_size = Vec::new();
-    for (size, (_, upstream)) in &servers {
-        let (g, guarded) = guard(&exe, upstream, &threads, &total, &LIMITS)?;
-        let depth = a.guard_pipeline.to_string();
-        let pipelined = if a.guard_pipeline > 1 {
-            let mut with_pipeline: Vec<&str> = LIMITS.to_vec();
-            with_pipeline.extend(["--upstream-pipeline", &depth]);
-            Some(guard(&exe, upstream, &threads, &total, &with_pipeline)?)
-        } else {
-            None
-        };
-        let tls_guard = if a.tls {
-            let mut with_tls: Vec<&str> = LIMITS.to_vec();
-            with_tls.extend(tls.iter().map(String::as_str));
-            Some(guard(&exe, upstream, &threads, &total, &with_tls)?)
-        } else {
-            None
-        };
-        let mut started = Vec::new();
-        for &p in &peers {
-            let port = fronts::free_port()?;
-            let pdir = dir.path().join(format!("{p}-{size}"));
-            std::fs::create_dir_all(&pdir)?;
-            let child = fronts::peer(p, upstream, port, &pdir, Some(&peer_limits))?;
-            started.push((p, child, format!("127.0.0.1:{port}")));
-        }
-        fronts_by_size.push((*size, upstream.clone(), (g, guarded), tls_guard, pipelined, started));
-    }
+    let fronts_by_size = servers
+        .iter()
+        .map(|(size, (_, upstream))| {
+            SizeFronts::start(
+                &exe,
+                &a,
+                *size,
+                upstream,
+                &Run { threads: &threads, total: &total, tls: &tls, peers: &peers, dir: dir.path() },
+            )
+        })
+        .collect::<Result<Vec<_>>>()?;
     let load = Load { exe: &exe, threads: &threads, a: &a };
     let mut counts: std::collections::BTreeMap<&str, Reading> = Default::default();
     let mut summaries = Vec::new();
     for &(size, conns) in &cases {
-        let (_, upstream, (_, guarded), tls_guard, pipelined, started) =
-            fronts_by_size.iter().find(|f| f.0 == size).expect("a front per size");
+        let f = fronts_by_size.iter().find(|f| f.size == size).expect("a front per size");
         // The contenders in a fixed order; each repetition starts at a different one.
-        let mut order: Vec<(&str, &str, bool)> = vec![("direct", upstream, false), ("guard", guarded, false)];
-        if let Some((_, addr)) = tls_guard {
+        let mut order: Vec<(&str, &str, bool)> = vec![("direct", &f.upstream, false), ("guard", &f.guard.1, false)];
+        if let Some((_, addr)) = &f.tls_guard {
             order.push(("guard_tls", addr, true));
         }
-        if let Some((_, addr)) = pipelined {
+        if let Some((_, addr)) = &f.pipelined {
             order.push(("guard_pipelined", addr, false));
         }
-        order.extend(started.iter().map(|(p, _, addr)| (*p, addr.as_str(), false)));
+        order.extend(f.peers.iter().map(|(p, _, addr)| (*p, addr.as_str(), false)));
         let mut runs: std::collections::BTreeMap<&str, Vec<(f64, f64)>> = Default::default();
         for rep in 0..a.reps {
             let mut line =
@@ -345,12 +382,7 @@ pub fn run(a: GuardBenchArgs) -> Result<()> {
                     counts.entry(name).or_default().add(&x);
                 }
                 runs.entry(name).or_default().push((rps, p99));
-                let key = match name {
-                    "guard" => "guarded".to_owned(),
-                    "guard_tls" => "guarded_tls".to_owned(),
-                    "guard_pipelined" => "guarded_pipelined".to_owned(),
-                    other => other.to_owned(),
-                };
+                let key = json_key(name);
                 line[format!("{key}_rps")] = rps.into();
                 line[format!("{key}_p99_us")] = p99.into();
             }
@@ -364,49 +396,60 @@ pub fn run(a: GuardBenchArgs) -> Result<()> {
         summaries.push(case_summary(&a, size, conns, &runs, &peers));
         println!("{}", summaries.last().expect("just pushed"));
     }
+    println!("{}", run_summary(&a, &peers, &summaries, &counts));
+    drop(fronts_by_size);
+    drop(servers);
+    Ok(())
+}
+
+/// The JSON key a contender's numbers go under in the rows.
+fn json_key(name: &str) -> &str {
+    match name {
+        "guard" => "guarded",
+        "guard_tls" => "guarded_tls",
+        "guard_pipelined" => "guarded_pipelined",
+        other => other,
+    }
+}
+
+/// The run's last row: every case's targets met or not, and the counters.
+fn run_summary(
+    a: &GuardBenchArgs,
+    peers: &[&str],
+    summaries: &[serde_json::Value],
+    counts: &std::collections::BTreeMap<&str, Reading>,
+) -> serde_json::Value {
     let side = |r: Option<&Reading>| {
         let (hw, sw) = Reading::json_fields(r);
         serde_json::json!({ "hw": hw, "sw": sw })
     };
     let pmc_json = a.pmc.then(|| {
         let mut m = serde_json::Map::new();
-        for (name, r) in &counts {
-            let key = match *name {
-                "guard" => "guarded",
-                "guard_tls" => "guarded_tls",
-                "guard_pipelined" => "guarded_pipelined",
-                other => other,
-            };
-            m.insert(key.to_owned(), side(Some(r)));
+        for (name, r) in counts {
+            m.insert(json_key(name).to_owned(), side(Some(r)));
         }
         serde_json::Value::Object(m)
     });
     let met = |k: &str| summaries.iter().all(|s| s["targets"][k]["met"].as_bool() != Some(false));
     let judged = a.rate.is_none();
-    println!(
-        "{}",
-        serde_json::json!({
-            "bench": "guard_summary",
-            "threads": a.threads,
-            "duration_s": a.duration,
-            "reps": a.reps,
-            "offered_rps": a.rate,
-            "peers": peers,
-            "cases": summaries.len(),
-            "pmc": pmc_json,
-            // Below saturation every path delivers the offered rate: the
-            // targets are judged on the closed loop's peak only.
-            "targets": judged.then(|| serde_json::json!({
-                "guard_vs_direct": {"min": 0.7, "met": met("guard_vs_direct")},
-                "guard_vs_nginx": {"min": 1.5, "met": met("guard_vs_nginx")},
-                "guard_vs_haproxy": {"min": 1.5, "met": met("guard_vs_haproxy")},
-                "p99_no_worse_than_peers": {"met": met("p99_no_worse_than_peers")},
-            })),
-        })
-    );
-    drop(fronts_by_size);
-    drop(servers);
-    Ok(())
+    serde_json::json!({
+        "bench": "guard_summary",
+        "threads": a.threads,
+        "duration_s": a.duration,
+        "reps": a.reps,
+        "offered_rps": a.rate,
+        "peers": peers,
+        "cases": summaries.len(),
+        "pmc": pmc_json,
+        // Below saturation every path delivers the offered rate: the
+        // targets are judged on the closed loop's peak only.
+        "targets": judged.then(|| serde_json::json!({
+            "guard_vs_direct": {"min": 0.7, "met": met("guard_vs_direct")},
+            "guard_vs_nginx": {"min": 1.5, "met": met("guard_vs_nginx")},
+            "guard_vs_haproxy": {"min": 1.5, "met": met("guard_vs_haproxy")},
+            "p99_no_worse_than_peers": {"met": met("p99_no_worse_than_peers")},
+        })),
+    })
 }
 
 /// One case's medians, the guard's ratios against the direct path and
@@ -531,13 +574,9 @@ fn seconds_from(pool: &serde_json::Value, from: usize) -> (u64, u64) {
     })
 }
 
-/// `sluice-bench guard --attack`.
-fn attack(a: &GuardBenchArgs, exe: &Path) -> Result<()> {
-    let dir = tempfile::tempdir().context("a temporary directory")?;
-    let threads = a.threads.to_string();
-    let total = ((a.duration + a.attack_delay) * 2 + 30).to_string();
-    let (_server, upstream) = serve(exe, &threads, &total, 128)?;
-    let limit = a.limit.to_string();
+/// The legitimate pool and the attack's, as http-load `--pool` TOML, and
+/// the attack's offered rate (requests/s, all its addresses).
+fn attack_pools(a: &GuardBenchArgs) -> (String, String, f64) {
     let legit = format!(
         "[[pool]]\nname = \"legit\"\nsource = \"{}\"\nconnections = {}\nrate = {}\nthreads = {}\nduration = {}\n",
         range_for([127, 10, 0, 0], a.legit_clients),
@@ -554,42 +593,42 @@ fn attack(a: &GuardBenchArgs, exe: &Path) -> Result<()> {
         a.threads,
         a.attack_delay
     );
-    let tls = if a.tls { tls_flags(dir.path())? } else { Vec::new() };
-    let max_connections = a.guard_max_connections.to_string();
-    let max_inflight = a.guard_max_inflight.to_string();
-    let depth = a.attack_pipeline.to_string();
-    // One fresh guard per phase, so no block carries over.
-    let guard_limits = || {
-        let mut limits = vec!["--request-rate", &limit, "--request-burst", &limit, "--ip-block", "60", "--json"];
-        if a.guard_max_connections > 0 {
-            limits.extend(["--max-connections", &max_connections]);
-        }
-        if a.guard_max_inflight > 0 {
-            limits.extend(["--upstream-max-inflight", &max_inflight]);
-        }
-        if a.attack_pipeline > 1 {
-            limits.extend(["--upstream-pipeline", &depth]);
-        }
-        limits.extend(tls.iter().map(String::as_str));
-        limits
-    };
-    let scheme = if a.tls { "https" } else { "http" };
-    // `pools` may name `{ELSEWHERE}`: a second guard's URL, started for the phase.
-    let phase = |name: &str, pools: &str| -> Result<(serde_json::Value, serde_json::Value)> {
-        let limits = guard_limits();
-        let (guarding, addr) = guard(exe, &upstream, &threads, &total, &limits)?;
+    (legit, attackers, attack_rate)
+}
+
+/// One guard per phase (no block carries over), the load run through it.
+struct AttackBed<'a> {
+    a: &'a GuardBenchArgs,
+    exe: &'a Path,
+    dir: &'a Path,
+    upstream: String,
+    threads: String,
+    total: String,
+    /// The guard's flags: its limits, and TLS when asked.
+    limits: Vec<String>,
+}
+
+impl AttackBed<'_> {
+    /// Runs http-load with `pools` through a fresh guard: its report and
+    /// the guard's summary. `pools` may name `{ELSEWHERE}`: a second
+    /// guard's URL, started for the phase.
+    fn phase(&self, name: &str, pools: &str) -> Result<(serde_json::Value, serde_json::Value)> {
+        let a = self.a;
+        let scheme = if a.tls { "https" } else { "http" };
+        let limits: Vec<&str> = self.limits.iter().map(String::as_str).collect();
+        let (guarding, addr) = guard(self.exe, &self.upstream, &self.threads, &self.total, &limits)?;
         let elsewhere = match pools.contains("{ELSEWHERE}") {
-            true => Some(guard(exe, &upstream, &threads, &total, &limits)?),
+            true => Some(guard(self.exe, &self.upstream, &self.threads, &self.total, &limits)?),
             false => None,
         };
         let pools = match &elsewhere {
             Some((_, other)) => pools.replace("{ELSEWHERE}", &format!("{scheme}://{other}/")),
             None => pools.to_owned(),
         };
-        let file = dir.path().join(format!("{name}.toml"));
+        let file = self.dir.join(format!("{name}.toml"));
         std::fs::write(&file, pools)?;
         let url = format!("{scheme}://{addr}/");
-        let out = Command::new(exe)
+        let out = Command::new(self.exe)
             .args(["http-load", "--url", &url, "--pool", file.to_str().context("path")?, "--json"])
             .args(["--duration", &a.duration.to_string(), "--timeout-ms", "2000"])
             .args(if a.tls { &["--tls-insecure"][..] } else { &[] })
@@ -601,7 +640,35 @@ fn attack(a: &GuardBenchArgs, exe: &Path) -> Result<()> {
         let load: serde_json::Value =
             serde_json::from_slice(&out.stdout).context("http-load printed no JSON report")?;
         Ok((load, guarding.summary()?))
-    };
+    }
+}
+
+/// `sluice-bench guard --attack`.
+fn attack(a: &GuardBenchArgs, exe: &Path) -> Result<()> {
+    let dir = tempfile::tempdir().context("a temporary directory")?;
+    let threads = a.threads.to_string();
+    let total = ((a.duration + a.attack_delay) * 2 + 30).to_string();
+    let (_server, upstream) = serve(exe, &threads, &total, 128)?;
+    let (legit, attackers, attack_rate) = attack_pools(a);
+    let limit = a.limit.to_string();
+    let mut limits = vec!["--request-rate", &limit, "--request-burst", &limit, "--ip-block", "60", "--json"]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>();
+    if a.guard_max_connections > 0 {
+        limits.extend(["--max-connections".into(), a.guard_max_connections.to_string()]);
+    }
+    if a.guard_max_inflight > 0 {
+        limits.extend(["--upstream-max-inflight".into(), a.guard_max_inflight.to_string()]);
+    }
+    if a.attack_pipeline > 1 {
+        limits.extend(["--upstream-pipeline".into(), a.attack_pipeline.to_string()]);
+    }
+    if a.tls {
+        limits.extend(tls_flags(dir.path())?);
+    }
+    let bed = AttackBed { a, exe, dir: dir.path(), upstream, threads, total, limits };
+    let phase = |name: &str, pools: &str| bed.phase(name, pools);
     let (alone, _) = phase("alone", &legit)?;
     let (both, g) = phase("both", &format!("{legit}\n{attackers}"))?;
     let floor = match a.attack_floor {
