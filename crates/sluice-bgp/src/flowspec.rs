@@ -481,7 +481,7 @@ impl Flow {
     /// longer first. (RFC 8956's appendix tests `offset <` twice; the text
     /// says the lower offset wins, which is what this does.)
     pub fn precedence(&self, other: &Flow) -> std::cmp::Ordering {
-        PrecedenceKey::new(self).cmp(&PrecedenceKey::new(other))
+        self.precedence_key().cmp(&other.precedence_key())
     }
 
     /// [`Flow::precedence`] as bytes: `a.precedence_key().cmp(&b.precedence_key())`
@@ -576,21 +576,6 @@ impl Flow {
             Component::FlowLabel(ops) => numeric(ops, Some(u64::from(p.flow_label))),
         })
     }
-}
-
-/// Two prefix components of one type, as [`Flow::precedence`] orders them.
-fn prefix_precedence(a: &PrefixMatch, b: &PrefixMatch) -> std::cmp::Ordering {
-    let overlap = (bits(a.addr) ^ bits(b.addr)) & span(0, a.len.min(b.len)) == 0;
-    a.offset.cmp(&b.offset).then_with(|| if overlap { b.len.cmp(&a.len) } else { bits(a.addr).cmp(&bits(b.addr)) })
-}
-
-/// A component's bytes after its type, as encoded: what RFC 8955 §5.1
-/// compares. Written on their own, not cut from an NLRI: the NLRI's length
-/// before the type is one byte or two (0xFnnn from 240 on).
-fn component_bytes(c: &Component) -> Vec<u8> {
-    let mut v = Vec::new();
-    c.encode_value(Family::V4, &mut v);
-    v
 }
 
 /// The values of `0..=max` a numeric operator list admits, as sorted,
@@ -702,78 +687,26 @@ fn any_of_all(pairs: impl Iterator<Item = (bool, bool)>) -> bool {
     any || group.unwrap_or(false)
 }
 
-/// A flow's place in [`Flow::precedence`]'s order, its components'
-/// bytes encoded at most once: the order compares encoded bytes (of
-/// components after any prefix that decides), and a sort by `precedence`
-/// encodes both flows anew in each of its O(n log n) comparisons. Sorting
-/// by these keys encodes a flow once, and only if a comparison reaches
-/// its non-prefix components (flows told apart by their prefixes, most of
-/// a feed, are never encoded).
-#[derive(Debug)]
-pub struct PrecedenceKey<'a> {
-    flow: &'a Flow,
-    /// Each component's bytes after its type (empty for a prefix).
-    bytes: std::cell::OnceCell<Vec<Vec<u8>>>,
-}
+/// A flow's place in a table: IPv4 before IPv6 (they never meet), then
+/// [`Flow::precedence`] as bytes ([`Flow::precedence_key`]). Encoded once
+/// per flow, when it comes: a table of many flows is sorted with
+/// `memcmp`, and made only from a flow, so a table cannot be handed an
+/// order that is not its flows'.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FlowOrder(Vec<u8>);
 
-impl<'a> PrecedenceKey<'a> {
-    pub fn new(flow: &'a Flow) -> PrecedenceKey<'a> {
-        PrecedenceKey { flow, bytes: std::cell::OnceCell::new() }
+impl FlowOrder {
+    pub fn of(flow: &Flow) -> FlowOrder {
+        let mut k = vec![u8::from(flow.family == Family::V6)];
+        k.extend_from_slice(&flow.precedence_key());
+        FlowOrder(k)
     }
 
-    fn bytes(&self, i: usize) -> &[u8] {
-        let all = self.bytes.get_or_init(|| {
-            let bytes =
-                |c: &Component| if matches!(c.body(), Body::Prefix(_)) { Vec::new() } else { component_bytes(c) };
-            self.flow.components.iter().map(bytes).collect()
-        });
-        &all[i]
+    /// Its bytes on the heap (what a route's cost counts).
+    pub fn heap_bytes(&self) -> usize {
+        self.0.capacity()
     }
 }
-
-impl Ord for PrecedenceKey<'_> {
-    fn cmp(&self, other: &PrecedenceKey<'_>) -> std::cmp::Ordering {
-        use std::cmp::Ordering::{Equal, Greater, Less};
-        let mut b_it = other.flow.components.iter().enumerate();
-        for (i, a) in self.flow.components.iter().enumerate() {
-            let Some((j, b)) = b_it.next() else { return Less };
-            let by = match a.kind().cmp(&b.kind()) {
-                Equal => match (a, b) {
-                    (Component::Destination(x), Component::Destination(y))
-                    | (Component::Source(x), Component::Source(y)) => prefix_precedence(x, y),
-                    _ => {
-                        let (x, y) = (self.bytes(i), other.bytes(j));
-                        let common = x.len().min(y.len());
-                        x[..common].cmp(&y[..common]).then(y.len().cmp(&x.len()))
-                    }
-                },
-                by => by,
-            };
-            if by != Equal {
-                return by;
-            }
-        }
-        if b_it.next().is_some() {
-            Greater
-        } else {
-            Equal
-        }
-    }
-}
-
-impl PartialOrd for PrecedenceKey<'_> {
-    fn partial_cmp(&self, other: &PrecedenceKey<'_>) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl PartialEq for PrecedenceKey<'_> {
-    fn eq(&self, other: &PrecedenceKey<'_>) -> bool {
-        self.cmp(other) == std::cmp::Ordering::Equal
-    }
-}
-
-impl Eq for PrecedenceKey<'_> {}
 
 /// What a FlowSpec component reads of a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -23,7 +23,7 @@
 //! 6's intent, for a box with no unicast RIB to validate against). A
 //! refused route is counted by peer and reason; the session stays up.
 
-use sluice_bgp::flowspec::{Component, Family, Flow, PrefixMatch};
+use sluice_bgp::flowspec::{Component, Family, Flow, FlowOrder, PrefixMatch};
 use sluice_bgp::message::{AfiSafi, FlowAction, Update, BLACKHOLE};
 use sluice_bgp::session::{self, PeerConfig};
 use sluice_control::safety::Safety;
@@ -427,11 +427,10 @@ struct Route {
     rule: FlowRule,
     /// Left from a session that ended (graceful restart, keep-on-down).
     stale: bool,
-    /// Its place in the table: the family (IPv4 first), then
-    /// [`Flow::precedence_key`]. Encoded once, when the route comes: a
+    /// Its place in the table. Encoded once, when the route comes: a
     /// rebuild sorts by these bytes instead of encoding components again
     /// in every comparison.
-    order: Vec<u8>,
+    order: FlowOrder,
     /// What it is counted at ([`route_cost`]).
     cost: usize,
 }
@@ -499,13 +498,6 @@ pub fn route_cost(flow_key: usize, order: usize, rule: &FlowRule) -> usize {
         + 3 * rule.flow.heap_bytes()
         + 2 * strings
         + policer
-}
-
-/// A route's place in the table (see [`Route::order`]).
-fn order_of(flow: &Flow) -> Vec<u8> {
-    let mut k = vec![u8::from(flow.family == Family::V6)];
-    k.extend_from_slice(&flow.precedence_key());
-    k
 }
 
 /// Every peer's routes, and what becomes of them as sessions come and go.
@@ -731,9 +723,9 @@ impl Rib {
                 unsupported,
                 counts,
             };
-            let order = order_of(f);
+            let order = FlowOrder::of(f);
             let Key::Flow(_, bytes) = &key else { unreachable!("a flow's key") };
-            let cost = route_cost(bytes.len(), order.len(), &rule);
+            let cost = route_cost(bytes.len(), order.heap_bytes(), &rule);
             if let Err((reason, why)) = rib.fits(&key, cost, max_route, max_peer) {
                 changed |= rib.remove(&key);
                 rib.refuse(peer, reason, &format_args!("flow `{f}`"), &why);
@@ -771,8 +763,8 @@ impl Rib {
                 unsupported: Vec::new(),
                 counts,
             };
-            let order = order_of(&rule.flow);
-            let cost = route_cost(0, order.len(), &rule);
+            let order = FlowOrder::of(&rule.flow);
+            let cost = route_cost(0, order.heap_bytes(), &rule);
             if let Err((reason, why)) = rib.fits(&key, cost, max_route, max_peer) {
                 changed |= rib.remove(&key);
                 rib.refuse(peer, reason, &format_args!("blackhole {addr}/{len}"), &why);
@@ -883,20 +875,20 @@ impl Rib {
     /// keep, so a rebuild compares bytes and encodes nothing. Flows that
     /// tie keep one order from table to table: peers in address order,
     /// each peer's by key.
-    fn ordered(&self) -> Vec<&FlowRule> {
-        let mut all: Vec<(&[u8], usize, &Key, &FlowRule)> = Vec::with_capacity(self.len());
+    fn ordered(&self) -> Vec<(&FlowOrder, &FlowRule)> {
+        let mut all: Vec<(&FlowOrder, usize, &Key, &FlowRule)> = Vec::with_capacity(self.len());
         for (i, rib) in self.peers.values().enumerate() {
-            all.extend(rib.routes.iter().map(|(k, r)| (r.order.as_slice(), i, k, &r.rule)));
+            all.extend(rib.routes.iter().map(|(k, r)| (&r.order, i, k, &r.rule)));
         }
         all.sort_unstable_by(|a, b| a.0.cmp(b.0).then(a.1.cmp(&b.1)).then_with(|| a.2.cmp(b.2)));
-        all.into_iter().map(|(_, _, _, r)| r).collect()
+        all.into_iter().map(|(o, _, _, r)| (o, r)).collect()
     }
 
-    /// Every peer's routes as one table. Handed over in order,
-    /// `FlowTable::new`'s own sort (stable, by precedence) finds one run
-    /// and compares each flow with its neighbour only.
+    /// Every peer's routes as one table, with the orders made when they
+    /// came: handed over in order, the table's own (stable) sort finds
+    /// one run.
     pub fn table(&self, placement: Placement) -> FlowTable {
-        FlowTable::new(self.ordered().into_iter().cloned().collect(), placement)
+        FlowTable::with_orders(self.ordered().into_iter().map(|(o, r)| (o.clone(), r.clone())).collect(), placement)
     }
 }
 
@@ -1524,7 +1516,7 @@ mod tests {
     }
 
     #[test]
-    fn the_table_is_handed_over_in_precedence_order_and_built_fast() {
+    fn the_table_is_handed_over_in_precedence_order() {
         // 10,000 flows from two peers: destinations, protocols and ports
         // that make every comparison reach past the first component.
         let mut rib = Rib::new(vec![BLACKHOLE], false);
@@ -1547,26 +1539,14 @@ mod tests {
         assert_eq!(rib.len(), 10_000);
         let ordered = rib.ordered();
         for w in ordered.windows(2) {
-            assert_ne!(w[0].flow.precedence(&w[1].flow), std::cmp::Ordering::Greater, "{} / {}", w[0].flow, w[1].flow);
+            let (a, b) = (&w[0].1.flow, &w[1].1.flow);
+            assert_ne!(a.precedence(b), std::cmp::Ordering::Greater, "{a} / {b}");
         }
-        let mut best = Duration::MAX;
-        for _ in 0..5 {
-            let t = Instant::now();
-            let table = rib.table(Placement::First);
-            best = best.min(t.elapsed());
-            assert_eq!(table.rules().len(), 10_000);
-        }
-        // Against the table built from the routes unsorted (each comparison
-        // encoding the components again), as it was built before.
-        let shuffled: Vec<FlowRule> =
-            rib.peers.values().flat_map(|r| r.routes.values().map(|r| r.rule.clone())).collect();
-        let t = Instant::now();
-        let _ = FlowTable::new(shuffled, Placement::First);
-        let unsorted = t.elapsed();
-        eprintln!("10,000 flows: table() best of 5 {best:?}; FlowTable::new on the routes unsorted {unsorted:?}");
-        // The goal is 10 ms on a release build; asserted at 100 ms so a
-        // shared, loaded machine does not fail it (the measured figure is printed).
-        assert!(best < Duration::from_millis(100), "{best:?}");
+        // The table keeps the RIB's order (its rebuild time is measured
+        // by `sluice-bench flowspec`, not here).
+        let table = rib.table(Placement::First);
+        assert_eq!(table.rules().len(), 10_000);
+        assert!(table.rules().iter().zip(&ordered).all(|(t, (_, r))| t.flow == r.flow));
     }
 
     #[test]

@@ -19,7 +19,7 @@
 //! directly: the property test holds the two equal.
 
 use sluice_bgp::flowspec::{
-    bitmask_values, BitmaskOp, Component, Family, Flow, FlowPacket, NumericOp, PrecedenceKey, PrefixMatch, FRAG_DF,
+    bitmask_values, BitmaskOp, Component, Family, Flow, FlowOrder, FlowPacket, NumericOp, PrefixMatch, FRAG_DF,
     FRAG_FIRST, FRAG_IS, FRAG_LAST,
 };
 use sluice_wire::IpSummary;
@@ -710,16 +710,15 @@ impl FlowTable {
     /// The flows in RFC 8955's order (IPv4 before IPv6, which never meet);
     /// flows that tie keep the order given.
     pub fn new(rules: Vec<FlowRule>, placement: Placement) -> FlowTable {
-        // Sorted by keys that encode each flow at most once (a stable
-        // sort: ties keep their order), then moved into that order.
-        let mut order: Vec<usize> = (0..rules.len()).collect();
-        {
-            let keys: Vec<PrecedenceKey> = rules.iter().map(|r| PrecedenceKey::new(&r.flow)).collect();
-            let v6 = |i: usize| rules[i].flow.family == Family::V6;
-            order.sort_by(|&a, &b| v6(a).cmp(&v6(b)).then_with(|| keys[a].cmp(&keys[b])));
-        }
-        let mut slots: Vec<Option<FlowRule>> = rules.into_iter().map(Some).collect();
-        let rules: Vec<FlowRule> = order.into_iter().filter_map(|i| slots[i].take()).collect();
+        FlowTable::with_orders(rules.into_iter().map(|r| (FlowOrder::of(&r.flow), r)).collect(), placement)
+    }
+
+    /// [`FlowTable::new`] for flows whose orders were made when they came
+    /// (a BGP RIB's routes): none is encoded again, and a list handed over
+    /// in order is one run for the (stable) sort.
+    pub fn with_orders(mut rules: Vec<(FlowOrder, FlowRule)>, placement: Placement) -> FlowTable {
+        rules.sort_by(|a, b| a.0.cmp(&b.0));
+        let rules: Vec<FlowRule> = rules.into_iter().map(|(_, r)| r).collect();
         let compiled = rules.iter().map(|r| Compiled::new(&r.flow)).collect();
         FlowTable {
             v4: Index::build(&rules, false),

@@ -345,7 +345,10 @@ mod tests {
         assert!(refused["ok"] == false && refused["error"].as_str().unwrap().contains("bridge command"), "{refused}");
         assert_eq!(ask(&shared, "block nope")["ok"], false);
         let stats = ask(&shared, "stats");
-        assert_eq!((&stats["ok"], &stats["blocked_total"], &stats["ctl_forbidden"]), (&json!(true), &json!(2), &json!(0)));
+        assert_eq!(
+            (&stats["ok"], &stats["blocked_total"], &stats["ctl_forbidden"]),
+            (&json!(true), &json!(2), &json!(0))
+        );
         assert!(stats.get("blocks").is_none() && stats["breaches"].is_object(), "{stats}");
         let text = render_text(&stats);
         assert!(text.lines().any(|l| l == "blocked_total: 2") && !text.lines().any(|l| l.starts_with("ok:")), "{text}");
