@@ -526,6 +526,44 @@ pub fn keepalive() -> Vec<u8> {
     frame(KEEPALIVE, &[])
 }
 
+/// An UPDATE announcing IPv4 FlowSpec `nlri` (encoded flows, as
+/// [`Flow::to_bytes`] writes them) with traffic-rate 0 (discard), ORIGIN
+/// `origin` (0, IGP; over 2 is malformed, for tests of RFC 7606) and an
+/// empty AS_PATH. What a peer sends; sluice never announces, so this is
+/// for its tests and benches (one encoder, not one per test).
+pub fn flowspec_discard(nlri: &[u8], origin: u8) -> Vec<u8> {
+    let mut mp = vec![0, 1, 133, 0, 0];
+    mp.extend_from_slice(nlri);
+    let mut attrs = vec![0x40, 1, 1, origin, 0x40, 2, 0, 0x90, 14];
+    attrs.extend_from_slice(&(mp.len() as u16).to_be_bytes());
+    attrs.extend_from_slice(&mp);
+    // Extended community traffic-rate (0x8006), AS 0, rate 0.0.
+    attrs.extend_from_slice(&[0xc0, 16, 8, 0x80, 0x06, 0, 0, 0, 0, 0, 0]);
+    let mut body = vec![0, 0];
+    body.extend_from_slice(&(attrs.len() as u16).to_be_bytes());
+    body.extend_from_slice(&attrs);
+    frame(UPDATE, &body)
+}
+
+/// [`flowspec_discard`] UPDATEs (each at most 4,096 bytes, RFC 4271's
+/// limit) announcing the IPv4 `flows`.
+pub fn flowspec_discards(flows: &[Flow]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut nlri = Vec::new();
+    for f in flows {
+        let b = f.to_bytes();
+        if !nlri.is_empty() && nlri.len() + b.len() > 4000 {
+            out.push(flowspec_discard(&nlri, 0));
+            nlri.clear();
+        }
+        nlri.extend_from_slice(&b);
+    }
+    if !nlri.is_empty() {
+        out.push(flowspec_discard(&nlri, 0));
+    }
+    out
+}
+
 pub fn notification(code: u8, subcode: u8, data: &[u8]) -> Vec<u8> {
     let mut body = vec![code, subcode];
     body.extend_from_slice(data);

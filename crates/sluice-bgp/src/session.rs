@@ -352,16 +352,7 @@ mod tests {
             family: Family::V4,
             components: vec![Component::Destination(PrefixMatch::new([10, 0, 0, n].into(), 32))],
         };
-        let mut mp = vec![0, 1, 133, 0, 0];
-        mp.extend_from_slice(&flow.to_bytes());
-        let mut attrs = vec![0x40, 1, 1, 0, 0x40, 2, 0, 0x90, 14];
-        attrs.extend_from_slice(&(mp.len() as u16).to_be_bytes());
-        attrs.extend_from_slice(&mp);
-        attrs.extend_from_slice(&[0xc0, 16, 8, 0x80, 0x06, 0, 0, 0, 0, 0, 0]);
-        let mut body = vec![0, 0];
-        body.extend_from_slice(&(attrs.len() as u16).to_be_bytes());
-        body.extend_from_slice(&attrs);
-        message::frame(2, &body)
+        message::flowspec_discard(&flow.to_bytes(), 0)
     }
 
     /// The types of the whole messages in `buf`, taken out of it.

@@ -462,22 +462,7 @@ impl FakePeer {
     /// An UPDATE announcing IPv4 FlowSpec `nlri` (raw bytes) with
     /// traffic-rate 0, its ORIGIN `origin` (over 2 is malformed).
     fn announce(&mut self, nlri: &[u8], origin: u8) {
-        self.s.write_all(&FakePeer::update(nlri, origin)).unwrap();
-    }
-
-    /// The UPDATE [`FakePeer::announce`] sends.
-    fn update(nlri: &[u8], origin: u8) -> Vec<u8> {
-        let mut mp = vec![0, 1, 133, 0, 0];
-        mp.extend_from_slice(nlri);
-        let mut attrs = vec![0x40, 1, 1, origin, 0x40, 2, 0];
-        attrs.extend_from_slice(&[0x90, 14]);
-        attrs.extend_from_slice(&(mp.len() as u16).to_be_bytes());
-        attrs.extend_from_slice(&mp);
-        attrs.extend_from_slice(&[0xc0, 16, 8, 0x80, 0x06, 0, 0, 0, 0, 0, 0]);
-        let mut body = vec![0, 0];
-        body.extend_from_slice(&(attrs.len() as u16).to_be_bytes());
-        body.extend_from_slice(&attrs);
-        sluice_bgp::message::frame(2, &body)
+        self.s.write_all(&sluice_bgp::message::flowspec_discard(nlri, origin)).unwrap();
     }
 }
 
@@ -714,7 +699,7 @@ fn gobgp_a_withdrawal_is_published_within_a_second_while_another_peer_floods() {
                     .collect();
                 let t = Instant::now();
                 // The bridge stopping ends the session, and the flood.
-                if b.s.write_all(&FakePeer::update(&nlri, 0)).is_err() {
+                if b.s.write_all(&sluice_bgp::message::flowspec_discard(&nlri, 0)).is_err() {
                     return;
                 }
                 if t.elapsed() > Duration::from_millis(20) {

@@ -75,6 +75,31 @@ fn headers_are_checked_before_anything_is_read() {
 }
 
 #[test]
+fn the_discard_encoder_splits_at_4096_bytes_and_decodes_back() {
+    let flows: Vec<Flow> = (0..3000u32)
+        .map(|i| Flow {
+            family: Family::V4,
+            components: vec![crate::flowspec::Component::Destination(crate::flowspec::PrefixMatch::new(
+                Ipv4Addr::from(0x0a00_0000 | i).into(),
+                32,
+            ))],
+        })
+        .collect();
+    let ups = flowspec_discards(&flows);
+    assert!(ups.len() > 1 && ups.iter().all(|u| u.len() <= 4096), "{:?}", ups.iter().map(Vec::len).collect::<Vec<_>>());
+    let mut back = Vec::new();
+    for u in &ups {
+        let Message::Update(u) = decode(u, true).unwrap() else { panic!() };
+        assert_eq!(u.flow_actions, vec![FlowAction::RateBytes(0.0)]);
+        assert!(u.treat_as_withdraw.is_none());
+        back.extend(u.flows_announced);
+    }
+    assert_eq!(back, flows);
+    let Message::Update(bad) = decode(&flowspec_discard(&flows[0].to_bytes(), 3), true).unwrap() else { panic!() };
+    assert!(bad.treat_as_withdraw.is_some(), "ORIGIN 3 is malformed (RFC 7606: treat as withdraw)");
+}
+
+#[test]
 fn a_flowspec_update_brings_its_flows_and_actions() {
     let flow = udp_53();
     let mut mp = vec![0, 1, 133, 0, 0];

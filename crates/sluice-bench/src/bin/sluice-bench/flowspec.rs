@@ -424,35 +424,6 @@ fn flows_in_force(b: &Bridge) -> usize {
     b.rules().load().value.flows().map_or(0, |f| f.rules().len())
 }
 
-/// UPDATEs (each at most 4,096 bytes) announcing `flows` with traffic-rate 0.
-fn updates(flows: &[Flow]) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut nlri = Vec::new();
-    let flush = |nlri: &mut Vec<u8>, out: &mut Vec<Vec<u8>>| {
-        let mut mp = vec![0, 1, 133, 0, 0];
-        mp.append(nlri);
-        let mut attrs = vec![0x40, 1, 1, 0, 0x40, 2, 0, 0x90, 14];
-        attrs.extend_from_slice(&(mp.len() as u16).to_be_bytes());
-        attrs.extend_from_slice(&mp);
-        attrs.extend_from_slice(&[0xc0, 16, 8, 0x80, 0x06, 0, 0, 0, 0, 0, 0]);
-        let mut body = vec![0, 0];
-        body.extend_from_slice(&(attrs.len() as u16).to_be_bytes());
-        body.extend_from_slice(&attrs);
-        out.push(sluice_bgp::message::frame(2, &body));
-    };
-    for f in flows {
-        let b = f.to_bytes();
-        if nlri.len() + b.len() > 4000 {
-            flush(&mut nlri, &mut out);
-        }
-        nlri.extend_from_slice(&b);
-    }
-    if !nlri.is_empty() {
-        flush(&mut nlri, &mut out);
-    }
-    out
-}
-
 fn install_part(n: usize) -> Result<serde_json::Value> {
     let l = TcpListener::bind("127.0.0.1:0")?;
     let (b, _wire) = bridge(&l.local_addr()?.to_string())?;
@@ -472,7 +443,7 @@ fn install_part(n: usize) -> Result<serde_json::Value> {
         seen += 1;
     }
     let flows: Vec<Flow> = (0..n).map(numbered).collect();
-    let ups = updates(&flows);
+    let ups = sluice_bgp::message::flowspec_discards(&flows);
     let start = Instant::now();
     for u in &ups {
         s.write_all(u)?;
