@@ -559,7 +559,8 @@ impl PortIndex {
 
 /// One family's flows: each in one place, by its destination, else its
 /// source, else its destination port, else its port (either), else its
-/// protocol, else on the residual list every packet of the family walks.
+/// protocol (named, or implied by an ICMP type or code or TCP flags), else on
+/// the residual list every packet of the family walks.
 #[derive(Clone, Debug, Default)]
 struct Index {
     dst: PrefixIndex,
@@ -627,7 +628,9 @@ impl Index {
                 list_under(&mut by_dst_port, r, i);
             } else if let Some(r) = few(i, 4, MAX_PORT_FANOUT) {
                 list_under(&mut by_any_port, r, i);
-            } else if let Some(r) = few(i, 3, MAX_PROTOCOL_FANOUT) {
+            } else if let Some(r) = few(i, 3, MAX_PROTOCOL_FANOUT)
+                .or_else(|| implied_protocol(&rules[i as usize].flow).map(|p| vec![(p, p)]))
+            {
                 by_protocol.resize(256, Vec::new());
                 for (lo, hi) in r {
                     for p in lo..=hi {
@@ -659,6 +662,20 @@ impl Index {
             holds,
         }
     }
+}
+
+/// The one protocol a flow's packets must have though it names none: an
+/// ICMP type or code is only read of ICMP (ICMPv6 in an IPv6 flow), TCP
+/// flags only of TCP, and a packet without the field never matches
+/// ([`Flow::matches`]). Such a flow is listed under that protocol, not
+/// walked by every packet.
+fn implied_protocol(f: &Flow) -> Option<u32> {
+    let icmp = if f.family == Family::V6 { 58 } else { 1 };
+    f.components.iter().find_map(|c| match c {
+        Component::IcmpType(_) | Component::IcmpCode(_) => Some(icmp),
+        Component::TcpFlags(_) => Some(6),
+        _ => None,
+    })
 }
 
 /// Lists one packet merges: one per mask of either address, the
@@ -1261,7 +1278,8 @@ mod tests {
                         dst: addr(a),
                         protocol,
                         ports: matches!(protocol, 6 | 17).then_some(ports),
-                        icmp: matches!(protocol, 1 | 58).then_some(icmp),
+                        // As the decoder reads them: ICMP of IPv4, ICMPv6 of IPv6.
+                        icmp: ((protocol == 1 && !v6) || (protocol == 58 && v6)).then_some(icmp),
                         tcp_flags: (protocol == 6).then_some(u16::from(flags)),
                         length,
                         dscp,
@@ -1301,6 +1319,18 @@ mod tests {
                     Component::Protocol(vec![num(false, false, false, true, 17)]),
                     Component::DestinationPort(vec![num(false, false, false, true, 53)]),
                 ],
+            },
+            // ICMP type 8 alone, TCP flags alone: under ICMP and TCP.
+            Flow { family: Family::V4, components: vec![Component::IcmpType(vec![num(false, false, false, true, 8)])] },
+            Flow {
+                family: Family::V4,
+                components: vec![Component::TcpFlags(vec![BitmaskOp {
+                    and: false,
+                    not: false,
+                    matched: true,
+                    len: 1,
+                    value: 0x02,
+                }])],
             },
         ];
         if with_unindexable {
@@ -1345,6 +1375,12 @@ mod tests {
         let gre = IpSummary { protocol: 47, ports: None, ..udp([1, 1, 1, 1], [8, 8, 8, 8], 0) };
         assert_eq!(dropped_by(&gre).as_deref(), Some("protocol ==47"));
         assert_eq!(dropped_by(&udp([1, 1, 1, 1], [8, 8, 8, 8], 54)), None);
+        let ping = IpSummary { protocol: 1, ports: None, icmp: Some((8, 0)), ..udp([1, 1, 1, 1], [8, 8, 8, 8], 0) };
+        assert!(dropped_by(&ping).is_some_and(|f| f.contains("icmp-type")), "{:?}", dropped_by(&ping));
+        let pong = IpSummary { icmp: Some((0, 0)), ..ping.clone() };
+        assert_eq!(dropped_by(&pong), None);
+        let syn = IpSummary { protocol: 6, tcp_flags: Some(0x02), ..udp([1, 1, 1, 1], [8, 8, 8, 8], 54) };
+        assert!(dropped_by(&syn).is_some_and(|f| f.contains("tcp-flags")), "{:?}", dropped_by(&syn));
         assert_eq!(kinds_table(true).unindexed(), 1);
     }
 
