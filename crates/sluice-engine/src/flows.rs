@@ -1377,7 +1377,7 @@ mod tests {
         assert_eq!(dropped_by(&udp([1, 1, 1, 1], [8, 8, 8, 8], 54)), None);
         let ping = IpSummary { protocol: 1, ports: None, icmp: Some((8, 0)), ..udp([1, 1, 1, 1], [8, 8, 8, 8], 0) };
         assert!(dropped_by(&ping).is_some_and(|f| f.contains("icmp-type")), "{:?}", dropped_by(&ping));
-        let pong = IpSummary { icmp: Some((0, 0)), ..ping.clone() };
+        let pong = IpSummary { icmp: Some((0, 0)), ..ping };
         assert_eq!(dropped_by(&pong), None);
         let syn = IpSummary { protocol: 6, tcp_flags: Some(0x02), ..udp([1, 1, 1, 1], [8, 8, 8, 8], 54) };
         assert!(dropped_by(&syn).is_some_and(|f| f.contains("tcp-flags")), "{:?}", dropped_by(&syn));
