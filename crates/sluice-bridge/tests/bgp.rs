@@ -285,6 +285,8 @@ fn gobgp_flows_and_blackholes_drop_exactly_their_frames_until_withdrawn() {
     let text = sluice_policy::commands::render_text(&b);
     assert!(text.contains("AS 65001: established for"), "{text}");
     assert!(text.contains("ipv4-flowspec 3"), "{text}");
+    let bytes = b["sessions"][0]["bytes"].as_u64().unwrap();
+    assert!(bytes > 0 && text.contains(&format!(" ({bytes} bytes)")), "{text}");
     assert_eq!(b["sessions"][0]["state"], "established", "{b}");
     assert_eq!(b["sessions"][0]["routes"]["ipv4-flowspec"], 3, "{b}");
     assert_eq!(b["sessions"][0]["routes"]["ipv4-blackhole"], 1, "{b}");

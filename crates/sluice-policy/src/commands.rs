@@ -198,13 +198,15 @@ fn sessions_text(out: &mut String, sessions: &[serde_json::Value]) {
             .collect();
         let _ = writeln!(
             out,
-            "{} AS {}: {} for {} s; routes: {}{}{}{}",
+            "{} AS {}: {} for {} s; routes: {}{}{}{}{}",
             str_of(&s["peer"]),
             s["peer_as"],
             str_of(&s["state"]),
             s["seconds"],
             if routes.is_empty() { "none".to_string() } else { routes.join(", ") },
             if s["stale"] == true { " (stale: kept past the session's end)" } else { "" },
+            // What the routes held cost against --bgp-max-peer-bytes.
+            s["bytes"].as_u64().filter(|&b| b > 0).map(|b| format!(" ({b} bytes)")).unwrap_or_default(),
             if refused.is_empty() { String::new() } else { format!("; refused: {}", refused.join(", ")) },
             s["last_error"].as_str().map(|e| format!("; last down: {e}")).unwrap_or_default()
         );
