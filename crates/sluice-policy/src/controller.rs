@@ -11,7 +11,7 @@
 
 use crate::commands::Command;
 use crate::sets::{Feed, FeedOutcome, RuntimeSets, SetRow};
-use crate::spec::{describe, total_entries, Expiring, ListEntries, Loaded, RuleSpec};
+use crate::spec::{describe, total_entries, Expiring, ListEntries, LoadError, Loaded, RuleSpec};
 use serde_json::json;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::{Handle, Signals};
@@ -161,6 +161,9 @@ pub fn wall_ns() -> u64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// How often the loop looks for the end of a reload reading its files.
+const RELOAD_POLL: Duration = Duration::from_millis(5);
+
 /// Requests handled before one publication, at most.
 const COALESCE: usize = 4096;
 
@@ -232,6 +235,21 @@ pub struct Controller {
     /// the changes in it are answered): a data plane that keeps its own
     /// copy of the sets (the shield's kernel maps) brings it up to date.
     on_publish: Option<PublishHook>,
+    /// A reload reading the files on a thread of its own, and the one
+    /// asked for meanwhile.
+    reading: Option<ReloadInFlight>,
+    next_load: Option<(&'static str, Vec<Sender<String>>)>,
+}
+
+/// A reload in flight: reading rule files, lists and geo databases (a
+/// large database takes seconds) happens off the control thread, which
+/// meanwhile answers `ctl`, CrowdSec and BGP as ever; the result is
+/// published there, with the runtime changes made meanwhile carried over.
+struct ReloadInFlight {
+    result: Receiver<Result<Loaded, LoadError>>,
+    why: &'static str,
+    /// `ctl reload` requests answered when it is in force (or failed).
+    replies: Vec<Sender<String>>,
 }
 
 /// See [`Controller::on_publish`].
@@ -276,6 +294,8 @@ impl Controller {
             flows: None,
             bgp_status: None,
             on_publish: None,
+            reading: None,
+            next_load: None,
         }
     }
 
@@ -347,13 +367,101 @@ impl Controller {
         generation
     }
 
-    /// Rebuild from the files; on failure the rules in force stay. Returns
-    /// whether new rules were published.
+    /// Rebuild from the files, here and now; on failure the rules in force
+    /// stay. Returns whether new rules were published. ([`Controller::run`]
+    /// reads the files on another thread: [`Controller::start_reload`].)
     pub fn reload(&mut self, why: &str) -> bool {
         // On its own: a bad never-block file keeps the list in force and
         // says so, and the rules reload all the same.
         self.gate.safety.reload_logged(why);
-        match self.spec.load(&self.ifaces) {
+        let loaded = self.spec.load(&self.ifaces);
+        self.finish_reload(loaded, why)
+    }
+
+    /// Starts a reload whose files are read on a thread of its own;
+    /// `reply` (a `ctl reload`) is answered once it is in force or has
+    /// failed. One asked for while another reads waits for it, then reads
+    /// the files again (it may be for a change the first did not see);
+    /// several such are one.
+    pub fn start_reload(&mut self, why: &'static str, reply: Option<Sender<String>>) {
+        if self.reading.is_some() {
+            let (_, replies) = self.next_load.get_or_insert((why, Vec::new()));
+            replies.extend(reply);
+            return;
+        }
+        self.gate.safety.reload_logged(why);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (spec, ifaces) = (self.spec.clone(), self.ifaces.clone());
+        let spawned = std::thread::Builder::new().name("sluice-reload".into()).spawn(move || {
+            let _ = tx.send(spec.load(&ifaces));
+        });
+        if let Err(e) = spawned {
+            // No thread to spare: read them here, as before.
+            tracing::warn!("reload ({why}): no thread for it ({e}); reading the files on the control thread");
+            let loaded = self.spec.load(&self.ifaces);
+            let ok = self.finish_reload(loaded, why);
+            if let Some(r) = reply {
+                let _ = r.send(self.reload_reply(ok));
+            }
+            return;
+        }
+        self.reading = Some(ReloadInFlight { result: rx, why, replies: reply.into_iter().collect() });
+    }
+
+    /// Whether a reload is reading its files.
+    pub fn reloading(&self) -> bool {
+        self.reading.is_some()
+    }
+
+    /// Waits for a reload reading its files (and the one asked for
+    /// meanwhile), and puts it in force: at a stop, the reloads asked for
+    /// before it are not lost.
+    pub fn finish_reads(&mut self) {
+        while self.reading.is_some() {
+            self.poll_reload(true);
+        }
+    }
+
+    /// Publishes a reload whose files have been read (`wait`: once they
+    /// are), answers its requests, and starts the one asked for meanwhile.
+    fn poll_reload(&mut self, wait: bool) {
+        let Some(l) = &self.reading else { return };
+        let loaded = match wait {
+            true => l.result.recv().unwrap_or(Err(LoadError::Interrupted)),
+            false => match l.result.try_recv() {
+                Ok(loaded) => loaded,
+                Err(std::sync::mpsc::TryRecvError::Empty) => return,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => Err(LoadError::Interrupted),
+            },
+        };
+        let l = self.reading.take().expect("checked above");
+        let ok = self.finish_reload(loaded, l.why);
+        for r in l.replies {
+            let _ = r.send(self.reload_reply(ok));
+        }
+        if let Some((why, replies)) = self.next_load.take() {
+            self.start_reload(why, None);
+            if let Some(l) = &mut self.reading {
+                l.replies.extend(replies);
+            }
+        }
+    }
+
+    /// A `ctl reload`'s answer (and its count).
+    fn reload_reply(&self, ok: bool) -> String {
+        if ok {
+            self.state.ctl_ok.fetch_add(1, Ordering::Relaxed);
+            json!({ "ok": true, "generation": self.state.generation.load(Ordering::Relaxed) }).to_string()
+        } else {
+            self.state.ctl_failed.fetch_add(1, Ordering::Relaxed);
+            error_json("reload failed; the rules in force stay (see the bridge's log)", None)
+        }
+    }
+
+    /// Publishes what a reload read (the runtime changes to sets whose
+    /// lists were not read again carried over), or logs why it failed.
+    fn finish_reload(&mut self, loaded: Result<Loaded, LoadError>, why: &str) -> bool {
+        match loaded {
             Ok(l) => {
                 for w in &l.warnings {
                     tracing::warn!("{w}");
@@ -434,7 +542,7 @@ impl Controller {
     /// files, expiry times, replaced sets no worker holds any more.
     pub fn tick(&mut self) {
         if self.watch.as_mut().is_some_and(Watch::changed) {
-            self.reload("a watched file changed");
+            self.start_reload("a watched file changed", None);
         }
         self.expire();
         self.expire_runtime();
@@ -557,11 +665,9 @@ impl Controller {
                     None => Err(("this bridge has no BGP session (--bgp-peer)".into(), None)),
                 },
                 Command::Reload => {
-                    if self.reload("control socket") {
-                        Ok(json!({ "ok": true, "generation": self.state.generation.load(Ordering::Relaxed) }))
-                    } else {
-                        Err(("reload failed; the rules in force stay (see the bridge's log)".into(), None))
-                    }
+                    // Answered once in force (or failed): reload_reply.
+                    self.start_reload("control socket", Some(req.reply.clone()));
+                    return None;
                 }
                 Command::Set(SetCommand::Add { .. } | SetCommand::Del { .. } | SetCommand::Flush { .. }) => {
                     unreachable!("changes are staged above")
@@ -686,9 +792,11 @@ impl Controller {
     pub fn run(mut self, events: Receiver<Event>, mut every_tick: impl FnMut()) {
         let mut last_tick = Instant::now();
         loop {
-            let mut next = match events.recv_timeout(TICK) {
+            // While a reload reads its files, look for its end often.
+            let wait = if self.reading.is_some() { RELOAD_POLL } else { TICK };
+            let mut next = match events.recv_timeout(wait) {
                 Ok(e) => Some(e),
-                Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Disconnected) => return self.finish_reads(),
                 Err(RecvTimeoutError::Timeout) => None,
             };
             // Requests waiting together are published together.
@@ -698,7 +806,7 @@ impl Controller {
                 match event {
                     Event::Reload(why) => {
                         self.commit(std::mem::take(&mut staged));
-                        self.reload(why);
+                        self.start_reload(why, None);
                     }
                     Event::Ctl(req) => {
                         if let Some(reply) = self.request(&req, &mut staged) {
@@ -726,7 +834,7 @@ impl Controller {
                     }
                     Event::Quit => {
                         self.commit(staged);
-                        return;
+                        return self.finish_reads();
                     }
                 }
                 handled += 1;
@@ -736,6 +844,7 @@ impl Controller {
             }
             self.commit(staged);
             self.finish_merges();
+            self.poll_reload(false);
             if last_tick.elapsed() >= TICK {
                 last_tick = Instant::now();
                 self.tick();
@@ -885,7 +994,8 @@ mod tests {
         std::fs::rename(&tmp, &spec.drop_any[0]).unwrap();
         c.tick(); // seen, pending
         assert_eq!(c.published().load().generation, 0);
-        c.tick(); // held still: reload
+        c.tick(); // held still: reload (read on a thread of its own)
+        c.finish_reads();
         assert_eq!(c.published().load().generation, 1);
         assert_eq!(c.state().lists()[0].entries, 3);
         c.tick();
@@ -906,6 +1016,51 @@ mod tests {
         t.join().unwrap();
         assert_eq!(published.load().generation, 1);
         assert_eq!(state.generation.load(Ordering::Relaxed), 1);
+    }
+
+    /// A reload whose list cannot be read yet (a FIFO with no writer
+    /// blocks its open, as a huge geo database takes seconds) leaves the
+    /// loop answering: `stats` is answered, an add is published, and the
+    /// `ctl reload` asked meanwhile is answered once its files are read,
+    /// with the add carried over.
+    #[test]
+    fn the_loop_answers_while_a_reload_reads_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let list = dir.path().join("list.txt");
+        std::fs::write(&list, "10.0.0.1\n").unwrap();
+        let rules = dir.path().join("rules.txt");
+        std::fs::write(&rules, "set bad from \"list.txt\"\nset blocks dynamic\ndrop saddr @bad\ndrop saddr @blocks\n")
+            .unwrap();
+        let spec = RuleSpec { rules: Some(rules), ..RuleSpec::default() };
+        let loaded = spec.load(&[]).unwrap();
+        let c = Controller::new(spec, Vec::new(), loaded, false);
+        let (published, state) = (Arc::clone(c.published()), Arc::clone(c.state()));
+        let (tx, rx) = channel();
+        let t = std::thread::spawn(move || c.run(rx, || {}));
+        std::fs::remove_file(&list).unwrap();
+        assert!(std::process::Command::new("mkfifo").arg(&list).status().unwrap().success());
+        let ask = |text: &str| {
+            let (reply, answer) = channel();
+            let commands = sluice_control::command::parse_request::<Command>(text).unwrap();
+            tx.send(Event::Ctl(Request { commands, received: Instant::now(), reply })).unwrap();
+            answer
+        };
+        let reload = ask("reload");
+        let stats = ask("stats").recv_timeout(Duration::from_secs(10)).expect("stats answered during the reload");
+        assert!(stats.contains("\"ok\":true"), "{stats}");
+        let add = ask("add blocks 192.0.2.9").recv_timeout(Duration::from_secs(10)).expect("an add answered");
+        assert!(add.contains("\"ok\":true"), "{add}");
+        assert!(reload.recv_timeout(Duration::from_millis(100)).is_err(), "the reload is still reading");
+        std::fs::write(&list, "10.0.0.1\n10.0.0.2\n").unwrap();
+        let done = reload.recv_timeout(Duration::from_secs(10)).expect("the reload answered");
+        assert!(done.contains("\"ok\":true"), "{done}");
+        assert_eq!(state.reloads_ok.load(Ordering::Relaxed), 1);
+        assert_eq!(state.lists()[0].entries, 2);
+        let test = ask("test blocks 192.0.2.9").recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(test.contains("\"match\":true"), "the add made during the reload stays: {test}");
+        tx.send(Event::Quit).unwrap();
+        t.join().unwrap();
+        assert!(published.load().generation >= 2);
     }
 }
 

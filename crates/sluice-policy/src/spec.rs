@@ -154,6 +154,9 @@ pub enum LoadError {
          e.g. `drop saddr @{0}`"
     )]
     NoFeedSet(String),
+    /// The thread reading the files ended without an answer (it panicked).
+    #[error("the thread reading the files ended without an answer")]
+    Interrupted,
     #[error(
         "set `{0}` is filled by a feed, so it must be `set {0} dynamic` (runtime entries of a list's set \
          are dropped at every reload)"
