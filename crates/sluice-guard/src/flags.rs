@@ -5,7 +5,7 @@
 use crate::block_forward;
 use crate::service::Services;
 use crate::timeouts::ms;
-use crate::{BlockAction, Config, Limits, MinRate, RespCodeBlock, Timeouts};
+use crate::{BlockAction, Config, Limits, Listener, MinRate, RespCodeBlock, Serve, Timeouts};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use sluice_control::lapi::LapiTlsFlags;
 use sluice_control::product::{metrics_addr, Usage};
@@ -18,9 +18,20 @@ use std::time::Duration;
 /// Every flag of `sluice http-guard` but `--config` and `--json`.
 #[derive(clap::Args, Debug)]
 pub struct GuardFlags {
-    /// Address to listen on (port 0: any free port; the bound one is printed on stderr).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8081")]
-    pub listen: SocketAddr,
+    /// Address to serve the site on: TLS when --tls-cert is given, else plain
+    /// HTTP; repeat for more (port 0: any free port; the bound one is printed
+    /// on stderr). Default 127.0.0.1:8081, unless --listen-plain is given.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Vec<SocketAddr>,
+    /// Address to serve the site on in plain HTTP, beside the TLS --listen
+    /// ones (repeatable): the same limits, the same upstream.
+    #[arg(long, value_name = "ADDR")]
+    pub listen_plain: Vec<SocketAddr>,
+    /// Address answering every plain HTTP request with a 308 to its https URL
+    /// (the Host's name, the first TLS --listen's port unless 443, the path
+    /// and query); no Host: 400. Limits apply; nothing goes upstream. Repeatable.
+    #[arg(long, value_name = "ADDR")]
+    pub redirect_https: Vec<SocketAddr>,
     /// The server to protect (requests are forwarded over keep-alive pools, one per thread).
     #[arg(long, value_name = "ADDR")]
     pub upstream: SocketAddr,
@@ -223,8 +234,21 @@ impl GuardFlags {
         let a = self;
         // A flag that makes no sense without another is the command line's
         // fault (exit 2), said before anything starts.
-        if !a.allow_remote && !a.listen.ip().is_loopback() {
-            let msg = format!("--listen {}: not a loopback address (pass --allow-remote to serve it)", a.listen);
+        let mut listen = a.listen.clone();
+        if listen.is_empty() && a.listen_plain.is_empty() {
+            listen.push(SocketAddr::from(([127, 0, 0, 1], 8081)));
+        }
+        let listeners: Vec<Listener> = (listen.iter().map(|&l| Listener::new(l, Serve::Main)))
+            .chain(a.listen_plain.iter().map(|&l| Listener::new(l, Serve::Plain)))
+            .chain(a.redirect_https.iter().map(|&l| Listener::new(l, Serve::RedirectHttps)))
+            .collect();
+        if let Some(l) = listeners.iter().find(|l| !a.allow_remote && !l.addr.ip().is_loopback()) {
+            let flag = match l.serve {
+                Serve::Main => "--listen",
+                Serve::Plain => "--listen-plain",
+                Serve::RedirectHttps => "--redirect-https",
+            };
+            let msg = format!("{flag} {}: not a loopback address (pass --allow-remote to serve it)", l.addr);
             return Err(Usage(msg).into());
         }
         let (login, password_file, tls) = (a.crowdsec_login, a.crowdsec_password_file, a.lapi_tls.lapi_tls());
@@ -252,7 +276,7 @@ impl GuardFlags {
         let metrics = a.metrics.as_deref().map(|m| metrics_addr(m, false)).transpose()?;
         let services = Services { targets, metrics, control: a.control.access()?, duration: a.duration };
         let config = Config {
-            listen: a.listen,
+            listeners,
             upstream: a.upstream,
             threads: a.threads,
             limits,

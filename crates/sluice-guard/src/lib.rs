@@ -67,9 +67,39 @@ pub enum BlockAction {
     Reset,
 }
 
+/// What a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Serve {
+    /// The guarded site, over TLS when the guard has certificates
+    /// (`--listen`, as it always was).
+    Main,
+    /// The guarded site in plain HTTP, certificates or not (`--listen-plain`).
+    Plain,
+    /// Plain HTTP answering every request with a 308 to its https URL,
+    /// nothing forwarded (`--redirect-https`).
+    RedirectHttps,
+}
+
+/// One address the guard accepts on, and what it serves there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listener {
+    pub addr: SocketAddr,
+    pub serve: Serve,
+}
+
+impl Listener {
+    pub fn new(addr: SocketAddr, serve: Serve) -> Listener {
+        Listener { addr, serve }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Config {
-    pub listen: SocketAddr,
+    /// Every listener, served by every thread's loop (each thread binds
+    /// its own SO_REUSEPORT socket to each address); the first is the one
+    /// [`Guard::local_addr`] names.
+    pub listeners: Vec<Listener>,
     pub upstream: SocketAddr,
     pub threads: usize,
     pub limits: Limits,
@@ -104,7 +134,7 @@ pub struct Config {
     pub block_file: Option<PathBuf>,
     pub max_clients: usize,
     pub max_head: usize,
-    /// Without it the listen and upstream addresses must be loopback.
+    /// Without it the listeners and the upstream must be loopback.
     pub allow_remote: bool,
     pub pin: bool,
     /// Keep new blocks for [`Table::take_blocks`] (something forwards them).
@@ -140,9 +170,10 @@ pub struct Config {
 }
 
 impl Config {
+    /// A guard of one [`Serve::Main`] listener at `listen`.
     pub fn new(listen: SocketAddr, upstream: SocketAddr) -> Config {
         Config {
-            listen,
+            listeners: vec![Listener::new(listen, Serve::Main)],
             upstream,
             threads: 1,
             limits: Limits::default(),
@@ -409,10 +440,15 @@ impl Shared {
     }
 }
 
+/// The most listeners a guard takes (each costs a socket per thread).
+pub const MAX_LISTENERS: usize = 64;
+
 /// Bound and ready; nothing is accepted until [`Guard::start`].
 pub struct Guard {
-    listeners: Vec<std::net::TcpListener>,
-    addr: SocketAddr,
+    /// Per thread, a socket for each of `bound`.
+    sockets: Vec<Vec<std::net::TcpListener>>,
+    /// The listeners with the addresses bound (a port 0 resolved).
+    bound: Vec<Listener>,
     config: Config,
     tls: Option<Arc<tls::TlsStore>>,
     ja4_block: Option<Arc<ja4list::Ja4Block>>,
@@ -420,7 +456,10 @@ pub struct Guard {
 
 impl Guard {
     pub fn bind(config: Config) -> Result<Guard, GuardError> {
-        for a in [config.listen, config.upstream] {
+        if config.listeners.is_empty() || config.listeners.len() > MAX_LISTENERS {
+            return Err(GuardError::BadLimit(format!("between 1 and {MAX_LISTENERS} listeners, please")));
+        }
+        for a in config.listeners.iter().map(|l| l.addr).chain([config.upstream]) {
             if !config.allow_remote && !a.ip().is_loopback() {
                 return Err(GuardError::NotLoopback(a));
             }
@@ -460,25 +499,43 @@ impl Guard {
             .map(|p| ja4list::Ja4Block::load(p).map(Arc::new))
             .transpose()
             .map_err(|e| GuardError::BadLimit(format!("--block-ja4: {e}")))?;
-        let io_err = |what: String| move |error| GuardError::Io { what, error };
-        let privileged = config.listen.port() < 1024 && config.listen.port() != 0;
-        let hint = if privileged { " (a port below 1024 needs CAP_NET_BIND_SERVICE)" } else { "" };
-        let first = sluice_tcp::reuseport_listener(config.listen).map_err(|error| {
-            let hint = if error.kind() == io::ErrorKind::PermissionDenied { hint } else { "" };
-            GuardError::Io { what: format!("binding {}{hint}", config.listen), error }
-        })?;
-        let addr = first.local_addr().map_err(io_err("reading the bound address".into()))?;
-        let mut listeners = vec![first];
-        for _ in 1..config.threads {
-            listeners.push(
-                sluice_tcp::reuseport_listener(addr).map_err(io_err(format!("binding another socket to {addr}")))?,
-            );
+        if tls.is_some() && !config.listeners.iter().any(|l| l.serve == Serve::Main) {
+            // Certificates no listener serves are a mistake, not a choice.
+            return Err(GuardError::BadLimit(
+                "--tls-cert needs a --listen to serve it (--listen-plain and --redirect-https are plain HTTP)".into(),
+            ));
         }
-        Ok(Guard { listeners, addr, config, tls, ja4_block })
+        let io_err = |what: String| move |error| GuardError::Io { what, error };
+        let mut sockets: Vec<Vec<std::net::TcpListener>> = (0..config.threads).map(|_| Vec::new()).collect();
+        let mut bound = Vec::new();
+        for l in &config.listeners {
+            let privileged = l.addr.port() < 1024 && l.addr.port() != 0;
+            let hint = if privileged { " (a port below 1024 needs CAP_NET_BIND_SERVICE)" } else { "" };
+            let first = sluice_tcp::reuseport_listener(l.addr).map_err(|error| {
+                let hint = if error.kind() == io::ErrorKind::PermissionDenied { hint } else { "" };
+                GuardError::Io { what: format!("binding {}{hint}", l.addr), error }
+            })?;
+            let addr = first.local_addr().map_err(io_err("reading the bound address".into()))?;
+            sockets[0].push(first);
+            for thread in &mut sockets[1..] {
+                thread.push(
+                    sluice_tcp::reuseport_listener(addr)
+                        .map_err(io_err(format!("binding another socket to {addr}")))?,
+                );
+            }
+            bound.push(Listener::new(addr, l.serve));
+        }
+        Ok(Guard { sockets, bound, config, tls, ja4_block })
     }
 
+    /// The first listener's address (the port chosen, when 0 was asked).
     pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+        self.bound[0].addr
+    }
+
+    /// Every listener, with the address bound.
+    pub fn listeners(&self) -> &[Listener] {
+        &self.bound
     }
 
     /// Spawn the loops and the block publisher.
@@ -535,16 +592,20 @@ impl Guard {
         };
         let cpus = sluice_cpus::available_cpus();
         let mut handles = Vec::new();
-        for (i, listener) in self.listeners.into_iter().enumerate() {
+        let https_port = https_port(&self.bound, shared.tls.is_some());
+        for (i, sockets) in self.sockets.into_iter().enumerate() {
             let (config, shared, stop) = (config.clone(), shared.clone(), stop.clone());
+            let serves: Vec<Serve> = self.bound.iter().map(|l| l.serve).collect();
             let h = std::thread::Builder::new()
                 .name(format!("guard-{i}"))
                 .spawn(move || {
                     if config.pin {
                         let _ = sluice_cpus::pin_current_thread(i % cpus);
                     }
-                    let listener = mio::net::TcpListener::from_std(listener);
-                    proxy::Worker::new(listener, &config, &shared, &shared.threads[i])?.run(&stop)
+                    let listeners =
+                        sockets.into_iter().map(mio::net::TcpListener::from_std).zip(serves).collect::<Vec<_>>();
+                    let n = &shared.threads[i];
+                    proxy::Worker::new(listeners, https_port, &config, &shared, n)?.run(&stop)
                 })
                 .map_err(spawn_err)?;
             handles.push(h);
@@ -589,6 +650,12 @@ impl GuardThreads {
             .map_err(|error| GuardError::Io { what: "writing the block file".into(), error })?;
         Ok(self.shared.report())
     }
+}
+
+/// The port a redirect to https names: the first TLS listener's (as
+/// bound), else 443 (TLS is terminated by another guard, or in front).
+fn https_port(bound: &[Listener], tls: bool) -> u16 {
+    bound.iter().find(|l| tls && l.serve == Serve::Main).map_or(443, |l| l.addr.port())
 }
 
 /// Open client connections allowed when `--max-connections` is not given:
