@@ -141,6 +141,13 @@ pub struct GuardFlags {
     /// connections are closed and new ones refused at accept.
     #[arg(long, value_name = "SECONDS")]
     pub ip_block: Option<u64>,
+    /// The breach score that blocks (1..=255; 1: every breach blocks): a
+    /// mistake (405, 414, no Host, a timeout...) is a point, leaking one a
+    /// minute; a rate, a smuggling attempt or a listed JA4 blocks at once
+    /// (docs/http-guard.md, "Breach scores").
+    #[arg(long, value_name = "N", default_value_t = crate::DEFAULT_IP_BLOCK_AFTER,
+        value_parser = clap::value_parser!(u8).range(1..), requires = "ip_block")]
+    pub ip_block_after: u8,
     /// Publish the blocks here as `ipset save` lines (atomic rewrites, a few per second at most).
     #[arg(long, value_name = "FILE", requires = "ip_block")]
     pub block_file: Option<PathBuf>,
@@ -301,6 +308,7 @@ impl GuardFlags {
             },
             action: a.block_action,
             ip_block: a.ip_block,
+            ip_block_after: a.ip_block_after,
             block_file: a.block_file,
             max_clients: a.max_clients,
             max_head: a.max_head.max(64),
@@ -319,5 +327,47 @@ impl GuardFlags {
             safety,
         };
         Ok((config, services))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        guard: GuardFlags,
+    }
+
+    fn config(args: &[&str]) -> anyhow::Result<Config> {
+        let cli = Cli::try_parse_from([&["http-guard", "--upstream", "127.0.0.1:9"], args].concat())?;
+        Ok(cli.guard.config()?.0)
+    }
+
+    #[test]
+    fn listeners_default_repeat_and_say_what_they_serve() {
+        let one = |addr: &str, serve| Listener::new(addr.parse().unwrap(), serve);
+        assert_eq!(config(&[]).unwrap().listeners, [one("127.0.0.1:8081", Serve::Main)]);
+        let c = config(&["--listen", "127.0.0.1:443", "--listen", "[::1]:443", "--redirect-https", "127.0.0.1:80"]);
+        let want = [
+            one("127.0.0.1:443", Serve::Main),
+            one("[::1]:443", Serve::Main),
+            one("127.0.0.1:80", Serve::RedirectHttps),
+        ];
+        assert_eq!(c.unwrap().listeners, want);
+        // --listen-plain alone: no default --listen beside it.
+        assert_eq!(config(&["--listen-plain", "127.0.0.1:80"]).unwrap().listeners, [one("127.0.0.1:80", Serve::Plain)]);
+        let e = config(&["--redirect-https", "0.0.0.0:80"]).unwrap_err().to_string();
+        assert!(e.contains("--redirect-https 0.0.0.0:80: not a loopback address"), "{e}");
+    }
+
+    #[test]
+    fn ip_block_after_needs_ip_block_and_defaults_to_5() {
+        assert_eq!(config(&["--ip-block", "60"]).unwrap().ip_block_after, 5);
+        assert_eq!(config(&["--ip-block", "60", "--ip-block-after", "1"]).unwrap().ip_block_after, 1);
+        assert!(config(&["--ip-block-after", "3"]).is_err(), "without --ip-block");
+        assert!(config(&["--ip-block", "60", "--ip-block-after", "0"]).is_err());
     }
 }

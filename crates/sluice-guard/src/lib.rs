@@ -43,7 +43,7 @@ pub mod tls;
 
 mod proxy;
 
-pub use limits::{Limit, Limits, RespCodeBlock};
+pub use limits::{Limit, Limits, RespCodeBlock, Weight};
 pub use net::{ClientNet, KeyPrefixes};
 pub use table::{BlockEvent, ClientRow, NewBlock, Table};
 pub use timeouts::{MinRate, Timeouts};
@@ -131,6 +131,10 @@ pub struct Config {
     pub action: BlockAction,
     /// Block a breaching address for this many seconds (0: until restart); `None`: no IP blocks.
     pub ip_block: Option<u64>,
+    /// The breach score that blocks an address: each breach adds its
+    /// limit's points (`Limit::weight`), or blocks at once (1: every
+    /// breach blocks, as before scores).
+    pub ip_block_after: u8,
     pub block_file: Option<PathBuf>,
     pub max_clients: usize,
     pub max_head: usize,
@@ -184,6 +188,7 @@ impl Config {
             upgrade_protocols: vec!["websocket".into()],
             action: BlockAction::Reply,
             ip_block: None,
+            ip_block_after: DEFAULT_IP_BLOCK_AFTER,
             block_file: None,
             max_clients: 1_000_000,
             max_head: 16 << 10,
@@ -203,6 +208,12 @@ impl Config {
         }
     }
 }
+
+/// `--ip-block-after`'s default: a real user's mistakes (a mistyped URL
+/// answered 405 or 414, a form posted twice, a stalled phone) come one or
+/// two at a time, and a point leaks away each minute; a scanner's come by
+/// the dozen a minute. Five is past the first and well short of the second.
+pub const DEFAULT_IP_BLOCK_AFTER: u8 = 5;
 
 /// `--buffer-size`'s default: HAProxy's `tune.bufsize` is 16 KiB per
 /// direction; 32 KiB holds a whole response head (16 KiB at most) with
@@ -474,6 +485,9 @@ impl Guard {
         }
         if config.threads == 0 {
             return Err(GuardError::BadLimit("--threads must be at least 1".into()));
+        }
+        if config.ip_block_after == 0 {
+            return Err(GuardError::BadLimit("--ip-block-after must be 1..=255".into()));
         }
         if !(1..=MAX_PIPELINE).contains(&config.upstream_pipeline) {
             return Err(GuardError::BadLimit(format!("--upstream-pipeline must be 1..={MAX_PIPELINE}")));
