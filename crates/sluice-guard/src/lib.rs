@@ -68,8 +68,7 @@ pub enum BlockAction {
 }
 
 /// What a listener serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Serve {
     /// The guarded site, over TLS when the guard has certificates
     /// (`--listen`, as it always was).
@@ -682,4 +681,18 @@ pub fn default_max_connections() -> usize {
         line.split_whitespace().nth(3)?.parse::<usize>().ok()
     });
     soft.map_or(1024, |n| (n.saturating_sub(256) / 2).max(16))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redirects_name_the_first_tls_listeners_port_else_443() {
+        let l = |port, serve| Listener::new(SocketAddr::from(([127, 0, 0, 1], port)), serve);
+        let bound = [l(80, Serve::RedirectHttps), l(8080, Serve::Plain), l(8443, Serve::Main), l(9443, Serve::Main)];
+        assert_eq!(https_port(&bound, true), 8443);
+        assert_eq!(https_port(&bound, false), 443, "no certificates: --listen is plain, TLS is elsewhere");
+        assert_eq!(https_port(&bound[..2], true), 443);
+    }
 }
