@@ -230,6 +230,11 @@ pub fn https_location(target: &str, host: Option<&[u8]>, port: u16) -> Option<St
         let cut = rest.find(['/', '?']).unwrap_or(rest.len());
         (&rest.as_bytes()[..cut], &rest[cut..])
     };
+    // The parser lets no such byte into a target; a Location must not
+    // carry one whoever calls this.
+    if !path.bytes().all(|b| (0x21..0x7f).contains(&b)) {
+        return None;
+    }
     let host = host_of(authority)?;
     let port = if port == 443 { String::new() } else { format!(":{port}") };
     let slash = if path.starts_with('/') { "" } else { "/" };
@@ -239,6 +244,34 @@ pub fn https_location(target: &str, host: Option<&[u8]>, port: u16) -> Option<St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// Whatever a client sends, a Location is one header value (no
+        /// control byte, space or non-ASCII) naming the https URL of the
+        /// host it gave, never another one: its authority ends at the
+        /// first `/` and holds no `@` or `\`.
+        #[test]
+        fn a_location_names_only_the_host_sent(
+            target in "(/|https?://|[a-z*])[ -~]{0,20}",
+            host in proptest::option::of("[a-f0-9.:@/\\\\\\[\\]%~ \u{e9}-]{0,16}"),
+            port in 1u16..,
+        ) {
+            if let Some(l) = https_location(&target, host.as_deref().map(str::as_bytes), port) {
+                proptest::prop_assert!(l.bytes().all(|b| (0x21..0x7f).contains(&b)), "{l:?}");
+                let rest = l.strip_prefix("https://").expect("https");
+                let authority = &rest[..rest.find('/').expect("a path")];
+                proptest::prop_assert!(!authority.contains(['@', '\\', '?', '#']), "{l:?}");
+                let name = if authority.starts_with('[') { &authority[..=authority.find(']').unwrap()] } else {
+                    authority.split(':').next().unwrap()
+                };
+                let sent = match target.starts_with('/') {
+                    true => host.unwrap(),
+                    false => target.split_once("://").unwrap().1.to_owned(),
+                };
+                proptest::prop_assert!(sent.starts_with(name), "{l:?} from {sent:?}");
+            }
+        }
+    }
 
     #[test]
     fn https_locations_keep_the_path_and_name_only_a_host() {
