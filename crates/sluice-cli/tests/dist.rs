@@ -1,6 +1,7 @@
 //! The configs shipped in dist/etc start as shipped (`--config`), only the
 //! ports and run-time paths moved so a test can own them: the guard's
-//! site.toml in front of a real upstream, serving a request; the bridge's
+//! site.toml in front of a real upstream, serving a request over TLS and
+//! redirecting a plain one to it; the bridge's
 //! edge.toml on veths named as it names them (eth1, eth2), and the shield's
 //! host.toml on a veth named eth0, each in a namespace of the test's own
 //! (root; SKIPPED without, a failure under `SLUICE_REQUIRE_LIVE=1`).
@@ -36,27 +37,42 @@ fn the_shipped_guard_config_starts_and_serves() {
     // (killed at the end)
     let upstream = up.addr.to_string();
     let config = dist("site.toml");
-    // As shipped (a non-loopback listen address among them), but any free
-    // port, and the upstream and metrics this test owns.
+    let testdata = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sluice-guard/src/testdata");
+    let (cert, key, ca) =
+        (testdata.join("tls-a.test.pem"), testdata.join("tls-a.test.key"), testdata.join("tls-ca.pem"));
+    // As shipped (non-loopback listen addresses among them: TLS and a
+    // redirect to it), but any free ports, the test's certificate, and the
+    // upstream and metrics this test owns.
     let mut g = Command::new(SLUICE)
         .args(["http-guard", "--config", config.to_str().unwrap()])
-        .args(["--listen", "0.0.0.0:0", "--upstream", &upstream, "--metrics", "127.0.0.1:0", "--duration", "3"])
+        .args(["--listen", "0.0.0.0:0", "--redirect-https", "0.0.0.0:0", "--upstream", &upstream])
+        .args(["--tls-cert", cert.to_str().unwrap(), "--tls-key", key.to_str().unwrap()])
+        .args(["--metrics", "127.0.0.1:0", "--duration", "3"])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(g.stderr.take().unwrap()).lines();
-    let addr = loop {
+    let mut addr = |prefix: &str| loop {
         let line = lines.next().expect("the guard ended before it was guarding").unwrap();
-        if let Some(a) = message(&line).strip_prefix("guarding on ") {
+        if let Some(a) = message(&line).strip_prefix(prefix) {
             break a.trim().parse::<std::net::SocketAddr>().unwrap();
         }
     };
-    let mut s = TcpStream::connect(("127.0.0.1", addr.port())).unwrap();
+    let (tls, redirect) = (addr("guarding on "), addr("redirecting to https on "));
+    let out = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5", "--cacert", ca.to_str().unwrap()])
+        .args(["--resolve", &format!("a.test:{}:127.0.0.1", tls.port())])
+        .arg(format!("https://a.test:{}/", tls.port()))
+        .output()
+        .expect("curl");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200", "{out:?}");
+    let mut s = TcpStream::connect(("127.0.0.1", redirect.port())).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").unwrap();
+    s.write_all(b"GET /p?q HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n").unwrap();
     let mut got = String::new();
     s.read_to_string(&mut got).unwrap();
-    assert!(got.starts_with("HTTP/1.1 200 "), "{got}");
+    assert!(got.starts_with("HTTP/1.1 308 "), "{got}");
+    assert!(got.contains(&format!("\r\nLocation: https://a.test:{}/p?q\r\n", tls.port())), "{got}");
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let status = g.wait().unwrap();
     let mut up = up;

@@ -5,7 +5,7 @@
 use crate::block_forward;
 use crate::service::Services;
 use crate::timeouts::ms;
-use crate::{BlockAction, Config, Limits, MinRate, RespCodeBlock, Timeouts};
+use crate::{BlockAction, Config, Limits, Listener, MinRate, RespCodeBlock, Serve, Timeouts};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use sluice_control::lapi::LapiTlsFlags;
 use sluice_control::product::{metrics_addr, Usage};
@@ -18,9 +18,20 @@ use std::time::Duration;
 /// Every flag of `sluice http-guard` but `--config` and `--json`.
 #[derive(clap::Args, Debug)]
 pub struct GuardFlags {
-    /// Address to listen on (port 0: any free port; the bound one is printed on stderr).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8081")]
-    pub listen: SocketAddr,
+    /// Address to serve the site on: TLS when --tls-cert is given, else plain
+    /// HTTP; repeat for more (port 0: any free port; the bound one is printed
+    /// on stderr). Default 127.0.0.1:8081, unless --listen-plain is given.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Vec<SocketAddr>,
+    /// Address to serve the site on in plain HTTP, beside the TLS --listen
+    /// ones (repeatable): the same limits, the same upstream.
+    #[arg(long, value_name = "ADDR")]
+    pub listen_plain: Vec<SocketAddr>,
+    /// Address answering every plain HTTP request with a 308 to its https URL
+    /// (the Host's name, the first TLS --listen's port unless 443, the path
+    /// and query); no Host: 400. Limits apply; nothing goes upstream. Repeatable.
+    #[arg(long, value_name = "ADDR")]
+    pub redirect_https: Vec<SocketAddr>,
     /// The server to protect (requests are forwarded over keep-alive pools, one per thread).
     #[arg(long, value_name = "ADDR")]
     pub upstream: SocketAddr,
@@ -130,6 +141,13 @@ pub struct GuardFlags {
     /// connections are closed and new ones refused at accept.
     #[arg(long, value_name = "SECONDS")]
     pub ip_block: Option<u64>,
+    /// The breach score that blocks (1..=255; 1: every breach blocks): a
+    /// mistake (405, 414, no Host, a timeout...) is a point, leaking one a
+    /// minute; a rate, a smuggling attempt or a listed JA4 blocks at once
+    /// (docs/http-guard.md, "Breach scores").
+    #[arg(long, value_name = "N", default_value_t = crate::DEFAULT_IP_BLOCK_AFTER,
+        value_parser = clap::value_parser!(u8).range(1..), requires = "ip_block")]
+    pub ip_block_after: u8,
     /// Publish the blocks here as `ipset save` lines (atomic rewrites, a few per second at most).
     #[arg(long, value_name = "FILE", requires = "ip_block")]
     pub block_file: Option<PathBuf>,
@@ -223,8 +241,21 @@ impl GuardFlags {
         let a = self;
         // A flag that makes no sense without another is the command line's
         // fault (exit 2), said before anything starts.
-        if !a.allow_remote && !a.listen.ip().is_loopback() {
-            let msg = format!("--listen {}: not a loopback address (pass --allow-remote to serve it)", a.listen);
+        let mut listen = a.listen.clone();
+        if listen.is_empty() && a.listen_plain.is_empty() {
+            listen.push(SocketAddr::from(([127, 0, 0, 1], 8081)));
+        }
+        let listeners: Vec<Listener> = (listen.iter().map(|&l| Listener::new(l, Serve::Main)))
+            .chain(a.listen_plain.iter().map(|&l| Listener::new(l, Serve::Plain)))
+            .chain(a.redirect_https.iter().map(|&l| Listener::new(l, Serve::RedirectHttps)))
+            .collect();
+        if let Some(l) = listeners.iter().find(|l| !a.allow_remote && !l.addr.ip().is_loopback()) {
+            let flag = match l.serve {
+                Serve::Main => "--listen",
+                Serve::Plain => "--listen-plain",
+                Serve::RedirectHttps => "--redirect-https",
+            };
+            let msg = format!("{flag} {}: not a loopback address (pass --allow-remote to serve it)", l.addr);
             return Err(Usage(msg).into());
         }
         let (login, password_file, tls) = (a.crowdsec_login, a.crowdsec_password_file, a.lapi_tls.lapi_tls());
@@ -252,7 +283,7 @@ impl GuardFlags {
         let metrics = a.metrics.as_deref().map(|m| metrics_addr(m, false)).transpose()?;
         let services = Services { targets, metrics, control: a.control.access()?, duration: a.duration };
         let config = Config {
-            listen: a.listen,
+            listeners,
             upstream: a.upstream,
             threads: a.threads,
             limits,
@@ -277,6 +308,7 @@ impl GuardFlags {
             },
             action: a.block_action,
             ip_block: a.ip_block,
+            ip_block_after: a.ip_block_after,
             block_file: a.block_file,
             max_clients: a.max_clients,
             max_head: a.max_head.max(64),
@@ -295,5 +327,47 @@ impl GuardFlags {
             safety,
         };
         Ok((config, services))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        guard: GuardFlags,
+    }
+
+    fn config(args: &[&str]) -> anyhow::Result<Config> {
+        let cli = Cli::try_parse_from([&["http-guard", "--upstream", "127.0.0.1:9"], args].concat())?;
+        Ok(cli.guard.config()?.0)
+    }
+
+    #[test]
+    fn listeners_default_repeat_and_say_what_they_serve() {
+        let one = |addr: &str, serve| Listener::new(addr.parse().unwrap(), serve);
+        assert_eq!(config(&[]).unwrap().listeners, [one("127.0.0.1:8081", Serve::Main)]);
+        let c = config(&["--listen", "127.0.0.1:443", "--listen", "[::1]:443", "--redirect-https", "127.0.0.1:80"]);
+        let want = [
+            one("127.0.0.1:443", Serve::Main),
+            one("[::1]:443", Serve::Main),
+            one("127.0.0.1:80", Serve::RedirectHttps),
+        ];
+        assert_eq!(c.unwrap().listeners, want);
+        // --listen-plain alone: no default --listen beside it.
+        assert_eq!(config(&["--listen-plain", "127.0.0.1:80"]).unwrap().listeners, [one("127.0.0.1:80", Serve::Plain)]);
+        let e = config(&["--redirect-https", "0.0.0.0:80"]).unwrap_err().to_string();
+        assert!(e.contains("--redirect-https 0.0.0.0:80: not a loopback address"), "{e}");
+    }
+
+    #[test]
+    fn ip_block_after_needs_ip_block_and_defaults_to_5() {
+        assert_eq!(config(&["--ip-block", "60"]).unwrap().ip_block_after, 5);
+        assert_eq!(config(&["--ip-block", "60", "--ip-block-after", "1"]).unwrap().ip_block_after, 1);
+        assert!(config(&["--ip-block-after", "3"]).is_err(), "without --ip-block");
+        assert!(config(&["--ip-block", "60", "--ip-block-after", "0"]).is_err());
     }
 }

@@ -156,6 +156,13 @@ impl RequestFramer {
         crate::forwarded::client(values, peer, trusted)
     }
 
+    /// The https URL a complete head in `buf` asks for, at `port` (see
+    /// [`https_location`]); `None` when it names no host to send it to.
+    pub fn https_location(&self, buf: &[u8], port: u16) -> Option<String> {
+        let h = self.parser.head(buf)?;
+        https_location(h.target, h.host(), port)
+    }
+
     /// Body bytes of this request so far.
     pub fn body_len(&self) -> u64 {
         self.parser.body_len()
@@ -179,9 +186,119 @@ impl RequestFramer {
     }
 }
 
+/// A host and an optional port as a `Host` header (or an absolute
+/// target's authority) gives them: the host, if it is one. A Location is
+/// built from it, so only what a host can be passes (a name's letters,
+/// digits, `-._~%`, or a bracketed IPv6 literal); a `/`, `@` or `\` would
+/// send the client elsewhere than it asked.
+fn host_of(authority: &[u8]) -> Option<&str> {
+    let authority = std::str::from_utf8(authority).ok()?;
+    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
+        let end = rest.find(']')?;
+        let (literal, after) = (&rest[..end], &rest[end + 1..]);
+        if literal.is_empty() || !literal.bytes().all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.') {
+            return None;
+        }
+        (&authority[..end + 2], after.strip_prefix(':').or(after.is_empty().then_some(""))?)
+    } else {
+        let (host, port) = authority.split_once(':').unwrap_or((authority, ""));
+        let name = |b: u8| b.is_ascii_alphanumeric() || b"-._~%".contains(&b);
+        if host.is_empty() || !host.bytes().all(name) {
+            return None;
+        }
+        (host, port)
+    };
+    let port_ok = port.len() <= 5 && port.bytes().all(|b| b.is_ascii_digit());
+    (port_ok && host.len() <= 255).then_some(host)
+}
+
+/// `--redirect-https`: the https URL of a request for `target` carrying
+/// `host` (its `Host` header): the same host without its port (at `port`
+/// unless that is 443), the same path and query. An absolute target names
+/// its own host (RFC 9112, section 3.2.2). `None`: no host to name (none,
+/// an empty or malformed one, or a target of another form: `*`, CONNECT's
+/// authority).
+pub fn https_location(target: &str, host: Option<&[u8]>, port: u16) -> Option<String> {
+    let (authority, path) = if target.starts_with('/') {
+        (host?, target)
+    } else {
+        let scheme_end = target.find("://")?;
+        if !["http", "https"].iter().any(|s| target[..scheme_end].eq_ignore_ascii_case(s)) {
+            return None;
+        }
+        let rest = &target[scheme_end + 3..];
+        let cut = rest.find(['/', '?']).unwrap_or(rest.len());
+        (&rest.as_bytes()[..cut], &rest[cut..])
+    };
+    // The parser lets no such byte into a target; a Location must not
+    // carry one whoever calls this.
+    if !path.bytes().all(|b| (0x21..0x7f).contains(&b)) {
+        return None;
+    }
+    let host = host_of(authority)?;
+    let port = if port == 443 { String::new() } else { format!(":{port}") };
+    let slash = if path.starts_with('/') { "" } else { "/" };
+    Some(format!("https://{host}{port}{slash}{path}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// Whatever a client sends, a Location is one header value (no
+        /// control byte, space or non-ASCII) naming the https URL of the
+        /// host it gave, never another one: its authority ends at the
+        /// first `/` and holds no `@` or `\`.
+        #[test]
+        fn a_location_names_only_the_host_sent(
+            target in "(/|https?://|[a-z*])[ -~]{0,20}",
+            host in proptest::option::of("[a-f0-9.:@/\\\\\\[\\]%~ \u{e9}-]{0,16}"),
+            port in 1u16..,
+        ) {
+            if let Some(l) = https_location(&target, host.as_deref().map(str::as_bytes), port) {
+                proptest::prop_assert!(l.bytes().all(|b| (0x21..0x7f).contains(&b)), "{l:?}");
+                let rest = l.strip_prefix("https://").expect("https");
+                let authority = &rest[..rest.find('/').expect("a path")];
+                proptest::prop_assert!(!authority.contains(['@', '\\', '?', '#']), "{l:?}");
+                let name = if authority.starts_with('[') { &authority[..=authority.find(']').unwrap()] } else {
+                    authority.split(':').next().unwrap()
+                };
+                let sent = match target.starts_with('/') {
+                    true => host.unwrap(),
+                    false => target.split_once("://").unwrap().1.to_owned(),
+                };
+                proptest::prop_assert!(sent.starts_with(name), "{l:?} from {sent:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn https_locations_keep_the_path_and_name_only_a_host() {
+        let at = |target: &str, host: Option<&str>, port| https_location(target, host.map(str::as_bytes), port);
+        assert_eq!(at("/a/b?c=d&e", Some("example.org"), 443).as_deref(), Some("https://example.org/a/b?c=d&e"));
+        assert_eq!(at("/", Some("example.org:80"), 8443).as_deref(), Some("https://example.org:8443/"));
+        assert_eq!(at("/x", Some("[2001:db8::1]:8080"), 443).as_deref(), Some("https://[2001:db8::1]/x"));
+        assert_eq!(at("/x", Some("[::1]"), 443).as_deref(), Some("https://[::1]/x"));
+        assert_eq!(at("http://a.test:80/p?q", Some("b.test"), 443).as_deref(), Some("https://a.test/p?q"));
+        assert_eq!(at("HTTP://a.test?q", None, 443).as_deref(), Some("https://a.test/?q"));
+        for (target, host) in [
+            ("/", None),
+            ("/", Some("")),
+            ("/", Some(":80")),
+            ("/", Some("evil.test/x")),
+            ("/", Some("user@evil.test")),
+            ("/", Some("a.test:8o")),
+            ("/", Some("[::1")),
+            ("/", Some("[::1]x")),
+            ("/", Some("a b")),
+            ("*", Some("a.test")),
+            ("a.test:443", Some("a.test")),
+            ("ftp://a.test/", Some("a.test")),
+        ] {
+            assert_eq!(at(target, host, 443), None, "{target} {host:?}");
+        }
+    }
 
     fn head(raw: &[u8], limits: &Limits) -> Result<Option<HeadInfo>, Refusal> {
         let mut f = RequestFramer::new(16 << 10);

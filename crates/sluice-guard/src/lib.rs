@@ -43,7 +43,7 @@ pub mod tls;
 
 mod proxy;
 
-pub use limits::{Limit, Limits, RespCodeBlock};
+pub use limits::{Limit, Limits, RespCodeBlock, Weight};
 pub use net::{ClientNet, KeyPrefixes};
 pub use table::{BlockEvent, ClientRow, NewBlock, Table};
 pub use timeouts::{MinRate, Timeouts};
@@ -67,9 +67,38 @@ pub enum BlockAction {
     Reset,
 }
 
+/// What a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Serve {
+    /// The guarded site, over TLS when the guard has certificates
+    /// (`--listen`, as it always was).
+    Main,
+    /// The guarded site in plain HTTP, certificates or not (`--listen-plain`).
+    Plain,
+    /// Plain HTTP answering every request with a 308 to its https URL,
+    /// nothing forwarded (`--redirect-https`).
+    RedirectHttps,
+}
+
+/// One address the guard accepts on, and what it serves there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listener {
+    pub addr: SocketAddr,
+    pub serve: Serve,
+}
+
+impl Listener {
+    pub fn new(addr: SocketAddr, serve: Serve) -> Listener {
+        Listener { addr, serve }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Config {
-    pub listen: SocketAddr,
+    /// Every listener, served by every thread's loop (each thread binds
+    /// its own SO_REUSEPORT socket to each address); the first is the one
+    /// [`Guard::local_addr`] names.
+    pub listeners: Vec<Listener>,
     pub upstream: SocketAddr,
     pub threads: usize,
     pub limits: Limits,
@@ -101,10 +130,14 @@ pub struct Config {
     pub action: BlockAction,
     /// Block a breaching address for this many seconds (0: until restart); `None`: no IP blocks.
     pub ip_block: Option<u64>,
+    /// The breach score that blocks an address: each breach adds its
+    /// limit's points (`Limit::weight`), or blocks at once (1: every
+    /// breach blocks, as before scores).
+    pub ip_block_after: u8,
     pub block_file: Option<PathBuf>,
     pub max_clients: usize,
     pub max_head: usize,
-    /// Without it the listen and upstream addresses must be loopback.
+    /// Without it the listeners and the upstream must be loopback.
     pub allow_remote: bool,
     pub pin: bool,
     /// Keep new blocks for [`Table::take_blocks`] (something forwards them).
@@ -140,9 +173,10 @@ pub struct Config {
 }
 
 impl Config {
+    /// A guard of one [`Serve::Main`] listener at `listen`.
     pub fn new(listen: SocketAddr, upstream: SocketAddr) -> Config {
         Config {
-            listen,
+            listeners: vec![Listener::new(listen, Serve::Main)],
             upstream,
             threads: 1,
             limits: Limits::default(),
@@ -153,6 +187,7 @@ impl Config {
             upgrade_protocols: vec!["websocket".into()],
             action: BlockAction::Reply,
             ip_block: None,
+            ip_block_after: DEFAULT_IP_BLOCK_AFTER,
             block_file: None,
             max_clients: 1_000_000,
             max_head: 16 << 10,
@@ -172,6 +207,12 @@ impl Config {
         }
     }
 }
+
+/// `--ip-block-after`'s default: a real user's mistakes (a mistyped URL
+/// answered 405 or 414, a form posted twice, a stalled phone) come one or
+/// two at a time, and a point leaks away each minute; a scanner's come by
+/// the dozen a minute. Five is past the first and well short of the second.
+pub const DEFAULT_IP_BLOCK_AFTER: u8 = 5;
 
 /// `--buffer-size`'s default: HAProxy's `tune.bufsize` is 16 KiB per
 /// direction; 32 KiB holds a whole response head (16 KiB at most) with
@@ -409,10 +450,15 @@ impl Shared {
     }
 }
 
+/// The most listeners a guard takes (each costs a socket per thread).
+pub const MAX_LISTENERS: usize = 64;
+
 /// Bound and ready; nothing is accepted until [`Guard::start`].
 pub struct Guard {
-    listeners: Vec<std::net::TcpListener>,
-    addr: SocketAddr,
+    /// Per thread, a socket for each of `bound`.
+    sockets: Vec<Vec<std::net::TcpListener>>,
+    /// The listeners with the addresses bound (a port 0 resolved).
+    bound: Vec<Listener>,
     config: Config,
     tls: Option<Arc<tls::TlsStore>>,
     ja4_block: Option<Arc<ja4list::Ja4Block>>,
@@ -420,7 +466,10 @@ pub struct Guard {
 
 impl Guard {
     pub fn bind(config: Config) -> Result<Guard, GuardError> {
-        for a in [config.listen, config.upstream] {
+        if config.listeners.is_empty() || config.listeners.len() > MAX_LISTENERS {
+            return Err(GuardError::BadLimit(format!("between 1 and {MAX_LISTENERS} listeners, please")));
+        }
+        for a in config.listeners.iter().map(|l| l.addr).chain([config.upstream]) {
             if !config.allow_remote && !a.ip().is_loopback() {
                 return Err(GuardError::NotLoopback(a));
             }
@@ -435,6 +484,9 @@ impl Guard {
         }
         if config.threads == 0 {
             return Err(GuardError::BadLimit("--threads must be at least 1".into()));
+        }
+        if config.ip_block_after == 0 {
+            return Err(GuardError::BadLimit("--ip-block-after must be 1..=255".into()));
         }
         if !(1..=MAX_PIPELINE).contains(&config.upstream_pipeline) {
             return Err(GuardError::BadLimit(format!("--upstream-pipeline must be 1..={MAX_PIPELINE}")));
@@ -460,25 +512,43 @@ impl Guard {
             .map(|p| ja4list::Ja4Block::load(p).map(Arc::new))
             .transpose()
             .map_err(|e| GuardError::BadLimit(format!("--block-ja4: {e}")))?;
-        let io_err = |what: String| move |error| GuardError::Io { what, error };
-        let privileged = config.listen.port() < 1024 && config.listen.port() != 0;
-        let hint = if privileged { " (a port below 1024 needs CAP_NET_BIND_SERVICE)" } else { "" };
-        let first = sluice_tcp::reuseport_listener(config.listen).map_err(|error| {
-            let hint = if error.kind() == io::ErrorKind::PermissionDenied { hint } else { "" };
-            GuardError::Io { what: format!("binding {}{hint}", config.listen), error }
-        })?;
-        let addr = first.local_addr().map_err(io_err("reading the bound address".into()))?;
-        let mut listeners = vec![first];
-        for _ in 1..config.threads {
-            listeners.push(
-                sluice_tcp::reuseport_listener(addr).map_err(io_err(format!("binding another socket to {addr}")))?,
-            );
+        if tls.is_some() && !config.listeners.iter().any(|l| l.serve == Serve::Main) {
+            // Certificates no listener serves are a mistake, not a choice.
+            return Err(GuardError::BadLimit(
+                "--tls-cert needs a --listen to serve it (--listen-plain and --redirect-https are plain HTTP)".into(),
+            ));
         }
-        Ok(Guard { listeners, addr, config, tls, ja4_block })
+        let io_err = |what: String| move |error| GuardError::Io { what, error };
+        let mut sockets: Vec<Vec<std::net::TcpListener>> = (0..config.threads).map(|_| Vec::new()).collect();
+        let mut bound = Vec::new();
+        for l in &config.listeners {
+            let privileged = l.addr.port() < 1024 && l.addr.port() != 0;
+            let hint = if privileged { " (a port below 1024 needs CAP_NET_BIND_SERVICE)" } else { "" };
+            let first = sluice_tcp::reuseport_listener(l.addr).map_err(|error| {
+                let hint = if error.kind() == io::ErrorKind::PermissionDenied { hint } else { "" };
+                GuardError::Io { what: format!("binding {}{hint}", l.addr), error }
+            })?;
+            let addr = first.local_addr().map_err(io_err("reading the bound address".into()))?;
+            sockets[0].push(first);
+            for thread in &mut sockets[1..] {
+                thread.push(
+                    sluice_tcp::reuseport_listener(addr)
+                        .map_err(io_err(format!("binding another socket to {addr}")))?,
+                );
+            }
+            bound.push(Listener::new(addr, l.serve));
+        }
+        Ok(Guard { sockets, bound, config, tls, ja4_block })
     }
 
+    /// The first listener's address (the port chosen, when 0 was asked).
     pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+        self.bound[0].addr
+    }
+
+    /// Every listener, with the address bound.
+    pub fn listeners(&self) -> &[Listener] {
+        &self.bound
     }
 
     /// Spawn the loops and the block publisher.
@@ -535,16 +605,20 @@ impl Guard {
         };
         let cpus = sluice_cpus::available_cpus();
         let mut handles = Vec::new();
-        for (i, listener) in self.listeners.into_iter().enumerate() {
+        let https_port = https_port(&self.bound, shared.tls.is_some());
+        for (i, sockets) in self.sockets.into_iter().enumerate() {
             let (config, shared, stop) = (config.clone(), shared.clone(), stop.clone());
+            let serves: Vec<Serve> = self.bound.iter().map(|l| l.serve).collect();
             let h = std::thread::Builder::new()
                 .name(format!("guard-{i}"))
                 .spawn(move || {
                     if config.pin {
                         let _ = sluice_cpus::pin_current_thread(i % cpus);
                     }
-                    let listener = mio::net::TcpListener::from_std(listener);
-                    proxy::Worker::new(listener, &config, &shared, &shared.threads[i])?.run(&stop)
+                    let listeners =
+                        sockets.into_iter().map(mio::net::TcpListener::from_std).zip(serves).collect::<Vec<_>>();
+                    let n = &shared.threads[i];
+                    proxy::Worker::new(listeners, https_port, &config, &shared, n)?.run(&stop)
                 })
                 .map_err(spawn_err)?;
             handles.push(h);
@@ -591,6 +665,12 @@ impl GuardThreads {
     }
 }
 
+/// The port a redirect to https names: the first TLS listener's (as
+/// bound), else 443 (TLS is terminated by another guard, or in front).
+fn https_port(bound: &[Listener], tls: bool) -> u16 {
+    bound.iter().find(|l| tls && l.serve == Serve::Main).map_or(443, |l| l.addr.port())
+}
+
 /// Open client connections allowed when `--max-connections` is not given:
 /// half the soft file limit (each client may hold an upstream connection
 /// too) less a reserve for listeners, pools and files; 1,024 when the
@@ -601,4 +681,18 @@ pub fn default_max_connections() -> usize {
         line.split_whitespace().nth(3)?.parse::<usize>().ok()
     });
     soft.map_or(1024, |n| (n.saturating_sub(256) / 2).max(16))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redirects_name_the_first_tls_listeners_port_else_443() {
+        let l = |port, serve| Listener::new(SocketAddr::from(([127, 0, 0, 1], port)), serve);
+        let bound = [l(80, Serve::RedirectHttps), l(8080, Serve::Plain), l(8443, Serve::Main), l(9443, Serve::Main)];
+        assert_eq!(https_port(&bound, true), 8443);
+        assert_eq!(https_port(&bound, false), 443, "no certificates: --listen is plain, TLS is elsewhere");
+        assert_eq!(https_port(&bound[..2], true), 443);
+    }
 }

@@ -144,6 +144,59 @@ impl Limit {
     pub fn index(self) -> usize {
         Limit::ALL.iter().position(|&l| l == self).expect("listed")
     }
+
+    /// What a breach of this limit weighs toward an IP block (`--ip-block`):
+    /// `reason` is the parser's error for [`Limit::HttpParse`] (its
+    /// `ErrorKind` name), ignored for the others. The table in
+    /// docs/http-guard.md ("Breach scores") says the same.
+    pub fn weight(self, reason: &str) -> Weight {
+        use Limit::*;
+        match self {
+            // Rates and counts the operator set: the breach is already
+            // many events, and it is the harm.
+            RequestRate
+            | RequestBurst
+            | ConnectionRate
+            | ConnectionBurst
+            | ConcurrentConnections
+            | HttpRespCodeBlock
+            | TlsHandshakeRate
+            | TlsHandshakeBurst => Weight::AtOnce,
+            // A fingerprint the operator listed as hostile.
+            TlsJa4 => Weight::AtOnce,
+            // What a real client sends by mistake or from a poor link: a
+            // mistyped URL or method, a stale form, a huge cookie, a
+            // stalled phone, https:// typed to a plain port (or the reverse).
+            ClientHeaderTimeout | ClientBodyTimeout | MinRequestBodyRate | SendTimeout | MinResponseRate
+            | HttpHeaderCnt | HttpFieldLen | HttpUriLen | HttpBodyLen | HttpMethods | HttpHostRequired | TlsHello => {
+                Weight::Points(1)
+            }
+            HttpParse if PARSE_MISTAKES.contains(&reason) => Weight::Points(1),
+            // Framing no client library produces and parsers disagree on:
+            // Content-Length with Transfer-Encoding, duplicate lengths, bare
+            // LF, obs-fold, bad chunks. That is what a request smuggling
+            // attempt looks like.
+            HttpParse => Weight::AtOnce,
+        }
+    }
+}
+
+/// The parser's errors a real client may cause: a head too big (cookies),
+/// cut short, or not HTTP at all (TLS to a plain port, a raw space in a
+/// hand-typed target). Each is a point; every other parser error blocks
+/// at once.
+pub const PARSE_MISTAKES: &[&str] =
+    &["head-too-large", "too-many-headers", "incomplete-head", "invalid-method", "invalid-version", "invalid-target"];
+
+/// What one breach weighs toward an IP block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Weight {
+    /// Blocks the address at once.
+    AtOnce,
+    /// Adds this many points to its score: blocked once the score reaches
+    /// `--ip-block-after` (a point leaks away each
+    /// [`SCORE_LEAK_SECS`](crate::table::SCORE_LEAK_SECS)).
+    Points(u8),
 }
 
 #[cfg(test)]
@@ -156,6 +209,24 @@ mod tests {
         assert_eq!(r, RespCodeBlock { codes: vec![403, 404], limit: 10, period_ms: 2000 });
         for bad in ["403:10", "403:0:2", "abc:1:2", "403:1:2:3", "99:1:1", "403:1:-1"] {
             assert!(bad.parse::<RespCodeBlock>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn smuggling_blocks_at_once_and_a_mistake_is_a_point() {
+        for reason in ["content-length-with-transfer-encoding", "conflicting-content-length", "bare-lf", "obs-fold"] {
+            assert_eq!(Limit::HttpParse.weight(reason), Weight::AtOnce, "{reason}");
+        }
+        for reason in ["head-too-large", "invalid-method", "invalid-target"] {
+            assert_eq!(Limit::HttpParse.weight(reason), Weight::Points(1), "{reason}");
+        }
+        assert_eq!(Limit::HttpMethods.weight("http_methods"), Weight::Points(1));
+        assert_eq!(Limit::HttpHostRequired.weight("no host to redirect to"), Weight::Points(1));
+        assert_eq!(Limit::RequestRate.weight("request_rate"), Weight::AtOnce);
+        // The names are the parser's (a rename there must not silently
+        // turn a mistake into a block).
+        for kind in PARSE_MISTAKES {
+            assert!(sluice_h1::ErrorKind::ALL.iter().any(|k| k.as_str() == *kind), "{kind}");
         }
     }
 

@@ -45,6 +45,7 @@ fn start_err(what: &'static str) -> impl Fn(&dyn std::fmt::Display) -> ServiceEr
 /// The guard as a service, running: the proxy and everything around it.
 pub struct Service {
     addr: SocketAddr,
+    listeners: Vec<crate::Listener>,
     running: crate::GuardThreads,
     control: Option<crate::control::GuardControl>,
     forwarder: Option<std::thread::JoinHandle<()>>,
@@ -72,9 +73,10 @@ impl Summary for GuardSummary {
 /// the control socket and the block forwarder.
 pub fn start(mut config: Config, s: Services) -> Result<Service, ServiceError> {
     config.forward_blocks = !s.targets.is_empty();
-    let dry_run = config.dry_run;
+    let (dry_run, tls) = (config.dry_run, !config.tls.is_empty());
     let guard = Guard::bind(config)?;
     let addr = guard.local_addr();
+    let listeners = guard.listeners().to_vec();
     let running = guard.start()?;
     let stop = running.stop_flag();
     sluice_control::stop_on_interrupt(&stop).map_err(|e| start_err("installing the signal handlers")(&e))?;
@@ -96,18 +98,31 @@ pub fn start(mut config: Config, s: Services) -> Result<Service, ServiceError> {
         .map(|c| crate::control::spawn_forwarder(&running.shared(), s.targets, Arc::clone(&stop), c))
         .transpose()
         .map_err(|e| start_err("starting the block forwarder")(&e))?;
-    // After the threads run, so a client that reads this line can connect at once.
-    tracing::info!("guarding on {addr}");
+    // After the threads run, so a client that reads these lines can connect
+    // at once. The first is as it always was (scripts read the address off it).
+    for (k, l) in listeners.iter().enumerate() {
+        match l.serve {
+            _ if k == 0 => tracing::info!("guarding on {}", l.addr),
+            crate::Serve::Main => tracing::info!("guarding on {} ({})", l.addr, if tls { "tls" } else { "plain" }),
+            crate::Serve::Plain => tracing::info!("guarding on {} (plain)", l.addr),
+            crate::Serve::RedirectHttps => tracing::info!("redirecting to https on {}", l.addr),
+        }
+    }
     if dry_run {
         tracing::warn!("dry run: breaches are counted and would-be blocks logged, none is enforced");
     }
-    Ok(Service { addr, running, control, forwarder, started: Instant::now() })
+    Ok(Service { addr, listeners, running, control, forwarder, started: Instant::now() })
 }
 
 impl Service {
-    /// Where it listens (the port chosen, when 0 was asked).
+    /// Where its first listener listens (the port chosen, when 0 was asked).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Every listener, as bound.
+    pub fn listeners(&self) -> &[crate::Listener] {
+        &self.listeners
     }
 
     /// The live counters.

@@ -4,7 +4,7 @@
 //! *rate* the hits in the current slot and the 7 before it. Tempesta keeps a
 //! timestamp per slot; here one `last` slot number per window is enough:
 //! advancing it zeroes the slots skipped over, which gives the same counts
-//! in fewer bytes (the per-client state stays within 80 bytes).
+//! in fewer bytes (the per-client state stays within 84 bytes).
 
 /// Slots per window, as frang's `FRANG_FREQ`.
 pub const SLOTS: usize = 8;

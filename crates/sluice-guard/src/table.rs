@@ -28,7 +28,12 @@ const REQ: usize = 0;
 const CONN: usize = 1;
 const HELLO: usize = 2;
 
-/// One tracked client: 80 bytes (a line and a quarter).
+/// A point of a breach score leaks away after this many seconds without
+/// a breach taking it (`--ip-block-after`): a real user's few mistakes an
+/// hour never add up, a scanner's dozens a minute do.
+pub const SCORE_LEAK_SECS: u64 = 60;
+
+/// One tracked client: 84 bytes (a line and a third).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ClientState {
     /// Requests, new connections and TLS ClientHellos, 125 ms slots.
@@ -43,9 +48,15 @@ pub struct ClientState {
     referenced: bool,
     /// A response was relayed to it: a known client (`Standing`).
     served: bool,
+    /// Its breach score (`Limit::weight`'s points, leaked), and when it
+    /// last leaked: seconds since start, modulo 2^16. (Sixteen bits keep
+    /// the state small; a score untouched for the 18 hours of a wrap is
+    /// read as recent, at worst one block a few points early.)
+    score: u8,
+    score_at: u16,
 }
 
-const _: () = assert!(size_of::<ClientState>() <= 80);
+const _: () = assert!(size_of::<ClientState>() <= 84);
 
 /// A blocked address: until when (ms since start), or for good; why.
 #[derive(Debug, Clone)]
@@ -554,9 +565,36 @@ impl Table {
         // at its next request.
         if let Some(&i) = s.index.get(&k) {
             let st = &mut s.states[i as usize];
-            (st.rate, st.resp) = (Default::default(), Default::default());
+            (st.rate, st.resp, st.score) = (Default::default(), Default::default(), 0);
         }
         was
+    }
+
+    /// A breach worth `points` by `ip`: whether its score (leaked by a point
+    /// per [`SCORE_LEAK_SECS`]) reaches `after`, when the caller blocks it
+    /// and the score starts over. An address the full table cannot track
+    /// is scored as reaching it: under a flood of addresses, a breach
+    /// blocks at once as it always did.
+    pub fn score(&self, ip: IpAddr, points: u8, after: u8, now_ms: u64) -> bool {
+        let k = self.key(ip);
+        let mut s = lock(self.shard(k));
+        let Some(i) = self.find_or_insert(&mut s, k, now_ms) else { return true };
+        let st = &mut s.states[i];
+        st.referenced = true;
+        let now_s = (now_ms / 1000) as u16;
+        let leaked = u64::from(now_s.wrapping_sub(st.score_at)) / SCORE_LEAK_SECS;
+        st.score = st.score.saturating_sub(leaked.min(255) as u8);
+        // The next point leaks a whole period after the last one did.
+        st.score_at = match st.score {
+            0 => now_s,
+            _ => st.score_at.wrapping_add((leaked * SCORE_LEAK_SECS) as u16),
+        };
+        st.score = st.score.saturating_add(points);
+        if st.score >= after {
+            st.score = 0;
+            return true;
+        }
+        false
     }
 
     /// The `top` tracked clients by request rate (the current window):
@@ -739,6 +777,31 @@ mod tests {
         // Requests and connections are counted apart.
         assert_eq!(t.on_request(a, 260), Ok(()));
         assert_eq!(t.on_hello(a, 1300), Ok(()), "a second later the window is clear");
+    }
+
+    #[test]
+    fn breach_scores_add_up_leak_and_start_over_at_the_block() {
+        let t = Table::new(Limits::default(), 16);
+        let (a, b) = (ip(1), ip(2));
+        // Three points block: two do not, the third does, then it starts over.
+        assert!(!t.score(a, 1, 3, 0));
+        assert!(!t.score(a, 1, 3, 10_000));
+        assert!(t.score(a, 1, 3, 20_000));
+        assert!(!t.score(a, 1, 3, 21_000), "blocked, and counted afresh");
+        // Another address has its own score.
+        assert!(!t.score(b, 2, 3, 21_000));
+        // A point leaks per minute without a breach: two in a minute and a
+        // half, then one more 61 s after the first leaked.
+        assert!(!t.score(b, 0, 3, 111_000), "b at 1 after a leak");
+        assert!(!t.score(b, 1, 3, 112_000), "b at 2");
+        assert!(!t.score(b, 0, 3, 141_000 + 1_000), "b at 1: the second leak, a period after the first");
+        assert!(t.score(b, 2, 3, 143_000));
+        // An unblock forgets the score.
+        assert!(!t.score(a, 2, 3, 200_000));
+        t.unblock(a, 200_000);
+        assert!(!t.score(a, 2, 3, 200_000));
+        // A single weight of `after` blocks at once (`--ip-block-after 1`: as it always was).
+        assert!(t.score(ip(3), 1, 1, 0));
     }
 
     #[test]

@@ -98,7 +98,10 @@ fn load_pair(f: &CertFiles) -> Result<Arc<CertifiedKey>, String> {
     CertifiedKey::from_der(chain, der, &provider).map(Arc::new).map_err(|e| format!("{key} (for {cert}): {e}"))
 }
 
-/// A server config for these pairs: TLS 1.3 and 1.2, ALPN `http/1.1` only.
+/// A server config for these pairs: TLS 1.3 and 1.2, ALPN `http/1.1` and
+/// `http/1.0` (one parser serves both; a client offering only the latest,
+/// `curl --http1.0`, would otherwise fail the handshake with
+/// `no_application_protocol`).
 pub fn server_config(files: &[CertFiles]) -> Result<ServerConfig, String> {
     if files.is_empty() {
         return Err("no certificate given".into());
@@ -109,7 +112,7 @@ pub fn server_config(files: &[CertFiles]) -> Result<ServerConfig, String> {
         .map_err(|e| e.to_string())?
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(BySni { keys }));
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec(), b"http/1.0".to_vec()];
     Ok(cfg)
 }
 

@@ -14,7 +14,7 @@ use crate::proxyproto::Parsed;
 use crate::table::Admit;
 use crate::timeouts::Watch;
 use crate::tls::TlsConn;
-use crate::BlockAction;
+use crate::{BlockAction, Serve};
 use mio::net::TcpStream;
 use mio::{Interest, Token};
 use std::io;
@@ -37,18 +37,30 @@ const STALLED: Duration = Duration::from_secs(1);
 const HELLO_SLICE: Duration = Duration::from_millis(2);
 
 impl Worker<'_> {
-    /// Accept up to [`ACCEPT_BATCH`] connections (after this turn's events:
-    /// open connections go first); `accept_pending` stays set while the
-    /// listener may hold more.
+    /// Accept up to [`ACCEPT_BATCH`] connections from each listener with
+    /// some pending (after this turn's events: open connections go first;
+    /// a flood on one listener does not starve the others); its bit of
+    /// `accept_pending` stays set while it may hold more.
     pub(super) fn accept_all(&mut self) {
-        for _ in 0..ACCEPT_BATCH {
-            match self.listener.accept() {
-                Ok((sock, peer)) => self.accept(sock, peer.ip().to_canonical()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                // WouldBlock: all accepted; anything else (EMFILE...) ends this round too.
-                Err(_) => {
-                    self.accept_pending = false;
-                    return;
+        for k in 0..self.listeners.len() {
+            if self.accept_pending & (1 << k) == 0 {
+                continue;
+            }
+            let mut taken = 0;
+            while taken < ACCEPT_BATCH {
+                let (listener, serve) = &self.listeners[k];
+                match listener.accept() {
+                    Ok((sock, peer)) => {
+                        let serve = *serve;
+                        self.accept(sock, peer.ip().to_canonical(), serve);
+                        taken += 1;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    // WouldBlock: all accepted; anything else (EMFILE...) ends this round too.
+                    Err(_) => {
+                        self.accept_pending &= !(1 << k);
+                        break;
+                    }
                 }
             }
         }
@@ -56,7 +68,7 @@ impl Worker<'_> {
 
     /// One accepted connection: refused, or admitted, registered and
     /// (when it already broke a limit) answered.
-    fn accept(&mut self, sock: TcpStream, ip: IpAddr) {
+    fn accept(&mut self, sock: TcpStream, ip: IpAddr, serve: Serve) {
         // At the cap: room is made by closing those that waited longest
         // for a request (idle or trickling), else this one goes.
         if self.open >= self.max_open && !self.shed_waiting() {
@@ -92,7 +104,7 @@ impl Worker<'_> {
         // A dry run admits a breaching connection, counted as open.
         let tracked = admit == Some(Admit::Ok) || (self.cfg.dry_run && matches!(admit, Some(Admit::Breach(_))));
         let _ = sock.set_nodelay(true);
-        let tls = match self.new_tls() {
+        let tls = match if serve == Serve::Main { self.new_tls() } else { Ok(None) } {
             Ok(t) => t,
             Err(_) => {
                 add(&self.n.tls_handshake_errors, 1);
@@ -107,6 +119,7 @@ impl Worker<'_> {
             self.clients.len() - 1
         });
         let mut c = self.new_client(sock, ip, forwarded, tracked, tls);
+        c.redirect = serve == Serve::RedirectHttps;
         self.start_waiting(&mut c, true);
         if self.poll.registry().register(&mut c.sock, Token(2 * i), Interest::READABLE | Interest::WRITABLE).is_err() {
             if c.tracked {
@@ -180,6 +193,7 @@ impl Worker<'_> {
             solo: false,
             as_new: false,
             tunnel: None,
+            redirect: false,
         }
     }
 

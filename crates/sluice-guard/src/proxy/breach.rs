@@ -5,7 +5,7 @@
 use super::client::{error_response, Client};
 use super::{add, After, Next, Phase, Worker};
 use crate::frame::Refusal;
-use crate::limits::Limit;
+use crate::limits::{Limit, Weight};
 use crate::BlockAction;
 use mio::net::TcpStream;
 use std::net::IpAddr;
@@ -25,7 +25,7 @@ impl Worker<'_> {
     /// or reset. Any upstream connection in use is dropped (its request or
     /// response is cut).
     pub(super) fn refuse(&mut self, c: &mut Client, r: Refusal) -> After {
-        self.note(c.ip, c.ja4.as_deref(), r.limit);
+        self.note_why(c.ip, c.ja4.as_deref(), r.limit, r.reason);
         // (A tunnel's 101 went out: no reply can follow it either.)
         let started = c.req.as_ref().is_some_and(|q| q.resp_started) || c.tunnel.is_some();
         self.leave_up(c);
@@ -59,10 +59,24 @@ impl Worker<'_> {
     /// Count a breach and block the address if asked (in a dry run, the
     /// table records the block and enforces nothing).
     pub(super) fn note(&mut self, ip: IpAddr, ja4: Option<&str>, limit: Limit) {
+        self.note_why(ip, ja4, limit, limit.name());
+    }
+
+    /// [`Worker::note`], `reason` the parser's error for `http_parse`:
+    /// blocked at once, or when its weight brings the address's score to
+    /// `--ip-block-after` (`Limit::weight`).
+    pub(super) fn note_why(&mut self, ip: IpAddr, ja4: Option<&str>, limit: Limit, reason: &str) {
         add(&self.n.breaches[limit.index()], 1);
         // A trusted proxy speaks for many clients: it is never blocked.
         if let (Some(secs), false) = (self.cfg.ip_block, self.trusted(ip)) {
             let (table, now) = (&self.shared.table, self.now_ms());
+            let reached = match limit.weight(reason) {
+                Weight::AtOnce => true,
+                Weight::Points(p) => table.score(ip, p, self.cfg.ip_block_after, now),
+            };
+            if !reached {
+                return;
+            }
             let new = match ja4 {
                 Some(ja4) => table.block_tls(ip, secs, limit, ja4, now),
                 None => table.block(ip, secs, limit, now),

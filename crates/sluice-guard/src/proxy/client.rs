@@ -89,6 +89,9 @@ pub(super) struct Client {
     pub(super) as_new: bool,
     /// `Phase::Tunnel`: its upstream connection, which serves it alone.
     pub(super) tunnel: Option<Tunnel>,
+    /// Accepted on a `--redirect-https` listener: every request is
+    /// answered with a 308 to its https URL, none goes upstream.
+    pub(super) redirect: bool,
 }
 
 /// After an error reply the write side is shut and input discarded this long
@@ -217,7 +220,10 @@ impl Worker<'_> {
     /// Frame a head; a whole one is checked, then sent to an upstream.
     #[inline]
     pub(super) fn frame_head(&mut self, c: &mut Client, i: usize) -> Next {
-        if c.phase != Phase::Head || c.end == c.start {
+        // On a redirect listener, the next request waits until the last
+        // answer is out: a client pipelining requests it never reads
+        // would make the guard queue answers without end.
+        if c.phase != Phase::Head || c.end == c.start || (c.redirect && c.out.has_pending()) {
             return Next::Go(false);
         }
         let limits = self.shared.table.limits();
@@ -273,6 +279,9 @@ impl Worker<'_> {
         } else if let Err(limit) = self.request(c) {
             return self.refused(c, Refusal { limit, status: limit.status(), reason: limit.name() });
         }
+        if c.redirect {
+            return self.redirect(c, h);
+        }
         // At the cap, or others already wait: the request waits its turn.
         let full = self.max_inflight > 0 && self.inflight >= self.max_inflight;
         if full || !self.queue_known.is_empty() || !self.queue_new.is_empty() {
@@ -288,6 +297,33 @@ impl Worker<'_> {
             }
         }
         self.start_upstream(c, i, h)
+    }
+
+    /// `--redirect-https`: a 308 to the request's https URL, limits and
+    /// rates counted as for any request; a request naming no host to send
+    /// it to is a breach of `http_host_required` (400).
+    fn redirect(&mut self, c: &mut Client, h: HeadInfo) -> Next {
+        let Some(location) = c.framer.https_location(&c.inbuf[c.start..c.end], self.https_port) else {
+            let limit = Limit::HttpHostRequired;
+            return self.refused(c, Refusal { limit, status: limit.status(), reason: "no host to redirect to" });
+        };
+        // A body would have to be read through to find the next request:
+        // the connection closes after the answer instead.
+        let close = !h.keep_alive || h.has_body;
+        let reply = format!(
+            "HTTP/1.1 308 Permanent Redirect\r\nServer: sluice-guard\r\nLocation: {location}\r\n\
+             Content-Length: 0\r\n{}\r\n",
+            if close { "Connection: close\r\n" } else { "" }
+        );
+        c.out.push(reply.as_bytes(), &mut self.pool);
+        c.start += h.len;
+        c.framer.reset();
+        if close {
+            c.phase = Phase::Closing;
+        } else {
+            self.start_waiting(c, false);
+        }
+        Next::Again
     }
 
     /// Count a request against its client (named by a trusted proxy, or

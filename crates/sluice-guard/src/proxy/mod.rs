@@ -1,4 +1,5 @@
-//! One mio event loop per thread on its own SO_REUSEPORT listener. A client
+//! One mio event loop per thread on its own SO_REUSEPORT socket of each
+//! listener (`--listen`, `--listen-plain`, `--redirect-https`). A client
 //! connection carries one request at a time to an upstream connection taken
 //! from the thread's keep-alive pool: the head (parsed and checked in
 //! `frame`) and the body are forwarded verbatim, the response is framed by
@@ -28,7 +29,7 @@
 
 use crate::frame::HeadInfo;
 use crate::outbuf::Pool;
-use crate::{Config, Shared, ThreadCounters};
+use crate::{Config, Serve, Shared, ThreadCounters};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 use std::io;
@@ -49,7 +50,12 @@ use client::{drain, Client};
 use queue::NEW_SHARE;
 use upstream::Up;
 
-const LISTENER: Token = Token(usize::MAX);
+/// Listener `k` is token `usize::MAX - 2k`: odd, and above any upstream's.
+const LISTENER_TOKENS: usize = usize::MAX - 2 * (crate::MAX_LISTENERS - 1);
+
+fn listener_token(k: usize) -> Token {
+    Token(usize::MAX - 2 * k)
+}
 /// Poll wait: timeouts, blocks and the stop flag are looked at this often.
 const TICK: Duration = Duration::from_millis(20);
 const IN_CHUNK: usize = 4096;
@@ -100,7 +106,10 @@ enum Next {
 
 pub(crate) struct Worker<'a> {
     poll: Poll,
-    listener: TcpListener,
+    /// This thread's socket of each listener, and what it serves.
+    listeners: Vec<(TcpListener, Serve)>,
+    /// Where `--redirect-https` points: the first TLS listener's port, or 443.
+    https_port: u16,
     clients: Vec<Option<Client>>,
     free_clients: Vec<usize>,
     ups: Vec<Option<Up>>,
@@ -122,9 +131,9 @@ pub(crate) struct Worker<'a> {
     /// Judged ClientHellos waiting for rustls, oldest first: (slot, serial).
     hellos: std::collections::VecDeque<(usize, u64)>,
     serials: u64,
-    /// The listener may hold more connections than the last turn took
-    /// (edge-triggered: no new event says so).
-    accept_pending: bool,
+    /// The listeners (bit k: listener k) that may hold more connections
+    /// than the last turn took (edge-triggered: no new event says so).
+    accept_pending: u64,
     /// This second's block lines: when it began, lines logged, blocks not logged.
     block_lines: (Instant, u32, u64),
     /// Upstream failures: when the last line was logged, failures since not logged.
@@ -161,16 +170,20 @@ pub(crate) struct Worker<'a> {
 
 impl<'a> Worker<'a> {
     pub(crate) fn new(
-        mut listener: TcpListener,
+        mut listeners: Vec<(TcpListener, Serve)>,
+        https_port: u16,
         cfg: &'a Config,
         shared: &'a Shared,
         n: &'a ThreadCounters,
     ) -> io::Result<Self> {
         let poll = Poll::new()?;
-        poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
+        for (k, (l, _)) in listeners.iter_mut().enumerate() {
+            poll.registry().register(l, listener_token(k), Interest::READABLE)?;
+        }
         Ok(Worker {
             poll,
-            listener,
+            listeners,
+            https_port,
             clients: Vec::new(),
             free_clients: Vec::new(),
             ups: Vec::new(),
@@ -187,7 +200,7 @@ impl<'a> Worker<'a> {
             tls: None,
             hellos: Default::default(),
             serials: 0,
-            accept_pending: false,
+            accept_pending: 0,
             block_lines: (Instant::now(), 0, 0),
             up_lines: (None, 0),
             pool: Pool::new(cfg.buffer_size, POOL_KEEP),
@@ -221,7 +234,8 @@ impl<'a> Worker<'a> {
         while !stop.load(Ordering::Relaxed) {
             // Handshakes still queued: look at the sockets and come back at once.
             // (And requests to send again, or responses already read.)
-            let busy = !self.hellos.is_empty() || self.accept_pending || !self.redo.is_empty() || !self.wake.is_empty();
+            let busy =
+                !self.hellos.is_empty() || self.accept_pending != 0 || !self.redo.is_empty() || !self.wake.is_empty();
             let wait = if busy { Duration::ZERO } else { TICK };
             match self.poll.poll(&mut events, Some(wait)) {
                 Ok(()) => {}
@@ -235,7 +249,7 @@ impl<'a> Worker<'a> {
                 // system call per request.
                 let input = ev.is_readable() || ev.is_read_closed() || ev.is_error();
                 match ev.token() {
-                    LISTENER => self.accept_pending = true,
+                    Token(t) if t >= LISTENER_TOKENS => self.accept_pending |= 1 << ((usize::MAX - t) / 2),
                     Token(t) if t % 2 == 0 => {
                         if let Some(Some(c)) = self.clients.get_mut(t / 2) {
                             c.readable |= input;
@@ -252,7 +266,7 @@ impl<'a> Worker<'a> {
                     }
                 }
             }
-            if self.accept_pending {
+            if self.accept_pending != 0 {
                 self.accept_all();
             }
             self.run_hellos();
