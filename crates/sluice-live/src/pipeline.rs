@@ -110,6 +110,16 @@ sluice_metrics::counters! {
         /// Their bytes on the wire.
         dropped_bytes => "sluice_bytes" { "verdict" = "drop" },
     }
+    families {
+        /// Packets received on a port, by verdict.
+        "sluice_packets",
+        /// Bytes (on the wire) received on a port, by verdict.
+        "sluice_bytes",
+        /// Frames lost at a ring: the kernel's RX ring full or fill ring
+        /// empty, our TX ring full, a frame that cannot be sent, no free
+        /// buffer, a failed send (fill_ring_empty counts events, not frames).
+        "sluice_ring_drops",
+    }
 }
 
 /// The counters of both ports, shared by the source, the sink and readers.

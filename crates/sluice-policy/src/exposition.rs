@@ -5,7 +5,9 @@
 //! sizes, refusals and publish latency. One place, so a family means the
 //! same whichever program serves it.
 
-use crate::controller::{ControlState, ControlTotals};
+use crate::controller::ControlState;
+#[cfg(test)]
+use crate::controller::ControlTotals;
 use prometheus_client::encoding::DescriptorEncoder;
 use sluice_control::socket::SocketTotals;
 use sluice_metrics::{counter, gauge};
@@ -26,11 +28,8 @@ pub fn control_families(
         counts.reloads_ok = ok;
         counts.reloads_failed = failed;
     }
-    let rows = [(vec![], counts.exported()), (vec![], socket.exported())];
-    for family in sluice_metrics::counters::families(ControlTotals::FAMILIES) {
-        counter(enc, family, control_family_help(family), &sluice_metrics::counters::samples(family, &rows))?;
-    }
-    Ok(())
+    // The controller's first: the help of the family both count into is its.
+    sluice_metrics::counters::encode(enc, &[(vec![], counts.exported()), (vec![], socket.exported())])
 }
 
 /// The named sets: their elements by part, merges, maxelem, refused adds,
@@ -87,36 +86,13 @@ pub fn set_families(enc: &mut DescriptorEncoder, c: &ControlState) -> Result<(),
     Ok(())
 }
 
-/// The help text of a family `ControlCounters` or `SocketCounters` declares.
-pub fn control_family_help(family: &str) -> &'static str {
-    match family {
-        "sluice_reloads" => "Rule reloads (SIGHUP or a list file change), by result.",
-        "sluice_sighup" => "SIGHUPs received.",
-        "sluice_set_updates" => "Runtime set changes applied (control socket lines: add, del, flush).",
-        "sluice_set_expired" => "Runtime elements whose timeout passed.",
-        "sluice_control_requests" => {
-            "Control socket requests, by result (refused: the peer's uid/gid is not allowed; busy: too many \
-             connections at once; too_large: over 64 MiB; timed_out: not whole within the deadline; \
-             malformed: did not parse; forbidden: a command the peer's role may not send)."
-        }
-        "sluice_set_publishes" => "Rule sets published for runtime changes (requests waiting together share one).",
-        "sluice_flow_publications" => "Tables of flows from BGP peers published (UPDATEs arriving together share one).",
-        _ => "A control plane counter.",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn every_control_family_has_its_own_help() {
-        let generic = control_family_help("");
-        for f in sluice_metrics::counters::families(ControlTotals::FAMILIES) {
-            assert_ne!(control_family_help(f), generic, "{f} has no help text of its own");
-        }
-        // The socket's counters go into a family the control plane declares.
-        for f in sluice_metrics::counters::families(sluice_control::socket::SocketTotals::FAMILIES) {
+    fn the_socket_counts_into_a_family_the_control_plane_declares() {
+        for f in sluice_metrics::counters::families(SocketTotals::FAMILIES) {
             assert!(ControlTotals::FAMILIES.contains(&f), "{f}");
         }
     }
