@@ -371,6 +371,10 @@ pub struct Report {
     pub blocks: Vec<BlockEvent>,
 }
 
+/// The report's keys no counter set declares (the names test checks that
+/// there is no other).
+pub const REPORT_KEYS: &[&str] = &["breaches", "dry_run", "ja4_top", "blocks_refused", "blocks"];
+
 impl std::ops::Deref for Report {
     type Target = GuardTotals;
     fn deref(&self) -> &GuardTotals {

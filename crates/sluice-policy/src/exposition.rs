@@ -86,6 +86,53 @@ pub fn set_families(enc: &mut DescriptorEncoder, c: &ControlState) -> Result<(),
     Ok(())
 }
 
+/// The CrowdSec feed's families keyed by what occurred (its counts are
+/// declared: [`BouncerTotals`](crate::crowdsec::BouncerTotals)): its
+/// decisions by what they were and what was done, and `usage`, the set's
+/// drops and elements by the origin of the decision.
+pub fn crowdsec_families(
+    enc: &mut DescriptorEncoder,
+    cs: &crate::crowdsec::BouncerCounters,
+    usage: &[crate::usage::OriginUsage],
+) -> Result<(), std::fmt::Error> {
+    let d: Vec<_> = cs
+        .decisions()
+        .into_iter()
+        .map(|((origin, kind, scope, action), n)| {
+            let labels = [("origin", origin), ("type", kind), ("scope", scope), ("action", action)];
+            (labels.iter().map(|(k, v)| (*k, (*v).to_owned())).collect(), n)
+        })
+        .collect();
+    counter(
+        enc,
+        "sluice_crowdsec_decisions",
+        "Decisions in the answers applied, by origin, type, scope (each a known value or other) and what was done (added, deleted, ignored, oversized).",
+        &d,
+    )?;
+    let by = |f: fn(&crate::usage::OriginUsage) -> u64| -> Vec<(Vec<(&str, String)>, u64)> {
+        usage.iter().map(|u| (vec![("origin", u.origin.clone()), ("ip_type", u.ip_type.to_owned())], f(u))).collect()
+    };
+    counter(
+        enc,
+        "sluice_crowdsec_dropped_packets",
+        "Packets dropped by a rule over the CrowdSec set, by the origin of the decision that matched (crowdsec, cscli, CAPI, lists:NAME, ...) and ip_type.",
+        &by(|u| u.dropped_packets),
+    )?;
+    counter(
+        enc,
+        "sluice_crowdsec_dropped_bytes",
+        "Bytes (on the wire) dropped by a rule over the CrowdSec set, by origin and ip_type.",
+        &by(|u| u.dropped_bytes),
+    )?;
+    let active: Vec<_> = by(|u| u.active).into_iter().map(|(l, n)| (l, n as i64)).collect();
+    gauge(
+        enc,
+        "sluice_crowdsec_active_decisions",
+        "Elements of the CrowdSec set now, by the origin of the decision that put them there and ip_type.",
+        &active,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
