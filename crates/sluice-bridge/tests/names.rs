@@ -137,6 +137,7 @@ fn the_summary_keys_and_metric_names_are_the_published_ones() {
 #[test]
 fn every_metric_key_and_line_is_declared() {
     use sluice_bridge::metrics::{self as m, BridgeTotals, LaneTotals};
+    use sluice_bridge::summary::{SUMMARY_KEYS, SUMMARY_LINES};
     let (json, metrics, text) = run_everything();
     let families: BTreeSet<&str> =
         m::declared_families().into_iter().chain(m::DYNAMIC_FAMILIES.iter().copied()).collect();
@@ -147,13 +148,13 @@ fn every_metric_key_and_line_is_declared() {
     let report = serde_json::to_value(sluice_pipeline::RunReport::default().to_json()).unwrap();
     let mut names: BTreeSet<&str> = report.as_object().unwrap().keys().map(String::as_str).collect();
     names.extend(["rules", "default", "samples"]);
-    let sets = [sluice_live::pipeline::PortTotals::NAMES, LaneTotals::NAMES, BridgeTotals::NAMES, m::SUMMARY_KEYS];
+    let sets = [sluice_live::pipeline::PortTotals::NAMES, LaneTotals::NAMES, BridgeTotals::NAMES, SUMMARY_KEYS];
     names.extend(sets.into_iter().flatten());
     let ports = json["per_port"].as_array().unwrap().iter().flat_map(|p| p.as_object().unwrap().keys());
     let keys = json.as_object().unwrap().keys().chain(ports);
     let undeclared: Vec<_> = keys.filter(|k| !names.contains(k.as_str())).collect();
     assert!(undeclared.is_empty(), "summary keys declared nowhere: {undeclared:?}");
-    let undeclared: Vec<_> = text.lines().filter(|l| !m::SUMMARY_LINES.iter().any(|w| l.starts_with(w))).collect();
+    let undeclared: Vec<_> = text.lines().filter(|l| !SUMMARY_LINES.iter().any(|w| l.starts_with(w))).collect();
     assert!(undeclared.is_empty(), "summary lines declared nowhere: {undeclared:?}");
 }
 
