@@ -502,6 +502,17 @@ impl BgpState {
     }
 }
 
+/// The families [`BgpState::families`] writes.
+pub const SERVED_FAMILIES: &[&str] = &[
+    "sluice_bgp_session_up",
+    "sluice_bgp_updates",
+    "sluice_bgp_routes_refused",
+    "sluice_bgp_route_bytes",
+    "sluice_flow_rules",
+    "sluice_flow_rule_packets",
+    "sluice_flow_rule_dropped",
+];
+
 /// Flows served by name in `sluice_flow_rule_*` (the busiest; the rest are
 /// summed under `rule="other"`), so a table of 10,000 flows is not 10,000
 /// series.

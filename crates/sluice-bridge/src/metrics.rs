@@ -11,7 +11,7 @@
 //! plane counts reloads ([`ControlState`]). Every number with a fixed name
 //! is declared once with `counters!` (here: [`LaneTotals`],
 //! [`BridgeTotals`]) and served by `sluice_metrics::counters::encode`;
-//! only the families keyed by what occurred ([`DYNAMIC_FAMILIES`]) are
+//! only the families keyed by what occurred ([`dynamic_families`]) are
 //! written by hand.
 
 use prometheus_client::collector::Collector;
@@ -91,33 +91,15 @@ sluice_metrics::counters! {
     }
 }
 
-/// The families written by hand, keyed by what occurred: per rule, list,
-/// reason, set, origin, peer, flow (the names test checks that nothing
-/// else is served undeclared).
-pub const DYNAMIC_FAMILIES: &[&str] = &[
-    "sluice_dropped_packets",
-    "sluice_rule_packets",
-    "sluice_rule_bytes",
-    "sluice_undecodable_packets",
-    "sluice_list_entries",
-    "sluice_info",
-    "sluice_set_entries",
-    "sluice_set_merges",
-    "sluice_set_maxelem",
-    "sluice_set_refused",
-    "sluice_set_publish_latency_ns",
-    "sluice_crowdsec_decisions",
-    "sluice_crowdsec_dropped_packets",
-    "sluice_crowdsec_dropped_bytes",
-    "sluice_crowdsec_active_decisions",
-    "sluice_bgp_session_up",
-    "sluice_bgp_updates",
-    "sluice_bgp_routes_refused",
-    "sluice_bgp_route_bytes",
-    "sluice_flow_rules",
-    "sluice_flow_rule_packets",
-    "sluice_flow_rule_dropped",
-];
+/// The families written by hand, keyed by what occurred: per list and
+/// reason, rule, set, origin, peer and flow (the names test checks that
+/// nothing else is served undeclared).
+pub fn dynamic_families() -> Vec<&'static str> {
+    use sluice_policy::exposition::{CROWDSEC_FAMILIES, SET_FAMILIES};
+    let own = ["sluice_dropped_packets", "sluice_undecodable_packets", "sluice_list_entries", "sluice_info"];
+    let theirs = [&sluice_metrics::RULE_FAMILIES[..], SET_FAMILIES, CROWDSEC_FAMILIES, crate::bgp::SERVED_FAMILIES];
+    own.into_iter().chain(theirs.into_iter().flatten().copied()).collect()
+}
 
 /// Every family the declared sets the bridge serves declare.
 pub fn declared_families() -> Vec<&'static str> {
@@ -162,7 +144,6 @@ pub struct BridgeMetrics {
     pub control: Arc<ControlState>,
     /// From the pipeline's observer: judged so far (some may not be written yet).
     pub judged: AtomicU64,
-    pub judged_dropped: AtomicU64,
     /// The live ports' own counters: received, sent, lost at a ring, and
     /// each frame's verdict and fragment outcome as the sink handled it.
     pub ports: Arc<BridgeCounters>,
@@ -191,7 +172,6 @@ impl BridgeMetrics {
             rules: Mutex::new(None),
             control,
             judged: AtomicU64::new(0),
-            judged_dropped: AtomicU64::new(0),
             socket: Arc::default(),
             crowdsec: OnceLock::new(),
             crowdsec_set: OnceLock::new(),
@@ -265,21 +245,19 @@ impl BridgeMetrics {
 /// report.
 pub struct LiveObserver {
     metrics: Arc<BridgeMetrics>,
-    last: (u64, u64),
+    last: u64,
 }
 
 impl LiveObserver {
     pub fn new(metrics: &Arc<BridgeMetrics>) -> LiveObserver {
-        LiveObserver { metrics: Arc::clone(metrics), last: (0, 0) }
+        LiveObserver { metrics: Arc::clone(metrics), last: 0 }
     }
 }
 
 impl Observer for LiveObserver {
     fn progress(&mut self, p: &Progress) {
-        let m = &self.metrics;
-        m.judged.fetch_add(p.judged.saturating_sub(self.last.0), Ordering::Relaxed);
-        m.judged_dropped.fetch_add(p.dropped.saturating_sub(self.last.1), Ordering::Relaxed);
-        self.last = (self.last.0.max(p.judged), self.last.1.max(p.dropped));
+        self.metrics.judged.fetch_add(p.judged.saturating_sub(self.last), Ordering::Relaxed);
+        self.last = self.last.max(p.judged);
     }
 }
 

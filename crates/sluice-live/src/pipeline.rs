@@ -82,7 +82,7 @@ sluice_metrics::counters! {
         rx_bytes,
         /// Frames transmitted on this port (passed packets from the other one).
         tx_packets => "sluice_tx_packets",
-        /// Their bytes.
+        /// Bytes transmitted on this port.
         tx_bytes => "sluice_tx_bytes",
         /// Passed frames lost because this port's TX ring stayed full.
         tx_ring_full => "sluice_ring_drops" { "ring" = "tx_ring_full" },

@@ -159,6 +159,9 @@ pub struct RuleRow<'a> {
     pub bytes: u64,
 }
 
+/// The families [`rule_families`] writes.
+pub const RULE_FAMILIES: [&str; 2] = ["sluice_rule_packets", "sluice_rule_bytes"];
+
 /// `sluice_rule_packets` and `sluice_rule_bytes`, one series per rule
 /// labelled `line`, `rule`, `action`: what the bridge's workers and the
 /// shield's kernel program count per rule, served under one name.

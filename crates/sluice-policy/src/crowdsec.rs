@@ -385,8 +385,7 @@ sluice_metrics::counters! {
     pub struct BouncerCounts / BouncerTotals {
         /// 1 while the last pull from the CrowdSec LAPI worked.
         up => gauge "sluice_crowdsec_up",
-        /// Unix time of the last pull from the LAPI that worked (counted in
-        /// ms, served in seconds).
+        /// Unix time of the last pull from the LAPI that worked.
         last_pull_ms => gauge "sluice_crowdsec_last_pull_timestamp_seconds" / 1000,
         /// The last pull that worked, from request to publication (µs).
         last_pull_us => gauge "sluice_crowdsec_pull_duration_us",

@@ -32,6 +32,15 @@ pub fn control_families(
     sluice_metrics::counters::encode(enc, &[(vec![], counts.exported()), (vec![], socket.exported())])
 }
 
+/// The families [`set_families`] writes.
+pub const SET_FAMILIES: &[&str] = &[
+    "sluice_set_entries",
+    "sluice_set_merges",
+    "sluice_set_maxelem",
+    "sluice_set_refused",
+    "sluice_set_publish_latency_ns",
+];
+
 /// The named sets: their elements by part, merges, maxelem, refused adds,
 /// and the publish latency of runtime changes.
 pub fn set_families(enc: &mut DescriptorEncoder, c: &ControlState) -> Result<(), std::fmt::Error> {
@@ -85,6 +94,14 @@ pub fn set_families(enc: &mut DescriptorEncoder, c: &ControlState) -> Result<(),
     }
     Ok(())
 }
+
+/// The families [`crowdsec_families`] writes.
+pub const CROWDSEC_FAMILIES: &[&str] = &[
+    "sluice_crowdsec_decisions",
+    "sluice_crowdsec_dropped_packets",
+    "sluice_crowdsec_dropped_bytes",
+    "sluice_crowdsec_active_decisions",
+];
 
 /// The CrowdSec feed's families keyed by what occurred (its counts are
 /// declared: [`BouncerTotals`](crate::crowdsec::BouncerTotals)): its
