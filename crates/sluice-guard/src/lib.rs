@@ -266,7 +266,7 @@ sluice_metrics::counters! {
         tls_handshakes => "sluice_guard_tls_handshakes",
         /// TLS connections that failed before their handshake finished.
         tls_handshake_errors => "sluice_guard_tls_handshake_errors",
-        /// TLS connections closed for not finishing the handshake in time.
+        /// TLS connections closed at `--tls-handshake-timeout`, their handshake unfinished.
         tls_handshake_timeouts => "sluice_guard_tls_handshake_timeouts",
     }
 }
@@ -313,8 +313,9 @@ sluice_metrics::counters! {
         blocked_total => "sluice_guard_blocks",
         /// Client IPs blocked now.
         blocked_active => gauge "sluice_guard_blocks_active",
-        /// `--dry-run`: client IPs an enforcing run would have blocked
-        /// (`blocked_*` stay 0).
+        /// `--dry-run`: client IPs an enforcing run would have blocked.
+        ///
+        /// `blocked_*` stay 0.
         would_block => "sluice_guard_would_block",
         /// `--max-connections` as applied.
         max_connections => gauge "sluice_guard_max_connections",
