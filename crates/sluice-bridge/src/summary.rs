@@ -1,9 +1,11 @@
 //! What a run of `sluice bridge` shows a person or a script besides
 //! `/metrics`: the final summary (`--json`, docs/json.md, and text) and
 //! the status line on stderr, from the same declared counts as the
-//! exposition (`PortTotals`, [`LaneTotals`], [`BridgeTotals`](crate::metrics::BridgeTotals), the control
-//! plane's `ControlTotals`).
+//! exposition (`PortTotals`, [`LaneTotals`], [`BridgeTotals`], the
+//! control plane's `ControlTotals`).
 
+#[cfg(doc)]
+use crate::metrics::BridgeTotals;
 use crate::metrics::{BridgeMetrics, LaneTotals};
 use sluice_live::pipeline::LaneCounters;
 use std::sync::atomic::Ordering;
@@ -41,8 +43,12 @@ impl BridgeMetrics {
         let (c, t) = (self.control.counts.totals(), self.totals());
         v["io"] = io.into();
         v["per_port"] = self.per_port_json();
-        let generation = t.generation;
-        v["reloads"] = serde_json::json!({ "ok": c.reloads_ok, "failed": c.reloads_failed, "sighup": c.sighups, "generation": generation });
+        v["reloads"] = serde_json::json!({
+            "ok": c.reloads_ok,
+            "failed": c.reloads_failed,
+            "sighup": c.sighups,
+            "generation": t.generation,
+        });
         v["lists"] = (self.control.lists().iter())
             .map(|e| serde_json::json!({ "list": e.kind, "path": e.path, "entries": e.entries }))
             .collect();

@@ -1,4 +1,4 @@
-//! Counters declared once: [`counters!`] takes a list of counter fields,
+//! Counters declared once: [`counters!`](crate::counters!) takes a list of counter fields,
 //! each with its doc and, when it is exported, its Prometheus family (and
 //! the label value that tells it apart within the family), and derives
 //! everything else from that one list: the atomic struct the hot path adds
