@@ -414,7 +414,109 @@ impl BgpState {
             .collect();
         serde_json::json!({ "ok": true, "sessions": sessions })
     }
+
+    /// The sessions' families (by peer) and the flows' in force (by
+    /// family, by flow): keyed by what occurred, so written by hand.
+    pub fn families(
+        &self,
+        enc: &mut prometheus_client::encoding::DescriptorEncoder,
+        table: Option<&Arc<FlowTable>>,
+    ) -> Result<(), std::fmt::Error> {
+        use sluice_metrics::{counter, gauge};
+        let rows = self.sessions.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let up: Vec<_> =
+            rows.iter().map(|r| (vec![("peer", r.peer.clone())], i64::from(r.state == "established"))).collect();
+        gauge(enc, "sluice_bgp_session_up", "1 while the BGP session with the peer is established.", &up)?;
+        let mut updates = Vec::new();
+        for r in &rows {
+            for (f, n) in FAMILIES.iter().zip(r.updates) {
+                updates.push((vec![("peer", r.peer.clone()), ("family", (*f).to_owned())], n));
+            }
+        }
+        counter(enc, "sluice_bgp_updates", "UPDATEs received, by peer and the route family they touched.", &updates)?;
+        let refused: Vec<_> = rows
+            .iter()
+            .flat_map(|r| {
+                REFUSAL_REASONS.iter().map(|reason| {
+                    let n = r.refused_by.get(reason).copied().unwrap_or(0);
+                    (vec![("peer", r.peer.clone()), ("reason", (*reason).to_owned())], n)
+                })
+            })
+            .collect();
+        counter(
+            enc,
+            "sluice_bgp_routes_refused",
+            "Routes refused, by peer and reason: max_routes (--bgp-max-routes), route_bytes (--bgp-max-route-bytes), peer_bytes (--bgp-max-peer-bytes), never_block, min_prefix (the safety net), undirected (no destination), outside_protect (--bgp-protect).",
+            &refused,
+        )?;
+        let bytes: Vec<_> = rows.iter().map(|r| (vec![("peer", r.peer.clone())], r.bytes as i64)).collect();
+        gauge(
+            enc,
+            "sluice_bgp_route_bytes",
+            "What the peer's routes cost, in bytes as --bgp-max-peer-bytes counts them.",
+            &bytes,
+        )?;
+        let mut by_family = [0i64; 4];
+        let mut busiest = Vec::new();
+        for r in table.iter().flat_map(|t| t.rules()) {
+            by_family[family_index(r.flow.family, r.blackhole)] += 1;
+            let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+            busiest.push((l(&r.counts.packets), l(&r.counts.dropped), r.flow.to_string()));
+        }
+        let fam: Vec<_> = FAMILIES.iter().zip(by_family).map(|(f, n)| (vec![("family", (*f).to_owned())], n)).collect();
+        gauge(
+            enc,
+            "sluice_flow_rules",
+            "Flows in force from BGP peers, by family (FlowSpec, blackhole routes).",
+            &fam,
+        )?;
+        busiest.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.2.cmp(&b.2)));
+        let mut packets = Vec::new();
+        let mut dropped = Vec::new();
+        let (mut other_p, mut other_d) = (0, 0);
+        for (i, (p, d, text)) in busiest.into_iter().enumerate() {
+            if i < FLOW_SERIES {
+                packets.push((vec![("rule", text.clone())], p));
+                dropped.push((vec![("rule", text)], d));
+            } else {
+                other_p += p;
+                other_d += d;
+            }
+        }
+        if table.is_some_and(|t| t.rules().len() > FLOW_SERIES) {
+            packets.push((vec![("rule", "other".to_owned())], other_p));
+            dropped.push((vec![("rule", "other".to_owned())], other_d));
+        }
+        counter(
+            enc,
+            "sluice_flow_rule_packets",
+            "Packets each flow from a BGP peer matched (the 32 busiest by name, the rest as rule=\"other\").",
+            &packets,
+        )?;
+        counter(
+            enc,
+            "sluice_flow_rule_dropped",
+            "Packets each flow dropped (discard, blackhole, or over its traffic-rate), as sluice_flow_rule_packets.",
+            &dropped,
+        )
+    }
 }
+
+/// The families [`BgpState::families`] writes.
+pub const SERVED_FAMILIES: &[&str] = &[
+    "sluice_bgp_session_up",
+    "sluice_bgp_updates",
+    "sluice_bgp_routes_refused",
+    "sluice_bgp_route_bytes",
+    "sluice_flow_rules",
+    "sluice_flow_rule_packets",
+    "sluice_flow_rule_dropped",
+];
+
+/// Flows served by name in `sluice_flow_rule_*` (the busiest; the rest are
+/// summed under `rule="other"`), so a table of 10,000 flows is not 10,000
+/// series.
+pub const FLOW_SERIES: usize = 32;
 
 /// A route's key in its peer's table.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -20,6 +20,7 @@
 
 pub mod bgp;
 pub mod metrics;
+pub mod summary;
 
 pub use metrics::{BridgeMetrics, LiveObserver};
 pub use sluice_live::memory::{MemoryPair, Wire};

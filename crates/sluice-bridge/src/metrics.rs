@@ -1,6 +1,6 @@
-//! What `sluice bridge` counts while it runs, and how it is shown: the
-//! Prometheus exposition at `/metrics`, the status line, and the per-port
-//! part of the final summary.
+//! What `sluice bridge` counts while it runs, and the Prometheus
+//! exposition of it at `/metrics` (the summary and the status line show
+//! the same counts: [`crate::summary`]).
 //!
 //! Nothing here counts packets: each number is read, on a scrape, from the
 //! one place that counts it. The live ports' sink counts every frame's
@@ -8,23 +8,126 @@
 //! them, besides what the sockets received, sent and lost
 //! ([`BridgeCounters`]); the workers count rules, drop reasons and
 //! undecodable frames ([`Stats`], published once per batch); the control
-//! plane counts reloads ([`ControlState`]).
+//! plane counts reloads ([`ControlState`]). Every number with a fixed name
+//! is declared once with `counters!` (here: [`LaneTotals`],
+//! [`BridgeTotals`]) and served by `sluice_metrics::counters::encode`;
+//! only the families keyed by what occurred ([`dynamic_families`]) are
+//! written by hand.
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{RuleSet, Side, Stats};
-use sluice_live::pipeline::{BridgeCounters, PortTotals};
+use sluice_live::pipeline::{BridgeCounters, LaneCounters};
+use sluice_metrics::counters::{encode_where, families};
 use sluice_metrics::{counter, gauge};
-use sluice_pipeline::sample::SampleCounts;
 use sluice_pipeline::LiveStats;
 use sluice_pipeline::{Observer, Progress};
 use sluice_policy::ControlState;
 use sluice_wire::ErrorKind;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Instant;
+
+sluice_metrics::counters! {
+    /// One lane of a per-queue bridge as it is shown (`per_lane` in the
+    /// summary, its `queue` lines, `sluice_queue_*`), read from its
+    /// [`LaneCounters`].
+    pub struct LaneTotals {
+        /// Frames the lane passed.
+        passed => "sluice_queue_packets" { "verdict" = "pass" },
+        /// Frames the lane dropped.
+        dropped => "sluice_queue_packets" { "verdict" = "drop" },
+        /// Packets received on a queue (both ports).
+        rx_packets => "sluice_queue_rx_packets",
+        /// Packets a queue's worker transmitted (both ports).
+        tx_packets => "sluice_queue_tx_packets",
+    }
+    families {
+        /// Packets a queue's worker handled, by verdict.
+        "sluice_queue_packets",
+    }
+}
+
+sluice_metrics::counters! {
+    /// The bridge's numbers besides its ports', its lanes' and its control
+    /// plane's counts, read from their owners for a scrape or a summary
+    /// (the summary's keys are the field names).
+    pub struct BridgeTotals {
+        /// Packets judged so far (the pipeline's progress; may run ahead of what was written).
+        judged => "sluice_judged_packets",
+        /// IP fragments judged with their datagram.
+        fragments_judged => "sluice_fragments" { "outcome" = "judged" },
+        /// IP fragments reassembly gave up on and passed.
+        fragments_reassembly_passed => "sluice_fragments" { "outcome" = "reassembly_passed" },
+        /// IP fragments reassembly gave up on and dropped.
+        fragments_reassembly_dropped => "sluice_fragments" { "outcome" = "reassembly_dropped" },
+        /// AF_XDP frames whose packets reassembly copied out, given back to the pool.
+        frames_reclaimed => "sluice_frames_reclaimed",
+        /// Fragments moved to the queue their IP pair is reassembled on.
+        fragments_resteered => "sluice_fragments_resteered" { "result" = "moved" },
+        /// Fragments given up with the incomplete verdict: that queue's inbox was full.
+        fragments_resteer_full => "sluice_fragments_resteered" { "result" = "inbox_full" },
+        /// Unix time the rules in force were loaded.
+        last_reload_ms => gauge "sluice_last_reload_timestamp_seconds" / 1000,
+        /// Generation of the rules in force (0 at start, +1 per publication:
+        /// reload, expiry, runtime change, merge).
+        generation => gauge "sluice_rules_generation",
+        /// 1 under --dry-run: nothing is enforced, and the drop counters
+        /// count what would have been dropped.
+        dry_run => gauge "sluice_dry_run",
+        /// --dry-run: packets the rules would have dropped (all were forwarded).
+        would_drop => "sluice_would_drop_packets",
+    }
+    families {
+        /// IP fragments: judged with their datagram, or decided by
+        /// reassembly (given up: passed or dropped).
+        "sluice_fragments",
+        /// Fragments that arrived on another queue than the one their IP
+        /// pair is reassembled on: moved, or given up with the incomplete
+        /// verdict when that queue's inbox was full.
+        "sluice_fragments_resteered",
+    }
+}
+
+/// The families written by hand, keyed by what occurred: per list and
+/// reason, rule, set, origin, peer and flow (the names test checks that
+/// nothing else is served undeclared).
+pub fn dynamic_families() -> Vec<&'static str> {
+    use sluice_policy::exposition::{CROWDSEC_FAMILIES, SET_FAMILIES};
+    let own = ["sluice_dropped_packets", "sluice_undecodable_packets", "sluice_list_entries", "sluice_info"];
+    let theirs = [&sluice_metrics::RULE_FAMILIES[..], SET_FAMILIES, CROWDSEC_FAMILIES, crate::bgp::SERVED_FAMILIES];
+    own.into_iter().chain(theirs.into_iter().flatten().copied()).collect()
+}
+
+/// Every family the declared sets the bridge serves declare.
+pub fn declared_families() -> Vec<&'static str> {
+    use sluice_policy::{controller::ControlTotals, crowdsec::BouncerTotals};
+    let sets = [
+        sluice_live::pipeline::PortTotals::FAMILIES,
+        LaneTotals::FAMILIES,
+        BridgeTotals::FAMILIES,
+        ControlTotals::FAMILIES,
+        sluice_control::socket::SocketTotals::FAMILIES,
+        BouncerTotals::FAMILIES,
+        sluice_pipeline::sample::SampleCounts::FAMILIES,
+    ];
+    sets.into_iter().flat_map(families).collect()
+}
+
+impl LaneTotals {
+    /// A lane's counts now.
+    pub fn of(c: &LaneCounters) -> LaneTotals {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        LaneTotals {
+            passed: l(&c.passed),
+            dropped: l(&c.dropped),
+            rx_packets: l(&c.rx_packets),
+            tx_packets: l(&c.tx_packets),
+        }
+    }
+}
 
 /// Everything the bridge counts, shared by the sink, the control thread,
 /// the status line and the metrics server.
@@ -41,7 +144,6 @@ pub struct BridgeMetrics {
     pub control: Arc<ControlState>,
     /// From the pipeline's observer: judged so far (some may not be written yet).
     pub judged: AtomicU64,
-    pub judged_dropped: AtomicU64,
     /// The live ports' own counters: received, sent, lost at a ring, and
     /// each frame's verdict and fragment outcome as the sink handled it.
     pub ports: Arc<BridgeCounters>,
@@ -50,14 +152,14 @@ pub struct BridgeMetrics {
     /// `--dry-run`: nothing is enforced; drops are what would have been.
     pub dry_run: std::sync::atomic::AtomicBool,
     /// The CrowdSec bouncer's counters, and its set, when it runs.
-    pub crowdsec: std::sync::OnceLock<Arc<sluice_policy::crowdsec::BouncerCounters>>,
-    pub crowdsec_set: std::sync::OnceLock<String>,
+    pub crowdsec: OnceLock<Arc<sluice_policy::crowdsec::BouncerCounters>>,
+    pub crowdsec_set: OnceLock<String>,
     /// Set when drops are sampled (`--sample-drops`, `--log-drops`).
-    pub samples: std::sync::OnceLock<Arc<sluice_pipeline::sample::SampleCounters>>,
+    pub samples: OnceLock<Arc<sluice_pipeline::sample::SampleCounters>>,
     /// A per-queue bridge's fragment inboxes (fragments moved between lanes).
-    pub inboxes: std::sync::OnceLock<Arc<sluice_pipeline::Inboxes>>,
+    pub inboxes: OnceLock<Arc<sluice_pipeline::Inboxes>>,
     /// The BGP sessions, when there are some.
-    pub bgp: std::sync::OnceLock<Arc<crate::bgp::BgpState>>,
+    pub bgp: OnceLock<Arc<crate::bgp::BgpState>>,
 }
 
 impl BridgeMetrics {
@@ -70,13 +172,12 @@ impl BridgeMetrics {
             rules: Mutex::new(None),
             control,
             judged: AtomicU64::new(0),
-            judged_dropped: AtomicU64::new(0),
             socket: Arc::default(),
-            crowdsec: std::sync::OnceLock::new(),
-            crowdsec_set: std::sync::OnceLock::new(),
-            samples: std::sync::OnceLock::new(),
-            inboxes: std::sync::OnceLock::new(),
-            bgp: std::sync::OnceLock::new(),
+            crowdsec: OnceLock::new(),
+            crowdsec_set: OnceLock::new(),
+            samples: OnceLock::new(),
+            inboxes: OnceLock::new(),
+            bgp: OnceLock::new(),
             dry_run: std::sync::atomic::AtomicBool::new(false),
             ports,
         }
@@ -89,6 +190,28 @@ impl BridgeMetrics {
             all.add(&s.lock().unwrap_or_else(PoisonError::into_inner));
         }
         all
+    }
+
+    /// The numbers [`BridgeTotals`] declares, now.
+    pub fn totals(&self) -> BridgeTotals {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let (p, c) = (&self.ports, &self.control);
+        let inbox = |f: fn(&sluice_pipeline::Inboxes) -> &AtomicU64| self.inboxes.get().map_or(0, |i| l(f(i)));
+        let dry = self.dry_run.load(Ordering::Relaxed);
+        BridgeTotals {
+            judged: l(&self.judged),
+            // In the order of `FRAGMENT_OUTCOMES`.
+            fragments_judged: l(&p.fragments[0]),
+            fragments_reassembly_passed: l(&p.fragments[1]),
+            fragments_reassembly_dropped: l(&p.fragments[2]),
+            frames_reclaimed: l(&p.frames_reclaimed),
+            fragments_resteered: inbox(|i| &i.moved),
+            fragments_resteer_full: inbox(|i| &i.overflowed),
+            last_reload_ms: l(&c.last_reload_ms),
+            generation: l(&c.generation),
+            dry_run: u64::from(dry),
+            would_drop: if dry { p.ports.iter().map(|p| l(&p.dropped)).sum() } else { 0 },
+        }
     }
 
     /// The CrowdSec set's drops and elements by origin (see
@@ -109,176 +232,11 @@ impl BridgeMetrics {
         self.io.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    /// The per-port part of the summary, one object per port.
-    /// The final `--json` summary: the run's report, then the ports, the
-    /// reloads and the lists (the rules' rows are added by the caller).
-    pub fn summary_json(&self, report: &sluice_pipeline::RunReport, io: &str) -> serde_json::Value {
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let mut v = serde_json::to_value(report.to_json()).expect("the report serialises");
-        v["io"] = io.into();
-        v["per_port"] = self.per_port_json();
-        let c = &self.control;
-        v["reloads"] = serde_json::json!({
-            "ok": l(&c.reloads_ok),
-            "failed": l(&c.reloads_failed),
-            "sighup": l(&c.sighups),
-            "generation": l(&c.generation),
-        });
-        v["lists"] = c
-            .lists()
-            .iter()
-            .map(|e| serde_json::json!({ "list": e.kind, "path": e.path, "entries": e.entries }))
-            .collect();
-        v["frames_reclaimed"] = l(&self.ports.frames_reclaimed).into();
-        if let Some(q) = self.per_lane_json(report) {
-            // `per_queue`: the old name, kept for one release (docs/json.md).
-            v["per_queue"] = q.clone();
-            v["per_lane"] = q;
-        }
-        if let Some(i) = self.inboxes.get() {
-            v["fragments_resteered"] = l(&i.moved).into();
-            v["fragments_resteer_full"] = l(&i.overflowed).into();
-        }
-        let dry = self.dry_run.load(Ordering::Relaxed);
-        v["dry_run"] = dry.into();
-        if dry {
-            v["would_drop"] = v["dropped"].clone();
-        }
-        v
-    }
-
-    /// The text summary's lines after the run's own: io, ports, reloads, workers.
-    pub fn summary_text(&self, report: &sluice_pipeline::RunReport, io: &str) -> String {
-        use std::fmt::Write as _;
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let mut out = format!("io           {io}\n");
-        for p in self.per_port_json().as_array().into_iter().flatten() {
-            let _ = writeln!(
-                out,
-                "port {} {:<8} in {} (pass {}, drop {}); sent {}; lost: rx ring {}, tx ring {}, unsendable {}, no buffer {}",
-                p["port"],
-                p["iface"].as_str().unwrap_or(""),
-                p["packets"],
-                p["passed"],
-                p["dropped"],
-                p["tx_packets"],
-                p["rx_ring_drops"],
-                p["tx_ring_full"],
-                p["tx_invalid"],
-                p["tx_no_buffer"]
-            );
-        }
-        let c = &self.control;
-        let (ok, failed, hup) = (l(&c.reloads_ok), l(&c.reloads_failed), l(&c.sighups));
-        let _ = writeln!(out, "reloads      {ok} ok, {failed} failed ({hup} SIGHUP)");
-        let _ = writeln!(out, "workers      {:?}", report.per_worker);
-        for q in self.per_lane_json(report).as_ref().and_then(|v| v.as_array()).into_iter().flatten() {
-            let _ = writeln!(
-                out,
-                "queue {:<6} on CPU {}: in {} (pass {}, drop {}); sent {}; judged {}",
-                q["queue"], q["cpu"], q["rx_packets"], q["passed"], q["dropped"], q["tx_packets"], q["judged"]
-            );
-        }
-        if let Some(i) = self.inboxes.get() {
-            let (moved, full) = (l(&i.moved), l(&i.overflowed));
-            let _ =
-                writeln!(out, "fragments    {moved} moved to the lane of their IP pair, {full} given up (inbox full)");
-        }
-        if self.dry_run.load(Ordering::Relaxed) {
-            let n = report.stats.dropped;
-            let _ = writeln!(
-                out,
-                "dry run      nothing was enforced: {n} packets would have been dropped, all were forwarded"
-            );
-        }
-        out
-    }
-
-    /// A per-queue bridge's lanes, one object each (`None` for one thread):
-    /// the queue, the CPU, what it received, passed, dropped, sent and judged.
-    pub fn per_lane_json(&self, report: &sluice_pipeline::RunReport) -> Option<serde_json::Value> {
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let lanes = self.ports.lanes.get()?;
-        Some(
-            lanes
-                .iter()
-                .enumerate()
-                .map(|(i, c)| {
-                    serde_json::json!({
-                        "queue": c.queue,
-                        "cpu": c.cpu,
-                        "rx_packets": l(&c.rx_packets),
-                        "tx_packets": l(&c.tx_packets),
-                        "passed": l(&c.passed),
-                        "dropped": l(&c.dropped),
-                        "judged": report.per_worker.get(i).copied().unwrap_or(0),
-                    })
-                })
-                .collect(),
-        )
-    }
-
-    pub fn per_port_json(&self) -> serde_json::Value {
-        (0..2)
-            .map(|p| {
-                let t = self.ports.ports[p].totals();
-                // Every counter under its own name (`PortCounters` declares them).
-                let mut v: serde_json::Map<String, serde_json::Value> =
-                    t.pairs().into_iter().map(|(k, n)| (k.to_owned(), n.into())).collect();
-                v.insert("port".into(), p.into());
-                v.insert("iface".into(), self.ifaces[p].clone().into());
-                v.insert("packets".into(), (t.passed + t.dropped).into());
-                v.insert("bytes".into(), (t.passed_bytes + t.dropped_bytes).into());
-                serde_json::Value::Object(v)
-            })
-            .collect()
-    }
-
-    /// What the control thread runs every tick besides reloading: a status
-    /// line on stderr every 2 s when `status`, and setting `stop` once
-    /// `duration` seconds have passed (`--duration`).
-    pub fn ticker(
-        self: &Arc<Self>,
-        status: bool,
-        duration: Option<Duration>,
-        stop: &Arc<std::sync::atomic::AtomicBool>,
-    ) -> impl FnMut() + Send + 'static {
-        let deadline = duration.map(|d| Instant::now() + d);
-        let (shared, stop) = (Arc::clone(self), Arc::clone(stop));
-        let mut last_status = Instant::now();
-        let mut last_counts = [0u64; 2];
-        move || {
-            if status && last_status.elapsed() >= Duration::from_secs(2) {
-                let since = last_status.elapsed();
-                last_status = Instant::now();
-                eprintln!("{}", shared.status_line(&mut last_counts, since));
-            }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                stop.store(true, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// One status line: per port in/pass/drop and rate since the last line.
-    pub fn status_line(&self, last: &mut [u64; 2], since: Duration) -> String {
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let mut s = format!("sluice: {:>7.1} s", self.started.elapsed().as_secs_f64());
-        for (p, last) in last.iter_mut().enumerate() {
-            let t = self.ports.ports[p].totals();
-            let n = t.passed + t.dropped;
-            let rate = (n - *last) as f64 / since.as_secs_f64().max(1e-3);
-            *last = n;
-            s += &format!(
-                " | {} in {n} pass {} drop {} ({:.1} kpps) ring drops {}",
-                self.ifaces[p],
-                t.passed,
-                t.dropped,
-                rate / 1e3,
-                t.rx_ring_drops + t.tx_ring_full
-            );
-        }
-        s += &format!(" | reloads {} ok {} failed", l(&self.control.reloads_ok), l(&self.control.reloads_failed));
-        s
+    /// A registry that encodes these counters on every scrape.
+    pub fn registry(self: &Arc<Self>) -> Registry {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Exporter(Arc::clone(self))));
+        registry
     }
 }
 
@@ -287,36 +245,19 @@ impl BridgeMetrics {
 /// report.
 pub struct LiveObserver {
     metrics: Arc<BridgeMetrics>,
-    last: (u64, u64),
+    last: u64,
 }
 
 impl LiveObserver {
     pub fn new(metrics: &Arc<BridgeMetrics>) -> LiveObserver {
-        LiveObserver { metrics: Arc::clone(metrics), last: (0, 0) }
+        LiveObserver { metrics: Arc::clone(metrics), last: 0 }
     }
 }
 
 impl Observer for LiveObserver {
     fn progress(&mut self, p: &Progress) {
-        let m = &self.metrics;
-        m.judged.fetch_add(p.judged.saturating_sub(self.last.0), Ordering::Relaxed);
-        m.judged_dropped.fetch_add(p.dropped.saturating_sub(self.last.1), Ordering::Relaxed);
-        self.last = (self.last.0.max(p.judged), self.last.1.max(p.dropped));
-    }
-}
-
-/// The help text of a family of the ports' counters.
-fn port_family_help(family: &str) -> &'static str {
-    match family {
-        "sluice_packets" => "Packets received on a port, by verdict.",
-        "sluice_bytes" => "Bytes (on the wire) received on a port, by verdict.",
-        "sluice_tx_packets" => "Packets transmitted on a port.",
-        "sluice_tx_bytes" => "Bytes transmitted on a port.",
-        "sluice_ring_drops" => {
-            "Frames lost at a ring: the kernel's RX ring full or fill ring empty, our TX ring full, a frame that \
-             cannot be sent, no free buffer, a failed send (fill_ring_empty counts events, not frames)."
-        }
-        _ => "A port's counter.",
+        self.metrics.judged.fetch_add(p.judged.saturating_sub(self.last), Ordering::Relaxed);
+        self.last = self.last.max(p.judged);
     }
 }
 
@@ -333,410 +274,95 @@ impl std::fmt::Debug for Exporter {
 
 impl Collector for Exporter {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        // By owner: what the ports counted, what the workers judged, the
-        // control plane, the runtime sets, the CrowdSec feed, the samples.
-        self.ports(&mut enc)?;
-        self.judged(&mut enc)?;
-        self.control(&mut enc)?;
-        self.sets(&mut enc)?;
-        self.crowdsec(&mut enc)?;
-        self.flows(&mut enc)?;
-        self.samples(&mut enc)
-    }
-}
-
-/// Flows served by name in `sluice_flow_rule_*` (the busiest; the rest are
-/// summed under `rule="other"`), so a table of 10,000 flows is not 10,000
-/// series.
-pub const FLOW_SERIES: usize = 32;
-
-impl Exporter {
-    /// The ports' counters, per lane too, and fragments moved between lanes.
-    fn ports(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = &self.0;
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let enc = &mut enc;
+        // The declared sets: the ports, the lanes, the bridge's own, the
+        // CrowdSec feed's, the samples' (always: zeros without
+        // --sample-drops/--log-drops, so a dashboard's panel has a series).
+        let t = s.totals();
         let port = |p: usize| vec![("port", p.to_string()), ("iface", s.ifaces[p].clone())];
-        // The ports' families, as `PortCounters` declares them.
-        let rows: Vec<_> = (0..2).map(|p| (port(p), s.ports.ports[p].totals().exported())).collect();
-        for family in sluice_metrics::counters::families(PortTotals::FAMILIES) {
-            counter(enc, family, port_family_help(family), &sluice_metrics::counters::samples(family, &rows))?;
+        let mut rows: Vec<_> = (0..2).map(|p| (port(p), s.ports.ports[p].totals().exported())).collect();
+        for c in s.ports.lanes.get().into_iter().flatten() {
+            let queue = vec![("queue", c.queue.to_string()), ("cpu", c.cpu.to_string())];
+            rows.push((queue, LaneTotals::of(c).exported()));
         }
-        if let Some(lanes) = s.ports.lanes.get() {
-            let queue = |c: &sluice_live::pipeline::LaneCounters| {
-                vec![("queue", c.queue.to_string()), ("cpu", c.cpu.to_string())]
-            };
-            let mut judged = Vec::new();
-            for c in lanes {
-                for (verdict, n) in [("pass", l(&c.passed)), ("drop", l(&c.dropped))] {
-                    let mut labels = queue(c);
-                    labels.push(("verdict", verdict.to_owned()));
-                    judged.push((labels, n));
-                }
-            }
-            counter(enc, "sluice_queue_packets", "Packets a queue's worker handled, by verdict.", &judged)?;
-            let rx: Vec<_> = lanes.iter().map(|c| (queue(c), l(&c.rx_packets))).collect();
-            counter(enc, "sluice_queue_rx_packets", "Packets received on a queue (both ports).", &rx)?;
-            let tx: Vec<_> = lanes.iter().map(|c| (queue(c), l(&c.tx_packets))).collect();
-            counter(enc, "sluice_queue_tx_packets", "Packets a queue's worker transmitted (both ports).", &tx)?;
-        }
-        if let Some(i) = s.inboxes.get() {
-            counter(
-                enc,
-                "sluice_fragments_resteered",
-                "Fragments that arrived on another queue than the one their IP pair is reassembled on: moved, or given up with the incomplete verdict when that queue's inbox was full.",
-                &[
-                    (vec![("result", "moved".to_owned())], l(&i.moved)),
-                    (vec![("result", "inbox_full".to_owned())], l(&i.overflowed)),
-                ],
-            )?;
-        }
-        Ok(())
-    }
-
-    /// What the workers judged: drops by reason and set, rules, undecodable frames, fragments.
-    fn judged(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let s = &self.0;
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let stats = s.stats();
-        let rules = s.rules();
-        // The workers count every drop they decide by its reason but the
-        // undecodable ones, which are what is left; reassembly's are the
-        // fragments the sink saw it give up and drop.
-        let undecodable_dropped = stats.dropped
-            - stats.dropped_by_src
-            - stats.dropped_by_dst
-            - stats.dropped_by_rule
-            - stats.dropped_by_default;
-        let mut drops: Vec<(Vec<(&str, String)>, u64)> = vec![
-            (vec![("reason", "undecodable".into()), ("list", String::new())], undecodable_dropped),
-            (vec![("reason", "fragment".into()), ("list", String::new())], l(&s.ports.fragments[2])),
-            (vec![("reason", "default".into()), ("list", String::new())], stats.dropped_by_default),
-        ];
-        let mut rule_rows = Vec::new();
-        if let Some(r) = &rules {
-            let same = stats.rules_id == r.value.id();
-            for (i, info) in r.value.rules().iter().enumerate() {
-                let c = if same { stats.rule_hits.get(i).copied().unwrap_or_default() } else { Default::default() };
-                rule_rows.push(sluice_metrics::RuleRow {
-                    line: info.line,
-                    rule: &info.text,
-                    action: info.action.as_str(),
-                    packets: c.packets,
-                    bytes: c.bytes,
-                });
-                let dropped = match info.action {
-                    sluice_rules::Action::Drop => c.packets,
-                    // What the rule's bucket found over its rate.
-                    sluice_rules::Action::Police => r.value.policer(i).map_or(0, |p| p.over.load(Ordering::Relaxed)),
-                    _ => continue,
-                };
-                let reason = match info.side {
-                    Some(Side::Source) => "src",
-                    Some(Side::Destination) => "dst",
-                    None => "rule",
-                };
-                let key = vec![("reason", reason.to_owned()), ("list", info.list.clone())];
-                match drops.iter_mut().find(|(k, _)| *k == key) {
-                    Some((_, n)) => *n += dropped,
-                    None => drops.push((key, dropped)),
-                }
-            }
-        }
-        counter(
-            enc,
-            "sluice_dropped_packets",
-            "Dropped packets by reason and the list (set) of the rule that dropped them.",
-            &drops,
-        )?;
-        sluice_metrics::rule_families(enc, &rule_rows)?;
-        let undecodable: Vec<_> = ErrorKind::ALL
-            .iter()
-            .map(|k| (vec![("reason", k.as_str().to_owned())], stats.undecodable[k.index()]))
-            .filter(|(_, v)| *v > 0)
-            .collect();
-        counter(enc, "sluice_undecodable_packets", "Packets that could not be decoded, by reason.", &undecodable)?;
-        let frags: Vec<_> = sluice_live::pipeline::FRAGMENT_OUTCOMES
-            .iter()
-            .zip(&s.ports.fragments)
-            .map(|(o, a)| (vec![("outcome", (*o).to_owned())], l(a)))
-            .collect();
-        counter(
-            enc,
-            "sluice_fragments",
-            "IP fragments: judged with their datagram, or decided by reassembly (given up: passed or dropped).",
-            &frags,
-        )?;
-        counter(
-            enc,
-            "sluice_frames_reclaimed",
-            "AF_XDP frames whose packets reassembly copied out, given back to the pool.",
-            &[(vec![], l(&s.ports.frames_reclaimed))],
-        )?;
-        Ok(())
-    }
-
-    /// The control plane: reloads, lists, generation, how the bridge runs, the dry run.
-    fn control(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let s = &self.0;
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        rows.push((vec![], t.exported()));
+        rows.extend(s.crowdsec.get().map(|cs| (vec![], cs.counts.totals().exported())));
+        rows.push((vec![], s.samples.get().map(|sc| sc.totals()).unwrap_or_default().exported()));
+        let (inboxes, dry) = (s.inboxes.get().is_some(), t.dry_run == 1);
+        encode_where(enc, &rows, |f| match f {
+            "sluice_fragments_resteered" => inboxes,
+            "sluice_would_drop_packets" => dry,
+            _ => true,
+        })?;
         sluice_policy::exposition::control_families(enc, &s.control, &s.socket.totals(), None)?;
-        counter(
-            enc,
-            "sluice_judged_packets",
-            "Packets judged so far (the pipeline's progress; may run ahead of what was written).",
-            &[(vec![], l(&s.judged))],
-        )?;
-        let entries: Vec<_> = s
-            .control
-            .lists()
-            .into_iter()
+        // By hand, the families keyed by what occurred.
+        judged(enc, s)?;
+        let entries: Vec<_> = (s.control.lists().into_iter())
             .map(|e| (vec![("list", e.kind.to_owned()), ("path", e.path)], e.entries as i64))
             .collect();
         gauge(enc, "sluice_list_entries", "Entries of each list file in the rules in force.", &entries)?;
-        gauge(
-            enc,
-            "sluice_last_reload_timestamp_seconds",
-            "Unix time the rules in force were loaded.",
-            &[(vec![], (l(&s.control.last_reload_ms) / 1000) as i64)],
-        )?;
-        gauge(
-            enc,
-            "sluice_rules_generation",
-            "Generation of the rules in force (0 at start, +1 per publication: reload, expiry, runtime change, merge).",
-            &[(vec![], l(&s.control.generation) as i64)],
-        )?;
         gauge(enc, "sluice_info", "How the bridge runs.", &[(vec![("io", s.io())], 1)])?;
-        let dry = s.dry_run.load(Ordering::Relaxed);
-        gauge(
-            enc,
-            "sluice_dry_run",
-            "1 under --dry-run: nothing is enforced, and the drop counters count what would have been dropped.",
-            &[(vec![], i64::from(dry))],
-        )?;
-        if dry {
-            let would: u64 = s.ports.ports.iter().map(|p| l(&p.dropped)).sum();
-            counter(
-                enc,
-                "sluice_would_drop_packets",
-                "--dry-run: packets the rules would have dropped (all were forwarded).",
-                &[(vec![], would)],
-            )?;
-        }
-        Ok(())
-    }
-
-    /// The runtime sets, as every data plane over the controller serves them.
-    fn sets(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        sluice_policy::exposition::set_families(enc, &self.0.control)
-    }
-
-    /// The CrowdSec feed, when it runs.
-    fn crowdsec(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let s = &self.0;
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        sluice_policy::exposition::set_families(enc, &s.control)?;
         if let Some(cs) = s.crowdsec.get() {
-            gauge(
-                enc,
-                "sluice_crowdsec_up",
-                "1 while the last pull from the CrowdSec LAPI worked.",
-                &[(vec![], l(&cs.up) as i64)],
-            )?;
-            gauge(
-                enc,
-                "sluice_crowdsec_last_pull_timestamp_seconds",
-                "Unix time of the last pull from the LAPI that worked.",
-                &[(vec![], (l(&cs.last_pull_ms) / 1000) as i64)],
-            )?;
-            gauge(
-                enc,
-                "sluice_crowdsec_pull_duration_us",
-                "The last pull that worked, from request to publication (µs).",
-                &[(vec![], l(&cs.last_pull_us) as i64)],
-            )?;
-            counter(
-                enc,
-                "sluice_crowdsec_pulls",
-                "Pulls from the LAPI, by result.",
-                &[
-                    (vec![("result", "ok".to_owned())], l(&cs.pulls_ok)),
-                    (vec![("result", "failed".to_owned())], l(&cs.pulls_failed)),
-                ],
-            )?;
-            counter(
-                enc,
-                "sluice_crowdsec_repaired",
-                "Set elements a full pull added or removed that the delta stream had missed.",
-                &[(vec![], l(&cs.repaired))],
-            )?;
-            let d: Vec<_> = cs
-                .decisions()
-                .into_iter()
-                .map(|((origin, kind, scope, action), n)| {
-                    let labels = [("origin", origin), ("type", kind), ("scope", scope), ("action", action)];
-                    (labels.iter().map(|(k, v)| (*k, (*v).to_owned())).collect(), n)
-                })
-                .collect();
-            counter(
-                enc,
-                "sluice_crowdsec_decisions",
-                "Decisions in the answers applied, by origin, type, scope (each a known value or other) and what was done (added, deleted, ignored, oversized).",
-                &d,
-            )?;
-            let usage = s.origin_usage();
-            let by = |f: fn(&sluice_policy::usage::OriginUsage) -> u64| -> Vec<(Vec<(&str, String)>, u64)> {
-                let labels = |u: &sluice_policy::usage::OriginUsage| {
-                    vec![("origin", u.origin.clone()), ("ip_type", u.ip_type.to_owned())]
-                };
-                usage.iter().map(|u| (labels(u), f(u))).collect()
-            };
-            counter(
-                enc,
-                "sluice_crowdsec_dropped_packets",
-                "Packets dropped by a rule over the CrowdSec set, by the origin of the decision that matched (crowdsec, cscli, CAPI, lists:NAME, ...) and ip_type.",
-                &by(|u| u.dropped_packets),
-            )?;
-            counter(
-                enc,
-                "sluice_crowdsec_dropped_bytes",
-                "Bytes (on the wire) dropped by a rule over the CrowdSec set, by origin and ip_type.",
-                &by(|u| u.dropped_bytes),
-            )?;
-            let active: Vec<_> = by(|u| u.active).into_iter().map(|(l, n)| (l, n as i64)).collect();
-            gauge(
-                enc,
-                "sluice_crowdsec_active_decisions",
-                "Elements of the CrowdSec set now, by the origin of the decision that put them there and ip_type.",
-                &active,
-            )?;
-            counter(
-                enc,
-                "sluice_crowdsec_usage_pushes",
-                "Pushes of the drops by origin to the LAPI's /v1/usage-metrics, by result (unsupported: answered 404, none after).",
-                &[
-                    (vec![("result", "ok".to_owned())], l(&cs.usage_pushes_ok)),
-                    (vec![("result", "failed".to_owned())], l(&cs.usage_pushes_failed)),
-                    (vec![("result", "unsupported".to_owned())], l(&cs.usage_pushes_unsupported)),
-                ],
-            )?;
+            sluice_policy::exposition::crowdsec_families(enc, cs, &s.origin_usage())?;
         }
-        Ok(())
-    }
-
-    /// The BGP sessions and the flows in force (only with `--bgp-peer`).
-    fn flows(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let s = &self.0;
-        let Some(bgp) = s.bgp.get() else { return Ok(()) };
-        let rows = bgp.sessions.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        let up: Vec<_> =
-            rows.iter().map(|r| (vec![("peer", r.peer.clone())], i64::from(r.state == "established"))).collect();
-        gauge(enc, "sluice_bgp_session_up", "1 while the BGP session with the peer is established.", &up)?;
-        let mut updates = Vec::new();
-        for r in &rows {
-            for (f, n) in crate::bgp::FAMILIES.iter().zip(r.updates) {
-                updates.push((vec![("peer", r.peer.clone()), ("family", (*f).to_owned())], n));
-            }
+        match s.bgp.get() {
+            Some(bgp) => bgp.families(enc, s.rules().as_ref().and_then(|r| r.value.flows())),
+            None => Ok(()),
         }
-        counter(enc, "sluice_bgp_updates", "UPDATEs received, by peer and the route family they touched.", &updates)?;
-        let refused: Vec<_> = rows
-            .iter()
-            .flat_map(|r| {
-                crate::bgp::REFUSAL_REASONS.iter().map(|reason| {
-                    let n = r.refused_by.get(reason).copied().unwrap_or(0);
-                    (vec![("peer", r.peer.clone()), ("reason", (*reason).to_owned())], n)
-                })
-            })
-            .collect();
-        counter(
-            enc,
-            "sluice_bgp_routes_refused",
-            "Routes refused, by peer and reason: max_routes (--bgp-max-routes), route_bytes (--bgp-max-route-bytes), peer_bytes (--bgp-max-peer-bytes), never_block, min_prefix (the safety net), undirected (no destination), outside_protect (--bgp-protect).",
-            &refused,
-        )?;
-        let bytes: Vec<_> = rows.iter().map(|r| (vec![("peer", r.peer.clone())], r.bytes as i64)).collect();
-        gauge(
-            enc,
-            "sluice_bgp_route_bytes",
-            "What the peer's routes cost, in bytes as --bgp-max-peer-bytes counts them.",
-            &bytes,
-        )?;
-        let rules = s.rules();
-        let table = rules.as_ref().and_then(|r| r.value.flows().cloned());
-        let mut by_family = [0i64; 4];
-        let mut busiest = Vec::new();
-        if let Some(t) = &table {
-            for r in t.rules() {
-                let v6 = r.flow.family == sluice_bgp::flowspec::Family::V6;
-                by_family[usize::from(v6) + 2 * usize::from(r.blackhole)] += 1;
-                let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-                busiest.push((l(&r.counts.packets), l(&r.counts.dropped), r.flow.to_string()));
-            }
-        }
-        let fam: Vec<_> =
-            crate::bgp::FAMILIES.iter().zip(by_family).map(|(f, n)| (vec![("family", (*f).to_owned())], n)).collect();
-        gauge(
-            enc,
-            "sluice_flow_rules",
-            "Flows in force from BGP peers, by family (FlowSpec, blackhole routes).",
-            &fam,
-        )?;
-        busiest.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.2.cmp(&b.2)));
-        let mut packets = Vec::new();
-        let mut dropped = Vec::new();
-        let (mut other_p, mut other_d) = (0, 0);
-        for (i, (p, d, text)) in busiest.into_iter().enumerate() {
-            if i < FLOW_SERIES {
-                packets.push((vec![("rule", text.clone())], p));
-                dropped.push((vec![("rule", text)], d));
-            } else {
-                other_p += p;
-                other_d += d;
-            }
-        }
-        if table.as_ref().is_some_and(|t| t.rules().len() > FLOW_SERIES) {
-            packets.push((vec![("rule", "other".to_owned())], other_p));
-            dropped.push((vec![("rule", "other".to_owned())], other_d));
-        }
-        counter(
-            enc,
-            "sluice_flow_rule_packets",
-            "Packets each flow from a BGP peer matched (the 32 busiest by name, the rest as rule=\"other\").",
-            &packets,
-        )?;
-        counter(
-            enc,
-            "sluice_flow_rule_dropped",
-            "Packets each flow dropped (discard, blackhole, or over its traffic-rate), as sluice_flow_rule_packets.",
-            &dropped,
-        )
-    }
-
-    /// Drop samples (always served: zeros without --sample-drops/--log-drops).
-    fn samples(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let s = &self.0;
-        // Always served (zeros without --sample-drops/--log-drops), so a
-        // dashboard's panel has a series either way.
-        let n = s.samples.get().map(|sc| sc.totals()).unwrap_or_default();
-        let rows = [(vec![], n.exported())];
-        for family in sluice_metrics::counters::families(SampleCounts::FAMILIES) {
-            let help = match family {
-                "sluice_drop_samples" => {
-                    "Dropped frames sampled (--sample-drops, --log-drops), by what became of them."
-                }
-                _ => "Sample files rotated.",
-            };
-            counter(enc, family, help, &sluice_metrics::counters::samples(family, &rows))?;
-        }
-        Ok(())
     }
 }
 
-impl BridgeMetrics {
-    /// A registry that encodes these counters on every scrape.
-    pub fn registry(self: &Arc<Self>) -> Registry {
-        let mut registry = Registry::default();
-        registry.register_collector(Box::new(Exporter(Arc::clone(self))));
-        registry
+/// What the workers judged: drops by reason and list, rules, undecodable frames.
+fn judged(enc: &mut DescriptorEncoder, s: &BridgeMetrics) -> Result<(), std::fmt::Error> {
+    let stats = s.stats();
+    // The workers count every drop they decide by its reason but the
+    // undecodable ones, which are what is left; reassembly's are the
+    // fragments the sink saw it give up and drop.
+    let undecodable_dropped =
+        stats.dropped - stats.dropped_by_src - stats.dropped_by_dst - stats.dropped_by_rule - stats.dropped_by_default;
+    let reason = |r: &str, list: String| vec![("reason", r.to_owned()), ("list", list)];
+    let mut drops: Vec<(Vec<(&str, String)>, u64)> = vec![
+        (reason("undecodable", String::new()), undecodable_dropped),
+        (reason("fragment", String::new()), s.ports.fragments[2].load(Ordering::Relaxed)),
+        (reason("default", String::new()), stats.dropped_by_default),
+    ];
+    let mut rule_rows = Vec::new();
+    let rules = s.rules();
+    if let Some(r) = &rules {
+        let same = stats.rules_id == r.value.id();
+        for (i, info) in r.value.rules().iter().enumerate() {
+            let c = if same { stats.rule_hits.get(i).copied().unwrap_or_default() } else { Default::default() };
+            let (packets, bytes) = (c.packets, c.bytes);
+            let (line, rule, action) = (info.line, &info.text, info.action.as_str());
+            rule_rows.push(sluice_metrics::RuleRow { line, rule, action, packets, bytes });
+            let dropped = match info.action {
+                sluice_rules::Action::Drop => c.packets,
+                // What the rule's bucket found over its rate.
+                sluice_rules::Action::Police => r.value.policer(i).map_or(0, |p| p.over.load(Ordering::Relaxed)),
+                _ => continue,
+            };
+            let side = match info.side {
+                Some(Side::Source) => "src",
+                Some(Side::Destination) => "dst",
+                None => "rule",
+            };
+            let key = reason(side, info.list.clone());
+            match drops.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, n)) => *n += dropped,
+                None => drops.push((key, dropped)),
+            }
+        }
     }
+    let help = "Dropped packets by reason and the list (set) of the rule that dropped them.";
+    counter(enc, "sluice_dropped_packets", help, &drops)?;
+    sluice_metrics::rule_families(enc, &rule_rows)?;
+    let undecodable: Vec<_> = (ErrorKind::ALL.iter())
+        .map(|k| (vec![("reason", k.as_str().to_owned())], stats.undecodable[k.index()]))
+        .filter(|(_, v)| *v > 0)
+        .collect();
+    counter(enc, "sluice_undecodable_packets", "Packets that could not be decoded, by reason.", &undecodable)
 }
 
 #[cfg(test)]
@@ -744,10 +370,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_port_family_has_its_own_help() {
-        let generic = port_family_help("");
-        for f in sluice_metrics::counters::families(PortTotals::FAMILIES) {
-            assert_ne!(port_family_help(f), generic, "{f} has no help text of its own");
-        }
+    fn the_fragment_counts_are_labelled_in_the_order_the_sink_counts_them() {
+        let t = BridgeTotals {
+            fragments_judged: 1,
+            fragments_reassembly_passed: 2,
+            fragments_reassembly_dropped: 3,
+            ..Default::default()
+        };
+        let rows = [(vec![], t.exported())];
+        let labelled: Vec<_> = sluice_metrics::counters::samples("sluice_fragments", &rows)
+            .into_iter()
+            .map(|(l, n)| (l[0].1.clone(), n))
+            .collect();
+        let want: Vec<_> = sluice_live::pipeline::FRAGMENT_OUTCOMES.iter().map(|o| o.to_string()).zip(1..).collect();
+        assert_eq!(labelled, want);
     }
 }

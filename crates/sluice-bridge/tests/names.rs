@@ -36,7 +36,7 @@ fn scrape(addr: std::net::SocketAddr) -> String {
 /// a CrowdSec feed (to a LAPI that is not there: its counters exist), a
 /// dry run. (A per-queue bridge's lanes add `per_lane`, `per_queue` and
 /// `sluice_queue_*`: AF_XDP only, checked by the veth tests.)
-fn run_everything() -> (serde_json::Value, String) {
+fn run_everything() -> (serde_json::Value, String, String) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("bad.txt"), "198.51.100.66\n").unwrap();
     let rules = dir.path().join("r.rules");
@@ -114,19 +114,47 @@ fn run_everything() -> (serde_json::Value, String) {
         std::thread::sleep(Duration::from_millis(20));
     }
     let metrics = scrape(bridge.metrics_addr().unwrap());
+    // The bridge's part of the text summary (the rest is the run's own).
+    let text = bridge.metrics().summary_text(&Default::default(), "memory");
     bridge.stop();
     let summary = bridge.wait().unwrap();
-    (summary.json, metrics)
+    (summary.json, metrics, text)
 }
 
 #[test]
 fn the_summary_keys_and_metric_names_are_the_published_ones() {
-    let (json, metrics) = run_everything();
+    let (json, metrics, _) = run_everything();
     let mut keys = BTreeSet::new();
     // Maps keyed by what occurred (reasons): their keys are data.
     support::key_paths(&json, "", &["undecodable_by_reason", "anomalies_by_reason"], &mut keys);
     same_as_listed(&keys, "bridge-json.txt");
     same_as_listed(&support::metric_names(&metrics), "bridge-metrics.txt");
+}
+
+/// Every metric the bridge serves, every key of its summary and every line
+/// of its part of the text summary has a declaration: a counter set's
+/// (`counters!`), or a family or key the bridge lists as written by hand.
+#[test]
+fn every_metric_key_and_line_is_declared() {
+    use sluice_bridge::metrics::{self as m, BridgeTotals, LaneTotals};
+    use sluice_bridge::summary::{SUMMARY_KEYS, SUMMARY_LINES};
+    let (json, metrics, text) = run_everything();
+    let families: BTreeSet<&str> = m::declared_families().into_iter().chain(m::dynamic_families()).collect();
+    let undeclared: Vec<_> =
+        support::metric_names(&metrics).into_iter().filter(|f| !families.contains(f.as_str())).collect();
+    assert!(undeclared.is_empty(), "served, declared nowhere: {undeclared:?}");
+    // The run's report's keys, the rules' rows and the samples are theirs.
+    let report = serde_json::to_value(sluice_pipeline::RunReport::default().to_json()).unwrap();
+    let mut names: BTreeSet<&str> = report.as_object().unwrap().keys().map(String::as_str).collect();
+    names.extend(["rules", "default", "samples"]);
+    let sets = [sluice_live::pipeline::PortTotals::NAMES, LaneTotals::NAMES, BridgeTotals::NAMES, SUMMARY_KEYS];
+    names.extend(sets.into_iter().flatten());
+    let ports = json["per_port"].as_array().unwrap().iter().flat_map(|p| p.as_object().unwrap().keys());
+    let keys = json.as_object().unwrap().keys().chain(ports);
+    let undeclared: Vec<_> = keys.filter(|k| !names.contains(k.as_str())).collect();
+    assert!(undeclared.is_empty(), "summary keys declared nowhere: {undeclared:?}");
+    let undeclared: Vec<_> = text.lines().filter(|l| !SUMMARY_LINES.iter().any(|w| l.starts_with(w))).collect();
+    assert!(undeclared.is_empty(), "summary lines declared nowhere: {undeclared:?}");
 }
 
 /// docs/metrics.md names every metric the bridge serves (and, through the

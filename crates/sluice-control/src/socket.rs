@@ -196,6 +196,12 @@ sluice_metrics::counters! {
         /// Requests with a command the peer's role may not send.
         forbidden => "sluice_control_requests" { "result" = "forbidden" },
     }
+    families {
+        /// Control socket requests the socket itself answered, by result
+        /// (refused: the peer is not allowed; busy; too_large; timed_out;
+        /// malformed; forbidden: the peer's role).
+        "sluice_control_requests",
+    }
 }
 
 /// The serving thread; [`Serving::stop`] ends it.

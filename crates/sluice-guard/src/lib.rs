@@ -307,7 +307,7 @@ sluice_metrics::counters! {
         tls_handshakes => "sluice_guard_tls_handshakes",
         /// TLS connections that failed before their handshake finished.
         tls_handshake_errors => "sluice_guard_tls_handshake_errors",
-        /// TLS connections closed for not finishing the handshake in time.
+        /// TLS connections closed at `--tls-handshake-timeout`, their handshake unfinished.
         tls_handshake_timeouts => "sluice_guard_tls_handshake_timeouts",
     }
 }
@@ -345,38 +345,83 @@ pub struct Shared {
     pub ja4_stats: ja4list::Ja4Stats,
 }
 
-/// The counters summed: the `--json` summary and the metrics.
+sluice_metrics::counters! {
+    /// The guard's numbers besides its threads' counts, read from the
+    /// table, the TLS store and the JA4 list when a report is made:
+    /// declared once, as [`Counts`] are (summary keys, families, help).
+    pub struct GuardTotals {
+        /// Client IPs blocked.
+        blocked_total => "sluice_guard_blocks",
+        /// Client IPs blocked now.
+        blocked_active => gauge "sluice_guard_blocks_active",
+        /// `--dry-run`: client IPs an enforcing run would have blocked.
+        ///
+        /// `blocked_*` stay 0.
+        would_block => "sluice_guard_would_block",
+        /// `--max-connections` as applied.
+        max_connections => gauge "sluice_guard_max_connections",
+        /// Certificate reloads (SIGHUP) that worked.
+        tls_reloads_ok => "sluice_guard_tls_reloads" { "result" = "ok" },
+        /// Certificate reloads that failed (the certificates in force stay).
+        tls_reloads_failed => "sluice_guard_tls_reloads" { "result" = "failed" },
+        /// Distinct JA4s seen (at most 10,000 counted).
+        ja4_distinct => gauge "sluice_guard_ja4_distinct",
+        /// `--block-ja4`: fingerprints listed.
+        ja4_list_entries => gauge "sluice_guard_ja4_list_entries",
+        /// `--block-ja4` rereads that worked.
+        ja4_list_reloads_ok => "sluice_guard_ja4_list_reloads" { "result" = "ok" },
+        /// `--block-ja4` rereads that failed.
+        ja4_list_reloads_failed => "sluice_guard_ja4_list_reloads" { "result" = "failed" },
+        /// Client IPs with state.
+        clients_tracked => gauge "sluice_guard_clients_tracked",
+        /// Idle client states evicted for room.
+        clients_evicted => "sluice_guard_clients_evicted",
+        /// Blocks not recorded because the block table was full.
+        blocks_dropped => "sluice_guard_blocks_dropped",
+        /// Rewrites of `--block-file`.
+        block_file_writes => "sluice_guard_block_file_writes",
+    }
+    families {
+        /// Certificate reloads (SIGHUP), by result.
+        "sluice_guard_tls_reloads",
+        /// `--block-ja4` rereads (SIGHUP), by result.
+        "sluice_guard_ja4_list_reloads",
+    }
+}
+
+/// The counters summed: the `--json` summary and the metrics. Its numbers
+/// are declared ([`CountTotals`], [`GuardTotals`]); the rest are keyed by
+/// what occurred (limits, reasons, JA4s, blocks) or a flag.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Report {
     /// The threads' counts, summed (each a key of its own).
     #[serde(flatten)]
     pub counts: CountTotals,
     pub breaches: BTreeMap<&'static str, u64>,
-    pub blocked_total: u64,
-    pub blocked_active: u64,
+    /// The rest of the numbers (each a key of its own; `report.blocked_total` reads through).
+    #[serde(flatten)]
+    pub totals: GuardTotals,
     /// `--dry-run`: nothing was enforced, `blocked_*` are 0 and the blocks
-    /// an enforcing run would have made are counted here.
+    /// an enforcing run would have made are counted in `would_block`.
     pub dry_run: bool,
-    pub would_block: u64,
-    pub max_connections: u64,
-    pub tls_reloads_ok: u64,
-    pub tls_reloads_failed: u64,
-    /// The 10 most frequent JA4 fingerprints of ClientHellos, and how many distinct ones were seen.
+    /// The 10 most frequent JA4 fingerprints of ClientHellos.
     pub ja4_top: Vec<ja4list::Ja4Row>,
-    pub ja4_distinct: u64,
-    /// `--block-ja4`: entries now, and its reloads.
-    pub ja4_list_entries: u64,
-    pub ja4_list_reloads_ok: u64,
-    pub ja4_list_reloads_failed: u64,
-    pub clients_tracked: u64,
-    pub clients_evicted: u64,
-    pub blocks_dropped: u64,
     /// Blocks the safety net refused, by reason (`never_block`,
     /// `min_prefix`): those clients were not blocked.
     pub blocks_refused: BTreeMap<&'static str, u64>,
-    pub block_file_writes: u64,
     /// The first blocks (at most 1024): address, limit, times in ms since start.
     pub blocks: Vec<BlockEvent>,
+}
+
+/// The report's keys no counter set declares (the names test checks that
+/// there is no other).
+pub const REPORT_KEYS: &[&str] = &["breaches", "dry_run", "ja4_top", "blocks_refused", "blocks"];
+
+impl std::ops::Deref for Report {
+    type Target = GuardTotals;
+    fn deref(&self) -> &GuardTotals {
+        &self.totals
+    }
 }
 
 impl Report {
@@ -422,29 +467,32 @@ impl Shared {
             .collect();
         let s = &self.table.stats;
         let dry = self.table.dry_run();
-        Report {
-            counts,
-            breaches,
+        let totals = GuardTotals {
             blocked_total: if dry { 0 } else { s.blocked_total.load(Ordering::Relaxed) },
             blocked_active: if dry { 0 } else { s.blocks_active.load(Ordering::Relaxed) },
-            dry_run: dry,
+            would_block: if dry { s.blocked_total.load(Ordering::Relaxed) } else { 0 },
             max_connections: self.max_connections as u64,
             tls_reloads_ok: self.tls.as_ref().map_or(0, |t| t.reloads_ok.load(Ordering::Relaxed)),
             tls_reloads_failed: self.tls.as_ref().map_or(0, |t| t.reloads_failed.load(Ordering::Relaxed)),
-            ja4_top: self.ja4_stats.top(10),
             ja4_distinct: self.ja4_stats.distinct() as u64,
             ja4_list_entries: self.ja4_block.as_ref().map_or(0, |b| b.len() as u64),
             ja4_list_reloads_ok: self.ja4_block.as_ref().map_or(0, |b| b.reloads_ok.load(Ordering::Relaxed)),
             ja4_list_reloads_failed: self.ja4_block.as_ref().map_or(0, |b| b.reloads_failed.load(Ordering::Relaxed)),
-            would_block: if dry { s.blocked_total.load(Ordering::Relaxed) } else { 0 },
             clients_tracked: s.tracked.load(Ordering::Relaxed),
             clients_evicted: s.evicted.load(Ordering::Relaxed),
             blocks_dropped: s.blocks_dropped.load(Ordering::Relaxed),
+            block_file_writes: self.block_file_writes.load(Ordering::Relaxed),
+        };
+        Report {
+            counts,
+            breaches,
+            totals,
+            dry_run: dry,
+            ja4_top: self.ja4_stats.top(10),
             blocks_refused: BTreeMap::from([
                 ("never_block", s.refused_never_block.load(Ordering::Relaxed)),
                 ("min_prefix", s.refused_min_prefix.load(Ordering::Relaxed)),
             ]),
-            block_file_writes: self.block_file_writes.load(Ordering::Relaxed),
             blocks: self.table.block_log(),
         }
     }

@@ -37,8 +37,10 @@ fn upstream() -> std::net::SocketAddr {
     addr
 }
 
-#[test]
-fn the_summary_keys_and_metric_names_are_the_published_ones() {
+/// A guard with everything that adds names switched on (TLS, a JA4 list,
+/// a block file, the forwarder's and the socket's counters): its report
+/// and a scrape.
+fn run_everything() -> (sluice_guard::Report, String) {
     let dir = tempfile::tempdir().unwrap();
     let ja4 = dir.path().join("ja4.txt");
     std::fs::write(&ja4, "t13d1516h2_8daaf6152771_02713d6af862\n").unwrap();
@@ -63,12 +65,36 @@ fn the_summary_keys_and_metric_names_are_the_published_ones() {
     let mut metrics = String::new();
     prometheus_client::encoding::text::encode(&mut metrics, &registry).unwrap();
     running.stop_flag().store(true, std::sync::atomic::Ordering::Relaxed);
-    let report = running.wait().unwrap();
+    (running.wait().unwrap(), metrics)
+}
+
+#[test]
+fn the_summary_keys_and_metric_names_are_the_published_ones() {
+    let (report, metrics) = run_everything();
     let mut keys = BTreeSet::new();
     // Maps keyed by what occurred (limits, reasons) hold data, not names.
     support::key_paths(&serde_json::to_value(&report).unwrap(), "", &["breaches", "blocks_refused"], &mut keys);
     support::same_as_listed(&keys, &listed("guard-json.txt"));
     support::same_as_listed(&support::metric_names(&metrics), &listed("guard-metrics.txt"));
+}
+
+/// Every metric the guard serves and every key of its report has a
+/// declaration: a counter set's (`counters!`), or a family or key the
+/// guard lists as written by hand.
+#[test]
+fn every_metric_and_key_is_declared() {
+    let (report, metrics) = run_everything();
+    let e = &sluice_guard::exporter::DYNAMIC_FAMILIES;
+    let families: BTreeSet<&str> =
+        sluice_guard::exporter::declared_families().into_iter().chain(e.iter().copied()).collect();
+    let undeclared: Vec<_> =
+        support::metric_names(&metrics).into_iter().filter(|f| !families.contains(f.as_str())).collect();
+    assert!(undeclared.is_empty(), "served, declared nowhere: {undeclared:?}");
+    let sets = [sluice_guard::CountTotals::NAMES, sluice_guard::GuardTotals::NAMES, sluice_guard::REPORT_KEYS];
+    let names: BTreeSet<&str> = sets.into_iter().flatten().copied().collect();
+    let json = serde_json::to_value(&report).unwrap();
+    let undeclared: Vec<_> = json.as_object().unwrap().keys().filter(|k| !names.contains(k.as_str())).collect();
+    assert!(undeclared.is_empty(), "report keys declared nowhere: {undeclared:?}");
 }
 
 fn listed(file: &str) -> std::path::PathBuf {

@@ -82,7 +82,7 @@ sluice_metrics::counters! {
         rx_bytes,
         /// Frames transmitted on this port (passed packets from the other one).
         tx_packets => "sluice_tx_packets",
-        /// Their bytes.
+        /// Bytes transmitted on this port.
         tx_bytes => "sluice_tx_bytes",
         /// Passed frames lost because this port's TX ring stayed full.
         tx_ring_full => "sluice_ring_drops" { "ring" = "tx_ring_full" },
@@ -109,6 +109,16 @@ sluice_metrics::counters! {
         dropped => "sluice_packets" { "verdict" = "drop" },
         /// Their bytes on the wire.
         dropped_bytes => "sluice_bytes" { "verdict" = "drop" },
+    }
+    families {
+        /// Packets received on a port, by verdict.
+        "sluice_packets",
+        /// Bytes (on the wire) received on a port, by verdict.
+        "sluice_bytes",
+        /// Frames lost at a ring: the kernel's RX ring full or fill ring
+        /// empty, our TX ring full, a frame that cannot be sent, no free
+        /// buffer, a failed send (fill_ring_empty counts events, not frames).
+        "sluice_ring_drops",
     }
 }
 

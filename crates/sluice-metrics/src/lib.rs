@@ -3,7 +3,9 @@
 //! connections at once, each on a thread of its own with one deadline),
 //! the address check of `--metrics`, and helpers that encode a constant
 //! counter or gauge family with escaped labels, and the per-rule families
-//! the bridge and the shield both serve ([`rule_families`]). Each
+//! the bridge and the shield both serve ([`rule_families`]); and
+//! [`counters!`], a counter set declared once (summary keys, families,
+//! help, type), with [`counters::encode`] to serve any declared set. Each
 //! product's exporter sits beside the counters it reads (`sluice-bridge`'s
 //! `metrics.rs`, `sluice-shield`'s `metrics.rs`, `sluice-guard`'s
 //! `exporter.rs`); this crate depends on no sluice crate.
@@ -158,6 +160,9 @@ pub struct RuleRow<'a> {
     pub packets: u64,
     pub bytes: u64,
 }
+
+/// The families [`rule_families`] writes.
+pub const RULE_FAMILIES: [&str; 2] = ["sluice_rule_packets", "sluice_rule_bytes"];
 
 /// `sluice_rule_packets` and `sluice_rule_bytes`, one series per rule
 /// labelled `line`, `rule`, `action`: what the bridge's workers and the

@@ -171,6 +171,10 @@ sluice_metrics::counters! {
         /// Times the capture file was rotated.
         rotations => "sluice_drop_sample_rotations",
     }
+    families {
+        /// Dropped frames sampled (`--sample-drops`, `--log-drops`), by what became of them.
+        "sluice_drop_samples",
+    }
 }
 
 /// A capture file the sampler left on disk.

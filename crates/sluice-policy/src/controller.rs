@@ -33,7 +33,7 @@ pub const TICK: Duration = Duration::from_millis(200);
 
 sluice_metrics::counters! {
     /// The control plane's counts, declared once: the exporter's families
-    /// come from this list.
+    /// and their help come from this list.
     pub struct ControlCounters / ControlTotals {
         /// Rule reloads that worked.
         reloads_ok => "sluice_reloads" { "result" = "ok" },
@@ -41,17 +41,27 @@ sluice_metrics::counters! {
         reloads_failed => "sluice_reloads" { "result" = "failed" },
         /// SIGHUPs received.
         sighups => "sluice_sighup",
-        /// Control-socket requests answered, by result.
+        /// Control-socket requests the controller answered.
         ctl_ok => "sluice_control_requests" { "result" = "ok" },
+        /// Control-socket requests the controller refused.
         ctl_failed => "sluice_control_requests" { "result" = "failed" },
-        /// Set elements added, deleted or flushed at runtime (batch lines applied).
+        /// Runtime set changes applied (control socket lines: add, del, flush).
         updates => "sluice_set_updates",
         /// Runtime elements whose timeout passed.
         expired => "sluice_set_expired",
-        /// Runtime changes published.
+        /// Rule sets published for runtime changes (requests waiting together share one).
         publishes => "sluice_set_publishes",
-        /// Tables of flows from routers (BGP) published.
+        /// Tables of flows from BGP peers published (UPDATEs arriving together share one).
         flow_publications => "sluice_flow_publications",
+    }
+    families {
+        /// Rule reloads (SIGHUP or a list file change), by result.
+        "sluice_reloads",
+        /// Control socket requests, by result (refused: the peer's uid/gid
+        /// is not allowed; busy: too many connections at once; too_large:
+        /// over 64 MiB; timed_out: not whole within the deadline; malformed:
+        /// did not parse; forbidden: a command the peer's role may not send).
+        "sluice_control_requests",
     }
 }
 

@@ -41,7 +41,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::io::Read;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
@@ -380,27 +380,52 @@ fn read_key(key_file: &Path) -> Result<String, String> {
     Ok(key)
 }
 
-/// What the bouncer counts (the metrics read it).
+sluice_metrics::counters! {
+    /// What the bouncer counts, declared once with its families.
+    pub struct BouncerCounts / BouncerTotals {
+        /// 1 while the last pull from the CrowdSec LAPI worked.
+        up => gauge "sluice_crowdsec_up",
+        /// Unix time of the last pull from the LAPI that worked.
+        last_pull_ms => gauge "sluice_crowdsec_last_pull_timestamp_seconds" / 1000,
+        /// The last pull that worked, from request to publication (µs).
+        last_pull_us => gauge "sluice_crowdsec_pull_duration_us",
+        /// Pulls from the LAPI that worked.
+        pulls_ok => "sluice_crowdsec_pulls" { "result" = "ok" },
+        /// Pulls from the LAPI that failed.
+        pulls_failed => "sluice_crowdsec_pulls" { "result" = "failed" },
+        /// Set elements a full pull added or removed that the delta stream had missed.
+        repaired => "sluice_crowdsec_repaired",
+        /// Usage-metrics pushes the LAPI accepted.
+        usage_pushes_ok => "sluice_crowdsec_usage_pushes" { "result" = "ok" },
+        /// Usage-metrics pushes that failed.
+        usage_pushes_failed => "sluice_crowdsec_usage_pushes" { "result" = "failed" },
+        /// 1 once the LAPI answered a push with 404 (before 1.6.3): no more are made.
+        usage_pushes_unsupported => "sluice_crowdsec_usage_pushes" { "result" = "unsupported" },
+    }
+    families {
+        /// Pulls from the LAPI, by result.
+        "sluice_crowdsec_pulls",
+        /// Pushes of the drops by origin to the LAPI's /v1/usage-metrics, by
+        /// result (unsupported: answered 404, none after).
+        "sluice_crowdsec_usage_pushes",
+    }
+}
+
+/// What the bouncer counts (the metrics read it): its declared counts
+/// (`counters.pulls_ok` reads through), and its decisions by key.
 #[derive(Debug, Default)]
 pub struct BouncerCounters {
-    /// 1 while the last pull worked.
-    pub up: AtomicU64,
-    /// Unix time (ms) of the last pull that worked.
-    pub last_pull_ms: AtomicU64,
-    pub pulls_ok: AtomicU64,
-    pub pulls_failed: AtomicU64,
-    /// Duration (µs) of the last pull that worked, request to publication.
-    pub last_pull_us: AtomicU64,
-    /// Elements a full pull added or removed that the stream had not.
-    pub repaired: AtomicU64,
-    /// Usage-metrics pushes the LAPI accepted, and the ones it did not.
-    pub usage_pushes_ok: AtomicU64,
-    pub usage_pushes_failed: AtomicU64,
-    /// 1 once the LAPI answered a push with 404 (before 1.6.3): no more are made.
-    pub usage_pushes_unsupported: AtomicU64,
+    pub counts: BouncerCounts,
     /// Decisions by (origin, type, scope, what was done): at most
     /// 9 x 4 x 5 x 5 keys, as every label is from a fixed list.
     decisions: Mutex<BTreeMap<DecisionKey, u64>>,
+}
+
+impl std::ops::Deref for BouncerCounters {
+    type Target = BouncerCounts;
+    fn deref(&self) -> &BouncerCounts {
+        &self.counts
+    }
 }
 
 impl BouncerCounters {

@@ -5,7 +5,9 @@
 //! sizes, refusals and publish latency. One place, so a family means the
 //! same whichever program serves it.
 
-use crate::controller::{ControlState, ControlTotals};
+use crate::controller::ControlState;
+#[cfg(test)]
+use crate::controller::ControlTotals;
 use prometheus_client::encoding::DescriptorEncoder;
 use sluice_control::socket::SocketTotals;
 use sluice_metrics::{counter, gauge};
@@ -26,12 +28,18 @@ pub fn control_families(
         counts.reloads_ok = ok;
         counts.reloads_failed = failed;
     }
-    let rows = [(vec![], counts.exported()), (vec![], socket.exported())];
-    for family in sluice_metrics::counters::families(ControlTotals::FAMILIES) {
-        counter(enc, family, control_family_help(family), &sluice_metrics::counters::samples(family, &rows))?;
-    }
-    Ok(())
+    // The controller's first: the help of the family both count into is its.
+    sluice_metrics::counters::encode(enc, &[(vec![], counts.exported()), (vec![], socket.exported())])
 }
+
+/// The families [`set_families`] writes.
+pub const SET_FAMILIES: &[&str] = &[
+    "sluice_set_entries",
+    "sluice_set_merges",
+    "sluice_set_maxelem",
+    "sluice_set_refused",
+    "sluice_set_publish_latency_ns",
+];
 
 /// The named sets: their elements by part, merges, maxelem, refused adds,
 /// and the publish latency of runtime changes.
@@ -87,22 +95,59 @@ pub fn set_families(enc: &mut DescriptorEncoder, c: &ControlState) -> Result<(),
     Ok(())
 }
 
-/// The help text of a family `ControlCounters` or `SocketCounters` declares.
-pub fn control_family_help(family: &str) -> &'static str {
-    match family {
-        "sluice_reloads" => "Rule reloads (SIGHUP or a list file change), by result.",
-        "sluice_sighup" => "SIGHUPs received.",
-        "sluice_set_updates" => "Runtime set changes applied (control socket lines: add, del, flush).",
-        "sluice_set_expired" => "Runtime elements whose timeout passed.",
-        "sluice_control_requests" => {
-            "Control socket requests, by result (refused: the peer's uid/gid is not allowed; busy: too many \
-             connections at once; too_large: over 64 MiB; timed_out: not whole within the deadline; \
-             malformed: did not parse; forbidden: a command the peer's role may not send)."
-        }
-        "sluice_set_publishes" => "Rule sets published for runtime changes (requests waiting together share one).",
-        "sluice_flow_publications" => "Tables of flows from BGP peers published (UPDATEs arriving together share one).",
-        _ => "A control plane counter.",
-    }
+/// The families [`crowdsec_families`] writes.
+pub const CROWDSEC_FAMILIES: &[&str] = &[
+    "sluice_crowdsec_decisions",
+    "sluice_crowdsec_dropped_packets",
+    "sluice_crowdsec_dropped_bytes",
+    "sluice_crowdsec_active_decisions",
+];
+
+/// The CrowdSec feed's families keyed by what occurred (its counts are
+/// declared: [`BouncerTotals`](crate::crowdsec::BouncerTotals)): its
+/// decisions by what they were and what was done, and `usage`, the set's
+/// drops and elements by the origin of the decision.
+pub fn crowdsec_families(
+    enc: &mut DescriptorEncoder,
+    cs: &crate::crowdsec::BouncerCounters,
+    usage: &[crate::usage::OriginUsage],
+) -> Result<(), std::fmt::Error> {
+    let d: Vec<_> = cs
+        .decisions()
+        .into_iter()
+        .map(|((origin, kind, scope, action), n)| {
+            let labels = [("origin", origin), ("type", kind), ("scope", scope), ("action", action)];
+            (labels.iter().map(|(k, v)| (*k, (*v).to_owned())).collect(), n)
+        })
+        .collect();
+    counter(
+        enc,
+        "sluice_crowdsec_decisions",
+        "Decisions in the answers applied, by origin, type, scope (each a known value or other) and what was done (added, deleted, ignored, oversized).",
+        &d,
+    )?;
+    let by = |f: fn(&crate::usage::OriginUsage) -> u64| -> Vec<(Vec<(&str, String)>, u64)> {
+        usage.iter().map(|u| (vec![("origin", u.origin.clone()), ("ip_type", u.ip_type.to_owned())], f(u))).collect()
+    };
+    counter(
+        enc,
+        "sluice_crowdsec_dropped_packets",
+        "Packets dropped by a rule over the CrowdSec set, by the origin of the decision that matched (crowdsec, cscli, CAPI, lists:NAME, ...) and ip_type.",
+        &by(|u| u.dropped_packets),
+    )?;
+    counter(
+        enc,
+        "sluice_crowdsec_dropped_bytes",
+        "Bytes (on the wire) dropped by a rule over the CrowdSec set, by origin and ip_type.",
+        &by(|u| u.dropped_bytes),
+    )?;
+    let active: Vec<_> = by(|u| u.active).into_iter().map(|(l, n)| (l, n as i64)).collect();
+    gauge(
+        enc,
+        "sluice_crowdsec_active_decisions",
+        "Elements of the CrowdSec set now, by the origin of the decision that put them there and ip_type.",
+        &active,
+    )
 }
 
 #[cfg(test)]
@@ -110,13 +155,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_control_family_has_its_own_help() {
-        let generic = control_family_help("");
-        for f in sluice_metrics::counters::families(ControlTotals::FAMILIES) {
-            assert_ne!(control_family_help(f), generic, "{f} has no help text of its own");
-        }
-        // The socket's counters go into a family the control plane declares.
-        for f in sluice_metrics::counters::families(sluice_control::socket::SocketTotals::FAMILIES) {
+    fn the_socket_counts_into_a_family_the_control_plane_declares() {
+        for f in sluice_metrics::counters::families(SocketTotals::FAMILIES) {
             assert!(ControlTotals::FAMILIES.contains(&f), "{f}");
         }
     }

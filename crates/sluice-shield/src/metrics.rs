@@ -156,16 +156,14 @@ impl Collector for Exporter {
             None => {
                 // No control plane: nothing reloads, and the family is
                 // there all the same for a dashboard's panel.
-                let reloads = [
-                    (vec![("result", "ok".to_owned())], k.reloads),
-                    (vec![("result", "failed".to_owned())], k.reloads_failed),
-                ];
-                counter(
-                    &mut enc,
-                    "sluice_reloads",
-                    sluice_policy::exposition::control_family_help("sluice_reloads"),
-                    &reloads,
-                )?;
+                let reloads = sluice_policy::controller::ControlTotals {
+                    reloads_ok: k.reloads,
+                    reloads_failed: k.reloads_failed,
+                    ..Default::default()
+                };
+                sluice_metrics::counters::encode_where(&mut enc, &[(vec![], reloads.exported())], |f| {
+                    f == "sluice_reloads"
+                })?;
             }
         }
         let modes: Vec<_> = m
