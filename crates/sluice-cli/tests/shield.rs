@@ -368,6 +368,49 @@ fn a_list_reloaded_and_a_list_entry_timed_out_reach_the_kernel() {
     assert_eq!(summary["reloads"]["failed"], 0, "{summary}");
 }
 
+/// Without `--control`, `--watch` or CrowdSec the shield still has its
+/// control plane: a list entry's timeout takes it out of the kernel, and
+/// SIGHUP rereads the rules.
+#[test]
+fn a_shield_without_a_socket_expires_entries_and_reloads_on_sighup() {
+    if !live_or_skip("a_shield_without_a_socket_expires_entries_and_reloads_on_sighup") {
+        return;
+    }
+    let h = Host::new("shn");
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("list.txt");
+    std::fs::write(&list, "add bad 10.6.3.3 timeout 3\nadd bad 10.5.0.1\n").unwrap();
+    let file = dir.path().join("list.rules");
+    std::fs::write(&file, "set bad from \"list.txt\"\ndrop saddr @bad\n").unwrap();
+    let started = std::time::Instant::now();
+    let shield = Shield::start(&h, &["--rules", file.to_str().unwrap()]);
+    let a = |seq| udp([10, 5, 0, 1], 53, seq);
+    let b = |seq| udp([10, 6, 3, 3], 53, seq);
+    let c = |seq| udp([10, 7, 0, 9], 53, seq);
+    if started.elapsed() < Duration::from_secs(2) {
+        assert_eq!(through(&h, &[a(0), b(1)]), BTreeSet::new(), "both listed at the start");
+    }
+    std::thread::sleep(Duration::from_secs(5).saturating_sub(started.elapsed()));
+    assert_eq!(through(&h, &[a(2), b(3)]), BTreeSet::from([3]), "b's entry timed out");
+
+    std::fs::write(&list, "10.7.0.9\n").unwrap();
+    let pid = shield.child.id().to_string();
+    assert!(Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    let mut seq = 4;
+    loop {
+        let passed = through(&h, &[a(seq), c(seq + 1)]);
+        if passed == BTreeSet::from([seq]) {
+            break;
+        }
+        assert!(std::time::Instant::now() < end, "SIGHUP never reloaded the list: {passed:?}");
+        std::thread::sleep(Duration::from_millis(200));
+        seq += 2;
+    }
+    let summary = shield.stop();
+    assert_eq!(summary["reloads"]["ok"], 2, "{summary}: the expiry and the SIGHUP");
+}
+
 #[test]
 fn crowdsec_bans_reach_the_kernel_and_their_deletes_lift_them() {
     if !live_or_skip("crowdsec_bans_reach_the_kernel_and_their_deletes_lift_them") {

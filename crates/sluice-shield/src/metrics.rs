@@ -24,14 +24,14 @@ pub struct ShieldMetrics {
     /// The interfaces and their modes, once attached.
     attached: OnceLock<Vec<Attached>>,
     /// The control plane's state and its socket's counters, when it runs.
-    control: Option<(Arc<ControlState>, Arc<SocketCounters>)>,
+    control: (Arc<ControlState>, Arc<SocketCounters>),
     dry_run: bool,
 }
 
 impl ShieldMetrics {
     pub fn new(
         kernel: Arc<Mutex<Kernel>>,
-        control: Option<(Arc<ControlState>, Arc<SocketCounters>)>,
+        control: (Arc<ControlState>, Arc<SocketCounters>),
         dry_run: bool,
     ) -> ShieldMetrics {
         ShieldMetrics { kernel, attached: OnceLock::new(), control, dry_run }
@@ -139,33 +139,13 @@ impl Collector for Exporter {
             "Bytes (on the wire) of the undecodable frames.",
             &one(k.undecodable.bytes),
         )?;
-        match &m.control {
-            Some((state, socket)) => {
-                // A reload is in force once the kernel took its program: it
-                // fails when the rules do not load (the controller's count)
-                // or when the kernel refuses them (the mirror's).
-                let failed = state.counts.totals().reloads_failed + k.reloads_failed;
-                sluice_policy::exposition::control_families(
-                    &mut enc,
-                    state,
-                    &socket.totals(),
-                    Some((k.reloads, failed)),
-                )?;
-                sluice_policy::exposition::set_families(&mut enc, state)?;
-            }
-            None => {
-                // No control plane: nothing reloads, and the family is
-                // there all the same for a dashboard's panel.
-                let reloads = sluice_policy::controller::ControlTotals {
-                    reloads_ok: k.reloads,
-                    reloads_failed: k.reloads_failed,
-                    ..Default::default()
-                };
-                sluice_metrics::counters::encode_where(&mut enc, &[(vec![], reloads.exported())], |f| {
-                    f == "sluice_reloads"
-                })?;
-            }
-        }
+        let (state, socket) = &m.control;
+        // A reload is in force once the kernel took its program: it fails
+        // when the rules do not load (the controller's count) or when the
+        // kernel refuses them (the mirror's).
+        let failed = state.counts.totals().reloads_failed + k.reloads_failed;
+        sluice_policy::exposition::control_families(&mut enc, state, &socket.totals(), Some((k.reloads, failed)))?;
+        sluice_policy::exposition::set_families(&mut enc, state)?;
         let modes: Vec<_> = m
             .attached
             .get()

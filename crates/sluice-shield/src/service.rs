@@ -112,7 +112,7 @@ impl ControlPlane {
 /// A running shield.
 pub struct Shield {
     kernel: Arc<Mutex<Kernel>>,
-    control: Option<ControlPlane>,
+    control: ControlPlane,
     attached: Vec<Attached>,
     warnings: Vec<String>,
     stop: Arc<AtomicBool>,
@@ -151,26 +151,22 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
     let compiled = Compiled::new(&plan.file, &plan.sets, &config.options)?;
     let kernel = Arc::new(Mutex::new(Kernel { compiled, links: Vec::new(), reloads: 0, reloads_failed: 0 }));
     // The control plane before any interface: a socket or a group that
-    // fails stops the start with nothing attached.
-    let control = if config.control.is_some() || config.crowdsec.is_some() || config.watch {
-        Some(start_control(&config, &spec, &kernel, plan.expiring)?)
-    } else {
-        None
-    };
+    // fails stops the start with nothing attached. Every shield has one,
+    // with or without a socket: it rereads the rules on SIGHUP and puts
+    // timed list entries out of force as they expire.
+    let control = start_control(&config, &spec, &kernel, plan.expiring)?;
     // Served before any interface is touched, as the control socket: an
     // address that cannot be bound stops the start with nothing attached.
     let metrics = Arc::new(crate::metrics::ShieldMetrics::new(
         Arc::clone(&kernel),
-        control.as_ref().map(|c| (Arc::clone(&c.state), Arc::clone(&c.socket_counters))),
+        (Arc::clone(&control.state), Arc::clone(&control.socket_counters)),
         config.options.dry_run,
     ));
     let metrics_addr = match config.metrics {
         Some(addr) => match sluice_metrics::serve_flag(addr, metrics.registry(), "sluice shield") {
             Ok(bound) => Some(bound),
             Err(e) => {
-                if let Some(c) = control {
-                    c.stop();
-                }
+                control.stop();
                 return Err(ShieldError::Config(e));
             }
         },
@@ -195,9 +191,7 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
                         let _ = std::fs::remove_file(p);
                     }
                 }
-                if let Some(c) = control {
-                    c.stop();
-                }
+                control.stop();
                 return Err(e);
             }
         }
@@ -424,9 +418,7 @@ impl Running for Shield {
     }
 
     fn wait(self) -> Result<ShieldSummary, ShieldError> {
-        if let Some(c) = self.control {
-            c.stop();
-        }
+        self.control.stop();
         // Counted before the links go: after, nothing more is judged.
         let mut k = self.kernel.lock().unwrap_or_else(PoisonError::into_inner);
         let counts = k.compiled.counts()?;
