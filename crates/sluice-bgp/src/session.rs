@@ -2,10 +2,10 @@
 //! that announces nothing needs it): connect (or take a connection the
 //! listener accepted), OPEN both ways, the hold time agreed as the lower
 //! of the two, KEEPALIVEs every third of it, and every message after
-//! ESTABLISHED handed on as an [`Event`]. Whatever ends the session sends
+//! ESTABLISHED handed on as an [`SessionEvent`]. Whatever ends the session sends
 //! the NOTIFICATION that says why when there is one to send (a message
 //! that does not decode, the hold timer, the peer's AS, stopping), reports
-//! [`Event::Down`] with the reason, and the session is tried again after
+//! [`SessionEvent::Down`] with the reason, and the session is tried again after
 //! `connect_retry` (doubling to 8 times it while the peer stays away).
 //!
 //! A thread per peer, blocking reads with a short timeout: a receive-only
@@ -70,7 +70,7 @@ impl PeerConfig {
 
 /// What a session tells its owner.
 #[derive(Debug)]
-pub enum Event {
+pub enum SessionEvent {
     /// ESTABLISHED: the peer's OPEN, and the hold time agreed.
     Up {
         peer: SocketAddr,
@@ -145,7 +145,12 @@ impl Conn {
     /// Hands `e` on, waiting while the queue is full (see the module's
     /// doc): KEEPALIVEs go out on time meanwhile, and the hold timer
     /// starts again once reading does, since the silence was this side's.
-    fn hand_on(&mut self, events: &SyncSender<Event>, mut e: Event, stop: &AtomicBool) -> Result<(), End> {
+    fn hand_on(
+        &mut self,
+        events: &SyncSender<SessionEvent>,
+        mut e: SessionEvent,
+        stop: &AtomicBool,
+    ) -> Result<(), End> {
         let (mut waited, mut pause) = (false, Duration::from_micros(50));
         loop {
             match events.try_send(e) {
@@ -256,7 +261,7 @@ fn notification_text(code: u8, subcode: u8, data: &[u8]) -> String {
 }
 
 /// One session on `s`, until it ends: events out, the reason back.
-fn session(s: TcpStream, cfg: &PeerConfig, events: &SyncSender<Event>, stop: &AtomicBool) -> (End, Duration) {
+fn session(s: TcpStream, cfg: &PeerConfig, events: &SyncSender<SessionEvent>, stop: &AtomicBool) -> (End, Duration) {
     let _ = s.set_read_timeout(Some(Duration::from_millis(100)));
     let _ = s.set_nodelay(true);
     let now = Instant::now();
@@ -267,10 +272,10 @@ fn session(s: TcpStream, cfg: &PeerConfig, events: &SyncSender<Event>, stop: &At
         if let Some((t, _)) = &open.capabilities.graceful_restart {
             keep_for = Duration::from_secs(u64::from((*t).min(cfg.restart_time)));
         }
-        c.hand_on(events, Event::Up { peer: cfg.addr, open, hold_time }, stop)?;
+        c.hand_on(events, SessionEvent::Up { peer: cfg.addr, open, hold_time }, stop)?;
         loop {
             match c.next(stop)? {
-                Message::Update(update) => c.hand_on(events, Event::Update { peer: cfg.addr, update }, stop)?,
+                Message::Update(update) => c.hand_on(events, SessionEvent::Update { peer: cfg.addr, update }, stop)?,
                 Message::Keepalive | Message::RouteRefresh(_) => {}
                 Message::Notification { code, subcode, data } => {
                     return Err(End::Gone(notification_text(code, subcode, &data)))
@@ -300,7 +305,12 @@ fn session(s: TcpStream, cfg: &PeerConfig, events: &SyncSender<Event>, stop: &At
 /// listener's connections from `accepted` when passive), and after each
 /// session reports it down and tries again. `events` is bounded: see the
 /// module's doc.
-pub fn run(cfg: PeerConfig, events: SyncSender<Event>, stop: Arc<AtomicBool>, accepted: Option<Receiver<TcpStream>>) {
+pub fn run(
+    cfg: PeerConfig,
+    events: SyncSender<SessionEvent>,
+    stop: Arc<AtomicBool>,
+    accepted: Option<Receiver<TcpStream>>,
+) {
     let mut wait = cfg.connect_retry;
     while !stop.load(Ordering::Relaxed) {
         let conn = match &accepted {
@@ -329,7 +339,7 @@ pub fn run(cfg: PeerConfig, events: SyncSender<Event>, stop: Arc<AtomicBool>, ac
             Err(_) if accepted.is_some() => continue,
             Err(e) => (format!("connecting to {}: {e}", cfg.addr), Duration::ZERO),
         };
-        let _ = events.send(Event::Down { peer: cfg.addr, reason, keep_for });
+        let _ = events.send(SessionEvent::Down { peer: cfg.addr, reason, keep_for });
         let until = Instant::now() + wait;
         wait = (wait * 2).min(cfg.connect_retry * 8);
         while Instant::now() < until && !stop.load(Ordering::Relaxed) {
@@ -438,9 +448,9 @@ mod tests {
         let mut updates = 0;
         while updates < messages {
             match rx.recv_timeout(Duration::from_secs(10)).expect("every UPDATE written arrives") {
-                Event::Up { .. } => {}
-                Event::Update { .. } => updates += 1,
-                Event::Down { reason, .. } => panic!("down: {reason}"),
+                SessionEvent::Up { .. } => {}
+                SessionEvent::Update { .. } => updates += 1,
+                SessionEvent::Down { reason, .. } => panic!("down: {reason}"),
             }
         }
         w.join().unwrap();

@@ -146,7 +146,7 @@ fn gobgp_flowspec_and_blackhole_routes_decode_as_announced() {
 /// session down (with its reason) when gobgpd goes.
 #[test]
 fn a_session_to_gobgpd_brings_its_flows_and_reports_it_gone() {
-    use sluice_bgp::session::{run, Event, PeerConfig};
+    use sluice_bgp::session::{run, PeerConfig, SessionEvent};
     let Some(d) = Gobgpd::start_or_skip(&config()) else { return };
     let mut cfg = PeerConfig::new(([127, 0, 0, 1], d.port).into(), 65001, 65002, Ipv4Addr::new(192, 0, 2, 2));
     cfg.connect_retry = Duration::from_millis(200);
@@ -160,15 +160,15 @@ fn a_session_to_gobgpd_brings_its_flows_and_reports_it_gone() {
     // gobgpd may not listen yet: the first tries fail, then it is up.
     let open = loop {
         match next("ESTABLISHED") {
-            Event::Up { open, .. } => break open,
-            Event::Down { .. } => continue,
+            SessionEvent::Up { open, .. } => break open,
+            SessionEvent::Down { .. } => continue,
             e => panic!("{e:?}"),
         }
     };
     assert_eq!(open.asn(), 65001);
     d.cli_once("global rib -a ipv4-flowspec add match destination 192.0.2.0/24 protocol udp destination-port ==53 then discard");
     let flow = loop {
-        if let Event::Update { update, .. } = next("UPDATE") {
+        if let SessionEvent::Update { update, .. } = next("UPDATE") {
             if let Some(f) = update.flows_announced.first() {
                 break f.to_string();
             }
@@ -177,7 +177,7 @@ fn a_session_to_gobgpd_brings_its_flows_and_reports_it_gone() {
     assert_eq!(flow, "destination 192.0.2.0/24 protocol ==17 destination-port ==53");
     drop(d);
     let reason = loop {
-        if let Event::Down { reason, .. } = next("the session down") {
+        if let SessionEvent::Down { reason, .. } = next("the session down") {
             break reason;
         }
     };

@@ -5,7 +5,7 @@
 //! (a Cease).
 
 use sluice_bgp::message::{self, AfiSafi, Message};
-use sluice_bgp::session::{run, Event, PeerConfig};
+use sluice_bgp::session::{run, PeerConfig, SessionEvent};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,7 +26,10 @@ fn read_msg(s: &mut TcpStream) -> Vec<u8> {
 
 /// A session thread to a peer listening here, and the peer's end once the
 /// OPENs and KEEPALIVEs are exchanged (the peer's AS `peer_as`, hold `hold`).
-fn established(peer_as: u32, hold: u16) -> (TcpStream, Receiver<Event>, Arc<AtomicBool>, std::thread::JoinHandle<()>) {
+fn established(
+    peer_as: u32,
+    hold: u16,
+) -> (TcpStream, Receiver<SessionEvent>, Arc<AtomicBool>, std::thread::JoinHandle<()>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let mut cfg = PeerConfig::new(l.local_addr().unwrap(), 65001, 65002, Ipv4Addr::new(192, 0, 2, 2));
     cfg.connect_retry = Duration::from_millis(200);
@@ -51,11 +54,11 @@ fn finish(mut s: TcpStream) -> TcpStream {
     s
 }
 
-fn down(rx: &Receiver<Event>) -> (String, Duration) {
+fn down(rx: &Receiver<SessionEvent>) -> (String, Duration) {
     let end = Instant::now() + Duration::from_secs(15);
     loop {
         match rx.recv_timeout(end.saturating_duration_since(Instant::now())).expect("the session went down") {
-            Event::Down { reason, keep_for, .. } => return (reason, keep_for),
+            SessionEvent::Down { reason, keep_for, .. } => return (reason, keep_for),
             _ => continue,
         }
     }
@@ -65,7 +68,9 @@ fn down(rx: &Receiver<Event>) -> (String, Duration) {
 fn a_malformed_update_ends_the_session_with_its_notification() {
     let (s, rx, stop, t) = established(65001, 90);
     let mut s = finish(s);
-    let Ok(Event::Up { open, hold_time, .. }) = rx.recv_timeout(Duration::from_secs(5)) else { panic!("not up") };
+    let Ok(SessionEvent::Up { open, hold_time, .. }) = rx.recv_timeout(Duration::from_secs(5)) else {
+        panic!("not up")
+    };
     assert_eq!((open.asn(), hold_time), (65001, 90));
     // MP_REACH with a FlowSpec NLRI that ends inside its prefix.
     let mp = [0, 1, 133, 0, 0, 4, 1, 24, 192, 0];
@@ -124,7 +129,7 @@ fn a_silent_peer_runs_out_its_hold_time() {
 fn stopping_says_cease() {
     let (s, rx, stop, t) = established(65001, 90);
     let mut s = finish(s);
-    assert!(matches!(rx.recv_timeout(Duration::from_secs(5)), Ok(Event::Up { .. })));
+    assert!(matches!(rx.recv_timeout(Duration::from_secs(5)), Ok(SessionEvent::Up { .. })));
     stop.store(true, Ordering::Relaxed);
     t.join().unwrap();
     assert_eq!(

@@ -1128,7 +1128,7 @@ pub const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 
 fn rib_loop(
     cfg: BgpConfig,
-    rx: Receiver<session::Event>,
+    rx: Receiver<session::SessionEvent>,
     events: Sender<Event>,
     state: Arc<BgpState>,
     stop: &AtomicBool,
@@ -1197,9 +1197,14 @@ fn rib_loop(
 
 /// One session event into the RIB and the session's row: the peer whose
 /// routes it touched, and whether the table changed.
-fn on_event(e: session::Event, rib: &mut Rib, state: &BgpState, keep_on_down: bool) -> (Option<SocketAddr>, bool) {
+fn on_event(
+    e: session::SessionEvent,
+    rib: &mut Rib,
+    state: &BgpState,
+    keep_on_down: bool,
+) -> (Option<SocketAddr>, bool) {
     match e {
-        session::Event::Up { peer, open, hold_time } => {
+        session::SessionEvent::Up { peer, open, hold_time } => {
             tracing::info!(
                 event = "bgp_up",
                 "BGP session with {peer} (AS {}, router id {}) established; hold time {hold_time} s",
@@ -1212,7 +1217,7 @@ fn on_event(e: session::Event, rib: &mut Rib, state: &BgpState, keep_on_down: bo
             });
             (None, false)
         }
-        session::Event::Update { peer, update } => {
+        session::SessionEvent::Update { peer, update } => {
             if let Some(why) = &update.treat_as_withdraw {
                 tracing::warn!(
                     event = "bgp_treat_as_withdraw",
@@ -1233,7 +1238,7 @@ fn on_event(e: session::Event, rib: &mut Rib, state: &BgpState, keep_on_down: bo
             });
             (Some(peer), rib.update(peer, &update))
         }
-        session::Event::Down { peer, reason, keep_for } => {
+        session::SessionEvent::Down { peer, reason, keep_for } => {
             let (held, _, _) = rib.counts(peer);
             let held: u64 = held.iter().sum();
             let went = rib.down(peer, keep_for, Instant::now());

@@ -5,7 +5,7 @@
 use crate::Outcome;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
-use sluice_traffic::udp::{self, EchoConfig, EchoServer, IncomingCpu, Limit, LoadConfig};
+use sluice_traffic::udp::{self, EchoConfig, EchoServer, IncomingCpu, LoadConfig, StopAfter};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -125,10 +125,10 @@ pub fn echo(a: EchoArgs) -> Result<Outcome> {
 
 pub fn load(a: LoadArgs) -> Result<Outcome> {
     let limit = match (a.count, a.duration) {
-        (Some(n), _) => Limit::Count(n),
-        (None, Some(d)) => Limit::Duration(seconds(d, "--duration")?),
+        (Some(n), _) => StopAfter::Count(n),
+        (None, Some(d)) => StopAfter::Duration(seconds(d, "--duration")?),
         // Bounded by default: a load test always stops by itself.
-        (None, None) => Limit::Duration(Duration::from_secs(5)),
+        (None, None) => StopAfter::Duration(Duration::from_secs(5)),
     };
     let source = a.source.unwrap_or(match a.target.ip() {
         IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),

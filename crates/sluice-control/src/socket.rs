@@ -6,7 +6,7 @@
 //! [`crate::command`]), closes its write side, and reads one JSON reply.
 //! The socket reads, parses (into the product's own [`Protocol`]) and
 //! checks the role on the connection's thread; the product's thread gets
-//! only requests it may run ([`Request`]), so its work is serialised with
+//! only requests it may run ([`CtlRequest`]), so its work is serialised with
 //! its own (a bridge's reloads and expiry).
 //!
 //! Hostile or broken clients are bounded ([`SocketLimits`]): a request is read
@@ -126,7 +126,7 @@ impl Access {
 /// A request the product may run: its commands with their lines, parsed
 /// and allowed by the peer's role, and where its JSON reply goes.
 #[derive(Debug)]
-pub struct Request<C> {
+pub struct CtlRequest<C> {
     pub commands: Vec<(usize, C)>,
     pub received: Instant,
     pub reply: Sender<String>,
@@ -134,7 +134,7 @@ pub struct Request<C> {
 
 /// How the socket hands a request to its product (a channel's send):
 /// `false` when the product is gone (the client is told it is stopping).
-pub type Deliver<C> = Arc<dyn Fn(Request<C>) -> bool + Send + Sync>;
+pub type Deliver<C> = Arc<dyn Fn(CtlRequest<C>) -> bool + Send + Sync>;
 
 /// Why the socket could not be served.
 #[derive(Debug, thiserror::Error)]
@@ -505,7 +505,7 @@ fn handle<C: Protocol>(
                 Err(e) => error_json(&e.to_string(), Some(e.line)),
                 Ok(commands) => {
                     let (tx, rx) = channel();
-                    let sent = deliver(Request { commands, received, reply: tx });
+                    let sent = deliver(CtlRequest { commands, received, reply: tx });
                     match sent.then(|| rx.recv().ok()).flatten() {
                         Some(r) => r,
                         None => error_json("the server is stopping", None),
@@ -638,7 +638,7 @@ mod tests {
     fn served(limits: SocketLimits) -> Served {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ctl.sock");
-        let (tx, rx) = channel::<Request<Line>>();
+        let (tx, rx) = channel::<CtlRequest<Line>>();
         let counters = Arc::new(SocketCounters::default());
         let access = Access { uid: rustix::process::geteuid().as_raw(), ..Access::default() };
         let deliver: Deliver<Line> = Arc::new(move |r| tx.send(r).is_ok());
@@ -863,7 +863,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let path = dir.path().join("ctl.sock");
-        let (tx, rx) = channel::<Request<Line>>();
+        let (tx, rx) = channel::<CtlRequest<Line>>();
         let counters = Arc::new(SocketCounters::default());
         // uid 65534's group is 65534 (nogroup): the add group.
         let access = Access { uid: 0, group: None, add_group: Some(65534) };

@@ -8,7 +8,7 @@
 use crate::Shared;
 use serde_json::json;
 use sluice_control::command::{addr, timeout, want, words, Protocol, Role, SetCommand};
-use sluice_control::socket::{self, Access, Deliver, Request, Serving, SocketCounters, SocketError};
+use sluice_control::socket::{self, Access, CtlRequest, Deliver, Serving, SocketCounters, SocketError};
 use std::net::IpAddr;
 use std::path::Path;
 use std::sync::mpsc::channel;
@@ -214,7 +214,7 @@ pub fn serve(
     shared: Arc<Shared>,
     counters: Arc<SocketCounters>,
 ) -> Result<GuardControl, SocketError> {
-    let (tx, rx) = channel::<Request<GuardCommand>>();
+    let (tx, rx) = channel::<CtlRequest<GuardCommand>>();
     let deliver: Deliver<GuardCommand> = Arc::new(move |r| tx.send(r).is_ok());
     let socket_counters = Arc::clone(&counters);
     let serving = socket::serve(path, access, deliver, counters)?;
@@ -290,7 +290,7 @@ pub fn answer(shared: &Shared, cmd: &GuardCommand, socket: &SocketCounters) -> S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{KeyPrefixes, Limit, Limits, Table};
+    use crate::{ClientTable, KeyPrefixes, Limit, Limits};
     use std::net::IpAddr;
     use std::sync::atomic::AtomicU64;
     use std::time::Instant;
@@ -304,7 +304,7 @@ mod tests {
         }
     }
 
-    fn shared(table: Table) -> Shared {
+    fn shared(table: ClientTable) -> Shared {
         Shared {
             table: Arc::new(table),
             max_connections: 10,
@@ -320,7 +320,7 @@ mod tests {
     #[test]
     fn blocks_are_listed_made_and_lifted() {
         let limits = Limits { request_rate: Some(100), ..Limits::default() };
-        let shared = shared(Table::new(limits, 100).with_key_prefixes(KeyPrefixes { v4: 32, v6: 64 }));
+        let shared = shared(ClientTable::new(limits, 100).with_key_prefixes(KeyPrefixes { v4: 32, v6: 64 }));
         let (a, b): (IpAddr, IpAddr) = ("192.0.2.1".parse().unwrap(), "2001:db8:0:9::7".parse().unwrap());
         shared.table.on_accept(a, 0);
         for _ in 0..3 {
@@ -360,7 +360,7 @@ mod tests {
         let f = dir.path().join("never.txt");
         std::fs::write(&f, "192.0.2.0/28\n").unwrap();
         let safety = Arc::new(sluice_control::safety::Safety::load(Some(&f), 8, 16).unwrap());
-        let shared = shared(Table::new(Limits::default(), 100).with_safety(safety));
+        let shared = shared(ClientTable::new(Limits::default(), 100).with_safety(safety));
         let r = ask(&shared, "block 192.0.2.5 timeout 60");
         assert_eq!(r["ok"], false, "{r}");
         assert_eq!(

@@ -8,19 +8,19 @@ use std::net::IpAddr;
 
 /// A refused request: the breach, the status to answer and the parser's reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Refusal {
+pub struct HttpRefusal {
     pub limit: Limit,
     pub status: u16,
     pub reason: &'static str,
 }
 
-impl Refusal {
-    fn limit(limit: Limit) -> Refusal {
-        Refusal { limit, status: limit.status(), reason: limit.name() }
+impl HttpRefusal {
+    fn limit(limit: Limit) -> HttpRefusal {
+        HttpRefusal { limit, status: limit.status(), reason: limit.name() }
     }
 
-    fn parse(e: sluice_h1::Error) -> Refusal {
-        Refusal { limit: Limit::HttpParse, status: e.kind.status(), reason: e.kind.as_str() }
+    fn parse(e: sluice_h1::Error) -> HttpRefusal {
+        HttpRefusal { limit: Limit::HttpParse, status: e.kind.status(), reason: e.kind.as_str() }
     }
 }
 
@@ -99,13 +99,13 @@ impl RequestFramer {
     }
 
     /// `buf`: the message from its first byte, grown since the last call.
-    pub fn head(&mut self, buf: &[u8], limits: &Limits) -> Result<HeadStep, Refusal> {
-        let len = match self.parser.parse_head(buf).map_err(Refusal::parse)? {
+    pub fn head(&mut self, buf: &[u8], limits: &Limits) -> Result<HeadStep, HttpRefusal> {
+        let len = match self.parser.parse_head(buf).map_err(HttpRefusal::parse)? {
             HeadStatus::Partial => return Ok(HeadStep::Partial),
             HeadStatus::Complete(n) => n,
         };
         if let Some(limit) = self.over_limits(buf, limits) {
-            return Err(Refusal::limit(limit));
+            return Err(HttpRefusal::limit(limit));
         }
         let h = self.parser.head(buf).expect("a complete head");
         let has_body = match h.framing {
@@ -171,13 +171,13 @@ impl RequestFramer {
     /// Walk body bytes `input` (new bytes only): how many belong to this
     /// request and whether it ended. Chunked bodies are checked against
     /// `--http-body-len` as they arrive.
-    pub fn body(&mut self, input: &[u8], limits: &Limits) -> Result<(usize, bool), Refusal> {
+    pub fn body(&mut self, input: &[u8], limits: &Limits) -> Result<(usize, bool), HttpRefusal> {
         let mut at = 0;
         loop {
-            let BodyStatus { consumed, done, .. } = self.parser.parse_body(&input[at..]).map_err(Refusal::parse)?;
+            let BodyStatus { consumed, done, .. } = self.parser.parse_body(&input[at..]).map_err(HttpRefusal::parse)?;
             at += consumed;
             if limits.http_body_len.is_some_and(|max| self.parser.body_len() > max) {
-                return Err(Refusal::limit(Limit::HttpBodyLen));
+                return Err(HttpRefusal::limit(Limit::HttpBodyLen));
             }
             if done || consumed == 0 || at == input.len() {
                 return Ok((at, done));
@@ -300,7 +300,7 @@ mod tests {
         }
     }
 
-    fn head(raw: &[u8], limits: &Limits) -> Result<Option<HeadInfo>, Refusal> {
+    fn head(raw: &[u8], limits: &Limits) -> Result<Option<HeadInfo>, HttpRefusal> {
         let mut f = RequestFramer::new(16 << 10);
         Ok(match f.head(raw, limits)? {
             HeadStep::Partial => None,

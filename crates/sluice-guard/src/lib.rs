@@ -45,7 +45,7 @@ mod proxy;
 
 pub use limits::{Limit, Limits, RespCodeBlock, Weight};
 pub use net::{ClientNet, KeyPrefixes};
-pub use table::{BlockEvent, ClientRow, NewBlock, Table};
+pub use table::{BlockEvent, ClientRow, ClientTable, NewBlock};
 pub use timeouts::{MinRate, Timeouts};
 
 use serde::Serialize;
@@ -140,7 +140,7 @@ pub struct Config {
     /// Without it the listeners and the upstream must be loopback.
     pub allow_remote: bool,
     pub pin: bool,
-    /// Keep new blocks for [`Table::take_blocks`] (something forwards them).
+    /// Keep new blocks for [`ClientTable::take_blocks`] (something forwards them).
     pub forward_blocks: bool,
     /// Open client connections, all threads together; beyond, the ones
     /// waiting longest for a request head are closed. 0: from the file
@@ -331,7 +331,7 @@ impl std::ops::Deref for ThreadCounters {
 
 /// What the threads share.
 pub struct Shared {
-    pub table: Arc<Table>,
+    pub table: Arc<ClientTable>,
     /// `--max-connections` as applied (the default resolved).
     pub max_connections: usize,
     pub threads: Vec<ThreadCounters>,
@@ -617,7 +617,7 @@ impl Guard {
             }
         }
         let table = Arc::new(
-            Table::new(config.limits.clone(), config.max_clients)
+            ClientTable::new(config.limits.clone(), config.max_clients)
                 .with_dry_run(config.dry_run)
                 .with_key_prefixes(config.key_prefixes)
                 .with_safety(Arc::clone(&config.safety)),

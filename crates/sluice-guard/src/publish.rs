@@ -6,7 +6,7 @@
 //! old list or the new one, never half of one.
 
 use crate::net::ClientNet;
-use crate::table::Table;
+use crate::table::ClientTable;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -58,7 +58,7 @@ pub fn start(path: &Path, writes: &AtomicU64) -> io::Result<()> {
 /// Publishes the table's blocks to `path` until `stop`; also drops expired
 /// blocks (so the accept check and the file agree). Returns the writes made.
 pub fn run(
-    table: Arc<Table>,
+    table: Arc<ClientTable>,
     path: Option<PathBuf>,
     started: Instant,
     stop: Arc<AtomicBool>,
@@ -100,7 +100,7 @@ mod tests {
         let l = sluice_rules::load_list(&path, false).unwrap();
         assert!(l.prefixes.is_empty() && l.skipped.is_empty());
 
-        let t = Table::new(Limits::default(), 100).with_key_prefixes(KeyPrefixes { v4: 32, v6: 64 });
+        let t = ClientTable::new(Limits::default(), 100).with_key_prefixes(KeyPrefixes { v4: 32, v6: 64 });
         let (a, b, c): (IpAddr, IpAddr, IpAddr) =
             ("127.3.0.1".parse().unwrap(), "127.9.9.9".parse().unwrap(), "2001:db8:0:7::1".parse().unwrap());
         t.block(a, 57, Limit::RequestRate, 0);

@@ -106,7 +106,7 @@ struct Shard {
 /// What a new connection gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admit {
-    /// Tracked: call [`Table::on_close`] once when it closes.
+    /// Tracked: call [`ClientTable::on_close`] once when it closes.
     Ok,
     /// The address is blocked: close before reading.
     Blocked,
@@ -116,7 +116,7 @@ pub enum Admit {
     Breach(Limit),
 }
 
-/// Where a request waiting for the upstream queues ([`Table::standing`]).
+/// Where a request waiting for the upstream queues ([`ClientTable::standing`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Standing {
     Known,
@@ -139,7 +139,7 @@ pub struct TableStats {
     pub refused_min_prefix: AtomicU64,
 }
 
-pub struct Table {
+pub struct ClientTable {
     shards: Vec<Mutex<Shard>>,
     limits: Limits,
     resp_slot_ms: u64,
@@ -177,7 +177,7 @@ pub struct NewBlock {
     pub at: std::time::Instant,
 }
 
-/// One row of [`Table::top_clients`].
+/// One row of [`ClientTable::top_clients`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct ClientRow {
     pub client: ClientNet,
@@ -227,9 +227,9 @@ fn lock(m: &Mutex<Shard>) -> std::sync::MutexGuard<'_, Shard> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl Table {
+impl ClientTable {
     /// `max_clients` tracked clients and as many blocks, at most.
-    pub fn new(limits: Limits, max_clients: usize) -> Table {
+    pub fn new(limits: Limits, max_clients: usize) -> ClientTable {
         let max_clients = max_clients.max(1);
         let n = if max_clients >= SHARDS * 16 { SHARDS } else { 1 };
         let shards = (0..n)
@@ -241,7 +241,7 @@ impl Table {
             .collect();
         let resp_slot_ms =
             limits.http_resp_code_block.as_ref().map_or(125, |r| (r.period_ms / crate::slots::SLOTS as u64).max(1));
-        Table {
+        ClientTable {
             shards,
             limits,
             resp_slot_ms,
@@ -259,7 +259,7 @@ impl Table {
 
     /// Refuse blocks that the safety net refuses (a new table refuses only
     /// a /0).
-    pub fn with_safety(mut self, safety: Arc<Safety>) -> Table {
+    pub fn with_safety(mut self, safety: Arc<Safety>) -> ClientTable {
         self.safety = safety;
         self
     }
@@ -271,7 +271,7 @@ impl Table {
     }
 
     /// Key clients by these prefixes (a new table keys by whole addresses).
-    pub fn with_key_prefixes(mut self, p: KeyPrefixes) -> Table {
+    pub fn with_key_prefixes(mut self, p: KeyPrefixes) -> ClientTable {
         self.prefixes = p;
         self
     }
@@ -292,8 +292,8 @@ impl Table {
         ClientNet { addr, len: self.prefixes.len_of(addr) }
     }
 
-    /// See [`Table::dry_run`]: record blocks, enforce none.
-    pub fn with_dry_run(mut self, on: bool) -> Table {
+    /// See [`ClientTable::dry_run`]: record blocks, enforce none.
+    pub fn with_dry_run(mut self, on: bool) -> ClientTable {
         self.dry_run = on;
         self
     }
@@ -309,12 +309,12 @@ impl Table {
         }
     }
 
-    /// From now on, keep every new block for [`Table::take_blocks`].
+    /// From now on, keep every new block for [`ClientTable::take_blocks`].
     pub fn forward_blocks(&self) {
         self.outbox.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert_with(Vec::new);
     }
 
-    /// The blocks since the last call (empty unless [`Table::forward_blocks`]).
+    /// The blocks since the last call (empty unless [`ClientTable::forward_blocks`]).
     pub fn take_blocks(&self) -> Vec<NewBlock> {
         self.outbox.lock().unwrap_or_else(PoisonError::into_inner).as_mut().map(std::mem::take).unwrap_or_default()
     }
@@ -544,7 +544,7 @@ impl Table {
         self.block_for(ip, secs, limit.name(), None, now_ms)
     }
 
-    /// [`Table::block`] of a TLS client: its JA4 goes into the block log.
+    /// [`ClientTable::block`] of a TLS client: its JA4 goes into the block log.
     pub fn block_tls(&self, ip: IpAddr, secs: u64, limit: Limit, ja4: &str, now_ms: u64) -> bool {
         self.block_for(ip, secs, limit.name(), Some(ja4), now_ms)
     }
@@ -621,12 +621,12 @@ impl Table {
         rows
     }
 
-    /// [`Table::block`] with the reason given (a limit's name, or `manual`).
+    /// [`ClientTable::block`] with the reason given (a limit's name, or `manual`).
     pub fn block_for(&self, ip: IpAddr, secs: u64, reason: &'static str, ja4: Option<&str>, now_ms: u64) -> bool {
         self.try_block_for(ip, secs, reason, ja4, now_ms).unwrap_or(false)
     }
 
-    /// [`Table::block_for`], saying why the safety net refused it: the
+    /// [`ClientTable::block_for`], saying why the safety net refused it: the
     /// client's network overlaps the never-block list (the client is never
     /// blocked, whatever it breaks; its breaches are counted as ever) or is
     /// wider than the least prefix length. A refusal is counted and logged
@@ -726,7 +726,7 @@ impl Table {
         out
     }
 
-    /// The blocks in force, with why: [`Table::blocks`] and the limit and JA4.
+    /// The blocks in force, with why: [`ClientTable::blocks`] and the limit and JA4.
     pub fn block_rows(&self, now_ms: u64) -> Vec<BlockRow> {
         let mut out = Vec::new();
         for s in &self.shards {
@@ -766,7 +766,7 @@ mod tests {
     #[test]
     fn hellos_have_their_own_rate_and_burst() {
         let limits = Limits { tls_handshake_rate: Some(5), tls_handshake_burst: Some(3), ..Limits::default() };
-        let t = Table::new(limits, 16);
+        let t = ClientTable::new(limits, 16);
         let a: IpAddr = "192.0.2.9".parse().unwrap();
         assert_eq!(t.on_hello(a, 0), Ok(()), "an untracked client has nothing to count against");
         t.on_accept(a, 0);
@@ -781,7 +781,7 @@ mod tests {
 
     #[test]
     fn breach_scores_add_up_leak_and_start_over_at_the_block() {
-        let t = Table::new(Limits::default(), 16);
+        let t = ClientTable::new(Limits::default(), 16);
         let (a, b) = (ip(1), ip(2));
         // Three points block: two do not, the third does, then it starts over.
         assert!(!t.score(a, 1, 3, 0));
@@ -815,7 +815,7 @@ mod tests {
     #[test]
     fn the_table_stays_within_its_cap_and_evicts_idle_clients() {
         for cap in [10usize, 5000] {
-            let t = Table::new(Limits::default(), cap);
+            let t = ClientTable::new(Limits::default(), cap);
             // Ten clients hold a connection each: never evicted.
             for i in 0..10 {
                 assert_eq!(t.on_accept(ip(i), 0), Admit::Ok);
@@ -861,7 +861,7 @@ mod tests {
             concurrent_connections: Some(2),
             ..Limits::default()
         };
-        let t = Table::new(limits, 100);
+        let t = ClientTable::new(limits, 100);
         let a = ip(1);
         assert_eq!(t.on_accept(a, 0), Admit::Ok);
         assert_eq!(t.on_accept(a, 0), Admit::Ok);
@@ -885,7 +885,7 @@ mod tests {
 
     #[test]
     fn block_rows_say_why() {
-        let t = Table::new(Limits::default(), 100);
+        let t = ClientTable::new(Limits::default(), 100);
         let ja4 = "t13d1516h2_8daaf6152771_e5627efa2ab1";
         assert!(t.block_tls(ip(9), 5, Limit::TlsJa4, ja4, 0));
         assert!(t.block_for(ip(8), 0, "manual", None, 0));
@@ -898,7 +898,7 @@ mod tests {
     #[test]
     fn connection_rate_and_burst_count_new_connections() {
         let limits = Limits { connection_rate: Some(5), connection_burst: Some(3), ..Limits::default() };
-        let t = Table::new(limits, 100);
+        let t = ClientTable::new(limits, 100);
         let a = ip(7);
         for _ in 0..3 {
             assert_eq!(t.on_accept(a, 0), Admit::Ok);
@@ -915,7 +915,7 @@ mod tests {
 
     #[test]
     fn blocks_expire_and_survive_eviction() {
-        let t = Table::new(Limits::default(), 4);
+        let t = ClientTable::new(Limits::default(), 4);
         let a = ip(1);
         assert_eq!(t.on_accept(a, 0), Admit::Ok);
         t.on_close(a);
@@ -955,7 +955,7 @@ mod tests {
     #[test]
     fn a_dry_run_records_blocks_and_enforces_none() {
         let limits = Limits { concurrent_connections: Some(1), ..Limits::default() };
-        let live = Table::new(limits.clone(), 100);
+        let live = ClientTable::new(limits.clone(), 100);
         live.forward_blocks();
         let a = ip(9);
         assert!(live.block(a, 10, Limit::RequestRate, 0));
@@ -964,7 +964,7 @@ mod tests {
         assert_eq!(live.take_blocks().len(), 1);
         assert_eq!(live.on_accept(a, 1), Admit::Blocked);
 
-        let dry = Table::new(limits, 100).with_dry_run(true);
+        let dry = ClientTable::new(limits, 100).with_dry_run(true);
         dry.forward_blocks();
         assert!(dry.block(a, 10, Limit::RequestRate, 0));
         assert!(!dry.block(a, 10, Limit::RequestRate, 5), "once per block period");
@@ -994,7 +994,7 @@ mod tests {
         let f = dir.path().join("never.txt");
         std::fs::write(&f, "192.0.2.7\n2001:db8:0:1::9\n").unwrap();
         let safety = Arc::new(Safety::load(Some(&f), 8, 16).unwrap());
-        let t = Table::new(Limits::default(), 100)
+        let t = ClientTable::new(Limits::default(), 100)
             .with_key_prefixes(KeyPrefixes { v4: 32, v6: 64 })
             .with_safety(Arc::clone(&safety));
         t.forward_blocks();
@@ -1017,7 +1017,7 @@ mod tests {
         assert_eq!(safety.reload(), Ok(Some(0)));
         assert!(t.block(listed, 60, Limit::RequestRate, 0));
         // Keyed wider than the least prefix length: refused as too wide.
-        let wide = Table::new(Limits::default(), 100)
+        let wide = ClientTable::new(Limits::default(), 100)
             .with_key_prefixes(KeyPrefixes { v4: 4, v6: 64 })
             .with_safety(Arc::new(Safety::load(None, 8, 16).unwrap()));
         assert_eq!(wide.try_block_for(other, 0, "manual", None, 0).unwrap_err().reason(), "min_prefix");
@@ -1029,7 +1029,7 @@ mod tests {
     #[test]
     fn addresses_of_one_prefix_share_a_limit() {
         let limits = Limits { request_rate: Some(4), ..Limits::default() };
-        let t = Table::new(limits, 100).with_key_prefixes(KeyPrefixes { v4: 32, v6: 64 });
+        let t = ClientTable::new(limits, 100).with_key_prefixes(KeyPrefixes { v4: 32, v6: 64 });
         let (a, b, c): (IpAddr, IpAddr, IpAddr) = (
             "2001:db8:0:1::a".parse().unwrap(),
             "2001:db8:0:1:ffff::b".parse().unwrap(),

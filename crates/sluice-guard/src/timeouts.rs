@@ -125,7 +125,7 @@ pub fn ms(v: u64) -> Option<Duration> {
 /// is not reading, or has nothing to send) restarts the watch, so the
 /// peer is never charged for the guard's own back-pressure.
 #[derive(Debug, Clone, Copy)]
-pub struct Watch {
+pub struct ProgressWatch {
     /// Bytes moved as of the last progress, and when.
     moved: u64,
     at: Instant,
@@ -143,9 +143,9 @@ pub enum Stalled {
     TooSlow,
 }
 
-impl Watch {
-    pub fn new(moved: u64, now: Instant) -> Watch {
-        Watch { moved, at: now, window_moved: moved, window_at: now }
+impl ProgressWatch {
+    pub fn new(moved: u64, now: Instant) -> ProgressWatch {
+        ProgressWatch { moved, at: now, window_moved: moved, window_at: now }
     }
 
     /// Look at the direction now: `moved` is its running byte count,
@@ -159,7 +159,7 @@ impl Watch {
         rate: Option<MinRate>,
     ) -> Option<Stalled> {
         if !owing {
-            *self = Watch::new(moved, now);
+            *self = ProgressWatch::new(moved, now);
             return None;
         }
         if moved != self.moved {
@@ -191,7 +191,7 @@ mod tests {
     #[test]
     fn a_stalled_peer_fires_after_the_stall_and_progress_resets_it() {
         let t0 = Instant::now();
-        let mut w = Watch::new(0, t0);
+        let mut w = ProgressWatch::new(0, t0);
         assert_eq!(w.check(true, 0, t0 + 9 * S, Some(10 * S), None), None);
         assert_eq!(w.check(true, 1, t0 + 9 * S, Some(10 * S), None), None, "one byte is progress");
         assert_eq!(w.check(true, 1, t0 + 18 * S, Some(10 * S), None), None);
@@ -201,7 +201,7 @@ mod tests {
     #[test]
     fn time_not_owed_is_not_charged() {
         let t0 = Instant::now();
-        let mut w = Watch::new(0, t0);
+        let mut w = ProgressWatch::new(0, t0);
         // The guard paused (its buffer full) for 100 s: nothing owed.
         assert_eq!(w.check(false, 0, t0 + 100 * S, Some(10 * S), None), None);
         assert_eq!(w.check(true, 0, t0 + 105 * S, Some(10 * S), None), None);
@@ -212,7 +212,7 @@ mod tests {
     fn a_trickle_under_the_rate_fires_at_the_end_of_a_window() {
         let rate = MinRate::new(240, 10 * S);
         let t0 = Instant::now();
-        let mut w = Watch::new(0, t0);
+        let mut w = ProgressWatch::new(0, t0);
         // 5 bytes every 2 s (slowhttptest's slow read): progress, but 25 B in 10 s.
         let mut fired = None;
         for k in 1..=10u32 {
@@ -224,7 +224,7 @@ mod tests {
         }
         assert_eq!(fired, Some(Stalled::TooSlow));
         // A mobile link at 5 KB/s never fires; each window starts afresh.
-        let mut w = Watch::new(0, t0);
+        let mut w = ProgressWatch::new(0, t0);
         for k in 1..=100u32 {
             assert_eq!(w.check(true, 5000 * k as u64, t0 + k * S, Some(60 * S), rate), None, "{k}");
         }
@@ -237,7 +237,7 @@ mod tests {
         assert_eq!(MinRate::new(0, S), None);
         assert_eq!(MinRate::new(1, Duration::ZERO), None);
         let t0 = Instant::now();
-        let mut w = Watch::new(0, t0);
+        let mut w = ProgressWatch::new(0, t0);
         assert_eq!(w.check(true, 0, t0 + 1000 * S, None, None), None);
     }
 }

@@ -17,7 +17,7 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::{Handle, Signals};
 use sluice_control::command::{CtlError, SetCommand};
 use sluice_control::safety::{Gate, Refusals};
-use sluice_control::socket::{error_json, Request};
+use sluice_control::socket::{error_json, CtlRequest};
 use sluice_engine::dynamic::Found;
 use sluice_engine::snapshot::{Published, Snapshot};
 use sluice_engine::RuleSet;
@@ -150,7 +150,7 @@ pub enum Event {
     /// Reload the rules; the string says why (for the log).
     Reload(&'static str),
     /// A control-socket request (parsed, and allowed by the peer's role).
-    Ctl(Request<Command>),
+    Ctl(CtlRequest<Command>),
     /// A feed's changes (CrowdSec); the reply says what changed.
     Feed(Feed, Sender<Result<FeedOutcome, String>>),
     /// The flows routers announced (BGP FlowSpec, blackholes), whole: in
@@ -180,7 +180,7 @@ const COALESCE: usize = 4096;
 /// Polls files' metadata; a change counts once it has held still for one
 /// poll, so a file being written is not read half-way (a rename is still
 /// the safe way to replace a list).
-pub struct Watch {
+pub struct FileWatch {
     paths: Vec<PathBuf>,
     seen: Vec<Option<FileStamp>>,
     pending: Option<Vec<Option<FileStamp>>>,
@@ -188,10 +188,10 @@ pub struct Watch {
 
 type FileStamp = (SystemTime, u64, u64);
 
-impl Watch {
-    pub fn new(paths: Vec<PathBuf>) -> Watch {
+impl FileWatch {
+    pub fn new(paths: Vec<PathBuf>) -> FileWatch {
         let seen = Self::look(&paths);
-        Watch { paths, seen, pending: None }
+        FileWatch { paths, seen, pending: None }
     }
 
     fn look(paths: &[PathBuf]) -> Vec<Option<FileStamp>> {
@@ -229,7 +229,7 @@ pub struct Controller {
     /// Lists whose entries expire, and the seconds after loading that the
     /// rules in force account for.
     expiry: Option<(Expiring, u64)>,
-    watch: Option<Watch>,
+    watch: Option<FileWatch>,
     /// Replaced rule sets, freed here once no worker holds them.
     retired: Vec<Arc<Snapshot<RuleSet>>>,
     /// Runtime changes to named sets.
@@ -294,7 +294,7 @@ impl Controller {
         Controller {
             sets,
             gate: Gate { safety: Arc::default(), refusals: Arc::clone(&state.refusals) },
-            watch: watch.then(|| Watch::new(spec.files())),
+            watch: watch.then(|| FileWatch::new(spec.files())),
             spec,
             ifaces,
             published: Arc::new(Published::new(loaded.rules)),
@@ -551,7 +551,7 @@ impl Controller {
     /// One look at everything that changes without being told: watched
     /// files, expiry times, replaced sets no worker holds any more.
     pub fn tick(&mut self) {
-        if self.watch.as_mut().is_some_and(Watch::changed) {
+        if self.watch.as_mut().is_some_and(FileWatch::changed) {
             self.start_reload("a watched file changed", None);
         }
         self.expire();
@@ -605,7 +605,7 @@ impl Controller {
     /// published.
     fn request(
         &mut self,
-        req: &Request<Command>,
+        req: &CtlRequest<Command>,
         staged: &mut Vec<(Sender<String>, Instant, usize)>,
     ) -> Option<String> {
         let rules = self.published.load();
@@ -1052,7 +1052,7 @@ mod tests {
         let ask = |text: &str| {
             let (reply, answer) = channel();
             let commands = sluice_control::command::parse_request::<Command>(text).unwrap();
-            tx.send(Event::Ctl(Request { commands, received: Instant::now(), reply })).unwrap();
+            tx.send(Event::Ctl(CtlRequest { commands, received: Instant::now(), reply })).unwrap();
             answer
         };
         let reload = ask("reload");

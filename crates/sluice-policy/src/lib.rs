@@ -27,6 +27,7 @@ pub mod usage;
 
 pub use commands::Command;
 pub use controller::{
-    deliver_to, spawn_signals, ControlState, Controller, Event, Loading, LoadingError, Publication, SignalThread, Watch,
+    deliver_to, spawn_signals, ControlState, Controller, Event, FileWatch, Loading, LoadingError, Publication,
+    SignalThread,
 };
 pub use spec::{describe, total_entries, Expiring, ListEntries, LoadError, Loaded, RuleSpec};

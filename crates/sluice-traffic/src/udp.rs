@@ -315,7 +315,7 @@ pub fn choose_flows(
 
 /// When the load stops sending.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Limit {
+pub enum StopAfter {
     Count(u64),
     Duration(Duration),
 }
@@ -332,7 +332,7 @@ pub struct LoadConfig {
     pub rate: u64,
     /// Datagram payload size (at least [`HEADER`]).
     pub size: usize,
-    pub limit: Limit,
+    pub limit: StopAfter,
     /// How long to wait for echoes after the last send.
     pub grace: Duration,
     /// First source port tried.
@@ -613,8 +613,8 @@ fn send_loop(
     let mut seq = vec![0u64; sockets.len()];
     let start = Instant::now();
     let (count, until) = match config.limit {
-        Limit::Count(n) => (n, None),
-        Limit::Duration(d) => (u64::MAX, Some(start + d)),
+        StopAfter::Count(n) => (n, None),
+        StopAfter::Duration(d) => (u64::MAX, Some(start + d)),
     };
     let (mut sent, mut errors, mut next_flow) = (0u64, 0u64, 0usize);
     'send: while sent + errors < count && !stop.load(Ordering::Relaxed) {
@@ -753,7 +753,7 @@ mod tests {
             workers_hint: 1,
             rate: 10,
             size: 64,
-            limit: Limit::Count(1),
+            limit: StopAfter::Count(1),
             grace: Duration::ZERO,
             first_port: 20_000,
             allow_remote: false,
@@ -786,7 +786,7 @@ mod tests {
             workers_hint: 2,
             rate: 5_000,
             size: 64,
-            limit: Limit::Count(1_000),
+            limit: StopAfter::Count(1_000),
             grace: Duration::from_millis(300),
             first_port: 41_000,
             allow_remote: false,

@@ -7,12 +7,12 @@
 use super::breach::reset;
 use super::client::Client;
 use super::{add, After, Next, Phase, Worker, IN_CHUNK};
-use crate::frame::{Refusal, RequestFramer};
+use crate::frame::{HttpRefusal, RequestFramer};
 use crate::limits::Limit;
 use crate::outbuf::OutBuf;
 use crate::proxyproto::Parsed;
 use crate::table::Admit;
-use crate::timeouts::Watch;
+use crate::timeouts::ProgressWatch;
 use crate::tls::TlsConn;
 use crate::{BlockAction, Serve};
 use mio::net::TcpStream;
@@ -135,7 +135,7 @@ impl Worker<'_> {
             self.note(ip, None, limit);
         } else if let Some(Admit::Breach(limit)) = admit {
             let mut c = self.clients[i].take().expect("just put");
-            let after = self.refuse(&mut c, Refusal { limit, status: limit.status(), reason: limit.name() });
+            let after = self.refuse(&mut c, HttpRefusal { limit, status: limit.status(), reason: limit.name() });
             self.clients[i] = Some(c);
             match after {
                 After::Keep => self.drive(i),
@@ -173,8 +173,8 @@ impl Worker<'_> {
             out: OutBuf::default(),
             sent: 0,
             received: 0,
-            send_watch: Watch::new(0, now),
-            body_watch: Watch::new(0, now),
+            send_watch: ProgressWatch::new(0, now),
+            body_watch: ProgressWatch::new(0, now),
             slow_noted: false,
             idle_deadline: None,
             progress_at: now,
@@ -291,7 +291,7 @@ impl Worker<'_> {
         match admit {
             Admit::Breach(limit) if self.cfg.dry_run => self.note(c.ip, c.ja4.as_deref(), limit),
             Admit::Breach(limit) => {
-                return self.refuse(c, Refusal { limit, status: limit.status(), reason: limit.name() })
+                return self.refuse(c, HttpRefusal { limit, status: limit.status(), reason: limit.name() })
             }
             _ => {}
         }
@@ -345,7 +345,7 @@ impl Worker<'_> {
                 self.note(c.ip, c.ja4.as_deref(), limit);
                 After::Keep
             }
-            Some(limit) => self.refuse(c, Refusal { limit, status: limit.status(), reason: limit.name() }),
+            Some(limit) => self.refuse(c, HttpRefusal { limit, status: limit.status(), reason: limit.name() }),
         }
     }
 

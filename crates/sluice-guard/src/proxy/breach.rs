@@ -4,7 +4,7 @@
 
 use super::client::{error_response, Client};
 use super::{add, After, Next, Phase, Worker};
-use crate::frame::Refusal;
+use crate::frame::HttpRefusal;
 use crate::limits::{Limit, Weight};
 use crate::BlockAction;
 use mio::net::TcpStream;
@@ -24,7 +24,7 @@ impl Worker<'_> {
     /// A breach: count it, block the address if asked, then reply and close
     /// or reset. Any upstream connection in use is dropped (its request or
     /// response is cut).
-    pub(super) fn refuse(&mut self, c: &mut Client, r: Refusal) -> After {
+    pub(super) fn refuse(&mut self, c: &mut Client, r: HttpRefusal) -> After {
         self.note_why(c.ip, c.ja4.as_deref(), r.limit, r.reason);
         // (A tunnel's 101 went out: no reply can follow it either.)
         let started = c.req.as_ref().is_some_and(|q| q.resp_started) || c.tunnel.is_some();
@@ -49,7 +49,7 @@ impl Worker<'_> {
     }
 
     /// A refusal: answered and the turn starts over, or the connection ends.
-    pub(super) fn refused(&mut self, c: &mut Client, r: Refusal) -> Next {
+    pub(super) fn refused(&mut self, c: &mut Client, r: HttpRefusal) -> Next {
         match self.refuse(c, r) {
             After::Keep => Next::Again,
             after => Next::End(after),

@@ -7,11 +7,11 @@
 use super::tunnel::Tunnel;
 use super::upstream::InFlight;
 use super::{add, After, Next, Phase, Worker};
-use crate::frame::{HeadInfo, HeadStep, Refusal, RequestFramer};
+use crate::frame::{HeadInfo, HeadStep, HttpRefusal, RequestFramer};
 use crate::limits::{Limit, Limits};
 use crate::outbuf::{OutBuf, Pool};
 use crate::table::Standing;
-use crate::timeouts::Watch;
+use crate::timeouts::ProgressWatch;
 use crate::tls::{Input, TlsConn};
 use mio::net::TcpStream;
 use std::io::{self, Read};
@@ -44,8 +44,8 @@ pub(super) struct Client {
     /// watches below compare them over time.
     pub(super) sent: u64,
     pub(super) received: u64,
-    pub(super) send_watch: Watch,
-    pub(super) body_watch: Watch,
+    pub(super) send_watch: ProgressWatch,
+    pub(super) body_watch: ProgressWatch,
     /// A slow-client breach was noted in a dry run: not noted again.
     pub(super) slow_noted: bool,
     /// A kept-alive connection waiting for its next request's first byte
@@ -277,7 +277,7 @@ impl Worker<'_> {
                 self.note(c.ip, c.ja4.as_deref(), limit);
             }
         } else if let Err(limit) = self.request(c) {
-            return self.refused(c, Refusal { limit, status: limit.status(), reason: limit.name() });
+            return self.refused(c, HttpRefusal { limit, status: limit.status(), reason: limit.name() });
         }
         if c.redirect {
             return self.redirect(c, h);
@@ -305,7 +305,7 @@ impl Worker<'_> {
     fn redirect(&mut self, c: &mut Client, h: HeadInfo) -> Next {
         let Some(location) = c.framer.https_location(&c.inbuf[c.start..c.end], self.https_port) else {
             let limit = Limit::HttpHostRequired;
-            return self.refused(c, Refusal { limit, status: limit.status(), reason: "no host to redirect to" });
+            return self.refused(c, HttpRefusal { limit, status: limit.status(), reason: "no host to redirect to" });
         };
         // A body would have to be read through to find the next request:
         // the connection closes after the answer instead.

@@ -5,7 +5,7 @@
 
 use super::client::{error_response, Client};
 use super::{add, After, Phase, Worker};
-use crate::frame::Refusal;
+use crate::frame::HttpRefusal;
 use crate::limits::Limit;
 use crate::timeouts::Stalled;
 use crate::{Config, ThreadCounters};
@@ -55,7 +55,7 @@ impl<'a> Worker<'a> {
                     After::Keep
                 }
                 Due::Breach(limit) => {
-                    self.refuse(&mut c, Refusal { limit, status: limit.status(), reason: limit.name() })
+                    self.refuse(&mut c, HttpRefusal { limit, status: limit.status(), reason: limit.name() })
                 }
             };
             self.clients[i] = Some(c);

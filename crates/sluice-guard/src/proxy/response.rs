@@ -7,8 +7,8 @@
 use super::client::{error_response, Client};
 use super::upstream::{send_request, Up};
 use super::{After, Next, Phase, Worker};
-use crate::frame::Refusal;
-use crate::timeouts::Watch;
+use crate::frame::HttpRefusal;
+use crate::timeouts::ProgressWatch;
 use sluice_h1::response::Step;
 use std::io::{self, Read};
 use std::time::Instant;
@@ -174,7 +174,7 @@ impl Worker<'_> {
             c.out.drop_unframed();
             u.behind.pop_front();
             u.client = Some(next);
-            u.watch = Watch::new(u.moved, Instant::now());
+            u.watch = ProgressWatch::new(u.moved, Instant::now());
             self.wake.push_back((next, serial));
         } else {
             // Extra bytes after the response were never asked for: they
@@ -206,7 +206,7 @@ impl Worker<'_> {
             if self.cfg.dry_run {
                 self.note(c.ip, c.ja4.as_deref(), limit);
             } else {
-                return Err(self.refuse(c, Refusal { limit, status: 0, reason: limit.name() }));
+                return Err(self.refuse(c, HttpRefusal { limit, status: 0, reason: limit.name() }));
             }
         }
         Ok(true)

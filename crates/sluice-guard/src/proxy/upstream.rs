@@ -6,7 +6,7 @@
 use super::client::{error_response, Client};
 use super::{add, Next, Phase, Worker};
 use crate::frame::HeadInfo;
-use crate::timeouts::Watch;
+use crate::timeouts::ProgressWatch;
 use mio::net::TcpStream;
 use mio::{Interest, Token};
 use sluice_h1::response::ResponseReader;
@@ -67,7 +67,7 @@ pub(super) struct Up {
     pub(super) last: bool,
     /// Bytes moved either way, for `watch` (`--upstream-timeout`).
     pub(super) moved: u64,
-    pub(super) watch: Watch,
+    pub(super) watch: ProgressWatch,
     /// A new connection must be accepted by then (`--upstream-connect-timeout`):
     /// until its first write, a connect is in progress.
     pub(super) connect_deadline: Option<Instant>,
@@ -122,7 +122,7 @@ impl Worker<'_> {
             hold: false,
             last: false,
             moved: 0,
-            watch: Watch::new(0, Instant::now()),
+            watch: ProgressWatch::new(0, Instant::now()),
             connect_deadline: self.cfg.timeouts.upstream_connect.map(|d| Instant::now() + d),
             idle_since: Instant::now(),
         });
@@ -237,7 +237,7 @@ impl Worker<'_> {
         };
         let u = self.ups[j].as_mut().expect("taken");
         u.client = Some(i);
-        u.watch = Watch::new(u.moved, Instant::now());
+        u.watch = ProgressWatch::new(u.moved, Instant::now());
         if h.head_method {
             // Its answer is a head alone, whatever its Content-Length says.
             u.reader.expect_no_body();

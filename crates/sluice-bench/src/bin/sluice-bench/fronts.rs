@@ -1,7 +1,7 @@
 //! The peers the guard is measured beside: nginx (1 worker, `proxy_pass`)
 //! and HAProxy (1 thread), each started on a loopback port in front of an
 //! upstream, either with their defaults (the slow-attack bench) or with the
-//! guard benchmark's limits written in their own terms ([`Limits`]).
+//! guard benchmark's limits written in their own terms ([`PeerLimits`]).
 
 use anyhow::{bail, Context, Result};
 use std::net::{SocketAddr, TcpStream};
@@ -16,7 +16,7 @@ use crate::guard::Killed;
 /// address, the header timeout, the longest request line or header line,
 /// and the methods allowed (GET, HEAD, POST).
 #[derive(Clone, Copy, Debug)]
-pub struct Limits {
+pub struct PeerLimits {
     pub request_rate: u32,
     pub request_burst: u32,
     pub connection_rate: u32,
@@ -47,7 +47,7 @@ pub fn wait_listening(addr: SocketAddr) -> Result<()> {
 /// `large_client_header_buffers` and `limit_except`. nginx has no
 /// per-address connection rate nor header count: those two are the
 /// guard's alone.
-pub fn nginx_conf(dir: &Path, port: u16, upstream: &str, limits: Option<&Limits>) -> String {
+pub fn nginx_conf(dir: &Path, port: u16, upstream: &str, limits: Option<&PeerLimits>) -> String {
     let dir = dir.display();
     let (http, server, location) = match limits {
         None => (String::new(), String::new(), format!("proxy_pass http://{upstream};")),
@@ -82,7 +82,7 @@ pub fn nginx_conf(dir: &Path, port: u16, upstream: &str, limits: Option<&Limits>
 /// the connection rate and the open connections, each over its limit
 /// refused as the guard refuses it (429 for requests, closed connections),
 /// `timeout http-request` and the methods.
-pub fn haproxy_conf(port: u16, upstream: &str, limits: Option<&Limits>) -> String {
+pub fn haproxy_conf(port: u16, upstream: &str, limits: Option<&PeerLimits>) -> String {
     let (timeout, frontend) = match limits {
         None => ("10s".to_owned(), String::new()),
         Some(l) => (
@@ -123,7 +123,7 @@ pub fn nginx_tunnel_conf(dir: &Path, port: u16, upstream: &str) -> String {
 
 /// Start nginx or HAProxy on `port` in front of `upstream` (its files in
 /// `dir`), and wait until it listens.
-pub fn peer(name: &str, upstream: &str, port: u16, dir: &Path, limits: Option<&Limits>) -> Result<Killed> {
+pub fn peer(name: &str, upstream: &str, port: u16, dir: &Path, limits: Option<&PeerLimits>) -> Result<Killed> {
     let conf = match name {
         "nginx" => nginx_conf(dir, port, upstream, limits),
         _ => haproxy_conf(port, upstream, limits),

@@ -265,7 +265,7 @@ struct SizeFronts {
 impl SizeFronts {
     fn start(exe: &Path, a: &GuardBenchArgs, size: usize, upstream: &str, run: &Run) -> Result<SizeFronts> {
         let (threads, total) = (run.threads, run.total);
-        let peer_limits = fronts::Limits {
+        let peer_limits = fronts::PeerLimits {
             request_rate: 60_000,
             request_burst: 60_000,
             connection_rate: 1000,
