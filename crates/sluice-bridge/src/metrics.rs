@@ -10,12 +10,12 @@
 //! undecodable frames ([`Stats`], published once per batch); the control
 //! plane counts reloads ([`ControlState`]).
 
+use crate::counters::{BridgeCounters, PortTotals};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{RuleSet, Side, Stats};
-use sluice_live::pipeline::{BridgeCounters, PortTotals};
 use sluice_metrics::{counter, gauge};
 use sluice_pipeline::sample::SampleCounts;
 use sluice_pipeline::LiveStats;
@@ -362,9 +362,8 @@ impl Exporter {
             counter(enc, family, port_family_help(family), &sluice_metrics::counters::samples(family, &rows))?;
         }
         if let Some(lanes) = s.ports.lanes.get() {
-            let queue = |c: &sluice_live::pipeline::LaneCounters| {
-                vec![("queue", c.queue.to_string()), ("cpu", c.cpu.to_string())]
-            };
+            let queue =
+                |c: &crate::counters::LaneCounters| vec![("queue", c.queue.to_string()), ("cpu", c.cpu.to_string())];
             let mut judged = Vec::new();
             for c in lanes {
                 for (verdict, n) in [("pass", l(&c.passed)), ("drop", l(&c.dropped))] {
@@ -455,7 +454,7 @@ impl Exporter {
             .filter(|(_, v)| *v > 0)
             .collect();
         counter(enc, "sluice_undecodable_packets", "Packets that could not be decoded, by reason.", &undecodable)?;
-        let frags: Vec<_> = sluice_live::pipeline::FRAGMENT_OUTCOMES
+        let frags: Vec<_> = crate::counters::FRAGMENT_OUTCOMES
             .iter()
             .zip(&s.ports.fragments)
             .map(|(o, a)| (vec![("outcome", (*o).to_owned())], l(a)))

@@ -80,7 +80,7 @@ fn run_everything() -> (serde_json::Value, String) {
     };
     let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
     let sock = dir.path().join("ctl.sock");
-    let bridge = Bridge::start(cfg, Box::new(pair)).unwrap();
+    let bridge = Bridge::start(cfg, pair).unwrap();
     // A flow, as the BGP feed hands one over: the flow families.
     let flow = sluice_bgp::flowspec::Flow {
         family: sluice_bgp::flowspec::Family::V4,
