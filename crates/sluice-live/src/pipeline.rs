@@ -368,7 +368,8 @@ impl PacketTx {
                 // Every slot is taken: wait for the kernel to send them (holding the
                 // source back, as a full ring should), then try once more.
                 if self.tx[out].flush_wait().is_err() {
-                    t.errors += 1;
+                    // At once: an error sending this frame ends the batch untallied.
+                    self.count.sent(out, None, &Sent { errors: 1, ..Sent::default() });
                 }
                 match self.tx[out].send(frame) {
                     Ok(true) => {}
@@ -996,6 +997,7 @@ impl Sink for XskTx {
                 }
             }
         }
+        core.report_reclaimed();
         for (out, t) in tally.iter_mut().enumerate() {
             if core.fwd[out].is_empty() {
                 continue;
@@ -1021,7 +1023,6 @@ impl Sink for XskTx {
                 core.count.sent(out, core.lane, t);
             }
         }
-        core.report_reclaimed();
         // Dropped frames are in the pool: put them straight back on the fill rings.
         core.service()
     }
