@@ -2,7 +2,7 @@
 //! the rules say, while the rules and sets change under traffic.
 //!
 //! [`BridgeConfig`] -> [`Bridge::start`] (over any [`PortPair`]: the live
-//! interfaces of `sluice-live`, or two channels in tests) -> a running [`Bridge`]
+//! interfaces of `sluice-live`, or two channels in tests, [`MemoryPair`]) -> a running [`Bridge`]
 //! (its [`BridgeMetrics`], reloads, the control socket, stop) ->
 //! [`Bridge::wait`] -> a [`BridgeSummary`].
 //!
@@ -16,26 +16,35 @@
 //!   and the `--duration` stop on its tick;
 //! - the pipeline: one thread reading both ports with the judge's workers,
 //!   or one lane per AF_XDP queue, each receiving, judging and sending.
+//!
+//! The forwarding loop (`Pipeline::run`) is generic over the pair's
+//! source and sink; it counts the verdicts around each lane's sink
+//! (`counters::Counting`), the ports count their frames into the same
+//! [`BridgeCounters`].
 #![deny(unsafe_code)]
 
 pub mod bgp;
+pub mod counters;
+pub mod memory;
 pub mod metrics;
 pub mod summary;
 
+pub use counters::{BridgeCounters, LaneCounters, PortCounters};
+pub use memory::{MemoryPair, Wire};
 pub use metrics::{BridgeMetrics, LiveObserver};
-pub use sluice_live::memory::{MemoryPair, Wire};
 pub use sluice_live::open::{LivePorts, PortPair};
 
 use anyhow::{Context, Result};
+use counters::Counting;
 use sluice_control::safety::Safety;
 use sluice_engine::snapshot::Published;
 use sluice_engine::RuleSet;
 use sluice_live::open::Opened;
-use sluice_live::pipeline::BridgeCounters;
+use sluice_live::pipeline::PortCount;
 use sluice_live::LiveError;
 use sluice_pipeline::lanes::{self, inline_lanes};
 use sluice_pipeline::sample::{tap, tap_lane, SampleConfig, SampleReport, Sampler};
-use sluice_pipeline::{Finished, JudgeConfig, ReassemblyConfig, RunConfig, RunError, WorkersConfig};
+use sluice_pipeline::{Finished, JudgeConfig, ReassemblyConfig, RunConfig, RunError, Sink, Source, WorkersConfig};
 use sluice_policy::crowdsec::BouncerConfig;
 use sluice_policy::{describe, spawn_signals, total_entries, Event, RuleSpec, SignalThread};
 use std::net::SocketAddr;
@@ -181,7 +190,7 @@ impl sluice_control::product::Running for Bridge {
 impl Bridge {
     /// Loads the rules, opens `ports` and starts every thread. Nothing is
     /// left running when it fails.
-    pub fn start(cfg: BridgeConfig, ports: Box<dyn PortPair>) -> Result<Bridge> {
+    pub fn start<P: PortPair>(cfg: BridgeConfig, ports: P) -> Result<Bridge> {
         let names = ports.names();
         let port_names = names.to_vec();
         let sluice_policy::Loading { controller, entries, build_ms, crowdsec } = sluice_policy::Loading::load(
@@ -228,15 +237,27 @@ impl Bridge {
             .context("installing the signal handlers")?;
         let close_signals = |s: Option<SignalThread>| s.iter().for_each(SignalThread::close);
 
-        let (mut opened, io) = match ports.open(&stop, &counters) {
+        let count: Arc<dyn PortCount> = Arc::clone(&counters) as _;
+        let opened = match ports.open(&stop, &count, cfg.dry_run) {
             Ok(o) => o,
             Err(e) => {
                 close_signals(signals);
                 return Err(e.into());
             }
         };
-        let workers = if let Opened::XskLanes(lanes) = &opened { lanes.len() } else { cfg.workers.unwrap_or(1) };
-        opened.set_dry_run(cfg.dry_run);
+        let io = opened.io.clone();
+        let workers = if opened.per_queue {
+            let cpus = lanes::lane_cpus(&cfg.cpus, opened.lanes.len());
+            let made = cpus
+                .iter()
+                .enumerate()
+                .map(|(q, &cpu)| LaneCounters { queue: q as u32, cpu: cpu as u32, ..Default::default() })
+                .collect();
+            let _ = counters.lanes.set(made);
+            opened.lanes.len()
+        } else {
+            cfg.workers.unwrap_or(1)
+        };
         metrics.dry_run.store(cfg.dry_run, Ordering::Relaxed);
         *metrics.io.lock().unwrap_or_else(PoisonError::into_inner) = io.clone();
 
@@ -292,6 +313,7 @@ impl Bridge {
         *metrics.rules.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&published));
         let run = Pipeline {
             metrics: Arc::clone(&metrics),
+            counters,
             published: Arc::clone(&published),
             stop: Arc::clone(&stop),
             judge: cfg.judge,
@@ -364,6 +386,7 @@ fn serve_control(
 /// What the pipeline thread needs.
 struct Pipeline {
     metrics: Arc<BridgeMetrics>,
+    counters: Arc<BridgeCounters>,
     published: Arc<Published<RuleSet>>,
     stop: Arc<AtomicBool>,
     judge: JudgeConfig,
@@ -374,7 +397,13 @@ struct Pipeline {
 }
 
 impl Pipeline {
-    fn run(self, opened: Opened, sampler: Option<Sampler>) -> PipelineEnd {
+    /// The forwarding loop: the lanes of a per-queue pair each on a thread
+    /// judging inline, else the one lane judged by the workers.
+    fn run<S, K>(self, opened: Opened<S, K>, sampler: Option<Sampler>) -> PipelineEnd
+    where
+        S: Source<Error = LiveError> + Send,
+        K: Sink<Error = LiveError> + Send,
+    {
         let cfg = RunConfig {
             // In input order: the AF_XDP sink returns frames to the kernel by
             // walking them in the order they were received.
@@ -388,33 +417,37 @@ impl Pipeline {
             ..RunConfig::default()
         };
         let m = &self.metrics;
-        let result = match opened.single() {
-            Err(ports) => {
-                let inboxes = m.inboxes.get_or_init(|| sluice_pipeline::Inboxes::new(ports.len()));
-                let ends =
-                    ports.into_iter().enumerate().map(|(i, (p, t))| (p, tap_lane(sampler.as_ref(), t, i))).collect();
-                let observer = || Box::new(LiveObserver::new(m)) as _;
-                let stage = || self.reassembly.stage();
-                let (lanes, stats) =
-                    inline_lanes(ends, &self.published, self.judge, inboxes, stage, observer, &self.cpus);
-                *m.live_stats.lock().unwrap_or_else(PoisonError::into_inner) = stats;
-                let stop = &self.stop;
-                lanes::combine(lanes::run_lanes(lanes, &cfg, &|| stop.store(true, Ordering::Relaxed)))
-            }
-            Ok((mut source, mut sink)) => {
-                let cpus = (!self.cpus.is_empty()).then(|| self.cpus.clone());
-                let workers = WorkersConfig {
-                    judge: self.judge,
-                    cpus,
-                    steer_inner: self.steer_inner,
-                    ..WorkersConfig::new(self.workers)
-                };
-                let judge = sluice_pipeline::judge(&self.published, workers);
-                *m.live_stats.lock().unwrap_or_else(PoisonError::into_inner) = judge.live_stats();
-                let mut sink = tap(sampler.as_ref(), &mut *sink);
-                let (mut stage, mut observer) = (self.reassembly.stage(), LiveObserver::new(m));
-                sluice_pipeline::run(&mut *source, &mut stage, judge, &mut sink, &mut observer, &cfg)
-            }
+        let result = if opened.per_queue {
+            let ports = opened.lanes;
+            let inboxes = m.inboxes.get_or_init(|| sluice_pipeline::Inboxes::new(ports.len()));
+            let ends = ports
+                .into_iter()
+                .enumerate()
+                .map(|(i, (p, t))| (p, tap_lane(sampler.as_ref(), Counting::new(t, &self.counters, Some(i)), i)))
+                .collect();
+            let observer = || Box::new(LiveObserver::new(m)) as _;
+            let stage = || self.reassembly.stage();
+            let (lanes, stats) = inline_lanes(ends, &self.published, self.judge, inboxes, stage, observer, &self.cpus);
+            *m.live_stats.lock().unwrap_or_else(PoisonError::into_inner) = stats;
+            let stop = &self.stop;
+            lanes::combine(lanes::run_lanes(lanes, &cfg, &|| stop.store(true, Ordering::Relaxed)))
+        } else {
+            let mut lanes = opened.lanes.into_iter();
+            let (mut source, sink) = lanes.next().expect("a pair opened on one thread has one lane");
+            debug_assert!(lanes.next().is_none(), "a pair opened on one thread has one lane");
+            let cpus = (!self.cpus.is_empty()).then(|| self.cpus.clone());
+            let workers = WorkersConfig {
+                judge: self.judge,
+                cpus,
+                steer_inner: self.steer_inner,
+                ..WorkersConfig::new(self.workers)
+            };
+            let judge = sluice_pipeline::judge(&self.published, workers);
+            *m.live_stats.lock().unwrap_or_else(PoisonError::into_inner) = judge.live_stats();
+            let mut sink = Counting::new(sink, &self.counters, None);
+            let mut sink = tap(sampler.as_ref(), &mut sink);
+            let (mut stage, mut observer) = (self.reassembly.stage(), LiveObserver::new(m));
+            sluice_pipeline::run(&mut source, &mut stage, judge, &mut sink, &mut observer, &cfg)
         };
         // The source ended (stop, or the ports failed): the rest stops too.
         self.stop.store(true, Ordering::Relaxed);

@@ -14,12 +14,12 @@
 //! only the families keyed by what occurred ([`dynamic_families`]) are
 //! written by hand.
 
+use crate::counters::{BridgeCounters, LaneCounters};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{RuleSet, Side, Stats};
-use sluice_live::pipeline::{BridgeCounters, LaneCounters};
 use sluice_metrics::counters::{encode_where, families};
 use sluice_metrics::{counter, gauge};
 use sluice_pipeline::LiveStats;
@@ -105,7 +105,7 @@ pub fn dynamic_families() -> Vec<&'static str> {
 pub fn declared_families() -> Vec<&'static str> {
     use sluice_policy::{controller::ControlTotals, crowdsec::BouncerTotals};
     let sets = [
-        sluice_live::pipeline::PortTotals::FAMILIES,
+        crate::counters::PortTotals::FAMILIES,
         LaneTotals::FAMILIES,
         BridgeTotals::FAMILIES,
         ControlTotals::FAMILIES,
@@ -382,7 +382,7 @@ mod tests {
             .into_iter()
             .map(|(l, n)| (l[0].1.clone(), n))
             .collect();
-        let want: Vec<_> = sluice_live::pipeline::FRAGMENT_OUTCOMES.iter().map(|o| o.to_string()).zip(1..).collect();
+        let want: Vec<_> = crate::counters::FRAGMENT_OUTCOMES.iter().map(|o| o.to_string()).zip(1..).collect();
         assert_eq!(labelled, want);
     }
 }

@@ -124,7 +124,7 @@ fn bridge_with_peer(peer: &str, dir: &std::path::Path, restart_time: u16) -> (Br
         ..BridgeConfig::new(RuleSpec::default())
     };
     let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
-    (Bridge::start(cfg, Box::new(pair)).expect("the bridge starts"), wire)
+    (Bridge::start(cfg, pair).expect("the bridge starts"), wire)
 }
 
 /// The frames every peer's test sends, and whether each should pass, for
@@ -166,7 +166,7 @@ fn gobgp_routes_that_would_turn_the_bridge_against_its_host_are_refused() {
         ..BridgeConfig::new(RuleSpec::default())
     };
     let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
-    let bridge = Bridge::start(cfg, Box::new(pair)).expect("the bridge starts");
+    let bridge = Bridge::start(cfg, pair).expect("the bridge starts");
 
     d.cli("global rib -a ipv4 add 0.0.0.0/0 nexthop 192.0.2.254 community 65535:666");
     d.cli("global rib -a ipv4-flowspec add match source 192.0.2.1/32 destination 198.51.100.0/24 then discard");
@@ -229,7 +229,7 @@ fn gobgp_flows_and_blackholes_drop_exactly_their_frames_until_withdrawn() {
         ..BridgeConfig::new(RuleSpec::default())
     };
     let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
-    let bridge = Bridge::start(cfg, Box::new(pair)).expect("the bridge starts");
+    let bridge = Bridge::start(cfg, pair).expect("the bridge starts");
 
     d.cli("global rib -a ipv4-flowspec add match destination 192.0.2.0/24 protocol udp destination-port ==53 then discard");
     d.cli(
@@ -486,7 +486,7 @@ fn a_malformed_update_resets_only_its_own_session() {
     let sock = dir.path().join("ctl.sock");
     let cfg = BridgeConfig { bgp: Some(bgp), control: Some(sock.clone()), ..BridgeConfig::new(RuleSpec::default()) };
     let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
-    let bridge = Bridge::start(cfg, Box::new(pair)).unwrap();
+    let bridge = Bridge::start(cfg, pair).unwrap();
     d.cli("global rib -a ipv4-flowspec add match destination 192.0.2.0/24 protocol udp destination-port ==53 then discard");
     let mut p = FakePeer::accept(&fake);
     let flow = |a: u8| sluice_bgp::flowspec::Flow {
@@ -543,7 +543,7 @@ fn a_peer_requiring_tcp_md5_is_reached_with_its_password_only() {
         let cfg =
             BridgeConfig { bgp: Some(bgp), control: Some(sock.clone()), ..BridgeConfig::new(RuleSpec::default()) };
         let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
-        (Bridge::start(cfg, Box::new(pair)).unwrap(), wire, sock)
+        (Bridge::start(cfg, pair).unwrap(), wire, sock)
     };
     d.cli("global rib -a ipv4-flowspec add match destination 192.0.2.0/24 protocol udp destination-port ==53 then discard");
     let (bridge, wire, _) = session("s3cret-key", "good");
@@ -601,7 +601,7 @@ fn gobgp_a_peer_over_its_byte_budget_is_refused_past_it_and_stays_up() {
         ..BridgeConfig::new(RuleSpec::default())
     };
     let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
-    let bridge = Bridge::start(cfg, Box::new(pair)).expect("the bridge starts");
+    let bridge = Bridge::start(cfg, pair).expect("the bridge starts");
     d.cli("global rib -a ipv4-flowspec add match destination 198.51.100.0/24 protocol udp destination-port ==53 then discard");
     wait_flows(&bridge, 1);
     let ports: Vec<String> = (1000..1060).map(|p| format!("=={p}")).collect();
@@ -670,7 +670,7 @@ fn gobgp_a_withdrawal_is_published_within_a_second_while_another_peer_floods() {
     }
     let cfg = BridgeConfig { bgp: Some(bgp), control: Some(sock.clone()), ..BridgeConfig::new(RuleSpec::default()) };
     let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
-    let bridge = Bridge::start(cfg, Box::new(pair)).unwrap();
+    let bridge = Bridge::start(cfg, pair).unwrap();
     let a_flow = "destination 192.0.2.0/24 protocol udp destination-port ==53 then discard";
     d.cli(&format!("global rib -a ipv4-flowspec add match {a_flow}"));
     let held_by_a = |bridge: &Bridge| {

@@ -56,7 +56,7 @@ fn crowdsec_decisions_reach_the_bridge_over_memory_ports() {
     // No rules: the feed's set is added and its sources dropped.
     let cfg = BridgeConfig { crowdsec, ..BridgeConfig::new(RuleSpec::default()) };
     let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
-    let bridge = Bridge::start(cfg, Box::new(pair)).unwrap();
+    let bridge = Bridge::start(cfg, pair).unwrap();
     const BANNED: [u8; 4] = [198, 51, 100, 66];
     assert!(passes(&wire, BANNED), "no decision yet");
 
@@ -100,7 +100,7 @@ fn stream_filters_give_exactly_the_decisions_they_name() {
         let c = keyed(&lapi, name, 0.5).map(|c| BouncerConfig { filters, ..c });
         let cfg = BridgeConfig { crowdsec: c, ..BridgeConfig::new(RuleSpec::default()) };
         let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
-        (Bridge::start(cfg, Box::new(pair)).unwrap(), wire)
+        (Bridge::start(cfg, pair).unwrap(), wire)
     };
     let ssh = bridge("ssh", StreamFilters { scenarios_containing: vec!["ssh".into()], ..StreamFilters::default() });
     let not_ssh =
@@ -165,7 +165,7 @@ fn country_and_as_bans_drop_their_networks_with_a_geo_database() {
     let crowdsec = keyed(&lapi, "geo", 0.5).map(|c| BouncerConfig { geo, ..c });
     let cfg = BridgeConfig { crowdsec, ..BridgeConfig::new(RuleSpec::default()) };
     let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
-    let bridge = Bridge::start(cfg, Box::new(pair)).unwrap();
+    let bridge = Bridge::start(cfg, pair).unwrap();
     let wait = |src: [u8; 4], want: bool, what: &str| {
         // Within the pull interval and a second.
         let end = Instant::now() + Duration::from_millis(1500 + 500);
@@ -225,7 +225,7 @@ fn a_tls_lapi_admits_the_bouncer_by_its_client_certificate() {
 
     let cfg = BridgeConfig { crowdsec: Some(crowdsec), ..BridgeConfig::new(RuleSpec::default()) };
     let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
-    let bridge = Bridge::start(cfg, Box::new(pair)).unwrap();
+    let bridge = Bridge::start(cfg, pair).unwrap();
     const BANNED: [u8; 4] = [198, 51, 100, 66];
     lapi.cscli(&["decisions", "add", "--ip", "198.51.100.66", "--duration", "1h"]);
     let end = Instant::now() + Duration::from_secs(15);
@@ -267,7 +267,7 @@ fn drops_by_origin_reach_the_lapi_usage_metrics() {
     let crowdsec = keyed(&lapi, "usage", 0.5).map(|c| BouncerConfig { metrics_interval: Some(every), ..c });
     let cfg = BridgeConfig { crowdsec, ..BridgeConfig::new(RuleSpec::default()) };
     let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
-    let bridge = Bridge::start(cfg, Box::new(pair)).unwrap();
+    let bridge = Bridge::start(cfg, pair).unwrap();
     const MANUAL: [u8; 4] = [198, 51, 100, 66];
     const IMPORTED: [u8; 4] = [203, 0, 113, 9];
     // Two origins: cscli's own decision, and one imported from a file.

@@ -38,7 +38,7 @@ fn src_of(f: &[u8]) -> [u8; 4] {
 
 fn start(cfg: BridgeConfig) -> (Bridge, Wire) {
     let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
-    (Bridge::start(cfg, Box::new(pair)).expect("the bridge starts"), wire)
+    (Bridge::start(cfg, pair).expect("the bridge starts"), wire)
 }
 
 /// Every frame transmitted on `port` until `n` have come or `wait` passed.
@@ -405,7 +405,7 @@ fn an_unknown_control_group_stops_the_start() {
             ..BridgeConfig::new(rules(list.clone()))
         };
         let (pair, _wire) = MemoryPair::new(["mem0", "mem1"]);
-        let e = match Bridge::start(cfg, Box::new(pair)) {
+        let e = match Bridge::start(cfg, pair) {
             Ok(_) => panic!("started with an unknown group"),
             Err(e) => format!("{e:#}"),
         };

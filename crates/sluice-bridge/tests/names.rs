@@ -80,7 +80,7 @@ fn run_everything() -> (serde_json::Value, String, String) {
     };
     let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
     let sock = dir.path().join("ctl.sock");
-    let bridge = Bridge::start(cfg, Box::new(pair)).unwrap();
+    let bridge = Bridge::start(cfg, pair).unwrap();
     // A flow, as the BGP feed hands one over: the flow families.
     let flow = sluice_bgp::flowspec::Flow {
         family: sluice_bgp::flowspec::Family::V4,
@@ -147,7 +147,7 @@ fn every_metric_key_and_line_is_declared() {
     let report = serde_json::to_value(sluice_pipeline::RunReport::default().to_json()).unwrap();
     let mut names: BTreeSet<&str> = report.as_object().unwrap().keys().map(String::as_str).collect();
     names.extend(["rules", "default", "samples"]);
-    let sets = [sluice_live::pipeline::PortTotals::NAMES, LaneTotals::NAMES, BridgeTotals::NAMES, SUMMARY_KEYS];
+    let sets = [sluice_bridge::counters::PortTotals::NAMES, LaneTotals::NAMES, BridgeTotals::NAMES, SUMMARY_KEYS];
     names.extend(sets.into_iter().flatten());
     let ports = json["per_port"].as_array().unwrap().iter().flat_map(|p| p.as_object().unwrap().keys());
     let keys = json.as_object().unwrap().keys().chain(ports);

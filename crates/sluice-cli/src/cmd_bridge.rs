@@ -142,7 +142,7 @@ pub fn run(a: BridgeArgs) -> Result<Outcome> {
         ..BridgeConfig::new(a.rules)
     };
     let ports = LivePorts { names, config: open };
-    let summary = Bridge::start(cfg, Box::new(ports))?.wait()?;
+    let summary = Bridge::start(cfg, ports)?.wait()?;
     print!("{}", sluice_control::product::print(&summary, a.json));
     if let Some(e) = summary.sample_error {
         tracing::error!("--sample-drops: {e}");

@@ -19,7 +19,12 @@
 //! `sluice bridge` runs, and what this crate's live tests drive) makes both kinds of bridge a
 //! `sluice_pipeline` source (both ports' RX rings) and sink (each passed
 //! packet onto the other port's TX ring; AF_XDP by UMEM address, lending
-//! received frames to the batches in place), which `sluice bridge` runs;
+//! received frames to the batches in place). They count frames in and out
+//! through [`pipeline::PortCount`], which whoever opens them implements:
+//! this crate names no metric and counts no verdict. [`open`] is how a
+//! bridge opens its ports: [`open::PortPair`] yields lanes (a source and a
+//! sink per queue, or one over every queue), and [`open::LivePorts`] is the
+//! live pair, AF_XDP falling back to AF_PACKET; `sluice bridge` runs them.
 //! [`send`] is the transmit side `sluice send` paces.
 //!
 //! # Why raw `bpf()`
@@ -110,7 +115,6 @@
 #[allow(unsafe_code)]
 pub mod bpf;
 pub mod error;
-pub mod memory;
 pub mod netlink;
 pub mod netns;
 pub mod open;

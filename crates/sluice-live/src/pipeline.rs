@@ -50,13 +50,13 @@
 
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use sluice_pipeline::{wall_ns, Backing, Disposition, Fill, Meta, PacketBatch, Sink, Source, Verdict};
+use sluice_pipeline::{wall_ns, Backing, Fill, Meta, PacketBatch, Sink, Source, Verdict};
 use sluice_wire::capture::{Interface, Timestamp, TsResolution};
-use sluice_wire::{LinkType, PacketSummary};
+use sluice_wire::LinkType;
 
 use crate::error::{LiveError, Result};
 use crate::packet::{PacketConfig, PacketSocket};
@@ -65,136 +65,54 @@ use crate::{XdpMode, XdpRedirect};
 
 /// The longest a fill waits without looking at the stop flag.
 const STOP_CHECK_MS: i32 = 50;
-/// How often the kernel's socket counters are read into [`PortCounters`].
+/// How often the kernel's socket counters are read and reported ([`PortCount::kernel_drops`]).
 const KERNEL_STATS_EVERY: Duration = Duration::from_millis(500);
 /// At most this many queues per port (`poll` takes 16 descriptors).
 pub const MAX_QUEUES: u32 = 8;
 
-sluice_metrics::counters! {
-    /// One port's counters, written by the source and the sink once per batch
-    /// and read by whoever reports them (metrics, a status line). Each is
-    /// declared once here, with where `/metrics` shows it; its name is its
-    /// key in the summary's `per_port`.
-    pub struct PortCounters / PortTotals {
-        /// Frames received on this port.
-        rx_packets,
-        /// Their bytes on the wire.
-        rx_bytes,
-        /// Frames transmitted on this port (passed packets from the other one).
-        tx_packets => "sluice_tx_packets",
-        /// Bytes transmitted on this port.
-        tx_bytes => "sluice_tx_bytes",
-        /// Passed frames lost because this port's TX ring stayed full.
-        tx_ring_full => "sluice_ring_drops" { "ring" = "tx_ring_full" },
-        /// Passed frames that cannot be sent: larger than a slot or frame, or
-        /// shorter than an Ethernet header.
-        tx_invalid => "sluice_ring_drops" { "ring" = "tx_invalid" },
-        /// Passed frames copied by reassembly that found no free UMEM frame.
-        tx_no_buffer => "sluice_ring_drops" { "ring" = "tx_no_buffer" },
-        /// Failed transmit system calls (the frames stay queued for the next).
-        tx_errors => "sluice_ring_drops" { "ring" = "tx_error" },
-        /// Frames the kernel dropped before we saw them: the RX ring was full
-        /// (AF_PACKET `tp_drops`; AF_XDP `rx_dropped + rx_ring_full`).
-        rx_ring_drops => "sluice_ring_drops" { "ring" = "rx_ring_full" },
-        /// AF_XDP: times the kernel found the fill ring empty.
-        rx_fill_empty => "sluice_ring_drops" { "ring" = "rx_fill_ring_empty" },
-        /// AF_PACKET: frames the ring cut short (skipped).
-        rx_truncated => "sluice_ring_drops" { "ring" = "rx_truncated" },
-        /// Frames received on this port that the pipeline passed (sent on, or
-        /// lost on the way out: see the `tx_*` counters of the other port).
-        passed => "sluice_packets" { "verdict" = "pass" },
-        /// Their bytes on the wire.
-        passed_bytes => "sluice_bytes" { "verdict" = "pass" },
-        /// Frames received on this port that the pipeline dropped.
-        dropped => "sluice_packets" { "verdict" = "drop" },
-        /// Their bytes on the wire.
-        dropped_bytes => "sluice_bytes" { "verdict" = "drop" },
-    }
-    families {
-        /// Packets received on a port, by verdict.
-        "sluice_packets",
-        /// Bytes (on the wire) received on a port, by verdict.
-        "sluice_bytes",
-        /// Frames lost at a ring: the kernel's RX ring full or fill ring
-        /// empty, our TX ring full, a frame that cannot be sent, no free
-        /// buffer, a failed send (fill_ring_empty counts events, not frames).
-        "sluice_ring_drops",
-    }
-}
-
-/// The counters of both ports, shared by the source, the sink and readers.
-/// The lanes of a per-queue bridge all add into the same port counters
-/// (once per batch each), and each counts its own share in [`LaneCounters`].
-#[derive(Debug, Default)]
-pub struct BridgeCounters {
-    /// Port 0 (the first interface) and port 1.
-    pub ports: [PortCounters; 2],
+/// What the ports count as they go, once per batch and port: frames in
+/// and out, and where a ring lost some. The ports name no metric and judge
+/// nothing: whoever opens them says where these counts go (the bridge: its
+/// counters and `/metrics`), and counts the verdicts itself. `lane` is the
+/// lane of a per-queue pair ([`open_xsk_lanes`]) that counted, else `None`.
+pub trait PortCount: Send + Sync {
+    /// `packets` frames of `bytes` on the wire, received on `port`.
+    fn received(&self, port: usize, lane: Option<usize>, packets: u64, bytes: u64);
+    /// What a batch's transmission on `port` came to.
+    fn sent(&self, port: usize, lane: Option<usize>, sent: &Sent);
+    /// What the kernel dropped on `port` since the last report.
+    fn kernel_drops(&self, port: usize, drops: &KernelDrops);
     /// AF_XDP: frames whose packets reassembly copied out, given back.
-    pub frames_reclaimed: AtomicU64,
-    /// IP fragments written, by outcome (see [`FRAGMENT_OUTCOMES`]).
-    pub fragments: [AtomicU64; 3],
-    /// A per-queue bridge's lanes, in lane order (set when it opens).
-    pub lanes: std::sync::OnceLock<Vec<LaneCounters>>,
+    fn frames_reclaimed(&self, frames: u64);
 }
 
-/// One lane of a per-queue bridge: what its queue received and sent. Each
-/// on its own cache line: a lane writes only its own.
-#[derive(Debug, Default)]
-#[repr(align(64))]
-pub struct LaneCounters {
-    /// The RX queue index the lane owns (on both ports).
-    pub queue: u32,
-    /// The CPU its thread is pinned to.
-    pub cpu: u32,
-    /// Frames received on the lane's queues (both ports).
-    pub rx_packets: AtomicU64,
-    /// Frames the lane transmitted (both ports).
-    pub tx_packets: AtomicU64,
-    /// Frames the lane passed.
-    pub passed: AtomicU64,
-    /// Frames the lane dropped.
-    pub dropped: AtomicU64,
+/// A batch's transmission on one port.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Sent {
+    /// Frames put on the TX ring.
+    pub packets: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Passed frames lost because the TX ring stayed full.
+    pub ring_full: u64,
+    /// Passed frames that cannot be sent: larger than a slot or frame, or
+    /// shorter than an Ethernet header.
+    pub invalid: u64,
+    /// Passed frames copied by reassembly that found no free UMEM frame.
+    pub no_buffer: u64,
+    /// Failed transmit system calls (the frames stay queued for the next).
+    pub errors: u64,
 }
 
-/// Fragment outcomes, the index of [`BridgeCounters::fragments`]: judged
-/// with their datagram, or given up by reassembly and passed or dropped.
-pub const FRAGMENT_OUTCOMES: [&str; 3] = ["judged", "reassembly_passed", "reassembly_dropped"];
-
-pub(crate) fn add(c: &AtomicU64, n: u64) {
-    if n > 0 {
-        c.fetch_add(n, Ordering::Relaxed);
-    }
-}
-
-/// What a sink counts of every packet it is given, once per batch: the
-/// verdicts per receiving port, and the fragments by outcome. The sinks
-/// see every packet exactly once, so this is where the bridge counts them.
-pub(crate) fn count_verdicts(batch: &PacketBatch, counters: &BridgeCounters) -> (u64, u64) {
-    let mut v = [[(0u64, 0u64); 2]; 2];
-    let mut frags = [0u64; 3];
-    for (i, p) in batch.packets().iter().enumerate() {
-        let port = (p.meta.port as usize).min(1);
-        let cell = &mut v[port][usize::from(p.verdict == Verdict::Drop)];
-        cell.0 += 1;
-        cell.1 += u64::from(p.meta.wire_len);
-        if matches!(batch.decoded(i), Ok(PacketSummary { ip: Some(ip), .. }) if ip.fragment.is_some()) {
-            frags[match (p.disposition, p.verdict) {
-                (Disposition::Decided(_), Verdict::Pass) => 1,
-                (Disposition::Decided(_), Verdict::Drop) => 2,
-                _ => 0,
-            }] += 1;
-        }
-    }
-    for (c, [(pn, pb), (dn, db)]) in counters.ports.iter().zip(v) {
-        add(&c.passed, pn);
-        add(&c.passed_bytes, pb);
-        add(&c.dropped, dn);
-        add(&c.dropped_bytes, db);
-    }
-    for (c, n) in counters.fragments.iter().zip(frags) {
-        add(c, n);
-    }
-    (v[0][0].0 + v[1][0].0, v[0][1].0 + v[1][1].0)
+/// Frames the kernel dropped on a port before we saw them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct KernelDrops {
+    /// The RX ring was full (AF_PACKET `tp_drops`; AF_XDP `rx_dropped + rx_ring_full`).
+    pub rx_ring_full: u64,
+    /// AF_XDP: times the kernel found the fill ring empty.
+    pub fill_empty: u64,
+    /// AF_PACKET: frames the ring cut short (skipped).
+    pub truncated: u64,
 }
 
 /// The interface every live packet is said to come in on: Ethernet, with
@@ -203,7 +121,8 @@ pub fn ethernet(snaplen: u32) -> Interface {
     Interface { link_type: LinkType::ETHERNET, snaplen, ts_resolution: TsResolution::NANOS }
 }
 
-pub(crate) fn timestamp(ns: u64) -> Timestamp {
+/// A live packet's timestamp: `ns` nanoseconds since the epoch.
+pub fn timestamp(ns: u64) -> Timestamp {
     Timestamp::Units { units: ns, resolution: TsResolution::NANOS }
 }
 
@@ -277,7 +196,7 @@ fn wait_budget(deadline: Option<Instant>) -> Option<i32> {
 }
 
 /// The port a packet that came in on `port` goes out on.
-pub(crate) fn other(port: u32) -> Option<usize> {
+pub fn other(port: u32) -> Option<usize> {
     match port {
         0 => Some(1),
         1 => Some(0),
@@ -292,11 +211,13 @@ pub struct PacketPorts {
     rx: [PacketSocket; 2],
     fds: [RawFd; 2],
     stop: Arc<AtomicBool>,
-    counters: Arc<BridgeCounters>,
+    count: Arc<dyn PortCount>,
     next_index: u64,
     /// Which port is read first this round (alternates, so neither starves).
     first: usize,
     stats_at: Instant,
+    /// The kernel's drops at the last report, per port: (ring full, truncated).
+    kernel_seen: [(u64, u64); 2],
     interface: Interface,
     links: Links,
 }
@@ -304,7 +225,7 @@ pub struct PacketPorts {
 /// AF_PACKET: both ports' TX rings as the pipeline's sink.
 pub struct PacketTx {
     tx: [PacketSocket; 2],
-    counters: Arc<BridgeCounters>,
+    count: Arc<dyn PortCount>,
     /// Forward dropped packets too (`--dry-run`): verdicts are counted,
     /// none enforced.
     pub dry_run: bool,
@@ -329,7 +250,7 @@ pub fn open_packet(
     ifaces: [&str; 2],
     cfg: &PacketConfig,
     stop: Arc<AtomicBool>,
-    counters: Arc<BridgeCounters>,
+    count: Arc<dyn PortCount>,
 ) -> Result<(PacketPorts, PacketTx)> {
     let rx_cfg = PacketConfig { rx: true, tx: false, ..*cfg };
     // The RX socket holds the port promiscuous; the TX one receives nothing.
@@ -341,14 +262,15 @@ pub fn open_packet(
         rx,
         fds,
         stop,
-        counters: Arc::clone(&counters),
+        count: Arc::clone(&count),
         next_index: 0,
         first: 0,
         stats_at: Instant::now(),
+        kernel_seen: [(0, 0); 2],
         interface: ethernet(cfg.block_size),
         links: Links::new(ifaces)?,
     };
-    Ok((ports, PacketTx { tx, counters, dry_run: false }))
+    Ok((ports, PacketTx { tx, count, dry_run: false }))
 }
 
 impl PacketPorts {
@@ -357,12 +279,20 @@ impl PacketPorts {
             return;
         }
         self.stats_at = Instant::now();
-        for (sock, c) in self.rx.iter_mut().zip(&self.counters.ports) {
+        for (port, sock) in self.rx.iter_mut().enumerate() {
             // `stats` accumulates the kernel's reset-on-read counters; a failure to read
-            // them leaves the last values.
+            // them reports nothing new.
             if let Ok(s) = sock.stats() {
-                c.rx_ring_drops.store(s.kernel_drops, Ordering::Relaxed);
-                c.rx_truncated.store(s.rx_truncated, Ordering::Relaxed);
+                let seen = &mut self.kernel_seen[port];
+                let drops = KernelDrops {
+                    rx_ring_full: s.kernel_drops.saturating_sub(seen.0),
+                    truncated: s.rx_truncated.saturating_sub(seen.1),
+                    ..KernelDrops::default()
+                };
+                *seen = (seen.0.max(s.kernel_drops), seen.1.max(s.rx_truncated));
+                if drops != KernelDrops::default() {
+                    self.count.kernel_drops(port, &drops);
+                }
             }
         }
     }
@@ -403,9 +333,9 @@ impl Source for PacketPorts {
                     *next += 1;
                     bytes += u64::from(m.wire_len);
                 });
-                let c = &self.counters.ports[port];
-                add(&c.rx_packets, n as u64);
-                add(&c.rx_bytes, bytes);
+                if n > 0 {
+                    self.count.received(port, None, n as u64, bytes);
+                }
             }
             self.first ^= 1;
             self.kernel_stats();
@@ -431,36 +361,37 @@ impl Source for PacketPorts {
 
 impl PacketTx {
     /// Queues one frame on port `out`, waiting for the ring once when it is full.
-    fn send(&mut self, out: usize, frame: &[u8], t: &mut PortTotals) -> Result<()> {
+    fn send(&mut self, out: usize, frame: &[u8], t: &mut Sent) -> Result<()> {
         match self.tx[out].send(frame) {
             Ok(true) => {}
             Ok(false) => {
                 // Every slot is taken: wait for the kernel to send them (holding the
                 // source back, as a full ring should), then try once more.
                 if self.tx[out].flush_wait().is_err() {
-                    add(&self.counters.ports[out].tx_errors, 1);
+                    // At once: an error sending this frame ends the batch untallied.
+                    self.count.sent(out, None, &Sent { errors: 1, ..Sent::default() });
                 }
                 match self.tx[out].send(frame) {
                     Ok(true) => {}
                     Ok(false) => {
-                        t.tx_ring_full += 1;
+                        t.ring_full += 1;
                         return Ok(());
                     }
                     Err(_) => {
-                        t.tx_invalid += 1;
+                        t.invalid += 1;
                         return Ok(());
                     }
                 }
             }
             // Too big for a slot, or too short to be Ethernet: this frame only.
             Err(LiveError::FrameTooBig { .. }) | Err(LiveError::Config(_)) => {
-                t.tx_invalid += 1;
+                t.invalid += 1;
                 return Ok(());
             }
             Err(e) => return Err(e),
         }
-        t.tx_packets += 1;
-        t.tx_bytes += frame.len() as u64;
+        t.packets += 1;
+        t.bytes += frame.len() as u64;
         Ok(())
     }
 }
@@ -469,8 +400,7 @@ impl Sink for PacketTx {
     type Error = LiveError;
 
     fn write(&mut self, batch: &PacketBatch) -> Result<()> {
-        let _ = count_verdicts(batch, &self.counters);
-        let mut tally = [PortTotals::default(); 2];
+        let mut tally = [Sent::default(); 2];
         for (i, p) in batch.packets().iter().enumerate() {
             if p.verdict != Verdict::Pass && !self.dry_run {
                 continue;
@@ -478,18 +408,20 @@ impl Sink for PacketTx {
             let Some(out) = other(p.meta.port) else { continue };
             self.send(out, batch.bytes(i), &mut tally[out])?;
         }
-        for (out, t) in tally.iter().enumerate() {
-            if t.tx_packets > 0 {
+        for (out, t) in tally.iter_mut().enumerate() {
+            if t.packets > 0 {
                 match self.tx[out].flush() {
                     Ok(()) => {}
                     // The interface went away: nothing more can be bridged.
                     Err(e @ LiveError::NoSuchInterface { .. }) => return Err(e),
                     // A link that is down, or a transient error: the frames stay marked
                     // and go with the next flush.
-                    Err(_) => add(&self.counters.ports[out].tx_errors, 1),
+                    Err(_) => t.errors += 1,
                 }
             }
-            self.counters.ports[out].add(t);
+            if *t != Sent::default() {
+                self.count.sent(out, None, t);
+            }
         }
         Ok(())
     }
@@ -497,7 +429,7 @@ impl Sink for PacketTx {
     fn finish(&mut self) -> Result<()> {
         for tx in &mut self.tx {
             if tx.flush_wait().is_err() {
-                add(&self.counters.ports[0].tx_errors, 1);
+                self.count.sent(0, None, &Sent { errors: 1, ..Sent::default() });
             }
         }
         Ok(())
@@ -586,9 +518,11 @@ struct XskCore {
     held: VecDeque<(u64, u64)>,
     /// Per-batch scratch: descriptors to send on each port.
     fwd: [Vec<Desc>; 2],
-    counters: Arc<BridgeCounters>,
+    count: Arc<dyn PortCount>,
     /// The lane this core is, in a per-queue bridge.
     lane: Option<usize>,
+    /// Frames given back since the last report (reported once per batch).
+    reclaimed: u64,
     /// Frames each fill ring is kept stocked with.
     fill_target: u32,
     stats_at: Instant,
@@ -730,7 +664,7 @@ impl Shared {
         fill_target: u32,
         lane: Option<usize>,
         stop: &Arc<AtomicBool>,
-        counters: &Arc<BridgeCounters>,
+        count: &Arc<dyn PortCount>,
     ) -> Result<(XskPorts, XskTx)> {
         let fds = socks.iter().flatten().map(|s| s.as_raw_fd()).collect();
         let held = VecDeque::with_capacity(pool.len());
@@ -741,8 +675,9 @@ impl Shared {
             pool,
             held,
             fwd: [Vec::new(), Vec::new()],
-            counters: Arc::clone(counters),
+            count: Arc::clone(count),
             lane,
+            reclaimed: 0,
             fill_target,
             stats_at: Instant::now(),
             kernel_seen: [(0, 0); 2],
@@ -773,13 +708,13 @@ pub fn open_xsk(
     ifaces: [&str; 2],
     cfg: &XskBridgeConfig,
     stop: Arc<AtomicBool>,
-    counters: Arc<BridgeCounters>,
+    count: Arc<dyn PortCount>,
 ) -> Result<(XskPorts, XskTx)> {
     let (shared, mut socks) = bind_xsk(ifaces, cfg)?;
     let mut pool = FramePool::new(&shared.umem);
     let fill_target = shared.stock(&mut socks, &mut pool)?;
     shared.register(&socks)?;
-    shared.ends(socks, pool, fill_target, None, &stop, &counters)
+    shared.ends(socks, pool, fill_target, None, &stop, &count)
 }
 
 /// Opens an AF_XDP bridge as [`open_xsk`] does, dealt out into lanes, one
@@ -790,14 +725,13 @@ pub fn open_xsk(
 /// and transmits on its own queue of the other port, so its
 /// frames come back on its own completion rings and no frame or ring is
 /// shared between lanes (they run on a thread each: see
-/// `sluice_pipeline::lanes`). `counters.lanes` is set to one
-/// [`LaneCounters`] per lane, with its CPU of `lane_cpus(cpus)` (`--cpus`).
+/// `sluice_pipeline::lanes`). Lane l counts as lane `Some(l)`.
 pub fn open_xsk_lanes(
     ifaces: [&str; 2],
     cfg: &XskBridgeConfig,
     cpus: &[usize],
     stop: Arc<AtomicBool>,
-    counters: Arc<BridgeCounters>,
+    count: Arc<dyn PortCount>,
 ) -> Result<Vec<(XskPorts, XskTx)>> {
     // A lane's share of the frames is what one thread's bridge would have.
     let queues = ifaces.map(|i| cfg.queues.unwrap_or_else(|| rx_queues(i)).clamp(1, MAX_QUEUES));
@@ -825,15 +759,11 @@ pub fn open_xsk_lanes(
     for socks in &dealt {
         shared.register(socks)?;
     }
-    let cpus = sluice_pipeline::lanes::lane_cpus(cpus, lanes);
-    let made =
-        (0..lanes).map(|q| LaneCounters { queue: q as u32, cpu: cpus[q] as u32, ..Default::default() }).collect();
-    let _ = counters.lanes.set(made);
     dealt
         .into_iter()
         .zip(pools)
         .enumerate()
-        .map(|(lane, (socks, (pool, fill)))| shared.ends(socks, pool, fill, Some(lane), &stop, &counters))
+        .map(|(lane, (socks, (pool, fill)))| shared.ends(socks, pool, fill, Some(lane), &stop, &count))
         .collect()
 }
 
@@ -875,26 +805,34 @@ impl XskCore {
                     empty += st.rx_fill_ring_empty_descs;
                 }
             }
-            let c = &self.counters.ports[port];
             let seen = &mut self.kernel_seen[port];
-            add(&c.rx_ring_drops, drops.saturating_sub(seen.0));
-            add(&c.rx_fill_empty, empty.saturating_sub(seen.1));
+            let new = KernelDrops {
+                rx_ring_full: drops.saturating_sub(seen.0),
+                fill_empty: empty.saturating_sub(seen.1),
+                ..KernelDrops::default()
+            };
             *seen = (seen.0.max(drops), seen.1.max(empty));
+            if new != KernelDrops::default() {
+                self.count.kernel_drops(port, &new);
+            }
         }
     }
 
-    fn lane(&self) -> Option<&LaneCounters> {
-        self.counters.lanes.get()?.get(self.lane?)
+    /// Reports the frames given back since the last report.
+    fn report_reclaimed(&mut self) {
+        if self.reclaimed > 0 {
+            self.count.frames_reclaimed(std::mem::take(&mut self.reclaimed));
+        }
     }
 
     /// Every frame still in the ledger belongs to a packet reassembly
     /// copied out (the pipeline is quiescent): all go back to the pool.
     fn reclaim_all(&mut self) {
-        let n = self.held.len() as u64;
+        self.reclaimed += self.held.len() as u64;
         for (_, a) in self.held.drain(..) {
             self.pool.free(a);
         }
-        add(&self.counters.frames_reclaimed, n);
+        self.report_reclaimed();
     }
 
     /// The sink met lent packet `index` at `addr`: settle the ledger. Frames
@@ -911,7 +849,7 @@ impl XskCore {
                 return a == addr;
             }
             self.pool.free(a);
-            add(&self.counters.frames_reclaimed, 1);
+            self.reclaimed += 1;
         }
         false
     }
@@ -976,11 +914,8 @@ impl XskPorts {
                 }
                 got += n;
             }
-            let c = &core.counters.ports[port];
-            add(&c.rx_packets, n_port);
-            add(&c.rx_bytes, bytes);
-            if let Some(l) = core.lane() {
-                add(&l.rx_packets, n_port);
+            if n_port > 0 {
+                core.count.received(port, core.lane, n_port, bytes);
             }
         }
         self.first ^= 1;
@@ -1023,14 +958,9 @@ impl Sink for XskTx {
     fn write(&mut self, batch: &PacketBatch) -> Result<()> {
         let mut core = lock(&self.core);
         let core = &mut *core;
-        let (passed, dropped) = count_verdicts(batch, &core.counters);
-        if let Some(l) = core.lane() {
-            add(&l.passed, passed);
-            add(&l.dropped, dropped);
-        }
         let ours = batch.backing().is_some_and(|b| Arc::ptr_eq(b, &self.backing));
         let forward = |v: Verdict| v == Verdict::Pass || self.dry_run;
-        let mut tally = [PortTotals::default(); 2];
+        let mut tally = [Sent::default(); 2];
         core.fwd[0].clear();
         core.fwd[1].clear();
         for (i, p) in batch.packets().iter().enumerate() {
@@ -1055,11 +985,11 @@ impl Sink for XskTx {
                     }
                     let bytes = batch.bytes(i);
                     if bytes.len() > core.umem.frame_size() as usize || bytes.len() < 14 {
-                        tally[out].tx_invalid += 1;
+                        tally[out].invalid += 1;
                         continue;
                     }
                     let Some(addr) = core.pool.alloc() else {
-                        tally[out].tx_no_buffer += 1;
+                        tally[out].no_buffer += 1;
                         continue;
                     };
                     core.umem.write_frame(addr, bytes);
@@ -1067,6 +997,7 @@ impl Sink for XskTx {
                 }
             }
         }
+        core.report_reclaimed();
         for (out, t) in tally.iter_mut().enumerate() {
             if core.fwd[out].is_empty() {
                 continue;
@@ -1076,22 +1007,21 @@ impl Sink for XskTx {
             let sock = &mut core.socks[out][0];
             let sent = sock.tx(&core.fwd[out])?;
             for d in &core.fwd[out][..sent] {
-                t.tx_packets += 1;
-                t.tx_bytes += u64::from(d.len);
+                t.packets += 1;
+                t.bytes += u64::from(d.len);
             }
             for d in &core.fwd[out][sent..] {
                 core.pool.free(d.addr);
-                t.tx_ring_full += 1;
+                t.ring_full += 1;
             }
             if sent > 0 && sock.tx_needs_wakeup() && sock.kick_tx().is_err() {
-                add(&core.counters.ports[out].tx_errors, 1);
+                t.errors += 1;
             }
         }
         for (out, t) in tally.iter().enumerate() {
-            core.counters.ports[out].add(t);
-        }
-        if let Some(l) = core.lane() {
-            add(&l.tx_packets, tally[0].tx_packets + tally[1].tx_packets);
+            if *t != Sent::default() {
+                core.count.sent(out, core.lane, t);
+            }
         }
         // Dropped frames are in the pool: put them straight back on the fill rings.
         core.service()

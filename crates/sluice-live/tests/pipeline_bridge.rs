@@ -6,20 +6,57 @@
 
 use sluice_testkit::live as common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{assert_same, live_or_skip, test_frames, Endpoint, Topology};
 use sluice_engine::snapshot::Published;
 use sluice_engine::RuleSet;
-use sluice_live::pipeline::{open_packet, open_xsk, BridgeCounters, XskBridgeConfig};
+use sluice_live::pipeline::{open_packet, open_xsk, KernelDrops, PortCount, Sent, XskBridgeConfig};
 use sluice_live::{PacketConfig, XdpMode};
 use sluice_pipeline::{
     Disposition, Judge, JudgeError, LiveStats, PacketBatch, Quiet, Reassembly, RunConfig, Sink, Source, Verdict,
     WorkersConfig,
 };
 use std::collections::VecDeque;
+
+/// What the ports counted, per port, as they report it.
+#[derive(Default)]
+struct Counted {
+    rx: [(AtomicU64, AtomicU64); 2],
+    tx: Mutex<[Sent; 2]>,
+    frames_reclaimed: AtomicU64,
+}
+
+impl PortCount for Counted {
+    fn received(&self, port: usize, _lane: Option<usize>, packets: u64, bytes: u64) {
+        self.rx[port].0.fetch_add(packets, Ordering::Relaxed);
+        self.rx[port].1.fetch_add(bytes, Ordering::Relaxed);
+    }
+    fn sent(&self, port: usize, _lane: Option<usize>, s: &Sent) {
+        let mut tx = self.tx.lock().unwrap();
+        let t = &mut tx[port];
+        t.packets += s.packets;
+        t.bytes += s.bytes;
+        t.ring_full += s.ring_full;
+        t.invalid += s.invalid;
+        t.no_buffer += s.no_buffer;
+        t.errors += s.errors;
+    }
+    fn kernel_drops(&self, _port: usize, _drops: &KernelDrops) {}
+    fn frames_reclaimed(&self, frames: u64) {
+        self.frames_reclaimed.fetch_add(frames, Ordering::Relaxed);
+    }
+}
+
+impl Counted {
+    /// Port `port`'s received packets and bytes, and what it sent.
+    fn port(&self, port: usize) -> (u64, u64, Sent) {
+        let rx = &self.rx[port];
+        (rx.0.load(Ordering::Relaxed), rx.1.load(Ordering::Relaxed), self.tx.lock().unwrap()[port])
+    }
+}
 
 fn judge(workers: usize) -> Box<dyn Judge> {
     sluice_pipeline::judge(&Arc::new(Published::new(RuleSet::empty())), WorkersConfig::new(workers))
@@ -97,7 +134,7 @@ where
     })
 }
 
-fn exchange(topo: &Topology, counters: &BridgeCounters) {
+fn exchange(topo: &Topology, counters: &Counted) {
     let mut ep_a = Endpoint::open(&topo.ns_a.name, &topo.a.far);
     let mut ep_b = Endpoint::open(&topo.ns_b.name, &topo.b.far);
     let ab = test_frames(0, 400);
@@ -108,12 +145,12 @@ fn exchange(topo: &Topology, counters: &BridgeCounters) {
     let got_a = ep_a.collect(ba.len(), Duration::from_secs(5));
     assert_same("A->B", &ab, &got_b);
     assert_same("B->A", &ba, &got_a);
-    let (a, b) = (counters.ports[0].totals(), counters.ports[1].totals());
+    let (a, b) = (counters.port(0), counters.port(1));
     println!("a1 {a:?}\nb1 {b:?}");
-    assert_eq!((a.rx_packets, b.tx_packets), (400, 400), "A->B counted");
-    assert_eq!((b.rx_packets, a.tx_packets), (400, 400), "B->A counted");
+    assert_eq!((a.0, b.2.packets), (400, 400), "A->B counted");
+    assert_eq!((b.0, a.2.packets), (400, 400), "B->A counted");
     let bytes: u64 = ab.iter().map(|f| f.len() as u64).sum();
-    assert_eq!((a.rx_bytes, b.tx_bytes), (bytes, bytes));
+    assert_eq!((a.1, b.2.bytes), (bytes, bytes));
 }
 
 fn xdp_attached(iface: &str) -> bool {
@@ -141,10 +178,11 @@ fn xdp_detached(ifaces: &[&str]) -> bool {
 fn xsk_case(mode: XdpMode, workers: usize, tag: &str) {
     let topo = Topology::new(tag);
     let stop = Arc::new(AtomicBool::new(false));
-    let counters = Arc::new(BridgeCounters::default());
+    let counters = Arc::new(Counted::default());
     let cfg = XskBridgeConfig { mode, frames: 4096, ..XskBridgeConfig::default() };
     let (source, sink) =
-        open_xsk([&topo.a.near, &topo.b.near], &cfg, stop.clone(), counters.clone()).expect("open AF_XDP bridge");
+        open_xsk([&topo.a.near, &topo.b.near], &cfg, stop.clone(), counters.clone() as Arc<dyn PortCount>)
+            .expect("open AF_XDP bridge");
     assert_eq!(source.queues(), [1, 1], "veth has one queue");
     assert_eq!(source.xdp_mode(), mode);
     assert!(xdp_attached(&topo.a.near) && xdp_attached(&topo.b.near));
@@ -180,10 +218,14 @@ fn pipeline_packet_two_workers() {
     }
     let topo = Topology::new("pp");
     let stop = Arc::new(AtomicBool::new(false));
-    let counters = Arc::new(BridgeCounters::default());
-    let (source, sink) =
-        open_packet([&topo.a.near, &topo.b.near], &PacketConfig::default(), stop.clone(), counters.clone())
-            .expect("open AF_PACKET bridge");
+    let counters = Arc::new(Counted::default());
+    let (source, sink) = open_packet(
+        [&topo.a.near, &topo.b.near],
+        &PacketConfig::default(),
+        stop.clone(),
+        counters.clone() as Arc<dyn PortCount>,
+    )
+    .expect("open AF_PACKET bridge");
     let run = bridge(source, sink, 2, stop.clone());
     exchange(&topo, &counters);
     stop.store(true, Ordering::Relaxed);
@@ -198,19 +240,25 @@ fn pipeline_packet_two_workers() {
 fn drop_case(xsk: Option<XdpMode>, tag: &str) {
     let topo = Topology::new(tag);
     let stop = Arc::new(AtomicBool::new(false));
-    let counters = Arc::new(BridgeCounters::default());
+    let counters = Arc::new(Counted::default());
     let judge: Box<dyn FnOnce() -> Box<dyn Judge> + Send> = Box::new(|| Box::new(DropOdd::default()));
     const UMEM_FRAMES: u32 = 4096;
     let run = match xsk {
         Some(mode) => {
             let cfg = XskBridgeConfig { mode, frames: UMEM_FRAMES, ..XskBridgeConfig::default() };
-            let (source, sink) = open_xsk([&topo.a.near, &topo.b.near], &cfg, stop.clone(), counters.clone()).unwrap();
+            let (source, sink) =
+                open_xsk([&topo.a.near, &topo.b.near], &cfg, stop.clone(), counters.clone() as Arc<dyn PortCount>)
+                    .unwrap();
             bridge_with(source, sink, judge, stop.clone())
         }
         None => {
-            let (source, sink) =
-                open_packet([&topo.a.near, &topo.b.near], &PacketConfig::default(), stop.clone(), counters.clone())
-                    .unwrap();
+            let (source, sink) = open_packet(
+                [&topo.a.near, &topo.b.near],
+                &PacketConfig::default(),
+                stop.clone(),
+                counters.clone() as Arc<dyn PortCount>,
+            )
+            .unwrap();
             bridge_with(source, sink, judge, stop.clone())
         }
     };
@@ -234,11 +282,11 @@ fn drop_case(xsk: Option<XdpMode>, tag: &str) {
     let report = run.join().expect("bridge thread");
     let total = u64::from(2 * rounds * per_round);
     assert_eq!(report.stats.packets, 0, "DropOdd keeps no engine counters");
-    let (a, b) = (counters.ports[0].totals(), counters.ports[1].totals());
+    let (a, b) = (counters.port(0), counters.port(1));
     println!("a1 {a:?}\nb1 {b:?}");
-    assert_eq!(a.rx_packets + b.rx_packets, total, "every frame received once");
-    assert_eq!(a.tx_packets + b.tx_packets, total / 2, "every even frame sent, no odd one");
-    assert_eq!(a.tx_ring_full + b.tx_ring_full + a.tx_no_buffer + b.tx_no_buffer, 0);
+    assert_eq!(a.0 + b.0, total, "every frame received once");
+    assert_eq!(a.2.packets + b.2.packets, total / 2, "every even frame sent, no odd one");
+    assert_eq!(a.2.ring_full + b.2.ring_full + a.2.no_buffer + b.2.no_buffer, 0);
 }
 
 #[test]
@@ -269,10 +317,11 @@ fn pipeline_xsk_fragments_only_give_their_frames_back() {
     }
     let topo = Topology::new("pf");
     let stop = Arc::new(AtomicBool::new(false));
-    let counters = Arc::new(BridgeCounters::default());
+    let counters = Arc::new(Counted::default());
     const UMEM_FRAMES: u32 = 2048;
     let cfg = XskBridgeConfig { mode: XdpMode::Driver, frames: UMEM_FRAMES, ..XskBridgeConfig::default() };
-    let (source, sink) = open_xsk([&topo.a.near, &topo.b.near], &cfg, stop.clone(), counters.clone()).unwrap();
+    let (source, sink) =
+        open_xsk([&topo.a.near, &topo.b.near], &cfg, stop.clone(), counters.clone() as Arc<dyn PortCount>).unwrap();
     let run = bridge(source, sink, 1, stop.clone());
     let mut ep_a = Endpoint::open(&topo.ns_a.name, &topo.a.far);
     let mut ep_b = Endpoint::open(&topo.ns_b.name, &topo.b.far);
@@ -310,5 +359,5 @@ fn pipeline_xsk_fragments_only_give_their_frames_back() {
     let total = u64::from(2 * rounds * per_round);
     assert_eq!(report.reassembly.completed, total / 2, "every datagram reassembled");
     assert_eq!(counters.frames_reclaimed.load(Ordering::Relaxed), total, "every fragment's frame came back");
-    assert_eq!(counters.ports[1].totals().tx_no_buffer, 0);
+    assert_eq!(counters.port(1).2.no_buffer, 0);
 }

@@ -417,7 +417,7 @@ fn bridge(peer: &str) -> Result<(Bridge, sluice_bridge::Wire)> {
     bgp.peers[0].connect_retry = Duration::from_millis(100);
     let cfg = BridgeConfig { bgp: Some(bgp), ..BridgeConfig::new(RuleSpec::default()) };
     let (pair, wire) = MemoryPair::new(["mem0", "mem1"]);
-    Ok((Bridge::start(cfg, Box::new(pair))?, wire))
+    Ok((Bridge::start(cfg, pair)?, wire))
 }
 
 fn flows_in_force(b: &Bridge) -> usize {

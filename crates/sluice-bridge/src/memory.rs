@@ -4,14 +4,16 @@
 //! A test holds the [`Wire`]: it puts frames on a port as if they arrived
 //! there ([`Wire::send`]) and takes what the bridge transmitted on a port
 //! ([`Wire::recv`]). The bridge holds the [`MemoryPair`] and opens it like
-//! any other [`crate::open::PortPair`]. Everything the live ports count of
-//! a frame — received, passed or dropped by receiving port, transmitted by
-//! sending port, fragments by outcome — is counted the same way here, into
-//! the same [`BridgeCounters`], so the exporter and the summaries are
-//! tested on what they will read in production.
+//! any other [`PortPair`]: one lane over both ports. What the live ports
+//! count of a frame — received by receiving port, transmitted by sending
+//! port — is counted the same way here, through the same [`PortCount`], and
+//! the bridge counts the verdicts as it does over live ports, so the
+//! exporter and the summaries are tested on what they will read in
+//! production.
 
-use crate::error::LiveError;
-use crate::pipeline::{add, count_verdicts, ethernet, other, timestamp, BridgeCounters};
+use sluice_live::open::{OpenError, Opened, PortPair};
+use sluice_live::pipeline::{ethernet, other, timestamp, PortCount, Sent};
+use sluice_live::LiveError;
 use sluice_pipeline::{wall_ns, Fill, Meta, PacketBatch, Sink, Source, Verdict};
 use sluice_wire::capture::Interface;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -46,23 +48,33 @@ impl MemoryPair {
         let pair = MemoryPair { names: names.map(str::to_owned), rx, tx: [t0, t1] };
         (pair, Wire { rx: rx_tx, tx: Arc::new([Mutex::new(r0), Mutex::new(r1)]) })
     }
+}
 
-    /// The ports' names, port 0 first.
-    pub fn names(&self) -> [String; 2] {
+/// One lane over both ports; its source ends when `stop` is set or every
+/// [`Wire`] is dropped (the cable is cut).
+impl PortPair for MemoryPair {
+    type Source = MemoryPorts;
+    type Sink = MemoryTx;
+
+    fn names(&self) -> [String; 2] {
         self.names.clone()
     }
 
-    /// The source and sink of a bridge over this pair; the source ends when
-    /// `stop` is set or every [`Wire`] is dropped (the cable is cut).
-    pub fn open(self, stop: Arc<AtomicBool>, counters: Arc<BridgeCounters>) -> (MemoryPorts, MemoryTx) {
+    fn open(
+        self,
+        stop: &Arc<AtomicBool>,
+        count: &Arc<dyn PortCount>,
+        dry_run: bool,
+    ) -> Result<Opened<MemoryPorts, MemoryTx>, OpenError> {
         let ports = MemoryPorts {
             rx: self.rx,
-            stop,
-            counters: Arc::clone(&counters),
+            stop: Arc::clone(stop),
+            count: Arc::clone(count),
             next_index: 0,
             interface: ethernet(65535),
         };
-        (ports, MemoryTx { tx: self.tx, counters, dry_run: false })
+        let tx = MemoryTx { tx: self.tx, count: Arc::clone(count), dry_run };
+        Ok(Opened { lanes: vec![(ports, tx)], per_queue: false, io: "memory (two channels)".to_owned() })
     }
 }
 
@@ -86,22 +98,32 @@ impl Wire {
 }
 
 /// Both ports' arrivals, in order, as the pipeline's source.
-#[derive(Debug)]
 pub struct MemoryPorts {
     rx: Receiver<(u32, Vec<u8>)>,
     stop: Arc<AtomicBool>,
-    counters: Arc<BridgeCounters>,
+    count: Arc<dyn PortCount>,
     next_index: u64,
     interface: Interface,
 }
 
 /// Both ports' transmissions as the pipeline's sink.
-#[derive(Debug)]
 pub struct MemoryTx {
     tx: [Sender<Vec<u8>>; 2],
-    counters: Arc<BridgeCounters>,
+    count: Arc<dyn PortCount>,
     /// Forward dropped packets too (`--dry-run`).
     pub dry_run: bool,
+}
+
+impl std::fmt::Debug for MemoryPorts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryPorts").field("next_index", &self.next_index).finish()
+    }
+}
+
+impl std::fmt::Debug for MemoryTx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryTx").field("dry_run", &self.dry_run).finish()
+    }
 }
 
 impl MemoryPorts {
@@ -117,9 +139,7 @@ impl MemoryPorts {
         };
         batch.push_copy(meta, frame);
         self.next_index += 1;
-        let c = &self.counters.ports[port as usize];
-        add(&c.rx_packets, 1);
-        add(&c.rx_bytes, frame.len() as u64);
+        self.count.received(port as usize, None, 1, frame.len() as u64);
     }
 }
 
@@ -164,7 +184,6 @@ impl Sink for MemoryTx {
     type Error = LiveError;
 
     fn write(&mut self, batch: &PacketBatch) -> Result<(), LiveError> {
-        let _ = count_verdicts(batch, &self.counters);
         for (i, p) in batch.packets().iter().enumerate() {
             if p.verdict != Verdict::Pass && !self.dry_run {
                 continue;
@@ -173,9 +192,7 @@ impl Sink for MemoryTx {
             let bytes = batch.bytes(i);
             // A test that stopped listening lost the frame, as a cable would.
             let _ = self.tx[out].send(bytes.to_vec());
-            let c = &self.counters.ports[out];
-            add(&c.tx_packets, 1);
-            add(&c.tx_bytes, bytes.len() as u64);
+            self.count.sent(out, None, &Sent { packets: 1, bytes: bytes.len() as u64, ..Sent::default() });
         }
         Ok(())
     }
