@@ -182,20 +182,12 @@ fn flows_text(out: &mut String, r: &serde_json::Value, flows: &[serde_json::Valu
 fn sessions_text(out: &mut String, sessions: &[serde_json::Value]) {
     use std::fmt::Write as _;
     for s in sessions {
-        let routes: Vec<String> = s["routes"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .filter(|(_, n)| n.as_u64() != Some(0))
-            .map(|(k, n)| format!("{k} {n}"))
-            .collect();
-        let refused: Vec<String> = s["refused_by"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .filter(|(_, n)| n.as_u64() != Some(0))
-            .map(|(k, n)| format!("{k} {n}"))
-            .collect();
+        // `KEY N` for each count of a JSON object that is not 0.
+        let nonzero = |v: &serde_json::Value| -> Vec<String> {
+            let counts = v.as_object().into_iter().flatten();
+            counts.filter(|(_, n)| n.as_u64() != Some(0)).map(|(k, n)| format!("{k} {n}")).collect()
+        };
+        let (routes, refused) = (nonzero(&s["routes"]), nonzero(&s["refused_by"]));
         let _ = writeln!(
             out,
             "{} AS {}: {} for {} s; routes: {}{}{}{}{}",
