@@ -46,7 +46,7 @@ use sluice_pipeline::lanes::{self, inline_lanes};
 use sluice_pipeline::sample::{tap, tap_lane, SampleConfig, SampleReport, Sampler};
 use sluice_pipeline::{Finished, JudgeConfig, ReassemblyConfig, RunConfig, RunError, Sink, Source, WorkersConfig};
 use sluice_policy::crowdsec::BouncerConfig;
-use sluice_policy::{describe, spawn_signals, total_entries, Event, RuleSpec, SignalThread};
+use sluice_policy::{describe, spawn_signals, total_entries, Event, ListEntries, RuleSpec, SignalThread};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -204,12 +204,10 @@ impl Bridge {
         let bgp_state = Arc::new(bgp::BgpState::default());
         // Routes pass the net runtime adds pass (reread with it on SIGHUP).
         let route_safety = Arc::clone(&controller.gate().safety);
-        let controller = match &cfg.bgp {
-            Some(_) => {
-                let st = Arc::clone(&bgp_state);
-                controller.with_bgp_status(Arc::new(move || st.json()))
-            }
-            None => controller,
+        let st = Arc::clone(&bgp_state);
+        let controller = match cfg.bgp.is_some() {
+            true => controller.with_bgp_status(Arc::new(move || st.json())),
+            false => controller,
         };
         let published = Arc::clone(controller.published());
 
@@ -218,16 +216,12 @@ impl Bridge {
         let metrics =
             Arc::new(BridgeMetrics::new(names.clone(), Arc::clone(&counters), Arc::clone(controller.state())));
 
-        let sampler = match cfg.sample {
-            Some(s) => {
-                let s = s.for_run(port_names, cfg.workers.unwrap_or(1), cfg.steer_inner);
-                Some(Sampler::start(s, Arc::clone(&published)).context("--sample-drops")?)
-            }
-            None => None,
-        };
-        if let Some(s) = &sampler {
-            let _ = metrics.samples.set(s.counters());
-        }
+        let sampler = cfg
+            .sample
+            .map(|s| s.for_run(port_names, cfg.workers.unwrap_or(1), cfg.steer_inner))
+            .map(|s| Sampler::start(s, Arc::clone(&published)).context("--sample-drops"))
+            .transpose()?;
+        let _ = sampler.as_ref().map(|s| metrics.samples.set(s.counters()));
         // Signals first: a SIGINT while the ports open still ends the run cleanly.
         let (events, events_rx) = channel();
         let signals = cfg
@@ -246,17 +240,9 @@ impl Bridge {
             }
         };
         let io = opened.io.clone();
-        let workers = if opened.per_queue {
-            let cpus = lanes::lane_cpus(&cfg.cpus, opened.lanes.len());
-            let made = cpus
-                .iter()
-                .enumerate()
-                .map(|(q, &cpu)| LaneCounters { queue: q as u32, cpu: cpu as u32, ..Default::default() })
-                .collect();
-            let _ = counters.lanes.set(made);
-            opened.lanes.len()
-        } else {
-            cfg.workers.unwrap_or(1)
+        let workers = match opened.per_queue {
+            true => lane_counters(&counters, &cfg.cpus, opened.lanes.len()),
+            false => cfg.workers.unwrap_or(1),
         };
         metrics.dry_run.store(cfg.dry_run, Ordering::Relaxed);
         *metrics.io.lock().unwrap_or_else(PoisonError::into_inner) = io.clone();
@@ -275,41 +261,22 @@ impl Bridge {
                 return Err(e);
             }
         };
-        let bgp = match cfg.bgp {
-            Some(b) => match bgp::Bgp::spawn(
-                bgp::BgpConfig { guard: bgp::RouteGuard { safety: route_safety, ..b.guard.clone() }, ..b },
-                events.clone(),
-                &stop,
-                bgp_state,
-            ) {
-                Ok(b) => Some(b),
-                Err(e) => {
-                    stop.store(true, Ordering::Relaxed);
-                    close_signals(signals);
-                    return Err(anyhow::Error::new(e).context("starting the BGP sessions (--bgp-listen)"));
-                }
-            },
-            None => None,
+        let bgp = match spawn_bgp(cfg.bgp, route_safety, &events, &stop, bgp_state) {
+            Ok(b) => b,
+            Err(e) => {
+                stop.store(true, Ordering::Relaxed);
+                close_signals(signals);
+                return Err(e);
+            }
         };
-        if let Some(b) = &bgp {
-            let _ = metrics.bgp.set(Arc::clone(&b.state));
-        }
+        let _ = bgp.as_ref().map(|b| metrics.bgp.set(Arc::clone(&b.state)));
         let every_tick = metrics.ticker(cfg.status, cfg.duration, &stop);
         let control = std::thread::Builder::new()
             .name("sluice-control".into())
             .spawn(move || controller.run(events_rx, every_tick))
             .context("starting the control thread")?;
 
-        tracing::info!(
-            "bridging {} <-> {} over {io}; {workers} worker(s); {} entries ({}) built in {build_ms:.1} ms",
-            names[0],
-            names[1],
-            total_entries(&entries),
-            describe(&entries)
-        );
-        if cfg.dry_run {
-            tracing::warn!("dry run: every frame is forwarded; drops are counted as would_drop, none is enforced");
-        }
+        log_start(&names, &io, workers, (&entries, build_ms), cfg.dry_run);
         *metrics.rules.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&published));
         let run = Pipeline {
             metrics: Arc::clone(&metrics),
@@ -341,6 +308,47 @@ impl Bridge {
             signals,
         })
     }
+}
+
+/// The line that says the bridge is on, and a dry run's warning.
+fn log_start(names: &[String; 2], io: &str, workers: usize, (entries, build_ms): (&[ListEntries], f64), dry_run: bool) {
+    tracing::info!(
+        "bridging {} <-> {} over {io}; {workers} worker(s); {} entries ({}) built in {build_ms:.1} ms",
+        names[0],
+        names[1],
+        total_entries(entries),
+        describe(entries)
+    );
+    if dry_run {
+        tracing::warn!("dry run: every frame is forwarded; drops are counted as would_drop, none is enforced");
+    }
+}
+
+/// A per-queue bridge's lane counters, each lane's queue and the CPU its
+/// thread is pinned to: the workers, one a lane.
+fn lane_counters(counters: &BridgeCounters, cpus: &[usize], lanes: usize) -> usize {
+    let made = lanes::lane_cpus(cpus, lanes)
+        .iter()
+        .enumerate()
+        .map(|(q, &cpu)| LaneCounters { queue: q as u32, cpu: cpu as u32, ..Default::default() })
+        .collect();
+    let _ = counters.lanes.set(made);
+    lanes
+}
+
+/// `--bgp-peer`: the sessions, their routes passing the same safety net
+/// as runtime adds.
+fn spawn_bgp(
+    cfg: Option<bgp::BgpConfig>,
+    safety: Arc<Safety>,
+    events: &Sender<Event>,
+    stop: &Arc<AtomicBool>,
+    state: Arc<bgp::BgpState>,
+) -> Result<Option<bgp::Bgp>> {
+    let Some(b) = cfg else { return Ok(None) };
+    let cfg = bgp::BgpConfig { guard: bgp::RouteGuard { safety, ..b.guard.clone() }, ..b };
+    let spawned = bgp::Bgp::spawn(cfg, events.clone(), stop, state);
+    Ok(Some(spawned.context("starting the BGP sessions (--bgp-listen)")?))
 }
 
 /// The control plane's servers: the metrics responder (its address), the
