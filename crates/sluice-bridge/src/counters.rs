@@ -216,3 +216,92 @@ impl<K: Sink> Sink for Counting<K> {
         self.sink.quiescent()
     }
 }
+
+sluice_metrics::counters! {
+    /// One lane of a per-queue bridge as it is shown (`per_lane` in the
+    /// summary, its `queue` lines, `sluice_queue_*`), read from its
+    /// [`LaneCounters`].
+    pub struct LaneTotals {
+        /// Frames the lane passed.
+        passed => "sluice_queue_packets" { "verdict" = "pass" },
+        /// Frames the lane dropped.
+        dropped => "sluice_queue_packets" { "verdict" = "drop" },
+        /// Packets received on a queue (both ports).
+        rx_packets => "sluice_queue_rx_packets",
+        /// Packets a queue's worker transmitted (both ports).
+        tx_packets => "sluice_queue_tx_packets",
+    }
+    families {
+        /// Packets a queue's worker handled, by verdict.
+        "sluice_queue_packets",
+    }
+}
+
+sluice_metrics::counters! {
+    /// The bridge's numbers besides its ports', its lanes' and its control
+    /// plane's counts, read from their owners for a scrape or a summary
+    /// (the summary's keys are the field names).
+    pub struct BridgeTotals {
+        /// Packets judged so far (the pipeline's progress; may run ahead of what was written).
+        judged => "sluice_judged_packets",
+        /// IP fragments judged with their datagram.
+        fragments_judged => "sluice_fragments" { "outcome" = "judged" },
+        /// IP fragments reassembly gave up on and passed.
+        fragments_reassembly_passed => "sluice_fragments" { "outcome" = "reassembly_passed" },
+        /// IP fragments reassembly gave up on and dropped.
+        fragments_reassembly_dropped => "sluice_fragments" { "outcome" = "reassembly_dropped" },
+        /// AF_XDP frames whose packets reassembly copied out, given back to the pool.
+        frames_reclaimed => "sluice_frames_reclaimed",
+        /// Fragments moved to the queue their IP pair is reassembled on.
+        fragments_resteered => "sluice_fragments_resteered" { "result" = "moved" },
+        /// Fragments given up with the incomplete verdict: that queue's inbox was full.
+        fragments_resteer_full => "sluice_fragments_resteered" { "result" = "inbox_full" },
+        /// Unix time the rules in force were loaded.
+        last_reload_ms => gauge "sluice_last_reload_timestamp_seconds" / 1000,
+        /// Generation of the rules in force (0 at start, +1 per publication:
+        /// reload, expiry, runtime change, merge).
+        generation => gauge "sluice_rules_generation",
+        /// 1 under --dry-run: nothing is enforced, and the drop counters
+        /// count what would have been dropped.
+        dry_run => gauge "sluice_dry_run",
+        /// --dry-run: packets the rules would have dropped (all were forwarded).
+        would_drop => "sluice_would_drop_packets",
+    }
+    families {
+        /// IP fragments: judged with their datagram, or decided by
+        /// reassembly (given up: passed or dropped).
+        "sluice_fragments",
+        /// Fragments that arrived on another queue than the one their IP
+        /// pair is reassembled on: moved, or given up with the incomplete
+        /// verdict when that queue's inbox was full.
+        "sluice_fragments_resteered",
+    }
+}
+
+impl LaneTotals {
+    /// A lane's counts now.
+    pub fn of(c: &LaneCounters) -> LaneTotals {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        LaneTotals {
+            passed: l(&c.passed),
+            dropped: l(&c.dropped),
+            rx_packets: l(&c.rx_packets),
+            tx_packets: l(&c.tx_packets),
+        }
+    }
+}
+
+/// Every family the declared sets the bridge serves declare.
+pub fn declared_families() -> Vec<&'static str> {
+    use sluice_policy::{controller::ControlTotals, crowdsec::BouncerTotals};
+    let sets = [
+        PortTotals::FAMILIES,
+        LaneTotals::FAMILIES,
+        BridgeTotals::FAMILIES,
+        ControlTotals::FAMILIES,
+        sluice_control::socket::SocketTotals::FAMILIES,
+        BouncerTotals::FAMILIES,
+        sluice_pipeline::sample::SampleCounts::FAMILIES,
+    ];
+    sets.into_iter().flat_map(sluice_metrics::counters::families).collect()
+}

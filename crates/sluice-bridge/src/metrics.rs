@@ -9,18 +9,19 @@
 //! ([`BridgeCounters`]); the workers count rules, drop reasons and
 //! undecodable frames ([`Stats`], published once per batch); the control
 //! plane counts reloads ([`ControlState`]). Every number with a fixed name
-//! is declared once with `counters!` (here: [`LaneTotals`],
-//! [`BridgeTotals`]) and served by `sluice_metrics::counters::encode`;
+//! is declared once with `counters!` (in [`crate::counters`]: the ports',
+//! [`LaneTotals`], [`BridgeTotals`]) and served by
+//! `sluice_metrics::counters::encode`;
 //! only the families keyed by what occurred ([`dynamic_families`]) are
 //! written by hand.
 
-use crate::counters::{BridgeCounters, LaneCounters};
+use crate::counters::{BridgeCounters, BridgeTotals, LaneTotals};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
 use sluice_engine::snapshot::Published;
 use sluice_engine::{RuleSet, Side, Stats};
-use sluice_metrics::counters::{encode_where, families};
+use sluice_metrics::counters::encode_where;
 use sluice_metrics::{counter, gauge};
 use sluice_pipeline::LiveStats;
 use sluice_pipeline::{Observer, Progress};
@@ -30,67 +31,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Instant;
 
-sluice_metrics::counters! {
-    /// One lane of a per-queue bridge as it is shown (`per_lane` in the
-    /// summary, its `queue` lines, `sluice_queue_*`), read from its
-    /// [`LaneCounters`].
-    pub struct LaneTotals {
-        /// Frames the lane passed.
-        passed => "sluice_queue_packets" { "verdict" = "pass" },
-        /// Frames the lane dropped.
-        dropped => "sluice_queue_packets" { "verdict" = "drop" },
-        /// Packets received on a queue (both ports).
-        rx_packets => "sluice_queue_rx_packets",
-        /// Packets a queue's worker transmitted (both ports).
-        tx_packets => "sluice_queue_tx_packets",
-    }
-    families {
-        /// Packets a queue's worker handled, by verdict.
-        "sluice_queue_packets",
-    }
-}
-
-sluice_metrics::counters! {
-    /// The bridge's numbers besides its ports', its lanes' and its control
-    /// plane's counts, read from their owners for a scrape or a summary
-    /// (the summary's keys are the field names).
-    pub struct BridgeTotals {
-        /// Packets judged so far (the pipeline's progress; may run ahead of what was written).
-        judged => "sluice_judged_packets",
-        /// IP fragments judged with their datagram.
-        fragments_judged => "sluice_fragments" { "outcome" = "judged" },
-        /// IP fragments reassembly gave up on and passed.
-        fragments_reassembly_passed => "sluice_fragments" { "outcome" = "reassembly_passed" },
-        /// IP fragments reassembly gave up on and dropped.
-        fragments_reassembly_dropped => "sluice_fragments" { "outcome" = "reassembly_dropped" },
-        /// AF_XDP frames whose packets reassembly copied out, given back to the pool.
-        frames_reclaimed => "sluice_frames_reclaimed",
-        /// Fragments moved to the queue their IP pair is reassembled on.
-        fragments_resteered => "sluice_fragments_resteered" { "result" = "moved" },
-        /// Fragments given up with the incomplete verdict: that queue's inbox was full.
-        fragments_resteer_full => "sluice_fragments_resteered" { "result" = "inbox_full" },
-        /// Unix time the rules in force were loaded.
-        last_reload_ms => gauge "sluice_last_reload_timestamp_seconds" / 1000,
-        /// Generation of the rules in force (0 at start, +1 per publication:
-        /// reload, expiry, runtime change, merge).
-        generation => gauge "sluice_rules_generation",
-        /// 1 under --dry-run: nothing is enforced, and the drop counters
-        /// count what would have been dropped.
-        dry_run => gauge "sluice_dry_run",
-        /// --dry-run: packets the rules would have dropped (all were forwarded).
-        would_drop => "sluice_would_drop_packets",
-    }
-    families {
-        /// IP fragments: judged with their datagram, or decided by
-        /// reassembly (given up: passed or dropped).
-        "sluice_fragments",
-        /// Fragments that arrived on another queue than the one their IP
-        /// pair is reassembled on: moved, or given up with the incomplete
-        /// verdict when that queue's inbox was full.
-        "sluice_fragments_resteered",
-    }
-}
-
 /// The families written by hand, keyed by what occurred: per list and
 /// reason, rule, set, origin, peer and flow (the names test checks that
 /// nothing else is served undeclared).
@@ -99,34 +39,6 @@ pub fn dynamic_families() -> Vec<&'static str> {
     let own = ["sluice_dropped_packets", "sluice_undecodable_packets", "sluice_list_entries", "sluice_info"];
     let theirs = [&sluice_metrics::RULE_FAMILIES[..], SET_FAMILIES, CROWDSEC_FAMILIES, crate::bgp::SERVED_FAMILIES];
     own.into_iter().chain(theirs.into_iter().flatten().copied()).collect()
-}
-
-/// Every family the declared sets the bridge serves declare.
-pub fn declared_families() -> Vec<&'static str> {
-    use sluice_policy::{controller::ControlTotals, crowdsec::BouncerTotals};
-    let sets = [
-        crate::counters::PortTotals::FAMILIES,
-        LaneTotals::FAMILIES,
-        BridgeTotals::FAMILIES,
-        ControlTotals::FAMILIES,
-        sluice_control::socket::SocketTotals::FAMILIES,
-        BouncerTotals::FAMILIES,
-        sluice_pipeline::sample::SampleCounts::FAMILIES,
-    ];
-    sets.into_iter().flat_map(families).collect()
-}
-
-impl LaneTotals {
-    /// A lane's counts now.
-    pub fn of(c: &LaneCounters) -> LaneTotals {
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        LaneTotals {
-            passed: l(&c.passed),
-            dropped: l(&c.dropped),
-            rx_packets: l(&c.rx_packets),
-            tx_packets: l(&c.tx_packets),
-        }
-    }
 }
 
 /// Everything the bridge counts, shared by the sink, the control thread,

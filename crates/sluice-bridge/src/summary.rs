@@ -4,10 +4,10 @@
 //! exposition (`PortTotals`, [`LaneTotals`], [`BridgeTotals`], the
 //! control plane's `ControlTotals`).
 
-use crate::counters::LaneCounters;
 #[cfg(doc)]
-use crate::metrics::BridgeTotals;
-use crate::metrics::{BridgeMetrics, LaneTotals};
+use crate::counters::BridgeTotals;
+use crate::counters::{LaneCounters, LaneTotals};
+use crate::metrics::BridgeMetrics;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -136,10 +136,12 @@ fn the_summary_keys_and_metric_names_are_the_published_ones() {
 /// (`counters!`), or a family or key the bridge lists as written by hand.
 #[test]
 fn every_metric_key_and_line_is_declared() {
-    use sluice_bridge::metrics::{self as m, BridgeTotals, LaneTotals};
+    use sluice_bridge::counters::{BridgeTotals, LaneTotals};
+    use sluice_bridge::metrics as m;
     use sluice_bridge::summary::{SUMMARY_KEYS, SUMMARY_LINES};
     let (json, metrics, text) = run_everything();
-    let families: BTreeSet<&str> = m::declared_families().into_iter().chain(m::dynamic_families()).collect();
+    let families: BTreeSet<&str> =
+        sluice_bridge::counters::declared_families().into_iter().chain(m::dynamic_families()).collect();
     let undeclared: Vec<_> =
         support::metric_names(&metrics).into_iter().filter(|f| !families.contains(f.as_str())).collect();
     assert!(undeclared.is_empty(), "served, declared nowhere: {undeclared:?}");
