@@ -26,7 +26,7 @@ use sluice_metrics::{counter, gauge};
 use sluice_pipeline::LiveStats;
 use sluice_pipeline::{Observer, Progress};
 use sluice_policy::ControlState;
-use sluice_wire::ErrorKind;
+use sluice_wire::DecodeErrorKind;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Instant;
@@ -270,7 +270,7 @@ fn judged(enc: &mut DescriptorEncoder, s: &BridgeMetrics) -> Result<(), std::fmt
     let help = "Dropped packets by reason and the list (set) of the rule that dropped them.";
     counter(enc, "sluice_dropped_packets", help, &drops)?;
     sluice_metrics::rule_families(enc, &rule_rows)?;
-    let undecodable: Vec<_> = (ErrorKind::ALL.iter())
+    let undecodable: Vec<_> = (DecodeErrorKind::ALL.iter())
         .map(|k| (vec![("reason", k.as_str().to_owned())], stats.undecodable[k.index()]))
         .filter(|(_, v)| *v > 0)
         .collect();

@@ -20,7 +20,7 @@ pub use rules::{
     SetEntries, SetInfo, SetKind, Side,
 };
 use sluice_sets::{DEFAULT_BATCH, MAX_BATCH};
-use sluice_wire::{decode, DecodeError, ErrorKind, LinkType, PacketSummary};
+use sluice_wire::{decode, DecodeError, DecodeErrorKind, LinkType, PacketSummary};
 
 /// What happens to a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -42,7 +42,7 @@ pub enum DropReason {
     Default,
     /// A flow from a router (FlowSpec discard or rate, blackhole route).
     Flow,
-    Undecodable(ErrorKind),
+    Undecodable(DecodeErrorKind),
     /// Reassembly gave the datagram up (see `sluice_defrag::DropCause`).
     Fragment,
 }
@@ -103,14 +103,14 @@ pub struct Stats {
     pub non_ip: u64,
     /// Frames that could not be decoded, by reason (given the default verdict).
     #[serde(rename = "undecodable_by_reason", serialize_with = "by_reason_map")]
-    pub undecodable: [u64; ErrorKind::COUNT],
+    pub undecodable: [u64; DecodeErrorKind::COUNT],
     /// IP packets with damage past the addresses (still classified), by reason.
     #[serde(rename = "anomalies_by_reason", serialize_with = "by_reason_map")]
-    pub anomalies: [u64; ErrorKind::COUNT],
+    pub anomalies: [u64; DecodeErrorKind::COUNT],
 }
 
 /// A per-reason array as a map of its non-zero reasons.
-fn by_reason_map<S: serde::Serializer>(counts: &[u64; ErrorKind::COUNT], s: S) -> Result<S::Ok, S::Error> {
+fn by_reason_map<S: serde::Serializer>(counts: &[u64; DecodeErrorKind::COUNT], s: S) -> Result<S::Ok, S::Error> {
     s.collect_map(Stats::by_reason(counts))
 }
 
@@ -120,8 +120,8 @@ impl Stats {
     }
 
     /// Non-zero counts of a per-reason array, with their names.
-    pub fn by_reason(counts: &[u64; ErrorKind::COUNT]) -> impl Iterator<Item = (&'static str, u64)> + '_ {
-        ErrorKind::ALL.iter().zip(counts).filter(|(_, n)| **n > 0).map(|(k, n)| (k.as_str(), *n))
+    pub fn by_reason(counts: &[u64; DecodeErrorKind::COUNT]) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        DecodeErrorKind::ALL.iter().zip(counts).filter(|(_, n)| **n > 0).map(|(k, n)| (k.as_str(), *n))
     }
 
     /// Add another worker's or run's counters.
@@ -162,7 +162,7 @@ impl Stats {
         }
         self.dropped_fragments += o.dropped_fragments;
         self.non_ip += o.non_ip;
-        for i in 0..ErrorKind::COUNT {
+        for i in 0..DecodeErrorKind::COUNT {
             self.undecodable[i] += o.undecodable[i];
             self.anomalies[i] += o.anomalies[i];
         }
@@ -418,7 +418,7 @@ mod tests {
         assert_eq!(e.judge(LinkType::RAW, &[0x45, 0], 2), Verdict::Pass);
         let s = e.stats();
         assert_eq!((s.packets, s.dropped, s.passed, s.dropped_by_src, s.dropped_by_dst), (7, 4, 3, 2, 2));
-        assert_eq!(s.undecodable[ErrorKind::TruncatedIpv4.index()], 1);
+        assert_eq!(s.undecodable[DecodeErrorKind::TruncatedIpv4.index()], 1);
         let mut strict = Engine::new(RuleSet::empty(), Verdict::Drop);
         assert_eq!(strict.judge(LinkType::RAW, &[0x45, 0], 2), Verdict::Drop);
     }

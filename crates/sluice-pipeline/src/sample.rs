@@ -33,7 +33,7 @@
 //!
 //! `reason` is `rule` (a `drop` rule decided), `default` (no rule decided and
 //! the default is drop), `undecodable:<kind>` (the frame could not be decoded
-//! and undecodable frames are dropped; `<kind>` is [`ErrorKind::as_str`]),
+//! and undecodable frames are dropped; `<kind>` is [`DecodeErrorKind::as_str`]),
 //! `fragment` (reassembly gave the datagram up) or `rules_changed` (the rules
 //! in force now pass the frame). `rule` is the rule's text (its first 1000
 //! bytes and `...` when longer) with `\` and `"` escaped by a backslash;
@@ -63,7 +63,7 @@ use sluice_engine::snapshot::{Published, Reader};
 use sluice_engine::{RuleInfo, RuleSet, Verdict};
 use sluice_pcap::{interface_block_len, packet_block_len};
 use sluice_pcap::{CaptureWriter, OutputFormat, PcapError, PcapErrorKind, TsResolution};
-use sluice_wire::{DecodeError, ErrorKind, LinkType, PacketSummary};
+use sluice_wire::{DecodeError, DecodeErrorKind, LinkType, PacketSummary};
 use std::collections::VecDeque;
 use std::fmt;
 use std::fs::File;
@@ -590,7 +590,7 @@ pub enum Reason {
     /// No rule decided; the default is drop.
     Default,
     /// The frame could not be decoded (and undecodable frames are dropped).
-    Undecodable(ErrorKind),
+    Undecodable(DecodeErrorKind),
     /// Reassembly gave the datagram up.
     Fragment,
     /// The rules in force now pass the frame: they were replaced after it was judged.

@@ -2,7 +2,7 @@
 
 use crate::{
     be16, ethernet, ethertype, geneve, gre, gtpu, icmp, ip_proto, ipv4, ipv6, mpls, pppoe, tcp, udp, vlan, vxlan,
-    DecodeError, ErrorKind, Layer, LinkType,
+    DecodeError, DecodeErrorKind, Layer, LinkType,
 };
 use core::fmt;
 use std::net::IpAddr;
@@ -596,7 +596,7 @@ fn inner_ip(frame: &[u8], payload: Payload, end: usize) -> Result<Option<IpSumma
             let mut tags = 0;
             while ethertype::is_vlan(ty) {
                 if tags == MAX_VLAN_TAGS {
-                    return Err(DecodeError::BadInner(ErrorKind::TooManyVlanTags));
+                    return Err(DecodeError::BadInner(DecodeErrorKind::TooManyVlanTags));
                 }
                 let tag = vlan::Tag::new_checked(frame.get(off..end).unwrap_or_default()).map_err(bad)?;
                 ty = tag.ethertype();
@@ -1483,7 +1483,7 @@ mod encap_tests {
         f[34] = 0x65;
         let s = decode(LinkType::ETHERNET, &f).unwrap();
         assert_eq!(s.inner, None);
-        assert_eq!(s.ip.unwrap().anomaly, Some(DecodeError::BadInner(ErrorKind::BadIpVersion)));
+        assert_eq!(s.ip.unwrap().anomaly, Some(DecodeError::BadInner(DecodeErrorKind::BadIpVersion)));
         assert_eq!(s.encap.as_slice(), &[Encap::Ipip]);
         assert_eq!(s.innermost(), s.ip.as_ref());
         // GRE announcing a key it does not hold.
@@ -1494,7 +1494,7 @@ mod encap_tests {
         // Inner Ethernet cut inside its header.
         let v = [&[8u8, 0, 0, 0, 0, 0, 1, 0][..], &[0; 10]].concat();
         let s = decode(LinkType::ETHERNET, &outer_v4(ip_proto::UDP, &udp(1, vxlan::PORT, &v))).unwrap();
-        assert_eq!(s.ip.unwrap().anomaly, Some(DecodeError::BadInner(ErrorKind::TruncatedEthernet)));
+        assert_eq!(s.ip.unwrap().anomaly, Some(DecodeError::BadInner(DecodeErrorKind::TruncatedEthernet)));
         // Inner L4 cut: the inner addresses are good, the anomaly is the inner's.
         let mut short = inner.clone();
         short.truncate(inner.len() - 10);

@@ -74,7 +74,7 @@ pub enum DecodeError {
     /// The packet inside a tunnel could not be decoded: its Ethernet, VLAN
     /// or IP header failed with this kind. An anomaly of the outer header,
     /// which is still judged by its addresses; the packet has no `inner`.
-    BadInner(ErrorKind),
+    BadInner(DecodeErrorKind),
     /// More nested encapsulations than [`crate::MAX_ENCAP_DEPTH`]. An
     /// anomaly of the outer header; the packet has no `inner`.
     TooManyEncapsulations,
@@ -85,7 +85,7 @@ pub enum DecodeError {
 
 /// Field-less discriminant of [`DecodeError`], usable as a counter index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ErrorKind {
+pub enum DecodeErrorKind {
     TruncatedLink,
     TruncatedEthernet,
     TruncatedVlan,
@@ -116,70 +116,70 @@ pub enum ErrorKind {
     BadGtpUExtHeader,
 }
 
-impl ErrorKind {
+impl DecodeErrorKind {
     pub const COUNT: usize = 28;
-    pub const ALL: [ErrorKind; Self::COUNT] = [
-        ErrorKind::TruncatedLink,
-        ErrorKind::TruncatedEthernet,
-        ErrorKind::TruncatedVlan,
-        ErrorKind::TruncatedIpv4,
-        ErrorKind::TruncatedIpv6,
-        ErrorKind::TruncatedIpv6Ext,
-        ErrorKind::TruncatedTcp,
-        ErrorKind::TruncatedUdp,
-        ErrorKind::TruncatedIcmp,
-        ErrorKind::BadIpVersion,
-        ErrorKind::BadIpv4HeaderLen,
-        ErrorKind::BadIpv4TotalLen,
-        ErrorKind::BadTcpHeaderLen,
-        ErrorKind::TooManyVlanTags,
-        ErrorKind::TooManyExtHeaders,
-        ErrorKind::UnsupportedLinkType,
-        ErrorKind::UnknownLoopbackFamily,
-        ErrorKind::Ipv4TotalLenZero,
-        ErrorKind::TruncatedIpv4Options,
-        ErrorKind::TruncatedMpls,
-        ErrorKind::TruncatedPppoe,
-        ErrorKind::TruncatedGre,
-        ErrorKind::TruncatedVxlan,
-        ErrorKind::TruncatedGeneve,
-        ErrorKind::TruncatedGtpU,
-        ErrorKind::BadInner,
-        ErrorKind::TooManyEncapsulations,
-        ErrorKind::BadGtpUExtHeader,
+    pub const ALL: [DecodeErrorKind; Self::COUNT] = [
+        DecodeErrorKind::TruncatedLink,
+        DecodeErrorKind::TruncatedEthernet,
+        DecodeErrorKind::TruncatedVlan,
+        DecodeErrorKind::TruncatedIpv4,
+        DecodeErrorKind::TruncatedIpv6,
+        DecodeErrorKind::TruncatedIpv6Ext,
+        DecodeErrorKind::TruncatedTcp,
+        DecodeErrorKind::TruncatedUdp,
+        DecodeErrorKind::TruncatedIcmp,
+        DecodeErrorKind::BadIpVersion,
+        DecodeErrorKind::BadIpv4HeaderLen,
+        DecodeErrorKind::BadIpv4TotalLen,
+        DecodeErrorKind::BadTcpHeaderLen,
+        DecodeErrorKind::TooManyVlanTags,
+        DecodeErrorKind::TooManyExtHeaders,
+        DecodeErrorKind::UnsupportedLinkType,
+        DecodeErrorKind::UnknownLoopbackFamily,
+        DecodeErrorKind::Ipv4TotalLenZero,
+        DecodeErrorKind::TruncatedIpv4Options,
+        DecodeErrorKind::TruncatedMpls,
+        DecodeErrorKind::TruncatedPppoe,
+        DecodeErrorKind::TruncatedGre,
+        DecodeErrorKind::TruncatedVxlan,
+        DecodeErrorKind::TruncatedGeneve,
+        DecodeErrorKind::TruncatedGtpU,
+        DecodeErrorKind::BadInner,
+        DecodeErrorKind::TooManyEncapsulations,
+        DecodeErrorKind::BadGtpUExtHeader,
     ];
 
     /// Stable snake_case name, used as a counter label and in JSON.
     pub const fn as_str(self) -> &'static str {
         match self {
-            ErrorKind::TruncatedLink => "truncated_link",
-            ErrorKind::TruncatedEthernet => "truncated_ethernet",
-            ErrorKind::TruncatedVlan => "truncated_vlan",
-            ErrorKind::TruncatedIpv4 => "truncated_ipv4",
-            ErrorKind::TruncatedIpv6 => "truncated_ipv6",
-            ErrorKind::TruncatedIpv6Ext => "truncated_ipv6_ext",
-            ErrorKind::TruncatedTcp => "truncated_tcp",
-            ErrorKind::TruncatedUdp => "truncated_udp",
-            ErrorKind::TruncatedIcmp => "truncated_icmp",
-            ErrorKind::BadIpVersion => "bad_ip_version",
-            ErrorKind::BadIpv4HeaderLen => "bad_ipv4_header_len",
-            ErrorKind::BadIpv4TotalLen => "bad_ipv4_total_len",
-            ErrorKind::BadTcpHeaderLen => "bad_tcp_header_len",
-            ErrorKind::TooManyVlanTags => "too_many_vlan_tags",
-            ErrorKind::TooManyExtHeaders => "too_many_ext_headers",
-            ErrorKind::UnsupportedLinkType => "unsupported_link_type",
-            ErrorKind::UnknownLoopbackFamily => "unknown_loopback_family",
-            ErrorKind::Ipv4TotalLenZero => "ipv4_total_len_zero",
-            ErrorKind::TruncatedIpv4Options => "truncated_ipv4_options",
-            ErrorKind::TruncatedMpls => "truncated_mpls",
-            ErrorKind::TruncatedPppoe => "truncated_pppoe",
-            ErrorKind::TruncatedGre => "truncated_gre",
-            ErrorKind::TruncatedVxlan => "truncated_vxlan",
-            ErrorKind::TruncatedGeneve => "truncated_geneve",
-            ErrorKind::TruncatedGtpU => "truncated_gtpu",
-            ErrorKind::BadInner => "bad_inner",
-            ErrorKind::TooManyEncapsulations => "too_many_encapsulations",
-            ErrorKind::BadGtpUExtHeader => "bad_gtpu_ext_header",
+            DecodeErrorKind::TruncatedLink => "truncated_link",
+            DecodeErrorKind::TruncatedEthernet => "truncated_ethernet",
+            DecodeErrorKind::TruncatedVlan => "truncated_vlan",
+            DecodeErrorKind::TruncatedIpv4 => "truncated_ipv4",
+            DecodeErrorKind::TruncatedIpv6 => "truncated_ipv6",
+            DecodeErrorKind::TruncatedIpv6Ext => "truncated_ipv6_ext",
+            DecodeErrorKind::TruncatedTcp => "truncated_tcp",
+            DecodeErrorKind::TruncatedUdp => "truncated_udp",
+            DecodeErrorKind::TruncatedIcmp => "truncated_icmp",
+            DecodeErrorKind::BadIpVersion => "bad_ip_version",
+            DecodeErrorKind::BadIpv4HeaderLen => "bad_ipv4_header_len",
+            DecodeErrorKind::BadIpv4TotalLen => "bad_ipv4_total_len",
+            DecodeErrorKind::BadTcpHeaderLen => "bad_tcp_header_len",
+            DecodeErrorKind::TooManyVlanTags => "too_many_vlan_tags",
+            DecodeErrorKind::TooManyExtHeaders => "too_many_ext_headers",
+            DecodeErrorKind::UnsupportedLinkType => "unsupported_link_type",
+            DecodeErrorKind::UnknownLoopbackFamily => "unknown_loopback_family",
+            DecodeErrorKind::Ipv4TotalLenZero => "ipv4_total_len_zero",
+            DecodeErrorKind::TruncatedIpv4Options => "truncated_ipv4_options",
+            DecodeErrorKind::TruncatedMpls => "truncated_mpls",
+            DecodeErrorKind::TruncatedPppoe => "truncated_pppoe",
+            DecodeErrorKind::TruncatedGre => "truncated_gre",
+            DecodeErrorKind::TruncatedVxlan => "truncated_vxlan",
+            DecodeErrorKind::TruncatedGeneve => "truncated_geneve",
+            DecodeErrorKind::TruncatedGtpU => "truncated_gtpu",
+            DecodeErrorKind::BadInner => "bad_inner",
+            DecodeErrorKind::TooManyEncapsulations => "too_many_encapsulations",
+            DecodeErrorKind::BadGtpUExtHeader => "bad_gtpu_ext_header",
         }
     }
 
@@ -189,42 +189,42 @@ impl ErrorKind {
 }
 
 impl DecodeError {
-    pub const fn kind(self) -> ErrorKind {
+    pub const fn kind(self) -> DecodeErrorKind {
         match self {
             DecodeError::Truncated(layer) => match layer {
-                Layer::Link => ErrorKind::TruncatedLink,
-                Layer::Ethernet => ErrorKind::TruncatedEthernet,
-                Layer::Vlan => ErrorKind::TruncatedVlan,
-                Layer::Ipv4 => ErrorKind::TruncatedIpv4,
-                Layer::Ipv6 => ErrorKind::TruncatedIpv6,
-                Layer::Ipv6Ext => ErrorKind::TruncatedIpv6Ext,
-                Layer::Tcp => ErrorKind::TruncatedTcp,
-                Layer::Udp => ErrorKind::TruncatedUdp,
-                Layer::Icmp => ErrorKind::TruncatedIcmp,
-                Layer::Mpls => ErrorKind::TruncatedMpls,
-                Layer::Pppoe => ErrorKind::TruncatedPppoe,
-                Layer::Gre => ErrorKind::TruncatedGre,
-                Layer::Vxlan => ErrorKind::TruncatedVxlan,
-                Layer::Geneve => ErrorKind::TruncatedGeneve,
-                Layer::GtpU => ErrorKind::TruncatedGtpU,
+                Layer::Link => DecodeErrorKind::TruncatedLink,
+                Layer::Ethernet => DecodeErrorKind::TruncatedEthernet,
+                Layer::Vlan => DecodeErrorKind::TruncatedVlan,
+                Layer::Ipv4 => DecodeErrorKind::TruncatedIpv4,
+                Layer::Ipv6 => DecodeErrorKind::TruncatedIpv6,
+                Layer::Ipv6Ext => DecodeErrorKind::TruncatedIpv6Ext,
+                Layer::Tcp => DecodeErrorKind::TruncatedTcp,
+                Layer::Udp => DecodeErrorKind::TruncatedUdp,
+                Layer::Icmp => DecodeErrorKind::TruncatedIcmp,
+                Layer::Mpls => DecodeErrorKind::TruncatedMpls,
+                Layer::Pppoe => DecodeErrorKind::TruncatedPppoe,
+                Layer::Gre => DecodeErrorKind::TruncatedGre,
+                Layer::Vxlan => DecodeErrorKind::TruncatedVxlan,
+                Layer::Geneve => DecodeErrorKind::TruncatedGeneve,
+                Layer::GtpU => DecodeErrorKind::TruncatedGtpU,
             },
-            DecodeError::BadIpVersion(_) => ErrorKind::BadIpVersion,
-            DecodeError::BadIpv4HeaderLen(_) => ErrorKind::BadIpv4HeaderLen,
-            DecodeError::BadIpv4TotalLen { .. } => ErrorKind::BadIpv4TotalLen,
-            DecodeError::BadTcpHeaderLen(_) => ErrorKind::BadTcpHeaderLen,
-            DecodeError::TooManyVlanTags => ErrorKind::TooManyVlanTags,
-            DecodeError::TooManyExtHeaders => ErrorKind::TooManyExtHeaders,
-            DecodeError::UnsupportedLinkType(_) => ErrorKind::UnsupportedLinkType,
-            DecodeError::UnknownLoopbackFamily(_) => ErrorKind::UnknownLoopbackFamily,
-            DecodeError::Ipv4TotalLenZero => ErrorKind::Ipv4TotalLenZero,
-            DecodeError::TruncatedIpv4Options => ErrorKind::TruncatedIpv4Options,
-            DecodeError::BadInner(_) => ErrorKind::BadInner,
-            DecodeError::TooManyEncapsulations => ErrorKind::TooManyEncapsulations,
-            DecodeError::BadGtpUExtHeader => ErrorKind::BadGtpUExtHeader,
+            DecodeError::BadIpVersion(_) => DecodeErrorKind::BadIpVersion,
+            DecodeError::BadIpv4HeaderLen(_) => DecodeErrorKind::BadIpv4HeaderLen,
+            DecodeError::BadIpv4TotalLen { .. } => DecodeErrorKind::BadIpv4TotalLen,
+            DecodeError::BadTcpHeaderLen(_) => DecodeErrorKind::BadTcpHeaderLen,
+            DecodeError::TooManyVlanTags => DecodeErrorKind::TooManyVlanTags,
+            DecodeError::TooManyExtHeaders => DecodeErrorKind::TooManyExtHeaders,
+            DecodeError::UnsupportedLinkType(_) => DecodeErrorKind::UnsupportedLinkType,
+            DecodeError::UnknownLoopbackFamily(_) => DecodeErrorKind::UnknownLoopbackFamily,
+            DecodeError::Ipv4TotalLenZero => DecodeErrorKind::Ipv4TotalLenZero,
+            DecodeError::TruncatedIpv4Options => DecodeErrorKind::TruncatedIpv4Options,
+            DecodeError::BadInner(_) => DecodeErrorKind::BadInner,
+            DecodeError::TooManyEncapsulations => DecodeErrorKind::TooManyEncapsulations,
+            DecodeError::BadGtpUExtHeader => DecodeErrorKind::BadGtpUExtHeader,
         }
     }
 
-    /// Stable snake_case reason (see [`ErrorKind::as_str`]).
+    /// Stable snake_case reason (see [`DecodeErrorKind::as_str`]).
     pub const fn reason(self) -> &'static str {
         self.kind().as_str()
     }
@@ -273,10 +273,10 @@ mod tests {
 
     #[test]
     fn kinds_index_all_in_order() {
-        for (i, k) in ErrorKind::ALL.iter().enumerate() {
+        for (i, k) in DecodeErrorKind::ALL.iter().enumerate() {
             assert_eq!(k.index(), i);
         }
-        let names: std::collections::HashSet<_> = ErrorKind::ALL.iter().map(|k| k.as_str()).collect();
-        assert_eq!(names.len(), ErrorKind::COUNT, "names are distinct");
+        let names: std::collections::HashSet<_> = DecodeErrorKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(names.len(), DecodeErrorKind::COUNT, "names are distinct");
     }
 }

@@ -36,7 +36,7 @@ pub use decode::{
     decode, decode_into, Encap, Encaps, FragmentInfo, IpSummary, PacketSummary, ParseEncapError, VlanIds,
     MAX_ENCAP_DEPTH, MAX_EXT_HEADERS, MAX_VLAN_TAGS,
 };
-pub use error::{DecodeError, ErrorKind, Layer};
+pub use error::{DecodeError, DecodeErrorKind, Layer};
 pub use linktype::LinkType;
 
 /// IP protocol numbers used by the decoder and the generator.
