@@ -363,10 +363,10 @@ pub struct SafetyFlags {
     pub never_block: Option<PathBuf>,
     /// Refuse runtime adds (`ctl`, a feed, the guard's blocks) of IPv4
     /// prefixes wider than /N; the operator's own files are not restricted.
-    #[arg(long, value_name = "N", default_value_t = sluice_rules::safety::DEFAULT_MIN_PREFIX_V4)]
+    #[arg(long, value_name = "N", default_value_t = sluice_rules::safety_net::DEFAULT_MIN_PREFIX_V4)]
     pub min_prefix_v4: u8,
     /// Refuse runtime adds of IPv6 prefixes wider than /N.
-    #[arg(long, value_name = "N", default_value_t = sluice_rules::safety::DEFAULT_MIN_PREFIX_V6)]
+    #[arg(long, value_name = "N", default_value_t = sluice_rules::safety_net::DEFAULT_MIN_PREFIX_V6)]
     pub min_prefix_v6: u8,
 }
 

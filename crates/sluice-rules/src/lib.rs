@@ -18,7 +18,7 @@ mod list;
 mod prefix;
 mod range;
 mod rulefile;
-pub mod safety;
+pub mod safety_net;
 mod set;
 
 pub use file::write_atomic;
@@ -29,7 +29,7 @@ pub use rulefile::{
     load_rules, parse_rules, proto_number, tcp_flag, Action, AddrField, AddrValue, Depth, FragKind, Match, Police,
     PoliceRate, PortField, Rule, RuleError, RuleFile, RuleLoadError, SetDef, SetLoadError, SetSource, MAX_RULES,
 };
-pub use safety::{NeverBlock, Refusal, SafetyNet};
+pub use safety_net::{NeverBlock, Refusal, SafetyNet};
 pub use set::PrefixHashSet;
 
 /// The FireHOL level1 list (2,574 IPv4 entries, August 2020), embedded for
