@@ -17,6 +17,7 @@
 mod capture;
 pub mod demo;
 pub mod flags;
+pub mod send;
 mod source;
 pub use capture::{demo_config, write_capture, CaptureError, PROGRESS_EVERY};
 pub use source::{GenSource, TimestampOverflow, SNAPLEN};
