@@ -21,7 +21,7 @@ pub mod signals;
 pub mod socket;
 
 pub use command::{parse_request, CtlError, Protocol, Role, SetCommand};
-pub use signals::{stop_on_interrupt, wait_until_stopped};
+pub use signals::stop_on_interrupt;
 
 /// An error and its causes, each once, joined by ": " (what anyhow's `{:#}`
 /// prints), for log lines.

@@ -12,9 +12,8 @@
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
 
 type Reread = Box<dyn FnMut() + Send>;
 
@@ -81,36 +80,12 @@ pub fn exit_on_second_interrupt(stop: &Arc<AtomicBool>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Wait until `stop` is set, `seconds` pass (if given), or `finished()`
-/// says the work ended by itself; returns how long it waited.
-pub fn wait_until_stopped(stop: &AtomicBool, seconds: Option<f64>, mut finished: impl FnMut() -> bool) -> Duration {
-    let started = Instant::now();
-    let until = seconds.map(|s| started + Duration::from_secs_f64(s.max(0.0)));
-    while !stop.load(Ordering::Relaxed) && until.is_none_or(|t| Instant::now() < t) && !finished() {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    started.elapsed()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicU64;
-
-    #[test]
-    fn waiting_ends_at_the_first_of_stop_deadline_and_finish() {
-        let stop = AtomicBool::new(false);
-        let took = wait_until_stopped(&stop, Some(0.05), || false);
-        assert!(took >= Duration::from_millis(50) && took < Duration::from_secs(5), "{took:?}");
-        let mut calls = 0;
-        wait_until_stopped(&stop, None, || {
-            calls += 1;
-            calls == 3
-        });
-        assert_eq!(calls, 3);
-        stop.store(true, Ordering::Relaxed);
-        assert!(wait_until_stopped(&stop, None, || false) < Duration::from_secs(1));
-    }
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
 
     /// The only test in this crate that raises SIGHUP: the handler is
     /// installed first, so the test process survives it.

@@ -424,6 +424,10 @@ impl std::ops::Deref for Report {
     }
 }
 
+/// How each line of the text summary begins (a line's leading count set
+/// aside): the names test fails for a line that begins otherwise.
+pub const SUMMARY_LINES: &[&str] = &[" requests in ", "dry run: ", "  breaches: "];
+
 impl Report {
     /// The text summary `sluice http-guard` prints: counts, then the
     /// breaches by limit.

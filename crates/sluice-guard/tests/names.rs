@@ -78,9 +78,9 @@ fn the_summary_keys_and_metric_names_are_the_published_ones() {
     support::same_as_listed(&support::metric_names(&metrics), &listed("guard-metrics.txt"));
 }
 
-/// Every metric the guard serves and every key of its report has a
-/// declaration: a counter set's (`counters!`), or a family or key the
-/// guard lists as written by hand.
+/// Every metric the guard serves, every key of its report and every line
+/// of its text summary has a declaration: a counter set's (`counters!`),
+/// or a family, key or line the guard lists as written by hand.
 #[test]
 fn every_metric_and_key_is_declared() {
     let (report, metrics) = run_everything();
@@ -95,6 +95,16 @@ fn every_metric_and_key_is_declared() {
     let json = serde_json::to_value(&report).unwrap();
     let undeclared: Vec<_> = json.as_object().unwrap().keys().filter(|k| !names.contains(k.as_str())).collect();
     assert!(undeclared.is_empty(), "report keys declared nowhere: {undeclared:?}");
+    let mut dry = report.clone();
+    dry.dry_run = true;
+    let text = report.text(Duration::from_secs(1)) + &dry.text(Duration::from_secs(1));
+    let undeclared: Vec<_> = (text.lines())
+        .filter(|l| {
+            let rest = l.trim_start_matches(|c: char| c.is_ascii_digit());
+            !sluice_guard::SUMMARY_LINES.iter().any(|w| rest.starts_with(w))
+        })
+        .collect();
+    assert!(undeclared.is_empty(), "summary lines declared nowhere: {undeclared:?}");
 }
 
 fn listed(file: &str) -> std::path::PathBuf {

@@ -15,4 +15,4 @@ pub mod server;
 pub mod tls;
 
 pub use dist::{Dist, DistError, WeightedList};
-pub use server::{Config, Report, ServeError, Server, ServerThreads, Stall, ThreadStats};
+pub use server::{Config, Report, ServeError, ServeSummary, Server, ServerThreads, Stall, ThreadStats};

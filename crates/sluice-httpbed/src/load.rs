@@ -59,6 +59,14 @@ pub enum LoadError {
     Io { what: String, source: io::Error },
 }
 
+/// The one I/O a run's driver does itself: installing the signal handlers
+/// (`product::run_to_end`).
+impl From<io::Error> for LoadError {
+    fn from(source: io::Error) -> LoadError {
+        LoadError::Io { what: "installing the signal handlers".into(), source }
+    }
+}
+
 fn invalid(m: impl Into<String>) -> LoadError {
     LoadError::Invalid(m.into())
 }
@@ -291,6 +299,9 @@ pub struct LoadConfig {
     /// Start this long after the run does (a pool joining a run under way);
     /// the duration, the schedule and `per_second` count from then.
     pub start_delay: Duration,
+    /// A progress line a second on stderr while the run lasts (a person
+    /// is watching).
+    pub progress: bool,
 }
 
 impl LoadConfig {
@@ -316,6 +327,7 @@ impl LoadConfig {
             tls: None,
             tls_options: Default::default(),
             start_delay: Duration::ZERO,
+            progress: false,
         }
     }
 }
@@ -345,7 +357,8 @@ pub struct Errors {
 }
 
 impl Errors {
-    fn total(&self) -> u64 {
+    /// Every failure, of any kind.
+    pub fn total(&self) -> u64 {
         self.connect + self.read + self.write + self.timeout + self.bad_response + self.tls
     }
 
@@ -559,7 +572,8 @@ pub fn write_hgrm(h: &Histogram<u64>, out: &mut impl Write) -> io::Result<()> {
     Ok(())
 }
 
-/// The threads are running; [`LoadRun::join`] waits for the report.
+/// The threads are running; [`Running::wait`] (with a progress line when
+/// the config asks) or [`LoadRun::join`] waits for the report.
 pub struct LoadRun {
     stop: Arc<AtomicBool>,
     live: Arc<Live>,
@@ -571,7 +585,7 @@ pub struct LoadRun {
 impl LoadRun {
     /// Wait for the run to end, with a progress line a second on stderr
     /// when `progress` (a person is watching), then the report.
-    pub fn wait(self, progress: bool) -> Result<LoadReport, LoadError> {
+    fn wait_with_progress(self, progress: bool) -> Result<LoadReport, LoadError> {
         let mut next = self.started + Duration::from_secs(1);
         let mut last = 0;
         while !self.is_finished() {
@@ -655,6 +669,32 @@ impl LoadRun {
         }
         r.sources = sources.len();
         Ok(r)
+    }
+}
+
+impl sluice_control::product::Running for LoadRun {
+    type Summary = LoadReport;
+    type Error = LoadError;
+    fn handle(&self) -> sluice_control::product::Handle {
+        sluice_control::product::Handle::new(self.stop.clone())
+    }
+    fn finished(&self) -> bool {
+        self.is_finished()
+    }
+    /// Waits for the run's end (its duration or request count, or the
+    /// handle), with the progress line when the config asks for it.
+    fn wait(self) -> Result<LoadReport, LoadError> {
+        let progress = self.config.progress;
+        self.wait_with_progress(progress)
+    }
+}
+
+impl sluice_control::product::Summary for LoadReport {
+    fn text(&self) -> String {
+        LoadReport::text(self)
+    }
+    fn json(&self) -> serde_json::Value {
+        self.to_json()
     }
 }
 

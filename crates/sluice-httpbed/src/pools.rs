@@ -27,7 +27,10 @@ use crate::dist::Dist;
 use crate::load::{self, LoadConfig, LoadError, LoadReport, SourceRange};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use sluice_control::product::{Handle, Running, Summary};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, Deserialize)]
@@ -186,29 +189,62 @@ impl PoolsReport {
     }
 }
 
-/// Start every pool, then wait for all of them.
-pub fn run(pools: Vec<Pool>, stop: &std::sync::atomic::AtomicBool) -> Result<PoolsReport, LoadError> {
-    let mut running = Vec::with_capacity(pools.len());
+/// Every pool running: one stop for all of them.
+pub struct PoolsRun {
+    stop: Arc<AtomicBool>,
+    runs: Vec<(String, load::LoadRun)>,
+}
+
+/// Start every pool.
+pub fn start(pools: Vec<Pool>) -> Result<PoolsRun, LoadError> {
+    let mut runs = Vec::with_capacity(pools.len());
     for p in pools {
-        running.push((p.name, load::start(p.config)?));
+        runs.push((p.name, load::start(p.config)?));
     }
-    while running.iter().any(|(_, r)| !r.is_finished()) {
-        if stop.load(std::sync::atomic::Ordering::Relaxed) {
-            for (_, r) in &running {
-                r.stop_flag().store(true, std::sync::atomic::Ordering::Relaxed);
+    Ok(PoolsRun { stop: Arc::new(AtomicBool::new(false)), runs })
+}
+
+impl Running for PoolsRun {
+    type Summary = PoolsReport;
+    type Error = LoadError;
+    fn handle(&self) -> Handle {
+        Handle::new(self.stop.clone())
+    }
+    fn finished(&self) -> bool {
+        self.runs.iter().all(|(_, r)| r.is_finished())
+    }
+    /// Waits for every pool (the handle stops them all), then sums them.
+    fn wait(self) -> Result<PoolsReport, LoadError> {
+        while !self.finished() {
+            if self.stop.load(Ordering::Relaxed) {
+                for (_, r) in &self.runs {
+                    r.stop_flag().store(true, Ordering::Relaxed);
+                }
             }
+            std::thread::sleep(Duration::from_millis(20));
         }
-        std::thread::sleep(Duration::from_millis(20));
+        let mut reports = Vec::with_capacity(self.runs.len());
+        for (n, r) in self.runs {
+            reports.push((n, r.join()?));
+        }
+        let Some(((_, first), rest)) = reports.split_first() else {
+            return Err(LoadError::Invalid("no pools to run".into()));
+        };
+        let mut total = first.clone();
+        for (_, r) in rest {
+            total.add(r);
+        }
+        Ok(PoolsReport { total, pools: reports })
     }
-    let mut reports = Vec::with_capacity(running.len());
-    for (n, r) in running {
-        reports.push((n, r.join()?));
+}
+
+impl Summary for PoolsReport {
+    fn text(&self) -> String {
+        PoolsReport::text(self)
     }
-    let mut total = reports[0].1.clone();
-    for (_, r) in &reports[1..] {
-        total.add(r);
+    fn json(&self) -> Value {
+        self.to_json()
     }
-    Ok(PoolsReport { total, pools: reports })
 }
 
 #[cfg(test)]

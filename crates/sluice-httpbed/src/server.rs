@@ -252,7 +252,7 @@ impl Server {
                 .map_err(io_err("spawning a server thread"))?;
             handles.push(h);
         }
-        Ok(ServerThreads { stop, handles })
+        Ok(ServerThreads { stop, handles, started: Instant::now() })
     }
 }
 
@@ -262,6 +262,38 @@ type ThreadResult = io::Result<(ThreadStats, HashSet<IpAddr>)>;
 pub struct ServerThreads {
     stop: Arc<AtomicBool>,
     handles: Vec<JoinHandle<ThreadResult>>,
+    started: Instant,
+}
+
+/// What `sluice http-serve` ends with: the counters and how long it served.
+#[derive(Debug, Clone)]
+pub struct ServeSummary {
+    pub report: Report,
+    pub elapsed: Duration,
+}
+
+impl sluice_control::product::Summary for ServeSummary {
+    fn text(&self) -> String {
+        self.report.text(self.elapsed)
+    }
+    fn json(&self) -> serde_json::Value {
+        serde_json::to_value(&self.report).unwrap_or_default()
+    }
+}
+
+impl sluice_control::product::Running for ServerThreads {
+    type Summary = ServeSummary;
+    type Error = io::Error;
+    fn handle(&self) -> sluice_control::product::Handle {
+        sluice_control::product::Handle::new(self.stop.clone())
+    }
+    fn finished(&self) -> bool {
+        self.handles.iter().all(JoinHandle::is_finished)
+    }
+    fn wait(self) -> io::Result<ServeSummary> {
+        let elapsed = self.started.elapsed();
+        Ok(ServeSummary { report: self.join()?, elapsed })
+    }
 }
 
 impl ServerThreads {
