@@ -23,6 +23,9 @@ pub struct PeerLimits {
     pub concurrent_connections: u32,
     pub header_timeout_ms: u64,
     pub line_len: usize,
+    /// Client connections the front must hold at once (HAProxy's
+    /// `maxconn`, nginx's `worker_connections` less its upstream side).
+    pub max_connections: u32,
 }
 
 /// A free loopback port (bound, then released for the contender to take).
@@ -49,6 +52,9 @@ pub fn wait_listening(addr: SocketAddr) -> Result<()> {
 /// guard's alone.
 pub fn nginx_conf(dir: &Path, port: u16, upstream: &str, limits: Option<&PeerLimits>) -> String {
     let dir = dir.display();
+    // A client connection and, while a request is proxied, an upstream one.
+    let workers = limits.map_or(9000, |l| l.max_connections).max(9000) * 2 + 1000;
+    let nofile = workers + 1000;
     let (http, server, location) = match limits {
         None => (String::new(), String::new(), format!("proxy_pass http://{upstream};")),
         Some(l) => (
@@ -70,8 +76,8 @@ pub fn nginx_conf(dir: &Path, port: u16, upstream: &str, limits: Option<&PeerLim
         ),
     };
     format!(
-        "worker_processes 1;\nworker_rlimit_nofile 20000;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log;\n\
-         events {{ worker_connections 19000; }}\n\
+        "worker_processes 1;\nworker_rlimit_nofile {nofile};\npid {dir}/nginx.pid;\nerror_log {dir}/error.log;\n\
+         events {{ worker_connections {workers}; }}\n\
          http {{ access_log off; client_body_temp_path {dir}/body; proxy_temp_path {dir}/proxy;\n{http}\
            server {{ listen 127.0.0.1:{port};\n{server} location / {{ {location} }} }} }}\n"
     )
@@ -83,6 +89,7 @@ pub fn nginx_conf(dir: &Path, port: u16, upstream: &str, limits: Option<&PeerLim
 /// refused as the guard refuses it (429 for requests, closed connections),
 /// `timeout http-request` and the methods.
 pub fn haproxy_conf(port: u16, upstream: &str, limits: Option<&PeerLimits>) -> String {
+    let maxconn = limits.map_or(9000, |l| l.max_connections).max(9000);
     let (timeout, frontend) = match limits {
         None => ("10s".to_owned(), String::new()),
         Some(l) => (
@@ -100,7 +107,7 @@ pub fn haproxy_conf(port: u16, upstream: &str, limits: Option<&PeerLimits>) -> S
         ),
     };
     format!(
-        "global\n  maxconn 9000\n  nbthread 1\n\
+        "global\n  maxconn {maxconn}\n  nbthread 1\n\
          defaults\n  mode http\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n  timeout http-request {timeout}\n\
          frontend f\n  bind 127.0.0.1:{port}\n{frontend}  default_backend b\n\
          backend b\n  server s {upstream}\n"

@@ -55,7 +55,7 @@ pub struct GuardBenchArgs {
     #[arg(long)]
     pub pmc: bool,
     /// Instead: a legitimate pool alone, then beside an attack pool, through
-    /// the guard (issue 24): the legitimate pool's success and p99 against
+    /// each of --contenders (issues 24 and 59): the legitimate pool's success and p99 against
     /// its own without the attack, and the attack's refused share after its
     /// first second.
     #[arg(long)]
@@ -92,7 +92,7 @@ pub struct GuardBenchArgs {
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub attack_pipeline: usize,
     /// --attack: a third phase, the floor: the same attack sent to a second
-    /// guard of its own (same limits, same upstream), so the legitimate
+    /// front of the same kind (same limits, same upstream), so the legitimate
     /// pool's p99 there is what the machine's contention alone costs it
     /// (the load tool, the kernel, a busy guard beside), with nothing of the
     /// attack in its own guard's loop.
@@ -111,7 +111,10 @@ pub struct GuardBenchArgs {
     /// --slow-attacks: which (slowhttptest -H, -B, -X, -R).
     #[arg(long, value_delimiter = ',', default_value = "H,B,X,R")]
     pub slow_modes: Vec<String>,
-    /// --slow-attacks: the fronts attacked (guard, nginx, haproxy).
+    /// --slow-attacks and --attack: the fronts attacked (guard, nginx,
+    /// haproxy), each in its turn; --attack configures the peers with the
+    /// guard's per-address rate (nginx `limit_req`/`limit_conn`, HAProxy a
+    /// stick table and `http-request deny`).
     #[arg(long, value_delimiter = ',', default_value = "guard,nginx")]
     pub contenders: Vec<String>,
     /// --slow-attacks: attacking connections (slowhttptest -c).
@@ -134,7 +137,7 @@ pub struct GuardBenchArgs {
 
 /// A self-signed certificate and key for the run, as PEM files in `dir`:
 /// the guard's `--tls-cert`/`--tls-key` flags.
-fn tls_flags(dir: &Path) -> Result<Vec<String>> {
+pub(crate) fn tls_flags(dir: &Path) -> Result<Vec<String>> {
     let ck = rcgen::generate_simple_self_signed(vec!["guard.bench".to_owned()]).context("making a certificate")?;
     let (cert, key) = (dir.join("guard.pem"), dir.join("guard.key"));
     std::fs::write(&cert, ck.cert.pem())?;
@@ -168,7 +171,7 @@ impl Drop for Killed {
 
 impl Killed {
     /// SIGTERM, then the JSON summary it prints on stdout (started with `--json`).
-    fn summary(mut self) -> Result<serde_json::Value> {
+    pub(crate) fn summary(mut self) -> Result<serde_json::Value> {
         Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status().context("kill")?;
         let mut out = String::new();
         std::io::Read::read_to_string(&mut self.0.stdout.take().context("stdout")?, &mut out)?;
@@ -197,7 +200,7 @@ pub(crate) fn spawn_announced(exe: &Path, args: &[&str], prefix: &str) -> Result
 
 /// `sluice http-serve` on a free loopback port for `total` seconds,
 /// answering `size`-byte bodies: it and its address.
-fn serve(exe: &Path, threads: &str, total: &str, size: usize) -> Result<(Killed, String)> {
+pub(crate) fn serve(exe: &Path, threads: &str, total: &str, size: usize) -> Result<(Killed, String)> {
     let size = format!("fixed:{size}");
     let args = ["http-serve", "--listen", "127.0.0.1:0", "--threads", threads, "--duration", total, "--size", &size];
     spawn_announced(exe, &args, "sluice: serving on ")
@@ -206,7 +209,13 @@ fn serve(exe: &Path, threads: &str, total: &str, size: usize) -> Result<(Killed,
 /// `sluice http-guard` in front of `upstream` with the limits in `limits`
 /// (unpinned: http-serve pins its thread 0 to CPU 0, and pinning the guard
 /// there too would put both on one core): it and its address.
-fn guard(exe: &Path, upstream: &str, threads: &str, total: &str, limits: &[&str]) -> Result<(Killed, String)> {
+pub(crate) fn guard(
+    exe: &Path,
+    upstream: &str,
+    threads: &str,
+    total: &str,
+    limits: &[&str],
+) -> Result<(Killed, String)> {
     let mut args = vec!["http-guard", "--listen", "127.0.0.1:0", "--upstream", upstream, "--threads", threads];
     args.extend(["--duration", total, "--no-pin"]);
     args.extend(limits);
@@ -272,6 +281,7 @@ impl SizeFronts {
             concurrent_connections: 1000,
             header_timeout_ms: 5000,
             line_len: 4096,
+            max_connections: 9000,
         };
         let guarded = guard(exe, upstream, threads, total, &LIMITS)?;
         let depth = a.guard_pipeline.to_string();
@@ -318,7 +328,7 @@ pub fn run(a: GuardBenchArgs) -> Result<()> {
         return crate::slow::run(&exe, &s);
     }
     if a.attack {
-        return attack(&a, &exe);
+        return crate::attack::run(&a, &exe);
     }
     if a.tunnels {
         return crate::tunnels::run(&a, &exe);
@@ -556,202 +566,4 @@ impl Load<'_> {
         let p99 = v["latency_us"]["p99"].as_f64().context("http-load's report has no p99")?;
         Ok((v["rps"].as_f64().context("http-load's report has no rps")?, p99))
     }
-}
-
-/// The smallest range of `base`'s /8 with `n` usable hosts (network and
-/// broadcast are skipped, as http-load skips them).
-fn range_for(base: [u8; 4], n: usize) -> String {
-    let bits = (n + 2).next_power_of_two().trailing_zeros().max(2);
-    format!("{}.{}.{}.{}/{}", base[0], base[1], base[2], base[3], 32 - bits)
-}
-
-/// Sums over a pool's `per_second` from second `from` on: (2xx, all).
-fn seconds_from(pool: &serde_json::Value, from: usize) -> (u64, u64) {
-    let rows = pool["per_second"].as_array().map_or(&[][..], Vec::as_slice);
-    rows.iter().skip(from).fold((0, 0), |(ok, all), s| {
-        let n = |k: usize| s[k].as_u64().unwrap_or(0);
-        (ok + n(0), all + n(0) + n(1) + n(2))
-    })
-}
-
-/// The legitimate pool and the attack's, as http-load `--pool` TOML, and
-/// the attack's offered rate (requests/s, all its addresses).
-fn attack_pools(a: &GuardBenchArgs) -> (String, String, f64) {
-    let legit = format!(
-        "[[pool]]\nname = \"legit\"\nsource = \"{}\"\nconnections = {}\nrate = {}\nthreads = {}\nduration = {}\n",
-        range_for([127, 10, 0, 0], a.legit_clients),
-        a.legit_clients,
-        a.legit_rate,
-        a.threads,
-        a.duration + a.attack_delay
-    );
-    let attack_rate = a.attack_clients as f64 * f64::from(a.limit) * f64::from(a.attack_factor);
-    let attackers = format!(
-        "[[pool]]\nname = \"attack\"\nsource = \"{}\"\nconnections = {}\nrate = {attack_rate}\nthreads = {}\ndelay = {}\n",
-        range_for([127, 64, 0, 0], a.attack_clients),
-        a.attack_clients,
-        a.threads,
-        a.attack_delay
-    );
-    (legit, attackers, attack_rate)
-}
-
-/// One guard per phase (no block carries over), the load run through it.
-struct AttackBed<'a> {
-    a: &'a GuardBenchArgs,
-    exe: &'a Path,
-    dir: &'a Path,
-    upstream: String,
-    threads: String,
-    total: String,
-    /// The guard's flags: its limits, and TLS when asked.
-    limits: Vec<String>,
-}
-
-impl AttackBed<'_> {
-    /// Runs http-load with `pools` through a fresh guard: its report and
-    /// the guard's summary. `pools` may name `{ELSEWHERE}`: a second
-    /// guard's URL, started for the phase.
-    fn phase(&self, name: &str, pools: &str) -> Result<(serde_json::Value, serde_json::Value)> {
-        let a = self.a;
-        let scheme = if a.tls { "https" } else { "http" };
-        let limits: Vec<&str> = self.limits.iter().map(String::as_str).collect();
-        let (guarding, addr) = guard(self.exe, &self.upstream, &self.threads, &self.total, &limits)?;
-        let elsewhere = match pools.contains("{ELSEWHERE}") {
-            true => Some(guard(self.exe, &self.upstream, &self.threads, &self.total, &limits)?),
-            false => None,
-        };
-        let pools = match &elsewhere {
-            Some((_, other)) => pools.replace("{ELSEWHERE}", &format!("{scheme}://{other}/")),
-            None => pools.to_owned(),
-        };
-        let file = self.dir.join(format!("{name}.toml"));
-        std::fs::write(&file, pools)?;
-        let url = format!("{scheme}://{addr}/");
-        let out = Command::new(self.exe)
-            .args(["http-load", "--url", &url, "--pool", file.to_str().context("path")?, "--json"])
-            .args(["--duration", &a.duration.to_string(), "--timeout-ms", "2000"])
-            .args(if a.tls { &["--tls-insecure"][..] } else { &[] })
-            .output()
-            .context("running sluice http-load")?;
-        if !out.status.success() {
-            bail!("http-load failed: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        let load: serde_json::Value =
-            serde_json::from_slice(&out.stdout).context("http-load printed no JSON report")?;
-        Ok((load, guarding.summary()?))
-    }
-}
-
-/// `sluice-bench guard --attack`.
-fn attack(a: &GuardBenchArgs, exe: &Path) -> Result<()> {
-    let dir = tempfile::tempdir().context("a temporary directory")?;
-    let threads = a.threads.to_string();
-    let total = ((a.duration + a.attack_delay) * 2 + 30).to_string();
-    let (_server, upstream) = serve(exe, &threads, &total, 128)?;
-    let (legit, attackers, attack_rate) = attack_pools(a);
-    let limit = a.limit.to_string();
-    let mut limits = vec!["--request-rate", &limit, "--request-burst", &limit, "--ip-block", "60", "--json"]
-        .into_iter()
-        .map(String::from)
-        .collect::<Vec<_>>();
-    if a.guard_max_connections > 0 {
-        limits.extend(["--max-connections".into(), a.guard_max_connections.to_string()]);
-    }
-    if a.guard_max_inflight > 0 {
-        limits.extend(["--upstream-max-inflight".into(), a.guard_max_inflight.to_string()]);
-    }
-    if a.attack_pipeline > 1 {
-        limits.extend(["--upstream-pipeline".into(), a.attack_pipeline.to_string()]);
-    }
-    if a.tls {
-        limits.extend(tls_flags(dir.path())?);
-    }
-    let bed = AttackBed { a, exe, dir: dir.path(), upstream, threads, total, limits };
-    let phase = |name: &str, pools: &str| bed.phase(name, pools);
-    let (alone, _) = phase("alone", &legit)?;
-    let (both, g) = phase("both", &format!("{legit}\n{attackers}"))?;
-    let floor = match a.attack_floor {
-        true => Some(phase("floor", &format!("{legit}\n{attackers}url = \"{{ELSEWHERE}}\"\n"))?.0),
-        false => None,
-    };
-    // What the guard did to the attack: blocks, sheds, handshakes.
-    let keys = [
-        "upstream_queued",
-        "upstream_queued_new",
-        "upstream_queue_wait_us",
-        "upstream_queue_timeouts",
-        "blocked_total",
-        "shed_waiting",
-        "refused_at_accept",
-        "closed_blocked",
-        "connections",
-        "tls_handshakes",
-        "max_connections",
-    ];
-    let guard_summary: serde_json::Map<String, serde_json::Value> =
-        keys.iter().map(|&k| (k.to_owned(), g[k].clone())).collect();
-    let (la, lb, at) = (&alone["pools"]["legit"], &both["pools"]["legit"], &both["pools"]["attack"]);
-    let success = |p: &serde_json::Value| {
-        let (ok, all) = seconds_from(p, 0);
-        ok as f64 / all.max(1) as f64
-    };
-    let p99 = |p: &serde_json::Value| p["latency_us"]["p99"].as_f64().unwrap_or(f64::NAN);
-    // What the attack meant to send after its first second, on its open-loop
-    // schedule: a blocked address's requests mostly never go out (its
-    // connections are closed at accept), so answered-or-failed outcomes
-    // would undercount them. Refused is all of it but what came back 2xx.
-    let (attack_ok, attack_outcomes) = seconds_from(at, 1);
-    let meant = attack_rate * a.duration.saturating_sub(1) as f64;
-    let refused = 1.0 - attack_ok as f64 / meant.max(1.0);
-    let (legit_success, p99_ratio) = (success(lb), p99(lb) / p99(la));
-    // The refused share is only a verdict on the guard if the attackers did
-    // send above the limit: an unblocked attacker under it is served by
-    // design. Blocked addresses send little (refused at accept), so an
-    // attack is judged if its addresses were blocked or what went out per
-    // address beat the limit.
-    let issued = at["issued"].as_f64().unwrap_or(0.0);
-    let per_client = issued / (a.attack_clients as f64 * a.duration as f64).max(1.0);
-    let blocked_share = g["blocked_total"].as_f64().unwrap_or(0.0) / a.attack_clients.max(1) as f64;
-    let judged = blocked_share >= 0.99 || per_client > f64::from(a.limit);
-    println!(
-        "{}",
-        serde_json::json!({
-            "bench": "guard_attack",
-            "tls": a.tls,
-            "duration_s": a.duration,
-            "attack_delay_s": a.attack_delay,
-            "limit_per_ip": a.limit,
-            "guard_max_inflight": a.guard_max_inflight,
-            "guard_pipeline": a.attack_pipeline,
-            "legit": {"clients": a.legit_clients, "rate": a.legit_rate, "rps_alone": la["rps"], "rps_attacked": lb["rps"],
-                      "success_alone": success(la), "success_attacked": legit_success,
-                      "p99_us_alone": p99(la), "p99_us_attacked": p99(lb), "errors_attacked": lb["errors"],
-                      "per_second_attacked": lb["per_second"]},
-            "attack": {"clients": a.attack_clients, "offered_rate": attack_rate, "rps_answered": at["rps"],
-                       "requests_after_first_second": meant, "served_after_first_second": attack_ok,
-                       "outcomes_after_first_second": attack_outcomes,
-                       "refused_after_first_second": refused, "sources": at["sources"], "errors": at["errors"],
-                       // What http-load got out (a blocked address's requests mostly do not go out;
-                       // far below the offered rate with none blocked, the load tool could not keep up).
-                       "issued": at["issued"], "issued_per_client_per_s": per_client,
-                       "blocked_share": blocked_share,
-                       "per_second": at["per_second"]},
-            "guard": guard_summary,
-            // The same attack on a guard of its own: the legitimate p99
-            // the machine's contention alone leaves (null without --attack-floor).
-            "floor": floor.as_ref().map(|f| {
-                let lf = &f["pools"]["legit"];
-                serde_json::json!({"p99_us": p99(lf), "success": success(lf), "p99_over_alone": p99(lf) / p99(la),
-                                   "attacked_over_floor": p99(lb) / p99(lf)})
-            }),
-            "targets": {
-                "legit_success": {"min": 0.999, "value": legit_success, "met": legit_success >= 0.999},
-                "legit_p99_over_alone": {"max": 2.0, "value": p99_ratio, "met": p99_ratio <= 2.0},
-                "attack_refused_after_first_second": {"min": 0.99, "value": refused, "met": refused >= 0.99,
-                    "judged": judged},
-            },
-        })
-    );
-    Ok(())
 }

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+mod attack;
 mod filter;
 mod flowspec;
 mod fronts;
