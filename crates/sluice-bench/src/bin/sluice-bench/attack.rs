@@ -293,6 +293,13 @@ fn contender_row(bed: &AttackBed, contender: &str) -> Result<serde_json::Value> 
                    "blocked_share": blocked_share,
                    "per_second": at["per_second"]},
         "guard": guard_summary,
+        // How many client connections the front can hold at once (HAProxy's
+        // is capped by this machine's file limit: `fronts::haproxy_maxconn`).
+        "front_max_connections": match contender {
+            "haproxy" => Some(fronts::haproxy_maxconn(bed.peer_limits.max_connections)),
+            "nginx" => Some(bed.peer_limits.max_connections.min(fronts::fd_hard_limit() / 2)),
+            _ => g["max_connections"].as_u64().map(|m| m as u32),
+        },
         // The same attack on a second front of the same kind: the
         // legitimate p99 the machine's contention alone leaves (null
         // without --attack-floor).

@@ -28,6 +28,23 @@ pub struct PeerLimits {
     pub max_connections: u32,
 }
 
+/// The most files a process may open here (what no front can go past,
+/// root or not, in a container without `CAP_SYS_RESOURCE`).
+pub fn fd_hard_limit() -> u32 {
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    let hard = limits.lines().find_map(|l| l.strip_prefix("Max open files")?.split_whitespace().nth(1)?.parse().ok());
+    // "unlimited" does not parse: no cap worth applying.
+    hard.unwrap_or(u32::MAX)
+}
+
+/// HAProxy's `maxconn` for `wanted` client connections: it reserves two
+/// files per connection and refuses to start past the file limit, so on
+/// a machine whose limit is lower it holds fewer (the bench's rows say
+/// how many).
+pub fn haproxy_maxconn(wanted: u32) -> u32 {
+    wanted.min(fd_hard_limit().saturating_sub(100) / 2)
+}
+
 /// A free loopback port (bound, then released for the contender to take).
 pub fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
@@ -53,8 +70,8 @@ pub fn wait_listening(addr: SocketAddr) -> Result<()> {
 pub fn nginx_conf(dir: &Path, port: u16, upstream: &str, limits: Option<&PeerLimits>) -> String {
     let dir = dir.display();
     // A client connection and, while a request is proxied, an upstream one.
-    let workers = limits.map_or(9000, |l| l.max_connections).max(9000) * 2 + 1000;
-    let nofile = workers + 1000;
+    let nofile = (limits.map_or(9000, |l| l.max_connections).max(9000) * 2 + 2000).min(fd_hard_limit());
+    let workers = nofile - 1000;
     let (http, server, location) = match limits {
         None => (String::new(), String::new(), format!("proxy_pass http://{upstream};")),
         Some(l) => (
@@ -89,7 +106,7 @@ pub fn nginx_conf(dir: &Path, port: u16, upstream: &str, limits: Option<&PeerLim
 /// refused as the guard refuses it (429 for requests, closed connections),
 /// `timeout http-request` and the methods.
 pub fn haproxy_conf(port: u16, upstream: &str, limits: Option<&PeerLimits>) -> String {
-    let maxconn = limits.map_or(9000, |l| l.max_connections).max(9000);
+    let maxconn = haproxy_maxconn(limits.map_or(9000, |l| l.max_connections).max(9000));
     let (timeout, frontend) = match limits {
         None => ("10s".to_owned(), String::new()),
         Some(l) => (
