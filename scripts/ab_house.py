@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""A/B: the sluice binary before issue 60 (4ad3b0f) and after (main), alternating rounds.
+"""A/B of two sluice binaries (issue 60: before 4ad3b0f, after main), alternating rounds:
+`scripts/ab_house.py filter` or `scripts/ab_house.py guard`, one JSON line per binary.
 filter: wall and CPU of `sluice filter` over a 2M-frame capture with the embedded FireHOL list.
 guard: req/s and p99 of `sluice http-load` (closed loop) through `sluice http-guard` to `sluice http-serve`."""
-import json, os, re, resource, statistics, subprocess, sys, time, socket
+import json, os, resource, statistics, subprocess, sys, time, socket
 # SLUICE_BEFORE and SLUICE_AFTER: the two binaries (e.g. a worktree at the old commit, built).
 B = {"before": os.environ["SLUICE_BEFORE"], "after": os.environ.get("SLUICE_AFTER", "target/release/sluice")}
 ROUNDS = int(os.environ.get("ROUNDS", "7"))
