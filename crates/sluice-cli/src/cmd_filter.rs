@@ -1,12 +1,12 @@
-//! `sluice filter`: flags onto a `sluice_pipeline::filter::FilterConfig`;
+//! `sluice filter`: flags onto a `sluice_filter::FilterConfig`;
 //! the run, its stop at SIGINT and its summary are the library's.
 
 use crate::report::Bar;
 use crate::{progress, Outcome};
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
+use sluice_filter::FilterConfig;
 use sluice_pcap::OutputFormat;
-use sluice_pipeline::filter::FilterConfig;
 use sluice_pipeline::flags::{ReassemblyFlags, VerdictFlag};
 use sluice_pipeline::{JudgeConfig, ReadMode, RunConfig, WorkersConfig};
 use std::path::PathBuf;
@@ -119,7 +119,7 @@ pub fn run(a: FilterArgs) -> Result<Outcome> {
         stop: stop.clone(),
     };
     let bar = Bar(progress::bar(0, true, !a.no_progress));
-    let filter = sluice_pipeline::filter::start(config, Box::new(bar.clone()))?;
+    let filter = sluice_filter::start(config, Box::new(bar.clone()))?;
     let (summary, _) = sluice_control::product::run_to_end(filter, None, false)?;
     bar.0.finish_and_clear();
     let text = sluice_control::product::print(&summary, a.json);

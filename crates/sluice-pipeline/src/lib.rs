@@ -22,7 +22,6 @@
 
 pub mod batch;
 pub mod capture;
-pub mod filter;
 pub mod flags;
 pub mod io;
 pub mod judge;

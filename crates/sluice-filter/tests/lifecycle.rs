@@ -4,7 +4,7 @@
 
 use sluice_control::product::{Running, Summary};
 use sluice_engine::RuleSet;
-use sluice_pipeline::filter::{start, FilterConfig, FilterError};
+use sluice_filter::{start, FilterConfig, FilterError};
 use sluice_pipeline::{Observer, Progress, Quiet, ReadMode, ReassemblyConfig, RunConfig, WorkersConfig};
 use sluice_rules::Prefix;
 use std::path::{Path, PathBuf};

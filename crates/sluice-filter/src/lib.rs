@@ -5,16 +5,15 @@
 //! (SIGINT, a test) can stop it: the source then ends where it is, and
 //! everything read before is judged, written and summed up.
 
-use crate::capture::{CaptureSinks, CaptureSource, ReadMode, SinkError};
-use crate::io::{Fill, Source};
-use crate::reassembly::ReassemblyConfig;
-use crate::run::{Observer, RunConfig, RunError, RunReport};
-use crate::sample::{tap, Backpressure, SampleConfig, SampleReport, Sampler};
-use crate::{judge, PacketBatch, WorkersConfig};
 use sluice_control::product::{Handle, Running, Summary};
 use sluice_engine::snapshot::Published;
 use sluice_engine::RuleSet;
 use sluice_pcap::{Format, OutputFormat, PcapError};
+use sluice_pipeline::sample::{tap, Backpressure, SampleConfig, SampleReport, Sampler};
+use sluice_pipeline::{judge, PacketBatch, WorkersConfig};
+use sluice_pipeline::{CaptureSinks, CaptureSource, ReadMode, SinkError};
+use sluice_pipeline::{Fill, Source};
+use sluice_pipeline::{Observer, ReassemblyConfig, RunConfig, RunError, RunReport};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -121,7 +120,7 @@ pub fn start(config: FilterConfig, mut observer: Box<dyn Observer + Send>) -> Re
             let judge = judge(&rules, config.workers);
             let mut stage = config.reassembly.stage();
             let mut sink = tap(sampler.as_ref(), &mut sinks);
-            let result = crate::run(&mut source, &mut stage, judge, &mut sink, observer.as_mut(), &config.run);
+            let result = sluice_pipeline::run(&mut source, &mut stage, judge, &mut sink, observer.as_mut(), &config.run);
             let (samples, sample_error) = sampler.map_or((None, None), Sampler::end);
             let done = result.map_err(|e| match e {
                 RunError::Judge { error, .. } => FilterError::Run(format!(
