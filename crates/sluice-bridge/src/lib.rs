@@ -209,6 +209,9 @@ impl Bridge {
             true => controller.with_bgp_status(Arc::new(move || st.json())),
             false => controller,
         };
+        let (port_list, bgp) = (port_names.clone(), cfg.bgp.is_some());
+        let controller = controller
+            .with_status(Arc::new(move || serde_json::json!({ "product": "bridge", "ports": port_list, "bgp": bgp })));
         let published = Arc::clone(controller.published());
 
         let stop = Arc::new(AtomicBool::new(false));

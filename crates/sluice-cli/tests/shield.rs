@@ -308,6 +308,12 @@ fn ctl_changes_are_in_the_kernel_when_answered_and_timeouts_lift_them() {
     let a = |seq| udp([10, 5, 0, 1], 53, seq);
     let b = |seq| udp([10, 6, 3, 3], 53, seq);
     assert_eq!(through(&h, &[a(0), b(1)]), BTreeSet::from([0, 1]), "before any add");
+    // The mode `auto` chose, as the log said it.
+    let status = ctl(&sock, &["status"]);
+    let iface = &status["status"]["interfaces"][0];
+    assert_eq!((&status["status"]["product"], &iface["iface"]), (&"shield".into(), &h.dev.clone().into()), "{status}");
+    let mode = iface["mode"].as_str().unwrap_or_default();
+    assert!(matches!(mode, "native" | "generic") && shield.log.contains(mode), "{status} {}", shield.log);
 
     ctl(&sock, &["add", "blocks", "10.5.0.1"]);
     let added = std::time::Instant::now();

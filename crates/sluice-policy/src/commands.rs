@@ -29,11 +29,14 @@ pub enum Command {
     Bgp,
     /// The flows routers announced, in force.
     Flows,
+    /// What the product is and how it runs (a shield: each interface's XDP
+    /// mode and program).
+    Status,
 }
 
 impl Command {
     /// The verbs, for a refusal's list.
-    pub const VERBS: &'static str = "add, del, flush, test, list, sets, stats, reload, bgp, flows";
+    pub const VERBS: &'static str = "add, del, flush, test, list, sets, stats, status, reload, bgp, flows";
 }
 
 impl Protocol for Command {
@@ -49,6 +52,7 @@ impl Protocol for Command {
             "reload" => (Command::Reload, "reload"),
             "bgp" => (Command::Bgp, "bgp"),
             "flows" => (Command::Flows, "flows"),
+            "status" => (Command::Status, "status"),
             v => return Err(format!("unknown command `{v}` (this socket is a bridge's: {})", Command::VERBS)),
         };
         want(args, 0, usage)?;
@@ -63,6 +67,7 @@ impl Protocol for Command {
             Command::Reload => "reload",
             Command::Bgp => "bgp",
             Command::Flows => "flows",
+            Command::Status => "status",
         }
     }
 
@@ -73,7 +78,9 @@ impl Protocol for Command {
     fn role(&self) -> Role {
         match self {
             Command::Set(c) => c.role(),
-            Command::Sets | Command::Stats | Command::Reload | Command::Bgp | Command::Flows => Role::Admin,
+            Command::Sets | Command::Stats | Command::Status | Command::Reload | Command::Bgp | Command::Flows => {
+                Role::Admin
+            }
         }
     }
 }
@@ -86,7 +93,9 @@ pub fn render_text(r: &serde_json::Value) -> String {
     if r["ok"] != true {
         return out;
     }
-    if let Some(sets) = r["sets"].as_array() {
+    if let Some(status) = r["status"].as_object() {
+        status_text(&mut out, status);
+    } else if let Some(sets) = r["sets"].as_array() {
         sets_text(&mut out, sets);
     } else if let Some(flows) = r["flows"].as_array() {
         flows_text(&mut out, r, flows);
@@ -107,6 +116,31 @@ pub fn render_text(r: &serde_json::Value) -> String {
         let _ = writeln!(out, "reloaded; generation {} in force", r["generation"]);
     }
     out
+}
+
+/// `status`: one `key: value` line each; a list of objects (a shield's
+/// interfaces) one indented line per object.
+fn status_text(out: &mut String, status: &serde_json::Map<String, serde_json::Value>) {
+    use std::fmt::Write as _;
+    for (k, v) in status {
+        match v.as_array() {
+            Some(rows) => {
+                let _ = writeln!(out, "{k}:");
+                for row in rows {
+                    let fields: Vec<String> = match row.as_object() {
+                        Some(o) => {
+                            o.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| format!("{k} {}", plain(v))).collect()
+                        }
+                        None => vec![plain(row)],
+                    };
+                    let _ = writeln!(out, "  {}", fields.join(", "));
+                }
+            }
+            None => {
+                let _ = writeln!(out, "{k}: {}", plain(v));
+            }
+        }
+    }
 }
 
 /// `sets`: a table, then where the geo sets' networks came from.
@@ -238,6 +272,12 @@ fn test_text(out: &mut String, r: &serde_json::Value) {
     }
 }
 
+/// A value as a person reads it: a string without its quotes, anything
+/// else as JSON.
+fn plain(v: &serde_json::Value) -> String {
+    v.as_str().map_or_else(|| v.to_string(), str::to_owned)
+}
+
 fn str_of(v: &serde_json::Value) -> String {
     v.as_str().unwrap_or("").to_owned()
 }
@@ -287,6 +327,17 @@ mod tests {
         assert_eq!(render_text(&r), "192.0.2.1/32 timeout 5\n");
         let r = serde_json::json!({"ok": false, "error": "line 2: del b 192.0.2.9/32: 192.0.2.9/32 is not in the set", "line": 2});
         assert_eq!(render_text(&r), "");
+    }
+
+    #[test]
+    fn status_renders_a_line_per_key_and_per_interface() {
+        assert_eq!(line("status").unwrap(), Some(Command::Status));
+        let r = serde_json::json!({ "ok": true, "status": { "product": "shield", "interfaces": [
+            { "iface": "eth0", "mode": "native", "auto": null }, { "iface": "eth1", "mode": "generic" } ], "rules": 2 } });
+        assert_eq!(
+            render_text(&r),
+            "interfaces:\n  iface eth0, mode native\n  iface eth1, mode generic\nproduct: shield\nrules: 2\n"
+        );
     }
 
     #[test]

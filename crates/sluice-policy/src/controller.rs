@@ -241,6 +241,8 @@ pub struct Controller {
     flows: Option<Arc<sluice_engine::flows::FlowTable>>,
     /// Answers `ctl bgp` (the bridge's BGP sessions), when it has some.
     bgp_status: Option<StatusFn>,
+    /// The product's own part of `ctl status`.
+    status: Option<StatusFn>,
     /// Called with every rule set before it is published (and so before
     /// the changes in it are answered): a data plane that keeps its own
     /// copy of the sets (the shield's kernel maps) brings it up to date.
@@ -303,6 +305,7 @@ impl Controller {
             retired: Vec::new(),
             flows: None,
             bgp_status: None,
+            status: None,
             on_publish: None,
             reading: None,
             next_load: None,
@@ -317,6 +320,13 @@ impl Controller {
     }
 
     /// Answer `ctl bgp` with `status`.
+    /// What `ctl status` answers: the product's own facts (an object),
+    /// beside the rules' generation in force.
+    pub fn with_status(mut self, status: StatusFn) -> Controller {
+        self.status = Some(status);
+        self
+    }
+
     pub fn with_bgp_status(mut self, status: StatusFn) -> Controller {
         self.bgp_status = Some(status);
         self
@@ -670,6 +680,11 @@ impl Controller {
                 }).map_err(|e| (e, None)),
                 Command::Stats => Ok(self.stats_json()),
                 Command::Flows => Ok(flows_json(rules)),
+                Command::Status => {
+                    let mut status = self.status.as_ref().map_or_else(|| json!({}), |f| f());
+                    status["generation"] = json!(self.state.generation.load(Ordering::Relaxed));
+                    Ok(json!({ "ok": true, "status": status }))
+                }
                 Command::Bgp => match &self.bgp_status {
                     Some(f) => Ok(f()),
                     None => Err(("this bridge has no BGP session (--bgp-peer)".into(), None)),

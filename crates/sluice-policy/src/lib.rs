@@ -28,6 +28,6 @@ pub mod usage;
 pub use commands::Command;
 pub use controller::{
     deliver_to, spawn_signals, ControlState, Controller, Event, FileWatch, Loading, LoadingError, Publication,
-    SignalThread,
+    SignalThread, StatusFn,
 };
 pub use spec::{describe, total_entries, Expiring, ListEntries, LoadError, Loaded, RuleSpec};

@@ -17,7 +17,7 @@ use sluice_live::bpf::{XdpLink, XdpMode};
 use sluice_live::LiveError;
 use sluice_policy::spec::RuleSpec;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Which XDP mode to attach in.
@@ -154,7 +154,8 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
     // fails stops the start with nothing attached. Every shield has one,
     // with or without a socket: it rereads the rules on SIGHUP and puts
     // timed list entries out of force as they expire.
-    let control = start_control(&config, &spec, &kernel, plan.expiring)?;
+    let status = Arc::new(OnceLock::new());
+    let control = start_control(&config, &spec, &kernel, plan.expiring, &status)?;
     // Served before any interface is touched, as the control socket: an
     // address that cannot be bound stops the start with nothing attached.
     let metrics = Arc::new(crate::metrics::ShieldMetrics::new(
@@ -197,6 +198,7 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
         }
     }
     kernel.lock().unwrap_or_else(PoisonError::into_inner).links = links;
+    let _ = status.set(attached.clone());
     metrics.attached(attached.clone());
     Ok(Shield {
         kernel,
@@ -217,6 +219,7 @@ fn start_control(
     spec: &RuleSpec,
     kernel: &Arc<Mutex<Kernel>>,
     read: sluice_policy::Expiring,
+    attached: &Arc<OnceLock<Vec<Attached>>>,
 ) -> Result<ControlPlane, ShieldError> {
     let loading = sluice_policy::Loading::load(
         config.rules.clone(),
@@ -244,8 +247,10 @@ fn start_control(
         Compiled::new(&file, &sets, &options)
     });
     let mut mirror = crate::mirror::Mirror::new(Arc::clone(kernel), first, rebuild);
-    let controller =
-        loading.controller.without_merges().on_publish(Box::new(move |rules, why| mirror.sync(rules, why)));
+    let status = status_fn(config, kernel, attached);
+    let controller = (loading.controller.without_merges())
+        .with_status(status)
+        .on_publish(Box::new(move |rules, why| mirror.sync(rules, why)));
     let socket_counters = Arc::new(sluice_control::socket::SocketCounters::default());
     let (events, rx) = std::sync::mpsc::channel();
     let socket = match &config.control {
@@ -282,6 +287,39 @@ fn start_control(
         None => None,
     };
     Ok(ControlPlane { events, thread, socket, bouncer, state, socket_counters })
+}
+
+/// `ctl status` of a shield: each interface with the XDP mode it runs in
+/// (what `auto` chose), the program's size, the dry run and the pins.
+fn status_fn(
+    config: &ShieldConfig,
+    kernel: &Arc<Mutex<Kernel>>,
+    attached: &Arc<OnceLock<Vec<Attached>>>,
+) -> sluice_policy::StatusFn {
+    let (kernel, attached) = (Arc::clone(kernel), Arc::clone(attached));
+    let (dry_run, persist) = (config.options.dry_run, config.persist.clone());
+    Arc::new(move || {
+        let k = kernel.lock().unwrap_or_else(PoisonError::into_inner);
+        let ifaces: Vec<serde_json::Value> = (attached.get().map_or(&[][..], Vec::as_slice).iter())
+            .map(|a| {
+                serde_json::json!({
+                    "iface": a.iface, "mode": a.mode, "auto": a.fell_back, "replaced": a.replaced,
+                    "pinned": a.pinned.as_ref().map(|p| p.display().to_string()), "adopted": a.adopted,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "product": "shield",
+            "interfaces": ifaces,
+            "rules": k.compiled.rule_lines().len(),
+            "instructions": k.compiled.instructions(),
+            "table_bytes": k.compiled.table_bytes(),
+            "dry_run": dry_run,
+            "persist": persist.as_ref().map(|p| p.display().to_string()),
+            "reloads": k.reloads,
+            "reloads_failed": k.reloads_failed,
+        })
+    })
 }
 
 /// The file an interface's link is pinned as: bpffs refuses names with a
