@@ -1,3 +1,5 @@
 //! The server side of HTTP/2 (RFC 9113), no I/O: [`frame`] (the frame
-//! layer, parsed from byte slices, typed errors with the RFC error code).
+//! layer, parsed from byte slices, typed errors with the RFC error code)
+//! and [`hpack`] (h2 0.4.18's decoder, adapted; our stateless encoder).
 pub mod frame;
+pub mod hpack;
