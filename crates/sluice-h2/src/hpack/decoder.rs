@@ -112,6 +112,19 @@ impl Decoder {
         self.table.size
     }
 
+    /// The most a decoder with a `size`-byte table holds: the entries'
+    /// bytes, plus per entry (at most `size / 32` of them) two vectors'
+    /// overhead, the ring buffer's slots counted twice for its growth.
+    pub fn memory_bound(size: usize) -> usize {
+        size + (size / ENTRY_OVERHEAD + 1) * 4 * 24 + 256
+    }
+
+    /// What this decoder holds now (see `memory_bound`).
+    pub fn memory_in_use(&self) -> usize {
+        let entries: usize = self.table.entries.iter().map(|(n, v)| n.capacity() + v.capacity()).sum();
+        entries + self.table.entries.capacity() * 2 * 24 + 256
+    }
+
     /// Decodes one whole header block, calling `f` with each field in
     /// order while the list stays within `max_list` (RFC 7541 sizes:
     /// name + value + 32 each). Past it the rest of the block is still
@@ -279,7 +292,10 @@ impl Table {
         }
     }
 
-    fn insert(&mut self, name: Vec<u8>, value: Vec<u8>) {
+    fn insert(&mut self, mut name: Vec<u8>, mut value: Vec<u8>) {
+        // Huffman output is over-reserved; the table keeps exact sizes.
+        name.shrink_to_fit();
+        value.shrink_to_fit();
         let len = name.len() + value.len() + ENTRY_OVERHEAD;
         self.reserve(len);
         // RFC 7541 4.4: an entry larger than the table empties it and is
