@@ -104,3 +104,28 @@ fn frame_after_unfinished_headers_is_a_connection_error() {
     assert!(p.feed(&b, 1).is_err());
     assert_eq!(p.goaway_code(), Some(ErrorCode::ProtocolError.to_u32()));
 }
+
+/// A reset stream's unreleased body bytes go back to the connection
+/// window when it goes; a late `release` for it changes nothing.
+#[test]
+fn reset_stream_window_is_reclaimed() {
+    let mut p = Peer::new();
+    p.handshake();
+    let mut b = Vec::new();
+    for s in [1, 3] {
+        frame::write_headers(&mut b, s, &request_block("POST", "/", &[]), false, 16_384);
+        frame::write_data(&mut b, s, &[b'a'; 40_000], false, 16_384);
+        b.extend(rst(s));
+    }
+    p.feed(&b, 1).unwrap();
+    assert!(p.events.contains(&Event::Reset { stream: 3 }));
+    // 80 000 reclaimed, over half the 128 KiB window: granted at once
+    // (after the 65 537 that raised the window from the RFC's 65 535).
+    let wu: Vec<_> = p.sent(kind::WINDOW_UPDATE).into_iter().filter(|f| f.stream == 0).cloned().collect();
+    let granted: Vec<u32> = wu.iter().map(|f| u32::from_be_bytes(f.payload[..4].try_into().unwrap())).collect();
+    assert_eq!(granted, vec![128 * 1024 - 65_535, 80_000]);
+    p.conn.release(1, 40_000);
+    p.conn.release(3, 40_000);
+    p.drain();
+    assert_eq!(p.sent(kind::WINDOW_UPDATE).len(), wu.len());
+}

@@ -89,6 +89,8 @@ struct Stream {
     recv_window: i64,
     /// Released by the application, not yet granted by WINDOW_UPDATE.
     recv_credit: u32,
+    /// Delivered in `Event::Data`, not yet released.
+    unreleased: u32,
     send_window: i64,
     content_length: Option<u64>,
     received: u64,
@@ -321,10 +323,7 @@ impl ServerConn {
     /// A stream error (RFC 9113 5.4.2): RST_STREAM with `code`; if the
     /// application knew the stream, `Event::Reset`.
     fn stream_error(&mut self, stream: u32, code: ErrorCode) -> Result<(), ConnError> {
-        // What it received and the application has not released yet is
-        // still the application's to release (`release` credits the
-        // connection whether or not the stream is there).
-        if self.streams.remove(&stream).is_some() {
+        if self.drop_stream(stream) {
             self.push_event(Event::Reset { stream });
         }
         self.reply(|o| frame::write_rst_stream(o, stream, code))
@@ -347,7 +346,7 @@ impl ServerConn {
             .find(|(_, s)| s.stalled_since.is_some_and(|t| now.saturating_duration_since(t) >= timeout))
             .map(|(&id, _)| id);
         if let Some(id) = stalled {
-            self.streams.remove(&id);
+            self.drop_stream(id);
             self.push_event(Event::Reset { stream: id });
             frame::write_rst_stream(&mut self.out, id, ErrorCode::Cancel);
             return Err(self.breach(BreachKind::ZeroWindowStall));
@@ -487,7 +486,7 @@ impl ServerConn {
 
     /// Resets `stream` (RST_STREAM with `code`); no event follows for it.
     pub fn reset(&mut self, stream: u32, code: ErrorCode) {
-        if self.streams.remove(&stream).is_some() {
+        if self.drop_stream(stream) {
             frame::write_rst_stream(&mut self.out, stream, code);
         }
     }
@@ -503,20 +502,23 @@ impl ServerConn {
 
     /// The application has forwarded `n` bytes of `stream`'s DATA: the
     /// client may send that many more (WINDOW_UPDATE, batched to half a
-    /// window).
+    /// window). Bytes of a stream that is gone were reclaimed when it went:
+    /// nothing to do then.
     pub fn release(&mut self, stream: u32, n: usize) {
-        let n = u32::try_from(n).unwrap_or(u32::MAX);
-        self.credit_conn(n);
         let half = self.limits.stream_window / 2;
-        if let Some(s) = self.streams.get_mut(&stream) {
-            if s.recv_open {
-                s.recv_credit = s.recv_credit.saturating_add(n);
-                if s.recv_credit >= half.max(1) {
-                    let inc = s.recv_credit;
-                    s.recv_credit = 0;
-                    s.recv_window += i64::from(inc);
-                    frame::write_window_update(&mut self.out, stream, inc);
-                }
+        let Some(s) = self.streams.get_mut(&stream) else { return };
+        let n = u32::try_from(n).unwrap_or(u32::MAX).min(s.unreleased);
+        s.unreleased -= n;
+        let open = s.recv_open;
+        self.credit_conn(n);
+        // A stream the client finished sending on needs no more window.
+        if let Some(s) = self.streams.get_mut(&stream).filter(|_| open) {
+            s.recv_credit = s.recv_credit.saturating_add(n);
+            if s.recv_credit >= half.max(1) {
+                let inc = s.recv_credit;
+                s.recv_credit = 0;
+                s.recv_window += i64::from(inc);
+                frame::write_window_update(&mut self.out, stream, inc);
             }
         }
     }
@@ -533,11 +535,25 @@ impl ServerConn {
         }
     }
 
+    /// Forgets a stream; the body bytes it delivered that the application
+    /// has not released are reclaimed for the connection window now (a
+    /// `release` for it later is ignored), so a reset stream cannot leak
+    /// the connection's window.
+    pub(super) fn drop_stream(&mut self, stream: u32) -> bool {
+        match self.streams.remove(&stream) {
+            Some(s) => {
+                self.credit_conn(s.unreleased);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// A stream both sides finished is dropped, and counts as completed
     /// (Rapid Reset's net count).
     fn maybe_done(&mut self, stream: u32) {
         if self.streams.get(&stream).is_some_and(|s| !s.recv_open && !s.send_open) {
-            self.streams.remove(&stream);
+            self.drop_stream(stream);
             self.resets_net.give(1);
         }
     }
@@ -566,6 +582,7 @@ impl Stream {
             headers_sent: false,
             recv_window: i64::from(limits.stream_window),
             recv_credit: 0,
+            unreleased: 0,
             send_window: i64::from(peer_initial_window),
             content_length: head.content_length,
             received: 0,

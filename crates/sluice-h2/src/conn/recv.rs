@@ -179,6 +179,8 @@ impl ServerConn {
         }
         s.recv_window -= flow;
         s.received += data.len() as u64;
+        // At most the stream window: u32 holds it.
+        s.unreleased = s.unreleased.saturating_add(data.len() as u32);
         let length_ok = match s.content_length {
             Some(cl) if end_stream => s.received == cl,
             Some(cl) => s.received <= cl,
@@ -340,7 +342,7 @@ impl ServerConn {
         if !total || !net {
             return Err(self.breach(BreachKind::RapidReset));
         }
-        if self.streams.remove(&stream).is_some() {
+        if self.drop_stream(stream) {
             self.push_event(Event::Reset { stream });
         }
         Ok(())
