@@ -159,7 +159,8 @@ pub struct FrameHeader {
 impl FrameHeader {
     /// The header at the start of `buf`, or None when fewer than 9 bytes.
     pub fn parse(buf: &[u8]) -> Option<FrameHeader> {
-        let b = buf.get(..HEADER_LEN)?;
+        // A fixed-size array: the indexes below are checked at compile time.
+        let b = buf.first_chunk::<HEADER_LEN>()?;
         let len = u32::from_be_bytes([0, b[0], b[1], b[2]]);
         let stream = u32::from_be_bytes([b[5], b[6], b[7], b[8]]) & MAX_WINDOW;
         Some(FrameHeader { len, kind: b[3], flags: b[4], stream })
