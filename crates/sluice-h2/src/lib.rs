@@ -32,7 +32,8 @@
 //! table 4096; stream window 65535, connection window 128 KiB. Floods, each
 //! a [`BreachKind`] with a stable name, counted by token buckets against
 //! the `now` given: Rapid Reset (50 resets a second net of streams
-//! completed, 200 in all), SETTINGS (10, then 2 a second), PING (10 a
+//! completed, 200 in all, streams we refuse and malformed requests counted
+//! with them), SETTINGS (10, then 2 a second), PING (10 a
 //! second), PRIORITY (100 plus 100 per stream opened), WINDOW_UPDATE (100 a
 //! second plus 2 per DATA frame we sent), empty DATA/HEADERS/CONTINUATION
 //! frames without END_STREAM (100), more than 64 unread replies (the peer

@@ -323,3 +323,27 @@ fn limits_are_configurable() {
     let r = p.feed(&pings(1), 1);
     assert_breach(&p, r, BreachKind::PingFlood);
 }
+
+/// Malformed requests (each refused with RST_STREAM) count with the
+/// resets: 200 a second pass, the 201st is the flood.
+#[test]
+fn malformed_request_flood() {
+    let malformed = |first: u32, n: u32| {
+        let mut b = Vec::new();
+        for i in 0..n {
+            let block = request_block("GET", "/", &[("upgrade", "x")]);
+            frame::write_headers(&mut b, first + 2 * i, &block, true, 16_384);
+        }
+        b
+    };
+    let mut p = Peer::new();
+    p.handshake();
+    for k in 0..4 {
+        // 50 per feed, so the unread-replies bound is not what trips.
+        p.feed(&malformed(1 + 100 * k, 50), 1).unwrap();
+    }
+    assert!(p.breaches().is_empty());
+    assert_eq!(p.sent(kind::RST_STREAM).len(), 200);
+    let r = p.feed(&malformed(401, 1), 1);
+    assert_breach(&p, r, BreachKind::RapidReset);
+}

@@ -35,8 +35,10 @@ pub struct Limits {
     /// Rapid Reset (CVE-2023-44487): a breach when client resets run more
     /// than this many per second ahead of streams completed normally.
     pub resets_net_per_sec: u32,
-    /// Rapid Reset, the cruder count: resets (and refused streams) per
-    /// second regardless of completions.
+    /// Rapid Reset, the cruder count: resets per second regardless of
+    /// completions. Streams we refuse (over the concurrency limit, or
+    /// malformed) and header blocks for no open stream count here too:
+    /// each costs a decode and reaches no request budget of the guard's.
     pub resets_total_per_sec: u32,
     /// SETTINGS frames: a burst of this many, then `settings_per_sec`
     /// (each costs an ack; CVE-2019-9515).

@@ -292,7 +292,15 @@ impl ServerConn {
                     self.push_event(Event::Request { stream: p.stream, head, end_stream: p.end_stream });
                     Ok(())
                 }
-                Err(_) => self.reply(|o| frame::write_rst_stream(o, p.stream, ProtocolError)),
+                Err(_) => {
+                    // A malformed request costs a decode and a reply and
+                    // reaches no request budget of the guard's: counted
+                    // with the resets.
+                    if !self.resets_total.take(self.now) {
+                        return Err(self.breach(BreachKind::RapidReset));
+                    }
+                    self.reply(|o| frame::write_rst_stream(o, p.stream, ProtocolError))
+                }
             },
             BlockFor::Trailers => {
                 let ok = b.finish_trailers().is_ok() && p.end_stream;
@@ -317,6 +325,10 @@ impl ServerConn {
                 self.reply(|o| frame::write_rst_stream(o, p.stream, ErrorCode::RefusedStream))
             }
             BlockFor::Ignored => {
+                // A block for no stream: work for nothing, counted too.
+                if !self.resets_total.take(self.now) {
+                    return Err(self.breach(BreachKind::RapidReset));
+                }
                 if self.streams.contains_key(&p.stream) {
                     return self.stream_error(p.stream, StreamClosed);
                 }
