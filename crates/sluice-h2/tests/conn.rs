@@ -17,7 +17,14 @@ fn get_then_response_with_flow_control() {
         panic!("{:?}", p.events)
     };
     assert_eq!(head.to_h1(), b"GET / HTTP/1.1\r\nhost: example.test\r\n\r\n");
-    p.conn.send_headers(1, 200, &[(b"Content-Type", b"text/plain"), (b"Connection", b"close")], false).unwrap();
+    let upstream: [(&[u8], &[u8]); 5] = [
+        (b"Content-Type", b"text/plain"),
+        (b"Connection", b"close, X-Hop"),
+        (b"X-Hop", b"1"),
+        (b"Keep-Alive", b"timeout=5"),
+        (b"Transfer-Encoding", b"chunked"),
+    ];
+    p.conn.send_headers(1, 200, &upstream, false).unwrap();
     let body = vec![b'x'; 100_000];
     let mut sent = 0;
     loop {
@@ -45,7 +52,7 @@ fn get_then_response_with_flow_control() {
     assert_eq!(data, 100_000);
     assert_eq!(p.sent(kind::DATA).last().unwrap().flags & frame::flag::END_STREAM, 1);
     assert_eq!(p.conn.open_streams(), 0);
-    // The response head: :status 200 indexed, connection dropped.
+    // The response head: :status 200 indexed, the hop-by-hop fields dropped.
     let h = &p.sent(kind::HEADERS)[0].payload;
     let mut d = sluice_h2::hpack::Decoder::default();
     let mut got = Vec::new();

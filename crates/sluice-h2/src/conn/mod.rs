@@ -372,7 +372,8 @@ impl ServerConn {
 
     /// The response head on `stream`: `:status` and `headers` (names are
     /// lower-cased; connection-specific fields, which HTTP/2 forbids, are
-    /// left out: RFC 9113 8.2.2). Sent as HEADERS, and CONTINUATION past
+    /// left out, and so are the fields a `connection` field names: RFC 9113
+    /// 8.2.2, so an HTTP/1.1 upstream's head can be passed as it is). Sent as HEADERS, and CONTINUATION past
     /// the peer's max frame size.
     pub fn send_headers(
         &mut self,
@@ -395,11 +396,20 @@ impl ServerConn {
         }
         let status = status.to_string();
         hpack::encode(&mut block, [(&b":status"[..], status.as_bytes())]);
+        // RFC 9110 7.6.1: the fields a `connection` field names are hop-by-hop
+        // too (an HTTP/1.1 upstream's answer passes through here).
+        let named: Vec<Vec<u8>> = headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(b"connection"))
+            .flat_map(|(_, v)| v.split(|&b| b == b','))
+            .map(|t| t.trim_ascii().to_ascii_lowercase())
+            .collect();
         let mut lower = Vec::new();
         for (n, v) in headers {
             lower.clear();
             lower.extend(n.iter().map(u8::to_ascii_lowercase));
-            if crate::head::CONNECTION_SPECIFIC.contains(&lower.as_slice()) || lower.first() == Some(&b':') {
+            let hop = crate::head::CONNECTION_SPECIFIC.contains(&lower.as_slice()) || named.contains(&lower);
+            if hop || lower.first() == Some(&b':') {
                 continue;
             }
             hpack::encode(&mut block, [(lower.as_slice(), *v)]);
