@@ -61,6 +61,6 @@ pub mod frame;
 mod head;
 pub mod hpack;
 
-pub use conn::{BreachKind, ConnError, Event, Limits, SendError, ServerConn, DEFAULT_MEMORY_BOUND};
+pub use conn::{BreachKind, ConnError, Event, Limits, SendError, ServerConn, Stats, DEFAULT_MEMORY_BOUND};
 pub use frame::ErrorCode;
 pub use head::{chunk, RequestHead};

@@ -85,6 +85,8 @@ fn post_body_and_content_length() {
     });
     let h1 = String::from_utf8(h5.unwrap().to_h1()).unwrap();
     assert!(h1.ends_with("transfer-encoding: chunked\r\n\r\n"), "{h1}");
+    let st = p.conn.stats();
+    assert_eq!((st.requests, st.stream_errors, st.client_resets, st.refused), (3, 1, 0, 0));
 }
 
 #[test]
@@ -108,7 +110,9 @@ fn frame_after_unfinished_headers_is_a_connection_error() {
     frame::write_header(&mut b, block.len(), kind::HEADERS, 0, 1);
     b.extend_from_slice(&block);
     frame::write_ping(&mut b, false, [0; 8]);
-    assert!(p.feed(&b, 1).is_err());
+    p.feed(&b[..b.len() - 20], 1).unwrap();
+    assert!(p.conn.reading_partial());
+    assert!(p.feed(&b[b.len() - 20..], 1).is_err());
     assert_eq!(p.goaway_code(), Some(ErrorCode::ProtocolError.to_u32()));
 }
 

@@ -78,6 +78,22 @@ pub enum SendError {
     TooLarge,
 }
 
+/// What a connection has seen, for the guard's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Frames read.
+    pub frames: u64,
+    /// Requests delivered (`Event::Request`).
+    pub requests: u64,
+    /// RST_STREAM frames from the client.
+    pub client_resets: u64,
+    /// Streams refused over the concurrency limit.
+    pub refused: u64,
+    /// Requests refused as malformed (RFC 9113 8.1.1), and streams we
+    /// reset for breaking a stream rule.
+    pub stream_errors: u64,
+}
+
 /// One open stream.
 #[derive(Debug, Clone)]
 struct Stream {
@@ -160,6 +176,7 @@ pub struct ServerConn {
     empty: Bucket,
     goaway_sent: bool,
     dead: Option<ConnError>,
+    pub(super) stats: Stats,
 }
 
 impl ServerConn {
@@ -199,6 +216,7 @@ impl ServerConn {
             empty: Bucket::new(limits.empty_frames, 0),
             goaway_sent: false,
             dead: None,
+            stats: Stats::default(),
             limits,
         };
         let l = &c.limits;
@@ -259,6 +277,18 @@ impl ServerConn {
     /// and no stream is left. Write out `pending_output`, then close.
     pub fn is_closed(&self) -> bool {
         self.dead.is_some() || (self.goaway_sent && self.streams.is_empty())
+    }
+
+    /// What this connection has seen so far.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// A frame or a header block is half read: the client owes the rest.
+    /// The guard's header timeout applies (a client that starts a head and
+    /// never finishes it holds up to `max_head`).
+    pub fn reading_partial(&self) -> bool {
+        self.pending.is_some() || !self.frame.is_empty()
     }
 
     /// Streams open now (the client's concurrency).
@@ -326,6 +356,7 @@ impl ServerConn {
         if self.drop_stream(stream) {
             self.push_event(Event::Reset { stream });
         }
+        self.stats.stream_errors += 1;
         self.reply(|o| frame::write_rst_stream(o, stream, code))
     }
 

@@ -91,6 +91,7 @@ impl ServerConn {
     }
 
     fn handle(&mut self, h: &FrameHeader, payload: &[u8]) -> Result<(), ConnError> {
+        self.stats.frames += 1;
         if self.pending.is_some() && h.kind != kind::CONTINUATION {
             return Err(self.protocol(FrameError::conn(ProtocolError, "frame between HEADERS and CONTINUATION")));
         }
@@ -289,6 +290,7 @@ impl ServerConn {
                     let s = Stream::new(&self.limits, self.peer_initial_window, &head, p.end_stream);
                     self.streams.insert(p.stream, s);
                     self.priority.give(self.limits.priority_per_stream);
+                    self.stats.requests += 1;
                     self.push_event(Event::Request { stream: p.stream, head, end_stream: p.end_stream });
                     Ok(())
                 }
@@ -299,6 +301,7 @@ impl ServerConn {
                     if !self.resets_total.take(self.now) {
                         return Err(self.breach(BreachKind::RapidReset));
                     }
+                    self.stats.stream_errors += 1;
                     self.reply(|o| frame::write_rst_stream(o, p.stream, ProtocolError))
                 }
             },
@@ -322,6 +325,7 @@ impl ServerConn {
                 if !self.resets_total.take(self.now) {
                     return Err(self.breach(BreachKind::RapidReset));
                 }
+                self.stats.refused += 1;
                 self.reply(|o| frame::write_rst_stream(o, p.stream, ErrorCode::RefusedStream))
             }
             BlockFor::Ignored => {
@@ -349,6 +353,7 @@ impl ServerConn {
         if stream > self.last_stream {
             return self.idle("RST_STREAM on an idle stream");
         }
+        self.stats.client_resets += 1;
         let total = self.resets_total.take(self.now);
         let net = self.resets_net.take(self.now);
         if !total || !net {
