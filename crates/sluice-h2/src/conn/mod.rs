@@ -527,7 +527,7 @@ impl ServerConn {
 
     /// Resets `stream` (RST_STREAM with `code`); no event follows for it.
     pub fn reset(&mut self, stream: u32, code: ErrorCode) {
-        if self.drop_stream(stream) {
+        if self.dead.is_none() && self.drop_stream(stream) {
             frame::write_rst_stream(&mut self.out, stream, code);
         }
     }
@@ -547,6 +547,9 @@ impl ServerConn {
     /// nothing to do then.
     pub fn release(&mut self, stream: u32, n: usize) {
         let half = self.limits.stream_window / 2;
+        if self.dead.is_some() {
+            return;
+        }
         let Some(s) = self.streams.get_mut(&stream) else { return };
         let n = u32::try_from(n).unwrap_or(u32::MAX).min(s.unreleased);
         s.unreleased -= n;
