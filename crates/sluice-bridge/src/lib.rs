@@ -173,6 +173,22 @@ impl sluice_control::product::Summary for BridgeSummary {
 
 /// The bridge in the shape every product has; its own [`Bridge::wait`]
 /// and [`Bridge::stop`] are these.
+/// What `ctl status` and `ctl bgp` answer of a bridge: its ports, and
+/// its BGP sessions when it has a feed.
+fn with_status(
+    controller: sluice_policy::Controller,
+    ports: Vec<String>,
+    bgp: Option<Arc<bgp::BgpState>>,
+) -> sluice_policy::Controller {
+    let has_bgp = bgp.is_some();
+    let controller = controller
+        .with_status(Arc::new(move || serde_json::json!({ "product": "bridge", "ports": ports, "bgp": has_bgp })));
+    match bgp {
+        Some(st) => controller.with_bgp_status(Arc::new(move || st.json())),
+        None => controller,
+    }
+}
+
 impl sluice_control::product::Running for Bridge {
     type Summary = BridgeSummary;
     type Error = anyhow::Error;
@@ -204,14 +220,7 @@ impl Bridge {
         let bgp_state = Arc::new(bgp::BgpState::default());
         // Routes pass the net runtime adds pass (reread with it on SIGHUP).
         let route_safety = Arc::clone(&controller.gate().safety);
-        let st = Arc::clone(&bgp_state);
-        let controller = match cfg.bgp.is_some() {
-            true => controller.with_bgp_status(Arc::new(move || st.json())),
-            false => controller,
-        };
-        let (port_list, bgp) = (port_names.clone(), cfg.bgp.is_some());
-        let controller = controller
-            .with_status(Arc::new(move || serde_json::json!({ "product": "bridge", "ports": port_list, "bgp": bgp })));
+        let controller = with_status(controller, port_names.clone(), cfg.bgp.is_some().then(|| Arc::clone(&bgp_state)));
         let published = Arc::clone(controller.published());
 
         let stop = Arc::new(AtomicBool::new(false));
