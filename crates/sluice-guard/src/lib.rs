@@ -274,6 +274,8 @@ sluice_metrics::counters! {
         upstream_queue_wait_us => "sluice_guard_upstream_queue_wait_us",
         /// Requests that waited `--upstream-queue-timeout` for a slot: 503.
         upstream_queue_timeouts => "sluice_guard_upstream_queue_timeouts",
+        /// Requests answered 308 to their https URL on a `--redirect-https` listener.
+        redirects => "sluice_guard_redirects",
         /// Connections that became tunnels (an upgrade answered 101: WebSocket).
         tunnels => "sluice_guard_tunnels",
         /// Tunnels closed for moving no byte either way for `--tunnel-timeout`.

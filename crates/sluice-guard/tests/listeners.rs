@@ -159,7 +159,11 @@ fn the_redirect_listener_answers_308_to_the_tls_listener() {
     assert!(raw(l[1].addr, b"GET / HTTP/1.0\r\n\r\n").starts_with("HTTP/1.1 400 "));
     assert!(raw(l[1].addr, b"GET / HTTP/1.1\r\nHost: evil.test/x\r\n\r\n").starts_with("HTTP/1.1 400 "));
     assert_eq!(seen.load(Ordering::Relaxed), 1);
-    stop(g);
+    // Counted apart: the first, the one curl followed, the two kept alive
+    // (the refusals are not redirects).
+    g.stop_flag().store(true, Ordering::Relaxed);
+    let report = g.wait().unwrap();
+    assert_eq!(report.counts.redirects, 4, "{:?}", report.counts);
 }
 
 /// Limits hold on a redirect listener as anywhere: a method not allowed, 405.

@@ -316,6 +316,7 @@ impl Worker<'_> {
             if close { "Connection: close\r\n" } else { "" }
         );
         c.out.push(reply.as_bytes(), &mut self.pool);
+        add(&self.n.redirects, 1);
         c.start += h.len;
         c.framer.reset();
         if close {
