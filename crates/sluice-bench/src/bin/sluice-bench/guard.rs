@@ -30,6 +30,13 @@ pub struct GuardBenchArgs {
     /// nginx (1 worker) and HAProxy (1 thread); `none` for neither.
     #[arg(long, value_delimiter = ',', default_value = "nginx,haproxy")]
     pub peers: Vec<String>,
+    /// A named case instead of --connections, --sizes and --source:
+    /// `limits64` is issue 59's operator case (64 clients from 64
+    /// loopback addresses, 128-byte responses, every front with its
+    /// per-address limits on but far above the load and an upstream
+    /// keep-alive pool). Rows carry `case`.
+    #[arg(long, value_name = "NAME")]
+    pub case: Option<String>,
     /// Also through a guard with `--upstream-pipeline N` (1: not): the
     /// contender `guard_pipelined`, beside the guard at its defaults.
     #[arg(long, value_name = "N", default_value_t = 32)]
@@ -312,7 +319,16 @@ impl SizeFronts {
     }
 }
 
-pub fn run(a: GuardBenchArgs) -> Result<()> {
+pub fn run(mut a: GuardBenchArgs) -> Result<()> {
+    match a.case.as_deref() {
+        None => {}
+        Some("limits64") => {
+            (a.connections, a.sizes) = (vec![64], vec![128]);
+            // 126 usable hosts; http-load gives each connection its own.
+            a.source = "127.6.0.0/25".into();
+        }
+        Some(other) => bail!("--case {other:?}: the named cases are limits64"),
+    }
     if a.reps == 0 || a.duration == 0 {
         bail!("--reps and --duration must be at least 1");
     }
@@ -444,6 +460,7 @@ fn run_summary(
     let judged = a.rate.is_none();
     serde_json::json!({
         "bench": "guard_summary",
+        "case": a.case,
         "threads": a.threads,
         "duration_s": a.duration,
         "reps": a.reps,
@@ -483,6 +500,7 @@ fn case_summary(
     let judged = a.rate.is_none();
     let mut s = serde_json::json!({
         "bench": "guard_case",
+        "case": a.case,
         "size_bytes": size,
         "connections": conns,
         "threads": a.threads,
