@@ -851,3 +851,43 @@ fn metrics_are_loopback_only_unless_allowed_remote() {
     assert!(out.status.success() && m.contains("sluice_rule_packets_total{"), "from the peer: {m}");
     shield.stop();
 }
+
+/// Debian's fail2ban banning through dist/fail2ban's action into a
+/// shield's set: the banned source is dropped in the kernel, and passes
+/// again once fail2ban unbans it.
+#[test]
+fn fail2ban_bans_into_the_shield_and_unbans() {
+    use common::fail2ban::{elements, fail_logins, tool_or_skip, Fail2ban};
+    if !tool_or_skip("fail2ban_bans_into_the_shield_and_unbans", "fail2ban-server") {
+        return;
+    }
+    let h = Host::new("shf");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let file = d.join("f2b.rules");
+    std::fs::write(&file, "set f2b dynamic\ndrop saddr @f2b\n").unwrap();
+    let sock = d.join("ctl.sock");
+    let shield = Shield::start(&h, &["--rules", file.to_str().unwrap(), "--control", sock.to_str().unwrap()]);
+    let auth = d.join("auth.log");
+    let f2b = Fail2ban::start(d, &sock, &[("sshd-test", &auth, 600)]);
+    let banned = |seq| udp([203, 0, 113, 7], 22, seq);
+    let clean = |seq| udp([198, 51, 100, 9], 22, seq);
+    assert_eq!(through(&h, &[banned(0), clean(1)]), BTreeSet::from([0, 1]), "before the ban");
+    let wait = |present: bool| {
+        let end = std::time::Instant::now() + Duration::from_secs(30);
+        while elements(&sock).iter().any(|(e, _)| e == "203.0.113.7/32") != present {
+            assert!(std::time::Instant::now() < end, "ban present {present}: {:?}{}", elements(&sock), f2b.logs(d));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    fail_logins(&auth, "203.0.113.7");
+    wait(true);
+    let timeout = elements(&sock)[0].1;
+    assert!(timeout.is_some_and(|t| t > 500 && t <= 600), "fail2ban's bantime as the timeout: {timeout:?}");
+    assert_eq!(through(&h, &[banned(2), clean(3)]), BTreeSet::from([3]), "banned: dropped in the kernel");
+    f2b.unban("sshd-test", "203.0.113.7");
+    wait(false);
+    assert_eq!(through(&h, &[banned(4), clean(5)]), BTreeSet::from([4, 5]), "unbanned: passed");
+    let summary = shield.stop();
+    assert_eq!(summary["rules"][0]["packets"], 1, "{summary}");
+}

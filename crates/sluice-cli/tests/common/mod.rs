@@ -1,6 +1,7 @@
 #![allow(dead_code)]
 
 pub mod bridge;
+pub mod fail2ban;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
