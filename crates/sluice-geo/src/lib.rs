@@ -179,12 +179,46 @@ pub enum GeoError {
     NoNetworksIn { read: String, key: &'static str, value: String },
     #[error("{files}: no record has a {key} (fields tried: {fields})")]
     NoKey { files: String, key: &'static str, fields: String },
+    #[error("{path}: walking the database took over {secs} s ({records} records read); refused")]
+    TooSlow { path: String, secs: u64, records: u64 },
+}
+
+/// How long one walk of a database may take. A real file walks in well
+/// under that (GeoLite2 Country's 1.18M networks in 0.15 s here,
+/// BENCHMARKS.md "Countries as sets"); the tree check bounds the nodes,
+/// and this bounds what it cannot see: records whose data is slow to
+/// decode, on a slow or loaded machine.
+pub const WALK_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A walk's clock: checked every 1024 records, from the first.
+struct WalkClock<'a> {
+    path: &'a str,
+    started: std::time::Instant,
+    limit: std::time::Duration,
+    records: u64,
+}
+
+impl<'a> WalkClock<'a> {
+    fn new(path: &'a str, limit: std::time::Duration) -> Self {
+        WalkClock { path, started: std::time::Instant::now(), limit, records: 0 }
+    }
+
+    fn tick(&mut self) -> Result<(), GeoError> {
+        let n = self.records;
+        self.records += 1;
+        if n.is_multiple_of(1024) && self.started.elapsed() > self.limit {
+            return Err(GeoError::TooSlow { path: self.path.to_owned(), secs: self.limit.as_secs(), records: n });
+        }
+        Ok(())
+    }
 }
 
 /// An open database.
 pub struct GeoDb {
     reader: Reader<Vec<u8>>,
     path: String,
+    /// How long a walk may take ([`WALK_LIMIT`] unless told).
+    walk_limit: std::time::Duration,
 }
 
 impl fmt::Debug for GeoDb {
@@ -220,7 +254,13 @@ impl GeoDb {
         check_tree(&bytes, m.node_count as usize, m.record_size, m.ip_version)
             .map_err(|message| GeoError::Invalid { path: name.clone(), message })?;
         let reader = Reader::from_source(bytes).map_err(invalid)?;
-        Ok(GeoDb { reader, path: name })
+        Ok(GeoDb { reader, path: name, walk_limit: WALK_LIMIT })
+    }
+
+    /// The same database with another bound on a walk's time.
+    pub fn with_walk_limit(mut self, limit: std::time::Duration) -> GeoDb {
+        self.walk_limit = limit;
+        self
     }
 
     /// What [`GeoDb::networks`] of `sel` found, as kept with the set.
@@ -292,7 +332,9 @@ impl GeoDb {
         let mut field_seen = false;
         let mut prefixes = Vec::new();
         let iter = self.reader.networks(WithinOptions::default()).map_err(|e| self.read_err(e))?;
+        let mut clock = WalkClock::new(&self.path, self.walk_limit);
         for r in iter {
+            clock.tick()?;
             let r = r.map_err(|e| self.read_err(e))?;
             let Some(offset) = r.offset() else { continue };
             let hit = match decided.get(&offset) {
@@ -329,7 +371,9 @@ impl GeoDb {
         let mut by_offset: HashMap<usize, Option<String>> = HashMap::new();
         let mut nets: HashMap<String, Vec<(IpAddr, u8)>> = HashMap::new();
         let iter = self.reader.networks(WithinOptions::default()).map_err(|e| self.read_err(e))?;
+        let mut clock = WalkClock::new(&self.path, self.walk_limit);
         for r in iter {
+            clock.tick()?;
             let r = r.map_err(|e| self.read_err(e))?;
             let Some(offset) = r.offset() else { continue };
             let value = match by_offset.entry(offset) {

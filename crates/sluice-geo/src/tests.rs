@@ -314,3 +314,19 @@ fn hostile_databases_are_refused_at_once_by_name() {
         assert!(e.starts_with(name), "{e}");
     }
 }
+
+/// A walk past its time bound stops with an error naming the file, for
+/// the sets and for the CrowdSec index alike; within it, the same file
+/// walks as before.
+#[test]
+fn a_walk_past_its_time_bound_is_refused_by_name() {
+    let (good, _) = chain();
+    let slow = GeoDb::from_bytes(good.clone(), "slow.mmdb".into()).unwrap().with_walk_limit(std::time::Duration::ZERO);
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    let e = slow.networks(&sel(Key::Country, &["DE"], None)).unwrap_err();
+    assert!(matches!(e, GeoError::TooSlow { .. }) && e.to_string().starts_with("slow.mmdb: walking"), "{e}");
+    let e = slow.by_value(Key::Country, "country.iso_code").unwrap_err();
+    assert!(matches!(e, GeoError::TooSlow { .. }), "{e}");
+    let fine = GeoDb::from_bytes(good, "fine.mmdb".into()).unwrap();
+    assert!(fine.by_value(Key::Country, "country.iso_code").is_ok());
+}
