@@ -34,8 +34,9 @@ impl Hasher {
         Hasher { k0: splitmix(seed), k1: splitmix(seed ^ C1) | 1 }
     }
 
-    /// The two keys, for `persist` to save a table as built.
-    pub(crate) fn keys(&self) -> (u64, u64) {
+    /// The two keys, for `persist` to save a table as built (and for readers
+    /// of an exported table, [`crate::ExactLayout`]).
+    pub fn keys(&self) -> (u64, u64) {
         (self.k0, self.k1)
     }
 
