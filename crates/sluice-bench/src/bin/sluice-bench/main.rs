@@ -23,6 +23,7 @@ mod http_load;
 mod mem;
 mod origins;
 mod shield;
+mod shield_peers;
 mod slow;
 mod syscalls;
 mod tunnels;
