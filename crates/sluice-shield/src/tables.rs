@@ -44,13 +44,24 @@ pub struct Layout {
     /// Hosts in the exact table when a set is mostly hosts; off: every
     /// prefix in the prefix table.
     pub exact_hosts: bool,
-    /// The exact table's most fill (as `V4ExactSet::with_options`).
+    /// The exact table's most fill (as `V4ExactSet::with_options`;
+    /// [`KERNEL_MAX_LOAD`] by default).
     pub max_load: f64,
 }
 
+/// The kernel's exact tables' most fill: fuller than the engine's (0.5),
+/// since in the kernel a smaller table pays more than the rarer walk past a
+/// full bucket saves (its pages are 4 KiB, so a larger table also costs TLB
+/// misses). `sluice-bench shield --hosts 1000000,10000000 --alt-max-load
+/// 0.75`, one run on a loaded 2-vCPU VM: at 10M hosts 374 ns above the
+/// floor at 0.75 against 448 at 0.5 (1M against 2M buckets: 80 against
+/// 160 MiB), loaded in 717 against 1013 ms; at 1M hosts the same bucket
+/// count either way (207 against 222 ns, noise).
+pub const KERNEL_MAX_LOAD: f64 = 0.75;
+
 impl Default for Layout {
     fn default() -> Self {
-        Layout { exact_hosts: true, max_load: sluice_sets::DEFAULT_MAX_LOAD }
+        Layout { exact_hosts: true, max_load: KERNEL_MAX_LOAD }
     }
 }
 

@@ -353,9 +353,11 @@ fn check(seed: u64) -> Result<(), TestCaseError> {
     let undecodable_drop = r.chance(2);
     let opts = CompileOptions { v4mapped, ..CompileOptions::default() };
     let engine = RuleSet::compile(&file, &sets, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
-    // Tables at the engine's fill, or fuller (so that lookups walk chains
-    // of full buckets), or every host in the prefix table as before.
-    let layout = Layout { exact_hosts: !r.chance(6), max_load: r.pick(&[sluice_sets::DEFAULT_MAX_LOAD, MAX_FILL]) };
+    // Tables at the engine's fill, the kernel's, or fuller (so that lookups
+    // walk chains of full buckets), or every host in the prefix table as
+    // before.
+    let fills = [sluice_sets::DEFAULT_MAX_LOAD, Layout::default().max_load, MAX_FILL];
+    let layout = Layout { exact_hosts: !r.chance(6), max_load: r.pick(&fills) };
     let kernel = Compiled::with_layout(&file, &sets, &Options { undecodable_drop, v4mapped, dry_run: false }, &layout)
         .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
     // The runtime elements, as the shield writes them into the kernel.

@@ -60,6 +60,10 @@ pub struct ShieldBenchArgs {
     /// exact table) as the contender `sluice_prefix`.
     #[arg(long, hide = true)]
     pub prefix_layout: bool,
+    /// Also run the exact table built to this most fill, as the contender
+    /// `sluice_alt_load` (the default's fill chosen against it).
+    #[arg(long, hide = true)]
+    pub alt_max_load: Option<f64>,
     /// Leave xdp-filter out (it needs `xdp-filter` on the path, a netns
     /// and a bpffs mount of its own).
     #[arg(long)]
@@ -115,9 +119,11 @@ pub(crate) fn set_rule(source: SetSource) -> RuleFile {
 
 /// `drop saddr @set` as the shield compiles it, its tables as `layout` says.
 fn sluice(name: &'static str, set: &[Prefix], layout: &Layout) -> Result<Contender> {
-    let t = Instant::now();
+    // The sets as the shield has them when it loads (parsed from files).
+    let sets = [set.to_vec()];
     let file = set_rule(SetSource::Inline(Vec::new()));
-    let compiled = Compiled::with_layout(&file, &[set.to_vec()], &Options::default(), layout)?;
+    let t = Instant::now();
+    let compiled = Compiled::with_layout(&file, &sets, &Options::default(), layout)?;
     let load_ms = t.elapsed().as_secs_f64() * 1e3;
     // The program lives as long as `compiled`; the contender holds both.
     let program = compiled.program().try_clone().context("dup of the program")?;
@@ -358,6 +364,9 @@ pub fn run(a: ShieldBenchArgs) -> Result<()> {
         if a.prefix_layout {
             let before = Layout { exact_hosts: false, ..Layout::default() };
             contenders.push(sluice("sluice_prefix", &set, &before)?);
+        }
+        if let Some(max_load) = a.alt_max_load {
+            contenders.push(sluice("sluice_alt_load", &set, &Layout { max_load, ..Layout::default() })?);
         }
         contenders.push(hash(&set)?);
         contenders.push(lpm(&set)?);
