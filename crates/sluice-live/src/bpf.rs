@@ -802,6 +802,24 @@ impl XdpProgram {
         Ok(XdpProgram { fd: owned_fd(rc) })
     }
 
+    /// The kernel's run statistics of the program: (total ns, runs). They
+    /// count only while `kernel.bpf_stats_enabled` is 1.
+    pub fn run_stats(&self) -> Result<(u64, u64)> {
+        // `struct bpf_prog_info` up to `run_cnt`: `run_time_ns` and
+        // `run_cnt` are its 25th and 26th 8-byte words (linux/bpf.h).
+        const RUN_TIME_NS: usize = 24;
+        let mut info = [0u64; RUN_TIME_NS + 2];
+        let mut attr = InfoAttr {
+            bpf_fd: self.fd.as_raw_fd() as u32,
+            info_len: std::mem::size_of_val(&info) as u32,
+            info: info.as_mut_ptr() as u64,
+        };
+        // SAFETY: `info` is writable and `info_len` bytes long for the call.
+        unsafe { sys_bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr) }
+            .map_err(|e| LiveError::io("BPF_OBJ_GET_INFO_BY_FD", NEEDS_BPF, e))?;
+        Ok((info[RUN_TIME_NS], info[RUN_TIME_NS + 1]))
+    }
+
     /// Another descriptor of the same program.
     pub fn try_clone(&self) -> io::Result<XdpProgram> {
         Ok(XdpProgram { fd: self.fd.try_clone()? })

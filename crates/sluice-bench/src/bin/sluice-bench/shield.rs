@@ -71,6 +71,11 @@ pub struct ShieldBenchArgs {
     /// Runtime updates: this many single adds to a dynamic set (0: none).
     #[arg(long, default_value_t = 100_000)]
     pub updates: usize,
+    /// Also send this many frames of each hosts row over a veth into a
+    /// netns, each contender attached in drv mode in turn, costs from
+    /// `kernel.bpf_stats_enabled` (0: not).
+    #[arg(long, default_value_t = 0)]
+    pub veth_frames: u64,
     /// Adds timed from the call to the first frame dropped.
     #[arg(long, default_value_t = 1_000)]
     pub enforce_samples: usize,
@@ -355,6 +360,53 @@ fn report(a: &ShieldBenchArgs, kind: &str, size: usize, contenders: &[Contender]
     }
 }
 
+/// The hosts row's frames as traffic over a veth ([`crate::shield_veth`]),
+/// every contender but xdp-filter (attached by its own tool elsewhere).
+fn veth_row(a: &ShieldBenchArgs, n: usize, contenders: &[Contender], frames: &[Vec<u8>]) -> Result<()> {
+    let ours: Vec<&Contender> = contenders.iter().filter(|c| c.name != "xdpfilter").collect();
+    let mut shares = Vec::new();
+    for c in &ours {
+        let mut dropped = 0usize;
+        for f in frames {
+            dropped += usize::from(c.program.test_run(f)? == sluice_shield::program::XDP_DROP as u32);
+        }
+        shares.push(dropped as f64 / frames.len().max(1) as f64);
+    }
+    let owned: Vec<Contender> = ours
+        .iter()
+        .map(|c| Ok(Contender::new(c.name, c.program.try_clone()?, c.load_ms, c.load_how)))
+        .collect::<Result<_>>()?;
+    let rows = crate::shield_veth::run(&owned, frames, &shares, a.veth_frames)?;
+    if a.json {
+        let list: Vec<serde_json::Value> = owned
+            .iter()
+            .zip(&rows)
+            .map(|(c, r)| {
+                serde_json::json!({
+                    "contender": c.name, "ns_per_packet": r.ns_per_packet, "judged_mpps": r.judged_mpps,
+                    "dropped_mpps": r.dropped_mpps, "sent_mpps": r.sent_mpps,
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({
+                "bench": "shield", "row": "veth", "set": "hosts", "entries": n, "frames_sent": a.veth_frames,
+                "contenders": list,
+            })
+        );
+    } else {
+        println!("hosts {n} on a veth (drv mode, {} frames each; run_time_ns / run_cnt):", a.veth_frames);
+        for (c, r) in owned.iter().zip(&rows) {
+            println!(
+                "  {:<13} {:>8.1} ns/packet  judged {:.2} Mpps  dropped {:.2} Mpps  (sent {:.2} Mpps)",
+                c.name, r.ns_per_packet, r.judged_mpps, r.dropped_mpps, r.sent_mpps
+            );
+        }
+    }
+    Ok(())
+}
+
 pub fn run(a: ShieldBenchArgs) -> Result<()> {
     let mut rng = ChaCha8Rng::seed_from_u64(0x5e1d);
     for &n in a.hosts.iter().filter(|&&n| n > 0) {
@@ -380,6 +432,9 @@ pub fn run(a: ShieldBenchArgs) -> Result<()> {
         contenders.push(empty()?);
         let ns = measure(&contenders, &frames, a.reps)?;
         report(&a, "hosts", n, &contenders, &ns, "hash");
+        if a.veth_frames > 0 {
+            veth_row(&a, n, &contenders, &frames)?;
+        }
         drop(contenders);
         drop(xdp_filter);
     }
