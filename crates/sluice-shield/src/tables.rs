@@ -47,6 +47,9 @@ pub struct Layout {
     /// The exact table's most fill (as `V4ExactSet::with_options`;
     /// [`KERNEL_MAX_LOAD`] by default).
     pub max_load: f64,
+    /// Load the key bucket's first word before comparing the tags, so its
+    /// cache miss overlaps the tag record's (see [`V4Exact::emit`]).
+    pub early_keys: bool,
 }
 
 /// The kernel's exact tables' most fill: fuller than the engine's (0.5),
@@ -61,7 +64,7 @@ pub const KERNEL_MAX_LOAD: f64 = 0.75;
 
 impl Default for Layout {
     fn default() -> Self {
-        Layout { exact_hosts: true, max_load: KERNEL_MAX_LOAD }
+        Layout { exact_hosts: true, max_load: KERNEL_MAX_LOAD, early_keys: true }
     }
 }
 
@@ -74,8 +77,10 @@ const EXACT_MIN_HOSTS_PCT: usize = 50;
 /// An IPv4 key's bytes in a key bucket.
 const KEY_BYTES: usize = 4;
 /// Where the program keeps the tag record's address while it reads the
-/// key bucket (the lookup helper clobbers R0-R5).
+/// key bucket, or the key bucket's while it reads the tags (the lookup
+/// helper clobbers R0-R5).
 const TAGS_PTR: i16 = -64;
+const KEYS_PTR: i16 = -72;
 /// A byte of ones in every byte of a word, and the high bit of every byte:
 /// for comparing 8 tags at once (SWAR).
 const BYTES_ONE: u64 = 0x0101_0101_0101_0101;
@@ -88,14 +93,15 @@ pub struct V4Exact {
     keys: BpfMap,
     layout: ExactLayout,
     hosts: usize,
+    early_keys: bool,
 }
 
 impl V4Exact {
     /// Builds the engine's exact table of `hosts` (without its front
     /// filter: the kernel program reads the tags directly) and writes it
     /// into new maps through their mappings.
-    pub fn new(hosts: &[u32], max_load: f64, name: &str) -> Result<V4Exact, LiveError> {
-        let set = V4ExactSet::with_filter(hosts, max_load, Hasher::random(), false);
+    pub fn new(hosts: &[u32], how: &Layout, name: &str) -> Result<V4Exact, LiveError> {
+        let set = V4ExactSet::with_filter(hosts, how.max_load, Hasher::random(), false);
         let layout = set.layout();
         let n = layout.buckets as u32;
         let bucket = (V4_SLOTS * KEY_BYTES) as u32;
@@ -103,7 +109,7 @@ impl V4Exact {
         let keys = BpfMap::new(MapType::Array, 4, bucket, n, BPF_F_MMAPABLE, &format!("{name}_xk"))?;
         let (mut tm, mut km) = (tags.mmap()?, keys.mmap()?);
         set.write_layout(tm.bytes_mut(), km.bytes_mut());
-        Ok(V4Exact { tags, keys, layout, hosts: set.len() })
+        Ok(V4Exact { tags, keys, layout, hosts: set.len(), early_keys: how.early_keys })
     }
 
     /// How many hosts it holds.
@@ -165,6 +171,15 @@ impl V4Exact {
         let candidate = a.label();
         let next = a.label();
         a.stx(Size::W, FP, KEY_SLOT, R7);
+        if self.early_keys {
+            // The key bucket's address does not depend on the tags: a load
+            // from it now (its value unused) is in flight while the tags
+            // load, so a member waits for one miss instead of two in a row.
+            a.lookup(self.keys.as_raw_fd(), KEY_SLOT);
+            a.jmp_imm(Cond::Eq, R0, 0, miss);
+            a.stx(Size::DW, FP, KEYS_PTR, R0);
+            a.ldx(Size::W, R1, R0, 0);
+        }
         a.lookup(self.tags.as_raw_fd(), KEY_SLOT);
         a.jmp_imm(Cond::Eq, R0, 0, miss);
         // R3 = the tag in every byte; a word of tags XOR R3 has a zero byte
@@ -190,10 +205,15 @@ impl V4Exact {
         a.ja(next);
         // A tag matches: read the key bucket, compare the keys whose tags match.
         a.bind(candidate);
-        a.stx(Size::DW, FP, TAGS_PTR, R0);
-        a.lookup(self.keys.as_raw_fd(), KEY_SLOT);
-        a.jmp_imm(Cond::Eq, R0, 0, miss);
-        a.ldx(Size::DW, R1, FP, TAGS_PTR);
+        if self.early_keys {
+            a.mov(R1, R0);
+            a.ldx(Size::DW, R0, FP, KEYS_PTR);
+        } else {
+            a.stx(Size::DW, FP, TAGS_PTR, R0);
+            a.lookup(self.keys.as_raw_fd(), KEY_SLOT);
+            a.jmp_imm(Cond::Eq, R0, 0, miss);
+            a.ldx(Size::DW, R1, FP, TAGS_PTR);
+        }
         for slot in 0..V4_SLOTS as i16 {
             let other = a.label();
             a.ldx(Size::B, R2, R1, slot);
@@ -430,7 +450,7 @@ impl SetCode {
         let hosts: Vec<u32> = v4.iter().filter(|p| p.1 == 32).map(|p| p.0).collect();
         let mut v4_hosts = None;
         if layout.exact_hosts && hosts.len() > INLINE_MAX && hosts.len() * 100 >= v4.len() * EXACT_MIN_HOSTS_PCT {
-            v4_hosts = Some(V4Exact::new(&hosts, layout.max_load, name)?);
+            v4_hosts = Some(V4Exact::new(&hosts, layout, name)?);
             v4.retain(|p| p.1 != 32);
         }
         let v4 = if v4.len() <= INLINE_MAX { V4Code::Inline(v4) } else { V4Code::Table(V4Table::new(&v4, name)?) };

@@ -64,6 +64,10 @@ pub struct ShieldBenchArgs {
     /// `sluice_alt_load` (the default's fill chosen against it).
     #[arg(long, hide = true)]
     pub alt_max_load: Option<f64>,
+    /// Also run the exact table with the key bucket read only after the
+    /// tags, as the contender `sluice_late_keys`.
+    #[arg(long, hide = true)]
+    pub late_keys: bool,
     /// Leave xdp-filter out (it needs `xdp-filter` on the path, a netns
     /// and a bpffs mount of its own).
     #[arg(long)]
@@ -419,6 +423,9 @@ pub fn run(a: ShieldBenchArgs) -> Result<()> {
         }
         if let Some(max_load) = a.alt_max_load {
             contenders.push(sluice("sluice_alt_load", &set, &Layout { max_load, ..Layout::default() })?);
+        }
+        if a.late_keys {
+            contenders.push(sluice("sluice_late_keys", &set, &Layout { early_keys: false, ..Layout::default() })?);
         }
         contenders.push(hash(&set)?);
         contenders.push(lpm(&set)?);
