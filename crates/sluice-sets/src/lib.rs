@@ -30,6 +30,7 @@ pub mod simd;
 
 pub use exact::{
     ExactLayout, Prepared, TableInfo, V4ExactSet, V6ExactSet, DEFAULT_MAX_LOAD, MAX_BATCH, PREPARED_MAX, V4_SLOTS,
+    V6_SLOTS,
 };
 pub use hash::Hasher;
 pub use persist::PersistError;
