@@ -16,13 +16,14 @@
 //! read only when a tag matches. The table records its longest probe, so
 //! the walk over full buckets is unrolled that many times and no further.
 //! Its other prefixes stay in the prefix table (or compares); both are
-//! looked up.
+//! looked up. A mostly-/128 IPv6 part's hosts are the IPv6 exact table
+//! (`V6ExactSet`: 4 tags and 4 keys per bucket) the same way.
 
 use crate::asm::{Alu, Asm, Cond, Label, Size, FP, R0, R1, R2, R3, R4, R5, R7, R8, R9};
 use crate::program::KEY_SLOT;
 use sluice_live::bpf::{BpfMap, MapType, BPF_F_MMAPABLE};
 use sluice_live::LiveError;
-use sluice_sets::{ExactLayout, Hasher, V4ExactSet, V4PrefixSet, V4_SLOTS};
+use sluice_sets::{ExactLayout, Hasher, V4ExactSet, V4PrefixSet, V6ExactSet, V4_SLOTS, V6_SLOTS};
 
 /// Sets of at most this many prefixes are compares in the program.
 pub const INLINE_MAX: usize = 16;
@@ -33,6 +34,8 @@ pub const INLINE_MAX: usize = 16;
 pub struct SetCode {
     pub v4_hosts: Option<V4Exact>,
     pub v4: V4Code,
+    /// A mostly-/128 IPv6 part's /128s, in the exact table.
+    pub v6_hosts: Option<V6Exact>,
     pub v6: V6Code,
 }
 
@@ -81,6 +84,12 @@ const KEY_BYTES: usize = 4;
 /// helper clobbers R0-R5).
 const TAGS_PTR: i16 = -64;
 const KEYS_PTR: i16 = -72;
+/// An IPv6 lookup's tag, and the tag in every byte of a word.
+const TAG6: i16 = -80;
+const TAG6_BYTES: i16 = -88;
+/// Bytes of an IPv6 key, and of a key bucket (either family).
+const KEY6_BYTES: usize = 16;
+const BUCKET_BYTES: usize = 64;
 /// A byte of ones in every byte of a word, and the high bit of every byte:
 /// for comparing 8 tags at once (SWAR).
 const BYTES_ONE: u64 = 0x0101_0101_0101_0101;
@@ -435,6 +444,141 @@ impl V4Table {
     }
 }
 
+/// A [`V6ExactSet`] in two mmapable array maps: per bucket, its
+/// [`V6_SLOTS`] tags and its keys (64 bytes: the addresses' network-order
+/// bytes, as the program holds them in R7 and R8).
+pub struct V6Exact {
+    tags: BpfMap,
+    keys: BpfMap,
+    layout: ExactLayout,
+}
+
+impl V6Exact {
+    pub fn new(hosts: &[u128], how: &Layout, name: &str) -> Result<V6Exact, LiveError> {
+        let set = V6ExactSet::with_filter(hosts, how.max_load, Hasher::random(), false);
+        let layout = set.layout();
+        let n = layout.buckets as u32;
+        // An array map's values are 8-byte aligned: each bucket's 4 tags
+        // take a record of 8 (the program reads the first 4).
+        let record = V6_SLOTS.next_multiple_of(8);
+        let tags = BpfMap::new(MapType::Array, 4, record as u32, n, BPF_F_MMAPABLE, &format!("{name}_6xt"))?;
+        let keys = BpfMap::new(MapType::Array, 4, BUCKET_BYTES as u32, n, BPF_F_MMAPABLE, &format!("{name}_6xk"))?;
+        let (mut tm, mut km) = (tags.mmap()?, keys.mmap()?);
+        let mut packed = vec![0u8; layout.buckets * V6_SLOTS];
+        set.write_layout(&mut packed, km.bytes_mut());
+        for (to, from) in tm.bytes_mut().chunks_exact_mut(record).zip(packed.chunks_exact(V6_SLOTS)) {
+            to[..V6_SLOTS].copy_from_slice(from);
+        }
+        Ok(V6Exact { tags, keys, layout })
+    }
+
+    /// Kernel memory its maps take, in bytes.
+    pub fn bytes(&self) -> u64 {
+        // Each tag record rounds up to 8 bytes in an array map.
+        (V6_SLOTS.next_multiple_of(8) + BUCKET_BYTES) as u64 * self.layout.buckets as u64
+    }
+
+    /// `V6ExactSet::contains` of the address in R7/R8 (its halves as
+    /// loaded from the packet): jumps to `hit` or `miss`. Clobbers R0-R5
+    /// and R9 (the bucket), which the IPv6 side of a match does not hold.
+    pub fn emit(&self, a: &mut Asm, hit: Label, miss: Label) {
+        let l = &self.layout;
+        // The engine's hash128 of the address as a number: its halves
+        // byte-swapped.
+        a.mov(R1, R8);
+        a.from_be(R1, 64);
+        a.ld_imm64(R2, l.k0);
+        a.alu(Alu::Xor, R1, R2);
+        a.ld_imm64(R2, l.mul);
+        a.alu(Alu::Mul, R1, R2);
+        a.mov(R3, R7);
+        a.from_be(R3, 64);
+        a.ld_imm64(R2, l.k1);
+        a.alu(Alu::Xor, R3, R2);
+        a.ld_imm64(R2, l.mul_hi);
+        a.alu(Alu::Mul, R3, R2);
+        a.mov(R4, R3);
+        a.alu_imm(Alu::Lsh, R4, 32);
+        a.alu_imm(Alu::Rsh, R3, 32);
+        a.alu(Alu::Or, R3, R4);
+        a.alu(Alu::Xor, R1, R3);
+        a.mov(R2, R1);
+        a.alu_imm(Alu::Rsh, R2, 29);
+        a.alu(Alu::Xor, R1, R2);
+        a.ld_imm64(R2, l.k1);
+        a.alu(Alu::Mul, R1, R2);
+        // R9 = the home bucket; the tag (never 0) and its word on the stack.
+        a.mov(R9, R1);
+        a.alu_imm(Alu::Rsh, R9, l.shift as i32);
+        a.alu_imm(Alu::And, R9, l.mask as i32);
+        a.alu_imm(Alu::Rsh, R1, 32);
+        a.alu_imm(Alu::And, R1, i32::from(u8::MAX));
+        let tagged = a.label();
+        a.jmp_imm(Cond::Ne, R1, 0, tagged);
+        a.mov_imm(R1, 1);
+        a.bind(tagged);
+        a.stx(Size::DW, FP, TAG6, R1);
+        a.ld_imm64(R2, BYTES_ONE);
+        a.alu(Alu::Mul, R1, R2);
+        a.stx(Size::DW, FP, TAG6_BYTES, R1);
+        for _ in 0..l.longest_probe {
+            self.emit_bucket(a, hit, miss);
+            a.alu_imm(Alu::Add, R9, 1);
+            a.alu_imm(Alu::And, R9, l.mask as i32);
+        }
+        a.ja(miss);
+    }
+
+    /// One bucket of the walk (R9 the bucket): as [`V4Exact`]'s, the key
+    /// bucket loaded first.
+    fn emit_bucket(&self, a: &mut Asm, hit: Label, miss: Label) {
+        use std::os::fd::AsRawFd;
+        let candidate = a.label();
+        let next = a.label();
+        a.stx(Size::W, FP, KEY_SLOT, R9);
+        a.lookup(self.keys.as_raw_fd(), KEY_SLOT);
+        a.jmp_imm(Cond::Eq, R0, 0, miss);
+        a.stx(Size::DW, FP, KEYS_PTR, R0);
+        a.ldx(Size::W, R1, R0, 0);
+        a.lookup(self.tags.as_raw_fd(), KEY_SLOT);
+        a.jmp_imm(Cond::Eq, R0, 0, miss);
+        // The 4 tags in one word: a zero byte of tags XOR the tag's word
+        // is a match (the test of `V4Exact`, on the low 32 bits).
+        a.ldx(Size::W, R1, R0, 0);
+        a.ldx(Size::DW, R3, FP, TAG6_BYTES);
+        a.alu(Alu::Xor, R1, R3);
+        a.mov(R2, R1);
+        a.ld_imm64(R4, u64::from(BYTES_ONE as u32));
+        a.alu(Alu::Sub, R2, R4);
+        a.alu_imm(Alu::Xor, R1, -1);
+        a.alu(Alu::And, R2, R1);
+        a.ld_imm64(R5, u64::from(BYTES_HIGH as u32));
+        a.alu(Alu::And, R2, R5);
+        a.jmp_imm(Cond::Ne, R2, 0, candidate);
+        a.ldx(Size::B, R1, R0, (V6_SLOTS - 1) as i16);
+        a.jmp_imm(Cond::Eq, R1, 0, miss);
+        a.ja(next);
+        a.bind(candidate);
+        a.mov(R1, R0);
+        a.ldx(Size::DW, R0, FP, KEYS_PTR);
+        a.ldx(Size::DW, R4, FP, TAG6);
+        for slot in 0..V6_SLOTS as i16 {
+            let other = a.label();
+            let at = slot * KEY6_BYTES as i16;
+            a.ldx(Size::B, R2, R1, slot);
+            a.jmp(Cond::Ne, R2, R4, other);
+            a.ldx(Size::DW, R2, R0, at);
+            a.jmp(Cond::Ne, R2, R7, other);
+            a.ldx(Size::DW, R2, R0, at + 8);
+            a.jmp(Cond::Eq, R2, R8, hit);
+            a.bind(other);
+        }
+        a.ldx(Size::B, R2, R1, (V6_SLOTS - 1) as i16);
+        a.jmp_imm(Cond::Eq, R2, 0, miss);
+        a.bind(next);
+    }
+}
+
 impl SetCode {
     /// The code for `prefixes`: each family's compares when few, else
     /// tables (a mostly-hosts IPv4 part's hosts in the exact table, as
@@ -454,7 +598,13 @@ impl SetCode {
             v4.retain(|p| p.1 != 32);
         }
         let v4 = if v4.len() <= INLINE_MAX { V4Code::Inline(v4) } else { V4Code::Table(V4Table::new(&v4, name)?) };
-        Ok(SetCode { v4_hosts, v4, v6: V6Code::new(&v6, name)? })
+        let hosts6: Vec<u128> = v6.iter().filter(|p| p.1 == 128).map(|p| p.0).collect();
+        let mut v6_hosts = None;
+        if layout.exact_hosts && hosts6.len() > INLINE_MAX && hosts6.len() * 100 >= v6.len() * EXACT_MIN_HOSTS_PCT {
+            v6_hosts = Some(V6Exact::new(&hosts6, layout, name)?);
+            v6.retain(|p| p.1 != 128);
+        }
+        Ok(SetCode { v4_hosts, v4, v6_hosts, v6: V6Code::new(&v6, name)? })
     }
 
     /// A dynamic set: empty tries of at most `maxelem` elements per family.
@@ -462,7 +612,7 @@ impl SetCode {
         use sluice_live::bpf::BPF_F_NO_PREALLOC;
         let v4 = BpfMap::new(MapType::LpmTrie, 8, 1, maxelem.max(1), BPF_F_NO_PREALLOC, &format!("{name}_d4"))?;
         let v6 = BpfMap::new(MapType::LpmTrie, 20, 1, maxelem.max(1), BPF_F_NO_PREALLOC, &format!("{name}_d6"))?;
-        Ok(SetCode { v4_hosts: None, v4: V4Code::Dynamic(v4), v6: V6Code::Dynamic(v6) })
+        Ok(SetCode { v4_hosts: None, v4: V4Code::Dynamic(v4), v6_hosts: None, v6: V6Code::Dynamic(v6) })
     }
 
     /// A dynamic set's tries (None for any other set).
@@ -479,7 +629,20 @@ impl SetCode {
             V4Code::Table(t) => t.bytes(),
             V4Code::Inline(_) | V4Code::Dynamic(_) => 0,
         };
-        v4 + self.v4_hosts.as_ref().map_or(0, V4Exact::bytes) + self.v6.bytes()
+        v4 + self.v4_hosts.as_ref().map_or(0, V4Exact::bytes)
+            + self.v6_hosts.as_ref().map_or(0, V6Exact::bytes)
+            + self.v6.bytes()
+    }
+
+    /// Jumps to `hit` when the IPv6 address in R7/R8 is in the set, else
+    /// to `miss`. Clobbers R0-R5 and R9.
+    pub fn emit_v6(&self, a: &mut Asm, hit: Label, miss: Label) {
+        if let Some(hosts) = &self.v6_hosts {
+            let rest = a.label();
+            hosts.emit(a, hit, rest);
+            a.bind(rest);
+        }
+        self.v6.emit(a, hit, miss);
     }
 
     /// Jumps to `hit` when the address in `R9` is in the set, else to

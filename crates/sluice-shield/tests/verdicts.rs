@@ -101,6 +101,14 @@ fn hosts_body(r: &mut Rng, n: usize) -> String {
         hosts.insert(addr(r));
     }
     let mut items: Vec<String> = hosts.into_iter().map(ip4).collect();
+    // As many IPv6 hosts (/128s: the IPv6 exact table) half the time.
+    if r.chance(2) {
+        let mut hosts6 = std::collections::BTreeSet::new();
+        while hosts6.len() < n {
+            hosts6.insert(addr6(r));
+        }
+        items.extend(hosts6.into_iter().map(|a| std::net::Ipv6Addr::from(a).to_string()));
+    }
     for _ in 0..r.below(n as u64 / 8) {
         items.push(prefix(r));
     }
