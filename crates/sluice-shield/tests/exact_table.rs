@@ -99,3 +99,55 @@ fn the_kernel_exact_table_holds_exactly_its_hosts() {
         }
     }
 }
+
+/// Ethernet, IPv6 from `src`, UDP.
+fn frame6(src: u128) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x86, 0xdd];
+    f.extend_from_slice(&[0x60, 0, 0, 0, 0, 8, 17, 64]);
+    f.extend_from_slice(&src.to_be_bytes());
+    f.extend_from_slice(&0x2001_0db8_u128.rotate_right(32).to_be_bytes());
+    f.extend_from_slice(&[0x30, 0x39, 0, 53, 0, 8, 0, 0]);
+    f
+}
+
+#[test]
+fn the_kernel_v6_exact_table_holds_exactly_its_hosts() {
+    let probe = parse_rules("probe", "", std::path::Path::new(".")).unwrap();
+    if Compiled::new(&probe, &[], &Options::default()).is_err() {
+        assert!(std::env::var_os("SLUICE_REQUIRE_LIVE").is_none(), "SLUICE_REQUIRE_LIVE=1 but BPF cannot load");
+        return;
+    }
+    for (case, max_load) in
+        [sluice_sets::DEFAULT_MAX_LOAD, Layout::default().max_load, MAX_FILL].into_iter().enumerate()
+    {
+        let mut next = xorshift(0x51ce + case as u64);
+        let n = (max_load * (sluice_sets::V6_SLOTS * BUCKETS) as f64) as usize;
+        let mut hosts = HashSet::new();
+        while hosts.len() < n {
+            // Within one /64 half the time: keys that differ in one half only.
+            let hi = if next().is_multiple_of(2) { 0x2001_0db8_0000_0001 } else { next() };
+            hosts.insert(u128::from(hi) << 64 | u128::from(next()));
+        }
+        let items: Vec<String> = hosts.iter().map(|&a| std::net::Ipv6Addr::from(a).to_string()).collect();
+        let text = format!("set s {{ {} }}\ndrop saddr @s\n", items.join(", "));
+        let file = parse_rules("exact6.rules", &text, std::path::Path::new(".")).unwrap();
+        let sets: Vec<Vec<Prefix>> = file
+            .sets
+            .iter()
+            .map(|s| match &s.source {
+                sluice_rules::SetSource::Inline(p) => p.clone(),
+                _ => Vec::new(),
+            })
+            .collect();
+        let layout = Layout { max_load, ..Layout::default() };
+        let kernel = Compiled::with_layout(&file, &sets, &Options::default(), &layout).unwrap();
+        // Members, members with one half changed, random addresses.
+        let others: Vec<u128> = hosts.iter().map(|a| a ^ u128::from(next() | 1)).take(n / 2).collect();
+        let randoms: Vec<u128> = (0..n / 2).map(|_| u128::from(next()) << 64 | u128::from(next())).collect();
+        for &a in hosts.iter().chain(&others).chain(&randoms) {
+            let want = if hosts.contains(&a) { XDP_DROP } else { XDP_PASS } as u32;
+            let shown = std::net::Ipv6Addr::from(a);
+            assert_eq!(kernel.test_run(&frame6(a)).unwrap(), want, "{shown} (fill {max_load})");
+        }
+    }
+}
