@@ -39,9 +39,10 @@ pub struct SetCode {
     pub v6: V6Code,
 }
 
-/// Where sets' IPv4 hosts go (the default: the exact table, at the
-/// engine's fill). The bench keeps the layout before the exact table as a
-/// contender, and the verdict test fills tables fuller to walk chains.
+/// Where sets' hosts go (the default: the exact table, filled to
+/// [`KERNEL_MAX_LOAD`], the key bucket read early). The bench keeps the
+/// layout before the exact table as a contender, and the tests fill tables
+/// fuller to walk chains.
 #[derive(Clone, Copy, Debug)]
 pub struct Layout {
     /// Hosts in the exact table when a set is mostly hosts; off: every
