@@ -24,6 +24,7 @@ mod mem;
 mod origins;
 mod shield;
 mod shield_peers;
+mod shield_v6;
 mod shield_veth;
 mod slow;
 mod syscalls;

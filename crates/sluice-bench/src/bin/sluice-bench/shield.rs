@@ -41,6 +41,10 @@ pub struct ShieldBenchArgs {
     /// Host-set sizes to run (sluice against HASH and LPM_TRIE).
     #[arg(long, value_delimiter = ',', default_values_t = [10_000usize, 1_000_000])]
     pub hosts: Vec<usize>,
+    /// IPv6 host-set sizes to run (/128s; sluice against HASH and
+    /// LPM_TRIE of 16-byte keys).
+    #[arg(long, value_delimiter = ',')]
+    pub hosts6: Vec<usize>,
     /// Prefix-set sizes to run (BGP-like lengths; sluice against LPM_TRIE).
     #[arg(long, value_delimiter = ',', default_values_t = [1_000_000usize])]
     pub prefixes: Vec<usize>,
@@ -127,7 +131,7 @@ pub(crate) fn set_rule(source: SetSource) -> RuleFile {
 }
 
 /// `drop saddr @set` as the shield compiles it, its tables as `layout` says.
-fn sluice(name: &'static str, set: &[Prefix], layout: &Layout) -> Result<Contender> {
+pub(crate) fn sluice(name: &'static str, set: &[Prefix], layout: &Layout) -> Result<Contender> {
     // The sets as the shield has them when it loads (parsed from files).
     let sets = [set.to_vec()];
     let file = set_rule(SetSource::Inline(Vec::new()));
@@ -179,7 +183,7 @@ fn lookup_program(map: &BpfMap, lpm: bool) -> Vec<sluice_live::bpf::Insn> {
 /// Fills `map` with `keys` (each `key_size` bytes, value 1) in one
 /// `BPF_MAP_UPDATE_BATCH`, or element by element where the kernel has no
 /// batch update for the map's type: how it was filled.
-fn fill(map: &BpfMap, keys: &[u8], key_size: usize) -> Result<&'static str> {
+pub(crate) fn fill(map: &BpfMap, keys: &[u8], key_size: usize) -> Result<&'static str> {
     let values = vec![1u8; keys.len() / key_size];
     if map.update_batch(keys, &values).is_ok() {
         return Ok("BPF_MAP_UPDATE_BATCH");
@@ -223,7 +227,7 @@ fn lpm(set: &[Prefix]) -> Result<Contender> {
     Ok(c)
 }
 
-fn empty() -> Result<Contender> {
+pub(crate) fn empty() -> Result<Contender> {
     let mut a = Asm::new();
     a.mov_imm(R0, sluice_shield::program::XDP_DROP);
     a.exit();
@@ -293,7 +297,7 @@ pub(crate) fn median(v: &mut [f64]) -> f64 {
 
 /// Runs the rounds: each contender's median ns per run, after checking
 /// every contender's verdicts against the first's.
-fn measure(contenders: &[Contender], frames: &[Vec<u8>], reps: usize) -> Result<Vec<f64>> {
+pub(crate) fn measure(contenders: &[Contender], frames: &[Vec<u8>], reps: usize) -> Result<Vec<f64>> {
     let mut times = vec![Vec::new(); contenders.len()];
     let judged: Vec<Vec<u32>> = contenders
         .iter()
@@ -317,7 +321,7 @@ fn measure(contenders: &[Contender], frames: &[Vec<u8>], reps: usize) -> Result<
     Ok(times.iter_mut().map(|t| median(t)).collect())
 }
 
-fn report(a: &ShieldBenchArgs, kind: &str, size: usize, contenders: &[Contender], ns: &[f64], peer: &str) {
+pub(crate) fn report(a: &ShieldBenchArgs, kind: &str, size: usize, contenders: &[Contender], ns: &[f64], peer: &str) {
     let floor = ns[contenders.iter().position(|c| c.name == "empty").expect("a floor")];
     let of = |name: &str| contenders.iter().position(|c| c.name == name).map(|i| ns[i]);
     let above = |ns: Option<f64>| (ns.unwrap_or(f64::NAN) - floor).max(0.0);
@@ -452,6 +456,7 @@ pub fn run(a: ShieldBenchArgs) -> Result<()> {
         let ns = measure(&contenders, &frames, a.reps)?;
         report(&a, "prefixes", n, &contenders, &ns, "lpm_trie");
     }
+    crate::shield_v6::rows(&a, &mut rng)?;
     if a.updates > 0 {
         crate::shield_peers::updates(a.updates, a.enforce_samples, a.json, &mut rng)?;
     }
