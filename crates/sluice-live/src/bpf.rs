@@ -37,6 +37,9 @@ const BPF_PROG_LOAD: i32 = 5;
 const BPF_OBJ_PIN: i32 = 6;
 const BPF_OBJ_GET: i32 = 7;
 const BPF_PROG_TEST_RUN: i32 = 10;
+const BPF_PROG_GET_FD_BY_ID: i32 = 13;
+const BPF_OBJ_GET_INFO_BY_FD: i32 = 15;
+const BPF_MAP_UPDATE_BATCH: i32 = 26;
 const BPF_LINK_CREATE: i32 = 28;
 const BPF_LINK_UPDATE: i32 = 29;
 
@@ -172,6 +175,47 @@ struct MapElemAttr {
 
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
+struct BatchAttr {
+    in_batch: u64,
+    out_batch: u64,
+    keys: u64,
+    values: u64,
+    count: u32,
+    map_fd: u32,
+    elem_flags: u64,
+    flags: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct GetByIdAttr {
+    id: u32,
+    next_id: u32,
+    open_flags: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct InfoAttr {
+    bpf_fd: u32,
+    info_len: u32,
+    info: u64,
+}
+
+/// The head of `struct bpf_map_info` (the kernel fills what fits).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct MapInfo {
+    map_type: u32,
+    id: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+    map_flags: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
 struct ProgLoadAttr {
     prog_type: u32,
     insn_cnt: u32,
@@ -230,6 +274,9 @@ struct ObjAttr {
 trait BpfAttr: Copy {}
 impl BpfAttr for MapCreateAttr {}
 impl BpfAttr for MapElemAttr {}
+impl BpfAttr for BatchAttr {}
+impl BpfAttr for GetByIdAttr {}
+impl BpfAttr for InfoAttr {}
 impl BpfAttr for ProgLoadAttr {}
 impl BpfAttr for TestRunAttr {}
 impl BpfAttr for LinkCreateAttr {}
@@ -404,6 +451,8 @@ pub enum MapType {
     Hash = 1,
     /// `BPF_MAP_TYPE_ARRAY`.
     Array = 2,
+    /// `BPF_MAP_TYPE_PERCPU_HASH` (other tools' maps: xdp-filter's).
+    PercpuHash = 5,
     /// `BPF_MAP_TYPE_PERCPU_ARRAY`: one value per CPU, no atomics needed.
     PercpuArray = 6,
     /// `BPF_MAP_TYPE_LPM_TRIE`.
@@ -457,6 +506,33 @@ impl BpfMap {
         Ok(BpfMap { fd: owned_fd(rc), map_type, key_size, value_size, entries, flags })
     }
 
+    /// The map pinned at `path` by another tool (its sizes asked of the
+    /// kernel); only the types of [`MapType`].
+    pub fn open_pinned(path: &std::path::Path) -> Result<BpfMap> {
+        let fd = obj_get(path).map_err(|e| LiveError::io("BPF_OBJ_GET", NEEDS_BPF, e))?;
+        let mut info = MapInfo::default();
+        let mut attr = InfoAttr {
+            bpf_fd: fd.as_raw_fd() as u32,
+            info_len: std::mem::size_of::<MapInfo>() as u32,
+            info: std::ptr::from_mut(&mut info) as u64,
+        };
+        // SAFETY: `info` is writable and `info_len` bytes long for the call.
+        unsafe { sys_bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr) }
+            .map_err(|e| LiveError::io("BPF_OBJ_GET_INFO_BY_FD", NEEDS_BPF, e))?;
+        let map_type = [MapType::Hash, MapType::Array, MapType::PercpuHash, MapType::PercpuArray, MapType::LpmTrie]
+            .into_iter()
+            .find(|t| *t as u32 == info.map_type)
+            .ok_or_else(|| LiveError::Config(format!("{}: a map of type {}", path.display(), info.map_type)))?;
+        Ok(BpfMap {
+            fd,
+            map_type,
+            key_size: info.key_size,
+            value_size: info.value_size,
+            entries: info.max_entries,
+            flags: info.map_flags,
+        })
+    }
+
     /// The number of entries it was created with.
     pub fn entries(&self) -> u32 {
         self.entries
@@ -486,6 +562,33 @@ impl BpfMap {
         // SAFETY: `key` and `value` are live and as long as the map reads (checked above).
         unsafe { sys_bpf(BPF_MAP_UPDATE_ELEM, &mut attr) }
             .map_err(|e| LiveError::io("BPF_MAP_UPDATE_ELEM", NEEDS_BPF, e))?;
+        Ok(())
+    }
+
+    /// Writes many elements in one call (`BPF_MAP_UPDATE_BATCH`, `BPF_ANY`):
+    /// `keys` and `values` the elements' keys and values end to end, as
+    /// many of one as of the other.
+    pub fn update_batch(&self, keys: &[u8], values: &[u8]) -> Result<()> {
+        let n = keys.len() / (self.key_size as usize).max(1);
+        if keys.len() != n * self.key_size as usize || values.len() != n * self.value_len() {
+            return Err(LiveError::Config(format!(
+                "BPF map batch: {} bytes of keys and {} of values for {}-byte keys and {}-byte values",
+                keys.len(),
+                values.len(),
+                self.key_size,
+                self.value_len()
+            )));
+        }
+        let mut attr = BatchAttr {
+            keys: keys.as_ptr() as u64,
+            values: values.as_ptr() as u64,
+            count: n as u32,
+            map_fd: self.fd.as_raw_fd() as u32,
+            ..Default::default()
+        };
+        // SAFETY: `keys` and `values` are live and hold `count` keys and values (checked above).
+        unsafe { sys_bpf(BPF_MAP_UPDATE_BATCH, &mut attr) }
+            .map_err(|e| LiveError::io("BPF_MAP_UPDATE_BATCH", NEEDS_BPF, e))?;
         Ok(())
     }
 
@@ -524,7 +627,9 @@ impl BpfMap {
     /// The bytes one value takes in user space.
     pub fn value_len(&self) -> usize {
         match self.map_type {
-            MapType::PercpuArray => possible_cpus() * (self.value_size as usize).next_multiple_of(8),
+            MapType::PercpuArray | MapType::PercpuHash => {
+                possible_cpus() * (self.value_size as usize).next_multiple_of(8)
+            }
             _ => self.value_size as usize,
         }
     }
@@ -685,6 +790,34 @@ impl XdpProgram {
         // bytes, writable) outlive the call.
         let rc = unsafe { sys_bpf(BPF_PROG_LOAD, &mut attr) }?;
         Ok(XdpProgram { fd: owned_fd(rc) })
+    }
+
+    /// The loaded program whose id is `id` (`BPF_PROG_GET_FD_BY_ID`): one
+    /// another tool loaded, to run beside ours.
+    pub fn from_id(id: u32) -> Result<XdpProgram> {
+        let mut attr = GetByIdAttr { id, ..Default::default() };
+        // SAFETY: the attr holds no addresses.
+        let rc = unsafe { sys_bpf(BPF_PROG_GET_FD_BY_ID, &mut attr) }
+            .map_err(|e| LiveError::io("BPF_PROG_GET_FD_BY_ID", NEEDS_BPF, e))?;
+        Ok(XdpProgram { fd: owned_fd(rc) })
+    }
+
+    /// The kernel's run statistics of the program: (total ns, runs). They
+    /// count only while `kernel.bpf_stats_enabled` is 1.
+    pub fn run_stats(&self) -> Result<(u64, u64)> {
+        // `struct bpf_prog_info` up to `run_cnt`: `run_time_ns` and
+        // `run_cnt` are its 25th and 26th 8-byte words (linux/bpf.h).
+        const RUN_TIME_NS: usize = 24;
+        let mut info = [0u64; RUN_TIME_NS + 2];
+        let mut attr = InfoAttr {
+            bpf_fd: self.fd.as_raw_fd() as u32,
+            info_len: std::mem::size_of_val(&info) as u32,
+            info: info.as_mut_ptr() as u64,
+        };
+        // SAFETY: `info` is writable and `info_len` bytes long for the call.
+        unsafe { sys_bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr) }
+            .map_err(|e| LiveError::io("BPF_OBJ_GET_INFO_BY_FD", NEEDS_BPF, e))?;
+        Ok((info[RUN_TIME_NS], info[RUN_TIME_NS + 1]))
     }
 
     /// Another descriptor of the same program.

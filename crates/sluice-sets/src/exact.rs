@@ -676,6 +676,96 @@ exact_set!(
     u128
 );
 
+/// An IPv4 exact table as a reader that is not this code sees it:
+/// `sluice shield`'s kernel program looks addresses up in the bytes of
+/// [`V4ExactSet::write_layout`] exactly as [`V4ExactSet::contains`] does.
+///
+/// The hash of an address `a` is `h = (u64(a) ^ k0) * mul; h = (h ^ (h >>
+/// 32)) * k1` (wrapping; 64-bit multiplies, which eBPF has). The home
+/// bucket is `(h >> shift) & mask`, the tag `(h >> 32) as u8`, or 1 when
+/// that is 0 (0 marks an empty slot). A lookup reads the home bucket's 16
+/// tags, compares the key of each slot whose tag matches, and goes on to
+/// the next bucket (`(b + 1) & mask`) while the last tag of the bucket it
+/// read is not empty: never more than `longest_probe` buckets.
+///
+/// An IPv6 table ([`V6ExactSet::layout`]) hashes an address `a` as `lo =
+/// (u64(a) ^ k0) * mul; hi = (u64(a >> 64) ^ k1) * mul_hi; h = lo ^
+/// hi.rotate_left(32); h = (h ^ (h >> 29)) * k1`, with [`V6_SLOTS`] tags
+/// and keys per bucket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExactLayout {
+    pub buckets: usize,
+    pub k0: u64,
+    pub k1: u64,
+    pub mul: u64,
+    /// IPv6 only: the high half's multiplier.
+    pub mul_hi: u64,
+    pub shift: u32,
+    pub mask: u32,
+    pub longest_probe: usize,
+}
+
+/// Keys (and tags) per IPv4 bucket.
+pub const V4_SLOTS: usize = <Bucket4 as Slots>::SLOTS;
+/// Keys (and tags) per IPv6 bucket.
+pub const V6_SLOTS: usize = <Bucket6 as Slots>::SLOTS;
+
+fn layout_of<B: Slots>(t: &OpenTable<B>) -> ExactLayout {
+    let (k0, k1) = t.hasher.keys();
+    ExactLayout {
+        buckets: t.buckets.len(),
+        k0,
+        k1,
+        mul: crate::hash::C0,
+        mul_hi: crate::hash::C1,
+        shift: t.shift,
+        mask: t.mask as u32,
+        longest_probe: t.probe_stats().1,
+    }
+}
+
+impl V6ExactSet {
+    /// How [`V6ExactSet::write_layout`]'s bytes are looked up.
+    pub fn layout(&self) -> ExactLayout {
+        layout_of(&self.0)
+    }
+
+    /// The tags ([`V6_SLOTS`] bytes per bucket) and the key buckets (64
+    /// bytes each: [`V6_SLOTS`] addresses as their 16 bytes in network
+    /// order, unused slots 0), into `tags` and `buckets` of at least those
+    /// lengths.
+    pub fn write_layout(&self, tags: &mut [u8], buckets: &mut [u8]) {
+        let t = &self.0;
+        tags[..t.tags.len()].copy_from_slice(&t.tags);
+        for (c, b) in buckets.chunks_exact_mut(size_of::<Bucket6>()).zip(t.buckets.iter()) {
+            for (w, k) in c.chunks_exact_mut(16).zip(b.keys) {
+                w.copy_from_slice(&k.to_be_bytes());
+            }
+        }
+    }
+}
+
+impl V4ExactSet {
+    /// How [`V4ExactSet::write_layout`]'s bytes are looked up.
+    pub fn layout(&self) -> ExactLayout {
+        layout_of(&self.0)
+    }
+
+    /// The tags (one byte per slot, [`V4_SLOTS`] per bucket, bucket after
+    /// bucket) and the key buckets (64 bytes each: [`V4_SLOTS`]
+    /// little-endian addresses in host order, unused slots 0), into
+    /// `tags` and `buckets` of at least those lengths.
+    pub fn write_layout(&self, tags: &mut [u8], buckets: &mut [u8]) {
+        let t = &self.0;
+        tags[..t.tags.len()].copy_from_slice(&t.tags);
+        for (c, b) in buckets.chunks_exact_mut(size_of::<Bucket4>()).zip(t.buckets.iter()) {
+            for (w, k) in c.chunks_exact_mut(4).zip(b.keys) {
+                w.copy_from_slice(&k.to_le_bytes());
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -735,6 +825,88 @@ mod tests {
             for ((k, o), p) in probes.iter().zip(&out).zip(&piped) {
                 prop_assert_eq!(*o, reference.contains(k));
                 prop_assert_eq!(*p, reference.contains(k));
+            }
+        }
+    }
+
+    /// A reader of [`V4ExactSet::write_layout`]'s bytes that knows only
+    /// [`ExactLayout`]: what the kernel program does, in plain Rust.
+    fn layout_contains(l: &ExactLayout, tags: &[u8], buckets: &[u8], a: u32) -> bool {
+        let h = (u64::from(a) ^ l.k0).wrapping_mul(l.mul);
+        let h = (h ^ (h >> 32)).wrapping_mul(l.k1);
+        let tag = ((h >> 32) as u8).max(1);
+        let mut b = (h >> l.shift) as usize & l.mask as usize;
+        for _ in 0..l.longest_probe {
+            let t = &tags[b * V4_SLOTS..][..V4_SLOTS];
+            let keys = &buckets[b * 64..][..64];
+            let key = |i: usize| u32::from_le_bytes(keys[4 * i..4 * i + 4].try_into().unwrap());
+            if (0..V4_SLOTS).any(|i| t[i] == tag && key(i) == a) {
+                return true;
+            }
+            if t[V4_SLOTS - 1] == 0 {
+                return false;
+            }
+            b = (b + 1) & l.mask as usize;
+        }
+        false
+    }
+
+    /// [`layout_contains`] for an IPv6 table.
+    fn layout_contains6(l: &ExactLayout, tags: &[u8], buckets: &[u8], a: u128) -> bool {
+        let lo = (a as u64 ^ l.k0).wrapping_mul(l.mul);
+        let hi = ((a >> 64) as u64 ^ l.k1).wrapping_mul(l.mul_hi);
+        let h = lo ^ hi.rotate_left(32);
+        let h = (h ^ (h >> 29)).wrapping_mul(l.k1);
+        let tag = ((h >> 32) as u8).max(1);
+        let mut b = (h >> l.shift) as usize & l.mask as usize;
+        for _ in 0..l.longest_probe {
+            let t = &tags[b * V6_SLOTS..][..V6_SLOTS];
+            let keys = &buckets[b * 64..][..64];
+            let key = |i: usize| u128::from_be_bytes(keys[16 * i..16 * i + 16].try_into().unwrap());
+            if (0..V6_SLOTS).any(|i| t[i] == tag && key(i) == a) {
+                return true;
+            }
+            if t[V6_SLOTS - 1] == 0 {
+                return false;
+            }
+            b = (b + 1) & l.mask as usize;
+        }
+        false
+    }
+
+    proptest! {
+        #[test]
+        fn written_v6_layout_agrees_with_the_table(keys in proptest::collection::vec(any::<u128>(), 0..2000),
+                                                   near in proptest::collection::vec(0u128..64, 0..500),
+                                                   load in 0.3f64..0.9, seed in any::<u64>()) {
+            let probes: Vec<u128> = keys.iter().zip(&near).map(|(k, d)| k.wrapping_add(*d)).chain([0, 1]).collect();
+            let set = V6ExactSet::with_filter(&keys, load, Hasher::with_seed(seed), false);
+            let l = set.layout();
+            let mut tags = vec![0u8; l.buckets * V6_SLOTS];
+            let mut buckets = vec![0u8; l.buckets * 64];
+            set.write_layout(&mut tags, &mut buckets);
+            let reference: HashSet<u128> = keys.iter().copied().collect();
+            for &p in keys.iter().chain(&probes) {
+                prop_assert_eq!(layout_contains6(&l, &tags, &buckets, p), reference.contains(&p));
+            }
+        }
+
+        #[test]
+        fn written_layout_agrees_with_the_table(keys in proptest::collection::vec(any::<u32>(), 0..3000),
+                                                near in proptest::collection::vec(0u32..64, 0..500),
+                                                load in 0.3f64..0.9, seed in any::<u64>()) {
+            // Keys and their neighbours (most absent), zero among them: an
+            // empty slot's key is 0, which must not be found unless added.
+            let probes: Vec<u32> = keys.iter().zip(&near).map(|(k, d)| k.wrapping_add(*d)).chain([0, 1]).collect();
+            let set = V4ExactSet::with_filter(&keys, load, Hasher::with_seed(seed), false);
+            let l = set.layout();
+            let mut tags = vec![0u8; l.buckets * V4_SLOTS];
+            let mut buckets = vec![0u8; l.buckets * 64];
+            set.write_layout(&mut tags, &mut buckets);
+            let reference: HashSet<u32> = keys.iter().copied().collect();
+            for &p in keys.iter().chain(&probes) {
+                prop_assert_eq!(layout_contains(&l, &tags, &buckets, p), reference.contains(&p), "{}", p);
+                prop_assert_eq!(set.contains(p), reference.contains(&p));
             }
         }
     }

@@ -13,7 +13,7 @@ pub struct Hasher {
 }
 
 pub(crate) const C0: u64 = 0x9e37_79b9_7f4a_7c15;
-const C1: u64 = 0xbf58_476d_1ce4_e5b9;
+pub(crate) const C1: u64 = 0xbf58_476d_1ce4_e5b9;
 
 fn splitmix(mut x: u64) -> u64 {
     x = x.wrapping_add(C0);
@@ -34,8 +34,9 @@ impl Hasher {
         Hasher { k0: splitmix(seed), k1: splitmix(seed ^ C1) | 1 }
     }
 
-    /// The two keys, for `persist` to save a table as built.
-    pub(crate) fn keys(&self) -> (u64, u64) {
+    /// The two keys, for `persist` to save a table as built (and for readers
+    /// of an exported table, [`crate::ExactLayout`]).
+    pub fn keys(&self) -> (u64, u64) {
         (self.k0, self.k1)
     }
 

@@ -28,7 +28,10 @@ mod prefix6;
 mod set;
 pub mod simd;
 
-pub use exact::{Prepared, TableInfo, V4ExactSet, V6ExactSet, DEFAULT_MAX_LOAD, MAX_BATCH, PREPARED_MAX};
+pub use exact::{
+    ExactLayout, Prepared, TableInfo, V4ExactSet, V6ExactSet, DEFAULT_MAX_LOAD, MAX_BATCH, PREPARED_MAX, V4_SLOTS,
+    V6_SLOTS,
+};
 pub use hash::Hasher;
 pub use persist::PersistError;
 pub use prefix::V4PrefixSet;

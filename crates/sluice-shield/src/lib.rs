@@ -113,6 +113,17 @@ impl Compiled {
     /// `file.sets[i]`) and loads it: maps first, then the program (the
     /// verifier's words in the error when it refuses).
     pub fn new(file: &RuleFile, sets: &[Vec<Prefix>], opts: &Options) -> Result<Compiled, ShieldError> {
+        Self::with_layout(file, sets, opts, &tables::Layout::default())
+    }
+
+    /// [`Compiled::new`] with the sets' tables laid out as `layout` says
+    /// (the bench's and the tests' knob).
+    pub fn with_layout(
+        file: &RuleFile,
+        sets: &[Vec<Prefix>],
+        opts: &Options,
+        layout: &tables::Layout,
+    ) -> Result<Compiled, ShieldError> {
         if let Some((line, what)) = unsupported(file) {
             return Err(ShieldError::Unsupported { file: file.source.clone(), line, what });
         }
@@ -136,14 +147,14 @@ impl Compiled {
                                     dynamic.push((file.sets[*s].name.clone(), codes.len()));
                                     SetCode::dynamic(maxelem.unwrap_or(DEFAULT_MAXELEM), &name)?
                                 }
-                                _ => SetCode::new(&sets[*s], &name)?,
+                                _ => SetCode::new(&sets[*s], &name, layout)?,
                             });
                             named[*s] = Some(codes.len() - 1);
                             codes.len() - 1
                         }
                     },
                     AddrValue::Prefixes(p) => {
-                        codes.push(SetCode::new(p, &format!("r{}", r.line))?);
+                        codes.push(SetCode::new(p, &format!("r{}", r.line), layout)?);
                         codes.len() - 1
                     }
                 };

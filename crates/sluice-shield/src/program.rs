@@ -558,7 +558,7 @@ fn match_code<'s>(a: &mut Asm, m: &Match, sets: &mut impl Iterator<Item = &'s &'
                 a.jmp_imm(Cond::Ne, R1, 6, next);
                 a.ldx(Size::DW, R7, S, hi);
                 a.ldx(Size::DW, R8, S, lo);
-                set.v6.emit(a, hit, next);
+                set.emit_v6(a, hit, next);
                 a.bind(next);
             }
             a.ja(miss);

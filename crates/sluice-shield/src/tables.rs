@@ -7,21 +7,235 @@
 //! and for a partly covered /24 one host record, whatever the prefixes'
 //! lengths (no trie walk). A small set (a rule's own prefixes) is a run of
 //! compares in the program itself.
+//!
+//! A set whose IPv4 part is mostly hosts keeps its /32s in the engine's
+//! exact table instead (`sluice_sets::V4ExactSet`: 16 one-byte tags per
+//! bucket in one array map, the bucket's 16 keys in another), looked up
+//! as the engine does: the engine's own hash (two 64-bit multiplies, which
+//! eBPF has), the home bucket's tags compared 8 at a time, the key bucket
+//! read only when a tag matches. The table records its longest probe, so
+//! the walk over full buckets is unrolled that many times and no further.
+//! Its other prefixes stay in the prefix table (or compares); both are
+//! looked up. A mostly-/128 IPv6 part's hosts are the IPv6 exact table
+//! (`V6ExactSet`: 4 tags and 4 keys per bucket) the same way.
 
 use crate::asm::{Alu, Asm, Cond, Label, Size, FP, R0, R1, R2, R3, R4, R5, R7, R8, R9};
 use crate::program::KEY_SLOT;
 use sluice_live::bpf::{BpfMap, MapType, BPF_F_MMAPABLE};
 use sluice_live::LiveError;
-use sluice_sets::V4PrefixSet;
+use sluice_sets::{ExactLayout, Hasher, V4ExactSet, V4PrefixSet, V6ExactSet, V4_SLOTS, V6_SLOTS};
 
 /// Sets of at most this many prefixes are compares in the program.
 pub const INLINE_MAX: usize = 16;
 
-/// How the program tests an address against one set: its IPv4 part and
-/// its IPv6 part.
+/// How the program tests an address against one set: its IPv4 part (the
+/// hosts of a mostly-hosts set apart, in the exact table) and its IPv6
+/// part.
 pub struct SetCode {
+    pub v4_hosts: Option<V4Exact>,
     pub v4: V4Code,
+    /// A mostly-/128 IPv6 part's /128s, in the exact table.
+    pub v6_hosts: Option<V6Exact>,
     pub v6: V6Code,
+}
+
+/// Where sets' hosts go (the default: the exact table, filled to
+/// [`KERNEL_MAX_LOAD`], the key bucket read early). The bench keeps the
+/// layout before the exact table as a contender, and the tests fill tables
+/// fuller to walk chains.
+#[derive(Clone, Copy, Debug)]
+pub struct Layout {
+    /// Hosts in the exact table when a set is mostly hosts; off: every
+    /// prefix in the prefix table.
+    pub exact_hosts: bool,
+    /// The exact table's most fill (as `V4ExactSet::with_options`;
+    /// [`KERNEL_MAX_LOAD`] by default).
+    pub max_load: f64,
+    /// Load the key bucket's first word before comparing the tags, so its
+    /// cache miss overlaps the tag record's (see [`V4Exact::emit`]).
+    pub early_keys: bool,
+}
+
+/// The kernel's exact tables' most fill: fuller than the engine's (0.5),
+/// since in the kernel a smaller table pays more than the rarer walk past a
+/// full bucket saves (its pages are 4 KiB, so a larger table also costs TLB
+/// misses). `sluice-bench shield --hosts 1000000,10000000 --alt-max-load
+/// 0.75`, one run on a loaded 2-vCPU VM: at 10M hosts 374 ns above the
+/// floor at 0.75 against 448 at 0.5 (1M against 2M buckets: 80 against
+/// 160 MiB), loaded in 717 against 1013 ms; at 1M hosts the same bucket
+/// count either way (207 against 222 ns, noise).
+pub const KERNEL_MAX_LOAD: f64 = 0.75;
+
+impl Default for Layout {
+    fn default() -> Self {
+        Layout { exact_hosts: true, max_load: KERNEL_MAX_LOAD, early_keys: true }
+    }
+}
+
+/// A set's hosts go to the exact table when at least this share (percent)
+/// of its IPv4 prefixes are /32s: below it, one prefix-table lookup
+/// answers for all of them, where the exact table would add a lookup to
+/// every address.
+const EXACT_MIN_HOSTS_PCT: usize = 50;
+
+/// An IPv4 key's bytes in a key bucket.
+const KEY_BYTES: usize = 4;
+/// Where the program keeps the tag record's address while it reads the
+/// key bucket, or the key bucket's while it reads the tags (the lookup
+/// helper clobbers R0-R5).
+const TAGS_PTR: i16 = -64;
+const KEYS_PTR: i16 = -72;
+/// An IPv6 lookup's tag, and the tag in every byte of a word.
+const TAG6: i16 = -80;
+const TAG6_BYTES: i16 = -88;
+/// Bytes of an IPv6 key, and of a key bucket (either family).
+const KEY6_BYTES: usize = 16;
+const BUCKET_BYTES: usize = 64;
+/// A byte of ones in every byte of a word, and the high bit of every byte:
+/// for comparing 8 tags at once (SWAR).
+const BYTES_ONE: u64 = 0x0101_0101_0101_0101;
+const BYTES_HIGH: u64 = 0x8080_8080_8080_8080;
+
+/// A [`V4ExactSet`] in two mmapable array maps: per bucket, its tags (one
+/// record of [`V4_SLOTS`] bytes) and its keys (one record of 64 bytes).
+pub struct V4Exact {
+    tags: BpfMap,
+    keys: BpfMap,
+    layout: ExactLayout,
+    hosts: usize,
+    early_keys: bool,
+}
+
+impl V4Exact {
+    /// Builds the engine's exact table of `hosts` (without its front
+    /// filter: the kernel program reads the tags directly) and writes it
+    /// into new maps through their mappings.
+    pub fn new(hosts: &[u32], how: &Layout, name: &str) -> Result<V4Exact, LiveError> {
+        let set = V4ExactSet::with_filter(hosts, how.max_load, Hasher::random(), false);
+        let layout = set.layout();
+        let n = layout.buckets as u32;
+        let bucket = (V4_SLOTS * KEY_BYTES) as u32;
+        let tags = BpfMap::new(MapType::Array, 4, V4_SLOTS as u32, n, BPF_F_MMAPABLE, &format!("{name}_xt"))?;
+        let keys = BpfMap::new(MapType::Array, 4, bucket, n, BPF_F_MMAPABLE, &format!("{name}_xk"))?;
+        let (mut tm, mut km) = (tags.mmap()?, keys.mmap()?);
+        set.write_layout(tm.bytes_mut(), km.bytes_mut());
+        Ok(V4Exact { tags, keys, layout, hosts: set.len(), early_keys: how.early_keys })
+    }
+
+    /// How many hosts it holds.
+    pub fn hosts(&self) -> usize {
+        self.hosts
+    }
+
+    /// The most buckets a lookup reads (the unrolled walk's length).
+    pub fn longest_probe(&self) -> usize {
+        self.layout.longest_probe
+    }
+
+    /// Kernel memory its maps take, in bytes.
+    pub fn bytes(&self) -> u64 {
+        (V4_SLOTS * (1 + KEY_BYTES)) as u64 * self.layout.buckets as u64
+    }
+
+    /// `V4ExactSet::contains` of the address in `R9`: jumps to `hit` or
+    /// `miss`. Clobbers R0-R5, R7 (the bucket) and R8 (the tag), which the
+    /// IPv4 side of a match does not hold.
+    pub fn emit(&self, a: &mut Asm, hit: Label, miss: Label) {
+        let l = &self.layout;
+        // The engine's hash32.
+        a.mov(R1, R9);
+        a.ld_imm64(R2, l.k0);
+        a.alu(Alu::Xor, R1, R2);
+        a.ld_imm64(R2, l.mul);
+        a.alu(Alu::Mul, R1, R2);
+        a.mov(R2, R1);
+        a.alu_imm(Alu::Rsh, R2, 32);
+        a.alu(Alu::Xor, R1, R2);
+        a.ld_imm64(R2, l.k1);
+        a.alu(Alu::Mul, R1, R2);
+        // R7 = the home bucket; R8 = the tag (never 0: 0 is an empty slot).
+        a.mov(R7, R1);
+        a.alu_imm(Alu::Rsh, R7, l.shift as i32);
+        a.alu_imm(Alu::And, R7, l.mask as i32);
+        a.mov(R8, R1);
+        a.alu_imm(Alu::Rsh, R8, 32);
+        a.alu_imm(Alu::And, R8, i32::from(u8::MAX));
+        let tagged = a.label();
+        a.jmp_imm(Cond::Ne, R8, 0, tagged);
+        a.mov_imm(R8, 1);
+        a.bind(tagged);
+        for _ in 0..l.longest_probe {
+            self.emit_bucket(a, hit, miss);
+            a.alu_imm(Alu::Add, R7, 1);
+            a.alu_imm(Alu::And, R7, l.mask as i32);
+        }
+        // Past the longest probe no key lies (the table says so when built).
+        a.ja(miss);
+    }
+
+    /// One bucket of the walk (R7 the bucket, R8 the tag): `hit` on a key
+    /// equal to R9, `miss` when the bucket is not full, else falls through
+    /// to the next bucket.
+    fn emit_bucket(&self, a: &mut Asm, hit: Label, miss: Label) {
+        use std::os::fd::AsRawFd;
+        let candidate = a.label();
+        let next = a.label();
+        a.stx(Size::W, FP, KEY_SLOT, R7);
+        if self.early_keys {
+            // The key bucket's address does not depend on the tags: a load
+            // from it now (its value unused) is in flight while the tags
+            // load, so a member waits for one miss instead of two in a row.
+            a.lookup(self.keys.as_raw_fd(), KEY_SLOT);
+            a.jmp_imm(Cond::Eq, R0, 0, miss);
+            a.stx(Size::DW, FP, KEYS_PTR, R0);
+            a.ldx(Size::W, R1, R0, 0);
+        }
+        a.lookup(self.tags.as_raw_fd(), KEY_SLOT);
+        a.jmp_imm(Cond::Eq, R0, 0, miss);
+        // R3 = the tag in every byte; a word of tags XOR R3 has a zero byte
+        // where a slot's tag matches: (x - 0x01..) & !x & 0x80.. is not 0
+        // exactly when x has a zero byte.
+        a.mov(R3, R8);
+        a.ld_imm64(R4, BYTES_ONE);
+        a.alu(Alu::Mul, R3, R4);
+        a.ld_imm64(R5, BYTES_HIGH);
+        for word in 0..(V4_SLOTS / 8) as i16 {
+            a.ldx(Size::DW, R1, R0, 8 * word);
+            a.alu(Alu::Xor, R1, R3);
+            a.mov(R2, R1);
+            a.alu(Alu::Sub, R2, R4);
+            a.alu_imm(Alu::Xor, R1, -1);
+            a.alu(Alu::And, R2, R1);
+            a.alu(Alu::And, R2, R5);
+            a.jmp_imm(Cond::Ne, R2, 0, candidate);
+        }
+        // No tag matches: the key can only be further on, past a full bucket.
+        a.ldx(Size::B, R1, R0, (V4_SLOTS - 1) as i16);
+        a.jmp_imm(Cond::Eq, R1, 0, miss);
+        a.ja(next);
+        // A tag matches: read the key bucket, compare the keys whose tags match.
+        a.bind(candidate);
+        if self.early_keys {
+            a.mov(R1, R0);
+            a.ldx(Size::DW, R0, FP, KEYS_PTR);
+        } else {
+            a.stx(Size::DW, FP, TAGS_PTR, R0);
+            a.lookup(self.keys.as_raw_fd(), KEY_SLOT);
+            a.jmp_imm(Cond::Eq, R0, 0, miss);
+            a.ldx(Size::DW, R1, FP, TAGS_PTR);
+        }
+        for slot in 0..V4_SLOTS as i16 {
+            let other = a.label();
+            a.ldx(Size::B, R2, R1, slot);
+            a.jmp(Cond::Ne, R2, R8, other);
+            a.ldx(Size::W, R2, R0, slot * KEY_BYTES as i16);
+            a.jmp(Cond::Eq, R2, R9, hit);
+            a.bind(other);
+        }
+        a.ldx(Size::B, R2, R1, (V4_SLOTS - 1) as i16);
+        a.jmp_imm(Cond::Eq, R2, 0, miss);
+        a.bind(next);
+    }
 }
 
 /// How the program tests an IPv4 address (host order, in `R9`).
@@ -231,9 +445,146 @@ impl V4Table {
     }
 }
 
+/// A [`V6ExactSet`] in two mmapable array maps: per bucket, its
+/// [`V6_SLOTS`] tags and its keys (64 bytes: the addresses' network-order
+/// bytes, as the program holds them in R7 and R8).
+pub struct V6Exact {
+    tags: BpfMap,
+    keys: BpfMap,
+    layout: ExactLayout,
+}
+
+impl V6Exact {
+    pub fn new(hosts: &[u128], how: &Layout, name: &str) -> Result<V6Exact, LiveError> {
+        let set = V6ExactSet::with_filter(hosts, how.max_load, Hasher::random(), false);
+        let layout = set.layout();
+        let n = layout.buckets as u32;
+        // An array map's values are 8-byte aligned: each bucket's 4 tags
+        // take a record of 8 (the program reads the first 4).
+        let record = V6_SLOTS.next_multiple_of(8);
+        let tags = BpfMap::new(MapType::Array, 4, record as u32, n, BPF_F_MMAPABLE, &format!("{name}_6xt"))?;
+        let keys = BpfMap::new(MapType::Array, 4, BUCKET_BYTES as u32, n, BPF_F_MMAPABLE, &format!("{name}_6xk"))?;
+        let (mut tm, mut km) = (tags.mmap()?, keys.mmap()?);
+        let mut packed = vec![0u8; layout.buckets * V6_SLOTS];
+        set.write_layout(&mut packed, km.bytes_mut());
+        for (to, from) in tm.bytes_mut().chunks_exact_mut(record).zip(packed.chunks_exact(V6_SLOTS)) {
+            to[..V6_SLOTS].copy_from_slice(from);
+        }
+        Ok(V6Exact { tags, keys, layout })
+    }
+
+    /// Kernel memory its maps take, in bytes.
+    pub fn bytes(&self) -> u64 {
+        // Each tag record rounds up to 8 bytes in an array map.
+        (V6_SLOTS.next_multiple_of(8) + BUCKET_BYTES) as u64 * self.layout.buckets as u64
+    }
+
+    /// `V6ExactSet::contains` of the address in R7/R8 (its halves as
+    /// loaded from the packet): jumps to `hit` or `miss`. Clobbers R0-R5
+    /// and R9 (the bucket), which the IPv6 side of a match does not hold.
+    pub fn emit(&self, a: &mut Asm, hit: Label, miss: Label) {
+        let l = &self.layout;
+        // The engine's hash128 of the address as a number: its halves
+        // byte-swapped.
+        a.mov(R1, R8);
+        a.from_be(R1, 64);
+        a.ld_imm64(R2, l.k0);
+        a.alu(Alu::Xor, R1, R2);
+        a.ld_imm64(R2, l.mul);
+        a.alu(Alu::Mul, R1, R2);
+        a.mov(R3, R7);
+        a.from_be(R3, 64);
+        a.ld_imm64(R2, l.k1);
+        a.alu(Alu::Xor, R3, R2);
+        a.ld_imm64(R2, l.mul_hi);
+        a.alu(Alu::Mul, R3, R2);
+        a.mov(R4, R3);
+        a.alu_imm(Alu::Lsh, R4, 32);
+        a.alu_imm(Alu::Rsh, R3, 32);
+        a.alu(Alu::Or, R3, R4);
+        a.alu(Alu::Xor, R1, R3);
+        a.mov(R2, R1);
+        a.alu_imm(Alu::Rsh, R2, 29);
+        a.alu(Alu::Xor, R1, R2);
+        a.ld_imm64(R2, l.k1);
+        a.alu(Alu::Mul, R1, R2);
+        // R9 = the home bucket; the tag (never 0) and its word on the stack.
+        a.mov(R9, R1);
+        a.alu_imm(Alu::Rsh, R9, l.shift as i32);
+        a.alu_imm(Alu::And, R9, l.mask as i32);
+        a.alu_imm(Alu::Rsh, R1, 32);
+        a.alu_imm(Alu::And, R1, i32::from(u8::MAX));
+        let tagged = a.label();
+        a.jmp_imm(Cond::Ne, R1, 0, tagged);
+        a.mov_imm(R1, 1);
+        a.bind(tagged);
+        a.stx(Size::DW, FP, TAG6, R1);
+        a.ld_imm64(R2, BYTES_ONE);
+        a.alu(Alu::Mul, R1, R2);
+        a.stx(Size::DW, FP, TAG6_BYTES, R1);
+        for _ in 0..l.longest_probe {
+            self.emit_bucket(a, hit, miss);
+            a.alu_imm(Alu::Add, R9, 1);
+            a.alu_imm(Alu::And, R9, l.mask as i32);
+        }
+        a.ja(miss);
+    }
+
+    /// One bucket of the walk (R9 the bucket): as [`V4Exact`]'s, the key
+    /// bucket loaded first.
+    fn emit_bucket(&self, a: &mut Asm, hit: Label, miss: Label) {
+        use std::os::fd::AsRawFd;
+        let candidate = a.label();
+        let next = a.label();
+        a.stx(Size::W, FP, KEY_SLOT, R9);
+        a.lookup(self.keys.as_raw_fd(), KEY_SLOT);
+        a.jmp_imm(Cond::Eq, R0, 0, miss);
+        a.stx(Size::DW, FP, KEYS_PTR, R0);
+        a.ldx(Size::W, R1, R0, 0);
+        a.lookup(self.tags.as_raw_fd(), KEY_SLOT);
+        a.jmp_imm(Cond::Eq, R0, 0, miss);
+        // The 4 tags in one word: a zero byte of tags XOR the tag's word
+        // is a match (the test of `V4Exact`, on the low 32 bits).
+        a.ldx(Size::W, R1, R0, 0);
+        a.ldx(Size::DW, R3, FP, TAG6_BYTES);
+        a.alu(Alu::Xor, R1, R3);
+        a.mov(R2, R1);
+        a.ld_imm64(R4, u64::from(BYTES_ONE as u32));
+        a.alu(Alu::Sub, R2, R4);
+        a.alu_imm(Alu::Xor, R1, -1);
+        a.alu(Alu::And, R2, R1);
+        a.ld_imm64(R5, u64::from(BYTES_HIGH as u32));
+        a.alu(Alu::And, R2, R5);
+        a.jmp_imm(Cond::Ne, R2, 0, candidate);
+        a.ldx(Size::B, R1, R0, (V6_SLOTS - 1) as i16);
+        a.jmp_imm(Cond::Eq, R1, 0, miss);
+        a.ja(next);
+        a.bind(candidate);
+        a.mov(R1, R0);
+        a.ldx(Size::DW, R0, FP, KEYS_PTR);
+        a.ldx(Size::DW, R4, FP, TAG6);
+        for slot in 0..V6_SLOTS as i16 {
+            let other = a.label();
+            let at = slot * KEY6_BYTES as i16;
+            a.ldx(Size::B, R2, R1, slot);
+            a.jmp(Cond::Ne, R2, R4, other);
+            a.ldx(Size::DW, R2, R0, at);
+            a.jmp(Cond::Ne, R2, R7, other);
+            a.ldx(Size::DW, R2, R0, at + 8);
+            a.jmp(Cond::Eq, R2, R8, hit);
+            a.bind(other);
+        }
+        a.ldx(Size::B, R2, R1, (V6_SLOTS - 1) as i16);
+        a.jmp_imm(Cond::Eq, R2, 0, miss);
+        a.bind(next);
+    }
+}
+
 impl SetCode {
-    /// The code for `prefixes`: each family's compares when few, else tables.
-    pub fn new(prefixes: &[sluice_rules::Prefix], name: &str) -> Result<SetCode, LiveError> {
+    /// The code for `prefixes`: each family's compares when few, else
+    /// tables (a mostly-hosts IPv4 part's hosts in the exact table, as
+    /// `layout` allows).
+    pub fn new(prefixes: &[sluice_rules::Prefix], name: &str, layout: &Layout) -> Result<SetCode, LiveError> {
         let (mut v4, mut v6) = (Vec::new(), Vec::new());
         for p in prefixes {
             match *p {
@@ -241,8 +592,20 @@ impl SetCode {
                 sluice_rules::Prefix::V6 { addr, len } => v6.push((addr, len)),
             }
         }
+        let hosts: Vec<u32> = v4.iter().filter(|p| p.1 == 32).map(|p| p.0).collect();
+        let mut v4_hosts = None;
+        if layout.exact_hosts && hosts.len() > INLINE_MAX && hosts.len() * 100 >= v4.len() * EXACT_MIN_HOSTS_PCT {
+            v4_hosts = Some(V4Exact::new(&hosts, layout, name)?);
+            v4.retain(|p| p.1 != 32);
+        }
         let v4 = if v4.len() <= INLINE_MAX { V4Code::Inline(v4) } else { V4Code::Table(V4Table::new(&v4, name)?) };
-        Ok(SetCode { v4, v6: V6Code::new(&v6, name)? })
+        let hosts6: Vec<u128> = v6.iter().filter(|p| p.1 == 128).map(|p| p.0).collect();
+        let mut v6_hosts = None;
+        if layout.exact_hosts && hosts6.len() > INLINE_MAX && hosts6.len() * 100 >= v6.len() * EXACT_MIN_HOSTS_PCT {
+            v6_hosts = Some(V6Exact::new(&hosts6, layout, name)?);
+            v6.retain(|p| p.1 != 128);
+        }
+        Ok(SetCode { v4_hosts, v4, v6_hosts, v6: V6Code::new(&v6, name)? })
     }
 
     /// A dynamic set: empty tries of at most `maxelem` elements per family.
@@ -250,7 +613,7 @@ impl SetCode {
         use sluice_live::bpf::BPF_F_NO_PREALLOC;
         let v4 = BpfMap::new(MapType::LpmTrie, 8, 1, maxelem.max(1), BPF_F_NO_PREALLOC, &format!("{name}_d4"))?;
         let v6 = BpfMap::new(MapType::LpmTrie, 20, 1, maxelem.max(1), BPF_F_NO_PREALLOC, &format!("{name}_d6"))?;
-        Ok(SetCode { v4: V4Code::Dynamic(v4), v6: V6Code::Dynamic(v6) })
+        Ok(SetCode { v4_hosts: None, v4: V4Code::Dynamic(v4), v6_hosts: None, v6: V6Code::Dynamic(v6) })
     }
 
     /// A dynamic set's tries (None for any other set).
@@ -267,12 +630,30 @@ impl SetCode {
             V4Code::Table(t) => t.bytes(),
             V4Code::Inline(_) | V4Code::Dynamic(_) => 0,
         };
-        v4 + self.v6.bytes()
+        v4 + self.v4_hosts.as_ref().map_or(0, V4Exact::bytes)
+            + self.v6_hosts.as_ref().map_or(0, V6Exact::bytes)
+            + self.v6.bytes()
+    }
+
+    /// Jumps to `hit` when the IPv6 address in R7/R8 is in the set, else
+    /// to `miss`. Clobbers R0-R5 and R9.
+    pub fn emit_v6(&self, a: &mut Asm, hit: Label, miss: Label) {
+        if let Some(hosts) = &self.v6_hosts {
+            let rest = a.label();
+            hosts.emit(a, hit, rest);
+            a.bind(rest);
+        }
+        self.v6.emit(a, hit, miss);
     }
 
     /// Jumps to `hit` when the address in `R9` is in the set, else to
-    /// `miss`. Clobbers R0-R5.
+    /// `miss`. Clobbers R0-R5, R7 and R8.
     pub fn emit_v4(&self, a: &mut Asm, hit: Label, miss: Label) {
+        if let Some(hosts) = &self.v4_hosts {
+            let rest = a.label();
+            hosts.emit(a, hit, rest);
+            a.bind(rest);
+        }
         match &self.v4 {
             V4Code::Inline(prefixes) => {
                 for &(net, len) in prefixes {

@@ -11,7 +11,11 @@ use proptest::prelude::*;
 use sluice_engine::{CompileOptions, RuleSet, Verdict};
 use sluice_live::LiveError;
 use sluice_rules::{parse_rules, Prefix};
+use sluice_shield::tables::Layout;
 use sluice_shield::{program::XDP_DROP, program::XDP_PASS, Compiled, Options, ShieldError};
+
+/// The fullest an exact table is built (`V4ExactSet` clamps there).
+const MAX_FILL: f64 = 0.9;
 use sluice_wire::LinkType;
 
 fn can_load() -> bool {
@@ -88,6 +92,40 @@ fn set_body(r: &mut Rng, n: usize) -> String {
     (0..n).map(|_| prefix(r)).collect::<Vec<_>>().join(", ")
 }
 
+/// `n` distinct IPv4 hosts (the kernel's exact table) and a few prefixes
+/// of either family beside them (the prefix table or compares, both
+/// looked up).
+fn hosts_body(r: &mut Rng, n: usize) -> String {
+    let mut hosts = std::collections::BTreeSet::new();
+    while hosts.len() < n {
+        hosts.insert(addr(r));
+    }
+    let mut items: Vec<String> = hosts.into_iter().map(ip4).collect();
+    // As many IPv6 hosts (/128s: the IPv6 exact table) half the time.
+    if r.chance(2) {
+        let mut hosts6 = std::collections::BTreeSet::new();
+        while hosts6.len() < n {
+            hosts6.insert(addr6(r));
+        }
+        items.extend(hosts6.into_iter().map(|a| std::net::Ipv6Addr::from(a).to_string()));
+    }
+    for _ in 0..r.below(n as u64 / 8) {
+        items.push(prefix(r));
+    }
+    items.join(", ")
+}
+
+/// How many hosts the hosts set has: any number, or as many as fill a
+/// table of a few buckets to [`MAX_FILL`], where buckets overflow into
+/// their neighbours and lookups walk chains.
+fn host_count(r: &mut Rng) -> usize {
+    let buckets = r.pick(&[0usize, 4, 8, 16]);
+    if buckets == 0 {
+        return 2 * sluice_shield::tables::INLINE_MAX + r.below(300) as usize;
+    }
+    (MAX_FILL * (sluice_sets::V4_SLOTS * buckets) as f64) as usize
+}
+
 fn list(r: &mut Rng, n: u64, f: impl Fn(&mut Rng) -> String) -> String {
     let k = 1 + r.below(n);
     let items: Vec<String> = (0..k).map(|_| f(r)).collect();
@@ -104,15 +142,25 @@ fn rule_file(r: &mut Rng) -> String {
     let (small, big) = (1 + r.below(8) as usize, 40 + r.below(200) as usize);
     text += &format!("set small {{ {} }}\n", set_body(r, small));
     text += &format!("set big {{ {} }}\n", set_body(r, big));
+    // Mostly hosts, more than compares hold: the exact table.
+    let hosts = host_count(r);
+    text += &format!("set hosts {{ {} }}\n", hosts_body(r, hosts));
     // Filled at runtime: its elements go into the kernel's tries below.
     text += "set dyn dynamic\n";
+    // Every frame looks the hosts up: their counter must end as the
+    // engine's (a lookup that misses a key past a full bucket shows).
+    text += "count addr @hosts\n";
     for _ in 0..1 + r.below(8) {
         let action = r.pick(&["drop", "drop", "pass", "count"]);
         let mut matches = Vec::new();
         for _ in 0..1 + r.below(3) {
             let neg = if r.chance(4) { "!= " } else { "" };
             matches.push(match r.below(10) {
-                0 | 1 => format!("{} {neg}@{}", r.pick(&["saddr", "daddr", "addr"]), r.pick(&["small", "big", "dyn"])),
+                0 | 1 => format!(
+                    "{} {neg}@{}",
+                    r.pick(&["saddr", "daddr", "addr"]),
+                    r.pick(&["small", "big", "dyn", "hosts", "hosts"])
+                ),
                 2 => format!("{} {neg}{}", r.pick(&["saddr", "daddr", "addr"]), prefix(r)),
                 3 => format!("proto {neg}{}", list(r, 3, |r| r.pick(&["tcp", "udp", "icmp", "icmpv6", "47"]).into())),
                 4 => format!(
@@ -313,7 +361,12 @@ fn check(seed: u64) -> Result<(), TestCaseError> {
     let undecodable_drop = r.chance(2);
     let opts = CompileOptions { v4mapped, ..CompileOptions::default() };
     let engine = RuleSet::compile(&file, &sets, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
-    let kernel = Compiled::new(&file, &sets, &Options { undecodable_drop, v4mapped, dry_run: false })
+    // Tables at the engine's fill, the kernel's, or fuller (so that lookups
+    // walk chains of full buckets), or every host in the prefix table as
+    // before.
+    let fills = [sluice_sets::DEFAULT_MAX_LOAD, Layout::default().max_load, MAX_FILL];
+    let layout = Layout { exact_hosts: !r.chance(6), max_load: r.pick(&fills), early_keys: r.chance(2) };
+    let kernel = Compiled::with_layout(&file, &sets, &Options { undecodable_drop, v4mapped, dry_run: false }, &layout)
         .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
     // The runtime elements, as the shield writes them into the kernel.
     for (name, maps) in kernel.dynamic_sets() {
