@@ -114,7 +114,7 @@ fn check(request: &str) -> Result<(), CtlError> {
             Err(CtlError {
                 line: b.line,
                 message: format!(
-                    "unknown command `{verb}` (a bridge's: {}; an http-guard's: {})",
+                    "unknown command `{verb}` (a bridge's or a shield's: {}; an http-guard's: {})",
                     sluice_policy::Command::VERBS,
                     GuardCommand::VERBS
                 ),

@@ -314,7 +314,7 @@ fn usage_errors_exit_2() {
     let (code, _, stderr) = stderr_of(&["ctl", "--socket", "/nonexistent/ctl.sock", "frobnicate"]);
     assert_eq!(code, 2, "{stderr}");
     assert!(
-        stderr.contains("unknown command `frobnicate` (a bridge's: add, del,")
+        stderr.contains("unknown command `frobnicate` (a bridge's or a shield's: add, del,")
             && stderr.contains("an http-guard's: blocks"),
         "{stderr}"
     );

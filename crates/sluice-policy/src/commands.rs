@@ -53,7 +53,12 @@ impl Protocol for Command {
             "bgp" => (Command::Bgp, "bgp"),
             "flows" => (Command::Flows, "flows"),
             "status" => (Command::Status, "status"),
-            v => return Err(format!("unknown command `{v}` (this socket is a bridge's: {})", Command::VERBS)),
+            v => {
+                return Err(format!(
+                    "unknown command `{v}` (this socket is a bridge's or a shield's: {})",
+                    Command::VERBS
+                ))
+            }
         };
         want(args, 0, usage)?;
         Ok(Some(cmd))

@@ -319,7 +319,6 @@ impl Controller {
         self
     }
 
-    /// Answer `ctl bgp` with `status`.
     /// What `ctl status` answers: the product's own facts (an object),
     /// beside the rules' generation in force.
     pub fn with_status(mut self, status: StatusFn) -> Controller {
@@ -327,6 +326,7 @@ impl Controller {
         self
     }
 
+    /// Answer `ctl bgp` with `status`.
     pub fn with_bgp_status(mut self, status: StatusFn) -> Controller {
         self.bgp_status = Some(status);
         self
