@@ -126,11 +126,32 @@ impl Conn {
     /// Writes one message, within the hold time (240 s before it is
     /// agreed or when it is 0): a peer that stops reading ends its session
     /// instead of holding this thread, and the bridge's stop, for ever.
+    ///
+    /// The deadline is for the whole message: the socket's timeout bounds
+    /// one `write`, and a peer that takes a few bytes now and then would
+    /// restart it with each (a 64 MiB write took three hold times so).
     fn send(&mut self, bytes: &[u8]) -> Result<(), End> {
         self.last_sent = Instant::now();
-        let deadline = if self.hold.is_zero() { Duration::from_secs(240) } else { self.hold };
-        let _ = self.s.set_write_timeout(Some(deadline));
-        self.s.write_all(bytes).map_err(|e| End::Gone(format!("writing: {e}")))
+        let limit = if self.hold.is_zero() { Duration::from_secs(240) } else { self.hold };
+        let end = self.last_sent + limit;
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(End::Gone(format!(
+                    "writing: the peer took {} bytes in {limit:?}",
+                    bytes.len() - rest.len()
+                )));
+            }
+            let _ = self.s.set_write_timeout(Some(left));
+            match self.s.write(rest) {
+                Ok(0) => return Err(End::Gone("writing: the connection is closed".into())),
+                Ok(n) => rest = rest.get(n..).unwrap_or_default(),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(End::Gone(format!("writing: {e}"))),
+            }
+        }
+        Ok(())
     }
 
     /// A KEEPALIVE when a third of the hold time passed since the last
@@ -363,6 +384,27 @@ mod tests {
             components: vec![Component::Destination(PrefixMatch::new([10, 0, 0, n].into(), 32))],
         };
         message::flowspec_discard(&flow.to_bytes(), 0)
+    }
+
+    /// A peer that stops reading cannot hold a session's writes (and so
+    /// the bridge's stop) past the hold time: with the kernel's buffers
+    /// full, `send` gives up at the deadline instead of blocking for ever.
+    #[test]
+    fn a_peer_that_stops_reading_ends_the_write_at_the_hold_time() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (_peer, _) = l.accept().unwrap(); // never read
+        let now = Instant::now();
+        let hold = Duration::from_secs(2);
+        let mut c = Conn { s, buf: Vec::new(), hold, last_heard: now, last_sent: now, as4: false };
+        // Far more than the socket buffers of both ends hold.
+        let big = vec![0u8; 64 << 20];
+        let t = Instant::now();
+        let r = c.send(&big);
+        let took = t.elapsed();
+        assert!(matches!(r, Err(End::Gone(_))), "the write should have failed");
+        let early = hold - Duration::from_millis(50);
+        assert!(took >= early && took < hold + Duration::from_secs(1), "gave up after {took:?}, hold {hold:?}");
     }
 
     /// The types of the whole messages in `buf`, taken out of it.
