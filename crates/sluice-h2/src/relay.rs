@@ -469,8 +469,9 @@ impl Dechunk {
                 }
                 Dechunk::SizeStart => Dechunk::Size { n: hex(b).ok_or("chunk size not hex")?, digits: 1 },
                 Dechunk::Size { n, digits } => match hex(b) {
-                    // 15 hex digits: the reader's own bound is lower.
-                    Some(_) if digits >= 15 => return Err("chunk size too long"),
+                    // 16 hex digits, the reader's bound (leading zeros
+                    // included), still fit a u64.
+                    Some(_) if digits >= 16 => return Err("chunk size too long"),
                     Some(d) => Dechunk::Size { n: n << 4 | d, digits: digits + 1 },
                     None if b == b'\n' => Dechunk::after_size(n),
                     None => Dechunk::Ext { n },

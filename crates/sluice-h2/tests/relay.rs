@@ -71,7 +71,13 @@ impl Response {
                     }
                     let (piece, tail) = rest.split_at((*size).min(rest.len()));
                     let ext = if i % 3 == 1 { ";ext=\"a b\"" } else { "" };
-                    let size = if i % 2 == 0 { format!("{:x}", piece.len()) } else { format!("{:X}", piece.len()) };
+                    // Lower and upper case, and leading zeros up to the 16 digits allowed.
+                    let size = match i % 4 {
+                        0 => format!("{:x}", piece.len()),
+                        1 => format!("{:X}", piece.len()),
+                        2 => format!("{:016x}", piece.len()),
+                        _ => format!("0{:x}", piece.len()),
+                    };
                     t.extend(format!("{size}{ext}\r\n").bytes());
                     t.extend_from_slice(piece);
                     t.extend_from_slice(b"\r\n");
@@ -260,6 +266,12 @@ fn broken_responses_are_each_their_own_error() {
 
     let bad_size = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n";
     assert!(matches!(error_of(bad_size, 1024), RelayError::Framing(_)), "{:?}", error_of(bad_size, 1024));
+    let digits =
+        |n: usize| format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{:0n$x}\r\nx\r\n0\r\n\r\n", 1);
+    let (out, _) =
+        relay_all(&mut ResponseRelay::new(false, 1024, 10), &[digits(16).as_bytes()], 10, 10, false).unwrap();
+    assert_eq!(out.get(1), Some(&RelayOut::Body(b"x".to_vec())));
+    assert!(matches!(error_of(digits(17).as_bytes(), 1024), RelayError::Framing(_)));
     let too_long = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcd\r\n0\r\n\r\n";
     assert!(matches!(error_of(too_long, 1024), RelayError::Framing(_)));
 
