@@ -337,8 +337,14 @@ fn request_body_frames_data_as_the_head_says() {
     frame::write_headers(&mut b, 3, &request_block("PUT", "/l", &[("content-length", "4")]), false, 16_384);
     frame::write_data(&mut b, 3, b"wxyz", true, 16_384);
     frame::write_headers(&mut b, 5, &request_block("GET", "/g", &[]), true, 16_384);
+    // Stream 7: chunked, then trailers, which end the body and are dropped.
+    frame::write_headers(&mut b, 7, &request_block("POST", "/t", &[]), false, 16_384);
+    frame::write_data(&mut b, 7, b"tr", false, 16_384);
+    let mut trailers = Vec::new();
+    sluice_h2::hpack::encode(&mut trailers, [(&b"x-trailer"[..], &b"secret"[..])]);
+    frame::write_headers(&mut b, 7, &trailers, true, 16_384);
     p.feed(&b, 1).unwrap();
-    let mut upstream: [(Option<RequestBody>, Vec<u8>); 3] = Default::default();
+    let mut upstream: [(Option<RequestBody>, Vec<u8>); 4] = Default::default();
     for e in &p.events {
         match e {
             Event::Request { stream, head, end_stream } => {
@@ -352,7 +358,8 @@ fn request_body_frames_data_as_the_head_says() {
             _ => {}
         }
     }
-    let want: [(&str, &str, &[u8]); 3] = [("POST", "/c", b"abcdefgh"), ("PUT", "/l", b"wxyz"), ("GET", "/g", b"")];
+    let want: [(&str, &str, &[u8]); 4] =
+        [("POST", "/c", b"abcdefgh"), ("PUT", "/l", b"wxyz"), ("GET", "/g", b""), ("POST", "/t", b"tr")];
     for ((body, bytes), (method, target, payload)) in upstream.iter().zip(want) {
         assert!(body.unwrap().finished());
         let r = parse_request(bytes, &Options::default()).unwrap();
@@ -363,6 +370,8 @@ fn request_body_frames_data_as_the_head_says() {
         assert!(bytes.ends_with(payload) || method == "POST");
     }
     assert!(upstream[0].1.ends_with(b"3\r\nabc\r\n5\r\ndefgh\r\n0\r\n\r\n"));
+    assert!(upstream[3].1.ends_with(b"\r\n\r\n2\r\ntr\r\n0\r\n\r\n"));
+    assert!(!upstream[3].1.windows(6).any(|w| w == b"secret"));
     // Nothing after the end.
     let (body, out) = &mut upstream[1];
     let before = out.len();
@@ -457,6 +466,20 @@ X-Hop: 1\r\nTransfer-Encoding: chunked\r\nX-End: to-end\r\n\r\n"
     assert!(data.iter().all(|f| f.payload.len() <= 16_384));
     assert_eq!(data.last().unwrap().flags & flag::END_STREAM, flag::END_STREAM);
     assert_eq!(p.conn.open_streams(), 0);
+}
+
+#[test]
+fn pump_on_a_reset_stream_says_so() {
+    let mut p = Peer::new();
+    p.handshake();
+    p.feed(&get(1), 1).unwrap();
+    p.feed(&rst(1), 2).unwrap();
+    let mut relay = ResponseRelay::new(false, 1024, 1024);
+    let text = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+    assert_eq!(relay.feed(text), Ok(text.len()));
+    assert_eq!(pump(&mut p.conn, 1, &mut relay), Err(sluice_h2::SendError::NoStream));
+    p.drain();
+    assert!(p.sent(kind::HEADERS).is_empty() && p.sent(kind::DATA).is_empty());
 }
 
 #[test]
