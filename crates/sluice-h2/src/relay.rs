@@ -37,7 +37,8 @@ use crate::head::{chunk, RequestHead};
 use sluice_h1::response::{ResponseError, ResponseReader, Step};
 
 /// Why a response cannot be relayed. The stream gets a 502 (if its head
-/// was not sent yet) or a reset, and the upstream connection is closed.
+/// was not delivered: [`ResponseRelay::head_delivered`]) or a reset, and
+/// the upstream connection is closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RelayError {
     /// The head is malformed (sluice-h1's reason, or a field value HTTP/2
@@ -164,11 +165,7 @@ impl ResponseRelay {
             match step {
                 Ok(0) if !matches!(self.phase, Phase::Done | Phase::Failed(_)) => return Ok(taken),
                 Ok(n) => taken += n,
-                Err(e) => {
-                    self.phase = Phase::Failed(e);
-                    self.body = Vec::new();
-                    return Err(e);
-                }
+                Err(e) => return Err(self.fail(e)),
             }
         }
     }
@@ -187,8 +184,15 @@ impl ResponseRelay {
             Phase::Head => RelayError::Head("the upstream closed before a complete response head"),
             Phase::Raw | Phase::Chunked(_) => RelayError::Framing("the upstream closed inside the body"),
         };
+        Err(self.fail(e))
+    }
+
+    /// Ends the relay with `e`: nothing more comes out (a head parsed but
+    /// not delivered is dropped, so a broken response is never begun).
+    fn fail(&mut self, e: RelayError) -> RelayError {
         self.phase = Phase::Failed(e);
-        Err(e)
+        (self.head, self.body) = (None, Vec::new());
+        e
     }
 
     /// The next piece, oldest first: `Head`, then `Body` pieces of at most
@@ -224,6 +228,12 @@ impl ResponseRelay {
     /// The whole response was read (its `End` may still be held).
     pub fn ended(&self) -> bool {
         matches!(self.phase, Phase::Done)
+    }
+
+    /// The `Head` was delivered (by `poll` or `pump`): after an error, the
+    /// stream is reset; before, it may still be answered with a 502.
+    pub fn head_delivered(&self) -> bool {
+        self.head_delivered
     }
 
     /// `End` was delivered (by `poll` or `pump`): the stream is answered.

@@ -296,6 +296,11 @@ fn broken_responses_are_each_their_own_error() {
     let cut_chunks = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel";
     assert!(matches!(error_of(cut_chunks, 1024), RelayError::Framing(_)));
 
+    // A head parsed before the body broke is never delivered.
+    let mut relay = ResponseRelay::new(false, 1024, 100);
+    assert!(matches!(relay.feed(bad_size), Err(RelayError::Framing(_))));
+    assert_eq!(relay.poll(usize::MAX), None);
+    assert!(!relay.head_delivered());
     // An error is final.
     let mut relay = ResponseRelay::new(false, 1024, 100);
     assert_eq!(relay.feed(upgrade.as_slice()), Err(RelayError::Upgrade));
