@@ -19,6 +19,10 @@
 //!   the client window back as the body is forwarded; `tick` and
 //!   `next_deadline` run the timers. No clock is read inside: `now` is
 //!   always passed in, so every limit is testable to the millisecond.
+//! - [`relay`]: the guard's HTTP/2 over its HTTP/1.1 machinery: a stream's
+//!   request as HTTP/1.1 bytes ([`relay::RequestBody`]), and the upstream's
+//!   HTTP/1.1 response turned into HEADERS and DATA ([`relay::ResponseRelay`],
+//!   [`relay::pump`]), bounded, without I/O.
 //!
 //! # Limits, and why
 //!
@@ -60,6 +64,7 @@ pub mod conn;
 pub mod frame;
 mod head;
 pub mod hpack;
+pub mod relay;
 
 pub use conn::{BreachKind, ConnError, Event, Limits, SendError, ServerConn, Stats, DEFAULT_MEMORY_BOUND};
 pub use frame::ErrorCode;
