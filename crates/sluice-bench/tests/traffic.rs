@@ -108,3 +108,43 @@ fn bench_guard_attack_serves_the_legitimate_pool_and_refuses_the_attack() {
         assert!(v["targets"][t]["met"].is_boolean(), "{t}: {v}");
     }
 }
+
+/// `bench guard --attack --contenders guard,nginx,haproxy --attack-floor`
+/// at a small scale (issue 59): a row per front with the keys the issue
+/// names, each front's floor, and the summary of the targets over them.
+#[test]
+fn bench_guard_attack_beside_the_peers_reports_each_front_and_its_floor() {
+    let out = stdout(&[
+        "guard",
+        "--attack",
+        "--contenders",
+        "guard,nginx,haproxy",
+        "--attack-floor",
+        "--duration",
+        "2",
+        "--attack-delay",
+        "1",
+        "--legit-clients",
+        "10",
+        "--legit-rate",
+        "10",
+        "--attack-clients",
+        "20",
+    ]);
+    let rows: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let fronts: Vec<&str> =
+        rows.iter().filter(|r| r["bench"] == "guard_attack").filter_map(|r| r["contender"].as_str()).collect();
+    assert_eq!(fronts, ["guard", "nginx", "haproxy"], "{out}");
+    for r in rows.iter().filter(|r| r["bench"] == "guard_attack") {
+        for k in ["p99_us_alone", "p99_us_attacked", "success_attacked"] {
+            assert!(r["legit"][k].is_number(), "{k}: {r}");
+        }
+        assert!(r["floor"]["p99_us"].is_number(), "{r}");
+        assert!(r["legit"]["success_alone"].as_f64().unwrap() > 0.9, "served alone: {r}");
+    }
+    let summary = rows.iter().find(|r| r["bench"] == "guard_attack_summary").expect("a summary row");
+    for peer in ["nginx", "haproxy"] {
+        assert!(summary["guard_p99_against_peers"][peer]["guard_over_peer"].is_number(), "{summary}");
+    }
+    assert!(summary["guard_p99_over_floor"]["value"].is_number(), "{summary}");
+}

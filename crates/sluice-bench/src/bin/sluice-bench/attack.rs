@@ -156,7 +156,7 @@ fn guard_limits(a: &GuardBenchArgs, dir: &Path) -> Result<Vec<String>> {
 
 /// `sluice-bench guard --attack`: a row per contender.
 pub fn run(a: &GuardBenchArgs, exe: &Path) -> Result<()> {
-    let contenders: Vec<&str> = a.contenders.iter().map(String::as_str).collect();
+    let contenders: Vec<&str> = a.contenders.as_ref().map_or(vec!["guard"], |c| c.iter().map(String::as_str).collect());
     if let Some(c) = contenders.iter().find(|c| !matches!(**c, "guard" | "nginx" | "haproxy")) {
         bail!("--contenders: unknown front {c:?} (guard, nginx or haproxy)");
     }
@@ -188,7 +188,9 @@ pub fn run(a: &GuardBenchArgs, exe: &Path) -> Result<()> {
         println!("{row}");
         rows.push(row);
     }
-    if let Some(summary) = versus(&rows) {
+    // Beside a peer, the targets over the rows (one row alone is
+    // its own summary).
+    if let Some(summary) = versus(&rows).filter(|_| rows.len() > 1) {
         println!("{summary}");
     }
     Ok(())

@@ -119,11 +119,13 @@ pub struct GuardBenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "H,B,X,R")]
     pub slow_modes: Vec<String>,
     /// --slow-attacks and --attack: the fronts attacked (guard, nginx,
-    /// haproxy), each in its turn; --attack configures the peers with the
-    /// guard's per-address rate (nginx `limit_req`/`limit_conn`, HAProxy a
-    /// stick table and `http-request deny`).
-    #[arg(long, value_delimiter = ',', default_value = "guard,nginx")]
-    pub contenders: Vec<String>,
+    /// haproxy), each in its turn (default: guard,nginx with
+    /// --slow-attacks; the guard alone with --attack); --attack configures
+    /// the peers with the guard's per-address rate (nginx
+    /// `limit_req`/`limit_conn`, HAProxy a stick table and `http-request
+    /// deny`).
+    #[arg(long, value_delimiter = ',')]
+    pub contenders: Option<Vec<String>>,
     /// --slow-attacks: attacking connections (slowhttptest -c).
     #[arg(long, default_value_t = 5000)]
     pub slow_connections: usize,
@@ -336,7 +338,7 @@ pub fn run(mut a: GuardBenchArgs) -> Result<()> {
     if a.slow_attacks {
         let s = crate::slow::Slow {
             modes: &a.slow_modes,
-            contenders: &a.contenders,
+            contenders: &a.contenders.clone().unwrap_or_else(|| vec!["guard".into(), "nginx".into()]),
             connections: a.slow_connections,
             seconds: a.slow_seconds,
             rate: a.slow_rate,
