@@ -221,6 +221,9 @@ pub struct GuardFlags {
     /// A TLS handshake must finish this many ms after accept.
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
     pub tls_handshake_timeout: u64,
+    /// Offer only HTTP/1.1 in the TLS handshake (ALPN), not HTTP/2.
+    #[arg(long)]
+    pub no_http2: bool,
     /// TLS ClientHellos per second per client, counted before any crypto; a hello the guard cannot read is refused.
     #[arg(long, value_name = "N")]
     pub tls_handshake_rate: Option<u32>,
@@ -323,6 +326,7 @@ impl GuardFlags {
             client_ip_header: a.client_ip_header,
             tls: crate::tls::CertFiles::pairs(a.tls_cert, a.tls_key).map_err(anyhow::Error::msg)?,
             tls_handshake_timeout: Duration::from_millis(a.tls_handshake_timeout),
+            http2: !a.no_http2,
             block_ja4: a.block_ja4,
             safety,
         };

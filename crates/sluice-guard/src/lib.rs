@@ -45,6 +45,8 @@ mod proxy;
 
 pub use limits::{Limit, Limits, RespCodeBlock, Weight};
 pub use net::{ClientNet, KeyPrefixes};
+/// What an HTTP/2 connection holds beyond a TLS connection's own buffers (docs/http-guard.md, "HTTP/2").
+pub use proxy::H2_MEMORY_BOUND;
 pub use table::{BlockEvent, ClientRow, ClientTable, NewBlock};
 pub use timeouts::{MinRate, Timeouts};
 
@@ -166,6 +168,9 @@ pub struct Config {
     pub tls: Vec<tls::CertFiles>,
     /// A TLS handshake must finish this soon after accept.
     pub tls_handshake_timeout: Duration,
+    /// ALPN offers `h2` on TLS listeners: each HTTP/2 stream goes to the
+    /// upstream as an HTTP/1.1 request (`proxy::h2`).
+    pub http2: bool,
     /// JA4 fingerprints refused at the ClientHello (one per line).
     pub block_ja4: Option<PathBuf>,
     /// What no block may cover: `--never-block`, `--min-prefix-*`.
@@ -202,6 +207,7 @@ impl Config {
             client_ip_header: None,
             tls: Vec::new(),
             tls_handshake_timeout: Duration::from_secs(10),
+            http2: true,
             block_ja4: None,
             safety: Arc::default(),
         }
@@ -274,6 +280,17 @@ sluice_metrics::counters! {
         upstream_queue_wait_us => "sluice_guard_upstream_queue_wait_us",
         /// Requests that waited `--upstream-queue-timeout` for a slot: 503.
         upstream_queue_timeouts => "sluice_guard_upstream_queue_timeouts",
+        /// TLS connections on which ALPN chose HTTP/2.
+        h2_connections => "sluice_guard_h2_connections",
+        /// Requests that came as HTTP/2 streams (counted in `requests` too).
+        h2_streams => "sluice_guard_h2_streams",
+        /// HTTP/2 streams the client reset (or the connection reset for
+        /// breaking a stream rule) before their response ended: their
+        /// upstream request was cancelled (its connection closed).
+        h2_resets => "sluice_guard_h2_resets",
+        /// HTTP/2 streams answered 503 at `--upstream-max-inflight` (a
+        /// stream does not wait in the queue: the client may send it again).
+        h2_refused_busy => "sluice_guard_h2_refused_busy",
         /// Requests answered 308 to their https URL on a `--redirect-https` listener.
         redirects => "sluice_guard_redirects",
         /// Connections that became tunnels (an upgrade answered 101: WebSocket).
@@ -316,12 +333,19 @@ sluice_metrics::counters! {
 
 /// One thread's counters: only that thread writes them (a cache line of
 /// its own, so threads do not share lines); scrapes and the summary read.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 #[repr(align(128))]
 pub struct ThreadCounters {
     pub counts: Counts,
     /// Breaches by limit (`Limit::index`).
     pub breaches: [AtomicU64; Limit::COUNT],
+}
+
+// (Arrays derive `Default` only up to 32 elements.)
+impl Default for ThreadCounters {
+    fn default() -> Self {
+        ThreadCounters { counts: Counts::default(), breaches: std::array::from_fn(|_| AtomicU64::new(0)) }
+    }
 }
 
 impl std::ops::Deref for ThreadCounters {
@@ -552,7 +576,7 @@ impl Guard {
         }
         // Before binding: a bad certificate is named before anything listens.
         let tls = (!config.tls.is_empty())
-            .then(|| tls::TlsStore::load(config.tls.clone()).map(Arc::new))
+            .then(|| tls::TlsStore::load(config.tls.clone(), config.http2).map(Arc::new))
             .transpose()
             .map_err(GuardError::Tls)?;
         if config.block_ja4.is_some() && tls.is_none() {

@@ -136,11 +136,42 @@ limits! {
     // A ClientHello that cannot be read (not a handshake, over 16 KiB,
     // malformed) while --block-ja4 or a handshake rate is on: it cannot be judged.
     TlsHello = "tls_hello", 0;
+    // HTTP/2 floods and stalls (sluice_h2::BreachKind, the same names):
+    // the connection ends with GOAWAY, nothing else is said.
+    H2RapidReset = "h2_rapid_reset", 0;
+    H2ContinuationFlood = "h2_continuation_flood", 0;
+    H2HeadTooLarge = "h2_head_too_large", 0;
+    H2SettingsFlood = "h2_settings_flood", 0;
+    H2PingFlood = "h2_ping_flood", 0;
+    H2PriorityFlood = "h2_priority_flood", 0;
+    H2WindowUpdateFlood = "h2_window_update_flood", 0;
+    H2EmptyFrames = "h2_empty_frames", 0;
+    H2ControlBacklog = "h2_control_backlog", 0;
+    H2ZeroWindowStall = "h2_zero_window_stall", 0;
+    H2SettingsTimeout = "h2_settings_timeout", 0;
     // Any request the parser refuses (answered with its own status: 400, 431 or 501).
     HttpParse = "http_parse", 400;
 }
 
 impl Limit {
+    /// The limit an HTTP/2 breach counts under.
+    pub fn from_h2(kind: sluice_h2::BreachKind) -> Limit {
+        use sluice_h2::BreachKind::*;
+        match kind {
+            RapidReset => Limit::H2RapidReset,
+            ContinuationFlood => Limit::H2ContinuationFlood,
+            HeadTooLarge => Limit::H2HeadTooLarge,
+            SettingsFlood => Limit::H2SettingsFlood,
+            PingFlood => Limit::H2PingFlood,
+            PriorityFlood => Limit::H2PriorityFlood,
+            WindowUpdateFlood => Limit::H2WindowUpdateFlood,
+            EmptyFrames => Limit::H2EmptyFrames,
+            ControlBacklog => Limit::H2ControlBacklog,
+            ZeroWindowStall => Limit::H2ZeroWindowStall,
+            SettingsTimeout => Limit::H2SettingsTimeout,
+        }
+    }
+
     pub fn index(self) -> usize {
         Limit::ALL.iter().position(|&l| l == self).expect("listed")
     }
@@ -164,6 +195,13 @@ impl Limit {
             | TlsHandshakeBurst => Weight::AtOnce,
             // A fingerprint the operator listed as hostile.
             TlsJa4 => Weight::AtOnce,
+            // Floods of frames no browser sends at these rates: each is
+            // already hundreds of frames over a limit.
+            H2RapidReset | H2ContinuationFlood | H2SettingsFlood | H2PingFlood | H2PriorityFlood
+            | H2WindowUpdateFlood | H2EmptyFrames | H2ControlBacklog => Weight::AtOnce,
+            // A big cookie, a phone that stopped reading or lost the
+            // SETTINGS ack on a poor link: mistakes, as their HTTP/1.1 kin.
+            H2HeadTooLarge | H2ZeroWindowStall | H2SettingsTimeout => Weight::Points(1),
             // What a real client sends by mistake or from a poor link: a
             // mistyped URL or method, a stale form, a huge cookie, a
             // stalled phone, https:// typed to a plain port (or the reverse).
@@ -228,6 +266,28 @@ mod tests {
         for kind in PARSE_MISTAKES {
             assert!(sluice_h1::ErrorKind::ALL.iter().any(|k| k.as_str() == *kind), "{kind}");
         }
+    }
+
+    #[test]
+    fn h2_breaches_keep_their_names() {
+        use sluice_h2::BreachKind::*;
+        let all = [
+            RapidReset,
+            ContinuationFlood,
+            HeadTooLarge,
+            SettingsFlood,
+            PingFlood,
+            PriorityFlood,
+            WindowUpdateFlood,
+            EmptyFrames,
+            ControlBacklog,
+            ZeroWindowStall,
+            SettingsTimeout,
+        ];
+        for kind in all {
+            assert_eq!(Limit::from_h2(kind).name(), kind.name());
+        }
+        assert_eq!(Limit::ALL.iter().filter(|l| l.name().starts_with("h2_")).count(), all.len());
     }
 
     #[test]

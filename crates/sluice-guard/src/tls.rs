@@ -51,6 +51,8 @@ impl CertFiles {
 #[derive(Debug)]
 pub struct TlsStore {
     files: Vec<CertFiles>,
+    /// ALPN offers `h2`.
+    http2: bool,
     current: RwLock<Arc<ServerConfig>>,
     /// Bumped on each successful reload, so loops re-read `current` only then.
     pub generation: AtomicU64,
@@ -98,11 +100,12 @@ fn load_pair(f: &CertFiles) -> Result<Arc<CertifiedKey>, String> {
     CertifiedKey::from_der(chain, der, &provider).map(Arc::new).map_err(|e| format!("{key} (for {cert}): {e}"))
 }
 
-/// A server config for these pairs: TLS 1.3 and 1.2, ALPN `http/1.1` and
+/// A server config for these pairs: TLS 1.3 and 1.2, ALPN `h2` (when
+/// `http2`: preferred, as the server's order decides), `http/1.1` and
 /// `http/1.0` (one parser serves both; a client offering only the latest,
 /// `curl --http1.0`, would otherwise fail the handshake with
 /// `no_application_protocol`).
-pub fn server_config(files: &[CertFiles]) -> Result<ServerConfig, String> {
+pub fn server_config(files: &[CertFiles], http2: bool) -> Result<ServerConfig, String> {
     if files.is_empty() {
         return Err("no certificate given".into());
     }
@@ -113,15 +116,20 @@ pub fn server_config(files: &[CertFiles]) -> Result<ServerConfig, String> {
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(BySni { keys }));
     cfg.alpn_protocols = vec![b"http/1.1".to_vec(), b"http/1.0".to_vec()];
+    if http2 {
+        cfg.alpn_protocols.insert(0, b"h2".to_vec());
+    }
     Ok(cfg)
 }
 
 impl TlsStore {
     /// Load every pair (an error names the file and what is wrong with it).
-    pub fn load(files: Vec<CertFiles>) -> Result<TlsStore, String> {
-        let cfg = server_config(&files)?;
+    /// `http2`: ALPN offers `h2` too.
+    pub fn load(files: Vec<CertFiles>, http2: bool) -> Result<TlsStore, String> {
+        let cfg = server_config(&files, http2)?;
         Ok(TlsStore {
             files,
+            http2,
             current: RwLock::new(Arc::new(cfg)),
             generation: AtomicU64::new(0),
             reloads_ok: AtomicU64::new(0),
@@ -132,7 +140,7 @@ impl TlsStore {
     /// Read the files again. On any error the certificates served stay as
     /// they were (a half-written file on disk never takes TLS down).
     pub fn reload(&self) -> Result<(), String> {
-        match server_config(&self.files) {
+        match server_config(&self.files, self.http2) {
             Ok(cfg) => {
                 *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(cfg);
                 self.generation.fetch_add(1, Ordering::Release);
@@ -328,6 +336,11 @@ impl TlsConn {
         sluice_tcp::tls::PlainWriter { conn: &mut self.conn, sock }
     }
 
+    /// The protocol ALPN chose (`h2`, `http/1.1`...), once the handshake is done.
+    pub fn alpn(&self) -> Option<&[u8]> {
+        self.conn.alpn_protocol()
+    }
+
     /// The negotiated version, for the counters (`None` while handshaking).
     pub fn version(&self) -> Option<rustls::ProtocolVersion> {
         self.conn.protocol_version()
@@ -461,7 +474,7 @@ mod tests {
 
     #[test]
     fn the_hello_is_seen_before_processing_and_sni_picks_the_certificate() {
-        let store = TlsStore::load(files(&["a.test", "b.test"])).unwrap();
+        let store = TlsStore::load(files(&["a.test", "b.test"]), false).unwrap();
         for (sni, want) in [("b.test", "b.test"), ("www.b.test", "b.test"), ("a.test", "a.test")] {
             let (hello, cert, got) = exchange(&store, sni);
             let hello = hello.expect("the hello was handed over");
@@ -495,7 +508,7 @@ mod tests {
     /// client sent, completes the handshake.
     #[test]
     fn a_hello_split_over_records_and_reads_is_judged_whole_then_served() {
-        let store = TlsStore::load(files(&["a.test"])).unwrap();
+        let store = TlsStore::load(files(&["a.test"]), false).unwrap();
         let (whole, _, _) = exchange(&store, "a.test");
         let whole = whole.expect("the whole hello");
         let cases: &[(&[usize], Option<usize>)] = &[
@@ -519,7 +532,7 @@ mod tests {
     /// What the first reads say about `bytes` sent as a connection's first:
     /// the first answer other than "would block" while bytes are left.
     fn first_answer(judge: bool, bytes: &[u8]) -> Result<Input, TlsError> {
-        let store = TlsStore::load(files(&["a.test"])).unwrap();
+        let store = TlsStore::load(files(&["a.test"]), false).unwrap();
         let mut server = TlsConn::new(store.current(), judge).unwrap();
         let mut sock = Pipe { max_read: Some(4096), ..Pipe::default() };
         sock.input.extend(bytes);
@@ -571,7 +584,7 @@ mod tests {
         };
         let src = files(&["a.test", "b.test"]);
         let mine = copy(&src[0], "site");
-        let store = TlsStore::load(vec![mine.clone()]).unwrap();
+        let store = TlsStore::load(vec![mine.clone()], false).unwrap();
         assert_eq!(exchange(&store, "a.test").1, leaf("a.test"));
         // Renewed on disk (here: b.test's files), then SIGHUP.
         copy(&src[1], "site");
@@ -590,11 +603,11 @@ mod tests {
     fn bad_files_are_named() {
         let f = files(&["a.test"]);
         let swapped = vec![CertFiles { cert: f[0].cert.clone(), key: files(&["b.test"])[0].key.clone() }];
-        assert!(TlsStore::load(swapped).unwrap_err().contains("tls-b.test.key"));
+        assert!(TlsStore::load(swapped, false).unwrap_err().contains("tls-b.test.key"));
         let missing = vec![CertFiles { cert: "/nonexistent.pem".into(), key: f[0].key.clone() }];
-        assert!(TlsStore::load(missing).unwrap_err().contains("/nonexistent.pem"));
+        assert!(TlsStore::load(missing, false).unwrap_err().contains("/nonexistent.pem"));
         let key_as_cert = vec![CertFiles { cert: f[0].key.clone(), key: f[0].key.clone() }];
-        assert!(TlsStore::load(key_as_cert).unwrap_err().contains("no CERTIFICATE"));
+        assert!(TlsStore::load(key_as_cert, false).unwrap_err().contains("no CERTIFICATE"));
         assert!(CertFiles::pairs(vec!["a".into()], vec![]).is_err());
     }
 }

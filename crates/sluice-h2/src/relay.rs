@@ -215,6 +215,12 @@ impl ResponseRelay {
         None
     }
 
+    /// The status of a head parsed and not yet delivered (what the next
+    /// `pump` or `poll` sends), for the caller's response-code limits.
+    pub fn pending_status(&self) -> Option<u16> {
+        self.head.as_ref().map(|(status, _)| *status)
+    }
+
     /// Body bytes held, not yet delivered.
     pub fn pending(&self) -> usize {
         self.body.len()

@@ -194,6 +194,7 @@ impl Worker<'_> {
             as_new: false,
             tunnel: None,
             redirect: false,
+            h2: None,
         }
     }
 
@@ -372,8 +373,12 @@ impl Worker<'_> {
         match c.tls.as_mut().filter(|t| !t.established && !t.is_handshaking()) {
             Some(t) => {
                 t.established = true;
+                let h2 = t.alpn() == Some(&b"h2"[..]);
                 c.handshake_deadline = None;
                 add(&self.n.tls_handshakes, 1);
+                if h2 {
+                    self.start_h2(c);
+                }
                 Next::Go(true)
             }
             None => Next::Go(false),

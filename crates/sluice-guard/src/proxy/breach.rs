@@ -30,6 +30,11 @@ impl Worker<'_> {
         let started = c.req.as_ref().is_some_and(|q| q.resp_started) || c.tunnel.is_some();
         self.leave_up(c);
         (c.head_deadline, c.idle_deadline) = (None, None);
+        // HTTP/2: nothing to say in HTTP/1.1, and a GOAWAY would wait
+        // behind what a stalled client does not read.
+        if c.h2.is_some() {
+            return if self.cfg.action == BlockAction::Reset { After::Reset } else { After::Close };
+        }
         // A slow reader is reset: closed with its response still queued in
         // the kernel, the connection would live on (FIN_WAIT1, holding the
         // socket buffer) for as long as the client keeps reading slowly.

@@ -92,6 +92,8 @@ pub(super) struct Client {
     /// Accepted on a `--redirect-https` listener: every request is
     /// answered with a 308 to its https URL, none goes upstream.
     pub(super) redirect: bool,
+    /// ALPN chose `h2`: the connection's HTTP/2 state and its streams' exchanges.
+    pub(super) h2: Option<Box<super::h2::H2>>,
 }
 
 /// After an error reply the write side is shut and input discarded this long
@@ -329,7 +331,7 @@ impl Worker<'_> {
 
     /// Count a request against its client (named by a trusted proxy, or
     /// the connection's own).
-    fn request(&self, c: &Client) -> Result<(), Limit> {
+    pub(super) fn request(&self, c: &Client) -> Result<(), Limit> {
         if c.forwarded {
             self.shared.table.on_forwarded_request(c.ip, self.now_ms())
         } else {
@@ -407,7 +409,8 @@ impl Worker<'_> {
                 return Next::Again;
             }
             let queued = matches!(c.phase, Phase::Queued(..));
-            if c.peer_eof && c.req.is_none() && !queued && c.tunnel.is_none() && !progress && moved == 0 {
+            let streams = c.h2.as_ref().is_some_and(|h| h.busy());
+            if c.peer_eof && c.req.is_none() && !queued && c.tunnel.is_none() && !streams && !progress && moved == 0 {
                 // Gone, and everything it asked is answered (a partial
                 // head at EOF gets nothing; a whole one is framed on the
                 // next turn, so only once nothing moved).

@@ -24,6 +24,9 @@ enum Due<'c> {
     Upstream,
     /// A request waited too long for an upstream slot.
     Queue,
+    /// Something changed (an HTTP/2 stream timed out, a breach waits in
+    /// its connection's events): the connection's turn handles it.
+    Drive,
 }
 
 impl<'a> Worker<'a> {
@@ -41,6 +44,7 @@ impl<'a> Worker<'a> {
                     After::Close
                 }
                 Due::Upstream => self.upstream_timed_out(&mut c),
+                Due::Drive => After::Keep,
                 Due::Queue => {
                     // Not the client's fault: answered, not counted against it.
                     add(&self.n.upstream_queue_timeouts, 1);
@@ -94,6 +98,8 @@ impl<'a> Worker<'a> {
             Phase::Queued(since, _) if t.upstream_queue.is_some_and(|d| now.duration_since(since) >= d) => {
                 return Due::Queue
             }
+            Phase::H2 if self.h2_idle(c, now) => return Due::Close(Some(&n.closed_idle)),
+            Phase::H2 if head_due => return Due::Breach(Limit::ClientHeaderTimeout),
             Phase::Tunnel
                 if c.tunnel.is_some_and(|tn| t.tunnel.is_some_and(|d| now.duration_since(tn.moved_at) >= d)) =>
             {
@@ -134,6 +140,9 @@ impl<'a> Worker<'a> {
             if u.watch.check(owing, u.moved, now, t.upstream_response, None).is_some() {
                 return Due::Upstream;
             }
+        }
+        if self.h2_sweep(c, now) {
+            return Due::Drive;
         }
         Due::Nothing
     }

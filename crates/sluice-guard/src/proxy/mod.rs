@@ -25,7 +25,9 @@
 //! read, framed, checked and sent on; what is owed it written), `queue`
 //! (waiting for an upstream slot), `upstream` (the pool, sending, sending
 //! again), `response` (the response relayed back), `tunnel` (after a
-//! 101), `deadlines` (every phase's), `breach` (counted, blocked, refused).
+//! 101), `h2` (a connection whose TLS handshake chose HTTP/2: each stream
+//! an exchange with an upstream connection of its own), `deadlines`
+//! (every phase's), `breach` (counted, blocked, refused).
 
 use crate::frame::HeadInfo;
 use crate::outbuf::Pool;
@@ -40,10 +42,13 @@ mod accept;
 mod breach;
 mod client;
 mod deadlines;
+mod h2;
 mod queue;
 mod response;
 mod tunnel;
 mod upstream;
+
+pub use h2::MEMORY_BOUND as H2_MEMORY_BOUND;
 
 use breach::reset;
 use client::{drain, Client};
@@ -83,6 +88,8 @@ enum Phase {
     Await,
     /// A tunnel to upstream `Client::tunnel` (an upgrade answered 101).
     Tunnel,
+    /// HTTP/2 (ALPN `h2`): the connection's streams are its requests (`h2`).
+    H2,
     /// Write what is queued, then shut the write side.
     Closing,
     Draining(Instant),
@@ -338,15 +345,19 @@ impl<'a> Worker<'a> {
             let mut progress = false;
             phase!(progress, self.read_client(c, i));
             phase!(progress, self.tls_established(c));
-            phase!(progress, self.proxy_header(c));
-            phase!(progress, self.frame_head(c, i));
-            phase!(progress, self.forward_body(c));
-            if c.start == c.end {
-                c.start = 0;
-                c.end = 0;
+            if c.h2.is_some() {
+                phase!(progress, self.h2_turn(c, i));
+            } else {
+                phase!(progress, self.proxy_header(c));
+                phase!(progress, self.frame_head(c, i));
+                phase!(progress, self.forward_body(c));
+                if c.start == c.end {
+                    c.start = 0;
+                    c.end = 0;
+                }
+                phase!(progress, self.exchange(c, i));
+                phase!(progress, self.tunnel(c));
             }
-            phase!(progress, self.exchange(c, i));
-            phase!(progress, self.tunnel(c));
             phase!(progress, self.write_client(c, progress));
             if !progress {
                 return After::Keep;

@@ -14,7 +14,7 @@ use std::io::{self, Read};
 use std::time::Instant;
 
 /// Idle upstream connections kept per thread.
-const MAX_IDLE: usize = 1024;
+pub(super) const MAX_IDLE: usize = 1024;
 
 impl Worker<'_> {
     /// The upstream: send the request, relay the response.

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 /// `keepalive_timeout` 75 s, Node's 5 s), not within a second of a response.
 const PEEK_IDLE: Duration = Duration::from_secs(1);
 
-const MAX_RESPONSE_HEAD: usize = sluice_h1::response::DEFAULT_MAX_HEAD;
+pub(super) const MAX_RESPONSE_HEAD: usize = sluice_h1::response::DEFAULT_MAX_HEAD;
 
 pub(super) struct InFlight {
     pub(super) up: usize,
@@ -82,7 +82,7 @@ impl Worker<'_> {
     /// serve it (a request sent again after its connection closed
     /// unanswered takes a new one: a pooled one may be closing the same
     /// way, its close not yet here, and a second loss would be its 502).
-    fn take_up(&mut self, resendable: bool, pooled: bool) -> io::Result<usize> {
+    pub(super) fn take_up(&mut self, resendable: bool, pooled: bool) -> io::Result<usize> {
         while let Some(j) = if pooled { self.idle.pop() } else { None } {
             // Still open and quiet? Its close may have come with the last
             // bytes of its response (one edge, already taken), or be queued
@@ -182,6 +182,7 @@ impl Worker<'_> {
     /// another's response: that one goes on, and the connection closes
     /// after it (no one reads what follows).
     pub(super) fn leave_up(&mut self, c: &mut Client) {
+        self.h2_leave(c);
         if let Some(t) = c.tunnel.take() {
             return self.close_up(t.up);
         }
