@@ -977,6 +977,12 @@ fn bgp_blackholes_and_flowspec_discards_are_dropped_in_xdp_until_withdrawn() {
     assert_eq!(sample(&m, "sluice_bgp_flows_enforced{}"), 1);
     assert_eq!(sample(&m, "sluice_bgp_flows_refused{reason=\"rate\"}"), 1);
     assert_eq!(sample(&m, &format!("sluice_bgp_session_up{{peer=\"{peer}\"}}")), 1);
+    // The families BGP adds to a shield's are the published ones.
+    let listed = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sluice-shield/tests/names");
+    let without: BTreeSet<String> =
+        std::fs::read_to_string(listed.join("shield-metrics.txt")).unwrap().lines().map(str::to_owned).collect();
+    let added: BTreeSet<String> = names::metric_names(&m).difference(&without).cloned().collect();
+    names::same_as_listed(&added, &listed.join("shield-bgp-metrics.txt"));
     let rule = |text: &str| format!("sluice_rule_packets_total{{line=\"0\",rule=\"{text}\",action=\"drop\"}}");
     assert_eq!(sample(&m, &rule("drop daddr @bgp-blackholes (BGP blackhole routes)")), 20);
     assert_eq!(sample(&m, &rule("drop bgp destination 192.0.2.0/24 protocol ==17 destination-port ==53")), 20);
