@@ -987,6 +987,12 @@ fn bgp_blackholes_and_flowspec_discards_are_dropped_in_xdp_until_withdrawn() {
     assert_eq!(sample(&m, &rule("drop daddr @bgp-blackholes (BGP blackhole routes)")), 20);
     assert_eq!(sample(&m, &rule("drop bgp destination 192.0.2.0/24 protocol ==17 destination-port ==53")), 20);
 
+    // A reload builds the program again: the routes stay in force.
+    ctl(&sock, &["reload"]);
+    let after: BTreeSet<u32> = (700..720).chain(800..820).collect();
+    assert_eq!(through(&h, &frames(500)), after, "the routes across a reload");
+    assert_eq!(ctl(&sock, &["status"])["status"]["reloads"], 1);
+
     d.cli("global rib -a ipv4 del 192.0.2.9/32");
     d.cli("global rib -a ipv4-flowspec del match destination 192.0.2.0/24 protocol udp destination-port ==53");
     in_kernel(0, 0);

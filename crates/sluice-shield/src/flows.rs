@@ -289,6 +289,7 @@ fn port_rules(protos: Option<&[u8]>, ports: &[PortComponent]) -> Result<Vec<Vec<
 mod tests {
     use super::*;
     use sluice_bgp::flowspec::PrefixMatch;
+    use std::sync::Arc;
 
     fn eq(v: u64) -> NumericOp {
         NumericOp { and: false, lt: false, gt: false, eq: true, len: 1, value: v }
@@ -340,6 +341,43 @@ mod tests {
         );
         let offset = Component::Destination(PrefixMatch { len: 16, offset: 8, addr: "10.0.0.0".parse().unwrap() });
         assert_eq!(refused(vec![offset]), "offset");
+    }
+
+    #[test]
+    fn a_table_splits_into_blackholes_rules_and_refusals() {
+        use sluice_engine::flows::{FlowRule, PoliceKey, Policer, Rate};
+        let rule = |flow: Flow, verdict: FlowVerdict, blackhole: bool| FlowRule {
+            flow,
+            verdict,
+            go_on: false,
+            blackhole,
+            source: "192.0.2.1".into(),
+            unsupported: Vec::new(),
+            counts: Default::default(),
+        };
+        let udp53 = v4(vec![
+            dst("203.0.113.0/24"),
+            Component::Protocol(vec![eq(17)]),
+            Component::DestinationPort(vec![eq(53)]),
+        ]);
+        let police = FlowVerdict::Police(Arc::new(Policer::new(Rate::BytesPerSecond(1000.0), None, PoliceKey::Rule)));
+        let table = FlowTable::new(
+            vec![
+                rule(v4(vec![dst("198.51.100.7/32")]), FlowVerdict::Drop, true),
+                rule(udp53.clone(), FlowVerdict::Drop, false),
+                rule(v4(vec![dst("198.51.100.0/24"), Component::Dscp(vec![eq(1)])]), FlowVerdict::Drop, false),
+                rule(v4(vec![dst("198.51.100.0/25")]), police, false),
+                rule(v4(vec![dst("198.51.100.0/26")]), FlowVerdict::Accept, false),
+            ],
+            Placement::Last,
+        );
+        let k = KernelFlows::of(Some(&table), Placement::Last, &HashSet::new());
+        assert_eq!(k.blackholes, HashSet::from(["198.51.100.7/32".parse().unwrap()]));
+        assert_eq!((k.enforced, k.rules.len()), (1, 1));
+        assert_eq!(k.rules, flow_rules(&udp53).unwrap());
+        assert_eq!(k.refused, BTreeMap::from([("dscp", 1), ("rate", 1), ("accept", 1)]));
+        assert_eq!(k.refused_texts.len(), 3);
+        assert_eq!(k.program_rules(), BgpRules { flows: k.rules.clone(), placement: Placement::Last });
     }
 
     #[test]

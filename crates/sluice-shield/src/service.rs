@@ -370,7 +370,7 @@ fn status_fn(
                 })
             })
             .collect();
-        serde_json::json!({
+        let mut status = serde_json::json!({
             "product": "shield",
             "interfaces": ifaces,
             "rules": k.compiled.rule_lines().len(),
@@ -380,8 +380,12 @@ fn status_fn(
             "persist": persist.as_ref().map(|p| p.display().to_string()),
             "reloads": k.reloads,
             "reloads_failed": k.reloads_failed,
-            "bgp": bgp.as_ref().map(|(state, shown)| bgp_status(state, shown)),
-        })
+        });
+        // Only with a feed: a shield without one answers as it always did.
+        if let Some((state, shown)) = &bgp {
+            status["bgp"] = bgp_status(state, shown);
+        }
+        status
     })
 }
 
