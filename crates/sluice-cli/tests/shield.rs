@@ -279,6 +279,20 @@ fn bad_input_is_a_clear_error_and_nothing_is_left_attached() {
     assert!(e.contains("no-such-group-sluice"), "{e}");
     assert!(!h.has_xdp(), "attached though the control socket failed");
 
+    // A BGP listener that cannot be bound (an address the host lacks)
+    // stops the start, said with its flag; nothing stays attached.
+    let bgp = ["--bgp-peer", "192.0.2.1", "--bgp-peer-as", "65001", "--bgp-local-as", "65002"];
+    let e = refused(
+        &h,
+        &["--iface", &h.dev, "--rules", good.to_str().unwrap(), "--bgp-router-id", "192.0.2.2"]
+            .into_iter()
+            .chain(bgp)
+            .chain(["--bgp-listen", "192.0.2.77"])
+            .collect::<Vec<_>>(),
+    );
+    assert!(e.contains("--bgp-listen"), "{e}");
+    assert!(!h.has_xdp(), "attached though the BGP listener failed");
+
     // Another program on the interface (here: another shield's) is not replaced.
     let first = Shield::start(&h, &["--rules", good.to_str().unwrap()]);
     let e = refused(&h, &["--iface", &h.dev, "--rules", good.to_str().unwrap()]);

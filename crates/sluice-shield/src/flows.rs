@@ -35,10 +35,12 @@ pub const BLACKHOLE_RULE: &str = "drop daddr @bgp-blackholes (BGP blackhole rout
 /// policer), `accept` (no discard: the program only drops), `offset` (an
 /// RFC 8956 prefix offset), a component the rule language lacks
 /// (`icmp_code`, `tcp_flags`, `packet_length`, `dscp`, `fragment`,
-/// `flow_label`), `matches_nothing` (its ranges admit no packet) and
+/// `flow_label`), `matches_nothing` (its ranges admit no packet),
 /// `too_many_rules` (its alternatives would take more than
-/// [`MAX_RULES_PER_FLOW`] rules).
-pub const REFUSAL_REASONS: [&str; 11] = [
+/// [`MAX_RULES_PER_FLOW`] rules, or the flows more than
+/// [`MAX_FLOW_RULES`]) and `too_many_ranges` (a port component of more
+/// than [`MAX_RANGES`] ranges).
+pub const REFUSAL_REASONS: [&str; 12] = [
     "rate",
     "accept",
     "offset",
@@ -50,7 +52,13 @@ pub const REFUSAL_REASONS: [&str; 11] = [
     "flow_label",
     "matches_nothing",
     "too_many_rules",
+    "too_many_ranges",
 ];
+
+/// The ranges one port component may hold: each is two compares in the
+/// program, and the verifier bounds its length (a peer's `!=` chain of
+/// thousands of ports would otherwise make every later program fail).
+pub const MAX_RANGES: usize = 64;
 
 /// The rules one flow may become (its alternatives: TCP and UDP, source
 /// or destination port).
@@ -210,6 +218,9 @@ pub fn flow_rules(flow: &Flow) -> Result<Vec<Rule>, &'static str> {
     if ports.iter().any(|(_, r)| r.is_empty()) || protos.as_ref().is_some_and(Vec::is_empty) {
         return Err("matches_nothing");
     }
+    if ports.iter().any(|(_, r)| r.len() > MAX_RANGES) {
+        return Err("too_many_ranges");
+    }
     let alternatives = match icmp {
         Some(types) => icmp_rule(flow.family, types, protos.as_deref(), !ports.is_empty())?,
         None if ports.is_empty() => {
@@ -339,6 +350,9 @@ mod tests {
             refused(vec![dst("10.0.0.0/8"), Component::IcmpType(vec![eq(8)]), Component::Protocol(vec![eq(6)])]),
             "matches_nothing"
         );
+        let ne = |v: u64| NumericOp { and: v > 0, lt: true, gt: true, eq: false, len: 2, value: v * 2 };
+        let chain: Vec<NumericOp> = (0..100).map(ne).collect();
+        assert_eq!(refused(vec![dst("10.0.0.0/8"), Component::DestinationPort(chain)]), "too_many_ranges");
         let offset = Component::Destination(PrefixMatch { len: 16, offset: 8, addr: "10.0.0.0".parse().unwrap() });
         assert_eq!(refused(vec![offset]), "offset");
     }

@@ -208,11 +208,7 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
                 attached.push(a);
             }
             Err(e) => {
-                for a in attached.iter().filter(|a| !a.adopted) {
-                    if let Some(p) = &a.pinned {
-                        let _ = std::fs::remove_file(p);
-                    }
-                }
+                unpin_new(&attached);
                 control.stop();
                 return Err(e);
             }
@@ -227,6 +223,9 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
         match spawn_bgp(cfg, &config.safety, &control.events, Arc::clone(state)) {
             Ok((running, stop)) => control.bgp = Some(Feed { running, stop }),
             Err(e) => {
+                // Nothing left attached: the links go, with the pins made.
+                drop(std::mem::take(&mut kernel.lock().unwrap_or_else(PoisonError::into_inner).links));
+                unpin_new(&attached);
                 control.stop();
                 return Err(ShieldError::Config(format!("starting the BGP sessions (--bgp-listen): {e}")));
             }
@@ -243,6 +242,15 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
         started: Instant::now(),
         metrics_addr,
     })
+}
+
+/// Removes the pins this start made (a previous run's, taken over, stay).
+fn unpin_new(attached: &[Attached]) {
+    for a in attached.iter().filter(|a| !a.adopted) {
+        if let Some(p) = &a.pinned {
+            let _ = std::fs::remove_file(p);
+        }
+    }
 }
 
 /// The bridge's control plane over the same rules (the control socket,
