@@ -14,9 +14,10 @@
 //!   by one, logged, and counted by reason ([`REFUSAL_REASONS`]).
 //!
 //! All of them sit before the rule file's rules (`--bgp-rules first`) or
-//! after them (`last`), as on the bridge. A refused flow is absent from
-//! the program: a later flow it would have stopped (an earlier accept, a
-//! rate) is then judged as if it were not there.
+//! after them (`last`), as on the bridge. A flow that stops the flows
+//! (a rate, an accept) is not in the program, so a later discard that may
+//! meet its packets is refused too (`shadowed`): the kernel then drops
+//! nothing the bridge would pass. Blackholes are always enforced.
 
 use sluice_bgp::flowspec::{numeric_ranges, Component, Family, Flow, NumericOp};
 use sluice_engine::flows::{FlowTable, FlowVerdict, Placement};
@@ -39,8 +40,11 @@ pub const BLACKHOLE_RULE: &str = "drop daddr @bgp-blackholes (BGP blackhole rout
 /// `too_many_rules` (its alternatives would take more than
 /// [`MAX_RULES_PER_FLOW`] rules, or the flows more than
 /// [`MAX_FLOW_RULES`]) and `too_many_ranges` (a port component of more
-/// than [`MAX_RANGES`] ranges).
-pub const REFUSAL_REASONS: [&str; 12] = [
+/// than [`MAX_RANGES`] ranges), and `shadowed`: an earlier flow the
+/// program does not run and that stops the flows (a rate, an accept,
+/// without the T bit) may match its packets first, and the bridge would
+/// not drop them.
+pub const REFUSAL_REASONS: [&str; 13] = [
     "rate",
     "accept",
     "offset",
@@ -53,6 +57,7 @@ pub const REFUSAL_REASONS: [&str; 12] = [
     "matches_nothing",
     "too_many_rules",
     "too_many_ranges",
+    "shadowed",
 ];
 
 /// The ranges one port component may hold: each is two compares in the
@@ -98,6 +103,8 @@ impl KernelFlows {
     /// refused before: a table comes again with every UPDATE).
     pub fn of(table: Option<&FlowTable>, placement: Placement, known: &HashSet<String>) -> KernelFlows {
         let mut k = KernelFlows { placement, ..KernelFlows::default() };
+        // The flows seen that stop the flows and are not in the program.
+        let mut stoppers: Vec<&Flow> = Vec::new();
         for r in table.iter().flat_map(|t| t.rules()) {
             if r.blackhole {
                 if let Some(p) = blackhole_prefix(&r.flow) {
@@ -105,7 +112,11 @@ impl KernelFlows {
                     continue;
                 }
             }
+            if !matches!(r.verdict, FlowVerdict::Drop) && !r.go_on {
+                stoppers.push(&r.flow);
+            }
             let refused = match &r.verdict {
+                FlowVerdict::Drop if stoppers.iter().any(|s| may_meet(s, &r.flow)) => "shadowed",
                 FlowVerdict::Drop => match flow_rules(&r.flow) {
                     Ok(rules) if k.rules.len() + rules.len() <= MAX_FLOW_RULES => {
                         k.rules.extend(rules);
@@ -136,6 +147,39 @@ impl KernelFlows {
     pub fn program_rules(&self) -> BgpRules {
         BgpRules { flows: self.rules.clone(), placement: self.placement }
     }
+}
+
+/// Whether one packet may match both flows: false only when their family,
+/// their prefixes (destination, source) or the values of a protocol or
+/// port component both have cannot meet.
+fn may_meet(a: &Flow, b: &Flow) -> bool {
+    if a.family != b.family {
+        return false;
+    }
+    let prefix = |f: &Flow, dst: bool| {
+        f.components.iter().find_map(|c| match c {
+            Component::Destination(p) if dst && p.offset == 0 => Some(Prefix::new(p.addr, p.len)),
+            Component::Source(p) if !dst && p.offset == 0 => Some(Prefix::new(p.addr, p.len)),
+            _ => None,
+        })
+    };
+    let prefixes_meet = [true, false].into_iter().all(|dst| match (prefix(a, dst), prefix(b, dst)) {
+        (Some(x), Some(y)) => x.contains_prefix(&y) || y.contains_prefix(&x),
+        _ => true,
+    });
+    // Each numeric component both have, by its type: do their values meet?
+    let numeric = |f: &Flow, kind: u8| {
+        f.components.iter().find_map(|c| match (kind, c) {
+            (3, Component::Protocol(o)) => Some(numeric_ranges(o, 255)),
+            (5, Component::DestinationPort(o)) | (6, Component::SourcePort(o)) => Some(numeric_ranges(o, 65_535)),
+            _ => None,
+        })
+    };
+    let values_meet = [3, 5, 6].into_iter().all(|kind| match (numeric(a, kind), numeric(b, kind)) {
+        (Some(x), Some(y)) => x.iter().any(|&(lo, hi)| y.iter().any(|&(l, h)| lo <= h && l <= hi)),
+        _ => true,
+    });
+    prefixes_meet && values_meet
 }
 
 /// A blackhole route's prefix (its flow is one destination component).
@@ -379,7 +423,7 @@ mod tests {
             vec![
                 rule(v4(vec![dst("198.51.100.7/32")]), FlowVerdict::Drop, true),
                 rule(udp53.clone(), FlowVerdict::Drop, false),
-                rule(v4(vec![dst("198.51.100.0/24"), Component::Dscp(vec![eq(1)])]), FlowVerdict::Drop, false),
+                rule(v4(vec![dst("192.0.2.0/24"), Component::Dscp(vec![eq(1)])]), FlowVerdict::Drop, false),
                 rule(v4(vec![dst("198.51.100.0/25")]), police, false),
                 rule(v4(vec![dst("198.51.100.0/26")]), FlowVerdict::Accept, false),
             ],
@@ -391,6 +435,25 @@ mod tests {
         assert_eq!(k.rules, flow_rules(&udp53).unwrap());
         assert_eq!(k.refused, BTreeMap::from([("dscp", 1), ("rate", 1), ("accept", 1)]));
         assert_eq!(k.refused_texts.len(), 3);
+        // Behind a rate on a /24: a discard of the /16 around it (its
+        // packets meet the rate first on the bridge) is refused; one of
+        // another port, or of the rest of the family, is not.
+        let udp = |p: &str, port: u64| {
+            v4(vec![dst(p), Component::Protocol(vec![eq(17)]), Component::DestinationPort(vec![eq(port)])])
+        };
+        let police = FlowVerdict::Police(Arc::new(Policer::new(Rate::BytesPerSecond(1.0), None, PoliceKey::Rule)));
+        let table = FlowTable::new(
+            vec![
+                rule(udp("198.51.100.0/24", 5000), police, false),
+                rule(udp("198.51.0.0/16", 5000), FlowVerdict::Drop, false),
+                rule(udp("198.51.0.0/16", 53), FlowVerdict::Drop, false),
+                rule(udp("10.0.0.0/8", 5000), FlowVerdict::Drop, false),
+            ],
+            Placement::First,
+        );
+        let behind = KernelFlows::of(Some(&table), Placement::First, &HashSet::new());
+        assert_eq!(behind.refused, BTreeMap::from([("rate", 1), ("shadowed", 1)]));
+        assert_eq!(behind.enforced, 2);
         assert_eq!(k.program_rules(), BgpRules { flows: k.rules.clone(), placement: Placement::Last });
     }
 
