@@ -275,16 +275,22 @@ fn start_control(
     let first = loading.controller.published().load().value.id();
     let state = Arc::clone(loading.controller.state());
     let (spec, options) = (spec.clone(), config.options);
-    // The entries of the last read (and when it was), to rebuild from as
-    // their timeouts pass or BGP's flows change.
-    let (mut last, mut read_at) = (read, Instant::now());
+    // The entries of the last read, when it was, and how far the
+    // controller has put them out of force, to rebuild from as their
+    // timeouts pass or BGP's flows change. A rebuild for flows never goes
+    // back before the last expiry: this clock started a little after the
+    // controller's, and an entry it expired must not come back.
+    let (mut last, mut read_at, mut expired_to) = (read, Instant::now(), 0);
     let rebuild: crate::mirror::Rebuild = Box::new(move |reread, bgp| {
         let (file, sets) = match reread {
-            Reread::Expired(elapsed) => last.plan(elapsed),
-            Reread::Last => last.plan(read_at.elapsed().as_secs()),
+            Reread::Expired(elapsed) => {
+                expired_to = elapsed;
+                last.plan(elapsed)
+            }
+            Reread::Last => last.plan(read_at.elapsed().as_secs().max(expired_to)),
             Reread::Disk => {
                 let plan = spec.load_plan().map_err(|e| ShieldError::Config(e.to_string()))?;
-                (last, read_at) = (plan.expiring, Instant::now());
+                (last, read_at, expired_to) = (plan.expiring, Instant::now(), 0);
                 (plan.file, plan.sets)
             }
         };
