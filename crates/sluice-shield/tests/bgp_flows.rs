@@ -4,6 +4,10 @@
 //! rule file's rules (`--bgp-rules first`) or after them (`last`), each
 //! rule's counter exact.
 //!
+//! And each flow `flow_rules` takes, against the RFCs' reference
+//! (`Flow::matches` over what `sluice_wire::decode` reads): random flows
+//! of the components the program runs, random frames of both families.
+//!
 //! Needs root (or CAP_BPF + CAP_PERFMON): skipped without unless
 //! `SLUICE_REQUIRE_LIVE=1` (CI), when it fails.
 
@@ -34,9 +38,18 @@ fn can_load() -> bool {
 /// Ethernet, then IPv4 or IPv6 from `src` to `dst`, then a UDP (17) or
 /// TCP (6) header to `dport`.
 fn frame(src: IpAddr, dst: IpAddr, proto: u8, dport: u16) -> Vec<u8> {
+    frame_from(src, dst, proto, 12345, dport)
+}
+
+/// The same from `sport`; an ICMP (1, 58) header of type `dport >> 8`,
+/// code `dport & 0xff` instead of ports; SCTP (132) has ports too.
+fn frame_from(src: IpAddr, dst: IpAddr, proto: u8, sport: u16, dport: u16) -> Vec<u8> {
+    let ports = [sport.to_be_bytes(), dport.to_be_bytes()].concat();
     let l4: Vec<u8> = match proto {
-        6 => [&[0x30, 0x39][..], &dport.to_be_bytes(), &[0; 8], &[0x50, 0x02, 0x20, 0, 0, 0, 0, 0]].concat(),
-        _ => [&[0x30, 0x39][..], &dport.to_be_bytes(), &[0, 8, 0, 0]].concat(),
+        6 => [&ports[..], &[0; 8], &[0x50, 0x02, 0x20, 0, 0, 0, 0, 0]].concat(),
+        17 => [&ports[..], &[0, 8, 0, 0]].concat(),
+        1 | 58 => [&dport.to_be_bytes()[..], &[0; 6]].concat(),
+        _ => [&ports[..], &[0; 8]].concat(),
     };
     let mut f = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2];
     match (src, dst) {
@@ -153,4 +166,108 @@ fn last_puts_the_routes_after_the_files_rules() {
     assert_eq!(c.test_run(&frame(s4, ip("192.0.2.9"), 17, 9)).unwrap(), XDP_PASS as u32, "the file's pass first");
     assert_eq!(c.test_run(&frame(s4, ip("192.0.2.9"), 17, 10)).unwrap(), XDP_DROP as u32, "then the blackhole");
     assert_eq!(c.rule_texts().last().unwrap(), &discards().last().unwrap().text);
+}
+
+/// A seeded xorshift: a failing case names its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+        xs[(self.next() % xs.len() as u64) as usize]
+    }
+    fn one_in(&mut self, n: u64) -> bool {
+        self.next().is_multiple_of(n)
+    }
+}
+
+/// 1 to 3 operators over values near `near` (ORed or ANDed at random).
+fn ops(r: &mut Rng, near: &[u64]) -> Vec<NumericOp> {
+    let n = 1 + r.next() % 3;
+    (0..n)
+        .map(|i| {
+            let bits = 1 + r.next() % 7;
+            let value = r.pick(near) + r.pick(&[0, 0, 1]);
+            NumericOp {
+                and: i > 0 && r.one_in(2),
+                lt: bits & 4 != 0,
+                gt: bits & 2 != 0,
+                eq: bits & 1 != 0,
+                len: 2,
+                value,
+            }
+        })
+        .collect()
+}
+
+const PORTS: [u64; 4] = [53, 80, 1000, 12345];
+const PROTOS: [u64; 5] = [1, 6, 17, 58, 132];
+
+/// An address of the pools the flows' prefixes are drawn in.
+fn addr(r: &mut Rng, v6: bool) -> IpAddr {
+    let low = r.pick(&[0u8, 1, 2, 0x80, 0xff]);
+    let net = r.pick(&[0u8, 1]);
+    if v6 {
+        IpAddr::from([0x20, 0x01, 0x0d, 0xb8, 0, net, 0, 0, 0, 0, 0, 0, 0, 0, 0, low])
+    } else {
+        IpAddr::from([198, 51, net, low])
+    }
+}
+
+fn flow(r: &mut Rng) -> Flow {
+    let v6 = r.one_in(2);
+    let mut components = Vec::new();
+    for (kind, chance) in [(1, 2), (2, 4), (3, 2), (4, 6), (5, 3), (6, 6), (7, 6)] {
+        if !r.one_in(chance) {
+            continue;
+        }
+        let len = r.pick(if v6 { &[0u8, 40, 48, 128][..] } else { &[0u8, 16, 24, 32][..] });
+        components.push(match kind {
+            1 => Component::Destination(PrefixMatch::new(addr(r, v6), len)),
+            2 => Component::Source(PrefixMatch::new(addr(r, v6), len)),
+            3 => Component::Protocol(ops(r, &PROTOS)),
+            4 => Component::Port(ops(r, &PORTS)),
+            5 => Component::DestinationPort(ops(r, &PORTS)),
+            6 => Component::SourcePort(ops(r, &PORTS)),
+            _ => Component::IcmpType(ops(r, &[0, 3, 8, 128])),
+        });
+    }
+    Flow { family: if v6 { Family::V6 } else { Family::V4 }, components }
+}
+
+#[test]
+fn each_flow_the_program_takes_drops_what_the_rfcs_match() {
+    if !can_load() {
+        return;
+    }
+    let empty = parse_rules("t.rules", "", std::path::Path::new(".")).unwrap();
+    let (mut taken, mut dropped) = (0, 0);
+    for seed in 1..=120u64 {
+        let mut r = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let f = flow(&mut r);
+        let Ok(rules) = flow_rules(&f) else { continue };
+        taken += 1;
+        let bgp = BgpRules { flows: rules, placement: Placement::First };
+        let c = Compiled::with_bgp(&empty, &[], &Options::default(), Some(&bgp)).unwrap();
+        for i in 0..60 {
+            // Mostly the flow's family, now and then the other.
+            let v6 = (f.family == Family::V6) != r.one_in(4);
+            let proto = r.pick(&[6u8, 17, if v6 { 58 } else { 1 }, 132]);
+            let (sport, dport) = (r.pick(&PORTS) as u16, r.pick(&PORTS) as u16);
+            let dport = if proto == 1 || proto == 58 { r.pick(&[0u16, 0x300, 0x800, 0x8000]) } else { dport };
+            let frame = frame_from(addr(&mut r, v6), addr(&mut r, v6), proto, sport, dport);
+            let ip = sluice_wire::decode(sluice_wire::LinkType::ETHERNET, &frame).unwrap().ip.unwrap();
+            let want = f.matches(&sluice_engine::flows::flow_packet(&ip));
+            dropped += usize::from(want);
+            let got = c.test_run(&frame).unwrap();
+            assert_eq!(got, if want { XDP_DROP } else { XDP_PASS } as u32, "seed {seed} frame {i}: {f}\n{ip:?}");
+        }
+    }
+    // The draw reaches flows the program takes and packets they drop.
+    assert!(taken >= 40 && dropped >= 100, "{taken} flows taken, {dropped} packets dropped");
 }
