@@ -23,7 +23,9 @@
 //! [`BridgeCounters`].
 #![deny(unsafe_code)]
 
-pub mod bgp;
+/// The BGP feed, shared with the shield (`sluice-bgpfeed`); kept under
+/// this name so `sluice_bridge::bgp::*` paths stay as they were.
+pub use sluice_bgpfeed as bgp;
 pub mod counters;
 pub mod memory;
 pub mod metrics;

@@ -178,7 +178,10 @@ fn docs_metrics_lists_every_served_metric_and_no_other() {
         std::fs::read_to_string(p).unwrap().lines().map(str::to_owned).collect()
     };
     let served: BTreeSet<String> =
-        ["bridge-metrics.txt", "guard-metrics.txt", "shield-metrics.txt"].iter().flat_map(|f| listed(f)).collect();
+        ["bridge-metrics.txt", "guard-metrics.txt", "shield-metrics.txt", "shield-bgp-metrics.txt"]
+            .iter()
+            .flat_map(|f| listed(f))
+            .collect();
     // Lanes' families (`--workers auto`) are served over AF_XDP queues only:
     // the veth tests check those.
     let lanes_only: BTreeSet<String> =

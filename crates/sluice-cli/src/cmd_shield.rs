@@ -60,6 +60,9 @@ pub struct ShieldArgs {
     pub safety: sluice_control::safety::SafetyFlags,
     #[command(flatten)]
     pub metrics: sluice_control::product::MetricsFlags,
+    /// The same `--bgp-*` flags as `sluice bridge` (docs/bgp.md).
+    #[command(flatten)]
+    pub bgp: sluice_bgpfeed::BgpFlags,
     /// Stop after this many seconds (default: on SIGINT or SIGTERM).
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
@@ -72,6 +75,7 @@ pub fn run(a: ShieldArgs) -> Result<Outcome> {
     // Checked before anything is loaded: a wrong address is a usage error.
     let metrics = a.metrics.addr()?;
     let (crowdsec, crowdsec_maxelem) = a.crowdsec.bouncer(&a.rules.geo_db)?;
+    let bgp = a.bgp.config().map_err(sluice_control::product::Usage)?;
     let options = sluice_shield::Options {
         undecodable_drop: matches!(a.undecodable, VerdictFlag::Drop),
         v4mapped: a.rules.v4mapped,
@@ -96,6 +100,7 @@ pub fn run(a: ShieldArgs) -> Result<Outcome> {
         crowdsec,
         crowdsec_maxelem,
         metrics,
+        bgp,
     };
     let shield = sluice_shield::start(config).context("shield")?;
     shield.log_start();

@@ -279,6 +279,20 @@ fn bad_input_is_a_clear_error_and_nothing_is_left_attached() {
     assert!(e.contains("no-such-group-sluice"), "{e}");
     assert!(!h.has_xdp(), "attached though the control socket failed");
 
+    // A BGP listener that cannot be bound (an address the host lacks)
+    // stops the start, said with its flag; nothing stays attached.
+    let bgp = ["--bgp-peer", "192.0.2.1", "--bgp-peer-as", "65001", "--bgp-local-as", "65002"];
+    let e = refused(
+        &h,
+        &["--iface", &h.dev, "--rules", good.to_str().unwrap(), "--bgp-router-id", "192.0.2.2"]
+            .into_iter()
+            .chain(bgp)
+            .chain(["--bgp-listen", "192.0.2.77"])
+            .collect::<Vec<_>>(),
+    );
+    assert!(e.contains("--bgp-listen"), "{e}");
+    assert!(!h.has_xdp(), "attached though the BGP listener failed");
+
     // Another program on the interface (here: another shield's) is not replaced.
     let first = Shield::start(&h, &["--rules", good.to_str().unwrap()]);
     let e = refused(&h, &["--iface", &h.dev, "--rules", good.to_str().unwrap()]);
@@ -890,4 +904,114 @@ fn fail2ban_bans_into_the_shield_and_unbans() {
     assert_eq!(through(&h, &[banned(4), clean(5)]), BTreeSet::from([4, 5]), "unbanned: passed");
     let summary = shield.stop();
     assert_eq!(summary["rules"][0]["packets"], 1, "{summary}");
+}
+
+/// `udp` to `dst` instead of 192.0.2.1.
+fn udp_to(src: [u8; 4], dst: [u8; 4], dport: u16, seq: u32) -> Vec<u8> {
+    let mut f = udp(src, dport, seq);
+    f[30..34].copy_from_slice(&dst);
+    f
+}
+
+/// `--bgp-peer` on a host: a GoBGP peer on loopback announces a blackhole
+/// route (192.0.2.9/32), a FlowSpec discard (UDP to 192.0.2.0/24 port 53)
+/// and a flow the kernel program cannot run (a rate limit); the first two
+/// are dropped in XDP, the third is refused and counted, everything else
+/// passes; withdrawn, both drops are lifted.
+#[test]
+fn bgp_blackholes_and_flowspec_discards_are_dropped_in_xdp_until_withdrawn() {
+    if !live_or_skip("bgp_blackholes_and_flowspec_discards_are_dropped_in_xdp_until_withdrawn") {
+        return;
+    }
+    // A failure, not a skip, under SLUICE_REQUIRE_TOOLS.
+    if !sluice_testkit::bgp::Gobgpd::installed() {
+        return;
+    }
+    let port = sluice_testkit::bgp::free_port();
+    let d = sluice_testkit::bgp::Gobgpd::start(&sluice_testkit::bgp::GobgpdConfig::on(port));
+    d.cli("global rib -a ipv4 add 192.0.2.9/32 nexthop 192.0.2.254 community 65535:666");
+    d.cli("global rib -a ipv4-flowspec add match destination 192.0.2.0/24 protocol udp destination-port ==53 then discard");
+    d.cli("global rib -a ipv4-flowspec add match destination 192.0.2.0/24 protocol udp destination-port ==5000 then rate-limit 125000");
+    // In this namespace: gobgpd listens on its loopback.
+    let h = Host::here("shbgp");
+    let dir = tempfile::tempdir().unwrap();
+    let (file, sock) = (rules(dir.path()), dir.path().join("ctl.sock"));
+    let peer = format!("127.0.0.1:{port}");
+    let shield = Shield::start(
+        &h,
+        &[
+            "--rules",
+            file.to_str().unwrap(),
+            "--control",
+            sock.to_str().unwrap(),
+            "--metrics",
+            "127.0.0.1:0",
+            "--bgp-peer",
+            &peer,
+            "--bgp-peer-as",
+            "65001",
+            "--bgp-local-as",
+            "65002",
+            "--bgp-router-id",
+            "192.0.2.2",
+        ],
+    );
+    let in_kernel = |blackholes: u64, flows: u64| {
+        let end = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let s = ctl(&sock, &["status"]);
+            let bgp = &s["status"]["bgp"];
+            if bgp["blackholes"] == blackholes && bgp["flows_enforced"] == flows {
+                return s;
+            }
+            assert!(std::time::Instant::now() < end, "not {blackholes} blackholes and {flows} flows: {s}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let s = in_kernel(1, 1);
+    assert_eq!(s["status"]["bgp"]["flows_refused"], serde_json::json!({ "rate": 1 }), "{s}");
+    assert_eq!(s["status"]["bgp"]["sessions"][0]["state"], "established", "{s}");
+    let src = [10, 1, 0, 1];
+    let frames = |base: u32| -> Vec<Vec<u8>> {
+        (0..20)
+            .flat_map(|i| {
+                [
+                    udp_to(src, [192, 0, 2, 9], 9, base + i),
+                    udp_to(src, [192, 0, 2, 1], 53, base + 100 + i),
+                    udp_to(src, [192, 0, 2, 1], 54, base + 200 + i),
+                    udp_to(src, [192, 0, 2, 1], 5000, base + 300 + i),
+                ]
+            })
+            .collect()
+    };
+    let passed: BTreeSet<u32> = (200..220).chain(300..320).collect();
+    assert_eq!(through(&h, &frames(0)), passed, "the blackhole and the discard in the kernel");
+    let m = scrape(&h, &shield.metrics_addr());
+    assert_eq!(sample(&m, "sluice_bgp_blackholes{}"), 1);
+    assert_eq!(sample(&m, "sluice_bgp_flows_enforced{}"), 1);
+    assert_eq!(sample(&m, "sluice_bgp_flows_refused{reason=\"rate\"}"), 1);
+    assert_eq!(sample(&m, &format!("sluice_bgp_session_up{{peer=\"{peer}\"}}")), 1);
+    // The families BGP adds to a shield's are the published ones.
+    let listed = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sluice-shield/tests/names");
+    let without: BTreeSet<String> =
+        std::fs::read_to_string(listed.join("shield-metrics.txt")).unwrap().lines().map(str::to_owned).collect();
+    let added: BTreeSet<String> = names::metric_names(&m).difference(&without).cloned().collect();
+    names::same_as_listed(&added, &listed.join("shield-bgp-metrics.txt"));
+    let rule = |text: &str| format!("sluice_rule_packets_total{{line=\"0\",rule=\"{text}\",action=\"drop\"}}");
+    assert_eq!(sample(&m, &rule("drop daddr @bgp-blackholes (BGP blackhole routes)")), 20);
+    assert_eq!(sample(&m, &rule("drop bgp destination 192.0.2.0/24 protocol ==17 destination-port ==53")), 20);
+
+    // A reload builds the program again: the routes stay in force.
+    ctl(&sock, &["reload"]);
+    let after: BTreeSet<u32> = (700..720).chain(800..820).collect();
+    assert_eq!(through(&h, &frames(500)), after, "the routes across a reload");
+    assert_eq!(ctl(&sock, &["status"])["status"]["reloads"], 1);
+
+    d.cli("global rib -a ipv4 del 192.0.2.9/32");
+    d.cli("global rib -a ipv4-flowspec del match destination 192.0.2.0/24 protocol udp destination-port ==53");
+    in_kernel(0, 0);
+    let all: BTreeSet<u32> = (1000..1020).chain(1100..1120).chain(1200..1220).chain(1300..1320).collect();
+    assert_eq!(through(&h, &frames(1000)), all, "the withdrawals in the kernel");
+    let summary = shield.stop();
+    assert_eq!(summary["rules"][0]["rule"], "drop daddr @bgp-blackholes (BGP blackhole routes)", "{summary}");
 }

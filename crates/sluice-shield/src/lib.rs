@@ -11,6 +11,7 @@
 //! Unsupported`]); nothing is loaded then.
 
 pub mod asm;
+pub mod flows;
 pub mod metrics;
 pub mod mirror;
 pub mod program;
@@ -108,6 +109,21 @@ fn unsupported(file: &RuleFile) -> Option<(usize, String)> {
     None
 }
 
+/// The file's rules with a BGP feed's (the blackhole set's rule, whose
+/// set is `blackholes`, then the flows') before or after them.
+fn with_bgp_rules(
+    file: &[sluice_rules::Rule],
+    blackholes: usize,
+    bgp: Option<&flows::BgpRules>,
+) -> Vec<sluice_rules::Rule> {
+    let Some(bgp) = bgp else { return file.to_vec() };
+    let ours = std::iter::once(flows::blackhole_rule(blackholes)).chain(bgp.flows.iter().cloned());
+    match bgp.placement {
+        sluice_engine::flows::Placement::First => ours.chain(file.iter().cloned()).collect(),
+        sluice_engine::flows::Placement::Last => file.iter().cloned().chain(ours).collect(),
+    }
+}
+
 impl Compiled {
     /// Compiles `file` with each set's entries (`sets[i]` for
     /// `file.sets[i]`) and loads it: maps first, then the program (the
@@ -124,22 +140,53 @@ impl Compiled {
         opts: &Options,
         layout: &tables::Layout,
     ) -> Result<Compiled, ShieldError> {
+        Self::build(file, sets, opts, layout, None)
+    }
+
+    /// [`Compiled::new`] with the rules a BGP feed adds (the blackhole
+    /// set's rule and the flows', before or after the file's; see
+    /// [`flows`]); `None` when the shield has no BGP peer.
+    pub fn with_bgp(
+        file: &RuleFile,
+        sets: &[Vec<Prefix>],
+        opts: &Options,
+        bgp: Option<&flows::BgpRules>,
+    ) -> Result<Compiled, ShieldError> {
+        Self::build(file, sets, opts, &tables::Layout::default(), bgp)
+    }
+
+    fn build(
+        file: &RuleFile,
+        sets: &[Vec<Prefix>],
+        opts: &Options,
+        layout: &tables::Layout,
+        bgp: Option<&flows::BgpRules>,
+    ) -> Result<Compiled, ShieldError> {
         if let Some((line, what)) = unsupported(file) {
             return Err(ShieldError::Unsupported { file: file.source.clone(), line, what });
         }
+        // The BGP rules name the blackhole set as the one past the file's.
+        let blackholes = file.sets.len();
+        let rules = with_bgp_rules(&file.rules, blackholes, bgp);
         let mut codes: Vec<SetCode> = Vec::new();
         // Per rule, per address match: the index in `codes`.
         let mut uses: Vec<Vec<usize>> = Vec::new();
-        let mut named: Vec<Option<usize>> = vec![None; file.sets.len()];
+        let mut named: Vec<Option<usize>> = vec![None; file.sets.len() + 1];
         // Dynamic sets by name: the index of their code.
         let mut dynamic: Vec<(String, usize)> = Vec::new();
-        for r in &file.rules {
+        for r in &rules {
             let mut mine = Vec::new();
             for m in &r.matches {
                 let Match::Addr { value, .. } = m else { continue };
                 let i = match value {
                     AddrValue::Set(s) => match named[*s] {
                         Some(i) => i,
+                        None if *s == blackholes => {
+                            dynamic.push((flows::BLACKHOLE_SET.to_owned(), codes.len()));
+                            codes.push(SetCode::dynamic(DEFAULT_MAXELEM, &format!("s{s}"))?);
+                            named[*s] = Some(codes.len() - 1);
+                            codes.len() - 1
+                        }
                         None => {
                             let name = format!("s{s}");
                             codes.push(match file.sets[*s].source {
@@ -162,11 +209,11 @@ impl Compiled {
             }
             uses.push(mine);
         }
-        let slots = file.rules.len() as u32 + program::EXTRA_COUNTERS;
+        let slots = rules.len() as u32 + program::EXTRA_COUNTERS;
         let counters = BpfMap::new(MapType::PercpuArray, 4, 16, slots, 0, "sluice_counts")?;
         let scratch = BpfMap::new(MapType::PercpuArray, 4, program::SUMMARY_BYTES, 1, 0, "sluice_scratch")?;
         let plan = program::Plan {
-            rules: &file.rules,
+            rules: &rules,
             addr_sets: uses.iter().map(|u| u.iter().map(|&i| &codes[i]).collect()).collect(),
             default_drop: file.default == Action::Drop,
             undecodable_drop: opts.undecodable_drop,
@@ -183,18 +230,9 @@ impl Compiled {
         let program = XdpProgram::load_named(&insns, "sluice_shield")?;
         // The program holds its maps; `scratch` needs no other owner.
         drop(scratch);
-        let texts = file.rules.iter().map(|r| r.text.clone()).collect();
-        let lines = file.rules.iter().map(|r| (r.line, r.action)).collect();
-        Ok(Compiled {
-            program,
-            counters,
-            rules: file.rules.len(),
-            sets: codes,
-            dynamic,
-            texts,
-            lines,
-            insns: insns.len(),
-        })
+        let texts = rules.iter().map(|r| r.text.clone()).collect();
+        let lines = rules.iter().map(|r| (r.line, r.action)).collect();
+        Ok(Compiled { program, counters, rules: rules.len(), sets: codes, dynamic, texts, lines, insns: insns.len() })
     }
 
     /// The dynamic sets the rules use, by name, with their kernel tries.

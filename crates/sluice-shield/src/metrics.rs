@@ -26,7 +26,23 @@ pub struct ShieldMetrics {
     /// The control plane's state and its socket's counters, when it runs.
     control: (Arc<ControlState>, Arc<SocketCounters>),
     dry_run: bool,
+    /// The BGP feed's sessions and what the kernel holds of its routes.
+    bgp: Option<(Arc<sluice_bgpfeed::BgpState>, Arc<Mutex<crate::mirror::BgpShown>>)>,
 }
+
+/// The families a shield with `--bgp-peer` adds: the feed's sessions' (the
+/// bridge's names) and the kernel's share of the routes. Each FlowSpec
+/// rule's packets are its `sluice_rule_*` series (`drop bgp FLOW`), the
+/// blackholes' the blackhole rule's.
+pub const BGP_FAMILIES: &[&str] = &[
+    "sluice_bgp_session_up",
+    "sluice_bgp_updates",
+    "sluice_bgp_routes_refused",
+    "sluice_bgp_route_bytes",
+    "sluice_bgp_blackholes",
+    "sluice_bgp_flows_enforced",
+    "sluice_bgp_flows_refused",
+];
 
 impl ShieldMetrics {
     pub fn new(
@@ -34,7 +50,16 @@ impl ShieldMetrics {
         control: (Arc<ControlState>, Arc<SocketCounters>),
         dry_run: bool,
     ) -> ShieldMetrics {
-        ShieldMetrics { kernel, attached: OnceLock::new(), control, dry_run }
+        ShieldMetrics { kernel, attached: OnceLock::new(), control, dry_run, bgp: None }
+    }
+
+    /// The same serving a BGP feed's families ([`BGP_FAMILIES`]).
+    pub fn with_bgp(
+        mut self,
+        bgp: Option<(Arc<sluice_bgpfeed::BgpState>, Arc<Mutex<crate::mirror::BgpShown>>)>,
+    ) -> ShieldMetrics {
+        self.bgp = bgp;
+        self
     }
 
     /// Records where the program was attached (served from then on).
@@ -159,6 +184,9 @@ impl Collector for Exporter {
             "1 for each interface the program is attached to, labelled with the XDP mode it runs in (native, generic).",
             &modes,
         )?;
+        if let Some((state, shown)) = &m.bgp {
+            bgp_families(&mut enc, state, shown)?;
+        }
         gauge(
             &mut enc,
             "sluice_dry_run",
@@ -166,4 +194,37 @@ impl Collector for Exporter {
             &[(vec![], i64::from(m.dry_run))],
         )
     }
+}
+
+/// The BGP feed's sessions and the routes in the kernel, refused flows by
+/// reason (every reason, 0 when none).
+fn bgp_families(
+    enc: &mut DescriptorEncoder,
+    state: &sluice_bgpfeed::BgpState,
+    shown: &Mutex<crate::mirror::BgpShown>,
+) -> Result<(), std::fmt::Error> {
+    state.session_families(enc)?;
+    let s = shown.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    gauge(
+        enc,
+        "sluice_bgp_blackholes",
+        "Blackhole routes from BGP peers in the kernel program's blackhole set.",
+        &[(vec![], s.blackholes as i64)],
+    )?;
+    gauge(
+        enc,
+        "sluice_bgp_flows_enforced",
+        "FlowSpec flows from BGP peers the kernel program runs (each as one rule or a few).",
+        &[(vec![], s.flows_enforced as i64)],
+    )?;
+    let refused: Vec<_> = crate::flows::REFUSAL_REASONS
+        .iter()
+        .map(|r| (vec![("reason", (*r).to_owned())], s.refused.get(r).copied().unwrap_or(0) as i64))
+        .collect();
+    gauge(
+        enc,
+        "sluice_bgp_flows_refused",
+        "FlowSpec flows in force from BGP peers that the kernel program does not run, by reason: rate (traffic-rate above 0), accept (no discard), offset, icmp_code, tcp_flags, packet_length, dscp, fragment, flow_label (components it cannot match), matches_nothing, too_many_rules, too_many_ranges, shadowed (an earlier rate or accept may match its packets first).",
+        &refused,
+    )
 }

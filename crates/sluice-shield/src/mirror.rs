@@ -11,13 +11,21 @@
 //! the mirror then compiles them into a new program with new tables, fills
 //! its dynamic sets, and swaps it into every interface's link in one step
 //! (`BPF_LINK_UPDATE`): each packet meets the old program or the new one.
+//!
+//! With a BGP feed ([`BgpMirror`]), each new flow table's blackhole routes
+//! are written into the blackhole set's tries as a difference, as a
+//! dynamic set's elements are; a change in the FlowSpec flows the kernel
+//! can run is a new program built from the rules last read, swapped in
+//! the same way.
 
+use crate::flows::{BgpRules, KernelFlows, BLACKHOLE_SET};
 use crate::{Compiled, ShieldError};
+use sluice_engine::flows::{FlowTable, Placement};
 use sluice_engine::RuleSet;
 use sluice_live::bpf::XdpLink;
 use sluice_policy::Publication;
-use sluice_rules::Prefix;
-use std::collections::{HashMap, HashSet};
+use sluice_rules::{Prefix, Rule};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// What runs in the kernel: the program with its tables, and the links
@@ -30,10 +38,106 @@ pub struct Kernel {
     pub reloads_failed: u64,
 }
 
-/// Compiles the rules: as they are now on disk (`None`: a reload's), or
-/// as the last read's entries are `Some(elapsed)` seconds after it (their
-/// timeouts passed).
-pub type Rebuild = Box<dyn FnMut(Option<u64>) -> Result<Compiled, ShieldError> + Send>;
+/// Where a new program's rules come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reread {
+    /// The files as they are now (a reload).
+    Disk,
+    /// The last read's entries `elapsed` seconds after it (their timeouts
+    /// passed).
+    Expired(u64),
+    /// The last read's entries as they are now (only BGP's flows changed).
+    Last,
+}
+
+/// Compiles the rules from where [`Reread`] says, with a BGP feed's rules
+/// when the shield has one.
+pub type Rebuild = Box<dyn FnMut(Reread, Option<&BgpRules>) -> Result<Compiled, ShieldError> + Send>;
+
+/// What `ctl status` and the metrics show of the BGP routes in the kernel.
+#[derive(Clone, Debug, Default)]
+pub struct BgpShown {
+    /// Blackhole routes in the kernel's set.
+    pub blackholes: usize,
+    /// FlowSpec flows in the program, and the rules they take.
+    pub flows_enforced: usize,
+    pub flow_rules: usize,
+    /// Flows of the table in force the program does not run, by reason.
+    pub refused: BTreeMap<&'static str, u64>,
+    /// Programs built for new flows that the kernel refused.
+    pub programs_failed: u64,
+}
+
+/// What the kernel holds of a BGP feed's table.
+pub struct BgpMirror {
+    placement: Placement,
+    /// The table last seen (each new one is a new `Arc`).
+    seen: Option<Arc<FlowTable>>,
+    /// What that table asks of the kernel.
+    wanted: KernelFlows,
+    /// The FlowSpec rules of the program in force.
+    in_program: Vec<Rule>,
+    /// The blackholes in the tries of the program in force.
+    blackholes: HashSet<Prefix>,
+    pub shown: Arc<Mutex<BgpShown>>,
+}
+
+impl BgpMirror {
+    pub fn new(placement: Placement) -> BgpMirror {
+        BgpMirror {
+            placement,
+            seen: None,
+            wanted: KernelFlows { placement, ..KernelFlows::default() },
+            in_program: Vec::new(),
+            blackholes: HashSet::new(),
+            shown: Arc::default(),
+        }
+    }
+
+    /// The rules a program is built with now.
+    pub fn program_rules(&self) -> BgpRules {
+        self.wanted.program_rules()
+    }
+
+    /// Takes `table` in when it is new: whether the program's FlowSpec
+    /// rules must change.
+    fn see(&mut self, table: Option<&Arc<FlowTable>>) -> bool {
+        if self.seen.as_ref().map(Arc::as_ptr) == table.map(Arc::as_ptr) {
+            return false;
+        }
+        self.seen = table.cloned();
+        let known = std::mem::take(&mut self.wanted.refused_texts);
+        self.wanted = KernelFlows::of(table.map(Arc::as_ref), self.placement, &known);
+        let mut shown = self.shown.lock().unwrap_or_else(PoisonError::into_inner);
+        shown.refused.clone_from(&self.wanted.refused);
+        self.wanted.rules != self.in_program
+    }
+
+    /// The blackhole set of `compiled` brought to the table's routes.
+    fn sync_blackholes(&mut self, compiled: &Compiled) {
+        let Some((_, maps)) = compiled.dynamic_sets().find(|(n, _)| *n == BLACKHOLE_SET) else { return };
+        for p in self.blackholes.difference(&self.wanted.blackholes) {
+            if let Err(e) = maps.remove(p) {
+                tracing::error!("BGP blackhole {p}: the kernel kept it: {e}");
+            }
+        }
+        for p in self.wanted.blackholes.difference(&self.blackholes) {
+            if let Err(e) = maps.insert(p) {
+                tracing::error!("BGP blackhole {p}: the kernel refused it: {e}");
+            }
+        }
+        self.blackholes.clone_from(&self.wanted.blackholes);
+        self.shown.lock().unwrap_or_else(PoisonError::into_inner).blackholes = self.blackholes.len();
+    }
+
+    /// The program in force now holds the wanted flows.
+    fn took(&mut self) {
+        self.in_program.clone_from(&self.wanted.rules);
+        let mut shown = self.shown.lock().unwrap_or_else(PoisonError::into_inner);
+        shown.flows_enforced = self.wanted.enforced;
+        shown.flow_rules = self.in_program.len();
+    }
+}
 
 /// What the kernel holds of each dynamic set, as last written.
 pub struct Mirror {
@@ -42,13 +146,20 @@ pub struct Mirror {
     mirrored: HashMap<String, HashSet<Prefix>>,
     /// The id ([`RuleSet::id`]) of the rules the program was built from.
     rules_id: u64,
+    bgp: Option<BgpMirror>,
 }
 
 impl Mirror {
     /// A mirror of `kernel`'s dynamic sets, whose program holds the rules
     /// of id `rules_id`; `rebuild` compiles a reload's.
     pub fn new(kernel: Arc<Mutex<Kernel>>, rules_id: u64, rebuild: Rebuild) -> Mirror {
-        Mirror { kernel, rebuild, mirrored: HashMap::new(), rules_id }
+        Mirror { kernel, rebuild, mirrored: HashMap::new(), rules_id, bgp: None }
+    }
+
+    /// The same mirroring a BGP feed's tables too.
+    pub fn with_bgp(mut self, bgp: BgpMirror) -> Mirror {
+        self.bgp = Some(bgp);
+        self
     }
 
     /// Brings the kernel to `rules`: a new program when they were reloaded,
@@ -60,46 +171,77 @@ impl Mirror {
         let mut k = kernel.lock().unwrap_or_else(PoisonError::into_inner);
         // A reload with the same rule text may still change every list, and
         // expired entries leave the tables: both are a new program.
-        let rebuild = match why {
-            Publication::Reloaded => Some(None),
-            Publication::Expired { elapsed } => Some(Some(elapsed)),
-            Publication::Changed => (self.rules_id != rules.id()).then_some(None),
+        let mut reread = match why {
+            Publication::Reloaded => Some(Reread::Disk),
+            Publication::Expired { elapsed } => Some(Reread::Expired(elapsed)),
+            Publication::Changed => (self.rules_id != rules.id()).then_some(Reread::Disk),
         };
-        if let Some(elapsed) = rebuild {
+        if reread.is_some() {
             self.rules_id = rules.id();
-            self.reload(&mut k, rules, elapsed);
+        }
+        // New flows for the program: built from the rules last read, unless
+        // a reload builds one anyway.
+        if self.bgp.as_mut().is_some_and(|b| b.see(rules.flows())) && reread.is_none() {
+            reread = Some(Reread::Last);
+        }
+        if let Some(reread) = reread {
+            self.reload(&mut k, rules, reread);
         }
         self.sync_sets(&k.compiled, rules);
+        if let Some(b) = &mut self.bgp {
+            b.sync_blackholes(&k.compiled);
+        }
     }
 
-    /// A reload's rules into a new program, swapped into every link.
-    fn reload(&mut self, k: &mut Kernel, rules: &RuleSet, elapsed: Option<u64>) {
-        let new = match (self.rebuild)(elapsed) {
+    /// A reload's rules (or new BGP flows) into a new program, swapped
+    /// into every link.
+    fn reload(&mut self, k: &mut Kernel, rules: &RuleSet, reread: Reread) {
+        // A new program for flows only is not a reload: its failures are
+        // the BGP status's, and the reload counters stay the operator's.
+        let what = if reread == Reread::Last { "BGP flows" } else { "reload" };
+        let failed = |k: &mut Kernel, bgp: Option<&BgpMirror>| match (reread, bgp) {
+            (Reread::Last, Some(b)) => b.shown.lock().unwrap_or_else(PoisonError::into_inner).programs_failed += 1,
+            _ => k.reloads_failed += 1,
+        };
+        let bgp_rules = self.bgp.as_ref().map(BgpMirror::program_rules);
+        let new = match (self.rebuild)(reread, bgp_rules.as_ref()) {
             Ok(c) => c,
             Err(e) => {
-                k.reloads_failed += 1;
-                tracing::error!("reload: {e}; the kernel keeps the program it had");
+                failed(k, self.bgp.as_ref());
+                tracing::error!("{what}: {e}; the kernel keeps the program it had");
                 return;
             }
         };
-        // The new program's dynamic sets, filled before it sees a packet.
+        // The new program's dynamic sets (the BGP blackholes too), filled
+        // before it sees a packet.
         let before = std::mem::take(&mut self.mirrored);
         self.sync_sets(&new, rules);
-        for link in &k.links {
-            if let Err(e) = link.update(new.program()) {
-                k.reloads_failed += 1;
-                tracing::error!("reload: {}: {e}; the kernel keeps the program it had", link.iface());
-                // The links already swapped go back to the program that stays.
-                for l in &k.links {
-                    let _ = l.update(k.compiled.program());
-                }
-                self.mirrored = before;
-                return;
+        let blackholes_before = self.bgp.as_mut().map(|b| std::mem::take(&mut b.blackholes));
+        if let Some(b) = &mut self.bgp {
+            b.sync_blackholes(&new);
+        }
+        let refused = k.links.iter().find_map(|l| l.update(new.program()).err().map(|e| (l.iface().to_owned(), e)));
+        if let Some((iface, e)) = refused {
+            failed(k, self.bgp.as_ref());
+            tracing::error!("{what}: {iface}: {e}; the kernel keeps the program it had");
+            // The links already swapped go back to the program that stays.
+            for l in &k.links {
+                let _ = l.update(k.compiled.program());
             }
+            self.mirrored = before;
+            if let (Some(b), Some(held)) = (&mut self.bgp, blackholes_before) {
+                b.blackholes = held;
+            }
+            return;
         }
         k.compiled = new;
-        k.reloads += 1;
-        tracing::info!("reload: {} instructions in the kernel", k.compiled.instructions());
+        if reread != Reread::Last {
+            k.reloads += 1;
+        }
+        if let Some(b) = &mut self.bgp {
+            b.took();
+        }
+        tracing::info!("{what}: {} instructions in the kernel", k.compiled.instructions());
     }
 
     fn sync_sets(&mut self, compiled: &Compiled, rules: &RuleSet) {

@@ -10,7 +10,7 @@
 //! left half-attached. Stopping drops the links: without the shield every
 //! packet passes again.
 
-use crate::mirror::Kernel;
+use crate::mirror::{BgpMirror, BgpShown, Kernel, Reread};
 use crate::{Compiled, Count, Options, ShieldError};
 use sluice_control::product::{Handle, Running, Summary};
 use sluice_live::bpf::{XdpLink, XdpMode};
@@ -63,6 +63,9 @@ pub struct ShieldConfig {
     pub crowdsec_maxelem: Option<u32>,
     /// Serve Prometheus metrics here (`--metrics`, checked by the caller).
     pub metrics: Option<std::net::SocketAddr>,
+    /// BGP peers whose blackhole routes and FlowSpec flows the kernel
+    /// program enforces (`--bgp-*`; [`crate::flows`]).
+    pub bgp: Option<sluice_bgpfeed::BgpConfig>,
 }
 
 /// One interface the program is attached to.
@@ -92,11 +95,25 @@ struct ControlPlane {
     /// What the controller and the socket count, for the metrics.
     state: Arc<sluice_policy::ControlState>,
     socket_counters: Arc<sluice_control::socket::SocketCounters>,
+    /// With `--bgp-peer`: the sessions' state and what the kernel holds
+    /// of their routes, then, once the program is attached, the feed.
+    bgp_seen: Option<(Arc<sluice_bgpfeed::BgpState>, Arc<Mutex<BgpShown>>)>,
+    bgp: Option<Feed>,
+}
+
+/// A running BGP feed: its sessions and RIB thread, and what stops them.
+struct Feed {
+    running: sluice_bgpfeed::Bgp,
+    stop: Arc<AtomicBool>,
 }
 
 impl ControlPlane {
-    /// Stops the bouncer, the socket, then the controller.
+    /// Stops the BGP feed, the bouncer, the socket, then the controller.
     fn stop(self) {
+        if let Some(f) = self.bgp {
+            f.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            f.running.join();
+        }
         if let Some((thread, stop)) = self.bouncer {
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
             let _ = thread.join();
@@ -148,7 +165,8 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
             )));
         }
     }
-    let compiled = Compiled::new(&plan.file, &plan.sets, &config.options)?;
+    let bgp_rules = config.bgp.as_ref().map(|b| crate::flows::BgpRules { flows: Vec::new(), placement: b.placement });
+    let compiled = Compiled::with_bgp(&plan.file, &plan.sets, &config.options, bgp_rules.as_ref())?;
     let kernel = Arc::new(Mutex::new(Kernel { compiled, links: Vec::new(), reloads: 0, reloads_failed: 0 }));
     // The control plane before any interface: a socket or a group that
     // fails stops the start with nothing attached. Every shield has one,
@@ -158,11 +176,14 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
     let control = start_control(&config, &spec, &kernel, plan.expiring, &status)?;
     // Served before any interface is touched, as the control socket: an
     // address that cannot be bound stops the start with nothing attached.
-    let metrics = Arc::new(crate::metrics::ShieldMetrics::new(
-        Arc::clone(&kernel),
-        (Arc::clone(&control.state), Arc::clone(&control.socket_counters)),
-        config.options.dry_run,
-    ));
+    let metrics = Arc::new(
+        crate::metrics::ShieldMetrics::new(
+            Arc::clone(&kernel),
+            (Arc::clone(&control.state), Arc::clone(&control.socket_counters)),
+            config.options.dry_run,
+        )
+        .with_bgp(control.bgp_seen.clone()),
+    );
     let metrics_addr = match config.metrics {
         Some(addr) => match sluice_metrics::serve_flag(addr, metrics.registry(), "sluice shield") {
             Ok(bound) => Some(bound),
@@ -187,17 +208,29 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
                 attached.push(a);
             }
             Err(e) => {
-                for a in attached.iter().filter(|a| !a.adopted) {
-                    if let Some(p) = &a.pinned {
-                        let _ = std::fs::remove_file(p);
-                    }
-                }
+                unpin_new(&attached);
                 control.stop();
                 return Err(e);
             }
         }
     }
     kernel.lock().unwrap_or_else(PoisonError::into_inner).links = links;
+    // The feed only now: a table's new program must find the links to
+    // swap into (one built before would replace the program attached
+    // above in the mirror but not in the kernel).
+    let mut control = control;
+    if let (Some(cfg), Some((state, _))) = (&config.bgp, &control.bgp_seen) {
+        match spawn_bgp(cfg, &config.safety, &control.events, Arc::clone(state)) {
+            Ok((running, stop)) => control.bgp = Some(Feed { running, stop }),
+            Err(e) => {
+                // Nothing left attached: the links go, with the pins made.
+                drop(std::mem::take(&mut kernel.lock().unwrap_or_else(PoisonError::into_inner).links));
+                unpin_new(&attached);
+                control.stop();
+                return Err(ShieldError::Config(format!("starting the BGP sessions (--bgp-listen): {e}")));
+            }
+        }
+    }
     let _ = status.set(attached.clone());
     metrics.attached(attached.clone());
     Ok(Shield {
@@ -209,6 +242,15 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
         started: Instant::now(),
         metrics_addr,
     })
+}
+
+/// Removes the pins this start made (a previous run's, taken over, stay).
+fn unpin_new(attached: &[Attached]) {
+    for a in attached.iter().filter(|a| !a.adopted) {
+        if let Some(p) = &a.pinned {
+            let _ = std::fs::remove_file(p);
+        }
+    }
 }
 
 /// The bridge's control plane over the same rules (the control socket,
@@ -233,24 +275,43 @@ fn start_control(
     let first = loading.controller.published().load().value.id();
     let state = Arc::clone(loading.controller.state());
     let (spec, options) = (spec.clone(), config.options);
-    // The entries of the last read, to rebuild from as their timeouts pass.
-    let mut last = read;
-    let rebuild: crate::mirror::Rebuild = Box::new(move |elapsed| {
-        let (file, sets) = match elapsed {
-            Some(elapsed) => last.plan(elapsed),
-            None => {
+    // The entries of the last read, when it was, and how far the
+    // controller has put them out of force, to rebuild from as their
+    // timeouts pass or BGP's flows change. A rebuild for flows never goes
+    // back before the last expiry: this clock started a little after the
+    // controller's, and an entry it expired must not come back.
+    let (mut last, mut read_at, mut expired_to) = (read, Instant::now(), 0);
+    let rebuild: crate::mirror::Rebuild = Box::new(move |reread, bgp| {
+        let (file, sets) = match reread {
+            Reread::Expired(elapsed) => {
+                expired_to = elapsed;
+                last.plan(elapsed)
+            }
+            Reread::Last => last.plan(read_at.elapsed().as_secs().max(expired_to)),
+            Reread::Disk => {
                 let plan = spec.load_plan().map_err(|e| ShieldError::Config(e.to_string()))?;
-                last = plan.expiring;
+                (last, read_at, expired_to) = (plan.expiring, Instant::now(), 0);
                 (plan.file, plan.sets)
             }
         };
-        Compiled::new(&file, &sets, &options)
+        Compiled::with_bgp(&file, &sets, &options, bgp)
     });
     let mut mirror = crate::mirror::Mirror::new(Arc::clone(kernel), first, rebuild);
-    let status = status_fn(config, kernel, attached);
-    let controller = (loading.controller.without_merges())
+    let bgp_mirror = config.bgp.as_ref().map(|b| BgpMirror::new(b.placement));
+    let shown = bgp_mirror.as_ref().map(|b| Arc::clone(&b.shown));
+    if let Some(b) = bgp_mirror {
+        mirror = mirror.with_bgp(b);
+    }
+    let bgp_state = Arc::new(sluice_bgpfeed::BgpState::default());
+    let seen = shown.map(|shown| (bgp_state, shown));
+    let status = status_fn(config, kernel, attached, seen.clone());
+    let mut controller = (loading.controller.without_merges())
         .with_status(status)
         .on_publish(Box::new(move |rules, why| mirror.sync(rules, why)));
+    if let Some((st, _)) = &seen {
+        let st = Arc::clone(st);
+        controller = controller.with_bgp_status(Arc::new(move || st.json()));
+    }
     let socket_counters = Arc::new(sluice_control::socket::SocketCounters::default());
     let (events, rx) = std::sync::mpsc::channel();
     let socket = match &config.control {
@@ -286,7 +347,21 @@ fn start_control(
         }
         None => None,
     };
-    Ok(ControlPlane { events, thread, socket, bouncer, state, socket_counters })
+    Ok(ControlPlane { events, thread, socket, bouncer, state, socket_counters, bgp_seen: seen, bgp: None })
+}
+
+/// `--bgp-peer`: the sessions, their routes passing the same safety net as
+/// runtime adds, their tables sent to the controller as the bridge's are.
+fn spawn_bgp(
+    cfg: &sluice_bgpfeed::BgpConfig,
+    safety: &Arc<sluice_control::safety::Safety>,
+    events: &std::sync::mpsc::Sender<sluice_policy::Event>,
+    state: Arc<sluice_bgpfeed::BgpState>,
+) -> std::io::Result<(sluice_bgpfeed::Bgp, Arc<AtomicBool>)> {
+    let guard = sluice_bgpfeed::RouteGuard { safety: Arc::clone(safety), ..cfg.guard.clone() };
+    let cfg = sluice_bgpfeed::BgpConfig { guard, ..cfg.clone() };
+    let stop = Arc::new(AtomicBool::new(false));
+    Ok((sluice_bgpfeed::Bgp::spawn(cfg, events.clone(), &stop, state)?, stop))
 }
 
 /// `ctl status` of a shield: each interface with the XDP mode it runs in
@@ -295,6 +370,7 @@ fn status_fn(
     config: &ShieldConfig,
     kernel: &Arc<Mutex<Kernel>>,
     attached: &Arc<OnceLock<Vec<Attached>>>,
+    bgp: Option<(Arc<sluice_bgpfeed::BgpState>, Arc<Mutex<BgpShown>>)>,
 ) -> sluice_policy::StatusFn {
     let (kernel, attached) = (Arc::clone(kernel), Arc::clone(attached));
     let (dry_run, persist) = (config.options.dry_run, config.persist.clone());
@@ -308,7 +384,7 @@ fn status_fn(
                 })
             })
             .collect();
-        serde_json::json!({
+        let mut status = serde_json::json!({
             "product": "shield",
             "interfaces": ifaces,
             "rules": k.compiled.rule_lines().len(),
@@ -318,7 +394,26 @@ fn status_fn(
             "persist": persist.as_ref().map(|p| p.display().to_string()),
             "reloads": k.reloads,
             "reloads_failed": k.reloads_failed,
-        })
+        });
+        // Only with a feed: a shield without one answers as it always did.
+        if let Some((state, shown)) = &bgp {
+            status["bgp"] = bgp_status(state, shown);
+        }
+        status
+    })
+}
+
+/// `ctl status`'s `bgp`: the sessions (as `ctl bgp` shows them), then
+/// what the kernel enforces of their routes and what it refused, by reason.
+fn bgp_status(state: &sluice_bgpfeed::BgpState, shown: &Mutex<BgpShown>) -> serde_json::Value {
+    let s = shown.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    serde_json::json!({
+        "sessions": state.json()["sessions"],
+        "blackholes": s.blackholes,
+        "flows_enforced": s.flows_enforced,
+        "flow_rules": s.flow_rules,
+        "flows_refused": s.refused,
+        "programs_failed": s.programs_failed,
     })
 }
 

@@ -14,6 +14,10 @@
 //! withdrawal by an interval and a rebuild, not by the flood. Counters and
 //! policers belong to a route and move into each new table with it.
 //!
+//! The crate serves every data plane (the bridge judges the table in its
+//! workers, the shield compiles it into its kernel program); it knows no
+//! product, only the control plane's [`Event`] it sends the table as.
+//!
 //! A peer is a feed like any other: every route passes the safety net
 //! before it is held ([`RouteGuard`]): a blackhole's prefix and a flow's
 //! destination as a `ctl add` does (`--never-block`, `--min-prefix-*`), a
@@ -38,7 +42,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// The bridge's BGP settings (`--bgp-*`).
+/// A data plane's BGP settings (`--bgp-*`).
 #[derive(Clone, Debug)]
 pub struct BgpConfig {
     pub peers: Vec<PeerConfig>,
@@ -60,11 +64,11 @@ pub struct BgpConfig {
     pub guard: RouteGuard,
 }
 
-/// What a route must pass before it is held: the bridge's safety net, and
+/// What a route must pass before it is held: the product's safety net, and
 /// where flows may point.
 #[derive(Clone, Debug, Default)]
 pub struct RouteGuard {
-    /// `--never-block`, `--min-prefix-*` (the bridge's own, reread on SIGHUP).
+    /// `--never-block`, `--min-prefix-*` (the product's own, reread on SIGHUP).
     pub safety: Arc<Safety>,
     /// `--bgp-allow-undirected`: take flows with no destination prefix.
     pub allow_undirected: bool,
@@ -155,7 +159,7 @@ impl BgpConfig {
     }
 }
 
-/// The `--bgp-*` flags (`sluice bridge`): BGP peers whose FlowSpec and
+/// The `--bgp-*` flags (`sluice bridge`, `sluice shield`): BGP peers whose FlowSpec and
 /// blackhole routes become rules (docs/bgp.md), as given, before
 /// [`BgpFlags::config`] checks them.
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -331,7 +335,7 @@ impl BgpFlags {
                 None => DEFAULT_MAX_PEER_BYTES,
             },
             guard: RouteGuard {
-                // The bridge puts its own net here when it starts.
+                // The product puts its own net here when it starts.
                 safety: Arc::default(),
                 allow_undirected: self.allow_undirected,
                 protect: match &self.protect_file {
@@ -388,7 +392,7 @@ pub struct SessionRow {
     pub bytes: u64,
 }
 
-/// What the RIB thread shows the rest of the bridge.
+/// What the RIB thread shows the rest of the product.
 #[derive(Debug, Default)]
 pub struct BgpState {
     pub sessions: Mutex<Vec<SessionRow>>,
@@ -421,6 +425,16 @@ impl BgpState {
         &self,
         enc: &mut prometheus_client::encoding::DescriptorEncoder,
         table: Option<&Arc<FlowTable>>,
+    ) -> Result<(), std::fmt::Error> {
+        self.session_families(enc)?;
+        flow_families(enc, table)
+    }
+
+    /// The sessions' families alone ([`SESSION_FAMILIES`]), for a data
+    /// plane that counts the flows its own way (the shield, in the kernel).
+    pub fn session_families(
+        &self,
+        enc: &mut prometheus_client::encoding::DescriptorEncoder,
     ) -> Result<(), std::fmt::Error> {
         use sluice_metrics::{counter, gauge};
         let rows = self.sessions.lock().unwrap_or_else(PoisonError::into_inner).clone();
@@ -455,52 +469,60 @@ impl BgpState {
             "sluice_bgp_route_bytes",
             "What the peer's routes cost, in bytes as --bgp-max-peer-bytes counts them.",
             &bytes,
-        )?;
-        let mut by_family = [0i64; 4];
-        let mut busiest = Vec::new();
-        for r in table.iter().flat_map(|t| t.rules()) {
-            by_family[family_index(r.flow.family, r.blackhole)] += 1;
-            let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-            busiest.push((l(&r.counts.packets), l(&r.counts.dropped), r.flow.to_string()));
-        }
-        let fam: Vec<_> = FAMILIES.iter().zip(by_family).map(|(f, n)| (vec![("family", (*f).to_owned())], n)).collect();
-        gauge(
-            enc,
-            "sluice_flow_rules",
-            "Flows in force from BGP peers, by family (FlowSpec, blackhole routes).",
-            &fam,
-        )?;
-        busiest.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.2.cmp(&b.2)));
-        let mut packets = Vec::new();
-        let mut dropped = Vec::new();
-        let (mut other_p, mut other_d) = (0, 0);
-        for (i, (p, d, text)) in busiest.into_iter().enumerate() {
-            if i < FLOW_SERIES {
-                packets.push((vec![("rule", text.clone())], p));
-                dropped.push((vec![("rule", text)], d));
-            } else {
-                other_p += p;
-                other_d += d;
-            }
-        }
-        if table.is_some_and(|t| t.rules().len() > FLOW_SERIES) {
-            packets.push((vec![("rule", "other".to_owned())], other_p));
-            dropped.push((vec![("rule", "other".to_owned())], other_d));
-        }
-        counter(
-            enc,
-            "sluice_flow_rule_packets",
-            "Packets each flow from a BGP peer matched (the 32 busiest by name, the rest as rule=\"other\").",
-            &packets,
-        )?;
-        counter(
-            enc,
-            "sluice_flow_rule_dropped",
-            "Packets each flow dropped (discard, blackhole, or over its traffic-rate), as sluice_flow_rule_packets.",
-            &dropped,
         )
     }
 }
+
+/// The flows in force (by family) and their counters (by flow), as the
+/// userspace judge counts them.
+fn flow_families(
+    enc: &mut prometheus_client::encoding::DescriptorEncoder,
+    table: Option<&Arc<FlowTable>>,
+) -> Result<(), std::fmt::Error> {
+    use sluice_metrics::{counter, gauge};
+    let mut by_family = [0i64; 4];
+    let mut busiest = Vec::new();
+    for r in table.iter().flat_map(|t| t.rules()) {
+        by_family[family_index(r.flow.family, r.blackhole)] += 1;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        busiest.push((l(&r.counts.packets), l(&r.counts.dropped), r.flow.to_string()));
+    }
+    let fam: Vec<_> = FAMILIES.iter().zip(by_family).map(|(f, n)| (vec![("family", (*f).to_owned())], n)).collect();
+    gauge(enc, "sluice_flow_rules", "Flows in force from BGP peers, by family (FlowSpec, blackhole routes).", &fam)?;
+    busiest.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.2.cmp(&b.2)));
+    let mut packets = Vec::new();
+    let mut dropped = Vec::new();
+    let (mut other_p, mut other_d) = (0, 0);
+    for (i, (p, d, text)) in busiest.into_iter().enumerate() {
+        if i < FLOW_SERIES {
+            packets.push((vec![("rule", text.clone())], p));
+            dropped.push((vec![("rule", text)], d));
+        } else {
+            other_p += p;
+            other_d += d;
+        }
+    }
+    if table.is_some_and(|t| t.rules().len() > FLOW_SERIES) {
+        packets.push((vec![("rule", "other".to_owned())], other_p));
+        dropped.push((vec![("rule", "other".to_owned())], other_d));
+    }
+    counter(
+        enc,
+        "sluice_flow_rule_packets",
+        "Packets each flow from a BGP peer matched (the 32 busiest by name, the rest as rule=\"other\").",
+        &packets,
+    )?;
+    counter(
+        enc,
+        "sluice_flow_rule_dropped",
+        "Packets each flow dropped (discard, blackhole, or over its traffic-rate), as sluice_flow_rule_packets.",
+        &dropped,
+    )
+}
+
+/// The families [`BgpState::session_families`] writes.
+pub const SESSION_FAMILIES: &[&str] =
+    &["sluice_bgp_session_up", "sluice_bgp_updates", "sluice_bgp_routes_refused", "sluice_bgp_route_bytes"];
 
 /// The families [`BgpState::families`] writes.
 pub const SERVED_FAMILIES: &[&str] = &[
@@ -553,7 +575,7 @@ struct PeerRib {
 
 /// Routes one peer may hold by default (`--bgp-max-routes`): a peer that
 /// announces more gets the rest refused (counted, logged), so what one
-/// router sends cannot grow the bridge without bound.
+/// router sends cannot grow the process without bound.
 pub const DEFAULT_MAX_ROUTES: usize = 100_000;
 
 /// Bytes one route may cost by default (`--bgp-max-route-bytes`). A
