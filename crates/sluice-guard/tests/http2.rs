@@ -341,4 +341,8 @@ fn smuggling_attempts_are_refused() {
     }
     let got = bed.attack("127.0.0.7", "smuggle", "content_length");
     assert!(got["statuses"].get("1").is_none() && got["resets"]["1"] == 1, "{got}");
+    // Each a breach that blocks at once under `--ip-block`, as HTTP/1.1's
+    // smuggling attempts are.
+    assert_eq!(bed.report().breaches["http_parse"], 10);
+    assert_eq!(sluice_guard::Limit::HttpParse.weight("h2-malformed-request"), sluice_guard::Weight::AtOnce);
 }

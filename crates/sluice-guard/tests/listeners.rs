@@ -49,11 +49,12 @@ fn guard(up: SocketAddr, serves: &[Serve], tune: impl FnOnce(&mut Config)) -> (V
 }
 
 /// `curl -si` with `args`, a.test resolving to loopback at `port`: the
-/// last response's status line, its headers, its body.
+/// last response's status line, its headers, its body. (HTTP/1.1 over
+/// TLS too: HTTP/2 through the guard is tests/http2.rs's.)
 fn curl(port: u16, args: &[&str]) -> (String, String, String) {
     let ca = testdata().join("tls-ca.pem");
     let out = Command::new("curl")
-        .args(["-si", "--max-time", "10", "--cacert", ca.to_str().unwrap()])
+        .args(["-si", "--http1.1", "--max-time", "10", "--cacert", ca.to_str().unwrap()])
         .args(["--resolve", &format!("a.test:{port}:127.0.0.1")])
         .args(args)
         .output()

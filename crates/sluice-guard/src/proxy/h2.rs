@@ -133,6 +133,7 @@ impl Worker<'_> {
         let Some(mut h) = c.h2.take() else { return Next::Go(false) };
         let now = Instant::now();
         let mut moved = false;
+        let malformed = h.conn.stats().stream_errors;
         if c.end > c.start && c.phase == Phase::H2 {
             match h.conn.recv(&c.inbuf[c.start..c.end], now) {
                 Ok(n) => {
@@ -161,6 +162,12 @@ impl Worker<'_> {
                 Event::Breach(kind) => self.note(c.ip, c.ja4.as_deref(), Limit::from_h2(kind)),
                 Event::Writable { .. } | Event::GoAway { .. } => {}
             }
+        }
+        // A request HTTP/2 forbids (a smuggling attempt on the way to an
+        // HTTP/1.1 upstream, or a body longer than its content-length):
+        // reset by the connection, a breach here as HTTP/1.1's framing is.
+        if h.conn.stats().stream_errors > malformed {
+            self.note_why(c.ip, c.ja4.as_deref(), Limit::HttpParse, "h2-malformed-request");
         }
         let mut k = 0;
         while k < h.exchanges.len() {
