@@ -139,6 +139,11 @@ pub struct TableStats {
     pub refused_min_prefix: AtomicU64,
 }
 
+/// New blocks a loop can be told of by key ([`ClientTable::blocked_since`]):
+/// more within one loop turn (a flood of new attackers) and the loop looks
+/// up every connection's address instead.
+pub const RECENT_BLOCKS: usize = 256;
+
 pub struct ClientTable {
     shards: Vec<Mutex<Shard>>,
     limits: Limits,
@@ -148,6 +153,10 @@ pub struct ClientTable {
     pub dirty: AtomicBool,
     /// Bumped on each new block, so the loops close that address's connections.
     pub block_epoch: AtomicU64,
+    /// The last [`RECENT_BLOCKS`] blocks' keys, each with the epoch it made:
+    /// a loop looks only for those addresses' connections
+    /// ([`ClientTable::blocked_since`]), not up every connection's block.
+    recent: Mutex<std::collections::VecDeque<(u64, u128)>>,
     log: Mutex<Vec<BlockEvent>>,
     /// New blocks not yet taken by whoever forwards them (a bridge's
     /// control socket, a CrowdSec LAPI); None when nothing does.
@@ -248,6 +257,7 @@ impl ClientTable {
             stats: TableStats::default(),
             dirty: AtomicBool::new(false),
             block_epoch: AtomicU64::new(0),
+            recent: Mutex::new(Default::default()),
             log: Mutex::new(Vec::new()),
             outbox: Mutex::new(None),
             outbox_dropped: AtomicU64::new(0),
@@ -282,7 +292,7 @@ impl ClientTable {
     }
 
     /// The key of `ip`: its network's address.
-    fn key(&self, ip: IpAddr) -> u128 {
+    pub fn key(&self, ip: IpAddr) -> u128 {
         key(self.prefixes.net(ip).addr)
     }
 
@@ -532,6 +542,21 @@ impl ClientTable {
         }
     }
 
+    /// The keys blocked after `epoch` (a `block_epoch` value seen before),
+    /// into `keys`; false when more were blocked since than are kept
+    /// (look up every connection's address instead).
+    pub fn blocked_since(&self, epoch: u64, keys: &mut Vec<u128>) -> bool {
+        let recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        match recent.front() {
+            Some(&(first, _)) if first <= epoch + 1 => {
+                keys.extend(recent.iter().filter(|&&(e, _)| e > epoch).map(|&(_, k)| k));
+                true
+            }
+            // Nothing kept, or the first ones after `epoch` are gone.
+            _ => recent.is_empty() && self.block_epoch.load(Ordering::Acquire) == epoch,
+        }
+    }
+
     pub fn is_blocked(&self, ip: IpAddr, now_ms: u64) -> bool {
         let k = self.key(ip);
         let mut s = lock(self.shard(k));
@@ -672,7 +697,14 @@ impl ClientTable {
         self.stats.blocked_total.fetch_add(1, Ordering::Relaxed);
         // A dry run enforces nothing: no connection closed, no forwarding.
         if !self.dry_run {
-            self.block_epoch.fetch_add(1, Ordering::Release);
+            let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+            // Under the lock: the epochs in `recent` rise in order.
+            let epoch = self.block_epoch.fetch_add(1, Ordering::Release) + 1;
+            if recent.len() == RECENT_BLOCKS {
+                recent.pop_front();
+            }
+            recent.push_back((epoch, k));
+            drop(recent);
             self.mark_dirty();
             if let Some(out) = self.outbox.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
                 if out.len() < OUTBOX_CAP {
@@ -946,6 +978,37 @@ mod tests {
         assert!(t.is_blocked(ip(100), u64::MAX / 2));
         assert_eq!(t.block_log().len(), 5);
         assert_eq!(t.block_log()[0].blocked_ms, 500);
+    }
+
+    /// A loop is told which keys were blocked since the epoch it saw,
+    /// while the ring holds them all; past that it must look everywhere.
+    #[test]
+    fn the_loops_learn_which_addresses_were_blocked() {
+        let t = ClientTable::new(Limits::default(), 10_000);
+        let mut keys = Vec::new();
+        assert!(t.blocked_since(0, &mut keys) && keys.is_empty(), "nothing blocked yet");
+        for i in 1..=3 {
+            assert!(t.block(ip(i), 10, Limit::RequestRate, 0));
+        }
+        assert!(t.blocked_since(0, &mut keys));
+        assert_eq!(keys, [1, 2, 3].map(|i| t.key(ip(i))));
+        keys.clear();
+        assert!(t.blocked_since(2, &mut keys));
+        assert_eq!(keys, [t.key(ip(3))]);
+        keys.clear();
+        assert!(t.blocked_since(3, &mut keys) && keys.is_empty());
+        // An address blocked already is no new block.
+        assert!(!t.block(ip(3), 10, Limit::RequestRate, 0));
+        assert!(t.blocked_since(3, &mut keys) && keys.is_empty());
+        for i in 0..RECENT_BLOCKS as u32 {
+            let a = IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + i));
+            assert!(t.block(a, 10, Limit::RequestRate, 0));
+        }
+        // Epochs 4 to 259 are kept: all after 3, not all after 2.
+        assert!(!t.blocked_since(2, &mut keys), "the block of epoch 3 is gone");
+        keys.clear();
+        assert!(t.blocked_since(3, &mut keys));
+        assert_eq!(keys.len(), RECENT_BLOCKS);
     }
 
     /// A block sets the publisher's flag, bumps the epoch the loops watch

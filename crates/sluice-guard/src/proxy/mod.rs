@@ -127,6 +127,8 @@ pub(crate) struct Worker<'a> {
     n: &'a ThreadCounters,
     epoch: u64,
     in_cap: usize,
+    /// The keys blocked since the last look (`close_blocked`), kept for its buffer.
+    blocked_keys: Vec<u128>,
     /// Upstreams to close once back in their slots (see `close_up_later`).
     doomed: Vec<usize>,
     /// Client connections open on this thread, and how many it may hold
@@ -200,6 +202,7 @@ impl<'a> Worker<'a> {
             shared,
             n,
             epoch: 0,
+            blocked_keys: Vec::new(),
             in_cap: cfg.max_head + IN_CHUNK,
             doomed: Vec::new(),
             open: 0,
@@ -279,8 +282,8 @@ impl<'a> Worker<'a> {
             self.run_hellos();
             let epoch = self.shared.table.block_epoch.load(Ordering::Acquire);
             if epoch != self.epoch {
-                self.epoch = epoch;
-                self.close_blocked();
+                let since = std::mem::replace(&mut self.epoch, epoch);
+                self.close_blocked(since);
             }
             if Instant::now() >= next_sweep {
                 next_sweep = Instant::now() + TICK;
