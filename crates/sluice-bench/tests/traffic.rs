@@ -148,3 +148,37 @@ fn bench_guard_attack_beside_the_peers_reports_each_front_and_its_floor() {
     }
     assert!(summary["guard_p99_over_floor"]["value"].is_number(), "{summary}");
 }
+
+/// `bench guard --http2` at a tiny scale (issue 59): h2load over TLS
+/// through the guard, nginx and HAProxy, each row with its numbers and
+/// every request of every contender answered 2xx.
+#[test]
+fn bench_guard_http2_serves_every_request_through_every_contender() {
+    if !common::have_tool("h2load") {
+        return;
+    }
+    let out = stdout(&["guard", "--http2", "--reps", "2", "--h2-requests", "500", "--h2-clients", "4"]);
+    let rows: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let reps: Vec<&Value> = rows.iter().filter(|r| r["bench"] == "guard_http2").collect();
+    assert_eq!(reps.len(), 6, "three contenders, two repetitions: {out}");
+    // Repetition 1 starts one contender further along.
+    let order: Vec<&str> = reps.iter().filter_map(|r| r["contender"].as_str()).collect();
+    assert_eq!(order, ["guard", "nginx", "haproxy", "nginx", "haproxy", "guard"], "{out}");
+    for r in &reps {
+        assert_eq!((r["requests"].as_u64(), r["failed"].as_u64()), (Some(500), Some(0)), "all served: {r}");
+        assert!(r["rps"].as_f64().unwrap() > 0.0 && r["p99_us"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let s = rows.last().unwrap();
+    assert_eq!(
+        (s["bench"].as_str(), s["all_2xx"].as_bool(), s["goal"].as_f64()),
+        (Some("guard_http2_summary"), Some(true), Some(1.2)),
+        "{s}"
+    );
+    for c in ["guard", "nginx", "haproxy"] {
+        assert!(
+            s["median_rps"][c].as_f64().unwrap() > 0.0 && s["median_p99_us"][c].as_f64().unwrap() > 0.0,
+            "{c}: {s}"
+        );
+    }
+    assert!(s["guard_vs_nginx"].as_f64().unwrap() > 0.0 && s["guard_vs_haproxy"].as_f64().unwrap() > 0.0, "{s}");
+}

@@ -68,6 +68,12 @@ pub fn wait_listening(addr: SocketAddr) -> Result<()> {
 /// per-address connection rate nor header count: those two are the
 /// guard's alone.
 pub fn nginx_conf(dir: &Path, port: u16, upstream: &str, limits: Option<&PeerLimits>) -> String {
+    nginx_conf_listen(dir, &format!("listen 127.0.0.1:{port};"), upstream, limits)
+}
+
+/// [`nginx_conf`] with its `listen` directive (and whatever else the
+/// server block needs beside it, such as TLS) given whole.
+pub fn nginx_conf_listen(dir: &Path, listen: &str, upstream: &str, limits: Option<&PeerLimits>) -> String {
     let dir = dir.display();
     // A client connection and, while a request is proxied, an upstream one.
     let nofile = (limits.map_or(9000, |l| l.max_connections).max(9000) * 2 + 2000).min(fd_hard_limit());
@@ -96,7 +102,7 @@ pub fn nginx_conf(dir: &Path, port: u16, upstream: &str, limits: Option<&PeerLim
         "worker_processes 1;\nworker_rlimit_nofile {nofile};\npid {dir}/nginx.pid;\nerror_log {dir}/error.log;\n\
          events {{ worker_connections {workers}; }}\n\
          http {{ access_log off; client_body_temp_path {dir}/body; proxy_temp_path {dir}/proxy;\n{http}\
-           server {{ listen 127.0.0.1:{port};\n{server} location / {{ {location} }} }} }}\n"
+           server {{ {listen}\n{server} location / {{ {location} }} }} }}\n"
     )
 }
 
@@ -106,6 +112,12 @@ pub fn nginx_conf(dir: &Path, port: u16, upstream: &str, limits: Option<&PeerLim
 /// refused as the guard refuses it (429 for requests, closed connections),
 /// `timeout http-request` and the methods.
 pub fn haproxy_conf(port: u16, upstream: &str, limits: Option<&PeerLimits>) -> String {
+    haproxy_conf_bind(&format!("bind 127.0.0.1:{port}"), "", upstream, limits)
+}
+
+/// [`haproxy_conf`] with its `bind` line given whole (TLS and ALPN on it,
+/// say) and `backend` lines added to the backend (each ending in a newline).
+pub fn haproxy_conf_bind(bind: &str, backend: &str, upstream: &str, limits: Option<&PeerLimits>) -> String {
     let maxconn = haproxy_maxconn(limits.map_or(9000, |l| l.max_connections).max(9000));
     let (timeout, frontend) = match limits {
         None => ("10s".to_owned(), String::new()),
@@ -126,8 +138,8 @@ pub fn haproxy_conf(port: u16, upstream: &str, limits: Option<&PeerLimits>) -> S
     format!(
         "global\n  maxconn {maxconn}\n  nbthread 1\n\
          defaults\n  mode http\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n  timeout http-request {timeout}\n\
-         frontend f\n  bind 127.0.0.1:{port}\n{frontend}  default_backend b\n\
-         backend b\n  server s {upstream}\n"
+         frontend f\n  {bind}\n{frontend}  default_backend b\n\
+         backend b\n{backend}  server s {upstream}\n"
     )
 }
 

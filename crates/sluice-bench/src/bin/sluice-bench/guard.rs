@@ -142,6 +142,25 @@ pub struct GuardBenchArgs {
     /// (nginx passing upgrades on, HAProxy as it is).
     #[arg(long)]
     pub tunnels: bool,
+    /// Instead: HTTP/2 over TLS (issue 59). h2load through each of
+    /// --contenders (default guard,nginx,haproxy), each terminating TLS
+    /// with the same self-signed certificate and speaking HTTP/1.1
+    /// keep-alive to one `sluice http-serve`, per-address limits on but far
+    /// above the load: req/s and p99 per contender per repetition.
+    #[arg(long)]
+    pub http2: bool,
+    /// --http2: requests per h2load run (h2load -n).
+    #[arg(long, default_value_t = 100_000)]
+    pub h2_requests: u64,
+    /// --http2: h2load's client connections (h2load -c).
+    #[arg(long, default_value_t = 64)]
+    pub h2_clients: usize,
+    /// --http2: streams in flight per connection (h2load -m).
+    #[arg(long, default_value_t = 10)]
+    pub h2_streams: usize,
+    /// --http2: the upstream's response body size (bytes).
+    #[arg(long, default_value_t = 128)]
+    pub h2_size: usize,
 }
 
 /// A self-signed certificate and key for the run, as PEM files in `dir`:
@@ -234,7 +253,7 @@ pub(crate) fn guard(
 use sluice_bench::median;
 
 /// Every limit on, none reached: the accounting runs on every request.
-const LIMITS: [&str; 21] = [
+pub(crate) const LIMITS: [&str; 21] = [
     "--request-rate",
     "60000",
     "--request-burst",
@@ -350,6 +369,9 @@ pub fn run(mut a: GuardBenchArgs) -> Result<()> {
     }
     if a.tunnels {
         return crate::tunnels::run(&a, &exe);
+    }
+    if a.http2 {
+        return crate::guard_h2::run(&a, &exe);
     }
     let peers: Vec<&str> = a.peers.iter().map(String::as_str).filter(|p| *p != "none").collect();
     if let Some(p) = peers.iter().find(|p| !matches!(**p, "nginx" | "haproxy")) {

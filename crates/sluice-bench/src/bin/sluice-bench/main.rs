@@ -19,6 +19,7 @@ mod filter;
 mod flowspec;
 mod fronts;
 mod guard;
+mod guard_h2;
 mod http;
 mod http_load;
 mod mem;
