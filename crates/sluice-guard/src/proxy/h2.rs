@@ -318,8 +318,13 @@ impl Worker<'_> {
             conn.release(ex.stream, ex.unreleased);
             ex.unreleased = 0;
         }
-        let mut buf = [0u8; PIECE];
+        // One read buffer per thread, zeroed once: a stream with nothing to
+        // read costs no memset (a turn visits every stream of the connection).
+        let mut buf = std::mem::take(&mut self.h2_buf);
+        buf.resize(PIECE, 0);
+        let u = self.ups[ex.up].as_mut().expect("in use");
         let mut eof = false;
+        let mut broke = None;
         while !ex.relay.ended() && (u.readable || u.read_closed) {
             let want = ex.relay.room().min(PIECE);
             if want == 0 {
@@ -339,13 +344,23 @@ impl Worker<'_> {
                         // sent, and the connection is not reused.
                         Ok(took) if took < n => u.last = true,
                         Ok(_) => {}
-                        Err(e) => return (self.h2_lost(conn, ex, &format!("a bad response: {e}")), moved),
+                        Err(e) => {
+                            broke = Some(format!("a bad response: {e}"));
+                            break;
+                        }
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => u.readable = false,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return (self.h2_lost(conn, ex, &format!("reading the response: {e}")), moved),
+                Err(e) => {
+                    broke = Some(format!("reading the response: {e}"));
+                    break;
+                }
             }
+        }
+        self.h2_buf = buf;
+        if let Some(why) = broke {
+            return (self.h2_lost(conn, ex, &why), moved);
         }
         if eof {
             u.last = true;

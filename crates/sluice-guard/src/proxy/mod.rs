@@ -127,6 +127,8 @@ pub(crate) struct Worker<'a> {
     n: &'a ThreadCounters,
     epoch: u64,
     in_cap: usize,
+    /// HTTP/2 exchanges read their upstreams through this (`h2::PIECE` bytes).
+    h2_buf: Vec<u8>,
     /// The keys blocked since the last look (`close_blocked`), kept for its buffer.
     blocked_keys: Vec<u128>,
     /// Upstreams to close once back in their slots (see `close_up_later`).
@@ -203,6 +205,7 @@ impl<'a> Worker<'a> {
             n,
             epoch: 0,
             blocked_keys: Vec::new(),
+            h2_buf: Vec::new(),
             in_cap: cfg.max_head + IN_CHUNK,
             doomed: Vec::new(),
             open: 0,
