@@ -346,3 +346,39 @@ fn smuggling_attempts_are_refused() {
     assert_eq!(bed.report().breaches["http_parse"], 10);
     assert_eq!(sluice_guard::Limit::HttpParse.weight("h2-malformed-request"), sluice_guard::Weight::AtOnce);
 }
+
+/// `--http-body-len` over HTTP/2: a declared length over it is answered
+/// 413 at the head, a streamed body (no content-length) once it crosses
+/// it; each is a breach, and the rest of the body is read and dropped
+/// (curl 7.88 takes a RST_STREAM(NO_ERROR) after the answer as an error).
+#[test]
+fn a_body_over_the_limit_is_answered_413_at_the_head_or_when_it_crosses() {
+    if !tool("curl") {
+        return;
+    }
+    let bed = Bed::new(|c| c.limits.http_body_len = Some(1000));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("body");
+    std::fs::write(&file, vec![b'b'; 200_000]).unwrap();
+    let code = |out: Output| String::from_utf8_lossy(&out.stdout).into_owned();
+    let declared = bed.curl(
+        "127.0.0.1",
+        &["--http2", "-o", "/dev/null", "-w", "%{http_code}", "--data-binary", &format!("@{}", file.display())],
+    );
+    let err = String::from_utf8_lossy(&declared.stderr).into_owned();
+    assert_eq!(code(declared), "413", "{err}");
+    let port = bed.addr.port();
+    let streamed = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "cat {} | curl -sS -k --http2 --max-time 10 -o /dev/null -w %{{http_code}} -T - https://127.0.0.1:{port}/up",
+            file.display()
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(code(streamed), "413");
+    assert_eq!(bed.report().breaches["http_body_len"], 2);
+    // Small bodies still go through.
+    let small = bed.curl("127.0.0.1", &["--http2", "--data-binary", "0123456789"]);
+    assert_eq!(String::from_utf8_lossy(&small.stdout), "POST /hello?x=1 with 10 body bytes\n");
+}

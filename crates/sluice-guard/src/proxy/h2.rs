@@ -297,8 +297,11 @@ impl Worker<'_> {
                 if answered {
                     answer(&mut h.conn, stream, Limit::HttpBodyLen.status());
                 }
-                // The rest of the body is not wanted.
-                return h.conn.reset(stream, ErrorCode::NoError);
+                // The rest of the body is read and dropped (its window given
+                // back) rather than refused with RST_STREAM(NO_ERROR), as RFC
+                // 9113 8.1 allows: curl 7.88 (Debian 12's) takes that reset
+                // after a whole answer as an error and loses the 413.
+                return h.conn.release(stream, bytes.len());
             }
         }
         let u = self.ups[ex.up].as_mut().expect("in use");
