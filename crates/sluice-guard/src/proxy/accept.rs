@@ -11,7 +11,7 @@ use crate::frame::{HttpRefusal, RequestFramer};
 use crate::limits::Limit;
 use crate::outbuf::OutBuf;
 use crate::proxyproto::Parsed;
-use crate::table::Admit;
+use crate::table::{Admit, Standing};
 use crate::timeouts::ProgressWatch;
 use crate::tls::TlsConn;
 use crate::{BlockAction, Serve};
@@ -200,13 +200,16 @@ impl Worker<'_> {
 
     /// Close connections waiting for a request head (with nothing left to
     /// send them) and connections whose response has stalled (the client
-    /// took nothing for [`STALLED`]): those never served first (idle,
-    /// trickling, still in a TLS handshake, or stalled on their first
-    /// response), each kind oldest progress first; 1/64 of those open (at
+    /// took nothing for [`STALLED`]): those not known first (never served:
+    /// idle, trickling, still in a TLS handshake, or stalled on their first
+    /// response; or near a limit), each kind oldest progress first (a
+    /// locked table lookup per candidate); 1/64 of those open (at
     /// least one), so a flood of new connections at the cap pays one scan
     /// per 64. Whether any was closed.
     fn shed_waiting(&mut self) -> bool {
         let now = Instant::now();
+        let now_ms = self.now_ms();
+        let table = &self.shared.table;
         let mut waiting: Vec<((bool, Instant), usize)> = self
             .clients
             .iter()
@@ -217,8 +220,13 @@ impl Worker<'_> {
                     Some(c.progress_at).filter(|&t| now.duration_since(t) >= STALLED)
                 } else {
                     c.waiting_since
-                };
-                Some(((c.served, since?), i))
+                }?;
+                // A known client (served, and well under its limits) goes
+                // last: a legitimate browser idles between requests far
+                // longer than an attacker under the rate does, so the
+                // oldest waiting alone would shed the real users first.
+                let known = c.served && table.standing(c.ip, now_ms) == Standing::Known;
+                Some(((known, since), i))
             })
             .collect();
         if waiting.is_empty() {
