@@ -80,6 +80,7 @@ pub fn run(a: ShieldArgs) -> Result<Outcome> {
         undecodable_drop: matches!(a.undecodable, VerdictFlag::Drop),
         v4mapped: a.rules.v4mapped,
         dry_run: a.dry_run,
+        sample: None,
     };
     let config = ShieldConfig {
         ifaces: a.ifaces,

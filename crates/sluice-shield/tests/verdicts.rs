@@ -366,8 +366,13 @@ fn check(seed: u64) -> Result<(), TestCaseError> {
     // before.
     let fills = [sluice_sets::DEFAULT_MAX_LOAD, Layout::default().max_load, MAX_FILL];
     let layout = Layout { exact_hosts: !r.chance(6), max_load: r.pick(&fills), early_keys: r.chance(2) };
-    let kernel = Compiled::with_layout(&file, &sets, &Options { undecodable_drop, v4mapped, dry_run: false }, &layout)
-        .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+    let kernel = Compiled::with_layout(
+        &file,
+        &sets,
+        &Options { undecodable_drop, v4mapped, dry_run: false, sample: None },
+        &layout,
+    )
+    .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
     // The runtime elements, as the shield writes them into the kernel.
     for (name, maps) in kernel.dynamic_sets() {
         assert_eq!(name, "dyn");
