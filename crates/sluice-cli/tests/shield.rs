@@ -1015,3 +1015,50 @@ fn bgp_blackholes_and_flowspec_discards_are_dropped_in_xdp_until_withdrawn() {
     let summary = shield.stop();
     assert_eq!(summary["rules"][0]["rule"], "drop daddr @bgp-blackholes (BGP blackhole routes)", "{summary}");
 }
+
+/// `--sample-drops` on the shield: each dropped frame (1 in 1, no cap) is
+/// in the pcapng, read back by our reader (bytes, wire length) and by
+/// tshark (the comment names the rule's line and text, the interface);
+/// passed frames are not; the summary counts them.
+#[test]
+fn sampled_drops_reach_a_pcapng_with_the_rule_in_each_comment() {
+    if !live_or_skip("sampled_drops_reach_a_pcapng_with_the_rule_in_each_comment") {
+        return;
+    }
+    let h = Host::new("shs");
+    let dir = tempfile::tempdir().unwrap();
+    let file = rules(dir.path());
+    let text = std::fs::read_to_string(&file).unwrap();
+    let samples = dir.path().join("drops.pcapng");
+    let frames = vec![
+        udp([10, 8, 0, 5], 53, 0),  // big (line 3)
+        udp([10, 7, 0, 1], 53, 1),  // passes
+        udp([10, 9, 77, 1], 53, 2), // small (line 4)
+        udp([10, 7, 0, 1], 7, 3),   // dport 7 (line 5)
+    ];
+    let args =
+        ["--rules", file.to_str().unwrap(), "--sample-drops", samples.to_str().unwrap(), "--sample-max-pps", "0"];
+    let shield = Shield::start(&h, &args);
+    assert_eq!(through(&h, &frames), BTreeSet::from([1]));
+    let summary = shield.stop();
+    let s = &summary["samples"];
+    assert_eq!((s["written"].as_u64(), s["lost_ring_full"].as_u64()), (Some(3), Some(0)), "{summary}");
+
+    let mut reader = sluice_pcap::CaptureReader::open(&samples).unwrap();
+    let mut got = Vec::new();
+    while let Some(r) = reader.next_record().unwrap() {
+        got.push((r.data.to_vec(), r.orig_len));
+    }
+    let dropped: Vec<_> = [0, 2, 3].iter().map(|&i| (frames[i].clone(), frames[i].len() as u32)).collect();
+    assert_eq!(got, dropped, "the dropped frames, in order, whole (under 128 bytes)");
+    if common::have_tool("tshark") {
+        let comments = common::sample_comments(&samples);
+        assert_eq!(comments.len(), 3, "{comments:?}");
+        common::assert_comments_name_rule_lines(&comments, &text);
+        let lines: Vec<String> = comments.iter().map(|(c, _)| common::comment_field(c, "rule_line")).collect();
+        assert_eq!(lines, ["3", "4", "5"], "{comments:?}");
+        for (c, iface) in &comments {
+            assert_eq!((iface, common::comment_field(c, "port")), (&h.dev, h.dev.clone()), "{c}");
+        }
+    }
+}

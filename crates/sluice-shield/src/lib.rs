@@ -15,6 +15,7 @@ pub mod flows;
 pub mod metrics;
 pub mod mirror;
 pub mod program;
+pub mod samples;
 pub mod service;
 pub mod tables;
 
