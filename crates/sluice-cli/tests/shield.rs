@@ -1036,10 +1036,23 @@ fn sampled_drops_reach_a_pcapng_with_the_rule_in_each_comment() {
         udp([10, 9, 77, 1], 53, 2), // small (line 4)
         udp([10, 7, 0, 1], 7, 3),   // dport 7 (line 5)
     ];
+    let (file_arg, samples_arg) = (file.to_str().unwrap(), samples.to_str().unwrap());
     let args =
-        ["--rules", file.to_str().unwrap(), "--sample-drops", samples.to_str().unwrap(), "--sample-max-pps", "0"];
+        ["--rules", file_arg, "--sample-drops", samples_arg, "--sample-max-pps", "0", "--metrics", "127.0.0.1:0"];
     let shield = Shield::start(&h, &args);
     assert_eq!(through(&h, &frames), BTreeSet::from([1]));
+    // The reader polls every 20 ms, then the writer writes: give it time.
+    let addr = shield.metrics_addr();
+    let mut m = String::new();
+    for _ in 0..50 {
+        m = scrape(&h, &addr);
+        if sample(&m, r#"sluice_drop_samples_total{result="written"}"#) == 3 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(sample(&m, r#"sluice_drop_samples_total{result="written"}"#), 3, "{m}");
+    assert_eq!(sample(&m, r#"sluice_drop_samples_total{result="ring_full"}"#), 0, "{m}");
     let summary = shield.stop();
     let s = &summary["samples"];
     assert_eq!((s["written"].as_u64(), s["lost_ring_full"].as_u64()), (Some(3), Some(0)), "{summary}");

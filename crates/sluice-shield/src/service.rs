@@ -140,7 +140,7 @@ pub struct Shield {
     metrics_addr: Option<std::net::SocketAddr>,
     /// With `--sample-drops`/`--log-drops`: the ring (kept while any
     /// program may write it) and its reader.
-    samples: Option<(crate::samples::SampleRing, crate::samples::Drain)>,
+    samples: Option<(Arc<crate::samples::SampleRing>, crate::samples::Drain)>,
 }
 
 fn mode_name(m: XdpMode) -> &'static str {
@@ -263,6 +263,8 @@ pub fn start(mut config: ShieldConfig) -> Result<Shield, ShieldError> {
     // The reader last: the ring keeps what the program wrote until then.
     let samples = match sampling {
         Some((ring, sampler)) => {
+            let ring = Arc::new(ring);
+            metrics.samples(sampler.counters(), Arc::clone(&ring));
             match crate::samples::Drain::start(&ring, sampler, Arc::clone(&kernel), &config.ifaces) {
                 Ok(drain) => Some((ring, drain)),
                 Err(e) => {
