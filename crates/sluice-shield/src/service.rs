@@ -170,6 +170,20 @@ fn open_samples(
     Ok(Some((ring, sampler)))
 }
 
+/// The thread that reads the sample ring, its counters served as metrics.
+fn start_drain(
+    sampling: Option<(crate::samples::SampleRing, sluice_pipeline::sample::Sampler)>,
+    kernel: &Arc<Mutex<Kernel>>,
+    metrics: &crate::metrics::ShieldMetrics,
+    ifaces: &[String],
+) -> Result<Option<(Arc<crate::samples::SampleRing>, crate::samples::Drain)>, ShieldError> {
+    let Some((ring, sampler)) = sampling else { return Ok(None) };
+    let ring = Arc::new(ring);
+    metrics.samples(sampler.counters(), Arc::clone(&ring));
+    let drain = crate::samples::Drain::start(&ring, sampler, Arc::clone(kernel), ifaces)?;
+    Ok(Some((ring, drain)))
+}
+
 /// Loads the rules into the kernel, then attaches them to every interface.
 pub fn start(mut config: ShieldConfig) -> Result<Shield, ShieldError> {
     if config.ifaces.is_empty() {
@@ -261,21 +275,14 @@ pub fn start(mut config: ShieldConfig) -> Result<Shield, ShieldError> {
         }
     }
     // The reader last: the ring keeps what the program wrote until then.
-    let samples = match sampling {
-        Some((ring, sampler)) => {
-            let ring = Arc::new(ring);
-            metrics.samples(sampler.counters(), Arc::clone(&ring));
-            match crate::samples::Drain::start(&ring, sampler, Arc::clone(&kernel), &config.ifaces) {
-                Ok(drain) => Some((ring, drain)),
-                Err(e) => {
-                    drop(std::mem::take(&mut kernel.lock().unwrap_or_else(PoisonError::into_inner).links));
-                    unpin_new(&attached);
-                    control.stop();
-                    return Err(e);
-                }
-            }
+    let samples = match start_drain(sampling, &kernel, &metrics, &config.ifaces) {
+        Ok(s) => s,
+        Err(e) => {
+            drop(std::mem::take(&mut kernel.lock().unwrap_or_else(PoisonError::into_inner).links));
+            unpin_new(&attached);
+            control.stop();
+            return Err(e);
         }
-        None => None,
     };
     let _ = status.set(attached.clone());
     metrics.attached(attached.clone());
