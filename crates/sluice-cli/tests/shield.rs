@@ -1078,3 +1078,37 @@ fn sampled_drops_reach_a_pcapng_with_the_rule_in_each_comment() {
         }
     }
 }
+
+/// `--log-drops` alone: one JSON line per dropped frame on stderr, with
+/// the rule's line and text, the interface and the frame's addresses.
+#[test]
+fn log_drops_writes_a_json_line_per_sampled_drop() {
+    if !live_or_skip("log_drops_writes_a_json_line_per_sampled_drop") {
+        return;
+    }
+    let h = Host::new("shl");
+    let dir = tempfile::tempdir().unwrap();
+    let file = rules(dir.path());
+    let mut child = in_host(&h, SLUICE)
+        .args(["shield", "--iface", &h.dev, "--rules", file.to_str().unwrap(), "--log-drops", "--sample-max-pps", "0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("shield on ") {
+        assert!(err.read_line(&mut seen).unwrap() > 0, "the shield did not come up: {seen}");
+    }
+    let frames = [udp([10, 8, 0, 5], 53, 0), udp([10, 7, 0, 1], 53, 1), udp([10, 7, 0, 1], 7, 2)];
+    assert_eq!(through(&h, &frames), BTreeSet::from([1]));
+    run(&["kill", "-TERM", &child.id().to_string()]);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    assert!(child.wait().unwrap().success(), "{seen}{rest}");
+    let logged: Vec<Value> = rest.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let got: Vec<_> = logged.iter().map(|v| (v["rule_line"].as_u64(), v["src"].as_str(), v["port"].as_str())).collect();
+    let dev = Some(h.dev.as_str());
+    assert_eq!(got, [(Some(3), Some("10.8.0.5"), dev), (Some(5), Some("10.7.0.1"), dev)], "{rest}");
+    assert_eq!(logged[0]["rule"], "drop saddr @big", "{rest}");
+}
