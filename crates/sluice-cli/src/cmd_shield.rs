@@ -60,6 +60,10 @@ pub struct ShieldArgs {
     pub safety: sluice_control::safety::SafetyFlags,
     #[command(flatten)]
     pub metrics: sluice_control::product::MetricsFlags,
+    /// The bridge's drop samples: 1 in N drawn in the kernel program,
+    /// written here off the fast path.
+    #[command(flatten)]
+    pub sample: sluice_pipeline::flags::SampleFlags,
     /// The same `--bgp-*` flags as `sluice bridge` (docs/bgp.md).
     #[command(flatten)]
     pub bgp: sluice_bgpfeed::BgpFlags,
@@ -80,6 +84,8 @@ pub fn run(a: ShieldArgs) -> Result<Outcome> {
         undecodable_drop: matches!(a.undecodable, VerdictFlag::Drop),
         v4mapped: a.rules.v4mapped,
         dry_run: a.dry_run,
+        // Filled in by the shield with its ring's maps.
+        sample: None,
     };
     let config = ShieldConfig {
         ifaces: a.ifaces,
@@ -101,6 +107,7 @@ pub fn run(a: ShieldArgs) -> Result<Outcome> {
         crowdsec_maxelem,
         metrics,
         bgp,
+        sample: Some(a.sample),
     };
     let shield = sluice_shield::start(config).context("shield")?;
     shield.log_start();

@@ -457,6 +457,9 @@ pub enum MapType {
     PercpuArray = 6,
     /// `BPF_MAP_TYPE_LPM_TRIE`.
     LpmTrie = 11,
+    /// `BPF_MAP_TYPE_RINGBUF` (key and value size 0, entries: the data
+    /// area's bytes, a power of two pages): read with [`crate::ringbuf::RingReader`].
+    RingBuf = 27,
 }
 
 /// `BPF_F_NO_PREALLOC`: an LPM trie must be created with it.

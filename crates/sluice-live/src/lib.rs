@@ -106,8 +106,9 @@
 //! `#![deny(unsafe_code)]` here; it is allowed only in [`sys`] (system call
 //! wrappers, mmap), [`bpf`] (the `bpf()` call and its attr structs), [`xsk`]
 //! (ring words and UMEM bytes, including the read-only [`UmemView`] the
-//! pipeline's batches borrow frames from) and [`packet`] (ring blocks and
-//! slots), and every block says why it is sound in a `// SAFETY:` comment.
+//! pipeline's batches borrow frames from), [`packet`] (ring blocks and
+//! slots) and [`ringbuf`] (a BPF ring buffer's mapped positions and records),
+//! and every block says why it is sound in a `// SAFETY:` comment.
 //! [`pipeline`] and [`send`] have none.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -121,6 +122,8 @@ pub mod open;
 #[allow(unsafe_code)]
 pub mod packet;
 pub mod pipeline;
+#[allow(unsafe_code)]
+pub mod ringbuf;
 pub mod send;
 #[allow(unsafe_code)]
 pub mod sys;

@@ -63,6 +63,7 @@ use sluice_engine::snapshot::{Published, Reader};
 use sluice_engine::{RuleInfo, RuleSet, Verdict};
 use sluice_pcap::{interface_block_len, packet_block_len};
 use sluice_pcap::{CaptureWriter, OutputFormat, PcapError, PcapErrorKind, TsResolution};
+use sluice_wire::capture::{Interface, Timestamp};
 use sluice_wire::{DecodeError, DecodeErrorKind, LinkType, PacketSummary};
 use std::collections::VecDeque;
 use std::fmt;
@@ -261,6 +262,27 @@ struct Sample {
     /// The worker whose sink sampled it, when each worker has its own sink
     /// (a lane of a per-queue bridge); else the steering says.
     worker: Option<usize>,
+    /// Why it was dropped, when whoever dropped it said so ([`DecidedDrop`]):
+    /// not explained again under the rules.
+    known: Option<(Reason, Option<RuleInfo>)>,
+}
+
+/// A drop judged where the sampler cannot see it (the shield's XDP
+/// program), handed over with its reason: [`Sampler::offer_decided`].
+#[derive(Clone, Debug)]
+pub struct DecidedDrop {
+    /// Its port, named by [`SampleConfig::port_names`].
+    pub port: u32,
+    /// When it was taken, in nanoseconds since the Unix epoch.
+    pub timestamp_ns: u64,
+    /// The frame's length; `bytes` may be its first bytes only.
+    pub wire_len: u32,
+    pub bytes: Vec<u8>,
+    pub reason: Reason,
+    /// The rule that dropped it (its line and text), for [`Reason::Rule`].
+    pub rule: Option<RuleInfo>,
+    /// Shown as the worker (the shield: the receive queue).
+    pub worker: Option<usize>,
 }
 
 enum Msg {
@@ -347,6 +369,43 @@ impl Sampler {
 
     pub fn counters(&self) -> Arc<SampleCounters> {
         Arc::clone(&self.counters)
+    }
+
+    /// A drop sampled elsewhere, already 1 in N (the shield's kernel
+    /// program draws it): counted in `drops_seen`, through the rate cap,
+    /// onto the queue (shed when full, whatever the backpressure: the
+    /// caller is draining a ring the kernel keeps filling). True when queued.
+    pub fn offer_decided(&self, d: DecidedDrop) -> bool {
+        self.counters.drops_seen.fetch_add(1, Relaxed);
+        if let Some(bucket) = &self.bucket {
+            if !bucket.lock().unwrap_or_else(PoisonError::into_inner).take() {
+                self.counters.over_cap.fetch_add(1, Relaxed);
+                return false;
+            }
+        }
+        self.counters.sampled.fetch_add(1, Relaxed);
+        let decoded = sluice_wire::decode(LinkType::ETHERNET, &d.bytes);
+        let meta = Meta {
+            index: 0,
+            offset: 0,
+            timestamp: Timestamp::Units { units: d.timestamp_ns, resolution: TsResolution::NANOS },
+            wire_len: d.wire_len,
+            port: d.port,
+            interface: Interface { link_type: LinkType::ETHERNET, snaplen: 0, ts_resolution: TsResolution::NANOS },
+        };
+        let sample = Sample {
+            meta,
+            decoded,
+            disposition: Disposition::Judge,
+            bytes: d.bytes,
+            worker: d.worker,
+            known: Some((d.reason, d.rule)),
+        };
+        let sent = self.tx.try_send(Msg::Sample(Box::new(sample))).is_ok();
+        if !sent {
+            self.counters.lost_queue_full.fetch_add(1, Relaxed);
+        }
+        sent
     }
 
     /// `inner` with drops sampled before each batch reaches it (take it
@@ -480,6 +539,7 @@ impl Tap {
             disposition: p.disposition,
             bytes: batch.bytes(i).to_vec(),
             worker: self.worker,
+            known: None,
         };
         let msg = Msg::Sample(Box::new(sample));
         // Err: full (shedding), or disconnected: the sampler finished before
@@ -1022,10 +1082,16 @@ impl Writer {
             (Disposition::JudgeAsFlow(ports), Some(st)) => Some(st.worker_for_flow(&s.decoded, ports)),
             (Disposition::Judge, Some(st)) => Some(st.worker_for(&s.decoded)),
         };
-        let reason = explain(rules, &s.decoded, s.disposition, s.meta.wire_len, port);
-        let rule = match reason {
-            Reason::Rule(r) => rules.rules().get(r),
-            _ => None,
+        let (reason, rule) = match &s.known {
+            Some((reason, rule)) => (*reason, rule.as_ref()),
+            None => {
+                let reason = explain(rules, &s.decoded, s.disposition, s.meta.wire_len, port);
+                let rule = match reason {
+                    Reason::Rule(r) => rules.rules().get(r),
+                    _ => None,
+                };
+                (reason, rule)
+            }
         };
         let d = Described { reason, rule, port: port_name, worker };
         let mut ok = true;

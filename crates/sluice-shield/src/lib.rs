@@ -15,6 +15,7 @@ pub mod flows;
 pub mod metrics;
 pub mod mirror;
 pub mod program;
+pub mod samples;
 pub mod service;
 pub mod tables;
 
@@ -53,6 +54,9 @@ pub struct Options {
     /// Judge and count everything, drop nothing (the counters say what
     /// would have been dropped).
     pub dry_run: bool,
+    /// Sample drops into this ring ([`program::SampleTap`]; the maps belong
+    /// to the caller, who keeps them across reloads).
+    pub sample: Option<program::SampleTap>,
 }
 
 /// A rule's counter: packets and bytes (summed over CPUs).
@@ -221,6 +225,7 @@ impl Compiled {
             dry_run: opts.dry_run,
             counters_fd: std::os::fd::AsRawFd::as_raw_fd(&counters),
             scratch_fd: std::os::fd::AsRawFd::as_raw_fd(&scratch),
+            sample: opts.sample,
         };
         let insns = program::generate(&plan).map_err(|e| ShieldError::Unsupported {
             file: file.source.clone(),

@@ -15,6 +15,7 @@ use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
 use sluice_control::socket::SocketCounters;
 use sluice_metrics::{counter, gauge};
+use sluice_pipeline::sample::SampleCounters;
 use sluice_policy::ControlState;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
@@ -28,6 +29,8 @@ pub struct ShieldMetrics {
     dry_run: bool,
     /// The BGP feed's sessions and what the kernel holds of its routes.
     bgp: Option<(Arc<sluice_bgpfeed::BgpState>, Arc<Mutex<crate::mirror::BgpShown>>)>,
+    /// With `--sample-drops`/`--log-drops`: the writer's counters and the ring.
+    samples: OnceLock<(Arc<SampleCounters>, Arc<crate::samples::SampleRing>)>,
 }
 
 /// The families a shield with `--bgp-peer` adds: the feed's sessions' (the
@@ -50,7 +53,7 @@ impl ShieldMetrics {
         control: (Arc<ControlState>, Arc<SocketCounters>),
         dry_run: bool,
     ) -> ShieldMetrics {
-        ShieldMetrics { kernel, attached: OnceLock::new(), control, dry_run, bgp: None }
+        ShieldMetrics { kernel, attached: OnceLock::new(), control, dry_run, bgp: None, samples: OnceLock::new() }
     }
 
     /// The same serving a BGP feed's families ([`BGP_FAMILIES`]).
@@ -65,6 +68,12 @@ impl ShieldMetrics {
     /// Records where the program was attached (served from then on).
     pub fn attached(&self, attached: Vec<Attached>) {
         let _ = self.attached.set(attached);
+    }
+
+    /// Serves `sluice_drop_samples` from then on (the bridge's family, and
+    /// `result="ring_full"`: lost in the kernel, the ring had no room).
+    pub fn samples(&self, counters: Arc<SampleCounters>, ring: Arc<crate::samples::SampleRing>) {
+        let _ = self.samples.set((counters, ring));
     }
 
     /// A registry that encodes these on every scrape.
@@ -186,6 +195,25 @@ impl Collector for Exporter {
         )?;
         if let Some((state, shown)) = &m.bgp {
             bgp_families(&mut enc, state, shown)?;
+        }
+        if let Some((counters, ring)) = m.samples.get() {
+            let t = counters.totals();
+            let rows: Vec<_> = [
+                ("written", t.written),
+                ("queue_full", t.lost_queue_full),
+                ("over_cap", t.over_cap),
+                ("write_error", t.write_errors),
+                ("ring_full", ring.lost()),
+            ]
+            .into_iter()
+            .map(|(r, n)| (vec![("result", r.to_owned())], n))
+            .collect();
+            counter(
+                &mut enc,
+                "sluice_drop_samples",
+                "Dropped frames sampled (--sample-drops, --log-drops), by what became of them.",
+                &rows,
+            )?;
         }
         gauge(
             &mut enc,

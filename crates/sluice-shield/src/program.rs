@@ -99,7 +99,56 @@ pub struct Plan<'a> {
     pub counters_fd: i32,
     /// A per-CPU array of one [`SUMMARY_BYTES`] value: the packet's summary.
     pub scratch_fd: i32,
+    /// Drops sampled to user space; `None`: not one instruction for it.
+    pub sample: Option<SampleTap>,
 }
+
+/// Where and how often dropped packets are sampled (`--sample-drops`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SampleTap {
+    /// The `BPF_MAP_TYPE_RINGBUF` each sample is written to ([`record`]).
+    pub ring_fd: i32,
+    /// A per-CPU array of one counter (packets, bytes): samples a full
+    /// ring had no room for.
+    pub lost_fd: i32,
+    /// Keep 1 in `rate` drops (at random: `bpf_get_prandom_u32`); 0 and 1: every one.
+    pub rate: u32,
+}
+
+/// A sample in the ring: a header of four `u32`s in host order, then the
+/// frame's first bytes (up to [`record::SNAP`]; the rest of the record is
+/// not written).
+pub mod record {
+    /// The counter slot of what dropped it: the rule's index, or past the
+    /// rules an [`super::Extra`] (the default, undecodable frames).
+    pub const SLOT: usize = 0;
+    /// `ctx->ingress_ifindex`.
+    pub const IFINDEX: usize = 4;
+    /// The frame's length (the linear part XDP sees).
+    pub const LEN: usize = 8;
+    /// `ctx->rx_queue_index`.
+    pub const QUEUE: usize = 12;
+    /// Where the frame's bytes start.
+    pub const DATA: usize = 16;
+    /// At most this many bytes of the frame are copied.
+    pub const SNAP: usize = 128;
+    /// The record's size.
+    pub const SIZE: usize = DATA + SNAP;
+}
+
+/// Where the context pointer is kept on the stack when sampling (the
+/// tables' slots end at -88).
+const CTX_SLOT: i16 = -96;
+
+/// BPF helpers the sampling uses.
+const HELPER_GET_PRANDOM_U32: i32 = 7;
+const HELPER_RINGBUF_RESERVE: i32 = 131;
+const HELPER_RINGBUF_SUBMIT: i32 = 132;
+const HELPER_RINGBUF_DISCARD: i32 = 133;
+const HELPER_XDP_LOAD_BYTES: i32 = 189;
+/// `BPF_RB_NO_WAKEUP`: user space polls the ring on a timer, so a wakeup
+/// per sample would be work on the fast path that nobody waits for.
+const BPF_RB_NO_WAKEUP: i32 = 1;
 
 /// Generates the program.
 pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::asm::TooFar> {
@@ -107,6 +156,11 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
     let undecodable = a.label();
     let parsed = a.label();
     let rules = a.label();
+    // Each drop goes through the sampling block when there is one.
+    let sample = plan.sample.map(|_| a.label());
+    if sample.is_some() {
+        a.stx(Size::DW, FP, CTX_SLOT, R1);
+    }
     a.ldx(Size::W, R7, R1, 0);
     a.ldx(Size::W, R8, R1, 4);
     // The summary lives in a per-CPU map value, not on the stack: the
@@ -144,9 +198,9 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
     a.bind(undecodable);
     a.mov_imm(R7, 0);
     a.mov_imm(R8, 0);
-    count(&mut a, plan.counters_fd, plan.rules.len() as i32 + Extra::Undecodable as i32);
-    a.mov_imm(R0, if plan.undecodable_drop && !plan.dry_run { XDP_DROP } else { XDP_PASS });
-    a.exit();
+    let undecodable_slot = plan.rules.len() as i32 + Extra::Undecodable as i32;
+    count(&mut a, plan.counters_fd, undecodable_slot);
+    verdict(&mut a, plan.undecodable_drop && !plan.dry_run, undecodable_slot, sample);
 
     a.bind(rules);
     for (r, rule) in plan.rules.iter().enumerate() {
@@ -157,10 +211,7 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
         }
         count(&mut a, plan.counters_fd, r as i32);
         match rule.action {
-            Action::Drop => {
-                a.mov_imm(R0, if plan.dry_run { XDP_PASS } else { XDP_DROP });
-                a.exit();
-            }
+            Action::Drop => verdict(&mut a, !plan.dry_run, r as i32, sample),
             Action::Pass => {
                 a.mov_imm(R0, XDP_PASS);
                 a.exit();
@@ -170,10 +221,83 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
         }
         a.bind(next);
     }
-    count(&mut a, plan.counters_fd, plan.rules.len() as i32 + Extra::Default as i32);
-    a.mov_imm(R0, if plan.default_drop && !plan.dry_run { XDP_DROP } else { XDP_PASS });
-    a.exit();
+    let default_slot = plan.rules.len() as i32 + Extra::Default as i32;
+    count(&mut a, plan.counters_fd, default_slot);
+    verdict(&mut a, plan.default_drop && !plan.dry_run, default_slot, sample);
+    if let (Some(tap), Some(l)) = (plan.sample, sample) {
+        a.bind(l);
+        sample_block(&mut a, &tap);
+    }
     a.finish()
+}
+
+/// Return `XDP_DROP` (through the sampling block, with the counter slot
+/// that decided in `R9`, when there is one) or `XDP_PASS`.
+fn verdict(a: &mut Asm, drop: bool, slot: i32, sample: Option<Label>) {
+    match (drop, sample) {
+        (true, Some(l)) => {
+            a.mov_imm(R9, slot);
+            a.ja(l);
+        }
+        (drop, _) => {
+            a.mov_imm(R0, if drop { XDP_DROP } else { XDP_PASS });
+            a.exit();
+        }
+    }
+}
+
+/// A dropped packet, 1 in `rate` of them: a [`record`] reserved in the
+/// ring, filled (`bpf_xdp_load_bytes` copies the frame's first bytes: the
+/// verifier wants a copy of a bounded, non-zero length, which reading the
+/// packet directly would have to prove per byte), and submitted; a full
+/// ring loses the sample (counted), never the verdict. Then `XDP_DROP`.
+/// `R9` holds the counter slot; `R6` the summary.
+fn sample_block(a: &mut Asm, tap: &SampleTap) {
+    let out = a.label();
+    let have = a.label();
+    let discard = a.label();
+    let short = a.label();
+    if tap.rate > 1 {
+        a.call(HELPER_GET_PRANDOM_U32);
+        a.jmp32_imm(Cond::Ge, R0, (1u64 << 32).div_ceil(u64::from(tap.rate)) as u32, out);
+    }
+    a.ld_map(R1, tap.ring_fd);
+    a.mov_imm(R2, record::SIZE as i32);
+    a.mov_imm(R3, 0);
+    a.call(HELPER_RINGBUF_RESERVE);
+    a.jmp_imm(Cond::Ne, R0, 0, have);
+    count(a, tap.lost_fd, 0);
+    a.ja(out);
+    a.bind(have);
+    a.mov(R7, R0);
+    a.stx(Size::W, R7, record::SLOT as i16, R9);
+    a.ldx(Size::DW, R1, FP, CTX_SLOT);
+    a.ldx(Size::W, R2, R1, 12);
+    a.stx(Size::W, R7, record::IFINDEX as i16, R2);
+    a.ldx(Size::W, R2, R1, 16);
+    a.stx(Size::W, R7, record::QUEUE as i16, R2);
+    a.ldx(Size::DW, R4, S, slot::WIRE_LEN);
+    a.stx(Size::W, R7, record::LEN as i16, R4);
+    a.jmp_imm(Cond::Le, R4, record::SNAP as i32, short);
+    a.mov_imm(R4, record::SNAP as i32);
+    a.bind(short);
+    a.jmp_imm(Cond::Lt, R4, 1, discard);
+    a.mov_imm(R2, 0);
+    a.mov(R3, R7);
+    a.alu_imm(Alu::Add, R3, record::DATA as i32);
+    a.call(HELPER_XDP_LOAD_BYTES);
+    a.jmp_imm(Cond::Ne, R0, 0, discard);
+    a.mov(R1, R7);
+    a.mov_imm(R2, BPF_RB_NO_WAKEUP);
+    a.call(HELPER_RINGBUF_SUBMIT);
+    a.ja(out);
+    a.bind(discard);
+    a.mov(R1, R7);
+    a.mov_imm(R2, 0);
+    a.call(HELPER_RINGBUF_DISCARD);
+    a.bind(out);
+    a.mov_imm(R0, XDP_DROP);
+    a.exit();
 }
 
 /// `counters[idx] += (1, wire length)` on this CPU.

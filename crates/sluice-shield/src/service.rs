@@ -66,6 +66,9 @@ pub struct ShieldConfig {
     /// BGP peers whose blackhole routes and FlowSpec flows the kernel
     /// program enforces (`--bgp-*`; [`crate::flows`]).
     pub bgp: Option<sluice_bgpfeed::BgpConfig>,
+    /// `--sample-drops`, `--log-drops` and their knobs, as the bridge's
+    /// ([`crate::samples`]).
+    pub sample: Option<sluice_pipeline::flags::SampleFlags>,
 }
 
 /// One interface the program is attached to.
@@ -135,6 +138,9 @@ pub struct Shield {
     stop: Arc<AtomicBool>,
     started: Instant,
     metrics_addr: Option<std::net::SocketAddr>,
+    /// With `--sample-drops`/`--log-drops`: the ring (kept while any
+    /// program may write it) and its reader.
+    samples: Option<(Arc<crate::samples::SampleRing>, crate::samples::Drain)>,
 }
 
 fn mode_name(m: XdpMode) -> &'static str {
@@ -144,11 +150,48 @@ fn mode_name(m: XdpMode) -> &'static str {
     }
 }
 
+/// The ring the program samples drops into and the writer they go to,
+/// opened before anything is loaded (a file that cannot be created is an
+/// error with nothing attached); `None` without sampling.
+fn open_samples(
+    config: &ShieldConfig,
+) -> Result<Option<(crate::samples::SampleRing, sluice_pipeline::sample::Sampler)>, ShieldError> {
+    use sluice_pipeline::sample::{Backpressure, Sampler};
+    let Some(flags) = &config.sample else { return Ok(None) };
+    // A live link: a full queue loses the sample, never time on the reader.
+    let Some(cfg) = flags.config(Backpressure::Shed) else { return Ok(None) };
+    let ring = crate::samples::SampleRing::new(flags.sample_rate)?;
+    // The rate is drawn in the kernel: the writer keeps every sample it gets.
+    let cfg = sluice_pipeline::sample::SampleConfig { rate: 1, port_names: config.ifaces.clone(), ..cfg };
+    // Samples come with their rule named (`offer_decided`): the writer
+    // explains nothing under rules of its own.
+    let rules = Arc::new(sluice_engine::snapshot::Published::new(sluice_engine::RuleSet::empty()));
+    let sampler = Sampler::start(cfg, rules).map_err(|e| ShieldError::Config(format!("--sample-drops: {e}")))?;
+    Ok(Some((ring, sampler)))
+}
+
+/// The thread that reads the sample ring, its counters served as metrics.
+fn start_drain(
+    sampling: Option<(crate::samples::SampleRing, sluice_pipeline::sample::Sampler)>,
+    kernel: &Arc<Mutex<Kernel>>,
+    metrics: &crate::metrics::ShieldMetrics,
+    ifaces: &[String],
+) -> Result<Option<(Arc<crate::samples::SampleRing>, crate::samples::Drain)>, ShieldError> {
+    let Some((ring, sampler)) = sampling else { return Ok(None) };
+    let ring = Arc::new(ring);
+    metrics.samples(sampler.counters(), Arc::clone(&ring));
+    let drain = crate::samples::Drain::start(&ring, sampler, Arc::clone(kernel), ifaces)?;
+    Ok(Some((ring, drain)))
+}
+
 /// Loads the rules into the kernel, then attaches them to every interface.
-pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
+pub fn start(mut config: ShieldConfig) -> Result<Shield, ShieldError> {
     if config.ifaces.is_empty() {
         return Err(ShieldError::Config("no interface given (--iface IF)".into()));
     }
+    let sampling = open_samples(&config)?;
+    // Every program built from here on (reloads too) writes into this ring.
+    config.options.sample = sampling.as_ref().map(|(ring, _)| ring.tap());
     let mut spec = config.rules.clone();
     // The CrowdSec feed's set is one of the rules' sets (a dynamic one).
     spec.feed_sets.extend(config.crowdsec.as_ref().map(|c| c.set.clone()));
@@ -231,6 +274,16 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
             }
         }
     }
+    // The reader last: the ring keeps what the program wrote until then.
+    let samples = match start_drain(sampling, &kernel, &metrics, &config.ifaces) {
+        Ok(s) => s,
+        Err(e) => {
+            drop(std::mem::take(&mut kernel.lock().unwrap_or_else(PoisonError::into_inner).links));
+            unpin_new(&attached);
+            control.stop();
+            return Err(e);
+        }
+    };
     let _ = status.set(attached.clone());
     metrics.attached(attached.clone());
     Ok(Shield {
@@ -241,6 +294,7 @@ pub fn start(config: ShieldConfig) -> Result<Shield, ShieldError> {
         stop: Arc::new(AtomicBool::new(false)),
         started: Instant::now(),
         metrics_addr,
+        samples,
     })
 }
 
@@ -558,6 +612,15 @@ impl Running for Shield {
         let rules = k.compiled.rule_texts().to_vec();
         let (reloads, reloads_failed) = (k.reloads, k.reloads_failed);
         drop(std::mem::take(&mut k.links));
+        drop(k);
+        // After the links: the last samples are in the ring by now.
+        let samples = self.samples.map(|(ring, drain)| {
+            let (report, error) = drain.finish();
+            if let Some(e) = &error {
+                tracing::warn!("{e}");
+            }
+            SampleSummary { report, lost_ring_full: ring.lost() }
+        });
         Ok(ShieldSummary {
             attached: self.attached,
             rules,
@@ -565,6 +628,7 @@ impl Running for Shield {
             reloads,
             reloads_failed,
             elapsed: self.started.elapsed(),
+            samples,
         })
     }
 }
@@ -581,6 +645,31 @@ pub struct ShieldSummary {
     pub reloads: u64,
     pub reloads_failed: u64,
     pub elapsed: Duration,
+    /// With `--sample-drops`/`--log-drops`.
+    pub samples: Option<SampleSummary>,
+}
+
+/// What the drop samples came to.
+#[derive(Clone, Debug)]
+pub struct SampleSummary {
+    /// The writer's counts and files (`None`: its thread failed).
+    pub report: Option<sluice_pipeline::sample::SampleReport>,
+    /// Samples the kernel program had no room for in the ring.
+    pub lost_ring_full: u64,
+}
+
+impl SampleSummary {
+    fn text(&self) -> String {
+        let mut out = self.report.as_ref().map(|r| r.text()).unwrap_or_default();
+        out += &format!("samples      {} lost to a full ring in the kernel\n", self.lost_ring_full);
+        out
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let mut v = self.report.as_ref().map(|r| r.to_json()).unwrap_or_else(|| serde_json::json!({}));
+        v["lost_ring_full"] = self.lost_ring_full.into();
+        v
+    }
 }
 
 impl ShieldSummary {
@@ -611,13 +700,14 @@ impl Summary for ShieldSummary {
                 self.reloads, self.reloads_failed
             );
         }
+        out += &self.samples.as_ref().map(SampleSummary::text).unwrap_or_default();
         out += &format!("ran {:.1} s\n", self.elapsed.as_secs_f64());
         out
     }
 
     fn json(&self) -> serde_json::Value {
         let count = |c: &Count| serde_json::json!({ "packets": c.packets, "bytes": c.bytes });
-        serde_json::json!({
+        let mut v = serde_json::json!({
             "interfaces": self.attached.iter().map(|a| serde_json::json!({
                 "iface": a.iface, "mode": a.mode, "fell_back": a.fell_back, "replaced": a.replaced,
                 "pinned": a.pinned.as_ref().map(|p| p.display().to_string()), "adopted": a.adopted,
@@ -629,6 +719,11 @@ impl Summary for ShieldSummary {
             "undecodable": count(&self.extra(crate::program::Extra::Undecodable)),
             "reloads": { "ok": self.reloads, "failed": self.reloads_failed },
             "elapsed_s": self.elapsed.as_secs_f64(),
-        })
+        });
+        // Only with sampling (docs/json.md lists it as optional).
+        if let Some(s) = &self.samples {
+            v["samples"] = s.json();
+        }
+        v
     }
 }

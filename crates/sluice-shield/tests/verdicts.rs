@@ -9,10 +9,13 @@
 
 use proptest::prelude::*;
 use sluice_engine::{CompileOptions, RuleSet, Verdict};
+use sluice_live::bpf::{BpfMap, MapType};
 use sluice_live::LiveError;
 use sluice_rules::{parse_rules, Prefix};
+use sluice_shield::program::SampleTap;
 use sluice_shield::tables::Layout;
 use sluice_shield::{program::XDP_DROP, program::XDP_PASS, Compiled, Options, ShieldError};
+use std::os::fd::AsRawFd;
 
 /// The fullest an exact table is built (`V4ExactSet` clamps there).
 const MAX_FILL: f64 = 0.9;
@@ -366,8 +369,21 @@ fn check(seed: u64) -> Result<(), TestCaseError> {
     // before.
     let fills = [sluice_sets::DEFAULT_MAX_LOAD, Layout::default().max_load, MAX_FILL];
     let layout = Layout { exact_hosts: !r.chance(6), max_load: r.pick(&fills), early_keys: r.chance(2) };
-    let kernel = Compiled::with_layout(&file, &sets, &Options { undecodable_drop, v4mapped, dry_run: false }, &layout)
-        .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+    // Half the programs sample their drops (into a one-page ring that soon
+    // fills): the verifier takes the sampling after any rules, and the
+    // verdicts and counters below are the same with it.
+    let ring = r.chance(2).then(|| {
+        let ring = BpfMap::new(MapType::RingBuf, 0, 0, 4096, 0, "t_samples").unwrap();
+        (ring, BpfMap::new(MapType::PercpuArray, 4, 16, 1, 0, "t_lost").unwrap())
+    });
+    let sample = ring.as_ref().map(|(ring, lost)| SampleTap {
+        ring_fd: ring.as_raw_fd(),
+        lost_fd: lost.as_raw_fd(),
+        rate: 1 + r.below(3) as u32,
+    });
+    let kernel =
+        Compiled::with_layout(&file, &sets, &Options { undecodable_drop, v4mapped, dry_run: false, sample }, &layout)
+            .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
     // The runtime elements, as the shield writes them into the kernel.
     for (name, maps) in kernel.dynamic_sets() {
         assert_eq!(name, "dyn");

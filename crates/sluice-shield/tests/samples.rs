@@ -1,0 +1,188 @@
+//! Drop samples in the kernel: a dropped frame run through the loaded
+//! program (`BPF_PROG_TEST_RUN`) leaves one ring buffer record naming the
+//! counter slot that dropped it and holding the frame's first bytes; a
+//! passed frame leaves none; a full ring loses the sample, never the
+//! verdict. Without sampling the program has no sampling instruction.
+//!
+//! Needs root (or CAP_BPF + CAP_PERFMON): skipped without unless
+//! `SLUICE_REQUIRE_LIVE=1` (CI), when it fails.
+
+use sluice_live::bpf::{BpfMap, MapType};
+use sluice_live::ringbuf::RingReader;
+use sluice_live::LiveError;
+use sluice_rules::parse_rules;
+use sluice_shield::program::{record, SampleTap, XDP_DROP, XDP_PASS};
+use sluice_shield::{Compiled, Options, ShieldError};
+use std::os::fd::AsRawFd;
+
+fn can_load() -> bool {
+    let file = parse_rules("probe", "", std::path::Path::new(".")).unwrap();
+    match Compiled::new(&file, &[], &Options::default()) {
+        Ok(_) => true,
+        Err(e @ ShieldError::Kernel(LiveError::XdpRefused { .. })) => panic!("{e}"),
+        Err(e) => {
+            assert!(std::env::var_os("SLUICE_REQUIRE_LIVE").is_none(), "SLUICE_REQUIRE_LIVE=1 but: {e}");
+            eprintln!("SKIPPED: cannot load BPF programs here: {e}");
+            false
+        }
+    }
+}
+
+/// An Ethernet + IPv4 + UDP frame from `src` to 192.0.2.1:`dport`, `pad`
+/// bytes of payload (each its index).
+fn udp(src: [u8; 4], dport: u16, pad: usize) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00];
+    let total = (20 + 8 + pad) as u16;
+    f.extend_from_slice(&[0x45, 0, (total >> 8) as u8, total as u8, 0, 0, 0, 0, 64, 17, 0, 0]);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&[192, 0, 2, 1]);
+    f.extend_from_slice(&[0x30, 0x39, (dport >> 8) as u8, dport as u8]);
+    f.extend_from_slice(&[((8 + pad) >> 8) as u8, (8 + pad) as u8, 0, 0]);
+    f.extend((0..pad).map(|i| i as u8));
+    f
+}
+
+struct Ring {
+    ring: BpfMap,
+    lost: BpfMap,
+}
+
+impl Ring {
+    fn new(bytes: u32) -> Ring {
+        Ring {
+            ring: BpfMap::new(MapType::RingBuf, 0, 0, bytes, 0, "test_samples").unwrap(),
+            lost: BpfMap::new(MapType::PercpuArray, 4, 16, 1, 0, "test_lost").unwrap(),
+        }
+    }
+
+    fn tap(&self, rate: u32) -> SampleTap {
+        SampleTap { ring_fd: self.ring.as_raw_fd(), lost_fd: self.lost.as_raw_fd(), rate }
+    }
+
+    fn lost(&self) -> u64 {
+        let v = self.lost.lookup(&0u32.to_ne_bytes()).unwrap().unwrap();
+        v.chunks_exact(16).map(|c| u64::from_ne_bytes(c[..8].try_into().unwrap())).sum()
+    }
+}
+
+fn u32_at(r: &[u8], at: usize) -> u32 {
+    u32::from_ne_bytes(r[at..at + 4].try_into().unwrap())
+}
+
+const RULES: &str = "pass saddr 10.0.0.9\ndrop saddr 10.0.0.0/8\ndrop udp dport 53\n";
+
+fn compiled(ring: &Ring, rate: u32, undecodable_drop: bool) -> Compiled {
+    let file = parse_rules("t.rules", RULES, std::path::Path::new(".")).unwrap();
+    let opts = Options { sample: Some(ring.tap(rate)), undecodable_drop, ..Options::default() };
+    Compiled::new(&file, &[], &opts).unwrap()
+}
+
+#[test]
+fn a_dropped_frame_leaves_a_record_with_its_rule_and_bytes_a_passed_one_none() {
+    if !can_load() {
+        return;
+    }
+    let ring = Ring::new(64 * 1024);
+    let prog = compiled(&ring, 1, true);
+    let mut reader = RingReader::new(&ring.ring).unwrap();
+    let mut records: Vec<Vec<u8>> = Vec::new();
+
+    // Passed by rule 0, and by the default: nothing sampled.
+    assert_eq!(prog.test_run(&udp([10, 0, 0, 9], 80, 10)).unwrap(), XDP_PASS as u32);
+    assert_eq!(prog.test_run(&udp([172, 16, 0, 1], 80, 10)).unwrap(), XDP_PASS as u32);
+    assert_eq!(reader.drain(|r| records.push(r.to_vec())), 0);
+
+    // Dropped by rule 1 (short: copied whole), rule 2 (long: cut at SNAP).
+    let short = udp([10, 1, 2, 3], 80, 10);
+    let long = udp([172, 16, 0, 1], 53, 300);
+    assert_eq!(prog.test_run(&short).unwrap(), XDP_DROP as u32);
+    assert_eq!(prog.test_run(&long).unwrap(), XDP_DROP as u32);
+    // Undecodable (a truncated IPv4 header), dropped: the slot past the default's.
+    let broken = &short[..20];
+    assert_eq!(prog.test_run(broken).unwrap(), XDP_DROP as u32);
+    assert_eq!(reader.drain(|r| records.push(r.to_vec())), 3);
+    assert_eq!(reader.drain(|r| records.push(r.to_vec())), 0, "each record is read once");
+
+    for (r, (slot, frame)) in records.iter().zip([(1, &short[..]), (2, &long[..]), (3 + 1, broken)]) {
+        assert_eq!(r.len(), record::SIZE);
+        assert_eq!(u32_at(r, record::SLOT), slot);
+        assert_eq!(u32_at(r, record::LEN) as usize, frame.len());
+        let n = frame.len().min(record::SNAP);
+        assert_eq!(&r[record::DATA..record::DATA + n], &frame[..n]);
+        // BPF_PROG_TEST_RUN runs on the loopback device, queue 0.
+        assert_eq!(u32_at(r, record::IFINDEX), 1);
+        assert_eq!(u32_at(r, record::QUEUE), 0);
+    }
+    assert_eq!(ring.lost(), 0);
+}
+
+#[test]
+fn a_full_ring_loses_samples_not_verdicts_and_the_rate_keeps_about_one_in_n() {
+    if !can_load() {
+        return;
+    }
+    // The smallest ring (one page) holds 4096 / (8 + SIZE) records.
+    let page = 4096;
+    let ring = Ring::new(page);
+    let prog = compiled(&ring, 1, false);
+    let frame = udp([10, 1, 2, 3], 80, 10);
+    let fits = page as usize / (8 + record::SIZE).next_multiple_of(8);
+    for _ in 0..fits + 10 {
+        assert_eq!(prog.test_run(&frame).unwrap(), XDP_DROP as u32);
+    }
+    assert_eq!(ring.lost(), 10);
+    let mut reader = RingReader::new(&ring.ring).unwrap();
+    assert_eq!(reader.drain(|_| {}), fits);
+    // Rounds of a little more than half the ring: records run over its
+    // end, and are read whole (the data area is mapped twice).
+    for round in 0..6u8 {
+        let frame = udp([10, 1, 2, round], 80, 40 + usize::from(round));
+        for _ in 0..fits / 2 + 3 {
+            assert_eq!(prog.test_run(&frame).unwrap(), XDP_DROP as u32);
+        }
+        let mut n = 0;
+        reader.drain(|r| {
+            assert_eq!((u32_at(r, record::SLOT), u32_at(r, record::LEN) as usize), (1, frame.len()));
+            assert_eq!(&r[record::DATA..record::DATA + frame.len()], &frame[..], "round {round}");
+            n += 1;
+        });
+        assert_eq!(n, fits / 2 + 3, "round {round}");
+    }
+    assert_eq!(ring.lost(), 10);
+
+    // 1 in 4 at random: 2000 drops give about 500 (far from 2000 or 0).
+    let ring = Ring::new(1 << 20);
+    let prog = compiled(&ring, 4, false);
+    for _ in 0..2000 {
+        assert_eq!(prog.test_run(&frame).unwrap(), XDP_DROP as u32);
+    }
+    let n = RingReader::new(&ring.ring).unwrap().drain(|_| {});
+    assert!((350..=650).contains(&n), "{n} of 2000 sampled at 1 in 4");
+}
+
+#[test]
+fn without_sampling_the_program_has_no_sampling_instruction() {
+    use sluice_shield::program::{generate, Plan};
+    let file = parse_rules("t.rules", "drop udp dport 53\n", std::path::Path::new(".")).unwrap();
+    let plan = |sample| Plan {
+        rules: &file.rules,
+        addr_sets: vec![Vec::new()],
+        default_drop: true,
+        undecodable_drop: true,
+        v4mapped: false,
+        dry_run: false,
+        counters_fd: 3,
+        scratch_fd: 4,
+        sample,
+    };
+    // Helper calls: 7 prandom, 131-133 ringbuf, 189 xdp_load_bytes.
+    let calls = |insns: &[sluice_live::bpf::Insn]| -> Vec<i32> {
+        insns.iter().filter(|i| i.code == 0x85 && [7, 131, 132, 133, 189].contains(&i.imm)).map(|i| i.imm).collect()
+    };
+    let off = generate(&plan(None)).unwrap();
+    assert!(calls(&off).is_empty());
+    let on = generate(&plan(Some(SampleTap { ring_fd: 5, lost_fd: 6, rate: 1 }))).unwrap();
+    assert_eq!(calls(&on), [131, 189, 132, 133], "one sampling block, no random draw at 1 in 1");
+    let on = generate(&plan(Some(SampleTap { ring_fd: 5, lost_fd: 6, rate: 8 }))).unwrap();
+    assert_eq!(calls(&on)[0], 7);
+}
