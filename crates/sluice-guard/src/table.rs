@@ -397,15 +397,26 @@ impl ClientTable {
     /// before and its request rate over the last second is at most half of
     /// each request limit; else new (never seen, never served, or near a
     /// limit: an attacker's first allowed requests).
+    /// Its request rate is over half a limit (`request_rate` or
+    /// `request_burst`): an untracked address is not.
+    pub fn near_limit(&self, ip: IpAddr, now_ms: u64) -> bool {
+        let k = self.key(ip);
+        let s = lock(self.shard(k));
+        s.index.get(&k).is_some_and(|&i| self.near(&s.states[i as usize], now_ms))
+    }
+
+    fn near(&self, st: &ClientState, now_ms: u64) -> bool {
+        let rate = st.rate.rate(REQ, (now_ms / 125) as u32);
+        let l = &self.limits;
+        [l.request_rate, l.request_burst].into_iter().flatten().any(|max| rate * 2 > max)
+    }
+
     pub fn standing(&self, ip: IpAddr, now_ms: u64) -> Standing {
         let k = self.key(ip);
         let s = lock(self.shard(k));
         let Some(&i) = s.index.get(&k) else { return Standing::New };
         let st = &s.states[i as usize];
-        let rate = st.rate.rate(REQ, (now_ms / 125) as u32);
-        let l = &self.limits;
-        let near = [l.request_rate, l.request_burst].into_iter().flatten().any(|max| rate * 2 > max);
-        if st.served && !near {
+        if st.served && !self.near(st, now_ms) {
             Standing::Known
         } else {
             Standing::New
@@ -809,6 +820,28 @@ mod tests {
         // Requests and connections are counted apart.
         assert_eq!(t.on_request(a, 260), Ok(()));
         assert_eq!(t.on_hello(a, 1300), Ok(()), "a second later the window is clear");
+    }
+
+    /// Over half its request rate an address is near its limit (shed
+    /// first at `--max-connections`, and not known for the upstream queue);
+    /// under it, or unknown to the table, it is not.
+    #[test]
+    fn near_a_limit_is_over_half_of_it() {
+        let t = ClientTable::new(Limits { request_rate: Some(10), ..Limits::default() }, 16);
+        let (slow, fast) = (ip(1), ip(2));
+        assert!(!t.near_limit(slow, 0), "untracked");
+        t.on_accept(slow, 0);
+        t.on_accept(fast, 0);
+        for ms in [0, 200, 400] {
+            assert_eq!(t.on_request(slow, ms), Ok(()));
+        }
+        for ms in (0..6).map(|k| k * 100) {
+            assert_eq!(t.on_request(fast, ms), Ok(()));
+        }
+        assert!(!t.near_limit(slow, 600), "3 a second of 10");
+        assert!(t.near_limit(fast, 600), "6 a second of 10");
+        t.on_served(slow);
+        assert_eq!(t.standing(slow, 600), Standing::Known);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::frame::{HttpRefusal, RequestFramer};
 use crate::limits::Limit;
 use crate::outbuf::OutBuf;
 use crate::proxyproto::Parsed;
-use crate::table::{Admit, Standing};
+use crate::table::Admit;
 use crate::timeouts::ProgressWatch;
 use crate::tls::TlsConn;
 use crate::{BlockAction, Serve};
@@ -221,11 +221,11 @@ impl Worker<'_> {
                 } else {
                     c.waiting_since
                 }?;
-                // A known client (served, and well under its limits) goes
-                // last: a legitimate browser idles between requests far
-                // longer than an attacker under the rate does, so the
-                // oldest waiting alone would shed the real users first.
-                let known = c.served && table.standing(c.ip, now_ms) == Standing::Known;
+                // A connection served before whose client is well under its
+                // limits goes last: a legitimate browser idles between
+                // requests far longer than an attacker under the rate does,
+                // so the oldest waiting alone would shed the real users first.
+                let known = c.served && !table.near_limit(c.ip, now_ms);
                 Some(((known, since), i))
             })
             .collect();
