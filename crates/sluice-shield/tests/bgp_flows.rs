@@ -11,29 +11,15 @@
 //! Needs root (or CAP_BPF + CAP_PERFMON): skipped without unless
 //! `SLUICE_REQUIRE_LIVE=1` (CI), when it fails.
 
+mod common;
+use common::can_load;
 use sluice_bgp::flowspec::{Component, Family, Flow, NumericOp, PrefixMatch};
 use sluice_engine::flows::Placement;
-use sluice_live::LiveError;
 use sluice_rules::{parse_rules, Prefix};
 use sluice_shield::flows::{flow_rules, BgpRules, BLACKHOLE_RULE, BLACKHOLE_SET};
 use sluice_shield::program::{XDP_DROP, XDP_PASS};
-use sluice_shield::{Compiled, Options, ShieldError};
+use sluice_shield::{Compiled, Options};
 use std::net::IpAddr;
-
-/// Whether programs load here (the verifier refusing one is a bug of
-/// ours, never a skip).
-fn can_load() -> bool {
-    let file = parse_rules("probe", "", std::path::Path::new(".")).unwrap();
-    match Compiled::new(&file, &[], &Options::default()) {
-        Ok(_) => true,
-        Err(e @ ShieldError::Kernel(LiveError::XdpRefused { .. })) => panic!("{e}"),
-        Err(e) => {
-            assert!(std::env::var_os("SLUICE_REQUIRE_LIVE").is_none(), "SLUICE_REQUIRE_LIVE=1 but: {e}");
-            eprintln!("SKIPPED: cannot load BPF programs here: {e}");
-            false
-        }
-    }
-}
 
 /// Ethernet, then IPv4 or IPv6 from `src` to `dst`, then a UDP (17) or
 /// TCP (6) header to `dport`.

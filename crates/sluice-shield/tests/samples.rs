@@ -7,26 +7,14 @@
 //! Needs root (or CAP_BPF + CAP_PERFMON): skipped without unless
 //! `SLUICE_REQUIRE_LIVE=1` (CI), when it fails.
 
+mod common;
+use common::can_load;
 use sluice_live::bpf::{BpfMap, MapType};
 use sluice_live::ringbuf::RingReader;
-use sluice_live::LiveError;
 use sluice_rules::parse_rules;
 use sluice_shield::program::{record, SampleTap, XDP_DROP, XDP_PASS};
-use sluice_shield::{Compiled, Options, ShieldError};
+use sluice_shield::{Compiled, Options};
 use std::os::fd::AsRawFd;
-
-fn can_load() -> bool {
-    let file = parse_rules("probe", "", std::path::Path::new(".")).unwrap();
-    match Compiled::new(&file, &[], &Options::default()) {
-        Ok(_) => true,
-        Err(e @ ShieldError::Kernel(LiveError::XdpRefused { .. })) => panic!("{e}"),
-        Err(e) => {
-            assert!(std::env::var_os("SLUICE_REQUIRE_LIVE").is_none(), "SLUICE_REQUIRE_LIVE=1 but: {e}");
-            eprintln!("SKIPPED: cannot load BPF programs here: {e}");
-            false
-        }
-    }
-}
 
 /// An Ethernet + IPv4 + UDP frame from `src` to 192.0.2.1:`dport`, `pad`
 /// bytes of payload (each its index).

@@ -7,34 +7,20 @@
 //! Needs root (or CAP_BPF + CAP_PERFMON): skipped without unless
 //! `SLUICE_REQUIRE_LIVE=1` (CI), when it fails.
 
+mod common;
+use common::can_load;
 use proptest::prelude::*;
 use sluice_engine::{CompileOptions, RuleSet, Verdict};
 use sluice_live::bpf::{BpfMap, MapType};
-use sluice_live::LiveError;
 use sluice_rules::{parse_rules, Prefix};
 use sluice_shield::program::SampleTap;
 use sluice_shield::tables::Layout;
-use sluice_shield::{program::XDP_DROP, program::XDP_PASS, Compiled, Options, ShieldError};
+use sluice_shield::{program::XDP_DROP, program::XDP_PASS, Compiled, Options};
 use std::os::fd::AsRawFd;
 
 /// The fullest an exact table is built (`V4ExactSet` clamps there).
 const MAX_FILL: f64 = 0.9;
 use sluice_wire::LinkType;
-
-fn can_load() -> bool {
-    // An empty rule file: if even that cannot be loaded, we lack the rights.
-    let file = parse_rules("probe", "", std::path::Path::new(".")).unwrap();
-    match Compiled::new(&file, &[], &Options::default()) {
-        Ok(_) => true,
-        // The verifier's refusal is a bug of ours, never a reason to skip.
-        Err(e @ ShieldError::Kernel(LiveError::XdpRefused { .. })) => panic!("{e}"),
-        Err(e) => {
-            assert!(std::env::var_os("SLUICE_REQUIRE_LIVE").is_none(), "SLUICE_REQUIRE_LIVE=1 but: {e}");
-            eprintln!("SKIPPED: cannot load BPF programs here: {e}");
-            false
-        }
-    }
-}
 
 /// A seeded xorshift: a failing case prints its seed and reproduces.
 struct Rng(u64);
