@@ -253,6 +253,18 @@ pub(crate) fn guard(
 use sluice_bench::median;
 
 /// Every limit on, none reached: the accounting runs on every request.
+/// [`LIMITS`] in the peers' terms (nginx, HAProxy): every limit on, far
+/// above the load.
+pub(crate) const PEER_LIMITS: fronts::PeerLimits = fronts::PeerLimits {
+    request_rate: 60_000,
+    request_burst: 60_000,
+    connection_rate: 1000,
+    concurrent_connections: 1000,
+    header_timeout_ms: 5000,
+    line_len: 4096,
+    max_connections: 9000,
+};
+
 pub(crate) const LIMITS: [&str; 21] = [
     "--request-rate",
     "60000",
@@ -302,15 +314,7 @@ struct SizeFronts {
 impl SizeFronts {
     fn start(exe: &Path, a: &GuardBenchArgs, size: usize, upstream: &str, run: &Run) -> Result<SizeFronts> {
         let (threads, total) = (run.threads, run.total);
-        let peer_limits = fronts::PeerLimits {
-            request_rate: 60_000,
-            request_burst: 60_000,
-            connection_rate: 1000,
-            concurrent_connections: 1000,
-            header_timeout_ms: 5000,
-            line_len: 4096,
-            max_connections: 9000,
-        };
+        let peer_limits = PEER_LIMITS;
         let guarded = guard(exe, upstream, threads, total, &LIMITS)?;
         let depth = a.guard_pipeline.to_string();
         let pipelined = if a.guard_pipeline > 1 {

@@ -7,8 +7,8 @@
 //! repetition, one summary with the medians and the guard's ratios. The
 //! goal (1.2x both peers) is reported, not asserted.
 
-use crate::fronts::{self, PeerLimits};
-use crate::guard::{guard, serve, tls_flags, Killed, LIMITS};
+use crate::fronts;
+use crate::guard::{guard, serve, tls_flags, Killed, LIMITS, PEER_LIMITS};
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use sluice_bench::median;
@@ -18,21 +18,11 @@ use std::process::Command;
 
 use crate::guard::GuardBenchArgs;
 
-/// guard.rs's `LIMITS` (the guard's) in the peers' terms, as guard.rs
-/// gives them. h2load's connections all come from 127.0.0.1, so that one
-/// address carries the whole rate: 60,000 requests/s (the guard's largest
-/// `--request-rate`; it counts streams) is above what any front here
-/// serves, and a run that reached it would show refused requests in `failed`.
-const PEER_LIMITS: PeerLimits = PeerLimits {
-    request_rate: 60_000,
-    request_burst: 60_000,
-    connection_rate: 1000,
-    concurrent_connections: 1000,
-    header_timeout_ms: 5000,
-    line_len: 4096,
-    max_connections: 9000,
-};
-
+/// The peers' limits are guard.rs's [`PEER_LIMITS`]. h2load's connections
+/// all come from 127.0.0.1, so that one address carries the whole rate:
+/// 60,000 requests/s (the guard's largest `--request-rate`; it counts
+/// streams) is above what any front here serves, and a run that reached it
+/// would show refused requests in `failed`.
 /// The goal issue 59 sets: the guard's req/s at least this many times each peer's.
 const GOAL: f64 = 1.2;
 
