@@ -181,9 +181,39 @@ pub struct Delta {
     /// The base's elements, present when `deleted` is not empty: an address
     /// inside a deleted element may still be covered by another.
     base: Option<Arc<Elements>>,
+    /// Its number, unique in the process ([`Delta::id`]).
+    id: u64,
+    /// The delta its set published just before it, and the edits that lead
+    /// from that one to this (None when no list does: the first, or after
+    /// a flush or a merge).
+    since: Option<(u64, Vec<Edit>)>,
 }
 
+/// Numbers every delta published, process-wide (0 is none).
+static DELTA_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 impl Delta {
+    /// Its number, unique in the process: a reader that keeps its own copy
+    /// of the elements (the shield's kernel tables) knows by it which
+    /// delta it copied.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// When the set published this delta right after the one numbered
+    /// `prev`: how [`Delta::added_elements`] changed since, in order (true:
+    /// an element added, false: one removed). O(changes), where comparing
+    /// the two deltas' elements is O(elements).
+    pub fn added_since(&self, prev: u64) -> Option<impl Iterator<Item = (Prefix, bool)> + '_> {
+        let (from, edits) = self.since.as_ref()?;
+        (*from == prev).then(|| {
+            edits.iter().filter_map(|e| match *e {
+                Edit::Added(p, added) => Some((p, added)),
+                Edit::Deleted(..) => None,
+            })
+        })
+    }
+
     /// The elements added since the base was built.
     pub fn added_elements(&self) -> &Elements {
         &self.added
@@ -565,27 +595,32 @@ impl SetState {
     /// O(edits since the delta before the last) when no reader holds that
     /// one any more, else a copy of the delta.
     pub fn delta(&mut self) -> Option<Arc<Delta>> {
-        let new =
-            if self.added.is_empty() && self.deleted.is_empty() {
-                None
-            } else {
-                let base = if self.deleted.is_empty() { None } else { self.base.clone() };
-                let mut spare = self.spare.take();
-                let reused = match spare.as_mut().and_then(Arc::get_mut) {
-                    Some(d) => {
-                        // Only this state holds it: no reader can see it change.
-                        for &e in &self.journal {
-                            d.apply(e);
-                        }
-                        d.base = base.clone();
-                        spare
+        let new = if self.added.is_empty() && self.deleted.is_empty() {
+            None
+        } else {
+            let base = if self.deleted.is_empty() { None } else { self.base.clone() };
+            let id = DELTA_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // The edits since the delta published last lead from it to
+            // this one (`rebuilt` leaves none published: no list then).
+            let mut since = self.published.as_ref().map(|d| (d.id, self.journal[self.mark..].to_vec()));
+            let mut spare = self.spare.take();
+            let reused = match spare.as_mut().and_then(Arc::get_mut) {
+                Some(d) => {
+                    // Only this state holds it: no reader can see it change.
+                    for &e in &self.journal {
+                        d.apply(e);
                     }
-                    None => None,
-                };
-                Some(reused.unwrap_or_else(|| {
-                    Arc::new(Delta { added: self.added.clone(), deleted: self.deleted.clone(), base })
-                }))
+                    d.base = base.clone();
+                    d.id = id;
+                    d.since = since.take();
+                    spare
+                }
+                None => None,
             };
+            Some(reused.unwrap_or_else(|| {
+                Arc::new(Delta { added: self.added.clone(), deleted: self.deleted.clone(), base, id, since })
+            }))
+        };
         // The delta published until now becomes the spare; it lacks the
         // edits made since it was made.
         self.spare = std::mem::replace(&mut self.published, new.clone());
@@ -720,6 +755,29 @@ mod tests {
     }
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_delta_lists_the_edits_since_the_one_before_it() {
+        let mut s = SetState::new(Some(Elements::new()), 0, None);
+        s.add(p("10.0.0.1"), None, 0).unwrap();
+        let d1 = s.delta().unwrap();
+        assert!(d1.added_since(0).is_none(), "the first has no delta before it");
+        s.add(p("10.0.0.2"), None, 0).unwrap();
+        s.add(p("10.0.0.3"), None, 0).unwrap();
+        s.del(p("10.0.0.1")).unwrap();
+        let d2 = s.delta().unwrap();
+        let edits: Vec<(Prefix, bool)> = d2.added_since(d1.id()).unwrap().collect();
+        assert_eq!(edits, [(p("10.0.0.2"), true), (p("10.0.0.3"), true), (p("10.0.0.1"), false)]);
+        drop(d1);
+        // The third reuses the first's allocation; its list starts at the second.
+        s.add(p("10.0.0.4"), None, 0).unwrap();
+        let d3 = s.delta().unwrap();
+        assert!(d3.added_since(d2.id() + 1).is_none(), "not published after that one");
+        assert_eq!(d3.added_since(d2.id()).unwrap().collect::<Vec<_>>(), [(p("10.0.0.4"), true)]);
+        s.flush();
+        s.add(p("10.0.0.5"), None, 0).unwrap();
+        assert!(s.delta().unwrap().added_since(d3.id()).is_none(), "a flush leaves no list");
     }
 
     #[test]
@@ -891,6 +949,11 @@ mod tests {
             let mut running: Option<(u64, Vec<Prefix>)> = None;
             let addrs: Vec<IpAddr> = ips.iter().copied().chain(base.iter().map(|b| b.addr())).collect();
             let mut published = Vec::new();
+            // A reader's own copy of the added elements, kept as the shield's
+            // mirror keeps it: the edits since the delta it copied when they
+            // lead from there, else the elements whole.
+            let mut copy: HashSet<Prefix> = HashSet::new();
+            let mut copied: Option<u64> = None;
             for (k, op) in ops.into_iter().enumerate() {
                 match op {
                     Op::Add(p, t) => {
@@ -929,6 +992,18 @@ mod tests {
                     }
                 }
                 let delta = s.delta();
+                match (&delta, copied.and_then(|c| delta.as_ref()?.added_since(c))) {
+                    (_, Some(edits)) => {
+                        for (p, added) in edits {
+                            prop_assert!(if added { copy.insert(p) } else { copy.remove(&p) }, "edit {} {}", p, added);
+                        }
+                    }
+                    (Some(d), None) => copy = d.added_elements().iter().collect(),
+                    (None, None) => copy.clear(),
+                }
+                copied = delta.as_ref().map(|d| d.id());
+                let want: HashSet<Prefix> = delta.as_ref().map(|d| d.added_elements().iter().collect()).unwrap_or_default();
+                prop_assert_eq!(&copy, &want, "the copy kept by edits");
                 for &a in &addrs {
                     let base_hit = tables.iter().any(|t| t.contains(a));
                     let got = delta.as_ref().map_or(base_hit, |d| d.matches(base_hit, a));

@@ -33,6 +33,7 @@ const BPF_MAP_CREATE: i32 = 0;
 const BPF_MAP_LOOKUP_ELEM: i32 = 1;
 const BPF_MAP_UPDATE_ELEM: i32 = 2;
 const BPF_MAP_DELETE_ELEM: i32 = 3;
+const BPF_MAP_GET_NEXT_KEY: i32 = 4;
 const BPF_PROG_LOAD: i32 = 5;
 const BPF_OBJ_PIN: i32 = 6;
 const BPF_OBJ_GET: i32 = 7;
@@ -597,14 +598,42 @@ impl BpfMap {
 
     /// Deletes `key` (absent: fine).
     pub fn delete(&self, key: &[u8]) -> Result<()> {
+        self.remove(key).map(drop)
+    }
+
+    /// Deletes `key`: whether it was there.
+    pub fn remove(&self, key: &[u8]) -> Result<bool> {
         self.check_sizes(key, self.value_len())?;
         let mut attr =
             MapElemAttr { map_fd: self.fd.as_raw_fd() as u32, key: key.as_ptr() as u64, ..Default::default() };
         // SAFETY: `key` is live and `key_size` bytes long.
         match unsafe { sys_bpf(BPF_MAP_DELETE_ELEM, &mut attr) } {
-            Ok(_) => Ok(()),
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+            Ok(_) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
             Err(e) => Err(LiveError::io("BPF_MAP_DELETE_ELEM", NEEDS_BPF, e)),
+        }
+    }
+
+    /// Every key, in the map's own order (`BPF_MAP_GET_NEXT_KEY`, one call
+    /// per key: for maps that are small, or read rarely).
+    pub fn keys(&self) -> Result<Vec<Vec<u8>>> {
+        let size = self.key_size as usize;
+        let mut out: Vec<Vec<u8>> = Vec::new();
+        loop {
+            let mut next = vec![0u8; size];
+            let mut attr = MapElemAttr {
+                map_fd: self.fd.as_raw_fd() as u32,
+                // No key: the first.
+                key: out.last().map_or(0, |k| k.as_ptr() as u64),
+                value: next.as_mut_ptr() as u64,
+                ..Default::default()
+            };
+            // SAFETY: the key (when given) and `next` are live and `key_size` bytes long.
+            match unsafe { sys_bpf(BPF_MAP_GET_NEXT_KEY, &mut attr) } {
+                Ok(_) => out.push(next),
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(out),
+                Err(e) => return Err(LiveError::io("BPF_MAP_GET_NEXT_KEY", NEEDS_BPF, e)),
+            }
         }
     }
 
@@ -691,12 +720,49 @@ pub struct MappedArray {
 // SAFETY: the mapping is plain shared memory owned by this value; the kernel
 // side only reads it concurrently (as it reads any map value).
 unsafe impl Send for MappedArray {}
+// SAFETY: through `&self` the mapping is reached only by atomics
+// (`atomic_u8` ...); plain writes need `&mut self`.
+unsafe impl Sync for MappedArray {}
 
 impl MappedArray {
     /// The values as bytes.
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: `ptr` maps `len` writable bytes for as long as `self` lives.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+
+    /// The mapping's length in bytes (whole pages).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it maps nothing (never: a mapping is at least a page).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The byte at `at`, to change while a program reads the map: a store
+    /// through it is one store the program sees whole, in the order the
+    /// orderings given say (the program's loads are plain loads).
+    pub fn atomic_u8(&self, at: usize) -> &std::sync::atomic::AtomicU8 {
+        assert!(at < self.len, "byte {at} of a {}-byte mapping", self.len);
+        // SAFETY: in bounds (checked), any alignment, and the mapping lives
+        // as long as the borrow; every access from this side is atomic.
+        unsafe { std::sync::atomic::AtomicU8::from_ptr(self.ptr.add(at)) }
+    }
+
+    /// The 4-byte word at `at` (4-aligned), as [`MappedArray::atomic_u8`].
+    pub fn atomic_u32(&self, at: usize) -> &std::sync::atomic::AtomicU32 {
+        assert!(at.is_multiple_of(4) && at + 4 <= self.len, "word {at} of a {}-byte mapping", self.len);
+        // SAFETY: in bounds and aligned (checked; the mapping is page-aligned).
+        unsafe { std::sync::atomic::AtomicU32::from_ptr(self.ptr.add(at).cast()) }
+    }
+
+    /// The 8-byte word at `at` (8-aligned), as [`MappedArray::atomic_u8`].
+    pub fn atomic_u64(&self, at: usize) -> &std::sync::atomic::AtomicU64 {
+        assert!(at.is_multiple_of(8) && at + 8 <= self.len, "word {at} of a {}-byte mapping", self.len);
+        // SAFETY: in bounds and aligned (checked; the mapping is page-aligned).
+        unsafe { std::sync::atomic::AtomicU64::from_ptr(self.ptr.add(at).cast()) }
     }
 }
 

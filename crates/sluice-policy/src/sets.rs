@@ -251,7 +251,10 @@ impl RuntimeSets {
         base_of: &BaseOf<'_>,
     ) -> Result<usize, CtlError> {
         // Presence after the lines so far, where a line changed it.
-        let mut overlay: HashMap<(usize, Prefix), bool> = HashMap::new();
+        // foldhash, seeded per process as the engine's element sets are:
+        // SipHash was a tenth of a large batch's time.
+        let mut overlay: HashMap<(usize, Prefix), bool, foldhash::fast::RandomState> =
+            HashMap::with_capacity_and_hasher(batch.len(), foldhash::fast::RandomState::default());
         let mut emptied: BTreeSet<usize> = BTreeSet::new();
         // Elements held after the lines so far, per set a line changed.
         let mut sizes: HashMap<usize, usize> = HashMap::new();

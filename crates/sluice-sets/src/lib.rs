@@ -33,6 +33,9 @@ pub use exact::{
     V6_SLOTS,
 };
 pub use hash::Hasher;
+/// The first multiplier of [`Hasher::hash32`] ([`ExactLayout::mul`]), for
+/// a reader that computes the hash itself (the shield's kernel program).
+pub const HASH_MUL: u64 = hash::C0;
 pub use persist::PersistError;
 pub use prefix::V4PrefixSet;
 pub use prefix6::V6PrefixSet;

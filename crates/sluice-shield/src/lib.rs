@@ -187,7 +187,7 @@ impl Compiled {
                         Some(i) => i,
                         None if *s == blackholes => {
                             dynamic.push((flows::BLACKHOLE_SET.to_owned(), codes.len()));
-                            codes.push(SetCode::dynamic(DEFAULT_MAXELEM, &format!("s{s}"))?);
+                            codes.push(SetCode::dynamic(DEFAULT_MAXELEM, &format!("s{s}"), layout)?);
                             named[*s] = Some(codes.len() - 1);
                             codes.len() - 1
                         }
@@ -196,7 +196,7 @@ impl Compiled {
                             codes.push(match file.sets[*s].source {
                                 SetSource::Dynamic { maxelem, .. } => {
                                     dynamic.push((file.sets[*s].name.clone(), codes.len()));
-                                    SetCode::dynamic(maxelem.unwrap_or(DEFAULT_MAXELEM), &name)?
+                                    SetCode::dynamic(maxelem.unwrap_or(DEFAULT_MAXELEM), &name, layout)?
                                 }
                                 _ => SetCode::new(&sets[*s], &name, layout)?,
                             });

@@ -79,6 +79,11 @@ pub struct BgpMirror {
     in_program: Vec<Rule>,
     /// The blackholes in the tries of the program in force.
     blackholes: HashSet<Prefix>,
+    /// Whether `wanted` may hold other blackholes than `blackholes` (a new
+    /// table, or a new program's empty tables): otherwise a sync skips the
+    /// set difference, O(routes), that most publications (a `ctl add`)
+    /// have no need of.
+    stale: bool,
     pub shown: Arc<Mutex<BgpShown>>,
 }
 
@@ -90,6 +95,7 @@ impl BgpMirror {
             wanted: KernelFlows { placement, ..KernelFlows::default() },
             in_program: Vec::new(),
             blackholes: HashSet::new(),
+            stale: true,
             shown: Arc::default(),
         }
     }
@@ -106,6 +112,7 @@ impl BgpMirror {
             return false;
         }
         self.seen = table.cloned();
+        self.stale = true;
         let known = std::mem::take(&mut self.wanted.refused_texts);
         self.wanted = KernelFlows::of(table.map(Arc::as_ref), self.placement, &known);
         let mut shown = self.shown.lock().unwrap_or_else(PoisonError::into_inner);
@@ -115,6 +122,9 @@ impl BgpMirror {
 
     /// The blackhole set of `compiled` brought to the table's routes.
     fn sync_blackholes(&mut self, compiled: &Compiled) {
+        if !std::mem::take(&mut self.stale) {
+            return;
+        }
         let Some((_, maps)) = compiled.dynamic_sets().find(|(n, _)| *n == BLACKHOLE_SET) else { return };
         for p in self.blackholes.difference(&self.wanted.blackholes) {
             if let Err(e) = maps.remove(p) {
@@ -139,11 +149,19 @@ impl BgpMirror {
     }
 }
 
+/// A set's elements, to compare (foldhash: SipHash cost as much as the
+/// kernel write).
+type Elems = HashSet<Prefix, foldhash::fast::RandomState>;
+
 /// What the kernel holds of each dynamic set, as last written.
 pub struct Mirror {
     kernel: Arc<Mutex<Kernel>>,
     rebuild: Rebuild,
-    mirrored: HashMap<String, HashSet<Prefix>>,
+    /// Per set, the delta ([`sluice_engine::dynamic::Delta::id`]; 0: none)
+    /// its tables were last brought to: the next is written as the edits
+    /// since that one when it lists them (O(changes)), else as the
+    /// difference from what the tables hold.
+    copied: HashMap<String, u64>,
     /// The id ([`RuleSet::id`]) of the rules the program was built from.
     rules_id: u64,
     bgp: Option<BgpMirror>,
@@ -153,7 +171,7 @@ impl Mirror {
     /// A mirror of `kernel`'s dynamic sets, whose program holds the rules
     /// of id `rules_id`; `rebuild` compiles a reload's.
     pub fn new(kernel: Arc<Mutex<Kernel>>, rules_id: u64, rebuild: Rebuild) -> Mirror {
-        Mirror { kernel, rebuild, mirrored: HashMap::new(), rules_id, bgp: None }
+        Mirror { kernel, rebuild, copied: HashMap::new(), rules_id, bgp: None }
     }
 
     /// The same mirroring a BGP feed's tables too.
@@ -163,9 +181,11 @@ impl Mirror {
     }
 
     /// Brings the kernel to `rules`: a new program when they were reloaded,
-    /// then every dynamic set's tries to their elements. O(elements) per
-    /// call (a set difference); a kernel that refuses an element (a set
-    /// past its maxelem) is logged and the rest go on.
+    /// then every dynamic set's tables to their elements: nothing for a set
+    /// whose delta is the one last written, its edits since then when the
+    /// delta lists them (O(changes)), else a set difference (O(elements):
+    /// after a flush, or a new program). A kernel that refuses an element
+    /// (a set past its maxelem) is logged and the rest go on.
     pub fn sync(&mut self, rules: &RuleSet, why: Publication) {
         let kernel = Arc::clone(&self.kernel);
         let mut k = kernel.lock().unwrap_or_else(PoisonError::into_inner);
@@ -214,9 +234,12 @@ impl Mirror {
         };
         // The new program's dynamic sets (the BGP blackholes too), filled
         // before it sees a packet.
-        let before = std::mem::take(&mut self.mirrored);
+        let copied_before = std::mem::take(&mut self.copied);
         self.sync_sets(&new, rules);
-        let blackholes_before = self.bgp.as_mut().map(|b| std::mem::take(&mut b.blackholes));
+        let blackholes_before = self.bgp.as_mut().map(|b| {
+            b.stale = true;
+            std::mem::take(&mut b.blackholes)
+        });
         if let Some(b) = &mut self.bgp {
             b.sync_blackholes(&new);
         }
@@ -228,9 +251,11 @@ impl Mirror {
             for l in &k.links {
                 let _ = l.update(k.compiled.program());
             }
-            self.mirrored = before;
+            self.copied = copied_before;
             if let (Some(b), Some(held)) = (&mut self.bgp, blackholes_before) {
                 b.blackholes = held;
+                // The old program's tables may still lack the new table's routes.
+                b.stale = true;
             }
             return;
         }
@@ -247,19 +272,50 @@ impl Mirror {
     fn sync_sets(&mut self, compiled: &Compiled, rules: &RuleSet) {
         for (name, maps) in compiled.dynamic_sets() {
             let Some(i) = rules.named_index(name) else { continue };
-            let now: HashSet<Prefix> = rules.delta(i).map(|d| d.added_elements().iter().collect()).unwrap_or_default();
-            let old = self.mirrored.entry(name.to_owned()).or_default();
-            for p in old.difference(&now) {
-                if let Err(e) = maps.remove(p) {
-                    tracing::error!("set `{name}`: the kernel kept {p}: {e}");
+            let delta = rules.delta(i);
+            // 0: no delta (the set empty); delta ids start at 1.
+            let current = delta.map_or(0, |d| d.id());
+            let last = self.copied.get(name).copied();
+            if last == Some(current) {
+                continue;
+            }
+            let edits = last.and_then(|l| delta?.added_since(l));
+            match edits {
+                Some(edits) => {
+                    for (p, added) in edits {
+                        let done = if added { maps.insert(&p) } else { maps.remove(&p) };
+                        if let Err(e) = done {
+                            let what = if added { "refused" } else { "kept" };
+                            tracing::error!("set `{name}`: the kernel {what} {p}: {e}");
+                        }
+                    }
+                }
+                None => {
+                    // What the kernel holds, read back (the mirror keeps no
+                    // copy: that cost as much as the writes), against what
+                    // it should: only the difference is written, so an
+                    // element in both is never absent meanwhile.
+                    let old: Elems = match maps.elements() {
+                        Ok(e) => e.into_iter().collect(),
+                        Err(e) => {
+                            tracing::error!("set `{name}`: reading its kernel tables: {e}; left as they are");
+                            continue;
+                        }
+                    };
+                    let now: Elems = delta.map(|d| d.added_elements().iter().collect()).unwrap_or_default();
+                    for p in old.difference(&now) {
+                        if let Err(e) = maps.remove(p) {
+                            tracing::error!("set `{name}`: the kernel kept {p}: {e}");
+                        }
+                    }
+                    for p in now.difference(&old) {
+                        if let Err(e) = maps.insert(p) {
+                            tracing::error!("set `{name}`: the kernel refused {p}: {e}");
+                        }
+                    }
                 }
             }
-            for p in now.difference(old) {
-                if let Err(e) = maps.insert(p) {
-                    tracing::error!("set `{name}`: the kernel refused {p}: {e}");
-                }
-            }
-            *old = now;
+            self.copied.insert(name.to_owned(), current);
         }
     }
 }

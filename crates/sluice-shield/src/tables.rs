@@ -21,9 +21,10 @@
 
 use crate::asm::{Alu, Asm, Cond, Label, Size, FP, R0, R1, R2, R3, R4, R5, R7, R8, R9};
 use crate::program::KEY_SLOT;
-use sluice_live::bpf::{BpfMap, MapType, BPF_F_MMAPABLE};
+use sluice_live::bpf::{BpfMap, MapType, MappedArray, BPF_F_MMAPABLE};
 use sluice_live::LiveError;
 use sluice_sets::{ExactLayout, Hasher, V4ExactSet, V4PrefixSet, V6ExactSet, V4_SLOTS, V6_SLOTS};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Sets of at most this many prefixes are compares in the program.
 pub const INLINE_MAX: usize = 16;
@@ -37,6 +38,8 @@ pub struct SetCode {
     /// A mostly-/128 IPv6 part's /128s, in the exact table.
     pub v6_hosts: Option<V6Exact>,
     pub v6: V6Code,
+    /// A dynamic set's IPv4 hosts (its other elements are in the tries).
+    pub dyn_hosts: Option<DynHosts>,
 }
 
 /// Where sets' hosts go (the default: the exact table, filled to
@@ -54,6 +57,9 @@ pub struct Layout {
     /// Load the key bucket's first word before comparing the tags, so its
     /// cache miss overlaps the tag record's (see [`V4Exact::emit`]).
     pub early_keys: bool,
+    /// A dynamic set's host table's buckets (None: [`DynHosts::buckets_for`]
+    /// its maxelem); the tests make it small to fill buckets into the trie.
+    pub dyn_buckets: Option<usize>,
 }
 
 /// The kernel's exact tables' most fill: fuller than the engine's (0.5),
@@ -68,7 +74,7 @@ pub const KERNEL_MAX_LOAD: f64 = 0.75;
 
 impl Default for Layout {
     fn default() -> Self {
-        Layout { exact_hosts: true, max_load: KERNEL_MAX_LOAD, early_keys: true }
+        Layout { exact_hosts: true, max_load: KERNEL_MAX_LOAD, early_keys: true, dyn_buckets: None }
     }
 }
 
@@ -244,9 +250,9 @@ pub enum V4Code {
     Inline(Vec<(u32, u8)>),
     /// The engine's two-level prefix table in two array maps.
     Table(V4Table),
-    /// A dynamic set's elements, changed at runtime (`sluice ctl`, feeds):
-    /// an LPM trie, one lookup of the address.
-    Dynamic(BpfMap),
+    /// A dynamic set's elements that are not in its host table ([`DynHosts`]):
+    /// an LPM trie, looked up only while it holds any.
+    Dynamic(Trie),
 }
 
 /// How the program tests an IPv6 address (its two halves as loaded from
@@ -257,8 +263,9 @@ pub enum V4Code {
 pub enum V6Code {
     Inline(Vec<(u128, u8)>),
     Hashed(Vec<(u8, BpfMap)>),
-    /// A dynamic set's IPv6 elements: an LPM trie.
-    Dynamic(BpfMap),
+    /// A dynamic set's IPv6 elements: an LPM trie, looked up only while it
+    /// holds any.
+    Dynamic(Trie),
 }
 
 /// An LPM trie key: prefix length, then the address in network order.
@@ -272,28 +279,253 @@ fn lpm_key(p: &sluice_rules::Prefix) -> Vec<u8> {
     key
 }
 
-/// A dynamic set's two tries, which the runtime changes are written to.
+/// A dynamic set's trie of one family, and the word of the set's count
+/// map that holds how many elements it has: the program skips the trie's
+/// lookup (hundreds of ns) while that is 0, which it is for a set of
+/// addresses that all fit its host table.
+pub struct Trie {
+    map: BpfMap,
+    counts: std::sync::Arc<Counts>,
+    /// The word's index in the count map (0: IPv4, 1: IPv6).
+    word: usize,
+}
+
+/// A dynamic set's count map: one record of two words, the IPv4 and the
+/// IPv6 trie's elements, written through its mapping.
+pub struct Counts {
+    map: BpfMap,
+    mapped: MappedArray,
+}
+
+impl Counts {
+    fn new(name: &str) -> Result<Counts, LiveError> {
+        let map = BpfMap::new(MapType::Array, 4, 16, 1, BPF_F_MMAPABLE, &format!("{name}_dn"))?;
+        let mapped = map.mmap()?;
+        Ok(Counts { map, mapped })
+    }
+
+    fn word(&self, i: usize) -> &AtomicU64 {
+        self.mapped.atomic_u64(8 * i)
+    }
+}
+
+impl Trie {
+    fn new(
+        key_bytes: u32,
+        maxelem: u32,
+        counts: &std::sync::Arc<Counts>,
+        word: usize,
+        name: &str,
+    ) -> Result<Trie, LiveError> {
+        use sluice_live::bpf::BPF_F_NO_PREALLOC;
+        let map = BpfMap::new(MapType::LpmTrie, key_bytes, 1, maxelem.max(1), BPF_F_NO_PREALLOC, name)?;
+        Ok(Trie { map, counts: std::sync::Arc::clone(counts), word })
+    }
+
+    /// How many elements it holds, as the program reads it.
+    pub fn len(&self) -> u64 {
+        self.counts.word(self.word).load(Ordering::Relaxed)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn insert(&self, p: &sluice_rules::Prefix) -> Result<(), LiveError> {
+        self.map.update(&lpm_key(p), &[1])?;
+        // After the element: a program that reads the new count finds it.
+        // (An element written twice counts twice: the count may only be
+        // high, which costs a lookup, never low, which would miss one.)
+        self.counts.word(self.word).fetch_add(1, Ordering::Release);
+        Ok(())
+    }
+
+    fn remove(&self, p: &sluice_rules::Prefix) -> Result<(), LiveError> {
+        if self.map.remove(&lpm_key(p))? {
+            let w = self.counts.word(self.word);
+            // Never below 0 (see `insert`).
+            let _ = w.fetch_update(Ordering::Release, Ordering::Relaxed, |n| n.checked_sub(1));
+        }
+        Ok(())
+    }
+
+    /// Its elements, read from the kernel (a call per element).
+    fn elements(&self) -> Result<Vec<sluice_rules::Prefix>, LiveError> {
+        Ok(self.map.keys()?.iter().filter_map(|k| prefix_of_lpm_key(k)).collect())
+    }
+
+    /// Jumps to `miss` when the trie is empty; falls through otherwise.
+    /// Clobbers R0-R5.
+    fn emit_gate(&self, a: &mut Asm, miss: Label) {
+        use std::os::fd::AsRawFd;
+        a.st_imm(Size::W, FP, KEY_SLOT, 0);
+        a.lookup(self.counts.map.as_raw_fd(), KEY_SLOT);
+        a.jmp_imm(Cond::Eq, R0, 0, miss);
+        a.ldx(Size::DW, R1, R0, 8 * self.word as i16);
+        a.jmp_imm(Cond::Eq, R1, 0, miss);
+    }
+}
+
+/// A dynamic set's IPv4 hosts: an exact table as [`V4Exact`]'s, empty when
+/// made and written element by element through its mappings, so a
+/// runtime add is two stores (not a `bpf()` call and a trie insert). Its
+/// lookup reads the home bucket only: a host whose home bucket is full goes
+/// to the trie instead, as does every prefix that is not a /32 (at the
+/// table's half fill, rare: see [`DynHosts::buckets_for`]).
+///
+/// One writer at a time (the mirror, under the kernel's lock); the program
+/// reads meanwhile. An add stores the key, then the tag (release): a
+/// program that sees the tag sees the key. A removal clears the tag; its
+/// key stays until the slot is reused, and a reader that saw the old tag
+/// and then a new key compares unequal (the removed address is passed,
+/// which it would be a moment later anyway).
+pub struct DynHosts {
+    exact: V4Exact,
+    tags: MappedArray,
+    keys: MappedArray,
+    hasher: Hasher,
+}
+
+/// The most buckets a dynamic set's host table takes (20 MiB of kernel
+/// memory, 4M slots): beyond it a set's further hosts go to its trie.
+pub const DYN_MAX_BUCKETS: usize = 1 << 18;
+
+impl DynHosts {
+    /// Buckets for `maxelem` hosts at half fill (the engine's own fill:
+    /// a home bucket of 16 slots then holds 8 on average, and overflows
+    /// for about 1 host in 1,000), a power of two, at least 64.
+    pub fn buckets_for(maxelem: u32) -> usize {
+        (maxelem as usize).div_ceil(V4_SLOTS / 2).next_power_of_two().clamp(64, DYN_MAX_BUCKETS)
+    }
+
+    fn new(buckets: usize, name: &str) -> Result<DynHosts, LiveError> {
+        let hasher = Hasher::random();
+        let (k0, k1) = hasher.keys();
+        let bits = buckets.trailing_zeros();
+        let layout = ExactLayout {
+            buckets,
+            k0,
+            k1,
+            mul: sluice_sets::HASH_MUL,
+            mul_hi: 0,
+            shift: 64 - bits,
+            mask: (buckets - 1) as u32,
+            // The home bucket alone (full ones spill to the trie).
+            longest_probe: 1,
+        };
+        let n = buckets as u32;
+        let bucket = (V4_SLOTS * KEY_BYTES) as u32;
+        let tags = BpfMap::new(MapType::Array, 4, V4_SLOTS as u32, n, BPF_F_MMAPABLE, &format!("{name}_dxt"))?;
+        let keys = BpfMap::new(MapType::Array, 4, bucket, n, BPF_F_MMAPABLE, &format!("{name}_dxk"))?;
+        let (tm, km) = (tags.mmap()?, keys.mmap()?);
+        let exact = V4Exact { tags, keys, layout, hosts: 0, early_keys: true };
+        Ok(DynHosts { exact, tags: tm, keys: km, hasher })
+    }
+
+    /// The home bucket and tag of `addr`, as the program computes them.
+    fn place(&self, addr: u32) -> (usize, u8) {
+        let l = &self.exact.layout;
+        let h = self.hasher.hash32(addr);
+        let tag = (h >> 32) as u8;
+        (((h >> l.shift) as usize) & l.mask as usize, tag.max(1))
+    }
+
+    /// The slot of `addr` in bucket `b`, if it is there.
+    fn find(&self, b: usize, tag: u8, addr: u32) -> Option<usize> {
+        (0..V4_SLOTS).find(|&s| {
+            self.tags.atomic_u8(b * V4_SLOTS + s).load(Ordering::Relaxed) == tag
+                && self.keys.atomic_u32((b * V4_SLOTS + s) * KEY_BYTES).load(Ordering::Relaxed) == addr
+        })
+    }
+
+    /// Adds `addr`: false when its home bucket is full (it belongs in the
+    /// trie then). Adding a present host changes nothing.
+    pub fn insert(&self, addr: u32) -> bool {
+        let (b, tag) = self.place(addr);
+        if self.find(b, tag, addr).is_some() {
+            return true;
+        }
+        let free = (0..V4_SLOTS).find(|&s| self.tags.atomic_u8(b * V4_SLOTS + s).load(Ordering::Relaxed) == 0);
+        let Some(s) = free else { return false };
+        let slot = b * V4_SLOTS + s;
+        self.keys.atomic_u32(slot * KEY_BYTES).store(addr, Ordering::Relaxed);
+        self.tags.atomic_u8(slot).store(tag, Ordering::Release);
+        true
+    }
+
+    /// Removes `addr`: false when it is not in the table (it may be in
+    /// the trie).
+    pub fn remove(&self, addr: u32) -> bool {
+        let (b, tag) = self.place(addr);
+        let Some(s) = self.find(b, tag, addr) else { return false };
+        self.tags.atomic_u8(b * V4_SLOTS + s).store(0, Ordering::Release);
+        true
+    }
+
+    /// Kernel memory its maps take, in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.exact.bytes()
+    }
+
+    /// Every host it holds: a scan of its tags (O(slots), read in place).
+    fn hosts(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.exact.layout.buckets * V4_SLOTS)
+            .filter(|&slot| self.tags.atomic_u8(slot).load(Ordering::Relaxed) != 0)
+            .map(|slot| self.keys.atomic_u32(slot * KEY_BYTES).load(Ordering::Relaxed))
+    }
+}
+
+/// A dynamic set's tables, which the runtime changes are written to: the
+/// IPv4 hosts' table, then the tries.
 pub struct DynamicMaps<'a> {
-    v4: &'a BpfMap,
-    v6: &'a BpfMap,
+    hosts: &'a DynHosts,
+    v4: &'a Trie,
+    v6: &'a Trie,
 }
 
 impl DynamicMaps<'_> {
-    /// Adds `p` (the kernel refuses beyond the set's maxelem: E2BIG).
+    /// Adds `p` (the kernel's trie refuses beyond the set's maxelem: E2BIG).
     pub fn insert(&self, p: &sluice_rules::Prefix) -> Result<(), LiveError> {
-        self.map_of(p).update(&lpm_key(p), &[1])
+        match *p {
+            sluice_rules::Prefix::V4 { addr, len: 32 } if self.hosts.insert(addr) => Ok(()),
+            sluice_rules::Prefix::V4 { .. } => self.v4.insert(p),
+            sluice_rules::Prefix::V6 { .. } => self.v6.insert(p),
+        }
     }
 
     /// Removes exactly `p`.
     pub fn remove(&self, p: &sluice_rules::Prefix) -> Result<(), LiveError> {
-        self.map_of(p).delete(&lpm_key(p))
+        match *p {
+            sluice_rules::Prefix::V4 { addr, len: 32 } if self.hosts.remove(addr) => Ok(()),
+            sluice_rules::Prefix::V4 { .. } => self.v4.remove(p),
+            sluice_rules::Prefix::V6 { .. } => self.v6.remove(p),
+        }
     }
 
-    fn map_of(&self, p: &sluice_rules::Prefix) -> &BpfMap {
-        match p {
-            sluice_rules::Prefix::V4 { .. } => self.v4,
-            sluice_rules::Prefix::V6 { .. } => self.v6,
-        }
+    /// Every element the kernel holds (the host table scanned, the tries
+    /// read a call per element): what a writer that keeps no copy of its
+    /// own compares a new set of elements with.
+    pub fn elements(&self) -> Result<Vec<sluice_rules::Prefix>, LiveError> {
+        let mut all: Vec<sluice_rules::Prefix> =
+            self.hosts.hosts().map(|addr| sluice_rules::Prefix::V4 { addr, len: 32 }).collect();
+        all.extend(self.v4.elements()?);
+        all.extend(self.v6.elements()?);
+        Ok(all)
+    }
+
+    /// Elements in the tries (the rest are in the host table).
+    pub fn in_tries(&self) -> (u64, u64) {
+        (self.v4.len(), self.v6.len())
+    }
+}
+
+/// The prefix an LPM trie key of [`lpm_key`]'s holds.
+fn prefix_of_lpm_key(k: &[u8]) -> Option<sluice_rules::Prefix> {
+    let len = u8::try_from(u32::from_ne_bytes(k.get(..4)?.try_into().ok()?)).ok()?;
+    match k.len() {
+        8 => Some(sluice_rules::Prefix::V4 { addr: u32::from_be_bytes(k[4..8].try_into().ok()?), len }),
+        20 => Some(sluice_rules::Prefix::V6 { addr: u128::from_be_bytes(k[4..20].try_into().ok()?), len }),
+        _ => None,
     }
 }
 
@@ -365,7 +597,9 @@ impl V6Code {
                 }
                 a.ja(miss);
             }
-            V6Code::Dynamic(map) => {
+            V6Code::Dynamic(trie) => {
+                trie.emit_gate(a, miss);
+                let map = &trie.map;
                 a.st_imm(Size::W, FP, LPM_KEY, 128);
                 // The address's 16 bytes in four 4-byte stores (the key is
                 // not 8-byte aligned past its length).
@@ -605,21 +839,31 @@ impl SetCode {
             v6_hosts = Some(V6Exact::new(&hosts6, layout, name)?);
             v6.retain(|p| p.1 != 128);
         }
-        Ok(SetCode { v4_hosts, v4, v6_hosts, v6: V6Code::new(&v6, name)? })
+        Ok(SetCode { v4_hosts, v4, v6_hosts, v6: V6Code::new(&v6, name)?, dyn_hosts: None })
     }
 
-    /// A dynamic set: empty tries of at most `maxelem` elements per family.
-    pub fn dynamic(maxelem: u32, name: &str) -> Result<SetCode, LiveError> {
-        use sluice_live::bpf::BPF_F_NO_PREALLOC;
-        let v4 = BpfMap::new(MapType::LpmTrie, 8, 1, maxelem.max(1), BPF_F_NO_PREALLOC, &format!("{name}_d4"))?;
-        let v6 = BpfMap::new(MapType::LpmTrie, 20, 1, maxelem.max(1), BPF_F_NO_PREALLOC, &format!("{name}_d6"))?;
-        Ok(SetCode { v4_hosts: None, v4: V4Code::Dynamic(v4), v6_hosts: None, v6: V6Code::Dynamic(v6) })
+    /// A dynamic set: an empty host table for `maxelem` IPv4 hosts and
+    /// empty tries of at most `maxelem` elements per family.
+    pub fn dynamic(maxelem: u32, name: &str, layout: &Layout) -> Result<SetCode, LiveError> {
+        let counts = std::sync::Arc::new(Counts::new(name)?);
+        let v4 = Trie::new(8, maxelem, &counts, 0, &format!("{name}_d4"))?;
+        let v6 = Trie::new(20, maxelem, &counts, 1, &format!("{name}_d6"))?;
+        let buckets =
+            layout.dyn_buckets.map_or_else(|| DynHosts::buckets_for(maxelem), |b| b.next_power_of_two().max(2));
+        let hosts = DynHosts::new(buckets, name)?;
+        Ok(SetCode {
+            v4_hosts: None,
+            v4: V4Code::Dynamic(v4),
+            v6_hosts: None,
+            v6: V6Code::Dynamic(v6),
+            dyn_hosts: Some(hosts),
+        })
     }
 
-    /// A dynamic set's tries (None for any other set).
+    /// A dynamic set's tables (None for any other set).
     pub fn dynamic_maps(&self) -> Option<DynamicMaps<'_>> {
-        match (&self.v4, &self.v6) {
-            (V4Code::Dynamic(v4), V6Code::Dynamic(v6)) => Some(DynamicMaps { v4, v6 }),
+        match (&self.dyn_hosts, &self.v4, &self.v6) {
+            (Some(hosts), V4Code::Dynamic(v4), V6Code::Dynamic(v6)) => Some(DynamicMaps { hosts, v4, v6 }),
             _ => None,
         }
     }
@@ -631,6 +875,7 @@ impl SetCode {
             V4Code::Inline(_) | V4Code::Dynamic(_) => 0,
         };
         v4 + self.v4_hosts.as_ref().map_or(0, V4Exact::bytes)
+            + self.dyn_hosts.as_ref().map_or(0, DynHosts::bytes)
             + self.v6_hosts.as_ref().map_or(0, V6Exact::bytes)
             + self.v6.bytes()
     }
@@ -649,7 +894,8 @@ impl SetCode {
     /// Jumps to `hit` when the address in `R9` is in the set, else to
     /// `miss`. Clobbers R0-R5, R7 and R8.
     pub fn emit_v4(&self, a: &mut Asm, hit: Label, miss: Label) {
-        if let Some(hosts) = &self.v4_hosts {
+        let exact = self.v4_hosts.as_ref().or(self.dyn_hosts.as_ref().map(|d| &d.exact));
+        if let Some(hosts) = exact {
             let rest = a.label();
             hosts.emit(a, hit, rest);
             a.bind(rest);
@@ -670,8 +916,10 @@ impl SetCode {
                 a.ja(miss);
             }
             V4Code::Table(t) => emit_table(a, t, hit, miss),
-            V4Code::Dynamic(map) => {
+            V4Code::Dynamic(trie) => {
                 use std::os::fd::AsRawFd;
+                trie.emit_gate(a, miss);
+                let map = &trie.map;
                 a.st_imm(Size::W, FP, LPM_KEY, 32);
                 a.mov(R1, R9);
                 a.from_be(R1, 32);

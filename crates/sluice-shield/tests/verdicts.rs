@@ -354,7 +354,14 @@ fn check(seed: u64) -> Result<(), TestCaseError> {
     // walk chains of full buckets), or every host in the prefix table as
     // before.
     let fills = [sluice_sets::DEFAULT_MAX_LOAD, Layout::default().max_load, MAX_FILL];
-    let layout = Layout { exact_hosts: !r.chance(6), max_load: r.pick(&fills), early_keys: r.chance(2) };
+    // A dynamic set's host table of 2 buckets (32 slots) half the time, so
+    // its hosts spill into the trie as a full set's would.
+    let layout = Layout {
+        exact_hosts: !r.chance(6),
+        max_load: r.pick(&fills),
+        early_keys: r.chance(2),
+        dyn_buckets: r.chance(2).then_some(2),
+    };
     // Half the programs sample their drops (into a one-page ring that soon
     // fills): the verifier takes the sampling after any rules, and the
     // verdicts and counters below are the same with it.

@@ -118,57 +118,185 @@ pub fn xdp_filter(set: &[Prefix]) -> Result<(Contender, XdpFilterSetup)> {
     Ok((Contender::new("xdpfilter", program, load_ms, how), s))
 }
 
-/// Runtime updates: `n` single adds to a dynamic set as `sluice ctl add`
-/// reaches the kernel (the mirror's `DynamicMaps::insert`: one
-/// `BPF_MAP_UPDATE_ELEM` into the set's LPM trie), then `samples` adds
-/// each timed from the call to the first frame from that address the
-/// program drops.
+/// Runtime updates of a dynamic set, `n` adds each way in one run: the
+/// kernel write alone (`DynamicMaps::insert`: the set's host table,
+/// written through its mapping), the same adds into an LPM trie one
+/// `BPF_MAP_UPDATE_ELEM` each (the shield's path before), and the control
+/// plane's path in batches of 100 and 10,000 with the shield's mirror
+/// bringing each publication into the kernel. Each way then times
+/// `samples` single adds from the call to the first frame from that
+/// address the program drops.
 pub fn updates(n: usize, samples: usize, json: bool, rng: &mut ChaCha8Rng) -> Result<()> {
     let maxelem = u32::try_from(n + samples)?;
     let file = set_rule(SetSource::Dynamic { timeout: None, maxelem: Some(maxelem) });
-    let compiled = Compiled::new(&file, &[Vec::new()], &Options::default())?;
-    let (_, maps) = compiled.dynamic_sets().next().context("a dynamic set")?;
     let mut adds = hosts(n + samples, rng);
     adds.shuffle(rng);
     let (bulk, timed) = adds.split_at(n);
+    let mut rows = Vec::new();
+
+    // The kernel write alone: the host table's two stores per add.
+    let compiled = Compiled::new(&file, &[Vec::new()], &Options::default())?;
+    let (_, maps) = compiled.dynamic_sets().next().context("a dynamic set")?;
     let t = Instant::now();
     for p in bulk {
         maps.insert(p)?;
     }
-    let secs = t.elapsed().as_secs_f64();
-    let mut micros = Vec::with_capacity(samples);
+    let kernel_s = t.elapsed().as_secs_f64();
+    let in_trie = maps.in_tries().0;
+    let (p50, p99, max) = enforced(timed, |p| Ok(maps.insert(p)?), |f| Ok(compiled.test_run(f)?))?;
+    rows.push(serde_json::json!({
+        "path": "kernel", "how": "DynamicMaps::insert: the set's host table, written through its mapping",
+        "updates_per_s": n as f64 / kernel_s, "spilled_to_trie": in_trie,
+        "add_to_enforced_us": { "p50": p50, "p99": p99, "max": max },
+    }));
+    drop(compiled);
+
+    // The path before, and a BPF_MAP_TYPE_HASH's or LPM_TRIE's runtime
+    // path in any tool: one BPF_MAP_UPDATE_ELEM per add into a trie.
+    let trie = BpfMap::new(
+        sluice_live::bpf::MapType::LpmTrie,
+        8,
+        1,
+        maxelem,
+        sluice_live::bpf::BPF_F_NO_PREALLOC,
+        "bench_trie",
+    )?;
+    let t = Instant::now();
+    for p in bulk {
+        let Prefix::V4 { addr, .. } = *p else { unreachable!("hosts are IPv4") };
+        let mut key = 32u32.to_ne_bytes().to_vec();
+        key.extend_from_slice(&addr.to_be_bytes());
+        trie.update(&key, &[1])?;
+    }
+    let trie_s = t.elapsed().as_secs_f64();
+    rows.push(serde_json::json!({
+        "path": "trie", "how": "one BPF_MAP_UPDATE_ELEM per add into an LPM_TRIE (the shield's path before)",
+        "updates_per_s": n as f64 / trie_s,
+    }));
+    drop(trie);
+
+    // What `sluice ctl add -f`, CrowdSec's stream and the guard reach: the
+    // control plane's own path (stage, commit) in batches, each published
+    // rule set brought into the kernel by the shield's mirror.
+    for batch in [100, 10_000] {
+        let row = through_control(&file, bulk, timed, batch)?;
+        rows.push(row);
+    }
+    let kernel_ratio =
+        rows[0]["updates_per_s"].as_f64().unwrap_or(0.0) / rows[1]["updates_per_s"].as_f64().unwrap_or(1.0);
+    if json {
+        for mut r in rows {
+            r["bench"] = "shield".into();
+            r["row"] = "updates".into();
+            r["updates"] = n.into();
+            r["enforce_samples"] = samples.into();
+            println!("{r}");
+        }
+        println!(
+            "{}",
+            serde_json::json!({"bench": "shield", "row": "updates_summary", "kernel_over_trie": kernel_ratio})
+        );
+    } else {
+        for r in &rows {
+            println!(
+                "runtime updates, {}: {n} adds at {:.0}/s; add to enforced p99 {} us",
+                r["path"].as_str().unwrap_or("?"),
+                r["updates_per_s"].as_f64().unwrap_or(0.0),
+                r["add_to_enforced_us"]["p99"]
+            );
+        }
+        println!("  host table over trie: {kernel_ratio:.1}x");
+    }
+    Ok(())
+}
+
+/// p50, p99 and max of `add` then the first `BPF_PROG_TEST_RUN` of a frame
+/// from the added address returning `XDP_DROP` (the update is synchronous:
+/// the very next run must drop), in microseconds.
+fn enforced(
+    timed: &[Prefix],
+    mut add: impl FnMut(&Prefix) -> Result<()>,
+    run: impl Fn(&[u8]) -> Result<u32>,
+) -> Result<(f64, f64, f64)> {
+    let mut micros = Vec::with_capacity(timed.len());
     for p in timed {
         let Prefix::V4 { addr, .. } = *p else { unreachable!("hosts are IPv4") };
         let f = frame(addr);
         let t = Instant::now();
-        maps.insert(p)?;
-        // The update is synchronous: the very next run must drop.
-        if compiled.test_run(&f)? != XDP_DROP as u32 {
+        add(p)?;
+        if run(&f)? != XDP_DROP as u32 {
             bail!("{p} added but its frame not dropped");
         }
         micros.push(t.elapsed().as_secs_f64() * 1e6);
     }
-    let per_s = n as f64 / secs.max(f64::MIN_POSITIVE);
-    let p99 = if micros.is_empty() {
-        f64::NAN
-    } else {
-        micros.sort_by(f64::total_cmp);
-        micros[(micros.len() * 99 / 100).min(micros.len() - 1)]
-    };
-    let p50 = if micros.is_empty() { f64::NAN } else { median(&mut micros) };
-    let max = micros.last().copied().unwrap_or(f64::NAN);
-    if json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "bench": "shield", "row": "updates", "updates": n, "updates_per_s": per_s,
-                "path": "DynamicMaps::insert: BPF_MAP_UPDATE_ELEM into the set's LPM trie",
-                "enforce_samples": samples, "add_to_enforced_us": { "p50": p50, "p99": p99, "max": max },
-            })
-        );
-    } else {
-        println!("runtime updates: {n} adds in {secs:.3} s = {per_s:.0}/s (one BPF_MAP_UPDATE_ELEM each)");
-        println!("  add to enforced ({samples} adds): p50 {p50:.1} us, p99 {p99:.1} us, max {max:.1} us");
+    if micros.is_empty() {
+        return Ok((f64::NAN, f64::NAN, f64::NAN));
     }
-    Ok(())
+    micros.sort_by(f64::total_cmp);
+    let p99 = micros[(micros.len() * 99 / 100).min(micros.len() - 1)];
+    let max = micros[micros.len() - 1];
+    Ok((median(&mut micros), p99, max))
+}
+
+/// The adds of `bulk` in batches of `batch` through the control plane and
+/// the shield's mirror; then each of `timed` as a batch of one, to
+/// enforced.
+fn through_control(
+    file: &sluice_rules::RuleFile,
+    bulk: &[Prefix],
+    timed: &[Prefix],
+    batch: usize,
+) -> Result<serde_json::Value> {
+    use sluice_control::SetCommand;
+    use sluice_engine::snapshot::Published;
+    use sluice_engine::{CompileOptions, RuleSet};
+    use sluice_policy::Publication;
+    use sluice_shield::mirror::{Kernel, Mirror};
+    use std::sync::{Arc, Mutex};
+    let compiled = Compiled::new(file, &[Vec::new()], &Options::default())?;
+    let rules = RuleSet::compile(file, &[Vec::new()], &CompileOptions::default())?;
+    let published = Published::new(rules);
+    let kernel = Arc::new(Mutex::new(Kernel { compiled, links: Vec::new(), reloads: 0, reloads_failed: 0 }));
+    let rules_id = published.load().value.id();
+    let rebuild: sluice_shield::mirror::Rebuild =
+        Box::new(|_, _| Err(sluice_shield::ShieldError::Config("the bench does not reload".into())));
+    let mut mirror = Mirror::new(Arc::clone(&kernel), rules_id, rebuild);
+    let mut sets = sluice_policy::sets::RuntimeSets::new();
+    // As the shield's controller: a set's elements stay in its delta.
+    sets.merge_min = usize::MAX;
+    let base_of = |_: &RuleSet, _: usize| Some(sluice_engine::dynamic::Elements::new());
+    let mut step = |chunk: &[Prefix]| -> Result<()> {
+        let cmds: Vec<(usize, SetCommand)> = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (i + 1, SetCommand::Add { set: "set".into(), elem: *p, timeout: None }))
+            .collect();
+        let cur = published.load();
+        sets.stage(&cur.value, &cmds, 1, &base_of).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let (r, _) = sets.commit(&cur.value);
+        drop(cur);
+        let r = r.context("a change")?;
+        // Before publishing, as the controller's publish hook runs.
+        mirror.sync(&r, Publication::Changed);
+        published.publish(r);
+        Ok(())
+    };
+    let t = Instant::now();
+    for chunk in bulk.chunks(batch) {
+        step(chunk)?;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    // The kernel's lock is the mirror's: taken for each run only.
+    let run = |f: &[u8]| -> Result<u32> {
+        let k = kernel.lock().map_err(|_| anyhow::anyhow!("the kernel's lock is poisoned"))?;
+        Ok(k.compiled.test_run(f)?)
+    };
+    let (p50, p99, max) = enforced(timed, |p| step(std::slice::from_ref(p)), run)?;
+    Ok(serde_json::json!({
+        "path": format!("control_batch_{batch}"),
+        "how": format!("RuntimeSets::stage + commit of {batch} adds, then the shield's Mirror::sync into the kernel"),
+        "batch": batch,
+        "updates_per_s": bulk.len() as f64 / secs,
+        "add_to_enforced_us": { "p50": p50, "p99": p99, "max": max },
+    }))
 }

@@ -1,0 +1,143 @@
+//! A dynamic set's kernel tables under runtime changes: random adds and
+//! removals of hosts and prefixes (both families) into a host table small
+//! enough that its buckets fill and spill into the trie, and after every
+//! round each address of the pool (and random ones) run through the
+//! program (`BPF_PROG_TEST_RUN`): it drops exactly the addresses a plain
+//! list of the elements covers. The tries' counts (which let the program
+//! skip them) never fall below what they hold.
+//!
+//! Needs root (or CAP_BPF + CAP_PERFMON): skipped without unless
+//! `SLUICE_REQUIRE_LIVE=1` (CI), when it fails.
+
+use sluice_rules::{parse_rules, Prefix};
+use sluice_shield::program::{XDP_DROP, XDP_PASS};
+use sluice_shield::tables::Layout;
+use sluice_shield::{Compiled, Options};
+
+fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}
+
+/// Ethernet, IPv4 from `src`, UDP.
+fn frame4(src: u32) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00];
+    f.extend_from_slice(&[0x45, 0, 0, 28, 0, 0, 0x40, 0, 64, 17, 0, 0]);
+    f.extend_from_slice(&src.to_be_bytes());
+    f.extend_from_slice(&[192, 0, 2, 1, 0x30, 0x39, 0, 53, 0, 8, 0, 0]);
+    f
+}
+
+/// Ethernet, IPv6 from `src`, UDP.
+fn frame6(src: u128) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x86, 0xdd];
+    f.extend_from_slice(&[0x60, 0, 0, 0, 0, 8, 17, 64]);
+    f.extend_from_slice(&src.to_be_bytes());
+    f.extend_from_slice(&0x2001_0db8_u128.wrapping_shl(96).to_be_bytes());
+    f.extend_from_slice(&[0x30, 0x39, 0, 53, 0, 8, 0, 0]);
+    f
+}
+
+fn covers(elems: &[Prefix], a: &Prefix) -> bool {
+    elems.iter().any(|p| match (*p, *a) {
+        (Prefix::V4 { addr, len }, Prefix::V4 { addr: x, .. }) => len == 0 || (addr ^ x) >> (32 - u32::from(len)) == 0,
+        (Prefix::V6 { addr, len }, Prefix::V6 { addr: x, .. }) => len == 0 || (addr ^ x) >> (128 - u32::from(len)) == 0,
+        _ => false,
+    })
+}
+
+#[test]
+fn a_dynamic_set_in_the_kernel_holds_exactly_its_elements_through_changes() {
+    let file = parse_rules("dyn.rules", "set d dynamic maxelem 100000\ndrop saddr @d\n", std::path::Path::new("."))
+        .expect("the rules parse");
+    // 4 buckets: 64 host slots for up to a few hundred hosts, so most
+    // buckets fill and the rest spill into the trie.
+    let layout = Layout { dyn_buckets: Some(4), ..Layout::default() };
+    let kernel = match Compiled::with_layout(&file, &[Vec::new()], &Options::default(), &layout) {
+        Ok(k) => k,
+        Err(e) => {
+            assert!(std::env::var_os("SLUICE_REQUIRE_LIVE").is_none(), "SLUICE_REQUIRE_LIVE=1 but: {e}");
+            eprintln!("SKIPPED: cannot load BPF programs here: {e}");
+            return;
+        }
+    };
+    let (_, maps) = kernel.dynamic_sets().next().expect("the set's tables");
+    let mut next = xorshift(0x5eed_1234_abcd);
+    // The pool: hosts in a few /16s (so prefixes cover some), and IPv6 hosts.
+    let pool4: Vec<u32> = (0..400).map(|_| 0x0a00_0000 | (next() as u32 & 0x0003_ffff)).collect();
+    let pool6: Vec<u128> = (0..60).map(|_| (0x2001_0db8_u128 << 96) | u128::from(next() as u16)).collect();
+    let mut elems: Vec<Prefix> = Vec::new();
+    let mut spilled = false;
+    for round in 0..12 {
+        for _ in 0..80 {
+            let pick = next() % 10;
+            if pick < 3 && !elems.is_empty() {
+                let i = (next() % elems.len() as u64) as usize;
+                let p = elems.swap_remove(i);
+                maps.remove(&p).unwrap_or_else(|e| panic!("remove {p}: {e}"));
+                continue;
+            }
+            let p = match pick {
+                3 => Prefix::V4 { addr: pool4[(next() % 400) as usize] & !0xff, len: 24 + (next() % 8) as u8 },
+                4 => Prefix::V6 { addr: pool6[(next() % 60) as usize], len: 128 },
+                5 => Prefix::V6 { addr: pool6[(next() % 60) as usize] & !0xf, len: 124 },
+                _ => Prefix::V4 { addr: pool4[(next() % 400) as usize], len: 32 },
+            };
+            // Host bits clear, as the control plane hands them over.
+            let p = match p {
+                Prefix::V4 { addr, len } => Prefix::V4 { addr: addr & (u32::MAX << (32 - u32::from(len))), len },
+                other => other,
+            };
+            if elems.contains(&p) {
+                continue;
+            }
+            maps.insert(&p).unwrap_or_else(|e| panic!("insert {p}: {e}"));
+            elems.push(p);
+        }
+        let (t4, t6) = maps.in_tries();
+        let hosts4 = elems.iter().filter(|p| matches!(p, Prefix::V4 { len: 32, .. })).count() as u64;
+        let rest4 = elems.iter().filter(|p| matches!(p, Prefix::V4 { len, .. } if *len < 32)).count() as u64;
+        let all6 = elems.iter().filter(|p| matches!(p, Prefix::V6 { .. })).count() as u64;
+        assert!(t4 >= rest4 && t4 <= rest4 + hosts4, "round {round}: IPv4 trie count {t4}, {rest4} prefixes");
+        assert_eq!(t6, all6, "round {round}: the IPv6 trie's count");
+        spilled |= t4 > rest4;
+        for &a in &pool4 {
+            let want = covers(&elems, &Prefix::V4 { addr: a, len: 32 });
+            let got = kernel.test_run(&frame4(a)).expect("test run");
+            assert_eq!(
+                got,
+                if want { XDP_DROP } else { XDP_PASS } as u32,
+                "round {round}: {}",
+                std::net::Ipv4Addr::from(a)
+            );
+        }
+        for &a in &pool6 {
+            let want = covers(&elems, &Prefix::V6 { addr: a, len: 128 });
+            let got = kernel.test_run(&frame6(a)).expect("test run");
+            assert_eq!(
+                got,
+                if want { XDP_DROP } else { XDP_PASS } as u32,
+                "round {round}: {}",
+                std::net::Ipv6Addr::from(a)
+            );
+        }
+        for _ in 0..200 {
+            let a = next() as u32;
+            let want = covers(&elems, &Prefix::V4 { addr: a, len: 32 });
+            assert_eq!(kernel.test_run(&frame4(a)).unwrap(), if want { XDP_DROP } else { XDP_PASS } as u32);
+        }
+    }
+    assert!(spilled, "some hosts went to the trie (the test's point)");
+    // Everything removed: both tries empty again, nothing dropped.
+    for p in std::mem::take(&mut elems) {
+        maps.remove(&p).unwrap_or_else(|e| panic!("remove {p}: {e}"));
+    }
+    assert_eq!(maps.in_tries(), (0, 0));
+    for &a in &pool4 {
+        assert_eq!(kernel.test_run(&frame4(a)).unwrap(), XDP_PASS as u32);
+    }
+}
