@@ -1565,8 +1565,9 @@ pub fn shorthand_file(present: [bool; 3], depth: Depth, feeds: &[String]) -> Rul
     file
 }
 
-/// A rule file's `police` as the engine's policer.
-fn policer(p: &sluice_rules::Police) -> crate::flows::Policer {
+/// A rule file's `police` as the engine's policer (the shield's kernel
+/// program takes its numbers from it too).
+pub fn policer(p: &sluice_rules::Police) -> crate::flows::Policer {
     use crate::flows::{PoliceKey, Policer, Rate};
     let rate = match p.rate {
         sluice_rules::PoliceRate::Bytes(n) => Rate::BytesPerSecond(n as f64),
