@@ -453,8 +453,7 @@ fn what_the_kernel_cannot_run_is_refused_with_its_line() {
     }
     for (text, line, what) in [
         ("pass tcp dport 22\ndrop inner saddr 10.0.0.0/8\n", 2, "`inner`"),
-        ("police 10mbit udp\n", 1, "`police`"),
-        ("drop iface eth0\n", 1, "`iface`"),
+        ("police 10mbit udp\ndrop inner udp\n", 2, "`inner`"),
     ] {
         let file = parse_rules("x.rules", text, std::path::Path::new(".")).unwrap();
         let sets: Vec<Vec<Prefix>> = file
