@@ -1324,9 +1324,14 @@ fn field_preds(m: &Match, opts: &CompileOptions) -> Result<Vec<(Field, Pred)>, S
                 match opts.ifaces.iter().position(|i| i == n) {
                     Some(p) => r.push((p as u32, p as u32)),
                     None if opts.ifaces.is_empty() => {
-                        return Err("`iface` matches live ports only (sluice bridge)".into())
+                        return Err("`iface` matches live ports only (sluice bridge, sluice shield)".into())
                     }
-                    None => return Err(format!("`iface {n}`: not a port of this bridge ({})", opts.ifaces.join(", "))),
+                    None => {
+                        return Err(format!(
+                            "`iface {n}`: not one of the interfaces given ({})",
+                            opts.ifaces.join(", ")
+                        ))
+                    }
                 }
             }
             vec![(Field::Iface, Pred::In { ranges: r, negate: *negate })]

@@ -323,7 +323,9 @@ fn start_control(
         config.crowdsec_maxelem,
         config.watch,
         Arc::clone(&config.safety),
-        &[],
+        // The guarded interfaces are the ports `iface` may name (the
+        // bridge's rule: a name that is none of them is refused).
+        &config.ifaces,
     )
     .map_err(|e| ShieldError::Config(e.to_string()))?;
     let first = loading.controller.published().load().value.id();
