@@ -1155,4 +1155,6 @@ fn police_and_iface_rules_are_enforced_on_a_veth() {
     let packets: Vec<u64> =
         summary["rules"].as_array().unwrap().iter().map(|r| r["packets"].as_u64().unwrap()).collect();
     assert_eq!(packets, vec![200, 1, 0], "{summary}");
+    assert_eq!(summary["rules"][0]["police_dropped"], 178, "{summary}");
+    assert!(summary["rules"][1].get("police_dropped").is_none(), "{summary}");
 }

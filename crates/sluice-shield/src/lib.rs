@@ -85,6 +85,9 @@ pub struct Compiled {
     /// rule its code.
     buckets: Option<BpfMap>,
     police: Vec<Option<police::PoliceCode>>,
+    /// Per rule (per CPU): packets and bytes a `police` rule found over
+    /// its rate; `None` when no rule polices.
+    over: Option<BpfMap>,
 }
 
 /// A dynamic set's most elements per family when its definition gives
@@ -242,10 +245,13 @@ impl Compiled {
                 Some(code)
             })
             .collect();
-        let buckets = if next_bucket > 0 {
-            Some(BpfMap::new(MapType::Array, 4, 8, next_bucket, 0, "sluice_police")?)
+        let (buckets, over) = if next_bucket > 0 {
+            (
+                Some(BpfMap::new(MapType::Array, 4, 8, next_bucket, 0, "sluice_police")?),
+                Some(BpfMap::new(MapType::PercpuArray, 4, 16, rules.len() as u32, 0, "sluice_over")?),
+            )
         } else {
-            None
+            (None, None)
         };
         let slots = rules.len() as u32 + program::EXTRA_COUNTERS;
         let counters = BpfMap::new(MapType::PercpuArray, 4, 16, slots, 0, "sluice_counts")?;
@@ -262,6 +268,7 @@ impl Compiled {
             sample: opts.sample,
             police: police.clone(),
             buckets_fd: buckets.as_ref().map_or(-1, std::os::fd::AsRawFd::as_raw_fd),
+            over_fd: over.as_ref().map_or(-1, std::os::fd::AsRawFd::as_raw_fd),
             ifindexes,
         };
         let insns = program::generate(&plan).map_err(|e| ShieldError::Unsupported {
@@ -285,6 +292,7 @@ impl Compiled {
             insns: insns.len(),
             buckets,
             police,
+            over,
         })
     }
 
@@ -344,6 +352,19 @@ impl Compiled {
             })
             .collect::<Result<Vec<u64>, ShieldError>>()?;
         Ok(Some(words))
+    }
+
+    /// Per rule: for a `police` rule, the packets it found over its rate
+    /// (dropped, or under `--dry-run` passed), as the engine's
+    /// `police_dropped`; `None` for the other rules.
+    pub fn police_dropped(&self) -> Result<Vec<Option<u64>>, ShieldError> {
+        (0..self.rules)
+            .map(|r| {
+                let (Some(_), Some(map)) = (self.police[r], &self.over) else { return Ok(None) };
+                let v = map.lookup(&(r as u32).to_ne_bytes())?.unwrap_or_default();
+                Ok(Some(v.chunks_exact(16).map(|cpu| u64::from_ne_bytes(cpu[..8].try_into().expect("8 bytes"))).sum()))
+            })
+            .collect()
     }
 
     /// Kernel memory the `police` buckets take, in bytes (8 a bucket).

@@ -108,6 +108,9 @@ pub struct Plan<'a> {
     /// The array of `u64` buckets the `police` rules charge (unused when
     /// no rule polices).
     pub buckets_fd: i32,
+    /// A per-CPU array of (packets, bytes) per rule: what each `police`
+    /// rule found over its rate (the engine's `Policer::over`).
+    pub over_fd: i32,
     /// The interfaces `iface` matches name, with their ifindex (resolved
     /// on the host when compiling).
     pub ifindexes: Vec<(String, u32)>,
@@ -246,6 +249,7 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
                 crate::police::emit(&mut a, code, plan.buckets_fd, &keys, slot::KEY, over);
                 a.ja(within);
                 a.bind(over);
+                count(&mut a, plan.over_fd, r as i32);
                 verdict(&mut a, !plan.dry_run, r as i32, sample);
                 a.bind(within);
             }

@@ -87,6 +87,7 @@ fn a_burst_passes_and_the_rest_is_dropped() {
     let c = k.counts().unwrap();
     assert_eq!((c[0].packets, c[0].bytes), (100, 100 * f.len() as u64), "the police rule counts all it sees");
     assert_eq!(c[1].packets, passed as u64, "the later rule sees what conformed");
+    assert_eq!(k.police_dropped().unwrap(), [Some(100 - passed as u64), None]);
     // One bucket, charged.
     let b = k.police_buckets(0).unwrap().unwrap();
     assert_eq!(b.len(), 1);
@@ -108,6 +109,7 @@ fn dry_run_counts_what_police_would_drop_and_drops_nothing() {
     // Over the rate the police rule decided (pass, in a dry run): the later
     // rule saw the conforming ones only, as in the engine.
     assert!((6..=10).contains(&c[1].packets), "{:?}", c[1]);
+    assert_eq!(k.police_dropped().unwrap(), [Some(100 - c[1].packets), None], "counted as over, not dropped");
 }
 
 /// `per saddr`: two sources keep their buckets apart, each passes its own

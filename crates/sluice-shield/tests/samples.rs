@@ -164,6 +164,7 @@ fn without_sampling_the_program_has_no_sampling_instruction() {
         sample,
         police: vec![None],
         buckets_fd: -1,
+        over_fd: -1,
         ifindexes: Vec::new(),
     };
     // Helper calls: 7 prandom, 131-133 ringbuf, 189 xdp_load_bytes.

@@ -497,6 +497,12 @@ fn check(seed: u64) -> Result<Met, TestCaseError> {
     }
     let took = start.elapsed();
     let counts = kernel.counts().map_err(|e| TestCaseError::fail(e.to_string()))?;
+    // What each police rule found over its rate: the engine's own count.
+    let over = kernel.police_dropped().map_err(|e| TestCaseError::fail(e.to_string()))?;
+    for (rule, o) in over.iter().enumerate() {
+        let e = engine.policer(rule).map(|p| p.over.load(std::sync::atomic::Ordering::Relaxed));
+        prop_assert_eq!(*o, e, "seed {} rule {} over its rate ({:?}):\n{}", seed, rule, took, text);
+    }
     for (rule, (&(p, b), c)) in want.iter().zip(&counts).enumerate() {
         prop_assert_eq!((c.packets, c.bytes), (p, b), "seed {} rule {} counter ({:?}):\n{}", seed, rule, took, text);
     }
