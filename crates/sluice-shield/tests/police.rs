@@ -258,3 +258,28 @@ fn cpus_racing_share_one_bucket() {
     assert_eq!(passed, 51, "{took:?}");
     assert_eq!(k.police_dropped().unwrap(), [Some(800 - 51)]);
 }
+
+/// Many police rules of every kind, between address and port matches,
+/// load (the verifier walks each rule's check once) and each charges only
+/// its own buckets.
+#[test]
+fn many_police_rules_load_and_keep_their_own_buckets() {
+    if !can_load() {
+        return;
+    }
+    let heads =
+        ["police 1000pps", "police 10mbit burst 64kbyte per saddr", "police 3byte per daddr", "police 7pps burst 3"];
+    let text: String =
+        (0..64).map(|i| format!("{} udp dport {}\ndrop saddr 198.51.100.{i} tcp\n", heads[i % 4], 1000 + i)).collect();
+    let k = load(&text, false);
+    assert!(k.police_bytes() == 8 * (32 + 32 * sluice_shield::police::PER_ADDRESS_BUCKETS as u64));
+    // A frame to port 1005 meets rule 10 (`police 10mbit ... per saddr`) only.
+    let mut f = udp(v4(1), v4(2));
+    f[36..38].copy_from_slice(&1005u16.to_be_bytes());
+    assert_eq!(k.test_run(&f).unwrap(), XDP_PASS as u32);
+    for r in (0..128).step_by(2) {
+        let charged = k.police_buckets(r).unwrap().unwrap().iter().filter(|&&b| b != 0).count();
+        assert_eq!(charged, usize::from(r == 10), "rule {r}");
+    }
+    eprintln!("64 police rules: {} instructions", k.instructions());
+}
