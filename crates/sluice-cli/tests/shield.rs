@@ -262,6 +262,12 @@ fn bad_input_is_a_clear_error_and_nothing_is_left_attached() {
     let e = refused(&h, &["--iface", &h.dev, "--rules", bad.to_str().unwrap()]);
     assert!(e.contains("bad.rules:2: `inner`"), "{e}");
     assert!(!h.has_xdp());
+    // `iface` names one of the guarded interfaces, as on the bridge (`lo`
+    // exists, but is not guarded).
+    std::fs::write(&bad, "drop udp dport 7\ndrop iface lo\n").unwrap();
+    let e = refused(&h, &["--iface", &h.dev, "--rules", bad.to_str().unwrap()]);
+    assert!(e.contains("bad.rules:2: `iface lo`"), "{e}");
+    assert!(!h.has_xdp());
 
     let good = rules(dir.path());
     let e = refused(&h, &["--iface", &h.dev, "--iface", "nosuchif0", "--rules", good.to_str().unwrap()]);
@@ -1111,4 +1117,44 @@ fn log_drops_writes_a_json_line_per_sampled_drop() {
     let dev = Some(h.dev.as_str());
     assert_eq!(got, [(Some(3), Some("10.8.0.5"), dev), (Some(5), Some("10.7.0.1"), dev)], "{rest}");
     assert_eq!(logged[0]["rule"], "drop saddr @big", "{rest}");
+}
+
+/// `police` and `iface` in the kernel on a veth: a UDP stream from each of
+/// two sources held to its own burst (`per saddr`: 1 packet a second after
+/// 10, so 11 of each 100 sent back to back pass), and `iface` rules that
+/// name the guarded interface or not.
+#[test]
+fn police_and_iface_rules_are_enforced_on_a_veth() {
+    if !live_or_skip("police_and_iface_rules_are_enforced_on_a_veth") {
+        return;
+    }
+    let h = Host::new("shp");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("police.rules");
+    let dev = &h.dev;
+    std::fs::write(
+        &file,
+        format!(
+            "police 1pps burst 10 per saddr udp dport 9\ndrop iface {dev} udp dport 7\ndrop iface != {dev} udp dport 8\n"
+        ),
+    )
+    .unwrap();
+    let shield = Shield::start(&h, &["--rules", file.to_str().unwrap()]);
+    let mut frames: Vec<Vec<u8>> = (0..100).map(|i| udp([10, 7, 0, 1], 9, i)).collect();
+    frames.extend((100..200).map(|i| udp([10, 7, 0, 2], 9, i)));
+    frames.push(udp([10, 7, 0, 3], 7, 200));
+    frames.push(udp([10, 7, 0, 3], 8, 201));
+    let started = std::time::Instant::now();
+    let got = through(&h, &frames);
+    let first = got.iter().filter(|&&s| s < 100).count();
+    let second = got.iter().filter(|&&s| (100..200).contains(&s)).count();
+    // Sent in far less than the second one more packet would take.
+    assert_eq!((first, second), (11, 11), "{got:?} ({:?})", started.elapsed());
+    assert!(!got.contains(&200) && got.contains(&201), "{got:?}");
+    let summary = shield.stop();
+    let packets: Vec<u64> =
+        summary["rules"].as_array().unwrap().iter().map(|r| r["packets"].as_u64().unwrap()).collect();
+    assert_eq!(packets, vec![200, 1, 0], "{summary}");
+    assert_eq!(summary["rules"][0]["police_dropped"], 178, "{summary}");
+    assert!(summary["rules"][1].get("police_dropped").is_none(), "{summary}");
 }

@@ -939,8 +939,9 @@ pub enum PoliceKey {
 }
 
 /// Buckets of a per-address policer: addresses that hash alike share one
-/// (a bounded table; such a pair is held to one rate between them).
-const PER_ADDRESS_BUCKETS: usize = 4096;
+/// (a bounded table; such a pair is held to one rate between them). The
+/// shield's kernel program has as many, chosen by the same hash.
+pub const PER_ADDRESS_BUCKETS: usize = 4096;
 
 /// A token bucket as GCRA keeps it: per bucket one atomic, the time the
 /// bucket would be full again (its "theoretical arrival time"); a packet
@@ -983,19 +984,38 @@ impl Policer {
         }
     }
 
-    /// Whether a packet of `len` bytes keyed `key` is within the rate at
-    /// `now_ns`; if so it is charged.
-    pub fn admit(&self, key: &u128, len: u32, now_ns: u64) -> bool {
+    /// What a packet of `len` bytes costs: how far it pushes its bucket's
+    /// time on, in ns.
+    pub fn cost_ns(&self, len: u32) -> u64 {
         let units = match self.rate {
             Rate::BytesPerSecond(_) => f64::from(len),
             Rate::PacketsPerSecond(_) => 1.0,
         };
-        let cost = (units * self.ns_per_unit).min(u64::MAX as f64 / 4.0) as u64;
-        let slot = if self.buckets.len() == 1 {
-            0
-        } else {
-            (xxhash_rust::xxh3::xxh3_64(&key.to_le_bytes()) as usize) % self.buckets.len()
-        };
+        (units * self.ns_per_unit).min(u64::MAX as f64 / 4.0) as u64
+    }
+
+    /// Nanoseconds per unit (byte or packet) of the rate.
+    pub fn ns_per_unit(&self) -> f64 {
+        self.ns_per_unit
+    }
+
+    /// How far ahead of now a bucket's time may be for a packet to
+    /// conform: the burst's worth of ns.
+    pub fn tolerance_ns(&self) -> u64 {
+        self.tolerance_ns
+    }
+
+    /// Which of the [`PER_ADDRESS_BUCKETS`] a per-address policer charges
+    /// for `key` (the address's bits, as `PrefixMatch::bits_of`).
+    pub fn bucket_of(key: &u128) -> usize {
+        (xxhash_rust::xxh3::xxh3_64(&key.to_le_bytes()) as usize) % PER_ADDRESS_BUCKETS
+    }
+
+    /// Whether a packet of `len` bytes keyed `key` is within the rate at
+    /// `now_ns`; if so it is charged.
+    pub fn admit(&self, key: &u128, len: u32, now_ns: u64) -> bool {
+        let cost = self.cost_ns(len);
+        let slot = if self.buckets.len() == 1 { 0 } else { Self::bucket_of(key) };
         let b = &self.buckets[slot];
         let mut tat = b.load(Ordering::Relaxed);
         loop {

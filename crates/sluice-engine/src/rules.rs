@@ -1324,9 +1324,14 @@ fn field_preds(m: &Match, opts: &CompileOptions) -> Result<Vec<(Field, Pred)>, S
                 match opts.ifaces.iter().position(|i| i == n) {
                     Some(p) => r.push((p as u32, p as u32)),
                     None if opts.ifaces.is_empty() => {
-                        return Err("`iface` matches live ports only (sluice bridge)".into())
+                        return Err("`iface` matches live ports only (sluice bridge, sluice shield)".into())
                     }
-                    None => return Err(format!("`iface {n}`: not a port of this bridge ({})", opts.ifaces.join(", "))),
+                    None => {
+                        return Err(format!(
+                            "`iface {n}`: not one of the interfaces given ({})",
+                            opts.ifaces.join(", ")
+                        ))
+                    }
                 }
             }
             vec![(Field::Iface, Pred::In { ranges: r, negate: *negate })]
@@ -1565,8 +1570,9 @@ pub fn shorthand_file(present: [bool; 3], depth: Depth, feeds: &[String]) -> Rul
     file
 }
 
-/// A rule file's `police` as the engine's policer.
-fn policer(p: &sluice_rules::Police) -> crate::flows::Policer {
+/// A rule file's `police` as the engine's policer (the shield's kernel
+/// program takes its numbers from it too).
+pub fn policer(p: &sluice_rules::Police) -> crate::flows::Policer {
     use crate::flows::{PoliceKey, Policer, Rate};
     let rate = match p.rate {
         sluice_rules::PoliceRate::Bytes(n) => Rate::BytesPerSecond(n as f64),

@@ -384,7 +384,7 @@ fn iface_matches_the_port_a_packet_came_in_on() {
         .err()
         .expect("refused")
         .to_string()
-        .contains("not a port"));
+        .contains("not one of the interfaces given"));
     assert!(RuleSet::compile(&bad, &[], &CompileOptions::default())
         .err()
         .expect("refused")

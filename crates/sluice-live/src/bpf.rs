@@ -243,6 +243,23 @@ struct TestRunAttr {
     data_out: u64,
     repeat: u32,
     duration: u32,
+    ctx_size_in: u32,
+    ctx_size_out: u32,
+    ctx_in: u64,
+    ctx_out: u64,
+}
+
+/// `struct xdp_md` as `BPF_PROG_TEST_RUN` takes it in `ctx_in`: the frame
+/// is all data (no metadata), `data_end` its length.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct XdpMd {
+    data: u32,
+    data_end: u32,
+    data_meta: u32,
+    ingress_ifindex: u32,
+    rx_queue_index: u32,
+    egress_ifindex: u32,
 }
 
 #[repr(C)]
@@ -903,6 +920,30 @@ impl XdpProgram {
     /// action: a check that needs no interface.
     pub fn test_run(&self, frame: &[u8]) -> Result<u32> {
         self.test_run_repeat(frame, 1).map(|(action, _)| action)
+    }
+
+    /// [`XdpProgram::test_run`] with the frame come in on interface
+    /// `ifindex`, queue 0 (`ctx->ingress_ifindex`; the kernel looks the
+    /// interface up in the caller's namespace, so it must exist there).
+    pub fn test_run_on(&self, frame: &[u8], ifindex: u32) -> Result<u32> {
+        let ctx = XdpMd { data_end: frame.len() as u32, ingress_ifindex: ifindex, ..Default::default() };
+        let mut out = vec![0u8; frame.len() + 256];
+        let mut attr = TestRunAttr {
+            prog_fd: self.fd.as_raw_fd() as u32,
+            data_size_in: frame.len() as u32,
+            data_size_out: out.len() as u32,
+            data_in: frame.as_ptr() as u64,
+            data_out: out.as_mut_ptr() as u64,
+            repeat: 1,
+            ctx_size_in: std::mem::size_of::<XdpMd>() as u32,
+            ctx_in: &ctx as *const XdpMd as u64,
+            ..Default::default()
+        };
+        // SAFETY: `frame` and `ctx` (read, their sizes given) and `out` (written,
+        // `data_size_out` bytes) outlive the call; no `ctx_out` is given.
+        unsafe { sys_bpf(BPF_PROG_TEST_RUN, &mut attr) }
+            .map_err(|e| LiveError::io("BPF_PROG_TEST_RUN", NEEDS_BPF, e))?;
+        Ok(attr.retval)
     }
 
     /// Runs the program `repeat` times on `frame`: its action and the

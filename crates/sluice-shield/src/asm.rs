@@ -38,6 +38,10 @@ const K: u8 = 0x00;
 const X: u8 = 0x08;
 const DW: u8 = 0x18;
 const END: u8 = 0xd0;
+/// `BPF_ATOMIC`: a read-modify-write of memory (with `STX`).
+const ATOMIC: u8 = 0xc0;
+/// `BPF_CMPXCHG` (`0xf0 | BPF_FETCH`): the atomic's immediate.
+const CMPXCHG: i32 = 0xf1;
 const TO_BE: u8 = 0x08;
 /// The helper `bpf_map_lookup_elem`.
 const HELPER_MAP_LOOKUP_ELEM: i32 = 1;
@@ -59,6 +63,8 @@ pub enum Alu {
     Add = 0x00,
     Sub = 0x10,
     Mul = 0x20,
+    /// Unsigned; by zero gives 0 (the generator never divides by zero).
+    Div = 0x30,
     Or = 0x40,
     And = 0x50,
     Lsh = 0x60,
@@ -187,6 +193,13 @@ impl Asm {
     /// `*(size *)(dst + off) = imm`.
     pub fn st_imm(&mut self, size: Size, dst: Reg, off: i16, imm: i32) {
         self.push(ST | MEM | size as u8, dst, 0, off, imm);
+    }
+
+    /// `r0 = cmpxchg((u64 *)(dst + off), r0, src)`: atomically, if the
+    /// word equals `R0` it becomes `src`; `R0` gets the word as it was
+    /// (so the write happened iff `R0` is unchanged). Kernel 5.12+.
+    pub fn cmpxchg64(&mut self, dst: Reg, off: i16, src: Reg) {
+        self.push(STX | ATOMIC | DW, dst, src, off, CMPXCHG);
     }
 
     /// `if dst cond imm goto l`.
@@ -325,6 +338,28 @@ mod tests {
         assert_eq!(p.len(), 3);
         assert_eq!(p[0].off, 0);
         assert_eq!(p[1].imm, 2);
+    }
+
+    /// The bytes as linux/bpf.h spells them: `BPF_STX | BPF_ATOMIC |
+    /// BPF_DW` (0xdb), imm `BPF_CMPXCHG` (0xf1), registers dst low nibble.
+    #[test]
+    fn cmpxchg_is_encoded_as_the_kernel_reads_it() {
+        let mut a = Asm::new();
+        a.cmpxchg64(R9, 8, R1);
+        a.exit();
+        let p = a.finish().unwrap();
+        assert_eq!(p.len(), 2, "an atomic falls through");
+        assert_eq!((p[0].code, p[0].regs, p[0].off, p[0].imm), (0xdb, 0x19, 8, 0xf1));
+    }
+
+    #[test]
+    fn division_is_unsigned_64_bit() {
+        let mut a = Asm::new();
+        a.alu(Alu::Div, R2, R3);
+        a.alu_imm(Alu::Div, R2, 7);
+        let p = a.finish().unwrap();
+        // BPF_ALU64 | BPF_DIV | BPF_X, then | BPF_K.
+        assert_eq!((p[0].code, p[1].code, p[1].imm), (0x3f, 0x37, 7));
     }
 
     #[test]

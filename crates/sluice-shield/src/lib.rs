@@ -14,6 +14,7 @@ pub mod asm;
 pub mod flows;
 pub mod metrics;
 pub mod mirror;
+pub mod police;
 pub mod program;
 pub mod samples;
 pub mod service;
@@ -80,6 +81,13 @@ pub struct Compiled {
     /// Each rule's line and action, in order (the metrics' labels).
     lines: Vec<(usize, Action)>,
     insns: usize,
+    /// The `police` rules' buckets (`None` when no rule polices), and per
+    /// rule its code.
+    buckets: Option<BpfMap>,
+    police: Vec<Option<police::PoliceCode>>,
+    /// Per rule (per CPU): packets and bytes a `police` rule found over
+    /// its rate; `None` when no rule polices.
+    over: Option<BpfMap>,
 }
 
 /// A dynamic set's most elements per family when its definition gives
@@ -89,9 +97,6 @@ pub const DEFAULT_MAXELEM: u32 = 1_000_000;
 /// What the kernel program does not run, as `(line, what)`, for `file`.
 fn unsupported(file: &RuleFile) -> Option<(usize, String)> {
     for r in &file.rules {
-        if r.action == Action::Police {
-            return Some((r.line, "`police`".into()));
-        }
         for m in &r.matches {
             let depth = match m {
                 Match::Addr { depth, .. }
@@ -100,10 +105,7 @@ fn unsupported(file: &RuleFile) -> Option<(usize, String)> {
                 | Match::TcpFlags { depth, .. }
                 | Match::IcmpType { depth, .. }
                 | Match::Frag { depth, .. } => Some(*depth),
-                Match::Iface { .. } => {
-                    return Some((r.line, "`iface` (the shield judges each interface's own traffic)".into()))
-                }
-                Match::Vlan { .. } | Match::Len { .. } => None,
+                Match::Vlan { .. } | Match::Len { .. } | Match::Iface { .. } => None,
             };
             if depth == Some(Depth::Inner) {
                 return Some((r.line, "`inner` (tunnels are not walked in the kernel program yet)".into()));
@@ -213,6 +215,44 @@ impl Compiled {
             }
             uses.push(mine);
         }
+        // `iface` names: the host's interfaces, by index (the program
+        // compares `ingress_ifindex`). A name the host does not have is
+        // an error where it is written, as the bridge refuses a name that
+        // is not one of its ports.
+        let mut ifindexes: Vec<(String, u32)> = Vec::new();
+        for r in &rules {
+            for m in &r.matches {
+                let Match::Iface { names, .. } = m else { continue };
+                for n in names {
+                    if ifindexes.iter().any(|(name, _)| name == n) {
+                        continue;
+                    }
+                    let i = sluice_live::sys::ifindex(n)
+                        .map_err(|e| ShieldError::Config(format!("{}:{}: `iface {n}`: {e}", file.source, r.line)))?;
+                    ifindexes.push((n.clone(), i));
+                }
+            }
+        }
+        // `police` rules: a bucket each, or PER_ADDRESS_BUCKETS when per
+        // address, in one array of u64 shared by every CPU.
+        let mut next_bucket = 0u32;
+        let police: Vec<Option<police::PoliceCode>> = rules
+            .iter()
+            .map(|r| {
+                let p = r.police.as_ref().filter(|_| r.action == Action::Police)?;
+                let code = police::PoliceCode::new(p, next_bucket);
+                next_bucket += code.buckets();
+                Some(code)
+            })
+            .collect();
+        let (buckets, over) = if next_bucket > 0 {
+            (
+                Some(BpfMap::new(MapType::Array, 4, 8, next_bucket, 0, "sluice_police")?),
+                Some(BpfMap::new(MapType::PercpuArray, 4, 16, rules.len() as u32, 0, "sluice_over")?),
+            )
+        } else {
+            (None, None)
+        };
         let slots = rules.len() as u32 + program::EXTRA_COUNTERS;
         let counters = BpfMap::new(MapType::PercpuArray, 4, 16, slots, 0, "sluice_counts")?;
         let scratch = BpfMap::new(MapType::PercpuArray, 4, program::SUMMARY_BYTES, 1, 0, "sluice_scratch")?;
@@ -226,6 +266,10 @@ impl Compiled {
             counters_fd: std::os::fd::AsRawFd::as_raw_fd(&counters),
             scratch_fd: std::os::fd::AsRawFd::as_raw_fd(&scratch),
             sample: opts.sample,
+            police: police.clone(),
+            buckets_fd: buckets.as_ref().map_or(-1, std::os::fd::AsRawFd::as_raw_fd),
+            over_fd: over.as_ref().map_or(-1, std::os::fd::AsRawFd::as_raw_fd),
+            ifindexes,
         };
         let insns = program::generate(&plan).map_err(|e| ShieldError::Unsupported {
             file: file.source.clone(),
@@ -237,7 +281,19 @@ impl Compiled {
         drop(scratch);
         let texts = rules.iter().map(|r| r.text.clone()).collect();
         let lines = rules.iter().map(|r| (r.line, r.action)).collect();
-        Ok(Compiled { program, counters, rules: rules.len(), sets: codes, dynamic, texts, lines, insns: insns.len() })
+        Ok(Compiled {
+            program,
+            counters,
+            rules: rules.len(),
+            sets: codes,
+            dynamic,
+            texts,
+            lines,
+            insns: insns.len(),
+            buckets,
+            police,
+            over,
+        })
     }
 
     /// The dynamic sets the rules use, by name, with their kernel tries.
@@ -274,6 +330,46 @@ impl Compiled {
     /// `XDP_DROP` or `XDP_PASS`.
     pub fn test_run(&self, frame: &[u8]) -> Result<u32, ShieldError> {
         Ok(self.program.test_run(frame)?)
+    }
+
+    /// [`Compiled::test_run`] as if the frame came in on the interface
+    /// `ifindex` (it must exist: the kernel looks it up).
+    pub fn test_run_on(&self, frame: &[u8], ifindex: u32) -> Result<u32, ShieldError> {
+        Ok(self.program.test_run_on(frame, ifindex)?)
+    }
+
+    /// Rule `rule`'s `police` buckets as the kernel holds them (each the
+    /// ns at which it is full again; 0 never charged), or `None` when the
+    /// rule does not police.
+    pub fn police_buckets(&self, rule: usize) -> Result<Option<Vec<u64>>, ShieldError> {
+        let (Some(code), Some(map)) = (self.police.get(rule).copied().flatten(), &self.buckets) else {
+            return Ok(None);
+        };
+        let words = (code.base..code.base + code.buckets())
+            .map(|i| {
+                let v = map.lookup(&i.to_ne_bytes())?.unwrap_or_default();
+                Ok(v.get(..8).map_or(0, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes"))))
+            })
+            .collect::<Result<Vec<u64>, ShieldError>>()?;
+        Ok(Some(words))
+    }
+
+    /// Per rule: for a `police` rule, the packets it found over its rate
+    /// (dropped, or under `--dry-run` passed), as the engine's
+    /// `police_dropped`; `None` for the other rules.
+    pub fn police_dropped(&self) -> Result<Vec<Option<u64>>, ShieldError> {
+        (0..self.rules)
+            .map(|r| {
+                let (Some(_), Some(map)) = (self.police[r], &self.over) else { return Ok(None) };
+                let v = map.lookup(&(r as u32).to_ne_bytes())?.unwrap_or_default();
+                Ok(Some(v.chunks_exact(16).map(|cpu| u64::from_ne_bytes(cpu[..8].try_into().expect("8 bytes"))).sum()))
+            })
+            .collect()
+    }
+
+    /// Kernel memory the `police` buckets take, in bytes (8 a bucket).
+    pub fn police_bytes(&self) -> u64 {
+        self.police.iter().flatten().map(|c| 8 * u64::from(c.buckets())).sum()
     }
 
     /// Each rule's counter, in rule order, then the default's and the

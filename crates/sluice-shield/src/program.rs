@@ -57,6 +57,7 @@ mod slot {
 /// The scratch value's size.
 pub const SUMMARY_BYTES: u32 = slot::SIZE;
 pub(crate) use slot::KEY as KEY_SLOT;
+pub(crate) use slot::WIRE_LEN as WIRE_LEN_SLOT;
 /// The summary's base register while parsing and judging.
 const S: Reg = R6;
 
@@ -101,6 +102,18 @@ pub struct Plan<'a> {
     pub scratch_fd: i32,
     /// Drops sampled to user space; `None`: not one instruction for it.
     pub sample: Option<SampleTap>,
+    /// Per rule: a `police` rule's buckets and numbers (`None` for the
+    /// others).
+    pub police: Vec<Option<crate::police::PoliceCode>>,
+    /// The array of `u64` buckets the `police` rules charge (unused when
+    /// no rule polices).
+    pub buckets_fd: i32,
+    /// A per-CPU array of (packets, bytes) per rule: what each `police`
+    /// rule found over its rate (the engine's `Policer::over`).
+    pub over_fd: i32,
+    /// The interfaces `iface` matches name, with their ifindex (resolved
+    /// on the host when compiling).
+    pub ifindexes: Vec<(String, u32)>,
 }
 
 /// Where and how often dropped packets are sampled (`--sample-drops`).
@@ -136,9 +149,11 @@ pub mod record {
     pub const SIZE: usize = DATA + SNAP;
 }
 
-/// Where the context pointer is kept on the stack when sampling (the
-/// tables' slots end at -88).
+/// Where the context pointer is kept on the stack when sampling or
+/// matching `iface` (the tables' slots end at -88).
 const CTX_SLOT: i16 = -96;
+/// `struct xdp_md`'s `ingress_ifindex`.
+const XDP_MD_INGRESS_IFINDEX: i16 = 12;
 
 /// BPF helpers the sampling uses.
 const HELPER_GET_PRANDOM_U32: i32 = 7;
@@ -158,7 +173,9 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
     let rules = a.label();
     // Each drop goes through the sampling block when there is one.
     let sample = plan.sample.map(|_| a.label());
-    if sample.is_some() {
+    // The context is kept for the sampling and for `iface` matches.
+    let reads_iface = plan.rules.iter().flat_map(|r| &r.matches).any(|m| matches!(m, Match::Iface { .. }));
+    if sample.is_some() || reads_iface {
         a.stx(Size::DW, FP, CTX_SLOT, R1);
     }
     a.ldx(Size::W, R7, R1, 0);
@@ -207,7 +224,7 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
         let next = a.label();
         let mut sets = plan.addr_sets[r].iter();
         for m in &rule.matches {
-            match_code(&mut a, m, &mut sets, next);
+            match_code(&mut a, m, &mut sets, &plan.ifindexes, next);
         }
         count(&mut a, plan.counters_fd, r as i32);
         match rule.action {
@@ -216,8 +233,26 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
                 a.mov_imm(R0, XDP_PASS);
                 a.exit();
             }
-            // Counted; on to the next rule. (`police` is refused before this.)
-            Action::Count | Action::Police => {}
+            // Counted; on to the next rule.
+            Action::Count => {}
+            // Counted either way (as the engine counts a police rule's
+            // packets, over or not); over the rate it decides: drop.
+            Action::Police => {
+                let over = a.label();
+                let within = a.label();
+                let code = plan.police[r].as_ref().expect("a police rule has its buckets");
+                let keys = crate::police::KeySlots {
+                    ipv: slot::IPV,
+                    v4: [slot::SRC4, slot::DST4],
+                    v6: [[slot::SRC6_HI, slot::SRC6_LO], [slot::DST6_HI, slot::DST6_LO]],
+                };
+                crate::police::emit(&mut a, code, plan.buckets_fd, &keys, slot::KEY, over);
+                a.ja(within);
+                a.bind(over);
+                count(&mut a, plan.over_fd, r as i32);
+                verdict(&mut a, !plan.dry_run, r as i32, sample);
+                a.bind(within);
+            }
         }
         a.bind(next);
     }
@@ -653,7 +688,13 @@ fn one_of(a: &mut Asm, values: impl IntoIterator<Item = (u32, u32)>, negate: boo
     a.bind(done);
 }
 
-fn match_code<'s>(a: &mut Asm, m: &Match, sets: &mut impl Iterator<Item = &'s &'s SetCode>, fail: Label) {
+fn match_code<'s>(
+    a: &mut Asm,
+    m: &Match,
+    sets: &mut impl Iterator<Item = &'s &'s SetCode>,
+    ifindexes: &[(String, u32)],
+    fail: Label,
+) {
     match m {
         Match::Addr { field, negate, .. } => {
             let set = sets.next().expect("a set code per address match");
@@ -744,6 +785,15 @@ fn match_code<'s>(a: &mut Asm, m: &Match, sets: &mut impl Iterator<Item = &'s &'
             a.ldx(Size::DW, R3, S, slot::WIRE_LEN);
             one_of(a, ranges.iter().copied(), *negate, fail);
         }
-        Match::Iface { .. } => unreachable!("refused before generating"),
+        // The interface the frame came in on, by index: the shield runs
+        // one program on every interface it guards.
+        Match::Iface { negate, names } => {
+            a.ldx(Size::DW, R1, FP, CTX_SLOT);
+            a.ldx(Size::W, R3, R1, XDP_MD_INGRESS_IFINDEX);
+            let index = |n: &String| {
+                ifindexes.iter().find(|(name, _)| name == n).map(|&(_, i)| (i, i)).expect("resolved when compiling")
+            };
+            one_of(a, names.iter().map(index), *negate, fail);
+        }
     }
 }

@@ -323,7 +323,9 @@ fn start_control(
         config.crowdsec_maxelem,
         config.watch,
         Arc::clone(&config.safety),
-        &[],
+        // The guarded interfaces are the ports `iface` may name (the
+        // bridge's rule: a name that is none of them is refused).
+        &config.ifaces,
     )
     .map_err(|e| ShieldError::Config(e.to_string()))?;
     let first = loading.controller.published().load().value.id();
@@ -609,6 +611,7 @@ impl Running for Shield {
         // Counted before the links go: after, nothing more is judged.
         let mut k = self.kernel.lock().unwrap_or_else(PoisonError::into_inner);
         let counts = k.compiled.counts()?;
+        let police_dropped = k.compiled.police_dropped()?;
         let rules = k.compiled.rule_texts().to_vec();
         let (reloads, reloads_failed) = (k.reloads, k.reloads_failed);
         drop(std::mem::take(&mut k.links));
@@ -625,6 +628,7 @@ impl Running for Shield {
             attached: self.attached,
             rules,
             counts,
+            police_dropped,
             reloads,
             reloads_failed,
             elapsed: self.started.elapsed(),
@@ -641,6 +645,8 @@ pub struct ShieldSummary {
     pub rules: Vec<String>,
     /// Per rule (since the last reload), then default and undecodable.
     pub counts: Vec<Count>,
+    /// Per rule: a `police` rule's packets over its rate; `None` for the others.
+    pub police_dropped: Vec<Option<u64>>,
     /// Reloads swapped into the kernel, and those it refused.
     pub reloads: u64,
     pub reloads_failed: u64,
@@ -687,8 +693,12 @@ impl Summary for ShieldSummary {
                 out += &format!("  still enforcing: its link is pinned at {} (remove it to detach)\n", p.display());
             }
         }
-        for (rule, c) in self.rules.iter().zip(&self.counts) {
-            out += &format!("{:>12} packets {:>14} bytes  {rule}\n", c.packets, c.bytes);
+        for (i, (rule, c)) in self.rules.iter().zip(&self.counts).enumerate() {
+            out += &format!("{:>12} packets {:>14} bytes  {rule}", c.packets, c.bytes);
+            if let Some(over) = self.police_dropped.get(i).copied().flatten() {
+                out += &format!(" ({over} over the rate)");
+            }
+            out += "\n";
         }
         let d = self.extra(crate::program::Extra::Default);
         let u = self.extra(crate::program::Extra::Undecodable);
@@ -712,9 +722,14 @@ impl Summary for ShieldSummary {
                 "iface": a.iface, "mode": a.mode, "fell_back": a.fell_back, "replaced": a.replaced,
                 "pinned": a.pinned.as_ref().map(|p| p.display().to_string()), "adopted": a.adopted,
             })).collect::<Vec<_>>(),
-            "rules": self.rules.iter().zip(&self.counts).map(|(r, c)| serde_json::json!({
-                "rule": r, "packets": c.packets, "bytes": c.bytes,
-            })).collect::<Vec<_>>(),
+            "rules": self.rules.iter().zip(&self.counts).enumerate().map(|(i, (r, c))| {
+                let mut row = serde_json::json!({ "rule": r, "packets": c.packets, "bytes": c.bytes });
+                // As the bridge's row of a police rule.
+                if let Some(over) = self.police_dropped.get(i).copied().flatten() {
+                    row["police_dropped"] = over.into();
+                }
+                row
+            }).collect::<Vec<_>>(),
             "default": count(&self.extra(crate::program::Extra::Default)),
             "undecodable": count(&self.extra(crate::program::Extra::Undecodable)),
             "reloads": { "ok": self.reloads, "failed": self.reloads_failed },

@@ -162,6 +162,10 @@ fn without_sampling_the_program_has_no_sampling_instruction() {
         counters_fd: 3,
         scratch_fd: 4,
         sample,
+        police: vec![None],
+        buckets_fd: -1,
+        over_fd: -1,
+        ifindexes: Vec::new(),
     };
     // Helper calls: 7 prandom, 131-133 ringbuf, 189 xdp_load_bytes.
     let calls = |insns: &[sluice_live::bpf::Insn]| -> Vec<i32> {

@@ -125,7 +125,33 @@ fn list(r: &mut Rng, n: u64, f: impl Fn(&mut Rng) -> String) -> String {
     }
 }
 
-fn rule_file(r: &mut Rng) -> String {
+/// This host's interfaces (at most four, `lo` among them): the frames come
+/// in on them, the `iface` matches name them (the engine's ports, in order).
+fn host_ifaces() -> Vec<(String, u32)> {
+    let mut names: Vec<String> =
+        std::fs::read_dir("/sys/class/net").unwrap().filter_map(|e| e.ok()?.file_name().into_string().ok()).collect();
+    names.sort_by_key(|n| n != "lo");
+    names.truncate(4);
+    names.into_iter().map(|n| (n.clone(), sluice_live::sys::ifindex(&n).unwrap())).collect()
+}
+
+/// A `police` rule's head whose verdicts do not depend on the clock while
+/// a case runs (well under a second): a burst nothing in 300 frames
+/// exhausts, or a rate so slow that after its burst nothing refills (1
+/// packet, or 1 byte, a second: every bucket time is a whole number of
+/// seconds, so the first packet over is over by a second or more).
+fn police_head(r: &mut Rng) -> String {
+    let rate = match r.below(3) {
+        0 => "1000000pps burst 1000000".to_owned(),
+        1 if r.chance(3) => "1pps".to_owned(),
+        1 => format!("1pps burst {}", 1 + r.below(4)),
+        _ => format!("8bit burst {}", 40 + r.below(400)),
+    };
+    let per = r.pick(&["", "", " per saddr", " per daddr"]);
+    format!("police {rate}{per}")
+}
+
+fn rule_file(r: &mut Rng, ifaces: &[(String, u32)]) -> String {
     let mut text = String::new();
     // Two sets: one small (compares), one large (the kernel table).
     let (small, big) = (1 + r.below(8) as usize, 40 + r.below(200) as usize);
@@ -140,7 +166,10 @@ fn rule_file(r: &mut Rng) -> String {
     // engine's (a lookup that misses a key past a full bucket shows).
     text += "count addr @hosts\n";
     for _ in 0..1 + r.below(8) {
-        let action = r.pick(&["drop", "drop", "pass", "count"]);
+        let action = match r.pick(&["drop", "drop", "pass", "count", "police"]) {
+            "police" => police_head(r),
+            a => a.to_owned(),
+        };
         let mut matches = Vec::new();
         for _ in 0..1 + r.below(3) {
             let neg = if r.chance(4) { "!= " } else { "" };
@@ -172,6 +201,10 @@ fn rule_file(r: &mut Rng) -> String {
                     list(r, 3, |r| r.pick(&["0", "8", "3", "128", "135"]).into())
                 ),
                 7 => format!("vlan {neg}{}", list(r, 2, |r| r.pick(&["1", "100", "4094"]).into())),
+                8 if r.chance(2) => {
+                    let names: Vec<&str> = ifaces.iter().map(|(n, _)| n.as_str()).collect();
+                    format!("iface {neg}{}", list(r, 2, |r| r.pick(&names).to_owned()))
+                }
                 8 => format!("frag {}", r.pick(&["first", "later"])),
                 _ => {
                     let lo = r.pick(&[0u32, 60, 64, 100, 1000]);
@@ -324,9 +357,22 @@ fn frame(r: &mut Rng, set_addrs: &[u32], set_addrs6: &[u128]) -> Vec<u8> {
     f
 }
 
-fn check(seed: u64) -> Result<(), TestCaseError> {
+/// What a case met (so that a test can say the generator reaches them).
+#[derive(Default)]
+struct Met {
+    /// Frames a `police` rule dropped over its rate.
+    police_drops: usize,
+    /// Frames a `police` rule let through (charged).
+    police_passes: usize,
+    /// Rules with an `iface` match that decided a frame.
+    iface_decided: usize,
+}
+
+fn check(seed: u64) -> Result<Met, TestCaseError> {
+    let mut met = Met::default();
     let mut r = Rng(seed | 1);
-    let text = rule_file(&mut r);
+    let ifaces = host_ifaces();
+    let text = rule_file(&mut r, &ifaces);
     let file = parse_rules("random.rules", &text, std::path::Path::new("."))
         .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
     let dyn_count = r.below(40) as usize;
@@ -348,7 +394,11 @@ fn check(seed: u64) -> Result<(), TestCaseError> {
         .collect();
     let v4mapped = r.chance(2);
     let undecodable_drop = r.chance(2);
-    let opts = CompileOptions { v4mapped, ..CompileOptions::default() };
+    let opts = CompileOptions {
+        v4mapped,
+        ifaces: ifaces.iter().map(|(n, _)| n.clone()).collect(),
+        ..CompileOptions::default()
+    };
     let engine = RuleSet::compile(&file, &sets, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
     // Tables at the engine's fill, the kernel's, or fuller (so that lookups
     // walk chains of full buckets), or every host in the prefix table as
@@ -403,15 +453,30 @@ fn check(seed: u64) -> Result<(), TestCaseError> {
         })
         .collect();
     let mut want = vec![(0u64, 0u64); file.rules.len()];
+    // The engine's police rules judge on a clock held at 0, the kernel's
+    // on its own: they agree while the case runs in under a second (see
+    // `police_head`).
+    let start = std::time::Instant::now();
     for i in 0..300 {
         let f = frame(&mut r, &set_addrs, &set_addrs6);
         let wire = f.len() as u32;
+        let port = r.below(ifaces.len() as u64) as u32;
         let expected = match sluice_wire::decode(LinkType::ETHERNET, &f) {
             Ok(p) => {
-                let d = engine.evaluate_reference_at(&p, wire, 0, 0, |rule| {
+                let d = engine.evaluate_reference_at(&p, wire, port, 0, |rule| {
+                    met.police_passes += usize::from(file.rules[rule].action == sluice_rules::Action::Police);
                     want[rule].0 += 1;
                     want[rule].1 += u64::from(wire);
                 });
+                for (rule, r) in file.rules.iter().enumerate() {
+                    let decided = d.rule == Some(rule as u16);
+                    if r.action == sluice_rules::Action::Police {
+                        met.police_drops += usize::from(decided);
+                    }
+                    if decided && r.matches.iter().any(|m| matches!(m, sluice_rules::Match::Iface { .. })) {
+                        met.iface_decided += 1;
+                    }
+                }
                 if let Some(rule) = d.rule {
                     want[usize::from(rule)].0 += 1;
                     want[usize::from(rule)].1 += u64::from(wire);
@@ -421,25 +486,34 @@ fn check(seed: u64) -> Result<(), TestCaseError> {
             Err(_) if undecodable_drop => Verdict::Drop,
             Err(_) => Verdict::Pass,
         };
-        let got = kernel.test_run(&f).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let got = kernel.test_run_on(&f, ifaces[port as usize].1).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let want_action = if expected == Verdict::Drop { XDP_DROP } else { XDP_PASS } as u32;
         prop_assert_eq!(
             got,
             want_action,
-            "seed {} frame {}: {:02x?}\ndecoded: {:?}\nrules (v4mapped {}):\n{}",
+            "seed {} frame {} on {} ({:?} in): {:02x?}\ndecoded: {:?}\nrules (v4mapped {}):\n{}",
             seed,
             i,
+            ifaces[port as usize].0,
+            start.elapsed(),
             f,
             sluice_wire::decode(LinkType::ETHERNET, &f).map(|p| p.to_string()),
             v4mapped,
             text
         );
     }
+    let took = start.elapsed();
     let counts = kernel.counts().map_err(|e| TestCaseError::fail(e.to_string()))?;
-    for (rule, (&(p, b), c)) in want.iter().zip(&counts).enumerate() {
-        prop_assert_eq!((c.packets, c.bytes), (p, b), "seed {} rule {} counter:\n{}", seed, rule, text);
+    // What each police rule found over its rate: the engine's own count.
+    let over = kernel.police_dropped().map_err(|e| TestCaseError::fail(e.to_string()))?;
+    for (rule, o) in over.iter().enumerate() {
+        let e = engine.policer(rule).map(|p| p.over.load(std::sync::atomic::Ordering::Relaxed));
+        prop_assert_eq!(*o, e, "seed {} rule {} over its rate ({:?}):\n{}", seed, rule, took, text);
     }
-    Ok(())
+    for (rule, (&(p, b), c)) in want.iter().zip(&counts).enumerate() {
+        prop_assert_eq!((c.packets, c.bytes), (p, b), "seed {} rule {} counter ({:?}):\n{}", seed, rule, took, text);
+    }
+    Ok(met)
 }
 
 proptest! {
@@ -453,6 +527,24 @@ proptest! {
     }
 }
 
+/// The random files reach what the property is about: police rules over
+/// and within their rate, and `iface` matches that decide (40 fixed seeds).
+#[test]
+fn the_random_rules_police_and_match_interfaces() {
+    if !can_load() {
+        return;
+    }
+    let mut all = Met::default();
+    for seed in 1..=40u64 {
+        let m = check(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)).unwrap_or_else(|e| panic!("{e}"));
+        all.police_drops += m.police_drops;
+        all.police_passes += m.police_passes;
+        all.iface_decided += m.iface_decided;
+    }
+    eprintln!("police drops {}, passes {}, iface decided {}", all.police_drops, all.police_passes, all.iface_decided);
+    assert!(all.police_drops > 0 && all.police_passes > 0 && all.iface_decided > 0);
+}
+
 #[test]
 fn what_the_kernel_cannot_run_is_refused_with_its_line() {
     if !can_load() {
@@ -460,8 +552,7 @@ fn what_the_kernel_cannot_run_is_refused_with_its_line() {
     }
     for (text, line, what) in [
         ("pass tcp dport 22\ndrop inner saddr 10.0.0.0/8\n", 2, "`inner`"),
-        ("police 10mbit udp\n", 1, "`police`"),
-        ("drop iface eth0\n", 1, "`iface`"),
+        ("police 10mbit udp\ndrop inner udp\n", 2, "`inner`"),
     ] {
         let file = parse_rules("x.rules", text, std::path::Path::new(".")).unwrap();
         let sets: Vec<Vec<Prefix>> = file
