@@ -1008,6 +1008,24 @@ fn bgp_blackholes_and_flowspec_discards_are_dropped_in_xdp_until_withdrawn() {
     let rule = |text: &str| format!("sluice_rule_packets_total{{line=\"0\",rule=\"{text}\",action=\"drop\"}}");
     assert_eq!(sample(&m, &rule("drop daddr @bgp-blackholes (BGP blackhole routes)")), 20);
     assert_eq!(sample(&m, &rule("drop bgp destination 192.0.2.0/24 protocol ==17 destination-port ==53")), 20);
+    // `ctl flows` counts the discard's drops from the kernel's counters
+    // (copied every control-plane tick); the refused rate flow, none.
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    let flows = loop {
+        let f = ctl(&sock, &["flows"]);
+        let discard =
+            f["flows"].as_array().unwrap().iter().find(|x| x["flow"].as_str().unwrap().contains("==53")).cloned();
+        if discard.as_ref().is_some_and(|d| d["packets"] == 20) || std::time::Instant::now() > end {
+            break f;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let by_port =
+        |p: &str| flows["flows"].as_array().unwrap().iter().find(|x| x["flow"].as_str().unwrap().contains(p)).cloned();
+    let discard = by_port("==53").unwrap_or_else(|| panic!("no discard flow: {flows}"));
+    assert_eq!((discard["packets"].as_u64(), discard["dropped"].as_u64()), (Some(20), Some(20)), "{flows}");
+    assert!(discard["bytes"].as_u64().unwrap() >= 20 * 42, "{flows}");
+    assert_eq!(by_port("==5000").unwrap()["packets"], 0, "{flows}");
 
     // A reload builds the program again: the routes stay in force.
     ctl(&sock, &["reload"]);

@@ -81,6 +81,9 @@ pub struct KernelFlows {
     pub blackholes: HashSet<Prefix>,
     /// The FlowSpec flows' rules, in the table's order.
     pub rules: Vec<Rule>,
+    /// Per flow in `rules`: its index in the table, and its rules' indices
+    /// in `rules` (to count its packets from theirs).
+    pub spans: Vec<(usize, std::ops::Range<usize>)>,
     pub placement: Placement,
     /// FlowSpec flows enforced (each is one rule or more).
     pub enforced: usize,
@@ -105,7 +108,7 @@ impl KernelFlows {
         let mut k = KernelFlows { placement, ..KernelFlows::default() };
         // The flows seen that stop the flows and are not in the program.
         let mut stoppers: Vec<&Flow> = Vec::new();
-        for r in table.iter().flat_map(|t| t.rules()) {
+        for (i, r) in table.iter().flat_map(|t| t.rules()).enumerate() {
             if r.blackhole {
                 if let Some(p) = blackhole_prefix(&r.flow) {
                     k.blackholes.insert(p);
@@ -119,7 +122,9 @@ impl KernelFlows {
                 FlowVerdict::Drop if stoppers.iter().any(|s| may_meet(s, &r.flow)) => "shadowed",
                 FlowVerdict::Drop => match flow_rules(&r.flow) {
                     Ok(rules) if k.rules.len() + rules.len() <= MAX_FLOW_RULES => {
+                        let start = k.rules.len();
                         k.rules.extend(rules);
+                        k.spans.push((i, start..k.rules.len()));
                         k.enforced += 1;
                         continue;
                     }
@@ -435,6 +440,9 @@ mod tests {
         assert_eq!(k.rules, flow_rules(&udp53).unwrap());
         assert_eq!(k.refused, BTreeMap::from([("dscp", 1), ("rate", 1), ("accept", 1)]));
         assert_eq!(k.refused_texts.len(), 3);
+        // The flow's rules are counted for it: its index in the table.
+        assert_eq!(k.spans.len(), 1);
+        assert_eq!((table.rules()[k.spans[0].0].flow.clone(), k.spans[0].1.clone()), (udp53.clone(), 0..1));
         // Behind a rate on a /24: a discard of the /16 around it (its
         // packets meet the rate first on the bridge) is refused; one of
         // another port, or of the rest of the family, is not.
@@ -454,6 +462,13 @@ mod tests {
         let behind = KernelFlows::of(Some(&table), Placement::First, &HashSet::new());
         assert_eq!(behind.refused, BTreeMap::from([("rate", 1), ("shadowed", 1)]));
         assert_eq!(behind.enforced, 2);
+        // Each enforced flow's rules, in order, one after another.
+        let mut at = 0;
+        for (i, r) in &behind.spans {
+            assert!(matches!(table.rules()[*i].verdict, FlowVerdict::Drop) && r.start == at && r.end > at);
+            at = r.end;
+        }
+        assert_eq!((behind.spans.len(), at), (2, behind.rules.len()));
         assert_eq!(k.program_rules(), BgpRules { flows: k.rules.clone(), placement: Placement::Last });
     }
 

@@ -26,6 +26,7 @@ use sluice_live::bpf::XdpLink;
 use sluice_policy::Publication;
 use sluice_rules::{Prefix, Rule};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// What runs in the kernel: the program with its tables, and the links
@@ -66,6 +67,42 @@ pub struct BgpShown {
     pub refused: BTreeMap<&'static str, u64>,
     /// Programs built for new flows that the kernel refused.
     pub programs_failed: u64,
+    /// The flows the program in force runs, to count ([`copy_flow_counts`]).
+    pub in_program: Option<ProgramFlows>,
+}
+
+/// The FlowSpec flows of the program in force: the table they are from,
+/// and per flow its index there and its rules' indices in the program.
+#[derive(Clone, Debug)]
+pub struct ProgramFlows {
+    pub table: Arc<FlowTable>,
+    pub spans: Vec<(usize, std::ops::Range<usize>)>,
+}
+
+/// Copies the kernel's counters of the FlowSpec flows' rules into the
+/// flows' own counters, which `sluice ctl flows` shows (the control
+/// plane calls this every tick). A flow's packets are its rules' (a packet
+/// meets one of them at most: a drop ends the walk); all are dropped
+/// unless `dry_run`. The kernel's counters start again with each program
+/// (a reload, new flows), and so do these. The blackhole routes' drops are
+/// the one rule's over their set (`drop daddr @bgp-blackholes`, in the
+/// summary and the metrics), not a route's own.
+pub fn copy_flow_counts(kernel: &Mutex<Kernel>, shown: &Mutex<BgpShown>, dry_run: bool) {
+    let Some(flows) = shown.lock().unwrap_or_else(PoisonError::into_inner).in_program.clone() else { return };
+    let counts = match kernel.lock().unwrap_or_else(PoisonError::into_inner).compiled.counts() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::debug!("the flows' counters: {e}");
+            return;
+        }
+    };
+    for (i, rules) in &flows.spans {
+        let (Some(flow), Some(rules)) = (flows.table.rules().get(*i), counts.get(rules.clone())) else { continue };
+        let (packets, bytes) = rules.iter().fold((0, 0), |(p, b), c| (p + c.packets, b + c.bytes));
+        flow.counts.packets.store(packets, Ordering::Relaxed);
+        flow.counts.bytes.store(bytes, Ordering::Relaxed);
+        flow.counts.dropped.store(if dry_run { 0 } else { packets }, Ordering::Relaxed);
+    }
 }
 
 /// What the kernel holds of a BGP feed's table.
@@ -75,8 +112,10 @@ pub struct BgpMirror {
     seen: Option<Arc<FlowTable>>,
     /// What that table asks of the kernel.
     wanted: KernelFlows,
-    /// The FlowSpec rules of the program in force.
+    /// The FlowSpec rules of the program in force, and the index of the
+    /// first among its rules.
     in_program: Vec<Rule>,
+    first: usize,
     /// The blackholes in the tries of the program in force.
     blackholes: HashSet<Prefix>,
     /// Whether `wanted` may hold other blackholes than `blackholes` (a new
@@ -94,6 +133,7 @@ impl BgpMirror {
             seen: None,
             wanted: KernelFlows { placement, ..KernelFlows::default() },
             in_program: Vec::new(),
+            first: 0,
             blackholes: HashSet::new(),
             stale: true,
             shown: Arc::default(),
@@ -117,7 +157,20 @@ impl BgpMirror {
         self.wanted = KernelFlows::of(table.map(Arc::as_ref), self.placement, &known);
         let mut shown = self.shown.lock().unwrap_or_else(PoisonError::into_inner);
         shown.refused.clone_from(&self.wanted.refused);
-        self.wanted.rules != self.in_program
+        let rebuild = self.wanted.rules != self.in_program;
+        if !rebuild && shown.in_program.is_some() {
+            // The same rules in the program, from the new table's flows.
+            shown.in_program = self.program_flows();
+        }
+        rebuild
+    }
+
+    /// The wanted flows as the program runs them (its rules from `first`).
+    fn program_flows(&self) -> Option<ProgramFlows> {
+        let table = self.seen.clone()?;
+        let first = self.first;
+        let spans = self.wanted.spans.iter().map(|(i, r)| (*i, r.start + first..r.end + first)).collect();
+        Some(ProgramFlows { table, spans })
     }
 
     /// The blackhole set of `compiled` brought to the table's routes.
@@ -140,10 +193,18 @@ impl BgpMirror {
         self.shown.lock().unwrap_or_else(PoisonError::into_inner).blackholes = self.blackholes.len();
     }
 
-    /// The program in force now holds the wanted flows.
-    fn took(&mut self) {
+    /// The program in force now holds the wanted flows; `compiled` is it.
+    fn took(&mut self, compiled: &Compiled) {
         self.in_program.clone_from(&self.wanted.rules);
+        // The flows' rules come right after the blackhole rule: first in
+        // the program, or last after the file's.
+        self.first = match self.placement {
+            Placement::First => 1,
+            Placement::Last => compiled.rule_texts().len() - self.in_program.len(),
+        };
+        let flows = self.program_flows();
         let mut shown = self.shown.lock().unwrap_or_else(PoisonError::into_inner);
+        shown.in_program = flows;
         shown.flows_enforced = self.wanted.enforced;
         shown.flow_rules = self.in_program.len();
     }
@@ -264,7 +325,7 @@ impl Mirror {
             k.reloads += 1;
         }
         if let Some(b) = &mut self.bgp {
-            b.took();
+            b.took(&k.compiled);
         }
         tracing::info!("{what}: {} instructions in the kernel", k.compiled.instructions());
     }

@@ -394,7 +394,16 @@ fn start_control(
     sluice_control::signals::on_sighup(move || {
         let _ = hup.send(sluice_policy::Event::Reload("SIGHUP"));
     })?;
-    let thread = std::thread::Builder::new().name("sluice-control".into()).spawn(move || controller.run(rx, || {}))?;
+    // `ctl flows` shows the kernel's counts of the FlowSpec flows' rules.
+    let flow_counts = seen.as_ref().map(|(_, shown)| (Arc::clone(kernel), Arc::clone(shown)));
+    let dry_run = config.options.dry_run;
+    let thread = std::thread::Builder::new().name("sluice-control".into()).spawn(move || {
+        controller.run(rx, move || {
+            if let Some((kernel, shown)) = &flow_counts {
+                crate::mirror::copy_flow_counts(kernel, shown, dry_run);
+            }
+        })
+    })?;
     let bouncer = match loading.crowdsec {
         Some(c) => {
             let stop = Arc::new(AtomicBool::new(false));
