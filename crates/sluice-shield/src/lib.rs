@@ -24,7 +24,7 @@ pub use service::{start, Attached, ModeChoice, Shield, ShieldConfig, ShieldSumma
 use sluice_live::bpf::{BpfMap, MapType, XdpProgram};
 use sluice_live::LiveError;
 use sluice_rules::Prefix;
-use sluice_rules::{Action, AddrValue, Depth, Match, RuleFile, SetSource};
+use sluice_rules::{Action, AddrValue, Match, RuleFile, SetSource};
 use tables::SetCode;
 
 /// Why rules cannot become a kernel program, or the kernel refused it.
@@ -92,21 +92,11 @@ fn unsupported(file: &RuleFile) -> Option<(usize, String)> {
         if r.action == Action::Police {
             return Some((r.line, "`police`".into()));
         }
+        // `inner` runs: the program walks the tunnels the engine walks
+        // (`program::walk`).
         for m in &r.matches {
-            let depth = match m {
-                Match::Addr { depth, .. }
-                | Match::Proto { depth, .. }
-                | Match::Port { depth, .. }
-                | Match::TcpFlags { depth, .. }
-                | Match::IcmpType { depth, .. }
-                | Match::Frag { depth, .. } => Some(*depth),
-                Match::Iface { .. } => {
-                    return Some((r.line, "`iface` (the shield judges each interface's own traffic)".into()))
-                }
-                Match::Vlan { .. } | Match::Len { .. } => None,
-            };
-            if depth == Some(Depth::Inner) {
-                return Some((r.line, "`inner` (tunnels are not walked in the kernel program yet)".into()));
+            if let Match::Iface { .. } = m {
+                return Some((r.line, "`iface` (the shield judges each interface's own traffic)".into()));
             }
         }
     }
