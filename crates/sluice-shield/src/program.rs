@@ -831,6 +831,10 @@ const IPPROTO_IPV6: i32 = sluice_wire::ip_proto::IPV6 as i32;
 const IPPROTO_GRE: i32 = sluice_wire::ip_proto::GRE as i32;
 const IPPROTO_UDP: i32 = sluice_wire::ip_proto::UDP as i32;
 
+/// How many tunnels the walk has entered, on the stack: a constant the
+/// verifier follows, so that it sees the loop below end.
+const LEVEL_SLOT: i16 = -104;
+
 /// From the outer header, through the tunnels the engine walks (IP in IP
 /// both ways, GRE with IP or Ethernet inside, VXLAN, Geneve, GTP-U), to
 /// the innermost IP header: its fields into the [`INNER`] slots, as
@@ -839,21 +843,29 @@ const IPPROTO_UDP: i32 = sluice_wire::ip_proto::UDP as i32;
 /// as when no tunnel is found, the `fallback` slots (the outer header's
 /// that the rules read) are copied into the inner ones.
 ///
-/// Unrolled, one level per tunnel: each level starts from what is in the
-/// summary, not from registers, so the verifier meets every way into a
-/// level in one state and checks each level once.
+/// One tunnel per turn of a loop (bounded by [`MAX_TUNNELS`] in
+/// [`LEVEL_SLOT`]): each turn starts from what is in the summary, not from
+/// registers, so the verifier checks it once per level, and the program
+/// holds one copy of the tunnel and IP parsers, not one per level.
 fn walk(a: &mut Asm, v4mapped: bool, fallback: &[(i16, i16)]) {
     let done = a.label();
     let error = a.label();
+    let inner = a.label();
+    let tunnel = a.label();
     // The parser forgot the packet pointers; the context has them.
     a.ldx(Size::DW, R1, FP, CTX_SLOT);
     a.ldx(Size::W, R7, R1, 0);
     a.ldx(Size::W, R8, R1, 4);
     a.st_imm(Size::DW, S, INNER.ipv, 0);
-    for level in 0..=MAX_TUNNELS {
-        let cur = if level == 0 { &OUTER } else { &INNER };
-        tunnel_step(a, cur, level == MAX_TUNNELS, v4mapped, done, error);
-    }
+    a.mov_imm(R1, 0);
+    a.stx(Size::DW, FP, LEVEL_SLOT, R1);
+    // The outer header's tunnel, then (back here after each inner header)
+    // the inner one's.
+    tunnel_entry(a, &OUTER, done, tunnel);
+    a.bind(inner);
+    tunnel_entry(a, &INNER, done, tunnel);
+    a.bind(tunnel);
+    tunnel_step(a, v4mapped, done, error, inner);
     a.bind(error);
     a.st_imm(Size::DW, S, INNER.ipv, 0);
     a.bind(done);
@@ -870,39 +882,47 @@ fn walk(a: &mut Asm, v4mapped: bool, fallback: &[(i16, i16)]) {
     a.mov_imm(R9, 0);
 }
 
-/// One tunnel: the one the header in `cur` carries (its upper layer at
-/// [`slot::L4_AT`], its datagram's end at [`slot::END`]), recognised as
-/// `sluice_wire`'s `tunnel_step` does, and the IP header inside parsed
-/// into [`INNER`]; then falls through to the next level. `done`: no
-/// (further) tunnel; `error`: damage, no inner header at all. The `last`
-/// level is one tunnel too many: what would be walked is damage.
-fn tunnel_step(a: &mut Asm, cur: &Layer, last: bool, v4mapped: bool, done: Label, error: Label) {
-    let next = a.label();
-    let (ip4, ip6, eth) = if last { (error, error, error) } else { (a.label(), a.label(), a.label()) };
-    let gre = a.label();
-    let vxlan = a.label();
-    let geneve = a.label();
-    let gtp = a.label();
-    // R4: the upper layer's offset; R5: the datagram's end. A later
-    // fragment, cut options or a cut extension chain have none.
+/// What the tunnel walk needs of the header in `cur`, then on to `tunnel`:
+/// R4 its upper layer's offset ([`slot::L4_AT`]; a later fragment, cut
+/// options or a cut extension chain have none: `done`), R5 its datagram's
+/// end ([`slot::END`]), R3 its protocol, and for UDP R0 the destination
+/// port (no UDP header: `done`).
+fn tunnel_entry(a: &mut Asm, cur: &Layer, done: Label, tunnel: Label) {
     a.ldx(Size::DW, R4, S, slot::L4_AT);
     a.jmp_imm(Cond::Eq, R4, 0, done);
     a.jmp_imm(Cond::Gt, R4, MAX_WALK_OFF, done);
     a.ldx(Size::DW, R5, S, slot::END);
     a.ldx(Size::DW, R3, S, cur.proto);
+    // Loaded whatever the protocol: every way into `tunnel` then holds the
+    // same (unknown) R0, and the verifier checks the step once per level.
+    a.ldx(Size::DW, R0, S, cur.dport);
+    a.jmp_imm(Cond::Ne, R3, IPPROTO_UDP, tunnel);
+    require(a, cur.ports_ok, done);
+    a.ja(tunnel);
+}
+
+/// One tunnel (from [`tunnel_entry`]'s registers), recognised as
+/// `sluice_wire`'s `tunnel_step` does, and the IP header inside parsed into
+/// [`INNER`]; then on to `next`. `done`: no (further) tunnel; `error`:
+/// damage, no inner header at all. A tunnel past [`MAX_TUNNELS`] is damage
+/// once its header is known good, where the engine counts it.
+fn tunnel_step(a: &mut Asm, v4mapped: bool, done: Label, error: Label, next: Label) {
+    let (ip4, ip6, eth) = (a.label(), a.label(), a.label());
+    let (in_ip4, in_ip6, in_eth) = (a.label(), a.label(), a.label());
+    let gre = a.label();
+    let vxlan = a.label();
+    let geneve = a.label();
+    let gtp = a.label();
     a.mov(R9, R4);
-    a.jmp_imm(Cond::Eq, R3, IPPROTO_IPIP, ip4);
-    a.jmp_imm(Cond::Eq, R3, IPPROTO_IPV6, ip6);
+    a.jmp_imm(Cond::Eq, R3, IPPROTO_IPIP, in_ip4);
+    a.jmp_imm(Cond::Eq, R3, IPPROTO_IPV6, in_ip6);
     a.jmp_imm(Cond::Eq, R3, IPPROTO_GRE, gre);
     a.jmp_imm(Cond::Ne, R3, IPPROTO_UDP, done);
-    // The UDP tunnels, by destination port, when the UDP header is there;
-    // R4 past it.
-    require(a, cur.ports_ok, done);
-    a.ldx(Size::DW, R3, S, cur.dport);
+    // The UDP tunnels, by destination port (R0); R4 past the UDP header.
     a.alu_imm(Alu::Add, R4, 8);
-    a.jmp_imm(Cond::Eq, R3, i32::from(sluice_wire::vxlan::PORT), vxlan);
-    a.jmp_imm(Cond::Eq, R3, i32::from(sluice_wire::geneve::PORT), geneve);
-    a.jmp_imm(Cond::Eq, R3, i32::from(sluice_wire::gtpu::PORT), gtp);
+    a.jmp_imm(Cond::Eq, R0, i32::from(sluice_wire::vxlan::PORT), vxlan);
+    a.jmp_imm(Cond::Eq, R0, i32::from(sluice_wire::geneve::PORT), geneve);
+    a.jmp_imm(Cond::Eq, R0, i32::from(sluice_wire::gtpu::PORT), gtp);
     a.ja(done);
 
     // GRE: flags and version, the protocol; the checksum (or routing),
@@ -929,9 +949,9 @@ fn tunnel_step(a: &mut Asm, cur: &Layer, last: bool, v4mapped: bool, done: Label
     a.jmp(Cond::Gt, R9, R5, error);
     // PPTP's version 1 and RFC 1701 routing are not walked.
     a.jmp_imm(Cond::Set, R3, 0x4007, done);
-    a.jmp_imm(Cond::Eq, R0, ETH_P_IPV4, ip4);
-    a.jmp_imm(Cond::Eq, R0, ETH_P_IPV6, ip6);
-    a.jmp_imm(Cond::Eq, R0, ETH_P_TEB, eth);
+    a.jmp_imm(Cond::Eq, R0, ETH_P_IPV4, in_ip4);
+    a.jmp_imm(Cond::Eq, R0, ETH_P_IPV6, in_ip6);
+    a.jmp_imm(Cond::Eq, R0, ETH_P_TEB, in_eth);
     a.ja(done);
 
     // VXLAN: 8 bytes (flags unchecked, as the engine), then Ethernet.
@@ -939,7 +959,7 @@ fn tunnel_step(a: &mut Asm, cur: &Layer, last: bool, v4mapped: bool, done: Label
     a.mov(R9, R4);
     a.alu_imm(Alu::Add, R9, 8);
     a.jmp(Cond::Gt, R9, R5, error);
-    a.ja(eth);
+    a.ja(in_eth);
 
     // Geneve: version (2 bits) and options length (6 bits, in words),
     // the protocol.
@@ -958,9 +978,9 @@ fn tunnel_step(a: &mut Asm, cur: &Layer, last: bool, v4mapped: bool, done: Label
     a.alu_imm(Alu::Add, R9, 8);
     a.jmp(Cond::Gt, R9, R5, error);
     a.jmp_imm(Cond::Gt, R3, 0x3f, done);
-    a.jmp_imm(Cond::Eq, R0, ETH_P_IPV4, ip4);
-    a.jmp_imm(Cond::Eq, R0, ETH_P_IPV6, ip6);
-    a.jmp_imm(Cond::Eq, R0, ETH_P_TEB, eth);
+    a.jmp_imm(Cond::Eq, R0, ETH_P_IPV4, in_ip4);
+    a.jmp_imm(Cond::Eq, R0, ETH_P_IPV6, in_ip6);
+    a.jmp_imm(Cond::Eq, R0, ETH_P_TEB, in_eth);
     a.ja(done);
 
     // GTP-U: flags (version 3 bits; E, S, PN: the optional word), the
@@ -1027,18 +1047,20 @@ fn tunnel_step(a: &mut Asm, cur: &Layer, last: bool, v4mapped: bool, done: Label
     // Something must follow the header.
     a.alu(Alu::Add, R9, R4);
     a.jmp(Cond::Ge, R9, R5, error);
-    if !last {
-        need(a, R9, 1, error);
-        a.ldx(Size::B, R3, R2, 0);
-        a.alu_imm(Alu::Rsh, R3, 4);
-        a.jmp_imm(Cond::Eq, R3, 4, ip4);
-        a.jmp_imm(Cond::Eq, R3, 6, ip6);
-        a.ja(done);
-    } else {
-        a.ja(error);
-    }
-    if last {
-        return;
+    count_tunnel(a, error);
+    need(a, R9, 1, error);
+    a.ldx(Size::B, R3, R2, 0);
+    a.alu_imm(Alu::Rsh, R3, 4);
+    a.jmp_imm(Cond::Eq, R3, 4, ip4);
+    a.jmp_imm(Cond::Eq, R3, 6, ip6);
+    a.ja(done);
+
+    // A tunnel whose header is good: counted (one too many is damage),
+    // then what it carries at R9.
+    for (at, to) in [(in_ip4, ip4), (in_ip6, ip6), (in_eth, eth)] {
+        a.bind(at);
+        count_tunnel(a, error);
+        a.ja(to);
     }
 
     // Ethernet inside (VXLAN, GRE and Geneve's TEB) at R9: its VLAN tags
@@ -1100,7 +1122,15 @@ fn tunnel_step(a: &mut Asm, cur: &Layer, last: bool, v4mapped: bool, done: Label
     ipv4_header(a, h, error, next);
     a.bind(v6);
     ipv6_header(a, h, error, next);
-    a.bind(next);
+}
+
+/// One more tunnel in [`LEVEL_SLOT`]; past [`MAX_TUNNELS`], `error`
+/// (clobbers R1).
+fn count_tunnel(a: &mut Asm, error: Label) {
+    a.ldx(Size::DW, R1, FP, LEVEL_SLOT);
+    a.jmp_imm(Cond::Ge, R1, MAX_TUNNELS as i32, error);
+    a.alu_imm(Alu::Add, R1, 1);
+    a.stx(Size::DW, FP, LEVEL_SLOT, R1);
 }
 
 /// `if slot == 0 goto fail`.
