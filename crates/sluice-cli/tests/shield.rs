@@ -258,9 +258,11 @@ fn bad_input_is_a_clear_error_and_nothing_is_left_attached() {
     let h = Host::new("shb");
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.rules");
-    std::fs::write(&bad, "drop udp dport 7\ndrop inner saddr 10.0.0.0/8\n").unwrap();
+    // (A rule the kernel program cannot run is refused the same way, with
+    // its line: sluice-shield's tests.)
+    std::fs::write(&bad, "drop udp dport 7\ndrop inner saddr 10.0.0.0/8 sport 7\n").unwrap();
     let e = refused(&h, &["--iface", &h.dev, "--rules", bad.to_str().unwrap()]);
-    assert!(e.contains("bad.rules:2: `inner`"), "{e}");
+    assert!(e.contains("bad.rules:2:"), "{e}");
     assert!(!h.has_xdp());
 
     let good = rules(dir.path());
