@@ -6,9 +6,11 @@
 //! attached to the host's interfaces. A dropped packet never reaches the
 //! kernel's stack; the rest pass (`XDP_PASS`).
 //!
-//! What the kernel program cannot run is refused when the rules are
-//! compiled, naming the construct and its `file:line` ([`ShieldError::
-//! Unsupported`]); nothing is loaded then.
+//! Everything the rule language has runs in the kernel (police, `iface`,
+//! `inner` behind the tunnels the engine walks); what the kernel cannot
+//! take (an interface the host lacks, a program past the verifier's
+//! limits) is refused when the rules are compiled, naming its `file:line`
+//! ([`ShieldError::Unsupported`]); nothing is loaded then.
 
 pub mod asm;
 pub mod flows;
@@ -25,7 +27,7 @@ pub use service::{start, Attached, ModeChoice, Shield, ShieldConfig, ShieldSumma
 use sluice_live::bpf::{BpfMap, MapType, XdpProgram};
 use sluice_live::LiveError;
 use sluice_rules::Prefix;
-use sluice_rules::{Action, AddrValue, Depth, Match, RuleFile, SetSource};
+use sluice_rules::{Action, AddrValue, Match, RuleFile, SetSource};
 use tables::SetCode;
 
 /// Why rules cannot become a kernel program, or the kernel refused it.
@@ -94,27 +96,6 @@ pub struct Compiled {
 /// none (the engine's default).
 pub const DEFAULT_MAXELEM: u32 = 1_000_000;
 
-/// What the kernel program does not run, as `(line, what)`, for `file`.
-fn unsupported(file: &RuleFile) -> Option<(usize, String)> {
-    for r in &file.rules {
-        for m in &r.matches {
-            let depth = match m {
-                Match::Addr { depth, .. }
-                | Match::Proto { depth, .. }
-                | Match::Port { depth, .. }
-                | Match::TcpFlags { depth, .. }
-                | Match::IcmpType { depth, .. }
-                | Match::Frag { depth, .. } => Some(*depth),
-                Match::Vlan { .. } | Match::Len { .. } | Match::Iface { .. } => None,
-            };
-            if depth == Some(Depth::Inner) {
-                return Some((r.line, "`inner` (tunnels are not walked in the kernel program yet)".into()));
-            }
-        }
-    }
-    None
-}
-
 /// The file's rules with a BGP feed's (the blackhole set's rule, whose
 /// set is `blackholes`, then the flows') before or after them.
 fn with_bgp_rules(
@@ -168,9 +149,6 @@ impl Compiled {
         layout: &tables::Layout,
         bgp: Option<&flows::BgpRules>,
     ) -> Result<Compiled, ShieldError> {
-        if let Some((line, what)) = unsupported(file) {
-            return Err(ShieldError::Unsupported { file: file.source.clone(), line, what });
-        }
         // The BGP rules name the blackhole set as the one past the file's.
         let blackholes = file.sets.len();
         let rules = with_bgp_rules(&file.rules, blackholes, bgp);

@@ -13,12 +13,13 @@
 //! (a fifth is undecodable, as in the engine), IPv4 with options, IPv6
 //! with up to eight extension headers, TCP/UDP ports, TCP flags, ICMP
 //! types, fragments. MPLS and PPPoE frames are judged as non-IP frames
-//! (the engine reads the IP header behind them); `inner` matches are
-//! refused at compile time.
+//! (the engine reads the IP header behind them). A program with `inner`
+//! matches also walks the tunnels the engine walks ([`walk`]) to the
+//! innermost IP header, into a second set of slots.
 
 use crate::asm::{Alu, Asm, Cond, Label, Reg, Size, FP, R0, R1, R2, R3, R4, R5, R6, R7, R8, R9};
 use crate::tables::SetCode;
-use sluice_rules::{Action, AddrField, FragKind, Match, PortField, Rule};
+use sluice_rules::{Action, AddrField, Depth, FragKind, Match, PortField, Rule};
 
 /// The packet's summary: 8-byte fields of a per-CPU scratch value (see
 /// [`generate`] for why not the stack), at these offsets from `S`.
@@ -49,8 +50,21 @@ mod slot {
     pub const SRC6_LO: i16 = 144;
     pub const DST6_HI: i16 = 152;
     pub const DST6_LO: i16 = 160;
+    /// What every program zeroes at entry: the outer summary.
+    pub const OUTER_END: i16 = 168;
+    /// The innermost IP header's summary: the outer one's IP fields, in
+    /// the same order, from here ([`super::INNER`]). Only a program with
+    /// `inner` matches writes it.
+    pub const INNER: i16 = OUTER_END;
+    /// Where the upper layer of the header the tunnel walk stands on
+    /// starts (0: none known), and that header's datagram end: written by
+    /// the parser of a program that walks tunnels.
+    pub const L4_AT: i16 = INNER + 18 * 8;
+    pub const END: i16 = L4_AT + 8;
+    /// The walk's offset, stored and loaded back (see [`super::walk`]).
+    pub const WALK_AT: i16 = END + 8;
     /// The value's size.
-    pub const SIZE: u32 = 168;
+    pub const SIZE: u32 = WALK_AT as u32 + 8;
     /// A map key for helper calls, on the stack (below the frame pointer).
     pub const KEY: i16 = -8;
 }
@@ -58,6 +72,134 @@ mod slot {
 pub const SUMMARY_BYTES: u32 = slot::SIZE;
 pub(crate) use slot::KEY as KEY_SLOT;
 pub(crate) use slot::WIRE_LEN as WIRE_LEN_SLOT;
+
+/// One IP header's slots in the summary: the outer header's, or the
+/// innermost one's behind tunnels (`inner` matches read those).
+#[derive(Clone, Copy)]
+struct Layer {
+    ipv: i16,
+    src4: i16,
+    dst4: i16,
+    src4_ok: i16,
+    dst4_ok: i16,
+    proto: i16,
+    ports_ok: i16,
+    sport: i16,
+    dport: i16,
+    icmp_ok: i16,
+    icmp_type: i16,
+    tcpf_ok: i16,
+    tcpf: i16,
+    frag: i16,
+    src6_hi: i16,
+    src6_lo: i16,
+    dst6_hi: i16,
+    dst6_lo: i16,
+}
+
+const OUTER: Layer = Layer {
+    ipv: slot::IPV,
+    src4: slot::SRC4,
+    dst4: slot::DST4,
+    src4_ok: slot::SRC4_OK,
+    dst4_ok: slot::DST4_OK,
+    proto: slot::PROTO,
+    ports_ok: slot::PORTS_OK,
+    sport: slot::SPORT,
+    dport: slot::DPORT,
+    icmp_ok: slot::ICMP_OK,
+    icmp_type: slot::ICMP_TYPE,
+    tcpf_ok: slot::TCPF_OK,
+    tcpf: slot::TCPF,
+    frag: slot::FRAG,
+    src6_hi: slot::SRC6_HI,
+    src6_lo: slot::SRC6_LO,
+    dst6_hi: slot::DST6_HI,
+    dst6_lo: slot::DST6_LO,
+};
+
+/// The `i`th field of the inner layer.
+const fn at(i: i16) -> i16 {
+    slot::INNER + 8 * i
+}
+
+const INNER: Layer = {
+    Layer {
+        ipv: at(0),
+        src4: at(1),
+        dst4: at(2),
+        src4_ok: at(3),
+        dst4_ok: at(4),
+        proto: at(5),
+        ports_ok: at(6),
+        sport: at(7),
+        dport: at(8),
+        icmp_ok: at(9),
+        icmp_type: at(10),
+        tcpf_ok: at(11),
+        tcpf: at(12),
+        frag: at(13),
+        src6_hi: at(14),
+        src6_lo: at(15),
+        dst6_hi: at(16),
+        dst6_lo: at(17),
+    }
+};
+
+impl Layer {
+    /// The layer a match of this depth reads.
+    fn at(depth: Depth) -> &'static Layer {
+        match depth {
+            Depth::Outer => &OUTER,
+            Depth::Inner => &INNER,
+        }
+    }
+
+    /// The slots a match reads in this layer (none for `vlan`, `len`...).
+    fn read_by(&self, m: &Match) -> Vec<i16> {
+        let l = self;
+        match m {
+            Match::Addr { field, .. } => {
+                let src = [l.src4_ok, l.src4, l.src6_hi, l.src6_lo];
+                let dst = [l.dst4_ok, l.dst4, l.dst6_hi, l.dst6_lo];
+                let mut v = vec![l.ipv];
+                match field {
+                    AddrField::Src => v.extend(src),
+                    AddrField::Dst => v.extend(dst),
+                    AddrField::Either => v.extend(src.into_iter().chain(dst)),
+                }
+                v
+            }
+            Match::Proto { .. } => vec![l.ipv, l.proto],
+            Match::Port { field, .. } => {
+                vec![l.ipv, l.proto, l.ports_ok, if *field == PortField::Src { l.sport } else { l.dport }]
+            }
+            Match::TcpFlags { .. } => vec![l.ipv, l.proto, l.tcpf_ok, l.tcpf],
+            Match::IcmpType { .. } => vec![l.ipv, l.proto, l.icmp_ok, l.icmp_type],
+            Match::Frag { .. } => vec![l.ipv, l.frag],
+            Match::Vlan { .. } | Match::Len { .. } | Match::Iface { .. } => Vec::new(),
+        }
+    }
+}
+
+/// The depth a match reads, for those that read an IP header.
+fn depth_of(m: &Match) -> Option<Depth> {
+    match m {
+        Match::Addr { depth, .. }
+        | Match::Proto { depth, .. }
+        | Match::Port { depth, .. }
+        | Match::TcpFlags { depth, .. }
+        | Match::IcmpType { depth, .. }
+        | Match::Frag { depth, .. } => Some(*depth),
+        Match::Vlan { .. } | Match::Len { .. } | Match::Iface { .. } => None,
+    }
+}
+
+/// Whether a rule reads the innermost header.
+pub fn reads_inner(rule: &Rule) -> bool {
+    rule.matches.iter().any(|m| depth_of(m) == Some(Depth::Inner))
+}
+
 /// The summary's base register while parsing and judging.
 const S: Reg = R6;
 
@@ -173,9 +315,13 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
     let rules = a.label();
     // Each drop goes through the sampling block when there is one.
     let sample = plan.sample.map(|_| a.label());
-    // The context is kept for the sampling and for `iface` matches.
+    // The context is kept for the sampling, for `iface` matches and for the
+    // tunnel walk. Tunnels are walked (just before the first rule that
+    // reads the innermost header) only in a program that has such a rule:
+    // the others are not one instruction longer.
     let reads_iface = plan.rules.iter().flat_map(|r| &r.matches).any(|m| matches!(m, Match::Iface { .. }));
-    if sample.is_some() || reads_iface {
+    let walk_at = plan.rules.iter().position(reads_inner);
+    if sample.is_some() || reads_iface || walk_at.is_some() {
         a.stx(Size::DW, FP, CTX_SLOT, R1);
     }
     a.ldx(Size::W, R7, R1, 0);
@@ -195,15 +341,19 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
     a.bind(have);
     a.mov(S, R0);
     let mut s = 0;
-    while s < slot::SIZE as i16 {
+    while s < slot::OUTER_END {
         a.st_imm(Size::DW, S, s, 0);
         s += 8;
     }
     a.mov(R2, R8);
     a.alu(Alu::Sub, R2, R7);
     a.stx(Size::DW, S, slot::WIRE_LEN, R2);
+    if walk_at.is_some() {
+        // The outer parser writes it only when an upper layer is known.
+        a.st_imm(Size::DW, S, slot::L4_AT, 0);
+    }
 
-    parse(&mut a, plan.v4mapped, undecodable, parsed);
+    parse(&mut a, plan.v4mapped, walk_at.is_some(), undecodable, parsed);
     a.bind(parsed);
     // Forget the packet pointers: every way through the parser meets here
     // in one state.
@@ -221,6 +371,21 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
 
     a.bind(rules);
     for (r, rule) in plan.rules.iter().enumerate() {
+        if walk_at == Some(r) {
+            // What an `inner` match reads when no tunnel was reached: the
+            // outer header's slots, copied (only those the rules read).
+            let mut fallback: Vec<(i16, i16)> = Vec::new();
+            for m in plan.rules.iter().flat_map(|r| &r.matches) {
+                if depth_of(m) == Some(Depth::Inner) {
+                    for pair in OUTER.read_by(m).into_iter().zip(INNER.read_by(m)) {
+                        if !fallback.contains(&pair) {
+                            fallback.push(pair);
+                        }
+                    }
+                }
+            }
+            walk(&mut a, plan.v4mapped, &fallback);
+        }
         let next = a.label();
         let mut sets = plan.addr_sets[r].iter();
         for m in &rule.matches {
@@ -360,16 +525,42 @@ fn need(a: &mut Asm, off: Reg, n: i32, fail: Label) {
     a.jmp(Cond::Gt, R1, R8, fail);
 }
 
+/// How an IP header is parsed: into which slots, within what.
+#[derive(Clone, Copy)]
+struct Hdr {
+    /// The slots written.
+    l: &'static Layer,
+    /// The slot holding where the bytes this header may use end: the
+    /// frame's (the outer header), or the datagram's that carries it (a
+    /// tunnel's inner header).
+    limit: i16,
+    /// A tunnel's inner header: `limit` is checked besides the frame's end.
+    inner: bool,
+    /// The program walks tunnels: the upper layer's offset and the
+    /// datagram's end are kept ([`slot::L4_AT`], [`slot::END`]).
+    walk: bool,
+    v4mapped: bool,
+}
+
 /// Ethernet, VLAN tags, IPv4/IPv6, the upper layer: the summary slots.
 /// `R9` holds the offset of the header being read.
-fn parse(a: &mut Asm, v4mapped: bool, undecodable: Label, rules: Label) {
+fn parse(a: &mut Asm, v4mapped: bool, walk: bool, undecodable: Label, rules: Label) {
     let ipv4 = a.label();
     let ipv6 = a.label();
+    let h = Hdr { l: &OUTER, limit: slot::WIRE_LEN, inner: false, walk, v4mapped };
     link_layer(a, ipv4, ipv6, undecodable, rules);
     a.bind(ipv4);
-    ipv4_header(a, undecodable, rules);
+    ipv4_header(a, h, undecodable, rules);
     a.bind(ipv6);
-    ipv6_header(a, v4mapped, undecodable, rules);
+    ipv6_header(a, h, undecodable, rules);
+}
+
+/// `if S[limit] < off + n goto fail` (clobbers R1, R2).
+fn within(a: &mut Asm, off: Reg, n: i32, limit: i16, fail: Label) {
+    a.ldx(Size::DW, R1, S, limit);
+    a.mov(R2, off);
+    a.alu_imm(Alu::Add, R2, n);
+    a.jmp(Cond::Gt, R2, R1, fail);
 }
 
 /// Ethernet and up to [`MAX_VLAN_TAGS`] tags (the first one's VLAN kept):
@@ -412,8 +603,11 @@ fn link_layer(a: &mut Asm, ipv4: Label, ipv6: Label, undecodable: Label, rules: 
 
 /// The IPv4 header at `R9`: addresses, protocol, fragments, then the upper
 /// layer when it was captured.
-fn ipv4_header(a: &mut Asm, undecodable: Label, rules: Label) {
+fn ipv4_header(a: &mut Asm, h: Hdr, undecodable: Label, rules: Label) {
     let no_l4 = rules;
+    if h.inner {
+        within(a, R9, 20, h.limit, undecodable);
+    }
     need(a, R9, 20, undecodable);
     a.ldx(Size::B, R3, R2, 0);
     a.mov(R4, R3);
@@ -428,17 +622,17 @@ fn ipv4_header(a: &mut Asm, undecodable: Label, rules: Label) {
     a.jmp_imm(Cond::Eq, R4, 0, total_ok);
     a.jmp(Cond::Lt, R4, R3, undecodable);
     a.bind(total_ok);
-    a.st_imm(Size::DW, S, slot::IPV, 4);
+    a.st_imm(Size::DW, S, h.l.ipv, 4);
     a.ldx(Size::W, R5, R2, 12);
     a.from_be(R5, 32);
-    a.stx(Size::DW, S, slot::SRC4, R5);
+    a.stx(Size::DW, S, h.l.src4, R5);
     a.ldx(Size::W, R5, R2, 16);
     a.from_be(R5, 32);
-    a.stx(Size::DW, S, slot::DST4, R5);
-    a.st_imm(Size::DW, S, slot::SRC4_OK, 1);
-    a.st_imm(Size::DW, S, slot::DST4_OK, 1);
+    a.stx(Size::DW, S, h.l.dst4, R5);
+    a.st_imm(Size::DW, S, h.l.src4_ok, 1);
+    a.st_imm(Size::DW, S, h.l.dst4_ok, 1);
     a.ldx(Size::B, R5, R2, 9);
-    a.stx(Size::DW, S, slot::PROTO, R5);
+    a.stx(Size::DW, S, h.l.proto, R5);
     // Fragments: offset (13 bits) and more-fragments.
     a.ldx(Size::H, R5, R2, 6);
     a.from_be(R5, 16);
@@ -448,18 +642,18 @@ fn ipv4_header(a: &mut Asm, undecodable: Label, rules: Label) {
     a.mov(R1, R5);
     a.alu_imm(Alu::And, R1, 0x1fff);
     a.jmp_imm(Cond::Eq, R1, 0, first);
-    a.st_imm(Size::DW, S, slot::FRAG, 2);
+    a.st_imm(Size::DW, S, h.l.frag, 2);
     // A later fragment has no upper-layer header.
     a.ja(no_l4);
     a.bind(first);
     a.jmp_imm(Cond::Set, R5, 0x2000, frag_done);
     a.ja(whole);
     a.bind(frag_done);
-    a.st_imm(Size::DW, S, slot::FRAG, 1);
+    a.st_imm(Size::DW, S, h.l.frag, 1);
     a.bind(whole);
     // Options cut by the capture: the addresses count, nothing after.
     // R5 = end of the datagram (offset): total, or what was captured.
-    a.ldx(Size::DW, R5, S, slot::WIRE_LEN);
+    a.ldx(Size::DW, R5, S, h.limit);
     let captured = a.label();
     a.jmp_imm(Cond::Eq, R4, 0, captured);
     a.alu(Alu::Add, R4, R9);
@@ -469,28 +663,30 @@ fn ipv4_header(a: &mut Asm, undecodable: Label, rules: Label) {
     // R4 = L4 offset = R9 + header length; it must be captured.
     a.mov(R4, R9);
     a.alu(Alu::Add, R4, R3);
-    a.ldx(Size::DW, R1, S, slot::WIRE_LEN);
+    a.ldx(Size::DW, R1, S, h.limit);
     a.jmp(Cond::Gt, R4, R1, no_l4);
-    upper_layer(a, false, rules);
+    upper_layer(a, h, false, rules);
 }
 
 /// The IPv6 header at `R9`: addresses (v4-mapped ones as IPv4 too when
 /// `v4mapped`), the extension headers, then the upper layer.
-fn ipv6_header(a: &mut Asm, v4mapped: bool, undecodable: Label, rules: Label) {
+fn ipv6_header(a: &mut Asm, h: Hdr, undecodable: Label, rules: Label) {
+    if h.inner {
+        within(a, R9, 40, h.limit, undecodable);
+    }
     need(a, R9, 40, undecodable);
     a.ldx(Size::B, R3, R2, 0);
     a.alu_imm(Alu::Rsh, R3, 4);
     a.jmp_imm(Cond::Ne, R3, 6, undecodable);
-    a.st_imm(Size::DW, S, slot::IPV, 6);
-    for (off, hi, lo, v4, ok) in [
-        (8, slot::SRC6_HI, slot::SRC6_LO, slot::SRC4, slot::SRC4_OK),
-        (24, slot::DST6_HI, slot::DST6_LO, slot::DST4, slot::DST4_OK),
-    ] {
+    a.st_imm(Size::DW, S, h.l.ipv, 6);
+    for (off, hi, lo, v4, ok) in
+        [(8, h.l.src6_hi, h.l.src6_lo, h.l.src4, h.l.src4_ok), (24, h.l.dst6_hi, h.l.dst6_lo, h.l.dst4, h.l.dst4_ok)]
+    {
         a.ldx(Size::DW, R3, R2, off);
         a.stx(Size::DW, S, hi, R3);
         a.ldx(Size::DW, R4, R2, off + 8);
         a.stx(Size::DW, S, lo, R4);
-        if v4mapped {
+        if h.v4mapped {
             // ::ffff:a.b.c.d: the first 8 bytes zero, then 0000ffff.
             let not = a.label();
             a.jmp_imm(Cond::Ne, R3, 0, not);
@@ -505,11 +701,11 @@ fn ipv6_header(a: &mut Asm, v4mapped: bool, undecodable: Label, rules: Label) {
         }
     }
     a.ldx(Size::B, R3, R2, 6);
-    a.stx(Size::DW, S, slot::PROTO, R3);
+    a.stx(Size::DW, S, h.l.proto, R3);
     // R5 = end of the payload: 40 + payload length, or what was captured.
     a.ldx(Size::H, R4, R2, 4);
     a.from_be(R4, 16);
-    a.ldx(Size::DW, R5, S, slot::WIRE_LEN);
+    a.ldx(Size::DW, R5, S, h.limit);
     let captured = a.label();
     a.jmp_imm(Cond::Eq, R4, 0, captured);
     a.alu_imm(Alu::Add, R4, 40);
@@ -520,17 +716,17 @@ fn ipv6_header(a: &mut Asm, v4mapped: bool, undecodable: Label, rules: Label) {
     a.alu_imm(Alu::Add, R9, 40);
     // Extension headers: R3 = next header, R9 = its offset.
     let upper = a.label();
-    ipv6_extensions(a, upper, rules);
+    ipv6_extensions(a, h.l, upper, rules);
     a.bind(upper);
     a.mov(R4, R9);
-    upper_layer(a, true, rules);
+    upper_layer(a, h, true, rules);
 }
 
 /// Up to [`MAX_EXT_HEADERS`] extension headers (`R3` the next header, `R9`
 /// its offset, `R5` the payload's end): on to `upper` at the first that is
 /// not one; a fragment's, or one cut short, goes to `rules` without an
 /// upper layer.
-fn ipv6_extensions(a: &mut Asm, upper: Label, rules: Label) {
+fn ipv6_extensions(a: &mut Asm, l: &Layer, upper: Label, rules: Label) {
     for _ in 0..MAX_EXT_HEADERS {
         let ext = a.label();
         for kind in [0, 43, 44, 60, 51, 135] {
@@ -570,16 +766,16 @@ fn ipv6_extensions(a: &mut Asm, upper: Label, rules: Label) {
         a.ldx(Size::H, R1, R2, 2);
         a.from_be(R1, 16);
         a.alu_imm(Alu::Rsh, R1, 3);
-        a.st_imm(Size::DW, S, slot::FRAG, 1);
+        a.st_imm(Size::DW, S, l.frag, 1);
         a.jmp_imm(Cond::Eq, R1, 0, not_frag);
-        a.st_imm(Size::DW, S, slot::FRAG, 2);
+        a.st_imm(Size::DW, S, l.frag, 2);
         // Only the first fragment carries further headers.
         a.ldx(Size::B, R3, R2, 0);
-        a.stx(Size::DW, S, slot::PROTO, R3);
+        a.stx(Size::DW, S, l.proto, R3);
         a.ja(rules);
         a.bind(not_frag);
         a.ldx(Size::B, R3, R2, 0);
-        a.stx(Size::DW, S, slot::PROTO, R3);
+        a.stx(Size::DW, S, l.proto, R3);
         a.alu(Alu::Add, R9, R4);
         a.ja(next);
         a.bind(next);
@@ -592,11 +788,17 @@ fn ipv6_extensions(a: &mut Asm, upper: Label, rules: Label) {
 
 /// TCP/UDP ports, TCP flags, the ICMP type, from the header at offset R4
 /// when it lies inside the datagram (end offset R5); then the rules.
-fn upper_layer(a: &mut Asm, v6: bool, rules: Label) {
+fn upper_layer(a: &mut Asm, h: Hdr, v6: bool, rules: Label) {
+    let l = h.l;
+    if h.walk {
+        // Where a tunnel this header carries starts, and where it ends.
+        a.stx(Size::DW, S, slot::L4_AT, R4);
+        a.stx(Size::DW, S, slot::END, R5);
+    }
     let tcp = a.label();
     let udp = a.label();
     let icmp = a.label();
-    a.ldx(Size::DW, R3, S, slot::PROTO);
+    a.ldx(Size::DW, R3, S, l.proto);
     a.jmp_imm(Cond::Eq, R3, 6, tcp);
     a.jmp_imm(Cond::Eq, R3, 17, udp);
     a.jmp_imm(Cond::Eq, R3, if v6 { 58 } else { 1 }, icmp);
@@ -611,11 +813,11 @@ fn upper_layer(a: &mut Asm, v6: bool, rules: Label) {
     let ports = |a: &mut Asm| {
         a.ldx(Size::H, R3, R2, 0);
         a.from_be(R3, 16);
-        a.stx(Size::DW, S, slot::SPORT, R3);
+        a.stx(Size::DW, S, l.sport, R3);
         a.ldx(Size::H, R3, R2, 2);
         a.from_be(R3, 16);
-        a.stx(Size::DW, S, slot::DPORT, R3);
-        a.st_imm(Size::DW, S, slot::PORTS_OK, 1);
+        a.stx(Size::DW, S, l.dport, R3);
+        a.st_imm(Size::DW, S, l.ports_ok, 1);
     };
 
     a.bind(tcp);
@@ -630,8 +832,8 @@ fn upper_layer(a: &mut Asm, v6: bool, rules: Label) {
     a.jmp(Cond::Gt, R1, R5, rules);
     ports(a);
     a.ldx(Size::B, R3, R2, 13);
-    a.stx(Size::DW, S, slot::TCPF, R3);
-    a.st_imm(Size::DW, S, slot::TCPF_OK, 1);
+    a.stx(Size::DW, S, l.tcpf, R3);
+    a.st_imm(Size::DW, S, l.tcpf_ok, 1);
     a.ja(rules);
 
     a.bind(udp);
@@ -642,9 +844,328 @@ fn upper_layer(a: &mut Asm, v6: bool, rules: Label) {
     a.bind(icmp);
     inside(a, 8);
     a.ldx(Size::B, R3, R2, 0);
-    a.stx(Size::DW, S, slot::ICMP_TYPE, R3);
-    a.st_imm(Size::DW, S, slot::ICMP_OK, 1);
+    a.stx(Size::DW, S, l.icmp_type, R3);
+    a.st_imm(Size::DW, S, l.icmp_ok, 1);
     a.ja(rules);
+}
+
+/// Tunnels walked, as `sluice_wire::decode` walks them: a fifth is
+/// damage (`TooManyEncapsulations`; MPLS and PPPoE, which count there too,
+/// are not read by the kernel program).
+const MAX_TUNNELS: usize = sluice_wire::MAX_ENCAP_DEPTH;
+/// The furthest into a frame the tunnel walk reads a header from. The
+/// verifier bounds every variable offset into a packet by 64 KiB, and the
+/// walk adds offsets it cannot bound from the bytes (they come back from
+/// the summary); this bound, checked where they come back, leaves room
+/// for the most one tunnel level adds (a GTP-U extension chain, an IPv6
+/// extension chain: about 25 KiB). No frame XDP sees puts a header there.
+const MAX_WALK_OFF: i32 = 0x8000;
+const ETH_P_TEB: i32 = sluice_wire::ethertype::TEB as i32;
+const IPPROTO_IPIP: i32 = sluice_wire::ip_proto::IPIP as i32;
+const IPPROTO_IPV6: i32 = sluice_wire::ip_proto::IPV6 as i32;
+const IPPROTO_GRE: i32 = sluice_wire::ip_proto::GRE as i32;
+const IPPROTO_UDP: i32 = sluice_wire::ip_proto::UDP as i32;
+
+/// How many tunnels the walk has entered, on the stack: a constant the
+/// verifier follows, so that it sees the loop below end.
+const LEVEL_SLOT: i16 = -104;
+
+/// From the outer header, through the tunnels the engine walks (IP in IP
+/// both ways, GRE with IP or Ethernet inside, VXLAN, Geneve, GTP-U), to
+/// the innermost IP header: its fields into the [`INNER`] slots, as
+/// `PacketSummary::innermost` has them. Damage in any tunnel or inner
+/// header leaves the engine with no inner header (`inner` is `None`): then,
+/// as when no tunnel is found, the `fallback` slots (the outer header's
+/// that the rules read) are copied into the inner ones.
+///
+/// One tunnel per turn of a loop (bounded by [`MAX_TUNNELS`] in
+/// [`LEVEL_SLOT`]): each turn starts from what is in the summary, not from
+/// registers, so the verifier checks it once per level, and the program
+/// holds one copy of the tunnel and IP parsers, not one per level.
+fn walk(a: &mut Asm, v4mapped: bool, fallback: &[(i16, i16)]) {
+    let done = a.label();
+    let error = a.label();
+    let inner = a.label();
+    let tunnel = a.label();
+    // The parser forgot the packet pointers; the context has them.
+    a.ldx(Size::DW, R1, FP, CTX_SLOT);
+    a.ldx(Size::W, R7, R1, 0);
+    a.ldx(Size::W, R8, R1, 4);
+    a.st_imm(Size::DW, S, INNER.ipv, 0);
+    a.mov_imm(R1, 0);
+    a.stx(Size::DW, FP, LEVEL_SLOT, R1);
+    // The outer header's tunnel, then (back here after each inner header)
+    // the inner one's.
+    tunnel_entry(a, &OUTER, done, tunnel);
+    a.bind(inner);
+    tunnel_entry(a, &INNER, done, tunnel);
+    a.bind(tunnel);
+    tunnel_step(a, v4mapped, done, error, inner);
+    a.bind(error);
+    a.st_imm(Size::DW, S, INNER.ipv, 0);
+    a.bind(done);
+    let reached = a.label();
+    a.ldx(Size::DW, R1, S, INNER.ipv);
+    a.jmp_imm(Cond::Ne, R1, 0, reached);
+    for &(outer, inner) in fallback {
+        a.ldx(Size::DW, R1, S, outer);
+        a.stx(Size::DW, S, inner, R1);
+    }
+    a.bind(reached);
+    a.mov_imm(R7, 0);
+    a.mov_imm(R8, 0);
+    a.mov_imm(R9, 0);
+}
+
+/// What the tunnel walk needs of the header in `cur`, then on to `tunnel`:
+/// R4 its upper layer's offset ([`slot::L4_AT`]; a later fragment, cut
+/// options or a cut extension chain have none: `done`), R5 its datagram's
+/// end ([`slot::END`]), R3 its protocol, and for UDP R0 the destination
+/// port (no UDP header: `done`).
+fn tunnel_entry(a: &mut Asm, cur: &Layer, done: Label, tunnel: Label) {
+    a.ldx(Size::DW, R4, S, slot::L4_AT);
+    a.jmp_imm(Cond::Eq, R4, 0, done);
+    a.jmp_imm(Cond::Gt, R4, MAX_WALK_OFF, done);
+    a.ldx(Size::DW, R5, S, slot::END);
+    a.ldx(Size::DW, R3, S, cur.proto);
+    // Loaded whatever the protocol: every way into `tunnel` then holds the
+    // same (unknown) R0, and the verifier checks the step once per level.
+    a.ldx(Size::DW, R0, S, cur.dport);
+    a.jmp_imm(Cond::Ne, R3, IPPROTO_UDP, tunnel);
+    require(a, cur.ports_ok, done);
+    a.ja(tunnel);
+}
+
+/// One tunnel (from [`tunnel_entry`]'s registers), recognised as
+/// `sluice_wire`'s `tunnel_step` does, and the IP header inside parsed into
+/// [`INNER`]; then on to `next`. `done`: no (further) tunnel; `error`:
+/// damage, no inner header at all. A tunnel past [`MAX_TUNNELS`] is damage
+/// once its header is known good, where the engine counts it.
+fn tunnel_step(a: &mut Asm, v4mapped: bool, done: Label, error: Label, next: Label) {
+    let (ip4, ip6, eth) = (a.label(), a.label(), a.label());
+    let (in_ip4, in_ip6, in_eth) = (a.label(), a.label(), a.label());
+    let gre = a.label();
+    let vxlan = a.label();
+    let geneve = a.label();
+    let gtp = a.label();
+    a.mov(R9, R4);
+    a.jmp_imm(Cond::Eq, R3, IPPROTO_IPIP, in_ip4);
+    a.jmp_imm(Cond::Eq, R3, IPPROTO_IPV6, in_ip6);
+    a.jmp_imm(Cond::Eq, R3, IPPROTO_GRE, gre);
+    a.jmp_imm(Cond::Ne, R3, IPPROTO_UDP, done);
+    // The UDP tunnels, by destination port (R0); R4 past the UDP header.
+    a.alu_imm(Alu::Add, R4, 8);
+    a.jmp_imm(Cond::Eq, R0, i32::from(sluice_wire::vxlan::PORT), vxlan);
+    a.jmp_imm(Cond::Eq, R0, i32::from(sluice_wire::geneve::PORT), geneve);
+    a.jmp_imm(Cond::Eq, R0, i32::from(sluice_wire::gtpu::PORT), gtp);
+    a.ja(done);
+
+    // GRE: flags and version, the protocol; the checksum (or routing),
+    // key and sequence words.
+    a.bind(gre);
+    a.mov(R1, R4);
+    a.alu_imm(Alu::Add, R1, 4);
+    a.jmp(Cond::Gt, R1, R5, error);
+    need(a, R4, 4, error);
+    a.ldx(Size::H, R3, R2, 0);
+    a.from_be(R3, 16);
+    a.ldx(Size::H, R0, R2, 2);
+    a.from_be(R0, 16);
+    a.mov(R9, R4);
+    a.alu_imm(Alu::Add, R9, 4);
+    for bits in [0xc000, 0x2000, 0x1000] {
+        let absent = a.label();
+        a.mov(R1, R3);
+        a.alu_imm(Alu::And, R1, bits);
+        a.jmp_imm(Cond::Eq, R1, 0, absent);
+        a.alu_imm(Alu::Add, R9, 4);
+        a.bind(absent);
+    }
+    a.jmp(Cond::Gt, R9, R5, error);
+    // PPTP's version 1 and RFC 1701 routing are not walked.
+    a.jmp_imm(Cond::Set, R3, 0x4007, done);
+    a.jmp_imm(Cond::Eq, R0, ETH_P_IPV4, in_ip4);
+    a.jmp_imm(Cond::Eq, R0, ETH_P_IPV6, in_ip6);
+    a.jmp_imm(Cond::Eq, R0, ETH_P_TEB, in_eth);
+    a.ja(done);
+
+    // VXLAN: 8 bytes (flags unchecked, as the engine), then Ethernet.
+    a.bind(vxlan);
+    a.mov(R9, R4);
+    a.alu_imm(Alu::Add, R9, 8);
+    a.jmp(Cond::Gt, R9, R5, error);
+    a.ja(in_eth);
+
+    // Geneve: version (2 bits) and options length (6 bits, in words),
+    // the protocol.
+    a.bind(geneve);
+    a.mov(R1, R4);
+    a.alu_imm(Alu::Add, R1, 8);
+    a.jmp(Cond::Gt, R1, R5, error);
+    need(a, R4, 8, error);
+    a.ldx(Size::B, R3, R2, 0);
+    a.ldx(Size::H, R0, R2, 2);
+    a.from_be(R0, 16);
+    a.mov(R9, R3);
+    a.alu_imm(Alu::And, R9, 0x3f);
+    a.alu_imm(Alu::Lsh, R9, 2);
+    a.alu(Alu::Add, R9, R4);
+    a.alu_imm(Alu::Add, R9, 8);
+    a.jmp(Cond::Gt, R9, R5, error);
+    a.jmp_imm(Cond::Gt, R3, 0x3f, done);
+    a.jmp_imm(Cond::Eq, R0, ETH_P_IPV4, in_ip4);
+    a.jmp_imm(Cond::Eq, R0, ETH_P_IPV6, in_ip6);
+    a.jmp_imm(Cond::Eq, R0, ETH_P_TEB, in_eth);
+    a.ja(done);
+
+    // GTP-U: flags (version 3 bits; E, S, PN: the optional word), the
+    // message type; a G-PDU's extension headers (each its length in words
+    // first, the next one's type last); then IP, told by its version.
+    a.bind(gtp);
+    let short = a.label();
+    let exts = a.label();
+    let sized = a.label();
+    a.mov(R1, R4);
+    a.alu_imm(Alu::Add, R1, 8);
+    a.jmp(Cond::Gt, R1, R5, error);
+    need(a, R4, 8, error);
+    a.ldx(Size::B, R3, R2, 0);
+    a.ldx(Size::B, R0, R2, 1);
+    a.mov(R1, R3);
+    a.alu_imm(Alu::And, R1, 7);
+    a.jmp_imm(Cond::Eq, R1, 0, short);
+    a.mov(R1, R4);
+    a.alu_imm(Alu::Add, R1, 12);
+    a.jmp(Cond::Gt, R1, R5, error);
+    a.bind(short);
+    a.mov(R1, R3);
+    a.alu_imm(Alu::Rsh, R1, 5);
+    a.jmp_imm(Cond::Ne, R1, 1, done);
+    a.jmp_imm(Cond::Ne, R0, i32::from(sluice_wire::gtpu::MSG_G_PDU), done);
+    // R9: the header's length so far; R0: the next extension's type.
+    a.mov_imm(R9, 8);
+    a.mov(R1, R3);
+    a.alu_imm(Alu::And, R1, 7);
+    a.jmp_imm(Cond::Eq, R1, 0, sized);
+    a.mov_imm(R9, 12);
+    a.mov_imm(R0, 0);
+    a.mov(R1, R3);
+    a.alu_imm(Alu::And, R1, 4);
+    a.jmp_imm(Cond::Eq, R1, 0, exts);
+    need(a, R4, 12, error);
+    a.ldx(Size::B, R0, R2, 11);
+    a.bind(exts);
+    for _ in 0..MAX_EXT_HEADERS {
+        a.jmp_imm(Cond::Eq, R0, 0, sized);
+        // Its length byte inside the datagram, not 0.
+        a.mov(R3, R4);
+        a.alu(Alu::Add, R3, R9);
+        a.jmp(Cond::Ge, R3, R5, error);
+        need(a, R3, 1, error);
+        a.ldx(Size::B, R0, R2, 0);
+        a.jmp_imm(Cond::Eq, R0, 0, error);
+        a.alu_imm(Alu::Lsh, R0, 2);
+        a.alu(Alu::Add, R9, R0);
+        // Its last byte (the next type) inside the datagram.
+        a.mov(R3, R4);
+        a.alu(Alu::Add, R3, R9);
+        a.jmp(Cond::Gt, R3, R5, error);
+        a.mov(R3, R9);
+        a.alu_imm(Alu::Sub, R3, 1);
+        a.alu(Alu::Add, R3, R4);
+        need(a, R3, 1, error);
+        a.ldx(Size::B, R0, R2, 0);
+    }
+    // A ninth extension: the engine gives up on the header.
+    a.jmp_imm(Cond::Ne, R0, 0, error);
+    a.bind(sized);
+    // Something must follow the header.
+    a.alu(Alu::Add, R9, R4);
+    a.jmp(Cond::Ge, R9, R5, error);
+    count_tunnel(a, error);
+    need(a, R9, 1, error);
+    a.ldx(Size::B, R3, R2, 0);
+    a.alu_imm(Alu::Rsh, R3, 4);
+    a.jmp_imm(Cond::Eq, R3, 4, ip4);
+    a.jmp_imm(Cond::Eq, R3, 6, ip6);
+    a.ja(done);
+
+    // A tunnel whose header is good: counted (one too many is damage),
+    // then what it carries at R9.
+    for (at, to) in [(in_ip4, ip4), (in_ip6, ip6), (in_eth, eth)] {
+        a.bind(at);
+        count_tunnel(a, error);
+        a.ja(to);
+    }
+
+    // Ethernet inside (VXLAN, GRE and Geneve's TEB) at R9: its VLAN tags
+    // walked past (a fifth is damage), then IP or nothing to walk.
+    a.bind(eth);
+    a.mov(R1, R9);
+    a.alu_imm(Alu::Add, R1, 14);
+    a.jmp(Cond::Gt, R1, R5, error);
+    need(a, R9, 14, error);
+    a.ldx(Size::H, R3, R2, 12);
+    a.from_be(R3, 16);
+    a.alu_imm(Alu::Add, R9, 14);
+    for tag in 0..=MAX_VLAN_TAGS {
+        a.jmp_imm(Cond::Eq, R3, ETH_P_IPV4, ip4);
+        a.jmp_imm(Cond::Eq, R3, ETH_P_IPV6, ip6);
+        let is_vlan = a.label();
+        for ty in VLAN_TYPES {
+            a.jmp_imm(Cond::Eq, R3, ty, is_vlan);
+        }
+        a.ja(done);
+        a.bind(is_vlan);
+        if tag == MAX_VLAN_TAGS {
+            a.ja(error);
+            break;
+        }
+        a.mov(R1, R9);
+        a.alu_imm(Alu::Add, R1, 4);
+        a.jmp(Cond::Gt, R1, R5, error);
+        need(a, R9, 4, error);
+        a.ldx(Size::H, R3, R2, 2);
+        a.from_be(R3, 16);
+        a.alu_imm(Alu::Add, R9, 4);
+    }
+
+    // The inner IP header at R9 (R3: its version), into the inner slots,
+    // bounded by the datagram that carries it.
+    let decode = a.label();
+    a.bind(ip4);
+    a.mov_imm(R3, 4);
+    a.ja(decode);
+    a.bind(ip6);
+    a.mov_imm(R3, 6);
+    a.bind(decode);
+    // Stored and loaded back: whichever way R9 was reached, from here on
+    // the verifier knows only the bound below (one state, not one per way).
+    a.stx(Size::DW, S, slot::WALK_AT, R9);
+    a.ldx(Size::DW, R9, S, slot::WALK_AT);
+    a.jmp_imm(Cond::Gt, R9, MAX_WALK_OFF, done);
+    // The last level's fields must not leak into this one's: each is
+    // read only behind one of these.
+    for s in
+        [INNER.ipv, INNER.src4_ok, INNER.dst4_ok, INNER.ports_ok, INNER.icmp_ok, INNER.tcpf_ok, INNER.frag, slot::L4_AT]
+    {
+        a.st_imm(Size::DW, S, s, 0);
+    }
+    let h = Hdr { l: &INNER, limit: slot::END, inner: true, walk: true, v4mapped };
+    let v6 = a.label();
+    a.jmp_imm(Cond::Eq, R3, 6, v6);
+    ipv4_header(a, h, error, next);
+    a.bind(v6);
+    ipv6_header(a, h, error, next);
+}
+
+/// One more tunnel in [`LEVEL_SLOT`]; past [`MAX_TUNNELS`], `error`
+/// (clobbers R1).
+fn count_tunnel(a: &mut Asm, error: Label) {
+    a.ldx(Size::DW, R1, FP, LEVEL_SLOT);
+    a.jmp_imm(Cond::Ge, R1, MAX_TUNNELS as i32, error);
+    a.alu_imm(Alu::Add, R1, 1);
+    a.stx(Size::DW, FP, LEVEL_SLOT, R1);
 }
 
 /// `if slot == 0 goto fail`.
@@ -695,21 +1216,22 @@ fn match_code<'s>(
     ifindexes: &[(String, u32)],
     fail: Label,
 ) {
+    // The outer header's slots, or the innermost one's.
+    let l = depth_of(m).map_or(&OUTER, Layer::at);
     match m {
         Match::Addr { field, negate, .. } => {
             let set = sets.next().expect("a set code per address match");
-            require(a, slot::IPV, fail);
+            require(a, l.ipv, fail);
             let hit = a.label();
             let miss = a.label();
             // Per side: the IPv4 address when there is one (or the
             // IPv4-mapped one, with --v4mapped), else the IPv6 address.
+            let src = (l.src4_ok, l.src4, l.src6_hi, l.src6_lo);
+            let dst = (l.dst4_ok, l.dst4, l.dst6_hi, l.dst6_lo);
             let sides: &[(i16, i16, i16, i16)] = match field {
-                AddrField::Src => &[(slot::SRC4_OK, slot::SRC4, slot::SRC6_HI, slot::SRC6_LO)],
-                AddrField::Dst => &[(slot::DST4_OK, slot::DST4, slot::DST6_HI, slot::DST6_LO)],
-                AddrField::Either => &[
-                    (slot::SRC4_OK, slot::SRC4, slot::SRC6_HI, slot::SRC6_LO),
-                    (slot::DST4_OK, slot::DST4, slot::DST6_HI, slot::DST6_LO),
-                ],
+                AddrField::Src => &[src],
+                AddrField::Dst => &[dst],
+                AddrField::Either => &[src, dst],
             };
             for &(ok, addr, hi, lo) in sides {
                 let next = a.label();
@@ -719,7 +1241,7 @@ fn match_code<'s>(
                 a.ldx(Size::DW, R9, S, addr);
                 set.emit_v4(a, hit, next);
                 a.bind(v6);
-                a.ldx(Size::DW, R1, S, slot::IPV);
+                a.ldx(Size::DW, R1, S, l.ipv);
                 a.jmp_imm(Cond::Ne, R1, 6, next);
                 a.ldx(Size::DW, R7, S, hi);
                 a.ldx(Size::DW, R8, S, lo);
@@ -740,35 +1262,35 @@ fn match_code<'s>(
             a.bind(done);
         }
         Match::Proto { negate, protos, .. } => {
-            require(a, slot::IPV, fail);
-            a.ldx(Size::DW, R3, S, slot::PROTO);
+            require(a, l.ipv, fail);
+            a.ldx(Size::DW, R3, S, l.proto);
             one_of(a, protos.iter().map(|&p| (u32::from(p), u32::from(p))), *negate, fail);
         }
         Match::Port { proto, field, negate, ranges, .. } => {
-            require(a, slot::IPV, fail);
-            a.ldx(Size::DW, R3, S, slot::PROTO);
+            require(a, l.ipv, fail);
+            a.ldx(Size::DW, R3, S, l.proto);
             a.jmp_imm(Cond::Ne, R3, i32::from(*proto), fail);
-            require(a, slot::PORTS_OK, fail);
-            a.ldx(Size::DW, R3, S, if *field == PortField::Src { slot::SPORT } else { slot::DPORT });
+            require(a, l.ports_ok, fail);
+            a.ldx(Size::DW, R3, S, if *field == PortField::Src { l.sport } else { l.dport });
             one_of(a, ranges.iter().map(|&(lo, hi)| (u32::from(lo), u32::from(hi))), *negate, fail);
         }
         Match::TcpFlags { set, clear, .. } => {
-            require(a, slot::IPV, fail);
-            a.ldx(Size::DW, R3, S, slot::PROTO);
+            require(a, l.ipv, fail);
+            a.ldx(Size::DW, R3, S, l.proto);
             a.jmp_imm(Cond::Ne, R3, 6, fail);
-            require(a, slot::TCPF_OK, fail);
-            a.ldx(Size::DW, R3, S, slot::TCPF);
+            require(a, l.tcpf_ok, fail);
+            a.ldx(Size::DW, R3, S, l.tcpf);
             a.mov(R4, R3);
             a.alu_imm(Alu::And, R4, i32::from(*set));
             a.jmp_imm(Cond::Ne, R4, i32::from(*set), fail);
             a.jmp_imm(Cond::Set, R3, i32::from(*clear), fail);
         }
         Match::IcmpType { v6, negate, types, .. } => {
-            require(a, slot::IPV, fail);
-            a.ldx(Size::DW, R3, S, slot::PROTO);
+            require(a, l.ipv, fail);
+            a.ldx(Size::DW, R3, S, l.proto);
             a.jmp_imm(Cond::Ne, R3, if *v6 { 58 } else { 1 }, fail);
-            require(a, slot::ICMP_OK, fail);
-            a.ldx(Size::DW, R3, S, slot::ICMP_TYPE);
+            require(a, l.icmp_ok, fail);
+            a.ldx(Size::DW, R3, S, l.icmp_type);
             one_of(a, types.iter().map(|&t| (u32::from(t), u32::from(t))), *negate, fail);
         }
         Match::Vlan { negate, ids } => {
@@ -777,8 +1299,8 @@ fn match_code<'s>(
             one_of(a, ids.iter().map(|&v| (u32::from(v), u32::from(v))), *negate, fail);
         }
         Match::Frag { kind, .. } => {
-            require(a, slot::IPV, fail);
-            a.ldx(Size::DW, R3, S, slot::FRAG);
+            require(a, l.ipv, fail);
+            a.ldx(Size::DW, R3, S, l.frag);
             a.jmp_imm(Cond::Ne, R3, if *kind == FragKind::First { 1 } else { 2 }, fail);
         }
         Match::Len { negate, ranges } => {
