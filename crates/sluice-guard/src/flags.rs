@@ -91,6 +91,11 @@ pub struct GuardFlags {
     /// N each (1: off): fewer system calls when many clients ask at once.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub upstream_pipeline: usize,
+    /// Send each request and response at once with its own system call,
+    /// instead of a loop turn's together in one (io_uring; used only where
+    /// the kernel allows it).
+    #[arg(long)]
+    pub plain_sends: bool,
     /// A request waiting this many ms for an upstream slot is answered 503 (0: no limit).
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
     pub upstream_queue_timeout: u64,
@@ -305,6 +310,7 @@ impl GuardFlags {
             buffer_size: a.buffer_size,
             upstream_max_inflight: a.upstream_max_inflight,
             upstream_pipeline: a.upstream_pipeline,
+            plain_sends: a.plain_sends,
             upgrade_protocols: match a.no_upgrade {
                 true => Vec::new(),
                 false => a.upgrade_protocols.iter().filter(|p| !p.is_empty()).cloned().collect(),

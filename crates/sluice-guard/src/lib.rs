@@ -122,6 +122,10 @@ pub struct Config {
     /// the responses, read in order, are split between their clients
     /// (docs/http-guard.md, "Upstream pipelining").
     pub upstream_pipeline: usize,
+    /// Each send its own system call (`--plain-sends`); else a loop turn's
+    /// plain-connection sends go together in one io_uring call where the
+    /// kernel allows it (proxy/sends.rs says why).
+    pub plain_sends: bool,
     /// The protocols a request may ask to upgrade to (lowercase; WebSocket
     /// by default). Such a request may be answered `101`: the connection
     /// then becomes a tunnel to its upstream connection, each direction
@@ -189,6 +193,7 @@ impl Config {
             buffer_size: DEFAULT_BUFFER_SIZE,
             upstream_max_inflight: 0,
             upstream_pipeline: 1,
+            plain_sends: false,
             upgrade_protocols: vec!["websocket".into()],
             action: BlockAction::Reply,
             ip_block: None,

@@ -126,6 +126,15 @@ impl OutBuf {
         Ok(n)
     }
 
+    /// `n` pending bytes were sent (by the caller, as [`OutBuf::write_to`] would).
+    pub fn consumed(&mut self, n: usize) {
+        debug_assert!(self.pos + n <= self.ready);
+        self.pos += n;
+        if self.pos == self.end {
+            (self.pos, self.ready, self.end) = (0, 0, 0);
+        }
+    }
+
     /// Give the buffer back when it holds nothing (a connection waiting for
     /// its next request keeps no buffer).
     pub fn release(&mut self, pool: &mut Pool) {

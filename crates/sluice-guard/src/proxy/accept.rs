@@ -188,6 +188,7 @@ impl Worker<'_> {
             handshake_deadline,
             ja4: None,
             hello_queued: false,
+            send_queued: false,
             serial,
             served: false,
             solo: false,

@@ -94,6 +94,8 @@ pub(super) struct Client {
     pub(super) redirect: bool,
     /// ALPN chose `h2`: the connection's HTTP/2 state and its streams' exchanges.
     pub(super) h2: Option<Box<super::h2::H2>>,
+    /// Its response waits in `Worker::client_sends` for the turn's end.
+    pub(super) send_queued: bool,
 }
 
 /// After an error reply the write side is shut and input discarded this long
@@ -146,7 +148,7 @@ impl Worker<'_> {
         if c.forwarded {
             c.ip = c.peer;
         }
-        let now = Instant::now();
+        let now = self.now;
         c.waiting_since = Some(now);
         let t = &self.cfg.timeouts;
         if fresh {
@@ -208,7 +210,7 @@ impl Worker<'_> {
                 c.readable = more;
                 c.end += n;
                 c.received += n as u64;
-                c.progress_at = Instant::now();
+                c.progress_at = self.now;
                 add(&self.n.bytes_in, n as u64);
                 return Next::Go(true);
             }
@@ -383,7 +385,25 @@ impl Worker<'_> {
     /// a handshake's too, out); once flushed, close if that is what is left.
     /// `progress`: whether this turn moved anything before.
     #[inline]
-    pub(super) fn write_client(&mut self, c: &mut Client, progress: bool) -> Next {
+    pub(super) fn write_client(&mut self, c: &mut Client, i: usize, progress: bool) -> Next {
+        // A plain connection's whole response waits for the turn's end, to
+        // go with the turn's other sends (`flush_sends`). One still coming
+        // goes at once: its buffer's room is what the upstream is read
+        // into, and a pipelined response behind it needs that room now.
+        if self.ring.is_some()
+            && !self.flushing
+            && c.req.is_none()
+            && c.out.has_pending()
+            && c.tls.is_none()
+            && c.h2.is_none()
+            && c.tunnel.is_none()
+        {
+            if !c.send_queued {
+                c.send_queued = true;
+                self.client_sends.push((i, c.serial));
+            }
+            return Next::Go(false);
+        }
         let wrote = match &mut c.tls {
             None => c.out.write_to(&mut c.sock).map(|n| (n, n)),
             Some(t) => c.out.write_to(&mut t.writer(&mut c.sock)).and_then(|n| Ok((n, n + t.flush(&mut c.sock)?))),
@@ -392,7 +412,7 @@ impl Worker<'_> {
         add(&self.n.bytes_out, plain as u64);
         if moved > 0 {
             c.sent += moved as u64;
-            c.progress_at = Instant::now();
+            c.progress_at = self.now;
         }
         let flushed = !c.out.has_pending() && !c.tls.as_ref().is_some_and(|t| t.wants_write());
         if flushed {

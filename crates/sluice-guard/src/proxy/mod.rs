@@ -45,6 +45,7 @@ mod deadlines;
 mod h2;
 mod queue;
 mod response;
+mod sends;
 mod tunnel;
 mod upstream;
 
@@ -177,6 +178,24 @@ pub(crate) struct Worker<'a> {
     /// one ahead ended): driven before the turn ends, as their bytes
     /// may be in the spill already, with no new event to say so.
     wake: std::collections::VecDeque<(usize, u64)>,
+    /// The time, read once a loop turn after the poll returns (as nginx's
+    /// cached `ngx_current_msec`): a request's path stamps and compares
+    /// times about eight times, and each reading of the clock is a vDSO
+    /// call; one a turn serves them all, stale by at most the turn.
+    /// Deadlines are swept against the real clock.
+    now: Instant,
+    now_ms: u64,
+    /// The turn's sends go out together through this at its end
+    /// (`flush_sends`; see `sends`); None: each goes at once, plainly.
+    ring: Option<sends::SendRing>,
+    /// Upstreams whose requests (`Up::out`) wait for the turn's end, and
+    /// clients (slot, serial) whose responses do.
+    deferred_ups: Vec<usize>,
+    client_sends: Vec<(usize, u64)>,
+    /// The turn's end is sending: what it drives sends at once.
+    flushing: bool,
+    /// `flush_sends`'s results, kept for their buffer.
+    sent: Vec<usize>,
 }
 
 impl<'a> Worker<'a> {
@@ -234,11 +253,26 @@ impl<'a> Worker<'a> {
             redo: Default::default(),
             upgrades: cfg.upgrade_protocols.iter().map(|p| p.to_ascii_lowercase().into_boxed_str()).collect(),
             wake: Default::default(),
+            now: Instant::now(),
+            now_ms: shared.started.elapsed().as_millis() as u64,
+            // No ring (io_uring disabled, or not in this kernel): plain sends.
+            ring: if cfg.plain_sends { None } else { sends::SendRing::new().ok() },
+            deferred_ups: Vec::new(),
+            client_sends: Vec::new(),
+            flushing: false,
+            sent: Vec::new(),
         })
     }
 
+    /// Milliseconds since the guard started, as of this turn (see `now`).
     fn now_ms(&self) -> u64 {
-        self.shared.started.elapsed().as_millis() as u64
+        self.now_ms
+    }
+
+    /// Read the clock for this turn.
+    fn tick(&mut self) {
+        self.now = Instant::now();
+        self.now_ms = self.now.saturating_duration_since(self.shared.started).as_millis() as u64;
     }
 
     pub(crate) fn run(mut self, stop: &AtomicBool) -> io::Result<()> {
@@ -247,14 +281,20 @@ impl<'a> Worker<'a> {
         while !stop.load(Ordering::Relaxed) {
             // Handshakes still queued: look at the sockets and come back at once.
             // (And requests to send again, or responses already read.)
-            let busy =
-                !self.hellos.is_empty() || self.accept_pending != 0 || !self.redo.is_empty() || !self.wake.is_empty();
+            let busy = !self.hellos.is_empty()
+                || self.accept_pending != 0
+                || !self.redo.is_empty()
+                || !self.wake.is_empty()
+                || !self.batch.is_empty()
+                || !self.deferred_ups.is_empty()
+                || !self.client_sends.is_empty();
             let wait = if busy { Duration::ZERO } else { TICK };
             match self.poll.poll(&mut events, Some(wait)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             }
+            self.tick();
             for ev in &events {
                 // Input, EOF or an error: reading finds out which. A bare
                 // write-ready edge (one after nearly every send) is not
@@ -288,13 +328,13 @@ impl<'a> Worker<'a> {
                 let since = std::mem::replace(&mut self.epoch, epoch);
                 self.close_blocked(since);
             }
-            if Instant::now() >= next_sweep {
-                next_sweep = Instant::now() + TICK;
+            if self.now >= next_sweep {
+                next_sweep = self.now + TICK;
                 self.sweep_deadlines();
             }
             self.wake_next();
             self.dispatch_queued();
-            self.flush_batch();
+            self.flush_sends();
         }
         for i in 0..self.clients.len() {
             if self.clients[i].is_some() {
@@ -364,7 +404,7 @@ impl<'a> Worker<'a> {
                 phase!(progress, self.exchange(c, i));
                 phase!(progress, self.tunnel(c));
             }
-            phase!(progress, self.write_client(c, progress));
+            phase!(progress, self.write_client(c, i, progress));
             if !progress {
                 return After::Keep;
             }

@@ -183,7 +183,7 @@ impl Worker<'_> {
             c.out.drop_unframed();
             let reusable = !close && !eof && !extra && !u.last && u.out.is_empty() && c.phase == Phase::Await;
             if reusable && self.idle.len() < MAX_IDLE {
-                u.idle_since = Instant::now();
+                u.idle_since = self.now;
                 self.idle.push(j);
             } else {
                 self.close_up_later(j);

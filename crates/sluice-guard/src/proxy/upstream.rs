@@ -11,6 +11,7 @@ use mio::net::TcpStream;
 use mio::{Interest, Token};
 use sluice_h1::response::ResponseReader;
 use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 /// A pooled upstream connection idle at least this long is peeked at before
@@ -88,7 +89,7 @@ impl Worker<'_> {
             // bytes of its response (one edge, already taken), or be queued
             // behind this turn's events: a request sent there is lost.
             let u = self.ups[j].as_ref().expect("an idle upstream");
-            if resendable && u.idle_since.elapsed() < PEEK_IDLE {
+            if resendable && self.now.saturating_duration_since(u.idle_since) < PEEK_IDLE {
                 return Ok(j);
             }
             match u.sock.peek(&mut [0u8; 1]) {
@@ -158,6 +159,7 @@ impl Worker<'_> {
             let _ = self.poll.registry().deregister(&mut u.sock);
             self.free_ups.push(j);
             self.batch.retain(|&k| k != j);
+            self.deferred_ups.retain(|&k| k != j);
         }
     }
 
@@ -238,7 +240,7 @@ impl Worker<'_> {
         };
         let u = self.ups[j].as_mut().expect("taken");
         u.client = Some(i);
-        u.watch = ProgressWatch::new(u.moved, Instant::now());
+        u.watch = ProgressWatch::new(u.moved, self.now);
         if h.head_method {
             // Its answer is a head alone, whatever its Content-Length says.
             u.reader.expect_no_body();
@@ -260,6 +262,11 @@ impl Worker<'_> {
         if pipe {
             u.hold = true;
             self.batch.push(j);
+        } else if self.ring.is_some() && !self.flushing && !u.hold && !h.has_body {
+            // Sent with the turn's other sends (`flush_sends`). A body
+            // goes at once: its room in `out` is freed by sending.
+            u.hold = true;
+            self.deferred_ups.push(j);
         }
         add(&self.n.forwarded, 1);
         c.req = Some(InFlight { up: j, keep_alive: h.keep_alive, resp_started: false, head: h, held, new: c.as_new });
@@ -278,6 +285,88 @@ impl Worker<'_> {
                 self.drive(i);
             }
         }
+    }
+
+    /// The turn's end: every request and response it held goes out in one
+    /// system call (see `sends`), then each of their clients' turns finishes
+    /// what that left (a partial send, an error, a close owed) with plain
+    /// calls, as `flush_batch` does for a pipelined batch.
+    pub(super) fn flush_sends(&mut self) {
+        if self.ring.is_none() || (self.deferred_ups.is_empty() && self.client_sends.is_empty()) {
+            return self.flush_batch();
+        }
+        let mut ups = std::mem::take(&mut self.batch);
+        ups.append(&mut self.deferred_ups);
+        let clients = std::mem::take(&mut self.client_sends);
+        for &(i, serial) in &clients {
+            if let Some(c) = self.clients.get_mut(i).and_then(Option::as_mut).filter(|c| c.serial == serial) {
+                c.send_queued = false;
+            }
+        }
+        // What each item is: an upstream's request, or a client's response.
+        let mut whose = Vec::with_capacity(ups.len() + clients.len());
+        let mut items = Vec::with_capacity(ups.len() + clients.len());
+        for &j in &ups {
+            if let Some(u) = self.ups.get(j).and_then(Option::as_ref).filter(|u| u.out_pos < u.out.len()) {
+                items.push((u.sock.as_raw_fd(), &u.out[u.out_pos..]));
+                whose.push(Err(j));
+            }
+        }
+        for &(i, serial) in &clients {
+            if let Some(c) = self.clients.get(i).and_then(Option::as_ref).filter(|c| c.serial == serial) {
+                if c.out.has_pending() {
+                    items.push((c.sock.as_raw_fd(), c.out.pending()));
+                    whose.push(Ok(i));
+                }
+            }
+        }
+        let ring = self.ring.as_mut().expect("checked above");
+        if let Err(e) = ring.send_all(&items, &mut self.sent) {
+            // What it did not send goes plainly, now and from now on.
+            tracing::warn!("io_uring failed ({e}): the guard sends with plain calls from now on");
+            self.ring = None;
+        }
+        drop(items);
+        for (k, who) in whose.into_iter().enumerate() {
+            let n = self.sent[k];
+            if n == 0 {
+                continue;
+            }
+            match who {
+                Err(j) => {
+                    let u = self.ups[j].as_mut().expect("an item");
+                    u.out_pos += n;
+                    u.moved += n as u64;
+                    // A first write means the connect is done.
+                    u.connect_deadline = None;
+                    if u.out_pos == u.out.len() {
+                        u.out.clear();
+                        u.out_pos = 0;
+                    }
+                }
+                Ok(i) => {
+                    let c = self.clients[i].as_mut().expect("an item");
+                    c.out.consumed(n);
+                    c.sent += n as u64;
+                    c.progress_at = self.now;
+                    add(&self.n.bytes_out, n as u64);
+                }
+            }
+        }
+        self.flushing = true;
+        for j in ups {
+            let Some(u) = self.ups[j].as_mut() else { continue };
+            u.hold = false;
+            if let Some(i) = u.client {
+                self.drive(i);
+            }
+        }
+        for (i, serial) in clients {
+            if self.clients.get(i).and_then(Option::as_ref).is_some_and(|c| c.serial == serial) {
+                self.drive(i);
+            }
+        }
+        self.flushing = false;
     }
 
     /// The requests pipelined behind `u`'s current one will not be answered
