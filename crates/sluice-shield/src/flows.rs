@@ -6,21 +6,26 @@
 //! - blackhole routes: one rule, `drop daddr @bgp-blackholes`, over a
 //!   dynamic set whose tries take each route added or withdrawn as a
 //!   delta ([`crate::mirror`]), with no new program;
-//! - FlowSpec flows that discard (traffic-rate 0) and match only what the
-//!   rule language has (destination and source prefixes, protocols,
-//!   ports, ICMP types): each becomes one rule or a few (a port on TCP or
-//!   UDP, either port), compiled into a new program swapped into the
-//!   links in one step, as a reload is. Every other flow is refused one
-//!   by one, logged, and counted by reason ([`REFUSAL_REASONS`]).
+//! - FlowSpec flows that match only what the rule language has
+//!   (destination and source prefixes, protocols, ports, ICMP types):
+//!   each becomes one rule or a few (a port on TCP or UDP, either port),
+//!   compiled into a new program swapped into the links in one step, as
+//!   a reload is. A discard (traffic-rate 0) is a `drop` rule; a rate is
+//!   a `police` rule of the engine's numbers (one bucket per flow, so a
+//!   rate is enforced only on a flow of one rule); an accept counts. A
+//!   rate's conforming packet and an accepted one stop the flows (unless
+//!   the flow has the T bit) as on the bridge: the program goes on past
+//!   the flows' rules ([`BgpRules::stops`]). Every other flow is refused
+//!   one by one, logged, and counted by reason ([`REFUSAL_REASONS`]).
 //!
 //! All of them sit before the rule file's rules (`--bgp-rules first`) or
-//! after them (`last`), as on the bridge. A flow that stops the flows
-//! (a rate, an accept) is not in the program, so a later discard that may
-//! meet its packets is refused too (`shadowed`): the kernel then drops
-//! nothing the bridge would pass. Blackholes are always enforced.
+//! after them (`last`), as on the bridge. A refused flow that would stop
+//! the flows may meet packets of a later one, so that later flow is
+//! refused too (`shadowed`): the kernel then drops nothing the bridge
+//! would pass. Blackholes are always enforced.
 
 use sluice_bgp::flowspec::{numeric_ranges, Component, Family, Flow, NumericOp};
-use sluice_engine::flows::{FlowTable, FlowVerdict, Placement};
+use sluice_engine::flows::{FlowRule, FlowTable, FlowVerdict, Placement, PoliceKey, Policer, Rate};
 use sluice_rules::{Action, AddrField, AddrValue, Depth, Match, PortField, Prefix, Rule};
 use std::collections::{BTreeMap, HashSet};
 
@@ -32,8 +37,10 @@ pub const BLACKHOLE_SET: &str = "bgp blackholes";
 pub const BLACKHOLE_RULE: &str = "drop daddr @bgp-blackholes (BGP blackhole routes)";
 
 /// Why a flow is not in the kernel program (`sluice_bgp_flows_refused`'s
-/// `reason`): `rate` (a traffic-rate above 0: the program has no
-/// policer), `accept` (no discard: the program only drops), `offset` (an
+/// `reason`): `rate` (a traffic-rate that is not a whole number of bytes
+/// or packets a second, which the kernel's policer counts in), `rate_split`
+/// (a rate over a flow of several rules: they would each have a bucket,
+/// where the bridge has one for the flow), `offset` (an
 /// RFC 8956 prefix offset), a component the rule language lacks
 /// (`icmp_code`, `tcp_flags`, `packet_length`, `dscp`, `fragment`,
 /// `flow_label`), `matches_nothing` (its ranges admit no packet),
@@ -46,7 +53,7 @@ pub const BLACKHOLE_RULE: &str = "drop daddr @bgp-blackholes (BGP blackhole rout
 /// not drop them.
 pub const REFUSAL_REASONS: [&str; 13] = [
     "rate",
-    "accept",
+    "rate_split",
     "offset",
     "icmp_code",
     "tcp_flags",
@@ -81,6 +88,9 @@ pub struct KernelFlows {
     pub blackholes: HashSet<Prefix>,
     /// The FlowSpec flows' rules, in the table's order.
     pub rules: Vec<Rule>,
+    /// Per rule: whether a packet it matches and does not drop stops the
+    /// flows (a rate's conforming packet, an accept's, without the T bit).
+    pub stops: Vec<bool>,
     /// Per flow in `rules`: its index in the table, and its rules' indices
     /// in `rules` (to count its packets from theirs).
     pub spans: Vec<(usize, std::ops::Range<usize>)>,
@@ -97,6 +107,9 @@ pub struct KernelFlows {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BgpRules {
     pub flows: Vec<Rule>,
+    /// Per rule of `flows`: a packet it matches and does not drop goes on
+    /// past the flows' rules (see [`KernelFlows::stops`]).
+    pub stops: Vec<bool>,
     pub placement: Placement,
 }
 
@@ -115,25 +128,32 @@ impl KernelFlows {
                     continue;
                 }
             }
-            if !matches!(r.verdict, FlowVerdict::Drop) && !r.go_on {
+            let stops = !matches!(r.verdict, FlowVerdict::Drop) && !r.go_on;
+            let taken = if stoppers.iter().any(|s| may_meet(s, &r.flow)) {
+                Err("shadowed")
+            } else {
+                program_rules(r).and_then(|rules| {
+                    if k.rules.len() + rules.len() > MAX_FLOW_RULES {
+                        Err("too_many_rules")
+                    } else {
+                        Ok(rules)
+                    }
+                })
+            };
+            let refused = match taken {
+                Ok(rules) => {
+                    let start = k.rules.len();
+                    k.stops.extend(std::iter::repeat_n(stops, rules.len()));
+                    k.rules.extend(rules);
+                    k.spans.push((i, start..k.rules.len()));
+                    k.enforced += 1;
+                    continue;
+                }
+                Err(why) => why,
+            };
+            if stops {
                 stoppers.push(&r.flow);
             }
-            let refused = match &r.verdict {
-                FlowVerdict::Drop if stoppers.iter().any(|s| may_meet(s, &r.flow)) => "shadowed",
-                FlowVerdict::Drop => match flow_rules(&r.flow) {
-                    Ok(rules) if k.rules.len() + rules.len() <= MAX_FLOW_RULES => {
-                        let start = k.rules.len();
-                        k.rules.extend(rules);
-                        k.spans.push((i, start..k.rules.len()));
-                        k.enforced += 1;
-                        continue;
-                    }
-                    Ok(_) => "too_many_rules",
-                    Err(why) => why,
-                },
-                FlowVerdict::Police(_) => "rate",
-                FlowVerdict::Accept => "accept",
-            };
             *k.refused.entry(refused).or_default() += 1;
             let text = r.flow.to_string();
             if !known.contains(&text) && !k.refused_texts.contains(&text) {
@@ -150,7 +170,7 @@ impl KernelFlows {
 
     /// The rules the program is built with.
     pub fn program_rules(&self) -> BgpRules {
-        BgpRules { flows: self.rules.clone(), placement: self.placement }
+        BgpRules { flows: self.rules.clone(), stops: self.stops.clone(), placement: self.placement }
     }
 }
 
@@ -185,6 +205,44 @@ fn may_meet(a: &Flow, b: &Flow) -> bool {
         _ => true,
     });
     prefixes_meet && values_meet
+}
+
+/// A flow's rules as the program runs them: a discard's drop, a rate's
+/// police (of the engine's numbers: [`police_of`]), an accept's count.
+fn program_rules(r: &FlowRule) -> Result<Vec<Rule>, &'static str> {
+    let rules = flow_rules(&r.flow)?;
+    let (action, police) = match &r.verdict {
+        FlowVerdict::Drop => return Ok(rules),
+        FlowVerdict::Police(p) => {
+            let police = police_of(p).ok_or("rate")?;
+            if rules.len() > 1 {
+                return Err("rate_split");
+            }
+            (Action::Police, Some(police))
+        }
+        FlowVerdict::Accept => (Action::Count, None),
+    };
+    Ok(rules
+        .into_iter()
+        .map(|rule| Rule {
+            text: rule.text.replacen("drop bgp", if police.is_some() { "police bgp" } else { "accept bgp" }, 1),
+            action,
+            police,
+            ..rule
+        })
+        .collect())
+}
+
+/// The rule language's `police` with the numbers of a flow's policer (a
+/// traffic-rate: one bucket for the flow, the default burst), when its
+/// rate is a whole number of bytes or packets a second.
+pub fn police_of(p: &Policer) -> Option<sluice_rules::Police> {
+    let whole = |r: f64| (r >= 1.0 && r.fract() == 0.0 && r <= u64::MAX as f64).then_some(r as u64);
+    let rate = match p.rate {
+        Rate::BytesPerSecond(r) => sluice_rules::PoliceRate::Bytes(whole(r)?),
+        Rate::PacketsPerSecond(r) => sluice_rules::PoliceRate::Packets(whole(r)?),
+    };
+    (p.per == PoliceKey::Rule).then_some(sluice_rules::Police { rate, burst: None, per: None })
 }
 
 /// A blackhole route's prefix (its flow is one destination component).
@@ -436,13 +494,49 @@ mod tests {
         );
         let k = KernelFlows::of(Some(&table), Placement::Last, &HashSet::new());
         assert_eq!(k.blackholes, HashSet::from(["198.51.100.7/32".parse().unwrap()]));
-        assert_eq!((k.enforced, k.rules.len()), (1, 1));
-        assert_eq!(k.rules, flow_rules(&udp53).unwrap());
-        assert_eq!(k.refused, BTreeMap::from([("dscp", 1), ("rate", 1), ("accept", 1)]));
-        assert_eq!(k.refused_texts.len(), 3);
-        // The flow's rules are counted for it: its index in the table.
-        assert_eq!(k.spans.len(), 1);
-        assert_eq!((table.rules()[k.spans[0].0].flow.clone(), k.spans[0].1.clone()), (udp53.clone(), 0..1));
+        // The discard, the rate (a police rule of the engine's numbers)
+        // and the accept (a count) run; the DSCP flow is refused.
+        assert_eq!((k.enforced, k.rules.len()), (3, 3));
+        assert_eq!(k.refused, BTreeMap::from([("dscp", 1)]));
+        assert_eq!(k.refused_texts.len(), 1);
+        // Each flow's rules are counted for it: its index in the table.
+        let of = |i: usize| &table.rules()[k.spans[i].0];
+        let rule_of = |i: usize| &k.rules[k.spans[i].1.clone()];
+        let udp53_at = (0..3).find(|&i| of(i).flow == udp53).expect("the discard runs");
+        assert_eq!(rule_of(udp53_at), &flow_rules(&udp53).unwrap()[..]);
+        for i in 0..3 {
+            let r = &rule_of(i)[0];
+            match &of(i).verdict {
+                FlowVerdict::Drop => assert_eq!((r.action, k.stops[k.spans[i].1.start]), (Action::Drop, false)),
+                FlowVerdict::Police(p) => {
+                    assert_eq!((r.action, r.police), (Action::Police, police_of(p)));
+                    assert!(r.text.starts_with("police bgp ") && k.stops[k.spans[i].1.start]);
+                    // The kernel's policer is the engine's for the flow.
+                    let engine = sluice_engine::rules::policer(r.police.as_ref().unwrap());
+                    assert_eq!((engine.rate, engine.burst, engine.per), (p.rate, p.burst, p.per));
+                }
+                FlowVerdict::Accept => {
+                    assert_eq!(r.action, Action::Count);
+                    assert!(r.text.starts_with("accept bgp ") && k.stops[k.spans[i].1.start]);
+                }
+            }
+        }
+        // A rate the kernel cannot count in whole units, and a rate split
+        // over two rules, are refused; behind a refused rate (it would
+        // stop the flows first on the bridge) a discard is shadowed.
+        let fraction = FlowVerdict::Police(Arc::new(Policer::new(Rate::BytesPerSecond(1000.5), None, PoliceKey::Rule)));
+        let split = FlowVerdict::Police(Arc::new(Policer::new(Rate::BytesPerSecond(1000.0), None, PoliceKey::Rule)));
+        let either = v4(vec![dst("192.0.2.0/24"), Component::Port(vec![eq(80)])]);
+        let table = FlowTable::new(
+            vec![
+                rule(v4(vec![dst("203.0.113.0/24")]), fraction, false),
+                rule(either, split, false),
+                rule(v4(vec![dst("203.0.0.0/16")]), FlowVerdict::Drop, false),
+            ],
+            Placement::First,
+        );
+        let held = KernelFlows::of(Some(&table), Placement::First, &HashSet::new());
+        assert_eq!(held.refused, BTreeMap::from([("rate", 1), ("rate_split", 1), ("shadowed", 1)]));
         // Behind a rate on a /24: a discard of the /16 around it (its
         // packets meet the rate first on the bridge) is refused; one of
         // another port, or of the rest of the family, is not.
@@ -460,16 +554,20 @@ mod tests {
             Placement::First,
         );
         let behind = KernelFlows::of(Some(&table), Placement::First, &HashSet::new());
-        assert_eq!(behind.refused, BTreeMap::from([("rate", 1), ("shadowed", 1)]));
-        assert_eq!(behind.enforced, 2);
+        // The rate runs in the kernel now: nothing behind it is refused.
+        assert!(behind.refused.is_empty(), "{:?}", behind.refused);
+        assert_eq!(behind.enforced, 4);
         // Each enforced flow's rules, in order, one after another.
         let mut at = 0;
-        for (i, r) in &behind.spans {
-            assert!(matches!(table.rules()[*i].verdict, FlowVerdict::Drop) && r.start == at && r.end > at);
+        for (_, r) in &behind.spans {
+            assert!(r.start == at && r.end > at);
             at = r.end;
         }
-        assert_eq!((behind.spans.len(), at), (2, behind.rules.len()));
-        assert_eq!(k.program_rules(), BgpRules { flows: k.rules.clone(), placement: Placement::Last });
+        assert_eq!((behind.spans.len(), at), (4, behind.rules.len()));
+        assert_eq!(
+            k.program_rules(),
+            BgpRules { flows: k.rules.clone(), stops: k.stops.clone(), placement: Placement::Last }
+        );
     }
 
     #[test]

@@ -102,13 +102,22 @@ fn with_bgp_rules(
     file: &[sluice_rules::Rule],
     blackholes: usize,
     bgp: Option<&flows::BgpRules>,
-) -> Vec<sluice_rules::Rule> {
-    let Some(bgp) = bgp else { return file.to_vec() };
+) -> (Vec<sluice_rules::Rule>, Vec<Option<usize>>) {
+    let Some(bgp) = bgp else { return (file.to_vec(), vec![None; file.len()]) };
     let ours = std::iter::once(flows::blackhole_rule(blackholes)).chain(bgp.flows.iter().cloned());
-    match bgp.placement {
-        sluice_engine::flows::Placement::First => ours.chain(file.iter().cloned()).collect(),
-        sluice_engine::flows::Placement::Last => file.iter().cloned().chain(ours).collect(),
+    let n = 1 + bgp.flows.len();
+    // Where a packet a flow's rule stops goes on: the rule past the flows'.
+    let (rules, first): (Vec<sluice_rules::Rule>, usize) = match bgp.placement {
+        sluice_engine::flows::Placement::First => (ours.chain(file.iter().cloned()).collect(), 0),
+        sluice_engine::flows::Placement::Last => (file.iter().cloned().chain(ours).collect(), file.len()),
+    };
+    let mut skip = vec![None; rules.len()];
+    for (k, &stops) in bgp.stops.iter().enumerate() {
+        if stops {
+            skip[first + 1 + k] = Some(first + n);
+        }
     }
+    (rules, skip)
 }
 
 impl Compiled {
@@ -151,7 +160,7 @@ impl Compiled {
     ) -> Result<Compiled, ShieldError> {
         // The BGP rules name the blackhole set as the one past the file's.
         let blackholes = file.sets.len();
-        let rules = with_bgp_rules(&file.rules, blackholes, bgp);
+        let (rules, skip_to) = with_bgp_rules(&file.rules, blackholes, bgp);
         let mut codes: Vec<SetCode> = Vec::new();
         // Per rule, per address match: the index in `codes`.
         let mut uses: Vec<Vec<usize>> = Vec::new();
@@ -248,6 +257,7 @@ impl Compiled {
             buckets_fd: buckets.as_ref().map_or(-1, std::os::fd::AsRawFd::as_raw_fd),
             over_fd: over.as_ref().map_or(-1, std::os::fd::AsRawFd::as_raw_fd),
             ifindexes,
+            skip_to,
         };
         let insns = program::generate(&plan).map_err(|e| ShieldError::Unsupported {
             file: file.source.clone(),

@@ -252,7 +252,7 @@ fn bgp_families(
     gauge(
         enc,
         "sluice_bgp_flows_refused",
-        "FlowSpec flows in force from BGP peers that the kernel program does not run, by reason: rate (traffic-rate above 0), accept (no discard), offset, icmp_code, tcp_flags, packet_length, dscp, fragment, flow_label (components it cannot match), matches_nothing, too_many_rules, too_many_ranges, shadowed (an earlier rate or accept may match its packets first).",
+        "FlowSpec flows in force from BGP peers that the kernel program does not run, by reason: rate (a traffic-rate not a whole number of bytes or packets a second), rate_split (a rate over a flow of several rules), offset, icmp_code, tcp_flags, packet_length, dscp, fragment, flow_label (components it cannot match), matches_nothing, too_many_rules, too_many_ranges, shadowed (an earlier refused rate or accept may match its packets first).",
         &refused,
     )
 }

@@ -82,26 +82,39 @@ pub struct ProgramFlows {
 /// Copies the kernel's counters of the FlowSpec flows' rules into the
 /// flows' own counters, which `sluice ctl flows` shows (the control
 /// plane calls this every tick). A flow's packets are its rules' (a packet
-/// meets one of them at most: a drop ends the walk); all are dropped
-/// unless `dry_run`. The kernel's counters start again with each program
+/// meets one of them at most: a drop ends the walk, a stop skips the
+/// rest); a discard drops them all, a rate those it found over, unless
+/// `dry_run`. The kernel's counters start again with each program
 /// (a reload, new flows), and so do these. The blackhole routes' drops are
 /// the one rule's over their set (`drop daddr @bgp-blackholes`, in the
 /// summary and the metrics), not a route's own.
 pub fn copy_flow_counts(kernel: &Mutex<Kernel>, shown: &Mutex<BgpShown>, dry_run: bool) {
+    use sluice_engine::flows::FlowVerdict;
     let Some(flows) = shown.lock().unwrap_or_else(PoisonError::into_inner).in_program.clone() else { return };
-    let counts = match kernel.lock().unwrap_or_else(PoisonError::into_inner).compiled.counts() {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::debug!("the flows' counters: {e}");
-            return;
+    let (counts, over) = {
+        let k = kernel.lock().unwrap_or_else(PoisonError::into_inner);
+        match (k.compiled.counts(), k.compiled.police_dropped()) {
+            (Ok(c), Ok(o)) => (c, o),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::debug!("the flows' counters: {e}");
+                return;
+            }
         }
     };
     for (i, rules) in &flows.spans {
-        let (Some(flow), Some(rules)) = (flows.table.rules().get(*i), counts.get(rules.clone())) else { continue };
-        let (packets, bytes) = rules.iter().fold((0, 0), |(p, b), c| (p + c.packets, b + c.bytes));
+        let (Some(flow), Some(matched)) = (flows.table.rules().get(*i), counts.get(rules.clone())) else { continue };
+        let (packets, bytes) = matched.iter().fold((0, 0), |(p, b), c| (p + c.packets, b + c.bytes));
+        // A discard drops what it matches, a rate what its police rule
+        // found over, an accept nothing.
+        let dropped = match flow.verdict {
+            _ if dry_run => 0,
+            FlowVerdict::Drop => packets,
+            FlowVerdict::Police(_) => over.get(rules.clone()).map_or(0, |o| o.iter().map(|n| n.unwrap_or(0)).sum()),
+            FlowVerdict::Accept => 0,
+        };
         flow.counts.packets.store(packets, Ordering::Relaxed);
         flow.counts.bytes.store(bytes, Ordering::Relaxed);
-        flow.counts.dropped.store(if dry_run { 0 } else { packets }, Ordering::Relaxed);
+        flow.counts.dropped.store(dropped, Ordering::Relaxed);
     }
 }
 

@@ -256,6 +256,11 @@ pub struct Plan<'a> {
     /// The interfaces `iface` matches name, with their ifindex (resolved
     /// on the host when compiling).
     pub ifindexes: Vec<(String, u32)>,
+    /// Per rule: when it matches and does not drop, the rule the packet
+    /// goes on at (past a BGP table's flows: a rate's conforming packet, an
+    /// accepted one), or the default's when that is past the last; `None`:
+    /// the next rule.
+    pub skip_to: Vec<Option<usize>>,
 }
 
 /// Where and how often dropped packets are sampled (`--sample-drops`).
@@ -370,7 +375,10 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
     verdict(&mut a, plan.undecodable_drop && !plan.dry_run, undecodable_slot, sample);
 
     a.bind(rules);
+    // Each rule's start, and the default's after them: where a skip lands.
+    let starts: Vec<Label> = (0..=plan.rules.len()).map(|_| a.label()).collect();
     for (r, rule) in plan.rules.iter().enumerate() {
+        a.bind(starts[r]);
         if walk_at == Some(r) {
             // What an `inner` match reads when no tunnel was reached: the
             // outer header's slots, copied (only those the rules read).
@@ -419,8 +427,12 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
                 a.bind(within);
             }
         }
+        if let Some(&Some(to)) = plan.skip_to.get(r) {
+            a.ja(starts[to.min(plan.rules.len())]);
+        }
         a.bind(next);
     }
+    a.bind(starts[plan.rules.len()]);
     let default_slot = plan.rules.len() as i32 + Extra::Default as i32;
     count(&mut a, plan.counters_fd, default_slot);
     verdict(&mut a, plan.default_drop && !plan.dry_run, default_slot, sample);

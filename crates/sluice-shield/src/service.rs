@@ -208,7 +208,11 @@ pub fn start(mut config: ShieldConfig) -> Result<Shield, ShieldError> {
             )));
         }
     }
-    let bgp_rules = config.bgp.as_ref().map(|b| crate::flows::BgpRules { flows: Vec::new(), placement: b.placement });
+    let bgp_rules = config.bgp.as_ref().map(|b| crate::flows::BgpRules {
+        flows: Vec::new(),
+        stops: Vec::new(),
+        placement: b.placement,
+    });
     let compiled = Compiled::with_bgp(&plan.file, &plan.sets, &config.options, bgp_rules.as_ref())?;
     let kernel = Arc::new(Mutex::new(Kernel { compiled, links: Vec::new(), reloads: 0, reloads_failed: 0 }));
     // The control plane before any interface: a socket or a group that

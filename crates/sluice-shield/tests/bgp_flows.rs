@@ -97,7 +97,7 @@ fn ip(s: &str) -> IpAddr {
 /// as asked, its blackholes `holes`.
 fn compiled(placement: Placement, holes: &[&str]) -> Compiled {
     let file = parse_rules("t.rules", "pass udp dport 9\n", std::path::Path::new(".")).unwrap();
-    let bgp = BgpRules { flows: discards(), placement };
+    let bgp = BgpRules { flows: discards(), stops: Vec::new(), placement };
     let c = Compiled::with_bgp(&file, &[], &Options::default(), Some(&bgp)).unwrap();
     let (_, maps) = c.dynamic_sets().find(|(n, _)| *n == BLACKHOLE_SET).expect("the blackhole set");
     for h in holes {
@@ -140,6 +140,87 @@ fn blackholes_and_discards_of_both_families_are_dropped_in_the_kernel() {
     maps.remove(&"2001:db8:dead::/48".parse().unwrap()).unwrap();
     assert_eq!(c.test_run(&cases[0].0).unwrap(), XDP_PASS as u32);
     assert_eq!(c.test_run(&cases[2].0).unwrap(), XDP_PASS as u32);
+}
+
+/// Rates and accepts from a BGP table, as the bridge's flows run them: a
+/// rate's conforming packets and an accepted one stop the flows (a later
+/// discard that covers them does not drop them), and the file's rules
+/// judge them (`First`); a rate's packets over it are dropped, as many as
+/// the engine's policer for the flow refuses.
+#[test]
+fn rates_and_accepts_stop_the_flows_as_on_the_bridge() {
+    use sluice_engine::flows::{FlowRule, FlowTable, FlowVerdict, PoliceKey, Policer, Rate};
+    use sluice_shield::flows::KernelFlows;
+    use std::sync::Arc;
+    if !can_load() {
+        return;
+    }
+    let rule = |flow: Flow, verdict: FlowVerdict| FlowRule {
+        flow,
+        verdict,
+        go_on: false,
+        blackhole: false,
+        source: "192.0.2.1".into(),
+        unsupported: Vec::new(),
+        counts: Default::default(),
+    };
+    let udp_to = |p: &str| Flow { family: Family::V4, components: vec![to(p), Component::Protocol(vec![eq(17)])] };
+    let rate = Policer::new(Rate::BytesPerSecond(1000.0), None, PoliceKey::Rule);
+    let burst = rate.burst;
+    let table = FlowTable::new(
+        vec![
+            rule(udp_to("198.51.100.0/25"), FlowVerdict::Accept),
+            rule(udp_to("203.0.113.0/24"), FlowVerdict::Police(Arc::new(rate))),
+            // Less specific: after both in RFC 8955's order.
+            rule(udp_to("198.51.0.0/16"), FlowVerdict::Drop),
+            rule(udp_to("203.0.0.0/16"), FlowVerdict::Drop),
+        ],
+        Placement::First,
+    );
+    let k = KernelFlows::of(Some(&table), Placement::First, &std::collections::HashSet::new());
+    assert_eq!((k.enforced, k.refused.len()), (4, 0), "{:?}", k.refused);
+    // The file drops what reaches it on port 7: the stop goes on there.
+    let file = parse_rules(
+        "t.rules",
+        "drop udp dport 7
+",
+        std::path::Path::new("."),
+    )
+    .unwrap();
+    let c = Compiled::with_bgp(&file, &[], &Options::default(), Some(&k.program_rules())).unwrap();
+    let s = ip("10.1.0.1");
+    let cases = [
+        (frame(s, ip("198.51.100.7"), 17, 1000), XDP_PASS, "accepted: the /16's discard never meets it"),
+        (frame(s, ip("198.51.100.7"), 17, 7), XDP_DROP, "accepted, then the file's rule"),
+        (frame(s, ip("198.51.200.7"), 17, 1000), XDP_DROP, "outside the accept: the discard"),
+        (frame(s, ip("198.51.100.7"), 6, 1000), XDP_PASS, "TCP: no flow"),
+    ];
+    for (f, want, what) in &cases {
+        assert_eq!(c.test_run(f).unwrap(), *want as u32, "{what}");
+    }
+    // Back to back, 200 frames under the rate: the engine's policer for
+    // the flow (its clock held still) admits `want`; the kernel's, on a
+    // clock that moves a little meanwhile (1,000 bytes a second: a frame
+    // per 46 ms), as many or one or two more. The rest are dropped by the
+    // police rule, not by the discard behind it (whose counter stays 0).
+    let f = frame(s, ip("203.0.113.9"), 17, 1000);
+    let engine = sluice_engine::rules::policer(
+        &sluice_shield::flows::police_of(&Policer::new(Rate::BytesPerSecond(1000.0), None, PoliceKey::Rule)).unwrap(),
+    );
+    assert_eq!(engine.burst, burst);
+    // A flow's one bucket: the engine keys it 0.
+    let key = 0u128;
+    let want = (0..200).filter(|_| engine.admit(&key, f.len() as u32, 0)).count();
+    let passed = (0..200).filter(|_| c.test_run(&f).unwrap() == XDP_PASS as u32).count();
+    assert!((want..=want + 2).contains(&passed), "{passed} passed, the engine's policer admits {want}");
+    assert!(want > 10 && want < 200);
+    let texts = c.rule_texts();
+    let at = |prefix: &str| texts.iter().position(|t| t.starts_with(prefix) && t.contains("203.0.")).unwrap();
+    let counts = c.counts().unwrap();
+    assert_eq!(counts[at("police bgp")].packets, 200);
+    assert_eq!(counts[at("drop bgp")].packets, 0, "the discard behind the rate meets nothing");
+    let over = c.police_dropped().unwrap()[at("police bgp")];
+    assert_eq!(over, Some(200 - passed as u64));
 }
 
 #[test]
@@ -238,7 +319,7 @@ fn each_flow_the_program_takes_drops_what_the_rfcs_match() {
         let f = flow(&mut r);
         let Ok(rules) = flow_rules(&f) else { continue };
         taken += 1;
-        let bgp = BgpRules { flows: rules, placement: Placement::First };
+        let bgp = BgpRules { flows: rules, stops: Vec::new(), placement: Placement::First };
         let c = Compiled::with_bgp(&empty, &[], &Options::default(), Some(&bgp)).unwrap();
         for i in 0..60 {
             // Mostly the flow's family, now and then the other.

@@ -166,6 +166,7 @@ fn without_sampling_the_program_has_no_sampling_instruction() {
         buckets_fd: -1,
         over_fd: -1,
         ifindexes: Vec::new(),
+        skip_to: Vec::new(),
     };
     // Helper calls: 7 prandom, 131-133 ringbuf, 189 xdp_load_bytes.
     let calls = |insns: &[sluice_live::bpf::Insn]| -> Vec<i32> {
