@@ -9,38 +9,12 @@
 //! Needs root (or CAP_BPF + CAP_PERFMON): skipped without unless
 //! `SLUICE_REQUIRE_LIVE=1` (CI), when it fails.
 
+mod common;
+use common::{udp_from, udp_from6, xorshift};
 use sluice_rules::{parse_rules, Prefix};
 use sluice_shield::program::{XDP_DROP, XDP_PASS};
 use sluice_shield::tables::Layout;
 use sluice_shield::{Compiled, Options};
-
-fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
-    move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    }
-}
-
-/// Ethernet, IPv4 from `src`, UDP.
-fn frame4(src: u32) -> Vec<u8> {
-    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00];
-    f.extend_from_slice(&[0x45, 0, 0, 28, 0, 0, 0x40, 0, 64, 17, 0, 0]);
-    f.extend_from_slice(&src.to_be_bytes());
-    f.extend_from_slice(&[192, 0, 2, 1, 0x30, 0x39, 0, 53, 0, 8, 0, 0]);
-    f
-}
-
-/// Ethernet, IPv6 from `src`, UDP.
-fn frame6(src: u128) -> Vec<u8> {
-    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x86, 0xdd];
-    f.extend_from_slice(&[0x60, 0, 0, 0, 0, 8, 17, 64]);
-    f.extend_from_slice(&src.to_be_bytes());
-    f.extend_from_slice(&0x2001_0db8_u128.wrapping_shl(96).to_be_bytes());
-    f.extend_from_slice(&[0x30, 0x39, 0, 53, 0, 8, 0, 0]);
-    f
-}
 
 fn covers(elems: &[Prefix], a: &Prefix) -> bool {
     elems.iter().any(|p| match (*p, *a) {
@@ -57,14 +31,10 @@ fn a_dynamic_set_in_the_kernel_holds_exactly_its_elements_through_changes() {
     // 4 buckets: 64 host slots for up to a few hundred hosts, so most
     // buckets fill and the rest spill into the trie.
     let layout = Layout { dyn_buckets: Some(4), ..Layout::default() };
-    let kernel = match Compiled::with_layout(&file, &[Vec::new()], &Options::default(), &layout) {
-        Ok(k) => k,
-        Err(e) => {
-            assert!(std::env::var_os("SLUICE_REQUIRE_LIVE").is_none(), "SLUICE_REQUIRE_LIVE=1 but: {e}");
-            eprintln!("SKIPPED: cannot load BPF programs here: {e}");
-            return;
-        }
-    };
+    if !common::can_load() {
+        return;
+    }
+    let kernel = Compiled::with_layout(&file, &[Vec::new()], &Options::default(), &layout).expect("the program loads");
     let (_, maps) = kernel.dynamic_sets().next().expect("the set's tables");
     let mut next = xorshift(0x5eed_1234_abcd);
     // The pool: hosts in a few /16s (so prefixes cover some), and IPv6 hosts.
@@ -107,7 +77,7 @@ fn a_dynamic_set_in_the_kernel_holds_exactly_its_elements_through_changes() {
         spilled |= t4 > rest4;
         for &a in &pool4 {
             let want = covers(&elems, &Prefix::V4 { addr: a, len: 32 });
-            let got = kernel.test_run(&frame4(a)).expect("test run");
+            let got = kernel.test_run(&udp_from(a)).expect("test run");
             assert_eq!(
                 got,
                 if want { XDP_DROP } else { XDP_PASS } as u32,
@@ -117,7 +87,7 @@ fn a_dynamic_set_in_the_kernel_holds_exactly_its_elements_through_changes() {
         }
         for &a in &pool6 {
             let want = covers(&elems, &Prefix::V6 { addr: a, len: 128 });
-            let got = kernel.test_run(&frame6(a)).expect("test run");
+            let got = kernel.test_run(&udp_from6(a)).expect("test run");
             assert_eq!(
                 got,
                 if want { XDP_DROP } else { XDP_PASS } as u32,
@@ -128,7 +98,7 @@ fn a_dynamic_set_in_the_kernel_holds_exactly_its_elements_through_changes() {
         for _ in 0..200 {
             let a = next() as u32;
             let want = covers(&elems, &Prefix::V4 { addr: a, len: 32 });
-            assert_eq!(kernel.test_run(&frame4(a)).unwrap(), if want { XDP_DROP } else { XDP_PASS } as u32);
+            assert_eq!(kernel.test_run(&udp_from(a)).unwrap(), if want { XDP_DROP } else { XDP_PASS } as u32);
         }
     }
     assert!(spilled, "some hosts went to the trie (the test's point)");
@@ -138,6 +108,6 @@ fn a_dynamic_set_in_the_kernel_holds_exactly_its_elements_through_changes() {
     }
     assert_eq!(maps.in_tries(), (0, 0));
     for &a in &pool4 {
-        assert_eq!(kernel.test_run(&frame4(a)).unwrap(), XDP_PASS as u32);
+        assert_eq!(kernel.test_run(&udp_from(a)).unwrap(), XDP_PASS as u32);
     }
 }

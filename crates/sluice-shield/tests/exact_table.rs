@@ -8,6 +8,8 @@
 //! Needs root (or CAP_BPF + CAP_PERFMON): skipped without unless
 //! `SLUICE_REQUIRE_LIVE=1` (CI), when it fails.
 
+mod common;
+use common::{udp_from, udp_from6, xorshift};
 use sluice_rules::{parse_rules, Prefix};
 use sluice_shield::program::{XDP_DROP, XDP_PASS};
 use sluice_shield::tables::Layout;
@@ -23,34 +25,13 @@ const MAX_FILL: f64 = 0.9;
 /// Prefixes beside the hosts (the prefix table's part of a mixed set).
 const PREFIXES: usize = 40;
 
-fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
-    move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    }
-}
-
-/// Ethernet, IPv4 from `src`, UDP.
-fn frame(src: u32) -> Vec<u8> {
-    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00];
-    f.extend_from_slice(&[0x45, 0, 0, 28, 0, 0, 0x40, 0, 64, 17, 0, 0]);
-    f.extend_from_slice(&src.to_be_bytes());
-    f.extend_from_slice(&[192, 0, 2, 1, 0x30, 0x39, 0, 53, 0, 8, 0, 0]);
-    f
-}
-
 fn ip4(a: u32) -> String {
     std::net::Ipv4Addr::from(a).to_string()
 }
 
 #[test]
 fn the_kernel_exact_table_holds_exactly_its_hosts() {
-    let probe = parse_rules("probe", "", std::path::Path::new(".")).unwrap();
-    if let Err(e) = Compiled::new(&probe, &[], &Options::default()) {
-        assert!(std::env::var_os("SLUICE_REQUIRE_LIVE").is_none(), "SLUICE_REQUIRE_LIVE=1 but: {e}");
-        eprintln!("SKIPPED: cannot load BPF programs here: {e}");
+    if !common::can_load() {
         return;
     }
     for (case, max_load) in
@@ -90,7 +71,7 @@ fn the_kernel_exact_table_holds_exactly_its_hosts() {
             for &a in hosts.iter().chain(&randoms) {
                 let want = if inside(a) { XDP_DROP } else { XDP_PASS } as u32;
                 assert_eq!(
-                    kernel.test_run(&frame(a)).unwrap(),
+                    kernel.test_run(&udp_from(a)).unwrap(),
                     want,
                     "{} (fill {max_load}, early {early_keys})",
                     ip4(a)
@@ -100,21 +81,9 @@ fn the_kernel_exact_table_holds_exactly_its_hosts() {
     }
 }
 
-/// Ethernet, IPv6 from `src`, UDP.
-fn frame6(src: u128) -> Vec<u8> {
-    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x86, 0xdd];
-    f.extend_from_slice(&[0x60, 0, 0, 0, 0, 8, 17, 64]);
-    f.extend_from_slice(&src.to_be_bytes());
-    f.extend_from_slice(&0x2001_0db8_u128.rotate_right(32).to_be_bytes());
-    f.extend_from_slice(&[0x30, 0x39, 0, 53, 0, 8, 0, 0]);
-    f
-}
-
 #[test]
 fn the_kernel_v6_exact_table_holds_exactly_its_hosts() {
-    let probe = parse_rules("probe", "", std::path::Path::new(".")).unwrap();
-    if Compiled::new(&probe, &[], &Options::default()).is_err() {
-        assert!(std::env::var_os("SLUICE_REQUIRE_LIVE").is_none(), "SLUICE_REQUIRE_LIVE=1 but BPF cannot load");
+    if !common::can_load() {
         return;
     }
     for (case, max_load) in
@@ -147,7 +116,7 @@ fn the_kernel_v6_exact_table_holds_exactly_its_hosts() {
         for &a in hosts.iter().chain(&others).chain(&randoms) {
             let want = if hosts.contains(&a) { XDP_DROP } else { XDP_PASS } as u32;
             let shown = std::net::Ipv6Addr::from(a);
-            assert_eq!(kernel.test_run(&frame6(a)).unwrap(), want, "{shown} (fill {max_load})");
+            assert_eq!(kernel.test_run(&udp_from6(a)).unwrap(), want, "{shown} (fill {max_load})");
         }
     }
 }

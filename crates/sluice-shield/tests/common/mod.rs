@@ -19,3 +19,35 @@ pub fn can_load() -> bool {
         }
     }
 }
+
+/// A small deterministic generator for the tests' random addresses.
+#[allow(dead_code)] // Not every test binary draws numbers.
+pub fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}
+
+/// Ethernet, IPv4 from `src` to 192.0.2.1, UDP 12345 to 53.
+#[allow(dead_code)] // Not every test binary sends IPv4 frames of its own.
+pub fn udp_from(src: u32) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00];
+    f.extend_from_slice(&[0x45, 0, 0, 28, 0, 0, 0x40, 0, 64, 17, 0, 0]);
+    f.extend_from_slice(&src.to_be_bytes());
+    f.extend_from_slice(&[192, 0, 2, 1, 0x30, 0x39, 0, 53, 0, 8, 0, 0]);
+    f
+}
+
+/// Ethernet, IPv6 from `src` to 2001:db8::, UDP 12345 to 53.
+#[allow(dead_code)] // Not every test binary sends IPv6 frames of its own.
+pub fn udp_from6(src: u128) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x86, 0xdd];
+    f.extend_from_slice(&[0x60, 0, 0, 0, 0, 8, 17, 64]);
+    f.extend_from_slice(&src.to_be_bytes());
+    f.extend_from_slice(&(0x2001_0db8_u128 << 96).to_be_bytes());
+    f.extend_from_slice(&[0x30, 0x39, 0, 53, 0, 8, 0, 0]);
+    f
+}
