@@ -36,6 +36,8 @@ pub use hash::Hasher;
 /// The first multiplier of [`Hasher::hash32`] ([`ExactLayout::mul`]), for
 /// a reader that computes the hash itself (the shield's kernel program).
 pub const HASH_MUL: u64 = hash::C0;
+/// The high half's multiplier of [`Hasher::hash128`] ([`ExactLayout::mul_hi`]).
+pub const HASH_MUL_HI: u64 = hash::C1;
 pub use persist::PersistError;
 pub use prefix::V4PrefixSet;
 pub use prefix6::V6PrefixSet;

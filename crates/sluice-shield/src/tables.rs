@@ -38,8 +38,10 @@ pub struct SetCode {
     /// A mostly-/128 IPv6 part's /128s, in the exact table.
     pub v6_hosts: Option<V6Exact>,
     pub v6: V6Code,
-    /// A dynamic set's IPv4 hosts (its other elements are in the tries).
+    /// A dynamic set's IPv4 and IPv6 hosts (its other elements are in
+    /// the tries).
     pub dyn_hosts: Option<DynHosts>,
+    pub dyn_hosts6: Option<DynHosts6>,
 }
 
 /// Where sets' hosts go (the default: the exact table, filled to
@@ -475,10 +477,129 @@ impl DynHosts {
     }
 }
 
+/// A dynamic set's IPv6 hosts (/128s): [`V6Exact`]'s layout (4 tags and
+/// 4 network-order keys per bucket), empty when made and written in place
+/// as [`DynHosts`] is, the home bucket only read. A key is 16 bytes, more
+/// than one store: its four words are stored, then the tag (release). A
+/// reader that saw a removed host's tag before the slot is reused may read
+/// a key of both hosts' words; it can equal the removed host only when
+/// the new one shares that half (the removed host is then dropped once
+/// more, a moment after its removal, which a reader a moment earlier
+/// would have done anyway).
+pub struct DynHosts6 {
+    exact: V6Exact,
+    tags: MappedArray,
+    keys: MappedArray,
+    hasher: Hasher,
+}
+
+/// The most buckets a dynamic set's IPv6 host table takes (9 MiB, 512k
+/// slots): beyond it a set's further IPv6 hosts go to its trie.
+pub const DYN6_MAX_BUCKETS: usize = 1 << 17;
+
+impl DynHosts6 {
+    /// Buckets for `maxelem` hosts at a quarter fill (a bucket of 4 slots
+    /// then holds 1 on average, and overflows for about 1 host in 200), a
+    /// power of two, at least 64.
+    pub fn buckets_for(maxelem: u32) -> usize {
+        (maxelem as usize).next_power_of_two().clamp(64, DYN6_MAX_BUCKETS)
+    }
+
+    fn new(buckets: usize, name: &str) -> Result<DynHosts6, LiveError> {
+        let hasher = Hasher::random();
+        let (k0, k1) = hasher.keys();
+        let layout = ExactLayout {
+            buckets,
+            k0,
+            k1,
+            mul: sluice_sets::HASH_MUL,
+            mul_hi: sluice_sets::HASH_MUL_HI,
+            shift: 64 - buckets.trailing_zeros(),
+            mask: (buckets - 1) as u32,
+            longest_probe: 1,
+        };
+        let n = buckets as u32;
+        let record = V6_SLOTS.next_multiple_of(8);
+        let tags = BpfMap::new(MapType::Array, 4, record as u32, n, BPF_F_MMAPABLE, &format!("{name}_d6xt"))?;
+        let keys = BpfMap::new(MapType::Array, 4, BUCKET_BYTES as u32, n, BPF_F_MMAPABLE, &format!("{name}_d6xk"))?;
+        let (tm, km) = (tags.mmap()?, keys.mmap()?);
+        Ok(DynHosts6 { exact: V6Exact { tags, keys, layout }, tags: tm, keys: km, hasher })
+    }
+
+    /// The home bucket and tag of `addr`, as the program computes them.
+    fn place(&self, addr: u128) -> (usize, u8) {
+        let l = &self.exact.layout;
+        let h = self.hasher.hash128(addr);
+        (((h >> l.shift) as usize) & l.mask as usize, ((h >> 32) as u8).max(1))
+    }
+
+    /// Slot `s` of bucket `b`: where its tag and its key's first byte are.
+    fn at(b: usize, s: usize) -> (usize, usize) {
+        (b * V6_SLOTS.next_multiple_of(8) + s, b * BUCKET_BYTES + s * KEY6_BYTES)
+    }
+
+    fn key(&self, b: usize, s: usize) -> u128 {
+        let (_, k) = Self::at(b, s);
+        let mut bytes = [0u8; 16];
+        for w in 0..4 {
+            let word = self.keys.atomic_u32(k + 4 * w).load(Ordering::Relaxed);
+            bytes[4 * w..4 * w + 4].copy_from_slice(&word.to_ne_bytes());
+        }
+        u128::from_be_bytes(bytes)
+    }
+
+    fn find(&self, b: usize, tag: u8, addr: u128) -> Option<usize> {
+        (0..V6_SLOTS)
+            .find(|&s| self.tags.atomic_u8(Self::at(b, s).0).load(Ordering::Relaxed) == tag && self.key(b, s) == addr)
+    }
+
+    /// Adds `addr`: false when its home bucket is full (it belongs in the
+    /// trie then). Adding a present host changes nothing.
+    pub fn insert(&self, addr: u128) -> bool {
+        let (b, tag) = self.place(addr);
+        if self.find(b, tag, addr).is_some() {
+            return true;
+        }
+        let free = (0..V6_SLOTS).find(|&s| self.tags.atomic_u8(Self::at(b, s).0).load(Ordering::Relaxed) == 0);
+        let Some(s) = free else { return false };
+        let (t, k) = Self::at(b, s);
+        let bytes = addr.to_be_bytes();
+        for w in 0..4 {
+            let word = u32::from_ne_bytes(bytes[4 * w..4 * w + 4].try_into().expect("4 bytes"));
+            self.keys.atomic_u32(k + 4 * w).store(word, Ordering::Relaxed);
+        }
+        self.tags.atomic_u8(t).store(tag, Ordering::Release);
+        true
+    }
+
+    /// Removes `addr`: false when it is not in the table.
+    pub fn remove(&self, addr: u128) -> bool {
+        let (b, tag) = self.place(addr);
+        let Some(s) = self.find(b, tag, addr) else { return false };
+        self.tags.atomic_u8(Self::at(b, s).0).store(0, Ordering::Release);
+        true
+    }
+
+    /// Every host it holds (a scan of its tags).
+    fn hosts(&self) -> impl Iterator<Item = u128> + '_ {
+        (0..self.exact.layout.buckets).flat_map(move |b| {
+            (0..V6_SLOTS)
+                .filter(move |&s| self.tags.atomic_u8(Self::at(b, s).0).load(Ordering::Relaxed) != 0)
+                .map(move |s| self.key(b, s))
+        })
+    }
+
+    /// Kernel memory its maps take, in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.exact.bytes()
+    }
+}
+
 /// A dynamic set's tables, which the runtime changes are written to: the
-/// IPv4 hosts' table, then the tries.
+/// host tables, then the tries.
 pub struct DynamicMaps<'a> {
     hosts: &'a DynHosts,
+    hosts6: &'a DynHosts6,
     v4: &'a Trie,
     v6: &'a Trie,
 }
@@ -488,6 +609,7 @@ impl DynamicMaps<'_> {
     pub fn insert(&self, p: &sluice_rules::Prefix) -> Result<(), LiveError> {
         match *p {
             sluice_rules::Prefix::V4 { addr, len: 32 } if self.hosts.insert(addr) => Ok(()),
+            sluice_rules::Prefix::V6 { addr, len: 128 } if self.hosts6.insert(addr) => Ok(()),
             sluice_rules::Prefix::V4 { .. } => self.v4.insert(p),
             sluice_rules::Prefix::V6 { .. } => self.v6.insert(p),
         }
@@ -497,6 +619,7 @@ impl DynamicMaps<'_> {
     pub fn remove(&self, p: &sluice_rules::Prefix) -> Result<(), LiveError> {
         match *p {
             sluice_rules::Prefix::V4 { addr, len: 32 } if self.hosts.remove(addr) => Ok(()),
+            sluice_rules::Prefix::V6 { addr, len: 128 } if self.hosts6.remove(addr) => Ok(()),
             sluice_rules::Prefix::V4 { .. } => self.v4.remove(p),
             sluice_rules::Prefix::V6 { .. } => self.v6.remove(p),
         }
@@ -508,6 +631,7 @@ impl DynamicMaps<'_> {
     pub fn elements(&self) -> Result<Vec<sluice_rules::Prefix>, LiveError> {
         let mut all: Vec<sluice_rules::Prefix> =
             self.hosts.hosts().map(|addr| sluice_rules::Prefix::V4 { addr, len: 32 }).collect();
+        all.extend(self.hosts6.hosts().map(|addr| sluice_rules::Prefix::V6 { addr, len: 128 }));
         all.extend(self.v4.elements()?);
         all.extend(self.v6.elements()?);
         Ok(all)
@@ -839,7 +963,7 @@ impl SetCode {
             v6_hosts = Some(V6Exact::new(&hosts6, layout, name)?);
             v6.retain(|p| p.1 != 128);
         }
-        Ok(SetCode { v4_hosts, v4, v6_hosts, v6: V6Code::new(&v6, name)?, dyn_hosts: None })
+        Ok(SetCode { v4_hosts, v4, v6_hosts, v6: V6Code::new(&v6, name)?, dyn_hosts: None, dyn_hosts6: None })
     }
 
     /// A dynamic set: an empty host table for `maxelem` IPv4 hosts and
@@ -851,19 +975,25 @@ impl SetCode {
         let buckets =
             layout.dyn_buckets.map_or_else(|| DynHosts::buckets_for(maxelem), |b| b.next_power_of_two().max(2));
         let hosts = DynHosts::new(buckets, name)?;
+        let buckets6 =
+            layout.dyn_buckets.map_or_else(|| DynHosts6::buckets_for(maxelem), |b| b.next_power_of_two().max(2));
+        let hosts6 = DynHosts6::new(buckets6, name)?;
         Ok(SetCode {
             v4_hosts: None,
             v4: V4Code::Dynamic(v4),
             v6_hosts: None,
             v6: V6Code::Dynamic(v6),
             dyn_hosts: Some(hosts),
+            dyn_hosts6: Some(hosts6),
         })
     }
 
     /// A dynamic set's tables (None for any other set).
     pub fn dynamic_maps(&self) -> Option<DynamicMaps<'_>> {
-        match (&self.dyn_hosts, &self.v4, &self.v6) {
-            (Some(hosts), V4Code::Dynamic(v4), V6Code::Dynamic(v6)) => Some(DynamicMaps { hosts, v4, v6 }),
+        match (&self.dyn_hosts, &self.dyn_hosts6, &self.v4, &self.v6) {
+            (Some(hosts), Some(hosts6), V4Code::Dynamic(v4), V6Code::Dynamic(v6)) => {
+                Some(DynamicMaps { hosts, hosts6, v4, v6 })
+            }
             _ => None,
         }
     }
@@ -876,6 +1006,7 @@ impl SetCode {
         };
         v4 + self.v4_hosts.as_ref().map_or(0, V4Exact::bytes)
             + self.dyn_hosts.as_ref().map_or(0, DynHosts::bytes)
+            + self.dyn_hosts6.as_ref().map_or(0, DynHosts6::bytes)
             + self.v6_hosts.as_ref().map_or(0, V6Exact::bytes)
             + self.v6.bytes()
     }
@@ -883,7 +1014,8 @@ impl SetCode {
     /// Jumps to `hit` when the IPv6 address in R7/R8 is in the set, else
     /// to `miss`. Clobbers R0-R5 and R9.
     pub fn emit_v6(&self, a: &mut Asm, hit: Label, miss: Label) {
-        if let Some(hosts) = &self.v6_hosts {
+        let exact = self.v6_hosts.as_ref().or(self.dyn_hosts6.as_ref().map(|d| &d.exact));
+        if let Some(hosts) = exact {
             let rest = a.label();
             hosts.emit(a, hit, rest);
             a.bind(rest);
