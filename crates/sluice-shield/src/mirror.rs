@@ -128,6 +128,8 @@ pub struct BgpMirror {
     /// The FlowSpec rules of the program in force, and the index of the
     /// first among its rules.
     in_program: Vec<Rule>,
+    /// Which of them stop the flows (a flow's T bit changes this, not its rules).
+    in_program_stops: Vec<bool>,
     first: usize,
     /// The blackholes in the tries of the program in force.
     blackholes: HashSet<Prefix>,
@@ -146,6 +148,7 @@ impl BgpMirror {
             seen: None,
             wanted: KernelFlows { placement, ..KernelFlows::default() },
             in_program: Vec::new(),
+            in_program_stops: Vec::new(),
             first: 0,
             blackholes: HashSet::new(),
             stale: true,
@@ -170,7 +173,7 @@ impl BgpMirror {
         self.wanted = KernelFlows::of(table.map(Arc::as_ref), self.placement, &known);
         let mut shown = self.shown.lock().unwrap_or_else(PoisonError::into_inner);
         shown.refused.clone_from(&self.wanted.refused);
-        let rebuild = self.wanted.rules != self.in_program;
+        let rebuild = self.wanted.rules != self.in_program || self.wanted.stops != self.in_program_stops;
         if !rebuild && shown.in_program.is_some() {
             // The same rules in the program, from the new table's flows.
             shown.in_program = self.program_flows();
@@ -209,6 +212,7 @@ impl BgpMirror {
     /// The program in force now holds the wanted flows; `compiled` is it.
     fn took(&mut self, compiled: &Compiled) {
         self.in_program.clone_from(&self.wanted.rules);
+        self.in_program_stops.clone_from(&self.wanted.stops);
         // The flows' rules come right after the blackhole rule: first in
         // the program, or last after the file's.
         self.first = match self.placement {
@@ -391,5 +395,43 @@ impl Mirror {
             }
             self.copied.insert(name.to_owned(), current);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_bgp::flowspec::{Component, Family, Flow, PrefixMatch};
+    use sluice_engine::flows::{FlowRule, FlowVerdict};
+
+    fn table(go_on: bool) -> Arc<FlowTable> {
+        let flow = Flow {
+            family: Family::V4,
+            components: vec![Component::Destination(PrefixMatch::new("192.0.2.0".parse().unwrap(), 24))],
+        };
+        let rule = FlowRule {
+            flow,
+            verdict: FlowVerdict::Accept,
+            go_on,
+            blackhole: false,
+            source: "192.0.2.1".into(),
+            unsupported: Vec::new(),
+            counts: Default::default(),
+        };
+        Arc::new(FlowTable::new(vec![rule], Placement::First))
+    }
+
+    /// A flow whose T bit flips keeps its rules but not its stop: the
+    /// program must be built again; the same table again needs nothing.
+    #[test]
+    fn a_flows_stop_changing_is_a_new_program() {
+        let mut b = BgpMirror::new(Placement::First);
+        let stops = table(false);
+        assert!(b.see(Some(&stops)), "the first flows");
+        // As `took` leaves it once the program holds them.
+        b.in_program.clone_from(&b.wanted.rules);
+        b.in_program_stops.clone_from(&b.wanted.stops);
+        assert!(!b.see(Some(&stops)), "the same table");
+        assert!(b.see(Some(&table(true))), "the same rules, no longer stopping the flows");
     }
 }
