@@ -469,9 +469,13 @@ impl DynHosts {
         self.exact.bytes()
     }
 
-    /// Every host it holds: a scan of its tags (O(slots), read in place).
+    /// Every host it holds: a scan of its tags, read in place 8 at a time
+    /// (O(slots): 4M slots in well under a millisecond, what a set going
+    /// from empty to one element costs the mirror).
     fn hosts(&self) -> impl Iterator<Item = u32> + '_ {
-        (0..self.exact.layout.buckets * V4_SLOTS)
+        (0..self.exact.layout.buckets * V4_SLOTS / 8)
+            .filter(|&w| self.tags.atomic_u64(8 * w).load(Ordering::Relaxed) != 0)
+            .flat_map(|w| 8 * w..8 * w + 8)
             .filter(|&slot| self.tags.atomic_u8(slot).load(Ordering::Relaxed) != 0)
             .map(|slot| self.keys.atomic_u32(slot * KEY_BYTES).load(Ordering::Relaxed))
     }
@@ -582,7 +586,10 @@ impl DynHosts6 {
 
     /// Every host it holds (a scan of its tags).
     fn hosts(&self) -> impl Iterator<Item = u128> + '_ {
-        (0..self.exact.layout.buckets).flat_map(move |b| {
+        // A bucket's tag record is one word (4 tags, 4 bytes of padding).
+        let record = V6_SLOTS.next_multiple_of(8);
+        let full = move |b: usize| self.tags.atomic_u64(b * record).load(Ordering::Relaxed) != 0;
+        (0..self.exact.layout.buckets).filter(move |&b| full(b)).flat_map(move |b| {
             (0..V6_SLOTS)
                 .filter(move |&s| self.tags.atomic_u8(Self::at(b, s).0).load(Ordering::Relaxed) != 0)
                 .map(move |s| self.key(b, s))

@@ -75,6 +75,13 @@ fn a_dynamic_set_in_the_kernel_holds_exactly_its_elements_through_changes() {
         let rest6 = elems.iter().filter(|p| matches!(p, Prefix::V6 { len, .. } if *len < 128)).count() as u64;
         assert!(t4 >= rest4 && t4 <= rest4 + hosts4, "round {round}: IPv4 trie count {t4}, {rest4} prefixes");
         assert!(t6 >= rest6 && t6 <= rest6 + hosts6, "round {round}: IPv6 trie count {t6}, {rest6} prefixes");
+        // What the mirror reads back when no edit list leads on: exactly
+        // the elements (the host tables scanned, the tries' keys).
+        let mut held = maps.elements().expect("the tables read back");
+        let mut want = elems.clone();
+        held.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(held, want, "round {round}: the elements read back");
         spilled |= t4 > rest4;
         spilled6 |= t6 > rest6;
         for &a in &pool4 {
