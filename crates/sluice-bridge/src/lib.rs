@@ -396,7 +396,7 @@ fn serve_control(
             // The bouncer pushes the drops by origin the exporter serves.
             let _ = metrics.crowdsec_set.set(c.set.clone());
             let m = Arc::clone(metrics);
-            let usage = sluice_policy::usage::UsageSource(Arc::new(move || m.origin_usage()));
+            let usage = sluice_policy::usage::UsageSource(Arc::new(move || m.origin_usage()), "sluice-bridge");
             let c = BouncerConfig { usage: Some(usage), ..c };
             sluice_policy::crowdsec::spawn(c, events.clone(), stop, metrics.crowdsec.get_or_init(Arc::default))
         })

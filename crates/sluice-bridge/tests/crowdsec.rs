@@ -242,23 +242,6 @@ fn a_tls_lapi_admits_the_bouncer_by_its_client_certificate() {
     bridge.wait().unwrap();
 }
 
-/// The origins and counts `cscli metrics show bouncers -o json` holds for
-/// `bouncer`: (origin, metric name, unit) -> value.
-fn lapi_usage(lapi: &Lapi, bouncer: &str) -> std::collections::BTreeMap<(String, String, String), i64> {
-    let out = lapi.cscli(&["metrics", "show", "bouncers", "-o", "json"]);
-    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
-    let mut found = std::collections::BTreeMap::new();
-    let by_origin = v.get("bouncers").unwrap_or(&v).get(bouncer);
-    for (origin, names) in by_origin.and_then(|b| b.as_object()).into_iter().flatten() {
-        for (name, units) in names.as_object().into_iter().flatten() {
-            for (unit, n) in units.as_object().into_iter().flatten() {
-                found.insert((origin.clone(), name.clone(), unit.clone()), n.as_i64().unwrap_or(-1));
-            }
-        }
-    }
-    found
-}
-
 #[test]
 fn drops_by_origin_reach_the_lapi_usage_metrics() {
     let Some(bin) = lapi::crowdsec17_or_skip("drops_by_origin_reach_the_lapi_usage_metrics") else { return };
@@ -297,24 +280,13 @@ fn drops_by_origin_reach_the_lapi_usage_metrics() {
     // What /metrics serves, summed over ip_type as cscli shows it.
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &m.registry()).unwrap();
-    let mut want = std::collections::BTreeMap::new();
-    for line in text.lines().filter(|l| l.starts_with("sluice_crowdsec_")) {
-        let (name, unit) = match line.split('{').next().unwrap() {
-            "sluice_crowdsec_dropped_packets_total" => ("dropped", "packet"),
-            "sluice_crowdsec_dropped_bytes_total" => ("dropped", "byte"),
-            "sluice_crowdsec_active_decisions" => ("active_decisions", "ip"),
-            _ => continue,
-        };
-        let origin = line.split("origin=\"").nth(1).unwrap().split('"').next().unwrap().to_owned();
-        let n: i64 = line.rsplit(' ').next().unwrap().parse().unwrap();
-        *want.entry((origin, name.to_owned(), unit.to_owned())).or_insert(0) += n;
-    }
+    let want = lapi::exported_usage(&text);
     assert_eq!(want.len(), 6, "two origins, three series each: {text}");
     assert_eq!(want[&("cscli".to_owned(), "dropped".to_owned(), "packet".to_owned())], 21, "{text}");
     // The LAPI's view after the next pushes (every 2 s): the same counts.
     let end = Instant::now() + Duration::from_secs(20);
     loop {
-        let got = lapi_usage(&lapi, "usage");
+        let got = lapi.usage("usage");
         if got == want {
             break;
         }

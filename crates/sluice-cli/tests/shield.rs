@@ -565,6 +565,78 @@ fn crowdsec_bans_reach_the_kernel_and_their_deletes_lift_them() {
     assert_eq!(summary["rules"][0]["packets"], 1, "{summary}");
 }
 
+/// Each CrowdSec ban's drops are counted in the kernel under its
+/// decision's origin: `/metrics` serves them by origin as the bridge's
+/// exporter does, and the bouncer pushes the same numbers to the LAPI's
+/// usage metrics (`cscli metrics show bouncers`, CrowdSec >= 1.6.3).
+#[test]
+fn crowdsec_drops_are_counted_by_origin_in_the_kernel_and_pushed_to_the_lapi() {
+    let name = "crowdsec_drops_are_counted_by_origin_in_the_kernel_and_pushed_to_the_lapi";
+    if !live_or_skip(name) {
+        return;
+    }
+    let Some(bin) = lapi::crowdsec17_or_skip(name) else { return };
+    let lapi = lapi::Lapi::with_metrics(bin);
+    let key = lapi.bouncer_key("shieldusage");
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let h = Host::here("shcu");
+    let sock = lapi.dir.path().join("ctl.sock");
+    let shield = Shield::start(
+        &h,
+        &[
+            "--crowdsec-url",
+            &lapi.url,
+            "--crowdsec-key-file",
+            key.to_str().unwrap(),
+            "--crowdsec-interval",
+            "1",
+            "--crowdsec-metrics-interval",
+            "2",
+            "--control",
+            sock.to_str().unwrap(),
+            "--metrics",
+            "127.0.0.1:0",
+        ],
+    );
+    // Two origins: cscli's own decision, and one imported from a file.
+    lapi.cscli(&["decisions", "add", "--ip", "10.5.0.1", "--duration", "1h"]);
+    let csv = lapi.dir.path().join("import.csv");
+    std::fs::write(&csv, "value,duration\n10.5.0.9,1h\n").unwrap();
+    lapi.cscli(&["decisions", "import", "-i", csv.to_str().unwrap(), "--format", "csv"]);
+    for ip in ["10.5.0.1", "10.5.0.9"] {
+        let end = std::time::Instant::now() + Duration::from_secs(15);
+        while ctl(&sock, &["test", "crowdsec", ip])["match"] != true {
+            assert!(std::time::Instant::now() < end, "{ip} never banned");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let manual = (0..20).map(|i| udp([10, 5, 0, 1], 53, i));
+    let imported = (0..10).map(|i| udp([10, 5, 0, 9], 53, 100 + i));
+    let others = (0..5).map(|i| udp([10, 5, 0, 2], 53, 200 + i));
+    let frames: Vec<_> = manual.chain(imported).chain(others).collect();
+    assert_eq!(through(&h, &frames), (200..205).collect::<BTreeSet<u32>>(), "only the unbanned address passes");
+    let m = scrape(&h, &shield.metrics_addr());
+    let want = lapi::exported_usage(&m);
+    assert_eq!(want.len(), 6, "two origins, three series each: {m}");
+    let (dropped, packet) = ("dropped".to_owned(), "packet".to_owned());
+    assert_eq!(want[&("cscli".to_owned(), dropped.clone(), packet.clone())], 20, "{m}");
+    let imported: Vec<_> = want.iter().filter(|(k, _)| k.0 != "cscli" && k.1 == dropped && k.2 == packet).collect();
+    assert_eq!(imported.len(), 1, "{m}");
+    assert_eq!(*imported[0].1, 10, "{m}");
+    assert_eq!(want[&("cscli".to_owned(), dropped, "byte".to_owned())], 20 * frames[0].len() as i64, "{m}");
+    // The LAPI's view after the next pushes (every 2 s): the same counts.
+    let end = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = lapi.usage("shieldusage");
+        if got == want {
+            break;
+        }
+        assert!(std::time::Instant::now() < end, "cscli metrics show bouncers: {got:?}, /metrics: {want:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    shield.stop();
+}
+
 /// Starts `sluice ARGS` in the host's namespace and returns it with what
 /// its first stderr line says after `prefix`, and its log from then on.
 fn serve_in_host(h: &Host, args: &[&str], prefix: &str) -> (Served, String, Arc<Mutex<String>>) {

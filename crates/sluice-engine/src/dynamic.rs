@@ -201,14 +201,15 @@ impl Delta {
     }
 
     /// When the set published this delta right after the one numbered
-    /// `prev`: how [`Delta::added_elements`] changed since, in order (true:
-    /// an element added, false: one removed). O(changes), where comparing
-    /// the two deltas' elements is O(elements).
-    pub fn added_since(&self, prev: u64) -> Option<impl Iterator<Item = (Prefix, bool)> + '_> {
+    /// `prev`: how [`Delta::added_elements`] changed since, in order.
+    /// O(changes), where comparing the two deltas' elements is O(elements).
+    pub fn added_since(&self, prev: u64) -> Option<impl Iterator<Item = AddedEdit> + '_> {
         let (from, edits) = self.since.as_ref()?;
         (*from == prev).then(|| {
             edits.iter().filter_map(|e| match *e {
-                Edit::Added(p, added) => Some((p, added)),
+                Edit::Added(p, true) => Some(AddedEdit::Added(p)),
+                Edit::Added(p, false) => Some(AddedEdit::Removed(p)),
+                Edit::Retagged(p) => Some(AddedEdit::Retagged(p)),
                 Edit::Deleted(..) => None,
             })
         })
@@ -248,6 +249,7 @@ impl Delta {
             Edit::Added(p, false) => self.added.remove(&p),
             Edit::Deleted(p, true) => self.deleted.insert(p),
             Edit::Deleted(p, false) => self.deleted.remove(&p),
+            Edit::Retagged(_) => false,
         };
     }
 
@@ -330,11 +332,25 @@ pub struct SetState {
 }
 
 /// One edit to a state's `added` or `deleted` (true: an insert), as
-/// [`SetState::delta`] replays them into an older delta.
+/// [`SetState::delta`] replays them into an older delta, or an element of
+/// `added` given another tag (no change to either).
 #[derive(Debug, Clone, Copy)]
 enum Edit {
     Added(Prefix, bool),
     Deleted(Prefix, bool),
+    Retagged(Prefix),
+}
+
+/// A change to a delta's added elements, as [`Delta::added_since`] lists
+/// them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddedEdit {
+    Added(Prefix),
+    Removed(Prefix),
+    /// Still an element, of another tag ([`SetState::add_tagged`]): for a
+    /// reader that keeps each element's tag beside it (the shield's kernel
+    /// tables).
+    Retagged(Prefix),
 }
 
 /// A change as the log of an unfinished merge keeps it.
@@ -392,11 +408,17 @@ impl SetState {
 
     /// [`SetState::add`], and `p` tagged `tag` (see [`crate::tags`]).
     pub fn add_tagged(&mut self, p: Prefix, timeout: Option<u32>, now: u64, tag: u16) -> Result<(), ChangeError> {
+        let edits = self.journal.len();
         self.add(p, timeout, now)?;
         let tags = self.tags.get_or_insert_with(Tags::new);
         if tags.get(&p) != Some(tag) {
             tags.set(p, tag);
             self.tags_changed = true;
+            // A present element under a new tag is an edit too, for a
+            // reader that keeps each element's tag beside it.
+            if self.journal.len() == edits && self.added.has(&p) {
+                self.journal.push(Edit::Retagged(p));
+            }
         }
         Ok(())
     }
@@ -767,17 +789,27 @@ mod tests {
         s.add(p("10.0.0.3"), None, 0).unwrap();
         s.del(p("10.0.0.1")).unwrap();
         let d2 = s.delta().unwrap();
-        let edits: Vec<(Prefix, bool)> = d2.added_since(d1.id()).unwrap().collect();
-        assert_eq!(edits, [(p("10.0.0.2"), true), (p("10.0.0.3"), true), (p("10.0.0.1"), false)]);
+        let edits: Vec<AddedEdit> = d2.added_since(d1.id()).unwrap().collect();
+        use AddedEdit::{Added, Removed, Retagged};
+        assert_eq!(edits, [Added(p("10.0.0.2")), Added(p("10.0.0.3")), Removed(p("10.0.0.1"))]);
         drop(d1);
         // The third reuses the first's allocation; its list starts at the second.
         s.add(p("10.0.0.4"), None, 0).unwrap();
         let d3 = s.delta().unwrap();
         assert!(d3.added_since(d2.id() + 1).is_none(), "not published after that one");
-        assert_eq!(d3.added_since(d2.id()).unwrap().collect::<Vec<_>>(), [(p("10.0.0.4"), true)]);
+        assert_eq!(d3.added_since(d2.id()).unwrap().collect::<Vec<_>>(), [Added(p("10.0.0.4"))]);
+        // A present element of a new tag is listed; of the same tag, not.
+        s.add_tagged(p("10.0.0.4"), None, 0, 1).unwrap();
+        let d4 = s.delta().unwrap();
+        assert_eq!(d4.added_since(d3.id()).unwrap().collect::<Vec<_>>(), [Retagged(p("10.0.0.4"))]);
+        s.add_tagged(p("10.0.0.4"), None, 0, 1).unwrap();
+        s.add_tagged(p("10.0.0.6"), None, 0, 2).unwrap();
+        let d5 = s.delta().unwrap();
+        assert_eq!(d5.added_since(d4.id()).unwrap().collect::<Vec<_>>(), [Added(p("10.0.0.6"))]);
+        assert!(d5.matches(false, ip("10.0.0.4")) && d5.matches(false, ip("10.0.0.6")));
         s.flush();
         s.add(p("10.0.0.5"), None, 0).unwrap();
-        assert!(s.delta().unwrap().added_since(d3.id()).is_none(), "a flush leaves no list");
+        assert!(s.delta().unwrap().added_since(d5.id()).is_none(), "a flush leaves no list");
     }
 
     #[test]
@@ -994,8 +1026,13 @@ mod tests {
                 let delta = s.delta();
                 match (&delta, copied.and_then(|c| delta.as_ref()?.added_since(c))) {
                     (_, Some(edits)) => {
-                        for (p, added) in edits {
-                            prop_assert!(if added { copy.insert(p) } else { copy.remove(&p) }, "edit {} {}", p, added);
+                        for e in edits {
+                            let done = match e {
+                                AddedEdit::Added(p) => copy.insert(p),
+                                AddedEdit::Removed(p) => copy.remove(&p),
+                                AddedEdit::Retagged(p) => copy.contains(&p),
+                            };
+                            prop_assert!(done, "edit {:?}", e);
                         }
                     }
                     (Some(d), None) => copy = d.added_elements().iter().collect(),

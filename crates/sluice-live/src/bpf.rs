@@ -49,6 +49,8 @@ const BPF_PROG_TYPE_XDP: u32 = 6;
 /// enum bpf_attach_type: BPF_XDP.
 const BPF_XDP: u32 = 37;
 const BPF_ANY: u64 = 0;
+/// Update only an element that exists (an LPM trie: exactly this key).
+const BPF_EXIST: u64 = 2;
 
 /// `XDP_FLAGS_SKB_MODE`.
 pub const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
@@ -584,6 +586,25 @@ impl BpfMap {
         unsafe { sys_bpf(BPF_MAP_UPDATE_ELEM, &mut attr) }
             .map_err(|e| LiveError::io("BPF_MAP_UPDATE_ELEM", NEEDS_BPF, e))?;
         Ok(())
+    }
+
+    /// Writes `value` under `key` only if the map holds exactly `key`
+    /// (`BPF_EXIST`): false when it does not.
+    pub fn update_existing(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        self.check_sizes(key, value.len())?;
+        let mut attr = MapElemAttr {
+            map_fd: self.fd.as_raw_fd() as u32,
+            key: key.as_ptr() as u64,
+            value: value.as_ptr() as u64,
+            flags: BPF_EXIST,
+            ..Default::default()
+        };
+        // SAFETY: `key` and `value` are live and as long as the map reads (checked above).
+        match unsafe { sys_bpf(BPF_MAP_UPDATE_ELEM, &mut attr) } {
+            Ok(_) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
+            Err(e) => Err(LiveError::io("BPF_MAP_UPDATE_ELEM", NEEDS_BPF, e)),
+        }
     }
 
     /// Writes many elements in one call (`BPF_MAP_UPDATE_BATCH`, `BPF_ANY`):

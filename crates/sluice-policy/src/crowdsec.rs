@@ -1151,7 +1151,8 @@ fn pull_and_apply(
 pub fn run(cfg: BouncerConfig, events: Sender<Event>, stop: Arc<AtomicBool>, counters: Arc<BouncerCounters>) {
     let agent = agent(cfg.tls.as_ref());
     let mut origins = Origins::default();
-    let mut pusher = Pusher::new(SystemTime::now());
+    let component = cfg.usage.as_ref().map_or("sluice", |u| u.1);
+    let mut pusher = Pusher::new(component, SystemTime::now());
     let every = cfg.metrics_interval.filter(|_| cfg.usage.is_some());
     let mut next_push = every.map(|i| Instant::now() + i);
     let mut schedule = Schedule::new();
@@ -1425,9 +1426,9 @@ mod tests {
             }]
         };
         let mut cfg = config(String::new(), MAX);
-        cfg.usage = Some(UsageSource(Arc::new(usage)));
+        cfg.usage = Some(UsageSource(Arc::new(usage), "sluice-bridge"));
         let counters = BouncerCounters::default();
-        let mut pusher = Pusher::new(SystemTime::now());
+        let mut pusher = Pusher::new("sluice-bridge", SystemTime::now());
         // Refused: counted, nothing marked as pushed.
         let (addr, h) = serve_once("HTTP/1.1 500 Oops\r\nContent-Length: 0\r\n\r\n".into());
         cfg.url = format!("http://{addr}");

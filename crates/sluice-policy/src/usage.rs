@@ -97,9 +97,11 @@ pub fn origin_usage(rules: &RuleSet, set: &str, stats: &Stats) -> Vec<OriginUsag
 }
 
 /// Where the bouncer reads the counts it pushes: the run's rules and
-/// counters as the exporter reads them.
+/// counters as the exporter reads them, and the product that counted them
+/// (`sluice-bridge`, `sluice-shield`: the remediation component's type
+/// and name the LAPI shows).
 #[derive(Clone)]
-pub struct UsageSource(pub std::sync::Arc<dyn Fn() -> Vec<OriginUsage> + Send + Sync>);
+pub struct UsageSource(pub std::sync::Arc<dyn Fn() -> Vec<OriginUsage> + Send + Sync>, pub &'static str);
 
 impl std::fmt::Debug for UsageSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -148,6 +150,8 @@ fn os() -> (String, String) {
 /// one the LAPI accepted.
 #[derive(Debug)]
 pub struct Pusher {
+    /// The remediation component's type and name.
+    component: &'static str,
     started: SystemTime,
     /// The time and the cumulative counts of the last accepted push.
     last: SystemTime,
@@ -157,8 +161,8 @@ pub struct Pusher {
 }
 
 impl Pusher {
-    pub fn new(started: SystemTime) -> Pusher {
-        Pusher { started, last: started, pushed: Vec::new(), on: true }
+    pub fn new(component: &'static str, started: SystemTime) -> Pusher {
+        Pusher { component, started, last: started, pushed: Vec::new(), on: true }
     }
 
     /// The body of a push at `now` of `usage` (cumulative counts).
@@ -184,8 +188,8 @@ impl Pusher {
         json!({
             "remediation_components": [{
                 "version": env!("CARGO_PKG_VERSION"),
-                "type": "sluice-bridge",
-                "name": "sluice-bridge",
+                "type": self.component,
+                "name": self.component,
                 "os": { "name": os_name, "version": os_version },
                 "feature_flags": [],
                 "utc_startup_timestamp": unix_secs(self.started),
@@ -227,7 +231,7 @@ mod tests {
     #[test]
     fn a_push_carries_the_drops_since_the_last_accepted_one() {
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
-        let mut p = Pusher::new(t0);
+        let mut p = Pusher::new("sluice-bridge", t0);
         let first = vec![u("cscli", 10, 1000, 2)];
         let body = p.body(&first, t0 + Duration::from_secs(30));
         let rc = &body["remediation_components"][0];

@@ -16,6 +16,7 @@ pub mod asm;
 pub mod flows;
 pub mod metrics;
 pub mod mirror;
+pub mod origins;
 pub mod police;
 pub mod program;
 pub mod samples;
@@ -48,7 +49,7 @@ pub enum ShieldError {
 }
 
 /// How the program treats what the rules do not say.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Options {
     /// Drop frames whose addresses cannot be known (as `--undecodable drop`).
     pub undecodable_drop: bool,
@@ -60,6 +61,10 @@ pub struct Options {
     /// Sample drops into this ring ([`program::SampleTap`]; the maps belong
     /// to the caller, who keeps them across reloads).
     pub sample: Option<program::SampleTap>,
+    /// Count drops by the origin of the element that matched, for this
+    /// dynamic set's elements ([`origins::OriginCounts`]; the CrowdSec
+    /// feed's set).
+    pub origins: Option<origins::OriginTap>,
 }
 
 /// A rule's counter: packets and bytes (summed over CPUs).
@@ -176,7 +181,7 @@ impl Compiled {
                         Some(i) => i,
                         None if *s == blackholes => {
                             dynamic.push((flows::BLACKHOLE_SET.to_owned(), codes.len()));
-                            codes.push(SetCode::dynamic(DEFAULT_MAXELEM, &format!("s{s}"), layout)?);
+                            codes.push(SetCode::dynamic(DEFAULT_MAXELEM, &format!("s{s}"), layout, false)?);
                             named[*s] = Some(codes.len() - 1);
                             codes.len() - 1
                         }
@@ -184,8 +189,10 @@ impl Compiled {
                             let name = format!("s{s}");
                             codes.push(match file.sets[*s].source {
                                 SetSource::Dynamic { maxelem, .. } => {
-                                    dynamic.push((file.sets[*s].name.clone(), codes.len()));
-                                    SetCode::dynamic(maxelem.unwrap_or(DEFAULT_MAXELEM), &name, layout)?
+                                    let set = &file.sets[*s].name;
+                                    dynamic.push((set.clone(), codes.len()));
+                                    let origins = opts.origins.as_ref().is_some_and(|o| &o.set == set);
+                                    SetCode::dynamic(maxelem.unwrap_or(DEFAULT_MAXELEM), &name, layout, origins)?
                                 }
                                 _ => SetCode::new(&sets[*s], &name, layout)?,
                             });
@@ -258,6 +265,7 @@ impl Compiled {
             over_fd: over.as_ref().map_or(-1, std::os::fd::AsRawFd::as_raw_fd),
             ifindexes,
             skip_to,
+            origin_counts_fd: opts.origins.as_ref().map(|o| o.counts_fd),
         };
         let insns = program::generate(&plan).map_err(|e| ShieldError::Unsupported {
             file: file.source.clone(),

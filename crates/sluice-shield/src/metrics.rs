@@ -31,6 +31,8 @@ pub struct ShieldMetrics {
     bgp: Option<(Arc<sluice_bgpfeed::BgpState>, Arc<Mutex<crate::mirror::BgpShown>>)>,
     /// With `--sample-drops`/`--log-drops`: the writer's counters and the ring.
     samples: OnceLock<(Arc<SampleCounters>, Arc<crate::samples::SampleRing>)>,
+    /// With `--crowdsec-*`: the feed's decisions and the drops by origin.
+    crowdsec: Option<Arc<crate::origins::CrowdsecSeen>>,
 }
 
 /// The families a shield with `--bgp-peer` adds: the feed's sessions' (the
@@ -53,7 +55,15 @@ impl ShieldMetrics {
         control: (Arc<ControlState>, Arc<SocketCounters>),
         dry_run: bool,
     ) -> ShieldMetrics {
-        ShieldMetrics { kernel, attached: OnceLock::new(), control, dry_run, bgp: None, samples: OnceLock::new() }
+        ShieldMetrics {
+            kernel,
+            attached: OnceLock::new(),
+            control,
+            dry_run,
+            bgp: None,
+            samples: OnceLock::new(),
+            crowdsec: None,
+        }
     }
 
     /// The same serving a BGP feed's families ([`BGP_FAMILIES`]).
@@ -62,6 +72,13 @@ impl ShieldMetrics {
         bgp: Option<(Arc<sluice_bgpfeed::BgpState>, Arc<Mutex<crate::mirror::BgpShown>>)>,
     ) -> ShieldMetrics {
         self.bgp = bgp;
+        self
+    }
+
+    /// The same serving the CrowdSec feed's families (the bridge's:
+    /// `sluice_crowdsec_*`, the drops by origin counted in the kernel).
+    pub fn with_crowdsec(mut self, crowdsec: Option<Arc<crate::origins::CrowdsecSeen>>) -> ShieldMetrics {
+        self.crowdsec = crowdsec;
         self
     }
 
@@ -195,6 +212,9 @@ impl Collector for Exporter {
         )?;
         if let Some((state, shown)) = &m.bgp {
             bgp_families(&mut enc, state, shown)?;
+        }
+        if let Some(cs) = &m.crowdsec {
+            sluice_policy::exposition::crowdsec_families(&mut enc, &cs.counters, &cs.usage())?;
         }
         if let Some((counters, ring)) = m.samples.get() {
             let t = counters.totals();

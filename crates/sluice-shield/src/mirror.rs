@@ -20,6 +20,7 @@
 
 use crate::flows::{BgpRules, KernelFlows, BLACKHOLE_SET};
 use crate::{Compiled, ShieldError};
+use sluice_engine::dynamic::AddedEdit;
 use sluice_engine::flows::{FlowTable, Placement};
 use sluice_engine::RuleSet;
 use sluice_live::bpf::XdpLink;
@@ -201,7 +202,7 @@ impl BgpMirror {
             }
         }
         for p in self.wanted.blackholes.difference(&self.blackholes) {
-            if let Err(e) = maps.insert(p) {
+            if let Err(e) = maps.insert(p, 0) {
                 tracing::error!("BGP blackhole {p}: the kernel refused it: {e}");
             }
         }
@@ -227,9 +228,9 @@ impl BgpMirror {
     }
 }
 
-/// A set's elements, to compare (foldhash: SipHash cost as much as the
-/// kernel write).
-type Elems = HashSet<Prefix, foldhash::fast::RandomState>;
+/// A set's elements with their origin bytes, to compare (foldhash:
+/// SipHash cost as much as the kernel write).
+type Elems = HashMap<Prefix, u8, foldhash::fast::RandomState>;
 
 /// What the kernel holds of each dynamic set, as last written.
 pub struct Mirror {
@@ -351,6 +352,11 @@ impl Mirror {
         for (name, maps) in compiled.dynamic_sets() {
             let Some(i) = rules.named_index(name) else { continue };
             let delta = rules.delta(i);
+            // Each element's origin, when the kernel keeps them (the
+            // CrowdSec feed's set): a present element whose origin changed
+            // is among the edits.
+            let tags = rules.tags(i).filter(|_| maps.counts_origins());
+            let origin = |p: &Prefix| crate::tables::origin_byte(tags.and_then(|t| t.get(p)));
             // 0: no delta (the set empty); delta ids start at 1.
             let current = delta.map_or(0, |d| d.id());
             let last = self.copied.get(name).copied();
@@ -360,10 +366,15 @@ impl Mirror {
             let edits = last.and_then(|l| delta?.added_since(l));
             match edits {
                 Some(edits) => {
-                    for (p, added) in edits {
-                        let done = if added { maps.insert(&p) } else { maps.remove(&p) };
+                    for edit in edits {
+                        let (p, done) = match edit {
+                            AddedEdit::Added(p) => (p, maps.insert(&p, origin(&p))),
+                            AddedEdit::Removed(p) => (p, maps.remove(&p)),
+                            AddedEdit::Retagged(p) if tags.is_some() => (p, maps.retag(&p, origin(&p))),
+                            AddedEdit::Retagged(_) => continue,
+                        };
                         if let Err(e) = done {
-                            let what = if added { "refused" } else { "kept" };
+                            let what = if matches!(edit, AddedEdit::Removed(_)) { "kept" } else { "refused" };
                             tracing::error!("set `{name}`: the kernel {what} {p}: {e}");
                         }
                     }
@@ -380,14 +391,17 @@ impl Mirror {
                             continue;
                         }
                     };
-                    let now: Elems = delta.map(|d| d.added_elements().iter().collect()).unwrap_or_default();
-                    for p in old.difference(&now) {
+                    let now: Elems =
+                        delta.map(|d| d.added_elements().iter().map(|p| (p, origin(&p))).collect()).unwrap_or_default();
+                    for p in old.keys().filter(|p| !now.contains_key(p)) {
                         if let Err(e) = maps.remove(p) {
                             tracing::error!("set `{name}`: the kernel kept {p}: {e}");
                         }
                     }
-                    for p in now.difference(&old) {
-                        if let Err(e) = maps.insert(p) {
+                    // New elements, and present ones of another origin.
+                    for (p, &o) in now.iter().filter(|(p, o)| old.get(p) != Some(o)) {
+                        let done = if old.contains_key(p) { maps.retag(p, o) } else { maps.insert(p, o) };
+                        if let Err(e) = done {
                             tracing::error!("set `{name}`: the kernel refused {p}: {e}");
                         }
                     }

@@ -261,6 +261,19 @@ pub struct Plan<'a> {
     /// accepted one), or the default's when that is past the last; `None`:
     /// the next rule.
     pub skip_to: Vec<Option<usize>>,
+    /// A per-CPU array of (packets, bytes) per origin and family
+    /// ([`origin_slot`]): each drop by a rule over a set whose elements
+    /// carry origins is counted under the origin of the element that
+    /// matched, as the engine's `Stats::tag_drops`; `None`: not one
+    /// instruction for it.
+    pub origin_counts_fd: Option<i32>,
+}
+
+/// The slot of [`Plan::origin_counts_fd`] for origin tag `tag` and family
+/// (IPv4 0, IPv6 1): `tag * 2 + family`, [`crate::tables::ORIGIN_SLOTS`]
+/// tags.
+pub const fn origin_slot(tag: usize, v6: bool) -> usize {
+    tag * 2 + v6 as usize
 }
 
 /// Where and how often dropped packets are sampled (`--sample-drops`).
@@ -400,8 +413,17 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
             match_code(&mut a, m, &mut sets, &plan.ifindexes, next);
         }
         count(&mut a, plan.counters_fd, r as i32);
+        // What a drop by this rule counts by origin, if anything.
+        let by_origin = |a: &mut Asm| {
+            if let Some(fd) = plan.origin_counts_fd {
+                count_origin(a, rule, &plan.addr_sets[r], fd);
+            }
+        };
         match rule.action {
-            Action::Drop => verdict(&mut a, !plan.dry_run, r as i32, sample),
+            Action::Drop => {
+                by_origin(&mut a);
+                verdict(&mut a, !plan.dry_run, r as i32, sample);
+            }
             Action::Pass => {
                 a.mov_imm(R0, XDP_PASS);
                 a.exit();
@@ -423,6 +445,7 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
                 a.ja(within);
                 a.bind(over);
                 count(&mut a, plan.over_fd, r as i32);
+                by_origin(&mut a);
                 verdict(&mut a, !plan.dry_run, r as i32, sample);
                 a.bind(within);
             }
@@ -514,8 +537,13 @@ fn sample_block(a: &mut Asm, tap: &SampleTap) {
 
 /// `counters[idx] += (1, wire length)` on this CPU.
 fn count(a: &mut Asm, map_fd: i32, idx: i32) {
-    let done = a.label();
     a.st_imm(Size::DW, FP, slot::KEY, idx);
+    count_key(a, map_fd);
+}
+
+/// `counters[key] += (1, wire length)` on this CPU, the key at `slot::KEY`.
+fn count_key(a: &mut Asm, map_fd: i32) {
+    let done = a.label();
     a.lookup(map_fd, slot::KEY);
     a.jmp_imm(Cond::Eq, R0, 0, done);
     a.ldx(Size::DW, R1, R0, 0);
@@ -1221,6 +1249,76 @@ fn one_of(a: &mut Asm, values: impl IntoIterator<Item = (u32, u32)>, negate: boo
     a.bind(done);
 }
 
+/// Per side an address match reads (the source, then the destination
+/// for `addr`): its IPv4 address in R9 when it has one (or the
+/// IPv4-mapped one, with --v4mapped), else its IPv6 address in R7/R8, and
+/// `test(a, v6, next)` for it, which goes on to the next side at `next`.
+/// Falls through past the last.
+fn each_side(a: &mut Asm, l: &Layer, field: AddrField, mut test: impl FnMut(&mut Asm, bool, Label)) {
+    let src = (l.src4_ok, l.src4, l.src6_hi, l.src6_lo);
+    let dst = (l.dst4_ok, l.dst4, l.dst6_hi, l.dst6_lo);
+    let sides: &[(i16, i16, i16, i16)] = match field {
+        AddrField::Src => &[src],
+        AddrField::Dst => &[dst],
+        AddrField::Either => &[src, dst],
+    };
+    for &(ok, addr, hi, lo) in sides {
+        let next = a.label();
+        let v6 = a.label();
+        a.ldx(Size::DW, R1, S, ok);
+        a.jmp_imm(Cond::Eq, R1, 0, v6);
+        a.ldx(Size::DW, R9, S, addr);
+        test(a, false, next);
+        a.bind(v6);
+        a.ldx(Size::DW, R1, S, l.ipv);
+        a.jmp_imm(Cond::Ne, R1, 6, next);
+        a.ldx(Size::DW, R7, S, hi);
+        a.ldx(Size::DW, R8, S, lo);
+        test(a, true, next);
+        a.bind(next);
+    }
+}
+
+/// A drop by `rule` counted under the origin of the element that made it
+/// match, as the engine's `RuleSet::tag_of` finds it: the rule's first
+/// positive address match over a set whose elements carry origins, and in
+/// it the first side an element with an origin holds (the longest such
+/// element). Nothing when none does. Clobbers R0-R5 and R7-R9.
+fn count_origin(a: &mut Asm, rule: &Rule, sets: &[&SetCode], fd: i32) {
+    let (found4, found6, add, done) = (a.label(), a.label(), a.label(), a.label());
+    let addrs = rule.matches.iter().filter(|m| matches!(m, Match::Addr { .. }));
+    let mut any = false;
+    for (m, set) in addrs.zip(sets) {
+        let Match::Addr { field, negate: false, depth, .. } = m else { continue };
+        if !set.counts_origins() {
+            continue;
+        }
+        any = true;
+        each_side(a, Layer::at(*depth), *field, |a, v6, next| match v6 {
+            false => set.emit_origin_v4(a, found4, next),
+            true => set.emit_origin_v6(a, found6, next),
+        });
+    }
+    if !any {
+        return;
+    }
+    a.ja(done);
+    a.bind(found4);
+    a.mov_imm(R9, 0);
+    a.ja(add);
+    a.bind(found6);
+    a.mov_imm(R9, 1);
+    // R0 = the origin byte (tag + 1), R9 the family.
+    a.bind(add);
+    a.alu_imm(Alu::Sub, R0, 1);
+    a.jmp_imm(Cond::Ge, R0, crate::tables::ORIGIN_SLOTS as i32, done);
+    a.alu_imm(Alu::Lsh, R0, 1);
+    a.alu(Alu::Add, R0, R9);
+    a.stx(Size::DW, FP, slot::KEY, R0);
+    count_key(a, fd);
+    a.bind(done);
+}
+
 fn match_code<'s>(
     a: &mut Asm,
     m: &Match,
@@ -1236,30 +1334,10 @@ fn match_code<'s>(
             require(a, l.ipv, fail);
             let hit = a.label();
             let miss = a.label();
-            // Per side: the IPv4 address when there is one (or the
-            // IPv4-mapped one, with --v4mapped), else the IPv6 address.
-            let src = (l.src4_ok, l.src4, l.src6_hi, l.src6_lo);
-            let dst = (l.dst4_ok, l.dst4, l.dst6_hi, l.dst6_lo);
-            let sides: &[(i16, i16, i16, i16)] = match field {
-                AddrField::Src => &[src],
-                AddrField::Dst => &[dst],
-                AddrField::Either => &[src, dst],
-            };
-            for &(ok, addr, hi, lo) in sides {
-                let next = a.label();
-                let v6 = a.label();
-                a.ldx(Size::DW, R1, S, ok);
-                a.jmp_imm(Cond::Eq, R1, 0, v6);
-                a.ldx(Size::DW, R9, S, addr);
-                set.emit_v4(a, hit, next);
-                a.bind(v6);
-                a.ldx(Size::DW, R1, S, l.ipv);
-                a.jmp_imm(Cond::Ne, R1, 6, next);
-                a.ldx(Size::DW, R7, S, hi);
-                a.ldx(Size::DW, R8, S, lo);
-                set.emit_v6(a, hit, next);
-                a.bind(next);
-            }
+            each_side(a, l, *field, |a, v6, next| match v6 {
+                false => set.emit_v4(a, hit, next),
+                true => set.emit_v6(a, hit, next),
+            });
             a.ja(miss);
             a.bind(hit);
             if *negate {

@@ -11,6 +11,7 @@
 //! packet passes again.
 
 use crate::mirror::{BgpMirror, BgpShown, Kernel, Reread};
+use crate::origins::{CrowdsecSeen, OriginCounts};
 use crate::{Compiled, Count, Options, ShieldError};
 use sluice_control::product::{Handle, Running, Summary};
 use sluice_live::bpf::{XdpLink, XdpMode};
@@ -102,6 +103,8 @@ struct ControlPlane {
     /// of their routes, then, once the program is attached, the feed.
     bgp_seen: Option<(Arc<sluice_bgpfeed::BgpState>, Arc<Mutex<BgpShown>>)>,
     bgp: Option<Feed>,
+    /// With `--crowdsec-*`: what the metrics read of the feed.
+    crowdsec: Option<Arc<CrowdsecSeen>>,
 }
 
 /// A running BGP feed: its sessions and RIB thread, and what stops them.
@@ -192,6 +195,9 @@ pub fn start(mut config: ShieldConfig) -> Result<Shield, ShieldError> {
     let sampling = open_samples(&config)?;
     // Every program built from here on (reloads too) writes into this ring.
     config.options.sample = sampling.as_ref().map(|(ring, _)| ring.tap());
+    // And counts the CrowdSec set's drops by origin into these.
+    let origins = config.crowdsec.as_ref().map(|c| OriginCounts::new(&c.set)).transpose()?.map(Arc::new);
+    config.options.origins = origins.as_ref().map(|o| o.tap());
     let mut spec = config.rules.clone();
     // The CrowdSec feed's set is one of the rules' sets (a dynamic one).
     spec.feed_sets.extend(config.crowdsec.as_ref().map(|c| c.set.clone()));
@@ -220,7 +226,7 @@ pub fn start(mut config: ShieldConfig) -> Result<Shield, ShieldError> {
     // with or without a socket: it rereads the rules on SIGHUP and puts
     // timed list entries out of force as they expire.
     let status = Arc::new(OnceLock::new());
-    let control = start_control(&config, &spec, &kernel, plan.expiring, &status)?;
+    let control = start_control(&config, &spec, &kernel, plan.expiring, &status, origins)?;
     // Served before any interface is touched, as the control socket: an
     // address that cannot be bound stops the start with nothing attached.
     let metrics = Arc::new(
@@ -229,7 +235,8 @@ pub fn start(mut config: ShieldConfig) -> Result<Shield, ShieldError> {
             (Arc::clone(&control.state), Arc::clone(&control.socket_counters)),
             config.options.dry_run,
         )
-        .with_bgp(control.bgp_seen.clone()),
+        .with_bgp(control.bgp_seen.clone())
+        .with_crowdsec(control.crowdsec.clone()),
     );
     let metrics_addr = match config.metrics {
         Some(addr) => match sluice_metrics::serve_flag(addr, metrics.registry(), "sluice shield") {
@@ -320,6 +327,7 @@ fn start_control(
     kernel: &Arc<Mutex<Kernel>>,
     read: sluice_policy::Expiring,
     attached: &Arc<OnceLock<Vec<Attached>>>,
+    origins: Option<Arc<OriginCounts>>,
 ) -> Result<ControlPlane, ShieldError> {
     let loading = sluice_policy::Loading::load(
         config.rules.clone(),
@@ -334,7 +342,8 @@ fn start_control(
     .map_err(|e| ShieldError::Config(e.to_string()))?;
     let first = loading.controller.published().load().value.id();
     let state = Arc::clone(loading.controller.state());
-    let (spec, options) = (spec.clone(), config.options);
+    let (spec, options) = (spec.clone(), config.options.clone());
+    let published = Arc::clone(loading.controller.published());
     // The entries of the last read, when it was, and how far the
     // controller has put them out of force, to rebuild from as their
     // timeouts pass or BGP's flows change. A rebuild for flows never goes
@@ -408,15 +417,21 @@ fn start_control(
             }
         })
     })?;
-    let bouncer = match loading.crowdsec {
-        Some(c) => {
+    let (bouncer, crowdsec) = match (loading.crowdsec, origins) {
+        (Some(c), Some(origins)) => {
             let stop = Arc::new(AtomicBool::new(false));
             let counters = Arc::new(sluice_policy::crowdsec::BouncerCounters::default());
-            Some((sluice_policy::crowdsec::spawn(c, events.clone(), &stop, &counters)?, stop))
+            let seen = Arc::new(CrowdsecSeen { counters: Arc::clone(&counters), origins, published });
+            // The bouncer pushes the kernel's drops by origin, as the
+            // bridge's pushes its workers'.
+            let usage = Arc::clone(&seen);
+            let usage = sluice_policy::usage::UsageSource(Arc::new(move || usage.usage()), "sluice-shield");
+            let c = sluice_policy::crowdsec::BouncerConfig { usage: Some(usage), ..c };
+            (Some((sluice_policy::crowdsec::spawn(c, events.clone(), &stop, &counters)?, stop)), Some(seen))
         }
-        None => None,
+        _ => (None, None),
     };
-    Ok(ControlPlane { events, thread, socket, bouncer, state, socket_counters, bgp_seen: seen, bgp: None })
+    Ok(ControlPlane { events, thread, socket, bouncer, state, socket_counters, bgp_seen: seen, bgp: None, crowdsec })
 }
 
 /// `--bgp-peer`: the sessions, their routes passing the same safety net as

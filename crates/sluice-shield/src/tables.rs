@@ -149,6 +149,19 @@ impl V4Exact {
     /// `miss`. Clobbers R0-R5, R7 (the bucket) and R8 (the tag), which the
     /// IPv4 side of a match does not hold.
     pub fn emit(&self, a: &mut Asm, hit: Label, miss: Label) {
+        self.emit_home(a);
+        for _ in 0..self.layout.longest_probe {
+            self.emit_bucket(a, &|_| hit, miss);
+            a.alu_imm(Alu::Add, R7, 1);
+            a.alu_imm(Alu::And, R7, self.layout.mask as i32);
+        }
+        // Past the longest probe no key lies (the table says so when built).
+        a.ja(miss);
+    }
+
+    /// R7 = the home bucket of the address in R9, R8 = its tag (never 0:
+    /// 0 is an empty slot). Clobbers R1 and R2.
+    fn emit_home(&self, a: &mut Asm) {
         let l = &self.layout;
         // The engine's hash32.
         a.mov(R1, R9);
@@ -172,19 +185,12 @@ impl V4Exact {
         a.jmp_imm(Cond::Ne, R8, 0, tagged);
         a.mov_imm(R8, 1);
         a.bind(tagged);
-        for _ in 0..l.longest_probe {
-            self.emit_bucket(a, hit, miss);
-            a.alu_imm(Alu::Add, R7, 1);
-            a.alu_imm(Alu::And, R7, l.mask as i32);
-        }
-        // Past the longest probe no key lies (the table says so when built).
-        a.ja(miss);
     }
 
-    /// One bucket of the walk (R7 the bucket, R8 the tag): `hit` on a key
-    /// equal to R9, `miss` when the bucket is not full, else falls through
-    /// to the next bucket.
-    fn emit_bucket(&self, a: &mut Asm, hit: Label, miss: Label) {
+    /// One bucket of the walk (R7 the bucket, R8 the tag): `hit(slot)` on
+    /// a key equal to R9 in that slot, `miss` when the bucket is not full,
+    /// else falls through to the next bucket.
+    fn emit_bucket(&self, a: &mut Asm, hit: &dyn Fn(usize) -> Label, miss: Label) {
         use std::os::fd::AsRawFd;
         let candidate = a.label();
         let next = a.label();
@@ -237,7 +243,7 @@ impl V4Exact {
             a.ldx(Size::B, R2, R1, slot);
             a.jmp(Cond::Ne, R2, R8, other);
             a.ldx(Size::W, R2, R0, slot * KEY_BYTES as i16);
-            a.jmp(Cond::Eq, R2, R9, hit);
+            a.jmp(Cond::Eq, R2, R9, hit(slot as usize));
             a.bind(other);
         }
         a.ldx(Size::B, R2, R1, (V4_SLOTS - 1) as i16);
@@ -333,8 +339,10 @@ impl Trie {
         self.len() == 0
     }
 
-    fn insert(&self, p: &sluice_rules::Prefix) -> Result<(), LiveError> {
-        self.map.update(&lpm_key(p), &[1])?;
+    /// Adds `p` with its origin byte (0: none) as its value; an element
+    /// present gets the new origin.
+    fn insert(&self, p: &sluice_rules::Prefix, origin: u8) -> Result<(), LiveError> {
+        self.map.update(&lpm_key(p), &[origin])?;
         // After the element: a program that reads the new count finds it.
         // (An element written twice counts twice: the count may only be
         // high, which costs a lookup, never low, which would miss one.)
@@ -351,9 +359,56 @@ impl Trie {
         Ok(())
     }
 
-    /// Its elements, read from the kernel (a call per element).
-    fn elements(&self) -> Result<Vec<sluice_rules::Prefix>, LiveError> {
-        Ok(self.map.keys()?.iter().filter_map(|k| prefix_of_lpm_key(k)).collect())
+    /// Its elements, read from the kernel (a call per element), with
+    /// their origin bytes when `origins` (another call each), else 0.
+    fn elements(&self, origins: bool) -> Result<Vec<(sluice_rules::Prefix, u8)>, LiveError> {
+        let mut all = Vec::new();
+        for k in self.map.keys()? {
+            let Some(p) = prefix_of_lpm_key(&k) else { continue };
+            let origin = if origins {
+                // Gone since the keys were read: not an element any more.
+                let Some(v) = self.map.lookup(&k)? else { continue };
+                v.first().copied().unwrap_or(0)
+            } else {
+                0
+            };
+            all.push((p, origin));
+        }
+        Ok(all)
+    }
+
+    /// R0 = the value of the longest element holding the address (in R9
+    /// for IPv4, R7/R8 for IPv6), or 0. Clobbers R0-R5.
+    fn emit_lookup(&self, a: &mut Asm, v6: bool) {
+        use std::os::fd::AsRawFd;
+        if v6 {
+            a.st_imm(Size::W, FP, LPM_KEY, 128);
+            // The address's 16 bytes in four 4-byte stores (the key is
+            // not 8-byte aligned past its length).
+            for (i, reg) in [R7, R8].into_iter().enumerate() {
+                let at = LPM_KEY + 4 + 8 * i as i16;
+                a.mov(R1, reg);
+                a.stx(Size::W, FP, at, R1);
+                a.alu_imm(Alu::Rsh, R1, 32);
+                a.stx(Size::W, FP, at + 4, R1);
+            }
+        } else {
+            a.st_imm(Size::W, FP, LPM_KEY, 32);
+            a.mov(R1, R9);
+            a.from_be(R1, 32);
+            a.stx(Size::W, FP, LPM_KEY + 4, R1);
+        }
+        a.lookup(self.map.as_raw_fd(), LPM_KEY);
+    }
+
+    /// R0 = the origin byte of the longest element holding the address,
+    /// then `found`; `none` when no element holds it. Clobbers R0-R5.
+    fn emit_origin(&self, a: &mut Asm, v6: bool, found: Label, none: Label) {
+        self.emit_gate(a, none);
+        self.emit_lookup(a, v6);
+        a.jmp_imm(Cond::Eq, R0, 0, none);
+        a.ldx(Size::B, R0, R0, 0);
+        a.ja(found);
     }
 
     /// Jumps to `miss` when the trie is empty; falls through otherwise.
@@ -385,8 +440,64 @@ pub struct DynHosts {
     exact: V4Exact,
     tags: MappedArray,
     keys: MappedArray,
+    origins: Option<SlotOrigins>,
     hasher: Hasher,
 }
+
+/// Per slot of a dynamic set's host table, the origin of the host in it,
+/// when the set's drops are counted by origin (the CrowdSec feed's set):
+/// one byte per slot, a record per bucket, written through its mapping
+/// before the slot's tag. 0 is no origin; origin tag `t` is `t + 1`
+/// ([`origin_byte`]).
+struct SlotOrigins {
+    map: BpfMap,
+    mapped: MappedArray,
+    /// Bytes per bucket (the slots, rounded up to 8 for an array map).
+    record: usize,
+}
+
+impl SlotOrigins {
+    fn new(buckets: usize, slots: usize, name: &str) -> Result<SlotOrigins, LiveError> {
+        let record = slots.next_multiple_of(8);
+        let map = BpfMap::new(MapType::Array, 4, record as u32, buckets as u32, BPF_F_MMAPABLE, name)?;
+        let mapped = map.mmap()?;
+        Ok(SlotOrigins { map, mapped, record })
+    }
+
+    fn at(&self, b: usize, s: usize) -> &std::sync::atomic::AtomicU8 {
+        self.mapped.atomic_u8(b * self.record + s)
+    }
+
+    /// Per slot `s` of a walk's bucket (its index at [`KEY_SLOT`]): R0 =
+    /// the origin byte, then `found`; `none` if the record cannot be read.
+    fn emit_slots(&self, a: &mut Asm, slots: &[Label], found: Label, none: Label) {
+        use std::os::fd::AsRawFd;
+        for (s, &l) in slots.iter().enumerate() {
+            a.bind(l);
+            a.lookup(self.map.as_raw_fd(), KEY_SLOT);
+            a.jmp_imm(Cond::Eq, R0, 0, none);
+            a.ldx(Size::B, R0, R0, s as i16);
+            a.ja(found);
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        u64::from(self.map.entries()) * self.record as u64
+    }
+}
+
+/// The byte a host table slot or a trie element holds for origin tag
+/// `tag`: `tag + 1`, 0 for none (and for a tag past [`ORIGIN_SLOTS`],
+/// which the registry of origins never hands out).
+pub fn origin_byte(tag: Option<u16>) -> u8 {
+    match tag {
+        Some(t) if usize::from(t) < ORIGIN_SLOTS => t as u8 + 1,
+        _ => 0,
+    }
+}
+
+/// Origins the kernel counts drops of: `sluice_policy::usage::MAX_ORIGINS`.
+pub const ORIGIN_SLOTS: usize = 32;
 
 /// The most buckets a dynamic set's host table takes (20 MiB of kernel
 /// memory, 4M slots): beyond it a set's further hosts go to its trie.
@@ -400,7 +511,7 @@ impl DynHosts {
         (maxelem as usize).div_ceil(V4_SLOTS / 2).next_power_of_two().clamp(64, DYN_MAX_BUCKETS)
     }
 
-    fn new(buckets: usize, name: &str) -> Result<DynHosts, LiveError> {
+    fn new(buckets: usize, name: &str, origins: bool) -> Result<DynHosts, LiveError> {
         let hasher = Hasher::random();
         let (k0, k1) = hasher.keys();
         let bits = buckets.trailing_zeros();
@@ -421,7 +532,8 @@ impl DynHosts {
         let keys = BpfMap::new(MapType::Array, 4, bucket, n, BPF_F_MMAPABLE, &format!("{name}_dxk"))?;
         let (tm, km) = (tags.mmap()?, keys.mmap()?);
         let exact = V4Exact { tags, keys, layout, hosts: 0, early_keys: true };
-        Ok(DynHosts { exact, tags: tm, keys: km, hasher })
+        let origins = origins.then(|| SlotOrigins::new(buckets, V4_SLOTS, &format!("{name}_dxo"))).transpose()?;
+        Ok(DynHosts { exact, tags: tm, keys: km, origins, hasher })
     }
 
     /// The home bucket and tag of `addr`, as the program computes them.
@@ -440,19 +552,51 @@ impl DynHosts {
         })
     }
 
-    /// Adds `addr`: false when its home bucket is full (it belongs in the
-    /// trie then). Adding a present host changes nothing.
-    pub fn insert(&self, addr: u32) -> bool {
+    /// Gives `addr` origin byte `origin` when it is in the table: false
+    /// when it is not.
+    fn set_origin(&self, addr: u32, origin: u8) -> bool {
         let (b, tag) = self.place(addr);
-        if self.find(b, tag, addr).is_some() {
+        let Some(s) = self.find(b, tag, addr) else { return false };
+        if let Some(o) = &self.origins {
+            o.at(b, s).store(origin, Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// Adds `addr` of origin byte `origin` ([`origin_byte`]): false when
+    /// its home bucket is full (it belongs in the trie then). Adding a
+    /// present host changes its origin only.
+    pub fn insert(&self, addr: u32, origin: u8) -> bool {
+        let (b, tag) = self.place(addr);
+        if let Some(s) = self.find(b, tag, addr) {
+            if let Some(o) = &self.origins {
+                o.at(b, s).store(origin, Ordering::Relaxed);
+            }
             return true;
         }
         let free = (0..V4_SLOTS).find(|&s| self.tags.atomic_u8(b * V4_SLOTS + s).load(Ordering::Relaxed) == 0);
         let Some(s) = free else { return false };
         let slot = b * V4_SLOTS + s;
         self.keys.atomic_u32(slot * KEY_BYTES).store(addr, Ordering::Relaxed);
+        if let Some(o) = &self.origins {
+            o.at(b, s).store(origin, Ordering::Relaxed);
+        }
         self.tags.atomic_u8(slot).store(tag, Ordering::Release);
         true
+    }
+
+    /// The origin byte of the address in R9 when it is in the table (R0,
+    /// then `found`), else `none`. Clobbers R0-R5, R7 and R8.
+    fn emit_origin(&self, a: &mut Asm, found: Label, none: Label) {
+        let Some(o) = &self.origins else {
+            a.ja(none);
+            return;
+        };
+        let slots: Vec<Label> = (0..V4_SLOTS).map(|_| a.label()).collect();
+        self.exact.emit_home(a);
+        self.exact.emit_bucket(a, &|s| slots[s], none);
+        a.ja(none);
+        o.emit_slots(a, &slots, found, none);
     }
 
     /// Removes `addr`: false when it is not in the table (it may be in
@@ -466,18 +610,23 @@ impl DynHosts {
 
     /// Kernel memory its maps take, in bytes.
     pub fn bytes(&self) -> u64 {
-        self.exact.bytes()
+        self.exact.bytes() + self.origins.as_ref().map_or(0, SlotOrigins::bytes)
     }
 
-    /// Every host it holds: a scan of its tags, read in place 8 at a time
-    /// (O(slots): 4M slots in well under a millisecond, what a set going
-    /// from empty to one element costs the mirror).
-    fn hosts(&self) -> impl Iterator<Item = u32> + '_ {
+    /// Every host it holds, with its origin byte: a scan of its tags, read
+    /// in place 8 at a time (O(slots): 4M slots in well under a
+    /// millisecond, what a set going from empty to one element costs the
+    /// mirror).
+    fn hosts(&self) -> impl Iterator<Item = (u32, u8)> + '_ {
         (0..self.exact.layout.buckets * V4_SLOTS / 8)
             .filter(|&w| self.tags.atomic_u64(8 * w).load(Ordering::Relaxed) != 0)
             .flat_map(|w| 8 * w..8 * w + 8)
             .filter(|&slot| self.tags.atomic_u8(slot).load(Ordering::Relaxed) != 0)
-            .map(|slot| self.keys.atomic_u32(slot * KEY_BYTES).load(Ordering::Relaxed))
+            .map(|slot| {
+                let origin =
+                    self.origins.as_ref().map_or(0, |o| o.at(slot / V4_SLOTS, slot % V4_SLOTS).load(Ordering::Relaxed));
+                (self.keys.atomic_u32(slot * KEY_BYTES).load(Ordering::Relaxed), origin)
+            })
     }
 }
 
@@ -494,6 +643,7 @@ pub struct DynHosts6 {
     exact: V6Exact,
     tags: MappedArray,
     keys: MappedArray,
+    origins: Option<SlotOrigins>,
     hasher: Hasher,
 }
 
@@ -509,7 +659,7 @@ impl DynHosts6 {
         (maxelem as usize).next_power_of_two().clamp(64, DYN6_MAX_BUCKETS)
     }
 
-    fn new(buckets: usize, name: &str) -> Result<DynHosts6, LiveError> {
+    fn new(buckets: usize, name: &str, origins: bool) -> Result<DynHosts6, LiveError> {
         let hasher = Hasher::random();
         let (k0, k1) = hasher.keys();
         let layout = ExactLayout {
@@ -527,7 +677,8 @@ impl DynHosts6 {
         let tags = BpfMap::new(MapType::Array, 4, record as u32, n, BPF_F_MMAPABLE, &format!("{name}_d6xt"))?;
         let keys = BpfMap::new(MapType::Array, 4, BUCKET_BYTES as u32, n, BPF_F_MMAPABLE, &format!("{name}_d6xk"))?;
         let (tm, km) = (tags.mmap()?, keys.mmap()?);
-        Ok(DynHosts6 { exact: V6Exact { tags, keys, layout }, tags: tm, keys: km, hasher })
+        let origins = origins.then(|| SlotOrigins::new(buckets, V6_SLOTS, &format!("{name}_d6xo"))).transpose()?;
+        Ok(DynHosts6 { exact: V6Exact { tags, keys, layout }, tags: tm, keys: km, origins, hasher })
     }
 
     /// The home bucket and tag of `addr`, as the program computes them.
@@ -557,11 +708,26 @@ impl DynHosts6 {
             .find(|&s| self.tags.atomic_u8(Self::at(b, s).0).load(Ordering::Relaxed) == tag && self.key(b, s) == addr)
     }
 
-    /// Adds `addr`: false when its home bucket is full (it belongs in the
-    /// trie then). Adding a present host changes nothing.
-    pub fn insert(&self, addr: u128) -> bool {
+    /// Gives `addr` origin byte `origin` when it is in the table: false
+    /// when it is not.
+    fn set_origin(&self, addr: u128, origin: u8) -> bool {
         let (b, tag) = self.place(addr);
-        if self.find(b, tag, addr).is_some() {
+        let Some(s) = self.find(b, tag, addr) else { return false };
+        if let Some(o) = &self.origins {
+            o.at(b, s).store(origin, Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// Adds `addr` of origin byte `origin`: false when its home bucket is
+    /// full (it belongs in the trie then). Adding a present host changes
+    /// its origin only.
+    pub fn insert(&self, addr: u128, origin: u8) -> bool {
+        let (b, tag) = self.place(addr);
+        if let Some(s) = self.find(b, tag, addr) {
+            if let Some(o) = &self.origins {
+                o.at(b, s).store(origin, Ordering::Relaxed);
+            }
             return true;
         }
         let free = (0..V6_SLOTS).find(|&s| self.tags.atomic_u8(Self::at(b, s).0).load(Ordering::Relaxed) == 0);
@@ -572,8 +738,25 @@ impl DynHosts6 {
             let word = u32::from_ne_bytes(bytes[4 * w..4 * w + 4].try_into().expect("4 bytes"));
             self.keys.atomic_u32(k + 4 * w).store(word, Ordering::Relaxed);
         }
+        if let Some(o) = &self.origins {
+            o.at(b, s).store(origin, Ordering::Relaxed);
+        }
         self.tags.atomic_u8(t).store(tag, Ordering::Release);
         true
+    }
+
+    /// The origin byte of the address in R7/R8 when it is in the table
+    /// (R0, then `found`), else `none`. Clobbers R0-R5 and R9.
+    fn emit_origin(&self, a: &mut Asm, found: Label, none: Label) {
+        let Some(o) = &self.origins else {
+            a.ja(none);
+            return;
+        };
+        let slots: Vec<Label> = (0..V6_SLOTS).map(|_| a.label()).collect();
+        self.exact.emit_home(a);
+        self.exact.emit_bucket(a, &|s| slots[s], none);
+        a.ja(none);
+        o.emit_slots(a, &slots, found, none);
     }
 
     /// Removes `addr`: false when it is not in the table.
@@ -584,21 +767,21 @@ impl DynHosts6 {
         true
     }
 
-    /// Every host it holds (a scan of its tags).
-    fn hosts(&self) -> impl Iterator<Item = u128> + '_ {
+    /// Every host it holds, with its origin byte (a scan of its tags).
+    fn hosts(&self) -> impl Iterator<Item = (u128, u8)> + '_ {
         // A bucket's tag record is one word (4 tags, 4 bytes of padding).
         let record = V6_SLOTS.next_multiple_of(8);
         let full = move |b: usize| self.tags.atomic_u64(b * record).load(Ordering::Relaxed) != 0;
         (0..self.exact.layout.buckets).filter(move |&b| full(b)).flat_map(move |b| {
             (0..V6_SLOTS)
                 .filter(move |&s| self.tags.atomic_u8(Self::at(b, s).0).load(Ordering::Relaxed) != 0)
-                .map(move |s| self.key(b, s))
+                .map(move |s| (self.key(b, s), self.origins.as_ref().map_or(0, |o| o.at(b, s).load(Ordering::Relaxed))))
         })
     }
 
     /// Kernel memory its maps take, in bytes.
     pub fn bytes(&self) -> u64 {
-        self.exact.bytes()
+        self.exact.bytes() + self.origins.as_ref().map_or(0, SlotOrigins::bytes)
     }
 }
 
@@ -612,14 +795,38 @@ pub struct DynamicMaps<'a> {
 }
 
 impl DynamicMaps<'_> {
-    /// Adds `p` (the kernel's trie refuses beyond the set's maxelem: E2BIG).
-    pub fn insert(&self, p: &sluice_rules::Prefix) -> Result<(), LiveError> {
+    /// Adds `p` of origin byte `origin` ([`origin_byte`]; 0 for none), or
+    /// gives a present `p` that origin (the kernel's trie refuses beyond
+    /// the set's maxelem: E2BIG).
+    pub fn insert(&self, p: &sluice_rules::Prefix, origin: u8) -> Result<(), LiveError> {
         match *p {
-            sluice_rules::Prefix::V4 { addr, len: 32 } if self.hosts.insert(addr) => Ok(()),
-            sluice_rules::Prefix::V6 { addr, len: 128 } if self.hosts6.insert(addr) => Ok(()),
-            sluice_rules::Prefix::V4 { .. } => self.v4.insert(p),
-            sluice_rules::Prefix::V6 { .. } => self.v6.insert(p),
+            sluice_rules::Prefix::V4 { addr, len: 32 } if self.hosts.insert(addr, origin) => Ok(()),
+            sluice_rules::Prefix::V6 { addr, len: 128 } if self.hosts6.insert(addr, origin) => Ok(()),
+            sluice_rules::Prefix::V4 { .. } => self.v4.insert(p, origin),
+            sluice_rules::Prefix::V6 { .. } => self.v6.insert(p, origin),
         }
+    }
+
+    /// Gives `p`, an element already, origin byte `origin` where it is
+    /// (its host slot, else the trie); an element that is not there is
+    /// added.
+    pub fn retag(&self, p: &sluice_rules::Prefix, origin: u8) -> Result<(), LiveError> {
+        let held = match *p {
+            sluice_rules::Prefix::V4 { addr, len: 32 } => self.hosts.set_origin(addr, origin),
+            sluice_rules::Prefix::V6 { addr, len: 128 } => self.hosts6.set_origin(addr, origin),
+            _ => false,
+        };
+        let trie = if matches!(p, sluice_rules::Prefix::V4 { .. }) { self.v4 } else { self.v6 };
+        if held || trie.map.update_existing(&lpm_key(p), &[origin])? {
+            return Ok(());
+        }
+        self.insert(p, origin)
+    }
+
+    /// Whether its elements carry origins (the set's drops are counted by
+    /// origin).
+    pub fn counts_origins(&self) -> bool {
+        self.hosts.origins.is_some()
     }
 
     /// Removes exactly `p`.
@@ -635,12 +842,13 @@ impl DynamicMaps<'_> {
     /// Every element the kernel holds (the host table scanned, the tries
     /// read a call per element): what a writer that keeps no copy of its
     /// own compares a new set of elements with.
-    pub fn elements(&self) -> Result<Vec<sluice_rules::Prefix>, LiveError> {
-        let mut all: Vec<sluice_rules::Prefix> =
-            self.hosts.hosts().map(|addr| sluice_rules::Prefix::V4 { addr, len: 32 }).collect();
-        all.extend(self.hosts6.hosts().map(|addr| sluice_rules::Prefix::V6 { addr, len: 128 }));
-        all.extend(self.v4.elements()?);
-        all.extend(self.v6.elements()?);
+    pub fn elements(&self) -> Result<Vec<(sluice_rules::Prefix, u8)>, LiveError> {
+        let mut all: Vec<(sluice_rules::Prefix, u8)> =
+            self.hosts.hosts().map(|(addr, o)| (sluice_rules::Prefix::V4 { addr, len: 32 }, o)).collect();
+        all.extend(self.hosts6.hosts().map(|(addr, o)| (sluice_rules::Prefix::V6 { addr, len: 128 }, o)));
+        let origins = self.counts_origins();
+        all.extend(self.v4.elements(origins)?);
+        all.extend(self.v6.elements(origins)?);
         Ok(all)
     }
 
@@ -730,18 +938,7 @@ impl V6Code {
             }
             V6Code::Dynamic(trie) => {
                 trie.emit_gate(a, miss);
-                let map = &trie.map;
-                a.st_imm(Size::W, FP, LPM_KEY, 128);
-                // The address's 16 bytes in four 4-byte stores (the key is
-                // not 8-byte aligned past its length).
-                for (i, reg) in [R7, R8].into_iter().enumerate() {
-                    let at = LPM_KEY + 4 + 8 * i as i16;
-                    a.mov(R1, reg);
-                    a.stx(Size::W, FP, at, R1);
-                    a.alu_imm(Alu::Rsh, R1, 32);
-                    a.stx(Size::W, FP, at + 4, R1);
-                }
-                a.lookup(map.as_raw_fd(), LPM_KEY);
+                trie.emit_lookup(a, true);
                 a.jmp_imm(Cond::Ne, R0, 0, hit);
                 a.ja(miss);
             }
@@ -848,6 +1045,18 @@ impl V6Exact {
     /// loaded from the packet): jumps to `hit` or `miss`. Clobbers R0-R5
     /// and R9 (the bucket), which the IPv6 side of a match does not hold.
     pub fn emit(&self, a: &mut Asm, hit: Label, miss: Label) {
+        self.emit_home(a);
+        for _ in 0..self.layout.longest_probe {
+            self.emit_bucket(a, &|_| hit, miss);
+            a.alu_imm(Alu::Add, R9, 1);
+            a.alu_imm(Alu::And, R9, self.layout.mask as i32);
+        }
+        a.ja(miss);
+    }
+
+    /// R9 = the home bucket of the address in R7/R8; its tag (never 0) and
+    /// the tag in every byte on the stack. Clobbers R1-R4.
+    fn emit_home(&self, a: &mut Asm) {
         let l = &self.layout;
         // The engine's hash128 of the address as a number: its halves
         // byte-swapped.
@@ -887,17 +1096,11 @@ impl V6Exact {
         a.ld_imm64(R2, BYTES_ONE);
         a.alu(Alu::Mul, R1, R2);
         a.stx(Size::DW, FP, TAG6_BYTES, R1);
-        for _ in 0..l.longest_probe {
-            self.emit_bucket(a, hit, miss);
-            a.alu_imm(Alu::Add, R9, 1);
-            a.alu_imm(Alu::And, R9, l.mask as i32);
-        }
-        a.ja(miss);
     }
 
     /// One bucket of the walk (R9 the bucket): as [`V4Exact`]'s, the key
     /// bucket loaded first.
-    fn emit_bucket(&self, a: &mut Asm, hit: Label, miss: Label) {
+    fn emit_bucket(&self, a: &mut Asm, hit: &dyn Fn(usize) -> Label, miss: Label) {
         use std::os::fd::AsRawFd;
         let candidate = a.label();
         let next = a.label();
@@ -936,7 +1139,7 @@ impl V6Exact {
             a.ldx(Size::DW, R2, R0, at);
             a.jmp(Cond::Ne, R2, R7, other);
             a.ldx(Size::DW, R2, R0, at + 8);
-            a.jmp(Cond::Eq, R2, R8, hit);
+            a.jmp(Cond::Eq, R2, R8, hit(slot as usize));
             a.bind(other);
         }
         a.ldx(Size::B, R2, R1, (V6_SLOTS - 1) as i16);
@@ -974,17 +1177,19 @@ impl SetCode {
     }
 
     /// A dynamic set: an empty host table for `maxelem` IPv4 hosts and
-    /// empty tries of at most `maxelem` elements per family.
-    pub fn dynamic(maxelem: u32, name: &str, layout: &Layout) -> Result<SetCode, LiveError> {
+    /// empty tries of at most `maxelem` elements per family; with
+    /// `origins`, each element's origin beside it (for counting drops by
+    /// origin: [`SetCode::emit_origin_v4`]).
+    pub fn dynamic(maxelem: u32, name: &str, layout: &Layout, origins: bool) -> Result<SetCode, LiveError> {
         let counts = std::sync::Arc::new(Counts::new(name)?);
         let v4 = Trie::new(8, maxelem, &counts, 0, &format!("{name}_d4"))?;
         let v6 = Trie::new(20, maxelem, &counts, 1, &format!("{name}_d6"))?;
         let buckets =
             layout.dyn_buckets.map_or_else(|| DynHosts::buckets_for(maxelem), |b| b.next_power_of_two().max(2));
-        let hosts = DynHosts::new(buckets, name)?;
+        let hosts = DynHosts::new(buckets, name, origins)?;
         let buckets6 =
             layout.dyn_buckets.map_or_else(|| DynHosts6::buckets_for(maxelem), |b| b.next_power_of_two().max(2));
-        let hosts6 = DynHosts6::new(buckets6, name)?;
+        let hosts6 = DynHosts6::new(buckets6, name, origins)?;
         Ok(SetCode {
             v4_hosts: None,
             v4: V4Code::Dynamic(v4),
@@ -1016,6 +1221,57 @@ impl SetCode {
             + self.dyn_hosts6.as_ref().map_or(0, DynHosts6::bytes)
             + self.v6_hosts.as_ref().map_or(0, V6Exact::bytes)
             + self.v6.bytes()
+    }
+
+    /// Whether it is a dynamic set whose elements carry origins.
+    pub fn counts_origins(&self) -> bool {
+        self.dyn_hosts.as_ref().is_some_and(|h| h.origins.is_some())
+    }
+
+    /// For a set that [`counts_origins`](SetCode::counts_origins): R0 =
+    /// the origin byte of the element that holds the IPv4 address in R9
+    /// (its host's, else the trie's longest element's), then `found`;
+    /// `none` when no element with an origin holds it. Clobbers R0-R5, R7
+    /// and R8.
+    pub fn emit_origin_v4(&self, a: &mut Asm, found: Label, none: Label) {
+        let (Some(hosts), V4Code::Dynamic(trie)) = (&self.dyn_hosts, &self.v4) else {
+            a.ja(none);
+            return;
+        };
+        Self::emit_origin(a, found, none, |a, got, rest| hosts.emit_origin(a, got, rest), trie, false);
+    }
+
+    /// [`SetCode::emit_origin_v4`] for the IPv6 address in R7/R8.
+    /// Clobbers R0-R5 and R9.
+    pub fn emit_origin_v6(&self, a: &mut Asm, found: Label, none: Label) {
+        let (Some(hosts), V6Code::Dynamic(trie)) = (&self.dyn_hosts6, &self.v6) else {
+            a.ja(none);
+            return;
+        };
+        Self::emit_origin(a, found, none, |a, got, rest| hosts.emit_origin(a, got, rest), trie, true);
+    }
+
+    /// The host table's origin (0 is none: the trie may hold a prefix with
+    /// one), then the trie's.
+    fn emit_origin(
+        a: &mut Asm,
+        found: Label,
+        none: Label,
+        hosts: impl FnOnce(&mut Asm, Label, Label),
+        trie: &Trie,
+        v6: bool,
+    ) {
+        let got = a.label();
+        let rest = a.label();
+        let in_trie = a.label();
+        hosts(a, got, rest);
+        a.bind(got);
+        a.jmp_imm(Cond::Ne, R0, 0, found);
+        a.bind(rest);
+        trie.emit_origin(a, v6, in_trie, none);
+        a.bind(in_trie);
+        a.jmp_imm(Cond::Ne, R0, 0, found);
+        a.ja(none);
     }
 
     /// Jumps to `hit` when the IPv6 address in R7/R8 is in the set, else
@@ -1056,14 +1312,8 @@ impl SetCode {
             }
             V4Code::Table(t) => emit_table(a, t, hit, miss),
             V4Code::Dynamic(trie) => {
-                use std::os::fd::AsRawFd;
                 trie.emit_gate(a, miss);
-                let map = &trie.map;
-                a.st_imm(Size::W, FP, LPM_KEY, 32);
-                a.mov(R1, R9);
-                a.from_be(R1, 32);
-                a.stx(Size::W, FP, LPM_KEY + 4, R1);
-                a.lookup(map.as_raw_fd(), LPM_KEY);
+                trie.emit_lookup(a, false);
                 a.jmp_imm(Cond::Ne, R0, 0, hit);
                 a.ja(miss);
             }

@@ -101,7 +101,7 @@ fn compiled(placement: Placement, holes: &[&str]) -> Compiled {
     let c = Compiled::with_bgp(&file, &[], &Options::default(), Some(&bgp)).unwrap();
     let (_, maps) = c.dynamic_sets().find(|(n, _)| *n == BLACKHOLE_SET).expect("the blackhole set");
     for h in holes {
-        maps.insert(&h.parse().unwrap()).unwrap();
+        maps.insert(&h.parse().unwrap(), 0).unwrap();
     }
     c
 }

@@ -65,7 +65,7 @@ fn a_dynamic_set_in_the_kernel_holds_exactly_its_elements_through_changes() {
             if elems.contains(&p) {
                 continue;
             }
-            maps.insert(&p).unwrap_or_else(|e| panic!("insert {p}: {e}"));
+            maps.insert(&p, 0).unwrap_or_else(|e| panic!("insert {p}: {e}"));
             elems.push(p);
         }
         let (t4, t6) = maps.in_tries();
@@ -77,7 +77,7 @@ fn a_dynamic_set_in_the_kernel_holds_exactly_its_elements_through_changes() {
         assert!(t6 >= rest6 && t6 <= rest6 + hosts6, "round {round}: IPv6 trie count {t6}, {rest6} prefixes");
         // What the mirror reads back when no edit list leads on: exactly
         // the elements (the host tables scanned, the tries' keys).
-        let mut held = maps.elements().expect("the tables read back");
+        let mut held: Vec<Prefix> = maps.elements().expect("the tables read back").into_iter().map(|e| e.0).collect();
         let mut want = elems.clone();
         held.sort_unstable();
         want.sort_unstable();
@@ -119,4 +119,99 @@ fn a_dynamic_set_in_the_kernel_holds_exactly_its_elements_through_changes() {
     for &a in &pool4 {
         assert_eq!(kernel.test_run(&udp_from(a)).unwrap(), XDP_PASS as u32);
     }
+}
+
+/// The origin of the longest element covering `a`, as the engine's tags
+/// find it when every element has one.
+fn origin_of(elems: &[(Prefix, u16)], a: &Prefix) -> Option<u16> {
+    elems
+        .iter()
+        .filter(|(p, _)| covers(std::slice::from_ref(p), a))
+        .max_by_key(|(p, _)| match p {
+            Prefix::V4 { len, .. } | Prefix::V6 { len, .. } => *len,
+        })
+        .map(|e| e.1)
+}
+
+/// A set whose elements carry origins (the CrowdSec feed's): through random
+/// adds, removals and elements given a new origin, into tables that spill,
+/// each element is read back with its origin, and every drop is counted
+/// under the origin of the longest element that holds the address.
+#[test]
+fn a_dynamic_sets_drops_are_counted_by_the_origin_of_the_element_that_matched() {
+    use sluice_shield::origins::OriginCounts;
+    use sluice_shield::tables::{origin_byte, ORIGIN_SLOTS};
+    let file = parse_rules("dyn.rules", "set d dynamic maxelem 100000\ndrop saddr @d\n", std::path::Path::new("."))
+        .expect("the rules parse");
+    let layout = Layout { dyn_buckets: Some(4), ..Layout::default() };
+    if !common::can_load() {
+        return;
+    }
+    let counts = OriginCounts::new("d").expect("the counters");
+    let opts = Options { origins: Some(counts.tap()), ..Options::default() };
+    let kernel = Compiled::with_layout(&file, &[Vec::new()], &opts, &layout).expect("the program loads");
+    let (_, maps) = kernel.dynamic_sets().next().expect("the set's tables");
+    assert!(maps.counts_origins());
+    let mut next = xorshift(0x0819_1a57);
+    let pool4: Vec<u32> = (0..300).map(|_| 0x0a00_0000 | (next() as u32 & 0x0003_ffff)).collect();
+    let pool6: Vec<u128> = (0..60).map(|_| (0x2001_0db8_u128 << 96) | u128::from(next() as u16)).collect();
+    let mut elems: Vec<(Prefix, u16)> = Vec::new();
+    let mut want = vec![[0u64; 2]; ORIGIN_SLOTS];
+    let mut retagged = 0;
+    for round in 0..8 {
+        for _ in 0..80 {
+            let pick = next() % 12;
+            if pick < 2 && !elems.is_empty() {
+                let (p, _) = elems.swap_remove((next() % elems.len() as u64) as usize);
+                maps.remove(&p).unwrap_or_else(|e| panic!("remove {p}: {e}"));
+                continue;
+            }
+            let origin = (next() % ORIGIN_SLOTS as u64) as u16;
+            if pick < 4 && !elems.is_empty() {
+                // A present element, of a new origin.
+                let i = (next() % elems.len() as u64) as usize;
+                elems[i].1 = origin;
+                maps.retag(&elems[i].0, origin_byte(Some(origin))).expect("retag");
+                retagged += 1;
+                continue;
+            }
+            let p = match pick {
+                4 => Prefix::V4 { addr: pool4[(next() % 300) as usize] & !0xff, len: 24 },
+                5 => Prefix::V6 { addr: pool6[(next() % 60) as usize], len: 128 },
+                6 => Prefix::V6 { addr: pool6[(next() % 60) as usize] & !0xff, len: 120 },
+                _ => Prefix::V4 { addr: pool4[(next() % 300) as usize], len: 32 },
+            };
+            if elems.iter().any(|e| e.0 == p) {
+                continue;
+            }
+            maps.insert(&p, origin_byte(Some(origin))).unwrap_or_else(|e| panic!("insert {p}: {e}"));
+            elems.push((p, origin));
+        }
+        let mut held = maps.elements().expect("the tables read back");
+        let mut model: Vec<(Prefix, u8)> = elems.iter().map(|&(p, o)| (p, origin_byte(Some(o)))).collect();
+        held.sort_unstable();
+        model.sort_unstable();
+        assert_eq!(held, model, "round {round}: the elements and their origins read back");
+        for &a in &pool4 {
+            let p = Prefix::V4 { addr: a, len: 32 };
+            if let Some(o) = origin_of(&elems, &p) {
+                want[usize::from(o)][0] += 1;
+            }
+            kernel.test_run(&udp_from(a)).expect("test run");
+        }
+        for &a in &pool6 {
+            let p = Prefix::V6 { addr: a, len: 128 };
+            if let Some(o) = origin_of(&elems, &p) {
+                want[usize::from(o)][1] += 1;
+            }
+            kernel.test_run(&udp_from6(a)).expect("test run");
+        }
+        let got = counts.read().expect("the counters");
+        for (tag, w) in want.iter().enumerate() {
+            let g = got.get(tag).map_or([0, 0], |g| [g[0].packets, g[1].packets]);
+            assert_eq!(g, *w, "round {round}: drops of origin {tag} (IPv4, IPv6)");
+        }
+    }
+    assert!(retagged > 0);
+    assert!(want.iter().filter(|w| w[0] + w[1] > 0).count() > 8, "drops under many origins");
 }

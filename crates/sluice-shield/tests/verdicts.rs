@@ -12,11 +12,14 @@ mod common;
 mod tunnels;
 use common::can_load;
 use proptest::prelude::*;
+use sluice_engine::tags::Tags;
+use sluice_engine::SetChange;
 use sluice_engine::{CompileOptions, RuleSet, Verdict};
 use sluice_live::bpf::{BpfMap, MapType};
 use sluice_rules::{parse_rules, Prefix};
+use sluice_shield::origins::OriginCounts;
 use sluice_shield::program::SampleTap;
-use sluice_shield::tables::Layout;
+use sluice_shield::tables::{origin_byte, Layout, ORIGIN_SLOTS};
 use sluice_shield::{program::XDP_DROP, program::XDP_PASS, Compiled, Options};
 use std::os::fd::AsRawFd;
 
@@ -429,6 +432,8 @@ struct Met {
     police_passes: usize,
     /// Rules with an `iface` match that decided a frame.
     iface_decided: usize,
+    /// Drops counted under an origin.
+    origin_drops: usize,
 }
 
 fn check(seed: u64) -> Result<Met, TestCaseError> {
@@ -463,6 +468,22 @@ fn check(seed: u64) -> Result<Met, TestCaseError> {
         ..CompileOptions::default()
     };
     let engine = RuleSet::compile(&file, &sets, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
+    // Half the programs count the dynamic set's drops by the origin of the
+    // element that matched, each element of a random origin (the engine's
+    // tags, as the CrowdSec feed sets them).
+    let by_origin = r.chance(2);
+    let origins: Vec<u16> = dynamic.iter().map(|_| r.below(ORIGIN_SLOTS as u64) as u16).collect();
+    let engine = match file.sets.iter().position(|s| s.name == "dyn").filter(|_| by_origin) {
+        Some(set) => {
+            let mut tags = Tags::new();
+            for (p, &o) in dynamic.iter().zip(&origins) {
+                tags.set(*p, o);
+            }
+            engine.with_sets(vec![SetChange { set, base: None, delta: None, tags: Some(std::sync::Arc::new(tags)) }])
+        }
+        None => engine,
+    };
+    let origin_counts = by_origin.then(|| OriginCounts::new("dyn").unwrap());
     // Tables at the engine's fill, the kernel's, or fuller (so that lookups
     // walk chains of full buckets), or every host in the prefix table as
     // before.
@@ -487,16 +508,25 @@ fn check(seed: u64) -> Result<Met, TestCaseError> {
         lost_fd: lost.as_raw_fd(),
         rate: 1 + r.below(3) as u32,
     });
-    let kernel =
-        Compiled::with_layout(&file, &sets, &Options { undecodable_drop, v4mapped, dry_run: false, sample }, &layout)
-            .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+    let options = Options {
+        undecodable_drop,
+        v4mapped,
+        dry_run: false,
+        sample,
+        origins: origin_counts.as_ref().map(OriginCounts::tap),
+    };
+    let kernel = Compiled::with_layout(&file, &sets, &options, &layout)
+        .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
     // The runtime elements, as the shield writes them into the kernel.
     for (name, maps) in kernel.dynamic_sets() {
         assert_eq!(name, "dyn");
-        for p in &dynamic {
-            maps.insert(p).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        for (p, &o) in dynamic.iter().zip(&origins) {
+            let origin = if by_origin { origin_byte(Some(o)) } else { 0 };
+            maps.insert(p, origin).map_err(|e| TestCaseError::fail(e.to_string()))?;
         }
     }
+    // The engine's drops by origin: per tag, IPv4 and IPv6.
+    let mut want_origins = vec![[(0u64, 0u64); 2]; ORIGIN_SLOTS];
     let set_addrs: Vec<u32> = sets
         .iter()
         .flatten()
@@ -543,6 +573,13 @@ fn check(seed: u64) -> Result<Met, TestCaseError> {
                 if let Some(rule) = d.rule {
                     want[usize::from(rule)].0 += 1;
                     want[usize::from(rule)].1 += u64::from(wire);
+                    if d.verdict == Verdict::Drop {
+                        if let Some((tag, v6)) = engine.tag_of(usize::from(rule), &p) {
+                            let c = &mut want_origins[usize::from(tag)][usize::from(v6)];
+                            c.0 += 1;
+                            c.1 += u64::from(wire);
+                        }
+                    }
                 }
                 d.verdict
             }
@@ -576,6 +613,14 @@ fn check(seed: u64) -> Result<Met, TestCaseError> {
     for (rule, (&(p, b), c)) in want.iter().zip(&counts).enumerate() {
         prop_assert_eq!((c.packets, c.bytes), (p, b), "seed {} rule {} counter ({:?}):\n{}", seed, rule, took, text);
     }
+    if let Some(oc) = &origin_counts {
+        let got = oc.read().map_err(|e| TestCaseError::fail(e.to_string()))?;
+        for (tag, want) in want_origins.iter().enumerate() {
+            let got = got.get(tag).map_or([(0, 0); 2], |g| [(g[0].packets, g[0].bytes), (g[1].packets, g[1].bytes)]);
+            met.origin_drops += want.iter().map(|c| c.0 as usize).sum::<usize>();
+            prop_assert_eq!(got, *want, "seed {} drops of origin {} (v4, v6):\n{}", seed, tag, text);
+        }
+    }
     Ok(met)
 }
 
@@ -591,7 +636,8 @@ proptest! {
 }
 
 /// The random files reach what the property is about: police rules over
-/// and within their rate, and `iface` matches that decide (40 fixed seeds).
+/// and within their rate, `iface` matches that decide, and drops counted
+/// by origin (40 fixed seeds).
 #[test]
 fn the_random_rules_police_and_match_interfaces() {
     if !can_load() {
@@ -603,7 +649,11 @@ fn the_random_rules_police_and_match_interfaces() {
         all.police_drops += m.police_drops;
         all.police_passes += m.police_passes;
         all.iface_decided += m.iface_decided;
+        all.origin_drops += m.origin_drops;
     }
-    eprintln!("police drops {}, passes {}, iface decided {}", all.police_drops, all.police_passes, all.iface_decided);
-    assert!(all.police_drops > 0 && all.police_passes > 0 && all.iface_decided > 0);
+    eprintln!(
+        "police drops {}, passes {}, iface decided {}, drops by origin {}",
+        all.police_drops, all.police_passes, all.iface_decided, all.origin_drops
+    );
+    assert!(all.police_drops > 0 && all.police_passes > 0 && all.iface_decided > 0 && all.origin_drops > 0);
 }

@@ -287,4 +287,40 @@ impl Lapi {
         }
         ips
     }
+
+    /// The usage metrics `cscli metrics show bouncers -o json` holds for
+    /// `bouncer`: (origin, metric name, unit) -> value.
+    pub fn usage(&self, bouncer: &str) -> std::collections::BTreeMap<(String, String, String), i64> {
+        let out = self.cscli(&["metrics", "show", "bouncers", "-o", "json"]);
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let mut found = std::collections::BTreeMap::new();
+        let by_origin = v.get("bouncers").unwrap_or(&v).get(bouncer);
+        for (origin, names) in by_origin.and_then(|b| b.as_object()).into_iter().flatten() {
+            for (name, units) in names.as_object().into_iter().flatten() {
+                for (unit, n) in units.as_object().into_iter().flatten() {
+                    found.insert((origin.clone(), name.clone(), unit.clone()), n.as_i64().unwrap_or(-1));
+                }
+            }
+        }
+        found
+    }
+}
+
+/// What an exporter's `sluice_crowdsec_*` series say, summed over
+/// `ip_type` as `cscli metrics show bouncers` shows them: (origin, metric
+/// name, unit) -> value, to compare with [`Lapi::usage`].
+pub fn exported_usage(metrics: &str) -> std::collections::BTreeMap<(String, String, String), i64> {
+    let mut want = std::collections::BTreeMap::new();
+    for line in metrics.lines().filter(|l| l.starts_with("sluice_crowdsec_")) {
+        let (name, unit) = match line.split('{').next().unwrap_or_default() {
+            "sluice_crowdsec_dropped_packets_total" => ("dropped", "packet"),
+            "sluice_crowdsec_dropped_bytes_total" => ("dropped", "byte"),
+            "sluice_crowdsec_active_decisions" => ("active_decisions", "ip"),
+            _ => continue,
+        };
+        let Some(origin) = line.split("origin=\"").nth(1).and_then(|o| o.split('"').next()) else { continue };
+        let n: i64 = line.rsplit(' ').next().and_then(|n| n.parse().ok()).unwrap_or(-1);
+        *want.entry((origin.to_owned(), name.to_owned(), unit.to_owned())).or_insert(0) += n;
+    }
+    want
 }

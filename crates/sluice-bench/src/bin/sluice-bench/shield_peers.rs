@@ -140,11 +140,11 @@ pub fn updates(n: usize, samples: usize, json: bool, rng: &mut ChaCha8Rng) -> Re
     let (_, maps) = compiled.dynamic_sets().next().context("a dynamic set")?;
     let t = Instant::now();
     for p in bulk {
-        maps.insert(p)?;
+        maps.insert(p, 0)?;
     }
     let kernel_s = t.elapsed().as_secs_f64();
     let in_trie = maps.in_tries().0;
-    let (p50, p99, max) = enforced(timed, |p| Ok(maps.insert(p)?), |f| Ok(compiled.test_run(f)?))?;
+    let (p50, p99, max) = enforced(timed, |p| Ok(maps.insert(p, 0)?), |f| Ok(compiled.test_run(f)?))?;
     rows.push(serde_json::json!({
         "path": "kernel", "how": "DynamicMaps::insert: the set's host table, written through its mapping",
         "updates_per_s": n as f64 / kernel_s, "spilled_to_trie": in_trie,
@@ -162,7 +162,7 @@ pub fn updates(n: usize, samples: usize, json: bool, rng: &mut ChaCha8Rng) -> Re
         (0..n6).map(|_| Prefix::V6 { addr: (0x2001_0db8_u128 << 96) | u128::from(rng.next_u64()), len: 128 }).collect();
     let t = Instant::now();
     for p in &hosts6 {
-        maps.insert(p)?;
+        maps.insert(p, 0)?;
     }
     let secs6 = t.elapsed().as_secs_f64();
     rows.push(serde_json::json!({
