@@ -518,6 +518,26 @@ fn a_shield_without_a_socket_expires_entries_and_reloads_on_sighup() {
     assert_eq!(summary["reloads"]["ok"], 2, "{summary}: the expiry and the SIGHUP");
 }
 
+/// A shield on `h` fed by `lapi` as bouncer `bouncer` (pulling every
+/// second), with a control socket and `extra` flags; the socket's path.
+fn crowdsec_shield(h: &Host, lapi: &lapi::Lapi, bouncer: &str, extra: &[&str]) -> (Shield, std::path::PathBuf) {
+    let key = lapi.bouncer_key(bouncer);
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let sock = lapi.dir.path().join("ctl.sock");
+    let mut args = vec![
+        "--crowdsec-url",
+        &lapi.url,
+        "--crowdsec-key-file",
+        key.to_str().unwrap(),
+        "--crowdsec-interval",
+        "1",
+        "--control",
+        sock.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    (Shield::start(h, &args), sock)
+}
+
 #[test]
 fn crowdsec_bans_reach_the_kernel_and_their_deletes_lift_them() {
     if !live_or_skip("crowdsec_bans_reach_the_kernel_and_their_deletes_lift_them") {
@@ -527,24 +547,9 @@ fn crowdsec_bans_reach_the_kernel_and_their_deletes_lift_them() {
         return;
     };
     let lapi = lapi::Lapi::new(bin);
-    let key = lapi.bouncer_key("shield");
-    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     // In this namespace: the LAPI listens on its loopback.
     let h = Host::here("shcs");
-    let sock = lapi.dir.path().join("ctl.sock");
-    let shield = Shield::start(
-        &h,
-        &[
-            "--crowdsec-url",
-            &lapi.url,
-            "--crowdsec-key-file",
-            key.to_str().unwrap(),
-            "--crowdsec-interval",
-            "1",
-            "--control",
-            sock.to_str().unwrap(),
-        ],
-    );
+    let (shield, sock) = crowdsec_shield(&h, &lapi, "shield", &[]);
     let banned = |want: bool| {
         let end = std::time::Instant::now() + Duration::from_secs(15);
         while ctl(&sock, &["test", "crowdsec", "10.5.0.1"])["match"] != want {
@@ -577,27 +582,9 @@ fn crowdsec_drops_are_counted_by_origin_in_the_kernel_and_pushed_to_the_lapi() {
     }
     let Some(bin) = lapi::crowdsec17_or_skip(name) else { return };
     let lapi = lapi::Lapi::with_metrics(bin);
-    let key = lapi.bouncer_key("shieldusage");
-    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let h = Host::here("shcu");
-    let sock = lapi.dir.path().join("ctl.sock");
-    let shield = Shield::start(
-        &h,
-        &[
-            "--crowdsec-url",
-            &lapi.url,
-            "--crowdsec-key-file",
-            key.to_str().unwrap(),
-            "--crowdsec-interval",
-            "1",
-            "--crowdsec-metrics-interval",
-            "2",
-            "--control",
-            sock.to_str().unwrap(),
-            "--metrics",
-            "127.0.0.1:0",
-        ],
-    );
+    let (shield, sock) =
+        crowdsec_shield(&h, &lapi, "shieldusage", &["--crowdsec-metrics-interval", "2", "--metrics", "127.0.0.1:0"]);
     // Two origins: cscli's own decision, and one imported from a file.
     lapi.cscli(&["decisions", "add", "--ip", "10.5.0.1", "--duration", "1h"]);
     let csv = lapi.dir.path().join("import.csv");

@@ -574,37 +574,32 @@ impl BpfMap {
     /// Writes `value` under `key` (`BPF_ANY`). Both must have the map's sizes
     /// (a per-CPU map's value: one rounded-up value per possible CPU).
     pub fn update(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.check_sizes(key, value.len())?;
-        let mut attr = MapElemAttr {
-            map_fd: self.fd.as_raw_fd() as u32,
-            key: key.as_ptr() as u64,
-            value: value.as_ptr() as u64,
-            flags: BPF_ANY,
-            ..Default::default()
-        };
-        // SAFETY: `key` and `value` are live and as long as the map reads (checked above).
-        unsafe { sys_bpf(BPF_MAP_UPDATE_ELEM, &mut attr) }
-            .map_err(|e| LiveError::io("BPF_MAP_UPDATE_ELEM", NEEDS_BPF, e))?;
-        Ok(())
+        self.update_flags(key, value, BPF_ANY)?.map_err(|e| LiveError::io("BPF_MAP_UPDATE_ELEM", NEEDS_BPF, e))
     }
 
     /// Writes `value` under `key` only if the map holds exactly `key`
     /// (`BPF_EXIST`): false when it does not.
     pub fn update_existing(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        match self.update_flags(key, value, BPF_EXIST)? {
+            Ok(()) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
+            Err(e) => Err(LiveError::io("BPF_MAP_UPDATE_ELEM", NEEDS_BPF, e)),
+        }
+    }
+
+    /// `BPF_MAP_UPDATE_ELEM` with `flags`: the sizes checked, then the
+    /// call's own result.
+    fn update_flags(&self, key: &[u8], value: &[u8], flags: u64) -> Result<io::Result<()>> {
         self.check_sizes(key, value.len())?;
         let mut attr = MapElemAttr {
             map_fd: self.fd.as_raw_fd() as u32,
             key: key.as_ptr() as u64,
             value: value.as_ptr() as u64,
-            flags: BPF_EXIST,
+            flags,
             ..Default::default()
         };
         // SAFETY: `key` and `value` are live and as long as the map reads (checked above).
-        match unsafe { sys_bpf(BPF_MAP_UPDATE_ELEM, &mut attr) } {
-            Ok(_) => Ok(true),
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
-            Err(e) => Err(LiveError::io("BPF_MAP_UPDATE_ELEM", NEEDS_BPF, e)),
-        }
+        Ok(unsafe { sys_bpf(BPF_MAP_UPDATE_ELEM, &mut attr) }.map(|_| ()))
     }
 
     /// Writes many elements in one call (`BPF_MAP_UPDATE_BATCH`, `BPF_ANY`):
