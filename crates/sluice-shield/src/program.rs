@@ -63,8 +63,12 @@ mod slot {
     pub const END: i16 = L4_AT + 8;
     /// The walk's offset, stored and loaded back (see [`super::walk`]).
     pub const WALK_AT: i16 = END + 8;
+    /// The first counter slot of the row of the interface the frame came
+    /// in on (see [`super::Plan::ifaces`]): written at entry by a program
+    /// with interface rows, read by every count.
+    pub const ROW: i16 = WALK_AT + 8;
     /// The value's size.
-    pub const SIZE: u32 = WALK_AT as u32 + 8;
+    pub const SIZE: u32 = ROW as u32 + 8;
     /// A map key for helper calls, on the stack (below the frame pointer).
     pub const KEY: i16 = -8;
 }
@@ -237,8 +241,8 @@ pub struct Plan<'a> {
     pub v4mapped: bool,
     /// Count what would be dropped, drop nothing.
     pub dry_run: bool,
-    /// The per-CPU counters map (`rules + EXTRA_COUNTERS` slots of
-    /// packets and bytes).
+    /// The per-CPU counters map: a row of `rules + EXTRA_COUNTERS` slots of
+    /// packets and bytes per interface row ([`Plan::ifaces`], [`rows`]).
     pub counters_fd: i32,
     /// A per-CPU array of one [`SUMMARY_BYTES`] value: the packet's summary.
     pub scratch_fd: i32,
@@ -251,7 +255,8 @@ pub struct Plan<'a> {
     /// no rule polices).
     pub buckets_fd: i32,
     /// A per-CPU array of (packets, bytes) per rule: what each `police`
-    /// rule found over its rate (the engine's `Policer::over`).
+    /// rule found over its rate (the engine's `Policer::over`); rows as
+    /// `counters_fd`'s (the same slot numbers).
     pub over_fd: i32,
     /// The interfaces `iface` matches name, with their ifindex (resolved
     /// on the host when compiling).
@@ -261,6 +266,22 @@ pub struct Plan<'a> {
     /// accepted one), or the default's when that is past the last; `None`:
     /// the next rule.
     pub skip_to: Vec<Option<usize>>,
+    /// The interfaces the counters keep a row each for, by ifindex (the
+    /// shield's own, in `--iface` order): row `i` counts the frames that
+    /// came in on `ifaces[i]` (`ctx->ingress_ifindex`, compared once per
+    /// packet at entry), the row past them those from any other
+    /// interface (only `BPF_PROG_TEST_RUN` gives the program one). Empty:
+    /// one row, and not one instruction for it.
+    pub ifaces: Vec<u32>,
+}
+
+/// How many rows of counters a program with these interfaces has.
+pub fn rows(ifaces: &[u32]) -> u32 {
+    if ifaces.is_empty() {
+        1
+    } else {
+        ifaces.len() as u32 + 1
+    }
 }
 
 /// Where and how often dropped packets are sampled (`--sample-drops`).
@@ -331,6 +352,23 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
     }
     a.ldx(Size::W, R7, R1, 0);
     a.ldx(Size::W, R8, R1, 4);
+    let rowed = !plan.ifaces.is_empty();
+    if rowed {
+        // R9 = the first counter slot of the interface's row (kept across
+        // the lookup below, stored into the summary once it is there).
+        let stride = plan.rules.len() as i32 + EXTRA_COUNTERS as i32;
+        let found = a.label();
+        a.ldx(Size::W, R2, R1, XDP_MD_INGRESS_IFINDEX);
+        for (row, &ifindex) in plan.ifaces.iter().enumerate() {
+            let next = a.label();
+            a.jmp_imm(Cond::Ne, R2, ifindex as i32, next);
+            a.mov_imm(R9, row as i32 * stride);
+            a.ja(found);
+            a.bind(next);
+        }
+        a.mov_imm(R9, plan.ifaces.len() as i32 * stride);
+        a.bind(found);
+    }
     // The summary lives in a per-CPU map value, not on the stack: the
     // verifier knows what is stored on the stack, so every way through
     // the parser (IPv4 or 6, fragment or not, ports or not...) would be a
@@ -345,6 +383,9 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
     a.exit();
     a.bind(have);
     a.mov(S, R0);
+    if rowed {
+        a.stx(Size::DW, S, slot::ROW, R9);
+    }
     let mut s = 0;
     while s < slot::OUTER_END {
         a.st_imm(Size::DW, S, s, 0);
@@ -371,7 +412,7 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
     a.mov_imm(R7, 0);
     a.mov_imm(R8, 0);
     let undecodable_slot = plan.rules.len() as i32 + Extra::Undecodable as i32;
-    count(&mut a, plan.counters_fd, undecodable_slot);
+    tally(&mut a, rowed, plan.counters_fd, undecodable_slot);
     verdict(&mut a, plan.undecodable_drop && !plan.dry_run, undecodable_slot, sample);
 
     a.bind(rules);
@@ -399,7 +440,7 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
         for m in &rule.matches {
             match_code(&mut a, m, &mut sets, &plan.ifindexes, next);
         }
-        count(&mut a, plan.counters_fd, r as i32);
+        tally(&mut a, rowed, plan.counters_fd, r as i32);
         match rule.action {
             Action::Drop => verdict(&mut a, !plan.dry_run, r as i32, sample),
             Action::Pass => {
@@ -422,7 +463,7 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
                 crate::police::emit(&mut a, code, plan.buckets_fd, &keys, slot::KEY, over);
                 a.ja(within);
                 a.bind(over);
-                count(&mut a, plan.over_fd, r as i32);
+                tally(&mut a, rowed, plan.over_fd, r as i32);
                 verdict(&mut a, !plan.dry_run, r as i32, sample);
                 a.bind(within);
             }
@@ -434,7 +475,7 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
     }
     a.bind(starts[plan.rules.len()]);
     let default_slot = plan.rules.len() as i32 + Extra::Default as i32;
-    count(&mut a, plan.counters_fd, default_slot);
+    tally(&mut a, rowed, plan.counters_fd, default_slot);
     verdict(&mut a, plan.default_drop && !plan.dry_run, default_slot, sample);
     if let (Some(tap), Some(l)) = (plan.sample, sample) {
         a.bind(l);
@@ -514,8 +555,25 @@ fn sample_block(a: &mut Asm, tap: &SampleTap) {
 
 /// `counters[idx] += (1, wire length)` on this CPU.
 fn count(a: &mut Asm, map_fd: i32, idx: i32) {
-    let done = a.label();
     a.st_imm(Size::DW, FP, slot::KEY, idx);
+    bump(a, map_fd);
+}
+
+/// [`count`] in the row of the interface the frame came in on, when the
+/// program has interface rows (`rowed`): `counters[row + idx]`.
+fn tally(a: &mut Asm, rowed: bool, map_fd: i32, idx: i32) {
+    if !rowed {
+        return count(a, map_fd, idx);
+    }
+    a.ldx(Size::DW, R1, S, slot::ROW);
+    a.alu_imm(Alu::Add, R1, idx);
+    a.stx(Size::DW, FP, slot::KEY, R1);
+    bump(a, map_fd);
+}
+
+/// `map[key] += (1, wire length)` on this CPU, the key in [`slot::KEY`].
+fn bump(a: &mut Asm, map_fd: i32) {
+    let done = a.label();
     a.lookup(map_fd, slot::KEY);
     a.jmp_imm(Cond::Eq, R0, 0, done);
     a.ldx(Size::DW, R1, R0, 0);

@@ -196,10 +196,11 @@ pub fn start(mut config: ShieldConfig) -> Result<Shield, ShieldError> {
     // The CrowdSec feed's set is one of the rules' sets (a dynamic one).
     spec.feed_sets.extend(config.crowdsec.as_ref().map(|c| c.set.clone()));
     let plan = spec.load_plan().map_err(|e| ShieldError::Config(e.to_string()))?;
-    // Every interface exists before anything is loaded.
-    for iface in &config.ifaces {
-        sluice_live::sys::ifindex(iface)?;
-    }
+    // Every interface exists before anything is loaded; each has its row
+    // of counters in every program built (by the index it has now, which
+    // its link keeps).
+    config.options.ifaces =
+        config.ifaces.iter().map(|i| sluice_live::sys::ifindex(i)).collect::<Result<Vec<_>, _>>()?;
     if let Some(dir) = &config.persist {
         if !sluice_live::bpf::is_bpffs(dir) {
             return Err(ShieldError::Config(format!(
@@ -334,7 +335,7 @@ fn start_control(
     .map_err(|e| ShieldError::Config(e.to_string()))?;
     let first = loading.controller.published().load().value.id();
     let state = Arc::clone(loading.controller.state());
-    let (spec, options) = (spec.clone(), config.options);
+    let (spec, options) = (spec.clone(), config.options.clone());
     // The entries of the last read, when it was, and how far the
     // controller has put them out of force, to rebuild from as their
     // timeouts pass or BGP's flows change. A rebuild for flows never goes

@@ -167,6 +167,7 @@ fn without_sampling_the_program_has_no_sampling_instruction() {
         over_fd: -1,
         ifindexes: Vec::new(),
         skip_to: Vec::new(),
+        ifaces: Vec::new(),
     };
     // Helper calls: 7 prandom, 131-133 ringbuf, 189 xdp_load_bytes.
     let calls = |insns: &[sluice_live::bpf::Insn]| -> Vec<i32> {

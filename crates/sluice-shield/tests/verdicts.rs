@@ -487,9 +487,20 @@ fn check(seed: u64) -> Result<Met, TestCaseError> {
         lost_fd: lost.as_raw_fd(),
         rate: 1 + r.below(3) as u32,
     });
+    // Counter rows for some of the interfaces (none, some, all; in some
+    // order), drawn apart so that the rules and frames stay the seed's:
+    // a frame from another interface counts in the row past them.
+    let mut rr = Rng((seed ^ 0x1f_ace5) | 1);
+    let turn = rr.below(ifaces.len() as u64) as usize;
+    let mut rows: Vec<u32> = ifaces.iter().map(|&(_, i)| i).collect();
+    rows.rotate_left(turn);
+    rows.truncate(rr.below(ifaces.len() as u64 + 1) as usize);
+    let opts = Options { undecodable_drop, v4mapped, dry_run: false, sample, ifaces: rows.clone() };
     let kernel =
-        Compiled::with_layout(&file, &sets, &Options { undecodable_drop, v4mapped, dry_run: false, sample }, &layout)
-            .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+        Compiled::with_layout(&file, &sets, &opts, &layout).map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+    let row_of = |ifindex: u32| rows.iter().position(|&i| i == ifindex).unwrap_or(rows.len());
+    // Per row: packets and bytes passed, then dropped.
+    let mut want_rows = vec![[(0u64, 0u64); 2]; rows.len() + 1];
     // The runtime elements, as the shield writes them into the kernel.
     for (name, maps) in kernel.dynamic_sets() {
         assert_eq!(name, "dyn");
@@ -551,6 +562,9 @@ fn check(seed: u64) -> Result<Met, TestCaseError> {
         };
         let got = kernel.test_run_on(&f, ifaces[port as usize].1).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let want_action = if expected == Verdict::Drop { XDP_DROP } else { XDP_PASS } as u32;
+        let cell = &mut want_rows[row_of(ifaces[port as usize].1)][usize::from(expected == Verdict::Drop)];
+        cell.0 += 1;
+        cell.1 += u64::from(wire);
         prop_assert_eq!(
             got,
             want_action,
@@ -576,6 +590,12 @@ fn check(seed: u64) -> Result<Met, TestCaseError> {
     for (rule, (&(p, b), c)) in want.iter().zip(&counts).enumerate() {
         prop_assert_eq!((c.packets, c.bytes), (p, b), "seed {} rule {} counter ({:?}):\n{}", seed, rule, took, text);
     }
+    // Each interface's packets by verdict: what the engine decided of the
+    // frames that came in on it.
+    let by_iface = kernel.iface_counts().map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let got_rows: Vec<[(u64, u64); 2]> =
+        by_iface.iter().map(|v| [(v.pass.packets, v.pass.bytes), (v.drop.packets, v.drop.bytes)]).collect();
+    prop_assert_eq!(got_rows, want_rows, "seed {} rows {:?} ({:?}):\n{}", seed, rows, took, text);
     Ok(met)
 }
 
