@@ -1352,3 +1352,52 @@ fn metrics_count_each_interfaces_packets_by_verdict() {
     let summary = shield.stop();
     assert_eq!(summary["interfaces"].as_array().unwrap().len(), 2, "{summary}");
 }
+
+/// `--sample-max-pps` in the kernel: a flood of 300 dropped frames at a
+/// cap of 5 a second leaves at most the burst and the rate's worth of
+/// samples over the time it took written, and every other drop counted
+/// `over_cap` (the metric and the summary), none lost to the ring.
+#[test]
+fn a_drop_flood_is_sampled_no_faster_than_max_pps() {
+    if !live_or_skip("a_drop_flood_is_sampled_no_faster_than_max_pps") {
+        return;
+    }
+    let h = Host::new("shc");
+    let dir = tempfile::tempdir().unwrap();
+    let file = rules(dir.path());
+    let samples = dir.path().join("flood.pcapng");
+    let args = [
+        "--rules",
+        file.to_str().unwrap(),
+        "--sample-drops",
+        samples.to_str().unwrap(),
+        "--sample-max-pps",
+        "5",
+        "--metrics",
+        "127.0.0.1:0",
+    ];
+    let started = std::time::Instant::now();
+    let shield = Shield::start(&h, &args);
+    const N: u64 = 300;
+    let frames: Vec<_> = (0..N as u32).map(|i| udp([10, 8, 0, 5], 53, i)).collect();
+    assert_eq!(through(&h, &frames), BTreeSet::new());
+    let addr = shield.metrics_addr();
+    let count = |m: &str, result: &str| sample(m, &format!(r#"sluice_drop_samples_total{{result="{result}"}}"#));
+    let mut m = String::new();
+    for _ in 0..50 {
+        m = scrape(&h, &addr);
+        if count(&m, "written") + count(&m, "over_cap") >= N {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let took = started.elapsed().as_secs_f64();
+    let written = count(&m, "written");
+    assert_eq!(written + count(&m, "over_cap"), N, "{m}");
+    assert!((5..=5 + (5.0 * took).ceil() as u64 + 1).contains(&written), "{written} written in {took:.2} s: {m}");
+    assert_eq!(count(&m, "ring_full"), 0, "{m}");
+    let summary = shield.stop();
+    let s = &summary["samples"];
+    assert_eq!(s["over_cap"].as_u64(), Some(N - written), "{summary}");
+    assert_eq!(s["lost_ring_full"].as_u64(), Some(0), "{summary}");
+}

@@ -205,7 +205,8 @@ impl Collector for Exporter {
             let rows: Vec<_> = [
                 ("written", t.written),
                 ("queue_full", t.lost_queue_full),
-                ("over_cap", t.over_cap),
+                // Kernel-capped samples are over --sample-max-pps too.
+                ("over_cap", t.over_cap + ring.over_cap()),
                 ("write_error", t.write_errors),
                 ("ring_full", ring.lost()),
             ]

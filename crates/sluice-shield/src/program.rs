@@ -289,11 +289,35 @@ pub fn rows(ifaces: &[u32]) -> u32 {
 pub struct SampleTap {
     /// The `BPF_MAP_TYPE_RINGBUF` each sample is written to ([`record`]).
     pub ring_fd: i32,
-    /// A per-CPU array of one counter (packets, bytes): samples a full
-    /// ring had no room for.
+    /// A per-CPU array of counters (packets, bytes): at 0 the samples a
+    /// full ring had no room for, at 1 those over the cap (`max_pps`; a
+    /// map of one counts none of those).
     pub lost_fd: i32,
     /// Keep 1 in `rate` drops (at random: `bpf_get_prandom_u32`); 0 and 1: every one.
     pub rate: u32,
+    /// At most this many samples a second, a burst of as many (0: no
+    /// cap): a token bucket in `cap_fd`, charged as a `police` rule's
+    /// (the ring is not touched for a sample over it).
+    pub max_pps: u64,
+    /// A BPF array of one `u64`, the cap's bucket (unused without a cap).
+    pub cap_fd: i32,
+}
+
+impl SampleTap {
+    /// The cap as a `police` rule's bucket: a sample costs 1e9 / `max_pps`
+    /// ns, and `max_pps` back to back conform (the writer's own cap, a
+    /// token bucket of `max_pps` tokens, lets as many through); `None`
+    /// without a cap (or one past 1e9 a second, which the clock cannot
+    /// tell from none).
+    pub fn cap(&self) -> Option<crate::police::PoliceCode> {
+        let cost = 1_000_000_000u64.checked_div(self.max_pps).filter(|&c| c > 0)?;
+        Some(crate::police::PoliceCode {
+            base: 0,
+            per: None,
+            tolerance_ns: cost * (self.max_pps - 1),
+            cost: crate::police::Cost::Fixed(cost),
+        })
+    }
 }
 
 /// A sample in the ring: a header of four `u32`s in host order, then the
@@ -320,6 +344,9 @@ pub mod record {
 /// Where the context pointer is kept on the stack when sampling or
 /// matching `iface` (the tables' slots end at -88).
 const CTX_SLOT: i16 = -96;
+/// Where the sampling block keeps the counter slot (R9) while the cap's
+/// check clobbers it.
+const SAMPLE_SLOT: i16 = -112;
 /// `struct xdp_md`'s `ingress_ifindex`.
 const XDP_MD_INGRESS_IFINDEX: i16 = 12;
 
@@ -513,6 +540,24 @@ fn sample_block(a: &mut Asm, tap: &SampleTap) {
     if tap.rate > 1 {
         a.call(HELPER_GET_PRANDOM_U32);
         a.jmp32_imm(Cond::Ge, R0, (1u64 << 32).div_ceil(u64::from(tap.rate)) as u32, out);
+    }
+    if let Some(cap) = tap.cap() {
+        // Over the cap: counted, and the ring never touched.
+        let over = a.label();
+        let within = a.label();
+        a.stx(Size::DW, FP, SAMPLE_SLOT, R9);
+        let keys = crate::police::KeySlots {
+            ipv: slot::IPV,
+            v4: [slot::SRC4, slot::DST4],
+            v6: [[slot::SRC6_HI, slot::SRC6_LO], [slot::DST6_HI, slot::DST6_LO]],
+        };
+        crate::police::emit(a, &cap, tap.cap_fd, &keys, slot::KEY, over);
+        a.ja(within);
+        a.bind(over);
+        count(a, tap.lost_fd, 1);
+        a.ja(out);
+        a.bind(within);
+        a.ldx(Size::DW, R9, FP, SAMPLE_SLOT);
     }
     a.ld_map(R1, tap.ring_fd);
     a.mov_imm(R2, record::SIZE as i32);

@@ -160,9 +160,10 @@ fn open_samples(
     let Some(flags) = &config.sample else { return Ok(None) };
     // A live link: a full queue loses the sample, never time on the reader.
     let Some(cfg) = flags.config(Backpressure::Shed) else { return Ok(None) };
-    let ring = crate::samples::SampleRing::new(flags.sample_rate)?;
-    // The rate is drawn in the kernel: the writer keeps every sample it gets.
-    let cfg = sluice_pipeline::sample::SampleConfig { rate: 1, port_names: config.ifaces.clone(), ..cfg };
+    let ring = crate::samples::SampleRing::new(flags.sample_rate, flags.sample_max_pps)?;
+    // The rate is drawn and the cap applied in the kernel: the writer
+    // keeps every sample it gets.
+    let cfg = sluice_pipeline::sample::SampleConfig { rate: 1, max_pps: 0, port_names: config.ifaces.clone(), ..cfg };
     // Samples come with their rule named (`offer_decided`): the writer
     // explains nothing under rules of its own.
     let rules = Arc::new(sluice_engine::snapshot::Published::new(sluice_engine::RuleSet::empty()));
@@ -636,6 +637,13 @@ impl Running for Shield {
             if let Some(e) = &error {
                 tracing::warn!("{e}");
             }
+            // Over the cap in the kernel: the writer's `over_cap`, as on
+            // the bridge (where the writer applies the cap).
+            let report = report.map(|mut r| {
+                r.counts.over_cap += ring.over_cap();
+                r.counts.drops_seen += ring.over_cap();
+                r
+            });
             SampleSummary { report, lost_ring_full: ring.lost() }
         });
         Ok(ShieldSummary {

@@ -33,23 +33,43 @@ fn udp(src: [u8; 4], dport: u16, pad: usize) -> Vec<u8> {
 struct Ring {
     ring: BpfMap,
     lost: BpfMap,
+    cap: BpfMap,
 }
 
 impl Ring {
     fn new(bytes: u32) -> Ring {
         Ring {
             ring: BpfMap::new(MapType::RingBuf, 0, 0, bytes, 0, "test_samples").unwrap(),
-            lost: BpfMap::new(MapType::PercpuArray, 4, 16, 1, 0, "test_lost").unwrap(),
+            lost: BpfMap::new(MapType::PercpuArray, 4, 16, 2, 0, "test_lost").unwrap(),
+            cap: BpfMap::new(MapType::Array, 4, 8, 1, 0, "test_cap").unwrap(),
         }
     }
 
     fn tap(&self, rate: u32) -> SampleTap {
-        SampleTap { ring_fd: self.ring.as_raw_fd(), lost_fd: self.lost.as_raw_fd(), rate }
+        self.capped(rate, 0)
+    }
+
+    fn capped(&self, rate: u32, max_pps: u64) -> SampleTap {
+        SampleTap {
+            ring_fd: self.ring.as_raw_fd(),
+            lost_fd: self.lost.as_raw_fd(),
+            rate,
+            max_pps,
+            cap_fd: self.cap.as_raw_fd(),
+        }
+    }
+
+    fn counted(&self, key: u32) -> u64 {
+        let v = self.lost.lookup(&key.to_ne_bytes()).unwrap().unwrap();
+        v.chunks_exact(16).map(|c| u64::from_ne_bytes(c[..8].try_into().unwrap())).sum()
     }
 
     fn lost(&self) -> u64 {
-        let v = self.lost.lookup(&0u32.to_ne_bytes()).unwrap().unwrap();
-        v.chunks_exact(16).map(|c| u64::from_ne_bytes(c[..8].try_into().unwrap())).sum()
+        self.counted(0)
+    }
+
+    fn over_cap(&self) -> u64 {
+        self.counted(1)
     }
 }
 
@@ -60,8 +80,12 @@ fn u32_at(r: &[u8], at: usize) -> u32 {
 const RULES: &str = "pass saddr 10.0.0.9\ndrop saddr 10.0.0.0/8\ndrop udp dport 53\n";
 
 fn compiled(ring: &Ring, rate: u32, undecodable_drop: bool) -> Compiled {
+    with_tap(ring.tap(rate), undecodable_drop)
+}
+
+fn with_tap(tap: SampleTap, undecodable_drop: bool) -> Compiled {
     let file = parse_rules("t.rules", RULES, std::path::Path::new(".")).unwrap();
-    let opts = Options { sample: Some(ring.tap(rate)), undecodable_drop, ..Options::default() };
+    let opts = Options { sample: Some(tap), undecodable_drop, ..Options::default() };
     Compiled::new(&file, &[], &opts).unwrap()
 }
 
@@ -175,8 +199,58 @@ fn without_sampling_the_program_has_no_sampling_instruction() {
     };
     let off = generate(&plan(None)).unwrap();
     assert!(calls(&off).is_empty());
-    let on = generate(&plan(Some(SampleTap { ring_fd: 5, lost_fd: 6, rate: 1 }))).unwrap();
+    let tap = |rate, max_pps| SampleTap { ring_fd: 5, lost_fd: 6, rate, max_pps, cap_fd: 7 };
+    let on = generate(&plan(Some(tap(1, 0)))).unwrap();
     assert_eq!(calls(&on), [131, 189, 132, 133], "one sampling block, no random draw at 1 in 1");
-    let on = generate(&plan(Some(SampleTap { ring_fd: 5, lost_fd: 6, rate: 8 }))).unwrap();
+    let on = generate(&plan(Some(tap(8, 0)))).unwrap();
     assert_eq!(calls(&on)[0], 7);
+    // A cap: the clock read (5) before the ring is reserved.
+    let capped = generate(&plan(Some(tap(8, 100)))).unwrap();
+    let clock = capped.iter().position(|i| i.code == 0x85 && i.imm == 5).expect("the cap reads the clock");
+    let reserve = capped.iter().position(|i| i.code == 0x85 && i.imm == 131).unwrap();
+    assert!(clock < reserve);
+}
+
+/// `--sample-max-pps` in the kernel: under a flood of drops (every one a
+/// candidate, a ring with room for all), the ring receives at most the
+/// cap's burst and its rate over the time the flood took, and every other
+/// candidate is counted over the cap; a full ring loses none.
+#[test]
+fn the_kernel_caps_samples_at_max_pps_and_counts_the_rest() {
+    if !can_load() {
+        return;
+    }
+    const CAP: u64 = 20;
+    let ring = Ring::new(1 << 20);
+    let prog = with_tap(ring.capped(1, CAP), false);
+    let frame = udp([10, 1, 2, 3], 80, 10);
+    // A flood for half a second, in runs of 1,000 drops.
+    let started = std::time::Instant::now();
+    let mut drops = 0u64;
+    while started.elapsed() < std::time::Duration::from_millis(500) {
+        for _ in 0..1000 {
+            assert_eq!(prog.test_run(&frame).unwrap(), XDP_DROP as u32);
+        }
+        drops += 1000;
+    }
+    let took = started.elapsed().as_secs_f64();
+    let records = RingReader::new(&ring.ring).unwrap().drain(|_| {}) as u64;
+    // The burst (CAP back to back), then CAP a second; one more for the
+    // bucket's ns rounding down.
+    let most = CAP + (CAP as f64 * took).ceil() as u64 + 1;
+    eprintln!("{records} records, {} over the cap, of {drops} drops in {took:.3} s at {CAP}/s", ring.over_cap());
+    assert!((CAP..=most).contains(&records), "{records} records in {took:.3} s at {CAP}/s");
+    assert!(records > CAP, "the bucket refills: {records} in {took:.3} s");
+    assert_eq!(records + ring.over_cap(), drops, "every candidate is a record or over the cap");
+    assert_eq!(ring.lost(), 0);
+
+    // The bucket is the ring's, not the program's: a new program (a
+    // reload) finds it as charged as it was.
+    let again = with_tap(ring.capped(1, CAP), false);
+    let before = ring.over_cap();
+    assert_eq!(again.test_run(&frame).unwrap(), XDP_DROP as u32);
+    let took = started.elapsed().as_secs_f64();
+    let now = RingReader::new(&ring.ring).unwrap().drain(|_| {}) as u64;
+    assert!(records + now <= CAP + (CAP as f64 * took).ceil() as u64 + 1, "{now} more after the reload");
+    assert_eq!(now + ring.over_cap() - before, 1);
 }

@@ -480,12 +480,18 @@ fn check(seed: u64) -> Result<Met, TestCaseError> {
     // verdicts and counters below are the same with it.
     let ring = r.chance(2).then(|| {
         let ring = BpfMap::new(MapType::RingBuf, 0, 0, 4096, 0, "t_samples").unwrap();
-        (ring, BpfMap::new(MapType::PercpuArray, 4, 16, 1, 0, "t_lost").unwrap())
+        let cap = BpfMap::new(MapType::Array, 4, 8, 1, 0, "t_cap").unwrap();
+        (ring, BpfMap::new(MapType::PercpuArray, 4, 16, 2, 0, "t_lost").unwrap(), cap)
     });
-    let sample = ring.as_ref().map(|(ring, lost)| SampleTap {
+    // Half of those with a kernel cap on the samples (drawn apart, so that
+    // the rules and frames stay the seed's).
+    let mut cr = Rng((seed ^ 0xca9) | 1);
+    let sample = ring.as_ref().map(|(ring, lost, cap)| SampleTap {
         ring_fd: ring.as_raw_fd(),
         lost_fd: lost.as_raw_fd(),
         rate: 1 + r.below(3) as u32,
+        max_pps: if cr.chance(2) { 1 + cr.below(50) } else { 0 },
+        cap_fd: cap.as_raw_fd(),
     });
     // Counter rows for some of the interfaces (none, some, all; in some
     // order), drawn apart so that the rules and frames stay the seed's:
