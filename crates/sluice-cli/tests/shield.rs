@@ -1351,6 +1351,11 @@ fn metrics_count_each_interfaces_packets_by_verdict() {
     assert_eq!(sample(&text, "sluice_shield_default_packets_total{}"), 2);
     let summary = shield.stop();
     assert_eq!(summary["interfaces"].as_array().unwrap().len(), 2, "{summary}");
+    for (i, (pass, drop, len)) in want.iter().enumerate() {
+        let at = &summary["interfaces"][i];
+        let got = [&at["passed"], &at["passed_bytes"], &at["dropped"], &at["dropped_bytes"]].map(|v| v.as_u64());
+        assert_eq!(got, [pass, &(pass * len), drop, &(drop * len)].map(|&n| Some(n)), "{summary}");
+    }
 }
 
 /// `--sample-max-pps` in the kernel: a flood of 300 dropped frames at a

@@ -625,7 +625,7 @@ impl Running for Shield {
         self.control.stop();
         // Counted before the links go: after, nothing more is judged.
         let mut k = self.kernel.lock().unwrap_or_else(PoisonError::into_inner);
-        let counts = k.compiled.counts()?;
+        let (counts, ifaces) = k.compiled.counts_and_ifaces()?;
         let police_dropped = k.compiled.police_dropped()?;
         let rules = k.compiled.rule_texts().to_vec();
         let (reloads, reloads_failed) = (k.reloads, k.reloads_failed);
@@ -650,6 +650,7 @@ impl Running for Shield {
             attached: self.attached,
             rules,
             counts,
+            ifaces,
             police_dropped,
             reloads,
             reloads_failed,
@@ -667,6 +668,9 @@ pub struct ShieldSummary {
     pub rules: Vec<String>,
     /// Per rule (since the last reload), then default and undecodable.
     pub counts: Vec<Count>,
+    /// Per interface, as `attached` (since the last reload): what came in
+    /// on it by verdict (then the row of frames from any other).
+    pub ifaces: Vec<crate::IfaceCount>,
     /// Per rule: a `police` rule's packets over its rate; `None` for the others.
     pub police_dropped: Vec<Option<u64>>,
     /// Reloads swapped into the kernel, and those it refused.
@@ -709,8 +713,12 @@ impl ShieldSummary {
 impl Summary for ShieldSummary {
     fn text(&self) -> String {
         let mut out = String::new();
-        for a in &self.attached {
-            out += &format!("shield on {} ({} XDP)\n", a.iface, a.mode);
+        for (i, a) in self.attached.iter().enumerate() {
+            let c = self.ifaces.get(i).copied().unwrap_or_default();
+            out += &format!(
+                "shield on {} ({} XDP): {} passed, {} dropped\n",
+                a.iface, a.mode, c.pass.packets, c.drop.packets
+            );
             if let Some(p) = &a.pinned {
                 out += &format!("  still enforcing: its link is pinned at {} (remove it to detach)\n", p.display());
             }
@@ -740,10 +748,16 @@ impl Summary for ShieldSummary {
     fn json(&self) -> serde_json::Value {
         let count = |c: &Count| serde_json::json!({ "packets": c.packets, "bytes": c.bytes });
         let mut v = serde_json::json!({
-            "interfaces": self.attached.iter().map(|a| serde_json::json!({
-                "iface": a.iface, "mode": a.mode, "fell_back": a.fell_back, "replaced": a.replaced,
-                "pinned": a.pinned.as_ref().map(|p| p.display().to_string()), "adopted": a.adopted,
-            })).collect::<Vec<_>>(),
+            "interfaces": self.attached.iter().enumerate().map(|(i, a)| {
+                // The bridge's `per_port` names.
+                let c = self.ifaces.get(i).copied().unwrap_or_default();
+                serde_json::json!({
+                    "iface": a.iface, "mode": a.mode, "fell_back": a.fell_back, "replaced": a.replaced,
+                    "pinned": a.pinned.as_ref().map(|p| p.display().to_string()), "adopted": a.adopted,
+                    "passed": c.pass.packets, "passed_bytes": c.pass.bytes,
+                    "dropped": c.drop.packets, "dropped_bytes": c.drop.bytes,
+                })
+            }).collect::<Vec<_>>(),
             "rules": self.rules.iter().zip(&self.counts).enumerate().map(|(i, (r, c))| {
                 let mut row = serde_json::json!({ "rule": r, "packets": c.packets, "bytes": c.bytes });
                 // As the bridge's row of a police rule.
