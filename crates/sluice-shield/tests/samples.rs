@@ -2,7 +2,8 @@
 //! program (`BPF_PROG_TEST_RUN`) leaves one ring buffer record naming the
 //! counter slot that dropped it and holding the frame's first bytes; a
 //! passed frame leaves none; a full ring loses the sample, never the
-//! verdict. Without sampling the program has no sampling instruction.
+//! verdict. Without sampling the program has no sampling instruction (nor,
+//! without interfaces, any for the counters' interface rows).
 //!
 //! Needs root (or CAP_BPF + CAP_PERFMON): skipped without unless
 //! `SLUICE_REQUIRE_LIVE=1` (CI), when it fails.
@@ -176,7 +177,7 @@ fn a_full_ring_loses_samples_not_verdicts_and_the_rate_keeps_about_one_in_n() {
 fn without_sampling_the_program_has_no_sampling_instruction() {
     use sluice_shield::program::{generate, Plan};
     let file = parse_rules("t.rules", "drop udp dport 53\n", std::path::Path::new(".")).unwrap();
-    let plan = |sample| Plan {
+    let plan = |sample: Option<SampleTap>| Plan {
         rules: &file.rules,
         addr_sets: vec![Vec::new()],
         default_drop: true,
@@ -253,4 +254,40 @@ fn the_kernel_caps_samples_at_max_pps_and_counts_the_rest() {
     let now = RingReader::new(&ring.ring).unwrap().drain(|_| {}) as u64;
     assert!(records + now <= CAP + (CAP as f64 * took).ceil() as u64 + 1, "{now} more after the reload");
     assert_eq!(now + ring.over_cap() - before, 1);
+}
+
+/// Interface rows: a program without interfaces reads no ingress index
+/// (not one instruction for the rows); with two, the index is read once at
+/// entry and compared with each.
+#[test]
+fn interface_rows_are_chosen_once_and_cost_nothing_without_interfaces() {
+    use sluice_shield::program::{generate, Plan};
+    let file = parse_rules("t.rules", "count udp dport 9\ndrop udp dport 53\n", std::path::Path::new(".")).unwrap();
+    let plan = |ifaces: Vec<u32>| Plan {
+        rules: &file.rules,
+        addr_sets: vec![Vec::new(), Vec::new()],
+        default_drop: false,
+        undecodable_drop: true,
+        v4mapped: false,
+        dry_run: false,
+        counters_fd: 3,
+        scratch_fd: 4,
+        sample: None,
+        police: vec![None, None],
+        buckets_fd: -1,
+        over_fd: -1,
+        ifindexes: Vec::new(),
+        skip_to: Vec::new(),
+        ifaces,
+    };
+    // `ldx w rX, [r1 + 12]`: ctx->ingress_ifindex.
+    let reads = |insns: &[sluice_live::bpf::Insn]| {
+        insns.iter().filter(|i| i.code == 0x61 && i.regs >> 4 == 1 && i.off == 12).count()
+    };
+    let (none, two) = (generate(&plan(Vec::new())).unwrap(), generate(&plan(vec![7, 9])).unwrap());
+    assert_eq!((reads(&none), reads(&two)), (0, 1));
+    // `jne rX, 7` and `jne rX, 9`: one compare per interface.
+    let compares =
+        |insns: &[sluice_live::bpf::Insn]| insns.iter().filter(|i| i.code == 0x55 && [7, 9].contains(&i.imm)).count();
+    assert_eq!((compares(&none), compares(&two)), (0, 2));
 }
