@@ -84,10 +84,11 @@ pub fn run(a: ShieldArgs) -> Result<Outcome> {
         undecodable_drop: matches!(a.undecodable, VerdictFlag::Drop),
         v4mapped: a.rules.v4mapped,
         dry_run: a.dry_run,
-        // Filled in by the shield with its ring's maps, and its counters
-        // of drops by origin.
+        // Filled in by the shield: its ring's maps, its counters of drops
+        // by origin, its interfaces' indexes.
         sample: None,
         origins: None,
+        ifaces: Vec::new(),
     };
     let config = ShieldConfig {
         ifaces: a.ifaces,

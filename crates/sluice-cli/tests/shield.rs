@@ -137,13 +137,20 @@ struct Shield {
 impl Shield {
     /// Starts it and waits until it says it is on.
     fn start(h: &Host, args: &[&str]) -> Shield {
-        let mut child = in_host(h, SLUICE)
-            .args(["shield", "--iface", &h.dev, "--json"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut cmd = in_host(h, SLUICE);
+        cmd.args(["shield", "--iface", &h.dev, "--json"]).args(args);
+        Shield::spawn(cmd)
+    }
+
+    /// `sluice shield --json ARGS` in this namespace (the interfaces in `args`).
+    fn start_here(args: &[&str]) -> Shield {
+        let mut cmd = Command::new(SLUICE);
+        cmd.args(["shield", "--json"]).args(args);
+        Shield::spawn(cmd)
+    }
+
+    fn spawn(mut cmd: Command) -> Shield {
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
         let mut err = BufReader::new(child.stderr.take().unwrap());
         let mut seen = String::new();
         loop {
@@ -1318,4 +1325,143 @@ fn police_and_iface_rules_are_enforced_on_a_veth() {
     assert_eq!(packets, vec![200, 1, 0], "{summary}");
     assert_eq!(summary["rules"][0]["police_dropped"], 178, "{summary}");
     assert!(summary["rules"][1].get("police_dropped").is_none(), "{summary}");
+}
+
+/// `--metrics` per interface: a shield on two interfaces (`--iface a
+/// --iface b`), frames sent into each that a drop rule, a pass rule and
+/// the default decide; `sluice_packets` and `sluice_bytes` by port,
+/// interface and verdict are exactly what was sent to each (the veths are
+/// quiet: no IPv6 of the kernel's own), and the rule counters are their
+/// sums over both.
+#[test]
+fn metrics_count_each_interfaces_packets_by_verdict() {
+    if !live_or_skip("metrics_count_each_interfaces_packets_by_verdict") {
+        return;
+    }
+    let topo = live::Topology::new("shif");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ifaces.rules");
+    std::fs::write(&file, "drop udp dport 7\npass udp dport 8\ndefault drop\n").unwrap();
+    let (a, b) = (topo.a.near.as_str(), topo.b.near.as_str());
+    let shield = Shield::start_here(&[
+        "--iface",
+        a,
+        "--iface",
+        b,
+        "--rules",
+        file.to_str().unwrap(),
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
+    let addr = shield.metrics_addr();
+    // Per interface: frames to drop (dport 7), to pass (8), for the default (9: drop).
+    let sends = [(&topo.ns_a.name, &topo.a.far, [5u32, 3, 2]), (&topo.ns_b.name, &topo.b.far, [4, 6, 0])];
+    let mut want = Vec::new();
+    let mut seq = 0;
+    for (ns, far, [drop, pass, default]) in sends {
+        let frames: Vec<Vec<u8>> = [(7, drop), (8, pass), (9, default)]
+            .into_iter()
+            .flat_map(|(dport, n)| (0..n).map(move |_| dport))
+            .map(|dport| {
+                seq += 1;
+                udp([10, 7, 0, 1], dport, seq)
+            })
+            .collect();
+        let len = frames[0].len() as u64;
+        Endpoint::open(ns, far).send_all(&frames);
+        want.push((u64::from(pass), u64::from(drop + default), len));
+    }
+    let total: u64 = want.iter().map(|(p, d, _)| p + d).sum();
+    let m = |addr: &str| {
+        let out = Command::new("curl").args(["-sf", "--max-time", "5", &format!("http://{addr}/metrics")]).output();
+        String::from_utf8(out.unwrap().stdout).unwrap()
+    };
+    let series =
+        |port: usize, iface: &str, verdict: &str| format!(r#"{{port="{port}",iface="{iface}",verdict="{verdict}"}}"#);
+    let counted = |text: &str| {
+        [a, b]
+            .iter()
+            .enumerate()
+            .flat_map(|(p, i)| {
+                ["pass", "drop"].map(|v| sample(text, &format!("sluice_packets_total{}", series(p, i, v))))
+            })
+            .sum::<u64>()
+    };
+    let mut text = m(&addr);
+    assert!(
+        live::wait_until(Duration::from_secs(5), || {
+            text = m(&addr);
+            counted(&text) >= total
+        }),
+        "{text}"
+    );
+    for (p, (iface, (pass, drop, len))) in [a, b].iter().zip(&want).enumerate() {
+        assert_eq!(sample(&text, &format!("sluice_packets_total{}", series(p, iface, "pass"))), *pass, "{text}");
+        assert_eq!(sample(&text, &format!("sluice_packets_total{}", series(p, iface, "drop"))), *drop, "{text}");
+        assert_eq!(sample(&text, &format!("sluice_bytes_total{}", series(p, iface, "pass"))), pass * len, "{text}");
+        assert_eq!(sample(&text, &format!("sluice_bytes_total{}", series(p, iface, "drop"))), drop * len, "{text}");
+    }
+    assert_eq!(text.matches("sluice_packets_total{").count(), 4, "two interfaces, two verdicts: {text}");
+    let rule = |line: usize, rule: &str, action: &str| {
+        sample(&text, &format!(r#"sluice_rule_packets_total{{line="{line}",rule="{rule}",action="{action}"}}"#))
+    };
+    assert_eq!(rule(1, "drop udp dport 7", "drop"), 9);
+    assert_eq!(rule(2, "pass udp dport 8", "pass"), 9);
+    assert_eq!(sample(&text, "sluice_shield_default_packets_total{}"), 2);
+    let summary = shield.stop();
+    assert_eq!(summary["interfaces"].as_array().unwrap().len(), 2, "{summary}");
+    for (i, (pass, drop, len)) in want.iter().enumerate() {
+        let at = &summary["interfaces"][i];
+        let got = [&at["passed"], &at["passed_bytes"], &at["dropped"], &at["dropped_bytes"]].map(|v| v.as_u64());
+        assert_eq!(got, [pass, &(pass * len), drop, &(drop * len)].map(|&n| Some(n)), "{summary}");
+    }
+}
+
+/// `--sample-max-pps` in the kernel: a flood of 300 dropped frames at a
+/// cap of 5 a second leaves at most the burst and the rate's worth of
+/// samples over the time it took written, and every other drop counted
+/// `over_cap` (the metric and the summary), none lost to the ring.
+#[test]
+fn a_drop_flood_is_sampled_no_faster_than_max_pps() {
+    if !live_or_skip("a_drop_flood_is_sampled_no_faster_than_max_pps") {
+        return;
+    }
+    let h = Host::new("shc");
+    let dir = tempfile::tempdir().unwrap();
+    let file = rules(dir.path());
+    let samples = dir.path().join("flood.pcapng");
+    let args = [
+        "--rules",
+        file.to_str().unwrap(),
+        "--sample-drops",
+        samples.to_str().unwrap(),
+        "--sample-max-pps",
+        "5",
+        "--metrics",
+        "127.0.0.1:0",
+    ];
+    let started = std::time::Instant::now();
+    let shield = Shield::start(&h, &args);
+    const N: u64 = 300;
+    let frames: Vec<_> = (0..N as u32).map(|i| udp([10, 8, 0, 5], 53, i)).collect();
+    assert_eq!(through(&h, &frames), BTreeSet::new());
+    let addr = shield.metrics_addr();
+    let count = |m: &str, result: &str| sample(m, &format!(r#"sluice_drop_samples_total{{result="{result}"}}"#));
+    let mut m = String::new();
+    for _ in 0..50 {
+        m = scrape(&h, &addr);
+        if count(&m, "written") + count(&m, "over_cap") >= N {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let took = started.elapsed().as_secs_f64();
+    let written = count(&m, "written");
+    assert_eq!(written + count(&m, "over_cap"), N, "{m}");
+    assert!((5..=5 + (5.0 * took).ceil() as u64 + 1).contains(&written), "{written} written in {took:.2} s: {m}");
+    assert_eq!(count(&m, "ring_full"), 0, "{m}");
+    let summary = shield.stop();
+    let s = &summary["samples"];
+    assert_eq!(s["over_cap"].as_u64(), Some(N - written), "{summary}");
+    assert_eq!(s["lost_ring_full"].as_u64(), Some(0), "{summary}");
 }

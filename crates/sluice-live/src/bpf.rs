@@ -943,28 +943,19 @@ impl XdpProgram {
     /// interface up in the caller's namespace, so it must exist there).
     pub fn test_run_on(&self, frame: &[u8], ifindex: u32) -> Result<u32> {
         let ctx = XdpMd { data_end: frame.len() as u32, ingress_ifindex: ifindex, ..Default::default() };
-        let mut out = vec![0u8; frame.len() + 256];
-        let mut attr = TestRunAttr {
-            prog_fd: self.fd.as_raw_fd() as u32,
-            data_size_in: frame.len() as u32,
-            data_size_out: out.len() as u32,
-            data_in: frame.as_ptr() as u64,
-            data_out: out.as_mut_ptr() as u64,
-            repeat: 1,
-            ctx_size_in: std::mem::size_of::<XdpMd>() as u32,
-            ctx_in: &ctx as *const XdpMd as u64,
-            ..Default::default()
-        };
-        // SAFETY: `frame` and `ctx` (read, their sizes given) and `out` (written,
-        // `data_size_out` bytes) outlive the call; no `ctx_out` is given.
-        unsafe { sys_bpf(BPF_PROG_TEST_RUN, &mut attr) }
-            .map_err(|e| LiveError::io("BPF_PROG_TEST_RUN", NEEDS_BPF, e))?;
-        Ok(attr.retval)
+        self.run_test(frame, 1, Some(&ctx)).map(|(action, _)| action)
     }
 
     /// Runs the program `repeat` times on `frame`: its action and the
     /// kernel's mean time per run in ns.
     pub fn test_run_repeat(&self, frame: &[u8], repeat: u32) -> Result<(u32, u32)> {
+        self.run_test(frame, repeat, None)
+    }
+
+    /// `BPF_PROG_TEST_RUN`: `frame` run `repeat` times, with `ctx` as the
+    /// `xdp_md` when given (else the kernel's: loopback, queue 0); the
+    /// action and the mean ns per run.
+    fn run_test(&self, frame: &[u8], repeat: u32, ctx: Option<&XdpMd>) -> Result<(u32, u32)> {
         let mut out = vec![0u8; frame.len() + 256];
         let mut attr = TestRunAttr {
             prog_fd: self.fd.as_raw_fd() as u32,
@@ -975,8 +966,12 @@ impl XdpProgram {
             repeat,
             ..Default::default()
         };
-        // SAFETY: `frame` (read, `data_size_in` bytes) and `out` (written, `data_size_out`
-        // bytes) outlive the call.
+        if let Some(ctx) = ctx {
+            attr.ctx_size_in = std::mem::size_of::<XdpMd>() as u32;
+            attr.ctx_in = ctx as *const XdpMd as u64;
+        }
+        // SAFETY: `frame` and `ctx` (read, their sizes given) and `out` (written,
+        // `data_size_out` bytes) outlive the call; no `ctx_out` is given.
         unsafe { sys_bpf(BPF_PROG_TEST_RUN, &mut attr) }
             .map_err(|e| LiveError::io("BPF_PROG_TEST_RUN", NEEDS_BPF, e))?;
         Ok((attr.retval, attr.duration))

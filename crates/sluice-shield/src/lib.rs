@@ -65,6 +65,10 @@ pub struct Options {
     /// dynamic set's elements ([`origins::OriginCounts`]; the CrowdSec
     /// feed's set).
     pub origins: Option<origins::OriginTap>,
+    /// The interfaces whose packets and bytes are counted apart, by
+    /// ifindex (the shield's `--iface`s, in order; [`program::Plan::ifaces`],
+    /// [`Compiled::iface_counts`]). Empty: no interface rows.
+    pub ifaces: Vec<u32>,
 }
 
 /// A rule's counter: packets and bytes (summed over CPUs).
@@ -72,6 +76,30 @@ pub struct Options {
 pub struct Count {
     pub packets: u64,
     pub bytes: u64,
+}
+
+impl std::ops::AddAssign for Count {
+    fn add_assign(&mut self, c: Count) {
+        self.packets += c.packets;
+        self.bytes += c.bytes;
+    }
+}
+
+/// What came in on one interface, by the verdict the rules gave it: the
+/// sum of the counters a packet ends at (a `pass` or `drop` rule, a
+/// `police` rule's over-rate drops, the default, undecodable frames) in
+/// the interface's row. Under `--dry-run`, `drop` is what the rules
+/// would have dropped (as the bridge counts it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IfaceCount {
+    pub pass: Count,
+    pub drop: Count,
+}
+
+impl IfaceCount {
+    fn add(&mut self, drop: bool, c: Count) {
+        *if drop { &mut self.drop } else { &mut self.pass } += c;
+    }
 }
 
 /// Rules compiled and loaded into the kernel: the program, its counters
@@ -93,8 +121,25 @@ pub struct Compiled {
     buckets: Option<BpfMap>,
     police: Vec<Option<police::PoliceCode>>,
     /// Per rule (per CPU): packets and bytes a `police` rule found over
-    /// its rate; `None` when no rule polices.
+    /// its rate, in rows as `counters`; `None` when no rule polices.
     over: Option<BpfMap>,
+    /// Rows of counters: one per interface in [`Options::ifaces`], and one
+    /// for the others (1 without interfaces).
+    rows: u32,
+    /// Where the default and undecodable frames go: drop (else pass).
+    default_drop: bool,
+    undecodable_drop: bool,
+}
+
+/// Each slot's counter summed over the rows.
+fn sum_rows(rows: &[Vec<Count>]) -> Vec<Count> {
+    let mut sum = rows.first().cloned().unwrap_or_default();
+    for row in rows.iter().skip(1) {
+        for (s, &c) in sum.iter_mut().zip(row) {
+            *s += c;
+        }
+    }
+    sum
 }
 
 /// A dynamic set's most elements per family when its definition gives
@@ -239,15 +284,19 @@ impl Compiled {
                 Some(code)
             })
             .collect();
+        // A row of counters per interface (and one for the others): the
+        // over-rate counts in rows of the same stride, so one row offset
+        // serves both.
+        let rows = program::rows(&opts.ifaces);
+        let slots = (rules.len() as u32 + program::EXTRA_COUNTERS) * rows;
         let (buckets, over) = if next_bucket > 0 {
             (
                 Some(BpfMap::new(MapType::Array, 4, 8, next_bucket, 0, "sluice_police")?),
-                Some(BpfMap::new(MapType::PercpuArray, 4, 16, rules.len() as u32, 0, "sluice_over")?),
+                Some(BpfMap::new(MapType::PercpuArray, 4, 16, slots, 0, "sluice_over")?),
             )
         } else {
             (None, None)
         };
-        let slots = rules.len() as u32 + program::EXTRA_COUNTERS;
         let counters = BpfMap::new(MapType::PercpuArray, 4, 16, slots, 0, "sluice_counts")?;
         let scratch = BpfMap::new(MapType::PercpuArray, 4, program::SUMMARY_BYTES, 1, 0, "sluice_scratch")?;
         let plan = program::Plan {
@@ -266,6 +315,7 @@ impl Compiled {
             ifindexes,
             skip_to,
             origin_counts_fd: opts.origins.as_ref().map(|o| o.counts_fd),
+            ifaces: opts.ifaces.clone(),
         };
         let insns = program::generate(&plan).map_err(|e| ShieldError::Unsupported {
             file: file.source.clone(),
@@ -289,6 +339,9 @@ impl Compiled {
             buckets,
             police,
             over,
+            rows,
+            default_drop: file.default == Action::Drop,
+            undecodable_drop: opts.undecodable_drop,
         })
     }
 
@@ -354,13 +407,16 @@ impl Compiled {
     /// (dropped, or under `--dry-run` passed), as the engine's
     /// `police_dropped`; `None` for the other rules.
     pub fn police_dropped(&self) -> Result<Vec<Option<u64>>, ShieldError> {
-        (0..self.rules)
+        let over = match &self.over {
+            Some(map) => self.read_rows(map)?,
+            None => Vec::new(),
+        };
+        Ok((0..self.rules)
             .map(|r| {
-                let (Some(_), Some(map)) = (self.police[r], &self.over) else { return Ok(None) };
-                let v = map.lookup(&(r as u32).to_ne_bytes())?.unwrap_or_default();
-                Ok(Some(v.chunks_exact(16).map(|cpu| u64::from_ne_bytes(cpu[..8].try_into().expect("8 bytes"))).sum()))
+                self.police[r]?;
+                Some(over.iter().map(|row| row[r].packets).sum())
             })
-            .collect()
+            .collect())
     }
 
     /// Kernel memory the `police` buckets take, in bytes (8 a bucket).
@@ -369,18 +425,66 @@ impl Compiled {
     }
 
     /// Each rule's counter, in rule order, then the default's and the
-    /// undecodable frames' ([`program::Extra`]).
+    /// undecodable frames' ([`program::Extra`]): summed over the CPUs and
+    /// the interface rows.
     pub fn counts(&self) -> Result<Vec<Count>, ShieldError> {
-        let slots = self.rules as u32 + program::EXTRA_COUNTERS;
-        (0..slots)
-            .map(|i| {
-                let v = self.counters.lookup(&i.to_ne_bytes())?.unwrap_or_default();
-                let mut c = Count::default();
-                for cpu in v.chunks_exact(16) {
-                    c.packets += u64::from_ne_bytes(cpu[..8].try_into().expect("8 bytes"));
-                    c.bytes += u64::from_ne_bytes(cpu[8..].try_into().expect("8 bytes"));
+        Ok(sum_rows(&self.read_rows(&self.counters)?))
+    }
+
+    /// Per interface row ([`Options::ifaces`] in order, then the one for
+    /// every other interface): its packets and bytes by verdict.
+    pub fn iface_counts(&self) -> Result<Vec<IfaceCount>, ShieldError> {
+        Ok(self.counts_and_ifaces()?.1)
+    }
+
+    /// [`Compiled::counts`] and [`Compiled::iface_counts`] of one reading.
+    pub fn counts_and_ifaces(&self) -> Result<(Vec<Count>, Vec<IfaceCount>), ShieldError> {
+        let rows = self.read_rows(&self.counters)?;
+        let over = match &self.over {
+            Some(map) => self.read_rows(map)?,
+            None => Vec::new(),
+        };
+        let extra = |e: program::Extra| self.rules + e as usize;
+        let ifaces = rows
+            .iter()
+            .enumerate()
+            .map(|(i, row)| {
+                let mut v = IfaceCount::default();
+                for (r, &(_, action)) in self.lines.iter().enumerate() {
+                    match action {
+                        Action::Drop => v.drop += row[r],
+                        Action::Pass => v.pass += row[r],
+                        // Over its rate: dropped (the rest goes on to a
+                        // later counter).
+                        Action::Police => v.drop += over.get(i).map_or(Count::default(), |o| o[r]),
+                        Action::Count => {}
+                    }
                 }
-                Ok(c)
+                v.add(self.default_drop, row[extra(program::Extra::Default)]);
+                v.add(self.undecodable_drop, row[extra(program::Extra::Undecodable)]);
+                v
+            })
+            .collect();
+        Ok((sum_rows(&rows), ifaces))
+    }
+
+    /// A per-CPU map of (packets, bytes) in rows of the counters' stride:
+    /// each row's slots, summed over the CPUs.
+    fn read_rows(&self, map: &BpfMap) -> Result<Vec<Vec<Count>>, ShieldError> {
+        let stride = self.rules as u32 + program::EXTRA_COUNTERS;
+        (0..self.rows)
+            .map(|row| {
+                (row * stride..(row + 1) * stride)
+                    .map(|i| {
+                        let v = map.lookup(&i.to_ne_bytes())?.unwrap_or_default();
+                        let mut c = Count::default();
+                        for cpu in v.chunks_exact(16) {
+                            c.packets += u64::from_ne_bytes(cpu[..8].try_into().expect("8 bytes"));
+                            c.bytes += u64::from_ne_bytes(cpu[8..].try_into().expect("8 bytes"));
+                        }
+                        Ok(c)
+                    })
+                    .collect()
             })
             .collect()
     }

@@ -108,13 +108,15 @@ struct KernelReading {
     rules: Vec<(usize, &'static str, String, crate::Count)>,
     default: crate::Count,
     undecodable: crate::Count,
+    /// Per `--iface`, in order (then the row of any other interface).
+    ifaces: Vec<crate::IfaceCount>,
     reloads: u64,
     reloads_failed: u64,
 }
 
 fn read_kernel(kernel: &Mutex<Kernel>) -> Result<KernelReading, crate::ShieldError> {
     let k = kernel.lock().unwrap_or_else(PoisonError::into_inner);
-    let counts = k.compiled.counts()?;
+    let (counts, ifaces) = k.compiled.counts_and_ifaces()?;
     let texts = k.compiled.rule_texts();
     let extra = |e: Extra| counts.get(texts.len() + e as usize).copied().unwrap_or_default();
     let rules = k
@@ -129,6 +131,7 @@ fn read_kernel(kernel: &Mutex<Kernel>) -> Result<KernelReading, crate::ShieldErr
         rules,
         default: extra(Extra::Default),
         undecodable: extra(Extra::Undecodable),
+        ifaces,
         reloads: k.reloads,
         reloads_failed: k.reloads_failed,
     })
@@ -190,6 +193,7 @@ impl Collector for Exporter {
             "Bytes (on the wire) of the undecodable frames.",
             &one(k.undecodable.bytes),
         )?;
+        iface_families(&mut enc, m.attached.get().map_or(&[][..], Vec::as_slice), &k.ifaces)?;
         let (state, socket) = &m.control;
         // A reload is in force once the kernel took its program: it fails
         // when the rules do not load (the controller's count) or when the
@@ -221,7 +225,8 @@ impl Collector for Exporter {
             let rows: Vec<_> = [
                 ("written", t.written),
                 ("queue_full", t.lost_queue_full),
-                ("over_cap", t.over_cap),
+                // Kernel-capped samples are over --sample-max-pps too.
+                ("over_cap", t.over_cap + ring.over_cap()),
                 ("write_error", t.write_errors),
                 ("ring_full", ring.lost()),
             ]
@@ -242,6 +247,38 @@ impl Collector for Exporter {
             &[(vec![], i64::from(m.dry_run))],
         )
     }
+}
+
+/// `sluice_packets` and `sluice_bytes` by interface and verdict, as the
+/// bridge's per port: each attached interface's row (the row of frames
+/// from any other interface, which only a test run gives the program, is
+/// in the rule counters and in no interface's).
+fn iface_families(
+    enc: &mut DescriptorEncoder,
+    attached: &[Attached],
+    rows: &[crate::IfaceCount],
+) -> Result<(), std::fmt::Error> {
+    let series = |f: fn(&crate::Count) -> u64| -> Vec<_> {
+        attached
+            .iter()
+            .zip(rows)
+            .enumerate()
+            .flat_map(|(port, (a, c))| {
+                [("pass", &c.pass), ("drop", &c.drop)].map(|(verdict, n)| {
+                    let labels =
+                        vec![("port", port.to_string()), ("iface", a.iface.clone()), ("verdict", verdict.to_owned())];
+                    (labels, f(n))
+                })
+            })
+            .collect()
+    };
+    counter(
+        enc,
+        "sluice_packets",
+        "Packets received on an interface, by the verdict the rules gave them (under --dry-run, drop is what they would have dropped).",
+        &series(|c| c.packets),
+    )?;
+    counter(enc, "sluice_bytes", "Bytes (on the wire) received on an interface, by verdict.", &series(|c| c.bytes))
 }
 
 /// The BGP feed's sessions and the routes in the kernel, refused flows by

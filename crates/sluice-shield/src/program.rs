@@ -63,8 +63,12 @@ mod slot {
     pub const END: i16 = L4_AT + 8;
     /// The walk's offset, stored and loaded back (see [`super::walk`]).
     pub const WALK_AT: i16 = END + 8;
+    /// The first counter slot of the row of the interface the frame came
+    /// in on (see [`super::Plan::ifaces`]): written at entry by a program
+    /// with interface rows, read by every count.
+    pub const ROW: i16 = WALK_AT + 8;
     /// The value's size.
-    pub const SIZE: u32 = WALK_AT as u32 + 8;
+    pub const SIZE: u32 = ROW as u32 + 8;
     /// A map key for helper calls, on the stack (below the frame pointer).
     pub const KEY: i16 = -8;
 }
@@ -237,8 +241,8 @@ pub struct Plan<'a> {
     pub v4mapped: bool,
     /// Count what would be dropped, drop nothing.
     pub dry_run: bool,
-    /// The per-CPU counters map (`rules + EXTRA_COUNTERS` slots of
-    /// packets and bytes).
+    /// The per-CPU counters map: a row of `rules + EXTRA_COUNTERS` slots of
+    /// packets and bytes per interface row ([`Plan::ifaces`], [`rows`]).
     pub counters_fd: i32,
     /// A per-CPU array of one [`SUMMARY_BYTES`] value: the packet's summary.
     pub scratch_fd: i32,
@@ -251,7 +255,8 @@ pub struct Plan<'a> {
     /// no rule polices).
     pub buckets_fd: i32,
     /// A per-CPU array of (packets, bytes) per rule: what each `police`
-    /// rule found over its rate (the engine's `Policer::over`).
+    /// rule found over its rate (the engine's `Policer::over`); rows as
+    /// `counters_fd`'s (the same slot numbers).
     pub over_fd: i32,
     /// The interfaces `iface` matches name, with their ifindex (resolved
     /// on the host when compiling).
@@ -267,6 +272,13 @@ pub struct Plan<'a> {
     /// matched, as the engine's `Stats::tag_drops`; `None`: not one
     /// instruction for it.
     pub origin_counts_fd: Option<i32>,
+    /// The interfaces the counters keep a row each for, by ifindex (the
+    /// shield's own, in `--iface` order): row `i` counts the frames that
+    /// came in on `ifaces[i]` (`ctx->ingress_ifindex`, compared once per
+    /// packet at entry), the row past them those from any other
+    /// interface (only `BPF_PROG_TEST_RUN` gives the program one). Empty:
+    /// one row, and not one instruction for it.
+    pub ifaces: Vec<u32>,
 }
 
 /// The slot of [`Plan::origin_counts_fd`] for origin tag `tag` and family
@@ -276,16 +288,49 @@ pub const fn origin_slot(tag: usize, v6: bool) -> usize {
     tag * 2 + v6 as usize
 }
 
+/// How many rows of counters a program with these interfaces has.
+pub fn rows(ifaces: &[u32]) -> u32 {
+    if ifaces.is_empty() {
+        1
+    } else {
+        ifaces.len() as u32 + 1
+    }
+}
+
 /// Where and how often dropped packets are sampled (`--sample-drops`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SampleTap {
     /// The `BPF_MAP_TYPE_RINGBUF` each sample is written to ([`record`]).
     pub ring_fd: i32,
-    /// A per-CPU array of one counter (packets, bytes): samples a full
-    /// ring had no room for.
+    /// A per-CPU array of counters (packets, bytes): at 0 the samples a
+    /// full ring had no room for, at 1 those over the cap (`max_pps`; a
+    /// map of one counts none of those).
     pub lost_fd: i32,
     /// Keep 1 in `rate` drops (at random: `bpf_get_prandom_u32`); 0 and 1: every one.
     pub rate: u32,
+    /// At most this many samples a second, a burst of as many (0: no
+    /// cap): a token bucket in `cap_fd`, charged as a `police` rule's
+    /// (the ring is not touched for a sample over it).
+    pub max_pps: u64,
+    /// A BPF array of one `u64`, the cap's bucket (unused without a cap).
+    pub cap_fd: i32,
+}
+
+impl SampleTap {
+    /// The cap as a `police` rule's bucket: a sample costs 1e9 / `max_pps`
+    /// ns, and `max_pps` back to back conform (the writer's own cap, a
+    /// token bucket of `max_pps` tokens, lets as many through); `None`
+    /// without a cap (or one past 1e9 a second, which the clock cannot
+    /// tell from none).
+    pub fn cap(&self) -> Option<crate::police::PoliceCode> {
+        let cost = 1_000_000_000u64.checked_div(self.max_pps).filter(|&c| c > 0)?;
+        Some(crate::police::PoliceCode {
+            base: 0,
+            per: None,
+            tolerance_ns: cost * (self.max_pps - 1),
+            cost: crate::police::Cost::Fixed(cost),
+        })
+    }
 }
 
 /// A sample in the ring: a header of four `u32`s in host order, then the
@@ -312,6 +357,9 @@ pub mod record {
 /// Where the context pointer is kept on the stack when sampling or
 /// matching `iface` (the tables' slots end at -88).
 const CTX_SLOT: i16 = -96;
+/// Where the sampling block keeps the counter slot (R9) while the cap's
+/// check clobbers it.
+const SAMPLE_SLOT: i16 = -112;
 /// `struct xdp_md`'s `ingress_ifindex`.
 const XDP_MD_INGRESS_IFINDEX: i16 = 12;
 
@@ -344,6 +392,23 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
     }
     a.ldx(Size::W, R7, R1, 0);
     a.ldx(Size::W, R8, R1, 4);
+    let rowed = !plan.ifaces.is_empty();
+    if rowed {
+        // R9 = the first counter slot of the interface's row (kept across
+        // the lookup below, stored into the summary once it is there).
+        let stride = plan.rules.len() as i32 + EXTRA_COUNTERS as i32;
+        let found = a.label();
+        a.ldx(Size::W, R2, R1, XDP_MD_INGRESS_IFINDEX);
+        for (row, &ifindex) in plan.ifaces.iter().enumerate() {
+            let next = a.label();
+            a.jmp_imm(Cond::Ne, R2, ifindex as i32, next);
+            a.mov_imm(R9, row as i32 * stride);
+            a.ja(found);
+            a.bind(next);
+        }
+        a.mov_imm(R9, plan.ifaces.len() as i32 * stride);
+        a.bind(found);
+    }
     // The summary lives in a per-CPU map value, not on the stack: the
     // verifier knows what is stored on the stack, so every way through
     // the parser (IPv4 or 6, fragment or not, ports or not...) would be a
@@ -358,6 +423,9 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
     a.exit();
     a.bind(have);
     a.mov(S, R0);
+    if rowed {
+        a.stx(Size::DW, S, slot::ROW, R9);
+    }
     let mut s = 0;
     while s < slot::OUTER_END {
         a.st_imm(Size::DW, S, s, 0);
@@ -384,7 +452,7 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
     a.mov_imm(R7, 0);
     a.mov_imm(R8, 0);
     let undecodable_slot = plan.rules.len() as i32 + Extra::Undecodable as i32;
-    count(&mut a, plan.counters_fd, undecodable_slot);
+    tally(&mut a, rowed, plan.counters_fd, undecodable_slot);
     verdict(&mut a, plan.undecodable_drop && !plan.dry_run, undecodable_slot, sample);
 
     a.bind(rules);
@@ -412,7 +480,7 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
         for m in &rule.matches {
             match_code(&mut a, m, &mut sets, &plan.ifindexes, next);
         }
-        count(&mut a, plan.counters_fd, r as i32);
+        tally(&mut a, rowed, plan.counters_fd, r as i32);
         // What a drop by this rule counts by origin, if anything.
         let by_origin = |a: &mut Asm| {
             if let Some(fd) = plan.origin_counts_fd {
@@ -444,7 +512,7 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
                 crate::police::emit(&mut a, code, plan.buckets_fd, &keys, slot::KEY, over);
                 a.ja(within);
                 a.bind(over);
-                count(&mut a, plan.over_fd, r as i32);
+                tally(&mut a, rowed, plan.over_fd, r as i32);
                 by_origin(&mut a);
                 verdict(&mut a, !plan.dry_run, r as i32, sample);
                 a.bind(within);
@@ -457,7 +525,7 @@ pub fn generate(plan: &Plan<'_>) -> Result<Vec<sluice_live::bpf::Insn>, crate::a
     }
     a.bind(starts[plan.rules.len()]);
     let default_slot = plan.rules.len() as i32 + Extra::Default as i32;
-    count(&mut a, plan.counters_fd, default_slot);
+    tally(&mut a, rowed, plan.counters_fd, default_slot);
     verdict(&mut a, plan.default_drop && !plan.dry_run, default_slot, sample);
     if let (Some(tap), Some(l)) = (plan.sample, sample) {
         a.bind(l);
@@ -495,6 +563,24 @@ fn sample_block(a: &mut Asm, tap: &SampleTap) {
     if tap.rate > 1 {
         a.call(HELPER_GET_PRANDOM_U32);
         a.jmp32_imm(Cond::Ge, R0, (1u64 << 32).div_ceil(u64::from(tap.rate)) as u32, out);
+    }
+    if let Some(cap) = tap.cap() {
+        // Over the cap: counted, and the ring never touched.
+        let over = a.label();
+        let within = a.label();
+        a.stx(Size::DW, FP, SAMPLE_SLOT, R9);
+        let keys = crate::police::KeySlots {
+            ipv: slot::IPV,
+            v4: [slot::SRC4, slot::DST4],
+            v6: [[slot::SRC6_HI, slot::SRC6_LO], [slot::DST6_HI, slot::DST6_LO]],
+        };
+        crate::police::emit(a, &cap, tap.cap_fd, &keys, slot::KEY, over);
+        a.ja(within);
+        a.bind(over);
+        count(a, tap.lost_fd, 1);
+        a.ja(out);
+        a.bind(within);
+        a.ldx(Size::DW, R9, FP, SAMPLE_SLOT);
     }
     a.ld_map(R1, tap.ring_fd);
     a.mov_imm(R2, record::SIZE as i32);
@@ -538,11 +624,23 @@ fn sample_block(a: &mut Asm, tap: &SampleTap) {
 /// `counters[idx] += (1, wire length)` on this CPU.
 fn count(a: &mut Asm, map_fd: i32, idx: i32) {
     a.st_imm(Size::DW, FP, slot::KEY, idx);
-    count_key(a, map_fd);
+    bump(a, map_fd);
 }
 
-/// `counters[key] += (1, wire length)` on this CPU, the key at `slot::KEY`.
-fn count_key(a: &mut Asm, map_fd: i32) {
+/// [`count`] in the row of the interface the frame came in on, when the
+/// program has interface rows (`rowed`): `counters[row + idx]`.
+fn tally(a: &mut Asm, rowed: bool, map_fd: i32, idx: i32) {
+    if !rowed {
+        return count(a, map_fd, idx);
+    }
+    a.ldx(Size::DW, R1, S, slot::ROW);
+    a.alu_imm(Alu::Add, R1, idx);
+    a.stx(Size::DW, FP, slot::KEY, R1);
+    bump(a, map_fd);
+}
+
+/// `map[key] += (1, wire length)` on this CPU, the key in [`slot::KEY`].
+fn bump(a: &mut Asm, map_fd: i32) {
     let done = a.label();
     a.lookup(map_fd, slot::KEY);
     a.jmp_imm(Cond::Eq, R0, 0, done);
@@ -1315,7 +1413,7 @@ fn count_origin(a: &mut Asm, rule: &Rule, sets: &[&SetCode], fd: i32) {
     a.alu_imm(Alu::Lsh, R0, 1);
     a.alu(Alu::Add, R0, R9);
     a.stx(Size::DW, FP, slot::KEY, R0);
-    count_key(a, fd);
+    bump(a, fd);
     a.bind(done);
 }
 

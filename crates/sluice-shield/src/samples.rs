@@ -30,31 +30,53 @@ pub const POLL: Duration = Duration::from_millis(20);
 /// The ring's size: about 1,700 samples.
 pub const RING_BYTES: u32 = 256 * 1024;
 
-/// The kernel side of sampling: the ring and the lost-sample counter.
+/// The kernel side of sampling: the ring, the cap's bucket and the
+/// counters of samples lost (a full ring) and over the cap.
 pub struct SampleRing {
     ring: BpfMap,
     lost: BpfMap,
+    cap: BpfMap,
     rate: u32,
+    max_pps: u64,
 }
 
 impl SampleRing {
-    /// A ring for samples of 1 in `rate` drops.
-    pub fn new(rate: u64) -> Result<SampleRing, ShieldError> {
+    /// A ring for samples of 1 in `rate` drops, at most `max_pps` of them
+    /// a second (0: no cap), the cap applied in the kernel.
+    pub fn new(rate: u64, max_pps: u64) -> Result<SampleRing, ShieldError> {
         Ok(SampleRing {
             ring: BpfMap::new(MapType::RingBuf, 0, 0, RING_BYTES, 0, "sluice_samples")?,
-            lost: BpfMap::new(MapType::PercpuArray, 4, 16, 1, 0, "sluice_smp_lost")?,
+            lost: BpfMap::new(MapType::PercpuArray, 4, 16, 2, 0, "sluice_smp_lost")?,
+            cap: BpfMap::new(MapType::Array, 4, 8, 1, 0, "sluice_smp_cap")?,
             rate: u32::try_from(rate).unwrap_or(u32::MAX),
+            max_pps,
         })
     }
 
-    /// What each program built is given.
+    /// What each program built is given (the bucket too: the cap holds
+    /// across reloads).
     pub fn tap(&self) -> SampleTap {
-        SampleTap { ring_fd: self.ring.as_raw_fd(), lost_fd: self.lost.as_raw_fd(), rate: self.rate }
+        SampleTap {
+            ring_fd: self.ring.as_raw_fd(),
+            lost_fd: self.lost.as_raw_fd(),
+            rate: self.rate,
+            max_pps: self.max_pps,
+            cap_fd: self.cap.as_raw_fd(),
+        }
     }
 
     /// Samples the ring had no room for, since the start.
     pub fn lost(&self) -> u64 {
-        let v = self.lost.lookup(&0u32.to_ne_bytes()).ok().flatten().unwrap_or_default();
+        self.counted(0)
+    }
+
+    /// Samples the kernel did not take for being over `--sample-max-pps`.
+    pub fn over_cap(&self) -> u64 {
+        self.counted(1)
+    }
+
+    fn counted(&self, key: u32) -> u64 {
+        let v = self.lost.lookup(&key.to_ne_bytes()).ok().flatten().unwrap_or_default();
         v.chunks_exact(16).map(|c| u64::from_ne_bytes(c[..8].try_into().expect("8 bytes"))).sum()
     }
 }

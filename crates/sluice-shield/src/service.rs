@@ -163,9 +163,10 @@ fn open_samples(
     let Some(flags) = &config.sample else { return Ok(None) };
     // A live link: a full queue loses the sample, never time on the reader.
     let Some(cfg) = flags.config(Backpressure::Shed) else { return Ok(None) };
-    let ring = crate::samples::SampleRing::new(flags.sample_rate)?;
-    // The rate is drawn in the kernel: the writer keeps every sample it gets.
-    let cfg = sluice_pipeline::sample::SampleConfig { rate: 1, port_names: config.ifaces.clone(), ..cfg };
+    let ring = crate::samples::SampleRing::new(flags.sample_rate, flags.sample_max_pps)?;
+    // The rate is drawn and the cap applied in the kernel: the writer
+    // keeps every sample it gets.
+    let cfg = sluice_pipeline::sample::SampleConfig { rate: 1, max_pps: 0, port_names: config.ifaces.clone(), ..cfg };
     // Samples come with their rule named (`offer_decided`): the writer
     // explains nothing under rules of its own.
     let rules = Arc::new(sluice_engine::snapshot::Published::new(sluice_engine::RuleSet::empty()));
@@ -202,10 +203,11 @@ pub fn start(mut config: ShieldConfig) -> Result<Shield, ShieldError> {
     // The CrowdSec feed's set is one of the rules' sets (a dynamic one).
     spec.feed_sets.extend(config.crowdsec.as_ref().map(|c| c.set.clone()));
     let plan = spec.load_plan().map_err(|e| ShieldError::Config(e.to_string()))?;
-    // Every interface exists before anything is loaded.
-    for iface in &config.ifaces {
-        sluice_live::sys::ifindex(iface)?;
-    }
+    // Every interface exists before anything is loaded; each has its row
+    // of counters in every program built (by the index it has now, which
+    // its link keeps).
+    config.options.ifaces =
+        config.ifaces.iter().map(|i| sluice_live::sys::ifindex(i)).collect::<Result<Vec<_>, _>>()?;
     if let Some(dir) = &config.persist {
         if !sluice_live::bpf::is_bpffs(dir) {
             return Err(ShieldError::Config(format!(
@@ -638,7 +640,7 @@ impl Running for Shield {
         self.control.stop();
         // Counted before the links go: after, nothing more is judged.
         let mut k = self.kernel.lock().unwrap_or_else(PoisonError::into_inner);
-        let counts = k.compiled.counts()?;
+        let (counts, ifaces) = k.compiled.counts_and_ifaces()?;
         let police_dropped = k.compiled.police_dropped()?;
         let rules = k.compiled.rule_texts().to_vec();
         let (reloads, reloads_failed) = (k.reloads, k.reloads_failed);
@@ -650,12 +652,20 @@ impl Running for Shield {
             if let Some(e) = &error {
                 tracing::warn!("{e}");
             }
+            // Over the cap in the kernel: the writer's `over_cap`, as on
+            // the bridge (where the writer applies the cap).
+            let report = report.map(|mut r| {
+                r.counts.over_cap += ring.over_cap();
+                r.counts.drops_seen += ring.over_cap();
+                r
+            });
             SampleSummary { report, lost_ring_full: ring.lost() }
         });
         Ok(ShieldSummary {
             attached: self.attached,
             rules,
             counts,
+            ifaces,
             police_dropped,
             reloads,
             reloads_failed,
@@ -673,6 +683,9 @@ pub struct ShieldSummary {
     pub rules: Vec<String>,
     /// Per rule (since the last reload), then default and undecodable.
     pub counts: Vec<Count>,
+    /// Per interface, as `attached` (since the last reload): what came in
+    /// on it by verdict (then the row of frames from any other).
+    pub ifaces: Vec<crate::IfaceCount>,
     /// Per rule: a `police` rule's packets over its rate; `None` for the others.
     pub police_dropped: Vec<Option<u64>>,
     /// Reloads swapped into the kernel, and those it refused.
@@ -715,8 +728,12 @@ impl ShieldSummary {
 impl Summary for ShieldSummary {
     fn text(&self) -> String {
         let mut out = String::new();
-        for a in &self.attached {
-            out += &format!("shield on {} ({} XDP)\n", a.iface, a.mode);
+        for (i, a) in self.attached.iter().enumerate() {
+            let c = self.ifaces.get(i).copied().unwrap_or_default();
+            out += &format!(
+                "shield on {} ({} XDP): {} passed, {} dropped\n",
+                a.iface, a.mode, c.pass.packets, c.drop.packets
+            );
             if let Some(p) = &a.pinned {
                 out += &format!("  still enforcing: its link is pinned at {} (remove it to detach)\n", p.display());
             }
@@ -746,10 +763,16 @@ impl Summary for ShieldSummary {
     fn json(&self) -> serde_json::Value {
         let count = |c: &Count| serde_json::json!({ "packets": c.packets, "bytes": c.bytes });
         let mut v = serde_json::json!({
-            "interfaces": self.attached.iter().map(|a| serde_json::json!({
-                "iface": a.iface, "mode": a.mode, "fell_back": a.fell_back, "replaced": a.replaced,
-                "pinned": a.pinned.as_ref().map(|p| p.display().to_string()), "adopted": a.adopted,
-            })).collect::<Vec<_>>(),
+            "interfaces": self.attached.iter().enumerate().map(|(i, a)| {
+                // The bridge's `per_port` names.
+                let c = self.ifaces.get(i).copied().unwrap_or_default();
+                serde_json::json!({
+                    "iface": a.iface, "mode": a.mode, "fell_back": a.fell_back, "replaced": a.replaced,
+                    "pinned": a.pinned.as_ref().map(|p| p.display().to_string()), "adopted": a.adopted,
+                    "passed": c.pass.packets, "passed_bytes": c.pass.bytes,
+                    "dropped": c.drop.packets, "dropped_bytes": c.drop.bytes,
+                })
+            }).collect::<Vec<_>>(),
             "rules": self.rules.iter().zip(&self.counts).enumerate().map(|(i, (r, c))| {
                 let mut row = serde_json::json!({ "rule": r, "packets": c.packets, "bytes": c.bytes });
                 // As the bridge's row of a police rule.

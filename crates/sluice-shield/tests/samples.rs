@@ -2,7 +2,8 @@
 //! program (`BPF_PROG_TEST_RUN`) leaves one ring buffer record naming the
 //! counter slot that dropped it and holding the frame's first bytes; a
 //! passed frame leaves none; a full ring loses the sample, never the
-//! verdict. Without sampling the program has no sampling instruction.
+//! verdict. Without sampling the program has no sampling instruction (nor,
+//! without interfaces, any for the counters' interface rows).
 //!
 //! Needs root (or CAP_BPF + CAP_PERFMON): skipped without unless
 //! `SLUICE_REQUIRE_LIVE=1` (CI), when it fails.
@@ -33,23 +34,43 @@ fn udp(src: [u8; 4], dport: u16, pad: usize) -> Vec<u8> {
 struct Ring {
     ring: BpfMap,
     lost: BpfMap,
+    cap: BpfMap,
 }
 
 impl Ring {
     fn new(bytes: u32) -> Ring {
         Ring {
             ring: BpfMap::new(MapType::RingBuf, 0, 0, bytes, 0, "test_samples").unwrap(),
-            lost: BpfMap::new(MapType::PercpuArray, 4, 16, 1, 0, "test_lost").unwrap(),
+            lost: BpfMap::new(MapType::PercpuArray, 4, 16, 2, 0, "test_lost").unwrap(),
+            cap: BpfMap::new(MapType::Array, 4, 8, 1, 0, "test_cap").unwrap(),
         }
     }
 
     fn tap(&self, rate: u32) -> SampleTap {
-        SampleTap { ring_fd: self.ring.as_raw_fd(), lost_fd: self.lost.as_raw_fd(), rate }
+        self.capped(rate, 0)
+    }
+
+    fn capped(&self, rate: u32, max_pps: u64) -> SampleTap {
+        SampleTap {
+            ring_fd: self.ring.as_raw_fd(),
+            lost_fd: self.lost.as_raw_fd(),
+            rate,
+            max_pps,
+            cap_fd: self.cap.as_raw_fd(),
+        }
+    }
+
+    fn counted(&self, key: u32) -> u64 {
+        let v = self.lost.lookup(&key.to_ne_bytes()).unwrap().unwrap();
+        v.chunks_exact(16).map(|c| u64::from_ne_bytes(c[..8].try_into().unwrap())).sum()
     }
 
     fn lost(&self) -> u64 {
-        let v = self.lost.lookup(&0u32.to_ne_bytes()).unwrap().unwrap();
-        v.chunks_exact(16).map(|c| u64::from_ne_bytes(c[..8].try_into().unwrap())).sum()
+        self.counted(0)
+    }
+
+    fn over_cap(&self) -> u64 {
+        self.counted(1)
     }
 }
 
@@ -60,8 +81,12 @@ fn u32_at(r: &[u8], at: usize) -> u32 {
 const RULES: &str = "pass saddr 10.0.0.9\ndrop saddr 10.0.0.0/8\ndrop udp dport 53\n";
 
 fn compiled(ring: &Ring, rate: u32, undecodable_drop: bool) -> Compiled {
+    with_tap(ring.tap(rate), undecodable_drop)
+}
+
+fn with_tap(tap: SampleTap, undecodable_drop: bool) -> Compiled {
     let file = parse_rules("t.rules", RULES, std::path::Path::new(".")).unwrap();
-    let opts = Options { sample: Some(ring.tap(rate)), undecodable_drop, ..Options::default() };
+    let opts = Options { sample: Some(tap), undecodable_drop, ..Options::default() };
     Compiled::new(&file, &[], &opts).unwrap()
 }
 
@@ -152,7 +177,7 @@ fn a_full_ring_loses_samples_not_verdicts_and_the_rate_keeps_about_one_in_n() {
 fn without_sampling_the_program_has_no_sampling_instruction() {
     use sluice_shield::program::{generate, Plan};
     let file = parse_rules("t.rules", "drop udp dport 53\n", std::path::Path::new(".")).unwrap();
-    let plan = |sample| Plan {
+    let plan = |sample: Option<SampleTap>| Plan {
         rules: &file.rules,
         addr_sets: vec![Vec::new()],
         default_drop: true,
@@ -168,6 +193,7 @@ fn without_sampling_the_program_has_no_sampling_instruction() {
         ifindexes: Vec::new(),
         skip_to: Vec::new(),
         origin_counts_fd: None,
+        ifaces: Vec::new(),
     };
     // Helper calls: 7 prandom, 131-133 ringbuf, 189 xdp_load_bytes.
     let calls = |insns: &[sluice_live::bpf::Insn]| -> Vec<i32> {
@@ -175,8 +201,95 @@ fn without_sampling_the_program_has_no_sampling_instruction() {
     };
     let off = generate(&plan(None)).unwrap();
     assert!(calls(&off).is_empty());
-    let on = generate(&plan(Some(SampleTap { ring_fd: 5, lost_fd: 6, rate: 1 }))).unwrap();
+    let tap = |rate, max_pps| SampleTap { ring_fd: 5, lost_fd: 6, rate, max_pps, cap_fd: 7 };
+    let on = generate(&plan(Some(tap(1, 0)))).unwrap();
     assert_eq!(calls(&on), [131, 189, 132, 133], "one sampling block, no random draw at 1 in 1");
-    let on = generate(&plan(Some(SampleTap { ring_fd: 5, lost_fd: 6, rate: 8 }))).unwrap();
+    let on = generate(&plan(Some(tap(8, 0)))).unwrap();
     assert_eq!(calls(&on)[0], 7);
+    // A cap: the clock read (5) before the ring is reserved.
+    let capped = generate(&plan(Some(tap(8, 100)))).unwrap();
+    let clock = capped.iter().position(|i| i.code == 0x85 && i.imm == 5).expect("the cap reads the clock");
+    let reserve = capped.iter().position(|i| i.code == 0x85 && i.imm == 131).unwrap();
+    assert!(clock < reserve);
+}
+
+/// `--sample-max-pps` in the kernel: under a flood of drops (every one a
+/// candidate, a ring with room for all), the ring receives at most the
+/// cap's burst and its rate over the time the flood took, and every other
+/// candidate is counted over the cap; a full ring loses none.
+#[test]
+fn the_kernel_caps_samples_at_max_pps_and_counts_the_rest() {
+    if !can_load() {
+        return;
+    }
+    const CAP: u64 = 20;
+    let ring = Ring::new(1 << 20);
+    let prog = with_tap(ring.capped(1, CAP), false);
+    let frame = udp([10, 1, 2, 3], 80, 10);
+    // A flood for half a second, in runs of 1,000 drops.
+    let started = std::time::Instant::now();
+    let mut drops = 0u64;
+    while started.elapsed() < std::time::Duration::from_millis(500) {
+        for _ in 0..1000 {
+            assert_eq!(prog.test_run(&frame).unwrap(), XDP_DROP as u32);
+        }
+        drops += 1000;
+    }
+    let took = started.elapsed().as_secs_f64();
+    let records = RingReader::new(&ring.ring).unwrap().drain(|_| {}) as u64;
+    // The burst (CAP back to back), then CAP a second; one more for the
+    // bucket's ns rounding down.
+    let most = CAP + (CAP as f64 * took).ceil() as u64 + 1;
+    eprintln!("{records} records, {} over the cap, of {drops} drops in {took:.3} s at {CAP}/s", ring.over_cap());
+    assert!((CAP..=most).contains(&records), "{records} records in {took:.3} s at {CAP}/s");
+    assert!(records > CAP, "the bucket refills: {records} in {took:.3} s");
+    assert_eq!(records + ring.over_cap(), drops, "every candidate is a record or over the cap");
+    assert_eq!(ring.lost(), 0);
+
+    // The bucket is the ring's, not the program's: a new program (a
+    // reload) finds it as charged as it was.
+    let again = with_tap(ring.capped(1, CAP), false);
+    let before = ring.over_cap();
+    assert_eq!(again.test_run(&frame).unwrap(), XDP_DROP as u32);
+    let took = started.elapsed().as_secs_f64();
+    let now = RingReader::new(&ring.ring).unwrap().drain(|_| {}) as u64;
+    assert!(records + now <= CAP + (CAP as f64 * took).ceil() as u64 + 1, "{now} more after the reload");
+    assert_eq!(now + ring.over_cap() - before, 1);
+}
+
+/// Interface rows: a program without interfaces reads no ingress index
+/// (not one instruction for the rows); with two, the index is read once at
+/// entry and compared with each.
+#[test]
+fn interface_rows_are_chosen_once_and_cost_nothing_without_interfaces() {
+    use sluice_shield::program::{generate, Plan};
+    let file = parse_rules("t.rules", "count udp dport 9\ndrop udp dport 53\n", std::path::Path::new(".")).unwrap();
+    let plan = |ifaces: Vec<u32>| Plan {
+        rules: &file.rules,
+        addr_sets: vec![Vec::new(), Vec::new()],
+        default_drop: false,
+        undecodable_drop: true,
+        v4mapped: false,
+        dry_run: false,
+        counters_fd: 3,
+        scratch_fd: 4,
+        sample: None,
+        police: vec![None, None],
+        buckets_fd: -1,
+        over_fd: -1,
+        ifindexes: Vec::new(),
+        skip_to: Vec::new(),
+        ifaces,
+        origin_counts_fd: None,
+    };
+    // `ldx w rX, [r1 + 12]`: ctx->ingress_ifindex.
+    let reads = |insns: &[sluice_live::bpf::Insn]| {
+        insns.iter().filter(|i| i.code == 0x61 && i.regs >> 4 == 1 && i.off == 12).count()
+    };
+    let (none, two) = (generate(&plan(Vec::new())).unwrap(), generate(&plan(vec![7, 9])).unwrap());
+    assert_eq!((reads(&none), reads(&two)), (0, 1));
+    // `jne rX, 7` and `jne rX, 9`: one compare per interface.
+    let compares =
+        |insns: &[sluice_live::bpf::Insn]| insns.iter().filter(|i| i.code == 0x55 && [7, 9].contains(&i.imm)).count();
+    assert_eq!((compares(&none), compares(&two)), (0, 2));
 }

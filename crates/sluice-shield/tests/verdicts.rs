@@ -471,8 +471,10 @@ fn check(seed: u64) -> Result<Met, TestCaseError> {
     // Half the programs count the dynamic set's drops by the origin of the
     // element that matched, each element of a random origin (the engine's
     // tags, as the CrowdSec feed sets them).
-    let by_origin = r.chance(2);
-    let origins: Vec<u16> = dynamic.iter().map(|_| r.below(ORIGIN_SLOTS as u64) as u16).collect();
+    // (Drawn apart, as the rows below: the rules and frames stay the seed's.)
+    let mut ro = Rng((seed ^ 0x0819_1a57) | 1);
+    let by_origin = ro.chance(2);
+    let origins: Vec<u16> = dynamic.iter().map(|_| ro.below(ORIGIN_SLOTS as u64) as u16).collect();
     let engine = match file.sets.iter().position(|s| s.name == "dyn").filter(|_| by_origin) {
         Some(set) => {
             let mut tags = Tags::new();
@@ -501,22 +503,40 @@ fn check(seed: u64) -> Result<Met, TestCaseError> {
     // verdicts and counters below are the same with it.
     let ring = r.chance(2).then(|| {
         let ring = BpfMap::new(MapType::RingBuf, 0, 0, 4096, 0, "t_samples").unwrap();
-        (ring, BpfMap::new(MapType::PercpuArray, 4, 16, 1, 0, "t_lost").unwrap())
+        let cap = BpfMap::new(MapType::Array, 4, 8, 1, 0, "t_cap").unwrap();
+        (ring, BpfMap::new(MapType::PercpuArray, 4, 16, 2, 0, "t_lost").unwrap(), cap)
     });
-    let sample = ring.as_ref().map(|(ring, lost)| SampleTap {
+    // Half of those with a kernel cap on the samples (drawn apart, so that
+    // the rules and frames stay the seed's).
+    let mut cr = Rng((seed ^ 0xca9) | 1);
+    let sample = ring.as_ref().map(|(ring, lost, cap)| SampleTap {
         ring_fd: ring.as_raw_fd(),
         lost_fd: lost.as_raw_fd(),
         rate: 1 + r.below(3) as u32,
+        max_pps: if cr.chance(2) { 1 + cr.below(50) } else { 0 },
+        cap_fd: cap.as_raw_fd(),
     });
-    let options = Options {
+    // Counter rows for some of the interfaces (none, some, all; in some
+    // order), drawn apart so that the rules and frames stay the seed's:
+    // a frame from another interface counts in the row past them.
+    let mut rr = Rng((seed ^ 0x1f_ace5) | 1);
+    let turn = rr.below(ifaces.len() as u64) as usize;
+    let mut rows: Vec<u32> = ifaces.iter().map(|&(_, i)| i).collect();
+    rows.rotate_left(turn);
+    rows.truncate(rr.below(ifaces.len() as u64 + 1) as usize);
+    let opts = Options {
         undecodable_drop,
         v4mapped,
         dry_run: false,
         sample,
         origins: origin_counts.as_ref().map(OriginCounts::tap),
+        ifaces: rows.clone(),
     };
-    let kernel = Compiled::with_layout(&file, &sets, &options, &layout)
-        .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+    let kernel =
+        Compiled::with_layout(&file, &sets, &opts, &layout).map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+    let row_of = |ifindex: u32| rows.iter().position(|&i| i == ifindex).unwrap_or(rows.len());
+    // Per row: packets and bytes passed, then dropped.
+    let mut want_rows = vec![[(0u64, 0u64); 2]; rows.len() + 1];
     // The runtime elements, as the shield writes them into the kernel.
     for (name, maps) in kernel.dynamic_sets() {
         assert_eq!(name, "dyn");
@@ -588,6 +608,9 @@ fn check(seed: u64) -> Result<Met, TestCaseError> {
         };
         let got = kernel.test_run_on(&f, ifaces[port as usize].1).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let want_action = if expected == Verdict::Drop { XDP_DROP } else { XDP_PASS } as u32;
+        let cell = &mut want_rows[row_of(ifaces[port as usize].1)][usize::from(expected == Verdict::Drop)];
+        cell.0 += 1;
+        cell.1 += u64::from(wire);
         prop_assert_eq!(
             got,
             want_action,
@@ -621,6 +644,12 @@ fn check(seed: u64) -> Result<Met, TestCaseError> {
             prop_assert_eq!(got, *want, "seed {} drops of origin {} (v4, v6):\n{}", seed, tag, text);
         }
     }
+    // Each interface's packets by verdict: what the engine decided of the
+    // frames that came in on it.
+    let by_iface = kernel.iface_counts().map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let got_rows: Vec<[(u64, u64); 2]> =
+        by_iface.iter().map(|v| [(v.pass.packets, v.pass.bytes), (v.drop.packets, v.drop.bytes)]).collect();
+    prop_assert_eq!(got_rows, want_rows, "seed {} rows {:?} ({:?}):\n{}", seed, rows, took, text);
     Ok(met)
 }
 

@@ -85,6 +85,20 @@ pub fn ethernet(ty: u16, tags: usize, packet: &[u8]) -> Vec<u8> {
     f
 }
 
+/// A tunnel header of `len` bytes as its `emit` writes it, then what it
+/// carries: `inner` itself, or (`teb`: transparent Ethernet bridging)
+/// `inner` in an Ethernet frame of EtherType `ty` with `tags` VLAN tags.
+fn header(len: usize, emit: impl FnOnce(&mut [u8]), teb: bool, ty: u16, tags: usize, inner: &[u8]) -> Vec<u8> {
+    let mut h = vec![0u8; len];
+    emit(&mut h);
+    if teb {
+        h.extend(ethernet(ty, tags, inner));
+    } else {
+        h.extend_from_slice(inner);
+    }
+    h
+}
+
 /// `inner` (an IP packet of EtherType `ty`, or anything else) in a tunnel
 /// of `kind` under an outer IP header (`outer_v6`) from `src` to `dst`:
 /// the outer packet. `variant`'s bits pick the header's options (GRE
@@ -107,19 +121,11 @@ pub fn wrap(kind: Kind, ty: u16, inner: &[u8], outer_v6: bool, src: [u8; 16], ds
                 key: bit(1).then_some(0x1234_5678),
                 seq: bit(2).then_some(7),
             };
-            let mut g = vec![0u8; r.buffer_len()];
-            r.emit(&mut g);
-            if teb {
-                g.extend(ethernet(ty, tags, inner));
-            } else {
-                g.extend_from_slice(inner);
-            }
+            let g = header(r.buffer_len(), |b| r.emit(b), teb, ty, tags, inner);
             ip(outer_v6, src, dst, ip_proto::GRE, &g)
         }
         Kind::Vxlan => {
-            let mut v = vec![0u8; vxlan::HEADER_LEN];
-            vxlan::Repr { vni: 42 }.emit(&mut v);
-            v.extend(ethernet(ty, tags, inner));
+            let v = header(vxlan::HEADER_LEN, |b| vxlan::Repr { vni: 42 }.emit(b), true, ty, tags, inner);
             ip(outer_v6, src, dst, ip_proto::UDP, &udp(49152, vxlan::PORT, &v))
         }
         Kind::Geneve | Kind::GeneveTeb => {
@@ -129,20 +135,14 @@ pub fn wrap(kind: Kind, ty: u16, inner: &[u8], outer_v6: bool, src: [u8; 16], ds
                 protocol: if teb { ethertype::TEB } else { ty },
                 vni: 42,
             };
-            let mut g = vec![0u8; r.buffer_len()];
-            r.emit(&mut g);
-            if teb {
-                g.extend(ethernet(ty, tags, inner));
-            } else {
-                g.extend_from_slice(inner);
-            }
+            let g = header(r.buffer_len(), |b| r.emit(b), teb, ty, tags, inner);
             ip(outer_v6, src, dst, ip_proto::UDP, &udp(49153, geneve::PORT, &g))
         }
         Kind::GtpU => {
             let long = bit(5);
             let r = gtpu::Repr { msg_type: gtpu::MSG_G_PDU, length: 0, teid: 9, seq: long.then_some(3) };
-            let mut g = vec![0u8; r.buffer_len()];
-            r.emit(&mut g);
+            // Its extension headers go between the header and `inner`.
+            let mut g = header(r.buffer_len(), |b| r.emit(b), false, ty, tags, &[]);
             if long && bit(6) {
                 // The E flag and one or two extension headers (PDU session
                 // container: 1 word, then the next type; the last says 0).

@@ -72,6 +72,12 @@ pub struct ShieldBenchArgs {
     /// tags, as the contender `sluice_late_keys`.
     #[arg(long, hide = true)]
     pub late_keys: bool,
+    /// Also run the program with per-interface counters for this many
+    /// interfaces, the one the test runs come in on (`lo`) the last of
+    /// them, as the contender `sluice_ifaces` (the shield's program on N
+    /// interfaces; `sluice` has none).
+    #[arg(long, hide = true)]
+    pub iface_rows: Option<u32>,
     /// Leave xdp-filter out (it needs `xdp-filter` on the path, a netns
     /// and a bpffs mount of its own).
     #[arg(long)]
@@ -132,11 +138,16 @@ pub(crate) fn set_rule(source: SetSource) -> RuleFile {
 
 /// `drop saddr @set` as the shield compiles it, its tables as `layout` says.
 pub(crate) fn sluice(name: &'static str, set: &[Prefix], layout: &Layout) -> Result<Contender> {
+    sluice_with(name, set, layout, &Options::default())
+}
+
+/// [`sluice`] with these options.
+fn sluice_with(name: &'static str, set: &[Prefix], layout: &Layout, opts: &Options) -> Result<Contender> {
     // The sets as the shield has them when it loads (parsed from files).
     let sets = [set.to_vec()];
     let file = set_rule(SetSource::Inline(Vec::new()));
     let t = Instant::now();
-    let compiled = Compiled::with_layout(&file, &sets, &Options::default(), layout)?;
+    let compiled = Compiled::with_layout(&file, &sets, opts, layout)?;
     let load_ms = t.elapsed().as_secs_f64() * 1e3;
     // The program lives as long as `compiled`; the contender holds both.
     let program = compiled.program().try_clone().context("dup of the program")?;
@@ -430,6 +441,12 @@ pub fn run(a: ShieldBenchArgs) -> Result<()> {
         }
         if a.late_keys {
             contenders.push(sluice("sluice_late_keys", &set, &Layout { early_keys: false, ..Layout::default() })?);
+        }
+        if let Some(n) = a.iface_rows.filter(|&n| n > 0) {
+            // Indexes no interface has, then lo's (BPF_PROG_TEST_RUN's).
+            let ifaces = (1..n).map(|i| 1_000_000 + i).chain([1]).collect();
+            let opts = Options { ifaces, ..Options::default() };
+            contenders.push(sluice_with("sluice_ifaces", &set, &Layout::default(), &opts)?);
         }
         contenders.push(hash(&set)?);
         contenders.push(lpm(&set)?);
