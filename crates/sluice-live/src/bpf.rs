@@ -777,6 +777,7 @@ impl MappedArray {
     /// The byte at `at`, to change while a program reads the map: a store
     /// through it is one store the program sees whole, in the order the
     /// orderings given say (the program's loads are plain loads).
+    #[inline]
     pub fn atomic_u8(&self, at: usize) -> &std::sync::atomic::AtomicU8 {
         assert!(at < self.len, "byte {at} of a {}-byte mapping", self.len);
         // SAFETY: in bounds (checked), any alignment, and the mapping lives
@@ -785,6 +786,7 @@ impl MappedArray {
     }
 
     /// The 4-byte word at `at` (4-aligned), as [`MappedArray::atomic_u8`].
+    #[inline]
     pub fn atomic_u32(&self, at: usize) -> &std::sync::atomic::AtomicU32 {
         assert!(at.is_multiple_of(4) && at + 4 <= self.len, "word {at} of a {}-byte mapping", self.len);
         // SAFETY: in bounds and aligned (checked; the mapping is page-aligned).
@@ -792,6 +794,7 @@ impl MappedArray {
     }
 
     /// The 8-byte word at `at` (8-aligned), as [`MappedArray::atomic_u8`].
+    #[inline]
     pub fn atomic_u64(&self, at: usize) -> &std::sync::atomic::AtomicU64 {
         assert!(at.is_multiple_of(8) && at + 8 <= self.len, "word {at} of a {}-byte mapping", self.len);
         // SAFETY: in bounds and aligned (checked; the mapping is page-aligned).

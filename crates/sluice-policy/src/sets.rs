@@ -163,7 +163,8 @@ fn change_for(
 /// The runtime state of every named set changed since its tables were built.
 #[derive(Default)]
 pub struct RuntimeSets {
-    states: HashMap<String, SetState>,
+    /// (foldhash: every staged change looks its set up by name.)
+    states: HashMap<String, SetState, foldhash::fast::RandomState>,
     /// Sets changed by staged batches not yet committed.
     touched: BTreeSet<usize>,
     flushed: BTreeSet<usize>,

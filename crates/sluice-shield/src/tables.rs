@@ -544,12 +544,33 @@ impl DynHosts {
         (((h >> l.shift) as usize) & l.mask as usize, tag.max(1))
     }
 
+    /// The slots of bucket `b` whose tag is `tag`, from its tag record read
+    /// 8 tags a word (as the program compares them): a candidate's tag
+    /// checked again, since the zero-byte test can flag a byte above a
+    /// match.
+    fn slots_tagged(&self, b: usize, tag: u8) -> impl Iterator<Item = usize> + '_ {
+        (0..V4_SLOTS / 8).flat_map(move |w| {
+            let at = b * V4_SLOTS + 8 * w;
+            let word = u64::from_le(self.tags.atomic_u64(at).load(Ordering::Relaxed));
+            let x = word ^ (u64::from(tag) * BYTES_ONE);
+            let mut hits = x.wrapping_sub(BYTES_ONE) & !x & BYTES_HIGH;
+            std::iter::from_fn(move || {
+                while hits != 0 {
+                    let s = 8 * w + (hits.trailing_zeros() / 8) as usize;
+                    hits &= hits - 1;
+                    if (word >> (8 * (s % 8))) as u8 == tag {
+                        return Some(s);
+                    }
+                }
+                None
+            })
+        })
+    }
+
     /// The slot of `addr` in bucket `b`, if it is there.
     fn find(&self, b: usize, tag: u8, addr: u32) -> Option<usize> {
-        (0..V4_SLOTS).find(|&s| {
-            self.tags.atomic_u8(b * V4_SLOTS + s).load(Ordering::Relaxed) == tag
-                && self.keys.atomic_u32((b * V4_SLOTS + s) * KEY_BYTES).load(Ordering::Relaxed) == addr
-        })
+        self.slots_tagged(b, tag)
+            .find(|&s| self.keys.atomic_u32((b * V4_SLOTS + s) * KEY_BYTES).load(Ordering::Relaxed) == addr)
     }
 
     /// Gives `addr` origin byte `origin` when it is in the table: false
@@ -574,8 +595,8 @@ impl DynHosts {
             }
             return true;
         }
-        let free = (0..V4_SLOTS).find(|&s| self.tags.atomic_u8(b * V4_SLOTS + s).load(Ordering::Relaxed) == 0);
-        let Some(s) = free else { return false };
+        // An empty slot's tag is 0 (a tag is never 0).
+        let Some(s) = self.slots_tagged(b, 0).next() else { return false };
         let slot = b * V4_SLOTS + s;
         self.keys.atomic_u32(slot * KEY_BYTES).store(addr, Ordering::Relaxed);
         if let Some(o) = &self.origins {
