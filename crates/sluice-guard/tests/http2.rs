@@ -41,7 +41,8 @@ fn python_h2() -> bool {
 }
 
 /// An upstream that reads each request's body (Content-Length or
-/// chunked) and answers with what it saw; `/big` answers 1 MB. Counts
+/// chunked) and answers with what it saw; `/big` answers 1 MB, `/size/K`
+/// K bytes of "K:" repeated. Counts
 /// the requests it got.
 fn upstream(count: Arc<AtomicU64>) -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -98,8 +99,12 @@ fn serve(s: TcpStream, count: &AtomicU64) {
             }
         }
         let target = head[0].split(' ').nth(1).unwrap_or("").to_owned();
+        let sized = target.strip_prefix("/size/").and_then(|k| k.parse::<usize>().ok());
         let answer = if target == "/big" {
             vec![b'x'; 1 << 20]
+        } else if let Some(k) = sized {
+            // "K:" repeated, cut to K bytes (h2_attacker.py's burst checks it).
+            format!("{k}:").repeat(k / 2 + 1).into_bytes()[..k].to_vec()
         } else {
             format!("{} {target} with {} body bytes\n", head[0].split(' ').next().unwrap_or(""), body.len())
                 .into_bytes()
@@ -235,6 +240,26 @@ fn h2load_gets_every_response_right() {
     assert!(text.contains("status codes: 4000 2xx"), "{text}");
     assert_eq!(bed.upstream_requests.load(Ordering::Relaxed), 4000);
     assert_eq!(bed.report().counts.h2_streams, 4000);
+}
+
+/// Many streams asked in one write finish in the same loop turns, their
+/// frames sent together (one run of TLS records a turn, with the turn's
+/// other sends), and responses of 100 B to 200 kB (many DATA frames, past
+/// the stream's and the connection's windows) arrive whole, each on its
+/// own stream.
+#[test]
+fn a_burst_of_streams_each_gets_its_own_whole_response() {
+    if !python_h2() {
+        return;
+    }
+    let bed = Bed::new(|_| {});
+    for round in 0..3 {
+        let got = bed.attack("127.0.0.1", "burst", "32");
+        assert_eq!(got["intact"], 32, "round {round}: {got}");
+        assert_eq!(got["resets"], serde_json::json!({}), "{got}");
+    }
+    assert_eq!(bed.upstream_requests.load(Ordering::Relaxed), 96);
+    assert_eq!(bed.report().counts.h2_streams, 96);
 }
 
 /// A legitimate HTTP/2 client from `127.0.0.2`, one request after another
