@@ -407,3 +407,86 @@ fn a_body_over_the_limit_is_answered_413_at_the_head_or_when_it_crosses() {
     let small = bed.curl("127.0.0.1", &["--http2", "--data-binary", "0123456789"]);
     assert_eq!(String::from_utf8_lossy(&small.stdout), "POST /hello?x=1 with 10 body bytes\n");
 }
+
+/// An upstream that answers the first request of each connection and
+/// closes the connection when the next one comes, unanswered (as one
+/// closing a kept-alive connection as a request goes out): counts the
+/// requests answered.
+fn one_per_connection(count: Arc<AtomicU64>) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let count = count.clone();
+            std::thread::spawn(move || {
+                let mut w = s.try_clone().unwrap();
+                let mut r = BufReader::new(s);
+                let mut line = String::new();
+                if r.read_line(&mut line).is_err() {
+                    return;
+                }
+                let target = line.split(' ').nth(1).unwrap_or("").to_owned();
+                loop {
+                    let mut field = String::new();
+                    match r.read_line(&mut field) {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) if field == "\r\n" => break,
+                        Ok(_) => {}
+                    }
+                }
+                count.fetch_add(1, Ordering::Relaxed);
+                let body = format!("answered {target}\n");
+                let reply = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+                if w.write_all(reply.as_bytes()).is_err() {
+                    return;
+                }
+                // The next request's first line, then the close.
+                let mut next = String::new();
+                let _ = r.read_line(&mut next);
+            });
+        }
+    });
+    addr
+}
+
+/// A GET sent on a pooled upstream connection (not peeked at: used within
+/// the second) that the upstream closes unanswered is sent once more on a
+/// new connection and answered; a POST there is not sent again (502).
+#[test]
+fn a_get_on_a_pooled_connection_the_upstream_closed_is_sent_again() {
+    if !tool("curl") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let answered = Arc::new(AtomicU64::new(0));
+    let up = one_per_connection(answered.clone());
+    let tls = cert(dir.path());
+    let (addr, guard) = start(up, |c| c.tls = tls);
+    let port = addr.port();
+    // Five GETs one after another on one HTTP/2 connection: each after the
+    // first is taken by the pooled connection of the one before.
+    let urls: Vec<String> = (0..5).map(|k| format!("https://127.0.0.1:{port}/get/{k}")).collect();
+    let out = Command::new("curl").args(["-sS", "-k", "--http2", "--max-time", "10"]).args(&urls).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let want: String = (0..5).map(|k| format!("answered /get/{k}\n")).collect();
+    assert_eq!(text, want, "{}", String::from_utf8_lossy(&out.stderr));
+    let counts = guard.shared().report().counts;
+    assert_eq!(counts.upstream_resent, 4, "{counts:?}");
+    assert_eq!(counts.upstream_errors, 0, "{counts:?}");
+    // A POST is not sent twice: the same close is its 502.
+    let each = ["-sS", "-k", "--http2", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code} "];
+    let out = Command::new("curl")
+        .args(each)
+        .arg(&urls[0])
+        .arg("--next")
+        .args(each)
+        .args(["-d", "x"])
+        .arg(&urls[1])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200 502 ");
+    // (The GET before it took the last pooled connection: sent again too.)
+    assert_eq!(guard.shared().report().counts.upstream_resent, 5);
+    assert_eq!(answered.load(Ordering::Relaxed), 6);
+    stop(guard);
+}
