@@ -142,7 +142,9 @@ impl Worker<'_> {
     /// events, every exchange moved, its output queued for the client.
     pub(super) fn h2_turn(&mut self, c: &mut Client, i: usize) -> Next {
         let Some(mut h) = c.h2.take() else { return Next::Go(false) };
-        let now = Instant::now();
+        // The turn's clock (`Worker::now`): one vDSO call a loop turn, not
+        // one each time a connection is driven.
+        let now = self.now;
         let mut moved = false;
         let malformed = h.conn.stats().stream_errors;
         if c.end > c.start && c.phase == Phase::H2 {
@@ -282,7 +284,7 @@ impl Worker<'_> {
         };
         let u = self.ups[j].as_mut().expect("taken");
         u.client = Some(i);
-        u.watch = ProgressWatch::new(u.moved, Instant::now());
+        u.watch = ProgressWatch::new(u.moved, self.now);
         u.out.extend_from_slice(&bytes);
         if end_stream && self.ring.is_some() && !self.flushing && !u.hold {
             // A body-less request goes with the turn's other sends
@@ -480,7 +482,7 @@ impl Worker<'_> {
         let u = self.ups[ex.up].as_mut().expect("in use");
         u.client = None;
         if reuse && self.idle.len() < MAX_IDLE {
-            u.idle_since = Instant::now();
+            u.idle_since = self.now;
             self.idle.push(ex.up);
         } else {
             self.close_up(ex.up);
