@@ -26,6 +26,10 @@ use std::sync::{Arc, RwLock};
 /// stops handing it plaintext (backpressure, as the plain path's buffer).
 const TLS_OUT_LIMIT: usize = 256 << 10;
 
+/// A staging buffer grown past this (a large response sent in a batch) is
+/// given back once sent, so a quiet connection keeps no more than this.
+const STAGED_KEEP: usize = 16 << 10;
+
 /// One certificate chain and its key, both PEM files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CertFiles {
@@ -159,6 +163,29 @@ impl TlsStore {
     }
 }
 
+/// Plaintext in, TLS records out, staged ones first; `WouldBlock` while
+/// staged records wait or once rustls's queue is at its limit.
+pub struct PlainWriter<'a, S> {
+    tls: &'a mut TlsConn,
+    sock: &'a mut S,
+}
+
+impl<S: Write> Write for PlainWriter<'_, S> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.tls.flush(self.sock)?;
+        let n = self.tls.encrypt(buf);
+        self.tls.flush(self.sock)?;
+        if n == 0 && !buf.is_empty() {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.tls.flush(self.sock).map(drop)
+    }
+}
+
 /// What [`TlsConn::read`] found.
 #[derive(Debug)]
 pub enum Input {
@@ -231,6 +258,13 @@ pub struct TlsConn {
     early: Vec<u8>,
     eof: bool,
     close_sent: bool,
+    /// Records taken out of rustls for a batched send (`stage`), from
+    /// `staged_pos` on not yet on the socket: they go before anything
+    /// rustls queues after them, and no plaintext is encrypted while any
+    /// wait (so staged and queued records together stay within
+    /// [`TLS_OUT_LIMIT`], as rustls's queue alone did).
+    staged: Vec<u8>,
+    staged_pos: usize,
     /// The handshake finished (counted once).
     pub established: bool,
 }
@@ -249,6 +283,8 @@ impl TlsConn {
             early: Vec::new(),
             eof: false,
             close_sent: false,
+            staged: Vec::new(),
+            staged_pos: 0,
             established: false,
         })
     }
@@ -308,14 +344,74 @@ impl TlsConn {
         }
     }
 
-    /// Send queued TLS records until the socket would block; the bytes sent.
+    /// Send queued TLS records (those staged first) until the socket would
+    /// block; the bytes sent.
     pub fn flush<S: Write>(&mut self, sock: &mut S) -> io::Result<usize> {
-        sluice_tcp::tls::flush(&mut self.conn, sock)
+        let mut sent = 0;
+        while self.staged_pos < self.staged.len() {
+            match sock.write(&self.staged[self.staged_pos..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    self.staged_sent(n);
+                    sent += n;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(sent),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(sent + sluice_tcp::tls::flush(&mut self.conn, sock)?)
     }
 
-    /// TLS records are still queued for the socket.
+    /// TLS records are still queued for the socket (in rustls or staged).
     pub fn wants_write(&self) -> bool {
-        self.conn.wants_write()
+        self.staged_pos < self.staged.len() || self.conn.wants_write()
+    }
+
+    /// Plaintext into records, not sent (the turn's end sends them with
+    /// its other sends: [`TlsConn::stage`]): the bytes taken. None while
+    /// staged records wait, or once rustls's queue is at its limit.
+    pub fn encrypt(&mut self, plain: &[u8]) -> usize {
+        if self.staged_pos < self.staged.len() {
+            return 0;
+        }
+        self.conn.writer().write(plain).unwrap_or(0)
+    }
+
+    /// Every record rustls has queued, taken out of it for one send: the
+    /// bytes to send now (what an earlier stage left unsent, if any, and
+    /// then nothing new). Report what went with [`TlsConn::staged_sent`];
+    /// [`TlsConn::flush`] sends the rest.
+    pub fn stage(&mut self) -> &[u8] {
+        if self.staged_pos == self.staged.len() {
+            self.staged.clear();
+            self.staged_pos = 0;
+            // Writing into a Vec takes every record, and never fails.
+            while self.conn.wants_write() {
+                match self.conn.write_tls(&mut self.staged) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        }
+        &self.staged[self.staged_pos..]
+    }
+
+    /// Staged records not yet sent.
+    pub fn staged(&self) -> &[u8] {
+        &self.staged[self.staged_pos..]
+    }
+
+    /// `n` staged bytes went out.
+    pub fn staged_sent(&mut self, n: usize) {
+        self.staged_pos = (self.staged_pos + n).min(self.staged.len());
+        if self.staged_pos == self.staged.len() {
+            self.staged.clear();
+            self.staged_pos = 0;
+            if self.staged.capacity() > STAGED_KEEP {
+                self.staged = Vec::new();
+            }
+        }
     }
 
     /// Queue a close_notify (once); true if it was queued now.
@@ -328,12 +424,10 @@ impl TlsConn {
         true
     }
 
-    /// A writer of plaintext for `sluice_tcp::write_pending`.
-    pub fn writer<'a, S: Write>(
-        &'a mut self,
-        sock: &'a mut S,
-    ) -> sluice_tcp::tls::PlainWriter<'a, rustls::server::ServerConnectionData, S> {
-        sluice_tcp::tls::PlainWriter { conn: &mut self.conn, sock }
+    /// A writer of plaintext for `sluice_tcp::write_pending`: records
+    /// out as they are made, after any staged ones.
+    pub fn writer<'a, S: Write>(&'a mut self, sock: &'a mut S) -> PlainWriter<'a, S> {
+        PlainWriter { tls: self, sock }
     }
 
     /// The protocol ALPN chose (`h2`, `http/1.1`...), once the handshake is done.
@@ -470,6 +564,61 @@ mod tests {
 
     fn leaf(name: &str) -> CertificateDer<'static> {
         CertificateDer::from_pem_file(Path::new(TESTDATA).join(format!("tls-{name}.pem"))).unwrap()
+    }
+
+    /// Records staged for a batched send and sent in part go out before
+    /// anything encrypted after them: the client reads the plaintext in
+    /// order, whole. No plaintext is encrypted while staged bytes wait.
+    #[test]
+    fn staged_records_go_before_later_ones() {
+        let store = TlsStore::load(files(&["a.test"]), false).unwrap();
+        let mut c = client("a.test");
+        let mut server = TlsConn::new(store.current(), false).unwrap();
+        let mut sock = Pipe::default();
+        let mut buf = [0u8; 512];
+        for _ in 0..10 {
+            let mut flight = Vec::new();
+            while c.wants_write() {
+                c.write_tls(&mut flight).unwrap();
+            }
+            sock.input.extend(flight);
+            while !matches!(server.read(&mut sock, &mut buf).unwrap(), Input::WouldBlock) {}
+            server.flush(&mut sock).unwrap();
+            let mut from_server = &sock.output[..];
+            while !from_server.is_empty() {
+                c.read_tls(&mut from_server).unwrap();
+                c.process_new_packets().unwrap();
+            }
+            sock.output.clear();
+        }
+        assert!(!c.is_handshaking() && !server.is_handshaking());
+        let first = vec![b'a'; 40_000];
+        assert_eq!(server.encrypt(&first), first.len());
+        let staged = server.stage().to_vec();
+        assert!(staged.len() > first.len() && server.wants_write());
+        let half = staged.len() / 2;
+        server.staged_sent(half);
+        assert_eq!(server.staged(), &staged[half..]);
+        assert_eq!(server.encrypt(b"held back"), 0, "nothing encrypted while staged bytes wait");
+        assert_eq!(server.stage(), &staged[half..], "a second stage adds nothing");
+        // The plain writer sends the rest of the staged bytes first.
+        let n = sluice_tcp::write_pending(&mut server.writer(&mut sock), b"second", &mut 0).unwrap();
+        assert_eq!(n, 6);
+        assert!(sock.output.starts_with(&staged[half..]));
+        assert!(!server.wants_write() && server.staged().is_empty());
+        let mut wire = staged[..half].to_vec();
+        wire.extend_from_slice(&sock.output);
+        let (mut from_server, mut got) = (&wire[..], Vec::new());
+        while !from_server.is_empty() {
+            c.read_tls(&mut from_server).unwrap();
+            c.process_new_packets().unwrap();
+            while let Ok(n @ 1..) = c.reader().read(&mut buf) {
+                got.extend_from_slice(&buf[..n]);
+            }
+        }
+        let mut want = first;
+        want.extend_from_slice(b"second");
+        assert_eq!(got, want);
     }
 
     #[test]

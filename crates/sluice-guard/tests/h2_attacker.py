@@ -10,7 +10,9 @@
 # + RST_STREAM pairs, 1000 a second), continuation (a header block that
 # never ends), settings N (N SETTINGS frames), zero_window (a response
 # asked for with a window of 0, never opened), smuggle CASE (one malformed
-# request: see CASES).
+# request: see CASES), burst N (N requests in one write, /size/K of
+# several sizes, small to many DATA frames and windows: "intact" counts
+# the streams whose body is exactly what the upstream makes for K).
 import json
 import socket
 import ssl
@@ -37,6 +39,7 @@ assert sock.selected_alpn_protocol() == "h2", sock.selected_alpn_protocol()
 enc = hpack.Encoder()
 dec = hpack.Decoder()
 out = {"statuses": {}, "resets": {}, "goaway": None, "closed": False, "data": {}}
+bodies = {}
 buf = b""
 
 
@@ -93,6 +96,7 @@ def on_frame(f):
     elif isinstance(f, DataFrame):
         key = str(f.stream_id)
         out["data"][key] = out["data"].get(key, 0) + len(f.data)
+        bodies[key] = bodies.get(key, b"") + bytes(f.data)
         if f.data and mode != "zero_window":
             send(WindowUpdateFrame(0, window_increment=len(f.data)), WindowUpdateFrame(f.stream_id, window_increment=len(f.data)))
     elif isinstance(f, RstStreamFrame):
@@ -172,6 +176,16 @@ elif mode == "smuggle":
     else:
         send(headers_frame(1, CASES[arg]))
     read_frames(lambda: "1" in out["resets"] or "1" in out["statuses"] or out["closed"] or out["goaway"] is not None)
+
+elif mode == "burst":
+    n = int(arg)
+    # The upstream's /size/K body: "K:" repeated, cut to K bytes.
+    sizes = {str(2 * i + 1): [100, 5000, 70000, 200000][i % 4] + i for i in range(n)}
+    send(*[headers_frame(int(sid), base_headers(f"/size/{k}")) for sid, k in sizes.items()])
+    ended = lambda: all(out["data"].get(sid, 0) >= k for sid, k in sizes.items())
+    read_frames(lambda: ended() or out["closed"] or out["goaway"] is not None)
+    expect = lambda k: ((str(k) + ":").encode() * (k // 2 + 1))[:k]
+    out["intact"] = sum(1 for sid, k in sizes.items() if bodies.get(sid) == expect(k))
 
 out["secs"] = round(time.time() - started, 3)
 print(json.dumps(out))

@@ -41,7 +41,8 @@ fn python_h2() -> bool {
 }
 
 /// An upstream that reads each request's body (Content-Length or
-/// chunked) and answers with what it saw; `/big` answers 1 MB. Counts
+/// chunked) and answers with what it saw; `/big` answers 1 MB, `/size/K`
+/// K bytes of "K:" repeated. Counts
 /// the requests it got.
 fn upstream(count: Arc<AtomicU64>) -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -98,8 +99,12 @@ fn serve(s: TcpStream, count: &AtomicU64) {
             }
         }
         let target = head[0].split(' ').nth(1).unwrap_or("").to_owned();
+        let sized = target.strip_prefix("/size/").and_then(|k| k.parse::<usize>().ok());
         let answer = if target == "/big" {
             vec![b'x'; 1 << 20]
+        } else if let Some(k) = sized {
+            // "K:" repeated, cut to K bytes (h2_attacker.py's burst checks it).
+            format!("{k}:").repeat(k / 2 + 1).into_bytes()[..k].to_vec()
         } else {
             format!("{} {target} with {} body bytes\n", head[0].split(' ').next().unwrap_or(""), body.len())
                 .into_bytes()
@@ -235,6 +240,26 @@ fn h2load_gets_every_response_right() {
     assert!(text.contains("status codes: 4000 2xx"), "{text}");
     assert_eq!(bed.upstream_requests.load(Ordering::Relaxed), 4000);
     assert_eq!(bed.report().counts.h2_streams, 4000);
+}
+
+/// Many streams asked in one write finish in the same loop turns, their
+/// frames sent together (one run of TLS records a turn, with the turn's
+/// other sends), and responses of 100 B to 200 kB (many DATA frames, past
+/// the stream's and the connection's windows) arrive whole, each on its
+/// own stream.
+#[test]
+fn a_burst_of_streams_each_gets_its_own_whole_response() {
+    if !python_h2() {
+        return;
+    }
+    let bed = Bed::new(|_| {});
+    for round in 0..3 {
+        let got = bed.attack("127.0.0.1", "burst", "32");
+        assert_eq!(got["intact"], 32, "round {round}: {got}");
+        assert_eq!(got["resets"], serde_json::json!({}), "{got}");
+    }
+    assert_eq!(bed.upstream_requests.load(Ordering::Relaxed), 96);
+    assert_eq!(bed.report().counts.h2_streams, 96);
 }
 
 /// A legitimate HTTP/2 client from `127.0.0.2`, one request after another
@@ -381,4 +406,87 @@ fn a_body_over_the_limit_is_answered_413_at_the_head_or_when_it_crosses() {
     // Small bodies still go through.
     let small = bed.curl("127.0.0.1", &["--http2", "--data-binary", "0123456789"]);
     assert_eq!(String::from_utf8_lossy(&small.stdout), "POST /hello?x=1 with 10 body bytes\n");
+}
+
+/// An upstream that answers the first request of each connection and
+/// closes the connection when the next one comes, unanswered (as one
+/// closing a kept-alive connection as a request goes out): counts the
+/// requests answered.
+fn one_per_connection(count: Arc<AtomicU64>) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let count = count.clone();
+            std::thread::spawn(move || {
+                let mut w = s.try_clone().unwrap();
+                let mut r = BufReader::new(s);
+                let mut line = String::new();
+                if r.read_line(&mut line).is_err() {
+                    return;
+                }
+                let target = line.split(' ').nth(1).unwrap_or("").to_owned();
+                loop {
+                    let mut field = String::new();
+                    match r.read_line(&mut field) {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) if field == "\r\n" => break,
+                        Ok(_) => {}
+                    }
+                }
+                count.fetch_add(1, Ordering::Relaxed);
+                let body = format!("answered {target}\n");
+                let reply = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+                if w.write_all(reply.as_bytes()).is_err() {
+                    return;
+                }
+                // The next request's first line, then the close.
+                let mut next = String::new();
+                let _ = r.read_line(&mut next);
+            });
+        }
+    });
+    addr
+}
+
+/// A GET sent on a pooled upstream connection (not peeked at: used within
+/// the second) that the upstream closes unanswered is sent once more on a
+/// new connection and answered; a POST there is not sent again (502).
+#[test]
+fn a_get_on_a_pooled_connection_the_upstream_closed_is_sent_again() {
+    if !tool("curl") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let answered = Arc::new(AtomicU64::new(0));
+    let up = one_per_connection(answered.clone());
+    let tls = cert(dir.path());
+    let (addr, guard) = start(up, |c| c.tls = tls);
+    let port = addr.port();
+    // Five GETs one after another on one HTTP/2 connection: each after the
+    // first is taken by the pooled connection of the one before.
+    let urls: Vec<String> = (0..5).map(|k| format!("https://127.0.0.1:{port}/get/{k}")).collect();
+    let out = Command::new("curl").args(["-sS", "-k", "--http2", "--max-time", "10"]).args(&urls).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let want: String = (0..5).map(|k| format!("answered /get/{k}\n")).collect();
+    assert_eq!(text, want, "{}", String::from_utf8_lossy(&out.stderr));
+    let counts = guard.shared().report().counts;
+    assert_eq!(counts.upstream_resent, 4, "{counts:?}");
+    assert_eq!(counts.upstream_errors, 0, "{counts:?}");
+    // A POST is not sent twice: the same close is its 502.
+    let each = ["-sS", "-k", "--http2", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code} "];
+    let out = Command::new("curl")
+        .args(each)
+        .arg(&urls[0])
+        .arg("--next")
+        .args(each)
+        .args(["-d", "x"])
+        .arg(&urls[1])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200 502 ");
+    // (The GET before it took the last pooled connection: sent again too.)
+    assert_eq!(guard.shared().report().counts.upstream_resent, 5);
+    assert_eq!(answered.load(Ordering::Relaxed), 6);
+    stop(guard);
 }

@@ -390,12 +390,13 @@ impl Worker<'_> {
         // go with the turn's other sends (`flush_sends`). One still coming
         // goes at once: its buffer's room is what the upstream is read
         // into, and a pipelined response behind it needs that room now.
+        // An HTTP/2 connection's frames wait too, whatever its streams
+        // owe: the turn's frames go as one run of records in one send.
         if self.ring.is_some()
             && !self.flushing
             && c.req.is_none()
             && c.out.has_pending()
-            && c.tls.is_none()
-            && c.h2.is_none()
+            && (c.tls.is_none() || c.h2.is_some())
             && c.tunnel.is_none()
         {
             if !c.send_queued {

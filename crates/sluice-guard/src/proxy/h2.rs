@@ -29,7 +29,8 @@
 //! [`MAX_STREAMS`]: the relay's response head (up to 16 KiB while it
 //! arrives) and body ([`PIECE`]), and the request on its way to the
 //! upstream (its head, and body bytes only up to the windows the client
-//! was given: 128 KiB across the connection). [`MEMORY_BOUND`] adds them.
+//! was given: 128 KiB across the connection), and a GET kept to be sent
+//! again ([`MAX_RETRY`]). [`MEMORY_BOUND`] adds them.
 
 use super::client::Client;
 use super::response::MAX_IDLE;
@@ -56,9 +57,13 @@ pub(super) const MAX_STREAMS: u32 = 32;
 /// its upstream at once.
 pub(super) const PIECE: usize = 16 << 10;
 
-/// What one exchange may hold: the relay's head and body, and the request
-/// head on its way.
-pub(super) const PER_STREAM: usize = MAX_RESPONSE_HEAD + PIECE + MAX_RESPONSE_HEAD;
+/// The longest GET kept to be sent again (see [`Exchange::retry`]): a
+/// longer one is sent on a pooled connection only after a peek.
+pub(super) const MAX_RETRY: usize = 1 << 10;
+
+/// What one exchange may hold: the relay's head and body, the request
+/// head on its way, and a GET kept to be sent again.
+pub(super) const PER_STREAM: usize = MAX_RESPONSE_HEAD + PIECE + MAX_RESPONSE_HEAD + MAX_RETRY;
 
 /// The most an HTTP/2 connection holds beyond a TLS client connection's
 /// own buffers, at the defaults (`--max-head` 16 KiB): the connection's
@@ -94,6 +99,12 @@ struct Exchange {
     body_len: u64,
     /// It holds one of the new clients' slots (`Worker::inflight_new`).
     new: bool,
+    /// A GET (no body, at most [`MAX_RETRY`] bytes) on a connection used
+    /// before and not peeked at (`take_up`): its bytes, kept until the
+    /// response's first byte, to be sent once more on a new connection
+    /// if this one closes or fails before answering (the upstream closed
+    /// it as it went out), as an HTTP/1.1 GET is.
+    retry: Option<Vec<u8>>,
 }
 
 /// How an exchange's turn ended.
@@ -131,7 +142,9 @@ impl Worker<'_> {
     /// events, every exchange moved, its output queued for the client.
     pub(super) fn h2_turn(&mut self, c: &mut Client, i: usize) -> Next {
         let Some(mut h) = c.h2.take() else { return Next::Go(false) };
-        let now = Instant::now();
+        // The turn's clock (`Worker::now`): one vDSO call a loop turn, not
+        // one each time a connection is driven.
+        let now = self.now;
         let mut moved = false;
         let malformed = h.conn.stats().stream_errors;
         if c.end > c.start && c.phase == Phase::H2 {
@@ -258,8 +271,11 @@ impl Worker<'_> {
                 return answer(&mut h.conn, stream, 503);
             }
         }
-        // A pooled connection is peeked at first: a stream is not sent again elsewhere.
-        let j = match self.take_up(false, true) {
+        // A pooled connection is peeked at first, unless the request is a
+        // short GET (one used within a second is taken as it is: the GET
+        // goes again on a new one if it closes unanswered, see `retry`).
+        let resendable = end_stream && head.method == b"GET" && bytes.len() <= MAX_RETRY;
+        let j = match self.take_up(resendable, true) {
             Ok(j) => j,
             Err(e) => {
                 self.upstream_failed(format_args!("connecting: {e}"));
@@ -268,13 +284,21 @@ impl Worker<'_> {
         };
         let u = self.ups[j].as_mut().expect("taken");
         u.client = Some(i);
-        u.watch = ProgressWatch::new(u.moved, Instant::now());
+        u.watch = ProgressWatch::new(u.moved, self.now);
         u.out.extend_from_slice(&bytes);
+        if end_stream && self.ring.is_some() && !self.flushing && !u.hold {
+            // A body-less request goes with the turn's other sends
+            // (`flush_sends`), as an HTTP/1.1 one does; a body goes at once.
+            u.hold = true;
+            self.deferred_ups.push(j);
+        }
         add(&self.n.forwarded, 1);
         self.inflight += 1;
         self.inflight_new += usize::from(new);
         let relay = ResponseRelay::for_request(head, MAX_RESPONSE_HEAD, PIECE);
-        h.exchanges.push(Exchange { stream, up: j, body, relay, unreleased: 0, body_len: 0, new });
+        // A new connection is not sent again: its failure is the upstream's.
+        let retry = (resendable && u.moved > 0).then_some(bytes);
+        h.exchanges.push(Exchange { stream, up: j, body, relay, unreleased: 0, body_len: 0, new, retry });
     }
 
     /// Request body bytes: on to the stream's upstream, within
@@ -315,7 +339,7 @@ impl Worker<'_> {
         let u = self.ups[ex.up].as_mut().expect("in use");
         let (mut moved, failed) = send_request(u);
         if let Some(why) = failed {
-            return (self.h2_lost(conn, ex, &why), moved);
+            return (self.h2_failed(conn, ex, &why), moved);
         }
         if ex.unreleased > 0 && u.out.is_empty() {
             conn.release(ex.stream, ex.unreleased);
@@ -340,6 +364,8 @@ impl Worker<'_> {
                 }
                 Ok(n) => {
                     (u.moved, moved) = (u.moved + n as u64, true);
+                    // The response began: it is not sent again.
+                    ex.retry = None;
                     // A short read drained the socket: a new edge says when there is more.
                     u.readable = n == want || u.read_closed;
                     match ex.relay.feed(&buf[..n]) {
@@ -363,7 +389,10 @@ impl Worker<'_> {
         }
         self.h2_buf = buf;
         if let Some(why) = broke {
-            return (self.h2_lost(conn, ex, &why), moved);
+            return (self.h2_failed(conn, ex, &why), moved);
+        }
+        if eof && ex.retry.is_some() {
+            return (self.h2_failed(conn, ex, "the upstream closed before answering"), moved);
         }
         if eof {
             u.last = true;
@@ -394,6 +423,27 @@ impl Worker<'_> {
                 conn.reset(ex.stream, ErrorCode::InternalError);
                 (Turn::Failed, moved)
             }
+        }
+    }
+
+    /// The upstream failed: a GET none of whose response came is sent once
+    /// more on a new connection (`Exchange::retry`); else [`Worker::h2_lost`].
+    fn h2_failed(&mut self, conn: &mut ServerConn, ex: &mut Exchange, why: &str) -> Turn {
+        let Some(bytes) = ex.retry.take() else { return self.h2_lost(conn, ex, why) };
+        let client = self.ups[ex.up].as_ref().and_then(|u| u.client);
+        match self.take_up(false, false) {
+            Ok(j) => {
+                self.close_up(ex.up);
+                let u = self.ups[j].as_mut().expect("taken");
+                u.client = client;
+                u.watch = ProgressWatch::new(u.moved, self.now);
+                u.out = bytes;
+                ex.up = j;
+                add(&self.n.upstream_resent, 1);
+                // Sent when its connect is done (its first write edge drives the client).
+                Turn::Going
+            }
+            Err(_) => self.h2_lost(conn, ex, why),
         }
     }
 
@@ -432,7 +482,7 @@ impl Worker<'_> {
         let u = self.ups[ex.up].as_mut().expect("in use");
         u.client = None;
         if reuse && self.idle.len() < MAX_IDLE {
-            u.idle_since = Instant::now();
+            u.idle_since = self.now;
             self.idle.push(ex.up);
         } else {
             self.close_up(ex.up);
@@ -533,6 +583,6 @@ mod tests {
     #[test]
     fn the_memory_bound_is_the_documented_one() {
         // docs/http-guard.md ("HTTP/2") gives this number.
-        assert_eq!(super::MEMORY_BOUND, 1_981_945);
+        assert_eq!(super::MEMORY_BOUND, 2_014_713);
     }
 }

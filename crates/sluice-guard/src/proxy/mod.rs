@@ -196,6 +196,8 @@ pub(crate) struct Worker<'a> {
     flushing: bool,
     /// `flush_sends`'s results, kept for their buffer.
     sent: Vec<usize>,
+    /// The clients `flush_sends` drives after its call, kept for their buffer.
+    to_drive: Vec<usize>,
 }
 
 impl<'a> Worker<'a> {
@@ -261,6 +263,7 @@ impl<'a> Worker<'a> {
             client_sends: Vec::new(),
             flushing: false,
             sent: Vec::new(),
+            to_drive: Vec::new(),
         })
     }
 

@@ -63,7 +63,7 @@ pub(super) struct Up {
     /// buffer; the socket is not read while it holds any).
     pub(super) spill: Vec<u8>,
     /// This turn's batch: written once the turn ends.
-    hold: bool,
+    pub(super) hold: bool,
     /// Nothing after the current response is read: closed after it.
     pub(super) last: bool,
     /// Bytes moved either way, for `watch` (`--upstream-timeout`).
@@ -303,6 +303,19 @@ impl Worker<'_> {
                 c.send_queued = false;
             }
         }
+        // A TLS client's (HTTP/2's) frames become records now, taken out
+        // of rustls to go in this call: one run of records a connection.
+        for &(i, serial) in &clients {
+            let Some(c) = self.clients.get_mut(i).and_then(Option::as_mut).filter(|c| c.serial == serial) else {
+                continue;
+            };
+            if let Some(t) = c.tls.as_deref_mut() {
+                let n = t.encrypt(c.out.pending());
+                c.out.consumed(n);
+                add(&self.n.bytes_out, n as u64);
+                t.stage();
+            }
+        }
         // What each item is: an upstream's request, or a client's response.
         let mut whose = Vec::with_capacity(ups.len() + clients.len());
         let mut items = Vec::with_capacity(ups.len() + clients.len());
@@ -314,8 +327,12 @@ impl Worker<'_> {
         }
         for &(i, serial) in &clients {
             if let Some(c) = self.clients.get(i).and_then(Option::as_ref).filter(|c| c.serial == serial) {
-                if c.out.has_pending() {
-                    items.push((c.sock.as_raw_fd(), c.out.pending()));
+                let bytes = match c.tls.as_deref() {
+                    Some(t) => t.staged(),
+                    None => c.out.pending(),
+                };
+                if !bytes.is_empty() {
+                    items.push((c.sock.as_raw_fd(), bytes));
                     whose.push(Ok(i));
                 }
             }
@@ -346,27 +363,40 @@ impl Worker<'_> {
                 }
                 Ok(i) => {
                     let c = self.clients[i].as_mut().expect("an item");
-                    c.out.consumed(n);
+                    match c.tls.as_deref_mut() {
+                        Some(t) => t.staged_sent(n),
+                        None => {
+                            c.out.consumed(n);
+                            add(&self.n.bytes_out, n as u64);
+                        }
+                    }
                     c.sent += n as u64;
                     c.progress_at = self.now;
-                    add(&self.n.bytes_out, n as u64);
                 }
             }
         }
-        self.flushing = true;
+        // Each client once (an HTTP/2 connection's streams hold several
+        // of the upstreams), after every upstream's hold is off.
+        let mut drive = std::mem::take(&mut self.to_drive);
+        drive.clear();
         for j in ups {
             let Some(u) = self.ups[j].as_mut() else { continue };
             u.hold = false;
-            if let Some(i) = u.client {
-                self.drive(i);
-            }
+            drive.extend(u.client);
         }
         for (i, serial) in clients {
             if self.clients.get(i).and_then(Option::as_ref).is_some_and(|c| c.serial == serial) {
-                self.drive(i);
+                drive.push(i);
             }
         }
+        drive.sort_unstable();
+        drive.dedup();
+        self.flushing = true;
+        for &i in &drive {
+            self.drive(i);
+        }
         self.flushing = false;
+        self.to_drive = drive;
     }
 
     /// The requests pipelined behind `u`'s current one will not be answered
