@@ -148,6 +148,9 @@ fn guard_limits(a: &GuardBenchArgs, dir: &Path) -> Result<Vec<String>> {
     if a.attack_pipeline > 1 {
         limits.extend(["--upstream-pipeline".into(), a.attack_pipeline.to_string()]);
     }
+    if a.guard_no_syn_filter {
+        limits.push("--no-syn-filter".into());
+    }
     if a.tls {
         limits.extend(tls_flags(dir)?);
     }
@@ -244,6 +247,8 @@ fn contender_row(bed: &AttackBed, contender: &str) -> Result<serde_json::Value> 
         "connections",
         "tls_handshakes",
         "max_connections",
+        "syn_filter",
+        "syn_filter_entries",
     ];
     let guard_summary = match g.is_null() {
         true => serde_json::Value::Null,
