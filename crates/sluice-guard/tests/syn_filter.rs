@@ -289,3 +289,47 @@ fn the_filter_follows_every_change_of_the_block_table() {
     assert!(dry.block(ip("203.0.113.1"), 0, Limit::HttpParse, 0));
     assert!(!f.contains(dry.key(ip("203.0.113.1"))), "a dry run enforces nothing");
 }
+
+/// A dual-stack listener (`[::]`): an IPv4 client's SYN reaches the IPv6
+/// socket with an IPv4 header and is dropped when its address is
+/// blocked; an IPv6 client (`::1`, keyed by its /64) likewise; others are
+/// served.
+#[test]
+fn a_dual_stack_listener_drops_blocked_ipv4_and_ipv6_clients() {
+    if filter_or_skip("a_dual_stack_listener_drops_blocked_ipv4_and_ipv6_clients", 16, KeyPrefixes::default()).is_none()
+    {
+        return;
+    }
+    let up = heads::upstream(|_| OK.to_vec());
+    let (addr, g) = running::start(up, |c| {
+        c.listeners[0].addr = "[::]:0".parse().unwrap();
+        c.allow_remote = true;
+    });
+    let port = addr.port();
+    let v4: SocketAddr = ([127, 0, 0, 1], port).into();
+    let v6: SocketAddr = (Ipv6Addr::LOCALHOST, port).into();
+    let wait = Duration::from_millis(500);
+    let get6 = |wait| -> Result<Option<u16>, std::io::Error> {
+        let s = socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::STREAM, None).unwrap();
+        s.connect_timeout(&v6.into(), wait)?;
+        let mut s: TcpStream = s.into();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let _ = s.write_all(GET);
+        let mut got = Vec::new();
+        let _ = s.read_to_end(&mut got);
+        Ok(String::from_utf8_lossy(&got).get(9..12).and_then(|c| c.parse().ok()))
+    };
+    assert_eq!(try_from("127.0.0.9", v4, GET, wait).unwrap(), Some(200));
+    assert_eq!(get6(wait).unwrap(), Some(200));
+    let table = &g.shared().table;
+    assert!(table.block_for("127.0.0.9".parse().unwrap(), 60, "manual", None, 0));
+    assert!(table.block_for(IpAddr::V6(Ipv6Addr::LOCALHOST), 60, "manual", None, 0));
+    assert!(try_from("127.0.0.9", v4, GET, wait).is_err(), "an IPv4 SYN on the IPv6 socket, dropped");
+    assert!(get6(wait).is_err(), "::1 dropped");
+    assert_eq!(try_from("127.0.0.10", v4, GET, wait).unwrap(), Some(200), "another address served");
+    let r = g.shared().report();
+    assert_eq!((r.syn_filter_entries, r.counts.refused_at_accept), (2, 0), "{r:?}");
+    assert!(table.unblock("127.0.0.9".parse().unwrap(), 0));
+    assert_eq!(try_from("127.0.0.9", v4, GET, wait).unwrap(), Some(200), "unblocked: in again at once");
+    running::stop(g);
+}
