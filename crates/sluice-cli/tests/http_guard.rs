@@ -197,7 +197,11 @@ fn a_flooder_is_blocked_within_a_rate_window_while_a_polite_client_is_served() {
     assert_eq!((b["ip"].as_str(), b["limit"].as_str()), (Some("127.3.0.1"), Some("request_rate")), "{summary}");
     let took = b["blocked_ms"].as_u64().unwrap() - b["first_seen_ms"].as_u64().unwrap();
     assert!(took <= 1000, "blocked {took} ms after its first connection");
-    assert!(summary["refused_at_accept"].as_u64().unwrap() > 0, "its reconnects were refused: {summary}");
+    // Its reconnects were refused at accept, or never connected: the SYN
+    // filter (on where BPF loads, as root) drops their SYNs.
+    let at_accept = summary["refused_at_accept"].as_u64().unwrap() > 0;
+    let filtered = summary["syn_filter_entries"].as_u64() == Some(1);
+    assert!(at_accept || filtered, "its reconnects were refused: {summary}");
     // At most the rate got through to the upstream (a request in flight when
     // the block closed its connection was forwarded but not answered).
     let ok = flood["requests"].as_u64().unwrap() - failures(&flood).1;
@@ -306,7 +310,9 @@ fn the_control_socket_lists_lifts_and_makes_blocks() {
     let b = &ctl(&["blocks"])["blocks"];
     assert_eq!(b.as_array().unwrap().len(), 1, "{b}");
     assert_eq!((b[0]["client"].as_str(), b[0]["limit"].as_str()), (Some("127.6.0.1"), Some("manual")), "{b}");
-    assert!((29..=30).contains(&b[0]["expires_in"].as_u64().unwrap()), "{b}");
+    // (The blocked connect above may have waited out its 2 s: where the
+    // SYN filter loads, a blocked client's SYNs get no answer.)
+    assert!((27..=30).contains(&b[0]["expires_in"].as_u64().unwrap()), "{b}");
     let text = String::from_utf8(sluice(&["ctl", "--socket", p(&sock), "blocks"]).stdout).unwrap();
     assert!(text.starts_with("127.6.0.1 timeout "), "{text}");
     let out = sluice(&["ctl", "--socket", p(&sock), "add", "guard", "192.0.2.1"]);

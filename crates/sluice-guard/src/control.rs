@@ -314,6 +314,7 @@ mod tests {
             ja4_block: None,
             ja4_stats: Default::default(),
             block_file_writes: Arc::new(AtomicU64::new(0)),
+            syn_filter: Err("a test".into()),
         }
     }
 

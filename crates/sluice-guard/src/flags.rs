@@ -208,6 +208,10 @@ pub struct GuardFlags {
     /// Count breaches and the blocks they would make, enforce nothing (`would_block`).
     #[arg(long)]
     pub dry_run: bool,
+    /// Refuse blocked clients at accept only: no SYN filter in the kernel
+    /// (which drops their SYNs before a connection exists, where it loads).
+    #[arg(long)]
+    pub no_syn_filter: bool,
     /// Every connection starts with a PROXY protocol header (v1 or v2) naming the client.
     #[arg(long, requires = "trusted_proxies")]
     pub proxy_protocol: bool,
@@ -325,6 +329,7 @@ impl GuardFlags {
             pin: !a.no_pin,
             forward_blocks: false,
             dry_run: a.dry_run,
+            syn_filter: !a.no_syn_filter,
             max_connections: a.max_connections.unwrap_or(0),
             key_prefixes: crate::KeyPrefixes { v4: a.key_prefix_v4, v6: a.key_prefix_v6 },
             proxy_protocol: a.proxy_protocol,

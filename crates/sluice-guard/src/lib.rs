@@ -37,6 +37,7 @@ pub mod proxyproto;
 pub mod publish;
 pub mod service;
 pub mod slots;
+pub mod synfilter;
 pub mod table;
 pub mod timeouts;
 pub mod tls;
@@ -179,6 +180,9 @@ pub struct Config {
     pub block_ja4: Option<PathBuf>,
     /// What no block may cover: `--never-block`, `--min-prefix-*`.
     pub safety: Arc<sluice_control::safety::Safety>,
+    /// Drop blocked clients' SYNs in the kernel (`synfilter.rs`), where it
+    /// loads; false: `--no-syn-filter`.
+    pub syn_filter: bool,
 }
 
 impl Config {
@@ -215,6 +219,7 @@ impl Config {
             http2: true,
             block_ja4: None,
             safety: Arc::default(),
+            syn_filter: true,
         }
     }
 }
@@ -374,6 +379,8 @@ pub struct Shared {
     pub ja4_block: Option<Arc<ja4list::Ja4Block>>,
     /// ClientHellos by JA4.
     pub ja4_stats: ja4list::Ja4Stats,
+    /// The SYN filter on every listener, or why there is none.
+    pub syn_filter: Result<Arc<synfilter::SynFilter>, String>,
 }
 
 sluice_metrics::counters! {
@@ -411,8 +418,18 @@ sluice_metrics::counters! {
         blocks_dropped => "sluice_guard_blocks_dropped",
         /// Rewrites of `--block-file`.
         block_file_writes => "sluice_guard_block_file_writes",
+        syn_filter_on => gauge "sluice_guard_syn_filter" { "state" = "on" },
+        syn_filter_off => gauge "sluice_guard_syn_filter" { "state" = "off" },
+        /// Blocked networks in the SYN filter now.
+        syn_filter_entries => gauge "sluice_guard_syn_filter_entries",
+        /// Blocks the kernel refused to write into the SYN filter (their
+        /// clients are refused at accept instead).
+        syn_filter_errors => "sluice_guard_syn_filter_errors",
     }
     families {
+        /// 1 for the SYN filter's state: on (blocked clients' SYNs dropped
+        /// in the kernel, before a connection exists) or off.
+        "sluice_guard_syn_filter",
         /// Certificate reloads (SIGHUP), by result.
         "sluice_guard_tls_reloads",
         /// `--block-ja4` rereads (SIGHUP), by result.
@@ -442,11 +459,13 @@ pub struct Report {
     pub blocks_refused: BTreeMap<&'static str, u64>,
     /// The first blocks (at most 1024): address, limit, times in ms since start.
     pub blocks: Vec<BlockEvent>,
+    /// `on`, or `off: ` and why (the SYN filter).
+    pub syn_filter: String,
 }
 
 /// The report's keys no counter set declares (the names test checks that
 /// there is no other).
-pub const REPORT_KEYS: &[&str] = &["breaches", "dry_run", "ja4_top", "blocks_refused", "blocks"];
+pub const REPORT_KEYS: &[&str] = &["breaches", "dry_run", "ja4_top", "blocks_refused", "blocks", "syn_filter"];
 
 impl std::ops::Deref for Report {
     type Target = GuardTotals;
@@ -517,6 +536,10 @@ impl Shared {
             clients_evicted: s.evicted.load(Ordering::Relaxed),
             blocks_dropped: s.blocks_dropped.load(Ordering::Relaxed),
             block_file_writes: self.block_file_writes.load(Ordering::Relaxed),
+            syn_filter_on: u64::from(self.syn_filter.is_ok()),
+            syn_filter_off: u64::from(self.syn_filter.is_err()),
+            syn_filter_entries: self.syn_filter.as_ref().map_or(0, |f| f.entries()),
+            syn_filter_errors: self.syn_filter.as_ref().map_or(0, |f| f.errors()),
         };
         Report {
             counts,
@@ -529,6 +552,10 @@ impl Shared {
                 ("min_prefix", s.refused_min_prefix.load(Ordering::Relaxed)),
             ]),
             blocks: self.table.block_log(),
+            syn_filter: match &self.syn_filter {
+                Ok(_) => "on".into(),
+                Err(why) => format!("off: {why}"),
+            },
         }
     }
 }
@@ -651,12 +678,15 @@ impl Guard {
                 )));
             }
         }
-        let table = Arc::new(
-            ClientTable::new(config.limits.clone(), config.max_clients)
-                .with_dry_run(config.dry_run)
-                .with_key_prefixes(config.key_prefixes)
-                .with_safety(Arc::clone(&config.safety)),
-        );
+        let syn_filter = syn_filter(&config, &self.sockets);
+        let mut table = ClientTable::new(config.limits.clone(), config.max_clients)
+            .with_dry_run(config.dry_run)
+            .with_key_prefixes(config.key_prefixes)
+            .with_safety(Arc::clone(&config.safety));
+        if let Ok(f) = &syn_filter {
+            table = table.with_syn_filter(Arc::clone(f));
+        }
+        let table = Arc::new(table);
         if config.forward_blocks {
             table.forward_blocks();
         }
@@ -671,6 +701,7 @@ impl Guard {
             tls: self.tls,
             ja4_block: self.ja4_block,
             ja4_stats: ja4list::Ja4Stats::default(),
+            syn_filter,
         });
         let stop = Arc::new(AtomicBool::new(false));
         let spawn_err = |error| GuardError::Io { what: "spawning a guard thread".into(), error };
@@ -750,6 +781,40 @@ impl GuardThreads {
 
 /// The port a redirect to https names: the first TLS listener's (as
 /// bound), else 443 (TLS is terminated by another guard, or in front).
+/// The SYN filter (`synfilter.rs`) loaded and attached to every listening
+/// socket of every thread, or why not (said once in the log). Off in a dry
+/// run (which enforces nothing) and behind `--trusted-proxies` (the
+/// clients the guard blocks are then named by headers, their packets come
+/// from the proxies).
+fn syn_filter(config: &Config, sockets: &[Vec<std::net::TcpListener>]) -> Result<Arc<synfilter::SynFilter>, String> {
+    let why = if !config.syn_filter {
+        Err("--no-syn-filter".to_owned())
+    } else if config.dry_run {
+        Err("--dry-run".to_owned())
+    } else if !config.trusted_proxies.is_empty() {
+        Err("--trusted-proxies (clients are named by their proxies)".to_owned())
+    } else {
+        Ok(())
+    };
+    let loaded = why.and_then(|()| {
+        let f = synfilter::SynFilter::load(config.max_clients, config.key_prefixes)?;
+        for s in sockets.iter().flatten() {
+            f.attach(s).map_err(|e| format!("SO_ATTACH_BPF: {e}"))?;
+        }
+        Ok(Arc::new(f))
+    });
+    match &loaded {
+        Ok(f) => {
+            tracing::info!(capacity = f.capacity(), "SYN filter on: blocked clients' SYNs are dropped in the kernel")
+        }
+        Err(why) if config.syn_filter => {
+            tracing::warn!("SYN filter off ({why}): blocked clients are refused at accept");
+        }
+        Err(_) => {}
+    }
+    loaded
+}
+
 fn https_port(bound: &[Listener], tls: bool) -> u16 {
     bound.iter().find(|l| tls && l.serve == Serve::Main).map_or(443, |l| l.addr.port())
 }

@@ -10,6 +10,7 @@
 use crate::limits::{Limit, Limits};
 use crate::net::{ClientNet, KeyPrefixes};
 use crate::slots::Ring;
+use crate::synfilter::SynFilter;
 use sluice_control::safety::Safety;
 use sluice_rules::{Prefix, Refusal};
 use std::collections::HashMap;
@@ -172,6 +173,10 @@ pub struct ClientTable {
     prefixes: KeyPrefixes,
     /// What a block may not cover (`--never-block`, `--min-prefix-*`).
     safety: Arc<Safety>,
+    /// The listeners' SYN filter (`synfilter.rs`): each block in force is
+    /// written into it and deleted from it under its shard's lock, with
+    /// the change to `blocks`, so it never holds a block the table does not.
+    syn: Option<Arc<SynFilter>>,
 }
 
 /// A block for forwarding: the address, its seconds (0: until restart),
@@ -264,6 +269,7 @@ impl ClientTable {
             dry_run: false,
             prefixes: KeyPrefixes { v4: 32, v6: 128 },
             safety: Arc::default(),
+            syn: None,
         }
     }
 
@@ -278,6 +284,27 @@ impl ClientTable {
     /// [`Safety::reload`]).
     pub fn safety(&self) -> &Arc<Safety> {
         &self.safety
+    }
+
+    /// Mirror the blocks into `filter` (keyed by this table's prefixes: set
+    /// them first). Never in a dry run, which enforces nothing.
+    pub fn with_syn_filter(mut self, filter: Arc<SynFilter>) -> ClientTable {
+        if !self.dry_run {
+            self.syn = Some(filter);
+        }
+        self
+    }
+
+    /// The SYN filter the blocks are mirrored into, if any.
+    pub fn syn_filter(&self) -> Option<&Arc<SynFilter>> {
+        self.syn.as_ref()
+    }
+
+    /// `k`'s block is gone from the table: from the filter too.
+    fn syn_remove(&self, k: u128) {
+        if let Some(f) = &self.syn {
+            f.remove(k);
+        }
     }
 
     /// Key clients by these prefixes (a new table keys by whole addresses).
@@ -546,6 +573,7 @@ impl ClientTable {
             Some(b) if b.until_ms.is_none_or(|u| now_ms < u) => true,
             Some(_) => {
                 s.blocks.remove(&k);
+                self.syn_remove(k);
                 self.stats.blocks_active.fetch_sub(1, Ordering::Relaxed);
                 self.mark_dirty();
                 false
@@ -594,6 +622,7 @@ impl ClientTable {
         let was = self.blocked_in(&mut s, k, now_ms);
         if was {
             s.blocks.remove(&k);
+            self.syn_remove(k);
             self.stats.blocks_active.fetch_sub(1, Ordering::Relaxed);
             self.mark_dirty();
         }
@@ -702,6 +731,10 @@ impl ClientTable {
         }
         let until_ms = (secs > 0).then(|| now_ms + secs * 1000);
         s.blocks.insert(k, Block { until_ms, reason, ja4: ja4.map(Into::into) });
+        if let Some(f) = self.syn.as_ref().filter(|_| !self.dry_run) {
+            // A failed write is counted; the address is refused at accept instead.
+            f.add(k, until_ms.map(|u| u - now_ms));
+        }
         let first_seen_ms = s.index.get(&k).map_or(now_ms, |&i| u64::from(s.states[i as usize].first_ms));
         drop(s);
         self.stats.blocks_active.fetch_add(1, Ordering::Relaxed);
@@ -735,7 +768,13 @@ impl ClientTable {
 
     fn expire_in(&self, s: &mut Shard, now_ms: u64) -> bool {
         let before = s.blocks.len();
-        s.blocks.retain(|_, b| b.until_ms.is_none_or(|u| now_ms < u));
+        s.blocks.retain(|&k, b| {
+            let keep = b.until_ms.is_none_or(|u| now_ms < u);
+            if !keep {
+                self.syn_remove(k);
+            }
+            keep
+        });
         let gone = before - s.blocks.len();
         if gone > 0 {
             self.stats.blocks_active.fetch_sub(gone as u64, Ordering::Relaxed);

@@ -13,12 +13,13 @@ use std::time::Duration;
 const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
 
 /// The guard's answer to `request` from `from`, read to the close: its
-/// status, or `None` when the connection was closed without one (blocked).
+/// status, or `None` when the connection was closed without one or never
+/// made (blocked: refused at accept, or its SYN dropped by the SYN filter).
 fn status_from(from: &str, to: SocketAddr, request: &[u8]) -> Option<u16> {
     let from: IpAddr = from.parse().unwrap();
     let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
     s.bind(&SocketAddr::new(from, 0).into()).unwrap();
-    s.connect(&to.into()).unwrap();
+    s.connect_timeout(&to.into(), Duration::from_millis(500)).ok()?;
     let mut s: TcpStream = s.into();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let _ = s.write_all(request);

@@ -115,6 +115,7 @@ impl AttackBed<'_> {
         let file = self.dir.join(format!("{contender}-{name}.toml"));
         std::fs::write(&file, pools)?;
         let url = format!("{scheme}://{}/", front.addr);
+        let cpu_before = cpu_seconds(front.process.0.id());
         let out = Command::new(self.exe)
             .args(["http-load", "--url", &url, "--pool", file.to_str().context("path")?, "--json"])
             .args(["--duration", &a.duration.to_string(), "--timeout-ms", "2000"])
@@ -126,9 +127,25 @@ impl AttackBed<'_> {
         }
         let load: serde_json::Value =
             serde_json::from_slice(&out.stdout).context("http-load printed no JSON report")?;
-        let summary = if front.summarises { front.process.summary()? } else { serde_json::Value::Null };
+        let cpu = cpu_seconds(front.process.0.id()).zip(cpu_before).map(|(after, before)| after - before);
+        let mut summary = if front.summarises { front.process.summary()? } else { serde_json::Value::Null };
+        if let (Some(m), Some(cpu)) = (summary.as_object_mut(), cpu) {
+            m.insert("cpu_s".into(), cpu.into());
+        }
         Ok((load, summary))
     }
+}
+
+/// CPU seconds (user and system) process `pid` has used so far
+/// (/proc/PID/stat), None where that cannot be read.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command's `(name)`: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // In USER_HZ ticks: 100 a second on every Linux ABI we build for.
+    Some(ticks as f64 / 100.0)
 }
 
 /// The guard's flags for the attack: the per-address rate, an IP block on
@@ -147,6 +164,9 @@ fn guard_limits(a: &GuardBenchArgs, dir: &Path) -> Result<Vec<String>> {
     }
     if a.attack_pipeline > 1 {
         limits.extend(["--upstream-pipeline".into(), a.attack_pipeline.to_string()]);
+    }
+    if a.guard_no_syn_filter {
+        limits.push("--no-syn-filter".into());
     }
     if a.tls {
         limits.extend(tls_flags(dir)?);
@@ -225,11 +245,14 @@ fn versus(rows: &[serde_json::Value]) -> Option<serde_json::Value> {
 fn contender_row(bed: &AttackBed, contender: &str) -> Result<serde_json::Value> {
     let a = bed.a;
     let (legit, attackers, attack_rate) = attack_pools(a);
-    let (alone, _) = bed.phase(contender, "alone", &legit)?;
+    let (alone, g_alone) = bed.phase(contender, "alone", &legit)?;
     let (both, g) = bed.phase(contender, "both", &format!("{legit}\n{attackers}"))?;
-    let floor = match a.attack_floor {
-        true => Some(bed.phase(contender, "floor", &format!("{legit}\n{attackers}url = \"{{ELSEWHERE}}\"\n"))?.0),
-        false => None,
+    let (floor, g_floor) = match a.attack_floor {
+        true => {
+            let (f, g) = bed.phase(contender, "floor", &format!("{legit}\n{attackers}url = \"{{ELSEWHERE}}\"\n"))?;
+            (Some(f), g)
+        }
+        false => (None, serde_json::Value::Null),
     };
     // What the guard did to the attack: blocks, sheds, handshakes.
     let keys = [
@@ -244,6 +267,8 @@ fn contender_row(bed: &AttackBed, contender: &str) -> Result<serde_json::Value> 
         "connections",
         "tls_handshakes",
         "max_connections",
+        "syn_filter",
+        "syn_filter_entries",
     ];
     let guard_summary = match g.is_null() {
         true => serde_json::Value::Null,
@@ -295,6 +320,9 @@ fn contender_row(bed: &AttackBed, contender: &str) -> Result<serde_json::Value> 
                    "blocked_share": blocked_share,
                    "per_second": at["per_second"]},
         "guard": guard_summary,
+        // CPU seconds the legitimate pool's guard used over each phase's
+        // load run (null for a peer).
+        "guard_cpu_s": {"alone": g_alone["cpu_s"], "attacked": g["cpu_s"], "floor": g_floor["cpu_s"]},
         // How many client connections the front can hold at once (HAProxy's
         // is capped by this machine's file limit: `fronts::haproxy_maxconn`).
         "front_max_connections": match contender {

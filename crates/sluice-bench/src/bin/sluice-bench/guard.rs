@@ -98,6 +98,11 @@ pub struct GuardBenchArgs {
     /// --attack: the guard's --upstream-pipeline (1: off).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub attack_pipeline: usize,
+    /// --attack: run the guard (and its floor) with `--no-syn-filter`:
+    /// blocked addresses refused at accept, not dropped at their SYN in the
+    /// kernel (the A/B case of the SYN filter).
+    #[arg(long)]
+    pub guard_no_syn_filter: bool,
     /// --attack: a third phase, the floor: the same attack sent to a second
     /// front of the same kind (same limits, same upstream), so the legitimate
     /// pool's p99 there is what the machine's contention alone costs it
