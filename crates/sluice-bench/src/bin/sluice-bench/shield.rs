@@ -78,6 +78,12 @@ pub struct ShieldBenchArgs {
     /// interfaces; `sluice` has none).
     #[arg(long, hide = true)]
     pub iface_rows: Option<u32>,
+    /// Also run the hosts as a dynamic set, written as the shield writes
+    /// runtime adds (`sluice_dynamic`), and the same counting its drops by
+    /// origin, the hosts of 32 origins (`sluice_dyn_origins`: the CrowdSec
+    /// set's program; a drop looks its element up again).
+    #[arg(long, hide = true)]
+    pub origins: bool,
     /// Leave xdp-filter out (it needs `xdp-filter` on the path, a netns
     /// and a bpffs mount of its own).
     #[arg(long)]
@@ -106,11 +112,21 @@ pub(crate) struct Contender {
     pub table_bytes: Option<u64>,
     pub _maps: Vec<BpfMap>,
     pub _compiled: Option<Compiled>,
+    pub _origins: Option<sluice_shield::origins::OriginCounts>,
 }
 
 impl Contender {
     pub fn new(name: &'static str, program: XdpProgram, load_ms: f64, load_how: &'static str) -> Contender {
-        Contender { name, program, load_ms, load_how, table_bytes: None, _maps: Vec::new(), _compiled: None }
+        Contender {
+            name,
+            program,
+            load_ms,
+            load_how,
+            table_bytes: None,
+            _maps: Vec::new(),
+            _compiled: None,
+            _origins: None,
+        }
     }
 }
 
@@ -154,6 +170,31 @@ fn sluice_with(name: &'static str, set: &[Prefix], layout: &Layout, opts: &Optio
     let mut c = Contender::new(name, program, load_ms, "tables built, written through mmap, program verified");
     c.table_bytes = Some(compiled.table_bytes());
     c._compiled = Some(compiled);
+    Ok(c)
+}
+
+/// `set` as a dynamic set's elements, written one by one as the shield
+/// writes runtime adds; with `origins`, each host of one of 32 origins and
+/// the drops counted by origin.
+fn sluice_dynamic(name: &'static str, set: &[Prefix], origins: bool) -> Result<Contender> {
+    use sluice_shield::origins::OriginCounts;
+    let maxelem = Some(u32::try_from(set.len()).unwrap_or(u32::MAX).max(1));
+    let file = set_rule(SetSource::Dynamic { timeout: None, maxelem });
+    let counts = origins.then(|| OriginCounts::new("set")).transpose()?;
+    let opts = Options { origins: counts.as_ref().map(OriginCounts::tap), ..Options::default() };
+    let t = Instant::now();
+    let compiled = Compiled::with_layout(&file, &[Vec::new()], &opts, &Layout::default())?;
+    let (_, maps) = compiled.dynamic_sets().next().context("the dynamic set's tables")?;
+    for (i, p) in set.iter().enumerate() {
+        let origin = if origins { sluice_shield::tables::origin_byte(Some((i % 32) as u16)) } else { 0 };
+        maps.insert(p, origin)?;
+    }
+    let load_ms = t.elapsed().as_secs_f64() * 1e3;
+    let program = compiled.program().try_clone().context("dup of the program")?;
+    let mut c = Contender::new(name, program, load_ms, "empty tables, then each host written through mmap");
+    c.table_bytes = Some(compiled.table_bytes());
+    c._compiled = Some(compiled);
+    c._origins = counts;
     Ok(c)
 }
 
@@ -447,6 +488,10 @@ pub fn run(a: ShieldBenchArgs) -> Result<()> {
             let ifaces = (1..n).map(|i| 1_000_000 + i).chain([1]).collect();
             let opts = Options { ifaces, ..Options::default() };
             contenders.push(sluice_with("sluice_ifaces", &set, &Layout::default(), &opts)?);
+        }
+        if a.origins {
+            contenders.push(sluice_dynamic("sluice_dynamic", &set, false)?);
+            contenders.push(sluice_dynamic("sluice_dyn_origins", &set, true)?);
         }
         contenders.push(hash(&set)?);
         contenders.push(lpm(&set)?);
