@@ -46,11 +46,14 @@ const BPF_LINK_UPDATE: i32 = 29;
 
 const BPF_MAP_TYPE_XSKMAP: u32 = 17;
 const BPF_PROG_TYPE_XDP: u32 = 6;
+const BPF_PROG_TYPE_SOCKET_FILTER: u32 = 1;
 /// enum bpf_attach_type: BPF_XDP.
 const BPF_XDP: u32 = 37;
 const BPF_ANY: u64 = 0;
 /// Update only an element that exists (an LPM trie: exactly this key).
 const BPF_EXIST: u64 = 2;
+/// Create only an element that does not exist.
+const BPF_NOEXIST: u64 = 1;
 
 /// `XDP_FLAGS_SKB_MODE`.
 pub const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
@@ -587,6 +590,16 @@ impl BpfMap {
         }
     }
 
+    /// Writes `value` under `key` only if the map lacks `key`
+    /// (`BPF_NOEXIST`): false when it has it.
+    pub fn insert_new(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        match self.update_flags(key, value, BPF_NOEXIST)? {
+            Ok(()) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(false),
+            Err(e) => Err(LiveError::io("BPF_MAP_UPDATE_ELEM", NEEDS_BPF, e)),
+        }
+    }
+
     /// `BPF_MAP_UPDATE_ELEM` with `flags`: the sizes checked, then the
     /// call's own result.
     fn update_flags(&self, key: &[u8], value: &[u8], flags: u64) -> Result<io::Result<()>> {
@@ -840,6 +853,129 @@ pub struct XdpProgram {
 /// available to every license, GPL-compatible is the conventional choice.
 const LICENSE: &[u8] = b"Dual MIT/GPL\0";
 
+/// Why `BPF_PROG_LOAD` refused a program.
+enum Refused {
+    /// No permission, and no log to say more.
+    Denied,
+    /// The verifier's errno and log (`(empty)` when it wrote none).
+    Verifier { source: io::Error, log: String },
+}
+
+/// Loads `insns` as a program of `prog_type`; on failure the verifier is
+/// asked again with logging on, for its log.
+fn load_program(prog_type: u32, attach: u32, insns: &[Insn], name: &str) -> std::result::Result<OwnedFd, Refused> {
+    let load = |log: Option<&mut [u8]>| -> io::Result<OwnedFd> {
+        let (log_level, log_size, log_buf) = match log {
+            Some(buf) => (1u32, buf.len() as u32, buf.as_mut_ptr() as u64),
+            None => (0, 0, 0),
+        };
+        let mut attr = ProgLoadAttr {
+            prog_type,
+            insn_cnt: insns.len() as u32,
+            insns: insns.as_ptr() as u64,
+            license: LICENSE.as_ptr() as u64,
+            log_level,
+            log_size,
+            log_buf,
+            prog_name: obj_name(name),
+            expected_attach_type: attach,
+            ..Default::default()
+        };
+        // SAFETY: `insns`, `LICENSE` (NUL-terminated) and the log buffer (if any, `log_size`
+        // bytes, writable) outlive the call.
+        let rc = unsafe { sys_bpf(BPF_PROG_LOAD, &mut attr) }?;
+        Ok(owned_fd(rc))
+    };
+    let first = match load(None) {
+        Ok(fd) => return Ok(fd),
+        Err(e) => e,
+    };
+    let mut log = vec![0u8; 1 << 22];
+    match load(Some(&mut log)) {
+        Ok(fd) => Ok(fd),
+        Err(e) => {
+            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+            let text = String::from_utf8_lossy(&log[..end]).trim_end().to_owned();
+            match e.raw_os_error() {
+                Some(libc::EPERM) | Some(libc::EACCES) if text.is_empty() => Err(Refused::Denied),
+                _ => {
+                    Err(Refused::Verifier { source: first, log: if text.is_empty() { "(empty)".into() } else { text } })
+                }
+            }
+        }
+    }
+}
+
+/// `BPF_PROG_TEST_RUN` of program `fd`: `frame` run `repeat` times, with
+/// `ctx` as the `xdp_md` when given; the program's return value and the
+/// mean ns per run.
+fn test_run_fd(fd: &OwnedFd, frame: &[u8], repeat: u32, ctx: Option<&XdpMd>) -> Result<(u32, u32)> {
+    let mut out = vec![0u8; frame.len() + 256];
+    let mut attr = TestRunAttr {
+        prog_fd: fd.as_raw_fd() as u32,
+        data_size_in: frame.len() as u32,
+        data_size_out: out.len() as u32,
+        data_in: frame.as_ptr() as u64,
+        data_out: out.as_mut_ptr() as u64,
+        repeat,
+        ..Default::default()
+    };
+    if let Some(ctx) = ctx {
+        attr.ctx_size_in = std::mem::size_of::<XdpMd>() as u32;
+        attr.ctx_in = ctx as *const XdpMd as u64;
+    }
+    // SAFETY: `frame` and `ctx` (read, their sizes given) and `out` (written,
+    // `data_size_out` bytes) outlive the call; no `ctx_out` is given.
+    unsafe { sys_bpf(BPF_PROG_TEST_RUN, &mut attr) }.map_err(|e| LiveError::io("BPF_PROG_TEST_RUN", NEEDS_BPF, e))?;
+    Ok((attr.retval, attr.duration))
+}
+
+/// A socket filter program (`BPF_PROG_TYPE_SOCKET_FILTER`), to attach to
+/// sockets with `SO_ATTACH_BPF`: it returns how many bytes of each packet
+/// the socket keeps, 0 to drop it.
+#[derive(Debug)]
+pub struct SocketFilter {
+    fd: OwnedFd,
+}
+
+impl SocketFilter {
+    /// Loads `insns` under `name`: the kernel's errno and the verifier's
+    /// log when it refuses.
+    pub fn load_named(insns: &[Insn], name: &str) -> std::result::Result<SocketFilter, (io::Error, String)> {
+        match load_program(BPF_PROG_TYPE_SOCKET_FILTER, 0, insns, name) {
+            Ok(fd) => Ok(SocketFilter { fd }),
+            Err(Refused::Denied) => Err((io::Error::from_raw_os_error(libc::EPERM), String::new())),
+            Err(Refused::Verifier { source, log }) => Err((source, log)),
+        }
+    }
+
+    /// Attaches it to `socket` (`SO_ATTACH_BPF`); sockets accepted from a
+    /// listening one inherit it.
+    pub fn attach(&self, socket: &impl AsRawFd) -> io::Result<()> {
+        let fd: libc::c_int = self.fd.as_raw_fd();
+        // SAFETY: `fd` is a live c_int for the call, its size given.
+        let rc = unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_ATTACH_BPF,
+                std::ptr::from_ref(&fd).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Runs it `repeat` times on `packet` (`BPF_PROG_TEST_RUN`; an Ethernet
+    /// frame): its return value and the kernel's mean ns per run.
+    pub fn test_run_repeat(&self, packet: &[u8], repeat: u32) -> Result<(u32, u32)> {
+        test_run_fd(&self.fd, packet, repeat, None)
+    }
+}
+
 impl XdpProgram {
     /// Loads `insns` as an XDP program. On failure the verifier is asked
     /// again with logging on, and its log is in the error.
@@ -850,51 +986,11 @@ impl XdpProgram {
     /// [`XdpProgram::load`] under `name` (at most 15 bytes shown by
     /// `bpftool prog`).
     pub fn load_named(insns: &[Insn], name: &str) -> Result<XdpProgram> {
-        match Self::load_with_log(insns, name, None) {
-            Ok(p) => Ok(p),
-            Err(first) => {
-                let mut log = vec![0u8; 1 << 22];
-                match Self::load_with_log(insns, name, Some(&mut log)) {
-                    Ok(p) => Ok(p),
-                    Err(e) => {
-                        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-                        let text = String::from_utf8_lossy(&log[..end]).trim_end().to_owned();
-                        Err(match e.raw_os_error() {
-                            Some(libc::EPERM) | Some(libc::EACCES) if text.is_empty() => {
-                                LiveError::permission("BPF_PROG_LOAD", NEEDS_BPF)
-                            }
-                            _ => LiveError::XdpRefused {
-                                source: first,
-                                log: if text.is_empty() { "(empty)".into() } else { text },
-                            },
-                        })
-                    }
-                }
-            }
+        match load_program(BPF_PROG_TYPE_XDP, BPF_XDP, insns, name) {
+            Ok(fd) => Ok(XdpProgram { fd }),
+            Err(Refused::Denied) => Err(LiveError::permission("BPF_PROG_LOAD", NEEDS_BPF)),
+            Err(Refused::Verifier { source, log }) => Err(LiveError::XdpRefused { source, log }),
         }
-    }
-
-    fn load_with_log(insns: &[Insn], name: &str, log: Option<&mut [u8]>) -> io::Result<XdpProgram> {
-        let (log_level, log_size, log_buf) = match log {
-            Some(buf) => (1u32, buf.len() as u32, buf.as_mut_ptr() as u64),
-            None => (0, 0, 0),
-        };
-        let mut attr = ProgLoadAttr {
-            prog_type: BPF_PROG_TYPE_XDP,
-            insn_cnt: insns.len() as u32,
-            insns: insns.as_ptr() as u64,
-            license: LICENSE.as_ptr() as u64,
-            log_level,
-            log_size,
-            log_buf,
-            prog_name: obj_name(name),
-            expected_attach_type: BPF_XDP,
-            ..Default::default()
-        };
-        // SAFETY: `insns`, `LICENSE` (NUL-terminated) and the log buffer (if any, `log_size`
-        // bytes, writable) outlive the call.
-        let rc = unsafe { sys_bpf(BPF_PROG_LOAD, &mut attr) }?;
-        Ok(XdpProgram { fd: owned_fd(rc) })
     }
 
     /// The loaded program whose id is `id` (`BPF_PROG_GET_FD_BY_ID`): one
@@ -959,25 +1055,7 @@ impl XdpProgram {
     /// `xdp_md` when given (else the kernel's: loopback, queue 0); the
     /// action and the mean ns per run.
     fn run_test(&self, frame: &[u8], repeat: u32, ctx: Option<&XdpMd>) -> Result<(u32, u32)> {
-        let mut out = vec![0u8; frame.len() + 256];
-        let mut attr = TestRunAttr {
-            prog_fd: self.fd.as_raw_fd() as u32,
-            data_size_in: frame.len() as u32,
-            data_size_out: out.len() as u32,
-            data_in: frame.as_ptr() as u64,
-            data_out: out.as_mut_ptr() as u64,
-            repeat,
-            ..Default::default()
-        };
-        if let Some(ctx) = ctx {
-            attr.ctx_size_in = std::mem::size_of::<XdpMd>() as u32;
-            attr.ctx_in = ctx as *const XdpMd as u64;
-        }
-        // SAFETY: `frame` and `ctx` (read, their sizes given) and `out` (written,
-        // `data_size_out` bytes) outlive the call; no `ctx_out` is given.
-        unsafe { sys_bpf(BPF_PROG_TEST_RUN, &mut attr) }
-            .map_err(|e| LiveError::io("BPF_PROG_TEST_RUN", NEEDS_BPF, e))?;
-        Ok((attr.retval, attr.duration))
+        test_run_fd(&self.fd, frame, repeat, ctx)
     }
 
     /// Attaches the program to `iface` in `mode` through a BPF link. The

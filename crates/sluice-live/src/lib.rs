@@ -113,6 +113,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod asm;
 #[allow(unsafe_code)]
 pub mod bpf;
 pub mod error;
@@ -130,7 +131,7 @@ pub mod sys;
 #[allow(unsafe_code)]
 pub mod xsk;
 
-pub use bpf::{BpfMap, MapType, MappedArray, XdpLink, XdpMode, XdpProgram, XdpRedirect, XskMap};
+pub use bpf::{BpfMap, MapType, MappedArray, SocketFilter, XdpLink, XdpMode, XdpProgram, XdpRedirect, XskMap};
 pub use error::{LiveError, Result};
 pub use packet::{Fanout, FanoutMode, FrameMeta, PacketConfig, PacketSocket};
 pub use xsk::{BindMode, Desc, FramePool, Umem, UmemView, XskConfig, XskSocket};

@@ -12,7 +12,8 @@
 //! limits) is refused when the rules are compiled, naming its `file:line`
 //! ([`ShieldError::Unsupported`]); nothing is loaded then.
 
-pub mod asm;
+/// The eBPF assembler (`sluice_live::asm`), where the program is written.
+pub use sluice_live::asm;
 pub mod flows;
 pub mod metrics;
 pub mod mirror;

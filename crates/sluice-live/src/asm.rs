@@ -1,12 +1,17 @@
 //! A small eBPF assembler: instructions by name, forward jumps to labels.
 //!
-//! The kernel program is generated from the rules at start, so it is
+//! sluice's eBPF programs are generated at start (the shield's from the
+//! rules, the guard's SYN filter from its key prefixes), so they are
 //! written here as Rust calls rather than C: `cargo build` needs no clang,
-//! and the program is exactly as large as the rules it enforces (a rule
-//! file of three rules is three rules of code, not a generic interpreter
-//! walking tables of rules per packet).
+//! and a program is exactly as large as what it enforces (a rule file of
+//! three rules is three rules of code, not a generic interpreter walking
+//! tables of rules per packet).
 
-use sluice_live::bpf::Insn;
+// Registers, widths, operations and conditions name themselves (each is
+// the eBPF one of that name): only what is not an opcode is documented.
+#![allow(missing_docs)]
+
+use crate::bpf::Insn;
 
 /// Registers. `R0` returns, `R1`-`R5` are arguments (clobbered by calls),
 /// `R6`-`R9` survive calls, `R10` is the read-only frame pointer.
