@@ -522,10 +522,7 @@ mod tests {
         let (mut hello, mut got) = (None, Vec::new());
         let mut sent = false;
         for round in 0..20 {
-            let mut flight = Vec::new();
-            while c.wants_write() {
-                c.write_tls(&mut flight).unwrap();
-            }
+            let flight = client_flight(&mut c);
             sock.input.extend(if round == 0 { recut(&flight) } else { flight });
             let mut buf = [0u8; 512];
             loop {
@@ -543,13 +540,7 @@ mod tests {
                     Input::WouldBlock => break,
                 }
             }
-            server.flush(&mut sock).unwrap();
-            let mut from_server = &sock.output[..];
-            while !from_server.is_empty() {
-                c.read_tls(&mut from_server).unwrap();
-                c.process_new_packets().unwrap();
-            }
-            sock.output.clear();
+            to_client(&mut server, &mut sock, &mut c);
             if !c.is_handshaking() && !sent {
                 c.writer().write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
                 sent = true;
@@ -560,6 +551,26 @@ mod tests {
         }
         let cert = c.peer_certificates().expect("a certificate")[0].clone().into_owned();
         (hello, cert, got)
+    }
+
+    /// What the client has to send now.
+    fn client_flight(c: &mut rustls::ClientConnection) -> Vec<u8> {
+        let mut flight = Vec::new();
+        while c.wants_write() {
+            c.write_tls(&mut flight).unwrap();
+        }
+        flight
+    }
+
+    /// The server's pending output flushed into the pipe and read by the client.
+    fn to_client(server: &mut TlsConn, sock: &mut Pipe, c: &mut rustls::ClientConnection) {
+        server.flush(sock).unwrap();
+        let mut from_server = &sock.output[..];
+        while !from_server.is_empty() {
+            c.read_tls(&mut from_server).unwrap();
+            c.process_new_packets().unwrap();
+        }
+        sock.output.clear();
     }
 
     fn leaf(name: &str) -> CertificateDer<'static> {
@@ -577,19 +588,10 @@ mod tests {
         let mut sock = Pipe::default();
         let mut buf = [0u8; 512];
         for _ in 0..10 {
-            let mut flight = Vec::new();
-            while c.wants_write() {
-                c.write_tls(&mut flight).unwrap();
-            }
+            let flight = client_flight(&mut c);
             sock.input.extend(flight);
             while !matches!(server.read(&mut sock, &mut buf).unwrap(), Input::WouldBlock) {}
-            server.flush(&mut sock).unwrap();
-            let mut from_server = &sock.output[..];
-            while !from_server.is_empty() {
-                c.read_tls(&mut from_server).unwrap();
-                c.process_new_packets().unwrap();
-            }
-            sock.output.clear();
+            to_client(&mut server, &mut sock, &mut c);
         }
         assert!(!c.is_handshaking() && !server.is_handshaking());
         let first = vec![b'a'; 40_000];

@@ -10,6 +10,7 @@
 use sluice_guard::synfilter::{SynFilter, DROP, PASS};
 use sluice_guard::table::key;
 use sluice_guard::KeyPrefixes;
+use sluice_testkit::Xorshift;
 use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -25,17 +26,6 @@ fn filter_or_skip(test: &str, capacity: usize, prefixes: KeyPrefixes) -> Option<
             let _ = writeln!(std::io::stderr().lock(), "SKIPPED: {test}: the SYN filter cannot load: {why}");
             None
         }
-    }
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
     }
 }
 
@@ -80,7 +70,7 @@ fn frame(src: IpAddr, flags: u8, ihl: u8) -> Vec<u8> {
     f
 }
 
-fn addr(r: &mut Rng, v6: bool) -> IpAddr {
+fn addr(r: &mut Xorshift, v6: bool) -> IpAddr {
     if v6 {
         IpAddr::V6(Ipv6Addr::from((u128::from(r.next()) << 64) | u128::from(r.next())))
     } else {
@@ -94,7 +84,7 @@ fn addr(r: &mut Rng, v6: bool) -> IpAddr {
 fn verdict_is_set_membership() {
     for prefixes in [KeyPrefixes::default(), KeyPrefixes { v4: 24, v6: 48 }, KeyPrefixes { v4: 32, v6: 128 }] {
         let Some(f) = filter_or_skip("verdict_is_set_membership", 10_000, prefixes) else { return };
-        let mut r = Rng(0x9e37_79b9_7f4a_7c15 ^ u64::from(prefixes.v4));
+        let mut r = Xorshift(0x9e37_79b9_7f4a_7c15 ^ u64::from(prefixes.v4));
         let k = |ip: IpAddr| key(prefixes.net(ip).addr);
         let mut blocked: Vec<IpAddr> = Vec::new();
         let mut set = HashSet::new();

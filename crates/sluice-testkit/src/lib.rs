@@ -9,9 +9,25 @@
 //! - [`bgp`]: BGP peers on loopback: gobgpd (config, start, its API and
 //!   BGP port waited for, the `gobgp` CLI, stopped on drop), BIRD 2 and
 //!   ExaBGP.
+//! - [`Xorshift`]: a seeded generator for random test input (a failing
+//!   case names its seed and reproduces).
 
 pub mod bgp;
 pub mod lapi;
 #[cfg(feature = "live")]
 pub mod live;
 pub mod names;
+
+/// A seeded xorshift64 generator (seed not 0).
+pub struct Xorshift(pub u64);
+
+impl Xorshift {
+    /// The next number.
+    #[allow(clippy::should_implement_trait)] // Not an iterator: it never ends.
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
