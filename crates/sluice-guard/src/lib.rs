@@ -33,6 +33,7 @@ pub mod ja4list;
 pub mod limits;
 pub mod net;
 pub mod outbuf;
+pub mod pace;
 pub mod proxyproto;
 pub mod publish;
 pub mod service;
@@ -321,6 +322,9 @@ sluice_metrics::counters! {
         /// Connections waiting for a request head, closed (oldest first) to
         /// make room under `--max-connections`.
         shed_waiting => "sluice_guard_shed_waiting",
+        /// Events of connections over their calm pace (`pace`), put off
+        /// to the loop turn's slice for them.
+        paced => "sluice_guard_paced",
         /// New connections closed at once: at `--max-connections` with none
         /// waiting to shed.
         refused_max_connections => "sluice_guard_refused_max_connections",

@@ -119,6 +119,11 @@ impl Worker<'_> {
             self.clients.len() - 1
         });
         let mut c = self.new_client(sock, ip, forwarded, tracked, tls);
+        // Paced by its own address only (see `crate::pace`).
+        if admit.is_some() {
+            let known = self.shared.table.standing(ip, self.now_ms()) == crate::table::Standing::Known;
+            c.pace = Some(self.pace_rule.start(self.now_ms(), known));
+        }
         c.redirect = serve == Serve::RedirectHttps;
         self.start_waiting(&mut c, true);
         if self.poll.registry().register(&mut c.sock, Token(2 * i), Interest::READABLE | Interest::WRITABLE).is_err() {
@@ -153,12 +158,15 @@ impl Worker<'_> {
         forwarded: bool,
         tracked: bool,
         tls: Option<Box<TlsConn>>,
-    ) -> Client {
+    ) -> Box<Client> {
         let now = Instant::now();
         let handshake_deadline = tls.as_ref().map(|_| now + self.cfg.tls_handshake_timeout);
         let serial = self.serials;
         self.serials += 1;
-        Client {
+        // Boxed: a slot is taken out of `Worker::clients` and put back for
+        // every event and every deadline sweep, and a pointer moves where
+        // the whole state (800 bytes) would be copied twice.
+        Box::new(Client {
             sock,
             ip,
             peer: ip,
@@ -189,6 +197,8 @@ impl Worker<'_> {
             ja4: None,
             hello_queued: false,
             send_queued: false,
+            pace: None,
+            later: false,
             serial,
             served: false,
             solo: false,
@@ -196,22 +206,23 @@ impl Worker<'_> {
             tunnel: None,
             redirect: false,
             h2: None,
-        }
+        })
     }
 
     /// Close connections waiting for a request head (with nothing left to
     /// send them) and connections whose response has stalled (the client
     /// took nothing for [`STALLED`]): those not known first (never served:
     /// idle, trickling, still in a TLS handshake, or stalled on their first
-    /// response; or near a limit), each kind oldest progress first (a
-    /// locked table lookup per candidate); 1/64 of those open (at
-    /// least one), so a flood of new connections at the cap pays one scan
-    /// per 64. Whether any was closed.
+    /// response; or near a limit), of those the ones over their calm pace
+    /// (`crate::pace`) first; each kind oldest progress first (a locked
+    /// table lookup per candidate); 1/64 of those open (at least one), so
+    /// a flood of new connections at the cap pays one scan per 64. Whether
+    /// any was closed.
     fn shed_waiting(&mut self) -> bool {
         let now = Instant::now();
         let now_ms = self.now_ms();
-        let table = &self.shared.table;
-        let mut waiting: Vec<((bool, Instant), usize)> = self
+        let (table, rule) = (&self.shared.table, &self.pace_rule);
+        let mut waiting: Vec<((bool, bool, Instant), usize)> = self
             .clients
             .iter()
             .enumerate()
@@ -226,8 +237,11 @@ impl Worker<'_> {
                 // limits goes last: a legitimate browser idles between
                 // requests far longer than an attacker under the rate does,
                 // so the oldest waiting alone would shed the real users first.
+                // Of the rest, a calm one (`crate::pace`: a new address quiet
+                // for a second) goes after those over their pace.
                 let known = c.served && !table.near_limit(c.ip, now_ms);
-                Some(((known, since), i))
+                let calm = c.pace.is_none_or(|p| p.calm(rule, now_ms));
+                Some(((known, calm, since), i))
             })
             .collect();
         if waiting.is_empty() {

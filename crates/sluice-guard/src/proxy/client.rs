@@ -96,6 +96,12 @@ pub(super) struct Client {
     pub(super) h2: Option<Box<super::h2::H2>>,
     /// Its response waits in `Worker::client_sends` for the turn's end.
     pub(super) send_queued: bool,
+    /// Its leaky request count (`crate::pace`); None: never waits in
+    /// `Worker::later` (a connection that speaks for many clients, behind
+    /// a trusted proxy or a PROXY header).
+    pub(super) pace: Option<crate::pace::Pace>,
+    /// Its events wait in `Worker::later`.
+    pub(super) later: bool,
 }
 
 /// After an error reply the write side is shut and input discarded this long
@@ -332,8 +338,11 @@ impl Worker<'_> {
     }
 
     /// Count a request against its client (named by a trusted proxy, or
-    /// the connection's own).
-    pub(super) fn request(&self, c: &Client) -> Result<(), Limit> {
+    /// the connection's own), and on the connection's pace.
+    pub(super) fn request(&self, c: &mut Client) -> Result<(), Limit> {
+        if let Some(p) = &mut c.pace {
+            p.hit(&self.pace_rule, self.now_ms());
+        }
         if c.forwarded {
             self.shared.table.on_forwarded_request(c.ip, self.now_ms())
         } else {

@@ -1,4 +1,5 @@
-//! Every phase's deadline, swept each [`TICK`](super::TICK): the TLS
+//! Every phase's deadline, swept every [`SWEEP_PARTS`] [`TICK`](super::TICK)s
+//! (a share of the slots each tick): the TLS
 //! handshake, the PROXY header, the request head, an idle keep-alive, the
 //! body and the response (a slow or stalled client), the upstream queue,
 //! the upstream's connect and answer, and an idle tunnel.
@@ -29,10 +30,22 @@ enum Due<'c> {
     Drive,
 }
 
+/// Each tick the sweep looks at this share of the client slots, so a
+/// connection's deadlines are looked at every 100 ms: every timeout is
+/// met within that (they are seconds, or hundreds of ms at the least),
+/// and the guard at 10,000 connections does not spend a fifth of its time
+/// reading every connection's state 50 times a second (`perf`, BENCHMARKS.md).
+pub(super) const SWEEP_PARTS: usize = 5;
+
 impl<'a> Worker<'a> {
     pub(super) fn sweep_deadlines(&mut self) {
         let now = Instant::now();
-        for i in 0..self.clients.len() {
+        for _ in 0..self.clients.len().div_ceil(SWEEP_PARTS) {
+            if self.sweep_at >= self.clients.len() {
+                self.sweep_at = 0;
+            }
+            let i = self.sweep_at;
+            self.sweep_at += 1;
             let Some(mut c) = self.clients[i].take() else { continue };
             let due = self.due(&mut c, now);
             let after = match due {

@@ -473,7 +473,7 @@ impl Worker<'_> {
 
     /// An exchange answered: its slot is free, its upstream pooled or closed.
     fn h2_answered(&mut self, c: &mut Client, ex: Exchange, reuse: bool) {
-        if (!c.served || c.forwarded) && self.max_inflight > 0 {
+        if !c.served || c.forwarded {
             self.shared.table.on_served(c.ip);
         }
         c.served = true;

@@ -150,9 +150,11 @@ impl Worker<'_> {
     /// waits for its next request or is closed, and the status counts
     /// toward the client's response-code limit.
     fn answered(&mut self, c: &mut Client, u: &mut Up, status: u16, close: bool, eof: bool) -> Result<bool, After> {
-        // The address is known from its first response on (a forwarded
+        // The address is known from its first response on (its next
+        // connections are calm at once, `crate::pace`, and its requests
+        // queue with the known at `--upstream-max-inflight`; a forwarded
         // connection carries many clients: each is marked).
-        if (!c.served || c.forwarded) && self.max_inflight > 0 {
+        if !c.served || c.forwarded {
             self.shared.table.on_served(c.ip);
         }
         c.served = true;

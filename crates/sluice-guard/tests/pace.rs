@@ -1,0 +1,109 @@
+//! A connection's pace (`sluice_guard::pace`): the events of one over its
+//! calm pace wait for the loop turn's slice for them, and it is served in
+//! full all the same; one from an address served before is calm at once;
+//! and at `--max-connections`, of the connections not known, one over its
+//! pace is shed before a calm idle one. Each client has a loopback address of its own.
+
+mod support;
+use support::heads;
+
+use sluice_guard::{Config, Guard, GuardThreads, Shared};
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+
+fn guard(tune: impl FnOnce(&mut Config)) -> (SocketAddr, GuardThreads, Arc<Shared>) {
+    let up = heads::upstream(|_| OK.to_vec());
+    let mut c = Config::new("127.0.0.1:0".parse().unwrap(), up);
+    c.pin = false;
+    c.threads = 1;
+    tune(&mut c);
+    let g = Guard::bind(c).unwrap();
+    let addr = g.local_addr();
+    let g = g.start().unwrap();
+    let shared = g.shared();
+    (addr, g, shared)
+}
+
+fn stop(g: GuardThreads) {
+    g.stop_flag().store(true, std::sync::atomic::Ordering::Relaxed);
+    g.wait().unwrap();
+}
+
+/// A keep-alive connection from source address `from`.
+fn connect(from: &str, to: SocketAddr) -> TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&SocketAddr::new(from.parse::<IpAddr>().unwrap(), 0).into()).unwrap();
+    s.connect(&to.into()).unwrap();
+    let s: TcpStream = s.into();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+/// One request on `s`, its whole response read (OK's length).
+fn exchange(s: &mut TcpStream) {
+    s.write_all(GET).unwrap();
+    let mut got = vec![0; OK.len()];
+    s.read_exact(&mut got).unwrap();
+    assert_eq!(got, OK);
+}
+
+#[test]
+fn a_new_address_asking_at_once_is_paced_and_served_in_full() {
+    let (addr, g, shared) = guard(|c| c.limits.request_rate = Some(100));
+    let mut s = connect("127.9.0.1", addr);
+    for _ in 0..20 {
+        exchange(&mut s);
+    }
+    let r = shared.report();
+    assert_eq!(r.counts.requests, 20);
+    assert!(r.counts.paced >= 19, "every request after the first came as an event over the pace: {:?}", r.counts);
+    stop(g);
+}
+
+#[test]
+fn a_quiet_second_or_an_address_served_before_is_calm() {
+    let (addr, g, shared) = guard(|c| c.limits.request_rate = Some(100));
+    // Quiet for a second after connecting: calm, though its address is new.
+    let mut s = connect("127.9.1.1", addr);
+    std::thread::sleep(Duration::from_millis(1200));
+    exchange(&mut s);
+    exchange(&mut s);
+    assert_eq!(shared.report().counts.paced, 0);
+    // Its address was served: a new connection from it is calm at once.
+    let mut again = connect("127.9.1.1", addr);
+    for _ in 0..5 {
+        exchange(&mut again);
+    }
+    let r = shared.report();
+    assert_eq!((r.counts.requests, r.counts.paced), (7, 0), "{:?}", r.counts);
+    stop(g);
+}
+
+#[test]
+fn at_the_cap_a_waiting_connection_over_its_pace_is_shed_before_a_calm_idle_one() {
+    let (addr, g, shared) = guard(|c| {
+        c.max_connections = 2;
+        c.limits.request_rate = Some(2);
+    });
+    // Idle for over a second, never served: calm.
+    let mut idle = connect("127.9.2.1", addr);
+    std::thread::sleep(Duration::from_millis(1200));
+    // Two requests at once from a new address: over its pace, near its
+    // limit (so not a known client), waiting for its next request.
+    let mut busy = connect("127.9.2.2", addr);
+    exchange(&mut busy);
+    exchange(&mut busy);
+    // A third: at the cap, one waiting connection is shed to make room.
+    let mut third = connect("127.9.2.3", addr);
+    exchange(&mut third);
+    assert_eq!(shared.report().counts.shed_waiting, 1);
+    let mut rest = Vec::new();
+    assert_eq!(busy.read_to_end(&mut rest).unwrap(), 0, "the connection over its pace was shed");
+    exchange(&mut idle);
+    stop(g);
+}
