@@ -262,6 +262,7 @@ fn contender_row(bed: &AttackBed, contender: &str) -> Result<serde_json::Value> 
         "upstream_queue_timeouts",
         "blocked_total",
         "shed_waiting",
+        "paced",
         "refused_at_accept",
         "closed_blocked",
         "connections",
