@@ -81,6 +81,9 @@ pub struct OutBuf {
     pos: usize,
     ready: usize,
     end: usize,
+    /// The last read filled the buffer to its end: the upstream may have
+    /// more, so a small buffer moves to a full one before the next.
+    filled_up: bool,
 }
 
 impl OutBuf {
@@ -105,8 +108,17 @@ impl OutBuf {
 
     /// Room to read into, after sliding what is held to the front; empty
     /// when the buffer is full (the upstream must wait for the client). A
-    /// small buffer under a quarter free moves to a full one first.
+    /// small buffer under a quarter free, or filled to its end by the last
+    /// read (a response streamed through it would take a read and a send
+    /// per 4 KiB), moves to a full one first.
     pub fn room(&mut self, pool: &mut Pool) -> &mut [u8] {
+        self.room_for(pool, 0)
+    }
+
+    /// [`OutBuf::room`], a small buffer moving to a full one also when its
+    /// room is under `want` bytes (a pipelined response already read, which
+    /// moves whole).
+    pub fn room_for(&mut self, pool: &mut Pool, want: usize) -> &mut [u8] {
         let b = self.buf.get_or_insert_with(|| pool.take_first());
         // Slide when full, when empty, or when under a quarter is left (so
         // reads stay large; the copy is at most three quarters of a buffer).
@@ -115,7 +127,8 @@ impl OutBuf {
             (self.ready, self.end) = (self.ready - self.pos, self.end - self.pos);
             self.pos = 0;
         }
-        if b.len() < pool.size && b.len() - self.end < b.len() / 4 {
+        let short = b.len() - self.end < (b.len() / 4).max(want);
+        if b.len() < pool.size && (self.filled_up || short) {
             let mut full = pool.take();
             full[..self.end].copy_from_slice(&b[..self.end]);
             pool.give(std::mem::replace(b, full));
@@ -126,7 +139,9 @@ impl OutBuf {
     /// `n` bytes were read into [`OutBuf::room`].
     pub fn filled(&mut self, n: usize) {
         self.end += n;
-        debug_assert!(self.end <= self.buf.as_ref().map_or(0, |b| b.len()));
+        let len = self.buf.as_ref().map_or(0, |b| b.len());
+        debug_assert!(self.end <= len);
+        self.filled_up = n > 0 && self.end == len;
     }
 
     /// The next `n` unframed bytes are framed: they may be sent.
@@ -180,7 +195,7 @@ impl OutBuf {
             if let Some(b) = self.buf.take() {
                 pool.give(b);
             }
-            (self.pos, self.ready, self.end) = (0, 0, 0);
+            (self.pos, self.ready, self.end, self.filled_up) = (0, 0, 0, false);
         }
     }
 
@@ -325,6 +340,27 @@ mod tests {
         // With a full buffer free, the next response starts in it.
         assert_eq!(b.room(&mut pool).len(), 32 << 10);
         assert_eq!((pool.free.len(), pool.free_small.len()), (0, 1));
+    }
+
+    #[test]
+    fn a_small_buffer_a_read_filled_moves_to_a_full_one_though_the_client_took_it_all() {
+        let mut pool = Pool::new(32 << 10, 4);
+        let mut b = OutBuf::default();
+        let n = b.room(&mut pool).len();
+        assert_eq!(n, SMALL);
+        b.filled(n);
+        b.frame(n);
+        let mut sink = Sink { got: Vec::new(), take: usize::MAX };
+        assert_eq!(b.write_to(&mut sink).unwrap(), SMALL);
+        assert_eq!(b.room(&mut pool).len(), 32 << 10, "the rest of a long response is read at once");
+    }
+
+    #[test]
+    fn a_small_buffer_moves_to_a_full_one_for_what_would_not_fit() {
+        let mut pool = Pool::new(32 << 10, 4);
+        let mut b = OutBuf::default();
+        assert_eq!(b.room_for(&mut pool, 100).len(), SMALL);
+        assert_eq!(b.room_for(&mut pool, SMALL + 1).len(), 32 << 10);
     }
 
     #[test]

@@ -83,7 +83,8 @@ impl Worker<'_> {
     /// `Ok(None)` at EOF, or why it failed.
     fn read_response(&mut self, c: &mut Client, u: &mut Up) -> Result<Option<usize>, String> {
         while u.readable || !u.spill.is_empty() {
-            let room = c.out.room(&mut self.pool);
+            // (A small buffer moves to a full one for a spill it cannot take.)
+            let room = c.out.room_for(&mut self.pool, u.spill.len());
             let len = room.len();
             // The spill moves whole (so it is empty whenever a response
             // ends, and the next response's first bytes start it afresh).
