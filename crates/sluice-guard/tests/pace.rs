@@ -6,10 +6,11 @@
 
 mod support;
 use support::heads;
+use support::running::connect_from as connect;
 
 use sluice_guard::{Config, Guard, GuardThreads, Shared};
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,16 +33,6 @@ fn guard(tune: impl FnOnce(&mut Config)) -> (SocketAddr, GuardThreads, Arc<Share
 fn stop(g: GuardThreads) {
     g.stop_flag().store(true, std::sync::atomic::Ordering::Relaxed);
     g.wait().unwrap();
-}
-
-/// A keep-alive connection from source address `from`.
-fn connect(from: &str, to: SocketAddr) -> TcpStream {
-    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    s.bind(&SocketAddr::new(from.parse::<IpAddr>().unwrap(), 0).into()).unwrap();
-    s.connect(&to.into()).unwrap();
-    let s: TcpStream = s.into();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s
 }
 
 /// One request on `s`, its whole response read (OK's length).

@@ -6,10 +6,11 @@
 
 mod support;
 use support::heads;
+use support::running::connect_from as connect;
 
 use sluice_guard::{Config, Guard};
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,16 +44,6 @@ fn guard(
     let g = Guard::bind(c).unwrap();
     let addr = g.local_addr();
     (addr, g.start().unwrap(), seen)
-}
-
-/// A connection from source address `from`.
-fn connect(from: &str, to: SocketAddr) -> TcpStream {
-    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    s.bind(&SocketAddr::new(from.parse::<IpAddr>().unwrap(), 0).into()).unwrap();
-    s.connect(&to.into()).unwrap();
-    let s: TcpStream = s.into();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s
 }
 
 fn send(s: &mut TcpStream, target: &str) {

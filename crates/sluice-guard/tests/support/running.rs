@@ -2,7 +2,7 @@
 //! port in front of `up`, stopped and joined; and a client connection to it.
 
 use sluice_guard::{Config, Guard, GuardThreads};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -26,6 +26,18 @@ pub fn stop(g: GuardThreads) {
 #[allow(dead_code)] // each test binary uses some of these
 pub fn connect(to: SocketAddr) -> TcpStream {
     let s = TcpStream::connect(to).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+/// [`connect`] from source address `from` (a loopback address of its own:
+/// the guard counts and paces each client by its address).
+#[allow(dead_code)] // each test binary uses some of these
+pub fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&SocketAddr::new(from.parse::<IpAddr>().unwrap(), 0).into()).unwrap();
+    s.connect(&to.into()).unwrap();
+    let s: TcpStream = s.into();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s
 }
