@@ -328,6 +328,9 @@ sluice_metrics::counters! {
         /// New connections closed at once: at `--max-connections` with none
         /// waiting to shed.
         refused_max_connections => "sluice_guard_refused_max_connections",
+        /// Of those, from an address shed at the cap within the last 2 s
+        /// (while not known): it does not displace another so soon.
+        refused_shed_lately => "sluice_guard_refused_shed_lately",
         /// `--proxy-protocol`: connections from outside `--trusted-proxies`, closed at accept.
         refused_untrusted_proxy => "sluice_guard_refused_untrusted_proxy",
         /// `--client-ip-header`: requests whose client (named by a trusted

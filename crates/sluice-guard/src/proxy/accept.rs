@@ -6,6 +6,7 @@
 
 use super::breach::reset;
 use super::client::Client;
+use super::shed::{Candidate, SCAN_SHARE};
 use super::{add, After, Next, Phase, Worker, IN_CHUNK};
 use crate::frame::{HttpRefusal, RequestFramer};
 use crate::limits::Limit;
@@ -71,9 +72,17 @@ impl Worker<'_> {
     fn accept(&mut self, sock: TcpStream, ip: IpAddr, serve: Serve) {
         // At the cap: room is made by closing those that waited longest
         // for a request (idle or trickling), else this one goes.
-        if self.open >= self.max_open && !self.shed_waiting() {
-            add(&self.n.refused_max_connections, 1);
-            return;
+        // An address shed lately does not displace another (`shed`).
+        if self.open >= self.max_open {
+            if self.shedder.shed_lately(ip, self.now) {
+                add(&self.n.refused_max_connections, 1);
+                add(&self.n.refused_shed_lately, 1);
+                return;
+            }
+            if !self.shed_one() {
+                add(&self.n.refused_max_connections, 1);
+                return;
+            }
         }
         // Behind a load balancer the client is known only from the PROXY
         // header (admission waits for it: `Phase::Proxy`) or from each
@@ -209,30 +218,53 @@ impl Worker<'_> {
         })
     }
 
-    /// Close connections waiting for a request head (with nothing left to
-    /// send them) and connections whose response has stalled (the client
-    /// took nothing for [`STALLED`]): those not known first (never served:
-    /// idle, trickling, still in a TLS handshake, or stalled on their first
-    /// response; or near a limit), of those the ones over their calm pace
-    /// (`crate::pace`) first; each kind oldest progress first (a locked
-    /// table lookup per candidate); 1/64 of those open (at least one), so
-    /// a flood of new connections at the cap pays one scan per 64. Whether
-    /// any was closed.
-    fn shed_waiting(&mut self) -> bool {
+    /// Close one connection waiting for a request head (with nothing left
+    /// to send it) or whose response has stalled (the client took nothing
+    /// for [`STALLED`]): one not known first (never served: idle,
+    /// trickling, still in a TLS handshake, or stalled on its first
+    /// response; or near a limit), of those one over its calm pace
+    /// (`crate::pace`) first; each kind oldest progress first. The ranking
+    /// comes from a scan of every connection (a locked table lookup per
+    /// candidate), whose best [`SCAN_SHARE`]th is taken one at a time
+    /// (`shed`). Whether one was closed.
+    fn shed_one(&mut self) -> bool {
         let now = Instant::now();
+        let mut scanned = false;
+        loop {
+            let Some(cand) = self.shedder.next(now) else {
+                if scanned {
+                    return false;
+                }
+                scanned = true;
+                self.rank_for_shedding(now);
+                continue;
+            };
+            // Gone, or busy again, since the scan: the next.
+            let Some(c) = self.clients.get(cand.slot).and_then(Option::as_ref) else { continue };
+            if c.serial != cand.serial || waiting_since(c, now).is_none() {
+                continue;
+            }
+            if !cand.known {
+                self.shedder.note_shed(c.ip, now);
+            }
+            self.close_client(cand.slot, false);
+            add(&self.n.shed_waiting, 1);
+            return true;
+        }
+    }
+
+    /// Rank the connections that may be shed (`shed_one`) and keep the best
+    /// 1/[`SCAN_SHARE`] of the open ones (at least one).
+    fn rank_for_shedding(&mut self, now: Instant) {
         let now_ms = self.now_ms();
         let (table, rule) = (&self.shared.table, &self.pace_rule);
-        let mut waiting: Vec<((bool, bool, Instant), usize)> = self
+        let mut waiting: Vec<((bool, bool, Instant), Candidate)> = self
             .clients
             .iter()
             .enumerate()
             .filter_map(|(i, c)| {
                 let c = c.as_ref()?;
-                let since = if c.out.has_pending() {
-                    Some(c.progress_at).filter(|&t| now.duration_since(t) >= STALLED)
-                } else {
-                    c.waiting_since
-                }?;
+                let since = waiting_since(c, now)?;
                 // A connection served before whose client is well under its
                 // limits goes last: a legitimate browser idles between
                 // requests far longer than an attacker under the rate does,
@@ -241,21 +273,16 @@ impl Worker<'_> {
                 // for a second) goes after those over their pace.
                 let known = c.served && !table.near_limit(c.ip, now_ms);
                 let calm = c.pace.is_none_or(|p| p.calm(rule, now_ms));
-                Some(((known, calm, since), i))
+                Some(((known, calm, since), Candidate { slot: i, serial: c.serial, known }))
             })
             .collect();
-        if waiting.is_empty() {
-            return false;
+        let k = (self.open / SCAN_SHARE).max(1).min(waiting.len());
+        if k > 0 && k < waiting.len() {
+            waiting.select_nth_unstable_by_key(k - 1, |w| w.0);
         }
-        let k = (self.open / 64).clamp(1, waiting.len());
-        if k < waiting.len() {
-            waiting.select_nth_unstable(k - 1);
-        }
-        for &(_, i) in &waiting[..k] {
-            self.close_client(i, false);
-        }
-        add(&self.n.shed_waiting, k as u64);
-        true
+        waiting.truncate(k);
+        waiting.sort_unstable_by_key(|w| w.0);
+        self.shedder.refill(waiting.into_iter().map(|w| w.1), now);
     }
 
     /// Whether `ip` is one of `--trusted-proxies`.
@@ -406,5 +433,15 @@ impl Worker<'_> {
             }
             None => Next::Go(false),
         }
+    }
+}
+
+/// Since when `c` may be shed: waiting for a request head (with nothing
+/// left to send it), or its response stalled for [`STALLED`].
+fn waiting_since(c: &Client, now: Instant) -> Option<Instant> {
+    if c.out.has_pending() {
+        Some(c.progress_at).filter(|&t| now.duration_since(t) >= STALLED)
+    } else {
+        c.waiting_since
     }
 }

@@ -46,6 +46,7 @@ mod h2;
 mod queue;
 mod response;
 mod sends;
+mod shed;
 mod tunnel;
 mod upstream;
 
@@ -211,6 +212,8 @@ pub(crate) struct Worker<'a> {
     pace_rule: crate::pace::PaceRule,
     /// The next client slot the deadline sweep looks at.
     sweep_at: usize,
+    /// Who is shed next at `--max-connections`, and who was lately (`shed`).
+    shedder: shed::Shedder,
 }
 
 impl<'a> Worker<'a> {
@@ -284,6 +287,7 @@ impl<'a> Worker<'a> {
             to_drive: Vec::new(),
             later: Default::default(),
             sweep_at: 0,
+            shedder: Default::default(),
             pace_rule: crate::pace::PaceRule::new(cfg.limits.request_rate),
         })
     }

@@ -262,6 +262,8 @@ fn contender_row(bed: &AttackBed, contender: &str) -> Result<serde_json::Value> 
         "upstream_queue_timeouts",
         "blocked_total",
         "shed_waiting",
+        "refused_max_connections",
+        "refused_shed_lately",
         "paced",
         "refused_at_accept",
         "closed_blocked",
