@@ -402,7 +402,7 @@ impl Worker<'_> {
         // An HTTP/2 connection's frames wait too, whatever its streams
         // owe: the turn's frames go as one run of records in one send.
         if self.ring.is_some()
-            && !self.send_now
+            && !self.flushing
             && c.req.is_none()
             && c.out.has_pending()
             && (c.tls.is_none() || c.h2.is_some())

@@ -286,7 +286,7 @@ impl Worker<'_> {
         u.client = Some(i);
         u.watch = ProgressWatch::new(u.moved, self.now);
         u.out.extend_from_slice(&bytes);
-        if end_stream && self.ring.is_some() && !self.send_now && !u.hold {
+        if end_stream && self.ring.is_some() && !self.flushing && !u.hold {
             // A body-less request goes with the turn's other sends
             // (`flush_sends`), as an HTTP/1.1 one does; a body goes at once.
             u.hold = true;

@@ -200,11 +200,8 @@ pub(crate) struct Worker<'a> {
     /// clients (slot, serial) whose responses do.
     deferred_ups: Vec<usize>,
     client_sends: Vec<(usize, u64)>,
-    /// Sends go at once, not at the turn's end: while the turn's end sends
-    /// (what it drives finishes at once), and while the connections over
-    /// their calm pace have their slice (`run_later`: their sends' cost,
-    /// most of what serving them costs, counts in the slice).
-    send_now: bool,
+    /// The turn's end is sending: what it drives sends at once.
+    flushing: bool,
     /// `flush_sends`'s results, kept for their buffer.
     sent: Vec<usize>,
     /// The clients `flush_sends` drives after its call, kept for their buffer.
@@ -285,7 +282,7 @@ impl<'a> Worker<'a> {
             ring: if cfg.plain_sends { None } else { sends::SendRing::new().ok() },
             deferred_ups: Vec::new(),
             client_sends: Vec::new(),
-            send_now: false,
+            flushing: false,
             sent: Vec::new(),
             to_drive: Vec::new(),
             later: Default::default(),
@@ -392,13 +389,9 @@ impl<'a> Worker<'a> {
     /// Drive the connections waiting in `later`, oldest first, for at most
     /// [`LATER_SLICE`] (the clock read every [`LATER_CHECK`] of them): the
     /// calm connections' events of the next turn wait no longer than that.
-    /// Their sends go at once, inside the slice: batched to the turn's end,
-    /// they cost it several times the slice, and the calm clients' sends
-    /// waited behind them (BENCHMARKS.md, "Shedding without churn").
     fn run_later(&mut self) {
         let start = Instant::now();
         let mut n = 0;
-        self.send_now = true;
         while let Some((i, serial)) = self.later.pop_front() {
             match self.clients.get_mut(i) {
                 Some(Some(c)) if c.serial == serial => c.later = false,
@@ -410,7 +403,6 @@ impl<'a> Worker<'a> {
                 break;
             }
         }
-        self.send_now = false;
     }
 
     fn close_client(&mut self, i: usize, rst: bool) {

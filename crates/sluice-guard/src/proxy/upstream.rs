@@ -262,7 +262,7 @@ impl Worker<'_> {
         if pipe {
             u.hold = true;
             self.batch.push(j);
-        } else if self.ring.is_some() && !self.send_now && !u.hold && !h.has_body {
+        } else if self.ring.is_some() && !self.flushing && !u.hold && !h.has_body {
             // Sent with the turn's other sends (`flush_sends`). A body
             // goes at once: its room in `out` is freed by sending.
             u.hold = true;
@@ -317,33 +317,23 @@ impl Worker<'_> {
             }
         }
         // What each item is: an upstream's request, or a client's response.
-        // The calm clients' go first (`crate::pace`): the call sends in
-        // order, each send running the loopback receiver's side too, so
-        // under an attack the last of a few hundred waits milliseconds.
         let mut whose = Vec::with_capacity(ups.len() + clients.len());
         let mut items = Vec::with_capacity(ups.len() + clients.len());
-        let (all, rule, now_ms) = (&self.clients, &self.pace_rule, self.now_ms);
-        let calm =
-            |i: usize| all.get(i).and_then(Option::as_ref).is_none_or(|c| c.pace.is_none_or(|p| p.calm(rule, now_ms)));
-        for calm_pass in [true, false] {
-            for &j in &ups {
-                if let Some(u) = self.ups.get(j).and_then(Option::as_ref).filter(|u| u.out_pos < u.out.len()) {
-                    if u.client.is_none_or(calm) == calm_pass {
-                        items.push((u.sock.as_raw_fd(), &u.out[u.out_pos..]));
-                        whose.push(Err(j));
-                    }
-                }
+        for &j in &ups {
+            if let Some(u) = self.ups.get(j).and_then(Option::as_ref).filter(|u| u.out_pos < u.out.len()) {
+                items.push((u.sock.as_raw_fd(), &u.out[u.out_pos..]));
+                whose.push(Err(j));
             }
-            for &(i, serial) in &clients {
-                if let Some(c) = all.get(i).and_then(Option::as_ref).filter(|c| c.serial == serial) {
-                    let bytes = match c.tls.as_deref() {
-                        Some(t) => t.staged(),
-                        None => c.out.pending(),
-                    };
-                    if !bytes.is_empty() && calm(i) == calm_pass {
-                        items.push((c.sock.as_raw_fd(), bytes));
-                        whose.push(Ok(i));
-                    }
+        }
+        for &(i, serial) in &clients {
+            if let Some(c) = self.clients.get(i).and_then(Option::as_ref).filter(|c| c.serial == serial) {
+                let bytes = match c.tls.as_deref() {
+                    Some(t) => t.staged(),
+                    None => c.out.pending(),
+                };
+                if !bytes.is_empty() {
+                    items.push((c.sock.as_raw_fd(), bytes));
+                    whose.push(Ok(i));
                 }
             }
         }
@@ -401,11 +391,11 @@ impl Worker<'_> {
         }
         drive.sort_unstable();
         drive.dedup();
-        self.send_now = true;
+        self.flushing = true;
         for &i in &drive {
             self.drive(i);
         }
-        self.send_now = false;
+        self.flushing = false;
         self.to_drive = drive;
     }
 
