@@ -12,7 +12,7 @@
 //! cap its new connections are refused. Without that, attackers shed at
 //! the cap reconnect at once, each new connection sheds another of them
 //! before it can breach a limit and be blocked, and the churn never ends
-//! (BENCHMARKS.md, "the shedding regime"). An address never shed (a real
+//! (BENCHMARKS.md, "shedding without churn"). An address never shed (a real
 //! client arriving during an idle flood) still displaces the longest
 //! waiting, as before.
 
