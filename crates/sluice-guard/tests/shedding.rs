@@ -18,11 +18,16 @@ const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
 const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
 
 fn guard(max_connections: usize) -> (SocketAddr, GuardThreads, Arc<Shared>) {
+    guard_with(max_connections, |_| {})
+}
+
+fn guard_with(max_connections: usize, tune: impl FnOnce(&mut Config)) -> (SocketAddr, GuardThreads, Arc<Shared>) {
     let up = heads::upstream(|_| OK.to_vec());
     let mut c = Config::new("127.0.0.1:0".parse().unwrap(), up);
     c.pin = false;
     c.threads = 1;
     c.max_connections = max_connections;
+    tune(&mut c);
     let g = Guard::bind(c).unwrap();
     let addr = g.local_addr();
     let g = g.start().unwrap();
@@ -129,6 +134,32 @@ fn an_address_shed_lately_is_refused_at_the_cap_until_its_cooldown_ends() {
     exchange(&mut back);
     let counts = shared.report().counts;
     assert_eq!((counts.shed_waiting, counts.refused_shed_lately), (3, 1), "{counts:?}");
+    stop(g);
+}
+
+/// A load balancer's connections (behind it, each request names its
+/// client) speak for many clients: shedding one never keeps the balancer
+/// from making room for its next.
+#[test]
+fn a_trusted_proxy_shed_at_the_cap_still_makes_room() {
+    let (addr, g, shared) = guard_with(2, |c| {
+        c.trusted_proxies = vec!["127.11.40.0/24".parse().unwrap()];
+        c.client_ip_header = Some("X-Forwarded-For".into());
+    });
+    let balancer = "127.11.40.1";
+    let _idle: Vec<TcpStream> = (0..2).map(|_| connect(balancer, addr)).collect();
+    until(&shared, "both accepted", |c| c.connections == 2);
+    let mut served = Vec::new();
+    for k in 1..=2 {
+        let mut s = connect(balancer, addr);
+        write!(s, "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 198.51.100.{k}\r\n\r\n").unwrap();
+        let mut got = vec![0; OK.len()];
+        s.read_exact(&mut got).unwrap();
+        assert_eq!(got, OK, "connection {k} from the balancer");
+        served.push(s);
+    }
+    let counts = shared.report().counts;
+    assert_eq!((counts.shed_waiting, counts.refused_shed_lately), (2, 0), "{counts:?}");
     stop(g);
 }
 

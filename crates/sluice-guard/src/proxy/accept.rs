@@ -74,7 +74,7 @@ impl Worker<'_> {
         // for a request (idle or trickling), else this one goes.
         // An address shed lately does not displace another (`shed`).
         if self.open >= self.max_open {
-            if self.shedder.shed_lately(ip, self.now) {
+            if self.shedder.shed_lately(self.shared.table.key(ip), self.now) {
                 add(&self.n.refused_max_connections, 1);
                 add(&self.n.refused_shed_lately, 1);
                 return;
@@ -244,8 +244,10 @@ impl Worker<'_> {
             if c.serial != cand.serial || waiting_since(c, now).is_none() {
                 continue;
             }
-            if !cand.known {
-                self.shedder.note_shed(c.ip, now);
+            // Counted against its own address (not a balancer's
+            // connection, nor one still waiting for its PROXY header).
+            if !cand.known && c.tracked {
+                self.shedder.note_shed(self.shared.table.key(c.ip), now);
             }
             self.close_client(cand.slot, false);
             add(&self.n.shed_waiting, 1);

@@ -7,9 +7,12 @@
 //! pays one scan per that many. Shedding that share at once, as the guard
 //! did, let in as many connections behind the one that asked.
 //!
-//! An address whose connection was shed while not known (never served, or
+//! A client whose connection was shed while not known (never served, or
 //! near a limit) does not displace another for [`SHED_COOLDOWN`]: at the
-//! cap its new connections are refused. Without that, attackers shed at
+//! cap its new connections are refused. The client is its table key (its
+//! address, or the network `--key-prefix-*` keys it by), and only a
+//! connection counted against its own address marks it: a load balancer's
+//! (before its PROXY header, or naming clients per request) never does. Without that, attackers shed at
 //! the cap reconnect at once, each new connection sheds another of them
 //! before it can breach a limit and be blocked, and the churn never ends
 //! (BENCHMARKS.md, "shedding without churn"). An address never shed (a real
@@ -17,7 +20,6 @@
 //! waiting, as before.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 /// A shed address's new connections are refused at the cap this long.
@@ -51,8 +53,8 @@ pub(super) struct Shedder {
     /// The last scan's candidates, the next to shed last (popped).
     queue: Vec<Candidate>,
     made: Option<Instant>,
-    /// Addresses shed while not known, and when.
-    recent: HashMap<IpAddr, Instant, Hasher>,
+    /// Clients (table keys) shed while not known, and when.
+    recent: HashMap<u128, Instant, Hasher>,
 }
 
 impl Shedder {
@@ -71,24 +73,24 @@ impl Shedder {
         self.made = Some(now);
     }
 
-    /// A connection from `ip` was shed while not known.
-    pub(super) fn note_shed(&mut self, ip: IpAddr, now: Instant) {
-        if self.recent.len() >= RECENT_CAP && !self.recent.contains_key(&ip) {
+    /// A connection of client `key` was shed while not known.
+    pub(super) fn note_shed(&mut self, key: u128, now: Instant) {
+        if self.recent.len() >= RECENT_CAP && !self.recent.contains_key(&key) {
             self.recent.retain(|_, &mut at| now.saturating_duration_since(at) < SHED_COOLDOWN);
             if self.recent.len() >= RECENT_CAP {
                 return;
             }
         }
-        self.recent.insert(ip, now);
+        self.recent.insert(key, now);
     }
 
-    /// Whether `ip` had a connection shed (while not known) within
+    /// Whether client `key` had a connection shed (while not known) within
     /// [`SHED_COOLDOWN`].
-    pub(super) fn shed_lately(&mut self, ip: IpAddr, now: Instant) -> bool {
-        match self.recent.get(&ip) {
+    pub(super) fn shed_lately(&mut self, key: u128, now: Instant) -> bool {
+        match self.recent.get(&key) {
             Some(&at) if now.saturating_duration_since(at) < SHED_COOLDOWN => true,
             Some(_) => {
-                self.recent.remove(&ip);
+                self.recent.remove(&key);
                 false
             }
             None => false,
@@ -128,7 +130,7 @@ mod tests {
     fn a_shed_address_cools_down_for_the_cooldown_only() {
         let mut s = Shedder::default();
         let t = Instant::now();
-        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let (a, b) = (1u128, 2u128);
         s.note_shed(a, t);
         assert!(s.shed_lately(a, t));
         assert!(s.shed_lately(a, t + SHED_COOLDOWN - Duration::from_millis(1)));
@@ -143,7 +145,7 @@ mod tests {
     fn the_remembered_addresses_are_bounded() {
         let mut s = Shedder::default();
         let t = Instant::now();
-        let ip = |n: u32| IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + n));
+        let ip = u128::from;
         for n in 0..RECENT_CAP as u32 {
             s.note_shed(ip(n), t);
         }
