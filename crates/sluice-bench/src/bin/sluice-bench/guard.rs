@@ -110,6 +110,14 @@ pub struct GuardBenchArgs {
     /// attack in its own guard's loop.
     #[arg(long)]
     pub attack_floor: bool,
+    /// --attack: run each contender's phases this many times: a row per
+    /// repetition (`guard_attack_rep`), then the contender's row, the
+    /// repetition with the median attacked p99 (over its floor, with
+    /// --attack-floor), with every repetition's numbers beside it. The
+    /// legitimate p99 under the attack swings several-fold from one run to
+    /// the next on a small shared machine.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub attack_reps: usize,
     /// Also through a guard terminating TLS (a self-signed certificate made
     /// for the run; http-load over https): its requests/s against the plain
     /// guard's. With --attack: both pools over TLS.
