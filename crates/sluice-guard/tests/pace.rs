@@ -5,43 +5,10 @@
 //! pace is shed before a calm idle one. Each client has a loopback address of its own.
 
 mod support;
-use support::heads;
-use support::running::connect_from as connect;
+use support::running::{connect_from as connect, exchange, one_thread as guard, stop};
 
-use sluice_guard::{Config, Guard, GuardThreads, Shared};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::sync::Arc;
+use std::io::Read;
 use std::time::Duration;
-
-const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
-const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
-
-fn guard(tune: impl FnOnce(&mut Config)) -> (SocketAddr, GuardThreads, Arc<Shared>) {
-    let up = heads::upstream(|_| OK.to_vec());
-    let mut c = Config::new("127.0.0.1:0".parse().unwrap(), up);
-    c.pin = false;
-    c.threads = 1;
-    tune(&mut c);
-    let g = Guard::bind(c).unwrap();
-    let addr = g.local_addr();
-    let g = g.start().unwrap();
-    let shared = g.shared();
-    (addr, g, shared)
-}
-
-fn stop(g: GuardThreads) {
-    g.stop_flag().store(true, std::sync::atomic::Ordering::Relaxed);
-    g.wait().unwrap();
-}
-
-/// One request on `s`, its whole response read (OK's length).
-fn exchange(s: &mut TcpStream) {
-    s.write_all(GET).unwrap();
-    let mut got = vec![0; OK.len()];
-    s.read_exact(&mut got).unwrap();
-    assert_eq!(got, OK);
-}
 
 #[test]
 fn a_new_address_asking_at_once_is_paced_and_served_in_full() {

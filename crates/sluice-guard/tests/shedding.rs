@@ -5,47 +5,23 @@
 //! its own.
 
 mod support;
-use support::heads;
-use support::running::connect_from as connect;
+use support::running::{connect_from as connect, exchange, one_thread, stop, OK};
 
-use sluice_guard::{Config, Guard, GuardThreads, Shared};
+use sluice_guard::{Config, GuardThreads, Shared};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
-const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
 
 fn guard(max_connections: usize) -> (SocketAddr, GuardThreads, Arc<Shared>) {
     guard_with(max_connections, |_| {})
 }
 
 fn guard_with(max_connections: usize, tune: impl FnOnce(&mut Config)) -> (SocketAddr, GuardThreads, Arc<Shared>) {
-    let up = heads::upstream(|_| OK.to_vec());
-    let mut c = Config::new("127.0.0.1:0".parse().unwrap(), up);
-    c.pin = false;
-    c.threads = 1;
-    c.max_connections = max_connections;
-    tune(&mut c);
-    let g = Guard::bind(c).unwrap();
-    let addr = g.local_addr();
-    let g = g.start().unwrap();
-    let shared = g.shared();
-    (addr, g, shared)
-}
-
-fn stop(g: GuardThreads) {
-    g.stop_flag().store(true, std::sync::atomic::Ordering::Relaxed);
-    g.wait().unwrap();
-}
-
-/// One request on `s`, its whole response read.
-fn exchange(s: &mut TcpStream) {
-    s.write_all(GET).unwrap();
-    let mut got = vec![0; OK.len()];
-    s.read_exact(&mut got).unwrap();
-    assert_eq!(got, OK);
+    one_thread(|c| {
+        c.max_connections = max_connections;
+        tune(c);
+    })
 }
 
 /// Waits (5 s at most) until `f` holds of the guard's counts.
