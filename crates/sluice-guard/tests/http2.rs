@@ -264,6 +264,15 @@ fn a_burst_of_streams_each_gets_its_own_whole_response() {
 
 /// A legitimate HTTP/2 client from `127.0.0.2`, one request after another
 /// until `stop`: (answered 200, all).
+/// Sets its flag when dropped (a scope's closure ending, by a panic too).
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 fn legit(bed: &Bed, stop: &AtomicBool) -> (u64, u64) {
     let (mut ok, mut all) = (0, 0);
     while !stop.load(Ordering::Relaxed) || all == 0 {
@@ -289,6 +298,9 @@ fn floods_are_cut_at_their_limits_while_a_legitimate_client_is_served() {
     // legitimate client goes on (stopped before any assertion, so a
     // failure cannot leave it running).
     let (rr, reached, (ok, all)) = std::thread::scope(|s| {
+        // Set however the closure ends: a panic below (the attacker
+        // failing) must stop the client too, or the scope waits for it forever.
+        let _stop = StopOnDrop(&stop_legit);
         let served = s.spawn(|| legit(&bed, &stop_legit));
         let before = bed.upstream_requests.load(Ordering::Relaxed);
         let rr = bed.attack("127.0.0.3", "rapid_reset", "1000");

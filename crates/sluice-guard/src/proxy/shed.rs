@@ -34,8 +34,11 @@ pub(super) const SCAN_SHARE: usize = 64;
 const QUEUE_FOR: Duration = Duration::from_millis(100);
 
 /// Addresses remembered as shed, at most (a thread's); at the bound the
-/// cooled ones are dropped, and a new one is not remembered until some are.
+/// cooled ones are dropped (a pass over all, at most once per
+/// [`PRUNE_EVERY`], so a flood of sheds at the bound never pays it each
+/// time), and a new one is not remembered until some are.
 const RECENT_CAP: usize = 1 << 16;
+const PRUNE_EVERY: Duration = Duration::from_millis(100);
 
 type Hasher = foldhash::fast::RandomState;
 
@@ -55,6 +58,8 @@ pub(super) struct Shedder {
     made: Option<Instant>,
     /// Clients (table keys) shed while not known, and when.
     recent: HashMap<u128, Instant, Hasher>,
+    /// When the cooled ones were last dropped at the bound.
+    pruned_at: Option<Instant>,
 }
 
 impl Shedder {
@@ -76,6 +81,10 @@ impl Shedder {
     /// A connection of client `key` was shed while not known.
     pub(super) fn note_shed(&mut self, key: u128, now: Instant) {
         if self.recent.len() >= RECENT_CAP && !self.recent.contains_key(&key) {
+            if self.pruned_at.is_some_and(|t| now.saturating_duration_since(t) < PRUNE_EVERY) {
+                return;
+            }
+            self.pruned_at = Some(now);
             self.recent.retain(|_, &mut at| now.saturating_duration_since(at) < SHED_COOLDOWN);
             if self.recent.len() >= RECENT_CAP {
                 return;
@@ -154,8 +163,13 @@ mod tests {
         assert_eq!(s.remembered(), RECENT_CAP);
         assert!(!s.shed_lately(ip(RECENT_CAP as u32), t));
         assert!(s.shed_lately(ip(0), t), "the first kept");
-        // Once they cooled, room is made for the new one.
-        let later = t + SHED_COOLDOWN;
+        // A pass just before they cooled finds none cooled; the next one,
+        // once they have, waits PRUNE_EVERY after it.
+        let pass = t + SHED_COOLDOWN - Duration::from_millis(10);
+        s.note_shed(ip(RECENT_CAP as u32), pass);
+        s.note_shed(ip(RECENT_CAP as u32), t + SHED_COOLDOWN);
+        assert_eq!(s.remembered(), RECENT_CAP, "at most one pass per PRUNE_EVERY");
+        let later = pass + PRUNE_EVERY;
         s.note_shed(ip(RECENT_CAP as u32), later);
         assert_eq!(s.remembered(), 1);
         assert!(s.shed_lately(ip(RECENT_CAP as u32), later));
