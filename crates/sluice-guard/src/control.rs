@@ -315,6 +315,7 @@ mod tests {
             ja4_stats: Default::default(),
             block_file_writes: Arc::new(AtomicU64::new(0)),
             syn_filter: Err("a test".into()),
+            lanes: Vec::new(),
         }
     }
 

@@ -38,6 +38,11 @@ pub struct GuardFlags {
     /// Event-loop threads, each with its own SO_REUSEPORT socket and upstream pool.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub threads: usize,
+    /// Beside each thread, one that takes over its connections open a
+    /// second or more and calm, between their requests: under a flood of
+    /// new connections their requests do not wait behind the flood's work.
+    #[arg(long)]
+    pub calm_lane: bool,
     /// Requests per second per client IP (frang request_rate; 8 slots of 125 ms).
     #[arg(long, value_name = "N")]
     pub request_rate: Option<u32>,
@@ -298,6 +303,7 @@ impl GuardFlags {
             listeners,
             upstream: a.upstream,
             threads: a.threads,
+            calm_lane: a.calm_lane,
             limits,
             timeouts: Timeouts {
                 client_header: ms(a.client_header_timeout),

@@ -105,6 +105,11 @@ pub struct Config {
     pub listeners: Vec<Listener>,
     pub upstream: SocketAddr,
     pub threads: usize,
+    /// Beside each thread, a calm lane: a thread that takes over its
+    /// connections open a second or more and calm, between their
+    /// requests: their requests no longer wait behind a flood's work in
+    /// the accepting threads (docs/http-guard.md, "The calm lane").
+    pub calm_lane: bool,
     pub limits: Limits,
     /// A deadline on every phase of a connection (on by default).
     pub timeouts: Timeouts,
@@ -193,6 +198,7 @@ impl Config {
             listeners: vec![Listener::new(listen, Serve::Main)],
             upstream,
             threads: 1,
+            calm_lane: false,
             limits: Limits::default(),
             timeouts: Timeouts::default(),
             buffer_size: DEFAULT_BUFFER_SIZE,
@@ -291,6 +297,9 @@ sluice_metrics::counters! {
         upstream_queue_wait_us => "sluice_guard_upstream_queue_wait_us",
         /// Requests that waited `--upstream-queue-timeout` for a slot: 503.
         upstream_queue_timeouts => "sluice_guard_upstream_queue_timeouts",
+        /// `--calm-lane`: connections handed to the calm lane (served,
+        /// calm and open a second or more, between requests).
+        calm_lane_lent => "sluice_guard_calm_lane_lent",
         /// TLS connections on which ALPN chose HTTP/2.
         h2_connections => "sluice_guard_h2_connections",
         /// Requests that came as HTTP/2 streams (counted in `requests` too).
@@ -388,6 +397,9 @@ pub struct Shared {
     pub ja4_stats: ja4list::Ja4Stats,
     /// The SYN filter on every listener, or why there is none.
     pub syn_filter: Result<Arc<synfilter::SynFilter>, String>,
+    /// `--calm-lane`: where each accepting thread hands its calm
+    /// connections (one lane each; none without the flag).
+    pub(crate) lanes: Vec<proxy::Lane>,
 }
 
 sluice_metrics::counters! {
@@ -702,13 +714,17 @@ impl Guard {
         let shared = Arc::new(Shared {
             table: table.clone(),
             max_connections,
-            threads: (0..config.threads).map(|_| ThreadCounters::default()).collect(),
+            // The calm lanes' counts come after the accepting threads'.
+            threads: (0..config.threads * (1 + usize::from(config.calm_lane)))
+                .map(|_| ThreadCounters::default())
+                .collect(),
             started: Instant::now(),
             block_file_writes: Arc::new(AtomicU64::new(0)),
             tls: self.tls,
             ja4_block: self.ja4_block,
             ja4_stats: ja4list::Ja4Stats::default(),
             syn_filter,
+            lanes: (0..if config.calm_lane { config.threads } else { 0 }).map(|_| proxy::Lane::new()).collect(),
         });
         let stop = Arc::new(AtomicBool::new(false));
         let spawn_err = |error| GuardError::Io { what: "spawning a guard thread".into(), error };
@@ -739,7 +755,23 @@ impl Guard {
                     let listeners =
                         sockets.into_iter().map(mio::net::TcpListener::from_std).zip(serves).collect::<Vec<_>>();
                     let n = &shared.threads[i];
-                    proxy::Worker::new(listeners, https_port, &config, &shared, n)?.run(&stop)
+                    proxy::Worker::new(i, listeners, https_port, &config, &shared, n)?.run(&stop)
+                })
+                .map_err(spawn_err)?;
+            handles.push(h);
+        }
+        for k in 0..shared.lanes.len() {
+            // No listener of its own: it serves what thread k hands it.
+            let (config, shared, stop) = (config.clone(), shared.clone(), stop.clone());
+            let i = config.threads + k;
+            let h = std::thread::Builder::new()
+                .name(format!("guard-lane-{k}"))
+                .spawn(move || {
+                    if config.pin {
+                        let _ = sluice_cpus::pin_current_thread(i % cpus);
+                    }
+                    let n = &shared.threads[i];
+                    proxy::Worker::new(i, Vec::new(), https_port, &config, &shared, n)?.run(&stop)
                 })
                 .map_err(spawn_err)?;
             handles.push(h);

@@ -73,13 +73,16 @@ impl Worker<'_> {
         // At the cap: room is made by closing those that waited longest
         // for a request (idle or trickling), else this one goes.
         // An address shed lately does not displace another (`shed`).
-        if self.open >= self.max_open {
+        // The connections the calm lane holds for this thread count too.
+        if self.open + self.lent() >= self.max_open {
             if self.shedder.shed_lately(self.shared.table.key(ip), self.now) {
                 add(&self.n.refused_max_connections, 1);
                 add(&self.n.refused_shed_lately, 1);
                 return;
             }
             if !self.shed_one() {
+                // Nothing of its own to shed: the lane sheds for the next one.
+                self.ask_lane_to_shed();
                 add(&self.n.refused_max_connections, 1);
                 return;
             }
@@ -200,6 +203,8 @@ impl Worker<'_> {
             peer_eof: false,
             read_closed: false,
             readable: true,
+            accepted: now,
+            lent: false,
             body_len_noted: false,
             tls,
             handshake_deadline,

@@ -66,6 +66,11 @@ pub(super) struct Client {
     pub(super) read_closed: bool,
     /// An event said it may have input (edge-triggered: read until drained).
     pub(super) readable: bool,
+    /// When it was accepted: the calm lane takes only connections this old (`lane`).
+    pub(super) accepted: Instant,
+    /// `--calm-lane`: its accepting thread handed it to its lane; it holds
+    /// a place of that thread's share of `--max-connections`.
+    pub(super) lent: bool,
     /// A dry run counted this request's body length already (its head's
     /// Content-Length): the body crossing the limit is not counted again.
     pub(super) body_len_noted: bool,

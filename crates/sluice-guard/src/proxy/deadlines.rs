@@ -48,6 +48,10 @@ impl<'a> Worker<'a> {
             self.sweep_at += 1;
             let Some(mut c) = self.clients[i].take() else { continue };
             let due = self.due(&mut c, now);
+            if matches!(due, Due::Nothing) && self.may_lend(&c) {
+                self.lend(i, c);
+                continue;
+            }
             let after = match due {
                 Due::Nothing => After::Keep,
                 Due::Close(counter) => {

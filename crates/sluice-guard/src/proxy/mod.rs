@@ -43,6 +43,7 @@ mod breach;
 mod client;
 mod deadlines;
 mod h2;
+mod lane;
 mod queue;
 mod response;
 mod sends;
@@ -51,6 +52,7 @@ mod tunnel;
 mod upstream;
 
 pub use h2::MEMORY_BOUND as H2_MEMORY_BOUND;
+pub(crate) use lane::Lane;
 
 use breach::reset;
 use client::{drain, Client};
@@ -214,10 +216,21 @@ pub(crate) struct Worker<'a> {
     sweep_at: usize,
     /// Who is shed next at `--max-connections`, and who was lately (`shed`).
     shedder: shed::Shedder,
+    /// This thread's index; lane k's is `--threads` + k (`lane`).
+    me: usize,
+    /// `--calm-lane`: where this thread's calm connections go, or (a
+    /// lane) come from.
+    lane: Option<&'a Lane>,
+    /// Connections were handed to the lane since it was last woken.
+    lending: bool,
+    /// The lane's inbox taken out, kept for its buffer.
+    #[allow(clippy::vec_box)]
+    lane_inbox: Vec<Box<Client>>,
 }
 
 impl<'a> Worker<'a> {
     pub(crate) fn new(
+        me: usize,
         mut listeners: Vec<(TcpListener, Serve)>,
         https_port: u16,
         cfg: &'a Config,
@@ -229,7 +242,7 @@ impl<'a> Worker<'a> {
             poll.registry().register(l, listener_token(k), Interest::READABLE)?;
         }
         let max_open = (shared.max_connections / cfg.threads.max(1)).max(1);
-        Ok(Worker {
+        let mut w = Worker {
             poll,
             listeners,
             https_port,
@@ -289,7 +302,14 @@ impl<'a> Worker<'a> {
             sweep_at: 0,
             shedder: Default::default(),
             pace_rule: crate::pace::PaceRule::new(cfg.limits.request_rate),
-        })
+            me,
+            // Accepting thread k and lane thread `threads + k` share lane k.
+            lane: shared.lanes.get(me % cfg.threads.max(1)),
+            lending: false,
+            lane_inbox: Vec::new(),
+        };
+        w.start_lane()?;
+        Ok(w)
     }
 
     /// Milliseconds since the guard started, as of this turn (see `now`).
@@ -331,6 +351,7 @@ impl<'a> Worker<'a> {
                 // system call per request.
                 let input = ev.is_readable() || ev.is_read_closed() || ev.is_error();
                 match ev.token() {
+                    lane::LANE_WAKE => {}
                     Token(t) if t >= LISTENER_TOKENS => self.accept_pending |= 1 << ((usize::MAX - t) / 2),
                     Token(t) if t % 2 == 0 => {
                         if let Some(Some(c)) = self.clients.get_mut(t / 2) {
@@ -363,6 +384,7 @@ impl<'a> Worker<'a> {
             if self.accept_pending != 0 {
                 self.accept_all();
             }
+            self.lane_turn();
             self.run_hellos();
             self.run_later();
             let epoch = self.shared.table.block_epoch.load(Ordering::Acquire);
@@ -373,6 +395,7 @@ impl<'a> Worker<'a> {
             if self.now >= next_sweep {
                 next_sweep = self.now + TICK;
                 self.sweep_deadlines();
+                self.lent_wake();
             }
             self.wake_next();
             self.dispatch_queued();
@@ -416,6 +439,7 @@ impl<'a> Worker<'a> {
         }
         self.leave_up(&mut c);
         c.out.discard(&mut self.pool);
+        self.returned(&c);
         self.open -= 1;
         self.free_clients.push(i);
     }

@@ -165,6 +165,9 @@ fn guard_limits(a: &GuardBenchArgs, dir: &Path) -> Result<Vec<String>> {
     if a.attack_pipeline > 1 {
         limits.extend(["--upstream-pipeline".into(), a.attack_pipeline.to_string()]);
     }
+    if a.guard_calm_lane {
+        limits.push("--calm-lane".into());
+    }
     if a.guard_no_syn_filter {
         limits.push("--no-syn-filter".into());
     }
@@ -306,6 +309,7 @@ fn contender_row(bed: &AttackBed, contender: &str) -> Result<serde_json::Value> 
         "shed_waiting",
         "refused_max_connections",
         "refused_shed_lately",
+        "calm_lane_lent",
         "paced",
         "refused_at_accept",
         "closed_blocked",
@@ -350,6 +354,7 @@ fn contender_row(bed: &AttackBed, contender: &str) -> Result<serde_json::Value> 
         "attack_delay_s": a.attack_delay,
         "limit_per_ip": a.limit,
         "guard_max_inflight": a.guard_max_inflight,
+        "guard_calm_lane": a.guard_calm_lane,
         "guard_pipeline": a.attack_pipeline,
         "legit": {"clients": a.legit_clients, "rate": a.legit_rate, "rps_alone": la["rps"], "rps_attacked": lb["rps"],
                   "success_alone": success(la), "success_attacked": legit_success,

@@ -103,6 +103,10 @@ pub struct GuardBenchArgs {
     /// kernel (the A/B case of the SYN filter).
     #[arg(long)]
     pub guard_no_syn_filter: bool,
+    /// --attack: run the guard (and its floor) with `--calm-lane`: calm
+    /// connections served by a thread of their own.
+    #[arg(long)]
+    pub guard_calm_lane: bool,
     /// --attack: a third phase, the floor: the same attack sent to a second
     /// front of the same kind (same limits, same upstream), so the legitimate
     /// pool's p99 there is what the machine's contention alone costs it
