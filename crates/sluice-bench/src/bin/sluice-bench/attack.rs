@@ -165,7 +165,7 @@ fn guard_limits(a: &GuardBenchArgs, dir: &Path) -> Result<Vec<String>> {
     if a.attack_pipeline > 1 {
         limits.extend(["--upstream-pipeline".into(), a.attack_pipeline.to_string()]);
     }
-    if a.guard_calm_lane {
+    if !a.guard_no_calm_lane {
         limits.push("--calm-lane".into());
     }
     if a.guard_no_syn_filter {
@@ -188,7 +188,10 @@ pub fn run(a: &GuardBenchArgs, exe: &Path) -> Result<()> {
     }
     let dir = tempfile::tempdir().context("a temporary directory")?;
     let threads = a.threads.to_string();
-    let phases = 3 * contenders.len() as u64;
+    // Every repetition's three phases, and the warm-up: the upstream
+    // outlives them all (it was sized for one repetition, and stopped in
+    // the last repetitions' floor phase).
+    let phases = 3 * contenders.len() as u64 * a.attack_reps.max(1) as u64 + 1;
     let total = ((a.duration + a.attack_delay + 5) * phases + 30).to_string();
     let (_server, upstream) = serve(exe, &threads, &total, 128)?;
     let clients = (a.legit_clients + a.attack_clients) as u32;
@@ -205,6 +208,11 @@ pub fn run(a: &GuardBenchArgs, exe: &Path) -> Result<()> {
     };
     let limits = guard_limits(a, dir.path())?;
     let bed = AttackBed { a, exe, dir: dir.path(), upstream, threads, total, limits, peer_limits };
+    if !a.attack_no_warmup {
+        eprintln!("guard --attack: warming the upstream up (both pools through a guard, not measured)");
+        let (legit, attackers, _) = attack_pools(a);
+        bed.phase("guard", "warmup", &format!("{legit}\n{attackers}"))?;
+    }
     let mut rows = Vec::new();
     for contender in contenders {
         let mut reps = Vec::new();
@@ -247,7 +255,8 @@ fn median_rep(mut reps: Vec<serde_json::Value>) -> serde_json::Value {
         .map(|r| {
             serde_json::json!({"p99_us_attacked": r["legit"]["p99_us_attacked"], "floor_p99_us": r["floor"]["p99_us"],
                                "p99_us_alone": r["legit"]["p99_us_alone"], "ratio": key(r),
-                               "success_attacked": r["legit"]["success_attacked"]})
+                               "success_attacked": r["legit"]["success_attacked"],
+                               "floor_success": r["floor"]["success"]})
         })
         .collect();
     let mut order: Vec<usize> = (0..reps.len()).collect();
@@ -354,7 +363,8 @@ fn contender_row(bed: &AttackBed, contender: &str) -> Result<serde_json::Value> 
         "attack_delay_s": a.attack_delay,
         "limit_per_ip": a.limit,
         "guard_max_inflight": a.guard_max_inflight,
-        "guard_calm_lane": a.guard_calm_lane,
+        "guard_calm_lane": !a.guard_no_calm_lane,
+        "warmup": !a.attack_no_warmup,
         "guard_pipeline": a.attack_pipeline,
         "legit": {"clients": a.legit_clients, "rate": a.legit_rate, "rps_alone": la["rps"], "rps_attacked": lb["rps"],
                   "success_alone": success(la), "success_attacked": legit_success,

@@ -103,10 +103,11 @@ pub struct GuardBenchArgs {
     /// kernel (the A/B case of the SYN filter).
     #[arg(long)]
     pub guard_no_syn_filter: bool,
-    /// --attack: run the guard (and its floor) with `--calm-lane`: calm
-    /// connections served by a thread of their own.
+    /// --attack: run the guard (and its floor) without `--calm-lane` (on by
+    /// default, as in the shipped site config: calm connections served by
+    /// a thread of their own beside the accepting one).
     #[arg(long)]
-    pub guard_calm_lane: bool,
+    pub guard_no_calm_lane: bool,
     /// --attack: a third phase, the floor: the same attack sent to a second
     /// front of the same kind (same limits, same upstream), so the legitimate
     /// pool's p99 there is what the machine's contention alone costs it
@@ -122,6 +123,12 @@ pub struct GuardBenchArgs {
     /// the next on a small shared machine.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub attack_reps: usize,
+    /// --attack: skip the warm-up (by default both pools run once through
+    /// a guard, unmeasured, before the first contender: the upstream's
+    /// first flood of connections costs it more than any later one, and
+    /// only the first attacked phase would pay for it, never a floor).
+    #[arg(long)]
+    pub attack_no_warmup: bool,
     /// Also through a guard terminating TLS (a self-signed certificate made
     /// for the run; http-load over https): its requests/s against the plain
     /// guard's. With --attack: both pools over TLS.
