@@ -297,8 +297,8 @@ sluice_metrics::counters! {
         upstream_queue_wait_us => "sluice_guard_upstream_queue_wait_us",
         /// Requests that waited `--upstream-queue-timeout` for a slot: 503.
         upstream_queue_timeouts => "sluice_guard_upstream_queue_timeouts",
-        /// `--calm-lane`: connections handed to the calm lane (served,
-        /// calm and open a second or more, between requests).
+        /// `--calm-lane`: connections handed to the calm lanes (open a
+        /// second or more, calm, between requests).
         calm_lane_lent => "sluice_guard_calm_lane_lent",
         /// TLS connections on which ALPN chose HTTP/2.
         h2_connections => "sluice_guard_h2_connections",
