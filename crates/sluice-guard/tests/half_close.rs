@@ -11,7 +11,6 @@ use sluice_guard::{Config, Guard};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
@@ -66,19 +65,8 @@ fn pipelined_requests_before_a_fin_are_all_answered() {
 #[test]
 fn pipelined_requests_before_a_close_notify_are_all_answered() {
     let (addr, running) = guard(true);
-    let mut roots = rustls::RootCertStore::empty();
-    let ca = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/testdata/tls-ca.pem");
-    use rustls::pki_types::pem::PemObject;
-    for c in rustls::pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
     let name = rustls::pki_types::ServerName::try_from("a.test").unwrap();
-    let conn = rustls::ClientConnection::new(Arc::new(cfg), name).unwrap();
+    let conn = rustls::ClientConnection::new(support::running::tls_client(), name).unwrap();
     let sock = TcpStream::connect(addr).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut tls = rustls::StreamOwned::new(conn, sock);

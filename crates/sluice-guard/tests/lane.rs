@@ -7,16 +7,16 @@
 //! address of its own.
 
 mod support;
-use support::running::{connect_from as connect, exchange, one_thread, stop, GET, OK};
+use support::running::{closed, connect_from as connect, exchange, one_thread, stop, tls_client, until, GET, OK};
 
 use sluice_guard::tls::CertFiles;
 use sluice_guard::{Config, GuardThreads, Shared};
-use std::io::{ErrorKind, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn lane_guard(tune: impl FnOnce(&mut Config)) -> (SocketAddr, GuardThreads, Arc<Shared>) {
     one_thread(|c| {
@@ -25,34 +25,10 @@ fn lane_guard(tune: impl FnOnce(&mut Config)) -> (SocketAddr, GuardThreads, Arc<
     })
 }
 
-/// Waits (5 s at most) until `f` holds of the guard's counts.
-fn until(shared: &Shared, what: &str, f: impl Fn(&sluice_guard::CountTotals) -> bool) {
-    let t = Instant::now();
-    while !f(&shared.report().counts) {
-        assert!(t.elapsed() < Duration::from_secs(5), "{what}: {:?}", shared.report().counts);
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 /// Requests the lane threads (the counters after the accepting threads') read.
 fn lane_requests(shared: &Shared) -> u64 {
     let lanes = &shared.threads[shared.threads.len() / 2..];
     lanes.iter().map(|t| t.requests.load(Ordering::Relaxed)).sum()
-}
-
-/// Whether the guard closed `s` (its FIN or RST came); a connection still
-/// open has nothing to read.
-fn closed(s: &mut TcpStream) -> bool {
-    s.set_nonblocking(true).unwrap();
-    let mut b = [0u8; 64];
-    let r = s.read(&mut b);
-    s.set_nonblocking(false).unwrap();
-    match r {
-        Ok(0) => true,
-        Ok(n) => panic!("{n} bytes from an idle connection"),
-        Err(e) if e.kind() == ErrorKind::WouldBlock => false,
-        Err(_) => true,
-    }
 }
 
 #[test]
@@ -178,18 +154,8 @@ fn a_tls_connection_moves_with_its_session() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/testdata");
     let (addr, g, shared) =
         lane_guard(|c| c.tls = vec![CertFiles { cert: dir.join("tls-a.test.pem"), key: dir.join("tls-a.test.key") }]);
-    let mut roots = rustls::RootCertStore::empty();
-    use rustls::pki_types::pem::PemObject;
-    for c in rustls::pki_types::CertificateDer::pem_file_iter(dir.join("tls-ca.pem")).unwrap() {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
     let name = rustls::pki_types::ServerName::try_from("a.test").unwrap();
-    let conn = rustls::ClientConnection::new(Arc::new(cfg), name).unwrap();
+    let conn = rustls::ClientConnection::new(tls_client(), name).unwrap();
     let mut tls = rustls::StreamOwned::new(conn, connect("127.12.5.1", addr));
     let ask = |tls: &mut rustls::StreamOwned<rustls::ClientConnection, TcpStream>| {
         tls.write_all(GET).unwrap();

@@ -5,10 +5,10 @@
 //! its own.
 
 mod support;
-use support::running::{connect_from as connect, exchange, one_thread, stop, OK};
+use support::running::{closed, connect_from as connect, exchange, one_thread, stop, until, OK};
 
 use sluice_guard::{Config, GuardThreads, Shared};
-use std::io::{ErrorKind, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,30 +22,6 @@ fn guard_with(max_connections: usize, tune: impl FnOnce(&mut Config)) -> (Socket
         c.max_connections = max_connections;
         tune(c);
     })
-}
-
-/// Waits (5 s at most) until `f` holds of the guard's counts.
-fn until(shared: &Shared, what: &str, f: impl Fn(&sluice_guard::CountTotals) -> bool) {
-    let t = Instant::now();
-    while !f(&shared.report().counts) {
-        assert!(t.elapsed() < Duration::from_secs(5), "{what}: {:?}", shared.report().counts);
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Whether the guard closed `s` (its FIN or RST came); a connection still
-/// open has nothing to read.
-fn closed(s: &mut TcpStream) -> bool {
-    s.set_nonblocking(true).unwrap();
-    let mut b = [0u8; 64];
-    let r = s.read(&mut b);
-    s.set_nonblocking(false).unwrap();
-    match r {
-        Ok(0) => true,
-        Ok(n) => panic!("{n} bytes from an idle connection"),
-        Err(e) if e.kind() == ErrorKind::WouldBlock => false,
-        Err(_) => true,
-    }
 }
 
 #[test]

@@ -70,3 +70,44 @@ pub fn exchange(s: &mut TcpStream) {
     s.read_exact(&mut got).unwrap();
     assert_eq!(got, OK);
 }
+
+/// Waits (5 s at most) until `f` holds of the guard's counts.
+pub fn until(shared: &Shared, what: &str, f: impl Fn(&sluice_guard::CountTotals) -> bool) {
+    let t = std::time::Instant::now();
+    while !f(&shared.report().counts) {
+        assert!(t.elapsed() < Duration::from_secs(5), "{what}: {:?}", shared.report().counts);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Whether the guard closed `s` (its FIN or RST came); a connection still
+/// open has nothing to read.
+pub fn closed(s: &mut TcpStream) -> bool {
+    s.set_nonblocking(true).unwrap();
+    let mut b = [0u8; 64];
+    let r = s.read(&mut b);
+    s.set_nonblocking(false).unwrap();
+    match r {
+        Ok(0) => true,
+        Ok(n) => panic!("{n} bytes from an idle connection"),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => false,
+        Err(_) => true,
+    }
+}
+
+/// A TLS client config trusting the test CA of `src/testdata` (whose
+/// `tls-a.test` certificate the TLS guards of the tests serve).
+pub fn tls_client() -> Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    let ca = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/testdata/tls-ca.pem");
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Arc::new(cfg)
+}
