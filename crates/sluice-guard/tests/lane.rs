@@ -1,6 +1,6 @@
 //! `--calm-lane` (`proxy/lane.rs`): a connection open a second, calm and
 //! between requests moves to the lane thread and is served there, TLS and
-//! all; one with a request under way stays; at `--max-connections` the
+//! all, and goes back once over its pace; one with a request under way stays; at `--max-connections` the
 //! lane's connections still count against the accepting thread, which asks
 //! the lane to shed when it has nothing of its own to; and a lent
 //! connection that closes gives its room back. Each client has a loopback
@@ -84,6 +84,27 @@ fn without_the_flag_nothing_moves() {
     std::thread::sleep(Duration::from_millis(1300));
     exchange(&mut s);
     assert_eq!(shared.report().counts.calm_lane_lent, 0);
+    stop(g);
+}
+
+#[test]
+fn a_lent_connection_over_its_pace_goes_back_to_its_thread() {
+    let (addr, g, shared) = lane_guard(|_| {});
+    let mut s = connect("127.12.7.1", addr);
+    exchange(&mut s);
+    until(&shared, "handed over", |c| c.calm_lane_lent == 1);
+    // 20 requests at once: over the calm line (two seconds of the default
+    // pace rate, 16), and they leak at 1 a second.
+    s.write_all(&GET.repeat(20)).unwrap();
+    let mut got = vec![0; 20 * OK.len()];
+    s.read_exact(&mut got).unwrap();
+    assert_eq!(got, OK.repeat(20));
+    until(&shared, "handed back", |c| c.calm_lane_returned == 1);
+    let own = || shared.threads[0].requests.load(Ordering::Relaxed);
+    let before = own();
+    exchange(&mut s);
+    assert_eq!(own(), before + 1, "served by its accepting thread again");
+    assert_eq!(shared.report().counts.calm_lane_lent, 1, "not lent again while over its pace");
     stop(g);
 }
 

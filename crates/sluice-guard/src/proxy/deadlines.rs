@@ -48,8 +48,8 @@ impl<'a> Worker<'a> {
             self.sweep_at += 1;
             let Some(mut c) = self.clients[i].take() else { continue };
             let due = self.due(&mut c, now);
-            if matches!(due, Due::Nothing) && self.may_lend(&c) {
-                self.lend(i, c);
+            if matches!(due, Due::Nothing) && self.moves(&c) {
+                self.hand_over(i, c);
                 continue;
             }
             let after = match due {

@@ -21,6 +21,12 @@
 //! lane when it comes. Handed over in the deadline sweep, so a connection
 //! is looked at every 100 ms; deadlines, pace and counts go with it.
 //!
+//! A lent connection that climbs over its calm pace goes back, at the
+//! lane's sweep, once between requests (`calm_lane_returned`): the lane
+//! holds only calm clients, so an attack that opens connections, waits a
+//! second and then floods them does not make the lane its own; in the
+//! accepting thread it is paced as before. It comes again once calm.
+//!
 //! A connection the lane holds still counts against its accepting
 //! thread's share of `--max-connections` (`Lane::lent`). Each accepting
 //! thread has a lane of its own, so `--threads N` spreads the calm
@@ -34,7 +40,7 @@
 use super::client::Client;
 use super::{add, Phase, Worker};
 use mio::{Interest, Token, Waker};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
@@ -44,21 +50,30 @@ use std::time::Duration;
 /// for many.
 pub(super) const LANE_AGE: Duration = Duration::from_secs(1);
 
-/// The lane's waker: odd and below every listener's token, so looked at
-/// before the upstreams' in the loop's match.
+/// The token of a thread's waker (the lane's, and its accepting thread's):
+/// odd and below every listener's token; the loop's match looks at it first.
 pub(super) const LANE_WAKE: Token = Token(usize::MAX - 2 * crate::MAX_LISTENERS);
 
 /// What an accepting thread and its lane share.
 pub(crate) struct Lane {
-    /// Connections handed over, not yet registered in the lane's loop
-    /// (boxed as in `Worker::clients`: the pointer moves, not the state).
+    /// Connections on their way to the lane, and back to the accepting
+    /// thread, not yet registered in either loop (boxed as in
+    /// `Worker::clients`: the pointer moves, not the state).
     #[allow(clippy::vec_box)]
-    inbox: Mutex<Vec<Box<Client>>>,
-    /// Set by the lane once its loop is up; before, the inbox is read on
-    /// its first turn.
-    waker: OnceLock<Waker>,
-    /// The accepting thread's connections the lane holds now (they count
-    /// against that thread's share of `--max-connections`).
+    to_lane: Mutex<Vec<Box<Client>>>,
+    #[allow(clippy::vec_box)]
+    to_thread: Mutex<Vec<Box<Client>>>,
+    /// Something waits in `to_lane` / `to_thread` (looked at each turn
+    /// without the lock).
+    for_lane: AtomicBool,
+    for_thread: AtomicBool,
+    /// The lane's waker and its accepting thread's, set once each loop is
+    /// up (before, what waits is found on the loop's first turn).
+    lane_waker: OnceLock<Waker>,
+    thread_waker: OnceLock<Waker>,
+    /// The accepting thread's connections the lane holds now, or that are
+    /// on their way either side (they count against that thread's share of
+    /// `--max-connections`).
     lent: AtomicUsize,
     /// Connections the lane is asked to shed (an accepting thread at its
     /// cap with nothing of its own to shed).
@@ -68,25 +83,30 @@ pub(crate) struct Lane {
 impl Lane {
     pub(crate) fn new() -> Lane {
         Lane {
-            inbox: Mutex::new(Vec::new()),
-            waker: OnceLock::new(),
+            to_lane: Mutex::new(Vec::new()),
+            to_thread: Mutex::new(Vec::new()),
+            for_lane: AtomicBool::new(false),
+            for_thread: AtomicBool::new(false),
+            lane_waker: OnceLock::new(),
+            thread_waker: OnceLock::new(),
             lent: AtomicUsize::new(0),
             shed: AtomicUsize::new(0),
         }
     }
 
-    fn wake(&self) {
-        if let Some(w) = self.waker.get() {
+    fn wake(waker: &OnceLock<Waker>) {
+        if let Some(w) = waker.get() {
             let _ = w.wake();
         }
     }
 }
 
 impl Worker<'_> {
-    /// The lane's own loop: its waker registered.
+    /// The thread's waker registered with its loop (`--calm-lane` only).
     pub(super) fn start_lane(&mut self) -> std::io::Result<()> {
-        if let (true, Some(lane)) = (self.is_lane(), self.lane) {
-            let _ = lane.waker.set(Waker::new(self.poll.registry(), LANE_WAKE)?);
+        if let Some(lane) = self.lane {
+            let waker = if self.is_lane() { &lane.lane_waker } else { &lane.thread_waker };
+            let _ = waker.set(Waker::new(self.poll.registry(), LANE_WAKE)?);
         }
         Ok(())
     }
@@ -104,11 +124,23 @@ impl Worker<'_> {
         }
     }
 
-    /// Whether an accepting thread hands `c` to the lane now (see the
-    /// module's list).
-    pub(super) fn may_lend(&self, c: &Client) -> bool {
-        self.lane.is_some()
-            && !self.is_lane()
+    /// Whether `c` moves now: from an accepting thread to its lane when
+    /// a second old and calm, from the lane back when over its pace.
+    pub(super) fn moves(&self, c: &Client) -> bool {
+        if self.lane.is_none() || !self.between_requests(c) {
+            return false;
+        }
+        let calm = c.pace.is_some_and(|p| p.calm(&self.pace_rule, self.now_ms));
+        match self.is_lane() {
+            false => calm && self.now.saturating_duration_since(c.accepted) >= LANE_AGE,
+            true => !calm,
+        }
+    }
+
+    /// A connection of its own address between requests, nothing owed
+    /// either way (see the module's list).
+    fn between_requests(&self, c: &Client) -> bool {
+        c.pace.is_some()
             && c.tracked
             && !c.forwarded
             && !c.redirect
@@ -125,29 +157,33 @@ impl Worker<'_> {
             && !c.peer_eof
             && !c.out.has_pending()
             && c.tls.as_ref().is_none_or(|t| !t.is_handshaking() && !t.wants_write())
-            && self.now.saturating_duration_since(c.accepted) >= LANE_AGE
-            && c.pace.is_some_and(|p| p.calm(&self.pace_rule, self.now_ms))
     }
 
-    /// Hand slot `i`'s connection, taken out of it, to the lane.
-    pub(super) fn lend(&mut self, i: usize, mut c: Box<Client>) {
+    /// Hand slot `i`'s connection, taken out of it, to the other side:
+    /// an accepting thread's to its lane, the lane's back.
+    pub(super) fn hand_over(&mut self, i: usize, mut c: Box<Client>) {
         let Some(lane) = self.lane else { return };
         let _ = self.poll.registry().deregister(&mut c.sock);
         self.open -= 1;
         self.free_clients.push(i);
-        c.lent = true;
-        lane.lent.fetch_add(1, Ordering::Relaxed);
-        add(&self.n.calm_lane_lent, 1);
-        lane.inbox.lock().unwrap_or_else(|e| e.into_inner()).push(c);
-        self.lending = true;
+        let (queue, waiting) = if self.is_lane() {
+            add(&self.n.calm_lane_returned, 1);
+            (&lane.to_thread, &lane.for_thread)
+        } else {
+            c.lent = true;
+            lane.lent.fetch_add(1, Ordering::Relaxed);
+            add(&self.n.calm_lane_lent, 1);
+            (&lane.to_lane, &lane.for_lane)
+        };
+        queue.lock().unwrap_or_else(|e| e.into_inner()).push(c);
+        waiting.store(true, Ordering::Release);
+        self.handed = true;
     }
 
-    /// After a sweep that handed connections over: the lane looks.
-    pub(super) fn lent_wake(&mut self) {
-        if std::mem::take(&mut self.lending) {
-            if let Some(lane) = self.lane {
-                lane.wake();
-            }
+    /// After a sweep that handed connections over: the other side looks.
+    pub(super) fn handed_wake(&mut self) {
+        if let (true, Some(lane)) = (std::mem::take(&mut self.handed), self.lane) {
+            Lane::wake(if self.is_lane() { &lane.thread_waker } else { &lane.lane_waker });
         }
     }
 
@@ -163,18 +199,38 @@ impl Worker<'_> {
     pub(super) fn ask_lane_to_shed(&self) {
         if let Some(lane) = self.lane.filter(|_| self.lent() > 0) {
             lane.shed.fetch_add(1, Ordering::Relaxed);
-            lane.wake();
+            Lane::wake(&lane.lane_waker);
         }
     }
 
-    /// The lane's turn: register what was handed over (each gets a slot
-    /// and serial of the lane's, and is read at once: input may have come
-    /// while it moved), and shed what it was asked to.
+    /// Each turn: register what was handed over to this thread (each gets
+    /// a slot and serial of its own, and is read at once: input may have
+    /// come while it moved); in a lane, shed what it was asked to.
     pub(super) fn lane_turn(&mut self) {
-        let Some(lane) = self.lane.filter(|_| self.is_lane()) else { return };
-        let mut moved = std::mem::take(&mut self.lane_inbox);
-        std::mem::swap(&mut moved, &mut *lane.inbox.lock().unwrap_or_else(|e| e.into_inner()));
+        let Some(lane) = self.lane else { return };
+        let is_lane = self.is_lane();
+        let (queue, waiting) =
+            if is_lane { (&lane.to_lane, &lane.for_lane) } else { (&lane.to_thread, &lane.for_thread) };
+        // A load first: the flag's line stays shared while nothing moves.
+        if waiting.load(Ordering::Relaxed) && waiting.swap(false, Ordering::Acquire) {
+            let mut moved = std::mem::take(&mut self.lane_inbox);
+            std::mem::swap(&mut moved, &mut *queue.lock().unwrap_or_else(|e| e.into_inner()));
+            self.take_in(&mut moved, lane);
+            self.lane_inbox = moved;
+        }
+        if is_lane && lane.shed.load(Ordering::Relaxed) > 0 {
+            let asked = lane.shed.swap(0, Ordering::Relaxed);
+            self.lane_shed(asked);
+        }
+    }
+
+    #[allow(clippy::vec_box)]
+    fn take_in(&mut self, moved: &mut Vec<Box<Client>>, lane: &Lane) {
         for mut c in moved.drain(..) {
+            // Back in its accepting thread: its own again.
+            if !self.is_lane() && std::mem::take(&mut c.lent) {
+                lane.lent.fetch_sub(1, Ordering::Relaxed);
+            }
             let i = self.free_clients.pop().unwrap_or_else(|| {
                 self.clients.push(None);
                 self.clients.len() - 1
@@ -190,11 +246,6 @@ impl Worker<'_> {
                 Ok(()) => self.drive(i),
                 Err(_) => self.close_client(i, false),
             }
-        }
-        self.lane_inbox = moved;
-        let asked = lane.shed.swap(0, Ordering::Relaxed);
-        if asked > 0 {
-            self.lane_shed(asked);
         }
     }
 

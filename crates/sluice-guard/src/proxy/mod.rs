@@ -221,9 +221,9 @@ pub(crate) struct Worker<'a> {
     /// `--calm-lane`: where this thread's calm connections go, or (a
     /// lane) come from.
     lane: Option<&'a Lane>,
-    /// Connections were handed to the lane since it was last woken.
-    lending: bool,
-    /// The lane's inbox taken out, kept for its buffer.
+    /// Connections were handed to the other side since it was last woken.
+    handed: bool,
+    /// The inbox taken out, kept for its buffer.
     #[allow(clippy::vec_box)]
     lane_inbox: Vec<Box<Client>>,
 }
@@ -305,7 +305,7 @@ impl<'a> Worker<'a> {
             me,
             // Accepting thread k and lane thread `threads + k` share lane k.
             lane: shared.lanes.get(me % cfg.threads.max(1)),
-            lending: false,
+            handed: false,
             lane_inbox: Vec::new(),
         };
         w.start_lane()?;
@@ -395,7 +395,7 @@ impl<'a> Worker<'a> {
             if self.now >= next_sweep {
                 next_sweep = self.now + TICK;
                 self.sweep_deadlines();
-                self.lent_wake();
+                self.handed_wake();
             }
             self.wake_next();
             self.dispatch_queued();

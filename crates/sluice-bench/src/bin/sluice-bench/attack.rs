@@ -319,6 +319,7 @@ fn contender_row(bed: &AttackBed, contender: &str) -> Result<serde_json::Value> 
         "refused_max_connections",
         "refused_shed_lately",
         "calm_lane_lent",
+        "calm_lane_returned",
         "paced",
         "refused_at_accept",
         "closed_blocked",
