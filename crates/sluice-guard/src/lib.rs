@@ -300,8 +300,8 @@ sluice_metrics::counters! {
         /// `--calm-lane`: connections handed to the calm lanes (open a
         /// second or more, calm, between requests).
         calm_lane_lent => "sluice_guard_calm_lane_lent",
-        /// Of those, handed back to their accepting thread (over their
-        /// calm pace since; they come again once calm).
+        /// Of those, handed back to their accepting thread (well over
+        /// their calm pace since; they come again once calm).
         calm_lane_returned => "sluice_guard_calm_lane_returned",
         /// TLS connections on which ALPN chose HTTP/2.
         h2_connections => "sluice_guard_h2_connections",

@@ -84,6 +84,15 @@ impl Pace {
     pub fn calm(&self, rule: &PaceRule, now_ms: u64) -> bool {
         self.level_at(rule, now_ms) < rule.calm_below
     }
+
+    /// A second of the limit or more over the calm line (three seconds'
+    /// worth of it in all): `--calm-lane` sends such a connection back to
+    /// its accepting thread. The band between the two lines is why a new
+    /// client's first requests, which lift it just over the calm line for
+    /// a few seconds, do not send it to and fro.
+    pub fn well_over(&self, rule: &PaceRule, now_ms: u64) -> bool {
+        self.level_at(rule, now_ms) >= rule.calm_below + rule.calm_below / 2
+    }
 }
 
 #[cfg(test)]
@@ -128,6 +137,7 @@ mod tests {
             let exact = model(&rule, known, &hits, now);
             let line = rule.calm_below as f64;
             prop_assert_eq!(pace.calm(&rule, now), exact < line, "level {} line {}", exact, line);
+            prop_assert_eq!(pace.well_over(&rule, now), exact >= 1.5 * line, "level {} line {}", exact, line);
         }
     }
 

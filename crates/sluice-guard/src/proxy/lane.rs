@@ -21,8 +21,9 @@
 //! lane when it comes. Handed over in the deadline sweep, so a connection
 //! is looked at every 100 ms; deadlines, pace and counts go with it.
 //!
-//! A lent connection that climbs over its calm pace goes back, at the
-//! lane's sweep, once between requests (`calm_lane_returned`): the lane
+//! A lent connection that climbs a second of the limit over its calm pace
+//! (`Pace::well_over`) goes back, at the lane's sweep, once between
+//! requests (`calm_lane_returned`): the lane
 //! holds only calm clients, so an attack that opens connections, waits a
 //! second and then floods them does not make the lane its own; in the
 //! accepting thread it is paced as before. It comes again once calm.
@@ -125,15 +126,19 @@ impl Worker<'_> {
     }
 
     /// Whether `c` moves now: from an accepting thread to its lane when
-    /// a second old and calm, from the lane back when over its pace.
+    /// a second old and calm, from the lane back when well over its pace
+    /// (`Pace::well_over`).
     pub(super) fn moves(&self, c: &Client) -> bool {
         if self.lane.is_none() || !self.between_requests(c) {
             return false;
         }
-        let calm = c.pace.is_some_and(|p| p.calm(&self.pace_rule, self.now_ms));
+        let (rule, now_ms) = (&self.pace_rule, self.now_ms);
         match self.is_lane() {
-            false => calm && self.now.saturating_duration_since(c.accepted) >= LANE_AGE,
-            true => !calm,
+            false => {
+                self.now.saturating_duration_since(c.accepted) >= LANE_AGE
+                    && c.pace.is_some_and(|p| p.calm(rule, now_ms))
+            }
+            true => c.pace.is_some_and(|p| p.well_over(rule, now_ms)),
         }
     }
 
