@@ -13,6 +13,7 @@
 
 pub use stats::median;
 
+pub mod cpu;
 pub mod flowtable;
 pub mod http_parse;
 pub mod machine;

@@ -25,7 +25,17 @@ fn bench_guard_reports_every_contender_and_their_counters() {
     for k in ["direct_rps", "guarded_rps", "guarded_tls_rps", "guarded_pipelined_rps", "nginx_rps", "haproxy_rps"] {
         assert!(rep[k].as_f64().unwrap() > 0.0, "{k}: {rep}");
     }
+    // Each front's CPU per request: its whole process tree (nginx's worker
+    // is its master's child).
+    for k in ["guarded", "guarded_tls", "guarded_pipelined", "nginx", "haproxy"] {
+        let us = rep[format!("{k}_cpu_us_per_req")].as_f64().unwrap();
+        assert!(us > 0.0 && us < 10_000.0, "{k}: {rep}");
+    }
+    assert!(rep.get("direct_cpu_us_per_req").is_none(), "{rep}");
     let case = find("guard_case");
+    for k in ["guard_cpu_efficiency_vs_nginx", "pipelined_cpu_efficiency_vs_haproxy", "median_nginx_cpu_us_per_req"] {
+        assert!(case[k].as_f64().unwrap() > 0.0, "{k}: {case}");
+    }
     let keys = ["median_ratio", "median_tls_vs_plain", "guard_vs_nginx", "guard_vs_haproxy", "median_nginx_p99_us"];
     for k in keys.into_iter().chain(["median_pipelined_vs_plain", "pipelined_vs_nginx", "pipelined_vs_haproxy"]) {
         assert!(case[k].as_f64().unwrap() > 0.0, "{k}: {case}");

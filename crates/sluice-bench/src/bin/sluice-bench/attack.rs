@@ -115,7 +115,7 @@ impl AttackBed<'_> {
         let file = self.dir.join(format!("{contender}-{name}.toml"));
         std::fs::write(&file, pools)?;
         let url = format!("{scheme}://{}/", front.addr);
-        let cpu_before = cpu_seconds(front.process.0.id());
+        let cpu_before = sluice_bench::cpu::tree_seconds(front.process.0.id());
         let out = Command::new(self.exe)
             .args(["http-load", "--url", &url, "--pool", file.to_str().context("path")?, "--json"])
             .args(["--duration", &a.duration.to_string(), "--timeout-ms", "2000"])
@@ -127,25 +127,14 @@ impl AttackBed<'_> {
         }
         let load: serde_json::Value =
             serde_json::from_slice(&out.stdout).context("http-load printed no JSON report")?;
-        let cpu = cpu_seconds(front.process.0.id()).zip(cpu_before).map(|(after, before)| after - before);
+        let cpu =
+            sluice_bench::cpu::tree_seconds(front.process.0.id()).zip(cpu_before).map(|(after, before)| after - before);
         let mut summary = if front.summarises { front.process.summary()? } else { serde_json::Value::Null };
         if let (Some(m), Some(cpu)) = (summary.as_object_mut(), cpu) {
             m.insert("cpu_s".into(), cpu.into());
         }
         Ok((load, summary))
     }
-}
-
-/// CPU seconds (user and system) process `pid` has used so far
-/// (/proc/PID/stat), None where that cannot be read.
-fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // After the command's `(name)`: state is field 3, utime 14, stime 15.
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    // In USER_HZ ticks: 100 a second on every Linux ABI we build for.
-    Some(ticks as f64 / 100.0)
 }
 
 /// The guard's flags for the attack: the per-address rate, an IP block on

@@ -440,22 +440,29 @@ pub fn run(mut a: GuardBenchArgs) -> Result<()> {
     for &(size, conns) in &cases {
         let f = fronts_by_size.iter().find(|f| f.size == size).expect("a front per size");
         // The contenders in a fixed order; each repetition starts at a different one.
-        let mut order: Vec<(&str, &str, bool)> = vec![("direct", &f.upstream, false), ("guard", &f.guard.1, false)];
-        if let Some((_, addr)) = &f.tls_guard {
-            order.push(("guard_tls", addr, true));
+        // Each with its front's process, whose CPU is read around its run
+        // (the direct path has none).
+        let mut order: Vec<(&str, &str, bool, Option<u32>)> =
+            vec![("direct", &f.upstream, false, None), ("guard", &f.guard.1, false, Some(f.guard.0 .0.id()))];
+        if let Some((p, addr)) = &f.tls_guard {
+            order.push(("guard_tls", addr, true, Some(p.0.id())));
         }
-        if let Some((_, addr)) = &f.pipelined {
-            order.push(("guard_pipelined", addr, false));
+        if let Some((p, addr)) = &f.pipelined {
+            order.push(("guard_pipelined", addr, false, Some(p.0.id())));
         }
-        order.extend(f.peers.iter().map(|(p, _, addr)| (*p, addr.as_str(), false)));
+        order.extend(f.peers.iter().map(|(name, p, addr)| (*name, addr.as_str(), false, Some(p.0.id()))));
         let mut runs: std::collections::BTreeMap<&str, Vec<(f64, f64)>> = Default::default();
+        let mut cpu: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
         for rep in 0..a.reps {
             let mut line =
                 serde_json::json!({ "bench": "guard", "size_bytes": size, "connections": conns, "rep": rep });
             for k in 0..order.len() {
-                let (name, addr, tls) = order[(rep + k) % order.len()];
+                let (name, addr, tls, pid) = order[(rep + k) % order.len()];
+                let before = pid.and_then(sluice_bench::cpu::tree_seconds);
                 let (r, reading) = pmc::maybe(&mut pmc, || load.rps(addr, tls, conns));
-                let (rps, p99) = r.with_context(|| format!("{name}, {size}-byte responses, {conns} connections"))?;
+                let after = pid.and_then(sluice_bench::cpu::tree_seconds);
+                let served = r.with_context(|| format!("{name}, {size}-byte responses, {conns} connections"))?;
+                let (rps, p99) = (served.rps, served.p99_us);
                 if let Some(x) = reading {
                     counts.entry(name).or_default().add(&x);
                 }
@@ -463,6 +470,13 @@ pub fn run(mut a: GuardBenchArgs) -> Result<()> {
                 let key = json_key(name);
                 line[format!("{key}_rps")] = rps.into();
                 line[format!("{key}_p99_us")] = p99.into();
+                if let (Some(b), Some(a)) = (before, after) {
+                    // The front's CPU (its whole process tree) per request served.
+                    let us = (a - b) * 1e6 / served.requests.max(1) as f64;
+                    cpu.entry(name).or_default().push(us);
+                    line[format!("{key}_cpu_us_per_req")] = us.into();
+                    line[format!("{key}_cpu_share")] = ((a - b) / served.seconds.max(1e-9)).into();
+                }
             }
             let (d, g) = (runs["direct"][rep].0, runs["guard"][rep].0);
             line["ratio"] = (g / d).into();
@@ -471,7 +485,7 @@ pub fn run(mut a: GuardBenchArgs) -> Result<()> {
             }
             println!("{line}");
         }
-        summaries.push(case_summary(&a, size, conns, &runs, &peers));
+        summaries.push(case_summary(&a, size, conns, &runs, &cpu, &peers));
         println!("{}", summaries.last().expect("just pushed"));
     }
     println!("{}", run_summary(&a, &peers, &summaries, &counts));
@@ -538,6 +552,7 @@ fn case_summary(
     size: usize,
     conns: usize,
     runs: &std::collections::BTreeMap<&str, Vec<(f64, f64)>>,
+    cpu: &std::collections::BTreeMap<&str, Vec<f64>>,
     peers: &[&str],
 ) -> serde_json::Value {
     let med =
@@ -572,6 +587,9 @@ fn case_summary(
         "median_guarded_pipelined_p99_us": p99("guard_pipelined"),
         "median_pipelined_vs_plain": pair("guard_pipelined", "guard"),
     });
+    for (name, us) in cpu {
+        s[format!("median_{}_cpu_us_per_req", json_key(name))] = median(us).into();
+    }
     let mut targets = serde_json::Map::new();
     let ratio = pair("guard", "direct").unwrap_or(f64::NAN);
     targets.insert("guard_vs_direct".into(), serde_json::json!({"min": 0.7, "value": ratio, "met": ratio >= 0.7}));
@@ -584,6 +602,13 @@ fn case_summary(
             s[format!("median_{p}_rps")] = rps(p).into();
             s[format!("median_{p}_p99_us")] = p99(p).into();
             s[format!("{name}_vs_{p}")] = r.into();
+            // CPU per request, the peer's over the guard's: how much more
+            // work the peer spends on each request, whatever share of the
+            // cores each front got in its runs.
+            if let (Some(gc), Some(pc)) = (cpu.get(g), cpu.get(p)) {
+                let e = median(&gc.iter().zip(pc).map(|(g, p)| p / g).collect::<Vec<_>>());
+                s[format!("{name}_cpu_efficiency_vs_{p}")] = e.into();
+            }
             targets.insert(format!("{name}_vs_{p}"), serde_json::json!({"min": 1.5, "value": r, "met": r >= 1.5}));
             p99_ok &= p99(g) <= p99(p);
         }
@@ -605,9 +630,9 @@ struct Load<'a> {
 }
 
 impl Load<'_> {
-    /// Requests/s and p99 latency (µs) of a run against `addr`; an error
-    /// if any request failed (a limit was reached?).
-    fn rps(&self, addr: &str, tls: bool, conns: usize) -> Result<(f64, f64)> {
+    /// What a run against `addr` served; an error if any request failed
+    /// (a limit was reached?).
+    fn rps(&self, addr: &str, tls: bool, conns: usize) -> Result<Served> {
         let a = self.a;
         let url = if tls { format!("https://{addr}/") } else { format!("http://{addr}/") };
         let (conns, dur) = (conns.to_string(), a.duration.to_string());
@@ -633,7 +658,20 @@ impl Load<'_> {
         if errors > 0 || v["errors"]["status"].as_object().is_some_and(|s| !s.is_empty()) {
             bail!("http-load to {addr} had errors (a limit was reached?): {}", v["errors"]);
         }
-        let p99 = v["latency_us"]["p99"].as_f64().context("http-load's report has no p99")?;
-        Ok((v["rps"].as_f64().context("http-load's report has no rps")?, p99))
+        let field = |k: &str| v[k].as_f64().with_context(|| format!("http-load's report has no {k}"));
+        Ok(Served {
+            rps: field("rps")?,
+            p99_us: v["latency_us"]["p99"].as_f64().context("http-load's report has no p99")?,
+            requests: field("requests")? as u64,
+            seconds: field("duration_s")?,
+        })
     }
+}
+
+/// One load run's report: what the rows and the CPU per request need.
+struct Served {
+    rps: f64,
+    p99_us: f64,
+    requests: u64,
+    seconds: f64,
 }
