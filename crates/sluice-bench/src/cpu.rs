@@ -60,8 +60,9 @@ pub fn sum_tree(stats: &HashMap<u32, Stat>, root: u32) -> Option<u64> {
     let mut total = root_stat.own_ticks + root_stat.reaped_ticks;
     let mut stack = children.get(&root).cloned().unwrap_or_default();
     while let Some(pid) = stack.pop() {
-        // pid 0's children (init) would loop back; a tree has no cycles
-        // otherwise, and `root` itself is never its own descendant.
+        // Parents are older than their children, so `/proc` holds no
+        // cycle; this only keeps a torn read (a pid reused between the
+        // listing and its read) from walking back into the root.
         if pid == root {
             continue;
         }
